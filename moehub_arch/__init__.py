@@ -1,0 +1,26 @@
+"""moehub-arch: a modular multi-GPU architecture simulator for Mixture-of-Experts communication.
+
+Importing the package sets NUMBA_CACHE_DIR (unless the user set it) to a folder keyed by a hash of
+the package's source files. Numba's own cache only checks the file that defines a function, not the
+modules it calls into; keying the whole cache on every source file makes a stale compiled engine
+impossible after an edit or an upgrade, and works for read-only (site-packages) installs.
+"""
+import hashlib
+import os
+from pathlib import Path
+
+__version__ = "0.1.0"
+
+
+def _source_hash():
+    h = hashlib.sha1(__version__.encode())
+    root = Path(__file__).resolve().parent
+    for path in sorted(root.rglob("*.py")):
+        h.update(str(path.relative_to(root)).encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()[:16]
+
+
+if "NUMBA_CACHE_DIR" not in os.environ:
+    _base = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+    os.environ["NUMBA_CACHE_DIR"] = str(_base / "moehub-arch" / f"numba-{_source_hash()}")

@@ -1,0 +1,329 @@
+"""System builder: config + assembled program -> the State arrays the run loop works on.
+
+Everything here runs once, in Python, before the compiled loop starts: the memory map (symmetric
+buffers, identical addresses on every GPU as in NVSHMEM), buffer initial contents, kernel launches
+with their evaluated parameters, the NVLink/NVSwitch topology with its routing tables, and the
+sizes of every bounded queue.
+"""
+import numpy as np
+import attrs
+
+from .engine.clock import period_fs
+from .engine.events import new_event_queue
+from .engine.state import (GPU, HBM_CHANNEL, LAUNCH, LINK_CHANNEL, NUM_WAIT_REASONS, PACKET, PARAMS,
+                           REQUEST, SM, SYSTEM, THREAD_BLOCK, TB_EMPTY, State, new_records)
+from .isa.encoding import MAX_PARAMS, NUM_REGS, NUM_UNITS, ROW_WIDTH
+from .isa.expr import ExprError, evaluate
+
+BUFFER_ALIGN = 256  # bytes; every buffer starts on an HBM interleave-friendly boundary
+HBM_MIN_ACCESS = 32  # bytes: the DRAM sector, the smallest unit HBM transfers
+
+
+class BuildError(Exception):
+    """A config that is well-formed but cannot be built (message names the key)."""
+
+
+@attrs.frozen
+class Buffer:
+    name: str
+    addr: int
+    nbytes: int
+    region: str
+    dtype: str
+
+
+@attrs.frozen
+class LaunchInfo:
+    index: int
+    gpu: int
+    kernel: str
+    stream: int
+    grid: int
+    params: tuple
+
+
+def layout_buffers(cfg):
+    """Control buffers first (always backed), then data buffers; returns (buffers, control_end, end)."""
+    buffers = {}
+    addr = 0
+    for region in ("control", "data"):
+        for b in cfg.workload.buffers:
+            if b.region != region:
+                continue
+            buffers[b.name] = Buffer(b.name, addr, b.bytes, b.region, b.dtype)
+            addr += (b.bytes + BUFFER_ALIGN - 1) // BUFFER_ALIGN * BUFFER_ALIGN
+        if region == "control":
+            control_end = addr
+    if addr > cfg.system.gpu.hbm.capacity:
+        raise BuildError(f"workload.buffers: the buffers need {addr} bytes per GPU, more than "
+                         f"system.gpu.hbm.capacity ({cfg.system.gpu.hbm.capacity} bytes)")
+    return buffers, control_end, addr
+
+
+_NP_DTYPES = {"f32": np.float32, "i64": np.int64, "u8": np.uint8}
+
+
+def _init_buffer(mem_row, buf, spec, seed, g):
+    view = mem_row[buf.addr:buf.addr + buf.nbytes]
+    if spec.init == "zeros":
+        return
+    es = {"f32": 4, "bf16": 2, "i64": 8, "u8": 1}[spec.dtype]
+    n = buf.nbytes // es
+    if spec.init == "arange":
+        values = np.arange(n, dtype=np.float64)
+    elif spec.init == "fill":
+        values = np.full(n, spec.value, dtype=np.float64)
+    else:  # random: uniform in [-1, 1), different per GPU, reproducible from the seed
+        bseed = spec.seed if spec.seed is not None else seed
+        rng = np.random.default_rng([bseed, g, sum(map(ord, buf.name))])
+        values = rng.uniform(-1.0, 1.0, n)
+        if spec.dtype in ("i64", "u8"):
+            values = np.floor(values * 100)
+    if spec.dtype == "bf16":
+        bits = values.astype(np.float32).view(np.uint32)
+        rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
+        view[:n * 2] = rounded.view(np.uint8)
+    else:
+        arr = values.astype(_NP_DTYPES[spec.dtype])
+        view[:n * es] = arr.view(np.uint8)
+
+
+def _eval_param(expr, names, where):
+    if isinstance(expr, (int, np.integer)):
+        return int(expr)
+    text = str(expr)
+    for bname in sorted(names.get("__buffers__", ()), key=len, reverse=True):
+        text = text.replace("@" + bname, f"buf__{bname}")
+    if "@" in text:
+        raise BuildError(f"{where}: '{expr}' names a buffer that is not declared in "
+                         f"workload.buffers (declared: {', '.join(names['__buffers__']) or 'none'})")
+    env = {k: v for k, v in names.items() if k != "__buffers__"}
+    try:
+        value = evaluate(text, env)
+    except ExprError as e:
+        raise BuildError(f"{where}: cannot evaluate '{expr}': {e}") from None
+    if value != int(value):
+        raise BuildError(f"{where}: '{expr}' evaluates to {value}, not an integer")
+    return int(value)
+
+
+def build_launches(cfg, program, buffers):
+    G = cfg.system.num_gpus
+    launches = []
+    last_in_stream = {}
+    next_in_stream = []
+    for li, lc in enumerate(cfg.workload.launches):
+        where = f"workload.launches[{li}]"
+        if lc.kernel not in program.kernels:
+            import difflib
+            close = difflib.get_close_matches(lc.kernel, list(program.kernels), n=1)
+            hint = f"; did you mean '{close[0]}'?" if close else ""
+            raise BuildError(f"{where}.kernel: no kernel named '{lc.kernel}' in "
+                             f"workload.kernel_files{hint} (kernels: {', '.join(program.kernels)})")
+        kinfo = program.kernels[lc.kernel]
+        given = dict(lc.params)
+        missing = [p for p in kinfo.params if p not in given]
+        unknown = [p for p in given if p not in kinfo.params]
+        if missing or unknown:
+            raise BuildError(f"{where}.params: kernel '{lc.kernel}' declares parameters "
+                             f"({', '.join(kinfo.params) or 'none'}); missing: "
+                             f"{', '.join(missing) or 'none'}; unknown: {', '.join(unknown) or 'none'}")
+        gpus = lc.gpus if lc.gpus is not None else tuple(range(G))
+        for g in gpus:
+            names = {"gpu": g, "ngpu": G, "nsm": cfg.system.gpu.num_sms,
+                     "__buffers__": list(buffers)}
+            for b in buffers.values():
+                names[f"buf__{b.name}"] = b.addr
+            values = tuple(_eval_param(given[p], names, f"{where}.params.{p}") for p in kinfo.params)
+            grid = _eval_param(lc.grid, names, f"{where}.grid")
+            if grid < 1:
+                raise BuildError(f"{where}.grid: '{lc.grid}' gives {grid} thread blocks on GPU {g}; "
+                                 f"expected at least 1")
+            idx = len(launches)
+            launches.append(LaunchInfo(idx, g, lc.kernel, lc.stream, grid, values))
+            next_in_stream.append(-1)
+            key = (g, lc.stream)
+            if key in last_in_stream:
+                next_in_stream[last_in_stream[key]] = idx
+            last_in_stream[key] = idx
+    return launches, next_in_stream
+
+
+def build_topology(cfg):
+    """Channels, switch ports and routing tables for a single-level NVSwitch fabric."""
+    sysc = cfg.system
+    G, L, NSW = sysc.num_gpus, sysc.nvlink.links_per_gpu, sysc.switch.count
+    link_switch = list(sysc.switch.gpu_link_switch)
+    nch = 2 * G * L
+    ch_gpu = np.zeros(nch, np.int64)
+    ch_switch = np.zeros(nch, np.int64)
+    ch_port = np.zeros(nch, np.int64)
+    to_switch = np.zeros(nch, np.int64)
+    ports_used = [0] * NSW
+    for g in range(G):
+        for l in range(L):
+            link = g * L + l
+            s = link_switch[l]
+            port = ports_used[s]
+            ports_used[s] += 1
+            for c in (2 * link, 2 * link + 1):
+                ch_gpu[c], ch_switch[c], ch_port[c] = g, s, port
+            to_switch[2 * link] = 1
+    for s, used in enumerate(ports_used):
+        if used > sysc.switch.ports:
+            raise BuildError(f"system.switch.ports: switch {s} needs {used} ports for "
+                             f"{G} GPUs x its links in system.switch.gpu_link_switch, but has "
+                             f"{sysc.switch.ports}")
+    # route rows: [count, round-robin pointer, candidate channels...] (engine.state.ROUTE_*)
+    gpu_routes = np.full((G * G, 2 + L), -1, np.int64)
+    gpu_routes[:, :2] = 0
+    sw_routes = np.full((NSW * G, 2 + L), -1, np.int64)
+    sw_routes[:, :2] = 0
+    for h in range(G):
+        for l in range(L):
+            row = sw_routes[link_switch[l] * G + h]
+            row[2 + row[0]] = 2 * (h * L + l) + 1
+            row[0] += 1
+    for g in range(G):
+        for h in range(G):
+            row = gpu_routes[g * G + h]
+            for l in range(L):
+                if sw_routes[link_switch[l] * G + h, 0] > 0:
+                    row[2 + row[0]] = 2 * (g * L + l)
+                    row[0] += 1
+            if h != g and row[0] == 0:
+                raise BuildError(f"system.switch.gpu_link_switch: GPU {g} has no switch path to "
+                                 f"GPU {h}")
+    max_in = max(ports_used) if ports_used else 0
+    sw_inputs = np.full((NSW, 1 + max_in), -1, np.int64)
+    sw_inputs[:, 0] = 0
+    for c in range(nch):
+        if to_switch[c]:
+            row = sw_inputs[ch_switch[c]]
+            row[1 + row[0]] = c
+            row[0] += 1
+    return (gpu_routes, sw_routes, sw_inputs), (to_switch, ch_gpu, ch_switch, ch_port)
+
+
+def build_state(cfg, program, seed=None):
+    """Allocate and initialise every State array. Returns (State, buffers, launches)."""
+    sysc, gpu = cfg.system, cfg.system.gpu
+    G, S, T = sysc.num_gpus, gpu.num_sms, gpu.sm.max_resident_tbs
+    NSM, NT = G * S, G * S * T
+    L = sysc.nvlink.links_per_gpu
+    R = gpu.hub.max_outstanding_requests
+    functional = cfg.workload.mode == "functional"
+    seed = cfg.run.seed if seed is None else seed
+
+    flit = sysc.nvlink.flit_bytes
+    max_pkt_flits = (sysc.nvlink.header_bytes + sysc.nvlink.max_payload_bytes + flit - 1) // flit
+    if sysc.nvlink.rx_buffer_flits < max_pkt_flits:
+        raise BuildError(f"system.nvlink.rx_buffer_flits: {sysc.nvlink.rx_buffer_flits} flits cannot "
+                         f"hold one maximum-size packet ({max_pkt_flits} flits); links would deadlock")
+
+    sm_period = period_fs(gpu.sm_clock)
+    params = new_records(PARAMS, 1)
+    for name, value in dict(
+        num_gpus=G, sms_per_gpu=S, slots_per_sm=T, issue_width=gpu.sm.issue_width,
+        functional=int(functional), sm_period_fs=sm_period,
+        tb_launch_cycles=gpu.sm.tb_launch_cycles, smem_bytes=gpu.sm.smem_bytes,
+        smem_latency_cycles=gpu.sm.smem_latency_cycles,
+        kernel_launch_ticks=gpu.kernel_launch_latency,
+        hbm_channels=gpu.hbm.channels, hbm_interleave=gpu.hbm.interleave_bytes,
+        hbm_fs_per_byte_channel=int(round(1e15 * gpu.hbm.channels / gpu.hbm.bandwidth)),
+        hbm_latency_cycles=gpu.hbm.latency_cycles, hbm_atomic_cycles=gpu.hbm.atomic_latency_cycles,
+        hbm_capacity=gpu.hbm.capacity, hbm_min_access=HBM_MIN_ACCESS,
+        links_per_gpu=L, num_switches=sysc.switch.count, max_payload=sysc.nvlink.max_payload_bytes,
+        header_bytes=sysc.nvlink.header_bytes, flit_bytes=flit,
+        link_fs_per_byte=int(round(1e15 / sysc.nvlink.bandwidth)),
+        link_latency_ticks=sysc.nvlink.latency, rx_buffer_flits=sysc.nvlink.rx_buffer_flits,
+        switch_traversal_ticks=sysc.switch.traversal_latency,
+        hub_ticks_per_packet=int(round(1e12 / (gpu.hub.clock * gpu.hub.packets_per_cycle))),
+        hub_tx_latency_ticks=int(round(gpu.hub.tx_latency_cycles * 1e12 / gpu.hub.clock)),
+        hub_rx_latency_ticks=int(round(gpu.hub.rx_latency_cycles * 1e12 / gpu.hub.clock)),
+        reqs_per_gpu=R,
+    ).items():
+        params[0][name] = value
+
+    # memory
+    buffers, control_end, total = layout_buffers(cfg)
+    backed = total if functional else control_end
+    hbm_mem = np.zeros((G, max(backed, 8)), np.uint8)
+    specs = {b.name: b for b in cfg.workload.buffers}
+    for g in range(G):
+        for b in buffers.values():
+            if b.addr + b.nbytes <= backed:
+                _init_buffer(hbm_mem[g], b, specs[b.name], seed, g)
+    smem = np.zeros((NSM, gpu.sm.smem_bytes if functional else 0), np.uint8)
+
+    # launches
+    launches, next_in_stream = build_launches(cfg, program, buffers)
+    NL = len(launches)
+    ln = new_records(LAUNCH, NL)
+    ln_params = np.zeros((NL, MAX_PARAMS), np.int64)
+    for l, nxt in zip(launches, next_in_stream):
+        k = program.kernels[l.kernel]
+        if k.smem_bytes > gpu.sm.smem_bytes:
+            raise BuildError(f"kernel '{k.name}' ({k.file}:{k.line}) asks for {k.smem_bytes} bytes of "
+                             f"shared memory per TB; system.gpu.sm.smem_bytes is {gpu.sm.smem_bytes}")
+        r = ln[l.index]
+        r.gpu, r.entry_pc, r.grid, r.next_in_stream = l.gpu, k.entry_pc, l.grid, nxt
+        r.smem, r.max_per_sm, r.start, r.end = k.smem_bytes, k.max_tbs_per_sm, -1, -1
+        ln_params[l.index, :len(l.params)] = l.params
+
+    tb = new_records(THREAD_BLOCK, NT)
+    tb.state[:] = TB_EMPTY
+    tb.launch[:] = -1
+    sm = new_records(SM, NSM)
+    sm.next_issue[:] = -1
+    gpus = new_records(GPU, G)
+    gpus.hub_next_tx[:] = -1
+    gpus.hub_rx_first[:] = -1
+    gpus.hub_rx_last[:] = -1
+    gpus.free_top[:] = R
+
+    # fabric
+    (gpu_routes, sw_routes, sw_inputs), (to_switch, ch_gpu, ch_switch, ch_port) = build_topology(cfg)
+    nch = to_switch.shape[0]
+    ch = new_records(LINK_CHANNEL, nch)
+    ch.to_switch[:], ch.gpu[:], ch.switch[:], ch.port[:] = to_switch, ch_gpu, ch_switch, ch_port
+    ch.credits[:] = sysc.nvlink.rx_buffer_flits
+    ch.txq_cap[:] = np.where(to_switch == 1, sysc.nvlink.tx_queue_packets,
+                             sysc.switch.output_queue_packets)
+    rxq_cap = sysc.nvlink.rx_buffer_flits  # every packet is at least one flit
+
+    # hub: a GPU can be the target of every other GPU's outstanding requests at once
+    free_reqs = np.array([[g * R + (R - 1 - i) for i in range(R)] for g in range(G)], np.int64)
+    # every packet sits in a transmit queue or in (or on the way to) a receive buffer
+    npk = int(ch.txq_cap.sum()) + nch * rxq_cap + 16
+    sysrec = new_records(SYSTEM, 1)
+    sysrec[0].pk_top = npk
+
+    code = program.code if program.code.shape[0] else np.zeros((1, ROW_WIDTH), np.int64)
+    st = State(
+        p=params, sys=sysrec, q=new_event_queue(4096 + 4 * (NSM + nch + NL)),
+        code=np.ascontiguousarray(code, dtype=np.int64),
+        tb=tb, regs=np.zeros((NT, NUM_REGS), np.int64),
+        sm=sm, sm_unit_free=np.zeros((NSM, NUM_UNITS), np.int64),
+        sm_unit_busy=np.zeros((NSM, NUM_UNITS), np.int64),
+        sm_wait=np.zeros((NSM, NUM_WAIT_REASONS), np.int64),
+        ln=ln, ln_params=ln_params, ln_per_sm=np.zeros((NL, S), np.int64),
+        gpu=gpus, hbm_mem=hbm_mem, smem=smem,
+        hbm_chan=new_records(HBM_CHANNEL, G * gpu.hbm.channels),
+        ch=ch, txq=np.zeros((nch, int(ch.txq_cap.max())), np.int64),
+        rxq=np.zeros((nch, rxq_cap), np.int64),
+        gpu_routes=gpu_routes, sw_routes=sw_routes, sw_inputs=sw_inputs,
+        reqq=np.zeros((G, gpu.hub.request_queue_depth), np.int64),
+        respq=np.zeros((G, G * R, 3), np.int64), free_reqs=free_reqs,
+        req=new_records(REQUEST, G * R), pk=new_records(PACKET, npk),
+        pk_free=np.arange(npk, dtype=np.int64)[::-1].copy(),
+    )
+    return st, buffers, launches
+
+
+def event_headroom(st):
+    """Most events one handler can push: a TB exit can place a whole GPU's worth of TBs, a store
+    can wake every waiter of a GPU, a channel dequeue can wake every input port of a switch."""
+    p = st.p[0]
+    per_gpu_slots = p.sms_per_gpu * p.slots_per_sm
+    return 64 + 2 * per_gpu_slots + 2 * st.sw_inputs.shape[1] + st.ln.shape[0]

@@ -1,0 +1,138 @@
+"""`moehub-sim` command line (also `python -m moehub_arch`).
+
+    moehub-sim run [CONFIG.yaml] [-o OUTDIR] [--set key.path=value ...] [--seed N] [--engine numba|python]
+    moehub-sim asm FILE.s [FILE.s ...]      validate and disassemble kernels
+    moehub-sim isa                          print the instruction-set reference
+    moehub-sim stats --list [CONFIG.yaml]   list the stats a config will produce
+
+Bad input (config, kernel, ISA file) prints one paragraph naming the file and key or line and exits
+with status 2; a deadlocked simulation exits with status 3.
+"""
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+DEFAULT_CONFIG = "configs/default.yaml"
+
+
+def _parser():
+    ap = argparse.ArgumentParser(prog="moehub-sim", description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="run a configuration and write its stats")
+    run.add_argument("config", nargs="?", help=f"YAML config (default: {DEFAULT_CONFIG})")
+    run.add_argument("-o", "--outdir", default="moehub-out", help="output directory (default: moehub-out)")
+    run.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                     help="override a config value, e.g. --set system.nvlink.bandwidth=20GB/s")
+    run.add_argument("--seed", type=int, help="random seed (same as --set run.seed=N)")
+    run.add_argument("--engine", choices=("numba", "python"),
+                     help="numba (compiled) or python (the same code, interpreted: the reference engine)")
+    run.add_argument("--quiet", action="store_true", help="print nothing but errors")
+    asm = sub.add_parser("asm", help="assemble kernel files: validate and print the disassembly")
+    asm.add_argument("files", nargs="+")
+    asm.add_argument("--config", help="system config whose parameters resolve instruction costs")
+    sub.add_parser("isa", help="print the instruction-set reference")
+    stats = sub.add_parser("stats", help="list the statistics a config produces")
+    stats.add_argument("--list", dest="config", nargs="?", const=DEFAULT_CONFIG, required=True,
+                       metavar="CONFIG")
+    return ap
+
+
+def _resolve_config_path(path):
+    from .paths import data_root
+    if path is None:
+        return data_root() / DEFAULT_CONFIG
+    return Path(path)
+
+
+def main(argv=None):
+    args = _parser().parse_args(argv)
+    if args.command == "run" and args.engine == "python":
+        # must happen before numba is imported anywhere
+        os.environ["NUMBA_DISABLE_JIT"] = "1"
+    try:
+        return _dispatch(args)
+    except _user_errors() as e:
+        print(f"moehub-sim: error: {e}", file=sys.stderr)
+        return getattr(e, "exit_code", 2)
+
+
+def _user_errors():
+    from .builder import BuildError
+    from .config import ConfigError
+    from .isa import AsmError, IsaError
+    from .simulation import SimulationError
+    return (ConfigError, AsmError, IsaError, BuildError, SimulationError, FileNotFoundError)
+
+
+def _load(config, overrides=()):
+    from .config import load_config
+    return load_config(_resolve_config_path(config), overrides)
+
+
+def _dispatch(args):
+    if args.command == "run":
+        return _run(args)
+    if args.command == "isa":
+        from .isa import default_isa_paths, load_isa
+        print(load_isa(default_isa_paths()).reference_text())
+        return 0
+    if args.command == "asm":
+        from .config import flat_params
+        from .isa import assemble_files, default_isa_paths, disassemble, load_isa
+        cfg = _load(args.config)
+        isa = load_isa(default_isa_paths()).resolve(flat_params(cfg))
+        program = assemble_files([Path(f) for f in args.files], isa)
+        print(disassemble(program, isa))
+        return 0
+    if args.command == "stats":
+        return _list_stats(args)
+    return 2
+
+
+def _run(args):
+    from .simulation import Simulation
+    from .stats import write_stats_csv, write_stats_json, write_stats_txt
+
+    overrides = list(args.overrides)
+    if args.seed is not None:
+        overrides.append(f"run.seed={args.seed}")
+    if args.engine is not None:
+        overrides.append(f"run.engine={args.engine}")
+    cfg = _load(args.config, overrides)
+    if cfg.run.engine == "python" and os.environ.get("NUMBA_DISABLE_JIT") != "1":
+        # the config asked for the reference engine: restart with the JIT disabled
+        os.environ["NUMBA_DISABLE_JIT"] = "1"
+        os.execv(sys.executable, [sys.executable, "-m", "moehub_arch"] + sys.argv[1:])
+    out = Path(args.outdir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "config.json").write_text(json.dumps(cfg.to_dict(), indent=1))
+    sim = Simulation(cfg)
+    stats = sim.run()
+    write_stats_txt(stats, out / "stats.txt")
+    write_stats_json(stats, out / "stats.json")
+    write_stats_csv(stats, out / "stats.csv")
+    if not args.quiet:
+        print(f"simulated {stats['simSeconds'] * 1e6:.3f} us in {stats['hostSeconds']:.2f} s "
+              f"({stats['simEvents']} events, {stats['hostEventRate'] / 1e6:.2f} M events/s, "
+              f"{stats['simInsts']} instructions; engine {cfg.run.engine}, compile/load "
+              f"{stats['hostCompileSeconds']:.1f} s)")
+        for s in stats.match("system.ubench.*"):
+            print(f"{s.name} = {s.value:.6g} {s.unit}  # {s.desc}")
+        print(f"wrote {out}/config.json, stats.txt, stats.json, stats.csv")
+    return 0
+
+
+def _list_stats(args):
+    """Build the system (no run) and list every stat name with unit and description."""
+    from .simulation import Simulation
+    from .stats.collect import collect_stats
+
+    sim = Simulation(_load(args.config))
+    stats = collect_stats(sim.state, sim.launches, sim.program, 0.0, 0.0)
+    for rep in sim.cfg.workload.report:
+        stats.add(f"system.ubench.{rep.name}", 0.0, rep.unit, rep.desc)
+    for s in stats:
+        print(f"{s.name}  ({s.unit})  {s.desc}")
+    return 0

@@ -1,0 +1,147 @@
+"""HBM: per-GPU high-bandwidth memory as C independent channels, plus functional storage.
+
+Timing: addresses are interleaved over channels in ``interleave``-byte granules. Each channel is a
+bandwidth server (bandwidth / C bytes per second) with a FIFO of work: an access of n bytes that
+touches a channel occupies it for n_channel / channel_bandwidth after whatever it already had
+queued (work-conserving fluid model, exact for streaming and for contention between SMs), and the
+data is available one fixed access latency (from microbenchmarks: load latency to HBM) after the
+last channel finishes. Accesses smaller than ``min_access`` (the 32 B sector) cost a sector.
+
+Storage (functional contents) is ``st.hbm_mem[g]``, a byte array. In timing mode only the control
+region at the bottom of the address space is backed; data beyond it is modelled by size only.
+Shared memory is a separate window (addresses with SMEM_ADDR_BIT set), backed in functional mode.
+"""
+import numpy as np
+from numba import njit
+
+from ..engine.clock import bytes_ticks, cycle_edge, cycle_at_or_after
+from ..engine.state import ERR_UNBACKED_COPY
+
+
+@njit(cache=True)
+def hbm_access(st, g, addr, nbytes, tick, is_write):
+    """Charge an access of nbytes at addr on GPU g issued at `tick`; returns the tick at which the
+    data is available (reads) or visible to other readers (writes)."""
+    done = hbm_transfer(st, g, addr, nbytes, tick, is_write)
+    return done + hbm_latency_ticks(st, done)
+
+
+@njit(cache=True)
+def hbm_transfer(st, g, addr, nbytes, tick, is_write):
+    """Charge the channels for an access; returns when the last channel finished transferring
+    (for a write arriving from a link: when the memory system has absorbed it)."""
+    p = st.p[0]
+    n = nbytes
+    if n < p.hbm_min_access:
+        n = p.hbm_min_access
+    C = p.hbm_channels
+    Q = p.hbm_interleave
+    base = g * C
+    last_done = tick
+    first_granule = addr // Q
+    last_granule = (addr + n - 1) // Q
+    ngranules = last_granule - first_granule + 1
+    if ngranules <= C:
+        # short access: walk its granules (each lands on a distinct channel)
+        for gi in range(first_granule, last_granule + 1):
+            lo = gi * Q
+            if lo < addr:
+                lo = addr
+            hi = (gi + 1) * Q
+            if hi > addr + n:
+                hi = addr + n
+            chan = st.hbm_chan[base + gi % C]
+            start = chan.free
+            if start < tick:
+                start = tick
+            busy = bytes_ticks(hi - lo, p.hbm_fs_per_byte_channel)
+            chan.free = start + busy
+            chan.busy += busy
+            if start + busy > last_done:
+                last_done = start + busy
+    else:
+        # long access: every channel gets the full rounds plus its share of the partial ends
+        head = Q - addr % Q                        # bytes in the first granule
+        tail = (addr + n) - last_granule * Q       # bytes in the last granule
+        inner = ngranules - 2
+        for k in range(C):
+            ch_bytes = (inner // C) * Q
+            # inner granules first_granule+1 .. last_granule-1: channel of granule gi is gi % C
+            if (k - (first_granule + 1)) % C < inner % C:
+                ch_bytes += Q
+            if first_granule % C == k:
+                ch_bytes += head
+            if last_granule % C == k:
+                ch_bytes += tail
+            if ch_bytes == 0:
+                continue
+            chan = st.hbm_chan[base + k]
+            start = chan.free
+            if start < tick:
+                start = tick
+            busy = bytes_ticks(ch_bytes, p.hbm_fs_per_byte_channel)
+            chan.free = start + busy
+            chan.busy += busy
+            if start + busy > last_done:
+                last_done = start + busy
+    gp = st.gpu[g]
+    if is_write:
+        gp.hbm_write_bytes += nbytes
+    else:
+        gp.hbm_read_bytes += nbytes
+    gp.hbm_accesses += 1
+    return last_done
+
+
+@njit(cache=True)
+def hbm_latency_ticks(st, tick):
+    """The fixed HBM access latency (given in SM cycles) as ticks starting at `tick`."""
+    p = st.p[0]
+    c = cycle_at_or_after(tick, p.sm_period_fs)
+    return cycle_edge(c + p.hbm_latency_cycles, p.sm_period_fs) - tick
+
+
+@njit(cache=True)
+def hbm_backed(st, addr, nbytes):
+    return addr >= 0 and addr + nbytes <= st.hbm_mem.shape[1]
+
+
+@njit(cache=True)
+def read_word(st, g, addr):
+    return st.hbm_mem[g, addr:addr + 8].view(np.int64)[0]
+
+
+@njit(cache=True)
+def write_word(st, g, addr, value):
+    st.hbm_mem[g, addr:addr + 8].view(np.int64)[0] = value
+
+
+@njit(cache=True)
+def move_bytes(st, src_gpu, src_addr, dst_gpu, dst_addr, nbytes, slot):
+    """Functional data movement between HBM locations (possibly on two GPUs).
+
+    Unbacked destinations (timing-mode data region) are skipped: only sizes matter there. Copying
+    unbacked source bytes into the backed control region would silently produce zeros, so it is an
+    error instead.
+    """
+    if not hbm_backed(st, dst_addr, nbytes):
+        return
+    if not hbm_backed(st, src_addr, nbytes):
+        raise_error(st, ERR_UNBACKED_COPY, slot, src_addr)
+        return
+    if src_gpu == dst_gpu and src_addr < dst_addr + nbytes and dst_addr < src_addr + nbytes:
+        tmp = st.hbm_mem[src_gpu, src_addr:src_addr + nbytes].copy()
+        st.hbm_mem[dst_gpu, dst_addr:dst_addr + nbytes] = tmp
+    else:
+        st.hbm_mem[dst_gpu, dst_addr:dst_addr + nbytes] = st.hbm_mem[src_gpu, src_addr:src_addr + nbytes]
+
+
+@njit(cache=True)
+def raise_error(st, code, slot, value):
+    """Record the first runtime error; the run loop stops before its next event."""
+    sy = st.sys[0]
+    if sy.err_code == 0:
+        sy.err_code = code
+        sy.err_slot = slot
+        sy.err_pc = st.tb[slot].pc if slot >= 0 else -1
+        sy.err_value = value

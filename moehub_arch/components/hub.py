@@ -1,0 +1,303 @@
+"""GPU hub: the per-GPU unit between the SMs and the NVLink ports (address-centric path).
+
+Sender side: SMs submit remote operations (put, get, 8-byte store, fetch-and-add) as *requests*.
+A request needs a free entry in the hub's request table (bounded: ``max_outstanding_requests``)
+and room in its request FIFO (``request_queue_depth``); otherwise the issuing thread block stalls
+and retries when space frees (back-pressure to the SM). The packetizer emits one packet every
+``1 / (clock * packets_per_cycle)``: it reads the payload from local HBM (charged on the HBM model),
+picks an NVLink whose switch reaches the destination (round-robin among links with transmit-queue
+room; if none has room the packetizer stalls) and queues the packet there.
+
+Receiver side: an arriving packet is processed ``rx_latency`` after arrival: data is written to
+HBM, stores and atomics are performed at memory, get requests are turned into a response stream.
+Link credits are returned when the memory system has absorbed a write (its HBM channels finished
+the transfer) or an atomic completed, so a slow memory throttles the link; the written data becomes
+visible to readers (flag waiters) one HBM access latency later. Completions travel back as responses: one ACK per put/store request once all its packets are
+written (each packet carries its request's packet count in its header, so the receiver knows when
+it has them all), the read data for a get, and the old value for an atomic. Responses have priority
+over new requests in the packetizer (separate virtual channel, as in NVLink's request/response
+split), which keeps request/response protocols deadlock-free.
+
+The MoE-Hub control plane (RPM, AAU, DAM) will live beside this module in ``components/hub/``-style
+sibling modules and reuse the packetizer and receive path.
+
+Data semantics: a put's (or get's) bytes are copied from the source memory when each packet is
+delivered. As with NVSHMEM's non-blocking puts, a program must not modify a put's source buffer
+before its ``fence``; within that contract this equals a snapshot at send time.
+"""
+from numba import njit
+
+from ..engine.events import EV_CREDIT, push
+from ..engine.state import (RESP_KIND, RESP_READY, RESP_REQ, ROUTE_FIRST, ROUTE_N, ROUTE_RR,
+                            TB_WAIT_FENCE, TB_WAIT_HUB, WAIT_FENCE, WAIT_HUB, WAIT_REMOTE)
+from .hbm import hbm_access, hbm_latency_ticks, hbm_transfer, move_bytes, read_word, write_word
+from .nvlink import channel_count_arrival, txq_push
+from .packet import (PK_ACK, PK_ATOM_REQ, PK_ATOM_RESP, PK_GET_REQ, PK_GET_RESP, PK_PUT, PK_STORE,
+                     packet_alloc, packet_flits, packet_free)
+from .wakeups import hub_kick, tb_resume
+from .waiters import notify_stores
+
+REQ_PUT, REQ_GET, REQ_STORE, REQ_ATOM = range(4)
+RESP_ACK, RESP_GET_DATA, RESP_ATOM = range(3)
+
+
+@njit(cache=True)
+def hub_submit(st, g, kind, slot, dst_gpu, dst_addr, src_addr, nbytes, value, ret_reg, tick):
+    """Accept a remote operation from TB `slot`; returns False (TB must retry) if the hub is full."""
+    gp = st.gpu[g]
+    depth = st.reqq.shape[1]
+    if gp.free_top == 0 or gp.reqq_count == depth:
+        return False
+    gp.free_top -= 1
+    r = st.free_reqs[g, gp.free_top]
+    rq = st.req[r]
+    rq.kind = kind
+    rq.slot = slot
+    rq.src_gpu = g
+    rq.dst_gpu = dst_gpu
+    rq.dst_addr = dst_addr
+    rq.src_addr = src_addr
+    rq.nbytes = nbytes
+    rq.sent = 0
+    rq.resp_sent = 0
+    rq.pkts_arrived = 0
+    rq.value = value
+    rq.ret_reg = ret_reg
+    mp = st.p[0].max_payload
+    if kind == REQ_PUT or kind == REQ_GET:
+        rq.pkts_total = (nbytes + mp - 1) // mp
+    else:
+        rq.pkts_total = 1
+    st.reqq[g, (gp.reqq_head + gp.reqq_count) % depth] = r
+    gp.reqq_count += 1
+    if gp.reqq_count > gp.hub_reqq_peak:
+        gp.hub_reqq_peak = gp.reqq_count
+    gp.hub_requests += 1
+    hub_kick(st, g, tick)
+    return True
+
+
+@njit(cache=True)
+def hub_respond(st, g, r, resp_kind, ready):
+    """Queue a response (ACK, read data, atomic result) for request r at the serving hub g."""
+    gp = st.gpu[g]
+    entry = st.respq[g, (gp.respq_head + gp.respq_count) % st.respq.shape[1]]
+    entry[RESP_REQ] = r
+    entry[RESP_KIND] = resp_kind
+    entry[RESP_READY] = ready
+    gp.respq_count += 1
+    if gp.respq_count > gp.hub_respq_peak:
+        gp.hub_respq_peak = gp.respq_count
+    hub_kick(st, g, ready)
+
+
+@njit(cache=True)
+def _pick_channel(st, g, dst):
+    """Round-robin over GPU g's links toward dst that have transmit-queue room; -1 if none."""
+    route = st.gpu_routes[g * st.p[0].num_gpus + dst]
+    n = route[ROUTE_N]
+    for k in range(n):
+        c = route[ROUTE_FIRST + (route[ROUTE_RR] + k) % n]
+        if st.ch[c].txq_count < st.ch[c].txq_cap:
+            route[ROUTE_RR] = (route[ROUTE_RR] + k + 1) % n
+            return c
+    return -1
+
+
+@njit(cache=True)
+def hub_packetize(st, g, tick):
+    """EV_HUB_TX: emit the next packet of the head response (priority) or head request."""
+    gp = st.gpu[g]
+    if gp.hub_next_tx != tick:
+        return  # superseded by an earlier activation
+    gp.hub_next_tx = -1
+    use_resp = False
+    if gp.respq_count > 0:
+        head_ready = st.respq[g, gp.respq_head, RESP_READY]
+        if head_ready <= tick:
+            use_resp = True
+        elif gp.reqq_count == 0:
+            hub_kick(st, g, head_ready)
+            return
+    if not use_resp and gp.reqq_count == 0:
+        return
+    if use_resp:
+        r = st.respq[g, gp.respq_head, RESP_REQ]
+        dst = st.req[r].src_gpu
+    else:
+        r = st.reqq[g, gp.reqq_head]
+        dst = st.req[r].dst_gpu
+    c = _pick_channel(st, g, dst)
+    if c < 0:
+        gp.hub_blocked = 1
+        gp.hub_blocked_since = tick
+        return  # a dequeue on one of our links wakes us
+    rq = st.req[r]
+    pkt = packet_alloc(st)
+    pk = st.pk[pkt]
+    pk.req = r
+    pk.src = g
+    pk.dst = dst
+    pk.value = 0
+    pk.addr = rq.dst_addr
+    pk.src_addr = 0
+    ready = tick
+    done = False
+    mp = st.p[0].max_payload
+    if use_resp:
+        kind = st.respq[g, gp.respq_head, RESP_KIND]
+        if kind == RESP_GET_DATA:
+            off = rq.resp_sent
+            n = min(rq.nbytes - off, mp)
+            pk.kind = PK_GET_RESP
+            pk.addr = rq.dst_addr + off
+            pk.src_addr = rq.src_addr + off
+            pk.payload = n
+            ready = hbm_access(st, g, pk.src_addr, n, tick, False)
+            rq.resp_sent = off + n
+            done = rq.resp_sent == rq.nbytes
+        elif kind == RESP_ATOM:
+            pk.kind = PK_ATOM_RESP
+            pk.payload = 8
+            pk.value = rq.value
+            done = True
+        else:
+            pk.kind = PK_ACK
+            pk.payload = 0
+            done = True
+        if done:
+            gp.respq_head = (gp.respq_head + 1) % st.respq.shape[1]
+            gp.respq_count -= 1
+    else:
+        kind = rq.kind
+        if kind == REQ_PUT:
+            off = rq.sent
+            n = min(rq.nbytes - off, mp)
+            pk.kind = PK_PUT
+            pk.addr = rq.dst_addr + off
+            pk.src_addr = rq.src_addr + off
+            pk.payload = n
+            ready = hbm_access(st, g, pk.src_addr, n, tick, False)
+            rq.sent = off + n
+            done = rq.sent == rq.nbytes
+        elif kind == REQ_STORE:
+            pk.kind = PK_STORE
+            pk.payload = 8
+            pk.value = rq.value
+            done = True
+        elif kind == REQ_GET:
+            pk.kind = PK_GET_REQ
+            pk.payload = 0
+            done = True
+        else:
+            pk.kind = PK_ATOM_REQ
+            pk.payload = 8
+            pk.value = rq.value
+            done = True
+        if done:
+            gp.reqq_head = (gp.reqq_head + 1) % st.reqq.shape[1]
+            gp.reqq_count -= 1
+            _wake_hub_waiters(st, g, tick)
+    pk.flits = packet_flits(st, pk.payload)
+    pk.ready = ready + st.p[0].hub_tx_latency_ticks
+    gp.hub_tx_packets += 1
+    gp.hub_tx_payload += pk.payload
+    txq_push(st, c, pkt, tick)
+    if gp.reqq_count > 0 or gp.respq_count > 0:
+        hub_kick(st, g, tick + st.p[0].hub_ticks_per_packet)
+
+
+@njit(cache=True)
+def _wake_hub_waiters(st, g, tick):
+    """Request-table or FIFO space freed: TBs stalled on the hub retry their instruction."""
+    gp = st.gpu[g]
+    if gp.hub_tb_waiters == 0:
+        return
+    per_gpu = st.p[0].sms_per_gpu * st.p[0].slots_per_sm
+    for slot in range(g * per_gpu, (g + 1) * per_gpu):
+        if st.tb[slot].state == TB_WAIT_HUB:
+            gp.hub_tb_waiters -= 1
+            tb_resume(st, slot, tick, WAIT_HUB)
+
+
+@njit(cache=True)
+def _complete_request(st, r, tick):
+    """The requester's hub saw the last response of request r: retire it and wake its TB."""
+    rq = st.req[r]
+    g = rq.src_gpu
+    slot = rq.slot
+    tb = st.tb[slot]
+    if rq.kind == REQ_ATOM:
+        st.regs[slot, rq.ret_reg] = rq.value
+        tb_resume(st, slot, tick, WAIT_REMOTE)
+    else:
+        tb.outstanding -= 1
+        if tb.outstanding == 0 and tb.state == TB_WAIT_FENCE:
+            tb_resume(st, slot, tick, WAIT_FENCE)
+    gp = st.gpu[g]
+    st.free_reqs[g, gp.free_top] = r
+    gp.free_top += 1
+    _wake_hub_waiters(st, g, tick)
+
+
+@njit(cache=True)
+def hub_receive(st, g, c, pkt, tick):
+    """A packet reached GPU g over down-channel c."""
+    channel_count_arrival(st, c, pkt)
+    p = st.p[0]
+    gp = st.gpu[g]
+    pk = st.pk[pkt]
+    t = tick + p.hub_rx_latency_ticks
+    kind = pk.kind
+    r = pk.req
+    rq = st.req[r]
+    n = pk.payload
+    addr = pk.addr
+    free_at = t  # when the packet leaves the receive buffer (credits go back)
+    gp.hub_rx_packets += 1
+    gp.hub_rx_payload += n
+    if kind == PK_PUT or kind == PK_GET_RESP:
+        if gp.hub_rx_first < 0:
+            gp.hub_rx_first = tick
+        gp.hub_rx_last = tick
+        free_at = hbm_transfer(st, g, addr, n, t, True)
+        visible = free_at + hbm_latency_ticks(st, free_at)
+        move_bytes(st, pk.src, pk.src_addr, g, addr, n, rq.slot)
+        notify_stores(st, g, addr, n, visible)
+        rq.pkts_arrived += 1
+        if rq.pkts_arrived == rq.pkts_total:
+            if kind == PK_PUT:
+                hub_respond(st, g, r, RESP_ACK, visible)
+            else:
+                _complete_request(st, r, visible)
+    elif kind == PK_STORE:
+        free_at = hbm_transfer(st, g, addr, 8, t, True)
+        visible = free_at + hbm_latency_ticks(st, free_at)
+        write_word(st, g, addr, pk.value)
+        notify_stores(st, g, addr, 8, visible)
+        hub_respond(st, g, r, RESP_ACK, visible)
+    elif kind == PK_GET_REQ:
+        hub_respond(st, g, r, RESP_GET_DATA, t)
+    elif kind == PK_ATOM_REQ:
+        # the read-modify-write occupies the receive buffer until it is done
+        free_at = hbm_access(st, g, addr, 8, t, True) + atomic_ticks(st)
+        gp.hbm_atomics += 1
+        old = read_word(st, g, addr)
+        write_word(st, g, addr, old + pk.value)
+        rq.value = old
+        notify_stores(st, g, addr, 8, free_at)
+        hub_respond(st, g, r, RESP_ATOM, free_at)
+    elif kind == PK_ATOM_RESP:
+        _complete_request(st, r, t)
+    else:  # PK_ACK
+        gp.hub_acks += 1
+        _complete_request(st, r, t)
+    push(st, free_at + p.link_latency_ticks, EV_CREDIT, c, pk.flits)
+    packet_free(st, pkt)
+
+
+@njit(cache=True)
+def atomic_ticks(st):
+    """The atomic unit's read-modify-write time (SM cycles) in ticks."""
+    p = st.p[0]
+    return (p.hbm_atomic_cycles * p.sm_period_fs + 999) // 1000

@@ -1,0 +1,40 @@
+"""Link-level packets: a fixed pool (no allocation in the run loop) and the packet kinds.
+
+The pool is sized by the builder to the number of packets the fabric can hold at once (every
+transmit queue full plus every receive buffer full), so allocation never fails: a packet that has no
+room to go anywhere waits upstream (back-pressure), it is never dropped.
+"""
+from numba import njit
+
+PK_PUT = 0        # write data (payload) to pk.addr at the destination
+PK_STORE = 1      # 8-byte store of pk.value (flag.set)
+PK_GET_REQ = 2    # read request (header only); the destination streams PK_GET_RESP back
+PK_GET_RESP = 3   # read data returning to the requester
+PK_ATOM_REQ = 4   # fetch-and-add of pk.value at pk.addr
+PK_ATOM_RESP = 5  # old value returning to the requester
+PK_ACK = 6        # write completion returning to the writer (header only)
+PACKET_KIND_NAMES = ("put", "store", "get_req", "get_resp", "atom_req", "atom_resp", "ack")
+
+
+@njit(cache=True)
+def packet_alloc(st):
+    sy = st.sys[0]
+    sy.pk_top -= 1
+    in_use = st.pk_free.shape[0] - sy.pk_top
+    if in_use > sy.pk_peak:
+        sy.pk_peak = in_use
+    return st.pk_free[sy.pk_top]
+
+
+@njit(cache=True)
+def packet_free(st, pkt):
+    sy = st.sys[0]
+    st.pk_free[sy.pk_top] = pkt
+    sy.pk_top += 1
+
+
+@njit(cache=True)
+def packet_flits(st, payload):
+    """Flits on the wire for a packet with `payload` bytes: header plus payload, in whole flits."""
+    p = st.p[0]
+    return (p.header_bytes + payload + p.flit_bytes - 1) // p.flit_bytes

@@ -1,0 +1,575 @@
+"""Streaming multiprocessor: issue arbitration among resident thread blocks and instruction semantics.
+
+Model (TB level, as in DESIGN "Fidelity"): each resident thread block is one in-order instruction
+stream with its own registers. On every cycle the SM issues up to ``issue_width`` instructions,
+picking ready TBs round-robin; an instruction issues only if its functional unit is free. It then
+occupies the unit for ``max(ii, ceil(work / throughput))`` cycles (work = bytes for copies, FLOPs for
+``mma``, elements for vector ops) and the TB may issue again ``latency`` cycles after that, or when
+its memory accesses complete if later. TBs waiting on flags, fences, remote results or a full hub
+are not candidates and cost no events until woken.
+
+Memory accesses: the address space of a GPU is its HBM (byte addresses) plus a shared-memory window
+(addresses with ``SMEM_ADDR_BIT`` set, relative to the SM's shared memory; ``%smem`` holds the TB's
+allocation). Every instruction charges the HBM model for the HBM bytes it reads or writes; shared
+memory costs ``smem_latency_cycles`` and LSU throughput. Functional mode computes every result
+(word loads/stores, copies, ``mma`` with fp32 accumulation, vector ops); timing mode computes only
+what control flow needs (words in the backed control region) and moves no bulk data.
+"""
+import numpy as np
+from numba import njit
+
+from ..engine.clock import cycle_edge
+from ..engine.events import EV_LOCAL_DONE, push
+from ..engine.state import (ERR_ADDR_RANGE, ERR_BAD_GPU, ERR_BAD_SIZE, ERR_DIV_ZERO,
+                            ERR_MISALIGNED, ERR_UNBACKED_WORD, TB_READY, TB_WAIT_FENCE,
+                            TB_WAIT_FLAG, TB_WAIT_HUB, TB_WAIT_REMOTE, WAIT_FENCE)
+from ..isa.encoding import (ALU_ADD, ALU_AND, ALU_DIV, ALU_MAX, ALU_MIN, ALU_MOV, ALU_MUL, ALU_OR,
+                            ALU_REM, ALU_SETEQ, ALU_SETGE, ALU_SETGT, ALU_SETLE, ALU_SETLT,
+                            ALU_SETNE, ALU_SHL, ALU_SHR, ALU_SUB, ALU_XOR, DT_BF16, DT_F32, II, IMM,
+                            LAT, OP0, REG_CLOCK, REG_TICK, SEM, SEM_ALU, SEM_ATOM, SEM_BRANCH,
+                            SEM_COPY, SEM_COPY2D, SEM_EXIT, SEM_FENCE, SEM_FLAG_SET, SEM_GET,
+                            SEM_LD, SEM_MMA, SEM_PUT, SEM_SLEEP, SEM_ST, SEM_VEC, SEM_WAIT,
+                            SMEM_ADDR_BIT, SUBOP, THR, UNIT, DTYPE, VEC_ADD, VEC_AXPY, VEC_MUL,
+                            VEC_SILU_MUL, VEC_ZERO)
+from .hbm import (hbm_access, hbm_backed, move_bytes, raise_error, read_word, write_word)
+from .hub import REQ_ATOM, REQ_GET, REQ_PUT, REQ_STORE, atomic_ticks, hub_submit
+from .scheduler import block_exit
+from .waiters import compare, notify_stores
+from .wakeups import sm_wake, tb_resume
+
+
+# ---- operands --------------------------------------------------------------------------------
+
+@njit(cache=True)
+def _operand(st, slot, row, i, tick, cyc):
+    if (row[IMM] >> i) & 1:
+        return row[OP0 + i]
+    r = row[OP0 + i]
+    if r == REG_CLOCK:
+        return cyc
+    if r == REG_TICK:
+        return tick
+    return st.regs[slot, r]
+
+
+@njit(cache=True)
+def _is_smem(addr):
+    return addr >= SMEM_ADDR_BIT
+
+
+@njit(cache=True)
+def _check_range(st, slot, addr, nbytes):
+    """True if [addr, addr+nbytes) is a legal HBM range or lies inside the TB's shared memory."""
+    if nbytes < 0:
+        raise_error(st, ERR_BAD_SIZE, slot, nbytes)
+        return False
+    if _is_smem(addr):
+        off = addr - SMEM_ADDR_BIT
+        if off < st.tb[slot].smem_base or off + nbytes > st.tb[slot].smem_base + st.tb[slot].smem_bytes:
+            raise_error(st, ERR_ADDR_RANGE, slot, addr)
+            return False
+        return True
+    if addr < 0 or addr + nbytes > st.p[0].hbm_capacity:
+        raise_error(st, ERR_ADDR_RANGE, slot, addr)
+        return False
+    return True
+
+
+@njit(cache=True)
+def _bytes(st, g, sm, addr, nbytes):
+    """Functional storage for a range: a byte view, or an empty view where storage is not backed."""
+    if _is_smem(addr):
+        off = addr - SMEM_ADDR_BIT
+        if st.smem.shape[1] >= off + nbytes:
+            return st.smem[sm, off:off + nbytes]
+        return st.smem[sm, 0:0]
+    if hbm_backed(st, addr, nbytes):
+        return st.hbm_mem[g, addr:addr + nbytes]
+    return st.hbm_mem[g, 0:0]
+
+
+@njit(cache=True)
+def _access(st, g, addr, nbytes, tick, is_write):
+    """Timing of a bulk access: HBM via the channel model, shared memory by its fixed latency."""
+    if _is_smem(addr):
+        return tick + cycle_edge(st.p[0].smem_latency_cycles, st.p[0].sm_period_fs)
+    return hbm_access(st, g, addr, nbytes, tick, is_write)
+
+
+# ---- element access for tensor / vector instructions -------------------------------------------
+
+@njit(cache=True)
+def _load_f32(view, i, dtype):
+    if dtype == DT_BF16:
+        lo = np.uint32(view[2 * i])
+        hi = np.uint32(view[2 * i + 1])
+        bits = np.uint32((hi << np.uint32(24)) | (lo << np.uint32(16)))
+        return np.array([bits], np.uint32).view(np.float32)[0]
+    return view[4 * i:4 * i + 4].view(np.float32)[0]
+
+
+@njit(cache=True)
+def _store_f32(view, i, dtype, value):
+    if dtype == DT_BF16:
+        bits = np.array([np.float32(value)], np.float32).view(np.uint32)[0]
+        # round to nearest even on the 16 dropped bits
+        rounding = np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))
+        b16 = (bits + rounding) >> np.uint32(16)
+        view[2 * i] = np.uint8(b16 & np.uint32(0xFF))
+        view[2 * i + 1] = np.uint8(b16 >> np.uint32(8))
+    else:
+        view[4 * i:4 * i + 4].view(np.float32)[0] = np.float32(value)
+
+
+@njit(cache=True)
+def _silu(x):
+    return np.float32(x / (np.float32(1.0) + np.exp(-x)))
+
+
+# ---- issue -------------------------------------------------------------------------------------
+
+@njit(cache=True)
+def sm_issue(st, sm, tick):
+    """EV_SM_ISSUE: issue up to issue_width instructions from ready TBs, then sleep or re-arm."""
+    if st.sm[sm].next_issue != tick:
+        return  # superseded by an earlier activation
+    st.sm[sm].next_issue = -1
+    T = st.p[0].slots_per_sm
+    P = st.p[0].sm_period_fs
+    cyc = (tick * 1000 + P - 1) // P
+    issued = 0
+    start = st.sm[sm].rr
+    for k in range(T):
+        j = (start + k) % T
+        slot = sm * T + j
+        if st.tb[slot].state != TB_READY or st.tb[slot].ready > tick:
+            continue
+        unit = st.code[st.tb[slot].pc, UNIT]
+        if st.sm_unit_free[sm, unit] > tick:
+            continue
+        _execute(st, slot, sm, tick, cyc)
+        issued += 1
+        st.sm[sm].rr = (j + 1) % T
+        if issued >= st.p[0].issue_width or st.sys[0].err_code != 0:
+            break
+    nxt = -1
+    for j in range(T):
+        slot = sm * T + j
+        if st.tb[slot].state == TB_READY:
+            t = st.tb[slot].ready
+            u = st.sm_unit_free[sm, st.code[st.tb[slot].pc, UNIT]]
+            if u > t:
+                t = u
+            if nxt < 0 or t < nxt:
+                nxt = t
+    if nxt >= 0:
+        if nxt <= tick:
+            nxt = cycle_edge(cyc + 1, P)
+        sm_wake(st, sm, nxt)
+
+
+@njit(cache=True)
+def local_done(st, slot, tick):
+    """EV_LOCAL_DONE: an asynchronous same-GPU put/get finished."""
+    st.tb[slot].outstanding -= 1
+    if st.tb[slot].outstanding == 0 and st.tb[slot].state == TB_WAIT_FENCE:
+        tb_resume(st, slot, tick, WAIT_FENCE)
+
+
+@njit(cache=True)
+def _block(st, slot, state, tick):
+    st.tb[slot].state = state
+    st.tb[slot].wait_start = tick
+
+
+@njit(cache=True)
+def _execute(st, slot, sm, tick, cyc):
+    """Execute the instruction at the TB's pc (all semantics; dispatch by integer semantic id)."""
+    pc = st.tb[slot].pc
+    row = st.code[pc]
+    sem = row[SEM]
+    sub = row[SUBOP]
+    g = sm // st.p[0].sms_per_gpu
+    P = st.p[0].sm_period_fs
+    occ = row[II]          # unit occupancy, cycles
+    lat = row[LAT]         # extra cycles until the TB may issue again
+    work = 0               # work units for size-dependent instructions
+    mem_done = tick        # completion of memory accesses
+    next_pc = pc + 1
+
+    if sem == SEM_ALU:
+        a = _operand(st, slot, row, 1, tick, cyc)
+        b = _operand(st, slot, row, 2, tick, cyc)
+        if sub == ALU_MOV:
+            v = a
+        elif sub == ALU_ADD:
+            v = a + b
+        elif sub == ALU_SUB:
+            v = a - b
+        elif sub == ALU_MUL:
+            v = a * b
+        elif sub == ALU_DIV or sub == ALU_REM:
+            if b == 0:
+                raise_error(st, ERR_DIV_ZERO, slot, a)
+                return
+            # C semantics (truncate toward zero), the same in both engines
+            qa = abs(a) // abs(b)
+            if (a < 0) != (b < 0):
+                qa = -qa
+            v = qa if sub == ALU_DIV else a - qa * b
+        elif sub == ALU_AND:
+            v = a & b
+        elif sub == ALU_OR:
+            v = a | b
+        elif sub == ALU_XOR:
+            v = a ^ b
+        elif sub == ALU_SHL:
+            v = a << b
+        elif sub == ALU_SHR:
+            v = a >> b
+        elif sub == ALU_MIN:
+            v = min(a, b)
+        elif sub == ALU_MAX:
+            v = max(a, b)
+        elif sub == ALU_SETLT:
+            v = 1 if a < b else 0
+        elif sub == ALU_SETLE:
+            v = 1 if a <= b else 0
+        elif sub == ALU_SETEQ:
+            v = 1 if a == b else 0
+        elif sub == ALU_SETNE:
+            v = 1 if a != b else 0
+        elif sub == ALU_SETGT:
+            v = 1 if a > b else 0
+        else:  # ALU_SETGE
+            v = 1 if a >= b else 0
+        st.regs[slot, row[OP0]] = v
+
+    elif sem == SEM_BRANCH:
+        a = _operand(st, slot, row, 0, tick, cyc)
+        b = _operand(st, slot, row, 1, tick, cyc)
+        if compare(sub, a, b):
+            next_pc = row[OP0 + 2]
+
+    elif sem == SEM_LD or sem == SEM_ST:
+        ai = 1 if sem == SEM_LD else 0
+        addr = _operand(st, slot, row, ai, tick, cyc) + row[OP0 + ai + 1]
+        if addr % 8 != 0:
+            raise_error(st, ERR_MISALIGNED, slot, addr)
+            return
+        if not _check_range(st, slot, addr, 8):
+            return
+        view = _bytes(st, g, sm, addr, 8)
+        if view.shape[0] == 0:
+            raise_error(st, ERR_UNBACKED_WORD, slot, addr)
+            return
+        words = view.view(np.int64)
+        if sem == SEM_LD:
+            st.regs[slot, row[OP0]] = words[0]
+            mem_done = _access(st, g, addr, 8, tick, False)
+        else:
+            words[0] = _operand(st, slot, row, 2, tick, cyc)
+            visible = _access(st, g, addr, 8, tick, True)
+            if not _is_smem(addr):
+                notify_stores(st, g, addr, 8, visible)
+            # stores are posted: the TB does not wait for the memory write
+
+    elif sem == SEM_COPY or sem == SEM_COPY2D:
+        dst = _operand(st, slot, row, 0, tick, cyc)
+        src = _operand(st, slot, row, 1, tick, cyc)
+        if sem == SEM_COPY:
+            rows = 1
+            row_bytes = _operand(st, slot, row, 2, tick, cyc)
+            dst_stride = row_bytes
+            src_stride = row_bytes
+        else:
+            rows = _operand(st, slot, row, 2, tick, cyc)
+            row_bytes = _operand(st, slot, row, 3, tick, cyc)
+            dst_stride = _operand(st, slot, row, 4, tick, cyc)
+            src_stride = _operand(st, slot, row, 5, tick, cyc)
+        if rows < 0 or row_bytes < 0:
+            raise_error(st, ERR_BAD_SIZE, slot, rows * row_bytes)
+            return
+        if rows > 0 and row_bytes > 0:
+            span_d = (rows - 1) * dst_stride + row_bytes
+            span_s = (rows - 1) * src_stride + row_bytes
+            if not _check_range(st, slot, dst, span_d) or not _check_range(st, slot, src, span_s):
+                return
+            if rows == 1 or (dst_stride == row_bytes and src_stride == row_bytes):
+                # contiguous: one access per side
+                total = rows * row_bytes
+                rd = _access(st, g, src, total, tick, False)
+                wr = _access(st, g, dst, total, tick, True)
+                mem_done = max(rd, wr)
+            else:
+                for r in range(rows):
+                    rd = _access(st, g, src + r * src_stride, row_bytes, tick, False)
+                    wr = _access(st, g, dst + r * dst_stride, row_bytes, tick, True)
+                    mem_done = max(mem_done, rd, wr)
+            for r in range(rows):
+                _copy_functional(st, g, sm, slot, dst + r * dst_stride, src + r * src_stride,
+                                 row_bytes)
+            if not _is_smem(dst):
+                notify_stores(st, g, dst, span_d, mem_done)
+        work = rows * row_bytes
+
+    elif sem == SEM_MMA:
+        c_addr = _operand(st, slot, row, 0, tick, cyc)
+        a_addr = _operand(st, slot, row, 1, tick, cyc)
+        b_addr = _operand(st, slot, row, 2, tick, cyc)
+        m = _operand(st, slot, row, 3, tick, cyc)
+        n = _operand(st, slot, row, 4, tick, cyc)
+        k = _operand(st, slot, row, 5, tick, cyc)
+        dt = row[DTYPE]
+        es = 2 if dt == DT_BF16 else 4
+        if m <= 0 or n <= 0 or k <= 0:
+            raise_error(st, ERR_BAD_SIZE, slot, m * n * k)
+            return
+        if (not _check_range(st, slot, a_addr, m * k * es) or not _check_range(st, slot, b_addr, k * n * es)
+                or not _check_range(st, slot, c_addr, m * n * 4)):
+            return
+        ra = _access(st, g, a_addr, m * k * es, tick, False)
+        rb = _access(st, g, b_addr, k * n * es, tick, False)
+        rc = _access(st, g, c_addr, m * n * 4, tick, False)
+        wc = _access(st, g, c_addr, m * n * 4, tick, True)
+        mem_done = max(ra, rb, rc, wc)
+        va = _bytes(st, g, sm, a_addr, m * k * es)
+        vb = _bytes(st, g, sm, b_addr, k * n * es)
+        vc = _bytes(st, g, sm, c_addr, m * n * 4)
+        if vc.shape[0] > 0:
+            if va.shape[0] == 0 or vb.shape[0] == 0:
+                raise_error(st, ERR_UNBACKED_WORD, slot, a_addr)
+                return
+            _mma_functional(va, vb, vc, m, n, k, dt)
+        work = 2 * m * n * k
+
+    elif sem == SEM_VEC:
+        d_addr = _operand(st, slot, row, 0, tick, cyc)
+        a_addr = _operand(st, slot, row, 1, tick, cyc)
+        b_addr = _operand(st, slot, row, 2, tick, cyc)
+        n = _operand(st, slot, row, 3, tick, cyc)
+        dt = row[DTYPE]
+        es = 2 if dt == DT_BF16 else 4
+        if n < 0:
+            raise_error(st, ERR_BAD_SIZE, slot, n)
+            return
+        nb = n * es
+        if not _check_range(st, slot, d_addr, nb):
+            return
+        mem_done = _access(st, g, d_addr, nb, tick, True)
+        uses_a = sub != VEC_ZERO
+        uses_b = sub == VEC_ADD or sub == VEC_MUL or sub == VEC_SILU_MUL
+        if uses_a:
+            if not _check_range(st, slot, a_addr, nb):
+                return
+            mem_done = max(mem_done, _access(st, g, a_addr, nb, tick, False))
+        if uses_b:
+            if not _check_range(st, slot, b_addr, nb):
+                return
+            mem_done = max(mem_done, _access(st, g, b_addr, nb, tick, False))
+        if sub == VEC_AXPY:
+            if not _check_range(st, slot, b_addr, es):
+                return
+            mem_done = max(mem_done, _access(st, g, d_addr, nb, tick, False),
+                           _access(st, g, b_addr, es, tick, False))
+        vd = _bytes(st, g, sm, d_addr, nb)
+        if vd.shape[0] > 0 and n > 0:
+            va = _bytes(st, g, sm, a_addr, nb) if uses_a else vd
+            vb = _bytes(st, g, sm, b_addr, nb if uses_b else es) if sub != VEC_ZERO else vd
+            if (uses_a and va.shape[0] == 0) or (sub != VEC_ZERO and vb.shape[0] == 0):
+                raise_error(st, ERR_UNBACKED_WORD, slot, a_addr)
+                return
+            _vec_functional(sub, vd, va, vb, n, dt)
+        if not _is_smem(d_addr):
+            notify_stores(st, g, d_addr, nb, mem_done)
+        work = n
+
+    elif sem == SEM_PUT or sem == SEM_GET:
+        peer = _operand(st, slot, row, 0, tick, cyc)
+        dst = _operand(st, slot, row, 1, tick, cyc)
+        src = _operand(st, slot, row, 2, tick, cyc)
+        nb = _operand(st, slot, row, 3, tick, cyc)
+        if peer < 0 or peer >= st.p[0].num_gpus:
+            raise_error(st, ERR_BAD_GPU, slot, peer)
+            return
+        if nb < 0 or _is_smem(dst) or _is_smem(src):
+            raise_error(st, ERR_ADDR_RANGE if nb >= 0 else ERR_BAD_SIZE, slot, dst)
+            return
+        if not _check_range(st, slot, dst, nb) or not _check_range(st, slot, src, nb):
+            return
+        if nb > 0:
+            if peer == g:
+                # same GPU: an asynchronous copy through the memory system
+                done = max(hbm_access(st, g, src, nb, tick, False), hbm_access(st, g, dst, nb, tick, True))
+                move_bytes(st, g, src, g, dst, nb, slot)
+                notify_stores(st, g, dst, nb, done)
+                st.tb[slot].outstanding += 1
+                push(st, done, EV_LOCAL_DONE, slot, 0)
+            else:
+                kind = REQ_PUT if sem == SEM_PUT else REQ_GET
+                if not hub_submit(st, g, kind, slot, peer, dst, src, nb, 0, 0, tick):
+                    _stall_on_hub(st, slot, g, tick)
+                    return
+                st.tb[slot].outstanding += 1
+
+    elif sem == SEM_FLAG_SET or sem == SEM_ATOM:
+        base = 1 if sem == SEM_ATOM else 0
+        peer = _operand(st, slot, row, base, tick, cyc)
+        addr = _operand(st, slot, row, base + 1, tick, cyc) + row[OP0 + base + 2]
+        value = _operand(st, slot, row, base + 3, tick, cyc)
+        if peer < 0 or peer >= st.p[0].num_gpus:
+            raise_error(st, ERR_BAD_GPU, slot, peer)
+            return
+        if addr % 8 != 0:
+            raise_error(st, ERR_MISALIGNED, slot, addr)
+            return
+        if _is_smem(addr) or not _check_range(st, slot, addr, 8):
+            raise_error(st, ERR_ADDR_RANGE, slot, addr)
+            return
+        if not hbm_backed(st, addr, 8):
+            raise_error(st, ERR_UNBACKED_WORD, slot, addr)
+            return
+        if peer == g:
+            if sem == SEM_FLAG_SET:
+                write_word(st, g, addr, value)
+                notify_stores(st, g, addr, 8, hbm_access(st, g, addr, 8, tick, True))
+            else:
+                mem_done = hbm_access(st, g, addr, 8, tick, True) + atomic_ticks(st)
+                st.gpu[g].hbm_atomics += 1
+                old = read_word(st, g, addr)
+                write_word(st, g, addr, old + value)
+                st.regs[slot, row[OP0]] = old
+                notify_stores(st, g, addr, 8, mem_done)
+        else:
+            kind = REQ_STORE if sem == SEM_FLAG_SET else REQ_ATOM
+            if not hub_submit(st, g, kind, slot, peer, addr, 0, 8, value, row[OP0], tick):
+                _stall_on_hub(st, slot, g, tick)
+                return
+            if sem == SEM_FLAG_SET:
+                st.tb[slot].outstanding += 1
+            else:
+                _charge_unit(st, sm, row, tick, cyc, occ)
+                st.sm[sm].insts += 1
+                st.tb[slot].pc = next_pc
+                _block(st, slot, TB_WAIT_REMOTE, tick)
+                return
+
+    elif sem == SEM_WAIT:
+        addr = _operand(st, slot, row, 0, tick, cyc) + row[OP0 + 1]
+        value = _operand(st, slot, row, 2, tick, cyc)
+        if addr % 8 != 0:
+            raise_error(st, ERR_MISALIGNED, slot, addr)
+            return
+        if _is_smem(addr) or not _check_range(st, slot, addr, 8):
+            raise_error(st, ERR_ADDR_RANGE, slot, addr)
+            return
+        if not hbm_backed(st, addr, 8):
+            raise_error(st, ERR_UNBACKED_WORD, slot, addr)
+            return
+        mem_done = hbm_access(st, g, addr, 8, tick, False)
+        if not compare(sub, read_word(st, g, addr), value):
+            _charge_unit(st, sm, row, tick, cyc, occ)
+            st.sm[sm].insts += 1
+            st.tb[slot].pc = next_pc
+            st.tb[slot].wait_addr = addr
+            st.tb[slot].wait_cmp = sub
+            st.tb[slot].wait_value = value
+            st.gpu[g].waiters += 1
+            _block(st, slot, TB_WAIT_FLAG, tick)
+            return
+
+    elif sem == SEM_FENCE:
+        if st.tb[slot].outstanding > 0:
+            _charge_unit(st, sm, row, tick, cyc, occ)
+            st.sm[sm].insts += 1
+            st.tb[slot].pc = next_pc
+            _block(st, slot, TB_WAIT_FENCE, tick)
+            return
+
+    elif sem == SEM_SLEEP:
+        lat += max(0, _operand(st, slot, row, 0, tick, cyc))
+
+    elif sem == SEM_EXIT:
+        if st.tb[slot].outstanding > 0:
+            # exit implies a fence: wait, then execute exit again
+            _block(st, slot, TB_WAIT_FENCE, tick)
+            return
+        st.sm[sm].insts += 1
+        block_exit(st, slot, tick)
+        return
+
+    # SEM_NOP falls through
+    thr = row[THR]
+    if thr > 0 and work > 0:
+        occ = max(occ, (work + thr - 1) // thr)
+    _charge_unit(st, sm, row, tick, cyc, occ)
+    st.sm[sm].insts += 1
+    st.tb[slot].pc = next_pc
+    ready = cycle_edge(cyc + occ + lat, P)
+    if mem_done > ready:
+        ready = mem_done
+    st.tb[slot].ready = ready
+
+
+@njit(cache=True)
+def _charge_unit(st, sm, row, tick, cyc, occ):
+    free = cycle_edge(cyc + occ, st.p[0].sm_period_fs)
+    unit = row[UNIT]
+    if free > st.sm_unit_free[sm, unit]:
+        st.sm_unit_free[sm, unit] = free
+    st.sm_unit_busy[sm, unit] += free - tick
+
+
+@njit(cache=True)
+def _stall_on_hub(st, slot, g, tick):
+    """The hub cannot take the request now: the TB sleeps and re-executes the instruction later."""
+    st.gpu[g].hub_tb_waiters += 1
+    _block(st, slot, TB_WAIT_HUB, tick)
+
+
+@njit(cache=True)
+def _copy_functional(st, g, sm, slot, dst, src, nbytes):
+    vd = _bytes(st, g, sm, dst, nbytes)
+    if vd.shape[0] == 0:
+        return
+    vs = _bytes(st, g, sm, src, nbytes)
+    if vs.shape[0] == 0:
+        raise_error(st, ERR_UNBACKED_WORD, slot, src)
+        return
+    vd[:] = vs.copy()
+
+
+@njit(cache=True)
+def _mma_functional(va, vb, vc, m, n, k, dt):
+    """C[m,n] += A[m,k] @ B[k,n], inputs in dt, fp32 accumulation in k order."""
+    a = np.empty(m * k, np.float32)
+    for i in range(m * k):
+        a[i] = _load_f32(va, i, dt)
+    b = np.empty(k * n, np.float32)
+    for i in range(k * n):
+        b[i] = _load_f32(vb, i, dt)
+    c = vc.view(np.float32)
+    for i in range(m):
+        for j in range(n):
+            acc = c[i * n + j]
+            for kk in range(k):
+                acc = np.float32(acc + a[i * k + kk] * b[kk * n + j])
+            c[i * n + j] = acc
+
+
+@njit(cache=True)
+def _vec_functional(sub, vd, va, vb, n, dt):
+    if sub == VEC_AXPY:
+        alpha = _load_f32(vb, 0, dt)
+    for i in range(n):
+        if sub == VEC_ZERO:
+            r = np.float32(0.0)
+        elif sub == VEC_ADD:
+            r = np.float32(_load_f32(va, i, dt) + _load_f32(vb, i, dt))
+        elif sub == VEC_MUL:
+            r = np.float32(_load_f32(va, i, dt) * _load_f32(vb, i, dt))
+        elif sub == VEC_SILU_MUL:
+            r = np.float32(_silu(_load_f32(va, i, dt)) * _load_f32(vb, i, dt))
+        else:  # VEC_AXPY
+            r = np.float32(_load_f32(vd, i, dt) + alpha * _load_f32(va, i, dt))
+        _store_f32(vd, i, dt, r)

@@ -1,0 +1,68 @@
+"""Wake-up helpers: schedule a block's next activation without duplicate events.
+
+Following Akita's "smart ticking", an idle block schedules nothing; whoever gives it work calls its
+kick/wake function here. Each block records the tick of its one pending activation, so a second
+kick for a later or equal tick costs no event, and an activation superseded by an earlier one is
+recognised as stale when it fires (its tick no longer matches the record).
+"""
+from numba import njit
+
+from ..engine.clock import align_up
+from ..engine.events import EV_CH_TX, EV_HUB_TX, EV_SM_ISSUE, EV_XBAR, push
+from ..engine.state import TB_READY
+
+
+@njit(cache=True)
+def sm_wake(st, sm, tick):
+    """Make SM `sm` consider issuing at the first cycle edge at or after `tick`."""
+    t = align_up(tick, st.p[0].sm_period_fs)
+    s = st.sm[sm]
+    if s.next_issue < 0 or t < s.next_issue:
+        s.next_issue = t
+        push(st, t, EV_SM_ISSUE, sm, 0)
+
+
+@njit(cache=True)
+def tb_resume(st, slot, tick, reason):
+    """A waiting thread block becomes ready at `tick`; account its wait time under `reason`."""
+    sm = slot // st.p[0].slots_per_sm
+    tb = st.tb[slot]
+    st.sm_wait[sm, reason] += tick - tb.wait_start
+    tb.state = TB_READY
+    if tick > tb.ready:
+        tb.ready = tick
+    sm_wake(st, sm, tb.ready)
+
+
+@njit(cache=True)
+def hub_kick(st, g, tick):
+    """Ask GPU g's hub packetizer to run at `tick` (unless it waits for link queue space)."""
+    gp = st.gpu[g]
+    if gp.hub_blocked:
+        return
+    if gp.hub_next_tx < 0 or tick < gp.hub_next_tx:
+        gp.hub_next_tx = tick
+        push(st, tick, EV_HUB_TX, g, 0)
+
+
+@njit(cache=True)
+def ch_kick(st, c, tick):
+    """Ask channel c's transmitter to look at its queue at `tick` (or when it is next free)."""
+    ch = st.ch[c]
+    if ch.tx_pending:
+        return
+    t = tick
+    if ch.busy_until > t:
+        t = ch.busy_until
+    ch.tx_pending = 1
+    push(st, t, EV_CH_TX, c, 0)
+
+
+@njit(cache=True)
+def xbar_kick(st, c, tick):
+    """Ask the switch input port fed by channel c to move its head packet at `tick`."""
+    ch = st.ch[c]
+    if ch.xbar_pending:
+        return
+    ch.xbar_pending = 1
+    push(st, tick, EV_XBAR, c, 0)

@@ -1,0 +1,437 @@
+"""Load a YAML configuration into a validated, frozen `Config`.
+
+Steps: read the file and every file it `extends` (relative to the naming file, else to the data
+root's `configs/`), deep-merge them (the extending file wins; mappings merge, lists and scalars
+replace), apply `--set key.path=value` overrides, convert every value against the schema
+(schema.py: units, types, ranges, did-you-mean for unknown keys), check cross-field rules, and
+resolve `workload.kernel_files` to absolute paths.
+
+The loader remembers which file (or `--set`) set each key, so every error is one `ConfigError`
+paragraph naming that file, the dotted key path, what was expected and what was found.
+"""
+import copy
+import difflib
+from pathlib import Path
+from typing import Sequence
+
+import attrs
+import yaml
+
+from ..paths import data_root
+from .schema import Config
+from .units import EXAMPLES, UnitError, parse_quantity, units_of
+
+TOP_KEYS = ("extends", "system", "workload", "run")
+
+
+class ConfigError(Exception):
+    """A user error in a configuration: one paragraph naming file, key path, expected and found."""
+
+    exit_code = 2
+
+    def __init__(self, message: str, file: str | None = None, key: str | None = None):
+        super().__init__(message)
+        self.file = file
+        self.key = key
+
+
+@attrs.frozen
+class _Source:
+    label: str          # what error messages show: a file path or "--set key=value"
+    base_dir: Path      # what './x' paths set by this source are relative to
+
+
+def _display(path: Path) -> str:
+    """A path as messages show it: relative to the working directory when under it."""
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
+def _fmt_path(keys) -> str:
+    out = ""
+    for k in keys:
+        out += f"[{k}]" if isinstance(k, int) else (f".{k}" if out else str(k))
+    return out
+
+
+# ------------------------------------------------------------------------------ YAML reading
+class _StrictLoader(yaml.SafeLoader):
+    """SafeLoader that refuses duplicate keys (PyYAML silently keeps the last one)."""
+
+
+def _construct_mapping(loader, node, deep=False):
+    seen = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if key in seen:
+            raise _Duplicate(key, key_node.start_mark.line + 1, seen[key])
+        seen[key] = key_node.start_mark.line + 1
+    return yaml.SafeLoader.construct_mapping(loader, node, deep)
+
+
+class _Duplicate(Exception):
+    def __init__(self, key, line, first_line):
+        super().__init__(key)
+        self.key, self.line, self.first_line = key, line, first_line
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+def _read_yaml(path: Path):
+    shown = _display(path)
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise ConfigError(f"{shown}: cannot read the config file ({e.strerror})", shown) from None
+    try:
+        return yaml.load(text, Loader=_StrictLoader)
+    except _Duplicate as e:
+        raise ConfigError(f"{shown}:{e.line}: key '{e.key}' appears twice in one mapping (first "
+                          f"on line {e.first_line}); YAML would silently keep only the last",
+                          shown) from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"{shown}:{mark.line + 1}:{mark.column + 1}" if mark else shown
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        ctx = getattr(e, "context", None)
+        raise ConfigError(f"{where}: YAML syntax error: {problem}" + (f" ({ctx})" if ctx else ""),
+                          shown) from None
+
+
+# ------------------------------------------------------------------------- extends + merging
+def _resolve_extends(name, naming_file: Path, where: str) -> Path:
+    if not isinstance(name, str) or not name:
+        raise ConfigError(f"{where}: extends: expected a file path or a list of paths, found "
+                          f"{name!r}", where, "extends")
+    p = Path(name).expanduser()
+    if p.is_absolute():
+        candidates = [p]
+    else:
+        candidates = [naming_file.parent / p, data_root() / "configs" / p]
+    for c in candidates:
+        if c.is_file():
+            return c.resolve()
+    tried = ", ".join(_display(c) for c in candidates)
+    raise ConfigError(f"{where}: extends: file '{name}' not found (tried {tried})", where, "extends")
+
+
+def _collect(path: Path, stack: tuple, order: list):
+    """Append (path, mapping) for `path` and its bases to `order`, bases first."""
+    shown = _display(path)
+    raw = _read_yaml(path)
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{shown}: the top level must be a mapping with keys "
+                          f"{', '.join(TOP_KEYS)}; found a {type(raw).__name__}", shown)
+    raw = dict(raw)
+    ext = raw.pop("extends", None)
+    names = [] if ext is None else ext if isinstance(ext, list) else [ext]
+    for name in names:
+        base = _resolve_extends(name, path, shown)
+        if base in stack or base == path:
+            chain = " -> ".join(_display(p) for p in (*stack, path, base))
+            raise ConfigError(f"{shown}: extends: cycle: {chain}", shown, "extends")
+        _collect(base, (*stack, path), order)
+    order.append((path, raw))
+
+
+def _merge(base: dict, over: dict, src: _Source, prov: dict, prefix=()):
+    for k, v in over.items():
+        p = (*prefix, k)
+        if isinstance(v, dict) and isinstance(base.get(k), dict):
+            prov.setdefault(p, src)
+            _merge(base[k], v, src, prov, p)
+        else:
+            for q in [q for q in prov if q[:len(p)] == p]:
+                del prov[q]
+            base[k] = copy.deepcopy(v)
+            prov[p] = src
+
+
+def _apply_override(data: dict, text: str, prov: dict):
+    label = f"--set {text}"
+    src = _Source(label, Path.cwd())
+    if "=" not in text:
+        raise ConfigError(f"{label}: expected key.path=value, e.g. "
+                          f"--set system.nvlink.bandwidth=20GB/s", label)
+    key, _, value_text = text.partition("=")
+    keys = [k.strip() for k in key.strip().split(".")]
+    if not all(keys):
+        raise ConfigError(f"{label}: '{key}' is not a dotted key path such as run.seed", label)
+    try:
+        value = yaml.safe_load(value_text) if value_text.strip() else None
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{label}: cannot read the value '{value_text}' as YAML "
+                          f"({getattr(e, 'problem', e)})", label) from None
+    node, path = data, ()
+    for i, k in enumerate(keys):
+        last = i == len(keys) - 1
+        if isinstance(node, list):
+            if not (k.isdigit() and int(k) < len(node)):
+                raise ConfigError(f"{label}: {_fmt_path(path)} is a list of {len(node)} items; "
+                                  f"'{k}' is not an index in it", label, _fmt_path(path))
+            k = int(k)
+        elif not isinstance(node, dict):
+            raise ConfigError(f"{label}: {_fmt_path(path)} is a {type(node).__name__}, not a "
+                              f"mapping, so it has no key '{k}'", label, _fmt_path(path))
+        path = (*path, k)
+        if last:
+            if isinstance(value, dict) and isinstance(node, dict) and isinstance(node.get(k), dict):
+                _merge(node[k], value, src, prov, path)
+            else:
+                for q in [q for q in prov if q[:len(path)] == path]:
+                    del prov[q]
+                node[k] = value
+                prov[path] = src
+        else:
+            if isinstance(node, dict) and (k not in node or node[k] is None):
+                node[k] = {}
+                prov[path] = src
+            node = node[k]
+
+
+# ------------------------------------------------------------------------------- conversion
+class _Ctx:
+    def __init__(self, prov: dict, sources: list, main: str):
+        self.prov, self.sources, self.main = prov, sources, main
+
+    def source(self, path) -> _Source | None:
+        for n in range(len(path), 0, -1):
+            if tuple(path[:n]) in self.prov:
+                return self.prov[tuple(path[:n])]
+        return None
+
+    def error(self, path, message):
+        src = self.source(path)
+        label = src.label if src else self.main
+        key = _fmt_path(path)
+        return ConfigError(f"{label}: {key}: {message}", label, key)
+
+
+def _found(v) -> str:
+    if v is None:
+        return "nothing (null)"
+    if isinstance(v, (dict, list)):
+        return f"a {'mapping' if isinstance(v, dict) else 'list'}"
+    return f"'{v}'"
+
+
+def _to_int(v, path, ctx, lo):
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or (
+            isinstance(v, float) and not v.is_integer()):
+        raise ctx.error(path, f"expected an integer, found {_found(v)}")
+    v = int(v)
+    if lo is not None and v < lo:
+        raise ctx.error(path, f"expected an integer >= {lo}, found {v}")
+    return v
+
+
+def _to_tuple(v, path, ctx):
+    if v is None:
+        return []
+    if not isinstance(v, list):
+        raise ctx.error(path, f"expected a list, found {_found(v)}")
+    return v
+
+
+def _convert_value(a, v, path, ctx):
+    m = a.metadata
+    kind, lo = m["kind"], m.get("min")
+    if kind == "int":
+        return _to_int(v, path, ctx, lo)
+    if kind == "int_or_expr":
+        if isinstance(v, str):
+            if not v.strip():
+                raise ctx.error(path, "expected an integer or an expression such as '4 * nsm', "
+                                      "found ''")
+            return v
+        return _to_int(v, path, ctx, lo)
+    if kind == "opt_int":
+        return None if v is None else _to_int(v, path, ctx, lo)
+    if kind == "float":
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise ctx.error(path, f"expected a number, found {_found(v)}")
+        return float(v)
+    if kind == "str":
+        if not isinstance(v, str):
+            raise ctx.error(path, f"expected a string ({m['doc']}), found {_found(v)}")
+        return v
+    if kind == "choice":
+        if v not in m["choices"]:
+            close = difflib.get_close_matches(str(v), m["choices"], n=1)
+            hint = f"; did you mean '{close[0]}'?" if close else ""
+            raise ctx.error(path, f"expected one of {', '.join(m['choices'])}, found "
+                                  f"{_found(v)}{hint}")
+        return v
+    if kind in ("time", "frequency", "size", "bandwidth"):
+        try:
+            q = parse_quantity(v, kind)
+        except UnitError as e:
+            raise ctx.error(path, str(e)) from None
+        if lo and q < lo:
+            raise ctx.error(path, f"expected a {kind} greater than zero, found '{v}'")
+        return q
+    if kind == "node":
+        return _convert(m["cls"], {} if v is None else v, path, ctx)
+    if kind == "list":
+        return tuple(_convert(m["cls"], item, (*path, i), ctx)
+                     for i, item in enumerate(_to_tuple(v, path, ctx)))
+    if kind == "named":
+        if v is None:
+            return ()
+        if not isinstance(v, dict):
+            raise ctx.error(path, f"expected a mapping of name -> fields, found {_found(v)}")
+        return tuple(_convert(m["cls"], {} if item is None else item, (*path, name), ctx,
+                              name=str(name)) for name, item in v.items())
+    if kind == "params":
+        if v is None:
+            return ()
+        if not isinstance(v, dict):
+            raise ctx.error(path, f"expected a mapping of parameter name -> value, found "
+                                  f"{_found(v)}")
+        out = []
+        for name, pv in v.items():
+            if isinstance(pv, float) and pv.is_integer():
+                pv = int(pv)
+            if isinstance(pv, bool) or not isinstance(pv, (int, str)):
+                raise ctx.error((*path, name), f"expected an integer or an expression string "
+                                               f"such as '@buf + 64', found {_found(pv)}")
+            out.append((str(name), pv))
+        return tuple(out)
+    if kind in ("int_tuple", "opt_int_tuple"):
+        if v is None and kind == "opt_int_tuple":
+            return None
+        if isinstance(v, int) and not isinstance(v, bool) and kind == "opt_int_tuple":
+            v = [v]
+        return tuple(_to_int(x, (*path, i), ctx, lo) for i, x in enumerate(_to_tuple(v, path, ctx)))
+    if kind == "str_tuple":
+        if isinstance(v, str):
+            v = [v]
+        items = _to_tuple(v, path, ctx)
+        for i, x in enumerate(items):
+            if not isinstance(x, str) or not x:
+                raise ctx.error((*path, i), f"expected a file path string, found {_found(x)}")
+        return tuple(items)
+    raise AssertionError(f"schema field {a.name} has unknown kind {kind}")  # pragma: no cover
+
+
+def _expected(a) -> str:
+    m = a.metadata
+    if m["kind"] in EXAMPLES:
+        return f"a {m['kind']} such as '{EXAMPLES[m['kind']]}'"
+    return {"int": "an integer", "str": "a string", "node": "a mapping"}.get(m["kind"], "a value")
+
+
+def _convert(cls, raw, path, ctx, name=None):
+    if not isinstance(raw, dict):
+        raise ctx.error(path, f"expected a mapping of {cls.__name__} fields, found {_found(raw)}")
+    fields = [a for a in attrs.fields(cls) if a.metadata.get("kind") != "internal"]
+    if name is not None:
+        fields = [a for a in fields if a.name != "name"]
+    known = [a.name for a in fields]
+    for key in raw:
+        if key not in known:
+            close = difflib.get_close_matches(str(key), known, n=1)
+            hint = f"did you mean '{close[0]}'? " if close else ""
+            raise ctx.error((*path, key), f"unknown key; {hint}(known keys: {', '.join(known)})")
+    values = {} if name is None else {"name": name}
+    for a in fields:
+        p = (*path, a.name)
+        if a.name in raw:
+            values[a.name] = _convert_value(a, raw[a.name], p, ctx)
+        elif a.default is attrs.NOTHING:
+            files = ", ".join(ctx.sources)
+            raise ctx.error(p, f"required key is missing: expected {_expected(a)} "
+                               f"({a.metadata['doc']}); not set in {files}")
+    return cls(**values)
+
+
+# ---------------------------------------------------------------------- cross-field checks
+def _check(cfg: Config, ctx: _Ctx):
+    s = cfg.system
+    nv, sw = s.nvlink, s.switch
+    if len(sw.gpu_link_switch) != nv.links_per_gpu:
+        raise ctx.error(("system", "switch", "gpu_link_switch"),
+                        f"expected one switch index per link (system.nvlink.links_per_gpu = "
+                        f"{nv.links_per_gpu}), found {len(sw.gpu_link_switch)} entries")
+    for i, idx in enumerate(sw.gpu_link_switch):
+        if idx >= sw.count:
+            raise ctx.error(("system", "switch", "gpu_link_switch", i),
+                            f"switch index {idx} out of range: system.switch.count = {sw.count}")
+    for idx in range(sw.count):
+        need = sw.gpu_link_switch.count(idx) * s.num_gpus
+        if need > sw.ports:
+            raise ctx.error(("system", "switch", "ports"),
+                            f"switch {idx} needs {need} ports ({s.num_gpus} GPUs x "
+                            f"{sw.gpu_link_switch.count(idx)} links), found {sw.ports}")
+    for key in ("header_bytes", "max_payload_bytes"):
+        if getattr(nv, key) % nv.flit_bytes:
+            raise ctx.error(("system", "nvlink", key),
+                            f"expected a multiple of system.nvlink.flit_bytes ({nv.flit_bytes} B), "
+                            f"found {getattr(nv, key)} B")
+    max_packet_flits = (nv.header_bytes + nv.max_payload_bytes) // nv.flit_bytes
+    if nv.rx_buffer_flits < max_packet_flits:
+        raise ctx.error(("system", "nvlink", "rx_buffer_flits"),
+                        f"expected at least {max_packet_flits} flits (one largest packet: header + "
+                        f"max payload), found {nv.rx_buffer_flits}; a smaller buffer deadlocks")
+    for li, lc in enumerate(cfg.workload.launches):
+        if not lc.kernel.strip():
+            raise ctx.error(("workload", "launches", li, "kernel"), "expected a kernel name, found ''")
+        if lc.gpus is not None:
+            if not lc.gpus:
+                raise ctx.error(("workload", "launches", li, "gpus"),
+                                "expected at least one GPU index (omit the key for every GPU)")
+            for gi, g in enumerate(lc.gpus):
+                if g >= s.num_gpus:
+                    raise ctx.error(("workload", "launches", li, "gpus", gi),
+                                    f"GPU {g} out of range: system.num_gpus = {s.num_gpus}")
+            if len(set(lc.gpus)) != len(lc.gpus):
+                raise ctx.error(("workload", "launches", li, "gpus"),
+                                f"a GPU is listed twice: {list(lc.gpus)}")
+
+
+def _resolve_kernel_files(cfg: Config, ctx: _Ctx) -> Config:
+    path = ("workload", "kernel_files")
+    src = ctx.source(path)
+    out = []
+    for i, name in enumerate(cfg.workload.kernel_files):
+        p = Path(name).expanduser()
+        if not p.is_absolute():
+            if name.startswith(("./", "../")):
+                p = (src.base_dir if src else Path.cwd()) / p
+            else:
+                p = data_root() / p
+        if not p.is_file():
+            raise ctx.error((*path, i), f"kernel file '{name}' not found (looked for {_display(p)})")
+        out.append(str(p.resolve()))
+    return attrs.evolve(cfg, workload=attrs.evolve(cfg.workload, kernel_files=tuple(out)))
+
+
+# ------------------------------------------------------------------------------ entry point
+def load_config(path, overrides: Sequence[str] = ()) -> Config:
+    """Load, merge, override, convert and check a config file; raise ConfigError on bad input."""
+    path = Path(path).expanduser()
+    if not path.is_file():
+        shown = _display(path)
+        raise ConfigError(f"{shown}: config file not found", shown)
+    path = path.resolve()
+    order: list = []
+    _collect(path, (), order)
+    data: dict = {}
+    prov: dict = {}
+    files: list = []
+    for p, raw in order:
+        _merge(data, raw, _Source(_display(p), p.parent), prov)
+        if str(p) not in files:
+            files.append(str(p))
+    for text in overrides:
+        _apply_override(data, text, prov)
+    ctx = _Ctx(prov, [_display(Path(f)) for f in files], _display(path))
+    cfg = _convert(Config, data, (), ctx)
+    _check(cfg, ctx)
+    cfg = _resolve_kernel_files(cfg, ctx)
+    return attrs.evolve(cfg, source_files=tuple(files))

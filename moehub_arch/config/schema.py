@@ -1,0 +1,210 @@
+"""The configuration schema: frozen attrs classes, one per config section.
+
+Each field carries metadata that the loader (loader.py) uses to convert and check the YAML value:
+`kind` (int, int_or_expr, float, str, choice, time, frequency, size, bandwidth, node, list, named, params,
+int_tuple, str_tuple, opt_int, opt_int_tuple), an optional lower bound `min`, the `choices` of a
+choice field, the nested class `cls` of node/list/named fields, and a one-line `doc`.
+
+System fields have no defaults on purpose: every hardware number must come from a config file,
+where it carries a comment naming its source. Workload and run fields have defaults.
+Values are stored in base units: time in ps, frequency in Hz, size in bytes, bandwidth in B/s.
+"""
+import attrs
+
+UNIT_KINDS = ("time", "frequency", "size", "bandwidth")
+BASE_UNITS = {"time": "ps", "frequency": "Hz", "size": "B", "bandwidth": "B/s"}
+_NO_DEFAULT = attrs.NOTHING
+
+
+def _f(kind, doc, default=_NO_DEFAULT, *, min=None, choices=None, cls=None):
+    meta = {"kind": kind, "doc": doc, "min": min, "choices": choices, "cls": cls}
+    return attrs.field(default=default, metadata=meta)
+
+
+# ---------------------------------------------------------------------------------- system
+@attrs.frozen
+class SmConfig:
+    max_resident_tbs: int = _f("int", "thread blocks resident on one SM at a time", min=1)
+    issue_width: int = _f("int", "instructions issued per SM cycle", min=1)
+    smem_bytes: int = _f("size", "shared memory per SM", min=0)
+    tb_launch_cycles: int = _f("int", "SM cycles to launch a thread block", min=0)
+    tensor_bf16_flops_per_cycle: int = _f("int", "dense BF16 tensor FLOP per SM cycle", min=1)
+    tensor_tf32_flops_per_cycle: int = _f("int", "dense TF32 tensor FLOP per SM cycle", min=1)
+    vector_lanes: int = _f("int", "FP32 lanes per SM", min=1)
+    lsu_bytes_per_cycle: int = _f("int", "load/store bytes per SM cycle", min=1)
+    smem_latency_cycles: int = _f("int", "shared memory load latency in SM cycles", min=0)
+
+
+@attrs.frozen
+class HbmConfig:
+    bandwidth: float = _f("bandwidth", "peak HBM bandwidth per GPU", min=1)
+    channels: int = _f("int", "independent HBM channels per GPU", min=1)
+    interleave_bytes: int = _f("size", "address interleave granule across channels", min=1)
+    latency_cycles: int = _f("int", "load latency in SM cycles", min=0)
+    atomic_latency_cycles: int = _f("int", "extra latency of an atomic at memory, SM cycles", min=0)
+    capacity: int = _f("size", "HBM capacity per GPU", min=1)
+
+
+@attrs.frozen
+class HubConfig:
+    clock: int = _f("frequency", "hub clock", min=1)
+    packets_per_cycle: int = _f("int", "packets the hub moves per hub cycle", min=1)
+    request_queue_depth: int = _f("int", "SM-to-hub request queue entries", min=1)
+    max_outstanding_requests: int = _f("int", "remote requests in flight per GPU", min=1)
+    tx_latency_cycles: int = _f("int", "hub cycles from request to NVLink port", min=0)
+    rx_latency_cycles: int = _f("int", "hub cycles from NVLink port to memory/SM", min=0)
+
+
+@attrs.frozen
+class GpuConfig:
+    name: str = _f("str", "GPU model name")
+    num_sms: int = _f("int", "streaming multiprocessors per GPU", min=1)
+    sm_clock: int = _f("frequency", "SM clock", min=1)
+    kernel_launch_latency: int = _f("time", "host-side kernel launch overhead", min=0)
+    sm: SmConfig = _f("node", "streaming multiprocessor", cls=SmConfig)
+    hbm: HbmConfig = _f("node", "HBM memory", cls=HbmConfig)
+    hub: HubConfig = _f("node", "communication hub between SMs and NVLink", cls=HubConfig)
+
+
+@attrs.frozen
+class NvlinkConfig:
+    links_per_gpu: int = _f("int", "NVLink links per GPU", min=1)
+    bandwidth: float = _f("bandwidth", "per link, per direction", min=1)
+    latency: int = _f("time", "one-way wire/PHY latency per link", min=0)
+    max_payload_bytes: int = _f("size", "largest payload of one packet", min=1)
+    header_bytes: int = _f("size", "header (and flow-control) bytes per packet", min=0)
+    flit_bytes: int = _f("size", "flit size: packets occupy whole flits", min=1)
+    rx_buffer_flits: int = _f("int", "receive buffer (credits) per link direction", min=1)
+    tx_queue_packets: int = _f("int", "transmit queue per link", min=1)
+
+
+@attrs.frozen
+class SwitchConfig:
+    count: int = _f("int", "NVSwitch chips", min=1)
+    ports: int = _f("int", "NVLink ports per switch chip", min=1)
+    traversal_latency: int = _f("time", "input-to-output latency of one switch", min=0)
+    output_queue_packets: int = _f("int", "packets queued per output port", min=1)
+    gpu_link_switch: tuple = _f("int_tuple", "switch index of each of a GPU's links", min=0)
+
+
+@attrs.frozen
+class SystemConfig:
+    name: str = _f("str", "system name")
+    num_gpus: int = _f("int", "GPUs in the system", min=1)
+    gpu: GpuConfig = _f("node", "one GPU (all GPUs are identical)", cls=GpuConfig)
+    nvlink: NvlinkConfig = _f("node", "NVLink links", cls=NvlinkConfig)
+    switch: SwitchConfig = _f("node", "NVSwitch chips", cls=SwitchConfig)
+
+
+# -------------------------------------------------------------------------------- workload
+@attrs.frozen
+class BufferConfig:
+    name: str = _f("str", "buffer name (the YAML key)")
+    bytes: int = _f("size", "size per GPU (symmetric allocation)", min=1)
+    region: str = _f("choice", "control buffers are always backed by real memory", "data",
+                     choices=("control", "data"))
+    init: str = _f("choice", "initial contents", "zeros",
+                   choices=("zeros", "arange", "random", "fill"))
+    dtype: str = _f("choice", "element type for init", "f32", choices=("f32", "bf16", "i64", "u8"))
+    value: float = _f("float", "fill value (init: fill)", 0.0)
+    seed: int | None = _f("opt_int", "random seed (init: random); default derived from run.seed",
+                          None, min=0)
+
+
+@attrs.frozen
+class LaunchConfig:
+    kernel: str = _f("str", "kernel name")
+    # an int, or an expression string evaluated per GPU by the builder like params ("4 * nsm")
+    grid: int | str = _f("int_or_expr", "thread blocks per GPU", min=1)
+    stream: int = _f("int", "stream: launches on one stream run in order", 0, min=0)
+    gpus: tuple | None = _f("opt_int_tuple", "GPUs to launch on (default: every GPU)", None,
+                            min=0)
+    params: tuple = _f("params", "kernel parameters: name -> int or expression", ())
+
+
+@attrs.frozen
+class ReportConfig:
+    name: str = _f("str", "report name (the YAML key)")
+    expr: str = _f("str", "formula over stats")
+    unit: str = _f("str", "unit of the result")
+    desc: str = _f("str", "one-line description")
+
+
+@attrs.frozen
+class WorkloadConfig:
+    mode: str = _f("choice", "functional: real data; timing: addresses only", "timing",
+                   choices=("functional", "timing"))
+    kernel_files: tuple = _f("str_tuple", "assembly files (absolute paths once loaded)", ())
+    buffers: tuple = _f("named", "symmetric buffers: name -> fields", (), cls=BufferConfig)
+    launches: tuple = _f("list", "kernel launches", (), cls=LaunchConfig)
+    report: tuple = _f("named", "derived results: name -> fields", (), cls=ReportConfig)
+
+
+@attrs.frozen
+class RunConfig:
+    seed: int = _f("int", "random seed", 1, min=0)
+    engine: str = _f("choice", "compiled (numba) or reference (python) loop", "numba",
+                     choices=("numba", "python"))
+    max_events: int = _f("int", "stop after this many events (0 = unlimited)", 0, min=0)
+    batch_events: int = _f("int", "events per compiled-loop call between progress reports",
+                           2_000_000, min=1)
+
+
+# ---------------------------------------------------------------------------------- root
+@attrs.frozen
+class Config:
+    system: SystemConfig = _f("node", "the simulated machine", cls=SystemConfig)
+    workload: WorkloadConfig = _f("node", "what runs on it", WorkloadConfig(), cls=WorkloadConfig)
+    run: RunConfig = _f("node", "how the simulation runs", RunConfig(), cls=RunConfig)
+    source_files: tuple = attrs.field(default=(), metadata={"kind": "internal"})
+
+    def to_dict(self) -> dict:
+        """Every resolved value as a JSON-serialisable nested dict (base units, see `units`)."""
+        out = {"units": dict(BASE_UNITS)}
+        for a in attrs.fields(Config):
+            if a.name != "source_files":
+                out[a.name] = _to_plain(getattr(self, a.name))
+        out["source_files"] = list(self.source_files)
+        return out
+
+
+def _to_plain(obj):
+    if attrs.has(type(obj)):
+        out = {}
+        for a in attrs.fields(type(obj)):
+            v = getattr(obj, a.name)
+            kind = a.metadata.get("kind")
+            if kind == "named":
+                out[a.name] = {item.name: {k: w for k, w in _to_plain(item).items() if k != "name"}
+                               for item in v}
+            elif kind == "params":
+                out[a.name] = {k: w for k, w in v}
+            else:
+                out[a.name] = _to_plain(v)
+        return out
+    if isinstance(obj, tuple):
+        return [_to_plain(v) for v in obj]
+    return obj
+
+
+_FLAT_SECTIONS = ("sm", "hbm", "hub", "nvlink", "switch")
+
+
+def flat_params(cfg: Config) -> dict:
+    """Numeric system parameters in one flat namespace for ISA cost expressions.
+
+    Keys: gpu.num_sms, gpu.sm_clock, gpu.kernel_launch_latency, sm.<field>, hbm.<field>,
+    hub.<field>, nvlink.<field>, switch.<field>, system.num_gpus. Values in base units.
+    """
+    s = cfg.system
+    out = {"system.num_gpus": s.num_gpus, "gpu.num_sms": s.gpu.num_sms,
+           "gpu.sm_clock": s.gpu.sm_clock, "gpu.kernel_launch_latency": s.gpu.kernel_launch_latency}
+    sections = {"sm": s.gpu.sm, "hbm": s.gpu.hbm, "hub": s.gpu.hub, "nvlink": s.nvlink,
+                "switch": s.switch}
+    for prefix in _FLAT_SECTIONS:
+        node = sections[prefix]
+        for a in attrs.fields(type(node)):
+            v = getattr(node, a.name)
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                out[f"{prefix}.{a.name}"] = v
+    return out

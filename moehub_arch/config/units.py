@@ -1,0 +1,105 @@
+"""Physical quantities written as strings in config files: '25GB/s', '1.83GHz', '228KB', '300ns'.
+
+Each quantity is parsed into the simulator's base unit for its kind:
+
+=========== ============== ===============================================================
+kind        base unit      accepted units
+=========== ============== ===============================================================
+time        int picosecond ps, ns, us, ms, s           (rounded to the nearest ps)
+frequency   int Hz         Hz, kHz, MHz, GHz           (rounded to the nearest Hz)
+size        int byte       B, KB, KiB, MB, MiB, GB, GiB, TB, TiB  -- ALL BINARY (1024-based)
+bandwidth   float B/s      B/s, KB/s, MB/s, GB/s, TB/s -- DECIMAL (1000-based);
+                           KiB/s, MiB/s, GiB/s, TiB/s (binary); Kbps, Mbps, Gbps, Tbps (bits)
+=========== ============== ===============================================================
+
+Binary vs decimal, the question gem5 users ask first: we follow how NVIDIA's documents write the
+numbers we copy from them. Capacities ("228 KB shared memory per SM", "80 GB HBM3") are powers of
+two, so every size unit is 1024-based and KB == KiB. Rates ("25 GB/s per NVLink link",
+"3.35 TB/s HBM3") are data-sheet decimal numbers, so bandwidth units are 1000-based (GB/s = 1e9
+B/s); write GiB/s for a binary rate. `Gbps` is a bit rate: 1 Gbps = 1e9 / 8 B/s.
+
+A bare number is refused for every kind: a config must say which unit it means.
+"""
+from decimal import Decimal, InvalidOperation, ROUND_HALF_EVEN
+import re
+
+KINDS = ("time", "frequency", "size", "bandwidth")
+
+_K, _M, _G, _T = 1024, 1024 ** 2, 1024 ** 3, 1024 ** 4
+
+#: unit -> (kind, factor to the base unit). Factors are exact (int or Decimal).
+UNITS = {
+    "ps": ("time", 1), "ns": ("time", 10 ** 3), "us": ("time", 10 ** 6),
+    "ms": ("time", 10 ** 9), "s": ("time", 10 ** 12),
+    "Hz": ("frequency", 1), "kHz": ("frequency", 10 ** 3), "MHz": ("frequency", 10 ** 6),
+    "GHz": ("frequency", 10 ** 9),
+    "B": ("size", 1), "KB": ("size", _K), "KiB": ("size", _K), "MB": ("size", _M),
+    "MiB": ("size", _M), "GB": ("size", _G), "GiB": ("size", _G), "TB": ("size", _T),
+    "TiB": ("size", _T),
+    "B/s": ("bandwidth", 1), "KB/s": ("bandwidth", 10 ** 3), "MB/s": ("bandwidth", 10 ** 6),
+    "GB/s": ("bandwidth", 10 ** 9), "TB/s": ("bandwidth", 10 ** 12),
+    "KiB/s": ("bandwidth", _K), "MiB/s": ("bandwidth", _M), "GiB/s": ("bandwidth", _G),
+    "TiB/s": ("bandwidth", _T),
+    "Kbps": ("bandwidth", Decimal(10 ** 3) / 8), "Mbps": ("bandwidth", Decimal(10 ** 6) / 8),
+    "Gbps": ("bandwidth", Decimal(10 ** 9) / 8), "Tbps": ("bandwidth", Decimal(10 ** 12) / 8),
+}
+
+EXAMPLES = {"time": "300ns", "frequency": "1.83GHz", "size": "228KB", "bandwidth": "25GB/s"}
+
+_QUANTITY = re.compile(r"^\s*([+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)\s*([A-Za-z/]+)\s*$")
+
+
+class UnitError(ValueError):
+    """A quantity string that cannot be read as the expected kind (short message, no location)."""
+
+
+def units_of(kind: str) -> list[str]:
+    """The unit names accepted for one kind, in table order."""
+    return [u for u, (k, _) in UNITS.items() if k == kind]
+
+
+def parse_quantity(value, kind: str):
+    """Parse `value` (e.g. '25GB/s') as a `kind` quantity; return it in the kind's base unit.
+
+    time -> int ps, frequency -> int Hz, size -> int bytes, bandwidth -> float B/s.
+    Raises UnitError for bare numbers, unknown units, wrong dimension, negative values and
+    sizes that are not a whole number of bytes.
+    """
+    if kind not in KINDS:
+        raise ValueError(f"unknown quantity kind {kind!r} (kinds: {', '.join(KINDS)})")
+    allowed = ", ".join(units_of(kind))
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise UnitError(f"expected a {kind} such as '{EXAMPLES[kind]}', found {value!r}")
+    if isinstance(value, (int, float)) or _is_number(value):
+        raise UnitError(f"expected a quantity with a unit such as '{EXAMPLES[kind]}', found "
+                        f"'{value}' (a bare number; {kind} units: {allowed})")
+    m = _QUANTITY.match(value)
+    if not m:
+        raise UnitError(f"expected a {kind} such as '{EXAMPLES[kind]}', found '{value}'")
+    number, unit = m.groups()
+    if unit not in UNITS:
+        raise UnitError(f"'{value}': unknown unit '{unit}' for a {kind} (units: {allowed})")
+    found_kind, factor = UNITS[unit]
+    if found_kind != kind:
+        raise UnitError(f"'{value}' is a {found_kind}, expected a {kind} (units: {allowed})")
+    try:
+        exact = Decimal(number) * factor
+    except InvalidOperation:  # pragma: no cover - the regex only lets numbers through
+        raise UnitError(f"'{value}': '{number}' is not a number") from None
+    if exact < 0:
+        raise UnitError(f"'{value}': a {kind} cannot be negative")
+    if kind == "bandwidth":
+        return float(exact)
+    if kind == "size":
+        if exact != exact.to_integral_value():
+            raise UnitError(f"'{value}' is not a whole number of bytes ({exact} B)")
+        return int(exact)
+    return int(exact.to_integral_value(rounding=ROUND_HALF_EVEN))
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text.replace("_", ""))
+        return True
+    except ValueError:
+        return False

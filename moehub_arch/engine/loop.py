@@ -1,0 +1,62 @@
+"""The one compiled run loop (DESIGN rule 1): pop the earliest event, dispatch it by integer kind.
+
+The loop runs at most ``max_events`` events per call and then returns to Python, which reports
+progress, grows the event queue if needed and calls again; all state stays in arrays, so a call
+boundary changes nothing. It also returns when the queue is empty (done or deadlocked) or when a
+handler recorded a runtime error.
+"""
+from numba import njit
+
+from ..components.hub import hub_packetize, hub_receive
+from ..components.nvlink import channel_credit, channel_transmit
+from ..components.scheduler import kernel_start
+from ..components.sm import local_done, sm_issue
+from ..components.switch import switch_crossbar, switch_receive
+from .events import (EV_CH_ARRIVE, EV_CH_TX, EV_CREDIT, EV_HUB_TX, EV_KERNEL_START, EV_LOCAL_DONE,
+                     EV_SM_ISSUE, EV_XBAR, Q_TICK, pop)
+
+STATUS_EMPTY = 0      # no events left
+STATUS_BATCH = 1      # max_events processed; call again
+STATUS_GROW = 2       # event queue nearly full; grow it and call again
+STATUS_ERROR = 3      # a handler recorded a runtime error in st.err
+STATUS_TICK_LIMIT = 4  # next event lies beyond the tick limit
+
+
+@njit(cache=True)
+def run_loop(st, max_events, headroom, tick_limit):
+    sy = st.sys[0]
+    cap = st.q.shape[0]
+    n = 0
+    while n < max_events:
+        if sy.q_size == 0:
+            return STATUS_EMPTY
+        if sy.q_size + headroom > cap:
+            return STATUS_GROW
+        if tick_limit >= 0 and st.q[0, Q_TICK] > tick_limit:
+            return STATUS_TICK_LIMIT
+        tick, kind, a0, a1 = pop(st)
+        sy.q_now = tick
+        sy.q_events += 1
+        n += 1
+        if kind == EV_SM_ISSUE:
+            sm_issue(st, a0, tick)
+        elif kind == EV_CH_TX:
+            channel_transmit(st, a0, tick)
+        elif kind == EV_CH_ARRIVE:
+            if st.ch[a1].to_switch:
+                switch_receive(st, a1, a0, tick)
+            else:
+                hub_receive(st, st.ch[a1].gpu, a1, a0, tick)
+        elif kind == EV_XBAR:
+            switch_crossbar(st, a0, tick)
+        elif kind == EV_CREDIT:
+            channel_credit(st, a0, a1, tick)
+        elif kind == EV_HUB_TX:
+            hub_packetize(st, a0, tick)
+        elif kind == EV_LOCAL_DONE:
+            local_done(st, a0, tick)
+        elif kind == EV_KERNEL_START:
+            kernel_start(st, a0, tick)
+        if sy.err_code != 0:
+            return STATUS_ERROR
+    return STATUS_BATCH

@@ -1,0 +1,147 @@
+"""Simulation state: a few record arrays, one per kind of hardware entity (DESIGN rules 1 and 2).
+
+Every mutable runtime value lives in the arrays of one ``State`` namedtuple; parameters live in the
+read-only one-element record array ``State.p``. Entities with many fields are numpy record arrays
+(``st.tb[slot].pc``, ``st.ch[c].credits``): that keeps the field names readable and the number of
+arrays small, which matters because Numba flattens every array of a tuple argument into separate
+machine arguments at every call (about 150 plain arrays took six minutes to compile; these ~30 take
+seconds). Index conventions:
+
+- GPU ``g`` in ``[0, G)``; SM ``sm = g * S + s``; thread-block slot ``slot = sm * T + j``.
+- Link ``l`` of GPU ``g`` is global link ``g * L + l``; its GPU->switch channel is ``2 * link``
+  ("up") and its switch->GPU channel ``2 * link + 1`` ("down").
+- Requests of GPU ``g``'s hub are ``g * R .. g * R + R - 1``.
+"""
+from collections import namedtuple
+
+import numpy as np
+
+
+def _record(*names):
+    return np.dtype([(n, np.int64) for n in names])
+
+
+def new_records(dtype, n):
+    """A zeroed record array (attribute access to fields in both engines)."""
+    return np.zeros(n, dtype).view(np.recarray)
+
+
+# Scalar parameters, all integers (ticks are ps, *_fs are femtoseconds).
+PARAMS = _record(
+    "num_gpus", "sms_per_gpu", "slots_per_sm", "issue_width", "functional",
+    "sm_period_fs", "tb_launch_cycles", "smem_bytes", "smem_latency_cycles", "kernel_launch_ticks",
+    "hbm_channels", "hbm_interleave", "hbm_fs_per_byte_channel", "hbm_latency_cycles",
+    "hbm_atomic_cycles", "hbm_capacity", "hbm_min_access",
+    "links_per_gpu", "num_switches", "max_payload", "header_bytes", "flit_bytes",
+    "link_fs_per_byte", "link_latency_ticks", "rx_buffer_flits", "switch_traversal_ticks",
+    "hub_ticks_per_packet", "hub_tx_latency_ticks", "hub_rx_latency_ticks", "reqs_per_gpu",
+)
+
+# Whole-run bookkeeping: event-queue counters, packet-pool stack top, the first runtime error.
+SYSTEM = _record("q_size", "q_next_seq", "q_events", "q_now", "pk_top", "pk_peak",
+                 "err_code", "err_slot", "err_pc", "err_value")
+
+# Thread-block slots (T per SM).
+THREAD_BLOCK = _record(
+    "state",        # TB_* below
+    "pc",           # absolute program counter
+    "ready",        # tick from which the TB may issue again
+    "launch",       # launch index of the resident TB, -1 if empty
+    "outstanding",  # asynchronous operations not yet completed (fence waits for 0)
+    "wait_addr", "wait_cmp", "wait_value",  # flag-wait condition (wait.* instructions)
+    "wait_start",   # tick at which the current wait began (wait-time stats)
+    "smem_base", "smem_bytes",  # the TB's shared-memory allocation within its SM
+)
+
+SM = _record(
+    "next_issue",   # tick of the scheduled issue event, -1 while the SM sleeps
+    "rr",           # round-robin pointer over TB slots (issue arbitration)
+    "resident",     # resident TB count
+    "active_since",  # tick at which the SM last went from 0 to >=1 resident TBs
+    "insts", "tbs_launched", "active_ticks",  # stats
+)
+
+LAUNCH = _record("gpu", "entry_pc", "grid", "next_in_stream", "smem", "max_per_sm",
+                 "dispatched", "finished", "status", "start", "end")
+
+# Per-GPU state of the block scheduler, the flag waiters, the hub and the HBM counters.
+GPU = _record(
+    "rr_sm", "waiters",
+    "hub_next_tx", "hub_blocked", "hub_blocked_since", "hub_tb_waiters",
+    "reqq_head", "reqq_count", "respq_head", "respq_count", "free_top",
+    "hub_requests", "hub_tx_packets", "hub_tx_payload", "hub_rx_packets", "hub_rx_payload",
+    "hub_stall_ticks", "hub_reqq_peak", "hub_respq_peak", "hub_rx_first", "hub_rx_last", "hub_acks",
+    "hbm_read_bytes", "hbm_write_bytes", "hbm_accesses", "hbm_atomics",
+)
+
+HBM_CHANNEL = _record("free", "busy")  # free: tick the queued transfers end; busy: stat
+
+LINK_CHANNEL = _record(
+    "to_switch", "gpu", "switch", "port",     # 1 for GPU->switch channels; endpoints of the link
+    "busy_until", "credits",
+    "txq_head", "txq_count", "txq_cap",       # transmit FIFO (ids in State.txq)
+    "rxq_head", "rxq_count",                  # switch input buffer (ids in State.rxq)
+    "tx_pending", "xbar_pending", "xbar_blocked", "xbar_blocked_since",
+    "credit_blocked", "credit_blocked_since",
+    "tx_packets", "tx_wire_bytes", "tx_payload_bytes", "tx_busy", "credit_stall", "txq_peak",
+    "rx_packets", "rx_wire_bytes", "rx_payload_bytes", "rxq_peak", "xbar_blocked_ticks",
+)
+
+REQUEST = _record("kind", "slot", "src_gpu", "dst_gpu", "dst_addr", "src_addr", "nbytes", "sent",
+                  "resp_sent", "pkts_total", "pkts_arrived", "value", "ret_reg")
+
+PACKET = _record("kind", "req", "src", "dst", "addr", "src_addr", "payload", "flits", "ready",
+                 "value")
+
+# route tables: column 0 = number of candidates, column 1 = round-robin pointer, then candidates
+ROUTE_N, ROUTE_RR, ROUTE_FIRST = 0, 1, 2
+# response FIFO entries: request id, response kind, ready tick
+RESP_REQ, RESP_KIND, RESP_READY = 0, 1, 2
+
+State = namedtuple("State", [
+    "p",            # [1] PARAMS
+    "sys",          # [1] SYSTEM
+    "q",            # [capacity, 5] event heap (engine.events)
+    "code",         # [instructions, ROW_WIDTH] assembled program
+    "tb", "regs",   # [slots] THREAD_BLOCK, [slots, NUM_REGS] registers
+    "sm", "sm_unit_free", "sm_unit_busy", "sm_wait",  # [SMs] SM; [SMs, units] x2; [SMs, reasons]
+    "ln", "ln_params", "ln_per_sm",                   # [launches] LAUNCH; params; TBs per SM
+    "gpu",          # [G] GPU
+    "hbm_mem", "smem",  # functional storage: [G, backed bytes], [SMs, smem bytes or 0] uint8
+    "hbm_chan",     # [G * C] HBM_CHANNEL
+    "ch", "txq", "rxq",  # [channels] LINK_CHANNEL; FIFOs of packet ids
+    "gpu_routes", "sw_routes", "sw_inputs",  # routing (see ROUTE_*); sw_inputs[s, 0] = count
+    "reqq", "respq", "free_reqs",  # hub FIFOs [G, depth], [G, cap, 3]; free request stack [G, R]
+    "req", "pk", "pk_free",        # [G * R] REQUEST; [P] PACKET; packet free stack
+])
+
+# thread-block states
+TB_EMPTY, TB_READY, TB_WAIT_FLAG, TB_WAIT_FENCE, TB_WAIT_REMOTE, TB_WAIT_HUB = range(6)
+# wait reasons for stats (column of State.sm_wait)
+WAIT_FLAG, WAIT_FENCE, WAIT_REMOTE, WAIT_HUB = range(4)
+NUM_WAIT_REASONS = 4
+WAIT_REASON_NAMES = ("flag", "fence", "remote", "hub")
+
+# launch status
+LN_PENDING, LN_RUNNING, LN_DONE = range(3)
+
+# runtime error codes (State.sys[0].err_code)
+ERR_NONE = 0
+ERR_UNBACKED_WORD = 1
+ERR_ADDR_RANGE = 2
+ERR_UNBACKED_COPY = 3
+ERR_BAD_GPU = 4
+ERR_DIV_ZERO = 5
+ERR_MISALIGNED = 6
+ERR_BAD_SIZE = 7
+ERROR_TEXT = {
+    ERR_UNBACKED_WORD: "word or element access to the data region, which timing mode does not back "
+                       "with storage (keep flags, counters and tables in buffers with region: control)",
+    ERR_ADDR_RANGE: "address out of range (HBM capacity, the TB's shared-memory allocation, or a "
+                    "shared-memory address where only HBM is allowed)",
+    ERR_UNBACKED_COPY: "copy from the unbacked data region into the control region in timing mode",
+    ERR_BAD_GPU: "GPU index out of range",
+    ERR_DIV_ZERO: "integer division by zero",
+    ERR_MISALIGNED: "misaligned address (words and flags need 8-byte alignment)",
+    ERR_BAD_SIZE: "negative or zero size",
+}

@@ -1,0 +1,138 @@
+"""Binary encoding of assembled instructions, shared by the assembler and the engine.
+
+An assembled program is one ``int64`` array ``code[n_instructions, ROW_WIDTH]``. Each row is one
+TB-level instruction. The engine never sees mnemonics: it dispatches on the *semantic* id (what the
+instruction does, implemented once in the engine) and the *sub-operation* (which variant), while the
+ISA data file (``isa/*.yaml``) binds mnemonics to a semantic, a functional unit and costs. That is
+what lets a user add an instruction (a new mnemonic with its own costs bound to an existing
+semantic) or change a latency without touching the engine.
+
+Row layout (column constants below):
+
+    SEM      semantic id (SEM_*)
+    SUBOP    variant of the semantic (ALU_*, CMP_*, VEC_*, ...)
+    UNIT     functional unit (UNIT_*)
+    LAT      latency in SM cycles, added after the unit's occupancy
+    II       initiation interval in SM cycles: minimum occupancy of the unit
+    THR      throughput in work units per cycle for size-dependent instructions (bytes/cycle for
+             copies, FLOP/cycle for mma, elements/cycle for vector ops); 0 if not size-dependent
+    IMM      bit i set => operand slot i holds an immediate value, else a register index
+    DTYPE    element type for tensor/vector instructions (DT_*)
+    LINE     source line number (for error messages raised by the engine)
+    OP0..OP6 operand slots (register index, immediate value, or branch target pc)
+
+Registers: each thread block has NUM_REGS int64 registers. r0..r31 are general purpose; the special
+registers (read-only) and the kernel parameters (read-only, set at launch) follow.
+"""
+
+ROW_WIDTH = 16
+SEM, SUBOP, UNIT, LAT, II, THR, IMM, DTYPE, LINE = range(9)
+OP0 = 9
+MAX_OPERANDS = ROW_WIDTH - OP0  # 7
+
+# ---- registers -------------------------------------------------------------------------------
+NUM_GENERAL_REGS = 32
+REG_GPU = 32       # %gpu    this GPU's index
+REG_NGPU = 33      # %ngpu   number of GPUs in the system
+REG_SM = 34        # %sm     SM index within the GPU
+REG_NSM = 35       # %nsm    SMs per GPU
+REG_TB = 36        # %tb     thread-block index within the grid
+REG_NTB = 37       # %ntb    grid size (thread blocks per GPU for this launch)
+REG_SMEM = 38      # %smem   base address of this TB's shared-memory allocation
+REG_CLOCK = 39     # %clock  current SM cycle (read at issue)
+REG_TICK = 40      # %tick   current simulated time in ps (read at issue)
+SPECIAL_REGS = {
+    "gpu": REG_GPU, "ngpu": REG_NGPU, "sm": REG_SM, "nsm": REG_NSM, "tb": REG_TB,
+    "ntb": REG_NTB, "smem": REG_SMEM, "clock": REG_CLOCK, "tick": REG_TICK,
+}
+FIRST_PARAM_REG = 48
+MAX_PARAMS = 16
+NUM_REGS = FIRST_PARAM_REG + MAX_PARAMS  # 64
+
+# Shared memory lives in its own address window: an address with this bit set is an offset into
+# the issuing SM's shared memory; any other address is a byte address in this GPU's HBM.
+SMEM_ADDR_BIT = 1 << 40
+
+# ---- functional units ------------------------------------------------------------------------
+UNIT_ALU, UNIT_CTRL, UNIT_LSU, UNIT_TENSOR, UNIT_VECTOR, UNIT_COMM = range(6)
+NUM_UNITS = 6
+UNIT_NAMES = ("alu", "ctrl", "lsu", "tensor", "vector", "comm")
+
+# ---- element types ---------------------------------------------------------------------------
+DT_NONE, DT_F32, DT_BF16, DT_I64 = range(4)
+DTYPE_NAMES = ("none", "f32", "bf16", "i64")
+DTYPE_BYTES = (0, 4, 2, 8)
+
+# ---- semantics (what the engine implements) --------------------------------------------------
+# Operand lists are in assembly order; "dst" is a general register, "src" is a register or an
+# immediate, "addr" is a memory operand [base+offset] that occupies TWO slots (base src, imm
+# offset), "label" becomes an immediate pc.
+SEM_NOP = 0       # ()
+SEM_EXIT = 1      # ()
+SEM_ALU = 2       # (dst, src a, src b)      subop ALU_*; mov uses (dst, src a) and b = 0
+SEM_BRANCH = 3    # (src a, src b, label)    subop CMP_*; CMP_ALWAYS uses (label) only
+SEM_LD = 4        # (dst, addr)              8-byte word load
+SEM_ST = 5        # (addr, src value)        8-byte word store
+SEM_COPY = 6      # (src dst_addr, src src_addr, src bytes)       bulk copy within this GPU
+SEM_COPY2D = 7    # (dst_addr, src_addr, rows, row_bytes, dst_stride, src_stride)
+SEM_MMA = 8       # (c_addr, a_addr, b_addr, m, n, k)  C[m,n] (f32) += A[m,k] @ B[k,n], row-major
+SEM_VEC = 9       # (dst_addr, a_addr, b_addr, n)      subop VEC_*, element type in DTYPE
+SEM_PUT = 10      # (gpu, dst_addr, src_addr, bytes)   async remote write; completes at `fence`
+SEM_GET = 11      # (gpu, dst_addr, src_addr, bytes)   async remote read into local dst
+SEM_ATOM = 12     # (dst, gpu, addr, value)            blocking fetch-and-op at memory, subop ATOM_*
+SEM_FLAG_SET = 13  # (gpu, addr, value)                async 8-byte store of value (local or remote)
+SEM_WAIT = 14     # (addr, value)                      sleep until local word CMP value, subop CMP_*
+SEM_FENCE = 15    # ()                                 wait until all async ops of this TB completed
+SEM_SLEEP = 16    # (cycles)
+NUM_SEMANTICS = 17
+SEMANTIC_NAMES = (
+    "nop", "exit", "alu", "branch", "ld", "st", "copy", "copy2d", "mma", "vec", "put", "get",
+    "atom", "flag_set", "wait", "fence", "sleep",
+)
+# operand kinds per semantic, used by the assembler to check operand lists
+SEMANTIC_OPERANDS = {
+    SEM_NOP: (), SEM_EXIT: (),
+    SEM_ALU: ("dst", "src", "src"),
+    SEM_BRANCH: ("src", "src", "label"),
+    SEM_LD: ("dst", "addr"),
+    SEM_ST: ("addr", "src"),
+    SEM_COPY: ("src", "src", "src"),
+    SEM_COPY2D: ("src", "src", "src", "src", "src", "src"),
+    SEM_MMA: ("src", "src", "src", "src", "src", "src"),
+    SEM_VEC: ("src", "src", "src", "src"),
+    SEM_PUT: ("src", "src", "src", "src"),
+    SEM_GET: ("src", "src", "src", "src"),
+    SEM_ATOM: ("dst", "src", "addr", "src"),
+    SEM_FLAG_SET: ("src", "addr", "src"),
+    SEM_WAIT: ("addr", "src"),
+    SEM_FENCE: (),
+    SEM_SLEEP: ("src",),
+}
+
+# ALU sub-operations
+(ALU_MOV, ALU_ADD, ALU_SUB, ALU_MUL, ALU_DIV, ALU_REM, ALU_AND, ALU_OR, ALU_XOR, ALU_SHL,
+ ALU_SHR, ALU_MIN, ALU_MAX, ALU_SETLT, ALU_SETLE, ALU_SETEQ, ALU_SETNE, ALU_SETGT,
+ ALU_SETGE) = range(19)
+ALU_NAMES = ("mov", "add", "sub", "mul", "div", "rem", "and", "or", "xor", "shl", "shr", "min",
+             "max", "setlt", "setle", "seteq", "setne", "setgt", "setge")
+
+# comparison sub-operations (branches and waits)
+CMP_ALWAYS, CMP_EQ, CMP_NE, CMP_LT, CMP_LE, CMP_GT, CMP_GE = range(7)
+CMP_NAMES = ("always", "eq", "ne", "lt", "le", "gt", "ge")
+
+# vector sub-operations: dst[i] = f(a[i], b[i]); computed in fp32, stored in DTYPE
+VEC_ADD = 0    # dst = a + b
+VEC_MUL = 1    # dst = a * b
+VEC_AXPY = 2   # dst = dst + b[0] * a       (b addresses one scalar of DTYPE: e.g. a router weight)
+VEC_SILU_MUL = 3  # dst = silu(a) * b       (SwiGLU activation)
+VEC_ZERO = 4   # dst = 0                    (a, b ignored)
+VEC_NAMES = ("add", "mul", "axpy", "silu_mul", "zero")
+
+# atomic sub-operations
+ATOM_ADD = 0
+ATOM_NAMES = ("add",)
+
+SUBOP_NAMES = {
+    SEM_ALU: ALU_NAMES, SEM_BRANCH: CMP_NAMES, SEM_WAIT: CMP_NAMES, SEM_VEC: VEC_NAMES,
+    SEM_ATOM: ATOM_NAMES,
+}

@@ -1,0 +1,145 @@
+"""Simulation driver: build the system, run the compiled loop to completion, collect the stats.
+
+Python is only involved between batches of events (progress, growing the event queue) and at the
+end (stats, report figures, end-of-run checks); it is never called per event.
+"""
+import time
+
+import numpy as np
+
+from .builder import build_state, event_headroom
+from .config import flat_params
+from .engine import loop as engine_loop
+from .engine.events import grow_event_queue
+from .engine.state import ERROR_TEXT, LN_DONE, TB_EMPTY, TB_WAIT_FLAG
+from .isa import assemble_files, default_isa_paths, load_isa
+from .isa.encoding import CMP_NAMES, REG_TB, SEM, SEMANTIC_NAMES, SUBOP, SUBOP_NAMES
+from .stats.collect import collect_stats
+from .stats.report import evaluate_report
+
+TB_STATE_TEXT = ("empty", "ready", "waiting on a flag", "waiting in fence for its remote operations",
+                 "waiting for a remote atomic result", "waiting for room in the hub")
+
+
+class SimulationError(Exception):
+    """A run that cannot complete: a runtime error in a kernel (exit 2) or a deadlock (exit 3)."""
+
+    def __init__(self, message, exit_code=2):
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+class Simulation:
+    """One configured system, ready to run once."""
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+        self.isa = load_isa(default_isa_paths()).resolve(flat_params(cfg))
+        self.program = assemble_files(cfg.workload.kernel_files, self.isa)
+        self.state, self.buffers, self.launches = build_state(cfg, self.program)
+        self.stats = None
+
+    # ---- running --------------------------------------------------------------------------
+    def run(self, progress=None):
+        """Run to completion; returns the StatsSet. `progress(sim_ticks, events, wall)` is called
+        between batches of events."""
+        from .components.scheduler import schedule_initial_launches
+
+        st = self.state
+        t0 = time.perf_counter()
+        schedule_initial_launches(st)
+        # the first call compiles (or loads from cache) the run loop; time it separately
+        engine_loop.run_loop(st, 0, 0, -1)
+        t1 = time.perf_counter()
+        compile_seconds = t1 - t0
+        batch = self.cfg.run.batch_events
+        max_events = self.cfg.run.max_events
+        headroom = event_headroom(st)
+        while True:
+            n = batch
+            if max_events:
+                n = min(n, max_events - int(st.sys[0].q_events))
+                if n <= 0:
+                    break
+            status = engine_loop.run_loop(st, n, headroom, -1)
+            if status == engine_loop.STATUS_GROW:
+                st = st._replace(q=grow_event_queue(st.q, 2 * st.q.shape[0]))
+            elif status == engine_loop.STATUS_ERROR:
+                self.state = st
+                raise SimulationError(self._runtime_error_text())
+            elif status == engine_loop.STATUS_EMPTY:
+                break
+            if progress is not None:
+                progress(int(st.sys[0].q_now), int(st.sys[0].q_events), time.perf_counter() - t1)
+        host_seconds = time.perf_counter() - t1
+        self.state = st
+        if not max_events or int(st.sys[0].q_events) < max_events:
+            self._check_finished()
+        self.stats = collect_stats(st, self.launches, self.program, host_seconds, compile_seconds)
+        evaluate_report(self)
+        return self.stats
+
+    # ---- results --------------------------------------------------------------------------
+    def buffer_bytes(self, gpu, name):
+        """Raw bytes of a buffer on one GPU (functional contents; control buffers in timing mode)."""
+        b = self.buffers[name]
+        mem = self.state.hbm_mem
+        if b.addr + b.nbytes > mem.shape[1]:
+            raise ValueError(f"buffer '{name}' is not backed in timing mode")
+        return mem[gpu, b.addr:b.addr + b.nbytes]
+
+    def read_buffer(self, gpu, name, dtype=None):
+        """A buffer as a numpy array of its declared (or the given) element type."""
+        dtype = dtype or self.buffers[name].dtype
+        raw = self.buffer_bytes(gpu, name)
+        if dtype == "bf16":
+            return (raw.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
+        return raw.view({"f32": np.float32, "i64": np.int64, "u8": np.uint8}[dtype])
+
+    # ---- diagnostics ----------------------------------------------------------------------
+    def _where(self, slot):
+        st = self.state
+        T, S = int(st.p[0].slots_per_sm), int(st.p[0].sms_per_gpu)
+        sm = slot // T
+        l = int(st.tb[slot].launch)
+        kernel = self.launches[l].kernel if l >= 0 else "?"
+        tb = int(st.regs[slot, REG_TB])
+        pc = int(st.tb[slot].pc)
+        file, line = self.program.source_line(pc)
+        return f"{file}:{line}", f"kernel '{kernel}' (GPU {sm // S}, SM {sm % S}, TB {tb})"
+
+    def _runtime_error_text(self):
+        st = self.state
+        sy = st.sys[0]
+        code, slot, pc, value = int(sy.err_code), int(sy.err_slot), int(sy.err_pc), int(sy.err_value)
+        loc, who = self._where(slot)
+        row = st.code[pc]
+        sem = int(row[SEM])
+        name = SEMANTIC_NAMES[sem]
+        subs = SUBOP_NAMES.get(sem)
+        if subs:
+            name += "." + subs[int(row[SUBOP])]
+        return (f"{loc}: runtime error in {who} at tick {int(sy.q_now)}, instruction "
+                f"'{name}': {ERROR_TEXT.get(code, 'error')} (value {value}, 0x{value & (2**64 - 1):x}).")
+
+    def _check_finished(self):
+        """The event queue ran dry: every launch must have finished, else report who waits on what."""
+        st = self.state
+        if (st.ln.status == LN_DONE).all():
+            return
+        lines = []
+        for slot in np.nonzero(st.tb.state != TB_EMPTY)[0][:20]:
+            loc, who = self._where(int(slot))
+            tb = st.tb[slot]
+            s = int(tb.state)
+            what = TB_STATE_TEXT[s]
+            if s == TB_WAIT_FLAG:
+                what += (f" (word at 0x{int(tb.wait_addr):x}, waiting for "
+                         f"{CMP_NAMES[int(tb.wait_cmp)]} {int(tb.wait_value)})")
+            lines.append(f"  {who} at {loc}: {what}")
+        pending = [f"'{l.kernel}' on GPU {l.gpu}" for l in self.launches
+                   if st.ln.status[l.index] != LN_DONE]
+        raise SimulationError(
+            f"deadlock at tick {int(st.sys[0].q_now)}: no event left but {len(pending)} kernel "
+            f"launch(es) unfinished ({', '.join(pending[:8])}). Waiting thread blocks:\n"
+            + "\n".join(lines), exit_code=3)

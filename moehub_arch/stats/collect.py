@@ -1,0 +1,141 @@
+"""Stat declarations per component and their collection from the final State.
+
+Each table row is (stat name, State array field, unit, description): the single place where a
+component's statistics are documented (``moehub-sim stats --list`` prints them). Formulas
+(utilisation, bandwidth) are computed here, at dump time, from the raw counters.
+"""
+from ..engine.state import NUM_WAIT_REASONS, WAIT_REASON_NAMES
+from ..isa.encoding import UNIT_NAMES
+from .registry import StatsSet
+
+SM_STATS = (
+    ("insts_issued", "insts", "instructions", "instructions issued"),
+    ("tbs_launched", "tbs_launched", "count", "thread blocks placed on this SM"),
+    ("active_ticks", "active_ticks", "ps", "time with at least one resident thread block"),
+)
+# fields of the per-GPU record (engine.state.GPU)
+HBM_STATS = (
+    ("read_bytes", "hbm_read_bytes", "bytes", "bytes read"),
+    ("write_bytes", "hbm_write_bytes", "bytes", "bytes written"),
+    ("accesses", "hbm_accesses", "count", "accesses (bulk accesses count once)"),
+    ("atomics", "hbm_atomics", "count", "atomic read-modify-writes performed at memory"),
+)
+HUB_STATS = (
+    ("requests", "hub_requests", "count", "remote operations accepted from SMs"),
+    ("tx_packets", "hub_tx_packets", "packets", "packets emitted by the packetizer"),
+    ("tx_payload_bytes", "hub_tx_payload", "bytes", "payload bytes emitted"),
+    ("rx_packets", "hub_rx_packets", "packets", "packets received"),
+    ("rx_payload_bytes", "hub_rx_payload", "bytes", "payload bytes received"),
+    ("stall_ticks", "hub_stall_ticks", "ps", "time the packetizer waited for link transmit-queue room"),
+    ("request_queue_peak", "hub_reqq_peak", "entries", "peak occupancy of the request FIFO"),
+    ("response_queue_peak", "hub_respq_peak", "entries", "peak occupancy of the response FIFO"),
+    ("acks_received", "hub_acks", "count", "write completions received"),
+    ("rx_first_tick", "hub_rx_first", "ps", "arrival of the first data packet (-1: none)"),
+    ("rx_last_tick", "hub_rx_last", "ps", "arrival of the last data packet (-1: none)"),
+)
+# (suffix, channel field, unit, description); GPU-side names use the up channel for tx and the down
+# channel for rx; switch ports the opposite. tx counters are taken at the sender, rx at the receiver.
+TX_STATS = (
+    ("packets", "tx_packets", "packets", "packets transmitted"),
+    ("wire_bytes", "tx_wire_bytes", "bytes", "bytes on the wire (headers and flit padding included)"),
+    ("payload_bytes", "tx_payload_bytes", "bytes", "payload bytes transmitted"),
+    ("busy_ticks", "tx_busy", "ps", "time the transmitter was serialising"),
+    ("credit_stall_ticks", "credit_stall", "ps", "time the head packet waited for credits"),
+    ("queue_peak", "txq_peak", "packets", "peak transmit-queue occupancy"),
+)
+RX_STATS = (
+    ("packets", "rx_packets", "packets", "packets received"),
+    ("wire_bytes", "rx_wire_bytes", "bytes", "bytes received on the wire"),
+    ("payload_bytes", "rx_payload_bytes", "bytes", "payload bytes received"),
+)
+
+
+def _dir_stats(out, prefix, direction, ch, sim_ticks):
+    """Stats of one link direction; `ch` is the channel's record."""
+    for suffix, field, unit, desc in (TX_STATS if direction == "tx" else RX_STATS):
+        out.add(f"{prefix}.{direction}_{suffix}", ch[field], unit, desc)
+    if direction == "tx":
+        out.add(f"{prefix}.tx_utilization", ch.tx_busy / sim_ticks if sim_ticks else 0.0, "ratio",
+                "fraction of time the transmitter was serialising")
+        out.add(f"{prefix}.tx_payload_GBps", ch.tx_payload_bytes / (sim_ticks * 1e-12) / 1e9
+                if sim_ticks else 0.0, "GB/s", "payload bandwidth averaged over the run")
+
+
+def collect_stats(st, launches, program, host_seconds, compile_seconds):
+    """All stats of a finished run, in dump order (root stats first)."""
+    out = StatsSet()
+    p = st.p[0]
+    G, S, L = int(p.num_gpus), int(p.sms_per_gpu), int(p.links_per_gpu)
+    sim_ticks = int(st.sys[0].q_now)
+    events = int(st.sys[0].q_events)
+    insts = int(st.sm.insts.sum())
+    out.add("simTicks", sim_ticks, "ps", "simulated time (tick of the last event)")
+    out.add("simSeconds", sim_ticks * 1e-12, "s", "simulated time")
+    out.add("simFreq", 10 ** 12, "ticks/s", "ticks per simulated second")
+    out.add("simInsts", insts, "instructions", "instructions issued by all SMs")
+    out.add("simEvents", events, "count", "events processed by the run loop")
+    out.add("hostSeconds", host_seconds, "s", "wall-clock time of the run loop (compile excluded)")
+    out.add("hostCompileSeconds", compile_seconds, "s", "wall-clock time to load or compile the engine")
+    out.add("hostInstRate", insts / host_seconds if host_seconds > 0 else 0.0, "instructions/s",
+            "simulated instructions per host second")
+    out.add("hostEventRate", events / host_seconds if host_seconds > 0 else 0.0, "events/s",
+            "events per host second")
+    out.add("system.packets.pool_peak", st.sys[0].pk_peak, "packets", "peak packets in flight")
+
+    for g in range(G):
+        gp = f"system.gpu{g}"
+        gsl = slice(g * S, (g + 1) * S)
+        out.add(f"{gp}.insts_issued", st.sm.insts[gsl].sum(), "instructions",
+                "instructions issued by this GPU's SMs")
+        for l in launches:
+            if l.gpu != g:
+                continue
+            pre = f"{gp}.launch{l.index}"
+            start, end = int(st.ln[l.index].start), int(st.ln[l.index].end)
+            out.add(f"{pre}.start_tick", start, "ps", f"start of kernel '{l.kernel}' (stream {l.stream})")
+            out.add(f"{pre}.end_tick", end, "ps", f"end of kernel '{l.kernel}' (last TB exit)")
+            out.add(f"{pre}.ticks", end - start if end >= 0 else -1, "ps",
+                    f"duration of kernel '{l.kernel}'")
+            out.add(f"{pre}.tbs", l.grid, "count", f"thread blocks of kernel '{l.kernel}'")
+        for s in range(S):
+            sm = g * S + s
+            pre = f"{gp}.sm{s}"
+            for name, field, unit, desc in SM_STATS:
+                out.add(f"{pre}.{name}", st.sm[sm][field], unit, desc)
+            for u, uname in enumerate(UNIT_NAMES):
+                out.add(f"{pre}.{uname}_busy_ticks", st.sm_unit_busy[sm, u], "ps",
+                        f"time the {uname} unit was occupied")
+            for w in range(NUM_WAIT_REASONS):
+                out.add(f"{pre}.wait_{WAIT_REASON_NAMES[w]}_ticks", st.sm_wait[sm, w], "ps",
+                        f"thread-block time spent waiting ({WAIT_REASON_NAMES[w]}), summed over TBs")
+        gr = st.gpu[g]
+        pre = f"{gp}.hbm"
+        for name, field, unit, desc in HBM_STATS:
+            out.add(f"{pre}.{name}", gr[field], unit, desc)
+        C = int(p.hbm_channels)
+        busy = st.hbm_chan.busy[g * C:(g + 1) * C].sum()
+        out.add(f"{pre}.utilization", busy / (C * sim_ticks) if sim_ticks else 0.0, "ratio",
+                "mean fraction of time the channels were transferring")
+        total = gr.hbm_read_bytes + gr.hbm_write_bytes
+        out.add(f"{pre}.bandwidth_GBps", total / (sim_ticks * 1e-12) / 1e9 if sim_ticks else 0.0,
+                "GB/s", "bytes read and written per second, averaged over the run")
+        pre = f"{gp}.hub"
+        for name, field, unit, desc in HUB_STATS:
+            out.add(f"{pre}.{name}", gr[field], unit, desc)
+        for l in range(L):
+            link = g * L + l
+            pre = f"{gp}.nvlink{l}"
+            _dir_stats(out, pre, "tx", st.ch[2 * link], sim_ticks)
+            _dir_stats(out, pre, "rx", st.ch[2 * link + 1], sim_ticks)
+
+    up = [c for c in range(st.ch.shape[0]) if st.ch[c].to_switch]
+    for s in range(int(p.num_switches)):
+        for c in sorted((c for c in up if st.ch[c].switch == s), key=lambda c: st.ch[c].port):
+            pre = f"system.switch{s}.port{st.ch[c].port}"
+            _dir_stats(out, pre, "rx", st.ch[c], sim_ticks)
+            _dir_stats(out, pre, "tx", st.ch[c + 1], sim_ticks)
+            out.add(f"{pre}.input_queue_peak", st.ch[c].rxq_peak, "packets",
+                    "peak occupancy of the input buffer")
+            out.add(f"{pre}.input_blocked_ticks", st.ch[c].xbar_blocked_ticks, "ps",
+                    "time the input's head packet waited for output-queue room")
+    return out

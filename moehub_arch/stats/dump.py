@@ -1,0 +1,43 @@
+"""Dump formats: gem5-style ``stats.txt``, ``stats.json`` and long-format ``stats.csv``."""
+import csv
+import json
+import math
+
+
+def _fmt(value):
+    if isinstance(value, bool):
+        return str(int(value))
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if math.isnan(value) or math.isinf(value):
+            return str(value)
+        if value == int(value) and abs(value) < 1e15:
+            return f"{value:.6f}"
+        return f"{value:.6g}" if abs(value) < 1e-3 or abs(value) >= 1e15 else f"{value:.6f}"
+    return str(value)
+
+
+def write_stats_txt(stats, path):
+    """gem5 format: Begin/End markers; one stat per line: name, value, '# description (unit)'."""
+    width = max([len(s.name) for s in stats] + [40])
+    lines = ["", "---------- Begin Simulation Statistics ----------"]
+    for s in stats:
+        lines.append(f"{s.name:<{width}} {_fmt(s.value):>20}  # {s.desc} ({s.unit})")
+    lines += ["", "---------- End Simulation Statistics   ----------", ""]
+    path.write_text("\n".join(lines))
+
+
+def write_stats_json(stats, path):
+    """{name: {value, unit, desc}} in dump order."""
+    data = {s.name: {"value": s.value, "unit": s.unit, "desc": s.desc} for s in stats}
+    path.write_text(json.dumps(data, indent=1))
+
+
+def write_stats_csv(stats, path):
+    """Long format, one row per stat: name, value, unit, description."""
+    with path.open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["name", "value", "unit", "description"])
+        for s in stats:
+            w.writerow([s.name, s.value, s.unit, s.desc])
