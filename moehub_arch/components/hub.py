@@ -57,7 +57,7 @@ def hub_submit(st, g, kind, slot, dst_gpu, dst_addr, src_addr, nbytes, value, re
     rq.dst_gpu = dst_gpu
     rq.dst_addr = dst_addr
     rq.src_addr = src_addr
-    rq.nbytes = nbytes
+    rq.length = nbytes
     rq.sent = 0
     rq.resp_sent = 0
     rq.pkts_arrived = 0
@@ -148,14 +148,14 @@ def hub_packetize(st, g, tick):
         kind = st.respq[g, gp.respq_head, RESP_KIND]
         if kind == RESP_GET_DATA:
             off = rq.resp_sent
-            n = min(rq.nbytes - off, mp)
+            n = min(rq.length - off, mp)
             pk.kind = PK_GET_RESP
             pk.addr = rq.dst_addr + off
             pk.src_addr = rq.src_addr + off
             pk.payload = n
             ready = hbm_access(st, g, pk.src_addr, n, tick, False)
             rq.resp_sent = off + n
-            done = rq.resp_sent == rq.nbytes
+            done = rq.resp_sent == rq.length
         elif kind == RESP_ATOM:
             pk.kind = PK_ATOM_RESP
             pk.payload = 8
@@ -172,14 +172,14 @@ def hub_packetize(st, g, tick):
         kind = rq.kind
         if kind == REQ_PUT:
             off = rq.sent
-            n = min(rq.nbytes - off, mp)
+            n = min(rq.length - off, mp)
             pk.kind = PK_PUT
             pk.addr = rq.dst_addr + off
             pk.src_addr = rq.src_addr + off
             pk.payload = n
             ready = hbm_access(st, g, pk.src_addr, n, tick, False)
             rq.sent = off + n
-            done = rq.sent == rq.nbytes
+            done = rq.sent == rq.length
         elif kind == REQ_STORE:
             pk.kind = PK_STORE
             pk.payload = 8

@@ -17,7 +17,15 @@ from collections import namedtuple
 import numpy as np
 
 
+_RESERVED = set(dir(np.record))
+
+
 def _record(*names):
+    # In the pure-Python engine `rec.x` resolves numpy's own attributes before fields (a field
+    # called `nbytes` would read the record's byte size), so such names are refused here.
+    clash = [n for n in names if n in _RESERVED]
+    if clash:
+        raise ValueError(f"record field names {clash} shadow numpy.record attributes")
     return np.dtype([(n, np.int64) for n in names])
 
 
@@ -87,7 +95,7 @@ LINK_CHANNEL = _record(
     "rx_packets", "rx_wire_bytes", "rx_payload_bytes", "rxq_peak", "xbar_blocked_ticks",
 )
 
-REQUEST = _record("kind", "slot", "src_gpu", "dst_gpu", "dst_addr", "src_addr", "nbytes", "sent",
+REQUEST = _record("kind", "slot", "src_gpu", "dst_gpu", "dst_addr", "src_addr", "length", "sent",
                   "resp_sent", "pkts_total", "pkts_arrived", "value", "ret_reg")
 
 PACKET = _record("kind", "req", "src", "dst", "addr", "src_addr", "payload", "flits", "ready",

@@ -64,9 +64,7 @@ DTYPE_NAMES = ("none", "f32", "bf16", "i64")
 DTYPE_BYTES = (0, 4, 2, 8)
 
 # ---- semantics (what the engine implements) --------------------------------------------------
-# Operand lists are in assembly order; "dst" is a general register, "src" is a register or an
-# immediate, "addr" is a memory operand [base+offset] that occupies TWO slots (base src, imm
-# offset), "label" becomes an immediate pc.
+# The comment after each semantic lists its operands (see SEMANTIC_OPERANDS below).
 SEM_NOP = 0       # ()
 SEM_EXIT = 1      # ()
 SEM_ALU = 2       # (dst, src a, src b)      subop ALU_*; mov uses (dst, src a) and b = 0
@@ -89,25 +87,39 @@ SEMANTIC_NAMES = (
     "nop", "exit", "alu", "branch", "ld", "st", "copy", "copy2d", "mma", "vec", "put", "get",
     "atom", "flag_set", "wait", "fence", "sleep",
 )
-# operand kinds per semantic, used by the assembler to check operand lists
+# Named operands of each semantic, in slot order, as (name, kind). Kinds: "reg" (a general
+# register written by the instruction), "src" (register, special register, parameter or
+# immediate), "addr" (memory operand [base+offset]: TWO slots, base then immediate offset), "label"
+# (an immediate pc). An ISA instruction lists the names it takes in assembly order; the others
+# are immediate 0 (e.g. `mov` takes (dst, a); `bra` takes (target); `vzero` takes (dst, n)).
 SEMANTIC_OPERANDS = {
-    SEM_NOP: (), SEM_EXIT: (),
-    SEM_ALU: ("dst", "src", "src"),
-    SEM_BRANCH: ("src", "src", "label"),
-    SEM_LD: ("dst", "addr"),
-    SEM_ST: ("addr", "src"),
-    SEM_COPY: ("src", "src", "src"),
-    SEM_COPY2D: ("src", "src", "src", "src", "src", "src"),
-    SEM_MMA: ("src", "src", "src", "src", "src", "src"),
-    SEM_VEC: ("src", "src", "src", "src"),
-    SEM_PUT: ("src", "src", "src", "src"),
-    SEM_GET: ("src", "src", "src", "src"),
-    SEM_ATOM: ("dst", "src", "addr", "src"),
-    SEM_FLAG_SET: ("src", "addr", "src"),
-    SEM_WAIT: ("addr", "src"),
-    SEM_FENCE: (),
-    SEM_SLEEP: ("src",),
+    SEM_NOP: (), SEM_EXIT: (), SEM_FENCE: (),
+    SEM_ALU: (("dst", "reg"), ("a", "src"), ("b", "src")),
+    SEM_BRANCH: (("a", "src"), ("b", "src"), ("target", "label")),
+    SEM_LD: (("dst", "reg"), ("addr", "addr")),
+    SEM_ST: (("addr", "addr"), ("value", "src")),
+    SEM_COPY: (("dst", "src"), ("src", "src"), ("bytes", "src")),
+    SEM_COPY2D: (("dst", "src"), ("src", "src"), ("rows", "src"), ("row_bytes", "src"),
+                 ("dst_stride", "src"), ("src_stride", "src")),
+    SEM_MMA: (("c", "src"), ("a", "src"), ("b", "src"), ("m", "src"), ("n", "src"), ("k", "src")),
+    SEM_VEC: (("dst", "src"), ("a", "src"), ("b", "src"), ("n", "src")),
+    SEM_PUT: (("gpu", "src"), ("dst", "src"), ("src", "src"), ("bytes", "src")),
+    SEM_GET: (("gpu", "src"), ("dst", "src"), ("src", "src"), ("bytes", "src")),
+    SEM_ATOM: (("dst", "reg"), ("gpu", "src"), ("addr", "addr"), ("value", "src")),
+    SEM_FLAG_SET: (("gpu", "src"), ("addr", "addr"), ("value", "src")),
+    SEM_WAIT: (("addr", "addr"), ("value", "src")),
+    SEM_SLEEP: (("cycles", "src"),),
 }
+
+
+def operand_slots(semantic):
+    """{operand name: (first slot, kind)} for a semantic; an addr operand takes two slots."""
+    out, slot = {}, 0
+    for name, kind in SEMANTIC_OPERANDS[semantic]:
+        out[name] = (slot, kind)
+        slot += 2 if kind == "addr" else 1
+    return out
+
 
 # ALU sub-operations
 (ALU_MOV, ALU_ADD, ALU_SUB, ALU_MUL, ALU_DIV, ALU_REM, ALU_AND, ALU_OR, ALU_XOR, ALU_SHL,

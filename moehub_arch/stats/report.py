@@ -9,26 +9,12 @@ An expression may use numbers, + - * / // % **, parentheses, min/max/abs, and:
                                timestamp a kernel stored with `st [...], %tick`)
 and the names of the system parameters (``gpu.num_sms``, ``nvlink.bandwidth``, ...).
 """
-import ast
-import operator
-
 from ..config import flat_params
-
-_BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
-           ast.Div: operator.truediv, ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod,
-           ast.Pow: operator.pow}
+from ..isa.expr import ExprError, evaluate
 
 
 class ReportError(Exception):
     pass
-
-
-def _dotted(node):
-    if isinstance(node, ast.Name):
-        return node.id
-    if isinstance(node, ast.Attribute):
-        return _dotted(node.value) + "." + node.attr
-    raise ReportError("unsupported expression element")
 
 
 def evaluate_expression(text, sim, names):
@@ -51,36 +37,10 @@ def evaluate_expression(text, sim, names):
         "max_stats": lambda pat: max(matching(pat)),
         "min_stats": lambda pat: min(matching(pat)),
         "word": lambda gpu, buf, index: int(sim.read_buffer(int(gpu), buf, "i64")[int(index)]),
-        "min": min, "max": max, "abs": abs,
     }
-
-    def ev(node):
-        if isinstance(node, ast.Expression):
-            return ev(node.body)
-        if isinstance(node, ast.Constant) and isinstance(node.value, (int, float, str)):
-            return node.value
-        if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
-            return _BINOPS[type(node.op)](ev(node.left), ev(node.right))
-        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
-            return -ev(node.operand)
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in funcs:
-            return funcs[node.func.id](*[ev(a) for a in node.args])
-        if isinstance(node, (ast.Name, ast.Attribute)):
-            key = _dotted(node)
-            if key not in names:
-                raise ReportError(f"unknown name '{key}'")
-            return names[key]
-        raise ReportError(f"unsupported syntax '{ast.unparse(node)}'")
-
     try:
-        tree = ast.parse(text, mode="eval")
-    except SyntaxError as e:
-        raise ReportError(f"syntax error: {e.msg}") from None
-    try:
-        return ev(tree)
-    except ZeroDivisionError:
-        raise ReportError("division by zero") from None
-    except (KeyError, IndexError, ValueError, TypeError) as e:
+        return evaluate(text, names, funcs)
+    except ExprError as e:
         raise ReportError(str(e)) from None
 
 

@@ -1,0 +1,251 @@
+"""ISA tables: load `isa/*.yaml` (the instruction set as data) and resolve its costs for a system.
+
+    isa = load_isa(default_isa_paths())            # mnemonic -> InstructionDef (costs unevaluated)
+    table = isa.resolve(flat_params(cfg))          # costs evaluated for one system: ResolvedIsa
+
+Several files may be loaded; a later file adds instructions, and may redefine an existing mnemonic
+only when the entry says `replace: true` (so a typo cannot silently shadow a base instruction).
+Every problem is an IsaError naming the file, line and key.
+"""
+from pathlib import Path
+
+import attrs
+import yaml
+
+from ..paths import data_root
+from .encoding import (DTYPE_NAMES, NUM_SEMANTICS, SEMANTIC_NAMES,
+                       SEMANTIC_OPERANDS, SUBOP_NAMES, UNIT_NAMES, operand_slots)
+from .expr import ExprError, evaluate
+
+_FIELDS = ("semantic", "subop", "unit", "operands", "latency", "ii", "throughput", "dtype",
+           "description", "replace")
+_REQUIRED = ("semantic", "unit", "operands", "latency", "ii", "description")
+
+
+class IsaError(Exception):
+    """A problem in an ISA file: the message names file, line and key."""
+
+    exit_code = 2
+
+
+@attrs.frozen
+class InstructionDef:
+    mnemonic: str
+    semantic: int
+    subop: int
+    unit: int
+    operands: tuple        # operand names in assembly order
+    slots: tuple           # first slot of each operand (parallel to operands)
+    kinds: tuple           # kind of each operand: reg, src, addr, label
+    latency: object        # int or expression text
+    ii: object
+    throughput: object     # int, expression text, or 0 when not size-dependent
+    dtype: int
+    description: str
+    file: str
+    line: int
+
+
+@attrs.frozen
+class ResolvedInstruction:
+    defn: InstructionDef
+    latency: int
+    ii: int
+    throughput: int
+
+
+def default_isa_paths():
+    """`isa/base.yaml` first, then every other `isa/*.yaml` in name order."""
+    folder = data_root() / "isa"
+    files = sorted(folder.glob("*.yaml"))
+    base = folder / "base.yaml"
+    return [base] + [f for f in files if f != base]
+
+
+def _key_lines(path, text):
+    """Line number (1-based) of each instruction key under `instructions:`."""
+    lines = {}
+    try:
+        root = yaml.compose(text)
+    except yaml.YAMLError:
+        return lines
+    if isinstance(root, yaml.MappingNode):
+        for k, v in root.value:
+            if k.value == "instructions" and isinstance(v, yaml.MappingNode):
+                for ik, _ in v.value:
+                    lines.setdefault(str(ik.value), ik.start_mark.line + 1)
+    return lines
+
+
+def _choice(value, names, where, what):
+    if value not in names:
+        import difflib
+        close = difflib.get_close_matches(str(value), list(names), n=1)
+        hint = f"; did you mean '{close[0]}'?" if close else ""
+        raise IsaError(f"{where}: unknown {what} '{value}'{hint} (expected one of: {', '.join(names)})")
+    return list(names).index(value)
+
+
+def _parse_instruction(mnemonic, entry, where, path, line):
+    if not isinstance(entry, dict):
+        raise IsaError(f"{where}: expected a mapping of fields, found {type(entry).__name__}")
+    for k in entry:
+        if k not in _FIELDS:
+            import difflib
+            close = difflib.get_close_matches(str(k), _FIELDS, n=1)
+            hint = f"; did you mean '{close[0]}'?" if close else ""
+            raise IsaError(f"{where}: unknown field '{k}'{hint} (fields: {', '.join(_FIELDS)})")
+    for k in _REQUIRED:
+        if k not in entry:
+            raise IsaError(f"{where}: missing field '{k}'")
+    if not mnemonic.replace(".", "").replace("_", "").isalnum() or not mnemonic[0].isalpha():
+        raise IsaError(f"{where}: mnemonic '{mnemonic}' must start with a letter and contain only "
+                       f"letters, digits, '_' and '.'")
+    sem = _choice(entry["semantic"], SEMANTIC_NAMES, f"{where}.semantic", "semantic")
+    subs = SUBOP_NAMES.get(sem)
+    if subs:
+        if "subop" not in entry:
+            raise IsaError(f"{where}: semantic '{SEMANTIC_NAMES[sem]}' needs a subop "
+                           f"(one of: {', '.join(subs)})")
+        subop = _choice(entry["subop"], subs, f"{where}.subop", "subop")
+    elif "subop" in entry:
+        raise IsaError(f"{where}.subop: semantic '{SEMANTIC_NAMES[sem]}' has no variants")
+    else:
+        subop = 0
+    unit = _choice(entry["unit"], UNIT_NAMES, f"{where}.unit", "unit")
+    dtype = _choice(entry.get("dtype", "none"), DTYPE_NAMES, f"{where}.dtype", "dtype")
+    ops = entry["operands"]
+    if not isinstance(ops, list) or not all(isinstance(o, str) for o in ops):
+        raise IsaError(f"{where}.operands: expected a list of operand names")
+    sig = operand_slots(sem)
+    if len(set(ops)) != len(ops):
+        raise IsaError(f"{where}.operands: an operand is listed twice: {ops}")
+    for o in ops:
+        if o not in sig:
+            raise IsaError(f"{where}.operands: semantic '{SEMANTIC_NAMES[sem]}' has no operand "
+                           f"'{o}' (its operands: {', '.join(sig) or 'none'})")
+    for name, kind in SEMANTIC_OPERANDS[sem]:
+        if kind in ("reg", "label") and name not in ops:
+            raise IsaError(f"{where}.operands: semantic '{SEMANTIC_NAMES[sem]}' needs operand "
+                           f"'{name}' ({kind})")
+    costs = {}
+    for k in ("latency", "ii", "throughput"):
+        v = entry.get(k, 0)
+        if isinstance(v, bool) or not isinstance(v, (int, str)):
+            raise IsaError(f"{where}.{k}: expected an integer or an expression of system "
+                           f"parameters, found {v!r}")
+        if isinstance(v, int) and v < 0:
+            raise IsaError(f"{where}.{k}: must be >= 0, found {v}")
+        costs[k] = v
+    if not isinstance(entry["description"], str) or not entry["description"].strip():
+        raise IsaError(f"{where}.description: expected a one-line description")
+    return InstructionDef(
+        mnemonic=mnemonic, semantic=sem, subop=subop, unit=unit, operands=tuple(ops),
+        slots=tuple(sig[o][0] for o in ops), kinds=tuple(sig[o][1] for o in ops),
+        latency=costs["latency"], ii=costs["ii"], throughput=costs["throughput"], dtype=dtype,
+        description=entry["description"].strip(), file=str(path), line=line)
+
+
+def load_isa(paths):
+    """Load and merge ISA files (a list of paths) into an Isa."""
+    instrs = {}
+    for path in paths:
+        path = Path(path)
+        try:
+            text = path.read_text()
+        except OSError as e:
+            raise IsaError(f"{path}: cannot read ISA file: {e.strerror}") from None
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as e:
+            mark = getattr(e, "problem_mark", None)
+            loc = f"{path}:{mark.line + 1}" if mark else str(path)
+            raise IsaError(f"{loc}: invalid YAML: {getattr(e, 'problem', e)}") from None
+        if not isinstance(data, dict) or not isinstance(data.get("instructions"), dict):
+            raise IsaError(f"{path}: expected a top-level mapping 'instructions: {{mnemonic: fields}}'")
+        extra = [k for k in data if k != "instructions"]
+        if extra:
+            raise IsaError(f"{path}: unknown top-level key '{extra[0]}' (expected only 'instructions')")
+        lines = _key_lines(path, text)
+        for mnemonic, entry in data["instructions"].items():
+            mnemonic = str(mnemonic)
+            line = lines.get(mnemonic, 0)
+            where = f"{path}:{line}: instructions.{mnemonic}"
+            defn = _parse_instruction(mnemonic, entry, where, path, line)
+            if mnemonic in instrs and not entry.get("replace", False):
+                prev = instrs[mnemonic]
+                raise IsaError(f"{where}: '{mnemonic}' is already defined at {prev.file}:{prev.line}; "
+                               f"add 'replace: true' to redefine it")
+            instrs[mnemonic] = defn
+    return Isa(instrs)
+
+
+class Isa:
+    """The merged instruction tables (costs may still be expressions)."""
+
+    def __init__(self, instructions):
+        self.instructions = dict(instructions)
+
+    def resolve(self, params):
+        """Evaluate every cost for one system (params: flat_params(cfg))."""
+        out = {}
+        for m, d in self.instructions.items():
+            vals = []
+            for k in ("latency", "ii", "throughput"):
+                v = getattr(d, k)
+                try:
+                    x = evaluate(v, params)
+                except ExprError as e:
+                    raise IsaError(f"{d.file}:{d.line}: instructions.{m}.{k}: cannot evaluate "
+                                   f"'{v}': {e}") from None
+                if x != int(x) or x < 0:
+                    raise IsaError(f"{d.file}:{d.line}: instructions.{m}.{k}: '{v}' gives {x}; "
+                                   f"expected a non-negative integer number of cycles/units")
+                vals.append(int(x))
+            if vals[1] < 1:
+                raise IsaError(f"{d.file}:{d.line}: instructions.{m}.ii: initiation interval must be "
+                               f">= 1 cycle, found {vals[1]}")
+            out[m] = ResolvedInstruction(d, *vals)
+        return ResolvedIsa(out)
+
+    def reference_text(self, params=None):
+        """The ISA reference printed by `moehub-sim isa` (costs evaluated when params given)."""
+        resolved = self.resolve(params).instructions if params is not None else None
+        lines = ["moehub-arch instruction set (TB-level). Costs in SM cycles; throughput in work "
+                 "units per cycle.", ""]
+        lines.append("Registers: r0-r31 general (64-bit integer); read-only: "
+                     "%gpu %ngpu %sm %nsm %tb %ntb %smem %clock %tick and the kernel's %params.")
+        lines.append("Memory operand: [base], [base+imm], [base-imm]; shared memory is %smem+offset.")
+        lines.append("")
+        lines.append("Semantic operands (an instruction takes some of them, in its own order):")
+        for s in range(NUM_SEMANTICS):
+            ops = ", ".join(f"{n}:{k}" for n, k in SEMANTIC_OPERANDS[s]) or "-"
+            lines.append(f"  {SEMANTIC_NAMES[s]:<9} {ops}")
+        lines.append("")
+        by_unit = {}
+        for m, d in self.instructions.items():
+            by_unit.setdefault(UNIT_NAMES[d.unit], []).append((m, d))
+        for unit, items in by_unit.items():
+            lines.append(f"[{unit}]")
+            for m, d in items:
+                if resolved is not None:
+                    r = resolved[m]
+                    cost = f"lat {r.latency} ii {r.ii}" + (f" thr {r.throughput}" if r.throughput else "")
+                else:
+                    cost = f"lat {d.latency} ii {d.ii}" + (f" thr {d.throughput}" if d.throughput else "")
+                lines.append(f"  {m + ' ' + ', '.join(d.operands):<40} {cost:<28} {d.description}")
+            lines.append("")
+        return "\n".join(lines).rstrip() + "\n"
+
+
+class ResolvedIsa:
+    """Instruction tables with integer costs for one system: what the assembler encodes."""
+
+    def __init__(self, instructions):
+        self.instructions = instructions
+
+    def __contains__(self, mnemonic):
+        return mnemonic in self.instructions
+
+    def __getitem__(self, mnemonic):
+        return self.instructions[mnemonic]
