@@ -34,7 +34,8 @@ class Buffer:
 
 @attrs.frozen
 class LaunchInfo:
-    index: int
+    index: int          # index among all (launch, GPU) instances: the engine's launch id
+    config_index: int   # index in workload.launches
     gpu: int
     kernel: str
     stream: int
@@ -140,7 +141,7 @@ def build_launches(cfg, program, buffers):
                 raise BuildError(f"{where}.grid: '{lc.grid}' gives {grid} thread blocks on GPU {g}; "
                                  f"expected at least 1")
             idx = len(launches)
-            launches.append(LaunchInfo(idx, g, lc.kernel, lc.stream, grid, values))
+            launches.append(LaunchInfo(idx, li, g, lc.kernel, lc.stream, grid, values))
             next_in_stream.append(-1)
             key = (g, lc.stream)
             if key in last_in_stream:

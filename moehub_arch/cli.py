@@ -2,7 +2,7 @@
 
     moehub-sim run [CONFIG.yaml] [-o OUTDIR] [--set key.path=value ...] [--seed N] [--engine numba|python]
     moehub-sim asm FILE.s [FILE.s ...]      validate and disassemble kernels
-    moehub-sim isa                          print the instruction-set reference
+    moehub-sim isa [--config CONFIG.yaml]   print the instruction-set reference
     moehub-sim stats --list [CONFIG.yaml]   list the stats a config will produce
 
 Bad input (config, kernel, ISA file) prints one paragraph naming the file and key or line and exits
@@ -32,11 +32,21 @@ def _parser():
     asm = sub.add_parser("asm", help="assemble kernel files: validate and print the disassembly")
     asm.add_argument("files", nargs="+")
     asm.add_argument("--config", help="system config whose parameters resolve instruction costs")
-    sub.add_parser("isa", help="print the instruction-set reference")
+    isa = sub.add_parser("isa", help="print the instruction-set reference")
+    isa.add_argument("--config", help="system config whose parameters resolve instruction costs "
+                                      f"(default: {DEFAULT_CONFIG})")
     stats = sub.add_parser("stats", help="list the statistics a config produces")
     stats.add_argument("--list", dest="config", nargs="?", const=DEFAULT_CONFIG, required=True,
                        metavar="CONFIG")
     return ap
+
+
+def jit_disabled():
+    """True when the engine code runs interpreted (the reference engine)."""
+    if "numba" in sys.modules:
+        import numba
+        return bool(numba.config.DISABLE_JIT)
+    return os.environ.get("NUMBA_DISABLE_JIT", "0") not in ("", "0")
 
 
 def _resolve_config_path(path):
@@ -75,8 +85,10 @@ def _dispatch(args):
     if args.command == "run":
         return _run(args)
     if args.command == "isa":
+        from .config import flat_params
         from .isa import default_isa_paths, load_isa
-        print(load_isa(default_isa_paths()).reference_text())
+        params = flat_params(_load(args.config))
+        print(load_isa(default_isa_paths()).reference_text(params))
         return 0
     if args.command == "asm":
         from .config import flat_params
@@ -101,7 +113,7 @@ def _run(args):
     if args.engine is not None:
         overrides.append(f"run.engine={args.engine}")
     cfg = _load(args.config, overrides)
-    if cfg.run.engine == "python" and os.environ.get("NUMBA_DISABLE_JIT") != "1":
+    if cfg.run.engine == "python" and not jit_disabled():
         # the config asked for the reference engine: restart with the JIT disabled
         os.environ["NUMBA_DISABLE_JIT"] = "1"
         os.execv(sys.executable, [sys.executable, "-m", "moehub_arch"] + sys.argv[1:])
@@ -116,7 +128,7 @@ def _run(args):
     if not args.quiet:
         print(f"simulated {stats['simSeconds'] * 1e6:.3f} us in {stats['hostSeconds']:.2f} s "
               f"({stats['simEvents']} events, {stats['hostEventRate'] / 1e6:.2f} M events/s, "
-              f"{stats['simInsts']} instructions; engine {cfg.run.engine}, compile/load "
+              f"{stats['simInsts']} instructions; engine {'python' if jit_disabled() else 'numba'}, compile/load "
               f"{stats['hostCompileSeconds']:.1f} s)")
         for s in stats.match("system.ubench.*"):
             print(f"{s.name} = {s.value:.6g} {s.unit}  # {s.desc}")

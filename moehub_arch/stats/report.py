@@ -7,6 +7,9 @@ An expression may use numbers, + - * / // % **, parentheses, min/max/abs, and:
   max_stats / min_stats('pattern')
   word(gpu, 'buffer', index)   64-bit integer element `index` of a buffer on a GPU (e.g. a
                                timestamp a kernel stored with `st [...], %tick`)
+  param(launch, 'name')        value of kernel parameter `name` of workload.launches[launch]
+                               (on the first GPU it launches on)
+  grid(launch)                 thread blocks per GPU of workload.launches[launch] (first GPU)
 and the names of the system parameters (``gpu.num_sms``, ``nvlink.bandwidth``, ...).
 """
 from ..config import flat_params
@@ -31,8 +34,24 @@ def evaluate_expression(text, sim, names):
             raise ReportError(f"no stat matches '{pattern}'")
         return [s.value for s in found]
 
+    def instance(launch):
+        for li in sim.launches:
+            if li.config_index == int(launch):
+                return li
+        raise ReportError(f"no launch {launch} in workload.launches")
+
+    def param(launch, name):
+        li = instance(launch)
+        names = sim.program.kernels[li.kernel].params
+        if name not in names:
+            raise ReportError(f"kernel '{li.kernel}' has no parameter '{name}' "
+                              f"(parameters: {', '.join(names)})")
+        return li.params[names.index(name)]
+
     funcs = {
         "stat": stat,
+        "param": param,
+        "grid": lambda launch: instance(launch).grid,
         "sum_stats": lambda pat: sum(matching(pat)),
         "max_stats": lambda pat: max(matching(pat)),
         "min_stats": lambda pat: min(matching(pat)),

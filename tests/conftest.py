@@ -1,0 +1,57 @@
+"""Shared helpers: small systems, running configs in-process (Numba engine) and through the CLI."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+CONFIGS = REPO / "configs"
+
+
+def mini_system(num_gpus=2, num_sms=4, links=2):
+    """--set overrides turning DGX H100 into a small system with the same per-component numbers:
+    `links` NVLink links per GPU, link i on switch i."""
+    return [f"system.num_gpus={num_gpus}", f"system.gpu.num_sms={num_sms}",
+            f"system.nvlink.links_per_gpu={links}", f"system.switch.count={links}",
+            f"system.switch.gpu_link_switch=[{', '.join(str(i) for i in range(links))}]"]
+
+
+def load(config, *overrides):
+    from moehub_arch.config import load_config
+    return load_config(CONFIGS / config, list(overrides))
+
+
+def simulate(config, *overrides):
+    """Run a config in this process (Numba engine); returns the finished Simulation."""
+    from moehub_arch.simulation import Simulation
+    sim = Simulation(load(config, *overrides))
+    sim.run()
+    return sim
+
+
+def model_stats(stats):
+    """Every stat except the host-side ones (wall-clock times and rates)."""
+    return {s.name: s.value for s in stats if not s.name.startswith("host")}
+
+
+def run_cli(*args, cwd=None, env_extra=None):
+    """`python -m moehub_arch ARGS` in a subprocess; returns CompletedProcess (text)."""
+    env = dict(os.environ)
+    env.pop("NUMBA_DISABLE_JIT", None)
+    if env_extra:
+        env.update(env_extra)
+    return subprocess.run([sys.executable, "-m", "moehub_arch", *map(str, args)],
+                          cwd=cwd or REPO, env=env, capture_output=True, text=True, timeout=1200)
+
+
+def read_stats_json(outdir):
+    data = json.loads((Path(outdir) / "stats.json").read_text())
+    return {k: v["value"] for k, v in data.items()}
+
+
+@pytest.fixture
+def repo():
+    return REPO

@@ -1,0 +1,84 @@
+"""The command line: output files, self-documentation, and clear errors with exit status 2."""
+import json
+
+from conftest import CONFIGS, mini_system, run_cli
+
+SMALL = [f"--set={s}" for s in mini_system(num_gpus=2, num_sms=2, links=2)] + [
+    "--set=workload.launches.0.params.iters=3"]
+
+
+def test_run_writes_config_and_three_stats_files(tmp_path):
+    r = run_cli("run", "configs/ubench/p2p_latency.yaml", "-o", tmp_path, *SMALL)
+    assert r.returncode == 0, r.stderr
+    assert "system.ubench.p2p_latency_us =" in r.stdout
+    cfg = json.loads((tmp_path / "config.json").read_text())
+    assert cfg["system"]["num_gpus"] == 2 and cfg["units"]["time"] == "ps"
+    txt = (tmp_path / "stats.txt").read_text()
+    assert "---------- Begin Simulation Statistics ----------" in txt
+    assert "---------- End Simulation Statistics   ----------" in txt
+    line = next(l for l in txt.splitlines() if l.startswith("simTicks "))
+    assert line.endswith("# simulated time (tick of the last event) (ps)")
+    stats = json.loads((tmp_path / "stats.json").read_text())
+    assert stats["system.gpu1.nvlink0.rx_packets"]["unit"] == "packets"
+    csv = (tmp_path / "stats.csv").read_text().splitlines()
+    assert csv[0] == "name,value,unit,description"
+    assert len(csv) == len(stats) + 1
+
+
+def test_default_config_runs_with_no_argument(tmp_path):
+    r = run_cli("run", "-o", tmp_path / "out", "--quiet", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    stats = json.loads((tmp_path / "out" / "stats.json").read_text())
+    assert stats["system.ubench.alltoall_busbw_GBps"]["value"] > 0
+
+
+def test_isa_and_stats_list_document_the_tool():
+    r = run_cli("isa")
+    assert r.returncode == 0 and "mma.bf16 c, a, b, m, n, k" in r.stdout and "thr 4096" in r.stdout
+    r = run_cli("stats", "--list", "configs/ubench/p2p_latency.yaml")
+    assert r.returncode == 0
+    assert "system.gpu0.nvlink17.tx_utilization  (ratio)" in r.stdout
+    assert "system.switch3.port15.tx_queue_peak  (packets)" in r.stdout
+    assert "system.ubench.p2p_latency_us  (us)" in r.stdout
+    r = run_cli("asm", "workloads/kernels/ubench/alltoall.s")
+    assert r.returncode == 0 and "put r1, r3, r2, %chunk" in r.stdout
+
+
+def _error(r, *fragments):
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    assert "Traceback" not in r.stderr
+    for f in fragments:
+        assert f in r.stderr, r.stderr
+
+
+def test_bad_config_key_unit_and_value_exit_2(tmp_path):
+    _error(run_cli("run", "configs/ubench/p2p_latency.yaml", "-o", tmp_path,
+                   "--set", "system.nvlink.bandwith=20GB/s"),
+           "bandwith", "did you mean 'bandwidth'")
+    _error(run_cli("run", "configs/ubench/p2p_latency.yaml", "-o", tmp_path,
+                   "--set", "system.nvlink.bandwidth=20GB"),
+           "system.nvlink.bandwidth", "20GB")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(f"extends: {CONFIGS / 'ubench/p2p_latency.yaml'}\n"
+                   "system:\n  switch:\n    traversal_latency: 250 parsecs\n")
+    _error(run_cli("run", bad, "-o", tmp_path), "bad.yaml", "system.switch.traversal_latency")
+    _error(run_cli("run", tmp_path / "missing.yaml"), "missing.yaml", "not found")
+
+
+def test_bad_assembly_line_exits_2(tmp_path):
+    kernel = tmp_path / "k.s"
+    kernel.write_text(".kernel pingpong\n.param peer\n.param flag\n.param iters\n.param times\n"
+                      "    add r1, r1\n    exit\n")
+    _error(run_cli("asm", kernel), "k.s:6:5:", "'add' takes 3 operand(s)")
+    _error(run_cli("run", "configs/ubench/p2p_latency.yaml", "-o", tmp_path / "o",
+                   "--set", f"workload.kernel_files=[{kernel}]"),
+           "k.s:6:5:", "'add' takes 3 operand(s)")
+
+
+def test_runtime_error_names_the_kernel_line(tmp_path):
+    kernel = tmp_path / "k.s"
+    kernel.write_text(".kernel pingpong\n.param peer\n.param flag\n.param iters\n.param times\n"
+                      "    ld r1, [%flag+4]      # misaligned word\n    exit\n")
+    r = run_cli("run", "configs/ubench/p2p_latency.yaml", "-o", tmp_path / "o", *SMALL,
+                "--set", f"workload.kernel_files=[{kernel}]")
+    _error(r, "k.s:6: runtime error in kernel 'pingpong'")

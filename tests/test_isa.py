@@ -1,0 +1,157 @@
+"""ISA tables, assembler, disassembler and the expression evaluator (no simulation runs)."""
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from moehub_arch.config import flat_params
+from moehub_arch.isa import (AsmError, ExprError, IsaError, assemble_files, assemble_text,
+                             default_isa_paths, disassemble, evaluate, load_isa)
+from moehub_arch.isa.encoding import (DTYPE, DT_BF16, II, IMM, LAT, LINE, OP0, REG_GPU, SEM,
+                                      SEM_ALU, SEM_BRANCH, SEM_MMA, SUBOP, ALU_ADD, CMP_ALWAYS,
+                                      FIRST_PARAM_REG, THR, UNIT, UNIT_ALU, UNIT_TENSOR)
+
+from conftest import REPO, load
+
+
+@pytest.fixture(scope="module")
+def params():
+    return flat_params(load("ubench/alltoall.yaml"))
+
+
+@pytest.fixture(scope="module")
+def isa(params):
+    return load_isa(default_isa_paths()).resolve(params)
+
+
+def asm(text, isa):
+    return assemble_text(text, isa, file="k.s")
+
+
+def test_every_shipped_kernel_assembles_and_round_trips(isa):
+    files = sorted((REPO / "workloads" / "kernels").rglob("*.s"))
+    assert files, "no kernels found"
+    program = assemble_files(files, isa)
+    text = disassemble(program, isa)
+    again = assemble_text(text, isa, file="disasm.s")
+    cols = [c for c in range(program.code.shape[1]) if c != LINE]
+    assert np.array_equal(program.code[:, cols], again.code[:, cols])
+    assert list(program.kernels) == list(again.kernels)
+
+
+def test_encoding_of_alu_branch_and_memory_operands(isa):
+    p = asm(""".kernel k
+.param buf
+top: add r1, %gpu, 5
+    st [%buf+16], r1     # memory operand: base register + immediate offset
+    bra top
+""", isa)
+    add, st, bra = p.code
+    assert (add[SEM], add[SUBOP], add[UNIT], add[LAT], add[II]) == (SEM_ALU, ALU_ADD, UNIT_ALU, 4, 1)
+    assert (add[OP0], add[OP0 + 1], add[OP0 + 2]) == (1, REG_GPU, 5)
+    assert add[IMM] & 0b111 == 0b100          # only operand 2 is an immediate
+    assert (st[OP0], st[OP0 + 1], st[OP0 + 2]) == (FIRST_PARAM_REG, 16, 1)
+    assert (bra[SEM], bra[SUBOP], bra[OP0 + 2]) == (SEM_BRANCH, CMP_ALWAYS, 0)
+    assert p.kernels["k"].params == ("buf",)
+    assert p.source_line(1) == ("k.s", 4)
+
+
+def test_costs_are_expressions_of_system_parameters(params, isa):
+    p = asm(".kernel k\n mma.bf16 r1, r2, r3, 64, 64, 64\n exit\n", isa)
+    row = p.code[0]
+    assert (row[SEM], row[UNIT], row[DTYPE]) == (SEM_MMA, UNIT_TENSOR, DT_BF16)
+    assert row[THR] == params["sm.tensor_bf16_flops_per_cycle"] == 4096
+    other = dict(params, **{"sm.tensor_bf16_flops_per_cycle": 1024})
+    isa2 = load_isa(default_isa_paths()).resolve(other)
+    assert asm(".kernel k\n mma.bf16 r1, r2, r3, 64, 64, 64\n exit\n", isa2).code[0][THR] == 1024
+
+
+def test_user_isa_file_adds_and_replaces_instructions(tmp_path, params):
+    extra = tmp_path / "mine.yaml"
+    extra.write_text("""instructions:
+  add3:  {semantic: alu, subop: add, unit: alu, operands: [dst, a, b], latency: 2, ii: 1,
+          description: "a faster add"}
+  add:   {semantic: alu, subop: add, unit: alu, operands: [dst, a, b], latency: "hbm.latency_cycles // 100", ii: 1,
+          description: "slow add", replace: true}
+""")
+    isa = load_isa(default_isa_paths() + [extra]).resolve(params)
+    p = asm(".kernel k\n add3 r1, r1, 1\n add r2, r2, 1\n exit\n", isa)
+    assert p.code[0][LAT] == 2
+    assert p.code[1][LAT] == params["hbm.latency_cycles"] // 100
+
+
+@pytest.mark.parametrize("body, fragment", [
+    ("addd r1, r1, 1", "unknown instruction 'addd'; did you mean 'add'?"),
+    ("add r1, r1", "'add' takes 3 operand(s) (dst, a, b), found 2"),
+    ("add %gpu, r1, 1", "is written: it must be a general register"),
+    ("add r40, r1, 1", "register 'r40' does not exist"),
+    ("add r1, %bogus, 1", "unknown register or parameter '%bogus'"),
+    ("add r1, r1, 12abc", "expected operand 'b' of 'add'"),
+    ("bra nowhere", "undefined label 'nowhere'"),
+    ("ld r1, r2", "expected a memory operand"),
+    ("ld r1, [r2+r3]", "offset must be an integer"),
+    (".bogus 3", "unknown directive '.bogus'"),
+])
+def test_assembly_errors_name_file_line_and_column(isa, body, fragment):
+    with pytest.raises(AsmError) as e:
+        asm(f".kernel k\n.param p\n    {body}\n    exit\n", isa)
+    msg = str(e.value)
+    assert msg.startswith("k.s:3:"), msg
+    assert fragment in msg, msg
+
+
+def test_structural_assembly_errors(isa):
+    cases = [
+        ("add r1, r1, 1\n", "k.s:1:1: instruction before any .kernel directive"),
+        (".kernel k\n add r1, r1, 1\n", "can run past its last instruction"),
+        (".kernel k\nx: nop\nx: exit\n", "label 'x' already defined at line 2"),
+        (".kernel k\n exit\n.kernel k\n exit\n", "kernel 'k' is already defined"),
+        (".kernel k\n exit\n.param late\n", ".param 'late' after the first instruction"),
+        (".kernel k\n", "kernel 'k' has no instructions"),
+    ]
+    for text, fragment in cases:
+        with pytest.raises(AsmError) as e:
+            asm(text, isa)
+        assert fragment in str(e.value), str(e.value)
+
+
+def test_isa_file_errors(tmp_path, params):
+    def bad(text):
+        f = tmp_path / "bad.yaml"
+        f.write_text(text)
+        with pytest.raises(IsaError) as e:
+            load_isa([f]).resolve(params)
+        return str(e.value)
+
+    msg = bad("instructions:\n  x: {semantic: alux, unit: alu, operands: [], latency: 1, ii: 1, description: d}\n")
+    assert "bad.yaml:2" in msg and "unknown semantic 'alux'; did you mean 'alu'?" in msg
+    msg = bad("instructions:\n  x: {semantic: nop, unit: alu, operands: [], latency: 1, ii: 1, descr: d}\n")
+    assert "unknown field 'descr'" in msg
+    msg = bad("instructions:\n  x: {semantic: nop, unit: alu, operands: [], latency: sm.nope, ii: 1, description: d}\n")
+    assert "instructions.x.latency: cannot evaluate 'sm.nope'" in msg
+    msg = bad("instructions:\n  x: {semantic: alu, subop: add, unit: alu, operands: [dst, c], latency: 1, ii: 1, description: d}\n")
+    assert "has no operand 'c'" in msg
+    base = default_isa_paths()[0]
+    dup = tmp_path / "dup.yaml"
+    dup.write_text("instructions:\n  add: {semantic: nop, unit: alu, operands: [], latency: 1, ii: 1, description: d}\n")
+    with pytest.raises(IsaError, match="already defined at .*base.yaml.*replace: true"):
+        load_isa([base, dup])
+
+
+def test_expression_evaluator_is_safe_and_helpful():
+    env = {"gpu": 3, "sm.lanes": 128}
+    assert evaluate("gpu * 2 + sm.lanes // 4", env) == 38
+    assert evaluate("max(gpu, 7) if gpu > 1 else 0", env) == 7
+    with pytest.raises(ExprError, match="unknown name 'sm.lane'; did you mean 'sm.lanes'"):
+        evaluate("sm.lane", env)
+    for text in ("__import__('os')", "gpu.__class__", "[1, 2][0]", "(lambda: 1)()"):
+        with pytest.raises(ExprError):
+            evaluate(text, env)
+    with pytest.raises(ExprError, match="division by zero"):
+        evaluate("1 // 0", env)
+
+
+def test_isa_reference_lists_every_instruction(isa):
+    ref = load_isa(default_isa_paths()).reference_text(flat_params(load("ubench/alltoall.yaml")))
+    for mnemonic in isa.instructions:
+        assert f"  {mnemonic} " in ref
