@@ -1,21 +1,25 @@
 """moehub-arch: a modular multi-GPU architecture simulator for Mixture-of-Experts communication.
 
 Importing the package sets NUMBA_CACHE_DIR (unless the user set it) to a folder keyed by a hash of
-the package's source files. Numba's own cache only checks the file that defines a function, not the
-modules it calls into; keying the whole cache on every source file makes a stale compiled engine
-impossible after an edit or an upgrade, and works for read-only (site-packages) installs.
+the compiled code's sources: everything under engine/ and components/ plus isa/encoding.py (the
+only places allowed to hold @njit functions or constants they read). Numba's own cache only checks
+the file that defines a function, not the modules it calls into or the constants it froze; keying
+the cache on all of them makes a stale compiled engine impossible after an edit or an upgrade, and
+works for read-only (site-packages) installs. Editing the CLI, config or stats code keeps the cache.
 """
 import hashlib
 import os
 from pathlib import Path
 
 __version__ = "0.1.0"
+_COMPILED_DIRS = ("engine", "components")
 
 
 def _source_hash():
     h = hashlib.sha1(__version__.encode())
     root = Path(__file__).resolve().parent
-    for path in sorted(root.rglob("*.py")):
+    compiled = [p for d in _COMPILED_DIRS for p in (root / d).rglob("*.py")]
+    for path in sorted(compiled + [root / "isa" / "encoding.py"]):
         h.update(str(path.relative_to(root)).encode())
         h.update(path.read_bytes())
     return h.hexdigest()[:16]

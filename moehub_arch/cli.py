@@ -53,7 +53,17 @@ def _resolve_config_path(path):
     from .paths import data_root
     if path is None:
         return data_root() / DEFAULT_CONFIG
-    return Path(path)
+    return _user_path(path)
+
+
+def _user_path(path):
+    """A path as given; a relative one that does not exist here (`configs/ubench/x.yaml`,
+    `workloads/kernels/...`) falls back to the shipped data folders, so it works from anywhere."""
+    from .paths import data_root
+    path = Path(path)
+    if not path.exists() and not path.is_absolute() and (data_root() / path).is_file():
+        return data_root() / path
+    return path
 
 
 def main(argv=None):
@@ -95,7 +105,7 @@ def _dispatch(args):
         from .isa import assemble_files, default_isa_paths, disassemble, load_isa
         cfg = _load(args.config)
         isa = load_isa(default_isa_paths()).resolve(flat_params(cfg))
-        program = assemble_files([Path(f) for f in args.files], isa)
+        program = assemble_files([_user_path(f) for f in args.files], isa)
         print(disassemble(program, isa))
         return 0
     if args.command == "stats":

@@ -92,3 +92,13 @@ def test_end_state_is_clean(medium):
     assert (st.gpu.reqq_count == 0).all() and (st.gpu.respq_count == 0).all()
     assert (st.tb.state == TB_EMPTY).all()
     assert (st.tb.outstanding == 0).all()
+
+
+def test_compiled_code_lives_where_the_cache_key_looks():
+    """The Numba cache is keyed on engine/, components/ and isa/encoding.py (moehub_arch/__init__):
+    @njit code anywhere else could run stale after an edit."""
+    from conftest import REPO
+    pkg = REPO / "moehub_arch"
+    outside = [str(p.relative_to(pkg)) for p in pkg.rglob("*.py")
+               if "@njit" in p.read_text() and p.relative_to(pkg).parts[0] not in ("engine", "components")]
+    assert outside == []
