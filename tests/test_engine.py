@@ -1,4 +1,6 @@
 """Engine properties: Numba == pure-Python engine, determinism, conservation, clean end state."""
+import re
+
 import numpy as np
 import pytest
 
@@ -99,6 +101,24 @@ def test_compiled_code_lives_where_the_cache_key_looks():
     @njit code anywhere else could run stale after an edit."""
     from conftest import REPO
     pkg = REPO / "moehub_arch"
+    decorated = re.compile(r"^\s*@(numba\.)?njit", re.M)
     outside = [str(p.relative_to(pkg)) for p in pkg.rglob("*.py")
-               if "@njit" in p.read_text() and p.relative_to(pkg).parts[0] not in ("engine", "components")]
+               if decorated.search(p.read_text()) and p.relative_to(pkg).parts[0] not in ("engine", "components")]
     assert outside == []
+
+
+def test_streams_order_launches_and_let_other_streams_run_concurrently():
+    one = "{kernel: mma_loop, grid: 4, gpus: [0], params: {iters: 20}}"
+    other = "{kernel: mma_loop, grid: 4, gpus: [0], stream: 1, params: {iters: 20}}"
+    sim = simulate("ubench/mma_peak.yaml", "system.gpu.num_sms=2",
+                   f"workload.launches=[{one}, {one}, {other}]")
+    s = sim.stats
+    lat = sim.cfg.system.gpu.kernel_launch_latency
+    start = [s[f"system.gpu0.launch{i}.start_tick"] for i in range(3)]
+    end = [s[f"system.gpu0.launch{i}.end_tick"] for i in range(3)]
+    assert start[0] == start[2] == lat                 # stream heads start after one launch latency
+    assert start[1] == end[0] + lat                    # same stream: after its predecessor
+    assert start[2] < end[0]                           # other stream: concurrently
+    assert sum(s[f"system.gpu0.sm{i}.tbs_launched"] for i in range(2)) == 12
+    # 8 TBs compete for 2 SMs x 4 slots while launches 0 and 2 overlap: the tensor units are shared
+    assert end[0] - start[0] > s["system.gpu0.launch1.ticks"]

@@ -41,7 +41,7 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         full = run(args.config, "numba", [], Path(tmp) / "full")
         nbytes = int(args.ratio_mb * 2 ** 20)
-        small = [f"workload.buffers.send.bytes={nbytes}", f"workload.buffers.recv.bytes={nbytes}",
+        small = [f"workload.buffers.send.bytes={nbytes}B", f"workload.buffers.recv.bytes={nbytes}B",
                  f"workload.launches.0.params.bytes_per_peer={nbytes} // ngpu",
                  "workload.launches.0.params.chunk=4096"]
         fast = run(args.config, "numba", small, Path(tmp) / "numba")

@@ -143,18 +143,12 @@ def hub_packetize(st, g, tick):
     pk.src_addr = 0
     ready = tick
     done = False
-    mp = st.p[0].max_payload
     if use_resp:
         kind = st.respq[g, gp.respq_head, RESP_KIND]
         if kind == RESP_GET_DATA:
-            off = rq.resp_sent
-            n = min(rq.length - off, mp)
             pk.kind = PK_GET_RESP
-            pk.addr = rq.dst_addr + off
-            pk.src_addr = rq.src_addr + off
-            pk.payload = n
-            ready = hbm_access(st, g, pk.src_addr, n, tick, False)
-            rq.resp_sent = off + n
+            ready = _data_packet(st, g, pk, rq, rq.resp_sent, tick)
+            rq.resp_sent += pk.payload
             done = rq.resp_sent == rq.length
         elif kind == RESP_ATOM:
             pk.kind = PK_ATOM_RESP
@@ -171,14 +165,9 @@ def hub_packetize(st, g, tick):
     else:
         kind = rq.kind
         if kind == REQ_PUT:
-            off = rq.sent
-            n = min(rq.length - off, mp)
             pk.kind = PK_PUT
-            pk.addr = rq.dst_addr + off
-            pk.src_addr = rq.src_addr + off
-            pk.payload = n
-            ready = hbm_access(st, g, pk.src_addr, n, tick, False)
-            rq.sent = off + n
+            ready = _data_packet(st, g, pk, rq, rq.sent, tick)
+            rq.sent += pk.payload
             done = rq.sent == rq.length
         elif kind == REQ_STORE:
             pk.kind = PK_STORE
@@ -205,6 +194,17 @@ def hub_packetize(st, g, tick):
     txq_push(st, c, pkt, tick)
     if gp.reqq_count > 0 or gp.respq_count > 0:
         hub_kick(st, g, tick + st.p[0].hub_ticks_per_packet)
+
+
+@njit(cache=True)
+def _data_packet(st, g, pk, rq, off, tick):
+    """Fill pk with the next chunk (from byte `off`) of a put or get response; the payload is read
+    from local HBM: returns when it is ready to send."""
+    n = min(rq.length - off, st.p[0].max_payload)
+    pk.addr = rq.dst_addr + off
+    pk.src_addr = rq.src_addr + off
+    pk.payload = n
+    return hbm_access(st, g, pk.src_addr, n, tick, False)
 
 
 @njit(cache=True)

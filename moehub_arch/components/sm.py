@@ -76,6 +76,21 @@ def _check_range(st, slot, addr, nbytes):
 
 
 @njit(cache=True)
+def _check_hbm_word(st, slot, addr):
+    """True if addr is an aligned, backed 8-byte word of HBM (flags and atomics live there)."""
+    if addr % 8 != 0:
+        raise_error(st, ERR_MISALIGNED, slot, addr)
+        return False
+    if _is_smem(addr) or not _check_range(st, slot, addr, 8):
+        raise_error(st, ERR_ADDR_RANGE, slot, addr)
+        return False
+    if not hbm_backed(st, addr, 8):
+        raise_error(st, ERR_UNBACKED_WORD, slot, addr)
+        return False
+    return True
+
+
+@njit(cache=True)
 def _bytes(st, g, sm, addr, nbytes):
     """Functional storage for a range: a byte view, or an empty view where storage is not backed."""
     if _is_smem(addr):
@@ -420,14 +435,7 @@ def _execute(st, slot, sm, tick, cyc):
         if peer < 0 or peer >= st.p[0].num_gpus:
             raise_error(st, ERR_BAD_GPU, slot, peer)
             return
-        if addr % 8 != 0:
-            raise_error(st, ERR_MISALIGNED, slot, addr)
-            return
-        if _is_smem(addr) or not _check_range(st, slot, addr, 8):
-            raise_error(st, ERR_ADDR_RANGE, slot, addr)
-            return
-        if not hbm_backed(st, addr, 8):
-            raise_error(st, ERR_UNBACKED_WORD, slot, addr)
+        if not _check_hbm_word(st, slot, addr):
             return
         if peer == g:
             if sem == SEM_FLAG_SET:
@@ -457,14 +465,7 @@ def _execute(st, slot, sm, tick, cyc):
     elif sem == SEM_WAIT:
         addr = _operand(st, slot, row, 0, tick, cyc) + row[OP0 + 1]
         value = _operand(st, slot, row, 2, tick, cyc)
-        if addr % 8 != 0:
-            raise_error(st, ERR_MISALIGNED, slot, addr)
-            return
-        if _is_smem(addr) or not _check_range(st, slot, addr, 8):
-            raise_error(st, ERR_ADDR_RANGE, slot, addr)
-            return
-        if not hbm_backed(st, addr, 8):
-            raise_error(st, ERR_UNBACKED_WORD, slot, addr)
+        if not _check_hbm_word(st, slot, addr):
             return
         mem_done = hbm_access(st, g, addr, 8, tick, False)
         if not compare(sub, read_word(st, g, addr), value):
