@@ -74,12 +74,15 @@ def _init_buffer(mem_row, buf, spec, seed, g):
         values = np.arange(n, dtype=np.float64)
     elif spec.init == "fill":
         values = np.full(n, spec.value, dtype=np.float64)
-    else:  # random: uniform in [-1, 1), different per GPU, reproducible from the seed
+    else:  # random, different per GPU, reproducible from the seed
         bseed = spec.seed if spec.seed is not None else seed
         rng = np.random.default_rng([bseed, g, sum(map(ord, buf.name))])
-        values = rng.uniform(-1.0, 1.0, n)
-        if spec.dtype in ("i64", "u8"):
-            values = np.floor(values * 100)
+        if spec.dtype == "u8":
+            values = rng.integers(0, 256, n)         # every byte value
+        elif spec.dtype == "i64":
+            values = rng.integers(-1000, 1000, n)
+        else:
+            values = rng.uniform(-1.0, 1.0, n)
     if spec.dtype == "bf16":
         bits = values.astype(np.float32).view(np.uint32)
         rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)

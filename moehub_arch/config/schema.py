@@ -103,7 +103,8 @@ class BufferConfig:
     bytes: int = _f("size", "size per GPU (symmetric allocation)", min=1)
     region: str = _f("choice", "control buffers are always backed by real memory", "data",
                      choices=("control", "data"))
-    init: str = _f("choice", "initial contents", "zeros",
+    init: str = _f("choice", "initial contents (random: uniform in [-1, 1) for f32/bf16, any byte for "
+                             "u8, integers in [-1000, 1000) for i64)", "zeros",
                    choices=("zeros", "arange", "random", "fill"))
     dtype: str = _f("choice", "element type for init", "f32", choices=("f32", "bf16", "i64", "u8"))
     value: float = _f("float", "fill value (init: fill)", 0.0)
