@@ -10,8 +10,9 @@ import attrs
 
 from .engine.clock import period_fs
 from .engine.events import new_event_queue
-from .engine.state import (GPU, HBM_CHANNEL, LAUNCH, LINK_CHANNEL, NUM_WAIT_REASONS, PACKET, PARAMS,
-                           REQUEST, SM, SYSTEM, THREAD_BLOCK, TB_EMPTY, State, new_records)
+from .engine.state import (DAM_HIST_BINS, GPU, HBM_CHANNEL, LAUNCH, LINK_CHANNEL, MOE_ROW,
+                           NUM_WAIT_REASONS, PACKET, PARAMS, REQUEST, RPM_HIST_BINS, SM, STREAM,
+                           SYSTEM, THREAD_BLOCK, TB_EMPTY, TILE, WINDOW, State, new_records)
 from .isa.encoding import MAX_PARAMS, NUM_REGS, NUM_UNITS, ROW_WIDTH
 from .isa.expr import ExprError, evaluate
 
@@ -47,18 +48,49 @@ def layout_buffers(cfg):
     """Control buffers first (always backed), then data buffers; returns (buffers, control_end, end)."""
     buffers = {}
     addr = 0
+    wanted = [(b.name, b.bytes, b.region, b.dtype) for b in cfg.workload.buffers]
+    moe = cfg.workload.moe
+    if moe.num_experts:
+        # the MoE-Hub's receive windows (data) and completion records (control: always backed,
+        # consumers read them with ld)
+        slots = local_experts(cfg) * moe.window_rows
+        wanted.append((MOE_RECORDS, slots * cfg.system.gpu.hub.moe.aau.record_bytes, "control", "i64"))
+        wanted.append((MOE_WINDOWS, slots * moe.row_bytes, "data", "u8"))
     for region in ("control", "data"):
-        for b in cfg.workload.buffers:
-            if b.region != region:
+        for name, nbytes, bregion, dtype in wanted:
+            if bregion != region:
                 continue
-            buffers[b.name] = Buffer(b.name, addr, b.bytes, b.region, b.dtype)
-            addr += (b.bytes + BUFFER_ALIGN - 1) // BUFFER_ALIGN * BUFFER_ALIGN
+            buffers[name] = Buffer(name, addr, nbytes, bregion, dtype)
+            addr += (nbytes + BUFFER_ALIGN - 1) // BUFFER_ALIGN * BUFFER_ALIGN
         if region == "control":
             control_end = addr
     if addr > cfg.system.gpu.hbm.capacity:
         raise BuildError(f"workload.buffers: the buffers need {addr} bytes per GPU, more than "
                          f"system.gpu.hbm.capacity ({cfg.system.gpu.hbm.capacity} bytes)")
     return buffers, control_end, addr
+
+
+MOE_RECORDS = "moe_records"   # internal buffers of the MoE-Hub (names users may read)
+MOE_WINDOWS = "moe_windows"
+
+
+def expert_placement(cfg):
+    """[E, 2] int64: GPU and local slot of every expert."""
+    moe, G = cfg.workload.moe, cfg.system.num_gpus
+    E = moe.num_experts
+    gpus = list(moe.placement) if moe.placement is not None else [e // (E // G) for e in range(E)]
+    place = np.zeros((max(E, 1), 2), np.int64)
+    count = [0] * G
+    for e, g in enumerate(gpus):
+        place[e] = (g, count[g])
+        count[g] += 1
+    return place
+
+
+def local_experts(cfg):
+    """Most experts placed on one GPU (every GPU gets that many windows)."""
+    place = expert_placement(cfg)
+    return int(place[:cfg.workload.moe.num_experts, 1].max()) + 1 if cfg.workload.moe.num_experts else 0
 
 
 _NP_DTYPES = {"f32": np.float32, "i64": np.int64, "u8": np.uint8}
@@ -209,6 +241,35 @@ def build_topology(cfg):
     return (gpu_routes, sw_routes, sw_inputs), (to_switch, ch_gpu, ch_switch, ch_port)
 
 
+def aau_staging_packets(cfg):
+    """Packets the AAU staging store holds: every row the senders' rings may have in flight to
+    one GPU, as full packets plus one partial packet per row."""
+    hub, moe = cfg.system.gpu.hub, cfg.workload.moe
+    if not moe.num_experts:
+        return 0
+    per_row = -(-(moe.row_bytes + hub.moe.rpm.row_header_bytes) // cfg.system.nvlink.max_payload_bytes) + 1
+    return cfg.system.num_gpus * hub.moe.rpm.row_queue_depth * per_row
+
+
+def _moe_params(cfg):
+    hub, moe = cfg.system.gpu.hub, cfg.workload.moe
+    ticks = lambda cycles: int(round(cycles * 1e12 / hub.clock))  # noqa: E731 (hub cycles -> ps)
+    tile = hub.moe.dam.tile_rows
+    return dict(
+        num_experts=moe.num_experts, local_experts=max(local_experts(cfg), 1),
+        window_rows=max(moe.window_rows, tile), row_bytes=max(moe.row_bytes, 1), tile_rows=tile,
+        tiles_per_window=max(moe.window_rows, tile) // tile,
+        record_bytes=hub.moe.aau.record_bytes, records_cap=hub.moe.aau.record_table_entries,
+        rpm_merge_bytes=hub.moe.rpm.merge_buffer_bytes, rpm_flush_ticks=hub.moe.rpm.flush_timeout,
+        rpm_ring=hub.moe.rpm.row_queue_depth, rpm_header_bytes=hub.moe.rpm.row_header_bytes,
+        rpm_ticks_per_packet=int(round(1e12 / (hub.clock * hub.moe.rpm.packets_per_cycle))),
+        rpm_policy=("round_robin", "longest_first").index(hub.moe.rpm.arbitration),
+        aau_alloc_ticks=ticks(hub.moe.aau.alloc_latency_cycles),
+        aau_staging=aau_staging_packets(cfg),
+        dam_notify_ticks=ticks(hub.moe.dam.notify_latency_cycles),
+    )
+
+
 def build_state(cfg, program, seed=None):
     """Allocate and initialise every State array. Returns (State, buffers, launches)."""
     sysc, gpu = cfg.system, cfg.system.gpu
@@ -246,6 +307,7 @@ def build_state(cfg, program, seed=None):
         hub_tx_latency_ticks=int(round(gpu.hub.tx_latency_cycles * 1e12 / gpu.hub.clock)),
         hub_rx_latency_ticks=int(round(gpu.hub.rx_latency_cycles * 1e12 / gpu.hub.clock)),
         reqs_per_gpu=R,
+        **_moe_params(cfg),
     ).items():
         params[0][name] = value
 
@@ -256,8 +318,11 @@ def build_state(cfg, program, seed=None):
     specs = {b.name: b for b in cfg.workload.buffers}
     for g in range(G):
         for b in buffers.values():
-            if b.addr + b.nbytes <= backed:
+            if b.addr + b.nbytes <= backed and b.name in specs:
                 _init_buffer(hbm_mem[g], b, specs[b.name], seed, g)
+    if MOE_WINDOWS in buffers:
+        params[0].win_addr = buffers[MOE_WINDOWS].addr
+        params[0].rec_addr = buffers[MOE_RECORDS].addr
     smem = np.zeros((NSM, gpu.sm.smem_bytes if functional else 0), np.uint8)
 
     # launches
@@ -282,6 +347,7 @@ def build_state(cfg, program, seed=None):
     sm.next_issue[:] = -1
     gpus = new_records(GPU, G)
     gpus.hub_next_tx[:] = -1
+    gpus.rpm_next_tx[:] = -1
     gpus.hub_rx_first[:] = -1
     gpus.hub_rx_last[:] = -1
     gpus.free_top[:] = R
@@ -299,7 +365,9 @@ def build_state(cfg, program, seed=None):
     # hub: a GPU can be the target of every other GPU's outstanding requests at once
     free_reqs = np.array([[g * R + (R - 1 - i) for i in range(R)] for g in range(G)], np.int64)
     # every packet sits in a transmit queue or in (or on the way to) a receive buffer
-    npk = int(ch.txq_cap.sum()) + nch * rxq_cap + 16
+    # (+ the MoE-Hub loopback path, bounded like one more receive buffer per GPU)
+    # (and the MoE-Hub staging stores, whose packets have left the link buffers)
+    npk = int(ch.txq_cap.sum()) + nch * rxq_cap + G * (rxq_cap + aau_staging_packets(cfg)) + 16
     sysrec = new_records(SYSTEM, 1)
     sysrec[0].pk_top = npk
 
@@ -321,8 +389,27 @@ def build_state(cfg, program, seed=None):
         respq=np.zeros((G, G * R, 3), np.int64), free_reqs=free_reqs,
         req=new_records(REQUEST, G * R), pk=new_records(PACKET, npk),
         pk_free=np.arange(npk, dtype=np.int64)[::-1].copy(),
+        **_moe_state(cfg, params[0], L, rxq_cap),
     )
     return st, buffers, launches
+
+
+def _moe_state(cfg, p, links, rxq_cap):
+    """MoE-Hub arrays (minimal placeholders when the workload uses no experts)."""
+    G = cfg.system.num_gpus
+    tile = new_records(TILE, G * p.local_experts * p.tiles_per_window)
+    tile.index[:] = -1
+    stream = new_records(STREAM, G * G)
+    stream.oldest[:] = -1
+    return dict(
+        moe_place=expert_placement(cfg), stream=stream,
+        mrow=new_records(MOE_ROW, G * G * p.rpm_ring),
+        win=new_records(WINDOW, G * p.local_experts), tile=tile,
+        # waiting packets: at most every receive buffer of the GPU's links plus its loopback
+        aau_q=np.zeros((G, p.aau_staging + (links + 1) * rxq_cap, 3), np.int64),
+        rpm_hist=np.zeros((G, RPM_HIST_BINS), np.int64),
+        dam_hist=np.zeros((G, DAM_HIST_BINS), np.int64),
+    )
 
 
 def event_headroom(st):

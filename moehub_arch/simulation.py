@@ -18,7 +18,8 @@ from .stats.collect import collect_stats
 from .stats.report import evaluate_report
 
 TB_STATE_TEXT = ("empty", "ready", "waiting on a flag", "waiting in fence for its remote operations",
-                 "waiting for a remote atomic result", "waiting for room in the hub")
+                 "waiting for a remote atomic result", "waiting for room in the hub",
+                 "waiting in claim_buffer for a ready tile")
 
 
 class SimulationError(Exception):

@@ -92,14 +92,16 @@ def hub_respond(st, g, r, resp_kind, ready):
 
 
 @njit(cache=True)
-def _pick_channel(st, g, dst):
-    """Round-robin over GPU g's links toward dst that have transmit-queue room; -1 if none."""
+def pick_channel(st, g, dst, advance):
+    """Round-robin over GPU g's links toward dst that have transmit-queue room; -1 if none.
+    `advance`: move the round-robin pointer past the chosen link (when a packet is queued)."""
     route = st.gpu_routes[g * st.p[0].num_gpus + dst]
     n = route[ROUTE_N]
     for k in range(n):
         c = route[ROUTE_FIRST + (route[ROUTE_RR] + k) % n]
         if st.ch[c].txq_count < st.ch[c].txq_cap:
-            route[ROUTE_RR] = (route[ROUTE_RR] + k + 1) % n
+            if advance:
+                route[ROUTE_RR] = (route[ROUTE_RR] + k + 1) % n
             return c
     return -1
 
@@ -127,7 +129,7 @@ def hub_packetize(st, g, tick):
     else:
         r = st.reqq[g, gp.reqq_head]
         dst = st.req[r].dst_gpu
-    c = _pick_channel(st, g, dst)
+    c = pick_channel(st, g, dst, True)
     if c < 0:
         gp.hub_blocked = 1
         gp.hub_blocked_since = tick
@@ -186,7 +188,7 @@ def hub_packetize(st, g, tick):
         if done:
             gp.reqq_head = (gp.reqq_head + 1) % st.reqq.shape[1]
             gp.reqq_count -= 1
-            _wake_hub_waiters(st, g, tick)
+            wake_hub_waiters(st, g, tick)
     pk.flits = packet_flits(st, pk.payload)
     pk.ready = ready + st.p[0].hub_tx_latency_ticks
     gp.hub_tx_packets += 1
@@ -208,7 +210,7 @@ def _data_packet(st, g, pk, rq, off, tick):
 
 
 @njit(cache=True)
-def _wake_hub_waiters(st, g, tick):
+def wake_hub_waiters(st, g, tick):
     """Request-table or FIFO space freed: TBs stalled on the hub retry their instruction."""
     gp = st.gpu[g]
     if gp.hub_tb_waiters == 0:
@@ -237,7 +239,7 @@ def _complete_request(st, r, tick):
     gp = st.gpu[g]
     st.free_reqs[g, gp.free_top] = r
     gp.free_top += 1
-    _wake_hub_waiters(st, g, tick)
+    wake_hub_waiters(st, g, tick)
 
 
 @njit(cache=True)

@@ -12,7 +12,7 @@ from numba import njit
 
 from ..engine.clock import bytes_ticks
 from ..engine.events import EV_CH_ARRIVE, push
-from .wakeups import ch_kick, hub_kick, xbar_kick
+from .wakeups import ch_kick, hub_kick, rpm_kick, xbar_kick
 
 
 @njit(cache=True)
@@ -65,6 +65,10 @@ def channel_transmit(st, c, tick):
             gp.hub_blocked = 0
             gp.hub_stall_ticks += tick - gp.hub_blocked_since
             hub_kick(st, ch.gpu, tick)
+        if gp.rpm_blocked:
+            gp.rpm_blocked = 0
+            gp.rpm_stall_ticks += tick - gp.rpm_blocked_since
+            rpm_kick(st, ch.gpu, tick)
     else:
         s = ch.switch
         for k in range(st.sw_inputs[s, 0]):

@@ -13,7 +13,10 @@ PK_GET_RESP = 3   # read data returning to the requester
 PK_ATOM_REQ = 4   # fetch-and-add of pk.value at pk.addr
 PK_ATOM_RESP = 5  # old value returning to the requester
 PK_ACK = 6        # write completion returning to the writer (header only)
-PACKET_KIND_NAMES = ("put", "store", "get_req", "get_resp", "atom_req", "atom_resp", "ack")
+PK_MOE = 7        # MoE-Hub stream bytes [pk.addr, pk.addr + payload) of stream pk.src -> pk.dst
+PK_MOE_EOS = 8    # MoE-Hub end of stream; pk.value = the stream's total bytes (header only)
+PACKET_KIND_NAMES = ("put", "store", "get_req", "get_resp", "atom_req", "atom_resp", "ack", "moe",
+                     "moe_eos")
 
 
 @njit(cache=True)

@@ -21,18 +21,23 @@ from numba import njit
 from ..engine.clock import cycle_edge
 from ..engine.events import EV_LOCAL_DONE, push
 from ..engine.state import (ERR_ADDR_RANGE, ERR_BAD_GPU, ERR_BAD_SIZE, ERR_DIV_ZERO,
-                            ERR_MISALIGNED, ERR_UNBACKED_WORD, TB_READY, TB_WAIT_FENCE,
-                            TB_WAIT_FLAG, TB_WAIT_HUB, TB_WAIT_REMOTE, WAIT_FENCE)
+                            ERR_MISALIGNED, ERR_MOE_AFTER_EOS, ERR_MOE_EXPERT, ERR_MOE_RELEASE,
+                            ERR_MOE_ROW_SIZE, ERR_UNBACKED_WORD, TB_READY, TB_WAIT_CLAIM,
+                            TB_WAIT_FENCE, TB_WAIT_FLAG, TB_WAIT_HUB, TB_WAIT_REMOTE, WAIT_FENCE)
 from ..isa.encoding import (ALU_ADD, ALU_AND, ALU_DIV, ALU_MAX, ALU_MIN, ALU_MOV, ALU_MUL, ALU_OR,
                             ALU_REM, ALU_SETEQ, ALU_SETGE, ALU_SETGT, ALU_SETLE, ALU_SETLT,
                             ALU_SETNE, ALU_SHL, ALU_SHR, ALU_SUB, ALU_XOR, DT_BF16, DT_F32, II, IMM,
                             LAT, OP0, REG_CLOCK, REG_TICK, SEM, SEM_ALU, SEM_ATOM, SEM_BRANCH,
                             SEM_COPY, SEM_COPY2D, SEM_EXIT, SEM_FENCE, SEM_FLAG_SET, SEM_GET,
                             SEM_LD, SEM_MMA, SEM_PUT, SEM_SLEEP, SEM_ST, SEM_VEC, SEM_WAIT,
+                            SEM_CLAIM, SEM_NOTIFY, SEM_SEND_EXPERT, SEM_SEND_HOME, NOTIFY_EOS,
                             SMEM_ADDR_BIT, SUBOP, THR, UNIT, DTYPE, VEC_ADD, VEC_AXPY, VEC_MUL,
                             VEC_SILU_MUL, VEC_ZERO)
 from .hbm import (hbm_access, hbm_backed, move_bytes, raise_error, read_word, write_word)
 from .hub import REQ_ATOM, REQ_GET, REQ_PUT, REQ_STORE, atomic_ticks, hub_submit
+from .moehub.aau import aau_retry, record_address, slot_address
+from .moehub.dam import CLAIM_WAIT, dam_claim, dam_release
+from .moehub.rpm import rpm_accept, rpm_end_of_stream
 from .scheduler import block_exit
 from .waiters import compare, notify_stores
 from .wakeups import sm_wake, tb_resume
@@ -399,11 +404,53 @@ def _execute(st, slot, sm, tick, cyc):
             notify_stores(st, g, d_addr, nb, mem_done)
         work = n
 
-    elif sem == SEM_PUT or sem == SEM_GET:
-        peer = _operand(st, slot, row, 0, tick, cyc)
-        dst = _operand(st, slot, row, 1, tick, cyc)
-        src = _operand(st, slot, row, 2, tick, cyc)
-        nb = _operand(st, slot, row, 3, tick, cyc)
+    elif sem == SEM_SEND_EXPERT:
+        if not _send_to_expert(st, slot, row, g, tick, cyc):
+            return
+
+    elif sem == SEM_CLAIM:
+        expert = _operand(st, slot, row, 3, tick, cyc)
+        if not _local_expert(st, slot, g, expert):
+            return
+        status, rows, first = dam_claim(st, g, slot, expert, tick)
+        if status == CLAIM_WAIT:
+            _block(st, slot, TB_WAIT_CLAIM, tick)
+            return  # re-executed when the DAM wakes this TB
+        st.regs[slot, row[OP0]] = rows
+        st.regs[slot, row[OP0 + 1]] = slot_address(st, g, expert, first) if rows else 0
+        st.regs[slot, row[OP0 + 2]] = record_address(st, g, expert, first) if rows else 0
+
+    elif sem == SEM_NOTIFY:
+        a = _operand(st, slot, row, 0, tick, cyc)
+        if sub == NOTIFY_EOS:
+            rpm_end_of_stream(st, g, a, tick)
+        else:
+            if not _local_expert(st, slot, g, a):
+                return
+            p = st.p[0]
+            off = _operand(st, slot, row, 1, tick, cyc) - p.win_addr \
+                - st.moe_place[a, 1] * p.window_rows * p.row_bytes
+            if off < 0 or off % p.row_bytes or not dam_release(st, g, a, off // p.row_bytes):
+                raise_error(st, ERR_MOE_RELEASE, slot, off)
+                return
+            aau_retry(st, g, tick)
+
+    elif sem == SEM_PUT or sem == SEM_GET or sem == SEM_SEND_HOME:
+        if sem == SEM_SEND_HOME:
+            # combine: the completion record names the row's home GPU and slot
+            rec = _operand(st, slot, row, 0, tick, cyc)
+            if not _check_hbm_word(st, slot, rec) or not _check_hbm_word(st, slot, rec + 8):
+                return
+            src = _operand(st, slot, row, 1, tick, cyc)
+            nb = _operand(st, slot, row, 2, tick, cyc)
+            peer = read_word(st, g, rec)
+            dst = _operand(st, slot, row, 3, tick, cyc) + read_word(st, g, rec + 8) * nb
+        else:
+            rec = 0
+            peer = _operand(st, slot, row, 0, tick, cyc)
+            dst = _operand(st, slot, row, 1, tick, cyc)
+            src = _operand(st, slot, row, 2, tick, cyc)
+            nb = _operand(st, slot, row, 3, tick, cyc)
         if peer < 0 or peer >= st.p[0].num_gpus:
             raise_error(st, ERR_BAD_GPU, slot, peer)
             return
@@ -421,11 +468,14 @@ def _execute(st, slot, sm, tick, cyc):
                 st.tb[slot].outstanding += 1
                 push(st, done, EV_LOCAL_DONE, slot, 0)
             else:
-                kind = REQ_PUT if sem == SEM_PUT else REQ_GET
+                kind = REQ_GET if sem == SEM_GET else REQ_PUT
                 if not hub_submit(st, g, kind, slot, peer, dst, src, nb, 0, 0, tick):
                     _stall_on_hub(st, slot, g, tick)
                     return
                 st.tb[slot].outstanding += 1
+        if sem == SEM_SEND_HOME:
+            mem_done = hbm_access(st, g, rec, 16, tick, False)  # the record was read
+            st.gpu[g].combine_rows += 1
 
     elif sem == SEM_FLAG_SET or sem == SEM_ATOM:
         base = 1 if sem == SEM_ATOM else 0
@@ -519,6 +569,42 @@ def _charge_unit(st, sm, row, tick, cyc, occ):
     if free > st.sm_unit_free[sm, unit]:
         st.sm_unit_free[sm, unit] = free
     st.sm_unit_busy[sm, unit] += free - tick
+
+
+@njit(cache=True)
+def _local_expert(st, slot, g, expert):
+    if expert < 0 or expert >= st.p[0].num_experts or st.moe_place[expert, 0] != g:
+        raise_error(st, ERR_MOE_EXPERT, slot, expert)
+        return False
+    return True
+
+
+@njit(cache=True)
+def _send_to_expert(st, slot, row, g, tick, cyc):
+    """send_to_expert: validate, then hand the row to the RPM (False: error or stalled)."""
+    p = st.p[0]
+    expert = _operand(st, slot, row, 0, tick, cyc)
+    src = _operand(st, slot, row, 1, tick, cyc)
+    nb = _operand(st, slot, row, 2, tick, cyc)
+    if expert < 0 or expert >= p.num_experts:
+        raise_error(st, ERR_MOE_EXPERT, slot, expert)
+        return False
+    if nb <= 0 or nb > p.row_bytes:
+        raise_error(st, ERR_MOE_ROW_SIZE, slot, nb)
+        return False
+    if _is_smem(src) or not _check_range(st, slot, src, nb):
+        raise_error(st, ERR_ADDR_RANGE, slot, src)
+        return False
+    sr = st.stream[g * p.num_gpus + st.moe_place[expert, 0]]
+    if sr.eos_pending:
+        raise_error(st, ERR_MOE_AFTER_EOS, slot, expert)
+        return False
+    home = _operand(st, slot, row, 3, tick, cyc)
+    aux = _operand(st, slot, row, 4, tick, cyc)
+    if not rpm_accept(st, g, slot, expert, src, nb, home, aux, tick):
+        _stall_on_hub(st, slot, g, tick)
+        return False
+    return True
 
 
 @njit(cache=True)

@@ -8,7 +8,7 @@ recognised as stale when it fires (its tick no longer matches the record).
 from numba import njit
 
 from ..engine.clock import align_up
-from ..engine.events import EV_CH_TX, EV_HUB_TX, EV_SM_ISSUE, EV_XBAR, push
+from ..engine.events import EV_CH_TX, EV_HUB_TX, EV_RPM_TX, EV_SM_ISSUE, EV_XBAR, push
 from ..engine.state import TB_READY
 
 
@@ -43,6 +43,17 @@ def hub_kick(st, g, tick):
     if gp.hub_next_tx < 0 or tick < gp.hub_next_tx:
         gp.hub_next_tx = tick
         push(st, tick, EV_HUB_TX, g, 0)
+
+
+@njit(cache=True)
+def rpm_kick(st, g, tick):
+    """Ask GPU g's MoE-Hub RPM packetizer to run at `tick` (unless it waits for link queue room)."""
+    gp = st.gpu[g]
+    if gp.rpm_blocked:
+        return
+    if gp.rpm_next_tx < 0 or tick < gp.rpm_next_tx:
+        gp.rpm_next_tx = tick
+        push(st, tick, EV_RPM_TX, g, 0)
 
 
 @njit(cache=True)

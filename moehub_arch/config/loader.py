@@ -378,6 +378,7 @@ def _check(cfg: Config, ctx: _Ctx):
         raise ctx.error(("system", "nvlink", "rx_buffer_flits"),
                         f"expected at least {max_packet_flits} flits (one largest packet: header + "
                         f"max payload), found {nv.rx_buffer_flits}; a smaller buffer deadlocks")
+    _check_moe(cfg, ctx)
     for li, lc in enumerate(cfg.workload.launches):
         if not lc.kernel.strip():
             raise ctx.error(("workload", "launches", li, "kernel"), "expected a kernel name, found ''")
@@ -409,6 +410,42 @@ def _resolve_kernel_files(cfg: Config, ctx: _Ctx) -> Config:
             raise ctx.error((*path, i), f"kernel file '{name}' not found (looked for {_display(p)})")
         out.append(str(p.resolve()))
     return attrs.evolve(cfg, workload=attrs.evolve(cfg.workload, kernel_files=tuple(out)))
+
+
+def _check_moe(cfg: Config, ctx: _Ctx):
+    moe, G = cfg.workload.moe, cfg.system.num_gpus
+    path = ("workload", "moe")
+    if moe.num_experts == 0:
+        return
+    tile = cfg.system.gpu.hub.moe.dam.tile_rows
+    if moe.placement is None:
+        if moe.num_experts % G:
+            raise ctx.error((*path, "num_experts"),
+                            f"block placement needs a multiple of system.num_gpus ({G}) experts, "
+                            f"found {moe.num_experts}; or give workload.moe.placement")
+    else:
+        if len(moe.placement) != moe.num_experts:
+            raise ctx.error((*path, "placement"), f"expected one GPU per expert ({moe.num_experts}), "
+                                                  f"found {len(moe.placement)}")
+        for i, g in enumerate(moe.placement):
+            if g >= G:
+                raise ctx.error((*path, "placement", i), f"GPU {g} out of range: system.num_gpus = {G}")
+    if moe.window_rows == 0 or moe.window_rows % tile:
+        raise ctx.error((*path, "window_rows"),
+                        f"expected a positive multiple of system.gpu.hub.moe.dam.tile_rows ({tile}), "
+                        f"found {moe.window_rows}")
+    if moe.row_bytes == 0:
+        raise ctx.error((*path, "row_bytes"), "expected the window slot size (the largest row), found 0")
+    gpus = moe.placement if moe.placement is not None else [e * G // moe.num_experts
+                                                            for e in range(moe.num_experts)]
+    local = max(list(gpus).count(g) for g in range(G))
+    need = local * (tile - 1) + 1
+    aau = cfg.system.gpu.hub.moe.aau
+    if aau.record_table_entries < need:
+        raise ctx.error(("system", "gpu", "hub", "moe", "aau", "record_table_entries"),
+                        f"expected at least {need} entries: {local} local experts may each hold a "
+                        f"partial tile of {tile - 1} rows, and one more row must fit to complete a tile; "
+                        f"found {aau.record_table_entries} (a smaller table deadlocks)")
 
 
 # ------------------------------------------------------------------------------ entry point

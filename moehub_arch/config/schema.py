@@ -46,6 +46,44 @@ class HbmConfig:
 
 
 @attrs.frozen
+class RpmConfig:
+    merge_buffer_bytes: int = _f("size", "RPM merge buffer per destination GPU: a packet carries at "
+                                 "most this many bytes", min=1)
+    flush_timeout: int = _f("time", "a partly filled merge buffer is sent once its oldest byte waited "
+                            "this long", min=0)
+    row_queue_depth: int = _f("int", "rows accepted but not yet landed, per destination GPU (row "
+                              "descriptor ring); send_to_expert blocks when it is full", min=1)
+    row_header_bytes: int = _f("size", "metadata carried with each row in the byte stream (expert, "
+                               "size, home slot, aux)", min=0)
+    packets_per_cycle: int = _f("int", "packets the RPM emits per hub cycle", min=1)
+    arbitration: str = _f("choice", "which destination's merge buffer is sent next",
+                          choices=("round_robin", "longest_first"))
+
+
+@attrs.frozen
+class AauConfig:
+    alloc_latency_cycles: int = _f("int", "hub cycles to allocate a window slot for a row", min=0)
+    record_table_entries: int = _f("int", "live completion records per GPU (rows allocated whose "
+                                   "tile is not yet released); allocation stalls when full", min=1)
+    record_bytes: int = _f("size", "completion record entry size (at least 32 B: source GPU, home "
+                           "slot, aux, bytes)", min=32)
+
+
+@attrs.frozen
+class DamConfig:
+    tile_rows: int = _f("int", "rows of one tile: the unit made ready and claimed", min=1)
+    notify_latency_cycles: int = _f("int", "hub cycles from a tile's last row landing to the tile "
+                                    "being claimable", min=0)
+
+
+@attrs.frozen
+class MoeHubConfig:
+    rpm: RpmConfig = _f("node", "runtime packet manager (sender side)", cls=RpmConfig)
+    aau: AauConfig = _f("node", "address allocation unit (receiver side)", cls=AauConfig)
+    dam: DamConfig = _f("node", "data availability manager (receiver side)", cls=DamConfig)
+
+
+@attrs.frozen
 class HubConfig:
     clock: int = _f("frequency", "hub clock", min=1)
     packets_per_cycle: int = _f("int", "packets the hub moves per hub cycle", min=1)
@@ -53,6 +91,7 @@ class HubConfig:
     max_outstanding_requests: int = _f("int", "remote requests in flight per GPU", min=1)
     tx_latency_cycles: int = _f("int", "hub cycles from request to NVLink port", min=0)
     rx_latency_cycles: int = _f("int", "hub cycles from NVLink port to memory/SM", min=0)
+    moe: MoeHubConfig = _f("node", "MoE-Hub control plane: RPM, AAU, DAM", cls=MoeHubConfig)
 
 
 @attrs.frozen
@@ -132,6 +171,18 @@ class ReportConfig:
 
 
 @attrs.frozen
+class MoeWorkloadConfig:
+    num_experts: int = _f("int", "experts addressed by send_to_expert (0: the hub's MoE path is "
+                          "unused)", 0, min=0)
+    placement: tuple | None = _f("opt_int_tuple", "GPU of each expert (default: blocks of "
+                                 "num_experts / num_gpus consecutive experts per GPU)", None, min=0)
+    window_rows: int = _f("int", "rows in each expert's receive window (a multiple of "
+                          "system.gpu.hub.moe.dam.tile_rows)", 0, min=0)
+    row_bytes: int = _f("size", "window slot size: the largest row send_to_expert may send",
+                        0, min=0)
+
+
+@attrs.frozen
 class WorkloadConfig:
     mode: str = _f("choice", "functional: real data; timing: addresses only", "timing",
                    choices=("functional", "timing"))
@@ -139,6 +190,8 @@ class WorkloadConfig:
     buffers: tuple = _f("named", "symmetric buffers: name -> fields", (), cls=BufferConfig)
     launches: tuple = _f("list", "kernel launches", (), cls=LaunchConfig)
     report: tuple = _f("named", "derived results: name -> fields", (), cls=ReportConfig)
+    moe: MoeWorkloadConfig = _f("node", "experts served by the MoE-Hub: placement, receive windows",
+                                MoeWorkloadConfig(), cls=MoeWorkloadConfig)
 
 
 @attrs.frozen

@@ -17,8 +17,11 @@ EV_CH_ARRIVE = 4     # a0 = packet, a1 = channel: a packet's tail reached the fa
 EV_XBAR = 5          # a0 = channel: switch input port moves head packets across the crossbar
 EV_CREDIT = 6        # a0 = channel, a1 = flits: flow-control credits return to the transmitter
 EV_LOCAL_DONE = 7    # a0 = TB slot: an asynchronous same-GPU put/get completed
+EV_RPM_TX = 8        # a0 = GPU: the MoE-Hub RPM emits its next packet
+EV_MOE_LOOPBACK = 9  # a0 = packet, a1 = GPU: an RPM packet to the sending GPU itself arrives
+EV_DAM_READY = 10    # a0 = window, a1 = tile index: a tile became claimable
 EVENT_NAMES = ("sm_issue", "kernel_start", "hub_tx", "ch_tx", "ch_arrive", "xbar", "credit",
-               "local_done")
+               "local_done", "rpm_tx", "moe_loopback", "dam_ready")
 
 # columns of the heap array State.q
 Q_TICK, Q_SEQ, Q_KIND, Q_A0, Q_A1 = range(5)

@@ -8,12 +8,16 @@ handler recorded a runtime error.
 from numba import njit
 
 from ..components.hub import hub_packetize, hub_receive
+from ..components.moehub.aau import aau_receive
+from ..components.moehub.dam import dam_tile_ready
+from ..components.moehub.rpm import rpm_packetize
 from ..components.nvlink import channel_credit, channel_transmit
 from ..components.scheduler import kernel_start
 from ..components.sm import local_done, sm_issue
+from ..components.packet import PK_MOE
 from ..components.switch import switch_crossbar, switch_receive
-from .events import (EV_CH_ARRIVE, EV_CH_TX, EV_CREDIT, EV_HUB_TX, EV_KERNEL_START, EV_LOCAL_DONE,
-                     EV_SM_ISSUE, EV_XBAR, Q_TICK, pop)
+from .events import (EV_CH_ARRIVE, EV_CH_TX, EV_CREDIT, EV_DAM_READY, EV_HUB_TX, EV_KERNEL_START,
+                     EV_LOCAL_DONE, EV_MOE_LOOPBACK, EV_RPM_TX, EV_SM_ISSUE, EV_XBAR, Q_TICK, pop)
 
 STATUS_EMPTY = 0      # no events left
 STATUS_BATCH = 1      # max_events processed; call again
@@ -45,6 +49,8 @@ def run_loop(st, max_events, headroom, tick_limit):
         elif kind == EV_CH_ARRIVE:
             if st.ch[a1].to_switch:
                 switch_receive(st, a1, a0, tick)
+            elif st.pk[a0].kind >= PK_MOE:
+                aau_receive(st, st.ch[a1].gpu, a1, a0, tick)
             else:
                 hub_receive(st, st.ch[a1].gpu, a1, a0, tick)
         elif kind == EV_XBAR:
@@ -57,6 +63,12 @@ def run_loop(st, max_events, headroom, tick_limit):
             local_done(st, a0, tick)
         elif kind == EV_KERNEL_START:
             kernel_start(st, a0, tick)
+        elif kind == EV_RPM_TX:
+            rpm_packetize(st, a0, tick)
+        elif kind == EV_MOE_LOOPBACK:
+            aau_receive(st, a1, -1, a0, tick)
+        elif kind == EV_DAM_READY:
+            dam_tile_ready(st, a0, a1, tick)
         if sy.err_code != 0:
             return STATUS_ERROR
     return STATUS_BATCH

@@ -43,6 +43,11 @@ PARAMS = _record(
     "links_per_gpu", "num_switches", "max_payload", "header_bytes", "flit_bytes",
     "link_fs_per_byte", "link_latency_ticks", "rx_buffer_flits", "switch_traversal_ticks",
     "hub_ticks_per_packet", "hub_tx_latency_ticks", "hub_rx_latency_ticks", "reqs_per_gpu",
+    # MoE-Hub control plane (components/moehub): experts, windows, RPM / AAU / DAM parameters
+    "num_experts", "local_experts", "window_rows", "row_bytes", "tile_rows", "tiles_per_window",
+    "win_addr", "rec_addr", "record_bytes", "records_cap",
+    "rpm_merge_bytes", "rpm_flush_ticks", "rpm_ring", "rpm_header_bytes", "rpm_ticks_per_packet",
+    "rpm_policy", "aau_alloc_ticks", "aau_staging", "dam_notify_ticks",
 )
 
 # Whole-run bookkeeping: event-queue counters, packet-pool stack top, the first runtime error.
@@ -80,6 +85,13 @@ GPU = _record(
     "hub_requests", "hub_tx_packets", "hub_tx_payload", "hub_rx_packets", "hub_rx_payload",
     "hub_stall_ticks", "hub_reqq_peak", "hub_respq_peak", "hub_rx_first", "hub_rx_last", "hub_acks",
     "hbm_read_bytes", "hbm_write_bytes", "hbm_accesses", "hbm_atomics",
+    # MoE-Hub: RPM packetizer, end-of-stream notes, AAU pending-packet FIFO, DAM source count
+    "rpm_next_tx", "rpm_blocked", "rpm_blocked_since", "rpm_rr", "eos_notes", "loop_inflight",
+    "aau_staged", "aau_q_count", "aau_stall_since", "records_live", "dam_sources_done",
+    "rpm_rows", "rpm_packets", "rpm_payload", "rpm_wire", "rpm_stall_ticks", "rpm_flushes",
+    "rpm_accept_stalls", "aau_allocs", "aau_stalls", "aau_stall_ticks", "aau_records_written",
+    "aau_records_peak", "aau_window_peak", "dam_tiles_ready", "dam_claims", "dam_zero_claims",
+    "dam_notifies", "dam_eos_received", "combine_rows",
 )
 
 HBM_CHANNEL = _record("free", "busy")  # free: tick the queued transfers end; busy: stat
@@ -94,6 +106,24 @@ LINK_CHANNEL = _record(
     "tx_packets", "tx_wire_bytes", "tx_payload_bytes", "tx_busy", "credit_stall", "txq_peak",
     "rx_packets", "rx_wire_bytes", "rx_payload_bytes", "rxq_peak", "xbar_blocked_ticks",
 )
+
+# MoE-Hub byte stream from one GPU's RPM to one GPU (index src * G + dst).
+STREAM = _record(
+    "accepted",     # stream bytes accepted (row headers + data), i.e. the stream's end offset
+    "sent",         # stream bytes packetized
+    "head", "tail",  # row descriptors: next to accept, oldest not yet landed (monotonic counters)
+    "oldest",       # acceptance tick of the oldest unsent byte's row (-1: nothing unsent)
+    "eos_pending", "eos_sent",  # end of stream requested / EOS marker sent
+    "recv", "total", "eos_seen", "done",  # receiver side: bytes processed, final size, finished
+)
+# Row descriptors in flight, ring of rpm_ring entries per stream (the header travelling with the row).
+MOE_ROW = _record("expert", "src_addr", "length", "home", "aux", "start", "alloc", "recv", "done",
+                  "slot", "accept_tick")
+# One expert's receive window (index gpu * local_experts + local slot) and its tiles.
+WINDOW = _record("alloc", "released_tiles", "next_claim", "ended", "waiters")
+TILE = _record("index", "rows_alloc", "rows_landed", "closed", "ready", "claimed", "released")
+RPM_HIST_BINS = 8     # merge-buffer fill at packet emission, in eighths of the buffer
+DAM_HIST_BINS = 16    # claimer wait time, bin i: [2^(i-1), 2^i) ns (bin 0: < 1 ns)
 
 REQUEST = _record("kind", "slot", "src_gpu", "dst_gpu", "dst_addr", "src_addr", "length", "sent",
                   "resp_sent", "pkts_total", "pkts_arrived", "value", "ret_reg")
@@ -121,14 +151,18 @@ State = namedtuple("State", [
     "gpu_routes", "sw_routes", "sw_inputs",  # routing (see ROUTE_*); sw_inputs[s, 0] = count
     "reqq", "respq", "free_reqs",  # hub FIFOs [G, depth], [G, cap, 3]; free request stack [G, R]
     "req", "pk", "pk_free",        # [G * R] REQUEST; [P] PACKET; packet free stack
+    # MoE-Hub (components/moehub): expert placement [E, 2] (gpu, local slot); streams [G * G];
+    # row descriptors [G * G * ring]; windows [G * LE]; tiles [G * LE * tiles_per_window];
+    # AAU pending packets [G, cap]; histograms [G, RPM_HIST_BINS], [G, DAM_HIST_BINS]
+    "moe_place", "stream", "mrow", "win", "tile", "aau_q", "rpm_hist", "dam_hist",
 ])
 
 # thread-block states
-TB_EMPTY, TB_READY, TB_WAIT_FLAG, TB_WAIT_FENCE, TB_WAIT_REMOTE, TB_WAIT_HUB = range(6)
+TB_EMPTY, TB_READY, TB_WAIT_FLAG, TB_WAIT_FENCE, TB_WAIT_REMOTE, TB_WAIT_HUB, TB_WAIT_CLAIM = range(7)
 # wait reasons for stats (column of State.sm_wait)
-WAIT_FLAG, WAIT_FENCE, WAIT_REMOTE, WAIT_HUB = range(4)
-NUM_WAIT_REASONS = 4
-WAIT_REASON_NAMES = ("flag", "fence", "remote", "hub")
+WAIT_FLAG, WAIT_FENCE, WAIT_REMOTE, WAIT_HUB, WAIT_CLAIM = range(5)
+NUM_WAIT_REASONS = 5
+WAIT_REASON_NAMES = ("flag", "fence", "remote", "hub", "claim")
 
 # launch status
 LN_PENDING, LN_RUNNING, LN_DONE = range(3)
@@ -142,7 +176,16 @@ ERR_BAD_GPU = 4
 ERR_DIV_ZERO = 5
 ERR_MISALIGNED = 6
 ERR_BAD_SIZE = 7
+ERR_MOE_EXPERT = 8
+ERR_MOE_ROW_SIZE = 9
+ERR_MOE_AFTER_EOS = 10
+ERR_MOE_RELEASE = 11
 ERROR_TEXT = {
+    ERR_MOE_EXPERT: "expert id out of range (workload.moe.num_experts), or claim/release of an expert "
+                    "that is not placed on this GPU",
+    ERR_MOE_ROW_SIZE: "send_to_expert row larger than the window slot (workload.moe.row_bytes) or empty",
+    ERR_MOE_AFTER_EOS: "send_to_expert after this GPU's end of stream (notify_ready.eos)",
+    ERR_MOE_RELEASE: "notify_ready.release of an address that is not the base of a claimed, unreleased tile",
     ERR_UNBACKED_WORD: "word or element access to the data region, which timing mode does not back "
                        "with storage (keep flags, counters and tables in buffers with region: control)",
     ERR_ADDR_RANGE: "address out of range (HBM capacity, the TB's shared-memory allocation, or a "

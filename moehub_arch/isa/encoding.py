@@ -82,10 +82,15 @@ SEM_FLAG_SET = 13  # (gpu, addr, value)                async 8-byte store of val
 SEM_WAIT = 14     # (addr, value)                      sleep until local word CMP value, subop CMP_*
 SEM_FENCE = 15    # ()                                 wait until all async ops of this TB completed
 SEM_SLEEP = 16    # (cycles)
-NUM_SEMANTICS = 17
+# MoE-Hub control plane (destination-agnostic communication; components/moehub)
+SEM_SEND_EXPERT = 17  # (expert, src_addr, bytes, home, aux)   hand a row to the RPM
+SEM_CLAIM = 18        # (rows, base, records, expert)          next ready tile of a local expert
+SEM_NOTIFY = 19       # (a, b)  subop NOTIFY_EOS: a = producers; NOTIFY_RELEASE: a = expert, b = base
+SEM_SEND_HOME = 20    # (record, src_addr, bytes, base)        combine: row back to its home slot
+NUM_SEMANTICS = 21
 SEMANTIC_NAMES = (
     "nop", "exit", "alu", "branch", "ld", "st", "copy", "copy2d", "mma", "vec", "put", "get",
-    "atom", "flag_set", "wait", "fence", "sleep",
+    "atom", "flag_set", "wait", "fence", "sleep", "send_to_expert", "claim", "notify", "send_home",
 )
 # Named operands of each semantic, in slot order, as (name, kind). Kinds: "reg" (a general
 # register written by the instruction), "src" (register, special register, parameter or
@@ -109,6 +114,11 @@ SEMANTIC_OPERANDS = {
     SEM_FLAG_SET: (("gpu", "src"), ("addr", "addr"), ("value", "src")),
     SEM_WAIT: (("addr", "addr"), ("value", "src")),
     SEM_SLEEP: (("cycles", "src"),),
+    SEM_SEND_EXPERT: (("expert", "src"), ("src", "src"), ("bytes", "src"), ("home", "src"),
+                      ("aux", "src")),
+    SEM_CLAIM: (("rows", "reg"), ("base", "reg"), ("records", "reg"), ("expert", "src")),
+    SEM_NOTIFY: (("a", "src"), ("b", "src")),
+    SEM_SEND_HOME: (("record", "src"), ("src", "src"), ("bytes", "src"), ("base", "src")),
 }
 
 
@@ -144,7 +154,12 @@ VEC_NAMES = ("add", "mul", "axpy", "silu_mul", "zero")
 ATOM_ADD = 0
 ATOM_NAMES = ("add",)
 
+# notify_ready sub-operations
+NOTIFY_EOS = 0       # this producer is done; the GPU's streams end once `a` producers said so
+NOTIFY_RELEASE = 1   # the claimed tile of expert `a` at base address `b` may be reused
+NOTIFY_NAMES = ("eos", "release")
+
 SUBOP_NAMES = {
     SEM_ALU: ALU_NAMES, SEM_BRANCH: CMP_NAMES, SEM_WAIT: CMP_NAMES, SEM_VEC: VEC_NAMES,
-    SEM_ATOM: ATOM_NAMES,
+    SEM_ATOM: ATOM_NAMES, SEM_NOTIFY: NOTIFY_NAMES,
 }

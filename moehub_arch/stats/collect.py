@@ -4,7 +4,7 @@ Each table row is (stat name, State array field, unit, description): the single 
 component's statistics are documented (``moehub-sim stats --list`` prints them). Formulas
 (utilisation, bandwidth) are computed here, at dump time, from the raw counters.
 """
-from ..engine.state import NUM_WAIT_REASONS, WAIT_REASON_NAMES
+from ..engine.state import DAM_HIST_BINS, NUM_WAIT_REASONS, RPM_HIST_BINS, WAIT_REASON_NAMES
 from ..isa.encoding import UNIT_NAMES
 from .registry import StatsSet
 
@@ -32,6 +32,31 @@ HUB_STATS = (
     ("acks_received", "hub_acks", "count", "write completions received"),
     ("rx_first_tick", "hub_rx_first", "ps", "arrival of the first data packet (-1: none)"),
     ("rx_last_tick", "hub_rx_last", "ps", "arrival of the last data packet (-1: none)"),
+)
+# MoE-Hub control plane (components/moehub), fields of the per-GPU record
+RPM_STATS = (
+    ("rows_accepted", "rpm_rows", "rows", "rows taken by send_to_expert"),
+    ("packets", "rpm_packets", "packets", "packets emitted (data and end-of-stream)"),
+    ("payload_bytes", "rpm_payload", "bytes", "stream bytes sent (row headers + row data)"),
+    ("wire_bytes", "rpm_wire", "bytes", "bytes on the wire for those packets (link headers included)"),
+    ("flushes", "rpm_flushes", "packets", "partly filled packets sent because the flush timeout expired"),
+    ("stall_ticks", "rpm_stall_ticks", "ps", "time the RPM had a packet ready but no link queue room"),
+    ("accept_stalls", "rpm_accept_stalls", "count", "send_to_expert attempts refused: row ring full"),
+)
+AAU_STATS = (
+    ("allocations", "aau_allocs", "rows", "window slots allocated"),
+    ("alloc_stalls", "aau_stalls", "packets", "packets that waited for window or record-table space"),
+    ("alloc_stall_ticks", "aau_stall_ticks", "ps", "time packets were waiting for space"),
+    ("window_peak_rows", "aau_window_peak", "rows", "peak live rows in one expert window"),
+    ("records_written", "aau_records_written", "records", "completion records written"),
+    ("records_peak", "aau_records_peak", "records", "peak live completion records"),
+)
+DAM_STATS = (
+    ("tiles_ready", "dam_tiles_ready", "tiles", "tiles made ready"),
+    ("claims", "dam_claims", "tiles", "tiles handed to claim_buffer"),
+    ("zero_claims", "dam_zero_claims", "count", "claims answered with zero rows (stream ended)"),
+    ("notifications", "dam_notifies", "count", "notify_ready calls (eos and release)"),
+    ("eos_received", "dam_eos_received", "count", "end-of-stream packets received"),
 )
 # (suffix, channel field, unit, description); GPU-side names use the up channel for tx and the down
 # channel for rx; switch ports the opposite. tx counters are taken at the sender, rx at the receiver.
@@ -122,6 +147,7 @@ def collect_stats(st, launches, program, host_seconds, compile_seconds):
         pre = f"{gp}.hub"
         for name, field, unit, desc in HUB_STATS:
             out.add(f"{pre}.{name}", gr[field], unit, desc)
+        _moe_stats(out, st, g, f"{gp}.hub")
         for l in range(L):
             link = g * L + l
             pre = f"{gp}.nvlink{l}"
@@ -139,3 +165,38 @@ def collect_stats(st, launches, program, host_seconds, compile_seconds):
             out.add(f"{pre}.input_blocked_ticks", st.ch[c].xbar_blocked_ticks, "ps",
                     "time the input's head packet waited for output-queue room")
     return out
+
+
+def _moe_stats(out, st, g, prefix):
+    """MoE-Hub stats of GPU g: RPM, AAU, DAM counters, histograms and SRAM area proxies."""
+    p, gr = st.p[0], st.gpu[g]
+    G = int(p.num_gpus)
+    out.add(f"{prefix}.combine_rows", gr.combine_rows, "rows", "rows sent home by send_home")
+    pre = f"{prefix}.rpm"
+    for name, field, unit, desc in RPM_STATS:
+        out.add(f"{pre}.{name}", gr[field], unit, desc)
+    out.add(f"{pre}.payload_efficiency", gr.rpm_payload / gr.rpm_wire if gr.rpm_wire else 0.0,
+            "ratio", "stream bytes / wire bytes")
+    data = gr.rpm_payload - gr.rpm_rows * p.rpm_header_bytes
+    out.add(f"{pre}.data_efficiency", data / gr.rpm_wire if gr.rpm_wire else 0.0, "ratio",
+            "row data bytes / wire bytes (row and link headers are overhead)")
+    for b in range(RPM_HIST_BINS):
+        out.add(f"{pre}.merge_fill_bin{b}", st.rpm_hist[g, b], "packets",
+                f"packets emitted with the merge buffer {b}/{RPM_HIST_BINS} to "
+                f"{b + 1}/{RPM_HIST_BINS} full (last bin: full)")
+    out.add(f"{pre}.sram_bytes", G * (p.rpm_merge_bytes + p.rpm_ring * (p.rpm_header_bytes + 16)),
+            "bytes", "area proxy: merge buffers + row descriptor rings (header + 16 B of state)")
+    pre = f"{prefix}.aau"
+    for name, field, unit, desc in AAU_STATS:
+        out.add(f"{pre}.{name}", gr[field], unit, desc)
+    out.add(f"{pre}.sram_bytes", p.records_cap * p.record_bytes + p.local_experts * 3 * 8, "bytes",
+            "area proxy: completion-record table + per-window base/capacity/bump registers")
+    pre = f"{prefix}.dam"
+    for name, field, unit, desc in DAM_STATS:
+        out.add(f"{pre}.{name}", gr[field], unit, desc)
+    for b in range(DAM_HIST_BINS):
+        lo = 0 if b == 0 else 2 ** (b - 1)
+        out.add(f"{pre}.claim_wait_bin{b}", st.dam_hist[g, b], "claims",
+                f"claimers woken after waiting [{lo}, {2 ** b}) ns" + (" or more" if b == DAM_HIST_BINS - 1 else ""))
+    out.add(f"{pre}.sram_bytes", p.local_experts * p.tiles_per_window * 2 * 4 + G * 8, "bytes",
+            "area proxy: per-tile allocated/landed counters (4 B each) + per-source end-of-stream state")

@@ -1,0 +1,256 @@
+"""AAU, the address allocation unit (receiver side of the MoE-Hub).
+
+Every local expert has a receive window of `window_rows` slots of `row_bytes` in HBM (base,
+capacity and a bump pointer in the AAU) and a completion-record array with one `record_bytes`
+record per slot. When the first bytes of a row arrive (whichever packet brings them: packets of one
+stream may overtake each other on parallel links), the AAU allocates the expert's next slot
+(`alloc_latency`), and takes a completion-record table entry (`record_table_entries` live records
+per GPU). Each packet's data is written at its row's slot; when a row is complete the AAU writes
+its record {source GPU, home, aux, bytes} and tells the DAM, and the row's descriptor leaves the
+sender's ring (which may unblock a producer waiting in send_to_expert).
+
+A row cannot be allocated when its expert's window holds `window_rows` live rows (rows of tiles
+not yet released) or the record table is full. The packet then waits in the AAU's staging store
+and is retried whenever a consumer releases a tile (notify_ready.release); packets that need no
+new slot (the rest of already allocated rows) keep flowing, so allocated rows always complete.
+A staged packet gives its link buffer back (credits return): the store is sized to the bytes the
+senders' row rings can have in flight (G x row_queue_depth rows), so the back-pressure that stops
+the senders is their full row rings (send_to_expert blocks), and the links never wedge. Should
+the store still fill (many tiny flush packets), further waiting packets keep their link credits.
+Nothing is dropped.
+
+Assumption: the row header (expert, size, home, aux) is known with any piece of the row, as if
+each packet carried a short row tag; its bytes are counted once per row in the stream.
+"""
+from numba import njit
+
+from ...engine.events import EV_CREDIT, push
+from ...engine.state import TB_WAIT_FENCE, WAIT_FENCE
+from ..hbm import hbm_latency_ticks, hbm_transfer, move_bytes, write_word
+from ..hub import wake_hub_waiters
+from ..nvlink import channel_count_arrival
+from ..packet import PK_MOE_EOS, packet_free
+from ..wakeups import rpm_kick, tb_resume
+from .dam import dam_row_landed, dam_source_ended
+
+
+@njit(cache=True)
+def aau_receive(st, g, c, pkt, tick):
+    """An MoE-Hub packet reached GPU g (over channel c, or c = -1 for loopback)."""
+    if c >= 0:
+        channel_count_arrival(st, c, pkt)
+    pk = st.pk[pkt]
+    pk.ready = tick + st.p[0].hub_rx_latency_ticks   # ready to be processed by the AAU
+    gp = st.gpu[g]
+    gp.hub_rx_packets += 1
+    done = _process(st, g, pkt, pk.ready)
+    if done >= 0:
+        _leave_link(st, g, c, pkt, done)
+        packet_free(st, pkt)
+        return
+    # no window slot or record entry: the packet waits in the AAU's staging store. While the store
+    # has room the link buffer entry is freed (credits return); a full store keeps the credits.
+    e = st.aau_q[g, gp.aau_q_count]
+    e[0] = pkt
+    e[1] = c
+    e[2] = 0
+    if gp.aau_staged < st.p[0].aau_staging:
+        gp.aau_staged += 1
+        e[2] = 1
+        _leave_link(st, g, c, pkt, pk.ready)
+    if gp.aau_q_count == 0:
+        gp.aau_stall_since = tick
+    gp.aau_q_count += 1
+    gp.aau_stalls += 1
+
+
+@njit(cache=True)
+def _leave_link(st, g, c, pkt, t):
+    """The packet no longer occupies its link receive buffer (or the loopback path) from t."""
+    p = st.p[0]
+    if c >= 0:
+        push(st, t + p.link_latency_ticks, EV_CREDIT, c, st.pk[pkt].flits)
+    else:
+        gp = st.gpu[g]
+        gp.loop_inflight -= 1
+        if gp.rpm_blocked:  # the RPM may be waiting for loopback room
+            gp.rpm_blocked = 0
+            gp.rpm_stall_ticks += t - gp.rpm_blocked_since
+            rpm_kick(st, g, t)
+
+
+@njit(cache=True)
+def aau_retry(st, g, tick):
+    """Space was freed: process every waiting packet that can proceed now (any order: each
+    carries its own stream offsets), keeping the others in arrival order."""
+    gp = st.gpu[g]
+    kept = 0
+    for i in range(gp.aau_q_count):
+        pkt = st.aau_q[g, i, 0]
+        c = st.aau_q[g, i, 1]
+        staged = st.aau_q[g, i, 2]
+        done = _process(st, g, pkt, max(tick, st.pk[pkt].ready))
+        if done >= 0:
+            if staged:
+                gp.aau_staged -= 1
+            else:
+                _leave_link(st, g, c, pkt, done)
+            packet_free(st, pkt)
+            continue
+        st.aau_q[g, kept, 0] = pkt
+        st.aau_q[g, kept, 1] = c
+        st.aau_q[g, kept, 2] = staged
+        kept += 1
+    if gp.aau_q_count > 0 and kept == 0:
+        gp.aau_stall_ticks += tick - gp.aau_stall_since
+    gp.aau_q_count = kept
+    # packets that kept their credits move to the store as it frees up
+    for i in range(kept):
+        if st.aau_q[g, i, 2] == 0 and gp.aau_staged < st.p[0].aau_staging:
+            st.aau_q[g, i, 2] = 1
+            gp.aau_staged += 1
+            _leave_link(st, g, st.aau_q[g, i, 1], st.aau_q[g, i, 0], tick)
+
+
+@njit(cache=True)
+def _window_index(st, g, expert):
+    return g * st.p[0].local_experts + st.moe_place[expert, 1]
+
+
+@njit(cache=True)
+def _allocate(st, g, row):
+    """Bump-allocate the next slot of the row's expert window; False if window or table is full."""
+    p = st.p[0]
+    gp = st.gpu[g]
+    w = _window_index(st, g, row.expert)
+    win = st.win[w]
+    live = win.alloc - win.released_tiles * p.tile_rows
+    if live >= p.window_rows or gp.records_live >= p.records_cap:
+        return False
+    index = win.alloc
+    tile_index = index // p.tile_rows
+    tl = st.tile[w * p.tiles_per_window + tile_index % p.tiles_per_window]
+    if index % p.tile_rows == 0:  # first row of a new tile
+        tl.index = tile_index
+        tl.rows_alloc = 0
+        tl.rows_landed = 0
+        tl.closed = 0
+        tl.ready = -1
+        tl.claimed = 0
+        tl.released = 0
+    tl.rows_alloc += 1
+    if tl.rows_alloc == p.tile_rows:
+        tl.closed = 1
+    win.alloc += 1
+    row.alloc = index
+    gp.records_live += 1
+    gp.aau_allocs += 1
+    if gp.records_live > gp.aau_records_peak:
+        gp.aau_records_peak = gp.records_live
+    if live + 1 > gp.aau_window_peak:
+        gp.aau_window_peak = live + 1
+    return True
+
+
+@njit(cache=True)
+def slot_address(st, g, expert, index):
+    """HBM address of window slot `index` (a monotonic row index) of a local expert."""
+    p = st.p[0]
+    le = st.moe_place[expert, 1]
+    return p.win_addr + (le * p.window_rows + index % p.window_rows) * p.row_bytes
+
+
+@njit(cache=True)
+def record_address(st, g, expert, index):
+    p = st.p[0]
+    le = st.moe_place[expert, 1]
+    return p.rec_addr + (le * p.window_rows + index % p.window_rows) * p.record_bytes
+
+
+@njit(cache=True)
+def _process(st, g, pkt, t):
+    """Allocate, write and account one packet; returns when its data is written, or -1 (nothing
+    changed but allocations) if it must wait for window or record-table space."""
+    p = st.p[0]
+    pk = st.pk[pkt]
+    src = pk.src
+    s = src * p.num_gpus + g
+    sr = st.stream[s]
+    free_at = t
+    if pk.kind == PK_MOE_EOS:
+        sr.total = pk.value
+        sr.eos_seen = 1
+        st.gpu[g].dam_eos_received += 1
+    else:
+        lo = pk.addr
+        hi = pk.addr + pk.payload
+        H = p.rpm_header_bytes
+        stop = hi
+        # rows in stream order: allocate where needed (stopping at the first that cannot be),
+        # then write every piece before that point
+        for i in range(sr.tail, sr.head):
+            row = st.mrow[s * p.rpm_ring + i % p.rpm_ring]
+            if row.start >= hi:
+                break
+            if row.start + H + row.length <= lo or row.alloc >= 0:
+                continue
+            if not _allocate(st, g, row):
+                stop = max(lo, row.start)
+                break
+            if free_at == t:
+                t += p.aau_alloc_ticks   # the allocation pipeline, once per packet
+                free_at = t
+        for i in range(sr.tail, sr.head):
+            row = st.mrow[s * p.rpm_ring + i % p.rpm_ring]
+            end = row.start + H + row.length
+            if row.start >= stop:
+                break
+            if end <= lo:
+                continue
+            a = max(lo, row.start + H) - (row.start + H)      # data bytes [a, b) of the row
+            b = min(stop, end) - (row.start + H)
+            if b > a:
+                dst = slot_address(st, g, row.expert, row.alloc) + a
+                done = hbm_transfer(st, g, dst, b - a, t, True)
+                if done > free_at:
+                    free_at = done
+                move_bytes(st, src, row.src_addr + a, g, dst, b - a, -1)
+            row.recv += min(stop, end) - max(lo, row.start)
+            if row.recv == H + row.length:
+                _row_complete(st, g, src, row, free_at)
+        sr.recv += stop - lo
+        st.gpu[g].hub_rx_payload += stop - lo
+        # rows complete out of order; the ring frees in order
+        while sr.tail < sr.head and st.mrow[s * p.rpm_ring + sr.tail % p.rpm_ring].done:
+            sr.tail += 1
+        wake_hub_waiters(st, src, t)
+        if stop < hi:
+            # the rest waits for space; what was written is done
+            pk.addr = stop
+            pk.payload = hi - stop
+            return -1
+    if sr.eos_seen and not sr.done and sr.recv == sr.total:
+        sr.done = 1
+        dam_source_ended(st, g, free_at)
+    return free_at
+
+
+@njit(cache=True)
+def _row_complete(st, g, src, row, written):
+    """The row's last bytes are written: record, DAM counter, producer completion."""
+    p = st.p[0]
+    rec = record_address(st, g, row.expert, row.alloc)
+    done = hbm_transfer(st, g, rec, p.record_bytes, written, True)
+    if rec + 32 <= st.hbm_mem.shape[1]:
+        write_word(st, g, rec, src)
+        write_word(st, g, rec + 8, row.home)
+        write_word(st, g, rec + 16, row.aux)
+        write_word(st, g, rec + 24, row.length)
+    visible = done + hbm_latency_ticks(st, done)
+    st.gpu[g].aau_records_written += 1
+    row.done = 1
+    dam_row_landed(st, g, row.expert, row.alloc, visible)
+    tb = st.tb[row.slot]
+    tb.outstanding -= 1
+    if tb.outstanding == 0 and tb.state == TB_WAIT_FENCE:
+        tb_resume(st, row.slot, visible, WAIT_FENCE)

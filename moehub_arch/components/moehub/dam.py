@@ -1,0 +1,143 @@
+"""DAM, the data availability manager (receiver side of the MoE-Hub).
+
+Each local expert's window is cut into tiles of `tile_rows` consecutive slots. The DAM counts the
+rows allocated and landed per tile; a tile becomes ready (claimable `notify_latency` after its last
+row is visible in memory) when it has `tile_rows` landed rows, or, for the expert's last partial
+tile, once every source GPU has ended its stream and the tile's rows have landed. Source GPUs end
+their streams with EOS packets; the DAM counts ended sources per GPU.
+
+claim_buffer serves an expert's tiles in allocation order: a claimer sleeps (no events) until the
+next tile is ready, and gets a zero row count once every source has ended and every tile was
+claimed. notify_ready.release frees a claimed tile's slots and completion records; the window's
+bump pointer may reuse them once all earlier tiles are released too.
+"""
+from numba import njit
+
+from ...engine.events import EV_DAM_READY, push
+from ...engine.state import DAM_HIST_BINS, TB_WAIT_CLAIM, WAIT_CLAIM
+from ..wakeups import tb_resume
+
+CLAIM_WAIT = 0     # no tile ready: the thread block sleeps
+CLAIM_TILE = 1     # a tile was handed out
+CLAIM_END = 2      # every tile was claimed and every source has ended: zero rows
+
+
+@njit(cache=True)
+def _tile(st, w, index):
+    p = st.p[0]
+    return st.tile[w * p.tiles_per_window + index % p.tiles_per_window]
+
+
+@njit(cache=True)
+def _maybe_ready(st, w, index, visible):
+    """Schedule the tile's readiness if it is closed and every allocated row has landed."""
+    tl = _tile(st, w, index)
+    if tl.index == index and tl.closed and tl.ready < 0 and tl.rows_landed == tl.rows_alloc:
+        tl.ready = visible + st.p[0].dam_notify_ticks
+        push(st, tl.ready, EV_DAM_READY, w, index)
+
+
+@njit(cache=True)
+def dam_row_landed(st, g, expert, index, visible):
+    """A row's data and completion record are written (visible at `visible`)."""
+    p = st.p[0]
+    w = g * p.local_experts + st.moe_place[expert, 1]
+    tl = _tile(st, w, index // p.tile_rows)
+    tl.rows_landed += 1
+    _maybe_ready(st, w, index // p.tile_rows, visible)
+
+
+@njit(cache=True)
+def dam_source_ended(st, g, tick):
+    """One source GPU's stream to GPU g is complete; after the last, close every partial tile."""
+    p = st.p[0]
+    gp = st.gpu[g]
+    gp.dam_sources_done += 1
+    if gp.dam_sources_done < p.num_gpus:
+        return
+    for le in range(p.local_experts):
+        w = g * p.local_experts + le
+        win = st.win[w]
+        win.ended = 1
+        if win.alloc % p.tile_rows:
+            last = win.alloc // p.tile_rows
+            _tile(st, w, last).closed = 1
+            _maybe_ready(st, w, last, tick)
+        dam_wake(st, g, w, tick)  # claimers may now learn that the stream ended
+
+
+@njit(cache=True)
+def dam_tile_ready(st, w, index, tick):
+    """EV_DAM_READY: the tile is claimable; wake the expert's claimers."""
+    p = st.p[0]
+    st.gpu[w // p.local_experts].dam_tiles_ready += 1
+    dam_wake(st, w // p.local_experts, w, tick)
+
+
+@njit(cache=True)
+def dam_wake(st, g, w, tick):
+    win = st.win[w]
+    if win.waiters == 0:
+        return
+    per_gpu = st.p[0].sms_per_gpu * st.p[0].slots_per_sm
+    for slot in range(g * per_gpu, (g + 1) * per_gpu):
+        tb = st.tb[slot]
+        if tb.state == TB_WAIT_CLAIM and tb.wait_addr == w:
+            win.waiters -= 1
+            # claim wait histogram: bin i holds waits in [2^(i-1), 2^i) ns
+            ns = (tick - tb.wait_start) // 1000
+            b = 0
+            while ns > 0 and b < DAM_HIST_BINS - 1:
+                ns >>= 1
+                b += 1
+            st.dam_hist[g, b] += 1
+            tb_resume(st, slot, tick, WAIT_CLAIM)
+
+
+@njit(cache=True)
+def dam_claim(st, g, slot, expert, tick):
+    """claim_buffer: returns (CLAIM_*, rows, monotonic index of the tile's first row)."""
+    p = st.p[0]
+    w = g * p.local_experts + st.moe_place[expert, 1]
+    win = st.win[w]
+    k = win.next_claim
+    tl = _tile(st, w, k)
+    if k * p.tile_rows < win.alloc and tl.index == k and tl.ready >= 0 and tl.ready <= tick:
+        tl.claimed = 1
+        win.next_claim += 1
+        st.gpu[g].dam_claims += 1
+        return CLAIM_TILE, tl.rows_alloc, k * p.tile_rows
+    if win.ended and k * p.tile_rows >= win.alloc:
+        st.gpu[g].dam_zero_claims += 1
+        return CLAIM_END, 0, 0
+    win.waiters += 1
+    st.tb[slot].wait_addr = w
+    return CLAIM_WAIT, 0, 0
+
+
+@njit(cache=True)
+def dam_release(st, g, expert, first_index):
+    """notify_ready.release of the claimed tile whose first slot index (mod window) is given;
+    False if no claimed, unreleased tile starts there."""
+    p = st.p[0]
+    w = g * p.local_experts + st.moe_place[expert, 1]
+    win = st.win[w]
+    if first_index % p.tile_rows:
+        return False
+    found = -1
+    for k in range(win.released_tiles, win.next_claim):
+        if (k * p.tile_rows) % p.window_rows == first_index:
+            found = k
+            break
+    if found < 0:
+        return False
+    tl = _tile(st, w, found)
+    if tl.released or not tl.claimed:
+        return False
+    tl.released = 1
+    st.gpu[g].records_live -= tl.rows_alloc
+    st.gpu[g].dam_notifies += 1
+    while win.released_tiles < win.next_claim and _tile(st, w, win.released_tiles).released:
+        _tile(st, w, win.released_tiles).index = -1
+        win.released_tiles += 1
+    return True

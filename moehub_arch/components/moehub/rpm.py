@@ -1,0 +1,218 @@
+"""RPM, the runtime packet manager (sender side of the MoE-Hub).
+
+`send_to_expert` hands a row to the RPM naming only an expert. The placement table gives the
+expert's GPU; the row joins the byte stream toward that GPU as a `row_header_bytes` header (expert,
+size, home slot, aux) followed by its data, and its descriptor takes an entry of the stream's row
+ring (`row_queue_depth`; a full ring blocks the producer: back-pressure). Row descriptors stay in
+the ring until the receiver has landed the row.
+
+Each destination has a merge buffer of `merge_buffer_bytes`: the packetizer sends a packet to a
+destination once its unsent bytes fill min(max payload, merge buffer), so packets are full even
+when rows are not packet multiples (a packet may carry the end of one row and the start of the
+next). A partly filled buffer is flushed when its oldest byte has waited `flush_timeout`, or when
+the stream ends. Packets carry the stream offset of their first byte; the data is read from local
+HBM when the packet is built (charged on the HBM model) and copied at delivery.
+
+Arbitration among destinations with a sendable packet and link room: `round_robin`, or
+`longest_first` (the destination with the most unsent bytes first, which fills that expert GPU's
+tiles early instead of interleaving every destination). The RPM emits `packets_per_cycle` packets
+per hub cycle and shares the NVLink transmit queues with the address-centric packetizer.
+
+End of stream: `notify_ready.eos N` counts producers; at the N-th the RPM marks every stream of this
+GPU as ending; after its last data packet each stream sends an EOS packet carrying its total size
+(so the receiver knows when it has everything even if packets overtake each other across links).
+Packets to the sending GPU itself skip the links (loopback through the hub).
+"""
+from numba import njit
+
+from ...engine.events import EV_MOE_LOOPBACK, push
+from ...engine.state import RPM_HIST_BINS
+from ..hbm import hbm_access
+from ..nvlink import txq_push
+from ..packet import PK_MOE, PK_MOE_EOS, packet_alloc, packet_flits
+from ..hub import pick_channel
+from ..wakeups import rpm_kick
+
+POLICY_ROUND_ROBIN = 0
+POLICY_LONGEST_FIRST = 1
+POLICY_NAMES = ("round_robin", "longest_first")
+
+
+@njit(cache=True)
+def rpm_accept(st, g, slot, expert, src_addr, nbytes, home, aux, tick):
+    """send_to_expert: take a row into the stream toward the expert's GPU. Returns False when the
+    stream's row ring is full (the TB retries when a row lands)."""
+    p = st.p[0]
+    d = st.moe_place[expert, 0]
+    s = g * p.num_gpus + d
+    sr = st.stream[s]
+    if sr.head - sr.tail >= p.rpm_ring:
+        st.gpu[g].rpm_accept_stalls += 1
+        return False
+    row = st.mrow[s * p.rpm_ring + sr.head % p.rpm_ring]
+    row.expert = expert
+    row.src_addr = src_addr
+    row.length = nbytes
+    row.home = home
+    row.aux = aux
+    row.start = sr.accepted
+    row.alloc = -1
+    row.recv = 0
+    row.done = 0
+    row.slot = slot
+    row.accept_tick = tick
+    sr.head += 1
+    sr.accepted += p.rpm_header_bytes + nbytes
+    if sr.oldest < 0:
+        sr.oldest = tick
+    st.gpu[g].rpm_rows += 1
+    st.tb[slot].outstanding += 1
+    rpm_kick(st, g, tick)
+    return True
+
+
+@njit(cache=True)
+def rpm_end_of_stream(st, g, producers, tick):
+    """notify_ready.eos: one producer finished; the N-th ends every stream of this GPU."""
+    gp = st.gpu[g]
+    gp.eos_notes += 1
+    gp.dam_notifies += 1
+    if gp.eos_notes == producers:
+        G = st.p[0].num_gpus
+        for d in range(G):
+            st.stream[g * G + d].eos_pending = 1
+        rpm_kick(st, g, tick)
+
+
+@njit(cache=True)
+def _sendable(st, s, tick):
+    """Bytes stream s would put in a packet now (0: nothing to send yet; -1: only its EOS)."""
+    p = st.p[0]
+    sr = st.stream[s]
+    avail = sr.accepted - sr.sent
+    if avail == 0:
+        return -1 if (sr.eos_pending and not sr.eos_sent) else 0
+    full = min(p.max_payload, p.rpm_merge_bytes)
+    if avail >= full:
+        return full
+    if sr.eos_pending or tick - sr.oldest >= p.rpm_flush_ticks:
+        return avail
+    return 0
+
+
+@njit(cache=True)
+def _has_room(st, g, d):
+    """A link transmit queue toward d has room (loopback: fewer packets in flight than one
+    receive buffer holds, the loopback path's own back-pressure)."""
+    if d == g:
+        return st.gpu[g].loop_inflight < st.p[0].rx_buffer_flits
+    return pick_channel(st, g, d, False) >= 0
+
+
+@njit(cache=True)
+def _oldest_unsent(st, s):
+    """Acceptance tick of the row holding the stream's first unsent byte (-1: none)."""
+    p = st.p[0]
+    sr = st.stream[s]
+    if sr.sent == sr.accepted:
+        return -1
+    for i in range(sr.tail, sr.head):
+        row = st.mrow[s * p.rpm_ring + i % p.rpm_ring]
+        if row.start + p.rpm_header_bytes + row.length > sr.sent:
+            return row.accept_tick
+    return -1
+
+
+@njit(cache=True)
+def rpm_packetize(st, g, tick):
+    """EV_RPM_TX: pick a destination by the arbitration policy and emit one packet to it."""
+    p = st.p[0]
+    gp = st.gpu[g]
+    if gp.rpm_next_tx != tick:
+        return  # superseded by an earlier activation
+    gp.rpm_next_tx = -1
+    G = p.num_gpus
+    best = -1
+    best_n = 0
+    waiting_room = False
+    next_flush = -1
+    for k in range(G):
+        d = (gp.rpm_rr + k) % G
+        s = g * G + d
+        n = _sendable(st, s, tick)
+        if n == 0:
+            sr = st.stream[s]
+            if sr.accepted > sr.sent:
+                t = sr.oldest + p.rpm_flush_ticks
+                if next_flush < 0 or t < next_flush:
+                    next_flush = t
+            continue
+        if not _has_room(st, g, d):
+            waiting_room = True
+            continue
+        size = st.stream[s].accepted - st.stream[s].sent
+        if best < 0 or (p.rpm_policy == POLICY_LONGEST_FIRST and size > best_n):
+            best = d
+            best_n = size
+            if p.rpm_policy == POLICY_ROUND_ROBIN:
+                break
+    if best < 0:
+        if waiting_room:
+            gp.rpm_blocked = 1
+            gp.rpm_blocked_since = tick
+        elif next_flush >= 0:
+            rpm_kick(st, g, next_flush)
+        return
+    gp.rpm_rr = (best + 1) % G
+    _emit(st, g, best, tick)
+    rpm_kick(st, g, tick + p.rpm_ticks_per_packet)
+
+
+@njit(cache=True)
+def _emit(st, g, d, tick):
+    p = st.p[0]
+    gp = st.gpu[g]
+    s = g * p.num_gpus + d
+    sr = st.stream[s]
+    n = _sendable(st, s, tick)
+    pkt = packet_alloc(st)
+    pk = st.pk[pkt]
+    pk.src = g
+    pk.dst = d
+    pk.req = -1
+    pk.src_addr = 0
+    ready = tick
+    if n < 0:  # end of stream marker, after every data byte
+        pk.kind = PK_MOE_EOS
+        pk.payload = 0
+        pk.addr = sr.accepted
+        pk.value = sr.accepted
+        sr.eos_sent = 1
+    else:
+        pk.kind = PK_MOE
+        pk.addr = sr.sent
+        pk.payload = n
+        pk.value = 0
+        full = min(p.max_payload, p.rpm_merge_bytes)
+        if n < full and not sr.eos_pending:
+            gp.rpm_flushes += 1
+        # merge-buffer fill at emission, in eighths of the buffer
+        fill = min(sr.accepted - sr.sent, p.rpm_merge_bytes)
+        b = fill * RPM_HIST_BINS // p.rpm_merge_bytes
+        st.rpm_hist[g, min(b, RPM_HIST_BINS - 1)] += 1
+        # the data is read from the producers' buffers in local HBM
+        row = st.mrow[s * p.rpm_ring + sr.tail % p.rpm_ring]
+        ready = hbm_access(st, g, row.src_addr, n, tick, False)
+        sr.sent += n
+        sr.oldest = _oldest_unsent(st, s)
+        gp.rpm_payload += n
+    pk.flits = packet_flits(st, pk.payload)
+    pk.ready = ready + p.hub_tx_latency_ticks
+    gp.rpm_packets += 1
+    gp.rpm_wire += pk.flits * p.flit_bytes
+    if d == g:
+        gp.loop_inflight += 1
+        push(st, pk.ready, EV_MOE_LOOPBACK, pkt, g)
+    else:
+        c = pick_channel(st, g, d, True)
+        txq_push(st, c, pkt, tick)

@@ -1,0 +1,74 @@
+# MoE-Hub dispatch -> expert -> combine, exercising RPM, AAU and DAM together.
+#
+# moe_dispatch (producers): thread block b sends tokens b, b + ntb, ... Token t of GPU g goes to
+# topk experts e = (7t + 3k + g) % num_experts, naming only the expert; home = t * topk + k is the
+# row's slot in the combine buffer back home; aux tags the row with (g << 20) | home so tests can
+# check every completion record. Each producer ends with notify_ready.eos (the hub ends its
+# streams once all %ntb producers did).
+.kernel moe_dispatch
+.param x             # token rows [tokens][row_bytes]
+.param tokens
+.param topk
+.param row_bytes
+.param num_experts
+    mov r1, %tb                  # r1 = token
+token:
+    bge r1, %tokens, end
+    mul r2, r1, %row_bytes
+    add r2, r2, %x               # r2 = the token's row
+    mov r3, 0                    # r3 = k
+expert:
+    mul r4, r1, 7
+    mul r5, r3, 3
+    add r4, r4, r5
+    add r4, r4, %gpu
+    rem r4, r4, %num_experts     # r4 = expert
+    mul r5, r1, %topk
+    add r5, r5, r3               # r5 = home slot
+    shl r6, %gpu, 20
+    or r6, r6, r5                # r6 = aux tag
+    send_to_expert r4, r2, %row_bytes, r5, r6
+    add r3, r3, 1
+    blt r3, %topk, expert
+    add r1, r1, %ntb
+    bra token
+end:
+    notify_ready.eos %ntb
+    exit                         # waits until every row sent has landed
+
+# moe_expert (consumers): thread block b serves local expert g * ntb + b (block placement, grid =
+# experts per GPU). It claims tiles in arrival order, "computes" y = x + x for each row into its
+# scratch rows, sends y home with send_home (the completion record names the home GPU and slot),
+# fences, releases the tile, and stops at the zero-row claim.
+.kernel moe_expert
+.param y             # scratch [ntb][tile_rows][slot_bytes]
+.param out           # combine buffer [tokens * topk][row_bytes] on every GPU
+.param row_bytes
+.param slot_bytes    # window slot stride (workload.moe.row_bytes)
+.param record_bytes  # completion record stride (system.gpu.hub.moe.aau.record_bytes)
+.param tile_rows
+    mul r1, %gpu, %ntb
+    add r1, r1, %tb              # r1 = my expert
+    mul r2, %tb, %tile_rows
+    mul r2, r2, %slot_bytes
+    add r2, r2, %y               # r2 = my scratch rows
+    shr r11, %row_bytes, 2       # r11 = f32 elements per row
+next:
+    claim_buffer r3, r4, r5, r1  # r3 = rows, r4 = first row, r5 = first record
+    beq r3, 0, done
+    mov r6, 0                    # r6 = row in tile
+row:
+    mul r7, r6, %slot_bytes
+    add r8, r4, r7               # window row
+    add r9, r2, r7               # scratch row
+    vadd.f32 r9, r8, r8, r11     # the expert's work: y = 2x
+    mul r10, r6, %record_bytes
+    add r10, r10, r5             # this row's completion record
+    send_home r10, r9, %row_bytes, %out
+    add r6, r6, 1
+    blt r6, r3, row
+    fence                        # every y row of the tile is home: the scratch may be reused
+    notify_ready.release r1, r4
+    bra next
+done:
+    exit
