@@ -104,3 +104,24 @@ def test_hub_stats_are_declared_with_units(hub):
         assert any(n.startswith(f"system.gpu0.hub.{block}.") for n in names)
     assert names["system.gpu0.hub.aau.sram_bytes"].unit == "bytes"
     assert names["system.gpu0.hub.rpm.payload_efficiency"].value > 0.5
+
+
+def test_moe_config_and_runtime_errors_are_clear(tmp_path):
+    from conftest import run_cli
+    r = run_cli("run", "configs/hub/dispatch_combine.yaml", "-o", tmp_path, "--set",
+                "workload.moe.window_rows=12")
+    assert r.returncode == 2 and "workload.moe.window_rows" in r.stderr and "multiple" in r.stderr
+    r = run_cli("run", "configs/hub/dispatch_combine.yaml", "-o", tmp_path, "--set",
+                "system.gpu.hub.moe.aau.record_table_entries=3")
+    assert r.returncode == 2 and "record_table_entries" in r.stderr and "deadlocks" in r.stderr
+    kernel = tmp_path / "k.s"
+    kernel.write_text(".kernel moe_dispatch\n.param x\n.param tokens\n.param topk\n.param row_bytes\n"
+                      ".param num_experts\n    notify_ready.eos 1\n"
+                      "    send_to_expert 0, %x, %row_bytes, 0, 0\n    exit\n"
+                      ".kernel moe_expert\n.param y\n.param out\n.param row_bytes\n.param slot_bytes\n"
+                      ".param record_bytes\n.param tile_rows\n    exit\n")
+    r = run_cli("run", "configs/hub/dispatch_combine.yaml", "-o", tmp_path, "--set",
+                f"workload.kernel_files=[{kernel}]")
+    assert r.returncode == 2, r.stderr
+    assert "k.s:8: runtime error in kernel 'moe_dispatch'" in r.stderr
+    assert "after this GPU's end of stream" in r.stderr

@@ -110,16 +110,15 @@ def _has_room(st, g, d):
 
 
 @njit(cache=True)
-def _oldest_unsent(st, s):
-    """Acceptance tick of the row holding the stream's first unsent byte (-1: none)."""
+def _row_at(st, s, offset):
+    """Descriptor (ring entry index) of the row holding stream byte `offset` (-1: none)."""
     p = st.p[0]
     sr = st.stream[s]
-    if sr.sent == sr.accepted:
-        return -1
     for i in range(sr.tail, sr.head):
-        row = st.mrow[s * p.rpm_ring + i % p.rpm_ring]
-        if row.start + p.rpm_header_bytes + row.length > sr.sent:
-            return row.accept_tick
+        k = s * p.rpm_ring + i % p.rpm_ring
+        row = st.mrow[k]
+        if row.start + p.rpm_header_bytes + row.length > offset:
+            return k
     return -1
 
 
@@ -200,11 +199,13 @@ def _emit(st, g, d, tick):
         fill = min(sr.accepted - sr.sent, p.rpm_merge_bytes)
         b = fill * RPM_HIST_BINS // p.rpm_merge_bytes
         st.rpm_hist[g, min(b, RPM_HIST_BINS - 1)] += 1
-        # the data is read from the producers' buffers in local HBM
-        row = st.mrow[s * p.rpm_ring + sr.tail % p.rpm_ring]
-        ready = hbm_access(st, g, row.src_addr, n, tick, False)
+        # the data is read from the producers' buffers in local HBM (from the packet's first byte)
+        row = st.mrow[_row_at(st, s, sr.sent)]
+        first = row.src_addr + max(0, sr.sent - row.start - p.rpm_header_bytes)
+        ready = hbm_access(st, g, first, n, tick, False)
         sr.sent += n
-        sr.oldest = _oldest_unsent(st, s)
+        k = _row_at(st, s, sr.sent) if sr.sent < sr.accepted else -1
+        sr.oldest = st.mrow[k].accept_tick if k >= 0 else -1
         gp.rpm_payload += n
     pk.flits = packet_flits(st, pk.payload)
     pk.ready = ready + p.hub_tx_latency_ticks

@@ -72,3 +72,16 @@ row:
     bra next
 done:
     exit
+
+# moe_drain (consumers for bandwidth studies): thread block b of GPU g claims and immediately
+# releases every tile of local expert g * ntb + b, so only the dispatch moves data.
+.kernel moe_drain
+    mul r1, %gpu, %ntb
+    add r1, r1, %tb              # r1 = my expert
+drain:
+    claim_buffer r3, r4, r5, r1
+    beq r3, 0, drained
+    notify_ready.release r1, r4
+    bra drain
+drained:
+    exit
