@@ -121,7 +121,8 @@ MOE_ROW = _record("expert", "src_addr", "length", "home", "aux", "start", "alloc
                   "slot", "accept_tick")
 # One expert's receive window (index gpu * local_experts + local slot) and its tiles.
 WINDOW = _record("alloc", "released_tiles", "next_claim", "ended", "waiters")
-TILE = _record("index", "rows_alloc", "rows_landed", "closed", "ready", "claimed", "released")
+TILE = _record("index", "rows_alloc", "rows_landed", "landed_visible", "closed", "ready", "claimed",
+               "released")
 RPM_HIST_BINS = 8     # merge-buffer fill at packet emission, in eighths of the buffer
 DAM_HIST_BINS = 16    # claimer wait time, bin i: [2^(i-1), 2^i) ns (bin 0: < 1 ns)
 

@@ -134,6 +134,7 @@ def _allocate(st, g, row):
         tl.index = tile_index
         tl.rows_alloc = 0
         tl.rows_landed = 0
+        tl.landed_visible = 0
         tl.closed = 0
         tl.ready = -1
         tl.claimed = 0

@@ -33,7 +33,8 @@ def _maybe_ready(st, w, index, visible):
     """Schedule the tile's readiness if it is closed and every allocated row has landed."""
     tl = _tile(st, w, index)
     if tl.index == index and tl.closed and tl.ready < 0 and tl.rows_landed == tl.rows_alloc:
-        tl.ready = visible + st.p[0].dam_notify_ticks
+        # claimable once its last row is visible in memory, plus the DAM's own latency
+        tl.ready = max(visible, tl.landed_visible) + st.p[0].dam_notify_ticks
         push(st, tl.ready, EV_DAM_READY, w, index)
 
 
@@ -44,6 +45,8 @@ def dam_row_landed(st, g, expert, index, visible):
     w = g * p.local_experts + st.moe_place[expert, 1]
     tl = _tile(st, w, index // p.tile_rows)
     tl.rows_landed += 1
+    if visible > tl.landed_visible:
+        tl.landed_visible = visible
     _maybe_ready(st, w, index // p.tile_rows, visible)
 
 
