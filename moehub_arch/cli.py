@@ -73,6 +73,9 @@ def main(argv=None):
         os.environ["NUMBA_DISABLE_JIT"] = "1"
     try:
         return _dispatch(args)
+    except BrokenPipeError:   # output piped into `head` and the like
+        sys.stderr.close()
+        return 0
     except _user_errors() as e:
         print(f"moehub-sim: error: {e}", file=sys.stderr)
         return getattr(e, "exit_code", 2)

@@ -125,3 +125,12 @@ def test_moe_config_and_runtime_errors_are_clear(tmp_path):
     assert r.returncode == 2, r.stderr
     assert "k.s:8: runtime error in kernel 'moe_dispatch'" in r.stderr
     assert "after this GPU's end of stream" in r.stderr
+
+
+def test_dispatch_only_path_delivers_every_row():
+    sim = simulate("hub/dispatch_only.yaml", "workload.launches.0.params.tokens=256",
+                   "workload.launches.0.grid=32")
+    s = sim.stats
+    assert sum(s[f"system.gpu{g}.hub.aau.allocations"] for g in range(G)) == G * 256 * K
+    assert sum(s[f"system.gpu{g}.hub.combine_rows"] for g in range(G)) == 0
+    assert s["system.ubench.dispatch_GBps_per_gpu"] > 0

@@ -4,11 +4,11 @@
     python tools/hub_merge_sweep.py                      # 16, 32, ..., 1024 B on the hub dispatch
     python tools/hub_merge_sweep.py --sizes 64 256 --tokens 256
 
-Runs configs/hub/dispatch_combine.yaml in timing mode (4 DGX H100 GPUs, 1000-byte rows, top-2 of 8
-experts) with `--tokens` tokens per GPU sent by `--producers` thread blocks, and reports per merge-buffer size: the RPM's data efficiency
+Runs configs/hub/dispatch_only.yaml (timing mode, 4 DGX H100 GPUs, 1000-byte rows, top-2 of 8
+experts; the experts only claim and release) with `--tokens` tokens per GPU sent by `--producers`
+thread blocks, and reports per merge-buffer size: the RPM's data efficiency
 (row data bytes / wire bytes), partial (flush) packets, and the dispatch bandwidth each GPU achieves
 over its NVLink ports (remote row bytes / dispatch kernel time) as a fraction of the links' rate.
-The experts only claim and release tiles (kernel moe_drain), so the links carry the dispatch alone.
 """
 import argparse
 import sys
@@ -32,13 +32,11 @@ def main():
     print(f"{'merge B':>8} {'data eff':>9} {'flushes':>8} {'dispatch us':>12} {'GB/s/GPU':>9} {'of links':>9}")
     for size in args.sizes:
         extra = [f"system.gpu.hub.moe.rpm.row_queue_depth={args.ring}"] if args.ring else []
-        cfg = load_config(REPO / "configs/hub/dispatch_combine.yaml", extra + [
-            "workload.mode=timing", f"system.gpu.hub.moe.rpm.merge_buffer_bytes={size}B",
+        cfg = load_config(REPO / "configs/hub/dispatch_only.yaml", extra + [
+            f"system.gpu.hub.moe.rpm.merge_buffer_bytes={size}B",
             f"workload.buffers.x.bytes={T * 1000}B", f"workload.buffers.out.bytes={T * 2000}B",
             f"workload.launches.0.params.tokens={T}", f"workload.launches.0.grid={args.producers}",
-            f"workload.moe.window_rows={4 * T}",
-            # consumers only claim and release: the links carry the dispatch alone
-            "workload.launches.1={kernel: moe_drain, grid: 2, stream: 1}"])
+            f"workload.moe.window_rows={4 * T}"])
         sim = Simulation(cfg)
         s = sim.run()
         G = cfg.system.num_gpus

@@ -248,7 +248,8 @@ def flat_params(cfg: Config) -> dict:
     """Numeric system parameters in one flat namespace for ISA cost expressions.
 
     Keys: gpu.num_sms, gpu.sm_clock, gpu.kernel_launch_latency, sm.<field>, hbm.<field>,
-    hub.<field>, nvlink.<field>, switch.<field>, system.num_gpus. Values in base units.
+    hub.<field> (and hub.moe.<block>.<field>), nvlink.<field>, switch.<field>, system.num_gpus.
+    Values in base units.
     """
     s = cfg.system
     out = {"system.num_gpus": s.num_gpus, "gpu.num_sms": s.gpu.num_sms,
@@ -256,9 +257,14 @@ def flat_params(cfg: Config) -> dict:
     sections = {"sm": s.gpu.sm, "hbm": s.gpu.hbm, "hub": s.gpu.hub, "nvlink": s.nvlink,
                 "switch": s.switch}
     for prefix in _FLAT_SECTIONS:
-        node = sections[prefix]
-        for a in attrs.fields(type(node)):
-            v = getattr(node, a.name)
-            if isinstance(v, (int, float)) and not isinstance(v, bool):
-                out[f"{prefix}.{a.name}"] = v
+        _flatten(sections[prefix], prefix, out)
     return out
+
+
+def _flatten(node, prefix, out):
+    for a in attrs.fields(type(node)):
+        v = getattr(node, a.name)
+        if attrs.has(type(v)):
+            _flatten(v, f"{prefix}.{a.name}", out)   # e.g. hub.moe.rpm.row_header_bytes
+        elif isinstance(v, (int, float)) and not isinstance(v, bool):
+            out[f"{prefix}.{a.name}"] = v
