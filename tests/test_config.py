@@ -246,7 +246,7 @@ def test_wrong_type_integer(tmp_path):
 def test_error_names_the_file_that_set_the_value(tmp_path):
     _write(tmp_path / "base.yaml", f"extends: {SYSTEMS / 'dgx_h100.yaml'}\nrun: {{seed: -1}}\n")
     top = _write(tmp_path / "top.yaml", "extends: base.yaml\n")
-    with pytest.raises(ConfigError, match=r"^base.yaml: run.seed: expected an integer >= 0") as e:
+    with pytest.raises(ConfigError, match=r"^base.yaml: run.seed: expected an integer >= 0"):
         import os
         old = os.getcwd()
         os.chdir(tmp_path)

@@ -1,6 +1,4 @@
 """ISA tables, assembler, disassembler and the expression evaluator (no simulation runs)."""
-from pathlib import Path
-
 import numpy as np
 import pytest
 

@@ -8,9 +8,7 @@ Expected values are computed here from the config, independently of the engine:
 """
 import math
 
-import pytest
-
-from conftest import load, simulate
+from conftest import simulate
 
 
 def close(measured, expected, tol):

@@ -25,8 +25,8 @@ from ..engine.state import (ERR_ADDR_RANGE, ERR_BAD_GPU, ERR_BAD_SIZE, ERR_DIV_Z
                             ERR_MOE_ROW_SIZE, ERR_UNBACKED_WORD, TB_READY, TB_WAIT_CLAIM,
                             TB_WAIT_FENCE, TB_WAIT_FLAG, TB_WAIT_HUB, TB_WAIT_REMOTE, WAIT_FENCE)
 from ..isa.encoding import (ALU_ADD, ALU_AND, ALU_DIV, ALU_MAX, ALU_MIN, ALU_MOV, ALU_MUL, ALU_OR,
-                            ALU_REM, ALU_SETEQ, ALU_SETGE, ALU_SETGT, ALU_SETLE, ALU_SETLT,
-                            ALU_SETNE, ALU_SHL, ALU_SHR, ALU_SUB, ALU_XOR, DT_BF16, DT_F32, II, IMM,
+                            ALU_REM, ALU_SETEQ, ALU_SETGT, ALU_SETLE, ALU_SETLT,
+                            ALU_SETNE, ALU_SHL, ALU_SHR, ALU_SUB, ALU_XOR, DT_BF16, II, IMM,
                             LAT, OP0, REG_CLOCK, REG_TICK, SEM, SEM_ALU, SEM_ATOM, SEM_BRANCH,
                             SEM_COPY, SEM_COPY2D, SEM_EXIT, SEM_FENCE, SEM_FLAG_SET, SEM_GET,
                             SEM_LD, SEM_MMA, SEM_PUT, SEM_SLEEP, SEM_ST, SEM_VEC, SEM_WAIT,

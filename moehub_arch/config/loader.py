@@ -19,7 +19,7 @@ import yaml
 
 from ..paths import data_root
 from .schema import Config
-from .units import EXAMPLES, UnitError, parse_quantity, units_of
+from .units import EXAMPLES, UnitError, parse_quantity
 
 TOP_KEYS = ("extends", "system", "workload", "run")
 
