@@ -118,7 +118,7 @@ def test_moe_config_and_runtime_errors_are_clear(tmp_path):
     kernel.write_text(".kernel moe_dispatch\n.param x\n.param tokens\n.param topk\n.param row_bytes\n"
                       ".param num_experts\n    notify_ready.eos 1\n"
                       "    send_to_expert 0, %x, %row_bytes, 0, 0\n    exit\n"
-                      ".kernel moe_expert\n.param y\n.param out\n.param row_bytes\n.param slot_bytes\n"
+                      ".kernel moe_expert\n.param log\n.param y\n.param out\n.param row_bytes\n.param slot_bytes\n"
                       ".param record_bytes\n.param tile_rows\n    exit\n")
     r = run_cli("run", "configs/hub/dispatch_combine.yaml", "-o", tmp_path, "--set",
                 f"workload.kernel_files=[{kernel}]")
@@ -134,3 +134,28 @@ def test_dispatch_only_path_delivers_every_row():
     assert sum(s[f"system.gpu{g}.hub.aau.allocations"] for g in range(G)) == G * 256 * K
     assert sum(s[f"system.gpu{g}.hub.combine_rows"] for g in range(G)) == 0
     assert s["system.ubench.dispatch_GBps_per_gpu"] > 0
+
+
+@pytest.mark.parametrize("fixture", ["hub", "tiny"])
+def test_claims_follow_allocation_order_then_zero(request, fixture):
+    sim = request.getfixturevalue(fixture)
+    tile = sim.cfg.system.gpu.hub.moe.dam.tile_rows
+    W = sim.cfg.workload.moe.window_rows
+    base = sim.buffers["moe_windows"].addr
+    for g in range(G):
+        log = sim.read_buffer(g, "log", "i64").reshape(2, 64, 2)
+        for tb in range(2):
+            expert_slot = tb                         # expert g * 2 + tb is local slot tb
+            claims = []
+            for rows, addr in log[tb]:
+                claims.append((int(rows), int(addr)))
+                if rows == 0:
+                    break
+            assert claims[-1][0] == 0                 # the stream ends with a zero-row claim
+            for i, (rows, addr) in enumerate(claims[:-1]):
+                assert 0 < rows <= tile
+                slot = (addr - base) // SLOT - expert_slot * W
+                assert slot == (i * tile) % W, "tiles must be claimed in allocation order"
+            landed = sum(r for r, _ in claims)
+            assert landed == sum(1 for t in range(T) for src in range(G) for k in range(K)
+                                 if expert_of(src, t, k) == g * 2 + tb)

@@ -39,8 +39,10 @@ end:
 # moe_expert (consumers): thread block b serves local expert g * ntb + b (block placement, grid =
 # experts per GPU). It claims tiles in arrival order, "computes" y = x + x for each row into its
 # scratch rows, sends y home with send_home (the completion record names the home GPU and slot),
-# fences, releases the tile, and stops at the zero-row claim.
+# fences, releases the tile, and stops at the zero-row claim. It logs each claim (row count and
+# first-row address) so tests can check that tiles arrive in allocation order.
 .kernel moe_expert
+.param log           # claim log [ntb][64 claims][2 words]
 .param y             # scratch [ntb][tile_rows][slot_bytes]
 .param out           # combine buffer [tokens * topk][row_bytes] on every GPU
 .param row_bytes
@@ -53,8 +55,13 @@ end:
     mul r2, r2, %slot_bytes
     add r2, r2, %y               # r2 = my scratch rows
     shr r11, %row_bytes, 2       # r11 = f32 elements per row
+    shl r12, %tb, 10
+    add r12, r12, %log           # r12 = my claim log (1 KB: 64 claims)
 next:
     claim_buffer r3, r4, r5, r1  # r3 = rows, r4 = first row, r5 = first record
+    st [r12], r3
+    st [r12+8], r4
+    add r12, r12, 16
     beq r3, 0, done
     mov r6, 0                    # r6 = row in tile
 row:
