@@ -32,6 +32,7 @@ from ..nvlink import channel_count_arrival
 from ..packet import PK_MOE_EOS, packet_free
 from ..wakeups import rpm_kick, tb_resume
 from .dam import dam_row_landed, dam_source_ended
+from .rpm import row_at
 
 
 @njit(cache=True)
@@ -189,11 +190,12 @@ def _process(st, g, pkt, t):
         stop = hi
         # rows in stream order: allocate where needed (stopping at the first that cannot be),
         # then write every piece before that point
-        for i in range(sr.tail, sr.head):
+        first = row_at(st, s, lo)   # rows before it ended earlier in the stream
+        for i in range(first, sr.head):
             row = st.mrow[s * p.rpm_ring + i % p.rpm_ring]
             if row.start >= hi:
                 break
-            if row.start + H + row.length <= lo or row.alloc >= 0:
+            if row.alloc >= 0:
                 continue
             if not _allocate(st, g, row):
                 stop = max(lo, row.start)
@@ -201,13 +203,11 @@ def _process(st, g, pkt, t):
             if free_at == t:
                 t += p.aau_alloc_ticks   # the allocation pipeline, once per packet
                 free_at = t
-        for i in range(sr.tail, sr.head):
+        for i in range(first, sr.head):
             row = st.mrow[s * p.rpm_ring + i % p.rpm_ring]
             end = row.start + H + row.length
             if row.start >= stop:
                 break
-            if end <= lo:
-                continue
             a = max(lo, row.start + H) - (row.start + H)      # data bytes [a, b) of the row
             b = min(stop, end) - (row.start + H)
             if b > a:
@@ -221,10 +221,11 @@ def _process(st, g, pkt, t):
                 _row_complete(st, g, src, row, free_at)
         sr.recv += stop - lo
         st.gpu[g].hub_rx_payload += stop - lo
-        # rows complete out of order; the ring frees in order
-        while sr.tail < sr.head and st.mrow[s * p.rpm_ring + sr.tail % p.rpm_ring].done:
-            sr.tail += 1
-        wake_hub_waiters(st, src, t)
+        # rows complete out of order; the ring frees in order (and may unblock the producers)
+        if sr.tail < sr.head and st.mrow[s * p.rpm_ring + sr.tail % p.rpm_ring].done:
+            while sr.tail < sr.head and st.mrow[s * p.rpm_ring + sr.tail % p.rpm_ring].done:
+                sr.tail += 1
+            wake_hub_waiters(st, src, t)
         if stop < hi:
             # the rest waits for space; what was written is done
             pk.addr = stop

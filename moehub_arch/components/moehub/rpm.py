@@ -110,16 +110,20 @@ def _has_room(st, g, d):
 
 
 @njit(cache=True)
-def _row_at(st, s, offset):
-    """Descriptor (ring entry index) of the row holding stream byte `offset` (-1: none)."""
+def row_at(st, s, offset):
+    """Monotonic index of the first live row of stream s that ends after byte `offset` (the row
+    holding it); sr.head if none. Rows are contiguous in the stream, so a binary search."""
     p = st.p[0]
     sr = st.stream[s]
-    for i in range(sr.tail, sr.head):
-        k = s * p.rpm_ring + i % p.rpm_ring
-        row = st.mrow[k]
+    lo, hi = sr.tail, sr.head
+    while lo < hi:
+        mid = (lo + hi) // 2
+        row = st.mrow[s * p.rpm_ring + mid % p.rpm_ring]
         if row.start + p.rpm_header_bytes + row.length > offset:
-            return k
-    return -1
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
 
 
 @njit(cache=True)
@@ -200,12 +204,13 @@ def _emit(st, g, d, tick):
         b = fill * RPM_HIST_BINS // p.rpm_merge_bytes
         st.rpm_hist[g, min(b, RPM_HIST_BINS - 1)] += 1
         # the data is read from the producers' buffers in local HBM (from the packet's first byte)
-        row = st.mrow[_row_at(st, s, sr.sent)]
+        row = st.mrow[s * p.rpm_ring + row_at(st, s, sr.sent) % p.rpm_ring]
         first = row.src_addr + max(0, sr.sent - row.start - p.rpm_header_bytes)
         ready = hbm_access(st, g, first, n, tick, False)
         sr.sent += n
-        k = _row_at(st, s, sr.sent) if sr.sent < sr.accepted else -1
-        sr.oldest = st.mrow[k].accept_tick if k >= 0 else -1
+        sr.oldest = -1
+        if sr.sent < sr.accepted:
+            sr.oldest = st.mrow[s * p.rpm_ring + row_at(st, s, sr.sent) % p.rpm_ring].accept_tick
         gp.rpm_payload += n
     pk.flits = packet_flits(st, pk.payload)
     pk.ready = ready + p.hub_tx_latency_ticks
