@@ -49,6 +49,12 @@ def jit_disabled():
     return os.environ.get("NUMBA_DISABLE_JIT", "0") not in ("", "0")
 
 
+def _engine_cached():
+    """True if the Numba cache holds compiled engine code (see moehub_arch/__init__.py)."""
+    folder = os.environ.get("NUMBA_CACHE_DIR")
+    return bool(folder) and any(Path(folder).rglob("*.nbi"))
+
+
 def _resolve_config_path(path):
     from .paths import data_root
     if path is None:
@@ -134,6 +140,9 @@ def _run(args):
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.json").write_text(json.dumps(cfg.to_dict(), indent=1))
     sim = Simulation(cfg)
+    if not args.quiet and not jit_disabled() and not _engine_cached():
+        print("compiling the simulation engine with Numba (first run after an install or upgrade; "
+              "about two minutes on two cores, cached afterwards)...", flush=True)
     stats = sim.run()
     write_stats_txt(stats, out / "stats.txt")
     write_stats_json(stats, out / "stats.json")
