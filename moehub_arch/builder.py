@@ -42,6 +42,7 @@ class LaunchInfo:
     stream: int
     grid: int
     params: tuple
+    host_delay: int = 0  # ps before the launch is issued (LaunchConfig.host_delay)
 
 
 def layout_buffers(cfg):
@@ -176,7 +177,7 @@ def build_launches(cfg, program, buffers):
                 raise BuildError(f"{where}.grid: '{lc.grid}' gives {grid} thread blocks on GPU {g}; "
                                  f"expected at least 1")
             idx = len(launches)
-            launches.append(LaunchInfo(idx, li, g, lc.kernel, lc.stream, grid, values))
+            launches.append(LaunchInfo(idx, li, g, lc.kernel, lc.stream, grid, values, lc.host_delay))
             next_in_stream.append(-1)
             key = (g, lc.stream)
             if key in last_in_stream:
@@ -270,8 +271,9 @@ def _moe_params(cfg):
     )
 
 
-def build_state(cfg, program, seed=None):
-    """Allocate and initialise every State array. Returns (State, buffers, launches)."""
+def build_state(cfg, program, seed=None, presets=None):
+    """Allocate and initialise every State array. Returns (State, buffers, launches).
+    `presets`: buffer name -> [num_gpus, n] uint8 initial contents (e.g. routing tables)."""
     sysc, gpu = cfg.system, cfg.system.gpu
     G, S, T = sysc.num_gpus, gpu.num_sms, gpu.sm.max_resident_tbs
     NSM, NT = G * S, G * S * T
@@ -298,6 +300,7 @@ def build_state(cfg, program, seed=None):
         hbm_fs_per_byte_channel=int(round(1e15 * gpu.hbm.channels / gpu.hbm.bandwidth)),
         hbm_latency_cycles=gpu.hbm.latency_cycles, hbm_atomic_cycles=gpu.hbm.atomic_latency_cycles,
         hbm_capacity=gpu.hbm.capacity, hbm_min_access=HBM_MIN_ACCESS,
+        l2_fs_per_byte=int(round(1e15 / gpu.l2.bandwidth)), l2_latency_cycles=gpu.l2.latency_cycles,
         links_per_gpu=L, num_switches=sysc.switch.count, max_payload=sysc.nvlink.max_payload_bytes,
         header_bytes=sysc.nvlink.header_bytes, flit_bytes=flit,
         link_fs_per_byte=int(round(1e15 / sysc.nvlink.bandwidth)),
@@ -320,6 +323,11 @@ def build_state(cfg, program, seed=None):
         for b in buffers.values():
             if b.addr + b.nbytes <= backed and b.name in specs:
                 _init_buffer(hbm_mem[g], b, specs[b.name], seed, g)
+    for name, rows in (presets or {}).items():
+        b = buffers[name]
+        if rows.shape[1] > b.nbytes or b.addr + rows.shape[1] > backed:
+            raise BuildError(f"internal: preset contents of buffer '{name}' do not fit it")
+        hbm_mem[:, b.addr:b.addr + rows.shape[1]] = rows
     if MOE_WINDOWS in buffers:
         params[0].win_addr = buffers[MOE_WINDOWS].addr
         params[0].rec_addr = buffers[MOE_RECORDS].addr
@@ -338,6 +346,7 @@ def build_state(cfg, program, seed=None):
         r = ln[l.index]
         r.gpu, r.entry_pc, r.grid, r.next_in_stream = l.gpu, k.entry_pc, l.grid, nxt
         r.smem, r.max_per_sm, r.start, r.end = k.smem_bytes, k.max_tbs_per_sm, -1, -1
+        r.host_delay = l.host_delay
         ln_params[l.index, :len(l.params)] = l.params
 
     tb = new_records(THREAD_BLOCK, NT)

@@ -92,7 +92,9 @@ def _user_errors():
     from .config import ConfigError
     from .isa import AsmError, IsaError
     from .simulation import SimulationError
-    return (ConfigError, AsmError, IsaError, BuildError, SimulationError, FileNotFoundError)
+    from .workloads.layer import LayerError
+    return (ConfigError, AsmError, IsaError, BuildError, SimulationError, LayerError,
+            FileNotFoundError)
 
 
 def _load(config, overrides=()):
@@ -138,8 +140,9 @@ def _run(args):
         os.execv(sys.executable, [sys.executable, "-m", "moehub_arch"] + sys.argv[1:])
     out = Path(args.outdir)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "config.json").write_text(json.dumps(cfg.to_dict(), indent=1))
     sim = Simulation(cfg)
+    # the resolved config, including what an MoE layer generated (buffers, launches, windows)
+    (out / "config.json").write_text(json.dumps(sim.cfg.to_dict(), indent=1))
     if not args.quiet and not jit_disabled() and not _engine_cached():
         print("compiling the simulation engine with Numba (first run after an install or upgrade; "
               "about two minutes on two cores, cached afterwards)...", flush=True)

@@ -34,10 +34,17 @@ class Simulation:
     """One configured system, ready to run once."""
 
     def __init__(self, cfg):
+        self.layer = None
+        presets = None
+        if cfg.scheme != "none":
+            from .workloads.layer import MoeLayer
+            self.layer = MoeLayer(cfg)
+            cfg = self.layer.expanded_config()   # the generated buffers and launches
+            presets = self.layer.presets()
         self.cfg = cfg
         self.isa = load_isa(default_isa_paths()).resolve(flat_params(cfg))
         self.program = assemble_files(cfg.workload.kernel_files, self.isa)
-        self.state, self.buffers, self.launches = build_state(cfg, self.program)
+        self.state, self.buffers, self.launches = build_state(cfg, self.program, presets=presets)
         self.stats = None
 
     # ---- running --------------------------------------------------------------------------
@@ -77,6 +84,8 @@ class Simulation:
         if not max_events or int(st.sys[0].q_events) < max_events:
             self._check_finished()
         self.stats = collect_stats(st, self.launches, self.program, host_seconds, compile_seconds)
+        if self.layer is not None:
+            self.layer.finish(self)
         evaluate_report(self)
         return self.stats
 

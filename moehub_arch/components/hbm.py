@@ -7,6 +7,10 @@ queued (work-conserving fluid model, exact for streaming and for contention betw
 data is available one fixed access latency (from microbenchmarks: load latency to HBM) after the
 last channel finishes. Accesses smaller than ``min_access`` (the 32 B sector) cost a sector.
 
+The L2 is modelled only for reads a kernel marks as L2-resident (``mma`` subops ``b_l2``, ``l2``,
+``a_l2``: expert weights after their first touch, a row tile several thread blocks share): a per-GPU
+bandwidth server with the L2 hit latency. Every other access goes to HBM.
+
 Storage (functional contents) is ``st.hbm_mem[g]``, a byte array. In timing mode only the control
 region at the bottom of the address space is backed; data beyond it is modelled by size only.
 Shared memory is a separate window (addresses with SMEM_ADDR_BIT set), backed in functional mode.
@@ -91,6 +95,24 @@ def hbm_transfer(st, g, addr, nbytes, tick, is_write):
         gp.hbm_read_bytes += nbytes
     gp.hbm_accesses += 1
     return last_done
+
+
+@njit(cache=True)
+def l2_access(st, g, nbytes, tick):
+    """A read of nbytes served by GPU g's L2 (data the kernel asserts many tiles share, such as
+    expert weights): one bandwidth server per GPU (the L2's aggregate read bandwidth, fluid FIFO
+    like an HBM channel) plus the L2 hit latency. Returns the tick the data is available."""
+    p = st.p[0]
+    gp = st.gpu[g]
+    start = gp.l2_free
+    if start < tick:
+        start = tick
+    busy = bytes_ticks(nbytes, p.l2_fs_per_byte)
+    gp.l2_free = start + busy
+    gp.l2_busy += busy
+    gp.l2_read_bytes += nbytes
+    c = cycle_at_or_after(gp.l2_free, p.sm_period_fs)
+    return cycle_edge(c + p.l2_latency_cycles, p.sm_period_fs)
 
 
 @njit(cache=True)

@@ -19,7 +19,7 @@ from .wakeups import sm_wake
 
 @njit(cache=True)
 def schedule_initial_launches(st):
-    """Every launch that heads its stream starts after one launch latency."""
+    """Every launch that heads its stream starts after one launch latency (plus its host delay)."""
     n = st.ln.shape[0]
     for l in range(n):
         head = True
@@ -27,7 +27,7 @@ def schedule_initial_launches(st):
             if st.ln[m].next_in_stream == l:
                 head = False
         if head:
-            push(st, st.p[0].kernel_launch_ticks, EV_KERNEL_START, l, 0)
+            push(st, st.p[0].kernel_launch_ticks + st.ln[l].host_delay, EV_KERNEL_START, l, 0)
 
 
 @njit(cache=True)
@@ -156,5 +156,6 @@ def block_exit(st, slot, tick):
         ln.status = LN_DONE
         ln.end = tick
         if ln.next_in_stream >= 0:
-            push(st, tick + p.kernel_launch_ticks, EV_KERNEL_START, ln.next_in_stream, 0)
+            nxt = ln.next_in_stream
+            push(st, tick + p.kernel_launch_ticks + st.ln[nxt].host_delay, EV_KERNEL_START, nxt, 0)
     dispatch_blocks(st, g, tick)

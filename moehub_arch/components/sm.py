@@ -22,18 +22,19 @@ from ..engine.clock import cycle_edge
 from ..engine.events import EV_LOCAL_DONE, push
 from ..engine.state import (ERR_ADDR_RANGE, ERR_BAD_GPU, ERR_BAD_SIZE, ERR_DIV_ZERO,
                             ERR_MISALIGNED, ERR_MOE_AFTER_EOS, ERR_MOE_EXPERT, ERR_MOE_RELEASE,
-                            ERR_MOE_ROW_SIZE, ERR_UNBACKED_WORD, TB_READY, TB_WAIT_CLAIM,
+                            ERR_MOE_ROW_SIZE, ERR_RED_REMOTE, ERR_REG_RANGE, ERR_UNBACKED_WORD, TB_READY, TB_WAIT_CLAIM,
                             TB_WAIT_FENCE, TB_WAIT_FLAG, TB_WAIT_HUB, TB_WAIT_REMOTE, WAIT_FENCE)
-from ..isa.encoding import (ALU_ADD, ALU_AND, ALU_DIV, ALU_MAX, ALU_MIN, ALU_MOV, ALU_MUL, ALU_OR,
+from ..isa.encoding import (ATOM_RED_ADD, NUM_GENERAL_REGS, ALU_ADD, ALU_AND, ALU_DIV, ALU_MAX, ALU_MIN, ALU_MOV, ALU_MUL, ALU_OR,
                             ALU_REM, ALU_SETEQ, ALU_SETGT, ALU_SETLE, ALU_SETLT,
                             ALU_SETNE, ALU_SHL, ALU_SHR, ALU_SUB, ALU_XOR, DT_BF16, II, IMM,
                             LAT, OP0, REG_CLOCK, REG_TICK, SEM, SEM_ALU, SEM_ATOM, SEM_BRANCH,
                             SEM_COPY, SEM_COPY2D, SEM_EXIT, SEM_FENCE, SEM_FLAG_SET, SEM_GET,
                             SEM_LD, SEM_MMA, SEM_PUT, SEM_SLEEP, SEM_ST, SEM_VEC, SEM_WAIT,
                             SEM_CLAIM, SEM_NOTIFY, SEM_SEND_EXPERT, SEM_SEND_HOME, NOTIFY_EOS,
-                            SMEM_ADDR_BIT, SUBOP, THR, UNIT, DTYPE, VEC_ADD, VEC_AXPY, VEC_MUL,
+                            SMEM_ADDR_BIT, SUBOP, THR, UNIT, DTYPE, DTYPE_DST_SHIFT, DTYPE_SRC_MASK, MMA_A_L2, MMA_B_L2, MMA_L2, VEC_ADD,
+                            VEC_AXPY, VEC_CVT, VEC_MUL,
                             VEC_SILU_MUL, VEC_ZERO)
-from .hbm import (hbm_access, hbm_backed, move_bytes, raise_error, read_word, write_word)
+from .hbm import (hbm_access, hbm_backed, l2_access, move_bytes, raise_error, read_word, write_word)
 from .hub import REQ_ATOM, REQ_GET, REQ_PUT, REQ_STORE, atomic_ticks, hub_submit
 from .moehub.aau import aau_retry, record_address, slot_address
 from .moehub.dam import CLAIM_WAIT, dam_claim, dam_release
@@ -283,11 +284,24 @@ def _execute(st, slot, sm, tick, cyc):
         if view.shape[0] == 0:
             raise_error(st, ERR_UNBACKED_WORD, slot, addr)
             return
-        words = view.view(np.int64)
         if sem == SEM_LD:
-            st.regs[slot, row[OP0]] = words[0]
-            mem_done = _access(st, g, addr, 8, tick, False)
+            nw = 1 << sub                  # ld.vN: N words into dst .. dst + N - 1, one access
+            if row[OP0] + nw > NUM_GENERAL_REGS:
+                raise_error(st, ERR_REG_RANGE, slot, row[OP0])
+                return
+            if nw > 1:
+                if not _check_range(st, slot, addr, 8 * nw):
+                    return
+                view = _bytes(st, g, sm, addr, 8 * nw)
+                if view.shape[0] == 0:
+                    raise_error(st, ERR_UNBACKED_WORD, slot, addr)
+                    return
+            words = view.view(np.int64)
+            for i in range(nw):
+                st.regs[slot, row[OP0] + i] = words[i]
+            mem_done = _access(st, g, addr, 8 * nw, tick, False)
         else:
+            words = view.view(np.int64)
             words[0] = _operand(st, slot, row, 2, tick, cyc)
             visible = _access(st, g, addr, 8, tick, True)
             if not _is_smem(addr):
@@ -340,7 +354,7 @@ def _execute(st, slot, sm, tick, cyc):
         m = _operand(st, slot, row, 3, tick, cyc)
         n = _operand(st, slot, row, 4, tick, cyc)
         k = _operand(st, slot, row, 5, tick, cyc)
-        dt = row[DTYPE]
+        dt = row[DTYPE] & DTYPE_SRC_MASK
         es = 2 if dt == DT_BF16 else 4
         if m <= 0 or n <= 0 or k <= 0:
             raise_error(st, ERR_BAD_SIZE, slot, m * n * k)
@@ -348,8 +362,14 @@ def _execute(st, slot, sm, tick, cyc):
         if (not _check_range(st, slot, a_addr, m * k * es) or not _check_range(st, slot, b_addr, k * n * es)
                 or not _check_range(st, slot, c_addr, m * n * 4)):
             return
-        ra = _access(st, g, a_addr, m * k * es, tick, False)
-        rb = _access(st, g, b_addr, k * n * es, tick, False)
+        if (sub == MMA_L2 or sub == MMA_A_L2) and not _is_smem(a_addr):
+            ra = l2_access(st, g, m * k * es, tick)   # a row tile several TBs share: L2 hits
+        else:
+            ra = _access(st, g, a_addr, m * k * es, tick, False)
+        if (sub == MMA_B_L2 or sub == MMA_L2) and not _is_smem(b_addr):
+            rb = l2_access(st, g, k * n * es, tick)   # weights shared by many tiles: L2 hits
+        else:
+            rb = _access(st, g, b_addr, k * n * es, tick, False)
         rc = _access(st, g, c_addr, m * n * 4, tick, False)
         wc = _access(st, g, c_addr, m * n * 4, tick, True)
         mem_done = max(ra, rb, rc, wc)
@@ -368,15 +388,20 @@ def _execute(st, slot, sm, tick, cyc):
         a_addr = _operand(st, slot, row, 1, tick, cyc)
         b_addr = _operand(st, slot, row, 2, tick, cyc)
         n = _operand(st, slot, row, 3, tick, cyc)
-        dt = row[DTYPE]
+        dt = row[DTYPE] & DTYPE_SRC_MASK          # the sources' element type
+        dt_dst = row[DTYPE] >> DTYPE_DST_SHIFT    # the result's, when it differs
+        if dt_dst == 0:
+            dt_dst = dt
         es = 2 if dt == DT_BF16 else 4
+        es_dst = 2 if dt_dst == DT_BF16 else 4
         if n < 0:
             raise_error(st, ERR_BAD_SIZE, slot, n)
             return
         nb = n * es
-        if not _check_range(st, slot, d_addr, nb):
+        nb_dst = n * es_dst
+        if not _check_range(st, slot, d_addr, nb_dst):
             return
-        mem_done = _access(st, g, d_addr, nb, tick, True)
+        mem_done = _access(st, g, d_addr, nb_dst, tick, True)
         uses_a = sub != VEC_ZERO
         uses_b = sub == VEC_ADD or sub == VEC_MUL or sub == VEC_SILU_MUL
         if uses_a:
@@ -388,20 +413,25 @@ def _execute(st, slot, sm, tick, cyc):
                 return
             mem_done = max(mem_done, _access(st, g, b_addr, nb, tick, False))
         if sub == VEC_AXPY:
-            if not _check_range(st, slot, b_addr, es):
+            if not _check_range(st, slot, b_addr, es_dst):
                 return
-            mem_done = max(mem_done, _access(st, g, d_addr, nb, tick, False),
-                           _access(st, g, b_addr, es, tick, False))
-        vd = _bytes(st, g, sm, d_addr, nb)
+            mem_done = max(mem_done, _access(st, g, d_addr, nb_dst, tick, False),
+                           _access(st, g, b_addr, es_dst, tick, False))
+        vd = _bytes(st, g, sm, d_addr, nb_dst)
         if vd.shape[0] > 0 and n > 0:
             va = _bytes(st, g, sm, a_addr, nb) if uses_a else vd
-            vb = _bytes(st, g, sm, b_addr, nb if uses_b else es) if sub != VEC_ZERO else vd
+            if uses_b:
+                vb = _bytes(st, g, sm, b_addr, nb)
+            elif sub == VEC_AXPY:
+                vb = _bytes(st, g, sm, b_addr, es_dst)
+            else:
+                vb = vd
             if (uses_a and va.shape[0] == 0) or (sub != VEC_ZERO and vb.shape[0] == 0):
                 raise_error(st, ERR_UNBACKED_WORD, slot, a_addr)
                 return
-            _vec_functional(sub, vd, va, vb, n, dt)
+            _vec_functional(sub, vd, va, vb, n, dt, dt_dst)
         if not _is_smem(d_addr):
-            notify_stores(st, g, d_addr, nb, mem_done)
+            notify_stores(st, g, d_addr, nb_dst, mem_done)
         work = n
 
     elif sem == SEM_SEND_EXPERT:
@@ -487,7 +517,16 @@ def _execute(st, slot, sm, tick, cyc):
             return
         if not _check_hbm_word(st, slot, addr):
             return
-        if peer == g:
+        if sem == SEM_ATOM and sub == ATOM_RED_ADD:
+            if peer != g:
+                raise_error(st, ERR_RED_REMOTE, slot, peer)
+                return
+            # posted reduction at memory: the TB goes on; later readers see it once it is done
+            done_at = hbm_access(st, g, addr, 8, tick, True) + atomic_ticks(st)
+            st.gpu[g].hbm_atomics += 1
+            write_word(st, g, addr, read_word(st, g, addr) + value)
+            notify_stores(st, g, addr, 8, done_at)
+        elif peer == g:
             if sem == SEM_FLAG_SET:
                 write_word(st, g, addr, value)
                 notify_stores(st, g, addr, 8, hbm_access(st, g, addr, 8, tick, True))
@@ -645,9 +684,10 @@ def _mma_functional(va, vb, vc, m, n, k, dt):
 
 
 @njit(cache=True)
-def _vec_functional(sub, vd, va, vb, n, dt):
+def _vec_functional(sub, vd, va, vb, n, dt, dt_dst):
+    """Sources a, b in dt; dst (and axpy's scalar b[0]) in dt_dst; arithmetic in fp32."""
     if sub == VEC_AXPY:
-        alpha = _load_f32(vb, 0, dt)
+        alpha = _load_f32(vb, 0, dt_dst)
     for i in range(n):
         if sub == VEC_ZERO:
             r = np.float32(0.0)
@@ -657,6 +697,8 @@ def _vec_functional(sub, vd, va, vb, n, dt):
             r = np.float32(_load_f32(va, i, dt) * _load_f32(vb, i, dt))
         elif sub == VEC_SILU_MUL:
             r = np.float32(_silu(_load_f32(va, i, dt)) * _load_f32(vb, i, dt))
+        elif sub == VEC_CVT:
+            r = _load_f32(va, i, dt)
         else:  # VEC_AXPY
-            r = np.float32(_load_f32(vd, i, dt) + alpha * _load_f32(va, i, dt))
-        _store_f32(vd, i, dt, r)
+            r = np.float32(_load_f32(vd, i, dt_dst) + alpha * _load_f32(va, i, dt))
+        _store_f32(vd, i, dt_dst, r)

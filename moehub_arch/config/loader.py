@@ -21,7 +21,7 @@ from ..paths import data_root
 from .schema import Config
 from .units import EXAMPLES, UnitError, parse_quantity
 
-TOP_KEYS = ("extends", "system", "workload", "run")
+TOP_KEYS = ("extends", "system", "scheme", "workload", "run")
 
 
 class ConfigError(Exception):
@@ -412,6 +412,46 @@ def _resolve_kernel_files(cfg: Config, ctx: _Ctx) -> Config:
     return attrs.evolve(cfg, workload=attrs.evolve(cfg.workload, kernel_files=tuple(out)))
 
 
+def _resolve_trace(cfg: Config, ctx: _Ctx) -> Config:
+    """A routing trace path is relative to the config file (or --set: the working directory)."""
+    path = ("workload", "layer", "routing", "trace")
+    name = cfg.workload.layer.routing.trace
+    if not name:
+        return cfg
+    p = Path(name).expanduser()
+    if not p.is_absolute():
+        src = ctx.source(path)
+        p = (src.base_dir if src else Path.cwd()) / p
+    if not p.is_file():
+        raise ctx.error(path, f"routing trace '{name}' not found (looked for {_display(p)})")
+    layer = cfg.workload.layer
+    routing = attrs.evolve(layer.routing, trace=str(p.resolve()))
+    return attrs.evolve(cfg, workload=attrs.evolve(cfg.workload, layer=attrs.evolve(layer, routing=routing)))
+
+
+def _check_layer(cfg: Config, ctx: _Ctx):
+    layer = cfg.workload.layer
+    if cfg.scheme == "none":
+        if layer.model:
+            raise ctx.error(("scheme",), f"workload.layer.model is '{layer.model}' but no scheme is "
+                                         f"chosen: set scheme to deepep, overlap or moehub")
+        return
+    if not layer.model:
+        raise ctx.error(("workload", "layer", "model"),
+                        f"scheme '{cfg.scheme}' runs an MoE layer: name a model (a file in "
+                        f"workloads/models/, e.g. deepseek_v3) or a model YAML path")
+    if layer.tokens_per_gpu <= 0:
+        raise ctx.error(("workload", "layer", "tokens_per_gpu"),
+                        f"expected a positive number of tokens per GPU, found {layer.tokens_per_gpu}")
+    if cfg.workload.launches:
+        raise ctx.error(("workload", "launches"),
+                        f"scheme '{cfg.scheme}' generates the layer's launches; remove "
+                        f"workload.launches (or set scheme: none)")
+    if layer.routing.kind == "trace" and not layer.routing.trace:
+        raise ctx.error(("workload", "layer", "routing", "trace"),
+                        "routing kind 'trace' needs a trace file")
+
+
 def _check_moe(cfg: Config, ctx: _Ctx):
     moe, G = cfg.workload.moe, cfg.system.num_gpus
     path = ("workload", "moe")
@@ -470,5 +510,7 @@ def load_config(path, overrides: Sequence[str] = ()) -> Config:
     ctx = _Ctx(prov, [_display(Path(f)) for f in files], _display(path))
     cfg = _convert(Config, data, (), ctx)
     _check(cfg, ctx)
+    _check_layer(cfg, ctx)
     cfg = _resolve_kernel_files(cfg, ctx)
+    cfg = _resolve_trace(cfg, ctx)
     return attrs.evolve(cfg, source_files=tuple(files))

@@ -46,6 +46,13 @@ class HbmConfig:
 
 
 @attrs.frozen
+class L2Config:
+    bandwidth: float = _f("bandwidth", "aggregate L2 read bandwidth per GPU (reads marked shared)",
+                          min=1)
+    latency_cycles: int = _f("int", "L2 hit latency in SM cycles", min=0)
+
+
+@attrs.frozen
 class RpmConfig:
     merge_buffer_bytes: int = _f("size", "RPM merge buffer per destination GPU: a packet carries at "
                                  "most this many bytes", min=1)
@@ -102,6 +109,7 @@ class GpuConfig:
     kernel_launch_latency: int = _f("time", "host-side kernel launch overhead", min=0)
     sm: SmConfig = _f("node", "streaming multiprocessor", cls=SmConfig)
     hbm: HbmConfig = _f("node", "HBM memory", cls=HbmConfig)
+    l2: L2Config = _f("node", "L2 cache, for reads of data shared by many tiles", cls=L2Config)
     hub: HubConfig = _f("node", "communication hub between SMs and NVLink", cls=HubConfig)
 
 
@@ -160,6 +168,9 @@ class LaunchConfig:
     gpus: tuple | None = _f("opt_int_tuple", "GPUs to launch on (default: every GPU)", None,
                             min=0)
     params: tuple = _f("params", "kernel parameters: name -> int or expression", ())
+    host_delay: int = _f("time", "host-side time before this launch is issued, on top of "
+                         "system.gpu.kernel_launch_latency (e.g. the host polling device memory "
+                         "and sizing buffers before it can launch)", 0, min=0)
 
 
 @attrs.frozen
@@ -183,6 +194,62 @@ class MoeWorkloadConfig:
 
 
 @attrs.frozen
+class RoutingConfig:
+    kind: str = _f("choice", "token-to-expert routing generator (moehub_arch/workloads/routing.py)",
+                   "uniform", choices=("uniform", "balanced", "skewed", "group_limited", "trace"))
+    gini: float = _f("float", "skewed: target Gini coefficient of the per-expert load", 0.2)
+    trace: str = _f("str", "trace: routing file (.npy, .npz or .json of top-k expert ids and "
+                           "optional weights), relative to the config file", "")
+    seed: int | None = _f("opt_int", "generator seed (default: run.seed)", None, min=0)
+
+
+@attrs.frozen
+class MoehubSchemeConfig:
+    dispatch_tbs: int = _f("int", "router/dispatch thread blocks per GPU (each sends a stride of "
+                           "tokens with send_to_expert)", 32, min=1)
+    expert_tbs: int = _f("int", "expert thread blocks per GPU, dealt round-robin to the local "
+                         "experts (rounded up to a multiple of them)", 128, min=1)
+
+
+@attrs.frozen
+class DeepepSchemeConfig:
+    comm_sms: int = _f("int", "SMs (one TB each) for dispatch and combine; half send, half "
+                       "receive: channels = comm_sms / 2", 20, min=2)
+    host_sync_latency: int = _f("time", "host round trip after the count exchange: the CPU polls "
+                                "the counts, sizes the receive buffers and launches dispatch", 10_000_000,
+                                min=0)
+    ring_rows: int = _f("int", "rows of each (channel, peer) ring buffer", 64, min=1)
+
+
+@attrs.frozen
+class OverlapSchemeConfig:
+    comm_tbs: int = _f("int", "thread blocks of the persistent kernel that send token rows; the "
+                       "others compute expert tiles as their rows arrive", 16, min=1)
+    compute_tbs: int = _f("int", "thread blocks of the persistent kernel that compute expert "
+                          "tiles", 112, min=1)
+
+
+@attrs.frozen
+class LayerConfig:
+    model: str = _f("str", "model shape: a name in workloads/models/ or a path to a model YAML "
+                           "('' = no MoE layer: the workload's own launches run)", "")
+    tokens_per_gpu: int = _f("int", "tokens routed on each GPU", 0, min=0)
+    routing: RoutingConfig = _f("node", "routing generator", RoutingConfig(), cls=RoutingConfig)
+    gemm_n_tile: int = _f("int", "output columns of one expert-GEMM job (a thread block's N tile): "
+                          "a row tile's gate/up GEMM is FFN width / n_tile jobs, its down GEMM "
+                          "hidden / n_tile jobs, spread over the SMs; must divide both", 128, min=1)
+    combine_tbs: int = _f("int", "thread blocks per GPU of the final weighted combine", 32, min=1)
+    shared_tbs: int = _f("int", "thread blocks per GPU of the shared experts (if the model has "
+                         "any)", 16, min=1)
+    moehub: MoehubSchemeConfig = _f("node", "scheme moehub", MoehubSchemeConfig(),
+                                    cls=MoehubSchemeConfig)
+    deepep: DeepepSchemeConfig = _f("node", "scheme deepep", DeepepSchemeConfig(),
+                                    cls=DeepepSchemeConfig)
+    overlap: OverlapSchemeConfig = _f("node", "scheme overlap", OverlapSchemeConfig(),
+                                      cls=OverlapSchemeConfig)
+
+
+@attrs.frozen
 class WorkloadConfig:
     mode: str = _f("choice", "functional: real data; timing: addresses only", "timing",
                    choices=("functional", "timing"))
@@ -192,6 +259,9 @@ class WorkloadConfig:
     report: tuple = _f("named", "derived results: name -> fields", (), cls=ReportConfig)
     moe: MoeWorkloadConfig = _f("node", "experts served by the MoE-Hub: placement, receive windows",
                                 MoeWorkloadConfig(), cls=MoeWorkloadConfig)
+    layer: LayerConfig = _f("node", "an MoE layer of a real model run by `scheme` (its buffers, "
+                            "routing tables and launches are generated)", LayerConfig(),
+                            cls=LayerConfig)
 
 
 @attrs.frozen
@@ -208,6 +278,9 @@ class RunConfig:
 @attrs.frozen
 class Config:
     system: SystemConfig = _f("node", "the simulated machine", cls=SystemConfig)
+    scheme: str = _f("choice", "how the MoE layer (workload.layer) moves tokens: none (the "
+                     "workload's own launches), deepep, overlap, moehub", "none",
+                     choices=("none", "deepep", "overlap", "moehub"))
     workload: WorkloadConfig = _f("node", "what runs on it", WorkloadConfig(), cls=WorkloadConfig)
     run: RunConfig = _f("node", "how the simulation runs", RunConfig(), cls=RunConfig)
     source_files: tuple = attrs.field(default=(), metadata={"kind": "internal"})
@@ -241,7 +314,7 @@ def _to_plain(obj):
     return obj
 
 
-_FLAT_SECTIONS = ("sm", "hbm", "hub", "nvlink", "switch")
+_FLAT_SECTIONS = ("sm", "hbm", "l2", "hub", "nvlink", "switch")
 
 
 def flat_params(cfg: Config) -> dict:
@@ -254,7 +327,7 @@ def flat_params(cfg: Config) -> dict:
     s = cfg.system
     out = {"system.num_gpus": s.num_gpus, "gpu.num_sms": s.gpu.num_sms,
            "gpu.sm_clock": s.gpu.sm_clock, "gpu.kernel_launch_latency": s.gpu.kernel_launch_latency}
-    sections = {"sm": s.gpu.sm, "hbm": s.gpu.hbm, "hub": s.gpu.hub, "nvlink": s.nvlink,
+    sections = {"sm": s.gpu.sm, "hbm": s.gpu.hbm, "l2": s.gpu.l2, "hub": s.gpu.hub, "nvlink": s.nvlink,
                 "switch": s.switch}
     for prefix in _FLAT_SECTIONS:
         _flatten(sections[prefix], prefix, out)

@@ -39,7 +39,7 @@ PARAMS = _record(
     "num_gpus", "sms_per_gpu", "slots_per_sm", "issue_width", "functional",
     "sm_period_fs", "tb_launch_cycles", "smem_bytes", "smem_latency_cycles", "kernel_launch_ticks",
     "hbm_channels", "hbm_interleave", "hbm_fs_per_byte_channel", "hbm_latency_cycles",
-    "hbm_atomic_cycles", "hbm_capacity", "hbm_min_access",
+    "hbm_atomic_cycles", "hbm_capacity", "hbm_min_access", "l2_fs_per_byte", "l2_latency_cycles",
     "links_per_gpu", "num_switches", "max_payload", "header_bytes", "flit_bytes",
     "link_fs_per_byte", "link_latency_ticks", "rx_buffer_flits", "switch_traversal_ticks",
     "hub_ticks_per_packet", "hub_tx_latency_ticks", "hub_rx_latency_ticks", "reqs_per_gpu",
@@ -75,7 +75,8 @@ SM = _record(
 )
 
 LAUNCH = _record("gpu", "entry_pc", "grid", "next_in_stream", "smem", "max_per_sm",
-                 "dispatched", "finished", "status", "start", "end")
+                 "dispatched", "finished", "status", "start", "end",
+                 "host_delay")  # host-side time before the launch is issued (e.g. a host sync)
 
 # Per-GPU state of the block scheduler, the flag waiters, the hub and the HBM counters.
 GPU = _record(
@@ -85,6 +86,7 @@ GPU = _record(
     "hub_requests", "hub_tx_packets", "hub_tx_payload", "hub_rx_packets", "hub_rx_payload",
     "hub_stall_ticks", "hub_reqq_peak", "hub_respq_peak", "hub_rx_first", "hub_rx_last", "hub_acks",
     "hbm_read_bytes", "hbm_write_bytes", "hbm_accesses", "hbm_atomics",
+    "l2_free", "l2_busy", "l2_read_bytes",
     # MoE-Hub: RPM packetizer, end-of-stream notes, AAU pending-packet FIFO, DAM source count
     "rpm_next_tx", "rpm_blocked", "rpm_blocked_since", "rpm_rr", "eos_notes", "loop_inflight",
     "aau_staged", "aau_q_count", "aau_stall_since", "records_live", "dam_sources_done",
@@ -181,6 +183,8 @@ ERR_MOE_EXPERT = 8
 ERR_MOE_ROW_SIZE = 9
 ERR_MOE_AFTER_EOS = 10
 ERR_MOE_RELEASE = 11
+ERR_REG_RANGE = 12
+ERR_RED_REMOTE = 13
 ERROR_TEXT = {
     ERR_MOE_EXPERT: "expert id out of range (workload.moe.num_experts), or claim/release of an expert "
                     "that is not placed on this GPU",
@@ -196,4 +200,6 @@ ERROR_TEXT = {
     ERR_DIV_ZERO: "integer division by zero",
     ERR_MISALIGNED: "misaligned address (words and flags need 8-byte alignment)",
     ERR_BAD_SIZE: "negative or zero size",
+    ERR_REG_RANGE: "vector load past r31 (ld.vN dst needs dst + N - 1 <= 31)",
+    ERR_RED_REMOTE: "red.add targets another GPU; posted reductions are local (use atom.add for peers)",
 }

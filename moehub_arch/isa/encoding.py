@@ -17,7 +17,8 @@ Row layout (column constants below):
     THR      throughput in work units per cycle for size-dependent instructions (bytes/cycle for
              copies, FLOP/cycle for mma, elements/cycle for vector ops); 0 if not size-dependent
     IMM      bit i set => operand slot i holds an immediate value, else a register index
-    DTYPE    element type for tensor/vector instructions (DT_*)
+    DTYPE    element type for tensor/vector instructions (DT_*); vector instructions whose result
+             type differs from their inputs' carry it shifted: src | dst << DTYPE_DST_SHIFT
     LINE     source line number (for error messages raised by the engine)
     OP0..OP6 operand slots (register index, immediate value, or branch target pc)
 
@@ -62,6 +63,8 @@ UNIT_NAMES = ("alu", "ctrl", "lsu", "tensor", "vector", "comm")
 DT_NONE, DT_F32, DT_BF16, DT_I64 = range(4)
 DTYPE_NAMES = ("none", "f32", "bf16", "i64")
 DTYPE_BYTES = (0, 4, 2, 8)
+DTYPE_DST_SHIFT = 4   # DTYPE column: source type in the low 4 bits, result type above (0 = same)
+DTYPE_SRC_MASK = (1 << DTYPE_DST_SHIFT) - 1
 
 # ---- semantics (what the engine implements) --------------------------------------------------
 # The comment after each semantic lists its operands (see SEMANTIC_OPERANDS below).
@@ -148,11 +151,27 @@ VEC_MUL = 1    # dst = a * b
 VEC_AXPY = 2   # dst = dst + b[0] * a       (b addresses one scalar of DTYPE: e.g. a router weight)
 VEC_SILU_MUL = 3  # dst = silu(a) * b       (SwiGLU activation)
 VEC_ZERO = 4   # dst = 0                    (a, b ignored)
-VEC_NAMES = ("add", "mul", "axpy", "silu_mul", "zero")
+VEC_CVT = 5    # dst = a                    (b ignored): converts a's type to the result type
+VEC_NAMES = ("add", "mul", "axpy", "silu_mul", "zero", "cvt")
+# Sources read in the input type, dst written (and, for axpy, read together with the scalar b[0])
+# in the result type: e.g. vaxpy.f32.bf16 accumulates bf16 rows into an fp32 row.
+
+# mma sub-operations: which global-memory operands are read through the GPU's L2 instead of the
+# HBM channel model (the kernel asserts they are L2-resident: expert weights shared by every tile
+# after the first touch, a row tile that several thread blocks work on)
+MMA_PLAIN = 0  # A and B from HBM
+MMA_B_L2 = 1   # B through the L2
+MMA_L2 = 2     # A and B through the L2
+MMA_A_L2 = 3   # A through the L2, B from HBM (e.g. the first touch of an expert's weights)
+MMA_NAMES = ("plain", "b_l2", "l2", "a_l2")
 
 # atomic sub-operations
-ATOM_ADD = 0
-ATOM_NAMES = ("add",)
+ATOM_ADD = 0       # fetch-and-add: the TB waits for the old value
+ATOM_RED_ADD = 1   # posted reduction (PTX red.add): no result, the TB does not wait; local GPU only
+ATOM_NAMES = ("add", "red_add")
+
+# load sub-operations: words loaded into consecutive registers dst, dst+1, ... (one access)
+LD_NAMES = ("w1", "v2", "v4", "v8")   # 1 << subop words
 
 # notify_ready sub-operations
 NOTIFY_EOS = 0       # this producer is done; the GPU's streams end once `a` producers said so
@@ -161,5 +180,7 @@ NOTIFY_NAMES = ("eos", "release")
 
 SUBOP_NAMES = {
     SEM_ALU: ALU_NAMES, SEM_BRANCH: CMP_NAMES, SEM_WAIT: CMP_NAMES, SEM_VEC: VEC_NAMES,
-    SEM_ATOM: ATOM_NAMES, SEM_NOTIFY: NOTIFY_NAMES,
+    SEM_ATOM: ATOM_NAMES, SEM_NOTIFY: NOTIFY_NAMES, SEM_MMA: MMA_NAMES, SEM_LD: LD_NAMES,
 }
+# Semantics whose subop may be left out of an ISA entry (it then means the first variant).
+SUBOP_OPTIONAL = (SEM_MMA, SEM_LD)

@@ -13,12 +13,12 @@ import attrs
 import yaml
 
 from ..paths import data_root
-from .encoding import (DTYPE_NAMES, NUM_SEMANTICS, SEMANTIC_NAMES,
-                       SEMANTIC_OPERANDS, SUBOP_NAMES, UNIT_NAMES, operand_slots)
+from .encoding import (ATOM_RED_ADD, SEM_ATOM, DTYPE_DST_SHIFT, DTYPE_NAMES, NUM_SEMANTICS, SEM_VEC, SEMANTIC_NAMES,
+                       SEMANTIC_OPERANDS, SUBOP_NAMES, SUBOP_OPTIONAL, UNIT_NAMES, operand_slots)
 from .expr import ExprError, evaluate
 
 _FIELDS = ("semantic", "subop", "unit", "operands", "latency", "ii", "throughput", "dtype",
-           "description", "replace")
+           "dst_dtype", "description", "replace")
 _REQUIRED = ("semantic", "unit", "operands", "latency", "ii", "description")
 
 
@@ -103,7 +103,9 @@ def _parse_instruction(mnemonic, entry, where, path, line):
                        f"letters, digits, '_' and '.'")
     sem = _choice(entry["semantic"], SEMANTIC_NAMES, f"{where}.semantic", "semantic")
     subs = SUBOP_NAMES.get(sem)
-    if subs:
+    if subs and "subop" not in entry and sem in SUBOP_OPTIONAL:
+        subop = 0
+    elif subs:
         if "subop" not in entry:
             raise IsaError(f"{where}: semantic '{SEMANTIC_NAMES[sem]}' needs a subop "
                            f"(one of: {', '.join(subs)})")
@@ -114,6 +116,14 @@ def _parse_instruction(mnemonic, entry, where, path, line):
         subop = 0
     unit = _choice(entry["unit"], UNIT_NAMES, f"{where}.unit", "unit")
     dtype = _choice(entry.get("dtype", "none"), DTYPE_NAMES, f"{where}.dtype", "dtype")
+    if "dst_dtype" in entry:
+        if sem != SEM_VEC or dtype == 0:
+            raise IsaError(f"{where}.dst_dtype: only vector instructions with a dtype have a result "
+                           f"type of their own")
+        dst = _choice(entry["dst_dtype"], DTYPE_NAMES, f"{where}.dst_dtype", "dtype")
+        if dst == 0:
+            raise IsaError(f"{where}.dst_dtype: expected one of {', '.join(DTYPE_NAMES[1:])}")
+        dtype |= dst << DTYPE_DST_SHIFT
     ops = entry["operands"]
     if not isinstance(ops, list) or not all(isinstance(o, str) for o in ops):
         raise IsaError(f"{where}.operands: expected a list of operand names")
@@ -124,8 +134,9 @@ def _parse_instruction(mnemonic, entry, where, path, line):
         if o not in sig:
             raise IsaError(f"{where}.operands: semantic '{SEMANTIC_NAMES[sem]}' has no operand "
                            f"'{o}' (its operands: {', '.join(sig) or 'none'})")
+    posted = sem == SEM_ATOM and subop == ATOM_RED_ADD   # a reduction writes no register
     for name, kind in SEMANTIC_OPERANDS[sem]:
-        if kind in ("reg", "label") and name not in ops:
+        if kind in ("reg", "label") and name not in ops and not posted:
             raise IsaError(f"{where}.operands: semantic '{SEMANTIC_NAMES[sem]}' needs operand "
                            f"'{name}' ({kind})")
     costs = {}

@@ -144,6 +144,10 @@ def collect_stats(st, launches, program, host_seconds, compile_seconds):
         total = gr.hbm_read_bytes + gr.hbm_write_bytes
         out.add(f"{pre}.bandwidth_GBps", total / (sim_ticks * 1e-12) / 1e9 if sim_ticks else 0.0,
                 "GB/s", "bytes read and written per second, averaged over the run")
+        out.add(f"{gp}.l2.shared_read_bytes", gr.l2_read_bytes, "bytes",
+                "reads served by the L2 (mma operands marked L2-resident: weights, shared row tiles)")
+        out.add(f"{gp}.l2.utilization", gr.l2_busy / sim_ticks if sim_ticks else 0.0, "ratio",
+                "fraction of time the L2 read port was transferring")
         pre = f"{gp}.hub"
         for name, field, unit, desc in HUB_STATS:
             out.add(f"{pre}.{name}", gr[field], unit, desc)

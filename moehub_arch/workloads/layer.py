@@ -1,0 +1,334 @@
+"""One MoE layer of a real model as a simulator workload: shapes, buffers, routing tables, the
+scheme's launch plan, and the end-of-run results (layer stats, token accounting, functional check).
+
+`expand_layer(cfg)` turns `scheme` + `workload.layer` into ordinary workload content - symmetric
+buffers, kernel launches, MoE-Hub windows - so the engine runs a layer exactly like any other
+workload, and `config.json` shows everything that was generated. The routing table (top-k expert
+ids and router weights) is produced by a seeded generator and written into simulated memory
+(control region: kernels read it with `ld`), never handed to the engine any other way.
+
+Every scheme shares the data layout and two kernels (workloads/kernels/common/moe_common.s): the
+shared experts and the final weighted combine, so the schemes differ only in how routed rows reach
+their experts and how expert outputs come back home (`yhome`). Each scheme is one module in
+`schemes/` with a `plan(layer) -> SchemePlan` function.
+
+Token accounting: kernels count rows in `acct` (words below) with atomics; `finish` checks, at the
+end of every run, that every token-expert pair was sent, computed and combined exactly once.
+"""
+import attrs
+import numpy as np
+
+from ..config.loader import ConfigError
+from ..config.schema import BufferConfig, LaunchConfig, MoeWorkloadConfig
+from ..paths import data_root
+from .models import load_model
+from .routing import generate_routing
+
+# acct words (i64, per GPU)
+ACCT_SENT, ACCT_RECEIVED, ACCT_COMPUTED, ACCT_COMBINED = 0, 1, 2, 3
+ACCT_WORDS = 8
+ACCT_NAMES = ("sent", "received", "computed", "combined")
+
+COMMON_KERNELS = "workloads/kernels/common/moe_common.s"
+
+
+class LayerError(Exception):
+    """A layer that cannot be built as configured (exit status 2)."""
+
+    exit_code = 2
+
+
+@attrs.frozen
+class LayerShape:
+    """Sizes of one MoE layer on the system (all per GPU unless said otherwise)."""
+    model: str
+    num_gpus: int
+    tokens: int           # tokens routed on each GPU
+    experts: int          # routed experts in the system
+    top_k: int
+    hidden: int
+    ffn: int              # routed expert FFN width I
+    shared: int           # shared experts (run locally on every GPU)
+    shared_ffn: int
+    local_experts: int    # routed experts per GPU (block placement: GPU g holds g*El .. g*El+El-1)
+    tile_rows: int        # M tile of every grouped GEMM (system.gpu.hub.moe.dam.tile_rows)
+    n_tile: int           # output columns of one expert-GEMM job (workload.layer.gemm_n_tile)
+    functional: bool
+
+    @property
+    def row_bytes(self):
+        return self.hidden * 2        # bf16 token rows
+
+    @property
+    def pairs(self):
+        """Token-expert pairs routed per GPU."""
+        return self.tokens * self.top_k
+
+    def scratch_bytes(self, ffn):
+        """Per-TB scratch of one SwiGLU tile: G, U [tile][ffn] f32, Hh [tile][ffn] bf16,
+        Y [tile][H] f32, Yb [tile][H] bf16; rounded to 256 B."""
+        n = self.tile_rows * (10 * ffn + 6 * self.hidden)
+        return (n + 255) // 256 * 256
+
+
+@attrs.frozen
+class SchemePlan:
+    """What a scheme adds to the common layer workload."""
+    buffers: tuple            # BufferConfig
+    launches: tuple           # LaunchConfig (the common shared-expert / combine launches included)
+    kernel_files: tuple       # paths relative to the data root
+    moe: MoeWorkloadConfig | None = None   # MoE-Hub windows (scheme moehub)
+    presets: dict = attrs.field(factory=dict)  # buffer name -> [num_gpus, bytes] uint8 contents
+    received_stat: str | None = None  # stat pattern counting rows received at the experts, if the
+                                      # scheme's kernels do not count them in acct
+    phases: dict = attrs.field(factory=dict)  # phase -> kernel names (mediation, dispatch, ...)
+    mediation_extra_ps: int = 0       # mediation time outside kernels (host round trip, launches)
+    n_tile: int = 0                   # column tile of the routed experts' weight layout
+                                      # [El][cols / n_tile][rows][n_tile]; 0: plain [El][rows][cols]
+    reference_kwargs: dict = attrs.field(factory=dict)  # extra moe_layer_reference arguments: the
+                                      # scheme's arithmetic order (e.g. DeepEP's per-rank partial sums)
+
+
+def layer_shape(cfg):
+    layer, sysc = cfg.workload.layer, cfg.system
+    try:
+        m = load_model(layer.model)
+    except ConfigError as e:
+        raise LayerError(f"workload.layer.model: {e}") from None
+    P = sysc.num_gpus
+    if m.top_k > 8:
+        raise LayerError(f"workload.layer.model: {m.name} routes each token to {m.top_k} experts; "
+                         f"the layer kernels read a token's expert ids with one ld.v8 (top-k <= 8)")
+    if m.experts % P:
+        raise LayerError(f"workload.layer.model: {m.name} has {m.experts} routed experts, not a "
+                         f"multiple of system.num_gpus ({P}); expert parallelism places the same "
+                         f"number of experts on every GPU")
+    n = layer.gemm_n_tile
+    widths = [("hidden", m.hidden), ("expert_ffn", m.expert_ffn)]
+    if m.shared_experts:
+        widths.append(("shared_expert_ffn", m.shared_expert_ffn))
+    for name, v in widths:
+        if v % n:
+            raise LayerError(f"workload.layer.gemm_n_tile: {n} does not divide {m.name}'s {name} "
+                             f"({v}); every GEMM job must cover whole columns")
+    return LayerShape(
+        model=m.name, n_tile=n, num_gpus=P, tokens=layer.tokens_per_gpu, experts=m.experts, top_k=m.top_k,
+        hidden=m.hidden, ffn=m.expert_ffn, shared=m.shared_experts,
+        shared_ffn=m.shared_expert_ffn if m.shared_experts else 0, local_experts=m.experts // P,
+        tile_rows=sysc.gpu.hub.moe.dam.tile_rows, functional=cfg.workload.mode == "functional"), m
+
+
+def _buf(name, nbytes, region="data", init="zeros", dtype="f32", value=0.0):
+    return BufferConfig(name=name, bytes=max(int(nbytes), 8), region=region, init=init,
+                        dtype=dtype, value=value)
+
+
+def common_buffers(s):
+    """Buffers every scheme uses (layouts in workloads/kernels/common/moe_common.s)."""
+    mat = s.hidden * s.ffn * 2
+    out = [
+        _buf("x", s.tokens * s.row_bytes, init="random", dtype="bf16"),
+        # + 64 B: a kernel may read a token's ids with one ld.v8 whatever k is
+        _buf("topk_idx", s.pairs * 8 + 64, region="control", dtype="i64"),
+        _buf("topk_w", s.pairs * 4, region="control", dtype="f32"),
+        _buf("one", 8, region="control", init="fill", dtype="f32", value=1.0),
+        _buf("acct", ACCT_WORDS * 8, region="control", dtype="i64"),
+        _buf("done", s.num_gpus * 8, region="control", dtype="i64"),
+        _buf("w_gate", s.local_experts * mat, init="random", dtype="bf16"),
+        _buf("w_up", s.local_experts * mat, init="random", dtype="bf16"),
+        _buf("w_down", s.local_experts * mat, init="random", dtype="bf16"),
+        _buf("yhome", s.pairs * s.row_bytes, dtype="bf16"),
+        _buf("out", s.tokens * s.hidden * 4, dtype="f32"),
+        _buf("ys", max(s.shared, 1) * s.tokens * s.row_bytes, dtype="bf16"),
+    ]
+    if s.shared:
+        smat = s.hidden * s.shared_ffn * 2
+        out += [_buf("ws_gate", s.shared * smat, init="random", dtype="bf16"),
+                _buf("ws_up", s.shared * smat, init="random", dtype="bf16"),
+                _buf("ws_down", s.shared * smat, init="random", dtype="bf16")]
+    return out
+
+
+def shared_expert_launches(s, cfg, stream):
+    """The shared experts on their own stream (they need no communication): the gate/up jobs,
+    then the down jobs (the kernel boundary is the barrier between them)."""
+    if not s.shared:
+        return [], []
+    tbs = cfg.workload.layer.shared_tbs
+    T, Is = s.tokens, s.shared_ffn
+    bufs = [_buf("hs", s.shared * T * Is * 2, dtype="bf16")]
+    common = (("tokens", T), ("hidden", s.hidden), ("ffn", Is), ("experts", s.shared),
+              ("tile_rows", s.tile_rows), ("n_tile", s.n_tile))
+    up = LaunchConfig(kernel="shared_gate_up", grid=tbs, stream=stream, params=(
+        ("x", "@x"), ("wg", "@ws_gate"), ("wu", "@ws_up"), ("hs", "@hs")) + common)
+    down = LaunchConfig(kernel="shared_down", grid=tbs, stream=stream, params=(
+        ("wd", "@ws_down"), ("hs", "@hs"), ("ys", "@ys")) + common)
+    return bufs, [up, down]
+
+
+SHARED_KERNELS = ("shared_gate_up", "shared_down")
+GROUPED_KERNELS = ("grouped_tiles", "grouped_gate_up", "grouped_down")
+
+
+def grouped_gemm_launches(s, stream, tbs, counts, xe, ye, cap):
+    """A grouped SwiGLU GEMM over expert-major rows already in place (moe_common.s): the tile
+    table from `counts` (control buffer [El] i64 of rows per local expert), then the gate/up and
+    the down column jobs on `tbs` thread blocks. `xe`/`ye` name [El][cap][H] bf16 buffers; the
+    routed weights must use the column-tile layout (SchemePlan.n_tile = s.n_tile)."""
+    El, tile = s.local_experts, s.tile_rows
+    tiles = El * (-(-cap // tile))
+    bufs = [_buf("grouped_table", 64 * (tiles + 1), region="control", dtype="i64"),
+            _buf("he", El * cap * s.ffn * 2, dtype="bf16")]
+    common = (("hidden", s.hidden), ("ffn", s.ffn), ("tile_rows", tile))
+    return bufs, [
+        LaunchConfig(kernel="grouped_tiles", grid=1, stream=stream, params=(
+            ("counts", f"@{counts}"), ("table", "@grouped_table"), ("xe", f"@{xe}"), ("he", "@he"),
+            ("ye", f"@{ye}"), ("cap", cap), ("local_experts", El)) + common),
+        LaunchConfig(kernel="grouped_gate_up", grid=tbs, stream=stream, params=(
+            ("table", "@grouped_table"), ("wg", "@w_gate"), ("wu", "@w_up")) + common
+            + (("n_tile", s.n_tile),)),
+        LaunchConfig(kernel="grouped_down", grid=tbs, stream=stream, params=(
+            ("table", "@grouped_table"), ("wd", "@w_down")) + common
+            + (("n_tile", s.n_tile), ("acct", "@acct"))),
+    ]
+
+
+def unslice_weights(w, n_tile, cols):
+    """Weights stored as column tiles [experts][cols / n_tile][rows][n_tile] (moe_common.s) ->
+    [experts][rows][cols]."""
+    w = w.reshape(w.shape[0], cols // n_tile, -1, n_tile)
+    return w.transpose(0, 2, 1, 3).reshape(w.shape[0], w.shape[2], cols)
+
+
+def combine_launch(s, cfg, stream):
+    """The final weighted combine; it waits for done[g] = 1 from every GPU."""
+    return LaunchConfig(kernel="moe_combine", grid=cfg.workload.layer.combine_tbs, stream=stream,
+                        params=(("out", "@out"), ("yhome", "@yhome"), ("ys", "@ys"),
+                                ("topk_w", "@topk_w"), ("one", "@one"), ("done", "@done"),
+                                ("acct", "@acct"), ("tokens", s.tokens), ("topk", s.top_k),
+                                ("hidden", s.hidden), ("shared", s.shared)))
+
+
+def expert_load_max(layer):
+    """Most token-expert rows any one expert receives in this layer's routing."""
+    counts = np.bincount(layer.routing.topk_idx.reshape(-1), minlength=layer.shape.experts)
+    return int(counts.max())
+
+
+def max_tiles_per_gpu(layer):
+    """Most GEMM row tiles (tile_rows rows, the last one of an expert partial) on any GPU."""
+    s = layer.shape
+    counts = np.bincount(layer.routing.topk_idx.reshape(-1), minlength=s.experts)
+    tiles = -(-counts // s.tile_rows)
+    return int(tiles.reshape(s.num_gpus, s.local_experts).sum(axis=1).max())
+
+
+def _scheme_module(name):
+    import importlib
+    return importlib.import_module(f"{__package__}.schemes.{name}")
+
+
+class MoeLayer:
+    """The generated layer of one run: shape, routing, plan; `finish` adds the layer's results."""
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+        self.shape, self.model = layer_shape(cfg)
+        r = cfg.workload.layer.routing
+        s = self.shape
+        self.routing = generate_routing(
+            r.kind, num_gpus=s.num_gpus, tokens_per_gpu=s.tokens, num_experts=s.experts,
+            top_k=s.top_k, seed=cfg.run.seed if r.seed is None else r.seed, router=self.model.router,
+            gini=r.gini, trace=r.trace or None)
+        self.plan = _scheme_module(cfg.scheme).plan(self)
+
+    def expanded_config(self):
+        """cfg with the layer's buffers, launches, kernels and MoE-Hub windows filled in."""
+        cfg, plan = self.cfg, self.plan
+        files = [str(data_root() / COMMON_KERNELS)] + [str(data_root() / f) for f in plan.kernel_files]
+        buffers = tuple(cfg.workload.buffers) + tuple(common_buffers(self.shape)) + tuple(plan.buffers)
+        wl = attrs.evolve(cfg.workload, buffers=buffers,
+                          launches=tuple(plan.launches),
+                          kernel_files=tuple(cfg.workload.kernel_files) + tuple(files))
+        if plan.moe is not None:
+            wl = attrs.evolve(wl, moe=plan.moe)
+        return attrs.evolve(cfg, workload=wl)
+
+    def presets(self):
+        """Initial contents of the routing tables (and any scheme buffers) per GPU."""
+        s = self.shape
+        out = {"topk_idx": self.routing.topk_idx.reshape(s.num_gpus, -1).astype(np.int64).view(np.uint8),
+               "topk_w": self.routing.topk_weight.reshape(s.num_gpus, -1).astype(np.float32).view(np.uint8)}
+        out.update(self.plan.presets)
+        return out
+
+    # ---- end of run --------------------------------------------------------------------------
+    def finish(self, sim):
+        """Layer stats, the token-accounting invariant, and (functional mode) the output check."""
+        from .layer_stats import add_layer_stats
+        add_layer_stats(sim, self)
+        self._check_accounting(sim)
+        if self.shape.functional:
+            self._check_output(sim)
+
+    def _check_accounting(self, sim):
+        from ..simulation import SimulationError
+        s, stats = self.shape, sim.stats
+        want = s.num_gpus * s.pairs
+        counts = np.zeros(ACCT_WORDS, np.int64)
+        for g in range(s.num_gpus):
+            counts += sim.read_buffer(g, "acct", "i64")
+        got = {n: int(counts[i]) for i, n in enumerate(ACCT_NAMES)}
+        if self.plan.received_stat:
+            got["received"] = int(sum(x.value for x in stats.match(self.plan.received_stat)))
+        for name in ACCT_NAMES:
+            stats.add(f"system.moe.rows_{name}", got[name], "count",
+                      f"token-expert rows {name} over all GPUs (must equal tokens x top-k x GPUs)")
+        bad = [f"{n} {got[n]}" for n in ACCT_NAMES if got[n] != want]
+        if bad and not sim.cfg.run.max_events:
+            raise SimulationError(
+                f"token accounting violated in scheme '{sim.cfg.scheme}': every one of the "
+                f"{want} token-expert pairs ({s.num_gpus} GPUs x {s.tokens} tokens x top-{s.top_k}) "
+                f"must be sent, received, computed and combined exactly once; found "
+                f"{', '.join(bad)} (stats were written)")
+
+    def _check_output(self, sim):
+        from .reference import max_abs_error, moe_layer_reference
+        s = self.shape
+        P, T, H, I, El = s.num_gpus, s.tokens, s.hidden, s.ffn, s.local_experts
+
+        def read(name, shape):
+            return np.stack([sim.read_buffer(g, name).reshape(shape) for g in range(P)])
+
+        x = read("x", (T, H))
+        n = self.plan.n_tile or None
+        wg = read("w_gate", (El, H * I)).reshape(P * El, -1)
+        wu = read("w_up", (El, H * I)).reshape(P * El, -1)
+        wd = read("w_down", (El, I * H)).reshape(P * El, -1)
+        wg = unslice_weights(wg, n or I, I)
+        wu = unslice_weights(wu, n or I, I)
+        wd = unslice_weights(wd, n or H, H)
+        shared = {}
+        if s.shared:
+            Is, S, ns = s.shared_ffn, s.shared, s.n_tile
+            # every GPU holds its own copy of the shared experts (initialised per GPU); the
+            # reference uses each GPU's own copy
+            shared = [dict(
+                shared_gate=unslice_weights(sim.read_buffer(g, "ws_gate").reshape(S, -1), ns, Is),
+                shared_up=unslice_weights(sim.read_buffer(g, "ws_up").reshape(S, -1), ns, Is),
+                shared_down=unslice_weights(sim.read_buffer(g, "ws_down").reshape(S, -1), ns, H))
+                for g in range(P)]
+        out = read("out", (T, H))
+        err = 0.0
+        scale = 0.0
+        for g in range(P):
+            kw = dict(shared[g]) if s.shared else {}
+            kw.update(self.plan.reference_kwargs)
+            ref = moe_layer_reference(x[g:g + 1], self.routing.topk_idx[g:g + 1],
+                                      self.routing.topk_weight[g:g + 1], wg, wu, wd, **kw)
+            err = max(err, float(max_abs_error(out[g:g + 1], ref)))
+            scale = max(scale, float(np.abs(ref).max()))
+        sim.stats.add("system.moe.output_max_abs_error", err, "",
+                      "largest |simulated - NumPy reference| over every output element")
+        sim.stats.add("system.moe.output_max_abs_reference", scale, "",
+                      "largest |reference output| (scale for the error above)")

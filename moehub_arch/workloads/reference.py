@@ -1,0 +1,146 @@
+"""NumPy reference of one expert-parallel MoE layer, rounding exactly like the simulator.
+
+What it models: the MoE layer of BRIEF section 1 as the simulator's functional instructions compute
+it (dispatch is data movement only, so it does not change values): every GPU's tokens x go to their
+top-k experts; each expert is a SwiGLU FFN, Y = bf16(bf16(silu(X Wg) * (X Wu)) Wd); the combine sums,
+per token and in a fixed order, the shared experts' outputs (weight 1) and then the routed experts'
+outputs times their router weights, in fp32.
+
+Numerics (the rules the functional instructions follow, so results match bit for bit where
+possible):
+- bf16 values are stored as the upper 16 bits of an fp32; `to_bf16` rounds fp32 to the nearest
+  bf16, ties to even (bits + 0x7FFF + lsb, then truncate; uint32 wrap-around);
+- `gemm_seq` accumulates in fp32 sequentially over k: every product rounded to fp32, then every add
+  rounded to fp32, in k order;
+- `silu(x) = x / (1 + exp(-x))` in fp32;
+- the combine adds, for each token, fp32(weight * Y) to an fp32 accumulator that starts at 0:
+  shared experts first (weight 1.0) in order, then slots 0..k-1.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+F32 = np.float32
+
+
+def to_bf16(x) -> np.ndarray:
+    """Round float32 values to bf16 (round to nearest, ties to even); returns float32 holding the
+    bf16 values (lower 16 bits zero)."""
+    a = np.array(x, dtype=F32, copy=True)          # keeps the shape (0-d included), contiguous
+    bits = a.view(np.uint32)
+    rounding = np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))
+    b16 = (bits + rounding) >> np.uint32(16)
+    return (b16 << np.uint32(16)).astype(np.uint32).view(F32)
+
+
+def gemm_seq(a, b) -> np.ndarray:
+    """a float32 [m, K] @ b float32 [K, n] -> float32 [m, n], accumulating sequentially over K in
+    fp32 (each product rounded to fp32, then each add rounded to fp32)."""
+    a = np.asarray(a, dtype=F32)
+    b = np.asarray(b, dtype=F32)
+    if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
+        raise ValueError(f"gemm_seq: shapes {a.shape} and {b.shape} do not multiply")
+    m, kdim = a.shape
+    n = b.shape[1]
+    acc = np.zeros((m, n), dtype=F32)
+    prod = np.empty((m, n), dtype=F32)
+    for kk in range(kdim):
+        np.multiply(a[:, kk, None], b[None, kk, :], out=prod)
+        np.add(acc, prod, out=acc)
+    return acc
+
+
+def silu(x) -> np.ndarray:
+    """x / (1 + exp(-x)) in float32."""
+    x = np.asarray(x, dtype=F32)
+    with np.errstate(over="ignore"):
+        return (x / (F32(1) + np.exp(-x))).astype(F32)
+
+
+def expert_ffn(x, w_gate, w_up, w_down) -> np.ndarray:
+    """One SwiGLU expert on rows x [m, H] (bf16 values in float32) with weights w_gate, w_up
+    [H, I] and w_down [I, H] (bf16 values): returns bf16 values in float32 [m, H]."""
+    g = gemm_seq(x, w_gate)
+    u = gemm_seq(x, w_up)
+    h = to_bf16((silu(g) * u).astype(F32))
+    return to_bf16(gemm_seq(h, w_down))
+
+
+def moe_layer_reference(x, topk_idx, topk_weight, w_gate, w_up, w_down, shared_gate=None,
+                        shared_up=None, shared_down=None, combine="per_slot",
+                        local_experts=None) -> np.ndarray:
+    """Output [num_gpus, T, H] float32 of one MoE layer.
+
+    x [P, T, H] float32 (bf16 values); topk_idx [P, T, k] global expert ids; topk_weight [P, T, k]
+    float32; w_gate / w_up [E, H, I], w_down [E, I, H]; shared_gate / shared_up [S, H, Is],
+    shared_down [S, Is, H] or None (every GPU runs the same shared experts on its own tokens).
+    Each expert's FFN runs once on all rows routed to it (from every GPU); the per-token combine
+    order is: shared experts 0..S-1 (weight 1.0), then
+
+    - combine="per_slot" (default): slots 0..k-1, each fp32(weight * y) added to the fp32 output;
+    - combine="per_rank" (DeepEP-style, needs local_experts = experts per GPU, block placement):
+      for each expert rank r ascending that holds any of the token's experts, a partial sum
+      starting at fp32 0 accumulates fp32(weight * y) of the slots j (ascending) whose expert is
+      on r; the partial is rounded to bf16 (it travels home as a bf16 row) and added to the
+      output in fp32.
+    """
+    if combine not in ("per_slot", "per_rank"):
+        raise ValueError(f"combine must be 'per_slot' or 'per_rank', not {combine!r}")
+    if combine == "per_rank" and (local_experts is None or local_experts <= 0):
+        raise ValueError("combine='per_rank' needs local_experts (routed experts per GPU)")
+    x = np.asarray(x, dtype=F32)
+    idx = np.asarray(topk_idx, dtype=np.int64)
+    w = np.asarray(topk_weight, dtype=F32)
+    p, t, h = x.shape
+    k = idx.shape[-1]
+    if idx.shape != (p, t, k) or w.shape != (p, t, k):
+        raise ValueError(f"topk_idx {idx.shape} and topk_weight {w.shape} must both be "
+                         f"{(p, t, k)}")
+    n = p * t
+    rows = x.reshape(n, h)
+    flat_idx = idx.reshape(n, k)
+    flat_w = w.reshape(n, k)
+    out = np.zeros((n, h), dtype=F32)
+
+    if shared_gate is not None:
+        for s in range(len(shared_gate)):
+            ys = expert_ffn(rows, shared_gate[s], shared_up[s], shared_down[s])
+            out = (out + (F32(1.0) * ys).astype(F32)).astype(F32)
+
+    # Every (token, slot) output (n x k x H floats), each expert's FFN run once on all its rows.
+    y = np.zeros((n, k, h), dtype=F32)
+    for e in np.unique(flat_idx):
+        tok, slot = np.nonzero(flat_idx == e)
+        y[tok, slot] = expert_ffn(rows[tok], w_gate[e], w_up[e], w_down[e])
+    if combine == "per_slot":
+        for kk in range(k):
+            out = (out + (flat_w[:, kk, None] * y[:, kk, :]).astype(F32)).astype(F32)
+        return out.reshape(p, t, h)
+    ranks = flat_idx // local_experts                   # [n, k] GPU of each slot's expert
+    for r in np.unique(ranks):
+        partial = np.zeros((n, h), dtype=F32)
+        for kk in range(k):
+            sel = ranks[:, kk] == r
+            # rows whose slot kk is not on r add nothing (an exact +0 would also be harmless,
+            # but masking keeps -0.0 and NaN behaviour identical to the kernels, which skip them)
+            contrib = (flat_w[sel, kk, None] * y[sel, kk, :]).astype(F32)
+            partial[sel] = (partial[sel] + contrib).astype(F32)
+        has = (ranks == r).any(axis=1)
+        out[has] = (out[has] + to_bf16(partial[has])).astype(F32)
+    return out.reshape(p, t, h)
+
+
+def max_abs_error(out, ref) -> float:
+    """Largest |out - ref| (computed in float64); 0.0 for empty arrays; NaN if either holds NaN
+    where the other does not hold NaN too."""
+    a = np.asarray(out, dtype=np.float64)
+    b = np.asarray(ref, dtype=np.float64)
+    if a.shape != b.shape:
+        raise ValueError(f"max_abs_error: shapes differ: {a.shape} vs {b.shape}")
+    if a.size == 0:
+        return 0.0
+    both_nan = np.isnan(a) & np.isnan(b)
+    with np.errstate(invalid="ignore"):
+        d = np.abs(np.where(both_nan, 0.0, a - b))
+    d = np.where(np.isinf(a) & np.isinf(b) & (a == b), 0.0, d)
+    return float(np.max(d))

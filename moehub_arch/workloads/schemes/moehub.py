@@ -1,0 +1,53 @@
+"""Scheme `moehub`: destination-agnostic dispatch through the MoE-Hub (BRIEF 2).
+
+Kernels (workloads/kernels/moehub/moe_layer.s): `moehub_dispatch` sends every routed row with
+send_to_expert as soon as its token is routed - no count exchange, barrier, prefix sum or host
+round trip; `moehub_expert` claims hub-ready tiles and runs the SwiGLU FFN while later rows still
+arrive, sending each output row home with send_home; then the common `moe_combine`.
+
+Streams: 0 dispatch, 1 expert then combine, 2 shared experts - all start together.
+Expert GEMMs: El claimer TBs publish hub-ready tiles in a queue; `expert_tbs` worker TBs take
+(I + H) / gemm_n_tile jobs per tile (moe_layer.s), so several SMs work on each tile.
+Windows: each local expert's receive window holds every row it will receive (rounded up to whole
+tiles), so the windows never throttle the layer; the AAU's record table
+(system.gpu.hub.moe.aau.record_table_entries) does bound the rows in flight.
+"""
+
+from ...config.schema import LaunchConfig, MoeWorkloadConfig
+from ..layer import (SHARED_KERNELS, SchemePlan, _buf, combine_launch, expert_load_max,
+                     max_tiles_per_gpu, shared_expert_launches)
+
+
+def plan(layer):
+    s, cfg = layer.shape, layer.cfg
+    opts = cfg.workload.layer.moehub
+    El, tile = s.local_experts, s.tile_rows
+    workers = opts.expert_tbs
+    most = expert_load_max(layer)
+    window_rows = max(1, -(-most // tile)) * tile
+    tiles = max_tiles_per_gpu(layer)
+    buffers = [
+        _buf("tq", 64 * (tiles + workers + 2), region="control", dtype="i64"),
+        _buf("tiles", tiles * tile * (s.ffn + s.hidden) * 2, dtype="bf16"),
+    ]
+    launches = [
+        LaunchConfig(kernel="moehub_dispatch", grid=opts.dispatch_tbs, stream=0, params=(
+            ("x", "@x"), ("topk_idx", "@topk_idx"), ("tokens", s.tokens), ("topk", s.top_k),
+            ("hidden", s.hidden), ("acct", "@acct"))),
+        LaunchConfig(kernel="moehub_expert", grid=El + workers, stream=1, params=(
+            ("wg", "@w_gate"), ("wu", "@w_up"), ("wd", "@w_down"), ("tq", "@tq"),
+            ("tiles", "@tiles"), ("yhome", "@yhome"),
+            ("acct", "@acct"), ("done", "@done"), ("hidden", s.hidden), ("ffn", s.ffn),
+            ("local_experts", El), ("record_bytes", cfg.system.gpu.hub.moe.aau.record_bytes),
+            ("tile_rows", tile), ("n_tile", s.n_tile))),
+        combine_launch(s, cfg, stream=1),
+    ]
+    sbufs, slaunch = shared_expert_launches(s, cfg, stream=2)
+    moe = MoeWorkloadConfig(num_experts=s.experts, placement=None, window_rows=window_rows,
+                            row_bytes=s.row_bytes)
+    return SchemePlan(buffers=tuple(buffers + sbufs), launches=tuple(launches + slaunch),
+                      kernel_files=("workloads/kernels/moehub/moe_layer.s",), moe=moe,
+                      received_stat="system.gpu*.hub.aau.allocations", n_tile=s.n_tile,
+                      phases={"mediation": (), "dispatch": ("moehub_dispatch",),
+                              "expert": ("moehub_expert",) + SHARED_KERNELS,
+                              "combine": ("moe_combine",)})

@@ -1,0 +1,256 @@
+# MoE layer with MoE-Hub: destination-agnostic dispatch, expert GEMMs on hub-ready tiles, combine.
+#
+# Data (per GPU; T tokens, k = top-k, H hidden, I expert FFN width, El local experts, bf16 rows):
+#   x [T][H] bf16, topk_idx [T][k] i64, topk_w [T][k] f32, w_gate/w_up [El][I/n][H][n] bf16,
+#   w_down [El][H/n][I][n] bf16 (n = n_tile), yhome [T*k][H] bf16 (expert outputs back home), out [T][H] f32.
+# acct words (i64): 0 rows sent, 2 rows computed (1 rows received: the AAU counts allocations;
+# 3 rows combined: moe_combine in ../common/moe_common.s).
+#
+# No mediation phase: router blocks call send_to_expert as soon as a token is routed (no count
+# exchange, no barrier, no host round trip); the hub allocates window slots (AAU) and raises tile
+# readiness (DAM); expert blocks claim ready tiles and run the SwiGLU FFN while later rows are still
+# arriving; each output row goes home with send_home (the completion record names GPU and slot).
+
+# moehub_dispatch: thread block b routes tokens b, b + ntb, ...: for each of the token's k experts
+# (k <= 8: one ld.v8 reads them; the register file cannot be indexed, so the sends are unrolled) it
+# hands the row to the hub naming only the expert; `home` = t * k + j is the row's slot in yhome.
+.kernel moehub_dispatch
+.param x
+.param topk_idx
+.param tokens
+.param topk
+.param hidden
+.param acct
+    shl r10, %hidden, 1          # r10 = row bytes (bf16)
+    mov r1, %tb                  # r1 = token
+    mov r9, 0                    # r9 = rows sent by this TB
+token:
+    bge r1, %tokens, end
+    mul r2, r1, r10
+    add r2, r2, %x               # r2 = the token's row
+    mul r5, r1, %topk            # r5 = home slot of choice 0
+    shl r3, r5, 3
+    add r3, r3, %topk_idx        # r3 = &topk_idx[t][0]
+    ld.v8 r16, [r3]              # r16.. = the token's experts (one vector load; k <= 8)
+    send_to_expert r16, r2, r10, r5, 0
+    ble %topk, 1, routed
+    add r5, r5, 1
+    send_to_expert r17, r2, r10, r5, 0
+    ble %topk, 2, routed
+    add r5, r5, 1
+    send_to_expert r18, r2, r10, r5, 0
+    ble %topk, 3, routed
+    add r5, r5, 1
+    send_to_expert r19, r2, r10, r5, 0
+    ble %topk, 4, routed
+    add r5, r5, 1
+    send_to_expert r20, r2, r10, r5, 0
+    ble %topk, 5, routed
+    add r5, r5, 1
+    send_to_expert r21, r2, r10, r5, 0
+    ble %topk, 6, routed
+    add r5, r5, 1
+    send_to_expert r22, r2, r10, r5, 0
+    ble %topk, 7, routed
+    add r5, r5, 1
+    send_to_expert r23, r2, r10, r5, 0
+routed:
+    add r9, r9, %topk
+    add r1, r1, %ntb
+    bra token
+end:
+    notify_ready.eos %ntb        # the hub ends this GPU's streams once every TB said so
+    atom.add r11, %gpu, [%acct], r9
+    exit
+
+# moehub_expert: a persistent kernel with two roles (the thread-block specialisation of
+# FlashDMoE-style kernels; here the hub does the data-availability work):
+#  * TB e < El is the *claimer* of local expert e: it loops on claim_buffer and publishes each
+#    ready tile in a GPU-wide tile queue (tq); its last action marks the queue's end.
+#  * every other TB is a *worker*: it takes the next job with an atomic counter. A tile has
+#    Ju = I / n gate/up jobs then Jd = H / n down jobs (n = n_tile; moe_common.s explains the
+#    split): gate/up job q computes Hh[:, q cols] = silu(X Wg_q) * (X Wu_q) into the tile's h
+#    buffer; down job c waits until all gate/up jobs of the tile are done, then computes
+#    Y[:, c cols] = Hh Wd_c into the tile's y buffer. The worker
+#    that finishes the tile's last down job sends its rows home (send_home), fences, and releases
+#    the tile's window slots. A global queue lets every worker serve every local expert.
+#  * when the queue has ended, the GPU's last worker sets done[gpu] = 1 on every GPU.
+# tq (control): words 0 tiles published, 1 jobs taken, 2 claimers finished, 3 workers finished;
+# then one 64-byte entry per tile: rows, base (window address), records, local expert,
+# ready (1 = tile, 2 = end of queue), gate/up jobs done, down jobs done, first (the expert's first
+# tile: its weights come from HBM, later tiles read them through the L2).
+# tiles (data): per queue entry the tile's Hh [tile][I] bf16, then its Y [tile][H] bf16.
+.kernel moehub_expert
+.param wg                    # [El][I/n][H][n] bf16
+.param wu
+.param wd                    # [El][H/n][I][n] bf16
+.param tq
+.param tiles
+.param yhome
+.param acct
+.param done
+.param hidden
+.param ffn
+.param local_experts
+.param record_bytes
+.param tile_rows
+.param n_tile
+.smem 160KB                  # worker: G, U [tile][n] f32 + Hq [tile][n] bf16, or Y + Yq
+    bge %tb, %local_experts, worker
+# ---- claimer of local expert %tb
+    mul r2, %gpu, %local_experts
+    add r2, r2, %tb              # r2 = global expert id
+    mov r9, 1                    # r9 = next tile is the expert's first
+claim:
+    claim_buffer r13, r14, r15, r2   # r13 = rows, r14 = first row, r15 = first record
+    beq r13, 0, claimed_all
+    atom.add r16, %gpu, [%tq], 1     # r16 = queue position
+    add r17, r16, 1
+    shl r17, r17, 6
+    add r17, r17, %tq            # r17 = its entry
+    st [r17], r13
+    st [r17+8], r14
+    st [r17+16], r15
+    st [r17+24], %tb
+    st [r17+56], r9
+    st [r17+32], 1               # ready, after the descriptor
+    mov r9, 0
+    bra claim
+claimed_all:
+    atom.add r16, %gpu, [%tq+16], 1
+    sub r18, %local_experts, 1
+    bne r16, r18, leave          # not the last claimer to finish
+    ld r19, [%tq]                # every tile is published: mark the end after the last one,
+    sub r21, %ntb, %local_experts  # once per worker (each waits on at most one entry)
+    mov r20, 0
+end_marks:
+    add r22, r19, r20
+    add r22, r22, 1
+    shl r22, r22, 6
+    add r22, r22, %tq
+    st [r22+32], 2
+    add r20, r20, 1
+    blt r20, r21, end_marks
+leave:
+    exit
+# ---- worker
+worker:
+    div r20, %ffn, %n_tile       # r20 = Ju: gate/up jobs per tile
+    div r21, %hidden, %n_tile
+    add r22, r20, r21            # r22 = jobs per tile
+    mov r8, %smem                # r8 = G (gate/up jobs) or Y (down jobs)
+    mul r4, %tile_rows, %n_tile
+    shl r4, r4, 2
+    add r9, r8, r4               # r9 = U, or Yq (down jobs)
+    add r10, r9, r4              # r10 = Hq
+    shl r23, %hidden, 1          # r23 = y row bytes
+    add r24, %ffn, %hidden
+    mul r24, r24, %tile_rows
+    shl r24, r24, 1              # r24 = bytes of one tile's Hh + Y
+    mul r28, %hidden, %n_tile
+    shl r28, r28, 1              # r28 = bytes of one gate/up weight tile [H][n]
+    mul r29, %ffn, %n_tile
+    shl r29, r29, 1              # r29 = bytes of one down weight tile [I][n]
+    shl r30, %n_tile, 1          # r30 = bytes of one row of a job's output
+    mov r25, 0                   # r25 = rows this worker completed
+job:
+    atom.add r1, %gpu, [%tq+8], 1    # r1 = my next job
+    div r2, r1, r22              # r2 = queue position of its tile
+    rem r3, r1, r22              # r3 = job within the tile
+    add r11, r2, 1
+    shl r11, r11, 6
+    add r11, r11, %tq            # r11 = the tile's entry
+    wait.ne [r11+32], 0
+    ld.v8 r12, [r11]             # r12 rows, r13 base, r14 records, r15 expert, r16 ready, r17, r18, r19 first
+    beq r16, 2, finished
+    mul r26, r2, r24
+    add r26, r26, %tiles         # r26 = the tile's Hh
+    mul r27, %tile_rows, %ffn
+    shl r27, r27, 1
+    add r27, r27, r26            # r27 = the tile's Y (bf16)
+    bge r3, r20, down
+    mul r4, r15, r20             # gate/up job q = r3
+    add r4, r4, r3
+    mul r4, r4, r28
+    add r5, r4, %wg              # r5 = Wg tile (expert, q)
+    add r6, r4, %wu              # r6 = Wu tile
+    mul r7, r12, %n_tile         # r7 = rows * n
+    vzero.f32 r8, r7
+    vzero.f32 r9, r7
+    bne r3, 0, a_l2              # job 0 reads the arrived rows from HBM, the others via L2
+    beq r19, 0, b_l2
+    mma.bf16 r8, r13, r5, r12, %n_tile, %hidden
+    mma.bf16 r9, r13, r6, r12, %n_tile, %hidden
+    bra act
+b_l2:
+    mma.bf16.bl2 r8, r13, r5, r12, %n_tile, %hidden
+    mma.bf16.bl2 r9, r13, r6, r12, %n_tile, %hidden
+    bra act
+a_l2:
+    beq r19, 0, both_l2
+    mma.bf16.al2 r8, r13, r5, r12, %n_tile, %hidden
+    mma.bf16.al2 r9, r13, r6, r12, %n_tile, %hidden
+    bra act
+both_l2:
+    mma.bf16.l2 r8, r13, r5, r12, %n_tile, %hidden
+    mma.bf16.l2 r9, r13, r6, r12, %n_tile, %hidden
+act:
+    vsilu_mul.bf16.f32 r10, r8, r9, r7
+    mul r5, r3, r30
+    add r5, r5, r26              # Hh[:, q cols]
+    shl r6, %ffn, 1              # Hh row bytes
+    copy2d r5, r10, r12, r30, r6, r30
+    atom.add r5, %gpu, [r11+40], 1   # gate/up jobs done (after the copy: the TB waited for it)
+    bra job
+down:
+    sub r3, r3, r20              # r3 = output column tile c
+    wait.ge [r11+40], r20        # every column of Hh is there
+    mul r4, r15, r21
+    add r4, r4, r3
+    mul r4, r4, r29
+    add r5, r4, %wd              # r5 = Wd tile (expert, c)
+    mul r7, r12, %n_tile         # r7 = rows * n
+    vzero.f32 r8, r7
+    beq r19, 0, warm
+    mma.bf16.al2 r8, r26, r5, r12, %n_tile, %ffn
+    bra cvt
+warm:
+    mma.bf16.l2 r8, r26, r5, r12, %n_tile, %ffn
+cvt:
+    vcvt.bf16.f32 r9, r8, r7
+    mul r5, r3, r30
+    add r5, r5, r27              # Y[:, c cols]
+    copy2d r5, r9, r12, r30, r23, r30
+    atom.add r5, %gpu, [r11+48], 1
+    add r5, r5, 1
+    bne r5, r21, job             # not the tile's last down job
+    mov r6, 0                    # the tile is complete: every row goes home
+row:
+    mul r4, r6, %record_bytes
+    add r4, r4, r14              # the row's completion record
+    mul r5, r6, r23
+    add r5, r5, r27              # the row's output
+    send_home r4, r5, r23, %yhome
+    add r6, r6, 1
+    blt r6, r12, row
+    fence                        # the rows are home: the window slots may be reused
+    mul r4, %gpu, %local_experts
+    add r4, r4, r15
+    notify_ready.release r4, r13
+    add r25, r25, r12
+    bra job
+finished:
+    red.add %gpu, [%acct+16], r25    # acct word 2: rows computed
+    atom.add r5, %gpu, [%tq+24], 1
+    sub r6, %ntb, %local_experts
+    sub r6, r6, 1
+    bne r5, r6, done_exit        # not the GPU's last worker
+    shl r7, %gpu, 3
+    add r7, r7, %done            # &done[gpu] (the same address on every GPU)
+    mov r6, 0
+tell:
+    flag.set r6, [r7], 1
+    add r6, r6, 1
+    blt r6, %ngpu, tell
+done_exit:
+    exit
