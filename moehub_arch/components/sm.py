@@ -144,7 +144,10 @@ def _store_f32(view, i, dtype, value):
 
 @njit(cache=True)
 def _silu(x):
-    return np.float32(x / (np.float32(1.0) + np.exp(-x)))
+    # in float64, rounded once to fp32: libm's exp gives the same double in both engines, and
+    # the NumPy reference can reproduce it (float32 exp implementations differ in the last ulp)
+    xd = np.float64(x)
+    return np.float32(xd / (1.0 + np.exp(-xd)))
 
 
 # ---- issue -------------------------------------------------------------------------------------

@@ -162,7 +162,7 @@ def shared_expert_launches(s, cfg, stream):
     up = LaunchConfig(kernel="shared_gate_up", grid=tbs, stream=stream, params=(
         ("x", "@x"), ("wg", "@ws_gate"), ("wu", "@ws_up"), ("hs", "@hs")) + common)
     down = LaunchConfig(kernel="shared_down", grid=tbs, stream=stream, params=(
-        ("wd", "@ws_down"), ("hs", "@hs"), ("ys", "@ys")) + common)
+        ("wd", "@ws_down"), ("hs", "@hs"), ("ys", "@ys"), ("acct", "@acct")) + common)
     return bufs, [up, down]
 
 
@@ -201,12 +201,14 @@ def unslice_weights(w, n_tile, cols):
 
 
 def combine_launch(s, cfg, stream):
-    """The final weighted combine; it waits for done[g] = 1 from every GPU."""
+    """The final weighted combine; it waits for the local shared experts (acct word 5) and for
+    done[g] = 1 from every GPU."""
     return LaunchConfig(kernel="moe_combine", grid=cfg.workload.layer.combine_tbs, stream=stream,
                         params=(("out", "@out"), ("yhome", "@yhome"), ("ys", "@ys"),
                                 ("topk_w", "@topk_w"), ("one", "@one"), ("done", "@done"),
                                 ("acct", "@acct"), ("tokens", s.tokens), ("topk", s.top_k),
-                                ("hidden", s.hidden), ("shared", s.shared)))
+                                ("hidden", s.hidden), ("shared", s.shared),
+                                ("shared_tbs", cfg.workload.layer.shared_tbs)))
 
 
 def expert_load_max(layer):

@@ -51,10 +51,11 @@ def gemm_seq(a, b) -> np.ndarray:
 
 
 def silu(x) -> np.ndarray:
-    """x / (1 + exp(-x)) in float32."""
-    x = np.asarray(x, dtype=F32)
+    """x / (1 + exp(-x)) for float32 x, computed in float64 and rounded once to float32 (as the
+    simulator's vsilu_mul does)."""
+    x = np.asarray(x, dtype=F32).astype(np.float64)
     with np.errstate(over="ignore"):
-        return (x / (F32(1) + np.exp(-x))).astype(F32)
+        return (x / (1.0 + np.exp(-x))).astype(F32)
 
 
 def expert_ffn(x, w_gate, w_up, w_down) -> np.ndarray:

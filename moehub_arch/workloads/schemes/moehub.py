@@ -5,7 +5,7 @@ send_to_expert as soon as its token is routed - no count exchange, barrier, pref
 round trip; `moehub_expert` claims hub-ready tiles and runs the SwiGLU FFN while later rows still
 arrive, sending each output row home with send_home; then the common `moe_combine`.
 
-Streams: 0 dispatch, 1 expert then combine, 2 shared experts - all start together.
+Streams: 0 dispatch; 1 shared experts (overlapping the dispatch), routed experts, combine.
 Expert GEMMs: El claimer TBs publish hub-ready tiles in a queue; `expert_tbs` worker TBs take
 (I + H) / gemm_n_tile jobs per tile (moe_layer.s), so several SMs work on each tile.
 Windows: each local expert's receive window holds every row it will receive (rounded up to whole
@@ -27,13 +27,17 @@ def plan(layer):
     window_rows = max(1, -(-most // tile)) * tile
     tiles = max_tiles_per_gpu(layer)
     buffers = [
-        _buf("tq", 64 * (tiles + workers + 2), region="control", dtype="i64"),
+        _buf("tq", 64 * (tiles + workers + 4), region="control", dtype="i64"),
         _buf("tiles", tiles * tile * (s.ffn + s.hidden) * 2, dtype="bf16"),
     ]
+    # stream 1: the shared experts first - they need no routed rows, so they overlap the
+    # dispatch - then the routed experts (their tiles wait in the hub meanwhile), then combine
+    sbufs, shared = shared_expert_launches(s, cfg, stream=1)
     launches = [
         LaunchConfig(kernel="moehub_dispatch", grid=opts.dispatch_tbs, stream=0, params=(
             ("x", "@x"), ("topk_idx", "@topk_idx"), ("tokens", s.tokens), ("topk", s.top_k),
             ("hidden", s.hidden), ("acct", "@acct"))),
+        *shared,
         LaunchConfig(kernel="moehub_expert", grid=El + workers, stream=1, params=(
             ("wg", "@w_gate"), ("wu", "@w_up"), ("wd", "@w_down"), ("tq", "@tq"),
             ("tiles", "@tiles"), ("yhome", "@yhome"),
@@ -42,10 +46,9 @@ def plan(layer):
             ("tile_rows", tile), ("n_tile", s.n_tile))),
         combine_launch(s, cfg, stream=1),
     ]
-    sbufs, slaunch = shared_expert_launches(s, cfg, stream=2)
     moe = MoeWorkloadConfig(num_experts=s.experts, placement=None, window_rows=window_rows,
                             row_bytes=s.row_bytes)
-    return SchemePlan(buffers=tuple(buffers + sbufs), launches=tuple(launches + slaunch),
+    return SchemePlan(buffers=tuple(buffers + sbufs), launches=tuple(launches),
                       kernel_files=("workloads/kernels/moehub/moe_layer.s",), moe=moe,
                       received_stat="system.gpu*.hub.aau.allocations", n_tile=s.n_tile,
                       phases={"mediation": (), "dispatch": ("moehub_dispatch",),

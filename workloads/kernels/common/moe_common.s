@@ -8,7 +8,7 @@
 #   yhome [T*k][H] bf16: the output of the token's j-th expert at row t * k + j;
 #   topk_w [T][k] f32; out [T][H] f32; done [ngpu] i64 (done[g] = 1: GPU g's outputs are home);
 #   acct [8] i64 token accounting: 0 rows sent, 1 rows received, 2 rows computed, 3 rows combined,
-#   4.. scheme-specific.
+#   5 shared-expert TBs finished; 4, 6, 7 scheme-specific.
 
 # Expert GEMMs are split into jobs so several SMs work on one row tile, like the CTAs of a
 # grouped GEMM: a job computes n_tile output columns (workload.layer.gemm_n_tile). Gate/up job q
@@ -108,6 +108,7 @@ end:
 .param wd
 .param hs
 .param ys                    # [S][T][H] bf16
+.param acct
 .param tokens
 .param hidden
 .param ffn                   # Is
@@ -167,11 +168,12 @@ out:
     add r1, r1, %ntb
     bra job
 end:
+    red.add %gpu, [%acct+40], 1  # acct word 5: shared-expert TBs finished (moe_combine waits)
     exit
 
-# moe_combine: waits until every GPU's expert outputs are home, then per token (round-robin over
-# TBs) out[t] = sum_s ys[s][t] + sum_j topk_w[t][j] * yhome[t * k + j], accumulated in fp32 in that
-# order (the NumPy reference adds in the same order).
+# moe_combine: waits until the shared experts are done and every GPU's expert outputs are home,
+# then per token (round-robin over TBs) out[t] = sum_s ys[s][t] + sum_j topk_w[t][j] *
+# yhome[t * k + j], accumulated in fp32 in that order (the NumPy reference adds in the same order).
 .kernel moe_combine
 .param out
 .param yhome
@@ -184,6 +186,10 @@ end:
 .param topk
 .param hidden
 .param shared
+.param shared_tbs            # thread blocks of shared_down (they count themselves in acct word 5)
+    beq %shared, 0, routed_ready
+    wait.ge [%acct+40], %shared_tbs  # the shared experts' outputs are written
+routed_ready:
     mov r1, 0
 wait_all:
     shl r2, r1, 3

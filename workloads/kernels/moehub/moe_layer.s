@@ -68,10 +68,11 @@ end:
 #  * TB e < El is the *claimer* of local expert e: it loops on claim_buffer and publishes each
 #    ready tile in a GPU-wide tile queue (tq); its last action marks the queue's end.
 #  * every other TB is a *worker*: it takes the next job with an atomic counter. A tile has
-#    Ju = I / n gate/up jobs then Jd = H / n down jobs (n = n_tile; moe_common.s explains the
+#    Ju = I / n gate/up jobs and Jd = H / n down jobs (n = n_tile; moe_common.s explains the
 #    split): gate/up job q computes Hh[:, q cols] = silu(X Wg_q) * (X Wu_q) into the tile's h
 #    buffer; down job c waits until all gate/up jobs of the tile are done, then computes
-#    Y[:, c cols] = Hh Wd_c into the tile's y buffer. The worker
+#    Y[:, c cols] = Hh Wd_c into the tile's y buffer. Jobs are numbered in blocks: block b holds
+#    the gate/up jobs of tile b then the down jobs of tile b - 1, so a down job rarely waits. The worker
 #    that finishes the tile's last down job sends its rows home (send_home), fences, and releases
 #    the tile's window slots. A global queue lets every worker serve every local expert.
 #  * when the queue has ended, the GPU's last worker sets done[gpu] = 1 on every GPU.
@@ -121,7 +122,8 @@ claimed_all:
     sub r18, %local_experts, 1
     bne r16, r18, leave          # not the last claimer to finish
     ld r19, [%tq]                # every tile is published: mark the end after the last one,
-    sub r21, %ntb, %local_experts  # once per worker (each waits on at most one entry)
+    sub r21, %ntb, %local_experts  # once per worker, + 2 (each waits on at most one entry,
+    add r21, r21, 2              # a down job on the entry before a gate/up job's)
     mov r20, 0
 end_marks:
     add r22, r19, r20
@@ -155,8 +157,12 @@ worker:
     mov r25, 0                   # r25 = rows this worker completed
 job:
     atom.add r1, %gpu, [%tq+8], 1    # r1 = my next job
-    div r2, r1, r22              # r2 = queue position of its tile
-    rem r3, r1, r22              # r3 = job within the tile
+    div r2, r1, r22              # r2 = job block b: gate/up jobs of tile b, then down jobs of
+    rem r3, r1, r22              #   tile b - 1 (so workers start the next tile's gate/up jobs
+    blt r3, r20, entry           #   before waiting on the previous tile's); r3 = job in block
+    sub r2, r2, 1                # a down job: its tile is b - 1
+    blt r2, 0, job               # block 0 has no down jobs
+entry:
     add r11, r2, 1
     shl r11, r11, 6
     add r11, r11, %tq            # r11 = the tile's entry

@@ -1,0 +1,865 @@
+# MoE layer, scheme `deepep`: the software-mediated, bulk-synchronous baseline modelled on DeepEP's
+# *normal* (high-throughput) kernels (BRIEF 3). Launch plan: moehub_arch/workloads/schemes/deepep.py.
+#
+# Stream 0, in order (each kernel starts one launch latency after the previous one ended):
+#   deepep_layout    per token: its destination ranks (deduplicated), per-(rank, channel) token
+#                    counts and per-expert row counts; the token's dispatch metadata row
+#   deepep_notify    barrier, every rank puts its count row into every peer, fence, barrier; then
+#                    per local expert: total rows, base offset (packed expert-major layout) and
+#                    the GEMM tile table
+#   (host)           the dispatch launch carries host_delay = host_sync_latency: the CPU polls the
+#                    counts, allocates the receive tensors and launches dispatch
+#   deepep_dispatch  C = comm_sms / 2 channels; senders push token rows through per-(channel, peer)
+#                    ring buffers on the receiving rank; receivers unpack them expert-major
+#   deepep_gate_up   grouped GEMM (SwiGLU) over the expert-major buffer: gate/up jobs (tile, q)
+#   deepep_down      then the down jobs (tile, c); jobs dealt round-robin to the TBs
+#   deepep_combine   per received token: fp32 weighted sum of its local expert outputs, one bf16
+#                    row put back to the token's home GPU; the last TB raises done[me] everywhere
+#   deepep_reduce    at home: out = shared experts + partial rows of the ranks, ascending rank
+# Stream 1: the shared experts (shared_gate_up, shared_down in ../common/moe_common.s). There is no
+# cross-stream event: deepep_reduce reads their output ys at the end of the layer, long after the
+# shared experts (which start with the layer) finished.
+#
+# Shapes: P GPUs (%ngpu), T tokens per GPU, k = top-k (<= 8), H hidden, rb = 2H row bytes, El local
+# experts (GPU g holds experts g*El .. g*El+El-1), C channels, R = ring_rows, Tc = ceil(T / C)
+# tokens per channel (channel c owns tokens c*Tc .. min(T, c*Tc + Tc) - 1, as DeepEP's channels
+# own contiguous token ranges), W = C + El words per count row. All words i64 unless said.
+#
+# Buffers (per GPU, symmetric: the same address on every GPU). "ctl" = region control (backed by
+# real memory in timing mode: everything a kernel reads with ld/wait); "data" = numbers only in
+# functional mode.
+#   dp_meta   ctl  [T][16]     token t's dispatch metadata (written by layout):
+#                              words 0..7: expert id of slot j | t << 32 (k words used),
+#                              words 8..11: the k router weights (f32),
+#                              word 12: rank mask (bit r: a slot's expert is on rank r)
+#                              (words 0..11 = 96 B travel with the row: DeepEP's src_idx, topk_idx,
+#                              topk_weights rings, here one metadata ring)
+#   dp_lay    ctl  [P][W]      count row for rank r: words 0..C-1 tokens of channel c going to r,
+#                              words C..C+El-1 rows for r's local experts (layout, red.add)
+#   dp_ntf    ctl  [P][W]      the count rows received from every source s (notify, put)
+#   dp_bar    ctl  [P]         barrier words: bar[s] is written by source s (epoch values)
+#   dp_info   ctl  [2]         0: notify's "counts are in" epoch; 1: GEMM tiles in total
+#   dp_grp    ctl  [G][4]      notify group q (experts 8q..8q+7): rows, tiles, published epoch
+#   dp_cursor ctl  [El]        per local expert: next free row of its region in dp_recv_x
+#                              (notify sets it to the region base; receivers atom.add it)
+#   dp_tiles  ctl  [tiles][4]  GEMM tile table: first row (in dp_recv_x), rows, local expert,
+#                              1 if it is the expert's first tile
+#   dp_rank_slots ctl [P][ceil(T/16)]  nibble t % 16 of word [r][t / 16]: how many of token t's
+#                              slots are on rank r (layout, red.add; senders read 16 tokens a load)
+#   dp_ring_ctl ctl            tail [C][P]: tail[c][s] (receiver side: tokens source s pushed into
+#                              this rank's ring (c, s)); head [C][P]: head[c][r] (sender side: tokens
+#                              receiver r consumed from ring (c, me) on r) - both count tokens since
+#                              the start; then the metadata ring slots [C][P][R][12] (words 0..11 of
+#                              dp_meta)
+#   dp_ring_x data [C][P][R][rb]    token-row ring slots ((c, s) on rank r: from source s)
+#   dp_recv_x data [rows][rb]  received rows, expert-major: expert le's rows are a contiguous
+#                              region starting at its base (prefix sum over local experts)
+#   dp_hh     data [rows][I]   bf16 silu(X Wg) * (X Wu) of every received row (between the GEMMs)
+#   dp_recv_y data [rows][rb]  expert outputs at the same positions
+#   dp_rec    ctl  [C][P][Tc][12]  per received token (receiver (c, s), i-th token):
+#                              words 0..7: t << 32 | (row position + 1) for slot j if its expert is
+#                              local, t << 32 if not; words 8..11 the router weights (f32)
+#   dp_comb   data [T][P][rb]  at home: the bf16 partial row of token t from rank r, at t*P + r
+#   dp_combine_scratch data    per combine TB: 8 bf16 staging rows
+#   acct      ctl  (common)    0 sent, 1 received, 2 computed, 3 combined (token-expert pairs);
+#                              4: combine TBs finished
+#
+# Epochs: the barrier words only grow (barrier 1 of epoch e writes 2e-1, barrier 2 writes 2e), so
+# a wait.ge can never be satisfied by a stale value of an earlier layer call.
+
+# ------------------------------------------------------------------------------------------------
+# deepep_layout: TB b handles tokens b, b + ntb, ... (one ld.v8 of the token's ids each; many TBs
+# hide that load latency). Counts with posted local red.add. A token is counted once per
+# destination rank (dedup: the mask bit of the rank is tested before counting), as DeepEP sends a
+# token once to every rank holding any of its experts. Slot loops walk the ids in registers,
+# shifting them down one register per slot (registers cannot be indexed; shared memory holds no
+# words in timing mode).
+.kernel deepep_layout
+.param topk_idx
+.param topk_w
+.param meta
+.param lay
+.param rank_slots
+.param tokens
+.param topk
+.param channels
+.param local_experts
+    add r1, %tokens, %channels
+    sub r1, r1, 1
+    div r1, r1, %channels        # r1 = Tc, tokens per channel
+    add r2, %channels, %local_experts   # r2 = W
+    shl r3, %topk, 3             # r3 = bytes of a token's ids
+    shl r4, %topk, 2             # r4 = bytes of a token's weights
+    mov r5, %tb                  # r5 = token
+token:
+    bge r5, %tokens, end
+    mul r6, r5, r3
+    add r6, r6, %topk_idx
+    ld.v8 r16, [r6]              # r16.. = the token's expert ids (k <= 8, one access)
+    shl r7, r5, 7
+    add r7, r7, %meta            # r7 = dp_meta[t]
+    mul r8, r5, r4
+    add r8, r8, %topk_w
+    add r9, r7, 64
+    put %gpu, r9, r8, r4         # weights -> meta words 8..11 (async local copy; exit fences)
+    div r10, r5, r1              # r10 = the token's channel
+    shl r11, r5, 32              # r11 = t << 32
+    mov r12, 0                   # r12 = rank mask
+    mov r13, 0                   # r13 = slot j; its id is in r16 (the ids shift down each slot:
+                                 # registers cannot be indexed)
+choice:
+    div r14, r16, %local_experts # r14 = the expert's rank
+    mul r15, r14, r2             # r15 = lay row of that rank (words)
+    mul r24, r14, %local_experts
+    sub r24, r16, r24            # r24 = local expert on that rank
+    add r24, r24, %channels
+    add r24, r24, r15
+    shl r24, r24, 3
+    add r24, r24, %lay
+    red.add %gpu, [r24], 1       # rows for the expert
+    or r25, r16, r11
+    shl r26, r13, 3
+    add r26, r26, r7
+    st [r26], r25                # meta word j = id | t << 32
+    add r24, %tokens, 15         # rank_slots[rank][t / 16] nibble t % 16: the token's slots on
+    shr r24, r24, 4              # the rank (at most 8: no carry into the next nibble)
+    mul r24, r24, r14
+    shr r25, r5, 4
+    add r24, r24, r25
+    shl r24, r24, 3
+    add r24, r24, %rank_slots
+    and r25, r5, 15
+    shl r25, r25, 2
+    shl r25, 1, r25
+    red.add %gpu, [r24], r25
+    shl r26, 1, r14
+    and r27, r12, r26
+    bne r27, 0, next             # the token already goes to this rank
+    or r12, r12, r26
+    add r24, r15, r10
+    shl r24, r24, 3
+    add r24, r24, %lay
+    red.add %gpu, [r24], 1       # one more token of this channel for the rank
+next:
+    mov r16, r17
+    mov r17, r18
+    mov r18, r19
+    mov r19, r20
+    mov r20, r21
+    mov r21, r22
+    mov r22, r23
+    add r13, r13, 1
+    blt r13, %topk, choice
+    st [r7+96], r12              # meta word 12 = rank mask
+    add r5, r5, %ntb
+    bra token
+end:
+    exit
+
+# ------------------------------------------------------------------------------------------------
+# deepep_notify: grid G = ceil(El / 8). TB 0 runs the cross-rank protocol: barrier 1 (flag.set
+# bar[me] on every peer, wait for every bar[s]), put its count row for peer r into dp_ntf[me] on r
+# (every peer, itself included), fence (the rows landed), barrier 2; then it tells the other TBs
+# (dp_info[0] = epoch). Receiver side, TB q sums the rows of local experts 8q..8q+7 over the P
+# sources (one ld.v8 per source), publishes its group's rows and tiles, takes the earlier groups'
+# totals as its base (the expert-major prefix sum), sets each expert's cursor to its region base
+# and writes the group's GEMM tiles into the tile table. The per-(source, channel) token counts
+# the dispatch receivers expect are read straight from dp_ntf (no prefix needed: each receiver
+# owns its own record array).
+.kernel deepep_notify
+.param lay
+.param ntf
+.param bar
+.param info
+.param grp
+.param cursor
+.param tiles
+.param epoch
+.param channels
+.param local_experts
+.param tile_rows
+    add r1, %channels, %local_experts
+    shl r2, r1, 3                # r2 = bytes of a count row
+    bne %tb, 0, ready_wait
+    shl r3, %epoch, 1            # r3 = barrier-2 value 2e
+    sub r4, r3, 1                # r4 = barrier-1 value 2e-1
+    shl r5, %gpu, 3
+    add r5, r5, %bar             # r5 = &bar[me] (the same address on every GPU)
+    mov r6, 0
+b1_set:
+    flag.set r6, [r5], r4
+    add r6, r6, 1
+    blt r6, %ngpu, b1_set
+    mov r6, 0
+b1_wait:
+    shl r7, r6, 3
+    add r7, r7, %bar
+    wait.ge [r7], r4
+    add r6, r6, 1
+    blt r6, %ngpu, b1_wait
+    mul r8, %gpu, r2
+    add r8, r8, %ntf             # r8 = &ntf[me] (on every peer)
+    mov r6, 0
+exchange:
+    mul r9, r6, r2
+    add r9, r9, %lay             # my count row for peer r6
+    put r6, r8, r9, r2
+    add r6, r6, 1
+    blt r6, %ngpu, exchange
+    fence                        # every row landed before barrier 2 says so
+    mov r6, 0
+b2_set:
+    flag.set r6, [r5], r3
+    add r6, r6, 1
+    blt r6, %ngpu, b2_set
+    mov r6, 0
+b2_wait:
+    shl r7, r6, 3
+    add r7, r7, %bar
+    wait.ge [r7], r3
+    add r6, r6, 1
+    blt r6, %ngpu, b2_wait
+    flag.set %gpu, [%info], %epoch   # every source's counts are here
+    bra sums
+ready_wait:
+    wait.ge [%info], %epoch
+sums:
+    shl r10, %tb, 3              # r10 = first local expert of the group
+    sub r11, %local_experts, r10
+    min r11, r11, 8              # r11 = experts in the group
+    mov r24, 0
+    mov r25, 0
+    mov r26, 0
+    mov r27, 0
+    mov r28, 0
+    mov r29, 0
+    mov r30, 0
+    mov r31, 0
+    add r12, %channels, r10
+    shl r12, r12, 3
+    add r12, r12, %ntf           # r12 = &ntf[0][C + first]
+    mov r6, 0
+sum_src:
+    ld.v8 r16, [r12]             # 8 expert counts of source r6 (words past the group: ignored)
+    add r24, r24, r16
+    add r25, r25, r17
+    add r26, r26, r18
+    add r27, r27, r19
+    add r28, r28, r20
+    add r29, r29, r21
+    add r30, r30, r22
+    add r31, r31, r23
+    add r12, r12, r2
+    add r6, r6, 1
+    blt r6, %ngpu, sum_src
+    mov r13, 0                   # r13 = rows of the group
+    mov r14, 0                   # r14 = tiles of the group
+    mov r15, r24                 # walk a copy of the totals (r16.. are free again)
+    mov r16, r25
+    mov r17, r26
+    mov r18, r27
+    mov r19, r28
+    mov r20, r29
+    mov r21, r30
+    mov r22, r31
+    mov r6, 0
+grp_total:
+    add r13, r13, r15
+    add r23, r15, %tile_rows
+    sub r23, r23, 1
+    div r23, r23, %tile_rows
+    add r14, r14, r23
+    mov r15, r16                 # next expert's total into r15
+    mov r16, r17
+    mov r17, r18
+    mov r18, r19
+    mov r19, r20
+    mov r20, r21
+    mov r21, r22
+    add r6, r6, 1
+    blt r6, r11, grp_total
+    shl r7, %tb, 5
+    add r7, r7, %grp
+    st [r7], r13
+    st [r7+8], r14
+    flag.set %gpu, [r7+16], %epoch   # group q's totals are published
+    mov r17, 0                   # r17 = row base (rows of the earlier groups)
+    mov r18, 0                   # r18 = tile base
+    mov r6, 0
+earlier:
+    bge r6, %tb, bases
+    shl r7, r6, 5
+    add r7, r7, %grp
+    wait.ge [r7+16], %epoch
+    ld r19, [r7]
+    add r17, r17, r19
+    ld r19, [r7+8]
+    add r18, r18, r19
+    add r6, r6, 1
+    bra earlier
+bases:
+    mov r6, 0                    # the expert's total is in r24 (shifted down per expert)
+expert:
+    bge r6, r11, group_done
+    add r20, r10, r6             # r20 = local expert
+    shl r7, r20, 3
+    add r7, r7, %cursor
+    st [r7], r17                 # the expert's region starts at the row base
+    mov r21, 0                   # r21 = first row of the tile inside the expert
+tile:
+    bge r21, r24, expert_next
+    sub r22, r24, r21
+    min r22, r22, %tile_rows
+    shl r7, r18, 5
+    add r7, r7, %tiles
+    add r23, r17, r21
+    st [r7], r23                 # tile: first row, rows, local expert, first of the expert?
+    st [r7+8], r22
+    st [r7+16], r20
+    seteq r23, r21, 0
+    st [r7+24], r23
+    add r18, r18, 1
+    add r21, r21, %tile_rows
+    bra tile
+expert_next:
+    add r17, r17, r24
+    mov r24, r25
+    mov r25, r26
+    mov r26, r27
+    mov r27, r28
+    mov r28, r29
+    mov r29, r30
+    mov r30, r31
+    add r6, r6, 1
+    bra expert
+group_done:
+    sub r7, %ntb, 1
+    bne %tb, r7, end
+    st [%info+8], r18            # the last group ends the tile list: tiles in total
+end:
+    exit
+
+# ------------------------------------------------------------------------------------------------
+# deepep_dispatch: grid 2*C*P. DeepEP's sender SM of a channel runs one warp group per destination
+# rank and its receiver SM one per source rank; a TB here is one instruction stream that can sleep
+# on one word and keeps its state in registers (shared memory holds no words in timing mode, and a
+# counter in HBM would cost a load per token), so each warp group is one TB:
+#   TB c*P + r (< C*P): sender of channel c to rank r. Walks the channel's tokens in order; a token
+#     with slots on r (its nibble in dp_rank_slots; one load per 16 tokens) waits for room in ring
+#     (c, me) on r (the head r publishes back), then puts the token row and its 96 B metadata row
+#     into slot (sent % R). After every min(8, max(1, R/2)) tokens, before waiting on a full ring
+#     and at the end it fences and publishes the tail with flag.set (release: the slots' data
+#     landed before the tail moves). Counts the token's slots on r as pairs sent.
+#   TB C*P + c*P + s: receiver of ring (c, s) on this rank. Expects ntf[s][c] tokens; waits on the
+#     tail (acquire); for each landed token reads its metadata (one ld.v8) and for each slot j whose
+#     expert is local takes a row position with atom.add on the expert's cursor and copies the row
+#     there (async local put); writes the token's record (positions + weights) for the combine;
+#     after each batch fences (the slots were copied out) and publishes its head to the sender.
+.kernel deepep_dispatch
+.param x
+.param meta
+.param rank_slots
+.param ring_x
+.param ring_ctl              # tail [C][P], head [C][P], then the metadata ring slots
+.param ntf
+.param rec
+.param recv_x
+.param cursor
+.param acct
+.param tokens
+.param topk
+.param hidden
+.param channels
+.param ring_rows
+.param local_experts
+    shl r1, %hidden, 1           # r1 = rb
+    add r2, %tokens, %channels
+    sub r2, r2, 1
+    div r2, r2, %channels        # r2 = Tc
+    mul r3, %channels, %ngpu
+    shl r3, r3, 3                # r3 = bytes of one [C][P] table
+    shl r4, r3, 1
+    add r4, r4, %ring_ctl        # r4 = metadata ring slots
+    mul r5, %channels, %ngpu     # r5 = C*P
+    bge %tb, r5, receiver
+    # ---- sender of channel c to rank r ------------------------------------------------------------
+    div r6, %tb, %ngpu           # r6 = channel c
+    rem r7, %tb, %ngpu           # r7 = destination r
+    mul r14, r6, r2              # r14 = token (from the channel's first)
+    add r15, r14, r2
+    min r15, r15, %tokens        # r15 = end of the channel
+    shr r8, %ring_rows, 1
+    max r8, r8, 1
+    min r8, r8, 8                # r8 = tokens per published chunk
+    mul r11, r6, %ngpu
+    add r11, r11, %gpu           # r11 = ring (c, me): its index on the destination
+    mul r12, r11, %ring_rows     # r12 = its first slot
+    shl r13, r11, 3
+    add r13, r13, %ring_ctl      # r13 = &tail[c][me] on the destination
+    shl r24, %tb, 3
+    add r24, r24, r3
+    add r24, r24, %ring_ctl      # r24 = &head[c][r] here (written by receiver r)
+    add r20, %tokens, 15
+    shr r20, r20, 4              # r20 = words per rank in dp_rank_slots
+    mul r20, r20, r7
+    shl r20, r20, 3
+    add r20, r20, %rank_slots    # r20 = rank r's slot counts
+    mov r9, 0                    # r9 = tokens sent since the last publish
+    mov r10, 0                   # r10 = pairs sent
+    mov r21, 0                   # r21 = tokens sent (tail)
+    mov r22, 0                   # r22 = tail published
+    mov r23, 0                   # r23 = head last seen
+    mov r25, -1                  # r25 = dp_rank_slots word loaded in r19
+send_token:
+    bge r14, r15, flush_end
+    shr r16, r14, 4
+    beq r16, r25, loaded
+    mov r25, r16
+    shl r16, r16, 3
+    add r16, r16, r20
+    ld r19, [r16]                # slot counts of 16 tokens (4 bits each)
+loaded:
+    and r16, r14, 15
+    shl r16, r16, 2
+    shr r16, r19, r16
+    and r16, r16, 15             # r16 = the token's slots on rank r
+    beq r16, 0, next_token
+    add r10, r10, r16
+    sub r17, r21, r23
+    blt r17, %ring_rows, room
+    beq r21, r22, full_wait      # ring full: publish first (the receiver may wait for it)
+    fence
+    flag.set r7, [r13], r21
+    mov r22, r21
+    mov r9, 0
+full_wait:
+    sub r17, r21, %ring_rows
+    wait.gt [r24], r17           # room for one more token
+    ld r23, [r24]
+room:
+    rem r17, r21, %ring_rows
+    add r17, r17, r12            # r17 = slot index in the ring arrays
+    mul r18, r17, r1
+    add r18, r18, %ring_x
+    mul r16, r14, r1
+    add r16, r16, %x
+    put r7, r18, r16, r1         # the token row
+    mul r18, r17, 96
+    add r18, r18, r4
+    shl r16, r14, 7
+    add r16, r16, %meta
+    put r7, r18, r16, 96         # its metadata (src_idx, topk_idx, topk_weights)
+    add r21, r21, 1
+    add r9, r9, 1
+    blt r9, r8, next_token
+    fence                        # a chunk is complete: publish it
+    flag.set r7, [r13], r21
+    mov r22, r21
+    mov r9, 0
+next_token:
+    add r14, r14, 1
+    bra send_token
+flush_end:
+    beq r21, r22, sent_all
+    fence
+    flag.set r7, [r13], r21
+sent_all:
+    red.add %gpu, [%acct], r10   # acct 0: pairs sent
+    exit
+    # ---- receiver of ring (c, s) ------------------------------------------------------------------
+receiver:
+    sub r6, %tb, r5              # r6 = ring index c*P + s
+    div r5, r6, %ngpu            # r5 = channel c
+    rem r7, r6, %ngpu            # r7 = source s
+    add r8, %channels, %local_experts
+    mul r8, r8, r7
+    add r8, r8, r5
+    shl r8, r8, 3
+    add r8, r8, %ntf
+    ld r9, [r8]                  # r9 = tokens s sends on channel c
+    shl r10, r6, 3
+    add r10, r10, %ring_ctl      # r10 = &tail[c][s]
+    mul r11, r6, %ring_rows      # r11 = first slot of the ring
+    mul r12, r6, r2
+    mul r12, r12, 96
+    add r12, r12, %rec           # r12 = this receiver's records
+    mul r13, r5, %ngpu
+    add r13, r13, %gpu
+    shl r13, r13, 3
+    add r13, r13, r3
+    add r13, r13, %ring_ctl      # r13 = &head[c][me] (on the source)
+    mul r14, %gpu, %local_experts   # r14 = first local expert (global id)
+    shl r15, %topk, 2            # r15 = weight bytes
+    mov r24, 0                   # r24 = tokens consumed
+    mov r25, 0                   # r25 = rows received
+rx_wait:
+    bge r24, r9, rx_done
+    wait.gt [r10], r24           # acquire: the sender fenced before moving the tail
+    ld r26, [r10]                # r26 = tail
+rx_token:
+    bge r24, r26, rx_release
+    rem r27, r24, %ring_rows
+    add r27, r27, r11            # r27 = slot index
+    mul r28, r27, 96
+    add r28, r28, r4             # r28 = the slot's metadata
+    ld.v8 r16, [r28]             # words id | t << 32 (slot j's in r16 after j shifts)
+    mul r29, r24, 96
+    add r29, r29, r12            # r29 = the token's record
+    add r2, r28, 64
+    add r3, r29, 64
+    put %gpu, r3, r2, r15        # weights into the record (async local copy)
+    mul r27, r27, r1
+    add r27, r27, %ring_x        # r27 = the slot's row
+    shr r30, r16, 32
+    shl r30, r30, 32             # r30 = t << 32
+    mov r31, 0                   # r31 = slot j
+rx_choice:
+    sub r2, r16, r30
+    sub r2, r2, r14              # r2 = local expert of slot j
+    mov r8, r30                  # record word of a slot that is not here
+    blt r2, 0, rx_store
+    bge r2, %local_experts, rx_store
+    shl r2, r2, 3
+    add r2, r2, %cursor
+    atom.add r3, %gpu, [r2], 1   # r3 = the row's position (expert-major)
+    mul r2, r3, r1
+    add r2, r2, %recv_x
+    put %gpu, r2, r27, r1        # the row into the expert's region (async local copy)
+    add r3, r3, 1
+    or r8, r30, r3               # record word: t << 32 | position + 1
+    add r25, r25, 1
+rx_store:
+    shl r2, r31, 3
+    add r2, r2, r29
+    st [r2], r8
+    mov r16, r17
+    mov r17, r18
+    mov r18, r19
+    mov r19, r20
+    mov r20, r21
+    mov r21, r22
+    mov r22, r23
+    add r31, r31, 1
+    blt r31, %topk, rx_choice
+    add r24, r24, 1
+    bra rx_token
+rx_release:
+    fence                        # rows and weights copied out: the slots may be reused
+    flag.set r7, [r13], r24      # head back to the sender
+    bra rx_wait
+rx_done:
+    red.add %gpu, [%acct+8], r25 # acct 1: pairs received
+    exit
+
+# ------------------------------------------------------------------------------------------------
+# Grouped GEMM over dp_recv_x, split into jobs of n = n_tile output columns so several SMs work on
+# one row tile (workload.layer.gemm_n_tile; the same job split, weight layout and L2 convention as
+# the shared experts in ../common/moe_common.s): w_gate/w_up [El][I/n][H][n], w_down [El][H/n][I][n].
+# deepep_gate_up: job (tile, q), dealt round-robin to the TBs, writes columns [q*n, (q+1)*n) of
+#   Hh = bf16(silu(X Wg) * (X Wu)) into dp_hh; deepep_down (next on the stream, so every column of
+#   Hh is there) job (tile, c) writes columns [c*n, (c+1)*n) of bf16(Hh Wd) into dp_recv_y. The
+#   same instruction sequence as the other schemes (vzero, mma, vsilu_mul.bf16.f32 / vcvt), so the
+#   values are bit-identical. fp32 accumulators in shared memory (the register-file stand-in).
+#   L2: A through the L2 unless the job is the tile's first gate/up job (the first reader), B
+#   through the L2 unless the tile is its expert's first (first touch of the weights).
+.kernel deepep_gate_up
+.param recv_x
+.param hh                    # [rows][I] bf16
+.param tiles
+.param info
+.param wg
+.param wu
+.param hidden
+.param ffn
+.param tile_rows
+.param n_tile
+.smem 160KB                  # G, U [tile][n] f32 + Hq [tile][n] bf16
+    mov r8, %smem                # r8 = G
+    mul r20, %tile_rows, %n_tile
+    shl r21, r20, 2
+    add r9, r8, r21              # r9 = U
+    add r10, r9, r21             # r10 = Hq
+    shl r23, %hidden, 1          # r23 = x row bytes (r12..r19: the tile entry)
+    shl r25, %n_tile, 1          # r25 = Hq row bytes
+    shl r26, %ffn, 1             # r26 = Hh row bytes
+    mul r27, %hidden, %n_tile
+    shl r27, r27, 1              # r27 = bytes of one [H][n] weight tile
+    div r24, %ffn, %n_tile       # r24 = gate/up jobs per row tile
+    ld r1, [%info+8]
+    mul r30, r1, r24             # r30 = jobs
+    mov r1, %tb                  # r1 = job
+job:
+    bge r1, r30, end
+    div r4, r1, r24              # r4 = row tile
+    rem r5, r1, r24              # r5 = q
+    shl r2, r4, 5
+    add r2, r2, %tiles
+    ld.v8 r12, [r2]              # r12 = first row, r13 = rows, r14 = local expert, r15 = first tile?
+    mul r16, r12, r23
+    add r16, r16, %recv_x        # r16 = A: the tile's rows
+    mul r7, r14, r24
+    add r7, r7, r5
+    mul r7, r7, r27              # r7 = offset of weight tile (expert, q)
+    add r11, r7, %wg
+    add r7, r7, %wu
+    mul r17, r13, %n_tile        # r17 = rows * n
+    vzero.f32 r8, r17
+    vzero.f32 r9, r17
+    bne r5, 0, a_l2
+    beq r15, 0, first_a
+    mma.bf16 r8, r16, r11, r13, %n_tile, %hidden
+    mma.bf16 r9, r16, r7, r13, %n_tile, %hidden
+    bra act
+first_a:
+    mma.bf16.bl2 r8, r16, r11, r13, %n_tile, %hidden
+    mma.bf16.bl2 r9, r16, r7, r13, %n_tile, %hidden
+    bra act
+a_l2:
+    beq r15, 0, both_l2
+    mma.bf16.al2 r8, r16, r11, r13, %n_tile, %hidden
+    mma.bf16.al2 r9, r16, r7, r13, %n_tile, %hidden
+    bra act
+both_l2:
+    mma.bf16.l2 r8, r16, r11, r13, %n_tile, %hidden
+    mma.bf16.l2 r9, r16, r7, r13, %n_tile, %hidden
+act:
+    vsilu_mul.bf16.f32 r10, r8, r9, r17
+    mul r6, r12, r26
+    mul r3, r5, r25
+    add r6, r6, r3
+    add r6, r6, %hh              # r6 = Hh[first row][q * n]
+    copy2d r6, r10, r13, r25, r26, r25
+    add r1, r1, %ntb
+    bra job
+end:
+    exit
+
+.kernel deepep_down
+.param hh
+.param recv_y
+.param tiles
+.param info
+.param wd
+.param acct
+.param hidden
+.param ffn
+.param tile_rows
+.param n_tile
+.smem 96KB                   # Y [tile][n] f32 + Yq [tile][n] bf16
+    mov r8, %smem                # r8 = Y
+    mul r20, %tile_rows, %n_tile
+    shl r21, r20, 2
+    add r9, r8, r21              # r9 = Yq
+    shl r23, %hidden, 1          # r23 = y row bytes (r12..r19: the tile entry)
+    shl r25, %n_tile, 1          # r25 = Yq row bytes
+    shl r26, %ffn, 1             # r26 = Hh row bytes
+    mul r27, %ffn, %n_tile
+    shl r27, r27, 1              # r27 = bytes of one [I][n] weight tile
+    div r24, %hidden, %n_tile    # r24 = down jobs per row tile
+    ld r1, [%info+8]
+    mul r30, r1, r24             # r30 = jobs
+    mov r22, 0                   # r22 = rows computed (counted by the c = 0 jobs)
+    mov r1, %tb
+job:
+    bge r1, r30, end
+    div r4, r1, r24              # r4 = row tile
+    rem r5, r1, r24              # r5 = c
+    shl r2, r4, 5
+    add r2, r2, %tiles
+    ld.v8 r12, [r2]              # r12 = first row, r13 = rows, r14 = local expert, r15 = first tile?
+    mul r16, r12, r26
+    add r16, r16, %hh            # r16 = A: Hh rows of the tile
+    mul r7, r14, r24
+    add r7, r7, r5
+    mul r7, r7, r27
+    add r11, r7, %wd             # r11 = weight tile (expert, c)
+    mul r17, r13, %n_tile        # r17 = rows * n
+    vzero.f32 r8, r17
+    beq r15, 0, warm
+    mma.bf16.al2 r8, r16, r11, r13, %n_tile, %ffn
+    bra out
+warm:
+    mma.bf16.l2 r8, r16, r11, r13, %n_tile, %ffn
+out:
+    vcvt.bf16.f32 r9, r8, r17
+    mul r6, r12, r23
+    mul r3, r5, r25
+    add r6, r6, r3
+    add r6, r6, %recv_y          # r6 = Y[first row][c * n]
+    copy2d r6, r9, r13, r25, r23, r25
+    bne r5, 0, counted
+    add r22, r22, r13
+counted:
+    add r1, r1, %ntb
+    bra job
+end:
+    red.add %gpu, [%acct+16], r22    # acct 2: pairs computed
+    exit
+
+# ------------------------------------------------------------------------------------------------
+# deepep_combine: grid C*P, TB c*P + s walks the records of receiver (c, s) - the tokens this rank
+# received from home s on channel c (DeepEP's combine also runs on the comm SMs, one warp group per
+# rank). Per token: fp32 acc = 0 (shared memory); for slots j ascending whose expert is
+# here, acc += w_j * Y[position] (vaxpy.f32.bf16); the bf16 partial goes home with one put to
+# dp_comb[t*P + me] on s. The bf16 rows are staged in 8 scratch slots; before a slot is reused the
+# puts from it must have completed (fence every 8 tokens). When its puts are done the TB counts
+# itself finished; the last one of the rank raises done[me] on every GPU.
+.kernel deepep_combine
+.param rec
+.param ntf
+.param recv_y
+.param comb
+.param scratch               # per TB: 8 bf16 staging rows (put sources must be in HBM)
+.param acct
+.param done
+.param tokens
+.param topk
+.param hidden
+.param channels
+.param local_experts
+.smem 32KB                   # acc [H] f32 (H <= 8192): the register-file stand-in
+    shl r1, %hidden, 1           # r1 = rb
+    add r2, %tokens, %channels
+    sub r2, r2, 1
+    div r2, r2, %channels        # r2 = Tc
+    div r5, %tb, %ngpu           # r5 = channel
+    rem r6, %tb, %ngpu           # r6 = home s
+    add r7, %channels, %local_experts
+    mul r8, r6, r7
+    add r8, r8, r5
+    shl r8, r8, 3
+    add r8, r8, %ntf
+    ld r9, [r8]                  # r9 = tokens received from s on channel c
+    mul r12, %tb, r2
+    mul r12, r12, 96
+    add r12, r12, %rec           # r12 = the records
+    mov r10, %smem               # r10 = acc
+    shl r4, r1, 3                # r4 = scratch bytes per TB
+    mul r11, %tb, r4
+    add r11, r11, %scratch       # r11 = staging slots
+    mov r24, 0                   # r24 = record
+    mov r25, 0                   # r25 = pairs combined
+tok:
+    bge r24, r9, all_sent
+    mul r26, r24, 96
+    add r26, r26, r12            # r26 = record
+    ld.v8 r16, [r26]             # slot j's word in r16 after j shifts
+    shr r27, r16, 32             # r27 = home token t
+    vzero.f32 r10, %hidden
+    mov r28, 0                   # r28 = slot j
+choice:
+    and r29, r16, 0xffffffff     # position + 1 (0: slot j's expert is on another rank)
+    beq r29, 0, choice_next
+    sub r29, r29, 1
+    mul r29, r29, r1
+    add r29, r29, %recv_y
+    shl r30, r28, 2
+    add r30, r30, r26
+    add r30, r30, 64             # &w_j in the record
+    vaxpy.f32.bf16 r10, r29, r30, %hidden
+    add r25, r25, 1
+choice_next:
+    mov r16, r17
+    mov r17, r18
+    mov r18, r19
+    mov r19, r20
+    mov r20, r21
+    mov r21, r22
+    mov r22, r23
+    add r28, r28, 1
+    blt r28, %topk, choice
+    and r29, r24, 7              # staging slot
+    bne r29, 0, staged
+    fence                        # slot reuse: the puts of 8 tokens ago are done
+staged:
+    mul r30, r29, r1
+    add r30, r30, r11
+    vcvt.bf16.f32 r30, r10, %hidden
+    mul r31, r27, %ngpu
+    add r31, r31, %gpu
+    mul r31, r31, r1
+    add r31, r31, %comb
+    put r6, r31, r30, r1         # the partial row home: dp_comb[t*P + me] on s
+    add r24, r24, 1
+    bra tok
+all_sent:
+    fence
+    red.add %gpu, [%acct+24], r25    # acct 3: pairs combined
+    atom.add r13, %gpu, [%acct+32], 1
+    sub r14, %ntb, 1
+    bne r13, r14, leave          # not the rank's last combine TB
+    shl r15, %gpu, 3
+    add r15, r15, %done
+    mov r16, 0
+tell:
+    flag.set r16, [r15], 1       # done[me] = 1 on every GPU
+    add r16, r16, 1
+    blt r16, %ngpu, tell
+leave:
+    exit
+
+# ------------------------------------------------------------------------------------------------
+# deepep_reduce: waits for the shared experts and for done[g] = 1 from every GPU, then per token (round-robin over TBs)
+# out[t] = sum_s ys[s][t] + sum over ranks r ascending in the token's mask of dp_comb[t*P + r],
+# accumulated in fp32 in that order (the reference's combine="per_rank").
+.kernel deepep_reduce
+.param out
+.param ys
+.param comb
+.param meta
+.param one
+.param done
+.param acct
+.param tokens
+.param hidden
+.param shared
+.param shared_tbs            # thread blocks of shared_down (they count themselves in acct word 5)
+    beq %shared, 0, shared_ready
+    wait.ge [%acct+40], %shared_tbs  # the shared experts' outputs are written
+shared_ready:
+    mov r1, 0
+wait_all:
+    shl r2, r1, 3
+    add r2, r2, %done
+    wait.eq [r2], 1
+    add r1, r1, 1
+    blt r1, %ngpu, wait_all
+    shl r10, %hidden, 1          # r10 = rb
+    shl r11, %hidden, 2          # r11 = f32 row bytes
+    mov r1, %tb                  # r1 = token
+token:
+    bge r1, %tokens, end
+    mul r2, r1, r11
+    add r2, r2, %out             # r2 = out[t]
+    vzero.f32 r2, %hidden
+    mov r3, 0
+shared_rows:
+    bge r3, %shared, routed
+    mul r4, r3, %tokens
+    add r4, r4, r1
+    mul r4, r4, r10
+    add r4, r4, %ys
+    vaxpy.f32.bf16 r2, r4, %one, %hidden
+    add r3, r3, 1
+    bra shared_rows
+routed:
+    shl r5, r1, 7
+    add r5, r5, %meta
+    ld r6, [r5+96]               # r6 = rank mask
+    mul r7, r1, %ngpu
+    mov r3, 0                    # r3 = rank
+rank:
+    shr r8, r6, r3
+    and r8, r8, 1
+    beq r8, 0, rank_next
+    add r9, r7, r3
+    mul r9, r9, r10
+    add r9, r9, %comb
+    vaxpy.f32.bf16 r2, r9, %one, %hidden
+rank_next:
+    add r3, r3, 1
+    blt r3, %ngpu, rank
+    add r1, r1, %ntb
+    bra token
+end:
+    exit
