@@ -16,13 +16,13 @@ region at the bottom of the address space is backed; data beyond it is modelled 
 Shared memory is a separate window (addresses with SMEM_ADDR_BIT set), backed in functional mode.
 """
 import numpy as np
-from numba import njit
+from ..engine.jit import compiled
 
 from ..engine.clock import bytes_ticks, cycle_edge, cycle_at_or_after
 from ..engine.state import ERR_UNBACKED_COPY
 
 
-@njit(cache=True)
+@compiled
 def hbm_access(st, g, addr, nbytes, tick, is_write):
     """Charge an access of nbytes at addr on GPU g issued at `tick`; returns the tick at which the
     data is available (reads) or visible to other readers (writes)."""
@@ -30,7 +30,7 @@ def hbm_access(st, g, addr, nbytes, tick, is_write):
     return done + hbm_latency_ticks(st, done)
 
 
-@njit(cache=True)
+@compiled
 def hbm_transfer(st, g, addr, nbytes, tick, is_write):
     """Charge the channels for an access; returns when the last channel finished transferring
     (for a write arriving from a link: when the memory system has absorbed it)."""
@@ -97,7 +97,7 @@ def hbm_transfer(st, g, addr, nbytes, tick, is_write):
     return last_done
 
 
-@njit(cache=True)
+@compiled
 def l2_access(st, g, nbytes, tick):
     """A read of nbytes served by GPU g's L2 (data the kernel asserts many tiles share, such as
     expert weights): one bandwidth server per GPU (the L2's aggregate read bandwidth, fluid FIFO
@@ -115,7 +115,7 @@ def l2_access(st, g, nbytes, tick):
     return cycle_edge(c + p.l2_latency_cycles, p.sm_period_fs)
 
 
-@njit(cache=True)
+@compiled
 def hbm_latency_ticks(st, tick):
     """The fixed HBM access latency (given in SM cycles) as ticks starting at `tick`."""
     p = st.p[0]
@@ -123,22 +123,22 @@ def hbm_latency_ticks(st, tick):
     return cycle_edge(c + p.hbm_latency_cycles, p.sm_period_fs) - tick
 
 
-@njit(cache=True)
+@compiled
 def hbm_backed(st, addr, nbytes):
     return addr >= 0 and addr + nbytes <= st.hbm_mem.shape[1]
 
 
-@njit(cache=True)
+@compiled
 def read_word(st, g, addr):
     return st.hbm_mem[g, addr:addr + 8].view(np.int64)[0]
 
 
-@njit(cache=True)
+@compiled
 def write_word(st, g, addr, value):
     st.hbm_mem[g, addr:addr + 8].view(np.int64)[0] = value
 
 
-@njit(cache=True)
+@compiled
 def move_bytes(st, src_gpu, src_addr, dst_gpu, dst_addr, nbytes, slot):
     """Functional data movement between HBM locations (possibly on two GPUs).
 
@@ -151,14 +151,25 @@ def move_bytes(st, src_gpu, src_addr, dst_gpu, dst_addr, nbytes, slot):
     if not hbm_backed(st, src_addr, nbytes):
         raise_error(st, ERR_UNBACKED_COPY, slot, src_addr)
         return
-    if src_gpu == dst_gpu and src_addr < dst_addr + nbytes and dst_addr < src_addr + nbytes:
-        tmp = st.hbm_mem[src_gpu, src_addr:src_addr + nbytes].copy()
-        st.hbm_mem[dst_gpu, dst_addr:dst_addr + nbytes] = tmp
+    copy_overlapping(st.hbm_mem[dst_gpu, dst_addr:dst_addr + nbytes],
+                     st.hbm_mem[src_gpu, src_addr:src_addr + nbytes], nbytes)
+
+
+@compiled
+def copy_overlapping(dst, src, nbytes):
+    """dst[:nbytes] = src[:nbytes] with memmove semantics (the views may overlap); no temporary
+    (the engine does not allocate, see engine/jit.py)."""
+    if nbytes <= 0:
+        return
+    if dst.ctypes.data <= src.ctypes.data:
+        for i in range(nbytes):
+            dst[i] = src[i]
     else:
-        st.hbm_mem[dst_gpu, dst_addr:dst_addr + nbytes] = st.hbm_mem[src_gpu, src_addr:src_addr + nbytes]
+        for i in range(nbytes - 1, -1, -1):
+            dst[i] = src[i]
 
 
-@njit(cache=True)
+@compiled
 def raise_error(st, code, slot, value):
     """Record the first runtime error; the run loop stops before its next event."""
     sy = st.sys[0]

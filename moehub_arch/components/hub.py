@@ -25,7 +25,7 @@ Data semantics: a put's (or get's) bytes are copied from the source memory when 
 delivered. As with NVSHMEM's non-blocking puts, a program must not modify a put's source buffer
 before its ``fence``; within that contract this equals a snapshot at send time.
 """
-from numba import njit
+from ..engine.jit import compiled
 
 from ..engine.events import EV_CREDIT, push
 from ..engine.state import (RESP_KIND, RESP_READY, RESP_REQ, ROUTE_FIRST, ROUTE_N, ROUTE_RR,
@@ -41,7 +41,7 @@ REQ_PUT, REQ_GET, REQ_STORE, REQ_ATOM = range(4)
 RESP_ACK, RESP_GET_DATA, RESP_ATOM = range(3)
 
 
-@njit(cache=True)
+@compiled
 def hub_submit(st, g, kind, slot, dst_gpu, dst_addr, src_addr, nbytes, value, ret_reg, tick):
     """Accept a remote operation from TB `slot`; returns False (TB must retry) if the hub is full."""
     gp = st.gpu[g]
@@ -77,7 +77,7 @@ def hub_submit(st, g, kind, slot, dst_gpu, dst_addr, src_addr, nbytes, value, re
     return True
 
 
-@njit(cache=True)
+@compiled
 def hub_respond(st, g, r, resp_kind, ready):
     """Queue a response (ACK, read data, atomic result) for request r at the serving hub g."""
     gp = st.gpu[g]
@@ -91,7 +91,7 @@ def hub_respond(st, g, r, resp_kind, ready):
     hub_kick(st, g, ready)
 
 
-@njit(cache=True)
+@compiled
 def pick_channel(st, g, dst, advance):
     """Round-robin over GPU g's links toward dst that have transmit-queue room; -1 if none.
     `advance`: move the round-robin pointer past the chosen link (when a packet is queued)."""
@@ -106,7 +106,7 @@ def pick_channel(st, g, dst, advance):
     return -1
 
 
-@njit(cache=True)
+@compiled
 def hub_packetize(st, g, tick):
     """EV_HUB_TX: emit the next packet of the head response (priority) or head request."""
     gp = st.gpu[g]
@@ -198,7 +198,7 @@ def hub_packetize(st, g, tick):
         hub_kick(st, g, tick + st.p[0].hub_ticks_per_packet)
 
 
-@njit(cache=True)
+@compiled
 def _data_packet(st, g, pk, rq, off, tick):
     """Fill pk with the next chunk (from byte `off`) of a put or get response; the payload is read
     from local HBM: returns when it is ready to send."""
@@ -209,7 +209,7 @@ def _data_packet(st, g, pk, rq, off, tick):
     return hbm_access(st, g, pk.src_addr, n, tick, False)
 
 
-@njit(cache=True)
+@compiled
 def wake_hub_waiters(st, g, tick):
     """Request-table or FIFO space freed: TBs stalled on the hub retry their instruction."""
     gp = st.gpu[g]
@@ -222,7 +222,7 @@ def wake_hub_waiters(st, g, tick):
             tb_resume(st, slot, tick, WAIT_HUB)
 
 
-@njit(cache=True)
+@compiled
 def _complete_request(st, r, tick):
     """The requester's hub saw the last response of request r: retire it and wake its TB."""
     rq = st.req[r]
@@ -242,7 +242,7 @@ def _complete_request(st, r, tick):
     wake_hub_waiters(st, g, tick)
 
 
-@njit(cache=True)
+@compiled
 def hub_receive(st, g, c, pkt, tick):
     """A packet reached GPU g over down-channel c."""
     channel_count_arrival(st, c, pkt)
@@ -298,7 +298,7 @@ def hub_receive(st, g, c, pkt, tick):
     packet_free(st, pkt)
 
 
-@njit(cache=True)
+@compiled
 def atomic_ticks(st):
     """The atomic unit's read-modify-write time (SM cycles) in ticks."""
     p = st.p[0]

@@ -8,14 +8,14 @@ buffer space in flits; the receiver returns them (after one link latency) when t
 buffer, so a slow receiver throttles the sender and nothing is ever dropped. Assumption: credits
 travel in reverse-direction link-layer control words and cost no data bandwidth.
 """
-from numba import njit
+from ..engine.jit import compiled
 
 from ..engine.clock import bytes_ticks
 from ..engine.events import EV_CH_ARRIVE, push
 from .wakeups import ch_kick, hub_kick, rpm_kick, xbar_kick
 
 
-@njit(cache=True)
+@compiled
 def txq_push(st, c, pkt, tick):
     ch = st.ch[c]
     st.txq[c, (ch.txq_head + ch.txq_count) % ch.txq_cap] = pkt
@@ -25,7 +25,7 @@ def txq_push(st, c, pkt, tick):
     ch_kick(st, c, tick)
 
 
-@njit(cache=True)
+@compiled
 def channel_transmit(st, c, tick):
     """EV_CH_TX: send the head packet if wire, packet and credits allow."""
     p = st.p[0]
@@ -82,7 +82,7 @@ def channel_transmit(st, c, tick):
         ch_kick(st, c, tick + ser)
 
 
-@njit(cache=True)
+@compiled
 def channel_credit(st, c, flits, tick):
     """EV_CREDIT: the receiver freed `flits` of buffer space."""
     ch = st.ch[c]
@@ -93,7 +93,7 @@ def channel_credit(st, c, flits, tick):
         ch_kick(st, c, tick)
 
 
-@njit(cache=True)
+@compiled
 def channel_count_arrival(st, c, pkt):
     ch = st.ch[c]
     pk = st.pk[pkt]

@@ -4,7 +4,7 @@ The pool is sized by the builder to the number of packets the fabric can hold at
 transmit queue full plus every receive buffer full), so allocation never fails: a packet that has no
 room to go anywhere waits upstream (back-pressure), it is never dropped.
 """
-from numba import njit
+from ..engine.jit import compiled
 
 PK_PUT = 0        # write data (payload) to pk.addr at the destination
 PK_STORE = 1      # 8-byte store of pk.value (flag.set)
@@ -19,7 +19,7 @@ PACKET_KIND_NAMES = ("put", "store", "get_req", "get_resp", "atom_req", "atom_re
                      "moe_eos")
 
 
-@njit(cache=True)
+@compiled
 def packet_alloc(st):
     sy = st.sys[0]
     sy.pk_top -= 1
@@ -29,14 +29,14 @@ def packet_alloc(st):
     return st.pk_free[sy.pk_top]
 
 
-@njit(cache=True)
+@compiled
 def packet_free(st, pkt):
     sy = st.sys[0]
     st.pk_free[sy.pk_top] = pkt
     sy.pk_top += 1
 
 
-@njit(cache=True)
+@compiled
 def packet_flits(st, payload):
     """Flits on the wire for a packet with `payload` bytes: header plus payload, in whole flits."""
     p = st.p[0]

@@ -7,7 +7,7 @@ blocks onto SMs round-robin as slots free up, respecting the SM's resident-TB li
 ``.max_tbs_per_sm`` and shared-memory capacity (first fit). A placed TB starts ``tb_launch_cycles``
 later with its registers zeroed and its special and parameter registers set.
 """
-from numba import njit
+from ..engine.jit import compiled
 
 from ..engine.clock import cycle_at_or_after, cycle_edge
 from ..engine.events import EV_KERNEL_START, push
@@ -17,7 +17,7 @@ from ..isa.encoding import (FIRST_PARAM_REG, MAX_PARAMS, REG_GPU, REG_NGPU, REG_
 from .wakeups import sm_wake
 
 
-@njit(cache=True)
+@compiled
 def schedule_initial_launches(st):
     """Every launch that heads its stream starts after one launch latency (plus its host delay)."""
     n = st.ln.shape[0]
@@ -30,7 +30,7 @@ def schedule_initial_launches(st):
             push(st, st.p[0].kernel_launch_ticks + st.ln[l].host_delay, EV_KERNEL_START, l, 0)
 
 
-@njit(cache=True)
+@compiled
 def kernel_start(st, l, tick):
     ln = st.ln[l]
     ln.status = LN_RUNNING
@@ -38,7 +38,7 @@ def kernel_start(st, l, tick):
     dispatch_blocks(st, ln.gpu, tick)
 
 
-@njit(cache=True)
+@compiled
 def _smem_fit(st, sm, nbytes):
     """First-fit base offset for nbytes of shared memory on SM sm, or -1."""
     if nbytes == 0:
@@ -60,7 +60,7 @@ def _smem_fit(st, sm, nbytes):
     return -1
 
 
-@njit(cache=True)
+@compiled
 def dispatch_blocks(st, g, tick):
     """Place as many pending thread blocks of GPU g's running launches as fit."""
     p = st.p[0]
@@ -98,7 +98,7 @@ def dispatch_blocks(st, g, tick):
                 break
 
 
-@njit(cache=True)
+@compiled
 def _place(st, l, g, s, sm, slot, smem_base, start_tick, tick):
     p = st.p[0]
     ln = st.ln[l]
@@ -132,7 +132,7 @@ def _place(st, l, g, s, sm, slot, smem_base, start_tick, tick):
     sm_wake(st, sm, start_tick)
 
 
-@njit(cache=True)
+@compiled
 def block_exit(st, slot, tick):
     """A thread block executed `exit` with nothing outstanding: free its slot."""
     p = st.p[0]

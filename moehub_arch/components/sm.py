@@ -16,7 +16,7 @@ memory costs ``smem_latency_cycles`` and LSU throughput. Functional mode compute
 what control flow needs (words in the backed control region) and moves no bulk data.
 """
 import numpy as np
-from numba import njit
+from ..engine.jit import compiled, inline
 
 from ..engine.clock import cycle_edge
 from ..engine.events import EV_LOCAL_DONE, push
@@ -34,7 +34,8 @@ from ..isa.encoding import (ATOM_RED_ADD, NUM_GENERAL_REGS, ALU_ADD, ALU_AND, AL
                             SMEM_ADDR_BIT, SUBOP, THR, UNIT, DTYPE, DTYPE_DST_SHIFT, DTYPE_SRC_MASK, MMA_A_L2, MMA_B_L2, MMA_L2, VEC_ADD,
                             VEC_AXPY, VEC_CVT, VEC_MUL,
                             VEC_SILU_MUL, VEC_ZERO)
-from .hbm import (hbm_access, hbm_backed, l2_access, move_bytes, raise_error, read_word, write_word)
+from .hbm import (copy_overlapping, hbm_access, hbm_backed, l2_access, move_bytes, raise_error,
+                  read_word, write_word)
 from .hub import REQ_ATOM, REQ_GET, REQ_PUT, REQ_STORE, atomic_ticks, hub_submit
 from .moehub.aau import aau_retry, record_address, slot_address
 from .moehub.dam import CLAIM_WAIT, dam_claim, dam_release
@@ -46,7 +47,7 @@ from .wakeups import sm_wake, tb_resume
 
 # ---- operands --------------------------------------------------------------------------------
 
-@njit(cache=True)
+@compiled
 def _operand(st, slot, row, i, tick, cyc):
     if (row[IMM] >> i) & 1:
         return row[OP0 + i]
@@ -58,12 +59,12 @@ def _operand(st, slot, row, i, tick, cyc):
     return st.regs[slot, r]
 
 
-@njit(cache=True)
+@compiled
 def _is_smem(addr):
     return addr >= SMEM_ADDR_BIT
 
 
-@njit(cache=True)
+@compiled
 def _check_range(st, slot, addr, nbytes):
     """True if [addr, addr+nbytes) is a legal HBM range or lies inside the TB's shared memory."""
     if nbytes < 0:
@@ -81,7 +82,7 @@ def _check_range(st, slot, addr, nbytes):
     return True
 
 
-@njit(cache=True)
+@compiled
 def _check_hbm_word(st, slot, addr):
     """True if addr is an aligned, backed 8-byte word of HBM (flags and atomics live there)."""
     if addr % 8 != 0:
@@ -96,9 +97,10 @@ def _check_hbm_word(st, slot, addr):
     return True
 
 
-@njit(cache=True)
+@inline
 def _bytes(st, g, sm, addr, nbytes):
-    """Functional storage for a range: a byte view, or an empty view where storage is not backed."""
+    """Functional storage for a range: a byte view, or an empty view where storage is not backed.
+    (Inlined: a compiled function may not return a view, see engine/jit.py.)"""
     if _is_smem(addr):
         off = addr - SMEM_ADDR_BIT
         if st.smem.shape[1] >= off + nbytes:
@@ -109,7 +111,7 @@ def _bytes(st, g, sm, addr, nbytes):
     return st.hbm_mem[g, 0:0]
 
 
-@njit(cache=True)
+@compiled
 def _access(st, g, addr, nbytes, tick, is_write):
     """Timing of a bulk access: HBM via the channel model, shared memory by its fixed latency."""
     if _is_smem(addr):
@@ -119,20 +121,19 @@ def _access(st, g, addr, nbytes, tick, is_write):
 
 # ---- element access for tensor / vector instructions -------------------------------------------
 
-@njit(cache=True)
+@compiled
 def _load_f32(view, i, dtype):
     if dtype == DT_BF16:
         lo = np.uint32(view[2 * i])
         hi = np.uint32(view[2 * i + 1])
-        bits = np.uint32((hi << np.uint32(24)) | (lo << np.uint32(16)))
-        return np.array([bits], np.uint32).view(np.float32)[0]
+        return np.uint32((hi << np.uint32(24)) | (lo << np.uint32(16))).view(np.float32)
     return view[4 * i:4 * i + 4].view(np.float32)[0]
 
 
-@njit(cache=True)
+@compiled
 def _store_f32(view, i, dtype, value):
     if dtype == DT_BF16:
-        bits = np.array([np.float32(value)], np.float32).view(np.uint32)[0]
+        bits = np.float32(value).view(np.uint32)
         # round to nearest even on the 16 dropped bits
         rounding = np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))
         b16 = (bits + rounding) >> np.uint32(16)
@@ -142,7 +143,7 @@ def _store_f32(view, i, dtype, value):
         view[4 * i:4 * i + 4].view(np.float32)[0] = np.float32(value)
 
 
-@njit(cache=True)
+@compiled
 def _silu(x):
     # in float64, rounded once to fp32: libm's exp gives the same double in both engines, and
     # the NumPy reference can reproduce it (float32 exp implementations differ in the last ulp)
@@ -152,7 +153,7 @@ def _silu(x):
 
 # ---- issue -------------------------------------------------------------------------------------
 
-@njit(cache=True)
+@compiled
 def sm_issue(st, sm, tick):
     """EV_SM_ISSUE: issue up to issue_width instructions from ready TBs, then sleep or re-arm."""
     if st.sm[sm].next_issue != tick:
@@ -192,7 +193,7 @@ def sm_issue(st, sm, tick):
         sm_wake(st, sm, nxt)
 
 
-@njit(cache=True)
+@compiled
 def local_done(st, slot, tick):
     """EV_LOCAL_DONE: an asynchronous same-GPU put/get finished."""
     st.tb[slot].outstanding -= 1
@@ -200,13 +201,13 @@ def local_done(st, slot, tick):
         tb_resume(st, slot, tick, WAIT_FENCE)
 
 
-@njit(cache=True)
+@compiled
 def _block(st, slot, state, tick):
     st.tb[slot].state = state
     st.tb[slot].wait_start = tick
 
 
-@njit(cache=True)
+@compiled
 def _execute(st, slot, sm, tick, cyc):
     """Execute the instruction at the TB's pc (all semantics; dispatch by integer semantic id)."""
     pc = st.tb[slot].pc
@@ -604,7 +605,7 @@ def _execute(st, slot, sm, tick, cyc):
     st.tb[slot].ready = ready
 
 
-@njit(cache=True)
+@compiled
 def _charge_unit(st, sm, row, tick, cyc, occ):
     free = cycle_edge(cyc + occ, st.p[0].sm_period_fs)
     unit = row[UNIT]
@@ -613,7 +614,7 @@ def _charge_unit(st, sm, row, tick, cyc, occ):
     st.sm_unit_busy[sm, unit] += free - tick
 
 
-@njit(cache=True)
+@compiled
 def _local_expert(st, slot, g, expert):
     if expert < 0 or expert >= st.p[0].num_experts or st.moe_place[expert, 0] != g:
         raise_error(st, ERR_MOE_EXPERT, slot, expert)
@@ -621,7 +622,7 @@ def _local_expert(st, slot, g, expert):
     return True
 
 
-@njit(cache=True)
+@compiled
 def _send_to_expert(st, slot, row, g, tick, cyc):
     """send_to_expert: validate, then hand the row to the RPM (False: error or stalled)."""
     p = st.p[0]
@@ -649,14 +650,14 @@ def _send_to_expert(st, slot, row, g, tick, cyc):
     return True
 
 
-@njit(cache=True)
+@compiled
 def _stall_on_hub(st, slot, g, tick):
     """The hub cannot take the request now: the TB sleeps and re-executes the instruction later."""
     st.gpu[g].hub_tb_waiters += 1
     _block(st, slot, TB_WAIT_HUB, tick)
 
 
-@njit(cache=True)
+@compiled
 def _copy_functional(st, g, sm, slot, dst, src, nbytes):
     vd = _bytes(st, g, sm, dst, nbytes)
     if vd.shape[0] == 0:
@@ -665,28 +666,22 @@ def _copy_functional(st, g, sm, slot, dst, src, nbytes):
     if vs.shape[0] == 0:
         raise_error(st, ERR_UNBACKED_WORD, slot, src)
         return
-    vd[:] = vs.copy()
+    copy_overlapping(vd, vs, nbytes)
 
 
-@njit(cache=True)
+@compiled
 def _mma_functional(va, vb, vc, m, n, k, dt):
-    """C[m,n] += A[m,k] @ B[k,n], inputs in dt, fp32 accumulation in k order."""
-    a = np.empty(m * k, np.float32)
-    for i in range(m * k):
-        a[i] = _load_f32(va, i, dt)
-    b = np.empty(k * n, np.float32)
-    for i in range(k * n):
-        b[i] = _load_f32(vb, i, dt)
+    """C[m,n] += A[m,k] @ B[k,n], inputs in dt, fp32 accumulation in k order (every C element is
+    rounded to fp32 after each of its k products, in increasing k, whatever the loop order)."""
     c = vc.view(np.float32)
     for i in range(m):
-        for j in range(n):
-            acc = c[i * n + j]
-            for kk in range(k):
-                acc = np.float32(acc + a[i * k + kk] * b[kk * n + j])
-            c[i * n + j] = acc
+        for kk in range(k):
+            a = _load_f32(va, i * k + kk, dt)
+            for j in range(n):
+                c[i * n + j] = np.float32(c[i * n + j] + a * _load_f32(vb, kk * n + j, dt))
 
 
-@njit(cache=True)
+@compiled
 def _vec_functional(sub, vd, va, vb, n, dt, dt_dst):
     """Sources a, b in dt; dst (and axpy's scalar b[0]) in dt_dst; arithmetic in fp32."""
     if sub == VEC_AXPY:

@@ -9,7 +9,7 @@ enough internal speedup never to be the bottleneck (the output links are).
 Fabrics are single level (every GPU link ends at a switch that has links to the other GPUs), as in
 DGX/HGX H100 and GH200 NVL32.
 """
-from numba import njit
+from ..engine.jit import compiled
 
 from ..engine.events import EV_CREDIT, push
 from ..engine.state import ROUTE_FIRST, ROUTE_N, ROUTE_RR
@@ -17,7 +17,7 @@ from .nvlink import channel_count_arrival, txq_push
 from .wakeups import xbar_kick
 
 
-@njit(cache=True)
+@compiled
 def switch_receive(st, c, pkt, tick):
     """A packet reached the switch end of up-channel c: buffer it at the input port."""
     channel_count_arrival(st, c, pkt)
@@ -32,7 +32,7 @@ def switch_receive(st, c, pkt, tick):
         xbar_kick(st, c, pk.ready)
 
 
-@njit(cache=True)
+@compiled
 def switch_crossbar(st, c, tick):
     """EV_XBAR: move ready head packets of input port c to their output queues."""
     p = st.p[0]

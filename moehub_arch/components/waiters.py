@@ -5,7 +5,7 @@ backed memory on a GPU with sleepers calls ``notify_stores``, which re-checks th
 TBs waiting on words inside the written range and wakes those now satisfied at the write's
 completion tick. This models a polling loop whose poll hits right after the write lands.
 """
-from numba import njit
+from ..engine.jit import compiled
 
 from ..engine.state import TB_WAIT_FLAG, WAIT_FLAG
 from ..isa.encoding import CMP_EQ, CMP_GE, CMP_GT, CMP_LE, CMP_LT, CMP_NE
@@ -13,7 +13,7 @@ from .hbm import read_word
 from .wakeups import tb_resume
 
 
-@njit(cache=True)
+@compiled
 def compare(cmp, a, b):
     if cmp == CMP_EQ:
         return a == b
@@ -30,7 +30,7 @@ def compare(cmp, a, b):
     return True  # CMP_ALWAYS
 
 
-@njit(cache=True)
+@compiled
 def notify_stores(st, g, addr, nbytes, tick):
     """Bytes [addr, addr+nbytes) of GPU g's HBM were written, visible from `tick`."""
     gp = st.gpu[g]

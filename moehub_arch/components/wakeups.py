@@ -5,14 +5,14 @@ kick/wake function here. Each block records the tick of its one pending activati
 kick for a later or equal tick costs no event, and an activation superseded by an earlier one is
 recognised as stale when it fires (its tick no longer matches the record).
 """
-from numba import njit
+from ..engine.jit import compiled
 
 from ..engine.clock import align_up
 from ..engine.events import EV_CH_TX, EV_HUB_TX, EV_RPM_TX, EV_SM_ISSUE, EV_XBAR, push
 from ..engine.state import TB_READY
 
 
-@njit(cache=True)
+@compiled
 def sm_wake(st, sm, tick):
     """Make SM `sm` consider issuing at the first cycle edge at or after `tick`."""
     t = align_up(tick, st.p[0].sm_period_fs)
@@ -22,7 +22,7 @@ def sm_wake(st, sm, tick):
         push(st, t, EV_SM_ISSUE, sm, 0)
 
 
-@njit(cache=True)
+@compiled
 def tb_resume(st, slot, tick, reason):
     """A waiting thread block becomes ready at `tick`; account its wait time under `reason`."""
     sm = slot // st.p[0].slots_per_sm
@@ -34,7 +34,7 @@ def tb_resume(st, slot, tick, reason):
     sm_wake(st, sm, tb.ready)
 
 
-@njit(cache=True)
+@compiled
 def hub_kick(st, g, tick):
     """Ask GPU g's hub packetizer to run at `tick` (unless it waits for link queue space)."""
     gp = st.gpu[g]
@@ -45,7 +45,7 @@ def hub_kick(st, g, tick):
         push(st, tick, EV_HUB_TX, g, 0)
 
 
-@njit(cache=True)
+@compiled
 def rpm_kick(st, g, tick):
     """Ask GPU g's MoE-Hub RPM packetizer to run at `tick` (unless it waits for link queue room)."""
     gp = st.gpu[g]
@@ -56,7 +56,7 @@ def rpm_kick(st, g, tick):
         push(st, tick, EV_RPM_TX, g, 0)
 
 
-@njit(cache=True)
+@compiled
 def ch_kick(st, c, tick):
     """Ask channel c's transmitter to look at its queue at `tick` (or when it is next free)."""
     ch = st.ch[c]
@@ -69,7 +69,7 @@ def ch_kick(st, c, tick):
     push(st, t, EV_CH_TX, c, 0)
 
 
-@njit(cache=True)
+@compiled
 def xbar_kick(st, c, tick):
     """Ask the switch input port fed by channel c to move its head packet at `tick`."""
     ch = st.ch[c]

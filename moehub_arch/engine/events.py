@@ -6,7 +6,7 @@ Each event carries an integer kind (dispatched by the run loop) and two integer 
 is one ``[capacity, 5]`` int64 array (columns Q_*), its size and sequence counter live in State.sys.
 """
 import numpy as np
-from numba import njit
+from .jit import compiled
 
 # event kinds (the run loop dispatches on these)
 EV_SM_ISSUE = 0      # a0 = global SM index
@@ -37,20 +37,20 @@ def grow_event_queue(q, capacity):
     return new
 
 
-@njit(cache=True)
+@compiled
 def _less(q, i, j):
     if q[i, Q_TICK] != q[j, Q_TICK]:
         return q[i, Q_TICK] < q[j, Q_TICK]
     return q[i, Q_SEQ] < q[j, Q_SEQ]
 
 
-@njit(cache=True)
+@compiled
 def _swap(q, i, j):
     for k in range(5):
         q[i, k], q[j, k] = q[j, k], q[i, k]
 
 
-@njit(cache=True)
+@compiled
 def push(st, tick, kind, a0, a1):
     """Schedule an event. The caller guarantees capacity (the run loop returns to Python to grow
     the heap before it gets within one handler's worth of pushes of full)."""
@@ -73,7 +73,7 @@ def push(st, tick, kind, a0, a1):
             break
 
 
-@njit(cache=True)
+@compiled
 def pop(st):
     """Remove the earliest event; returns (tick, kind, a0, a1)."""
     q = st.q

@@ -5,7 +5,7 @@ progress, grows the event queue if needed and calls again; all state stays in ar
 boundary changes nothing. It also returns when the queue is empty (done or deadlocked) or when a
 handler recorded a runtime error.
 """
-from numba import njit
+from .jit import compiled
 
 from ..components.hub import hub_packetize, hub_receive
 from ..components.moehub.aau import aau_receive
@@ -26,7 +26,7 @@ STATUS_ERROR = 3      # a handler recorded a runtime error in st.err
 STATUS_TICK_LIMIT = 4  # next event lies beyond the tick limit
 
 
-@njit(cache=True)
+@compiled
 def run_loop(st, max_events, headroom, tick_limit):
     sy = st.sys[0]
     cap = st.q.shape[0]

@@ -22,7 +22,7 @@ Nothing is dropped.
 Assumption: the row header (expert, size, home, aux) is known with any piece of the row, as if
 each packet carried a short row tag; its bytes are counted once per row in the stream.
 """
-from numba import njit
+from ...engine.jit import compiled
 
 from ...engine.events import EV_CREDIT, push
 from ...engine.state import TB_WAIT_FENCE, WAIT_FENCE
@@ -35,7 +35,7 @@ from .dam import dam_row_landed, dam_source_ended
 from .rpm import row_at
 
 
-@njit(cache=True)
+@compiled
 def aau_receive(st, g, c, pkt, tick):
     """An MoE-Hub packet reached GPU g (over channel c, or c = -1 for loopback)."""
     if c >= 0:
@@ -65,7 +65,7 @@ def aau_receive(st, g, c, pkt, tick):
     gp.aau_stalls += 1
 
 
-@njit(cache=True)
+@compiled
 def _leave_link(st, g, c, pkt, t):
     """The packet no longer occupies its link receive buffer (or the loopback path) from t."""
     p = st.p[0]
@@ -80,7 +80,7 @@ def _leave_link(st, g, c, pkt, t):
             rpm_kick(st, g, t)
 
 
-@njit(cache=True)
+@compiled
 def aau_retry(st, g, tick):
     """Space was freed: process every waiting packet that can proceed now (any order: each
     carries its own stream offsets), keeping the others in arrival order."""
@@ -113,12 +113,12 @@ def aau_retry(st, g, tick):
             _leave_link(st, g, st.aau_q[g, i, 1], st.aau_q[g, i, 0], tick)
 
 
-@njit(cache=True)
+@compiled
 def _window_index(st, g, expert):
     return g * st.p[0].local_experts + st.moe_place[expert, 1]
 
 
-@njit(cache=True)
+@compiled
 def _allocate(st, g, row):
     """Bump-allocate the next slot of the row's expert window; False if window or table is full."""
     p = st.p[0]
@@ -154,7 +154,7 @@ def _allocate(st, g, row):
     return True
 
 
-@njit(cache=True)
+@compiled
 def slot_address(st, g, expert, index):
     """HBM address of window slot `index` (a monotonic row index) of a local expert."""
     p = st.p[0]
@@ -162,14 +162,14 @@ def slot_address(st, g, expert, index):
     return p.win_addr + (le * p.window_rows + index % p.window_rows) * p.row_bytes
 
 
-@njit(cache=True)
+@compiled
 def record_address(st, g, expert, index):
     p = st.p[0]
     le = st.moe_place[expert, 1]
     return p.rec_addr + (le * p.window_rows + index % p.window_rows) * p.record_bytes
 
 
-@njit(cache=True)
+@compiled
 def _process(st, g, pkt, t):
     """Allocate, write and account one packet; returns when its data is written, or -1 (nothing
     changed but allocations) if it must wait for window or record-table space."""
@@ -237,7 +237,7 @@ def _process(st, g, pkt, t):
     return free_at
 
 
-@njit(cache=True)
+@compiled
 def _row_complete(st, g, src, row, written):
     """The row's last bytes are written: record, DAM counter, producer completion."""
     p = st.p[0]

@@ -11,7 +11,7 @@ next tile is ready, and gets a zero row count once every source has ended and ev
 claimed. notify_ready.release frees a claimed tile's slots and completion records; the window's
 bump pointer may reuse them once all earlier tiles are released too.
 """
-from numba import njit
+from ...engine.jit import compiled
 
 from ...engine.events import EV_DAM_READY, push
 from ...engine.state import DAM_HIST_BINS, TB_WAIT_CLAIM, WAIT_CLAIM
@@ -22,13 +22,13 @@ CLAIM_TILE = 1     # a tile was handed out
 CLAIM_END = 2      # every tile was claimed and every source has ended: zero rows
 
 
-@njit(cache=True)
+@compiled
 def _tile(st, w, index):
     p = st.p[0]
     return st.tile[w * p.tiles_per_window + index % p.tiles_per_window]
 
 
-@njit(cache=True)
+@compiled
 def _maybe_ready(st, w, index, visible):
     """Schedule the tile's readiness if it is closed and every allocated row has landed."""
     tl = _tile(st, w, index)
@@ -38,7 +38,7 @@ def _maybe_ready(st, w, index, visible):
         push(st, tl.ready, EV_DAM_READY, w, index)
 
 
-@njit(cache=True)
+@compiled
 def dam_row_landed(st, g, expert, index, visible):
     """A row's data and completion record are written (visible at `visible`)."""
     p = st.p[0]
@@ -50,7 +50,7 @@ def dam_row_landed(st, g, expert, index, visible):
     _maybe_ready(st, w, index // p.tile_rows, visible)
 
 
-@njit(cache=True)
+@compiled
 def dam_source_ended(st, g, tick):
     """One source GPU's stream to GPU g is complete; after the last, close every partial tile."""
     p = st.p[0]
@@ -69,7 +69,7 @@ def dam_source_ended(st, g, tick):
         dam_wake(st, g, w, tick)  # claimers may now learn that the stream ended
 
 
-@njit(cache=True)
+@compiled
 def dam_tile_ready(st, w, index, tick):
     """EV_DAM_READY: the tile is claimable; wake the expert's claimers."""
     p = st.p[0]
@@ -77,7 +77,7 @@ def dam_tile_ready(st, w, index, tick):
     dam_wake(st, w // p.local_experts, w, tick)
 
 
-@njit(cache=True)
+@compiled
 def dam_wake(st, g, w, tick):
     win = st.win[w]
     if win.waiters == 0:
@@ -97,7 +97,7 @@ def dam_wake(st, g, w, tick):
             tb_resume(st, slot, tick, WAIT_CLAIM)
 
 
-@njit(cache=True)
+@compiled
 def dam_claim(st, g, slot, expert, tick):
     """claim_buffer: returns (CLAIM_*, rows, monotonic index of the tile's first row)."""
     p = st.p[0]
@@ -118,7 +118,7 @@ def dam_claim(st, g, slot, expert, tick):
     return CLAIM_WAIT, 0, 0
 
 
-@njit(cache=True)
+@compiled
 def dam_release(st, g, expert, first_index):
     """notify_ready.release of the claimed tile whose first slot index (mod window) is given;
     False if no claimed, unreleased tile starts there."""

@@ -23,7 +23,7 @@ GPU as ending; after its last data packet each stream sends an EOS packet carryi
 (so the receiver knows when it has everything even if packets overtake each other across links).
 Packets to the sending GPU itself skip the links (loopback through the hub).
 """
-from numba import njit
+from ...engine.jit import compiled
 
 from ...engine.events import EV_MOE_LOOPBACK, push
 from ...engine.state import RPM_HIST_BINS
@@ -38,7 +38,7 @@ POLICY_LONGEST_FIRST = 1
 POLICY_NAMES = ("round_robin", "longest_first")
 
 
-@njit(cache=True)
+@compiled
 def rpm_accept(st, g, slot, expert, src_addr, nbytes, home, aux, tick):
     """send_to_expert: take a row into the stream toward the expert's GPU. Returns False when the
     stream's row ring is full (the TB retries when a row lands)."""
@@ -71,7 +71,7 @@ def rpm_accept(st, g, slot, expert, src_addr, nbytes, home, aux, tick):
     return True
 
 
-@njit(cache=True)
+@compiled
 def rpm_end_of_stream(st, g, producers, tick):
     """notify_ready.eos: one producer finished; the N-th ends every stream of this GPU."""
     gp = st.gpu[g]
@@ -84,7 +84,7 @@ def rpm_end_of_stream(st, g, producers, tick):
         rpm_kick(st, g, tick)
 
 
-@njit(cache=True)
+@compiled
 def _sendable(st, s, tick):
     """Bytes stream s would put in a packet now (0: nothing to send yet; -1: only its EOS)."""
     p = st.p[0]
@@ -100,7 +100,7 @@ def _sendable(st, s, tick):
     return 0
 
 
-@njit(cache=True)
+@compiled
 def _has_room(st, g, d):
     """A link transmit queue toward d has room (loopback: fewer packets in flight than one
     receive buffer holds, the loopback path's own back-pressure)."""
@@ -109,7 +109,7 @@ def _has_room(st, g, d):
     return pick_channel(st, g, d, False) >= 0
 
 
-@njit(cache=True)
+@compiled
 def row_at(st, s, offset):
     """Monotonic index of the first live row of stream s that ends after byte `offset` (the row
     holding it); sr.head if none. Rows are contiguous in the stream, so a binary search."""
@@ -126,7 +126,7 @@ def row_at(st, s, offset):
     return lo
 
 
-@njit(cache=True)
+@compiled
 def rpm_packetize(st, g, tick):
     """EV_RPM_TX: pick a destination by the arbitration policy and emit one packet to it."""
     p = st.p[0]
@@ -171,7 +171,7 @@ def rpm_packetize(st, g, tick):
     rpm_kick(st, g, tick + p.rpm_ticks_per_packet)
 
 
-@njit(cache=True)
+@compiled
 def _emit(st, g, d, tick):
     p = st.p[0]
     gp = st.gpu[g]

@@ -1,0 +1,22 @@
+"""The decorators of every compiled engine function (engine/ and components/).
+
+`compiled` is Numba's ``njit`` with the on-disk cache and *without the reference-counting runtime*
+(NRT). Why: every handler takes the whole State, a tuple of ~40 arrays, and with NRT Numba
+increments and decrements the reference count of each of those arrays (an atomic operation each)
+on entry to and exit from every non-inlined call. Profiling (tools/profile_engine.py) showed that
+bookkeeping taking about half of the run loop's time. The engine never allocates memory while it
+runs (State is built in Python and every buffer is preallocated), so it needs no reference counts.
+
+Rules that follow from running without NRT (Numba enforces the first two when it compiles):
+- no allocation in compiled code (``np.empty``, ``.copy()``, ``np.array([...])``); use State
+  arrays or scalar arithmetic (``np.uint32(bits).view(np.float32)`` reinterprets a scalar);
+- a compiled function may not return an array view; helpers that hand out views are `inline`
+  (inlined into their caller at the Numba IR level, where the view is just a local);
+- views must not outlive the State arrays they point into (they never leave the run loop).
+
+Both decorators are plain functions when NUMBA_DISABLE_JIT=1 (the pure-Python reference engine).
+"""
+from numba import njit
+
+compiled = njit(cache=True, _nrt=False)
+inline = njit(cache=True, _nrt=False, inline="always")

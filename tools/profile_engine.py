@@ -1,0 +1,131 @@
+#!/usr/bin/env python3
+"""Profile the compiled run loop with Linux `perf`: which handler functions take the time.
+
+    python tools/profile_engine.py configs/experiments/layer/deepseek_v3_1024_moehub.yaml \
+        --set workload.layer.tokens_per_gpu=256
+
+Numba's JIT code has no symbols perf can see. This script compiles the engine in-process (a fresh,
+private Numba cache: expect the full cold compile time), runs the config under `perf record` with a
+software clock, then writes /tmp/perf-PID.map (the JIT symbol-map format perf reads) from the
+addresses LLVM gave every compiled function, and prints `perf report` by function. Functions LLVM
+inlined into their callers are counted in the caller. Needs `perf` (Debian's linux-perf); hardware
+counters are not required.
+"""
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+
+
+def _short(name):
+    """'_ZN11moehub_arch10components2sm8sm_issueB2v5...' -> 'components.sm.sm_issue'."""
+    prefix = "cpython." if name.startswith("_ZN7cpython") else ""
+    i = len("_ZN7cpython") if prefix else 3
+    if not name.startswith("_ZN"):
+        return name[:80]
+    parts = []
+    while i < len(name) and name[i].isdigit():   # length-prefixed identifiers (Itanium mangling)
+        j = i
+        while name[j].isdigit():
+            j += 1
+        n = int(name[i:j])
+        parts.append(name[j:j + n])
+        i = j + n
+    if parts and parts[0] == "moehub_arch":
+        parts = parts[1:]
+    return prefix + ".".join(parts)
+
+
+def _elf_functions(obj):
+    """(name, size) of every defined function symbol in an ELF64 little-endian object file."""
+    import struct
+    shoff, = struct.unpack_from("<Q", obj, 0x28)
+    shentsize, shnum = struct.unpack_from("<HH", obj, 0x3A)
+    sections = [struct.unpack_from("<IIQQQQIIQQ", obj, shoff + i * shentsize) for i in range(shnum)]
+    out = []
+    for sh in sections:
+        if sh[1] != 2:            # SHT_SYMTAB
+            continue
+        strtab = sections[sh[6]]  # sh_link: its string table
+        for off in range(sh[4], sh[4] + sh[5], sh[9]):
+            st_name, st_info, _, _, _, st_size = struct.unpack_from("<IBBHQQ", obj, off)
+            if st_info & 0xF != 2:  # STT_FUNC
+                continue
+            start = strtab[4] + st_name
+            name = obj[start:obj.index(b"\0", start)].decode()
+            out.append((name, st_size))
+    return out
+
+
+def write_perf_map(func):
+    """Write /tmp/perf-<pid>.map for every function compiled into `func`'s library (from the
+    object code's symbol table, so it works for code loaded from Numba's cache as well)."""
+    entries = []
+    for cres in func.overloads.values():
+        lib = cres.library
+        obj = getattr(lib, "_profiled_object", None) or lib._compiled_object
+        if obj is None:
+            continue
+        for name, size in _elf_functions(obj):
+            addr = lib.get_pointer_to_function(name)
+            if addr:
+                entries.append((addr, size, _short(name)))
+    entries.sort()
+    with open(f"/tmp/perf-{os.getpid()}.map", "w") as out:
+        for addr, size, name in entries:
+            out.write(f"{addr:x} {max(size, 1):x} {name}\n")
+    return len(entries)
+
+
+def run_profiled(config, overrides, data, top):
+    os.environ["NUMBA_CACHE_DIR"] = os.environ.get("MOEHUB_PROFILE_CACHE") or tempfile.mkdtemp(prefix="moehub-prof-")
+    import signal
+    import time
+    from numba.core.codegen import JITCodeLibrary
+    keep = JITCodeLibrary._set_compiled_object
+
+    def keep_object(self, value):   # Numba drops the object code once loaded: keep a reference
+        self._profiled_object = value
+        return keep(self, value)
+    JITCodeLibrary._set_compiled_object = keep_object
+    from moehub_arch.components.scheduler import schedule_initial_launches
+    from moehub_arch.config import load_config
+    from moehub_arch.engine import loop
+    from moehub_arch.simulation import Simulation
+    sim = Simulation(load_config(config, overrides))
+    print("compiling the engine (cold, private cache)...", file=sys.stderr, flush=True)
+    t0 = time.perf_counter()
+    schedule_initial_launches(sim.state)   # sim.run() does it again only for a fresh state:
+    loop.run_loop(sim.state, 0, 0, -1)     # here it just forces the compile
+    sim = Simulation(load_config(config, overrides))
+    print(f"compiled in {time.perf_counter() - t0:.0f} s; profiling the run", file=sys.stderr)
+    perf = subprocess.Popen(["perf", "record", "-e", "cpu-clock", "-F", "999", "-o", data,
+                             "-p", str(os.getpid())], stderr=subprocess.DEVNULL)
+    time.sleep(0.5)
+    stats = sim.run()
+    perf.send_signal(signal.SIGINT)
+    perf.wait()
+    n = write_perf_map(loop.run_loop)
+    print(f"profiled {stats['simEvents']} events in {stats['hostSeconds']:.2f} s "
+          f"({stats['hostEventRate'] / 1e6:.2f} M events/s); {n} compiled functions mapped",
+          file=sys.stderr)
+    rep = subprocess.run(["perf", "report", "-i", data, "--no-children", "--sort", "sym",
+                          "--stdio"], capture_output=True, text=True)
+    lines = [l for l in rep.stdout.splitlines() if l.strip() and not l.startswith("#")]
+    print("\n".join(lines[:top]))
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("config")
+    ap.add_argument("--set", dest="overrides", action="append", default=[])
+    ap.add_argument("--data", default="/tmp/moehub-perf.data")
+    ap.add_argument("--top", type=int, default=40)
+    args = ap.parse_args(argv)
+    run_profiled(args.config, args.overrides, args.data, args.top)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
