@@ -30,6 +30,29 @@ class SimulationError(Exception):
         self.exit_code = exit_code
 
 
+class RunObserver:
+    """Python-side hooks of a run, called between batches of events (never per event).
+
+    Subclass and override what you need; pass instances to Simulation.run(observers=...).
+    """
+
+    def on_start(self, sim):
+        """Before the first batch (the engine is compiled or loaded)."""
+
+    def next_stop(self, sim):
+        """A simulated tick at which the compiled loop should pause so that on_pause sees the
+        state exactly then (events at that tick are processed first), or None. Asked before every
+        batch; once that tick is reached, return a later one (or None), or the run cannot advance."""
+        return None
+
+    def on_pause(self, sim, tick, events, wall_seconds):
+        """After every batch of events or requested stop: `tick` is the current simulated time.
+        Raise SimulationError to stop the run."""
+
+    def on_finish(self, sim):
+        """After the stats are collected (sim.stats)."""
+
+
 class Simulation:
     """One configured system, ready to run once."""
 
@@ -48,9 +71,13 @@ class Simulation:
         self.stats = None
 
     # ---- running --------------------------------------------------------------------------
-    def run(self, progress=None):
-        """Run to completion; returns the StatsSet. `progress(sim_ticks, events, wall)` is called
-        between batches of events."""
+    def run(self, observers=()):
+        """Run to completion; returns the StatsSet.
+
+        `observers` (RunObserver) are called between batches of events, never per event: each may
+        ask the compiled loop to pause at a simulated tick (periodic dumps, checkpoints, watchdogs,
+        trace windows) and may stop the run by raising SimulationError.
+        """
         from .components.scheduler import schedule_initial_launches
 
         st = self.state
@@ -63,22 +90,32 @@ class Simulation:
         batch = self.cfg.run.batch_events
         max_events = self.cfg.run.max_events
         headroom = event_headroom(st)
+        observers = list(observers)
+        for ob in observers:
+            ob.on_start(self)
         while True:
             n = batch
             if max_events:
                 n = min(n, max_events - int(st.sys[0].q_events))
                 if n <= 0:
                     break
-            status = engine_loop.run_loop(st, n, headroom, -1)
+            stops = [t for t in (ob.next_stop(self) for ob in observers) if t is not None and t >= 0]
+            stop = min(stops) if stops else -1
+            status = engine_loop.run_loop(st, n, headroom, stop)
             if status == engine_loop.STATUS_GROW:
                 st = st._replace(q=grow_event_queue(st.q, 2 * st.q.shape[0]))
+                self.state = st
             elif status == engine_loop.STATUS_ERROR:
                 self.state = st
                 raise SimulationError(self._runtime_error_text())
             elif status == engine_loop.STATUS_EMPTY:
                 break
-            if progress is not None:
-                progress(int(st.sys[0].q_now), int(st.sys[0].q_events), time.perf_counter() - t1)
+            wall = time.perf_counter() - t1
+            # at a requested stop the state is exactly that of tick `stop` (every event at or
+            # before it processed, none after)
+            now = stop if status == engine_loop.STATUS_TICK_LIMIT else int(st.sys[0].q_now)
+            for ob in observers:
+                ob.on_pause(self, now, int(st.sys[0].q_events), wall)
         host_seconds = time.perf_counter() - t1
         self.state = st
         if not max_events or int(st.sys[0].q_events) < max_events:
@@ -87,6 +124,8 @@ class Simulation:
         if self.layer is not None:
             self.layer.finish(self)
         evaluate_report(self)
+        for ob in observers:
+            ob.on_finish(self)
         return self.stats
 
     # ---- results --------------------------------------------------------------------------
