@@ -9,7 +9,7 @@ import numpy as np
 import attrs
 
 from .engine.clock import period_fs
-from .engine.events import new_event_queue
+from .engine.events import NUM_EVENT_KINDS, new_event_queue
 from .engine.state import (DAM_HIST_BINS, GPU, HBM_CHANNEL, LAUNCH, LINK_CHANNEL, MOE_ROW,
                            NUM_WAIT_REASONS, PACKET, PARAMS, REQUEST, RPM_HIST_BINS, SM, STREAM,
                            SYSTEM, THREAD_BLOCK, TB_EMPTY, TILE, WINDOW, State, new_records)
@@ -367,6 +367,7 @@ def build_state(cfg, program, seed=None, presets=None):
     ch = new_records(LINK_CHANNEL, nch)
     ch.to_switch[:], ch.gpu[:], ch.switch[:], ch.port[:] = to_switch, ch_gpu, ch_switch, ch_port
     ch.credits[:] = sysc.nvlink.rx_buffer_flits
+    ch.tx_at[:] = -1
     ch.txq_cap[:] = np.where(to_switch == 1, sysc.nvlink.tx_queue_packets,
                              sysc.switch.output_queue_packets)
     rxq_cap = sysc.nvlink.rx_buffer_flits  # every packet is at least one flit
@@ -383,6 +384,7 @@ def build_state(cfg, program, seed=None, presets=None):
     code = program.code if program.code.shape[0] else np.zeros((1, ROW_WIDTH), np.int64)
     st = State(
         p=params, sys=sysrec, q=new_event_queue(4096 + 4 * (NSM + nch + NL)),
+        ev_count=np.zeros(NUM_EVENT_KINDS, np.int64),
         code=np.ascontiguousarray(code, dtype=np.int64),
         tb=tb, regs=np.zeros((NT, NUM_REGS), np.int64),
         sm=sm, sm_unit_free=np.zeros((NSM, NUM_UNITS), np.int64),
@@ -393,6 +395,7 @@ def build_state(cfg, program, seed=None, presets=None):
         hbm_chan=new_records(HBM_CHANNEL, G * gpu.hbm.channels),
         ch=ch, txq=np.zeros((nch, int(ch.txq_cap.max())), np.int64),
         rxq=np.zeros((nch, rxq_cap), np.int64),
+        credit_ret=np.zeros((nch, sysc.nvlink.rx_buffer_flits, 2), np.int64),
         gpu_routes=gpu_routes, sw_routes=sw_routes, sw_inputs=sw_inputs,
         reqq=np.zeros((G, gpu.hub.request_queue_depth), np.int64),
         respq=np.zeros((G, G * R, 3), np.int64), free_reqs=free_reqs,

@@ -8,6 +8,7 @@ import time
 import numpy as np
 
 from .builder import build_state, event_headroom
+from .components.nvlink import settle_credits
 from .config import flat_params
 from .engine import loop as engine_loop
 from .engine.events import grow_event_queue
@@ -93,6 +94,7 @@ class Simulation:
         observers = list(observers)
         for ob in observers:
             ob.on_start(self)
+        status = None
         while True:
             n = batch
             if max_events:
@@ -118,6 +120,8 @@ class Simulation:
                 ob.on_pause(self, now, int(st.sys[0].q_events), wall)
         host_seconds = time.perf_counter() - t1
         self.state = st
+        if status == engine_loop.STATUS_EMPTY:
+            settle_credits(st)   # credit returns are not events: let the last ones arrive
         if not max_events or int(st.sys[0].q_events) < max_events:
             self._check_finished()
         self.stats = collect_stats(st, self.launches, self.program, host_seconds, compile_seconds)

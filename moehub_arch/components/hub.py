@@ -27,11 +27,10 @@ before its ``fence``; within that contract this equals a snapshot at send time.
 """
 from ..engine.jit import compiled
 
-from ..engine.events import EV_CREDIT, push
 from ..engine.state import (RESP_KIND, RESP_READY, RESP_REQ, ROUTE_FIRST, ROUTE_N, ROUTE_RR,
                             TB_WAIT_FENCE, TB_WAIT_HUB, WAIT_FENCE, WAIT_HUB, WAIT_REMOTE)
 from .hbm import hbm_access, hbm_latency_ticks, hbm_transfer, move_bytes, read_word, write_word
-from .nvlink import channel_count_arrival, txq_push
+from .nvlink import channel_count_arrival, credit_return, txq_push
 from .packet import (PK_ACK, PK_ATOM_REQ, PK_ATOM_RESP, PK_GET_REQ, PK_GET_RESP, PK_PUT, PK_STORE,
                      packet_alloc, packet_flits, packet_free)
 from .wakeups import hub_kick, tb_resume
@@ -294,7 +293,7 @@ def hub_receive(st, g, c, pkt, tick):
     else:  # PK_ACK
         gp.hub_acks += 1
         _complete_request(st, r, t)
-    push(st, free_at + p.link_latency_ticks, EV_CREDIT, c, pk.flits)
+    credit_return(st, c, pk.flits, free_at + p.link_latency_ticks)
     packet_free(st, pkt)
 
 

@@ -7,6 +7,12 @@ the receiver one link latency later (store-and-forward at every hop). Credits ar
 buffer space in flits; the receiver returns them (after one link latency) when the packet leaves its
 buffer, so a slow receiver throttles the sender and nothing is ever dropped. Assumption: credits
 travel in reverse-direction link-layer control words and cost no data bandwidth.
+
+Returned credits are not events: the receiver files each return (tick it reaches the sender,
+flits) in the channel's credit-return list (State.credit_ret, kept in tick order), and the
+transmitter adds every return that has matured whenever it looks at its credits. Only a transmitter
+that is blocked on credits is woken, at the tick of the return it waits for. This is the same
+credit loop as one event per return, with two events fewer per packet (the two hops).
 """
 from ..engine.jit import compiled
 
@@ -26,11 +32,66 @@ def txq_push(st, c, pkt, tick):
 
 
 @compiled
+def credit_return(st, c, flits, tick):
+    """The receiver of channel c freed `flits` of buffer; they reach the sender at `tick`."""
+    ch = st.ch[c]
+    cap = st.credit_ret.shape[1]
+    # insert in tick order (returns come nearly in order: the walk back is short)
+    i = ch.cr_count
+    while i > 0:
+        prev = (ch.cr_head + i - 1) % cap
+        if st.credit_ret[c, prev, 0] <= tick:
+            break
+        cur = (ch.cr_head + i) % cap
+        st.credit_ret[c, cur, 0] = st.credit_ret[c, prev, 0]
+        st.credit_ret[c, cur, 1] = st.credit_ret[c, prev, 1]
+        i -= 1
+    slot = (ch.cr_head + i) % cap
+    st.credit_ret[c, slot, 0] = tick
+    st.credit_ret[c, slot, 1] = flits
+    ch.cr_count += 1
+    if ch.credit_blocked:
+        ch_kick(st, c, tick)
+
+
+@compiled
+def _reclaim_credits(st, c, tick):
+    """Add every credit return that reached the sender by `tick`."""
+    ch = st.ch[c]
+    cap = st.credit_ret.shape[1]
+    while ch.cr_count > 0 and st.credit_ret[c, ch.cr_head, 0] <= tick:
+        ch.credits += st.credit_ret[c, ch.cr_head, 1]
+        ch.cr_head = (ch.cr_head + 1) % cap
+        ch.cr_count -= 1
+
+
+@compiled
+def settle_credits(st):
+    """End of a run: every credit return still on its way reaches its sender (so a finished
+    run's State shows every channel's credits back at the receive-buffer size)."""
+    for c in range(st.ch.shape[0]):
+        _reclaim_credits(st, c, 2 ** 62)
+
+
+@compiled
+def credits_outstanding(st, c):
+    """Flits filed for return to channel c's sender but not yet added to its credits."""
+    ch = st.ch[c]
+    cap = st.credit_ret.shape[1]
+    n = 0
+    for i in range(ch.cr_count):
+        n += st.credit_ret[c, (ch.cr_head + i) % cap, 1]
+    return n
+
+
+@compiled
 def channel_transmit(st, c, tick):
     """EV_CH_TX: send the head packet if wire, packet and credits allow."""
     p = st.p[0]
     ch = st.ch[c]
-    ch.tx_pending = 0
+    if ch.tx_at != tick:
+        return  # superseded by an earlier activation
+    ch.tx_at = -1
     if ch.txq_count == 0:
         return
     if ch.busy_until > tick:
@@ -42,10 +103,17 @@ def channel_transmit(st, c, tick):
         ch_kick(st, c, pk.ready)
         return
     if ch.credits < pk.flits:
-        if not ch.credit_blocked:
-            ch.credit_blocked = 1
-            ch.credit_blocked_since = tick
-        return  # the next EV_CREDIT kicks us
+        _reclaim_credits(st, c, tick)
+        if ch.credits < pk.flits:
+            if not ch.credit_blocked:
+                ch.credit_blocked = 1
+                ch.credit_blocked_since = tick
+            if ch.cr_count > 0:   # wake up when the next return arrives (later ones kick earlier)
+                ch_kick(st, c, st.credit_ret[c, ch.cr_head, 0])
+            return
+    if ch.credit_blocked:
+        ch.credit_blocked = 0
+        ch.credit_stall += tick - ch.credit_blocked_since
     # transmit
     ch.txq_head = (ch.txq_head + 1) % ch.txq_cap
     ch.txq_count -= 1
@@ -57,7 +125,11 @@ def channel_transmit(st, c, tick):
     ch.tx_wire_bytes += wire
     ch.tx_payload_bytes += pk.payload
     ch.tx_busy += ser
-    push(st, tick + ser + p.link_latency_ticks, EV_CH_ARRIVE, pkt, c)
+    arrive = tick + ser + p.link_latency_ticks
+    if ch.to_switch:
+        # the switch handles a packet once it has crossed the input stage (switch.py)
+        arrive += p.switch_traversal_ticks
+    push(st, arrive, EV_CH_ARRIVE, pkt, c)
     # a slot freed in this FIFO: wake whoever waits to fill it
     if ch.to_switch:
         gp = st.gpu[ch.gpu]
@@ -80,17 +152,6 @@ def channel_transmit(st, c, tick):
                 xbar_kick(st, cin, tick)
     if ch.txq_count > 0:
         ch_kick(st, c, tick + ser)
-
-
-@compiled
-def channel_credit(st, c, flits, tick):
-    """EV_CREDIT: the receiver freed `flits` of buffer space."""
-    ch = st.ch[c]
-    ch.credits += flits
-    if ch.credit_blocked:
-        ch.credit_blocked = 0
-        ch.credit_stall += tick - ch.credit_blocked_since
-        ch_kick(st, c, tick)
 
 
 @compiled

@@ -6,45 +6,50 @@ count) for the traversal latency, then crosses to an output port that leads to i
 transmission. If every eligible output queue is full the input port blocks (head-of-line) until one
 drains; the credits it holds then stop the upstream sender. Assumption: the crossbar itself has
 enough internal speedup never to be the bottleneck (the output links are).
+The link's arrival event is scheduled at arrival + traversal (nvlink.channel_transmit): only then
+can the packet move, so the port handles it in that one event, and an EV_XBAR event is needed only
+when packets queue behind a blocked head. `rxq_peak` therefore counts packets waiting after their
+traversal (head-of-line queueing), not packets still traversing.
 Fabrics are single level (every GPU link ends at a switch that has links to the other GPUs), as in
 DGX/HGX H100 and GH200 NVL32.
 """
 from ..engine.jit import compiled
 
-from ..engine.events import EV_CREDIT, push
 from ..engine.state import ROUTE_FIRST, ROUTE_N, ROUTE_RR
-from .nvlink import channel_count_arrival, txq_push
-from .wakeups import xbar_kick
+from .nvlink import channel_count_arrival, credit_return, txq_push
 
 
 @compiled
 def switch_receive(st, c, pkt, tick):
-    """A packet reached the switch end of up-channel c: buffer it at the input port."""
+    """A packet on up-channel c reached the switch and finished its traversal: queue it at the
+    input port and move it across at once unless packets wait ahead of it."""
     channel_count_arrival(st, c, pkt)
     ch = st.ch[c]
     st.rxq[c, (ch.rxq_head + ch.rxq_count) % st.rxq.shape[1]] = pkt
     ch.rxq_count += 1
     if ch.rxq_count > ch.rxq_peak:
         ch.rxq_peak = ch.rxq_count
-    pk = st.pk[pkt]
-    pk.ready = tick + st.p[0].switch_traversal_ticks
+    st.pk[pkt].ready = tick
     if ch.rxq_count == 1 and not ch.xbar_blocked:
-        xbar_kick(st, c, pk.ready)
+        _cross(st, c, tick)
 
 
 @compiled
 def switch_crossbar(st, c, tick):
-    """EV_XBAR: move ready head packets of input port c to their output queues."""
+    """EV_XBAR: an output queue toward the head packet's destination may have room again."""
+    st.ch[c].xbar_pending = 0
+    _cross(st, c, tick)
+
+
+@compiled
+def _cross(st, c, tick):
+    """Move head packets of input port c to their output queues while one has room."""
     p = st.p[0]
     ch = st.ch[c]
-    ch.xbar_pending = 0
     rc = st.rxq.shape[1]
     while ch.rxq_count > 0:
         pkt = st.rxq[c, ch.rxq_head]
         pk = st.pk[pkt]
-        if pk.ready > tick:
-            xbar_kick(st, c, pk.ready)
-            return
         route = st.sw_routes[ch.switch * p.num_gpus + pk.dst]
         n = route[ROUTE_N]
         out = -1
@@ -55,11 +60,12 @@ def switch_crossbar(st, c, tick):
                 route[ROUTE_RR] = (route[ROUTE_RR] + k + 1) % n
                 break
         if out < 0:
-            ch.xbar_blocked = 1
-            ch.xbar_blocked_since = tick
+            if not ch.xbar_blocked:
+                ch.xbar_blocked = 1
+                ch.xbar_blocked_since = tick
             return  # an output channel's dequeue wakes us
         ch.rxq_head = (ch.rxq_head + 1) % rc
         ch.rxq_count -= 1
-        push(st, tick + p.link_latency_ticks, EV_CREDIT, c, pk.flits)
+        credit_return(st, c, pk.flits, tick + p.link_latency_ticks)
         pk.ready = tick
         txq_push(st, out, pkt, tick)

@@ -58,15 +58,15 @@ def rpm_kick(st, g, tick):
 
 @compiled
 def ch_kick(st, c, tick):
-    """Ask channel c's transmitter to look at its queue at `tick` (or when it is next free)."""
+    """Ask channel c's transmitter to look at its queue at `tick` (or when it is next free); an
+    earlier request supersedes a later one."""
     ch = st.ch[c]
-    if ch.tx_pending:
-        return
     t = tick
     if ch.busy_until > t:
         t = ch.busy_until
-    ch.tx_pending = 1
-    push(st, t, EV_CH_TX, c, 0)
+    if ch.tx_at < 0 or t < ch.tx_at:
+        ch.tx_at = t
+        push(st, t, EV_CH_TX, c, 0)
 
 
 @compiled

@@ -11,12 +11,12 @@ from ..components.hub import hub_packetize, hub_receive
 from ..components.moehub.aau import aau_receive
 from ..components.moehub.dam import dam_tile_ready
 from ..components.moehub.rpm import rpm_packetize
-from ..components.nvlink import channel_credit, channel_transmit
+from ..components.nvlink import channel_transmit
 from ..components.scheduler import kernel_start
 from ..components.sm import local_done, sm_issue
 from ..components.packet import PK_MOE
 from ..components.switch import switch_crossbar, switch_receive
-from .events import (EV_CH_ARRIVE, EV_CH_TX, EV_CREDIT, EV_DAM_READY, EV_HUB_TX, EV_KERNEL_START,
+from .events import (EV_CH_ARRIVE, EV_CH_TX, EV_DAM_READY, EV_HUB_TX, EV_KERNEL_START,
                      EV_LOCAL_DONE, EV_MOE_LOOPBACK, EV_RPM_TX, EV_SM_ISSUE, EV_XBAR, Q_TICK, pop)
 
 STATUS_EMPTY = 0      # no events left
@@ -55,8 +55,6 @@ def run_loop(st, max_events, headroom, tick_limit):
                 hub_receive(st, st.ch[a1].gpu, a1, a0, tick)
         elif kind == EV_XBAR:
             switch_crossbar(st, a0, tick)
-        elif kind == EV_CREDIT:
-            channel_credit(st, a0, a1, tick)
         elif kind == EV_HUB_TX:
             hub_packetize(st, a0, tick)
         elif kind == EV_LOCAL_DONE:

@@ -51,7 +51,7 @@ PARAMS = _record(
 )
 
 # Whole-run bookkeeping: event-queue counters, packet-pool stack top, the first runtime error.
-SYSTEM = _record("q_size", "q_next_seq", "q_events", "q_now", "pk_top", "pk_peak",
+SYSTEM = _record("q_size", "q_next_seq", "q_events", "q_now", "q_peak", "pk_top", "pk_peak",
                  "err_code", "err_slot", "err_pc", "err_value")
 
 # Thread-block slots (T per SM).
@@ -101,9 +101,10 @@ HBM_CHANNEL = _record("free", "busy")  # free: tick the queued transfers end; bu
 LINK_CHANNEL = _record(
     "to_switch", "gpu", "switch", "port",     # 1 for GPU->switch channels; endpoints of the link
     "busy_until", "credits",
+    "cr_head", "cr_count",                    # credit returns in flight (ids in State.credit_ret)
     "txq_head", "txq_count", "txq_cap",       # transmit FIFO (ids in State.txq)
     "rxq_head", "rxq_count",                  # switch input buffer (ids in State.rxq)
-    "tx_pending", "xbar_pending", "xbar_blocked", "xbar_blocked_since",
+    "tx_at", "xbar_pending", "xbar_blocked", "xbar_blocked_since",
     "credit_blocked", "credit_blocked_since",
     "tx_packets", "tx_wire_bytes", "tx_payload_bytes", "tx_busy", "credit_stall", "txq_peak",
     "rx_packets", "rx_wire_bytes", "rx_payload_bytes", "rxq_peak", "xbar_blocked_ticks",
@@ -143,6 +144,7 @@ State = namedtuple("State", [
     "p",            # [1] PARAMS
     "sys",          # [1] SYSTEM
     "q",            # [capacity, 5] event heap (engine.events)
+    "ev_count",     # [event kinds] events processed per kind (engine.events.EVENT_NAMES)
     "code",         # [instructions, ROW_WIDTH] assembled program
     "tb", "regs",   # [slots] THREAD_BLOCK, [slots, NUM_REGS] registers
     "sm", "sm_unit_free", "sm_unit_busy", "sm_wait",  # [SMs] SM; [SMs, units] x2; [SMs, reasons]
@@ -151,6 +153,7 @@ State = namedtuple("State", [
     "hbm_mem", "smem",  # functional storage: [G, backed bytes], [SMs, smem bytes or 0] uint8
     "hbm_chan",     # [G * C] HBM_CHANNEL
     "ch", "txq", "rxq",  # [channels] LINK_CHANNEL; FIFOs of packet ids
+    "credit_ret",   # [channels, rx_buffer_flits, 2] credit returns in tick order: (tick, flits)
     "gpu_routes", "sw_routes", "sw_inputs",  # routing (see ROUTE_*); sw_inputs[s, 0] = count
     "reqq", "respq", "free_reqs",  # hub FIFOs [G, depth], [G, cap, 3]; free request stack [G, R]
     "req", "pk", "pk_free",        # [G * R] REQUEST; [P] PACKET; packet free stack

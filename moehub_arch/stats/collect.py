@@ -4,6 +4,7 @@ Each table row is (stat name, State array field, unit, description): the single 
 component's statistics are documented (``moehub-sim stats --list`` prints them). Formulas
 (utilisation, bandwidth) are computed here, at dump time, from the raw counters.
 """
+from ..engine.events import EVENT_NAMES
 from ..engine.state import DAM_HIST_BINS, NUM_WAIT_REASONS, RPM_HIST_BINS, WAIT_REASON_NAMES
 from ..isa.encoding import UNIT_NAMES
 from .registry import StatsSet
@@ -106,6 +107,11 @@ def collect_stats(st, launches, program, host_seconds, compile_seconds):
     out.add("hostEventRate", events / host_seconds if host_seconds > 0 else 0.0, "events/s",
             "events per host second")
     out.add("system.packets.pool_peak", st.sys[0].pk_peak, "packets", "peak packets in flight")
+    out.add("system.engine.queue_peak", st.sys[0].q_peak, "events",
+            "peak number of pending events in the event queue")
+    for k, name in enumerate(EVENT_NAMES):
+        out.add(f"system.engine.events.{name}", st.ev_count[k], "count",
+                f"events of kind '{name}' processed (engine.events)")
 
     for g in range(G):
         gp = f"system.gpu{g}"
@@ -165,7 +171,8 @@ def collect_stats(st, launches, program, host_seconds, compile_seconds):
             _dir_stats(out, pre, "rx", st.ch[c], sim_ticks)
             _dir_stats(out, pre, "tx", st.ch[c + 1], sim_ticks)
             out.add(f"{pre}.input_queue_peak", st.ch[c].rxq_peak, "packets",
-                    "peak occupancy of the input buffer")
+                    "peak packets waiting at the input after their traversal (head-of-line "
+                    "queueing behind a blocked head; packets still traversing hold credits only)")
             out.add(f"{pre}.input_blocked_ticks", st.ch[c].xbar_blocked_ticks, "ps",
                     "time the input's head packet waited for output-queue room")
     return out

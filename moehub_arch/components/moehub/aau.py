@@ -24,11 +24,10 @@ each packet carried a short row tag; its bytes are counted once per row in the s
 """
 from ...engine.jit import compiled
 
-from ...engine.events import EV_CREDIT, push
 from ...engine.state import TB_WAIT_FENCE, WAIT_FENCE
 from ..hbm import hbm_latency_ticks, hbm_transfer, move_bytes, write_word
 from ..hub import wake_hub_waiters
-from ..nvlink import channel_count_arrival
+from ..nvlink import channel_count_arrival, credit_return
 from ..packet import PK_MOE_EOS, packet_free
 from ..wakeups import rpm_kick, tb_resume
 from .dam import dam_row_landed, dam_source_ended
@@ -70,7 +69,7 @@ def _leave_link(st, g, c, pkt, t):
     """The packet no longer occupies its link receive buffer (or the loopback path) from t."""
     p = st.p[0]
     if c >= 0:
-        push(st, t + p.link_latency_ticks, EV_CREDIT, c, st.pk[pkt].flits)
+        credit_return(st, c, st.pk[pkt].flits, t + p.link_latency_ticks)
     else:
         gp = st.gpu[g]
         gp.loop_inflight -= 1
