@@ -397,6 +397,7 @@ def build_state(cfg, program, seed=None, presets=None):
         rxq=np.zeros((nch, rxq_cap), np.int64),
         credit_ret=np.zeros((nch, sysc.nvlink.rx_buffer_flits, 2), np.int64),
         gpu_routes=gpu_routes, sw_routes=sw_routes, sw_inputs=sw_inputs,
+        sw_wait=np.zeros((sw_routes.shape[0], 2 + max(1, sw_inputs.shape[1] - 1)), np.int64),
         reqq=np.zeros((G, gpu.hub.request_queue_depth), np.int64),
         respq=np.zeros((G, G * R, 3), np.int64), free_reqs=free_reqs,
         req=new_records(REQUEST, G * R), pk=new_records(PACKET, npk),

@@ -18,7 +18,7 @@ from ..engine.jit import compiled
 
 from ..engine.clock import bytes_ticks
 from ..engine.events import EV_CH_ARRIVE, push
-from .wakeups import ch_kick, hub_kick, rpm_kick, xbar_kick
+from .wakeups import ch_kick, hub_kick, rpm_kick, switch_output_freed
 
 
 @compiled
@@ -142,14 +142,7 @@ def channel_transmit(st, c, tick):
             gp.rpm_stall_ticks += tick - gp.rpm_blocked_since
             rpm_kick(st, ch.gpu, tick)
     else:
-        s = ch.switch
-        for k in range(st.sw_inputs[s, 0]):
-            cin = st.sw_inputs[s, 1 + k]
-            inp = st.ch[cin]
-            if inp.xbar_blocked:
-                inp.xbar_blocked = 0
-                inp.xbar_blocked_ticks += tick - inp.xbar_blocked_since
-                xbar_kick(st, cin, tick)
+        switch_output_freed(st, ch.switch, ch.gpu, tick)
     if ch.txq_count > 0:
         ch_kick(st, c, tick + ser)
 

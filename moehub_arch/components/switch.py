@@ -17,6 +17,7 @@ from ..engine.jit import compiled
 
 from ..engine.state import ROUTE_FIRST, ROUTE_N, ROUTE_RR
 from .nvlink import channel_count_arrival, credit_return, txq_push
+from .wakeups import xbar_kick
 
 
 @compiled
@@ -63,9 +64,20 @@ def _cross(st, c, tick):
             if not ch.xbar_blocked:
                 ch.xbar_blocked = 1
                 ch.xbar_blocked_since = tick
-            return  # an output channel's dequeue wakes us
+                _wait_for_output(st, ch.switch * p.num_gpus + pk.dst, c)
+            return  # an output toward pk.dst that frees a slot wakes us
         ch.rxq_head = (ch.rxq_head + 1) % rc
         ch.rxq_count -= 1
         credit_return(st, c, pk.flits, tick + p.link_latency_ticks)
         pk.ready = tick
         txq_push(st, out, pkt, tick)
+
+
+@compiled
+def _wait_for_output(st, w, c):
+    """Input port c waits for room in an output toward one destination (wait list w = switch *
+    GPUs + destination), in arrival order."""
+    cap = st.sw_wait.shape[1] - 2
+    st.sw_wait[w, 2 + (st.sw_wait[w, 0] + st.sw_wait[w, 1]) % cap] = c
+    st.sw_wait[w, 1] += 1
+

@@ -155,6 +155,8 @@ State = namedtuple("State", [
     "ch", "txq", "rxq",  # [channels] LINK_CHANNEL; FIFOs of packet ids
     "credit_ret",   # [channels, rx_buffer_flits, 2] credit returns in tick order: (tick, flits)
     "gpu_routes", "sw_routes", "sw_inputs",  # routing (see ROUTE_*); sw_inputs[s, 0] = count
+    "sw_wait",      # [switches * G, 2 + inputs] input ports blocked per (switch, destination):
+                    # column 0 head, 1 count, then a ring of input channel ids
     "reqq", "respq", "free_reqs",  # hub FIFOs [G, depth], [G, cap, 3]; free request stack [G, R]
     "req", "pk", "pk_free",        # [G * R] REQUEST; [P] PACKET; packet free stack
     # MoE-Hub (components/moehub): expert placement [E, 2] (gpu, local slot); streams [G * G];
