@@ -25,7 +25,7 @@ Data semantics: a put's (or get's) bytes are copied from the source memory when 
 delivered. As with NVSHMEM's non-blocking puts, a program must not modify a put's source buffer
 before its ``fence``; within that contract this equals a snapshot at send time.
 """
-from ..engine.jit import compiled
+from ..engine.jit import compiled, inline
 
 from ..engine.state import (RESP_KIND, RESP_READY, RESP_REQ, ROUTE_FIRST, ROUTE_N, ROUTE_RR,
                             TB_WAIT_FENCE, TB_WAIT_HUB, WAIT_FENCE, WAIT_HUB, WAIT_REMOTE)
@@ -105,7 +105,7 @@ def pick_channel(st, g, dst, advance):
     return -1
 
 
-@compiled
+@inline
 def hub_packetize(st, g, tick):
     """EV_HUB_TX: emit the next packet of the head response (priority) or head request."""
     gp = st.gpu[g]
@@ -241,7 +241,7 @@ def _complete_request(st, r, tick):
     wake_hub_waiters(st, g, tick)
 
 
-@compiled
+@inline
 def hub_receive(st, g, c, pkt, tick):
     """A packet reached GPU g over down-channel c."""
     channel_count_arrival(st, c, pkt)

@@ -153,7 +153,7 @@ def _silu(x):
 
 # ---- issue -------------------------------------------------------------------------------------
 
-@compiled
+@inline
 def sm_issue(st, sm, tick):
     """EV_SM_ISSUE: issue up to issue_width instructions from ready TBs, then sleep or re-arm."""
     if st.sm[sm].next_issue != tick:
@@ -207,7 +207,7 @@ def _block(st, slot, state, tick):
     st.tb[slot].wait_start = tick
 
 
-@compiled
+@inline
 def _execute(st, slot, sm, tick, cyc):
     """Execute the instruction at the TB's pc (all semantics; dispatch by integer semantic id)."""
     pc = st.tb[slot].pc

@@ -13,14 +13,14 @@ traversal (head-of-line queueing), not packets still traversing.
 Fabrics are single level (every GPU link ends at a switch that has links to the other GPUs), as in
 DGX/HGX H100 and GH200 NVL32.
 """
-from ..engine.jit import compiled
+from ..engine.jit import compiled, inline
 
 from ..engine.state import ROUTE_FIRST, ROUTE_N, ROUTE_RR
 from .nvlink import channel_count_arrival, credit_return, txq_push
 from .wakeups import xbar_kick
 
 
-@compiled
+@inline
 def switch_receive(st, c, pkt, tick):
     """A packet on up-channel c reached the switch and finished its traversal: queue it at the
     input port and move it across at once unless packets wait ahead of it."""
@@ -42,7 +42,7 @@ def switch_crossbar(st, c, tick):
     _cross(st, c, tick)
 
 
-@compiled
+@inline
 def _cross(st, c, tick):
     """Move head packets of input port c to their output queues while one has room."""
     p = st.p[0]

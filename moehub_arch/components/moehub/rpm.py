@@ -23,7 +23,7 @@ GPU as ending; after its last data packet each stream sends an EOS packet carryi
 (so the receiver knows when it has everything even if packets overtake each other across links).
 Packets to the sending GPU itself skip the links (loopback through the hub).
 """
-from ...engine.jit import compiled
+from ...engine.jit import compiled, inline
 
 from ...engine.events import EV_MOE_LOOPBACK, push
 from ...engine.state import RPM_HIST_BINS
@@ -126,7 +126,7 @@ def row_at(st, s, offset):
     return lo
 
 
-@compiled
+@inline
 def rpm_packetize(st, g, tick):
     """EV_RPM_TX: pick a destination by the arbitration policy and emit one packet to it."""
     p = st.p[0]
