@@ -12,6 +12,7 @@ from ..engine.jit import compiled
 
 from ..engine.clock import bytes_ticks
 from ..engine.events import EV_CH_ARRIVE, push
+from .trace import CAT_NVLINK, TR_LINK_TX, trace_event
 from .wakeups import ch_kick, hub_kick, rpm_kick, xbar_kick
 
 
@@ -58,6 +59,7 @@ def channel_transmit(st, c, tick):
     ch.tx_payload_bytes += pk.payload
     ch.tx_busy += ser
     push(st, tick + ser + p.link_latency_ticks, EV_CH_ARRIVE, pkt, c)
+    trace_event(st, CAT_NVLINK, TR_LINK_TX, c, pk.kind, pk.payload, tick)
     # a slot freed in this FIFO: wake whoever waits to fill it
     if ch.to_switch:
         gp = st.gpu[ch.gpu]

@@ -14,6 +14,7 @@ from ..engine.jit import compiled
 from ..engine.events import EV_CREDIT, push
 from ..engine.state import ROUTE_FIRST, ROUTE_N, ROUTE_RR
 from .nvlink import channel_count_arrival, txq_push
+from .trace import CAT_SWITCH, TR_XBAR, trace_event
 from .wakeups import xbar_kick
 
 
@@ -62,4 +63,5 @@ def switch_crossbar(st, c, tick):
         ch.rxq_count -= 1
         push(st, tick + p.link_latency_ticks, EV_CREDIT, c, pk.flits)
         pk.ready = tick
+        trace_event(st, CAT_SWITCH, TR_XBAR, c, out, pk.dst, tick)
         txq_push(st, out, pkt, tick)
