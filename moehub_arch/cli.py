@@ -132,8 +132,9 @@ def _user_errors():
     from .simulation import SimulationError
     from .workloads.layer import LayerError
     from .analysis import AnalysisError
+    from .sweep.spec import SweepError
     return (ConfigError, AsmError, IsaError, BuildError, SimulationError, LayerError,
-            AnalysisError, FileNotFoundError)
+            AnalysisError, SweepError, FileNotFoundError)
 
 
 def _load(config, overrides=()):
