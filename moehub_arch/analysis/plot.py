@@ -125,9 +125,16 @@ def _counter_series(events, pattern):
     return out
 
 
-def _mean_step(series):
-    """Mean over several step functions (sampled on change only): on the union of their times."""
-    grid = np.unique(np.concatenate([np.asarray(t) for t, _ in series.values()]))
+def _sample_times(other):
+    """The instants (us) at which the counters were sampled: every counter period from the window
+    start, and the window end (the trace writes a counter only when its value changed)."""
+    start, end = other["window_ps"]
+    period = other["counter_period_ps"]
+    return np.append(np.arange(start, end, period), end) / 1e6
+
+
+def _mean_step(series, grid):
+    """Mean over several counters (written on change only) at the sample instants `grid`."""
     total = np.zeros(len(grid))
     for ts, vs in series.values():
         idx = np.searchsorted(np.asarray(ts), grid, side="right") - 1
@@ -138,6 +145,7 @@ def _mean_step(series):
 def plot_link_utilization(run, path, max_gpus=8):
     plt = _pyplot()
     events = run.trace()
+    grid = _sample_times(run.trace_info())
     names = {e["pid"]: e["args"]["name"] for e in events
              if e["ph"] == "M" and e["name"] == "process_name"}
     fig, axes = plt.subplots(2, 1, figsize=(12, 6.5), sharex=True)
@@ -145,7 +153,7 @@ def plot_link_utilization(run, path, max_gpus=8):
     for ax, direction in zip(axes, ("tx", "rx")):
         series = _counter_series(events, rf"nvlink\d+ {direction} util %")
         for pid in sorted(series)[:max_gpus]:
-            t, v = _mean_step(series[pid])
+            t, v = _mean_step(series[pid], grid)
             ax.step(t, v, where="pre", label=names.get(pid, str(pid)), linewidth=1.2)
             drawn = True
         ax.set_ylabel(f"{direction} utilisation (%)\nmean over links")

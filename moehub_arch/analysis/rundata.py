@@ -44,7 +44,13 @@ class RunData:
                 raise AnalysisError(f"{self.dir}: no trace.json; run with --trace to get the "
                                     f"timeline figures")
             try:
-                self._trace = json.loads(path.read_text())["traceEvents"]
+                data = json.loads(path.read_text())
+                self._trace, self._info = data["traceEvents"], data.get("otherData", {})
             except (json.JSONDecodeError, KeyError) as e:
                 raise AnalysisError(f"{path}: not a Chrome trace-event file ({e})") from None
         return self._trace
+
+    def trace_info(self):
+        """The trace's otherData: window_ps, counter_period_ps, gpus, components, events."""
+        self.trace()
+        return self._info

@@ -123,6 +123,7 @@ class Timeline(RunObserver):
         self._launches_and_phases(sim)
         self.writer.close({"simulator": "moehub-arch", "ticks_per_us": 1_000_000,
                            "window_ps": [self.window_start, self.window_end],
+                           "counter_period_ps": self.cfg.counter_period,
                            "gpus": self.gpus, "components": sorted(self.components),
                            "events": self.writer.events, "dropped_events": self.writer.dropped})
         if self.writer.dropped and not self.quiet:
