@@ -13,7 +13,6 @@ Bad input (config, kernel, ISA file) prints one paragraph naming the file and ke
 with status 2; a deadlocked simulation exits with status 3.
 """
 import argparse
-import json
 import os
 import sys
 from pathlib import Path

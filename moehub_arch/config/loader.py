@@ -238,6 +238,14 @@ def _to_tuple(v, path, ctx):
     return v
 
 
+def _to_choice(v, choices, path, ctx):
+    if v not in choices:
+        close = difflib.get_close_matches(str(v), choices, n=1)
+        hint = f"; did you mean '{close[0]}'?" if close else ""
+        raise ctx.error(path, f"expected one of {', '.join(choices)}, found {_found(v)}{hint}")
+    return v
+
+
 def _convert_value(a, v, path, ctx):
     m = a.metadata
     kind, lo = m["kind"], m.get("min")
@@ -263,26 +271,14 @@ def _convert_value(a, v, path, ctx):
     if kind == "choice_tuple":
         if isinstance(v, str):   # "Hub,NVLink" as on a command line
             v = [x.strip() for x in v.split(",") if x.strip()]
-        out = []
-        for i, x in enumerate(_to_tuple(v, path, ctx)):
-            if x not in m["choices"]:
-                close = difflib.get_close_matches(str(x), m["choices"], n=1)
-                hint = f"; did you mean '{close[0]}'?" if close else ""
-                raise ctx.error((*path, i), f"expected one of {', '.join(m['choices'])}, found "
-                                            f"{_found(x)}{hint}")
-            out.append(x)
-        return tuple(out)
+        return tuple(_to_choice(x, m["choices"], (*path, i), ctx)
+                     for i, x in enumerate(_to_tuple(v, path, ctx)))
     if kind == "str":
         if not isinstance(v, str):
             raise ctx.error(path, f"expected a string ({m['doc']}), found {_found(v)}")
         return v
     if kind == "choice":
-        if v not in m["choices"]:
-            close = difflib.get_close_matches(str(v), m["choices"], n=1)
-            hint = f"; did you mean '{close[0]}'?" if close else ""
-            raise ctx.error(path, f"expected one of {', '.join(m['choices'])}, found "
-                                  f"{_found(v)}{hint}")
-        return v
+        return _to_choice(v, m["choices"], path, ctx)
     if kind in ("time", "frequency", "size", "bandwidth"):
         try:
             q = parse_quantity(v, kind)

@@ -17,7 +17,8 @@ from ..components.trace import (TR_AAU_ALLOC, TR_AAU_STALL, TR_DAM_CLAIM, TR_DAM
                                 TR_TB_WAIT, TR_XBAR)
 from ..engine.state import WAIT_REASON_NAMES
 from ..simulation import RunObserver
-from .records import ACTIVITY_NAMES, PACKET_KIND_NAMES, WAIT_NAMES, Names, flags_mask, select
+from ..components.packet import PACKET_KIND_NAMES
+from .records import ACTIVITY_NAMES, WAIT_NAMES, Names, flags_mask, select
 
 
 class DebugPrinter(RunObserver):

@@ -5,7 +5,6 @@ The records themselves are written by the compiled hooks in ``components/trace.p
 """
 import numpy as np
 
-from ..components.packet import PACKET_KIND_NAMES
 from ..components.trace import (ACT_COMM, ACT_COMPUTE, ACT_MEMORY, ACT_RUN, CAT_AAU, CAT_DAM,
                                 CAT_HUB, CAT_LAUNCH, CAT_NVLINK, CAT_RPM, CAT_SM, CAT_SWITCH,
                                 TR_AAU_ALLOC, TR_AAU_STALL, TR_DAM_CLAIM, TR_DAM_READY, TR_HUB_RX,
@@ -64,9 +63,6 @@ class Names:
         place = sim.state.moe_place
         self.window_expert = {int(place[e, 0]) * self.LE + int(place[e, 1]): e
                               for e in range(int(p.num_experts))}
-
-    def slot_gpu(self, slot):
-        return slot // (self.S * self.T)
 
     def slot(self, slot):
         sm = slot // self.T
