@@ -81,8 +81,10 @@ def test_trace_window_filter_and_size_bound(tmp_path):
     small = tmp_path / "small"
     _run(small, "trace.enabled=true", "trace.max_events=500")
     events, other = _events(small)
-    assert other["events"] == 500 and other["dropped_events"] > 0
-    assert sum(e["ph"] != "M" for e in events) == 500
+    assert other["dropped_events"] > 0
+    bounded = [e for e in events if e["ph"] != "M" and e.get("cat") not in ("launch", "phase")]
+    assert len(bounded) == 500   # the few launch and phase spans are always written
+    assert any(e.get("cat") == "launch" for e in events)
 
 
 def test_observing_a_run_changes_nothing(tmp_path):

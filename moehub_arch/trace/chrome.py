@@ -39,22 +39,23 @@ class ChromeTraceWriter:
         self._first = False
         self._f.write(json.dumps(event, separators=(",", ":")))
 
-    def add(self, event):
-        """Write one event; False (and counted as dropped) once max_events were written."""
-        if self.events >= self.max_events:
+    def add(self, event, force=False):
+        """Write one event; False (and counted as dropped) once max_events were written, unless
+        `force` (the few summary spans written at the end: launches, phases)."""
+        if self.events >= self.max_events and not force:
             self.dropped += 1
             return False
         self.events += 1
         self._write(event)
         return True
 
-    def span(self, pid, tid, name, start, end, args=None, cat="sim"):
+    def span(self, pid, tid, name, start, end, args=None, cat="sim", force=False):
         """A complete event ("X") from tick `start` to tick `end`."""
         ev = {"ph": "X", "pid": pid, "tid": tid, "name": name, "cat": cat, "ts": us(start),
               "dur": us(end - start)}
         if args:
             ev["args"] = args
-        return self.add(ev)
+        return self.add(ev, force)
 
     def counter(self, pid, name, tick, values):
         """A counter sample ("C"); `values` maps series name -> number."""

@@ -51,6 +51,7 @@ class Timeline(RunObserver):
         self.open_tb = {}      # slot -> [start tick, kernel name, TB index, launch]
         self.open_act = {}     # slot -> [start tick, activity name]
         self.named_slots = set()
+        self.truncated = False
 
     # ---- run hooks --------------------------------------------------------------------------
     def on_start(self, sim):
@@ -73,10 +74,10 @@ class Timeline(RunObserver):
             return None
         if not self.active:
             return self.window_start
-        stops = [self.next_sample]
+        stops = [] if self.truncated else [self.next_sample]
         if self.cfg.stop:
             stops.append(self.cfg.stop)
-        return min(stops)
+        return min(stops) if stops else None
 
     def on_pause(self, sim, tick, events, wall_seconds):
         t = sim.exact_tick
@@ -86,7 +87,7 @@ class Timeline(RunObserver):
             self._open_window(sim, t)
         elif self.active and t == self.cfg.stop:
             self._close_window(sim, t)
-        elif self.active and t == self.next_sample:
+        elif self.active and t == self.next_sample and not self.truncated:
             self._sample(sim, t)
             self.next_sample = t + self.cfg.counter_period
 
@@ -162,9 +163,11 @@ class Timeline(RunObserver):
         self.window_end = tick
 
     def _truncate(self, sim):
-        """The event budget is spent: stop recording (the file stays valid)."""
+        """The event budget is spent: stop recording and sampling (the file stays valid; the
+        launch and phase spans are still written at the end)."""
         sim.set_trace_categories(self, 0)
         self.components.discard("sm")
+        self.truncated = True
 
     # ---- thread-block spans -----------------------------------------------------------------
     def _slot_track(self, slot):
@@ -199,6 +202,8 @@ class Timeline(RunObserver):
 
     # ---- counters ---------------------------------------------------------------------------
     def _sample(self, sim, tick):
+        if self.truncated:
+            return
         values = self.sampler.sample(sim.state, tick)
         if self.last_values is None:
             changed = range(len(values))
@@ -210,6 +215,8 @@ class Timeline(RunObserver):
             pid, name = keys[i]
             v = float(values[i])
             self.writer.counter(pid, name, tick, {"value": int(v) if v.is_integer() else v})
+        if self.writer.full:
+            self._truncate(sim)
 
     # ---- launches and phases (from the launch table, exact) ---------------------------------
     def _clip(self, start, end):
@@ -232,7 +239,7 @@ class Timeline(RunObserver):
                 if (pid, tid) not in named:
                     named.add((pid, tid))
                     self.writer.thread(pid, tid, f"stream {li.stream} kernels")
-                self.writer.span(pid, tid, li.kernel, *span, cat="launch",
+                self.writer.span(pid, tid, li.kernel, *span, cat="launch", force=True,
                                  args={"launch": li.index, "tbs": li.grid})
         layer = sim.layer
         if "phases" in self.components and layer is not None:
@@ -250,5 +257,5 @@ class Timeline(RunObserver):
                         continue
                     pid, tid = GPU_PID_BASE + g, PHASE_TID_BASE + i
                     self.writer.thread(pid, tid, f"phase {phase}")
-                    self.writer.span(pid, tid, phase, *span, cat="phase",
+                    self.writer.span(pid, tid, phase, *span, cat="phase", force=True,
                                      args={"kernels": list(kernels)})
