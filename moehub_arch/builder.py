@@ -8,6 +8,7 @@ sizes of every bounded queue.
 import numpy as np
 import attrs
 
+from .components.trace import TRACE_COLUMNS
 from .engine.clock import period_fs
 from .engine.events import NUM_EVENT_KINDS, new_event_queue
 from .engine.state import (DAM_HIST_BINS, GPU, HBM_CHANNEL, LAUNCH, LINK_CHANNEL, MOE_ROW,
@@ -403,6 +404,7 @@ def build_state(cfg, program, seed=None, presets=None):
         req=new_records(REQUEST, G * R), pk=new_records(PACKET, npk),
         pk_free=np.arange(npk, dtype=np.int64)[::-1].copy(),
         **_moe_state(cfg, params[0], L, rxq_cap),
+        trace=np.zeros((1, TRACE_COLUMNS), np.int64),  # sized when something records (trace/)
     )
     return st, buffers, launches
 

@@ -33,6 +33,7 @@ from .hbm import hbm_access, hbm_latency_ticks, hbm_transfer, move_bytes, read_w
 from .nvlink import channel_count_arrival, credit_return, txq_push
 from .packet import (PK_ACK, PK_ATOM_REQ, PK_ATOM_RESP, PK_GET_REQ, PK_GET_RESP, PK_PUT, PK_STORE,
                      packet_alloc, packet_flits, packet_free)
+from .trace import CAT_HUB, TR_HUB_RX, TR_HUB_TX, trace_event
 from .wakeups import hub_kick, tb_resume
 from .waiters import notify_stores
 
@@ -192,6 +193,7 @@ def hub_packetize(st, g, tick):
     pk.ready = ready + st.p[0].hub_tx_latency_ticks
     gp.hub_tx_packets += 1
     gp.hub_tx_payload += pk.payload
+    trace_event(st, CAT_HUB, TR_HUB_TX, g, pk.kind, dst, tick)
     txq_push(st, c, pkt, tick)
     if gp.reqq_count > 0 or gp.respq_count > 0:
         hub_kick(st, g, tick + st.p[0].hub_ticks_per_packet)
@@ -257,6 +259,7 @@ def hub_receive(st, g, c, pkt, tick):
     free_at = t  # when the packet leaves the receive buffer (credits go back)
     gp.hub_rx_packets += 1
     gp.hub_rx_payload += n
+    trace_event(st, CAT_HUB, TR_HUB_RX, g, kind, pk.src, tick)
     if kind == PK_PUT or kind == PK_GET_RESP:
         if gp.hub_rx_first < 0:
             gp.hub_rx_first = tick

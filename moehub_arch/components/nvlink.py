@@ -18,6 +18,7 @@ from ..engine.jit import compiled, inline
 
 from ..engine.clock import bytes_ticks
 from ..engine.events import EV_CH_ARRIVE, push
+from .trace import CAT_NVLINK, TR_LINK_TX, trace_event
 from .wakeups import ch_kick, hub_kick, rpm_kick, switch_output_freed
 
 
@@ -130,6 +131,7 @@ def channel_transmit(st, c, tick):
         # the switch handles a packet once it has crossed the input stage (switch.py)
         arrive += p.switch_traversal_ticks
     push(st, arrive, EV_CH_ARRIVE, pkt, c)
+    trace_event(st, CAT_NVLINK, TR_LINK_TX, c, pk.kind, pk.payload, tick)
     # a slot freed in this FIFO: wake whoever waits to fill it
     if ch.to_switch:
         gp = st.gpu[ch.gpu]

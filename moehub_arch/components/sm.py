@@ -41,6 +41,7 @@ from .moehub.aau import aau_retry, record_address, slot_address
 from .moehub.dam import CLAIM_WAIT, dam_claim, dam_release
 from .moehub.rpm import rpm_accept, rpm_end_of_stream
 from .scheduler import block_exit
+from .trace import TR_TB_WAIT, trace_issue, trace_tb
 from .waiters import compare, notify_stores
 from .wakeups import sm_wake, tb_resume
 
@@ -173,6 +174,7 @@ def sm_issue(st, sm, tick):
         if st.sm_unit_free[sm, unit] > tick:
             continue
         _execute(st, slot, sm, tick, cyc)
+        trace_issue(st, slot, unit, tick)
         issued += 1
         st.sm[sm].rr = (j + 1) % T
         if issued >= st.p[0].issue_width or st.sys[0].err_code != 0:
@@ -205,6 +207,7 @@ def local_done(st, slot, tick):
 def _block(st, slot, state, tick):
     st.tb[slot].state = state
     st.tb[slot].wait_start = tick
+    trace_tb(st, slot, TR_TB_WAIT, state, 0, tick)
 
 
 @inline

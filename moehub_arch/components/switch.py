@@ -17,6 +17,7 @@ from ..engine.jit import compiled, inline
 
 from ..engine.state import ROUTE_FIRST, ROUTE_N, ROUTE_RR
 from .nvlink import channel_count_arrival, credit_return, txq_push
+from .trace import CAT_SWITCH, TR_XBAR, trace_event
 from .wakeups import xbar_kick
 
 
@@ -70,6 +71,7 @@ def _cross(st, c, tick):
         ch.rxq_count -= 1
         credit_return(st, c, pk.flits, tick + p.link_latency_ticks)
         pk.ready = tick
+        trace_event(st, CAT_SWITCH, TR_XBAR, c, out, pk.dst, tick)
         txq_push(st, out, pkt, tick)
 
 

@@ -10,6 +10,7 @@ from ..engine.jit import compiled
 from ..engine.clock import align_up
 from ..engine.events import EV_CH_TX, EV_HUB_TX, EV_RPM_TX, EV_SM_ISSUE, EV_XBAR, push
 from ..engine.state import TB_READY
+from .trace import TR_TB_RESUME, trace_tb
 
 
 @compiled
@@ -31,6 +32,7 @@ def tb_resume(st, slot, tick, reason):
     tb.state = TB_READY
     if tick > tb.ready:
         tb.ready = tick
+    trace_tb(st, slot, TR_TB_RESUME, reason, 0, tb.ready)
     sm_wake(st, sm, tb.ready)
 
 

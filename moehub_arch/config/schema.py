@@ -1,8 +1,8 @@
 """The configuration schema: frozen attrs classes, one per config section.
 
 Each field carries metadata that the loader (loader.py) uses to convert and check the YAML value:
-`kind` (int, int_or_expr, float, str, choice, time, frequency, size, bandwidth, node, list, named, params,
-int_tuple, str_tuple, opt_int, opt_int_tuple), an optional lower bound `min`, the `choices` of a
+`kind` (int, int_or_expr, float, bool, str, choice, choice_tuple, time, frequency, size, bandwidth,
+node, list, named, params, int_tuple, str_tuple, opt_int, opt_int_tuple), an optional lower bound `min`, the `choices` of a
 choice field, the nested class `cls` of node/list/named fields, and a one-line `doc`.
 
 System fields have no defaults on purpose: every hardware number must come from a config file,
@@ -274,6 +274,47 @@ class RunConfig:
                            2_000_000, min=1)
 
 
+# ------------------------------------------------------------------- observing a run
+TRACE_COMPONENTS = ("sm", "launches", "phases", "nvlink", "hub", "switch")
+# debug flags, gem5 style (moehub_arch/trace/records.py maps them to record categories)
+DEBUG_FLAGS = ("SM", "Launch", "NVLink", "Switch", "Hub", "RPM", "AAU", "DAM", "MoEHub", "All")
+
+
+@attrs.frozen
+class TraceConfig:
+    enabled: bool = _f("bool", "write trace.json, a timeline in Chrome trace-event format for "
+                       "ui.perfetto.dev (`moehub-sim run --trace`)", False)
+    start: int = _f("time", "timeline window: first simulated time shown", 0, min=0)
+    stop: int = _f("time", "timeline window: last simulated time shown (0 = end of the run)", 0,
+                   min=0)
+    gpus: tuple | None = _f("opt_int_tuple", "GPUs shown (default: every GPU); switches are shown "
+                            "when the component list has switch", None, min=0)
+    components: tuple = _f("choice_tuple", "what the timeline shows: sm (thread-block residency "
+                           "and activity per TB slot, SM occupancy counters), launches (kernel "
+                           "spans per stream), phases (MoE layer phases), nvlink (utilisation "
+                           "per link direction), hub (queue and window occupancy), switch (port "
+                           "queues)", TRACE_COMPONENTS, choices=TRACE_COMPONENTS)
+    counter_period: int = _f("time", "sampling period of the counters (link utilisation over the "
+                             "period, occupancies at the sampled instant)", 100_000, min=1)
+    max_events: int = _f("int", "most trace events written (bounds the file at roughly 100 B per "
+                         "event); the rest is dropped with a warning", 2_000_000, min=1)
+
+
+@attrs.frozen
+class DebugConfig:
+    flags: tuple = _f("choice_tuple", "components whose events are printed, one line each "
+                      "(`--debug-flags Hub,NVLink`; MoEHub = RPM,AAU,DAM)", (), choices=DEBUG_FLAGS)
+    start: int = _f("time", "first simulated time printed (`--debug-start`)", 0, min=0)
+    file: str = _f("str", "where the lines go: a file name (relative to the output directory, as "
+                   "gem5's --debug-file) or '' for standard error", "")
+
+
+@attrs.frozen
+class StatsConfig:
+    dump_period: int = _f("time", "gem5-style periodic stat dumps: every period the stats as they "
+                          "are then go to stats_dumps.txt / stats_dumps.csv (0 = off)", 0, min=0)
+
+
 # ---------------------------------------------------------------------------------- root
 @attrs.frozen
 class Config:
@@ -283,6 +324,9 @@ class Config:
                      choices=("none", "deepep", "overlap", "moehub"))
     workload: WorkloadConfig = _f("node", "what runs on it", WorkloadConfig(), cls=WorkloadConfig)
     run: RunConfig = _f("node", "how the simulation runs", RunConfig(), cls=RunConfig)
+    stats: StatsConfig = _f("node", "statistics output", StatsConfig(), cls=StatsConfig)
+    trace: TraceConfig = _f("node", "timeline of the run (trace.json)", TraceConfig(), cls=TraceConfig)
+    debug: DebugConfig = _f("node", "debug output per component", DebugConfig(), cls=DebugConfig)
     source_files: tuple = attrs.field(default=(), metadata={"kind": "internal"})
 
     def to_dict(self) -> dict:

@@ -24,6 +24,7 @@ STATUS_BATCH = 1      # max_events processed; call again
 STATUS_GROW = 2       # event queue nearly full; grow it and call again
 STATUS_ERROR = 3      # a handler recorded a runtime error in st.err
 STATUS_TICK_LIMIT = 4  # next event lies beyond the tick limit
+STATUS_TRACE_FULL = 5  # the trace record buffer needs draining (components/trace.py)
 
 
 @compiled
@@ -69,4 +70,6 @@ def run_loop(st, max_events, headroom, tick_limit):
             dam_tile_ready(st, a0, a1, tick)
         if sy.err_code != 0:
             return STATUS_ERROR
+        if sy.trace_full != 0:
+            return STATUS_TRACE_FULL
     return STATUS_BATCH

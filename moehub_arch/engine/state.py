@@ -48,11 +48,15 @@ PARAMS = _record(
     "win_addr", "rec_addr", "record_bytes", "records_cap",
     "rpm_merge_bytes", "rpm_flush_ticks", "rpm_ring", "rpm_header_bytes", "rpm_ticks_per_packet",
     "rpm_policy", "aau_alloc_ticks", "aau_staging", "dam_notify_ticks",
+    # event records for timelines and debug output (components/trace.py): categories recorded
+    # (0: off, set by Python between batches) and the fill level that returns to Python
+    "trace_mask", "trace_limit",
 )
 
 # Whole-run bookkeeping: event-queue counters, packet-pool stack top, the first runtime error.
 SYSTEM = _record("q_size", "q_next_seq", "q_events", "q_now", "q_peak", "pk_top", "pk_peak",
-                 "err_code", "err_slot", "err_pc", "err_value")
+                 "err_code", "err_slot", "err_pc", "err_value",
+                 "trace_n", "trace_full", "trace_lost")  # records in State.trace (components/trace.py)
 
 # Thread-block slots (T per SM).
 THREAD_BLOCK = _record(
@@ -64,6 +68,7 @@ THREAD_BLOCK = _record(
     "wait_addr", "wait_cmp", "wait_value",  # flag-wait condition (wait.* instructions)
     "wait_start",   # tick at which the current wait began (wait-time stats)
     "smem_base", "smem_bytes",  # the TB's shared-memory allocation within its SM
+    "trace_act",    # activity last recorded for the timeline (components/trace.py ACT_*)
 )
 
 SM = _record(
@@ -163,6 +168,7 @@ State = namedtuple("State", [
     # row descriptors [G * G * ring]; windows [G * LE]; tiles [G * LE * tiles_per_window];
     # AAU pending packets [G, cap]; histograms [G, RPM_HIST_BINS], [G, DAM_HIST_BINS]
     "moe_place", "stream", "mrow", "win", "tile", "aau_q", "rpm_hist", "dam_hist",
+    "trace",        # [capacity, TRACE_COLUMNS] event records, drained by Python (components/trace.py)
 ])
 
 # thread-block states
