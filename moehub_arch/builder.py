@@ -392,7 +392,7 @@ def build_state(cfg, program, seed=None, presets=None):
         sm_unit_busy=np.zeros((NSM, NUM_UNITS), np.int64),
         sm_wait=np.zeros((NSM, NUM_WAIT_REASONS), np.int64),
         ln=ln, ln_params=ln_params, ln_per_sm=np.zeros((NL, S), np.int64),
-        gpu=gpus, hbm_mem=hbm_mem, smem=smem,
+        gpu=gpus, wait_list=np.zeros((G, 2, NT // G), np.int64), hbm_mem=hbm_mem, smem=smem,
         hbm_chan=new_records(HBM_CHANNEL, G * gpu.hbm.channels),
         ch=ch, txq=np.zeros((nch, int(ch.txq_cap.max())), np.int64),
         rxq=np.zeros((nch, rxq_cap), np.int64),

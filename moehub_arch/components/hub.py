@@ -28,7 +28,7 @@ before its ``fence``; within that contract this equals a snapshot at send time.
 from ..engine.jit import compiled, inline
 
 from ..engine.state import (RESP_KIND, RESP_READY, RESP_REQ, ROUTE_FIRST, ROUTE_N, ROUTE_RR,
-                            TB_WAIT_FENCE, TB_WAIT_HUB, WAIT_FENCE, WAIT_HUB, WAIT_REMOTE)
+                            TB_WAIT_FENCE, WAIT_FENCE, WAIT_HUB, WAIT_REMOTE, WAITLIST_HUB)
 from .hbm import hbm_access, hbm_latency_ticks, hbm_transfer, move_bytes, read_word, write_word
 from .nvlink import channel_count_arrival, credit_return, txq_push
 from .packet import (PK_ACK, PK_ATOM_REQ, PK_ATOM_RESP, PK_GET_REQ, PK_GET_RESP, PK_PUT, PK_STORE,
@@ -212,15 +212,13 @@ def _data_packet(st, g, pk, rq, off, tick):
 
 @compiled
 def wake_hub_waiters(st, g, tick):
-    """Request-table or FIFO space freed: TBs stalled on the hub retry their instruction."""
+    """Request-table or FIFO space freed: TBs stalled on the hub retry their instruction (in the
+    order they stalled)."""
     gp = st.gpu[g]
-    if gp.hub_tb_waiters == 0:
-        return
-    per_gpu = st.p[0].sms_per_gpu * st.p[0].slots_per_sm
-    for slot in range(g * per_gpu, (g + 1) * per_gpu):
-        if st.tb[slot].state == TB_WAIT_HUB:
-            gp.hub_tb_waiters -= 1
-            tb_resume(st, slot, tick, WAIT_HUB)
+    n = gp.hub_tb_waiters
+    gp.hub_tb_waiters = 0
+    for i in range(n):
+        tb_resume(st, st.wait_list[g, WAITLIST_HUB, i], tick, WAIT_HUB)
 
 
 @compiled

@@ -155,6 +155,7 @@ State = namedtuple("State", [
     "sm", "sm_unit_free", "sm_unit_busy", "sm_wait",  # [SMs] SM; [SMs, units] x2; [SMs, reasons]
     "ln", "ln_params", "ln_per_sm",                   # [launches] LAUNCH; params; TBs per SM
     "gpu",          # [G] GPU
+    "wait_list",    # [G, 2, TB slots per GPU] sleeping TBs: WAITLIST_FLAG, WAITLIST_HUB
     "hbm_mem", "smem",  # functional storage: [G, backed bytes], [SMs, smem bytes or 0] uint8
     "hbm_chan",     # [G * C] HBM_CHANNEL
     "ch", "txq", "rxq",  # [channels] LINK_CHANNEL; FIFOs of packet ids
@@ -173,6 +174,9 @@ State = namedtuple("State", [
 
 # thread-block states
 TB_EMPTY, TB_READY, TB_WAIT_FLAG, TB_WAIT_FENCE, TB_WAIT_REMOTE, TB_WAIT_HUB, TB_WAIT_CLAIM = range(7)
+# per-GPU lists of sleeping TBs (State.wait_list[g, list]): flag waiters, TBs stalled on the hub
+WAITLIST_FLAG, WAITLIST_HUB = 0, 1
+
 # wait reasons for stats (column of State.sm_wait)
 WAIT_FLAG, WAIT_FENCE, WAIT_REMOTE, WAIT_HUB, WAIT_CLAIM = range(5)
 NUM_WAIT_REASONS = 5
