@@ -8,6 +8,10 @@ buffer space in flits; the receiver returns them (after one link latency) when t
 buffer, so a slow receiver throttles the sender and nothing is ever dropped. Assumption: credits
 travel in reverse-direction link-layer control words and cost no data bandwidth.
 
+Packets on the wire of one channel arrive in transmission order (same latency, serialised), so a
+channel keeps them in a FIFO (State.wire) and only the head packet's arrival is scheduled (the
+channel's arrival timer), instead of one queued event per packet in flight.
+
 Returned credits are not events: the receiver files each return (tick it reaches the sender,
 flits) in the channel's credit-return list (State.credit_ret, kept in tick order), and the
 transmitter adds every return that has matured whenever it looks at its credits. Only a transmitter
@@ -17,7 +21,7 @@ credit loop as one event per return, with two events fewer per packet (the two h
 from ..engine.jit import compiled, inline
 
 from ..engine.clock import bytes_ticks
-from ..engine.events import EV_CH_ARRIVE, push
+from ..engine.events import timer_set
 from .trace import CAT_NVLINK, TR_LINK_TX, trace_event
 from .wakeups import ch_kick, hub_kick, rpm_kick, switch_output_freed
 
@@ -130,7 +134,13 @@ def channel_transmit(st, c, tick):
     if ch.to_switch:
         # the switch handles a packet once it has crossed the input stage (switch.py)
         arrive += p.switch_traversal_ticks
-    push(st, arrive, EV_CH_ARRIVE, pkt, c)
+    # on the wire: packets of one channel arrive in the order they were sent, so the channel
+    # keeps them in a FIFO and only its head has an arrival event (a small event queue)
+    pk.ready = arrive
+    st.wire[c, (ch.wire_head + ch.wire_count) % st.wire.shape[1]] = pkt
+    ch.wire_count += 1
+    if ch.wire_count == 1:
+        timer_set(st, p.tm_ch_arrive + c, arrive)
     trace_event(st, CAT_NVLINK, TR_LINK_TX, c, pk.kind, pk.payload, tick)
     # a slot freed in this FIFO: wake whoever waits to fill it
     if ch.to_switch:
@@ -147,6 +157,19 @@ def channel_transmit(st, c, tick):
         switch_output_freed(st, ch.switch, ch.gpu, tick)
     if ch.txq_count > 0:
         ch_kick(st, c, tick + ser)
+
+
+@compiled
+def channel_arrival(st, c):
+    """EV_CH_ARRIVE: the packet at the head of channel c's wire FIFO reached the far end; the
+    next one (if any) gets its arrival event. Returns the packet."""
+    ch = st.ch[c]
+    pkt = st.wire[c, ch.wire_head]
+    ch.wire_head = (ch.wire_head + 1) % st.wire.shape[1]
+    ch.wire_count -= 1
+    if ch.wire_count > 0:
+        timer_set(st, st.p[0].tm_ch_arrive + c, st.pk[st.wire[c, ch.wire_head]].ready)
+    return pkt
 
 
 @compiled

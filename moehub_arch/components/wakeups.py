@@ -1,14 +1,14 @@
 """Wake-up helpers: schedule a block's next activation without duplicate events.
 
 Following Akita's "smart ticking", an idle block schedules nothing; whoever gives it work calls its
-kick/wake function here. Each block records the tick of its one pending activation, so a second
-kick for a later or equal tick costs no event, and an activation superseded by an earlier one is
-recognised as stale when it fires (its tick no longer matches the record).
+kick/wake function here. Each block has one component timer (engine.events) and records the tick
+it is set for, so a second kick for a later or equal tick costs nothing and an earlier one moves
+the timer (no stale event is left behind).
 """
 from ..engine.jit import compiled
 
 from ..engine.clock import align_up
-from ..engine.events import EV_CH_TX, EV_HUB_TX, EV_RPM_TX, EV_SM_ISSUE, EV_XBAR, push
+from ..engine.events import timer_set
 from ..engine.state import TB_READY
 from .trace import TR_TB_RESUME, trace_tb
 
@@ -20,7 +20,7 @@ def sm_wake(st, sm, tick):
     s = st.sm[sm]
     if s.next_issue < 0 or t < s.next_issue:
         s.next_issue = t
-        push(st, t, EV_SM_ISSUE, sm, 0)
+        timer_set(st, sm, t)
 
 
 @compiled
@@ -44,7 +44,7 @@ def hub_kick(st, g, tick):
         return
     if gp.hub_next_tx < 0 or tick < gp.hub_next_tx:
         gp.hub_next_tx = tick
-        push(st, tick, EV_HUB_TX, g, 0)
+        timer_set(st, st.p[0].tm_hub + g, tick)
 
 
 @compiled
@@ -55,7 +55,7 @@ def rpm_kick(st, g, tick):
         return
     if gp.rpm_next_tx < 0 or tick < gp.rpm_next_tx:
         gp.rpm_next_tx = tick
-        push(st, tick, EV_RPM_TX, g, 0)
+        timer_set(st, st.p[0].tm_rpm + g, tick)
 
 
 @compiled
@@ -68,7 +68,7 @@ def ch_kick(st, c, tick):
         t = ch.busy_until
     if ch.tx_at < 0 or t < ch.tx_at:
         ch.tx_at = t
-        push(st, t, EV_CH_TX, c, 0)
+        timer_set(st, st.p[0].tm_ch_tx + c, t)
 
 
 @compiled
@@ -78,7 +78,7 @@ def xbar_kick(st, c, tick):
     if ch.xbar_pending:
         return
     ch.xbar_pending = 1
-    push(st, tick, EV_XBAR, c, 0)
+    timer_set(st, st.p[0].tm_xbar + c, tick)
 
 
 @compiled

@@ -51,6 +51,8 @@ PARAMS = _record(
     # event records for timelines and debug output (components/trace.py): categories recorded
     # (0: off, set by Python between batches) and the fill level that returns to Python
     "trace_mask", "trace_limit",
+    # first timer index of each block kind (engine.events: component timers; SMs start at 0)
+    "tm_ch_tx", "tm_ch_arrive", "tm_xbar", "tm_hub", "tm_rpm", "tm_count",
 )
 
 # Whole-run bookkeeping: event-queue counters, packet-pool stack top, the first runtime error.
@@ -108,6 +110,7 @@ LINK_CHANNEL = _record(
     "busy_until", "credits",
     "cr_head", "cr_count",                    # credit returns in flight (ids in State.credit_ret)
     "txq_head", "txq_count", "txq_cap",       # transmit FIFO (ids in State.txq)
+    "wire_head", "wire_count",                # packets on the wire, in order (ids in State.wire)
     "rxq_head", "rxq_count",                  # switch input buffer (ids in State.rxq)
     "tx_at", "xbar_pending", "xbar_blocked", "xbar_blocked_since",
     "credit_blocked", "credit_blocked_since",
@@ -150,6 +153,7 @@ State = namedtuple("State", [
     "sys",          # [1] SYSTEM
     "q",            # [capacity, 5] event heap (engine.events)
     "ev_count",     # [event kinds] events processed per kind (engine.events.EVENT_NAMES)
+    "timer", "timer_tree",  # [leaves, 2] component timers (tick, seq); [2 * leaves] their tree
     "code",         # [instructions, ROW_WIDTH] assembled program
     "tb", "regs",   # [slots] THREAD_BLOCK, [slots, NUM_REGS] registers
     "sm", "sm_unit_free", "sm_unit_busy", "sm_wait",  # [SMs] SM; [SMs, units] x2; [SMs, reasons]
@@ -159,6 +163,7 @@ State = namedtuple("State", [
     "hbm_mem", "smem",  # functional storage: [G, backed bytes], [SMs, smem bytes or 0] uint8
     "hbm_chan",     # [G * C] HBM_CHANNEL
     "ch", "txq", "rxq",  # [channels] LINK_CHANNEL; FIFOs of packet ids
+    "wire",         # [channels, rx_buffer_flits] packets in flight on each channel, in order
     "credit_ret",   # [channels, rx_buffer_flits, 2] credit returns in tick order: (tick, flits)
     "gpu_routes", "sw_routes", "sw_inputs",  # routing (see ROUTE_*); sw_inputs[s, 0] = count
     "sw_wait",      # [switches * G, 2 + inputs] input ports blocked per (switch, destination):
