@@ -223,10 +223,12 @@ class DeepepSchemeConfig:
 
 @attrs.frozen
 class OverlapSchemeConfig:
-    comm_tbs: int = _f("int", "thread blocks of the persistent kernel that send token rows; the "
-                       "others compute expert tiles as their rows arrive", 16, min=1)
-    compute_tbs: int = _f("int", "thread blocks of the persistent kernel that compute expert "
-                          "tiles", 112, min=1)
+    comm_sms: int = _f("int", "SMs' worth of communication TBs, as DeepEP's comm_sms: channels = "
+                       "comm_sms / 2, one sender TB per (channel, peer) and one receiver TB per "
+                       "(channel, source)", 20, min=2)
+    ring_rows: int = _f("int", "rows of each (channel, peer) ring buffer", 64, min=1)
+    compute_tbs: int = _f("int", "persistent GEMM thread blocks per GPU (each needs most of an "
+                          "SM's shared memory: at most one per SM is resident)", 132, min=1)
 
 
 @attrs.frozen
