@@ -207,8 +207,9 @@ class RoutingConfig:
 class MoehubSchemeConfig:
     dispatch_tbs: int = _f("int", "router/dispatch thread blocks per GPU (each sends a stride of "
                            "tokens with send_to_expert)", 32, min=1)
-    expert_tbs: int = _f("int", "expert thread blocks per GPU, dealt round-robin to the local "
-                         "experts (rounded up to a multiple of them)", 128, min=1)
+    expert_tbs: int = _f("int", "GEMM worker thread blocks per GPU (moehub_expert; each needs "
+                         "most of an SM's shared memory: at most one per SM is resident); the "
+                         "claimers are extra, one per local expert", 132, min=1)
 
 
 @attrs.frozen
