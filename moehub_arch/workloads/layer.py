@@ -150,23 +150,24 @@ def common_buffers(s):
 
 
 def shared_expert_launches(s, cfg, stream):
-    """The shared experts on their own stream (they need no communication): the gate/up jobs,
-    then the down jobs (the kernel boundary is the barrier between them)."""
+    """The shared experts on their own stream (they need no communication): one kernel of gate/up
+    and down jobs (moe_common.s shared_ffn)."""
     if not s.shared:
         return [], []
-    tbs = cfg.workload.layer.shared_tbs
     T, Is = s.tokens, s.shared_ffn
-    bufs = [_buf("hs", s.shared * T * Is * 2, dtype="bf16")]
-    common = (("tokens", T), ("hidden", s.hidden), ("ffn", Is), ("experts", s.shared),
-              ("tile_rows", s.tile_rows), ("n_tile", s.n_tile))
-    up = LaunchConfig(kernel="shared_gate_up", grid=tbs, stream=stream, params=(
-        ("x", "@x"), ("wg", "@ws_gate"), ("wu", "@ws_up"), ("hs", "@hs")) + common)
-    down = LaunchConfig(kernel="shared_down", grid=tbs, stream=stream, params=(
-        ("wd", "@ws_down"), ("hs", "@hs"), ("ys", "@ys"), ("acct", "@acct")) + common)
-    return bufs, [up, down]
+    tiles = s.shared * -(-T // s.tile_rows)
+    bufs = [_buf("hs", s.shared * T * Is * 2, dtype="bf16"),
+            _buf("shared_jobs", (2 + tiles) * 8, region="control", dtype="i64")]
+    ffn = LaunchConfig(kernel="shared_ffn", grid=cfg.workload.layer.shared_tbs, stream=stream,
+                       params=(("x", "@x"), ("wg", "@ws_gate"), ("wu", "@ws_up"),
+                               ("wd", "@ws_down"), ("hs", "@hs"), ("ys", "@ys"),
+                               ("jobs", "@shared_jobs"), ("acct", "@acct"), ("tokens", T),
+                               ("hidden", s.hidden), ("ffn", Is), ("experts", s.shared),
+                               ("tile_rows", s.tile_rows), ("n_tile", s.n_tile)))
+    return bufs, [ffn]
 
 
-SHARED_KERNELS = ("shared_gate_up", "shared_down")
+SHARED_KERNELS = ("shared_ffn",)
 GROUPED_KERNELS = ("grouped_tiles", "grouped_gate_up", "grouped_down")
 
 

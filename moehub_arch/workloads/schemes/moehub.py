@@ -35,11 +35,13 @@ def plan(layer):
     # streams: 0 dispatch; 1 the shared experts (no routed rows needed: they overlap everything);
     # 2 the claimers; 3 the GEMM workers, then the combine. All start with the layer.
     sbufs, shared = shared_expert_launches(s, cfg, stream=1)
+    # the shared experts are placed first: the persistent GEMM workers would otherwise hold every
+    # SM until the end
     launches = [
+        *shared,
         LaunchConfig(kernel="moehub_dispatch", grid=opts.dispatch_tbs, stream=0, params=(
             ("x", "@x"), ("topk_idx", "@topk_idx"), ("tokens", s.tokens), ("topk", s.top_k),
             ("hidden", s.hidden), ("acct", "@acct"))),
-        *shared,
         LaunchConfig(kernel="moehub_claim", grid=El, stream=2, params=(
             ("tq", "@tq"), ("local_experts", El), ("workers", workers))),
         LaunchConfig(kernel="moehub_expert", grid=workers, stream=3, params=(

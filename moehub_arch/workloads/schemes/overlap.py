@@ -60,10 +60,12 @@ def plan(layer):
             ("hidden", H), ("ffn", I), ("tile_rows", tile), ("n_tile", s.n_tile),
             ("epoch", EPOCH))),
     ]
+    # the shared experts are launched (placed) before the persistent GEMM blocks, which would
+    # otherwise hold every SM until the end: they run while the counts are exchanged and rows move
     sbufs, shared = shared_expert_launches(s, cfg, stream=1)
     return SchemePlan(
         buffers=tuple(buffers + sbufs),
-        launches=tuple(launches + shared + [combine_launch(s, cfg, stream=3)]),
+        launches=tuple(shared + launches + [combine_launch(s, cfg, stream=3)]),
         kernel_files=(DEEPEP_KERNELS, KERNELS), n_tile=s.n_tile,
         phases={"mediation": ("deepep_layout", "deepep_notify"),
                 "dispatch": ("deepep_dispatch", "overlap_receive"),

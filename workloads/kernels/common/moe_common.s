@@ -21,93 +21,22 @@
 # L2 (mma subops): a job reads its A rows through the L2 unless it is the tile's first gate/up job
 # (the first reader), and its weights through the L2 unless it works on row tile 0 (first touch).
 
-# shared_gate_up: jobs (s, tile, q) dealt round-robin to the TBs: hs[s][rows][q cols] =
-# silu(X Wg[s][q]) * (X Wu[s][q]) as bf16 (hs [S][T][Is] row-major).
-.kernel shared_gate_up
+# shared_ffn: the shared experts as one kernel of dynamically taken jobs (an atomic counter), so
+# that once its TBs are placed they finish the whole FFN (two stream-ordered kernels would let a
+# concurrent persistent kernel take the SMs between them). Shared tile u = s * row_tiles + row
+# tile; jobs are numbered in blocks of J = Ju + Jd: block b holds the gate/up jobs of tile b
+# (q < Ju: hs[s][rows][q cols] = bf16(silu(X Wg[s][q]) * (X Wu[s][q]))) and then the down jobs of
+# tile b - 1 (c: ys[s][rows][c cols] = bf16(hs[s][rows] Wd[s][c]) over the full Is), which wait
+# until all Ju gate/up jobs of their tile are done (jobs word 2 + u counts them).
+# jobs (control): word 0 jobs taken, 1 unused, then one counter per shared tile.
+.kernel shared_ffn
 .param x
-.param wg
+.param wg                    # [S][Is/n][H][n] bf16
 .param wu
-.param hs
-.param tokens
-.param hidden
-.param ffn                   # Is
-.param experts               # S
-.param tile_rows
-.param n_tile
-.smem 160KB                  # G, U [tile][n] f32 + Hq [tile][n] bf16
-    mov r8, %smem                # r8 = G
-    mul r20, %tile_rows, %n_tile
-    shl r21, r20, 2
-    add r9, r8, r21              # r9 = U
-    add r10, r9, r21             # r10 = Hq
-    shl r18, %hidden, 1          # r18 = x row bytes
-    shl r25, %n_tile, 1          # r25 = Hq row bytes
-    shl r26, %ffn, 1             # r26 = hs row bytes
-    mul r27, %hidden, %n_tile
-    shl r27, r27, 1              # r27 = bytes of one [H][n] weight tile
-    div r24, %ffn, %n_tile       # r24 = gate/up jobs per row tile
-    sub r1, %tile_rows, 1
-    add r1, r1, %tokens
-    div r28, r1, %tile_rows      # r28 = row tiles
-    mul r29, r28, r24            # r29 = jobs per shared expert
-    mul r30, r29, %experts       # r30 = jobs
-    mov r1, %tb                  # r1 = job
-job:
-    bge r1, r30, end
-    div r2, r1, r29              # r2 = s
-    rem r3, r1, r29
-    div r4, r3, r24              # r4 = row tile
-    rem r5, r3, r24              # r5 = q
-    mul r6, r4, %tile_rows       # r6 = first token
-    sub r13, %tokens, r6
-    min r13, r13, %tile_rows     # r13 = rows
-    mul r14, r6, r18
-    add r14, r14, %x             # r14 = A: the tile's rows
-    mul r7, r2, r24
-    add r7, r7, r5
-    mul r7, r7, r27              # r7 = offset of weight tile (s, q)
-    add r11, r7, %wg
-    add r12, r7, %wu
-    mul r16, r13, %n_tile        # r16 = rows * n
-    vzero.f32 r8, r16
-    vzero.f32 r9, r16
-    bne r5, 0, a_l2
-    bne r4, 0, first_a
-    mma.bf16 r8, r14, r11, r13, %n_tile, %hidden
-    mma.bf16 r9, r14, r12, r13, %n_tile, %hidden
-    bra act
-first_a:
-    mma.bf16.bl2 r8, r14, r11, r13, %n_tile, %hidden
-    mma.bf16.bl2 r9, r14, r12, r13, %n_tile, %hidden
-    bra act
-a_l2:
-    bne r4, 0, both_l2
-    mma.bf16.al2 r8, r14, r11, r13, %n_tile, %hidden
-    mma.bf16.al2 r9, r14, r12, r13, %n_tile, %hidden
-    bra act
-both_l2:
-    mma.bf16.l2 r8, r14, r11, r13, %n_tile, %hidden
-    mma.bf16.l2 r9, r14, r12, r13, %n_tile, %hidden
-act:
-    vsilu_mul.bf16.f32 r10, r8, r9, r16
-    mul r15, r2, %tokens
-    add r15, r15, r6
-    mul r15, r15, r26
-    mul r17, r5, r25
-    add r15, r15, r17
-    add r15, r15, %hs            # r15 = hs[s][t0][q * n]
-    copy2d r15, r10, r13, r25, r26, r25
-    add r1, r1, %ntb
-    bra job
-end:
-    exit
-
-# shared_down: jobs (s, tile, c): ys[s][rows][c cols] = bf16(hs[s][rows] Wd[s][c]); starts after
-# shared_gate_up (same stream), so every column of hs is there.
-.kernel shared_down
-.param wd
-.param hs
+.param wd                    # [S][H/n][Is][n] bf16
+.param hs                    # [S][T][Is] bf16
 .param ys                    # [S][T][H] bf16
+.param jobs
 .param acct
 .param tokens
 .param hidden
@@ -115,57 +44,112 @@ end:
 .param experts               # S
 .param tile_rows
 .param n_tile
-.smem 96KB                   # Y [tile][n] f32 + Yq [tile][n] bf16
-    mov r8, %smem                # r8 = Y
+.smem 160KB                  # G, U [tile][n] f32 + Hq [tile][n] bf16, or Y + Yq
+    mov r8, %smem                # r8 = G (gate/up) or Y (down)
     mul r20, %tile_rows, %n_tile
     shl r21, r20, 2
-    add r9, r8, r21              # r9 = Yq
-    shl r18, %hidden, 1          # r18 = ys row bytes
-    shl r25, %n_tile, 1          # r25 = Yq row bytes
+    add r9, r8, r21              # r9 = U, or Yq (down)
+    add r10, r9, r21             # r10 = Hq
+    shl r18, %hidden, 1          # r18 = x / ys row bytes
+    shl r25, %n_tile, 1          # r25 = bytes of one row of a job's output
     shl r26, %ffn, 1             # r26 = hs row bytes
-    mul r27, %ffn, %n_tile
-    shl r27, r27, 1              # r27 = bytes of one [Is][n] weight tile
-    div r24, %hidden, %n_tile    # r24 = down jobs per row tile
+    div r24, %ffn, %n_tile       # r24 = Ju
+    div r23, %hidden, %n_tile    # r23 = Jd
+    add r22, r24, r23            # r22 = J, jobs per block
     sub r1, %tile_rows, 1
     add r1, r1, %tokens
-    div r28, r1, %tile_rows      # r28 = row tiles
-    mul r29, r28, r24
-    mul r30, r29, %experts       # r30 = jobs
-    mov r1, %tb
+    div r28, r1, %tile_rows      # r28 = row tiles per shared expert
+    mul r29, r28, %experts       # r29 = shared tiles
+    add r30, r29, 1
+    mul r30, r30, r22            # r30 = jobs (block `tiles` holds the last down jobs)
 job:
+    atom.add r1, %gpu, [%jobs], 1
     bge r1, r30, end
-    div r2, r1, r29              # r2 = s
-    rem r3, r1, r29
-    div r4, r3, r24              # r4 = row tile
-    rem r5, r3, r24              # r5 = c
+    div r2, r1, r22              # r2 = block b
+    rem r5, r1, r22              # r5 = job in block
+    blt r5, r24, gate_up
+    sub r2, r2, 1                # a down job: its tile is b - 1
+    blt r2, 0, job
+    sub r5, r5, r24              # r5 = c
+    bra tile
+gate_up:
+    bge r2, r29, job             # block `tiles` has only down jobs
+tile:
+    div r3, r2, r28              # r3 = s
+    rem r4, r2, r28              # r4 = row tile
     mul r6, r4, %tile_rows       # r6 = first token
     sub r13, %tokens, r6
     min r13, r13, %tile_rows     # r13 = rows
-    mul r14, r2, %tokens
-    add r14, r14, r6
-    mul r14, r14, r26
-    add r14, r14, %hs            # r14 = A: hs[s][t0]
-    mul r7, r2, r24
-    add r7, r7, r5
-    mul r7, r7, r27
-    add r11, r7, %wd             # r11 = weight tile (s, c)
     mul r16, r13, %n_tile        # r16 = rows * n
+    shl r11, r2, 3
+    add r11, r11, %jobs
+    add r11, r11, 16             # r11 = the tile's gate/up counter
+    mul r15, r3, %tokens
+    add r15, r15, r6             # r15 = row index s * T + t0 in hs / ys
+    rem r7, r1, r22
+    bge r7, r24, down
+# ---- gate/up job q = r5
+    mul r14, r6, r18
+    add r14, r14, %x             # r14 = A: the tile's rows of x
+    mul r7, r3, r24
+    add r7, r7, r5
+    mul r12, %hidden, %n_tile
+    shl r12, r12, 1
+    mul r7, r7, r12              # r7 = offset of weight tile (s, q)
+    add r12, r7, %wu
+    add r7, r7, %wg
+    vzero.f32 r8, r16
+    vzero.f32 r9, r16
+    bne r5, 0, a_l2
+    bne r4, 0, first_a
+    mma.bf16 r8, r14, r7, r13, %n_tile, %hidden
+    mma.bf16 r9, r14, r12, r13, %n_tile, %hidden
+    bra act
+first_a:
+    mma.bf16.bl2 r8, r14, r7, r13, %n_tile, %hidden
+    mma.bf16.bl2 r9, r14, r12, r13, %n_tile, %hidden
+    bra act
+a_l2:
+    bne r4, 0, both_l2
+    mma.bf16.al2 r8, r14, r7, r13, %n_tile, %hidden
+    mma.bf16.al2 r9, r14, r12, r13, %n_tile, %hidden
+    bra act
+both_l2:
+    mma.bf16.l2 r8, r14, r7, r13, %n_tile, %hidden
+    mma.bf16.l2 r9, r14, r12, r13, %n_tile, %hidden
+act:
+    vsilu_mul.bf16.f32 r10, r8, r9, r16
+    mul r14, r15, r26
+    mul r17, r5, r25
+    add r14, r14, r17
+    add r14, r14, %hs            # r14 = hs[s][t0][q * n]
+    copy2d r14, r10, r13, r25, r26, r25
+    atom.add r14, %gpu, [r11], 1 # gate/up jobs done (after the copy: the TB waited for it)
+    bra job
+# ---- down job c = r5
+down:
+    wait.ge [r11], r24           # every column of the tile's hs is there
+    mul r14, r15, r26
+    add r14, r14, %hs            # r14 = A: hs[s][t0]
+    mul r7, r3, r23
+    add r7, r7, r5
+    mul r12, %ffn, %n_tile
+    shl r12, r12, 1
+    mul r7, r7, r12
+    add r7, r7, %wd              # r7 = weight tile (s, c)
     vzero.f32 r8, r16
     bne r4, 0, warm
-    mma.bf16.al2 r8, r14, r11, r13, %n_tile, %ffn
+    mma.bf16.al2 r8, r14, r7, r13, %n_tile, %ffn
     bra out
 warm:
-    mma.bf16.l2 r8, r14, r11, r13, %n_tile, %ffn
+    mma.bf16.l2 r8, r14, r7, r13, %n_tile, %ffn
 out:
     vcvt.bf16.f32 r9, r8, r16
-    mul r15, r2, %tokens
-    add r15, r15, r6
-    mul r15, r15, r18
+    mul r14, r15, r18
     mul r17, r5, r25
-    add r15, r15, r17
-    add r15, r15, %ys            # r15 = ys[s][t0][c * n]
-    copy2d r15, r9, r13, r25, r18, r25
-    add r1, r1, %ntb
+    add r14, r14, r17
+    add r14, r14, %ys            # r14 = ys[s][t0][c * n]
+    copy2d r14, r9, r13, r25, r18, r25
     bra job
 end:
     red.add %gpu, [%acct+40], 1  # acct word 5: shared-expert TBs finished (moe_combine waits)
@@ -186,7 +170,7 @@ end:
 .param topk
 .param hidden
 .param shared
-.param shared_tbs            # thread blocks of shared_down (they count themselves in acct word 5)
+.param shared_tbs            # thread blocks of shared_ffn (they count themselves in acct word 5)
     beq %shared, 0, routed_ready
     wait.ge [%acct+40], %shared_tbs  # the shared experts' outputs are written
 routed_ready:

@@ -16,7 +16,7 @@
 #   deepep_combine   per received token: fp32 weighted sum of its local expert outputs, one bf16
 #                    row put back to the token's home GPU; the last TB raises done[me] everywhere
 #   deepep_reduce    at home: out = shared experts + partial rows of the ranks, ascending rank
-# Stream 1: the shared experts (shared_gate_up, shared_down in ../common/moe_common.s). There is no
+# Stream 1: the shared experts (shared_ffn in ../common/moe_common.s). There is no
 # cross-stream event: deepep_reduce reads their output ys at the end of the layer, long after the
 # shared experts (which start with the layer) finished.
 #
@@ -830,7 +830,7 @@ leave:
 .param tokens
 .param hidden
 .param shared
-.param shared_tbs            # thread blocks of shared_down (they count themselves in acct word 5)
+.param shared_tbs            # thread blocks of shared_ffn (they count themselves in acct word 5)
     beq %shared, 0, shared_ready
     wait.ge [%acct+40], %shared_tbs  # the shared experts' outputs are written
 shared_ready:
