@@ -370,3 +370,21 @@ def test_config_is_frozen():
     assert isinstance(cfg, Config)
     with pytest.raises(Exception):
         cfg.system.num_gpus = 4
+
+
+def test_every_shipped_config_loads():
+    """Every run config under configs/ (sweep files and the layer_common.yaml fragment aside) loads
+    without error; the layer experiments keep their settings when they change system."""
+    root = data_root() / "configs"
+    paths = [p for p in sorted(root.rglob("*.yaml"))
+             if "sweeps" not in p.parts and p.name != "layer_common.yaml"]
+    assert len(paths) > 30
+    for p in paths:
+        load_config(p)
+    layer = root / "experiments" / "layer"
+    dgx = load_config(layer / "deepseek_v3_4096_moehub.yaml")
+    gh = load_config(layer / "deepseek_v3_4096_moehub_gh200_nvl32.yaml")
+    assert (dgx.system.num_gpus, gh.system.num_gpus) == (8, 32)
+    for cfg in (dgx, gh):
+        assert cfg.system.gpu.hub.moe.dam.tile_rows == 128
+        assert cfg.workload.layer.moehub.expert_tbs == 132

@@ -6,7 +6,7 @@ import pytest
 
 from moehub_arch.engine.state import TB_EMPTY
 
-from conftest import mini_system, model_stats, read_stats_json, run_cli, simulate
+from conftest import load, mini_system, model_stats, read_stats_json, run_cli, simulate
 
 # A 4-GPU all-to-all small enough for the pure-Python engine (a few thousand events).
 ALLTOALL_SMALL = mini_system(num_gpus=4, num_sms=4, links=2) + [
@@ -122,3 +122,49 @@ def test_streams_order_launches_and_let_other_streams_run_concurrently():
     assert sum(s[f"system.gpu0.sm{i}.tbs_launched"] for i in range(2)) == 12
     # 8 TBs compete for 2 SMs x 4 slots while launches 0 and 2 overlap: the tensor units are shared
     assert end[0] - start[0] > s["system.gpu0.launch1.ticks"]
+
+
+def test_packet_trains_conserve_bytes_and_packets_and_deliver_the_same_data(medium):
+    """run.packet_train = 4 simulates four full packets as one record: the hubs and every GPU's
+    links together count the same packets and bytes as the exact run (trains carry their packet
+    count; a train may take another link than its packets would), both ends of every link agree,
+    the data lands intact and the end state is clean."""
+    sets = ALLTOALL_MEDIUM + ["workload.mode=functional", "workload.buffers.send.init=random",
+                              "workload.buffers.send.dtype=u8", "run.packet_train=4"]
+    sim = simulate("ubench/alltoall.yaml", *sets)
+    s, exact = sim.stats, medium.stats
+    G, L, B = 4, 4, 262144
+    counts = ("packets", "wire_bytes", "payload_bytes")
+
+    def per_gpu(t):
+        return [(sum(t[f"system.gpu{g}.nvlink{l}.{d}_{w}"] for l in range(L)),
+                 t[f"system.gpu{g}.hub.{d}_payload_bytes"])
+                for g in range(G) for d in ("tx", "rx") for w in counts]
+    assert per_gpu(s) == per_gpu(exact)
+    for c in range(sim.state.ch.shape[0]):
+        ch = sim.state.ch[c]
+        if ch.to_switch:
+            g, link, sw, port = int(ch.gpu), (c // 2) % L, int(ch.switch), int(ch.port)
+            for w in counts:
+                assert s[f"system.gpu{g}.nvlink{link}.tx_{w}"] == s[f"system.switch{sw}.port{port}.rx_{w}"]
+                assert s[f"system.switch{sw}.port{port}.tx_{w}"] == s[f"system.gpu{g}.nvlink{link}.rx_{w}"]
+    assert s["simEvents"] < exact["simEvents"] / 2
+    for dst in range(G):
+        recv = sim.buffer_bytes(dst, "recv")
+        for src in range(G):
+            assert np.array_equal(recv[src * B:(src + 1) * B],
+                                  sim.buffer_bytes(src, "send")[dst * B:(dst + 1) * B]), (src, dst)
+    st = sim.state
+    assert (st.ch.credits == sim.cfg.system.nvlink.rx_buffer_flits).all()
+    assert int(st.sys[0].pk_top) == st.pk_free.shape[0]
+
+
+def test_packet_train_of_one_is_the_exact_model(medium):
+    again = simulate("ubench/alltoall.yaml", *ALLTOALL_MEDIUM, "run.packet_train=1")
+    assert model_stats(again.stats) == model_stats(medium.stats)
+
+
+def test_packet_train_longer_than_the_receive_buffer_is_an_input_error():
+    from moehub_arch.config import ConfigError
+    with pytest.raises(ConfigError, match=r"run\.packet_train.*at most \d+, found 64"):
+        load("ubench/alltoall.yaml", "run.packet_train=64")

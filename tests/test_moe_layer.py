@@ -113,3 +113,12 @@ def test_layer_config_errors_are_clear(tmp_path, overrides, key, words):
     r = run_cli("run", f"configs/{FUNCTIONAL}", "-o", tmp_path, *args)
     assert r.returncode == 2, r.stderr
     assert "Traceback" not in r.stderr and key in r.stderr and words in r.stderr
+
+
+@pytest.mark.parametrize("scheme", ["moehub", "deepep", "overlap"])
+def test_packet_trains_keep_every_scheme_correct(scheme):
+    """run.packet_train > 1 is a timing approximation only: every row still lands once and the
+    layer output still equals the reference."""
+    s = simulate(FUNCTIONAL, f"scheme={scheme}", "run.packet_train=4").stats
+    assert s["system.moe.output_max_abs_error"] <= 1e-6 * s["system.moe.output_max_abs_reference"]
+    assert s["system.moe.rows_combined"] == PAIRS

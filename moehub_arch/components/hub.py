@@ -63,7 +63,7 @@ def hub_submit(st, g, kind, slot, dst_gpu, dst_addr, src_addr, nbytes, value, re
     rq.pkts_arrived = 0
     rq.value = value
     rq.ret_reg = ret_reg
-    mp = st.p[0].max_payload
+    mp = st.p[0].max_payload * st.p[0].packet_train   # one (train of) packet(s)
     if kind == REQ_PUT or kind == REQ_GET:
         rq.pkts_total = (nbytes + mp - 1) // mp
     else:
@@ -99,7 +99,7 @@ def pick_channel(st, g, dst, advance):
     n = route[ROUTE_N]
     for k in range(n):
         c = route[ROUTE_FIRST + (route[ROUTE_RR] + k) % n]
-        if st.ch[c].txq_count < st.ch[c].txq_cap:
+        if st.ch[c].txq_pkts + st.p[0].packet_train <= st.ch[c].txq_cap:
             if advance:
                 route[ROUTE_RR] = (route[ROUTE_RR] + k + 1) % n
             return c
@@ -189,21 +189,21 @@ def hub_packetize(st, g, tick):
             gp.reqq_head = (gp.reqq_head + 1) % st.reqq.shape[1]
             gp.reqq_count -= 1
             wake_hub_waiters(st, g, tick)
-    pk.flits = packet_flits(st, pk.payload)
+    pk.flits, pk.npk = packet_flits(st, pk.payload, st.p[0].max_payload)
     pk.ready = ready + st.p[0].hub_tx_latency_ticks
-    gp.hub_tx_packets += 1
+    gp.hub_tx_packets += pk.npk
     gp.hub_tx_payload += pk.payload
     trace_event(st, CAT_HUB, TR_HUB_TX, g, pk.kind, dst, tick)
     txq_push(st, c, pkt, tick)
     if gp.reqq_count > 0 or gp.respq_count > 0:
-        hub_kick(st, g, tick + st.p[0].hub_ticks_per_packet)
+        hub_kick(st, g, tick + pk.npk * st.p[0].hub_ticks_per_packet)
 
 
 @compiled
 def _data_packet(st, g, pk, rq, off, tick):
     """Fill pk with the next chunk (from byte `off`) of a put or get response; the payload is read
     from local HBM: returns when it is ready to send."""
-    n = min(rq.length - off, st.p[0].max_payload)
+    n = min(rq.length - off, st.p[0].max_payload * st.p[0].packet_train)
     pk.addr = rq.dst_addr + off
     pk.src_addr = rq.src_addr + off
     pk.payload = n
@@ -255,7 +255,7 @@ def hub_receive(st, g, c, pkt, tick):
     n = pk.payload
     addr = pk.addr
     free_at = t  # when the packet leaves the receive buffer (credits go back)
-    gp.hub_rx_packets += 1
+    gp.hub_rx_packets += pk.npk
     gp.hub_rx_payload += n
     trace_event(st, CAT_HUB, TR_HUB_RX, g, kind, pk.src, tick)
     if kind == PK_PUT or kind == PK_GET_RESP:

@@ -31,8 +31,9 @@ def txq_push(st, c, pkt, tick):
     ch = st.ch[c]
     st.txq[c, (ch.txq_head + ch.txq_count) % ch.txq_cap] = pkt
     ch.txq_count += 1
-    if ch.txq_count > ch.txq_peak:
-        ch.txq_peak = ch.txq_count
+    ch.txq_pkts += st.pk[pkt].npk
+    if ch.txq_pkts > ch.txq_peak:
+        ch.txq_peak = ch.txq_pkts
     ch_kick(st, c, tick)
 
 
@@ -122,11 +123,12 @@ def channel_transmit(st, c, tick):
     # transmit
     ch.txq_head = (ch.txq_head + 1) % ch.txq_cap
     ch.txq_count -= 1
+    ch.txq_pkts -= pk.npk
     ch.credits -= pk.flits
     wire = pk.flits * p.flit_bytes
     ser = bytes_ticks(wire, p.link_fs_per_byte)
     ch.busy_until = tick + ser
-    ch.tx_packets += 1
+    ch.tx_packets += pk.npk
     ch.tx_wire_bytes += wire
     ch.tx_payload_bytes += pk.payload
     ch.tx_busy += ser
@@ -176,6 +178,6 @@ def channel_arrival(st, c):
 def channel_count_arrival(st, c, pkt):
     ch = st.ch[c]
     pk = st.pk[pkt]
-    ch.rx_packets += 1
+    ch.rx_packets += pk.npk
     ch.rx_wire_bytes += pk.flits * st.p[0].flit_bytes
     ch.rx_payload_bytes += pk.payload

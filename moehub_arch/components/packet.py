@@ -1,5 +1,12 @@
 """Link-level packets: a fixed pool (no allocation in the run loop) and the packet kinds.
 
+Packet trains (run.packet_train = k > 1, a documented approximation): a put's or a stream's
+consecutive full packets travel as one simulated packet of up to k packets (`npk` counts them).
+Link serialisation, header and flit overhead, credits and every byte and packet statistic are the
+same as for k separate packets; what is approximated is that a train moves through each hop as a
+unit (store-and-forward of the whole train, one arbitration decision per train). Per-packet
+simulation (k = 1, the default) is exact; tools/bench.py measures the error of k > 1.
+
 The pool is sized by the builder to the number of packets the fabric can hold at once (every
 transmit queue full plus every receive buffer full), so allocation never fails: a packet that has no
 room to go anywhere waits upstream (back-pressure), it is never dropped.
@@ -37,7 +44,18 @@ def packet_free(st, pkt):
 
 
 @compiled
-def packet_flits(st, payload):
-    """Flits on the wire for a packet with `payload` bytes: header plus payload, in whole flits."""
+def packet_flits(st, payload, unit):
+    """(flits, packets) on the wire for `payload` bytes sent as link packets of at most `unit`
+    payload bytes each: one packet, or a train of them (run.packet_train). Every packet carries a
+    header and occupies whole flits, so a train costs exactly what its packets cost."""
     p = st.p[0]
-    return (p.header_bytes + payload + p.flit_bytes - 1) // p.flit_bytes
+    F = p.flit_bytes
+    if payload <= 0:
+        return (p.header_bytes + F - 1) // F, 1
+    full = payload // unit
+    rem = payload - full * unit
+    flits = full * ((p.header_bytes + unit + F - 1) // F)
+    if rem > 0:
+        flits += (p.header_bytes + rem + F - 1) // F
+        full += 1
+    return flits, full

@@ -32,7 +32,7 @@ from ..isa.encoding import (ATOM_RED_ADD, NUM_GENERAL_REGS, ALU_ADD, ALU_AND, AL
                             SEM_COPY, SEM_COPY2D, SEM_EXIT, SEM_FENCE, SEM_FLAG_SET, SEM_GET,
                             SEM_LD, SEM_MMA, SEM_PUT, SEM_SLEEP, SEM_ST, SEM_VEC, SEM_WAIT,
                             SEM_CLAIM, SEM_NOTIFY, SEM_SEND_EXPERT, SEM_SEND_HOME, NOTIFY_EOS,
-                            SMEM_ADDR_BIT, SUBOP, THR, UNIT, DTYPE, DTYPE_DST_SHIFT, DTYPE_SRC_MASK, MMA_A_L2, MMA_B_L2, MMA_L2, VEC_ADD,
+                            SMEM_ADDR_BIT, SUBOP, THR, UNIT, DTYPE, DTYPE_DST_SHIFT, DTYPE_SRC_MASK, MMA_A_L2, MMA_B_L2, MMA_L2, MMA_RA, MMA_RA_B_L2, VEC_ADD,
                             VEC_AXPY, VEC_CVT, VEC_MUL,
                             VEC_SILU_MUL, VEC_ZERO)
 from .hbm import (copy_overlapping, hbm_access, hbm_backed, l2_access, move_bytes, raise_error,
@@ -370,11 +370,13 @@ def _execute(st, slot, sm, tick, cyc):
         if (not _check_range(st, slot, a_addr, m * k * es) or not _check_range(st, slot, b_addr, k * n * es)
                 or not _check_range(st, slot, c_addr, m * n * 4)):
             return
-        if (sub == MMA_L2 or sub == MMA_A_L2) and not _is_smem(a_addr):
+        if sub == MMA_RA or sub == MMA_RA_B_L2:
+            ra = tick   # the same A tile as the previous mma: already on chip (a fused mainloop)
+        elif (sub == MMA_L2 or sub == MMA_A_L2) and not _is_smem(a_addr):
             ra = l2_access(st, g, m * k * es, tick)   # a row tile several TBs share: L2 hits
         else:
             ra = _access(st, g, a_addr, m * k * es, tick, False)
-        if (sub == MMA_B_L2 or sub == MMA_L2) and not _is_smem(b_addr):
+        if (sub == MMA_B_L2 or sub == MMA_L2 or sub == MMA_RA_B_L2) and not _is_smem(b_addr):
             rb = l2_access(st, g, k * n * es, tick)   # weights shared by many tiles: L2 hits
         else:
             rb = _access(st, g, b_addr, k * n * es, tick, False)

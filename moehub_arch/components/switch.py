@@ -57,7 +57,7 @@ def _cross(st, c, tick):
         out = -1
         for k in range(n):
             cand = route[ROUTE_FIRST + (route[ROUTE_RR] + k) % n]
-            if st.ch[cand].txq_count < st.ch[cand].txq_cap:
+            if st.ch[cand].txq_pkts + p.packet_train <= st.ch[cand].txq_cap:
                 out = cand
                 route[ROUTE_RR] = (route[ROUTE_RR] + k + 1) % n
                 break

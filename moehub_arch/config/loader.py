@@ -390,6 +390,17 @@ def _check(cfg: Config, ctx: _Ctx):
         raise ctx.error(("system", "nvlink", "rx_buffer_flits"),
                         f"expected at least {max_packet_flits} flits (one largest packet: header + "
                         f"max payload), found {nv.rx_buffer_flits}; a smaller buffer deadlocks")
+    train = cfg.run.packet_train
+    if train > 1:
+        room = min(nv.rx_buffer_flits // max_packet_flits, nv.tx_queue_packets,
+                   sw.output_queue_packets)
+        if train > room:
+            raise ctx.error(("run", "packet_train"),
+                            f"a train of {train} packets must fit a link's receive buffer "
+                            f"({nv.rx_buffer_flits} flits = {nv.rx_buffer_flits // max_packet_flits} "
+                            f"largest packets) and its transmit and switch output queues "
+                            f"({nv.tx_queue_packets}, {sw.output_queue_packets} packets); expected "
+                            f"at most {room}, found {train}")
     _check_moe(cfg, ctx)
     _check_trace(cfg, ctx)
     for li, lc in enumerate(cfg.workload.launches):

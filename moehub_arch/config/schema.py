@@ -275,6 +275,11 @@ class RunConfig:
     max_events: int = _f("int", "stop after this many events (0 = unlimited)", 0, min=0)
     batch_events: int = _f("int", "events per compiled-loop call between progress reports",
                            2_000_000, min=1)
+    packet_train: int = _f("int", "simulate up to this many consecutive full link packets of one "
+                           "transfer as one train (one event per hop): bandwidth, header and flit "
+                           "overhead, credits and packet statistics stay exact; store-and-forward "
+                           "and arbitration per train are an approximation (tools/bench.py "
+                           "measures its error). 1 = every packet simulated (exact)", 1, min=1)
 
 
 # ------------------------------------------------------------------- observing a run

@@ -51,6 +51,7 @@ PARAMS = _record(
     # event records for timelines and debug output (components/trace.py): categories recorded
     # (0: off, set by Python between batches) and the fill level that returns to Python
     "trace_mask", "trace_limit",
+    "packet_train",  # link packets simulated as one (run.packet_train; 1 = exact)
     # first timer index of each block kind (engine.events: component timers; SMs start at 0)
     "tm_ch_tx", "tm_ch_arrive", "tm_xbar", "tm_hub", "tm_rpm", "tm_count",
 )
@@ -110,6 +111,7 @@ LINK_CHANNEL = _record(
     "busy_until", "credits",
     "cr_head", "cr_count",                    # credit returns in flight (ids in State.credit_ret)
     "txq_head", "txq_count", "txq_cap",       # transmit FIFO (ids in State.txq)
+    "txq_pkts",                               # link packets queued (trains count their packets)
     "wire_head", "wire_count",                # packets on the wire, in order (ids in State.wire)
     "rxq_head", "rxq_count",                  # switch input buffer (ids in State.rxq)
     "tx_at", "xbar_pending", "xbar_blocked", "xbar_blocked_since",
@@ -141,7 +143,7 @@ REQUEST = _record("kind", "slot", "src_gpu", "dst_gpu", "dst_addr", "src_addr", 
                   "resp_sent", "pkts_total", "pkts_arrived", "value", "ret_reg")
 
 PACKET = _record("kind", "req", "src", "dst", "addr", "src_addr", "payload", "flits", "ready",
-                 "value")
+                 "value", "npk")  # npk: link packets it stands for (1, or a train: run.packet_train)
 
 # route tables: column 0 = number of candidates, column 1 = round-robin pointer, then candidates
 ROUTE_N, ROUTE_RR, ROUTE_FIRST = 0, 1, 2

@@ -163,7 +163,9 @@ MMA_PLAIN = 0  # A and B from HBM
 MMA_B_L2 = 1   # B through the L2
 MMA_L2 = 2     # A and B through the L2
 MMA_A_L2 = 3   # A through the L2, B from HBM (e.g. the first touch of an expert's weights)
-MMA_NAMES = ("plain", "b_l2", "l2", "a_l2")
+MMA_RA = 4     # A reused from the previous mma (already on chip: no memory traffic), B from HBM
+MMA_RA_B_L2 = 5  # A reused, B through the L2
+MMA_NAMES = ("plain", "b_l2", "l2", "a_l2", "ra", "ra_b_l2")
 
 # atomic sub-operations
 ATOM_ADD = 0       # fetch-and-add: the TB waits for the old value

@@ -43,7 +43,7 @@ def aau_receive(st, g, c, pkt, tick):
     pk = st.pk[pkt]
     pk.ready = tick + st.p[0].hub_rx_latency_ticks   # ready to be processed by the AAU
     gp = st.gpu[g]
-    gp.hub_rx_packets += 1
+    gp.hub_rx_packets += pk.npk
     done = _process(st, g, pkt, pk.ready)
     if done >= 0:
         _leave_link(st, g, c, pkt, done)

@@ -95,7 +95,7 @@ def _sendable(st, s, tick):
         return -1 if (sr.eos_pending and not sr.eos_sent) else 0
     full = min(p.max_payload, p.rpm_merge_bytes)
     if avail >= full:
-        return full
+        return min(avail // full, p.packet_train) * full   # one packet, or a train of them
     if sr.eos_pending or tick - sr.oldest >= p.rpm_flush_ticks:
         return avail
     return 0
@@ -168,12 +168,13 @@ def rpm_packetize(st, g, tick):
             rpm_kick(st, g, next_flush)
         return
     gp.rpm_rr = (best + 1) % G
-    _emit(st, g, best, tick)
-    rpm_kick(st, g, tick + p.rpm_ticks_per_packet)
+    npk = _emit(st, g, best, tick)
+    rpm_kick(st, g, tick + npk * p.rpm_ticks_per_packet)
 
 
 @compiled
 def _emit(st, g, d, tick):
+    """Build and send the next packet (or train) of stream g -> d; returns its link packets."""
     p = st.p[0]
     gp = st.gpu[g]
     s = g * p.num_gpus + d
@@ -213,9 +214,9 @@ def _emit(st, g, d, tick):
         if sr.sent < sr.accepted:
             sr.oldest = st.mrow[s * p.rpm_ring + row_at(st, s, sr.sent) % p.rpm_ring].accept_tick
         gp.rpm_payload += n
-    pk.flits = packet_flits(st, pk.payload)
+    pk.flits, pk.npk = packet_flits(st, pk.payload, min(p.max_payload, p.rpm_merge_bytes))
     pk.ready = ready + p.hub_tx_latency_ticks
-    gp.rpm_packets += 1
+    gp.rpm_packets += pk.npk
     gp.rpm_wire += pk.flits * p.flit_bytes
     trace_event(st, CAT_RPM, TR_RPM_TX, g, d, pk.payload, tick)
     if d == g:
@@ -224,3 +225,4 @@ def _emit(st, g, d, tick):
     else:
         c = pick_channel(st, g, d, True)
         txq_push(st, c, pkt, tick)
+    return pk.npk

@@ -103,20 +103,20 @@ tile:
     bne r5, 0, a_l2
     bne r4, 0, first_a
     mma.bf16 r8, r14, r7, r13, %n_tile, %hidden
-    mma.bf16 r9, r14, r12, r13, %n_tile, %hidden
+    mma.bf16.ra r9, r14, r12, r13, %n_tile, %hidden
     bra act
 first_a:
     mma.bf16.bl2 r8, r14, r7, r13, %n_tile, %hidden
-    mma.bf16.bl2 r9, r14, r12, r13, %n_tile, %hidden
+    mma.bf16.ra.bl2 r9, r14, r12, r13, %n_tile, %hidden
     bra act
 a_l2:
     bne r4, 0, both_l2
     mma.bf16.al2 r8, r14, r7, r13, %n_tile, %hidden
-    mma.bf16.al2 r9, r14, r12, r13, %n_tile, %hidden
+    mma.bf16.ra r9, r14, r12, r13, %n_tile, %hidden
     bra act
 both_l2:
     mma.bf16.l2 r8, r14, r7, r13, %n_tile, %hidden
-    mma.bf16.l2 r9, r14, r12, r13, %n_tile, %hidden
+    mma.bf16.ra.bl2 r9, r14, r12, r13, %n_tile, %hidden
 act:
     vsilu_mul.bf16.f32 r10, r8, r9, r16
     mul r14, r15, r26
@@ -329,20 +329,20 @@ job:
     bne r5, 0, a_l2              # job 0 of a tile reads its rows from HBM, the others via L2
     beq r17, 0, b_l2
     mma.bf16 r8, r14, r11, r13, %n_tile, %hidden
-    mma.bf16 r9, r14, r7, r13, %n_tile, %hidden
+    mma.bf16.ra r9, r14, r7, r13, %n_tile, %hidden
     bra act
 b_l2:
     mma.bf16.bl2 r8, r14, r11, r13, %n_tile, %hidden
-    mma.bf16.bl2 r9, r14, r7, r13, %n_tile, %hidden
+    mma.bf16.ra.bl2 r9, r14, r7, r13, %n_tile, %hidden
     bra act
 a_l2:
     beq r17, 0, both_l2
     mma.bf16.al2 r8, r14, r11, r13, %n_tile, %hidden
-    mma.bf16.al2 r9, r14, r7, r13, %n_tile, %hidden
+    mma.bf16.ra r9, r14, r7, r13, %n_tile, %hidden
     bra act
 both_l2:
     mma.bf16.l2 r8, r14, r11, r13, %n_tile, %hidden
-    mma.bf16.l2 r9, r14, r7, r13, %n_tile, %hidden
+    mma.bf16.ra.bl2 r9, r14, r7, r13, %n_tile, %hidden
 act:
     vsilu_mul.bf16.f32 r10, r8, r9, r6
     mul r4, r5, r25

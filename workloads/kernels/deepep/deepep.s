@@ -625,20 +625,20 @@ job:
     bne r5, 0, a_l2
     beq r15, 0, first_a
     mma.bf16 r8, r16, r11, r13, %n_tile, %hidden
-    mma.bf16 r9, r16, r7, r13, %n_tile, %hidden
+    mma.bf16.ra r9, r16, r7, r13, %n_tile, %hidden
     bra act
 first_a:
     mma.bf16.bl2 r8, r16, r11, r13, %n_tile, %hidden
-    mma.bf16.bl2 r9, r16, r7, r13, %n_tile, %hidden
+    mma.bf16.ra.bl2 r9, r16, r7, r13, %n_tile, %hidden
     bra act
 a_l2:
     beq r15, 0, both_l2
     mma.bf16.al2 r8, r16, r11, r13, %n_tile, %hidden
-    mma.bf16.al2 r9, r16, r7, r13, %n_tile, %hidden
+    mma.bf16.ra r9, r16, r7, r13, %n_tile, %hidden
     bra act
 both_l2:
     mma.bf16.l2 r8, r16, r11, r13, %n_tile, %hidden
-    mma.bf16.l2 r9, r16, r7, r13, %n_tile, %hidden
+    mma.bf16.ra.bl2 r9, r16, r7, r13, %n_tile, %hidden
 act:
     vsilu_mul.bf16.f32 r10, r8, r9, r17
     mul r6, r12, r26

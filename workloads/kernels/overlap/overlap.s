@@ -222,20 +222,20 @@ entry:
     bne r3, 0, a_l2              # job 0 reads the rows from HBM, the others through the L2
     beq r15, 0, b_l2
     mma.bf16 r8, r16, r5, r13, %n_tile, %hidden
-    mma.bf16 r9, r16, r6, r13, %n_tile, %hidden
+    mma.bf16.ra r9, r16, r6, r13, %n_tile, %hidden
     bra act
 b_l2:
     mma.bf16.bl2 r8, r16, r5, r13, %n_tile, %hidden
-    mma.bf16.bl2 r9, r16, r6, r13, %n_tile, %hidden
+    mma.bf16.ra.bl2 r9, r16, r6, r13, %n_tile, %hidden
     bra act
 a_l2:
     beq r15, 0, both_l2
     mma.bf16.al2 r8, r16, r5, r13, %n_tile, %hidden
-    mma.bf16.al2 r9, r16, r6, r13, %n_tile, %hidden
+    mma.bf16.ra r9, r16, r6, r13, %n_tile, %hidden
     bra act
 both_l2:
     mma.bf16.l2 r8, r16, r5, r13, %n_tile, %hidden
-    mma.bf16.l2 r9, r16, r6, r13, %n_tile, %hidden
+    mma.bf16.ra.bl2 r9, r16, r6, r13, %n_tile, %hidden
 act:
     vsilu_mul.bf16.f32 r10, r8, r9, r7
     mul r4, r12, r24

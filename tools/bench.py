@@ -1,0 +1,228 @@
+#!/usr/bin/env python3
+"""Simulator speed benchmark: a fixed suite of runs, each timed with a warm JIT cache, plus the cold
+compile time, the Numba / pure-Python engine ratio and the growth of wall time with tokens and GPUs.
+
+    python tools/bench.py --quick                  # small suite (a few minutes on 2 cores)
+    python tools/bench.py                          # full suite (real-scale layers; ~1 h on 2 cores)
+    python tools/bench.py --quick --json bench.json --markdown perf.md
+    python tools/bench.py --cases alltoall,dsv3_dgx_h100_deepep --set run.packet_train=4
+
+Every run is `moehub-sim run` in its own process (so each case's peak memory is its own: the
+child's maximum resident set size from wait4). Per case: wall seconds of the run loop with a warm
+JIT cache (stats hostSeconds), warm start (loading the cached engine, hostCompileSeconds), events,
+events/s, simulated instructions/s, peak memory and slowdown (wall seconds per simulated second).
+The cold compile is measured once, on a fresh Numba cache folder: every case runs the same compiled
+engine (one compiled version per argument type), so it is the cold start of any of them. The engine
+ratio runs one small all-to-all under both engines and checks their model stats are identical.
+The sweeps fit wall = a * x^b by least squares on log-log points and report the exponent b.
+
+--json writes {machine, events_per_s, engine_ratio, cold_compile_s, cases: {NAME: {...}},
+sweeps: {...}}; events_per_s is the events-weighted rate over the cases (total events / total
+run-loop seconds). --markdown writes the README's performance table.
+"""
+import argparse
+import json
+import math
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+LAYER = "configs/experiments/layer"
+
+# name -> (config, overrides). Layer configs are the experiment files tools/layer_table.py runs.
+FULL_CASES = {
+    "alltoall": ("configs/ubench/alltoall.yaml", []),
+    "dsv3_dgx_h100_moehub": (f"{LAYER}/deepseek_v3_4096_moehub.yaml", []),
+    "dsv3_dgx_h100_deepep": (f"{LAYER}/deepseek_v3_4096_deepep.yaml", []),
+    "dsv3_dgx_h100_overlap": (f"{LAYER}/deepseek_v3_4096_overlap.yaml", []),
+    "mixtral_8x7b_dgx_h100": (f"{LAYER}/mixtral_8x7b_8192_moehub.yaml", []),
+    "dsv3_gh200_nvl32": (f"{LAYER}/deepseek_v3_4096_moehub_gh200_nvl32.yaml", []),
+}
+QUICK_CASES = {
+    "alltoall": ("configs/ubench/alltoall.yaml", []),
+    "dsv3_dgx_h100_moehub": (f"{LAYER}/deepseek_v3_4096_moehub.yaml", ["workload.layer.tokens_per_gpu=512"]),
+    "dsv3_dgx_h100_deepep": (f"{LAYER}/deepseek_v3_4096_deepep.yaml", ["workload.layer.tokens_per_gpu=512"]),
+}
+# (config, key, points, fixed overrides) per sweep; full and quick. On 2 GPUs each holds 128 of
+# DeepSeek-V3's experts: the hub's record table needs 128 x 127 + 1 entries; same at every point.
+RECORDS_FOR_2_GPUS = "system.gpu.hub.moe.aau.record_table_entries=16384"
+FULL_SWEEPS = {
+    "tokens": (f"{LAYER}/deepseek_v3_4096_moehub.yaml", "workload.layer.tokens_per_gpu",
+               [1024, 2048, 4096, 8192, 16384], []),
+    "gpus": (f"{LAYER}/deepseek_v3_4096_moehub_gh200_nvl32.yaml", "system.num_gpus",
+             [2, 4, 8, 16, 32], ["workload.layer.tokens_per_gpu=1024", RECORDS_FOR_2_GPUS]),
+}
+QUICK_SWEEPS = {
+    "tokens": (f"{LAYER}/deepseek_v3_4096_moehub.yaml", "workload.layer.tokens_per_gpu",
+               [128, 256, 512, 1024], []),
+    "gpus": (f"{LAYER}/deepseek_v3_4096_moehub_gh200_nvl32.yaml", "system.num_gpus",
+             [2, 4, 8, 16], ["workload.layer.tokens_per_gpu=128", RECORDS_FOR_2_GPUS]),
+}
+# the engine ratio's config: small enough for the pure-Python engine (~1e5 events)
+RATIO_CASE = ("configs/ubench/alltoall.yaml", [
+    "workload.buffers.send.bytes=256KB", "workload.buffers.recv.bytes=256KB",
+    "workload.launches.0.params.bytes_per_peer=262144 // ngpu", "workload.launches.0.params.chunk=4096"])
+
+
+def run_sim(config, overrides, engine="numba", env_extra=None):
+    """One `moehub-sim run` in a child process; returns (model+host stats, peak RSS MB, wall s)."""
+    env = dict(os.environ)
+    env.pop("NUMBA_DISABLE_JIT", None)
+    env.update(env_extra or {})
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = [sys.executable, "-m", "moehub_arch", "run", str(REPO / config), "-o", tmp, "--quiet",
+               "--engine", engine] + [f"--set={o}" for o in overrides]
+        t0 = time.perf_counter()
+        with open(Path(tmp) / "_stderr", "w+") as err:
+            proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=err)
+            _, status, usage = os.wait4(proc.pid, 0)     # this child's own peak memory
+            proc.returncode = os.waitstatus_to_exitcode(status)
+            err.seek(0)
+            message = err.read()
+        wall = time.perf_counter() - t0
+        if proc.returncode != 0:
+            sys.exit(f"bench: run failed (exit {proc.returncode}): {' '.join(cmd)}\n{message}")
+        data = json.loads((Path(tmp) / "stats.json").read_text())
+    stats = {k: v["value"] for k, v in data.items()}
+    peak_mb = usage.ru_maxrss / 1024 if sys.platform != "darwin" else usage.ru_maxrss / 2 ** 20
+    return stats, peak_mb, wall
+
+
+def case_figures(stats, peak_mb, wall):
+    run_s = stats["hostSeconds"]
+    sim_s = stats["simSeconds"]
+    return {"wall_s": round(run_s, 3), "warm_start_s": round(stats["hostCompileSeconds"], 3),
+            "process_s": round(wall, 2), "events": int(stats["simEvents"]),
+            "events_per_s": round(stats["simEvents"] / run_s) if run_s else 0,
+            "insts": int(stats["simInsts"]),
+            "insts_per_s": round(stats["simInsts"] / run_s) if run_s else 0,
+            "peak_mem_mb": round(peak_mb, 1), "sim_us": round(sim_s * 1e6, 3),
+            "slowdown": round(run_s / sim_s) if sim_s else None}
+
+
+def fit_exponent(xs, ys):
+    """Least-squares slope of log(y) on log(x): y ~ x^b."""
+    lx, ly = [math.log(x) for x in xs], [math.log(y) for y in ys]
+    mx, my = sum(lx) / len(lx), sum(ly) / len(ly)
+    return sum((a - mx) * (b - my) for a, b in zip(lx, ly)) / sum((a - mx) ** 2 for a in lx)
+
+
+def machine():
+    cpus = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else range(os.cpu_count())
+    model = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    import numba
+    return {"cpu": model, "cores": len(cpus), "python": platform.python_version(),
+            "numba": numba.__version__, "os": platform.platform(terse=True)}
+
+
+def log(msg):
+    print(msg, file=sys.stderr, flush=True)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="the small suite (a few minutes)")
+    ap.add_argument("--cases", help="comma-separated case names to run (default: all of the suite); "
+                    "'none' runs only the compile, ratio and sweeps")
+    ap.add_argument("--no-sweeps", action="store_true", help="skip the token and GPU sweeps")
+    ap.add_argument("--no-ratio", action="store_true", help="skip the Numba / pure-Python ratio")
+    ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                    help="override applied to every run (e.g. run.packet_train=4)")
+    ap.add_argument("--json", type=Path, help="write the figures as JSON here")
+    ap.add_argument("--markdown", type=Path, help="write the performance table (Markdown) here")
+    args = ap.parse_args()
+    cases = QUICK_CASES if args.quick else FULL_CASES
+    sweeps = {} if args.no_sweeps else QUICK_SWEEPS if args.quick else FULL_SWEEPS
+    if args.cases:
+        names = [] if args.cases == "none" else args.cases.split(",")
+        unknown = [n for n in names if n not in cases]
+        if unknown:
+            sys.exit(f"bench: unknown case(s) {', '.join(unknown)}; this suite has {', '.join(cases)}")
+        cases = {n: cases[n] for n in names}
+    extra = args.overrides
+    out = {"suite": "quick" if args.quick else "full", "machine": machine(), "overrides": extra}
+
+    # cold compile: the smallest run on an empty Numba cache folder
+    with tempfile.TemporaryDirectory() as cache:
+        log("bench: cold compile (fresh Numba cache) ...")
+        stats, _, _ = run_sim(*RATIO_CASE, env_extra={"NUMBA_CACHE_DIR": cache})
+        out["cold_compile_s"] = round(stats["hostCompileSeconds"], 2)
+    # the ratio also warms the project cache for everything after it
+    if not args.no_ratio:
+        log("bench: engine ratio (Numba and pure-Python engines, same config) ...")
+        fast, _, _ = run_sim(RATIO_CASE[0], RATIO_CASE[1] + extra)
+        slow, _, _ = run_sim(RATIO_CASE[0], RATIO_CASE[1] + extra, engine="python")
+        model = lambda s: {k: v for k, v in s.items() if not k.startswith("host")}
+        out["engine_ratio"] = round(slow["hostSeconds"] / fast["hostSeconds"], 1)
+        out["engine_ratio_case"] = {"events": int(fast["simEvents"]),
+                                    "numba_s": round(fast["hostSeconds"], 4),
+                                    "python_s": round(slow["hostSeconds"], 2),
+                                    "identical_stats": model(fast) == model(slow)}
+    else:
+        run_sim(RATIO_CASE[0], RATIO_CASE[1] + extra)
+    out["cases"] = {}
+    for name, (config, over) in cases.items():
+        log(f"bench: {name} ...")
+        out["cases"][name] = fig = case_figures(*run_sim(config, over + extra))
+        fig["compile_s"] = out["cold_compile_s"]
+        fig["config"] = " ".join([config] + [f"--set {o}" for o in over])
+    events = sum(c["events"] for c in out["cases"].values())
+    seconds = sum(c["wall_s"] for c in out["cases"].values())
+    out["events_per_s"] = round(events / seconds) if seconds else None
+    out["sweeps"] = {}
+    for name, (config, key, points, over) in sweeps.items():
+        walls = []
+        for x in points:
+            log(f"bench: sweep {name}: {key}={x} ...")
+            stats, peak, _ = run_sim(config, over + [f"{key}={x}"] + extra)
+            walls.append(stats["hostSeconds"])
+        out["sweeps"][name] = {"config": config, "key": key, "points": points,
+                               "wall_s": [round(w, 3) for w in walls],
+                               "exponent": round(fit_exponent(points, walls), 3)}
+    table = render(out)
+    print(table)
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=2) + "\n")
+    if args.markdown:
+        args.markdown.write_text(table + "\n")
+
+
+def render(out):
+    m = out["machine"]
+    lines = [f"Machine: {m['cpu']}, {m['cores']} cores, Python {m['python']}, Numba {m['numba']}"
+             f" ({out['suite']} suite{', ' + ' '.join(out['overrides']) if out['overrides'] else ''})",
+             "", "| case | wall s (warm) | events | M events/s | k insts/s | peak MB | slowdown |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
+    for name, c in out["cases"].items():
+        lines.append(f"| {name} | {c['wall_s']:.2f} | {c['events']:,} | {c['events_per_s'] / 1e6:.2f} | "
+                     f"{c['insts_per_s'] / 1e3:.0f} | {c['peak_mem_mb']:.0f} | {c['slowdown']:,} |")
+    lines.append("")
+    if out.get("events_per_s"):
+        lines.append(f"- run loop, all cases: {out['events_per_s'] / 1e6:.2f} M events/s")
+    lines.append(f"- cold compile (fresh cache): {out['cold_compile_s']:.1f} s; warm start: "
+                 + ", ".join(f"{c['warm_start_s']:.2f} s" for c in out["cases"].values()))
+    if "engine_ratio" in out:
+        r = out["engine_ratio_case"]
+        lines.append(f"- Numba / pure-Python engine: {out['engine_ratio']:.0f}x on {r['events']:,} events "
+                     f"({r['numba_s']:.3f} s vs {r['python_s']:.1f} s; identical stats: "
+                     f"{r['identical_stats']})")
+    for name, s in out["sweeps"].items():
+        pts = ", ".join(f"{x}: {w:.2f} s" for x, w in zip(s["points"], s["wall_s"]))
+        lines.append(f"- {name} sweep ({s['key']}; {pts}): wall ~ x^{s['exponent']:.2f}")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()
