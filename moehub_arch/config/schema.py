@@ -1,7 +1,7 @@
 """The configuration schema: frozen attrs classes, one per config section.
 
 Each field carries metadata that the loader (loader.py) uses to convert and check the YAML value:
-`kind` (int, int_or_expr, float, str, choice, time, frequency, size, bandwidth, node, list, named, params,
+`kind` (int, int_or_expr, float, bool, str, choice, time, frequency, size, bandwidth, node, list, named, params,
 int_tuple, str_tuple, opt_int, opt_int_tuple), an optional lower bound `min`, the `choices` of a
 choice field, the nested class `cls` of node/list/named fields, and a one-line `doc`.
 
@@ -254,6 +254,9 @@ class WorkloadConfig:
     mode: str = _f("choice", "functional: real data; timing: addresses only", "timing",
                    choices=("functional", "timing"))
     kernel_files: tuple = _f("str_tuple", "assembly files (absolute paths once loaded)", ())
+    isa_files: tuple = _f("str_tuple", "extra instruction-set files read after the shipped isa/*.yaml "
+                          "(add mnemonics, or redefine one with replace: true); absolute paths once "
+                          "loaded", ())
     buffers: tuple = _f("named", "symmetric buffers: name -> fields", (), cls=BufferConfig)
     launches: tuple = _f("list", "kernel launches", (), cls=LaunchConfig)
     report: tuple = _f("named", "derived results: name -> fields", (), cls=ReportConfig)
@@ -272,6 +275,17 @@ class RunConfig:
     max_events: int = _f("int", "stop after this many events (0 = unlimited)", 0, min=0)
     batch_events: int = _f("int", "events per compiled-loop call between progress reports",
                            2_000_000, min=1)
+    # robustness (README "Robustness"): watchdog, limits, end-of-run invariants
+    watchdog_interval: int = _f("time", "stop the run (exit status 3, with a report of who waits on "
+                                "what) when no instruction issues for this much simulated time; "
+                                "0ps disables the watchdog", 1_000_000_000, min=0)
+    max_ticks: int = _f("time", "stop the run cleanly at this simulated time, stats dumped (0ps: no "
+                        "limit)", 0, min=0)
+    max_wall: int = _f("time", "stop the run cleanly after this much host wall-clock time, checked "
+                       "between batches of batch_events events (0ps: no limit)", 0, min=0)
+    check_invariants: bool = _f("bool", "check conservation invariants at the end of the run "
+                                "(bytes per link, packets, credits, thread blocks, hub queues, MoE "
+                                "token accounting); a violation is exit status 4", True)
 
 
 # ---------------------------------------------------------------------------------- root
@@ -284,15 +298,30 @@ class Config:
     workload: WorkloadConfig = _f("node", "what runs on it", WorkloadConfig(), cls=WorkloadConfig)
     run: RunConfig = _f("node", "how the simulation runs", RunConfig(), cls=RunConfig)
     source_files: tuple = attrs.field(default=(), metadata={"kind": "internal"})
+    # which file (or --set) set each key: ((key path tuple, label), ...), for errors found after
+    # loading (builder, MoE layer) so they can name the file as loading errors do
+    key_sources: tuple = attrs.field(default=(), eq=False, repr=False, metadata={"kind": "internal"})
 
     def to_dict(self) -> dict:
         """Every resolved value as a JSON-serialisable nested dict (base units, see `units`)."""
         out = {"units": dict(BASE_UNITS)}
         for a in attrs.fields(Config):
-            if a.name != "source_files":
+            if a.metadata.get("kind") != "internal":
                 out[a.name] = _to_plain(getattr(self, a.name))
         out["source_files"] = list(self.source_files)
         return out
+
+    def where(self, path=()) -> str:
+        """The file (or `--set ...`) that set the key `path` (a tuple, or a dotted string such as
+        'workload.launches[0].grid'); the main config file if none set it."""
+        if isinstance(path, str):
+            path = tuple(int(k) if k.isdigit() else k
+                         for k in path.replace("[", ".").replace("]", "").split(".") if k)
+        best, label = -1, ""
+        for key, src in self.key_sources:
+            if len(key) > best and tuple(path[:len(key)]) == tuple(key):
+                best, label = len(key), src
+        return label
 
 
 def _to_plain(obj):
