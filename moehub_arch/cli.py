@@ -5,8 +5,11 @@
     moehub-sim isa [--config CONFIG.yaml]   print the instruction-set reference
     moehub-sim stats --list [CONFIG.yaml]   list the stats a config will produce
 
-Bad input (config, kernel, ISA file) prints one paragraph naming the file and key or line and exits
-with status 2; a deadlocked simulation exits with status 3.
+Exit status: 0 a run completed (or stopped cleanly at --max-ticks / --max-wall); 2 bad input
+(config, kernel, ISA file, routing trace, checkpoint: one paragraph naming the file and key or
+line) or a runtime error in a kernel; 3 a stuck run (deadlock, or the watchdog: no instruction
+for run.watchdog_interval), with a report of who waits on what; 4 an end-of-run invariant
+violated. Stats are written whenever the run got under way, including exit statuses 3 and 4.
 """
 import argparse
 import json
@@ -29,6 +32,22 @@ def _parser():
     run.add_argument("--engine", choices=("numba", "python"),
                      help="numba (compiled) or python (the same code, interpreted: the reference engine)")
     run.add_argument("--quiet", action="store_true", help="print nothing but errors")
+    run.add_argument("--no-check", action="store_true",
+                     help="skip the end-of-run invariants (same as --set run.check_invariants=false)")
+    run.add_argument("--max-ticks", metavar="TIME",
+                     help="stop cleanly at this simulated time, stats dumped: ticks (ps) or a time "
+                          "such as 50us (run.max_ticks)")
+    run.add_argument("--max-wall", metavar="SECONDS",
+                     help="stop cleanly after this much host time, stats dumped: seconds or a time "
+                          "such as 90s (run.max_wall)")
+    run.add_argument("--checkpoint-at", metavar="TICK", action="append", default=[],
+                     help="write a checkpoint at this simulated time (ticks or e.g. 20us; "
+                          "repeatable), then go on")
+    run.add_argument("--checkpoint-dir", metavar="DIR",
+                     help="where --checkpoint-at writes ('{tick}' is replaced by the tick; "
+                          "default OUTDIR/checkpoint-{tick})")
+    run.add_argument("--restore", metavar="DIR",
+                     help="continue the run saved in a checkpoint directory (instead of CONFIG)")
     asm = sub.add_parser("asm", help="assemble kernel files: validate and print the disassembly")
     asm.add_argument("files", nargs="+")
     asm.add_argument("--config", help="system config whose parameters resolve instruction costs")
@@ -93,8 +112,9 @@ def _user_errors():
     from .isa import AsmError, IsaError
     from .simulation import SimulationError
     from .workloads.layer import LayerError
+    from .checkpoint import CheckpointError
     return (ConfigError, AsmError, IsaError, BuildError, SimulationError, LayerError,
-            FileNotFoundError)
+            CheckpointError, FileNotFoundError)
 
 
 def _load(config, overrides=()):
@@ -108,14 +128,15 @@ def _dispatch(args):
     if args.command == "isa":
         from .config import flat_params
         from .isa import default_isa_paths, load_isa
-        params = flat_params(_load(args.config))
-        print(load_isa(default_isa_paths()).reference_text(params))
+        cfg = _load(args.config)
+        isa = load_isa(default_isa_paths() + list(cfg.workload.isa_files))
+        print(isa.reference_text(flat_params(cfg)))
         return 0
     if args.command == "asm":
         from .config import flat_params
         from .isa import assemble_files, default_isa_paths, disassemble, load_isa
         cfg = _load(args.config)
-        isa = load_isa(default_isa_paths()).resolve(flat_params(cfg))
+        isa = load_isa(default_isa_paths() + list(cfg.workload.isa_files)).resolve(flat_params(cfg))
         program = assemble_files([_user_path(f) for f in args.files], isa)
         print(disassemble(program, isa))
         return 0
@@ -124,32 +145,111 @@ def _dispatch(args):
     return 2
 
 
-def _run(args):
+def _time_arg(flag, text, bare_unit):
+    """A time given on the command line, in ps: a quantity with a unit (50us), or a bare number
+    meaning `bare_unit` (ps for ticks, s for wall-clock seconds)."""
+    from .config import ConfigError, UnitError, parse_quantity
+    try:
+        return parse_quantity(text, "time")
+    except UnitError:
+        pass
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if value < 0 or value != value:
+        raise ConfigError(f"{flag} {text}: expected a time such as 50us, or a non-negative number "
+                          f"of {'ticks (ps)' if bare_unit == 'ps' else 'seconds'}", flag)
+    return int(round(value * (1 if bare_unit == "ps" else 10 ** 12)))
+
+
+def _run_options(args):
+    """run.* values the flags set (applied after loading, so they also apply to --restore)."""
+    out = {}
+    if args.no_check:
+        out["check_invariants"] = False
+    if args.max_ticks is not None:
+        out["max_ticks"] = _time_arg("--max-ticks", args.max_ticks, "ps")
+    if args.max_wall is not None:
+        out["max_wall"] = _time_arg("--max-wall", args.max_wall, "s")
+    return out
+
+
+def _simulation(args):
+    """The Simulation a `run` command asks for: from a config, or restored from a checkpoint."""
+    import attrs
     from .simulation import Simulation
+
+    if args.restore:
+        from .checkpoint import CheckpointError, restore
+        given = [f for f, v in (("CONFIG", args.config), ("--set", args.overrides),
+                                ("--seed", args.seed is not None)) if v]
+        if given:
+            raise CheckpointError(f"--restore {args.restore}: a checkpoint carries its own config; "
+                                  f"{', '.join(given)} cannot be combined with it")
+        sim = restore(_user_path(args.restore))
+    else:
+        overrides = list(args.overrides)
+        if args.seed is not None:
+            overrides.append(f"run.seed={args.seed}")
+        if args.engine is not None:
+            overrides.append(f"run.engine={args.engine}")
+        cfg = _load(args.config, overrides)
+        if cfg.run.engine == "python" and not jit_disabled():
+            # the config asked for the reference engine: restart with the JIT disabled
+            os.environ["NUMBA_DISABLE_JIT"] = "1"
+            os.execv(sys.executable, [sys.executable, "-m", "moehub_arch"] + sys.argv[1:])
+        run_opts = _run_options(args)
+        if run_opts:
+            cfg = attrs.evolve(cfg, run=attrs.evolve(cfg.run, **run_opts))
+        return Simulation(cfg)
+    run_opts = _run_options(args)
+    if run_opts:
+        sim.cfg = attrs.evolve(sim.cfg, run=attrs.evolve(sim.cfg.run, **run_opts))
+    return sim
+
+
+def _run(args):
+    from .checkpoint import CheckpointWriter
     from .stats import write_stats_csv, write_stats_json, write_stats_txt
 
-    overrides = list(args.overrides)
-    if args.seed is not None:
-        overrides.append(f"run.seed={args.seed}")
-    if args.engine is not None:
-        overrides.append(f"run.engine={args.engine}")
-    cfg = _load(args.config, overrides)
-    if cfg.run.engine == "python" and not jit_disabled():
-        # the config asked for the reference engine: restart with the JIT disabled
-        os.environ["NUMBA_DISABLE_JIT"] = "1"
-        os.execv(sys.executable, [sys.executable, "-m", "moehub_arch"] + sys.argv[1:])
+    checkpoint_ticks = [_time_arg("--checkpoint-at", t, "ps") for t in args.checkpoint_at]
+    sim = _simulation(args)
     out = Path(args.outdir)
     out.mkdir(parents=True, exist_ok=True)
-    sim = Simulation(cfg)
     # the resolved config, including what an MoE layer generated (buffers, launches, windows)
     (out / "config.json").write_text(json.dumps(sim.cfg.to_dict(), indent=1))
     if not args.quiet and not jit_disabled() and not _engine_cached():
         print("compiling the simulation engine with Numba (first run after an install or upgrade; "
               "about two minutes on two cores, cached afterwards)...", flush=True)
-    stats = sim.run()
-    write_stats_txt(stats, out / "stats.txt")
-    write_stats_json(stats, out / "stats.json")
-    write_stats_csv(stats, out / "stats.csv")
+    observers = []
+    if checkpoint_ticks:
+        where = args.checkpoint_dir or str(out / "checkpoint-{tick}")
+        if len(checkpoint_ticks) > 1 and "{tick}" not in where:
+            where = str(Path(where) / "checkpoint-{tick}")
+        observers.append(CheckpointWriter(checkpoint_ticks, where))
+    try:
+        stats = sim.run(observers)
+    except _user_errors() as e:
+        if sim.stats is not None:
+            e.args = (f"{e}\n(the stats so far are in {out}/stats.txt, stats.json, stats.csv)",)
+        raise
+    finally:
+        # stats so far are written on every ending: limits, deadlocks, watchdog, invariants
+        if sim.stats is not None:
+            write_stats_txt(sim.stats, out / "stats.txt")
+            write_stats_json(sim.stats, out / "stats.json")
+            write_stats_csv(sim.stats, out / "stats.csv")
+        for ob in observers:
+            for tick, path in ob.written:
+                print(f"wrote checkpoint {path} at tick {tick}", file=sys.stderr if args.quiet
+                      else sys.stdout)
+            if ob.pending:
+                print(f"moehub-sim: warning: the run ended at tick {int(sim.state.sys[0].q_now)} "
+                      f"before --checkpoint-at {', '.join(map(str, ob.pending))}: no checkpoint "
+                      f"written there", file=sys.stderr)
+    if sim.stopped:
+        print(f"moehub-sim: {sim.stopped}; stats cover the run up to there", file=sys.stderr)
     if not args.quiet:
         print(f"simulated {stats['simSeconds'] * 1e6:.3f} us in {stats['hostSeconds']:.2f} s "
               f"({stats['simEvents']} events, {stats['hostEventRate'] / 1e6:.2f} M events/s, "

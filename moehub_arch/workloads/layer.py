@@ -266,17 +266,16 @@ class MoeLayer:
 
     # ---- end of run --------------------------------------------------------------------------
     def finish(self, sim):
-        """Layer stats, the token-accounting invariant, and (functional mode) the output check."""
+        """Layer stats, token-accounting counts and (functional mode) the output check; the
+        accounting is checked with the other end-of-run invariants (`invariants`)."""
         from .layer_stats import add_layer_stats
         add_layer_stats(sim, self)
-        self._check_accounting(sim)
+        self._accounting_stats(sim)
         if self.shape.functional:
             self._check_output(sim)
 
-    def _check_accounting(self, sim):
-        from ..simulation import SimulationError
+    def _accounting_stats(self, sim):
         s, stats = self.shape, sim.stats
-        want = s.num_gpus * s.pairs
         counts = np.zeros(ACCT_WORDS, np.int64)
         for g in range(s.num_gpus):
             counts += sim.read_buffer(g, "acct", "i64")
@@ -286,13 +285,19 @@ class MoeLayer:
         for name in ACCT_NAMES:
             stats.add(f"system.moe.rows_{name}", got[name], "count",
                       f"token-expert rows {name} over all GPUs (must equal tokens x top-k x GPUs)")
-        bad = [f"{n} {got[n]}" for n in ACCT_NAMES if got[n] != want]
-        if bad and not sim.cfg.run.max_events:
-            raise SimulationError(
-                f"token accounting violated in scheme '{sim.cfg.scheme}': every one of the "
-                f"{want} token-expert pairs ({s.num_gpus} GPUs x {s.tokens} tokens x top-{s.top_k}) "
-                f"must be sent, received, computed and combined exactly once; found "
-                f"{', '.join(bad)} (stats were written)")
+
+    def invariants(self, sim):
+        """Token accounting (checks.py): every token-expert pair sent, received, computed and
+        combined exactly once; violations as lines with the numbers."""
+        s = self.shape
+        want = s.num_gpus * s.pairs
+        bad = [f"{n} {int(sim.stats[f'system.moe.rows_{n}'])}" for n in ACCT_NAMES
+               if int(sim.stats[f"system.moe.rows_{n}"]) != want]
+        if not bad:
+            return []
+        return [f"token accounting in scheme '{sim.cfg.scheme}': each of the {want} token-expert "
+                f"pairs ({s.num_gpus} GPUs x {s.tokens} tokens x top-{s.top_k}) must be sent, "
+                f"received, computed and combined exactly once; found {', '.join(bad)}"]
 
     def _check_output(self, sim):
         from .reference import max_abs_error, moe_layer_reference
