@@ -5,6 +5,8 @@ buffers, identical addresses on every GPU as in NVSHMEM), buffer initial content
 with their evaluated parameters, the NVLink/NVSwitch topology with its routing tables, and the
 sizes of every bounded queue.
 """
+import re
+
 import numpy as np
 import attrs
 
@@ -125,15 +127,27 @@ def _init_buffer(mem_row, buf, spec, seed, g):
         view[:n * es] = arr.view(np.uint8)
 
 
+_BUFFER_REF = re.compile(r"@([A-Za-z_][A-Za-z0-9_]*)")
+
+
 def _eval_param(expr, names, where):
     if isinstance(expr, (int, np.integer)):
         return int(expr)
-    text = str(expr)
-    for bname in sorted(names.get("__buffers__", ()), key=len, reverse=True):
-        text = text.replace("@" + bname, f"buf__{bname}")
-    if "@" in text:
+    declared = list(names.get("__buffers__", ()))
+    unknown = []
+
+    def buffer_name(m):
+        # whole names only: '@flags' must not read as '@flag' followed by 's'
+        if m.group(1) not in declared:
+            unknown.append(m.group(1))
+        return f"buf__{m.group(1)}"
+    text = _BUFFER_REF.sub(buffer_name, str(expr))
+    if unknown or "@" in text:
+        import difflib
+        close = difflib.get_close_matches(unknown[0], declared, n=1) if unknown else []
+        hint = f"; did you mean '@{close[0]}'?" if close else ""
         raise BuildError(f"{where}: '{expr}' names a buffer that is not declared in "
-                         f"workload.buffers (declared: {', '.join(names['__buffers__']) or 'none'})")
+                         f"workload.buffers{hint} (declared: {', '.join(declared) or 'none'})")
     env = {k: v for k, v in names.items() if k != "__buffers__"}
     try:
         value = evaluate(text, env)

@@ -128,6 +128,7 @@ class Simulation:
         observers = list(observers) + self.default_observers()
         error = None
         status = None
+        self._reached = 0
         try:
             status = self._loop(observers, t1)
         except StopRun as e:
@@ -136,6 +137,9 @@ class Simulation:
             error = e
         host_seconds = time.perf_counter() - t1
         st = self.state
+        if (error is not None or self.stopped) and self._reached > int(st.sys[0].q_now):
+            # stopped at a requested pause: simulated time got there even if no event did
+            st.sys[0].q_now = self._reached
         if status == engine_loop.STATUS_EMPTY:
             settle_credits(st)   # credit returns are not events: let the last ones arrive
         max_events = self.cfg.run.max_events
@@ -164,8 +168,8 @@ class Simulation:
             self.violations = run_invariants(self)
             if self.violations:
                 raise InvariantError(
-                    f"{len(self.violations)} end-of-run invariant(s) violated (stats were "
-                    f"written; --no-check skips the checks):\n"
+                    f"{len(self.violations)} end-of-run invariant(s) violated (--no-check skips "
+                    f"the checks):\n"
                     + "\n".join(f"  {v}" for v in self.violations))
         for ob in observers:
             ob.on_finish(self)
@@ -200,6 +204,7 @@ class Simulation:
             # at a requested stop the state is exactly that of tick `stop` (every event at or
             # before it processed, none after)
             now = stop if status == engine_loop.STATUS_TICK_LIMIT else int(st.sys[0].q_now)
+            self._reached = now
             for ob in observers:
                 ob.on_pause(self, now, int(st.sys[0].q_events), wall)
         return status

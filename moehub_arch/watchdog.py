@@ -21,7 +21,8 @@ import numpy as np
 from .engine.events import EVENT_NAMES, Q_KIND, Q_TICK
 from .engine.state import (LN_DONE, LN_RUNNING, TB_EMPTY, TB_READY, TB_WAIT_CLAIM, TB_WAIT_FENCE,
                            TB_WAIT_FLAG, TB_WAIT_HUB, TB_WAIT_REMOTE)
-from .isa.encoding import (CMP_NAMES, IMM, OP0, REG_TB, SEM, SEM_SEND_EXPERT, SEMANTIC_NAMES,
+from .isa.encoding import (CMP_NAMES, IMM, OP0, REG_TB, SEM, SEM_FENCE, SEM_SEND_EXPERT,
+                           SEMANTIC_NAMES,
                            SUBOP, SUBOP_NAMES)
 
 CMP_SYMBOLS = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
@@ -177,6 +178,17 @@ def _window_state(sim, w):
             f"(notify_ready.eos)")
 
 
+def _waiting_pc(st, slot):
+    """The instruction a TB waits in: wait.*, fence and atomics have already advanced the pc;
+    send_to_expert, claim_buffer, a full hub and exit re-execute theirs (pc unchanged)."""
+    pc = int(st.tb[slot].pc)
+    s = int(st.tb[slot].state)
+    if s in (TB_WAIT_FLAG, TB_WAIT_REMOTE) or (
+            s == TB_WAIT_FENCE and pc > 0 and int(st.code[pc - 1, SEM]) == SEM_FENCE):
+        return pc - 1
+    return pc
+
+
 def _tb_lines(sim, now):
     st = sim.state
     p = st.p[0]
@@ -190,7 +202,7 @@ def _tb_lines(sim, now):
         sm = slot // T
         what = _tb_wait(sim, slot, now)
         if len(lines) < MAX_TB_LINES:
-            file, line = sim.program.source_line(int(st.tb[slot].pc))
+            file, line = sim.program.source_line(_waiting_pc(st, slot))
             lines.append(f"  kernel '{kernel}' (GPU {sm // S}, SM {sm % S}, TB "
                          f"{int(st.regs[slot, REG_TB])}) at {file}:{line}: {what}")
         else:

@@ -149,6 +149,20 @@ def common_buffers(s):
     return out
 
 
+def check_fits(cfg, s, buffers):
+    """The layer's buffers must fit one GPU's HBM; the error names the token count and the
+    largest buffers (the builder's own check would only name the generated buffer list)."""
+    from ..builder import BUFFER_ALIGN
+    sizes = sorted(((-(-b.bytes // BUFFER_ALIGN) * BUFFER_ALIGN, b.name) for b in buffers),
+                   reverse=True)
+    need, cap = sum(n for n, _ in sizes), cfg.system.gpu.hbm.capacity
+    if need > cap:
+        top = ", ".join(f"{name} {n / 2**30:.3g} GiB" for n, name in sizes[:3])
+        raise LayerError(f"workload.layer.tokens_per_gpu: {s.tokens} tokens of {s.model} need "
+                         f"{need / 2**30:.3g} GiB of buffers per GPU ({top}, ...), more than "
+                         f"system.gpu.hbm.capacity ({cap / 2**30:.3g} GiB); use fewer tokens")
+
+
 def shared_expert_launches(s, cfg, stream):
     """The shared experts on their own stream (they need no communication): the gate/up jobs,
     then the down jobs (the kernel boundary is the barrier between them)."""
@@ -238,6 +252,9 @@ class MoeLayer:
         self.shape, self.model = layer_shape(cfg)
         r = cfg.workload.layer.routing
         s = self.shape
+        # before the routing is generated: an absurd token count must be a message, not an
+        # out-of-memory crash of the generator
+        check_fits(cfg, s, common_buffers(s))
         self.routing = generate_routing(
             r.kind, num_gpus=s.num_gpus, tokens_per_gpu=s.tokens, num_experts=s.experts,
             top_k=s.top_k, seed=cfg.run.seed if r.seed is None else r.seed, router=self.model.router,
@@ -249,6 +266,7 @@ class MoeLayer:
         cfg, plan = self.cfg, self.plan
         files = [str(data_root() / COMMON_KERNELS)] + [str(data_root() / f) for f in plan.kernel_files]
         buffers = tuple(cfg.workload.buffers) + tuple(common_buffers(self.shape)) + tuple(plan.buffers)
+        check_fits(cfg, self.shape, buffers)
         wl = attrs.evolve(cfg.workload, buffers=buffers,
                           launches=tuple(plan.launches),
                           kernel_files=tuple(cfg.workload.kernel_files) + tuple(files))
