@@ -258,11 +258,15 @@ def build_topology(cfg):
 
 def aau_staging_packets(cfg):
     """Packets the AAU staging store holds: every row the senders' rings may have in flight to
-    one GPU, as full packets plus one partial packet per row."""
+    one GPU, as full packets plus one partial packet per row. A full packet carries
+    min(max payload, merge buffer) bytes: a merge buffer smaller than the link payload makes
+    more, smaller packets (sizing by the payload alone let the store fill, parked packets kept
+    their link credits and wedged the link for other traffic: found by tests/test_fuzz.py)."""
     hub, moe = cfg.system.gpu.hub, cfg.workload.moe
     if not moe.num_experts:
         return 0
-    per_row = -(-(moe.row_bytes + hub.moe.rpm.row_header_bytes) // cfg.system.nvlink.max_payload_bytes) + 1
+    payload = min(cfg.system.nvlink.max_payload_bytes, hub.moe.rpm.merge_buffer_bytes)
+    per_row = -(-(moe.row_bytes + hub.moe.rpm.row_header_bytes) // payload) + 1
     return cfg.system.num_gpus * hub.moe.rpm.row_queue_depth * per_row
 
 

@@ -37,6 +37,10 @@ class InvariantViolations(list):
             more = f"; and {len(bad) - MAX_SHOWN} more" if len(bad) > MAX_SHOWN else ""
             self.append(f"{what} ({len(bad)}): {shown}{more}")
 
+    def empty(self, counts, what, name, unit=""):
+        """Record a violation for each nonzero entry of `counts` (index -> name(i))."""
+        self.check(counts == 0, what, lambda i: f"{name(i)} holds {int(counts[i])}{unit}")
+
     def equal(self, what, got, want):
         if int(got) != int(want):
             self.append(f"{what}: {int(got)}, expected {int(want)}")
@@ -51,10 +55,9 @@ def check_links(st, out):
     full = int(st.p[0].rx_buffer_flits)
     out.check(ch.credits == full, f"link credits not returned (each channel holds {full})",
               lambda c: f"{channel_name(st, c)} holds {int(ch.credits[c])}")
-    out.check(ch.txq_count == 0, "link transmit queues not empty",
-              lambda c: f"{channel_name(st, c)} holds {int(ch.txq_count[c])} packet(s)")
-    out.check(ch.rxq_count == 0, "switch input buffers not empty",
-              lambda c: f"{channel_name(st, c)} holds {int(ch.rxq_count[c])} packet(s)")
+    name = lambda c: channel_name(st, c)   # noqa: E731
+    out.empty(ch.txq_count, "link transmit queues not empty", name, " packet(s)")
+    out.empty(ch.rxq_count, "switch input buffers not empty", name, " packet(s)")
 
 
 def check_packets(st, out):
@@ -72,8 +75,8 @@ def check_thread_blocks(sim, out):
     st = sim.state
     out.check(st.tb.state == TB_EMPTY, "thread blocks that did not exit",
               lambda s: f"slot {s} of kernel '{sim.launches[int(st.tb.launch[s])].kernel}'")
-    out.check(st.tb.outstanding == 0, "thread-block slots with operations outstanding",
-              lambda s: f"slot {s}: {int(st.tb.outstanding[s])}")
+    out.empty(st.tb.outstanding, "thread-block slots with operations outstanding",
+              lambda s: f"slot {s}", " operation(s)")
     out.check(st.ln.status == LN_DONE, "kernel launches that did not finish",
               lambda l: f"'{sim.launches[l].kernel}' on GPU {sim.launches[l].gpu}: "
                         f"{int(st.ln.finished[l])} of {int(st.ln.grid[l])} thread blocks exited")
@@ -84,10 +87,9 @@ def check_hub(st, out):
     R = int(st.p[0].reqs_per_gpu)
     out.check(gp.free_top == R, f"hub request-table entries not freed (of {R})",
               lambda g: f"system.gpu{g}.hub: {R - int(gp.free_top[g])} in use")
-    out.check(gp.reqq_count == 0, "hub request FIFOs not empty",
-              lambda g: f"system.gpu{g}.hub: {int(gp.reqq_count[g])}")
-    out.check(gp.respq_count == 0, "hub response FIFOs not empty",
-              lambda g: f"system.gpu{g}.hub: {int(gp.respq_count[g])}")
+    hub = lambda g: f"system.gpu{g}.hub"   # noqa: E731
+    out.empty(gp.reqq_count, "hub request FIFOs not empty", hub, " request(s)")
+    out.empty(gp.respq_count, "hub response FIFOs not empty", hub, " response(s)")
 
 
 def check_moehub(st, out):

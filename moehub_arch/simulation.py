@@ -152,11 +152,7 @@ class Simulation:
                 f"{len(unfinished(self))} kernel launch(es) unfinished "
                 f"({', '.join(unfinished(self)[:8])}):\n" + diagnose(self, int(st.sys[0].q_now)),
                 exit_code=3)
-        self.stats = collect_stats(st, self.launches, self.program, host_seconds,
-                                   t1 - t0)
-        self.stats.add("simCompleted", int(self.completed and error is None), "",
-                       "1 if every kernel launch finished; 0 if the run was stopped (limit, "
-                       "deadlock, watchdog, runtime error)")
+        self.stats = collect_stats(st, self.launches, self.program, host_seconds, t1 - t0)
         if error is not None:
             evaluate_report(self, strict=False)
             raise error

@@ -153,6 +153,8 @@ CASES = [
     ("tokens-exceed-hbm", {}, _set(LAYER, "workload.layer.tokens_per_gpu=100000000",
                                    "system.gpu.hbm.capacity=1GB"),
      ["workload.layer.tokens_per_gpu", "100000000 tokens", "system.gpu.hbm.capacity"]),
+    ("gemm-job-too-big", {}, _set(LAYER, "system.gpu.hub.moe.dam.tile_rows=1024"),
+     ["workload.layer.gemm_n_tile", "1024 rows", "x 32 columns", "reserve 160 KB"]),
     ("gini-range", {}, _set(LAYER, "workload.layer.routing.kind=skewed", "workload.layer.routing.gini=0.97"),
      ["--set workload.layer.routing.gini=0.97", "workload.layer.routing.gini",
       "expected a number in [0, 0.9]", "0.97"]),

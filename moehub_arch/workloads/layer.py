@@ -12,8 +12,9 @@ shared experts and the final weighted combine, so the schemes differ only in how
 their experts and how expert outputs come back home (`yhome`). Each scheme is one module in
 `schemes/` with a `plan(layer) -> SchemePlan` function.
 
-Token accounting: kernels count rows in `acct` (words below) with atomics; `finish` checks, at the
-end of every run, that every token-expert pair was sent, computed and combined exactly once.
+Token accounting: kernels count rows in `acct` (words below) with atomics; `finish` turns them into
+stats and `invariants` (one of the end-of-run checks, moehub_arch/checks.py) requires every
+token-expert pair to be sent, received, computed and combined exactly once.
 """
 import attrs
 import numpy as np
@@ -30,6 +31,9 @@ ACCT_WORDS = 8
 ACCT_NAMES = ("sent", "received", "computed", "combined")
 
 COMMON_KERNELS = "workloads/kernels/common/moe_common.s"
+# every expert-GEMM job keeps G, U [tile][n] f32 and Hq [tile][n] bf16 in the `.smem 160KB` its
+# kernels declare (moe_common.s, deepep.s, moe_layer.s): at most 16384 elements of a tile x n job
+GEMM_JOB_ELEMENTS = 16384
 
 
 class LayerError(Exception):
@@ -111,6 +115,13 @@ def layer_shape(cfg):
         if v % n:
             raise LayerError(f"workload.layer.gemm_n_tile: {n} does not divide {m.name}'s {name} "
                              f"({v}); every GEMM job must cover whole columns")
+    tile = sysc.gpu.hub.moe.dam.tile_rows
+    if tile * n > GEMM_JOB_ELEMENTS:
+        raise LayerError(f"workload.layer.gemm_n_tile: a GEMM job of {tile} rows "
+                         f"(system.gpu.hub.moe.dam.tile_rows) x {n} columns needs {tile * n * 10} "
+                         f"bytes of shared memory for its gate, up and activation tiles; the "
+                         f"expert kernels reserve 160 KB (tile_rows x gemm_n_tile <= "
+                         f"{GEMM_JOB_ELEMENTS}); use a smaller gemm_n_tile or tile_rows")
     return LayerShape(
         model=m.name, n_tile=n, num_gpus=P, tokens=layer.tokens_per_gpu, experts=m.experts, top_k=m.top_k,
         hidden=m.hidden, ffn=m.expert_ffn, shared=m.shared_experts,
@@ -241,6 +252,13 @@ def max_tiles_per_gpu(layer):
 
 def _scheme_module(name):
     import importlib
+    import pkgutil
+    from . import schemes
+    available = sorted(m.name for m in pkgutil.iter_modules(schemes.__path__))
+    if name not in available:
+        # the schema names every planned scheme; one not implemented yet is an input error
+        raise LayerError(f"scheme: '{name}' is not implemented in this version (available: "
+                         f"{', '.join(available)})")
     return importlib.import_module(f"{__package__}.schemes.{name}")
 
 
