@@ -362,10 +362,12 @@ def unfinished(sim):
 
 # ------------------------------------------------------------------------- the watchdog
 class NoProgressWatchdog:
-    """RunObserver: stop with exit status 3 when no instruction issues for `interval` ticks.
+    """RunObserver: stop with exit status 3 when no instruction issues for `interval` ticks
+    while thread blocks are resident.
 
     It asks the loop to pause `interval` after the last tick at which it saw the instruction count
-    change; if the count is still the same there, the run is stuck."""
+    change; if the count is still the same there, the run is stuck. Time with no resident thread
+    block (waiting for a kernel launch after a host delay) does not count."""
 
     def __init__(self, interval):
         self.interval = int(interval)
@@ -380,9 +382,11 @@ class NoProgressWatchdog:
         return self.last_tick + self.interval
 
     def on_pause(self, sim, tick, events, wall_seconds):
-        insts = int(sim.state.sm.insts.sum())
-        if insts != self.last_insts:
-            # something issued at or before `tick`: counting from `tick` can only fire late
+        st = sim.state
+        insts = int(st.sm.insts.sum())
+        if insts != self.last_insts or not (st.tb.state != TB_EMPTY).any():
+            # something issued at or before `tick` (counting from `tick` can only fire late), or
+            # no thread block is resident: the GPUs wait for a launch (e.g. a long host delay)
             self.last_insts, self.last_tick = insts, tick
         elif tick - self.last_tick >= self.interval:
             from .simulation import SimulationError

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from conftest import assert_rows_home, load, mini_system
 from moehub_arch.engine.state import LN_RUNNING
 
-FUZZ_EXAMPLES = {"systems": 24, "hub": 16, "layers": 10, "timing": 8}
+FUZZ_EXAMPLES = {"systems": 60, "hub": 60, "layers": 40, "timing": 40}
 _HUNT = int(os.environ.get("MOEHUB_FUZZ_EXAMPLES", "0"))
 # no "explain" phase: re-running a failing layer hundreds of times to annotate it costs minutes
 _PHASES = [Phase.explicit, Phase.reuse, Phase.generate, Phase.shrink]
@@ -35,8 +35,9 @@ settings.register_profile("moehub-hunt", derandomize=False, database=None, deadl
                           suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("moehub-hunt" if _HUNT else "moehub-ci")
 
-# every fuzzed run is bounded: the watchdog, a simulated-time limit and a host-time limit
-BOUNDS = ("run.watchdog_interval=200us", "run.max_ticks=20ms", "run.max_wall=120s")
+# every fuzzed run is bounded: the watchdog, a simulated-time limit (generous: real model shapes
+# on a few SMs legitimately take tens of ms) and a host-time limit
+BOUNDS = ("run.watchdog_interval=200us", "run.max_ticks=1s", "run.max_wall=120s")
 
 
 def event(text):
@@ -107,6 +108,7 @@ def small_system(draw, max_gpus=4):
         f"system.gpu.hub.max_outstanding_requests={draw(st.integers(1, 16))}",
         f"system.gpu.hbm.channels={draw(st.sampled_from([1, 4, 16]))}",
         f"system.gpu.hub.packets_per_cycle={draw(st.integers(1, 4))}",
+        f"system.gpu.hub.rx_latency_cycles={draw(st.sampled_from([0, 20, 500]))}",
     ]
 
 
@@ -158,6 +160,10 @@ def test_fuzz_moehub_dispatch_expert_combine(sysov, data):
         f"system.gpu.hub.moe.rpm.flush_timeout={data.draw(st.sampled_from(['0ns', '50ns', '1us']), 'flush')}",
         f"system.gpu.hub.moe.rpm.arbitration={data.draw(st.sampled_from(['round_robin', 'longest_first']))}",
         f"system.gpu.hub.moe.aau.record_table_entries={data.draw(st.integers(1, 40), 'records')}",
+        f"system.gpu.hub.moe.rpm.row_header_bytes={data.draw(st.sampled_from([0, 8, 32]), 'header')}B",
+        f"system.gpu.hub.moe.rpm.packets_per_cycle={data.draw(st.integers(1, 3), 'rpm rate')}",
+        f"system.gpu.hub.moe.aau.alloc_latency_cycles={data.draw(st.sampled_from([0, 4, 100]), 'alloc')}",
+        f"system.gpu.hub.moe.dam.notify_latency_cycles={data.draw(st.sampled_from([0, 4, 100]), 'notify')}",
         f"workload.buffers.x.bytes={tokens * row}B", f"workload.buffers.out.bytes={tokens * topk * row}B",
         f"workload.buffers.y.bytes={ntb * tile * slot}B", f"workload.buffers.log.bytes={ntb}KB",
         f"workload.launches.0.grid={data.draw(st.integers(1, 4), 'producers')}",

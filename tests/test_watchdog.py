@@ -142,3 +142,11 @@ def test_limits_in_process():
     wall.run()
     assert "wall-clock limit" in wall.stopped and wall.stats["simEvents"] == 200
     assert wall.stats["simCompleted"] == 0
+
+
+def test_watchdog_ignores_time_without_resident_thread_blocks():
+    """A 3 ms host delay before a launch is not a hang: no thread block is resident meanwhile."""
+    from moehub_arch.simulation import Simulation
+    sim = Simulation(load(P2P, *mini_system(), "workload.launches.0.host_delay=3ms"))
+    sim.run()
+    assert sim.completed and sim.stats["system.gpu0.launch0.start_tick"] > 3_000_000_000
