@@ -1,6 +1,8 @@
 """`moehub-sim` command line (also `python -m moehub_arch`).
 
     moehub-sim run [CONFIG.yaml] [-o OUTDIR] [--set key.path=value ...] [--seed N] [--engine numba|python]
+                   [--max-ticks TIME] [--max-wall SECONDS] [--no-check] [--checkpoint-at TIME ...]
+    moehub-sim run --restore CHECKPOINT_DIR [-o OUTDIR]    continue a checkpointed run
     moehub-sim asm FILE.s [FILE.s ...]      validate and disassemble kernels
     moehub-sim isa [--config CONFIG.yaml]   print the instruction-set reference
     moehub-sim stats --list [CONFIG.yaml]   list the stats a config will produce
