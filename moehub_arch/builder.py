@@ -10,8 +10,9 @@ import re
 import numpy as np
 import attrs
 
+from .components.trace import TRACE_COLUMNS
 from .engine.clock import period_fs
-from .engine.events import NUM_EVENT_KINDS, new_event_queue
+from .engine.events import NUM_EVENT_KINDS, new_event_queue, new_timers
 from .engine.state import (DAM_HIST_BINS, GPU, HBM_CHANNEL, LAUNCH, LINK_CHANNEL, MOE_ROW,
                            NUM_WAIT_REASONS, PACKET, PARAMS, REQUEST, RPM_HIST_BINS, SM, STREAM,
                            SYSTEM, THREAD_BLOCK, TB_EMPTY, TILE, WINDOW, State, new_records)
@@ -384,6 +385,16 @@ def build_state(cfg, program, seed=None, presets=None):
     nch = to_switch.shape[0]
     ch = new_records(LINK_CHANNEL, nch)
     ch.to_switch[:], ch.gpu[:], ch.switch[:], ch.port[:] = to_switch, ch_gpu, ch_switch, ch_port
+    # component timers (engine.events): SM issue, link transmit, wire arrival, switch input,
+    # hub packetizer, RPM packetizer
+    pr = params[0]
+    pr.tm_ch_tx = NSM
+    pr.tm_ch_arrive = NSM + nch
+    pr.tm_xbar = NSM + 2 * nch
+    pr.tm_hub = NSM + 3 * nch
+    pr.tm_rpm = pr.tm_hub + G
+    pr.tm_count = pr.tm_rpm + G
+    timer, timer_tree = new_timers(int(pr.tm_count))
     ch.credits[:] = sysc.nvlink.rx_buffer_flits
     ch.tx_at[:] = -1
     ch.txq_cap[:] = np.where(to_switch == 1, sysc.nvlink.tx_queue_packets,
@@ -402,24 +413,27 @@ def build_state(cfg, program, seed=None, presets=None):
     code = program.code if program.code.shape[0] else np.zeros((1, ROW_WIDTH), np.int64)
     st = State(
         p=params, sys=sysrec, q=new_event_queue(4096 + 4 * (NSM + nch + NL)),
-        ev_count=np.zeros(NUM_EVENT_KINDS, np.int64),
+        ev_count=np.zeros(NUM_EVENT_KINDS, np.int64), timer=timer, timer_tree=timer_tree,
         code=np.ascontiguousarray(code, dtype=np.int64),
         tb=tb, regs=np.zeros((NT, NUM_REGS), np.int64),
         sm=sm, sm_unit_free=np.zeros((NSM, NUM_UNITS), np.int64),
         sm_unit_busy=np.zeros((NSM, NUM_UNITS), np.int64),
         sm_wait=np.zeros((NSM, NUM_WAIT_REASONS), np.int64),
         ln=ln, ln_params=ln_params, ln_per_sm=np.zeros((NL, S), np.int64),
-        gpu=gpus, hbm_mem=hbm_mem, smem=smem,
+        gpu=gpus, wait_list=np.zeros((G, 2, NT // G), np.int64), hbm_mem=hbm_mem, smem=smem,
         hbm_chan=new_records(HBM_CHANNEL, G * gpu.hbm.channels),
         ch=ch, txq=np.zeros((nch, int(ch.txq_cap.max())), np.int64),
         rxq=np.zeros((nch, rxq_cap), np.int64),
+        wire=np.zeros((nch, sysc.nvlink.rx_buffer_flits), np.int64),
         credit_ret=np.zeros((nch, sysc.nvlink.rx_buffer_flits, 2), np.int64),
         gpu_routes=gpu_routes, sw_routes=sw_routes, sw_inputs=sw_inputs,
+        sw_wait=np.zeros((sw_routes.shape[0], 2 + max(1, sw_inputs.shape[1] - 1)), np.int64),
         reqq=np.zeros((G, gpu.hub.request_queue_depth), np.int64),
         respq=np.zeros((G, G * R, 3), np.int64), free_reqs=free_reqs,
         req=new_records(REQUEST, G * R), pk=new_records(PACKET, npk),
         pk_free=np.arange(npk, dtype=np.int64)[::-1].copy(),
         **_moe_state(cfg, params[0], L, rxq_cap),
+        trace=np.zeros((1, TRACE_COLUMNS), np.int64),  # sized when something records (trace/)
     )
     return st, buffers, launches
 

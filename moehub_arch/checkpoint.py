@@ -155,7 +155,9 @@ def _restore_array(d, name, built, saved):
     if saved.shape == built.shape:
         built[...] = saved
         return built
-    if name != "q" or saved.shape[1:] != built.shape[1:]:   # only the event queue grows
+    # arrays that grow while a run goes (the event queue, the trace record buffer) are taken as
+    # saved; fixed arrays have the rebuilt system's shape (the build metadata was compared)
+    if saved.ndim != built.ndim or saved.shape[1:] != built.shape[1:]:
         raise CheckpointError(f"{d}: State.{name} has shape {saved.shape} in the checkpoint, "
                               f"{built.shape} in the rebuilt system")
     arr = np.ascontiguousarray(saved).copy()

@@ -1,8 +1,12 @@
 """`moehub-sim` command line (also `python -m moehub_arch`).
 
     moehub-sim run [CONFIG.yaml] [-o OUTDIR] [--set key.path=value ...] [--seed N] [--engine numba|python]
+                   [--trace] [--debug-flags Hub,NVLink] [--debug-start TICK] [--debug-file F] [--quiet]
                    [--max-ticks TIME] [--max-wall SECONDS] [--no-check] [--checkpoint-at TIME ...]
     moehub-sim run --restore CHECKPOINT_DIR [-o OUTDIR]    continue a checkpointed run
+    moehub-sim plot OUTDIR [OUTDIR ...] [-o FIGDIR]     PNG figures of runs
+    moehub-sim compare OUTDIR [OUTDIR ...] [--stats PATTERN ...]   stats side by side, speedups
+    moehub-sim sweep SWEEP.yaml [-o OUTDIR] [--workers N] [--scheduler tcp://HOST:PORT]
     moehub-sim asm FILE.s [FILE.s ...]      validate and disassemble kernels
     moehub-sim isa [--config CONFIG.yaml]   print the instruction-set reference
     moehub-sim stats --list [CONFIG.yaml]   list the stats a config will produce
@@ -14,7 +18,6 @@ for run.watchdog_interval), with a report of who waits on what; 4 an end-of-run 
 violated. Stats are written whenever the run got under way, including exit statuses 3 and 4.
 """
 import argparse
-import json
 import os
 import sys
 from pathlib import Path
@@ -33,7 +36,17 @@ def _parser():
     run.add_argument("--seed", type=int, help="random seed (same as --set run.seed=N)")
     run.add_argument("--engine", choices=("numba", "python"),
                      help="numba (compiled) or python (the same code, interpreted: the reference engine)")
-    run.add_argument("--quiet", action="store_true", help="print nothing but errors")
+    run.add_argument("--quiet", action="store_true", help="print nothing but errors (no progress)")
+    run.add_argument("--trace", action="store_true",
+                     help="write OUTDIR/trace.json, a timeline for ui.perfetto.dev (window, GPUs, "
+                          "components: --set trace.start=10us trace.gpus=[0,1] ...)")
+    run.add_argument("--debug-flags", metavar="FLAGS",
+                     help="print the events of these components, e.g. Hub,NVLink (SM, Launch, "
+                          "NVLink, Switch, Hub, RPM, AAU, DAM, MoEHub, All)")
+    run.add_argument("--debug-start", metavar="TICK",
+                     help="first tick of debug output (ps, or a time such as 10us)")
+    run.add_argument("--debug-file", metavar="FILE",
+                     help="debug output file, relative to OUTDIR (default: standard error)")
     run.add_argument("--no-check", action="store_true",
                      help="skip the end-of-run invariants (same as --set run.check_invariants=false)")
     run.add_argument("--max-ticks", metavar="TIME",
@@ -50,6 +63,30 @@ def _parser():
                           "default OUTDIR/checkpoint-{tick})")
     run.add_argument("--restore", metavar="DIR",
                      help="continue the run saved in a checkpoint directory (instead of CONFIG)")
+    plot = sub.add_parser("plot", help="PNG figures of finished runs: SM timeline per GPU, link "
+                                       "utilisation, time breakdown per run")
+    plot.add_argument("outdirs", nargs="+", metavar="OUTDIR")
+    plot.add_argument("-o", "--figdir", help="where the PNGs go (default: OUTDIR/plots of the "
+                                             "first run)")
+    plot.add_argument("--gpus", type=int, default=4, help="GPUs shown in the SM timeline (default 4)")
+    cmp_ = sub.add_parser("compare", help="selected stats of runs side by side, with speedups "
+                                          "relative to the first")
+    cmp_.add_argument("outdirs", nargs="+", metavar="OUTDIR")
+    cmp_.add_argument("--stats", action="append", metavar="PATTERN",
+                      help="stat name or shell pattern (repeatable; default: layer time, phases, "
+                           "SM time, link utilisation, hub stalls, simTicks, report figures)")
+    cmp_.add_argument("--per-gpu", action="store_true",
+                      help="keep per-GPU stats apart (default: gpuN summed, ratios averaged)")
+    cmp_.add_argument("--csv", metavar="FILE", help="also write the table as CSV")
+    sweep = sub.add_parser("sweep", help="run a grid or list of --set overrides, in parallel "
+                                         "(local processes or a Dask cluster), into one table")
+    sweep.add_argument("sweep_file", metavar="SWEEP.yaml")
+    sweep.add_argument("-o", "--outdir", help="output directory (default: the sweep file's "
+                                              "outdir, else sweep-out/<sweep name>)")
+    sweep.add_argument("--workers", type=int, help="local worker processes (default: CPU count)")
+    sweep.add_argument("--scheduler", metavar="tcp://HOST:PORT",
+                       help="run the points on this Dask distributed scheduler")
+    sweep.add_argument("--quiet", action="store_true", help="no progress bar")
     asm = sub.add_parser("asm", help="assemble kernel files: validate and print the disassembly")
     asm.add_argument("files", nargs="+")
     asm.add_argument("--config", help="system config whose parameters resolve instruction costs")
@@ -114,9 +151,11 @@ def _user_errors():
     from .isa import AsmError, IsaError
     from .simulation import SimulationError
     from .workloads.layer import LayerError
+    from .analysis import AnalysisError
+    from .sweep.spec import SweepError
     from .checkpoint import CheckpointError
     return (ConfigError, AsmError, IsaError, BuildError, SimulationError, LayerError,
-            CheckpointError, FileNotFoundError)
+            AnalysisError, SweepError, CheckpointError, FileNotFoundError)
 
 
 def _load(config, overrides=()):
@@ -144,7 +183,34 @@ def _dispatch(args):
         return 0
     if args.command == "stats":
         return _list_stats(args)
+    if args.command == "plot":
+        from .analysis.plot import plot_runs
+        for path in plot_runs(args.outdirs, args.figdir, max_gpus=args.gpus):
+            print(f"wrote {path}")
+        return 0
+    if args.command == "compare":
+        from .analysis.compare import compare_runs
+        print(compare_runs(args.outdirs, args.stats, per_gpu=args.per_gpu, csv_path=args.csv))
+        return 0
+    if args.command == "sweep":
+        from .sweep import run_sweep_command
+        return run_sweep_command(args)
     return 2
+
+
+def _observe_overrides(args):
+    """--trace and --debug-* as config overrides (so config.json records them)."""
+    out = []
+    if args.trace:
+        out.append("trace.enabled=true")
+    if args.debug_flags is not None:
+        out.append(f"debug.flags={args.debug_flags}")
+    if args.debug_start is not None:
+        start = args.debug_start.strip()
+        out.append(f"debug.start={start}ps" if start.isdigit() else f"debug.start={start}")
+    if args.debug_file is not None:
+        out.append(f"debug.file={args.debug_file}")
+    return out
 
 
 def _time_arg(flag, text, bare_unit):
@@ -177,9 +243,14 @@ def _run_options(args):
     return out
 
 
+def _with_run_options(cfg, args):
+    import attrs
+    opts = _run_options(args)
+    return attrs.evolve(cfg, run=attrs.evolve(cfg.run, **opts)) if opts else cfg
+
+
 def _simulation(args):
     """The Simulation a `run` command asks for: from a config, or restored from a checkpoint."""
-    import attrs
     from .simulation import Simulation
 
     if args.restore:
@@ -190,40 +261,35 @@ def _simulation(args):
             raise CheckpointError(f"--restore {args.restore}: a checkpoint carries its own config; "
                                   f"{', '.join(given)} cannot be combined with it")
         sim = restore(_user_path(args.restore))
-    else:
-        overrides = list(args.overrides)
-        if args.seed is not None:
-            overrides.append(f"run.seed={args.seed}")
-        if args.engine is not None:
-            overrides.append(f"run.engine={args.engine}")
-        cfg = _load(args.config, overrides)
-        if cfg.run.engine == "python" and not jit_disabled():
-            # the config asked for the reference engine: restart with the JIT disabled
-            os.environ["NUMBA_DISABLE_JIT"] = "1"
-            os.execv(sys.executable, [sys.executable, "-m", "moehub_arch"] + sys.argv[1:])
-        run_opts = _run_options(args)
-        if run_opts:
-            cfg = attrs.evolve(cfg, run=attrs.evolve(cfg.run, **run_opts))
-        return Simulation(cfg)
-    run_opts = _run_options(args)
-    if run_opts:
-        sim.cfg = attrs.evolve(sim.cfg, run=attrs.evolve(sim.cfg.run, **run_opts))
-    return sim
+        sim.cfg = _with_run_options(sim.cfg, args)
+        return sim
+    overrides = list(args.overrides) + _observe_overrides(args)
+    if args.seed is not None:
+        overrides.append(f"run.seed={args.seed}")
+    if args.engine is not None:
+        overrides.append(f"run.engine={args.engine}")
+    cfg = _load(args.config, overrides)
+    if cfg.run.engine == "python" and not jit_disabled():
+        # the config asked for the reference engine: restart with the JIT disabled
+        os.environ["NUMBA_DISABLE_JIT"] = "1"
+        os.execv(sys.executable, [sys.executable, "-m", "moehub_arch"] + sys.argv[1:])
+    return Simulation(_with_run_options(cfg, args))
 
 
 def _run(args):
     from .checkpoint import CheckpointWriter
-    from .stats import write_stats_csv, write_stats_json, write_stats_txt
+    from .runner import run_to_outdir
 
     checkpoint_ticks = [_time_arg("--checkpoint-at", t, "ps") for t in args.checkpoint_at]
     sim = _simulation(args)
+    cfg = sim.cfg
     out = Path(args.outdir)
-    out.mkdir(parents=True, exist_ok=True)
-    # the resolved config, including what an MoE layer generated (buffers, launches, windows)
-    (out / "config.json").write_text(json.dumps(sim.cfg.to_dict(), indent=1))
-    if not args.quiet and not jit_disabled() and not _engine_cached():
-        print("compiling the simulation engine with Numba (first run after an install or upgrade; "
-              "about two minutes on two cores, cached afterwards)...", flush=True)
+
+    def say_compiling(sim):
+        if not args.quiet and not jit_disabled() and not _engine_cached():
+            print("compiling the simulation engine with Numba (first run after an install or "
+                  "upgrade; about two minutes on two cores, cached afterwards)...", flush=True)
+
     observers = []
     if checkpoint_ticks:
         where = args.checkpoint_dir or str(out / "checkpoint-{tick}")
@@ -231,25 +297,22 @@ def _run(args):
             where = str(Path(where) / "checkpoint-{tick}")
         observers.append(CheckpointWriter(checkpoint_ticks, where))
     try:
-        stats = sim.run(observers)
+        run_to_outdir(cfg, out, progress=not args.quiet, quiet=args.quiet, before_run=say_compiling,
+                      sim=sim, observers=observers)
     except _user_errors() as e:
         if sim.stats is not None:
             e.args = (f"{e}\n(the stats so far are in {out}/stats.txt, stats.json, stats.csv)",)
         raise
     finally:
-        # stats so far are written on every ending: limits, deadlocks, watchdog, invariants
-        if sim.stats is not None:
-            write_stats_txt(sim.stats, out / "stats.txt")
-            write_stats_json(sim.stats, out / "stats.json")
-            write_stats_csv(sim.stats, out / "stats.csv")
         for ob in observers:
             for tick, path in ob.written:
-                print(f"wrote checkpoint {path} at tick {tick}", file=sys.stderr if args.quiet
-                      else sys.stdout)
+                print(f"wrote checkpoint {path} at tick {tick}",
+                      file=sys.stderr if args.quiet else sys.stdout)
             if ob.pending:
                 print(f"moehub-sim: warning: the run ended at tick {int(sim.state.sys[0].q_now)} "
                       f"before --checkpoint-at {', '.join(map(str, ob.pending))}: no checkpoint "
                       f"written there", file=sys.stderr)
+    stats = sim.stats
     if sim.stopped:
         print(f"moehub-sim: {sim.stopped}; stats cover the run up to there", file=sys.stderr)
     if not args.quiet:
@@ -259,7 +322,11 @@ def _run(args):
               f"{stats['hostCompileSeconds']:.1f} s)")
         for s in stats.match("system.ubench.*"):
             print(f"{s.name} = {s.value:.6g} {s.unit}  # {s.desc}")
-        print(f"wrote {out}/config.json, stats.txt, stats.json, stats.csv")
+        extra = [name for name, on in (("trace.json", cfg.trace.enabled),
+                                       ("stats_dumps.txt, stats_dumps.csv", cfg.stats.dump_period),
+                                       (cfg.debug.file, cfg.debug.flags and cfg.debug.file)) if on]
+        print(f"wrote {out}/config.json, stats.txt, stats.json, stats.csv"
+              + "".join(", " + e for e in extra))
     return 0
 
 

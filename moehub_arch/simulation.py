@@ -1,7 +1,7 @@
 """Simulation driver: build the system, run the compiled loop to completion, collect the stats.
 
-Python is only involved between batches of events (progress, growing the event queue, the
-watchdog, limits and checkpoints: RunObservers) and at the end (stats, report figures, end-of-run
+Python is only involved between batches of events (progress, growing the event queue, draining
+trace records, the watchdog, limits and checkpoints: RunObservers) and at the end (stats, report figures, end-of-run
 invariants); it is never called per event.
 
 How a run ends (the CLI's exit status in brackets):
@@ -22,6 +22,7 @@ from .components.nvlink import settle_credits
 from .config import ConfigError, flat_params, locate
 from .engine import loop as engine_loop
 from .engine.events import grow_event_queue
+from .components.trace import TRACE_COLUMNS
 from .engine.state import ERROR_TEXT, LN_DONE
 from .isa import assemble_files, default_isa_paths, load_isa
 from .isa.encoding import REG_TB, SEM, SEMANTIC_NAMES, SUBOP, SUBOP_NAMES
@@ -63,7 +64,14 @@ class RunObserver:
 
     def on_pause(self, sim, tick, events, wall_seconds):
         """After every batch of events or requested stop: `tick` is the current simulated time.
+        `sim.exact_tick` is the tick whose state the pause shows exactly (a requested stop: every
+        event at or before it processed, none after), None after an ordinary batch.
         Raise SimulationError to stop the run with an error, limits.StopRun to end it cleanly."""
+
+    def on_records(self, sim, records):
+        """Trace records ([n, 5] int64, components/trace.py) of the categories this observer
+        enabled with sim.set_trace_categories, in the order they were written; called before
+        every on_pause and before on_finish. The array is reused afterwards: copy what you keep."""
 
     def on_finish(self, sim):
         """After the stats are collected (sim.stats)."""
@@ -96,6 +104,8 @@ class Simulation:
             e.args = (locate(self.input_cfg, str(e)),)
             raise
         self.stats = None
+        self.exact_tick = None
+        self._trace_masks = {}   # observer -> trace categories it wants now
 
     # ---- running --------------------------------------------------------------------------
     def default_observers(self):
@@ -135,6 +145,7 @@ class Simulation:
             self.stopped = str(e)
         except SimulationError as e:
             error = e
+        self.exact_tick = None
         host_seconds = time.perf_counter() - t1
         st = self.state
         if (error is not None or self.stopped) and self._reached > int(st.sys[0].q_now):
@@ -142,6 +153,7 @@ class Simulation:
             st.sys[0].q_now = self._reached
         if status == engine_loop.STATUS_EMPTY:
             settle_credits(st)   # credit returns are not events: let the last ones arrive
+        self._drain_trace(observers)
         max_events = self.cfg.run.max_events
         if error is None and self.stopped is None and max_events and int(st.sys[0].q_events) >= max_events:
             self.stopped = f"stopped after run.max_events = {max_events} events"
@@ -179,6 +191,7 @@ class Simulation:
         headroom = event_headroom(st)
         for ob in observers:
             ob.on_start(self)
+        st = self.state   # observers may have sized the trace buffer
         status = None
         while True:
             n = batch
@@ -189,6 +202,7 @@ class Simulation:
             stops = [t for t in (ob.next_stop(self) for ob in observers) if t is not None and t >= 0]
             stop = min(stops) if stops else -1
             status = engine_loop.run_loop(st, n, headroom, stop)
+            self._drain_trace(observers)
             if status == engine_loop.STATUS_GROW:
                 st = st._replace(q=grow_event_queue(st.q, 2 * st.q.shape[0]))
                 self.state = st
@@ -199,11 +213,46 @@ class Simulation:
             wall = time.perf_counter() - t1
             # at a requested stop the state is exactly that of tick `stop` (every event at or
             # before it processed, none after)
+            self.exact_tick = stop if status == engine_loop.STATUS_TICK_LIMIT else None
             now = stop if status == engine_loop.STATUS_TICK_LIMIT else int(st.sys[0].q_now)
             self._reached = now
             for ob in observers:
                 ob.on_pause(self, now, int(st.sys[0].q_events), wall)
+            self.exact_tick = None
         return status
+
+    # ---- trace records (components/trace.py) ----------------------------------------------
+    def enable_trace(self, capacity=1 << 16):
+        """Give the engine a record buffer of at least `capacity` rows (call from on_start). The
+        loop returns to Python to drain it while it still has room for one event's records."""
+        from .builder import event_headroom
+        st = self.state
+        if st.trace.shape[0] >= capacity:
+            return
+        room = max(capacity, 4 * event_headroom(st))
+        self.state = st._replace(trace=np.zeros((room, TRACE_COLUMNS), np.int64))
+        self.state.p[0].trace_limit = room - event_headroom(self.state)
+
+    def set_trace_categories(self, owner, mask):
+        """Record the categories (components/trace.py CAT_* bits) `owner` wants from now on; the
+        engine records the union over owners. Takes effect at the next batch."""
+        self._trace_masks[owner] = int(mask)
+        union = 0
+        for m in self._trace_masks.values():
+            union |= m
+        if union and self.state.trace.shape[0] <= 1:
+            raise RuntimeError("enable_trace() must be called (in on_start) before recording")
+        self.state.p[0].trace_mask = union
+
+    def _drain_trace(self, observers):
+        sy = self.state.sys[0]
+        n = int(sy.trace_n)
+        if n:
+            records = self.state.trace[:n]
+            for ob in observers:
+                ob.on_records(self, records)
+        sy.trace_n = 0
+        sy.trace_full = 0
 
     # ---- results --------------------------------------------------------------------------
     def buffer_bytes(self, gpu, name):

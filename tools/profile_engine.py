@@ -78,6 +78,54 @@ def write_perf_map(func):
     return len(entries)
 
 
+def _dump_code(func, path):
+    """Save the machine code of every mapped function (address, bytes) for --annotate."""
+    import ctypes
+    import pickle
+    entries = []
+    for cres in func.overloads.values():
+        lib = cres.library
+        obj = getattr(lib, "_profiled_object", None) or lib._compiled_object
+        for name, size in (_elf_functions(obj) if obj else []):
+            addr = lib.get_pointer_to_function(name)
+            if addr and size:
+                entries.append((addr, _short(name), ctypes.string_at(addr, size)))
+    with open(path, "wb") as f:
+        pickle.dump(entries, f)
+
+
+def annotate(data, top):
+    """Hottest instructions of the profile, with their disassembly (objdump) and neighbours."""
+    import collections
+    import pickle
+    with open(data + ".code", "rb") as f:
+        code = pickle.load(f)
+    out = subprocess.run(["perf", "script", "-i", data, "-F", "ip"], capture_output=True,
+                         text=True).stdout.split()
+    ips = collections.Counter(int(x, 16) for x in out)
+    total = sum(ips.values())
+    for addr, name, blob in code:
+        hits = {ip: n for ip, n in ips.items() if addr <= ip < addr + len(blob)}
+        share = sum(hits.values()) / total
+        if share < 0.05:
+            continue
+        with tempfile.NamedTemporaryFile(suffix=".bin", delete=False) as f:
+            f.write(blob)
+        dis = subprocess.run(["objdump", "-D", "-b", "binary", "-m", "i386:x86-64",
+                              f"--adjust-vma={addr:#x}", f.name], capture_output=True, text=True)
+        lines = {}
+        for line in dis.stdout.splitlines():
+            head = line.split(":")[0].strip()
+            try:
+                lines[int(head, 16)] = line
+            except ValueError:
+                pass
+        order = sorted(lines)
+        print(f"== {name}: {share:.1%} of samples")
+        for ip, n in sorted(hits.items(), key=lambda x: -x[1])[:top]:
+            print(f"{n / total:6.2%}  {lines.get(ip, hex(ip))}")
+
+
 def run_profiled(config, overrides, data, top):
     os.environ["NUMBA_CACHE_DIR"] = os.environ.get("MOEHUB_PROFILE_CACHE") or tempfile.mkdtemp(prefix="moehub-prof-")
     import signal
@@ -107,6 +155,7 @@ def run_profiled(config, overrides, data, top):
     perf.send_signal(signal.SIGINT)
     perf.wait()
     n = write_perf_map(loop.run_loop)
+    _dump_code(loop.run_loop, data + ".code")
     print(f"profiled {stats['simEvents']} events in {stats['hostSeconds']:.2f} s "
           f"({stats['hostEventRate'] / 1e6:.2f} M events/s); {n} compiled functions mapped",
           file=sys.stderr)
@@ -122,8 +171,12 @@ def main(argv=None):
     ap.add_argument("--set", dest="overrides", action="append", default=[])
     ap.add_argument("--data", default="/tmp/moehub-perf.data")
     ap.add_argument("--top", type=int, default=40)
+    ap.add_argument("--annotate", action="store_true",
+                    help="also print the hottest instructions of functions with >= 5%% of samples")
     args = ap.parse_args(argv)
     run_profiled(args.config, args.overrides, args.data, args.top)
+    if args.annotate:
+        annotate(args.data, args.top)
     return 0
 
 

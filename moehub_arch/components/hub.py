@@ -25,14 +25,15 @@ Data semantics: a put's (or get's) bytes are copied from the source memory when 
 delivered. As with NVSHMEM's non-blocking puts, a program must not modify a put's source buffer
 before its ``fence``; within that contract this equals a snapshot at send time.
 """
-from ..engine.jit import compiled
+from ..engine.jit import compiled, inline
 
 from ..engine.state import (RESP_KIND, RESP_READY, RESP_REQ, ROUTE_FIRST, ROUTE_N, ROUTE_RR,
-                            TB_WAIT_FENCE, TB_WAIT_HUB, WAIT_FENCE, WAIT_HUB, WAIT_REMOTE)
+                            TB_WAIT_FENCE, WAIT_FENCE, WAIT_HUB, WAIT_REMOTE, WAITLIST_HUB)
 from .hbm import hbm_access, hbm_latency_ticks, hbm_transfer, move_bytes, read_word, write_word
 from .nvlink import channel_count_arrival, credit_return, txq_push
 from .packet import (PK_ACK, PK_ATOM_REQ, PK_ATOM_RESP, PK_GET_REQ, PK_GET_RESP, PK_PUT, PK_STORE,
                      packet_alloc, packet_flits, packet_free)
+from .trace import CAT_HUB, TR_HUB_RX, TR_HUB_TX, trace_event
 from .wakeups import hub_kick, tb_resume
 from .waiters import notify_stores
 
@@ -105,7 +106,7 @@ def pick_channel(st, g, dst, advance):
     return -1
 
 
-@compiled
+@inline
 def hub_packetize(st, g, tick):
     """EV_HUB_TX: emit the next packet of the head response (priority) or head request."""
     gp = st.gpu[g]
@@ -192,6 +193,7 @@ def hub_packetize(st, g, tick):
     pk.ready = ready + st.p[0].hub_tx_latency_ticks
     gp.hub_tx_packets += 1
     gp.hub_tx_payload += pk.payload
+    trace_event(st, CAT_HUB, TR_HUB_TX, g, pk.kind, dst, tick)
     txq_push(st, c, pkt, tick)
     if gp.reqq_count > 0 or gp.respq_count > 0:
         hub_kick(st, g, tick + st.p[0].hub_ticks_per_packet)
@@ -210,15 +212,13 @@ def _data_packet(st, g, pk, rq, off, tick):
 
 @compiled
 def wake_hub_waiters(st, g, tick):
-    """Request-table or FIFO space freed: TBs stalled on the hub retry their instruction."""
+    """Request-table or FIFO space freed: TBs stalled on the hub retry their instruction (in the
+    order they stalled)."""
     gp = st.gpu[g]
-    if gp.hub_tb_waiters == 0:
-        return
-    per_gpu = st.p[0].sms_per_gpu * st.p[0].slots_per_sm
-    for slot in range(g * per_gpu, (g + 1) * per_gpu):
-        if st.tb[slot].state == TB_WAIT_HUB:
-            gp.hub_tb_waiters -= 1
-            tb_resume(st, slot, tick, WAIT_HUB)
+    n = gp.hub_tb_waiters
+    gp.hub_tb_waiters = 0
+    for i in range(n):
+        tb_resume(st, st.wait_list[g, WAITLIST_HUB, i], tick, WAIT_HUB)
 
 
 @compiled
@@ -241,7 +241,7 @@ def _complete_request(st, r, tick):
     wake_hub_waiters(st, g, tick)
 
 
-@compiled
+@inline
 def hub_receive(st, g, c, pkt, tick):
     """A packet reached GPU g over down-channel c."""
     channel_count_arrival(st, c, pkt)
@@ -257,6 +257,7 @@ def hub_receive(st, g, c, pkt, tick):
     free_at = t  # when the packet leaves the receive buffer (credits go back)
     gp.hub_rx_packets += 1
     gp.hub_rx_payload += n
+    trace_event(st, CAT_HUB, TR_HUB_RX, g, kind, pk.src, tick)
     if kind == PK_PUT or kind == PK_GET_RESP:
         if gp.hub_rx_first < 0:
             gp.hub_rx_first = tick

@@ -8,17 +8,22 @@ buffer space in flits; the receiver returns them (after one link latency) when t
 buffer, so a slow receiver throttles the sender and nothing is ever dropped. Assumption: credits
 travel in reverse-direction link-layer control words and cost no data bandwidth.
 
+Packets on the wire of one channel arrive in transmission order (same latency, serialised), so a
+channel keeps them in a FIFO (State.wire) and only the head packet's arrival is scheduled (the
+channel's arrival timer), instead of one queued event per packet in flight.
+
 Returned credits are not events: the receiver files each return (tick it reaches the sender,
 flits) in the channel's credit-return list (State.credit_ret, kept in tick order), and the
 transmitter adds every return that has matured whenever it looks at its credits. Only a transmitter
 that is blocked on credits is woken, at the tick of the return it waits for. This is the same
 credit loop as one event per return, with two events fewer per packet (the two hops).
 """
-from ..engine.jit import compiled
+from ..engine.jit import compiled, inline
 
 from ..engine.clock import bytes_ticks
-from ..engine.events import EV_CH_ARRIVE, push
-from .wakeups import ch_kick, hub_kick, rpm_kick, xbar_kick
+from ..engine.events import timer_set
+from .trace import CAT_NVLINK, TR_LINK_TX, trace_event
+from .wakeups import ch_kick, hub_kick, rpm_kick, switch_output_freed
 
 
 @compiled
@@ -84,7 +89,7 @@ def credits_outstanding(st, c):
     return n
 
 
-@compiled
+@inline
 def channel_transmit(st, c, tick):
     """EV_CH_TX: send the head packet if wire, packet and credits allow."""
     p = st.p[0]
@@ -129,7 +134,14 @@ def channel_transmit(st, c, tick):
     if ch.to_switch:
         # the switch handles a packet once it has crossed the input stage (switch.py)
         arrive += p.switch_traversal_ticks
-    push(st, arrive, EV_CH_ARRIVE, pkt, c)
+    # on the wire: packets of one channel arrive in the order they were sent, so the channel
+    # keeps them in a FIFO and only its head has an arrival event (a small event queue)
+    pk.ready = arrive
+    st.wire[c, (ch.wire_head + ch.wire_count) % st.wire.shape[1]] = pkt
+    ch.wire_count += 1
+    if ch.wire_count == 1:
+        timer_set(st, p.tm_ch_arrive + c, arrive)
+    trace_event(st, CAT_NVLINK, TR_LINK_TX, c, pk.kind, pk.payload, tick)
     # a slot freed in this FIFO: wake whoever waits to fill it
     if ch.to_switch:
         gp = st.gpu[ch.gpu]
@@ -142,16 +154,22 @@ def channel_transmit(st, c, tick):
             gp.rpm_stall_ticks += tick - gp.rpm_blocked_since
             rpm_kick(st, ch.gpu, tick)
     else:
-        s = ch.switch
-        for k in range(st.sw_inputs[s, 0]):
-            cin = st.sw_inputs[s, 1 + k]
-            inp = st.ch[cin]
-            if inp.xbar_blocked:
-                inp.xbar_blocked = 0
-                inp.xbar_blocked_ticks += tick - inp.xbar_blocked_since
-                xbar_kick(st, cin, tick)
+        switch_output_freed(st, ch.switch, ch.gpu, tick)
     if ch.txq_count > 0:
         ch_kick(st, c, tick + ser)
+
+
+@compiled
+def channel_arrival(st, c):
+    """EV_CH_ARRIVE: the packet at the head of channel c's wire FIFO reached the far end; the
+    next one (if any) gets its arrival event. Returns the packet."""
+    ch = st.ch[c]
+    pkt = st.wire[c, ch.wire_head]
+    ch.wire_head = (ch.wire_head + 1) % st.wire.shape[1]
+    ch.wire_count -= 1
+    if ch.wire_count > 0:
+        timer_set(st, st.p[0].tm_ch_arrive + c, st.pk[st.wire[c, ch.wire_head]].ready)
+    return pkt
 
 
 @compiled

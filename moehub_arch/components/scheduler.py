@@ -14,6 +14,8 @@ from ..engine.events import EV_KERNEL_START, push
 from ..engine.state import LN_DONE, LN_RUNNING, TB_EMPTY, TB_READY
 from ..isa.encoding import (FIRST_PARAM_REG, MAX_PARAMS, REG_GPU, REG_NGPU, REG_NSM, REG_NTB,
                             REG_SM, REG_SMEM, REG_TB, SMEM_ADDR_BIT)
+from .trace import (CAT_LAUNCH, TR_LAUNCH_END, TR_LAUNCH_START, TR_TB_EXIT, TR_TB_PLACE,
+                    trace_event, trace_tb)
 from .wakeups import sm_wake
 
 
@@ -35,6 +37,7 @@ def kernel_start(st, l, tick):
     ln = st.ln[l]
     ln.status = LN_RUNNING
     ln.start = tick
+    trace_event(st, CAT_LAUNCH, TR_LAUNCH_START, l, ln.gpu, 0, tick)
     dispatch_blocks(st, ln.gpu, tick)
 
 
@@ -129,6 +132,7 @@ def _place(st, l, g, s, sm, slot, smem_base, start_tick, tick):
     regs[REG_SMEM] = SMEM_ADDR_BIT + smem_base
     for i in range(MAX_PARAMS):
         regs[FIRST_PARAM_REG + i] = st.ln_params[l, i]
+    trace_tb(st, slot, TR_TB_PLACE, l, tb_index, tick)
     sm_wake(st, sm, start_tick)
 
 
@@ -142,6 +146,7 @@ def block_exit(st, slot, tick):
     g = sm // S
     tb = st.tb[slot]
     l = tb.launch
+    trace_tb(st, slot, TR_TB_EXIT, l, 0, tick)
     tb.state = TB_EMPTY
     tb.launch = -1
     tb.smem_bytes = 0
@@ -155,6 +160,7 @@ def block_exit(st, slot, tick):
     if ln.finished == ln.grid:
         ln.status = LN_DONE
         ln.end = tick
+        trace_event(st, CAT_LAUNCH, TR_LAUNCH_END, l, g, 0, tick)
         if ln.next_in_stream >= 0:
             nxt = ln.next_in_stream
             push(st, tick + p.kernel_launch_ticks + st.ln[nxt].host_delay, EV_KERNEL_START, nxt, 0)

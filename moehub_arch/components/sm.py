@@ -23,7 +23,8 @@ from ..engine.events import EV_LOCAL_DONE, push
 from ..engine.state import (ERR_ADDR_RANGE, ERR_BAD_GPU, ERR_BAD_SIZE, ERR_DIV_ZERO,
                             ERR_MISALIGNED, ERR_MOE_AFTER_EOS, ERR_MOE_EXPERT, ERR_MOE_RELEASE,
                             ERR_MOE_ROW_SIZE, ERR_RED_REMOTE, ERR_REG_RANGE, ERR_UNBACKED_WORD, TB_READY, TB_WAIT_CLAIM,
-                            TB_WAIT_FENCE, TB_WAIT_FLAG, TB_WAIT_HUB, TB_WAIT_REMOTE, WAIT_FENCE)
+                            TB_WAIT_FENCE, TB_WAIT_FLAG, TB_WAIT_HUB, TB_WAIT_REMOTE, WAIT_FENCE,
+                            WAITLIST_FLAG, WAITLIST_HUB)
 from ..isa.encoding import (ATOM_RED_ADD, NUM_GENERAL_REGS, ALU_ADD, ALU_AND, ALU_DIV, ALU_MAX, ALU_MIN, ALU_MOV, ALU_MUL, ALU_OR,
                             ALU_REM, ALU_SETEQ, ALU_SETGT, ALU_SETLE, ALU_SETLT,
                             ALU_SETNE, ALU_SHL, ALU_SHR, ALU_SUB, ALU_XOR, DT_BF16, II, IMM,
@@ -41,7 +42,8 @@ from .moehub.aau import aau_retry, record_address, slot_address
 from .moehub.dam import CLAIM_WAIT, dam_claim, dam_release
 from .moehub.rpm import rpm_accept, rpm_end_of_stream
 from .scheduler import block_exit
-from .waiters import compare, notify_stores
+from .trace import TR_TB_WAIT, trace_issue, trace_tb
+from .waiters import add_waiter, compare, notify_stores
 from .wakeups import sm_wake, tb_resume
 
 
@@ -153,7 +155,7 @@ def _silu(x):
 
 # ---- issue -------------------------------------------------------------------------------------
 
-@compiled
+@inline
 def sm_issue(st, sm, tick):
     """EV_SM_ISSUE: issue up to issue_width instructions from ready TBs, then sleep or re-arm."""
     if st.sm[sm].next_issue != tick:
@@ -173,6 +175,7 @@ def sm_issue(st, sm, tick):
         if st.sm_unit_free[sm, unit] > tick:
             continue
         _execute(st, slot, sm, tick, cyc)
+        trace_issue(st, slot, unit, tick)
         issued += 1
         st.sm[sm].rr = (j + 1) % T
         if issued >= st.p[0].issue_width or st.sys[0].err_code != 0:
@@ -205,9 +208,10 @@ def local_done(st, slot, tick):
 def _block(st, slot, state, tick):
     st.tb[slot].state = state
     st.tb[slot].wait_start = tick
+    trace_tb(st, slot, TR_TB_WAIT, state, 0, tick)
 
 
-@compiled
+@inline
 def _execute(st, slot, sm, tick, cyc):
     """Execute the instruction at the TB's pc (all semantics; dispatch by integer semantic id)."""
     pc = st.tb[slot].pc
@@ -568,7 +572,7 @@ def _execute(st, slot, sm, tick, cyc):
             st.tb[slot].wait_addr = addr
             st.tb[slot].wait_cmp = sub
             st.tb[slot].wait_value = value
-            st.gpu[g].waiters += 1
+            add_waiter(st, g, WAITLIST_FLAG, slot)
             _block(st, slot, TB_WAIT_FLAG, tick)
             return
 
@@ -653,7 +657,7 @@ def _send_to_expert(st, slot, row, g, tick, cyc):
 @compiled
 def _stall_on_hub(st, slot, g, tick):
     """The hub cannot take the request now: the TB sleeps and re-executes the instruction later."""
-    st.gpu[g].hub_tb_waiters += 1
+    add_waiter(st, g, WAITLIST_HUB, slot)
     _block(st, slot, TB_WAIT_HUB, tick)
 
 

@@ -13,13 +13,15 @@ traversal (head-of-line queueing), not packets still traversing.
 Fabrics are single level (every GPU link ends at a switch that has links to the other GPUs), as in
 DGX/HGX H100 and GH200 NVL32.
 """
-from ..engine.jit import compiled
+from ..engine.jit import compiled, inline
 
 from ..engine.state import ROUTE_FIRST, ROUTE_N, ROUTE_RR
 from .nvlink import channel_count_arrival, credit_return, txq_push
+from .trace import CAT_SWITCH, TR_XBAR, trace_event
+from .wakeups import xbar_kick
 
 
-@compiled
+@inline
 def switch_receive(st, c, pkt, tick):
     """A packet on up-channel c reached the switch and finished its traversal: queue it at the
     input port and move it across at once unless packets wait ahead of it."""
@@ -41,7 +43,7 @@ def switch_crossbar(st, c, tick):
     _cross(st, c, tick)
 
 
-@compiled
+@inline
 def _cross(st, c, tick):
     """Move head packets of input port c to their output queues while one has room."""
     p = st.p[0]
@@ -63,9 +65,21 @@ def _cross(st, c, tick):
             if not ch.xbar_blocked:
                 ch.xbar_blocked = 1
                 ch.xbar_blocked_since = tick
-            return  # an output channel's dequeue wakes us
+                _wait_for_output(st, ch.switch * p.num_gpus + pk.dst, c)
+            return  # an output toward pk.dst that frees a slot wakes us
         ch.rxq_head = (ch.rxq_head + 1) % rc
         ch.rxq_count -= 1
         credit_return(st, c, pk.flits, tick + p.link_latency_ticks)
         pk.ready = tick
+        trace_event(st, CAT_SWITCH, TR_XBAR, c, out, pk.dst, tick)
         txq_push(st, out, pkt, tick)
+
+
+@compiled
+def _wait_for_output(st, w, c):
+    """Input port c waits for room in an output toward one destination (wait list w = switch *
+    GPUs + destination), in arrival order."""
+    cap = st.sw_wait.shape[1] - 2
+    st.sw_wait[w, 2 + (st.sw_wait[w, 0] + st.sw_wait[w, 1]) % cap] = c
+    st.sw_wait[w, 1] += 1
+

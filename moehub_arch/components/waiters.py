@@ -4,10 +4,13 @@ A waiting TB costs no events (it does not spin): every write that can change a w
 backed memory on a GPU with sleepers calls ``notify_stores``, which re-checks the conditions of the
 TBs waiting on words inside the written range and wakes those now satisfied at the write's
 completion tick. This models a polling loop whose poll hits right after the write lands.
+Each GPU keeps its sleepers in a list (State.wait_list, in the order they started waiting), so a
+write costs nothing when nobody waits and a pass over the sleepers otherwise; the same lists hold
+the TBs stalled on a full hub (hub.wake_hub_waiters).
 """
 from ..engine.jit import compiled
 
-from ..engine.state import TB_WAIT_FLAG, WAIT_FLAG
+from ..engine.state import WAIT_FLAG, WAITLIST_FLAG
 from ..isa.encoding import CMP_EQ, CMP_GE, CMP_GT, CMP_LE, CMP_LT, CMP_NE
 from .hbm import read_word
 from .wakeups import tb_resume
@@ -31,19 +34,33 @@ def compare(cmp, a, b):
 
 
 @compiled
+def add_waiter(st, g, which, slot):
+    """Put TB `slot` on GPU g's list of flag waiters (which = WAITLIST_FLAG) or of TBs stalled on
+    a full hub (WAITLIST_HUB); the GPU record counts them (waiters, hub_tb_waiters)."""
+    gp = st.gpu[g]
+    if which == WAITLIST_FLAG:
+        st.wait_list[g, which, gp.waiters] = slot
+        gp.waiters += 1
+    else:
+        st.wait_list[g, which, gp.hub_tb_waiters] = slot
+        gp.hub_tb_waiters += 1
+
+
+@compiled
 def notify_stores(st, g, addr, nbytes, tick):
     """Bytes [addr, addr+nbytes) of GPU g's HBM were written, visible from `tick`."""
     gp = st.gpu[g]
-    if gp.waiters == 0:
-        return
-    per_gpu = st.p[0].sms_per_gpu * st.p[0].slots_per_sm
-    for slot in range(g * per_gpu, (g + 1) * per_gpu):
+    if gp.waiters == 0 or addr >= st.hbm_mem.shape[1]:
+        return  # nobody waits, or the write is to unbacked data (flags are backed words)
+    kept = 0
+    for i in range(gp.waiters):
+        slot = st.wait_list[g, WAITLIST_FLAG, i]
         tb = st.tb[slot]
-        if tb.state != TB_WAIT_FLAG:
-            continue
         a = tb.wait_addr
-        if a + 8 <= addr or a >= addr + nbytes:
-            continue
-        if compare(tb.wait_cmp, read_word(st, g, a), tb.wait_value):
-            gp.waiters -= 1
+        if (a + 8 <= addr or a >= addr + nbytes
+                or not compare(tb.wait_cmp, read_word(st, g, a), tb.wait_value)):
+            st.wait_list[g, WAITLIST_FLAG, kept] = slot   # still waiting (list order kept)
+            kept += 1
+        else:
             tb_resume(st, slot, tick, WAIT_FLAG)
+    gp.waiters = kept

@@ -1,15 +1,16 @@
 """Wake-up helpers: schedule a block's next activation without duplicate events.
 
 Following Akita's "smart ticking", an idle block schedules nothing; whoever gives it work calls its
-kick/wake function here. Each block records the tick of its one pending activation, so a second
-kick for a later or equal tick costs no event, and an activation superseded by an earlier one is
-recognised as stale when it fires (its tick no longer matches the record).
+kick/wake function here. Each block has one component timer (engine.events) and records the tick
+it is set for, so a second kick for a later or equal tick costs nothing and an earlier one moves
+the timer (no stale event is left behind).
 """
 from ..engine.jit import compiled
 
 from ..engine.clock import align_up
-from ..engine.events import EV_CH_TX, EV_HUB_TX, EV_RPM_TX, EV_SM_ISSUE, EV_XBAR, push
+from ..engine.events import timer_set
 from ..engine.state import TB_READY
+from .trace import TR_TB_RESUME, trace_tb
 
 
 @compiled
@@ -19,7 +20,7 @@ def sm_wake(st, sm, tick):
     s = st.sm[sm]
     if s.next_issue < 0 or t < s.next_issue:
         s.next_issue = t
-        push(st, t, EV_SM_ISSUE, sm, 0)
+        timer_set(st, sm, t)
 
 
 @compiled
@@ -31,6 +32,7 @@ def tb_resume(st, slot, tick, reason):
     tb.state = TB_READY
     if tick > tb.ready:
         tb.ready = tick
+    trace_tb(st, slot, TR_TB_RESUME, reason, 0, tb.ready)
     sm_wake(st, sm, tb.ready)
 
 
@@ -42,7 +44,7 @@ def hub_kick(st, g, tick):
         return
     if gp.hub_next_tx < 0 or tick < gp.hub_next_tx:
         gp.hub_next_tx = tick
-        push(st, tick, EV_HUB_TX, g, 0)
+        timer_set(st, st.p[0].tm_hub + g, tick)
 
 
 @compiled
@@ -53,7 +55,7 @@ def rpm_kick(st, g, tick):
         return
     if gp.rpm_next_tx < 0 or tick < gp.rpm_next_tx:
         gp.rpm_next_tx = tick
-        push(st, tick, EV_RPM_TX, g, 0)
+        timer_set(st, st.p[0].tm_rpm + g, tick)
 
 
 @compiled
@@ -66,7 +68,7 @@ def ch_kick(st, c, tick):
         t = ch.busy_until
     if ch.tx_at < 0 or t < ch.tx_at:
         ch.tx_at = t
-        push(st, t, EV_CH_TX, c, 0)
+        timer_set(st, st.p[0].tm_ch_tx + c, t)
 
 
 @compiled
@@ -76,4 +78,22 @@ def xbar_kick(st, c, tick):
     if ch.xbar_pending:
         return
     ch.xbar_pending = 1
-    push(st, tick, EV_XBAR, c, 0)
+    timer_set(st, st.p[0].tm_xbar + c, tick)
+
+
+@compiled
+def switch_output_freed(st, s, dst, tick):
+    """An output queue of switch s toward GPU dst has a free slot: the output arbiter grants it
+    to the input port that has waited longest for that destination (switch._wait_for_output);
+    one slot, one grant, so blocked inputs are not all woken to compete for it."""
+    w = s * st.p[0].num_gpus + dst
+    if st.sw_wait[w, 1] == 0:
+        return
+    cap = st.sw_wait.shape[1] - 2
+    cin = st.sw_wait[w, 2 + st.sw_wait[w, 0]]
+    st.sw_wait[w, 0] = (st.sw_wait[w, 0] + 1) % cap
+    st.sw_wait[w, 1] -= 1
+    inp = st.ch[cin]
+    inp.xbar_blocked = 0
+    inp.xbar_blocked_ticks += tick - inp.xbar_blocked_since
+    xbar_kick(st, cin, tick)

@@ -22,7 +22,7 @@ from ..paths import data_root
 from .schema import Config
 from .units import EXAMPLES, UnitError, parse_quantity
 
-TOP_KEYS = ("extends", "system", "scheme", "workload", "run")
+TOP_KEYS = ("extends", "system", "scheme", "workload", "run", "stats", "trace", "debug")
 
 
 class ConfigError(Exception):
@@ -241,6 +241,14 @@ def _to_tuple(v, path, ctx):
     return v
 
 
+def _to_choice(v, choices, path, ctx):
+    if v not in choices:
+        close = difflib.get_close_matches(str(v), choices, n=1)
+        hint = f"; did you mean '{close[0]}'?" if close else ""
+        raise ctx.error(path, f"expected one of {', '.join(choices)}, found {_found(v)}{hint}")
+    return v
+
+
 def _convert_value(a, v, path, ctx):
     m = a.metadata
     kind, lo = m["kind"], m.get("min")
@@ -255,25 +263,25 @@ def _convert_value(a, v, path, ctx):
         return _to_int(v, path, ctx, lo)
     if kind == "opt_int":
         return None if v is None else _to_int(v, path, ctx, lo)
-    if kind == "bool":
-        if not isinstance(v, bool):
-            raise ctx.error(path, f"expected true or false, found {_found(v)}")
-        return v
     if kind == "float":
         if isinstance(v, bool) or not isinstance(v, (int, float)):
             raise ctx.error(path, f"expected a number, found {_found(v)}")
         return float(v)
+    if kind == "bool":
+        if not isinstance(v, bool):
+            raise ctx.error(path, f"expected true or false, found {_found(v)}")
+        return v
+    if kind == "choice_tuple":
+        if isinstance(v, str):   # "Hub,NVLink" as on a command line
+            v = [x.strip() for x in v.split(",") if x.strip()]
+        return tuple(_to_choice(x, m["choices"], (*path, i), ctx)
+                     for i, x in enumerate(_to_tuple(v, path, ctx)))
     if kind == "str":
         if not isinstance(v, str):
             raise ctx.error(path, f"expected a string ({m['doc']}), found {_found(v)}")
         return v
     if kind == "choice":
-        if v not in m["choices"]:
-            close = difflib.get_close_matches(str(v), m["choices"], n=1)
-            hint = f"; did you mean '{close[0]}'?" if close else ""
-            raise ctx.error(path, f"expected one of {', '.join(m['choices'])}, found "
-                                  f"{_found(v)}{hint}")
-        return v
+        return _to_choice(v, m["choices"], path, ctx)
     if kind in ("time", "frequency", "size", "bandwidth"):
         if ctx.base_units and isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0:
             q = float(v) if kind == "bandwidth" else int(v)
@@ -392,6 +400,7 @@ def _check(cfg: Config, ctx: _Ctx):
                         f"expected at least {max_packet_flits} flits (one largest packet: header + "
                         f"max payload), found {nv.rx_buffer_flits}; a smaller buffer deadlocks")
     _check_moe(cfg, ctx)
+    _check_trace(cfg, ctx)
     for li, lc in enumerate(cfg.workload.launches):
         if not lc.kernel.strip():
             raise ctx.error(("workload", "launches", li, "kernel"), "expected a kernel name, found ''")
@@ -406,6 +415,17 @@ def _check(cfg: Config, ctx: _Ctx):
             if len(set(lc.gpus)) != len(lc.gpus):
                 raise ctx.error(("workload", "launches", li, "gpus"),
                                 f"a GPU is listed twice: {list(lc.gpus)}")
+
+
+def _check_trace(cfg: Config, ctx: _Ctx):
+    tr = cfg.trace
+    if tr.stop and tr.stop <= tr.start:
+        raise ctx.error(("trace", "stop"), f"expected a time after trace.start ({tr.start} ps) or 0 "
+                                           f"for the end of the run, found {tr.stop} ps")
+    for i, g in enumerate(tr.gpus or ()):
+        if g >= cfg.system.num_gpus:
+            raise ctx.error(("trace", "gpus", i), f"GPU {g} out of range: system.num_gpus = "
+                                                  f"{cfg.system.num_gpus}")
 
 
 def _resolve_files(cfg: Config, ctx: _Ctx, key: str, what: str) -> Config:
@@ -551,7 +571,7 @@ def config_from_dict(data: dict, label: str) -> Config:
     return _finish(_convert(Config, data, (), ctx), ctx, files)
 
 
-_ERROR_KEY = re.compile(r"((?:system|scheme|workload|run)(?:\.[A-Za-z0-9_]+|\[\d+\])*)")
+_ERROR_KEY = re.compile(r"((?:system|scheme|workload|run|stats|trace|debug)(?:\.[A-Za-z0-9_]+|\[\d+\])*)")
 
 
 def locate(cfg: Config, message: str) -> str:

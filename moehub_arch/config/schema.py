@@ -1,8 +1,8 @@
 """The configuration schema: frozen attrs classes, one per config section.
 
 Each field carries metadata that the loader (loader.py) uses to convert and check the YAML value:
-`kind` (int, int_or_expr, float, bool, str, choice, time, frequency, size, bandwidth, node, list, named, params,
-int_tuple, str_tuple, opt_int, opt_int_tuple), an optional lower bound `min`, the `choices` of a
+`kind` (int, int_or_expr, float, bool, str, choice, choice_tuple, time, frequency, size, bandwidth,
+node, list, named, params, int_tuple, str_tuple, opt_int, opt_int_tuple), an optional lower bound `min`, the `choices` of a
 choice field, the nested class `cls` of node/list/named fields, and a one-line `doc`.
 
 System fields have no defaults on purpose: every hardware number must come from a config file,
@@ -207,8 +207,9 @@ class RoutingConfig:
 class MoehubSchemeConfig:
     dispatch_tbs: int = _f("int", "router/dispatch thread blocks per GPU (each sends a stride of "
                            "tokens with send_to_expert)", 32, min=1)
-    expert_tbs: int = _f("int", "expert thread blocks per GPU, dealt round-robin to the local "
-                         "experts (rounded up to a multiple of them)", 128, min=1)
+    expert_tbs: int = _f("int", "GEMM worker thread blocks per GPU (moehub_expert; each needs "
+                         "most of an SM's shared memory: at most one per SM is resident); the "
+                         "claimers are extra, one per local expert", 132, min=1)
 
 
 @attrs.frozen
@@ -223,10 +224,12 @@ class DeepepSchemeConfig:
 
 @attrs.frozen
 class OverlapSchemeConfig:
-    comm_tbs: int = _f("int", "thread blocks of the persistent kernel that send token rows; the "
-                       "others compute expert tiles as their rows arrive", 16, min=1)
-    compute_tbs: int = _f("int", "thread blocks of the persistent kernel that compute expert "
-                          "tiles", 112, min=1)
+    comm_sms: int = _f("int", "SMs' worth of communication TBs, as DeepEP's comm_sms: channels = "
+                       "comm_sms / 2, one sender TB per (channel, peer) and one receiver TB per "
+                       "(channel, source)", 20, min=2)
+    ring_rows: int = _f("int", "rows of each (channel, peer) ring buffer", 64, min=1)
+    compute_tbs: int = _f("int", "persistent GEMM thread blocks per GPU (each needs most of an "
+                          "SM's shared memory: at most one per SM is resident)", 132, min=1)
 
 
 @attrs.frozen
@@ -288,6 +291,47 @@ class RunConfig:
                                 "token accounting); a violation is exit status 4", True)
 
 
+# ------------------------------------------------------------------- observing a run
+TRACE_COMPONENTS = ("sm", "launches", "phases", "nvlink", "hub", "switch")
+# debug flags, gem5 style (moehub_arch/trace/records.py maps them to record categories)
+DEBUG_FLAGS = ("SM", "Launch", "NVLink", "Switch", "Hub", "RPM", "AAU", "DAM", "MoEHub", "All")
+
+
+@attrs.frozen
+class TraceConfig:
+    enabled: bool = _f("bool", "write trace.json, a timeline in Chrome trace-event format for "
+                       "ui.perfetto.dev (`moehub-sim run --trace`)", False)
+    start: int = _f("time", "timeline window: first simulated time shown", 0, min=0)
+    stop: int = _f("time", "timeline window: last simulated time shown (0 = end of the run)", 0,
+                   min=0)
+    gpus: tuple | None = _f("opt_int_tuple", "GPUs shown (default: every GPU); switches are shown "
+                            "when the component list has switch", None, min=0)
+    components: tuple = _f("choice_tuple", "what the timeline shows: sm (thread-block residency "
+                           "and activity per TB slot, SM occupancy counters), launches (kernel "
+                           "spans per stream), phases (MoE layer phases), nvlink (utilisation "
+                           "per link direction), hub (queue and window occupancy), switch (port "
+                           "queues)", TRACE_COMPONENTS, choices=TRACE_COMPONENTS)
+    counter_period: int = _f("time", "sampling period of the counters (link utilisation over the "
+                             "period, occupancies at the sampled instant)", 100_000, min=1)
+    max_events: int = _f("int", "most trace events written (bounds the file at roughly 100 B per "
+                         "event); the rest is dropped with a warning", 2_000_000, min=1)
+
+
+@attrs.frozen
+class DebugConfig:
+    flags: tuple = _f("choice_tuple", "components whose events are printed, one line each "
+                      "(`--debug-flags Hub,NVLink`; MoEHub = RPM,AAU,DAM)", (), choices=DEBUG_FLAGS)
+    start: int = _f("time", "first simulated time printed (`--debug-start`)", 0, min=0)
+    file: str = _f("str", "where the lines go: a file name (relative to the output directory, as "
+                   "gem5's --debug-file) or '' for standard error", "")
+
+
+@attrs.frozen
+class StatsConfig:
+    dump_period: int = _f("time", "gem5-style periodic stat dumps: every period the stats as they "
+                          "are then go to stats_dumps.txt / stats_dumps.csv (0 = off)", 0, min=0)
+
+
 # ---------------------------------------------------------------------------------- root
 @attrs.frozen
 class Config:
@@ -297,6 +341,9 @@ class Config:
                      choices=("none", "deepep", "overlap", "moehub"))
     workload: WorkloadConfig = _f("node", "what runs on it", WorkloadConfig(), cls=WorkloadConfig)
     run: RunConfig = _f("node", "how the simulation runs", RunConfig(), cls=RunConfig)
+    stats: StatsConfig = _f("node", "statistics output", StatsConfig(), cls=StatsConfig)
+    trace: TraceConfig = _f("node", "timeline of the run (trace.json)", TraceConfig(), cls=TraceConfig)
+    debug: DebugConfig = _f("node", "debug output per component", DebugConfig(), cls=DebugConfig)
     source_files: tuple = attrs.field(default=(), metadata={"kind": "internal"})
     # which file (or --set) set each key: ((key path tuple, label), ...), for errors found after
     # loading (builder, MoE layer) so they can name the file as loading errors do

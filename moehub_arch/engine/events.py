@@ -1,4 +1,4 @@
-"""Event queue: a binary min-heap over parallel numpy arrays, ordered by (tick, sequence number).
+"""Event queue: component timers plus a binary min-heap, ordered by (tick, sequence number).
 
 The sequence number is taken from a counter at push time, so two events at the same tick run in
 the order they were scheduled: the same config and seed give bit-identical results (DESIGN rule 3).
@@ -6,6 +6,18 @@ Each event carries an integer kind (dispatched by the run loop) and two integer 
 is one ``[capacity, 5]`` int64 array (columns Q_*), its size and sequence counter live in State.sys.
 Sifting moves a hole and writes each entry once (half the stores of swapping); events popped are
 counted per kind in State.ev_count (stats system.engine.events.*).
+
+Component timers. Most events are a block's next activation: an SM's next issue cycle, a link
+transmitter's next look at its queue, a wire's next packet arrival, a switch input's next
+crossbar attempt, a packetizer's next packet. Each block has at most one, and a block woken
+earlier than planned must move it. In a heap that leaves the old entry behind as a stale event
+(an SM whose TB retried a full hub every few cycles piled up hundreds), so these activations are
+timers instead: one (tick, seq) slot per block in State.timer, and a tournament tree
+(State.timer_tree: node -> index of the earliest timer below it) whose root is the earliest timer.
+Setting or clearing a timer takes one walk from its leaf to the root; nothing is ever stale, and
+the heap keeps only one-off events (launches, local completions, MoE-Hub loopback, DAM ready).
+The run loop takes whichever of heap top and tree root is earlier by (tick, seq): the same total
+order as a single queue. Timer index ranges per block kind are in State.p (tm_*).
 """
 import numpy as np
 from .jit import compiled
@@ -15,8 +27,8 @@ EV_SM_ISSUE = 0      # a0 = global SM index
 EV_KERNEL_START = 1  # a0 = launch index
 EV_HUB_TX = 2        # a0 = GPU: the hub packetizer emits its next packet
 EV_CH_TX = 3         # a0 = channel: the link transmitter tries to send its head packet
-EV_CH_ARRIVE = 4     # a0 = packet, a1 = channel: a packet's tail reached the far end of a link
-                     # (at a switch: and crossed its input stage, see switch.py)
+EV_CH_ARRIVE = 4     # a0 = channel: the head packet of its wire FIFO reached the far end of the
+                     # link (at a switch: and crossed its input stage, see switch.py)
 EV_XBAR = 5          # a0 = channel: switch input port moves head packets across the crossbar
 EV_LOCAL_DONE = 6    # a0 = TB slot: an asynchronous same-GPU put/get completed
 EV_RPM_TX = 7        # a0 = GPU: the MoE-Hub RPM emits its next packet
@@ -28,6 +40,58 @@ NUM_EVENT_KINDS = len(EVENT_NAMES)
 
 # columns of the heap array State.q
 Q_TICK, Q_SEQ, Q_KIND, Q_A0, Q_A1 = range(5)
+# columns of State.timer; an unarmed timer has tick TIMER_OFF
+TM_TICK, TM_SEQ = 0, 1
+TIMER_OFF = 2 ** 62
+
+
+def new_timers(count):
+    """`count` unarmed timers and their tournament tree (leaves padded to a power of two)."""
+    leaves = 1
+    while leaves < max(count, 2):
+        leaves *= 2
+    timer = np.zeros((leaves, 2), np.int64)
+    timer[:, TM_TICK] = TIMER_OFF
+    tree = np.zeros(2 * leaves, np.int64)
+    tree[leaves:] = np.arange(leaves)
+    for node in range(leaves - 1, 0, -1):
+        tree[node] = tree[2 * node]
+    return timer, tree
+
+
+@compiled
+def timer_set(st, i, tick):
+    """Arm timer i for `tick` with a fresh sequence number (replacing its previous setting)."""
+    sy = st.sys[0]
+    st.timer[i, TM_TICK] = tick
+    st.timer[i, TM_SEQ] = sy.q_next_seq
+    sy.q_next_seq += 1
+    _timer_update(st, i)
+
+
+@compiled
+def timer_clear(st, i):
+    st.timer[i, TM_TICK] = TIMER_OFF
+    _timer_update(st, i)
+
+
+@compiled
+def _timer_update(st, i):
+    """Replay the tournament from leaf i to the root."""
+    tm = st.timer
+    tree = st.timer_tree
+    node = (i + tm.shape[0]) >> 1
+    while node >= 1:
+        a = tree[2 * node]
+        b = tree[2 * node + 1]
+        ta = tm[a, TM_TICK]
+        tb = tm[b, TM_TICK]
+        if tb < ta or (tb == ta and tm[b, TM_SEQ] < tm[a, TM_SEQ]):
+            a = b
+        if tree[node] == a and a != i:
+            break   # same winner, same key: nothing above this node changes
+        tree[node] = a
+        node >>= 1
 
 
 def new_event_queue(capacity):

@@ -16,7 +16,34 @@ Rules that follow from running without NRT (Numba enforces the first two when it
 
 Both decorators are plain functions when NUMBA_DISABLE_JIT=1 (the pure-Python reference engine).
 """
-from numba import njit
+from numba import njit, types
 
-compiled = njit(cache=True, _nrt=False)
+_compiled = njit(cache=True, _nrt=False)
+
+
+def compiled(fn):
+    """@compiled: a compiled engine function (see the module docstring)."""
+    dispatcher = _compiled(fn)
+    if hasattr(dispatcher, "get_call_template"):   # not under NUMBA_DISABLE_JIT
+        _one_version_per_type(dispatcher)
+    return dispatcher
+
+
+def _one_version_per_type(dispatcher):
+    """Compile one version per argument *type*, not per constant value.
+
+    Numba types a constant argument (`push(st, t, EV_CH_TX, c, 0)`, `hbm_access(..., True)`) as a
+    literal and compiles a separate version of the callee for every literal value it meets: `push`
+    had 12 versions, `raise_error` 16, about 60 redundant compilations in all (compile time grows
+    with them; run time does not improve: the constants are still known after LLVM inlines small
+    callees). Calls from compiled code therefore see the argument types with the literal dropped.
+    """
+    resolve = dispatcher.get_call_template
+
+    def get_call_template(args, kws):
+        return resolve(tuple(types.unliteral(a) for a in args),
+                       {k: types.unliteral(v) for k, v in kws.items()})
+    dispatcher.get_call_template = get_call_template
+
+
 inline = njit(cache=True, _nrt=False, inline="always")

@@ -11,34 +11,65 @@ from ..components.hub import hub_packetize, hub_receive
 from ..components.moehub.aau import aau_receive
 from ..components.moehub.dam import dam_tile_ready
 from ..components.moehub.rpm import rpm_packetize
-from ..components.nvlink import channel_transmit
+from ..components.nvlink import channel_arrival, channel_transmit
 from ..components.scheduler import kernel_start
 from ..components.sm import local_done, sm_issue
 from ..components.packet import PK_MOE
 from ..components.switch import switch_crossbar, switch_receive
 from .events import (EV_CH_ARRIVE, EV_CH_TX, EV_DAM_READY, EV_HUB_TX, EV_KERNEL_START,
-                     EV_LOCAL_DONE, EV_MOE_LOOPBACK, EV_RPM_TX, EV_SM_ISSUE, EV_XBAR, Q_TICK, pop)
+                     EV_LOCAL_DONE, EV_MOE_LOOPBACK, EV_RPM_TX, EV_SM_ISSUE, EV_XBAR, Q_SEQ, Q_TICK,
+                     TIMER_OFF, TM_SEQ, TM_TICK, pop, timer_clear)
 
-STATUS_EMPTY = 0      # no events left
+STATUS_EMPTY = 0      # no events left (heap empty, no timer armed)
 STATUS_BATCH = 1      # max_events processed; call again
 STATUS_GROW = 2       # event queue nearly full; grow it and call again
 STATUS_ERROR = 3      # a handler recorded a runtime error in st.err
 STATUS_TICK_LIMIT = 4  # next event lies beyond the tick limit
+STATUS_TRACE_FULL = 5  # the trace record buffer needs draining (components/trace.py)
 
 
 @compiled
 def run_loop(st, max_events, headroom, tick_limit):
     sy = st.sys[0]
+    p = st.p[0]
     cap = st.q.shape[0]
     n = 0
     while n < max_events:
-        if sy.q_size == 0:
+        # the earlier of the heap's top event and the earliest component timer, by (tick, seq)
+        ti = st.timer_tree[1]
+        tt = st.timer[ti, TM_TICK]
+        use_timer = tt != TIMER_OFF
+        if sy.q_size > 0:
+            qt = st.q[0, Q_TICK]
+            if use_timer and (qt < tt or (qt == tt and st.q[0, Q_SEQ] < st.timer[ti, TM_SEQ])):
+                use_timer = False
+            tick = tt if use_timer else qt
+        elif use_timer:
+            tick = tt
+        else:
             return STATUS_EMPTY
         if sy.q_size + headroom > cap:
             return STATUS_GROW
-        if tick_limit >= 0 and st.q[0, Q_TICK] > tick_limit:
+        if tick_limit >= 0 and tick > tick_limit:
             return STATUS_TICK_LIMIT
-        tick, kind, a0, a1 = pop(st)
+        if use_timer:
+            timer_clear(st, ti)    # the handler re-arms it if the block has more to do
+            a1 = 0
+            if ti < p.tm_ch_tx:
+                kind, a0 = EV_SM_ISSUE, ti
+            elif ti < p.tm_ch_arrive:
+                kind, a0 = EV_CH_TX, ti - p.tm_ch_tx
+            elif ti < p.tm_xbar:
+                kind, a0 = EV_CH_ARRIVE, ti - p.tm_ch_arrive
+            elif ti < p.tm_hub:
+                kind, a0 = EV_XBAR, ti - p.tm_xbar
+            elif ti < p.tm_rpm:
+                kind, a0 = EV_HUB_TX, ti - p.tm_hub
+            else:
+                kind, a0 = EV_RPM_TX, ti - p.tm_rpm
+            st.ev_count[kind] += 1
+        else:
+            tick, kind, a0, a1 = pop(st)
         sy.q_now = tick
         sy.q_events += 1
         n += 1
@@ -47,12 +78,13 @@ def run_loop(st, max_events, headroom, tick_limit):
         elif kind == EV_CH_TX:
             channel_transmit(st, a0, tick)
         elif kind == EV_CH_ARRIVE:
-            if st.ch[a1].to_switch:
-                switch_receive(st, a1, a0, tick)
-            elif st.pk[a0].kind >= PK_MOE:
-                aau_receive(st, st.ch[a1].gpu, a1, a0, tick)
+            pkt = channel_arrival(st, a0)
+            if st.ch[a0].to_switch:
+                switch_receive(st, a0, pkt, tick)
+            elif st.pk[pkt].kind >= PK_MOE:
+                aau_receive(st, st.ch[a0].gpu, a0, pkt, tick)
             else:
-                hub_receive(st, st.ch[a1].gpu, a1, a0, tick)
+                hub_receive(st, st.ch[a0].gpu, a0, pkt, tick)
         elif kind == EV_XBAR:
             switch_crossbar(st, a0, tick)
         elif kind == EV_HUB_TX:
@@ -69,4 +101,6 @@ def run_loop(st, max_events, headroom, tick_limit):
             dam_tile_ready(st, a0, a1, tick)
         if sy.err_code != 0:
             return STATUS_ERROR
+        if sy.trace_full != 0:
+            return STATUS_TRACE_FULL
     return STATUS_BATCH

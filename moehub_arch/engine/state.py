@@ -48,11 +48,17 @@ PARAMS = _record(
     "win_addr", "rec_addr", "record_bytes", "records_cap",
     "rpm_merge_bytes", "rpm_flush_ticks", "rpm_ring", "rpm_header_bytes", "rpm_ticks_per_packet",
     "rpm_policy", "aau_alloc_ticks", "aau_staging", "dam_notify_ticks",
+    # event records for timelines and debug output (components/trace.py): categories recorded
+    # (0: off, set by Python between batches) and the fill level that returns to Python
+    "trace_mask", "trace_limit",
+    # first timer index of each block kind (engine.events: component timers; SMs start at 0)
+    "tm_ch_tx", "tm_ch_arrive", "tm_xbar", "tm_hub", "tm_rpm", "tm_count",
 )
 
 # Whole-run bookkeeping: event-queue counters, packet-pool stack top, the first runtime error.
 SYSTEM = _record("q_size", "q_next_seq", "q_events", "q_now", "q_peak", "pk_top", "pk_peak",
-                 "err_code", "err_slot", "err_pc", "err_value")
+                 "err_code", "err_slot", "err_pc", "err_value",
+                 "trace_n", "trace_full", "trace_lost")  # records in State.trace (components/trace.py)
 
 # Thread-block slots (T per SM).
 THREAD_BLOCK = _record(
@@ -64,6 +70,7 @@ THREAD_BLOCK = _record(
     "wait_addr", "wait_cmp", "wait_value",  # flag-wait condition (wait.* instructions)
     "wait_start",   # tick at which the current wait began (wait-time stats)
     "smem_base", "smem_bytes",  # the TB's shared-memory allocation within its SM
+    "trace_act",    # activity last recorded for the timeline (components/trace.py ACT_*)
 )
 
 SM = _record(
@@ -103,6 +110,7 @@ LINK_CHANNEL = _record(
     "busy_until", "credits",
     "cr_head", "cr_count",                    # credit returns in flight (ids in State.credit_ret)
     "txq_head", "txq_count", "txq_cap",       # transmit FIFO (ids in State.txq)
+    "wire_head", "wire_count",                # packets on the wire, in order (ids in State.wire)
     "rxq_head", "rxq_count",                  # switch input buffer (ids in State.rxq)
     "tx_at", "xbar_pending", "xbar_blocked", "xbar_blocked_since",
     "credit_blocked", "credit_blocked_since",
@@ -145,26 +153,35 @@ State = namedtuple("State", [
     "sys",          # [1] SYSTEM
     "q",            # [capacity, 5] event heap (engine.events)
     "ev_count",     # [event kinds] events processed per kind (engine.events.EVENT_NAMES)
+    "timer", "timer_tree",  # [leaves, 2] component timers (tick, seq); [2 * leaves] their tree
     "code",         # [instructions, ROW_WIDTH] assembled program
     "tb", "regs",   # [slots] THREAD_BLOCK, [slots, NUM_REGS] registers
     "sm", "sm_unit_free", "sm_unit_busy", "sm_wait",  # [SMs] SM; [SMs, units] x2; [SMs, reasons]
     "ln", "ln_params", "ln_per_sm",                   # [launches] LAUNCH; params; TBs per SM
     "gpu",          # [G] GPU
+    "wait_list",    # [G, 2, TB slots per GPU] sleeping TBs: WAITLIST_FLAG, WAITLIST_HUB
     "hbm_mem", "smem",  # functional storage: [G, backed bytes], [SMs, smem bytes or 0] uint8
     "hbm_chan",     # [G * C] HBM_CHANNEL
     "ch", "txq", "rxq",  # [channels] LINK_CHANNEL; FIFOs of packet ids
+    "wire",         # [channels, rx_buffer_flits] packets in flight on each channel, in order
     "credit_ret",   # [channels, rx_buffer_flits, 2] credit returns in tick order: (tick, flits)
     "gpu_routes", "sw_routes", "sw_inputs",  # routing (see ROUTE_*); sw_inputs[s, 0] = count
+    "sw_wait",      # [switches * G, 2 + inputs] input ports blocked per (switch, destination):
+                    # column 0 head, 1 count, then a ring of input channel ids
     "reqq", "respq", "free_reqs",  # hub FIFOs [G, depth], [G, cap, 3]; free request stack [G, R]
     "req", "pk", "pk_free",        # [G * R] REQUEST; [P] PACKET; packet free stack
     # MoE-Hub (components/moehub): expert placement [E, 2] (gpu, local slot); streams [G * G];
     # row descriptors [G * G * ring]; windows [G * LE]; tiles [G * LE * tiles_per_window];
     # AAU pending packets [G, cap]; histograms [G, RPM_HIST_BINS], [G, DAM_HIST_BINS]
     "moe_place", "stream", "mrow", "win", "tile", "aau_q", "rpm_hist", "dam_hist",
+    "trace",        # [capacity, TRACE_COLUMNS] event records, drained by Python (components/trace.py)
 ])
 
 # thread-block states
 TB_EMPTY, TB_READY, TB_WAIT_FLAG, TB_WAIT_FENCE, TB_WAIT_REMOTE, TB_WAIT_HUB, TB_WAIT_CLAIM = range(7)
+# per-GPU lists of sleeping TBs (State.wait_list[g, list]): flag waiters, TBs stalled on the hub
+WAITLIST_FLAG, WAITLIST_HUB = 0, 1
+
 # wait reasons for stats (column of State.sm_wait)
 WAIT_FLAG, WAIT_FENCE, WAIT_REMOTE, WAIT_HUB, WAIT_CLAIM = range(5)
 NUM_WAIT_REASONS = 5

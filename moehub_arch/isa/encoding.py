@@ -47,8 +47,8 @@ SPECIAL_REGS = {
     "ntb": REG_NTB, "smem": REG_SMEM, "clock": REG_CLOCK, "tick": REG_TICK,
 }
 FIRST_PARAM_REG = 48
-MAX_PARAMS = 16
-NUM_REGS = FIRST_PARAM_REG + MAX_PARAMS  # 64
+MAX_PARAMS = 24     # a persistent MoE kernel takes ~20 buffers and shapes
+NUM_REGS = FIRST_PARAM_REG + MAX_PARAMS  # 72
 
 # Shared memory lives in its own address window: an address with this bit set is an offset into
 # the issuing SM's shared memory; any other address is a byte address in this GPU's HBM.

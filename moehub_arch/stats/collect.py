@@ -88,12 +88,13 @@ def _dir_stats(out, prefix, direction, ch, sim_ticks):
                 if sim_ticks else 0.0, "GB/s", "payload bandwidth averaged over the run")
 
 
-def collect_stats(st, launches, program, host_seconds, compile_seconds):
-    """All stats of a finished run, in dump order (root stats first)."""
+def collect_stats(st, launches, program, host_seconds, compile_seconds, sim_ticks=None):
+    """All stats of a finished run, in dump order (root stats first); `sim_ticks`: the time of a
+    periodic dump during the run (default: the tick of the last event)."""
     out = StatsSet()
     p = st.p[0]
     G, S, L = int(p.num_gpus), int(p.sms_per_gpu), int(p.links_per_gpu)
-    sim_ticks = int(st.sys[0].q_now)
+    sim_ticks = int(st.sys[0].q_now) if sim_ticks is None else int(sim_ticks)
     events = int(st.sys[0].q_events)
     insts = int(st.sm.insts.sum())
     out.add("simTicks", sim_ticks, "ps", "simulated time (tick of the last event)")

@@ -18,14 +18,18 @@ def _fmt(value):
     return str(value)
 
 
-def write_stats_txt(stats, path):
+def format_stats_txt(stats):
     """gem5 format: Begin/End markers; one stat per line: name, value, '# description (unit)'."""
     width = max([len(s.name) for s in stats] + [40])
     lines = ["", "---------- Begin Simulation Statistics ----------"]
     for s in stats:
         lines.append(f"{s.name:<{width}} {_fmt(s.value):>20}  # {s.desc} ({s.unit})")
     lines += ["", "---------- End Simulation Statistics   ----------", ""]
-    path.write_text("\n".join(lines))
+    return "\n".join(lines)
+
+
+def write_stats_txt(stats, path):
+    path.write_text(format_stats_txt(stats))
 
 
 def write_stats_json(stats, path):

@@ -30,6 +30,7 @@ from ..hub import wake_hub_waiters
 from ..nvlink import channel_count_arrival, credit_return
 from ..packet import PK_MOE_EOS, packet_free
 from ..wakeups import rpm_kick, tb_resume
+from ..trace import CAT_AAU, TR_AAU_ALLOC, TR_AAU_STALL, trace_event
 from .dam import dam_row_landed, dam_source_ended
 from .rpm import row_at
 
@@ -62,6 +63,7 @@ def aau_receive(st, g, c, pkt, tick):
         gp.aau_stall_since = tick
     gp.aau_q_count += 1
     gp.aau_stalls += 1
+    trace_event(st, CAT_AAU, TR_AAU_STALL, g, pk.src, gp.aau_q_count, tick)
 
 
 @compiled
@@ -144,6 +146,7 @@ def _allocate(st, g, row):
         tl.closed = 1
     win.alloc += 1
     row.alloc = index
+    trace_event(st, CAT_AAU, TR_AAU_ALLOC, g, row.expert, index, st.sys[0].q_now)
     gp.records_live += 1
     gp.aau_allocs += 1
     if gp.records_live > gp.aau_records_peak:

@@ -15,6 +15,7 @@ from ...engine.jit import compiled
 
 from ...engine.events import EV_DAM_READY, push
 from ...engine.state import DAM_HIST_BINS, TB_WAIT_CLAIM, WAIT_CLAIM
+from ..trace import CAT_DAM, TR_DAM_CLAIM, TR_DAM_READY, trace_event
 from ..wakeups import tb_resume
 
 CLAIM_WAIT = 0     # no tile ready: the thread block sleeps
@@ -74,6 +75,7 @@ def dam_tile_ready(st, w, index, tick):
     """EV_DAM_READY: the tile is claimable; wake the expert's claimers."""
     p = st.p[0]
     st.gpu[w // p.local_experts].dam_tiles_ready += 1
+    trace_event(st, CAT_DAM, TR_DAM_READY, w // p.local_experts, w, index, tick)
     dam_wake(st, w // p.local_experts, w, tick)
 
 
@@ -109,6 +111,7 @@ def dam_claim(st, g, slot, expert, tick):
         tl.claimed = 1
         win.next_claim += 1
         st.gpu[g].dam_claims += 1
+        trace_event(st, CAT_DAM, TR_DAM_CLAIM, g, expert, k, tick)
         return CLAIM_TILE, tl.rows_alloc, k * p.tile_rows
     if win.ended and k * p.tile_rows >= win.alloc:
         st.gpu[g].dam_zero_claims += 1

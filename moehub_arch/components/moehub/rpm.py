@@ -23,7 +23,7 @@ GPU as ending; after its last data packet each stream sends an EOS packet carryi
 (so the receiver knows when it has everything even if packets overtake each other across links).
 Packets to the sending GPU itself skip the links (loopback through the hub).
 """
-from ...engine.jit import compiled
+from ...engine.jit import compiled, inline
 
 from ...engine.events import EV_MOE_LOOPBACK, push
 from ...engine.state import RPM_HIST_BINS
@@ -31,6 +31,7 @@ from ..hbm import hbm_access
 from ..nvlink import txq_push
 from ..packet import PK_MOE, PK_MOE_EOS, packet_alloc, packet_flits
 from ..hub import pick_channel
+from ..trace import CAT_RPM, TR_RPM_TX, trace_event
 from ..wakeups import rpm_kick
 
 POLICY_ROUND_ROBIN = 0
@@ -126,7 +127,7 @@ def row_at(st, s, offset):
     return lo
 
 
-@compiled
+@inline
 def rpm_packetize(st, g, tick):
     """EV_RPM_TX: pick a destination by the arbitration policy and emit one packet to it."""
     p = st.p[0]
@@ -216,6 +217,7 @@ def _emit(st, g, d, tick):
     pk.ready = ready + p.hub_tx_latency_ticks
     gp.rpm_packets += 1
     gp.rpm_wire += pk.flits * p.flit_bytes
+    trace_event(st, CAT_RPM, TR_RPM_TX, g, d, pk.payload, tick)
     if d == g:
         gp.loop_inflight += 1
         push(st, pk.ready, EV_MOE_LOOPBACK, pkt, g)

@@ -37,14 +37,7 @@ def plan(layer):
     s, cfg = layer.shape, layer.cfg
     opts = cfg.workload.layer.deepep
     P, T, k, El, H, E = (s.num_gpus, s.tokens, s.top_k, s.local_experts, s.hidden, s.experts)
-    if P > 62:
-        raise LayerError(f"system.num_gpus: scheme deepep keeps a token's destination ranks in one "
-                         f"64-bit mask word (at most 62 GPUs), found {P}")
     C = max(1, opts.comm_sms // 2)                 # channels
-    R = opts.ring_rows
-    Tc = -(-T // C)                                # tokens per channel
-    W = C + El                                     # count row: C channel counts, El expert counts
-    G = -(-El // 8)                                # notify TBs: 8 local experts each
     rb = s.row_bytes
     nsm = cfg.system.gpu.num_sms
 
@@ -54,7 +47,6 @@ def plan(layer):
     tiles_cap = max(1, int((-(-counts // s.tile_rows)).sum(axis=1).max()))
 
     n = s.n_tile
-    layout_tbs = max(1, min(T, 4 * nsm))
     # GEMM jobs: one per SM at a time (their accumulators fill most of an SM's shared memory)
     expert_tbs = max(1, min(nsm, tiles_cap * max(s.ffn, H) // n))
     csb = COMBINE_STAGING * rb
@@ -62,45 +54,16 @@ def plan(layer):
         raise LayerError(f"workload.layer.model: scheme deepep keeps a token's fp32 combine sum in "
                          f"32 KB of shared memory (hidden <= 8192), found hidden {H}")
 
-    buffers = [
-        _buf("dp_meta", T * META_BYTES, region="control", dtype="i64"),
-        _buf("dp_lay", P * W * 8, region="control", dtype="i64"),
-        _buf("dp_ntf", P * W * 8 + 64, region="control", dtype="i64"),   # + 64: ld.v8 past a row
-        _buf("dp_bar", P * 8, region="control", dtype="i64"),
-        _buf("dp_info", 16, region="control", dtype="i64"),
-        _buf("dp_grp", G * 32, region="control", dtype="i64"),
-        _buf("dp_cursor", El * 8, region="control", dtype="i64"),
-        _buf("dp_tiles", tiles_cap * 32 + 64, region="control", dtype="i64"),
-        _buf("dp_rank_slots", P * -(-T // 16) * 8, region="control", dtype="i64"),
-        # tail and head tables, then the metadata ring slots
-        _buf("dp_ring_ctl", 2 * C * P * 8 + C * P * R * RING_META_BYTES, region="control",
-             dtype="i64"),
-        _buf("dp_rec", C * P * Tc * RECORD_BYTES, region="control", dtype="i64"),
-        _buf("dp_ring_x", C * P * R * rb, dtype="bf16"),
-        _buf("dp_recv_x", rows_cap * rb, dtype="bf16"),
+    buffers, launches = mediation_and_dispatch(
+        layer, comm_sms=opts.comm_sms, ring_rows=opts.ring_rows, rows_cap=rows_cap,
+        tiles_cap=tiles_cap, align=1, host_delay=opts.host_sync_latency, receivers=True)
+    buffers += [
         _buf("dp_hh", rows_cap * s.ffn * 2, dtype="bf16"),
         _buf("dp_recv_y", rows_cap * rb, dtype="bf16"),
         _buf("dp_comb", T * P * rb, dtype="bf16"),
         _buf("dp_combine_scratch", C * P * csb),
     ]
-    launches = [
-        LaunchConfig(kernel="deepep_layout", grid=layout_tbs, stream=0, params=(
-            ("topk_idx", "@topk_idx"), ("topk_w", "@topk_w"), ("meta", "@dp_meta"),
-            ("lay", "@dp_lay"), ("rank_slots", "@dp_rank_slots"), ("tokens", T), ("topk", k),
-            ("channels", C), ("local_experts", El))),
-        LaunchConfig(kernel="deepep_notify", grid=G, stream=0, params=(
-            ("lay", "@dp_lay"), ("ntf", "@dp_ntf"), ("bar", "@dp_bar"), ("info", "@dp_info"),
-            ("grp", "@dp_grp"), ("cursor", "@dp_cursor"), ("tiles", "@dp_tiles"),
-            ("epoch", EPOCH), ("channels", C), ("local_experts", El),
-            ("tile_rows", s.tile_rows))),
-        # the host polls the counts, sizes the receive tensors and launches dispatch
-        LaunchConfig(kernel="deepep_dispatch", grid=2 * C * P, stream=0,
-                     host_delay=opts.host_sync_latency, params=(
-            ("x", "@x"), ("meta", "@dp_meta"), ("rank_slots", "@dp_rank_slots"),
-            ("ring_x", "@dp_ring_x"), ("ring_ctl", "@dp_ring_ctl"), ("ntf", "@dp_ntf"),
-            ("rec", "@dp_rec"), ("recv_x", "@dp_recv_x"), ("cursor", "@dp_cursor"),
-            ("acct", "@acct"), ("tokens", T), ("topk", k), ("hidden", H), ("channels", C),
-            ("ring_rows", R), ("local_experts", El))),
+    launches += [
         LaunchConfig(kernel="deepep_gate_up", grid=expert_tbs, stream=0, params=(
             ("recv_x", "@dp_recv_x"), ("hh", "@dp_hh"), ("tiles", "@dp_tiles"),
             ("info", "@dp_info"), ("wg", "@w_gate"), ("wu", "@w_up"), ("hidden", H),
@@ -130,3 +93,60 @@ def plan(layer):
                 "combine": ("deepep_combine", "deepep_reduce")},
         mediation_extra_ps=opts.host_sync_latency + cfg.system.gpu.kernel_launch_latency,
         reference_kwargs={"combine": "per_rank", "local_experts": El})
+
+
+def mediation_and_dispatch(layer, *, comm_sms, ring_rows, rows_cap, tiles_cap, align, host_delay,
+                           receivers):
+    """The DeepEP mediation and dispatch kernels on stream 0: deepep_layout, deepep_notify (expert
+    regions aligned to `align` rows), then deepep_dispatch after `host_delay` (its receiver TBs
+    too if `receivers`, otherwise only its C*P senders: scheme overlap drains the rings itself).
+    Returns (buffers, launches); the receive buffer dp_recv_x holds `rows_cap` rows."""
+    s, cfg = layer.shape, layer.cfg
+    P, T, k, El, H = s.num_gpus, s.tokens, s.top_k, s.local_experts, s.hidden
+    if P > 62:
+        raise LayerError(f"system.num_gpus: schemes deepep and overlap keep a token's destination "
+                         f"ranks in one 64-bit mask word (at most 62 GPUs), found {P}")
+    C = max(1, comm_sms // 2)                      # channels
+    R = ring_rows
+    W = C + El                                     # count row: C channel counts, El expert counts
+    G = -(-El // 8)                                # notify TBs: 8 local experts each
+    rb = s.row_bytes
+    layout_tbs = max(1, min(T, 4 * cfg.system.gpu.num_sms))
+    buffers = [
+        _buf("dp_meta", T * META_BYTES, region="control", dtype="i64"),
+        _buf("dp_lay", P * W * 8, region="control", dtype="i64"),
+        _buf("dp_ntf", P * W * 8 + 64, region="control", dtype="i64"),   # + 64: ld.v8 past a row
+        _buf("dp_bar", P * 8, region="control", dtype="i64"),
+        _buf("dp_info", 32, region="control", dtype="i64"),
+        _buf("dp_grp", G * 32, region="control", dtype="i64"),
+        _buf("dp_cursor", El * 8, region="control", dtype="i64"),
+        _buf("dp_tiles", tiles_cap * 32 + 64, region="control", dtype="i64"),
+        _buf("dp_rank_slots", P * -(-T // 16) * 8, region="control", dtype="i64"),
+        # tail and head tables, then the metadata ring slots
+        _buf("dp_ring_ctl", 2 * C * P * 8 + C * P * R * RING_META_BYTES, region="control",
+             dtype="i64"),
+        _buf("dp_ring_x", C * P * R * rb, dtype="bf16"),
+        _buf("dp_recv_x", rows_cap * rb, dtype="bf16"),
+    ]
+    if receivers:
+        Tc = -(-T // C)
+        buffers.append(_buf("dp_rec", C * P * Tc * RECORD_BYTES, region="control", dtype="i64"))
+    launches = [
+        LaunchConfig(kernel="deepep_layout", grid=layout_tbs, stream=0, params=(
+            ("topk_idx", "@topk_idx"), ("topk_w", "@topk_w"), ("meta", "@dp_meta"),
+            ("lay", "@dp_lay"), ("rank_slots", "@dp_rank_slots"), ("tokens", T), ("topk", k),
+            ("channels", C), ("local_experts", El))),
+        LaunchConfig(kernel="deepep_notify", grid=G, stream=0, params=(
+            ("lay", "@dp_lay"), ("ntf", "@dp_ntf"), ("bar", "@dp_bar"), ("info", "@dp_info"),
+            ("grp", "@dp_grp"), ("cursor", "@dp_cursor"), ("tiles", "@dp_tiles"),
+            ("epoch", EPOCH), ("channels", C), ("local_experts", El),
+            ("tile_rows", s.tile_rows), ("align", align))),
+        LaunchConfig(kernel="deepep_dispatch", grid=(2 if receivers else 1) * C * P, stream=0,
+                     host_delay=host_delay, params=(
+            ("x", "@x"), ("meta", "@dp_meta"), ("rank_slots", "@dp_rank_slots"),
+            ("ring_x", "@dp_ring_x"), ("ring_ctl", "@dp_ring_ctl"), ("ntf", "@dp_ntf"),
+            ("rec", "@dp_rec" if receivers else 0), ("recv_x", "@dp_recv_x"),
+            ("cursor", "@dp_cursor"), ("acct", "@acct"), ("tokens", T), ("topk", k),
+            ("hidden", H), ("channels", C), ("ring_rows", R), ("local_experts", El))),
+    ]
+    return buffers, launches

@@ -5,9 +5,11 @@ send_to_expert as soon as its token is routed - no count exchange, barrier, pref
 round trip; `moehub_expert` claims hub-ready tiles and runs the SwiGLU FFN while later rows still
 arrive, sending each output row home with send_home; then the common `moe_combine`.
 
-Streams: 0 dispatch; 1 shared experts (overlapping the dispatch), routed experts, combine.
-Expert GEMMs: El claimer TBs publish hub-ready tiles in a queue; `expert_tbs` worker TBs take
-(I + H) / gemm_n_tile jobs per tile (moe_layer.s), so several SMs work on each tile.
+Streams: 0 dispatch; 1 shared experts; 2 claimers; 3 GEMM workers, then combine (all start with the
+layer: the shared experts and the routed GEMMs overlap the dispatch).
+Expert GEMMs: El claimer TBs (moehub_claim, no shared memory) publish hub-ready tiles in a queue;
+`expert_tbs` worker TBs (moehub_expert) take (I + H) / gemm_n_tile jobs per tile (moe_layer.s), so
+several SMs work on each tile.
 Windows: each local expert's receive window holds every row it will receive (rounded up to whole
 tiles), so the windows never throttle the layer; the AAU's record table
 (system.gpu.hub.moe.aau.record_table_entries) does bound the rows in flight.
@@ -30,21 +32,23 @@ def plan(layer):
         _buf("tq", 64 * (tiles + workers + 4), region="control", dtype="i64"),
         _buf("tiles", tiles * tile * (s.ffn + s.hidden) * 2, dtype="bf16"),
     ]
-    # stream 1: the shared experts first - they need no routed rows, so they overlap the
-    # dispatch - then the routed experts (their tiles wait in the hub meanwhile), then combine
+    # streams: 0 dispatch; 1 the shared experts (no routed rows needed: they overlap everything);
+    # 2 the claimers; 3 the GEMM workers, then the combine. All start with the layer.
     sbufs, shared = shared_expert_launches(s, cfg, stream=1)
     launches = [
         LaunchConfig(kernel="moehub_dispatch", grid=opts.dispatch_tbs, stream=0, params=(
             ("x", "@x"), ("topk_idx", "@topk_idx"), ("tokens", s.tokens), ("topk", s.top_k),
             ("hidden", s.hidden), ("acct", "@acct"))),
         *shared,
-        LaunchConfig(kernel="moehub_expert", grid=El + workers, stream=1, params=(
+        LaunchConfig(kernel="moehub_claim", grid=El, stream=2, params=(
+            ("tq", "@tq"), ("local_experts", El), ("workers", workers))),
+        LaunchConfig(kernel="moehub_expert", grid=workers, stream=3, params=(
             ("wg", "@w_gate"), ("wu", "@w_up"), ("wd", "@w_down"), ("tq", "@tq"),
             ("tiles", "@tiles"), ("yhome", "@yhome"),
             ("acct", "@acct"), ("done", "@done"), ("hidden", s.hidden), ("ffn", s.ffn),
             ("local_experts", El), ("record_bytes", cfg.system.gpu.hub.moe.aau.record_bytes),
             ("tile_rows", tile), ("n_tile", s.n_tile))),
-        combine_launch(s, cfg, stream=1),
+        combine_launch(s, cfg, stream=3),
     ]
     moe = MoeWorkloadConfig(num_experts=s.experts, placement=None, window_rows=window_rows,
                             row_bytes=s.row_bytes)
@@ -52,5 +56,5 @@ def plan(layer):
                       kernel_files=("workloads/kernels/moehub/moe_layer.s",), moe=moe,
                       received_stat="system.gpu*.hub.aau.allocations", n_tile=s.n_tile,
                       phases={"mediation": (), "dispatch": ("moehub_dispatch",),
-                              "expert": ("moehub_expert",) + SHARED_KERNELS,
+                              "expert": ("moehub_claim", "moehub_expert") + SHARED_KERNELS,
                               "combine": ("moe_combine",)})

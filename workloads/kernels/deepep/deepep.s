@@ -38,7 +38,8 @@
 #                              words C..C+El-1 rows for r's local experts (layout, red.add)
 #   dp_ntf    ctl  [P][W]      the count rows received from every source s (notify, put)
 #   dp_bar    ctl  [P]         barrier words: bar[s] is written by source s (epoch values)
-#   dp_info   ctl  [2]         0: notify's "counts are in" epoch; 1: GEMM tiles in total
+#   dp_info   ctl  [4]         0: notify's "counts are in" epoch; 1: GEMM tiles in total;
+#                              2: "tile table complete" epoch; 3: notify groups finished
 #   dp_grp    ctl  [G][4]      notify group q (experts 8q..8q+7): rows, tiles, published epoch
 #   dp_cursor ctl  [El]        per local expert: next free row of its region in dp_recv_x
 #                              (notify sets it to the region base; receivers atom.add it)
@@ -165,7 +166,9 @@ end:
 # totals as its base (the expert-major prefix sum), sets each expert's cursor to its region base
 # and writes the group's GEMM tiles into the tile table. The per-(source, channel) token counts
 # the dispatch receivers expect are read straight from dp_ntf (no prefix needed: each receiver
-# owns its own record array).
+# owns its own record array). With align > 1 every expert's region starts at a multiple of align
+# rows (scheme overlap: align = tile rows, so a row's tile is its position / tile rows). The last
+# group to finish its tiles sets dp_info[2] = epoch (kernels that run concurrently wait on it).
 .kernel deepep_notify
 .param lay
 .param ntf
@@ -178,6 +181,7 @@ end:
 .param channels
 .param local_experts
 .param tile_rows
+.param align                 # expert regions start at multiples of this many rows (1: packed)
     add r1, %channels, %local_experts
     shl r2, r1, 3                # r2 = bytes of a count row
     bne %tb, 0, ready_wait
@@ -264,7 +268,11 @@ sum_src:
     mov r22, r31
     mov r6, 0
 grp_total:
-    add r13, r13, r15
+    add r23, r15, %align         # rows of the expert's region: total rounded up to align
+    sub r23, r23, 1
+    div r23, r23, %align
+    mul r23, r23, %align
+    add r13, r13, r23
     add r23, r15, %tile_rows
     sub r23, r23, 1
     div r23, r23, %tile_rows
@@ -322,7 +330,11 @@ tile:
     add r21, r21, %tile_rows
     bra tile
 expert_next:
-    add r17, r17, r24
+    add r23, r24, %align         # the next region starts after this one, aligned
+    sub r23, r23, 1
+    div r23, r23, %align
+    mul r23, r23, %align
+    add r17, r17, r23
     mov r24, r25
     mov r25, r26
     mov r26, r27
@@ -334,8 +346,13 @@ expert_next:
     bra expert
 group_done:
     sub r7, %ntb, 1
-    bne %tb, r7, end
+    bne %tb, r7, counted
     st [%info+8], r18            # the last group ends the tile list: tiles in total
+counted:
+    atom.add r7, %gpu, [%info+24], 1
+    sub r8, %ntb, 1
+    bne r7, r8, end              # not the last group to finish its tiles
+    flag.set %gpu, [%info+16], %epoch   # the tile table and every cursor are written
 end:
     exit
 

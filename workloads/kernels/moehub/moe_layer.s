@@ -63,11 +63,14 @@ end:
     atom.add r11, %gpu, [%acct], r9
     exit
 
-# moehub_expert: a persistent kernel with two roles (the thread-block specialisation of
-# FlashDMoE-style kernels; here the hub does the data-availability work):
-#  * TB e < El is the *claimer* of local expert e: it loops on claim_buffer and publishes each
-#    ready tile in a GPU-wide tile queue (tq); its last action marks the queue's end.
-#  * every other TB is a *worker*: it takes the next job with an atomic counter. A tile has
+# moehub_claim and moehub_expert: the expert side as two kernels launched together (on their own
+# streams), the thread-block specialisation of FlashDMoE-style kernels where the hub does the
+# data-availability work:
+#  * moehub_claim TB e is the *claimer* of local expert e: it loops on claim_buffer and publishes
+#    each ready tile in a GPU-wide tile queue (tq); the last claimer to finish marks the queue's end.
+#    A claimer holds no shared memory, so it shares an SM with a GEMM block (a warp of the GEMM
+#    kernel would do this on hardware).
+#  * every moehub_expert TB is a *worker*: it takes the next job with an atomic counter. A tile has
 #    Ju = I / n gate/up jobs and Jd = H / n down jobs (n = n_tile; moe_common.s explains the
 #    split): gate/up job q computes Hh[:, q cols] = silu(X Wg_q) * (X Wu_q) into the tile's h
 #    buffer; down job c waits until all gate/up jobs of the tile are done, then computes
@@ -81,24 +84,10 @@ end:
 # ready (1 = tile, 2 = end of queue), gate/up jobs done, down jobs done, first (the expert's first
 # tile: its weights come from HBM, later tiles read them through the L2).
 # tiles (data): per queue entry the tile's Hh [tile][I] bf16, then its Y [tile][H] bf16.
-.kernel moehub_expert
-.param wg                    # [El][I/n][H][n] bf16
-.param wu
-.param wd                    # [El][H/n][I][n] bf16
+.kernel moehub_claim
 .param tq
-.param tiles
-.param yhome
-.param acct
-.param done
-.param hidden
-.param ffn
 .param local_experts
-.param record_bytes
-.param tile_rows
-.param n_tile
-.smem 160KB                  # worker: G, U [tile][n] f32 + Hq [tile][n] bf16, or Y + Yq
-    bge %tb, %local_experts, worker
-# ---- claimer of local expert %tb
+.param workers               # TBs of moehub_expert
     mul r2, %gpu, %local_experts
     add r2, r2, %tb              # r2 = global expert id
     mov r9, 1                    # r9 = next tile is the expert's first
@@ -119,12 +108,11 @@ claim:
     bra claim
 claimed_all:
     atom.add r16, %gpu, [%tq+16], 1
-    sub r18, %local_experts, 1
+    sub r18, %ntb, 1
     bne r16, r18, leave          # not the last claimer to finish
     ld r19, [%tq]                # every tile is published: mark the end after the last one,
-    sub r21, %ntb, %local_experts  # once per worker, + 2 (each waits on at most one entry,
-    add r21, r21, 2              # a down job on the entry before a gate/up job's)
-    mov r20, 0
+    add r21, %workers, 2         # once per worker, + 2 (each waits on at most one entry,
+    mov r20, 0                   # a down job on the entry before a gate/up job's)
 end_marks:
     add r22, r19, r20
     add r22, r22, 1
@@ -135,8 +123,23 @@ end_marks:
     blt r20, r21, end_marks
 leave:
     exit
-# ---- worker
-worker:
+
+.kernel moehub_expert
+.param wg                    # [El][I/n][H][n] bf16
+.param wu
+.param wd                    # [El][H/n][I][n] bf16
+.param tq
+.param tiles
+.param yhome
+.param acct
+.param done
+.param hidden
+.param ffn
+.param local_experts
+.param record_bytes
+.param tile_rows
+.param n_tile
+.smem 160KB                  # G, U [tile][n] f32 + Hq [tile][n] bf16, or Y + Yq
     div r20, %ffn, %n_tile       # r20 = Ju: gate/up jobs per tile
     div r21, %hidden, %n_tile
     add r22, r20, r21            # r22 = jobs per tile
@@ -253,8 +256,7 @@ ended:
 finished:
     red.add %gpu, [%acct+16], r25    # acct word 2: rows computed
     atom.add r5, %gpu, [%tq+24], 1
-    sub r6, %ntb, %local_experts
-    sub r6, r6, 1
+    sub r6, %ntb, 1
     bne r5, r6, done_exit        # not the GPU's last worker
     shl r7, %gpu, 3
     add r7, r7, %done            # &done[gpu] (the same address on every GPU)

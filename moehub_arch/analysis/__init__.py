@@ -1,0 +1,7 @@
+"""Looking at finished runs: loading their output directories, comparing stats, plotting."""
+
+
+class AnalysisError(Exception):
+    """An output directory or option that cannot be used (exit status 2)."""
+
+    exit_code = 2

@@ -1,0 +1,105 @@
+"""`moehub-sim compare OUTDIR...`: selected stats of several runs side by side, with each run's
+speedup (times: first / this) or ratio (other stats: this / first) relative to the first run.
+
+Per-GPU stats (``system.gpu3.hub.stall_ticks``) are folded into one row per name
+(``system.gpu*.hub.stall_ticks``): summed, or averaged for ratios and rates; `--per-gpu` keeps them
+apart.
+"""
+import csv
+import fnmatch
+import re
+
+from . import AnalysisError
+from .rundata import RunData
+
+DEFAULT_PATTERNS = (
+    "simTicks", "system.ubench.*",
+    "system.moe.layer_time_us", "system.moe.phase.*", "system.moe.ideal_compute_us",
+    "system.moe.overhead_us", "system.moe.sm.*", "system.moe.nvlink.*",
+    "system.gpu*.hub.stall_ticks", "system.gpu*.hub.rpm.stall_ticks",
+    "system.gpu*.hub.rpm.accept_stalls", "system.gpu*.hub.aau.alloc_stall_ticks",
+)
+TIME_UNITS = ("ps", "ns", "us", "ms", "s")
+AVERAGED_UNITS = ("ratio", "GB/s", "events/s", "instructions/s", "")
+_GPU = re.compile(r"\.gpu\d+\.")
+
+
+def _rows(run, patterns, per_gpu):
+    """{row name: (value, unit)} for the stats of `run` matching `patterns`, in stat order."""
+    rows, counts = {}, {}
+    for name, s in run.stats.items():
+        if not any(fnmatch.fnmatchcase(name, p) for p in patterns):
+            continue
+        if not isinstance(s["value"], (int, float)):
+            continue
+        key = name if per_gpu else _GPU.sub(".gpu*.", name)
+        value, unit = s["value"], s["unit"]
+        if key in rows:
+            rows[key] = (rows[key][0] + value, unit)
+            counts[key] += 1
+        else:
+            rows[key] = (value, unit)
+            counts[key] = 1
+    for key, (value, unit) in rows.items():
+        if counts[key] > 1 and unit in AVERAGED_UNITS:
+            rows[key] = (value / counts[key], unit)
+    return rows
+
+
+def compare_table(outdirs, patterns=None, per_gpu=False):
+    """(header, rows) of the comparison; each row: stat, unit, value per run, speedup per later run."""
+    runs = [RunData(d) for d in outdirs]
+    patterns = list(patterns or DEFAULT_PATTERNS)
+    per_run = [_rows(r, patterns, per_gpu) for r in runs]
+    if patterns != list(DEFAULT_PATTERNS):
+        for p in patterns:
+            if not any(fnmatch.fnmatchcase(n, p) for r in runs for n in r.stats):
+                raise AnalysisError(f"--stats {p}: no stat of {', '.join(map(str, outdirs))} "
+                                    f"matches (list them with `moehub-sim stats --list CONFIG`)")
+    names = list(per_run[0])
+    for rows in per_run[1:]:
+        names += [n for n in rows if n not in names]
+    header = ["stat", "unit"] + [r.label for r in runs] + [f"{r.label} vs first" for r in runs[1:]]
+    table = []
+    for name in names:
+        vals = [rows.get(name, (None, None)) for rows in per_run]
+        unit = next(u for _, u in vals if u is not None)
+        values = [v for v, _ in vals]
+        rel = []
+        for v in values[1:]:
+            first = values[0]
+            if v is None or first is None or v == 0 or first == 0:
+                rel.append("")
+            elif unit in TIME_UNITS:
+                rel.append(f"{first / v:.3f}x faster" if first >= v else f"{v / first:.3f}x slower")
+            else:
+                rel.append(f"{v / first:.3f}x")
+        table.append([name, unit] + values + rel)
+    return header, table
+
+
+def _fmt(v):
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.6g}"
+    return str(v)
+
+
+def compare_runs(outdirs, patterns=None, per_gpu=False, csv_path=None):
+    """The comparison as aligned text (and as CSV at `csv_path`)."""
+    header, table = compare_table(outdirs, patterns, per_gpu)
+    if csv_path:
+        with open(csv_path, "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(header)
+            w.writerows(table)
+    cells = [header] + [[_fmt(c) for c in row] for row in table]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
+    lines = []
+    for k, row in enumerate(cells):
+        lines.append("  ".join(c.ljust(w) if i < 2 else c.rjust(w)
+                               for i, (c, w) in enumerate(zip(row, widths))).rstrip())
+        if k == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines)

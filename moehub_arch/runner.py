@@ -1,0 +1,54 @@
+"""One run from a loaded config to its output directory: the observers the config asks for
+(timeline, debug output, periodic dumps, progress) and the files every run writes.
+
+Used by `moehub-sim run` and by every point of `moehub-sim sweep`.
+"""
+import json
+from pathlib import Path
+
+from .simulation import Simulation
+from .stats import write_stats_csv, write_stats_json, write_stats_txt
+
+OUTPUT_FILES = ("config.json", "stats.txt", "stats.json", "stats.csv")
+
+
+def observers_for(cfg, outdir, progress=False, quiet=False):
+    """RunObservers for what `cfg` switches on; modules of features that are off are not loaded."""
+    observers = []
+    if cfg.trace.enabled:
+        from .trace.timeline import Timeline
+        observers.append(Timeline(cfg.trace, outdir / "trace.json", cfg.system.num_gpus, quiet))
+    if cfg.debug.flags:
+        from .trace.debug import DebugPrinter
+        observers.append(DebugPrinter(cfg.debug, outdir))
+    if cfg.stats.dump_period:
+        from .stats.periodic import PeriodicDump
+        observers.append(PeriodicDump(cfg.stats.dump_period, outdir))
+    if progress:
+        from .progress import Progress
+        observers.append(Progress())
+    return observers
+
+
+def run_to_outdir(cfg, outdir, progress=False, quiet=False, before_run=None, sim=None,
+                  observers=()):
+    """Build, run and write `outdir` (config.json, stats.*, and trace.json etc. when asked for).
+    Returns the finished Simulation. `before_run(sim)` is called once the system is built; `sim`
+    is a Simulation built already (e.g. restored from a checkpoint) instead of one from `cfg`;
+    `observers` run besides those the config asks for. The stats are written whenever the run
+    got under way, also when it ends with an error (stuck, invariants, runtime error)."""
+    out = Path(outdir)
+    out.mkdir(parents=True, exist_ok=True)
+    sim = sim if sim is not None else Simulation(cfg)
+    # the resolved config, including what an MoE layer generated (buffers, launches, windows)
+    (out / "config.json").write_text(json.dumps(sim.cfg.to_dict(), indent=1))
+    if before_run is not None:
+        before_run(sim)
+    try:
+        sim.run(observers_for(sim.cfg, out, progress=progress, quiet=quiet) + list(observers))
+    finally:
+        if sim.stats is not None:
+            write_stats_txt(sim.stats, out / "stats.txt")
+            write_stats_json(sim.stats, out / "stats.json")
+            write_stats_csv(sim.stats, out / "stats.csv")
+    return sim

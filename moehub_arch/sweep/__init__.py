@@ -1,0 +1,125 @@
+"""`moehub-sim sweep SWEEP.yaml`: design-space sweeps, each point one run in its own directory,
+results collected into one CSV table; resumable; local processes or a Dask cluster.
+
+Output directory:
+    sweep.json           the expanded sweep: config, every point's overrides and directory
+    points/<id>/         one run's files (config.json, stats.*), plus done.json once finished
+    results.csv          one row per point: its swept values, then the selected stats
+
+Re-running the same sweep skips the points whose done.json is there (so an interrupted sweep
+resumes); a failed point leaves error.txt and is tried again next time.
+"""
+import csv
+import fnmatch
+import json
+import os
+import sys
+
+from .spec import Sweep, SweepError, load_sweep  # noqa: F401 (public API)
+
+DONE = "done.json"
+
+
+def _finished(sweep, point):
+    """The point's stats if it finished in an earlier run of this sweep, else None."""
+    d = sweep.outdir / "points" / point.id
+    try:
+        done = json.loads((d / DONE).read_text())
+        if done.get("overrides") == list(point.overrides):
+            return json.loads((d / "stats.json").read_text())
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def _select(stats, patterns):
+    """{name: value} of the stats matching `patterns`, in stat order."""
+    return {name: s["value"] for name, s in stats.items()
+            if any(fnmatch.fnmatchcase(name, p) for p in patterns)}
+
+
+def write_results(sweep, rows):
+    """results.csv: point, status, swept keys, then every selected stat (union, first-seen order)."""
+    columns = []
+    for r in rows:
+        columns += [c for c in r["stats"] if c not in columns]
+    path = sweep.outdir / "results.csv"
+    with path.open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["point", "status"] + list(sweep.swept_keys) + columns)
+        for r in rows:
+            values = dict(r["point"].values)
+            w.writerow([r["point"].id, r["status"]] + [values.get(k, "") for k in sweep.swept_keys]
+                       + [r["stats"].get(c, "") for c in columns])
+    return path
+
+
+def run_sweep(sweep, workers=None, scheduler=None, progress=True):
+    """Run every unfinished point; returns (results.csv path, rows). Rows are in point order."""
+    from .execute import run_dask, run_local
+
+    points_dir = sweep.outdir / "points"
+    points_dir.mkdir(parents=True, exist_ok=True)
+    (sweep.outdir / "sweep.json").write_text(json.dumps({
+        "name": sweep.name, "sweep_file": str(sweep.file), "config": str(sweep.config),
+        "stats": list(sweep.stats),
+        "points": [{"id": p.id, "values": {k: v for k, v in p.values}, "overrides": list(p.overrides)}
+                   for p in sweep.points]}, indent=1, default=str))
+    results = {}
+    todo = []
+    for p in sweep.points:
+        stats = _finished(sweep, p)
+        if stats is None:
+            todo.append(p)
+        else:
+            results[p.id] = {"point": p, "status": "ok (earlier run)", "stats": _select(stats, sweep.stats)}
+    bar = None
+    if progress:
+        from tqdm import tqdm
+        bar = tqdm(total=len(sweep.points), initial=len(sweep.points) - len(todo), unit="run",
+                   desc=f"sweep {sweep.name}", file=sys.stderr, dynamic_ncols=True)
+
+    def on_done(point, result):
+        d = points_dir / point.id
+        d.mkdir(parents=True, exist_ok=True)
+        (d / DONE).unlink(missing_ok=True)
+        if "error" in result:
+            (d / "error.txt").write_text(result["error"] + "\n")
+            results[point.id] = {"point": point, "status": "error", "stats": {}}
+        else:
+            (d / "error.txt").unlink(missing_ok=True)
+            for name, data in result["files"].items():
+                (d / name).write_bytes(data)
+            # written last: its presence means every file of the point is complete
+            (d / DONE).write_text(json.dumps({"overrides": list(point.overrides)}))
+            stats = json.loads(result["files"]["stats.json"])
+            results[point.id] = {"point": point, "status": "ok", "stats": _select(stats, sweep.stats)}
+        if bar is not None:
+            bar.update(1)
+
+    try:
+        if todo and scheduler:
+            run_dask(todo, sweep, scheduler, on_done)
+        elif todo:
+            run_local(todo, sweep, workers or os.cpu_count() or 1, on_done)
+    finally:
+        if bar is not None:
+            bar.close()
+    rows = [results[p.id] for p in sweep.points if p.id in results]
+    return write_results(sweep, rows), rows
+
+
+def run_sweep_command(args):
+    sweep = load_sweep(args.sweep_file, args.outdir)
+    if args.workers is not None and args.workers < 1:
+        raise SweepError(f"--workers: expected at least 1, found {args.workers}")
+    path, rows = run_sweep(sweep, workers=args.workers, scheduler=args.scheduler,
+                           progress=not args.quiet)
+    failed = [r["point"] for r in rows if r["status"] == "error"]
+    if not args.quiet:
+        skipped = sum(r["status"].startswith("ok (") for r in rows)
+        print(f"{len(rows)} points ({skipped} finished earlier, {len(failed)} failed); wrote {path}")
+    for p in failed:
+        err = (sweep.outdir / "points" / p.id / "error.txt").read_text().strip()
+        print(f"moehub-sim: point {p.id} failed: {err}", file=sys.stderr)
+    return 1 if failed else 0

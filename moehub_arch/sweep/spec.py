@@ -1,0 +1,148 @@
+"""Sweep files: a grid and/or a list of `--set` overrides over one config.
+
+    name: merge_x_tile                          # default: the file name
+    config: ../experiments/functional.yaml      # relative to this file (else the data root)
+    set: {scheme: moehub}                       # overrides every point gets
+    grid:                                       # every combination of these values
+      system.gpu.hub.moe.rpm.merge_buffer_bytes: [64B, 128B, 256B]
+      system.gpu.hub.moe.dam.tile_rows: [8, 16]
+    points:                                     # and/or an explicit list (times the grid)
+      - {scheme: deepep}
+      - {scheme: moehub}
+    stats: [system.moe.layer_time_us, "system.moe.phase.*"]   # columns of results.csv
+    outdir: sweep-out/merge_x_tile              # default: sweep-out/<name>
+
+Every point is checked (its config loaded) before anything runs, so a bad key or value is one
+error naming the sweep file and the point. A point's directory name is derived from its overrides
+(readable, plus a short hash), so re-running a sweep finds the points it already finished.
+"""
+import hashlib
+import itertools
+import re
+from pathlib import Path
+
+import attrs
+import yaml
+
+from ..config import ConfigError, load_config
+from ..paths import data_root
+
+SWEEP_KEYS = ("name", "config", "set", "grid", "points", "stats", "outdir")
+DEFAULT_STATS = ("simTicks", "system.ubench.*", "system.moe.layer_time_us", "system.moe.phase.*",
+                 "system.moe.overhead_us", "system.moe.sm.*", "system.moe.nvlink.*")
+
+
+class SweepError(Exception):
+    """A sweep file or option that cannot be used (exit status 2)."""
+
+    exit_code = 2
+
+
+@attrs.frozen
+class Point:
+    id: str                  # directory name under points/
+    values: tuple            # ((key, value), ...) of the swept keys
+    overrides: tuple         # every --set of the point (fixed ones first)
+
+
+@attrs.frozen
+class Sweep:
+    name: str
+    file: Path
+    config: Path
+    points: tuple
+    stats: tuple
+    outdir: Path
+    swept_keys: tuple
+
+
+def _value_text(v):
+    """A YAML value as `--set` takes it (lists in flow style)."""
+    if isinstance(v, str):
+        return v
+    return yaml.safe_dump(v, default_flow_style=True).strip().removesuffix("...").strip()
+
+
+def _mapping(raw, key, where):
+    """A mapping of dotted key -> value, or a list of 'key=value' strings, as (key, value) pairs."""
+    if raw is None:
+        return []
+    if isinstance(raw, dict):
+        return [(str(k), v) for k, v in raw.items()]
+    if isinstance(raw, list) and all(isinstance(x, str) and "=" in x for x in raw):
+        return [tuple(x.split("=", 1)) for x in raw]
+    raise SweepError(f"{where}: {key}: expected a mapping of key.path: value (or a list of "
+                     f"'key.path=value'), found {type(raw).__name__}")
+
+
+def point_id(values):
+    """Readable and unique: the swept values (last key component = value) and a short hash."""
+    text = "_".join(f"{k.rsplit('.', 1)[-1]}={_value_text(v)}" for k, v in values)
+    slug = re.sub(r"[^A-Za-z0-9=.,_-]+", "-", text)[:80] or "point"
+    digest = hashlib.sha1(repr([(k, _value_text(v)) for k, v in values]).encode()).hexdigest()[:8]
+    return f"{slug}-{digest}"
+
+
+def _resolve_config(name, sweep_file):
+    p = Path(str(name)).expanduser()
+    for c in ([p] if p.is_absolute() else [sweep_file.parent / p, Path.cwd() / p, data_root() / p]):
+        if c.is_file():
+            return c.resolve()
+    raise SweepError(f"{sweep_file}: config: file '{name}' not found (relative to the sweep file, "
+                     f"the working directory or the data root)")
+
+
+def load_sweep(path, outdir=None):
+    """Read, expand and check a sweep file; raise SweepError / ConfigError on bad input."""
+    path = Path(path)
+    if not path.is_file():
+        raise SweepError(f"{path}: sweep file not found")
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        raise SweepError(f"{path}: YAML syntax error: {getattr(e, 'problem', e)}") from None
+    if not isinstance(raw, dict):
+        raise SweepError(f"{path}: expected a mapping with keys {', '.join(SWEEP_KEYS)}")
+    import difflib
+    for k in raw:
+        if k not in SWEEP_KEYS:
+            close = difflib.get_close_matches(str(k), SWEEP_KEYS, n=1)
+            hint = f"did you mean '{close[0]}'? " if close else ""
+            raise SweepError(f"{path}: {k}: unknown key; {hint}(known keys: {', '.join(SWEEP_KEYS)})")
+    if "config" not in raw:
+        raise SweepError(f"{path}: config: required key is missing (the YAML config every point runs)")
+    config = _resolve_config(raw["config"], path)
+    fixed = [f"{k}={_value_text(v)}" for k, v in _mapping(raw.get("set"), "set", path)]
+    grid = _mapping(raw.get("grid"), "grid", path)
+    for k, values in grid:
+        if not isinstance(values, list) or not values:
+            raise SweepError(f"{path}: grid.{k}: expected a non-empty list of values, found "
+                             f"{values!r}")
+    listed = raw.get("points")
+    if listed is not None and (not isinstance(listed, list) or not all(isinstance(x, dict) for x in listed)):
+        raise SweepError(f"{path}: points: expected a list of mappings (key.path: value)")
+    combos = [tuple(zip([k for k, _ in grid], vs)) for vs in itertools.product(*[v for _, v in grid])]
+    listed = [tuple((str(k), v) for k, v in x.items()) for x in (listed or [{}])]
+    points, seen = [], set()
+    for entry in listed:
+        for combo in combos:
+            values = entry + combo
+            pid = point_id(values)
+            if pid in seen:
+                raise SweepError(f"{path}: the point {dict(values)} appears twice")
+            seen.add(pid)
+            overrides = tuple(fixed + [f"{k}={_value_text(v)}" for k, v in values])
+            try:
+                load_config(config, overrides)
+            except ConfigError as e:
+                raise SweepError(f"{path}: point {dict(values) or '(the config itself)'}: {e}") from None
+            points.append(Point(pid, values, overrides))
+    stats = raw.get("stats", DEFAULT_STATS)
+    if isinstance(stats, str):
+        stats = [stats]
+    if not isinstance(stats, list) or not all(isinstance(s, str) for s in stats):
+        raise SweepError(f"{path}: stats: expected a list of stat names or patterns")
+    name = str(raw.get("name") or path.stem)
+    out = Path(outdir) if outdir else Path(raw.get("outdir") or Path("sweep-out") / name)
+    keys = list(dict.fromkeys(k for p in points for k, _ in p.values))
+    return Sweep(name, path.resolve(), config, tuple(points), tuple(stats), out, tuple(keys))

@@ -1,0 +1,71 @@
+"""Scheme `overlap`: the best software overlap we know of (Comet / FlashDMoE style, BRIEF 3).
+
+Still address-centric: the count exchange (DeepEP's layout and notify kernels, on the device)
+must finish before rows move, because a sender needs the receive offsets. What it removes is the
+host round trip and the bulk-synchronous phases: rows move through DeepEP's channelised rings
+(its sender TBs), a receiver TB per ring unpacks them into tile-aligned expert regions and counts
+every landed row in its GEMM tile's counter; persistent GEMM blocks take tiles in the order the
+rings fill them, start each tile's SwiGLU jobs as soon as its counter is full, and send each output
+row home as soon as its tile is done; the common moe_combine then sums at home.
+Kernels: workloads/kernels/overlap/overlap.s (receivers, GEMM blocks) and
+workloads/kernels/deepep/deepep.s (layout, notify, dispatch senders).
+
+Streams: 0 layout -> notify -> dispatch senders (no host delay); 2 receivers, and 3 GEMM blocks
+then moe_combine, both launched with the layer and waiting for notify's "tile table complete"
+flag; 1 shared experts. Thread blocks: workload.layer.overlap.comm_sms / 2 channels as in DeepEP (senders
+and receivers, one TB per (channel, peer) each) and workload.layer.overlap.compute_tbs GEMM blocks.
+
+Receive buffers are provisioned for the worst case, since no host sizes them after the count
+exchange: every source may send every token to min(top-k, local experts) experts here, plus a
+tile of alignment per local expert.
+"""
+from ...config.schema import LaunchConfig
+from ..layer import SHARED_KERNELS, SchemePlan, _buf, combine_launch, shared_expert_launches
+from .deepep import EPOCH, KERNELS as DEEPEP_KERNELS, mediation_and_dispatch
+
+KERNELS = "workloads/kernels/overlap/overlap.s"
+
+
+def plan(layer):
+    s, cfg = layer.shape, layer.cfg
+    opts = cfg.workload.layer.overlap
+    P, T, k, El, H, I = s.num_gpus, s.tokens, s.top_k, s.local_experts, s.hidden, s.ffn
+    tile = s.tile_rows
+    C = max(1, opts.comm_sms // 2)
+    rows_cap = P * T * min(k, El) + El * tile
+    tiles_cap = -(-rows_cap // tile)
+    buffers, launches = mediation_and_dispatch(
+        layer, comm_sms=opts.comm_sms, ring_rows=opts.ring_rows, rows_cap=rows_cap,
+        tiles_cap=tiles_cap, align=tile, host_delay=0, receivers=False)
+    buffers += [
+        _buf("ov_tilecnt", tiles_cap * 8, region="control", dtype="i64"),
+        _buf("ov_home", rows_cap * 8 + 64, region="control", dtype="i64"),  # + 64: ld.v8 past the end
+        _buf("ov_jobs", (2 + 2 * tiles_cap) * 8, region="control", dtype="i64"),
+        _buf("ov_hh", rows_cap * I * 2, dtype="bf16"),
+        _buf("ov_y", rows_cap * s.row_bytes, dtype="bf16"),
+    ]
+    launches += [
+        LaunchConfig(kernel="overlap_receive", grid=C * P, stream=2, params=(
+            ("ring_x", "@dp_ring_x"), ("ring_ctl", "@dp_ring_ctl"), ("ntf", "@dp_ntf"),
+            ("info", "@dp_info"), ("cursor", "@dp_cursor"), ("recv_x", "@dp_recv_x"),
+            ("tilecnt", "@ov_tilecnt"), ("home", "@ov_home"), ("acct", "@acct"),
+            ("tokens", T), ("topk", k), ("hidden", H), ("channels", C),
+            ("ring_rows", opts.ring_rows), ("local_experts", El), ("tile_rows", tile),
+            ("epoch", EPOCH))),
+        LaunchConfig(kernel="overlap_expert", grid=opts.compute_tbs, stream=3, params=(
+            ("tiles", "@dp_tiles"), ("info", "@dp_info"), ("tilecnt", "@ov_tilecnt"),
+            ("home", "@ov_home"), ("jobs", "@ov_jobs"), ("recv_x", "@dp_recv_x"),
+            ("hh", "@ov_hh"), ("y", "@ov_y"), ("yhome", "@yhome"), ("wg", "@w_gate"),
+            ("wu", "@w_up"), ("wd", "@w_down"), ("acct", "@acct"), ("done", "@done"),
+            ("hidden", H), ("ffn", I), ("tile_rows", tile), ("n_tile", s.n_tile),
+            ("epoch", EPOCH))),
+    ]
+    sbufs, shared = shared_expert_launches(s, cfg, stream=1)
+    return SchemePlan(
+        buffers=tuple(buffers + sbufs),
+        launches=tuple(launches + shared + [combine_launch(s, cfg, stream=3)]),
+        kernel_files=(DEEPEP_KERNELS, KERNELS), n_tile=s.n_tile,
+        phases={"mediation": ("deepep_layout", "deepep_notify"),
+                "dispatch": ("deepep_dispatch", "overlap_receive"),
+                "expert": ("overlap_expert",) + SHARED_KERNELS,
+                "combine": ("moe_combine",)})

@@ -1,0 +1,99 @@
+"""Sweeps: the same results on the local process pool and on a Dask LocalCluster; resumable;
+bad sweep files are one-paragraph errors."""
+import csv
+
+import pytest
+
+from conftest import CONFIGS, run_cli
+
+SWEEP = f"""\
+name: t4
+config: {CONFIGS / 'experiments/functional.yaml'}
+grid:
+  workload.layer.tokens_per_gpu: [32, 64]
+points:
+  - {{scheme: deepep}}
+  - {{scheme: moehub}}
+stats: [simTicks, system.moe.layer_time_us, "system.moe.phase.*", system.moe.rows_combined]
+"""
+
+
+def _table(path):
+    with open(path) as f:
+        rows = list(csv.DictReader(f))
+    return {r["point"]: {k: v for k, v in r.items() if k != "status"} for r in rows}, rows
+
+
+@pytest.fixture
+def sweep_file(tmp_path):
+    path = tmp_path / "t4.yaml"
+    path.write_text(SWEEP)
+    return path
+
+
+def test_local_pool_and_dask_cluster_agree_and_resume(tmp_path, sweep_file):
+    from dask.distributed import LocalCluster
+
+    from moehub_arch.sweep import load_sweep, run_sweep
+
+    local = load_sweep(sweep_file, tmp_path / "local")
+    assert len(local.points) == 4
+    path, _ = run_sweep(local, workers=2, progress=False)
+    local_table, rows = _table(path)
+    assert [r["status"] for r in rows] == ["ok"] * 4
+    assert {r["scheme"] for r in rows} == {"deepep", "moehub"}
+    assert {r["system.moe.rows_combined"] for r in rows} == {str(32 * 2 * 4), str(64 * 2 * 4)}
+    assert all(float(r["system.moe.layer_time_us"]) > 0 for r in rows)
+
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                      dashboard_address=None) as cluster:
+        remote = load_sweep(sweep_file, tmp_path / "dask")
+        path, _ = run_sweep(remote, scheduler=cluster.scheduler_address, progress=False)
+    dask_table, _ = _table(path)
+    assert dask_table == local_table
+    for p in local.points:   # each point wrote a complete run directory
+        d = tmp_path / "dask" / "points" / p.id
+        assert {"config.json", "stats.json", "stats.txt", "stats.csv", "done.json"} <= \
+            {f.name for f in d.iterdir()}
+
+    # resume: every point is found finished and none runs again
+    stamps = {p.id: (tmp_path / "local" / "points" / p.id / "stats.json").stat().st_mtime_ns
+              for p in local.points}
+    path, _ = run_sweep(load_sweep(sweep_file, tmp_path / "local"), workers=2, progress=False)
+    again, rows = _table(path)
+    assert again == local_table and all(r["status"] == "ok (earlier run)" for r in rows)
+    assert stamps == {p.id: (tmp_path / "local" / "points" / p.id / "stats.json").stat().st_mtime_ns
+                      for p in local.points}
+
+
+def test_resume_runs_only_unfinished_points(tmp_path, sweep_file):
+    from moehub_arch.sweep import load_sweep, run_sweep
+
+    sweep = load_sweep(sweep_file, tmp_path / "out")
+    run_sweep(sweep, workers=1, progress=False)
+    lost = sweep.points[2]
+    (tmp_path / "out" / "points" / lost.id / "done.json").unlink()   # as if interrupted
+    _, rows = run_sweep(load_sweep(sweep_file, tmp_path / "out"), workers=1, progress=False)
+    status = {r["point"].id: r["status"] for r in rows}
+    assert status.pop(lost.id) == "ok" and set(status.values()) == {"ok (earlier run)"}
+
+
+def test_bad_sweep_files_exit_2(tmp_path, sweep_file):
+    bad = tmp_path / "bad.yaml"
+    cases = (
+        (SWEEP.replace("grid:", "gird:"), "did you mean 'grid'"),
+        (SWEEP.replace("tokens_per_gpu", "tokens_per_gpux"), "tokens_per_gpux"),
+        (SWEEP.replace("[32, 64]", "[32, -1]"), "tokens_per_gpu"),
+        (SWEEP.replace(str(CONFIGS / "experiments/functional.yaml"), "nope.yaml"), "nope.yaml"),
+    )
+    for text, fragment in cases:
+        bad.write_text(text)
+        r = run_cli("sweep", bad, "-o", tmp_path / "o", "--quiet")
+        assert r.returncode == 2 and "bad.yaml" in r.stderr and fragment in r.stderr, r.stderr
+        assert "Traceback" not in r.stderr
+
+
+def test_example_sweeps_expand():
+    from moehub_arch.sweep import load_sweep
+    assert len(load_sweep(CONFIGS / "sweeps/hub_merge_x_tile.yaml").points) == 9
+    assert len(load_sweep(CONFIGS / "sweeps/tokens_x_scheme.yaml").points) == 9
