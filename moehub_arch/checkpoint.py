@@ -35,6 +35,7 @@ import numpy as np
 
 from . import __version__, engine_version
 from .engine.state import State
+from .observer import RunObserver
 
 FORMAT = "moehub-arch checkpoint"
 FORMAT_VERSION = 1
@@ -165,7 +166,7 @@ def _restore_array(d, name, built, saved):
 
 
 @attrs.define
-class CheckpointWriter:
+class CheckpointWriter(RunObserver):
     """RunObserver writing a checkpoint at each of `ticks` into `directory` (a path; '{tick}' in
     it is replaced by the tick). `written` lists (tick, path); ticks the run never reached stay
     in `pending`."""
@@ -180,9 +181,6 @@ class CheckpointWriter:
     def pending(self):
         return list(self.ticks)
 
-    def on_start(self, sim):
-        pass
-
     def next_stop(self, sim):
         return self.ticks[0] if self.ticks else None
 
@@ -191,6 +189,3 @@ class CheckpointWriter:
             t = self.ticks.pop(0)
             path = write_checkpoint(sim, str(self.directory).replace("{tick}", str(t)), t)
             self.written.append((t, path))
-
-    def on_finish(self, sim):
-        pass

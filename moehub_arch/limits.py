@@ -6,6 +6,7 @@ before it processed, none after); the wall-clock limit is checked between batche
 `run.batch_events` events. A limited run is not an error (exit status 0), but it is incomplete:
 the end-of-run invariants are not checked and `simCompleted` is 0.
 """
+from .observer import RunObserver
 from .watchdog import fmt_time
 
 
@@ -13,15 +14,12 @@ class StopRun(Exception):
     """Raised by an observer to end the run early and cleanly (a limit, not an error)."""
 
 
-class RunLimits:
+class RunLimits(RunObserver):
     """RunObserver enforcing `max_ticks` (ps) and `max_wall` (seconds); 0 means no limit."""
 
     def __init__(self, max_ticks=0, max_wall_seconds=0.0):
         self.max_ticks = int(max_ticks)
         self.max_wall = float(max_wall_seconds)
-
-    def on_start(self, sim):
-        pass
 
     def next_stop(self, sim):
         return self.max_ticks if self.max_ticks > 0 else None
@@ -33,6 +31,3 @@ class RunLimits:
         if self.max_wall > 0 and wall_seconds >= self.max_wall:
             raise StopRun(f"stopped at tick {tick} after {wall_seconds:.1f} s of host time, the "
                           f"wall-clock limit {self.max_wall:g} s (run.max_wall, --max-wall)")
-
-    def on_finish(self, sim):
-        pass

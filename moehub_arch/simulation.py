@@ -27,17 +27,10 @@ from .engine.state import ERROR_TEXT, LN_DONE
 from .isa import assemble_files, default_isa_paths, load_isa
 from .isa.encoding import REG_TB, SEM, SEMANTIC_NAMES, SUBOP, SUBOP_NAMES
 from .limits import RunLimits, StopRun
+from .observer import RunObserver, SimulationError  # noqa: F401 (re-exported for users)
 from .stats.collect import collect_stats
 from .stats.report import evaluate_report
 from .watchdog import NoProgressWatchdog, diagnose, unfinished
-
-
-class SimulationError(Exception):
-    """A run that cannot complete: a runtime error in a kernel (exit 2) or a deadlock (exit 3)."""
-
-    def __init__(self, message, exit_code=2):
-        super().__init__(message)
-        self.exit_code = exit_code
 
 
 class InvariantError(SimulationError):
@@ -45,36 +38,6 @@ class InvariantError(SimulationError):
 
     def __init__(self, message):
         super().__init__(message, exit_code=4)
-
-
-class RunObserver:
-    """Python-side hooks of a run, called between batches of events (never per event).
-
-    Subclass and override what you need; pass instances to Simulation.run(observers=...).
-    """
-
-    def on_start(self, sim):
-        """Before the first batch (the engine is compiled or loaded)."""
-
-    def next_stop(self, sim):
-        """A simulated tick at which the compiled loop should pause so that on_pause sees the
-        state exactly then (events at that tick are processed first), or None. Asked before every
-        batch; once that tick is reached, return a later one (or None), or the run cannot advance."""
-        return None
-
-    def on_pause(self, sim, tick, events, wall_seconds):
-        """After every batch of events or requested stop: `tick` is the current simulated time.
-        `sim.exact_tick` is the tick whose state the pause shows exactly (a requested stop: every
-        event at or before it processed, none after), None after an ordinary batch.
-        Raise SimulationError to stop the run with an error, limits.StopRun to end it cleanly."""
-
-    def on_records(self, sim, records):
-        """Trace records ([n, 5] int64, components/trace.py) of the categories this observer
-        enabled with sim.set_trace_categories, in the order they were written; called before
-        every on_pause and before on_finish. The array is reused afterwards: copy what you keep."""
-
-    def on_finish(self, sim):
-        """After the stats are collected (sim.stats)."""
 
 
 class Simulation:

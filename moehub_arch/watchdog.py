@@ -18,9 +18,11 @@ launches are unfinished. Everything is read from the State arrays after the loop
 """
 import numpy as np
 
-from .engine.events import EVENT_NAMES, Q_KIND, Q_TICK
+from .engine.events import (EV_CH_ARRIVE, EV_CH_TX, EV_HUB_TX, EV_RPM_TX, EV_SM_ISSUE, EV_XBAR,
+                            EVENT_NAMES, Q_KIND, Q_TICK, TIMER_OFF, TM_TICK)
 from .engine.state import (LN_DONE, LN_RUNNING, TB_EMPTY, TB_READY, TB_WAIT_CLAIM, TB_WAIT_FENCE,
                            TB_WAIT_FLAG, TB_WAIT_HUB, TB_WAIT_REMOTE)
+from .observer import RunObserver, SimulationError
 from .isa.encoding import (CMP_NAMES, IMM, OP0, REG_TB, SEM, SEM_FENCE, SEM_SEND_EXPERT,
                            SEMANTIC_NAMES,
                            SUBOP, SUBOP_NAMES)
@@ -344,14 +346,31 @@ def diagnose(sim, now):
     res = _resource_lines(sim)
     parts += ["Full buffers and blocked units:"] + (res or ["  none"])
     parts += ["Unfinished kernel launches:"] + (_launch_lines(sim) or ["  none"])
+    pending, tick, kind = next_event(st)
+    parts.append(f"Event queue: {pending} event(s), the next at tick {tick} ({kind})" if pending
+                 else "Event queue: empty")
+    return "\n".join(parts)
+
+
+def next_event(st):
+    """(events pending, tick of the next, its kind): the heap's one-off events plus the armed
+    component timers (engine/events.py)."""
     q = int(st.sys[0].q_size)
+    armed = np.nonzero(st.timer[:, TM_TICK] != TIMER_OFF)[0]
+    best, kind = None, ""
     if q:
         i = int(np.argmin(st.q[:q, Q_TICK]))
-        parts.append(f"Event queue: {q} event(s), the next at tick {int(st.q[i, Q_TICK])} "
-                     f"({EVENT_NAMES[int(st.q[i, Q_KIND])]})")
-    else:
-        parts.append("Event queue: empty")
-    return "\n".join(parts)
+        best, kind = int(st.q[i, Q_TICK]), EVENT_NAMES[int(st.q[i, Q_KIND])]
+    if len(armed):
+        i = int(armed[np.argmin(st.timer[armed, TM_TICK])])
+        if best is None or int(st.timer[i, TM_TICK]) < best:
+            p = st.p[0]
+            bounds = (int(p.tm_ch_tx), int(p.tm_ch_arrive), int(p.tm_xbar), int(p.tm_hub),
+                      int(p.tm_rpm))
+            kinds = (EV_SM_ISSUE, EV_CH_TX, EV_CH_ARRIVE, EV_XBAR, EV_HUB_TX, EV_RPM_TX)
+            best = int(st.timer[i, TM_TICK])
+            kind = EVENT_NAMES[kinds[sum(i >= b for b in bounds)]]
+    return q + len(armed), best, kind
 
 
 def unfinished(sim):
@@ -361,7 +380,7 @@ def unfinished(sim):
 
 
 # ------------------------------------------------------------------------- the watchdog
-class NoProgressWatchdog:
+class NoProgressWatchdog(RunObserver):
     """RunObserver: stop with exit status 3 when no instruction issues for `interval` ticks
     while thread blocks are resident.
 
@@ -389,12 +408,8 @@ class NoProgressWatchdog:
             # no thread block is resident: the GPUs wait for a launch (e.g. a long host delay)
             self.last_insts, self.last_tick = insts, tick
         elif tick - self.last_tick >= self.interval:
-            from .simulation import SimulationError
             raise SimulationError(
                 f"watchdog: no instruction issued for {fmt_time(tick - self.last_tick)} of "
                 f"simulated time (ticks {self.last_tick} to {tick}; run.watchdog_interval = "
                 f"{fmt_time(self.interval)}), {len(unfinished(sim))} kernel launch(es) unfinished. "
                 f"The run is stuck:\n" + diagnose(sim, tick), exit_code=3)
-
-    def on_finish(self, sim):
-        pass

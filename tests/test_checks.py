@@ -6,18 +6,16 @@ buggy component would), or a kernel forgets to release the MoE-Hub tiles it clai
 import pytest
 
 from conftest import CONFIGS, load, mini_system, read_stats_json, run_cli
+from moehub_arch.simulation import RunObserver
 
 SMALL = mini_system(num_gpus=4)
 
 
-class Corrupt:
-    """RunObserver: at `tick`, apply `change(state)` once (a stand-in for a component bug)."""
+class Corrupt(RunObserver):
+    """At `tick`, apply `change(state)` once (a stand-in for a component bug)."""
 
     def __init__(self, tick, change):
         self.tick, self.change, self.done = tick, change, False
-
-    def on_start(self, sim):
-        pass
 
     def next_stop(self, sim):
         return None if self.done else self.tick
@@ -26,9 +24,6 @@ class Corrupt:
         if not self.done and tick >= self.tick:
             self.change(sim.state)
             self.done = True
-
-    def on_finish(self, sim):
-        pass
 
 
 def _run(config, *overrides, observers=()):

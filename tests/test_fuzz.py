@@ -276,3 +276,29 @@ def test_fuzz_real_model_layers_in_timing_mode(data):
         pairs = G * sim.layer.shape.tokens * sim.layer.shape.top_k
         assert [sim.stats[f"system.moe.rows_{n}"] for n in ("sent", "received", "computed",
                                                             "combined")] == [pairs] * 4
+
+
+def test_found_rows_get_window_slots_in_stream_order():
+    """With 1-row windows and a 2-entry record table, a packet parked for a slot was overtaken by
+    the next packet of its stream, whose row took the slot and the record the parked row needed,
+    while it could never complete itself (its first bytes were in the parked packet): both GPUs
+    deadlocked with every thread block resident. The AAU now allocates each stream's rows in
+    stream order and retries parked packets when rows get their slots."""
+    row, tokens, topk = 36, 3, 3
+    sim = outcome("hub/dispatch_combine.yaml", mini_system(num_gpus=2, num_sms=1, links=1) + [
+        "system.gpu.sm.max_resident_tbs=3", "system.nvlink.max_payload_bytes=64B",
+        "system.nvlink.rx_buffer_flits=5", "system.nvlink.tx_queue_packets=1",
+        "system.switch.output_queue_packets=1", "system.gpu.hub.request_queue_depth=1",
+        "system.gpu.hub.max_outstanding_requests=1", "system.gpu.hub.rx_latency_cycles=0",
+        "workload.moe.num_experts=4", "workload.moe.window_rows=1", f"workload.moe.row_bytes={row}B",
+        "system.gpu.hub.moe.dam.tile_rows=1", "system.gpu.hub.moe.rpm.row_queue_depth=4",
+        "system.gpu.hub.moe.rpm.merge_buffer_bytes=64B", "system.gpu.hub.moe.rpm.flush_timeout=0ns",
+        "system.gpu.hub.moe.rpm.row_header_bytes=0B", "system.gpu.hub.moe.aau.record_table_entries=2",
+        f"workload.buffers.x.bytes={tokens * row}B", f"workload.buffers.out.bytes={tokens * topk * row}B",
+        f"workload.buffers.y.bytes={2 * row}B", "workload.buffers.log.bytes=2KB",
+        "workload.launches.0.grid=1",
+        f"workload.launches.0.params={{tokens: {tokens}, topk: {topk}, row_bytes: {row}, num_experts: 4}}",
+        "workload.launches.1.grid=2",
+        f"workload.launches.1.params={{row_bytes: {row}, slot_bytes: {row}, tile_rows: 1}}"])
+    assert sim is not None
+    assert_rows_home(sim, 2, tokens, topk, row)
