@@ -25,6 +25,17 @@ def _source_hash():
     return h.hexdigest()[:16]
 
 
+def engine_version():
+    """Identity of the compiled engine's sources (the Numba cache key): checkpoints written by one
+    engine version are refused by another, whose State layout or semantics may differ."""
+    global _ENGINE_VERSION
+    if _ENGINE_VERSION is None:
+        _ENGINE_VERSION = f"{__version__}+{_source_hash()}"
+    return _ENGINE_VERSION
+
+
+_ENGINE_VERSION = None
+
 if "NUMBA_CACHE_DIR" not in os.environ:
     _base = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
     os.environ["NUMBA_CACHE_DIR"] = str(_base / "moehub-arch" / f"numba-{_source_hash()}")

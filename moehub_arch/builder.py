@@ -5,6 +5,8 @@ buffers, identical addresses on every GPU as in NVSHMEM), buffer initial content
 with their evaluated parameters, the NVLink/NVSwitch topology with its routing tables, and the
 sizes of every bounded queue.
 """
+import re
+
 import numpy as np
 import attrs
 
@@ -126,15 +128,27 @@ def _init_buffer(mem_row, buf, spec, seed, g):
         view[:n * es] = arr.view(np.uint8)
 
 
+_BUFFER_REF = re.compile(r"@([A-Za-z_][A-Za-z0-9_]*)")
+
+
 def _eval_param(expr, names, where):
     if isinstance(expr, (int, np.integer)):
         return int(expr)
-    text = str(expr)
-    for bname in sorted(names.get("__buffers__", ()), key=len, reverse=True):
-        text = text.replace("@" + bname, f"buf__{bname}")
-    if "@" in text:
+    declared = list(names.get("__buffers__", ()))
+    unknown = []
+
+    def buffer_name(m):
+        # whole names only: '@flags' must not read as '@flag' followed by 's'
+        if m.group(1) not in declared:
+            unknown.append(m.group(1))
+        return f"buf__{m.group(1)}"
+    text = _BUFFER_REF.sub(buffer_name, str(expr))
+    if unknown or "@" in text:
+        import difflib
+        close = difflib.get_close_matches(unknown[0], declared, n=1) if unknown else []
+        hint = f"; did you mean '@{close[0]}'?" if close else ""
         raise BuildError(f"{where}: '{expr}' names a buffer that is not declared in "
-                         f"workload.buffers (declared: {', '.join(names['__buffers__']) or 'none'})")
+                         f"workload.buffers{hint} (declared: {', '.join(declared) or 'none'})")
     env = {k: v for k, v in names.items() if k != "__buffers__"}
     try:
         value = evaluate(text, env)
@@ -245,11 +259,15 @@ def build_topology(cfg):
 
 def aau_staging_packets(cfg):
     """Packets the AAU staging store holds: every row the senders' rings may have in flight to
-    one GPU, as full packets plus one partial packet per row."""
+    one GPU, as full packets plus one partial packet per row. A full packet carries
+    min(max payload, merge buffer) bytes: a merge buffer smaller than the link payload makes
+    more, smaller packets (sizing by the payload alone let the store fill, parked packets kept
+    their link credits and wedged the link for other traffic: found by tests/test_fuzz.py)."""
     hub, moe = cfg.system.gpu.hub, cfg.workload.moe
     if not moe.num_experts:
         return 0
-    per_row = -(-(moe.row_bytes + hub.moe.rpm.row_header_bytes) // cfg.system.nvlink.max_payload_bytes) + 1
+    payload = min(cfg.system.nvlink.max_payload_bytes, hub.moe.rpm.merge_buffer_bytes)
+    per_row = -(-(moe.row_bytes + hub.moe.rpm.row_header_bytes) // payload) + 1
     return cfg.system.num_gpus * hub.moe.rpm.row_queue_depth * per_row
 
 

@@ -2,6 +2,8 @@
 
     moehub-sim run [CONFIG.yaml] [-o OUTDIR] [--set key.path=value ...] [--seed N] [--engine numba|python]
                    [--trace] [--debug-flags Hub,NVLink] [--debug-start TICK] [--debug-file F] [--quiet]
+                   [--max-ticks TIME] [--max-wall SECONDS] [--no-check] [--checkpoint-at TIME ...]
+    moehub-sim run --restore CHECKPOINT_DIR [-o OUTDIR]    continue a checkpointed run
     moehub-sim plot OUTDIR [OUTDIR ...] [-o FIGDIR]     PNG figures of runs
     moehub-sim compare OUTDIR [OUTDIR ...] [--stats PATTERN ...]   stats side by side, speedups
     moehub-sim sweep SWEEP.yaml [-o OUTDIR] [--workers N] [--scheduler tcp://HOST:PORT]
@@ -9,8 +11,11 @@
     moehub-sim isa [--config CONFIG.yaml]   print the instruction-set reference
     moehub-sim stats --list [CONFIG.yaml]   list the stats a config will produce
 
-Bad input (config, kernel, ISA file) prints one paragraph naming the file and key or line and exits
-with status 2; a deadlocked simulation exits with status 3.
+Exit status: 0 a run completed (or stopped cleanly at --max-ticks / --max-wall); 2 bad input
+(config, kernel, ISA file, routing trace, checkpoint: one paragraph naming the file and key or
+line) or a runtime error in a kernel; 3 a stuck run (deadlock, or the watchdog: no instruction
+for run.watchdog_interval), with a report of who waits on what; 4 an end-of-run invariant
+violated. Stats are written whenever the run got under way, including exit statuses 3 and 4.
 """
 import argparse
 import os
@@ -42,6 +47,22 @@ def _parser():
                      help="first tick of debug output (ps, or a time such as 10us)")
     run.add_argument("--debug-file", metavar="FILE",
                      help="debug output file, relative to OUTDIR (default: standard error)")
+    run.add_argument("--no-check", action="store_true",
+                     help="skip the end-of-run invariants (same as --set run.check_invariants=false)")
+    run.add_argument("--max-ticks", metavar="TIME",
+                     help="stop cleanly at this simulated time, stats dumped: ticks (ps) or a time "
+                          "such as 50us (run.max_ticks)")
+    run.add_argument("--max-wall", metavar="SECONDS",
+                     help="stop cleanly after this much host time, stats dumped: seconds or a time "
+                          "such as 90s (run.max_wall)")
+    run.add_argument("--checkpoint-at", metavar="TICK", action="append", default=[],
+                     help="write a checkpoint at this simulated time (ticks or e.g. 20us; "
+                          "repeatable), then go on")
+    run.add_argument("--checkpoint-dir", metavar="DIR",
+                     help="where --checkpoint-at writes ('{tick}' is replaced by the tick; "
+                          "default OUTDIR/checkpoint-{tick})")
+    run.add_argument("--restore", metavar="DIR",
+                     help="continue the run saved in a checkpoint directory (instead of CONFIG)")
     plot = sub.add_parser("plot", help="PNG figures of finished runs: SM timeline per GPU, link "
                                        "utilisation, time breakdown per run")
     plot.add_argument("outdirs", nargs="+", metavar="OUTDIR")
@@ -132,8 +153,9 @@ def _user_errors():
     from .workloads.layer import LayerError
     from .analysis import AnalysisError
     from .sweep.spec import SweepError
+    from .checkpoint import CheckpointError
     return (ConfigError, AsmError, IsaError, BuildError, SimulationError, LayerError,
-            AnalysisError, SweepError, FileNotFoundError)
+            AnalysisError, SweepError, CheckpointError, FileNotFoundError)
 
 
 def _load(config, overrides=()):
@@ -147,14 +169,15 @@ def _dispatch(args):
     if args.command == "isa":
         from .config import flat_params
         from .isa import default_isa_paths, load_isa
-        params = flat_params(_load(args.config))
-        print(load_isa(default_isa_paths()).reference_text(params))
+        cfg = _load(args.config)
+        isa = load_isa(default_isa_paths() + list(cfg.workload.isa_files))
+        print(isa.reference_text(flat_params(cfg)))
         return 0
     if args.command == "asm":
         from .config import flat_params
         from .isa import assemble_files, default_isa_paths, disassemble, load_isa
         cfg = _load(args.config)
-        isa = load_isa(default_isa_paths()).resolve(flat_params(cfg))
+        isa = load_isa(default_isa_paths() + list(cfg.workload.isa_files)).resolve(flat_params(cfg))
         program = assemble_files([_user_path(f) for f in args.files], isa)
         print(disassemble(program, isa))
         return 0
@@ -190,9 +213,56 @@ def _observe_overrides(args):
     return out
 
 
-def _run(args):
-    from .runner import run_to_outdir
+def _time_arg(flag, text, bare_unit):
+    """A time given on the command line, in ps: a quantity with a unit (50us), or a bare number
+    meaning `bare_unit` (ps for ticks, s for wall-clock seconds)."""
+    from .config import ConfigError, UnitError, parse_quantity
+    try:
+        return parse_quantity(text, "time")
+    except UnitError:
+        pass
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if value < 0 or value != value:
+        raise ConfigError(f"{flag} {text}: expected a time such as 50us, or a non-negative number "
+                          f"of {'ticks (ps)' if bare_unit == 'ps' else 'seconds'}", flag)
+    return int(round(value * (1 if bare_unit == "ps" else 10 ** 12)))
 
+
+def _run_options(args):
+    """run.* values the flags set (applied after loading, so they also apply to --restore)."""
+    out = {}
+    if args.no_check:
+        out["check_invariants"] = False
+    if args.max_ticks is not None:
+        out["max_ticks"] = _time_arg("--max-ticks", args.max_ticks, "ps")
+    if args.max_wall is not None:
+        out["max_wall"] = _time_arg("--max-wall", args.max_wall, "s")
+    return out
+
+
+def _with_run_options(cfg, args):
+    import attrs
+    opts = _run_options(args)
+    return attrs.evolve(cfg, run=attrs.evolve(cfg.run, **opts)) if opts else cfg
+
+
+def _simulation(args):
+    """The Simulation a `run` command asks for: from a config, or restored from a checkpoint."""
+    from .simulation import Simulation
+
+    if args.restore:
+        from .checkpoint import CheckpointError, restore
+        given = [f for f, v in (("CONFIG", args.config), ("--set", args.overrides),
+                                ("--seed", args.seed is not None)) if v]
+        if given:
+            raise CheckpointError(f"--restore {args.restore}: a checkpoint carries its own config; "
+                                  f"{', '.join(given)} cannot be combined with it")
+        sim = restore(_user_path(args.restore))
+        sim.cfg = _with_run_options(sim.cfg, args)
+        return sim
     overrides = list(args.overrides) + _observe_overrides(args)
     if args.seed is not None:
         overrides.append(f"run.seed={args.seed}")
@@ -203,6 +273,16 @@ def _run(args):
         # the config asked for the reference engine: restart with the JIT disabled
         os.environ["NUMBA_DISABLE_JIT"] = "1"
         os.execv(sys.executable, [sys.executable, "-m", "moehub_arch"] + sys.argv[1:])
+    return Simulation(_with_run_options(cfg, args))
+
+
+def _run(args):
+    from .checkpoint import CheckpointWriter
+    from .runner import run_to_outdir
+
+    checkpoint_ticks = [_time_arg("--checkpoint-at", t, "ps") for t in args.checkpoint_at]
+    sim = _simulation(args)
+    cfg = sim.cfg
     out = Path(args.outdir)
 
     def say_compiling(sim):
@@ -210,8 +290,31 @@ def _run(args):
             print("compiling the simulation engine with Numba (first run after an install or "
                   "upgrade; about two minutes on two cores, cached afterwards)...", flush=True)
 
-    sim = run_to_outdir(cfg, out, progress=not args.quiet, quiet=args.quiet, before_run=say_compiling)
+    observers = []
+    if checkpoint_ticks:
+        where = args.checkpoint_dir or str(out / "checkpoint-{tick}")
+        if len(checkpoint_ticks) > 1 and "{tick}" not in where:
+            where = str(Path(where) / "checkpoint-{tick}")
+        observers.append(CheckpointWriter(checkpoint_ticks, where))
+    try:
+        run_to_outdir(cfg, out, progress=not args.quiet, quiet=args.quiet, before_run=say_compiling,
+                      sim=sim, observers=observers)
+    except _user_errors() as e:
+        if sim.stats is not None:
+            e.args = (f"{e}\n(the stats so far are in {out}/stats.txt, stats.json, stats.csv)",)
+        raise
+    finally:
+        for ob in observers:
+            for tick, path in ob.written:
+                print(f"wrote checkpoint {path} at tick {tick}",
+                      file=sys.stderr if args.quiet else sys.stdout)
+            if ob.pending:
+                print(f"moehub-sim: warning: the run ended at tick {int(sim.state.sys[0].q_now)} "
+                      f"before --checkpoint-at {', '.join(map(str, ob.pending))}: no checkpoint "
+                      f"written there", file=sys.stderr)
     stats = sim.stats
+    if sim.stopped:
+        print(f"moehub-sim: {sim.stopped}; stats cover the run up to there", file=sys.stderr)
     if not args.quiet:
         print(f"simulated {stats['simSeconds'] * 1e6:.3f} us in {stats['hostSeconds']:.2f} s "
               f"({stats['simEvents']} events, {stats['hostEventRate'] / 1e6:.2f} M events/s, "

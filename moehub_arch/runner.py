@@ -30,18 +30,25 @@ def observers_for(cfg, outdir, progress=False, quiet=False):
     return observers
 
 
-def run_to_outdir(cfg, outdir, progress=False, quiet=False, before_run=None):
+def run_to_outdir(cfg, outdir, progress=False, quiet=False, before_run=None, sim=None,
+                  observers=()):
     """Build, run and write `outdir` (config.json, stats.*, and trace.json etc. when asked for).
-    Returns the finished Simulation. `before_run(sim)` is called once the system is built."""
+    Returns the finished Simulation. `before_run(sim)` is called once the system is built; `sim`
+    is a Simulation built already (e.g. restored from a checkpoint) instead of one from `cfg`;
+    `observers` run besides those the config asks for. The stats are written whenever the run
+    got under way, also when it ends with an error (stuck, invariants, runtime error)."""
     out = Path(outdir)
     out.mkdir(parents=True, exist_ok=True)
-    sim = Simulation(cfg)
+    sim = sim if sim is not None else Simulation(cfg)
     # the resolved config, including what an MoE layer generated (buffers, launches, windows)
     (out / "config.json").write_text(json.dumps(sim.cfg.to_dict(), indent=1))
     if before_run is not None:
         before_run(sim)
-    stats = sim.run(observers_for(cfg, out, progress=progress, quiet=quiet))
-    write_stats_txt(stats, out / "stats.txt")
-    write_stats_json(stats, out / "stats.json")
-    write_stats_csv(stats, out / "stats.csv")
+    try:
+        sim.run(observers_for(sim.cfg, out, progress=progress, quiet=quiet) + list(observers))
+    finally:
+        if sim.stats is not None:
+            write_stats_txt(sim.stats, out / "stats.txt")
+            write_stats_json(sim.stats, out / "stats.json")
+            write_stats_csv(sim.stats, out / "stats.csv")
     return sim

@@ -1,66 +1,43 @@
 """Simulation driver: build the system, run the compiled loop to completion, collect the stats.
 
 Python is only involved between batches of events (progress, growing the event queue, draining
-trace records, observers' pauses at simulated ticks) and at the end (stats, report figures,
-end-of-run checks); it is never called per event.
+trace records, the watchdog, limits and checkpoints: RunObservers) and at the end (stats, report figures, end-of-run
+invariants); it is never called per event.
+
+How a run ends (the CLI's exit status in brackets):
+- completed: every launch finished; the invariants (checks.py) hold [0] or not [4];
+- stopped by a limit (run.max_ticks, run.max_wall, run.max_events): clean, stats of the run so
+  far, no invariants checked [0];
+- stuck: the event queue emptied with launches unfinished, or the watchdog saw no instruction
+  for run.watchdog_interval (watchdog.py) [3];
+- a runtime error in a kernel [2].
+In every case the stats collected so far are in `sim.stats` (the CLI writes them).
 """
 import time
 
 import numpy as np
 
-from .builder import build_state, event_headroom
+from .builder import BuildError, build_state, event_headroom
 from .components.nvlink import settle_credits
-from .config import flat_params
+from .config import ConfigError, flat_params, locate
 from .engine import loop as engine_loop
 from .engine.events import grow_event_queue
 from .components.trace import TRACE_COLUMNS
-from .engine.state import ERROR_TEXT, LN_DONE, TB_EMPTY, TB_WAIT_FLAG
+from .engine.state import ERROR_TEXT, LN_DONE
 from .isa import assemble_files, default_isa_paths, load_isa
-from .isa.encoding import CMP_NAMES, REG_TB, SEM, SEMANTIC_NAMES, SUBOP, SUBOP_NAMES
+from .isa.encoding import REG_TB, SEM, SEMANTIC_NAMES, SUBOP, SUBOP_NAMES
+from .limits import RunLimits, StopRun
+from .observer import RunObserver, SimulationError  # noqa: F401 (re-exported for users)
 from .stats.collect import collect_stats
 from .stats.report import evaluate_report
-
-TB_STATE_TEXT = ("empty", "ready", "waiting on a flag", "waiting in fence for its remote operations",
-                 "waiting for a remote atomic result", "waiting for room in the hub",
-                 "waiting in claim_buffer for a ready tile")
+from .watchdog import NoProgressWatchdog, diagnose, unfinished
 
 
-class SimulationError(Exception):
-    """A run that cannot complete: a runtime error in a kernel (exit 2) or a deadlock (exit 3)."""
+class InvariantError(SimulationError):
+    """End-of-run invariants violated (checks.py): exit status 4."""
 
-    def __init__(self, message, exit_code=2):
-        super().__init__(message)
-        self.exit_code = exit_code
-
-
-class RunObserver:
-    """Python-side hooks of a run, called between batches of events (never per event).
-
-    Subclass and override what you need; pass instances to Simulation.run(observers=...).
-    """
-
-    def on_start(self, sim):
-        """Before the first batch (the engine is compiled or loaded)."""
-
-    def next_stop(self, sim):
-        """A simulated tick at which the compiled loop should pause so that on_pause sees the
-        state exactly then (events at that tick are processed first), or None. Asked before every
-        batch; once that tick is reached, return a later one (or None), or the run cannot advance."""
-        return None
-
-    def on_pause(self, sim, tick, events, wall_seconds):
-        """After every batch of events or requested stop: `tick` is the current simulated time.
-        `sim.exact_tick` is the tick whose state the pause shows exactly (a requested stop: every
-        event at or before it processed, none after), None after an ordinary batch.
-        Raise SimulationError to stop the run."""
-
-    def on_records(self, sim, records):
-        """Trace records ([n, 5] int64, components/trace.py) of the categories this observer
-        enabled with sim.set_trace_categories, in the order they were written; called before
-        every on_pause and before on_finish. The array is reused afterwards: copy what you keep."""
-
-    def on_finish(self, sim):
-        """After the stats are collected (sim.stats)."""
+    def __init__(self, message):
+        super().__init__(message, exit_code=4)
 
 
 class Simulation:
@@ -68,41 +45,113 @@ class Simulation:
 
     def __init__(self, cfg):
         self.layer = None
+        self.input_cfg = cfg        # as given (a checkpoint rebuilds the run from it)
+        self.restored_tick = None   # set by checkpoint.restore: continue instead of starting
+        self.stopped = None         # why a limit ended the run early (None: it ran to its end)
+        self.completed = False      # every launch finished
+        self.violations = []        # failed end-of-run invariants (checks.py)
         presets = None
-        if cfg.scheme != "none":
-            from .workloads.layer import MoeLayer
-            self.layer = MoeLayer(cfg)
-            cfg = self.layer.expanded_config()   # the generated buffers and launches
-            presets = self.layer.presets()
-        self.cfg = cfg
-        self.isa = load_isa(default_isa_paths()).resolve(flat_params(cfg))
-        self.program = assemble_files(cfg.workload.kernel_files, self.isa)
-        self.state, self.buffers, self.launches = build_state(cfg, self.program, presets=presets)
+        try:
+            if cfg.scheme != "none":
+                from .workloads.layer import MoeLayer
+                self.layer = MoeLayer(cfg)
+                cfg = self.layer.expanded_config()   # the generated buffers and launches
+                presets = self.layer.presets()
+            self.cfg = cfg
+            isa_paths = default_isa_paths() + list(cfg.workload.isa_files)
+            self.isa = load_isa(isa_paths).resolve(flat_params(cfg))
+            self.program = assemble_files(cfg.workload.kernel_files, self.isa)
+            self.state, self.buffers, self.launches = build_state(cfg, self.program, presets=presets)
+        except (BuildError, ConfigError, _layer_error()) as e:
+            # errors found after loading name the file that set the key, as loading errors do
+            e.args = (locate(self.input_cfg, str(e)),)
+            raise
         self.stats = None
         self.exact_tick = None
         self._trace_masks = {}   # observer -> trace categories it wants now
 
     # ---- running --------------------------------------------------------------------------
+    def default_observers(self):
+        """The observers every run gets from its config: the watchdog and the limits."""
+        r = self.cfg.run
+        out = []
+        if r.watchdog_interval > 0:
+            out.append(NoProgressWatchdog(r.watchdog_interval))
+        if r.max_ticks > 0 or r.max_wall > 0:
+            out.append(RunLimits(r.max_ticks, r.max_wall * 1e-12))
+        return out
+
     def run(self, observers=()):
-        """Run to completion; returns the StatsSet.
+        """Run to completion (or a limit); returns the StatsSet.
 
         `observers` (RunObserver) are called between batches of events, never per event: each may
         ask the compiled loop to pause at a simulated tick (periodic dumps, checkpoints, watchdogs,
-        trace windows) and may stop the run by raising SimulationError.
+        trace windows), may stop the run with an error by raising SimulationError, or end it
+        cleanly by raising limits.StopRun. The config's watchdog and limits are added here.
+        On an error the stats collected so far are still in `self.stats`.
         """
         from .components.scheduler import schedule_initial_launches
 
-        st = self.state
         t0 = time.perf_counter()
-        schedule_initial_launches(st)
+        if self.restored_tick is None:
+            schedule_initial_launches(self.state)
         # the first call compiles (or loads from cache) the run loop; time it separately
-        engine_loop.run_loop(st, 0, 0, -1)
+        engine_loop.run_loop(self.state, 0, 0, -1)
         t1 = time.perf_counter()
-        compile_seconds = t1 - t0
+        observers = list(observers) + self.default_observers()
+        error = None
+        status = None
+        self._reached = 0
+        try:
+            status = self._loop(observers, t1)
+        except StopRun as e:
+            self.stopped = str(e)
+        except SimulationError as e:
+            error = e
+        self.exact_tick = None
+        host_seconds = time.perf_counter() - t1
+        st = self.state
+        if (error is not None or self.stopped) and self._reached > int(st.sys[0].q_now):
+            # stopped at a requested pause: simulated time got there even if no event did
+            st.sys[0].q_now = self._reached
+        if status == engine_loop.STATUS_EMPTY:
+            settle_credits(st)   # credit returns are not events: let the last ones arrive
+        self._drain_trace(observers)
+        max_events = self.cfg.run.max_events
+        if error is None and self.stopped is None and max_events and int(st.sys[0].q_events) >= max_events:
+            self.stopped = f"stopped after run.max_events = {max_events} events"
+        self.completed = bool((st.ln.status == LN_DONE).all())
+        if error is None and self.stopped is None and not self.completed:
+            error = SimulationError(
+                f"deadlock at tick {int(st.sys[0].q_now)}: no event left but "
+                f"{len(unfinished(self))} kernel launch(es) unfinished "
+                f"({', '.join(unfinished(self)[:8])}):\n" + diagnose(self, int(st.sys[0].q_now)),
+                exit_code=3)
+        self.stats = collect_stats(st, self.launches, self.program, host_seconds, t1 - t0)
+        if error is not None:
+            evaluate_report(self, strict=False)
+            raise error
+        if self.layer is not None:
+            self.layer.finish(self)
+        evaluate_report(self, strict=self.stopped is None)
+        if self.stopped is None and self.cfg.run.check_invariants:
+            from .checks import run_invariants
+            self.violations = run_invariants(self)
+            if self.violations:
+                raise InvariantError(
+                    f"{len(self.violations)} end-of-run invariant(s) violated (--no-check skips "
+                    f"the checks):\n"
+                    + "\n".join(f"  {v}" for v in self.violations))
+        for ob in observers:
+            ob.on_finish(self)
+        return self.stats
+
+    def _loop(self, observers, t1):
+        """Batches of the compiled loop until the queue empties; returns the last status."""
+        st = self.state
         batch = self.cfg.run.batch_events
         max_events = self.cfg.run.max_events
         headroom = event_headroom(st)
-        observers = list(observers)
         for ob in observers:
             ob.on_start(self)
         st = self.state   # observers may have sized the trace buffer
@@ -121,7 +170,6 @@ class Simulation:
                 st = st._replace(q=grow_event_queue(st.q, 2 * st.q.shape[0]))
                 self.state = st
             elif status == engine_loop.STATUS_ERROR:
-                self.state = st
                 raise SimulationError(self._runtime_error_text())
             elif status == engine_loop.STATUS_EMPTY:
                 break
@@ -130,23 +178,11 @@ class Simulation:
             # before it processed, none after)
             self.exact_tick = stop if status == engine_loop.STATUS_TICK_LIMIT else None
             now = stop if status == engine_loop.STATUS_TICK_LIMIT else int(st.sys[0].q_now)
+            self._reached = now
             for ob in observers:
                 ob.on_pause(self, now, int(st.sys[0].q_events), wall)
             self.exact_tick = None
-        host_seconds = time.perf_counter() - t1
-        self.state = st
-        if status == engine_loop.STATUS_EMPTY:
-            settle_credits(st)   # credit returns are not events: let the last ones arrive
-        self._drain_trace(observers)
-        if not max_events or int(st.sys[0].q_events) < max_events:
-            self._check_finished()
-        self.stats = collect_stats(st, self.launches, self.program, host_seconds, compile_seconds)
-        if self.layer is not None:
-            self.layer.finish(self)
-        evaluate_report(self)
-        for ob in observers:
-            ob.on_finish(self)
-        return self.stats
+        return status
 
     # ---- trace records (components/trace.py) ----------------------------------------------
     def enable_trace(self, capacity=1 << 16):
@@ -224,24 +260,7 @@ class Simulation:
         return (f"{loc}: runtime error in {who} at tick {int(sy.q_now)}, instruction "
                 f"'{name}': {ERROR_TEXT.get(code, 'error')} (value {value}, 0x{value & (2**64 - 1):x}).")
 
-    def _check_finished(self):
-        """The event queue ran dry: every launch must have finished, else report who waits on what."""
-        st = self.state
-        if (st.ln.status == LN_DONE).all():
-            return
-        lines = []
-        for slot in np.nonzero(st.tb.state != TB_EMPTY)[0][:20]:
-            loc, who = self._where(int(slot))
-            tb = st.tb[slot]
-            s = int(tb.state)
-            what = TB_STATE_TEXT[s]
-            if s == TB_WAIT_FLAG:
-                what += (f" (word at 0x{int(tb.wait_addr):x}, waiting for "
-                         f"{CMP_NAMES[int(tb.wait_cmp)]} {int(tb.wait_value)})")
-            lines.append(f"  {who} at {loc}: {what}")
-        pending = [f"'{l.kernel}' on GPU {l.gpu}" for l in self.launches
-                   if st.ln.status[l.index] != LN_DONE]
-        raise SimulationError(
-            f"deadlock at tick {int(st.sys[0].q_now)}: no event left but {len(pending)} kernel "
-            f"launch(es) unfinished ({', '.join(pending[:8])}). Waiting thread blocks:\n"
-            + "\n".join(lines), exit_code=3)
+
+def _layer_error():
+    from .workloads.layer import LayerError
+    return LayerError

@@ -47,6 +47,18 @@ def run_cli(*args, cwd=None, env_extra=None):
                           cwd=cwd or REPO, env=env, capture_output=True, text=True, timeout=1200)
 
 
+def assert_rows_home(sim, gpus, tokens, topk, row_bytes):
+    """The MoE-Hub dispatch/combine microkernels (workloads/kernels/hub/dispatch_combine.s):
+    out[t * topk + k] == 2 * x[t] on every GPU (every row went to its expert and came back)."""
+    import numpy as np
+    for g in range(gpus):
+        x = sim.read_buffer(g, "x", "f32").reshape(tokens, row_bytes // 4)
+        out = sim.read_buffer(g, "out", "f32").reshape(tokens * topk, row_bytes // 4)
+        for t in range(tokens):
+            for k in range(topk):
+                assert np.array_equal(out[t * topk + k], 2 * x[t]), (g, t, k)
+
+
 def read_stats_json(outdir):
     data = json.loads((Path(outdir) / "stats.json").read_text())
     return {k: v["value"] for k, v in data.items()}

@@ -3,7 +3,7 @@ claimed in order then a zero claim, tiny tables stall but lose nothing, combine 
 import numpy as np
 import pytest
 
-from conftest import model_stats, read_stats_json, run_cli, simulate
+from conftest import assert_rows_home, model_stats, read_stats_json, run_cli, simulate
 
 G, T, K, E, ROW, SLOT = 4, 32, 2, 8, 1000, 1024
 
@@ -23,12 +23,7 @@ def expert_of(src, token, k):
 
 
 def check_combine(sim):
-    for g in range(G):
-        x = sim.read_buffer(g, "x", "f32").reshape(T, ROW // 4)
-        out = sim.read_buffer(g, "out", "f32").reshape(T * K, ROW // 4)
-        for t in range(T):
-            for k in range(K):
-                assert np.array_equal(out[t * K + k], 2 * x[t]), (g, t, k)
+    assert_rows_home(sim, G, T, K, ROW)
 
 
 def test_every_row_lands_once_where_its_record_says(hub):

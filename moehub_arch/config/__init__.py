@@ -6,13 +6,13 @@
 
 Units: units.py; schema: schema.py; loading and error reporting: loader.py.
 """
-from .loader import ConfigError, load_config
+from .loader import ConfigError, config_from_dict, load_config, locate
 from .schema import (BufferConfig, Config, GpuConfig, HbmConfig, HubConfig, LaunchConfig,
                      NvlinkConfig, ReportConfig, RunConfig, SmConfig, SwitchConfig, SystemConfig,
                      WorkloadConfig, flat_params)
 from .units import UnitError, parse_quantity
 
-__all__ = ["load_config", "ConfigError", "Config", "flat_params", "parse_quantity", "UnitError",
+__all__ = ["load_config", "config_from_dict", "locate", "ConfigError", "Config", "flat_params", "parse_quantity", "UnitError",
            "SystemConfig", "GpuConfig", "SmConfig", "HbmConfig", "HubConfig", "NvlinkConfig",
            "SwitchConfig", "WorkloadConfig", "BufferConfig", "LaunchConfig", "ReportConfig",
            "RunConfig"]

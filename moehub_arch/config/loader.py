@@ -11,6 +11,7 @@ paragraph naming that file, the dotted key path, what was expected and what was 
 """
 import copy
 import difflib
+import re
 from pathlib import Path
 from typing import Sequence
 
@@ -196,8 +197,10 @@ def _apply_override(data: dict, text: str, prov: dict):
 
 # ------------------------------------------------------------------------------- conversion
 class _Ctx:
-    def __init__(self, prov: dict, sources: list, main: str):
+    def __init__(self, prov: dict, sources: list, main: str, base_units: bool = False):
         self.prov, self.sources, self.main = prov, sources, main
+        # base_units: quantities may be plain numbers in base units (a saved config.json)
+        self.base_units = base_units
 
     def source(self, path) -> _Source | None:
         for n in range(len(path), 0, -1):
@@ -280,6 +283,11 @@ def _convert_value(a, v, path, ctx):
     if kind == "choice":
         return _to_choice(v, m["choices"], path, ctx)
     if kind in ("time", "frequency", "size", "bandwidth"):
+        if ctx.base_units and isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0:
+            q = float(v) if kind == "bandwidth" else int(v)
+            if lo and q < lo:
+                raise ctx.error(path, f"expected a {kind} greater than zero, found {v}")
+            return q
         try:
             q = parse_quantity(v, kind)
         except UnitError as e:
@@ -335,7 +343,8 @@ def _expected(a) -> str:
     m = a.metadata
     if m["kind"] in EXAMPLES:
         return f"a {m['kind']} such as '{EXAMPLES[m['kind']]}'"
-    return {"int": "an integer", "str": "a string", "node": "a mapping"}.get(m["kind"], "a value")
+    return {"int": "an integer", "str": "a string", "node": "a mapping",
+            "bool": "true or false"}.get(m["kind"], "a value")
 
 
 def _convert(cls, raw, path, ctx, name=None):
@@ -430,11 +439,12 @@ def _check_trace(cfg: Config, ctx: _Ctx):
                                                   f"{cfg.system.num_gpus}")
 
 
-def _resolve_kernel_files(cfg: Config, ctx: _Ctx) -> Config:
-    path = ("workload", "kernel_files")
+def _resolve_files(cfg: Config, ctx: _Ctx, key: str, what: str) -> Config:
+    """workload.<key> paths: './x' relative to the naming file, others to the data root."""
+    path = ("workload", key)
     src = ctx.source(path)
     out = []
-    for i, name in enumerate(cfg.workload.kernel_files):
+    for i, name in enumerate(getattr(cfg.workload, key)):
         p = Path(name).expanduser()
         if not p.is_absolute():
             if name.startswith(("./", "../")):
@@ -442,9 +452,14 @@ def _resolve_kernel_files(cfg: Config, ctx: _Ctx) -> Config:
             else:
                 p = data_root() / p
         if not p.is_file():
-            raise ctx.error((*path, i), f"kernel file '{name}' not found (looked for {_display(p)})")
+            raise ctx.error((*path, i), f"{what} '{name}' not found (looked for {_display(p)})")
         out.append(str(p.resolve()))
-    return attrs.evolve(cfg, workload=attrs.evolve(cfg.workload, kernel_files=tuple(out)))
+    return attrs.evolve(cfg, workload=attrs.evolve(cfg.workload, **{key: tuple(out)}))
+
+
+def _resolve_kernel_files(cfg: Config, ctx: _Ctx) -> Config:
+    return _resolve_files(_resolve_files(cfg, ctx, "kernel_files", "kernel file"), ctx,
+                          "isa_files", "ISA file")
 
 
 def _resolve_trace(cfg: Config, ctx: _Ctx) -> Config:
@@ -543,9 +558,37 @@ def load_config(path, overrides: Sequence[str] = ()) -> Config:
     for text in overrides:
         _apply_override(data, text, prov)
     ctx = _Ctx(prov, [_display(Path(f)) for f in files], _display(path))
-    cfg = _convert(Config, data, (), ctx)
+    return _finish(_convert(Config, data, (), ctx), ctx, files)
+
+
+def _finish(cfg: Config, ctx: _Ctx, files) -> Config:
     _check(cfg, ctx)
     _check_layer(cfg, ctx)
     cfg = _resolve_kernel_files(cfg, ctx)
     cfg = _resolve_trace(cfg, ctx)
-    return attrs.evolve(cfg, source_files=tuple(files))
+    sources = (((), ctx.main),) + tuple((k, src.label) for k, src in ctx.prov.items())
+    return attrs.evolve(cfg, source_files=tuple(files), key_sources=sources)
+
+
+def config_from_dict(data: dict, label: str) -> Config:
+    """A Config from `Config.to_dict()` output (quantities as plain numbers in base units), checked
+    like a YAML file; `label` names it in errors (e.g. a checkpoint's input_config.json)."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{label}: expected a JSON object of config sections", label)
+    files = list(data.get("source_files") or ())
+    data = {k: v for k, v in data.items() if k not in ("units", "source_files")}
+    src = _Source(label, Path.cwd())
+    ctx = _Ctx({(k,): src for k in data}, [label], label, base_units=True)
+    return _finish(_convert(Config, data, (), ctx), ctx, files)
+
+
+_ERROR_KEY = re.compile(r"((?:system|scheme|workload|run|stats|trace|debug)(?:\.[A-Za-z0-9_]+|\[\d+\])*)")
+
+
+def locate(cfg: Config, message: str) -> str:
+    """`message` prefixed with the file that set the key it starts with (errors found after
+    loading: builder, MoE layer); unchanged if it already starts with something else."""
+    m = _ERROR_KEY.match(message)
+    if not m:
+        return message
+    return f"{cfg.where(m.group(1)) or 'config'}: {message}"

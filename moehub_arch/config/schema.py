@@ -257,6 +257,9 @@ class WorkloadConfig:
     mode: str = _f("choice", "functional: real data; timing: addresses only", "timing",
                    choices=("functional", "timing"))
     kernel_files: tuple = _f("str_tuple", "assembly files (absolute paths once loaded)", ())
+    isa_files: tuple = _f("str_tuple", "extra instruction-set files read after the shipped isa/*.yaml "
+                          "(add mnemonics, or redefine one with replace: true); absolute paths once "
+                          "loaded", ())
     buffers: tuple = _f("named", "symmetric buffers: name -> fields", (), cls=BufferConfig)
     launches: tuple = _f("list", "kernel launches", (), cls=LaunchConfig)
     report: tuple = _f("named", "derived results: name -> fields", (), cls=ReportConfig)
@@ -280,6 +283,17 @@ class RunConfig:
                            "overhead, credits and packet statistics stay exact; store-and-forward "
                            "and arbitration per train are an approximation (tools/bench.py "
                            "measures its error). 1 = every packet simulated (exact)", 1, min=1)
+    # robustness (README "Robustness"): watchdog, limits, end-of-run invariants
+    watchdog_interval: int = _f("time", "stop the run (exit status 3, with a report of who waits on "
+                                "what) when no instruction issues for this much simulated time; "
+                                "0ps disables the watchdog", 1_000_000_000, min=0)
+    max_ticks: int = _f("time", "stop the run cleanly at this simulated time, stats dumped (0ps: no "
+                        "limit)", 0, min=0)
+    max_wall: int = _f("time", "stop the run cleanly after this much host wall-clock time, checked "
+                       "between batches of batch_events events (0ps: no limit)", 0, min=0)
+    check_invariants: bool = _f("bool", "check conservation invariants at the end of the run "
+                                "(bytes per link, packets, credits, thread blocks, hub queues, MoE "
+                                "token accounting); a violation is exit status 4", True)
 
 
 # ------------------------------------------------------------------- observing a run
@@ -336,15 +350,30 @@ class Config:
     trace: TraceConfig = _f("node", "timeline of the run (trace.json)", TraceConfig(), cls=TraceConfig)
     debug: DebugConfig = _f("node", "debug output per component", DebugConfig(), cls=DebugConfig)
     source_files: tuple = attrs.field(default=(), metadata={"kind": "internal"})
+    # which file (or --set) set each key: ((key path tuple, label), ...), for errors found after
+    # loading (builder, MoE layer) so they can name the file as loading errors do
+    key_sources: tuple = attrs.field(default=(), eq=False, repr=False, metadata={"kind": "internal"})
 
     def to_dict(self) -> dict:
         """Every resolved value as a JSON-serialisable nested dict (base units, see `units`)."""
         out = {"units": dict(BASE_UNITS)}
         for a in attrs.fields(Config):
-            if a.name != "source_files":
+            if a.metadata.get("kind") != "internal":
                 out[a.name] = _to_plain(getattr(self, a.name))
         out["source_files"] = list(self.source_files)
         return out
+
+    def where(self, path=()) -> str:
+        """The file (or `--set ...`) that set the key `path` (a tuple, or a dotted string such as
+        'workload.launches[0].grid'); the main config file if none set it."""
+        if isinstance(path, str):
+            path = tuple(int(k) if k.isdigit() else k
+                         for k in path.replace("[", ".").replace("]", "").split(".") if k)
+        best, label = -1, ""
+        for key, src in self.key_sources:
+            if len(key) > best and tuple(path[:len(key)]) == tuple(key):
+                best, label = len(key), src
+        return label
 
 
 def _to_plain(obj):

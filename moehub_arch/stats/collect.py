@@ -5,7 +5,8 @@ component's statistics are documented (``moehub-sim stats --list`` prints them).
 (utilisation, bandwidth) are computed here, at dump time, from the raw counters.
 """
 from ..engine.events import EVENT_NAMES
-from ..engine.state import DAM_HIST_BINS, NUM_WAIT_REASONS, RPM_HIST_BINS, WAIT_REASON_NAMES
+from ..engine.state import (DAM_HIST_BINS, LN_DONE, NUM_WAIT_REASONS, RPM_HIST_BINS,
+                            WAIT_REASON_NAMES)
 from ..isa.encoding import UNIT_NAMES
 from .registry import StatsSet
 
@@ -101,6 +102,9 @@ def collect_stats(st, launches, program, host_seconds, compile_seconds, sim_tick
     out.add("simFreq", 10 ** 12, "ticks/s", "ticks per simulated second")
     out.add("simInsts", insts, "instructions", "instructions issued by all SMs")
     out.add("simEvents", events, "count", "events processed by the run loop")
+    out.add("simCompleted", int((st.ln.status == LN_DONE).all()), "",
+            "1 if every kernel launch finished; 0 if the run stopped before (a limit, a deadlock, "
+            "the watchdog, a runtime error)")
     out.add("hostSeconds", host_seconds, "s", "wall-clock time of the run loop (compile excluded)")
     out.add("hostCompileSeconds", compile_seconds, "s", "wall-clock time to load or compile the engine")
     out.add("hostInstRate", insts / host_seconds if host_seconds > 0 else 0.0, "instructions/s",

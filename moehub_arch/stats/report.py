@@ -63,13 +63,20 @@ def evaluate_expression(text, sim, names):
         raise ReportError(str(e)) from None
 
 
-def evaluate_report(sim):
-    """Add every workload.report figure to sim.stats as system.ubench.<name>."""
+def evaluate_report(sim, strict=True):
+    """Add every workload.report figure to sim.stats as system.ubench.<name>.
+
+    strict=False (a run stopped early, whose figures may be undefined): a figure that cannot be
+    evaluated is NaN instead of an error."""
     names = flat_params(sim.cfg)
     for rep in sim.cfg.workload.report:
         try:
             value = evaluate_expression(rep.expr, sim, names)
-        except ReportError as e:
-            from ..simulation import SimulationError
-            raise SimulationError(f"workload.report.{rep.name}.expr: cannot evaluate '{rep.expr}': {e}")
+        except (ReportError, ZeroDivisionError, ValueError, OverflowError) as e:
+            if not strict:
+                value = float("nan")
+            else:
+                from ..simulation import SimulationError
+                raise SimulationError(f"workload.report.{rep.name}.expr: cannot evaluate "
+                                      f"'{rep.expr}': {e}") from None
         sim.stats.add(f"system.ubench.{rep.name}", float(value), rep.unit, rep.desc)

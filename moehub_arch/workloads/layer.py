@@ -12,8 +12,9 @@ shared experts and the final weighted combine, so the schemes differ only in how
 their experts and how expert outputs come back home (`yhome`). Each scheme is one module in
 `schemes/` with a `plan(layer) -> SchemePlan` function.
 
-Token accounting: kernels count rows in `acct` (words below) with atomics; `finish` checks, at the
-end of every run, that every token-expert pair was sent, computed and combined exactly once.
+Token accounting: kernels count rows in `acct` (words below) with atomics; `finish` turns them into
+stats and `invariants` (one of the end-of-run checks, moehub_arch/checks.py) requires every
+token-expert pair to be sent, received, computed and combined exactly once.
 """
 import attrs
 import numpy as np
@@ -30,6 +31,9 @@ ACCT_WORDS = 8
 ACCT_NAMES = ("sent", "received", "computed", "combined")
 
 COMMON_KERNELS = "workloads/kernels/common/moe_common.s"
+# every expert-GEMM job keeps G, U [tile][n] f32 and Hq [tile][n] bf16 in the `.smem 160KB` its
+# kernels declare (moe_common.s, deepep.s, moe_layer.s): at most 16384 elements of a tile x n job
+GEMM_JOB_ELEMENTS = 16384
 
 
 class LayerError(Exception):
@@ -111,6 +115,13 @@ def layer_shape(cfg):
         if v % n:
             raise LayerError(f"workload.layer.gemm_n_tile: {n} does not divide {m.name}'s {name} "
                              f"({v}); every GEMM job must cover whole columns")
+    tile = sysc.gpu.hub.moe.dam.tile_rows
+    if tile * n > GEMM_JOB_ELEMENTS:
+        raise LayerError(f"workload.layer.gemm_n_tile: a GEMM job of {tile} rows "
+                         f"(system.gpu.hub.moe.dam.tile_rows) x {n} columns needs {tile * n * 10} "
+                         f"bytes of shared memory for its gate, up and activation tiles; the "
+                         f"expert kernels reserve 160 KB (tile_rows x gemm_n_tile <= "
+                         f"{GEMM_JOB_ELEMENTS}); use a smaller gemm_n_tile or tile_rows")
     return LayerShape(
         model=m.name, n_tile=n, num_gpus=P, tokens=layer.tokens_per_gpu, experts=m.experts, top_k=m.top_k,
         hidden=m.hidden, ffn=m.expert_ffn, shared=m.shared_experts,
@@ -147,6 +158,20 @@ def common_buffers(s):
                 _buf("ws_up", s.shared * smat, init="random", dtype="bf16"),
                 _buf("ws_down", s.shared * smat, init="random", dtype="bf16")]
     return out
+
+
+def check_fits(cfg, s, buffers):
+    """The layer's buffers must fit one GPU's HBM; the error names the token count and the
+    largest buffers (the builder's own check would only name the generated buffer list)."""
+    from ..builder import BUFFER_ALIGN
+    sizes = sorted(((-(-b.bytes // BUFFER_ALIGN) * BUFFER_ALIGN, b.name) for b in buffers),
+                   reverse=True)
+    need, cap = sum(n for n, _ in sizes), cfg.system.gpu.hbm.capacity
+    if need > cap:
+        top = ", ".join(f"{name} {n / 2**30:.3g} GiB" for n, name in sizes[:3])
+        raise LayerError(f"workload.layer.tokens_per_gpu: {s.tokens} tokens of {s.model} need "
+                         f"{need / 2**30:.3g} GiB of buffers per GPU ({top}, ...), more than "
+                         f"system.gpu.hbm.capacity ({cap / 2**30:.3g} GiB); use fewer tokens")
 
 
 def shared_expert_launches(s, cfg, stream):
@@ -228,6 +253,13 @@ def max_tiles_per_gpu(layer):
 
 def _scheme_module(name):
     import importlib
+    import pkgutil
+    from . import schemes
+    available = sorted(m.name for m in pkgutil.iter_modules(schemes.__path__))
+    if name not in available:
+        # the schema names every planned scheme; one not implemented yet is an input error
+        raise LayerError(f"scheme: '{name}' is not implemented in this version (available: "
+                         f"{', '.join(available)})")
     return importlib.import_module(f"{__package__}.schemes.{name}")
 
 
@@ -239,6 +271,9 @@ class MoeLayer:
         self.shape, self.model = layer_shape(cfg)
         r = cfg.workload.layer.routing
         s = self.shape
+        # before the routing is generated: an absurd token count must be a message, not an
+        # out-of-memory crash of the generator
+        check_fits(cfg, s, common_buffers(s))
         self.routing = generate_routing(
             r.kind, num_gpus=s.num_gpus, tokens_per_gpu=s.tokens, num_experts=s.experts,
             top_k=s.top_k, seed=cfg.run.seed if r.seed is None else r.seed, router=self.model.router,
@@ -250,6 +285,7 @@ class MoeLayer:
         cfg, plan = self.cfg, self.plan
         files = [str(data_root() / COMMON_KERNELS)] + [str(data_root() / f) for f in plan.kernel_files]
         buffers = tuple(cfg.workload.buffers) + tuple(common_buffers(self.shape)) + tuple(plan.buffers)
+        check_fits(cfg, self.shape, buffers)
         wl = attrs.evolve(cfg.workload, buffers=buffers,
                           launches=tuple(plan.launches),
                           kernel_files=tuple(cfg.workload.kernel_files) + tuple(files))
@@ -267,17 +303,16 @@ class MoeLayer:
 
     # ---- end of run --------------------------------------------------------------------------
     def finish(self, sim):
-        """Layer stats, the token-accounting invariant, and (functional mode) the output check."""
+        """Layer stats, token-accounting counts and (functional mode) the output check; the
+        accounting is checked with the other end-of-run invariants (`invariants`)."""
         from .layer_stats import add_layer_stats
         add_layer_stats(sim, self)
-        self._check_accounting(sim)
+        self._accounting_stats(sim)
         if self.shape.functional:
             self._check_output(sim)
 
-    def _check_accounting(self, sim):
-        from ..simulation import SimulationError
+    def _accounting_stats(self, sim):
         s, stats = self.shape, sim.stats
-        want = s.num_gpus * s.pairs
         counts = np.zeros(ACCT_WORDS, np.int64)
         for g in range(s.num_gpus):
             counts += sim.read_buffer(g, "acct", "i64")
@@ -287,13 +322,19 @@ class MoeLayer:
         for name in ACCT_NAMES:
             stats.add(f"system.moe.rows_{name}", got[name], "count",
                       f"token-expert rows {name} over all GPUs (must equal tokens x top-k x GPUs)")
-        bad = [f"{n} {got[n]}" for n in ACCT_NAMES if got[n] != want]
-        if bad and not sim.cfg.run.max_events:
-            raise SimulationError(
-                f"token accounting violated in scheme '{sim.cfg.scheme}': every one of the "
-                f"{want} token-expert pairs ({s.num_gpus} GPUs x {s.tokens} tokens x top-{s.top_k}) "
-                f"must be sent, received, computed and combined exactly once; found "
-                f"{', '.join(bad)} (stats were written)")
+
+    def invariants(self, sim):
+        """Token accounting (checks.py): every token-expert pair sent, received, computed and
+        combined exactly once; violations as lines with the numbers."""
+        s = self.shape
+        want = s.num_gpus * s.pairs
+        bad = [f"{n} {int(sim.stats[f'system.moe.rows_{n}'])}" for n in ACCT_NAMES
+               if int(sim.stats[f"system.moe.rows_{n}"]) != want]
+        if not bad:
+            return []
+        return [f"token accounting in scheme '{sim.cfg.scheme}': each of the {want} token-expert "
+                f"pairs ({s.num_gpus} GPUs x {s.tokens} tokens x top-{s.top_k}) must be sent, "
+                f"received, computed and combined exactly once; found {', '.join(bad)}"]
 
     def _check_output(self, sim):
         from .reference import max_abs_error, moe_layer_reference

@@ -44,26 +44,32 @@ def aau_receive(st, g, c, pkt, tick):
     pk.ready = tick + st.p[0].hub_rx_latency_ticks   # ready to be processed by the AAU
     gp = st.gpu[g]
     gp.hub_rx_packets += pk.npk
-    done = _process(st, g, pkt, pk.ready)
+    allocs = gp.aau_allocs
+    t = pk.ready
+    done = _process(st, g, pkt, t)
     if done >= 0:
         _leave_link(st, g, c, pkt, done)
         packet_free(st, pkt)
-        return
-    # no window slot or record entry: the packet waits in the AAU's staging store. While the store
-    # has room the link buffer entry is freed (credits return); a full store keeps the credits.
-    e = st.aau_q[g, gp.aau_q_count]
-    e[0] = pkt
-    e[1] = c
-    e[2] = 0
-    if gp.aau_staged < st.p[0].aau_staging:
-        gp.aau_staged += 1
-        e[2] = 1
-        _leave_link(st, g, c, pkt, pk.ready)
-    if gp.aau_q_count == 0:
-        gp.aau_stall_since = tick
-    gp.aau_q_count += 1
-    gp.aau_stalls += 1
-    trace_event(st, CAT_AAU, TR_AAU_STALL, g, pk.src, gp.aau_q_count, tick)
+    else:
+        # no window slot or record entry: the packet waits in the AAU's staging store. While the
+        # store has room the link buffer entry is freed (credits return); a full store keeps the
+        # credits.
+        e = st.aau_q[g, gp.aau_q_count]
+        e[0] = pkt
+        e[1] = c
+        e[2] = 0
+        if gp.aau_staged < st.p[0].aau_staging:
+            gp.aau_staged += 1
+            e[2] = 1
+            _leave_link(st, g, c, pkt, t)
+        if gp.aau_q_count == 0:
+            gp.aau_stall_since = tick
+        gp.aau_q_count += 1
+        gp.aau_stalls += 1
+        trace_event(st, CAT_AAU, TR_AAU_STALL, g, pk.src, gp.aau_q_count, tick)
+    if gp.aau_allocs != allocs and gp.aau_q_count > 0:
+        # rows got their slots: waiting packets of the same streams may now proceed
+        aau_retry(st, g, t)
 
 
 @compiled
@@ -83,8 +89,19 @@ def _leave_link(st, g, c, pkt, t):
 
 @compiled
 def aau_retry(st, g, tick):
-    """Space was freed: process every waiting packet that can proceed now (any order: each
-    carries its own stream offsets), keeping the others in arrival order."""
+    """Space was freed (or rows allocated): process every waiting packet that can proceed now
+    (any order: each carries its own stream offsets), keeping the others in arrival order.
+    Passes repeat while they allocate: a packet may wait for a row another one allocates."""
+    gp = st.gpu[g]
+    while gp.aau_q_count > 0:
+        allocs = gp.aau_allocs
+        _retry_pass(st, g, tick)
+        if gp.aau_allocs == allocs:
+            break
+
+
+@compiled
+def _retry_pass(st, g, tick):
     gp = st.gpu[g]
     kept = 0
     for i in range(gp.aau_q_count):
@@ -112,6 +129,22 @@ def aau_retry(st, g, tick):
             st.aau_q[g, i, 2] = 1
             gp.aau_staged += 1
             _leave_link(st, g, st.aau_q[g, i, 1], st.aau_q[g, i, 0], tick)
+
+
+@compiled
+def _first_unallocated(st, s):
+    """Monotonic index of stream s's first live row without a window slot (sr.head if none);
+    rows are allocated in stream order, so the allocated ones are a prefix: a binary search."""
+    p = st.p[0]
+    sr = st.stream[s]
+    lo, hi = sr.tail, sr.head
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if st.mrow[s * p.rpm_ring + mid % p.rpm_ring].alloc >= 0:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
 
 
 @compiled
@@ -193,15 +226,20 @@ def _process(st, g, pkt, t):
         # rows in stream order: allocate where needed (stopping at the first that cannot be),
         # then write every piece before that point
         first = row_at(st, s, lo)   # rows before it ended earlier in the stream
+        # rows get their slots in stream order: a later row allocated while an earlier one waits
+        # (its packet parked) could take the slot or record the earlier row needs, yet never
+        # complete (its first bytes are in the parked packet): a deadlock found by fuzzing
+        nxt = _first_unallocated(st, s)
         for i in range(first, sr.head):
             row = st.mrow[s * p.rpm_ring + i % p.rpm_ring]
             if row.start >= hi:
                 break
             if row.alloc >= 0:
                 continue
-            if not _allocate(st, g, row):
+            if i != nxt or not _allocate(st, g, row):
                 stop = max(lo, row.start)
                 break
+            nxt += 1
             if free_at == t:
                 t += p.aau_alloc_ticks   # the allocation pipeline, once per packet
                 free_at = t

@@ -171,7 +171,7 @@ entry:
     add r11, r11, %tq            # r11 = the tile's entry
     wait.ne [r11+32], 0
     ld.v8 r12, [r11]             # r12 rows, r13 base, r14 records, r15 expert, r16 ready, r17, r18, r19 first
-    beq r16, 2, finished
+    beq r16, 2, ended
     mul r26, r2, r24
     add r26, r26, %tiles         # r26 = the tile's Hh
     mul r27, %tile_rows, %ffn
@@ -248,6 +248,11 @@ row:
     notify_ready.release r4, r13
     add r25, r25, r12
     bra job
+ended:
+    # the queue ended at this entry. A gate/up job of a tile that does not exist shares its block
+    # with the down jobs of the last real tile, which later jobs still have to do: skip it. A down
+    # job of an end mark comes after every real job: this worker is done.
+    blt r3, r20, job
 finished:
     red.add %gpu, [%acct+16], r25    # acct word 2: rows computed
     atom.add r5, %gpu, [%tq+24], 1

@@ -1,0 +1,191 @@
+"""Checkpoints: save a run at a simulated tick, restore it later and continue bit-identically.
+
+Because every mutable runtime value lives in the arrays of one `State` namedtuple (DESIGN rule
+2), a checkpoint is those arrays plus what is needed to rebuild the Python side around them.
+A checkpoint directory holds:
+
+    meta.json          format name and version, engine version (package version + hash of the
+                       compiled sources), tick, events so far, seed, the dtype and shape of every
+                       State array, and the build metadata (buffers, launches, kernels, a hash of
+                       the assembled program) the restored run is compared with
+    state.npz          every State array by field name, whatever fields State has: the event
+                       queue (`q`, with its sequence counter in `sys`), thread blocks, registers,
+                       memory, link channels, packets, MoE-Hub tables, counters...
+    input_config.json  the config as given (before an MoE layer expanded it), base units:
+                       restore rebuilds the Simulation from it
+    config.json        the fully resolved config (as in a run's output), for people
+
+Random numbers: the engine draws none at run time. Buffer contents and MoE routing are generated
+at build time from `run.seed` (saved in the config and in meta.json), so rebuilding from the
+config regenerates exactly the same system, and the saved arrays carry everything the run has
+changed since. The event queue is ordered by (tick, sequence number), both saved, so the restored
+run processes the same events in the same order: its final stats equal an uninterrupted run's.
+
+Restore refuses (CheckpointError, exit status 2) a checkpoint of another format version or engine
+version, one whose State fields differ from this engine's, and one whose rebuilt system differs
+(a kernel or config file changed since): State arrays are only meaningful for the code and the
+build they came from.
+"""
+import hashlib
+import json
+from pathlib import Path
+
+import attrs
+import numpy as np
+
+from . import __version__, engine_version
+from .engine.state import State
+from .observer import RunObserver
+
+FORMAT = "moehub-arch checkpoint"
+FORMAT_VERSION = 1
+RNG_NOTE = ("the engine draws no random numbers at run time; buffer contents and routing are "
+            "generated at build time from the seed")
+
+
+class CheckpointError(Exception):
+    """A checkpoint that cannot be written or restored (exit status 2)."""
+
+    exit_code = 2
+
+
+def _build_metadata(sim):
+    """What a rebuilt Simulation must reproduce for the saved arrays to fit it."""
+    code = np.ascontiguousarray(sim.program.code)
+    return {
+        "buffers": [[b.name, b.addr, b.nbytes, b.region, b.dtype] for b in sim.buffers.values()],
+        "launches": [[l.index, l.gpu, l.kernel, l.stream, l.grid, list(l.params), l.host_delay]
+                     for l in sim.launches],
+        "kernels": {k.name: [k.entry_pc, k.n_instructions, k.file, k.line]
+                    for k in sim.program.kernels.values()},
+        "program_sha1": hashlib.sha1(code.tobytes()).hexdigest(),
+    }
+
+
+def write_checkpoint(sim, directory, tick):
+    """Save `sim` (paused at `tick`) into `directory`; returns its Path."""
+    d = Path(directory)
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+        st = sim.state
+        np.savez(d / "state.npz", **{name: np.asarray(getattr(st, name)) for name in st._fields})
+        (d / "input_config.json").write_text(json.dumps(sim.input_cfg.to_dict(), indent=1))
+        (d / "config.json").write_text(json.dumps(sim.cfg.to_dict(), indent=1))
+        meta = {
+            "format": FORMAT, "format_version": FORMAT_VERSION,
+            "engine_version": engine_version(), "package_version": __version__,
+            "tick": int(tick), "events": int(st.sys[0].q_events),
+            "seed": int(sim.cfg.run.seed), "rng": RNG_NOTE,
+            "state": {name: {"dtype": np.asarray(getattr(st, name)).dtype.descr,
+                             "shape": list(getattr(st, name).shape)} for name in st._fields},
+            **_build_metadata(sim),
+        }
+        # written last: a directory with meta.json is a complete checkpoint
+        (d / "meta.json").write_text(json.dumps(meta, indent=1))
+    except OSError as e:
+        raise CheckpointError(f"{d}: cannot write the checkpoint ({e.strerror})") from None
+    return d
+
+
+def _read_meta(d):
+    path = d / "meta.json"
+    if not path.is_file():
+        raise CheckpointError(f"{d}: not a checkpoint directory (no meta.json; --checkpoint-at "
+                              f"writes one)")
+    try:
+        meta = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise CheckpointError(f"{path}: cannot read the checkpoint metadata ({e})") from None
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        raise CheckpointError(f"{path}: not a moehub-arch checkpoint")
+    if meta.get("format_version") != FORMAT_VERSION:
+        raise CheckpointError(f"{path}: checkpoint format version {meta.get('format_version')}; "
+                              f"this moehub-arch reads version {FORMAT_VERSION}")
+    if meta.get("engine_version") != engine_version():
+        raise CheckpointError(
+            f"{path}: written by engine version {meta.get('engine_version')}, this is "
+            f"{engine_version()}. A checkpoint holds the engine's State arrays, whose layout and "
+            f"meaning belong to the engine that wrote them: rerun from the config (saved in "
+            f"{d / 'input_config.json'}) with this version")
+    return meta
+
+
+def restore(directory):
+    """A Simulation rebuilt from a checkpoint, paused where it was saved: `run()` continues it."""
+    from .config import config_from_dict
+    from .simulation import Simulation
+
+    d = Path(directory)
+    meta = _read_meta(d)
+    label = str(d / "input_config.json")
+    try:
+        data = json.loads((d / "input_config.json").read_text())
+    except (OSError, ValueError) as e:
+        raise CheckpointError(f"{label}: cannot read the saved config ({e})") from None
+    sim = Simulation(config_from_dict(data, label))
+    rebuilt = _build_metadata(sim)
+    for key in ("buffers", "launches", "kernels", "program_sha1"):
+        if json.loads(json.dumps(rebuilt[key])) != meta[key]:
+            raise CheckpointError(
+                f"{d}: the system rebuilt from the saved config differs from the checkpoint's "
+                f"({key}): a kernel, model or config file it uses changed since it was written")
+    try:
+        z = np.load(d / "state.npz", allow_pickle=False)
+    except (OSError, ValueError) as e:
+        raise CheckpointError(f"{d / 'state.npz'}: cannot read the saved state ({e})") from None
+    with z:
+        saved, fields = set(z.files), set(State._fields)
+        if saved != fields:
+            raise CheckpointError(
+                f"{d}: the checkpoint's State arrays do not match this engine's (missing: "
+                f"{', '.join(sorted(fields - saved)) or 'none'}; unknown: "
+                f"{', '.join(sorted(saved - fields)) or 'none'})")
+        arrays = {name: _restore_array(d, name, getattr(sim.state, name), z[name])
+                  for name in State._fields}
+    sim.state = State(**arrays)
+    sim.restored_tick = int(meta["tick"])
+    return sim
+
+
+def _restore_array(d, name, built, saved):
+    """The saved contents in an array of the built one's exact type and layout (so the compiled
+    engine is reused, not recompiled for a different array type)."""
+    if saved.dtype != built.dtype:
+        raise CheckpointError(f"{d}: State.{name} has element type {saved.dtype.descr} in the "
+                              f"checkpoint, {built.dtype.descr} in this engine")
+    if saved.shape == built.shape:
+        built[...] = saved
+        return built
+    # arrays that grow while a run goes (the event queue, the trace record buffer) are taken as
+    # saved; fixed arrays have the rebuilt system's shape (the build metadata was compared)
+    if saved.ndim != built.ndim or saved.shape[1:] != built.shape[1:]:
+        raise CheckpointError(f"{d}: State.{name} has shape {saved.shape} in the checkpoint, "
+                              f"{built.shape} in the rebuilt system")
+    arr = np.ascontiguousarray(saved).copy()
+    return arr.view(np.recarray) if isinstance(built, np.recarray) else arr
+
+
+@attrs.define
+class CheckpointWriter(RunObserver):
+    """RunObserver writing a checkpoint at each of `ticks` into `directory` (a path; '{tick}' in
+    it is replaced by the tick). `written` lists (tick, path); ticks the run never reached stay
+    in `pending`."""
+    ticks: list
+    directory: str
+    written: list = attrs.field(factory=list)
+
+    def __attrs_post_init__(self):
+        self.ticks = sorted(set(int(t) for t in self.ticks))
+
+    @property
+    def pending(self):
+        return list(self.ticks)
+
+    def next_stop(self, sim):
+        return self.ticks[0] if self.ticks else None
+
+    def on_pause(self, sim, tick, events, wall_seconds):
+        while self.ticks and tick >= self.ticks[0]:
+            t = self.ticks.pop(0)
+            path = write_checkpoint(sim, str(self.directory).replace("{tick}", str(t)), t)
+            self.written.append((t, path))

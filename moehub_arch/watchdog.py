@@ -1,0 +1,415 @@
+"""Stuck runs explain themselves: the diagnosis of a deadlock and the no-progress watchdog.
+
+A run is stuck in one of two ways:
+
+- the event queue empties while kernel launches are unfinished (every thread block sleeps on
+  something nobody will provide): `Simulation` notices at the end of the run;
+- events keep coming (or lie far in the future) but no instruction issues: `NoProgressWatchdog`,
+  a RunObserver that pauses the compiled loop every `run.watchdog_interval` of simulated time and
+  compares the instruction count (no per-event cost; the default interval, 1 ms, is far longer
+  than any legitimate gap between two instructions of a running kernel, while whole MoE layers
+  simulate in well under that).
+
+Both stop with exit status 3 and `diagnose(sim)`: which thread blocks wait on what (flag word
+with its buffer, word index, current and awaited value; MoE-Hub claims; hub room), which
+buffers and queues are full (hub request tables and FIFOs, link channels out of credits, switch
+inputs blocked, MoE-Hub row rings, expert windows, completion-record tables, AAU staging), which
+launches are unfinished. Everything is read from the State arrays after the loop stopped.
+"""
+import numpy as np
+
+from .engine.events import (EV_CH_ARRIVE, EV_CH_TX, EV_HUB_TX, EV_RPM_TX, EV_SM_ISSUE, EV_XBAR,
+                            EVENT_NAMES, Q_KIND, Q_TICK, TIMER_OFF, TM_TICK)
+from .engine.state import (LN_DONE, LN_RUNNING, TB_EMPTY, TB_READY, TB_WAIT_CLAIM, TB_WAIT_FENCE,
+                           TB_WAIT_FLAG, TB_WAIT_HUB, TB_WAIT_REMOTE)
+from .observer import RunObserver, SimulationError
+from .isa.encoding import (CMP_NAMES, IMM, OP0, REG_TB, SEM, SEM_FENCE, SEM_SEND_EXPERT,
+                           SEMANTIC_NAMES,
+                           SUBOP, SUBOP_NAMES)
+
+CMP_SYMBOLS = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+MAX_TB_LINES = 16     # thread blocks listed one by one; the rest are counted per kernel and state
+MAX_LINES = 24        # lines per section of blocked resources
+
+
+def fmt_time(ps):
+    """A tick count as a readable time: '1.5 us'."""
+    ps = int(ps)
+    for unit, scale in (("s", 10 ** 12), ("ms", 10 ** 9), ("us", 10 ** 6), ("ns", 10 ** 3)):
+        if abs(ps) >= scale:
+            return f"{ps / scale:g} {unit}"
+    return f"{ps} ps"
+
+
+# ---------------------------------------------------------------------------------- naming
+def describe_address(sim, addr):
+    """'buffer 'flag' word 1' for an HBM address (the symmetric buffer holding it)."""
+    for b in sim.buffers.values():
+        if b.addr <= addr < b.addr + b.nbytes:
+            off = addr - b.addr
+            word = f"word {off // 8}" if off % 8 == 0 else f"byte {off}"
+            return f"buffer '{b.name}' {word}"
+    return "no buffer (unallocated address)"
+
+
+def _word(sim, g, addr):
+    mem = sim.state.hbm_mem
+    if 0 <= addr and addr + 8 <= mem.shape[1]:
+        return int(mem[g, addr:addr + 8].view(np.int64)[0])
+    return None
+
+
+def _operand(st, slot, row, i):
+    """Value of source operand i of an encoded instruction, as the TB would read it now."""
+    if (int(row[IMM]) >> i) & 1:
+        return int(row[OP0 + i])
+    return int(st.regs[slot, int(row[OP0 + i])])
+
+
+def channel_name(st, c):
+    """Stat-style name of a link direction: 'system.gpu0.nvlink1 -> system.switch1.port0'."""
+    ch = st.ch[c]
+    L = int(st.p[0].links_per_gpu)
+    gpu_end = f"system.gpu{int(ch.gpu)}.nvlink{(c // 2) % L}"
+    sw_end = f"system.switch{int(ch.switch)}.port{int(ch.port)}"
+    return f"{gpu_end} -> {sw_end}" if ch.to_switch else f"{sw_end} -> {gpu_end}"
+
+
+def experts_of_window(st, w):
+    """Expert ids whose window is w (GPU g, local slot le: w = g * local_experts + le)."""
+    p = st.p[0]
+    g, le = divmod(w, int(p.local_experts))
+    E = int(p.num_experts)
+    return [e for e in range(E) if st.moe_place[e, 0] == g and st.moe_place[e, 1] == le]
+
+
+# ------------------------------------------------------------------------- thread blocks
+def _instruction(sim, pc):
+    row = sim.state.code[pc]
+    sem = int(row[SEM])
+    name = SEMANTIC_NAMES[sem]
+    subs = SUBOP_NAMES.get(sem)
+    if subs:
+        name += "." + subs[int(row[SUBOP])]
+    return name
+
+
+def _tb_wait(sim, slot, now):
+    """What thread block `slot` waits on, in words."""
+    st = sim.state
+    p = st.p[0]
+    tb = st.tb[slot]
+    g = slot // (int(p.slots_per_sm) * int(p.sms_per_gpu))
+    s = int(tb.state)
+    if s == TB_READY:
+        if int(tb.ready) > now:
+            return f"ready, next instruction at tick {int(tb.ready)} (sleeping or waiting for memory)"
+        return "ready to issue"
+    if s == TB_WAIT_FLAG:
+        addr = int(tb.wait_addr)
+        cur = _word(sim, g, addr)
+        cmp = CMP_SYMBOLS.get(CMP_NAMES[int(tb.wait_cmp)], "?")
+        return (f"waiting on a flag: {describe_address(sim, addr)} (address 0x{addr:x}) on GPU {g} "
+                f"holds {cur}, waiting for {cmp} {int(tb.wait_value)}")
+    if s in (TB_WAIT_FENCE, TB_WAIT_REMOTE):
+        return f"{'waiting in fence' if s == TB_WAIT_FENCE else 'waiting for an atomic result'}: " \
+               + _outstanding(sim, slot)
+    if s == TB_WAIT_HUB:
+        row = st.code[int(tb.pc)]
+        if int(row[SEM]) == SEM_SEND_EXPERT:
+            e = _operand(st, slot, row, 0)
+            if 0 <= e < int(p.num_experts):
+                d = int(st.moe_place[e, 0])
+                sr = st.stream[g * int(p.num_gpus) + d]
+                return (f"send_to_expert {e} blocked: the RPM row ring toward GPU {d} is full "
+                        f"({int(sr.head - sr.tail)} of {int(p.rpm_ring)} rows accepted but not yet "
+                        f"landed; system.gpu.hub.moe.rpm.row_queue_depth)")
+        gp = st.gpu[g]
+        R, depth = int(p.reqs_per_gpu), st.reqq.shape[1]
+        return (f"'{_instruction(sim, int(tb.pc))}' waiting for room in the hub: request table "
+                f"{R - int(gp.free_top)} of {R} in use, request FIFO {int(gp.reqq_count)} of {depth}")
+    if s == TB_WAIT_CLAIM:
+        return "waiting in claim_buffer: " + _window_state(sim, int(tb.wait_addr))
+    return f"state {s}"
+
+
+def _outstanding(sim, slot):
+    """The asynchronous operations a TB waits for: hub requests and MoE-Hub rows in flight."""
+    st = sim.state
+    p = st.p[0]
+    G, R = int(p.num_gpus), int(p.reqs_per_gpu)
+    parts = [f"{int(st.tb[slot].outstanding)} operation(s) outstanding"]
+    g = slot // (int(p.slots_per_sm) * int(p.sms_per_gpu))
+    free = set(int(r) for r in st.free_reqs[g, :int(st.gpu[g].free_top)])
+    reqs = [r for r in range(g * R, (g + 1) * R) if r not in free and int(st.req[r].slot) == slot]
+    kinds = ("put", "get", "store", "atomic")
+    for r in reqs[:4]:
+        rq = st.req[r]
+        parts.append(f"{kinds[int(rq.kind)]} to GPU {int(rq.dst_gpu)} "
+                     f"({describe_address(sim, int(rq.dst_addr))}): {int(rq.pkts_arrived)} of "
+                     f"{int(rq.pkts_total)} packets arrived")
+    rows = 0
+    for s in range(g * G, (g + 1) * G):
+        sr = st.stream[s]
+        for i in range(int(sr.tail), int(sr.head)):
+            row = st.mrow[s * int(p.rpm_ring) + i % int(p.rpm_ring)]
+            if int(row.slot) == slot and not row.done:
+                rows += 1
+    if rows:
+        parts.append(f"{rows} send_to_expert row(s) not yet landed")
+    return "; ".join(parts)
+
+
+def _window_state(sim, w):
+    st = sim.state
+    p = st.p[0]
+    G, T = int(p.num_gpus), int(p.tile_rows)
+    g = w // int(p.local_experts)
+    win = st.win[w]
+    k = int(win.next_claim)
+    tl = st.tile[w * int(p.tiles_per_window) + k % int(p.tiles_per_window)]
+    if int(tl.index) == k:
+        tile = (f"tile {k}: {int(tl.rows_landed)} of {int(tl.rows_alloc)} allocated rows landed"
+                f"{', closed' if tl.closed else ', still filling'}"
+                f"{', ready' if tl.ready >= 0 else ''}")
+    else:
+        tile = f"tile {k} has no rows yet"
+    experts = ", ".join(map(str, experts_of_window(st, w)))
+    return (f"expert {experts} on GPU {g}: {int(win.alloc)} rows allocated, {k} tiles claimed; "
+            f"{tile}; {int(st.gpu[g].dam_sources_done)} of {G} source GPUs ended their streams "
+            f"(notify_ready.eos)")
+
+
+def _waiting_pc(st, slot):
+    """The instruction a TB waits in: wait.*, fence and atomics have already advanced the pc;
+    send_to_expert, claim_buffer, a full hub and exit re-execute theirs (pc unchanged)."""
+    pc = int(st.tb[slot].pc)
+    s = int(st.tb[slot].state)
+    if s in (TB_WAIT_FLAG, TB_WAIT_REMOTE) or (
+            s == TB_WAIT_FENCE and pc > 0 and int(st.code[pc - 1, SEM]) == SEM_FENCE):
+        return pc - 1
+    return pc
+
+
+def _tb_lines(sim, now):
+    st = sim.state
+    p = st.p[0]
+    T, S = int(p.slots_per_sm), int(p.sms_per_gpu)
+    slots = np.nonzero(st.tb.state != TB_EMPTY)[0]
+    lines, rest = [], {}
+    for slot in slots:
+        slot = int(slot)
+        l = int(st.tb[slot].launch)
+        kernel = sim.launches[l].kernel if l >= 0 else "?"
+        sm = slot // T
+        what = _tb_wait(sim, slot, now)
+        if len(lines) < MAX_TB_LINES:
+            file, line = sim.program.source_line(_waiting_pc(st, slot))
+            lines.append(f"  kernel '{kernel}' (GPU {sm // S}, SM {sm % S}, TB "
+                         f"{int(st.regs[slot, REG_TB])}) at {file}:{line}: {what}")
+        else:
+            key = (kernel, what.split(":")[0])
+            rest[key] = rest.get(key, 0) + 1
+    for (kernel, what), n in sorted(rest.items()):
+        lines.append(f"  ... and {n} more thread block(s) of kernel '{kernel}': {what}")
+    return len(slots), lines
+
+
+# ----------------------------------------------------------------------- blocked resources
+def _resource_lines(sim):
+    st = sim.state
+    p = st.p[0]
+    G, R = int(p.num_gpus), int(p.reqs_per_gpu)
+    out = []
+    for g in range(G):
+        gp = st.gpu[g]
+        hub = f"system.gpu{g}.hub"
+        if int(gp.free_top) == 0:
+            out.append(f"{hub}: request table full ({R} of {R} remote operations in flight; "
+                       f"system.gpu.hub.max_outstanding_requests)")
+        if int(gp.reqq_count) == st.reqq.shape[1]:
+            out.append(f"{hub}: request FIFO full ({int(gp.reqq_count)} entries; "
+                       f"system.gpu.hub.request_queue_depth)")
+        if int(gp.respq_count):
+            out.append(f"{hub}: {int(gp.respq_count)} response(s) queued")
+        if gp.hub_blocked:
+            out.append(f"{hub}: packetizer waiting for transmit-queue room on its links")
+        if gp.rpm_blocked:
+            out.append(f"{hub}.rpm: packetizer waiting for transmit-queue room on its links")
+        if int(gp.aau_q_count):
+            out.append(f"{hub}.aau: {int(gp.aau_q_count)} packet(s) waiting for window or "
+                       f"record-table space ({int(gp.aau_staged)} in the staging store)")
+        if int(p.num_experts) and int(gp.records_live) >= int(p.records_cap):
+            out.append(f"{hub}.aau: completion-record table full ({int(gp.records_live)} of "
+                       f"{int(p.records_cap)}; system.gpu.hub.moe.aau.record_table_entries)")
+        for d in range(G):
+            sr = st.stream[g * G + d]
+            if int(p.num_experts) and int(sr.head - sr.tail) >= int(p.rpm_ring):
+                out.append(f"{hub}.rpm: row ring toward GPU {d} full ({int(p.rpm_ring)} rows "
+                           f"accepted, not yet landed; system.gpu.hub.moe.rpm.row_queue_depth)")
+    if int(p.num_experts):
+        for w in range(st.win.shape[0]):
+            win = st.win[w]
+            live = int(win.alloc) - int(win.released_tiles) * int(p.tile_rows)
+            if live >= int(p.window_rows):
+                claimed = int(win.next_claim) - int(win.released_tiles)
+                experts = ", ".join(map(str, experts_of_window(st, w)))
+                out.append(f"system.gpu{w // int(p.local_experts)}.hub.aau: window of expert "
+                           f"{experts} full ({live} of {int(p.window_rows)} rows live: {claimed} "
+                           f"tile(s) claimed and not released, the rest not claimed; "
+                           f"workload.moe.window_rows)")
+    for c in range(st.ch.shape[0]):
+        ch = st.ch[c]
+        name = channel_name(st, c)
+        if ch.credit_blocked and int(ch.txq_count):
+            head = int(st.pk[int(st.txq[c, int(ch.txq_head)])].flits)
+            cap = st.credit_ret.shape[1]
+            back = sum(int(st.credit_ret[c, (int(ch.cr_head) + i) % cap, 1])
+                       for i in range(int(ch.cr_count)))
+            out.append(f"{name}: out of credits (head packet needs {head} flits, {int(ch.credits)} "
+                       f"left, {back} on their way back; {int(ch.txq_count)} packet(s) queued; "
+                       f"the receiver holds the rest)")
+        elif int(ch.txq_count) >= int(ch.txq_cap):
+            out.append(f"{name}: transmit queue full ({int(ch.txq_count)} packets)")
+        if ch.xbar_blocked:
+            dst = int(st.pk[int(st.rxq[c, int(ch.rxq_head)])].dst)
+            out.append(f"{name}: switch input blocked, every output queue toward GPU {dst} full "
+                       f"({int(ch.rxq_count)} packet(s) buffered)")
+    if len(out) > MAX_LINES:
+        out = out[:MAX_LINES] + [f"... and {len(out) - MAX_LINES} more"]
+    return ["  " + line for line in out]
+
+
+def _launch_lines(sim):
+    st = sim.state
+    out = []
+    for l in sim.launches:
+        ln = st.ln[l.index]
+        if int(ln.status) == LN_DONE:
+            continue
+        if int(ln.status) == LN_RUNNING:
+            state = (f"running, {int(ln.finished)} of {l.grid} thread blocks exited "
+                     f"({int(ln.dispatched)} placed)")
+        else:
+            before = [m for m in sim.launches if int(st.ln[m.index].next_in_stream) == l.index]
+            state = (f"not started (stream {l.stream}: waits for '{before[0].kernel}')" if before
+                     else "not started")
+        out.append(f"  kernel '{l.kernel}' on GPU {l.gpu}: {state}")
+    if len(out) > MAX_LINES:
+        out = out[:MAX_LINES] + [f"  ... and {len(out) - MAX_LINES} more"]
+    return out
+
+
+def _likely_causes(sim):
+    """Patterns that explain most stuck runs, named in one line each."""
+    st = sim.state
+    p = st.p[0]
+    per_gpu = int(p.slots_per_sm) * int(p.sms_per_gpu)
+    idle = int(st.sys[0].q_size) == 0
+    out = []
+    flags = {}
+    for slot in np.nonzero(st.tb.state == TB_WAIT_FLAG)[0]:
+        tb = st.tb[int(slot)]
+        key = (int(slot) // per_gpu, int(tb.wait_addr), int(tb.wait_cmp), int(tb.wait_value))
+        flags[key] = flags.get(key, 0) + 1
+    for (g, addr, cmp, value), n in sorted(flags.items())[:MAX_TB_LINES]:
+        why = ("nothing still in flight writes it: a flag nobody sets" if idle
+               else "it has not changed")
+        out.append(f"{n} thread block(s) wait for {describe_address(sim, addr)} on GPU {g} to "
+                   f"become {CMP_SYMBOLS.get(CMP_NAMES[cmp], '?')} {value} (it holds "
+                   f"{_word(sim, g, addr)}); {why}")
+    if int(p.num_experts):
+        claiming = {int(s) // per_gpu for s in np.nonzero(st.tb.state == TB_WAIT_CLAIM)[0]}
+        for g in range(int(p.num_gpus)):
+            full = []
+            for le in range(int(p.local_experts)):
+                w = g * int(p.local_experts) + le
+                win = st.win[w]
+                if int(win.alloc) - int(win.released_tiles) * int(p.tile_rows) >= int(p.window_rows):
+                    full += experts_of_window(st, w)
+            if full and g not in claiming:
+                out.append(f"the windows of expert(s) {', '.join(map(str, full))} on GPU {g} are "
+                           f"full and no thread block claims from them: the consumers are not "
+                           f"running (queued behind the producers on their stream?), or "
+                           f"workload.moe.window_rows is too small for a protocol that sends "
+                           f"everything before it consumes")
+    return out
+
+
+def diagnose(sim, now):
+    """Who waits on what, what is full, what did not finish: the body of a stuck-run report."""
+    st = sim.state
+    n_tbs, tbs = _tb_lines(sim, now)
+    causes = _likely_causes(sim)
+    parts = (["Likely cause:"] + [f"  {c}" for c in causes]) if causes else []
+    parts += [f"Thread blocks resident: {n_tbs}"] + tbs
+    res = _resource_lines(sim)
+    parts += ["Full buffers and blocked units:"] + (res or ["  none"])
+    parts += ["Unfinished kernel launches:"] + (_launch_lines(sim) or ["  none"])
+    pending, tick, kind = next_event(st)
+    parts.append(f"Event queue: {pending} event(s), the next at tick {tick} ({kind})" if pending
+                 else "Event queue: empty")
+    return "\n".join(parts)
+
+
+def next_event(st):
+    """(events pending, tick of the next, its kind): the heap's one-off events plus the armed
+    component timers (engine/events.py)."""
+    q = int(st.sys[0].q_size)
+    armed = np.nonzero(st.timer[:, TM_TICK] != TIMER_OFF)[0]
+    best, kind = None, ""
+    if q:
+        i = int(np.argmin(st.q[:q, Q_TICK]))
+        best, kind = int(st.q[i, Q_TICK]), EVENT_NAMES[int(st.q[i, Q_KIND])]
+    if len(armed):
+        i = int(armed[np.argmin(st.timer[armed, TM_TICK])])
+        if best is None or int(st.timer[i, TM_TICK]) < best:
+            p = st.p[0]
+            bounds = (int(p.tm_ch_tx), int(p.tm_ch_arrive), int(p.tm_xbar), int(p.tm_hub),
+                      int(p.tm_rpm))
+            kinds = (EV_SM_ISSUE, EV_CH_TX, EV_CH_ARRIVE, EV_XBAR, EV_HUB_TX, EV_RPM_TX)
+            best = int(st.timer[i, TM_TICK])
+            kind = EVENT_NAMES[kinds[sum(i >= b for b in bounds)]]
+    return q + len(armed), best, kind
+
+
+def unfinished(sim):
+    """Launches that did not finish, as "'kernel' on GPU g"."""
+    st = sim.state
+    return [f"'{l.kernel}' on GPU {l.gpu}" for l in sim.launches if st.ln.status[l.index] != LN_DONE]
+
+
+# ------------------------------------------------------------------------- the watchdog
+class NoProgressWatchdog(RunObserver):
+    """RunObserver: stop with exit status 3 when no instruction issues for `interval` ticks
+    while thread blocks are resident.
+
+    It asks the loop to pause `interval` after the last tick at which it saw the instruction count
+    change; if the count is still the same there, the run is stuck. Time with no resident thread
+    block (waiting for a kernel launch after a host delay) does not count."""
+
+    def __init__(self, interval):
+        self.interval = int(interval)
+        self.last_insts = -1
+        self.last_tick = 0
+
+    def on_start(self, sim):
+        self.last_insts = int(sim.state.sm.insts.sum())
+        self.last_tick = int(sim.state.sys[0].q_now)
+
+    def next_stop(self, sim):
+        return self.last_tick + self.interval
+
+    def on_pause(self, sim, tick, events, wall_seconds):
+        st = sim.state
+        insts = int(st.sm.insts.sum())
+        if insts != self.last_insts or not (st.tb.state != TB_EMPTY).any():
+            # something issued at or before `tick` (counting from `tick` can only fire late), or
+            # no thread block is resident: the GPUs wait for a launch (e.g. a long host delay)
+            self.last_insts, self.last_tick = insts, tick
+        elif tick - self.last_tick >= self.interval:
+            raise SimulationError(
+                f"watchdog: no instruction issued for {fmt_time(tick - self.last_tick)} of "
+                f"simulated time (ticks {self.last_tick} to {tick}; run.watchdog_interval = "
+                f"{fmt_time(self.interval)}), {len(unfinished(sim))} kernel launch(es) unfinished. "
+                f"The run is stuck:\n" + diagnose(sim, tick), exit_code=3)

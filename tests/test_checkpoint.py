@@ -1,0 +1,123 @@
+"""Checkpoints: checkpoint + restore gives bit-identical final stats to an uninterrupted run, and
+checkpoints of another engine version or of a changed build are refused with a clear error."""
+import json
+
+import numpy as np
+import pytest
+
+from conftest import CONFIGS, load, mini_system, model_stats, read_stats_json, run_cli
+
+
+def _run(cfg, observers=()):
+    from moehub_arch.simulation import Simulation
+    sim = Simulation(cfg)
+    sim.run(list(observers))
+    return sim
+
+
+@pytest.mark.parametrize("config,overrides,buffer", [
+    ("ubench/alltoall.yaml", mini_system(num_gpus=4), None),
+    ("hub/dispatch_combine.yaml", (), "out"),                       # MoE-Hub tables mid-flight
+    ("experiments/functional.yaml", ("workload.layer.tokens_per_gpu=16",), "out"),  # an MoE layer
+])
+def test_checkpoint_and_restore_are_bit_identical(tmp_path, config, overrides, buffer):
+    from moehub_arch.checkpoint import CheckpointWriter, restore
+    cfg = load(config, *overrides)
+    whole = _run(cfg)
+    end = whole.stats["simTicks"]
+    ticks = [end // 3, end // 2]
+    writer = CheckpointWriter(ticks, str(tmp_path / "ck-{tick}"))
+    paused = _run(cfg, [writer])
+    assert [t for t, _ in writer.written] == ticks and writer.pending == []
+    assert model_stats(paused.stats) == model_stats(whole.stats)   # pausing changes nothing
+    for t in ticks:
+        back = restore(tmp_path / f"ck-{t}")
+        assert back.restored_tick == t
+        back.run()
+        assert model_stats(back.stats) == model_stats(whole.stats)
+        if buffer:
+            for g in range(whole.cfg.system.num_gpus):
+                assert np.array_equal(back.buffer_bytes(g, buffer), whole.buffer_bytes(g, buffer))
+    meta = json.loads((tmp_path / f"ck-{ticks[0]}" / "meta.json").read_text())
+    assert meta["tick"] == ticks[0] and meta["seed"] == cfg.run.seed
+    assert "no random numbers at run time" in meta["rng"]
+    assert set(meta["state"]) >= {"q", "sys", "tb", "regs", "hbm_mem", "ch", "pk", "stream"}
+
+
+def test_checkpoint_and_restore_through_the_command(tmp_path):
+    args = ["run", CONFIGS / "ubench/alltoall.yaml", "--quiet",
+            *[f"--set={s}" for s in mini_system(num_gpus=4)]]
+    r = run_cli(*args, "-o", tmp_path / "whole")
+    assert r.returncode == 0, r.stderr
+    r = run_cli(*args, "-o", tmp_path / "first", "--checkpoint-at", "20us")
+    assert r.returncode == 0, r.stderr
+    ck = tmp_path / "first" / "checkpoint-20000000"
+    assert f"wrote checkpoint {ck} at tick 20000000" in r.stderr
+    assert sorted(p.name for p in ck.iterdir()) == ["config.json", "input_config.json",
+                                                   "meta.json", "state.npz"]
+    r = run_cli("run", "--restore", ck, "-o", tmp_path / "second", "--quiet")
+    assert r.returncode == 0, r.stderr
+    whole, second = read_stats_json(tmp_path / "whole"), read_stats_json(tmp_path / "second")
+    assert {k: v for k, v in second.items() if not k.startswith("host")} == \
+           {k: v for k, v in whole.items() if not k.startswith("host")}
+    # a checkpoint the run never reaches is a warning, not silence
+    r = run_cli(*args, "-o", tmp_path / "late", "--checkpoint-at", "1s")
+    assert r.returncode == 0 and "before --checkpoint-at 1000000000000: no checkpoint written" in r.stderr
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    from moehub_arch.checkpoint import CheckpointWriter
+    d = tmp_path_factory.mktemp("ck")
+    kernel = d / "k.s"
+    kernel.write_text((CONFIGS.parent / "workloads/kernels/ubench/p2p_latency.s").read_text())
+    cfg = load("ubench/p2p_latency.yaml", *mini_system(), f"workload.kernel_files=[{kernel}]")
+    _run(cfg, [CheckpointWriter([20_000_000], str(d / "ck"))])
+    return d / "ck", kernel
+
+
+def _refused(path, *fragments):
+    from moehub_arch.checkpoint import CheckpointError, restore
+    with pytest.raises(CheckpointError) as e:
+        restore(path)
+    for f in fragments:
+        assert f in str(e.value), str(e.value)
+
+
+def test_checkpoint_of_another_engine_version_is_refused(checkpoint, tmp_path):
+    import shutil
+    ck, _ = checkpoint
+    other = tmp_path / "other"
+    shutil.copytree(ck, other)
+    meta = json.loads((other / "meta.json").read_text())
+    meta["engine_version"] = "0.0.1+0123456789abcdef"
+    (other / "meta.json").write_text(json.dumps(meta))
+    _refused(other, "written by engine version 0.0.1+0123456789abcdef, this is",
+             "rerun from the config", "input_config.json")
+    meta["format_version"] = 99
+    (other / "meta.json").write_text(json.dumps(meta))
+    _refused(other, "checkpoint format version 99; this moehub-arch reads version 1")
+
+
+def test_checkpoint_with_other_state_fields_is_refused(checkpoint, tmp_path):
+    import shutil
+    ck, _ = checkpoint
+    other = tmp_path / "other"
+    shutil.copytree(ck, other)
+    with np.load(ck / "state.npz") as z:
+        arrays = {k: z[k] for k in z.files if k != "regs"}
+    arrays["gpu_v2"] = np.zeros(3)
+    np.savez(other / "state.npz", **arrays)
+    _refused(other, "State arrays do not match this engine's (missing: regs; unknown: gpu_v2)")
+
+
+def test_checkpoint_of_a_changed_kernel_is_refused(checkpoint):
+    from moehub_arch.checkpoint import restore
+    ck, kernel = checkpoint
+    restore(ck)   # unchanged: fine
+    text = kernel.read_text()
+    kernel.write_text(text.replace("add r1, r1, 1", "add r1, r1, 2"))
+    try:
+        _refused(ck, "differs from the checkpoint's (program_sha1)", "a kernel, model or config")
+    finally:
+        kernel.write_text(text)
