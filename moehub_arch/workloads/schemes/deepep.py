@@ -17,13 +17,28 @@ Arithmetic order differs from the per-slot combine of the other schemes (the par
 rounded to bf16 on the way home), so the functional check uses the reference's
 combine="per_rank".
 
+`workload.layer.deepep.kernels: communication` is DeepEP's own benchmark setting (dispatch and
+combine alone): layout, notify, dispatch, combine and reduce, without the GEMMs and the shared
+experts. The experts are the identity: combine reads the received rows as expert outputs, so the
+functional check compares with the reference's identity experts, and token accounting checks
+every pair but "computed". `dispatch_dtype: fp8` dispatches rows of 1 B per element plus an fp32
+scale per 128 elements (DeepEP's FP8 input) - as bytes only, so it is timing mode with
+kernels: communication only (the config loader says so); combine stays bf16.
+
+Every run adds DeepEP's bandwidth figures (moehub_arch/workloads/bandwidth.py):
+system.moe.deepep.{dispatch,combine}_GBps and the byte counts behind them.
+
 Buffers are sized from the layer shape and, where DeepEP's host sizes them from the exchanged
 counts (receive tensors, GEMM tiles), from the routing table.
 """
+import functools
+
 import numpy as np
 
 from ...config.schema import LaunchConfig
-from ..layer import SHARED_KERNELS, LayerError, SchemePlan, _buf, shared_expert_launches
+from ..bandwidth import dispatch_row_bytes, mean_rank_bandwidth_GBps, tokens_received_per_rank
+from ..layer import (ACCT_NAMES, SHARED_KERNELS, LayerError, SchemePlan, _buf,
+                     shared_expert_launches)
 
 KERNELS = "workloads/kernels/deepep/deepep.s"
 META_BYTES = 128        # dp_meta row: 8 id words, 4 weight words, rank mask, padding
@@ -40,12 +55,14 @@ def plan(layer):
     if P > 62:
         raise LayerError(f"system.num_gpus: scheme deepep keeps a token's destination ranks in one "
                          f"64-bit mask word (at most 62 GPUs), found {P}")
+    comm_only = opts.kernels == "communication"
     C = max(1, opts.comm_sms // 2)                 # channels
     R = opts.ring_rows
     Tc = -(-T // C)                                # tokens per channel
     W = C + El                                     # count row: C channel counts, El expert counts
     G = -(-El // 8)                                # notify TBs: 8 local experts each
-    rb = s.row_bytes
+    rb = s.row_bytes                               # bf16 rows (expert outputs, combine)
+    db = dispatch_row_bytes(H, opts.dispatch_dtype)   # dispatched rows
     nsm = cfg.system.gpu.num_sms
 
     # what the host learns from the count exchange: rows each GPU receives, tiles of its experts
@@ -55,15 +72,20 @@ def plan(layer):
 
     n = s.n_tile
     layout_tbs = max(1, min(T, 4 * nsm))
-    # GEMM jobs: one per SM at a time (their accumulators fill most of an SM's shared memory)
-    expert_tbs = max(1, min(nsm, tiles_cap * max(s.ffn, H) // n))
     csb = COMBINE_STAGING * rb
     if 4 * H > 32 * 1024:
         raise LayerError(f"workload.layer.model: scheme deepep keeps a token's fp32 combine sum in "
                          f"32 KB of shared memory (hidden <= 8192), found hidden {H}")
+    # combine's expert outputs: the layer's GEMM output; the received rows themselves when the
+    # experts are the identity (communication only); with fp8 rows, a bf16 buffer of their size
+    if not comm_only:
+        expert_out = "@dp_recv_y"
+    else:
+        expert_out = "@dp_recv_x" if opts.dispatch_dtype == "bf16" else "@dp_recv_y"
 
     buffers = [
-        _buf("dp_meta", T * META_BYTES, region="control", dtype="i64"),
+        # token metadata rows, then the rank slots (deepep_dispatch finds them after the rows)
+        _buf("dp_meta", T * META_BYTES + P * -(-T // 16) * 8, region="control", dtype="i64"),
         _buf("dp_lay", P * W * 8, region="control", dtype="i64"),
         _buf("dp_ntf", P * W * 8 + 64, region="control", dtype="i64"),   # + 64: ld.v8 past a row
         _buf("dp_bar", P * 8, region="control", dtype="i64"),
@@ -71,22 +93,25 @@ def plan(layer):
         _buf("dp_grp", G * 32, region="control", dtype="i64"),
         _buf("dp_cursor", El * 8, region="control", dtype="i64"),
         _buf("dp_tiles", tiles_cap * 32 + 64, region="control", dtype="i64"),
-        _buf("dp_rank_slots", P * -(-T // 16) * 8, region="control", dtype="i64"),
         # tail and head tables, then the metadata ring slots
         _buf("dp_ring_ctl", 2 * C * P * 8 + C * P * R * RING_META_BYTES, region="control",
              dtype="i64"),
         _buf("dp_rec", C * P * Tc * RECORD_BYTES, region="control", dtype="i64"),
-        _buf("dp_ring_x", C * P * R * rb, dtype="bf16"),
-        _buf("dp_recv_x", rows_cap * rb, dtype="bf16"),
-        _buf("dp_hh", rows_cap * s.ffn * 2, dtype="bf16"),
-        _buf("dp_recv_y", rows_cap * rb, dtype="bf16"),
+        _buf("dp_ring_x", C * P * R * db, dtype="bf16"),
+        _buf("dp_recv_x", rows_cap * db, dtype="bf16"),
         _buf("dp_comb", T * P * rb, dtype="bf16"),
         _buf("dp_combine_scratch", C * P * csb),
     ]
+    if expert_out == "@dp_recv_y":
+        buffers.append(_buf("dp_recv_y", rows_cap * rb, dtype="bf16"))
+    if opts.dispatch_dtype == "fp8":
+        buffers.append(_buf("dp_x_fp8", T * db, dtype="bf16"))   # bytes only (timing mode)
+    dispatch_x = "@dp_x_fp8" if opts.dispatch_dtype == "fp8" else "@x"
+
     launches = [
         LaunchConfig(kernel="deepep_layout", grid=layout_tbs, stream=0, params=(
             ("topk_idx", "@topk_idx"), ("topk_w", "@topk_w"), ("meta", "@dp_meta"),
-            ("lay", "@dp_lay"), ("rank_slots", "@dp_rank_slots"), ("tokens", T), ("topk", k),
+            ("lay", "@dp_lay"), ("rank_slots", f"@dp_meta + {T * META_BYTES}"), ("tokens", T), ("topk", k),
             ("channels", C), ("local_experts", El))),
         LaunchConfig(kernel="deepep_notify", grid=G, stream=0, params=(
             ("lay", "@dp_lay"), ("ntf", "@dp_ntf"), ("bar", "@dp_bar"), ("info", "@dp_info"),
@@ -96,21 +121,30 @@ def plan(layer):
         # the host polls the counts, sizes the receive tensors and launches dispatch
         LaunchConfig(kernel="deepep_dispatch", grid=2 * C * P, stream=0,
                      host_delay=opts.host_sync_latency, params=(
-            ("x", "@x"), ("meta", "@dp_meta"), ("rank_slots", "@dp_rank_slots"),
+            ("x", dispatch_x), ("meta", "@dp_meta"),
             ("ring_x", "@dp_ring_x"), ("ring_ctl", "@dp_ring_ctl"), ("ntf", "@dp_ntf"),
             ("rec", "@dp_rec"), ("recv_x", "@dp_recv_x"), ("cursor", "@dp_cursor"),
-            ("acct", "@acct"), ("tokens", T), ("topk", k), ("hidden", H), ("channels", C),
-            ("ring_rows", R), ("local_experts", El))),
-        LaunchConfig(kernel="deepep_gate_up", grid=expert_tbs, stream=0, params=(
-            ("recv_x", "@dp_recv_x"), ("hh", "@dp_hh"), ("tiles", "@dp_tiles"),
-            ("info", "@dp_info"), ("wg", "@w_gate"), ("wu", "@w_up"), ("hidden", H),
-            ("ffn", s.ffn), ("tile_rows", s.tile_rows), ("n_tile", n))),
-        LaunchConfig(kernel="deepep_down", grid=expert_tbs, stream=0, params=(
-            ("hh", "@dp_hh"), ("recv_y", "@dp_recv_y"), ("tiles", "@dp_tiles"),
-            ("info", "@dp_info"), ("wd", "@w_down"), ("acct", "@acct"), ("hidden", H),
-            ("ffn", s.ffn), ("tile_rows", s.tile_rows), ("n_tile", n))),
+            ("acct", "@acct"), ("tokens", T), ("topk", k), ("row_bytes", db), ("channels", C),
+            ("ring_rows", R), ("send_chunk", opts.send_chunk_tokens), ("local_experts", El))),
+    ]
+    if not comm_only:
+        # GEMM jobs: one per SM at a time (their accumulators fill most of an SM's shared memory)
+        expert_tbs = max(1, min(nsm, tiles_cap * max(s.ffn, H) // n))
+        buffers.append(_buf("dp_hh", rows_cap * s.ffn * 2, dtype="bf16"))
+        launches += [
+            LaunchConfig(kernel="deepep_gate_up", grid=expert_tbs, stream=0, params=(
+                ("recv_x", "@dp_recv_x"), ("hh", "@dp_hh"), ("tiles", "@dp_tiles"),
+                ("info", "@dp_info"), ("wg", "@w_gate"), ("wu", "@w_up"), ("hidden", H),
+                ("ffn", s.ffn), ("tile_rows", s.tile_rows), ("n_tile", n))),
+            LaunchConfig(kernel="deepep_down", grid=expert_tbs, stream=0, params=(
+                ("hh", "@dp_hh"), ("recv_y", "@dp_recv_y"), ("tiles", "@dp_tiles"),
+                ("info", "@dp_info"), ("wd", "@w_down"), ("acct", "@acct"), ("hidden", H),
+                ("ffn", s.ffn), ("tile_rows", s.tile_rows), ("n_tile", n))),
+        ]
+    shared = 0 if comm_only else s.shared
+    launches += [
         LaunchConfig(kernel="deepep_combine", grid=C * P, stream=0, params=(
-            ("rec", "@dp_rec"), ("ntf", "@dp_ntf"), ("recv_y", "@dp_recv_y"),
+            ("rec", "@dp_rec"), ("ntf", "@dp_ntf"), ("recv_y", expert_out),
             ("comb", "@dp_comb"), ("scratch", "@dp_combine_scratch"), ("acct", "@acct"),
             ("done", "@done"), ("tokens", T), ("topk", k), ("hidden", H), ("channels", C),
             ("local_experts", El))),
@@ -118,15 +152,59 @@ def plan(layer):
                      params=(
             ("out", "@out"), ("ys", "@ys"), ("comb", "@dp_comb"), ("meta", "@dp_meta"),
             ("one", "@one"), ("done", "@done"), ("acct", "@acct"), ("tokens", T), ("hidden", H),
-            ("shared", s.shared), ("shared_tbs", cfg.workload.layer.shared_tbs))),
+            ("shared", shared), ("shared_tbs", cfg.workload.layer.shared_tbs))),
     ]
-    sbufs, slaunch = shared_expert_launches(s, cfg, stream=1)
+    reference = {"combine": "per_rank", "local_experts": El}
+    if comm_only:
+        sbufs, slaunch = [], []
+        reference.update(identity_experts=True, shared_gate=None, shared_up=None,
+                         shared_down=None)
+    else:
+        sbufs, slaunch = shared_expert_launches(s, cfg, stream=1)
     return SchemePlan(
         buffers=tuple(buffers + sbufs), launches=tuple(launches + slaunch),
         kernel_files=(KERNELS,), n_tile=n,
         phases={"mediation": ("deepep_layout", "deepep_notify"),
                 "dispatch": ("deepep_dispatch",),
-                "expert": ("deepep_gate_up", "deepep_down") + SHARED_KERNELS,
+                "expert": () if comm_only else ("deepep_gate_up", "deepep_down") + SHARED_KERNELS,
                 "combine": ("deepep_combine", "deepep_reduce")},
         mediation_extra_ps=opts.host_sync_latency + cfg.system.gpu.kernel_launch_latency,
-        reference_kwargs={"combine": "per_rank", "local_experts": El})
+        reference_kwargs=reference,
+        checked_accounting=tuple(a for a in ACCT_NAMES if not (comm_only and a == "computed")),
+        extra_stats=functools.partial(add_bandwidth_stats, dispatch_bytes=db))
+
+
+def add_bandwidth_stats(sim, layer, dispatch_bytes):
+    """DeepEP's bandwidth figures (moehub_arch/workloads/bandwidth.py): bytes each rank receives
+    in dispatch (deduplicated token rows, its own included, `dispatch_bytes` each) and sends back
+    in combine (the same rows in bf16), over each rank's kernel time, averaged over ranks."""
+    s = layer.shape
+    rows = tokens_received_per_rank(layer.routing.topk_idx, s.local_experts)
+    st, out = sim.state, sim.stats
+
+    def ticks(kernel):
+        per_gpu = np.zeros(s.num_gpus, dtype=np.int64)
+        for li in sim.launches:
+            if li.kernel == kernel:
+                per_gpu[li.gpu] += int(st.ln[li.index].end) - int(st.ln[li.index].start)
+        return per_gpu
+
+    t_dispatch, t_combine, t_reduce = (ticks(f"deepep_{n}") for n in ("dispatch", "combine",
+                                                                       "reduce"))
+    recv, back = rows * dispatch_bytes, rows * s.row_bytes
+    out.add("system.moe.deepep.dispatch_recv_bytes", float(recv.mean()), "B",
+            "bytes of token rows a rank receives in dispatch (one row per token and rank holding "
+            "any of its experts, own tokens included; dispatch dtype), mean over ranks")
+    out.add("system.moe.deepep.dispatch_GBps", mean_rank_bandwidth_GBps(recv, t_dispatch), "GB/s",
+            "DeepEP dispatch bandwidth: bytes received / deepep_dispatch kernel time, mean over "
+            "ranks")
+    out.add("system.moe.deepep.combine_send_bytes", float(back.mean()), "B",
+            "bytes of bf16 rows a rank sends back in combine (the rows it received), mean over "
+            "ranks")
+    out.add("system.moe.deepep.combine_GBps", mean_rank_bandwidth_GBps(back, t_combine), "GB/s",
+            "DeepEP combine bandwidth: bytes sent back / deepep_combine kernel time, mean over "
+            "ranks")
+    out.add("system.moe.deepep.combine_reduce_GBps",
+            mean_rank_bandwidth_GBps(back, t_combine + t_reduce), "GB/s",
+            "the same over deepep_combine + deepep_reduce kernel time (DeepEP's combine kernel "
+            "also does the home reduction, a separate kernel here)")

@@ -19,8 +19,13 @@
 # Stream 1: the shared experts (shared_gate_up, shared_down in ../common/moe_common.s). There is no
 # cross-stream event: deepep_reduce reads their output ys at the end of the layer, long after the
 # shared experts (which start with the layer) finished.
+# workload.layer.deepep.kernels: communication (DeepEP's own benchmark: dispatch and combine
+# alone) launches layout, notify, dispatch, combine and reduce only: no GEMMs, no shared experts;
+# the experts are the identity - combine reads the received rows (dp_recv_x) as expert outputs -
+# or, with fp8 dispatch, reads dp_recv_y (bf16 rows of the right size; timing mode only).
 #
-# Shapes: P GPUs (%ngpu), T tokens per GPU, k = top-k (<= 8), H hidden, rb = 2H row bytes, El local
+# Shapes: P GPUs (%ngpu), T tokens per GPU, k = top-k (<= 8), H hidden, rb = 2H bf16 row bytes,
+# db = dispatched row bytes (rb, or H + 4 * ceil(H/128) for fp8 rows with their scales), El local
 # experts (GPU g holds experts g*El .. g*El+El-1), C channels, R = ring_rows, Tc = ceil(T / C)
 # tokens per channel (channel c owns tokens c*Tc .. min(T, c*Tc + Tc) - 1, as DeepEP's channels
 # own contiguous token ranges), W = C + El words per count row. All words i64 unless said.
@@ -44,15 +49,18 @@
 #                              (notify sets it to the region base; receivers atom.add it)
 #   dp_tiles  ctl  [tiles][4]  GEMM tile table: first row (in dp_recv_x), rows, local expert,
 #                              1 if it is the expert's first tile
-#   dp_rank_slots ctl [P][ceil(T/16)]  nibble t % 16 of word [r][t / 16]: how many of token t's
+#   rank slots ctl [P][ceil(T/16)]  right after dp_meta's T rows (at dp_meta + 128 T), in the same
+#                              buffer: nibble t % 16 of word [r][t / 16]: how many of token t's
 #                              slots are on rank r (layout, red.add; senders read 16 tokens a load)
 #   dp_ring_ctl ctl            tail [C][P]: tail[c][s] (receiver side: tokens source s pushed into
 #                              this rank's ring (c, s)); head [C][P]: head[c][r] (sender side: tokens
 #                              receiver r consumed from ring (c, me) on r) - both count tokens since
 #                              the start; then the metadata ring slots [C][P][R][12] (words 0..11 of
 #                              dp_meta)
-#   dp_ring_x data [C][P][R][rb]    token-row ring slots ((c, s) on rank r: from source s)
-#   dp_recv_x data [rows][rb]  received rows, expert-major: expert le's rows are a contiguous
+#   dp_x_fp8  data [T][db]   fp8 dispatch only: the tokens as e4m3 elements followed by their fp32
+#                              scales (DeepEP's (x, x_scales) input); dispatch reads it instead of x
+#   dp_ring_x data [C][P][R][db]    token-row ring slots ((c, s) on rank r: from source s)
+#   dp_recv_x data [rows][db]  received rows, expert-major: expert le's rows are a contiguous
 #                              region starting at its base (prefix sum over local experts)
 #   dp_hh     data [rows][I]   bf16 silu(X Wg) * (X Wu) of every received row (between the GEMMs)
 #   dp_recv_y data [rows][rb]  expert outputs at the same positions
@@ -345,9 +353,9 @@ end:
 # on one word and keeps its state in registers (shared memory holds no words in timing mode, and a
 # counter in HBM would cost a load per token), so each warp group is one TB:
 #   TB c*P + r (< C*P): sender of channel c to rank r. Walks the channel's tokens in order; a token
-#     with slots on r (its nibble in dp_rank_slots; one load per 16 tokens) waits for room in ring
+#     with slots on r (its nibble in the rank slots; one load per 16 tokens) waits for room in ring
 #     (c, me) on r (the head r publishes back), then puts the token row and its 96 B metadata row
-#     into slot (sent % R). After every min(8, max(1, R/2)) tokens, before waiting on a full ring
+#     into slot (sent % R). After every min(send_chunk, max(1, R/2)) tokens, before waiting on a full ring
 #     and at the end it fences and publishes the tail with flag.set (release: the slots' data
 #     landed before the tail moves). Counts the token's slots on r as pairs sent.
 #   TB C*P + c*P + s: receiver of ring (c, s) on this rank. Expects ntf[s][c] tokens; waits on the
@@ -358,7 +366,6 @@ end:
 .kernel deepep_dispatch
 .param x
 .param meta
-.param rank_slots
 .param ring_x
 .param ring_ctl              # tail [C][P], head [C][P], then the metadata ring slots
 .param ntf
@@ -368,11 +375,12 @@ end:
 .param acct
 .param tokens
 .param topk
-.param hidden
+.param row_bytes             # bytes of a dispatched row: 2H (bf16) or H + 4 * H/128 (fp8 + scales)
 .param channels
 .param ring_rows
+.param send_chunk            # tokens per published chunk (capped at half the ring)
 .param local_experts
-    shl r1, %hidden, 1           # r1 = rb
+    mov r1, %row_bytes           # r1 = dispatched row bytes
     add r2, %tokens, %channels
     sub r2, r2, 1
     div r2, r2, %channels        # r2 = Tc
@@ -390,7 +398,7 @@ end:
     min r15, r15, %tokens        # r15 = end of the channel
     shr r8, %ring_rows, 1
     max r8, r8, 1
-    min r8, r8, 8                # r8 = tokens per published chunk
+    min r8, r8, %send_chunk      # r8 = tokens per published chunk
     mul r11, r6, %ngpu
     add r11, r11, %gpu           # r11 = ring (c, me): its index on the destination
     mul r12, r11, %ring_rows     # r12 = its first slot
@@ -400,16 +408,18 @@ end:
     add r24, r24, r3
     add r24, r24, %ring_ctl      # r24 = &head[c][r] here (written by receiver r)
     add r20, %tokens, 15
-    shr r20, r20, 4              # r20 = words per rank in dp_rank_slots
+    shr r20, r20, 4              # r20 = words per rank in the rank slots
     mul r20, r20, r7
     shl r20, r20, 3
-    add r20, r20, %rank_slots    # r20 = rank r's slot counts
+    shl r16, %tokens, 7
+    add r20, r20, r16
+    add r20, r20, %meta          # r20 = rank r's slot counts (after dp_meta's T rows)
     mov r9, 0                    # r9 = tokens sent since the last publish
     mov r10, 0                   # r10 = pairs sent
     mov r21, 0                   # r21 = tokens sent (tail)
     mov r22, 0                   # r22 = tail published
     mov r23, 0                   # r23 = head last seen
-    mov r25, -1                  # r25 = dp_rank_slots word loaded in r19
+    mov r25, -1                  # r25 = rank-slots word loaded in r19
 send_token:
     bge r14, r15, flush_end
     shr r16, r14, 4
