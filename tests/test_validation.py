@@ -108,6 +108,8 @@ def test_reference_yaml_syntax_error(tmp_path):
     p = write(tmp_path, "references:\n  - {figure: [\n")
     with pytest.raises(ConfigError, match="ref.yaml:.*YAML syntax error"):
         load_references([p], FIGS)
+    with pytest.raises(ConfigError, match="nope.yaml: no such reference file"):
+        load_references([tmp_path / "nope.yaml"], FIGS)
 
 
 def validate_cli(*args):

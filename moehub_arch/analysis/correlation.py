@@ -105,6 +105,8 @@ def load_references(paths, known_figures):
 
 def _load_file(path, known):
     shown = _display(path)
+    if not path.is_file():
+        raise ConfigError(f"{shown}: no such reference file", file=shown)
     raw = _read_yaml(path)
     if not isinstance(raw, dict):
         raise ConfigError(f"{shown}: the top level must be a mapping with a 'references' list "
