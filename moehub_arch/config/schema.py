@@ -220,6 +220,18 @@ class DeepepSchemeConfig:
                                 "the counts, sizes the receive buffers and launches dispatch", 10_000_000,
                                 min=0)
     ring_rows: int = _f("int", "rows of each (channel, peer) ring buffer", 64, min=1)
+    send_chunk_tokens: int = _f("int", "tokens a dispatch sender puts into a ring before it "
+                                "publishes the tail (at most half the ring; DeepEP's "
+                                "num_max_nvl_chunked_send_tokens)", 8, min=1)
+    kernels: str = _f("choice", "layer: the whole MoE layer; communication: only layout, notify, "
+                      "dispatch, combine and the home reduction - the experts are the identity "
+                      "(combine sends the received rows back) and there are no shared experts, "
+                      "as DeepEP's own benchmark times its dispatch and combine kernels",
+                      "layer", choices=("layer", "communication"))
+    dispatch_dtype: str = _f("choice", "element type of the dispatched token rows: bf16 (2 B per "
+                             "element) or fp8 (1 B per element plus one fp32 scale per 128 "
+                             "elements; timing mode with kernels: communication only); combine "
+                             "is always bf16", "bf16", choices=("bf16", "fp8"))
 
 
 @attrs.frozen

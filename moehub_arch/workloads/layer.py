@@ -91,6 +91,9 @@ class SchemePlan:
                                       # [El][cols / n_tile][rows][n_tile]; 0: plain [El][rows][cols]
     reference_kwargs: dict = attrs.field(factory=dict)  # extra moe_layer_reference arguments: the
                                       # scheme's arithmetic order (e.g. DeepEP's per-rank partial sums)
+    checked_accounting: tuple = ACCT_NAMES  # acct counts that must equal the pairs (a scheme
+                                      # without expert compute does not count "computed")
+    extra_stats: object = None        # callable(sim, layer): the scheme's own end-of-run stats
 
 
 def layer_shape(cfg):
@@ -307,6 +310,8 @@ class MoeLayer:
         accounting is checked with the other end-of-run invariants (`invariants`)."""
         from .layer_stats import add_layer_stats
         add_layer_stats(sim, self)
+        if self.plan.extra_stats is not None:
+            self.plan.extra_stats(sim, self)
         self._accounting_stats(sim)
         if self.shape.functional:
             self._check_output(sim)
@@ -319,16 +324,21 @@ class MoeLayer:
         got = {n: int(counts[i]) for i, n in enumerate(ACCT_NAMES)}
         if self.plan.received_stat:
             got["received"] = int(sum(x.value for x in stats.match(self.plan.received_stat)))
+        checked = self.plan.checked_accounting
         for name in ACCT_NAMES:
             stats.add(f"system.moe.rows_{name}", got[name], "count",
-                      f"token-expert rows {name} over all GPUs (must equal tokens x top-k x GPUs)")
+                      f"token-expert rows {name} over all GPUs (must equal tokens x top-k x GPUs)"
+                      if name in checked else
+                      f"token-expert rows {name} over all GPUs (not checked: the scheme's "
+                      f"configuration does not run this step)")
 
     def invariants(self, sim):
         """Token accounting (checks.py): every token-expert pair sent, received, computed and
-        combined exactly once; violations as lines with the numbers."""
+        combined exactly once (the steps the scheme's configuration runs); violations as lines
+        with the numbers."""
         s = self.shape
         want = s.num_gpus * s.pairs
-        bad = [f"{n} {int(sim.stats[f'system.moe.rows_{n}'])}" for n in ACCT_NAMES
+        bad = [f"{n} {int(sim.stats[f'system.moe.rows_{n}'])}" for n in self.plan.checked_accounting
                if int(sim.stats[f"system.moe.rows_{n}"]) != want]
         if not bad:
             return []

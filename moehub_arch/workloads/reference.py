@@ -69,7 +69,7 @@ def expert_ffn(x, w_gate, w_up, w_down) -> np.ndarray:
 
 def moe_layer_reference(x, topk_idx, topk_weight, w_gate, w_up, w_down, shared_gate=None,
                         shared_up=None, shared_down=None, combine="per_slot",
-                        local_experts=None) -> np.ndarray:
+                        local_experts=None, identity_experts=False) -> np.ndarray:
     """Output [num_gpus, T, H] float32 of one MoE layer.
 
     x [P, T, H] float32 (bf16 values); topk_idx [P, T, k] global expert ids; topk_weight [P, T, k]
@@ -84,6 +84,10 @@ def moe_layer_reference(x, topk_idx, topk_weight, w_gate, w_up, w_down, shared_g
       starting at fp32 0 accumulates fp32(weight * y) of the slots j (ascending) whose expert is
       on r; the partial is rounded to bf16 (it travels home as a bf16 row) and added to the
       output in fp32.
+
+    identity_experts=True: every routed expert returns its input row unchanged (y = x; the
+    weights are not used) - the communication-only benchmark, where combine sends the received
+    rows back.
     """
     if combine not in ("per_slot", "per_rank"):
         raise ValueError(f"combine must be 'per_slot' or 'per_rank', not {combine!r}")
@@ -112,7 +116,8 @@ def moe_layer_reference(x, topk_idx, topk_weight, w_gate, w_up, w_down, shared_g
     y = np.zeros((n, k, h), dtype=F32)
     for e in np.unique(flat_idx):
         tok, slot = np.nonzero(flat_idx == e)
-        y[tok, slot] = expert_ffn(rows[tok], w_gate[e], w_up[e], w_down[e])
+        y[tok, slot] = rows[tok] if identity_experts else expert_ffn(rows[tok], w_gate[e],
+                                                                      w_up[e], w_down[e])
     if combine == "per_slot":
         for kk in range(k):
             out = (out + (flat_w[:, kk, None] * y[:, kk, :]).astype(F32)).astype(F32)

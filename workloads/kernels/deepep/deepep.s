@@ -19,8 +19,13 @@
 # Stream 1: the shared experts (shared_ffn in ../common/moe_common.s). There is no
 # cross-stream event: deepep_reduce reads their output ys at the end of the layer, long after the
 # shared experts (which start with the layer) finished.
+# workload.layer.deepep.kernels: communication (DeepEP's own benchmark: dispatch and combine
+# alone) launches layout, notify, dispatch, combine and reduce only: no GEMMs, no shared experts;
+# the experts are the identity - combine reads the received rows (dp_recv_x) as expert outputs -
+# or, with fp8 dispatch, reads dp_recv_y (bf16 rows of the right size; timing mode only).
 #
-# Shapes: P GPUs (%ngpu), T tokens per GPU, k = top-k (<= 8), H hidden, rb = 2H row bytes, El local
+# Shapes: P GPUs (%ngpu), T tokens per GPU, k = top-k (<= 8), H hidden, rb = 2H bf16 row bytes,
+# db = dispatched row bytes (rb, or H + 4 * ceil(H/128) for fp8 rows with their scales), El local
 # experts (GPU g holds experts g*El .. g*El+El-1), C channels, R = ring_rows, Tc = ceil(T / C)
 # tokens per channel (channel c owns tokens c*Tc .. min(T, c*Tc + Tc) - 1, as DeepEP's channels
 # own contiguous token ranges), W = C + El words per count row. All words i64 unless said.
@@ -52,8 +57,10 @@
 #                              receiver r consumed from ring (c, me) on r) - both count tokens since
 #                              the start; then the metadata ring slots [C][P][R][12] (words 0..11 of
 #                              dp_meta)
-#   dp_ring_x data [C][P][R][rb]    token-row ring slots ((c, s) on rank r: from source s)
-#   dp_recv_x data [rows][rb]  received rows, expert-major: expert le's rows are a contiguous
+#   dp_x_fp8  data [T][db]   fp8 dispatch only: the tokens as e4m3 elements followed by their fp32
+#                              scales (DeepEP's (x, x_scales) input); dispatch reads it instead of x
+#   dp_ring_x data [C][P][R][db]    token-row ring slots ((c, s) on rank r: from source s)
+#   dp_recv_x data [rows][db]  received rows, expert-major: expert le's rows are a contiguous
 #                              region starting at its base (prefix sum over local experts)
 #   dp_hh     data [rows][I]   bf16 silu(X Wg) * (X Wu) of every received row (between the GEMMs)
 #   dp_recv_y data [rows][rb]  expert outputs at the same positions
@@ -364,7 +371,7 @@ end:
 #   TB c*P + r (< C*P): sender of channel c to rank r. Walks the channel's tokens in order; a token
 #     with slots on r (its nibble in dp_rank_slots; one load per 16 tokens) waits for room in ring
 #     (c, me) on r (the head r publishes back), then puts the token row and its 96 B metadata row
-#     into slot (sent % R). After every min(8, max(1, R/2)) tokens, before waiting on a full ring
+#     into slot (sent % R). After every min(send_chunk, max(1, R/2)) tokens, before waiting on a full ring
 #     and at the end it fences and publishes the tail with flag.set (release: the slots' data
 #     landed before the tail moves). Counts the token's slots on r as pairs sent.
 #   TB C*P + c*P + s: receiver of ring (c, s) on this rank. Expects ntf[s][c] tokens; waits on the
@@ -385,11 +392,12 @@ end:
 .param acct
 .param tokens
 .param topk
-.param hidden
+.param row_bytes             # bytes of a dispatched row: 2H (bf16) or H + 4 * H/128 (fp8 + scales)
 .param channels
 .param ring_rows
+.param send_chunk            # tokens per published chunk (capped at half the ring)
 .param local_experts
-    shl r1, %hidden, 1           # r1 = rb
+    mov r1, %row_bytes           # r1 = dispatched row bytes
     add r2, %tokens, %channels
     sub r2, r2, 1
     div r2, r2, %channels        # r2 = Tc
@@ -407,7 +415,7 @@ end:
     min r15, r15, %tokens        # r15 = end of the channel
     shr r8, %ring_rows, 1
     max r8, r8, 1
-    min r8, r8, 8                # r8 = tokens per published chunk
+    min r8, r8, %send_chunk      # r8 = tokens per published chunk
     mul r11, r6, %ngpu
     add r11, r11, %gpu           # r11 = ring (c, me): its index on the destination
     mul r12, r11, %ring_rows     # r12 = its first slot
