@@ -105,10 +105,12 @@ def plot_sm_timeline(run, path, max_gpus=4):
         ax.grid(axis="x", alpha=0.3)
     axes[-1, 0].set_xlabel("simulated time (us)")
     handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in ACTIVITY_COLORS.values()]
+    # title on top, the legend under it, then the axes (they must not overlap)
+    fig.suptitle(f"Thread-block activity per SM - {run.label} (phases on top)", y=0.995,
+                 va="top")
     fig.legend(handles, list(ACTIVITY_COLORS), loc="upper center", ncol=5, fontsize=8,
-               frameon=False, bbox_to_anchor=(0.5, 0.995))
-    fig.suptitle(f"Thread-block activity per SM - {run.label} (phases on top)", y=0.955)
-    fig.tight_layout(rect=(0, 0, 1, 0.94))
+               frameon=False, bbox_to_anchor=(0.5, 0.96))
+    fig.tight_layout(rect=(0, 0, 1, 0.9))
     fig.savefig(path, dpi=110)
     plt.close(fig)
 

@@ -1,0 +1,34 @@
+"""The benchmark tool's arithmetic and report (tools/bench.py); its runs are measured, not tested."""
+import importlib.util
+
+import pytest
+
+from conftest import REPO
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("bench", REPO / "tools" / "bench.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_growth_exponent_is_the_log_log_slope(bench):
+    xs = [1024, 2048, 4096, 8192]
+    assert bench.fit_exponent(xs, [3.0 * x for x in xs]) == pytest.approx(1.0)
+    assert bench.fit_exponent(xs, [0.5 * x ** 1.5 for x in xs]) == pytest.approx(1.5)
+    assert bench.fit_exponent(xs, [7.0] * 4) == pytest.approx(0.0, abs=1e-12)
+
+
+def test_case_figures_and_table(bench):
+    stats = {"hostSeconds": 2.0, "hostCompileSeconds": 0.25, "simSeconds": 1e-3,
+             "simEvents": 8_000_000, "simInsts": 1_000_000}
+    fig = bench.case_figures(stats, peak_mb=300.0, wall=3.1)
+    assert (fig["events_per_s"], fig["insts_per_s"], fig["slowdown"]) == (4_000_000, 500_000, 2000)
+    out = {"suite": "quick", "overrides": [], "cold_compile_s": None, "events_per_s": 4_000_000,
+           "machine": {"cpu": "x", "cores": 2, "python": "3", "numba": "0"},
+           "cases": {"alltoall": fig}, "sweeps": {}}
+    table = bench.render(out)
+    assert "| alltoall | 2.00 | 8,000,000 | 4.00 | 500 | 300 | 2,000 |" in table
+    assert "not measured (--cold)" in table
