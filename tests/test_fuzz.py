@@ -94,13 +94,17 @@ def small_system(draw, max_gpus=4):
     g = draw(st.integers(1, max_gpus))
     links = draw(st.integers(1, 3))
     payload = draw(st.sampled_from([64, 128, 256]))
+    # sometimes smaller than one packet: must be a config error, never a wedged link
+    rx_flits = draw(st.integers(payload // 16 - 1, 3 * payload // 16))
+    txq, outq = draw(st.integers(1, 6)), draw(st.integers(1, 6))
+    # packet trains (run.packet_train) where they fit the buffers and queues, else exact packets
+    train = min(draw(st.integers(1, 3)), txq, outq, max(1, rx_flits // (payload // 16 + 1)))
     return mini_system(num_gpus=g, num_sms=draw(st.integers(1, 3)), links=links) + [
         f"system.gpu.sm.max_resident_tbs={draw(st.integers(1, 4))}",
         f"system.nvlink.max_payload_bytes={payload}B",
-        # sometimes smaller than one packet: must be a config error, never a wedged link
-        f"system.nvlink.rx_buffer_flits={draw(st.integers(payload // 16 - 1, 3 * payload // 16))}",
-        f"system.nvlink.tx_queue_packets={draw(st.integers(1, 6))}",
-        f"system.switch.output_queue_packets={draw(st.integers(1, 6))}",
+        f"system.nvlink.rx_buffer_flits={rx_flits}",
+        f"system.nvlink.tx_queue_packets={txq}",
+        f"system.switch.output_queue_packets={outq}",
         f"system.nvlink.bandwidth={draw(st.sampled_from(['5GB/s', '25GB/s', '100GB/s']))}",
         f"system.nvlink.latency={draw(st.sampled_from(['0ns', '10ns', '500ns']))}",
         f"system.switch.traversal_latency={draw(st.sampled_from(['0ns', '250ns']))}",
@@ -109,6 +113,7 @@ def small_system(draw, max_gpus=4):
         f"system.gpu.hbm.channels={draw(st.sampled_from([1, 4, 16]))}",
         f"system.gpu.hub.packets_per_cycle={draw(st.integers(1, 4))}",
         f"system.gpu.hub.rx_latency_cycles={draw(st.sampled_from([0, 20, 500]))}",
+        f"run.packet_train={train}",
     ]
 
 
