@@ -28,7 +28,10 @@ def test_case_figures_and_table(bench):
     assert (fig["events_per_s"], fig["insts_per_s"], fig["slowdown"]) == (4_000_000, 500_000, 2000)
     out = {"suite": "quick", "overrides": [], "cold_compile_s": None, "events_per_s": 4_000_000,
            "machine": {"cpu": "x", "cores": 2, "python": "3", "numba": "0"},
-           "cases": {"alltoall": fig}, "sweeps": {}}
+           "cases": {"alltoall": fig}, "sweeps": {},
+           "packet_train": {"alltoall": {"train": 4, "sim_us_exact": 100.0, "sim_us_train": 104.0,
+                                         "error_pct": 4.0, "events_ratio": 3.5, "speedup": 3.0}}}
     table = bench.render(out)
+    assert "alltoall with run.packet_train=4: simulated time 104.0 us vs 100.0 us exact (+4.00%)" in table
     assert "| alltoall | 2.00 | 8,000,000 | 4.00 | 500 | 300 | 2,000 |" in table
     assert "not measured (--cold)" in table

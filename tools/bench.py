@@ -16,8 +16,12 @@ engine (one compiled version per argument type), so it is the cold start of any 
 ratio runs one small all-to-all under both engines and checks their model stats are identical.
 The sweeps fit wall = a * x^b by least squares on log-log points and report the exponent b.
 
+The cases alltoall and the DeepSeek-V3 layers run again with packet trains (--train K, default 4;
+run.packet_train, a fast path that changes the model): the difference in simulated time is the
+error of that option, reported with its speedup.
+
 --json writes {machine, events_per_s, engine_ratio, cold_compile_s, cases: {NAME: {...}},
-sweeps: {...}}; events_per_s is the events-weighted rate over the cases (total events / total
+packet_train: {NAME: {...}}, sweeps: {...}}; events_per_s is the events-weighted rate over the cases (total events / total
 run-loop seconds). --markdown writes the README's performance table.
 """
 import argparse
@@ -63,6 +67,10 @@ QUICK_SWEEPS = {
     "gpus": (f"{LAYER}/deepseek_v3_4096_moehub_gh200_nvl32.yaml", "system.num_gpus",
              [2, 4, 8], ["workload.layer.tokens_per_gpu=128", RECORDS_FOR_2_GPUS]),
 }
+# packet trains (run.packet_train, the fast path that changes the model): these cases run again
+# with trains of TRAIN_LENGTH packets; the table reports the simulated-time error and the speedup
+TRAIN_CASES = ("alltoall", "dsv3_dgx_h100_moehub", "dsv3_dgx_h100_deepep", "dsv3_dgx_h100_overlap")
+TRAIN_LENGTH = 4
 # the engine ratio's config: small enough for the pure-Python engine (~1e5 events)
 RATIO_CASE = ("configs/ubench/alltoall.yaml", [
     "workload.buffers.send.bytes=256KB", "workload.buffers.recv.bytes=256KB",
@@ -140,6 +148,9 @@ def main():
     ap.add_argument("--no-ratio", action="store_true", help="skip the Numba / pure-Python ratio")
     ap.add_argument("--cold", action="store_true", help="measure the cold compile in the quick "
                     "suite too (the full suite always does; it adds about two minutes)")
+    ap.add_argument("--train", type=int, default=TRAIN_LENGTH, metavar="K",
+                    help=f"packet-train length whose error is measured on {', '.join(TRAIN_CASES)} "
+                    f"(default {TRAIN_LENGTH}; 1 skips it)")
     ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                     help="override applied to every run (e.g. run.packet_train=4)")
     ap.add_argument("--json", type=Path, help="write the figures as JSON here")
@@ -176,12 +187,26 @@ def main():
                                     "identical_stats": model(fast) == model(slow)}
     else:
         run_sim(RATIO_CASE[0], RATIO_CASE[1] + extra)
-    out["cases"] = {}
+    out["cases"], exact = {}, {}
     for name, (config, over) in cases.items():
         log(f"bench: {name} ...")
-        out["cases"][name] = fig = case_figures(*run_sim(config, over + extra))
+        result = run_sim(config, over + extra)
+        exact[name] = result[0]
+        out["cases"][name] = fig = case_figures(*result)
         fig["compile_s"] = out["cold_compile_s"]
         fig["config"] = " ".join([config] + [f"--set {o}" for o in over])
+    out["packet_train"] = {}
+    for name in (n for n in TRAIN_CASES if n in exact and args.train > 1):
+        log(f"bench: {name} with run.packet_train={args.train} ...")
+        config, over = cases[name]
+        fast, _, _ = run_sim(config, over + extra + [f"run.packet_train={args.train}"])
+        a, b = exact[name], fast
+        out["packet_train"][name] = {
+            "train": args.train, "sim_us_exact": round(a["simSeconds"] * 1e6, 3),
+            "sim_us_train": round(b["simSeconds"] * 1e6, 3),
+            "error_pct": round(100 * (b["simSeconds"] - a["simSeconds"]) / a["simSeconds"], 2),
+            "events_ratio": round(a["simEvents"] / b["simEvents"], 2),
+            "speedup": round(a["hostSeconds"] / b["hostSeconds"], 2)}
     events = sum(c["events"] for c in out["cases"].values())
     seconds = sum(c["wall_s"] for c in out["cases"].values())
     out["events_per_s"] = round(events / seconds) if seconds else None
@@ -226,6 +251,11 @@ def render(out):
         lines.append(f"- Numba / pure-Python engine: {out['engine_ratio']:.0f}x on {r['events']:,} events "
                      f"({r['numba_s']:.3f} s vs {r['python_s']:.1f} s; identical stats: "
                      f"{r['identical_stats']})")
+    for name, t in out.get("packet_train", {}).items():
+        lines.append(f"- {name} with run.packet_train={t['train']}: simulated time "
+                     f"{t['sim_us_train']:.1f} us vs {t['sim_us_exact']:.1f} us exact "
+                     f"({t['error_pct']:+.2f}%), {t['events_ratio']:.1f}x fewer events, "
+                     f"{t['speedup']:.1f}x faster")
     for name, s in out["sweeps"].items():
         pts = ", ".join(f"{x}: {w:.2f} s" for x, w in zip(s["points"], s["wall_s"]))
         lines.append(f"- {name} sweep ({s['key']}; {pts}): wall ~ x^{s['exponent']:.2f}, "
