@@ -112,6 +112,8 @@ CASES = [
      ["system.switch.ports", "switch 0 needs 40 ports", "(8 GPUs x 5 links)", "found 16"]),
     ("rx-buffer-too-small", {}, _set(DGX, "system.nvlink.rx_buffer_flits=8"),
      ["system.nvlink.rx_buffer_flits", "at least 17 flits", "deadlocks"]),
+    ("packet-train-too-long", {}, _set(DGX, "run.packet_train=64"),
+     ["run.packet_train", "receive buffer", "found 64"]),
     ("header-not-flits", {}, _set(DGX, "system.nvlink.header_bytes=20B"),
      ["system.nvlink.header_bytes", "multiple of system.nvlink.flit_bytes"]),
     ("launch-gpu-range", {}, _set(P2P, "workload.launches.0.gpus=[0, 9]"),
