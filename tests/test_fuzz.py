@@ -64,6 +64,8 @@ def outcome(config, overrides, may_starve=False):
     except (ConfigError, BuildError, LayerError) as e:
         msg = str(e)
         assert "\n" not in msg and "Traceback" not in msg and ": " in msg, msg
+        # a key the fuzzer itself gets wrong would turn every example into a "clean error"
+        assert "unknown key" not in msg, "the fuzz test sets a key that does not exist: " + msg
         event(f"clean error while building: {type(e).__name__}")
         return None
     try:
@@ -205,7 +207,8 @@ def test_fuzz_moe_layers(data):
         f"workload.layer.deepep.comm_sms={data.draw(st.sampled_from([2, 4, 8]), 'comm_sms')}",
         f"workload.layer.deepep.ring_rows={data.draw(st.integers(1, 16), 'ring_rows')}",
         "workload.layer.deepep.host_sync_latency=1us",
-        f"workload.layer.overlap.comm_tbs={data.draw(st.integers(1, 4), 'comm_tbs')}",
+        f"workload.layer.overlap.comm_sms={data.draw(st.sampled_from([2, 4, 8]), 'ov_comm_sms')}",
+        f"workload.layer.overlap.ring_rows={data.draw(st.integers(1, 16), 'ov_ring_rows')}",
         f"workload.layer.overlap.compute_tbs={data.draw(st.integers(1, 8), 'compute_tbs')}",
     ]
     sim = outcome("experiments/functional.yaml", over, may_starve=True)
