@@ -108,7 +108,11 @@ def _retry_pass(st, g, tick):
         pkt = st.aau_q[g, i, 0]
         c = st.aau_q[g, i, 1]
         staged = st.aau_q[g, i, 2]
-        done = _process(st, g, pkt, max(tick, st.pk[pkt].ready))
+        # a packet still blocked on its first row would change nothing in _process: skip it (a
+        # full record table otherwise makes every release re-walk the whole staging store)
+        done = -1
+        if not _still_blocked(st, g, pkt):
+            done = _process(st, g, pkt, max(tick, st.pk[pkt].ready))
         if done >= 0:
             if staged:
                 gp.aau_staged -= 1
@@ -153,15 +157,43 @@ def _window_index(st, g, expert):
 
 
 @compiled
+def _has_room(st, g, row):
+    """The row's expert window has a free slot and the record table a free entry."""
+    p = st.p[0]
+    win = st.win[_window_index(st, g, row.expert)]
+    live = win.alloc - win.released_tiles * p.tile_rows
+    return live < p.window_rows and st.gpu[g].records_live < p.records_cap
+
+
+@compiled
+def _still_blocked(st, g, pkt):
+    """True if a parked packet would still make no progress: its first byte belongs to a row
+    without a slot that cannot get one now (not the stream's next row to allocate, or no room).
+    A parked packet always starts at such a row (_process keeps the rest from the blocking row
+    on), so this is exactly the case where _process would return -1 and change nothing."""
+    p = st.p[0]
+    pk = st.pk[pkt]
+    if pk.kind == PK_MOE_EOS:
+        return False
+    s = pk.src * p.num_gpus + g
+    first = row_at(st, s, pk.addr)
+    if first >= st.stream[s].head:
+        return False
+    row = st.mrow[s * p.rpm_ring + first % p.rpm_ring]
+    if row.alloc >= 0:
+        return False
+    return first != _first_unallocated(st, s) or not _has_room(st, g, row)
+
+
+@compiled
 def _allocate(st, g, row):
     """Bump-allocate the next slot of the row's expert window; False if window or table is full."""
     p = st.p[0]
     gp = st.gpu[g]
+    if not _has_room(st, g, row):
+        return False
     w = _window_index(st, g, row.expert)
     win = st.win[w]
-    live = win.alloc - win.released_tiles * p.tile_rows
-    if live >= p.window_rows or gp.records_live >= p.records_cap:
-        return False
     index = win.alloc
     tile_index = index // p.tile_rows
     tl = st.tile[w * p.tiles_per_window + tile_index % p.tiles_per_window]
@@ -184,8 +216,9 @@ def _allocate(st, g, row):
     gp.aau_allocs += 1
     if gp.records_live > gp.aau_records_peak:
         gp.aau_records_peak = gp.records_live
-    if live + 1 > gp.aau_window_peak:
-        gp.aau_window_peak = live + 1
+    live = win.alloc - win.released_tiles * p.tile_rows   # including this row
+    if live > gp.aau_window_peak:
+        gp.aau_window_peak = live
     return True
 
 
