@@ -451,7 +451,7 @@ def _moe_state(cfg, p, links, rxq_cap):
         mrow=new_records(MOE_ROW, G * G * p.rpm_ring),
         win=new_records(WINDOW, G * p.local_experts), tile=tile,
         # waiting packets: at most every receive buffer of the GPU's links plus its loopback
-        aau_q=np.zeros((G, p.aau_staging + (links + 1) * rxq_cap, 3), np.int64),
+        aau_q=np.zeros((G, p.aau_staging + (links + 1) * rxq_cap, 4), np.int64),
         rpm_hist=np.zeros((G, RPM_HIST_BINS), np.int64),
         dam_hist=np.zeros((G, DAM_HIST_BINS), np.int64),
     )

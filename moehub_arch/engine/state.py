@@ -128,6 +128,7 @@ STREAM = _record(
     "oldest",       # acceptance tick of the oldest unsent byte's row (-1: nothing unsent)
     "eos_pending", "eos_sent",  # end of stream requested / EOS marker sent
     "recv", "total", "eos_seen", "done",  # receiver side: bytes processed, final size, finished
+    "allocs",       # receiver side: rows of the stream given a window slot (parked packets' stamp)
 )
 # Row descriptors in flight, ring of rpm_ring entries per stream (the header travelling with the row).
 MOE_ROW = _record("expert", "src_addr", "length", "home", "aux", "start", "alloc", "recv", "done",

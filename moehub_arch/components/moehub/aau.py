@@ -58,6 +58,7 @@ def aau_receive(st, g, c, pkt, tick):
         e[0] = pkt
         e[1] = c
         e[2] = 0
+        e[3] = _stream_allocs(st, g, pkt)
         if gp.aau_staged < st.p[0].aau_staging:
             gp.aau_staged += 1
             e[2] = 1
@@ -102,6 +103,7 @@ def aau_retry(st, g, tick):
 
 @compiled
 def _retry_pass(st, g, tick):
+    p = st.p[0]
     gp = st.gpu[g]
     kept = 0
     for i in range(gp.aau_q_count):
@@ -109,9 +111,12 @@ def _retry_pass(st, g, tick):
         c = st.aau_q[g, i, 1]
         staged = st.aau_q[g, i, 2]
         # a packet still blocked on its first row would change nothing in _process: skip it (a
-        # full record table otherwise makes every release re-walk the whole staging store)
+        # full record table otherwise makes every allocation re-walk the whole staging store).
+        # O(1) when the table is full and its stream got no slot since the packet parked.
+        allocs = _stream_allocs(st, g, pkt)
         done = -1
-        if not _still_blocked(st, g, pkt):
+        if not (gp.records_live >= p.records_cap and allocs == st.aau_q[g, i, 3]) \
+                and not _still_blocked(st, g, pkt):
             done = _process(st, g, pkt, max(tick, st.pk[pkt].ready))
         if done >= 0:
             if staged:
@@ -123,6 +128,7 @@ def _retry_pass(st, g, tick):
         st.aau_q[g, kept, 0] = pkt
         st.aau_q[g, kept, 1] = c
         st.aau_q[g, kept, 2] = staged
+        st.aau_q[g, kept, 3] = allocs
         kept += 1
     if gp.aau_q_count > 0 and kept == 0:
         gp.aau_stall_ticks += tick - gp.aau_stall_since
@@ -154,6 +160,16 @@ def _first_unallocated(st, s):
 @compiled
 def _window_index(st, g, expert):
     return g * st.p[0].local_experts + st.moe_place[expert, 1]
+
+
+@compiled
+def _stream_allocs(st, g, pkt):
+    """Rows of the packet's stream that got a window slot so far (-1 for end-of-stream packets,
+    which never wait)."""
+    pk = st.pk[pkt]
+    if pk.kind == PK_MOE_EOS:
+        return -1
+    return st.stream[pk.src * st.p[0].num_gpus + g].allocs
 
 
 @compiled
@@ -273,6 +289,7 @@ def _process(st, g, pkt, t):
                 stop = max(lo, row.start)
                 break
             nxt += 1
+            sr.allocs += 1
             if free_at == t:
                 t += p.aau_alloc_ticks   # the allocation pipeline, once per packet
                 free_at = t
