@@ -67,3 +67,16 @@ def read_stats_json(outdir):
 @pytest.fixture
 def repo():
     return REPO
+
+
+def check_layer(sim, gpus, tokens, k, min_reference):
+    """An MoE layer run: every token-expert pair sent, received, computed and combined exactly
+    once; in functional mode the output's largest magnitude exceeds `min_reference` (real numbers)
+    and equals the NumPy reference within 1e-6 of it."""
+    s = sim.stats
+    for name in ("sent", "received", "computed", "combined"):
+        assert s[f"system.moe.rows_{name}"] == gpus * tokens * k, name
+    if sim.cfg.workload.mode == "functional":
+        scale = s["system.moe.output_max_abs_reference"]
+        assert scale > min_reference
+        assert s["system.moe.output_max_abs_error"] <= 1e-6 * scale

@@ -3,6 +3,7 @@ reference, every token-expert pair is sent, received, computed and combined exac
 tiles start while rows are still arriving, and timing mode runs the same protocol."""
 import pytest
 
+import conftest
 from conftest import model_stats, simulate
 
 CONFIG = "experiments/functional.yaml"
@@ -19,12 +20,7 @@ def uniform():
 
 
 def check_layer(sim, gpus=P, tokens=T, k=K):
-    s = sim.stats
-    for name in ("sent", "received", "computed", "combined"):
-        assert s[f"system.moe.rows_{name}"] == gpus * tokens * k, name
-    if sim.cfg.workload.mode == "functional":
-        assert s["system.moe.output_max_abs_reference"] > 1.0
-        assert s["system.moe.output_max_abs_error"] <= 1e-6 * s["system.moe.output_max_abs_reference"]
+    conftest.check_layer(sim, gpus, tokens, k, min_reference=1.0)
 
 
 def test_uniform_output_and_accounting(uniform):

@@ -103,7 +103,6 @@ def aau_retry(st, g, tick):
 
 @compiled
 def _retry_pass(st, g, tick):
-    p = st.p[0]
     gp = st.gpu[g]
     kept = 0
     for i in range(gp.aau_q_count):
@@ -111,12 +110,9 @@ def _retry_pass(st, g, tick):
         c = st.aau_q[g, i, 1]
         staged = st.aau_q[g, i, 2]
         # a packet still blocked on its first row would change nothing in _process: skip it (a
-        # full record table otherwise makes every allocation re-walk the whole staging store).
-        # O(1) when the table is full and its stream got no slot since the packet parked.
-        allocs = _stream_allocs(st, g, pkt)
+        # full record table otherwise makes every allocation re-walk the whole staging store)
         done = -1
-        if not (gp.records_live >= p.records_cap and allocs == st.aau_q[g, i, 3]) \
-                and not _still_blocked(st, g, pkt):
+        if not _still_blocked(st, g, pkt, st.aau_q[g, i, 3]):
             done = _process(st, g, pkt, max(tick, st.pk[pkt].ready))
         if done >= 0:
             if staged:
@@ -128,7 +124,7 @@ def _retry_pass(st, g, tick):
         st.aau_q[g, kept, 0] = pkt
         st.aau_q[g, kept, 1] = c
         st.aau_q[g, kept, 2] = staged
-        st.aau_q[g, kept, 3] = allocs
+        st.aau_q[g, kept, 3] = _stream_allocs(st, g, pkt)   # blocked as of now
         kept += 1
     if gp.aau_q_count > 0 and kept == 0:
         gp.aau_stall_ticks += tick - gp.aau_stall_since
@@ -182,16 +178,20 @@ def _has_room(st, g, row):
 
 
 @compiled
-def _still_blocked(st, g, pkt):
+def _still_blocked(st, g, pkt, parked_allocs):
     """True if a parked packet would still make no progress: its first byte belongs to a row
     without a slot that cannot get one now (not the stream's next row to allocate, or no room).
     A parked packet always starts at such a row (_process keeps the rest from the blocking row
-    on), so this is exactly the case where _process would return -1 and change nothing."""
+    on), so this is exactly the case where _process would return -1 and change nothing.
+    `parked_allocs`: its stream's allocation count when it was last found blocked; with the
+    record table full and no slot given to the stream since, the answer is yes in O(1)."""
     p = st.p[0]
     pk = st.pk[pkt]
     if pk.kind == PK_MOE_EOS:
         return False
     s = pk.src * p.num_gpus + g
+    if st.gpu[g].records_live >= p.records_cap and st.stream[s].allocs == parked_allocs:
+        return True
     first = row_at(st, s, pk.addr)
     if first >= st.stream[s].head:
         return False
