@@ -63,6 +63,7 @@ def hub_submit(st, g, kind, slot, dst_gpu, dst_addr, src_addr, nbytes, value, re
     rq.pkts_arrived = 0
     rq.value = value
     rq.ret_reg = ret_reg
+    rq.launch = st.tb[slot].launch
     mp = st.p[0].max_payload * st.p[0].packet_train   # one (train of) packet(s)
     if kind == REQ_PUT or kind == REQ_GET:
         rq.pkts_total = (nbytes + mp - 1) // mp
@@ -190,6 +191,9 @@ def hub_packetize(st, g, tick):
             gp.reqq_count -= 1
             wake_hub_waiters(st, g, tick)
     pk.flits, pk.npk = packet_flits(st, pk.payload, st.p[0].max_payload)
+    if not use_resp and rq.launch >= 0:
+        # wire bytes per kernel (dispatch_link_efficiency); responses serve another GPU's kernel
+        st.ln[rq.launch].tx_wire += pk.flits * st.p[0].flit_bytes
     pk.ready = ready + st.p[0].hub_tx_latency_ticks
     gp.hub_tx_packets += pk.npk
     gp.hub_tx_payload += pk.payload

@@ -84,7 +84,8 @@ SM = _record(
 
 LAUNCH = _record("gpu", "entry_pc", "grid", "next_in_stream", "smem", "max_per_sm",
                  "dispatched", "finished", "status", "start", "end",
-                 "host_delay")  # host-side time before the launch is issued (e.g. a host sync)
+                 "host_delay",  # host-side time before the launch is issued (e.g. a host sync)
+                 "tx_wire")     # link wire bytes its GPU's hub sent for its requests and rows
 
 # Per-GPU state of the block scheduler, the flag waiters, the hub and the HBM counters.
 GPU = _record(
@@ -102,6 +103,8 @@ GPU = _record(
     "rpm_accept_stalls", "aau_allocs", "aau_stalls", "aau_stall_ticks", "aau_records_written",
     "aau_records_peak", "aau_window_peak", "dam_tiles_ready", "dam_claims", "dam_zero_claims",
     "dam_notifies", "dam_eos_received", "combine_rows",
+    # where MoE-Hub packets wait for memory: RPM source reads, AAU destination writes (sums)
+    "rpm_read_wait", "aau_data_packets", "aau_write_wait",
 )
 
 HBM_CHANNEL = _record("free", "busy")  # free: tick the queued transfers end; busy: stat
@@ -132,7 +135,7 @@ STREAM = _record(
 )
 # Row descriptors in flight, ring of rpm_ring entries per stream (the header travelling with the row).
 MOE_ROW = _record("expert", "src_addr", "length", "home", "aux", "start", "alloc", "recv", "done",
-                  "slot", "accept_tick")
+                  "slot", "accept_tick", "launch")  # launch: of the TB that sent it (wire-byte stats)
 # One expert's receive window (index gpu * local_experts + local slot) and its tiles.
 WINDOW = _record("alloc", "released_tiles", "next_claim", "ended", "waiters")
 TILE = _record("index", "rows_alloc", "rows_landed", "landed_visible", "closed", "ready", "claimed",
@@ -141,7 +144,8 @@ RPM_HIST_BINS = 8     # merge-buffer fill at packet emission, in eighths of the 
 DAM_HIST_BINS = 16    # claimer wait time, bin i: [2^(i-1), 2^i) ns (bin 0: < 1 ns)
 
 REQUEST = _record("kind", "slot", "src_gpu", "dst_gpu", "dst_addr", "src_addr", "length", "sent",
-                  "resp_sent", "pkts_total", "pkts_arrived", "value", "ret_reg")
+                  "resp_sent", "pkts_total", "pkts_arrived", "value", "ret_reg",
+                  "launch")  # launch of the issuing TB (wire-byte stats)
 
 PACKET = _record("kind", "req", "src", "dst", "addr", "src_addr", "payload", "flits", "ready",
                  "value", "npk")  # npk: link packets it stands for (1, or a train: run.packet_train)

@@ -48,6 +48,10 @@ def aau_receive(st, g, c, pkt, tick):
     t = pk.ready
     done = _process(st, g, pkt, t)
     if done >= 0:
+        if st.pk[pkt].kind != PK_MOE_EOS:
+            # the link buffer is held until memory has absorbed the packet's writes
+            gp.aau_data_packets += 1
+            gp.aau_write_wait += done - t
         _leave_link(st, g, c, pkt, done)
         packet_free(st, pkt)
     else:

@@ -62,6 +62,7 @@ def rpm_accept(st, g, slot, expert, src_addr, nbytes, home, aux, tick):
     row.done = 0
     row.slot = slot
     row.accept_tick = tick
+    row.launch = st.tb[slot].launch
     sr.head += 1
     sr.accepted += p.rpm_header_bytes + nbytes
     if sr.oldest < 0:
@@ -187,6 +188,7 @@ def _emit(st, g, d, tick):
     pk.req = -1
     pk.src_addr = 0
     ready = tick
+    launch = st.mrow[s * p.rpm_ring + (sr.head - 1) % p.rpm_ring].launch if sr.head > 0 else -1
     if n < 0:  # end of stream marker, after every data byte
         pk.kind = PK_MOE_EOS
         pk.payload = 0
@@ -207,8 +209,10 @@ def _emit(st, g, d, tick):
         st.rpm_hist[g, min(b, RPM_HIST_BINS - 1)] += 1
         # the data is read from the producers' buffers in local HBM (from the packet's first byte)
         row = st.mrow[s * p.rpm_ring + row_at(st, s, sr.sent) % p.rpm_ring]
+        launch = row.launch   # the packet's bytes count for the kernel that sent its first row
         first = row.src_addr + max(0, sr.sent - row.start - p.rpm_header_bytes)
         ready = hbm_access(st, g, first, n, tick, False)
+        gp.rpm_read_wait += ready - tick   # the packet cannot leave before its data is read
         sr.sent += n
         sr.oldest = -1
         if sr.sent < sr.accepted:
@@ -219,6 +223,8 @@ def _emit(st, g, d, tick):
     gp.rpm_packets += pk.npk
     gp.rpm_wire += pk.flits * p.flit_bytes
     trace_event(st, CAT_RPM, TR_RPM_TX, g, d, pk.payload, tick)
+    if d != g and launch >= 0:
+        st.ln[launch].tx_wire += pk.flits * p.flit_bytes
     if d == g:
         gp.loop_inflight += 1
         push(st, pk.ready, EV_MOE_LOOPBACK, pkt, g)
