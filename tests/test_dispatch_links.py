@@ -105,3 +105,55 @@ def test_layer_table_systems_and_json(tmp_path):
     r = subprocess.run([sys.executable, "tools/layer_table.py", "--systems", "nowhere",
                         "--outdir", str(out)], cwd=REPO, capture_output=True, text=True)
     assert r.returncode == 2 and "_nowhere.yaml" in r.stderr
+
+
+# ------------------------------------------------------------- where link writes land; RPM packets
+@pytest.mark.parametrize("scheme", ["moehub", "deepep"])
+def test_l2_write_back_keeps_the_layer_exact_and_moves_the_same_bytes(scheme):
+    """link_writes: write_back only changes when a write frees its link buffer: the output is the
+    NumPy reference's, and HBM sees the same bytes written (the write-back is still charged)."""
+    hbm = simulate(FUNCTIONAL, f"scheme={scheme}").stats
+    wb = simulate(FUNCTIONAL, f"scheme={scheme}", "system.gpu.l2.link_writes=write_back").stats
+    assert wb["system.moe.output_max_abs_error"] == hbm["system.moe.output_max_abs_error"] == 0.0
+    for g in range(4):
+        assert wb[f"system.gpu{g}.hbm.write_bytes"] == hbm[f"system.gpu{g}.hbm.write_bytes"]
+        assert hbm[f"system.gpu{g}.l2.link_write_bytes"] == 0
+        # every byte that arrived from a link went through the L2
+        assert wb[f"system.gpu{g}.l2.link_write_bytes"] > 0
+    received = sum(wb[f"system.gpu{g}.l2.link_write_bytes"] for g in range(4))
+    if scheme == "moehub":
+        # rows (data, without their stream headers), one record per row, the combine's puts
+        # (row bytes each, 8 B flag stores are the only other writes from links)
+        s = wb
+        rows = sum(s[f"system.gpu{g}.hub.aau.records_written"] for g in range(4))
+        data = sum(s[f"system.gpu{g}.hub.rpm.payload_bytes"] for g in range(4)) - rows * 16
+        assert received >= data + rows * sim_record_bytes()
+
+
+def sim_record_bytes():
+    return load(FUNCTIONAL).system.gpu.hub.moe.aau.record_bytes
+
+
+def test_rpm_packet_bytes_sets_the_packet_size():
+    s = simulate(FUNCTIONAL, "system.gpu.hub.moe.rpm.packet_bytes=64B").stats
+    big = simulate(FUNCTIONAL).stats
+    assert s["system.moe.output_max_abs_error"] == 0.0
+    for g in range(4):
+        pre = f"system.gpu{g}.hub.rpm"
+        assert s[f"{pre}.payload_bytes"] == big[f"{pre}.payload_bytes"]   # the same stream
+        # full packets carry 64 B (one 16 B header flit each): at least payload / 64 packets
+        assert s[f"{pre}.packets"] * 64 >= s[f"{pre}.payload_bytes"]
+        assert s[f"{pre}.packets"] > big[f"{pre}.packets"]
+        assert s[f"{pre}.payload_efficiency"] <= 64 / (64 + 16)
+
+
+def test_rpm_packet_bytes_larger_than_a_link_packet_is_a_config_error():
+    from moehub_arch.config import ConfigError
+    with pytest.raises(ConfigError, match=r"system\.gpu\.hub\.moe\.rpm\.packet_bytes.*at most "
+                       r"system\.nvlink\.max_payload_bytes \(256 B\), found 512 B"):
+        load(FUNCTIONAL, "system.gpu.hub.moe.rpm.packet_bytes=512B")
+    r = subprocess.run([sys.executable, "-m", "moehub_arch", "run", f"configs/{FUNCTIONAL}",
+                        "--set", "system.nvlink.max_payload_bytes=128B", "-o", "/dev/null"],
+                       cwd=REPO, capture_output=True, text=True)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert "packet_bytes" in r.stderr and "128 B" in r.stderr

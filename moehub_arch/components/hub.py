@@ -10,9 +10,10 @@ room; if none has room the packetizer stalls) and queues the packet there.
 
 Receiver side: an arriving packet is processed ``rx_latency`` after arrival: data is written to
 HBM, stores and atomics are performed at memory, get requests are turned into a response stream.
-Link credits are returned when the memory system has absorbed a write (its HBM channels finished
-the transfer) or an atomic completed, so a slow memory throttles the link; the written data becomes
-visible to readers (flag waiters) one HBM access latency later. Completions travel back as responses: one ACK per put/store request once all its packets are
+Link credits are returned when the memory system has absorbed a write (hbm.link_write: the HBM
+channels finished the transfer, or the L2 took it with system.gpu.l2.link_writes = write_back) or
+an atomic completed, so a slow memory throttles the link; the written data becomes
+visible to readers (flag waiters) one HBM (or L2) access latency later. Completions travel back as responses: one ACK per put/store request once all its packets are
 written (each packet carries its request's packet count in its header, so the receiver knows when
 it has them all), the read data for a get, and the old value for an atomic. Responses have priority
 over new requests in the packetizer (separate virtual channel, as in NVLink's request/response
@@ -29,7 +30,7 @@ from ..engine.jit import compiled, inline
 
 from ..engine.state import (RESP_KIND, RESP_READY, RESP_REQ, ROUTE_FIRST, ROUTE_N, ROUTE_RR,
                             TB_WAIT_FENCE, WAIT_FENCE, WAIT_HUB, WAIT_REMOTE, WAITLIST_HUB)
-from .hbm import hbm_access, hbm_latency_ticks, hbm_transfer, move_bytes, read_word, write_word
+from .hbm import hbm_access, link_write, move_bytes, read_word, write_word
 from .nvlink import channel_count_arrival, credit_return, txq_push
 from .packet import (PK_ACK, PK_ATOM_REQ, PK_ATOM_RESP, PK_GET_REQ, PK_GET_RESP, PK_PUT, PK_STORE,
                      packet_alloc, packet_flits, packet_free)
@@ -266,8 +267,7 @@ def hub_receive(st, g, c, pkt, tick):
         if gp.hub_rx_first < 0:
             gp.hub_rx_first = tick
         gp.hub_rx_last = tick
-        free_at = hbm_transfer(st, g, addr, n, t, True)
-        visible = free_at + hbm_latency_ticks(st, free_at)
+        free_at, visible = link_write(st, g, addr, n, t)
         move_bytes(st, pk.src, pk.src_addr, g, addr, n, rq.slot)
         notify_stores(st, g, addr, n, visible)
         rq.pkts_arrived += 1
@@ -277,8 +277,7 @@ def hub_receive(st, g, c, pkt, tick):
             else:
                 _complete_request(st, r, visible)
     elif kind == PK_STORE:
-        free_at = hbm_transfer(st, g, addr, 8, t, True)
-        visible = free_at + hbm_latency_ticks(st, free_at)
+        free_at, visible = link_write(st, g, addr, 8, t)
         write_word(st, g, addr, pk.value)
         notify_stores(st, g, addr, 8, visible)
         hub_respond(st, g, r, RESP_ACK, visible)

@@ -410,6 +410,12 @@ def _check(cfg: Config, ctx: _Ctx):
                             f"largest packets) and its transmit and switch output queues "
                             f"({nv.tx_queue_packets}, {sw.output_queue_packets} packets); expected "
                             f"at most {room}, found {train}")
+    rpm = s.gpu.hub.moe.rpm
+    if rpm.packet_bytes > nv.max_payload_bytes:
+        raise ctx.error(("system", "gpu", "hub", "moe", "rpm", "packet_bytes"),
+                        f"an RPM packet carries at most one link packet's payload: expected at "
+                        f"most system.nvlink.max_payload_bytes ({nv.max_payload_bytes} B), found "
+                        f"{rpm.packet_bytes} B")
     _check_moe(cfg, ctx)
     _check_trace(cfg, ctx)
     for li, lc in enumerate(cfg.workload.launches):

@@ -40,13 +40,14 @@ PARAMS = _record(
     "sm_period_fs", "tb_launch_cycles", "smem_bytes", "smem_latency_cycles", "kernel_launch_ticks",
     "hbm_channels", "hbm_interleave", "hbm_fs_per_byte_channel", "hbm_latency_cycles",
     "hbm_atomic_cycles", "hbm_capacity", "hbm_min_access", "l2_fs_per_byte", "l2_latency_cycles",
+    "l2_link_writes",
     "links_per_gpu", "num_switches", "max_payload", "header_bytes", "flit_bytes",
     "link_fs_per_byte", "link_latency_ticks", "rx_buffer_flits", "switch_traversal_ticks",
     "hub_ticks_per_packet", "hub_tx_latency_ticks", "hub_rx_latency_ticks", "reqs_per_gpu",
     # MoE-Hub control plane (components/moehub): experts, windows, RPM / AAU / DAM parameters
     "num_experts", "local_experts", "window_rows", "row_bytes", "tile_rows", "tiles_per_window",
     "win_addr", "rec_addr", "record_bytes", "records_cap",
-    "rpm_merge_bytes", "rpm_flush_ticks", "rpm_ring", "rpm_header_bytes", "rpm_ticks_per_packet",
+    "rpm_merge_bytes", "rpm_packet_bytes", "rpm_flush_ticks", "rpm_ring", "rpm_header_bytes", "rpm_ticks_per_packet",
     "rpm_policy", "aau_alloc_ticks", "aau_staging", "dam_notify_ticks",
     # event records for timelines and debug output (components/trace.py): categories recorded
     # (0: off, set by Python between batches) and the fill level that returns to Python
@@ -95,7 +96,7 @@ GPU = _record(
     "hub_requests", "hub_tx_packets", "hub_tx_payload", "hub_rx_packets", "hub_rx_payload",
     "hub_stall_ticks", "hub_reqq_peak", "hub_respq_peak", "hub_rx_first", "hub_rx_last", "hub_acks",
     "hbm_read_bytes", "hbm_write_bytes", "hbm_accesses", "hbm_atomics",
-    "l2_free", "l2_busy", "l2_read_bytes",
+    "l2_free", "l2_busy", "l2_read_bytes", "l2_link_write_bytes",
     # MoE-Hub: RPM packetizer, end-of-stream notes, AAU pending-packet FIFO, DAM source count
     "rpm_next_tx", "rpm_blocked", "rpm_blocked_since", "rpm_rr", "eos_notes", "loop_inflight",
     "aau_staged", "aau_q_count", "aau_stall_since", "records_live", "dam_sources_done",

@@ -162,6 +162,8 @@ def collect_stats(st, launches, program, host_seconds, compile_seconds, sim_tick
                 "GB/s", "bytes read and written per second, averaged over the run")
         out.add(f"{gp}.l2.shared_read_bytes", gr.l2_read_bytes, "bytes",
                 "reads served by the L2 (mma operands marked L2-resident: weights, shared row tiles)")
+        out.add(f"{gp}.l2.link_write_bytes", gr.l2_link_write_bytes, "bytes",
+                "writes from the links absorbed by the L2 (system.gpu.l2.link_writes: write_back)")
         out.add(f"{gp}.l2.utilization", gr.l2_busy / sim_ticks if sim_ticks else 0.0, "ratio",
                 "fraction of time the L2 read port was transferring")
         pre = f"{gp}.hub"

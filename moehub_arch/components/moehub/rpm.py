@@ -7,7 +7,7 @@ ring (`row_queue_depth`; a full ring blocks the producer: back-pressure). Row de
 the ring until the receiver has landed the row.
 
 Each destination has a merge buffer of `merge_buffer_bytes`: the packetizer sends a packet to a
-destination once its unsent bytes fill min(max payload, merge buffer), so packets are full even
+destination once its unsent bytes fill min(`packet_bytes`, merge buffer), so packets are full even
 when rows are not packet multiples (a packet may carry the end of one row and the start of the
 next). A partly filled buffer is flushed when its oldest byte has waited `flush_timeout`, or when
 the stream ends. Packets carry the stream offset of their first byte; the data is read from local
@@ -94,7 +94,7 @@ def _sendable(st, s, tick):
     avail = sr.accepted - sr.sent
     if avail == 0:
         return -1 if (sr.eos_pending and not sr.eos_sent) else 0
-    full = min(p.max_payload, p.rpm_merge_bytes)
+    full = p.rpm_packet_bytes
     if avail >= full:
         return min(avail // full, p.packet_train) * full   # one packet, or a train of them
     if sr.eos_pending or tick - sr.oldest >= p.rpm_flush_ticks:
@@ -200,7 +200,7 @@ def _emit(st, g, d, tick):
         pk.addr = sr.sent
         pk.payload = n
         pk.value = 0
-        full = min(p.max_payload, p.rpm_merge_bytes)
+        full = p.rpm_packet_bytes
         if n < full and not sr.eos_pending:
             gp.rpm_flushes += 1
         # merge-buffer fill at emission, in eighths of the buffer
@@ -218,7 +218,7 @@ def _emit(st, g, d, tick):
         if sr.sent < sr.accepted:
             sr.oldest = st.mrow[s * p.rpm_ring + row_at(st, s, sr.sent) % p.rpm_ring].accept_tick
         gp.rpm_payload += n
-    pk.flits, pk.npk = packet_flits(st, pk.payload, min(p.max_payload, p.rpm_merge_bytes))
+    pk.flits, pk.npk = packet_flits(st, pk.payload, p.rpm_packet_bytes)
     pk.ready = ready + p.hub_tx_latency_ticks
     gp.rpm_packets += pk.npk
     gp.rpm_wire += pk.flits * p.flit_bytes
