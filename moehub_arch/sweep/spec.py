@@ -28,7 +28,7 @@ from ..config import ConfigError, load_config
 from ..paths import data_root
 
 SWEEP_KEYS = ("name", "config", "set", "grid", "points", "stats", "outdir")
-DEFAULT_STATS = ("simTicks", "system.ubench.*", "system.moe.layer_time_us", "system.moe.phase.*",
+DEFAULT_STATS = ("simTicks", "system.report.*", "system.moe.layer_time_us", "system.moe.phase.*",
                  "system.moe.overhead_us", "system.moe.sm.*", "system.moe.nvlink.*")
 
 
