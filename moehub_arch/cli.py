@@ -419,6 +419,11 @@ def _list_stats(args):
 
     sim = Simulation(_load(args.config))
     stats = collect_stats(sim.state, sim.launches, sim.program, 0.0, 0.0)
+    if sim.layer is not None:
+        # an MoE layer's system.moe.* stats, computed here from the not-yet-run state (zeros):
+        # only their names, units and descriptions are listed
+        sim.stats = stats
+        sim.layer.finish(sim)
     for rep in sim.cfg.workload.report:
         add_report_stat(stats, rep, 0.0)
     pattern = args.pattern

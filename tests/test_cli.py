@@ -10,7 +10,7 @@ SMALL = [f"--set={s}" for s in mini_system(num_gpus=2, num_sms=2, links=2)] + [
 def test_run_writes_config_and_three_stats_files(tmp_path):
     r = run_cli("run", "configs/ubench/p2p_latency.yaml", "-o", tmp_path, *SMALL)
     assert r.returncode == 0, r.stderr
-    assert "system.ubench.p2p_latency_us =" in r.stdout
+    assert "system.report.p2p_latency_us =" in r.stdout
     cfg = json.loads((tmp_path / "config.json").read_text())
     assert cfg["system"]["num_gpus"] == 2 and cfg["units"]["time"] == "ps"
     txt = (tmp_path / "stats.txt").read_text()
@@ -29,7 +29,7 @@ def test_default_config_runs_with_no_argument(tmp_path):
     r = run_cli("run", "-o", tmp_path / "out", "--quiet", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     stats = json.loads((tmp_path / "out" / "stats.json").read_text())
-    assert stats["system.ubench.alltoall_busbw_GBps"]["value"] > 0
+    assert stats["system.report.alltoall_busbw_GBps"]["value"] > 0
 
 
 def test_isa_and_stats_list_document_the_tool():
@@ -39,7 +39,7 @@ def test_isa_and_stats_list_document_the_tool():
     assert r.returncode == 0
     assert "system.gpu0.nvlink17.tx_utilization  (ratio)" in r.stdout
     assert "system.switch3.port15.tx_queue_peak  (packets)" in r.stdout
-    assert "system.ubench.p2p_latency_us  (us)" in r.stdout
+    assert "system.report.p2p_latency_us  (us)" in r.stdout
     r = run_cli("asm", "workloads/kernels/ubench/alltoall.s")
     assert r.returncode == 0 and "put r1, r3, r2, %chunk" in r.stdout
 
