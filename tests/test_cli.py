@@ -44,6 +44,43 @@ def test_isa_and_stats_list_document_the_tool():
     assert r.returncode == 0 and "put r1, r3, r2, %chunk" in r.stdout
 
 
+def test_isa_names_the_defining_file_of_each_instruction():
+    r = run_cli("isa", "--config", "configs/examples/half_rate_mma.yaml")
+    assert r.returncode == 0, r.stderr
+    mma = next(l for l in r.stdout.splitlines() if l.strip().startswith("mma.bf16 c,"))
+    assert "thr 2048" in mma and "[isa/examples/half_rate_mma.yaml:" in mma   # replace: true
+    assert "[isa/base.yaml:" in next(l for l in r.stdout.splitlines() if l.strip().startswith("add "))
+    r = run_cli("asm", "--help")
+    assert "workload.isa_files" in " ".join(r.stdout.split())
+
+
+def test_stats_list_filters_by_pattern():
+    r = run_cli("stats", "--list", "configs/ubench/p2p_latency.yaml", "system.gpu0.nvlink1?.tx_utilization")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == [f"system.gpu0.nvlink{l}.tx_utilization  (ratio)  " + r.stdout.splitlines()[0].split("  ", 2)[2]
+                                     for l in range(10, 18)]
+    assert "(8 of " in r.stderr
+    r = run_cli("stats", "--list", "configs/ubench/p2p_latency.yaml", "report.p2p")
+    assert r.stdout.splitlines()[0].startswith("system.report.p2p_latency_us  (us)")
+    r = run_cli("stats", "--list", "configs/ubench/p2p_latency.yaml", "nothing.like.this")
+    _error(r, "no stat matches")
+
+
+def test_config_list_prints_keys_with_units_defaults_and_sources():
+    r = run_cli("config", "--list", "nvlink")
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+    assert "system.nvlink.bandwidth  [bandwidth (B/s)]  default: required" in out
+    assert "value: 25GB/s   (set in configs/systems/dgx_h100.yaml)" in out
+    assert "source: NVLink 4: 25 GB/s per link per direction" in out
+    assert "system.nvlink.latency  [time (ps)]" in out
+    assert all(l.startswith(("system.nvlink.", "    ")) for l in out.splitlines())
+    r = run_cli("config", "--list", "run.watchdog*")
+    assert "run.watchdog_interval  [time (ps)]  default: 1ms" in r.stdout and "value: 1ms   (default)" in r.stdout
+    r = run_cli("config", "--list", "no_such_key")
+    _error(r, "no config key matches")
+
+
 def _error(r, *fragments):
     assert r.returncode == 2, (r.returncode, r.stderr)
     assert "Traceback" not in r.stderr

@@ -10,6 +10,7 @@ from pathlib import Path
 import attrs
 
 from .schema import BASE_UNITS, UNIT_KINDS, Config
+from .units import format_quantity
 
 _KEY_LINE = re.compile(r"^(?P<indent>\s*)(?P<key>[A-Za-z_][A-Za-z0-9_]*)\s*:\s*(?P<rest>.*)$")
 
@@ -65,7 +66,7 @@ def _default_text(a) -> str:
         return ""
     kind = a.metadata.get("kind")
     if kind in UNIT_KINDS and isinstance(d, (int, float)):
-        return f"{d:g}{BASE_UNITS[kind]}"
+        return format_quantity(d, kind)
     if isinstance(d, tuple):
         return "[" + ", ".join(map(str, d)) + "]"
     return "''" if d == "" else str(d)
@@ -109,6 +110,16 @@ def _value(cfg: Config, key: str):
     return node
 
 
+def _setter(cfg: Config, key: str) -> str:
+    """The file (or --set) that set `key` or a mapping holding it; '' for a schema default."""
+    path = tuple(key.split("."))
+    best, label = 0, ""
+    for k, src in cfg.key_sources:
+        if 0 < len(k) <= len(path) and len(k) > best and tuple(path[:len(k)]) == tuple(k):
+            best, label = len(k), src
+    return label
+
+
 def describe_keys(pattern=None, cfg: Config | None = None) -> str:
     """The listing `moehub-sim config --list` prints; with `cfg`, each key's value in it and the
     comment on the line that set it (its source or assumption)."""
@@ -129,7 +140,7 @@ def describe_keys(pattern=None, cfg: Config | None = None) -> str:
         value = _value(cfg, d.key)
         if value is None and d.default != "required":
             continue
-        where = cfg.where(d.key)
+        where = _setter(cfg, d.key)
         text, note = "", ""
         if where and where.endswith((".yaml", ".yml")):
             path = Path(where)
@@ -138,9 +149,9 @@ def describe_keys(pattern=None, cfg: Config | None = None) -> str:
             if where not in comments:
                 comments[where] = yaml_comments(path)
             text, note = comments[where].get(d.key, ("", ""))
-        shown = text or (f"{value:g}{d.unit}" if d.unit and isinstance(value, (int, float))
+        shown = text or (format_quantity(value, d.kind) if d.unit and isinstance(value, (int, float))
                          else str(value))
-        lines.append(f"    value: {shown}" + (f"   (set in {where})" if where else ""))
+        lines.append(f"    value: {shown}" + (f"   (set in {where})" if where else "   (default)"))
         if note:
             lines.append(f"    source: {note}")
     return "\n".join(lines)
