@@ -337,7 +337,8 @@ def sweep(spec, outdir=None, workers=None, scheduler=None, progress=True):
     if isinstance(spec, Mapping):
         sw = sweep_from_dict(dict(spec), None, outdir)
     elif isinstance(spec, (str, os.PathLike)):
-        sw = load_sweep(spec, outdir)
+        from .cli import _user_path   # a relative path falls back to the shipped files, as in run()
+        sw = load_sweep(_user_path(spec), outdir)
     else:
         raise SweepError(f"sweep spec: expected a sweep file path or a mapping of its keys, found "
                          f"{type(spec).__name__}")
