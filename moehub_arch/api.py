@@ -159,12 +159,19 @@ def _environment(**values):
 
 
 def _child_run(cfg, outdir, progress):
-    """In the child process: the run, returned as plain data (a Simulation does not pickle)."""
+    """In the child process: the run, returned (or raised) as plain data: a Simulation holds
+    compiled-engine state that is not sent between processes."""
     from .cli import jit_disabled
+    from .errors import user_errors
     if (cfg.run.engine == "python") != jit_disabled():
         raise RuntimeError(f"the child process for engine '{cfg.run.engine}' started with the "
                            f"other engine (numba was imported before NUMBA_DISABLE_JIT was read)")
-    r = _run_here(cfg, outdir, progress)
+    try:
+        r = _run_here(cfg, outdir, progress)
+    except user_errors() as e:
+        if getattr(e, "results", None) is not None:
+            e.results = Results(e.results.stats, e.results.config, e.results.outdir)
+        raise
     return r.stats, r.config, r.stopped
 
 

@@ -150,3 +150,8 @@ def test_a_failed_run_carries_its_stats(tmp_path):
     assert "k.s:6: runtime error in kernel 'pingpong'" in str(e.value)
     assert f"{tmp_path / 'o'}/stats.txt" in str(e.value) and e.value.exit_code == 2
     assert e.value.results["simTicks"] == read_stats_json(tmp_path / "o")["simTicks"]
+    # the same from the reference engine's child process
+    with pytest.raises(SimulationError) as child:
+        mh.run(P2P, SMALL + [f"workload.kernel_files=[{kernel}]"], engine="python")
+    assert "k.s:6: runtime error in kernel 'pingpong'" in str(child.value)
+    assert child.value.results["simTicks"] == e.value.results["simTicks"]
