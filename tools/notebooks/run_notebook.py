@@ -26,20 +26,13 @@ def execute(path, quick=False, timeout=None, outdir=None):
     from nbclient import NotebookClient
 
     nb = nbformat.read(str(path), as_version=4)
-    env = {"MOEHUB_NOTEBOOK_QUICK": "1" if quick else "0"}
+    env = dict(os.environ, MOEHUB_NOTEBOOK_QUICK="1" if quick else "0")
+    env.pop("MOEHUB_NOTEBOOK_OUTDIR", None)
     if outdir is not None:
         env["MOEHUB_NOTEBOOK_OUTDIR"] = str(outdir)
-    old = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)   # the kernel process inherits the environment
-    try:
-        NotebookClient(nb, timeout=timeout, kernel_name="python3",
-                       resources={"metadata": {"path": str(REPO)}}).execute()
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    # the kernel process gets this environment; its working directory is the repository root
+    NotebookClient(nb, timeout=timeout, kernel_name="python3",
+                   resources={"metadata": {"path": str(REPO)}}).execute(env=env)
     return nb
 
 
