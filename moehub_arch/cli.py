@@ -184,21 +184,14 @@ def main(argv=None):
         sys.stderr.close()
         return 0
     except _user_errors() as e:
+        from .errors import exit_code
         print(f"moehub-sim: error: {e}", file=sys.stderr)
-        return getattr(e, "exit_code", 2)
+        return exit_code(e)
 
 
 def _user_errors():
-    from .builder import BuildError
-    from .config import ConfigError
-    from .isa import AsmError, IsaError
-    from .simulation import SimulationError
-    from .workloads.layer import LayerError
-    from .analysis import AnalysisError
-    from .sweep.spec import SweepError
-    from .checkpoint import CheckpointError
-    return (ConfigError, AsmError, IsaError, BuildError, SimulationError, LayerError,
-            AnalysisError, SweepError, CheckpointError, FileNotFoundError)
+    from .errors import user_errors   # one list, shared with the Python API and sweep workers
+    return user_errors()
 
 
 def _load(config, overrides=(), system=None):
@@ -334,7 +327,7 @@ def _simulation(args):
 
 def _run(args):
     from .checkpoint import CheckpointWriter
-    from .runner import run_to_outdir
+    from .runner import run_to_outdir, stats_so_far_note
 
     checkpoint_ticks = [_time_arg("--checkpoint-at", t, "ps") for t in args.checkpoint_at]
     sim = _simulation(args)
@@ -358,7 +351,7 @@ def _run(args):
                       sim=sim, observers=observers)
     except _user_errors() as e:
         if sim.stats is not None:
-            e.args = (f"{e}\n(the stats so far are in {out}/stats.txt, stats.json, stats.csv)",)
+            e.args = (f"{e}\n{stats_so_far_note(out)}",)
         raise
     finally:
         for ob in observers:
