@@ -8,8 +8,9 @@ How a run ends (the CLI's exit status in brackets):
 - completed: every launch finished; the invariants (checks.py) hold [0] or not [4];
 - stopped by a limit (run.max_ticks, run.max_wall, run.max_events): clean, stats of the run so
   far, no invariants checked [0];
-- stuck: the event queue emptied with launches unfinished, or the watchdog saw no instruction
-  for run.watchdog_interval (watchdog.py) [3];
+- stuck: the event queue emptied with launches unfinished, the watchdog saw no instruction
+  for run.watchdog_interval, or thread blocks spun without touching memory, the hub or the links
+  for run.livelock_interval (watchdog.py) [3];
 - a runtime error in a kernel [2].
 In every case the stats collected so far are in `sim.stats` (the CLI writes them).
 """
@@ -30,7 +31,7 @@ from .limits import RunLimits, StopRun
 from .observer import RunObserver, SimulationError  # noqa: F401 (re-exported for users)
 from .stats.collect import collect_stats
 from .stats.report import evaluate_report
-from .watchdog import NoProgressWatchdog, diagnose, unfinished
+from .watchdog import LivelockWatchdog, NoProgressWatchdog, diagnose, unfinished
 
 
 class InvariantError(SimulationError):
@@ -77,6 +78,8 @@ class Simulation:
         out = []
         if r.watchdog_interval > 0:
             out.append(NoProgressWatchdog(r.watchdog_interval))
+        if r.livelock_interval > 0:
+            out.append(LivelockWatchdog(r.livelock_interval))
         if r.max_ticks > 0 or r.max_wall > 0:
             out.append(RunLimits(r.max_ticks, r.max_wall * 1e-12))
         return out

@@ -299,6 +299,13 @@ class RunConfig:
     watchdog_interval: int = _f("time", "stop the run (exit status 3, with a report of who waits on "
                                 "what) when no instruction issues for this much simulated time; "
                                 "0ps disables the watchdog", 1_000_000_000, min=0)
+    livelock_interval: int = _f("time", "stop the run (exit status 3, with the kernel, line and loop "
+                                "of each spinning thread block) when a thread block keeps issuing "
+                                "instructions without touching memory, the hub or the links or "
+                                "exiting for this much simulated time; 0ps disables the check. "
+                                "assumption: 1 ms, as the watchdog, is far longer than any "
+                                "register-only stretch of a real kernel (thousands of cycles)",
+                                1_000_000_000, min=0)
     max_ticks: int = _f("time", "stop the run cleanly at this simulated time, stats dumped (0ps: no "
                         "limit)", 0, min=0)
     max_wall: int = _f("time", "stop the run cleanly after this much host wall-clock time, checked "

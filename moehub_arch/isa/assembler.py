@@ -21,6 +21,7 @@ import re
 import attrs
 import numpy as np
 
+from ..inputs import InputFileError, read_text
 from .encoding import (DTYPE, FIRST_PARAM_REG, II, IMM, LAT, LINE, MAX_OPERANDS, MAX_PARAMS,
                        NUM_GENERAL_REGS, OP0, ROW_WIDTH, SEM, SEM_BRANCH, SEM_EXIT, SPECIAL_REGS,
                        SUBOP, THR, UNIT, CMP_ALWAYS)
@@ -395,8 +396,8 @@ def assemble_files(paths, isa):
     for p in paths:
         shown = _display_path(p)
         try:
-            text = Path(p).read_text()
-        except OSError as e:
-            raise AsmError(f"{shown}: cannot read kernel file: {e.strerror}") from None
+            text = read_text(p, "kernel file", shown)
+        except InputFileError as e:
+            raise AsmError(str(e)) from None
         a.add_text(text, shown)
     return a.program()

@@ -35,12 +35,15 @@ All generators are deterministic: `numpy.random.default_rng(seed)`.
 from __future__ import annotations
 
 import json
+import zipfile
+import zlib
 from pathlib import Path
 
 import attrs
 import numpy as np
 
 from ..config.loader import ConfigError, _display
+from ..inputs import InputFileError, read_text
 
 KINDS = ("uniform", "balanced", "skewed", "group_limited", "trace")
 KEY = "workload.layer.routing"
@@ -324,7 +327,10 @@ def load_trace(path, *, num_gpus: int, tokens_per_gpu: int, num_experts: int,
                 idx = z["topk_idx"]
                 weight = z["topk_weight"] if "topk_weight" in names else None
         else:
-            data = json.loads(p.read_text())
+            try:
+                data = json.loads(read_text(p, "routing trace", shown))
+            except InputFileError as e:
+                raise _bad(key, str(e).partition(": ")[2], shown) from None
             if not isinstance(data, dict) or "topk_idx" not in data:
                 found = (f"keys {', '.join(map(str, data))}" if isinstance(data, dict)
                          else f"a JSON {type(data).__name__}")
@@ -335,7 +341,7 @@ def load_trace(path, *, num_gpus: int, tokens_per_gpu: int, num_experts: int,
                 weight = _as_array(data["topk_weight"], "topk_weight", shown)
     except ConfigError:
         raise
-    except (OSError, ValueError, EOFError, UnicodeDecodeError) as e:
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as e:
         kind = {".npy": "a NumPy .npy array", ".npz": "a NumPy .npz archive",
                 ".json": "JSON"}[suffix]
         raise _bad(key, f"cannot read the trace file as {kind} ({e})", shown) from None
