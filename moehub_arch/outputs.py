@@ -6,7 +6,8 @@ rename within a directory is atomic on POSIX file systems), so a file that exist
 name is whole. A run directory is complete when `stats.json` exists: it is written last, after
 the other stats files; `moehub-sim compare`, `plot` and sweeps read only directories that have it.
 Files streamed while the run goes (trace.json, stats_dumps.*) are written under `NAME.partial`
-and renamed when the run closes them. A run removes what an earlier run left in its output
+and renamed when the run closes them (also when it stops with an error or an interrupt: only a
+process killed outright leaves a `.partial` file). A run removes what an earlier run left in its output
 directory (the files it is about to write) before it starts, so two runs never mix there.
 
 A file that cannot be written (directory missing or not writable, disk full) is an `OutputError`:

@@ -5,7 +5,6 @@ Used by `moehub-sim run` and by every point of `moehub-sim sweep`. How files are
 a directory is never half-written yet looks complete: outputs.py.
 """
 import json
-from pathlib import Path
 
 from .outputs import OutputError, make_outdir, remove_stale, write_text_atomic
 from .simulation import Simulation

@@ -133,6 +133,7 @@ class Simulation:
         self.stats = collect_stats(st, self.launches, self.program, host_seconds, t1 - t0)
         if error is not None:
             evaluate_report(self, strict=False)
+            self._finish_observers(observers, error)
             raise error
         if self.layer is not None:
             self.layer.finish(self)
@@ -141,13 +142,27 @@ class Simulation:
             from .checks import run_invariants
             self.violations = run_invariants(self)
             if self.violations:
-                raise InvariantError(
+                error = InvariantError(
                     f"{len(self.violations)} end-of-run invariant(s) violated (--no-check skips "
                     f"the checks):\n"
                     + "\n".join(f"  {v}" for v in self.violations))
-        for ob in observers:
-            ob.on_finish(self)
+        self._finish_observers(observers, error)
+        if error is not None:
+            raise error
         return self.stats
+
+    def _finish_observers(self, observers, error):
+        """on_finish of every observer, also after an error (a stuck run's timeline and dumps are
+        closed and complete up to where it stopped). With an error already raised, a failing
+        observer does not hide it: its own error is added to the message."""
+        for ob in observers:
+            if error is None:
+                ob.on_finish(self)
+                continue
+            try:
+                ob.on_finish(self)
+            except Exception as e:   # noqa: BLE001 (the run's own error comes first)
+                error.args = (f"{error}\n(and while closing the outputs: {type(e).__name__}: {e})",)
 
     def _loop(self, observers, t1):
         """Batches of the compiled loop until the queue empties; returns the last status."""

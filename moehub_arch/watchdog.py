@@ -15,7 +15,7 @@ A run is stuck in one of two ways:
   than any legitimate gap between two instructions of a running kernel, while whole MoE layers
   simulate in well under that).
 
-Both stop with exit status 3 and `diagnose(sim)`: which thread blocks wait on what (flag word
+All three stop with exit status 3 and `diagnose(sim)`: which thread blocks wait on what (flag word
 with its buffer, word index, current and awaited value; MoE-Hub claims; hub room), which
 buffers and queues are full (hub request tables and FIFOs, link channels out of credits, switch
 inputs blocked, MoE-Hub row rings, expert windows, completion-record tables, AAU staging), which

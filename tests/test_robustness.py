@@ -18,11 +18,11 @@ import zipfile
 import numpy as np
 import pytest
 
-from conftest import CONFIGS, REPO, load, mini_system, model_stats, read_stats_json
+from conftest import (CONFIGS, P2P_KERNEL_HEAD as KERNEL_HEAD, REPO, load, mini_system, model_stats,
+                      p2p_kernel, read_stats_json)
 
 P2P = CONFIGS / "ubench/p2p_latency.yaml"
 MINI = [f"--set={s}" for s in mini_system()]
-KERNEL_HEAD = ".kernel pingpong\n.param peer\n.param flag\n.param iters\n.param times\n"
 
 
 def _main(capsys, *argv):
@@ -277,18 +277,17 @@ def test_a_checkpoint_that_cannot_be_written_is_a_named_error(tmp_path, capsys):
 # --------------------------------------------------------------------------- interrupts
 # GPU 0 polls a flag nobody sets (memory every iteration: neither stuck nor a livelock), so the
 # run goes on until it is interrupted; --max-wall bounds it if the signal were lost
-FOREVER = KERNEL_HEAD + ("    beq %gpu, 1, out\ntop:\n    ld r1, [%flag+8]\n    beq r1, 0, top\n"
-                         "out:\n    exit\n")
+FOREVER = "    beq %gpu, 1, out\ntop:\n    ld r1, [%flag+8]\n    beq r1, 0, top\nout:\n    exit\n"
 
 
 def _start(tmp_path, *extra):
     """`moehub-sim run` of FOREVER in a subprocess; returns once the run loop reports progress."""
-    (tmp_path / "k.s").write_text(FOREVER)
+    kernel = p2p_kernel(tmp_path, FOREVER)
     env = dict(os.environ)
     env.pop("NUMBA_DISABLE_JIT", None)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "moehub_arch", "run", str(P2P), *MINI,
-         f"--set=workload.kernel_files=[{tmp_path / 'k.s'}]", "--max-wall", "600",
+        [sys.executable, "-m", "moehub_arch", "run", str(P2P), *MINI, f"--set={kernel}",
+         "--max-wall", "600",
          "-o", str(tmp_path / "out"), *map(str, extra)],
         cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     lines = []
@@ -328,8 +327,8 @@ def test_ctrl_c_writes_the_stats_so_far_and_a_checkpoint_to_continue(tmp_path):
     back = restore(ck)
     back.cfg = attrs.evolve(back.cfg, run=attrs.evolve(back.cfg.run, max_ticks=end, max_wall=0))
     back.run()
-    whole = Simulation(load("ubench/p2p_latency.yaml", *mini_system(),
-                            f"workload.kernel_files=[{tmp_path / 'k.s'}]", f"run.max_ticks={end}ps"))
+    whole = Simulation(load("ubench/p2p_latency.yaml", *mini_system(), p2p_kernel(tmp_path, FOREVER),
+                            f"run.max_ticks={end}ps"))
     whole.run()
     assert back.stopped and whole.stopped
     assert model_stats(back.stats) == model_stats(whole.stats)
@@ -362,7 +361,7 @@ def test_interrupt_stop_ends_the_run_at_the_tick_it_was_seen(tmp_path):
     from moehub_arch.interrupts import FLAG, InterruptStop, handle_signals
     from moehub_arch.observer import RunObserver
     from moehub_arch.simulation import Simulation
-    (tmp_path / "k.s").write_text(FOREVER)
+    kernel = p2p_kernel(tmp_path, FOREVER)
 
     class SignalAt(RunObserver):
         def on_pause(self, sim, tick, events, wall):
@@ -372,11 +371,43 @@ def test_interrupt_stop_ends_the_run_at_the_tick_it_was_seen(tmp_path):
         def next_stop(self, sim):
             return 5_000_000 if FLAG.signum is None else None
 
-    sim = Simulation(load("ubench/p2p_latency.yaml", *mini_system(),
-                          f"workload.kernel_files=[{tmp_path / 'k.s'}]"))
+    sim = Simulation(load("ubench/p2p_latency.yaml", *mini_system(), kernel))
     stop = InterruptStop()
     with handle_signals():
         sim.run([SignalAt(), stop])
     assert stop.tick == 5_000_000 and stop.signum == signal.SIGTERM
     assert sim.stopped.startswith("interrupted by SIGTERM at tick 5000000")
     assert sim.stats["simCompleted"] == 0 and sim.stats["simTicks"] == 5_000_000
+
+
+def test_ctrl_c_stops_a_sweep_and_keeps_its_finished_points(tmp_path):
+    # point 'quick' ends at once; point 'forever' polls a flag nobody sets until interrupted
+    p2p_kernel(tmp_path, FOREVER)
+    sweep = tmp_path / "s.yaml"
+    sweep.write_text(
+        f"name: s\nconfig: {P2P}\nset: {{{', '.join(s.replace('=', ': ', 1) for s in mini_system())}, "
+        f"workload.kernel_files: ['{tmp_path / 'k.s'}'], run.max_wall: 600s}}\n"
+        f"points:\n  - {{run.max_ticks: 1us}}\n  - {{run.max_events: 0}}\n"
+        f"stats: [simTicks]\n")
+    env = dict(os.environ)
+    env.pop("NUMBA_DISABLE_JIT", None)
+    proc = subprocess.Popen([sys.executable, "-m", "moehub_arch", "sweep", str(sweep), "--workers",
+                             "2", "--quiet", "-o", str(tmp_path / "out")],
+                            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    points = tmp_path / "out" / "points"
+    import time
+    deadline = time.monotonic() + 900
+    while not list(points.glob("*/done.json")):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.5)
+    time.sleep(2)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err
+    assert "moehub-sim: sweep interrupted by SIGINT: the workers were stopped; 1 of 2 points " \
+           "finished and are kept" in err
+    rows = (tmp_path / "out" / "results.csv").read_text().splitlines()
+    assert len(rows) == 2 and ",ok," in rows[1]
+    assert len(list(points.glob("*/done.json"))) == 1

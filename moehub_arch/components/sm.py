@@ -49,8 +49,9 @@ from .wakeups import sm_wake, tb_resume
 # Semantics that neither touch memory, the hub or the links nor end the thread block: a TB that
 # issues only these for run.livelock_interval is reported as livelocked (watchdog.py). Every other
 # semantic stamps the TB's `progress` tick when it issues: one shift, test and store per
-# instruction. New semantics count as progress unless added here (never a false report).
-IDLE_SEMANTICS = (1 << SEM_NOP) | (1 << SEM_ALU) | (1 << SEM_BRANCH) | (1 << SEM_SLEEP) | (1 << SEM_FENCE)
+# instruction. New semantics count as progress unless added here (never a false report). `sleep`
+# is not idle: a sleeping TB waits for time as others wait for a flag (a deliberate back-off).
+IDLE_SEMANTICS = (1 << SEM_NOP) | (1 << SEM_ALU) | (1 << SEM_BRANCH) | (1 << SEM_FENCE)
 
 
 # ---- operands --------------------------------------------------------------------------------

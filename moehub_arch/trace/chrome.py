@@ -9,8 +9,9 @@ Times: the format's ``ts`` and ``dur`` are microseconds; the simulator's ticks a
 they are written with six decimals (exact). Metadata events (process and thread names, sort order)
 do not count against the event limit, so a truncated trace still names its tracks.
 
-The file is written as `trace.json.partial` and renamed to `trace.json` when closed (outputs.py):
-a run that stops with an error leaves the partial file, never an unterminated `trace.json`.
+The file is written as `trace.json.partial` and renamed to `trace.json` when closed (outputs.py;
+runs that stop with an error close it too): a process killed mid-run leaves the partial file,
+never an unterminated `trace.json`.
 """
 import json
 import os
