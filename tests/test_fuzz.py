@@ -9,7 +9,8 @@ limit bound every run.
 
 CI runs the `moehub-ci` profile: derandomized (the same examples every time), no example
 database, no deadline, a fixed number of examples per test (FUZZ_EXAMPLES below). Set
-MOEHUB_FUZZ_EXAMPLES=N to try N examples per test with fresh randomness (a longer local hunt).
+MOEHUB_FUZZ_EXAMPLES=N to try N examples per test with fresh randomness (a longer local hunt),
+and MOEHUB_FUZZ_LOG=FILE to log every example's outcome as it ends.
 """
 import os
 
@@ -40,8 +41,16 @@ settings.load_profile("moehub-hunt" if _HUNT else "moehub-ci")
 BOUNDS = ("run.watchdog_interval=200us", "run.max_ticks=1s", "run.max_wall=120s")
 
 
+# MOEHUB_FUZZ_LOG=FILE appends one line per example (test, outcome) as it ends: a long hunt's
+# counts survive it being stopped (hypothesis prints its statistics only at the end)
+_LOG = os.environ.get("MOEHUB_FUZZ_LOG")
+
+
 def event(text):
     """hypothesis.event inside a fuzz test (statistics); nothing in the plain regression tests."""
+    if _LOG:
+        with open(_LOG, "a") as f:
+            f.write(f"{os.environ.get('PYTEST_CURRENT_TEST', '?').split(' ')[0]}\t{text}\n")
     try:
         _event(text)
     except InvalidArgument:

@@ -50,7 +50,8 @@ from .wakeups import sm_wake, tb_resume
 # issues only these for run.livelock_interval is reported as livelocked (watchdog.py). Every other
 # semantic stamps the TB's `progress` tick when it issues: one shift, test and store per
 # instruction. New semantics count as progress unless added here (never a false report). `sleep`
-# is not idle: a sleeping TB waits for time as others wait for a flag (a deliberate back-off).
+# is not idle: a sleeping TB waits for time as others wait for a flag (a deliberate back-off);
+# it stamps its wake-up tick.
 IDLE_SEMANTICS = (1 << SEM_NOP) | (1 << SEM_ALU) | (1 << SEM_BRANCH) | (1 << SEM_FENCE)
 
 
@@ -597,6 +598,9 @@ def _execute(st, slot, sm, tick, cyc):
 
     elif sem == SEM_SLEEP:
         lat += max(0, _operand(st, slot, row, 0, tick, cyc))
+        # a sleeping TB waits for time, as others wait for a flag: livelock detection counts
+        # from its wake-up
+        st.tb[slot].progress = cycle_edge(cyc + occ + lat, P)
 
     elif sem == SEM_EXIT:
         if st.tb[slot].outstanding > 0:
