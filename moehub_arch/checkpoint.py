@@ -205,8 +205,10 @@ def _restore_array(d, name, built, saved):
     """The saved contents in an array of the built one's exact type and layout (so the compiled
     engine is reused, not recompiled for a different array type)."""
     if saved.dtype != built.dtype:
-        raise CheckpointError(f"{d}: State.{name} has element type {saved.dtype.descr} in the "
-                              f"checkpoint, {built.dtype.descr} in this engine")
+        def text(dt):
+            return str(dt) if dt.names is None else str(dt.descr)
+        raise CheckpointError(f"{d}: State.{name} has element type {text(saved.dtype)} in the "
+                              f"checkpoint, {text(built.dtype)} in this engine")
     if saved.shape == built.shape:
         built[...] = saved
         return built

@@ -119,7 +119,10 @@ class Simulation:
             st.sys[0].q_now = self._reached
         if status == engine_loop.STATUS_EMPTY:
             settle_credits(st)   # credit returns are not events: let the last ones arrive
-        self._drain_trace(observers)
+        try:
+            self._drain_trace(observers)
+        except SimulationError as e:   # e.g. the debug output cannot be written
+            error = error or e
         max_events = self.cfg.run.max_events
         if error is None and self.stopped is None and max_events and int(st.sys[0].q_events) >= max_events:
             self.stopped = f"stopped after run.max_events = {max_events} events"

@@ -29,6 +29,7 @@ class DebugPrinter(RunObserver):
         self.mask = flags_mask(debug_cfg.flags)
         self.start = debug_cfg.start
         self.path = Path(outdir) / debug_cfg.file if debug_cfg.file else None
+        self.what = "debug output file" if self.path else "debug output"
         self.active = False
         self.out = None
         self.names = None
@@ -37,7 +38,7 @@ class DebugPrinter(RunObserver):
     def on_start(self, sim):
         self.names = Names(sim)
         if self.path:
-            with writing(self.path, "debug output file"):
+            with writing(self.path, self.what):
                 self.out = self.path.open("w")
         else:
             self.out = sys.stderr
@@ -62,14 +63,14 @@ class DebugPrinter(RunObserver):
         mine = select(records, self.mask)
         order = np.argsort(mine[:, 0], kind="stable")  # records of a future tick (wake-ups) last
         write = self.out.write
-        with writing(self.path or "standard error", "debug output"):
+        with writing(self.path or "standard error", self.what):
             for tick, kind, ident, v0, v1 in mine[order].tolist():
                 who, what = self.describe(kind, ident, v0, v1)
                 write(f"{tick:>14}: {who}: {what}\n")
         self.lines += len(mine)
 
     def on_finish(self, sim):
-        with writing(self.path or "standard error", "debug output"):
+        with writing(self.path or "standard error", self.what):
             if self.path:
                 self.out.close()
             else:
