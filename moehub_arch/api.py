@@ -11,9 +11,10 @@ from a script or a notebook, with the same code paths as the command line.
     df = mh.sweep("configs/sweeps/hub_merge_x_tile.yaml", workers=2)   # one row per point
     old = mh.load_results("moehub-out")           # a run made by `moehub-sim run`
 
-- `load_config(path, overrides)`: the validated Config that `moehub-sim run PATH --set ...` runs.
-- `run(config, overrides, outdir=None, engine=None, seed=None)`: one run; with `outdir` it writes
-  the files `moehub-sim run -o OUTDIR` writes, without it nothing touches the disk.
+- `load_config(path, overrides, system)`: the validated Config `moehub-sim run PATH --set ...` runs.
+- `run(config, overrides, outdir=None, engine=None, seed=None, system=None)`: one run; with
+  `outdir` it writes the files `moehub-sim run -o OUTDIR` writes, without it nothing touches the
+  disk.
 - `sweep(spec, ...)`: `moehub-sim sweep` (process pool or Dask, progress bar, resumable point
   directories) returning a DataFrame with one row per point.
 - `load_results(outdir)`: a finished run's directory (CLI, API or sweep point) as a `Results`.
@@ -68,21 +69,29 @@ def _override_list(overrides):
     return items
 
 
-def load_config(path=None, overrides=None):
-    """The validated, frozen Config that `moehub-sim run PATH --set ...` would run.
+def load_config(path=None, overrides=None, system=None):
+    """The validated, frozen Config that `moehub-sim run PATH --system SYSTEM --set ...` would run.
 
     `path`: a YAML config (None: the default config); a relative path that does not exist here
     falls back to the shipped data folders, as on the command line. `overrides`: a mapping
     {'system.nvlink.bandwidth': '20GB/s', 'scheme': 'deepep'} or a list of 'key.path=value'
-    strings, applied in order after the file (as `--set`). Raises ConfigError naming the file (or
-    the override) and the key on bad input."""
+    strings, applied in order after the file (as `--set`). `system`: a system file to run the
+    config on (as `--system`: it takes the place of the system the config extends). Raises
+    ConfigError naming the file (or the override) and the key on bad input; what the command
+    line prints as `moehub-sim: warning:` (a later file overriding keys an earlier one set) is a
+    Python warning (UserWarning) here, and stays in `cfg.load_warnings`."""
+    import warnings
+
     from .cli import _resolve_config_path
     from .config import load_config as _load_config
-    return _load_config(_resolve_config_path(None if path is None else str(path)),
-                        _override_list(overrides))
+    cfg = _load_config(_resolve_config_path(None if path is None else str(path)),
+                       _override_list(overrides), system_file=system)
+    for w in cfg.load_warnings:
+        warnings.warn(w, UserWarning, stacklevel=2)
+    return cfg
 
 
-def _config_for_run(config, overrides, engine, seed):
+def _config_for_run(config, overrides, engine, seed, system):
     """A Config from a path (with overrides, engine and seed as `--set`) or a Config given."""
     import attrs
 
@@ -90,20 +99,23 @@ def _config_for_run(config, overrides, engine, seed):
     if engine is not None and engine not in ENGINES:
         raise ValueError(f"engine: expected one of {', '.join(ENGINES)}, found {engine!r}")
     if isinstance(config, Config):
-        if overrides:
-            raise TypeError("overrides apply to a config file; for a Config object, load it with "
-                            "load_config(path, overrides) or use attrs.evolve")
+        if overrides or system is not None:
+            raise TypeError("overrides and system apply to a config file; for a Config object, "
+                            "load it with load_config(path, overrides, system) or use attrs.evolve")
         run_opts = {k: v for k, v in (("engine", engine), ("seed", seed)) if v is not None}
-        return attrs.evolve(config, run=attrs.evolve(config.run, **run_opts)) if run_opts else config
+        if not run_opts:
+            return config
+        return attrs.evolve(config, run=attrs.evolve(config.run, **run_opts))
     extra = _override_list(overrides)
     if seed is not None:
         extra.append(f"run.seed={int(seed)}")
     if engine is not None:
         extra.append(f"run.engine={engine}")
-    return load_config(config, extra)
+    return load_config(config, extra, system)
 
 
-def run(config=None, overrides=None, outdir=None, engine=None, seed=None, progress=False):
+def run(config=None, overrides=None, outdir=None, engine=None, seed=None, progress=False,
+        system=None):
     """Run one configuration to its end and return its `Results`.
 
     `config`: a YAML path (None: the default config) or a Config from `load_config`.
@@ -113,7 +125,8 @@ def run(config=None, overrides=None, outdir=None, engine=None, seed=None, progre
     then raises ConfigError). `engine`: 'numba' (compiled) or 'python' (the reference engine); an
     engine other than the one this process runs (the JIT is switched per process, by
     NUMBA_DISABLE_JIT) runs the simulation in a fresh child process, with identical stats.
-    `seed`: run.seed. `progress`: print simulated time and events/s on stderr.
+    `seed`: run.seed. `progress`: print simulated time and events/s on stderr. `system`: run the
+    config on this system file (as `moehub-sim run CONFIG --system FILE`).
 
     Raises the CLI's user errors (ConfigError, SimulationError, ...; `moehub_arch.errors`) with
     its messages. When the run had got under way, the exception carries the stats so far as
@@ -121,7 +134,7 @@ def run(config=None, overrides=None, outdir=None, engine=None, seed=None, progre
     normally with `results.stopped` saying why.
     """
     from .cli import jit_disabled
-    cfg = _config_for_run(config, overrides, engine, seed)
+    cfg = _config_for_run(config, overrides, engine, seed, system)
     if (cfg.run.engine == "python") != jit_disabled():
         return _run_in_child(cfg, outdir, progress)
     return _run_here(cfg, outdir, progress)
