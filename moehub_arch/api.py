@@ -18,6 +18,7 @@ from a script or a notebook, with the same code paths as the command line.
 - `sweep(spec, ...)`: `moehub-sim sweep` (process pool or Dask, progress bar, resumable point
   directories) returning a DataFrame with one row per point.
 - `load_results(outdir)`: a finished run's directory (CLI, API or sweep point) as a `Results`.
+- `compare(runs, stats)`: `moehub-sim compare` of Results and/or directories, as a DataFrame.
 
 Errors are the command line's: bad input or a run that cannot complete raises the exception the
 CLI catches (`moehub_arch.errors.user_errors()`: ConfigError, AsmError, SimulationError, ...), whose
@@ -34,7 +35,7 @@ from collections.abc import Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["load_config", "run", "sweep", "load_results", "Results"]
+__all__ = ["load_config", "run", "sweep", "load_results", "compare", "Results"]
 
 ENGINES = ("numba", "python")
 
@@ -190,10 +191,12 @@ def _child_run(cfg, outdir, progress):
 
 def _run_in_child(cfg, outdir, progress):
     """Run in a fresh interpreter whose NUMBA_DISABLE_JIT selects `cfg.run.engine`."""
+    from .sweep.execute import main_script_hidden
     ctx = multiprocessing.get_context("spawn")   # a fresh interpreter: numba not imported yet
     flag = "1" if cfg.run.engine == "python" else "0"
     with cf.ProcessPoolExecutor(max_workers=1, mp_context=ctx) as pool:
-        with _environment(NUMBA_DISABLE_JIT=flag):   # the child inherits it when it starts
+        # the child inherits the variable when it starts, and does not re-run the user's script
+        with _environment(NUMBA_DISABLE_JIT=flag), main_script_hidden():
             future = pool.submit(_child_run, cfg, None if outdir is None else str(outdir), progress)
         stats, config, stopped = future.result()
     return Results(stats, config, outdir, stopped=stopped)
@@ -230,6 +233,7 @@ class Results:
         self.outdir = None if outdir is None else Path(outdir)
         self.sim = sim
         self.stopped = stopped
+        self._label = None
 
     @property
     def cfg(self):
@@ -237,7 +241,10 @@ class Results:
 
     @property
     def label(self):
-        """The output directory's name, else the config file's stem, with the scheme of a layer."""
+        """How tables name this run (settable): by default the output directory's name, else the
+        config file's stem, with the scheme of an MoE layer."""
+        if self._label is not None:
+            return self._label
         if self.outdir is not None:
             name = self.outdir.name
         else:
@@ -245,6 +252,10 @@ class Results:
             name = Path(files[-1]).stem   # the config named (files it extends come first)
         scheme = self.config.get("scheme", "none")
         return name if scheme in ("none", None) or scheme in name else f"{name} ({scheme})"
+
+    @label.setter
+    def label(self, text):
+        self._label = str(text)
 
     # ---- stats ----------------------------------------------------------------------------
     def _stat(self, name):
@@ -332,6 +343,39 @@ class Results:
         head += [f"{k}={v:.6g}" for k, v in self.report.items()]
         stop = f", stopped={self.stopped!r}" if self.stopped else ""
         return f"<Results {self.label!r}: {len(self.stats)} stats, {', '.join(head)}{where}{stop}>"
+
+
+def compare(runs, stats=None, per_gpu=False):
+    """`moehub-sim compare` as a DataFrame: selected stats of several runs side by side, and each
+    later run's speedup (time stats: first / this, e.g. '1.250x faster') or ratio (others) against
+    the first; equal values read 'same'.
+
+    `runs`: Results (in memory: nothing needs to be written) and/or run directories, in order;
+    tables name them by `Results.label` (settable). `stats`: names or shell-style patterns
+    (default: the command's - layer time, phases, SM time, links, hub stalls, report figures).
+    Per-GPU stats are folded into `system.gpu*.…` rows (summed; ratios averaged) unless `per_gpu`
+    or a pattern names one GPU. Columns: stat, unit, one per run, then '<label> vs first'."""
+    from types import SimpleNamespace
+
+    from .analysis.compare import _compare
+    from .analysis.rundata import RunData
+    pd = _pandas()
+    views, seen = [], {}
+    for r in runs:
+        if isinstance(r, Results):
+            view = SimpleNamespace(label=r.label, stats={
+                s.name: {"value": s.value, "unit": s.unit} for s in r.stats})
+        else:
+            data = RunData(r)
+            view = SimpleNamespace(label=data.label, stats=data.stats, dir=data.dir)
+        seen[view.label] = seen.get(view.label, 0) + 1
+        if seen[view.label] > 1:   # e.g. a run and its own directory: keep the columns apart
+            view.label = f"{view.label} #{seen[view.label]}"
+        views.append(view)
+    if isinstance(stats, str):
+        stats = [stats]
+    header, rows, _ = _compare(views, stats, per_gpu)
+    return pd.DataFrame(rows, columns=header)
 
 
 def sweep(spec, outdir=None, workers=None, scheduler=None, progress=True):
