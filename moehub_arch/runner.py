@@ -50,8 +50,8 @@ def _check_no_files(cfg):
         ("debug.file", cfg.debug.file, cfg.debug.flags and cfg.debug.file)) if on]
     if writes:
         key, what = writes[0]
-        raise ConfigError(f"{cfg.where(key) or 'config'}: {key}: the run writes {what}, which needs "
-                          f"an output directory (outdir=...); none was given", None, key)
+        raise ConfigError(f"{cfg.where(key) or 'config'}: {key}: the run writes {what}, which "
+                          f"needs an output directory (outdir=...); none was given", None, key)
 
 
 def run_to_outdir(cfg, outdir, progress=False, quiet=False, before_run=None, sim=None,

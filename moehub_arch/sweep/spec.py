@@ -150,10 +150,10 @@ def sweep_from_dict(raw, path=None, outdir=None):
             except ConfigError as e:
                 raise SweepError(f"{where}: point {dict(values) or '(the config itself)'}: {e}") from None
             points.append(Point(pid, values, overrides))
-    stats = raw.get("stats", DEFAULT_STATS)
+    stats = raw.get("stats", list(DEFAULT_STATS))
     if isinstance(stats, str):
         stats = [stats]
-    if not isinstance(stats, list) or not all(isinstance(s, str) for s in stats):
+    if not isinstance(stats, (list, tuple)) or not all(isinstance(s, str) for s in stats):
         raise SweepError(f"{where}: stats: expected a list of stat names or patterns")
     name = str(raw.get("name") or (path.stem if path is not None else "sweep"))
     out = Path(outdir) if outdir else Path(raw.get("outdir") or Path("sweep-out") / name)
