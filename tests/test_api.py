@@ -77,18 +77,18 @@ def test_sweep_of_four_points_is_a_dataframe_of_four_rows(tmp_path):
             "set": dict(o.split("=", 1) for o in SMALL),
             "grid": {"workload.launches.0.params.iters": [2, 3],
                      "system.nvlink.latency": ["250ns", "500ns"]},
-            "stats": ["simTicks", "system.ubench.*"]}
+            "stats": ["simTicks", "system.report.*"]}
     df = mh.sweep(spec, outdir=tmp_path / "sw", workers=2, progress=False)
     assert len(df) == 4 and list(df.status) == ["ok"] * 4
     assert list(df.columns) == ["point", "status", "workload.launches.0.params.iters",
                                 "system.nvlink.latency", "simTicks",
-                                "system.ubench.p2p_latency_us", "outdir", "error"]
+                                "system.report.p2p_latency_us", "outdir", "error"]
     assert sorted(zip(df["workload.launches.0.params.iters"], df["system.nvlink.latency"])) == \
         [(2, "250ns"), (2, "500ns"), (3, "250ns"), (3, "500ns")]
     # longer links, longer latency; each row's run directory reads back with the same stats
     by = df.set_index(["workload.launches.0.params.iters", "system.nvlink.latency"])
-    assert by.loc[(3, "500ns"), "system.ubench.p2p_latency_us"] > \
-        by.loc[(3, "250ns"), "system.ubench.p2p_latency_us"]
+    assert by.loc[(3, "500ns"), "system.report.p2p_latency_us"] > \
+        by.loc[(3, "250ns"), "system.report.p2p_latency_us"]
     for row in df.itertuples():
         assert mh.load_results(row.outdir)["simTicks"] == row.simTicks
     # the same point run alone gives the same numbers
