@@ -196,8 +196,11 @@ class MoeWorkloadConfig:
 @attrs.frozen
 class RoutingConfig:
     kind: str = _f("choice", "token-to-expert routing generator (moehub_arch/workloads/routing.py)",
-                   "uniform", choices=("uniform", "balanced", "skewed", "group_limited", "trace"))
+                   "uniform", choices=("uniform", "balanced", "skewed", "group_limited", "normal",
+                                       "trace"))
     gini: float = _f("float", "skewed: target Gini coefficient of the per-expert load", 0.2)
+    std: float = _f("float", "normal: standard deviation of each expert's probability around "
+                    "1/experts (MoE-Hub, arXiv 2605.05888: 0-0.05, 0.032 typical)", 0.032)
     trace: str = _f("str", "trace: routing file (.npy, .npz or .json of top-k expert ids and "
                            "optional weights), relative to the config file", "")
     seed: int | None = _f("opt_int", "generator seed (default: run.seed)", None, min=0)

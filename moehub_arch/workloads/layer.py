@@ -280,7 +280,7 @@ class MoeLayer:
         self.routing = generate_routing(
             r.kind, num_gpus=s.num_gpus, tokens_per_gpu=s.tokens, num_experts=s.experts,
             top_k=s.top_k, seed=cfg.run.seed if r.seed is None else r.seed, router=self.model.router,
-            gini=r.gini, trace=r.trace or None)
+            gini=r.gini, trace=r.trace or None, std=r.std)
         self.plan = _scheme_module(cfg.scheme).plan(self)
 
     def expanded_config(self):
