@@ -41,12 +41,17 @@ def add_layer_stats(sim, layer):
     for k in kernels:
         d = [ends[i] - starts[i] for i, l in enumerate(launches) if l.kernel == k]
         out.add(f"system.moe.kernel.{k}_us", float(np.mean(d)) * 1e-6, "us",
-                f"duration of kernel '{k}', mean over GPUs")
+                f"duration of kernel '{k}', mean over GPUs (and over its launches, if several)")
 
     for phase, names in layer.plan.phases.items():
         per_gpu = []
+        by_launch = layer.plan.launch_phases
         for g in range(P):
-            idx = [i for i, l in enumerate(launches) if l.gpu == g and l.kernel in names]
+            if by_launch:
+                idx = [i for i, l in enumerate(launches)
+                       if l.gpu == g and by_launch[l.config_index] == phase]
+            else:
+                idx = [i for i, l in enumerate(launches) if l.gpu == g and l.kernel in names]
             if not idx:
                 continue
             lo = min(starts[i] for i in idx)
