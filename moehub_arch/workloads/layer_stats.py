@@ -9,6 +9,10 @@ Where the time goes:
   ideal_compute_us         the busiest GPU's tensor + vector work spread evenly over its SMs
   overhead_us              layer time minus ideal compute: communication, mediation and load
                            imbalance that compute did not hide (the "exposed" time)
+  ideal_layer_us           the same for every scheme (from the shape and routing alone): per GPU,
+                           max(expert GEMM FLOPs at the tensor peak, expert weights at HBM
+                           bandwidth), busiest GPU; ideal_layer_fraction = ideal / layer time (the
+                           MoE-Hub paper, arXiv 2605.05888, reports 96.8% of such an ideal layer)
 SM time (fractions of SMs x layer time, averaged over GPUs):
   sm.computing             tensor or vector unit busy
   sm.communicating         comm unit busy (put/get/send issue) plus LSU (copies)
@@ -83,6 +87,13 @@ def add_layer_stats(sim, layer):
             "the busiest GPU's tensor + vector work spread evenly over its SMs")
     out.add("system.moe.overhead_us", (span - ideal) * 1e-6, "us",
             "layer time minus ideal compute: communication, mediation and imbalance not hidden")
+    ideal_layer = ideal_layer_ps(sim.cfg, layer)
+    out.add("system.moe.ideal_layer_us", ideal_layer * 1e-6, "us",
+            "an ideal MoE layer on the busiest GPU: its expert GEMM FLOPs (routed rows it "
+            "receives + shared experts) at the tensor peak, or its expert weights read once at "
+            "HBM bandwidth if that is longer; no communication, mediation or padding")
+    out.add("system.moe.ideal_layer_fraction", ideal_layer / span, "ratio",
+            "ideal_layer_us / layer_time_us: how close the scheme gets to the ideal layer")
 
     # link transmitters of every GPU, over the layer's span
     L = int(st.p[0].links_per_gpu)
@@ -91,3 +102,20 @@ def add_layer_stats(sim, layer):
             "GPU link transmitters: mean busy fraction over the layer")
     out.add("system.moe.nvlink.tx_utilization_max", float(tx.max()) / span, "ratio",
             "GPU link transmitters: busiest one's busy fraction over the layer")
+
+
+def ideal_layer_ps(cfg, layer):
+    """Ideal layer time (ps) of the busiest GPU: the SwiGLU expert GEMMs (3 GEMMs of 2 H I FLOP
+    per row: the routed rows its local experts receive, plus every local token through each
+    shared expert) at the tensor peak (SMs x dense BF16 FLOP per cycle x SM clock), or its expert
+    weights (3 H I bf16 matrices per local routed and per shared expert) read once at HBM
+    bandwidth, whichever is longer. Independent of the scheme: no communication, no mediation, no
+    padding, no vector work (SiLU, combine)."""
+    s, g = layer.shape, cfg.system.gpu
+    rows = np.bincount(layer.routing.topk_idx.reshape(-1), minlength=s.experts)
+    rows = rows.reshape(s.num_gpus, s.local_experts).sum(axis=1)            # per GPU
+    flops = 6.0 * s.hidden * (rows * s.ffn + s.tokens * s.shared * s.shared_ffn)
+    peak = g.num_sms * g.sm.tensor_bf16_flops_per_cycle * g.sm_clock        # FLOP/s
+    weights = 6.0 * s.hidden * (s.local_experts * s.ffn + s.shared * s.shared_ffn)   # bytes
+    t = np.maximum(flops / peak, weights / g.hbm.bandwidth)
+    return float(t.max()) * 1e12
