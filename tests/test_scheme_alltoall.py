@@ -103,3 +103,16 @@ def test_engines_agree(scheme, tmp_path):
     b = model_stats(run(scheme, *small, "run.engine=python").stats)
     assert a == b
     assert a["system.moe.output_max_abs_error"] == 0.0
+
+
+@pytest.mark.parametrize("model,scheme", [("qwen1_5_moe_a2_7b", "megatron"),
+                                          ("phi3_5_moe", "tutel")])
+def test_seed_paper_models_run_in_timing_mode(model, scheme):
+    sim = simulate("experiments/layer/base_hgx_h800.yaml", f"scheme={scheme}",
+                   "system.num_gpus=4", f"workload.layer.model={model}",
+                   "workload.layer.tokens_per_gpu=16", "workload.layer.routing.kind=normal")
+    s = sim.stats
+    k = sim.layer.shape.top_k
+    assert s["system.moe.rows_sent"] + s["system.moe.rows_dropped"] == 4 * 16 * k
+    assert s["system.moe.rows_combined"] == 4 * 16 * k
+    assert 0 < s["system.moe.ideal_layer_us"] < s["system.moe.layer_time_us"]

@@ -17,6 +17,19 @@ ENTRY_BYTES = 32
 KERNELS = "workloads/kernels/common/moe_alltoall.s"
 
 
+class PhasedLaunches:
+    """Launches in order with the phase of each (SchemePlan.launch_phases): the all-to-all and
+    copy kernels serve both dispatch and combine, so phases go by launch, not by kernel name."""
+
+    def __init__(self):
+        self.launches, self.phases = [], []
+
+    def add(self, launch, phase):
+        """`phase` '' for a launch in no phase (a wait for another stream)."""
+        self.launches.append(launch)
+        self.phases.append(phase)
+
+
 def entries_preset(tables):
     """[P][n][3] int64 (source offset, destination offset, bytes) -> [P, n * 32] uint8 rows."""
     t = np.asarray(tables, dtype=np.int64)

@@ -35,9 +35,9 @@ models capacity).
 """
 import numpy as np
 
-from ..alltoall import (ENTRY_BYTES, KERNELS as A2A_KERNELS, a2a_launch, copy_launch,
-                        entries_preset, flag_wait_launch, gather_launch, i64_preset, pad_tables,
-                        permute_launch, split_pieces)
+from ..alltoall import (ENTRY_BYTES, KERNELS as A2A_KERNELS, PhasedLaunches, a2a_launch,
+                        copy_launch, entries_preset, flag_wait_launch, gather_launch, i64_preset,
+                        pad_tables, permute_launch, split_pieces)
 from ..layer import (ACCT_NAMES, GROUPED_KERNELS, SHARED_KERNELS, SchemePlan, _buf,
                      combine_launch, grouped_gemm_launches, shared_expert_launches)
 from ...config.schema import LaunchConfig
@@ -119,14 +119,9 @@ def plan(layer):
                     _buf("mg_unsort", n_sort * ENTRY_BYTES + 64, region="control", dtype="i64")]
         presets["mg_sort"] = entries_preset(sort_t)
         presets["mg_unsort"] = entries_preset(unsort_t)
-    # fwd entries: this GPU's range for peer r; a2a_put reads entry r of its own table
     gbufs, gemm = grouped_gemm_launches(s, 0, nsm, "mg_rows", "mg_xe", "mg_ye", cap)
-    launches, phases = [], []
-
-    def add(launch, phase):
-        launches.append(launch)
-        phases.append(phase)
-
+    plan_launches = PhasedLaunches()
+    add = plan_launches.add
     sbufs, shared = shared_expert_launches(s, cfg, stream=1)
     for launch in shared:
         add(launch, "expert")
@@ -161,7 +156,7 @@ def plan(layer):
                       "routing's: 0 when the count exchange delivered every row")
 
     return SchemePlan(
-        buffers=tuple(buffers + gbufs + sbufs), launches=tuple(launches),
+        buffers=tuple(buffers + gbufs + sbufs), launches=tuple(plan_launches.launches),
         kernel_files=(A2A_KERNELS, KERNELS), presets=presets, n_tile=s.n_tile,
         phases={"mediation": ("mg_count", "mg_allgather"),
                 "dispatch": ("permute_rows", "a2a_put", "flag_wait")
@@ -169,7 +164,7 @@ def plan(layer):
                 "expert": GROUPED_KERNELS + SHARED_KERNELS,
                 "combine": (("copy_chunks",) if sort else ()) + ("a2a_put", "gather_rows",
                                                                  "moe_combine")},
-        launch_phases=tuple(phases),
+        launch_phases=tuple(plan_launches.phases),
         mediation_extra_ps=opts.host_sync_latency + cfg.system.gpu.kernel_launch_latency,
         checked_accounting=tuple(a for a in ACCT_NAMES if a != "received"),
         unchecked_why="the all-to-all moves byte ranges, not counted rows",

@@ -35,9 +35,9 @@ import math
 
 import numpy as np
 
-from ..alltoall import (ENTRY_BYTES, KERNELS as A2A_KERNELS, a2a_launch, entries_preset,
-                        flag_set_launch, flag_wait_launch, gather_launch, i64_preset,
-                        permute_launch)
+from ..alltoall import (ENTRY_BYTES, KERNELS as A2A_KERNELS, PhasedLaunches, a2a_launch,
+                        entries_preset, flag_set_launch, flag_wait_launch, gather_launch,
+                        i64_preset, permute_launch)
 from ..layer import (GROUPED_KERNELS, SHARED_KERNELS, LayerError, SchemePlan, _buf,
                      combine_launch, grouped_gemm_launches, shared_expert_launches)
 
@@ -102,12 +102,8 @@ def plan(layer):
                "tu_bwd": entries_preset(bwd.reshape(P, -1, 3)),
                "tu_rows": i64_preset(np.full((P, El), P * Cc, np.int64))}
 
-    launches, phases = [], []
-
-    def add(launch, phase):
-        launches.append(launch)
-        phases.append(phase)
-
+    plan_launches = PhasedLaunches()
+    add = plan_launches.add
     sbufs, shared = shared_expert_launches(s, cfg, stream=1)
     for launch in shared:
         add(launch, "expert")
@@ -146,13 +142,13 @@ def plan(layer):
                       "zero rows sent and computed as padding (capacity slots no token took)")
 
     return SchemePlan(
-        buffers=tuple(buffers + gbufs + sbufs), launches=tuple(launches),
+        buffers=tuple(buffers + gbufs + sbufs), launches=tuple(plan_launches.launches),
         kernel_files=(A2A_KERNELS,), presets=presets, n_tile=s.n_tile,
         phases={"mediation": (),
                 "dispatch": ("permute_rows", "a2a_put"),
                 "expert": GROUPED_KERNELS + ("flag_set",) + SHARED_KERNELS,
                 "combine": ("a2a_put", "gather_rows", "moe_combine")},
-        launch_phases=tuple(phases),
+        launch_phases=tuple(plan_launches.phases),
         checked_accounting=("sent", "computed", "combined"),
         unchecked_why="the all-to-all moves fixed-capacity blocks, padding included",
         expected_rows={"sent": kept, "computed": P * El * P * C, "combined": P * s.pairs,
