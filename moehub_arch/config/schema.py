@@ -255,9 +255,10 @@ class MegatronSchemeConfig:
                                 "the same round trip as deepep.host_sync_latency)", 10_000_000,
                                 min=0)
     a2a_chunk_bytes: int = _f("size", "bytes per put of the all-to-all (one put per piece of a "
-                              "peer's contiguous range)", 65536, min=1)
+                              "peer's contiguous range; assumption: 64 KB, large enough that a "
+                              "put's issue cost is negligible)", 65536, min=1)
     permute_tbs: int = _f("int", "thread blocks per GPU of the count, permute and unpermute "
-                          "kernels", 132, min=1)
+                          "kernels (assumption: one per SM)", 132, min=1)
 
 
 @attrs.frozen
@@ -268,11 +269,13 @@ class TutelSchemeConfig:
                                 "(Tutel's capacity_factor, default 1.0)", 1.0)
     chunks: int = _f("int", "pipeline chunks: the capacity is split into this many slices, each "
                      "moved by its own all-to-all and computed as soon as it arrived, so one "
-                     "chunk's all-to-all overlaps another's expert FFN (Tutel's overlap degree)",
-                     2, min=1)
-    a2a_chunk_bytes: int = _f("size", "bytes per put of the all-to-all", 65536, min=1)
-    permute_tbs: int = _f("int", "thread blocks per GPU of the encode and decode kernels", 132,
-                          min=1)
+                     "chunk's all-to-all overlaps another's expert FFN (Tutel's "
+                     "a2a_ffn_overlap_degree; assumption: 2, the smallest that overlaps - Tutel's "
+                     "own default 1 does not)", 2, min=1)
+    a2a_chunk_bytes: int = _f("size", "bytes per put of the all-to-all (assumption: 64 KB, as "
+                              "megatron)", 65536, min=1)
+    permute_tbs: int = _f("int", "thread blocks per GPU of the encode and decode kernels "
+                          "(assumption: one per SM)", 132, min=1)
 
 
 @attrs.frozen
