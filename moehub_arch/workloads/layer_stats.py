@@ -6,25 +6,55 @@ Where the time goes:
                            combine): from the phase's first kernel start to its last kernel end on
                            each GPU, averaged over GPUs; mediation includes the host round trip
   kernel.<name>_us         each kernel's duration averaged over GPUs
-  ideal_compute_us         the busiest GPU's tensor + vector work spread evenly over its SMs
-  overhead_us              layer time minus ideal compute: communication, mediation and load
-                           imbalance that compute did not hide (the "exposed" time)
-  ideal_layer_us           the same for every scheme (from the shape and routing alone): per GPU,
-                           max(expert GEMM FLOPs at the tensor peak, expert weights at HBM
-                           bandwidth), busiest GPU; ideal_layer_fraction = ideal / layer time (the
-                           MoE-Hub paper, arXiv 2605.05888, reports 96.8% of such an ideal layer)
-SM time (fractions of SMs x layer time, averaged over GPUs):
+  ideal_compute_us         the busiest GPU's expert GEMM FLOPs at the SMs' peak BF16 tensor rate
+                           (`ideal_compute_ps`): a property of the layer, its routing and the GPU,
+                           identical for every scheme run on the same layer
+  overhead_us              layer time minus ideal compute: communication, mediation, vector work
+                           and load imbalance that compute did not hide (the "exposed" time)
+  ideal_layer_us           also identical for every scheme: per GPU, max(its expert GEMM FLOPs at
+                           the tensor peak, its expert weights read once at HBM bandwidth), the
+                           busiest GPU; ideal_layer_fraction = ideal / layer time (the MoE-Hub
+                           paper, arXiv 2605.05888, reports 96.8% of such an ideal layer)
+SM time (fractions of SMs x layer time, averaged over GPUs). The five categories partition SM time
+(they sum to 1). Units of one SM work at once (a copy can overlap a GEMM), so each SM's time is
+attributed in priority order, each category taking at most what the ones before it left:
+  sm.idle                  no thread block resident
   sm.computing             tensor or vector unit busy
   sm.communicating         comm unit busy (put/get/send issue) plus LSU (copies)
   sm.waiting               resident thread-block time spent waiting (flags, fences, hub, claims),
                            divided by the TB slots per SM
-  sm.idle                  no thread block resident
+  sm.other                 the rest of resident time: issuing ALU, branch and control
+                           instructions, memory latency not counted as a wait, thread-block launch
 Links: nvlink.tx_utilization_mean / _max over every GPU's link transmitters within the layer.
 """
 import numpy as np
 
 from ..engine.state import NUM_WAIT_REASONS
 from ..isa.encoding import UNIT_COMM, UNIT_LSU, UNIT_TENSOR, UNIT_VECTOR
+
+
+def ideal_compute_ps(layer, cfg) -> float:
+    """The one definition of a layer's ideal compute time: the busiest GPU's expert GEMM FLOPs -
+    each routed row 2·H·I for each of gate, up and down, and each of its tokens the same for every
+    shared expert - at the GPU's peak dense BF16 tensor rate (SMs x FLOP per cycle x clock).
+    Depends on the model, routing and GPU only, not on how a scheme moves or tiles the rows."""
+    return float((expert_gemm_flops(layer) / tensor_peak(cfg)).max()) * 1e12
+
+
+def expert_gemm_flops(layer):
+    """Expert GEMM FLOPs per GPU [P]: routed rows its local experts receive and its tokens through
+    every shared expert, 2·H·I each for gate, up and down."""
+    s = layer.shape
+    rows = np.bincount(layer.routing.topk_idx.reshape(-1), minlength=s.experts)
+    rows_per_gpu = rows.reshape(s.num_gpus, s.local_experts).sum(axis=1)
+    return (rows_per_gpu.astype(np.float64) * 6.0 * s.hidden * s.ffn
+            + s.tokens * s.shared * 6.0 * s.hidden * s.shared_ffn)
+
+
+def tensor_peak(cfg):
+    """Peak dense BF16 tensor rate of one GPU (FLOP/s): SMs x FLOP per cycle x clock."""
+    g = cfg.system.gpu
+    return g.num_sms * g.sm.tensor_bf16_flops_per_cycle * g.sm_clock
 
 
 def add_layer_stats(sim, layer):
@@ -68,23 +98,34 @@ def add_layer_stats(sim, layer):
                 f"time in {phase} ({', '.join(names) or 'no kernel'}), mean over GPUs"
                 + ("; includes the host round trip" if phase == "mediation" else ""))
 
-    busy = st.sm_unit_busy.reshape(P, S, -1)
+    busy = st.sm_unit_busy.reshape(P, S, -1).astype(np.float64)
     compute = busy[:, :, UNIT_TENSOR] + busy[:, :, UNIT_VECTOR]
     comm = busy[:, :, UNIT_COMM] + busy[:, :, UNIT_LSU]
-    waits = st.sm_wait.reshape(P, S, NUM_WAIT_REASONS).sum(axis=2)
-    active = st.sm.active_ticks.reshape(P, S)
+    waits = st.sm_wait.reshape(P, S, NUM_WAIT_REASONS).sum(axis=2) / slots
+    # per SM, in priority order (see the module docstring): each takes what is left of the span
+    left = np.full((P, S), float(span))
+    parts = {}
+    for name, ticks in (("idle", span - st.sm.active_ticks.reshape(P, S).astype(np.float64)),
+                        ("computing", compute), ("communicating", comm), ("waiting", waits)):
+        parts[name] = np.clip(ticks, 0.0, left)
+        left = left - parts[name]
+    parts["other"] = left
     denom = S * span
-    out.add("system.moe.sm.computing", float(compute.sum(axis=1).mean()) / denom, "ratio",
-            "fraction of SM time a tensor or vector unit was busy")
-    out.add("system.moe.sm.communicating", float(comm.sum(axis=1).mean()) / denom, "ratio",
-            "fraction of SM time the comm or load/store unit was busy (sends, copies)")
-    out.add("system.moe.sm.waiting", float(waits.sum(axis=1).mean()) / (denom * slots), "ratio",
-            "thread-block time spent waiting (flags, fences, hub room, claims) / TB slots")
-    out.add("system.moe.sm.idle", 1.0 - float(active.sum(axis=1).mean()) / denom, "ratio",
-            "fraction of SM time with no thread block resident")
-    ideal = float(compute.sum(axis=1).max()) / S
+    docs = {"idle": "fraction of SM time with no thread block resident",
+            "computing": "fraction of SM time a tensor or vector unit was busy",
+            "communicating": "fraction of SM time the comm or load/store unit was busy (sends, "
+                             "copies) and no tensor or vector unit",
+            "waiting": "thread-block time spent waiting (flags, fences, hub room, claims) / TB "
+                       "slots, within the SM time not computing or communicating",
+            "other": "the rest of resident SM time: ALU, branch and control issue, memory latency, "
+                     "launches (the five sm.* fractions sum to 1)"}
+    for name in ("computing", "communicating", "waiting", "other", "idle"):
+        out.add(f"system.moe.sm.{name}", float(parts[name].sum(axis=1).mean()) / denom, "ratio",
+                docs[name])
+    ideal = ideal_compute_ps(layer, sim.cfg)
     out.add("system.moe.ideal_compute_us", ideal * 1e-6, "us",
-            "the busiest GPU's tensor + vector work spread evenly over its SMs")
+            "the busiest GPU's expert GEMM FLOPs at the SMs' peak BF16 tensor rate (the same for "
+            "every scheme on the same layer)")
     out.add("system.moe.overhead_us", (span - ideal) * 1e-6, "us",
             "layer time minus ideal compute: communication, mediation and imbalance not hidden")
     ideal_layer = ideal_layer_ps(sim.cfg, layer)
@@ -105,17 +146,12 @@ def add_layer_stats(sim, layer):
 
 
 def ideal_layer_ps(cfg, layer):
-    """Ideal layer time (ps) of the busiest GPU: the SwiGLU expert GEMMs (3 GEMMs of 2 H I FLOP
-    per row: the routed rows its local experts receive, plus every local token through each
-    shared expert) at the tensor peak (SMs x dense BF16 FLOP per cycle x SM clock), or its expert
-    weights (3 H I bf16 matrices per local routed and per shared expert) read once at HBM
-    bandwidth, whichever is longer. Independent of the scheme: no communication, no mediation, no
-    padding, no vector work (SiLU, combine)."""
-    s, g = layer.shape, cfg.system.gpu
-    rows = np.bincount(layer.routing.topk_idx.reshape(-1), minlength=s.experts)
-    rows = rows.reshape(s.num_gpus, s.local_experts).sum(axis=1)            # per GPU
-    flops = 6.0 * s.hidden * (rows * s.ffn + s.tokens * s.shared * s.shared_ffn)
-    peak = g.num_sms * g.sm.tensor_bf16_flops_per_cycle * g.sm_clock        # FLOP/s
+    """Ideal layer time (ps) of the busiest GPU: its expert GEMM FLOPs (`expert_gemm_flops`) at the
+    tensor peak, or its expert weights (3 H I bf16 matrices per local routed and per shared
+    expert) read once at HBM bandwidth, whichever is longer. Independent of the scheme: no
+    communication, no mediation, no padding, no vector work (SiLU, combine)."""
+    s = layer.shape
     weights = 6.0 * s.hidden * (s.local_experts * s.ffn + s.shared * s.shared_ffn)   # bytes
-    t = np.maximum(flops / peak, weights / g.hbm.bandwidth)
+    t = np.maximum(expert_gemm_flops(layer) / tensor_peak(cfg),
+                   weights / cfg.system.gpu.hbm.bandwidth)
     return float(t.max()) * 1e12
