@@ -18,6 +18,9 @@ def run(scheme, *overrides):
 
 def check_all_but_received(sim, dropped=0):
     s = sim.stats
+    parts = [s[f"system.moe.sm.{p}"] for p in ("computing", "communicating", "waiting", "other",
+                                               "idle")]
+    assert min(parts) >= 0 and abs(sum(parts) - 1) < 1e-9, parts
     assert s["system.moe.rows_sent"] == P * T * K - dropped
     assert s["system.moe.rows_combined"] == P * T * K
     assert s["system.moe.rows_dropped"] == dropped
