@@ -68,18 +68,20 @@ def _override_list(overrides):
     return items
 
 
-def load_config(path=None, overrides=None):
+def load_config(path=None, overrides=None, system=None):
     """The validated, frozen Config that `moehub-sim run PATH --set ...` would run.
 
     `path`: a YAML config (None: the default config); a relative path that does not exist here
     falls back to the shipped data folders, as on the command line. `overrides`: a mapping
     {'system.nvlink.bandwidth': '20GB/s', 'scheme': 'deepep'} or a list of 'key.path=value'
-    strings, applied in order after the file (as `--set`). Raises ConfigError naming the file (or
-    the override) and the key on bad input."""
+    strings, applied in order after the file (as `--set`). `system`: a system file to run the
+    config on (as `moehub-sim run PATH --system FILE`; README "Configuration"). Raises ConfigError
+    naming the file (or the override) and the key on bad input; warnings of the loader (an extends
+    entry overriding keys an earlier one set) are in `config.load_warnings`."""
     from .cli import _resolve_config_path
     from .config import load_config as _load_config
     return _load_config(_resolve_config_path(None if path is None else str(path)),
-                        _override_list(overrides))
+                        _override_list(overrides), system_file=system)
 
 
 def _config_for_run(config, overrides, engine, seed):

@@ -41,6 +41,13 @@ def test_compare_table_and_speedups(runs, tmp_path):
     header, rows = compare_table([runs["deepep"], runs["moehub"]], ["system.gpu0.hub.tx_packets"])
     assert [r[0] for r in rows] == ["system.gpu0.hub.tx_packets"]
     assert rows[0][2] == d.value("system.gpu0.hub.tx_packets")
+    r = run_cli("compare", runs["deepep"], runs["moehub"], "--stats", "system.gpu0.sm*.tensor_busy_ticks")
+    assert r.returncode == 0, r.stderr
+    shown = [l for l in r.stdout.splitlines() if l.startswith("system.gpu0.sm")]
+    busy = [s for s in range(132) if d.value(f"system.gpu0.sm{s}.tensor_busy_ticks")
+            or m.value(f"system.gpu0.sm{s}.tensor_busy_ticks")]
+    assert len(shown) == len(busy) < 132
+    assert f"({132 - len(busy)} more rows are zero in every run; not shown)" in r.stdout
 
     r = run_cli("compare", runs["deepep"], runs["moehub"], "--stats", "system.gpu*.hub.rx_packets",
                 "--per-gpu", "--csv", tmp_path / "c.csv")

@@ -39,6 +39,8 @@ def test_system_reference_replaces_the_benchmarks_system(user_dir):
     same = load_config(CONFIGS / "ubench/p2p_bandwidth.yaml", system_file="mysys.yaml")
     assert same.to_dict()["system"] == cfg.to_dict()["system"]
     assert same.to_dict()["value_sources"]["system.nvlink.links_per_gpu"] == "mysys.yaml"
+    from moehub_arch import api
+    assert api.load_config(CONFIGS / "ubench/p2p_bandwidth.yaml", system="mysys.yaml").system == same.system
 
 
 def test_a_later_extends_entry_overriding_the_users_system_warns(user_dir):

@@ -4,8 +4,8 @@ speedup (times: first / this) or ratio (other stats: this / first) relative to t
 Per-GPU stats (``system.gpu3.hub.stall_ticks``) are folded into one row per name
 (``system.gpu*.hub.stall_ticks``): summed, or averaged for ratios and rates; `--per-gpu` keeps them
 apart, and so does a pattern that names a GPU (``system.gpu0.sm*.insts_issued`` shows GPU 0's
-SMs). Equal values read "same". When a pattern expands to many rows, rows that are zero in every
-run are left out (the table says how many).
+SMs). Equal values read "same". When --stats patterns expand to many rows, rows that are zero in
+every run are left out (the table says how many).
 """
 import csv
 import fnmatch
@@ -74,6 +74,7 @@ def _compare(outdirs, patterns, per_gpu):
         names += [n for n in rows if n not in names]
     header = ["stat", "unit"] + [r.label for r in runs] + [f"{r.label} vs first" for r in runs[1:]]
     table, zero_rows = [], 0
+    prune = patterns != list(DEFAULT_PATTERNS) and len(names) > MANY_ROWS
     for name in names:
         vals = [rows.get(name, (None, None)) for rows in per_run]
         unit = next(u for _, u in vals if u is not None)
@@ -89,7 +90,9 @@ def _compare(outdirs, patterns, per_gpu):
                 rel.append(f"{first / v:.3f}x faster" if first >= v else f"{v / first:.3f}x slower")
             else:
                 rel.append(f"{v / first:.3f}x")
-        if len(names) > MANY_ROWS and all(v in (0, None) for v in values):
+        # a --stats pattern expanding to many rows (system.gpu0.sm*.insts_issued): the all-zero
+        # ones are left out (the default table always shows its rows)
+        if prune and all(v in (0, None) for v in values):
             zero_rows += 1
             continue
         table.append([name, unit] + values + rel)
