@@ -43,7 +43,6 @@ from ..layer import (ACCT_NAMES, GROUPED_KERNELS, SHARED_KERNELS, SchemePlan, _b
 from ...config.schema import LaunchConfig
 
 KERNELS = "workloads/kernels/megatron/megatron.s"
-EPOCH = 1
 
 
 def plan(layer):
@@ -130,7 +129,7 @@ def plan(layer):
         "mediation")
     add(LaunchConfig(kernel="mg_allgather", grid=1, stream=0, params=(
         ("counts", "@mg_counts"), ("allcounts", "@mg_allcounts"), ("bar", "@mg_bar"),
-        ("experts", E), ("epoch", EPOCH))), "mediation")
+        ("experts", E))), "mediation")
     add(permute_launch(s, 0, tbs, cnt="@mg_cnt", base="@mg_base", out="@mg_send",
                        map_="@mg_map", cap=pairs, host_delay=opts.host_sync_latency), "dispatch")
     add(a2a_launch(0, "@mg_fwd", 1, "@mg_send", recv, piece, arrive="@mg_arrive"), "dispatch")

@@ -10,6 +10,9 @@
 # counts are on the host (megatron: after its device-to-host synchronisation) or from the static
 # capacity (tutel).
 
+.include "lib/slot_words.s"
+.include "lib/combine.s"
+
 # permute_rows: per token t (TB b takes t = b, b + ntb, ...) and slot j, with e = topk_idx[t][j]:
 # pos = atom.add cnt[e]; if pos < cap the row x[t] is copied to row base[e] + pos of `out` and
 # map[t * k + j] = that row; otherwise the pair is dropped (map = -1; acct word 6 counts it).
@@ -62,16 +65,8 @@ drop:
     st [r8], r15
     add r5, r5, 1
 next:
-    mov r16, r17
-    mov r17, r18
-    mov r18, r19
-    mov r19, r20
-    mov r20, r21
-    mov r21, r22
-    mov r22, r23
     add r8, r8, 8
-    add r9, r9, 1
-    blt r9, %topk, slot
+    next_slot_word r9, %topk, slot
     add r3, r3, %ntb
     bra token
 end:
@@ -173,13 +168,8 @@ end:
 .param done
 .param pairs
 .param hidden
-    mov r1, 0
-wait_all:
-    shl r2, r1, 3
-    add r2, r2, %done
-    wait.eq [r2], 1
-    add r1, r1, 1
-    blt r1, %ngpu, wait_all
+    # every GPU's done flag (no shared experts to wait for here: moe_combine waits for them)
+    wait_layer_inputs 0, 0, %done, %done, r1, r2
     shl r10, %hidden, 1          # r10 = row bytes
     mov r1, %tb
 pair:

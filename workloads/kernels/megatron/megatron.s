@@ -3,6 +3,9 @@
 # moehub_arch/workloads/schemes/megatron.py; the permute, all-to-all, sort and unpermute kernels
 # are shared with scheme tutel (../common/moe_alltoall.s).
 
+.include "lib/slot_words.s"
+.include "lib/combine.s"
+
 # mg_count: tokens per expert (Megatron's histogram of the routing map): per token (TB b takes
 # t = b, b + ntb, ...) one red.add per slot into counts[e].
 .kernel mg_count
@@ -22,15 +25,7 @@ slot:
     shl r10, r16, 3
     add r10, r10, %counts
     red.add %gpu, [r10], 1
-    mov r16, r17
-    mov r17, r18
-    mov r18, r19
-    mov r19, r20
-    mov r20, r21
-    mov r21, r22
-    mov r22, r23
-    add r9, r9, 1
-    blt r9, %topk, slot
+    next_slot_word r9, %topk, slot
     add r3, r3, %ntb
     bra token
 end:
@@ -39,13 +34,13 @@ end:
 # mg_allgather: the all-gather of the per-expert counts over the expert-parallel group (one TB;
 # counts are a few hundred bytes, so the collective is latency-bound: a direct all-gather). The
 # GPU puts its count row into allcounts[gpu] on every GPU (itself included), fences, then a
-# barrier: bar[gpu] = epoch on every GPU, and waits for every bar[s] >= epoch.
+# barrier: bar[gpu] = 1 on every GPU, and waits for every bar[s] = 1 (one layer call per run, so
+# the flags need no epochs).
 .kernel mg_allgather
 .param counts                # [E] i64
 .param allcounts             # [ngpu][E] i64
-.param bar                   # [ngpu] i64
+.param bar                   # [ngpu] i64, zero
 .param experts
-.param epoch
     shl r1, %experts, 3          # r1 = bytes of a count row
     mul r2, %gpu, r1
     add r2, r2, %allcounts       # r2 = allcounts[gpu] (the same address on every GPU)
@@ -54,19 +49,7 @@ put_row:
     put r3, r2, %counts, r1
     add r3, r3, 1
     blt r3, %ngpu, put_row
-    fence
-    shl r4, %gpu, 3
-    add r4, r4, %bar
-    mov r3, 0
-arrive:
-    flag.set r3, [r4], %epoch
-    add r3, r3, 1
-    blt r3, %ngpu, arrive
-    mov r3, 0
-wait_all:
-    shl r5, r3, 3
-    add r5, r5, %bar
-    wait.ge [r5], %epoch
-    add r3, r3, 1
-    blt r3, %ngpu, wait_all
+    fence                        # the rows landed before the barrier says so
+    tell_every_gpu %bar, r3, r4
+    wait_layer_inputs 0, 0, %bar, %bar, r3, r5
     exit
