@@ -259,10 +259,10 @@ def build_topology(cfg):
 
 
 def rpm_packet_bytes(cfg):
-    """Payload of a full RPM packet: rpm.packet_bytes (at most the link's maximum payload: the
-    loader checks), and never more than the merge buffer holds."""
+    """Payload of a full RPM packet: at most rpm.packet_bytes, at most what one link packet
+    carries (system.nvlink.max_payload_bytes) and at most what the merge buffer holds."""
     rpm = cfg.system.gpu.hub.moe.rpm
-    return min(rpm.packet_bytes, rpm.merge_buffer_bytes)
+    return min(rpm.packet_bytes, cfg.system.nvlink.max_payload_bytes, rpm.merge_buffer_bytes)
 
 
 def aau_staging_packets(cfg):

@@ -63,9 +63,8 @@ class L2Config:
 class RpmConfig:
     merge_buffer_bytes: int = _f("size", "RPM merge buffer per destination GPU: a packet carries at "
                                  "most this many bytes", min=1)
-    packet_bytes: int = _f("size", "payload of a full RPM packet (at most system.nvlink."
-                           "max_payload_bytes; a packet also never exceeds merge_buffer_bytes)",
-                           min=1)
+    packet_bytes: int = _f("size", "largest payload of an RPM packet (a packet also never exceeds "
+                           "system.nvlink.max_payload_bytes or merge_buffer_bytes)", min=1)
     flush_timeout: int = _f("time", "a partly filled merge buffer is sent once its oldest byte waited "
                             "this long", min=0)
     row_queue_depth: int = _f("int", "rows accepted but not yet landed, per destination GPU (row "
