@@ -8,6 +8,7 @@ no file system shared with this machine.
 """
 import concurrent.futures as cf
 import multiprocessing
+import signal
 import sys
 import tempfile
 from contextlib import contextmanager
@@ -27,6 +28,12 @@ def run_point(config_path, overrides):
         return {"files": files}
     except user_errors() as e:
         return {"error": str(e)}
+
+
+def _worker_ignores_interrupts():
+    """Workers leave Ctrl-C to the sweep process (the terminal sends it to the whole process
+    group): it decides, stops them and keeps the finished points."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 @contextmanager
@@ -54,13 +61,24 @@ def main_script_hidden():
 
 
 def run_local(points, sweep, workers, on_done):
-    """Run `points` in `workers` local processes; `on_done(point, result)` as each finishes."""
+    """Run `points` in `workers` local processes; `on_done(point, result)` as each finishes.
+    Interrupted (or any error here): the workers are terminated, points not finished are dropped
+    (they run again when the sweep is re-run)."""
     ctx = multiprocessing.get_context("spawn")   # fresh interpreters: no forked Numba/threads state
-    with cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+    pool = cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx,
+                                  initializer=_worker_ignores_interrupts)
+    try:
         with main_script_hidden():
             futures = {pool.submit(run_point, str(sweep.config), p.overrides): p for p in points}
         for fut in cf.as_completed(futures):
             on_done(futures[fut], fut.result())
+    except BaseException:
+        # the executor has no public way to stop running work: terminate its processes
+        for proc in list(getattr(pool, "_processes", {}).values()):
+            proc.terminate()
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
 
 
 def run_dask(points, sweep, address, on_done):

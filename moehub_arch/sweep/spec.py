@@ -24,6 +24,8 @@ from pathlib import Path
 import attrs
 import yaml
 
+from ..inputs import InputFileError, load_yaml, read_text
+
 from ..config import ConfigError, load_config
 from ..paths import data_root
 
@@ -98,7 +100,9 @@ def load_sweep(path, outdir=None):
     if not path.is_file():
         raise SweepError(f"{path}: sweep file not found")
     try:
-        raw = yaml.safe_load(path.read_text())
+        raw = load_yaml(read_text(path, "sweep file"), str(path), "sweep file")
+    except InputFileError as e:
+        raise SweepError(str(e)) from None
     except yaml.YAMLError as e:
         raise SweepError(f"{path}: YAML syntax error: {getattr(e, 'problem', e)}") from None
     return sweep_from_dict(raw, path, outdir)
