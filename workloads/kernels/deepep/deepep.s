@@ -1,5 +1,5 @@
 # MoE layer, scheme `deepep`: the software-mediated, bulk-synchronous baseline modelled on DeepEP's
-# *normal* (high-throughput) kernels (BRIEF 3). Launch plan: moehub_arch/workloads/schemes/deepep.py.
+# *normal* (high-throughput) kernels (github.com/deepseek-ai/DeepEP). Launch plan: moehub_arch/workloads/schemes/deepep.py.
 #
 # Stream 0, in order (each kernel starts one launch latency after the previous one ended):
 #   deepep_layout    per token: its destination ranks (deduplicated), per-(rank, channel) token
