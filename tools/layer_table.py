@@ -9,6 +9,10 @@ time, where the time goes, and the speedup of `moehub` over each baseline.
 Each run writes its usual output directory under --outdir (default out/layer_table/<config>);
 a run whose stats.json is already there is reused (delete it or pass --force to re-run). Runs go
 through `moehub-sim run`, in --jobs parallel processes.
+
+    python tools/layer_table.py --grid moehub_paper [--quick] [--json out.json]
+
+runs a seed paper's evaluation grid instead (tools/layer_grid.py: its own options, --help there).
 """
 import argparse
 import csv
@@ -53,6 +57,11 @@ def run_one(config, outdir, force, extra):
 
 
 def main(argv=None):
+    args_in = sys.argv[1:] if argv is None else list(argv)
+    if any(a == "--grid" or a.startswith("--grid=") for a in args_in):
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        import layer_grid
+        return layer_grid.main(args_in)
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", nargs="+", default=list(MODELS))
     ap.add_argument("--tokens", nargs="+", type=int, default=list(TOKENS))

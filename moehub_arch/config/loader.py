@@ -25,6 +25,7 @@ from typing import Sequence
 import attrs
 import yaml
 
+from ..inputs import InputFileError, load_yaml, read_text
 from ..paths import data_root, find_user_file
 from .schema import Config
 from .units import EXAMPLES, UnitError, parse_quantity
@@ -103,11 +104,10 @@ _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _c
 def _read_yaml(path: Path):
     shown = _display(path)
     try:
-        text = path.read_text()
-    except OSError as e:
-        raise ConfigError(f"{shown}: cannot read the config file ({e.strerror})", shown) from None
-    try:
-        return yaml.load(text, Loader=_StrictLoader)
+        text = read_text(path, "config file", shown)
+        return load_yaml(text, shown, "config file", _StrictLoader)
+    except InputFileError as e:
+        raise ConfigError(str(e), shown) from None
     except _Duplicate as e:
         raise ConfigError(f"{shown}:{e.line}: key '{e.key}' appears twice in one mapping (first "
                           f"on line {e.first_line}); YAML would silently keep only the last",
@@ -138,7 +138,8 @@ def _collect(path: Path, stack: tuple, order: list, lineage: tuple = ()):
     shown = _display(path)
     raw = _read_yaml(path)
     if raw is None:
-        raw = {}
+        raise ConfigError(f"{shown}: the config file is empty (expected a mapping with keys "
+                          f"{', '.join(TOP_KEYS)})", shown)
     if not isinstance(raw, dict):
         raise ConfigError(f"{shown}: the top level must be a mapping with keys "
                           f"{', '.join(TOP_KEYS)}; found a {type(raw).__name__}", shown)
@@ -283,7 +284,9 @@ def _apply_override(data: dict, text: str, prov: dict):
     if not all(keys):
         raise ConfigError(f"{label}: '{key}' is not a dotted key path such as run.seed", label)
     try:
-        value = yaml.safe_load(value_text) if value_text.strip() else None
+        value = load_yaml(value_text, label, "value") if value_text.strip() else None
+    except InputFileError as e:
+        raise ConfigError(str(e), label) from None
     except yaml.YAMLError as e:
         raise ConfigError(f"{label}: cannot read the value '{value_text}' as YAML "
                           f"({getattr(e, 'problem', e)})", label) from None

@@ -72,6 +72,8 @@ THREAD_BLOCK = _record(
     "wait_start",   # tick at which the current wait began (wait-time stats)
     "smem_base", "smem_bytes",  # the TB's shared-memory allocation within its SM
     "trace_act",    # activity last recorded for the timeline (components/trace.py ACT_*)
+    "progress",     # tick of the TB's start or its last instruction touching memory, the hub or
+                    # the links (livelock detection, watchdog.LivelockWatchdog)
 )
 
 SM = _record(
