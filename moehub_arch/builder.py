@@ -321,6 +321,8 @@ def build_state(cfg, program, seed=None, presets=None):
         hbm_capacity=gpu.hbm.capacity, hbm_min_access=HBM_MIN_ACCESS,
         l2_fs_per_byte=int(round(1e15 / gpu.l2.bandwidth)), l2_latency_cycles=gpu.l2.latency_cycles,
         links_per_gpu=L, num_switches=sysc.switch.count, max_payload=sysc.nvlink.max_payload_bytes,
+        store_payload=min(sysc.nvlink.store_packet_bytes, sysc.nvlink.max_payload_bytes),
+        write_resp_per_packet=int(sysc.nvlink.write_responses == "per_packet"),
         packet_train=cfg.run.packet_train,
         header_bytes=sysc.nvlink.header_bytes, flit_bytes=flit,
         link_fs_per_byte=int(round(1e15 / sysc.nvlink.bandwidth)),

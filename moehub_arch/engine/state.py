@@ -40,7 +40,8 @@ PARAMS = _record(
     "sm_period_fs", "tb_launch_cycles", "smem_bytes", "smem_latency_cycles", "kernel_launch_ticks",
     "hbm_channels", "hbm_interleave", "hbm_fs_per_byte_channel", "hbm_latency_cycles",
     "hbm_atomic_cycles", "hbm_capacity", "hbm_min_access", "l2_fs_per_byte", "l2_latency_cycles",
-    "links_per_gpu", "num_switches", "max_payload", "header_bytes", "flit_bytes",
+    "links_per_gpu", "num_switches", "max_payload", "store_payload", "write_resp_per_packet",
+    "header_bytes", "flit_bytes",
     "link_fs_per_byte", "link_latency_ticks", "rx_buffer_flits", "switch_traversal_ticks",
     "hub_ticks_per_packet", "hub_tx_latency_ticks", "hub_rx_latency_ticks", "reqs_per_gpu",
     # MoE-Hub control plane (components/moehub): experts, windows, RPM / AAU / DAM parameters
@@ -141,7 +142,10 @@ RPM_HIST_BINS = 8     # merge-buffer fill at packet emission, in eighths of the 
 DAM_HIST_BINS = 16    # claimer wait time, bin i: [2^(i-1), 2^i) ns (bin 0: < 1 ns)
 
 REQUEST = _record("kind", "slot", "src_gpu", "dst_gpu", "dst_addr", "src_addr", "length", "sent",
-                  "resp_sent", "pkts_total", "pkts_arrived", "value", "ret_reg")
+                  "resp_sent", "pkts_total", "pkts_arrived", "acks_total", "acks_due",
+                  "acks_arrived", "acks_ready", "value", "ret_reg")
+# acks_*: write responses (components/hub.py): link packets to acknowledge in all (requester),
+# owed but not yet sent (serving hub), received (requester), tick the owed ones may leave
 
 PACKET = _record("kind", "req", "src", "dst", "addr", "src_addr", "payload", "flits", "ready",
                  "value", "npk")  # npk: link packets it stands for (1, or a train: run.packet_train)
