@@ -433,6 +433,7 @@ def build_state(cfg, program, seed=None, presets=None):
         sw_wait=np.zeros((sw_routes.shape[0], 2 + max(1, sw_inputs.shape[1] - 1)), np.int64),
         reqq=np.zeros((G, gpu.hub.request_queue_depth), np.int64),
         respq=np.zeros((G, G * R, 3), np.int64), free_reqs=free_reqs,
+        link_resp=np.zeros((G, G), np.int64),
         req=new_records(REQUEST, G * R), pk=new_records(PACKET, npk),
         pk_free=np.arange(npk, dtype=np.int64)[::-1].copy(),
         **_moe_state(cfg, params[0], L, rxq_cap),

@@ -80,3 +80,26 @@ def test_packet_trains_carry_the_same_responses(train):
         for what in ("packets", "wire_bytes", "payload_bytes"):
             assert _up(sim, g, what) == _up(exact, g, what), what
         assert sim.stats[f"system.gpu{g}.hub.acks_received"] == 41
+
+
+def _link_totals(sim):
+    G, L = sim.cfg.system.num_gpus, sim.cfg.system.nvlink.links_per_gpu
+    sent = sum(sim.stats[f"system.gpu{g}.nvlink{l}.tx_packets"] for g in range(G) for l in range(L))
+    acks = sum(sim.stats[f"system.gpu{g}.hub.acks_received"] for g in range(G))
+    return sent, acks
+
+
+def test_moehub_stream_packets_are_answered_like_every_link_write():
+    """MoE-Hub's RPM packets (send_to_expert) and the combine's send_home puts are all link
+    writes: with per_packet responses every one of them is answered once, so the GPUs' links
+    carry exactly twice the write packets (no reads or atomics in this workload), and the write
+    packets are the same as with per_request responses (one per put)."""
+    from conftest import assert_rows_home
+    hub = simulate("hub/dispatch_combine.yaml")
+    sent, acks = _link_totals(hub)
+    assert acks > 0 and sent == 2 * acks
+    assert_rows_home(hub, 4, 32, 2, 1000)
+    per_request = simulate("hub/dispatch_combine.yaml", "system.nvlink.write_responses=per_request")
+    sent_r, acks_r = _link_totals(per_request)
+    assert sent_r - acks_r == sent - acks          # the same write packets
+    assert acks_r < acks

@@ -132,6 +132,9 @@ def hub_packetize(st, g, tick):
     if gp.hub_next_tx != tick:
         return  # superseded by an earlier activation
     gp.hub_next_tx = -1
+    if gp.link_resp_total > 0:
+        _send_link_responses(st, g, tick)
+        return
     use_resp = False
     if gp.respq_count > 0:
         head_ready = st.respq[g, gp.respq_head, RESP_READY]
@@ -228,6 +231,61 @@ def hub_packetize(st, g, tick):
     txq_push(st, c, pkt, tick)
     if gp.reqq_count > 0 or gp.respq_count > 0:
         hub_kick(st, g, tick + pk.npk * st.p[0].hub_ticks_per_packet)
+
+
+@compiled
+def owe_link_responses(st, g, dst, n, tick):
+    """GPU g received `n` write packets from GPU `dst` that no hub request tracks (MoE-Hub stream
+    packets: the RPM-AAU protocol does its own completion): with write_responses: per_packet the
+    link still answers each with a header-only response, which costs the reverse path the same
+    as the address-centric path's ACKs."""
+    if not st.p[0].write_resp_per_packet:
+        return
+    gp = st.gpu[g]
+    st.link_resp[g, dst] += n
+    gp.link_resp_total += n
+    hub_kick(st, g, tick)
+
+
+@compiled
+def _send_link_responses(st, g, tick):
+    """Emit one record of owed link-level responses (up to packet_train) toward the next
+    destination that is owed some (round-robin)."""
+    p = st.p[0]
+    gp = st.gpu[g]
+    G = p.num_gpus
+    dst = gp.link_resp_rr
+    for k in range(G):
+        dst = (gp.link_resp_rr + k) % G
+        if st.link_resp[g, dst] > 0:
+            break
+    c = pick_channel(st, g, dst, True)
+    if c < 0:
+        gp.hub_blocked = 1
+        gp.hub_blocked_since = tick
+        return  # a dequeue on one of our links wakes us
+    gp.link_resp_rr = (dst + 1) % G
+    n = min(st.link_resp[g, dst], p.packet_train)
+    st.link_resp[g, dst] -= n
+    gp.link_resp_total -= n
+    pkt = packet_alloc(st)
+    pk = st.pk[pkt]
+    pk.kind = PK_ACK
+    pk.req = -1          # no request: the receiver only counts it
+    pk.src = g
+    pk.dst = dst
+    pk.value = 0
+    pk.addr = 0
+    pk.src_addr = 0
+    pk.payload = 0
+    pk.npk = n
+    pk.flits = n * header_flits(st)
+    pk.ready = tick + p.hub_tx_latency_ticks
+    gp.hub_tx_packets += n
+    trace_event(st, CAT_HUB, TR_HUB_TX, g, pk.kind, dst, tick)
+    txq_push(st, c, pkt, tick)
+    if gp.link_resp_total > 0 or gp.reqq_count > 0 or gp.respq_count > 0:
+        hub_kick(st, g, tick + n * p.hub_ticks_per_packet)
 
 
 @compiled
@@ -329,11 +387,12 @@ def hub_receive(st, g, c, pkt, tick):
         hub_respond(st, g, r, RESP_ATOM, free_at)
     elif kind == PK_ATOM_RESP:
         _complete_request(st, r, t)
-    else:  # PK_ACK: write responses
+    else:  # PK_ACK: write responses (req < 0: link-level responses to MoE-Hub packets)
         gp.hub_acks += pk.npk
-        rq.acks_arrived += pk.npk
-        if rq.acks_arrived == rq.acks_total:
-            _complete_request(st, r, t)
+        if r >= 0:
+            rq.acks_arrived += pk.npk
+            if rq.acks_arrived == rq.acks_total:
+                _complete_request(st, r, t)
     credit_return(st, c, pk.flits, free_at + p.link_latency_ticks)
     packet_free(st, pkt)
 

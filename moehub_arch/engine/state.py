@@ -94,6 +94,7 @@ GPU = _record(
     "reqq_head", "reqq_count", "respq_head", "respq_count", "free_top",
     "hub_requests", "hub_tx_packets", "hub_tx_payload", "hub_rx_packets", "hub_rx_payload",
     "hub_stall_ticks", "hub_reqq_peak", "hub_respq_peak", "hub_rx_first", "hub_rx_last", "hub_acks",
+    "link_resp_total", "link_resp_rr",  # link-level write responses owed (State.link_resp), RR pointer
     "hbm_read_bytes", "hbm_write_bytes", "hbm_accesses", "hbm_atomics",
     "l2_free", "l2_busy", "l2_read_bytes",
     # MoE-Hub: RPM packetizer, end-of-stream notes, AAU pending-packet FIFO, DAM source count
@@ -176,6 +177,7 @@ State = namedtuple("State", [
     "sw_wait",      # [switches * G, 2 + inputs] input ports blocked per (switch, destination):
                     # column 0 head, 1 count, then a ring of input channel ids
     "reqq", "respq", "free_reqs",  # hub FIFOs [G, depth], [G, cap, 3]; free request stack [G, R]
+    "link_resp",    # [G, G] header-only write responses GPU g owes GPU d for MoE-Hub packets
     "req", "pk", "pk_free",        # [G * R] REQUEST; [P] PACKET; packet free stack
     # MoE-Hub (components/moehub): expert placement [E, 2] (gpu, local slot); streams [G * G];
     # row descriptors [G * G * ring]; windows [G * LE]; tiles [G * LE * tiles_per_window];
