@@ -6,6 +6,9 @@ only places allowed to hold @njit functions or constants they read). Numba's own
 the file that defines a function, not the modules it calls into or the constants it froze; keying
 the cache on all of them makes a stale compiled engine impossible after an edit or an upgrade, and
 works for read-only (site-packages) installs. Editing the CLI, config or stats code keeps the cache.
+
+The Python API (moehub_arch/api.py) is available from the package, loaded on first use:
+`moehub_arch.run`, `load_config`, `sweep`, `load_results`, `Results`.
 """
 import hashlib
 import os
@@ -39,3 +42,18 @@ _ENGINE_VERSION = None
 if "NUMBA_CACHE_DIR" not in os.environ:
     _base = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
     os.environ["NUMBA_CACHE_DIR"] = str(_base / "moehub-arch" / f"numba-{_source_hash()}")
+
+
+_API = ("run", "load_config", "load_results", "Results")
+
+
+def __getattr__(name):
+    # the API is imported on first use, so `import moehub_arch` (and the CLI) stays light;
+    # `moehub_arch.sweep` is the sweep package, callable as the API's sweep() (sweep/__init__.py)
+    if name in _API:
+        from . import api
+        return getattr(api, name)
+    if name == "sweep":
+        import importlib
+        return importlib.import_module(".sweep", __name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,15 +1,17 @@
 """`moehub-sim` command line (also `python -m moehub_arch`).
 
-    moehub-sim run [CONFIG.yaml] [-o OUTDIR] [--set key.path=value ...] [--seed N] [--engine numba|python]
+    moehub-sim run [CONFIG.yaml] [--system SYSTEM.yaml] [-o OUTDIR] [--set key.path=value ...] [--seed N] [--engine numba|python]
                    [--trace] [--debug-flags Hub,NVLink] [--debug-start TICK] [--debug-file F] [--quiet]
                    [--max-ticks TIME] [--max-wall SECONDS] [--no-check] [--checkpoint-at TIME ...]
     moehub-sim run --restore CHECKPOINT_DIR [-o OUTDIR]    continue a checkpointed run
     moehub-sim plot OUTDIR [OUTDIR ...] [-o FIGDIR]     PNG figures of runs
     moehub-sim compare OUTDIR [OUTDIR ...] [--stats PATTERN ...]   stats side by side, speedups
     moehub-sim sweep SWEEP.yaml [-o OUTDIR] [--workers N] [--scheduler tcp://HOST:PORT]
-    moehub-sim asm FILE.s [FILE.s ...]      validate and disassemble kernels
+    moehub-sim asm FILE.s [FILE.s ...] [--config CONFIG.yaml]   validate and disassemble kernels
     moehub-sim isa [--config CONFIG.yaml]   print the instruction-set reference
-    moehub-sim stats --list [CONFIG.yaml]   list the stats a config will produce
+    moehub-sim stats --list [CONFIG.yaml] [PATTERN]   list the stats a config will produce
+    moehub-sim config --list [PATTERN] [--config CONFIG.yaml]   list config keys: type, default,
+                                            unit, description, value and its source
 
 Exit status: 0 a run completed (or stopped cleanly at --max-ticks / --max-wall); 2 bad input
 (config, kernel, ISA file, routing trace, checkpoint: one paragraph naming the file and key or
@@ -30,6 +32,11 @@ def _parser():
     sub = ap.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run a configuration and write its stats")
     run.add_argument("config", nargs="?", help=f"YAML config (default: {DEFAULT_CONFIG})")
+    run.add_argument("--system", metavar="SYSTEM.yaml",
+                     help="run the config on this system: a file with only a system: section (as "
+                          "configs/systems/*.yaml; it may extend one). It takes the place of the "
+                          "system the config extends; the config's own system keys (hub sizes, "
+                          "GPU count) still apply on top, with a warning")
     run.add_argument("-o", "--outdir", default="moehub-out", help="output directory (default: moehub-out)")
     run.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                      help="override a config value, e.g. --set system.nvlink.bandwidth=20GB/s")
@@ -89,13 +96,27 @@ def _parser():
     sweep.add_argument("--quiet", action="store_true", help="no progress bar")
     asm = sub.add_parser("asm", help="assemble kernel files: validate and print the disassembly")
     asm.add_argument("files", nargs="+")
-    asm.add_argument("--config", help="system config whose parameters resolve instruction costs")
-    isa = sub.add_parser("isa", help="print the instruction-set reference")
-    isa.add_argument("--config", help="system config whose parameters resolve instruction costs "
+    asm.add_argument("--config", help="config whose system parameters resolve instruction costs and "
+                                      "whose workload.isa_files are read after the shipped isa/*.yaml "
+                                      "(needed for a kernel using your own instructions; default: "
+                                      f"{DEFAULT_CONFIG})")
+    isa = sub.add_parser("isa", help="print the instruction-set reference, with the file and line "
+                                     "defining each instruction")
+    isa.add_argument("--config", help="config whose system parameters resolve instruction costs and "
+                                      "whose workload.isa_files are read after the shipped ones "
                                       f"(default: {DEFAULT_CONFIG})")
     stats = sub.add_parser("stats", help="list the statistics a config produces")
     stats.add_argument("--list", dest="config", nargs="?", const=DEFAULT_CONFIG, required=True,
                        metavar="CONFIG")
+    stats.add_argument("pattern", nargs="?", metavar="PATTERN",
+                       help="only stats whose name contains PATTERN, or matches it as a shell "
+                            "pattern (system.gpu0.nvlink*.tx_*)")
+    conf = sub.add_parser("config", help="list config keys: type, default, unit, description, and "
+                                         "their value in a config with the source it cites")
+    conf.add_argument("--list", dest="pattern", nargs="?", const="", required=True,
+                      metavar="PATTERN", help="only keys containing PATTERN (e.g. nvlink) or "
+                                              "matching it as a shell pattern")
+    conf.add_argument("--config", help=f"config whose values are shown (default: {DEFAULT_CONFIG})")
     return ap
 
 
@@ -107,10 +128,32 @@ def jit_disabled():
     return os.environ.get("NUMBA_DISABLE_JIT", "0") not in ("", "0")
 
 
+_CACHE_STAMP = "moehub-engine-version"
+
+
 def _engine_cached():
-    """True if the Numba cache holds compiled engine code (see moehub_arch/__init__.py)."""
+    """True if the Numba cache holds compiled code of this engine version (see
+    moehub_arch/__init__.py): a cache folder the user set with NUMBA_CACHE_DIR may hold code of an
+    older engine, which Numba recompiles; the stamp written after a run tells them apart."""
+    from . import engine_version
     folder = os.environ.get("NUMBA_CACHE_DIR")
-    return bool(folder) and any(Path(folder).rglob("*.nbi"))
+    if not folder or not any(Path(folder).rglob("*.nbi")):
+        return False
+    try:
+        return (Path(folder) / _CACHE_STAMP).read_text() == engine_version()
+    except OSError:
+        return False
+
+
+def _stamp_engine_cache():
+    """Record that the cache folder now holds this engine version's compiled code."""
+    from . import engine_version
+    folder = os.environ.get("NUMBA_CACHE_DIR")
+    if folder and not jit_disabled():
+        try:
+            (Path(folder) / _CACHE_STAMP).write_text(engine_version())
+        except OSError:
+            pass     # a read-only cache folder: the notice may show again, nothing else changes
 
 
 def _resolve_config_path(path):
@@ -141,26 +184,22 @@ def main(argv=None):
         sys.stderr.close()
         return 0
     except _user_errors() as e:
+        from .errors import exit_code
         print(f"moehub-sim: error: {e}", file=sys.stderr)
-        return getattr(e, "exit_code", 2)
+        return exit_code(e)
 
 
 def _user_errors():
-    from .builder import BuildError
-    from .config import ConfigError
-    from .isa import AsmError, IsaError
-    from .simulation import SimulationError
-    from .workloads.layer import LayerError
-    from .analysis import AnalysisError
-    from .sweep.spec import SweepError
-    from .checkpoint import CheckpointError
-    return (ConfigError, AsmError, IsaError, BuildError, SimulationError, LayerError,
-            AnalysisError, SweepError, CheckpointError, FileNotFoundError)
+    from .errors import user_errors   # one list, shared with the Python API and sweep workers
+    return user_errors()
 
 
-def _load(config, overrides=()):
+def _load(config, overrides=(), system=None):
     from .config import load_config
-    return load_config(_resolve_config_path(config), overrides)
+    cfg = load_config(_resolve_config_path(config), overrides, system_file=system)
+    for w in cfg.load_warnings:
+        print(f"moehub-sim: warning: {w}", file=sys.stderr)
+    return cfg
 
 
 def _dispatch(args):
@@ -183,6 +222,15 @@ def _dispatch(args):
         return 0
     if args.command == "stats":
         return _list_stats(args)
+    if args.command == "config":
+        from .config.describe import describe_keys
+        text = describe_keys(args.pattern or None, _load(args.config))
+        if not text:
+            from .config import ConfigError
+            raise ConfigError(f"config --list {args.pattern}: no config key matches (all keys: "
+                              f"moehub-sim config --list)", "--list")
+        print(text)
+        return 0
     if args.command == "plot":
         from .analysis.plot import plot_runs
         for path in plot_runs(args.outdirs, args.figdir, max_gpus=args.gpus):
@@ -255,7 +303,8 @@ def _simulation(args):
 
     if args.restore:
         from .checkpoint import CheckpointError, restore
-        given = [f for f, v in (("CONFIG", args.config), ("--set", args.overrides),
+        given = [f for f, v in (("CONFIG", args.config), ("--system", args.system),
+                                ("--set", args.overrides),
                                 ("--seed", args.seed is not None)) if v]
         if given:
             raise CheckpointError(f"--restore {args.restore}: a checkpoint carries its own config; "
@@ -268,7 +317,7 @@ def _simulation(args):
         overrides.append(f"run.seed={args.seed}")
     if args.engine is not None:
         overrides.append(f"run.engine={args.engine}")
-    cfg = _load(args.config, overrides)
+    cfg = _load(args.config, overrides, args.system)
     if cfg.run.engine == "python" and not jit_disabled():
         # the config asked for the reference engine: restart with the JIT disabled
         os.environ["NUMBA_DISABLE_JIT"] = "1"
@@ -278,7 +327,7 @@ def _simulation(args):
 
 def _run(args):
     from .checkpoint import CheckpointWriter
-    from .runner import run_to_outdir
+    from .runner import run_to_outdir, stats_so_far_note
 
     checkpoint_ticks = [_time_arg("--checkpoint-at", t, "ps") for t in args.checkpoint_at]
     sim = _simulation(args)
@@ -287,8 +336,9 @@ def _run(args):
 
     def say_compiling(sim):
         if not args.quiet and not jit_disabled() and not _engine_cached():
-            print("compiling the simulation engine with Numba (first run after an install or "
-                  "upgrade; about two minutes on two cores, cached afterwards)...", flush=True)
+            print("compiling the simulation engine with Numba (first run after an install, an "
+                  "upgrade or an engine edit; about two minutes on two cores, cached "
+                  "afterwards)...", flush=True)
 
     observers = []
     if checkpoint_ticks:
@@ -301,7 +351,7 @@ def _run(args):
                       sim=sim, observers=observers)
     except _user_errors() as e:
         if sim.stats is not None:
-            e.args = (f"{e}\n(the stats so far are in {out}/stats.txt, stats.json, stats.csv)",)
+            e.args = (f"{e}\n{stats_so_far_note(out)}",)
         raise
     finally:
         for ob in observers:
@@ -312,6 +362,7 @@ def _run(args):
                 print(f"moehub-sim: warning: the run ended at tick {int(sim.state.sys[0].q_now)} "
                       f"before --checkpoint-at {', '.join(map(str, ob.pending))}: no checkpoint "
                       f"written there", file=sys.stderr)
+    _stamp_engine_cache()
     stats = sim.stats
     if sim.stopped:
         print(f"moehub-sim: {sim.stopped}; stats cover the run up to there", file=sys.stderr)
@@ -320,8 +371,7 @@ def _run(args):
               f"({stats['simEvents']} events, {stats['hostEventRate'] / 1e6:.2f} M events/s, "
               f"{stats['simInsts']} instructions; engine {'python' if jit_disabled() else 'numba'}, compile/load "
               f"{stats['hostCompileSeconds']:.1f} s)")
-        for s in stats.match("system.ubench.*"):
-            print(f"{s.name} = {s.value:.6g} {s.unit}  # {s.desc}")
+        print(run_summary(stats), end="")
         extra = [name for name, on in (("trace.json", cfg.trace.enabled),
                                        ("stats_dumps.txt, stats_dumps.csv", cfg.stats.dump_period),
                                        (cfg.debug.file, cfg.debug.flags and cfg.debug.file)) if on]
@@ -330,15 +380,55 @@ def _run(args):
     return 0
 
 
+def run_summary(stats) -> str:
+    """The headline figures of a run, printed after it: an MoE layer's time, phases and output
+    error, and every report figure (workload.report)."""
+    lines = []
+    if "system.moe.layer_time_us" in stats:
+        phases = ", ".join(f"{s.name.rsplit('.', 1)[1][:-3]} {s.value:.3f}"
+                           for s in stats.match("system.moe.phase.*_us"))
+        lines.append(f"layer time {stats['system.moe.layer_time_us']:.3f} us "
+                     f"(ideal compute {stats['system.moe.ideal_compute_us']:.3f} us); "
+                     f"phases (us, mean over GPUs): {phases}")
+        sm = ", ".join(f"{s.name.rsplit('.', 1)[1]} {s.value:.3f}"
+                       for s in stats.match("system.moe.sm.*"))
+        lines.append(f"SM time: {sm}")
+        if "system.moe.output_max_abs_error" in stats:
+            lines.append(f"output max abs error {stats['system.moe.output_max_abs_error']:.3g} "
+                         f"(largest reference magnitude "
+                         f"{stats['system.moe.output_max_abs_reference']:.3g})")
+    for s in stats.match("system.report.*"):
+        lines.append(f"{s.name} = {s.value:.6g} {s.unit}  # {s.desc}")
+    return "".join(line + "\n" for line in lines)
+
+
 def _list_stats(args):
-    """Build the system (no run) and list every stat name with unit and description."""
+    """Build the system (no run) and list every stat name with unit and description; a PATTERN
+    keeps the names containing it (or matching it as a shell pattern)."""
+    import fnmatch
     from .simulation import Simulation
     from .stats.collect import collect_stats
+    from .stats.report import add_report_stat
 
     sim = Simulation(_load(args.config))
     stats = collect_stats(sim.state, sim.launches, sim.program, 0.0, 0.0)
+    if sim.layer is not None:
+        # an MoE layer's system.moe.* stats, computed here from the not-yet-run state (zeros):
+        # only their names, units and descriptions are listed
+        sim.stats = stats
+        sim.layer.finish(sim)
     for rep in sim.cfg.workload.report:
-        stats.add(f"system.ubench.{rep.name}", 0.0, rep.unit, rep.desc)
-    for s in stats:
+        add_report_stat(stats, rep, 0.0)
+    pattern = args.pattern
+    glob = pattern is not None and any(c in pattern for c in "*?[")
+    shown = [s for s in stats if pattern is None or
+             (fnmatch.fnmatchcase(s.name, pattern) if glob else pattern in s.name)]
+    if not shown:
+        from .config import ConfigError
+        raise ConfigError(f"stats --list {args.config} {pattern}: no stat matches (of {len(stats)})",
+                          "--list")
+    for s in shown:
         print(f"{s.name}  ({s.unit})  {s.desc}")
+    if pattern is not None:
+        print(f"({len(shown)} of {len(stats)} stats)", file=sys.stderr)
     return 0

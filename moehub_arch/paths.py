@@ -1,7 +1,16 @@
-"""Where the user-editable data folders (`isa/`, `configs/`, `workloads/`) live.
+"""Where the user-editable data folders (`isa/`, `configs/`, `workloads/`) live, and the one rule
+by which every relative path a user gives is found.
 
-In a source checkout they sit at the repository root, next to the `moehub_arch` package; a wheel
-(`pip install .`, see pyproject.toml) carries them inside the package as `moehub_arch/_data/`.
+In a source checkout the data folders sit at the repository root, next to the `moehub_arch`
+package; a wheel (`pip install .`, see pyproject.toml) carries them inside the package as
+`moehub_arch/_data/`.
+
+The path rule (README "Configuration"): a relative path in a config file (`extends:`, `system:`,
+`workload.kernel_files`, `workload.isa_files`, `workload.layer.model`, `workload.layer.routing.trace`)
+is looked up first in the folder of the file that names it (the working directory for `--set` and
+command-line arguments), then in the shipped data folders: `configs/ubench/p2p_latency.yaml`,
+`workloads/kernels/...` and `isa/...` name the shipped copies from any working directory and inside a
+non-editable install.
 """
 from pathlib import Path
 
@@ -12,3 +21,27 @@ def data_root() -> Path:
     if (repo / "isa").is_dir():
         return repo
     return Path(__file__).resolve().parent / "_data"
+
+
+def candidates(name, base_dir, shipped_prefixes=("",)) -> list[Path]:
+    """Where a user path `name` is looked for, in order: itself if absolute; else `base_dir/name`,
+    then the shipped copy `data_root()/<prefix>/name` for each prefix (e.g. "configs" so that
+    `extends: systems/dgx_h100.yaml` also finds the shipped system)."""
+    p = Path(name).expanduser()
+    if p.is_absolute():
+        return [p]
+    out = [Path(base_dir) / p]
+    for prefix in shipped_prefixes:
+        c = data_root() / prefix / p if prefix else data_root() / p
+        if c not in out:
+            out.append(c)
+    return out
+
+
+def find_user_file(name, base_dir, shipped_prefixes=("",)):
+    """(the first existing file among `candidates(...)` resolved, or None; every path tried)."""
+    tried = candidates(name, base_dir, shipped_prefixes)
+    for c in tried:
+        if c.is_file():
+            return c.resolve(), tried
+    return None, tried

@@ -1,7 +1,8 @@
 """One run from a loaded config to its output directory: the observers the config asks for
 (timeline, debug output, periodic dumps, progress) and the files every run writes.
 
-Used by `moehub-sim run` and by every point of `moehub-sim sweep`.
+Used by `moehub-sim run`, by every point of `moehub-sim sweep` and by `moehub_arch.run()` (which
+may run without an output directory: then nothing is written).
 """
 import json
 from pathlib import Path
@@ -13,7 +14,10 @@ OUTPUT_FILES = ("config.json", "stats.txt", "stats.json", "stats.csv")
 
 
 def observers_for(cfg, outdir, progress=False, quiet=False):
-    """RunObservers for what `cfg` switches on; modules of features that are off are not loaded."""
+    """RunObservers for what `cfg` switches on; modules of features that are off are not loaded.
+    `outdir` None (a run kept in memory): a feature that writes a file is a ConfigError."""
+    if outdir is None:
+        _check_no_files(cfg)
     observers = []
     if cfg.trace.enabled:
         from .trace.timeline import Timeline
@@ -30,24 +34,44 @@ def observers_for(cfg, outdir, progress=False, quiet=False):
     return observers
 
 
+def stats_so_far_note(outdir):
+    """The line added to an error's message when the run got under way and wrote its stats."""
+    return f"(the stats so far are in {outdir}/stats.txt, stats.json, stats.csv)"
+
+
+def _check_no_files(cfg):
+    from .config import ConfigError
+    writes = [(key, what) for key, what, on in (
+        ("trace.enabled", "trace.json", cfg.trace.enabled),
+        ("stats.dump_period", "stats_dumps.txt", cfg.stats.dump_period),
+        ("debug.file", cfg.debug.file, cfg.debug.flags and cfg.debug.file)) if on]
+    if writes:
+        key, what = writes[0]
+        raise ConfigError(f"{cfg.where(key) or 'config'}: {key}: the run writes {what}, which needs "
+                          f"an output directory (outdir=...); none was given", None, key)
+
+
 def run_to_outdir(cfg, outdir, progress=False, quiet=False, before_run=None, sim=None,
                   observers=()):
     """Build, run and write `outdir` (config.json, stats.*, and trace.json etc. when asked for).
     Returns the finished Simulation. `before_run(sim)` is called once the system is built; `sim`
     is a Simulation built already (e.g. restored from a checkpoint) instead of one from `cfg`;
     `observers` run besides those the config asks for. The stats are written whenever the run
-    got under way, also when it ends with an error (stuck, invariants, runtime error)."""
-    out = Path(outdir)
-    out.mkdir(parents=True, exist_ok=True)
+    got under way, also when it ends with an error (stuck, invariants, runtime error).
+    `outdir` None: the same run, nothing written (the stats stay in the returned Simulation)."""
+    out = None if outdir is None else Path(outdir)
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
     sim = sim if sim is not None else Simulation(cfg)
-    # the resolved config, including what an MoE layer generated (buffers, launches, windows)
-    (out / "config.json").write_text(json.dumps(sim.cfg.to_dict(), indent=1))
+    if out is not None:
+        # the resolved config, including what an MoE layer generated (buffers, launches, windows)
+        (out / "config.json").write_text(json.dumps(sim.cfg.to_dict(), indent=1))
     if before_run is not None:
         before_run(sim)
     try:
         sim.run(observers_for(sim.cfg, out, progress=progress, quiet=quiet) + list(observers))
     finally:
-        if sim.stats is not None:
+        if sim.stats is not None and out is not None:
             write_stats_txt(sim.stats, out / "stats.txt")
             write_stats_json(sim.stats, out / "stats.json")
             write_stats_csv(sim.stats, out / "stats.csv")

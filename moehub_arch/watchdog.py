@@ -301,24 +301,27 @@ def _launch_lines(sim):
 
 
 def _likely_causes(sim):
-    """Patterns that explain most stuck runs, named in one line each."""
+    """Patterns that explain most stuck runs, one line each, strongest evidence first: a full hub
+    table with packets waiting on it (a hardware resource that cannot drain), then full windows
+    nobody claims from, then flags nobody sets (often a consequence of the above: the thread
+    block that would set the flag waits on the full table)."""
     st = sim.state
     p = st.p[0]
     per_gpu = int(p.slots_per_sm) * int(p.sms_per_gpu)
     idle = int(st.sys[0].q_size) == 0
-    out = []
-    flags = {}
-    for slot in np.nonzero(st.tb.state == TB_WAIT_FLAG)[0]:
-        tb = st.tb[int(slot)]
-        key = (int(slot) // per_gpu, int(tb.wait_addr), int(tb.wait_cmp), int(tb.wait_value))
-        flags[key] = flags.get(key, 0) + 1
-    for (g, addr, cmp, value), n in sorted(flags.items())[:MAX_TB_LINES]:
-        why = ("nothing still in flight writes it: a flag nobody sets" if idle
-               else "it has not changed")
-        out.append(f"{n} thread block(s) wait for {describe_address(sim, addr)} on GPU {g} to "
-                   f"become {CMP_SYMBOLS.get(CMP_NAMES[cmp], '?')} {value} (it holds "
-                   f"{_word(sim, g, addr)}); {why}")
+    tables, windows, flag_lines = [], [], []
     if int(p.num_experts):
+        for g in range(int(p.num_gpus)):
+            gp = st.gpu[g]
+            if int(gp.records_live) >= int(p.records_cap) and int(gp.aau_q_count):
+                tables.append(
+                    f"the completion-record table of GPU {g}'s AAU is full ({int(gp.records_live)} "
+                    f"of {int(p.records_cap)}) with {int(gp.aau_q_count)} packet(s) waiting for a "
+                    f"record: no tile can complete to free one. Each of {int(p.local_experts)} "
+                    f"local expert(s) may hold a partial tile of up to {int(p.tile_rows) - 1} "
+                    f"rows, so system.gpu.hub.moe.aau.record_table_entries needs at least "
+                    f"{int(p.local_experts) * (int(p.tile_rows) - 1) + 1} with "
+                    f"system.gpu.hub.moe.dam.tile_rows = {int(p.tile_rows)}")
         claiming = {int(s) // per_gpu for s in np.nonzero(st.tb.state == TB_WAIT_CLAIM)[0]}
         for g in range(int(p.num_gpus)):
             full = []
@@ -328,12 +331,26 @@ def _likely_causes(sim):
                 if int(win.alloc) - int(win.released_tiles) * int(p.tile_rows) >= int(p.window_rows):
                     full += experts_of_window(st, w)
             if full and g not in claiming:
-                out.append(f"the windows of expert(s) {', '.join(map(str, full))} on GPU {g} are "
-                           f"full and no thread block claims from them: the consumers are not "
-                           f"running (queued behind the producers on their stream?), or "
-                           f"workload.moe.window_rows is too small for a protocol that sends "
-                           f"everything before it consumes")
-    return out
+                windows.append(f"the windows of expert(s) {', '.join(map(str, full))} on GPU {g} "
+                               f"are full and no thread block claims from them: the consumers are "
+                               f"not running (queued behind the producers on their stream?), or "
+                               f"workload.moe.window_rows is too small for a protocol that sends "
+                               f"everything before it consumes")
+    flags = {}
+    for slot in np.nonzero(st.tb.state == TB_WAIT_FLAG)[0]:
+        tb = st.tb[int(slot)]
+        key = (int(slot) // per_gpu, int(tb.wait_addr), int(tb.wait_cmp), int(tb.wait_value))
+        flags[key] = flags.get(key, 0) + 1
+    upstream = tables or windows
+    for (g, addr, cmp, value), n in sorted(flags.items())[:MAX_TB_LINES]:
+        why = ("nothing still in flight writes it: a flag nobody sets" if idle
+               else "it has not changed")
+        if upstream:
+            why += " (likely a consequence of the above: its writer waits on the hub)"
+        flag_lines.append(f"{n} thread block(s) wait for {describe_address(sim, addr)} on GPU {g} "
+                          f"to become {CMP_SYMBOLS.get(CMP_NAMES[cmp], '?')} {value} (it holds "
+                          f"{_word(sim, g, addr)}); {why}")
+    return tables + windows + flag_lines
 
 
 def diagnose(sim, now):

@@ -74,6 +74,9 @@ def check_layer(sim, gpus, tokens, k, min_reference):
     once; in functional mode the output's largest magnitude exceeds `min_reference` (real numbers)
     and equals the NumPy reference within 1e-6 of it."""
     s = sim.stats
+    # the SM-time fractions partition SM time
+    parts = [s[f"system.moe.sm.{p}"] for p in ("computing", "communicating", "waiting", "other", "idle")]
+    assert min(parts) >= 0 and abs(sum(parts) - 1) < 1e-9, parts
     for name in ("sent", "received", "computed", "combined"):
         assert s[f"system.moe.rows_{name}"] == gpus * tokens * k, name
     if sim.cfg.workload.mode == "functional":

@@ -32,6 +32,22 @@ def test_compare_table_and_speedups(runs, tmp_path):
     stalls = table["system.gpu*.hub.stall_ticks"]   # folded over the 4 GPUs: summed
     assert stalls[2] == sum(d.value(f"system.gpu{g}.hub.stall_ticks") for g in range(4))
     assert "system.moe.phase.dispatch_us" in table
+    # one definition of the ideal compute time: the same layer gives the same figure in every scheme
+    assert table["system.moe.ideal_compute_us"][2] == table["system.moe.ideal_compute_us"][3] > 0
+    assert table["system.moe.ideal_compute_us"][4] == "same"
+    header, rows = compare_table([runs["moehub"], runs["moehub"]])
+    assert {r[4] for r in rows} == {"same"}
+    # a pattern naming one GPU keeps that GPU's rows, not gpu* sums
+    header, rows = compare_table([runs["deepep"], runs["moehub"]], ["system.gpu0.hub.tx_packets"])
+    assert [r[0] for r in rows] == ["system.gpu0.hub.tx_packets"]
+    assert rows[0][2] == d.value("system.gpu0.hub.tx_packets")
+    r = run_cli("compare", runs["deepep"], runs["moehub"], "--stats", "system.gpu0.sm*.tensor_busy_ticks")
+    assert r.returncode == 0, r.stderr
+    shown = [l for l in r.stdout.splitlines() if l.startswith("system.gpu0.sm")]
+    busy = [s for s in range(132) if d.value(f"system.gpu0.sm{s}.tensor_busy_ticks")
+            or m.value(f"system.gpu0.sm{s}.tensor_busy_ticks")]
+    assert len(shown) == len(busy) < 132
+    assert f"({132 - len(busy)} more rows are zero in every run; not shown)" in r.stdout
 
     r = run_cli("compare", runs["deepep"], runs["moehub"], "--stats", "system.gpu*.hub.rx_packets",
                 "--per-gpu", "--csv", tmp_path / "c.csv")

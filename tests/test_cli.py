@@ -10,7 +10,7 @@ SMALL = [f"--set={s}" for s in mini_system(num_gpus=2, num_sms=2, links=2)] + [
 def test_run_writes_config_and_three_stats_files(tmp_path):
     r = run_cli("run", "configs/ubench/p2p_latency.yaml", "-o", tmp_path, *SMALL)
     assert r.returncode == 0, r.stderr
-    assert "system.ubench.p2p_latency_us =" in r.stdout
+    assert "system.report.p2p_latency_us =" in r.stdout
     cfg = json.loads((tmp_path / "config.json").read_text())
     assert cfg["system"]["num_gpus"] == 2 and cfg["units"]["time"] == "ps"
     txt = (tmp_path / "stats.txt").read_text()
@@ -29,7 +29,7 @@ def test_default_config_runs_with_no_argument(tmp_path):
     r = run_cli("run", "-o", tmp_path / "out", "--quiet", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     stats = json.loads((tmp_path / "out" / "stats.json").read_text())
-    assert stats["system.ubench.alltoall_busbw_GBps"]["value"] > 0
+    assert stats["system.report.alltoall_busbw_GBps"]["value"] > 0
 
 
 def test_isa_and_stats_list_document_the_tool():
@@ -39,9 +39,46 @@ def test_isa_and_stats_list_document_the_tool():
     assert r.returncode == 0
     assert "system.gpu0.nvlink17.tx_utilization  (ratio)" in r.stdout
     assert "system.switch3.port15.tx_queue_peak  (packets)" in r.stdout
-    assert "system.ubench.p2p_latency_us  (us)" in r.stdout
+    assert "system.report.p2p_latency_us  (us)" in r.stdout
     r = run_cli("asm", "workloads/kernels/ubench/alltoall.s")
     assert r.returncode == 0 and "put r1, r3, r2, %chunk" in r.stdout
+
+
+def test_isa_names_the_defining_file_of_each_instruction():
+    r = run_cli("isa", "--config", "configs/examples/half_rate_mma.yaml")
+    assert r.returncode == 0, r.stderr
+    mma = next(l for l in r.stdout.splitlines() if l.strip().startswith("mma.bf16 c,"))
+    assert "thr 2048" in mma and "[isa/examples/half_rate_mma.yaml:" in mma   # replace: true
+    assert "[isa/base.yaml:" in next(l for l in r.stdout.splitlines() if l.strip().startswith("add "))
+    r = run_cli("asm", "--help")
+    assert "workload.isa_files" in " ".join(r.stdout.split())
+
+
+def test_stats_list_filters_by_pattern():
+    r = run_cli("stats", "--list", "configs/ubench/p2p_latency.yaml", "system.gpu0.nvlink1?.tx_utilization")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == [f"system.gpu0.nvlink{l}.tx_utilization  (ratio)  " + r.stdout.splitlines()[0].split("  ", 2)[2]
+                                     for l in range(10, 18)]
+    assert "(8 of " in r.stderr
+    r = run_cli("stats", "--list", "configs/ubench/p2p_latency.yaml", "report.p2p")
+    assert r.stdout.splitlines()[0].startswith("system.report.p2p_latency_us  (us)")
+    r = run_cli("stats", "--list", "configs/ubench/p2p_latency.yaml", "nothing.like.this")
+    _error(r, "no stat matches")
+
+
+def test_config_list_prints_keys_with_units_defaults_and_sources():
+    r = run_cli("config", "--list", "nvlink")
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+    assert "system.nvlink.bandwidth  [bandwidth (B/s)]  default: required" in out
+    assert "value: 25GB/s   (set in configs/systems/dgx_h100.yaml)" in out
+    assert "source: NVLink 4: 25 GB/s per link per direction" in out
+    assert "system.nvlink.latency  [time (ps)]" in out
+    assert all(l.startswith(("system.nvlink.", "    ")) for l in out.splitlines())
+    r = run_cli("config", "--list", "run.watchdog*")
+    assert "run.watchdog_interval  [time (ps)]  default: 1ms" in r.stdout and "value: 1ms   (default)" in r.stdout
+    r = run_cli("config", "--list", "no_such_key")
+    _error(r, "no config key matches")
 
 
 def _error(r, *fragments):

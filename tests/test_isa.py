@@ -160,3 +160,93 @@ def test_readme_kernel_example_assembles(isa):
     block = text[text.index("    .kernel stream_puts"):text.index("Registers `r0`")]
     program = asm("\n".join(line[4:] for line in block.splitlines()), isa)
     assert program.kernels["stream_puts"].params == ("peer", "buf", "chunk")
+
+
+# ---- .include and macros ------------------------------------------------------------------------
+LIB_MACRO = """# a library file: one macro
+.macro bump reg, by
+again_\\@:
+    add \\reg, \\reg, \\by
+    blt \\reg, 10, again_\\@
+.endm
+"""
+
+
+def _asm_file(tmp_path, files, main="k.s"):
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    return assemble_files([tmp_path / main], _ISA_CACHE["isa"])
+
+
+_ISA_CACHE = {}
+
+
+@pytest.fixture
+def files_isa(isa):
+    _ISA_CACHE["isa"] = isa
+    return isa
+
+
+def test_include_and_macros_assemble_to_the_written_out_code(tmp_path, files_isa):
+    p = _asm_file(tmp_path, {
+        "lib/m.s": LIB_MACRO,
+        "k.s": '.include "lib/m.s"\n.include "lib/m.s"   # read once\n.kernel k\n.param n\n'
+               "    mov r1, 0\n    bump r1, 1\n    bump r2, %n\n    exit\n"})
+    plain = asm(".kernel k\n.param n\n    mov r1, 0\na: add r1, r1, 1\n    blt r1, 10, a\n"
+                "b: add r2, r2, %n\n    blt r2, 10, b\n    exit\n", files_isa)
+    cols = [c for c in range(p.code.shape[1]) if c != LINE]
+    assert np.array_equal(p.code[:, cols], plain.code[:, cols])
+    assert p.code[2, OP0 + 2] == 1 and p.code[4, OP0 + 2] == 3     # each expansion its own label
+    # an instruction from a macro body keeps the body's file and line
+    file, line = p.source_line(1)
+    assert file.endswith("m.s") and line == 4
+    assert p.source_line(0)[1] == 5
+
+
+def test_every_scheme_kernel_uses_the_library():
+    """Kernels share a library: every MoE scheme's kernels include workloads/kernels/lib/."""
+    kernels = REPO / "workloads" / "kernels"
+    for f in ["common/moe_common.s", "deepep/deepep.s", "moehub/moe_layer.s", "overlap/overlap.s",
+              "ubench/grouped_gemm.s"]:
+        assert '.include "lib/gemm_tiles.s"' in (kernels / f).read_text(), f
+    for lib in (kernels / "lib").glob("*.s"):
+        text = lib.read_text()
+        assert ".kernel" not in text.split("#")[0], lib          # library files define macros only
+        for name in (line.split()[1] for line in text.splitlines() if line.startswith(".macro")):
+            assert f"#   {name} " in text, f"{lib.name}: macro {name} has no interface comment"
+
+
+@pytest.mark.parametrize("files,fragments", [
+    ({"k.s": '.kernel k\n    exit\n.include "nothere.s"\n'},
+     ["k.s:3:1: .include: cannot find 'nothere.s'", "workloads/kernels/nothere.s"]),
+    ({"k.s": '.include "a.s"\n', "a.s": '\n.include "b.s"\n', "b.s": '.include "a.s"\n'},
+     ["b.s:1:1: include cycle: k.s -> a.s -> b.s -> a.s", "(included from a.s:2)",
+      "(included from k.s:1)"]),
+    ({"k.s": '.include "k.s"\n'}, ["k.s:1:1: include cycle: k.s -> k.s"]),
+    ({"k.s": ".include lib.s\n"}, ["k.s:1:1: .include takes one file name in double quotes"]),
+    ({"k.s": '.kernel k\n.include "in.s"\n    exit\n', "in.s": "    nop\n    addd r1, r1, 1\n"},
+     ["in.s:2:5: unknown instruction 'addd'", "(included from k.s:2)"]),
+    ({"k.s": '.include "lib/m.s"\n.kernel k\n    bump r1\n    exit\n', "lib/m.s": LIB_MACRO},
+     ["k.s:3:5: macro 'bump' takes 2 argument(s) (reg, by; defined at", "m.s:2), found 1"]),
+    ({"k.s": '.include "lib/m.s"\n.kernel k\n    bump r1, r40\n    exit\n', "lib/m.s": LIB_MACRO},
+     ["m.s:4:", "register 'r40' does not exist", "(in macro 'bump' used at k.s:3:5)"]),
+    ({"k.s": ".macro m a\n    add \\a, \\b, 1\n.endm\n.kernel k\n    m r1\n    exit\n"},
+     ["k.s:2:", "macro 'm' has no parameter 'b' (parameters: a)", "(in macro 'm' used at k.s:5:5)"]),
+    ({"k.s": ".macro m\n    nop\n"}, ["k.s:1:1: macro 'm' has no .endm"]),
+    ({"k.s": ".macro m\n    nop\n.endm\n.macro m\n    nop\n.endm\n"},
+     ["k.s:4:1: macro 'm' is already defined at k.s:1"]),
+    ({"k.s": ".endm\n"}, ["k.s:1:1: .endm without a .macro"]),
+    ({"k.s": ".macro add a\n.endm\n"}, ["k.s:1:1: .macro add: the name is an instruction"]),
+    ({"k.s": ".macro m\n    m\n.endm\n.kernel k\n    m\n    exit\n"}, ["macros nested more than 64 deep"]),
+    ({"k.s": ".macro m\n    bra out\n.endm\n.kernel k\n    m\n    exit\n"},
+     ["k.s:2:9: undefined label 'out' in kernel 'k'", "(in macro 'm' used at k.s:5:5)"]),
+])
+def test_include_and_macro_errors_name_file_line_and_chain(tmp_path, monkeypatch, files_isa, files,
+                                                           fragments):
+    monkeypatch.chdir(tmp_path)           # messages show paths relative to the working folder
+    with pytest.raises(AsmError) as e:
+        _asm_file(tmp_path, files)
+    msg = str(e.value)
+    for f in fragments:
+        assert f in msg, msg

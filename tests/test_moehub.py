@@ -128,7 +128,7 @@ def test_dispatch_only_path_delivers_every_row():
     s = sim.stats
     assert sum(s[f"system.gpu{g}.hub.aau.allocations"] for g in range(G)) == G * 256 * K
     assert sum(s[f"system.gpu{g}.hub.combine_rows"] for g in range(G)) == 0
-    assert s["system.ubench.dispatch_GBps_per_gpu"] > 0
+    assert s["system.report.dispatch_GBps_per_gpu"] > 0
 
 
 @pytest.mark.parametrize("fixture", ["hub", "tiny"])

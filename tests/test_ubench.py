@@ -21,7 +21,7 @@ def test_p2p_bandwidth_is_payload_share_of_aggregate_link_rate():
     nv = sim.cfg.system.nvlink
     payload = min(nv.store_packet_bytes, nv.max_payload_bytes)   # SM-store packets (128 B)
     expected = nv.links_per_gpu * nv.bandwidth * payload / (payload + nv.header_bytes) / 1e9
-    close(sim.stats["system.ubench.p2p_bandwidth_GBps"], expected, 0.01)
+    close(sim.stats["system.report.p2p_bandwidth_GBps"], expected, 0.01)
     # every link carried its share: round-robin spreading over the 18 links
     tx = [sim.stats[f"system.gpu0.nvlink{l}.tx_payload_bytes"] for l in range(nv.links_per_gpu)]
     assert max(tx) - min(tx) <= payload
@@ -40,20 +40,20 @@ def test_p2p_latency_is_the_sum_of_hop_latencies():
                   + s.switch.traversal_latency                    # one switch
                   + s.gpu.hub.rx_latency_cycles * hub_ps          # receiver hub
                   + s.gpu.hbm.latency_cycles * ps_per_cycle)      # store visible in memory
-    close(sim.stats["system.ubench.p2p_latency_us"], one_way_ps * 1e-6, 0.01)
+    close(sim.stats["system.report.p2p_latency_us"], one_way_ps * 1e-6, 0.01)
 
 
 def test_hbm_copy_bandwidth_reaches_the_configured_peak():
     sim = simulate("ubench/hbm_bandwidth.yaml", "workload.launches.0.grid=264",
                    "workload.launches.0.params.chunks_per_tb=2")
-    close(sim.stats["system.ubench.hbm_bandwidth_GBps"], sim.cfg.system.gpu.hbm.bandwidth / 1e9, 0.01)
+    close(sim.stats["system.report.hbm_bandwidth_GBps"], sim.cfg.system.gpu.hbm.bandwidth / 1e9, 0.01)
 
 
 def test_mma_peak_reaches_sms_times_flops_per_clock():
     sim = simulate("ubench/mma_peak.yaml", "system.gpu.num_sms=8", "workload.launches.0.params.iters=200")
     g = sim.cfg.system.gpu
     expected = g.num_sms * g.sm.tensor_bf16_flops_per_cycle * g.sm_clock / 1e12
-    close(sim.stats["system.ubench.mma_bf16_TFLOPs"], expected, 0.02)
+    close(sim.stats["system.report.mma_bf16_TFLOPs"], expected, 0.02)
 
 
 def test_alltoall_report_is_consistent_with_link_stats():
@@ -62,8 +62,8 @@ def test_alltoall_report_is_consistent_with_link_stats():
     bpp = 8 * 2 ** 20 // G
     s = sim.stats
     assert sum(s[f"system.gpu{g}.hub.rx_payload_bytes"] for g in range(G)) == G * (G - 1) * bpp
-    t = s["system.ubench.alltoall_time_us"] * 1e-6
-    close(s["system.ubench.alltoall_algbw_GBps"], G * bpp / t / 1e9, 1e-9)
+    t = s["system.report.alltoall_time_us"] * 1e-6
+    close(s["system.report.alltoall_algbw_GBps"], G * bpp / t / 1e9, 1e-9)
     # no GPU can receive faster than its links allow
     nv = sim.cfg.system.nvlink
     assert (G - 1) * bpp / t <= nv.links_per_gpu * nv.bandwidth * 256 / 272

@@ -206,7 +206,7 @@ def test_alltoall_busbw_is_algbw_times_n_minus_1_over_n():
     sim = simulate("ubench/alltoall.yaml", *mini_system(num_gpus=n, num_sms=4, links=2),
                    f"workload.launches.0.params.bytes_per_peer={bpp}")
     s = sim.stats
-    t = s["system.ubench.alltoall_time_us"] * 1e-6
-    algbw = s["system.ubench.alltoall_algbw_GBps"]
+    t = s["system.report.alltoall_time_us"] * 1e-6
+    algbw = s["system.report.alltoall_algbw_GBps"]
     assert algbw == pytest.approx(n * bpp / t / 1e9, rel=1e-12)     # bytes each rank sends
-    assert s["system.ubench.alltoall_busbw_GBps"] == pytest.approx(algbw * (n - 1) / n, rel=1e-12)
+    assert s["system.report.alltoall_busbw_GBps"] == pytest.approx(algbw * (n - 1) / n, rel=1e-12)

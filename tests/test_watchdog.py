@@ -151,3 +151,26 @@ def test_watchdog_ignores_time_without_resident_thread_blocks():
     sim = Simulation(load(P2P, *mini_system(), "workload.launches.0.host_delay=3ms"))
     sim.run()
     assert sim.completed and sim.stats["system.gpu0.launch0.start_tick"] > 3_000_000_000
+
+
+def test_full_record_table_is_named_before_the_flags_it_leaves_unset():
+    """A record table smaller than a tile can need, built around the load-time check (which
+    refuses it, see test_bad_inputs): the report puts the full table with waiting packets first,
+    and the flags nobody sets after it, as its consequence."""
+    import attrs
+    from moehub_arch.simulation import Simulation, SimulationError
+    cfg = load("experiments/functional.yaml", "scheme=moehub")
+    aau = attrs.evolve(cfg.system.gpu.hub.moe.aau, record_table_entries=8)
+    moe = attrs.evolve(cfg.system.gpu.hub.moe, aau=aau)
+    cfg = attrs.evolve(cfg, system=attrs.evolve(cfg.system, gpu=attrs.evolve(
+        cfg.system.gpu, hub=attrs.evolve(cfg.system.gpu.hub, moe=moe))))
+    sim = Simulation(cfg)
+    with pytest.raises(SimulationError) as e:
+        sim.run()
+    msg = str(e.value)
+    causes = msg[msg.index("Likely cause:"):msg.index("Thread blocks resident:")].splitlines()[1:]
+    assert causes[0].strip().startswith("the completion-record table of GPU 0's AAU is full (8 of 8)")
+    assert "record_table_entries needs at least 31 with system.gpu.hub.moe.dam.tile_rows = 16" in causes[0]
+    flags = [c for c in causes if "a flag nobody sets" in c]
+    assert flags and all("likely a consequence of the above" in c for c in flags)
+    assert causes.index(flags[0]) > max(i for i, c in enumerate(causes) if "record table" in c)

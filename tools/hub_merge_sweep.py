@@ -25,20 +25,18 @@ def main():
     ap.add_argument("--producers", type=int, default=128, help="dispatch thread blocks per GPU")
     ap.add_argument("--ring", type=int, help="override system.gpu.hub.moe.rpm.row_queue_depth")
     args = ap.parse_args()
-    from moehub_arch.config import load_config
-    from moehub_arch.simulation import Simulation
+    import moehub_arch as mh
 
     T = args.tokens
     print(f"{'merge B':>8} {'data eff':>9} {'flushes':>8} {'dispatch us':>12} {'GB/s/GPU':>9} {'of links':>9}")
     for size in args.sizes:
         extra = [f"system.gpu.hub.moe.rpm.row_queue_depth={args.ring}"] if args.ring else []
-        cfg = load_config(REPO / "configs/hub/dispatch_only.yaml", extra + [
+        run = mh.run(REPO / "configs/hub/dispatch_only.yaml", extra + [
             f"system.gpu.hub.moe.rpm.merge_buffer_bytes={size}B",
             f"workload.buffers.x.bytes={T * 1000}B", f"workload.buffers.out.bytes={T * 2000}B",
             f"workload.launches.0.params.tokens={T}", f"workload.launches.0.grid={args.producers}",
             f"workload.moe.window_rows={4 * T}"])
-        sim = Simulation(cfg)
-        s = sim.run()
+        s, cfg = run.stats, run.cfg
         G = cfg.system.num_gpus
         nv = cfg.system.nvlink
         wire = sum(s[f"system.gpu{g}.hub.rpm.wire_bytes"] for g in range(G))
@@ -54,4 +52,9 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    from moehub_arch.errors import exit_code, user_errors
+    try:
+        main()
+    except user_errors() as e:   # bad input or a failed run: the message moehub-sim would print
+        print(f"hub_merge_sweep.py: error: {e}", file=sys.stderr)
+        sys.exit(exit_code(e))

@@ -3,7 +3,9 @@ speedup (times: first / this) or ratio (other stats: this / first) relative to t
 
 Per-GPU stats (``system.gpu3.hub.stall_ticks``) are folded into one row per name
 (``system.gpu*.hub.stall_ticks``): summed, or averaged for ratios and rates; `--per-gpu` keeps them
-apart.
+apart, and so does a pattern that names a GPU (``system.gpu0.sm*.insts_issued`` shows GPU 0's
+SMs). Equal values read "same". When --stats patterns expand to many rows, rows that are zero in
+every run are left out (the table says how many).
 """
 import csv
 import fnmatch
@@ -13,7 +15,7 @@ from . import AnalysisError
 from .rundata import RunData
 
 DEFAULT_PATTERNS = (
-    "simTicks", "system.ubench.*",
+    "simTicks", "system.report.*",
     "system.moe.layer_time_us", "system.moe.phase.*", "system.moe.ideal_compute_us",
     "system.moe.overhead_us", "system.moe.sm.*", "system.moe.nvlink.*",
     "system.gpu*.hub.stall_ticks", "system.gpu*.hub.rpm.stall_ticks",
@@ -22,17 +24,22 @@ DEFAULT_PATTERNS = (
 TIME_UNITS = ("ps", "ns", "us", "ms", "s")
 AVERAGED_UNITS = ("ratio", "GB/s", "events/s", "instructions/s", "")
 _GPU = re.compile(r"\.gpu\d+\.")
+# above this many rows, rows zero in every run are left out of the table
+MANY_ROWS = 16
 
 
 def _rows(run, patterns, per_gpu):
     """{row name: (value, unit)} for the stats of `run` matching `patterns`, in stat order."""
     rows, counts = {}, {}
     for name, s in run.stats.items():
-        if not any(fnmatch.fnmatchcase(name, p) for p in patterns):
+        matched = [p for p in patterns if fnmatch.fnmatchcase(name, p)]
+        if not matched:
             continue
         if not isinstance(s["value"], (int, float)):
             continue
-        key = name if per_gpu else _GPU.sub(".gpu*.", name)
+        # a pattern naming one GPU (system.gpu0.*) asks for that GPU's own rows
+        apart = per_gpu or any(_GPU.search(p) for p in matched)
+        key = name if apart else _GPU.sub(".gpu*.", name)
         value, unit = s["value"], s["unit"]
         if key in rows:
             rows[key] = (rows[key][0] + value, unit)
@@ -48,6 +55,12 @@ def _rows(run, patterns, per_gpu):
 
 def compare_table(outdirs, patterns=None, per_gpu=False):
     """(header, rows) of the comparison; each row: stat, unit, value per run, speedup per later run."""
+    header, table, _ = _compare(outdirs, patterns, per_gpu)
+    return header, table
+
+
+def _compare(outdirs, patterns, per_gpu):
+    """(header, rows, number of all-zero rows left out)."""
     runs = [RunData(d) for d in outdirs]
     patterns = list(patterns or DEFAULT_PATTERNS)
     per_run = [_rows(r, patterns, per_gpu) for r in runs]
@@ -60,7 +73,8 @@ def compare_table(outdirs, patterns=None, per_gpu=False):
     for rows in per_run[1:]:
         names += [n for n in rows if n not in names]
     header = ["stat", "unit"] + [r.label for r in runs] + [f"{r.label} vs first" for r in runs[1:]]
-    table = []
+    table, zero_rows = [], 0
+    prune = patterns != list(DEFAULT_PATTERNS) and len(names) > MANY_ROWS
     for name in names:
         vals = [rows.get(name, (None, None)) for rows in per_run]
         unit = next(u for _, u in vals if u is not None)
@@ -68,14 +82,21 @@ def compare_table(outdirs, patterns=None, per_gpu=False):
         rel = []
         for v in values[1:]:
             first = values[0]
-            if v is None or first is None or v == 0 or first == 0:
+            if v is not None and first is not None and v == first:
+                rel.append("same")
+            elif v is None or first is None or v == 0 or first == 0:
                 rel.append("")
             elif unit in TIME_UNITS:
                 rel.append(f"{first / v:.3f}x faster" if first >= v else f"{v / first:.3f}x slower")
             else:
                 rel.append(f"{v / first:.3f}x")
+        # a --stats pattern expanding to many rows (system.gpu0.sm*.insts_issued): the all-zero
+        # ones are left out (the default table always shows its rows)
+        if prune and all(v in (0, None) for v in values):
+            zero_rows += 1
+            continue
         table.append([name, unit] + values + rel)
-    return header, table
+    return header, table, zero_rows
 
 
 def _fmt(v):
@@ -88,7 +109,7 @@ def _fmt(v):
 
 def compare_runs(outdirs, patterns=None, per_gpu=False, csv_path=None):
     """The comparison as aligned text (and as CSV at `csv_path`)."""
-    header, table = compare_table(outdirs, patterns, per_gpu)
+    header, table, zero_rows = _compare(outdirs, patterns, per_gpu)
     if csv_path:
         with open(csv_path, "w", newline="") as f:
             w = csv.writer(f)
@@ -102,4 +123,6 @@ def compare_runs(outdirs, patterns=None, per_gpu=False, csv_path=None):
                                for i, (c, w) in enumerate(zip(row, widths))).rstrip())
         if k == 0:
             lines.append("  ".join("-" * w for w in widths))
+    if zero_rows:
+        lines.append(f"({zero_rows} more rows are zero in every run; not shown)")
     return "\n".join(lines)

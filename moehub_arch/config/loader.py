@@ -1,10 +1,17 @@
 """Load a YAML configuration into a validated, frozen `Config`.
 
-Steps: read the file and every file it `extends` (relative to the naming file, else to the data
-root's `configs/`), deep-merge them (the extending file wins; mappings merge, lists and scalars
-replace), apply `--set key.path=value` overrides, convert every value against the schema
-(schema.py: units, types, ranges, did-you-mean for unknown keys), check cross-field rules, and
-resolve `workload.kernel_files` to absolute paths.
+Steps: read the file and every file it `extends`, deep-merge them (the extending file wins;
+mappings merge, lists and scalars replace), put the system a `system: FILE` reference (or
+`--system FILE`) names in place of the system descriptions the chain extends, apply
+`--set key.path=value` overrides, convert every value against the schema (schema.py: units, types,
+ranges, did-you-mean for unknown keys), check cross-field rules, and resolve every file path to an
+absolute one. Relative paths follow one rule (moehub_arch/paths.py): the naming file's folder first,
+then the shipped data folders.
+
+When a file listed later in an `extends:` list inherits a value that overrides a key an earlier
+entry set (the classic accident: `extends: [mysys.yaml, configs/ubench/x.yaml]`, where x.yaml's own
+base system puts its links back), the loader warns, listing the keys; `Config.load_warnings` keeps
+the warnings and `config.json` records where every value came from (`value_sources`).
 
 The loader remembers which file (or `--set`) set each key, so every error is one `ConfigError`
 paragraph naming that file, the dotted key path, what was expected and what was found.
@@ -18,7 +25,7 @@ from typing import Sequence
 import attrs
 import yaml
 
-from ..paths import data_root
+from ..paths import data_root, find_user_file
 from .schema import Config
 from .units import EXAMPLES, UnitError, parse_quantity
 
@@ -39,7 +46,19 @@ class ConfigError(Exception):
 @attrs.frozen
 class _Source:
     label: str          # what error messages show: a file path or "--set key=value"
-    base_dir: Path      # what './x' paths set by this source are relative to
+    base_dir: Path      # what relative paths set by this source are relative to
+    entry: int = -1     # index of the file in the merge order (-1: --set / --system)
+
+
+@attrs.frozen
+class _Entry:
+    """One file of the extends chain, in merge order."""
+    path: Path
+    raw: dict
+    # (file, index in its extends list) from the loaded file down to this one: tells siblings of
+    # an extends list apart from a file and its own bases
+    lineage: tuple
+    system_ref: Path | None   # the file a `system: FILE` string in this file names
 
 
 def _display(path: Path) -> str:
@@ -103,24 +122,19 @@ def _read_yaml(path: Path):
 
 
 # ------------------------------------------------------------------------- extends + merging
-def _resolve_extends(name, naming_file: Path, where: str) -> Path:
+def _resolve_extends(name, naming_file: Path, where: str, key: str = "extends") -> Path:
     if not isinstance(name, str) or not name:
-        raise ConfigError(f"{where}: extends: expected a file path or a list of paths, found "
-                          f"{name!r}", where, "extends")
-    p = Path(name).expanduser()
-    if p.is_absolute():
-        candidates = [p]
-    else:
-        candidates = [naming_file.parent / p, data_root() / "configs" / p]
-    for c in candidates:
-        if c.is_file():
-            return c.resolve()
-    tried = ", ".join(_display(c) for c in candidates)
-    raise ConfigError(f"{where}: extends: file '{name}' not found (tried {tried})", where, "extends")
+        what = "a file path or a list of paths" if key == "extends" else "a mapping or a file path"
+        raise ConfigError(f"{where}: {key}: expected {what}, found {name!r}", where, key)
+    found, tried = find_user_file(name, naming_file.parent, ("", "configs"))
+    if found is None:
+        raise ConfigError(f"{where}: {key}: file '{name}' not found (tried "
+                          f"{', '.join(_display(c) for c in tried)})", where, key)
+    return found
 
 
-def _collect(path: Path, stack: tuple, order: list):
-    """Append (path, mapping) for `path` and its bases to `order`, bases first."""
+def _collect(path: Path, stack: tuple, order: list, lineage: tuple = ()):
+    """Append an _Entry for `path` and its bases to `order`, bases first."""
     shown = _display(path)
     raw = _read_yaml(path)
     if raw is None:
@@ -131,13 +145,118 @@ def _collect(path: Path, stack: tuple, order: list):
     raw = dict(raw)
     ext = raw.pop("extends", None)
     names = [] if ext is None else ext if isinstance(ext, list) else [ext]
-    for name in names:
+    system_ref = None
+    if "system" in raw and not isinstance(raw["system"], dict) and raw["system"] is not None:
+        system_ref = _resolve_extends(raw.pop("system"), path, shown, "system")
+    for i, name in enumerate(names):
         base = _resolve_extends(name, path, shown)
         if base in stack or base == path:
             chain = " -> ".join(_display(p) for p in (*stack, path, base))
             raise ConfigError(f"{shown}: extends: cycle: {chain}", shown, "extends")
-        _collect(base, (*stack, path), order)
-    order.append((path, raw))
+        _collect(base, (*stack, path), order, (*lineage, (path, i)))
+    order.append(_Entry(path, raw, lineage, system_ref))
+
+
+def _system_only(entries: list, ref: Path) -> list:
+    """The entries of a system file's chain, checked to hold nothing but `system:`."""
+    for e in entries:
+        other = [k for k in e.raw if k != "system"]
+        if other:
+            shown = _display(e.path)
+            raise ConfigError(f"{shown}: a system file (named by system: or --system, here "
+                              f"{_display(ref)}) holds only system: (and extends:); found "
+                              f"{', '.join(other)}", shown, other[0])
+        if e.system_ref is not None:
+            shown = _display(e.path)
+            raise ConfigError(f"{shown}: system: a system file cannot itself name a system file; "
+                              f"use extends: to build on one", shown, "system")
+    return entries
+
+
+def _is_system_description(entry: _Entry) -> bool:
+    """A file that describes a whole machine (it names it: system.name), as configs/systems/*."""
+    sysraw = entry.raw.get("system")
+    return isinstance(sysraw, dict) and "name" in sysraw
+
+
+def _compose(order: list, system_file: Path | None) -> list:
+    """The merge order once a system reference is applied: the referenced system's chain first,
+    then the workload's files without the system descriptions they extend (their own system keys,
+    such as hub tile sizes, stay and are merged over the referenced system)."""
+    refs = [e.system_ref for e in order if e.system_ref is not None]
+    ref = system_file if system_file is not None else (refs[-1] if refs else None)
+    if ref is None:
+        return order
+    sys_order: list = []
+    _collect(ref, (), sys_order, (("--system", 0),))
+    out = list(_system_only(sys_order, ref))
+    for e in order:
+        if _is_system_description(e):
+            e = attrs.evolve(e, raw={k: v for k, v in e.raw.items() if k != "system"})
+        out.append(e)
+    return out
+
+
+def _leaves(node, prefix=()):
+    if isinstance(node, dict) and node:
+        for k, v in node.items():
+            yield from _leaves(v, (*prefix, k))
+    else:
+        yield prefix, node
+
+
+def _sibling_override(earlier: _Entry, later: _Entry) -> bool:
+    """True if `later` overrides `earlier` only because a later entry of some extends list
+    inherits the value (not written in that entry itself, and not a file overriding its bases)."""
+    a, b = earlier.lineage, later.lineage
+    c = 0
+    while c < len(a) and c < len(b) and a[c] == b[c]:
+        c += 1
+    if c >= len(a) or c >= len(b) or a[c][0] != b[c][0]:
+        return False                                # one is a base of the other
+    return b[c][1] > a[c][1] and len(b) > c + 1     # a later sibling's inherited value
+
+
+_SYSTEM_REF = ("--system", 0)
+
+
+def _override_warnings(order: list, data_before: dict, raw: dict, entry_idx: int,
+                       prov: dict) -> list:
+    """Keys `order[entry_idx]` changes that an earlier extends sibling, or the system a
+    `system:` / `--system` reference names, set explicitly."""
+    later = order[entry_idx]
+    from_ref = not later.lineage or later.lineage[0] != _SYSTEM_REF
+    siblings, over_system = [], []
+    for path, value in _leaves(raw):
+        src = prov.get(path) if path else None
+        if src is None or src.entry < 0 or src.entry == entry_idx:
+            continue
+        node = data_before
+        for k in path:
+            node = node.get(k) if isinstance(node, dict) else None
+        if node == value:
+            continue
+        earlier = order[src.entry]
+        item = f"{_fmt_path(path)} ({node!r} -> {value!r}, set in {src.label})"
+        if from_ref and earlier.lineage[:1] == (_SYSTEM_REF,):
+            over_system.append(item)
+        elif _sibling_override(earlier, later):
+            siblings.append(item)
+    out = []
+    if siblings:
+        out.append(f"{_display(later.path)}, reached through a later entry of an extends: list, "
+                   f"overrides keys an earlier entry set: {_listing(siblings)}. To run a workload "
+                   f"on your own system, name the system instead: `system: FILE` in the config or "
+                   f"`moehub-sim run CONFIG --system FILE`")
+    if over_system:
+        out.append(f"{_display(later.path)} sets system keys of its own over the system you named: "
+                   f"{_listing(over_system)}")
+    return out
+
+
+def _listing(items: list) -> str:
+    more = f" and {len(items) - 12} more" if len(items) > 12 else ""
+    return "; ".join(items[:12]) + more
 
 
 def _merge(base: dict, over: dict, src: _Source, prov: dict, prefix=()):
@@ -439,22 +558,21 @@ def _check_trace(cfg: Config, ctx: _Ctx):
                                                   f"{cfg.system.num_gpus}")
 
 
-def _resolve_files(cfg: Config, ctx: _Ctx, key: str, what: str) -> Config:
-    """workload.<key> paths: './x' relative to the naming file, others to the data root."""
-    path = ("workload", key)
+def _find(ctx: _Ctx, path: tuple, name: str, what: str) -> str:
+    """A file path set at config key `path`: the setting file's folder first (the working
+    directory for --set), then the shipped data folders (moehub_arch/paths.py)."""
     src = ctx.source(path)
-    out = []
-    for i, name in enumerate(getattr(cfg.workload, key)):
-        p = Path(name).expanduser()
-        if not p.is_absolute():
-            if name.startswith(("./", "../")):
-                p = (src.base_dir if src else Path.cwd()) / p
-            else:
-                p = data_root() / p
-        if not p.is_file():
-            raise ctx.error((*path, i), f"{what} '{name}' not found (looked for {_display(p)})")
-        out.append(str(p.resolve()))
-    return attrs.evolve(cfg, workload=attrs.evolve(cfg.workload, **{key: tuple(out)}))
+    found, tried = find_user_file(name, src.base_dir if src else Path.cwd())
+    if found is None:
+        raise ctx.error(path, f"{what} '{name}' not found (tried "
+                              f"{', '.join(_display(c) for c in tried)})")
+    return str(found)
+
+
+def _resolve_files(cfg: Config, ctx: _Ctx, key: str, what: str) -> Config:
+    out = tuple(_find(ctx, ("workload", key, i), name, what)
+                for i, name in enumerate(getattr(cfg.workload, key)))
+    return attrs.evolve(cfg, workload=attrs.evolve(cfg.workload, **{key: out}))
 
 
 def _resolve_kernel_files(cfg: Config, ctx: _Ctx) -> Config:
@@ -462,21 +580,19 @@ def _resolve_kernel_files(cfg: Config, ctx: _Ctx) -> Config:
                           "isa_files", "ISA file")
 
 
-def _resolve_trace(cfg: Config, ctx: _Ctx) -> Config:
-    """A routing trace path is relative to the config file (or --set: the working directory)."""
-    path = ("workload", "layer", "routing", "trace")
-    name = cfg.workload.layer.routing.trace
-    if not name:
-        return cfg
-    p = Path(name).expanduser()
-    if not p.is_absolute():
-        src = ctx.source(path)
-        p = (src.base_dir if src else Path.cwd()) / p
-    if not p.is_file():
-        raise ctx.error(path, f"routing trace '{name}' not found (looked for {_display(p)})")
+def _resolve_layer_files(cfg: Config, ctx: _Ctx) -> Config:
+    """The routing trace and a model given as a file path (a bare name such as deepseek_v3 is a
+    shipped model, found by workloads/models.py)."""
     layer = cfg.workload.layer
-    routing = attrs.evolve(layer.routing, trace=str(p.resolve()))
-    return attrs.evolve(cfg, workload=attrs.evolve(cfg.workload, layer=attrs.evolve(layer, routing=routing)))
+    if layer.routing.trace:
+        trace = _find(ctx, ("workload", "layer", "routing", "trace"), layer.routing.trace,
+                      "routing trace")
+        layer = attrs.evolve(layer, routing=attrs.evolve(layer.routing, trace=trace))
+    model = layer.model
+    if model and ("/" in model or model.endswith((".yaml", ".yml"))):
+        layer = attrs.evolve(layer, model=_find(ctx, ("workload", "layer", "model"), model,
+                                                "model file"))
+    return attrs.evolve(cfg, workload=attrs.evolve(cfg.workload, layer=layer))
 
 
 def _check_layer(cfg: Config, ctx: _Ctx):
@@ -542,45 +658,95 @@ def _check_moe(cfg: Config, ctx: _Ctx):
     gpus = moe.placement if moe.placement is not None else [e * G // moe.num_experts
                                                             for e in range(moe.num_experts)]
     local = max(list(gpus).count(g) for g in range(G))
-    need = local * (tile - 1) + 1
+    _check_record_table(cfg, ctx, local, "workload.moe")
+
+
+def record_table_minimum(local_experts: int, tile_rows: int) -> int:
+    """The smallest AAU completion-record table that cannot deadlock when a full table stalls
+    allocation (today's AAU): every local expert may hold a partial tile of tile_rows - 1 rows,
+    each row holding a record until its tile is released, and one more row must fit to complete
+    a tile and free records."""
+    return local_experts * (tile_rows - 1) + 1
+
+
+def _check_record_table(cfg: Config, ctx: _Ctx, local: int, why: str):
+    tile = cfg.system.gpu.hub.moe.dam.tile_rows
+    need = record_table_minimum(local, tile)
     aau = cfg.system.gpu.hub.moe.aau
     if aau.record_table_entries < need:
         raise ctx.error(("system", "gpu", "hub", "moe", "aau", "record_table_entries"),
-                        f"expected at least {need} entries: {local} local experts may each hold a "
-                        f"partial tile of {tile - 1} rows, and one more row must fit to complete a tile; "
-                        f"found {aau.record_table_entries} (a smaller table deadlocks)")
+                        f"expected at least {need} entries with system.gpu.hub.moe.dam.tile_rows = "
+                        f"{tile}: {local} local expert(s) ({why}) may each hold a partial tile of "
+                        f"{tile - 1} rows, and one more row must fit to complete a tile; found "
+                        f"{aau.record_table_entries} (a smaller table deadlocks: allocation stalls "
+                        f"while the table is full)")
+
+
+def _check_hub_sizes(cfg: Config, ctx: _Ctx):
+    """Sizes that guarantee a deadlock of a scheme-generated MoE-Hub layer, found at load time
+    (the layer's own workload.moe is generated later, when the system is built)."""
+    if cfg.scheme != "moehub" or not cfg.workload.layer.model:
+        return
+    from ..workloads.models import load_model
+    try:
+        experts = load_model(cfg.workload.layer.model).experts
+    except ConfigError:
+        return      # the layer build names the bad model file
+    if experts % cfg.system.num_gpus == 0:
+        _check_record_table(cfg, ctx, experts // cfg.system.num_gpus,
+                            f"{experts} experts of {cfg.workload.layer.model} over "
+                            f"{cfg.system.num_gpus} GPUs")
 
 
 # ------------------------------------------------------------------------------ entry point
-def load_config(path, overrides: Sequence[str] = ()) -> Config:
-    """Load, merge, override, convert and check a config file; raise ConfigError on bad input."""
+def load_config(path, overrides: Sequence[str] = (), system_file=None) -> Config:
+    """Load, merge, override, convert and check a config file; raise ConfigError on bad input.
+
+    `system_file`: run the config on this system (a file whose only section is `system:`, as
+    configs/systems/*.yaml): it takes the place of the system descriptions the config extends, as
+    a `system: FILE` line in the config would (`moehub-sim run CONFIG --system FILE`)."""
     path = Path(path).expanduser()
     if not path.is_file():
         shown = _display(path)
         raise ConfigError(f"{shown}: config file not found", shown)
     path = path.resolve()
+    if system_file is not None:
+        found, tried = find_user_file(system_file, Path.cwd(), ("", "configs"))
+        if found is None:
+            raise ConfigError(f"--system {system_file}: file not found (tried "
+                              f"{', '.join(_display(c) for c in tried)})", "--system")
+        system_file = found
     order: list = []
     _collect(path, (), order)
+    order = _compose(order, system_file)
     data: dict = {}
     prov: dict = {}
     files: list = []
-    for p, raw in order:
-        _merge(data, raw, _Source(_display(p), p.parent), prov)
-        if str(p) not in files:
-            files.append(str(p))
+    warnings: list = []
+    for i, e in enumerate(order):
+        warnings += _override_warnings(order, data, e.raw, i, prov)
+        _merge(data, e.raw, _Source(_display(e.path), e.path.parent, i), prov)
+        if str(e.path) not in files:
+            files.append(str(e.path))
     for text in overrides:
         _apply_override(data, text, prov)
     ctx = _Ctx(prov, [_display(Path(f)) for f in files], _display(path))
-    return _finish(_convert(Config, data, (), ctx), ctx, files)
+    cfg = _finish(_convert(Config, data, (), ctx), ctx, files)
+    return attrs.evolve(cfg, load_warnings=tuple(warnings))
 
 
 def _finish(cfg: Config, ctx: _Ctx, files) -> Config:
     _check(cfg, ctx)
     _check_layer(cfg, ctx)
     cfg = _resolve_kernel_files(cfg, ctx)
-    cfg = _resolve_trace(cfg, ctx)
+    cfg = _resolve_layer_files(cfg, ctx)
+    _check_hub_sizes(cfg, ctx)
     sources = (((), ctx.main),) + tuple((k, src.label) for k, src in ctx.prov.items())
     return attrs.evolve(cfg, source_files=tuple(files), key_sources=sources)
+
+
+# what Config.to_dict adds beside the sections (config.json), ignored when reading one back
+JSON_ONLY_KEYS = ("units", "key_units", "source_files", "value_sources", "load_warnings")
 
 
 def config_from_dict(data: dict, label: str) -> Config:
@@ -589,7 +755,7 @@ def config_from_dict(data: dict, label: str) -> Config:
     if not isinstance(data, dict):
         raise ConfigError(f"{label}: expected a JSON object of config sections", label)
     files = list(data.get("source_files") or ())
-    data = {k: v for k, v in data.items() if k not in ("units", "source_files")}
+    data = {k: v for k, v in data.items() if k not in JSON_ONLY_KEYS}
     src = _Source(label, Path.cwd())
     ctx = _Ctx({(k,): src for k in data}, [label], label, base_units=True)
     return _finish(_convert(Config, data, (), ctx), ctx, files)

@@ -373,14 +373,23 @@ class Config:
     # which file (or --set) set each key: ((key path tuple, label), ...), for errors found after
     # loading (builder, MoE layer) so they can name the file as loading errors do
     key_sources: tuple = attrs.field(default=(), eq=False, repr=False, metadata={"kind": "internal"})
+    # warnings of the loader (an extends entry overriding keys an earlier one set), for the user
+    load_warnings: tuple = attrs.field(default=(), eq=False, repr=False,
+                                       metadata={"kind": "internal"})
 
     def to_dict(self) -> dict:
-        """Every resolved value as a JSON-serialisable nested dict (base units, see `units`)."""
+        """Every resolved value as a JSON-serialisable nested dict (base units), with beside the
+        sections: `units` (base unit of each kind), `key_units` (the unit of every quantity key,
+        e.g. system.gpu.hub.moe.rpm.flush_timeout: ps), `source_files`, `value_sources` (the file
+        or --set that set each key) and `load_warnings`."""
         out = {"units": dict(BASE_UNITS)}
         for a in attrs.fields(Config):
             if a.metadata.get("kind") != "internal":
                 out[a.name] = _to_plain(getattr(self, a.name))
+        out["key_units"] = key_units(self)
         out["source_files"] = list(self.source_files)
+        out["value_sources"] = {_dotted(k): label for k, label in self.key_sources if k}
+        out["load_warnings"] = list(self.load_warnings)
         return out
 
     def where(self, path=()) -> str:
@@ -394,6 +403,31 @@ class Config:
             if len(key) > best and tuple(path[:len(key)]) == tuple(key):
                 best, label = len(key), src
         return label
+
+
+def _dotted(path) -> str:
+    out = ""
+    for k in path:
+        out += f"[{k}]" if isinstance(k, int) else (f".{k}" if out else str(k))
+    return out
+
+
+def key_units(obj, prefix="") -> dict:
+    """Dotted key -> base unit (ps, Hz, B, B/s) of every quantity in a config node."""
+    out = {}
+    for a in attrs.fields(type(obj)):
+        kind = a.metadata.get("kind")
+        name = f"{prefix}.{a.name}" if prefix else a.name
+        v = getattr(obj, a.name)
+        if kind in UNIT_KINDS:
+            out[name] = BASE_UNITS[kind]
+        elif kind == "node":
+            out.update(key_units(v, name))
+        elif kind in ("list", "named"):
+            for i, item in enumerate(v):
+                out.update(key_units(item, f"{name}.{item.name}" if kind == "named"
+                                     else f"{name}[{i}]"))
+    return out
 
 
 def _to_plain(obj):

@@ -103,3 +103,19 @@ def _is_number(text: str) -> bool:
         return True
     except ValueError:
         return False
+
+
+# units a value is shown in, largest first (format_quantity)
+_SHOWN = {"time": ("s", "ms", "us", "ns", "ps"), "frequency": ("GHz", "MHz", "kHz", "Hz"),
+          "size": ("GiB", "MiB", "KiB", "B"), "bandwidth": ("TB/s", "GB/s", "MB/s", "KB/s", "B/s")}
+
+
+def format_quantity(value, kind: str) -> str:
+    """A base-unit value written back with the largest unit that shows it exactly (1000000000 ps
+    -> '1ms', 25e9 B/s -> '25GB/s'); the inverse of parse_quantity for listings."""
+    for unit in _SHOWN[kind]:
+        factor = UNITS[unit][1]
+        if value and value % factor == 0:
+            n = value / factor
+            return f"{int(n) if float(n).is_integer() else n:g}{unit}"
+    return f"{value:g}{_SHOWN[kind][-1]}"

@@ -1,4 +1,4 @@
-"""Assembler: kernel assembly text (`workloads/kernels/**/*.s`) -> one encoded Program.
+r"""Assembler: kernel assembly text (`workloads/kernels/**/*.s`) -> one encoded Program.
 
 Syntax (one statement per line; `#` or `//` starts a comment):
 
@@ -6,8 +6,22 @@ Syntax (one statement per line; `#` or `//` starts a comment):
     .param NAME               declare the next kernel parameter (read as %NAME; at most 16)
     .smem BYTES               shared memory per thread block (integer, or with a unit: 32KB)
     .max_tbs_per_sm N         at most N of this kernel's TBs resident on one SM (default: no limit)
+    .include "FILE"           read FILE's statements here (see below)
+    .macro NAME [p, p, ...]   define a macro: the lines up to .endm, with \p replaced by the
+    .endm                       arguments and \@ by a number unique to each expansion
     label:                    a label (local to its kernel); may precede an instruction on the line
     mnemonic op, op, ...      an instruction from the ISA tables (`moehub-sim isa`)
+    NAME arg, arg, ...        a macro expansion (arguments are split like operands)
+
+`.include "FILE"`: FILE is looked up relative to the including file's folder, then in the shipped
+`workloads/kernels/` (so `.include "lib/swiglu_jobs.s"` works from any kernel file). A file is read
+once per Program: a second `.include` of it (from the same or another file) is skipped, so library
+files that define macros can be included by every kernel file of a scheme. A file that includes
+itself, directly or through others, is an error naming the chain. Errors inside an included file or
+a macro body name that file and line, then where it was included or expanded from. Macros are
+global to the Program; labels inside a macro body should end in `\@` so that two expansions in one
+kernel do not collide. Instructions that come from a macro keep the macro body's file and line
+(what `moehub-sim asm`, traces and the watchdog show).
 
 Operands: general registers r0-r31; read-only special registers %gpu %ngpu %sm %nsm %tb %ntb
 %smem %clock %tick; parameters %NAME; integers (decimal, 0x hex, 0b binary, `_` separators,
@@ -21,6 +35,7 @@ import re
 import attrs
 import numpy as np
 
+from ..paths import data_root
 from .encoding import (DTYPE, FIRST_PARAM_REG, II, IMM, LAT, LINE, MAX_OPERANDS, MAX_PARAMS,
                        NUM_GENERAL_REGS, OP0, ROW_WIDTH, SEM, SEM_BRANCH, SEM_EXIT, SPECIAL_REGS,
                        SUBOP, THR, UNIT, CMP_ALWAYS)
@@ -29,6 +44,8 @@ _INT64_MIN, _INT64_MAX = -(2 ** 63), 2 ** 63 - 1
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _REG = re.compile(r"r([0-9]+)\Z")
 _MNEMONIC = re.compile(r"[A-Za-z][A-Za-z0-9_.]*")
+_MACRO_ARG = re.compile(r"\\([A-Za-z_][A-Za-z0-9_]*|@)")
+_MAX_MACRO_DEPTH = 64
 
 
 class AsmError(Exception):
@@ -127,11 +144,27 @@ class _KernelBuilder:
         self.smem = 0
         self.max_tbs = 0
         self.labels = {}        # label -> pc
-        self.label_lines = {}   # label -> (line, col)
+        self.label_lines = {}   # label -> (file, line, col, where)
         self.fixups = []        # (row index, slot, label, line, col)
         self.rows = []          # encoded rows (lists)
         self.mnemonics = []
-        self.last_line = line
+        self.row_files = []     # source file of each row (an include or a macro body may differ)
+        self.last_loc = (file, line, "")
+
+
+@attrs.frozen
+class _Macro:
+    name: str
+    params: tuple
+    body: tuple                 # ((raw text, file, line), ...)
+    file: str
+    line: int
+
+
+class _MacroRecorder:
+    def __init__(self, name, params, file, line):
+        self.name, self.params, self.file, self.line = name, params, file, line
+        self.body = []
 
 
 class Assembler:
@@ -139,10 +172,20 @@ class Assembler:
         self.isa = isa
         self.rows, self.mnemonics, self.pc_files = [], [], []
         self.kernels = {}
+        self._k = None              # the kernel being assembled
+        self._macros = {}           # name -> _Macro
+        self._recording = None      # the _MacroRecorder between .macro and .endm
+        self._included = set()      # resolved paths already read
+        self._file_stack = []       # (resolved path, shown name) of the files being read
+        self._context = []          # "included from f:l" / "in macro 'm' used at f:l:c", innermost last
+        self._expansions = 0        # \@ counter
 
     # ---- errors ---------------------------------------------------------------------------
-    def _err(self, file, line, col, msg):
-        raise AsmError(f"{file}:{line}:{col + 1}: {msg}")
+    def _where(self):
+        return "".join(f" ({c})" for c in reversed(self._context))
+
+    def _err(self, file, line, col, msg, where=None):
+        raise AsmError(f"{file}:{line}:{col + 1}: {msg}{self._where() if where is None else where}")
 
     # ---- operands -------------------------------------------------------------------------
     def _source(self, k, text, file, line, col, what):
@@ -235,7 +278,7 @@ class Assembler:
             else:  # label
                 if not _IDENT.match(text):
                     self._err(file, line, ocol, f"{what} must be a label, found '{text}'")
-                k.fixups.append((len(k.rows), OP0 + slot, text, line, ocol))
+                k.fixups.append((len(k.rows), OP0 + slot, text, file, line, ocol, self._where()))
         # operands this mnemonic does not take are immediate zeros
         taken = set()
         for slot, kind in zip(d.slots, d.kinds):
@@ -248,7 +291,8 @@ class Assembler:
         row[IMM] = imm_mask
         k.rows.append(row)
         k.mnemonics.append(mnemonic)
-        k.last_line = line
+        k.row_files.append(file)
+        k.last_loc = (file, line, self._where())
 
     def _directive(self, k, name, args, file, line, col, state):
         if name == ".kernel":
@@ -290,7 +334,7 @@ class Assembler:
             k.max_tbs = v
         else:
             import difflib
-            names = [".kernel", ".param", ".smem", ".max_tbs_per_sm"]
+            names = [".kernel", ".param", ".smem", ".max_tbs_per_sm", ".include", ".macro", ".endm"]
             close = difflib.get_close_matches(name, names, n=1)
             hint = f"; did you mean '{close[0]}'?" if close else ""
             self._err(file, line, col, f"unknown directive '{name}'{hint} (directives: {', '.join(names)})")
@@ -301,22 +345,24 @@ class Assembler:
             return
         if not k.rows:
             self._err(k.file, k.line, 0, f"kernel '{k.name}' has no instructions")
-        for row_i, col_i, label, line, col in k.fixups:
+        for row_i, col_i, label, file, line, col, where in k.fixups:
             if label not in k.labels:
                 import difflib
                 close = difflib.get_close_matches(label, list(k.labels), n=1)
                 hint = f"; did you mean '{close[0]}'?" if close else ""
-                self._err(k.file, line, col, f"undefined label '{label}' in kernel '{k.name}'{hint}")
+                self._err(file, line, col, f"undefined label '{label}' in kernel '{k.name}'{hint}",
+                          where)
             k.rows[row_i][col_i] = k.labels[label]
         for label, pc in k.labels.items():
             if pc >= k.entry_pc + len(k.rows):
-                ln, col = k.label_lines[label]
-                self._err(k.file, ln, col, f"label '{label}' is at the end of kernel '{k.name}' "
-                          f"with no instruction after it")
+                lfile, ln, col, where = k.label_lines[label]
+                self._err(lfile, ln, col, f"label '{label}' is at the end of kernel '{k.name}' "
+                          f"with no instruction after it", where)
         last = k.rows[-1]
         if not (last[SEM] == SEM_EXIT or (last[SEM] == SEM_BRANCH and last[SUBOP] == CMP_ALWAYS)):
-            self._err(k.file, k.last_line, 0, f"kernel '{k.name}' can run past its last instruction; "
-                      f"end it with 'exit' or an unconditional branch")
+            lfile, lline, where = k.last_loc
+            self._err(lfile, lline, 0, f"kernel '{k.name}' can run past its last instruction; "
+                      f"end it with 'exit' or an unconditional branch", where)
         if k.name in self.kernels:
             prev = self.kernels[k.name]
             self._err(k.file, k.line, 0, f"kernel '{k.name}' is already defined at {prev.file}:{prev.line}")
@@ -326,59 +372,205 @@ class Assembler:
             labels=tuple(sorted(k.labels.items(), key=lambda kv: kv[1])))
         self.rows.extend(k.rows)
         self.mnemonics.extend(k.mnemonics)
-        self.pc_files.extend([k.file] * len(k.rows))
+        self.pc_files.extend(k.row_files)
 
-    def add_text(self, text, file):
-        k = None
-        for lineno, raw in enumerate(text.splitlines(), start=1):
-            body = _strip_comment(raw)
-            pos = len(body) - len(body.lstrip())
-            # labels: `name:` (possibly several) at the start of the statement
-            while True:
-                m = re.match(r"([A-Za-z_][A-Za-z0-9_]*)\s*:", body[pos:])
-                if not m:
-                    break
-                label = m.group(1)
-                if k is None:
-                    self._err(file, lineno, pos, f"label '{label}' before any .kernel directive")
-                if label in k.labels:
-                    pl, pc_ = k.label_lines[label]
-                    self._err(file, lineno, pos, f"label '{label}' already defined at line {pl}")
-                k.labels[label] = k.entry_pc + len(k.rows)
-                k.label_lines[label] = (lineno, pos)
-                pos += m.end()
-                pos += len(body[pos:]) - len(body[pos:].lstrip())
-            stmt = body[pos:].rstrip()
-            if not stmt:
-                continue
-            if stmt.startswith("."):
-                parts = stmt.split()
-                action, name = self._directive(k, parts[0], parts[1:], file, lineno, pos, None)
-                if action == "kernel":
-                    self._finish_kernel(k)
-                    k = _KernelBuilder(name, file, lineno, len(self.rows))
-                continue
-            m = _MNEMONIC.match(stmt)
+    def add_text(self, text, file, path=None):
+        """Assemble one top-level source text (`file`: its name in messages; `path`: where it
+        lives, for `.include` lookups and cycle detection; None for text not read from a file)."""
+        resolved = Path(path).resolve() if path is not None else None
+        if resolved is not None:
+            self._included.add(resolved)
+        self._file_stack.append((resolved, file))
+        try:
+            self._lines(text.splitlines(), file)
+            if self._recording is not None:
+                m = self._recording
+                self._recording = None
+                self._err(m.file, m.line, 0, f"macro '{m.name}' has no .endm")
+            self._finish_kernel(self._k)
+            self._k = None
+        finally:
+            self._file_stack.pop()
+
+    def _lines(self, lines, file, first_line=1):
+        for lineno, raw in enumerate(lines, start=first_line):
+            self._line(raw, file, lineno)
+
+    def _line(self, raw, file, lineno):
+        body = _strip_comment(raw)
+        if self._recording is not None:
+            word = body.strip().split(None, 1)
+            if word and word[0] == ".endm":
+                self._end_macro(word[1:], file, lineno, len(body) - len(body.lstrip()))
+            elif word and word[0] == ".macro":
+                self._err(file, lineno, len(body) - len(body.lstrip()),
+                          f".macro inside the body of macro '{self._recording.name}' "
+                          f"(defined at {self._recording.file}:{self._recording.line}); close it with .endm first")
+            else:
+                self._recording.body.append((raw, file, lineno))
+            return
+        pos = len(body) - len(body.lstrip())
+        # labels: `name:` (possibly several) at the start of the statement
+        while True:
+            m = re.match(r"([A-Za-z_][A-Za-z0-9_]*)\s*:", body[pos:])
             if not m:
-                self._err(file, lineno, pos, f"expected an instruction, label or directive, found '{stmt}'")
+                break
+            label = m.group(1)
+            k = self._k
             if k is None:
-                self._err(file, lineno, pos, "instruction before any .kernel directive")
-            mnemonic = m.group(0)
-            rest = stmt[m.end():]
-            if rest and not rest[0].isspace():
-                self._err(file, lineno, pos + m.end(), f"unexpected '{rest[0]}' after '{mnemonic}'")
-            self._instruction(k, mnemonic, rest, file, lineno, pos, pos + m.end())
-        self._finish_kernel(k)
+                self._err(file, lineno, pos, f"label '{label}' before any .kernel directive")
+            if label in k.labels:
+                pf, pl, _, _ = k.label_lines[label]
+                self._err(file, lineno, pos, f"label '{label}' already defined at "
+                          f"{'line ' + str(pl) if pf == file else f'{pf}:{pl}'}")
+            k.labels[label] = k.entry_pc + len(k.rows)
+            k.label_lines[label] = (file, lineno, pos, self._where())
+            pos += m.end()
+            pos += len(body[pos:]) - len(body[pos:].lstrip())
+        stmt = body[pos:].rstrip()
+        if not stmt:
+            return
+        if stmt.startswith("."):
+            parts = stmt.split(None, 1)
+            name = parts[0]
+            if name == ".include":
+                self._include(parts[1].strip() if len(parts) > 1 else "", file, lineno, pos)
+                return
+            if name == ".macro":
+                self._begin_macro(parts[1] if len(parts) > 1 else "", file, lineno, pos,
+                                  pos + len(name))
+                return
+            if name == ".endm":
+                self._err(file, lineno, pos, ".endm without a .macro")
+            action, kname = self._directive(self._k, name, stmt.split()[1:], file, lineno, pos, None)
+            if action == "kernel":
+                self._finish_kernel(self._k)
+                self._k = _KernelBuilder(kname, file, lineno, len(self.rows))
+                self._k.last_loc = (file, lineno, self._where())
+            return
+        m = _MNEMONIC.match(stmt)
+        if not m:
+            self._err(file, lineno, pos, f"expected an instruction, label or directive, found '{stmt}'")
+        mnemonic = m.group(0)
+        rest = stmt[m.end():]
+        if rest and not rest[0].isspace():
+            self._err(file, lineno, pos + m.end(), f"unexpected '{rest[0]}' after '{mnemonic}'")
+        if mnemonic in self._macros:
+            self._expand(self._macros[mnemonic], rest, file, lineno, pos, pos + m.end())
+            return
+        if self._k is None:
+            self._err(file, lineno, pos, "instruction before any .kernel directive")
+        self._instruction(self._k, mnemonic, rest, file, lineno, pos, pos + m.end())
+
+    # ---- .include ---------------------------------------------------------------------------
+    def _include(self, arg, file, line, col):
+        if not (len(arg) >= 2 and arg[0] == '"' and arg[-1] == '"' and '"' not in arg[1:-1]):
+            self._err(file, line, col, f'.include takes one file name in double quotes '
+                      f'(e.g. .include "lib/swiglu_jobs.s"), found \'{arg}\'')
+        name = arg[1:-1].strip()
+        if not name:
+            self._err(file, line, col, ".include: empty file name")
+        here = self._file_stack[-1][0] if self._file_stack else None
+        candidates = []
+        if Path(name).is_absolute():
+            candidates.append(Path(name))
+        else:
+            candidates.append((here.parent if here is not None else Path.cwd()) / name)
+            candidates.append(data_root() / "workloads" / "kernels" / name)
+        found = next((c for c in candidates if c.is_file()), None)
+        if found is None:
+            looked = ", ".join(_display_path(c) for c in candidates)
+            self._err(file, line, col, f".include: cannot find '{name}' (looked for {looked})")
+        resolved = found.resolve()
+        chain = [r for r, _ in self._file_stack]
+        if resolved in chain:
+            names = [shown for _, shown in self._file_stack]
+            self._err(file, line, col, "include cycle: " + " -> ".join(names + [_display_path(found)]))
+        if resolved in self._included:
+            return                  # read once per Program (library files define macros)
+        try:
+            text = found.read_text()
+        except (OSError, UnicodeDecodeError) as e:
+            why = e.strerror if isinstance(e, OSError) else "not a text file"
+            self._err(file, line, col, f".include: cannot read '{_display_path(found)}': {why}")
+        self._included.add(resolved)
+        shown = _display_path(found)
+        self._file_stack.append((resolved, shown))
+        self._context.append(f"included from {file}:{line}")
+        try:
+            self._lines(text.splitlines(), shown)
+            if self._recording is not None and self._recording.file == shown:
+                m = self._recording
+                self._recording = None
+                self._err(m.file, m.line, 0, f"macro '{m.name}' has no .endm before the end of its file")
+        finally:
+            self._context.pop()
+            self._file_stack.pop()
+
+    # ---- macros -----------------------------------------------------------------------------
+    def _begin_macro(self, args, file, line, col, args_col):
+        parts = args.split(None, 1)
+        if not parts or not _IDENT.match(parts[0]):
+            self._err(file, line, col, ".macro takes a name (letters, digits, '_') and then its "
+                      "parameter names separated by commas")
+        name = parts[0]
+        params = [p for p, _ in _split_operands(parts[1], args_col)] if len(parts) > 1 else []
+        for p in params:
+            if not _IDENT.match(p):
+                self._err(file, line, col, f".macro {name}: parameter '{p}' is not a name "
+                          f"(letters, digits, '_')")
+        if len(set(params)) != len(params):
+            self._err(file, line, col, f".macro {name}: a parameter is named twice")
+        if name in self.isa or _REG.match(name):
+            self._err(file, line, col, f".macro {name}: the name is an instruction or register")
+        if name in self._macros:
+            prev = self._macros[name]
+            self._err(file, line, col, f"macro '{name}' is already defined at {prev.file}:{prev.line}")
+        self._recording = _MacroRecorder(name, tuple(params), file, line)
+
+    def _end_macro(self, extra, file, line, col):
+        if extra:
+            self._err(file, line, col, ".endm takes no arguments")
+        m = self._recording
+        self._recording = None
+        self._macros[m.name] = _Macro(m.name, m.params, tuple(m.body), m.file, m.line)
+
+    def _expand(self, macro, rest, file, line, col, rest_col):
+        args = _split_operands(rest, rest_col)
+        if len(args) != len(macro.params):
+            want = ", ".join(macro.params) or "no arguments"
+            self._err(file, line, col, f"macro '{macro.name}' takes {len(macro.params)} argument(s) "
+                      f"({want}; defined at {macro.file}:{macro.line}), found {len(args)}")
+        if len(self._context) >= _MAX_MACRO_DEPTH:
+            self._err(file, line, col, f"macros nested more than {_MAX_MACRO_DEPTH} deep "
+                      f"(does macro '{macro.name}' expand itself?)")
+        values = {p: a for p, (a, _) in zip(macro.params, args)}
+        self._expansions += 1
+        values["@"] = str(self._expansions)
+        self._context.append(f"in macro '{macro.name}' used at {file}:{line}:{col + 1}")
+        try:
+            for raw, bfile, bline in macro.body:
+                text = _strip_comment(raw)
+
+                def sub(m, bfile=bfile, bline=bline, text=text):
+                    key = m.group(1)
+                    if key not in values:
+                        self._err(bfile, bline, m.start(), f"macro '{macro.name}' has no parameter "
+                                  f"'{key}' (parameters: {', '.join(macro.params) or 'none'})")
+                    return values[key]
+                self._line(_MACRO_ARG.sub(sub, text), bfile, bline)
+        finally:
+            self._context.pop()
 
     def program(self):
         code = np.array(self.rows, dtype=np.int64).reshape(len(self.rows), ROW_WIDTH)
         return Program(code, dict(self.kernels), list(self.mnemonics), list(self.pc_files))
 
 
-def assemble_text(text, isa, file="<text>"):
-    """Assemble one source text (isa: a ResolvedIsa)."""
+def assemble_text(text, isa, file="<text>", path=None):
+    """Assemble one source text (isa: a ResolvedIsa; path: where it lives, for `.include`)."""
     a = Assembler(isa)
-    a.add_text(text, file)
+    a.add_text(text, file, path)
     return a.program()
 
 
@@ -398,5 +590,7 @@ def assemble_files(paths, isa):
             text = Path(p).read_text()
         except OSError as e:
             raise AsmError(f"{shown}: cannot read kernel file: {e.strerror}") from None
-        a.add_text(text, shown)
+        if Path(p).resolve() in a._included:
+            continue                # already read through an .include of another file
+        a.add_text(text, shown, p)
     return a.program()

@@ -59,6 +59,9 @@ def disassemble(program, isa):
             if row[THR]:
                 cost += f" thr {int(row[THR])}"
             text = f"    {m} {ops}".rstrip()
-            out.append(f"{text:<48} # pc {pc:<4} line {int(row[LINE]):<4} {cost}")
+            where = str(int(row[LINE]))
+            if program.pc_files[pc] != k.file:      # from an included file or a macro body
+                where = f"{program.pc_files[pc]}:{where}"
+            out.append(f"{text:<48} # pc {pc:<4} line {where:<4} {cost}")
         out.append("")
     return "\n".join(out)

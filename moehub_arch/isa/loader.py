@@ -244,9 +244,22 @@ class Isa:
                     cost = f"lat {r.latency} ii {r.ii}" + (f" thr {r.throughput}" if r.throughput else "")
                 else:
                     cost = f"lat {d.latency} ii {d.ii}" + (f" thr {d.throughput}" if d.throughput else "")
-                lines.append(f"  {m + ' ' + ', '.join(d.operands):<40} {cost:<28} {d.description}")
+                lines.append(f"  {m + ' ' + ', '.join(d.operands):<40} {cost:<28} {d.description}"
+                             f"  [{_shown_file(d.file)}:{d.line}]")
             lines.append("")
         return "\n".join(lines).rstrip() + "\n"
+
+
+def _shown_file(path) -> str:
+    """An ISA file as the reference names it: relative to the data root (isa/base.yaml) or to the
+    working directory when under one of them, else absolute."""
+    p = Path(path).resolve()
+    for root in (data_root(), Path.cwd()):
+        try:
+            return str(p.relative_to(root.resolve()))
+        except ValueError:
+            pass
+    return str(p)
 
 
 class ResolvedIsa:

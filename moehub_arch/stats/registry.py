@@ -42,6 +42,10 @@ class StatsSet:
     def __len__(self):
         return len(self._stats)
 
+    def stat(self, name):
+        """The Stat (name, value, unit, desc) named `name` (KeyError if none)."""
+        return self._stats[name]
+
     def get(self, name, default=None):
         s = self._stats.get(name)
         return default if s is None else s.value

@@ -1,5 +1,6 @@
 """Report figures: derived numbers a config asks for (``workload.report``), dumped as
-``system.ubench.<name>`` and printed on stdout.
+``system.report.<name>`` and printed on stdout. Each is also dumped under its former name
+``system.ubench.<name>`` (an alias kept for one release, for scripts written against it).
 
 An expression may use numbers, + - * / // % **, parentheses, min/max/abs, and:
   stat('name')                 value of a stat of this run
@@ -63,8 +64,20 @@ def evaluate_expression(text, sim, names):
         raise ReportError(str(e)) from None
 
 
+REPORT_PREFIX = "system.report."
+# former prefix, kept as an alias for one release (0.2 drops it)
+LEGACY_REPORT_PREFIX = "system.ubench."
+
+
+def add_report_stat(stats, rep, value):
+    """One report figure under its name and its legacy alias."""
+    stats.add(REPORT_PREFIX + rep.name, float(value), rep.unit, rep.desc)
+    stats.add(LEGACY_REPORT_PREFIX + rep.name, float(value), rep.unit,
+              f"alias of {REPORT_PREFIX}{rep.name} (former name, kept for one release)")
+
+
 def evaluate_report(sim, strict=True):
-    """Add every workload.report figure to sim.stats as system.ubench.<name>.
+    """Add every workload.report figure to sim.stats as system.report.<name> (and its alias).
 
     strict=False (a run stopped early, whose figures may be undefined): a figure that cannot be
     evaluated is NaN instead of an error."""
@@ -79,4 +92,4 @@ def evaluate_report(sim, strict=True):
                 from ..simulation import SimulationError
                 raise SimulationError(f"workload.report.{rep.name}.expr: cannot evaluate "
                                       f"'{rep.expr}': {e}") from None
-        sim.stats.add(f"system.ubench.{rep.name}", float(value), rep.unit, rep.desc)
+        add_report_stat(sim.stats, rep, value)

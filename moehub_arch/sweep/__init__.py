@@ -8,12 +8,16 @@ Output directory:
 
 Re-running the same sweep skips the points whose done.json is there (so an interrupted sweep
 resumes); a failed point leaves error.txt and is tried again next time.
+
+From Python, `moehub_arch.sweep(spec, ...)` (this package is callable: it calls
+`moehub_arch.api.sweep`) runs a sweep file or mapping and returns a DataFrame, one row per point.
 """
 import csv
 import fnmatch
 import json
 import os
 import sys
+import types
 
 from .spec import Sweep, SweepError, load_sweep  # noqa: F401 (public API)
 
@@ -55,13 +59,16 @@ def write_results(sweep, rows):
 
 
 def run_sweep(sweep, workers=None, scheduler=None, progress=True):
-    """Run every unfinished point; returns (results.csv path, rows). Rows are in point order."""
+    """Run every unfinished point; returns (results.csv path, rows). Rows are in point order, each
+    {"point": Point, "status": "ok" | "ok (earlier run)" | "error", "stats": {name: value}} and,
+    for a failed point, "error": its message."""
     from .execute import run_dask, run_local
 
     points_dir = sweep.outdir / "points"
     points_dir.mkdir(parents=True, exist_ok=True)
     (sweep.outdir / "sweep.json").write_text(json.dumps({
-        "name": sweep.name, "sweep_file": str(sweep.file), "config": str(sweep.config),
+        "name": sweep.name, "sweep_file": str(sweep.file) if sweep.file else None,
+        "config": str(sweep.config),
         "stats": list(sweep.stats),
         "points": [{"id": p.id, "values": {k: v for k, v in p.values}, "overrides": list(p.overrides)}
                    for p in sweep.points]}, indent=1, default=str))
@@ -85,7 +92,8 @@ def run_sweep(sweep, workers=None, scheduler=None, progress=True):
         (d / DONE).unlink(missing_ok=True)
         if "error" in result:
             (d / "error.txt").write_text(result["error"] + "\n")
-            results[point.id] = {"point": point, "status": "error", "stats": {}}
+            results[point.id] = {"point": point, "status": "error", "stats": {},
+                                 "error": result["error"]}
         else:
             (d / "error.txt").unlink(missing_ok=True)
             for name, data in result["files"].items():
@@ -123,3 +131,15 @@ def run_sweep_command(args):
         err = (sweep.outdir / "points" / p.id / "error.txt").read_text().strip()
         print(f"moehub-sim: point {p.id} failed: {err}", file=sys.stderr)
     return 1 if failed else 0
+
+
+class _CallableSweepPackage(types.ModuleType):
+    """This package's type: `moehub_arch.sweep(...)` is the API's sweep(), while
+    `moehub_arch.sweep.load_sweep` etc. stay where they are."""
+
+    def __call__(self, spec, *args, **kwargs):
+        from ..api import sweep
+        return sweep(spec, *args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableSweepPackage

@@ -14,7 +14,7 @@ from pathlib import Path
 
 def run_point(config_path, overrides):
     """Run one point (in a worker). Returns {"files": {name: bytes}} or {"error": message}."""
-    from ..cli import _user_errors
+    from ..errors import user_errors
     from ..config import load_config
     from ..runner import run_to_outdir
     try:
@@ -23,7 +23,7 @@ def run_point(config_path, overrides):
             run_to_outdir(cfg, tmp)
             files = {p.name: p.read_bytes() for p in Path(tmp).iterdir() if p.is_file()}
         return {"files": files}
-    except _user_errors() as e:
+    except user_errors() as e:
         return {"error": str(e)}
 
 

@@ -28,7 +28,7 @@ from ..config import ConfigError, load_config
 from ..paths import data_root
 
 SWEEP_KEYS = ("name", "config", "set", "grid", "points", "stats", "outdir")
-DEFAULT_STATS = ("simTicks", "system.ubench.*", "system.moe.layer_time_us", "system.moe.phase.*",
+DEFAULT_STATS = ("simTicks", "system.report.*", "system.moe.layer_time_us", "system.moe.phase.*",
                  "system.moe.overhead_us", "system.moe.sm.*", "system.moe.nvlink.*")
 
 
@@ -83,12 +83,12 @@ def point_id(values):
     return f"{slug}-{digest}"
 
 
-def _resolve_config(name, sweep_file):
+def _resolve_config(name, where, base_dir):
     p = Path(str(name)).expanduser()
-    for c in ([p] if p.is_absolute() else [sweep_file.parent / p, Path.cwd() / p, data_root() / p]):
+    for c in ([p] if p.is_absolute() else [base_dir / p, Path.cwd() / p, data_root() / p]):
         if c.is_file():
             return c.resolve()
-    raise SweepError(f"{sweep_file}: config: file '{name}' not found (relative to the sweep file, "
+    raise SweepError(f"{where}: config: file '{name}' not found (relative to the sweep file, "
                      f"the working directory or the data root)")
 
 
@@ -101,26 +101,35 @@ def load_sweep(path, outdir=None):
         raw = yaml.safe_load(path.read_text())
     except yaml.YAMLError as e:
         raise SweepError(f"{path}: YAML syntax error: {getattr(e, 'problem', e)}") from None
+    return sweep_from_dict(raw, path, outdir)
+
+
+def sweep_from_dict(raw, path=None, outdir=None):
+    """Expand and check a sweep given as a mapping with the keys of a sweep file (the Python
+    API's `sweep({...})`). `path` is the file it came from (None: relative paths are relative to
+    the working directory, and errors name 'sweep spec')."""
+    where = path if path is not None else "sweep spec"
+    base_dir = path.parent if path is not None else Path.cwd()
     if not isinstance(raw, dict):
-        raise SweepError(f"{path}: expected a mapping with keys {', '.join(SWEEP_KEYS)}")
+        raise SweepError(f"{where}: expected a mapping with keys {', '.join(SWEEP_KEYS)}")
     import difflib
     for k in raw:
         if k not in SWEEP_KEYS:
             close = difflib.get_close_matches(str(k), SWEEP_KEYS, n=1)
             hint = f"did you mean '{close[0]}'? " if close else ""
-            raise SweepError(f"{path}: {k}: unknown key; {hint}(known keys: {', '.join(SWEEP_KEYS)})")
+            raise SweepError(f"{where}: {k}: unknown key; {hint}(known keys: {', '.join(SWEEP_KEYS)})")
     if "config" not in raw:
-        raise SweepError(f"{path}: config: required key is missing (the YAML config every point runs)")
-    config = _resolve_config(raw["config"], path)
-    fixed = [f"{k}={_value_text(v)}" for k, v in _mapping(raw.get("set"), "set", path)]
-    grid = _mapping(raw.get("grid"), "grid", path)
+        raise SweepError(f"{where}: config: required key is missing (the YAML config every point runs)")
+    config = _resolve_config(raw["config"], where, base_dir)
+    fixed = [f"{k}={_value_text(v)}" for k, v in _mapping(raw.get("set"), "set", where)]
+    grid = _mapping(raw.get("grid"), "grid", where)
     for k, values in grid:
         if not isinstance(values, list) or not values:
-            raise SweepError(f"{path}: grid.{k}: expected a non-empty list of values, found "
+            raise SweepError(f"{where}: grid.{k}: expected a non-empty list of values, found "
                              f"{values!r}")
     listed = raw.get("points")
     if listed is not None and (not isinstance(listed, list) or not all(isinstance(x, dict) for x in listed)):
-        raise SweepError(f"{path}: points: expected a list of mappings (key.path: value)")
+        raise SweepError(f"{where}: points: expected a list of mappings (key.path: value)")
     combos = [tuple(zip([k for k, _ in grid], vs)) for vs in itertools.product(*[v for _, v in grid])]
     listed = [tuple((str(k), v) for k, v in x.items()) for x in (listed or [{}])]
     points, seen = [], set()
@@ -129,20 +138,21 @@ def load_sweep(path, outdir=None):
             values = entry + combo
             pid = point_id(values)
             if pid in seen:
-                raise SweepError(f"{path}: the point {dict(values)} appears twice")
+                raise SweepError(f"{where}: the point {dict(values)} appears twice")
             seen.add(pid)
             overrides = tuple(fixed + [f"{k}={_value_text(v)}" for k, v in values])
             try:
                 load_config(config, overrides)
             except ConfigError as e:
-                raise SweepError(f"{path}: point {dict(values) or '(the config itself)'}: {e}") from None
+                raise SweepError(f"{where}: point {dict(values) or '(the config itself)'}: {e}") from None
             points.append(Point(pid, values, overrides))
     stats = raw.get("stats", DEFAULT_STATS)
     if isinstance(stats, str):
         stats = [stats]
     if not isinstance(stats, list) or not all(isinstance(s, str) for s in stats):
-        raise SweepError(f"{path}: stats: expected a list of stat names or patterns")
-    name = str(raw.get("name") or path.stem)
+        raise SweepError(f"{where}: stats: expected a list of stat names or patterns")
+    name = str(raw.get("name") or (path.stem if path is not None else "sweep"))
     out = Path(outdir) if outdir else Path(raw.get("outdir") or Path("sweep-out") / name)
     keys = list(dict.fromkeys(k for p in points for k, _ in p.values))
-    return Sweep(name, path.resolve(), config, tuple(points), tuple(stats), out, tuple(keys))
+    return Sweep(name, path.resolve() if path is not None else None, config, tuple(points),
+                 tuple(stats), out, tuple(keys))

@@ -1,6 +1,6 @@
 """Bandwidth figures as public MoE communication benchmarks define them.
 
-DeepEP (normal kernels, BRIEF 3) reports a dispatch or combine kernel's bandwidth as the bytes a
+DeepEP (normal kernels, github.com/deepseek-ai/DeepEP) reports a dispatch or combine kernel's bandwidth as the bytes a
 rank *receives* - its own tokens included - divided by the kernel's time. Here:
 
 - a token row goes once to every rank that holds at least one of the token's experts (DeepEP

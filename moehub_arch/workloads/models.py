@@ -8,9 +8,8 @@ DeepSeek's group-limited routing with sigmoid or softmax affinities, renormalisa
 factor).
 
 Sources: the shipped files `workloads/models/<name>.yaml` (under `moehub_arch.paths.data_root()`)
-carry the numbers of each model's public Hugging Face `config.json`, as summarised in the project
-brief (BRIEF section 5); every number there is commented with its config key, and values the brief
-does not give are marked "assumption".
+carry the numbers of each model's public Hugging Face `config.json`; every number there is
+commented with its config key, and values the config does not give are marked "assumption".
 
 File format::
 

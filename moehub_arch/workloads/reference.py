@@ -1,6 +1,6 @@
 """NumPy reference of one expert-parallel MoE layer, rounding exactly like the simulator.
 
-What it models: the MoE layer of BRIEF section 1 as the simulator's functional instructions compute
+What it models: an expert-parallel MoE layer (dispatch, expert FFNs, combine) as the simulator's functional instructions compute
 it (dispatch is data movement only, so it does not change values): every GPU's tokens x go to their
 top-k experts; each expert is a SwiGLU FFN, Y = bf16(bf16(silu(X Wg) * (X Wu)) Wd); the combine sums,
 per token and in a fixed order, the shared experts' outputs (weight 1) and then the routed experts'

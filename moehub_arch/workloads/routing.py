@@ -2,14 +2,16 @@
 
 What it models: the output of the router of one MoE layer on every GPU: for each of the
 `tokens_per_gpu` tokens of each of the `num_gpus` GPUs, `top_k` distinct expert ids (global ids in
-[0, num_experts)) and their router weights. Kinds (BRIEF section 5, "Routing realism"):
+[0, num_experts)) and their router weights. Kinds (uniform and balanced as public benchmarks
+such as DeepEP's use them; skewed and group-limited as production routers behave):
 
 - `uniform`: every token draws k distinct experts uniformly at random (the DeepEP benchmarks' case);
 - `balanced`: every expert receives exactly num_gpus*tokens_per_gpu*top_k/num_experts assignments
   (loads differ by at most 1 when that is not an integer), experts distinct per token;
 - `skewed`: Zipf-like expert popularity p_e ~ 1/(rank_e+1)^s over a random permutation of the
   experts; s is found by bisection so that the Gini coefficient of the *expected* per-expert load
-  equals the target (real text: about 0.1-0.3, BRIEF 5). A token cannot pick an expert twice, so
+  equals the target (assumption: about 0.1-0.3 on real text, the range published per-expert load
+  measurements suggest; not calibrated here). A token cannot pick an expert twice, so
   the expected load of an expert is its inclusion probability pi_e = min(1, c*p_e) (c such that
   sum(pi) = k); tokens are drawn by randomised systematic sampling (random expert order per token,
   one uniform offset, k unit-spaced points on the cumulative pi), which gives exactly these

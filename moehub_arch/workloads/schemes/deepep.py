@@ -1,5 +1,5 @@
 """Scheme `deepep`: the software-mediated, bulk-synchronous baseline modelled on DeepEP's normal
-kernels (BRIEF 3). Kernels and buffer layouts: workloads/kernels/deepep/deepep.s.
+kernels (github.com/deepseek-ai/DeepEP). Kernels and buffer layouts: workloads/kernels/deepep/deepep.s.
 
 Stream 0 runs, in order: `deepep_layout` (per-rank/channel/expert counts, token metadata),
 `deepep_notify` (barrier, count exchange, barrier, per-expert prefix sums and the GEMM tile table),

@@ -1,4 +1,4 @@
-"""Scheme `moehub`: destination-agnostic dispatch through the MoE-Hub (BRIEF 2).
+"""Scheme `moehub`: destination-agnostic dispatch through the MoE-Hub (arXiv 2605.05888).
 
 Kernels (workloads/kernels/moehub/moe_layer.s): `moehub_dispatch` sends every routed row with
 send_to_expert as soon as its token is routed - no count exchange, barrier, prefix sum or host

@@ -1,4 +1,4 @@
-"""Scheme `overlap`: the best software overlap we know of (Comet / FlashDMoE style, BRIEF 3).
+"""Scheme `overlap`: the best software overlap we know of (Comet, MLSys 2025 / FlashDMoE, NeurIPS 2025 style).
 
 Still address-centric: the count exchange (DeepEP's layout and notify kernels, on the device)
 must finish before rows move, because a sender needs the receive offsets. What it removes is the

@@ -21,6 +21,10 @@
 # L2 (mma subops): a job reads its A rows through the L2 unless it is the tile's first gate/up job
 # (the first reader), and its weights through the L2 unless it works on row tile 0 (first touch).
 
+# the kernel library (workloads/kernels/lib/): routines several schemes share
+.include "lib/gemm_tiles.s"
+.include "lib/combine.s"
+
 # shared_ffn: the shared experts as one kernel of dynamically taken jobs (an atomic counter), so
 # that once its TBs are placed they finish the whole FFN (two stream-ordered kernels would let a
 # concurrent persistent kernel take the SMs between them). Shared tile u = s * row_tiles + row
@@ -45,10 +49,7 @@
 .param tile_rows
 .param n_tile
 .smem 160KB                  # G, U [tile][n] f32 + Hq [tile][n] bf16, or Y + Yq
-    mov r8, %smem                # r8 = G (gate/up) or Y (down)
-    mul r20, %tile_rows, %n_tile
-    shl r21, r20, 2
-    add r9, r8, r21              # r9 = U, or Yq (down)
+    gemm_smem r8, r9, %tile_rows, %n_tile, r20, r21    # r8 = G (gate/up) or Y (down); r9 = U, or Yq (down)
     add r10, r9, r21             # r10 = Hq
     shl r18, %hidden, 1          # r18 = x / ys row bytes
     shl r25, %n_tile, 1          # r25 = bytes of one row of a job's output
@@ -65,8 +66,7 @@
 job:
     atom.add r1, %gpu, [%jobs], 1
     bge r1, r30, end
-    div r2, r1, r22              # r2 = block b
-    rem r5, r1, r22              # r5 = job in block
+    split_job r1, r22, r2, r5    # r2 = block b; r5 = job in block
     blt r5, r24, gate_up
     sub r2, r2, 1                # a down job: its tile is b - 1
     blt r2, 0, job
@@ -75,8 +75,7 @@ job:
 gate_up:
     bge r2, r29, job             # block `tiles` has only down jobs
 tile:
-    div r3, r2, r28              # r3 = s
-    rem r4, r2, r28              # r4 = row tile
+    split_job r2, r28, r3, r4    # r3 = s; r4 = row tile
     mul r6, r4, %tile_rows       # r6 = first token
     sub r13, %tokens, r6
     min r13, r13, %tile_rows     # r13 = rows
@@ -91,34 +90,12 @@ tile:
 # ---- gate/up job q = r5
     mul r14, r6, r18
     add r14, r14, %x             # r14 = A: the tile's rows of x
-    mul r7, r3, r24
-    add r7, r7, r5
     mul r12, %hidden, %n_tile
     shl r12, r12, 1
-    mul r7, r7, r12              # r7 = offset of weight tile (s, q)
+    weight_tile_offset r7, r3, r24, r5, r12    # r7 = offset of weight tile (s, q)
     add r12, r7, %wu
     add r7, r7, %wg
-    vzero.f32 r8, r16
-    vzero.f32 r9, r16
-    bne r5, 0, a_l2
-    bne r4, 0, first_a
-    mma.bf16 r8, r14, r7, r13, %n_tile, %hidden
-    mma.bf16.ra r9, r14, r12, r13, %n_tile, %hidden
-    bra act
-first_a:
-    mma.bf16.bl2 r8, r14, r7, r13, %n_tile, %hidden
-    mma.bf16.ra.bl2 r9, r14, r12, r13, %n_tile, %hidden
-    bra act
-a_l2:
-    bne r4, 0, both_l2
-    mma.bf16.al2 r8, r14, r7, r13, %n_tile, %hidden
-    mma.bf16.ra r9, r14, r12, r13, %n_tile, %hidden
-    bra act
-both_l2:
-    mma.bf16.l2 r8, r14, r7, r13, %n_tile, %hidden
-    mma.bf16.ra.bl2 r9, r14, r12, r13, %n_tile, %hidden
-act:
-    vsilu_mul.bf16.f32 r10, r8, r9, r16
+    swiglu_tile r8, r9, r10, r14, r7, r12, r13, %n_tile, %hidden, r16, r5, r4, 0
     mul r14, r15, r26
     mul r17, r5, r25
     add r14, r14, r17
@@ -131,20 +108,11 @@ down:
     wait.ge [r11], r24           # every column of the tile's hs is there
     mul r14, r15, r26
     add r14, r14, %hs            # r14 = A: hs[s][t0]
-    mul r7, r3, r23
-    add r7, r7, r5
     mul r12, %ffn, %n_tile
     shl r12, r12, 1
-    mul r7, r7, r12
+    weight_tile_offset r7, r3, r23, r5, r12
     add r7, r7, %wd              # r7 = weight tile (s, c)
-    vzero.f32 r8, r16
-    bne r4, 0, warm
-    mma.bf16.al2 r8, r14, r7, r13, %n_tile, %ffn
-    bra out
-warm:
-    mma.bf16.l2 r8, r14, r7, r13, %n_tile, %ffn
-out:
-    vcvt.bf16.f32 r9, r8, r16
+    gemm_tile_a_l2 r8, r9, r14, r7, r13, %n_tile, %ffn, r16, r4, 0
     mul r14, r15, r18
     mul r17, r5, r25
     add r14, r14, r17
@@ -171,36 +139,14 @@ end:
 .param hidden
 .param shared
 .param shared_tbs            # thread blocks of shared_ffn (they count themselves in acct word 5)
-    beq %shared, 0, routed_ready
-    wait.ge [%acct+40], %shared_tbs  # the shared experts' outputs are written
-routed_ready:
-    mov r1, 0
-wait_all:
-    shl r2, r1, 3
-    add r2, r2, %done
-    wait.eq [r2], 1
-    add r1, r1, 1
-    blt r1, %ngpu, wait_all
+    wait_layer_inputs %shared, %shared_tbs, %acct, %done, r1, r2
     shl r10, %hidden, 1          # r10 = bf16 row bytes
     shl r11, %hidden, 2          # r11 = f32 row bytes
     mov r1, %tb                  # r1 = token
     mov r9, 0                    # r9 = routed rows combined by this TB
 token:
     bge r1, %tokens, end
-    mul r2, r1, r11
-    add r2, r2, %out             # r2 = out[t]
-    vzero.f32 r2, %hidden
-    mov r3, 0
-shared_rows:
-    bge r3, %shared, routed
-    mul r4, r3, %tokens
-    add r4, r4, r1
-    mul r4, r4, r10
-    add r4, r4, %ys
-    vaxpy.f32.bf16 r2, r4, %one, %hidden
-    add r3, r3, 1
-    bra shared_rows
-routed:
+    start_output_row r2, r1, %out, r11, %shared, %ys, %one, %tokens, r10, %hidden, r3, r4
     mul r5, r1, %topk            # r5 = slot of choice 0
     mov r3, 0
 choice:
@@ -297,10 +243,7 @@ listed:
 .param tile_rows
 .param n_tile
 .smem 160KB                  # G, U [tile][n] f32 + Hq [tile][n] bf16
-    mov r8, %smem                # r8 = G
-    mul r20, %tile_rows, %n_tile
-    shl r20, r20, 2
-    add r9, r8, r20              # r9 = U
+    gemm_smem r8, r9, %tile_rows, %n_tile, r20, r20    # r8 = G; r9 = U
     add r10, r9, r20             # r10 = Hq
     div r24, %ffn, %n_tile       # r24 = Ju
     shl r25, %n_tile, 1          # r25 = Hq row bytes
@@ -312,39 +255,17 @@ listed:
     mov r1, %tb
 job:
     bge r1, r30, end
-    div r2, r1, r24              # r2 = tile
-    rem r5, r1, r24              # r5 = q
+    split_job r1, r24, r2, r5    # r2 = tile; r5 = q
     add r3, r2, 1
     shl r3, r3, 6
     add r3, r3, %table
     ld.v8 r12, [r3]              # r12 expert, r13 rows, r14 A, r15 Hh, r16 Y, r17 first
-    mul r7, r12, r24
-    add r7, r7, r5
-    mul r7, r7, r27
+    weight_tile_offset r7, r12, r24, r5, r27
     add r11, r7, %wg             # r11 = Wg tile (expert, q)
     add r7, r7, %wu              # r7 = Wu tile
     mul r6, r13, %n_tile         # r6 = rows * n
-    vzero.f32 r8, r6
-    vzero.f32 r9, r6
-    bne r5, 0, a_l2              # job 0 of a tile reads its rows from HBM, the others via L2
-    beq r17, 0, b_l2
-    mma.bf16 r8, r14, r11, r13, %n_tile, %hidden
-    mma.bf16.ra r9, r14, r7, r13, %n_tile, %hidden
-    bra act
-b_l2:
-    mma.bf16.bl2 r8, r14, r11, r13, %n_tile, %hidden
-    mma.bf16.ra.bl2 r9, r14, r7, r13, %n_tile, %hidden
-    bra act
-a_l2:
-    beq r17, 0, both_l2
-    mma.bf16.al2 r8, r14, r11, r13, %n_tile, %hidden
-    mma.bf16.ra r9, r14, r7, r13, %n_tile, %hidden
-    bra act
-both_l2:
-    mma.bf16.l2 r8, r14, r11, r13, %n_tile, %hidden
-    mma.bf16.ra.bl2 r9, r14, r7, r13, %n_tile, %hidden
-act:
-    vsilu_mul.bf16.f32 r10, r8, r9, r6
+    # job 0 of a tile reads its rows from HBM, the others via L2
+    swiglu_tile r8, r9, r10, r14, r11, r7, r13, %n_tile, %hidden, r6, r5, r17, 1
     mul r4, r5, r25
     add r4, r4, r15              # Hh[:, q cols]
     copy2d r4, r10, r13, r25, r26, r25
@@ -363,10 +284,7 @@ end:
 .param n_tile
 .param acct                  # acct word 2 += rows computed (counted by each tile's job 0)
 .smem 96KB                   # Y [tile][n] f32 + Yq [tile][n] bf16
-    mov r8, %smem                # r8 = Y
-    mul r20, %tile_rows, %n_tile
-    shl r20, r20, 2
-    add r9, r8, r20              # r9 = Yq
+    gemm_smem r8, r9, %tile_rows, %n_tile, r20, r20    # r8 = Y; r9 = Yq
     div r24, %hidden, %n_tile    # r24 = Jd
     shl r25, %n_tile, 1          # r25 = Yq row bytes
     shl r26, %hidden, 1          # r26 = Y row bytes
@@ -378,25 +296,15 @@ end:
     mov r1, %tb
 job:
     bge r1, r30, end
-    div r2, r1, r24              # r2 = tile
-    rem r5, r1, r24              # r5 = c
+    split_job r1, r24, r2, r5    # r2 = tile; r5 = c
     add r3, r2, 1
     shl r3, r3, 6
     add r3, r3, %table
     ld.v8 r12, [r3]              # r12 expert, r13 rows, r14 A, r15 Hh, r16 Y, r17 first
-    mul r7, r12, r24
-    add r7, r7, r5
-    mul r7, r7, r27
+    weight_tile_offset r7, r12, r24, r5, r27
     add r11, r7, %wd             # r11 = Wd tile (expert, c)
     mul r6, r13, %n_tile
-    vzero.f32 r8, r6
-    beq r17, 0, warm
-    mma.bf16.al2 r8, r15, r11, r13, %n_tile, %ffn
-    bra cvt
-warm:
-    mma.bf16.l2 r8, r15, r11, r13, %n_tile, %ffn
-cvt:
-    vcvt.bf16.f32 r9, r8, r6
+    gemm_tile_a_l2 r8, r9, r15, r11, r13, %n_tile, %ffn, r6, r17, 1
     mul r4, r5, r25
     add r4, r4, r16              # Y[:, c cols]
     copy2d r4, r9, r13, r25, r26, r25

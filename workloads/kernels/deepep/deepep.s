@@ -1,5 +1,5 @@
 # MoE layer, scheme `deepep`: the software-mediated, bulk-synchronous baseline modelled on DeepEP's
-# *normal* (high-throughput) kernels (BRIEF 3). Launch plan: moehub_arch/workloads/schemes/deepep.py.
+# *normal* (high-throughput) kernels (github.com/deepseek-ai/DeepEP). Launch plan: moehub_arch/workloads/schemes/deepep.py.
 #
 # Stream 0, in order (each kernel starts one launch latency after the previous one ended):
 #   deepep_layout    per token: its destination ranks (deduplicated), per-(rank, channel) token
@@ -75,6 +75,12 @@
 # Epochs: the barrier words only grow (barrier 1 of epoch e writes 2e-1, barrier 2 writes 2e), so
 # a wait.ge can never be satisfied by a stale value of an earlier layer call.
 
+# the kernel library (workloads/kernels/lib/): routines several schemes share
+.include "lib/gemm_tiles.s"
+.include "lib/combine.s"
+.include "lib/slot_words.s"
+.include "lib/ring.s"
+
 # ------------------------------------------------------------------------------------------------
 # deepep_layout: TB b handles tokens b, b + ntb, ... (one ld.v8 of the token's ids each; many TBs
 # hide that load latency). Counts with posted local red.add. A token is counted once per
@@ -149,15 +155,7 @@ choice:
     add r24, r24, %lay
     red.add %gpu, [r24], 1       # one more token of this channel for the rank
 next:
-    mov r16, r17
-    mov r17, r18
-    mov r18, r19
-    mov r19, r20
-    mov r20, r21
-    mov r21, r22
-    mov r22, r23
-    add r13, r13, 1
-    blt r13, %topk, choice
+    next_slot_word r13, %topk, choice
     st [r7+96], r12              # meta word 12 = rank mask
     add r5, r5, %ntb
     bra token
@@ -494,40 +492,17 @@ sent_all:
     # ---- receiver of ring (c, s) ------------------------------------------------------------------
 receiver:
     sub r6, %tb, r5              # r6 = ring index c*P + s
-    div r5, r6, %ngpu            # r5 = channel c
-    rem r7, r6, %ngpu            # r7 = source s
-    add r8, %channels, %local_experts
-    mul r8, r8, r7
-    add r8, r8, r5
-    shl r8, r8, 3
-    add r8, r8, %ntf
-    ld r9, [r8]                  # r9 = tokens s sends on channel c
-    shl r10, r6, 3
-    add r10, r10, %ring_ctl      # r10 = &tail[c][s]
-    mul r11, r6, %ring_rows      # r11 = first slot of the ring
+    ring_receiver_open r6, r3, r5, r7, r9, r10, r11, r13, r8, r24    # r24 = tokens consumed
     mul r12, r6, r2
     mul r12, r12, 96
     add r12, r12, %rec           # r12 = this receiver's records
-    mul r13, r5, %ngpu
-    add r13, r13, %gpu
-    shl r13, r13, 3
-    add r13, r13, r3
-    add r13, r13, %ring_ctl      # r13 = &head[c][me] (on the source)
     mul r14, %gpu, %local_experts   # r14 = first local expert (global id)
     shl r15, %topk, 2            # r15 = weight bytes
-    mov r24, 0                   # r24 = tokens consumed
     mov r25, 0                   # r25 = rows received
 rx_wait:
-    bge r24, r9, rx_done
-    wait.gt [r10], r24           # acquire: the sender fenced before moving the tail
-    ld r26, [r10]                # r26 = tail
+    ring_wait_tokens r24, r9, r10, r26, rx_done   # r26 = tail
 rx_token:
-    bge r24, r26, rx_release
-    rem r27, r24, %ring_rows
-    add r27, r27, r11            # r27 = slot index
-    mul r28, r27, 96
-    add r28, r28, r4             # r28 = the slot's metadata
-    ld.v8 r16, [r28]             # words id | t << 32 (slot j's in r16 after j shifts)
+    ring_next_token r24, r26, rx_release, r11, r4, r27, r28    # r27 = slot index, r28 = its metadata
     mul r29, r24, 96
     add r29, r29, r12            # r29 = the token's record
     add r2, r28, 64
@@ -557,15 +532,7 @@ rx_store:
     shl r2, r31, 3
     add r2, r2, r29
     st [r2], r8
-    mov r16, r17
-    mov r17, r18
-    mov r18, r19
-    mov r19, r20
-    mov r20, r21
-    mov r21, r22
-    mov r22, r23
-    add r31, r31, 1
-    blt r31, %topk, rx_choice
+    next_slot_word r31, %topk, rx_choice
     add r24, r24, 1
     bra rx_token
 rx_release:
@@ -599,10 +566,7 @@ rx_done:
 .param tile_rows
 .param n_tile
 .smem 160KB                  # G, U [tile][n] f32 + Hq [tile][n] bf16
-    mov r8, %smem                # r8 = G
-    mul r20, %tile_rows, %n_tile
-    shl r21, r20, 2
-    add r9, r8, r21              # r9 = U
+    gemm_smem r8, r9, %tile_rows, %n_tile, r20, r21    # r8 = G; r9 = U
     add r10, r9, r21             # r10 = Hq
     shl r23, %hidden, 1          # r23 = x row bytes (r12..r19: the tile entry)
     shl r25, %n_tile, 1          # r25 = Hq row bytes
@@ -615,40 +579,17 @@ rx_done:
     mov r1, %tb                  # r1 = job
 job:
     bge r1, r30, end
-    div r4, r1, r24              # r4 = row tile
-    rem r5, r1, r24              # r5 = q
+    split_job r1, r24, r4, r5    # r4 = row tile; r5 = q
     shl r2, r4, 5
     add r2, r2, %tiles
     ld.v8 r12, [r2]              # r12 = first row, r13 = rows, r14 = local expert, r15 = first tile?
     mul r16, r12, r23
     add r16, r16, %recv_x        # r16 = A: the tile's rows
-    mul r7, r14, r24
-    add r7, r7, r5
-    mul r7, r7, r27              # r7 = offset of weight tile (expert, q)
+    weight_tile_offset r7, r14, r24, r5, r27    # r7 = offset of weight tile (expert, q)
     add r11, r7, %wg
     add r7, r7, %wu
     mul r17, r13, %n_tile        # r17 = rows * n
-    vzero.f32 r8, r17
-    vzero.f32 r9, r17
-    bne r5, 0, a_l2
-    beq r15, 0, first_a
-    mma.bf16 r8, r16, r11, r13, %n_tile, %hidden
-    mma.bf16.ra r9, r16, r7, r13, %n_tile, %hidden
-    bra act
-first_a:
-    mma.bf16.bl2 r8, r16, r11, r13, %n_tile, %hidden
-    mma.bf16.ra.bl2 r9, r16, r7, r13, %n_tile, %hidden
-    bra act
-a_l2:
-    beq r15, 0, both_l2
-    mma.bf16.al2 r8, r16, r11, r13, %n_tile, %hidden
-    mma.bf16.ra r9, r16, r7, r13, %n_tile, %hidden
-    bra act
-both_l2:
-    mma.bf16.l2 r8, r16, r11, r13, %n_tile, %hidden
-    mma.bf16.ra.bl2 r9, r16, r7, r13, %n_tile, %hidden
-act:
-    vsilu_mul.bf16.f32 r10, r8, r9, r17
+    swiglu_tile r8, r9, r10, r16, r11, r7, r13, %n_tile, %hidden, r17, r5, r15, 1
     mul r6, r12, r26
     mul r3, r5, r25
     add r6, r6, r3
@@ -671,10 +612,7 @@ end:
 .param tile_rows
 .param n_tile
 .smem 96KB                   # Y [tile][n] f32 + Yq [tile][n] bf16
-    mov r8, %smem                # r8 = Y
-    mul r20, %tile_rows, %n_tile
-    shl r21, r20, 2
-    add r9, r8, r21              # r9 = Yq
+    gemm_smem r8, r9, %tile_rows, %n_tile, r20, r21    # r8 = Y; r9 = Yq
     shl r23, %hidden, 1          # r23 = y row bytes (r12..r19: the tile entry)
     shl r25, %n_tile, 1          # r25 = Yq row bytes
     shl r26, %ffn, 1             # r26 = Hh row bytes
@@ -687,26 +625,16 @@ end:
     mov r1, %tb
 job:
     bge r1, r30, end
-    div r4, r1, r24              # r4 = row tile
-    rem r5, r1, r24              # r5 = c
+    split_job r1, r24, r4, r5    # r4 = row tile; r5 = c
     shl r2, r4, 5
     add r2, r2, %tiles
     ld.v8 r12, [r2]              # r12 = first row, r13 = rows, r14 = local expert, r15 = first tile?
     mul r16, r12, r26
     add r16, r16, %hh            # r16 = A: Hh rows of the tile
-    mul r7, r14, r24
-    add r7, r7, r5
-    mul r7, r7, r27
+    weight_tile_offset r7, r14, r24, r5, r27
     add r11, r7, %wd             # r11 = weight tile (expert, c)
     mul r17, r13, %n_tile        # r17 = rows * n
-    vzero.f32 r8, r17
-    beq r15, 0, warm
-    mma.bf16.al2 r8, r16, r11, r13, %n_tile, %ffn
-    bra out
-warm:
-    mma.bf16.l2 r8, r16, r11, r13, %n_tile, %ffn
-out:
-    vcvt.bf16.f32 r9, r8, r17
+    gemm_tile_a_l2 r8, r9, r16, r11, r13, %n_tile, %ffn, r17, r15, 1
     mul r6, r12, r23
     mul r3, r5, r25
     add r6, r6, r3
@@ -784,15 +712,7 @@ choice:
     vaxpy.f32.bf16 r10, r29, r30, %hidden
     add r25, r25, 1
 choice_next:
-    mov r16, r17
-    mov r17, r18
-    mov r18, r19
-    mov r19, r20
-    mov r20, r21
-    mov r21, r22
-    mov r22, r23
-    add r28, r28, 1
-    blt r28, %topk, choice
+    next_slot_word r28, %topk, choice
     and r29, r24, 7              # staging slot
     bne r29, 0, staged
     fence                        # slot reuse: the puts of 8 tokens ago are done
@@ -813,13 +733,7 @@ all_sent:
     atom.add r13, %gpu, [%acct+32], 1
     sub r14, %ntb, 1
     bne r13, r14, leave          # not the rank's last combine TB
-    shl r15, %gpu, 3
-    add r15, r15, %done
-    mov r16, 0
-tell:
-    flag.set r16, [r15], 1       # done[me] = 1 on every GPU
-    add r16, r16, 1
-    blt r16, %ngpu, tell
+    tell_every_gpu %done, r16, r15    # done[me] = 1 on every GPU
 leave:
     exit
 
@@ -839,35 +753,13 @@ leave:
 .param hidden
 .param shared
 .param shared_tbs            # thread blocks of shared_ffn (they count themselves in acct word 5)
-    beq %shared, 0, shared_ready
-    wait.ge [%acct+40], %shared_tbs  # the shared experts' outputs are written
-shared_ready:
-    mov r1, 0
-wait_all:
-    shl r2, r1, 3
-    add r2, r2, %done
-    wait.eq [r2], 1
-    add r1, r1, 1
-    blt r1, %ngpu, wait_all
+    wait_layer_inputs %shared, %shared_tbs, %acct, %done, r1, r2
     shl r10, %hidden, 1          # r10 = rb
     shl r11, %hidden, 2          # r11 = f32 row bytes
     mov r1, %tb                  # r1 = token
 token:
     bge r1, %tokens, end
-    mul r2, r1, r11
-    add r2, r2, %out             # r2 = out[t]
-    vzero.f32 r2, %hidden
-    mov r3, 0
-shared_rows:
-    bge r3, %shared, routed
-    mul r4, r3, %tokens
-    add r4, r4, r1
-    mul r4, r4, r10
-    add r4, r4, %ys
-    vaxpy.f32.bf16 r2, r4, %one, %hidden
-    add r3, r3, 1
-    bra shared_rows
-routed:
+    start_output_row r2, r1, %out, r11, %shared, %ys, %one, %tokens, r10, %hidden, r3, r4
     shl r5, r1, 7
     add r5, r5, %meta
     ld r6, [r5+96]               # r6 = rank mask

@@ -11,6 +11,10 @@
 # readiness (DAM); expert blocks claim ready tiles and run the SwiGLU FFN while later rows are still
 # arriving; each output row goes home with send_home (the completion record names GPU and slot).
 
+# the kernel library (workloads/kernels/lib/): routines several schemes share
+.include "lib/gemm_tiles.s"
+.include "lib/combine.s"
+
 # moehub_dispatch: thread block b routes tokens b, b + ntb, ...: for each of the token's k experts
 # (k <= 8: one ld.v8 reads them; the register file cannot be indexed, so the sends are unrolled) it
 # hands the row to the hub naming only the expert; `home` = t * k + j is the row's slot in yhome.
@@ -143,10 +147,7 @@ leave:
     div r20, %ffn, %n_tile       # r20 = Ju: gate/up jobs per tile
     div r21, %hidden, %n_tile
     add r22, r20, r21            # r22 = jobs per tile
-    mov r8, %smem                # r8 = G (gate/up jobs) or Y (down jobs)
-    mul r4, %tile_rows, %n_tile
-    shl r4, r4, 2
-    add r9, r8, r4               # r9 = U, or Yq (down jobs)
+    gemm_smem r8, r9, %tile_rows, %n_tile, r4, r4    # r8 = G (gate/up jobs) or Y (down jobs); r9 = U, or Yq (down jobs)
     add r10, r9, r4              # r10 = Hq
     shl r23, %hidden, 1          # r23 = y row bytes
     add r24, %ffn, %hidden
@@ -160,9 +161,9 @@ leave:
     mov r25, 0                   # r25 = rows this worker completed
 job:
     atom.add r1, %gpu, [%tq+8], 1    # r1 = my next job
-    div r2, r1, r22              # r2 = job block b: gate/up jobs of tile b, then down jobs of
-    rem r3, r1, r22              #   tile b - 1 (so workers start the next tile's gate/up jobs
-    blt r3, r20, entry           #   before waiting on the previous tile's); r3 = job in block
+    split_job r1, r22, r2, r3    # r2 = job block b: gate/up jobs of tile b, then down jobs of
+    blt r3, r20, entry           #   tile b - 1 (so workers start the next tile's gate/up jobs
+                                 #   before waiting on the previous tile's); r3 = job in block
     sub r2, r2, 1                # a down job: its tile is b - 1
     blt r2, 0, job               # block 0 has no down jobs
 entry:
@@ -178,33 +179,12 @@ entry:
     shl r27, r27, 1
     add r27, r27, r26            # r27 = the tile's Y (bf16)
     bge r3, r20, down
-    mul r4, r15, r20             # gate/up job q = r3
-    add r4, r4, r3
-    mul r4, r4, r28
+    weight_tile_offset r4, r15, r20, r3, r28    # gate/up job q = r3
     add r5, r4, %wg              # r5 = Wg tile (expert, q)
     add r6, r4, %wu              # r6 = Wu tile
     mul r7, r12, %n_tile         # r7 = rows * n
-    vzero.f32 r8, r7
-    vzero.f32 r9, r7
-    bne r3, 0, a_l2              # job 0 reads the arrived rows from HBM, the others via L2
-    beq r19, 0, b_l2
-    mma.bf16 r8, r13, r5, r12, %n_tile, %hidden
-    mma.bf16.ra r9, r13, r6, r12, %n_tile, %hidden
-    bra act
-b_l2:
-    mma.bf16.bl2 r8, r13, r5, r12, %n_tile, %hidden
-    mma.bf16.ra.bl2 r9, r13, r6, r12, %n_tile, %hidden
-    bra act
-a_l2:
-    beq r19, 0, both_l2
-    mma.bf16.al2 r8, r13, r5, r12, %n_tile, %hidden
-    mma.bf16.ra r9, r13, r6, r12, %n_tile, %hidden
-    bra act
-both_l2:
-    mma.bf16.l2 r8, r13, r5, r12, %n_tile, %hidden
-    mma.bf16.ra.bl2 r9, r13, r6, r12, %n_tile, %hidden
-act:
-    vsilu_mul.bf16.f32 r10, r8, r9, r7
+    # job 0 reads the arrived rows from HBM, the others via L2
+    swiglu_tile r8, r9, r10, r13, r5, r6, r12, %n_tile, %hidden, r7, r3, r19, 1
     mul r5, r3, r30
     add r5, r5, r26              # Hh[:, q cols]
     shl r6, %ffn, 1              # Hh row bytes
@@ -214,19 +194,10 @@ act:
 down:
     sub r3, r3, r20              # r3 = output column tile c
     wait.ge [r11+40], r20        # every column of Hh is there
-    mul r4, r15, r21
-    add r4, r4, r3
-    mul r4, r4, r29
+    weight_tile_offset r4, r15, r21, r3, r29
     add r5, r4, %wd              # r5 = Wd tile (expert, c)
     mul r7, r12, %n_tile         # r7 = rows * n
-    vzero.f32 r8, r7
-    beq r19, 0, warm
-    mma.bf16.al2 r8, r26, r5, r12, %n_tile, %ffn
-    bra cvt
-warm:
-    mma.bf16.l2 r8, r26, r5, r12, %n_tile, %ffn
-cvt:
-    vcvt.bf16.f32 r9, r8, r7
+    gemm_tile_a_l2 r8, r9, r26, r5, r12, %n_tile, %ffn, r7, r19, 1
     mul r5, r3, r30
     add r5, r5, r27              # Y[:, c cols]
     copy2d r5, r9, r12, r30, r23, r30
@@ -258,12 +229,6 @@ finished:
     atom.add r5, %gpu, [%tq+24], 1
     sub r6, %ntb, 1
     bne r5, r6, done_exit        # not the GPU's last worker
-    shl r7, %gpu, 3
-    add r7, r7, %done            # &done[gpu] (the same address on every GPU)
-    mov r6, 0
-tell:
-    flag.set r6, [r7], 1
-    add r6, r6, 1
-    blt r6, %ngpu, tell
+    tell_every_gpu %done, r6, r7
 done_exit:
     exit

@@ -29,6 +29,12 @@
 # Receive buffers are provisioned for the worst case (no host sizes them): P * T * min(k, El) rows
 # plus a tile of alignment per local expert.
 
+# the kernel library (workloads/kernels/lib/): routines several schemes share
+.include "lib/gemm_tiles.s"
+.include "lib/combine.s"
+.include "lib/slot_words.s"
+.include "lib/ring.s"
+
 # ------------------------------------------------------------------------------------------------
 # overlap_receive: grid C*P, TB c*P + s drains ring (c, s) (filled by deepep_dispatch's senders,
 # same protocol as deepep_dispatch's receivers: wait for the tail, read the token's metadata, copy
@@ -61,37 +67,14 @@
     shl r4, r3, 1
     add r4, r4, %ring_ctl        # r4 = metadata ring slots
     mov r6, %tb                  # r6 = ring index c*P + s
-    div r5, r6, %ngpu            # r5 = channel c
-    rem r7, r6, %ngpu            # r7 = source s
-    add r8, %channels, %local_experts
-    mul r8, r8, r7
-    add r8, r8, r5
-    shl r8, r8, 3
-    add r8, r8, %ntf
-    ld r9, [r8]                  # r9 = tokens s sends on channel c
-    shl r10, r6, 3
-    add r10, r10, %ring_ctl      # r10 = &tail[c][s]
-    mul r11, r6, %ring_rows      # r11 = first slot of the ring
-    mul r13, r5, %ngpu
-    add r13, r13, %gpu
-    shl r13, r13, 3
-    add r13, r13, r3
-    add r13, r13, %ring_ctl      # r13 = &head[c][me] (on the source)
+    ring_receiver_open r6, r3, r5, r7, r9, r10, r11, r13, r8, r24    # r24 = tokens consumed
     mul r14, %gpu, %local_experts   # r14 = first local expert (global id)
     shl r12, r7, 32              # r12 = s << 32 (home word)
-    mov r24, 0                   # r24 = tokens consumed
     mov r25, 0                   # r25 = rows received
 rx_wait:
-    bge r24, r9, rx_done
-    wait.gt [r10], r24           # acquire: the sender fenced before moving the tail
-    ld r26, [r10]                # r26 = tail
+    ring_wait_tokens r24, r9, r10, r26, rx_done   # r26 = tail
 rx_token:
-    bge r24, r26, rx_release
-    rem r27, r24, %ring_rows
-    add r27, r27, r11            # r27 = slot index
-    mul r28, r27, 96
-    add r28, r28, r4             # r28 = the slot's metadata
-    ld.v8 r16, [r28]             # words id | t << 32 (slot j's in r16 after j shifts)
+    ring_next_token r24, r26, rx_release, r11, r4, r27, r28    # r27 = slot index, r28 = its metadata
     mul r27, r27, r1
     add r27, r27, %ring_x        # r27 = the slot's row
     shr r30, r16, 32             # r30 = t
@@ -120,15 +103,7 @@ rx_choice:
     red.add %gpu, [r2], 1        # one more row of that tile has landed
     add r25, r25, 1
 rx_next:
-    mov r16, r17
-    mov r17, r18
-    mov r18, r19
-    mov r19, r20
-    mov r20, r21
-    mov r21, r22
-    mov r22, r23
-    add r31, r31, 1
-    blt r31, %topk, rx_choice
+    next_slot_word r31, %topk, rx_choice
     add r24, r24, 1
     bra rx_token
 rx_release:
@@ -176,10 +151,7 @@ rx_done:
     add r22, r20, r21            # r22 = jobs per block
     add r30, r31, 1
     mul r30, r30, r22            # r30 = jobs in all blocks (block `tiles` holds the last downs)
-    mov r8, %smem                # r8 = G (gate/up) or Y (down)
-    mul r4, %tile_rows, %n_tile
-    shl r4, r4, 2
-    add r9, r8, r4               # r9 = U, or Yq (down)
+    gemm_smem r8, r9, %tile_rows, %n_tile, r4, r4    # r8 = G (gate/up) or Y (down); r9 = U, or Yq (down)
     add r10, r9, r4              # r10 = Hq
     shl r23, %hidden, 1          # r23 = rb
     shl r24, %ffn, 1             # r24 = Hh row bytes
@@ -187,8 +159,7 @@ rx_done:
 job:
     atom.add r1, %gpu, [%jobs], 1    # r1 = my next job
     bge r1, r30, finished
-    div r2, r1, r22              # r2 = block b
-    rem r3, r1, r22              # r3 = job in block
+    split_job r1, r22, r2, r3    # r2 = block b; r3 = job in block
     blt r3, r20, gate_up
     sub r2, r2, 1                # a down job: its tile is b - 1
     blt r2, 0, job
@@ -209,35 +180,14 @@ entry:
     wait.ge [r4], r13            # every row of the tile has landed
     mul r16, r12, r23
     add r16, r16, %recv_x        # r16 = A: the tile's rows
-    mul r4, r14, r20
-    add r4, r4, r3
     mul r17, %hidden, %n_tile
     shl r17, r17, 1
-    mul r4, r4, r17              # r4 = offset of weight tile (expert, q)
+    weight_tile_offset r4, r14, r20, r3, r17    # r4 = offset of weight tile (expert, q)
     add r5, r4, %wg
     add r6, r4, %wu
     mul r7, r13, %n_tile         # r7 = rows * n
-    vzero.f32 r8, r7
-    vzero.f32 r9, r7
-    bne r3, 0, a_l2              # job 0 reads the rows from HBM, the others through the L2
-    beq r15, 0, b_l2
-    mma.bf16 r8, r16, r5, r13, %n_tile, %hidden
-    mma.bf16.ra r9, r16, r6, r13, %n_tile, %hidden
-    bra act
-b_l2:
-    mma.bf16.bl2 r8, r16, r5, r13, %n_tile, %hidden
-    mma.bf16.ra.bl2 r9, r16, r6, r13, %n_tile, %hidden
-    bra act
-a_l2:
-    beq r15, 0, both_l2
-    mma.bf16.al2 r8, r16, r5, r13, %n_tile, %hidden
-    mma.bf16.ra r9, r16, r6, r13, %n_tile, %hidden
-    bra act
-both_l2:
-    mma.bf16.l2 r8, r16, r5, r13, %n_tile, %hidden
-    mma.bf16.ra.bl2 r9, r16, r6, r13, %n_tile, %hidden
-act:
-    vsilu_mul.bf16.f32 r10, r8, r9, r7
+    # job 0 reads the rows from HBM, the others through the L2
+    swiglu_tile r8, r9, r10, r16, r5, r6, r13, %n_tile, %hidden, r7, r3, r15, 1
     mul r4, r12, r24
     shl r5, %n_tile, 1           # r5 = bytes of one row of a job's output
     mul r6, r3, r5
@@ -252,21 +202,12 @@ down:
     wait.ge [r11], r20           # every column of Hh is there
     mul r16, r12, r24
     add r16, r16, %hh            # r16 = A: the tile's Hh rows
-    mul r4, r14, r21
-    add r4, r4, r3
     mul r17, %ffn, %n_tile
     shl r17, r17, 1
-    mul r4, r4, r17
+    weight_tile_offset r4, r14, r21, r3, r17
     add r5, r4, %wd              # r5 = Wd tile (expert, c)
     mul r7, r13, %n_tile         # r7 = rows * n
-    vzero.f32 r8, r7
-    beq r15, 0, warm
-    mma.bf16.al2 r8, r16, r5, r13, %n_tile, %ffn
-    bra cvt
-warm:
-    mma.bf16.l2 r8, r16, r5, r13, %n_tile, %ffn
-cvt:
-    vcvt.bf16.f32 r9, r8, r7
+    gemm_tile_a_l2 r8, r9, r16, r5, r13, %n_tile, %ffn, r7, r15, 1
     mul r4, r12, r23
     shl r5, %n_tile, 1
     mul r6, r3, r5
@@ -298,15 +239,7 @@ home_row:
     add r6, r6, %yhome           # r6 = the row's slot there
     put r5, r6, r14, r1
     add r14, r14, r1
-    mov r16, r17
-    mov r17, r18
-    mov r18, r19
-    mov r19, r20
-    mov r20, r21
-    mov r21, r22
-    mov r22, r23
-    add r3, r3, 1
-    blt r3, r2, home_row
+    next_slot_word r3, r2, home_row
     add r26, r26, 8
     bra home_batch
 homed:
@@ -322,12 +255,6 @@ finished:
     atom.add r5, %gpu, [%jobs+8], 1
     sub r6, %ntb, 1
     bne r5, r6, leave            # not the GPU's last worker
-    shl r7, %gpu, 3
-    add r7, r7, %done            # &done[gpu] (the same address on every GPU)
-    mov r6, 0
-tell:
-    flag.set r6, [r7], 1
-    add r6, r6, 1
-    blt r6, %ngpu, tell
+    tell_every_gpu %done, r6, r7
 leave:
     exit

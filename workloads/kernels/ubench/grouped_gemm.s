@@ -10,6 +10,10 @@
 #   - the fp32 accumulator and the bf16 result tile live in shared memory (the TB-level stand-in
 #     for the register file), then one copy2d writes the tile into C [e][rows][n].
 # FLOPs = 2 * experts * rows * n * k; rows must be a multiple of tile_rows, n of n_tile.
+
+# the kernel library (workloads/kernels/lib/): routines several schemes share
+.include "lib/gemm_tiles.s"
+
 .kernel grouped_gemm
 .param a
 .param b
@@ -21,10 +25,7 @@
 .param tile_rows
 .param n_tile
 .smem 96KB                   # C [tile][n_tile] f32 + Cq [tile][n_tile] bf16 (tile, n_tile <= 128)
-    mov r8, %smem                # r8 = C accumulator
-    mul r20, %tile_rows, %n_tile
-    shl r21, r20, 2
-    add r9, r8, r21              # r9 = Cq (bf16)
+    gemm_smem r8, r9, %tile_rows, %n_tile, r20, r21    # r8 = C accumulator; r9 = Cq (bf16)
     div r24, %n, %n_tile         # r24 = column jobs per row tile
     div r25, %rows, %tile_rows   # r25 = row tiles per expert
     mul r30, r25, %experts
@@ -37,33 +38,14 @@
     mov r1, %tb                  # r1 = job
 job:
     bge r1, r30, end
-    div r4, r1, r24              # r4 = row tile (over all experts)
-    rem r5, r1, r24              # r5 = q
-    div r6, r4, r25              # r6 = expert
-    rem r7, r4, r25              # r7 = row tile inside the expert
+    split_job r1, r24, r4, r5    # r4 = row tile (over all experts); r5 = q
+    split_job r4, r25, r6, r7    # r6 = expert; r7 = row tile inside the expert
     mul r10, r4, %tile_rows      # r10 = first row (over all experts)
     mul r16, r10, r23
     add r16, r16, %a             # r16 = A: the tile's rows
-    mul r11, r6, r24
-    add r11, r11, r5
-    mul r11, r11, r27
+    weight_tile_offset r11, r6, r24, r5, r27
     add r11, r11, %b             # r11 = B tile (expert, q)
-    vzero.f32 r8, r20
-    bne r5, 0, a_l2
-    bne r7, 0, first_a
-    mma.bf16 r8, r16, r11, %tile_rows, %n_tile, %k
-    bra out
-first_a:
-    mma.bf16.bl2 r8, r16, r11, %tile_rows, %n_tile, %k
-    bra out
-a_l2:
-    bne r7, 0, both_l2
-    mma.bf16.al2 r8, r16, r11, %tile_rows, %n_tile, %k
-    bra out
-both_l2:
-    mma.bf16.l2 r8, r16, r11, %tile_rows, %n_tile, %k
-out:
-    vcvt.bf16.f32 r9, r8, r20
+    gemm_tile r8, r9, r16, r11, %tile_rows, %n_tile, %k, r20, r5, r7, 0
     mul r12, r10, r26
     mul r13, r5, r28
     add r12, r12, r13

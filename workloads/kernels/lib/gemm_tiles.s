@@ -1,0 +1,108 @@
+# Kernel library: the tensor-core tile routines of every expert GEMM (the shared experts, DeepEP's
+# grouped GEMM, the streaming expert kernels of overlap and moehub, the grouped-GEMM
+# microbenchmark). Each macro computes one GEMM job - rows x n output elements over the full k -
+# with its fp32 accumulator in shared memory (the thread-block stand-in for the register file) and
+# leaves the bf16 result in shared memory; the caller computes addresses and stores the result
+# (copy2d), which is where the schemes differ.
+#
+# L2 convention (the mma subops of isa/base.yaml): A is read from HBM by the first reader of a row
+# tile (its first column job, q = 0) and through the L2 by the others; weights (B) are read from
+# HBM on their first touch (the expert's first row tile: `cold` == `cold_value`) and through the
+# L2 after that.
+#
+# Interfaces. Every argument is an operand: a register, a %param or an immediate. Shared-memory
+# pointers (acc, acc_u, out) and the operand pointers (a, b, b_up) are byte addresses; `elems` must
+# hold rows * n. Rows of A are k elements apart (bf16), B is one contiguous [k][n] column tile.
+# No macro writes any register or memory other than the shared-memory tiles it names; labels are
+# private to each expansion (\@), so a kernel may use a macro several times.
+#
+#   gemm_tile acc, out, a, b, rows, n, k, elems, q, cold, cold_value
+#       out = bf16(A B)                 A through the L2 unless q == 0, B unless cold == cold_value
+#   gemm_tile_a_l2 acc, out, a, b, rows, n, k, elems, cold, cold_value
+#       out = bf16(A B)                 A always through the L2 (written just before by this GPU:
+#                                       the SwiGLU activations of a down-projection job)
+#   swiglu_tile acc, acc_u, out, a, b, b_up, rows, n, k, elems, q, cold, cold_value
+#       out = bf16(silu(A B) * (A B_up)) the fused gate/up job: the up mma reuses the A tile the gate
+#                                       mma staged (mma.bf16.ra: no second read of A)
+
+.macro gemm_tile acc, out, a, b, rows, n, k, elems, q, cold, cold_value
+    vzero.f32 \acc, \elems
+    bne \q, 0, a_l2_\@
+    bne \cold, \cold_value, b_l2_\@
+    mma.bf16 \acc, \a, \b, \rows, \n, \k
+    bra out_\@
+b_l2_\@:
+    mma.bf16.bl2 \acc, \a, \b, \rows, \n, \k
+    bra out_\@
+a_l2_\@:
+    bne \cold, \cold_value, both_l2_\@
+    mma.bf16.al2 \acc, \a, \b, \rows, \n, \k
+    bra out_\@
+both_l2_\@:
+    mma.bf16.l2 \acc, \a, \b, \rows, \n, \k
+out_\@:
+    vcvt.bf16.f32 \out, \acc, \elems
+.endm
+
+.macro gemm_tile_a_l2 acc, out, a, b, rows, n, k, elems, cold, cold_value
+    vzero.f32 \acc, \elems
+    bne \cold, \cold_value, warm_\@
+    mma.bf16.al2 \acc, \a, \b, \rows, \n, \k
+    bra out_\@
+warm_\@:
+    mma.bf16.l2 \acc, \a, \b, \rows, \n, \k
+out_\@:
+    vcvt.bf16.f32 \out, \acc, \elems
+.endm
+
+.macro swiglu_tile acc, acc_u, out, a, b, b_up, rows, n, k, elems, q, cold, cold_value
+    vzero.f32 \acc, \elems
+    vzero.f32 \acc_u, \elems
+    bne \q, 0, a_l2_\@
+    bne \cold, \cold_value, b_l2_\@
+    mma.bf16 \acc, \a, \b, \rows, \n, \k
+    mma.bf16.ra \acc_u, \a, \b_up, \rows, \n, \k
+    bra act_\@
+b_l2_\@:
+    mma.bf16.bl2 \acc, \a, \b, \rows, \n, \k
+    mma.bf16.ra.bl2 \acc_u, \a, \b_up, \rows, \n, \k
+    bra act_\@
+a_l2_\@:
+    bne \cold, \cold_value, both_l2_\@
+    mma.bf16.al2 \acc, \a, \b, \rows, \n, \k
+    mma.bf16.ra \acc_u, \a, \b_up, \rows, \n, \k
+    bra act_\@
+both_l2_\@:
+    mma.bf16.l2 \acc, \a, \b, \rows, \n, \k
+    mma.bf16.ra.bl2 \acc_u, \a, \b_up, \rows, \n, \k
+act_\@:
+    vsilu_mul.bf16.f32 \out, \acc, \acc_u, \elems
+.endm
+
+# Job addressing (weights stored as column tiles [experts][columns / n][k][n], see
+# ../common/moe_common.s):
+#   weight_tile_offset off, expert, jobs_per_expert, job, tile_bytes
+#       off = (expert * jobs_per_expert + job) * tile_bytes, the byte offset of the job's [k][n]
+#       weight tile. Writes off.
+.macro weight_tile_offset off, expert, jobs_per_expert, job, tile_bytes
+    mul \off, \expert, \jobs_per_expert
+    add \off, \off, \job
+    mul \off, \off, \tile_bytes
+.endm
+#   gemm_smem acc, second, tile_rows, n, elems, bytes
+#       acc = %smem (the first fp32 [tile_rows][n] tile), elems = tile_rows * n, bytes = 4 * elems,
+#       second = acc + bytes (the next tile; a kernel needing a third adds bytes again).
+#       Writes acc, second, elems, bytes (elems and bytes may be one register).
+.macro gemm_smem acc, second, tile_rows, n, elems, bytes
+    mov \acc, %smem
+    mul \elems, \tile_rows, \n
+    shl \bytes, \elems, 2
+    add \second, \acc, \bytes
+.endm
+#   split_job job, per_tile, tile, q
+#       tile = job / per_tile, q = job % per_tile: the row tile (or job block) and the column job
+#       inside it. Writes tile, q.
+.macro split_job job, per_tile, tile, q
+    div \tile, \job, \per_tile
+    rem \q, \job, \per_tile
+.endm
