@@ -687,7 +687,14 @@ def _check_record_table(cfg: Config, ctx: _Ctx, local: int, why: str):
 
 def _check_hub_sizes(cfg: Config, ctx: _Ctx):
     """Sizes that guarantee a deadlock of a scheme-generated MoE-Hub layer, found at load time
-    (the layer's own workload.moe is generated later, when the system is built)."""
+    (the layer's own workload.moe is generated later, when the system is built); an RPM packet
+    larger than a link packet."""
+    rpm, nv = cfg.system.gpu.hub.moe.rpm, cfg.system.nvlink
+    if rpm.packet_bytes > nv.max_payload_bytes:
+        raise ctx.error(("system", "gpu", "hub", "moe", "rpm", "packet_bytes"),
+                        f"an RPM packet carries at most one link packet's payload: expected at "
+                        f"most system.nvlink.max_payload_bytes ({nv.max_payload_bytes} B), found "
+                        f"{rpm.packet_bytes} B")
     if cfg.scheme != "moehub" or not cfg.workload.layer.model:
         return
     from ..workloads.models import load_model

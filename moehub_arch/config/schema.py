@@ -45,17 +45,27 @@ class HbmConfig:
     capacity: int = _f("size", "HBM capacity per GPU", min=1)
 
 
+L2_LINK_WRITES = ("hbm", "write_back")
+
+
 @attrs.frozen
 class L2Config:
     bandwidth: float = _f("bandwidth", "aggregate L2 read bandwidth per GPU (reads marked shared)",
                           min=1)
     latency_cycles: int = _f("int", "L2 hit latency in SM cycles", min=0)
+    link_writes: str = _f("choice", "where writes arriving from NVLink land: hbm (the link buffer "
+                          "is held until the HBM channels took the data) or write_back (the L2 "
+                          "absorbs them at its bandwidth; the HBM write-back costs channel bandwidth "
+                          "but holds no link buffer)", choices=L2_LINK_WRITES)
 
 
 @attrs.frozen
 class RpmConfig:
     merge_buffer_bytes: int = _f("size", "RPM merge buffer per destination GPU: a packet carries at "
                                  "most this many bytes", min=1)
+    packet_bytes: int = _f("size", "payload of a full RPM packet (at most system.nvlink."
+                           "max_payload_bytes; a packet also never exceeds merge_buffer_bytes)",
+                           min=1)
     flush_timeout: int = _f("time", "a partly filled merge buffer is sent once its oldest byte waited "
                             "this long", min=0)
     row_queue_depth: int = _f("int", "rows accepted but not yet landed, per destination GPU (row "

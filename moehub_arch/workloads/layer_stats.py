@@ -26,6 +26,16 @@ attributed in priority order, each category taking at most what the ones before 
   sm.other                 the rest of resident time: issuing ALU, branch and control
                            instructions, memory latency not counted as a wait, thread-block launch
 Links: nvlink.tx_utilization_mean / _max over every GPU's link transmitters within the layer.
+Does the dispatch use the links it has?
+  dispatch_wire_bytes_max  the busiest GPU's wire bytes (link headers and flit padding included)
+                           sent for its dispatch-phase kernels: requests and rows they issued
+                           (packets to the GPU itself, which skip the links, and responses a GPU
+                           sends for other GPUs' requests are not counted)
+  dispatch_link_efficiency (dispatch_wire_bytes_max / that GPU's aggregate link bandwidth) /
+                           phase.dispatch_us: 1.0 when the dispatch phase lasts exactly as long as
+                           its busiest sender's bytes take on all its links; low values mean
+                           something other than link bandwidth (a hub unit, memory, the SMs,
+                           mediation) holds the rows back
 """
 import numpy as np
 
@@ -136,6 +146,8 @@ def add_layer_stats(sim, layer):
     out.add("system.moe.ideal_layer_fraction", ideal_layer / span, "ratio",
             "ideal_layer_us / layer_time_us: how close the scheme gets to the ideal layer")
 
+    _dispatch_link_stats(st, out, layer, launches, P)
+
     # link transmitters of every GPU, over the layer's span
     L = int(st.p[0].links_per_gpu)
     tx = np.array([int(st.ch[2 * (g * L + l)].tx_busy) for g in range(P) for l in range(L)])
@@ -143,6 +155,26 @@ def add_layer_stats(sim, layer):
             "GPU link transmitters: mean busy fraction over the layer")
     out.add("system.moe.nvlink.tx_utilization_max", float(tx.max()) / span, "ratio",
             "GPU link transmitters: busiest one's busy fraction over the layer")
+
+
+def _dispatch_link_stats(st, out, layer, launches, P):
+    names = layer.plan.phases.get("dispatch", ())
+    wire = np.zeros(P)
+    for l in launches:
+        if l.kernel in names:
+            wire[l.gpu] += int(st.ln[l.index].tx_wire)
+    out.add("system.moe.dispatch_wire_bytes_max", float(wire.max()), "bytes",
+            "the busiest GPU's link wire bytes sent for its dispatch-phase kernels (headers and "
+            "flit padding included; loopback and responses to other GPUs excluded)")
+    p = st.p[0]
+    # aggregate transmit bandwidth of one GPU: links x per-link bandwidth (link_fs_per_byte is
+    # femtoseconds per byte of one link direction)
+    ps_at_full_rate = wire.max() * int(p.link_fs_per_byte) / int(p.links_per_gpu) / 1000.0
+    phase_ps = out.get("system.moe.phase.dispatch_us", 0.0) * 1e6
+    out.add("system.moe.dispatch_link_efficiency",
+            ps_at_full_rate / phase_ps if phase_ps > 0 else 0.0, "ratio",
+            "(busiest GPU's dispatch wire bytes / its aggregate link bandwidth) / dispatch phase "
+            "time: 1.0 = the dispatch phase runs at full link rate")
 
 
 def ideal_layer_ps(cfg, layer):
