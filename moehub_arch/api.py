@@ -360,6 +360,9 @@ def compare(runs, stats=None, per_gpu=False):
     from .analysis.compare import _compare
     from .analysis.rundata import RunData
     pd = _pandas()
+    runs = list(runs)
+    if not runs:
+        raise ValueError("compare: no runs given (Results or run directories)")
     views, seen = [], {}
     for r in runs:
         if isinstance(r, Results):

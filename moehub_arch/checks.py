@@ -90,6 +90,7 @@ def check_hub(st, out):
     hub = lambda g: f"system.gpu{g}.hub"   # noqa: E731
     out.empty(gp.reqq_count, "hub request FIFOs not empty", hub, " request(s)")
     out.empty(gp.respq_count, "hub response FIFOs not empty", hub, " response(s)")
+    out.empty(gp.link_resp_total, "link-level write responses never sent", hub, " response(s)")
 
 
 def check_moehub(st, out):

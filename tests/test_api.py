@@ -79,6 +79,8 @@ def test_compare_runs_in_memory_and_on_disk(tmp_path):
     from moehub_arch.analysis import AnalysisError
     with pytest.raises(AnalysisError, match="--stats nothing.here: no stat of"):
         mh.compare([fast, slow], "nothing.here")
+    with pytest.raises(ValueError, match="no runs"):
+        mh.compare([])
 
 
 def test_reference_engine_runs_in_a_child_process_with_identical_stats():

@@ -18,7 +18,7 @@ SHORT = "workload.launches.0.params.chunks_per_tb=4"
 
 
 def p2p_expected_GBps(links):
-    return links * 25 * 256 / (256 + 16)     # DGX H100 link rate x payload share of a packet
+    return links * 25 * 128 / (128 + 16)     # DGX H100 link rate x payload share of a 128 B store packet
 
 
 @pytest.fixture

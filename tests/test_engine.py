@@ -77,11 +77,12 @@ def test_bytes_and_packets_are_conserved_on_every_link(medium):
     assert hub_tx == hub_rx == G * (G - 1) * B
     for g in range(G):
         assert s[f"system.gpu{g}.hub.rx_payload_bytes"] == (G - 1) * B
-    # wire bytes: every data packet carries 256 B + a 16 B header flit, every ACK one flit
-    data_pkts = G * (G - 1) * B // 256
-    acks = G * (G - 1) * (B // 16384)
+    # wire bytes: every data packet carries 128 B (SM-store packets) + a 16 B header flit, and
+    # is answered by a one-flit write response (system.nvlink.write_responses: per_packet)
+    data_pkts = G * (G - 1) * B // 128
+    acks = data_pkts
     wire = sum(s[f"system.gpu{g}.nvlink{l}.tx_wire_bytes"] for g in range(G) for l in range(L))
-    assert wire == data_pkts * 272 + acks * 16
+    assert wire == data_pkts * 144 + acks * 16
 
 
 def test_end_state_is_clean(medium):

@@ -2,6 +2,7 @@
 
 Expected values are computed here from the config, independently of the engine:
   p2p bandwidth  = links x link bandwidth x payload / (payload + header)        (within 1%)
+                   (payload: the 128 B SM-store packet; the write responses go the other way)
   p2p latency    = sum of the hop latencies of one flag store                   (within 1%)
   HBM bandwidth  = the configured peak                                          (within 1%)
   mma peak       = SMs x BF16 FLOP/clk x clock                                  (within 2%)
@@ -18,12 +19,12 @@ def close(measured, expected, tol):
 def test_p2p_bandwidth_is_payload_share_of_aggregate_link_rate():
     sim = simulate("ubench/p2p_bandwidth.yaml", "workload.launches.0.params.chunks_per_tb=4")
     nv = sim.cfg.system.nvlink
-    expected = nv.links_per_gpu * nv.bandwidth * nv.max_payload_bytes / (
-        nv.max_payload_bytes + nv.header_bytes) / 1e9
+    payload = min(nv.store_packet_bytes, nv.max_payload_bytes)   # SM-store packets (128 B)
+    expected = nv.links_per_gpu * nv.bandwidth * payload / (payload + nv.header_bytes) / 1e9
     close(sim.stats["system.report.p2p_bandwidth_GBps"], expected, 0.01)
     # every link carried its share: round-robin spreading over the 18 links
     tx = [sim.stats[f"system.gpu0.nvlink{l}.tx_payload_bytes"] for l in range(nv.links_per_gpu)]
-    assert max(tx) - min(tx) <= nv.max_payload_bytes
+    assert max(tx) - min(tx) <= payload
 
 
 def test_p2p_latency_is_the_sum_of_hop_latencies():
@@ -65,4 +66,4 @@ def test_alltoall_report_is_consistent_with_link_stats():
     close(s["system.report.alltoall_algbw_GBps"], G * bpp / t / 1e9, 1e-9)
     # no GPU can receive faster than its links allow
     nv = sim.cfg.system.nvlink
-    assert (G - 1) * bpp / t <= nv.links_per_gpu * nv.bandwidth * 256 / 272
+    assert (G - 1) * bpp / t <= nv.links_per_gpu * nv.bandwidth * 128 / 144

@@ -12,10 +12,21 @@ Receiver side: an arriving packet is processed ``rx_latency`` after arrival: dat
 HBM, stores and atomics are performed at memory, get requests are turned into a response stream.
 Link credits are returned when the memory system has absorbed a write (hbm.link_write: the HBM
 channels finished the transfer, or the L2 took it with system.gpu.l2.link_writes = write_back) or
-an atomic completed, so a slow memory throttles the link; the written data becomes
-visible to readers (flag waiters) one HBM (or L2) access latency later. Completions travel back as responses: one ACK per put/store request once all its packets are
+an atomic completed, so a slow memory throttles the link; the written data becomes visible to
+readers (flag waiters) one HBM (or L2) access latency later. Completions travel back as responses:
+write responses (ACK packets, header only), the read data for a get, and the old value for an atomic.
+
+Packets and their responses (system.nvlink, packet.py): puts, flag stores and get data travel in
+packets of at most `store_packet_bytes` (SM stores coalesced from 32 B sectors), a get sends one
+header-only read request per data packet it asks for, and with `write_responses: per_packet`
+(NVLink writes are non-posted: every write packet is answered by a header-only response on the
+reverse path) the serving hub owes one response per write packet it absorbed and sends them as
+they accrue (up to `run.packet_train` per ACK record); the requester retires the put when every
+response is in. `per_request` sends a single response for the whole put once all its packets are
 written (each packet carries its request's packet count in its header, so the receiver knows when
-it has them all), the read data for a get, and the old value for an atomic. Responses have priority
+it has them all): the responses' bandwidth is then almost free. The last response of a request
+leaves only when every write of it is visible in memory, so a fence that saw every response
+orders later flags after the data. Responses have priority
 over new requests in the packetizer (separate virtual channel, as in NVLink's request/response
 split), which keeps request/response protocols deadlock-free.
 
@@ -33,7 +44,7 @@ from ..engine.state import (RESP_KIND, RESP_READY, RESP_REQ, ROUTE_FIRST, ROUTE_
 from .hbm import hbm_access, link_write, move_bytes, read_word, write_word
 from .nvlink import channel_count_arrival, credit_return, txq_push
 from .packet import (PK_ACK, PK_ATOM_REQ, PK_ATOM_RESP, PK_GET_REQ, PK_GET_RESP, PK_PUT, PK_STORE,
-                     packet_alloc, packet_flits, packet_free)
+                     header_flits, packet_alloc, packet_flits, packet_free, store_packets)
 from .trace import CAT_HUB, TR_HUB_RX, TR_HUB_TX, trace_event
 from .wakeups import hub_kick, tb_resume
 from .waiters import notify_stores
@@ -62,14 +73,22 @@ def hub_submit(st, g, kind, slot, dst_gpu, dst_addr, src_addr, nbytes, value, re
     rq.sent = 0
     rq.resp_sent = 0
     rq.pkts_arrived = 0
+    rq.acks_due = 0
+    rq.acks_arrived = 0
+    rq.acks_ready = 0
     rq.value = value
     rq.ret_reg = ret_reg
     rq.launch = st.tb[slot].launch
-    mp = st.p[0].max_payload * st.p[0].packet_train   # one (train of) packet(s)
+    mp = st.p[0].store_payload * st.p[0].packet_train   # one (train of) packet(s)
     if kind == REQ_PUT or kind == REQ_GET:
         rq.pkts_total = (nbytes + mp - 1) // mp
     else:
         rq.pkts_total = 1
+    # write responses the requester waits for: one per link packet, or one per put
+    if kind == REQ_PUT and st.p[0].write_resp_per_packet:
+        rq.acks_total = store_packets(st, nbytes)
+    else:
+        rq.acks_total = 1
     st.reqq[g, (gp.reqq_head + gp.reqq_count) % depth] = r
     gp.reqq_count += 1
     if gp.reqq_count > gp.hub_reqq_peak:
@@ -115,9 +134,14 @@ def hub_packetize(st, g, tick):
     if gp.hub_next_tx != tick:
         return  # superseded by an earlier activation
     gp.hub_next_tx = -1
+    if gp.link_resp_total > 0:
+        _send_link_responses(st, g, tick)
+        return
     use_resp = False
     if gp.respq_count > 0:
         head_ready = st.respq[g, gp.respq_head, RESP_READY]
+        if st.respq[g, gp.respq_head, RESP_KIND] == RESP_ACK:
+            head_ready = max(head_ready, _final_ack_ready(st, st.respq[g, gp.respq_head, RESP_REQ]))
         if head_ready <= tick:
             use_resp = True
         elif gp.reqq_count == 0:
@@ -160,9 +184,12 @@ def hub_packetize(st, g, tick):
             pk.value = rq.value
             done = True
         else:
+            # write responses owed so far (a train of up to packet_train)
             pk.kind = PK_ACK
             pk.payload = 0
-            done = True
+            pk.npk = min(rq.acks_due, st.p[0].packet_train)
+            rq.acks_due -= pk.npk
+            done = rq.acks_due == 0
         if done:
             gp.respq_head = (gp.respq_head + 1) % st.respq.shape[1]
             gp.respq_count -= 1
@@ -179,9 +206,13 @@ def hub_packetize(st, g, tick):
             pk.value = rq.value
             done = True
         elif kind == REQ_GET:
+            # one header-only read request per data packet asked for (rq.sent counts them),
+            # up to packet_train per record
             pk.kind = PK_GET_REQ
             pk.payload = 0
-            done = True
+            pk.npk = min(store_packets(st, rq.length) - rq.sent, st.p[0].packet_train)
+            rq.sent += pk.npk
+            done = rq.sent == store_packets(st, rq.length)
         else:
             pk.kind = PK_ATOM_REQ
             pk.payload = 8
@@ -191,7 +222,10 @@ def hub_packetize(st, g, tick):
             gp.reqq_head = (gp.reqq_head + 1) % st.reqq.shape[1]
             gp.reqq_count -= 1
             wake_hub_waiters(st, g, tick)
-    pk.flits, pk.npk = packet_flits(st, pk.payload, st.p[0].max_payload)
+    if pk.kind == PK_ACK or pk.kind == PK_GET_REQ:
+        pk.flits = pk.npk * header_flits(st)   # header-only packets
+    else:
+        pk.flits, pk.npk = packet_flits(st, pk.payload, st.p[0].store_payload)
     if not use_resp and rq.launch >= 0:
         # wire bytes per kernel (dispatch_link_efficiency); responses serve another GPU's kernel
         st.ln[rq.launch].tx_wire += pk.flits * st.p[0].flit_bytes
@@ -205,10 +239,65 @@ def hub_packetize(st, g, tick):
 
 
 @compiled
+def owe_link_responses(st, g, dst, n, tick):
+    """GPU g received `n` write packets from GPU `dst` that no hub request tracks (MoE-Hub stream
+    packets: the RPM-AAU protocol does its own completion): with write_responses: per_packet the
+    link still answers each with a header-only response, which costs the reverse path the same
+    as the address-centric path's ACKs."""
+    if not st.p[0].write_resp_per_packet:
+        return
+    gp = st.gpu[g]
+    st.link_resp[g, dst] += n
+    gp.link_resp_total += n
+    hub_kick(st, g, tick)
+
+
+@compiled
+def _send_link_responses(st, g, tick):
+    """Emit one record of owed link-level responses (up to packet_train) toward the next
+    destination that is owed some (round-robin)."""
+    p = st.p[0]
+    gp = st.gpu[g]
+    G = p.num_gpus
+    dst = gp.link_resp_rr
+    for k in range(G):
+        dst = (gp.link_resp_rr + k) % G
+        if st.link_resp[g, dst] > 0:
+            break
+    c = pick_channel(st, g, dst, True)
+    if c < 0:
+        gp.hub_blocked = 1
+        gp.hub_blocked_since = tick
+        return  # a dequeue on one of our links wakes us
+    gp.link_resp_rr = (dst + 1) % G
+    n = min(st.link_resp[g, dst], p.packet_train)
+    st.link_resp[g, dst] -= n
+    gp.link_resp_total -= n
+    pkt = packet_alloc(st)
+    pk = st.pk[pkt]
+    pk.kind = PK_ACK
+    pk.req = -1          # no request: the receiver only counts it
+    pk.src = g
+    pk.dst = dst
+    pk.value = 0
+    pk.addr = 0
+    pk.src_addr = 0
+    pk.payload = 0
+    pk.npk = n
+    pk.flits = n * header_flits(st)
+    pk.ready = tick + p.hub_tx_latency_ticks
+    gp.hub_tx_packets += n
+    trace_event(st, CAT_HUB, TR_HUB_TX, g, pk.kind, dst, tick)
+    txq_push(st, c, pkt, tick)
+    if gp.link_resp_total > 0 or gp.reqq_count > 0 or gp.respq_count > 0:
+        hub_kick(st, g, tick + n * p.hub_ticks_per_packet)
+
+
+@compiled
 def _data_packet(st, g, pk, rq, off, tick):
     """Fill pk with the next chunk (from byte `off`) of a put or get response; the payload is read
     from local HBM: returns when it is ready to send."""
-    n = min(rq.length - off, st.p[0].max_payload * st.p[0].packet_train)
+    n = min(rq.length - off, st.p[0].store_payload * st.p[0].packet_train)
     pk.addr = rq.dst_addr + off
     pk.src_addr = rq.src_addr + off
     pk.payload = n
@@ -271,18 +360,25 @@ def hub_receive(st, g, c, pkt, tick):
         move_bytes(st, pk.src, pk.src_addr, g, addr, n, rq.slot)
         notify_stores(st, g, addr, n, visible)
         rq.pkts_arrived += 1
-        if rq.pkts_arrived == rq.pkts_total:
-            if kind == PK_PUT:
-                hub_respond(st, g, r, RESP_ACK, visible)
-            else:
-                _complete_request(st, r, visible)
+        if kind == PK_PUT:
+            if p.write_resp_per_packet:
+                _owe_acks(st, g, r, pk.npk, visible)
+            elif rq.pkts_arrived == rq.pkts_total:
+                _owe_acks(st, g, r, 1, visible)
+        elif rq.pkts_arrived == rq.pkts_total:
+            _complete_request(st, r, visible)
     elif kind == PK_STORE:
         free_at, visible = link_write(st, g, addr, 8, t)
         write_word(st, g, addr, pk.value)
         notify_stores(st, g, addr, 8, visible)
-        hub_respond(st, g, r, RESP_ACK, visible)
+        rq.pkts_arrived += 1
+        _owe_acks(st, g, r, 1, visible)
     elif kind == PK_GET_REQ:
-        hub_respond(st, g, r, RESP_GET_DATA, t)
+        # the data streams back from the first read request on (acks_arrived counts the
+        # requests here: a get has no write responses)
+        if rq.acks_arrived == 0:
+            hub_respond(st, g, r, RESP_GET_DATA, t)
+        rq.acks_arrived += pk.npk
     elif kind == PK_ATOM_REQ:
         # the read-modify-write occupies the receive buffer until it is done
         free_at = hbm_access(st, g, addr, 8, t, True) + atomic_ticks(st)
@@ -294,11 +390,40 @@ def hub_receive(st, g, c, pkt, tick):
         hub_respond(st, g, r, RESP_ATOM, free_at)
     elif kind == PK_ATOM_RESP:
         _complete_request(st, r, t)
-    else:  # PK_ACK
-        gp.hub_acks += 1
-        _complete_request(st, r, t)
+    else:  # PK_ACK: write responses (req < 0: link-level responses to MoE-Hub packets)
+        gp.hub_acks += pk.npk
+        if r >= 0:
+            rq.acks_arrived += pk.npk
+            if rq.acks_arrived == rq.acks_total:
+                _complete_request(st, r, t)
     credit_return(st, c, pk.flits, free_at + p.link_latency_ticks)
     packet_free(st, pkt)
+
+
+@compiled
+def _final_ack_ready(st, r):
+    """When the next ACK record of request r may leave its serving hub: at once, unless it is the
+    last one (every data packet is in and it carries the last owed responses); that one waits
+    until every write of the request is visible, so the requester's fence (which completes on
+    it) orders its later flags after the data. The gate is applied before the record is made,
+    so a waiting response never sits at the head of a link's transmit FIFO."""
+    rq = st.req[r]
+    if rq.pkts_arrived == rq.pkts_total and rq.acks_due <= st.p[0].packet_train:
+        return rq.acks_ready
+    return 0
+
+
+@compiled
+def _owe_acks(st, g, r, n, visible):
+    """Serving hub g owes `n` more write responses for request r, for writes visible at
+    `visible`. A request has at most one entry in the response FIFO: it is queued when responses
+    start being owed and leaves when the packetizer has sent them all."""
+    rq = st.req[r]
+    if visible > rq.acks_ready:
+        rq.acks_ready = visible
+    rq.acks_due += n
+    if rq.acks_due == n:
+        hub_respond(st, g, r, RESP_ACK, visible)
 
 
 @compiled

@@ -5,8 +5,11 @@ of its FIFO when (1) the wire is free, (2) the packet is ready, and (3) it holds
 the packet's flits. Serialisation takes flits * flit_bytes / bandwidth; the packet's tail reaches
 the receiver one link latency later (store-and-forward at every hop). Credits are the receiver's
 buffer space in flits; the receiver returns them (after one link latency) when the packet leaves its
-buffer, so a slow receiver throttles the sender and nothing is ever dropped. Assumption: credits
-travel in reverse-direction link-layer control words and cost no data bandwidth.
+buffer, so a slow receiver throttles the sender and nothing is ever dropped. Credits cost no
+flits of their own: NVLink carries flow-control credits in the header flit of every packet going
+the other way (Foley & Danskin, IEEE Micro 37(2), 2017; packet.py), and with non-posted writes
+(hub.py: one response per write packet) a channel that receives data always has packets going
+back to carry them.
 
 Packets on the wire of one channel arrive in transmission order (same latency, serialised), so a
 channel keeps them in a FIFO (State.wire) and only the head packet's arrival is scheduled (the

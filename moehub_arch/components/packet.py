@@ -1,4 +1,15 @@
-"""Link-level packets: a fixed pool (no allocation in the run loop) and the packet kinds.
+"""Link-level packets: a fixed pool (no allocation in the run loop), the packet kinds, and what a
+packet costs on the wire (the one place every sender - hub, RPM - asks).
+
+Wire format (NVLink as the public material describes it: Foley & Danskin, "Ultra-Performance
+Pascal GPU and NVLink Interconnect", IEEE Micro 37(2), 2017; the MoE-Hub/DySHARP/CAIS simulators,
+arXiv 2605.05888 / 2605.05607 / 2605.05628): a packet is a header flit (request type, address,
+flow-control credits, tag, CRC and the data-link sequence/acknowledge fields all ride in it, so
+credits and CRC add no flits) followed by its payload in whole flits. SM stores reach the link as
+32 B sectors coalesced into packets of at most `nvlink.store_packet_bytes` (128 B: the seeds'
+simulators), which the hub's address-centric path uses for puts, flag stores and remote-read data
+(`store_payload` = that size capped at the link's `max_payload_bytes`). Header-only packets -
+read requests and write responses - are `header_flits` each.
 
 Packet trains (run.packet_train = k > 1, a documented approximation): a put's or a stream's
 consecutive full packets travel as one simulated packet of up to k packets (`npk` counts them).
@@ -59,3 +70,17 @@ def packet_flits(st, payload, unit):
         flits += (p.header_bytes + rem + F - 1) // F
         full += 1
     return flits, full
+
+
+@compiled
+def header_flits(st):
+    """Flits of a header-only packet (a read request or a write response)."""
+    p = st.p[0]
+    return (p.header_bytes + p.flit_bytes - 1) // p.flit_bytes
+
+
+@compiled
+def store_packets(st, payload):
+    """Link packets the address-centric path makes of `payload` bytes (at least one)."""
+    unit = st.p[0].store_payload
+    return max(1, (payload + unit - 1) // unit)

@@ -130,6 +130,14 @@ class NvlinkConfig:
     max_payload_bytes: int = _f("size", "largest payload of one packet", min=1)
     header_bytes: int = _f("size", "header (and flow-control) bytes per packet", min=0)
     flit_bytes: int = _f("size", "flit size: packets occupy whole flits", min=1)
+    store_packet_bytes: int = _f("size", "largest payload of a packet the hub makes from SM "
+                                 "stores (puts, flag stores) and remote-read data: 32 B sectors "
+                                 "coalesced up to this size (used capped at max_payload_bytes)",
+                                 min=1)
+    write_responses: str = _f("choice", "completions of remote writes: per_packet (non-posted: "
+                              "one header-only response per write packet on the reverse path) or "
+                              "per_request (one response per put: the responses nearly free)",
+                              choices=("per_packet", "per_request"))
     rx_buffer_flits: int = _f("int", "receive buffer (credits) per link direction", min=1)
     tx_queue_packets: int = _f("int", "transmit queue per link", min=1)
 

@@ -7,7 +7,7 @@ handler recorded a runtime error.
 """
 from .jit import compiled
 
-from ..components.hub import hub_packetize, hub_receive
+from ..components.hub import hub_packetize, hub_receive, owe_link_responses
 from ..components.moehub.aau import aau_receive
 from ..components.moehub.dam import dam_tile_ready
 from ..components.moehub.rpm import rpm_packetize
@@ -82,6 +82,8 @@ def run_loop(st, max_events, headroom, tick_limit):
             if st.ch[a0].to_switch:
                 switch_receive(st, a0, pkt, tick)
             elif st.pk[pkt].kind >= PK_MOE:
+                # MoE-Hub packets are link writes too: the link answers them (hub.py)
+                owe_link_responses(st, st.ch[a0].gpu, st.pk[pkt].src, st.pk[pkt].npk, tick)
                 aau_receive(st, st.ch[a0].gpu, a0, pkt, tick)
             else:
                 hub_receive(st, st.ch[a0].gpu, a0, pkt, tick)

@@ -41,7 +41,8 @@ PARAMS = _record(
     "hbm_channels", "hbm_interleave", "hbm_fs_per_byte_channel", "hbm_latency_cycles",
     "hbm_atomic_cycles", "hbm_capacity", "hbm_min_access", "l2_fs_per_byte", "l2_latency_cycles",
     "l2_link_writes",
-    "links_per_gpu", "num_switches", "max_payload", "header_bytes", "flit_bytes",
+    "links_per_gpu", "num_switches", "max_payload", "store_payload", "write_resp_per_packet",
+    "header_bytes", "flit_bytes",
     "link_fs_per_byte", "link_latency_ticks", "rx_buffer_flits", "switch_traversal_ticks",
     "hub_ticks_per_packet", "hub_tx_latency_ticks", "hub_rx_latency_ticks", "reqs_per_gpu",
     # MoE-Hub control plane (components/moehub): experts, windows, RPM / AAU / DAM parameters
@@ -97,6 +98,7 @@ GPU = _record(
     "reqq_head", "reqq_count", "respq_head", "respq_count", "free_top",
     "hub_requests", "hub_tx_packets", "hub_tx_payload", "hub_rx_packets", "hub_rx_payload",
     "hub_stall_ticks", "hub_reqq_peak", "hub_respq_peak", "hub_rx_first", "hub_rx_last", "hub_acks",
+    "link_resp_total", "link_resp_rr",  # link-level write responses owed (State.link_resp), RR pointer
     "hbm_read_bytes", "hbm_write_bytes", "hbm_accesses", "hbm_atomics",
     "l2_free", "l2_busy", "l2_read_bytes", "l2_link_write_bytes",
     # MoE-Hub: RPM packetizer, end-of-stream notes, AAU pending-packet FIFO, DAM source count
@@ -147,8 +149,11 @@ RPM_HIST_BINS = 8     # merge-buffer fill at packet emission, in eighths of the 
 DAM_HIST_BINS = 16    # claimer wait time, bin i: [2^(i-1), 2^i) ns (bin 0: < 1 ns)
 
 REQUEST = _record("kind", "slot", "src_gpu", "dst_gpu", "dst_addr", "src_addr", "length", "sent",
-                  "resp_sent", "pkts_total", "pkts_arrived", "value", "ret_reg",
+                  "resp_sent", "pkts_total", "pkts_arrived", "acks_total", "acks_due",
+                  "acks_arrived", "acks_ready", "value", "ret_reg",
                   "launch")  # launch of the issuing TB (wire-byte stats)
+# acks_*: write responses (components/hub.py): link packets to acknowledge in all (requester),
+# owed but not yet sent (serving hub), received (requester), tick the owed ones may leave
 
 PACKET = _record("kind", "req", "src", "dst", "addr", "src_addr", "payload", "flits", "ready",
                  "value", "npk")  # npk: link packets it stands for (1, or a train: run.packet_train)
@@ -179,6 +184,7 @@ State = namedtuple("State", [
     "sw_wait",      # [switches * G, 2 + inputs] input ports blocked per (switch, destination):
                     # column 0 head, 1 count, then a ring of input channel ids
     "reqq", "respq", "free_reqs",  # hub FIFOs [G, depth], [G, cap, 3]; free request stack [G, R]
+    "link_resp",    # [G, G] header-only write responses GPU g owes GPU d for MoE-Hub packets
     "req", "pk", "pk_free",        # [G * R] REQUEST; [P] PACKET; packet free stack
     # MoE-Hub (components/moehub): expert placement [E, 2] (gpu, local slot); streams [G * G];
     # row descriptors [G * G * ring]; windows [G * LE]; tiles [G * LE * tiles_per_window];

@@ -31,7 +31,9 @@ HUB_STATS = (
     ("stall_ticks", "hub_stall_ticks", "ps", "time the packetizer waited for link transmit-queue room"),
     ("request_queue_peak", "hub_reqq_peak", "entries", "peak occupancy of the request FIFO"),
     ("response_queue_peak", "hub_respq_peak", "entries", "peak occupancy of the response FIFO"),
-    ("acks_received", "hub_acks", "count", "write completions received"),
+    ("acks_received", "hub_acks", "count",
+     "write responses received (one per write packet with system.nvlink.write_responses: "
+     "per_packet, one per put or flag store with per_request)"),
     ("rx_first_tick", "hub_rx_first", "ps", "arrival of the first data packet (-1: none)"),
     ("rx_last_tick", "hub_rx_last", "ps", "arrival of the last data packet (-1: none)"),
 )
