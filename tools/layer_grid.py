@@ -8,8 +8,8 @@
 `moehub_paper` is the MoE-Hub paper's comparison (arXiv 2605.05888): schemes moehub, megatron,
 tutel, overlap (Comet-like) and deepep x models Mixtral-8x7B, Qwen1.5-MoE-A2.7B ("Qwen2-MoE") and
 Phi-3.5-MoE x total tokens (sequence x GPUs) 128..32768 x 2..16 GPUs x per-expert load standard
-deviation 0..0.05 (routing kind normal), on the HGX H800 platform (configs/experiments/layer/
-base_hgx_h800.yaml; 16 GPUs: one NVSwitch domain of 16 H800s). Cells whose model cannot be
+deviation 0..0.05 (routing kind normal), on the DGX H800 the MoE-Hub authors simulated
+(configs/experiments/layer/base_dgx_h800.yaml; 16 GPUs: one NVSwitch domain of 16 H800s). Cells whose model cannot be
 placed (experts not a multiple of the GPUs: Qwen1.5's 60 experts on 8 or 16 GPUs, Mixtral's 8 on
 16) are listed as skipped. `--quick` runs a subset (4 and 8 GPUs, 1024 and 8192 total tokens,
 std 0.032).
@@ -34,7 +34,7 @@ sys.path.insert(0, str(REPO))
 HUB = "moehub"
 GRIDS = {
     "moehub_paper": {
-        "config": "configs/experiments/layer/base_hgx_h800.yaml",
+        "config": "configs/experiments/layer/base_dgx_h800.yaml",
         "set": {"workload.layer.routing.kind": "normal"},
         "schemes": ["moehub", "megatron", "tutel", "overlap", "deepep"],
         "models": ["mixtral_8x7b", "qwen1_5_moe_a2_7b", "phi3_5_moe"],
