@@ -160,7 +160,8 @@ def main(argv=None):
     ap = argparse.ArgumentParser(prog="layer_table.py --grid", description=__doc__.split("\n\n")[0])
     ap.add_argument("--grid", required=True, choices=sorted(GRIDS))
     ap.add_argument("--quick", action="store_true", help="the grid's small subset")
-    ap.add_argument("--outdir", help="sweep output (default out/grid/<name>[_quick])")
+    ap.add_argument("--outdir", help="sweep output (default out/grid/<name>[_quick]_<platform "
+                                     "config>)")
     ap.add_argument("--workers", type=int, help="local worker processes (default: CPU count)")
     ap.add_argument("--scheduler", metavar="tcp://HOST:PORT", help="run on a Dask cluster")
     ap.add_argument("--json", help="write every cell's figures and the summary to this file")
@@ -171,7 +172,9 @@ def main(argv=None):
     from moehub_arch.sweep import SweepError, load_sweep, run_sweep
     grid = GRIDS[args.grid]
     name = args.grid + ("_quick" if args.quick else "")
-    outdir = Path(args.outdir or Path("out/grid") / name)
+    # the platform is in the default directory's name: resume matches points by their overrides
+    # only, so results of another platform must not be found there
+    outdir = Path(args.outdir or Path("out/grid") / f"{name}_{Path(grid['config']).stem}")
     try:
         path, cs = write_sweep(args.grid, grid, args.quick, outdir)
         sweep = load_sweep(path, outdir)
