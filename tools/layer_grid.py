@@ -8,8 +8,8 @@
 `moehub_paper` is the MoE-Hub paper's comparison (arXiv 2605.05888): schemes moehub, megatron,
 tutel, overlap (Comet-like) and deepep x models Mixtral-8x7B, Qwen1.5-MoE-A2.7B ("Qwen2-MoE") and
 Phi-3.5-MoE x total tokens (sequence x GPUs) 128..32768 x 2..16 GPUs x per-expert load standard
-deviation 0..0.05 (routing kind normal), on the HGX H800 platform (configs/experiments/layer/
-base_hgx_h800.yaml; 16 GPUs: one NVSwitch domain of 16 H800s). Cells whose model cannot be
+deviation 0..0.05 (routing kind normal), on the DGX H800 the MoE-Hub authors simulated
+(configs/experiments/layer/base_dgx_h800.yaml; 16 GPUs: one NVSwitch domain of 16 H800s). Cells whose model cannot be
 placed (experts not a multiple of the GPUs: Qwen1.5's 60 experts on 8 or 16 GPUs, Mixtral's 8 on
 16) are listed as skipped. `--quick` runs a subset (4 and 8 GPUs, 1024 and 8192 total tokens,
 std 0.032).
@@ -34,7 +34,7 @@ sys.path.insert(0, str(REPO))
 HUB = "moehub"
 GRIDS = {
     "moehub_paper": {
-        "config": "configs/experiments/layer/base_hgx_h800.yaml",
+        "config": "configs/experiments/layer/base_dgx_h800.yaml",
         "set": {"workload.layer.routing.kind": "normal"},
         "schemes": ["moehub", "megatron", "tutel", "overlap", "deepep"],
         "models": ["mixtral_8x7b", "qwen1_5_moe_a2_7b", "phi3_5_moe"],
@@ -160,7 +160,8 @@ def main(argv=None):
     ap = argparse.ArgumentParser(prog="layer_table.py --grid", description=__doc__.split("\n\n")[0])
     ap.add_argument("--grid", required=True, choices=sorted(GRIDS))
     ap.add_argument("--quick", action="store_true", help="the grid's small subset")
-    ap.add_argument("--outdir", help="sweep output (default out/grid/<name>[_quick])")
+    ap.add_argument("--outdir", help="sweep output (default out/grid/<name>[_quick]_<platform "
+                                     "config>)")
     ap.add_argument("--workers", type=int, help="local worker processes (default: CPU count)")
     ap.add_argument("--scheduler", metavar="tcp://HOST:PORT", help="run on a Dask cluster")
     ap.add_argument("--json", help="write every cell's figures and the summary to this file")
@@ -171,7 +172,9 @@ def main(argv=None):
     from moehub_arch.sweep import SweepError, load_sweep, run_sweep
     grid = GRIDS[args.grid]
     name = args.grid + ("_quick" if args.quick else "")
-    outdir = Path(args.outdir or Path("out/grid") / name)
+    # the platform is in the default directory's name: resume matches points by their overrides
+    # only, so results of another platform must not be found there
+    outdir = Path(args.outdir or Path("out/grid") / f"{name}_{Path(grid['config']).stem}")
     try:
         path, cs = write_sweep(args.grid, grid, args.quick, outdir)
         sweep = load_sweep(path, outdir)
