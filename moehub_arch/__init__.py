@@ -8,7 +8,7 @@ the cache on all of them makes a stale compiled engine impossible after an edit 
 works for read-only (site-packages) installs. Editing the CLI, config or stats code keeps the cache.
 
 The Python API (moehub_arch/api.py) is available from the package, loaded on first use:
-`moehub_arch.run`, `load_config`, `sweep`, `load_results`, `Results`.
+`moehub_arch.run`, `load_config`, `sweep`, `load_results`, `compare`, `Results`.
 """
 import hashlib
 import os
@@ -44,7 +44,7 @@ if "NUMBA_CACHE_DIR" not in os.environ:
     os.environ["NUMBA_CACHE_DIR"] = str(_base / "moehub-arch" / f"numba-{_source_hash()}")
 
 
-_API = ("run", "load_config", "load_results", "Results")
+_API = ("run", "load_config", "load_results", "compare", "Results")
 
 
 def __getattr__(name):

@@ -11,12 +11,14 @@ from a script or a notebook, with the same code paths as the command line.
     df = mh.sweep("configs/sweeps/hub_merge_x_tile.yaml", workers=2)   # one row per point
     old = mh.load_results("moehub-out")           # a run made by `moehub-sim run`
 
-- `load_config(path, overrides)`: the validated Config that `moehub-sim run PATH --set ...` runs.
-- `run(config, overrides, outdir=None, engine=None, seed=None)`: one run; with `outdir` it writes
-  the files `moehub-sim run -o OUTDIR` writes, without it nothing touches the disk.
+- `load_config(path, overrides, system)`: the validated Config `moehub-sim run PATH --set ...` runs.
+- `run(config, overrides, outdir=None, engine=None, seed=None, system=None)`: one run; with
+  `outdir` it writes the files `moehub-sim run -o OUTDIR` writes, without it nothing touches the
+  disk.
 - `sweep(spec, ...)`: `moehub-sim sweep` (process pool or Dask, progress bar, resumable point
   directories) returning a DataFrame with one row per point.
 - `load_results(outdir)`: a finished run's directory (CLI, API or sweep point) as a `Results`.
+- `compare(runs, stats)`: `moehub-sim compare` of Results and/or directories, as a DataFrame.
 
 Errors are the command line's: bad input or a run that cannot complete raises the exception the
 CLI catches (`moehub_arch.errors.user_errors()`: ConfigError, AsmError, SimulationError, ...), whose
@@ -33,7 +35,7 @@ from collections.abc import Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["load_config", "run", "sweep", "load_results", "Results"]
+__all__ = ["load_config", "run", "sweep", "load_results", "compare", "Results"]
 
 ENGINES = ("numba", "python")
 
@@ -69,22 +71,28 @@ def _override_list(overrides):
 
 
 def load_config(path=None, overrides=None, system=None):
-    """The validated, frozen Config that `moehub-sim run PATH --set ...` would run.
+    """The validated, frozen Config that `moehub-sim run PATH --system SYSTEM --set ...` would run.
 
     `path`: a YAML config (None: the default config); a relative path that does not exist here
     falls back to the shipped data folders, as on the command line. `overrides`: a mapping
     {'system.nvlink.bandwidth': '20GB/s', 'scheme': 'deepep'} or a list of 'key.path=value'
     strings, applied in order after the file (as `--set`). `system`: a system file to run the
-    config on (as `moehub-sim run PATH --system FILE`; README "Configuration"). Raises ConfigError
-    naming the file (or the override) and the key on bad input; warnings of the loader (an extends
-    entry overriding keys an earlier one set) are in `config.load_warnings`."""
+    config on (as `--system`: it takes the place of the system the config extends). Raises
+    ConfigError naming the file (or the override) and the key on bad input; what the command
+    line prints as `moehub-sim: warning:` (a later file overriding keys an earlier one set) is a
+    Python warning (UserWarning) here, and stays in `cfg.load_warnings`."""
+    import warnings
+
     from .cli import _resolve_config_path
     from .config import load_config as _load_config
-    return _load_config(_resolve_config_path(None if path is None else str(path)),
-                        _override_list(overrides), system_file=system)
+    cfg = _load_config(_resolve_config_path(None if path is None else str(path)),
+                       _override_list(overrides), system_file=system)
+    for w in cfg.load_warnings:
+        warnings.warn(w, UserWarning, stacklevel=2)
+    return cfg
 
 
-def _config_for_run(config, overrides, engine, seed):
+def _config_for_run(config, overrides, engine, seed, system):
     """A Config from a path (with overrides, engine and seed as `--set`) or a Config given."""
     import attrs
 
@@ -92,20 +100,23 @@ def _config_for_run(config, overrides, engine, seed):
     if engine is not None and engine not in ENGINES:
         raise ValueError(f"engine: expected one of {', '.join(ENGINES)}, found {engine!r}")
     if isinstance(config, Config):
-        if overrides:
-            raise TypeError("overrides apply to a config file; for a Config object, load it with "
-                            "load_config(path, overrides) or use attrs.evolve")
+        if overrides or system is not None:
+            raise TypeError("overrides and system apply to a config file; for a Config object, "
+                            "load it with load_config(path, overrides, system) or use attrs.evolve")
         run_opts = {k: v for k, v in (("engine", engine), ("seed", seed)) if v is not None}
-        return attrs.evolve(config, run=attrs.evolve(config.run, **run_opts)) if run_opts else config
+        if not run_opts:
+            return config
+        return attrs.evolve(config, run=attrs.evolve(config.run, **run_opts))
     extra = _override_list(overrides)
     if seed is not None:
         extra.append(f"run.seed={int(seed)}")
     if engine is not None:
         extra.append(f"run.engine={engine}")
-    return load_config(config, extra)
+    return load_config(config, extra, system)
 
 
-def run(config=None, overrides=None, outdir=None, engine=None, seed=None, progress=False):
+def run(config=None, overrides=None, outdir=None, engine=None, seed=None, progress=False,
+        system=None):
     """Run one configuration to its end and return its `Results`.
 
     `config`: a YAML path (None: the default config) or a Config from `load_config`.
@@ -115,7 +126,8 @@ def run(config=None, overrides=None, outdir=None, engine=None, seed=None, progre
     then raises ConfigError). `engine`: 'numba' (compiled) or 'python' (the reference engine); an
     engine other than the one this process runs (the JIT is switched per process, by
     NUMBA_DISABLE_JIT) runs the simulation in a fresh child process, with identical stats.
-    `seed`: run.seed. `progress`: print simulated time and events/s on stderr.
+    `seed`: run.seed. `progress`: print simulated time and events/s on stderr. `system`: run the
+    config on this system file (as `moehub-sim run CONFIG --system FILE`).
 
     Raises the CLI's user errors (ConfigError, SimulationError, ...; `moehub_arch.errors`) with
     its messages. When the run had got under way, the exception carries the stats so far as
@@ -123,7 +135,7 @@ def run(config=None, overrides=None, outdir=None, engine=None, seed=None, progre
     normally with `results.stopped` saying why.
     """
     from .cli import jit_disabled
-    cfg = _config_for_run(config, overrides, engine, seed)
+    cfg = _config_for_run(config, overrides, engine, seed, system)
     if (cfg.run.engine == "python") != jit_disabled():
         return _run_in_child(cfg, outdir, progress)
     return _run_here(cfg, outdir, progress)
@@ -179,10 +191,12 @@ def _child_run(cfg, outdir, progress):
 
 def _run_in_child(cfg, outdir, progress):
     """Run in a fresh interpreter whose NUMBA_DISABLE_JIT selects `cfg.run.engine`."""
+    from .sweep.execute import main_script_hidden
     ctx = multiprocessing.get_context("spawn")   # a fresh interpreter: numba not imported yet
     flag = "1" if cfg.run.engine == "python" else "0"
     with cf.ProcessPoolExecutor(max_workers=1, mp_context=ctx) as pool:
-        with _environment(NUMBA_DISABLE_JIT=flag):   # the child inherits it when it starts
+        # the child inherits the variable when it starts, and does not re-run the user's script
+        with _environment(NUMBA_DISABLE_JIT=flag), main_script_hidden():
             future = pool.submit(_child_run, cfg, None if outdir is None else str(outdir), progress)
         stats, config, stopped = future.result()
     return Results(stats, config, outdir, stopped=stopped)
@@ -219,6 +233,7 @@ class Results:
         self.outdir = None if outdir is None else Path(outdir)
         self.sim = sim
         self.stopped = stopped
+        self._label = None
 
     @property
     def cfg(self):
@@ -226,7 +241,10 @@ class Results:
 
     @property
     def label(self):
-        """The output directory's name, else the config file's stem, with the scheme of a layer."""
+        """How tables name this run (settable): by default the output directory's name, else the
+        config file's stem, with the scheme of an MoE layer."""
+        if self._label is not None:
+            return self._label
         if self.outdir is not None:
             name = self.outdir.name
         else:
@@ -234,6 +252,10 @@ class Results:
             name = Path(files[-1]).stem   # the config named (files it extends come first)
         scheme = self.config.get("scheme", "none")
         return name if scheme in ("none", None) or scheme in name else f"{name} ({scheme})"
+
+    @label.setter
+    def label(self, text):
+        self._label = str(text)
 
     # ---- stats ----------------------------------------------------------------------------
     def _stat(self, name):
@@ -321,6 +343,42 @@ class Results:
         head += [f"{k}={v:.6g}" for k, v in self.report.items()]
         stop = f", stopped={self.stopped!r}" if self.stopped else ""
         return f"<Results {self.label!r}: {len(self.stats)} stats, {', '.join(head)}{where}{stop}>"
+
+
+def compare(runs, stats=None, per_gpu=False):
+    """`moehub-sim compare` as a DataFrame: selected stats of several runs side by side, and each
+    later run's speedup (time stats: first / this, e.g. '1.250x faster') or ratio (others) against
+    the first; equal values read 'same'.
+
+    `runs`: Results (in memory: nothing needs to be written) and/or run directories, in order;
+    tables name them by `Results.label` (settable). `stats`: names or shell-style patterns
+    (default: the command's - layer time, phases, SM time, links, hub stalls, report figures).
+    Per-GPU stats are folded into `system.gpu*.…` rows (summed; ratios averaged) unless `per_gpu`
+    or a pattern names one GPU. Columns: stat, unit, one per run, then '<label> vs first'."""
+    from types import SimpleNamespace
+
+    from .analysis.compare import _compare
+    from .analysis.rundata import RunData
+    pd = _pandas()
+    runs = list(runs)
+    if not runs:
+        raise ValueError("compare: no runs given (Results or run directories)")
+    views, seen = [], {}
+    for r in runs:
+        if isinstance(r, Results):
+            view = SimpleNamespace(label=r.label, stats={
+                s.name: {"value": s.value, "unit": s.unit} for s in r.stats})
+        else:
+            data = RunData(r)
+            view = SimpleNamespace(label=data.label, stats=data.stats, dir=data.dir)
+        seen[view.label] = seen.get(view.label, 0) + 1
+        if seen[view.label] > 1:   # e.g. a run and its own directory: keep the columns apart
+            view.label = f"{view.label} #{seen[view.label]}"
+        views.append(view)
+    if isinstance(stats, str):
+        stats = [stats]
+    header, rows, _ = _compare(views, stats, per_gpu)
+    return pd.DataFrame(rows, columns=header)
 
 
 def sweep(spec, outdir=None, workers=None, scheduler=None, progress=True):

@@ -11,6 +11,7 @@ import numpy as np
 import attrs
 
 from .components.trace import TRACE_COLUMNS
+from .config.schema import L2_LINK_WRITES
 from .engine.clock import period_fs
 from .engine.events import NUM_EVENT_KINDS, new_event_queue, new_timers
 from .engine.state import (DAM_HIST_BINS, GPU, HBM_CHANNEL, LAUNCH, LINK_CHANNEL, MOE_ROW,
@@ -257,6 +258,13 @@ def build_topology(cfg):
     return (gpu_routes, sw_routes, sw_inputs), (to_switch, ch_gpu, ch_switch, ch_port)
 
 
+def rpm_packet_bytes(cfg):
+    """Payload of a full RPM packet: rpm.packet_bytes (at most the link's maximum payload: the
+    loader checks), and never more than the merge buffer holds."""
+    rpm = cfg.system.gpu.hub.moe.rpm
+    return min(rpm.packet_bytes, rpm.merge_buffer_bytes)
+
+
 def aau_staging_packets(cfg):
     """Packets the AAU staging store holds: every row the senders' rings may have in flight to
     one GPU, as full packets plus one partial packet per row. A full packet carries
@@ -266,7 +274,7 @@ def aau_staging_packets(cfg):
     hub, moe = cfg.system.gpu.hub, cfg.workload.moe
     if not moe.num_experts:
         return 0
-    payload = min(cfg.system.nvlink.max_payload_bytes, hub.moe.rpm.merge_buffer_bytes)
+    payload = rpm_packet_bytes(cfg)
     per_row = -(-(moe.row_bytes + hub.moe.rpm.row_header_bytes) // payload) + 1
     return cfg.system.num_gpus * hub.moe.rpm.row_queue_depth * per_row
 
@@ -280,7 +288,8 @@ def _moe_params(cfg):
         window_rows=max(moe.window_rows, tile), row_bytes=max(moe.row_bytes, 1), tile_rows=tile,
         tiles_per_window=max(moe.window_rows, tile) // tile,
         record_bytes=hub.moe.aau.record_bytes, records_cap=hub.moe.aau.record_table_entries,
-        rpm_merge_bytes=hub.moe.rpm.merge_buffer_bytes, rpm_flush_ticks=hub.moe.rpm.flush_timeout,
+        rpm_merge_bytes=hub.moe.rpm.merge_buffer_bytes, rpm_packet_bytes=rpm_packet_bytes(cfg),
+        rpm_flush_ticks=hub.moe.rpm.flush_timeout,
         rpm_ring=hub.moe.rpm.row_queue_depth, rpm_header_bytes=hub.moe.rpm.row_header_bytes,
         rpm_ticks_per_packet=int(round(1e12 / (hub.clock * hub.moe.rpm.packets_per_cycle))),
         rpm_policy=("round_robin", "longest_first").index(hub.moe.rpm.arbitration),
@@ -320,6 +329,7 @@ def build_state(cfg, program, seed=None, presets=None):
         hbm_latency_cycles=gpu.hbm.latency_cycles, hbm_atomic_cycles=gpu.hbm.atomic_latency_cycles,
         hbm_capacity=gpu.hbm.capacity, hbm_min_access=HBM_MIN_ACCESS,
         l2_fs_per_byte=int(round(1e15 / gpu.l2.bandwidth)), l2_latency_cycles=gpu.l2.latency_cycles,
+        l2_link_writes=L2_LINK_WRITES.index(gpu.l2.link_writes),
         links_per_gpu=L, num_switches=sysc.switch.count, max_payload=sysc.nvlink.max_payload_bytes,
         store_payload=min(sysc.nvlink.store_packet_bytes, sysc.nvlink.max_payload_bytes),
         write_resp_per_packet=int(sysc.nvlink.write_responses == "per_packet"),

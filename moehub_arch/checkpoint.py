@@ -24,10 +24,18 @@ run processes the same events in the same order: its final stats equal an uninte
 Restore refuses (CheckpointError, exit status 2) a checkpoint of another format version or engine
 version, one whose State fields differ from this engine's, and one whose rebuilt system differs
 (a kernel or config file changed since): State arrays are only meaningful for the code and the
-build they came from.
+build they came from. It also refuses, naming the file, a damaged checkpoint: a `state.npz` cut
+short or corrupt, an array missing, extra, of another type or shape, a `meta.json` or
+`input_config.json` that is not valid JSON or lacks a field, and a `meta.json` whose tick and event
+count disagree with the saved state. Every file is written as NAME.partial and renamed when whole;
+`meta.json` last (an earlier checkpoint's is removed first), so a directory with `meta.json` is a
+complete checkpoint.
 """
 import hashlib
 import json
+import os
+import zipfile
+import zlib
 from pathlib import Path
 
 import attrs
@@ -35,10 +43,16 @@ import numpy as np
 
 from . import __version__, engine_version
 from .engine.state import State
+from .inputs import InputFileError, read_text
 from .observer import RunObserver
+from .outputs import OutputError, partial_path, reason, write_text_atomic
 
 FORMAT = "moehub-arch checkpoint"
 FORMAT_VERSION = 1
+# what restore needs from meta.json, and its JSON type
+META_FIELDS = {"tick": int, "events": int, "seed": int, "buffers": list, "launches": list,
+               "kernels": dict, "program_sha1": str, "state": dict}
+META_KINDS = {int: "an integer", list: "a list", dict: "a mapping", str: "a string"}
 RNG_NOTE = ("the engine draws no random numbers at run time; buffer contents and routing are "
             "generated at build time from the seed")
 
@@ -67,10 +81,16 @@ def write_checkpoint(sim, directory, tick):
     d = Path(directory)
     try:
         d.mkdir(parents=True, exist_ok=True)
+        # an earlier checkpoint here stops being one before any of its files is replaced
+        for old in (d / "meta.json", partial_path(d / "meta.json")):
+            if old.exists():
+                old.unlink()
         st = sim.state
-        np.savez(d / "state.npz", **{name: np.asarray(getattr(st, name)) for name in st._fields})
-        (d / "input_config.json").write_text(json.dumps(sim.input_cfg.to_dict(), indent=1))
-        (d / "config.json").write_text(json.dumps(sim.cfg.to_dict(), indent=1))
+        with open(partial_path(d / "state.npz"), "wb") as f:
+            np.savez(f, **{name: np.asarray(getattr(st, name)) for name in st._fields})
+        os.replace(partial_path(d / "state.npz"), d / "state.npz")
+        write_text_atomic(d / "input_config.json", json.dumps(sim.input_cfg.to_dict(), indent=1))
+        write_text_atomic(d / "config.json", json.dumps(sim.cfg.to_dict(), indent=1))
         meta = {
             "format": FORMAT, "format_version": FORMAT_VERSION,
             "engine_version": engine_version(), "package_version": __version__,
@@ -81,9 +101,11 @@ def write_checkpoint(sim, directory, tick):
             **_build_metadata(sim),
         }
         # written last: a directory with meta.json is a complete checkpoint
-        (d / "meta.json").write_text(json.dumps(meta, indent=1))
+        write_text_atomic(d / "meta.json", json.dumps(meta, indent=1))
+    except OutputError as e:
+        raise CheckpointError(f"{d}: cannot write the checkpoint: {e}") from None
     except OSError as e:
-        raise CheckpointError(f"{d}: cannot write the checkpoint ({e.strerror})") from None
+        raise CheckpointError(f"{d}: cannot write the checkpoint ({reason(e)})") from None
     return d
 
 
@@ -93,9 +115,12 @@ def _read_meta(d):
         raise CheckpointError(f"{d}: not a checkpoint directory (no meta.json; --checkpoint-at "
                               f"writes one)")
     try:
-        meta = json.loads(path.read_text())
-    except (OSError, ValueError) as e:
-        raise CheckpointError(f"{path}: cannot read the checkpoint metadata ({e})") from None
+        meta = json.loads(read_text(path, "checkpoint metadata"))
+    except InputFileError as e:
+        raise CheckpointError(str(e)) from None
+    except ValueError as e:
+        raise CheckpointError(f"{path}: cannot read the checkpoint metadata (not valid JSON: "
+                              f"{e})") from None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise CheckpointError(f"{path}: not a moehub-arch checkpoint")
     if meta.get("format_version") != FORMAT_VERSION:
@@ -107,6 +132,14 @@ def _read_meta(d):
             f"{engine_version()}. A checkpoint holds the engine's State arrays, whose layout and "
             f"meaning belong to the engine that wrote them: rerun from the config (saved in "
             f"{d / 'input_config.json'}) with this version")
+    for key, kind in META_FIELDS.items():
+        if not isinstance(meta.get(key), kind) or isinstance(meta.get(key), bool):
+            found = "nothing" if key not in meta else f"{type(meta[key]).__name__} {meta[key]!r:.60}"
+            raise CheckpointError(f"{path}: {key}: expected {META_KINDS[kind]}, found {found} "
+                                  f"(the file was changed or damaged)")
+    if meta["tick"] < 0 or meta["events"] < 0:
+        raise CheckpointError(f"{path}: tick and events cannot be negative (tick {meta['tick']}, "
+                              f"events {meta['events']}; the file was changed or damaged)")
     return meta
 
 
@@ -119,9 +152,14 @@ def restore(directory):
     meta = _read_meta(d)
     label = str(d / "input_config.json")
     try:
-        data = json.loads((d / "input_config.json").read_text())
-    except (OSError, ValueError) as e:
-        raise CheckpointError(f"{label}: cannot read the saved config ({e})") from None
+        data = json.loads(read_text(d / "input_config.json", "saved config", label))
+    except InputFileError as e:
+        raise CheckpointError(str(e)) from None
+    except ValueError as e:
+        raise CheckpointError(f"{label}: cannot read the saved config (not valid JSON: {e})") from None
+    if not isinstance(data, dict):
+        raise CheckpointError(f"{label}: expected the saved config (a JSON object), found a "
+                              f"{type(data).__name__}")
     sim = Simulation(config_from_dict(data, label))
     rebuilt = _build_metadata(sim)
     for key in ("buffers", "launches", "kernels", "program_sha1"):
@@ -129,20 +167,36 @@ def restore(directory):
             raise CheckpointError(
                 f"{d}: the system rebuilt from the saved config differs from the checkpoint's "
                 f"({key}): a kernel, model or config file it uses changed since it was written")
+    npz = d / "state.npz"
     try:
-        z = np.load(d / "state.npz", allow_pickle=False)
-    except (OSError, ValueError) as e:
-        raise CheckpointError(f"{d / 'state.npz'}: cannot read the saved state ({e})") from None
-    with z:
-        saved, fields = set(z.files), set(State._fields)
-        if saved != fields:
-            raise CheckpointError(
-                f"{d}: the checkpoint's State arrays do not match this engine's (missing: "
-                f"{', '.join(sorted(fields - saved)) or 'none'}; unknown: "
-                f"{', '.join(sorted(saved - fields)) or 'none'})")
-        arrays = {name: _restore_array(d, name, getattr(sim.state, name), z[name])
-                  for name in State._fields}
-    sim.state = State(**arrays)
+        with np.load(npz, allow_pickle=False) as z:
+            saved, fields = set(z.files), set(State._fields)
+            if saved != fields:
+                raise CheckpointError(
+                    f"{npz}: the checkpoint's State arrays do not match this engine's (missing: "
+                    f"{', '.join(sorted(fields - saved)) or 'none'}; unknown: "
+                    f"{', '.join(sorted(saved - fields)) or 'none'})")
+            arrays = {}
+            for name in State._fields:
+                try:
+                    saved_array = z[name]
+                except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as e:
+                    raise CheckpointError(f"{npz}: cannot read the saved array State.{name} "
+                                          f"({e or type(e).__name__}): the file is damaged or was "
+                                          f"cut short") from None
+                arrays[name] = _restore_array(npz, name, getattr(sim.state, name), saved_array)
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as e:
+        raise CheckpointError(f"{npz}: cannot read the saved state ({e or type(e).__name__}): "
+                              f"the file is damaged or was cut short (a NumPy .npz archive "
+                              f"expected)") from None
+    state = State(**arrays)
+    sy = state.sys[0]
+    if int(sy.q_events) != meta["events"] or int(sy.q_now) > meta["tick"]:
+        raise CheckpointError(
+            f"{d / 'meta.json'}: says tick {meta['tick']} after {meta['events']} events, but the "
+            f"saved state is at tick {int(sy.q_now)} after {int(sy.q_events)} events (one of the "
+            f"files was changed or belongs to another checkpoint)")
+    sim.state = state
     sim.restored_tick = int(meta["tick"])
     return sim
 
@@ -151,8 +205,10 @@ def _restore_array(d, name, built, saved):
     """The saved contents in an array of the built one's exact type and layout (so the compiled
     engine is reused, not recompiled for a different array type)."""
     if saved.dtype != built.dtype:
-        raise CheckpointError(f"{d}: State.{name} has element type {saved.dtype.descr} in the "
-                              f"checkpoint, {built.dtype.descr} in this engine")
+        def text(dt):
+            return str(dt) if dt.names is None else str(dt.descr)
+        raise CheckpointError(f"{d}: State.{name} has element type {text(saved.dtype)} in the "
+                              f"checkpoint, {text(built.dtype)} in this engine")
     if saved.shape == built.shape:
         built[...] = saved
         return built

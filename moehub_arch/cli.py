@@ -3,6 +3,7 @@
     moehub-sim run [CONFIG.yaml] [--system SYSTEM.yaml] [-o OUTDIR] [--set key.path=value ...] [--seed N] [--engine numba|python]
                    [--trace] [--debug-flags Hub,NVLink] [--debug-start TICK] [--debug-file F] [--quiet]
                    [--max-ticks TIME] [--max-wall SECONDS] [--no-check] [--checkpoint-at TIME ...]
+                   [--checkpoint-on-interrupt]
     moehub-sim run --restore CHECKPOINT_DIR [-o OUTDIR]    continue a checkpointed run
     moehub-sim plot OUTDIR [OUTDIR ...] [-o FIGDIR]     PNG figures of runs
     moehub-sim compare OUTDIR [OUTDIR ...] [--stats PATTERN ...]   stats side by side, speedups
@@ -13,11 +14,14 @@
     moehub-sim config --list [PATTERN] [--config CONFIG.yaml]   list config keys: type, default,
                                             unit, description, value and its source
 
-Exit status: 0 a run completed (or stopped cleanly at --max-ticks / --max-wall); 2 bad input
+Exit status: 0 a run completed (or stopped cleanly at --max-ticks / --max-wall); 130 / 143
+interrupted by Ctrl-C (SIGINT) / SIGTERM, stats so far written; 2 bad input
 (config, kernel, ISA file, routing trace, checkpoint: one paragraph naming the file and key or
-line) or a runtime error in a kernel; 3 a stuck run (deadlock, or the watchdog: no instruction
-for run.watchdog_interval), with a report of who waits on what; 4 an end-of-run invariant
-violated. Stats are written whenever the run got under way, including exit statuses 3 and 4.
+line), an output that cannot be written, or a runtime error in a kernel; 3 a stuck run
+(deadlock, the watchdog: no instruction for run.watchdog_interval, or a livelock: thread blocks
+spinning without memory, hub or link accesses for run.livelock_interval), with a report of who
+waits on what; 4 an end-of-run invariant violated. Stats are written whenever the run got under
+way, including exit statuses 3, 4, 130 and 143.
 """
 import argparse
 import os
@@ -68,6 +72,10 @@ def _parser():
     run.add_argument("--checkpoint-dir", metavar="DIR",
                      help="where --checkpoint-at writes ('{tick}' is replaced by the tick; "
                           "default OUTDIR/checkpoint-{tick})")
+    run.add_argument("--checkpoint-on-interrupt", action="store_true",
+                     help="on Ctrl-C (SIGINT) or SIGTERM, write a checkpoint where the run stopped "
+                          "(in --checkpoint-dir, default OUTDIR/checkpoint-{tick}) to continue it "
+                          "later with --restore")
     run.add_argument("--restore", metavar="DIR",
                      help="continue the run saved in a checkpoint directory (instead of CONFIG)")
     plot = sub.add_parser("plot", help="PNG figures of finished runs: SM timeline per GPU, link "
@@ -178,15 +186,25 @@ def main(argv=None):
     if args.command == "run" and args.engine == "python":
         # must happen before numba is imported anywhere
         os.environ["NUMBA_DISABLE_JIT"] = "1"
+    from .interrupts import Interrupted, exit_status, handle_signals
     try:
-        return _dispatch(args)
+        with handle_signals():
+            return _dispatch(args)
     except BrokenPipeError:   # output piped into `head` and the like
         sys.stderr.close()
         return 0
+    except Interrupted as e:
+        print(f"moehub-sim: {e}; nothing more was written", file=sys.stderr)
+        return exit_status(e.signum)
     except _user_errors() as e:
         from .errors import exit_code
         print(f"moehub-sim: error: {e}", file=sys.stderr)
         return exit_code(e)
+    except OSError as e:
+        # a file error no reader above turned into a message: still one paragraph, no traceback
+        name = f"{e.filename}: " if e.filename else ""
+        print(f"moehub-sim: error: {name}{e.strerror or e}", file=sys.stderr)
+        return 2
 
 
 def _user_errors():
@@ -327,6 +345,7 @@ def _simulation(args):
 
 def _run(args):
     from .checkpoint import CheckpointWriter
+    from .interrupts import InterruptStop
     from .runner import run_to_outdir, stats_so_far_note
 
     checkpoint_ticks = [_time_arg("--checkpoint-at", t, "ps") for t in args.checkpoint_at]
@@ -346,15 +365,20 @@ def _run(args):
         if len(checkpoint_ticks) > 1 and "{tick}" not in where:
             where = str(Path(where) / "checkpoint-{tick}")
         observers.append(CheckpointWriter(checkpoint_ticks, where))
+    interrupt = InterruptStop((args.checkpoint_dir or str(out / "checkpoint-{tick}"))
+                              if args.checkpoint_on_interrupt else None)
+    observers.append(interrupt)
     try:
         run_to_outdir(cfg, out, progress=not args.quiet, quiet=args.quiet, before_run=say_compiling,
                       sim=sim, observers=observers)
     except _user_errors() as e:
-        if sim.stats is not None:
+        if sim.stats is not None and (out / "stats.json").is_file():
             e.args = (f"{e}\n{stats_so_far_note(out)}",)
         raise
     finally:
         for ob in observers:
+            if not isinstance(ob, CheckpointWriter):
+                continue
             for tick, path in ob.written:
                 print(f"wrote checkpoint {path} at tick {tick}",
                       file=sys.stderr if args.quiet else sys.stdout)
@@ -364,6 +388,8 @@ def _run(args):
                       f"written there", file=sys.stderr)
     _stamp_engine_cache()
     stats = sim.stats
+    if interrupt.tick is not None:
+        return _report_interrupt(args, interrupt, out)
     if sim.stopped:
         print(f"moehub-sim: {sim.stopped}; stats cover the run up to there", file=sys.stderr)
     if not args.quiet:
@@ -378,6 +404,21 @@ def _run(args):
         print(f"wrote {out}/config.json, stats.txt, stats.json, stats.csv"
               + "".join(", " + e for e in extra))
     return 0
+
+
+def _report_interrupt(args, interrupt, out):
+    """Where an interrupted run stopped, what it wrote, how to continue; exit 128 + signal."""
+    from .interrupts import exit_status
+    if interrupt.checkpoint is not None:
+        cont = (f"a checkpoint of that state is in {interrupt.checkpoint}; continue with: "
+                f"moehub-sim run --restore {interrupt.checkpoint} -o {out}-continued")
+    else:
+        cont = (f"to be able to continue from where an interrupt stops the run, run it with "
+                f"--checkpoint-on-interrupt (or --checkpoint-at {interrupt.tick}) and continue "
+                f"with --restore")
+    print(f"moehub-sim: {interrupt.signal_text}; the stats so far (simCompleted 0) are in "
+          f"{out}/stats.txt, stats.json, stats.csv; {cont}", file=sys.stderr)
+    return exit_status(interrupt.signum)
 
 
 def run_summary(stats) -> str:

@@ -3,8 +3,8 @@ checkpoint, output directory) or a run that cannot complete (a runtime error in 
 run, a violated end-of-run invariant).
 
 Each is an exception whose message (`str(e)`) is one paragraph naming the file and the key or
-line, and whose `exit_code` is the command line's exit status (2 bad input or a kernel error,
-3 stuck, 4 invariant). The command line prints `moehub-sim: error: <message>` and exits with that
+line, and whose `exit_code` is the command line's exit status (2 bad input, an output that cannot
+be written (outputs.OutputError) or a kernel error, 3 stuck or livelocked, 4 invariant). The command line prints `moehub-sim: error: <message>` and exits with that
 status; the Python API (`moehub_arch.api`) and sweep workers raise or report the same exceptions
 unchanged, so a script sees exactly what a user of the command would. One list, here, for all.
 """
@@ -17,12 +17,13 @@ def user_errors():
     from .builder import BuildError
     from .checkpoint import CheckpointError
     from .config import ConfigError
+    from .inputs import InputFileError
     from .isa import AsmError, IsaError
     from .simulation import SimulationError
     from .sweep.spec import SweepError
     from .workloads.layer import LayerError
     return (ConfigError, AsmError, IsaError, BuildError, SimulationError, LayerError,
-            AnalysisError, SweepError, CheckpointError, FileNotFoundError)
+            AnalysisError, SweepError, CheckpointError, InputFileError, FileNotFoundError)
 
 
 def exit_code(error):

@@ -2,15 +2,18 @@
 (timeline, debug output, periodic dumps, progress) and the files every run writes.
 
 Used by `moehub-sim run`, by every point of `moehub-sim sweep` and by `moehub_arch.run()` (which
-may run without an output directory: then nothing is written).
+may run without an output directory: then nothing is written). How files are
+written so that a directory is never half-written yet looks complete: outputs.py.
 """
 import json
-from pathlib import Path
 
+from .outputs import OutputError, make_outdir, remove_stale, write_text_atomic
 from .simulation import Simulation
 from .stats import write_stats_csv, write_stats_json, write_stats_txt
 
 OUTPUT_FILES = ("config.json", "stats.txt", "stats.json", "stats.csv")
+# written while the run goes, when the config asks for them (renamed from NAME.partial at the end)
+STREAMED_FILES = ("trace.json", "stats_dumps.txt", "stats_dumps.csv")
 
 
 def observers_for(cfg, outdir, progress=False, quiet=False):
@@ -47,8 +50,8 @@ def _check_no_files(cfg):
         ("debug.file", cfg.debug.file, cfg.debug.flags and cfg.debug.file)) if on]
     if writes:
         key, what = writes[0]
-        raise ConfigError(f"{cfg.where(key) or 'config'}: {key}: the run writes {what}, which needs "
-                          f"an output directory (outdir=...); none was given", None, key)
+        raise ConfigError(f"{cfg.where(key) or 'config'}: {key}: the run writes {what}, which "
+                          f"needs an output directory (outdir=...); none was given", None, key)
 
 
 def run_to_outdir(cfg, outdir, progress=False, quiet=False, before_run=None, sim=None,
@@ -59,20 +62,36 @@ def run_to_outdir(cfg, outdir, progress=False, quiet=False, before_run=None, sim
     `observers` run besides those the config asks for. The stats are written whenever the run
     got under way, also when it ends with an error (stuck, invariants, runtime error).
     `outdir` None: the same run, nothing written (the stats stay in the returned Simulation)."""
-    out = None if outdir is None else Path(outdir)
-    if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
+    out = None if outdir is None else make_outdir(outdir)
     sim = sim if sim is not None else Simulation(cfg)
     if out is not None:
+        # never a mix of two runs: what an earlier run left here under our names goes first
+        remove_stale(out, STREAMED_FILES + OUTPUT_FILES)
         # the resolved config, including what an MoE layer generated (buffers, launches, windows)
-        (out / "config.json").write_text(json.dumps(sim.cfg.to_dict(), indent=1))
+        write_text_atomic(out / "config.json", json.dumps(sim.cfg.to_dict(), indent=1),
+                          "config file")
     if before_run is not None:
         before_run(sim)
+    error = None
     try:
         sim.run(observers_for(sim.cfg, out, progress=progress, quiet=quiet) + list(observers))
+    except BaseException as e:
+        error = e
+        raise
     finally:
         if sim.stats is not None and out is not None:
-            write_stats_txt(sim.stats, out / "stats.txt")
-            write_stats_json(sim.stats, out / "stats.json")
-            write_stats_csv(sim.stats, out / "stats.csv")
+            try:
+                write_stats(sim.stats, out)
+            except OutputError as e:
+                if error is None:
+                    raise
+                # keep the run's own error; say what else went wrong
+                error.args = (f"{error}\n(the stats could not be written either: {e})",)
     return sim
+
+
+def write_stats(stats, out):
+    """stats.txt, stats.csv, then stats.json: written last, it marks the directory complete."""
+    write_stats_txt(stats, out / "stats.txt")
+    write_stats_csv(stats, out / "stats.csv")
+    write_stats_json(stats, out / "stats.json")

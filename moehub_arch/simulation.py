@@ -8,8 +8,9 @@ How a run ends (the CLI's exit status in brackets):
 - completed: every launch finished; the invariants (checks.py) hold [0] or not [4];
 - stopped by a limit (run.max_ticks, run.max_wall, run.max_events): clean, stats of the run so
   far, no invariants checked [0];
-- stuck: the event queue emptied with launches unfinished, or the watchdog saw no instruction
-  for run.watchdog_interval (watchdog.py) [3];
+- stuck: the event queue emptied with launches unfinished, the watchdog saw no instruction
+  for run.watchdog_interval, or thread blocks spun without touching memory, the hub or the links
+  for run.livelock_interval (watchdog.py) [3];
 - a runtime error in a kernel [2].
 In every case the stats collected so far are in `sim.stats` (the CLI writes them).
 """
@@ -30,7 +31,7 @@ from .limits import RunLimits, StopRun
 from .observer import RunObserver, SimulationError  # noqa: F401 (re-exported for users)
 from .stats.collect import collect_stats
 from .stats.report import evaluate_report
-from .watchdog import NoProgressWatchdog, diagnose, unfinished
+from .watchdog import LivelockWatchdog, NoProgressWatchdog, diagnose, unfinished
 
 
 class InvariantError(SimulationError):
@@ -77,6 +78,8 @@ class Simulation:
         out = []
         if r.watchdog_interval > 0:
             out.append(NoProgressWatchdog(r.watchdog_interval))
+        if r.livelock_interval > 0:
+            out.append(LivelockWatchdog(r.livelock_interval))
         if r.max_ticks > 0 or r.max_wall > 0:
             out.append(RunLimits(r.max_ticks, r.max_wall * 1e-12))
         return out
@@ -116,7 +119,10 @@ class Simulation:
             st.sys[0].q_now = self._reached
         if status == engine_loop.STATUS_EMPTY:
             settle_credits(st)   # credit returns are not events: let the last ones arrive
-        self._drain_trace(observers)
+        try:
+            self._drain_trace(observers)
+        except SimulationError as e:   # e.g. the debug output cannot be written
+            error = error or e
         max_events = self.cfg.run.max_events
         if error is None and self.stopped is None and max_events and int(st.sys[0].q_events) >= max_events:
             self.stopped = f"stopped after run.max_events = {max_events} events"
@@ -130,6 +136,7 @@ class Simulation:
         self.stats = collect_stats(st, self.launches, self.program, host_seconds, t1 - t0)
         if error is not None:
             evaluate_report(self, strict=False)
+            self._finish_observers(observers, error)
             raise error
         if self.layer is not None:
             self.layer.finish(self)
@@ -138,13 +145,27 @@ class Simulation:
             from .checks import run_invariants
             self.violations = run_invariants(self)
             if self.violations:
-                raise InvariantError(
+                error = InvariantError(
                     f"{len(self.violations)} end-of-run invariant(s) violated (--no-check skips "
                     f"the checks):\n"
                     + "\n".join(f"  {v}" for v in self.violations))
-        for ob in observers:
-            ob.on_finish(self)
+        self._finish_observers(observers, error)
+        if error is not None:
+            raise error
         return self.stats
+
+    def _finish_observers(self, observers, error):
+        """on_finish of every observer, also after an error (a stuck run's timeline and dumps are
+        closed and complete up to where it stopped). With an error already raised, a failing
+        observer does not hide it: its own error is added to the message."""
+        for ob in observers:
+            if error is None:
+                ob.on_finish(self)
+                continue
+            try:
+                ob.on_finish(self)
+            except Exception as e:   # noqa: BLE001 (the run's own error comes first)
+                error.args = (f"{error}\n(and while closing the outputs: {type(e).__name__}: {e})",)
 
     def _loop(self, observers, t1):
         """Batches of the compiled loop until the queue empties; returns the last status."""

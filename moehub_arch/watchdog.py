@@ -4,13 +4,18 @@ A run is stuck in one of two ways:
 
 - the event queue empties while kernel launches are unfinished (every thread block sleeps on
   something nobody will provide): `Simulation` notices at the end of the run;
+- thread blocks keep issuing instructions, but none that touches memory, the hub or the links,
+  and never exit (a livelock: a loop spinning on registers): `LivelockWatchdog`, which reads the
+  `progress` tick every issue of such an instruction stamps on the TB (components/sm.py
+  IDLE_SEMANTICS: one shift, test and store per instruction) at pauses every
+  `run.livelock_interval`, and names each spinning TB's kernel, line and loop;
 - events keep coming (or lie far in the future) but no instruction issues: `NoProgressWatchdog`,
   a RunObserver that pauses the compiled loop every `run.watchdog_interval` of simulated time and
   compares the instruction count (no per-event cost; the default interval, 1 ms, is far longer
   than any legitimate gap between two instructions of a running kernel, while whole MoE layers
   simulate in well under that).
 
-Both stop with exit status 3 and `diagnose(sim)`: which thread blocks wait on what (flag word
+All three stop with exit status 3 and `diagnose(sim)`: which thread blocks wait on what (flag word
 with its buffer, word index, current and awaited value; MoE-Hub claims; hub room), which
 buffers and queues are full (hub request tables and FIFOs, link channels out of credits, switch
 inputs blocked, MoE-Hub row rings, expert windows, completion-record tables, AAU staging), which
@@ -23,7 +28,7 @@ from .engine.events import (EV_CH_ARRIVE, EV_CH_TX, EV_HUB_TX, EV_RPM_TX, EV_SM_
 from .engine.state import (LN_DONE, LN_RUNNING, TB_EMPTY, TB_READY, TB_WAIT_CLAIM, TB_WAIT_FENCE,
                            TB_WAIT_FLAG, TB_WAIT_HUB, TB_WAIT_REMOTE)
 from .observer import RunObserver, SimulationError
-from .isa.encoding import (CMP_NAMES, IMM, OP0, REG_TB, SEM, SEM_FENCE, SEM_SEND_EXPERT,
+from .isa.encoding import (CMP_NAMES, IMM, OP0, REG_TB, SEM, SEM_BRANCH, SEM_FENCE, SEM_SEND_EXPERT,
                            SEMANTIC_NAMES,
                            SUBOP, SUBOP_NAMES)
 
@@ -430,3 +435,91 @@ class NoProgressWatchdog(RunObserver):
                 f"simulated time (ticks {self.last_tick} to {tick}; run.watchdog_interval = "
                 f"{fmt_time(self.interval)}), {len(unfinished(sim))} kernel launch(es) unfinished. "
                 f"The run is stuck:\n" + diagnose(sim, tick), exit_code=3)
+
+
+# ------------------------------------------------------------------------ livelocks
+def enclosing_loop(program, pc):
+    """(first pc, branch pc) of the innermost loop around `pc`: the shortest backward branch of
+    the same kernel at or after `pc` whose target is at or before it; None if there is none."""
+    k = program.kernel_at(pc)
+    if k is None:
+        return None
+    best = None
+    code = program.code
+    for b in range(pc, k.entry_pc + k.n_instructions):
+        if int(code[b, SEM]) == SEM_BRANCH:
+            target = int(code[b, OP0 + 2])
+            if target <= pc and (best is None or b - target < best[1] - best[0]):
+                best = (target, b)
+    return best
+
+
+def livelock_report(sim, slots, now, interval):
+    """One line per spinning thread block (kernel, GPU/SM/TB, line, loop), the rest counted."""
+    st = sim.state
+    p = st.p[0]
+    T, S = int(p.slots_per_sm), int(p.sms_per_gpu)
+    lines, rest = [], {}
+    for slot in slots:
+        slot = int(slot)
+        l = int(st.tb[slot].launch)
+        kernel = sim.launches[l].kernel if l >= 0 else "?"
+        pc = int(st.tb[slot].pc)
+        file, line = sim.program.source_line(pc)
+        loop = enclosing_loop(sim.program, pc)
+        if loop is None:
+            where = f"{file}:{line} (no backward branch around it)"
+        else:
+            first = sim.program.source_line(loop[0])[1]
+            last = sim.program.source_line(loop[1])[1]
+            where = (f"{file}:{line}, in the loop of lines {first}-{last} (branch at line {last} "
+                     f"back to line {first})")
+        if len(lines) < MAX_TB_LINES:
+            sm = slot // T
+            since = int(st.tb[slot].progress)
+            lines.append(f"  kernel '{kernel}' (GPU {sm // S}, SM {sm % S}, TB "
+                         f"{int(st.regs[slot, REG_TB])}) at {where}: no memory, hub or link "
+                         f"access since tick {since} ({fmt_time(now - since)})")
+        else:
+            rest[(kernel, where)] = rest.get((kernel, where), 0) + 1
+    for (kernel, where), n in sorted(rest.items()):
+        lines.append(f"  ... and {n} more thread block(s) of kernel '{kernel}' at {where}")
+    return "\n".join(lines)
+
+
+class LivelockWatchdog(RunObserver):
+    """RunObserver: stop with exit status 3 when a resident, ready thread block has issued no
+    instruction touching memory, the hub or the links (and not exited) for `interval` ticks.
+
+    The engine stamps `tb.progress` at the TB's start, when it wakes from a wait and at every
+    issue of a non-idle instruction (components/sm.py IDLE_SEMANTICS); this observer pauses the
+    loop when the oldest stamp of a ready TB comes due and compares. Blocked TBs (flags, fences,
+    the hub) issue nothing and are the NoProgressWatchdog's concern."""
+
+    def __init__(self, interval):
+        self.interval = int(interval)
+        self.next_check = 0
+
+    def on_start(self, sim):
+        self.next_check = int(sim.state.sys[0].q_now) + self.interval
+
+    def next_stop(self, sim):
+        return self.next_check
+
+    def on_pause(self, sim, tick, events, wall_seconds):
+        if tick < self.next_check:
+            return
+        tb = sim.state.tb
+        ready = tb.state == TB_READY
+        spinning = np.nonzero(ready & (tick - tb.progress >= self.interval))[0]
+        if len(spinning):
+            raise SimulationError(
+                f"livelock: {len(spinning)} thread block(s) kept issuing instructions for "
+                f"{fmt_time(self.interval)} of simulated time (run.livelock_interval) without "
+                f"touching memory, the hub or the links and without exiting, at tick {tick}; "
+                f"{len(unfinished(sim))} kernel launch(es) unfinished. Spinning:\n"
+                + livelock_report(sim, spinning, tick, self.interval)
+                + "\n" + diagnose(sim, tick), exit_code=3)
+        # the next time a ready TB can come due (a TB made ready later has a later stamp)
+        oldest = int(tb.progress[ready].min()) if ready.any() else tick
+        self.next_check = max(oldest + self.interval, tick + 1)

@@ -59,6 +59,18 @@ def assert_rows_home(sim, gpus, tokens, topk, row_bytes):
                 assert np.array_equal(out[t * topk + k], 2 * x[t]), (g, t, k)
 
 
+# the parameters of configs/ubench/p2p_latency.yaml's kernel, so a user kernel can stand in for it
+P2P_KERNEL_HEAD = ".kernel pingpong\n.param peer\n.param flag\n.param iters\n.param times\n"
+
+
+def p2p_kernel(tmp_path, body):
+    """Write `body` as the p2p_latency kernel (lines 1-5 are its head, `body` starts on line 6)
+    into tmp_path/k.s; returns the --set override that runs it."""
+    k = tmp_path / "k.s"
+    k.write_text(P2P_KERNEL_HEAD + body)
+    return f"workload.kernel_files=[{k}]"
+
+
 def read_stats_json(outdir):
     data = json.loads((Path(outdir) / "stats.json").read_text())
     return {k: v["value"] for k, v in data.items()}

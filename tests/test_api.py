@@ -31,7 +31,8 @@ def test_api_run_matches_the_command_line_bit_for_bit(tmp_path):
     mem = mh.run(LAYER, {"scheme": "deepep", "workload.layer.tokens_per_gpu": 32})
     assert mem.outdir is None and model_stats(mem.stats) == cli
     assert mem["system.moe.rows_combined"] == 32 * 2 * 4
-    assert mem["system.moe.output_max_abs_error"] <= 1e-6 * mem["system.moe.output_max_abs_reference"]
+    assert mem["system.moe.output_max_abs_error"] <= \
+        1e-6 * mem["system.moe.output_max_abs_reference"]
     # read back: values, units and descriptions as the run had them
     back = mh.load_results(tmp_path / "api")
     assert [(s.name, s.value, s.unit, s.desc) for s in back] == \
@@ -63,6 +64,25 @@ def test_results_views_and_report_figures():
     assert stopped.stopped and "max_ticks" in stopped.stopped and stopped["simTicks"] <= 10 ** 6
 
 
+def test_compare_runs_in_memory_and_on_disk(tmp_path):
+    fast = mh.run(P2P, SMALL, outdir=tmp_path / "fast")
+    slow = mh.run(P2P, SMALL + ["system.nvlink.latency=500ns"])
+    slow.label = "slow links"
+    df = mh.compare([tmp_path / "fast", slow, fast], ["simTicks", "system.report.*"])
+    assert list(df.columns) == ["stat", "unit", "fast", "slow links", "fast #2",
+                                "slow links vs first", "fast #2 vs first"]
+    ticks = df.set_index("stat").loc["simTicks"]
+    assert ticks["fast"] == fast["simTicks"] and ticks["slow links"] == slow["simTicks"]
+    assert ticks["slow links vs first"] == f"{slow['simTicks'] / fast['simTicks']:.3f}x slower"
+    assert ticks["fast #2 vs first"] == "same"
+    assert list(df.stat) == ["simTicks", "system.report.p2p_latency_us"]
+    from moehub_arch.analysis import AnalysisError
+    with pytest.raises(AnalysisError, match="--stats nothing.here: no stat of"):
+        mh.compare([fast, slow], "nothing.here")
+    with pytest.raises(ValueError, match="no runs"):
+        mh.compare([])
+
+
 def test_reference_engine_runs_in_a_child_process_with_identical_stats():
     from moehub_arch.cli import jit_disabled
     assert not jit_disabled()   # the tests run compiled: python is the other engine
@@ -72,23 +92,38 @@ def test_reference_engine_runs_in_a_child_process_with_identical_stats():
     assert model_stats(python.stats) == model_stats(numba.stats)
 
 
+def test_system_file_and_load_warnings(tmp_path, monkeypatch):
+    """`system=` is `--system`; the CLI's load warnings are Python warnings."""
+    (tmp_path / "mysys.yaml").write_text(
+        "extends: configs/systems/dgx_h100.yaml\nsystem:\n  name: mysys\n  num_gpus: 2\n"
+        "  nvlink: {links_per_gpu: 2}\n  switch: {gpu_link_switch: [0, 1]}\n")
+    monkeypatch.chdir(tmp_path)   # shipped configs are found from any directory
+    r = mh.run(P2P, {"workload.launches.0.params.iters": 2}, system="mysys.yaml")
+    assert r.config["system"]["name"] == "mysys" and r.cfg.system.nvlink.links_per_gpu == 2
+    assert "system.gpu1.nvlink1.rx_packets" in r and "system.gpu1.nvlink2.rx_packets" not in r
+    (tmp_path / "late.yaml").write_text(f"extends: [mysys.yaml, {P2P}]\n")
+    with pytest.warns(UserWarning, match=r"system.num_gpus \(2 -> 8"):
+        cfg = mh.load_config("late.yaml")
+    assert len(cfg.load_warnings) == 1
+
+
 def test_sweep_of_four_points_is_a_dataframe_of_four_rows(tmp_path):
     spec = {"config": str(CONFIGS / "ubench/p2p_latency.yaml"),
             "set": dict(o.split("=", 1) for o in SMALL),
             "grid": {"workload.launches.0.params.iters": [2, 3],
                      "system.nvlink.latency": ["250ns", "500ns"]},
-            "stats": ["simTicks", "system.ubench.*"]}
+            "stats": ["simTicks", "system.report.*"]}
     df = mh.sweep(spec, outdir=tmp_path / "sw", workers=2, progress=False)
     assert len(df) == 4 and list(df.status) == ["ok"] * 4
     assert list(df.columns) == ["point", "status", "workload.launches.0.params.iters",
                                 "system.nvlink.latency", "simTicks",
-                                "system.ubench.p2p_latency_us", "outdir", "error"]
+                                "system.report.p2p_latency_us", "outdir", "error"]
     assert sorted(zip(df["workload.launches.0.params.iters"], df["system.nvlink.latency"])) == \
         [(2, "250ns"), (2, "500ns"), (3, "250ns"), (3, "500ns")]
     # longer links, longer latency; each row's run directory reads back with the same stats
     by = df.set_index(["workload.launches.0.params.iters", "system.nvlink.latency"])
-    assert by.loc[(3, "500ns"), "system.ubench.p2p_latency_us"] > \
-        by.loc[(3, "250ns"), "system.ubench.p2p_latency_us"]
+    assert by.loc[(3, "500ns"), "system.report.p2p_latency_us"] > \
+        by.loc[(3, "250ns"), "system.report.p2p_latency_us"]
     for row in df.itertuples():
         assert mh.load_results(row.outdir)["simTicks"] == row.simTicks
     # the same point run alone gives the same numbers
@@ -100,6 +135,35 @@ def test_sweep_of_four_points_is_a_dataframe_of_four_rows(tmp_path):
     again = mh.sweep(path, outdir=tmp_path / "sw", workers=1, progress=False)
     assert list(again.status) == ["ok (earlier run)"] * 4
     assert again.simTicks.tolist() == df.simTicks.tolist()
+
+
+def test_a_script_without_a_main_guard_can_sweep(tmp_path):
+    """Worker processes start fresh (spawn) and must not run the user's script again."""
+    import subprocess
+    import sys
+    script = tmp_path / "study.py"
+    spec = {"config": str(CONFIGS / "ubench/p2p_latency.yaml"),
+            "set": dict(o.split("=", 1) for o in SMALL), "stats": ["simTicks"],
+            "grid": {"workload.launches.0.params.iters": [2]}}
+    script.write_text("import moehub_arch as mh\n"
+                      f"df = mh.sweep({spec!r}, outdir='sw', workers=1, progress=False)\n"
+                      "print('rows', len(df), df.status[0])\n")
+    r = subprocess.run([sys.executable, script], cwd=tmp_path, capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == "rows 1 ok\n"
+
+
+def test_sweep_without_stats_selects_the_default_columns(tmp_path):
+    from moehub_arch.sweep.spec import DEFAULT_STATS, load_sweep, sweep_from_dict
+    path = tmp_path / "nostats.yaml"
+    path.write_text(f"config: {CONFIGS / 'experiments/functional.yaml'}\n"
+                    "grid: {scheme: [deepep, moehub]}\n")
+    assert load_sweep(path).stats == DEFAULT_STATS
+    spec = sweep_from_dict({"config": LAYER, "grid": {"scheme": ["deepep"]},
+                            "stats": ("simTicks",)})
+    assert spec.stats == ("simTicks",) and spec.name == "sweep" and spec.file is None
+    assert str(spec.outdir) == "sweep-out/sweep"
 
 
 def test_bad_input_raises_the_command_lines_error(tmp_path):
@@ -125,7 +189,8 @@ def test_bad_input_raises_the_command_lines_error(tmp_path):
         mh.run(P2P, SMALL + ["trace.enabled=true"])
     with pytest.raises(SweepError, match="sweep spec: gird: unknown key; did you mean 'grid'"):
         mh.sweep({"config": P2P, "gird": {}}, outdir=tmp_path / "s", progress=False)
-    with pytest.raises(SweepError, match=r"sweep spec: point \{'system.nvlink.latency': '1 fortnight'"):
+    with pytest.raises(SweepError,
+                       match=r"sweep spec: point \{'system.nvlink.latency': '1 fortnight'"):
         mh.sweep({"config": str(CONFIGS / "ubench/p2p_latency.yaml"),
                   "grid": {"system.nvlink.latency": ["1 fortnight"]}},
                  outdir=tmp_path / "s", progress=False)

@@ -62,6 +62,30 @@ def _yaml(body):
     return {"bad.yaml": f"extends: {P2P}\n{body}"}, ["run", "{tmp}/bad.yaml"]
 
 
+def _bytes(data):
+    """A file's exact bytes (encodings, binary files)."""
+    return lambda path: path.write_bytes(data)
+
+
+def _sparse(size):
+    """A file of `size` bytes (sparse: costs no disk), full of NULs."""
+    def write(path):
+        with open(path, "wb") as f:
+            f.truncate(size)
+    return write
+
+
+def _truncated_npz(path):
+    np.savez(path, topk_idx=np.asarray(GOOD_IDX * 4))
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+
+
+# "billion laughs": 9 levels of 9 aliases each expand to 9**9 (387 million) nodes
+ALIAS_BOMB = "".join(f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 9) if i else ', '.join(['1'] * 9)}]\n"
+                     for i in range(9))
+
+
 # (id, files: name -> text or writer, argv with {tmp}, fragments that must be in stderr)
 CASES = [
     # ---- config: keys, types, units, ranges -------------------------------------------------
@@ -168,6 +192,15 @@ CASES = [
     ("gini-range", {}, _set(LAYER, "workload.layer.routing.kind=skewed", "workload.layer.routing.gini=0.97"),
      ["--set workload.layer.routing.gini=0.97", "workload.layer.routing.gini",
       "expected a number in [0, 0.9]", "0.97"]),
+    ("normal-std-negative", {}, _set(LAYER, "workload.layer.routing.kind=normal",
+                                     "workload.layer.routing.std=-0.01"),
+     ["workload.layer.routing.std", "expected a non-negative number", "-0.01"]),
+    ("normal-std-not-a-number", {}, _set(LAYER, "workload.layer.routing.kind=normal",
+                                         "workload.layer.routing.std=wide"),
+     ["workload.layer.routing.std", "expected a number", "wide"]),
+    ("tutel-capacity-factor", {}, _set(LAYER, "scheme=tutel",
+                                       "workload.layer.tutel.capacity_factor=0"),
+     ["workload.layer.tutel.capacity_factor", "expected a positive number"]),
     ("unknown-model", {}, _set(LAYER, "workload.layer.model=mixtral"),
      ["workload.layer.model", "mixtral"]),
     # ---- assembly: file:line:col -----------------------------------------------------------------
@@ -237,6 +270,61 @@ CASES = [
      ["ck: not a checkpoint directory (no meta.json"]),
     ("restore-with-config", {}, ["run", P2P, "--restore", "{tmp}"],
      ["a checkpoint carries its own config", "CONFIG"]),
+    # ---- corrupt files: encodings, binary, empty, huge, YAML alias bombs (moehub_arch/inputs.py) --
+    ("config-utf16-without-bom", {"bad.yaml": _bytes(f"extends: {P2P}\n".encode("utf-16-le"))},
+     ["run", "{tmp}/bad.yaml"], ["bad.yaml:1:2:", "contains NUL bytes", "without a byte-order mark"]),
+    ("config-utf16-broken-bom", {"bad.yaml": _bytes(b"\xff\xfea\x00b")}, ["run", "{tmp}/bad.yaml"],
+     ["bad.yaml", "UTF-16 LE byte-order mark but is not valid UTF-16 LE", "save it again as UTF-8"]),
+    ("config-latin1", {"bad.yaml": _bytes(f"extends: {P2P}\nrun:\n  seed: 1 # caf\u00e9\n".encode("latin-1"))},
+     ["run", "{tmp}/bad.yaml"], ["bad.yaml:3:16:", "byte 0xe9 is not UTF-8", "another encoding"]),
+    ("config-binary", {"bad.yaml": _bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR")},
+     ["run", "{tmp}/bad.yaml"], ["bad.yaml:1:1:", "byte 0x89 is not UTF-8", "a binary file"]),
+    ("config-empty", {"bad.yaml": ""}, ["run", "{tmp}/bad.yaml"],
+     ["bad.yaml: the config file is empty", "expected a mapping with keys extends, system"]),
+    ("config-comments-only", {"bad.yaml": "# to do\n"}, ["run", "{tmp}/bad.yaml"],
+     ["bad.yaml: the config file is empty"]),
+    ("config-huge", {"bad.yaml": _sparse(65 * 2 ** 20)}, ["run", "{tmp}/bad.yaml"],
+     ["bad.yaml: the config file is 65.0 MiB", "larger than 64.0 MiB is refused"]),
+    ("config-alias-bomb", *_yaml(ALIAS_BOMB), ["bad.yaml:8:", "more than 2,000,000 YAML nodes",
+                                               "alias bomb"]),
+    ("config-recursive-alias", *_yaml("run: &r\n  seed: *r\n"),
+     ["bad.yaml:2:", "an alias (*name) that contains itself"]),
+    ("config-nested-too-deeply", *_yaml("run: " + "[" * 100_000 + "\n"),
+     ["bad.yaml: the config file is nested too deeply to read"]),
+    ("extends-binary", {"bad.yaml": "extends: base.yaml\n", "base.yaml": _bytes(b"\x00\x01\x02")},
+     ["run", "{tmp}/bad.yaml"], ["base.yaml:1:1:", "contains NUL bytes"]),
+    ("set-recursive-alias", {}, _set(P2P, "workload.report=&a [*a]"),
+     ["--set workload.report=&a [*a]", "contains itself"]),
+    ("asm-latin1", {"k.s": _bytes((KERNEL_HEAD + "    exit  # fin\u00e9\n").encode("latin-1"))},
+     ["asm", "{tmp}/k.s"], ["k.s:6:16:", "cannot read the kernel file", "byte 0xe9 is not UTF-8"]),
+    ("asm-binary", {"k.s": _bytes(b"\x7fELF\x02\x01\x01\x00" + bytes(range(256)))},
+     ["asm", "{tmp}/k.s"], ["k.s:1:8:", "cannot read the kernel file", "contains NUL bytes"]),
+    ("asm-binary-in-run", {"k.s": _bytes(bytes(range(256)))},
+     _set(P2P, "workload.kernel_files=[{tmp}/k.s]"), ["k.s:1:1:", "cannot read the kernel file",
+                                                     "contains NUL bytes"]),
+    ("asm-include-binary", {"k.s": KERNEL_HEAD + '.include "lib.s"\n    exit\n',
+                            "lib.s": _bytes(b"\x00\x01\x02")},
+     ["asm", "{tmp}/k.s"], ["k.s:6:1: .include: ", "lib.s:1:1: cannot read the included kernel file",
+                            "contains NUL bytes"]),
+    ("isa-binary", {"my.yaml": _bytes(b"\xde\xad\xbe\xef")},
+     _set(P2P, "workload.isa_files=[{tmp}/my.yaml]"),
+     ["my.yaml:1:3:", "cannot read the ISA file", "byte 0xbe is not UTF-8", "a binary file"]),
+    ("isa-empty", {"my.yaml": ""}, _set(P2P, "workload.isa_files=[{tmp}/my.yaml]"),
+     ["my.yaml: expected a top-level mapping 'instructions"]),
+    ("isa-alias-bomb", {"my.yaml": ALIAS_BOMB}, _set(P2P, "workload.isa_files=[{tmp}/my.yaml]"),
+     ["my.yaml:7:", "the ISA file expands to more than 2,000,000 YAML nodes"]),
+    ("trace-truncated-npz", {"t.npz": _truncated_npz}, _run_trace("t.npz"),
+     ["t.npz", "workload.layer.routing.trace", "cannot read the trace file as a NumPy .npz archive"]),
+    ("trace-npz-not-a-zip", {"t.npz": "topk_idx = [[0, 1]]\n"}, _run_trace("t.npz"),
+     ["t.npz", "cannot read the trace file as a NumPy .npz archive"]),
+    ("trace-pickled-objects", {"t.npy": lambda p: np.save(p, np.array([[0, 1]] * 256, dtype=object))},
+     _run_trace("t.npy"), ["t.npy", "cannot read the trace file as a NumPy .npy array", "pickle"]),
+    ("trace-json-binary", {"t.json": _bytes(b"{\"topk_idx\": \xff}")}, _run_trace("t.json"),
+     ["t.json", "workload.layer.routing.trace", "byte 0xff is not UTF-8"]),
+    ("sweep-binary", {"s.yaml": _bytes(b"\xfe\xed\x00")}, ["sweep", "{tmp}/s.yaml"],
+     ["s.yaml:1:1:", "cannot read the sweep file", "not UTF-8"]),
+    ("sweep-alias-bomb", {"s.yaml": ALIAS_BOMB}, ["sweep", "{tmp}/s.yaml"],
+     ["s.yaml:7:", "the sweep file expands to more than 2,000,000 YAML nodes"]),
     # ---- runtime errors in kernels (the simulation stops at the faulty instruction) -------------
     ("runtime-misaligned", {"k.s": KERNEL_HEAD + "    ld r1, [%flag+4]\n    exit\n"},
      _set(P2P, "workload.kernel_files=[{tmp}/k.s]"),

@@ -119,3 +119,18 @@ def test_runtime_error_names_the_kernel_line(tmp_path):
     r = run_cli("run", "configs/ubench/p2p_latency.yaml", "-o", tmp_path / "o", *SMALL,
                 "--set", f"workload.kernel_files=[{kernel}]")
     _error(r, "k.s:6: runtime error in kernel 'pingpong'")
+
+
+def test_compiling_notice_knows_a_stale_cache_folder(tmp_path, monkeypatch):
+    """A NUMBA_CACHE_DIR holding compiled code of another engine version is recompiled: the
+    'compiling' notice must show then too, not only when the folder is empty."""
+    from moehub_arch import engine_version
+    from moehub_arch.cli import _CACHE_STAMP, _engine_cached
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path))
+    assert not _engine_cached()                                   # empty
+    (tmp_path / "loop.run-1.py311.nbi").write_bytes(b"index")
+    assert not _engine_cached()                                   # code of an unknown version
+    (tmp_path / _CACHE_STAMP).write_text("0.0.1+stale")
+    assert not _engine_cached()
+    (tmp_path / _CACHE_STAMP).write_text(engine_version())
+    assert _engine_cached()

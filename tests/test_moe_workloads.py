@@ -49,6 +49,45 @@ def test_deepseek_v3_details():
                                   groups=8, top_groups=4)
 
 
+def test_seed_paper_models():
+    # Hugging Face config.json of Qwen/Qwen1.5-MoE-A2.7B and microsoft/Phi-3.5-MoE-instruct
+    q = load_model("qwen1_5_moe_a2_7b")
+    assert (q.hidden, q.expert_ffn, q.experts, q.top_k, q.shared_experts, q.shared_expert_ffn,
+            q.moe_layers) == (2048, 1408, 60, 4, 1, 5632, 24)
+    assert q.router.kind == "softmax_topk" and not q.router.normalize   # norm_topk_prob false
+    p = load_model("phi3_5_moe")
+    assert (p.hidden, p.expert_ffn, p.experts, p.top_k, p.shared_experts, p.moe_layers) == \
+        (4096, 6400, 16, 2, 0, 32)
+    # DySHARP (arXiv 2605.05607) shapes S, M, L: H, I, E
+    for name, shape in (("dysharp_s", (2048, 512, 64)), ("dysharp_m", (4096, 1024, 128)),
+                        ("dysharp_l", (7168, 2048, 256))):
+        m = load_model(name)
+        assert (m.hidden, m.expert_ffn, m.experts, m.top_k) == shape + (8,)
+
+
+def test_normal_routing_spreads_with_std():
+    kw = dict(num_gpus=8, tokens_per_gpu=2048, num_experts=16, top_k=2, seed=3)
+    flat = generate_routing("normal", std=0.0, **kw)
+    loads = np.bincount(flat.topk_idx.ravel(), minlength=16) / flat.topk_idx.size
+    assert abs(loads - 1 / 16).max() < 0.01          # std 0: uniform
+    spreads = []
+    for std in (0.0, 0.02, 0.05):
+        r = generate_routing("normal", std=std, **kw)
+        _check_valid(r, 8, 2048, 16, 2)
+        spreads.append((np.bincount(r.topk_idx.ravel(), minlength=16) / r.topk_idx.size).std())
+    assert spreads[0] < spreads[1] < spreads[2]
+
+
+@pytest.mark.parametrize("std,words", [(-0.1, "non-negative"), ("0.1", "non-negative"),
+                                       (float("nan"), "non-negative"), (True, "non-negative"),
+                                       (10.0, "fewer than top-k")])
+def test_normal_routing_bad_std(std, words):
+    with pytest.raises(ConfigError) as ei:   # top-8 of 8: any expert clipped to 0 is too many
+        generate_routing("normal", std=std, num_gpus=2, tokens_per_gpu=4, num_experts=8,
+                         top_k=8, seed=1)
+    assert "workload.layer.routing.std" in str(ei.value) and words in str(ei.value)
+
+
 def test_mixtral_and_qwen3_details():
     m = load_model("mixtral_8x7b")
     assert (m.hidden, m.expert_ffn, m.experts, m.top_k) == (4096, 14336, 8, 2)
@@ -165,6 +204,7 @@ ROUTER_CASES = [
     ("skewed", {"gini": 0.25}),
     ("group_limited", {"router": V3}),
     ("group_limited", {"router": V2}),
+    ("normal", {"std": 0.032}),
 ]
 
 

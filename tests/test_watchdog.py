@@ -8,16 +8,10 @@ import json
 
 import pytest
 
-from conftest import CONFIGS, load, mini_system, read_stats_json, run_cli
+from conftest import CONFIGS, load, mini_system, p2p_kernel, read_stats_json, run_cli
 
 P2P = "ubench/p2p_latency.yaml"
-KERNEL_HEAD = ".kernel pingpong\n.param peer\n.param flag\n.param iters\n.param times\n"
-
-
-def _kernel(tmp_path, body):
-    k = tmp_path / "k.s"
-    k.write_text(KERNEL_HEAD + body)
-    return f"workload.kernel_files=[{k}]"
+_kernel = p2p_kernel
 
 
 def _stuck(config, *overrides):

@@ -1,14 +1,22 @@
 #!/usr/bin/env python3
-"""Run the MoE layer experiments and print one table: model x tokens per GPU x scheme -> layer
-time, where the time goes, and the speedup of `moehub` over each baseline.
+"""Run the MoE layer experiments and print one table: model x tokens per GPU x scheme x system ->
+layer time, where the time goes, and the speedup of `moehub` over each baseline.
 
-    python tools/layer_table.py                       # all 27 configs in configs/experiments/layer/
+    python tools/layer_table.py                       # all 27 DGX H100 configs in configs/experiments/layer/
     python tools/layer_table.py --models deepseek_v3 --tokens 1024 --jobs 2
-    python tools/layer_table.py --markdown table.md --csv table.csv
+    python tools/layer_table.py --systems hgx_h800 dgx_h100 --tokens 1024 --schemes deepep moehub
+    python tools/layer_table.py --markdown table.md --csv table.csv --json table.json
+
+Configs are `<model>_<tokens>_<scheme>.yaml` for the DGX H100 and `<model>_<tokens>_<scheme>_<system>.yaml`
+for any other system (hgx_h800, dgx_h800: 256, 1024 and 4096 tokens per GPU).
 
 Each run writes its usual output directory under --outdir (default out/layer_table/<config>);
 a run whose stats.json is already there is reused (delete it or pass --force to re-run). Runs go
 through `moehub-sim run`, in --jobs parallel processes.
+
+    python tools/layer_table.py --grid moehub_paper [--quick] [--json out.json]
+
+runs a seed paper's evaluation grid instead (tools/layer_grid.py: its own options, --help there).
 """
 import argparse
 import csv
@@ -25,10 +33,13 @@ LAYER_DIR = REPO / "configs" / "experiments" / "layer"
 MODELS = ("mixtral_8x7b", "deepseek_v3", "qwen3_30b_a3b")
 TOKENS = (1024, 4096, 8192)
 SCHEMES = ("deepep", "overlap", "moehub")
+SYSTEMS = ("dgx_h100",)
+DEFAULT_SYSTEM = "dgx_h100"     # its configs carry no system suffix
 COLUMNS = (  # (stat, header) per run
     ("system.moe.layer_time_us", "layer_us"),
     ("system.moe.phase.mediation_us", "mediation_us"),
     ("system.moe.phase.dispatch_us", "dispatch_us"),
+    ("system.moe.dispatch_link_efficiency", "dispatch_link_eff"),
     ("system.moe.phase.expert_us", "expert_us"),
     ("system.moe.phase.combine_us", "combine_us"),
     ("system.moe.overhead_us", "exposed_us"),
@@ -53,10 +64,17 @@ def run_one(config, outdir, force, extra):
 
 
 def main(argv=None):
+    args_in = sys.argv[1:] if argv is None else list(argv)
+    if any(a == "--grid" or a.startswith("--grid=") for a in args_in):
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        import layer_grid
+        return layer_grid.main(args_in)
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", nargs="+", default=list(MODELS))
     ap.add_argument("--tokens", nargs="+", type=int, default=list(TOKENS))
     ap.add_argument("--schemes", nargs="+", default=list(SCHEMES))
+    ap.add_argument("--systems", nargs="+", default=list(SYSTEMS),
+                    help="systems to run on (config suffix; default dgx_h100)")
     ap.add_argument("--outdir", default="out/layer_table")
     ap.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 1)))
     ap.add_argument("--force", action="store_true", help="re-run even where stats.json exists")
@@ -64,10 +82,14 @@ def main(argv=None):
                     help="KEY=VALUE applied to every run (e.g. workload.layer.routing.kind=skewed)")
     ap.add_argument("--markdown", help="also write the table as Markdown to this file")
     ap.add_argument("--csv", help="also write every run's figures as CSV to this file")
+    ap.add_argument("--json", help="also write every run's figures to this file: a list of objects "
+                    "(model, tokens_per_gpu, scheme, system and every column)")
     args = ap.parse_args(argv)
 
-    points = [(m, t, s) for m in args.models for t in args.tokens for s in args.schemes]
-    missing = [f"{m}_{t}_{s}.yaml" for m, t, s in points if not (LAYER_DIR / f"{m}_{t}_{s}.yaml").is_file()]
+    points = [(m, t, s, y) for y in args.systems for m in args.models for t in args.tokens
+              for s in args.schemes]
+    missing = [f"{config_name(*p)}.yaml" for p in points
+               if not (LAYER_DIR / f"{config_name(*p)}.yaml").is_file()]
     if missing:
         print(f"layer_table: no such config in {LAYER_DIR}: {', '.join(missing)}", file=sys.stderr)
         return 2
@@ -75,20 +97,19 @@ def main(argv=None):
     results = {}
 
     def job(p):
-        m, t, s = p
-        name = f"{m}_{t}_{s}"
+        name = config_name(*p)
         return p, run_one(LAYER_DIR / f"{name}.yaml", out / name, args.force, args.overrides)
 
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:   # each job is a subprocess
-        for (m, t, s), (stats, wall, how) in pool.map(job, points):
-            results[(m, t, s)] = stats
+        for (m, t, s, y), (stats, wall, how) in pool.map(job, points):
+            results[(m, t, s, y)] = stats
             state = f"{wall:.0f} s" if how == "ran" else how
-            print(f"  {m:14s} {t:5d} {s:8s} {state}", file=sys.stderr, flush=True)
+            print(f"  {m:14s} {t:5d} {s:8s} {y:9s} {state}", file=sys.stderr, flush=True)
 
     rows = []
-    for m, t, s in points:
-        stats = results[(m, t, s)]
-        row = {"model": m, "tokens": t, "scheme": s}
+    for m, t, s, y in points:
+        stats = results[(m, t, s, y)]
+        row = {"model": m, "tokens": t, "scheme": s, "system": y}
         for key, head in COLUMNS:
             row[head] = stats[key]["value"] if stats and key in stats else None
         rows.append(row)
@@ -101,23 +122,36 @@ def main(argv=None):
             w = csv.DictWriter(f, fieldnames=list(rows[0]))
             w.writeheader()
             w.writerows(rows)
+    if args.json:
+        objs = [{"model": r["model"], "tokens_per_gpu": r["tokens"], "scheme": r["scheme"],
+                 "system": r["system"], **{h: r[h] for _, h in COLUMNS}} for r in rows]
+        Path(args.json).write_text(json.dumps(objs, indent=1) + "\n")
     return 0 if all(results.values()) else 1
 
 
+def config_name(model, tokens, scheme, system):
+    """The layer config's file name (without .yaml) of one point."""
+    name = f"{model}_{tokens}_{scheme}"
+    return name if system == DEFAULT_SYSTEM else f"{name}_{system}"
+
+
 def format_table(rows, schemes):
-    """Markdown table: one line per (model, tokens, scheme), speedup of moehub vs each baseline."""
-    heads = ["model", "tokens/GPU", "scheme"] + [h for _, h in COLUMNS] + ["moehub speedup"]
+    """Markdown table: one line per (model, tokens, scheme, system), speedup of moehub vs each
+    baseline on the same system."""
+    heads = ["model", "tokens/GPU", "scheme", "system"] + [h for _, h in COLUMNS] + ["moehub speedup"]
     lines = ["| " + " | ".join(heads) + " |", "|" + "---|" * len(heads)]
-    by_point = {(r["model"], r["tokens"], r["scheme"]): r for r in rows}
+    by_point = {(r["model"], r["tokens"], r["scheme"], r.get("system", DEFAULT_SYSTEM)): r
+                for r in rows}
     for r in rows:
-        hub = by_point.get((r["model"], r["tokens"], "moehub"))
+        hub = by_point.get((r["model"], r["tokens"], "moehub", r.get("system", DEFAULT_SYSTEM)))
         speed = ""
         if r["scheme"] != "moehub" and hub and hub["layer_us"] and r["layer_us"]:
             speed = f"{r['layer_us'] / hub['layer_us']:.2f}x"
-        cells = [r["model"], str(r["tokens"]), r["scheme"]]
+        cells = [r["model"], str(r["tokens"]), r["scheme"], r.get("system", DEFAULT_SYSTEM)]
         for _, h in COLUMNS:
             v = r[h]
-            cells.append("failed" if v is None else (f"{v:.3f}" if h in ("sm_compute", "link_util")
+            cells.append("failed" if v is None else (f"{v:.3f}" if h in ("sm_compute", "link_util",
+                                                                         "dispatch_link_eff")
                                                       else f"{v:.1f}"))
         lines.append("| " + " | ".join(cells + [speed]) + " |")
     return lines

@@ -59,15 +59,24 @@ def compare_table(outdirs, patterns=None, per_gpu=False):
     return header, table
 
 
+def _as_run(run):
+    """A run output directory, or a run already in memory: an object with `label` and `stats`
+    ({name: {"value", "unit"}}, as stats.json), which the Python API's compare() passes."""
+    if hasattr(run, "label") and isinstance(getattr(run, "stats", None), dict):
+        return run
+    return RunData(run)
+
+
 def _compare(outdirs, patterns, per_gpu):
     """(header, rows, number of all-zero rows left out)."""
-    runs = [RunData(d) for d in outdirs]
+    runs = [_as_run(d) for d in outdirs]
     patterns = list(patterns or DEFAULT_PATTERNS)
     per_run = [_rows(r, patterns, per_gpu) for r in runs]
     if patterns != list(DEFAULT_PATTERNS):
         for p in patterns:
             if not any(fnmatch.fnmatchcase(n, p) for r in runs for n in r.stats):
-                raise AnalysisError(f"--stats {p}: no stat of {', '.join(map(str, outdirs))} "
+                names = ", ".join(str(getattr(r, "dir", r.label)) for r in runs)
+                raise AnalysisError(f"--stats {p}: no stat of {names} "
                                     f"matches (list them with `moehub-sim stats --list CONFIG`)")
     names = list(per_run[0])
     for rows in per_run[1:]:

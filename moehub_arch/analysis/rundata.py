@@ -3,7 +3,17 @@ when it was traced, its timeline (trace.json)."""
 import json
 from pathlib import Path
 
+from ..inputs import InputFileError, read_text
 from . import AnalysisError
+
+
+def _read_json(path, what):
+    try:
+        return json.loads(read_text(path, what))
+    except InputFileError as e:
+        raise AnalysisError(str(e)) from None
+    except ValueError as e:
+        raise AnalysisError(f"{path}: not valid JSON ({e})") from None
 
 
 class RunData:
@@ -13,12 +23,12 @@ class RunData:
         if not path.is_file():
             raise AnalysisError(f"{outdir}: not a run output directory (no stats.json); run "
                                 f"`moehub-sim run CONFIG -o {outdir}` first")
-        try:
-            self.stats = json.loads(path.read_text())
-            cfg_path = self.dir / "config.json"
-            self.config = json.loads(cfg_path.read_text()) if cfg_path.is_file() else {}
-        except json.JSONDecodeError as e:
-            raise AnalysisError(f"{path}: not valid JSON ({e})") from None
+        self.stats = _read_json(path, "stats file")
+        cfg_path = self.dir / "config.json"
+        self.config = _read_json(cfg_path, "config file") if cfg_path.is_file() else {}
+        if not isinstance(self.stats, dict) or not isinstance(self.config, dict):
+            raise AnalysisError(f"{outdir}: stats.json and config.json must hold JSON objects "
+                                f"(written by moehub-sim run)")
         self.name = self.dir.name
         self._trace = None
 
@@ -43,10 +53,10 @@ class RunData:
             if not path.is_file():
                 raise AnalysisError(f"{self.dir}: no trace.json; run with --trace to get the "
                                     f"timeline figures")
+            data = _read_json(path, "trace file")
             try:
-                data = json.loads(path.read_text())
                 self._trace, self._info = data["traceEvents"], data.get("otherData", {})
-            except (json.JSONDecodeError, KeyError) as e:
+            except (TypeError, KeyError, AttributeError) as e:
                 raise AnalysisError(f"{path}: not a Chrome trace-event file ({e})") from None
         return self._trace
 

@@ -98,10 +98,31 @@ def hbm_transfer(st, g, addr, nbytes, tick, is_write):
 
 
 @compiled
-def l2_access(st, g, nbytes, tick):
-    """A read of nbytes served by GPU g's L2 (data the kernel asserts many tiles share, such as
-    expert weights): one bandwidth server per GPU (the L2's aggregate read bandwidth, fluid FIFO
-    like an HBM channel) plus the L2 hit latency. Returns the tick the data is available."""
+def link_write(st, g, addr, nbytes, tick):
+    """A write arriving from a link (the hub's receive path: puts, stores, MoE-Hub rows) issued
+    at `tick`. Returns (absorbed, visible): when the packet may leave the link receive buffer (its
+    credits go back) and when readers see the data. system.gpu.l2.link_writes:
+      hbm        the buffer is held until the HBM channels have taken the data (visible one HBM
+                 latency later): writes queue behind every access already on those channels;
+      write_back the L2 (a write-back cache, as NVLink writes land in the destination GPU's L2
+                 slices) takes the data at its bandwidth and it is visible one L2 latency later;
+                 the HBM write-back is charged on the channels (their bandwidth) but holds no
+                 link buffer."""
+    p = st.p[0]
+    if p.l2_link_writes == 0:
+        done = hbm_transfer(st, g, addr, nbytes, tick, True)
+        return done, done + hbm_latency_ticks(st, done)
+    hbm_transfer(st, g, addr, nbytes, tick, True)   # the write-back, later: bandwidth only
+    st.gpu[g].l2_link_write_bytes += nbytes
+    done = _l2_transfer(st, g, nbytes, tick)
+    c = cycle_at_or_after(done, p.sm_period_fs)
+    return done, cycle_edge(c + p.l2_latency_cycles, p.sm_period_fs)
+
+
+@compiled
+def _l2_transfer(st, g, nbytes, tick):
+    """Charge GPU g's L2 bandwidth server (one fluid FIFO per GPU, like an HBM channel) for
+    nbytes issued at `tick`; returns when the transfer ends."""
     p = st.p[0]
     gp = st.gpu[g]
     start = gp.l2_free
@@ -110,8 +131,17 @@ def l2_access(st, g, nbytes, tick):
     busy = bytes_ticks(nbytes, p.l2_fs_per_byte)
     gp.l2_free = start + busy
     gp.l2_busy += busy
-    gp.l2_read_bytes += nbytes
-    c = cycle_at_or_after(gp.l2_free, p.sm_period_fs)
+    return start + busy
+
+
+@compiled
+def l2_access(st, g, nbytes, tick):
+    """A read of nbytes served by GPU g's L2 (data the kernel asserts many tiles share, such as
+    expert weights): one bandwidth server per GPU (the L2's aggregate read bandwidth, fluid FIFO
+    like an HBM channel) plus the L2 hit latency. Returns the tick the data is available."""
+    p = st.p[0]
+    st.gpu[g].l2_read_bytes += nbytes
+    c = cycle_at_or_after(_l2_transfer(st, g, nbytes, tick), p.sm_period_fs)
     return cycle_edge(c + p.l2_latency_cycles, p.sm_period_fs)
 
 

@@ -10,10 +10,11 @@ room; if none has room the packetizer stalls) and queues the packet there.
 
 Receiver side: an arriving packet is processed ``rx_latency`` after arrival: data is written to
 HBM, stores and atomics are performed at memory, get requests are turned into a response stream.
-Link credits are returned when the memory system has absorbed a write (its HBM channels finished
-the transfer) or an atomic completed, so a slow memory throttles the link; the written data becomes
-visible to readers (flag waiters) one HBM access latency later. Completions travel back as responses: write
-responses (ACK packets, header only), the read data for a get, and the old value for an atomic.
+Link credits are returned when the memory system has absorbed a write (hbm.link_write: the HBM
+channels finished the transfer, or the L2 took it with system.gpu.l2.link_writes = write_back) or
+an atomic completed, so a slow memory throttles the link; the written data becomes visible to
+readers (flag waiters) one HBM (or L2) access latency later. Completions travel back as responses:
+write responses (ACK packets, header only), the read data for a get, and the old value for an atomic.
 
 Packets and their responses (system.nvlink, packet.py): puts, flag stores and get data travel in
 packets of at most `store_packet_bytes` (SM stores coalesced from 32 B sectors), a get sends one
@@ -40,7 +41,7 @@ from ..engine.jit import compiled, inline
 
 from ..engine.state import (RESP_KIND, RESP_READY, RESP_REQ, ROUTE_FIRST, ROUTE_N, ROUTE_RR,
                             TB_WAIT_FENCE, WAIT_FENCE, WAIT_HUB, WAIT_REMOTE, WAITLIST_HUB)
-from .hbm import hbm_access, hbm_latency_ticks, hbm_transfer, move_bytes, read_word, write_word
+from .hbm import hbm_access, link_write, move_bytes, read_word, write_word
 from .nvlink import channel_count_arrival, credit_return, txq_push
 from .packet import (PK_ACK, PK_ATOM_REQ, PK_ATOM_RESP, PK_GET_REQ, PK_GET_RESP, PK_PUT, PK_STORE,
                      header_flits, packet_alloc, packet_flits, packet_free, store_packets)
@@ -77,6 +78,7 @@ def hub_submit(st, g, kind, slot, dst_gpu, dst_addr, src_addr, nbytes, value, re
     rq.acks_ready = 0
     rq.value = value
     rq.ret_reg = ret_reg
+    rq.launch = st.tb[slot].launch
     mp = st.p[0].store_payload * st.p[0].packet_train   # one (train of) packet(s)
     if kind == REQ_PUT or kind == REQ_GET:
         rq.pkts_total = (nbytes + mp - 1) // mp
@@ -224,6 +226,9 @@ def hub_packetize(st, g, tick):
         pk.flits = pk.npk * header_flits(st)   # header-only packets
     else:
         pk.flits, pk.npk = packet_flits(st, pk.payload, st.p[0].store_payload)
+    if not use_resp and rq.launch >= 0:
+        # wire bytes per kernel (dispatch_link_efficiency); responses serve another GPU's kernel
+        st.ln[rq.launch].tx_wire += pk.flits * st.p[0].flit_bytes
     pk.ready = ready + st.p[0].hub_tx_latency_ticks
     gp.hub_tx_packets += pk.npk
     gp.hub_tx_payload += pk.payload
@@ -351,8 +356,7 @@ def hub_receive(st, g, c, pkt, tick):
         if gp.hub_rx_first < 0:
             gp.hub_rx_first = tick
         gp.hub_rx_last = tick
-        free_at = hbm_transfer(st, g, addr, n, t, True)
-        visible = free_at + hbm_latency_ticks(st, free_at)
+        free_at, visible = link_write(st, g, addr, n, t)
         move_bytes(st, pk.src, pk.src_addr, g, addr, n, rq.slot)
         notify_stores(st, g, addr, n, visible)
         rq.pkts_arrived += 1
@@ -364,8 +368,7 @@ def hub_receive(st, g, c, pkt, tick):
         elif rq.pkts_arrived == rq.pkts_total:
             _complete_request(st, r, visible)
     elif kind == PK_STORE:
-        free_at = hbm_transfer(st, g, addr, 8, t, True)
-        visible = free_at + hbm_latency_ticks(st, free_at)
+        free_at, visible = link_write(st, g, addr, 8, t)
         write_word(st, g, addr, pk.value)
         notify_stores(st, g, addr, 8, visible)
         rq.pkts_arrived += 1

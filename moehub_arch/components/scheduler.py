@@ -118,6 +118,7 @@ def _place(st, l, g, s, sm, slot, smem_base, start_tick, tick):
     tb.launch = l
     tb.pc = ln.entry_pc
     tb.ready = start_tick
+    tb.progress = start_tick
     tb.outstanding = 0
     tb.smem_base = smem_base
     tb.smem_bytes = ln.smem

@@ -28,7 +28,7 @@ from ..engine.state import (ERR_ADDR_RANGE, ERR_BAD_GPU, ERR_BAD_SIZE, ERR_DIV_Z
 from ..isa.encoding import (ATOM_RED_ADD, NUM_GENERAL_REGS, ALU_ADD, ALU_AND, ALU_DIV, ALU_MAX, ALU_MIN, ALU_MOV, ALU_MUL, ALU_OR,
                             ALU_REM, ALU_SETEQ, ALU_SETGT, ALU_SETLE, ALU_SETLT,
                             ALU_SETNE, ALU_SHL, ALU_SHR, ALU_SUB, ALU_XOR, DT_BF16, II, IMM,
-                            LAT, OP0, REG_CLOCK, REG_TICK, SEM, SEM_ALU, SEM_ATOM, SEM_BRANCH,
+                            LAT, OP0, REG_CLOCK, REG_TICK, SEM, SEM_ALU, SEM_ATOM, SEM_BRANCH, SEM_NOP,
                             SEM_COPY, SEM_COPY2D, SEM_EXIT, SEM_FENCE, SEM_FLAG_SET, SEM_GET,
                             SEM_LD, SEM_MMA, SEM_PUT, SEM_SLEEP, SEM_ST, SEM_VEC, SEM_WAIT,
                             SEM_CLAIM, SEM_NOTIFY, SEM_SEND_EXPERT, SEM_SEND_HOME, NOTIFY_EOS,
@@ -45,6 +45,14 @@ from .scheduler import block_exit
 from .trace import TR_TB_WAIT, trace_issue, trace_tb
 from .waiters import add_waiter, compare, notify_stores
 from .wakeups import sm_wake, tb_resume
+
+# Semantics that neither touch memory, the hub or the links nor end the thread block: a TB that
+# issues only these for run.livelock_interval is reported as livelocked (watchdog.py). Every other
+# semantic stamps the TB's `progress` tick when it issues: one shift, test and store per
+# instruction. New semantics count as progress unless added here (never a false report). `sleep`
+# is not idle: a sleeping TB waits for time as others wait for a flag (a deliberate back-off);
+# it stamps its wake-up tick.
+IDLE_SEMANTICS = (1 << SEM_NOP) | (1 << SEM_ALU) | (1 << SEM_BRANCH) | (1 << SEM_FENCE)
 
 
 # ---- operands --------------------------------------------------------------------------------
@@ -225,6 +233,8 @@ def _execute(st, slot, sm, tick, cyc):
     work = 0               # work units for size-dependent instructions
     mem_done = tick        # completion of memory accesses
     next_pc = pc + 1
+    if not (IDLE_SEMANTICS >> sem) & 1:
+        st.tb[slot].progress = tick
 
     if sem == SEM_ALU:
         a = _operand(st, slot, row, 1, tick, cyc)
@@ -588,6 +598,9 @@ def _execute(st, slot, sm, tick, cyc):
 
     elif sem == SEM_SLEEP:
         lat += max(0, _operand(st, slot, row, 0, tick, cyc))
+        # a sleeping TB waits for time, as others wait for a flag: livelock detection counts
+        # from its wake-up
+        st.tb[slot].progress = cycle_edge(cyc + occ + lat, P)
 
     elif sem == SEM_EXIT:
         if st.tb[slot].outstanding > 0:

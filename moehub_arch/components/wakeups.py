@@ -30,6 +30,7 @@ def tb_resume(st, slot, tick, reason):
     tb = st.tb[slot]
     st.sm_wait[sm, reason] += tick - tb.wait_start
     tb.state = TB_READY
+    tb.progress = tick   # what it waited for (memory, the hub, a link) arrived: progress
     if tick > tb.ready:
         tb.ready = tick
     trace_tb(st, slot, TR_TB_RESUME, reason, 0, tb.ready)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import attrs
 
+from ..inputs import InputFileError, read_text
 from .schema import BASE_UNITS, UNIT_KINDS, Config
 from .units import format_quantity
 
@@ -30,8 +31,8 @@ def yaml_comments(path) -> dict:
     """Dotted key -> (value text, trailing comment) of the block-style mappings in a YAML file."""
     out, stack = {}, []   # stack of (indent, key)
     try:
-        lines = Path(path).read_text().splitlines()
-    except OSError:
+        lines = read_text(path, "config file").splitlines()   # any encoding the loader reads
+    except InputFileError:
         return out
     for line in lines:
         if not line.strip() or line.lstrip().startswith(("#", "-")):

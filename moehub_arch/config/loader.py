@@ -25,6 +25,7 @@ from typing import Sequence
 import attrs
 import yaml
 
+from ..inputs import InputFileError, load_yaml, read_text
 from ..paths import data_root, find_user_file
 from .schema import Config
 from .units import EXAMPLES, UnitError, parse_quantity
@@ -103,11 +104,10 @@ _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _c
 def _read_yaml(path: Path):
     shown = _display(path)
     try:
-        text = path.read_text()
-    except OSError as e:
-        raise ConfigError(f"{shown}: cannot read the config file ({e.strerror})", shown) from None
-    try:
-        return yaml.load(text, Loader=_StrictLoader)
+        text = read_text(path, "config file", shown)
+        return load_yaml(text, shown, "config file", _StrictLoader)
+    except InputFileError as e:
+        raise ConfigError(str(e), shown) from None
     except _Duplicate as e:
         raise ConfigError(f"{shown}:{e.line}: key '{e.key}' appears twice in one mapping (first "
                           f"on line {e.first_line}); YAML would silently keep only the last",
@@ -138,7 +138,8 @@ def _collect(path: Path, stack: tuple, order: list, lineage: tuple = ()):
     shown = _display(path)
     raw = _read_yaml(path)
     if raw is None:
-        raw = {}
+        raise ConfigError(f"{shown}: the config file is empty (expected a mapping with keys "
+                          f"{', '.join(TOP_KEYS)})", shown)
     if not isinstance(raw, dict):
         raise ConfigError(f"{shown}: the top level must be a mapping with keys "
                           f"{', '.join(TOP_KEYS)}; found a {type(raw).__name__}", shown)
@@ -283,7 +284,9 @@ def _apply_override(data: dict, text: str, prov: dict):
     if not all(keys):
         raise ConfigError(f"{label}: '{key}' is not a dotted key path such as run.seed", label)
     try:
-        value = yaml.safe_load(value_text) if value_text.strip() else None
+        value = load_yaml(value_text, label, "value") if value_text.strip() else None
+    except InputFileError as e:
+        raise ConfigError(str(e), label) from None
     except yaml.YAMLError as e:
         raise ConfigError(f"{label}: cannot read the value '{value_text}' as YAML "
                           f"({getattr(e, 'problem', e)})", label) from None
@@ -684,7 +687,14 @@ def _check_record_table(cfg: Config, ctx: _Ctx, local: int, why: str):
 
 def _check_hub_sizes(cfg: Config, ctx: _Ctx):
     """Sizes that guarantee a deadlock of a scheme-generated MoE-Hub layer, found at load time
-    (the layer's own workload.moe is generated later, when the system is built)."""
+    (the layer's own workload.moe is generated later, when the system is built); an RPM packet
+    larger than a link packet."""
+    rpm, nv = cfg.system.gpu.hub.moe.rpm, cfg.system.nvlink
+    if rpm.packet_bytes > nv.max_payload_bytes:
+        raise ctx.error(("system", "gpu", "hub", "moe", "rpm", "packet_bytes"),
+                        f"an RPM packet carries at most one link packet's payload: expected at "
+                        f"most system.nvlink.max_payload_bytes ({nv.max_payload_bytes} B), found "
+                        f"{rpm.packet_bytes} B")
     if cfg.scheme != "moehub" or not cfg.workload.layer.model:
         return
     from ..workloads.models import load_model

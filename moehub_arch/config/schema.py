@@ -45,17 +45,27 @@ class HbmConfig:
     capacity: int = _f("size", "HBM capacity per GPU", min=1)
 
 
+L2_LINK_WRITES = ("hbm", "write_back")
+
+
 @attrs.frozen
 class L2Config:
     bandwidth: float = _f("bandwidth", "aggregate L2 read bandwidth per GPU (reads marked shared)",
                           min=1)
     latency_cycles: int = _f("int", "L2 hit latency in SM cycles", min=0)
+    link_writes: str = _f("choice", "where writes arriving from NVLink land: hbm (the link buffer "
+                          "is held until the HBM channels took the data) or write_back (the L2 "
+                          "absorbs them at its bandwidth; the HBM write-back costs channel bandwidth "
+                          "but holds no link buffer)", choices=L2_LINK_WRITES)
 
 
 @attrs.frozen
 class RpmConfig:
     merge_buffer_bytes: int = _f("size", "RPM merge buffer per destination GPU: a packet carries at "
                                  "most this many bytes", min=1)
+    packet_bytes: int = _f("size", "payload of a full RPM packet (at most system.nvlink."
+                           "max_payload_bytes; a packet also never exceeds merge_buffer_bytes)",
+                           min=1)
     flush_timeout: int = _f("time", "a partly filled merge buffer is sent once its oldest byte waited "
                             "this long", min=0)
     row_queue_depth: int = _f("int", "rows accepted but not yet landed, per destination GPU (row "
@@ -204,8 +214,11 @@ class MoeWorkloadConfig:
 @attrs.frozen
 class RoutingConfig:
     kind: str = _f("choice", "token-to-expert routing generator (moehub_arch/workloads/routing.py)",
-                   "uniform", choices=("uniform", "balanced", "skewed", "group_limited", "trace"))
+                   "uniform", choices=("uniform", "balanced", "skewed", "group_limited", "normal",
+                                       "trace"))
     gini: float = _f("float", "skewed: target Gini coefficient of the per-expert load", 0.2)
+    std: float = _f("float", "normal: standard deviation of each expert's probability around "
+                    "1/experts (MoE-Hub, arXiv 2605.05888: 0-0.05, 0.032 typical)", 0.032)
     trace: str = _f("str", "trace: routing file (.npy, .npz or .json of top-k expert ids and "
                            "optional weights), relative to the config file", "")
     seed: int | None = _f("opt_int", "generator seed (default: run.seed)", None, min=0)
@@ -253,6 +266,37 @@ class OverlapSchemeConfig:
 
 
 @attrs.frozen
+class MegatronSchemeConfig:
+    host_sync_latency: int = _f("time", "device-to-host synchronisation after the count "
+                                "all-gather: the host reads the tokens per expert, computes the "
+                                "all-to-all splits and launches the permutation (assumption: "
+                                "the same round trip as deepep.host_sync_latency)", 10_000_000,
+                                min=0)
+    a2a_chunk_bytes: int = _f("size", "bytes per put of the all-to-all (one put per piece of a "
+                              "peer's contiguous range; assumption: 64 KB, large enough that a "
+                              "put's issue cost is negligible)", 65536, min=1)
+    permute_tbs: int = _f("int", "thread blocks per GPU of the count, permute and unpermute "
+                          "kernels (assumption: one per SM)", 132, min=1)
+
+
+@attrs.frozen
+class TutelSchemeConfig:
+    capacity_factor: float = _f("float", "expert capacity per source GPU = ceil(capacity_factor x "
+                                "tokens x top-k / experts), rounded up to a multiple of chunks; "
+                                "rows beyond it are dropped, free slots are sent as padding "
+                                "(Tutel's capacity_factor, default 1.0)", 1.0)
+    chunks: int = _f("int", "pipeline chunks: the capacity is split into this many slices, each "
+                     "moved by its own all-to-all and computed as soon as it arrived, so one "
+                     "chunk's all-to-all overlaps another's expert FFN (Tutel's "
+                     "a2a_ffn_overlap_degree; assumption: 2, the smallest that overlaps - Tutel's "
+                     "own default 1 does not)", 2, min=1)
+    a2a_chunk_bytes: int = _f("size", "bytes per put of the all-to-all (assumption: 64 KB, as "
+                              "megatron)", 65536, min=1)
+    permute_tbs: int = _f("int", "thread blocks per GPU of the encode and decode kernels "
+                          "(assumption: one per SM)", 132, min=1)
+
+
+@attrs.frozen
 class LayerConfig:
     model: str = _f("str", "model shape: a name in workloads/models/ or a path to a model YAML "
                            "('' = no MoE layer: the workload's own launches run)", "")
@@ -270,6 +314,10 @@ class LayerConfig:
                                     cls=DeepepSchemeConfig)
     overlap: OverlapSchemeConfig = _f("node", "scheme overlap", OverlapSchemeConfig(),
                                       cls=OverlapSchemeConfig)
+    megatron: MegatronSchemeConfig = _f("node", "scheme megatron", MegatronSchemeConfig(),
+                                        cls=MegatronSchemeConfig)
+    tutel: TutelSchemeConfig = _f("node", "scheme tutel", TutelSchemeConfig(),
+                                  cls=TutelSchemeConfig)
 
 
 @attrs.frozen
@@ -307,6 +355,13 @@ class RunConfig:
     watchdog_interval: int = _f("time", "stop the run (exit status 3, with a report of who waits on "
                                 "what) when no instruction issues for this much simulated time; "
                                 "0ps disables the watchdog", 1_000_000_000, min=0)
+    livelock_interval: int = _f("time", "stop the run (exit status 3, with the kernel, line and loop "
+                                "of each spinning thread block) when a thread block keeps issuing "
+                                "instructions without touching memory, the hub or the links or "
+                                "exiting for this much simulated time; 0ps disables the check. "
+                                "assumption: 1 ms, as the watchdog, is far longer than any "
+                                "register-only stretch of a real kernel (thousands of cycles)",
+                                1_000_000_000, min=0)
     max_ticks: int = _f("time", "stop the run cleanly at this simulated time, stats dumped (0ps: no "
                         "limit)", 0, min=0)
     max_wall: int = _f("time", "stop the run cleanly after this much host wall-clock time, checked "
@@ -362,8 +417,8 @@ class StatsConfig:
 class Config:
     system: SystemConfig = _f("node", "the simulated machine", cls=SystemConfig)
     scheme: str = _f("choice", "how the MoE layer (workload.layer) moves tokens: none (the "
-                     "workload's own launches), deepep, overlap, moehub", "none",
-                     choices=("none", "deepep", "overlap", "moehub"))
+                     "workload's own launches), deepep, overlap, moehub, megatron, tutel", "none",
+                     choices=("none", "deepep", "overlap", "moehub", "megatron", "tutel"))
     workload: WorkloadConfig = _f("node", "what runs on it", WorkloadConfig(), cls=WorkloadConfig)
     run: RunConfig = _f("node", "how the simulation runs", RunConfig(), cls=RunConfig)
     stats: StatsConfig = _f("node", "statistics output", StatsConfig(), cls=StatsConfig)

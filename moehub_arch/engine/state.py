@@ -40,6 +40,7 @@ PARAMS = _record(
     "sm_period_fs", "tb_launch_cycles", "smem_bytes", "smem_latency_cycles", "kernel_launch_ticks",
     "hbm_channels", "hbm_interleave", "hbm_fs_per_byte_channel", "hbm_latency_cycles",
     "hbm_atomic_cycles", "hbm_capacity", "hbm_min_access", "l2_fs_per_byte", "l2_latency_cycles",
+    "l2_link_writes",
     "links_per_gpu", "num_switches", "max_payload", "store_payload", "write_resp_per_packet",
     "header_bytes", "flit_bytes",
     "link_fs_per_byte", "link_latency_ticks", "rx_buffer_flits", "switch_traversal_ticks",
@@ -47,7 +48,7 @@ PARAMS = _record(
     # MoE-Hub control plane (components/moehub): experts, windows, RPM / AAU / DAM parameters
     "num_experts", "local_experts", "window_rows", "row_bytes", "tile_rows", "tiles_per_window",
     "win_addr", "rec_addr", "record_bytes", "records_cap",
-    "rpm_merge_bytes", "rpm_flush_ticks", "rpm_ring", "rpm_header_bytes", "rpm_ticks_per_packet",
+    "rpm_merge_bytes", "rpm_packet_bytes", "rpm_flush_ticks", "rpm_ring", "rpm_header_bytes", "rpm_ticks_per_packet",
     "rpm_policy", "aau_alloc_ticks", "aau_staging", "dam_notify_ticks",
     # event records for timelines and debug output (components/trace.py): categories recorded
     # (0: off, set by Python between batches) and the fill level that returns to Python
@@ -73,6 +74,8 @@ THREAD_BLOCK = _record(
     "wait_start",   # tick at which the current wait began (wait-time stats)
     "smem_base", "smem_bytes",  # the TB's shared-memory allocation within its SM
     "trace_act",    # activity last recorded for the timeline (components/trace.py ACT_*)
+    "progress",     # tick of the TB's start or its last instruction touching memory, the hub or
+                    # the links (livelock detection, watchdog.LivelockWatchdog)
 )
 
 SM = _record(
@@ -85,7 +88,8 @@ SM = _record(
 
 LAUNCH = _record("gpu", "entry_pc", "grid", "next_in_stream", "smem", "max_per_sm",
                  "dispatched", "finished", "status", "start", "end",
-                 "host_delay")  # host-side time before the launch is issued (e.g. a host sync)
+                 "host_delay",  # host-side time before the launch is issued (e.g. a host sync)
+                 "tx_wire")     # link wire bytes its GPU's hub sent for its requests and rows
 
 # Per-GPU state of the block scheduler, the flag waiters, the hub and the HBM counters.
 GPU = _record(
@@ -96,7 +100,7 @@ GPU = _record(
     "hub_stall_ticks", "hub_reqq_peak", "hub_respq_peak", "hub_rx_first", "hub_rx_last", "hub_acks",
     "link_resp_total", "link_resp_rr",  # link-level write responses owed (State.link_resp), RR pointer
     "hbm_read_bytes", "hbm_write_bytes", "hbm_accesses", "hbm_atomics",
-    "l2_free", "l2_busy", "l2_read_bytes",
+    "l2_free", "l2_busy", "l2_read_bytes", "l2_link_write_bytes",
     # MoE-Hub: RPM packetizer, end-of-stream notes, AAU pending-packet FIFO, DAM source count
     "rpm_next_tx", "rpm_blocked", "rpm_blocked_since", "rpm_rr", "eos_notes", "loop_inflight",
     "aau_staged", "aau_q_count", "aau_stall_since", "records_live", "dam_sources_done",
@@ -104,6 +108,8 @@ GPU = _record(
     "rpm_accept_stalls", "aau_allocs", "aau_stalls", "aau_stall_ticks", "aau_records_written",
     "aau_records_peak", "aau_window_peak", "dam_tiles_ready", "dam_claims", "dam_zero_claims",
     "dam_notifies", "dam_eos_received", "combine_rows",
+    # where MoE-Hub packets wait for memory: RPM source reads, AAU destination writes (sums)
+    "rpm_read_wait", "aau_data_packets", "aau_write_wait",
 )
 
 HBM_CHANNEL = _record("free", "busy")  # free: tick the queued transfers end; busy: stat
@@ -134,7 +140,7 @@ STREAM = _record(
 )
 # Row descriptors in flight, ring of rpm_ring entries per stream (the header travelling with the row).
 MOE_ROW = _record("expert", "src_addr", "length", "home", "aux", "start", "alloc", "recv", "done",
-                  "slot", "accept_tick")
+                  "slot", "accept_tick", "launch")  # launch: of the TB that sent it (wire-byte stats)
 # One expert's receive window (index gpu * local_experts + local slot) and its tiles.
 WINDOW = _record("alloc", "released_tiles", "next_claim", "ended", "waiters")
 TILE = _record("index", "rows_alloc", "rows_landed", "landed_visible", "closed", "ready", "claimed",
@@ -144,7 +150,8 @@ DAM_HIST_BINS = 16    # claimer wait time, bin i: [2^(i-1), 2^i) ns (bin 0: < 1 
 
 REQUEST = _record("kind", "slot", "src_gpu", "dst_gpu", "dst_addr", "src_addr", "length", "sent",
                   "resp_sent", "pkts_total", "pkts_arrived", "acks_total", "acks_due",
-                  "acks_arrived", "acks_ready", "value", "ret_reg")
+                  "acks_arrived", "acks_ready", "value", "ret_reg",
+                  "launch")  # launch of the issuing TB (wire-byte stats)
 # acks_*: write responses (components/hub.py): link packets to acknowledge in all (requester),
 # owed but not yet sent (serving hub), received (requester), tick the owed ones may leave
 

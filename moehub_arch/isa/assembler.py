@@ -35,6 +35,7 @@ import re
 import attrs
 import numpy as np
 
+from ..inputs import InputFileError, read_text
 from ..paths import data_root
 from .encoding import (DTYPE, FIRST_PARAM_REG, II, IMM, LAT, LINE, MAX_OPERANDS, MAX_PARAMS,
                        NUM_GENERAL_REGS, OP0, ROW_WIDTH, SEM, SEM_BRANCH, SEM_EXIT, SPECIAL_REGS,
@@ -489,10 +490,9 @@ class Assembler:
         if resolved in self._included:
             return                  # read once per Program (library files define macros)
         try:
-            text = found.read_text()
-        except (OSError, UnicodeDecodeError) as e:
-            why = e.strerror if isinstance(e, OSError) else "not a text file"
-            self._err(file, line, col, f".include: cannot read '{_display_path(found)}': {why}")
+            text = read_text(found, "included kernel file", _display_path(found))
+        except InputFileError as e:
+            self._err(file, line, col, f".include: {e}")
         self._included.add(resolved)
         shown = _display_path(found)
         self._file_stack.append((resolved, shown))
@@ -587,9 +587,9 @@ def assemble_files(paths, isa):
     for p in paths:
         shown = _display_path(p)
         try:
-            text = Path(p).read_text()
-        except OSError as e:
-            raise AsmError(f"{shown}: cannot read kernel file: {e.strerror}") from None
+            text = read_text(p, "kernel file", shown)
+        except InputFileError as e:
+            raise AsmError(str(e)) from None
         if Path(p).resolve() in a._included:
             continue                # already read through an .include of another file
         a.add_text(text, shown, p)

@@ -12,6 +12,8 @@ from pathlib import Path
 import attrs
 import yaml
 
+from ..inputs import InputFileError, load_yaml, read_text
+
 from ..paths import data_root
 from .encoding import (ATOM_RED_ADD, SEM_ATOM, DTYPE_DST_SHIFT, DTYPE_NAMES, NUM_SEMANTICS, SEM_VEC, SEMANTIC_NAMES,
                        SEMANTIC_OPERANDS, SUBOP_NAMES, SUBOP_OPTIONAL, UNIT_NAMES, operand_slots)
@@ -163,11 +165,10 @@ def load_isa(paths):
     for path in paths:
         path = Path(path)
         try:
-            text = path.read_text()
-        except OSError as e:
-            raise IsaError(f"{path}: cannot read ISA file: {e.strerror}") from None
-        try:
-            data = yaml.safe_load(text)
+            text = read_text(path, "ISA file")
+            data = load_yaml(text, str(path), "ISA file")
+        except InputFileError as e:
+            raise IsaError(str(e)) from None
         except yaml.YAMLError as e:
             mark = getattr(e, "problem_mark", None)
             loc = f"{path}:{mark.line + 1}" if mark else str(path)

@@ -46,6 +46,8 @@ RPM_STATS = (
     ("flushes", "rpm_flushes", "packets", "partly filled packets sent because the flush timeout expired"),
     ("stall_ticks", "rpm_stall_ticks", "ps", "time the RPM had a packet ready but no link queue room"),
     ("accept_stalls", "rpm_accept_stalls", "count", "send_to_expert attempts refused: row ring full"),
+    ("read_wait_ticks", "rpm_read_wait", "ps", "sum over data packets of the time from packetizing "
+     "to their payload read from local HBM (a link sends its head packet only once it is read)"),
 )
 AAU_STATS = (
     ("allocations", "aau_allocs", "rows", "window slots allocated"),
@@ -54,6 +56,9 @@ AAU_STATS = (
     ("window_peak_rows", "aau_window_peak", "rows", "peak live rows in one expert window"),
     ("records_written", "aau_records_written", "records", "completion records written"),
     ("records_peak", "aau_records_peak", "records", "peak live completion records"),
+    ("data_packets", "aau_data_packets", "packets", "data packets written on arrival (not parked)"),
+    ("write_wait_ticks", "aau_write_wait", "ps", "sum over those packets of the time from the AAU "
+     "taking them to HBM having absorbed their writes (their link buffer space is held meanwhile)"),
 )
 DAM_STATS = (
     ("tiles_ready", "dam_tiles_ready", "tiles", "tiles made ready"),
@@ -159,6 +164,8 @@ def collect_stats(st, launches, program, host_seconds, compile_seconds, sim_tick
                 "GB/s", "bytes read and written per second, averaged over the run")
         out.add(f"{gp}.l2.shared_read_bytes", gr.l2_read_bytes, "bytes",
                 "reads served by the L2 (mma operands marked L2-resident: weights, shared row tiles)")
+        out.add(f"{gp}.l2.link_write_bytes", gr.l2_link_write_bytes, "bytes",
+                "writes from the links absorbed by the L2 (system.gpu.l2.link_writes: write_back)")
         out.add(f"{gp}.l2.utilization", gr.l2_busy / sim_ticks if sim_ticks else 0.0, "ratio",
                 "fraction of time the L2 read port was transferring")
         pre = f"{gp}.hub"
@@ -198,6 +205,9 @@ def _moe_stats(out, st, g, prefix):
     data = gr.rpm_payload - gr.rpm_rows * p.rpm_header_bytes
     out.add(f"{pre}.data_efficiency", data / gr.rpm_wire if gr.rpm_wire else 0.0, "ratio",
             "row data bytes / wire bytes (row and link headers are overhead)")
+    out.add(f"{pre}.read_wait_mean_ns", gr.rpm_read_wait / 1000 / (gr.rpm_packets - G)
+            if gr.rpm_packets > G else 0.0, "ns", "mean time a data packet waited for its payload "
+            "to be read from HBM (end-of-stream packets excluded)")
     for b in range(RPM_HIST_BINS):
         out.add(f"{pre}.merge_fill_bin{b}", st.rpm_hist[g, b], "packets",
                 f"packets emitted with the merge buffer {b}/{RPM_HIST_BINS} to "
@@ -207,6 +217,9 @@ def _moe_stats(out, st, g, prefix):
     pre = f"{prefix}.aau"
     for name, field, unit, desc in AAU_STATS:
         out.add(f"{pre}.{name}", gr[field], unit, desc)
+    out.add(f"{pre}.write_wait_mean_ns", gr.aau_write_wait / 1000 / gr.aau_data_packets
+            if gr.aau_data_packets else 0.0, "ns", "mean time from the AAU taking a data packet to "
+            "HBM having absorbed its writes (link credits return only then)")
     out.add(f"{pre}.sram_bytes", p.records_cap * p.record_bytes + p.local_experts * 3 * 8, "bytes",
             "area proxy: completion-record table + per-window base/capacity/bump registers")
     pre = f"{prefix}.dam"

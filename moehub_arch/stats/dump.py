@@ -3,6 +3,8 @@ import csv
 import json
 import math
 
+from ..outputs import write_atomic, write_text_atomic
+
 
 def _fmt(value):
     if isinstance(value, bool):
@@ -29,19 +31,20 @@ def format_stats_txt(stats):
 
 
 def write_stats_txt(stats, path):
-    path.write_text(format_stats_txt(stats))
+    write_text_atomic(path, format_stats_txt(stats), "stats file")
 
 
 def write_stats_json(stats, path):
     """{name: {value, unit, desc}} in dump order."""
     data = {s.name: {"value": s.value, "unit": s.unit, "desc": s.desc} for s in stats}
-    path.write_text(json.dumps(data, indent=1))
+    write_text_atomic(path, json.dumps(data, indent=1), "stats file")
 
 
 def write_stats_csv(stats, path):
     """Long format, one row per stat: name, value, unit, description."""
-    with path.open("w", newline="") as f:
+    def write(f):
         w = csv.writer(f)
         w.writerow(["name", "value", "unit", "description"])
         for s in stats:
             w.writerow([s.name, s.value, s.unit, s.desc])
+    write_atomic(path, write, "stats file")

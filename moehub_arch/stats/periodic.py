@@ -4,9 +4,13 @@ Every period the run pauses at that exact simulated tick and the stats as they a
 are cumulative since the start, as gem5's without a reset; rates and utilisations are over the
 time so far) are appended to ``stats_dumps.txt`` as one Begin/End block each, and to
 ``stats_dumps.csv`` in long format with the dump tick (``tick,name,value,unit``) for plotting.
-Off (no observer, nothing paused) when the period is 0.
+Off (no observer, nothing paused) when the period is 0. Both files are written as NAME.partial
+and renamed when the run closes them (outputs.py).
 """
 import csv
+import os
+
+from ..outputs import partial_path, writing
 
 from ..simulation import RunObserver
 from .collect import collect_stats
@@ -22,10 +26,12 @@ class PeriodicDump(RunObserver):
         self.dumps = 0
 
     def on_start(self, sim):
-        self.txt = self.txt_path.open("w")
-        self.csv_file = self.csv_path.open("w", newline="")
-        self.csv = csv.writer(self.csv_file)
-        self.csv.writerow(["tick", "name", "value", "unit"])
+        with writing(self.txt_path, "stats dump file"):
+            self.txt = partial_path(self.txt_path).open("w")
+        with writing(self.csv_path, "stats dump file"):
+            self.csv_file = partial_path(self.csv_path).open("w", newline="")
+            self.csv = csv.writer(self.csv_file)
+            self.csv.writerow(["tick", "name", "value", "unit"])
 
     def next_stop(self, sim):
         return self.next
@@ -35,13 +41,17 @@ class PeriodicDump(RunObserver):
             return
         stats = collect_stats(sim.state, sim.launches, sim.program, wall_seconds, 0.0,
                               sim_ticks=tick)
-        self.txt.write(format_stats_txt(stats))
-        for s in stats:
-            if not s.name.startswith("host"):
-                self.csv.writerow([tick, s.name, s.value, s.unit])
+        with writing(self.txt_path, "stats dump file"):
+            self.txt.write(format_stats_txt(stats))
+        with writing(self.csv_path, "stats dump file"):
+            for s in stats:
+                if not s.name.startswith("host"):
+                    self.csv.writerow([tick, s.name, s.value, s.unit])
         self.dumps += 1
         self.next += self.period
 
     def on_finish(self, sim):
-        self.txt.close()
-        self.csv_file.close()
+        for f, path in ((self.txt, self.txt_path), (self.csv_file, self.csv_path)):
+            with writing(path, "stats dump file"):
+                f.close()
+                os.replace(partial_path(path), path)

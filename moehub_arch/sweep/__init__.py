@@ -19,6 +19,8 @@ import os
 import sys
 import types
 
+from ..interrupts import Interrupted, exit_status
+from ..outputs import write_atomic
 from .spec import Sweep, SweepError, load_sweep  # noqa: F401 (public API)
 
 DONE = "done.json"
@@ -48,13 +50,15 @@ def write_results(sweep, rows):
     for r in rows:
         columns += [c for c in r["stats"] if c not in columns]
     path = sweep.outdir / "results.csv"
-    with path.open("w", newline="") as f:
+
+    def write(f):
         w = csv.writer(f)
         w.writerow(["point", "status"] + list(sweep.swept_keys) + columns)
         for r in rows:
             values = dict(r["point"].values)
             w.writerow([r["point"].id, r["status"]] + [values.get(k, "") for k in sweep.swept_keys]
                        + [r["stats"].get(c, "") for c in columns])
+    write_atomic(path, write, "sweep results file")
     return path
 
 
@@ -110,6 +114,14 @@ def run_sweep(sweep, workers=None, scheduler=None, progress=True):
             run_dask(todo, sweep, scheduler, on_done)
         elif todo:
             run_local(todo, sweep, workers or os.cpu_count() or 1, on_done)
+    except Interrupted as e:
+        # keep what finished: results.csv of the finished points; a re-run resumes the rest
+        if bar is not None:
+            bar.close()
+            bar = None
+        rows = [results[p.id] for p in sweep.points if p.id in results]
+        e.sweep_results = (write_results(sweep, rows), rows)
+        raise
     finally:
         if bar is not None:
             bar.close()
@@ -121,8 +133,16 @@ def run_sweep_command(args):
     sweep = load_sweep(args.sweep_file, args.outdir)
     if args.workers is not None and args.workers < 1:
         raise SweepError(f"--workers: expected at least 1, found {args.workers}")
-    path, rows = run_sweep(sweep, workers=args.workers, scheduler=args.scheduler,
-                           progress=not args.quiet)
+    try:
+        path, rows = run_sweep(sweep, workers=args.workers, scheduler=args.scheduler,
+                               progress=not args.quiet)
+    except Interrupted as e:
+        path, rows = getattr(e, "sweep_results", (None, []))
+        print(f"moehub-sim: sweep {e}: the workers were stopped; {len(rows)} of "
+              f"{len(sweep.points)} points finished and are kept"
+              + (f" (in {path})" if path else "")
+              + "; run the same command again to run the rest", file=sys.stderr)
+        return exit_status(e.signum)
     failed = [r["point"] for r in rows if r["status"] == "error"]
     if not args.quiet:
         skipped = sum(r["status"].startswith("ok (") for r in rows)

@@ -8,7 +8,10 @@ no file system shared with this machine.
 """
 import concurrent.futures as cf
 import multiprocessing
+import signal
+import sys
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 
 
@@ -27,13 +30,55 @@ def run_point(config_path, overrides):
         return {"error": str(e)}
 
 
+def _worker_ignores_interrupts():
+    """Workers leave Ctrl-C to the sweep process (the terminal sends it to the whole process
+    group): it decides, stops them and keeps the finished points."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+@contextmanager
+def main_script_hidden():
+    """While worker processes start: keep them from re-importing the caller's main script.
+
+    A spawned worker (a fresh interpreter) normally imports the parent's `__main__` module again,
+    so a user's script that calls `moehub_arch.sweep(...)` or `run(engine=...)` without an
+    `if __name__ == "__main__":` guard would run again in every worker and fail there. The workers
+    need nothing from it (what they run lives in this package), so the main module's file and spec
+    are hidden while they start, as they are in a notebook. Workers start in the calling thread
+    (ProcessPoolExecutor.submit), inside this block."""
+    main = sys.modules.get("__main__")
+    if main is None or getattr(main, "__file__", None) is None:
+        yield
+        return
+    saved = {k: getattr(main, k) for k in ("__file__", "__spec__") if hasattr(main, k)}
+    del main.__file__
+    main.__spec__ = None
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            setattr(main, k, v)
+
+
 def run_local(points, sweep, workers, on_done):
-    """Run `points` in `workers` local processes; `on_done(point, result)` as each finishes."""
+    """Run `points` in `workers` local processes; `on_done(point, result)` as each finishes.
+    Interrupted (or any error here): the workers are terminated, points not finished are dropped
+    (they run again when the sweep is re-run)."""
     ctx = multiprocessing.get_context("spawn")   # fresh interpreters: no forked Numba/threads state
-    with cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
-        futures = {pool.submit(run_point, str(sweep.config), p.overrides): p for p in points}
+    pool = cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx,
+                                  initializer=_worker_ignores_interrupts)
+    try:
+        with main_script_hidden():
+            futures = {pool.submit(run_point, str(sweep.config), p.overrides): p for p in points}
         for fut in cf.as_completed(futures):
             on_done(futures[fut], fut.result())
+    except BaseException:
+        # the executor has no public way to stop running work: terminate its processes
+        for proc in list(getattr(pool, "_processes", {}).values()):
+            proc.terminate()
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
 
 
 def run_dask(points, sweep, address, on_done):

@@ -24,6 +24,8 @@ from pathlib import Path
 import attrs
 import yaml
 
+from ..inputs import InputFileError, load_yaml, read_text
+
 from ..config import ConfigError, load_config
 from ..paths import data_root
 
@@ -98,7 +100,9 @@ def load_sweep(path, outdir=None):
     if not path.is_file():
         raise SweepError(f"{path}: sweep file not found")
     try:
-        raw = yaml.safe_load(path.read_text())
+        raw = load_yaml(read_text(path, "sweep file"), str(path), "sweep file")
+    except InputFileError as e:
+        raise SweepError(str(e)) from None
     except yaml.YAMLError as e:
         raise SweepError(f"{path}: YAML syntax error: {getattr(e, 'problem', e)}") from None
     return sweep_from_dict(raw, path, outdir)
@@ -146,10 +150,10 @@ def sweep_from_dict(raw, path=None, outdir=None):
             except ConfigError as e:
                 raise SweepError(f"{where}: point {dict(values) or '(the config itself)'}: {e}") from None
             points.append(Point(pid, values, overrides))
-    stats = raw.get("stats", DEFAULT_STATS)
+    stats = raw.get("stats", list(DEFAULT_STATS))
     if isinstance(stats, str):
         stats = [stats]
-    if not isinstance(stats, list) or not all(isinstance(s, str) for s in stats):
+    if not isinstance(stats, (list, tuple)) or not all(isinstance(s, str) for s in stats):
         raise SweepError(f"{where}: stats: expected a list of stat names or patterns")
     name = str(raw.get("name") or (path.stem if path is not None else "sweep"))
     out = Path(outdir) if outdir else Path(raw.get("outdir") or Path("sweep-out") / name)

@@ -8,8 +8,15 @@ one event per line as they are produced, so memory stays flat however long the r
 Times: the format's ``ts`` and ``dur`` are microseconds; the simulator's ticks are picoseconds, so
 they are written with six decimals (exact). Metadata events (process and thread names, sort order)
 do not count against the event limit, so a truncated trace still names its tracks.
+
+The file is written as `trace.json.partial` and renamed to `trace.json` when closed (outputs.py;
+runs that stop with an error close it too): a process killed mid-run leaves the partial file,
+never an unterminated `trace.json`.
 """
 import json
+import os
+
+from ..outputs import output_error, partial_path
 
 PS_PER_US = 1_000_000
 
@@ -25,9 +32,18 @@ class ChromeTraceWriter:
         self.max_events = max_events
         self.events = 0
         self.dropped = 0
-        self._f = open(path, "w")
-        self._f.write('{"displayTimeUnit": "ns", "traceEvents": [\n')
         self._first = True
+        try:
+            self._f = open(partial_path(path), "w")
+        except OSError as e:
+            raise output_error(path, e, "trace file") from None
+        self._put('{"displayTimeUnit": "ns", "traceEvents": [\n')
+
+    def _put(self, text):
+        try:
+            self._f.write(text)
+        except OSError as e:
+            raise output_error(self.path, e, "trace file") from None
 
     @property
     def full(self):
@@ -35,9 +51,9 @@ class ChromeTraceWriter:
 
     def _write(self, event):
         if not self._first:
-            self._f.write(",\n")
+            self._put(",\n")
         self._first = False
-        self._f.write(json.dumps(event, separators=(",", ":")))
+        self._put(json.dumps(event, separators=(",", ":")))
 
     def add(self, event, force=False):
         """Write one event; False (and counted as dropped) once max_events were written, unless
@@ -73,7 +89,11 @@ class ChromeTraceWriter:
                      "args": {"sort_index": tid}})
 
     def close(self, other_data):
-        self._f.write('\n],\n"otherData": ')
-        self._f.write(json.dumps(other_data))
-        self._f.write("}\n")
-        self._f.close()
+        self._put('\n],\n"otherData": ')
+        self._put(json.dumps(other_data))
+        self._put("}\n")
+        try:
+            self._f.close()
+            os.replace(partial_path(self.path), self.path)
+        except OSError as e:
+            raise output_error(self.path, e, "trace file") from None

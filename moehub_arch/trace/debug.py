@@ -16,6 +16,7 @@ from ..components.trace import (TR_AAU_ALLOC, TR_AAU_STALL, TR_DAM_CLAIM, TR_DAM
                                 TR_RPM_TX, TR_TB_ACT, TR_TB_EXIT, TR_TB_PLACE, TR_TB_RESUME,
                                 TR_TB_WAIT, TR_XBAR)
 from ..engine.state import WAIT_REASON_NAMES
+from ..outputs import writing
 from ..simulation import RunObserver
 from ..components.packet import PACKET_KIND_NAMES
 from .records import ACTIVITY_NAMES, WAIT_NAMES, Names, flags_mask, select
@@ -28,6 +29,7 @@ class DebugPrinter(RunObserver):
         self.mask = flags_mask(debug_cfg.flags)
         self.start = debug_cfg.start
         self.path = Path(outdir) / debug_cfg.file if debug_cfg.file else None
+        self.what = "debug output file" if self.path else "debug output"
         self.active = False
         self.out = None
         self.names = None
@@ -35,7 +37,11 @@ class DebugPrinter(RunObserver):
 
     def on_start(self, sim):
         self.names = Names(sim)
-        self.out = self.path.open("w") if self.path else sys.stderr
+        if self.path:
+            with writing(self.path, self.what):
+                self.out = self.path.open("w")
+        else:
+            self.out = sys.stderr
         sim.enable_trace()
         if self.start == 0:
             self._activate(sim)
@@ -57,16 +63,18 @@ class DebugPrinter(RunObserver):
         mine = select(records, self.mask)
         order = np.argsort(mine[:, 0], kind="stable")  # records of a future tick (wake-ups) last
         write = self.out.write
-        for tick, kind, ident, v0, v1 in mine[order].tolist():
-            who, what = self.describe(kind, ident, v0, v1)
-            write(f"{tick:>14}: {who}: {what}\n")
+        with writing(self.path or "standard error", self.what):
+            for tick, kind, ident, v0, v1 in mine[order].tolist():
+                who, what = self.describe(kind, ident, v0, v1)
+                write(f"{tick:>14}: {who}: {what}\n")
         self.lines += len(mine)
 
     def on_finish(self, sim):
-        if self.path:
-            self.out.close()
-        else:
-            self.out.flush()
+        with writing(self.path or "standard error", self.what):
+            if self.path:
+                self.out.close()
+            else:
+                self.out.flush()
 
     def describe(self, kind, ident, v0, v1):
         """(component name, message) of one record."""

@@ -86,6 +86,8 @@ class SchemePlan:
     received_stat: str | None = None  # stat pattern counting rows received at the experts, if the
                                       # scheme's kernels do not count them in acct
     phases: dict = attrs.field(factory=dict)  # phase -> kernel names (mediation, dispatch, ...)
+    launch_phases: tuple = ()         # phase of each launch (same order), where one kernel serves
+                                      # two phases (the all-to-all of dispatch and of combine)
     mediation_extra_ps: int = 0       # mediation time outside kernels (host round trip, launches)
     n_tile: int = 0                   # column tile of the routed experts' weight layout
                                       # [El][cols / n_tile][rows][n_tile]; 0: plain [El][rows][cols]
@@ -93,6 +95,14 @@ class SchemePlan:
                                       # scheme's arithmetic order (e.g. DeepEP's per-rank partial sums)
     checked_accounting: tuple = ACCT_NAMES  # acct counts that must equal the pairs (a scheme
                                       # without expert compute does not count "computed")
+    expected_rows: dict = attrs.field(factory=dict)  # acct name -> expected total over GPUs where
+                                      # it is not the pairs (tutel: kept pairs, padded GEMM rows)
+    unchecked_why: str = "the scheme's configuration does not run this step"
+    extra_acct: tuple = ()            # (name, acct word, description): more counts, checked
+                                      # against expected_rows[name]
+    kept_pairs: object = None         # callable(sim) -> bool [P, T, k]: the pairs the scheme kept
+                                      # (capacity drops); the output is also checked without the
+                                      # dropped ones
     extra_stats: object = None        # callable(sim, layer): the scheme's own end-of-run stats
 
 
@@ -202,8 +212,10 @@ GROUPED_KERNELS = ("grouped_tiles", "grouped_gate_up", "grouped_down")
 def grouped_gemm_launches(s, stream, tbs, counts, xe, ye, cap):
     """A grouped SwiGLU GEMM over expert-major rows already in place (moe_common.s): the tile
     table from `counts` (control buffer [El] i64 of rows per local expert), then the gate/up and
-    the down column jobs on `tbs` thread blocks. `xe`/`ye` name [El][cap][H] bf16 buffers; the
-    routed weights must use the column-tile layout (SchemePlan.n_tile = s.n_tile)."""
+    the down column jobs on `tbs` thread blocks. `xe`/`ye` name [El][cap][H] bf16 buffers (a
+    buffer name, optionally '+ offset'); the routed weights must use the column-tile layout
+    (SchemePlan.n_tile = s.n_tile). Several calls on one stream may share the returned buffers
+    (each GEMM's tile table and activations are used only until its down jobs end)."""
     El, tile = s.local_experts, s.tile_rows
     tiles = El * (-(-cap // tile))
     bufs = [_buf("grouped_table", 64 * (tiles + 1), region="control", dtype="i64"),
@@ -280,7 +292,7 @@ class MoeLayer:
         self.routing = generate_routing(
             r.kind, num_gpus=s.num_gpus, tokens_per_gpu=s.tokens, num_experts=s.experts,
             top_k=s.top_k, seed=cfg.run.seed if r.seed is None else r.seed, router=self.model.router,
-            gini=r.gini, trace=r.trace or None)
+            gini=r.gini, trace=r.trace or None, std=r.std)
         self.plan = _scheme_module(cfg.scheme).plan(self)
 
     def expanded_config(self):
@@ -324,13 +336,18 @@ class MoeLayer:
         got = {n: int(counts[i]) for i, n in enumerate(ACCT_NAMES)}
         if self.plan.received_stat:
             got["received"] = int(sum(x.value for x in stats.match(self.plan.received_stat)))
-        checked = self.plan.checked_accounting
+        checked, expected = self.plan.checked_accounting, self.plan.expected_rows
         for name in ACCT_NAMES:
+            must = (f"must equal {expected[name]}, see the scheme" if name in expected
+                    else "must equal tokens x top-k x GPUs")
             stats.add(f"system.moe.rows_{name}", got[name], "count",
-                      f"token-expert rows {name} over all GPUs (must equal tokens x top-k x GPUs)"
+                      f"token-expert rows {name} over all GPUs ({must})"
                       if name in checked else
-                      f"token-expert rows {name} over all GPUs (not checked: the scheme's "
-                      f"configuration does not run this step)")
+                      f"token-expert rows {name} over all GPUs (not checked: "
+                      f"{self.plan.unchecked_why})")
+        for name, word, desc in self.plan.extra_acct:
+            stats.add(f"system.moe.rows_{name}", int(counts[word]), "count",
+                      f"{desc} (must equal {expected[name]})")
 
     def invariants(self, sim):
         """Token accounting (checks.py): every token-expert pair sent, received, computed and
@@ -338,8 +355,11 @@ class MoeLayer:
         with the numbers."""
         s = self.shape
         want = s.num_gpus * s.pairs
-        bad = [f"{n} {int(sim.stats[f'system.moe.rows_{n}'])}" for n in self.plan.checked_accounting
-               if int(sim.stats[f"system.moe.rows_{n}"]) != want]
+        expected = self.plan.expected_rows
+        names = tuple(self.plan.checked_accounting) + tuple(n for n, _, _ in self.plan.extra_acct)
+        bad = [f"{n} {int(sim.stats[f'system.moe.rows_{n}'])}"
+               + (f" (expected {expected[n]})" if n in expected else "")
+               for n in names if int(sim.stats[f"system.moe.rows_{n}"]) != expected.get(n, want)]
         if not bad:
             return []
         return [f"token accounting in scheme '{sim.cfg.scheme}': each of the {want} token-expert "
@@ -373,16 +393,27 @@ class MoeLayer:
                 shared_down=unslice_weights(sim.read_buffer(g, "ws_down").reshape(S, -1), ns, H))
                 for g in range(P)]
         out = read("out", (T, H))
-        err = 0.0
-        scale = 0.0
-        for g in range(P):
-            kw = dict(shared[g]) if s.shared else {}
-            kw.update(self.plan.reference_kwargs)
-            ref = moe_layer_reference(x[g:g + 1], self.routing.topk_idx[g:g + 1],
-                                      self.routing.topk_weight[g:g + 1], wg, wu, wd, **kw)
-            err = max(err, float(max_abs_error(out[g:g + 1], ref)))
-            scale = max(scale, float(np.abs(ref).max()))
+
+        def error(weights):
+            err = scale = 0.0
+            for g in range(P):
+                kw = dict(shared[g]) if s.shared else {}
+                kw.update(self.plan.reference_kwargs)
+                ref = moe_layer_reference(x[g:g + 1], self.routing.topk_idx[g:g + 1],
+                                          weights[g:g + 1], wg, wu, wd, **kw)
+                err = max(err, float(max_abs_error(out[g:g + 1], ref)))
+                scale = max(scale, float(np.abs(ref).max()))
+            return err, scale
+
+        err, scale = error(self.routing.topk_weight)
         sim.stats.add("system.moe.output_max_abs_error", err, "",
                       "largest |simulated - NumPy reference| over every output element")
+        if self.plan.kept_pairs is not None:
+            # the reference without the dropped pairs: their weight 0 adds an exact zero
+            kept = self.plan.kept_pairs(sim)
+            kept_err, _ = error(np.where(kept, self.routing.topk_weight, np.float32(0.0)))
+            sim.stats.add("system.moe.output_max_abs_error_kept", kept_err, "",
+                          "largest |simulated - NumPy reference of the kept pairs only| (the "
+                          "dropped token-expert pairs excluded)")
         sim.stats.add("system.moe.output_max_abs_reference", scale, "",
                       "largest |reference output| (scale for the error above)")

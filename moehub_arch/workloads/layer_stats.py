@@ -11,6 +11,10 @@ Where the time goes:
                            identical for every scheme run on the same layer
   overhead_us              layer time minus ideal compute: communication, mediation, vector work
                            and load imbalance that compute did not hide (the "exposed" time)
+  ideal_layer_us           also identical for every scheme: per GPU, max(its expert GEMM FLOPs at
+                           the tensor peak, its expert weights read once at HBM bandwidth), the
+                           busiest GPU; ideal_layer_fraction = ideal / layer time (the MoE-Hub
+                           paper, arXiv 2605.05888, reports 96.8% of such an ideal layer)
 SM time (fractions of SMs x layer time, averaged over GPUs). The five categories partition SM time
 (they sum to 1). Units of one SM work at once (a copy can overlap a GEMM), so each SM's time is
 attributed in priority order, each category taking at most what the ones before it left:
@@ -22,6 +26,16 @@ attributed in priority order, each category taking at most what the ones before 
   sm.other                 the rest of resident time: issuing ALU, branch and control
                            instructions, memory latency not counted as a wait, thread-block launch
 Links: nvlink.tx_utilization_mean / _max over every GPU's link transmitters within the layer.
+Does the dispatch use the links it has?
+  dispatch_wire_bytes_max  the busiest GPU's wire bytes (link headers and flit padding included)
+                           sent for its dispatch-phase kernels: requests and rows they issued
+                           (packets to the GPU itself, which skip the links, and responses a GPU
+                           sends for other GPUs' requests are not counted)
+  dispatch_link_efficiency (dispatch_wire_bytes_max / that GPU's aggregate link bandwidth) /
+                           phase.dispatch_us: 1.0 when the dispatch phase lasts exactly as long as
+                           its busiest sender's bytes take on all its links; low values mean
+                           something other than link bandwidth (a hub unit, memory, the SMs,
+                           mediation) holds the rows back
 """
 import numpy as np
 
@@ -34,13 +48,23 @@ def ideal_compute_ps(layer, cfg) -> float:
     each routed row 2·H·I for each of gate, up and down, and each of its tokens the same for every
     shared expert - at the GPU's peak dense BF16 tensor rate (SMs x FLOP per cycle x clock).
     Depends on the model, routing and GPU only, not on how a scheme moves or tiles the rows."""
-    s, g = layer.shape, cfg.system.gpu
+    return float((expert_gemm_flops(layer) / tensor_peak(cfg)).max()) * 1e12
+
+
+def expert_gemm_flops(layer):
+    """Expert GEMM FLOPs per GPU [P]: routed rows its local experts receive and its tokens through
+    every shared expert, 2·H·I each for gate, up and down."""
+    s = layer.shape
     rows = np.bincount(layer.routing.topk_idx.reshape(-1), minlength=s.experts)
     rows_per_gpu = rows.reshape(s.num_gpus, s.local_experts).sum(axis=1)
-    flops = (rows_per_gpu.astype(np.float64) * 6.0 * s.hidden * s.ffn
-             + s.tokens * s.shared * 6.0 * s.hidden * s.shared_ffn)
-    rate = g.num_sms * g.sm.tensor_bf16_flops_per_cycle * g.sm_clock   # FLOP/s
-    return float(flops.max()) / rate * 1e12
+    return (rows_per_gpu.astype(np.float64) * 6.0 * s.hidden * s.ffn
+            + s.tokens * s.shared * 6.0 * s.hidden * s.shared_ffn)
+
+
+def tensor_peak(cfg):
+    """Peak dense BF16 tensor rate of one GPU (FLOP/s): SMs x FLOP per cycle x clock."""
+    g = cfg.system.gpu
+    return g.num_sms * g.sm.tensor_bf16_flops_per_cycle * g.sm_clock
 
 
 def add_layer_stats(sim, layer):
@@ -61,12 +85,17 @@ def add_layer_stats(sim, layer):
     for k in kernels:
         d = [ends[i] - starts[i] for i, l in enumerate(launches) if l.kernel == k]
         out.add(f"system.moe.kernel.{k}_us", float(np.mean(d)) * 1e-6, "us",
-                f"duration of kernel '{k}', mean over GPUs")
+                f"duration of kernel '{k}', mean over GPUs (and over its launches, if several)")
 
     for phase, names in layer.plan.phases.items():
         per_gpu = []
+        by_launch = layer.plan.launch_phases
         for g in range(P):
-            idx = [i for i, l in enumerate(launches) if l.gpu == g and l.kernel in names]
+            if by_launch:
+                idx = [i for i, l in enumerate(launches)
+                       if l.gpu == g and by_launch[l.config_index] == phase]
+            else:
+                idx = [i for i, l in enumerate(launches) if l.gpu == g and l.kernel in names]
             if not idx:
                 continue
             lo = min(starts[i] for i in idx)
@@ -109,6 +138,15 @@ def add_layer_stats(sim, layer):
             "every scheme on the same layer)")
     out.add("system.moe.overhead_us", (span - ideal) * 1e-6, "us",
             "layer time minus ideal compute: communication, mediation and imbalance not hidden")
+    ideal_layer = ideal_layer_ps(sim.cfg, layer)
+    out.add("system.moe.ideal_layer_us", ideal_layer * 1e-6, "us",
+            "an ideal MoE layer on the busiest GPU: its expert GEMM FLOPs (routed rows it "
+            "receives + shared experts) at the tensor peak, or its expert weights read once at "
+            "HBM bandwidth if that is longer; no communication, mediation or padding")
+    out.add("system.moe.ideal_layer_fraction", ideal_layer / span, "ratio",
+            "ideal_layer_us / layer_time_us: how close the scheme gets to the ideal layer")
+
+    _dispatch_link_stats(st, out, layer, launches, P)
 
     # link transmitters of every GPU, over the layer's span
     L = int(st.p[0].links_per_gpu)
@@ -117,3 +155,35 @@ def add_layer_stats(sim, layer):
             "GPU link transmitters: mean busy fraction over the layer")
     out.add("system.moe.nvlink.tx_utilization_max", float(tx.max()) / span, "ratio",
             "GPU link transmitters: busiest one's busy fraction over the layer")
+
+
+def _dispatch_link_stats(st, out, layer, launches, P):
+    names = layer.plan.phases.get("dispatch", ())
+    wire = np.zeros(P)
+    for l in launches:
+        if l.kernel in names:
+            wire[l.gpu] += int(st.ln[l.index].tx_wire)
+    out.add("system.moe.dispatch_wire_bytes_max", float(wire.max()), "bytes",
+            "the busiest GPU's link wire bytes sent for its dispatch-phase kernels (headers and "
+            "flit padding included; loopback and responses to other GPUs excluded)")
+    p = st.p[0]
+    # aggregate transmit bandwidth of one GPU: links x per-link bandwidth (link_fs_per_byte is
+    # femtoseconds per byte of one link direction)
+    ps_at_full_rate = wire.max() * int(p.link_fs_per_byte) / int(p.links_per_gpu) / 1000.0
+    phase_ps = out.get("system.moe.phase.dispatch_us", 0.0) * 1e6
+    out.add("system.moe.dispatch_link_efficiency",
+            ps_at_full_rate / phase_ps if phase_ps > 0 else 0.0, "ratio",
+            "(busiest GPU's dispatch wire bytes / its aggregate link bandwidth) / dispatch phase "
+            "time: 1.0 = the dispatch phase runs at full link rate")
+
+
+def ideal_layer_ps(cfg, layer):
+    """Ideal layer time (ps) of the busiest GPU: its expert GEMM FLOPs (`expert_gemm_flops`) at the
+    tensor peak, or its expert weights (3 H I bf16 matrices per local routed and per shared
+    expert) read once at HBM bandwidth, whichever is longer. Independent of the scheme: no
+    communication, no mediation, no padding, no vector work (SiLU, combine)."""
+    s = layer.shape
+    weights = 6.0 * s.hidden * (s.local_experts * s.ffn + s.shared * s.shared_ffn)   # bytes
+    t = np.maximum(expert_gemm_flops(layer) / tensor_peak(cfg),
+                   weights / cfg.system.gpu.hbm.bandwidth)
+    return float(t.max()) * 1e12

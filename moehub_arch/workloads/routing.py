@@ -23,6 +23,15 @@ such as DeepEP's use them; skewed and group-limited as production routers behave
   routers (DeepSeek-V2 `group_limited_greedy`); the `router.top_groups` best groups are kept and
   the top-k experts by affinity are taken inside them; weights = the chosen affinities, divided by
   their sum if `router.normalize`, times `router.scale` (DeepSeek-V3: normalised, x2.5);
+- `normal`: the seeds' load-imbalance knob (MoE-Hub, arXiv 2605.05888: per-expert load drawn
+  with a standard deviation of 0-0.05, 0.032 typical). Once per layer, every expert's probability
+  is drawn p_e = 1/E + N(0, std^2); probabilities below zero are clipped to zero and the vector is
+  renormalised to sum 1 (so std = 0 is exactly uniform, and a large std leaves some experts
+  unused); then every token draws its k distinct experts by successive sampling without
+  replacement in proportion to p (Gumbel top-k: the k largest log p_e + Gumbel noise). The clip
+  shifts the realised mean above 1/E when many experts clip (std comparable to 1/E, e.g. 60
+  experts at std 0.05): the drawn std is the knob, not the realised one. Fewer than k experts left
+  with p > 0 is an error (a larger std than the model's expert count allows);
 - `trace`: replay a routing trace file (see `load_trace`).
 
 Weights of the non-group-limited kinds come from random N(0, 1) logits of all experts pushed
@@ -37,14 +46,17 @@ All generators are deterministic: `numpy.random.default_rng(seed)`.
 from __future__ import annotations
 
 import json
+import zipfile
+import zlib
 from pathlib import Path
 
 import attrs
 import numpy as np
 
 from ..config.loader import ConfigError, _display
+from ..inputs import InputFileError, read_text
 
-KINDS = ("uniform", "balanced", "skewed", "group_limited", "trace")
+KINDS = ("uniform", "balanced", "skewed", "group_limited", "normal", "trace")
 KEY = "workload.layer.routing"
 MAX_GINI = 0.9
 
@@ -247,6 +259,35 @@ def _skewed(rng, n, e, k, target):
     return np.take_along_axis(idx, slot, axis=1)
 
 
+# ------------------------------------------------------------------------------------- normal
+def expert_probabilities_normal(rng, e, k, std):
+    """Per-expert probabilities of the `normal` kind: 1/E + N(0, std^2), clipped at 0,
+    renormalised (module docstring)."""
+    if isinstance(std, bool) or not isinstance(std, (int, float, np.integer, np.floating)) \
+            or not np.isfinite(std) or std < 0:
+        raise _bad(f"{KEY}.std", f"expected a non-negative number (the standard deviation of the "
+                   f"per-expert probability around 1/num_experts; the MoE-Hub paper uses 0-0.05), "
+                   f"found {std!r}")
+    p = 1.0 / e + rng.normal(0.0, float(std), e) if std > 0 else np.full(e, 1.0 / e)
+    p = np.clip(p, 0.0, None)
+    if int(np.count_nonzero(p)) < k:
+        raise _bad(f"{KEY}.std", f"std {std} leaves {int(np.count_nonzero(p))} of {e} experts "
+                   f"with a positive probability (1/{e} = {1 / e:.4g} plus the draw, clipped at 0), "
+                   f"fewer than top-k ({k}); use a smaller std")
+    return p / p.sum()
+
+
+def _normal(rng, n, e, k, std):
+    p = expert_probabilities_normal(rng, e, k, std)
+    with np.errstate(divide="ignore"):
+        logp = np.log(p)
+    keys = logp[None, :] + rng.gumbel(size=(n, e))
+    # the k largest keys, in decreasing order (slot 0 = the strongest choice)
+    top = np.argpartition(-keys, k - 1, axis=1)[:, :k]
+    order = np.argsort(-np.take_along_axis(keys, top, axis=1), axis=1, kind="stable")
+    return np.take_along_axis(top, order, axis=1)
+
+
 # ------------------------------------------------------------------------------ group limited
 def _group_limited(rng, n, e, k, router):
     if router is None or not getattr(router, "group_limited", False):
@@ -326,7 +367,10 @@ def load_trace(path, *, num_gpus: int, tokens_per_gpu: int, num_experts: int,
                 idx = z["topk_idx"]
                 weight = z["topk_weight"] if "topk_weight" in names else None
         else:
-            data = json.loads(p.read_text())
+            try:
+                data = json.loads(read_text(p, "routing trace", shown))
+            except InputFileError as e:
+                raise _bad(key, str(e).partition(": ")[2], shown) from None
             if not isinstance(data, dict) or "topk_idx" not in data:
                 found = (f"keys {', '.join(map(str, data))}" if isinstance(data, dict)
                          else f"a JSON {type(data).__name__}")
@@ -337,7 +381,7 @@ def load_trace(path, *, num_gpus: int, tokens_per_gpu: int, num_experts: int,
                 weight = _as_array(data["topk_weight"], "topk_weight", shown)
     except ConfigError:
         raise
-    except (OSError, ValueError, EOFError, UnicodeDecodeError) as e:
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as e:
         kind = {".npy": "a NumPy .npy array", ".npz": "a NumPy .npz archive",
                 ".json": "JSON"}[suffix]
         raise _bad(key, f"cannot read the trace file as {kind} ({e})", shown) from None
@@ -405,11 +449,12 @@ def write_trace(path, routing: Routing) -> None:
 # --------------------------------------------------------------------------------- entry point
 def generate_routing(kind: str, *, num_gpus: int, tokens_per_gpu: int, num_experts: int,
                      top_k: int, seed: int, router=None, gini: float = 0.2,
-                     trace=None) -> Routing:
+                     trace=None, std: float = 0.032) -> Routing:
     """Generate (or replay) the routing of one MoE layer; see the module docstring for kinds.
 
     `router` is a `RouterSpec` (needed by `group_limited`, shapes the weights of the others);
-    `gini` is the `skewed` target in [0, 0.9]; `trace` the file `trace` replays.
+    `gini` is the `skewed` target in [0, 0.9]; `std` the `normal` kind's standard deviation;
+    `trace` the file `trace` replays.
     """
     if kind not in KINDS:
         raise _bad(f"{KEY}.kind", f"expected one of {', '.join(KINDS)}, found {kind!r}")
@@ -428,6 +473,8 @@ def generate_routing(kind: str, *, num_gpus: int, tokens_per_gpu: int, num_exper
         idx = _uniform(rng, n, num_experts, top_k)
     elif kind == "balanced":
         idx = _balanced(rng, n, num_experts, top_k)
+    elif kind == "normal":
+        idx = _normal(rng, n, num_experts, top_k, std)
     else:
         g = gini
         if isinstance(g, bool) or not isinstance(g, (int, float, np.integer, np.floating)) \

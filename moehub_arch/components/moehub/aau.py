@@ -5,7 +5,9 @@ capacity and a bump pointer in the AAU) and a completion-record array with one `
 record per slot. When the first bytes of a row arrive (whichever packet brings them: packets of one
 stream may overtake each other on parallel links), the AAU allocates the expert's next slot
 (`alloc_latency`), and takes a completion-record table entry (`record_table_entries` live records
-per GPU). Each packet's data is written at its row's slot; when a row is complete the AAU writes
+per GPU). Each packet's data is written at its row's slot (through hbm.link_write: into HBM, or
+into the L2 with system.gpu.l2.link_writes = write_back; the packet's link buffer is held until
+the memory took it); when a row is complete the AAU writes
 its record {source GPU, home, aux, bytes} and tells the DAM, and the row's descriptor leaves the
 sender's ring (which may unblock a producer waiting in send_to_expert).
 
@@ -25,7 +27,7 @@ each packet carried a short row tag; its bytes are counted once per row in the s
 from ...engine.jit import compiled
 
 from ...engine.state import TB_WAIT_FENCE, WAIT_FENCE
-from ..hbm import hbm_latency_ticks, hbm_transfer, move_bytes, write_word
+from ..hbm import link_write, move_bytes, write_word
 from ..hub import wake_hub_waiters
 from ..nvlink import channel_count_arrival, credit_return
 from ..packet import PK_MOE_EOS, packet_free
@@ -48,6 +50,10 @@ def aau_receive(st, g, c, pkt, tick):
     t = pk.ready
     done = _process(st, g, pkt, t)
     if done >= 0:
+        if st.pk[pkt].kind != PK_MOE_EOS:
+            # the link buffer is held until memory has absorbed the packet's writes
+            gp.aau_data_packets += 1
+            gp.aau_write_wait += done - t
         _leave_link(st, g, c, pkt, done)
         packet_free(st, pkt)
     else:
@@ -302,7 +308,7 @@ def _process(st, g, pkt, t):
             b = min(stop, end) - (row.start + H)
             if b > a:
                 dst = slot_address(st, g, row.expert, row.alloc) + a
-                done = hbm_transfer(st, g, dst, b - a, t, True)
+                done, _ = link_write(st, g, dst, b - a, t)
                 if done > free_at:
                     free_at = done
                 move_bytes(st, src, row.src_addr + a, g, dst, b - a, -1)
@@ -332,13 +338,12 @@ def _row_complete(st, g, src, row, written):
     """The row's last bytes are written: record, DAM counter, producer completion."""
     p = st.p[0]
     rec = record_address(st, g, row.expert, row.alloc)
-    done = hbm_transfer(st, g, rec, p.record_bytes, written, True)
+    _, visible = link_write(st, g, rec, p.record_bytes, written)
     if rec + 32 <= st.hbm_mem.shape[1]:
         write_word(st, g, rec, src)
         write_word(st, g, rec + 8, row.home)
         write_word(st, g, rec + 16, row.aux)
         write_word(st, g, rec + 24, row.length)
-    visible = done + hbm_latency_ticks(st, done)
     st.gpu[g].aau_records_written += 1
     row.done = 1
     dam_row_landed(st, g, row.expert, row.alloc, visible)

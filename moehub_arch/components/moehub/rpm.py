@@ -7,7 +7,7 @@ ring (`row_queue_depth`; a full ring blocks the producer: back-pressure). Row de
 the ring until the receiver has landed the row.
 
 Each destination has a merge buffer of `merge_buffer_bytes`: the packetizer sends a packet to a
-destination once its unsent bytes fill min(max payload, merge buffer), so packets are full even
+destination once its unsent bytes fill min(`packet_bytes`, merge buffer), so packets are full even
 when rows are not packet multiples (a packet may carry the end of one row and the start of the
 next). A partly filled buffer is flushed when its oldest byte has waited `flush_timeout`, or when
 the stream ends. Packets carry the stream offset of their first byte; the data is read from local
@@ -62,6 +62,7 @@ def rpm_accept(st, g, slot, expert, src_addr, nbytes, home, aux, tick):
     row.done = 0
     row.slot = slot
     row.accept_tick = tick
+    row.launch = st.tb[slot].launch
     sr.head += 1
     sr.accepted += p.rpm_header_bytes + nbytes
     if sr.oldest < 0:
@@ -93,7 +94,7 @@ def _sendable(st, s, tick):
     avail = sr.accepted - sr.sent
     if avail == 0:
         return -1 if (sr.eos_pending and not sr.eos_sent) else 0
-    full = min(p.max_payload, p.rpm_merge_bytes)
+    full = p.rpm_packet_bytes
     if avail >= full:
         return min(avail // full, p.packet_train) * full   # one packet, or a train of them
     if sr.eos_pending or tick - sr.oldest >= p.rpm_flush_ticks:
@@ -187,6 +188,7 @@ def _emit(st, g, d, tick):
     pk.req = -1
     pk.src_addr = 0
     ready = tick
+    launch = st.mrow[s * p.rpm_ring + (sr.head - 1) % p.rpm_ring].launch if sr.head > 0 else -1
     if n < 0:  # end of stream marker, after every data byte
         pk.kind = PK_MOE_EOS
         pk.payload = 0
@@ -198,7 +200,7 @@ def _emit(st, g, d, tick):
         pk.addr = sr.sent
         pk.payload = n
         pk.value = 0
-        full = min(p.max_payload, p.rpm_merge_bytes)
+        full = p.rpm_packet_bytes
         if n < full and not sr.eos_pending:
             gp.rpm_flushes += 1
         # merge-buffer fill at emission, in eighths of the buffer
@@ -207,18 +209,22 @@ def _emit(st, g, d, tick):
         st.rpm_hist[g, min(b, RPM_HIST_BINS - 1)] += 1
         # the data is read from the producers' buffers in local HBM (from the packet's first byte)
         row = st.mrow[s * p.rpm_ring + row_at(st, s, sr.sent) % p.rpm_ring]
+        launch = row.launch   # the packet's bytes count for the kernel that sent its first row
         first = row.src_addr + max(0, sr.sent - row.start - p.rpm_header_bytes)
         ready = hbm_access(st, g, first, n, tick, False)
+        gp.rpm_read_wait += ready - tick   # the packet cannot leave before its data is read
         sr.sent += n
         sr.oldest = -1
         if sr.sent < sr.accepted:
             sr.oldest = st.mrow[s * p.rpm_ring + row_at(st, s, sr.sent) % p.rpm_ring].accept_tick
         gp.rpm_payload += n
-    pk.flits, pk.npk = packet_flits(st, pk.payload, min(p.max_payload, p.rpm_merge_bytes))
+    pk.flits, pk.npk = packet_flits(st, pk.payload, p.rpm_packet_bytes)
     pk.ready = ready + p.hub_tx_latency_ticks
     gp.rpm_packets += pk.npk
     gp.rpm_wire += pk.flits * p.flit_bytes
     trace_event(st, CAT_RPM, TR_RPM_TX, g, d, pk.payload, tick)
+    if d != g and launch >= 0:
+        st.ln[launch].tx_wire += pk.flits * p.flit_bytes
     if d == g:
         gp.loop_inflight += 1
         push(st, pk.ready, EV_MOE_LOOPBACK, pkt, g)

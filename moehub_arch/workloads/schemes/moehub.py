@@ -29,7 +29,7 @@ def plan(layer):
     window_rows = max(1, -(-most // tile)) * tile
     tiles = max_tiles_per_gpu(layer)
     buffers = [
-        _buf("tq", 64 * (tiles + workers + 4), region="control", dtype="i64"),
+        _buf("tq", 64 * (tiles + 2 * workers + 4), region="control", dtype="i64"),   # end marks: moe_layer.s
         _buf("tiles", tiles * tile * (s.ffn + s.hidden) * 2, dtype="bf16"),
     ]
     # streams: 0 dispatch; 1 the shared experts (no routed rows needed: they overlap everything);

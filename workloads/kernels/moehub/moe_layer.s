@@ -14,6 +14,7 @@
 # the kernel library (workloads/kernels/lib/): routines several schemes share
 .include "lib/gemm_tiles.s"
 .include "lib/combine.s"
+.include "lib/streaming.s"
 
 # moehub_dispatch: thread block b routes tokens b, b + ntb, ...: for each of the token's k experts
 # (k <= 8: one ld.v8 reads them; the register file cannot be indexed, so the sends are unrolled) it
@@ -78,8 +79,9 @@ end:
 #    Ju = I / n gate/up jobs and Jd = H / n down jobs (n = n_tile; moe_common.s explains the
 #    split): gate/up job q computes Hh[:, q cols] = silu(X Wg_q) * (X Wu_q) into the tile's h
 #    buffer; down job c waits until all gate/up jobs of the tile are done, then computes
-#    Y[:, c cols] = Hh Wd_c into the tile's y buffer. Jobs are numbered in blocks: block b holds
-#    the gate/up jobs of tile b then the down jobs of tile b - 1, so a down job rarely waits. The worker
+#    Y[:, c cols] = Hh Wd_c into the tile's y buffer. Jobs are numbered in blocks by the streaming
+#    scheduler of ../lib/streaming.s (shared with overlap_expert): block b holds the gate/up jobs of
+#    tile b then the down jobs of tile b - lag, so a down job rarely waits. The worker
 #    that finishes the tile's last down job sends its rows home (send_home), fences, and releases
 #    the tile's window slots. A global queue lets every worker serve every local expert.
 #  * when the queue has ended, the GPU's last worker sets done[gpu] = 1 on every GPU.
@@ -115,8 +117,9 @@ claimed_all:
     sub r18, %ntb, 1
     bne r16, r18, leave          # not the last claimer to finish
     ld r19, [%tq]                # every tile is published: mark the end after the last one,
-    add r21, %workers, 2         # once per worker, + 2 (each waits on at most one entry,
-    mov r20, 0                   # a down job on the entry before a gate/up job's)
+    shl r21, %workers, 1         # 2 * workers + 3 of them: workers read entries up to
+    add r21, r21, 3              # lag + ceil(workers / Jd) past the last tile, and
+    mov r20, 0                   # lag <= workers + 1 (../lib/streaming.s)
 end_marks:
     add r22, r19, r20
     add r22, r22, 1
@@ -158,14 +161,11 @@ leave:
     mul r29, %ffn, %n_tile
     shl r29, r29, 1              # r29 = bytes of one down weight tile [I][n]
     shl r30, %n_tile, 1          # r30 = bytes of one row of a job's output
+    stream_lag r31, %ntb, r20, r21, %hidden, %ffn, r4    # r31 = lag
     mov r25, 0                   # r25 = rows this worker completed
 job:
     atom.add r1, %gpu, [%tq+8], 1    # r1 = my next job
-    split_job r1, r22, r2, r3    # r2 = job block b: gate/up jobs of tile b, then down jobs of
-    blt r3, r20, entry           #   tile b - 1 (so workers start the next tile's gate/up jobs
-                                 #   before waiting on the previous tile's); r3 = job in block
-    sub r2, r2, 1                # a down job: its tile is b - 1
-    blt r2, 0, job               # block 0 has no down jobs
+    stream_job r1, r22, r20, r31, r2, r3, entry, job    # r2 = tile; r3 = job in block
 entry:
     add r11, r2, 1
     shl r11, r11, 6

@@ -34,6 +34,7 @@
 .include "lib/combine.s"
 .include "lib/slot_words.s"
 .include "lib/ring.s"
+.include "lib/streaming.s"
 
 # ------------------------------------------------------------------------------------------------
 # overlap_receive: grid C*P, TB c*P + s drains ring (c, s) (filled by deepep_dispatch's senders,
@@ -114,10 +115,10 @@ rx_done:
     exit
 
 # ------------------------------------------------------------------------------------------------
-# overlap_expert: persistent GEMM blocks. Jobs are numbered in blocks: block b holds the gate/up
-# jobs of tile b (Ju = I / n) and then the down jobs of tile b - 1 (Jd = H / n), so blocks start
-# the next tile's gate/up jobs before waiting on the previous tile's down jobs (the same pipelining
-# as the MoE-Hub expert kernel). Tiles are taken in the tile table's (expert-major) order, the
+# overlap_expert: persistent GEMM blocks with the streaming scheduler of ../lib/streaming.s (shared
+# with moehub_expert): block b holds the gate/up jobs of tile b (Ju = I / n) and then the down jobs
+# of tile b - lag (Jd = H / n), so a tile's down jobs come once its gate/up jobs are done. Tiles
+# are taken in the tile table's (expert-major) order, the
 # order in which the senders' rings deliver rows of every source, so ready tiles come first.
 # A gate/up job waits until its tile's counter reaches the tile's rows; a down job waits until all
 # gate/up jobs of its tile are done; the tile's last down job sends each output row to its home
@@ -149,8 +150,9 @@ rx_done:
     div r20, %ffn, %n_tile       # r20 = Ju
     div r21, %hidden, %n_tile    # r21 = Jd
     add r22, r20, r21            # r22 = jobs per block
-    add r30, r31, 1
-    mul r30, r30, r22            # r30 = jobs in all blocks (block `tiles` holds the last downs)
+    stream_lag r29, %ntb, r20, r21, %hidden, %ffn, r4    # r29 = lag
+    add r30, r31, r29
+    mul r30, r30, r22            # r30 = jobs in all blocks (the last `lag` hold down jobs only)
     gemm_smem r8, r9, %tile_rows, %n_tile, r4, r4    # r8 = G (gate/up) or Y (down); r9 = U, or Yq (down)
     add r10, r9, r4              # r10 = Hq
     shl r23, %hidden, 1          # r23 = rb
@@ -159,13 +161,10 @@ rx_done:
 job:
     atom.add r1, %gpu, [%jobs], 1    # r1 = my next job
     bge r1, r30, finished
-    split_job r1, r22, r2, r3    # r2 = block b; r3 = job in block
-    blt r3, r20, gate_up
-    sub r2, r2, 1                # a down job: its tile is b - 1
-    blt r2, 0, job
+    stream_job r1, r22, r20, r29, r2, r3, gate_up, job    # r2 = tile; r3 = job in block
     bra entry
 gate_up:
-    bge r2, r31, job             # block `tiles` has only down jobs
+    bge r2, r31, job             # the last `lag` blocks have no gate/up jobs
 entry:
     shl r11, r2, 5
     add r11, r11, %tiles
