@@ -62,7 +62,8 @@ def test_per_request_responses_send_one_response_per_put():
 
 def test_store_packet_size_is_capped_by_the_link_payload():
     # 256 B store packets on a link whose packets carry at most 64 B: 64 B packets (5 flits)
-    sim = _run("system.nvlink.store_packet_bytes=256B", "system.nvlink.max_payload_bytes=64B")
+    sim = _run("system.nvlink.store_packet_bytes=256B", "system.nvlink.max_payload_bytes=64B",
+               "system.gpu.hub.moe.rpm.packet_bytes=64B")   # the RPM may not exceed the link either
     P = -(-BYTES // 64)                                         # 79: 78 x 64 B + one of 8 B
     data_flits = 78 * 5 + 2
     for g in range(2):
