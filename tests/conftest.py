@@ -11,6 +11,16 @@ REPO = Path(__file__).resolve().parents[1]
 CONFIGS = REPO / "configs"
 
 
+def load_script(path):
+    """A tool script (tools/*.py, not a package module) imported by file path, for its functions."""
+    import importlib.util
+    path = Path(path)
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def mini_system(num_gpus=2, num_sms=4, links=2):
     """--set overrides turning DGX H100 into a small system with the same per-component numbers:
     `links` NVLink links per GPU, link i on switch i."""

@@ -1,20 +1,16 @@
 """tools/layer_table.py --grid (tools/layer_grid.py): the grid's cells and skips, the sweep it
 writes and runs (resume included), and the speedup table's arithmetic."""
-import importlib.util
 import json
 import math
 
 import pytest
 
-from conftest import REPO
+from conftest import REPO, load_script
 
 
 @pytest.fixture(scope="module")
 def grid_tool():
-    spec = importlib.util.spec_from_file_location("layer_grid", REPO / "tools" / "layer_grid.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script(REPO / "tools" / "layer_grid.py")
 
 
 def test_moehub_paper_cells_and_skips(grid_tool):

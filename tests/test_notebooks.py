@@ -1,20 +1,15 @@
 """The example notebooks (tools/notebooks/*.ipynb) run, in their quick version, in a fresh kernel:
 every cell executes (their own asserts check that every point computed the layer correctly) and
 they produce their table and figure."""
-import importlib.util
-
 import pytest
 
-from conftest import REPO
+from conftest import REPO, load_script
 
 NOTEBOOKS = REPO / "tools" / "notebooks"
 
 
 def _runner():
-    spec = importlib.util.spec_from_file_location("run_notebook", NOTEBOOKS / "run_notebook.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(NOTEBOOKS / "run_notebook.py")
 
 
 @pytest.mark.parametrize("name, figure, columns", [

@@ -1,17 +1,13 @@
 """The benchmark tool's arithmetic and report (tools/bench.py); its runs are measured, not tested."""
-import importlib.util
 
 import pytest
 
-from conftest import REPO
+from conftest import REPO, load_script
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("bench", REPO / "tools" / "bench.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script(REPO / "tools" / "bench.py")
 
 
 def test_growth_exponent_is_the_log_log_slope(bench):
