@@ -10,18 +10,18 @@ import re
 import numpy as np
 import attrs
 
+from .components.hbm import HBM_MIN_ACCESS  # noqa: F401 (re-exported)
+from .components.moehub.aau import aau_staging_packets, expert_placement, local_experts
+from .components.moehub.rpm import rpm_packet_bytes  # noqa: F401 (re-exported)
 from .components.trace import TRACE_COLUMNS
-from .config.schema import L2_LINK_WRITES
-from .engine.clock import period_fs
-from .engine.events import NUM_EVENT_KINDS, new_event_queue, new_timers
-from .engine.state import (DAM_HIST_BINS, GPU, HBM_CHANNEL, LAUNCH, LINK_CHANNEL, MOE_ROW,
-                           NUM_WAIT_REASONS, PACKET, PARAMS, REQUEST, RPM_HIST_BINS, SM, STREAM,
-                           SYSTEM, THREAD_BLOCK, TB_EMPTY, TILE, WINDOW, State, new_records)
+from .composition import (NUM_EVENT_KINDS, PARAMS, new_record_array, param_values,
+                          timer_layout)
+from .engine.events import new_event_queue, new_timers
+from .engine.state import (DAM_HIST_BINS, NUM_WAIT_REASONS, RPM_HIST_BINS, State, new_records)
 from .isa.encoding import MAX_PARAMS, NUM_REGS, NUM_UNITS, ROW_WIDTH
 from .isa.expr import ExprError, evaluate
 
 BUFFER_ALIGN = 256  # bytes; every buffer starts on an HBM interleave-friendly boundary
-HBM_MIN_ACCESS = 32  # bytes: the DRAM sector, the smallest unit HBM transfers
 
 
 class BuildError(Exception):
@@ -77,25 +77,6 @@ def layout_buffers(cfg):
 
 MOE_RECORDS = "moe_records"   # internal buffers of the MoE-Hub (names users may read)
 MOE_WINDOWS = "moe_windows"
-
-
-def expert_placement(cfg):
-    """[E, 2] int64: GPU and local slot of every expert."""
-    moe, G = cfg.workload.moe, cfg.system.num_gpus
-    E = moe.num_experts
-    gpus = list(moe.placement) if moe.placement is not None else [e // (E // G) for e in range(E)]
-    place = np.zeros((max(E, 1), 2), np.int64)
-    count = [0] * G
-    for e, g in enumerate(gpus):
-        place[e] = (g, count[g])
-        count[g] += 1
-    return place
-
-
-def local_experts(cfg):
-    """Most experts placed on one GPU (every GPU gets that many windows)."""
-    place = expert_placement(cfg)
-    return int(place[:cfg.workload.moe.num_experts, 1].max()) + 1 if cfg.workload.moe.num_experts else 0
 
 
 _NP_DTYPES = {"f32": np.float32, "i64": np.int64, "u8": np.uint8}
@@ -258,47 +239,6 @@ def build_topology(cfg):
     return (gpu_routes, sw_routes, sw_inputs), (to_switch, ch_gpu, ch_switch, ch_port)
 
 
-def rpm_packet_bytes(cfg):
-    """Payload of a full RPM packet: at most rpm.packet_bytes, at most what one link packet
-    carries (system.nvlink.max_payload_bytes) and at most what the merge buffer holds."""
-    rpm = cfg.system.gpu.hub.moe.rpm
-    return min(rpm.packet_bytes, cfg.system.nvlink.max_payload_bytes, rpm.merge_buffer_bytes)
-
-
-def aau_staging_packets(cfg):
-    """Packets the AAU staging store holds: every row the senders' rings may have in flight to
-    one GPU, as full packets plus one partial packet per row. A full packet carries
-    min(max payload, merge buffer) bytes: a merge buffer smaller than the link payload makes
-    more, smaller packets (sizing by the payload alone let the store fill, parked packets kept
-    their link credits and wedged the link for other traffic: found by tests/test_fuzz.py)."""
-    hub, moe = cfg.system.gpu.hub, cfg.workload.moe
-    if not moe.num_experts:
-        return 0
-    payload = rpm_packet_bytes(cfg)
-    per_row = -(-(moe.row_bytes + hub.moe.rpm.row_header_bytes) // payload) + 1
-    return cfg.system.num_gpus * hub.moe.rpm.row_queue_depth * per_row
-
-
-def _moe_params(cfg):
-    hub, moe = cfg.system.gpu.hub, cfg.workload.moe
-    ticks = lambda cycles: int(round(cycles * 1e12 / hub.clock))  # noqa: E731 (hub cycles -> ps)
-    tile = hub.moe.dam.tile_rows
-    return dict(
-        num_experts=moe.num_experts, local_experts=max(local_experts(cfg), 1),
-        window_rows=max(moe.window_rows, tile), row_bytes=max(moe.row_bytes, 1), tile_rows=tile,
-        tiles_per_window=max(moe.window_rows, tile) // tile,
-        record_bytes=hub.moe.aau.record_bytes, records_cap=hub.moe.aau.record_table_entries,
-        rpm_merge_bytes=hub.moe.rpm.merge_buffer_bytes, rpm_packet_bytes=rpm_packet_bytes(cfg),
-        rpm_flush_ticks=hub.moe.rpm.flush_timeout,
-        rpm_ring=hub.moe.rpm.row_queue_depth, rpm_header_bytes=hub.moe.rpm.row_header_bytes,
-        rpm_ticks_per_packet=int(round(1e12 / (hub.clock * hub.moe.rpm.packets_per_cycle))),
-        rpm_policy=("round_robin", "longest_first").index(hub.moe.rpm.arbitration),
-        aau_alloc_ticks=ticks(hub.moe.aau.alloc_latency_cycles),
-        aau_staging=aau_staging_packets(cfg),
-        dam_notify_ticks=ticks(hub.moe.dam.notify_latency_cycles),
-    )
-
-
 def build_state(cfg, program, seed=None, presets=None):
     """Allocate and initialise every State array. Returns (State, buffers, launches).
     `presets`: buffer name -> [num_gpus, n] uint8 initial contents (e.g. routing tables)."""
@@ -316,34 +256,9 @@ def build_state(cfg, program, seed=None, presets=None):
         raise BuildError(f"system.nvlink.rx_buffer_flits: {sysc.nvlink.rx_buffer_flits} flits cannot "
                          f"hold one maximum-size packet ({max_pkt_flits} flits); links would deadlock")
 
-    sm_period = period_fs(gpu.sm_clock)
+    # every block's parameters (components/*.py BLOCK params, composed in composition.py)
     params = new_records(PARAMS, 1)
-    for name, value in dict(
-        num_gpus=G, sms_per_gpu=S, slots_per_sm=T, issue_width=gpu.sm.issue_width,
-        functional=int(functional), sm_period_fs=sm_period,
-        tb_launch_cycles=gpu.sm.tb_launch_cycles, smem_bytes=gpu.sm.smem_bytes,
-        smem_latency_cycles=gpu.sm.smem_latency_cycles,
-        kernel_launch_ticks=gpu.kernel_launch_latency,
-        hbm_channels=gpu.hbm.channels, hbm_interleave=gpu.hbm.interleave_bytes,
-        hbm_fs_per_byte_channel=int(round(1e15 * gpu.hbm.channels / gpu.hbm.bandwidth)),
-        hbm_latency_cycles=gpu.hbm.latency_cycles, hbm_atomic_cycles=gpu.hbm.atomic_latency_cycles,
-        hbm_capacity=gpu.hbm.capacity, hbm_min_access=HBM_MIN_ACCESS,
-        l2_fs_per_byte=int(round(1e15 / gpu.l2.bandwidth)), l2_latency_cycles=gpu.l2.latency_cycles,
-        l2_link_writes=L2_LINK_WRITES.index(gpu.l2.link_writes),
-        links_per_gpu=L, num_switches=sysc.switch.count, max_payload=sysc.nvlink.max_payload_bytes,
-        store_payload=min(sysc.nvlink.store_packet_bytes, sysc.nvlink.max_payload_bytes),
-        write_resp_per_packet=int(sysc.nvlink.write_responses == "per_packet"),
-        packet_train=cfg.run.packet_train,
-        header_bytes=sysc.nvlink.header_bytes, flit_bytes=flit,
-        link_fs_per_byte=int(round(1e15 / sysc.nvlink.bandwidth)),
-        link_latency_ticks=sysc.nvlink.latency, rx_buffer_flits=sysc.nvlink.rx_buffer_flits,
-        switch_traversal_ticks=sysc.switch.traversal_latency,
-        hub_ticks_per_packet=int(round(1e12 / (gpu.hub.clock * gpu.hub.packets_per_cycle))),
-        hub_tx_latency_ticks=int(round(gpu.hub.tx_latency_cycles * 1e12 / gpu.hub.clock)),
-        hub_rx_latency_ticks=int(round(gpu.hub.rx_latency_cycles * 1e12 / gpu.hub.clock)),
-        reqs_per_gpu=R,
-        **_moe_params(cfg),
-    ).items():
+    for name, value in param_values(cfg).items():
         params[0][name] = value
 
     # memory
@@ -368,7 +283,7 @@ def build_state(cfg, program, seed=None, presets=None):
     # launches
     launches, next_in_stream = build_launches(cfg, program, buffers)
     NL = len(launches)
-    ln = new_records(LAUNCH, NL)
+    ln = new_record_array("ln", NL, cfg)
     ln_params = np.zeros((NL, MAX_PARAMS), np.int64)
     for l, nxt in zip(launches, next_in_stream):
         k = program.kernels[l.kernel]
@@ -381,35 +296,23 @@ def build_state(cfg, program, seed=None, presets=None):
         r.host_delay = l.host_delay
         ln_params[l.index, :len(l.params)] = l.params
 
-    tb = new_records(THREAD_BLOCK, NT)
-    tb.state[:] = TB_EMPTY
-    tb.launch[:] = -1
-    sm = new_records(SM, NSM)
-    sm.next_issue[:] = -1
-    gpus = new_records(GPU, G)
-    gpus.hub_next_tx[:] = -1
-    gpus.rpm_next_tx[:] = -1
-    gpus.hub_rx_first[:] = -1
-    gpus.hub_rx_last[:] = -1
-    gpus.free_top[:] = R
+    # record arrays with the initial values their blocks declare
+    tb = new_record_array("tb", NT, cfg)
+    sm = new_record_array("sm", NSM, cfg)
+    gpus = new_record_array("gpu", G, cfg)
 
     # fabric
     (gpu_routes, sw_routes, sw_inputs), (to_switch, ch_gpu, ch_switch, ch_port) = build_topology(cfg)
     nch = to_switch.shape[0]
-    ch = new_records(LINK_CHANNEL, nch)
+    ch = new_record_array("ch", nch, cfg)
     ch.to_switch[:], ch.gpu[:], ch.switch[:], ch.port[:] = to_switch, ch_gpu, ch_switch, ch_port
-    # component timers (engine.events): SM issue, link transmit, wire arrival, switch input,
-    # hub packetizer, RPM packetizer
+    # component timers (engine.events): every block's timer range (composition.timer_layout)
     pr = params[0]
-    pr.tm_ch_tx = NSM
-    pr.tm_ch_arrive = NSM + nch
-    pr.tm_xbar = NSM + 2 * nch
-    pr.tm_hub = NSM + 3 * nch
-    pr.tm_rpm = pr.tm_hub + G
-    pr.tm_count = pr.tm_rpm + G
-    timer, timer_tree = new_timers(int(pr.tm_count))
-    ch.credits[:] = sysc.nvlink.rx_buffer_flits
-    ch.tx_at[:] = -1
+    layout, count = timer_layout(cfg)
+    for name, first in layout.items():
+        pr[name] = first
+    pr.tm_count = count
+    timer, timer_tree = new_timers(count)
     ch.txq_cap[:] = np.where(to_switch == 1, sysc.nvlink.tx_queue_packets,
                              sysc.switch.output_queue_packets)
     rxq_cap = sysc.nvlink.rx_buffer_flits  # every packet is at least one flit
@@ -420,7 +323,7 @@ def build_state(cfg, program, seed=None, presets=None):
     # (+ the MoE-Hub loopback path, bounded like one more receive buffer per GPU)
     # (and the MoE-Hub staging stores, whose packets have left the link buffers)
     npk = int(ch.txq_cap.sum()) + nch * rxq_cap + G * (rxq_cap + aau_staging_packets(cfg)) + 16
-    sysrec = new_records(SYSTEM, 1)
+    sysrec = new_record_array("sys", 1, cfg)
     sysrec[0].pk_top = npk
 
     code = program.code if program.code.shape[0] else np.zeros((1, ROW_WIDTH), np.int64)
@@ -434,7 +337,7 @@ def build_state(cfg, program, seed=None, presets=None):
         sm_wait=np.zeros((NSM, NUM_WAIT_REASONS), np.int64),
         ln=ln, ln_params=ln_params, ln_per_sm=np.zeros((NL, S), np.int64),
         gpu=gpus, wait_list=np.zeros((G, 2, NT // G), np.int64), hbm_mem=hbm_mem, smem=smem,
-        hbm_chan=new_records(HBM_CHANNEL, G * gpu.hbm.channels),
+        hbm_chan=new_record_array("hbm_chan", G * gpu.hbm.channels, cfg),
         ch=ch, txq=np.zeros((nch, int(ch.txq_cap.max())), np.int64),
         rxq=np.zeros((nch, rxq_cap), np.int64),
         wire=np.zeros((nch, sysc.nvlink.rx_buffer_flits), np.int64),
@@ -444,7 +347,7 @@ def build_state(cfg, program, seed=None, presets=None):
         reqq=np.zeros((G, gpu.hub.request_queue_depth), np.int64),
         respq=np.zeros((G, G * R, 3), np.int64), free_reqs=free_reqs,
         link_resp=np.zeros((G, G), np.int64),
-        req=new_records(REQUEST, G * R), pk=new_records(PACKET, npk),
+        req=new_record_array("req", G * R, cfg), pk=new_record_array("pk", npk, cfg),
         pk_free=np.arange(npk, dtype=np.int64)[::-1].copy(),
         **_moe_state(cfg, params[0], L, rxq_cap),
         trace=np.zeros((1, TRACE_COLUMNS), np.int64),  # sized when something records (trace/)
@@ -455,14 +358,11 @@ def build_state(cfg, program, seed=None, presets=None):
 def _moe_state(cfg, p, links, rxq_cap):
     """MoE-Hub arrays (minimal placeholders when the workload uses no experts)."""
     G = cfg.system.num_gpus
-    tile = new_records(TILE, G * p.local_experts * p.tiles_per_window)
-    tile.index[:] = -1
-    stream = new_records(STREAM, G * G)
-    stream.oldest[:] = -1
     return dict(
-        moe_place=expert_placement(cfg), stream=stream,
-        mrow=new_records(MOE_ROW, G * G * p.rpm_ring),
-        win=new_records(WINDOW, G * p.local_experts), tile=tile,
+        moe_place=expert_placement(cfg), stream=new_record_array("stream", G * G, cfg),
+        mrow=new_record_array("mrow", G * G * p.rpm_ring, cfg),
+        win=new_record_array("win", G * p.local_experts, cfg),
+        tile=new_record_array("tile", G * p.local_experts * p.tiles_per_window, cfg),
         # waiting packets: at most every receive buffer of the GPU's links plus its loopback
         aau_q=np.zeros((G, p.aau_staging + (links + 1) * rxq_cap, 4), np.int64),
         rpm_hist=np.zeros((G, RPM_HIST_BINS), np.int64),

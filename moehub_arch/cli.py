@@ -13,6 +13,8 @@
     moehub-sim stats --list [CONFIG.yaml] [PATTERN]   list the stats a config will produce
     moehub-sim config --list [PATTERN] [--config CONFIG.yaml]   list config keys: type, default,
                                             unit, description, value and its source
+    moehub-sim blocks [NAME]   what each hardware block declares: parameters (config key, unit,
+                               source), record fields, stats, events, timers, checks, debug flags
 
 Exit status: 0 a run completed (or stopped cleanly at --max-ticks / --max-wall); 130 / 143
 interrupted by Ctrl-C (SIGINT) / SIGTERM, stats so far written; 2 bad input
@@ -125,6 +127,9 @@ def _parser():
                       metavar="PATTERN", help="only keys containing PATTERN (e.g. nvlink) or "
                                               "matching it as a shell pattern")
     conf.add_argument("--config", help=f"config whose values are shown (default: {DEFAULT_CONFIG})")
+    blocks = sub.add_parser("blocks", help="what each hardware block declares (components/*.py "
+                                           "BLOCK): parameters, fields, stats, events, timers, checks")
+    blocks.add_argument("name", nargs="?", help="only this block (sm, hbm, hub, nvlink, ...)")
     return ap
 
 
@@ -240,6 +245,15 @@ def _dispatch(args):
         return 0
     if args.command == "stats":
         return _list_stats(args)
+    if args.command == "blocks":
+        from .composition import BLOCKS, describe
+        names = [b.name for b in BLOCKS]
+        if args.name is not None and args.name not in names:
+            from .config import ConfigError
+            raise ConfigError(f"blocks {args.name}: no such block (blocks: {', '.join(names)})",
+                              "blocks")
+        print(describe(args.name))
+        return 0
     if args.command == "config":
         from .config.describe import describe_keys
         text = describe_keys(args.pattern or None, _load(args.config))

@@ -93,11 +93,11 @@ class Simulation:
         cleanly by raising limits.StopRun. The config's watchdog and limits are added here.
         On an error the stats collected so far are still in `self.stats`.
         """
-        from .components.scheduler import schedule_initial_launches
+        from .composition import start_blocks
 
         t0 = time.perf_counter()
         if self.restored_tick is None:
-            schedule_initial_launches(self.state)
+            start_blocks(self.state)   # e.g. the scheduler's first launches
         # the first call compiles (or loads from cache) the run loop; time it separately
         engine_loop.run_loop(self.state, 0, 0, -1)
         t1 = time.perf_counter()

@@ -23,8 +23,10 @@ launches are unfinished. Everything is read from the State arrays after the loop
 """
 import numpy as np
 
-from .engine.events import (EV_CH_ARRIVE, EV_CH_TX, EV_HUB_TX, EV_RPM_TX, EV_SM_ISSUE, EV_XBAR,
-                            EVENT_NAMES, Q_KIND, Q_TICK, TIMER_OFF, TM_TICK)
+from .components.moehub.aau import experts_of_window
+from .components.nvlink import channel_name  # noqa: F401 (re-exported)
+from .composition import EVENT_NAMES, findings, likely_causes, timer_event
+from .engine.events import Q_KIND, Q_TICK, TIMER_OFF, TM_TICK
 from .engine.state import (LN_DONE, LN_RUNNING, TB_EMPTY, TB_READY, TB_WAIT_CLAIM, TB_WAIT_FENCE,
                            TB_WAIT_FLAG, TB_WAIT_HUB, TB_WAIT_REMOTE)
 from .observer import RunObserver, SimulationError
@@ -69,23 +71,6 @@ def _operand(st, slot, row, i):
     if (int(row[IMM]) >> i) & 1:
         return int(row[OP0 + i])
     return int(st.regs[slot, int(row[OP0 + i])])
-
-
-def channel_name(st, c):
-    """Stat-style name of a link direction: 'system.gpu0.nvlink1 -> system.switch1.port0'."""
-    ch = st.ch[c]
-    L = int(st.p[0].links_per_gpu)
-    gpu_end = f"system.gpu{int(ch.gpu)}.nvlink{(c // 2) % L}"
-    sw_end = f"system.switch{int(ch.switch)}.port{int(ch.port)}"
-    return f"{gpu_end} -> {sw_end}" if ch.to_switch else f"{sw_end} -> {gpu_end}"
-
-
-def experts_of_window(st, w):
-    """Expert ids whose window is w (GPU g, local slot le: w = g * local_experts + le)."""
-    p = st.p[0]
-    g, le = divmod(w, int(p.local_experts))
-    E = int(p.num_experts)
-    return [e for e in range(E) if st.moe_place[e, 0] == g and st.moe_place[e, 1] == le]
 
 
 # ------------------------------------------------------------------------- thread blocks
@@ -222,64 +207,8 @@ def _tb_lines(sim, now):
 
 # ----------------------------------------------------------------------- blocked resources
 def _resource_lines(sim):
-    st = sim.state
-    p = st.p[0]
-    G, R = int(p.num_gpus), int(p.reqs_per_gpu)
-    out = []
-    for g in range(G):
-        gp = st.gpu[g]
-        hub = f"system.gpu{g}.hub"
-        if int(gp.free_top) == 0:
-            out.append(f"{hub}: request table full ({R} of {R} remote operations in flight; "
-                       f"system.gpu.hub.max_outstanding_requests)")
-        if int(gp.reqq_count) == st.reqq.shape[1]:
-            out.append(f"{hub}: request FIFO full ({int(gp.reqq_count)} entries; "
-                       f"system.gpu.hub.request_queue_depth)")
-        if int(gp.respq_count):
-            out.append(f"{hub}: {int(gp.respq_count)} response(s) queued")
-        if gp.hub_blocked:
-            out.append(f"{hub}: packetizer waiting for transmit-queue room on its links")
-        if gp.rpm_blocked:
-            out.append(f"{hub}.rpm: packetizer waiting for transmit-queue room on its links")
-        if int(gp.aau_q_count):
-            out.append(f"{hub}.aau: {int(gp.aau_q_count)} packet(s) waiting for window or "
-                       f"record-table space ({int(gp.aau_staged)} in the staging store)")
-        if int(p.num_experts) and int(gp.records_live) >= int(p.records_cap):
-            out.append(f"{hub}.aau: completion-record table full ({int(gp.records_live)} of "
-                       f"{int(p.records_cap)}; system.gpu.hub.moe.aau.record_table_entries)")
-        for d in range(G):
-            sr = st.stream[g * G + d]
-            if int(p.num_experts) and int(sr.head - sr.tail) >= int(p.rpm_ring):
-                out.append(f"{hub}.rpm: row ring toward GPU {d} full ({int(p.rpm_ring)} rows "
-                           f"accepted, not yet landed; system.gpu.hub.moe.rpm.row_queue_depth)")
-    if int(p.num_experts):
-        for w in range(st.win.shape[0]):
-            win = st.win[w]
-            live = int(win.alloc) - int(win.released_tiles) * int(p.tile_rows)
-            if live >= int(p.window_rows):
-                claimed = int(win.next_claim) - int(win.released_tiles)
-                experts = ", ".join(map(str, experts_of_window(st, w)))
-                out.append(f"system.gpu{w // int(p.local_experts)}.hub.aau: window of expert "
-                           f"{experts} full ({live} of {int(p.window_rows)} rows live: {claimed} "
-                           f"tile(s) claimed and not released, the rest not claimed; "
-                           f"workload.moe.window_rows)")
-    for c in range(st.ch.shape[0]):
-        ch = st.ch[c]
-        name = channel_name(st, c)
-        if ch.credit_blocked and int(ch.txq_count):
-            head = int(st.pk[int(st.txq[c, int(ch.txq_head)])].flits)
-            cap = st.credit_ret.shape[1]
-            back = sum(int(st.credit_ret[c, (int(ch.cr_head) + i) % cap, 1])
-                       for i in range(int(ch.cr_count)))
-            out.append(f"{name}: out of credits (head packet needs {head} flits, {int(ch.credits)} "
-                       f"left, {back} on their way back; {int(ch.txq_count)} packet(s) queued; "
-                       f"the receiver holds the rest)")
-        elif int(ch.txq_count) >= int(ch.txq_cap):
-            out.append(f"{name}: transmit queue full ({int(ch.txq_count)} packets)")
-        if ch.xbar_blocked:
-            dst = int(st.pk[int(st.rxq[c, int(ch.rxq_head)])].dst)
-            out.append(f"{name}: switch input blocked, every output queue toward GPU {dst} full "
-                       f"({int(ch.rxq_count)} packet(s) buffered)")
+    """Every block's findings (components/*.py BLOCK findings): full buffers, blocked units."""
+    out = findings(sim)
     if len(out) > MAX_LINES:
         out = out[:MAX_LINES] + [f"... and {len(out) - MAX_LINES} more"]
     return ["  " + line for line in out]
@@ -306,47 +235,21 @@ def _launch_lines(sim):
 
 
 def _likely_causes(sim):
-    """Patterns that explain most stuck runs, one line each, strongest evidence first: a full hub
-    table with packets waiting on it (a hardware resource that cannot drain), then full windows
-    nobody claims from, then flags nobody sets (often a consequence of the above: the thread
-    block that would set the flag waits on the full table)."""
+    """Patterns that explain most stuck runs, one line each, strongest evidence first: what the
+    blocks report (components/*.py BLOCK causes: a full AAU record table with packets waiting on
+    it, full windows nobody claims from), then flags nobody sets (often a consequence of the
+    above: the thread block that would set the flag waits on the full table)."""
     st = sim.state
     p = st.p[0]
     per_gpu = int(p.slots_per_sm) * int(p.sms_per_gpu)
     idle = int(st.sys[0].q_size) == 0
-    tables, windows, flag_lines = [], [], []
-    if int(p.num_experts):
-        for g in range(int(p.num_gpus)):
-            gp = st.gpu[g]
-            if int(gp.records_live) >= int(p.records_cap) and int(gp.aau_q_count):
-                tables.append(
-                    f"the completion-record table of GPU {g}'s AAU is full ({int(gp.records_live)} "
-                    f"of {int(p.records_cap)}) with {int(gp.aau_q_count)} packet(s) waiting for a "
-                    f"record: no tile can complete to free one. Each of {int(p.local_experts)} "
-                    f"local expert(s) may hold a partial tile of up to {int(p.tile_rows) - 1} "
-                    f"rows, so system.gpu.hub.moe.aau.record_table_entries needs at least "
-                    f"{int(p.local_experts) * (int(p.tile_rows) - 1) + 1} with "
-                    f"system.gpu.hub.moe.dam.tile_rows = {int(p.tile_rows)}")
-        claiming = {int(s) // per_gpu for s in np.nonzero(st.tb.state == TB_WAIT_CLAIM)[0]}
-        for g in range(int(p.num_gpus)):
-            full = []
-            for le in range(int(p.local_experts)):
-                w = g * int(p.local_experts) + le
-                win = st.win[w]
-                if int(win.alloc) - int(win.released_tiles) * int(p.tile_rows) >= int(p.window_rows):
-                    full += experts_of_window(st, w)
-            if full and g not in claiming:
-                windows.append(f"the windows of expert(s) {', '.join(map(str, full))} on GPU {g} "
-                               f"are full and no thread block claims from them: the consumers are "
-                               f"not running (queued behind the producers on their stream?), or "
-                               f"workload.moe.window_rows is too small for a protocol that sends "
-                               f"everything before it consumes")
+    upstream = likely_causes(sim)
+    flag_lines = []
     flags = {}
     for slot in np.nonzero(st.tb.state == TB_WAIT_FLAG)[0]:
         tb = st.tb[int(slot)]
         key = (int(slot) // per_gpu, int(tb.wait_addr), int(tb.wait_cmp), int(tb.wait_value))
         flags[key] = flags.get(key, 0) + 1
-    upstream = tables or windows
     for (g, addr, cmp, value), n in sorted(flags.items())[:MAX_TB_LINES]:
         why = ("nothing still in flight writes it: a flag nobody sets" if idle
                else "it has not changed")
@@ -355,7 +258,7 @@ def _likely_causes(sim):
         flag_lines.append(f"{n} thread block(s) wait for {describe_address(sim, addr)} on GPU {g} "
                           f"to become {CMP_SYMBOLS.get(CMP_NAMES[cmp], '?')} {value} (it holds "
                           f"{_word(sim, g, addr)}); {why}")
-    return tables + windows + flag_lines
+    return upstream + flag_lines
 
 
 def diagnose(sim, now):
@@ -386,12 +289,8 @@ def next_event(st):
     if len(armed):
         i = int(armed[np.argmin(st.timer[armed, TM_TICK])])
         if best is None or int(st.timer[i, TM_TICK]) < best:
-            p = st.p[0]
-            bounds = (int(p.tm_ch_tx), int(p.tm_ch_arrive), int(p.tm_xbar), int(p.tm_hub),
-                      int(p.tm_rpm))
-            kinds = (EV_SM_ISSUE, EV_CH_TX, EV_CH_ARRIVE, EV_XBAR, EV_HUB_TX, EV_RPM_TX)
             best = int(st.timer[i, TM_TICK])
-            kind = EVENT_NAMES[kinds[sum(i >= b for b in bounds)]]
+            kind = EVENT_NAMES[timer_event(st, i)]
     return q + len(armed), best, kind
 
 

@@ -3,7 +3,7 @@
 A refactor must not change what the simulator computes. This tool runs a fixed set of small
 configurations (the functional MoE layer of every scheme, a small timing layer, the MoE-Hub
 test configs, the examples, every microbenchmark shrunk to a few SMs or iterations) and records,
-per case, a SHA-256 over the model stats in dump order (name, value, unit and description; the
+per case, a SHA-256 over the model stats in name order (name, value, unit and description; the
 host-side stats, wall-clock times and rates, are left out), plus the number of stats, simTicks
 and simEvents so that a mismatch says where to look. tests/test_golden_stats.py compares a run
 of the current code with tests/data/golden_stats.json.
@@ -14,11 +14,14 @@ of the current code with tests/data/golden_stats.json.
     python tools/golden_stats.py --dump DIR          # also write each case's stats as JSON
                                                      # (diff two dumps to find the stat that moved)
     python tools/golden_stats.py --case functional_moehub --check    # one case
+    python tools/golden_stats.py --record --from-dump DIR   # fingerprints of dumped stats (e.g.
+                                                     # written by another checkout with --dump)
 """
 import argparse
 import hashlib
 import json
 import sys
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -63,12 +66,17 @@ CASES = {
 }
 
 
-def fingerprint(stats):
-    """(sha256 hex, count, simTicks, simEvents) of a run's model stats, in dump order."""
-    rows = [[s.name, s.value, s.unit, s.desc] for s in stats if not s.name.startswith("host")]
-    blob = json.dumps(rows, separators=(",", ":")).encode()
+def model_rows(stats):
+    """{name: [value, unit, description]} of a run's model stats (host-side stats left out)."""
+    return {s.name: [s.value, s.unit, s.desc] for s in stats if not s.name.startswith("host")}
+
+
+def fingerprint(rows):
+    """(sha256 hex, count, simTicks, simEvents) of model stats {name: [value, unit, desc]}, in name
+    order: the order stats are dumped in is presentation, not part of the model."""
+    blob = json.dumps(sorted(rows.items()), separators=(",", ":")).encode()
     return {"sha256": hashlib.sha256(blob).hexdigest(), "stats": len(rows),
-            "simTicks": stats["simTicks"], "simEvents": stats["simEvents"]}
+            "simTicks": rows["simTicks"][0], "simEvents": rows["simEvents"][0]}
 
 
 def run_case(name, dump=None):
@@ -77,19 +85,23 @@ def run_case(name, dump=None):
     config, overrides = CASES[name]
     sim = Simulation(load_config(REPO / "configs" / config, list(overrides)))
     sim.run()
+    rows = model_rows(sim.stats)
     if dump is not None:
         Path(dump).mkdir(parents=True, exist_ok=True)
-        rows = {s.name: [s.value, s.unit, s.desc] for s in sim.stats if not s.name.startswith("host")}
         (Path(dump) / f"{name}.json").write_text(json.dumps(rows, indent=0))
-    return fingerprint(sim.stats)
+    return fingerprint(rows)
 
 
-def compare(names, recorded, dump=None):
+def compare(names, recorded, dump=None, verbose=False):
     """Lines describing every case whose fingerprint differs from the recorded one."""
     bad = []
     for name in names:
+        t0 = time.perf_counter()
         got = run_case(name, dump)
         want = recorded.get(name)
+        if verbose:
+            print(f"{name}: {'same' if want == got else 'DIFFERENT'} ({time.perf_counter() - t0:.1f} s)",
+                  flush=True)
         if want != got:
             bad.append(f"{name}: recorded {want}, now {got}")
     return bad
@@ -103,19 +115,24 @@ def main(argv=None):
     ap.add_argument("--case", action="append", choices=sorted(CASES), help="only these cases")
     ap.add_argument("--dump", metavar="DIR", help="write each case's model stats to DIR/<case>.json")
     ap.add_argument("--golden", default=str(GOLDEN), help="fingerprint file (default: %(default)s)")
+    ap.add_argument("--from-dump", metavar="DIR", help="with --record: fingerprint DIR/<case>.json "
+                    "(written by --dump) instead of running the cases")
     args = ap.parse_args(argv)
     names = args.case or list(CASES)
     path = Path(args.golden)
     if args.record:
         old = json.loads(path.read_text()) if path.is_file() and args.case else {}
         for name in names:
-            old[name] = run_case(name, args.dump)
+            if args.from_dump:
+                old[name] = fingerprint(json.loads((Path(args.from_dump) / f"{name}.json").read_text()))
+            else:
+                old[name] = run_case(name, args.dump)
             print(f"{name}: {old[name]}")
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps({k: old[k] for k in CASES if k in old}, indent=1) + "\n")
         return 0
     recorded = json.loads(path.read_text())
-    bad = compare(names, recorded, args.dump)
+    bad = compare(names, recorded, args.dump, verbose=True)
     for line in bad:
         print(line)
     print(f"{len(names) - len(bad)} of {len(names)} cases identical")

@@ -20,6 +20,81 @@ from ..engine.jit import compiled
 
 from ..engine.clock import bytes_ticks, cycle_edge, cycle_at_or_after
 from ..engine.state import ERR_UNBACKED_COPY
+from ..config.schema import L2_LINK_WRITES
+from .block import Block, Param, Record, Stat, StatGroup, counters, fields
+
+HBM_MIN_ACCESS = 32  # bytes: the DRAM sector, the smallest unit HBM transfers
+
+
+def _hbm(key, field, unit, doc, value=None):
+    return Param(field, f"system.gpu.hbm.{key}", unit, doc,
+                 value or (lambda cfg: getattr(cfg.system.gpu.hbm, key)), f"config: system.gpu.hbm.{key}")
+
+
+def _hbm_utilization(i):
+    C = int(i.p.hbm_channels)
+    busy = i.st.hbm_chan.busy[i.g * C:(i.g + 1) * C].sum()
+    return busy / (C * i.sim_ticks) if i.sim_ticks else 0.0
+
+
+BLOCK = Block(
+    "hbm", __doc__.split("\n\n")[0],
+    params=(
+        _hbm("channels", "hbm_channels", "channels", "independent channels per GPU"),
+        _hbm("interleave_bytes", "hbm_interleave", "bytes", "address interleave granule"),
+        _hbm("bandwidth", "hbm_fs_per_byte_channel", "fs/byte", "one channel's time per byte "
+             "(bandwidth / channels)", lambda cfg: int(round(1e15 * cfg.system.gpu.hbm.channels
+                                                             / cfg.system.gpu.hbm.bandwidth))),
+        _hbm("latency_cycles", "hbm_latency_cycles", "SM cycles", "load latency"),
+        _hbm("atomic_latency_cycles", "hbm_atomic_cycles", "SM cycles", "extra latency of an atomic"),
+        _hbm("capacity", "hbm_capacity", "bytes", "capacity per GPU"),
+        Param("hbm_min_access", "", "bytes", "smallest transfer (a sector)",
+              lambda cfg: HBM_MIN_ACCESS, "HBM_MIN_ACCESS: the 32 B DRAM sector"),
+    ),
+    records=(Record("hbm_chan", "HBM channels, channels per GPU"),),
+    fields=fields("hbm_chan", ("free", "tick the queued transfers end"),
+                  ("busy", "time spent transferring (stat)"))
+    + fields("gpu", ("hbm_read_bytes", "bytes read"), ("hbm_write_bytes", "bytes written"),
+             ("hbm_accesses", "accesses"), ("hbm_atomics", "atomics performed at memory")),
+    stats=(StatGroup("gpu", "hbm", counters((
+        ("read_bytes", "hbm_read_bytes", "bytes", "bytes read"),
+        ("write_bytes", "hbm_write_bytes", "bytes", "bytes written"),
+        ("accesses", "hbm_accesses", "count", "accesses (bulk accesses count once)"),
+        ("atomics", "hbm_atomics", "count", "atomic read-modify-writes performed at memory"),
+    )) + (
+        Stat("utilization", "ratio", "mean fraction of time the channels were transferring",
+             _hbm_utilization),
+        Stat("bandwidth_GBps", "GB/s", "bytes read and written per second, averaged over the run",
+             lambda i: i.per_second(i.rec.hbm_read_bytes + i.rec.hbm_write_bytes) / 1e9),
+    )),),
+)
+
+# The L2 (reads marked L2-resident and, with link_writes: write_back, writes from the links).
+L2_BLOCK = Block(
+    "l2", "L2: a per-GPU bandwidth server for reads marked L2-resident and link writes it absorbs",
+    params=(
+        Param("l2_fs_per_byte", "system.gpu.l2.bandwidth", "fs/byte", "L2 read port time per byte",
+              lambda cfg: int(round(1e15 / cfg.system.gpu.l2.bandwidth)),
+              "config: system.gpu.l2.bandwidth"),
+        Param("l2_latency_cycles", "system.gpu.l2.latency_cycles", "SM cycles", "L2 hit latency",
+              lambda cfg: cfg.system.gpu.l2.latency_cycles, "config: system.gpu.l2.latency_cycles"),
+        Param("l2_link_writes", "system.gpu.l2.link_writes", "choice",
+              "where link writes land: 0 hbm, 1 write_back",
+              lambda cfg: L2_LINK_WRITES.index(cfg.system.gpu.l2.link_writes),
+              "config: system.gpu.l2.link_writes"),
+    ),
+    fields=fields("gpu", ("l2_free", "tick the L2 port's queued transfers end"),
+                  ("l2_busy", "time the L2 port transferred (stat)"),
+                  ("l2_read_bytes", "reads served"), ("l2_link_write_bytes", "link writes absorbed")),
+    stats=(StatGroup("gpu", "l2", (
+        Stat("shared_read_bytes", "bytes", "reads served by the L2 (mma operands marked "
+             "L2-resident: weights, shared row tiles)", "l2_read_bytes"),
+        Stat("link_write_bytes", "bytes", "writes from the links absorbed by the L2 "
+             "(system.gpu.l2.link_writes: write_back)", "l2_link_write_bytes"),
+        Stat("utilization", "ratio", "fraction of time the L2 read port was transferring",
+             lambda i: i.fraction(i.rec.l2_busy)),
+    )),),
+)
 
 
 @compiled

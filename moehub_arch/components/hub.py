@@ -43,14 +43,138 @@ from ..engine.state import (RESP_KIND, RESP_READY, RESP_REQ, ROUTE_FIRST, ROUTE_
                             TB_WAIT_FENCE, WAIT_FENCE, WAIT_HUB, WAIT_REMOTE, WAITLIST_HUB)
 from .hbm import hbm_access, link_write, move_bytes, read_word, write_word
 from .nvlink import channel_count_arrival, credit_return, txq_push
-from .packet import (PK_ACK, PK_ATOM_REQ, PK_ATOM_RESP, PK_GET_REQ, PK_GET_RESP, PK_PUT, PK_STORE,
+from .packet import (PACKET_KIND_NAMES, PK_ACK, PK_ATOM_REQ, PK_ATOM_RESP, PK_GET_REQ, PK_GET_RESP, PK_PUT, PK_STORE,
                      header_flits, packet_alloc, packet_flits, packet_free, store_packets)
 from .trace import CAT_HUB, TR_HUB_RX, TR_HUB_TX, trace_event
 from .wakeups import hub_kick, tb_resume
 from .waiters import notify_stores
+from .block import Block, Debug, Event, Param, Record, StatGroup, Timer, counters, fields
 
 REQ_PUT, REQ_GET, REQ_STORE, REQ_ATOM = range(4)
 RESP_ACK, RESP_GET_DATA, RESP_ATOM = range(3)
+
+EV_HUB_TX = 2        # a0 = GPU: the hub packetizer emits its next packet (its component timer)
+
+
+def _hub_ticks(cycles_of):
+    return lambda cfg: int(round(cycles_of(cfg.system.gpu.hub) * 1e12 / cfg.system.gpu.hub.clock))
+
+
+def check_hub(sim, out):
+    st = sim.state
+    gp = st.gpu
+    R = int(st.p[0].reqs_per_gpu)
+    out.check(gp.free_top == R, f"hub request-table entries not freed (of {R})",
+              lambda g: f"system.gpu{g}.hub: {R - int(gp.free_top[g])} in use")
+    hub = lambda g: f"system.gpu{g}.hub"   # noqa: E731
+    out.empty(gp.reqq_count, "hub request FIFOs not empty", hub, " request(s)")
+    out.empty(gp.respq_count, "hub response FIFOs not empty", hub, " response(s)")
+    out.empty(gp.link_resp_total, "link-level write responses never sent", hub, " response(s)")
+
+
+def check_received(sim, out):
+    """Every packet a hub or its MoE-Hub RPM emitted was received by a hub (conservation over
+    both senders, which share the receive path)."""
+    gp = sim.state.gpu
+    out.equal("packets received by the hubs vs emitted (hub + MoE-Hub RPM)",
+              gp.hub_rx_packets.sum(), gp.hub_tx_packets.sum() + gp.rpm_packets.sum())
+    out.equal("payload bytes received by the hubs vs emitted (hub + MoE-Hub RPM)",
+              gp.hub_rx_payload.sum(), gp.hub_tx_payload.sum() + gp.rpm_payload.sum())
+
+
+def hub_findings(sim):
+    """Full hub tables and FIFOs, a blocked packetizer (the stuck-run report)."""
+    st = sim.state
+    R = int(st.p[0].reqs_per_gpu)
+    out = []
+    for g in range(int(st.p[0].num_gpus)):
+        gp = st.gpu[g]
+        hub = f"system.gpu{g}.hub"
+        if int(gp.free_top) == 0:
+            out.append(f"{hub}: request table full ({R} of {R} remote operations in flight; "
+                       f"system.gpu.hub.max_outstanding_requests)")
+        if int(gp.reqq_count) == st.reqq.shape[1]:
+            out.append(f"{hub}: request FIFO full ({int(gp.reqq_count)} entries; "
+                       f"system.gpu.hub.request_queue_depth)")
+        if int(gp.respq_count):
+            out.append(f"{hub}: {int(gp.respq_count)} response(s) queued")
+        if gp.hub_blocked:
+            out.append(f"{hub}: packetizer waiting for transmit-queue room on its links")
+    return out
+
+
+BLOCK = Block(
+    "hub", __doc__.split("\n\n")[0],
+    params=(
+        Param("hub_ticks_per_packet", "system.gpu.hub.clock, packets_per_cycle", "ps",
+              "packetizer time per packet",
+              lambda cfg: int(round(1e12 / (cfg.system.gpu.hub.clock
+                                            * cfg.system.gpu.hub.packets_per_cycle))),
+              "config: system.gpu.hub.clock and packets_per_cycle"),
+        Param("hub_tx_latency_ticks", "system.gpu.hub.tx_latency_cycles", "ps",
+              "from request to the packetizer", _hub_ticks(lambda h: h.tx_latency_cycles),
+              "config: system.gpu.hub.tx_latency_cycles (hub cycles)"),
+        Param("hub_rx_latency_ticks", "system.gpu.hub.rx_latency_cycles", "ps",
+              "from arrival to processing", _hub_ticks(lambda h: h.rx_latency_cycles),
+              "config: system.gpu.hub.rx_latency_cycles (hub cycles)"),
+        Param("reqs_per_gpu", "system.gpu.hub.max_outstanding_requests", "requests",
+              "request-table entries per GPU", lambda cfg: cfg.system.gpu.hub.max_outstanding_requests,
+              "config: system.gpu.hub.max_outstanding_requests"),
+    ),
+    records=(Record("req", "remote operations in flight, reqs_per_gpu per GPU (request table)"),),
+    fields=fields(
+        "req", ("kind", "REQ_* above"), ("slot", "issuing TB slot"), ("src_gpu", "requester"),
+        ("dst_gpu", "target GPU"), ("dst_addr", "target address"), ("src_addr", "source address"),
+        ("length", "bytes"), ("sent", "bytes packetized"), ("resp_sent", "response bytes sent"),
+        ("pkts_total", "packets (or trains) in all"), ("pkts_arrived", "packets arrived"),
+        ("acks_total", "write responses to expect (requester)"),
+        ("acks_due", "responses owed but not yet sent (serving hub)"),
+        ("acks_arrived", "responses received (requester)"),
+        ("acks_ready", "tick the owed responses may leave"),
+        ("value", "store value, atomic operand or result"), ("ret_reg", "register for the result"),
+        ("launch", "launch of the issuing TB (wire-byte stats)"))
+    + fields(
+        "gpu", ("hub_next_tx", "tick of the packetizer's timer (-1: idle)"),
+        ("hub_blocked", "1: the packetizer waits for transmit-queue room"),
+        ("hub_blocked_since", "tick it started waiting"),
+        ("hub_tb_waiters", "TBs stalled on a full hub (State.wait_list)"),
+        ("reqq_head", "request FIFO head"), ("reqq_count", "request FIFO occupancy"),
+        ("respq_head", "response FIFO head"), ("respq_count", "response FIFO occupancy"),
+        ("free_top", "free request-table entries (stack top of State.free_reqs)"),
+        ("hub_requests", ""), ("hub_tx_packets", ""), ("hub_tx_payload", ""),
+        ("hub_rx_packets", ""), ("hub_rx_payload", ""), ("hub_stall_ticks", ""),
+        ("hub_reqq_peak", ""), ("hub_respq_peak", ""),
+        ("hub_rx_first", "arrival of the first data packet (-1: none)"),
+        ("hub_rx_last", "arrival of the last data packet (-1: none)"), ("hub_acks", ""),
+        ("link_resp_total", "link-level write responses owed (State.link_resp)"),
+        ("link_resp_rr", "round-robin pointer over the GPUs owed responses"),
+        init={"hub_next_tx": -1, "hub_rx_first": -1, "hub_rx_last": -1,
+              "free_top": lambda cfg: cfg.system.gpu.hub.max_outstanding_requests}),
+    stats=(StatGroup("gpu", "hub", counters((
+        ("requests", "hub_requests", "count", "remote operations accepted from SMs"),
+        ("tx_packets", "hub_tx_packets", "packets", "packets emitted by the packetizer"),
+        ("tx_payload_bytes", "hub_tx_payload", "bytes", "payload bytes emitted"),
+        ("rx_packets", "hub_rx_packets", "packets", "packets received"),
+        ("rx_payload_bytes", "hub_rx_payload", "bytes", "payload bytes received"),
+        ("stall_ticks", "hub_stall_ticks", "ps", "time the packetizer waited for link transmit-queue room"),
+        ("request_queue_peak", "hub_reqq_peak", "entries", "peak occupancy of the request FIFO"),
+        ("response_queue_peak", "hub_respq_peak", "entries", "peak occupancy of the response FIFO"),
+        ("acks_received", "hub_acks", "count",
+         "write responses received (one per write packet with system.nvlink.write_responses: "
+         "per_packet, one per put or flag store with per_request)"),
+        ("rx_first_tick", "hub_rx_first", "ps", "arrival of the first data packet (-1: none)"),
+        ("rx_last_tick", "hub_rx_last", "ps", "arrival of the last data packet (-1: none)"),
+    ))),),
+    events=(Event("hub_tx", EV_HUB_TX, "the hub packetizer emits its next packet"),),
+    timers=(Timer("hub", EV_HUB_TX, lambda cfg: cfg.system.num_gpus, "one per GPU: its packetizer"),),
+    checks=(check_hub, check_received),
+    findings=(hub_findings,),
+    debug=(Debug("Hub", CAT_HUB, (TR_HUB_TX, TR_HUB_RX), describe={
+        TR_HUB_TX: lambda n, g, kind, peer: (f"system.gpu{g}.hub",
+                                             f"sends {PACKET_KIND_NAMES[kind]} to GPU {peer}"),
+        TR_HUB_RX: lambda n, g, kind, peer: (f"system.gpu{g}.hub",
+                                             f"receives {PACKET_KIND_NAMES[kind]} from GPU {peer}")}),),
+)
 
 
 @compiled

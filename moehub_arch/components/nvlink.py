@@ -27,6 +27,146 @@ from ..engine.clock import bytes_ticks
 from ..engine.events import timer_set
 from .trace import CAT_NVLINK, TR_LINK_TX, trace_event
 from .wakeups import ch_kick, hub_kick, rpm_kick, switch_output_freed
+from .packet import PACKET_KIND_NAMES
+from .block import Block, Debug, Event, Param, Record, Stat, StatGroup, Timer, fields
+
+EV_CH_TX = 3         # a0 = channel: the link transmitter tries to send its head packet
+EV_CH_ARRIVE = 4     # a0 = channel: the head packet of its wire FIFO reached the far end of the
+                     # link (at a switch: and crossed its input stage, see switch.py)
+
+
+def channel_name(st, c):
+    """Stat-style name of a link direction: 'system.gpu0.nvlink1 -> system.switch1.port0'."""
+    ch = st.ch[c]
+    L = int(st.p[0].links_per_gpu)
+    gpu_end = f"system.gpu{int(ch.gpu)}.nvlink{(c // 2) % L}"
+    sw_end = f"system.switch{int(ch.switch)}.port{int(ch.port)}"
+    return f"{gpu_end} -> {sw_end}" if ch.to_switch else f"{sw_end} -> {gpu_end}"
+
+
+def _tx(field):
+    return lambda i: i.tx[field]
+
+
+def _rx(field):
+    return lambda i: i.rx[field]
+
+
+# One link direction's stats, read at its transmitter (i.tx: a channel record) and its receiver
+# (i.rx). GPU-side names use the up channel for tx and the down channel for rx; switch ports the
+# opposite (switch.py).
+TX_STATS = tuple(Stat(f"tx_{suffix}", unit, desc, _tx(field)) for suffix, field, unit, desc in (
+    ("packets", "tx_packets", "packets", "packets transmitted"),
+    ("wire_bytes", "tx_wire_bytes", "bytes", "bytes on the wire (headers and flit padding included)"),
+    ("payload_bytes", "tx_payload_bytes", "bytes", "payload bytes transmitted"),
+    ("busy_ticks", "tx_busy", "ps", "time the transmitter was serialising"),
+    ("credit_stall_ticks", "credit_stall", "ps", "time the head packet waited for credits"),
+    ("queue_peak", "txq_peak", "packets", "peak transmit-queue occupancy"),
+)) + (
+    Stat("tx_utilization", "ratio", "fraction of time the transmitter was serialising",
+         lambda i: i.fraction(i.tx.tx_busy)),
+    Stat("tx_payload_GBps", "GB/s", "payload bandwidth averaged over the run",
+         lambda i: i.per_second(i.tx.tx_payload_bytes) / 1e9),
+)
+RX_STATS = tuple(Stat(f"rx_{suffix}", unit, desc, _rx(field)) for suffix, field, unit, desc in (
+    ("packets", "rx_packets", "packets", "packets received"),
+    ("wire_bytes", "rx_wire_bytes", "bytes", "bytes received on the wire"),
+    ("payload_bytes", "rx_payload_bytes", "bytes", "payload bytes received"),
+))
+
+
+def check_links(sim, out):
+    st = sim.state
+    ch = st.ch
+    for field in ("packets", "wire_bytes", "payload_bytes"):
+        tx, rx = ch[f"tx_{field}"], ch[f"rx_{field}"]
+        out.check(tx == rx, f"link {field.replace('_', ' ')} sent != received",
+                  lambda c: f"{channel_name(st, c)} sent {int(tx[c])}, received {int(rx[c])}")
+    full = int(st.p[0].rx_buffer_flits)
+    out.check(ch.credits == full, f"link credits not returned (each channel holds {full})",
+              lambda c: f"{channel_name(st, c)} holds {int(ch.credits[c])}")
+    out.empty(ch.txq_count, "link transmit queues not empty", lambda c: channel_name(st, c),
+              " packet(s)")
+
+
+def link_findings(sim):
+    """Channels out of credits or with a full transmit queue (the stuck-run report)."""
+    st = sim.state
+    out = []
+    for c in range(st.ch.shape[0]):
+        ch = st.ch[c]
+        name = channel_name(st, c)
+        if ch.credit_blocked and int(ch.txq_count):
+            head = int(st.pk[int(st.txq[c, int(ch.txq_head)])].flits)
+            cap = st.credit_ret.shape[1]
+            back = sum(int(st.credit_ret[c, (int(ch.cr_head) + i) % cap, 1])
+                       for i in range(int(ch.cr_count)))
+            out.append(f"{name}: out of credits (head packet needs {head} flits, {int(ch.credits)} "
+                       f"left, {back} on their way back; {int(ch.txq_count)} packet(s) queued; "
+                       f"the receiver holds the rest)")
+        elif int(ch.txq_count) >= int(ch.txq_cap):
+            out.append(f"{name}: transmit queue full ({int(ch.txq_count)} packets)")
+    return out
+
+
+def _describe_tx(n, c, kind, payload):
+    to = "" if c % 2 == 0 else f" to GPU {n.channel_gpu(c)}"
+    return n.channel(c), f"sends {PACKET_KIND_NAMES[kind]}{to}, {payload} B payload"
+
+
+def _nvl(key, field, unit, doc, value=None):
+    return Param(field, f"system.nvlink.{key}", unit, doc,
+                 value or (lambda cfg: getattr(cfg.system.nvlink, key)), f"config: system.nvlink.{key}")
+
+
+def _channels(cfg):
+    return 2 * cfg.system.num_gpus * cfg.system.nvlink.links_per_gpu
+
+
+BLOCK = Block(
+    "nvlink", __doc__.split("\n\n")[0],
+    params=(
+        _nvl("links_per_gpu", "links_per_gpu", "links", "NVLink links per GPU"),
+        _nvl("max_payload_bytes", "max_payload", "bytes", "largest packet payload"),
+        _nvl("store_packet_bytes", "store_payload", "bytes", "payload of a store/put packet "
+             "(capped at max_payload_bytes; packet.py)",
+             lambda cfg: min(cfg.system.nvlink.store_packet_bytes, cfg.system.nvlink.max_payload_bytes)),
+        _nvl("write_responses", "write_resp_per_packet", "bool", "1: one write response per "
+             "write packet (per_packet), 0: one per request (hub.py)",
+             lambda cfg: int(cfg.system.nvlink.write_responses == "per_packet")),
+        _nvl("header_bytes", "header_bytes", "bytes", "packet header (one flit)"),
+        _nvl("flit_bytes", "flit_bytes", "bytes", "flit size"),
+        _nvl("bandwidth", "link_fs_per_byte", "fs/byte", "serialisation time per byte, one direction",
+             lambda cfg: int(round(1e15 / cfg.system.nvlink.bandwidth))),
+        _nvl("latency", "link_latency_ticks", "ps", "wire latency"),
+        _nvl("rx_buffer_flits", "rx_buffer_flits", "flits", "receive buffer = credits per channel"),
+    ),
+    records=(Record("ch", "link channels: link l of GPU g is link g * L + l, its GPU->switch "
+                          "channel 2 * link, its switch->GPU channel 2 * link + 1"),),
+    fields=fields(
+        "ch", ("to_switch", "1 for GPU->switch channels"), ("gpu", "the link's GPU"),
+        ("switch", "the link's switch"), ("port", "the link's switch port"),
+        ("busy_until", "tick the transmitter is free"), ("credits", "flits of receiver buffer free"),
+        ("cr_head", "credit returns in flight (ids in State.credit_ret)"), ("cr_count", ""),
+        ("txq_head", "transmit FIFO (ids in State.txq)"), ("txq_count", ""),
+        ("txq_cap", "its capacity (tx_queue_packets, or the switch's output_queue_packets)"),
+        ("txq_pkts", "link packets queued (trains count their packets)"),
+        ("wire_head", "packets on the wire, in order (ids in State.wire)"), ("wire_count", ""),
+        ("tx_at", "tick of the transmitter's timer (-1: idle)"),
+        ("credit_blocked", "1: the head packet waits for credits"), ("credit_blocked_since", ""),
+        ("tx_packets", ""), ("tx_wire_bytes", ""), ("tx_payload_bytes", ""), ("tx_busy", ""),
+        ("credit_stall", ""), ("txq_peak", ""),
+        ("rx_packets", ""), ("rx_wire_bytes", ""), ("rx_payload_bytes", ""),
+        init={"credits": lambda cfg: cfg.system.nvlink.rx_buffer_flits, "tx_at": -1}),
+    stats=(StatGroup("link", "", TX_STATS + RX_STATS),),
+    events=(Event("ch_tx", EV_CH_TX, "a link transmitter looks at its head packet"),
+            Event("ch_arrive", EV_CH_ARRIVE, "the head packet on a wire reaches the far end")),
+    timers=(Timer("ch_tx", EV_CH_TX, _channels, "one per channel: its transmitter"),
+            Timer("ch_arrive", EV_CH_ARRIVE, _channels, "one per channel: its wire's head arrival")),
+    checks=(check_links,),
+    findings=(link_findings,),
+    debug=(Debug("NVLink", CAT_NVLINK, (TR_LINK_TX,), describe={TR_LINK_TX: _describe_tx}),),
+)
 
 
 @compiled

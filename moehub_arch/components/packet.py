@@ -23,6 +23,7 @@ transmit queue full plus every receive buffer full), so allocation never fails: 
 room to go anywhere waits upstream (back-pressure), it is never dropped.
 """
 from ..engine.jit import compiled
+from .block import Block, Record, Stat, StatGroup, fields
 
 PK_PUT = 0        # write data (payload) to pk.addr at the destination
 PK_STORE = 1      # 8-byte store of pk.value (flag.set)
@@ -35,6 +36,31 @@ PK_MOE = 7        # MoE-Hub stream bytes [pk.addr, pk.addr + payload) of stream 
 PK_MOE_EOS = 8    # MoE-Hub end of stream; pk.value = the stream's total bytes (header only)
 PACKET_KIND_NAMES = ("put", "store", "get_req", "get_resp", "atom_req", "atom_resp", "ack", "moe",
                      "moe_eos")
+
+
+def check_pool(sim, out):
+    pool = sim.state.pk_free.shape[0]
+    out.equal("packets still allocated (pool entries free at the end, of "
+              f"{pool})", int(sim.state.sys[0].pk_top), pool)
+
+
+BLOCK = Block(
+    "packets", "the packet pool every sender allocates from (this module)",
+    records=(Record("pk", "link packets in flight (pool entries; State.pk_free is the free stack)"),),
+    fields=fields("pk", ("kind", "PK_* above"), ("req", "hub request it belongs to (-1: none)"),
+                  ("src", "source GPU"), ("dst", "destination GPU"),
+                  ("addr", "destination address (MoE-Hub: stream offset)"),
+                  ("src_addr", "source address of the payload"), ("payload", "payload bytes"),
+                  ("flits", "flits on the wire (header + payload)"),
+                  ("ready", "tick from which it may leave (its payload is read)"),
+                  ("value", "store value, atomic operand or result, EOS stream size"),
+                  ("npk", "link packets it stands for (1, or a train: run.packet_train)"))
+    + fields("sys", ("pk_top", "free-stack top: free pool entries"),
+             ("pk_peak", "peak packets in flight")),
+    stats=(StatGroup("system", "packets", (
+        Stat("pool_peak", "packets", "peak packets in flight", lambda i: i.st.sys[0].pk_peak),)),),
+    checks=(check_pool,),
+)
 
 
 @compiled

@@ -10,13 +10,69 @@ later with its registers zeroed and its special and parameter registers set.
 from ..engine.jit import compiled
 
 from ..engine.clock import cycle_at_or_after, cycle_edge
-from ..engine.events import EV_KERNEL_START, push
+from ..engine.events import push
 from ..engine.state import LN_DONE, LN_RUNNING, TB_EMPTY, TB_READY
 from ..isa.encoding import (FIRST_PARAM_REG, MAX_PARAMS, REG_GPU, REG_NGPU, REG_NSM, REG_NTB,
                             REG_SM, REG_SMEM, REG_TB, SMEM_ADDR_BIT)
 from .trace import (CAT_LAUNCH, TR_LAUNCH_END, TR_LAUNCH_START, TR_TB_EXIT, TR_TB_PLACE,
                     trace_event, trace_tb)
 from .wakeups import sm_wake
+from .block import Block, Event, Param, Record, Stat, StatGroup, Debug, fields
+
+EV_KERNEL_START = 1  # a0 = launch index: the launch's first thread blocks may be placed
+
+
+def _launch_stat(what):
+    return lambda i, k: f"{what} of kernel '{i.launch.kernel}'"
+
+
+def check_launches(sim, out):
+    st = sim.state
+    out.check(st.ln.status == LN_DONE, "kernel launches that did not finish",
+              lambda l: f"'{sim.launches[l].kernel}' on GPU {sim.launches[l].gpu}: "
+                        f"{int(st.ln.finished[l])} of {int(st.ln.grid[l])} thread blocks exited")
+
+
+BLOCK = Block(
+    "scheduler", __doc__.split("\n\n")[0],
+    params=(
+        Param("kernel_launch_ticks", "system.gpu.kernel_launch_latency", "ps",
+              "from a launch's predecessor in its stream (or time zero) to its start",
+              lambda cfg: cfg.system.gpu.kernel_launch_latency,
+              "config: system.gpu.kernel_launch_latency"),
+        Param("tb_launch_cycles", "system.gpu.sm.tb_launch_cycles", "SM cycles",
+              "from placing a thread block to its first issue",
+              lambda cfg: cfg.system.gpu.sm.tb_launch_cycles, "config: system.gpu.sm.tb_launch_cycles"),
+    ),
+    records=(Record("ln", "kernel launches, one per (launch, GPU) instance"),),
+    fields=fields("ln", ("gpu", "GPU it runs on"), ("entry_pc", "first instruction"),
+                  ("grid", "thread blocks"), ("next_in_stream", "next launch of its stream (-1: none)"),
+                  ("smem", "shared memory per TB"), ("max_per_sm", ".max_tbs_per_sm (0: no limit)"),
+                  ("dispatched", "TBs placed"), ("finished", "TBs exited"), ("status", "LN_*"),
+                  ("start", "start tick (-1: not started)"), ("end", "end tick (-1: not ended)"),
+                  ("host_delay", "host-side time before the launch is issued (e.g. a host sync)"),
+                  ("tx_wire", "link wire bytes its GPU's hub sent for its requests and rows"))
+    + fields("gpu", ("rr_sm", "round-robin pointer over the GPU's SMs (TB placement)")),
+    stats=(StatGroup("launch", "", (
+        Stat("start_tick", "ps", lambda i, k: f"start of kernel '{i.launch.kernel}' "
+             f"(stream {i.launch.stream})", lambda i: int(i.rec.start)),
+        Stat("end_tick", "ps", lambda i, k: f"end of kernel '{i.launch.kernel}' (last TB exit)",
+             lambda i: int(i.rec.end)),
+        Stat("ticks", "ps", _launch_stat("duration"),
+             lambda i: int(i.rec.end) - int(i.rec.start) if int(i.rec.end) >= 0 else -1),
+        Stat("tbs", "count", _launch_stat("thread blocks"), lambda i: i.launch.grid),
+    )),),
+    events=(Event("kernel_start", EV_KERNEL_START, "a launch starts (after its launch latency)"),),
+    checks=(check_launches,),
+    debug=(Debug("Launch", CAT_LAUNCH, (TR_LAUNCH_START, TR_LAUNCH_END), describe={
+        TR_LAUNCH_START: lambda n, ident, v0, v1: (
+            f"system.gpu{v0}.launch{ident}",
+            f"kernel '{n.kernel(ident)}' starts ({n.launches[ident].grid} TBs)"),
+        TR_LAUNCH_END: lambda n, ident, v0, v1: (
+            f"system.gpu{v0}.launch{ident}",
+            f"kernel '{n.kernel(ident)}' ends ({n.launches[ident].grid} TBs)")}),),
+    start=(lambda st: schedule_initial_launches(st),),
+)
 
 
 @compiled

@@ -19,12 +19,13 @@ import numpy as np
 from ..engine.jit import compiled, inline
 
 from ..engine.clock import cycle_edge
-from ..engine.events import EV_LOCAL_DONE, push
+from ..engine.clock import period_fs
+from ..engine.events import push
 from ..engine.state import (ERR_ADDR_RANGE, ERR_BAD_GPU, ERR_BAD_SIZE, ERR_DIV_ZERO,
                             ERR_MISALIGNED, ERR_MOE_AFTER_EOS, ERR_MOE_EXPERT, ERR_MOE_RELEASE,
                             ERR_MOE_ROW_SIZE, ERR_RED_REMOTE, ERR_REG_RANGE, ERR_UNBACKED_WORD, TB_READY, TB_WAIT_CLAIM,
                             TB_WAIT_FENCE, TB_WAIT_FLAG, TB_WAIT_HUB, TB_WAIT_REMOTE, WAIT_FENCE,
-                            WAITLIST_FLAG, WAITLIST_HUB)
+                            WAITLIST_FLAG, WAITLIST_HUB, TB_EMPTY, WAIT_REASON_NAMES)
 from ..isa.encoding import (ATOM_RED_ADD, NUM_GENERAL_REGS, ALU_ADD, ALU_AND, ALU_DIV, ALU_MAX, ALU_MIN, ALU_MOV, ALU_MUL, ALU_OR,
                             ALU_REM, ALU_SETEQ, ALU_SETGT, ALU_SETLE, ALU_SETLT,
                             ALU_SETNE, ALU_SHL, ALU_SHR, ALU_SUB, ALU_XOR, DT_BF16, II, IMM,
@@ -45,6 +46,105 @@ from .scheduler import block_exit
 from .trace import TR_TB_WAIT, trace_issue, trace_tb
 from .waiters import add_waiter, compare, notify_stores
 from .wakeups import sm_wake, tb_resume
+from .block import Block, Debug, Event, Param, Record, Stat, StatGroup, Timer, fields
+from .trace import CAT_SM, TR_TB_ACT, TR_TB_EXIT, TR_TB_PLACE, TR_TB_RESUME
+from ..isa.encoding import UNIT_NAMES
+
+EV_SM_ISSUE = 0      # a0 = global SM index: the SM's issue cycle (its component timer)
+EV_LOCAL_DONE = 6    # a0 = TB slot: an asynchronous same-GPU put/get completed
+
+
+def check_thread_blocks(sim, out):
+    st = sim.state
+    out.check(st.tb.state == TB_EMPTY, "thread blocks that did not exit",
+              lambda s: f"slot {s} of kernel '{sim.launches[int(st.tb.launch[s])].kernel}'")
+    out.empty(st.tb.outstanding, "thread-block slots with operations outstanding",
+              lambda s: f"slot {s}", " operation(s)")
+
+
+def _names():
+    from ..trace import records   # activity and wait names of the timeline and debug output
+    return records
+
+
+def _sms(cfg):
+    return cfg.system.num_gpus * cfg.system.gpu.num_sms
+
+
+BLOCK = Block(
+    "sm", __doc__.split("\n\n")[0],
+    params=(
+        Param("sms_per_gpu", "system.gpu.num_sms", "SMs", "SMs per GPU",
+              lambda cfg: cfg.system.gpu.num_sms, "config: system.gpu.num_sms"),
+        Param("slots_per_sm", "system.gpu.sm.max_resident_tbs", "thread blocks",
+              "resident thread-block slots per SM", lambda cfg: cfg.system.gpu.sm.max_resident_tbs,
+              "config: system.gpu.sm.max_resident_tbs"),
+        Param("issue_width", "system.gpu.sm.issue_width", "instructions/cycle",
+              "instructions issued per SM cycle", lambda cfg: cfg.system.gpu.sm.issue_width,
+              "config: system.gpu.sm.issue_width"),
+        Param("sm_period_fs", "system.gpu.sm_clock", "fs", "SM clock period",
+              lambda cfg: period_fs(cfg.system.gpu.sm_clock), "config: system.gpu.sm_clock"),
+        Param("smem_bytes", "system.gpu.sm.smem_bytes", "bytes", "shared memory per SM",
+              lambda cfg: cfg.system.gpu.sm.smem_bytes, "config: system.gpu.sm.smem_bytes"),
+        Param("smem_latency_cycles", "system.gpu.sm.smem_latency_cycles", "SM cycles",
+              "shared-memory load latency", lambda cfg: cfg.system.gpu.sm.smem_latency_cycles,
+              "config: system.gpu.sm.smem_latency_cycles"),
+    ),
+    records=(Record("tb", "thread-block slots, slots_per_sm per SM"), Record("sm", "SMs")),
+    fields=fields(
+        "tb",
+        ("state", "TB_* (engine.state)"), ("pc", "absolute program counter"),
+        ("ready", "tick from which the TB may issue again"),
+        ("launch", "launch index of the resident TB, -1 if empty"),
+        ("outstanding", "asynchronous operations not yet completed (fence waits for 0)"),
+        ("wait_addr", "flag-wait address (wait.*)"), ("wait_cmp", "flag-wait comparison"),
+        ("wait_value", "flag-wait operand"),
+        ("wait_start", "tick at which the current wait began (wait-time stats)"),
+        ("smem_base", "the TB's shared-memory allocation within its SM"), ("smem_bytes", "its size"),
+        ("progress", "tick of the TB's start or its last instruction touching memory, the hub or "
+                     "the links (livelock detection, watchdog.LivelockWatchdog)"),
+        init={"state": TB_EMPTY, "launch": -1})
+    + fields(
+        "sm",
+        ("next_issue", "tick of the scheduled issue event, -1 while the SM sleeps"),
+        ("rr", "round-robin pointer over TB slots (issue arbitration)"),
+        ("resident", "resident TB count"),
+        ("active_since", "tick at which the SM last went from 0 to >=1 resident TBs"),
+        ("insts", "instructions issued"), ("tbs_launched", "thread blocks placed"),
+        ("active_ticks", "time with at least one resident thread block"),
+        init={"next_issue": -1}),
+    stats=(
+        StatGroup("gpu_total", "", (
+            Stat("insts_issued", "instructions", "instructions issued by this GPU's SMs",
+                 lambda i: i.st.sm.insts[i.g * int(i.p.sms_per_gpu):
+                                         (i.g + 1) * int(i.p.sms_per_gpu)].sum()),)),
+        StatGroup("sm", "", (
+            Stat("insts_issued", "instructions", "instructions issued", "insts"),
+            Stat("tbs_launched", "count", "thread blocks placed on this SM", "tbs_launched"),
+            Stat("active_ticks", "ps", "time with at least one resident thread block",
+                 "active_ticks"),
+            Stat("{v}_busy_ticks", "ps", "time the {v} unit was occupied",
+                 lambda i, k: i.st.sm_unit_busy[i.index, k], each=UNIT_NAMES),
+            Stat("wait_{v}_ticks", "ps", "thread-block time spent waiting ({v}), summed over TBs",
+                 lambda i, k: i.st.sm_wait[i.index, k], each=WAIT_REASON_NAMES),
+        )),
+    ),
+    events=(Event("sm_issue", EV_SM_ISSUE, "an SM's issue cycle"),
+            Event("local_done", EV_LOCAL_DONE, "an asynchronous same-GPU put/get completed")),
+    timers=(Timer("sm", EV_SM_ISSUE, _sms, "one per SM: its next issue cycle"),),
+    checks=(check_thread_blocks,),
+    debug=(Debug("SM", CAT_SM, (TR_TB_PLACE, TR_TB_ACT, TR_TB_WAIT, TR_TB_RESUME, TR_TB_EXIT),
+                 describe={TR_TB_PLACE: lambda n, ident, v0, v1: (
+                               n.slot(ident), f"TB {v1} of kernel '{n.kernel(v0)}' placed"),
+                           TR_TB_ACT: lambda n, ident, v0, v1: (
+                               n.slot(ident), f"issues {_names().ACTIVITY_NAMES[v0]} instructions"),
+                           TR_TB_WAIT: lambda n, ident, v0, v1: (
+                               n.slot(ident), f"blocks: {_names().WAIT_NAMES.get(v0, v0)}"),
+                           TR_TB_RESUME: lambda n, ident, v0, v1: (
+                               n.slot(ident), f"ready again (waited on {WAIT_REASON_NAMES[v0]})"),
+                           TR_TB_EXIT: lambda n, ident, v0, v1: (
+                               n.slot(ident), f"exits (kernel '{n.kernel(v0)}')")}),),
+)
 
 # Semantics that neither touch memory, the hub or the links nor end the thread block: a TB that
 # issues only these for run.livelock_interval is reported as livelocked (watchdog.py). Every other

@@ -19,6 +19,61 @@ from ..engine.state import ROUTE_FIRST, ROUTE_N, ROUTE_RR
 from .nvlink import channel_count_arrival, credit_return, txq_push
 from .trace import CAT_SWITCH, TR_XBAR, trace_event
 from .wakeups import xbar_kick
+from .block import Block, Debug, Event, Param, Stat, StatGroup, Timer, fields
+from .nvlink import RX_STATS, TX_STATS, channel_name
+
+EV_XBAR = 5          # a0 = channel: switch input port moves head packets across the crossbar
+
+
+def check_inputs(sim, out):
+    st = sim.state
+    out.empty(st.ch.rxq_count, "switch input buffers not empty", lambda c: channel_name(st, c),
+              " packet(s)")
+
+
+def switch_findings(sim):
+    """Input ports blocked on full output queues (the stuck-run report)."""
+    st = sim.state
+    out = []
+    for c in range(st.ch.shape[0]):
+        ch = st.ch[c]
+        if ch.xbar_blocked:
+            dst = int(st.pk[int(st.rxq[c, int(ch.rxq_head)])].dst)
+            out.append(f"{channel_name(st, c)}: switch input blocked, every output queue toward "
+                       f"GPU {dst} full ({int(ch.rxq_count)} packet(s) buffered)")
+    return out
+
+
+BLOCK = Block(
+    "switch", __doc__.split("\n\n")[0],
+    params=(
+        Param("num_switches", "system.switch.count", "switches", "NVSwitches",
+              lambda cfg: cfg.system.switch.count, "config: system.switch.count"),
+        Param("switch_traversal_ticks", "system.switch.traversal_latency", "ps",
+              "input-to-output traversal", lambda cfg: cfg.system.switch.traversal_latency,
+              "config: system.switch.traversal_latency"),
+    ),
+    # a switch port is the far end of a link: its input buffer lives on the link's up channel
+    fields=fields("ch", ("rxq_head", "switch input buffer (ids in State.rxq)"), ("rxq_count", ""),
+                  ("xbar_pending", "1: the input port's crossbar timer is armed"),
+                  ("xbar_blocked", "1: the head packet waits for output-queue room"),
+                  ("xbar_blocked_since", ""), ("rxq_peak", ""), ("xbar_blocked_ticks", "")),
+    stats=(StatGroup("switch_port", "", RX_STATS + TX_STATS + (
+        Stat("input_queue_peak", "packets", "peak packets waiting at the input after their "
+             "traversal (head-of-line queueing behind a blocked head; packets still traversing "
+             "hold credits only)", lambda i: i.rx.rxq_peak),
+        Stat("input_blocked_ticks", "ps", "time the input's head packet waited for output-queue "
+             "room", lambda i: i.rx.xbar_blocked_ticks),
+    )),),
+    events=(Event("xbar", EV_XBAR, "a switch input port moves head packets across the crossbar"),),
+    timers=(Timer("xbar", EV_XBAR, lambda cfg: 2 * cfg.system.num_gpus * cfg.system.nvlink.links_per_gpu,
+                  "one per channel (used by up channels: the switch input ports)"),),
+    checks=(check_inputs,),
+    findings=(switch_findings,),
+    debug=(Debug("Switch", CAT_SWITCH, (TR_XBAR,), describe={TR_XBAR: lambda n, c, out, dst: (
+        f"system.switch{n.ch_switch[c]}.port{n.ch_port[c]}",
+        f"packet for GPU {dst} crosses to port {n.ch_port[out]}")}),),
+)
 
 
 @inline

@@ -19,6 +19,7 @@ from ..engine.jit import compiled, inline
 
 from ..engine.state import TB_READY
 from ..isa.encoding import UNIT_COMM, UNIT_LSU, UNIT_TENSOR, UNIT_VECTOR
+from .block import Block, Param, fields
 
 # categories (bits of trace_mask); moehub_arch/trace/records.py names them for users
 CAT_SM = 1        # thread-block residency, activity and waits
@@ -53,6 +54,21 @@ TRACE_COLUMNS = 5
 # thread-block activities (TR_TB_ACT): the class of the last instruction issued; ALU and control
 # instructions do not change it (loop bookkeeping between two mma is still "computing")
 ACT_RUN, ACT_MEMORY, ACT_COMPUTE, ACT_COMM = range(4)
+
+# The recorder's own state; each block declares its flag, category and record kinds (Debug).
+BLOCK = Block(
+    "trace", "event records for timelines and debug output (this module; moehub_arch/trace/)",
+    params=(
+        Param("trace_mask", "debug.flags, trace", "bitmask", "categories recorded now (CAT_*); 0: "
+              "off, set by Python between batches", None, "derived: set at run time by trace/"),
+        Param("trace_limit", "", "records", "fill level of State.trace that returns to Python",
+              None, "derived: set at run time by trace/ from the buffer size"),
+    ),
+    fields=fields("sys", ("trace_n", "records in State.trace"),
+                  ("trace_full", "1: the buffer passed trace_limit, the loop returns to drain it"),
+                  ("trace_lost", "records lost (never, by construction: checked by tests)"))
+    + fields("tb", ("trace_act", "activity last recorded for the timeline (ACT_*)")),
+)
 
 
 @compiled

@@ -21,28 +21,56 @@ order as a single queue. Timer index ranges per block kind are in State.p (tm_*)
 """
 import numpy as np
 from .jit import compiled
+from ..components.block import Block, Param, Record, Stat, StatGroup, fields
 
-# event kinds (the run loop dispatches on these)
-EV_SM_ISSUE = 0      # a0 = global SM index
-EV_KERNEL_START = 1  # a0 = launch index
-EV_HUB_TX = 2        # a0 = GPU: the hub packetizer emits its next packet
-EV_CH_TX = 3         # a0 = channel: the link transmitter tries to send its head packet
-EV_CH_ARRIVE = 4     # a0 = channel: the head packet of its wire FIFO reached the far end of the
-                     # link (at a switch: and crossed its input stage, see switch.py)
-EV_XBAR = 5          # a0 = channel: switch input port moves head packets across the crossbar
-EV_LOCAL_DONE = 6    # a0 = TB slot: an asynchronous same-GPU put/get completed
-EV_RPM_TX = 7        # a0 = GPU: the MoE-Hub RPM emits its next packet
-EV_MOE_LOOPBACK = 8  # a0 = packet, a1 = GPU: an RPM packet to the sending GPU itself arrives
-EV_DAM_READY = 9     # a0 = window, a1 = tile index: a tile became claimable
-EVENT_NAMES = ("sm_issue", "kernel_start", "hub_tx", "ch_tx", "ch_arrive", "xbar", "local_done",
-               "rpm_tx", "moe_loopback", "dam_ready")
-NUM_EVENT_KINDS = len(EVENT_NAMES)
+# Event kinds are declared by the blocks whose handlers they dispatch (``Event`` in each
+# component module's BLOCK: EV_SM_ISSUE in components/sm.py, EV_CH_TX in components/nvlink.py...);
+# the composition (moehub_arch/composition.py) checks they are unique and dense and names them
+# (EVENT_NAMES, the stats system.engine.events.*).
 
 # columns of the heap array State.q
 Q_TICK, Q_SEQ, Q_KIND, Q_A0, Q_A1 = range(5)
 # columns of State.timer; an unarmed timer has tick TIMER_OFF
 TM_TICK, TM_SEQ = 0, 1
 TIMER_OFF = 2 ** 62
+
+def _event_names():
+    from ..composition import EVENT_NAMES   # composed from every block's declarations
+    return EVENT_NAMES
+
+
+# The engine itself: run-wide parameters, the queue's bookkeeping and the first runtime error.
+BLOCK = Block(
+    "engine", "event queue and component timers (this module), run-wide parameters, runtime errors",
+    params=(
+        Param("num_gpus", "system.num_gpus", "GPUs", "GPUs in the system",
+              lambda cfg: cfg.system.num_gpus, "config: system.num_gpus"),
+        Param("functional", "workload.mode", "bool", "1 in functional mode (memory holds values)",
+              lambda cfg: int(cfg.workload.mode == "functional"), "config: workload.mode"),
+        Param("packet_train", "run.packet_train", "packets",
+              "link packets simulated as one (1 = exact; components/packet.py)",
+              lambda cfg: cfg.run.packet_train, "config: run.packet_train"),
+        Param("tm_count", "", "timers", "component timers in all (composition: the sum of every "
+              "block's timer range)", None, "derived: from the blocks' Timer declarations"),
+    ),
+    records=(Record("sys", "whole-run bookkeeping (one record)"),
+             Record("gpu", "per-GPU state: every block that has one instance per GPU adds its "
+                           "fields here (scheduler, hub, HBM and L2 counters, MoE-Hub units)")),
+    fields=fields(
+        "sys",
+        ("q_size", "events in the heap"), ("q_next_seq", "next sequence number (ties by push order)"),
+        ("q_events", "events processed"), ("q_now", "tick of the current event"),
+        ("q_peak", "peak heap size"),
+        ("err_code", "the first runtime error (engine.state ERR_*), 0: none"),
+        ("err_slot", "thread-block slot that raised it"), ("err_pc", "its program counter"),
+        ("err_value", "the offending value (address, size...)")),
+    stats=(StatGroup("system", "engine", (
+        Stat("queue_peak", "events", "peak number of pending events in the event queue",
+             lambda i: i.st.sys[0].q_peak),
+        Stat("events.{v}", "count", "events of kind '{v}' processed (engine.events)",
+             lambda i, k: i.st.ev_count[k], each=_event_names),
+    )),),
+)
 
 
 def new_timers(count):

@@ -4,21 +4,23 @@ The loop runs at most ``max_events`` events per call and then returns to Python,
 progress, grows the event queue if needed and calls again; all state stays in arrays, so a call
 boundary changes nothing. It also returns when the queue is empty (done or deadlocked) or when a
 handler recorded a runtime error.
+
+Event kinds and component timers are declared by the blocks (components/*.py BLOCK: Event,
+Timer; composed in moehub_arch/composition.py); the dispatch below is the one place that maps
+them to handlers: a new block adds its branch here (DESIGN rule 5).
 """
 from .jit import compiled
 
-from ..components.hub import hub_packetize, hub_receive, owe_link_responses
+from ..components.hub import EV_HUB_TX, hub_packetize, hub_receive, owe_link_responses
 from ..components.moehub.aau import aau_receive
-from ..components.moehub.dam import dam_tile_ready
-from ..components.moehub.rpm import rpm_packetize
-from ..components.nvlink import channel_arrival, channel_transmit
-from ..components.scheduler import kernel_start
-from ..components.sm import local_done, sm_issue
+from ..components.moehub.dam import EV_DAM_READY, dam_tile_ready
+from ..components.moehub.rpm import EV_MOE_LOOPBACK, EV_RPM_TX, rpm_packetize
+from ..components.nvlink import EV_CH_ARRIVE, EV_CH_TX, channel_arrival, channel_transmit
+from ..components.scheduler import EV_KERNEL_START, kernel_start
+from ..components.sm import EV_LOCAL_DONE, EV_SM_ISSUE, local_done, sm_issue
 from ..components.packet import PK_MOE
-from ..components.switch import switch_crossbar, switch_receive
-from .events import (EV_CH_ARRIVE, EV_CH_TX, EV_DAM_READY, EV_HUB_TX, EV_KERNEL_START,
-                     EV_LOCAL_DONE, EV_MOE_LOOPBACK, EV_RPM_TX, EV_SM_ISSUE, EV_XBAR, Q_SEQ, Q_TICK,
-                     TIMER_OFF, TM_SEQ, TM_TICK, pop, timer_clear)
+from ..components.switch import EV_XBAR, switch_crossbar, switch_receive
+from .events import Q_SEQ, Q_TICK, TIMER_OFF, TM_SEQ, TM_TICK, pop, timer_clear
 
 STATUS_EMPTY = 0      # no events left (heap empty, no timer armed)
 STATUS_BATCH = 1      # max_events processed; call again

@@ -1,9 +1,10 @@
 """Simulation state: a few record arrays, one per kind of hardware entity (DESIGN rules 1 and 2).
 
 Every mutable runtime value lives in the arrays of one ``State`` namedtuple; parameters live in the
-read-only one-element record array ``State.p``. Entities with many fields are numpy record arrays
-(``st.tb[slot].pc``, ``st.ch[c].credits``): that keeps the field names readable and the number of
-arrays small, which matters because Numba flattens every array of a tuple argument into separate
+read-only one-element record array ``State.p``. The fields of these records are declared by the
+blocks that own them (components/*.py ``BLOCK``) and composed in moehub_arch/composition.py.
+Entities with many fields are numpy record arrays (``st.tb[slot].pc``, ``st.ch[c].credits``):
+that keeps the field names readable and the number of arrays small, which matters because Numba flattens every array of a tuple argument into separate
 machine arguments at every call (about 150 plain arrays took six minutes to compile; these ~30 take
 seconds). Index conventions:
 
@@ -17,146 +18,29 @@ from collections import namedtuple
 import numpy as np
 
 
-_RESERVED = set(dir(np.record))
-
-
-def _record(*names):
-    # In the pure-Python engine `rec.x` resolves numpy's own attributes before fields (a field
-    # called `nbytes` would read the record's byte size), so such names are refused here.
-    clash = [n for n in names if n in _RESERVED]
-    if clash:
-        raise ValueError(f"record field names {clash} shadow numpy.record attributes")
-    return np.dtype([(n, np.int64) for n in names])
-
-
 def new_records(dtype, n):
     """A zeroed record array (attribute access to fields in both engines)."""
     return np.zeros(n, dtype).view(np.recarray)
 
 
-# Scalar parameters, all integers (ticks are ps, *_fs are femtoseconds).
-PARAMS = _record(
-    "num_gpus", "sms_per_gpu", "slots_per_sm", "issue_width", "functional",
-    "sm_period_fs", "tb_launch_cycles", "smem_bytes", "smem_latency_cycles", "kernel_launch_ticks",
-    "hbm_channels", "hbm_interleave", "hbm_fs_per_byte_channel", "hbm_latency_cycles",
-    "hbm_atomic_cycles", "hbm_capacity", "hbm_min_access", "l2_fs_per_byte", "l2_latency_cycles",
-    "l2_link_writes",
-    "links_per_gpu", "num_switches", "max_payload", "store_payload", "write_resp_per_packet",
-    "header_bytes", "flit_bytes",
-    "link_fs_per_byte", "link_latency_ticks", "rx_buffer_flits", "switch_traversal_ticks",
-    "hub_ticks_per_packet", "hub_tx_latency_ticks", "hub_rx_latency_ticks", "reqs_per_gpu",
-    # MoE-Hub control plane (components/moehub): experts, windows, RPM / AAU / DAM parameters
-    "num_experts", "local_experts", "window_rows", "row_bytes", "tile_rows", "tiles_per_window",
-    "win_addr", "rec_addr", "record_bytes", "records_cap",
-    "rpm_merge_bytes", "rpm_packet_bytes", "rpm_flush_ticks", "rpm_ring", "rpm_header_bytes", "rpm_ticks_per_packet",
-    "rpm_policy", "aau_alloc_ticks", "aau_staging", "dam_notify_ticks",
-    # event records for timelines and debug output (components/trace.py): categories recorded
-    # (0: off, set by Python between batches) and the fill level that returns to Python
-    "trace_mask", "trace_limit",
-    "packet_train",  # link packets simulated as one (run.packet_train; 1 = exact)
-    # first timer index of each block kind (engine.events: component timers; SMs start at 0)
-    "tm_ch_tx", "tm_ch_arrive", "tm_xbar", "tm_hub", "tm_rpm", "tm_count",
-)
+# The record dtypes (PARAMS, and one per entity: GPU, SM, LINK_CHANNEL...) are composed from the
+# blocks' declarations (moehub_arch/composition.py: RECORDS, PARAMS); each block declares its
+# parameters and fields in its own module (components/*.py BLOCK). These names still resolve here.
+_RECORD_NAMES = {"SYSTEM": "sys", "THREAD_BLOCK": "tb", "SM": "sm", "LAUNCH": "ln", "GPU": "gpu",
+                 "HBM_CHANNEL": "hbm_chan", "LINK_CHANNEL": "ch", "STREAM": "stream",
+                 "MOE_ROW": "mrow", "WINDOW": "win", "TILE": "tile", "REQUEST": "req",
+                 "PACKET": "pk"}
 
-# Whole-run bookkeeping: event-queue counters, packet-pool stack top, the first runtime error.
-SYSTEM = _record("q_size", "q_next_seq", "q_events", "q_now", "q_peak", "pk_top", "pk_peak",
-                 "err_code", "err_slot", "err_pc", "err_value",
-                 "trace_n", "trace_full", "trace_lost")  # records in State.trace (components/trace.py)
 
-# Thread-block slots (T per SM).
-THREAD_BLOCK = _record(
-    "state",        # TB_* below
-    "pc",           # absolute program counter
-    "ready",        # tick from which the TB may issue again
-    "launch",       # launch index of the resident TB, -1 if empty
-    "outstanding",  # asynchronous operations not yet completed (fence waits for 0)
-    "wait_addr", "wait_cmp", "wait_value",  # flag-wait condition (wait.* instructions)
-    "wait_start",   # tick at which the current wait began (wait-time stats)
-    "smem_base", "smem_bytes",  # the TB's shared-memory allocation within its SM
-    "trace_act",    # activity last recorded for the timeline (components/trace.py ACT_*)
-    "progress",     # tick of the TB's start or its last instruction touching memory, the hub or
-                    # the links (livelock detection, watchdog.LivelockWatchdog)
-)
+def __getattr__(name):
+    if name == "PARAMS" or name in _RECORD_NAMES:
+        from .. import composition
+        return composition.PARAMS if name == "PARAMS" else composition.RECORDS[_RECORD_NAMES[name]]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
-SM = _record(
-    "next_issue",   # tick of the scheduled issue event, -1 while the SM sleeps
-    "rr",           # round-robin pointer over TB slots (issue arbitration)
-    "resident",     # resident TB count
-    "active_since",  # tick at which the SM last went from 0 to >=1 resident TBs
-    "insts", "tbs_launched", "active_ticks",  # stats
-)
 
-LAUNCH = _record("gpu", "entry_pc", "grid", "next_in_stream", "smem", "max_per_sm",
-                 "dispatched", "finished", "status", "start", "end",
-                 "host_delay",  # host-side time before the launch is issued (e.g. a host sync)
-                 "tx_wire")     # link wire bytes its GPU's hub sent for its requests and rows
-
-# Per-GPU state of the block scheduler, the flag waiters, the hub and the HBM counters.
-GPU = _record(
-    "rr_sm", "waiters",
-    "hub_next_tx", "hub_blocked", "hub_blocked_since", "hub_tb_waiters",
-    "reqq_head", "reqq_count", "respq_head", "respq_count", "free_top",
-    "hub_requests", "hub_tx_packets", "hub_tx_payload", "hub_rx_packets", "hub_rx_payload",
-    "hub_stall_ticks", "hub_reqq_peak", "hub_respq_peak", "hub_rx_first", "hub_rx_last", "hub_acks",
-    "link_resp_total", "link_resp_rr",  # link-level write responses owed (State.link_resp), RR pointer
-    "hbm_read_bytes", "hbm_write_bytes", "hbm_accesses", "hbm_atomics",
-    "l2_free", "l2_busy", "l2_read_bytes", "l2_link_write_bytes",
-    # MoE-Hub: RPM packetizer, end-of-stream notes, AAU pending-packet FIFO, DAM source count
-    "rpm_next_tx", "rpm_blocked", "rpm_blocked_since", "rpm_rr", "eos_notes", "loop_inflight",
-    "aau_staged", "aau_q_count", "aau_stall_since", "records_live", "dam_sources_done",
-    "rpm_rows", "rpm_packets", "rpm_payload", "rpm_wire", "rpm_stall_ticks", "rpm_flushes",
-    "rpm_accept_stalls", "aau_allocs", "aau_stalls", "aau_stall_ticks", "aau_records_written",
-    "aau_records_peak", "aau_window_peak", "dam_tiles_ready", "dam_claims", "dam_zero_claims",
-    "dam_notifies", "dam_eos_received", "combine_rows",
-    # where MoE-Hub packets wait for memory: RPM source reads, AAU destination writes (sums)
-    "rpm_read_wait", "aau_data_packets", "aau_write_wait",
-)
-
-HBM_CHANNEL = _record("free", "busy")  # free: tick the queued transfers end; busy: stat
-
-LINK_CHANNEL = _record(
-    "to_switch", "gpu", "switch", "port",     # 1 for GPU->switch channels; endpoints of the link
-    "busy_until", "credits",
-    "cr_head", "cr_count",                    # credit returns in flight (ids in State.credit_ret)
-    "txq_head", "txq_count", "txq_cap",       # transmit FIFO (ids in State.txq)
-    "txq_pkts",                               # link packets queued (trains count their packets)
-    "wire_head", "wire_count",                # packets on the wire, in order (ids in State.wire)
-    "rxq_head", "rxq_count",                  # switch input buffer (ids in State.rxq)
-    "tx_at", "xbar_pending", "xbar_blocked", "xbar_blocked_since",
-    "credit_blocked", "credit_blocked_since",
-    "tx_packets", "tx_wire_bytes", "tx_payload_bytes", "tx_busy", "credit_stall", "txq_peak",
-    "rx_packets", "rx_wire_bytes", "rx_payload_bytes", "rxq_peak", "xbar_blocked_ticks",
-)
-
-# MoE-Hub byte stream from one GPU's RPM to one GPU (index src * G + dst).
-STREAM = _record(
-    "accepted",     # stream bytes accepted (row headers + data), i.e. the stream's end offset
-    "sent",         # stream bytes packetized
-    "head", "tail",  # row descriptors: next to accept, oldest not yet landed (monotonic counters)
-    "oldest",       # acceptance tick of the oldest unsent byte's row (-1: nothing unsent)
-    "eos_pending", "eos_sent",  # end of stream requested / EOS marker sent
-    "recv", "total", "eos_seen", "done",  # receiver side: bytes processed, final size, finished
-    "allocs",       # receiver side: rows of the stream given a window slot (parked packets' stamp)
-)
-# Row descriptors in flight, ring of rpm_ring entries per stream (the header travelling with the row).
-MOE_ROW = _record("expert", "src_addr", "length", "home", "aux", "start", "alloc", "recv", "done",
-                  "slot", "accept_tick", "launch")  # launch: of the TB that sent it (wire-byte stats)
-# One expert's receive window (index gpu * local_experts + local slot) and its tiles.
-WINDOW = _record("alloc", "released_tiles", "next_claim", "ended", "waiters")
-TILE = _record("index", "rows_alloc", "rows_landed", "landed_visible", "closed", "ready", "claimed",
-               "released")
 RPM_HIST_BINS = 8     # merge-buffer fill at packet emission, in eighths of the buffer
 DAM_HIST_BINS = 16    # claimer wait time, bin i: [2^(i-1), 2^i) ns (bin 0: < 1 ns)
-
-REQUEST = _record("kind", "slot", "src_gpu", "dst_gpu", "dst_addr", "src_addr", "length", "sent",
-                  "resp_sent", "pkts_total", "pkts_arrived", "acks_total", "acks_due",
-                  "acks_arrived", "acks_ready", "value", "ret_reg",
-                  "launch")  # launch of the issuing TB (wire-byte stats)
-# acks_*: write responses (components/hub.py): link packets to acknowledge in all (requester),
-# owed but not yet sent (serving hub), received (requester), tick the owed ones may leave
-
-PACKET = _record("kind", "req", "src", "dst", "addr", "src_addr", "payload", "flits", "ready",
-                 "value", "npk")  # npk: link packets it stands for (1, or a train: run.packet_train)
 
 # route tables: column 0 = number of candidates, column 1 = round-robin pointer, then candidates
 ROUTE_N, ROUTE_RR, ROUTE_FIRST = 0, 1, 2

@@ -11,11 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..components.trace import (TR_AAU_ALLOC, TR_AAU_STALL, TR_DAM_CLAIM, TR_DAM_READY,
-                                TR_HUB_RX, TR_HUB_TX, TR_LAUNCH_END, TR_LAUNCH_START, TR_LINK_TX,
-                                TR_RPM_TX, TR_TB_ACT, TR_TB_EXIT, TR_TB_PLACE, TR_TB_RESUME,
-                                TR_TB_WAIT, TR_XBAR)
-from ..engine.state import WAIT_REASON_NAMES
+from ..composition import DESCRIBE
 from ..outputs import writing
 from ..simulation import RunObserver
 from ..components.packet import PACKET_KIND_NAMES
@@ -77,43 +73,9 @@ class DebugPrinter(RunObserver):
                 self.out.flush()
 
     def describe(self, kind, ident, v0, v1):
-        """(component name, message) of one record."""
-        n = self.names
-        if kind == TR_TB_PLACE:
-            return n.slot(ident), f"TB {v1} of kernel '{n.kernel(v0)}' placed"
-        if kind == TR_TB_ACT:
-            return n.slot(ident), f"issues {ACTIVITY_NAMES[v0]} instructions"
-        if kind == TR_TB_WAIT:
-            return n.slot(ident), f"blocks: {WAIT_NAMES.get(v0, v0)}"
-        if kind == TR_TB_RESUME:
-            return n.slot(ident), f"ready again (waited on {WAIT_REASON_NAMES[v0]})"
-        if kind == TR_TB_EXIT:
-            return n.slot(ident), f"exits (kernel '{n.kernel(v0)}')"
-        if kind in (TR_LAUNCH_START, TR_LAUNCH_END):
-            verb = "starts" if kind == TR_LAUNCH_START else "ends"
-            return (f"system.gpu{v0}.launch{ident}",
-                    f"kernel '{n.kernel(ident)}' {verb} ({n.launches[ident].grid} TBs)")
-        if kind == TR_LINK_TX:
-            to = "" if ident % 2 == 0 else f" to GPU {n.channel_gpu(ident)}"
-            return n.channel(ident), f"sends {PACKET_KIND_NAMES[v0]}{to}, {v1} B payload"
-        if kind == TR_XBAR:
-            return (f"system.switch{n.ch_switch[ident]}.port{n.ch_port[ident]}",
-                    f"packet for GPU {v1} crosses to port {n.ch_port[v0]}")
-        if kind == TR_HUB_TX:
-            return f"system.gpu{ident}.hub", f"sends {PACKET_KIND_NAMES[v0]} to GPU {v1}"
-        if kind == TR_HUB_RX:
-            return f"system.gpu{ident}.hub", f"receives {PACKET_KIND_NAMES[v0]} from GPU {v1}"
-        if kind == TR_RPM_TX:
-            what = f"{v1} B of stream" if v1 else "end-of-stream marker"
-            return f"system.gpu{ident}.hub.rpm", f"sends {what} to GPU {v0}"
-        if kind == TR_AAU_ALLOC:
-            return f"system.gpu{ident}.hub.aau", f"allocates row {v1} of expert {v0}'s window"
-        if kind == TR_AAU_STALL:
-            return (f"system.gpu{ident}.hub.aau",
-                    f"packet from GPU {v0} waits for window or record space ({v1} waiting)")
-        if kind == TR_DAM_READY:
-            return (f"system.gpu{ident}.hub.dam",
-                    f"tile {v1} of expert {n.window_expert.get(v0, '?')} ready")
-        if kind == TR_DAM_CLAIM:
-            return f"system.gpu{ident}.hub.dam", f"tile {v1} of expert {v0} claimed"
-        return "system", f"record kind {kind} ({ident}, {v0}, {v1})"
+        """(component name, message) of one record: the line its block declares (Debug.describe
+        in components/*.py, composed in composition.DESCRIBE)."""
+        fn = DESCRIBE.get(kind)
+        if fn is None:
+            return "system", f"record kind {kind} ({ident}, {v0}, {v1})"
+        return fn(self.names, ident, v0, v1)

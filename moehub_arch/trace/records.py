@@ -5,30 +5,13 @@ The records themselves are written by the compiled hooks in ``components/trace.p
 """
 import numpy as np
 
-from ..components.trace import (ACT_COMM, ACT_COMPUTE, ACT_MEMORY, ACT_RUN, CAT_AAU, CAT_DAM,
-                                CAT_HUB, CAT_LAUNCH, CAT_NVLINK, CAT_RPM, CAT_SM, CAT_SWITCH,
-                                TR_AAU_ALLOC, TR_AAU_STALL, TR_DAM_CLAIM, TR_DAM_READY, TR_HUB_RX,
-                                TR_HUB_TX, TR_LAUNCH_END, TR_LAUNCH_START, TR_LINK_TX, TR_RPM_TX,
-                                TR_TB_ACT, TR_TB_EXIT, TR_TB_PLACE, TR_TB_RESUME, TR_TB_WAIT,
-                                TR_XBAR)
+from ..components.trace import ACT_COMM, ACT_COMPUTE, ACT_MEMORY, ACT_RUN
 from ..engine.state import (TB_WAIT_CLAIM, TB_WAIT_FENCE, TB_WAIT_FLAG, TB_WAIT_HUB,
                             TB_WAIT_REMOTE)
 
-# debug flag -> record categories (config.schema.DEBUG_FLAGS lists the names)
-FLAG_CATEGORIES = {
-    "SM": CAT_SM, "Launch": CAT_LAUNCH, "NVLink": CAT_NVLINK, "Switch": CAT_SWITCH, "Hub": CAT_HUB,
-    "RPM": CAT_RPM, "AAU": CAT_AAU, "DAM": CAT_DAM, "MoEHub": CAT_RPM | CAT_AAU | CAT_DAM,
-}
-FLAG_CATEGORIES["All"] = int(np.bitwise_or.reduce(list(FLAG_CATEGORIES.values())))
-
-# record kind -> its category (index with the kind column)
-KIND_CATEGORY = np.zeros(16, np.int64)
-for _kinds, _cat in (((TR_TB_PLACE, TR_TB_ACT, TR_TB_WAIT, TR_TB_RESUME, TR_TB_EXIT), CAT_SM),
-                     ((TR_LAUNCH_START, TR_LAUNCH_END), CAT_LAUNCH), ((TR_LINK_TX,), CAT_NVLINK),
-                     ((TR_XBAR,), CAT_SWITCH), ((TR_HUB_TX, TR_HUB_RX), CAT_HUB),
-                     ((TR_RPM_TX,), CAT_RPM), ((TR_AAU_ALLOC, TR_AAU_STALL), CAT_AAU),
-                     ((TR_DAM_READY, TR_DAM_CLAIM), CAT_DAM)):
-    KIND_CATEGORY[list(_kinds)] = _cat
+# debug flag -> record categories, record kind -> category: declared by the blocks
+# (components/*.py BLOCK debug), composed in moehub_arch/composition.py
+from ..composition import FLAG_CATEGORIES, KIND_CATEGORY  # noqa: E402,F401
 
 ACTIVITY_NAMES = {ACT_RUN: "run", ACT_MEMORY: "memory", ACT_COMPUTE: "compute",
                   ACT_COMM: "communicate"}

@@ -80,7 +80,9 @@ def add_layer_stats(sim, layer):
     out.add("system.moe.layer_time_us", span * 1e-6, "us",
             "MoE layer: first kernel start to last kernel end over all GPUs")
 
-    kernels = sorted({l.kernel for l in launches}, key=lambda k: min(
+    # by first start; kernels starting at the same tick in launch order (sorting the set alone
+    # left ties in string-hash order, which differs between processes)
+    kernels = sorted(dict.fromkeys(l.kernel for l in launches), key=lambda k: min(
         starts[i] for i, l in enumerate(launches) if l.kernel == k))
     for k in kernels:
         d = [ends[i] - starts[i] for i, l in enumerate(launches) if l.kernel == k]

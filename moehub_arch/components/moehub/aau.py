@@ -24,6 +24,7 @@ Nothing is dropped.
 Assumption: the row header (expert, size, home, aux) is known with any piece of the row, as if
 each packet carried a short row tag; its bytes are counted once per row in the stream.
 """
+import numpy as np
 from ...engine.jit import compiled
 
 from ...engine.state import TB_WAIT_FENCE, WAIT_FENCE
@@ -35,6 +36,192 @@ from ..wakeups import rpm_kick, tb_resume
 from ..trace import CAT_AAU, TR_AAU_ALLOC, TR_AAU_STALL, trace_event
 from .dam import dam_row_landed, dam_source_ended
 from .rpm import row_at
+from ..block import Block, Debug, Param, Record, Stat, StatGroup, counters, fields
+from .rpm import rpm_packet_bytes
+
+
+def expert_placement(cfg):
+    """[E, 2] int64: GPU and local slot (window) of every expert (workload.moe.placement, or
+    E / G consecutive experts per GPU)."""
+    moe, G = cfg.workload.moe, cfg.system.num_gpus
+    E = moe.num_experts
+    gpus = list(moe.placement) if moe.placement is not None else [e // (E // G) for e in range(E)]
+    place = np.zeros((max(E, 1), 2), np.int64)
+    count = [0] * G
+    for e, g in enumerate(gpus):
+        place[e] = (g, count[g])
+        count[g] += 1
+    return place
+
+
+def local_experts(cfg):
+    """Most experts placed on one GPU (every GPU gets that many windows)."""
+    place = expert_placement(cfg)
+    return int(place[:cfg.workload.moe.num_experts, 1].max()) + 1 if cfg.workload.moe.num_experts else 0
+
+
+def aau_staging_packets(cfg):
+    """Packets the AAU staging store holds: every row the senders' rings may have in flight to
+    one GPU, as full packets plus one partial packet per row. A full packet carries
+    min(max payload, merge buffer) bytes: a merge buffer smaller than the link payload makes
+    more, smaller packets (sizing by the payload alone let the store fill, parked packets kept
+    their link credits and wedged the link for other traffic: found by tests/test_fuzz.py)."""
+    hub, moe = cfg.system.gpu.hub, cfg.workload.moe
+    if not moe.num_experts:
+        return 0
+    payload = rpm_packet_bytes(cfg)
+    per_row = -(-(moe.row_bytes + hub.moe.rpm.row_header_bytes) // payload) + 1
+    return cfg.system.num_gpus * hub.moe.rpm.row_queue_depth * per_row
+
+
+def experts_of_window(st, w):
+    """Expert ids whose window is w (GPU g, local slot le: w = g * local_experts + le)."""
+    p = st.p[0]
+    g, le = divmod(w, int(p.local_experts))
+    E = int(p.num_experts)
+    return [e for e in range(E) if st.moe_place[e, 0] == g and st.moe_place[e, 1] == le]
+
+
+def check_aau(sim, out):
+    st = sim.state
+    if not int(st.p[0].num_experts):
+        return
+    gp = st.gpu
+    out.check((gp.aau_q_count == 0) & (gp.aau_staged == 0) & (gp.loop_inflight == 0),
+              "MoE-Hub AAU packets still waiting (or loopback packets in flight)",
+              lambda g: f"system.gpu{g}.hub.aau: {int(gp.aau_q_count[g])} waiting, "
+                        f"{int(gp.loop_inflight[g])} in loopback")
+    out.equal("MoE-Hub rows landed with a completion record vs rows accepted",
+              gp.aau_records_written.sum(), gp.rpm_rows.sum())
+    out.check(gp.records_live == 0, "MoE-Hub completion records never released "
+              "(claimed tiles without notify_ready.release)",
+              lambda g: f"system.gpu{g}.hub.aau: {int(gp.records_live[g])} live records")
+
+
+def aau_findings(sim):
+    """Packets waiting for space, a full record table, full windows (the stuck-run report)."""
+    st = sim.state
+    p = st.p[0]
+    if not int(p.num_experts):
+        return []
+    out = []
+    for g in range(int(p.num_gpus)):
+        gp = st.gpu[g]
+        hub = f"system.gpu{g}.hub"
+        if int(gp.aau_q_count):
+            out.append(f"{hub}.aau: {int(gp.aau_q_count)} packet(s) waiting for window or "
+                       f"record-table space ({int(gp.aau_staged)} in the staging store)")
+        if int(gp.records_live) >= int(p.records_cap):
+            out.append(f"{hub}.aau: completion-record table full ({int(gp.records_live)} of "
+                       f"{int(p.records_cap)}; system.gpu.hub.moe.aau.record_table_entries)")
+    for w in range(st.win.shape[0]):
+        win = st.win[w]
+        live = int(win.alloc) - int(win.released_tiles) * int(p.tile_rows)
+        if live >= int(p.window_rows):
+            claimed = int(win.next_claim) - int(win.released_tiles)
+            experts = ", ".join(map(str, experts_of_window(st, w)))
+            out.append(f"system.gpu{w // int(p.local_experts)}.hub.aau: window of expert "
+                       f"{experts} full ({live} of {int(p.window_rows)} rows live: {claimed} "
+                       f"tile(s) claimed and not released, the rest not claimed; "
+                       f"workload.moe.window_rows)")
+    return out
+
+
+def record_table_full(sim):
+    """Likely cause of a stuck run: a full completion-record table with packets waiting on it."""
+    st = sim.state
+    p = st.p[0]
+    out = []
+    if not int(p.num_experts):
+        return out
+    for g in range(int(p.num_gpus)):
+        gp = st.gpu[g]
+        if int(gp.records_live) >= int(p.records_cap) and int(gp.aau_q_count):
+            out.append(
+                f"the completion-record table of GPU {g}'s AAU is full ({int(gp.records_live)} "
+                f"of {int(p.records_cap)}) with {int(gp.aau_q_count)} packet(s) waiting for a "
+                f"record: no tile can complete to free one. Each of {int(p.local_experts)} "
+                f"local expert(s) may hold a partial tile of up to {int(p.tile_rows) - 1} "
+                f"rows, so system.gpu.hub.moe.aau.record_table_entries needs at least "
+                f"{int(p.local_experts) * (int(p.tile_rows) - 1) + 1} with "
+                f"system.gpu.hub.moe.dam.tile_rows = {int(p.tile_rows)}")
+    return out
+
+
+def _aau_ticks(cfg):
+    hub = cfg.system.gpu.hub
+    return int(round(hub.moe.aau.alloc_latency_cycles * 1e12 / hub.clock))
+
+
+def _moe(key, field, unit, doc, value):
+    return Param(field, f"workload.moe.{key}", unit, doc, value, f"config: workload.moe.{key}")
+
+
+BLOCK = Block(
+    "aau", __doc__.split("\n\n")[0],
+    params=(
+        _moe("num_experts", "num_experts", "experts", "experts (0: no MoE-Hub traffic)",
+             lambda cfg: cfg.workload.moe.num_experts),
+        _moe("placement", "local_experts", "experts", "windows per GPU (most experts on one GPU, "
+             "at least 1)", lambda cfg: max(local_experts(cfg), 1)),
+        _moe("window_rows", "window_rows", "rows", "rows per expert window (at least one tile)",
+             lambda cfg: max(cfg.workload.moe.window_rows, cfg.system.gpu.hub.moe.dam.tile_rows)),
+        _moe("row_bytes", "row_bytes", "bytes", "window slot size",
+             lambda cfg: max(cfg.workload.moe.row_bytes, 1)),
+        Param("win_addr", "", "address", "base of the windows buffer (moe_windows)", None,
+              "derived: the builder's memory layout"),
+        Param("rec_addr", "", "address", "base of the completion records (moe_records)", None,
+              "derived: the builder's memory layout"),
+        Param("record_bytes", "system.gpu.hub.moe.aau.record_bytes", "bytes", "completion record",
+              lambda cfg: cfg.system.gpu.hub.moe.aau.record_bytes,
+              "config: system.gpu.hub.moe.aau.record_bytes"),
+        Param("records_cap", "system.gpu.hub.moe.aau.record_table_entries", "records",
+              "completion-record table entries", lambda cfg: cfg.system.gpu.hub.moe.aau.record_table_entries,
+              "config: system.gpu.hub.moe.aau.record_table_entries"),
+        Param("aau_alloc_ticks", "system.gpu.hub.moe.aau.alloc_latency_cycles", "ps",
+              "slot allocation latency", _aau_ticks,
+              "config: system.gpu.hub.moe.aau.alloc_latency_cycles (hub cycles)"),
+        Param("aau_staging", "", "packets", "staging store capacity (aau_staging_packets())",
+              aau_staging_packets, "derived: the senders' row rings in full packets"),
+    ),
+    records=(Record("win", "expert receive windows (index gpu * local_experts + local slot)"),),
+    fields=fields("win", ("alloc", "rows allocated (bump pointer)"))
+    + fields("gpu", ("aau_staged", "packets in the staging store"),
+             ("aau_q_count", "packets waiting (State.aau_q)"),
+             ("aau_stall_since", "tick the head packet started waiting"),
+             ("records_live", "completion records in use"),
+             ("aau_allocs", ""), ("aau_stalls", ""), ("aau_stall_ticks", ""),
+             ("aau_records_written", ""), ("aau_records_peak", ""), ("aau_window_peak", ""),
+             ("aau_data_packets", ""), ("aau_write_wait", "")),
+    stats=(StatGroup("gpu", "hub.aau", counters((
+        ("allocations", "aau_allocs", "rows", "window slots allocated"),
+        ("alloc_stalls", "aau_stalls", "packets", "packets that waited for window or record-table space"),
+        ("alloc_stall_ticks", "aau_stall_ticks", "ps", "time packets were waiting for space"),
+        ("window_peak_rows", "aau_window_peak", "rows", "peak live rows in one expert window"),
+        ("records_written", "aau_records_written", "records", "completion records written"),
+        ("records_peak", "aau_records_peak", "records", "peak live completion records"),
+        ("data_packets", "aau_data_packets", "packets", "data packets written on arrival (not parked)"),
+        ("write_wait_ticks", "aau_write_wait", "ps", "sum over those packets of the time from the AAU "
+         "taking them to HBM having absorbed their writes (their link buffer space is held meanwhile)"),
+    )) + (
+        Stat("write_wait_mean_ns", "ns", "mean time from the AAU taking a data packet to HBM having "
+             "absorbed its writes (link credits return only then)",
+             lambda i: i.rec.aau_write_wait / 1000 / i.rec.aau_data_packets
+             if i.rec.aau_data_packets else 0.0),
+        Stat("sram_bytes", "bytes", "area proxy: completion-record table + per-window "
+             "base/capacity/bump registers",
+             lambda i: i.p.records_cap * i.p.record_bytes + i.p.local_experts * 3 * 8),
+    )),),
+    checks=(check_aau,),
+    findings=(aau_findings,),
+    causes=(record_table_full,),
+    debug=(Debug("AAU", CAT_AAU, (TR_AAU_ALLOC, TR_AAU_STALL), groups=("MoEHub",), describe={
+        TR_AAU_ALLOC: lambda n, g, expert, row: (
+            f"system.gpu{g}.hub.aau", f"allocates row {row} of expert {expert}'s window"),
+        TR_AAU_STALL: lambda n, g, src, waiting: (
+            f"system.gpu{g}.hub.aau",
+            f"packet from GPU {src} waits for window or record space ({waiting} waiting)")}),),
+)
 
 
 @compiled

@@ -11,16 +11,119 @@ next tile is ready, and gets a zero row count once every source has ended and ev
 claimed. notify_ready.release frees a claimed tile's slots and completion records; the window's
 bump pointer may reuse them once all earlier tiles are released too.
 """
+import numpy as np
 from ...engine.jit import compiled
 
-from ...engine.events import EV_DAM_READY, push
+from ...engine.events import push
 from ...engine.state import DAM_HIST_BINS, TB_WAIT_CLAIM, WAIT_CLAIM
 from ..trace import CAT_DAM, TR_DAM_CLAIM, TR_DAM_READY, trace_event
 from ..wakeups import tb_resume
+from ..block import Block, Debug, Event, Param, Record, Stat, StatGroup, counters, fields
 
 CLAIM_WAIT = 0     # no tile ready: the thread block sleeps
 CLAIM_TILE = 1     # a tile was handed out
 CLAIM_END = 2      # every tile was claimed and every source has ended: zero rows
+
+EV_DAM_READY = 9     # a0 = window, a1 = tile index: a tile became claimable
+
+
+def _dam_ticks(cfg):
+    hub = cfg.system.gpu.hub
+    return int(round(hub.moe.dam.notify_latency_cycles * 1e12 / hub.clock))
+
+
+def _claim_wait_desc(i, b):
+    lo = 0 if b == 0 else 2 ** (b - 1)
+    return (f"claimers woken after waiting [{lo}, {2 ** b}) ns"
+            + (" or more" if b == DAM_HIST_BINS - 1 else ""))
+
+
+def check_windows(sim, out):
+    st = sim.state
+    p = st.p[0]
+    if not int(p.num_experts):
+        return
+    win = st.win
+    claimed = np.minimum(win.next_claim * int(p.tile_rows), win.alloc)
+    out.check(claimed == win.alloc, "MoE-Hub expert windows with landed rows never claimed",
+              lambda w: f"window {w} (GPU {w // int(p.local_experts)}): {int(win.alloc[w])} rows "
+                        f"allocated, {int(claimed[w])} claimed")
+
+
+def windows_unclaimed(sim):
+    """Likely cause of a stuck run: full windows that no thread block claims from."""
+    from .aau import experts_of_window
+    st = sim.state
+    p = st.p[0]
+    if not int(p.num_experts):
+        return []
+    per_gpu = int(p.slots_per_sm) * int(p.sms_per_gpu)
+    claiming = {int(s) // per_gpu for s in np.nonzero(st.tb.state == TB_WAIT_CLAIM)[0]}
+    out = []
+    for g in range(int(p.num_gpus)):
+        full = []
+        for le in range(int(p.local_experts)):
+            w = g * int(p.local_experts) + le
+            win = st.win[w]
+            if int(win.alloc) - int(win.released_tiles) * int(p.tile_rows) >= int(p.window_rows):
+                full += experts_of_window(st, w)
+        if full and g not in claiming:
+            out.append(f"the windows of expert(s) {', '.join(map(str, full))} on GPU {g} "
+                       f"are full and no thread block claims from them: the consumers are "
+                       f"not running (queued behind the producers on their stream?), or "
+                       f"workload.moe.window_rows is too small for a protocol that sends "
+                       f"everything before it consumes")
+    return out
+
+
+BLOCK = Block(
+    "dam", __doc__.split("\n\n")[0],
+    params=(
+        Param("tile_rows", "system.gpu.hub.moe.dam.tile_rows", "rows", "rows per tile",
+              lambda cfg: cfg.system.gpu.hub.moe.dam.tile_rows, "config: system.gpu.hub.moe.dam.tile_rows"),
+        Param("tiles_per_window", "workload.moe.window_rows", "tiles", "tiles per expert window",
+              lambda cfg: max(cfg.workload.moe.window_rows, cfg.system.gpu.hub.moe.dam.tile_rows)
+              // cfg.system.gpu.hub.moe.dam.tile_rows, "derived: window_rows / tile_rows"),
+        Param("dam_notify_ticks", "system.gpu.hub.moe.dam.notify_latency_cycles", "ps",
+              "from a tile's last row visible to the tile claimable", _dam_ticks,
+              "config: system.gpu.hub.moe.dam.notify_latency_cycles (hub cycles)"),
+    ),
+    records=(Record("tile", "tiles of the expert windows, tiles_per_window per window"),),
+    fields=fields("tile", ("index", "tile index held (-1: none)"),
+                  ("rows_alloc", "rows allocated in it"), ("rows_landed", "rows landed"),
+                  ("landed_visible", "tick the last landed row is visible"),
+                  ("closed", "1: no more rows will be allocated in it"),
+                  ("ready", "tick it became claimable (-1: not yet)"), ("claimed", "1: handed out"),
+                  ("released", "1: notify_ready.release freed it"), init={"index": -1})
+    + fields("win", ("released_tiles", "tiles released (in order)"),
+             ("next_claim", "next tile claim_buffer hands out"),
+             ("ended", "1: every source ended and every tile was claimed"),
+             ("waiters", "claimers sleeping on it"))
+    + fields("gpu", ("dam_sources_done", "source GPUs that ended their streams"),
+             ("dam_tiles_ready", ""), ("dam_claims", ""), ("dam_zero_claims", ""),
+             ("dam_notifies", ""), ("dam_eos_received", "")),
+    stats=(StatGroup("gpu", "hub.dam", counters((
+        ("tiles_ready", "dam_tiles_ready", "tiles", "tiles made ready"),
+        ("claims", "dam_claims", "tiles", "tiles handed to claim_buffer"),
+        ("zero_claims", "dam_zero_claims", "count", "claims answered with zero rows (stream ended)"),
+        ("notifications", "dam_notifies", "count", "notify_ready calls (eos and release)"),
+        ("eos_received", "dam_eos_received", "count", "end-of-stream packets received"),
+    )) + (
+        Stat("claim_wait_bin{k}", "claims", _claim_wait_desc,
+             lambda i, b: i.st.dam_hist[i.g, b], each=range(DAM_HIST_BINS)),
+        Stat("sram_bytes", "bytes", "area proxy: per-tile allocated/landed counters (4 B each) + "
+             "per-source end-of-stream state",
+             lambda i: i.p.local_experts * i.p.tiles_per_window * 2 * 4 + int(i.p.num_gpus) * 8),
+    )),),
+    events=(Event("dam_ready", EV_DAM_READY, "a tile became claimable"),),
+    checks=(check_windows,),
+    causes=(windows_unclaimed,),
+    debug=(Debug("DAM", CAT_DAM, (TR_DAM_READY, TR_DAM_CLAIM), groups=("MoEHub",), describe={
+        TR_DAM_READY: lambda n, g, w, tile: (
+            f"system.gpu{g}.hub.dam", f"tile {tile} of expert {n.window_expert.get(w, '?')} ready"),
+        TR_DAM_CLAIM: lambda n, g, expert, tile: (
+            f"system.gpu{g}.hub.dam", f"tile {tile} of expert {expert} claimed")}),),
+)
 
 
 @compiled

@@ -25,7 +25,7 @@ Packets to the sending GPU itself skip the links (loopback through the hub).
 """
 from ...engine.jit import compiled, inline
 
-from ...engine.events import EV_MOE_LOOPBACK, push
+from ...engine.events import push
 from ...engine.state import RPM_HIST_BINS
 from ..hbm import hbm_access
 from ..nvlink import txq_push
@@ -33,10 +33,159 @@ from ..packet import PK_MOE, PK_MOE_EOS, packet_alloc, packet_flits
 from ..hub import pick_channel
 from ..trace import CAT_RPM, TR_RPM_TX, trace_event
 from ..wakeups import rpm_kick
+from ..block import Block, Debug, Event, Param, Record, Stat, StatGroup, Timer, counters, fields
 
 POLICY_ROUND_ROBIN = 0
 POLICY_LONGEST_FIRST = 1
 POLICY_NAMES = ("round_robin", "longest_first")
+
+EV_RPM_TX = 7        # a0 = GPU: the MoE-Hub RPM emits its next packet (its component timer)
+EV_MOE_LOOPBACK = 8  # a0 = packet, a1 = GPU: an RPM packet to the sending GPU itself arrives
+
+
+def rpm_packet_bytes(cfg):
+    """Payload of a full RPM packet: at most rpm.packet_bytes, at most what one link packet
+    carries (system.nvlink.max_payload_bytes) and at most what the merge buffer holds."""
+    rpm = cfg.system.gpu.hub.moe.rpm
+    return min(rpm.packet_bytes, cfg.system.nvlink.max_payload_bytes, rpm.merge_buffer_bytes)
+
+
+def _rpm(key, field, unit, doc, value=None):
+    return Param(field, f"system.gpu.hub.moe.rpm.{key}", unit, doc,
+                 value or (lambda cfg: getattr(cfg.system.gpu.hub.moe.rpm, key)),
+                 f"config: system.gpu.hub.moe.rpm.{key}")
+
+
+def _stream(st, s):
+    G = int(st.p[0].num_gpus)
+    return f"stream GPU {s // G} -> GPU {s % G}"
+
+
+def check_streams(sim, out):
+    st = sim.state
+    if not int(st.p[0].num_experts):
+        return
+    sr = st.stream
+    out.check(sr.sent == sr.accepted, "MoE-Hub stream bytes accepted but not sent",
+              lambda s: f"{_stream(st, s)}: {int(sr.accepted[s])} accepted, {int(sr.sent[s])} sent")
+    out.check(sr.recv == sr.accepted, "MoE-Hub stream bytes sent != received",
+              lambda s: f"{_stream(st, s)}: {int(sr.accepted[s])} sent, {int(sr.recv[s])} received")
+    out.check(sr.head == sr.tail, "MoE-Hub row rings not empty (rows not landed)",
+              lambda s: f"{_stream(st, s)}: {int(sr.head[s] - sr.tail[s])} rows")
+    out.check(sr.eos_sent == sr.done, "MoE-Hub end-of-stream markers sent but streams unfinished",
+              lambda s: f"{_stream(st, s)}")
+
+
+def rpm_findings(sim):
+    """A blocked packetizer, full row rings (the stuck-run report)."""
+    st = sim.state
+    p = st.p[0]
+    G = int(p.num_gpus)
+    out = []
+    for g in range(G):
+        hub = f"system.gpu{g}.hub"
+        if st.gpu[g].rpm_blocked:
+            out.append(f"{hub}.rpm: packetizer waiting for transmit-queue room on its links")
+        for d in range(G):
+            sr = st.stream[g * G + d]
+            if int(p.num_experts) and int(sr.head - sr.tail) >= int(p.rpm_ring):
+                out.append(f"{hub}.rpm: row ring toward GPU {d} full ({int(p.rpm_ring)} rows "
+                           f"accepted, not yet landed; system.gpu.hub.moe.rpm.row_queue_depth)")
+    return out
+
+
+def _mean_read_wait(i):
+    G, gr = int(i.p.num_gpus), i.rec
+    return gr.rpm_read_wait / 1000 / (gr.rpm_packets - G) if gr.rpm_packets > G else 0.0
+
+
+def _data_efficiency(i):
+    gr = i.rec
+    data = gr.rpm_payload - gr.rpm_rows * i.p.rpm_header_bytes
+    return data / gr.rpm_wire if gr.rpm_wire else 0.0
+
+
+BLOCK = Block(
+    "rpm", __doc__.split("\n\n")[0],
+    params=(
+        _rpm("merge_buffer_bytes", "rpm_merge_bytes", "bytes", "merge buffer per destination GPU"),
+        _rpm("packet_bytes", "rpm_packet_bytes", "bytes", "payload of a full RPM packet (capped by "
+             "the link payload and the merge buffer: rpm_packet_bytes())", rpm_packet_bytes),
+        _rpm("flush_timeout", "rpm_flush_ticks", "ps", "a partly filled buffer is sent after this"),
+        _rpm("row_queue_depth", "rpm_ring", "rows", "row descriptor ring per destination GPU"),
+        _rpm("row_header_bytes", "rpm_header_bytes", "bytes", "metadata per row in the stream"),
+        _rpm("packets_per_cycle", "rpm_ticks_per_packet", "ps", "packetizer time per packet",
+             lambda cfg: int(round(1e12 / (cfg.system.gpu.hub.clock
+                                           * cfg.system.gpu.hub.moe.rpm.packets_per_cycle)))),
+        _rpm("arbitration", "rpm_policy", "choice", "POLICY_* above",
+             lambda cfg: POLICY_NAMES.index(cfg.system.gpu.hub.moe.rpm.arbitration)),
+    ),
+    records=(Record("stream", "byte streams from one GPU's RPM to one GPU (index src * G + dst)"),
+             Record("mrow", "row descriptors in flight, a ring of rpm_ring per stream")),
+    fields=fields(
+        "stream",
+        ("accepted", "stream bytes accepted (row headers + data), i.e. the stream's end offset"),
+        ("sent", "stream bytes packetized"),
+        ("head", "row descriptors: next to accept (monotonic)"),
+        ("tail", "oldest not yet landed (monotonic)"),
+        ("oldest", "acceptance tick of the oldest unsent byte's row (-1: nothing unsent)"),
+        ("eos_pending", "end of stream requested"), ("eos_sent", "EOS marker sent"),
+        ("recv", "receiver side: bytes processed"), ("total", "receiver side: final size"),
+        ("eos_seen", "receiver side: EOS arrived"), ("done", "receiver side: finished"),
+        ("allocs", "receiver side: rows of the stream given a window slot (parked packets' stamp)"),
+        init={"oldest": -1})
+    + fields("mrow", ("expert", ""), ("src_addr", ""), ("length", ""), ("home", ""), ("aux", ""),
+             ("start", "stream offset of the row"), ("alloc", "window slot (receiver)"),
+             ("recv", "bytes landed"), ("done", "1: landed"), ("slot", "TB slot that sent it"),
+             ("accept_tick", ""), ("launch", "of the TB that sent it (wire-byte stats)"))
+    + fields("gpu", ("rpm_next_tx", "tick of the packetizer's timer (-1: idle)"),
+             ("rpm_blocked", "1: waiting for transmit-queue room"), ("rpm_blocked_since", ""),
+             ("rpm_rr", "round-robin pointer over destinations"),
+             ("eos_notes", "notify_ready.eos calls counted"),
+             ("loop_inflight", "loopback packets in flight"),
+             ("rpm_rows", ""), ("rpm_packets", ""), ("rpm_payload", ""), ("rpm_wire", ""),
+             ("rpm_stall_ticks", ""), ("rpm_flushes", ""), ("rpm_accept_stalls", ""),
+             ("combine_rows", "rows sent home by send_home"), ("rpm_read_wait", ""),
+             init={"rpm_next_tx": -1}),
+    stats=(
+        StatGroup("gpu", "hub", (Stat("combine_rows", "rows", "rows sent home by send_home",
+                                      "combine_rows"),)),
+        StatGroup("gpu", "hub.rpm", counters((
+            ("rows_accepted", "rpm_rows", "rows", "rows taken by send_to_expert"),
+            ("packets", "rpm_packets", "packets", "packets emitted (data and end-of-stream)"),
+            ("payload_bytes", "rpm_payload", "bytes", "stream bytes sent (row headers + row data)"),
+            ("wire_bytes", "rpm_wire", "bytes", "bytes on the wire for those packets (link headers included)"),
+            ("flushes", "rpm_flushes", "packets", "partly filled packets sent because the flush timeout expired"),
+            ("stall_ticks", "rpm_stall_ticks", "ps", "time the RPM had a packet ready but no link queue room"),
+            ("accept_stalls", "rpm_accept_stalls", "count", "send_to_expert attempts refused: row ring full"),
+            ("read_wait_ticks", "rpm_read_wait", "ps", "sum over data packets of the time from packetizing "
+             "to their payload read from local HBM (a link sends its head packet only once it is read)"),
+        )) + (
+            Stat("payload_efficiency", "ratio", "stream bytes / wire bytes",
+                 lambda i: i.rec.rpm_payload / i.rec.rpm_wire if i.rec.rpm_wire else 0.0),
+            Stat("data_efficiency", "ratio",
+                 "row data bytes / wire bytes (row and link headers are overhead)", _data_efficiency),
+            Stat("read_wait_mean_ns", "ns", "mean time a data packet waited for its payload "
+                 "to be read from HBM (end-of-stream packets excluded)", _mean_read_wait),
+            Stat("merge_fill_bin{k}", "packets",
+                 lambda i, b: f"packets emitted with the merge buffer {b}/{RPM_HIST_BINS} to "
+                              f"{b + 1}/{RPM_HIST_BINS} full (last bin: full)",
+                 lambda i, b: i.st.rpm_hist[i.g, b], each=range(RPM_HIST_BINS)),
+            Stat("sram_bytes", "bytes", "area proxy: merge buffers + row descriptor rings (header + "
+                 "16 B of state)", lambda i: int(i.p.num_gpus) * (
+                     i.p.rpm_merge_bytes + i.p.rpm_ring * (i.p.rpm_header_bytes + 16))),
+        )),
+    ),
+    events=(Event("rpm_tx", EV_RPM_TX, "the RPM emits its next packet"),
+            Event("moe_loopback", EV_MOE_LOOPBACK, "an RPM packet to its own GPU arrives")),
+    timers=(Timer("rpm", EV_RPM_TX, lambda cfg: cfg.system.num_gpus, "one per GPU: its RPM packetizer"),),
+    checks=(check_streams,),
+    findings=(rpm_findings,),
+    debug=(Debug("RPM", CAT_RPM, (TR_RPM_TX,), groups=("MoEHub",), describe={
+        TR_RPM_TX: lambda n, g, dst, nbytes: (
+            f"system.gpu{g}.hub.rpm",
+            f"sends {f'{nbytes} B of stream' if nbytes else 'end-of-stream marker'} to GPU {dst}")}),),
+)
 
 
 @compiled

@@ -1,0 +1,188 @@
+"""Declarations a hardware block makes about itself (DESIGN rule 9: a block is a room).
+
+Each component module ends its imports with one ``BLOCK = Block(...)`` that says what the block
+*is*, next to the code that says what it *does*:
+
+- ``params``: the scalars of the read-only ``State.p`` record it reads, each with the config key it
+  comes from, its unit, how the builder computes it from the config, and its source (the config
+  key's comment in the system file names the data sheet or paper; derived values say how);
+- ``fields``: the record fields it owns and in which entity they live (``gpu``: one record per
+  GPU; ``sm``, ``tb``, ``launch``, ``channel`` (one per link direction), ``hbm_channel``,
+  ``system``, or a record of its own that it declares in ``records``), with a non-zero initial
+  value where the builder must set one;
+- ``stats``: groups of statistics (name, unit, description, and the counter field or the formula
+  computed at dump time), each group with the scope it repeats over (per GPU, per SM, per link...);
+- ``events`` and ``timers``: the integer event kinds its handlers are dispatched by and the
+  component timers (one per instance) it arms;
+- ``checks``: end-of-run invariants, ``findings`` and ``causes``: what the stuck-run report says
+  about it;
+- ``debug``: its debug flag, trace category, trace record kinds and their debug-output lines;
+- ``start``: compiled functions run once before the first event (not after a checkpoint restore),
+  e.g. the scheduler's first kernel launches.
+
+``moehub_arch/composition.py`` builds the State record dtypes, the PARAMS values, the event names,
+the timer layout, the stats, the checks, the watchdog report and the debug flags from these
+declarations. Nothing here runs per event: the compiled code keeps reading plain record fields
+(``st.gpu[g].hub_tx_packets``), so a declaration costs nothing at run time.
+"""
+import attrs
+
+# Entities are the record arrays of State, named by their State field: ``sys`` (one record), ``gpu``
+# (one per GPU), ``sm``, ``tb`` (thread-block slots), ``ch`` (link channels: one per link
+# direction), ``ln`` (kernel launches)... Each is declared once (``Record``) by the block that
+# owns it; any block may add fields to any entity.
+
+# Stat scopes, in the order the stats are dumped: per GPU (totals named system.gpuN.<stat>), per
+# kernel launch of that GPU, per SM, per GPU-level block (system.gpuN.<path>), per link of that
+# GPU; then, after every GPU, per switch port and whole-system stats.
+GPU_SCOPES = ("gpu_total", "launch", "sm", "gpu", "link")
+SYSTEM_SCOPES = ("switch_port", "system")
+SCOPES = GPU_SCOPES + SYSTEM_SCOPES
+
+
+def _tuple(x):
+    return tuple(x)
+
+
+@attrs.frozen
+class Param:
+    """One scalar of the PARAMS record (``State.p[0].<field>``), an int64.
+
+    `key`: the config key it comes from ('' for values the builder computes from the layout);
+    `value`: cfg -> int (None: set by the composition or the builder, see `doc`); `source`: the
+    public source, or 'config: <key>' when the value is the config's (whose system file names the
+    data sheet), or 'derived: ...', or 'assumption: ...'."""
+    field: str
+    key: str
+    unit: str
+    doc: str
+    value: object = None
+    source: str = ""
+
+
+@attrs.frozen
+class Field:
+    """A record field (int64) the block owns in `entity`; `init`: the value the builder sets in
+    every record (an int, or a function of the config)."""
+    entity: str
+    name: str
+    doc: str
+    init: int = 0
+
+
+@attrs.frozen
+class Record:
+    """A record array of the block's own (one State array), e.g. the MoE-Hub streams."""
+    name: str
+    doc: str
+
+
+@attrs.frozen
+class Stat:
+    """One statistic. `value`: a field name of the instance's record, or a function of the
+    instance (``Instance``) - formulas (ratios, bandwidths) are computed at dump time. With
+    `each`, the stat repeats for every item: `name` and `desc` are formatted with ``k`` (index)
+    and ``v`` (item), and `value` is called as value(instance, k). `desc` may be a function
+    (instance, k) -> text (k None without `each`)."""
+    name: str
+    unit: str
+    desc: object
+    value: object
+    each: object = attrs.field(default=(), converter=lambda x: x if callable(x) else tuple(x))
+
+
+@attrs.frozen
+class StatGroup:
+    """Stats repeated over a scope (SCOPES); `path`: the name below the scope's prefix
+    ('hub' -> system.gpu3.hub.<stat>); '' for stats named directly under the prefix."""
+    scope: str
+    path: str
+    stats: tuple = attrs.field(converter=_tuple)
+    enabled: object = None   # function of the State: False leaves the group out (e.g. no experts)
+
+
+@attrs.frozen
+class Event:
+    """An event kind: `kind` is its integer (unique over all blocks, dense from 0)."""
+    name: str
+    kind: int
+    doc: str
+
+
+@attrs.frozen
+class Timer:
+    """A component timer per instance: `count`: a function (State dims) -> instances; the
+    composition places the timers of all blocks one range after another and stores the first
+    index of the range in ``State.p.tm_<name>`` (the run loop maps a timer back to its event by
+    these bounds). `event`: the event kind its expiry dispatches."""
+    name: str
+    event: int
+    count: object
+    doc: str
+
+
+@attrs.frozen
+class Debug:
+    """The debug flag (``--debug-flags``), its trace category bit and its trace record kinds."""
+    flag: str
+    category: int
+    records: tuple = attrs.field(default=(), converter=_tuple)
+    groups: tuple = attrs.field(default=(), converter=_tuple)   # flags that include it ('MoEHub')
+    # record kind -> fn(names, ident, v0, v1) -> (component name, message): the debug-output line
+    # (moehub_arch/trace/debug.py; `names` is trace.records.Names of the built system)
+    describe: dict = attrs.field(factory=dict)
+
+
+@attrs.frozen
+class Block:
+    """Everything a hardware block declares about itself (see the module docstring)."""
+    name: str
+    doc: str
+    params: tuple = attrs.field(default=(), converter=_tuple)
+    records: tuple = attrs.field(default=(), converter=_tuple)
+    fields: tuple = attrs.field(default=(), converter=_tuple)
+    stats: tuple = attrs.field(default=(), converter=_tuple)
+    events: tuple = attrs.field(default=(), converter=_tuple)
+    timers: tuple = attrs.field(default=(), converter=_tuple)
+    checks: tuple = attrs.field(default=(), converter=_tuple)     # fn(sim, violations)
+    findings: tuple = attrs.field(default=(), converter=_tuple)   # fn(sim) -> [lines]
+    causes: tuple = attrs.field(default=(), converter=_tuple)     # fn(sim) -> [likely causes]
+    debug: tuple = attrs.field(default=(), converter=_tuple)      # Debug, one per flag
+    start: tuple = attrs.field(default=(), converter=_tuple)      # compiled fn(st) at run start
+
+
+def fields(entity, *names_docs, init=None):
+    """Fields of one entity from (name, doc) pairs or bare names: ``fields('gpu', ('hub_acks',
+    'write responses received'), ...)``; `init`: {name: initial value}."""
+    init = init or {}
+    unknown = set(init) - {nd if isinstance(nd, str) else nd[0] for nd in names_docs}
+    if unknown:
+        raise ValueError(f"initial values for fields not declared: {sorted(unknown)}")
+    out = []
+    for nd in names_docs:
+        name, doc = (nd, "") if isinstance(nd, str) else nd
+        out.append(Field(entity, name, doc, init.get(name, 0)))
+    return tuple(out)
+
+
+def counters(table):
+    """Stats from a (name, field, unit, description) table of plain counters."""
+    return tuple(Stat(name, unit, desc, field) for name, field, unit, desc in table)
+
+
+class Instance:
+    """What a stat's formula sees: the State, its parameters, the simulated time, the GPU, the
+    instance's index in its entity (SM, link, launch, port) and its record(s)."""
+    __slots__ = ("st", "p", "sim_ticks", "g", "index", "rec", "tx", "rx", "launch")
+
+    def __init__(self, st, sim_ticks, g=-1, index=-1, rec=None, tx=None, rx=None, launch=None):
+        self.st, self.p, self.sim_ticks = st, st.p[0], sim_ticks
+        self.g, self.index, self.rec, self.tx, self.rx, self.launch = g, index, rec, tx, rx, launch
+
+    def per_second(self, count):
+        """count / simulated seconds (0 for an empty run)."""
+        return count / (self.sim_ticks * 1e-12) if self.sim_ticks else 0.0
+
+    def fraction(self, ticks):
+        """ticks / simulated ticks (0 for an empty run)."""
+        return ticks / self.sim_ticks if self.sim_ticks else 0.0

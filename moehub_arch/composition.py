@@ -1,0 +1,322 @@
+"""Composition: the simulator's hardware blocks, and what is built from their declarations.
+
+Every block declares what it is in its own module (``BLOCK``, components/block.py: parameters,
+record fields, stats, event kinds, timers, checks, watchdog findings, debug flags). This module
+lists the blocks and composes, once at import:
+
+- the record dtypes of ``State`` (``RECORDS``: entity -> dtype, fields in block order) and the
+  ``PARAMS`` record (every block's parameters, then one ``tm_<timer>`` per declared timer);
+- the event names (``EVENT_NAMES``: kinds must be unique and dense) and the timer layout (each
+  block's timers get consecutive index ranges, in block order);
+
+and offers, for the builder and the reports, the parameter values and initial field values of a
+config (``param_values``, ``init_records``), the stats of a State (``emit_stats``), the end-of-run
+checks, the stuck-run findings and the debug-flag tables.
+
+Adding a block: write its module with a ``BLOCK``, add it to ``BLOCKS`` below (the order is the
+order of stats in each scope, of timers and of checks), add its config section and its branch in
+the run loop (engine/loop.py). docs/adding_a_block.md walks through an example.
+"""
+import numpy as np
+
+from .components import hbm, hub, nvlink, packet, scheduler, sm, switch, trace, waiters
+from .components.block import GPU_SCOPES, SCOPES, Instance
+from .components.moehub import aau, dam, rpm
+from .config.schema import DEBUG_FLAGS
+from .engine import events
+
+BLOCKS = (packet.BLOCK, events.BLOCK, trace.BLOCK, scheduler.BLOCK, sm.BLOCK, waiters.BLOCK,
+          hbm.BLOCK, hbm.L2_BLOCK, nvlink.BLOCK, switch.BLOCK, hub.BLOCK, rpm.BLOCK, aau.BLOCK,
+          dam.BLOCK)
+
+_RESERVED = set(dir(np.record))
+
+
+class DeclarationError(Exception):
+    """Two blocks declare the same name, or a block refers to something nobody declares (a
+    programming error in a component module, found at import)."""
+
+
+def _dtype(names, what):
+    # In the pure-Python engine `rec.x` resolves numpy's own attributes before fields (a field
+    # called `nbytes` would read the record's byte size), so such names are refused here.
+    clash = [n for n in names if n in _RESERVED]
+    if clash:
+        raise DeclarationError(f"{what}: field names {clash} shadow numpy.record attributes")
+    seen = set()
+    for n in names:
+        if n in seen:
+            owners = [b.name for b in BLOCKS for f in b.fields if f.name == n] or \
+                     [b.name for b in BLOCKS for p in b.params if p.field == n]
+            raise DeclarationError(f"{what}: field '{n}' declared twice (blocks {owners})")
+        seen.add(n)
+    return np.dtype([(n, np.int64) for n in names])
+
+
+def _compose_records(blocks):
+    owners = {}
+    for b in blocks:
+        for r in b.records:
+            if r.name in owners:
+                raise DeclarationError(f"record '{r.name}' declared by blocks {owners[r.name]} and "
+                                       f"{b.name}")
+            owners[r.name] = b.name
+    names = {e: [] for e in owners}
+    for b in blocks:
+        for f in b.fields:
+            if f.entity not in names:
+                raise DeclarationError(f"block {b.name}: field '{f.name}' of entity '{f.entity}', "
+                                       f"which no block declares (records: {', '.join(owners)})")
+            names[f.entity].append(f.name)
+    return {e: _dtype(n, f"record '{e}'") for e, n in names.items()}, owners
+
+
+def _compose_timers(blocks):
+    timers = [(b, t) for b in blocks for t in b.timers]
+    kinds = {e.kind for b in blocks for e in b.events}
+    for b, t in timers:
+        if t.event not in kinds:
+            raise DeclarationError(f"block {b.name}: timer '{t.name}' dispatches event kind "
+                                   f"{t.event}, which no block declares")
+    return tuple(t for _, t in timers)
+
+
+def _compose_events(blocks):
+    by_kind = {}
+    for b in blocks:
+        for e in b.events:
+            if e.kind in by_kind:
+                raise DeclarationError(f"event kind {e.kind} declared twice: '{by_kind[e.kind].name}' "
+                                       f"and '{e.name}' (block {b.name})")
+            by_kind[e.kind] = e
+    if sorted(by_kind) != list(range(len(by_kind))):
+        raise DeclarationError(f"event kinds must be 0..{len(by_kind) - 1}, found {sorted(by_kind)}")
+    return tuple(by_kind[k].name for k in range(len(by_kind)))
+
+
+RECORDS, RECORD_OWNERS = _compose_records(BLOCKS)
+TIMERS = _compose_timers(BLOCKS)
+EVENT_NAMES = _compose_events(BLOCKS)
+NUM_EVENT_KINDS = len(EVENT_NAMES)
+PARAMS = _dtype([p.field for b in BLOCKS for p in b.params] + [f"tm_{t.name}" for t in TIMERS],
+                "PARAMS")
+# the timer of flat index i dispatches TIMER_EVENTS[k] where k is the last range starting <= i
+TIMER_EVENTS = tuple(t.event for t in TIMERS)
+
+
+# ------------------------------------------------------------------------------ building
+def param_values(cfg):
+    """{PARAMS field: value} of every parameter a block computes from the config."""
+    return {p.field: int(p.value(cfg)) for b in BLOCKS for p in b.params if p.value is not None}
+
+
+def timer_layout(cfg):
+    """{tm_<timer>: first index} and the number of timers, from the declared timer counts."""
+    out, base = {}, 0
+    for t in TIMERS:
+        out[f"tm_{t.name}"] = base
+        base += int(t.count(cfg))
+    return out, base
+
+
+def init_records(entity, rec, cfg):
+    """Set the declared non-zero initial values of `entity`'s fields in the record array `rec`."""
+    for b in BLOCKS:
+        for f in b.fields:
+            if f.entity == entity and (callable(f.init) or f.init != 0):
+                rec[f.name][:] = f.init(cfg) if callable(f.init) else f.init
+
+
+def new_record_array(entity, n, cfg):
+    """A record array of `n` `entity` records with their declared initial values."""
+    rec = np.zeros(n, RECORDS[entity]).view(np.recarray)
+    init_records(entity, rec, cfg)
+    return rec
+
+
+def timer_event(st, i):
+    """The event kind timer i dispatches (for reports; the run loop has its own branches)."""
+    p = st.p[0]
+    kind = TIMER_EVENTS[0]
+    for t in TIMERS:
+        if i >= int(p[f"tm_{t.name}"]):
+            kind = t.event
+    return kind
+
+
+# ---------------------------------------------------------------------------------- stats
+def _groups(scope):
+    return [g for b in BLOCKS for g in b.stats if g.scope == scope]
+
+
+GROUPS = {scope: _groups(scope) for scope in SCOPES}
+_unknown = [g.scope for b in BLOCKS for g in b.stats if g.scope not in SCOPES]
+if _unknown:
+    raise DeclarationError(f"stat scopes {_unknown} are not among {SCOPES}")
+
+
+def _emit(out, groups, inst, prefix):
+    for grp in groups:
+        if grp.enabled is not None and not grp.enabled(inst.st):
+            continue
+        base = f"{prefix}.{grp.path}" if grp.path else prefix
+        for s in grp.stats:
+            if not s.each:
+                value = inst.rec[s.value] if isinstance(s.value, str) else s.value(inst)
+                desc = s.desc(inst, None) if callable(s.desc) else s.desc
+                out.add(f"{base}.{s.name}", value, s.unit, desc)
+                continue
+            items = s.each() if callable(s.each) else s.each
+            for k, v in enumerate(items):
+                desc = s.desc(inst, k) if callable(s.desc) else s.desc.format(k=k, v=v)
+                out.add(f"{base}.{s.name.format(k=k, v=v)}", s.value(inst, k), s.unit, desc)
+
+
+def scope_instances(st, scope, sim_ticks, launches=(), g=-1):
+    """(name prefix, Instance) of every instance of a stat scope (of GPU g for GPU scopes)."""
+    p = st.p[0]
+    S, L = int(p.sms_per_gpu), int(p.links_per_gpu)
+    gp = f"system.gpu{g}"
+    if scope in ("gpu_total", "gpu"):
+        return [(gp, Instance(st, sim_ticks, g, g, st.gpu[g]))]
+    if scope == "launch":
+        return [(f"{gp}.launch{l.index}", Instance(st, sim_ticks, g, l.index, st.ln[l.index],
+                                                    launch=l)) for l in launches if l.gpu == g]
+    if scope == "sm":
+        return [(f"{gp}.sm{s}", Instance(st, sim_ticks, g, g * S + s, st.sm[g * S + s]))
+                for s in range(S)]
+    if scope == "link":
+        return [(f"{gp}.nvlink{l}", Instance(st, sim_ticks, g, g * L + l, tx=st.ch[2 * (g * L + l)],
+                                              rx=st.ch[2 * (g * L + l) + 1])) for l in range(L)]
+    if scope == "switch_port":
+        up = [c for c in range(st.ch.shape[0]) if st.ch[c].to_switch]
+        out = []
+        for s in range(int(p.num_switches)):
+            for c in sorted((c for c in up if st.ch[c].switch == s), key=lambda c: st.ch[c].port):
+                out.append((f"system.switch{s}.port{st.ch[c].port}",
+                            Instance(st, sim_ticks, index=c, rx=st.ch[c], tx=st.ch[c + 1])))
+        return out
+    return [("system", Instance(st, sim_ticks, rec=st.sys[0]))]
+
+
+def emit_stats(out, st, launches, sim_ticks, scopes):
+    """Add the declared stats of the given scopes to the StatsSet `out` (GPU scopes for every
+    GPU in turn, in the order of GPU_SCOPES; then the system-wide ones)."""
+    G = int(st.p[0].num_gpus)
+    gpu_scopes = [s for s in GPU_SCOPES if s in scopes]
+    if gpu_scopes:
+        for g in range(G):
+            for scope in gpu_scopes:
+                for prefix, inst in scope_instances(st, scope, sim_ticks, launches, g):
+                    _emit(out, GROUPS[scope], inst, prefix)
+    for scope in scopes:
+        if scope not in GPU_SCOPES:
+            for prefix, inst in scope_instances(st, scope, sim_ticks):
+                _emit(out, GROUPS[scope], inst, prefix)
+
+
+# ------------------------------------------------------------------ checks and diagnosis
+def run_checks(sim, out):
+    """Every block's end-of-run invariants, in block order."""
+    for b in BLOCKS:
+        for check in b.checks:
+            check(sim, out)
+
+
+def findings(sim):
+    """What every block reports about itself in a stuck run (full buffers, blocked units)."""
+    return [line for b in BLOCKS for fn in b.findings for line in fn(sim)]
+
+
+def likely_causes(sim):
+    """The blocks' explanations of a stuck run (strongest evidence first: block order)."""
+    return [line for b in BLOCKS for fn in b.causes for line in fn(sim)]
+
+
+# ------------------------------------------------------------------------- debug flags
+def _flag_categories():
+    flags = {}
+    for b in BLOCKS:
+        for d in b.debug:
+            if d.flag in flags:
+                raise DeclarationError(f"debug flag '{d.flag}' declared twice")
+            flags[d.flag] = d.category
+    for b in BLOCKS:
+        for d in b.debug:
+            for grp in d.groups:
+                flags[grp] = flags.get(grp, 0) | d.category
+    flags["All"] = int(np.bitwise_or.reduce(list(flags.values())))
+    return flags
+
+
+FLAG_CATEGORIES = _flag_categories()
+if set(FLAG_CATEGORIES) != set(DEBUG_FLAGS):
+    raise DeclarationError(f"debug flags declared by the blocks {sorted(FLAG_CATEGORIES)} differ from "
+                           f"config.schema.DEBUG_FLAGS {sorted(DEBUG_FLAGS)} (the config accepts those)")
+# trace record kind -> its category
+KIND_CATEGORY = np.zeros(1 + max(k for b in BLOCKS for d in b.debug for k in d.records), np.int64)
+for _b in BLOCKS:
+    for _d in _b.debug:
+        KIND_CATEGORY[list(_d.records)] = _d.category
+
+
+# record kind -> fn(names, ident, v0, v1) -> (component, message), for the debug output
+DESCRIBE = {k: fn for b in BLOCKS for d in b.debug for k, fn in d.describe.items()}
+_undescribed = [k for k in range(len(KIND_CATEGORY)) if KIND_CATEGORY[k] and k not in DESCRIBE]
+if _undescribed:
+    raise DeclarationError(f"trace record kinds {_undescribed} have no debug description")
+
+
+def start_blocks(st):
+    """Run every block's start hook (compiled; before the first event of a fresh run)."""
+    for b in BLOCKS:
+        for fn in b.start:
+            fn(st)
+
+
+def block(name):
+    """The declaration of the block called `name`."""
+    for b in BLOCKS:
+        if b.name == name:
+            return b
+    raise KeyError(name)
+
+
+def describe(name=None):
+    """A block's declaration as text (every block without `name`): what ``moehub-sim blocks``
+    prints, SST-style self-documentation."""
+    out = []
+    for b in BLOCKS:
+        if name is not None and b.name != name:
+            continue
+        out.append(f"{b.name}: {b.doc.strip()}")
+        for r in b.records:
+            out.append(f"  record {r.name}: {r.doc}")
+        if b.params:
+            out.append("  parameters (State.p):")
+            for p in b.params:
+                key = f" <- {p.key}" if p.key else ""
+                out.append(f"    {p.field} ({p.unit}){key}: {p.doc}; source: {p.source}")
+        by_entity = {}
+        for f in b.fields:
+            by_entity.setdefault(f.entity, []).append(f.name)
+        for entity, names in by_entity.items():
+            out.append(f"  fields of {entity}: {', '.join(names)}")
+        for grp in b.stats:
+            path = f".{grp.path}" if grp.path else ""
+            for st in grp.stats:
+                desc = st.desc if isinstance(st.desc, str) else "(per item)"
+                out.append(f"  stat [{grp.scope}]{path}.{st.name} ({st.unit}): {desc}")
+        for e in b.events:
+            out.append(f"  event {e.kind} {e.name}: {e.doc}")
+        for t in b.timers:
+            out.append(f"  timer tm_{t.name} -> {EVENT_NAMES[t.event]}: {t.doc}")
+        for fn in b.checks:
+            out.append(f"  check {fn.__name__}")
+        for fn in b.findings + b.causes:
+            out.append(f"  stuck-run report {fn.__name__}")
+        for d in b.debug:
+            groups = f" (also in {', '.join(d.groups)})" if d.groups else ""
+            out.append(f"  debug flag {d.flag}{groups}")
+    return "\n".join(out)
+

@@ -1,0 +1,99 @@
+"""Component declarations (components/block.py) and their composition (composition.py): every
+record field, parameter, stat, event and timer of the engine is declared by exactly one block,
+the composition refuses conflicting declarations, and the declarations are what the tools print."""
+import pytest
+
+from conftest import load, run_cli
+
+from moehub_arch import composition
+from moehub_arch.components.block import Block, Event, Field, Param, Record, SCOPES, Timer
+from moehub_arch.engine.state import State
+
+
+def test_every_record_of_state_is_declared_and_composed():
+    # every record array of State has its dtype from the declarations, and vice versa
+    records = {name for name in State._fields if name in composition.RECORDS}
+    assert records == set(composition.RECORDS)
+    for entity, dtype in composition.RECORDS.items():
+        declared = [f.name for b in composition.BLOCKS for f in b.fields if f.entity == entity]
+        assert list(dtype.names) == declared
+
+
+def test_every_parameter_names_its_config_key_unit_and_source():
+    for b in composition.BLOCKS:
+        for p in b.params:
+            assert p.unit and p.doc, (b.name, p.field)
+            assert p.source.startswith(("config: ", "derived: ")) or p.source, (b.name, p.field)
+            if p.source.startswith("config: "):
+                assert p.key, (b.name, p.field)
+    fields = composition.PARAMS.names
+    assert len(fields) == len(set(fields))
+    # one tm_<timer> per declared timer, laid out in declaration order
+    cfg = load("ubench/alltoall.yaml")
+    layout, count = composition.timer_layout(cfg)
+    G, S, L = cfg.system.num_gpus, cfg.system.gpu.num_sms, cfg.system.nvlink.links_per_gpu
+    assert layout == {"tm_sm": 0, "tm_ch_tx": G * S, "tm_ch_arrive": G * S + 2 * G * L,
+                      "tm_xbar": G * S + 4 * G * L, "tm_hub": G * S + 6 * G * L,
+                      "tm_rpm": G * S + 6 * G * L + G}
+    assert count == G * S + 6 * G * L + 2 * G
+
+
+def test_event_kinds_are_dense_and_named_by_their_blocks():
+    kinds = {e.kind: (b.name, e.name) for b in composition.BLOCKS for e in b.events}
+    assert sorted(kinds) == list(range(composition.NUM_EVENT_KINDS))
+    assert composition.EVENT_NAMES == tuple(kinds[k][1] for k in sorted(kinds))
+    from moehub_arch.components.nvlink import EV_CH_TX
+    assert composition.EVENT_NAMES[EV_CH_TX] == "ch_tx"
+
+
+def test_stat_groups_use_known_scopes():
+    for b in composition.BLOCKS:
+        for g in b.stats:
+            assert g.scope in SCOPES
+
+
+@pytest.mark.parametrize("blocks, message", [
+    ((Block("a", "", records=(Record("x", ""),)), Block("b", "", records=(Record("x", ""),))),
+     "record 'x' declared by blocks a and b"),
+    ((Block("a", "", records=(Record("x", ""),), fields=(Field("x", "n", ""), Field("x", "n", ""))),),
+     "field 'n' declared twice"),
+    ((Block("a", "", fields=(Field("nowhere", "n", ""),)),), "entity 'nowhere', which no block"),
+    ((Block("a", "", records=(Record("x", ""),), fields=(Field("x", "nbytes", ""),)),),
+     "shadow numpy.record attributes"),
+])
+def test_conflicting_record_declarations_are_refused(blocks, message):
+    with pytest.raises(composition.DeclarationError, match=message):
+        composition._compose_records(blocks)
+
+
+def test_conflicting_events_and_timers_are_refused():
+    with pytest.raises(composition.DeclarationError, match="declared twice"):
+        composition._compose_events((Block("a", "", events=(Event("e", 0, ""),)),
+                                     Block("b", "", events=(Event("f", 0, ""),))))
+    with pytest.raises(composition.DeclarationError, match="must be 0..1"):
+        composition._compose_events((Block("a", "", events=(Event("e", 0, ""), Event("f", 2, ""))),))
+    with pytest.raises(composition.DeclarationError, match="no block declares"):
+        composition._compose_timers((Block("a", "", timers=(Timer("t", 5, len, ""),)),))
+
+
+def test_init_values_come_from_the_declarations():
+    cfg = load("ubench/alltoall.yaml")
+    gpu = composition.new_record_array("gpu", 2, cfg)
+    assert list(gpu.free_top) == [cfg.system.gpu.hub.max_outstanding_requests] * 2
+    assert list(gpu.hub_next_tx) == [-1, -1] and list(gpu.hbm_read_bytes) == [0, 0]
+    ch = composition.new_record_array("ch", 3, cfg)
+    assert list(ch.credits) == [cfg.system.nvlink.rx_buffer_flits] * 3
+    with pytest.raises(ValueError, match="not declared"):
+        from moehub_arch.components.block import fields
+        fields("gpu", "a", init={"b": 1})
+
+
+def test_blocks_command_prints_the_declarations():
+    r = run_cli("blocks", "aau")
+    assert r.returncode == 0, r.stderr
+    assert "aau: " in r.stdout
+    assert "records_cap (records) <- system.gpu.hub.moe.aau.record_table_entries" in r.stdout
+    assert "stat [gpu].hub.aau.alloc_stalls (packets)" in r.stdout
+    assert "debug flag AAU (also in MoEHub)" in r.stdout
+    r = run_cli("blocks", "nosuch")
+    assert r.returncode == 2 and "no such block" in r.stderr and "Traceback" not in r.stderr
