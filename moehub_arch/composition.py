@@ -82,6 +82,12 @@ def _compose_timers(blocks):
 
 
 def _compose_events(blocks):
+    """The event names by kind (checked unique and dense)."""
+    by_kind = _events_by_kind(blocks)
+    return tuple(by_kind[k].name for k in range(len(by_kind)))
+
+
+def _events_by_kind(blocks):
     by_kind = {}
     for b in blocks:
         for e in b.events:
@@ -91,13 +97,19 @@ def _compose_events(blocks):
             by_kind[e.kind] = e
     if sorted(by_kind) != list(range(len(by_kind))):
         raise DeclarationError(f"event kinds must be 0..{len(by_kind) - 1}, found {sorted(by_kind)}")
-    return tuple(by_kind[k].name for k in range(len(by_kind)))
+    return by_kind
 
 
 RECORDS, RECORD_OWNERS = _compose_records(BLOCKS)
 TIMERS = _compose_timers(BLOCKS)
 EVENT_NAMES = _compose_events(BLOCKS)
 NUM_EVENT_KINDS = len(EVENT_NAMES)
+EVENTS = _events_by_kind(BLOCKS)
+
+
+def enabled_events(st):
+    """{kind: name} of the event kinds whose block is on in this State (Event.enabled)."""
+    return {k: e.name for k, e in sorted(EVENTS.items()) if e.enabled is None or e.enabled(st)}
 PARAMS = _dtype([p.field for b in BLOCKS for p in b.params] + [f"tm_{t.name}" for t in TIMERS],
                 "PARAMS")
 # the timer of flat index i dispatches TIMER_EVENTS[k] where k is the last range starting <= i
@@ -166,8 +178,8 @@ def _emit(out, groups, inst, prefix):
                 desc = s.desc(inst, None) if callable(s.desc) else s.desc
                 out.add(f"{base}.{s.name}", value, s.unit, desc)
                 continue
-            items = s.each() if callable(s.each) else s.each
-            for k, v in enumerate(items):
+            items = s.each(inst) if callable(s.each) else s.each
+            for k, v in (items.items() if isinstance(items, dict) else enumerate(items)):
                 desc = s.desc(inst, k) if callable(s.desc) else s.desc.format(k=k, v=v)
                 out.add(f"{base}.{s.name.format(k=k, v=v)}", s.value(inst, k), s.unit, desc)
 

@@ -81,8 +81,9 @@ class Record:
 class Stat:
     """One statistic. `value`: a field name of the instance's record, or a function of the
     instance (``Instance``) - formulas (ratios, bandwidths) are computed at dump time. With
-    `each`, the stat repeats for every item: `name` and `desc` are formatted with ``k`` (index)
-    and ``v`` (item), and `value` is called as value(instance, k). `desc` may be a function
+    `each` (items, or a function of the instance returning a list or a {k: item} dict), the stat
+    repeats for every item: `name` and `desc` are formatted with ``k`` (index or key) and ``v``
+    (item), and `value` is called as value(instance, k). `desc` may be a function
     (instance, k) -> text (k None without `each`)."""
     name: str
     unit: str
@@ -103,10 +104,13 @@ class StatGroup:
 
 @attrs.frozen
 class Event:
-    """An event kind: `kind` is its integer (unique over all blocks, dense from 0)."""
+    """An event kind: `kind` is its integer (unique over all blocks, dense from 0). `enabled`: a
+    function of the State, False when the block is off in this run: its event counter
+    (system.engine.events.<name>) is then left out, so a block that is off changes no stat."""
     name: str
     kind: int
     doc: str
+    enabled: object = None
 
 
 @attrs.frozen

@@ -34,9 +34,10 @@ Q_TICK, Q_SEQ, Q_KIND, Q_A0, Q_A1 = range(5)
 TM_TICK, TM_SEQ = 0, 1
 TIMER_OFF = 2 ** 62
 
-def _event_names():
-    from ..composition import EVENT_NAMES   # composed from every block's declarations
-    return EVENT_NAMES
+def _event_names(inst):
+    """{kind: name} of the event kinds in use (composed from every block's declarations)."""
+    from ..composition import enabled_events
+    return enabled_events(inst.st)
 
 
 # The engine itself: run-wide parameters, the queue's bookkeeping and the first runtime error.
