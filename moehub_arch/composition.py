@@ -19,7 +19,7 @@ the run loop (engine/loop.py). docs/adding_a_block.md walks through an example.
 """
 import numpy as np
 
-from .components import hbm, hub, nvlink, packet, scheduler, sm, switch, trace, waiters
+from .components import hbm, hub, nvlink, occupancy, packet, scheduler, sm, switch, trace, waiters
 from .components.block import GPU_SCOPES, SCOPES, Instance
 from .components.moehub import aau, dam, rpm
 from .config.schema import DEBUG_FLAGS
@@ -27,7 +27,7 @@ from .engine import events
 
 BLOCKS = (packet.BLOCK, events.BLOCK, trace.BLOCK, scheduler.BLOCK, sm.BLOCK, waiters.BLOCK,
           hbm.BLOCK, hbm.L2_BLOCK, nvlink.BLOCK, switch.BLOCK, hub.BLOCK, rpm.BLOCK, aau.BLOCK,
-          dam.BLOCK)
+          dam.BLOCK, occupancy.BLOCK)
 
 _RESERVED = set(dir(np.record))
 

@@ -97,3 +97,47 @@ def test_blocks_command_prints_the_declarations():
     assert "debug flag AAU (also in MoEHub)" in r.stdout
     r = run_cli("blocks", "nosuch")
     assert r.returncode == 2 and "no such block" in r.stderr and "Traceback" not in r.stderr
+
+
+# --------------------------------------------------------------- the worked example block
+OCC_SYSTEM = ["system.num_gpus=4", "system.gpu.num_sms=4", "system.nvlink.links_per_gpu=2",
+              "system.switch.count=2", "system.switch.gpu_link_switch=[0, 1]",
+              "workload.launches.0.params.bytes_per_peer=65536", "workload.launches.0.params.chunk=8192"]
+
+
+def test_occupancy_monitor_example():
+    """docs/adding_a_block.md's example: a block declared in its module, configured in its own
+    section, dispatched by one run-loop branch."""
+    from conftest import model_stats, simulate
+    period = 500_000   # 0.5 us in ps
+    on = simulate("ubench/alltoall.yaml", *OCC_SYSTEM, f"stats.occupancy.period={period}ps")
+    off = simulate("ubench/alltoall.yaml", *OCC_SYSTEM)
+    st, stats = on.state, on.stats
+    ends = int(st.ln.end.max())
+    # samples at period, 2 * period, ... while a launch was unfinished, plus the one that saw the end
+    samples = ends // period + 1
+    assert stats["system.engine.events.occupancy_sample"] == samples
+    for g in range(4):
+        assert stats[f"system.gpu{g}.occupancy.samples"] == samples
+        cap = int(st.reqq.shape[1])
+        assert 0 <= stats[f"system.gpu{g}.occupancy.hub_request_queue_mean"] <= cap
+        peak = stats[f"system.gpu{g}.occupancy.link_tx_queue_peak"]
+        assert peak <= sum(int(st.ch[2 * (g * 2 + l)].txq_cap) for l in range(2))
+        assert 0 < stats[f"system.gpu{g}.occupancy.link_tx_queue_mean"] <= peak
+    # it only observes: every model stat of the run without it is the same with it, except the
+    # run's end (its last sample may come after the last kernel) and what is averaged over it
+    plain = model_stats(off.stats)
+    assert not any(name.startswith(("system.gpu0.occupancy", "system.engine.events.occupancy"))
+                   for name in plain)
+    timed = ("simTicks", "simSeconds", "_utilization", "_GBps")
+    for name, value in plain.items():
+        if not name.endswith(timed) and name not in timed:
+            assert model_stats(on.stats)[name] == value, name
+    assert stats["simTicks"] <= int(off.stats["simTicks"]) + period
+
+
+def test_occupancy_monitor_is_in_the_blocks_listing():
+    r = run_cli("blocks", "occupancy")
+    assert r.returncode == 0, r.stderr
+    assert "occupancy_period (ps) <- stats.occupancy.period" in r.stdout
+    assert "event 10 occupancy_sample" in r.stdout

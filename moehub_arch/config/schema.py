@@ -406,9 +406,17 @@ class DebugConfig:
 
 
 @attrs.frozen
+class OccupancyConfig:
+    period: int = _f("time", "occupancy monitor (components/occupancy.py): sample every GPU's hub "
+                     "request FIFO and link transmit backlog every period (0 = off)", 0, min=0)
+
+
+@attrs.frozen
 class StatsConfig:
     dump_period: int = _f("time", "gem5-style periodic stat dumps: every period the stats as they "
                           "are then go to stats_dumps.txt / stats_dumps.csv (0 = off)", 0, min=0)
+    occupancy: OccupancyConfig = _f("node", "queue-occupancy monitor", OccupancyConfig(),
+                                    cls=OccupancyConfig)
 
 
 # ---------------------------------------------------------------------------------- root

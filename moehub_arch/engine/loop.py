@@ -18,6 +18,7 @@ from ..components.moehub.rpm import EV_MOE_LOOPBACK, EV_RPM_TX, rpm_packetize
 from ..components.nvlink import EV_CH_ARRIVE, EV_CH_TX, channel_arrival, channel_transmit
 from ..components.scheduler import EV_KERNEL_START, kernel_start
 from ..components.sm import EV_LOCAL_DONE, EV_SM_ISSUE, local_done, sm_issue
+from ..components.occupancy import EV_OCCUPANCY_SAMPLE, occupancy_sample
 from ..components.packet import PK_MOE
 from ..components.switch import EV_XBAR, switch_crossbar, switch_receive
 from .events import Q_SEQ, Q_TICK, TIMER_OFF, TM_SEQ, TM_TICK, pop, timer_clear
@@ -103,6 +104,8 @@ def run_loop(st, max_events, headroom, tick_limit):
             aau_receive(st, a1, -1, a0, tick)
         elif kind == EV_DAM_READY:
             dam_tile_ready(st, a0, a1, tick)
+        elif kind == EV_OCCUPANCY_SAMPLE:
+            occupancy_sample(st, tick)
         if sy.err_code != 0:
             return STATUS_ERROR
         if sy.trace_full != 0:
