@@ -14,10 +14,10 @@ from .components.hbm import HBM_MIN_ACCESS  # noqa: F401 (re-exported)
 from .components.moehub.aau import aau_staging_packets, expert_placement, local_experts
 from .components.moehub.rpm import rpm_packet_bytes  # noqa: F401 (re-exported)
 from .components.trace import TRACE_COLUMNS
-from .composition import (NUM_EVENT_KINDS, PARAMS, new_record_array, param_values,
-                          timer_layout)
+from .composition import (NUM_EVENT_KINDS, PARAMS, State, declared_arrays, new_record_array,
+                          param_values, timer_layout)
 from .engine.events import new_event_queue, new_timers
-from .engine.state import (DAM_HIST_BINS, NUM_WAIT_REASONS, RPM_HIST_BINS, State, new_records)
+from .engine.state import DAM_HIST_BINS, NUM_WAIT_REASONS, RPM_HIST_BINS, new_records
 from .isa.encoding import MAX_PARAMS, NUM_REGS, NUM_UNITS, ROW_WIDTH
 from .isa.expr import ExprError, evaluate
 
@@ -351,6 +351,7 @@ def build_state(cfg, program, seed=None, presets=None):
         pk_free=np.arange(npk, dtype=np.int64)[::-1].copy(),
         **_moe_state(cfg, params[0], L, rxq_cap),
         trace=np.zeros((1, TRACE_COLUMNS), np.int64),  # sized when something records (trace/)
+        **declared_arrays(cfg),   # the records and arrays blocks declare with their size
     )
     return st, buffers, launches
 

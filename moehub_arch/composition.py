@@ -17,6 +17,8 @@ Adding a block: write its module with a ``BLOCK``, add it to ``BLOCKS`` below (t
 order of stats in each scope, of timers and of checks), add its config section and its branch in
 the run loop (engine/loop.py). docs/adding_a_block.md walks through an example.
 """
+from collections import namedtuple
+
 import numpy as np
 
 from .components import hbm, hub, nvlink, occupancy, packet, scheduler, sm, switch, trace, waiters
@@ -24,6 +26,7 @@ from .components.block import GPU_SCOPES, SCOPES, Instance
 from .components.moehub import aau, dam, rpm
 from .config.schema import DEBUG_FLAGS
 from .engine import events
+from .engine.state import STATE_FIELDS
 
 BLOCKS = (packet.BLOCK, events.BLOCK, trace.BLOCK, scheduler.BLOCK, sm.BLOCK, waiters.BLOCK,
           hbm.BLOCK, hbm.L2_BLOCK, nvlink.BLOCK, switch.BLOCK, hub.BLOCK, rpm.BLOCK, aau.BLOCK,
@@ -112,6 +115,41 @@ def enabled_events(st):
     return {k: e.name for k, e in sorted(EVENTS.items()) if e.enabled is None or e.enabled(st)}
 PARAMS = _dtype([p.field for b in BLOCKS for p in b.params] + [f"tm_{t.name}" for t in TIMERS],
                 "PARAMS")
+
+def _compose_state(blocks):
+    """State's fields: the arrays the builder allocates itself (engine/state.py STATE_FIELDS),
+    then every record and array a block declares with its size (Record.count, Array.shape), which
+    the builder allocates from the declaration: a new block's arrays need no edit elsewhere."""
+    names = list(STATE_FIELDS)
+    sized = [(b, r) for b in blocks for r in b.records if r.count is not None] + \
+            [(b, a) for b in blocks for a in b.arrays]
+    for b, x in sized:
+        if x.name in names:
+            raise DeclarationError(f"block {b.name}: State array '{x.name}' exists already")
+        names.append(x.name)
+    for b in blocks:
+        for r in b.records:
+            if r.count is None and r.name not in STATE_FIELDS:
+                raise DeclarationError(f"block {b.name}: record '{r.name}' needs a count (it is not "
+                                       f"among the arrays the builder allocates)")
+    return namedtuple("State", names), sized
+
+
+State, _SIZED = _compose_state(BLOCKS)
+
+
+def declared_arrays(cfg):
+    """{State field: array} of the records and arrays blocks declare with a size."""
+    out = {}
+    for _, x in _SIZED:
+        if hasattr(x, "shape"):
+            shape = x.shape(cfg)
+            out[x.name] = np.full(shape, x.fill, np.int64)
+        else:
+            out[x.name] = new_record_array(x.name, max(int(x.count(cfg)), 1), cfg)
+    return out
+
+
 # the timer of flat index i dispatches TIMER_EVENTS[k] where k is the last range starting <= i
 TIMER_EVENTS = tuple(t.event for t in TIMERS)
 

@@ -76,6 +76,19 @@ def test_conflicting_events_and_timers_are_refused():
         composition._compose_timers((Block("a", "", timers=(Timer("t", 5, len, ""),)),))
 
 
+def test_state_gets_the_arrays_blocks_declare_with_their_size():
+    from moehub_arch.components.block import Array
+    b = Block("x", "", records=(Record("xr", "", count=lambda cfg: 3),),
+              fields=(Field("xr", "a", "", 7),), arrays=(Array("xa", "", lambda cfg: (2, 5), -1),))
+    state, sized = composition._compose_state(composition.BLOCKS + (b,))
+    assert state._fields[:len(State._fields)] == State._fields
+    assert state._fields[-2:] == ("xr", "xa")
+    with pytest.raises(composition.DeclarationError, match="exists already"):
+        composition._compose_state((Block("y", "", arrays=(Array("gpu", "", len),)),))
+    with pytest.raises(composition.DeclarationError, match="needs a count"):
+        composition._compose_state((Block("y", "", records=(Record("yr", ""),)),))
+
+
 def test_init_values_come_from_the_declarations():
     cfg = load("ubench/alltoall.yaml")
     gpu = composition.new_record_array("gpu", 2, cfg)
@@ -129,11 +142,12 @@ def test_occupancy_monitor_example():
     plain = model_stats(off.stats)
     assert not any(name.startswith(("system.gpu0.occupancy", "system.engine.events.occupancy"))
                    for name in plain)
-    timed = ("simTicks", "simSeconds", "_utilization", "_GBps")
+    timed = ("simTicks", "simSeconds", "simEvents", "_utilization", "_GBps")
     for name, value in plain.items():
         if not name.endswith(timed) and name not in timed:
             assert model_stats(on.stats)[name] == value, name
     assert stats["simTicks"] <= int(off.stats["simTicks"]) + period
+    assert stats["simEvents"] == off.stats["simEvents"] + samples
 
 
 def test_occupancy_monitor_is_in_the_blocks_listing():

@@ -6,6 +6,7 @@ Each component module ends its imports with one ``BLOCK = Block(...)`` that says
 - ``params``: the scalars of the read-only ``State.p`` record it reads, each with the config key it
   comes from, its unit, how the builder computes it from the config, and its source (the config
   key's comment in the system file names the data sheet or paper; derived values say how);
+- ``records`` and ``arrays``: State arrays of its own (with a size, the builder allocates them);
 - ``fields``: the record fields it owns and in which entity they live (``gpu``: one record per
   GPU; ``sm``, ``tb``, ``launch``, ``channel`` (one per link direction), ``hbm_channel``,
   ``system``, or a record of its own that it declares in ``records``), with a non-zero initial
@@ -72,9 +73,23 @@ class Field:
 
 @attrs.frozen
 class Record:
-    """A record array of the block's own (one State array), e.g. the MoE-Hub streams."""
+    """A record array of the block's own (one State array), e.g. the MoE-Hub streams. `count`: a
+    function of the config giving the number of records (at least one is allocated); the builder
+    then allocates it and State gets the field. None: the builder allocates it itself (the
+    records whose number depends on the build, in engine/state.py STATE_FIELDS)."""
     name: str
     doc: str
+    count: object = None
+
+
+@attrs.frozen
+class Array:
+    """A plain int64 array of the block's own in State (a ring, a table, a histogram): `shape`, a
+    function of the config; every element starts at `fill`."""
+    name: str
+    doc: str
+    shape: object
+    fill: int = 0
 
 
 @attrs.frozen
@@ -144,6 +159,7 @@ class Block:
     doc: str
     params: tuple = attrs.field(default=(), converter=_tuple)
     records: tuple = attrs.field(default=(), converter=_tuple)
+    arrays: tuple = attrs.field(default=(), converter=_tuple)
     fields: tuple = attrs.field(default=(), converter=_tuple)
     stats: tuple = attrs.field(default=(), converter=_tuple)
     events: tuple = attrs.field(default=(), converter=_tuple)

@@ -13,8 +13,6 @@ seconds). Index conventions:
   ("up") and its switch->GPU channel ``2 * link + 1`` ("down").
 - Requests of GPU ``g``'s hub are ``g * R .. g * R + R - 1``.
 """
-from collections import namedtuple
-
 import numpy as np
 
 
@@ -33,6 +31,9 @@ _RECORD_NAMES = {"SYSTEM": "sys", "THREAD_BLOCK": "tb", "SM": "sm", "LAUNCH": "l
 
 
 def __getattr__(name):
+    if name == "State":
+        from .. import composition
+        return composition.State
     if name == "PARAMS" or name in _RECORD_NAMES:
         from .. import composition
         return composition.PARAMS if name == "PARAMS" else composition.RECORDS[_RECORD_NAMES[name]]
@@ -47,7 +48,9 @@ ROUTE_N, ROUTE_RR, ROUTE_FIRST = 0, 1, 2
 # response FIFO entries: request id, response kind, ready tick
 RESP_REQ, RESP_KIND, RESP_READY = 0, 1, 2
 
-State = namedtuple("State", [
+# The arrays the builder allocates itself; State (moehub_arch/composition.py) is these followed by
+# every record and array a block declares with its size (components/block.py Record.count, Array).
+STATE_FIELDS = tuple([
     "p",            # [1] PARAMS
     "sys",          # [1] SYSTEM
     "q",            # [capacity, 5] event heap (engine.events)
