@@ -59,6 +59,10 @@ AAU_STATS = (
     ("data_packets", "aau_data_packets", "packets", "data packets written on arrival (not parked)"),
     ("write_wait_ticks", "aau_write_wait", "ps", "sum over those packets of the time from the AAU "
      "taking them to HBM having absorbed their writes (their link buffer space is held meanwhile)"),
+    ("spills", "aau_spills", "entries", "row-table entries evicted to device memory (overflow: spill)"),
+    ("refills", "aau_refills", "entries", "evicted row-table entries read back for a later packet "
+     "of their row (overflow: spill)"),
+    ("refill_wait_ticks", "aau_refill_wait", "ps", "sum of the time packets waited for those reads"),
 )
 DAM_STATS = (
     ("tiles_ready", "dam_tiles_ready", "tiles", "tiles made ready"),
@@ -220,6 +224,10 @@ def _moe_stats(out, st, g, prefix):
     out.add(f"{pre}.write_wait_mean_ns", gr.aau_write_wait / 1000 / gr.aau_data_packets
             if gr.aau_data_packets else 0.0, "ns", "mean time from the AAU taking a data packet to "
             "HBM having absorbed its writes (link credits return only then)")
+    out.add(f"{pre}.spill_bytes", gr.aau_spills * p.record_bytes, "bytes",
+            "HBM bytes written by row-table evictions")
+    out.add(f"{pre}.refill_bytes", gr.aau_refills * p.record_bytes, "bytes",
+            "HBM bytes read back by row-table refills")
     out.add(f"{pre}.sram_bytes", p.records_cap * p.record_bytes + p.local_experts * 3 * 8, "bytes",
             "area proxy: completion-record table + per-window base/capacity/bump registers")
     pre = f"{prefix}.dam"
