@@ -44,7 +44,16 @@ def test_spill_with_a_table_that_never_fills_is_the_stall_design():
     assert spill["system.gpu0.hub.aau.spills"] == 0
     # the table's size is only an area figure; every timing and traffic stat is the same
     differ = {k for k in stall if stall[k] != spill[k]}
-    assert differ == {f"system.gpu{g}.hub.aau.sram_bytes" for g in range(G)}
+    assert differ == {f"system.gpu{g}.hub.{name}" for g in range(G)
+                      for name in ("aau.sram_bytes", "aau.spill_area_bytes", "moe_sram_bytes")}
+    for s, spilling in ((stall, False), (spill, True)):
+        pre = "system.gpu0.hub"
+        # area proxies: the control plane's SRAM is its blocks' sum; the spill area is one
+        # record_bytes entry per window slot (4 experts' windows per GPU here), spill only
+        parts = ("rpm.sram_bytes", "aau.sram_bytes", "aau.staging_sram_bytes", "dam.sram_bytes")
+        assert s[f"{pre}.moe_sram_bytes"] == sum(s[f"{pre}.{n}"] for n in parts)
+        assert s[f"{pre}.aau.sram_bytes"] == (100000 if spilling else 4096) * 32 + 2 * 3 * 8
+        assert (s[f"{pre}.aau.spill_area_bytes"] > 0) == spilling
 
 
 def test_spill_engines_agree_and_every_row_lands(tmp_path):
