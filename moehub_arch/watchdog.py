@@ -276,6 +276,13 @@ def _resource_lines(sim):
                        f"the receiver holds the rest)")
         elif int(ch.txq_count) >= int(ch.txq_cap):
             out.append(f"{name}: transmit queue full ({int(ch.txq_count)} packets)")
+        if ch.credit_blocked and int(ch.rsq_count):
+            out.append(f"{name}: response channel out of credits ({int(ch.rsp_credits)} left; "
+                       f"{int(ch.rsq_count)} response(s) queued)")
+        if ch.rsp_xbar_blocked:
+            dst = int(st.pk[int(st.rsp_rxq[c, int(ch.rsp_rxq_head)])].dst)
+            out.append(f"{name}: switch response input blocked, every response queue toward GPU "
+                       f"{dst} full ({int(ch.rsp_rxq_count)} response(s) buffered)")
         if ch.xbar_blocked:
             dst = int(st.pk[int(st.rxq[c, int(ch.rxq_head)])].dst)
             out.append(f"{name}: switch input blocked, every output queue toward GPU {dst} full "

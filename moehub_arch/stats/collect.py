@@ -80,6 +80,8 @@ TX_STATS = (
     ("busy_ticks", "tx_busy", "ps", "time the transmitter was serialising"),
     ("credit_stall_ticks", "credit_stall", "ps", "time the head packet waited for credits"),
     ("queue_peak", "txq_peak", "packets", "peak transmit-queue occupancy"),
+    ("response_queue_peak", "rsq_peak", "packets",
+     "peak response-channel transmit-queue occupancy (system.nvlink.response_path: separate)"),
 )
 RX_STATS = (
     ("packets", "rx_packets", "packets", "packets received"),
@@ -193,6 +195,11 @@ def collect_stats(st, launches, program, host_seconds, compile_seconds, sim_tick
                     "queueing behind a blocked head; packets still traversing hold credits only)")
             out.add(f"{pre}.input_blocked_ticks", st.ch[c].xbar_blocked_ticks, "ps",
                     "time the input's head packet waited for output-queue room")
+            out.add(f"{pre}.response_input_queue_peak", st.ch[c].rsp_rxq_peak, "packets",
+                    "peak responses waiting at the input's response channel after their "
+                    "traversal (system.nvlink.response_path: separate)")
+            out.add(f"{pre}.response_input_blocked_ticks", st.ch[c].rsp_xbar_blocked_ticks, "ps",
+                    "time the input's head response waited for response-queue room")
     return out
 
 
