@@ -65,10 +65,13 @@ STATE_FIELDS = tuple([
     "hbm_mem", "smem",  # functional storage: [G, backed bytes], [SMs, smem bytes or 0] uint8
     "hbm_chan",     # [G * C] HBM_CHANNEL
     "ch", "txq", "rxq",  # [channels] LINK_CHANNEL; FIFOs of packet ids
-    "wire",         # [channels, rx_buffer_flits] packets in flight on each channel, in order
-    "credit_ret",   # [channels, rx_buffer_flits, 2] credit returns in tick order: (tick, flits)
+    "rsq", "rsp_rxq",  # the same for the response virtual channel (transmit FIFO, switch input)
+    "wire",         # [channels, both buffers' flits] packets in flight on each channel, in order
+    "credit_ret",   # [channels, both buffers' flits, 3] credit returns in tick order:
+                    # (tick, flits, virtual channel: 0 request, 1 response)
     "gpu_routes", "sw_routes", "sw_inputs",  # routing (see ROUTE_*); sw_inputs[s, 0] = count
-    "sw_wait",      # [switches * G, 2 + inputs] input ports blocked per (switch, destination):
+    "sw_wait",      # [switches * G * 2, 2 + inputs] input ports blocked per (switch, destination,
+                    # virtual channel), row (switch * G + destination) * 2 + vc:
                     # column 0 head, 1 count, then a ring of input channel ids
     "reqq", "respq", "free_reqs",  # hub FIFOs [G, depth], [G, cap, 3]; free request stack [G, R]
     "link_resp",    # [G, G] header-only write responses GPU g owes GPU d for MoE-Hub packets
@@ -77,6 +80,8 @@ STATE_FIELDS = tuple([
     # row descriptors [G * G * ring]; windows [G * LE]; tiles [G * LE * tiles_per_window];
     # AAU pending packets [G, cap]; histograms [G, RPM_HIST_BINS], [G, DAM_HIST_BINS]
     "moe_place", "stream", "mrow", "win", "tile", "aau_q", "rpm_hist", "dam_hist",
+    "aau_rat",      # [G, record_table_entries, 4] AAU row table in FIFO order (overflow: spill):
+                    # window, slot index, stream, row index; window -1 = a released entry's hole
     "trace",        # [capacity, TRACE_COLUMNS] event records, drained by Python (components/trace.py)
 ])
 

@@ -11,8 +11,19 @@ the memory took it); when a row is complete the AAU writes
 its record {source GPU, home, aux, bytes} and tells the DAM, and the row's descriptor leaves the
 sender's ring (which may unblock a producer waiting in send_to_expert).
 
+The record table is the row address table (RAT) of MoE-Hub (arXiv 2605.05888): one entry per row
+allocated whose tile is not yet released, mapping the row to its slot. What a full table does is
+system.gpu.hub.moe.aau.overflow:
+  stall  (this project's first reading) a row cannot be allocated while the table is full;
+  spill  (the published design) the table keeps the newest `record_table_entries` entries: taking
+         an entry when it is full evicts the oldest one (FIFO) to device memory (a record_bytes
+         HBM write into the spill area, one entry per window slot, not waited for); a later packet
+         of a row whose entry was evicted first reads it back (an HBM read the packet's writes wait
+         for) and puts it back in the table, evicting the then oldest. Capacity costs HBM traffic
+         and time, never an allocation stall. Entries leave the table when their tile is released.
+
 A row cannot be allocated when its expert's window holds `window_rows` live rows (rows of tiles
-not yet released) or the record table is full. The packet then waits in the AAU's staging store
+not yet released) or (overflow: stall) the record table is full. The packet then waits in the AAU's staging store
 and is retried whenever a consumer releases a tile (notify_ready.release); packets that need no
 new slot (the rest of already allocated rows) keep flowing, so allocated rows always complete.
 A staged packet gives its link buffer back (credits return): the store is sized to the bytes the
@@ -28,7 +39,7 @@ import numpy as np
 from ...engine.jit import compiled
 
 from ...engine.state import TB_WAIT_FENCE, WAIT_FENCE
-from ..hbm import link_write, move_bytes, write_word
+from ..hbm import hbm_access, link_write, move_bytes, write_word
 from ..hub import wake_hub_waiters
 from ..nvlink import channel_count_arrival, credit_return
 from ..packet import PK_MOE_EOS, packet_free
@@ -96,6 +107,13 @@ def check_aau(sim, out):
     out.check(gp.records_live == 0, "MoE-Hub completion records never released "
               "(claimed tiles without notify_ready.release)",
               lambda g: f"system.gpu{g}.hub.aau: {int(gp.records_live[g])} live records")
+    # overflow: spill: released tiles take their rows' entries out of the table; a refill reads
+    # back an entry that an eviction wrote
+    out.check(gp.rat_live == 0, "MoE-Hub AAU row-table entries left after every tile was released",
+              lambda g: f"system.gpu{g}.hub.aau: {int(gp.rat_live[g])} entries on chip")
+    out.check(gp.aau_refills <= gp.aau_spills, "MoE-Hub AAU row-table refills without a spill",
+              lambda g: f"system.gpu{g}.hub.aau: {int(gp.aau_refills[g])} refills, "
+                        f"{int(gp.aau_spills[g])} spills")
 
 
 def aau_findings(sim):
@@ -111,7 +129,7 @@ def aau_findings(sim):
         if int(gp.aau_q_count):
             out.append(f"{hub}.aau: {int(gp.aau_q_count)} packet(s) waiting for window or "
                        f"record-table space ({int(gp.aau_staged)} in the staging store)")
-        if int(gp.records_live) >= int(p.records_cap):
+        if not int(p.aau_spill) and int(gp.records_live) >= int(p.records_cap):
             out.append(f"{hub}.aau: completion-record table full ({int(gp.records_live)} of "
                        f"{int(p.records_cap)}; system.gpu.hub.moe.aau.record_table_entries)")
     for w in range(st.win.shape[0]):
@@ -136,7 +154,8 @@ def record_table_full(sim):
         return out
     for g in range(int(p.num_gpus)):
         gp = st.gpu[g]
-        if int(gp.records_live) >= int(p.records_cap) and int(gp.aau_q_count):
+        if not int(p.aau_spill) and int(gp.records_live) >= int(p.records_cap) \
+                and int(gp.aau_q_count):
             out.append(
                 f"the completion-record table of GPU {g}'s AAU is full ({int(gp.records_live)} "
                 f"of {int(p.records_cap)}) with {int(gp.aau_q_count)} packet(s) waiting for a "
@@ -146,6 +165,16 @@ def record_table_full(sim):
                 f"{int(p.local_experts) * (int(p.tile_rows) - 1) + 1} with "
                 f"system.gpu.hub.moe.dam.tile_rows = {int(p.tile_rows)}")
     return out
+
+
+def sram_bytes(p):
+    """Area proxy: completion-record table + per-window base/capacity/bump registers."""
+    return p.records_cap * p.record_bytes + p.local_experts * 3 * 8
+
+
+def staging_bytes(p):
+    """Area proxy: the staging store, each packet up to one RPM packet of payload."""
+    return p.aau_staging * p.rpm_packet_bytes
 
 
 def _aau_ticks(cfg):
@@ -178,6 +207,12 @@ BLOCK = Block(
         Param("records_cap", "system.gpu.hub.moe.aau.record_table_entries", "records",
               "completion-record table entries", lambda cfg: cfg.system.gpu.hub.moe.aau.record_table_entries,
               "config: system.gpu.hub.moe.aau.record_table_entries"),
+        Param("aau_spill", "system.gpu.hub.moe.aau.overflow", "bool", "1: a full row table "
+              "spills its oldest entry to device memory, 0: allocation stalls",
+              lambda cfg: int(cfg.system.gpu.hub.moe.aau.overflow == "spill"),
+              "config: system.gpu.hub.moe.aau.overflow"),
+        Param("rat_spill_addr", "", "address", "base of the spill area (moe_rat_spill)", None,
+              "derived: the builder's memory layout"),
         Param("aau_alloc_ticks", "system.gpu.hub.moe.aau.alloc_latency_cycles", "ps",
               "slot allocation latency", _aau_ticks,
               "config: system.gpu.hub.moe.aau.alloc_latency_cycles (hub cycles)"),
@@ -192,7 +227,13 @@ BLOCK = Block(
              ("records_live", "completion records in use"),
              ("aau_allocs", ""), ("aau_stalls", ""), ("aau_stall_ticks", ""),
              ("aau_records_written", ""), ("aau_records_peak", ""), ("aau_window_peak", ""),
-             ("aau_data_packets", ""), ("aau_write_wait", "")),
+             ("aau_data_packets", ""), ("aau_write_wait", ""),
+             # row address table with overflow: spill (State.aau_rat: a FIFO ring with holes of
+             # released entries): ring head, ring span, entries on chip; spills, refills, time
+             # packets waited for refills
+             ("rat_head", ""), ("rat_span", ""), ("rat_live", ""), ("aau_spills", ""),
+             ("aau_refills", ""), ("aau_refill_wait", ""))
+    + fields("mrow", ("rat", "the row's AAU row-table entry: RAT_* above")),
     stats=(StatGroup("gpu", "hub.aau", counters((
         ("allocations", "aau_allocs", "rows", "window slots allocated"),
         ("alloc_stalls", "aau_stalls", "packets", "packets that waited for window or record-table space"),
@@ -203,14 +244,27 @@ BLOCK = Block(
         ("data_packets", "aau_data_packets", "packets", "data packets written on arrival (not parked)"),
         ("write_wait_ticks", "aau_write_wait", "ps", "sum over those packets of the time from the AAU "
          "taking them to HBM having absorbed their writes (their link buffer space is held meanwhile)"),
+        ("spills", "aau_spills", "entries", "row-table entries evicted to device memory (overflow: spill)"),
+        ("refills", "aau_refills", "entries", "evicted row-table entries read back for a later packet "
+         "of their row (overflow: spill)"),
+        ("refill_wait_ticks", "aau_refill_wait", "ps", "sum of the time packets waited for those reads"),
     )) + (
         Stat("write_wait_mean_ns", "ns", "mean time from the AAU taking a data packet to HBM having "
              "absorbed its writes (link credits return only then)",
              lambda i: i.rec.aau_write_wait / 1000 / i.rec.aau_data_packets
              if i.rec.aau_data_packets else 0.0),
+        Stat("spill_bytes", "bytes", "HBM bytes written by row-table evictions",
+             lambda i: i.rec.aau_spills * i.p.record_bytes),
+        Stat("refill_bytes", "bytes", "HBM bytes read back by row-table refills",
+             lambda i: i.rec.aau_refills * i.p.record_bytes),
         Stat("sram_bytes", "bytes", "area proxy: completion-record table + per-window "
-             "base/capacity/bump registers",
-             lambda i: i.p.records_cap * i.p.record_bytes + i.p.local_experts * 3 * 8),
+             "base/capacity/bump registers", lambda i: sram_bytes(i.p)),
+        Stat("staging_sram_bytes", "bytes", "area proxy: the staging store's packets (parked for "
+             "window space), each up to one RPM packet of payload", lambda i: staging_bytes(i.p)),
+        Stat("spill_area_bytes", "bytes", "device memory reserved for evicted row-table entries "
+             "(one per window slot; overflow: spill)",
+             lambda i: i.p.aau_spill * i.p.local_experts * i.p.window_rows * i.p.record_bytes
+             if i.p.num_experts else 0),
     )),),
     checks=(check_aau,),
     findings=(aau_findings,),
@@ -222,6 +276,10 @@ BLOCK = Block(
             f"system.gpu{g}.hub.aau",
             f"packet from GPU {src} waits for window or record space ({waiting} waiting)")}),),
 )
+
+RAT_NONE = 0       # MOE_ROW.rat: no entry (not allocated, or overflow: stall)
+RAT_ON_CHIP = 1    # the row's entry is in the AAU's table
+RAT_SPILLED = 2    # the row's entry was evicted to device memory
 
 
 @compiled
@@ -367,7 +425,7 @@ def _has_room(st, g, row):
     p = st.p[0]
     win = st.win[_window_index(st, g, row.expert)]
     live = win.alloc - win.released_tiles * p.tile_rows
-    return live < p.window_rows and st.gpu[g].records_live < p.records_cap
+    return live < p.window_rows and (p.aau_spill or st.gpu[g].records_live < p.records_cap)
 
 
 @compiled
@@ -383,7 +441,8 @@ def _still_blocked(st, g, pkt, parked_allocs):
     if pk.kind == PK_MOE_EOS:
         return False
     s = pk.src * p.num_gpus + g
-    if st.gpu[g].records_live >= p.records_cap and st.stream[s].allocs == parked_allocs:
+    if not p.aau_spill and st.gpu[g].records_live >= p.records_cap \
+            and st.stream[s].allocs == parked_allocs:
         return True
     first = row_at(st, s, pk.addr)
     if first >= st.stream[s].head:
@@ -477,12 +536,19 @@ def _process(st, g, pkt, t):
             if row.start >= hi:
                 break
             if row.alloc >= 0:
+                if row.rat == RAT_SPILLED:
+                    # the row's table entry was evicted: read it back before writing
+                    t = _rat_refill(st, g, s, i, row, t)
+                    if t > free_at:
+                        free_at = t
                 continue
             if i != nxt or not _allocate(st, g, row):
                 stop = max(lo, row.start)
                 break
             nxt += 1
             sr.allocs += 1
+            if p.aau_spill:
+                _rat_insert(st, g, s, i, row, t)
             if free_at == t:
                 t += p.aau_alloc_ticks   # the allocation pipeline, once per packet
                 free_at = t
@@ -538,3 +604,117 @@ def _row_complete(st, g, src, row, written):
     tb.outstanding -= 1
     if tb.outstanding == 0 and tb.state == TB_WAIT_FENCE:
         tb_resume(st, row.slot, visible, WAIT_FENCE)
+
+
+# ------------------------------------------------------------------ row address table (spill)
+
+
+@compiled
+def _spill_address(st, g, expert, index):
+    """Device-memory home of the table entry of window slot `index` of a local expert."""
+    p = st.p[0]
+    le = st.moe_place[expert, 1]
+    return p.rat_spill_addr + (le * p.window_rows + index % p.window_rows) * p.record_bytes
+
+
+@compiled
+def _rat_insert(st, g, s, i, row, t):
+    """Put row i of stream s (row: its descriptor, allocated) in GPU g's table at tick t, evicting
+    the oldest entry first if the table is full."""
+    p = st.p[0]
+    gp = st.gpu[g]
+    cap = p.records_cap
+    if gp.rat_live == cap:
+        _rat_evict_oldest(st, g, t)
+    if gp.rat_span == cap:
+        _rat_compact(st, g)
+    e = st.aau_rat[g, (gp.rat_head + gp.rat_span) % cap]
+    e[0] = _window_index(st, g, row.expert)
+    e[1] = row.alloc
+    e[2] = s
+    e[3] = i
+    gp.rat_span += 1
+    gp.rat_live += 1
+    row.rat = RAT_ON_CHIP
+
+
+@compiled
+def _rat_trim(st, g):
+    """Drop released entries' holes at the ring's head."""
+    gp = st.gpu[g]
+    cap = st.p[0].records_cap
+    while gp.rat_span > 0 and st.aau_rat[g, gp.rat_head, 0] < 0:
+        gp.rat_head = (gp.rat_head + 1) % cap
+        gp.rat_span -= 1
+
+
+@compiled
+def _rat_evict_oldest(st, g, t):
+    """FIFO eviction: write the oldest entry to its spill slot (posted: nobody waits for it)."""
+    p = st.p[0]
+    gp = st.gpu[g]
+    _rat_trim(st, g)
+    e = st.aau_rat[g, gp.rat_head]
+    w, index, s, i = e[0], e[1], e[2], e[3]
+    le = w - g * p.local_experts
+    hbm_access(st, g, p.rat_spill_addr + (le * p.window_rows + index % p.window_rows)
+               * p.record_bytes, p.record_bytes, t, True)
+    gp.aau_spills += 1
+    sr = st.stream[s]
+    if sr.tail <= i and i < sr.head:
+        # the row is still in its stream's ring (it may get more packets): mark it spilled
+        st.mrow[s * p.rpm_ring + i % p.rpm_ring].rat = RAT_SPILLED
+    e[0] = -1
+    gp.rat_head = (gp.rat_head + 1) % p.records_cap
+    gp.rat_span -= 1
+    gp.rat_live -= 1
+
+
+@compiled
+def _rat_compact(st, g):
+    """The ring is spanned by live entries and holes: move the live ones together (order kept)."""
+    cap = st.p[0].records_cap
+    gp = st.gpu[g]
+    n = 0
+    for k in range(gp.rat_span):
+        src = st.aau_rat[g, (gp.rat_head + k) % cap]
+        if src[0] < 0:
+            continue
+        dst = st.aau_rat[g, (gp.rat_head + n) % cap]
+        for f in range(4):
+            dst[f] = src[f]
+        n += 1
+    for k in range(n, gp.rat_span):
+        st.aau_rat[g, (gp.rat_head + k) % cap, 0] = -1
+    gp.rat_span = n
+
+
+@compiled
+def _rat_refill(st, g, s, i, row, t):
+    """Read row i's evicted entry back from device memory (issued at t); returns when the
+    packet may write, with the entry back in the table."""
+    p = st.p[0]
+    gp = st.gpu[g]
+    done = hbm_access(st, g, _spill_address(st, g, row.expert, row.alloc), p.record_bytes, t, False)
+    gp.aau_refills += 1
+    gp.aau_refill_wait += done - t
+    _rat_insert(st, g, s, i, row, done)
+    return done
+
+
+@compiled
+def aau_release_entries(st, g, expert, first_index, rows):
+    """notify_ready.release of a tile (slots first_index .. + rows - 1, monotonic): its rows'
+    entries leave the table (overflow: spill; entries already evicted simply stay in memory)."""
+    p = st.p[0]
+    if not p.aau_spill:
+        return
+    gp = st.gpu[g]
+    w = _window_index(st, g, expert)
+    cap = p.records_cap
+    for k in range(gp.rat_span):
+        e = st.aau_rat[g, (gp.rat_head + k) % cap]
+        if e[0] == w and e[1] >= first_index and e[1] < first_index + rows:
+            e[0] = -1
+            gp.rat_live -= 1
+    _rat_trim(st, g)

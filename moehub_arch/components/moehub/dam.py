@@ -38,6 +38,17 @@ def _claim_wait_desc(i, b):
             + (" or more" if b == DAM_HIST_BINS - 1 else ""))
 
 
+def sram_bytes(p):
+    """Area proxy: per-tile allocated/landed counters (4 B each) + per-source end-of-stream state."""
+    return p.local_experts * p.tiles_per_window * 2 * 4 + int(p.num_gpus) * 8
+
+
+def moe_sram_bytes(p):
+    """Area proxy of the MoE-Hub control plane: RPM, AAU (table and staging store), DAM."""
+    from . import aau, rpm   # they import this module
+    return rpm.sram_bytes(p) + aau.sram_bytes(p) + aau.staging_bytes(p) + sram_bytes(p)
+
+
 def check_windows(sim, out):
     st = sim.state
     p = st.p[0]
@@ -112,9 +123,10 @@ BLOCK = Block(
         Stat("claim_wait_bin{k}", "claims", _claim_wait_desc,
              lambda i, b: i.st.dam_hist[i.g, b], each=range(DAM_HIST_BINS)),
         Stat("sram_bytes", "bytes", "area proxy: per-tile allocated/landed counters (4 B each) + "
-             "per-source end-of-stream state",
-             lambda i: i.p.local_experts * i.p.tiles_per_window * 2 * 4 + int(i.p.num_gpus) * 8),
-    )),),
+             "per-source end-of-stream state", lambda i: sram_bytes(i.p)),
+    )), StatGroup("gpu", "hub", (
+        Stat("moe_sram_bytes", "bytes", "area proxy of the whole MoE-Hub control plane: RPM, AAU "
+             "(table and staging store), DAM", lambda i: moe_sram_bytes(i.p)),))),
     events=(Event("dam_ready", EV_DAM_READY, "a tile became claimable"),),
     checks=(check_windows,),
     causes=(windows_unclaimed,),
@@ -227,26 +239,27 @@ def dam_claim(st, g, slot, expert, tick):
 @compiled
 def dam_release(st, g, expert, first_index):
     """notify_ready.release of the claimed tile whose first slot index (mod window) is given;
-    False if no claimed, unreleased tile starts there."""
+    returns the tile's number (its first monotonic slot index / tile_rows), or -1 if no claimed,
+    unreleased tile starts there."""
     p = st.p[0]
     w = g * p.local_experts + st.moe_place[expert, 1]
     win = st.win[w]
     if first_index % p.tile_rows:
-        return False
+        return -1
     found = -1
     for k in range(win.released_tiles, win.next_claim):
         if (k * p.tile_rows) % p.window_rows == first_index:
             found = k
             break
     if found < 0:
-        return False
+        return -1
     tl = _tile(st, w, found)
     if tl.released or not tl.claimed:
-        return False
+        return -1
     tl.released = 1
     st.gpu[g].records_live -= tl.rows_alloc
     st.gpu[g].dam_notifies += 1
     while win.released_tiles < win.next_claim and _tile(st, w, win.released_tiles).released:
         _tile(st, w, win.released_tiles).index = -1
         win.released_tiles += 1
-    return True
+    return found

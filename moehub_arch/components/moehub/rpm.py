@@ -94,6 +94,11 @@ def rpm_findings(sim):
     return out
 
 
+def sram_bytes(p):
+    """Area proxy: merge buffers + row descriptor rings (header + 16 B of state), per destination."""
+    return int(p.num_gpus) * (p.rpm_merge_bytes + p.rpm_ring * (p.rpm_header_bytes + 16))
+
+
 def _mean_read_wait(i):
     G, gr = int(i.p.num_gpus), i.rec
     return gr.rpm_read_wait / 1000 / (gr.rpm_packets - G) if gr.rpm_packets > G else 0.0
@@ -172,8 +177,7 @@ BLOCK = Block(
                               f"{b + 1}/{RPM_HIST_BINS} full (last bin: full)",
                  lambda i, b: i.st.rpm_hist[i.g, b], each=range(RPM_HIST_BINS)),
             Stat("sram_bytes", "bytes", "area proxy: merge buffers + row descriptor rings (header + "
-                 "16 B of state)", lambda i: int(i.p.num_gpus) * (
-                     i.p.rpm_merge_bytes + i.p.rpm_ring * (i.p.rpm_header_bytes + 16))),
+                 "16 B of state)", lambda i: sram_bytes(i.p)),
         )),
     ),
     events=(Event("rpm_tx", EV_RPM_TX, "the RPM emits its next packet"),
@@ -207,6 +211,7 @@ def rpm_accept(st, g, slot, expert, src_addr, nbytes, home, aux, tick):
     row.aux = aux
     row.start = sr.accepted
     row.alloc = -1
+    row.rat = 0     # no AAU row-table entry yet (aau.RAT_NONE)
     row.recv = 0
     row.done = 0
     row.slot = slot
