@@ -40,7 +40,7 @@ class DeclarationError(Exception):
     programming error in a component module, found at import)."""
 
 
-def _dtype(names, what):
+def _dtype(names, what, blocks=BLOCKS):
     # In the pure-Python engine `rec.x` resolves numpy's own attributes before fields (a field
     # called `nbytes` would read the record's byte size), so such names are refused here.
     clash = [n for n in names if n in _RESERVED]
@@ -49,8 +49,8 @@ def _dtype(names, what):
     seen = set()
     for n in names:
         if n in seen:
-            owners = [b.name for b in BLOCKS for f in b.fields if f.name == n] or \
-                     [b.name for b in BLOCKS for p in b.params if p.field == n]
+            owners = [b.name for b in blocks for f in b.fields if f.name == n] or \
+                     [b.name for b in blocks for p in b.params if p.field == n]
             raise DeclarationError(f"{what}: field '{n}' declared twice (blocks {owners})")
         seen.add(n)
     return np.dtype([(n, np.int64) for n in names])
@@ -71,7 +71,7 @@ def _compose_records(blocks):
                 raise DeclarationError(f"block {b.name}: field '{f.name}' of entity '{f.entity}', "
                                        f"which no block declares (records: {', '.join(owners)})")
             names[f.entity].append(f.name)
-    return {e: _dtype(n, f"record '{e}'") for e, n in names.items()}, owners
+    return {e: _dtype(n, f"record '{e}'", blocks) for e, n in names.items()}, owners
 
 
 def _compose_timers(blocks):

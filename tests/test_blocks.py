@@ -56,7 +56,7 @@ def test_stat_groups_use_known_scopes():
     ((Block("a", "", records=(Record("x", ""),)), Block("b", "", records=(Record("x", ""),))),
      "record 'x' declared by blocks a and b"),
     ((Block("a", "", records=(Record("x", ""),), fields=(Field("x", "n", ""), Field("x", "n", ""))),),
-     "field 'n' declared twice"),
+     r"field 'n' declared twice \(blocks \['a', 'a'\]\)"),
     ((Block("a", "", fields=(Field("nowhere", "n", ""),)),), "entity 'nowhere', which no block"),
     ((Block("a", "", records=(Record("x", ""),), fields=(Field("x", "nbytes", ""),)),),
      "shadow numpy.record attributes"),
