@@ -98,6 +98,10 @@ class DamConfig:
     tile_rows: int = _f("int", "rows of one tile: the unit made ready and claimed", min=1)
     notify_latency_cycles: int = _f("int", "hub cycles from a tile's last row landing to the tile "
                                     "being claimable", min=0)
+    consumers: str = _f("choice", "who starts the work on a ready tile: claim (claimer thread "
+                        "blocks sleep in claim_buffer: this project's first reading) or launch (the "
+                        "DAM starts the consumer thread blocks of each ready tile: a launch with "
+                        "dam_tile_tbs; MoE-Hub arXiv 2605.05888)", choices=("claim", "launch"))
 
 
 @attrs.frozen
@@ -196,6 +200,11 @@ class LaunchConfig:
     host_delay: int = _f("time", "host-side time before this launch is issued, on top of "
                          "system.gpu.kernel_launch_latency (e.g. the host polling device memory "
                          "and sizing buffers before it can launch)", 0, min=0)
+    dam_tile_tbs: int = _f("int", "0: an ordinary launch. N > 0: the MoE-Hub DAM starts its thread "
+                           "blocks, N per ready tile, then one last block once every tile was "
+                           "started (system.gpu.hub.moe.dam.consumers: launch); the grid is an upper "
+                           "bound and the first parameter the tile descriptor queue the DAM fills "
+                           "(components/moehub/dam.py)", 0, min=0)
 
 
 @attrs.frozen

@@ -37,6 +37,8 @@ def plan(layer):
     sbufs, shared = shared_expert_launches(s, cfg, stream=1)
     # the shared experts are placed first: the persistent GEMM workers would otherwise hold every
     # SM until the end
+    if cfg.system.gpu.hub.moe.dam.consumers == "launch":
+        return _plan_dam_launched(layer, buffers, sbufs, shared, window_rows)
     launches = [
         *shared,
         LaunchConfig(kernel="moehub_dispatch", grid=opts.dispatch_tbs, stream=0, params=(
@@ -59,4 +61,35 @@ def plan(layer):
                       received_stat="system.gpu*.hub.aau.allocations", n_tile=s.n_tile,
                       phases={"mediation": (), "dispatch": ("moehub_dispatch",),
                               "expert": ("moehub_claim", "moehub_expert") + SHARED_KERNELS,
+                              "combine": ("moe_combine",)})
+
+
+def _plan_dam_launched(layer, buffers, sbufs, shared, window_rows):
+    """system.gpu.hub.moe.dam.consumers: launch: no claimers and no persistent workers; the DAM
+    starts moehub_tile's blocks, Ju + Jd per ready tile, then one last block (moe_layer.s)."""
+    s, cfg = layer.shape, layer.cfg
+    jobs = s.ffn // s.n_tile + s.hidden // s.n_tile
+    launches = [
+        *shared,
+        LaunchConfig(kernel="moehub_dispatch", grid=cfg.workload.layer.moehub.dispatch_tbs,
+                     stream=0, params=(
+                         ("x", "@x"), ("topk_idx", "@topk_idx"), ("tokens", s.tokens),
+                         ("topk", s.top_k), ("hidden", s.hidden), ("acct", "@acct"))),
+        LaunchConfig(kernel="moehub_tile", grid=max_tiles_per_gpu(layer) * jobs + 1, stream=3,
+                     dam_tile_tbs=jobs, params=(
+                         ("tq", "@tq"), ("wg", "@w_gate"), ("wu", "@w_up"), ("wd", "@w_down"),
+                         ("tiles", "@tiles"), ("yhome", "@yhome"), ("acct", "@acct"),
+                         ("done", "@done"), ("hidden", s.hidden), ("ffn", s.ffn),
+                         ("local_experts", s.local_experts),
+                         ("record_bytes", cfg.system.gpu.hub.moe.aau.record_bytes),
+                         ("tile_rows", s.tile_rows), ("n_tile", s.n_tile))),
+        combine_launch(s, cfg, stream=3),
+    ]
+    moe = MoeWorkloadConfig(num_experts=s.experts, placement=None, window_rows=window_rows,
+                            row_bytes=s.row_bytes)
+    return SchemePlan(buffers=tuple(buffers + sbufs), launches=tuple(launches),
+                      kernel_files=("workloads/kernels/moehub/moe_layer.s",), moe=moe,
+                      received_stat="system.gpu*.hub.aau.allocations", n_tile=s.n_tile,
+                      phases={"mediation": (), "dispatch": ("moehub_dispatch",),
+                              "expert": ("moehub_tile",) + SHARED_KERNELS,
                               "combine": ("moe_combine",)})
