@@ -11,7 +11,7 @@ import numpy as np
 import attrs
 
 from .components.trace import TRACE_COLUMNS
-from .config.schema import L2_LINK_WRITES
+from .config.schema import L2_LINK_WRITES, RPM_SCHEDULES
 from .engine.clock import period_fs
 from .engine.events import NUM_EVENT_KINDS, new_event_queue, new_timers
 from .engine.state import (DAM_HIST_BINS, GPU, HBM_CHANNEL, LAUNCH, LINK_CHANNEL, MOE_ROW,
@@ -300,6 +300,7 @@ def _moe_params(cfg):
         rpm_ring=hub.moe.rpm.row_queue_depth, rpm_header_bytes=hub.moe.rpm.row_header_bytes,
         rpm_ticks_per_packet=int(round(1e12 / (hub.clock * hub.moe.rpm.packets_per_cycle))),
         rpm_policy=("round_robin", "longest_first").index(hub.moe.rpm.arbitration),
+        rpm_schedule=RPM_SCHEDULES.index(hub.moe.rpm.schedule),
         aau_alloc_ticks=ticks(hub.moe.aau.alloc_latency_cycles),
         aau_staging=aau_staging_packets(cfg),
         dam_notify_ticks=ticks(hub.moe.dam.notify_latency_cycles),

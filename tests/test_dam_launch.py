@@ -33,8 +33,10 @@ def test_dam_launched_layer_is_exact(routing, spill):
         assert sum(s[f"system.gpu{g}.hub.aau.spills"] for g in range(G)) > 0
 
 
-def test_dam_launch_engines_agree(tmp_path):
-    overrides = [LAUNCH, *SPILL, "workload.layer.tokens_per_gpu=16"]
+def test_published_design_engines_agree(tmp_path):
+    """spill + launch + the RPM's full-first schedule: both engines, the same stats."""
+    overrides = [LAUNCH, *SPILL, "system.gpu.hub.moe.rpm.schedule=full_first",
+                 "workload.layer.tokens_per_gpu=16"]
     fast = model_stats(simulate(FUNCTIONAL, *overrides).stats)
     args = [a for o in overrides for a in ("--set", o)]
     r = run_cli("run", f"configs/{FUNCTIONAL}", "-o", tmp_path, "--engine", "python", "--quiet", *args)

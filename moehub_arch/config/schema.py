@@ -59,6 +59,9 @@ class L2Config:
                           "but holds no link buffer)", choices=L2_LINK_WRITES)
 
 
+RPM_SCHEDULES = ("arrival", "full_first", "uncoalesced")
+
+
 @attrs.frozen
 class RpmConfig:
     merge_buffer_bytes: int = _f("size", "RPM merge buffer per destination GPU: a packet carries at "
@@ -74,6 +77,12 @@ class RpmConfig:
     packets_per_cycle: int = _f("int", "packets the RPM emits per hub cycle", min=1)
     arbitration: str = _f("choice", "which destination's merge buffer is sent next",
                           choices=("round_robin", "longest_first"))
+    schedule: str = _f("choice", "arrival (this project's first reading: any destination with a "
+                       "sendable packet, full or flushed, in arbitration order), full_first (the "
+                       "MoE-Hub RPM's order, arXiv 2605.05888: destinations with a full packet before "
+                       "flushed partial ones) or uncoalesced (the ablation without the RPM: no coalescing, "
+                       "each row's bytes leave in their own packets as soon as it is accepted)",
+                       choices=RPM_SCHEDULES)
 
 
 AAU_OVERFLOW = ("stall", "spill")

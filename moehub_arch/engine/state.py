@@ -50,7 +50,7 @@ PARAMS = _record(
     "win_addr", "rec_addr", "record_bytes", "records_cap",
     "aau_spill", "rat_spill_addr",  # AAU row table: 1 = spill to device memory when full; spill area
     "rpm_merge_bytes", "rpm_packet_bytes", "rpm_flush_ticks", "rpm_ring", "rpm_header_bytes", "rpm_ticks_per_packet",
-    "rpm_policy", "aau_alloc_ticks", "aau_staging", "dam_notify_ticks",
+    "rpm_policy", "rpm_schedule", "aau_alloc_ticks", "aau_staging", "dam_notify_ticks",
     "dam_launch_mode",  # 1: the DAM starts consumer thread blocks (dam.consumers: launch)
     # event records for timelines and debug output (components/trace.py): categories recorded
     # (0: off, set by Python between batches) and the fill level that returns to Python
