@@ -22,10 +22,38 @@
 # r14 its first record, r15 local expert, r19 1 on the expert's first tile; r26 the tile's Hh, r27
 # its Y; r20 Ju, r21 Jd; r23 y row bytes; r28, r29 gate/up and down weight tile bytes; r30 bytes of
 # a job's output row; r4-r7 scratch. `entry`: the queue entry (words 5 and 6 count jobs done).
+#   tile_job_registers            the constants above (r20-r24, r28-r30) and the shared-memory
+#                                 tiles (r8-r10)
+#   tile_buffers tile             r26, r27 = the Hh and Y buffers of a tile (its queue position)
 #   tile_gate_up_job q, entry     Hh[:, q cols] = silu(X Wg_q) * (X Wu_q)
 #   tile_down_job c, entry        Y[:, c cols] = Hh Wd_c once every gate/up job is done;
 #                                 r5 = down jobs done, this one included
 #   tile_rows_home                every output row home (send_home), fence, release the tile
+.macro tile_job_registers
+    div r20, %ffn, %n_tile       # r20 = Ju: gate/up jobs per tile
+    div r21, %hidden, %n_tile
+    add r22, r20, r21            # r22 = jobs per tile
+    gemm_smem r8, r9, %tile_rows, %n_tile, r4, r4    # r8 = G (gate/up jobs) or Y (down jobs); r9 = U, or Yq (down jobs)
+    add r10, r9, r4              # r10 = Hq
+    shl r23, %hidden, 1          # r23 = y row bytes
+    add r24, %ffn, %hidden
+    mul r24, r24, %tile_rows
+    shl r24, r24, 1              # r24 = bytes of one tile's Hh + Y
+    mul r28, %hidden, %n_tile
+    shl r28, r28, 1              # r28 = bytes of one gate/up weight tile [H][n]
+    mul r29, %ffn, %n_tile
+    shl r29, r29, 1              # r29 = bytes of one down weight tile [I][n]
+    shl r30, %n_tile, 1          # r30 = bytes of one row of a job's output
+.endm
+
+.macro tile_buffers tile
+    mul r26, \tile, r24
+    add r26, r26, %tiles         # r26 = the tile's Hh
+    mul r27, %tile_rows, %ffn
+    shl r27, r27, 1
+    add r27, r27, r26            # r27 = the tile's Y (bf16)
+.endm
+
 .macro tile_gate_up_job q, entry
     weight_tile_offset r4, r15, r20, \q, r28    # gate/up job q
     add r5, r4, %wg              # r5 = Wg tile (expert, q)
@@ -200,20 +228,7 @@ leave:
 .param tile_rows
 .param n_tile
 .smem 160KB                  # G, U [tile][n] f32 + Hq [tile][n] bf16, or Y + Yq
-    div r20, %ffn, %n_tile       # r20 = Ju: gate/up jobs per tile
-    div r21, %hidden, %n_tile
-    add r22, r20, r21            # r22 = jobs per tile
-    gemm_smem r8, r9, %tile_rows, %n_tile, r4, r4    # r8 = G (gate/up jobs) or Y (down jobs); r9 = U, or Yq (down jobs)
-    add r10, r9, r4              # r10 = Hq
-    shl r23, %hidden, 1          # r23 = y row bytes
-    add r24, %ffn, %hidden
-    mul r24, r24, %tile_rows
-    shl r24, r24, 1              # r24 = bytes of one tile's Hh + Y
-    mul r28, %hidden, %n_tile
-    shl r28, r28, 1              # r28 = bytes of one gate/up weight tile [H][n]
-    mul r29, %ffn, %n_tile
-    shl r29, r29, 1              # r29 = bytes of one down weight tile [I][n]
-    shl r30, %n_tile, 1          # r30 = bytes of one row of a job's output
+    tile_job_registers
     stream_lag r31, %ntb, r20, r21, %hidden, %ffn, r4    # r31 = lag
     mov r25, 0                   # r25 = rows this worker completed
 job:
@@ -226,11 +241,7 @@ entry:
     wait.ne [r11+32], 0
     ld.v8 r12, [r11]             # r12 rows, r13 base, r14 records, r15 expert, r16 ready, r17, r18, r19 first
     beq r16, 2, ended
-    mul r26, r2, r24
-    add r26, r26, %tiles         # r26 = the tile's Hh
-    mul r27, %tile_rows, %ffn
-    shl r27, r27, 1
-    add r27, r27, r26            # r27 = the tile's Y (bf16)
+    tile_buffers r2
     bge r3, r20, down
     tile_gate_up_job r3, r11
     bra job
@@ -281,32 +292,15 @@ done_exit:
     ld r1, [%tq+8]               # the final block count (0 until every tile was started)
     sub r1, r1, 1
     beq %tb, r1, last
-    div r20, %ffn, %n_tile       # r20 = Ju: gate/up jobs per tile
-    div r21, %hidden, %n_tile
-    add r22, r20, r21            # r22 = jobs per tile
+    tile_job_registers
     div r2, %tb, r22             # r2 = the tile, in start order
     mul r3, r2, r22
     sub r3, %tb, r3              # r3 = the job in the tile
-    gemm_smem r8, r9, %tile_rows, %n_tile, r4, r4
-    add r10, r9, r4              # r10 = Hq
-    shl r23, %hidden, 1          # r23 = y row bytes
-    add r24, %ffn, %hidden
-    mul r24, r24, %tile_rows
-    shl r24, r24, 1              # r24 = bytes of one tile's Hh + Y
-    mul r28, %hidden, %n_tile
-    shl r28, r28, 1              # r28 = bytes of one gate/up weight tile [H][n]
-    mul r29, %ffn, %n_tile
-    shl r29, r29, 1              # r29 = bytes of one down weight tile [I][n]
-    shl r30, %n_tile, 1          # r30 = bytes of one row of a job's output
     add r11, r2, 1
     shl r11, r11, 6
     add r11, r11, %tq            # r11 = the tile's descriptor
     ld.v8 r12, [r11]             # r12 rows, r13 base, r14 records, r15 expert, r19 first
-    mul r26, r2, r24
-    add r26, r26, %tiles         # r26 = the tile's Hh
-    mul r27, %tile_rows, %ffn
-    shl r27, r27, 1
-    add r27, r27, r26            # r27 = the tile's Y (bf16)
+    tile_buffers r2
     bge r3, r20, down
     tile_gate_up_job r3, r11
     bra finished
