@@ -59,6 +59,9 @@ class L2Config:
                           "but holds no link buffer)", choices=L2_LINK_WRITES)
 
 
+RPM_SCHEDULES = ("arrival", "full_first", "uncoalesced")
+
+
 @attrs.frozen
 class RpmConfig:
     merge_buffer_bytes: int = _f("size", "RPM merge buffer per destination GPU: a packet carries at "
@@ -74,6 +77,12 @@ class RpmConfig:
     packets_per_cycle: int = _f("int", "packets the RPM emits per hub cycle", min=1)
     arbitration: str = _f("choice", "which destination's merge buffer is sent next",
                           choices=("round_robin", "longest_first"))
+    schedule: str = _f("choice", "arrival (this project's first reading: any destination with a "
+                       "sendable packet, full or flushed, in arbitration order), full_first (the "
+                       "MoE-Hub RPM's order, arXiv 2605.05888: destinations with a full packet before "
+                       "flushed partial ones) or uncoalesced (the ablation without the RPM: no coalescing, "
+                       "each row's bytes leave in their own packets as soon as it is accepted)",
+                       choices=RPM_SCHEDULES)
 
 
 AAU_OVERFLOW = ("stall", "spill")
@@ -98,6 +107,10 @@ class DamConfig:
     tile_rows: int = _f("int", "rows of one tile: the unit made ready and claimed", min=1)
     notify_latency_cycles: int = _f("int", "hub cycles from a tile's last row landing to the tile "
                                     "being claimable", min=0)
+    consumers: str = _f("choice", "who starts the work on a ready tile: claim (claimer thread "
+                        "blocks sleep in claim_buffer: this project's first reading) or launch (the "
+                        "DAM starts the consumer thread blocks of each ready tile: a launch with "
+                        "dam_tile_tbs; MoE-Hub arXiv 2605.05888)", choices=("claim", "launch"))
 
 
 @attrs.frozen
@@ -211,6 +224,11 @@ class LaunchConfig:
     host_delay: int = _f("time", "host-side time before this launch is issued, on top of "
                          "system.gpu.kernel_launch_latency (e.g. the host polling device memory "
                          "and sizing buffers before it can launch)", 0, min=0)
+    dam_tile_tbs: int = _f("int", "0: an ordinary launch. N > 0: the MoE-Hub DAM starts its thread "
+                           "blocks, N per ready tile, then one last block once every tile was "
+                           "started (system.gpu.hub.moe.dam.consumers: launch); the grid is an upper "
+                           "bound and the first parameter the tile descriptor queue the DAM fills "
+                           "(components/moehub/dam.py)", 0, min=0)
 
 
 @attrs.frozen
