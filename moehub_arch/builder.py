@@ -61,6 +61,11 @@ def layout_buffers(cfg):
         slots = local_experts(cfg) * moe.window_rows
         wanted.append((MOE_RECORDS, slots * cfg.system.gpu.hub.moe.aau.record_bytes, "control", "i64"))
         wanted.append((MOE_WINDOWS, slots * moe.row_bytes, "data", "u8"))
+        if cfg.system.gpu.hub.moe.aau.overflow == "spill":
+            # where evicted row-table entries live: one entry per window slot (last, so that the
+            # other buffers keep their addresses)
+            wanted.append((MOE_RAT_SPILL, slots * cfg.system.gpu.hub.moe.aau.record_bytes, "data",
+                           "u8"))
     for region in ("control", "data"):
         for name, nbytes, bregion, dtype in wanted:
             if bregion != region:
@@ -77,6 +82,7 @@ def layout_buffers(cfg):
 
 MOE_RECORDS = "moe_records"   # internal buffers of the MoE-Hub (names users may read)
 MOE_WINDOWS = "moe_windows"
+MOE_RAT_SPILL = "moe_rat_spill"
 
 
 def expert_placement(cfg):
@@ -288,6 +294,7 @@ def _moe_params(cfg):
         window_rows=max(moe.window_rows, tile), row_bytes=max(moe.row_bytes, 1), tile_rows=tile,
         tiles_per_window=max(moe.window_rows, tile) // tile,
         record_bytes=hub.moe.aau.record_bytes, records_cap=hub.moe.aau.record_table_entries,
+        aau_spill=int(hub.moe.aau.overflow == "spill"),
         rpm_merge_bytes=hub.moe.rpm.merge_buffer_bytes, rpm_packet_bytes=rpm_packet_bytes(cfg),
         rpm_flush_ticks=hub.moe.rpm.flush_timeout,
         rpm_ring=hub.moe.rpm.row_queue_depth, rpm_header_bytes=hub.moe.rpm.row_header_bytes,
@@ -365,6 +372,8 @@ def build_state(cfg, program, seed=None, presets=None):
     if MOE_WINDOWS in buffers:
         params[0].win_addr = buffers[MOE_WINDOWS].addr
         params[0].rec_addr = buffers[MOE_RECORDS].addr
+        if MOE_RAT_SPILL in buffers:
+            params[0].rat_spill_addr = buffers[MOE_RAT_SPILL].addr
     smem = np.zeros((NSM, gpu.sm.smem_bytes if functional else 0), np.uint8)
 
     # launches
@@ -478,6 +487,7 @@ def _moe_state(cfg, p, links, rxq_cap):
         aau_q=np.zeros((G, p.aau_staging + (links + 1) * rxq_cap, 4), np.int64),
         rpm_hist=np.zeros((G, RPM_HIST_BINS), np.int64),
         dam_hist=np.zeros((G, DAM_HIST_BINS), np.int64),
+        aau_rat=np.zeros((G, p.records_cap if p.aau_spill else 1, 4), np.int64),
     )
 
 

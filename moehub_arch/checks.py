@@ -129,6 +129,13 @@ def check_moehub(st, out):
     out.check(gp.records_live == 0, "MoE-Hub completion records never released "
               "(claimed tiles without notify_ready.release)",
               lambda g: f"system.gpu{g}.hub.aau: {int(gp.records_live[g])} live records")
+    # overflow: spill: released tiles take their rows' entries out of the table; a refill reads
+    # back an entry that an eviction wrote
+    out.check(gp.rat_live == 0, "MoE-Hub AAU row-table entries left after every tile was released",
+              lambda g: f"system.gpu{g}.hub.aau: {int(gp.rat_live[g])} entries on chip")
+    out.check(gp.aau_refills <= gp.aau_spills, "MoE-Hub AAU row-table refills without a spill",
+              lambda g: f"system.gpu{g}.hub.aau: {int(gp.aau_refills[g])} refills, "
+                        f"{int(gp.aau_spills[g])} spills")
 
 
 def run_invariants(sim):

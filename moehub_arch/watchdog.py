@@ -244,7 +244,7 @@ def _resource_lines(sim):
         if int(gp.aau_q_count):
             out.append(f"{hub}.aau: {int(gp.aau_q_count)} packet(s) waiting for window or "
                        f"record-table space ({int(gp.aau_staged)} in the staging store)")
-        if int(p.num_experts) and int(gp.records_live) >= int(p.records_cap):
+        if int(p.num_experts) and not int(p.aau_spill) and int(gp.records_live) >= int(p.records_cap):
             out.append(f"{hub}.aau: completion-record table full ({int(gp.records_live)} of "
                        f"{int(p.records_cap)}; system.gpu.hub.moe.aau.record_table_entries)")
         for d in range(G):
@@ -325,7 +325,8 @@ def _likely_causes(sim):
     if int(p.num_experts):
         for g in range(int(p.num_gpus)):
             gp = st.gpu[g]
-            if int(gp.records_live) >= int(p.records_cap) and int(gp.aau_q_count):
+            if not int(p.aau_spill) and int(gp.records_live) >= int(p.records_cap) \
+                    and int(gp.aau_q_count):
                 tables.append(
                     f"the completion-record table of GPU {g}'s AAU is full ({int(gp.records_live)} "
                     f"of {int(p.records_cap)}) with {int(gp.aau_q_count)} packet(s) waiting for a "

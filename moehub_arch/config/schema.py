@@ -76,11 +76,19 @@ class RpmConfig:
                           choices=("round_robin", "longest_first"))
 
 
+AAU_OVERFLOW = ("stall", "spill")
+
+
 @attrs.frozen
 class AauConfig:
     alloc_latency_cycles: int = _f("int", "hub cycles to allocate a window slot for a row", min=0)
-    record_table_entries: int = _f("int", "live completion records per GPU (rows allocated whose "
-                                   "tile is not yet released); allocation stalls when full", min=1)
+    record_table_entries: int = _f("int", "on-chip row address table entries per GPU (one per row "
+                                   "allocated whose tile is not yet released); what happens when it "
+                                   "is full is `overflow`", min=1)
+    overflow: str = _f("choice", "a full row table: stall (allocation waits until a tile is released: "
+                       "this project's first reading) or spill (the oldest entry is evicted FIFO to "
+                       "device memory, an HBM write; a later packet of that row reads it back: MoE-Hub "
+                       "arXiv 2605.05888)", choices=AAU_OVERFLOW)
     record_bytes: int = _f("size", "completion record entry size (at least 32 B: source GPU, home "
                            "slot, aux, bytes)", min=32)
 

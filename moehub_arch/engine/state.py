@@ -50,6 +50,7 @@ PARAMS = _record(
     # MoE-Hub control plane (components/moehub): experts, windows, RPM / AAU / DAM parameters
     "num_experts", "local_experts", "window_rows", "row_bytes", "tile_rows", "tiles_per_window",
     "win_addr", "rec_addr", "record_bytes", "records_cap",
+    "aau_spill", "rat_spill_addr",  # AAU row table: 1 = spill to device memory when full; spill area
     "rpm_merge_bytes", "rpm_packet_bytes", "rpm_flush_ticks", "rpm_ring", "rpm_header_bytes", "rpm_ticks_per_packet",
     "rpm_policy", "aau_alloc_ticks", "aau_staging", "dam_notify_ticks",
     # event records for timelines and debug output (components/trace.py): categories recorded
@@ -113,6 +114,9 @@ GPU = _record(
     "dam_notifies", "dam_eos_received", "combine_rows",
     # where MoE-Hub packets wait for memory: RPM source reads, AAU destination writes (sums)
     "rpm_read_wait", "aau_data_packets", "aau_write_wait",
+    # AAU row address table with overflow: spill (State.aau_rat: a FIFO ring with holes of released
+    # entries): ring head, ring span, entries on chip; spills, refills, time packets waited for refills
+    "rat_head", "rat_span", "rat_live", "aau_spills", "aau_refills", "aau_refill_wait",
 )
 
 HBM_CHANNEL = _record("free", "busy")  # free: tick the queued transfers end; busy: stat
@@ -149,7 +153,8 @@ STREAM = _record(
 )
 # Row descriptors in flight, ring of rpm_ring entries per stream (the header travelling with the row).
 MOE_ROW = _record("expert", "src_addr", "length", "home", "aux", "start", "alloc", "recv", "done",
-                  "slot", "accept_tick", "launch")  # launch: of the TB that sent it (wire-byte stats)
+                  "slot", "accept_tick", "launch",  # launch: of the TB that sent it (wire-byte stats)
+                  "rat")  # its AAU row-table entry: RAT_* (components/moehub/aau.py)
 # One expert's receive window (index gpu * local_experts + local slot) and its tiles.
 WINDOW = _record("alloc", "released_tiles", "next_claim", "ended", "waiters")
 TILE = _record("index", "rows_alloc", "rows_landed", "landed_visible", "closed", "ready", "claimed",
@@ -202,6 +207,8 @@ State = namedtuple("State", [
     # row descriptors [G * G * ring]; windows [G * LE]; tiles [G * LE * tiles_per_window];
     # AAU pending packets [G, cap]; histograms [G, RPM_HIST_BINS], [G, DAM_HIST_BINS]
     "moe_place", "stream", "mrow", "win", "tile", "aau_q", "rpm_hist", "dam_hist",
+    "aau_rat",      # [G, record_table_entries, 4] AAU row table in FIFO order (overflow: spill):
+                    # window, slot index, stream, row index; window -1 = a released entry's hole
     "trace",        # [capacity, TRACE_COLUMNS] event records, drained by Python (components/trace.py)
 ])
 
