@@ -69,3 +69,49 @@ def test_ring_allreduce_engines_agree(tmp_path):
         out[engine] = {k: v for k, v in read_stats_json(tmp_path / engine).items()
                        if not k.startswith("host")}
     assert out["numba"] == out["python"]
+
+
+# ---------------------------------------------------------------- transformer block (workload.block)
+BLOCK = "experiments/tp/functional.yaml"
+
+
+def test_ffn_block_tp4_tp_ring_output_is_the_numpy_reference_bit_for_bit():
+    sim = simulate(BLOCK)
+    st = sim.stats
+    assert st["system.block.output_max_abs_error"] == 0.0
+    assert not sim.violations
+    outs = [sim.read_buffer(g, "out") for g in range(4)]
+    assert np.abs(outs[0]).max() > 0                       # a real result, not zeros
+    assert all(np.array_equal(outs[0], o) for o in outs)   # every TP rank holds the same sum
+    # the all-reduce added the four partials: the output is not any single GPU's partial
+    assert not np.array_equal(outs[0], sim.read_buffer(0, "ys"))
+    # conservation: each GPU put 2(t-1)/t of the T x H bf16 output on NVLink (+ 8 B flags)
+    s = sim.layer.shape
+    flags = s.channels * 2 * (s.tp - 1) * (s.tokens * s.hidden // (s.tp * s.channels * s.slice))
+    links = sim.cfg.system.nvlink.links_per_gpu
+    for g in range(4):
+        tx = sum(st[f"system.gpu{g}.nvlink{l}.tx_payload_bytes"] for l in range(links))
+        assert tx == s.tokens * s.hidden * 2 * 2 * (s.tp - 1) // s.tp + 8 * flags
+
+
+def test_ffn_block_tp_none_single_gpu_reference():
+    sim = simulate(BLOCK, "system.num_gpus=1", "workload.block.tp=1",
+                   "workload.block.scheme=tp_none")
+    assert sim.stats["system.block.output_max_abs_error"] == 0.0
+    assert sim.stats["system.block.allreduce_time_us"] == 0.0
+    assert np.abs(sim.read_buffer(0, "ys")).max() > 0
+
+
+@pytest.mark.parametrize("sets, words", [
+    (["workload.block.tp=3", "system.num_gpus=3"],
+     "workload.block.tp: 3 does not divide tiny_dense's heads (4)"),
+    (["workload.block.tp=2"], "workload.block.tp: 2, but system.num_gpus is 4"),
+    (["workload.block.scheme=tp_none"], "workload.block.scheme: tp_none is the single-GPU"),
+    (["workload.block.model=no_such_model"], "workload.block.model: no block model 'no_such_model'"),
+    (["workload.block.allreduce_channels=3"], "workload.block.allreduce_channels: the all-reduce"),
+])
+def test_block_bad_input_exits_2_naming_the_key(tmp_path, sets, words):
+    args = [a for s in sets for a in ("--set", s)]
+    r = run_cli("run", f"configs/{BLOCK}", "-o", tmp_path / "o", "--quiet", *args)
+    assert r.returncode == 2
+    assert words in r.stderr and "Traceback" not in r.stderr

@@ -1,4 +1,5 @@
-# Ring all-reduce microbenchmark (the collective of tensor-parallel scheme tp_ring): every GPU
+# Ring all-reduce kernel of tensor-parallel scheme tp_ring (transformer blocks, workload.block) and
+# of the microbenchmark configs/ubench/allreduce_ring.yaml: every GPU
 # all-reduces `elems` elements of `send` into `recv` (lib/ring_allreduce.s), one thread block per
 # NCCL channel. Time = first kernel start to last kernel end (configs/ubench/allreduce_ring.yaml).
 .include "lib/ring_allreduce.s"
