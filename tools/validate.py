@@ -15,7 +15,7 @@ first run goes alone, so a cold Numba cache is compiled once. Progress and the w
 standard error.
 
 A figure with `kind: model` is a prediction with no measurement to compare (a collective or design
-point the simulator adds); it is run and printed, never scored.
+point the simulator adds; no reference is shipped for it); it is run and printed.
 
 Exit status: 0 every figure measured; 1 a run failed (its figure is reported as failed / null);
 2 bad input (figure list, reference file, option), with one paragraph naming the file and key.
