@@ -361,6 +361,32 @@ class LayerConfig:
 
 
 @attrs.frozen
+class BlockConfig:
+    """A transformer block of a dense model under tensor parallelism (workloads/block.py)."""
+    model: str = _f("str", "dense model shape: a name in workloads/blocks/ or a path to a block "
+                           "model YAML ('' = no block)", "")
+    kind: str = _f("choice", "which part of the block: ffn (the dense SwiGLU FFN: column-parallel "
+                   "gate/up, row-parallel down, then the TP all-reduce)", "ffn", choices=("ffn",))
+    scheme: str = _f("choice", "how the row-parallel partial sums are combined: tp_ring (NCCL "
+                     "ring all-reduce over puts/flags), tp_none (t = 1: no collective, the "
+                     "reference)", "tp_ring", choices=("tp_ring", "tp_none"))
+    tp: int = _f("int", "tensor-parallel degree t: every GPU of the system is one TP rank (must "
+                 "equal system.num_gpus and divide heads, hidden and ffn)", 8, min=1)
+    tokens: int = _f("int", "tokens in the block (sequence x batch); 0: the model's seq x batch",
+                     0, min=0)
+    gemm_tbs: int = _f("int", "thread blocks per GPU of the FFN kernel (assumption: one per SM "
+                       "of an H100, 132)", 132, min=1)
+    tile_rows: int = _f("int", "M tile of the FFN GEMM jobs (assumption: 128, CUTLASS's common "
+                        "128 x 128 tile)", 128, min=1)
+    allreduce_channels: int = _f("int", "thread blocks (NCCL channels) of the ring all-reduce "
+                                 "(assumption: 16, as configs/ubench/allreduce_ring.yaml)", 16, min=1)
+    allreduce_slice: int = _f("int", "largest elements per put of the ring all-reduce (NCCL's "
+                              "chunk); the block uses the largest power of two <= this that "
+                              "divides its share (assumption: 64K elements = 128 KB bf16)",
+                              65536, min=1)
+
+
+@attrs.frozen
 class WorkloadConfig:
     mode: str = _f("choice", "functional: real data; timing: addresses only", "timing",
                    choices=("functional", "timing"))
@@ -376,6 +402,9 @@ class WorkloadConfig:
     layer: LayerConfig = _f("node", "an MoE layer of a real model run by `scheme` (its buffers, "
                             "routing tables and launches are generated)", LayerConfig(),
                             cls=LayerConfig)
+    block: BlockConfig = _f("node", "a transformer block of a dense model under tensor parallelism "
+                            "(its buffers and launches are generated; scheme must be none)",
+                            BlockConfig(), cls=BlockConfig)
 
 
 @attrs.frozen
