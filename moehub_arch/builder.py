@@ -302,12 +302,15 @@ def build_state(cfg, program, seed=None, presets=None):
         r.gpu, r.entry_pc, r.grid, r.next_in_stream = l.gpu, k.entry_pc, l.grid, nxt
         r.smem, r.max_per_sm, r.start, r.end = k.smem_bytes, k.max_tbs_per_sm, -1, -1
         r.host_delay = l.host_delay
+        r.dam_tile_tbs = cfg.workload.launches[l.config_index].dam_tile_tbs
+        r.granted = 0 if r.dam_tile_tbs else l.grid
         ln_params[l.index, :len(l.params)] = l.params
 
     # record arrays with the initial values their blocks declare
     tb = new_record_array("tb", NT, cfg)
     sm = new_record_array("sm", NSM, cfg)
     gpus = new_record_array("gpu", G, cfg)
+    gpus.dam_launch[:] = _dam_launches(cfg, launches)
 
     # fabric
     (gpu_routes, sw_routes, sw_inputs), (to_switch, ch_gpu, ch_switch, ch_port) = build_topology(cfg)
@@ -371,6 +374,35 @@ def build_state(cfg, program, seed=None, presets=None):
         **declared_arrays(cfg),   # the records and arrays blocks declare with their size
     )
     return st, buffers, launches
+
+
+def _dam_launches(cfg, launches):
+    """The launch each GPU's DAM starts thread blocks of (dam.consumers: launch), -1 for none."""
+    G = cfg.system.num_gpus
+    found = [-1] * G
+    mode = cfg.system.gpu.hub.moe.dam.consumers
+    for l in launches:
+        lc = cfg.workload.launches[l.config_index]
+        if not lc.dam_tile_tbs:
+            continue
+        where = f"workload.launches[{l.config_index}].dam_tile_tbs"
+        if mode != "launch":
+            raise BuildError(f"{where}: a launch the DAM starts needs "
+                             f"system.gpu.hub.moe.dam.consumers: launch (found {mode})")
+        if found[l.gpu] >= 0:
+            raise BuildError(f"{where}: GPU {l.gpu} already has a launch the DAM starts "
+                             f"(workload.launches[{launches[found[l.gpu]].config_index}])")
+        if l.grid <= lc.dam_tile_tbs:
+            raise BuildError(f"{where}: the grid ({l.grid}) is the upper bound of the blocks the DAM "
+                             f"starts: at least one tile's {lc.dam_tile_tbs} plus the last one")
+        found[l.gpu] = l.index
+    if mode == "launch" and cfg.workload.moe.num_experts:
+        missing = [g for g in range(G) if found[g] < 0]
+        if missing:
+            raise BuildError(f"system.gpu.hub.moe.dam.consumers: launch: GPU(s) {missing} have no "
+                             f"launch for the DAM to start (a workload.launches entry with "
+                             f"dam_tile_tbs > 0)")
+    return found
 
 
 def _moe_state(cfg, p, links, rxq_cap):

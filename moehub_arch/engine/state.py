@@ -113,6 +113,7 @@ ERR_MOE_AFTER_EOS = 10
 ERR_MOE_RELEASE = 11
 ERR_REG_RANGE = 12
 ERR_RED_REMOTE = 13
+ERR_MOE_CLAIM_LAUNCH = 14
 ERROR_TEXT = {
     ERR_MOE_EXPERT: "expert id out of range (workload.moe.num_experts), or claim/release of an expert "
                     "that is not placed on this GPU",
@@ -130,4 +131,6 @@ ERROR_TEXT = {
     ERR_BAD_SIZE: "negative or zero size",
     ERR_REG_RANGE: "vector load past r31 (ld.vN dst needs dst + N - 1 <= 31)",
     ERR_RED_REMOTE: "red.add targets another GPU; posted reductions are local (use atom.add for peers)",
+    ERR_MOE_CLAIM_LAUNCH: "claim_buffer with system.gpu.hub.moe.dam.consumers: launch (the DAM starts "
+                          "the consumers of ready tiles itself; use consumers: claim)",
 }
