@@ -11,7 +11,7 @@ import numpy as np
 import attrs
 
 from .components.trace import TRACE_COLUMNS
-from .config.schema import L2_LINK_WRITES
+from .config.schema import L2_LINK_WRITES, MEMORY_ARBITRATION
 from .engine.clock import period_fs
 from .engine.events import NUM_EVENT_KINDS, new_event_queue, new_timers
 from .engine.state import (DAM_HIST_BINS, GPU, HBM_CHANNEL, LAUNCH, LINK_CHANNEL, MOE_ROW,
@@ -22,6 +22,10 @@ from .isa.expr import ExprError, evaluate
 
 BUFFER_ALIGN = 256  # bytes; every buffer starts on an HBM interleave-friendly boundary
 HBM_MIN_ACCESS = 32  # bytes: the DRAM sector, the smallest unit HBM transfers
+# windows in the paced-arbitration calendar (components/hbm.py): with 1 us windows a 1 ms horizon,
+# far beyond the backlog of a saturated GPU in the layer experiments; work beyond it is served at full
+# rate and counted (system.gpuN.hbm.beyond_calendar_ticks)
+MEMORY_CALENDAR_WINDOWS = 1024
 
 
 class BuildError(Exception):
@@ -328,6 +332,8 @@ def build_state(cfg, program, seed=None, presets=None):
         hbm_fs_per_byte_channel=int(round(1e15 * gpu.hbm.channels / gpu.hbm.bandwidth)),
         hbm_latency_cycles=gpu.hbm.latency_cycles, hbm_atomic_cycles=gpu.hbm.atomic_latency_cycles,
         hbm_capacity=gpu.hbm.capacity, hbm_min_access=HBM_MIN_ACCESS,
+        mem_arbitration=MEMORY_ARBITRATION.index(gpu.hbm.arbitration),
+        mem_window_ticks=gpu.hbm.arbitration_window,
         l2_fs_per_byte=int(round(1e15 / gpu.l2.bandwidth)), l2_latency_cycles=gpu.l2.latency_cycles,
         l2_link_writes=L2_LINK_WRITES.index(gpu.l2.link_writes),
         links_per_gpu=L, num_switches=sysc.switch.count, max_payload=sysc.nvlink.max_payload_bytes,
@@ -435,6 +441,7 @@ def build_state(cfg, program, seed=None, presets=None):
         ln=ln, ln_params=ln_params, ln_per_sm=np.zeros((NL, S), np.int64),
         gpu=gpus, wait_list=np.zeros((G, 2, NT // G), np.int64), hbm_mem=hbm_mem, smem=smem,
         hbm_chan=new_records(HBM_CHANNEL, G * gpu.hbm.channels),
+        mem_cal=_memory_calendar(G, gpu.hbm),
         ch=ch, txq=np.zeros((nch, int(ch.txq_cap.max())), np.int64),
         rxq=np.zeros((nch, rxq_cap), np.int64),
         wire=np.zeros((nch, sysc.nvlink.rx_buffer_flits), np.int64),
@@ -450,6 +457,16 @@ def build_state(cfg, program, seed=None, presets=None):
         trace=np.zeros((1, TRACE_COLUMNS), np.int64),  # sized when something records (trace/)
     )
     return st, buffers, launches
+
+
+def _memory_calendar(G, hbm):
+    """The paced-arbitration calendar (components/hbm.py): one row of windows per HBM channel and
+    per L2 read port; tags start at -1 (no window loaded). A placeholder under fifo arbitration."""
+    if hbm.arbitration == "fifo":
+        return np.full((1, 1, 4), -1, np.int64)
+    cal = np.zeros((G * hbm.channels + G, MEMORY_CALENDAR_WINDOWS, 4), np.int64)
+    cal[:, :, 0] = -1
+    return cal
 
 
 def _moe_state(cfg, p, links, rxq_cap):

@@ -1,15 +1,45 @@
 """HBM: per-GPU high-bandwidth memory as C independent channels, plus functional storage.
 
 Timing: addresses are interleaved over channels in ``interleave``-byte granules. Each channel is a
-bandwidth server (bandwidth / C bytes per second) with a FIFO of work: an access of n bytes that
-touches a channel occupies it for n_channel / channel_bandwidth after whatever it already had
-queued (work-conserving fluid model, exact for streaming and for contention between SMs), and the
-data is available one fixed access latency (from microbenchmarks: load latency to HBM) after the
-last channel finishes. Accesses smaller than ``min_access`` (the 32 B sector) cost a sector.
+bandwidth server (bandwidth / C bytes per second); the data is available one fixed access latency
+(from microbenchmarks: load latency to HBM) after the access's last channel finished. Accesses
+smaller than ``min_access`` (the 32 B sector) cost a sector.
+
+Arbitration (system.gpu.hbm.arbitration) decides how a channel shares its bandwidth:
+
+- ``fifo``: every access is served whole, first in first out (a work-conserving fluid queue:
+  ``start = max(free, tick)``). Exact for streams and simple, but a GEMM job issues its whole-K
+  operand read as one access (mma over K = 7168, N = 128 reads 1.8 MB at issue), so a 256 B link
+  write arriving just after waits for the whole 1.8 MB.
+- ``paced`` (the default): the mechanism real GPUs have. An SM does not fetch a GEMM's operands
+  at issue: TMA multi-stage pipelines stream K-slices as the tensor cores consume them (NVIDIA
+  Hopper tuning guide; CUTLASS 3 warp-specialised mainloops), and a copy or vector instruction moves
+  bytes at its load/store port rate. So the traffic of an SM instruction is *paced* over the
+  instruction's own occupancy of its unit (the same ``work / throughput`` cycles that occupy it):
+  on each channel it takes at most ``bytes_on_channel / occupancy`` of the channel's rate. Memory
+  controllers interleave requests from many sources at request granularity (FR-FCFS, Rixner et
+  al., ISCA 2000), so another request is not queued behind a paced stream; it is served with the
+  bandwidth the streams leave. Each channel keeps a calendar of windows
+  (``arbitration_window``, 1 us on H100) with the work paced streams reserved in it and the work
+  whole accesses (link writes, the RPM's reads, small SM accesses that are faster than their
+  instruction) took in it. Paced streams take what is left in each window, up to their pace,
+  spilling into later windows when the channel is saturated. Whole accesses stay first in first
+  out among themselves (the ``free`` queue: exactly the fifo model when nothing is paced) and flow
+  through each window at the rate the paced streams leave, but never below one fair share
+  (1 / (streams in the window + 1)): when streams oversubscribe a channel the controller still
+  interleaves a newcomer's requests with theirs.
+  Approximated: completion times are computed when an access is issued, so a later access cannot
+  delay a stream already placed: the work a whole access takes beyond what its window had left
+  is charged to the next window (later streams pay it; total work is conserved, its order is
+  not). Within a window paced work is spread evenly (a request sees the window's mean paced load,
+  not its instant load). Work beyond the calendar's horizon (1024 windows ahead of the current
+  tick) is served at full rate and counted in ``system.gpuN.hbm.beyond_calendar_ticks``.
+  Traffic whose transfer takes longer than its instruction's occupancy (memory-bound) is a whole
+  access: the instruction waits for memory, as before.
 
 The L2 is modelled only for reads a kernel marks as L2-resident (``mma`` subops ``b_l2``, ``l2``,
 ``a_l2``: expert weights after their first touch, a row tile several thread blocks share): a per-GPU
-bandwidth server with the L2 hit latency. Every other access goes to HBM.
+bandwidth server with the L2 hit latency, arbitrated like one HBM channel.
 
 Storage (functional contents) is ``st.hbm_mem[g]``, a byte array. In timing mode only the control
 region at the bottom of the address space is backed; data beyond it is modelled by size only.
@@ -21,6 +51,10 @@ from ..engine.jit import compiled
 from ..engine.clock import bytes_ticks, cycle_edge, cycle_at_or_after
 from ..engine.state import ERR_UNBACKED_COPY
 
+ARB_PACED, ARB_FIFO = 0, 1            # config.schema.MEMORY_ARBITRATION
+# calendar columns: window index, work (ticks) paced streams and whole accesses took, streams in it
+CAL_TAG, CAL_PACED, CAL_WHOLE, CAL_STREAMS = 0, 1, 2, 3
+
 
 @compiled
 def hbm_access(st, g, addr, nbytes, tick, is_write):
@@ -31,9 +65,23 @@ def hbm_access(st, g, addr, nbytes, tick, is_write):
 
 
 @compiled
+def hbm_access_paced(st, g, addr, nbytes, tick, is_write, pace_ticks):
+    """hbm_access for the traffic of an SM instruction that occupies its unit for `pace_ticks`: the
+    bytes stream over that time (see the module docstring)."""
+    done = _transfer(st, g, addr, nbytes, tick, is_write, pace_ticks)
+    return done + hbm_latency_ticks(st, done)
+
+
+@compiled
 def hbm_transfer(st, g, addr, nbytes, tick, is_write):
-    """Charge the channels for an access; returns when the last channel finished transferring
+    """Charge the channels for a whole access; returns when the last channel finished transferring
     (for a write arriving from a link: when the memory system has absorbed it)."""
+    return _transfer(st, g, addr, nbytes, tick, is_write, 0)
+
+
+@compiled
+def _transfer(st, g, addr, nbytes, tick, is_write, pace_ticks):
+    """hbm_transfer, paced over pace_ticks when > 0."""
     p = st.p[0]
     n = nbytes
     if n < p.hbm_min_access:
@@ -45,6 +93,7 @@ def hbm_transfer(st, g, addr, nbytes, tick, is_write):
     first_granule = addr // Q
     last_granule = (addr + n - 1) // Q
     ngranules = last_granule - first_granule + 1
+    paced = 0
     if ngranules <= C:
         # short access: walk its granules (each lands on a distinct channel)
         for gi in range(first_granule, last_granule + 1):
@@ -54,15 +103,13 @@ def hbm_transfer(st, g, addr, nbytes, tick, is_write):
             hi = (gi + 1) * Q
             if hi > addr + n:
                 hi = addr + n
-            chan = st.hbm_chan[base + gi % C]
-            start = chan.free
-            if start < tick:
-                start = tick
-            busy = bytes_ticks(hi - lo, p.hbm_fs_per_byte_channel)
-            chan.free = start + busy
-            chan.busy += busy
-            if start + busy > last_done:
-                last_done = start + busy
+            done = _hbm_channel(st, g, base + gi % C, bytes_ticks(hi - lo, p.hbm_fs_per_byte_channel),
+                                tick, pace_ticks)
+            if done < 0:
+                paced = 1
+                done = -done
+            if done > last_done:
+                last_done = done
     else:
         # long access: every channel gets the full rounds plus its share of the partial ends
         head = Q - addr % Q                        # bytes in the first granule
@@ -79,22 +126,132 @@ def hbm_transfer(st, g, addr, nbytes, tick, is_write):
                 ch_bytes += tail
             if ch_bytes == 0:
                 continue
-            chan = st.hbm_chan[base + k]
-            start = chan.free
-            if start < tick:
-                start = tick
-            busy = bytes_ticks(ch_bytes, p.hbm_fs_per_byte_channel)
-            chan.free = start + busy
-            chan.busy += busy
-            if start + busy > last_done:
-                last_done = start + busy
+            done = _hbm_channel(st, g, base + k, bytes_ticks(ch_bytes, p.hbm_fs_per_byte_channel),
+                                tick, pace_ticks)
+            if done < 0:
+                paced = 1
+                done = -done
+            if done > last_done:
+                last_done = done
     gp = st.gpu[g]
     if is_write:
         gp.hbm_write_bytes += nbytes
     else:
         gp.hbm_read_bytes += nbytes
     gp.hbm_accesses += 1
+    gp.hbm_paced_accesses += paced
     return last_done
+
+
+@compiled
+def _hbm_channel(st, g, c, busy, tick, pace_ticks):
+    """Serve `busy` ticks of work on HBM channel c (global index); returns the end tick, negated
+    when the work was paced."""
+    chan = st.hbm_chan[c]
+    chan.busy += busy
+    if st.p[0].mem_arbitration == ARB_PACED and pace_ticks > busy:
+        return -_paced(st, g, c, busy, tick, pace_ticks)
+    end = _whole(st, g, c, chan.free, busy, tick)
+    chan.free = end
+    return end
+
+
+@compiled
+def _window(st, srv, i):
+    """Load window i of server srv's calendar; returns its row, or -1 past the horizon (the ring
+    row still holds a later window or i is too far ahead of the current tick)."""
+    nw = st.mem_cal.shape[1]
+    if i >= st.sys[0].q_now // st.p[0].mem_window_ticks + nw:
+        return -1
+    row = i % nw
+    tag = st.mem_cal[srv, row, CAL_TAG]
+    if tag != i:
+        if tag > i:
+            return -1
+        st.mem_cal[srv, row, CAL_TAG] = i
+        st.mem_cal[srv, row, CAL_PACED] = 0
+        st.mem_cal[srv, row, CAL_WHOLE] = 0
+        st.mem_cal[srv, row, CAL_STREAMS] = 0
+    return row
+
+
+@compiled
+def _whole(st, g, srv, free, busy, tick):
+    """A whole access: first in first out behind the server's other whole accesses (`free`), at
+    the rate the paced streams leave in each window it crosses, and never less than one fair
+    share (1 / (streams + 1)) when streams oversubscribe a window: the controller interleaves its
+    requests with theirs. Work beyond what the window had left is a debt the next window's paced
+    streams pay (the streams already placed keep their times). Returns its end tick."""
+    start = free
+    if start < tick:
+        start = tick
+    if st.p[0].mem_arbitration != ARB_PACED:
+        return start + busy
+    W = st.p[0].mem_window_ticks
+    t = start
+    rem = busy
+    while rem > 0:
+        i = t // W
+        row = _window(st, srv, i)
+        if row < 0:
+            st.gpu[g].mem_beyond_calendar += rem
+            return t + rem
+        w_end = (i + 1) * W
+        left = W - st.mem_cal[srv, row, CAL_PACED]    # the channel's share not paced away
+        fair = W // (st.mem_cal[srv, row, CAL_STREAMS] + 1)
+        share = left if left > fair else fair
+        need = (rem * W + share - 1) // share         # ticks to move rem at that share
+        if t + need <= w_end:
+            got = rem
+            end = t + need
+        else:
+            got = (w_end - t) * share // W
+            end = -1
+        used = st.mem_cal[srv, row, CAL_WHOLE] + got
+        over = used + st.mem_cal[srv, row, CAL_PACED] - W
+        if over > 0:
+            # oversubscribed: the excess is charged to the next window (paced room there)
+            used -= over
+            nxt = _window(st, srv, i + 1)
+            if nxt >= 0:
+                st.mem_cal[srv, nxt, CAL_WHOLE] += over
+            else:
+                st.gpu[g].mem_beyond_calendar += over
+        st.mem_cal[srv, row, CAL_WHOLE] = used
+        if end >= 0:
+            return end
+        rem -= got
+        t = w_end
+    return t
+
+
+@compiled
+def _paced(st, g, srv, busy, tick, pace_ticks):
+    """A paced stream of `busy` ticks of work spread over `pace_ticks` from `tick`: in each window
+    it takes at most its pace and what the window has left. Returns when its last byte is served."""
+    W = st.p[0].mem_window_ticks
+    t = tick
+    rem = busy
+    while True:
+        i = t // W
+        row = _window(st, srv, i)
+        if row < 0:
+            st.gpu[g].mem_beyond_calendar += rem
+            return t + (rem * pace_ticks + busy - 1) // busy
+        w_end = (i + 1) * W
+        cap = ((w_end - t) * busy + pace_ticks - 1) // pace_ticks   # the stream's pace
+        room = W - st.mem_cal[srv, row, CAL_PACED] - st.mem_cal[srv, row, CAL_WHOLE]
+        if room > 0:
+            if rem <= cap and rem <= room:
+                st.mem_cal[srv, row, CAL_PACED] += rem
+                st.mem_cal[srv, row, CAL_STREAMS] += 1
+                end = t + (rem * pace_ticks + busy - 1) // busy
+                return end if end < w_end else w_end
+            take = cap if cap < room else room
+            st.mem_cal[srv, row, CAL_PACED] += take
+            st.mem_cal[srv, row, CAL_STREAMS] += 1
+            rem -= take
+        t = w_end
 
 
 @compiled
@@ -114,34 +271,41 @@ def link_write(st, g, addr, nbytes, tick):
         return done, done + hbm_latency_ticks(st, done)
     hbm_transfer(st, g, addr, nbytes, tick, True)   # the write-back, later: bandwidth only
     st.gpu[g].l2_link_write_bytes += nbytes
-    done = _l2_transfer(st, g, nbytes, tick)
+    done = _l2_transfer(st, g, nbytes, tick, 0)
     c = cycle_at_or_after(done, p.sm_period_fs)
     return done, cycle_edge(c + p.l2_latency_cycles, p.sm_period_fs)
 
 
 @compiled
-def _l2_transfer(st, g, nbytes, tick):
-    """Charge GPU g's L2 bandwidth server (one fluid FIFO per GPU, like an HBM channel) for
-    nbytes issued at `tick`; returns when the transfer ends."""
+def _l2_transfer(st, g, nbytes, tick, pace_ticks):
+    """Charge GPU g's L2 read port (one bandwidth server per GPU, arbitrated like an HBM channel)
+    for nbytes issued at `tick`, paced over pace_ticks when > 0; returns when the transfer ends."""
     p = st.p[0]
     gp = st.gpu[g]
-    start = gp.l2_free
-    if start < tick:
-        start = tick
     busy = bytes_ticks(nbytes, p.l2_fs_per_byte)
-    gp.l2_free = start + busy
     gp.l2_busy += busy
-    return start + busy
+    srv = p.num_gpus * p.hbm_channels + g
+    if p.mem_arbitration == ARB_PACED and pace_ticks > busy:
+        return _paced(st, g, srv, busy, tick, pace_ticks)
+    end = _whole(st, g, srv, gp.l2_free, busy, tick)
+    gp.l2_free = end
+    return end
 
 
 @compiled
 def l2_access(st, g, nbytes, tick):
     """A read of nbytes served by GPU g's L2 (data the kernel asserts many tiles share, such as
-    expert weights): one bandwidth server per GPU (the L2's aggregate read bandwidth, fluid FIFO
-    like an HBM channel) plus the L2 hit latency. Returns the tick the data is available."""
+    expert weights), a whole access, plus the L2 hit latency. Returns the tick the data is
+    available."""
+    return l2_access_paced(st, g, nbytes, tick, 0)
+
+
+@compiled
+def l2_access_paced(st, g, nbytes, tick, pace_ticks):
+    """l2_access for the traffic of an SM instruction that occupies its unit for pace_ticks."""
     p = st.p[0]
     st.gpu[g].l2_read_bytes += nbytes
-    c = cycle_at_or_after(_l2_transfer(st, g, nbytes, tick), p.sm_period_fs)
+    c = cycle_at_or_after(_l2_transfer(st, g, nbytes, tick, pace_ticks), p.sm_period_fs)
     return cycle_edge(c + p.l2_latency_cycles, p.sm_period_fs)
 
 

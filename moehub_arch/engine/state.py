@@ -39,7 +39,9 @@ PARAMS = _record(
     "num_gpus", "sms_per_gpu", "slots_per_sm", "issue_width", "functional",
     "sm_period_fs", "tb_launch_cycles", "smem_bytes", "smem_latency_cycles", "kernel_launch_ticks",
     "hbm_channels", "hbm_interleave", "hbm_fs_per_byte_channel", "hbm_latency_cycles",
-    "hbm_atomic_cycles", "hbm_capacity", "hbm_min_access", "l2_fs_per_byte", "l2_latency_cycles",
+    "hbm_atomic_cycles", "hbm_capacity", "hbm_min_access",
+    "mem_arbitration", "mem_window_ticks",  # components/hbm.py: MEMORY_ARBITRATION index, calendar window
+    "l2_fs_per_byte", "l2_latency_cycles",
     "l2_link_writes",
     "links_per_gpu", "num_switches", "max_payload", "store_payload", "write_resp_per_packet",
     "header_bytes", "flit_bytes",
@@ -100,6 +102,7 @@ GPU = _record(
     "hub_stall_ticks", "hub_reqq_peak", "hub_respq_peak", "hub_rx_first", "hub_rx_last", "hub_acks",
     "link_resp_total", "link_resp_rr",  # link-level write responses owed (State.link_resp), RR pointer
     "hbm_read_bytes", "hbm_write_bytes", "hbm_accesses", "hbm_atomics",
+    "hbm_paced_accesses", "mem_beyond_calendar",  # paced arbitration (components/hbm.py)
     "l2_free", "l2_busy", "l2_read_bytes", "l2_link_write_bytes",
     # MoE-Hub: RPM packetizer, end-of-stream notes, AAU pending-packet FIFO, DAM source count
     "rpm_next_tx", "rpm_blocked", "rpm_blocked_since", "rpm_rr", "eos_notes", "loop_inflight",
@@ -177,6 +180,8 @@ State = namedtuple("State", [
     "wait_list",    # [G, 2, TB slots per GPU] sleeping TBs: WAITLIST_FLAG, WAITLIST_HUB
     "hbm_mem", "smem",  # functional storage: [G, backed bytes], [SMs, smem bytes or 0] uint8
     "hbm_chan",     # [G * C] HBM_CHANNEL
+    "mem_cal",      # [G * C + G, windows, 4] paced-arbitration calendar of the HBM channels and
+                    # the L2 read ports (components/hbm.py CAL_*)
     "ch", "txq", "rxq",  # [channels] LINK_CHANNEL; FIFOs of packet ids
     "wire",         # [channels, rx_buffer_flits] packets in flight on each channel, in order
     "credit_ret",   # [channels, rx_buffer_flits, 2] credit returns in tick order: (tick, flits)

@@ -21,6 +21,11 @@ HBM_STATS = (
     ("write_bytes", "hbm_write_bytes", "bytes", "bytes written"),
     ("accesses", "hbm_accesses", "count", "accesses (bulk accesses count once)"),
     ("atomics", "hbm_atomics", "count", "atomic read-modify-writes performed at memory"),
+    ("paced_accesses", "hbm_paced_accesses", "count",
+     "accesses streamed over their instruction's duration (system.gpu.hbm.arbitration: paced)"),
+    ("beyond_calendar_ticks", "mem_beyond_calendar", "ps",
+     "channel and L2 work past the paced-arbitration calendar's horizon, served at full rate "
+     "(an approximation; 0 unless memory is oversubscribed by more than the horizon)"),
 )
 HUB_STATS = (
     ("requests", "hub_requests", "count", "remote operations accepted from SMs"),
