@@ -334,6 +334,8 @@ def build_state(cfg, program, seed=None, presets=None):
         hbm_capacity=gpu.hbm.capacity, hbm_min_access=HBM_MIN_ACCESS,
         mem_arbitration=MEMORY_ARBITRATION.index(gpu.hbm.arbitration),
         mem_window_ticks=gpu.hbm.arbitration_window,
+        hbm_queue_ticks=-(-gpu.hbm.queue_depth * HBM_MIN_ACCESS * int(round(1e15 * gpu.hbm.channels / gpu.hbm.bandwidth)) // 1000),
+        l2_queue_ticks=-(-gpu.hbm.queue_depth * HBM_MIN_ACCESS * int(round(1e15 / gpu.l2.bandwidth)) // 1000),
         l2_fs_per_byte=int(round(1e15 / gpu.l2.bandwidth)), l2_latency_cycles=gpu.l2.latency_cycles,
         l2_link_writes=L2_LINK_WRITES.index(gpu.l2.link_writes),
         links_per_gpu=L, num_switches=sysc.switch.count, max_payload=sysc.nvlink.max_payload_bytes,
@@ -463,8 +465,8 @@ def _memory_calendar(G, hbm):
     """The paced-arbitration calendar (components/hbm.py): one row of windows per HBM channel and
     per L2 read port; tags start at -1 (no window loaded). A placeholder under fifo arbitration."""
     if hbm.arbitration == "fifo":
-        return np.full((1, 1, 4), -1, np.int64)
-    cal = np.zeros((G * hbm.channels + G, MEMORY_CALENDAR_WINDOWS, 4), np.int64)
+        return np.full((1, 1, 5), -1, np.int64)
+    cal = np.zeros((G * hbm.channels + G, MEMORY_CALENDAR_WINDOWS, 5), np.int64)
     cal[:, :, 0] = -1
     return cal
 

@@ -15,7 +15,7 @@ import pytest
 
 from conftest import REPO, model_stats, simulate
 
-SYSTEM = ["system.gpu.hbm.channels=1", "system.gpu.hbm.bandwidth=1TB/s",
+SYSTEM = ["system.gpu.hbm.queue_depth=64", "system.gpu.hbm.channels=1", "system.gpu.hbm.bandwidth=1TB/s",
           "system.gpu.hbm.arbitration_window=1ns", "system.num_gpus=2", "system.gpu.num_sms=2"]
 
 # Runs in a fresh interpreter (NUMBA_DISABLE_JIT decides the engine when the package is imported):
@@ -75,15 +75,16 @@ def test_a_small_write_after_a_paced_read_uses_the_bandwidth_left(both_engines):
     assert numba["fifo"] == {"read": 4000, "write": 4000 + 256}
 
 
-def test_oversubscribed_streams_spill_and_a_write_still_gets_a_fair_share(both_engines):
+def test_oversubscribed_streams_spill_and_a_write_waits_one_queue_drain(both_engines):
     numba, python = both_engines
     assert numba == python
     sat = numba["saturated"]
     # windows 0-9: two streams take 400 ps each, the third the 200 ps left; its remaining
     # 2000 ps take 400 ps of windows 10-14 (its pace), so it ends at 15 ns
     assert sat["ends"] == [10000, 10000, 15000]
-    # window 0 is full: the write gets one share of four (250 ps per ns): 1024 ps
-    assert sat["write"] == 100 + 1024
+    # windows 0-9 are full: the write waits for a full controller queue (64 requests of 32 B,
+    # 2048 ps at 1 B/ps) and its own 256 ps, not for the streams' 15 ns
+    assert sat["write"] == 100 + 2048 + 256
     # bytes and channel work are conserved exactly
     assert sat["read_bytes"] == 3 * 4000 and sat["write_bytes"] == 256
     assert sat["busy"] == 3 * 4000 + 256 and sat["paced"] == 3

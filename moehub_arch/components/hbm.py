@@ -25,9 +25,9 @@ Arbitration (system.gpu.hbm.arbitration) decides how a channel shares its bandwi
   instruction) took in it. Paced streams take what is left in each window, up to their pace,
   spilling into later windows when the channel is saturated. Whole accesses stay first in first
   out among themselves (the ``free`` queue: exactly the fifo model when nothing is paced) and flow
-  through each window at the rate the paced streams leave, but never below one fair share
-  (1 / (streams in the window + 1)): when streams oversubscribe a channel the controller still
-  interleaves a newcomer's requests with theirs.
+  through each window at the rate the paced streams leave, but never later than their own transfer
+  plus the drain of a full controller queue (``queue_depth`` 32 B requests): under FR-FCFS a
+  request waits for the requests already queued, however many streams keep the queue full.
   Approximated: completion times are computed when an access is issued, so a later access cannot
   delay a stream already placed: the work a whole access takes beyond what its window had left
   is charged to the next window (later streams pay it; total work is conserved, its order is
@@ -52,8 +52,10 @@ from ..engine.clock import bytes_ticks, cycle_edge, cycle_at_or_after
 from ..engine.state import ERR_UNBACKED_COPY
 
 ARB_PACED, ARB_FIFO = 0, 1            # config.schema.MEMORY_ARBITRATION
-# calendar columns: window index, work (ticks) paced streams and whole accesses took, streams in it
-CAL_TAG, CAL_PACED, CAL_WHOLE, CAL_STREAMS = 0, 1, 2, 3
+# calendar columns: window index, work (ticks) paced streams and whole accesses took, streams in
+# it, and for a full window a later window to try next (skip link; 0: none), so a stream placed
+# behind a long saturated stretch does not walk it window by window every time
+CAL_TAG, CAL_PACED, CAL_WHOLE, CAL_STREAMS, CAL_NEXT = 0, 1, 2, 3, 4
 
 
 @compiled
@@ -151,7 +153,7 @@ def _hbm_channel(st, g, c, busy, tick, pace_ticks):
     chan.busy += busy
     if st.p[0].mem_arbitration == ARB_PACED and pace_ticks > busy:
         return -_paced(st, g, c, busy, tick, pace_ticks)
-    end = _whole(st, g, c, chan.free, busy, tick)
+    end = _whole(st, g, c, chan.free, busy, tick, st.p[0].hbm_queue_ticks)
     chan.free = end
     return end
 
@@ -172,22 +174,25 @@ def _window(st, srv, i):
         st.mem_cal[srv, row, CAL_PACED] = 0
         st.mem_cal[srv, row, CAL_WHOLE] = 0
         st.mem_cal[srv, row, CAL_STREAMS] = 0
+        st.mem_cal[srv, row, CAL_NEXT] = 0
     return row
 
 
 @compiled
-def _whole(st, g, srv, free, busy, tick):
+def _whole(st, g, srv, free, busy, tick, queue_ticks):
     """A whole access: first in first out behind the server's other whole accesses (`free`), at
-    the rate the paced streams leave in each window it crosses, and never less than one fair
-    share (1 / (streams + 1)) when streams oversubscribe a window: the controller interleaves its
-    requests with theirs. Work beyond what the window had left is a debt the next window's paced
-    streams pay (the streams already placed keep their times). Returns its end tick."""
+    the rate the paced streams leave in each window it crosses, but never later than its own
+    transfer plus the drain of a full controller queue (`queue_ticks`): FR-FCFS serves a request
+    after the requests already queued, however many streams keep the queue full. Work beyond what a
+    window had left is a debt the next window's paced streams pay (the streams already placed keep
+    their times). Returns its end tick."""
     start = free
     if start < tick:
         start = tick
     if st.p[0].mem_arbitration != ARB_PACED:
         return start + busy
     W = st.p[0].mem_window_ticks
+    limit = start + busy + queue_ticks
     t = start
     rem = busy
     while rem > 0:
@@ -197,16 +202,18 @@ def _whole(st, g, srv, free, busy, tick):
             st.gpu[g].mem_beyond_calendar += rem
             return t + rem
         w_end = (i + 1) * W
+        stop = w_end if w_end < limit else limit
         left = W - st.mem_cal[srv, row, CAL_PACED]    # the channel's share not paced away
-        fair = W // (st.mem_cal[srv, row, CAL_STREAMS] + 1)
-        share = left if left > fair else fair
-        need = (rem * W + share - 1) // share         # ticks to move rem at that share
-        if t + need <= w_end:
+        end = -1
+        got = 0
+        if left > 0 and t + (rem * W + left - 1) // left <= stop:
             got = rem
-            end = t + need
-        else:
-            got = (w_end - t) * share // W
-            end = -1
+            end = t + (rem * W + left - 1) // left
+        elif stop == limit:
+            got = rem                                  # the queue bound: served now
+            end = limit
+        elif left > 0:
+            got = (w_end - t) * left // W
         used = st.mem_cal[srv, row, CAL_WHOLE] + got
         over = used + st.mem_cal[srv, row, CAL_PACED] - W
         if over > 0:
@@ -228,10 +235,13 @@ def _whole(st, g, srv, free, busy, tick):
 @compiled
 def _paced(st, g, srv, busy, tick, pace_ticks):
     """A paced stream of `busy` ticks of work spread over `pace_ticks` from `tick`: in each window
-    it takes at most its pace and what the window has left. Returns when its last byte is served."""
+    it takes at most its pace and what the window has left. Returns when its last byte is served.
+    A window stays full once full (until its ring row is reused), so a run of full windows gets a
+    skip link from its first window to the next window found open."""
     W = st.p[0].mem_window_ticks
     t = tick
     rem = busy
+    first_full = -1        # ring row of the first full window of the run being crossed
     while True:
         i = t // W
         row = _window(st, srv, i)
@@ -239,18 +249,25 @@ def _paced(st, g, srv, busy, tick, pace_ticks):
             st.gpu[g].mem_beyond_calendar += rem
             return t + (rem * pace_ticks + busy - 1) // busy
         w_end = (i + 1) * W
-        cap = ((w_end - t) * busy + pace_ticks - 1) // pace_ticks   # the stream's pace
         room = W - st.mem_cal[srv, row, CAL_PACED] - st.mem_cal[srv, row, CAL_WHOLE]
-        if room > 0:
-            if rem <= cap and rem <= room:
-                st.mem_cal[srv, row, CAL_PACED] += rem
-                st.mem_cal[srv, row, CAL_STREAMS] += 1
-                end = t + (rem * pace_ticks + busy - 1) // busy
-                return end if end < w_end else w_end
-            take = cap if cap < room else room
-            st.mem_cal[srv, row, CAL_PACED] += take
-            st.mem_cal[srv, row, CAL_STREAMS] += 1
-            rem -= take
+        if room <= 0:
+            if first_full < 0:
+                first_full = row
+            nxt = st.mem_cal[srv, row, CAL_NEXT]
+            t = nxt * W if nxt > i else w_end
+            continue
+        if first_full >= 0:
+            st.mem_cal[srv, first_full, CAL_NEXT] = i
+            first_full = -1
+        cap = ((w_end - t) * busy + pace_ticks - 1) // pace_ticks   # the stream's pace
+        st.mem_cal[srv, row, CAL_STREAMS] += 1
+        if rem <= cap and rem <= room:
+            st.mem_cal[srv, row, CAL_PACED] += rem
+            end = t + (rem * pace_ticks + busy - 1) // busy
+            return end if end < w_end else w_end
+        take = cap if cap < room else room
+        st.mem_cal[srv, row, CAL_PACED] += take
+        rem -= take
         t = w_end
 
 
@@ -287,7 +304,7 @@ def _l2_transfer(st, g, nbytes, tick, pace_ticks):
     srv = p.num_gpus * p.hbm_channels + g
     if p.mem_arbitration == ARB_PACED and pace_ticks > busy:
         return _paced(st, g, srv, busy, tick, pace_ticks)
-    end = _whole(st, g, srv, gp.l2_free, busy, tick)
+    end = _whole(st, g, srv, gp.l2_free, busy, tick, p.l2_queue_ticks)
     gp.l2_free = end
     return end
 

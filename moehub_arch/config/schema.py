@@ -54,6 +54,8 @@ class HbmConfig:
                           choices=MEMORY_ARBITRATION)
     arbitration_window: int = _f("time", "granularity of the paced-arbitration calendar (the "
                                  "bandwidth left to other requests is tracked per window)", min=1)
+    queue_depth: int = _f("int", "requests (32 B) a channel controller queues: under paced "
+                          "arbitration a request waits at most for a full queue to drain", min=1)
 
 
 L2_LINK_WRITES = ("hbm", "write_back")

@@ -41,6 +41,7 @@ PARAMS = _record(
     "hbm_channels", "hbm_interleave", "hbm_fs_per_byte_channel", "hbm_latency_cycles",
     "hbm_atomic_cycles", "hbm_capacity", "hbm_min_access",
     "mem_arbitration", "mem_window_ticks",  # components/hbm.py: MEMORY_ARBITRATION index, calendar window
+    "hbm_queue_ticks", "l2_queue_ticks",    # drain of a full controller queue (HBM channel, L2 port)
     "l2_fs_per_byte", "l2_latency_cycles",
     "l2_link_writes",
     "links_per_gpu", "num_switches", "max_payload", "store_payload", "write_resp_per_packet",
@@ -180,7 +181,7 @@ State = namedtuple("State", [
     "wait_list",    # [G, 2, TB slots per GPU] sleeping TBs: WAITLIST_FLAG, WAITLIST_HUB
     "hbm_mem", "smem",  # functional storage: [G, backed bytes], [SMs, smem bytes or 0] uint8
     "hbm_chan",     # [G * C] HBM_CHANNEL
-    "mem_cal",      # [G * C + G, windows, 4] paced-arbitration calendar of the HBM channels and
+    "mem_cal",      # [G * C + G, windows, 5] paced-arbitration calendar of the HBM channels and
                     # the L2 read ports (components/hbm.py CAL_*)
     "ch", "txq", "rxq",  # [channels] LINK_CHANNEL; FIFOs of packet ids
     "wire",         # [channels, rx_buffer_flits] packets in flight on each channel, in order
