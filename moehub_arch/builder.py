@@ -65,6 +65,11 @@ def layout_buffers(cfg):
         slots = local_experts(cfg) * moe.window_rows
         wanted.append((MOE_RECORDS, slots * cfg.system.gpu.hub.moe.aau.record_bytes, "control", "i64"))
         wanted.append((MOE_WINDOWS, slots * moe.row_bytes, "data", "u8"))
+        if cfg.system.gpu.hub.moe.aau.overflow == "spill":
+            # where evicted row-table entries live: one entry per window slot (last, so that the
+            # other buffers keep their addresses)
+            wanted.append((MOE_RAT_SPILL, slots * cfg.system.gpu.hub.moe.aau.record_bytes, "data",
+                           "u8"))
     for region in ("control", "data"):
         for name, nbytes, bregion, dtype in wanted:
             if bregion != region:
@@ -81,6 +86,7 @@ def layout_buffers(cfg):
 
 MOE_RECORDS = "moe_records"   # internal buffers of the MoE-Hub (names users may read)
 MOE_WINDOWS = "moe_windows"
+MOE_RAT_SPILL = "moe_rat_spill"
 
 
 def expert_placement(cfg):
@@ -292,6 +298,7 @@ def _moe_params(cfg):
         window_rows=max(moe.window_rows, tile), row_bytes=max(moe.row_bytes, 1), tile_rows=tile,
         tiles_per_window=max(moe.window_rows, tile) // tile,
         record_bytes=hub.moe.aau.record_bytes, records_cap=hub.moe.aau.record_table_entries,
+        aau_spill=int(hub.moe.aau.overflow == "spill"),
         rpm_merge_bytes=hub.moe.rpm.merge_buffer_bytes, rpm_packet_bytes=rpm_packet_bytes(cfg),
         rpm_flush_ticks=hub.moe.rpm.flush_timeout,
         rpm_ring=hub.moe.rpm.row_queue_depth, rpm_header_bytes=hub.moe.rpm.row_header_bytes,
@@ -343,6 +350,8 @@ def build_state(cfg, program, seed=None, presets=None):
         write_resp_per_packet=int(sysc.nvlink.write_responses == "per_packet"),
         packet_train=cfg.run.packet_train,
         header_bytes=sysc.nvlink.header_bytes, flit_bytes=flit,
+        response_vc=int(sysc.nvlink.response_path == "separate"),
+        cut_through=int(sysc.switch.forwarding == "cut_through"),
         link_fs_per_byte=int(round(1e15 / sysc.nvlink.bandwidth)),
         link_latency_ticks=sysc.nvlink.latency, rx_buffer_flits=sysc.nvlink.rx_buffer_flits,
         switch_traversal_ticks=sysc.switch.traversal_latency,
@@ -371,6 +380,8 @@ def build_state(cfg, program, seed=None, presets=None):
     if MOE_WINDOWS in buffers:
         params[0].win_addr = buffers[MOE_WINDOWS].addr
         params[0].rec_addr = buffers[MOE_RECORDS].addr
+        if MOE_RAT_SPILL in buffers:
+            params[0].rat_spill_addr = buffers[MOE_RAT_SPILL].addr
     smem = np.zeros((NSM, gpu.sm.smem_bytes if functional else 0), np.uint8)
 
     # launches
@@ -421,13 +432,20 @@ def build_state(cfg, program, seed=None, presets=None):
     ch.txq_cap[:] = np.where(to_switch == 1, sysc.nvlink.tx_queue_packets,
                              sysc.switch.output_queue_packets)
     rxq_cap = sysc.nvlink.rx_buffer_flits  # every packet is at least one flit
+    # the response virtual channel (unused, one packet deep, with response_path: shared)
+    separate = sysc.nvlink.response_path == "separate"
+    rsp_rx_cap = sysc.nvlink.response_buffer_flits if separate else 1
+    ch.rsp_credits[:] = rsp_rx_cap
+    ch.rsq_cap[:] = sysc.nvlink.response_queue_packets if separate else 1
+    in_flight = rxq_cap + rsp_rx_cap  # packets on a wire, or credit returns on their way
 
     # hub: a GPU can be the target of every other GPU's outstanding requests at once
     free_reqs = np.array([[g * R + (R - 1 - i) for i in range(R)] for g in range(G)], np.int64)
     # every packet sits in a transmit queue or in (or on the way to) a receive buffer
     # (+ the MoE-Hub loopback path, bounded like one more receive buffer per GPU)
     # (and the MoE-Hub staging stores, whose packets have left the link buffers)
-    npk = int(ch.txq_cap.sum()) + nch * rxq_cap + G * (rxq_cap + aau_staging_packets(cfg)) + 16
+    npk = (int(ch.txq_cap.sum()) + int(ch.rsq_cap.sum()) + nch * in_flight
+           + G * (rxq_cap + aau_staging_packets(cfg)) + 16)
     sysrec = new_records(SYSTEM, 1)
     sysrec[0].pk_top = npk
 
@@ -446,10 +464,12 @@ def build_state(cfg, program, seed=None, presets=None):
         mem_cal=_memory_calendar(G, gpu.hbm),
         ch=ch, txq=np.zeros((nch, int(ch.txq_cap.max())), np.int64),
         rxq=np.zeros((nch, rxq_cap), np.int64),
-        wire=np.zeros((nch, sysc.nvlink.rx_buffer_flits), np.int64),
-        credit_ret=np.zeros((nch, sysc.nvlink.rx_buffer_flits, 2), np.int64),
+        rsq=np.zeros((nch, int(ch.rsq_cap.max())), np.int64),
+        rsp_rxq=np.zeros((nch, rsp_rx_cap), np.int64),
+        wire=np.zeros((nch, in_flight), np.int64),
+        credit_ret=np.zeros((nch, in_flight, 3), np.int64),
         gpu_routes=gpu_routes, sw_routes=sw_routes, sw_inputs=sw_inputs,
-        sw_wait=np.zeros((sw_routes.shape[0], 2 + max(1, sw_inputs.shape[1] - 1)), np.int64),
+        sw_wait=np.zeros((2 * sw_routes.shape[0], 2 + max(1, sw_inputs.shape[1] - 1)), np.int64),
         reqq=np.zeros((G, gpu.hub.request_queue_depth), np.int64),
         respq=np.zeros((G, G * R, 3), np.int64), free_reqs=free_reqs,
         link_resp=np.zeros((G, G), np.int64),
@@ -486,6 +506,7 @@ def _moe_state(cfg, p, links, rxq_cap):
         aau_q=np.zeros((G, p.aau_staging + (links + 1) * rxq_cap, 4), np.int64),
         rpm_hist=np.zeros((G, RPM_HIST_BINS), np.int64),
         dam_hist=np.zeros((G, DAM_HIST_BINS), np.int64),
+        aau_rat=np.zeros((G, p.records_cap if p.aau_spill else 1, 4), np.int64),
     )
 
 

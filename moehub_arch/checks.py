@@ -55,9 +55,15 @@ def check_links(st, out):
     full = int(st.p[0].rx_buffer_flits)
     out.check(ch.credits == full, f"link credits not returned (each channel holds {full})",
               lambda c: f"{channel_name(st, c)} holds {int(ch.credits[c])}")
+    rsp_full = int(st.rsp_rxq.shape[1])
+    out.check(ch.rsp_credits == rsp_full,
+              f"link response-channel credits not returned (each channel holds {rsp_full})",
+              lambda c: f"{channel_name(st, c)} holds {int(ch.rsp_credits[c])}")
     name = lambda c: channel_name(st, c)   # noqa: E731
     out.empty(ch.txq_count, "link transmit queues not empty", name, " packet(s)")
     out.empty(ch.rxq_count, "switch input buffers not empty", name, " packet(s)")
+    out.empty(ch.rsq_count, "link response queues not empty", name, " packet(s)")
+    out.empty(ch.rsp_rxq_count, "switch response input buffers not empty", name, " packet(s)")
 
 
 def check_packets(st, out):
@@ -123,6 +129,13 @@ def check_moehub(st, out):
     out.check(gp.records_live == 0, "MoE-Hub completion records never released "
               "(claimed tiles without notify_ready.release)",
               lambda g: f"system.gpu{g}.hub.aau: {int(gp.records_live[g])} live records")
+    # overflow: spill: released tiles take their rows' entries out of the table; a refill reads
+    # back an entry that an eviction wrote
+    out.check(gp.rat_live == 0, "MoE-Hub AAU row-table entries left after every tile was released",
+              lambda g: f"system.gpu{g}.hub.aau: {int(gp.rat_live[g])} entries on chip")
+    out.check(gp.aau_refills <= gp.aau_spills, "MoE-Hub AAU row-table refills without a spill",
+              lambda g: f"system.gpu{g}.hub.aau: {int(gp.aau_refills[g])} refills, "
+                        f"{int(gp.aau_spills[g])} spills")
 
 
 def run_invariants(sim):

@@ -244,7 +244,7 @@ def _resource_lines(sim):
         if int(gp.aau_q_count):
             out.append(f"{hub}.aau: {int(gp.aau_q_count)} packet(s) waiting for window or "
                        f"record-table space ({int(gp.aau_staged)} in the staging store)")
-        if int(p.num_experts) and int(gp.records_live) >= int(p.records_cap):
+        if int(p.num_experts) and not int(p.aau_spill) and int(gp.records_live) >= int(p.records_cap):
             out.append(f"{hub}.aau: completion-record table full ({int(gp.records_live)} of "
                        f"{int(p.records_cap)}; system.gpu.hub.moe.aau.record_table_entries)")
         for d in range(G):
@@ -276,6 +276,13 @@ def _resource_lines(sim):
                        f"the receiver holds the rest)")
         elif int(ch.txq_count) >= int(ch.txq_cap):
             out.append(f"{name}: transmit queue full ({int(ch.txq_count)} packets)")
+        if ch.credit_blocked and int(ch.rsq_count):
+            out.append(f"{name}: response channel out of credits ({int(ch.rsp_credits)} left; "
+                       f"{int(ch.rsq_count)} response(s) queued)")
+        if ch.rsp_xbar_blocked:
+            dst = int(st.pk[int(st.rsp_rxq[c, int(ch.rsp_rxq_head)])].dst)
+            out.append(f"{name}: switch response input blocked, every response queue toward GPU "
+                       f"{dst} full ({int(ch.rsp_rxq_count)} response(s) buffered)")
         if ch.xbar_blocked:
             dst = int(st.pk[int(st.rxq[c, int(ch.rxq_head)])].dst)
             out.append(f"{name}: switch input blocked, every output queue toward GPU {dst} full "
@@ -318,7 +325,8 @@ def _likely_causes(sim):
     if int(p.num_experts):
         for g in range(int(p.num_gpus)):
             gp = st.gpu[g]
-            if int(gp.records_live) >= int(p.records_cap) and int(gp.aau_q_count):
+            if not int(p.aau_spill) and int(gp.records_live) >= int(p.records_cap) \
+                    and int(gp.aau_q_count):
                 tables.append(
                     f"the completion-record table of GPU {g}'s AAU is full ({int(gp.records_live)} "
                     f"of {int(p.records_cap)}) with {int(gp.aau_q_count)} packet(s) waiting for a "

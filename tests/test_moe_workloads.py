@@ -104,6 +104,17 @@ def test_mixtral_and_qwen3_details():
     assert v2.shared_experts == 2 and v2.shared_expert_ffn == 1536 and v2.layers == 60
 
 
+def test_router_weighting_follows_the_public_configs():
+    """norm_topk_prob / routed_scaling_factor / moe_normalize_expert_weights of each model's
+    config.json on Hugging Face."""
+    expect = {"deepseek_v2": (False, 16.0), "deepseek_v3": (True, 2.5), "qwen2_57b_a14b": (False, 1.0),
+              "qwen3_30b_a3b": (True, 1.0), "olmoe_1b_7b": (False, 1.0), "dbrx": (True, 1.0),
+              "qwen1_5_moe_a2_7b": (False, 1.0)}
+    for name, (normalize, scale) in expect.items():
+        r = load_model(name).router
+        assert (r.normalize, r.scale) == (normalize, scale), name
+
+
 def test_load_model_by_path(tmp_path):
     src = load_model("deepseek_v3")
     p = tmp_path / "mine.yaml"

@@ -97,3 +97,32 @@ def test_example_sweeps_expand():
     from moehub_arch.sweep import load_sweep
     assert len(load_sweep(CONFIGS / "sweeps/hub_merge_x_tile.yaml").points) == 9
     assert len(load_sweep(CONFIGS / "sweeps/tokens_x_scheme.yaml").points) == 9
+
+
+def test_resume_reruns_points_whose_config_changed(tmp_path):
+    """A finished point is reused only for the same resolved config: editing the config file (or a
+    file it extends) between runs reruns the point, and a done.json without the config's
+    fingerprint (written by an older version) is not trusted either."""
+    import json
+
+    from moehub_arch.sweep import load_sweep, run_sweep
+
+    base = tmp_path / "base.yaml"
+    base.write_text(f"extends: {CONFIGS / 'experiments/functional.yaml'}\nscheme: deepep\n")
+    sweep_file = tmp_path / "s.yaml"
+    sweep_file.write_text(f"name: s\nconfig: {base}\ngrid:\n  workload.layer.tokens_per_gpu: [32]\n"
+                          "stats: [system.moe.layer_time_us]\n")
+
+    def statuses():
+        _, rows = run_sweep(load_sweep(sweep_file, tmp_path / "out"), workers=1, progress=False)
+        return [r["status"] for r in rows]
+
+    assert statuses() == ["ok"]
+    assert statuses() == ["ok (earlier run)"]
+    base.write_text(base.read_text() + "workload: {layer: {combine_tbs: 4}}\n")
+    assert statuses() == ["ok"]
+    assert statuses() == ["ok (earlier run)"]
+    (done,) = (tmp_path / "out" / "points").glob("*/done.json")
+    done.write_text(json.dumps({k: v for k, v in json.loads(done.read_text()).items()
+                                if k != "config_digest"}))
+    assert statuses() == ["ok"]

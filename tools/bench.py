@@ -10,7 +10,9 @@ compile time, the Numba / pure-Python engine ratio and the growth of wall time w
 Every run is `moehub-sim run` in its own process (so each case's peak memory is its own: the
 child's maximum resident set size from wait4). Per case: wall seconds of the run loop with a warm
 JIT cache (stats hostSeconds), warm start (loading the cached engine, hostCompileSeconds), events,
-events/s, simulated instructions/s, peak memory and slowdown (wall seconds per simulated second).
+events/s, events per packet (simEvents / packets the GPUs put on their links, requests, data and
+responses alike: what the engine spends per unit of modelled traffic), simulated instructions/s,
+peak memory and slowdown (wall seconds per simulated second).
 The cold compile is measured once, on a fresh Numba cache folder: every case runs the same compiled
 engine (one compiled version per argument type), so it is the cold start of any of them. The engine
 ratio runs one small all-to-all under both engines and checks their model stats are identical.
@@ -29,6 +31,7 @@ import json
 import math
 import os
 import platform
+import re
 import subprocess
 import sys
 import tempfile
@@ -46,11 +49,16 @@ FULL_CASES = {
     "dsv3_dgx_h100_overlap": (f"{LAYER}/deepseek_v3_4096_overlap.yaml", []),
     "mixtral_8x7b_dgx_h100": (f"{LAYER}/mixtral_8x7b_8192_moehub.yaml", []),
     "dsv3_gh200_nvl32": (f"{LAYER}/deepseek_v3_4096_moehub_gh200_nvl32.yaml", []),
+    "dsv3_hgx_h800_moehub": (f"{LAYER}/deepseek_v3_4096_moehub_hgx_h800.yaml", []),
+    # DySHARP (arXiv 2605.05607) sweeps 4-64 GPUs: the NVL32 fabric's 64-port switches take 64
+    "dsv3_64gpu_moehub": (f"{LAYER}/deepseek_v3_4096_moehub_gh200_nvl32.yaml",
+                          ["system.num_gpus=64", "workload.layer.tokens_per_gpu=256"]),
 }
 QUICK_CASES = {
     "alltoall": ("configs/ubench/alltoall.yaml", []),
     "dsv3_dgx_h100_moehub": (f"{LAYER}/deepseek_v3_4096_moehub.yaml", ["workload.layer.tokens_per_gpu=512"]),
     "dsv3_dgx_h100_deepep": (f"{LAYER}/deepseek_v3_4096_deepep.yaml", ["workload.layer.tokens_per_gpu=512"]),
+    "dsv3_hgx_h800_moehub": (f"{LAYER}/deepseek_v3_256_moehub_hgx_h800.yaml", []),
 }
 # (config, key, points, fixed overrides) per sweep; full and quick. On 2 GPUs each holds 128 of
 # DeepSeek-V3's experts: the hub's record table needs 128 x 127 + 1 entries; same at every point.
@@ -101,12 +109,20 @@ def run_sim(config, overrides, engine="numba", env_extra=None):
     return stats, peak_mb, wall
 
 
+# packets put on the wires by the GPUs (requests, data, responses; each counted once, at its
+# first hop): the denominator of events per packet, the engine's cost per unit of modelled traffic
+INJECTED_PACKETS = re.compile(r"system\.gpu\d+\.nvlink\d+\.tx_packets")
+
+
 def case_figures(stats, peak_mb, wall):
     run_s = stats["hostSeconds"]
     sim_s = stats["simSeconds"]
+    packets = sum(int(v) for k, v in stats.items() if INJECTED_PACKETS.fullmatch(k))
     return {"wall_s": round(run_s, 3), "warm_start_s": round(stats["hostCompileSeconds"], 3),
             "process_s": round(wall, 2), "events": int(stats["simEvents"]),
             "events_per_s": round(stats["simEvents"] / run_s) if run_s else 0,
+            "packets": packets,
+            "events_per_packet": round(stats["simEvents"] / packets, 2) if packets else None,
             "insts": int(stats["simInsts"]),
             "insts_per_s": round(stats["simInsts"] / run_s) if run_s else 0,
             "peak_mem_mb": round(peak_mb, 1), "sim_us": round(sim_s * 1e6, 3),
@@ -234,11 +250,14 @@ def render(out):
     m = out["machine"]
     lines = [f"Machine: {m['cpu']}, {m['cores']} cores, Python {m['python']}, Numba {m['numba']}"
              f" ({out['suite']} suite{', ' + ' '.join(out['overrides']) if out['overrides'] else ''})",
-             "", "| case | wall s (warm) | events | M events/s | k insts/s | peak MB | slowdown |",
-             "|---|---:|---:|---:|---:|---:|---:|"]
+             "", "| case | wall s (warm) | events | M events/s | events/packet | k insts/s | peak MB | "
+             "slowdown |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for name, c in out["cases"].items():
+        per_packet = "-" if c.get("events_per_packet") is None else f"{c['events_per_packet']:.1f}"
         lines.append(f"| {name} | {c['wall_s']:.2f} | {c['events']:,} | {c['events_per_s'] / 1e6:.2f} | "
-                     f"{c['insts_per_s'] / 1e3:.0f} | {c['peak_mem_mb']:.0f} | {c['slowdown']:,} |")
+                     f"{per_packet} | {c['insts_per_s'] / 1e3:.0f} | {c['peak_mem_mb']:.0f} | "
+                     f"{c['slowdown']:,} |")
     lines.append("")
     if out.get("events_per_s"):
         lines.append(f"- run loop, all cases: {out['events_per_s'] / 1e6:.2f} M events/s")

@@ -26,9 +26,18 @@ response is in. `per_request` sends a single response for the whole put once all
 written (each packet carries its request's packet count in its header, so the receiver knows when
 it has them all): the responses' bandwidth is then almost free. The last response of a request
 leaves only when every write of it is visible in memory, so a fence that saw every response
-orders later flags after the data. Responses have priority
-over new requests in the packetizer (separate virtual channel, as in NVLink's request/response
-split), which keeps request/response protocols deadlock-free.
+orders later flags after the data.
+
+Response path (system.nvlink.response_path): NVLink carries requests and responses in separate
+virtual channels, so responses never wait behind requests and request/response protocols stay
+deadlock-free (public NVLink/NVSwitch material; the MoE-Hub and DySHARP simulators model 8 request
++ 8 response channels, arXiv 2605.05888 / 2605.05607). With `separate` (default) responses are
+made as they fall due, beside the request packetizer rather than in its slots (assumption: the
+response path is never the bottleneck: it sends at most one response per packet received), and
+they queue in each link's response channel (nvlink.response_queue_packets) with their own credits.
+`shared` is the earlier model, kept for comparison: responses take the request packetizer's slots
+(with priority) and queue in the links' request FIFOs behind requests - where each one also takes
+a slot of the read-ahead that the transmit queues give puts.
 
 The MoE-Hub control plane (RPM, AAU, DAM) will live beside this module in ``components/hub/``-style
 sibling modules and reuse the packetizer and receive path.
@@ -42,9 +51,10 @@ from ..engine.jit import compiled, inline
 from ..engine.state import (RESP_KIND, RESP_READY, RESP_REQ, ROUTE_FIRST, ROUTE_N, ROUTE_RR,
                             TB_WAIT_FENCE, WAIT_FENCE, WAIT_HUB, WAIT_REMOTE, WAITLIST_HUB)
 from .hbm import hbm_access, link_write, move_bytes, read_word, write_word
-from .nvlink import channel_count_arrival, credit_return, txq_push
+from .nvlink import channel_count_arrival, credit_return_vc, txq_push, txq_room
 from .packet import (PK_ACK, PK_ATOM_REQ, PK_ATOM_RESP, PK_GET_REQ, PK_GET_RESP, PK_PUT, PK_STORE,
-                     header_flits, packet_alloc, packet_flits, packet_free, store_packets)
+                     VC_REQUEST, VC_RESPONSE, header_flits, packet_alloc, packet_flits, packet_free,
+                     packet_vc, store_packets)
 from .trace import CAT_HUB, TR_HUB_RX, TR_HUB_TX, trace_event
 from .wakeups import hub_kick, tb_resume
 from .waiters import notify_stores
@@ -114,53 +124,82 @@ def hub_respond(st, g, r, resp_kind, ready):
 
 @compiled
 def pick_channel(st, g, dst, advance):
-    """Round-robin over GPU g's links toward dst that have transmit-queue room; -1 if none.
-    `advance`: move the round-robin pointer past the chosen link (when a packet is queued)."""
+    """Round-robin over GPU g's links toward dst that have request-channel transmit-queue room;
+    -1 if none. `advance`: move the round-robin pointer past the chosen link (when a packet is
+    queued)."""
+    return pick_channel_vc(st, g, dst, advance, VC_REQUEST)
+
+
+@compiled
+def pick_channel_vc(st, g, dst, advance, vc):
+    """pick_channel for virtual channel vc (VC_REQUEST, or VC_RESPONSE for responses)."""
     route = st.gpu_routes[g * st.p[0].num_gpus + dst]
     n = route[ROUTE_N]
     for k in range(n):
         c = route[ROUTE_FIRST + (route[ROUTE_RR] + k) % n]
-        if st.ch[c].txq_pkts + st.p[0].packet_train <= st.ch[c].txq_cap:
+        if txq_room(st, c, vc):
             if advance:
                 route[ROUTE_RR] = (route[ROUTE_RR] + k + 1) % n
             return c
     return -1
 
 
+@compiled
+def _response_vc(st):
+    """The virtual channel responses leave in (packet.packet_vc)."""
+    return VC_RESPONSE if st.p[0].response_vc else VC_REQUEST
+
+
+@compiled
+def _hub_blocked(st, g, tick):
+    """No link toward the packet's destination has queue room: wait for a dequeue."""
+    gp = st.gpu[g]
+    gp.hub_blocked = 1
+    gp.hub_blocked_since = tick
+
+
 @inline
 def hub_packetize(st, g, tick):
-    """EV_HUB_TX: emit the next packet of the head response (priority) or head request."""
+    """EV_HUB_TX: emit the next response (priority) or the next packet of the head request.
+
+    The request packetizer emits one packet per `hub_ticks_per_packet` (gp.hub_req_free).
+    With nvlink.response_path: separate, responses take the response path: they are made as
+    they become due, whatever the request packetizer is doing, and queue in the links'
+    response channels (a full response channel does not stop requests, nor the reverse). With
+    `shared` they go through the request packetizer (and its rate) and the request queues."""
     gp = st.gpu[g]
     if gp.hub_next_tx != tick:
         return  # superseded by an earlier activation
     gp.hub_next_tx = -1
-    if gp.link_resp_total > 0:
-        _send_link_responses(st, g, tick)
+    p = st.p[0]
+    separate = p.response_vc != 0
+    if not separate and gp.hub_req_free > tick:
+        hub_kick(st, g, gp.hub_req_free)
         return
-    use_resp = False
-    if gp.respq_count > 0:
-        head_ready = st.respq[g, gp.respq_head, RESP_READY]
-        if st.respq[g, gp.respq_head, RESP_KIND] == RESP_ACK:
-            head_ready = max(head_ready, _final_ack_ready(st, st.respq[g, gp.respq_head, RESP_REQ]))
-        if head_ready <= tick:
-            use_resp = True
-        elif gp.reqq_count == 0:
-            hub_kick(st, g, head_ready)
-            return
-    if not use_resp and gp.reqq_count == 0:
+    sent = _send_response(st, g, tick)
+    if sent > 0:
+        if not separate:
+            gp.hub_req_free = tick + sent * p.hub_ticks_per_packet
+        if gp.link_resp_total > 0 or gp.respq_count > 0 or gp.reqq_count > 0:
+            hub_kick(st, g, tick if separate else gp.hub_req_free)
         return
-    if use_resp:
-        r = st.respq[g, gp.respq_head, RESP_REQ]
-        dst = st.req[r].src_gpu
-    else:
-        r = st.reqq[g, gp.reqq_head]
-        dst = st.req[r].dst_gpu
-    c = pick_channel(st, g, dst, True)
-    if c < 0:
-        gp.hub_blocked = 1
-        gp.hub_blocked_since = tick
-        return  # a dequeue on one of our links wakes us
+    if sent < 0 and not separate:
+        _hub_blocked(st, g, tick)   # responses first: wait for room for the head response
+        return
+    if gp.reqq_count == 0:
+        if sent < 0:
+            _hub_blocked(st, g, tick)
+        return
+    if gp.hub_req_free > tick:
+        hub_kick(st, g, gp.hub_req_free)
+        return
+    r = st.reqq[g, gp.reqq_head]
     rq = st.req[r]
+    dst = rq.dst_gpu
+    c = pick_channel_vc(st, g, dst, True, VC_REQUEST)
+    if c < 0:
+        _hub_blocked(st, g, tick)
+        return  # a dequeue on one of our links wakes us
     pkt = packet_alloc(st)
     pk = st.pk[pkt]
     pk.req = r
@@ -171,71 +210,114 @@ def hub_packetize(st, g, tick):
     pk.src_addr = 0
     ready = tick
     done = False
-    if use_resp:
-        kind = st.respq[g, gp.respq_head, RESP_KIND]
-        if kind == RESP_GET_DATA:
-            pk.kind = PK_GET_RESP
-            ready = _data_packet(st, g, pk, rq, rq.resp_sent, tick)
-            rq.resp_sent += pk.payload
-            done = rq.resp_sent == rq.length
-        elif kind == RESP_ATOM:
-            pk.kind = PK_ATOM_RESP
-            pk.payload = 8
-            pk.value = rq.value
-            done = True
-        else:
-            # write responses owed so far (a train of up to packet_train)
-            pk.kind = PK_ACK
-            pk.payload = 0
-            pk.npk = min(rq.acks_due, st.p[0].packet_train)
-            rq.acks_due -= pk.npk
-            done = rq.acks_due == 0
-        if done:
-            gp.respq_head = (gp.respq_head + 1) % st.respq.shape[1]
-            gp.respq_count -= 1
+    kind = rq.kind
+    if kind == REQ_PUT:
+        pk.kind = PK_PUT
+        ready = _data_packet(st, g, pk, rq, rq.sent, tick)
+        rq.sent += pk.payload
+        done = rq.sent == rq.length
+    elif kind == REQ_STORE:
+        pk.kind = PK_STORE
+        pk.payload = 8
+        pk.value = rq.value
+        done = True
+    elif kind == REQ_GET:
+        # one header-only read request per data packet asked for (rq.sent counts them),
+        # up to packet_train per record
+        pk.kind = PK_GET_REQ
+        pk.payload = 0
+        pk.npk = min(store_packets(st, rq.length) - rq.sent, p.packet_train)
+        rq.sent += pk.npk
+        done = rq.sent == store_packets(st, rq.length)
     else:
-        kind = rq.kind
-        if kind == REQ_PUT:
-            pk.kind = PK_PUT
-            ready = _data_packet(st, g, pk, rq, rq.sent, tick)
-            rq.sent += pk.payload
-            done = rq.sent == rq.length
-        elif kind == REQ_STORE:
-            pk.kind = PK_STORE
-            pk.payload = 8
-            pk.value = rq.value
-            done = True
-        elif kind == REQ_GET:
-            # one header-only read request per data packet asked for (rq.sent counts them),
-            # up to packet_train per record
-            pk.kind = PK_GET_REQ
-            pk.payload = 0
-            pk.npk = min(store_packets(st, rq.length) - rq.sent, st.p[0].packet_train)
-            rq.sent += pk.npk
-            done = rq.sent == store_packets(st, rq.length)
-        else:
-            pk.kind = PK_ATOM_REQ
-            pk.payload = 8
-            pk.value = rq.value
-            done = True
-        if done:
-            gp.reqq_head = (gp.reqq_head + 1) % st.reqq.shape[1]
-            gp.reqq_count -= 1
-            wake_hub_waiters(st, g, tick)
-    if pk.kind == PK_ACK or pk.kind == PK_GET_REQ:
+        pk.kind = PK_ATOM_REQ
+        pk.payload = 8
+        pk.value = rq.value
+        done = True
+    if done:
+        gp.reqq_head = (gp.reqq_head + 1) % st.reqq.shape[1]
+        gp.reqq_count -= 1
+        wake_hub_waiters(st, g, tick)
+    if pk.kind == PK_GET_REQ:
         pk.flits = pk.npk * header_flits(st)   # header-only packets
     else:
-        pk.flits, pk.npk = packet_flits(st, pk.payload, st.p[0].store_payload)
-    if not use_resp and rq.launch >= 0:
+        pk.flits, pk.npk = packet_flits(st, pk.payload, p.store_payload)
+    if rq.launch >= 0:
         # wire bytes per kernel (dispatch_link_efficiency); responses serve another GPU's kernel
-        st.ln[rq.launch].tx_wire += pk.flits * st.p[0].flit_bytes
-    pk.ready = ready + st.p[0].hub_tx_latency_ticks
+        st.ln[rq.launch].tx_wire += pk.flits * p.flit_bytes
+    pk.ready = ready + p.hub_tx_latency_ticks
     gp.hub_tx_packets += pk.npk
     gp.hub_tx_payload += pk.payload
     trace_event(st, CAT_HUB, TR_HUB_TX, g, pk.kind, dst, tick)
     txq_push(st, c, pkt, tick)
-    if gp.reqq_count > 0 or gp.respq_count > 0:
-        hub_kick(st, g, tick + pk.npk * st.p[0].hub_ticks_per_packet)
+    gp.hub_req_free = tick + pk.npk * p.hub_ticks_per_packet
+    if gp.reqq_count > 0 or gp.respq_count > 0 or gp.link_resp_total > 0:
+        hub_kick(st, g, gp.hub_req_free)
+
+
+@compiled
+def _send_response(st, g, tick):
+    """Emit one response record if one is due: link-level responses owed to MoE-Hub streams
+    first, then the head of the response FIFO. Returns the link packets sent (> 0), 0 if none
+    is due (a later one kicks the hub when it is), -1 if no link toward its destination has
+    room in the responses' virtual channel."""
+    gp = st.gpu[g]
+    if gp.link_resp_total > 0:
+        return _send_link_responses(st, g, tick)
+    if gp.respq_count == 0:
+        return 0
+    head_ready = st.respq[g, gp.respq_head, RESP_READY]
+    if st.respq[g, gp.respq_head, RESP_KIND] == RESP_ACK:
+        head_ready = max(head_ready, _final_ack_ready(st, st.respq[g, gp.respq_head, RESP_REQ]))
+    if head_ready > tick:
+        hub_kick(st, g, head_ready)
+        return 0
+    p = st.p[0]
+    r = st.respq[g, gp.respq_head, RESP_REQ]
+    rq = st.req[r]
+    dst = rq.src_gpu
+    c = pick_channel_vc(st, g, dst, True, _response_vc(st))
+    if c < 0:
+        return -1
+    pkt = packet_alloc(st)
+    pk = st.pk[pkt]
+    pk.req = r
+    pk.src = g
+    pk.dst = dst
+    pk.value = 0
+    pk.addr = rq.dst_addr
+    pk.src_addr = 0
+    ready = tick
+    kind = st.respq[g, gp.respq_head, RESP_KIND]
+    if kind == RESP_GET_DATA:
+        pk.kind = PK_GET_RESP
+        ready = _data_packet(st, g, pk, rq, rq.resp_sent, tick)
+        rq.resp_sent += pk.payload
+        done = rq.resp_sent == rq.length
+        pk.flits, pk.npk = packet_flits(st, pk.payload, p.store_payload)
+    elif kind == RESP_ATOM:
+        pk.kind = PK_ATOM_RESP
+        pk.payload = 8
+        pk.value = rq.value
+        done = True
+        pk.flits, pk.npk = packet_flits(st, pk.payload, p.store_payload)
+    else:
+        # write responses owed so far (a train of up to packet_train)
+        pk.kind = PK_ACK
+        pk.payload = 0
+        pk.npk = min(rq.acks_due, p.packet_train)
+        rq.acks_due -= pk.npk
+        done = rq.acks_due == 0
+        pk.flits = pk.npk * header_flits(st)   # header-only packets
+    if done:
+        gp.respq_head = (gp.respq_head + 1) % st.respq.shape[1]
+        gp.respq_count -= 1
+    pk.ready = ready + p.hub_tx_latency_ticks
+    gp.hub_tx_packets += pk.npk
+    gp.hub_tx_payload += pk.payload
+    trace_event(st, CAT_HUB, TR_HUB_TX, g, pk.kind, dst, tick)
+    txq_push(st, c, pkt, tick)
+    return pk.npk
 
 
 @compiled
@@ -255,7 +337,8 @@ def owe_link_responses(st, g, dst, n, tick):
 @compiled
 def _send_link_responses(st, g, tick):
     """Emit one record of owed link-level responses (up to packet_train) toward the next
-    destination that is owed some (round-robin)."""
+    destination that is owed some (round-robin); returns the packets sent, or -1 if no link
+    toward it has room in the responses' virtual channel."""
     p = st.p[0]
     gp = st.gpu[g]
     G = p.num_gpus
@@ -264,11 +347,9 @@ def _send_link_responses(st, g, tick):
         dst = (gp.link_resp_rr + k) % G
         if st.link_resp[g, dst] > 0:
             break
-    c = pick_channel(st, g, dst, True)
+    c = pick_channel_vc(st, g, dst, True, _response_vc(st))
     if c < 0:
-        gp.hub_blocked = 1
-        gp.hub_blocked_since = tick
-        return  # a dequeue on one of our links wakes us
+        return -1  # a dequeue on one of our links wakes us
     gp.link_resp_rr = (dst + 1) % G
     n = min(st.link_resp[g, dst], p.packet_train)
     st.link_resp[g, dst] -= n
@@ -289,8 +370,7 @@ def _send_link_responses(st, g, tick):
     gp.hub_tx_packets += n
     trace_event(st, CAT_HUB, TR_HUB_TX, g, pk.kind, dst, tick)
     txq_push(st, c, pkt, tick)
-    if gp.link_resp_total > 0 or gp.reqq_count > 0 or gp.respq_count > 0:
-        hub_kick(st, g, tick + n * p.hub_ticks_per_packet)
+    return n
 
 
 @compiled
@@ -396,7 +476,7 @@ def hub_receive(st, g, c, pkt, tick):
             rq.acks_arrived += pk.npk
             if rq.acks_arrived == rq.acks_total:
                 _complete_request(st, r, t)
-    credit_return(st, c, pk.flits, free_at + p.link_latency_ticks)
+    credit_return_vc(st, c, pk.flits, free_at + p.link_latency_ticks, packet_vc(st, pkt))
     packet_free(st, pkt)
 
 

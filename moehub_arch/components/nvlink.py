@@ -25,24 +25,51 @@ from ..engine.jit import compiled, inline
 
 from ..engine.clock import bytes_ticks
 from ..engine.events import timer_set
+from .packet import VC_RESPONSE, VC_REQUEST, header_flits, packet_vc
 from .trace import CAT_NVLINK, TR_LINK_TX, trace_event
 from .wakeups import ch_kick, hub_kick, rpm_kick, switch_output_freed
 
 
 @compiled
-def txq_push(st, c, pkt, tick):
+def txq_room(st, c, vc):
+    """Whether channel c's transmit FIFO of virtual channel vc has room for a packet (or train)."""
     ch = st.ch[c]
-    st.txq[c, (ch.txq_head + ch.txq_count) % ch.txq_cap] = pkt
-    ch.txq_count += 1
-    ch.txq_pkts += st.pk[pkt].npk
-    if ch.txq_pkts > ch.txq_peak:
-        ch.txq_peak = ch.txq_pkts
+    if vc == VC_RESPONSE:
+        return ch.rsq_pkts + st.p[0].packet_train <= ch.rsq_cap
+    return ch.txq_pkts + st.p[0].packet_train <= ch.txq_cap
+
+
+@compiled
+def txq_push(st, c, pkt, tick):
+    """Queue packet pkt for transmission on channel c, in its virtual channel's FIFO."""
+    ch = st.ch[c]
+    npk = st.pk[pkt].npk
+    if packet_vc(st, pkt) == VC_RESPONSE:
+        st.rsq[c, (ch.rsq_head + ch.rsq_count) % ch.rsq_cap] = pkt
+        ch.rsq_count += 1
+        ch.rsq_pkts += npk
+        if ch.rsq_pkts > ch.rsq_peak:
+            ch.rsq_peak = ch.rsq_pkts
+    else:
+        st.txq[c, (ch.txq_head + ch.txq_count) % ch.txq_cap] = pkt
+        ch.txq_count += 1
+        ch.txq_pkts += npk
+        if ch.txq_pkts > ch.txq_peak:
+            ch.txq_peak = ch.txq_pkts
     ch_kick(st, c, tick)
 
 
 @compiled
 def credit_return(st, c, flits, tick):
-    """The receiver of channel c freed `flits` of buffer; they reach the sender at `tick`."""
+    """The receiver of channel c freed `flits` of its request-channel buffer; they reach the
+    sender at `tick`."""
+    credit_return_vc(st, c, flits, tick, VC_REQUEST)
+
+
+@compiled
+def credit_return_vc(st, c, flits, tick, vc):
+    """The receiver of channel c freed `flits` of virtual channel vc's buffer; they reach the
+    sender at `tick`."""
     ch = st.ch[c]
     cap = st.credit_ret.shape[1]
     # insert in tick order (returns come nearly in order: the walk back is short)
@@ -54,10 +81,12 @@ def credit_return(st, c, flits, tick):
         cur = (ch.cr_head + i) % cap
         st.credit_ret[c, cur, 0] = st.credit_ret[c, prev, 0]
         st.credit_ret[c, cur, 1] = st.credit_ret[c, prev, 1]
+        st.credit_ret[c, cur, 2] = st.credit_ret[c, prev, 2]
         i -= 1
     slot = (ch.cr_head + i) % cap
     st.credit_ret[c, slot, 0] = tick
     st.credit_ret[c, slot, 1] = flits
+    st.credit_ret[c, slot, 2] = vc
     ch.cr_count += 1
     if ch.credit_blocked:
         ch_kick(st, c, tick)
@@ -65,11 +94,14 @@ def credit_return(st, c, flits, tick):
 
 @compiled
 def _reclaim_credits(st, c, tick):
-    """Add every credit return that reached the sender by `tick`."""
+    """Add every credit return that reached the sender by `tick` (to its virtual channel)."""
     ch = st.ch[c]
     cap = st.credit_ret.shape[1]
     while ch.cr_count > 0 and st.credit_ret[c, ch.cr_head, 0] <= tick:
-        ch.credits += st.credit_ret[c, ch.cr_head, 1]
+        if st.credit_ret[c, ch.cr_head, 2] == VC_RESPONSE:
+            ch.rsp_credits += st.credit_ret[c, ch.cr_head, 1]
+        else:
+            ch.credits += st.credit_ret[c, ch.cr_head, 1]
         ch.cr_head = (ch.cr_head + 1) % cap
         ch.cr_count -= 1
 
@@ -95,39 +127,68 @@ def credits_outstanding(st, c):
 
 @inline
 def channel_transmit(st, c, tick):
-    """EV_CH_TX: send the head packet if wire, packet and credits allow."""
+    """EV_CH_TX: send the head packet of a virtual channel if wire, packet and credits allow:
+    the response channel first (responses are short, and a response never waits behind
+    requests: it is what frees the requesters' resources), else the request channel."""
     p = st.p[0]
     ch = st.ch[c]
     if ch.tx_at != tick:
         return  # superseded by an earlier activation
     ch.tx_at = -1
-    if ch.txq_count == 0:
+    if ch.txq_count == 0 and ch.rsq_count == 0:
         return
     if ch.busy_until > tick:
         ch_kick(st, c, ch.busy_until)
         return
-    pkt = st.txq[c, ch.txq_head]
-    pk = st.pk[pkt]
-    if pk.ready > tick:
-        ch_kick(st, c, pk.ready)
-        return
-    if ch.credits < pk.flits:
-        _reclaim_credits(st, c, tick)
-        if ch.credits < pk.flits:
+    _reclaim_credits(st, c, tick)
+    vc = -1
+    pkt = -1
+    wake = -1           # the earliest head packet not yet ready
+    starved = False     # a ready head packet lacks credits
+    if ch.rsq_count > 0:
+        cand = st.rsq[c, ch.rsq_head]
+        if st.pk[cand].ready > tick:
+            wake = st.pk[cand].ready
+        elif ch.rsp_credits >= st.pk[cand].flits:
+            vc = VC_RESPONSE
+            pkt = cand
+        else:
+            starved = True
+    if vc < 0 and ch.txq_count > 0:
+        cand = st.txq[c, ch.txq_head]
+        if st.pk[cand].ready > tick:
+            if wake < 0 or st.pk[cand].ready < wake:
+                wake = st.pk[cand].ready
+        elif ch.credits >= st.pk[cand].flits:
+            vc = VC_REQUEST
+            pkt = cand
+        else:
+            starved = True
+    if vc < 0:
+        if starved:
             if not ch.credit_blocked:
                 ch.credit_blocked = 1
                 ch.credit_blocked_since = tick
             if ch.cr_count > 0:   # wake up when the next return arrives (later ones kick earlier)
                 ch_kick(st, c, st.credit_ret[c, ch.cr_head, 0])
-            return
+        if wake >= 0:
+            ch_kick(st, c, wake)
+        return
+    pk = st.pk[pkt]
     if ch.credit_blocked:
         ch.credit_blocked = 0
         ch.credit_stall += tick - ch.credit_blocked_since
     # transmit
-    ch.txq_head = (ch.txq_head + 1) % ch.txq_cap
-    ch.txq_count -= 1
-    ch.txq_pkts -= pk.npk
-    ch.credits -= pk.flits
+    if vc == VC_RESPONSE:
+        ch.rsq_head = (ch.rsq_head + 1) % ch.rsq_cap
+        ch.rsq_count -= 1
+        ch.rsq_pkts -= pk.npk
+        ch.rsp_credits -= pk.flits
+    else:
+        ch.txq_head = (ch.txq_head + 1) % ch.txq_cap
+        ch.txq_count -= 1
+        ch.txq_pkts -= pk.npk
+        ch.credits -= pk.flits
     wire = pk.flits * p.flit_bytes
     ser = bytes_ticks(wire, p.link_fs_per_byte)
     ch.busy_until = tick + ser
@@ -137,7 +198,11 @@ def channel_transmit(st, c, tick):
     ch.tx_busy += ser
     arrive = tick + ser + p.link_latency_ticks
     if ch.to_switch:
-        # the switch handles a packet once it has crossed the input stage (switch.py)
+        # the switch handles a packet once it has crossed the input stage (switch.py); a
+        # cut-through switch starts that as soon as the header flit is in, store-and-forward
+        # only once the whole packet is
+        if p.cut_through:
+            arrive = tick + header_serialisation(st) + p.link_latency_ticks
         arrive += p.switch_traversal_ticks
     # on the wire: packets of one channel arrive in the order they were sent, so the channel
     # keeps them in a FIFO and only its head has an arrival event (a small event queue)
@@ -159,9 +224,23 @@ def channel_transmit(st, c, tick):
             gp.rpm_stall_ticks += tick - gp.rpm_blocked_since
             rpm_kick(st, ch.gpu, tick)
     else:
-        switch_output_freed(st, ch.switch, ch.gpu, tick)
-    if ch.txq_count > 0:
+        switch_output_freed(st, ch.switch, ch.gpu, vc, tick)
+    if ch.txq_count > 0 or ch.rsq_count > 0:
         ch_kick(st, c, tick + ser)
+
+
+@compiled
+def header_serialisation(st):
+    """Time to serialise one packet header on a link (what a cut-through switch waits for)."""
+    p = st.p[0]
+    return bytes_ticks(header_flits(st) * p.flit_bytes, p.link_fs_per_byte)
+
+
+@compiled
+def packet_serialisation(st, pkt):
+    """Time to serialise packet pkt (all its flits) on a link."""
+    p = st.p[0]
+    return bytes_ticks(st.pk[pkt].flits * p.flit_bytes, p.link_fs_per_byte)
 
 
 @compiled

@@ -33,8 +33,23 @@ PK_ATOM_RESP = 5  # old value returning to the requester
 PK_ACK = 6        # write completion returning to the writer (header only)
 PK_MOE = 7        # MoE-Hub stream bytes [pk.addr, pk.addr + payload) of stream pk.src -> pk.dst
 PK_MOE_EOS = 8    # MoE-Hub end of stream; pk.value = the stream's total bytes (header only)
+VC_REQUEST = 0    # virtual channels (nvlink.response_path): requests and writes ...
+VC_RESPONSE = 1   # ... and the responses that complete them (write responses, read data, atomics)
 PACKET_KIND_NAMES = ("put", "store", "get_req", "get_resp", "atom_req", "atom_resp", "ack", "moe",
                      "moe_eos")
+
+
+@compiled
+def packet_vc(st, pkt):
+    """The virtual channel a packet travels in: responses (write responses, read data, atomic
+    results) in the response channel when nvlink.response_path is separate, else everything in
+    the request channel (one FIFO per link, responses behind requests)."""
+    if not st.p[0].response_vc:
+        return VC_REQUEST
+    k = st.pk[pkt].kind
+    if k == PK_ACK or k == PK_GET_RESP or k == PK_ATOM_RESP:
+        return VC_RESPONSE
+    return VC_REQUEST
 
 
 @compiled

@@ -38,7 +38,7 @@ from ..isa.encoding import (ATOM_RED_ADD, NUM_GENERAL_REGS, ALU_ADD, ALU_AND, AL
 from .hbm import (copy_overlapping, hbm_access, hbm_access_paced, hbm_backed, l2_access_paced,
                   move_bytes, raise_error, read_word, write_word)
 from .hub import REQ_ATOM, REQ_GET, REQ_PUT, REQ_STORE, atomic_ticks, hub_submit
-from .moehub.aau import aau_retry, record_address, slot_address
+from .moehub.aau import aau_release_entries, aau_retry, record_address, slot_address
 from .moehub.dam import CLAIM_WAIT, dam_claim, dam_release
 from .moehub.rpm import rpm_accept, rpm_end_of_stream
 from .scheduler import block_exit
@@ -502,9 +502,13 @@ def _execute(st, slot, sm, tick, cyc):
             p = st.p[0]
             off = _operand(st, slot, row, 1, tick, cyc) - p.win_addr \
                 - st.moe_place[a, 1] * p.window_rows * p.row_bytes
-            if off < 0 or off % p.row_bytes or not dam_release(st, g, a, off // p.row_bytes):
+            tile = dam_release(st, g, a, off // p.row_bytes) if off >= 0 and off % p.row_bytes == 0 \
+                else -1
+            if tile < 0:
                 raise_error(st, ERR_MOE_RELEASE, slot, off)
                 return
+            # the released rows' entries leave the AAU's row table (overflow: spill)
+            aau_release_entries(st, g, a, tile * p.tile_rows, p.tile_rows)
             aau_retry(st, g, tick)
 
     elif sem == SEM_PUT or sem == SEM_GET or sem == SEM_SEND_HOME:

@@ -83,11 +83,12 @@ def xbar_kick(st, c, tick):
 
 
 @compiled
-def switch_output_freed(st, s, dst, tick):
-    """An output queue of switch s toward GPU dst has a free slot: the output arbiter grants it
-    to the input port that has waited longest for that destination (switch._wait_for_output);
-    one slot, one grant, so blocked inputs are not all woken to compete for it."""
-    w = s * st.p[0].num_gpus + dst
+def switch_output_freed(st, s, dst, vc, tick):
+    """An output queue of switch s toward GPU dst has a free slot in virtual channel vc: the
+    output arbiter grants it to the input port that has waited longest for that destination and
+    channel (switch._wait_for_output); one slot, one grant, so blocked inputs are not all woken
+    to compete for it."""
+    w = (s * st.p[0].num_gpus + dst) * 2 + vc
     if st.sw_wait[w, 1] == 0:
         return
     cap = st.sw_wait.shape[1] - 2
@@ -95,6 +96,10 @@ def switch_output_freed(st, s, dst, tick):
     st.sw_wait[w, 0] = (st.sw_wait[w, 0] + 1) % cap
     st.sw_wait[w, 1] -= 1
     inp = st.ch[cin]
-    inp.xbar_blocked = 0
-    inp.xbar_blocked_ticks += tick - inp.xbar_blocked_since
+    if vc == 1:
+        inp.rsp_xbar_blocked = 0
+        inp.rsp_xbar_blocked_ticks += tick - inp.rsp_xbar_blocked_since
+    else:
+        inp.xbar_blocked = 0
+        inp.xbar_blocked_ticks += tick - inp.xbar_blocked_since
     xbar_kick(st, cin, tick)

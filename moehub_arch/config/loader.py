@@ -521,7 +521,24 @@ def _check(cfg: Config, ctx: _Ctx):
         raise ctx.error(("system", "nvlink", "rx_buffer_flits"),
                         f"expected at least {max_packet_flits} flits (one largest packet: header + "
                         f"max payload), found {nv.rx_buffer_flits}; a smaller buffer deadlocks")
+    if nv.response_path == "separate":
+        # the largest response: read data of one store packet (header + payload)
+        rsp_flits = -(-(nv.header_bytes + min(nv.store_packet_bytes, nv.max_payload_bytes))
+                      // nv.flit_bytes)
+        if nv.response_buffer_flits < rsp_flits:
+            raise ctx.error(("system", "nvlink", "response_buffer_flits"),
+                            f"expected at least {rsp_flits} flits (one read-data response: header + "
+                            f"store_packet_bytes), found {nv.response_buffer_flits}; a smaller "
+                            f"buffer deadlocks")
     train = cfg.run.packet_train
+    if train > 1 and nv.response_path == "separate":
+        rsp_room = min(nv.response_buffer_flits // rsp_flits, nv.response_queue_packets)
+        if train > rsp_room:
+            raise ctx.error(("run", "packet_train"),
+                            f"a train of {train} packets must fit a link's response channel "
+                            f"({nv.response_buffer_flits} flits = {nv.response_buffer_flits // rsp_flits} "
+                            f"read-data responses, {nv.response_queue_packets} queued packets); "
+                            f"expected at most {rsp_room}, found {train}")
     if train > 1:
         room = min(nv.rx_buffer_flits // max_packet_flits, nv.tx_queue_packets,
                    sw.output_queue_packets)
@@ -673,6 +690,8 @@ def record_table_minimum(local_experts: int, tile_rows: int) -> int:
 
 
 def _check_record_table(cfg: Config, ctx: _Ctx, local: int, why: str):
+    if cfg.system.gpu.hub.moe.aau.overflow == "spill":
+        return      # a full table spills to device memory: any size works (it costs time)
     tile = cfg.system.gpu.hub.moe.dam.tile_rows
     need = record_table_minimum(local, tile)
     aau = cfg.system.gpu.hub.moe.aau

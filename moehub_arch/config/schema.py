@@ -89,11 +89,19 @@ class RpmConfig:
                           choices=("round_robin", "longest_first"))
 
 
+AAU_OVERFLOW = ("stall", "spill")
+
+
 @attrs.frozen
 class AauConfig:
     alloc_latency_cycles: int = _f("int", "hub cycles to allocate a window slot for a row", min=0)
-    record_table_entries: int = _f("int", "live completion records per GPU (rows allocated whose "
-                                   "tile is not yet released); allocation stalls when full", min=1)
+    record_table_entries: int = _f("int", "on-chip row address table entries per GPU (one per row "
+                                   "allocated whose tile is not yet released); what happens when it "
+                                   "is full is `overflow`", min=1)
+    overflow: str = _f("choice", "a full row table: stall (allocation waits until a tile is released: "
+                       "this project's first reading) or spill (the oldest entry is evicted FIFO to "
+                       "device memory, an HBM write; a later packet of that row reads it back: MoE-Hub "
+                       "arXiv 2605.05888)", choices=AAU_OVERFLOW)
     record_bytes: int = _f("size", "completion record entry size (at least 32 B: source GPU, home "
                            "slot, aux, bytes)", min=32)
 
@@ -153,6 +161,18 @@ class NvlinkConfig:
                               choices=("per_packet", "per_request"))
     rx_buffer_flits: int = _f("int", "receive buffer (credits) per link direction", min=1)
     tx_queue_packets: int = _f("int", "transmit queue per link", min=1)
+    response_path: str = _f("choice", "separate: responses (write responses, read data, atomic "
+                            "results) travel in their own virtual channel, made beside the hub's "
+                            "request packetizer, with their own transmit queues, receive buffers "
+                            "and credits; shared: they take the request packetizer's slots and "
+                            "queue behind requests in one channel per link",
+                            choices=("separate", "shared"))
+    response_queue_packets: int = _f("int", "response-channel transmit queue per link direction "
+                                     "(GPU and switch output ports; response_path: separate)",
+                                     min=1)
+    response_buffer_flits: int = _f("int", "response-channel receive buffer (credits) per link "
+                                    "direction (switch input ports and GPUs; response_path: "
+                                    "separate)", min=1)
 
 
 @attrs.frozen
@@ -161,6 +181,9 @@ class SwitchConfig:
     ports: int = _f("int", "NVLink ports per switch chip", min=1)
     traversal_latency: int = _f("time", "input-to-output latency of one switch", min=0)
     output_queue_packets: int = _f("int", "packets queued per output port", min=1)
+    forwarding: str = _f("choice", "cut_through: a packet starts across the switch once its header "
+                         "flit is in; store_and_forward: once the whole packet is",
+                         choices=("cut_through", "store_and_forward"))
     gpu_link_switch: tuple = _f("int_tuple", "switch index of each of a GPU's links", min=0)
 
 

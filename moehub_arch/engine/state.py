@@ -46,11 +46,14 @@ PARAMS = _record(
     "l2_link_writes",
     "links_per_gpu", "num_switches", "max_payload", "store_payload", "write_resp_per_packet",
     "header_bytes", "flit_bytes",
+    "response_vc",  # 1: responses travel in their own virtual channel (nvlink.response_path: separate)
+    "cut_through",  # 1: switches forward a packet once its header is in (switch.forwarding)
     "link_fs_per_byte", "link_latency_ticks", "rx_buffer_flits", "switch_traversal_ticks",
     "hub_ticks_per_packet", "hub_tx_latency_ticks", "hub_rx_latency_ticks", "reqs_per_gpu",
     # MoE-Hub control plane (components/moehub): experts, windows, RPM / AAU / DAM parameters
     "num_experts", "local_experts", "window_rows", "row_bytes", "tile_rows", "tiles_per_window",
     "win_addr", "rec_addr", "record_bytes", "records_cap",
+    "aau_spill", "rat_spill_addr",  # AAU row table: 1 = spill to device memory when full; spill area
     "rpm_merge_bytes", "rpm_packet_bytes", "rpm_flush_ticks", "rpm_ring", "rpm_header_bytes", "rpm_ticks_per_packet",
     "rpm_policy", "aau_alloc_ticks", "aau_staging", "dam_notify_ticks",
     # event records for timelines and debug output (components/trace.py): categories recorded
@@ -98,6 +101,7 @@ LAUNCH = _record("gpu", "entry_pc", "grid", "next_in_stream", "smem", "max_per_s
 GPU = _record(
     "rr_sm", "waiters",
     "hub_next_tx", "hub_blocked", "hub_blocked_since", "hub_tb_waiters",
+    "hub_req_free",  # tick from which the packetizer may emit the next request packet
     "reqq_head", "reqq_count", "respq_head", "respq_count", "free_top",
     "hub_requests", "hub_tx_packets", "hub_tx_payload", "hub_rx_packets", "hub_rx_payload",
     "hub_stall_ticks", "hub_reqq_peak", "hub_respq_peak", "hub_rx_first", "hub_rx_last", "hub_acks",
@@ -114,6 +118,9 @@ GPU = _record(
     "dam_notifies", "dam_eos_received", "combine_rows",
     # where MoE-Hub packets wait for memory: RPM source reads, AAU destination writes (sums)
     "rpm_read_wait", "aau_data_packets", "aau_write_wait",
+    # AAU row address table with overflow: spill (State.aau_rat: a FIFO ring with holes of released
+    # entries): ring head, ring span, entries on chip; spills, refills, time packets waited for refills
+    "rat_head", "rat_span", "rat_live", "aau_spills", "aau_refills", "aau_refill_wait",
 )
 
 HBM_CHANNEL = _record("free", "busy")  # free: tick the queued transfers end; busy: stat
@@ -126,10 +133,16 @@ LINK_CHANNEL = _record(
     "txq_pkts",                               # link packets queued (trains count their packets)
     "wire_head", "wire_count",                # packets on the wire, in order (ids in State.wire)
     "rxq_head", "rxq_count",                  # switch input buffer (ids in State.rxq)
+    # the response virtual channel (nvlink.response_path: separate): its transmit FIFO (ids in
+    # State.rsq), its credits (the receiver's response buffer), its switch input buffer (ids in
+    # State.rsp_rxq) and whether that input waits for output room
+    "rsq_head", "rsq_count", "rsq_cap", "rsq_pkts", "rsp_credits",
+    "rsp_rxq_head", "rsp_rxq_count", "rsp_xbar_blocked", "rsp_xbar_blocked_since",
     "tx_at", "xbar_pending", "xbar_blocked", "xbar_blocked_since",
     "credit_blocked", "credit_blocked_since",
     "tx_packets", "tx_wire_bytes", "tx_payload_bytes", "tx_busy", "credit_stall", "txq_peak",
     "rx_packets", "rx_wire_bytes", "rx_payload_bytes", "rxq_peak", "xbar_blocked_ticks",
+    "rsq_peak", "rsp_rxq_peak", "rsp_xbar_blocked_ticks",  # response virtual channel stats
 )
 
 # MoE-Hub byte stream from one GPU's RPM to one GPU (index src * G + dst).
@@ -144,7 +157,8 @@ STREAM = _record(
 )
 # Row descriptors in flight, ring of rpm_ring entries per stream (the header travelling with the row).
 MOE_ROW = _record("expert", "src_addr", "length", "home", "aux", "start", "alloc", "recv", "done",
-                  "slot", "accept_tick", "launch")  # launch: of the TB that sent it (wire-byte stats)
+                  "slot", "accept_tick", "launch",  # launch: of the TB that sent it (wire-byte stats)
+                  "rat")  # its AAU row-table entry: RAT_* (components/moehub/aau.py)
 # One expert's receive window (index gpu * local_experts + local slot) and its tiles.
 WINDOW = _record("alloc", "released_tiles", "next_claim", "ended", "waiters")
 TILE = _record("index", "rows_alloc", "rows_landed", "landed_visible", "closed", "ready", "claimed",
@@ -184,10 +198,13 @@ State = namedtuple("State", [
     "mem_cal",      # [G * C + G, windows, 5] paced-arbitration calendar of the HBM channels and
                     # the L2 read ports (components/hbm.py CAL_*)
     "ch", "txq", "rxq",  # [channels] LINK_CHANNEL; FIFOs of packet ids
-    "wire",         # [channels, rx_buffer_flits] packets in flight on each channel, in order
-    "credit_ret",   # [channels, rx_buffer_flits, 2] credit returns in tick order: (tick, flits)
+    "rsq", "rsp_rxq",  # the same for the response virtual channel (transmit FIFO, switch input)
+    "wire",         # [channels, both buffers' flits] packets in flight on each channel, in order
+    "credit_ret",   # [channels, both buffers' flits, 3] credit returns in tick order:
+                    # (tick, flits, virtual channel: 0 request, 1 response)
     "gpu_routes", "sw_routes", "sw_inputs",  # routing (see ROUTE_*); sw_inputs[s, 0] = count
-    "sw_wait",      # [switches * G, 2 + inputs] input ports blocked per (switch, destination):
+    "sw_wait",      # [switches * G * 2, 2 + inputs] input ports blocked per (switch, destination,
+                    # virtual channel), row (switch * G + destination) * 2 + vc:
                     # column 0 head, 1 count, then a ring of input channel ids
     "reqq", "respq", "free_reqs",  # hub FIFOs [G, depth], [G, cap, 3]; free request stack [G, R]
     "link_resp",    # [G, G] header-only write responses GPU g owes GPU d for MoE-Hub packets
@@ -196,6 +213,8 @@ State = namedtuple("State", [
     # row descriptors [G * G * ring]; windows [G * LE]; tiles [G * LE * tiles_per_window];
     # AAU pending packets [G, cap]; histograms [G, RPM_HIST_BINS], [G, DAM_HIST_BINS]
     "moe_place", "stream", "mrow", "win", "tile", "aau_q", "rpm_hist", "dam_hist",
+    "aau_rat",      # [G, record_table_entries, 4] AAU row table in FIFO order (overflow: spill):
+                    # window, slot index, stream, row index; window -1 = a released entry's hole
     "trace",        # [capacity, TRACE_COLUMNS] event records, drained by Python (components/trace.py)
 ])
 

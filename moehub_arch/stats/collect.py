@@ -64,6 +64,10 @@ AAU_STATS = (
     ("data_packets", "aau_data_packets", "packets", "data packets written on arrival (not parked)"),
     ("write_wait_ticks", "aau_write_wait", "ps", "sum over those packets of the time from the AAU "
      "taking them to HBM having absorbed their writes (their link buffer space is held meanwhile)"),
+    ("spills", "aau_spills", "entries", "row-table entries evicted to device memory (overflow: spill)"),
+    ("refills", "aau_refills", "entries", "evicted row-table entries read back for a later packet "
+     "of their row (overflow: spill)"),
+    ("refill_wait_ticks", "aau_refill_wait", "ps", "sum of the time packets waited for those reads"),
 )
 DAM_STATS = (
     ("tiles_ready", "dam_tiles_ready", "tiles", "tiles made ready"),
@@ -81,6 +85,8 @@ TX_STATS = (
     ("busy_ticks", "tx_busy", "ps", "time the transmitter was serialising"),
     ("credit_stall_ticks", "credit_stall", "ps", "time the head packet waited for credits"),
     ("queue_peak", "txq_peak", "packets", "peak transmit-queue occupancy"),
+    ("response_queue_peak", "rsq_peak", "packets",
+     "peak response-channel transmit-queue occupancy (system.nvlink.response_path: separate)"),
 )
 RX_STATS = (
     ("packets", "rx_packets", "packets", "packets received"),
@@ -194,6 +200,11 @@ def collect_stats(st, launches, program, host_seconds, compile_seconds, sim_tick
                     "queueing behind a blocked head; packets still traversing hold credits only)")
             out.add(f"{pre}.input_blocked_ticks", st.ch[c].xbar_blocked_ticks, "ps",
                     "time the input's head packet waited for output-queue room")
+            out.add(f"{pre}.response_input_queue_peak", st.ch[c].rsp_rxq_peak, "packets",
+                    "peak responses waiting at the input's response channel after their "
+                    "traversal (system.nvlink.response_path: separate)")
+            out.add(f"{pre}.response_input_blocked_ticks", st.ch[c].rsp_xbar_blocked_ticks, "ps",
+                    "time the input's head response waited for response-queue room")
     return out
 
 
@@ -217,7 +228,8 @@ def _moe_stats(out, st, g, prefix):
         out.add(f"{pre}.merge_fill_bin{b}", st.rpm_hist[g, b], "packets",
                 f"packets emitted with the merge buffer {b}/{RPM_HIST_BINS} to "
                 f"{b + 1}/{RPM_HIST_BINS} full (last bin: full)")
-    out.add(f"{pre}.sram_bytes", G * (p.rpm_merge_bytes + p.rpm_ring * (p.rpm_header_bytes + 16)),
+    rpm_sram = G * (p.rpm_merge_bytes + p.rpm_ring * (p.rpm_header_bytes + 16))
+    out.add(f"{pre}.sram_bytes", rpm_sram,
             "bytes", "area proxy: merge buffers + row descriptor rings (header + 16 B of state)")
     pre = f"{prefix}.aau"
     for name, field, unit, desc in AAU_STATS:
@@ -225,8 +237,19 @@ def _moe_stats(out, st, g, prefix):
     out.add(f"{pre}.write_wait_mean_ns", gr.aau_write_wait / 1000 / gr.aau_data_packets
             if gr.aau_data_packets else 0.0, "ns", "mean time from the AAU taking a data packet to "
             "HBM having absorbed its writes (link credits return only then)")
-    out.add(f"{pre}.sram_bytes", p.records_cap * p.record_bytes + p.local_experts * 3 * 8, "bytes",
+    out.add(f"{pre}.spill_bytes", gr.aau_spills * p.record_bytes, "bytes",
+            "HBM bytes written by row-table evictions")
+    out.add(f"{pre}.refill_bytes", gr.aau_refills * p.record_bytes, "bytes",
+            "HBM bytes read back by row-table refills")
+    aau_sram = p.records_cap * p.record_bytes + p.local_experts * 3 * 8
+    out.add(f"{pre}.sram_bytes", aau_sram, "bytes",
             "area proxy: completion-record table + per-window base/capacity/bump registers")
+    staging = p.aau_staging * p.rpm_packet_bytes
+    out.add(f"{pre}.staging_sram_bytes", staging, "bytes", "area proxy: the staging store's "
+            "packets (parked for window space), each up to one RPM packet of payload")
+    out.add(f"{pre}.spill_area_bytes", p.aau_spill * p.local_experts * p.window_rows * p.record_bytes
+            if p.num_experts else 0, "bytes", "device memory reserved for evicted row-table entries "
+            "(one per window slot; overflow: spill)")
     pre = f"{prefix}.dam"
     for name, field, unit, desc in DAM_STATS:
         out.add(f"{pre}.{name}", gr[field], unit, desc)
@@ -234,5 +257,8 @@ def _moe_stats(out, st, g, prefix):
         lo = 0 if b == 0 else 2 ** (b - 1)
         out.add(f"{pre}.claim_wait_bin{b}", st.dam_hist[g, b], "claims",
                 f"claimers woken after waiting [{lo}, {2 ** b}) ns" + (" or more" if b == DAM_HIST_BINS - 1 else ""))
-    out.add(f"{pre}.sram_bytes", p.local_experts * p.tiles_per_window * 2 * 4 + G * 8, "bytes",
+    dam_sram = p.local_experts * p.tiles_per_window * 2 * 4 + G * 8
+    out.add(f"{pre}.sram_bytes", dam_sram, "bytes",
             "area proxy: per-tile allocated/landed counters (4 B each) + per-source end-of-stream state")
+    out.add(f"{prefix}.moe_sram_bytes", rpm_sram + aau_sram + staging + dam_sram, "bytes",
+            "area proxy of the whole MoE-Hub control plane: RPM, AAU (table and staging store), DAM")

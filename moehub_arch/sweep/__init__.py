@@ -6,8 +6,9 @@ Output directory:
     points/<id>/         one run's files (config.json, stats.*), plus done.json once finished
     results.csv          one row per point: its swept values, then the selected stats
 
-Re-running the same sweep skips the points whose done.json is there (so an interrupted sweep
-resumes); a failed point leaves error.txt and is tried again next time.
+Re-running the same sweep skips the points whose done.json is there and names the same overrides
+and the same resolved config (so an interrupted sweep resumes, and a point whose config, system or
+model file was edited since runs again); a failed point leaves error.txt and is tried again next time.
 
 From Python, `moehub_arch.sweep(spec, ...)` (this package is callable: it calls
 `moehub_arch.api.sweep`) runs a sweep file or mapping and returns a DataFrame, one row per point.
@@ -31,7 +32,8 @@ def _finished(sweep, point):
     d = sweep.outdir / "points" / point.id
     try:
         done = json.loads((d / DONE).read_text())
-        if done.get("overrides") == list(point.overrides):
+        if (done.get("overrides") == list(point.overrides)
+                and done.get("config_digest") == point.config_digest):
             return json.loads((d / "stats.json").read_text())
     except (OSError, ValueError):
         pass
@@ -103,7 +105,8 @@ def run_sweep(sweep, workers=None, scheduler=None, progress=True):
             for name, data in result["files"].items():
                 (d / name).write_bytes(data)
             # written last: its presence means every file of the point is complete
-            (d / DONE).write_text(json.dumps({"overrides": list(point.overrides)}))
+            (d / DONE).write_text(json.dumps({"overrides": list(point.overrides),
+                                              "config_digest": point.config_digest}))
             stats = json.loads(result["files"]["stats.json"])
             results[point.id] = {"point": point, "status": "ok", "stats": _select(stats, sweep.stats)}
         if bar is not None:

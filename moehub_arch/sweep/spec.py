@@ -18,6 +18,7 @@ error naming the sweep file and the point. A point's directory name is derived f
 """
 import hashlib
 import itertools
+import json
 import re
 from pathlib import Path
 
@@ -45,6 +46,7 @@ class Point:
     id: str                  # directory name under points/
     values: tuple            # ((key, value), ...) of the swept keys
     overrides: tuple         # every --set of the point (fixed ones first)
+    config_digest: str = ""  # sha256 of the point's resolved config (files it includes and overrides)
 
 
 @attrs.frozen
@@ -75,6 +77,13 @@ def _mapping(raw, key, where):
         return [tuple(x.split("=", 1)) for x in raw]
     raise SweepError(f"{where}: {key}: expected a mapping of key.path: value (or a list of "
                      f"'key.path=value'), found {type(raw).__name__}")
+
+
+def config_digest(cfg):
+    """A fingerprint of a resolved config: resuming a sweep reuses a finished point only when the
+    point would run exactly this config (an edited config, system or model file reruns it)."""
+    text = json.dumps(cfg.to_dict(), sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def point_id(values):
@@ -146,10 +155,10 @@ def sweep_from_dict(raw, path=None, outdir=None):
             seen.add(pid)
             overrides = tuple(fixed + [f"{k}={_value_text(v)}" for k, v in values])
             try:
-                load_config(config, overrides)
+                cfg = load_config(config, overrides)
             except ConfigError as e:
                 raise SweepError(f"{where}: point {dict(values) or '(the config itself)'}: {e}") from None
-            points.append(Point(pid, values, overrides))
+            points.append(Point(pid, values, overrides, config_digest(cfg)))
     stats = raw.get("stats", list(DEFAULT_STATS))
     if isinstance(stats, str):
         stats = [stats]

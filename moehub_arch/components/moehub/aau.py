@@ -11,8 +11,19 @@ the memory took it); when a row is complete the AAU writes
 its record {source GPU, home, aux, bytes} and tells the DAM, and the row's descriptor leaves the
 sender's ring (which may unblock a producer waiting in send_to_expert).
 
+The record table is the row address table (RAT) of MoE-Hub (arXiv 2605.05888): one entry per row
+allocated whose tile is not yet released, mapping the row to its slot. What a full table does is
+system.gpu.hub.moe.aau.overflow:
+  stall  (this project's first reading) a row cannot be allocated while the table is full;
+  spill  (the published design) the table keeps the newest `record_table_entries` entries: taking
+         an entry when it is full evicts the oldest one (FIFO) to device memory (a record_bytes
+         HBM write into the spill area, one entry per window slot, not waited for); a later packet
+         of a row whose entry was evicted first reads it back (an HBM read the packet's writes wait
+         for) and puts it back in the table, evicting the then oldest. Capacity costs HBM traffic
+         and time, never an allocation stall. Entries leave the table when their tile is released.
+
 A row cannot be allocated when its expert's window holds `window_rows` live rows (rows of tiles
-not yet released) or the record table is full. The packet then waits in the AAU's staging store
+not yet released) or (overflow: stall) the record table is full. The packet then waits in the AAU's staging store
 and is retried whenever a consumer releases a tile (notify_ready.release); packets that need no
 new slot (the rest of already allocated rows) keep flowing, so allocated rows always complete.
 A staged packet gives its link buffer back (credits return): the store is sized to the bytes the
@@ -27,7 +38,7 @@ each packet carried a short row tag; its bytes are counted once per row in the s
 from ...engine.jit import compiled
 
 from ...engine.state import TB_WAIT_FENCE, WAIT_FENCE
-from ..hbm import link_write, move_bytes, write_word
+from ..hbm import hbm_access, link_write, move_bytes, write_word
 from ..hub import wake_hub_waiters
 from ..nvlink import channel_count_arrival, credit_return
 from ..packet import PK_MOE_EOS, packet_free
@@ -35,6 +46,10 @@ from ..wakeups import rpm_kick, tb_resume
 from ..trace import CAT_AAU, TR_AAU_ALLOC, TR_AAU_STALL, trace_event
 from .dam import dam_row_landed, dam_source_ended
 from .rpm import row_at
+
+RAT_NONE = 0       # MOE_ROW.rat: no entry (not allocated, or overflow: stall)
+RAT_ON_CHIP = 1    # the row's entry is in the AAU's table
+RAT_SPILLED = 2    # the row's entry was evicted to device memory
 
 
 @compiled
@@ -180,7 +195,7 @@ def _has_room(st, g, row):
     p = st.p[0]
     win = st.win[_window_index(st, g, row.expert)]
     live = win.alloc - win.released_tiles * p.tile_rows
-    return live < p.window_rows and st.gpu[g].records_live < p.records_cap
+    return live < p.window_rows and (p.aau_spill or st.gpu[g].records_live < p.records_cap)
 
 
 @compiled
@@ -196,7 +211,8 @@ def _still_blocked(st, g, pkt, parked_allocs):
     if pk.kind == PK_MOE_EOS:
         return False
     s = pk.src * p.num_gpus + g
-    if st.gpu[g].records_live >= p.records_cap and st.stream[s].allocs == parked_allocs:
+    if not p.aau_spill and st.gpu[g].records_live >= p.records_cap \
+            and st.stream[s].allocs == parked_allocs:
         return True
     first = row_at(st, s, pk.addr)
     if first >= st.stream[s].head:
@@ -290,12 +306,19 @@ def _process(st, g, pkt, t):
             if row.start >= hi:
                 break
             if row.alloc >= 0:
+                if row.rat == RAT_SPILLED:
+                    # the row's table entry was evicted: read it back before writing
+                    t = _rat_refill(st, g, s, i, row, t)
+                    if t > free_at:
+                        free_at = t
                 continue
             if i != nxt or not _allocate(st, g, row):
                 stop = max(lo, row.start)
                 break
             nxt += 1
             sr.allocs += 1
+            if p.aau_spill:
+                _rat_insert(st, g, s, i, row, t)
             if free_at == t:
                 t += p.aau_alloc_ticks   # the allocation pipeline, once per packet
                 free_at = t
@@ -351,3 +374,117 @@ def _row_complete(st, g, src, row, written):
     tb.outstanding -= 1
     if tb.outstanding == 0 and tb.state == TB_WAIT_FENCE:
         tb_resume(st, row.slot, visible, WAIT_FENCE)
+
+
+# ------------------------------------------------------------------ row address table (spill)
+
+
+@compiled
+def _spill_address(st, g, expert, index):
+    """Device-memory home of the table entry of window slot `index` of a local expert."""
+    p = st.p[0]
+    le = st.moe_place[expert, 1]
+    return p.rat_spill_addr + (le * p.window_rows + index % p.window_rows) * p.record_bytes
+
+
+@compiled
+def _rat_insert(st, g, s, i, row, t):
+    """Put row i of stream s (row: its descriptor, allocated) in GPU g's table at tick t, evicting
+    the oldest entry first if the table is full."""
+    p = st.p[0]
+    gp = st.gpu[g]
+    cap = p.records_cap
+    if gp.rat_live == cap:
+        _rat_evict_oldest(st, g, t)
+    if gp.rat_span == cap:
+        _rat_compact(st, g)
+    e = st.aau_rat[g, (gp.rat_head + gp.rat_span) % cap]
+    e[0] = _window_index(st, g, row.expert)
+    e[1] = row.alloc
+    e[2] = s
+    e[3] = i
+    gp.rat_span += 1
+    gp.rat_live += 1
+    row.rat = RAT_ON_CHIP
+
+
+@compiled
+def _rat_trim(st, g):
+    """Drop released entries' holes at the ring's head."""
+    gp = st.gpu[g]
+    cap = st.p[0].records_cap
+    while gp.rat_span > 0 and st.aau_rat[g, gp.rat_head, 0] < 0:
+        gp.rat_head = (gp.rat_head + 1) % cap
+        gp.rat_span -= 1
+
+
+@compiled
+def _rat_evict_oldest(st, g, t):
+    """FIFO eviction: write the oldest entry to its spill slot (posted: nobody waits for it)."""
+    p = st.p[0]
+    gp = st.gpu[g]
+    _rat_trim(st, g)
+    e = st.aau_rat[g, gp.rat_head]
+    w, index, s, i = e[0], e[1], e[2], e[3]
+    le = w - g * p.local_experts
+    hbm_access(st, g, p.rat_spill_addr + (le * p.window_rows + index % p.window_rows)
+               * p.record_bytes, p.record_bytes, t, True)
+    gp.aau_spills += 1
+    sr = st.stream[s]
+    if sr.tail <= i and i < sr.head:
+        # the row is still in its stream's ring (it may get more packets): mark it spilled
+        st.mrow[s * p.rpm_ring + i % p.rpm_ring].rat = RAT_SPILLED
+    e[0] = -1
+    gp.rat_head = (gp.rat_head + 1) % p.records_cap
+    gp.rat_span -= 1
+    gp.rat_live -= 1
+
+
+@compiled
+def _rat_compact(st, g):
+    """The ring is spanned by live entries and holes: move the live ones together (order kept)."""
+    cap = st.p[0].records_cap
+    gp = st.gpu[g]
+    n = 0
+    for k in range(gp.rat_span):
+        src = st.aau_rat[g, (gp.rat_head + k) % cap]
+        if src[0] < 0:
+            continue
+        dst = st.aau_rat[g, (gp.rat_head + n) % cap]
+        for f in range(4):
+            dst[f] = src[f]
+        n += 1
+    for k in range(n, gp.rat_span):
+        st.aau_rat[g, (gp.rat_head + k) % cap, 0] = -1
+    gp.rat_span = n
+
+
+@compiled
+def _rat_refill(st, g, s, i, row, t):
+    """Read row i's evicted entry back from device memory (issued at t); returns when the
+    packet may write, with the entry back in the table."""
+    p = st.p[0]
+    gp = st.gpu[g]
+    done = hbm_access(st, g, _spill_address(st, g, row.expert, row.alloc), p.record_bytes, t, False)
+    gp.aau_refills += 1
+    gp.aau_refill_wait += done - t
+    _rat_insert(st, g, s, i, row, done)
+    return done
+
+
+@compiled
+def aau_release_entries(st, g, expert, first_index, rows):
+    """notify_ready.release of a tile (slots first_index .. + rows - 1, monotonic): its rows'
+    entries leave the table (overflow: spill; entries already evicted simply stay in memory)."""
+    p = st.p[0]
+    if not p.aau_spill:
+        return
+    gp = st.gpu[g]
+    w = _window_index(st, g, expert)
+    cap = p.records_cap
+    for k in range(gp.rat_span):
+        e = st.aau_rat[g, (gp.rat_head + k) % cap]
+        if e[0] == w and e[1] >= first_index and e[1] < first_index + rows:
+            e[0] = -1
+            gp.rat_live -= 1
+    _rat_trim(st, g)

@@ -124,26 +124,27 @@ def dam_claim(st, g, slot, expert, tick):
 @compiled
 def dam_release(st, g, expert, first_index):
     """notify_ready.release of the claimed tile whose first slot index (mod window) is given;
-    False if no claimed, unreleased tile starts there."""
+    returns the tile's number (its first monotonic slot index / tile_rows), or -1 if no claimed,
+    unreleased tile starts there."""
     p = st.p[0]
     w = g * p.local_experts + st.moe_place[expert, 1]
     win = st.win[w]
     if first_index % p.tile_rows:
-        return False
+        return -1
     found = -1
     for k in range(win.released_tiles, win.next_claim):
         if (k * p.tile_rows) % p.window_rows == first_index:
             found = k
             break
     if found < 0:
-        return False
+        return -1
     tl = _tile(st, w, found)
     if tl.released or not tl.claimed:
-        return False
+        return -1
     tl.released = 1
     st.gpu[g].records_live -= tl.rows_alloc
     st.gpu[g].dam_notifies += 1
     while win.released_tiles < win.next_claim and _tile(st, w, win.released_tiles).released:
         _tile(st, w, win.released_tiles).index = -1
         win.released_tiles += 1
-    return True
+    return found

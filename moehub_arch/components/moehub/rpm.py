@@ -58,6 +58,7 @@ def rpm_accept(st, g, slot, expert, src_addr, nbytes, home, aux, tick):
     row.aux = aux
     row.start = sr.accepted
     row.alloc = -1
+    row.rat = 0     # no AAU row-table entry yet (aau.RAT_NONE)
     row.recv = 0
     row.done = 0
     row.slot = slot

@@ -1,0 +1,135 @@
+"""NVLink request/response virtual channels and switch forwarding (components/nvlink.py,
+switch.py, hub.py), pinned on a tiny system: 2 GPUs with one link each to one switch.
+
+Workload (configs/ubench/p2p_bandwidth.yaml's stream_puts kernel): GPU 0 streams `BIG` bytes of
+puts to GPU 1, so its link's request queue and the switch's output queue toward GPU 1 stay full;
+GPU 1 sends a single 128 B put to GPU 0 and fences, which waits for GPU 0's one write response.
+That response travels GPU 0 -> switch -> GPU 1, the same way as GPU 0's data.
+"""
+import textwrap
+
+import pytest
+
+from conftest import CONFIGS, mini_system, simulate
+
+BIG = 256 * 1024
+LINK_FS_PER_BYTE = 40000          # 25 GB/s
+
+
+def _config(tmp_path, big=BIG, senders=(0,)):
+    path = tmp_path / "hol.yaml"
+    path.write_text(textwrap.dedent(f"""\
+        extends: {CONFIGS / 'ubench' / 'p2p_bandwidth.yaml'}
+        workload:
+          buffers:
+            src: {{bytes: {big}B, region: data}}
+            dst: {{bytes: {big}B, region: data}}
+          launches:
+            - kernel: stream_puts
+              grid: 1
+              gpus: [{", ".join(map(str, senders))}]
+              params: {{peer: 1, dst: "@dst", src: "@src", chunk: {big // 4}, chunks_per_tb: 4}}
+            - kernel: stream_puts
+              grid: 1
+              gpus: [1]
+              params: {{peer: 0, dst: "@dst", src: "@src", chunk: 128, chunks_per_tb: 1}}
+          report: {{}}
+        """))
+    return path
+
+
+def _run(tmp_path, *extra, big=BIG, senders=(0,)):
+    return simulate(_config(tmp_path, big, senders),
+                    *mini_system(num_gpus=1 + len(senders), num_sms=1, links=1), *extra)
+
+
+def _gpu1_kernel_ticks(sim):
+    """Duration of GPU 1's kernel (its one put and the fence that waits for the response)."""
+    (t,) = [s.value for s in sim.stats
+            if s.name.startswith("system.gpu1.launch") and s.name.endswith(".ticks")]
+    return t
+
+
+def _ser(nbytes):
+    return -(-nbytes * LINK_FS_PER_BYTE // 1000)
+
+
+def test_one_packet_through_a_switch_cut_through_vs_store_and_forward(tmp_path):
+    """GPU 1's lone 128 B put (9 flits) crosses the switch toward an idle GPU 0: a cut-through
+    switch starts it across once the header flit is in, one 128 B payload serialisation (5120
+    ps) before a store-and-forward switch could; everything else is the same."""
+    ct = _run(tmp_path, big=4096)
+    sf = _run(tmp_path, "system.switch.forwarding=store_and_forward", big=4096)
+    assert ct.cfg.system.switch.forwarding == "cut_through"
+    first = "system.gpu0.hub.rx_first_tick"
+    assert sf.stats[first] - ct.stats[first] == _ser(144) - _ser(16) == 5120
+    # the bytes on the wire are the same
+    for s in ("system.gpu0.nvlink0.tx_wire_bytes", "system.gpu1.nvlink0.tx_wire_bytes"):
+        assert ct.stats[s] == sf.stats[s]
+
+
+def test_responses_do_not_wait_behind_requests(tmp_path):
+    """GPU 0 owes GPU 1 one write response while its link's request queue (128 packets) is full
+    of its own data. In its own virtual channel the response passes them; in the shared FIFO it
+    waits behind them (127 data packets of 5.76 ns: 0.73 us), and GPU 1's fence with it. (The
+    switch's output queue toward GPU 1 stays short here: it drains at the rate GPU 0's link
+    fills it.)"""
+    sep = _run(tmp_path)
+    shr = _run(tmp_path, "system.nvlink.response_path=shared")
+    assert sep.cfg.system.nvlink.response_path == "separate"
+    t_sep = _gpu1_kernel_ticks(sep)
+    t_shr = _gpu1_kernel_ticks(shr)
+    assert 120 * _ser(144) < t_shr - t_sep < 130 * _ser(144)
+    # the response took the response channel: one response queued on GPU 0's link, none on
+    # GPU 1's (GPU 0's data is answered by GPU 1 in GPU 1's response channel)
+    assert sep.stats["system.gpu0.nvlink0.tx_response_queue_peak"] == 1
+    assert shr.stats["system.gpu0.nvlink0.tx_response_queue_peak"] == 0
+    # the same traffic either way: packets and wire bytes on every link direction
+    for g in range(2):
+        for what in ("packets", "wire_bytes", "payload_bytes"):
+            s = f"system.gpu{g}.nvlink0.tx_{what}"
+            assert sep.stats[s] == shr.stats[s], s
+        assert sep.stats[f"system.gpu{g}.hub.acks_received"] == \
+            shr.stats[f"system.gpu{g}.hub.acks_received"]
+
+
+def test_responses_pass_a_blocked_switch_input(tmp_path):
+    """Incast: GPUs 0 and 2 both stream to GPU 1, so the switch's output toward GPU 1 is
+    oversubscribed 2:1 and the request channels of both inputs block (head-of-line). GPU 0's write
+    response to GPU 1's lone put crosses the same input and output: in the response channel it
+    never waits for output room; sharing the request channel it queues behind GPU 0's blocked
+    data at the switch as well as on GPU 0's link."""
+    sep = _run(tmp_path, senders=(0, 2))
+    shr = _run(tmp_path, "system.nvlink.response_path=shared", senders=(0, 2))
+    port = "system.switch0.port0"                 # GPU 0's link (port 0 of switch 0)
+    assert sep.stats[f"{port}.input_blocked_ticks"] > 0
+    assert sep.stats[f"{port}.response_input_blocked_ticks"] == 0
+    t_sep = _gpu1_kernel_ticks(sep)
+    t_shr = _gpu1_kernel_ticks(shr)
+    # sharing: behind GPU 0's link queue (127 packets) and, at the switch, behind its input's
+    # blocked data and an output queue that drains at half rate for GPU 0: more than 2x the wait
+    # of the two-GPU case
+    assert t_shr - t_sep > 2 * 120 * _ser(144)
+
+
+@pytest.mark.parametrize("path", ["separate", "shared"])
+def test_put_get_exchange_functional_with_either_response_path(path):
+    """Read data and atomics' results are responses too: the functional exchange (puts, flag
+    stores, gets) delivers every byte with either response path."""
+    sim = simulate("examples/put_get_exchange.yaml", *mini_system(num_gpus=3, num_sms=2, links=2),
+                   f"system.nvlink.response_path={path}")
+    B = 5000
+    for g in range(3):
+        recv = sim.read_buffer(g, "recv", "u8").reshape(-1, B)
+        pulled = sim.read_buffer(g, "pulled", "u8").reshape(-1, B)
+        for p in range(3):
+            if p != g:
+                assert (recv[p] == sim.read_buffer(p, "src", "u8")).all()
+                assert (pulled[p] == sim.read_buffer(g, "src", "u8")).all()
+
+
+def test_response_buffer_too_small_is_a_config_error():
+    from moehub_arch.config import ConfigError
+    from conftest import load
+    with pytest.raises(ConfigError, match="response_buffer_flits"):
+        load("examples/put_get_exchange.yaml", "system.nvlink.response_buffer_flits=8")
