@@ -341,8 +341,8 @@ def build_state(cfg, program, seed=None, presets=None):
         hbm_capacity=gpu.hbm.capacity, hbm_min_access=HBM_MIN_ACCESS,
         mem_arbitration=MEMORY_ARBITRATION.index(gpu.hbm.arbitration),
         mem_window_ticks=gpu.hbm.arbitration_window,
-        hbm_queue_ticks=-(-gpu.hbm.queue_depth * HBM_MIN_ACCESS * int(round(1e15 * gpu.hbm.channels / gpu.hbm.bandwidth)) // 1000),
-        l2_queue_ticks=-(-gpu.hbm.queue_depth * HBM_MIN_ACCESS * int(round(1e15 / gpu.l2.bandwidth)) // 1000),
+        hbm_queue_ticks=_queue_drain_ticks(gpu.hbm.queue_depth, gpu.hbm.bandwidth / gpu.hbm.channels),
+        l2_queue_ticks=_queue_drain_ticks(gpu.hbm.queue_depth, gpu.l2.bandwidth),
         l2_fs_per_byte=int(round(1e15 / gpu.l2.bandwidth)), l2_latency_cycles=gpu.l2.latency_cycles,
         l2_link_writes=L2_LINK_WRITES.index(gpu.l2.link_writes),
         links_per_gpu=L, num_switches=sysc.switch.count, max_payload=sysc.nvlink.max_payload_bytes,
@@ -479,6 +479,13 @@ def build_state(cfg, program, seed=None, presets=None):
         trace=np.zeros((1, TRACE_COLUMNS), np.int64),  # sized when something records (trace/)
     )
     return st, buffers, launches
+
+
+def _queue_drain_ticks(queue_depth, bandwidth):
+    """Ticks (ps) to drain a full controller queue of 32 B requests at `bandwidth` (B/s), rounded up
+    as components/hbm.py rounds transfers (whole femtoseconds per byte)."""
+    fs_per_byte = int(round(1e15 / bandwidth))
+    return -(-queue_depth * HBM_MIN_ACCESS * fs_per_byte // 1000)
 
 
 def _memory_calendar(G, hbm):
