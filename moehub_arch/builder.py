@@ -11,7 +11,7 @@ import numpy as np
 import attrs
 
 from .components.trace import TRACE_COLUMNS
-from .config.schema import L2_LINK_WRITES, MEMORY_ARBITRATION
+from .config.schema import L2_LINK_WRITES, MEMORY_ARBITRATION, RPM_SCHEDULES
 from .engine.clock import period_fs
 from .engine.events import NUM_EVENT_KINDS, new_event_queue, new_timers
 from .engine.state import (DAM_HIST_BINS, GPU, HBM_CHANNEL, LAUNCH, LINK_CHANNEL, MOE_ROW,
@@ -304,9 +304,11 @@ def _moe_params(cfg):
         rpm_ring=hub.moe.rpm.row_queue_depth, rpm_header_bytes=hub.moe.rpm.row_header_bytes,
         rpm_ticks_per_packet=int(round(1e12 / (hub.clock * hub.moe.rpm.packets_per_cycle))),
         rpm_policy=("round_robin", "longest_first").index(hub.moe.rpm.arbitration),
+        rpm_schedule=RPM_SCHEDULES.index(hub.moe.rpm.schedule),
         aau_alloc_ticks=ticks(hub.moe.aau.alloc_latency_cycles),
         aau_staging=aau_staging_packets(cfg),
         dam_notify_ticks=ticks(hub.moe.dam.notify_latency_cycles),
+        dam_launch_mode=int(hub.moe.dam.consumers == "launch"),
     )
 
 
@@ -398,6 +400,8 @@ def build_state(cfg, program, seed=None, presets=None):
         r.gpu, r.entry_pc, r.grid, r.next_in_stream = l.gpu, k.entry_pc, l.grid, nxt
         r.smem, r.max_per_sm, r.start, r.end = k.smem_bytes, k.max_tbs_per_sm, -1, -1
         r.host_delay = l.host_delay
+        r.dam_tile_tbs = cfg.workload.launches[l.config_index].dam_tile_tbs
+        r.granted = 0 if r.dam_tile_tbs else l.grid
         ln_params[l.index, :len(l.params)] = l.params
 
     tb = new_records(THREAD_BLOCK, NT)
@@ -411,6 +415,7 @@ def build_state(cfg, program, seed=None, presets=None):
     gpus.hub_rx_first[:] = -1
     gpus.hub_rx_last[:] = -1
     gpus.free_top[:] = R
+    gpus.dam_launch[:] = _dam_launches(cfg, launches)
 
     # fabric
     (gpu_routes, sw_routes, sw_inputs), (to_switch, ch_gpu, ch_switch, ch_port) = build_topology(cfg)
@@ -496,6 +501,35 @@ def _memory_calendar(G, hbm):
     cal = np.zeros((G * hbm.channels + G, MEMORY_CALENDAR_WINDOWS, 5), np.int64)
     cal[:, :, 0] = -1
     return cal
+
+
+def _dam_launches(cfg, launches):
+    """The launch each GPU's DAM starts thread blocks of (dam.consumers: launch), -1 for none."""
+    G = cfg.system.num_gpus
+    found = [-1] * G
+    mode = cfg.system.gpu.hub.moe.dam.consumers
+    for l in launches:
+        lc = cfg.workload.launches[l.config_index]
+        if not lc.dam_tile_tbs:
+            continue
+        where = f"workload.launches[{l.config_index}].dam_tile_tbs"
+        if mode != "launch":
+            raise BuildError(f"{where}: a launch the DAM starts needs "
+                             f"system.gpu.hub.moe.dam.consumers: launch (found {mode})")
+        if found[l.gpu] >= 0:
+            raise BuildError(f"{where}: GPU {l.gpu} already has a launch the DAM starts "
+                             f"(workload.launches[{launches[found[l.gpu]].config_index}])")
+        if l.grid <= lc.dam_tile_tbs:
+            raise BuildError(f"{where}: the grid ({l.grid}) is the upper bound of the blocks the DAM "
+                             f"starts: at least one tile's {lc.dam_tile_tbs} plus the last one")
+        found[l.gpu] = l.index
+    if mode == "launch" and cfg.workload.moe.num_experts:
+        missing = [g for g in range(G) if found[g] < 0]
+        if missing:
+            raise BuildError(f"system.gpu.hub.moe.dam.consumers: launch: GPU(s) {missing} have no "
+                             f"launch for the DAM to start (a workload.launches entry with "
+                             f"dam_tile_tbs > 0)")
+    return found
 
 
 def _moe_state(cfg, p, links, rxq_cap):

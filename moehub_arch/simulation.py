@@ -53,7 +53,13 @@ class Simulation:
         self.violations = []        # failed end-of-run invariants (checks.py)
         presets = None
         try:
-            if cfg.scheme != "none":
+            if cfg.workload.block.model:
+                # a transformer block (workloads/block.py): same interface as the MoE layer
+                from .workloads.block import TransformerBlock
+                self.layer = TransformerBlock(cfg)
+                cfg = self.layer.expanded_config()
+                presets = self.layer.presets()
+            elif cfg.scheme != "none":
                 from .workloads.layer import MoeLayer
                 self.layer = MoeLayer(cfg)
                 cfg = self.layer.expanded_config()   # the generated buffers and launches

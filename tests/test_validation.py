@@ -210,3 +210,17 @@ def test_alltoall_busbw_is_algbw_times_n_minus_1_over_n():
     algbw = s["system.report.alltoall_algbw_GBps"]
     assert algbw == pytest.approx(n * bpp / t / 1e9, rel=1e-12)     # bytes each rank sends
     assert s["system.report.alltoall_busbw_GBps"] == pytest.approx(algbw * (n - 1) / n, rel=1e-12)
+
+
+# ------------------------------------------------------------------------- figure kinds
+def test_figure_kind_model_is_listed_and_a_bad_kind_is_an_error(tmp_path):
+    from conftest import load_script
+    validate = load_script(REPO / "tools" / "validate.py")
+    figs = {f.name: f for f in validate.load_figures(validate.FIGURES_FILE)}
+    assert figs["h100.allreduce_ring_busbw_GBps"].kind == "model"
+    assert figs["h100.p2p_bandwidth_GBps"].kind == "measurement"
+    p = tmp_path / "figures.yaml"
+    cfg = (REPO / "configs" / "ubench" / "p2p_latency.yaml").as_posix()
+    p.write_text(f"figures:\n  h100.x_us: {{config: {cfg}, stat: s, kind: guess}}\n")
+    with pytest.raises(ConfigError, match=r"figures.h100.x_us.kind: expected one of measurement, model"):
+        validate.load_figures(p)

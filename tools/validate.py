@@ -14,6 +14,9 @@ holds data-sheet peaks and line rates only). Each run goes through `moehub-sim r
 first run goes alone, so a cold Numba cache is compiled once. Progress and the wall time go to
 standard error.
 
+A figure with `kind: model` is a prediction with no measurement to compare (a collective or design
+point the simulator adds; no reference is shipped for it); it is run and printed.
+
 Exit status: 0 every figure measured; 1 a run failed (its figure is reported as failed / null);
 2 bad input (figure list, reference file, option), with one paragraph naming the file and key.
 """
@@ -37,7 +40,11 @@ from moehub_arch.paths import data_root
 TOOLS = Path(__file__).resolve().parent
 FIGURES_FILE = data_root() / "configs" / "validation" / "figures.yaml"
 REFERENCE_DIR = TOOLS / "reference"
-_FIGURE_KEYS = ("config", "stat", "desc", "set", "note", "slow")
+_FIGURE_KEYS = ("config", "stat", "desc", "set", "note", "slow", "kind")
+# kind: measurement - a figure that real hardware measures and references are compared with;
+# model - what the simulator predicts where no measurement is shipped or held back (a new
+# collective, a design that does not exist in silicon); reported without a reference.
+FIGURE_KINDS = ("measurement", "model")
 
 
 @attrs.frozen
@@ -49,6 +56,7 @@ class Figure:
     overrides: tuple = ()
     note: str = ""
     slow: bool = False
+    kind: str = "measurement"
 
 
 def load_figures(path):
@@ -78,6 +86,9 @@ def load_figures(path):
         if not isinstance(spec.get("slow", False), bool):
             raise ConfigError(f"{shown}: {key}.slow: expected true or false, found "
                               f"{spec['slow']!r}", file=shown, key=f"{key}.slow")
+        if spec.get("kind", "measurement") not in FIGURE_KINDS:
+            raise ConfigError(f"{shown}: {key}.kind: expected one of {', '.join(FIGURE_KINDS)}, "
+                              f"found {spec['kind']!r}", file=shown, key=f"{key}.kind")
         config = (Path(path).parent / spec["config"]).resolve()
         if not config.is_file():
             raise ConfigError(f"{shown}: {key}.config: no such file {_display(config)}",
@@ -88,7 +99,8 @@ def load_figures(path):
                               f"found {sets!r}", file=shown, key=f"{key}.set")
         out.append(Figure(name=name, config=config, stat=spec["stat"],
                           desc=str(spec.get("desc", "")), overrides=tuple(sets),
-                          note=str(spec.get("note", "")), slow=spec.get("slow") is True))
+                          note=str(spec.get("note", "")), slow=spec.get("slow") is True,
+                          kind=spec.get("kind", "measurement")))
     return out
 
 
@@ -204,7 +216,11 @@ def main(argv=None):
     if args.json:
         print(json.dumps(values, indent=1))
     else:
-        print(format_report(corr, {f.name: f.note for f in figures if f.note}))
+        notes = {f.name: " ".join(n for n in (f.note, "(kind: model: the simulator's prediction; "
+                                              "no measurement is referenced)"
+                                              if f.kind == "model" else "") if n)
+                 for f in figures if f.note or f.kind == "model"}
+        print(format_report(corr, notes))
     if args.report_json:
         Path(args.report_json).write_text(json.dumps(report_dict(corr), indent=1))
     return 0 if all(v is not None for v in values.values()) else 1

@@ -56,7 +56,7 @@ from .packet import (PK_ACK, PK_ATOM_REQ, PK_ATOM_RESP, PK_GET_REQ, PK_GET_RESP,
                      VC_REQUEST, VC_RESPONSE, header_flits, packet_alloc, packet_flits, packet_free,
                      packet_vc, store_packets)
 from .trace import CAT_HUB, TR_HUB_RX, TR_HUB_TX, trace_event
-from .wakeups import hub_kick, tb_resume
+from .wakeups import hub_kick, hub_kick_response, tb_resume
 from .waiters import notify_stores
 
 REQ_PUT, REQ_GET, REQ_STORE, REQ_ATOM = range(4)
@@ -119,7 +119,7 @@ def hub_respond(st, g, r, resp_kind, ready):
     gp.respq_count += 1
     if gp.respq_count > gp.hub_respq_peak:
         gp.hub_respq_peak = gp.respq_count
-    hub_kick(st, g, ready)
+    hub_kick_response(st, g, ready)
 
 
 @compiled
@@ -180,12 +180,18 @@ def hub_packetize(st, g, tick):
     if sent > 0:
         if not separate:
             gp.hub_req_free = tick + sent * p.hub_ticks_per_packet
-        if gp.link_resp_total > 0 or gp.respq_count > 0 or gp.reqq_count > 0:
-            hub_kick(st, g, tick if separate else gp.hub_req_free)
+            if gp.link_resp_total > 0 or gp.respq_count > 0 or gp.reqq_count > 0:
+                hub_kick(st, g, gp.hub_req_free)
+        elif gp.link_resp_total > 0 or gp.respq_count > 0:
+            hub_kick_response(st, g, tick)
+        elif gp.reqq_count > 0:
+            hub_kick(st, g, tick)
         return
     if sent < 0 and not separate:
         _hub_blocked(st, g, tick)   # responses first: wait for room for the head response
         return
+    if gp.hub_blocked:
+        return      # (separate: woken for a response) requests still wait for a dequeue
     if gp.reqq_count == 0:
         if sent < 0:
             _hub_blocked(st, g, tick)
@@ -270,7 +276,7 @@ def _send_response(st, g, tick):
     if st.respq[g, gp.respq_head, RESP_KIND] == RESP_ACK:
         head_ready = max(head_ready, _final_ack_ready(st, st.respq[g, gp.respq_head, RESP_REQ]))
     if head_ready > tick:
-        hub_kick(st, g, head_ready)
+        hub_kick_response(st, g, head_ready)
         return 0
     p = st.p[0]
     r = st.respq[g, gp.respq_head, RESP_REQ]
@@ -331,7 +337,7 @@ def owe_link_responses(st, g, dst, n, tick):
     gp = st.gpu[g]
     st.link_resp[g, dst] += n
     gp.link_resp_total += n
-    hub_kick(st, g, tick)
+    hub_kick_response(st, g, tick)
 
 
 @compiled

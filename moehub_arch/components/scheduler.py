@@ -5,7 +5,8 @@ Kernels are launched on streams: launches in one (GPU, stream) run in order, eac
 zero); launches on different streams may run concurrently. A running launch places its thread
 blocks onto SMs round-robin as slots free up, respecting the SM's resident-TB limit, the kernel's
 ``.max_tbs_per_sm`` and shared-memory capacity (first fit). A placed TB starts ``tb_launch_cycles``
-later with its registers zeroed and its special and parameter registers set.
+later with its registers zeroed and its special and parameter registers set. A launch with
+``dam_tile_tbs`` places only the thread blocks the MoE-Hub DAM has started (``granted``).
 """
 from ..engine.jit import compiled
 
@@ -76,7 +77,7 @@ def dispatch_blocks(st, g, tick):
         ln = st.ln[l]
         if ln.gpu != g or ln.status != LN_RUNNING:
             continue
-        while ln.dispatched < ln.grid:
+        while ln.dispatched < ln.grid and ln.dispatched < ln.granted:
             placed = False
             for k in range(S):
                 s = (gp.rr_sm + k) % S

@@ -22,7 +22,7 @@ from ..engine.clock import cycle_edge
 from ..engine.events import EV_LOCAL_DONE, push
 from ..engine.state import (ERR_ADDR_RANGE, ERR_BAD_GPU, ERR_BAD_SIZE, ERR_DIV_ZERO,
                             ERR_MISALIGNED, ERR_MOE_AFTER_EOS, ERR_MOE_EXPERT, ERR_MOE_RELEASE,
-                            ERR_MOE_ROW_SIZE, ERR_RED_REMOTE, ERR_REG_RANGE, ERR_UNBACKED_WORD, TB_READY, TB_WAIT_CLAIM,
+                            ERR_MOE_ROW_SIZE, ERR_MOE_CLAIM_LAUNCH, ERR_RED_REMOTE, ERR_REG_RANGE, ERR_UNBACKED_WORD, TB_READY, TB_WAIT_CLAIM,
                             TB_WAIT_FENCE, TB_WAIT_FLAG, TB_WAIT_HUB, TB_WAIT_REMOTE, WAIT_FENCE,
                             WAITLIST_FLAG, WAITLIST_HUB)
 from ..isa.encoding import (ATOM_RED_ADD, NUM_GENERAL_REGS, ALU_ADD, ALU_AND, ALU_DIV, ALU_MAX, ALU_MIN, ALU_MOV, ALU_MUL, ALU_OR,
@@ -483,6 +483,9 @@ def _execute(st, slot, sm, tick, cyc):
     elif sem == SEM_CLAIM:
         expert = _operand(st, slot, row, 3, tick, cyc)
         if not _local_expert(st, slot, g, expert):
+            return
+        if st.p[0].dam_launch_mode:
+            raise_error(st, ERR_MOE_CLAIM_LAUNCH, slot, expert)
             return
         status, rows, first = dam_claim(st, g, slot, expert, tick)
         if status == CLAIM_WAIT:

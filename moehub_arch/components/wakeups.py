@@ -49,6 +49,19 @@ def hub_kick(st, g, tick):
 
 
 @compiled
+def hub_kick_response(st, g, tick):
+    """Ask GPU g's hub to send a response at `tick`. With separate response channels a hub
+    whose requests wait for link queue room (hub_blocked) still sends responses: they do not
+    wait behind requests."""
+    gp = st.gpu[g]
+    if gp.hub_blocked and not st.p[0].response_vc:
+        return
+    if gp.hub_next_tx < 0 or tick < gp.hub_next_tx:
+        gp.hub_next_tx = tick
+        timer_set(st, st.p[0].tm_hub + g, tick)
+
+
+@compiled
 def rpm_kick(st, g, tick):
     """Ask GPU g's MoE-Hub RPM packetizer to run at `tick` (unless it waits for link queue room)."""
     gp = st.gpu[g]

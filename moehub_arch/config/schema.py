@@ -72,6 +72,9 @@ class L2Config:
                           "but holds no link buffer)", choices=L2_LINK_WRITES)
 
 
+RPM_SCHEDULES = ("arrival", "full_first", "uncoalesced")
+
+
 @attrs.frozen
 class RpmConfig:
     merge_buffer_bytes: int = _f("size", "RPM merge buffer per destination GPU: a packet carries at "
@@ -87,6 +90,12 @@ class RpmConfig:
     packets_per_cycle: int = _f("int", "packets the RPM emits per hub cycle", min=1)
     arbitration: str = _f("choice", "which destination's merge buffer is sent next",
                           choices=("round_robin", "longest_first"))
+    schedule: str = _f("choice", "arrival (this project's first reading: any destination with a "
+                       "sendable packet, full or flushed, in arbitration order), full_first (the "
+                       "MoE-Hub RPM's order, arXiv 2605.05888: destinations with a full packet before "
+                       "flushed partial ones) or uncoalesced (the ablation without the RPM: no coalescing, "
+                       "each row's bytes leave in their own packets as soon as it is accepted)",
+                       choices=RPM_SCHEDULES)
 
 
 AAU_OVERFLOW = ("stall", "spill")
@@ -111,6 +120,10 @@ class DamConfig:
     tile_rows: int = _f("int", "rows of one tile: the unit made ready and claimed", min=1)
     notify_latency_cycles: int = _f("int", "hub cycles from a tile's last row landing to the tile "
                                     "being claimable", min=0)
+    consumers: str = _f("choice", "who starts the work on a ready tile: claim (claimer thread "
+                        "blocks sleep in claim_buffer: this project's first reading) or launch (the "
+                        "DAM starts the consumer thread blocks of each ready tile: a launch with "
+                        "dam_tile_tbs; MoE-Hub arXiv 2605.05888)", choices=("claim", "launch"))
 
 
 @attrs.frozen
@@ -224,6 +237,11 @@ class LaunchConfig:
     host_delay: int = _f("time", "host-side time before this launch is issued, on top of "
                          "system.gpu.kernel_launch_latency (e.g. the host polling device memory "
                          "and sizing buffers before it can launch)", 0, min=0)
+    dam_tile_tbs: int = _f("int", "0: an ordinary launch. N > 0: the MoE-Hub DAM starts its thread "
+                           "blocks, N per ready tile, then one last block once every tile was "
+                           "started (system.gpu.hub.moe.dam.consumers: launch); the grid is an upper "
+                           "bound and the first parameter the tile descriptor queue the DAM fills "
+                           "(components/moehub/dam.py)", 0, min=0)
 
 
 @attrs.frozen
@@ -356,6 +374,32 @@ class LayerConfig:
 
 
 @attrs.frozen
+class BlockConfig:
+    """A transformer block of a dense model under tensor parallelism (workloads/block.py)."""
+    model: str = _f("str", "dense model shape: a name in workloads/blocks/ or a path to a block "
+                           "model YAML ('' = no block)", "")
+    kind: str = _f("choice", "which part of the block: ffn (the dense SwiGLU FFN: column-parallel "
+                   "gate/up, row-parallel down, then the TP all-reduce)", "ffn", choices=("ffn",))
+    scheme: str = _f("choice", "how the row-parallel partial sums are combined: tp_ring (NCCL "
+                     "ring all-reduce over puts/flags), tp_none (t = 1: no collective, the "
+                     "reference)", "tp_ring", choices=("tp_ring", "tp_none"))
+    tp: int = _f("int", "tensor-parallel degree t: every GPU of the system is one TP rank (must "
+                 "equal system.num_gpus and divide heads, hidden and ffn)", 8, min=1)
+    tokens: int = _f("int", "tokens in the block (sequence x batch); 0: the model's seq x batch",
+                     0, min=0)
+    gemm_tbs: int = _f("int", "thread blocks per GPU of the FFN kernel (assumption: one per SM "
+                       "of an H100, 132)", 132, min=1)
+    tile_rows: int = _f("int", "M tile of the FFN GEMM jobs (assumption: 128, CUTLASS's common "
+                        "128 x 128 tile)", 128, min=1)
+    allreduce_channels: int = _f("int", "thread blocks (NCCL channels) of the ring all-reduce "
+                                 "(assumption: 16, as configs/ubench/allreduce_ring.yaml)", 16, min=1)
+    allreduce_slice: int = _f("int", "largest elements per put of the ring all-reduce (NCCL's "
+                              "chunk); the block uses the largest power of two <= this that "
+                              "divides its share (assumption: 64K elements = 128 KB bf16)",
+                              65536, min=1)
+
+
+@attrs.frozen
 class WorkloadConfig:
     mode: str = _f("choice", "functional: real data; timing: addresses only", "timing",
                    choices=("functional", "timing"))
@@ -371,6 +415,9 @@ class WorkloadConfig:
     layer: LayerConfig = _f("node", "an MoE layer of a real model run by `scheme` (its buffers, "
                             "routing tables and launches are generated)", LayerConfig(),
                             cls=LayerConfig)
+    block: BlockConfig = _f("node", "a transformer block of a dense model under tensor parallelism "
+                            "(its buffers and launches are generated; scheme must be none)",
+                            BlockConfig(), cls=BlockConfig)
 
 
 @attrs.frozen

@@ -55,7 +55,8 @@ PARAMS = _record(
     "win_addr", "rec_addr", "record_bytes", "records_cap",
     "aau_spill", "rat_spill_addr",  # AAU row table: 1 = spill to device memory when full; spill area
     "rpm_merge_bytes", "rpm_packet_bytes", "rpm_flush_ticks", "rpm_ring", "rpm_header_bytes", "rpm_ticks_per_packet",
-    "rpm_policy", "aau_alloc_ticks", "aau_staging", "dam_notify_ticks",
+    "rpm_policy", "rpm_schedule", "aau_alloc_ticks", "aau_staging", "dam_notify_ticks",
+    "dam_launch_mode",  # 1: the DAM starts consumer thread blocks (dam.consumers: launch)
     # event records for timelines and debug output (components/trace.py): categories recorded
     # (0: off, set by Python between batches) and the fill level that returns to Python
     "trace_mask", "trace_limit",
@@ -95,7 +96,9 @@ SM = _record(
 LAUNCH = _record("gpu", "entry_pc", "grid", "next_in_stream", "smem", "max_per_sm",
                  "dispatched", "finished", "status", "start", "end",
                  "host_delay",  # host-side time before the launch is issued (e.g. a host sync)
-                 "tx_wire")     # link wire bytes its GPU's hub sent for its requests and rows
+                 "tx_wire",     # link wire bytes its GPU's hub sent for its requests and rows
+                 "dam_tile_tbs",  # TBs the DAM starts per ready tile (0: an ordinary launch)
+                 "granted")     # TBs that may be placed (grid, or what the DAM started so far)
 
 # Per-GPU state of the block scheduler, the flag waiters, the hub and the HBM counters.
 GPU = _record(
@@ -121,6 +124,8 @@ GPU = _record(
     # AAU row address table with overflow: spill (State.aau_rat: a FIFO ring with holes of released
     # entries): ring head, ring span, entries on chip; spills, refills, time packets waited for refills
     "rat_head", "rat_span", "rat_live", "aau_spills", "aau_refills", "aau_refill_wait",
+    # DAM with consumers: launch: the GPU's DAM-started launch (-1: none), every tile started
+    "dam_launch", "dam_launch_final",
 )
 
 HBM_CHANNEL = _record("free", "busy")  # free: tick the queued transfers end; busy: stat
@@ -246,6 +251,7 @@ ERR_MOE_AFTER_EOS = 10
 ERR_MOE_RELEASE = 11
 ERR_REG_RANGE = 12
 ERR_RED_REMOTE = 13
+ERR_MOE_CLAIM_LAUNCH = 14
 ERROR_TEXT = {
     ERR_MOE_EXPERT: "expert id out of range (workload.moe.num_experts), or claim/release of an expert "
                     "that is not placed on this GPU",
@@ -263,4 +269,6 @@ ERROR_TEXT = {
     ERR_BAD_SIZE: "negative or zero size",
     ERR_REG_RANGE: "vector load past r31 (ld.vN dst needs dst + N - 1 <= 31)",
     ERR_RED_REMOTE: "red.add targets another GPU; posted reductions are local (use atom.add for peers)",
+    ERR_MOE_CLAIM_LAUNCH: "claim_buffer with system.gpu.hub.moe.dam.consumers: launch (the DAM starts "
+                          "the consumers of ready tiles itself; use consumers: claim)",
 }

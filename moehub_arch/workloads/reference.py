@@ -150,3 +150,24 @@ def max_abs_error(out, ref) -> float:
         d = np.abs(np.where(both_nan, 0.0, a - b))
     d = np.where(np.isinf(a) & np.isinf(b) & (a == b), 0.0, d)
     return float(np.max(d))
+
+
+def ring_allreduce_reference(x, bf16=True) -> np.ndarray:
+    """The sum over GPUs of x [P, N] in the order of the ring all-reduce
+    (workloads/kernels/lib/ring_allreduce.s): chunk k (elements [k N/P, (k+1) N/P)) is summed
+    along the ring from GPU k, ((x_k + x_{k+1}) + x_{k+2}) + ... (indices mod P), each add in fp32
+    rounded to the element type (bf16 when `bf16`). Every GPU receives the same [N] result.
+    Error bound against the exact sum: P - 1 roundings, |err| <= (P - 1) u sum|x_i| with
+    u = 2^-8 (bf16) or 2^-24 (fp32); the order is fixed, so the simulated result is bit-identical."""
+    x = np.asarray(x, F32)
+    P, N = x.shape
+    c = N // P
+    out = np.empty(N, F32)
+    rnd = to_bf16 if bf16 else (lambda v: v.astype(F32))
+    for k in range(P):
+        part = slice(k * c, (k + 1) * c)
+        acc = x[k, part]
+        for i in range(1, P):
+            acc = rnd((acc + x[(k + i) % P, part]).astype(F32))
+        out[part] = acc
+    return out

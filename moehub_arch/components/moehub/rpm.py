@@ -15,7 +15,15 @@ HBM when the packet is built (charged on the HBM model) and copied at delivery.
 
 Arbitration among destinations with a sendable packet and link room: `round_robin`, or
 `longest_first` (the destination with the most unsent bytes first, which fills that expert GPU's
-tiles early instead of interleaving every destination). The RPM emits `packets_per_cycle` packets
+tiles early instead of interleaving every destination). `schedule` (system.gpu.hub.moe.rpm):
+  arrival     every destination with a sendable packet (full, or a partial one whose flush timer
+              expired) competes;
+  full_first  the MoE-Hub RPM's order (arXiv 2605.05888): destinations with a full packet go
+              before flushed partial ones (the paper's other two orders - smallest row id first,
+              critical rows before `.nop` ones - need row ids and criticality that send_to_expert
+              does not carry, so they are not modelled);
+  uncoalesced the ablation without the RPM: no coalescing - a packet never carries bytes of two
+              rows, and a row's bytes leave as soon as it is accepted (no flush wait). The RPM emits `packets_per_cycle` packets
 per hub cycle and shares the NVLink transmit queues with the address-centric packetizer.
 
 End of stream: `notify_ready.eos N` counts producers; at the N-th the RPM marks every stream of this
@@ -36,6 +44,10 @@ from ..wakeups import rpm_kick
 
 POLICY_ROUND_ROBIN = 0
 POLICY_LONGEST_FIRST = 1
+# rpm.schedule (config.schema.RPM_SCHEDULES)
+SCHEDULE_ARRIVAL = 0
+SCHEDULE_FULL_FIRST = 1
+SCHEDULE_OFF = 2
 POLICY_NAMES = ("round_robin", "longest_first")
 
 
@@ -96,6 +108,11 @@ def _sendable(st, s, tick):
     if avail == 0:
         return -1 if (sr.eos_pending and not sr.eos_sent) else 0
     full = p.rpm_packet_bytes
+    if p.rpm_schedule == SCHEDULE_OFF:
+        # no coalescing: up to the end of the row the next byte belongs to (rows are accepted
+        # whole, so it is all there)
+        row = st.mrow[s * p.rpm_ring + row_at(st, s, sr.sent) % p.rpm_ring]
+        return min(row.start + p.rpm_header_bytes + row.length - sr.sent, full)
     if avail >= full:
         return min(avail // full, p.packet_train) * full   # one packet, or a train of them
     if sr.eos_pending or tick - sr.oldest >= p.rpm_flush_ticks:
@@ -140,6 +157,7 @@ def rpm_packetize(st, g, tick):
     G = p.num_gpus
     best = -1
     best_n = 0
+    partial = -1        # schedule full_first: the first destination with only a partial packet
     waiting_room = False
     next_flush = -1
     for k in range(G):
@@ -157,11 +175,17 @@ def rpm_packetize(st, g, tick):
             waiting_room = True
             continue
         size = st.stream[s].accepted - st.stream[s].sent
+        if p.rpm_schedule == SCHEDULE_FULL_FIRST and 0 <= n < p.rpm_packet_bytes:
+            if partial < 0:
+                partial = d
+            continue
         if best < 0 or (p.rpm_policy == POLICY_LONGEST_FIRST and size > best_n):
             best = d
             best_n = size
             if p.rpm_policy == POLICY_ROUND_ROBIN:
                 break
+    if best < 0:
+        best = partial      # no full packet anywhere: a flushed partial one (or an EOS)
     if best < 0:
         if waiting_room:
             gp.rpm_blocked = 1
@@ -202,7 +226,7 @@ def _emit(st, g, d, tick):
         pk.payload = n
         pk.value = 0
         full = p.rpm_packet_bytes
-        if n < full and not sr.eos_pending:
+        if n < full and not sr.eos_pending and p.rpm_schedule != SCHEDULE_OFF:
             gp.rpm_flushes += 1
         # merge-buffer fill at emission, in eighths of the buffer
         fill = min(sr.accepted - sr.sent, p.rpm_merge_bytes)

@@ -10,6 +10,8 @@ layer: the shared experts and the routed GEMMs overlap the dispatch).
 Expert GEMMs: El claimer TBs (moehub_claim, no shared memory) publish hub-ready tiles in a queue;
 `expert_tbs` worker TBs (moehub_expert) take (I + H) / gemm_n_tile jobs per tile (moe_layer.s), so
 several SMs work on each tile.
+With system.gpu.hub.moe.dam.consumers: launch there are no claimers and no persistent workers:
+the DAM starts `moehub_tile`'s blocks, Ju + Jd per ready tile and one last block (moe_layer.s).
 Windows: each local expert's receive window holds every row it will receive (rounded up to whole
 tiles), so the windows never throttle the layer; the AAU's record table
 (system.gpu.hub.moe.aau.record_table_entries) does bound the rows in flight.
@@ -37,11 +39,11 @@ def plan(layer):
     sbufs, shared = shared_expert_launches(s, cfg, stream=1)
     # the shared experts are placed first: the persistent GEMM workers would otherwise hold every
     # SM until the end
+    if cfg.system.gpu.hub.moe.dam.consumers == "launch":
+        return _plan_dam_launched(layer, buffers, sbufs, shared, window_rows)
     launches = [
         *shared,
-        LaunchConfig(kernel="moehub_dispatch", grid=opts.dispatch_tbs, stream=0, params=(
-            ("x", "@x"), ("topk_idx", "@topk_idx"), ("tokens", s.tokens), ("topk", s.top_k),
-            ("hidden", s.hidden), ("acct", "@acct"))),
+        _dispatch_launch(s, opts),
         LaunchConfig(kernel="moehub_claim", grid=El, stream=2, params=(
             ("tq", "@tq"), ("local_experts", El), ("workers", workers))),
         LaunchConfig(kernel="moehub_expert", grid=workers, stream=3, params=(
@@ -52,11 +54,42 @@ def plan(layer):
             ("tile_rows", tile), ("n_tile", s.n_tile))),
         combine_launch(s, cfg, stream=3),
     ]
+    return _scheme_plan(s, buffers + sbufs, launches, window_rows, ("moehub_claim", "moehub_expert"))
+
+
+def _dispatch_launch(s, opts):
+    return LaunchConfig(kernel="moehub_dispatch", grid=opts.dispatch_tbs, stream=0, params=(
+        ("x", "@x"), ("topk_idx", "@topk_idx"), ("tokens", s.tokens), ("topk", s.top_k),
+        ("hidden", s.hidden), ("acct", "@acct")))
+
+
+def _scheme_plan(s, buffers, launches, window_rows, expert_kernels):
     moe = MoeWorkloadConfig(num_experts=s.experts, placement=None, window_rows=window_rows,
                             row_bytes=s.row_bytes)
-    return SchemePlan(buffers=tuple(buffers + sbufs), launches=tuple(launches),
+    return SchemePlan(buffers=tuple(buffers), launches=tuple(launches),
                       kernel_files=("workloads/kernels/moehub/moe_layer.s",), moe=moe,
                       received_stat="system.gpu*.hub.aau.allocations", n_tile=s.n_tile,
                       phases={"mediation": (), "dispatch": ("moehub_dispatch",),
-                              "expert": ("moehub_claim", "moehub_expert") + SHARED_KERNELS,
+                              "expert": expert_kernels + SHARED_KERNELS,
                               "combine": ("moe_combine",)})
+
+
+def _plan_dam_launched(layer, buffers, sbufs, shared, window_rows):
+    """system.gpu.hub.moe.dam.consumers: launch: no claimers and no persistent workers; the DAM
+    starts moehub_tile's blocks, Ju + Jd per ready tile, then one last block (moe_layer.s)."""
+    s, cfg = layer.shape, layer.cfg
+    jobs = s.ffn // s.n_tile + s.hidden // s.n_tile
+    launches = [
+        *shared,
+        _dispatch_launch(s, cfg.workload.layer.moehub),
+        LaunchConfig(kernel="moehub_tile", grid=max_tiles_per_gpu(layer) * jobs + 1, stream=3,
+                     dam_tile_tbs=jobs, params=(
+                         ("tq", "@tq"), ("wg", "@w_gate"), ("wu", "@w_up"), ("wd", "@w_down"),
+                         ("tiles", "@tiles"), ("yhome", "@yhome"), ("acct", "@acct"),
+                         ("done", "@done"), ("hidden", s.hidden), ("ffn", s.ffn),
+                         ("local_experts", s.local_experts),
+                         ("record_bytes", cfg.system.gpu.hub.moe.aau.record_bytes),
+                         ("tile_rows", s.tile_rows), ("n_tile", s.n_tile))),
+        combine_launch(s, cfg, stream=3),
+    ]
+    return _scheme_plan(s, buffers + sbufs, launches, window_rows, ("moehub_tile",))

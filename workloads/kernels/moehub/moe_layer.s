@@ -16,6 +16,87 @@
 .include "lib/combine.s"
 .include "lib/streaming.s"
 
+# The jobs of one tile, shared by moehub_expert (persistent workers fed by claimers) and
+# moehub_tile (blocks the DAM starts). Registers, as both kernels set them: r8, r9, r10 the
+# shared-memory tiles (gemm_smem); from the tile's queue entry (ld.v8) r12 rows, r13 its first row,
+# r14 its first record, r15 local expert, r19 1 on the expert's first tile; r26 the tile's Hh, r27
+# its Y; r20 Ju, r21 Jd; r23 y row bytes; r28, r29 gate/up and down weight tile bytes; r30 bytes of
+# a job's output row; r4-r7 scratch. `entry`: the queue entry (words 5 and 6 count jobs done).
+#   tile_job_registers            the constants above (r20-r24, r28-r30) and the shared-memory
+#                                 tiles (r8-r10)
+#   tile_buffers tile             r26, r27 = the Hh and Y buffers of a tile (its queue position)
+#   tile_gate_up_job q, entry     Hh[:, q cols] = silu(X Wg_q) * (X Wu_q)
+#   tile_down_job c, entry        Y[:, c cols] = Hh Wd_c once every gate/up job is done;
+#                                 r5 = down jobs done, this one included
+#   tile_rows_home                every output row home (send_home), fence, release the tile
+.macro tile_job_registers
+    div r20, %ffn, %n_tile       # r20 = Ju: gate/up jobs per tile
+    div r21, %hidden, %n_tile
+    add r22, r20, r21            # r22 = jobs per tile
+    gemm_smem r8, r9, %tile_rows, %n_tile, r4, r4    # r8 = G (gate/up jobs) or Y (down jobs); r9 = U, or Yq (down jobs)
+    add r10, r9, r4              # r10 = Hq
+    shl r23, %hidden, 1          # r23 = y row bytes
+    add r24, %ffn, %hidden
+    mul r24, r24, %tile_rows
+    shl r24, r24, 1              # r24 = bytes of one tile's Hh + Y
+    mul r28, %hidden, %n_tile
+    shl r28, r28, 1              # r28 = bytes of one gate/up weight tile [H][n]
+    mul r29, %ffn, %n_tile
+    shl r29, r29, 1              # r29 = bytes of one down weight tile [I][n]
+    shl r30, %n_tile, 1          # r30 = bytes of one row of a job's output
+.endm
+
+.macro tile_buffers tile
+    mul r26, \tile, r24
+    add r26, r26, %tiles         # r26 = the tile's Hh
+    mul r27, %tile_rows, %ffn
+    shl r27, r27, 1
+    add r27, r27, r26            # r27 = the tile's Y (bf16)
+.endm
+
+.macro tile_gate_up_job q, entry
+    weight_tile_offset r4, r15, r20, \q, r28    # gate/up job q
+    add r5, r4, %wg              # r5 = Wg tile (expert, q)
+    add r6, r4, %wu              # r6 = Wu tile
+    mul r7, r12, %n_tile         # r7 = rows * n
+    # job 0 reads the arrived rows from HBM, the others via L2
+    swiglu_tile r8, r9, r10, r13, r5, r6, r12, %n_tile, %hidden, r7, \q, r19, 1
+    mul r5, \q, r30
+    add r5, r5, r26              # Hh[:, q cols]
+    shl r6, %ffn, 1              # Hh row bytes
+    copy2d r5, r10, r12, r30, r6, r30
+    atom.add r5, %gpu, [\entry+40], 1   # gate/up jobs done (after the copy: the TB waited for it)
+.endm
+
+.macro tile_down_job c, entry
+    wait.ge [\entry+40], r20    # every column of Hh is there
+    weight_tile_offset r4, r15, r21, \c, r29
+    add r5, r4, %wd              # r5 = Wd tile (expert, c)
+    mul r7, r12, %n_tile         # r7 = rows * n
+    gemm_tile_a_l2 r8, r9, r26, r5, r12, %n_tile, %ffn, r7, r19, 1
+    mul r5, \c, r30
+    add r5, r5, r27              # Y[:, c cols]
+    copy2d r5, r9, r12, r30, r23, r30
+    atom.add r5, %gpu, [\entry+48], 1
+    add r5, r5, 1
+.endm
+
+.macro tile_rows_home
+    mov r6, 0                    # the tile is complete: every row goes home
+row_\@:
+    mul r4, r6, %record_bytes
+    add r4, r4, r14              # the row's completion record
+    mul r5, r6, r23
+    add r5, r5, r27              # the row's output
+    send_home r4, r5, r23, %yhome
+    add r6, r6, 1
+    blt r6, r12, row_\@
+    fence                        # the rows are home: the window slots may be reused
+    mul r4, %gpu, %local_experts
+    add r4, r4, r15
+    notify_ready.release r4, r13
+.endm
+
 # moehub_dispatch: thread block b routes tokens b, b + ntb, ...: for each of the token's k experts
 # (k <= 8: one ld.v8 reads them; the register file cannot be indexed, so the sends are unrolled) it
 # hands the row to the hub naming only the expert; `home` = t * k + j is the row's slot in yhome.
@@ -147,20 +228,7 @@ leave:
 .param tile_rows
 .param n_tile
 .smem 160KB                  # G, U [tile][n] f32 + Hq [tile][n] bf16, or Y + Yq
-    div r20, %ffn, %n_tile       # r20 = Ju: gate/up jobs per tile
-    div r21, %hidden, %n_tile
-    add r22, r20, r21            # r22 = jobs per tile
-    gemm_smem r8, r9, %tile_rows, %n_tile, r4, r4    # r8 = G (gate/up jobs) or Y (down jobs); r9 = U, or Yq (down jobs)
-    add r10, r9, r4              # r10 = Hq
-    shl r23, %hidden, 1          # r23 = y row bytes
-    add r24, %ffn, %hidden
-    mul r24, r24, %tile_rows
-    shl r24, r24, 1              # r24 = bytes of one tile's Hh + Y
-    mul r28, %hidden, %n_tile
-    shl r28, r28, 1              # r28 = bytes of one gate/up weight tile [H][n]
-    mul r29, %ffn, %n_tile
-    shl r29, r29, 1              # r29 = bytes of one down weight tile [I][n]
-    shl r30, %n_tile, 1          # r30 = bytes of one row of a job's output
+    tile_job_registers
     stream_lag r31, %ntb, r20, r21, %hidden, %ffn, r4    # r31 = lag
     mov r25, 0                   # r25 = rows this worker completed
 job:
@@ -173,50 +241,15 @@ entry:
     wait.ne [r11+32], 0
     ld.v8 r12, [r11]             # r12 rows, r13 base, r14 records, r15 expert, r16 ready, r17, r18, r19 first
     beq r16, 2, ended
-    mul r26, r2, r24
-    add r26, r26, %tiles         # r26 = the tile's Hh
-    mul r27, %tile_rows, %ffn
-    shl r27, r27, 1
-    add r27, r27, r26            # r27 = the tile's Y (bf16)
+    tile_buffers r2
     bge r3, r20, down
-    weight_tile_offset r4, r15, r20, r3, r28    # gate/up job q = r3
-    add r5, r4, %wg              # r5 = Wg tile (expert, q)
-    add r6, r4, %wu              # r6 = Wu tile
-    mul r7, r12, %n_tile         # r7 = rows * n
-    # job 0 reads the arrived rows from HBM, the others via L2
-    swiglu_tile r8, r9, r10, r13, r5, r6, r12, %n_tile, %hidden, r7, r3, r19, 1
-    mul r5, r3, r30
-    add r5, r5, r26              # Hh[:, q cols]
-    shl r6, %ffn, 1              # Hh row bytes
-    copy2d r5, r10, r12, r30, r6, r30
-    atom.add r5, %gpu, [r11+40], 1   # gate/up jobs done (after the copy: the TB waited for it)
+    tile_gate_up_job r3, r11
     bra job
 down:
     sub r3, r3, r20              # r3 = output column tile c
-    wait.ge [r11+40], r20        # every column of Hh is there
-    weight_tile_offset r4, r15, r21, r3, r29
-    add r5, r4, %wd              # r5 = Wd tile (expert, c)
-    mul r7, r12, %n_tile         # r7 = rows * n
-    gemm_tile_a_l2 r8, r9, r26, r5, r12, %n_tile, %ffn, r7, r19, 1
-    mul r5, r3, r30
-    add r5, r5, r27              # Y[:, c cols]
-    copy2d r5, r9, r12, r30, r23, r30
-    atom.add r5, %gpu, [r11+48], 1
-    add r5, r5, 1
+    tile_down_job r3, r11
     bne r5, r21, job             # not the tile's last down job
-    mov r6, 0                    # the tile is complete: every row goes home
-row:
-    mul r4, r6, %record_bytes
-    add r4, r4, r14              # the row's completion record
-    mul r5, r6, r23
-    add r5, r5, r27              # the row's output
-    send_home r4, r5, r23, %yhome
-    add r6, r6, 1
-    blt r6, r12, row
-    fence                        # the rows are home: the window slots may be reused
-    mul r4, %gpu, %local_experts
-    add r4, r4, r15
-    notify_ready.release r4, r13
+    tile_rows_home
     add r25, r25, r12
     bra job
 ended:
@@ -231,4 +264,56 @@ finished:
     bne r5, r6, done_exit        # not the GPU's last worker
     tell_every_gpu %done, r6, r7
 done_exit:
+    exit
+
+# moehub_tile (system.gpu.hub.moe.dam.consumers: launch): the consumers the DAM starts, Ju + Jd
+# blocks per ready tile in the order it starts them, then one last block (MoE-Hub, arXiv
+# 2605.05888: the DAM dispatches a tile's consumer thread blocks; no claimer polls). Block b does
+# job b mod (Ju + Jd) of the (b / (Ju + Jd))-th tile started, whose descriptor the DAM wrote in
+# tq (components/moehub/dam.py: word 0 tiles started, word 1 the final block count, word 2 blocks
+# finished here; 64-byte entries from byte 64, as the claim queue's). The last block waits for
+# every other one and tells every GPU that this GPU's experts are done.
+.kernel moehub_tile
+.param tq                    # first: the DAM's tile descriptor queue
+.param wg
+.param wu
+.param wd
+.param tiles
+.param yhome
+.param acct
+.param done
+.param hidden
+.param ffn
+.param local_experts
+.param record_bytes
+.param tile_rows
+.param n_tile
+.smem 160KB                  # as moehub_expert
+    ld r1, [%tq+8]               # the final block count (0 until every tile was started)
+    sub r1, r1, 1
+    beq %tb, r1, last
+    tile_job_registers
+    div r2, %tb, r22             # r2 = the tile, in start order
+    mul r3, r2, r22
+    sub r3, %tb, r3              # r3 = the job in the tile
+    add r11, r2, 1
+    shl r11, r11, 6
+    add r11, r11, %tq            # r11 = the tile's descriptor
+    ld.v8 r12, [r11]             # r12 rows, r13 base, r14 records, r15 expert, r19 first
+    tile_buffers r2
+    bge r3, r20, down
+    tile_gate_up_job r3, r11
+    bra finished
+down:
+    sub r3, r3, r20              # r3 = output column tile c
+    tile_down_job r3, r11
+    bne r5, r21, finished        # not the tile's last down job
+    tile_rows_home
+    red.add %gpu, [%acct+16], r12    # acct word 2: rows computed
+finished:
+    atom.add r5, %gpu, [%tq+16], 1
+    exit
+last:
+    wait.ge [%tq+16], r1         # every other block finished (r1 of them)
+    tell_every_gpu %done, r6, r7
     exit
