@@ -22,6 +22,10 @@ from .isa.encoding import MAX_PARAMS, NUM_REGS, NUM_UNITS, ROW_WIDTH
 from .isa.expr import ExprError, evaluate
 
 BUFFER_ALIGN = 256  # bytes; every buffer starts on an HBM interleave-friendly boundary
+# windows in the paced-arbitration calendar (components/hbm.py): with 1 us windows a 1 ms horizon,
+# far beyond the backlog of a saturated GPU in the layer experiments; work beyond it is served at full
+# rate and counted (system.gpuN.hbm.beyond_calendar_ticks)
+MEMORY_CALENDAR_WINDOWS = 1024
 
 
 class BuildError(Exception):
@@ -356,6 +360,7 @@ def build_state(cfg, program, seed=None, presets=None):
         ln=ln, ln_params=ln_params, ln_per_sm=np.zeros((NL, S), np.int64),
         gpu=gpus, wait_list=np.zeros((G, 2, NT // G), np.int64), hbm_mem=hbm_mem, smem=smem,
         hbm_chan=new_record_array("hbm_chan", G * gpu.hbm.channels, cfg),
+        mem_cal=_memory_calendar(G, gpu.hbm),
         ch=ch, txq=np.zeros((nch, int(ch.txq_cap.max())), np.int64),
         rxq=np.zeros((nch, rxq_cap), np.int64),
         rsq=np.zeros((nch, int(ch.rsq_cap.max())), np.int64),
@@ -374,6 +379,16 @@ def build_state(cfg, program, seed=None, presets=None):
         **declared_arrays(cfg),   # the records and arrays blocks declare with their size
     )
     return st, buffers, launches
+
+
+def _memory_calendar(G, hbm):
+    """The paced-arbitration calendar (components/hbm.py): one row of windows per HBM channel and
+    per L2 read port; tags start at -1 (no window loaded). A placeholder under fifo arbitration."""
+    if hbm.arbitration == "fifo":
+        return np.full((1, 1, 5), -1, np.int64)
+    cal = np.zeros((G * hbm.channels + G, MEMORY_CALENDAR_WINDOWS, 5), np.int64)
+    cal[:, :, 0] = -1
+    return cal
 
 
 def _dam_launches(cfg, launches):

@@ -44,9 +44,16 @@ def test_p2p_latency_is_the_sum_of_hop_latencies():
 
 
 def test_hbm_copy_bandwidth_reaches_the_configured_peak():
-    sim = simulate("ubench/hbm_bandwidth.yaml", "workload.launches.0.grid=264",
-                   "workload.launches.0.params.chunks_per_tb=2")
-    close(sim.stats["system.report.hbm_bandwidth_GBps"], sim.cfg.system.gpu.hbm.bandwidth / 1e9, 0.01)
+    args = ("ubench/hbm_bandwidth.yaml", "workload.launches.0.grid=264",
+            "workload.launches.0.params.chunks_per_tb=2")
+    sim = simulate(*args, "system.gpu.hbm.arbitration=fifo")
+    peak = sim.cfg.system.gpu.hbm.bandwidth / 1e9
+    close(sim.stats["system.report.hbm_bandwidth_GBps"], peak, 0.01)
+    # paced arbitration (the default): the channels stay saturated until the last copies, which
+    # stream at their SM's load/store rate (a 256 KB copy takes 2048 cycles = 1.1 us of the ~83 us
+    # kernel): about 1% below peak, and never above it (the calendar conserves channel time)
+    paced = simulate(*args).stats["system.report.hbm_bandwidth_GBps"]
+    assert 0.98 * peak <= paced <= peak
 
 
 def test_mma_peak_reaches_sms_times_flops_per_clock():

@@ -1,15 +1,45 @@
 """HBM: per-GPU high-bandwidth memory as C independent channels, plus functional storage.
 
 Timing: addresses are interleaved over channels in ``interleave``-byte granules. Each channel is a
-bandwidth server (bandwidth / C bytes per second) with a FIFO of work: an access of n bytes that
-touches a channel occupies it for n_channel / channel_bandwidth after whatever it already had
-queued (work-conserving fluid model, exact for streaming and for contention between SMs), and the
-data is available one fixed access latency (from microbenchmarks: load latency to HBM) after the
-last channel finishes. Accesses smaller than ``min_access`` (the 32 B sector) cost a sector.
+bandwidth server (bandwidth / C bytes per second); the data is available one fixed access latency
+(from microbenchmarks: load latency to HBM) after the access's last channel finished. Accesses
+smaller than ``min_access`` (the 32 B sector) cost a sector.
+
+Arbitration (system.gpu.hbm.arbitration) decides how a channel shares its bandwidth:
+
+- ``fifo``: every access is served whole, first in first out (a work-conserving fluid queue:
+  ``start = max(free, tick)``). Exact for streams and simple, but a GEMM job issues its whole-K
+  operand read as one access (mma over K = 7168, N = 128 reads 1.8 MB at issue), so a 256 B link
+  write arriving just after waits for the whole 1.8 MB.
+- ``paced`` (the default): the mechanism real GPUs have. An SM does not fetch a GEMM's operands
+  at issue: TMA multi-stage pipelines stream K-slices as the tensor cores consume them (NVIDIA
+  Hopper tuning guide; CUTLASS 3 warp-specialised mainloops), and a copy or vector instruction moves
+  bytes at its load/store port rate. So the traffic of an SM instruction is *paced* over the
+  instruction's own occupancy of its unit (the same ``work / throughput`` cycles that occupy it):
+  on each channel it takes at most ``bytes_on_channel / occupancy`` of the channel's rate. Memory
+  controllers interleave requests from many sources at request granularity (FR-FCFS, Rixner et
+  al., ISCA 2000), so another request is not queued behind a paced stream; it is served with the
+  bandwidth the streams leave. Each channel keeps a calendar of windows
+  (``arbitration_window``, 1 us on H100) with the work paced streams reserved in it and the work
+  whole accesses (link writes, the RPM's reads, small SM accesses that are faster than their
+  instruction) took in it. Paced streams take what is left in each window, up to their pace,
+  spilling into later windows when the channel is saturated. Whole accesses stay first in first
+  out among themselves (the ``free`` queue: exactly the fifo model when nothing is paced) and flow
+  through each window at the rate the paced streams leave, but never later than their own transfer
+  plus the drain of a full controller queue (``queue_depth`` 32 B requests): under FR-FCFS a
+  request waits for the requests already queued, however many streams keep the queue full.
+  Approximated: completion times are computed when an access is issued, so a later access cannot
+  delay a stream already placed: the work a whole access takes beyond what its window had left
+  is charged to the next window (later streams pay it; total work is conserved, its order is
+  not). Within a window paced work is spread evenly (a request sees the window's mean paced load,
+  not its instant load). Work beyond the calendar's horizon (1024 windows ahead of the current
+  tick) is served at full rate and counted in ``system.gpuN.hbm.beyond_calendar_ticks``.
+  Traffic whose transfer takes longer than its instruction's occupancy (memory-bound) is a whole
+  access: the instruction waits for memory, as before.
 
 The L2 is modelled only for reads a kernel marks as L2-resident (``mma`` subops ``b_l2``, ``l2``,
 ``a_l2``: expert weights after their first touch, a row tile several thread blocks share): a per-GPU
-bandwidth server with the L2 hit latency. Every other access goes to HBM.
+bandwidth server with the L2 hit latency, arbitrated like one HBM channel.
 
 Storage (functional contents) is ``st.hbm_mem[g]``, a byte array. In timing mode only the control
 region at the bottom of the address space is backed; data beyond it is modelled by size only.
@@ -20,7 +50,7 @@ from ..engine.jit import compiled
 
 from ..engine.clock import bytes_ticks, cycle_edge, cycle_at_or_after
 from ..engine.state import ERR_UNBACKED_COPY
-from ..config.schema import L2_LINK_WRITES
+from ..config.schema import L2_LINK_WRITES, MEMORY_ARBITRATION
 from .block import Block, Param, Record, Stat, StatGroup, counters, fields
 
 HBM_MIN_ACCESS = 32  # bytes: the DRAM sector, the smallest unit HBM transfers
@@ -29,6 +59,13 @@ HBM_MIN_ACCESS = 32  # bytes: the DRAM sector, the smallest unit HBM transfers
 def _hbm(key, field, unit, doc, value=None):
     return Param(field, f"system.gpu.hbm.{key}", unit, doc,
                  value or (lambda cfg: getattr(cfg.system.gpu.hbm, key)), f"config: system.gpu.hbm.{key}")
+
+
+def queue_drain_ticks(queue_depth, bandwidth):
+    """Ticks (ps) to drain a full controller queue of 32 B requests at `bandwidth` (B/s), rounded up
+    as this module rounds transfers (whole femtoseconds per byte)."""
+    fs_per_byte = int(round(1e15 / bandwidth))
+    return -(-queue_depth * HBM_MIN_ACCESS * fs_per_byte // 1000)
 
 
 def _hbm_utilization(i):
@@ -50,17 +87,31 @@ BLOCK = Block(
         _hbm("capacity", "hbm_capacity", "bytes", "capacity per GPU"),
         Param("hbm_min_access", "", "bytes", "smallest transfer (a sector)",
               lambda cfg: HBM_MIN_ACCESS, "HBM_MIN_ACCESS: the 32 B DRAM sector"),
+        _hbm("arbitration", "mem_arbitration", "choice", "MEMORY_ARBITRATION index (paced, fifo)",
+             lambda cfg: MEMORY_ARBITRATION.index(cfg.system.gpu.hbm.arbitration)),
+        _hbm("arbitration_window", "mem_window_ticks", "ps", "paced-arbitration calendar window"),
+        _hbm("queue_depth", "hbm_queue_ticks", "ps", "drain of a full channel controller queue "
+             "(queue_drain_ticks at bandwidth / channels)",
+             lambda cfg: queue_drain_ticks(cfg.system.gpu.hbm.queue_depth,
+                                           cfg.system.gpu.hbm.bandwidth / cfg.system.gpu.hbm.channels)),
     ),
     records=(Record("hbm_chan", "HBM channels, channels per GPU"),),
     fields=fields("hbm_chan", ("free", "tick the queued transfers end"),
                   ("busy", "time spent transferring (stat)"))
     + fields("gpu", ("hbm_read_bytes", "bytes read"), ("hbm_write_bytes", "bytes written"),
-             ("hbm_accesses", "accesses"), ("hbm_atomics", "atomics performed at memory")),
+             ("hbm_accesses", "accesses"), ("hbm_atomics", "atomics performed at memory"),
+             ("hbm_paced_accesses", "accesses streamed over their instruction's duration"),
+             ("mem_beyond_calendar", "channel and L2 work past the calendar's horizon (ps)")),
     stats=(StatGroup("gpu", "hbm", counters((
         ("read_bytes", "hbm_read_bytes", "bytes", "bytes read"),
         ("write_bytes", "hbm_write_bytes", "bytes", "bytes written"),
         ("accesses", "hbm_accesses", "count", "accesses (bulk accesses count once)"),
         ("atomics", "hbm_atomics", "count", "atomic read-modify-writes performed at memory"),
+        ("paced_accesses", "hbm_paced_accesses", "count",
+         "accesses streamed over their instruction's duration (system.gpu.hbm.arbitration: paced)"),
+        ("beyond_calendar_ticks", "mem_beyond_calendar", "ps",
+         "channel and L2 work past the paced-arbitration calendar's horizon, served at full rate "
+         "(an approximation; 0 unless memory is oversubscribed by more than the horizon)"),
     )) + (
         Stat("utilization", "ratio", "mean fraction of time the channels were transferring",
              _hbm_utilization),
@@ -78,6 +129,10 @@ L2_BLOCK = Block(
               "config: system.gpu.l2.bandwidth"),
         Param("l2_latency_cycles", "system.gpu.l2.latency_cycles", "SM cycles", "L2 hit latency",
               lambda cfg: cfg.system.gpu.l2.latency_cycles, "config: system.gpu.l2.latency_cycles"),
+        Param("l2_queue_ticks", "system.gpu.hbm.queue_depth, system.gpu.l2.bandwidth", "ps",
+              "drain of a full L2 port controller queue (queue_drain_ticks)",
+              lambda cfg: queue_drain_ticks(cfg.system.gpu.hbm.queue_depth, cfg.system.gpu.l2.bandwidth),
+              "config: system.gpu.hbm.queue_depth and system.gpu.l2.bandwidth"),
         Param("l2_link_writes", "system.gpu.l2.link_writes", "choice",
               "where link writes land: 0 hbm, 1 write_back",
               lambda cfg: L2_LINK_WRITES.index(cfg.system.gpu.l2.link_writes),
@@ -96,6 +151,12 @@ L2_BLOCK = Block(
     )),),
 )
 
+ARB_PACED, ARB_FIFO = 0, 1            # config.schema.MEMORY_ARBITRATION
+# calendar columns: window index, work (ticks) paced streams and whole accesses took, streams in
+# it, and for a full window a later window to try next (skip link; 0: none), so a stream placed
+# behind a long saturated stretch does not walk it window by window every time
+CAL_TAG, CAL_PACED, CAL_WHOLE, CAL_STREAMS, CAL_NEXT = 0, 1, 2, 3, 4
+
 
 @compiled
 def hbm_access(st, g, addr, nbytes, tick, is_write):
@@ -106,9 +167,23 @@ def hbm_access(st, g, addr, nbytes, tick, is_write):
 
 
 @compiled
+def hbm_access_paced(st, g, addr, nbytes, tick, is_write, pace_ticks):
+    """hbm_access for the traffic of an SM instruction that occupies its unit for `pace_ticks`: the
+    bytes stream over that time (see the module docstring)."""
+    done = _transfer(st, g, addr, nbytes, tick, is_write, pace_ticks)
+    return done + hbm_latency_ticks(st, done)
+
+
+@compiled
 def hbm_transfer(st, g, addr, nbytes, tick, is_write):
-    """Charge the channels for an access; returns when the last channel finished transferring
+    """Charge the channels for a whole access; returns when the last channel finished transferring
     (for a write arriving from a link: when the memory system has absorbed it)."""
+    return _transfer(st, g, addr, nbytes, tick, is_write, 0)
+
+
+@compiled
+def _transfer(st, g, addr, nbytes, tick, is_write, pace_ticks):
+    """hbm_transfer, paced over pace_ticks when > 0."""
     p = st.p[0]
     n = nbytes
     if n < p.hbm_min_access:
@@ -120,6 +195,7 @@ def hbm_transfer(st, g, addr, nbytes, tick, is_write):
     first_granule = addr // Q
     last_granule = (addr + n - 1) // Q
     ngranules = last_granule - first_granule + 1
+    paced = 0
     if ngranules <= C:
         # short access: walk its granules (each lands on a distinct channel)
         for gi in range(first_granule, last_granule + 1):
@@ -129,15 +205,13 @@ def hbm_transfer(st, g, addr, nbytes, tick, is_write):
             hi = (gi + 1) * Q
             if hi > addr + n:
                 hi = addr + n
-            chan = st.hbm_chan[base + gi % C]
-            start = chan.free
-            if start < tick:
-                start = tick
-            busy = bytes_ticks(hi - lo, p.hbm_fs_per_byte_channel)
-            chan.free = start + busy
-            chan.busy += busy
-            if start + busy > last_done:
-                last_done = start + busy
+            done = _hbm_channel(st, g, base + gi % C, bytes_ticks(hi - lo, p.hbm_fs_per_byte_channel),
+                                tick, pace_ticks)
+            if done < 0:
+                paced = 1
+                done = -done
+            if done > last_done:
+                last_done = done
     else:
         # long access: every channel gets the full rounds plus its share of the partial ends
         head = Q - addr % Q                        # bytes in the first granule
@@ -154,22 +228,147 @@ def hbm_transfer(st, g, addr, nbytes, tick, is_write):
                 ch_bytes += tail
             if ch_bytes == 0:
                 continue
-            chan = st.hbm_chan[base + k]
-            start = chan.free
-            if start < tick:
-                start = tick
-            busy = bytes_ticks(ch_bytes, p.hbm_fs_per_byte_channel)
-            chan.free = start + busy
-            chan.busy += busy
-            if start + busy > last_done:
-                last_done = start + busy
+            done = _hbm_channel(st, g, base + k, bytes_ticks(ch_bytes, p.hbm_fs_per_byte_channel),
+                                tick, pace_ticks)
+            if done < 0:
+                paced = 1
+                done = -done
+            if done > last_done:
+                last_done = done
     gp = st.gpu[g]
     if is_write:
         gp.hbm_write_bytes += nbytes
     else:
         gp.hbm_read_bytes += nbytes
     gp.hbm_accesses += 1
+    gp.hbm_paced_accesses += paced
     return last_done
+
+
+@compiled
+def _hbm_channel(st, g, c, busy, tick, pace_ticks):
+    """Serve `busy` ticks of work on HBM channel c (global index); returns the end tick, negated
+    when the work was paced."""
+    chan = st.hbm_chan[c]
+    chan.busy += busy
+    if st.p[0].mem_arbitration == ARB_PACED and pace_ticks > busy:
+        return -_paced(st, g, c, busy, tick, pace_ticks)
+    end = _whole(st, g, c, chan.free, busy, tick, st.p[0].hbm_queue_ticks)
+    chan.free = end
+    return end
+
+
+@compiled
+def _window(st, srv, i):
+    """Load window i of server srv's calendar; returns its row, or -1 past the horizon (the ring
+    row still holds a later window or i is too far ahead of the current tick)."""
+    nw = st.mem_cal.shape[1]
+    if i >= st.sys[0].q_now // st.p[0].mem_window_ticks + nw:
+        return -1
+    row = i % nw
+    tag = st.mem_cal[srv, row, CAL_TAG]
+    if tag != i:
+        if tag > i:
+            return -1
+        st.mem_cal[srv, row, CAL_TAG] = i
+        st.mem_cal[srv, row, CAL_PACED] = 0
+        st.mem_cal[srv, row, CAL_WHOLE] = 0
+        st.mem_cal[srv, row, CAL_STREAMS] = 0
+        st.mem_cal[srv, row, CAL_NEXT] = 0
+    return row
+
+
+@compiled
+def _whole(st, g, srv, free, busy, tick, queue_ticks):
+    """A whole access: first in first out behind the server's other whole accesses (`free`), at
+    the rate the paced streams leave in each window it crosses, but never later than its own
+    transfer plus the drain of a full controller queue (`queue_ticks`): FR-FCFS serves a request
+    after the requests already queued, however many streams keep the queue full. Work beyond what a
+    window had left is a debt the next window's paced streams pay (the streams already placed keep
+    their times). Returns its end tick."""
+    start = free
+    if start < tick:
+        start = tick
+    if st.p[0].mem_arbitration != ARB_PACED:
+        return start + busy
+    W = st.p[0].mem_window_ticks
+    limit = start + busy + queue_ticks
+    t = start
+    rem = busy
+    while rem > 0:
+        i = t // W
+        row = _window(st, srv, i)
+        if row < 0:
+            st.gpu[g].mem_beyond_calendar += rem
+            return t + rem
+        w_end = (i + 1) * W
+        stop = w_end if w_end < limit else limit
+        left = W - st.mem_cal[srv, row, CAL_PACED]    # the channel's share not paced away
+        end = -1
+        got = 0
+        if left > 0 and t + (rem * W + left - 1) // left <= stop:
+            got = rem
+            end = t + (rem * W + left - 1) // left
+        elif stop == limit:
+            got = rem                                  # the queue bound: served now
+            end = limit
+        elif left > 0:
+            got = (w_end - t) * left // W
+        used = st.mem_cal[srv, row, CAL_WHOLE] + got
+        over = used + st.mem_cal[srv, row, CAL_PACED] - W
+        if over > 0:
+            # oversubscribed: the excess is charged to the next window (paced room there)
+            used -= over
+            nxt = _window(st, srv, i + 1)
+            if nxt >= 0:
+                st.mem_cal[srv, nxt, CAL_WHOLE] += over
+            else:
+                st.gpu[g].mem_beyond_calendar += over
+        st.mem_cal[srv, row, CAL_WHOLE] = used
+        if end >= 0:
+            return end
+        rem -= got
+        t = w_end
+    return t
+
+
+@compiled
+def _paced(st, g, srv, busy, tick, pace_ticks):
+    """A paced stream of `busy` ticks of work spread over `pace_ticks` from `tick`: in each window
+    it takes at most its pace and what the window has left. Returns when its last byte is served.
+    A window stays full once full (until its ring row is reused), so a run of full windows gets a
+    skip link from its first window to the next window found open."""
+    W = st.p[0].mem_window_ticks
+    t = tick
+    rem = busy
+    first_full = -1        # ring row of the first full window of the run being crossed
+    while True:
+        i = t // W
+        row = _window(st, srv, i)
+        if row < 0:
+            st.gpu[g].mem_beyond_calendar += rem
+            return t + (rem * pace_ticks + busy - 1) // busy
+        w_end = (i + 1) * W
+        room = W - st.mem_cal[srv, row, CAL_PACED] - st.mem_cal[srv, row, CAL_WHOLE]
+        if room <= 0:
+            if first_full < 0:
+                first_full = row
+            nxt = st.mem_cal[srv, row, CAL_NEXT]
+            t = nxt * W if nxt > i else w_end
+            continue
+        if first_full >= 0:
+            st.mem_cal[srv, first_full, CAL_NEXT] = i
+            first_full = -1
+        cap = ((w_end - t) * busy + pace_ticks - 1) // pace_ticks   # the stream's pace
+        st.mem_cal[srv, row, CAL_STREAMS] += 1
+        if rem <= cap and rem <= room:
+            st.mem_cal[srv, row, CAL_PACED] += rem
+            end = t + (rem * pace_ticks + busy - 1) // busy
+            return end if end < w_end else w_end
+        take = cap if cap < room else room
+        st.mem_cal[srv, row, CAL_PACED] += take
+        rem -= take
+        t = w_end
 
 
 @compiled
@@ -189,34 +388,41 @@ def link_write(st, g, addr, nbytes, tick):
         return done, done + hbm_latency_ticks(st, done)
     hbm_transfer(st, g, addr, nbytes, tick, True)   # the write-back, later: bandwidth only
     st.gpu[g].l2_link_write_bytes += nbytes
-    done = _l2_transfer(st, g, nbytes, tick)
+    done = _l2_transfer(st, g, nbytes, tick, 0)
     c = cycle_at_or_after(done, p.sm_period_fs)
     return done, cycle_edge(c + p.l2_latency_cycles, p.sm_period_fs)
 
 
 @compiled
-def _l2_transfer(st, g, nbytes, tick):
-    """Charge GPU g's L2 bandwidth server (one fluid FIFO per GPU, like an HBM channel) for
-    nbytes issued at `tick`; returns when the transfer ends."""
+def _l2_transfer(st, g, nbytes, tick, pace_ticks):
+    """Charge GPU g's L2 read port (one bandwidth server per GPU, arbitrated like an HBM channel)
+    for nbytes issued at `tick`, paced over pace_ticks when > 0; returns when the transfer ends."""
     p = st.p[0]
     gp = st.gpu[g]
-    start = gp.l2_free
-    if start < tick:
-        start = tick
     busy = bytes_ticks(nbytes, p.l2_fs_per_byte)
-    gp.l2_free = start + busy
     gp.l2_busy += busy
-    return start + busy
+    srv = p.num_gpus * p.hbm_channels + g
+    if p.mem_arbitration == ARB_PACED and pace_ticks > busy:
+        return _paced(st, g, srv, busy, tick, pace_ticks)
+    end = _whole(st, g, srv, gp.l2_free, busy, tick, p.l2_queue_ticks)
+    gp.l2_free = end
+    return end
 
 
 @compiled
 def l2_access(st, g, nbytes, tick):
     """A read of nbytes served by GPU g's L2 (data the kernel asserts many tiles share, such as
-    expert weights): one bandwidth server per GPU (the L2's aggregate read bandwidth, fluid FIFO
-    like an HBM channel) plus the L2 hit latency. Returns the tick the data is available."""
+    expert weights), a whole access, plus the L2 hit latency. Returns the tick the data is
+    available."""
+    return l2_access_paced(st, g, nbytes, tick, 0)
+
+
+@compiled
+def l2_access_paced(st, g, nbytes, tick, pace_ticks):
+    """l2_access for the traffic of an SM instruction that occupies its unit for pace_ticks."""
     p = st.p[0]
     st.gpu[g].l2_read_bytes += nbytes
-    c = cycle_at_or_after(_l2_transfer(st, g, nbytes, tick), p.sm_period_fs)
+    c = cycle_at_or_after(_l2_transfer(st, g, nbytes, tick, pace_ticks), p.sm_period_fs)
     return cycle_edge(c + p.l2_latency_cycles, p.sm_period_fs)
 
 

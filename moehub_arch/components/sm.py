@@ -36,8 +36,8 @@ from ..isa.encoding import (ATOM_RED_ADD, NUM_GENERAL_REGS, ALU_ADD, ALU_AND, AL
                             SMEM_ADDR_BIT, SUBOP, THR, UNIT, DTYPE, DTYPE_DST_SHIFT, DTYPE_SRC_MASK, MMA_A_L2, MMA_B_L2, MMA_L2, MMA_RA, MMA_RA_B_L2, VEC_ADD,
                             VEC_AXPY, VEC_CVT, VEC_MUL,
                             VEC_SILU_MUL, VEC_ZERO)
-from .hbm import (copy_overlapping, hbm_access, hbm_backed, l2_access, move_bytes, raise_error,
-                  read_word, write_word)
+from .hbm import (copy_overlapping, hbm_access, hbm_access_paced, hbm_backed, l2_access_paced,
+                  move_bytes, raise_error, read_word, write_word)
 from .hub import REQ_ATOM, REQ_GET, REQ_PUT, REQ_STORE, atomic_ticks, hub_submit
 from .moehub.aau import aau_release_entries, aau_retry, record_address, slot_address
 from .moehub.dam import CLAIM_WAIT, dam_claim, dam_release
@@ -227,6 +227,25 @@ def _access(st, g, addr, nbytes, tick, is_write):
     if _is_smem(addr):
         return tick + cycle_edge(st.p[0].smem_latency_cycles, st.p[0].sm_period_fs)
     return hbm_access(st, g, addr, nbytes, tick, is_write)
+
+
+@compiled
+def _access_paced(st, g, addr, nbytes, tick, is_write, pace):
+    """_access for an instruction's operand traffic, streamed over its unit occupancy `pace`
+    (ticks): TMA / load-store pipelines fetch as the unit consumes (components/hbm.py)."""
+    if _is_smem(addr):
+        return tick + cycle_edge(st.p[0].smem_latency_cycles, st.p[0].sm_period_fs)
+    return hbm_access_paced(st, g, addr, nbytes, tick, is_write, pace)
+
+
+@compiled
+def _pace_ticks(st, row, work):
+    """How long the instruction's unit works on `work` units (ceil(work / throughput) cycles, as
+    its occupancy below), in ticks: the time its memory traffic is paced over."""
+    thr = row[THR]
+    if thr <= 0 or work <= 0:
+        return 0
+    return cycle_edge((work + thr - 1) // thr, st.p[0].sm_period_fs)
 
 
 # ---- element access for tensor / vector instructions -------------------------------------------
@@ -447,16 +466,17 @@ def _execute(st, slot, sm, tick, cyc):
             span_s = (rows - 1) * src_stride + row_bytes
             if not _check_range(st, slot, dst, span_d) or not _check_range(st, slot, src, span_s):
                 return
+            pace = _pace_ticks(st, row, rows * row_bytes)
             if rows == 1 or (dst_stride == row_bytes and src_stride == row_bytes):
                 # contiguous: one access per side
                 total = rows * row_bytes
-                rd = _access(st, g, src, total, tick, False)
-                wr = _access(st, g, dst, total, tick, True)
+                rd = _access_paced(st, g, src, total, tick, False, pace)
+                wr = _access_paced(st, g, dst, total, tick, True, pace)
                 mem_done = max(rd, wr)
             else:
                 for r in range(rows):
-                    rd = _access(st, g, src + r * src_stride, row_bytes, tick, False)
-                    wr = _access(st, g, dst + r * dst_stride, row_bytes, tick, True)
+                    rd = _access_paced(st, g, src + r * src_stride, row_bytes, tick, False, pace)
+                    wr = _access_paced(st, g, dst + r * dst_stride, row_bytes, tick, True, pace)
                     mem_done = max(mem_done, rd, wr)
             for r in range(rows):
                 _copy_functional(st, g, sm, slot, dst + r * dst_stride, src + r * src_stride,
@@ -480,18 +500,19 @@ def _execute(st, slot, sm, tick, cyc):
         if (not _check_range(st, slot, a_addr, m * k * es) or not _check_range(st, slot, b_addr, k * n * es)
                 or not _check_range(st, slot, c_addr, m * n * 4)):
             return
+        pace = _pace_ticks(st, row, 2 * m * n * k)   # operands stream over the tensor work
         if sub == MMA_RA or sub == MMA_RA_B_L2:
             ra = tick   # the same A tile as the previous mma: already on chip (a fused mainloop)
         elif (sub == MMA_L2 or sub == MMA_A_L2) and not _is_smem(a_addr):
-            ra = l2_access(st, g, m * k * es, tick)   # a row tile several TBs share: L2 hits
+            ra = l2_access_paced(st, g, m * k * es, tick, pace)   # a row tile several TBs share: L2 hits
         else:
-            ra = _access(st, g, a_addr, m * k * es, tick, False)
+            ra = _access_paced(st, g, a_addr, m * k * es, tick, False, pace)
         if (sub == MMA_B_L2 or sub == MMA_L2 or sub == MMA_RA_B_L2) and not _is_smem(b_addr):
-            rb = l2_access(st, g, k * n * es, tick)   # weights shared by many tiles: L2 hits
+            rb = l2_access_paced(st, g, k * n * es, tick, pace)   # weights shared by many tiles: L2 hits
         else:
-            rb = _access(st, g, b_addr, k * n * es, tick, False)
-        rc = _access(st, g, c_addr, m * n * 4, tick, False)
-        wc = _access(st, g, c_addr, m * n * 4, tick, True)
+            rb = _access_paced(st, g, b_addr, k * n * es, tick, False, pace)
+        rc = _access_paced(st, g, c_addr, m * n * 4, tick, False, pace)
+        wc = _access_paced(st, g, c_addr, m * n * 4, tick, True, pace)
         mem_done = max(ra, rb, rc, wc)
         va = _bytes(st, g, sm, a_addr, m * k * es)
         vb = _bytes(st, g, sm, b_addr, k * n * es)
@@ -521,21 +542,22 @@ def _execute(st, slot, sm, tick, cyc):
         nb_dst = n * es_dst
         if not _check_range(st, slot, d_addr, nb_dst):
             return
-        mem_done = _access(st, g, d_addr, nb_dst, tick, True)
+        pace = _pace_ticks(st, row, n)
+        mem_done = _access_paced(st, g, d_addr, nb_dst, tick, True, pace)
         uses_a = sub != VEC_ZERO
         uses_b = sub == VEC_ADD or sub == VEC_MUL or sub == VEC_SILU_MUL
         if uses_a:
             if not _check_range(st, slot, a_addr, nb):
                 return
-            mem_done = max(mem_done, _access(st, g, a_addr, nb, tick, False))
+            mem_done = max(mem_done, _access_paced(st, g, a_addr, nb, tick, False, pace))
         if uses_b:
             if not _check_range(st, slot, b_addr, nb):
                 return
-            mem_done = max(mem_done, _access(st, g, b_addr, nb, tick, False))
+            mem_done = max(mem_done, _access_paced(st, g, b_addr, nb, tick, False, pace))
         if sub == VEC_AXPY:
             if not _check_range(st, slot, b_addr, es_dst):
                 return
-            mem_done = max(mem_done, _access(st, g, d_addr, nb_dst, tick, False),
+            mem_done = max(mem_done, _access_paced(st, g, d_addr, nb_dst, tick, False, pace),
                            _access(st, g, b_addr, es_dst, tick, False))
         vd = _bytes(st, g, sm, d_addr, nb_dst)
         if vd.shape[0] > 0 and n > 0:

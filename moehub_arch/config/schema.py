@@ -35,6 +35,9 @@ class SmConfig:
     smem_latency_cycles: int = _f("int", "shared memory load latency in SM cycles", min=0)
 
 
+MEMORY_ARBITRATION = ("paced", "fifo")
+
+
 @attrs.frozen
 class HbmConfig:
     bandwidth: float = _f("bandwidth", "peak HBM bandwidth per GPU", min=1)
@@ -43,6 +46,16 @@ class HbmConfig:
     latency_cycles: int = _f("int", "load latency in SM cycles", min=0)
     atomic_latency_cycles: int = _f("int", "extra latency of an atomic at memory, SM cycles", min=0)
     capacity: int = _f("size", "HBM capacity per GPU", min=1)
+    arbitration: str = _f("choice", "how the channels (and the L2 read port) share their bandwidth: "
+                          "paced (an SM instruction's operand traffic streams over the "
+                          "instruction's own duration and leaves the rest of each arbitration "
+                          "window to other requests) or fifo (every access served whole, first in "
+                          "first out: the first model, kept for comparison)",
+                          choices=MEMORY_ARBITRATION)
+    arbitration_window: int = _f("time", "granularity of the paced-arbitration calendar (the "
+                                 "bandwidth left to other requests is tracked per window)", min=1)
+    queue_depth: int = _f("int", "requests (32 B) a channel controller queues: under paced "
+                          "arbitration a request waits at most for a full queue to drain", min=1)
 
 
 L2_LINK_WRITES = ("hbm", "write_back")
