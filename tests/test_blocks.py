@@ -142,7 +142,7 @@ def test_occupancy_monitor_example():
     plain = model_stats(off.stats)
     assert not any(name.startswith(("system.gpu0.occupancy", "system.engine.events.occupancy"))
                    for name in plain)
-    own = ("simTicks", "simSeconds", "simEvents", "system.engine.queue_peak", "_utilization",
+    own = ("simTicks", "simSeconds", "simEvents", "system.engine.queue_peak", "utilization",
            "_GBps")
     for name, value in plain.items():
         if not name.endswith(own) and name not in own:
