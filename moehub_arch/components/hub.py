@@ -276,6 +276,21 @@ def _response_vc(st):
 
 
 @compiled
+def _request_packet(st, r, g, dst):
+    """A fresh packet from GPU g to GPU dst for request r (its request or response packets alike),
+    addressed at the request's destination address; the caller sets kind and payload."""
+    pkt = packet_alloc(st)
+    pk = st.pk[pkt]
+    pk.req = r
+    pk.src = g
+    pk.dst = dst
+    pk.value = 0
+    pk.addr = st.req[r].dst_addr
+    pk.src_addr = 0
+    return pkt
+
+
+@compiled
 def _hub_blocked(st, g, tick):
     """No link toward the packet's destination has queue room: wait for a dequeue."""
     gp = st.gpu[g]
@@ -331,14 +346,8 @@ def hub_packetize(st, g, tick):
     if c < 0:
         _hub_blocked(st, g, tick)
         return  # a dequeue on one of our links wakes us
-    pkt = packet_alloc(st)
+    pkt = _request_packet(st, r, g, dst)
     pk = st.pk[pkt]
-    pk.req = r
-    pk.src = g
-    pk.dst = dst
-    pk.value = 0
-    pk.addr = rq.dst_addr
-    pk.src_addr = 0
     ready = tick
     done = False
     kind = rq.kind
@@ -410,14 +419,8 @@ def _send_response(st, g, tick):
     c = pick_channel_vc(st, g, dst, True, _response_vc(st))
     if c < 0:
         return -1
-    pkt = packet_alloc(st)
+    pkt = _request_packet(st, r, g, dst)
     pk = st.pk[pkt]
-    pk.req = r
-    pk.src = g
-    pk.dst = dst
-    pk.value = 0
-    pk.addr = rq.dst_addr
-    pk.src_addr = 0
     ready = tick
     kind = st.respq[g, gp.respq_head, RESP_KIND]
     if kind == RESP_GET_DATA:
