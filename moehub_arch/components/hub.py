@@ -610,7 +610,7 @@ def hub_receive(st, g, c, pkt, tick):
             rq.acks_arrived += pk.npk
             if rq.acks_arrived == rq.acks_total:
                 _complete_request(st, r, t)
-    credit_return_vc(st, c, pk.flits, free_at + p.link_latency_ticks, packet_vc(st, pkt))
+    credit_return_vc(st, c, pk.flits, free_at + st.ch[c].latency, packet_vc(st, pkt))
     packet_free(st, pkt)
 
 
