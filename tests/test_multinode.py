@@ -93,14 +93,22 @@ def test_exchange_across_nodes_exact_bytes_and_work_requests():
 def test_fabric_engines_identical(tmp_path):
     """A small all-to-all across both nodes: the Numba and pure-Python engines agree on every
     stat (fabric links, NICs and IB switches included)."""
-    sets = ["--system", "configs/systems/tiny_2x2.yaml",
-            "--set", "workload.buffers.send.bytes=16KB", "--set", "workload.buffers.recv.bytes=16KB",
-            "--set", "workload.launches[0].params.bytes_per_peer=4096",
-            "--set", "workload.launches[0].params.chunk=2048"]
+    from conftest import CONFIGS
+    cfg = tmp_path / "a2a.yaml"
+    cfg.write_text(f"""extends: {CONFIGS / 'ubench/alltoall.yaml'}
+system: {CONFIGS / TINY}
+workload:
+  buffers:
+    send: {{bytes: 16KB, region: data}}
+    recv: {{bytes: 16KB, region: data}}
+  launches:
+    - kernel: alltoall
+      grid: "ngpu"
+      params: {{send: "@send", recv: "@recv", bytes_per_peer: 4096, chunk: 2048}}
+""")
     out = {}
     for engine in ("numba", "python"):
-        r = run_cli("run", "configs/ubench/alltoall.yaml", "-o", tmp_path / engine, "--engine",
-                    engine, "--quiet", *sets)
+        r = run_cli("run", cfg, "-o", tmp_path / engine, "--engine", engine, "--quiet")
         assert r.returncode == 0, r.stderr
         out[engine] = {k: v for k, v in read_stats_json(tmp_path / engine).items()
                        if not k.startswith("host")}
@@ -135,3 +143,35 @@ def test_bad_fabric_exits_2_naming_the_key(sets, key):
     r = run_cli(*args)
     assert r.returncode == 2, r.stderr
     assert key in r.stderr and "Traceback" not in r.stderr
+
+
+def test_a6000_bridges_pairs_and_pcie_switch():
+    """HierMoE's testbed: a GPU reaches its bridge partner over the bridge (all 4 links), the
+    other GPUs of its node through the PCIe switch it shares with the node's NIC, and other nodes
+    through that NIC."""
+    from conftest import load
+    from moehub_arch.topology import (LINK_NVLINK, LINK_PCIE, NODE_BRIDGE, NODE_PCIE_SWITCH,
+                                      build_fabric, build_routes, channel_arrays)
+    cfg = load("systems/a6000_x4.yaml")
+    G = cfg.system.num_gpus
+    assert G == 32
+    fab = build_fabric(cfg)
+    gpu_routes, sw_routes, _ = build_routes(cfg, fab)
+    cols = channel_arrays(fab, G)
+    hops = lambda g, h: list(gpu_routes[g * G + h, 2:2 + gpu_routes[g * G + h, 0]])  # noqa: E731
+    assert len(hops(0, 1)) == 4
+    assert all(cols["link_class"][c] == LINK_NVLINK and cols["dst_kind"][c] == NODE_BRIDGE
+               for c in hops(0, 1))
+    for h in (2, 7, 8, 31):
+        (c,) = hops(0, h)
+        assert cols["link_class"][c] == LINK_PCIE and cols["dst_kind"][c] == NODE_PCIE_SWITCH
+
+
+@pytest.mark.parametrize("nodes", [2, 4, 8])
+def test_hgx_h800_node_count_gives_ep(nodes):
+    from conftest import load
+    from moehub_arch.topology import build_fabric, build_routes
+    cfg = load("systems/hgx_h800_x4.yaml", f"system.nodes.count={nodes}")
+    assert cfg.system.num_gpus == 8 * nodes
+    gpu_routes, _, _ = build_routes(cfg, build_fabric(cfg))
+    assert (gpu_routes[:, 0].reshape(8 * nodes, 8 * nodes) > 0).sum() == (8 * nodes) ** 2

@@ -211,6 +211,7 @@ def hub_submit(st, g, kind, slot, dst_gpu, dst_addr, src_addr, nbytes, value, re
     rq.acks_due = 0
     rq.acks_arrived = 0
     rq.acks_ready = 0
+    rq.issued = tick      # a NIC's doorbell for it rings now (nic.py)
     rq.value = value
     rq.ret_reg = ret_reg
     rq.launch = st.tb[slot].launch

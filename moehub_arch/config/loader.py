@@ -497,11 +497,11 @@ def _convert(cls, raw, path, ctx, name=None):
 def _check(cfg: Config, ctx: _Ctx):
     s = cfg.system
     nv, sw = s.nvlink, s.switch
-    if len(sw.gpu_link_switch) != nv.links_per_gpu:
+    if sw.topology == "nvswitch" and len(sw.gpu_link_switch) != nv.links_per_gpu:
         raise ctx.error(("system", "switch", "gpu_link_switch"),
                         f"expected one switch index per link (system.nvlink.links_per_gpu = "
                         f"{nv.links_per_gpu}), found {len(sw.gpu_link_switch)} entries")
-    for i, idx in enumerate(sw.gpu_link_switch):
+    for i, idx in enumerate(sw.gpu_link_switch if sw.topology == "nvswitch" else ()):
         if idx >= sw.count:
             raise ctx.error(("system", "switch", "gpu_link_switch", i),
                             f"switch index {idx} out of range: system.switch.count = {sw.count}")
