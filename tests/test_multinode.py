@@ -125,6 +125,12 @@ def test_functional_layer_across_nodes_is_exact(scheme):
                             "workload.layer.tokens_per_gpu=16")
     assert sim.stats["system.moe.output_max_abs_error"] == 0.0
     assert sim.stats["system.nic0.rdma_payload_bytes"] > 0
+    # the routing's deduplication per level (workloads/dedup.py), from the layer's routing
+    from moehub_arch.workloads.dedup import dedup_rows
+    layer = sim.layer
+    eg = [e // layer.shape.local_experts for e in range(layer.shape.experts)]
+    before, after = dedup_rows(layer.routing.topk_idx, eg, 2)
+    assert sim.stats["system.moe.dedup.level1_bytes_saved"] == (before - after) * layer.shape.row_bytes
 
 
 @pytest.mark.parametrize("sets, key", [
@@ -175,3 +181,24 @@ def test_hgx_h800_node_count_gives_ep(nodes):
     assert cfg.system.num_gpus == 8 * nodes
     gpu_routes, _, _ = build_routes(cfg, build_fabric(cfg))
     assert (gpu_routes[:, 0].reshape(8 * nodes, 8 * nodes) > 0).sum() == (8 * nodes) ** 2
+
+
+def test_dedup_rows_of_a_hand_written_routing_at_each_level():
+    """2 nodes x 2 GPUs, 8 experts (GPU g holds experts 2g, 2g+1), top-3; counts by hand:
+    GPU0 [1,4,5] -> GPUs 0,2,2: level 0 2 rows -> 1, level 1 (node) 2 -> 1
+    GPU0 [2,6,7] -> GPUs 1,3,3: level 0 3 -> 2,              level 1 2 -> 1
+    GPU1 [2,3,0], [3,2,1] -> GPUs 1,1,0: level 0 1 -> 1 each, level 1 0
+    GPU2 [4,5,6], [5,4,7] -> GPUs 2,2,3: level 0 1 -> 1 each, level 1 0
+    GPU3 [0,3,4] -> GPUs 0,1,2: level 0 3 -> 3,              level 1 2 -> 1
+    GPU3 [6,7,1] -> GPUs 3,3,0: level 0 1 -> 1,              level 1 1 -> 1"""
+    from conftest import load
+    from moehub_arch.workloads.dedup import dedup_rows, topology_levels
+    topk = [[[1, 4, 5], [2, 6, 7]], [[2, 3, 0], [3, 2, 1]],
+            [[4, 5, 6], [5, 4, 7]], [[0, 3, 4], [6, 7, 1]]]
+    expert_gpu = [e // 2 for e in range(8)]
+    levels = topology_levels(load(TINY))
+    assert levels == [("gpu", 1), ("node", 2)]
+    assert dedup_rows(topk, expert_gpu, 1) == (13, 11)
+    assert dedup_rows(topk, expert_gpu, 2) == (7, 4)
+    a6000 = topology_levels(load("systems/a6000_x4.yaml"))
+    assert a6000 == [("gpu", 1), ("nvlink_pair", 2), ("node", 8)]

@@ -41,6 +41,7 @@ import numpy as np
 
 from ..engine.state import NUM_WAIT_REASONS
 from ..isa.encoding import UNIT_COMM, UNIT_LSU, UNIT_TENSOR, UNIT_VECTOR
+from .dedup import add_dedup_stats
 
 
 def ideal_compute_ps(layer, cfg) -> float:
@@ -157,6 +158,7 @@ def add_layer_stats(sim, layer):
             "GPU link transmitters: mean busy fraction over the layer")
     out.add("system.moe.nvlink.tx_utilization_max", float(tx.max()) / span, "ratio",
             "GPU link transmitters: busiest one's busy fraction over the layer")
+    add_dedup_stats(out, layer, sim.cfg)
 
 
 def _dispatch_link_stats(st, out, layer, launches, P):
