@@ -379,7 +379,11 @@ class BlockConfig:
     model: str = _f("str", "dense model shape: a name in workloads/blocks/ or a path to a block "
                            "model YAML ('' = no block)", "")
     kind: str = _f("choice", "which part of the block: ffn (the dense SwiGLU FFN: column-parallel "
-                   "gate/up, row-parallel down, then the TP all-reduce)", "ffn", choices=("ffn",))
+                   "gate/up, row-parallel down, then the TP all-reduce); attention (norm, "
+                   "column-parallel QKV, causal FlashAttention-style attention over this GPU's "
+                   "heads, row-parallel output projection, all-reduce, residual); transformer "
+                   "(the attention part, then norm, FFN, all-reduce, residual: one whole layer)",
+                   "ffn", choices=("ffn", "attention", "transformer"))
     scheme: str = _f("choice", "how the row-parallel partial sums are combined: tp_ring (NCCL "
                      "ring all-reduce over puts/flags), tp_none (t = 1: no collective, the "
                      "reference)", "tp_ring", choices=("tp_ring", "tp_none"))
@@ -393,6 +397,9 @@ class BlockConfig:
                         "128 x 128 tile)", 128, min=1)
     allreduce_channels: int = _f("int", "thread blocks (NCCL channels) of the ring all-reduce "
                                  "(assumption: 16, as configs/ubench/allreduce_ring.yaml)", 16, min=1)
+    attention_tile: int = _f("int", "query and key tile of the attention kernel, Br = Bc (must "
+                             "divide seq; assumption: 64, FlashAttention-2's key block for head "
+                             "dim 128, arXiv 2307.08691)", 64, min=1)
     allreduce_slice: int = _f("int", "largest elements per put of the ring all-reduce (NCCL's "
                               "chunk); the block uses the largest power of two <= this that "
                               "divides its share (assumption: 64K elements = 128 KB bf16)",
