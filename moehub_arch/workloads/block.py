@@ -17,8 +17,13 @@ Kernels: workloads/kernels/tp/transformer.s (tp_norm, tp_gemm, attention, residu
 the kernel library (lib/norm.s, lib/attention.s, lib/gemm_tiles.s). The partials are combined by
 the TP scheme (`workload.block.scheme`):
   tp_ring  NCCL's ring all-reduce (workloads/kernels/tp/allreduce_ring.s, lib/ring_allreduce.s)
+  sp_ring  Megatron-LM's sequence parallelism (Korthikanti et al., arXiv 2205.05198, section 4.2.2):
+           the all-reduce after each row-parallel GEMM becomes a ring reduce-scatter, the norm and
+           residual work on this GPU's T / t tokens, and a ring all-gather rebuilds the full input
+           of the next column-parallel GEMM (the two halves of the ring all-reduce, kernel
+           ring_half); GPU g's shard is chunk (g + 1) % t, where the reduce-scatter leaves it.
   tp_none  t = 1: no collective, the reference without communication.
-Not built: sequence parallelism and the in-switch schemes (tp_nvls, sp_nvls, t3, cais), the
+Not built: the in-switch schemes (tp_nvls, sp_nvls, t3, cais), the
 training backward pass, GeLU MLPs (every model's FFN is SwiGLU here), rotary embeddings.
 
 Kernels run stream-ordered on every GPU, so each starts system.gpu.kernel_launch_latency after
@@ -176,6 +181,10 @@ def block_shape(cfg):
     if b.scheme == "tp_none" and t != 1:
         raise BlockError(f"{KEY}.scheme: tp_none is the single-GPU reference (t = 1), but "
                          f"{KEY}.tp is {t}; use tp_ring for t > 1")
+    if b.scheme == "sp_ring" and (t == 1 or b.kind == "ffn"):
+        raise BlockError(f"{KEY}.scheme: sp_ring shards the norms and residuals of kinds "
+                         f"attention and transformer over t > 1 GPUs (here kind {b.kind}, tp {t}); "
+                         f"use tp_ring or tp_none")
     for name, v in (("heads", m.heads), ("hidden", m.hidden), ("ffn", m.ffn)):
         if v % t:
             raise BlockError(f"{KEY}.tp: {t} does not divide {m.name}'s {name} ({v}); tensor "
@@ -198,13 +207,13 @@ def block_shape(cfg):
         sl *= 2
     extra = {}
     if b.kind != "ffn":
-        extra = _attention_shape(b, m, t, tokens)
+        extra = _attention_shape(b, m, t, tokens, b.scheme == "sp_ring")
     return BlockShape(model=m.name, kind=b.kind, tp=t, tokens=tokens, hidden=m.hidden,
                       ffn_t=m.ffn // t, n_tile=n, tile_rows=b.tile_rows, channels=C, slice=sl,
                       functional=cfg.workload.mode == "functional", **extra), m
 
 
-def _attention_shape(b, m, t, tokens):
+def _attention_shape(b, m, t, tokens, sp):
     """The attention part's shape: heads per GPU, tiles, and the errors a user can act on."""
     dh, tile = m.hidden // m.heads, b.attention_tile
     seq = m.seq
@@ -225,8 +234,12 @@ def _attention_shape(b, m, t, tokens):
         raise BlockError(f"{KEY}.tile_rows: no GEMM job of 8 .. 128 columns dividing the head "
                          f"dim ({dh}) and hidden ({m.hidden}) fits {b.tile_rows} rows in the "
                          f"projection kernel's {GEMM_SMEM} B of shared memory")
+    if sp and tokens % t:
+        raise BlockError(f"{KEY}.tp: sequence parallelism gives every GPU tokens / t rows, but "
+                         f"{t} does not divide {tokens} tokens")
+    local = tokens // t if sp else tokens      # rows the norms and residuals work on per GPU
     rows = 1
-    while tokens % (rows * 2) == 0 and 16 + 8 * m.hidden + 4 * rows * 2 * (m.hidden + 2) \
+    while local % (rows * 2) == 0 and 16 + 8 * m.hidden + 4 * rows * 2 * (m.hidden + 2) \
             <= ATTENTION_SMEM and rows * 2 * m.hidden <= 16384:
         rows *= 2
     if 16 + 8 * m.hidden + 4 * rows * (m.hidden + 2) > ATTENTION_SMEM:
@@ -248,9 +261,10 @@ class TransformerBlock:
         self.shape, self.model = block_shape(cfg)
         s = self.shape
         self.ring = cfg.workload.block.scheme == "tp_ring" and s.tp > 1
+        self.sp = cfg.workload.block.scheme == "sp_ring"
         self.buffers, self.launches, self.phases = [], [], []
         self.kernel_files = [COMMON_KERNELS]
-        if self.ring:
+        if self.ring or self.sp:
             self.kernel_files.append(TP_KERNELS)
         if s.kind != "ffn":
             self.kernel_files.append(TRANSFORMER_KERNELS)
@@ -277,8 +291,28 @@ class TransformerBlock:
         self.launches.append(LaunchConfig(kernel=kernel, grid=grid, stream=0, params=params))
         self.phases.append(phase)
 
+    def _ring_half(self, phase, src, out, suffix):
+        """Sequence parallelism's collectives: phase 1 reduce-scatter (src -> out), 2 all-gather
+        (in place in out)."""
+        s = self.shape
+        T, H, P, C = s.tokens, s.hidden, s.tp, s.channels
+        if phase == 1:
+            self._buffer(f"stage{suffix}", T * H * 2 * (P - 1) // P)
+        self._buffer(f"flags{suffix}", C * 2 * (P - 1) * 8, region="control", dtype="i64")
+        self._launch("reduce_scatter" if phase == 1 else "all_gather", "ring_half", C, (
+            ("send", f"@{src}"), ("recv", f"@{out}"),
+            ("stage", f"@stage{suffix}" if phase == 1 else f"@{out}"),
+            ("flags", f"@flags{suffix}"), ("elems", T * H), ("slice", s.slice), ("bf16", 1),
+            ("phase", phase)))
+        return out
+
     def _allreduce(self, src, suffix):
-        """The TP scheme's combine of the row-parallel partial sums `src`; returns the result."""
+        """The TP scheme's combine of the row-parallel partial sums `src`; returns the result
+        (sp_ring: reduce-scatter, the result complete on this GPU's sequence shard only)."""
+        if self.sp:
+            s = self.shape
+            return self._ring_half(1, src, self._buffer(f"ar{suffix}", s.tokens * s.hidden * 2),
+                                   f"_rs{suffix}")
         if not self.ring:
             return src
         s = self.shape
@@ -319,9 +353,11 @@ class TransformerBlock:
         self._buffer(y, T * H * 2)
         self._launch("norm", "tp_norm", self.cfg.workload.block.gemm_tbs, (
             ("x", f"@{x}"), ("y", f"@{y}"), ("gain", f"@norm{which}_gain"),
-            ("bias", f"@norm{which}_bias"), ("consts", "@consts"), ("tokens", T),
-            ("hidden", H), ("rows", s.norm_rows),
-            ("layernorm", int(self.model.norm == "layernorm"))))
+            ("bias", f"@norm{which}_bias"), ("consts", "@consts"),
+            ("tokens", T // s.tp if self.sp else T), ("hidden", H), ("rows", s.norm_rows),
+            ("layernorm", int(self.model.norm == "layernorm")), ("sharded", int(self.sp))))
+        if self.sp:     # the column-parallel GEMM after the norm needs every token
+            self._ring_half(2, y, y, f"_ag{which}")
 
     def _gemm(self, phase, a, w, y, k, ncols, n, group):
         s = self.shape
@@ -333,9 +369,10 @@ class TransformerBlock:
         s = self.shape
         self._buffer(y, s.tokens * s.hidden * 2)
         chunk = s.norm_rows * s.hidden
+        elems = s.tokens * s.hidden // (s.tp if self.sp else 1)
         self._launch("residual", "residual_add", self.cfg.workload.block.gemm_tbs, (
-            ("a", f"@{a}"), ("b", f"@{b}"), ("y", f"@{y}"), ("elems", s.tokens * s.hidden),
-            ("chunk", chunk)))
+            ("a", f"@{a}"), ("b", f"@{b}"), ("y", f"@{y}"), ("elems", elems),
+            ("chunk", chunk), ("sharded", int(self.sp))))
         return y
 
     def _attention(self, x):
@@ -438,10 +475,13 @@ class TransformerBlock:
                             ("o_proj", "the output projection (row-parallel tp_gemm)"),
                             ("residual", "the residual adds"),
                             ("ffn", "the FFN GEMMs (gate/up + down)"),
-                            ("allreduce", "the TP all-reduces (tp_ring)")):
+                            ("allreduce", "the TP all-reduces (tp_ring)"),
+                            ("reduce_scatter", "the reduce-scatters (sp_ring)"),
+                            ("all_gather", "the all-gathers (sp_ring)")):
             ticks = phase_ticks(phase)
             busy += ticks
-            if phase in ("ffn", "allreduce") or s.kind != "ffn":
+            if phase in ("ffn", "allreduce") or (s.kind != "ffn" and (
+                    self.sp or phase not in ("reduce_scatter", "all_gather"))):
                 stats.add(f"system.block.{phase}_time_us", ticks * 1e-6, "us",
                           f"{what}: per launch first start to last end over all GPUs, summed "
                           f"over the block's launches")
@@ -464,6 +504,10 @@ class TransformerBlock:
         busbw = nbytes / (ar * 1e-12) / 1e9 * 2 * (s.tp - 1) / s.tp if ar else 0.0
         stats.add("system.block.allreduce_busbw_GBps", busbw, "GB/s",
                   "all-reduce bus bandwidth (nccl-tests): bytes / time x 2(t-1)/t")
+        if self.sp:
+            ar = phase_ticks("reduce_scatter") + phase_ticks("all_gather")
+            stats.add("system.block.collective_time_us", ar * 1e-6, "us",
+                      "the reduce-scatters and all-gathers together (the all-reduces' share)")
         nv = sim.cfg.system.nvlink
         tx = sum(x.value for x in stats.match("system.gpu*.nvlink*.tx_wire_bytes"))
         cap = s.tp * nv.links_per_gpu * nv.bandwidth * 1e-12
@@ -472,7 +516,7 @@ class TransformerBlock:
                        "bandwidth x block time), over every GPU's links")
         stats.add("system.block.allreduce_link_utilisation_pct",
                   100.0 * tx / (cap * ar) if ar else 0.0, "%",
-                  "the same over the all-reduce time only (all NVLink traffic is the all-reduce's)")
+                  "the same over the collectives' time only (all NVLink traffic is theirs)")
         if s.functional:
             err = self._output_error(sim)
             stats.add("system.block.output_max_abs_error", err, "",
@@ -493,8 +537,8 @@ class TransformerBlock:
 
         def combine(parts):
             parts = np.stack([p.reshape(-1) for p in parts])
-            return (ring_allreduce_reference(parts, bf16=True) if self.ring else parts[0]
-                    ).reshape(T, H)
+            return (ring_allreduce_reference(parts, bf16=True) if self.ring or self.sp
+                    else parts[0]).reshape(T, H)
 
         def ffn(inp):
             parts = []
@@ -537,8 +581,14 @@ class TransformerBlock:
         from .reference import max_abs_error
         s = self.shape
         ref = self.reference(sim).reshape(-1)
-        return max(max_abs_error(sim.read_buffer(g, self.output)[:s.tokens * s.hidden], ref)
-                   for g in range(s.tp))
+        if not self.sp:
+            return max(max_abs_error(sim.read_buffer(g, self.output)[:s.tokens * s.hidden], ref)
+                       for g in range(s.tp))
+        # sequence parallelism: GPU g holds the output of its shard, chunk (g + 1) % t
+        n = s.tokens * s.hidden // s.tp
+        return max(max_abs_error(sim.read_buffer(g, self.output)[c * n:(c + 1) * n],
+                                 ref[c * n:(c + 1) * n])
+                   for g in range(s.tp) for c in [(g + 1) % s.tp])
 
     def invariants(self, sim):
         """Functional mode: the output is the reference exactly (every order fixed)."""

@@ -8,6 +8,20 @@
 .include "lib/norm.s"
 .include "lib/attention.s"
 
+# Sequence parallelism (scheme sp_ring; Korthikanti et al., arXiv 2205.05198): with sharded = 1,
+# tp_norm and residual_add work on this GPU's sequence shard only - `tokens` (`elems`) is the
+# shard's size and the shard is chunk (g + 1) % P of the full buffer, the chunk the ring's
+# reduce-scatter leaves complete on GPU g (lib/ring_allreduce.s).
+.macro shard_offset off, size, esize
+    mov \off, 0
+    beq %sharded, 0, whole_\@
+    add \off, %gpu, 1
+    rem \off, \off, %ngpu
+    mul \off, \off, \size
+    mul \off, \off, \esize
+whole_\@:
+.endm
+
 # tp_norm: y[T][H] = norm(x) in blocks of `rows` rows (lib/norm.s); consts: fp32 words 1 eps, 2 H.
 .kernel tp_norm
 .param x
@@ -19,15 +33,19 @@
 .param hidden
 .param rows                  # rows per block (divides tokens)
 .param layernorm             # 1 LayerNorm, 0 RMSNorm
+.param sharded               # 1: tokens is the sequence shard of this GPU (see shard_offset)
 .smem 128KB
     norm_smem %gain, %bias, %consts, %hidden
     div r10, %tokens, %rows          # r10 = row blocks
     mul r11, %rows, %hidden
     shl r11, r11, 1                  # r11 = bytes of a block
+    shl r15, %hidden, 1
+    shard_offset r14, %tokens, r15   # r14 = byte offset of the shard
     mov r0, %tb
 block:
     bge r0, r10, end
     mul r12, r0, r11
+    add r12, r12, r14
     add r13, r12, %x
     add r12, r12, %y
     norm_rows r12, r13, %rows, %hidden, %layernorm
@@ -160,17 +178,20 @@ end:
 .param y
 .param elems
 .param chunk
+.param sharded               # 1: elems is the sequence shard of this GPU (see shard_offset)
     shl r1, %chunk, 1                # r1 = chunk bytes
     div r2, %elems, %chunk           # r2 = chunks
+    shard_offset r6, %elems, 2       # r6 = byte offset of the shard
     mov r0, %tb
-chunk:
+next:
     bge r0, r2, end
     mul r3, r0, r1
+    add r3, r3, r6
     add r4, r3, %a
     add r5, r3, %b
     add r3, r3, %y
     vadd.bf16 r3, r4, r5, %chunk
     add r0, r0, %ntb
-    bra chunk
+    bra next
 end:
     exit
