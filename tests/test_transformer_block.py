@@ -166,3 +166,12 @@ def test_sequence_parallelism_needs_an_attention_block(tmp_path):
                 "--set", "workload.block.scheme=sp_ring")
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert "workload.block.scheme: sp_ring shards the norms" in r.stderr
+
+
+def test_ring_slice_is_the_largest_divisor_under_the_cap():
+    from moehub_arch.workloads.block import _ring_slice
+    assert _ring_slice(262144, 65536) == 65536            # Mega-GPT-4B: a power of two
+    assert _ring_slice(294912, 65536) == 49152            # Mega-GPT-8B, LLaMA-7B: 2^15 x 9
+    assert _ring_slice(256, 65536) == 256
+    assert _ring_slice(64 * 7 * 11, 1000) == 704          # the largest multiple of 64 dividing 4928
+    assert _ring_slice(21, 65536) == 21                   # no multiple of 64: the largest divisor

@@ -404,8 +404,9 @@ class BlockConfig:
                              "divide seq; assumption: 64, FlashAttention-2's key block for head "
                              "dim 128, arXiv 2307.08691)", 64, min=1)
     allreduce_slice: int = _f("int", "largest elements per put of the ring all-reduce (NCCL's "
-                              "chunk); the block uses the largest power of two <= this that "
-                              "divides its share (assumption: 64K elements = 128 KB bf16)",
+                              "chunk); the block uses the largest divisor <= this of a channel's "
+                              "share, preferring multiples of 64 elements (whole 128 B packets; "
+                              "assumption: 64K elements = 128 KB bf16)",
                               65536, min=1)
 
 

@@ -23,8 +23,8 @@ the TP scheme (`workload.block.scheme`):
            of the next column-parallel GEMM (the two halves of the ring all-reduce, kernel
            ring_half); GPU g's shard is chunk (g + 1) % t, where the reduce-scatter leaves it.
   tp_none  t = 1: no collective, the reference without communication.
-Not built: the in-switch schemes (tp_nvls, sp_nvls, t3, cais), the
-training backward pass, GeLU MLPs (every model's FFN is SwiGLU here), rotary embeddings.
+Not built: the in-switch schemes (tp_nvls, sp_nvls, t3, cais), the training backward pass, GeLU
+MLPs (every model's FFN is SwiGLU here), rotary embeddings.
 
 Kernels run stream-ordered on every GPU, so each starts system.gpu.kernel_launch_latency after
 its predecessor ends (system.block.launch_gaps_us reports that time; CUDA graphs would shrink it).
@@ -138,7 +138,7 @@ class BlockShape:
     n_tile: int
     tile_rows: int
     channels: int
-    slice: int          # all-reduce elements per put
+    slice: int          # all-reduce elements per put (_ring_slice)
     functional: bool
     heads_t: int = 0    # attention heads per GPU (heads / t)
     head_dim: int = 0
@@ -166,6 +166,21 @@ def _gemm_n(cols, tile_rows, group):
                 and tile_rows * n <= GEMM_JOB_ELEMENTS:
             return n
     return 0
+
+
+def _ring_slice(share, cap):
+    """Elements per put of the ring all-reduce: the largest divisor of a channel's share of a
+    chunk that is at most `cap` (workload.block.allreduce_slice), preferring whole 128 B packets
+    (multiples of 64 bf16 elements). A share that is not a power of two (Mega-GPT-8B's 294,912 =
+    2^15 x 9) gets 49,152-element slices instead of the 32,768 a power-of-two rule allows."""
+    best = 1
+    for d in range(1, int(share ** 0.5) + 1):
+        if share % d:
+            continue
+        for c in (d, share // d):
+            if c <= cap and ((c % 64 == 0, c) > (best % 64 == 0, best)):
+                best = c
+    return best
 
 
 def block_shape(cfg):
@@ -202,9 +217,7 @@ def block_shape(cfg):
         raise BlockError(f"{KEY}.allreduce_channels: the all-reduce of {tokens} x {m.hidden} "
                          f"elements must split evenly into {P} chunks x {C} channels; use a "
                          f"channel count that divides {elems // P if elems % P == 0 else elems}")
-    sl = 1
-    while sl * 2 <= b.allreduce_slice and share % (sl * 2) == 0:
-        sl *= 2
+    sl = _ring_slice(share, b.allreduce_slice)
     extra = {}
     if b.kind != "ffn":
         extra = _attention_shape(b, m, t, tokens, b.scheme == "sp_ring")
@@ -486,8 +499,9 @@ class TransformerBlock:
                           f"{what}: per launch first start to last end over all GPUs, summed "
                           f"over the block's launches")
         stats.add("system.block.launch_gaps_us", max(total - busy, 0) * 1e-6, "us",
-                  "block time not inside any kernel: stream-ordered launches start "
-                  "system.gpu.kernel_launch_latency after their predecessor ends")
+                  "block time minus the phases' times: mostly launch gaps (stream-ordered "
+                  "launches start system.gpu.kernel_launch_latency after their predecessor "
+                  "ends), less where GPUs run a phase staggered")
         fticks = phase_ticks("ffn")
         flops = 6.0 * s.tokens * s.hidden * s.ffn_t
         stats.add("system.block.ffn_TFLOPs", flops / fticks if fticks else 0.0,
