@@ -154,3 +154,39 @@ def test_bad_input_gives_one_paragraph_and_exit_2(tmp_path, capsys, sets, fragme
     assert err.startswith("moehub-sim: error: ") and "Traceback" not in err, err
     for f in fragments:
         assert f in err, (f, err)
+
+
+@pytest.mark.parametrize("extra", [
+    ["system.nvlink.response_path=shared"], ["system.nvlink.write_responses=per_request"],
+    ["run.packet_train=4"], ["system.switch.forwarding=store_and_forward"],
+    # tight buffers everywhere: credits, output and transmit queues of a couple of packets
+    [*mini_system(4, 4, 2), "system.nvlink.rx_buffer_flits=17",
+     "system.switch.output_queue_packets=2", "system.nvlink.tx_queue_packets=2"],
+], ids=["shared-responses", "per-request", "trains", "store-and-forward", "tight-buffers"])
+def test_nvls_allreduce_under_every_link_protocol(extra):
+    P = 4
+    sim = simulate(CONFIG, *tiny(P=P, slices=4), *extra)
+    assert run_invariants(sim) == []
+    elems = P * 2 * 256 * 4
+    x = np.stack([sim.read_buffer(g, "send", "bf16")[:elems] for g in range(P)])
+    ref = nvls_allreduce_reference(x)
+    for g in range(P):
+        assert np.array_equal(sim.read_buffer(g, "recv", "bf16")[:elems], ref), g
+
+
+def test_multimem_red_adds_into_every_member(tmp_path):
+    """multimem.red.add.f32 from both GPUs of two: each member's recv (zero) gets both inputs
+    added - with two addends on zero the arrival order cannot change the fp32 sum."""
+    kernel = tmp_path / "k.s"
+    kernel.write_text(".kernel red\n.param send\n.param recv\n.param elems\n.param slice\n"
+                      ".param bf16\n    mul r1, %elems, 4\n    multimem.red.add.f32 %recv, %send, r1\n"
+                      "    exit\n")
+    sim = simulate(CONFIG, *tiny(P=2, channels=1, slices=1, bf16=0),
+                   f"workload.kernel_files=[{kernel}]", "workload.launches.0.kernel=red",
+                   "workload.launches.0.grid=1")
+    assert run_invariants(sim) == []
+    elems = 2 * 256
+    x = [sim.read_buffer(g, "send", "f32")[:elems] for g in range(2)]
+    for g in range(2):
+        assert np.array_equal(sim.read_buffer(g, "recv", "f32")[:elems], (x[0] + x[1]).astype(np.float32))
+        assert sim.stats[f"system.gpu{g}.nvls.copies_received"] == 2 * elems * 4 // 128
