@@ -685,12 +685,14 @@ def _receive_multimem(st, g, c, pkt, t):
         nvls_read_arrived(st, g, c, pkt, t)
         return
     free_at, visible = link_write(st, g, pk.addr, pk.payload, t)
-    notify_stores(st, g, pk.addr, pk.payload, visible)
     if kind == PK_MM_COPY:
-        if nvls_copy_arrived(st, g, pkt, visible):
+        answered = nvls_copy_arrived(st, g, pkt, visible)
+        notify_stores(st, g, pk.addr, pk.payload, visible)
+        if answered:
             hub_respond(st, g, r, RESP_MM_ACK, nvls_copies_answered(st, g, r))
     else:  # PK_MM_RESULT
         nvls_result_arrived(st, g, pkt)
+        notify_stores(st, g, pk.addr, pk.payload, visible)
         rq = st.req[r]
         rq.pkts_arrived += 1
         if rq.pkts_arrived == rq.pkts_total:

@@ -26,6 +26,10 @@ buffer's own address, which names the same byte on every member.
   source in the response channel. A member's read holds its receive-buffer space until its data
   leaves (so reads cannot outrun the member's up link). Assumption: the switch's adders keep
   pace with the links (no reduction cost beyond the traversal): NVIDIA publishes no rate.
+  The protocol is deadlock-free because the members' data and the results travel in NVLink's
+  response channel (system.nvlink.response_path: separate); with `shared` they queue behind
+  requests, a member's held reads wait for room that data behind them needs, and small buffers
+  deadlock (the stuck-run report shows it).
 
 Functional mode: st copies the source's bytes when a copy is delivered (like a put); red adds
 them; ld_reduce's result is computed when it reaches the source, as FP32 accumulation over the
@@ -495,8 +499,8 @@ def nvls_send_data(st, g, tick):
 @compiled
 def nvls_copy_arrived(st, g, pkt, visible):
     """A multicast copy was written at member g (visible in memory at `visible`): apply it
-    (functional data) and count it; returns True when the member has every chunk of the
-    operation (it then owes the source one write response, ready at the returned tick...)."""
+    (functional data: st copies the source's bytes, red adds them) and count it; True once the
+    member has every chunk of the operation (it then owes the source one write response)."""
     pk = st.pk[pkt]
     r = pk.req
     n = pk.payload
