@@ -13,6 +13,7 @@ import attrs
 from .components.hbm import HBM_MIN_ACCESS  # noqa: F401 (re-exported)
 from .components.moehub.aau import aau_staging_packets, expert_placement, local_experts
 from .components.moehub.rpm import rpm_packet_bytes  # noqa: F401 (re-exported)
+from .components.nvls import check_buffer_size, multicast_object_rows
 from .components.trace import TRACE_COLUMNS
 from .composition import (NUM_EVENT_KINDS, PARAMS, State, declared_arrays, new_record_array,
                           param_values, timer_layout)
@@ -378,7 +379,21 @@ def build_state(cfg, program, seed=None, presets=None):
         trace=np.zeros((1, TRACE_COLUMNS), np.int64),  # sized when something records (trace/)
         **declared_arrays(cfg),   # the records and arrays blocks declare with their size
     )
+    _bind_multicast_objects(st, cfg, buffers)
     return st, buffers, launches
+
+
+def _bind_multicast_objects(st, cfg, buffers):
+    """NVLink SHARP multicast objects (components/nvls.py) from workload.multicast."""
+    bad = check_buffer_size(cfg)
+    if bad:
+        raise BuildError(bad)
+    try:
+        rows = multicast_object_rows(cfg, buffers)
+    except ValueError as e:
+        raise BuildError(str(e)) from None
+    for k, row in enumerate(rows):
+        st.mm_objects[k, :] = row
 
 
 def _memory_calendar(G, hbm):

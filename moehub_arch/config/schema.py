@@ -189,6 +189,13 @@ class NvlinkConfig:
 
 
 @attrs.frozen
+class NvlsConfig:
+    reduction_buffer_bytes: int = _f("size", "NVLink SHARP reduction buffer per switch input port: "
+                                     "multimem.ld_reduce entries in flight from that port "
+                                     "(components/nvls.py)", min=0)
+
+
+@attrs.frozen
 class SwitchConfig:
     count: int = _f("int", "NVSwitch chips", min=1)
     ports: int = _f("int", "NVLink ports per switch chip", min=1)
@@ -198,6 +205,8 @@ class SwitchConfig:
                          "flit is in; store_and_forward: once the whole packet is",
                          choices=("cut_through", "store_and_forward"))
     gpu_link_switch: tuple = _f("int_tuple", "switch index of each of a GPU's links", min=0)
+    nvls: NvlsConfig = _f("node", "the switch's multicast and reduction engine (NVLink SHARP)",
+                          cls=NvlsConfig)
 
 
 @attrs.frozen
@@ -223,6 +232,13 @@ class BufferConfig:
     value: float = _f("float", "fill value (init: fill)", 0.0)
     seed: int | None = _f("opt_int", "random seed (init: random); default derived from run.seed",
                           None, min=0)
+
+
+@attrs.frozen
+class MulticastConfig:
+    buffer: str = _f("str", "the symmetric buffer the multicast object binds (its range, on every "
+                     "member: multimem addresses are the buffer's addresses)")
+    gpus: tuple = _f("int_tuple", "member GPUs (at least two; empty: every GPU)", (), min=0)
 
 
 @attrs.frozen
@@ -420,6 +436,9 @@ class WorkloadConfig:
                           "loaded", ())
     buffers: tuple = _f("named", "symmetric buffers: name -> fields", (), cls=BufferConfig)
     launches: tuple = _f("list", "kernel launches", (), cls=LaunchConfig)
+    multicast: tuple = _f("list", "NVLink SHARP multicast objects (cuMulticastCreate + BindMem): "
+                          "a buffer and a group of GPUs that multimem instructions address",
+                          (), cls=MulticastConfig)
     report: tuple = _f("named", "derived results: name -> fields", (), cls=ReportConfig)
     moe: MoeWorkloadConfig = _f("node", "experts served by the MoE-Hub: placement, receive windows",
                                 MoeWorkloadConfig(), cls=MoeWorkloadConfig)
