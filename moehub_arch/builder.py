@@ -307,7 +307,9 @@ def build_state(cfg, program, seed=None, presets=None):
         r.gpu, r.entry_pc, r.grid, r.next_in_stream = l.gpu, k.entry_pc, l.grid, nxt
         r.smem, r.max_per_sm, r.start, r.end = k.smem_bytes, k.max_tbs_per_sm, -1, -1
         r.host_delay = l.host_delay
-        r.dam_tile_tbs = cfg.workload.launches[l.config_index].dam_tile_tbs
+        lc = cfg.workload.launches[l.config_index]
+        r.dam_tile_tbs = lc.dam_tile_tbs
+        r.dam_first_group = lc.dam_groups[0] if lc.dam_groups else lc.dam_tile_tbs
         r.granted = 0 if r.dam_tile_tbs else l.grid
         ln_params[l.index, :len(l.params)] = l.params
 
@@ -413,6 +415,14 @@ def _dam_launches(cfg, launches):
     mode = cfg.system.gpu.hub.moe.dam.consumers
     for l in launches:
         lc = cfg.workload.launches[l.config_index]
+        if lc.dam_groups is not None:
+            gwhere = f"workload.launches[{l.config_index}].dam_groups"
+            if not lc.dam_tile_tbs:
+                raise BuildError(f"{gwhere}: thread-block groups need a launch the DAM starts "
+                                 f"(dam_tile_tbs > 0; found 0)")
+            if len(lc.dam_groups) > 2 or sum(lc.dam_groups) != lc.dam_tile_tbs:
+                raise BuildError(f"{gwhere}: expected one or two groups summing to dam_tile_tbs "
+                                 f"({lc.dam_tile_tbs}); found {list(lc.dam_groups)}")
         if not lc.dam_tile_tbs:
             continue
         where = f"workload.launches[{l.config_index}].dam_tile_tbs"

@@ -47,7 +47,7 @@ from .hub import (REQ_ATOM, REQ_GET, REQ_MM_LD, REQ_MM_RED, REQ_MM_ST, REQ_PUT, 
                   atomic_ticks, hub_submit)
 from .nvls import multimem_element_bytes, multimem_object, multimem_route_peer
 from .moehub.aau import aau_release_entries, aau_retry, record_address, slot_address
-from .moehub.dam import CLAIM_WAIT, dam_claim, dam_release
+from .moehub.dam import CLAIM_WAIT, dam_block_exited, dam_claim, dam_release
 from .moehub.rpm import rpm_accept, rpm_end_of_stream
 from .scheduler import block_exit
 from .trace import TR_TB_WAIT, trace_issue, trace_tb
@@ -764,6 +764,7 @@ def _execute(st, slot, sm, tick, cyc):
             _block(st, slot, TB_WAIT_FENCE, tick)
             return
         st.sm[sm].insts += 1
+        dam_block_exited(st, slot, tick)   # a DAM-started block counts its group down
         block_exit(st, slot, tick)
         return
 

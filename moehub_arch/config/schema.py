@@ -258,6 +258,12 @@ class LaunchConfig:
                            "started (system.gpu.hub.moe.dam.consumers: launch); the grid is an upper "
                            "bound and the first parameter the tile descriptor queue the DAM fills "
                            "(components/moehub/dam.py)", 0, min=0)
+    dam_groups: tuple | None = _f("opt_int_tuple", "with dam_tile_tbs: the tile's thread-block "
+                                  "groups in dependency order, [first, second] summing to "
+                                  "dam_tile_tbs: the DAM starts the first group when the tile is "
+                                  "ready and the second once every block of the first exited (its "
+                                  "per-group counter reached zero; MoE-Hub arXiv 2605.05888). "
+                                  "Default: one group, every block at once", None, min=1)
 
 
 @attrs.frozen
@@ -300,6 +306,13 @@ class MoehubSchemeConfig:
     expert_tbs: int = _f("int", "GEMM worker thread blocks per GPU (moehub_expert; each needs "
                          "most of an SM's shared memory: at most one per SM is resident); the "
                          "claimers are extra, one per local expert", 132, min=1)
+    tile_groups: str = _f("choice", "with system.gpu.hub.moe.dam.consumers: launch, how the DAM "
+                          "starts a tile's blocks: split (the gate/up group when the tile is ready, "
+                          "the down group once every gate/up block exited: the paper's "
+                          "per-thread-block-group counters, MoE-Hub arXiv 2605.05888) or together "
+                          "(every job at once: the down blocks hold SMs while they wait for the "
+                          "gate/up blocks; this project's first launch model)", "split",
+                          choices=("split", "together"))
 
 
 @attrs.frozen

@@ -117,6 +117,7 @@ ERR_REG_RANGE = 12
 ERR_RED_REMOTE = 13
 ERR_MOE_CLAIM_LAUNCH = 14
 ERR_MULTIMEM_ADDR = 20
+ERR_DAM_START_QUEUE = 15
 ERROR_TEXT = {
     ERR_MOE_EXPERT: "expert id out of range (workload.moe.num_experts), or claim/release of an expert "
                     "that is not placed on this GPU",
@@ -138,4 +139,7 @@ ERROR_TEXT = {
                        "(workload.multicast: a buffer and its GPUs), or the range runs past the object",
     ERR_MOE_CLAIM_LAUNCH: "claim_buffer with system.gpu.hub.moe.dam.consumers: launch (the DAM starts "
                           "the consumers of ready tiles itself; use consumers: claim)",
+    ERR_DAM_START_QUEUE: "the DAM started more thread blocks than are placed and held tiles can "
+                         "account for: a kernel released a tile (notify_ready.release) before "
+                         "every block of its groups was placed",
 }
