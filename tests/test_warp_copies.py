@@ -151,3 +151,9 @@ def test_a_block_too_large_for_shared_memory_is_an_input_error(tmp_path):
     r = run_cli("run", cfg, "-o", tmp_path / "o")
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert "workload.launches[0].warp_groups" in r.stderr and "smem" in r.stderr
+
+
+def test_zero_warp_groups_is_an_input_error(tmp_path):
+    r = run_cli("run", _config(tmp_path, groups=0), "-o", tmp_path / "o")
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert "warp_groups" in r.stderr
