@@ -28,8 +28,8 @@ from .components.nvlink import channel_name  # noqa: F401 (re-exported)
 from .components.hub import REQ_MM_ST
 from .composition import EVENT_NAMES, findings, likely_causes, timer_event
 from .engine.events import Q_KIND, Q_TICK, TIMER_OFF, TM_TICK
-from .engine.state import (LN_DONE, LN_RUNNING, TB_EMPTY, TB_READY, TB_WAIT_CLAIM, TB_WAIT_FENCE,
-                           TB_WAIT_FLAG, TB_WAIT_HUB, TB_WAIT_REMOTE)
+from .engine.state import (LN_DONE, LN_RUNNING, TB_EMPTY, TB_READY, TB_RETIRED, TB_WAIT_CLAIM,
+                           TB_WAIT_FENCE, TB_WAIT_FLAG, TB_WAIT_HUB, TB_WAIT_REMOTE)
 from .observer import RunObserver, SimulationError
 from .isa.encoding import (CMP_NAMES, IMM, OP0, REG_TB, SEM, SEM_BRANCH, SEM_FENCE, SEM_SEND_EXPERT,
                            SEMANTIC_NAMES,
@@ -187,7 +187,7 @@ def _tb_lines(sim, now):
     st = sim.state
     p = st.p[0]
     T, S = int(p.slots_per_sm), int(p.sms_per_gpu)
-    slots = np.nonzero(st.tb.state != TB_EMPTY)[0]
+    slots = np.nonzero((st.tb.state != TB_EMPTY) & (st.tb.state != TB_RETIRED))[0]
     lines, rest = [], {}
     for slot in slots:
         slot = int(slot)

@@ -149,7 +149,9 @@ BLOCK = Block(
         ("acks_arrived", "responses received (requester)"),
         ("acks_ready", "tick the owed responses may leave"),
         ("value", "store value, atomic operand or result"), ("ret_reg", "register for the result"),
-        ("launch", "launch of the issuing TB (wire-byte stats)"))
+        ("launch", "launch of the issuing TB (wire-byte stats)"),
+        ("data_ready", "put.sm: tick the SM's loads deliver the payload (-1: the hub reads HBM)"),
+        init={"data_ready": -1})
     + fields(
         "gpu", ("hub_next_tx", "tick of the packetizer's timer (-1: idle)"),
         ("hub_blocked", "1: the packetizer waits for transmit-queue room"),
@@ -196,11 +198,21 @@ BLOCK = Block(
 
 
 @compiled
-def hub_submit(st, g, kind, slot, dst_gpu, dst_addr, src_addr, nbytes, value, ret_reg, tick):
-    """Accept a remote operation from TB `slot`; returns False (TB must retry) if the hub is full."""
+def hub_room(st, g):
+    """True if GPU g's hub can accept a request now (a request-table entry and FIFO room)."""
+    gp = st.gpu[g]
+    return gp.free_top > 0 and gp.reqq_count < st.reqq.shape[1]
+
+
+@compiled
+def hub_submit(st, g, kind, slot, dst_gpu, dst_addr, src_addr, nbytes, value, ret_reg, tick,
+               data_ready):
+    """Accept a remote operation from TB `slot`; returns False (TB must retry) if the hub is full.
+    `data_ready` >= 0: a put whose payload the SM's own loads deliver at that tick (put.sm: the
+    hub reads no HBM); -1: the hub reads the source from HBM as it packetizes."""
     gp = st.gpu[g]
     depth = st.reqq.shape[1]
-    if gp.free_top == 0 or gp.reqq_count == depth:
+    if not hub_room(st, g):
         return False
     gp.free_top -= 1
     r = st.free_reqs[g, gp.free_top]
@@ -220,6 +232,7 @@ def hub_submit(st, g, kind, slot, dst_gpu, dst_addr, src_addr, nbytes, value, re
     rq.acks_ready = 0
     rq.value = value
     rq.ret_reg = ret_reg
+    rq.data_ready = data_ready
     rq.launch = st.tb[slot].launch
     mp = st.p[0].store_payload * st.p[0].packet_train   # one (train of) packet(s)
     if kind == REQ_PUT or kind == REQ_GET or kind >= REQ_MM_ST:
@@ -568,6 +581,8 @@ def _data_packet(st, g, pk, rq, off, tick):
     pk.addr = rq.dst_addr + off
     pk.src_addr = rq.src_addr + off
     pk.payload = n
+    if rq.data_ready >= 0:
+        return max(tick, rq.data_ready)   # SM stores: the data comes from the SM's registers
     return hbm_access(st, g, pk.src_addr, n, tick, False)
 
 

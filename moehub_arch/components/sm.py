@@ -36,7 +36,7 @@ from ..isa.encoding import (ATOM_RED_ADD, NUM_GENERAL_REGS, ALU_ADD, ALU_AND, AL
                             SEM_LD, SEM_MMA, SEM_PUT, SEM_SLEEP, SEM_ST, SEM_VEC, SEM_WAIT,
                             SEM_CLAIM, SEM_NOTIFY, SEM_SEND_EXPERT, SEM_SEND_HOME, NOTIFY_EOS,
                             SMEM_ADDR_BIT, SUBOP, THR, UNIT, DTYPE, DTYPE_DST_SHIFT, DTYPE_SRC_MASK, MMA_A_L2, MMA_B_L2, MMA_L2, MMA_RA, MMA_RA_B_L2, MMA_BT_B_L2, VEC_ADD,
-                            VEC_AXPY, VEC_CVT, VEC_MUL,
+                            VEC_AXPY, VEC_CVT, VEC_MUL, PUT_SM,
                             VEC_SILU_MUL, VEC_ZERO, VEC_SUB, VEC_MAX, VEC_EXP, VEC_RSQRT,
                             VEC_ROW_MAX, VEC_ROW_SUM, VEC_ROW_SUMSQ, VEC_ROW_ADD, VEC_ROW_SUB,
                             VEC_ROW_MUL, VEC_ROW_DIV, VEC_COL_ADD, VEC_COL_MUL, VEC_FIRST_ROWWISE)
@@ -44,12 +44,12 @@ from .elements import load_f32 as _load_f32, store_f32 as _store_f32
 from .hbm import (copy_overlapping, hbm_access, hbm_access_paced, hbm_backed, l2_access_paced,
                   move_bytes, raise_error, read_word, write_word)
 from .hub import (REQ_ATOM, REQ_GET, REQ_MM_LD, REQ_MM_RED, REQ_MM_ST, REQ_PUT, REQ_STORE,
-                  atomic_ticks, hub_submit)
+                  atomic_ticks, hub_room, hub_submit)
 from .nvls import multimem_element_bytes, multimem_object, multimem_route_peer
 from .moehub.aau import aau_release_entries, aau_retry, record_address, slot_address
 from .moehub.dam import CLAIM_WAIT, dam_block_exited, dam_claim, dam_release
 from .moehub.rpm import rpm_accept, rpm_end_of_stream
-from .scheduler import block_exit
+from .scheduler import block_exit, stream_slots_per_sm
 from .trace import TR_TB_WAIT, trace_issue, trace_tb
 from .waiters import add_waiter, compare, notify_stores
 from .wakeups import sm_wake, tb_resume
@@ -83,9 +83,10 @@ BLOCK = Block(
     params=(
         Param("sms_per_gpu", "system.gpu.num_sms", "SMs", "SMs per GPU",
               lambda cfg: cfg.system.gpu.num_sms, "config: system.gpu.num_sms"),
-        Param("slots_per_sm", "system.gpu.sm.max_resident_tbs", "thread blocks",
-              "resident thread-block slots per SM", lambda cfg: cfg.system.gpu.sm.max_resident_tbs,
-              "config: system.gpu.sm.max_resident_tbs"),
+        Param("slots_per_sm", "system.gpu.sm.max_resident_tbs", "streams",
+              "instruction-stream (thread-block or warp-group) slots per SM: max_resident_tbs, or "
+              "a launch's warp_groups if larger (scheduler.py)", stream_slots_per_sm,
+              "config: system.gpu.sm.max_resident_tbs; workload.launches[].warp_groups"),
         Param("issue_width", "system.gpu.sm.issue_width", "instructions/cycle",
               "instructions issued per SM cycle", lambda cfg: cfg.system.gpu.sm.issue_width,
               "config: system.gpu.sm.issue_width"),
@@ -639,7 +640,25 @@ def _execute(st, slot, sm, tick, cyc):
             return
         if not _check_range(st, slot, dst, nb) or not _check_range(st, slot, src, nb):
             return
-        if nb > 0:
+        if nb > 0 and sem == SEM_PUT and sub == PUT_SM:
+            # warp-level copy: the TB's warps load src through the LSU (paced over the unit's
+            # occupancy) and wait for the loads; the stores are posted
+            if peer != g and not hub_room(st, g):
+                _stall_on_hub(st, slot, g, tick)
+                return
+            work = 2 * nb                     # every byte loaded, then stored, through the LSU
+            pace = _pace_ticks(st, row, work)
+            mem_done = hbm_access_paced(st, g, src, nb, tick, False, pace)
+            st.tb[slot].outstanding += 1
+            if peer == g:
+                done = hbm_access_paced(st, g, dst, nb, mem_done, True, pace)
+                move_bytes(st, g, src, g, dst, nb, slot)
+                notify_stores(st, g, dst, nb, done)
+                push(st, done, EV_LOCAL_DONE, slot, 0)
+            else:
+                # the hub carries the stores (store packets) from when the loads delivered them
+                hub_submit(st, g, REQ_PUT, slot, peer, dst, src, nb, 0, 0, tick, mem_done)
+        elif nb > 0:
             if peer == g:
                 # same GPU: an asynchronous copy through the memory system
                 done = max(hbm_access(st, g, src, nb, tick, False), hbm_access(st, g, dst, nb, tick, True))
@@ -649,7 +668,7 @@ def _execute(st, slot, sm, tick, cyc):
                 push(st, done, EV_LOCAL_DONE, slot, 0)
             else:
                 kind = REQ_GET if sem == SEM_GET else REQ_PUT
-                if not hub_submit(st, g, kind, slot, peer, dst, src, nb, 0, 0, tick):
+                if not hub_submit(st, g, kind, slot, peer, dst, src, nb, 0, 0, tick, -1):
                     _stall_on_hub(st, slot, g, tick)
                     return
                 st.tb[slot].outstanding += 1
@@ -715,7 +734,7 @@ def _execute(st, slot, sm, tick, cyc):
                 notify_stores(st, g, addr, 8, mem_done)
         else:
             kind = REQ_STORE if sem == SEM_FLAG_SET else REQ_ATOM
-            if not hub_submit(st, g, kind, slot, peer, addr, 0, 8, value, row[OP0], tick):
+            if not hub_submit(st, g, kind, slot, peer, addr, 0, 8, value, row[OP0], tick, -1):
                 _stall_on_hub(st, slot, g, tick)
                 return
             if sem == SEM_FLAG_SET:

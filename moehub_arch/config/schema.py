@@ -253,6 +253,12 @@ class LaunchConfig:
     host_delay: int = _f("time", "host-side time before this launch is issued, on top of "
                          "system.gpu.kernel_launch_latency (e.g. the host polling device memory "
                          "and sizing buffers before it can launch)", 0, min=0)
+    warp_groups: int = _f("int", "instruction streams per thread block: 1 (default) runs each "
+                          "block as one stream; G > 1 makes every block G warp groups that issue "
+                          "independently from their own registers (a DeepEP channel block: one "
+                          "warp group per peer rank). A block is placed whole on one SM and counts "
+                          "once against system.gpu.sm.max_resident_tbs; %tb numbers the warp "
+                          "groups (block * G + group) and %ntb counts them", 1, min=1)
     dam_tile_tbs: int = _f("int", "0: an ordinary launch. N > 0: the MoE-Hub DAM starts its thread "
                            "blocks, N per ready tile, then one last block once every tile was "
                            "started (system.gpu.hub.moe.dam.consumers: launch); the grid is an upper "

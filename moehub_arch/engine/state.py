@@ -89,6 +89,9 @@ STATE_FIELDS = tuple([
 
 # thread-block states
 TB_EMPTY, TB_READY, TB_WAIT_FLAG, TB_WAIT_FENCE, TB_WAIT_REMOTE, TB_WAIT_HUB, TB_WAIT_CLAIM = range(7)
+# a warp group that exited while others of its thread block run: its slot stays reserved until the
+# whole block exits (an SM frees a block's resources when the block ends; components/scheduler.py)
+TB_RETIRED = 7
 # per-GPU lists of sleeping TBs (State.wait_list[g, list]): flag waiters, TBs stalled on the hub
 WAITLIST_FLAG, WAITLIST_HUB = 0, 1
 

@@ -198,6 +198,12 @@ ATOM_NAMES = ("add", "red_add")
 # load sub-operations: words loaded into consecutive registers dst, dst+1, ... (one access)
 LD_NAMES = ("w1", "v2", "v4", "v8")   # 1 << subop words
 
+# put sub-operations: who moves the bytes
+PUT_HUB = 0   # the hub reads the source from HBM as it packetizes (a bulk / copy-engine-like put)
+PUT_SM = 1    # a warp-level copy: the SM loads the source through its LSU (the TB waits for the
+              # loads) and stores it to the destination (posted; completes at fence), DeepEP-style
+PUT_NAMES = ("hub", "sm")
+
 # notify_ready sub-operations
 NOTIFY_EOS = 0       # this producer is done; the GPU's streams end once `a` producers said so
 NOTIFY_RELEASE = 1   # the claimed tile of expert `a` at base address `b` may be reused
@@ -213,6 +219,7 @@ SUBOP_NAMES = {
     SEM_ALU: ALU_NAMES, SEM_BRANCH: CMP_NAMES, SEM_WAIT: CMP_NAMES, SEM_VEC: VEC_NAMES,
     SEM_ATOM: ATOM_NAMES, SEM_NOTIFY: NOTIFY_NAMES, SEM_MMA: MMA_NAMES, SEM_LD: LD_NAMES,
     SEM_MULTIMEM: MM_NAMES,
+    SEM_PUT: PUT_NAMES,
 }
 # Semantics whose subop may be left out of an ISA entry (it then means the first variant).
-SUBOP_OPTIONAL = (SEM_MMA, SEM_LD)
+SUBOP_OPTIONAL = (SEM_MMA, SEM_LD, SEM_PUT)
