@@ -230,6 +230,7 @@ def hub_submit(st, g, kind, slot, dst_gpu, dst_addr, src_addr, nbytes, value, re
     rq.acks_due = 0
     rq.acks_arrived = 0
     rq.acks_ready = 0
+    rq.issued = tick      # a NIC's doorbell for it rings now (nic.py)
     rq.value = value
     rq.ret_reg = ret_reg
     rq.data_ready = data_ready
@@ -681,7 +682,7 @@ def hub_receive(st, g, c, pkt, tick):
             rq.acks_arrived += pk.npk
             if rq.acks_arrived == rq.acks_total:
                 _complete_request(st, r, t)
-    credit_return_vc(st, c, pk.flits, free_at + p.link_latency_ticks, packet_vc(st, pkt))
+    credit_return_vc(st, c, pk.flits, free_at + st.ch[c].latency, packet_vc(st, pkt))
     packet_free(st, pkt)
 
 
@@ -712,7 +713,7 @@ def _receive_multimem(st, g, c, pkt, t):
         rq.pkts_arrived += 1
         if rq.pkts_arrived == rq.pkts_total:
             _complete_request(st, r, visible)
-    credit_return_vc(st, c, pk.flits, free_at + p.link_latency_ticks, packet_vc(st, pkt))
+    credit_return_vc(st, c, pk.flits, free_at + st.ch[c].latency, packet_vc(st, pkt))
     packet_free(st, pkt)
 
 

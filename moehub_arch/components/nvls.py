@@ -418,7 +418,7 @@ def nvls_absorb(st, c, pkt, tick):
     st.ch[c].mm_data_in += pk.npk
     en.pending -= 1
     if en.pending > 0:
-        credit_return_vc(st, c, pk.flits, input_free_tick(st, pkt, tick) + p.link_latency_ticks,
+        credit_return_vc(st, c, pk.flits, input_free_tick(st, c, pkt, tick) + st.ch[c].latency,
                          packet_vc(st, pkt))
         packet_free(st, pkt)
         return True
@@ -490,7 +490,7 @@ def nvls_send_data(st, g, tick):
         return -1
     gp.mm_rdq_head = (gp.mm_rdq_head + 1) % st.mm_rdq.shape[1]
     gp.mm_rdq_count -= 1
-    credit_return_vc(st, pk.mm_chan, pk.mm_rflits, tick + st.p[0].link_latency_ticks, VC_REQUEST)
+    credit_return_vc(st, pk.mm_chan, pk.mm_rflits, tick + st.ch[pk.mm_chan].latency, VC_REQUEST)
     gp.mm_data_tx += pk.npk
     txq_push(st, up, pkt, tick)
     return pk.npk

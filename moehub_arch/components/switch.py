@@ -45,7 +45,10 @@ from .packet import PK_MM_DATA, PK_MM_LD, PK_MM_ST, VC_REQUEST, VC_RESPONSE, pac
 from .trace import CAT_SWITCH, TR_XBAR, trace_event
 from .wakeups import xbar_kick
 from .block import Block, Debug, Event, Param, Stat, StatGroup, Timer, fields
-from .nvlink import RX_STATS, TX_STATS, channel_name
+from .nvlink import RX_STATS, TX_STATS, _channels, channel_name
+from .link_class import LINK_IB
+from .nic import nic_admit
+from ..topology import NODE_NIC, SWN_INDEX, SWN_KIND
 
 EV_XBAR = 5          # a0 = channel: switch input port moves head packets across the crossbar
 
@@ -77,8 +80,11 @@ def switch_findings(sim):
 BLOCK = Block(
     "switch", __doc__.split("\n\n")[0],
     params=(
-        Param("num_switches", "system.switch.count", "switches", "NVSwitches",
-              lambda cfg: cfg.system.switch.count, "config: system.switch.count"),
+        Param("num_switches", "system.switch.count", "switches", "NVSwitch chips in the system "
+              "(every node's; none with NVLink bridges)",
+              lambda cfg: 0 if cfg.system.switch.topology == "bridge_pairs"
+              else cfg.system.switch.count * cfg.system.nodes.count,
+              "config: system.switch.count x system.nodes.count"),
         Param("cut_through", "system.switch.forwarding", "bool", "1: a packet crosses once its "
               "header is in (cut_through), 0: once the whole packet is (store_and_forward)",
               lambda cfg: int(cfg.system.switch.forwarding == "cut_through"),
@@ -110,8 +116,8 @@ BLOCK = Block(
              "response-queue room", lambda i: i.rx.rsp_xbar_blocked_ticks),
     )),),
     events=(Event("xbar", EV_XBAR, "a switch input port moves head packets across the crossbar"),),
-    timers=(Timer("xbar", EV_XBAR, lambda cfg: 2 * cfg.system.num_gpus * cfg.system.nvlink.links_per_gpu,
-                  "one per channel (used by up channels: the switch input ports)"),),
+    timers=(Timer("xbar", EV_XBAR, _channels,
+                  "one per channel (used by channels into a forwarding node: its input ports)"),),
     checks=(check_inputs,),
     findings=(switch_findings,),
     debug=(Debug("Switch", CAT_SWITCH, (TR_XBAR,), describe={TR_XBAR: lambda n, c, out, dst: (
@@ -201,11 +207,15 @@ def _cross(st, c, vc, tick):
             ch.rxq_count -= 1
         # the buffer space is free once the packet has left it: now, or (cut-through) when its
         # tail has come in, one serialisation after its header
-        credit_return_vc(st, c, pk.flits, input_free_tick(st, pkt, tick) + p.link_latency_ticks, vc)
+        credit_return_vc(st, c, pk.flits, input_free_tick(st, c, pkt, tick) + ch.latency, vc)
         if out < 0:
             packet_free(st, pkt)   # a multimem packet the engine has served
             continue
         pk.ready = tick
+        if st.sw_node[ch.switch, SWN_KIND] == NODE_NIC:
+            # the NIC's RDMA engine (nic.py): work requests toward InfiniBand
+            nic_admit(st, ch.switch, st.sw_node[ch.switch, SWN_INDEX],
+                      st.ch[out].link_class == LINK_IB, pkt, tick)
         trace_event(st, CAT_SWITCH, TR_XBAR, c, out, pk.dst, tick)
         txq_push(st, out, pkt, tick)
 

@@ -207,6 +207,66 @@ class SwitchConfig:
     gpu_link_switch: tuple = _f("int_tuple", "switch index of each of a GPU's links", min=0)
     nvls: NvlsConfig = _f("node", "the switch's multicast and reduction engine (NVLink SHARP)",
                           cls=NvlsConfig)
+    topology: str = _f("choice", "nvswitch: every GPU's links go to the node's NVSwitch chips "
+                       "(gpu_link_switch); bridge_pairs: GPUs 2i and 2i+1 of a node joined by NVLink "
+                       "bridges, no NVSwitch", "nvswitch", choices=("nvswitch", "bridge_pairs"))
+
+
+# Multi-node fabrics (components/fabric.py, pcie.py, nic.py, infiniband.py). A one-node system
+# leaves these sections out; with nodes.count > 1 every hardware number below must be given (a
+# zero is "not given": the loader names the key).
+@attrs.frozen
+class NodesConfig:
+    count: int = _f("int", "nodes (servers); system.num_gpus becomes count x gpus_per_node", 1,
+                    min=1)
+    gpus_per_node: int = _f("int", "GPUs per node (0: system.num_gpus, one node)", 0, min=0)
+
+
+@attrs.frozen
+class PcieConfig:
+    bandwidth: float = _f("bandwidth", "per link (x16), per direction, after line encoding", 0.0,
+                          min=0)
+    latency: int = _f("time", "one-way link latency (PHY, retimers, traces)", 0, min=0)
+    max_payload_bytes: int = _f("size", "largest TLP payload (Max_Payload_Size)", 0, min=0)
+    tlp_overhead_bytes: int = _f("size", "bytes per TLP besides its payload: framing token, "
+                                 "sequence number, header, LCRC", 0, min=0)
+    buffer_bytes: int = _f("size", "receive buffer (flow-control credits) per link direction", 0,
+                           min=0)
+    switch_latency: int = _f("time", "traversal of a PCIe switch (systems with one)", 0, min=0)
+
+
+@attrs.frozen
+class NicConfig:
+    per_node: int = _f("int", "NICs per node", 0, min=0)
+    gpus_per_nic: int = _f("int", "GPUs sharing one NIC (> 1: a PCIe switch joins them)", 1,
+                           min=1)
+    message_rate: float = _f("float", "work requests (RDMA messages) the NIC starts per second",
+                             0.0, min=0)
+    processing_latency: int = _f("time", "NIC pipeline latency a packet spends crossing it", 0,
+                                 min=0)
+    doorbell_latency: int = _f("time", "from the GPU's doorbell to the first byte of a work "
+                               "request on the wire (WQE fetch and payload read over PCIe)", 0,
+                               min=0)
+
+
+@attrs.frozen
+class InfinibandConfig:
+    bandwidth: float = _f("bandwidth", "per port, per direction (data rate)", 0.0, min=0)
+    latency: int = _f("time", "one-way cable + PHY latency per link", 0, min=0)
+    mtu_bytes: int = _f("size", "path MTU: largest payload of one IB packet", 0, min=0)
+    packet_overhead_bytes: int = _f("size", "bytes per IB data packet besides its payload "
+                                    "(LRH, BTH, RETH, ICRC, VCRC)", 0, min=0)
+    ack_bytes: int = _f("size", "bytes of an acknowledgement packet (LRH, BTH, AETH, ICRC, VCRC)",
+                        0, min=0)
+    buffer_bytes: int = _f("size", "receive buffer (link credits) per port and direction", 0,
+                           min=0)
+    switch_latency: int = _f("time", "port-to-port traversal of an IB switch", 0, min=0)
+    switch_ports: int = _f("int", "ports per IB switch", 0, min=0)
+    topology: str = _f("choice", "single_switch: every NIC on one switch; rail_optimized: NIC i "
+                       "of every node on leaf i (its rail), leaves joined by spine switches",
+                       "single_switch", choices=("single_switch", "rail_optimized"))
+    spine_switches: int = _f("int", "spine switches (rail_optimized), each linked once to every "
+                             "leaf", 0, min=0)
 
 
 @attrs.frozen
@@ -216,6 +276,12 @@ class SystemConfig:
     gpu: GpuConfig = _f("node", "one GPU (all GPUs are identical)", cls=GpuConfig)
     nvlink: NvlinkConfig = _f("node", "NVLink links", cls=NvlinkConfig)
     switch: SwitchConfig = _f("node", "NVSwitch chips", cls=SwitchConfig)
+    nodes: NodesConfig = _f("node", "nodes of a multi-node system", NodesConfig(), cls=NodesConfig)
+    pcie: PcieConfig = _f("node", "PCIe links between GPUs and NICs (multi-node)", PcieConfig(),
+                          cls=PcieConfig)
+    nic: NicConfig = _f("node", "RDMA NICs (multi-node)", NicConfig(), cls=NicConfig)
+    infiniband: InfinibandConfig = _f("node", "InfiniBand links and switches (multi-node)",
+                                      InfinibandConfig(), cls=InfinibandConfig)
 
 
 # -------------------------------------------------------------------------------- workload
