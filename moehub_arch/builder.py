@@ -13,6 +13,8 @@ import attrs
 from .components.hbm import HBM_MIN_ACCESS  # noqa: F401 (re-exported)
 from .components.moehub.aau import aau_staging_packets, expert_placement, local_experts
 from .components.moehub.rpm import rpm_packet_bytes  # noqa: F401 (re-exported)
+from .components.nvls import check_buffer_size, multicast_object_rows
+from .components.scheduler import stream_slots_per_sm
 from .components.trace import TRACE_COLUMNS
 from .composition import (NUM_EVENT_KINDS, PARAMS, State, declared_arrays, new_record_array,
                           param_values, timer_layout)
@@ -209,7 +211,7 @@ def build_state(cfg, program, seed=None, presets=None):
     """Allocate and initialise every State array. Returns (State, buffers, launches).
     `presets`: buffer name -> [num_gpus, n] uint8 initial contents (e.g. routing tables)."""
     sysc, gpu = cfg.system, cfg.system.gpu
-    G, S, T = sysc.num_gpus, gpu.num_sms, gpu.sm.max_resident_tbs
+    G, S, T = sysc.num_gpus, gpu.num_sms, stream_slots_per_sm(cfg)
     NSM, NT = G * S, G * S * T
     L = sysc.nvlink.links_per_gpu
     R = gpu.hub.max_outstanding_requests
@@ -258,12 +260,24 @@ def build_state(cfg, program, seed=None, presets=None):
         if k.smem_bytes > gpu.sm.smem_bytes:
             raise BuildError(f"kernel '{k.name}' ({k.file}:{k.line}) asks for {k.smem_bytes} bytes of "
                              f"shared memory per TB; system.gpu.sm.smem_bytes is {gpu.sm.smem_bytes}")
+        lc = cfg.workload.launches[l.config_index]
+        groups = lc.warp_groups
+        if groups > 1 and (lc.dam_tile_tbs or k.smem_bytes * groups > gpu.sm.smem_bytes):
+            why = ("the MoE-Hub DAM starts single-stream thread blocks (dam_tile_tbs)"
+                   if lc.dam_tile_tbs else
+                   f"its {groups} warp groups x {k.smem_bytes} bytes of .smem exceed "
+                   f"system.gpu.sm.smem_bytes ({gpu.sm.smem_bytes})")
+            raise BuildError(f"workload.launches[{l.config_index}].warp_groups: {groups} for kernel "
+                             f"'{k.name}' cannot be placed: {why}")
         r = ln[l.index]
-        r.gpu, r.entry_pc, r.grid, r.next_in_stream = l.gpu, k.entry_pc, l.grid, nxt
+        # the scheduler's unit is the instruction stream: grid = blocks x warp groups
+        r.gpu, r.entry_pc, r.grid, r.next_in_stream = l.gpu, k.entry_pc, l.grid * groups, nxt
+        r.groups = groups
         r.smem, r.max_per_sm, r.start, r.end = k.smem_bytes, k.max_tbs_per_sm, -1, -1
         r.host_delay = l.host_delay
-        r.dam_tile_tbs = cfg.workload.launches[l.config_index].dam_tile_tbs
-        r.granted = 0 if r.dam_tile_tbs else l.grid
+        r.dam_tile_tbs = lc.dam_tile_tbs
+        r.dam_first_group = lc.dam_groups[0] if lc.dam_groups else lc.dam_tile_tbs
+        r.granted = 0 if r.dam_tile_tbs else r.grid
         ln_params[l.index, :len(l.params)] = l.params
 
     # record arrays with the initial values their blocks declare
@@ -341,7 +355,21 @@ def build_state(cfg, program, seed=None, presets=None):
         **declared_arrays(cfg),   # the records and arrays blocks declare with their size
     )
     st.sw_node[:] = node_array(fab)
+    _bind_multicast_objects(st, cfg, buffers)
     return st, buffers, launches
+
+
+def _bind_multicast_objects(st, cfg, buffers):
+    """NVLink SHARP multicast objects (components/nvls.py) from workload.multicast."""
+    bad = check_buffer_size(cfg)
+    if bad:
+        raise BuildError(bad)
+    try:
+        rows = multicast_object_rows(cfg, buffers)
+    except ValueError as e:
+        raise BuildError(str(e)) from None
+    for k, row in enumerate(rows):
+        st.mm_objects[k, :] = row
 
 
 def _memory_calendar(G, hbm):
@@ -361,6 +389,14 @@ def _dam_launches(cfg, launches):
     mode = cfg.system.gpu.hub.moe.dam.consumers
     for l in launches:
         lc = cfg.workload.launches[l.config_index]
+        if lc.dam_groups is not None:
+            gwhere = f"workload.launches[{l.config_index}].dam_groups"
+            if not lc.dam_tile_tbs:
+                raise BuildError(f"{gwhere}: thread-block groups need a launch the DAM starts "
+                                 f"(dam_tile_tbs > 0; found 0)")
+            if len(lc.dam_groups) > 2 or sum(lc.dam_groups) != lc.dam_tile_tbs:
+                raise BuildError(f"{gwhere}: expected one or two groups summing to dam_tile_tbs "
+                                 f"({lc.dam_tile_tbs}); found {list(lc.dam_groups)}")
         if not lc.dam_tile_tbs:
             continue
         where = f"workload.launches[{l.config_index}].dam_tile_tbs"

@@ -22,7 +22,7 @@ from collections import namedtuple
 import numpy as np
 
 from .components import hbm, hub, nvlink, occupancy, packet, scheduler, sm, switch, trace, waiters
-from .components import fabric, infiniband, nic, pcie
+from .components import fabric, infiniband, nic, nvls, pcie
 from .components.block import GPU_SCOPES, SCOPES, Instance
 from .components.moehub import aau, dam, rpm
 from .config.schema import DEBUG_FLAGS
@@ -31,7 +31,7 @@ from .engine.state import STATE_FIELDS
 
 BLOCKS = (packet.BLOCK, events.BLOCK, trace.BLOCK, scheduler.BLOCK, sm.BLOCK, waiters.BLOCK,
           hbm.BLOCK, hbm.L2_BLOCK, nvlink.BLOCK, switch.BLOCK, hub.BLOCK, rpm.BLOCK, aau.BLOCK,
-          dam.BLOCK, occupancy.BLOCK, pcie.BLOCK, infiniband.BLOCK, nic.BLOCK, fabric.BLOCK)
+          dam.BLOCK, occupancy.BLOCK, nvls.BLOCK, pcie.BLOCK, infiniband.BLOCK, nic.BLOCK, fabric.BLOCK)
 
 _RESERVED = set(dir(np.record))
 

@@ -25,6 +25,7 @@ from ..engine.jit import compiled, inline
 
 from ..engine.clock import bytes_ticks
 from ..engine.events import timer_set
+from ..engine.state import ROUTE_FIRST, ROUTE_N, ROUTE_RR
 from .packet import VC_RESPONSE, VC_REQUEST, header_flits, packet_vc
 from .trace import CAT_NVLINK, TR_LINK_TX, trace_event
 from .wakeups import ch_kick, hub_kick, rpm_kick, switch_output_freed
@@ -203,6 +204,35 @@ def txq_room(st, c, vc):
     if vc == VC_RESPONSE:
         return ch.rsq_pkts + st.p[0].packet_train <= ch.rsq_cap
     return ch.txq_pkts + st.p[0].packet_train <= ch.txq_cap
+
+
+@compiled
+def pick_switch_output(st, s, dst, vc):
+    """Round-robin over switch s's output ports toward GPU dst that have room in virtual channel
+    vc (so traffic spreads over parallel links); the pointer moves past the one chosen. -1 if
+    none has room."""
+    route = st.sw_routes[s * st.p[0].num_gpus + dst]
+    n = route[ROUTE_N]
+    for k in range(n):
+        cand = route[ROUTE_FIRST + (route[ROUTE_RR] + k) % n]
+        if txq_room(st, cand, vc):
+            route[ROUTE_RR] = (route[ROUTE_RR] + k + 1) % n
+            return cand
+    return -1
+
+
+@compiled
+def input_free_tick(st, c, pkt, tick):
+    """When packet pkt, leaving a switch input buffer at `tick`, frees its space: now, or with
+    cut-through forwarding once its tail has come in, one serialisation after its header (its
+    `ready` is still its arrival tick after the traversal)."""
+    freed = tick
+    if st.p[0].cut_through:
+        tail = (st.pk[pkt].ready - st.ch[c].traversal + packet_serialisation(st, c, pkt)
+                - header_serialisation(st, c))
+        if tail > freed:
+            freed = tail
+    return freed
 
 
 @compiled

@@ -38,10 +38,10 @@ GPUs), as in DGX/HGX H100 and GH200 NVL32.
 """
 from ..engine.jit import compiled, inline
 
-from ..engine.state import ROUTE_FIRST, ROUTE_N, ROUTE_RR
-from .nvlink import (channel_count_arrival, credit_return_vc, header_serialisation,
-                     packet_serialisation, txq_push, txq_room)
-from .packet import VC_REQUEST, VC_RESPONSE, packet_vc
+from .nvlink import (channel_count_arrival, credit_return_vc, input_free_tick,
+                     pick_switch_output, txq_push)
+from .nvls import NVLS_SENT, nvls_absorb, nvls_fanout
+from .packet import PK_MM_DATA, PK_MM_LD, PK_MM_ST, VC_REQUEST, VC_RESPONSE, packet_free, packet_vc
 from .trace import CAT_SWITCH, TR_XBAR, trace_event
 from .wakeups import xbar_kick
 from .block import Block, Debug, Event, Param, Stat, StatGroup, Timer, fields
@@ -133,6 +133,8 @@ def switch_receive(st, c, pkt, tick):
     channel_count_arrival(st, c, pkt)
     ch = st.ch[c]
     st.pk[pkt].ready = tick
+    if st.pk[pkt].kind == PK_MM_DATA and nvls_absorb(st, c, pkt, tick):
+        return  # a member's values went into a reduction entry (nvls.py)
     if packet_vc(st, pkt) == VC_RESPONSE:
         st.rsp_rxq[c, (ch.rsp_rxq_head + ch.rsp_rxq_count) % st.rsp_rxq.shape[1]] = pkt
         ch.rsp_rxq_count += 1
@@ -177,26 +179,26 @@ def _cross(st, c, vc, tick):
                 return
             pkt = st.rxq[c, ch.rxq_head]
         pk = st.pk[pkt]
-        route = st.sw_routes[ch.switch * p.num_gpus + pk.dst]
-        n = route[ROUTE_N]
         out = -1
-        for k in range(n):
-            cand = route[ROUTE_FIRST + (route[ROUTE_RR] + k) % n]
-            if txq_room(st, cand, vc):
-                out = cand
-                route[ROUTE_RR] = (route[ROUTE_RR] + k + 1) % n
-                break
-        if out < 0:
+        if pk.kind == PK_MM_ST or pk.kind == PK_MM_LD:
+            # multimem: the switch's engine serves the members (nvls.py)
+            wait = nvls_fanout(st, c, pkt, tick)
+        else:
+            out = pick_switch_output(st, ch.switch, pk.dst, vc)
+            wait = pk.dst if out < 0 else NVLS_SENT
+        if wait != NVLS_SENT:
+            # wait for room in an output toward GPU `wait` (or, wait < 0, in the reduction buffer)
             if vc == VC_RESPONSE:
                 if not ch.rsp_xbar_blocked:
                     ch.rsp_xbar_blocked = 1
                     ch.rsp_xbar_blocked_since = tick
-                    _wait_for_output(st, (ch.switch * p.num_gpus + pk.dst) * 2 + vc, c)
+                    _wait_for_output(st, (ch.switch * p.num_gpus + wait) * 2 + vc, c)
             elif not ch.xbar_blocked:
                 ch.xbar_blocked = 1
                 ch.xbar_blocked_since = tick
-                _wait_for_output(st, (ch.switch * p.num_gpus + pk.dst) * 2 + vc, c)
-            return  # an output toward pk.dst that frees a slot in this channel wakes us
+                if wait >= 0:
+                    _wait_for_output(st, (ch.switch * p.num_gpus + wait) * 2 + vc, c)
+            return  # an output toward it that frees a slot in this channel wakes us
         if vc == VC_RESPONSE:
             ch.rsp_rxq_head = (ch.rsp_rxq_head + 1) % st.rsp_rxq.shape[1]
             ch.rsp_rxq_count -= 1
@@ -205,13 +207,10 @@ def _cross(st, c, vc, tick):
             ch.rxq_count -= 1
         # the buffer space is free once the packet has left it: now, or (cut-through) when its
         # tail has come in, one serialisation after its header
-        freed = tick
-        if p.cut_through:
-            tail = (pk.ready - ch.traversal + packet_serialisation(st, c, pkt)
-                    - header_serialisation(st, c))
-            if tail > freed:
-                freed = tail
-        credit_return_vc(st, c, pk.flits, freed + ch.latency, vc)
+        credit_return_vc(st, c, pk.flits, input_free_tick(st, c, pkt, tick) + ch.latency, vc)
+        if out < 0:
+            packet_free(st, pkt)   # a multimem packet the engine has served
+            continue
         pk.ready = tick
         if st.sw_node[ch.switch, SWN_KIND] == NODE_NIC:
             # the NIC's RDMA engine (nic.py): work requests toward InfiniBand
