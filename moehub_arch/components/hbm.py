@@ -28,7 +28,12 @@ Arbitration (system.gpu.hbm.arbitration) decides how a channel shares its bandwi
   through each window at the rate the paced streams leave, but never later than their own transfer
   plus the drain of a full controller queue (``queue_depth`` 32 B requests): under FR-FCFS a
   request waits for the requests already queued, however many streams keep the queue full.
-  Approximated: completion times are computed when an access is issued, so a later access cannot
+  That wait is latency, not channel occupancy: a whole access holds the ``free`` queue for its
+  own bytes at the channel rate only, so the next whole access starts behind its bytes, not
+  behind its wait (the controller interleaves queued requests at sector granularity: GPGPU-Sim's
+  and Ramulator's DRAM models keep many requests in flight per channel, and FR-FCFS serves them
+  as their banks allow). Without this, link writes arriving while streams leave little
+  bandwidth queued behind each other's whole bounded time (the first paced model). Approximated: completion times are computed when an access is issued, so a later access cannot
   delay a stream already placed: the work a whole access takes beyond what its window had left
   is charged to the next window (later streams pay it; total work is conserved, its order is
   not). Within a window paced work is spread evenly (a request sees the window's mean paced load,
@@ -254,7 +259,7 @@ def _hbm_channel(st, g, c, busy, tick, pace_ticks):
     if st.p[0].mem_arbitration == ARB_PACED and pace_ticks > busy:
         return -_paced(st, g, c, busy, tick, pace_ticks)
     end = _whole(st, g, c, chan.free, busy, tick, st.p[0].hbm_queue_ticks)
-    chan.free = end
+    chan.free = _whole_queue_end(chan.free, busy, tick)
     return end
 
 
@@ -280,12 +285,12 @@ def _window(st, srv, i):
 
 @compiled
 def _whole(st, g, srv, free, busy, tick, queue_ticks):
-    """A whole access: first in first out behind the server's other whole accesses (`free`), at
-    the rate the paced streams leave in each window it crosses, but never later than its own
-    transfer plus the drain of a full controller queue (`queue_ticks`): FR-FCFS serves a request
-    after the requests already queued, however many streams keep the queue full. Work beyond what a
-    window had left is a debt the next window's paced streams pay (the streams already placed keep
-    their times). Returns its end tick."""
+    """A whole access: first in first out behind the server's other whole accesses (`free`, which
+    advances by their bytes only: _whole_queue_end), at the rate the paced streams leave in each
+    window it crosses, but never later than its own transfer plus the drain of a full controller
+    queue (`queue_ticks`): FR-FCFS serves a request after the requests already queued, however many
+    streams keep the queue full. Work beyond what a window had left is a debt the next window's
+    paced streams pay (the streams already placed keep their times). Returns its end tick."""
     start = free
     if start < tick:
         start = tick
@@ -330,6 +335,19 @@ def _whole(st, g, srv, free, busy, tick, queue_ticks):
         rem -= got
         t = w_end
     return t
+
+
+@compiled
+def _whole_queue_end(free, busy, tick):
+    """Where a server's queue of whole accesses ends once one more of `busy` ticks issued at `tick`
+    joins it: the access occupies the queue for its own bytes at the full rate only. The time it
+    waits for the streams (the drain of the controller queue ahead of it) is latency: the
+    controller interleaves the next whole access with it and with the streams at sector
+    granularity, it does not hold the channel meanwhile."""
+    start = free
+    if start < tick:
+        start = tick
+    return start + busy
 
 
 @compiled
@@ -405,7 +423,7 @@ def _l2_transfer(st, g, nbytes, tick, pace_ticks):
     if p.mem_arbitration == ARB_PACED and pace_ticks > busy:
         return _paced(st, g, srv, busy, tick, pace_ticks)
     end = _whole(st, g, srv, gp.l2_free, busy, tick, p.l2_queue_ticks)
-    gp.l2_free = end
+    gp.l2_free = _whole_queue_end(gp.l2_free, busy, tick)
     return end
 
 

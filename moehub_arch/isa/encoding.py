@@ -90,10 +90,13 @@ SEM_SEND_EXPERT = 17  # (expert, src_addr, bytes, home, aux)   hand a row to the
 SEM_CLAIM = 18        # (rows, base, records, expert)          next ready tile of a local expert
 SEM_NOTIFY = 19       # (a, b)  subop NOTIFY_EOS: a = producers; NOTIFY_RELEASE: a = expert, b = base
 SEM_SEND_HOME = 20    # (record, src_addr, bytes, base)        combine: row back to its home slot
-NUM_SEMANTICS = 21
+# NVLink SHARP (in-switch multicast and reduction; components/nvls.py)
+SEM_MULTIMEM = 21     # (dst, src, bytes)  subop MM_*; the multimem address is dst (st, red) or src
+NUM_SEMANTICS = 22
 SEMANTIC_NAMES = (
     "nop", "exit", "alu", "branch", "ld", "st", "copy", "copy2d", "mma", "vec", "put", "get",
     "atom", "flag_set", "wait", "fence", "sleep", "send_to_expert", "claim", "notify", "send_home",
+    "multimem",
 )
 # Named operands of each semantic, in slot order, as (name, kind). Kinds: "reg" (a general
 # register written by the instruction), "src" (register, special register, parameter or
@@ -122,6 +125,7 @@ SEMANTIC_OPERANDS = {
     SEM_CLAIM: (("rows", "reg"), ("base", "reg"), ("records", "reg"), ("expert", "src")),
     SEM_NOTIFY: (("a", "src"), ("b", "src")),
     SEM_SEND_HOME: (("record", "src"), ("src", "src"), ("bytes", "src"), ("base", "src")),
+    SEM_MULTIMEM: (("dst", "src"), ("src", "src"), ("bytes", "src")),
 }
 
 
@@ -194,14 +198,28 @@ ATOM_NAMES = ("add", "red_add")
 # load sub-operations: words loaded into consecutive registers dst, dst+1, ... (one access)
 LD_NAMES = ("w1", "v2", "v4", "v8")   # 1 << subop words
 
+# put sub-operations: who moves the bytes
+PUT_HUB = 0   # the hub reads the source from HBM as it packetizes (a bulk / copy-engine-like put)
+PUT_SM = 1    # a warp-level copy: the SM loads the source through its LSU (the TB waits for the
+              # loads) and stores it to the destination (posted; completes at fence), DeepEP-style
+PUT_NAMES = ("hub", "sm")
+
 # notify_ready sub-operations
 NOTIFY_EOS = 0       # this producer is done; the GPU's streams end once `a` producers said so
 NOTIFY_RELEASE = 1   # the claimed tile of expert `a` at base address `b` may be reused
 NOTIFY_NAMES = ("eos", "release")
 
+# multimem sub-operations (PTX multimem.*; the multimem address lies in a multicast object)
+MM_ST = 0          # multimem.st: local src -> every member's dst (one packet up, copies down)
+MM_RED = 1         # multimem.red.add: every member's dst += local src (element type in DTYPE)
+MM_LD_REDUCE = 2   # multimem.ld_reduce.add: local dst = sum over the members of their src
+MM_NAMES = ("st", "red", "ld_reduce")
+
 SUBOP_NAMES = {
     SEM_ALU: ALU_NAMES, SEM_BRANCH: CMP_NAMES, SEM_WAIT: CMP_NAMES, SEM_VEC: VEC_NAMES,
     SEM_ATOM: ATOM_NAMES, SEM_NOTIFY: NOTIFY_NAMES, SEM_MMA: MMA_NAMES, SEM_LD: LD_NAMES,
+    SEM_MULTIMEM: MM_NAMES,
+    SEM_PUT: PUT_NAMES,
 }
 # Semantics whose subop may be left out of an ISA entry (it then means the first variant).
-SUBOP_OPTIONAL = (SEM_MMA, SEM_LD)
+SUBOP_OPTIONAL = (SEM_MMA, SEM_LD, SEM_PUT)
