@@ -160,8 +160,9 @@ def _attention_smem(tile, dh):
 
 
 def _gemm_n(cols, tile_rows, group):
-    """Largest GEMM column job (<= 128) dividing cols and group that fits tp_gemm's smem."""
-    for n in (128, 64, 32, 16, 8):
+    """Largest GEMM column job (a multiple of 8, <= 128) dividing cols and group that fits
+    tp_gemm's smem: 128 for head dim 128, 56 for DeepSeek-V3's 7168 / 128 heads."""
+    for n in range(128, 7, -8):
         if cols % n == 0 and group % n == 0 and tile_rows * n * 6 <= GEMM_SMEM \
                 and tile_rows * n <= GEMM_JOB_ELEMENTS:
             return n
@@ -244,9 +245,10 @@ def _attention_shape(b, m, t, tokens, sp):
     qkv_n = _gemm_n(3 * ht, b.tile_rows, dh)
     o_n = _gemm_n(m.hidden, b.tile_rows, m.hidden)
     if not qkv_n or not o_n:
-        raise BlockError(f"{KEY}.tile_rows: no GEMM job of 8 .. 128 columns dividing the head "
-                         f"dim ({dh}) and hidden ({m.hidden}) fits {b.tile_rows} rows in the "
-                         f"projection kernel's {GEMM_SMEM} B of shared memory")
+        raise BlockError(f"{KEY}.tile_rows: no GEMM job of 8 .. 128 columns (a multiple of 8) "
+                         f"dividing the head dim ({dh}) and hidden ({m.hidden}) fits "
+                         f"{b.tile_rows} rows in the projection kernel's {GEMM_SMEM} B of shared "
+                         f"memory")
     if sp and tokens % t:
         raise BlockError(f"{KEY}.tp: sequence parallelism gives every GPU tokens / t rows, but "
                          f"{t} does not divide {tokens} tokens")
