@@ -22,6 +22,7 @@ from collections import namedtuple
 import numpy as np
 
 from .components import hbm, hub, nvlink, occupancy, packet, scheduler, sm, switch, trace, waiters
+from .components import l2
 from .components.block import GPU_SCOPES, SCOPES, Instance
 from .components.moehub import aau, dam, rpm
 from .config.schema import DEBUG_FLAGS
@@ -29,7 +30,7 @@ from .engine import events
 from .engine.state import STATE_FIELDS
 
 BLOCKS = (packet.BLOCK, events.BLOCK, trace.BLOCK, scheduler.BLOCK, sm.BLOCK, waiters.BLOCK,
-          hbm.BLOCK, hbm.L2_BLOCK, nvlink.BLOCK, switch.BLOCK, hub.BLOCK, rpm.BLOCK, aau.BLOCK,
+          hbm.BLOCK, l2.BLOCK, nvlink.BLOCK, switch.BLOCK, hub.BLOCK, rpm.BLOCK, aau.BLOCK,
           dam.BLOCK, occupancy.BLOCK)
 
 _RESERVED = set(dir(np.record))

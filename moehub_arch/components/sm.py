@@ -36,8 +36,9 @@ from ..isa.encoding import (ATOM_RED_ADD, NUM_GENERAL_REGS, ALU_ADD, ALU_AND, AL
                             SMEM_ADDR_BIT, SUBOP, THR, UNIT, DTYPE, DTYPE_DST_SHIFT, DTYPE_SRC_MASK, MMA_A_L2, MMA_B_L2, MMA_L2, MMA_RA, MMA_RA_B_L2, VEC_ADD,
                             VEC_AXPY, VEC_CVT, VEC_MUL,
                             VEC_SILU_MUL, VEC_ZERO)
-from .hbm import (copy_overlapping, hbm_access, hbm_access_paced, hbm_backed, l2_access_paced,
+from .hbm import (copy_overlapping, hbm_access, hbm_access_paced, hbm_backed,
                   move_bytes, raise_error, read_word, write_word)
+from .l2 import l2_operand_read
 from .hub import REQ_ATOM, REQ_GET, REQ_PUT, REQ_STORE, atomic_ticks, hub_submit
 from .moehub.aau import aau_release_entries, aau_retry, record_address, slot_address
 from .moehub.dam import CLAIM_WAIT, dam_claim, dam_release
@@ -501,16 +502,19 @@ def _execute(st, slot, sm, tick, cyc):
                 or not _check_range(st, slot, c_addr, m * n * 4)):
             return
         pace = _pace_ticks(st, row, 2 * m * n * k)   # operands stream over the tensor work
+        # global operands go through the L2 (components/l2.py): marked ones (a row tile several TBs
+        # share, weights after their first touch) hit while resident, the others are cold reads
         if sub == MMA_RA or sub == MMA_RA_B_L2:
             ra = tick   # the same A tile as the previous mma: already on chip (a fused mainloop)
-        elif (sub == MMA_L2 or sub == MMA_A_L2) and not _is_smem(a_addr):
-            ra = l2_access_paced(st, g, m * k * es, tick, pace)   # a row tile several TBs share: L2 hits
-        else:
+        elif _is_smem(a_addr):
             ra = _access_paced(st, g, a_addr, m * k * es, tick, False, pace)
-        if (sub == MMA_B_L2 or sub == MMA_L2 or sub == MMA_RA_B_L2) and not _is_smem(b_addr):
-            rb = l2_access_paced(st, g, k * n * es, tick, pace)   # weights shared by many tiles: L2 hits
         else:
+            ra = l2_operand_read(st, g, a_addr, m * k * es, tick, pace, sub == MMA_L2 or sub == MMA_A_L2)
+        if _is_smem(b_addr):
             rb = _access_paced(st, g, b_addr, k * n * es, tick, False, pace)
+        else:
+            rb = l2_operand_read(st, g, b_addr, k * n * es, tick, pace,
+                                 sub == MMA_B_L2 or sub == MMA_L2 or sub == MMA_RA_B_L2)
         rc = _access_paced(st, g, c_addr, m * n * 4, tick, False, pace)
         wc = _access_paced(st, g, c_addr, m * n * 4, tick, True, pace)
         mem_done = max(ra, rb, rc, wc)
