@@ -157,6 +157,16 @@ def add_layer_stats(sim, layer):
             "GPU link transmitters: mean busy fraction over the layer")
     out.add("system.moe.nvlink.tx_utilization_max", float(tx.max()) / span, "ratio",
             "GPU link transmitters: busiest one's busy fraction over the layer")
+    # traffic of every scheme on the same footing (DySHARP's comparison, arXiv 2605.05607):
+    # bytes on the wires between the GPUs and the switches, headers and padding included
+    up = int(st.ch.tx_wire_bytes[st.ch.to_switch == 1].sum())
+    down = int(st.ch.tx_wire_bytes[st.ch.to_switch == 0].sum())
+    out.add("system.moe.nvlink.tx_wire_bytes", up + down, "bytes",
+            "wire bytes sent on all GPU-switch links, both directions (the whole run)")
+    out.add("system.moe.nvlink.up_wire_bytes", up, "bytes",
+            "of which GPU -> switch (uplinks)")
+    out.add("system.moe.nvlink.down_wire_bytes", down, "bytes",
+            "of which switch -> GPU (downlinks)")
 
 
 def _dispatch_link_stats(st, out, layer, launches, P):

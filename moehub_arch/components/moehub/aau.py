@@ -330,7 +330,7 @@ def _leave_link(st, g, c, pkt, t):
     """The packet no longer occupies its link receive buffer (or the loopback path) from t."""
     p = st.p[0]
     if c >= 0:
-        credit_return(st, c, st.pk[pkt].flits, t + p.link_latency_ticks)
+        credit_return(st, c, st.pk[pkt].flits, t + st.ch[c].latency)
     else:
         gp = st.gpu[g]
         gp.loop_inflight -= 1
