@@ -7,14 +7,10 @@ The exact ticks below follow from one channel of 1 byte per ps (1 TB/s) and 1 ns
 a paced read of 4000 B over 10 ns takes 400 ps of each window (its pace); a 256 B write at
 100 ps gets the 600 ps per window left, so it lasts ceil(256 * 1000 / 600) = 427 ps.
 """
-import json
-import os
-import subprocess
-import sys
 
 import pytest
 
-from conftest import REPO, model_stats, simulate
+from conftest import REPO, drive_both_engines
 
 SYSTEM = ["system.gpu.hbm.queue_depth=64", "system.gpu.hbm.channels=1", "system.gpu.hbm.bandwidth=1TB/s",
           "system.gpu.hbm.arbitration_window=1ns", "system.num_gpus=2", "system.gpu.num_sms=2"]
@@ -60,21 +56,9 @@ print(json.dumps(out))
 """
 
 
-def _drive(engine):
-    env = dict(os.environ)
-    env.pop("NUMBA_DISABLE_JIT", None)
-    if engine == "python":
-        env["NUMBA_DISABLE_JIT"] = "1"
-    code = DRIVER.format(tests=str(REPO / "tests"), system=SYSTEM)
-    r = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True,
-                       text=True, timeout=1200)
-    assert r.returncode == 0, r.stderr
-    return json.loads(r.stdout.strip().splitlines()[-1])
-
-
 @pytest.fixture(scope="module")
 def both_engines():
-    return _drive("numba"), _drive("python")
+    return drive_both_engines(DRIVER.format(tests=str(REPO / "tests"), system=SYSTEM))
 
 
 def test_a_small_write_after_a_paced_read_uses_the_bandwidth_left(both_engines):

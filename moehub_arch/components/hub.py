@@ -10,7 +10,7 @@ room; if none has room the packetizer stalls) and queues the packet there.
 
 Receiver side: an arriving packet is processed ``rx_latency`` after arrival: data is written to
 HBM, stores and atomics are performed at memory, get requests are turned into a response stream.
-Link credits are returned when the memory system has absorbed a write (hbm.link_write: the HBM
+Link credits are returned when the memory system has absorbed a write (l2.link_write: the HBM
 channels finished the transfer, or the L2 took it with system.gpu.l2.link_writes = write_back) or
 an atomic completed, so a slow memory throttles the link; the written data becomes visible to
 readers (flag waiters) one HBM (or L2) access latency later. Completions travel back as responses:
@@ -50,7 +50,8 @@ from ..engine.jit import compiled, inline
 
 from ..engine.state import (RESP_KIND, RESP_READY, RESP_REQ, ROUTE_FIRST, ROUTE_N, ROUTE_RR,
                             TB_WAIT_FENCE, WAIT_FENCE, WAIT_HUB, WAIT_REMOTE, WAITLIST_HUB)
-from .hbm import hbm_access, link_write, move_bytes, read_word, write_word
+from .hbm import hbm_access, move_bytes, read_word, write_word
+from .l2 import link_write
 from .nvlink import channel_count_arrival, credit_return_vc, txq_push, txq_room
 from .packet import (PACKET_KIND_NAMES, PK_ACK, PK_ATOM_REQ, PK_ATOM_RESP, PK_GET_REQ, PK_GET_RESP,
                      PK_MM_COPY, PK_MM_LD, PK_MM_READ, PK_MM_ST, PK_PUT, PK_STORE, VC_REQUEST,

@@ -41,8 +41,9 @@ from ..isa.encoding import (ATOM_RED_ADD, NUM_GENERAL_REGS, ALU_ADD, ALU_AND, AL
                             VEC_ROW_MAX, VEC_ROW_SUM, VEC_ROW_SUMSQ, VEC_ROW_ADD, VEC_ROW_SUB,
                             VEC_ROW_MUL, VEC_ROW_DIV, VEC_COL_ADD, VEC_COL_MUL, VEC_FIRST_ROWWISE)
 from .elements import load_f32 as _load_f32, store_f32 as _store_f32
-from .hbm import (copy_overlapping, hbm_access, hbm_access_paced, hbm_backed, l2_access_paced,
+from .hbm import (copy_overlapping, hbm_access, hbm_access_paced, hbm_backed,
                   move_bytes, raise_error, read_word, write_word)
+from .l2 import l2_operand_read
 from .hub import (REQ_ATOM, REQ_GET, REQ_MM_LD, REQ_MM_RED, REQ_MM_ST, REQ_PUT, REQ_STORE,
                   atomic_ticks, hub_room, hub_submit)
 from .nvls import multimem_element_bytes, multimem_object, multimem_route_peer
@@ -485,17 +486,19 @@ def _execute(st, slot, sm, tick, cyc):
                 or not _check_range(st, slot, c_addr, m * n * 4)):
             return
         pace = _pace_ticks(st, row, 2 * m * n * k)   # operands stream over the tensor work
+        # global operands go through the L2 (components/l2.py): marked ones (a row tile several TBs
+        # share, weights after their first touch) hit while resident, the others are cold reads
         if sub == MMA_RA or sub == MMA_RA_B_L2:
             ra = tick   # the same A tile as the previous mma: already on chip (a fused mainloop)
-        elif (sub == MMA_L2 or sub == MMA_A_L2) and not _is_smem(a_addr):
-            ra = l2_access_paced(st, g, m * k * es, tick, pace)   # a row tile several TBs share: L2 hits
-        else:
+        elif _is_smem(a_addr):
             ra = _access_paced(st, g, a_addr, m * k * es, tick, False, pace)
-        if (sub == MMA_B_L2 or sub == MMA_L2 or sub == MMA_RA_B_L2 or sub == MMA_BT_B_L2) \
-                and not _is_smem(b_addr):
-            rb = l2_access_paced(st, g, k * n * es, tick, pace)   # weights shared by many tiles: L2 hits
         else:
+            ra = l2_operand_read(st, g, a_addr, m * k * es, tick, pace, sub == MMA_L2 or sub == MMA_A_L2)
+        if _is_smem(b_addr):
             rb = _access_paced(st, g, b_addr, k * n * es, tick, False, pace)
+        else:
+            rb = l2_operand_read(st, g, b_addr, k * n * es, tick, pace, sub == MMA_B_L2 or sub == MMA_L2
+                                 or sub == MMA_RA_B_L2 or sub == MMA_BT_B_L2)
         rc = _access_paced(st, g, c_addr, m * n * 4, tick, False, pace)
         wc = _access_paced(st, g, c_addr, m * n * 4, tick, True, pace)
         mem_done = max(ra, rb, rc, wc)

@@ -70,6 +70,11 @@ class L2Config:
                           "is held until the HBM channels took the data) or write_back (the L2 "
                           "absorbs them at its bandwidth; the HBM write-back costs channel bandwidth "
                           "but holds no link buffer)", choices=L2_LINK_WRITES)
+    capacity: int = _f("size", "bytes of mma operand regions (weight tiles, shared row tiles) the "
+                       "L2 holds: marked reads beyond it miss and are read from HBM "
+                       "(components/l2.py)", min=1)
+    tracked_regions: int = _f("int", "entries of the L2 residency table per GPU: one per resident "
+                              "operand region, least recently used evicted when full", min=1)
 
 
 RPM_SCHEDULES = ("arrival", "full_first", "uncoalesced")
