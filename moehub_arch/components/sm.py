@@ -697,7 +697,7 @@ def _execute(st, slot, sm, tick, cyc):
             return
         kind = REQ_MM_LD if sub == MM_LD_REDUCE else (REQ_MM_RED if sub == MM_RED else REQ_MM_ST)
         if not hub_submit(st, g, kind, slot, multimem_route_peer(st, obj, g), dst, src, nb,
-                          obj * 16 + dt, 0, tick):
+                          obj * 16 + dt, 0, tick, -1):
             _stall_on_hub(st, slot, g, tick)
             return
         st.tb[slot].outstanding += 1
