@@ -22,7 +22,8 @@ from .engine.events import new_event_queue, new_timers
 from .engine.state import DAM_HIST_BINS, NUM_WAIT_REASONS, RPM_HIST_BINS, new_records
 from .isa.encoding import MAX_PARAMS, NUM_REGS, NUM_UNITS, ROW_WIDTH
 from .isa.expr import ExprError, evaluate
-from .topology import TopologyError, build_fabric, build_routes, channel_arrays, node_array
+from .topology import (TopologyError, build_fabric, build_routes, channel_arrays, gpus_per_node,
+                       node_array)
 
 BUFFER_ALIGN = 256  # bytes; every buffer starts on an HBM interleave-friendly boundary
 # windows in the paced-arbitration calendar (components/hbm.py): with 1 us windows a 1 ms horizon,
@@ -368,6 +369,17 @@ def _bind_multicast_objects(st, cfg, buffers):
         rows = multicast_object_rows(cfg, buffers)
     except ValueError as e:
         raise BuildError(str(e)) from None
+    # NVLink SHARP lives in the NVSwitches: a multicast object spans one NVLink domain (node)
+    gpn = gpus_per_node(cfg.system)
+    for k, (_, _, mask, _) in enumerate(rows):
+        nodes = sorted({g // gpn for g in range(cfg.system.num_gpus) if (mask >> g) & 1})
+        if len(nodes) > 1 or cfg.system.switch.topology == "bridge_pairs":
+            raise BuildError(f"workload.multicast[{k}].gpus: a multicast object lives in one "
+                             f"node's NVSwitches (NVLink SHARP); its GPUs span nodes {nodes} "
+                             f"(system.nodes.gpus_per_node = {gpn})"
+                             if len(nodes) > 1 else
+                             f"workload.multicast[{k}]: system.switch.topology is bridge_pairs: "
+                             f"there is no NVSwitch to multicast or reduce in")
     for k, row in enumerate(rows):
         st.mm_objects[k, :] = row
 

@@ -123,9 +123,10 @@ def _compose_state(blocks):
     then every record and array a block declares with its size (Record.count, Array.shape), which
     the builder allocates from the declaration: a new block's arrays need no edit elsewhere."""
     names = list(STATE_FIELDS)
-    # block by block (its records, then its arrays), so a block added at the end appends
+    # block by block (its records, then its arrays), so a block appended to BLOCKS appends its
+    # arrays and every existing one keeps its place
     sized = [(b, x) for b in blocks
-             for x in (*[r for r in b.records if r.count is not None], *b.arrays)]
+             for x in [r for r in b.records if r.count is not None] + list(b.arrays)]
     for b, x in sized:
         if x.name in names:
             raise DeclarationError(f"block {b.name}: State array '{x.name}' exists already")

@@ -190,3 +190,13 @@ def test_multimem_red_adds_into_every_member(tmp_path):
     for g in range(2):
         assert np.array_equal(sim.read_buffer(g, "recv", "f32")[:elems], (x[0] + x[1]).astype(np.float32))
         assert sim.stats[f"system.gpu{g}.nvls.copies_received"] == 2 * elems * 4 // 128
+
+
+def test_a_multicast_object_spanning_nodes_is_an_error(tmp_path, capsys):
+    from moehub_arch.cli import main
+    rc = main(["run", str(CONFIGS / CONFIG), "--system", str(CONFIGS / "systems/tiny_2x2.yaml"),
+               "-o", str(tmp_path / "out"), "--set", "workload.launches.0.params.elems=4096",
+               "--set", "workload.launches.0.params.slice=256", "--set", "workload.launches.0.grid=2"])
+    err = capsys.readouterr().err
+    assert rc == 2, err
+    assert "workload.multicast[0].gpus" in err and "span nodes [0, 1]" in err, err
