@@ -759,8 +759,7 @@ def load_config(path, overrides: Sequence[str] = (), system_file=None) -> Config
 
 
 def _nodes(cfg: Config, ctx: _Ctx) -> Config:
-    """A multi-node system: system.num_gpus = nodes x GPUs per node; the fabric must build
-    (topology.py names the key of what is missing or inconsistent)."""
+    """A multi-node system: system.num_gpus = nodes x GPUs per node."""
     nodes = cfg.system.nodes
     if nodes.count > 1 and not nodes.gpus_per_node:
         raise ctx.error(("system", "nodes", "gpus_per_node"),
@@ -769,18 +768,23 @@ def _nodes(cfg: Config, ctx: _Ctx) -> Config:
     if nodes.gpus_per_node:
         cfg = attrs.evolve(cfg, system=attrs.evolve(
             cfg.system, num_gpus=nodes.count * nodes.gpus_per_node))
+    return cfg
+
+
+def _check_fabric(cfg: Config, ctx: _Ctx):
+    """The fabric builds and every GPU reaches every other (after the link checks of _check)."""
     from ..topology import TopologyError, build_fabric, build_routes
     try:
         build_routes(cfg, build_fabric(cfg))
     except TopologyError as e:
         key, _, _ = str(e).partition(":")
         raise ctx.error(tuple(key.split(".")), str(e).partition(": ")[2]) from None
-    return cfg
 
 
 def _finish(cfg: Config, ctx: _Ctx, files) -> Config:
     cfg = _nodes(cfg, ctx)
     _check(cfg, ctx)
+    _check_fabric(cfg, ctx)
     _check_layer(cfg, ctx)
     cfg = _resolve_kernel_files(cfg, ctx)
     cfg = _resolve_layer_files(cfg, ctx)
