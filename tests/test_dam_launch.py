@@ -4,7 +4,10 @@ and skewed routing, alone and with the spilling row table (the published design 
 engines agree, and inconsistent launch setups are clear errors."""
 import pytest
 
-from conftest import model_stats, read_stats_json, run_cli, simulate
+from conftest import load, model_stats, read_stats_json, run_cli, simulate
+from moehub_arch.components.trace import CAT_SM, TR_TB_EXIT, TR_TB_PLACE, TR_TB_WAIT
+from moehub_arch.engine.state import TB_WAIT_FLAG
+from moehub_arch.simulation import RunObserver, Simulation
 
 FUNCTIONAL = "experiments/functional.yaml"
 LAUNCH = "system.gpu.hub.moe.dam.consumers=launch"
@@ -12,25 +15,79 @@ SPILL = ("system.gpu.hub.moe.aau.overflow=spill", "system.gpu.hub.moe.aau.record
 G = 4
 
 
-@pytest.mark.parametrize("routing", ["uniform", "skewed"])
-@pytest.mark.parametrize("spill", [False, True])
-def test_dam_launched_layer_is_exact(routing, spill):
+JU, JD = 128 // 32, 64 // 32      # gate/up and down jobs per tile of tiny_functional (n_tile 32)
+TOGETHER = "workload.layer.moehub.tile_groups=together"
+
+
+@pytest.mark.parametrize("routing, spill, groups", [
+    ("uniform", False, "split"), ("skewed", False, "split"), ("uniform", True, "split"),
+    ("skewed", True, "split"), ("uniform", False, "together"), ("skewed", True, "together")])
+def test_dam_launched_layer_is_exact(routing, spill, groups):
     sim = simulate(FUNCTIONAL, f"workload.layer.routing.kind={routing}", LAUNCH,
-                   *(SPILL if spill else ()))
+                   f"workload.layer.moehub.tile_groups={groups}", *(SPILL if spill else ()))
     s = sim.stats
     assert s["system.moe.output_max_abs_error"] == 0.0        # invariants ran in simulate() too
     assert {l.kernel for l in sim.launches} >= {"moehub_tile"}
     assert not {"moehub_claim", "moehub_expert"} & {l.kernel for l in sim.launches}
-    jobs = 128 // 32 + 64 // 32      # Ju + Jd of tiny_functional with gemm_n_tile 32
     for l in sim.launches:
         if l.kernel == "moehub_tile":
             g, ln = l.gpu, sim.state.ln[l.index]
             tiles = s[f"system.gpu{g}.hub.dam.claims"]
             # every ready tile was started, Ju + Jd blocks each, plus the last block
             assert tiles == s[f"system.gpu{g}.hub.dam.tiles_ready"] > 0
-            assert int(ln.grid) == int(ln.granted) == int(ln.finished) == tiles * jobs + 1
+            assert int(ln.grid) == int(ln.granted) == int(ln.dispatched) == int(ln.finished) \
+                == tiles * (JU + JD) + 1 == s[f"system.gpu{g}.hub.dam.blocks_started"]
+            # split: each tile's down group started once its gate/up group's counter hit zero
+            assert s[f"system.gpu{g}.hub.dam.groups_started"] == (tiles if groups == "split" else 0)
+            assert int(ln.dam_first_group) == (JU if groups == "split" else JU + JD)
     if spill:
         assert sum(s[f"system.gpu{g}.hub.aau.spills"] for g in range(G)) > 0
+
+
+class _TileBlocks(RunObserver):
+    """Placement and exit tick of every moehub_tile block, and the flag waits of its blocks."""
+
+    def on_start(self, sim):
+        sim.enable_trace()
+        sim.set_trace_categories(self, CAT_SM)
+        self.launches = {l.index: l.gpu for l in sim.launches if l.kernel == "moehub_tile"}
+        self.held = {}                      # slot -> (gpu, block index)
+        self.placed, self.exited, self.flag_waits = {}, {}, []
+
+    def on_records(self, sim, records):
+        for tick, kind, slot, v0, v1 in records.tolist():
+            if kind == TR_TB_PLACE and v0 in self.launches:
+                key = (self.launches[v0], v1)
+                self.held[slot] = key
+                self.placed[key] = tick
+            elif kind == TR_TB_EXIT and slot in self.held:
+                self.exited[self.held.pop(slot)] = tick
+            elif kind == TR_TB_WAIT and v0 == TB_WAIT_FLAG and slot in self.held:
+                self.flag_waits.append(self.held[slot])
+
+
+@pytest.mark.parametrize("groups", ["split", "together"])
+def test_down_group_starts_when_gate_up_group_is_done(groups):
+    """The group counter: with split groups no down block of a tile is placed before every
+    gate/up block of that tile exited, so none waits for them; with together some are and do."""
+    ob = _TileBlocks()
+    sim = Simulation(load(FUNCTIONAL, LAUNCH, f"workload.layer.moehub.tile_groups={groups}"))
+    sim.run(observers=[ob])
+    assert sim.stats["system.moe.output_max_abs_error"] == 0.0
+    jobs = JU + JD
+    last = {g: max(b for gg, b in ob.placed if gg == g) for g, _ in ob.placed}
+    tiles = {(g, b // jobs) for g, b in ob.placed if b != last[g]}
+    assert len(tiles) == sum(sim.stats[f"system.gpu{g}.hub.dam.claims"] for g in range(G))
+    early = 0
+    for g, t in tiles:
+        gate_up_done = max(ob.exited[(g, t * jobs + j)] for j in range(JU))
+        first_down = min(ob.placed[(g, t * jobs + j)] for j in range(JU, jobs))
+        early += first_down < gate_up_done
+    down_waits = [(g, b) for g, b in ob.flag_waits if b != last[g] and b % jobs >= JU]
+    if groups == "split":
+        assert early == 0 and down_waits == []
+    else:
+        assert early > 0 and down_waits
 
 
 def test_published_design_engines_agree(tmp_path):
@@ -54,3 +111,11 @@ def test_launch_setups_that_cannot_work_are_clear_errors(tmp_path):
     r = run_cli("run", "configs/experiments/functional.yaml", "-o", tmp_path, "--set",
                 "system.gpu.hub.moe.dam.consumers=start")
     assert r.returncode == 2 and "system.gpu.hub.moe.dam.consumers" in r.stderr
+    # thread-block groups: only for a launch the DAM starts, and they must add up to its blocks
+    r = run_cli("run", "configs/hub/dispatch_combine.yaml", "-o", tmp_path, "--set",
+                "workload.launches.1.dam_groups=[1, 2]")
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert "workload.launches[1].dam_groups" in r.stderr and "dam_tile_tbs > 0" in r.stderr
+    r = run_cli("run", "configs/experiments/functional.yaml", "-o", tmp_path, "--set", LAUNCH,
+                "--set", "workload.layer.moehub.tile_groups=halves")
+    assert r.returncode == 2 and "workload.layer.moehub.tile_groups" in r.stderr

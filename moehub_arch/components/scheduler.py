@@ -6,7 +6,10 @@ zero); launches on different streams may run concurrently. A running launch plac
 blocks onto SMs round-robin as slots free up, respecting the SM's resident-TB limit, the kernel's
 ``.max_tbs_per_sm`` and shared-memory capacity (first fit). A placed TB starts ``tb_launch_cycles``
 later with its registers zeroed and its special and parameter registers set. A launch with
-``dam_tile_tbs`` places only the thread blocks the MoE-Hub DAM has started (``granted``).
+``dam_tile_tbs`` places only the thread blocks the MoE-Hub DAM has started (``granted``), in the
+order and with the block indices (%tb) the DAM queued them in its GPU's start queue
+(``grant_block``): a deque, because the DAM puts a tile's dependent group before the first groups
+of later tiles.
 
 Warp groups (``warp_groups: G`` on a launch): a thread block of G warp groups is G instruction
 streams, each in its own slot with its own registers, issuing independently; the SM's issue
@@ -30,7 +33,7 @@ from ..isa.encoding import (FIRST_PARAM_REG, MAX_PARAMS, REG_GPU, REG_NGPU, REG_
 from .trace import (CAT_LAUNCH, TR_LAUNCH_END, TR_LAUNCH_START, TR_TB_EXIT, TR_TB_PLACE,
                     trace_event, trace_tb)
 from .wakeups import sm_wake
-from .block import Block, Event, Param, Record, Stat, StatGroup, Debug, fields
+from .block import Array, Block, Event, Param, Record, Stat, StatGroup, Debug, fields
 
 EV_KERNEL_START = 1  # a0 = launch index: the launch's first thread blocks may be placed
 
@@ -51,6 +54,11 @@ def check_launches(sim, out):
     out.check(st.ln.status == LN_DONE, "kernel launches that did not finish",
               lambda l: f"'{sim.launches[l].kernel}' on GPU {sim.launches[l].gpu}: "
                         f"{int(st.ln.finished[l])} of {int(st.ln.grid[l])} thread blocks exited")
+
+
+def _start_queue_shape(cfg):
+    from .moehub.dam import start_queue_capacity   # the DAM bounds the blocks it has pending
+    return (cfg.system.num_gpus, start_queue_capacity(cfg))
 
 
 BLOCK = Block(
@@ -77,10 +85,18 @@ BLOCK = Block(
                   ("host_delay", "host-side time before the launch is issued (e.g. a host sync)"),
                   ("tx_wire", "link wire bytes its GPU's hub sent for its requests and rows"),
                   ("groups", "warp groups per thread block (grid counts streams: blocks x groups)"))
-    + fields("gpu", ("rr_sm", "round-robin pointer over the GPU's SMs (TB placement)"))
+    + fields("gpu", ("rr_sm", "round-robin pointer over the GPU's SMs (TB placement)"),
+             ("start_head", "start queue: position of its first entry"),
+             ("start_count", "start queue: blocks started by the DAM, not placed yet"))
     + fields("sm", ("blocks", "resident thread blocks (a block of warp groups counts once)"))
-    + fields("tb", ("block_lead", "slot of the first warp group of its thread block"),
-             ("block_live", "on a block's first slot: its warp groups that have not exited")),
+    + fields("tb", ("start_tag", "what the unit that started the block tracks it by (the DAM: "
+                    "the tile whose group counter its exit decrements; -1: none)"),
+             ("block_lead", "slot of the first warp group of its thread block"),
+             ("block_live", "on a block's first slot: its warp groups that have not exited"),
+             init={"start_tag": -1}),
+    arrays=(Array("start_ids", "per GPU, a deque of the block indices the DAM started and the "
+                  "scheduler has not placed yet", _start_queue_shape),
+            Array("start_tags", "the start_tag of each of those blocks", _start_queue_shape, -1)),
     stats=(StatGroup("launch", "", (
         Stat("start_tick", "ps", lambda i, k: f"start of kernel '{i.launch.kernel}' "
              f"(stream {i.launch.stream})", lambda i: int(i.rec.start)),
@@ -195,10 +211,39 @@ def dispatch_blocks(st, g, tick):
 
 
 @compiled
+def grant_block(st, g, l, tb_index, tag, first):
+    """Another unit (the MoE-Hub DAM) starts block `tb_index` of launch l (GPU g's launch with
+    dam_tile_tbs): it is placed when a slot frees, before the blocks already waiting if `first`.
+    Returns False if the queue is full (the capacity bound was wrong: an internal error)."""
+    gp = st.gpu[g]
+    cap = st.start_ids.shape[1]
+    if gp.start_count >= cap:
+        return False
+    if first:
+        gp.start_head = (gp.start_head + cap - 1) % cap
+        at = gp.start_head
+    else:
+        at = (gp.start_head + gp.start_count) % cap
+    st.start_ids[g, at] = tb_index
+    st.start_tags[g, at] = tag
+    gp.start_count += 1
+    st.ln[l].granted += 1
+    return True
+
+
+@compiled
 def _place(st, l, g, s, sm, slot, smem_base, start_tick, tick):
     p = st.p[0]
     ln = st.ln[l]
     tb_index = ln.dispatched
+    tag = -1
+    if ln.dam_tile_tbs > 0:
+        # the next block the DAM started, with the index it gave it
+        gp = st.gpu[g]
+        tb_index = st.start_ids[g, gp.start_head]
+        tag = st.start_tags[g, gp.start_head]
+        gp.start_head = (gp.start_head + 1) % st.start_ids.shape[1]
+        gp.start_count -= 1
     ln.dispatched += 1
     st.ln_per_sm[l, s] += 1
     smr = st.sm[sm]
@@ -215,6 +260,7 @@ def _place(st, l, g, s, sm, slot, smem_base, start_tick, tick):
     tb.outstanding = 0
     tb.smem_base = smem_base
     tb.smem_bytes = ln.smem
+    tb.start_tag = tag
     regs = st.regs[slot]
     regs[:] = 0
     regs[REG_GPU] = g

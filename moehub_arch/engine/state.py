@@ -119,6 +119,8 @@ ERR_MOE_RELEASE = 11
 ERR_REG_RANGE = 12
 ERR_RED_REMOTE = 13
 ERR_MOE_CLAIM_LAUNCH = 14
+ERR_MULTIMEM_ADDR = 20
+ERR_DAM_START_QUEUE = 15
 ERROR_TEXT = {
     ERR_MOE_EXPERT: "expert id out of range (workload.moe.num_experts), or claim/release of an expert "
                     "that is not placed on this GPU",
@@ -136,6 +138,11 @@ ERROR_TEXT = {
     ERR_BAD_SIZE: "negative or zero size",
     ERR_REG_RANGE: "vector load past r31 (ld.vN dst needs dst + N - 1 <= 31)",
     ERR_RED_REMOTE: "red.add targets another GPU; posted reductions are local (use atom.add for peers)",
+    ERR_MULTIMEM_ADDR: "multimem address outside every multicast object this GPU is a member of "
+                       "(workload.multicast: a buffer and its GPUs), or the range runs past the object",
     ERR_MOE_CLAIM_LAUNCH: "claim_buffer with system.gpu.hub.moe.dam.consumers: launch (the DAM starts "
                           "the consumers of ready tiles itself; use consumers: claim)",
+    ERR_DAM_START_QUEUE: "the DAM started more thread blocks than are placed and held tiles can "
+                         "account for: a kernel released a tile (notify_ready.release) before "
+                         "every block of its groups was placed",
 }

@@ -22,6 +22,15 @@ Who starts the work on a ready tile is system.gpu.hub.moe.dam.consumers:
           started, the DAM starts one last block (whose %tb is word 1 - 1) and the grid becomes
           exact, so the launch ends when that block exits. Assumption: the descriptor reaches the
           blocks as a memory word they load (the hardware hands it to the block dispatcher).
+          Thread-block groups (the launch's dam_groups, e.g. [Ju, Jd] for a tile's gate/up and
+          down GEMM jobs): the paper's DAM keeps a status counter per thread-block group; here a
+          tile's first group starts when the tile is ready and its counter counts the group's
+          blocks down as they exit (a block exits once its stores completed, so the intermediate
+          rows are written); at zero the DAM starts the second group. The blocks get their index
+          in the grid from the DAM (tile start position x dam_tile_tbs + job), whatever order
+          they start in. Assumption (the paper does not say): a tile's second group goes before
+          the first groups of later tiles (the DAM finishes started tiles first, as the streaming
+          scheduler's lag does), so output rows go home while later tiles compute.
 notify_ready.release frees a tile's slots and completion records; the window's bump pointer may
 reuse them once all earlier tiles are released too.
 """
@@ -29,10 +38,10 @@ import numpy as np
 from ...engine.jit import compiled
 
 from ...engine.events import push
-from ...engine.state import DAM_HIST_BINS, TB_WAIT_CLAIM, WAIT_CLAIM
+from ...engine.state import DAM_HIST_BINS, ERR_DAM_START_QUEUE, TB_WAIT_CLAIM, WAIT_CLAIM
 from ..trace import CAT_DAM, TR_DAM_CLAIM, TR_DAM_READY, trace_event
-from ..hbm import read_word, write_word
-from ..scheduler import dispatch_blocks
+from ..hbm import raise_error, read_word, write_word
+from ..scheduler import dispatch_blocks, grant_block
 from ..wakeups import tb_resume
 from ..block import Block, Debug, Event, Param, Record, Stat, StatGroup, counters, fields
 
@@ -55,8 +64,23 @@ def _claim_wait_desc(i, b):
 
 
 def sram_bytes(p):
-    """Area proxy: per-tile allocated/landed counters (4 B each) + per-source end-of-stream state."""
-    return p.local_experts * p.tiles_per_window * 2 * 4 + int(p.num_gpus) * 8
+    """Area proxy: per-tile allocated/landed counters (4 B each) + per-source end-of-stream state;
+    with consumers: launch also a thread-block-group counter per tile (4 B)."""
+    counters = 3 if int(p.dam_launch_mode) else 2
+    return p.local_experts * p.tiles_per_window * counters * 4 + int(p.num_gpus) * 8
+
+
+def start_queue_capacity(cfg):
+    """Blocks the DAM may have started and the scheduler not yet placed, per GPU: every tile it
+    holds (a tile is released only by a block of its last group, once placed) times the blocks of
+    a tile, plus the launch's last block."""
+    tbs = max([lc.dam_tile_tbs for lc in cfg.workload.launches] + [0])
+    if not tbs or not cfg.workload.moe.num_experts:
+        return 1
+    from .aau import local_experts   # aau imports this module
+    dam = cfg.system.gpu.hub.moe.dam
+    tiles_per_window = max(cfg.workload.moe.window_rows, dam.tile_rows) // dam.tile_rows
+    return local_experts(cfg) * tiles_per_window * tbs + 1
 
 
 def moe_sram_bytes(p):
@@ -75,6 +99,27 @@ def check_windows(sim, out):
     out.check(claimed == win.alloc, "MoE-Hub expert windows with landed rows never claimed",
               lambda w: f"window {w} (GPU {w // int(p.local_experts)}): {int(win.alloc[w])} rows "
                         f"allocated, {int(claimed[w])} claimed")
+
+
+def check_groups(sim, out):
+    """consumers: launch: every tile started ran each of its thread-block groups."""
+    st = sim.state
+    if not int(st.p[0].dam_launch_mode):
+        return
+    gp = st.gpu
+    ln = st.ln
+    launch = gp.dam_launch
+    split = np.array([int(ln.dam_first_group[l]) < int(ln.dam_tile_tbs[l]) if l >= 0 else False
+                      for l in launch])
+    groups = np.array([int(ln.dam_tile_tbs[l]) if l >= 0 else 0 for l in launch])
+    out.check(np.where(split, gp.dam_groups_started == gp.dam_claims, True),
+              "MoE-Hub DAM tiles whose second thread-block group never started",
+              lambda g: f"GPU {g}: {int(gp.dam_claims[g])} tiles started, "
+                        f"{int(gp.dam_groups_started[g])} second groups")
+    out.check(np.where(launch >= 0, gp.dam_blocks_started == gp.dam_claims * groups + 1, True),
+              "MoE-Hub DAM blocks started differ from the tiles' groups plus the last block",
+              lambda g: f"GPU {g}: {int(gp.dam_blocks_started[g])} blocks for "
+                        f"{int(gp.dam_claims[g])} tiles of {int(groups[g])}")
 
 
 def windows_unclaimed(sim):
@@ -125,7 +170,12 @@ BLOCK = Block(
                   ("landed_visible", "tick the last landed row is visible"),
                   ("closed", "1: no more rows will be allocated in it"),
                   ("ready", "tick it became claimable (-1: not yet)"), ("claimed", "1: handed out"),
-                  ("released", "1: notify_ready.release freed it"), init={"index": -1})
+                  ("released", "1: notify_ready.release freed it"),
+                  # consumers: launch
+                  ("position", "start position in the DAM's launch (its blocks are position x "
+                               "dam_tile_tbs + job)"),
+                  ("group_left", "blocks of its first thread-block group not exited yet"),
+                  init={"index": -1})
     + fields("win", ("released_tiles", "tiles released (in order)"),
              ("next_claim", "next tile claim_buffer hands out"),
              ("ended", "1: every source ended and every tile was claimed"),
@@ -135,8 +185,11 @@ BLOCK = Block(
              ("dam_notifies", ""), ("dam_eos_received", ""),
              # consumers: launch: the GPU's DAM-started launch (-1: none; set by the builder),
              # every tile started
-             ("dam_launch", ""), ("dam_launch_final", ""))
+             ("dam_launch", ""), ("dam_launch_final", ""),
+             ("dam_blocks_started", "thread blocks the DAM started"),
+             ("dam_groups_started", "second thread-block groups started (first group done)"))
     + fields("ln", ("dam_tile_tbs", "TBs the DAM starts per ready tile (0: an ordinary launch)"),
+             ("dam_first_group", "TBs of a tile's first group (dam_tile_tbs: one group)"),
              ("granted", "TBs that may be placed (grid, or what the DAM started so far)")),
     stats=(StatGroup("gpu", "hub.dam", counters((
         ("tiles_ready", "dam_tiles_ready", "tiles", "tiles made ready"),
@@ -144,6 +197,10 @@ BLOCK = Block(
         ("zero_claims", "dam_zero_claims", "count", "claims answered with zero rows (stream ended)"),
         ("notifications", "dam_notifies", "count", "notify_ready calls (eos and release)"),
         ("eos_received", "dam_eos_received", "count", "end-of-stream packets received"),
+        ("blocks_started", "dam_blocks_started", "count", "consumer thread blocks the DAM started "
+         "(consumers: launch)"),
+        ("groups_started", "dam_groups_started", "count", "tiles whose second thread-block group "
+         "the DAM started when the first group's counter reached zero (consumers: launch)"),
     )) + (
         Stat("claim_wait_bin{k}", "claims", _claim_wait_desc,
              lambda i, b: i.st.dam_hist[i.g, b], each=range(DAM_HIST_BINS)),
@@ -153,7 +210,7 @@ BLOCK = Block(
         Stat("moe_sram_bytes", "bytes", "area proxy of the whole MoE-Hub control plane: RPM, AAU "
              "(table and staging store), DAM", lambda i: moe_sram_bytes(i.p)),))),
     events=(Event("dam_ready", EV_DAM_READY, "a tile became claimable"),),
-    checks=(check_windows,),
+    checks=(check_windows, check_groups),
     causes=(windows_unclaimed,),
     debug=(Debug("DAM", CAT_DAM, (TR_DAM_READY, TR_DAM_CLAIM), groups=("MoEHub",), describe={
         TR_DAM_READY: lambda n, g, w, tile: (
@@ -255,9 +312,50 @@ def _launch_ready_tiles(st, g, w, tick):
         write_word(st, g, entry + 32, 1)                     # ready (the claim queue's layout)
         write_word(st, g, entry + 56, 1 if k == 0 else 0)    # the expert's first tile
         write_word(st, g, queue, n + 1)
-        ln.granted += ln.dam_tile_tbs
+        tl.position = n
+        first = ln.dam_first_group
+        # one group: its blocks track nothing; two: the first group's exits count down
+        tag = -1 if first == ln.dam_tile_tbs else w * p.tiles_per_window + k % p.tiles_per_window
+        tl.group_left = first
+        for j in range(first):
+            if not _start(st, g, l, n * ln.dam_tile_tbs + j, tag, False):
+                return
     _launch_last_block(st, g, tick)
     dispatch_blocks(st, g, tick)
+
+
+@compiled
+def _start(st, g, l, tb_index, tag, first):
+    if grant_block(st, g, l, tb_index, tag, first):
+        st.gpu[g].dam_blocks_started += 1
+        return True
+    raise_error(st, ERR_DAM_START_QUEUE, -1, tb_index)
+    return False
+
+
+@compiled
+def dam_block_exited(st, slot, tick):
+    """A block the DAM started exits (its stores are complete): count its tile's first group down;
+    at zero start the tile's second group, ahead of later tiles' first groups."""
+    tag = st.tb[slot].start_tag
+    if tag < 0:
+        return
+    p = st.p[0]
+    tl = st.tile[tag]
+    tl.group_left -= 1
+    if tl.group_left > 0:
+        return
+    g = tag // (p.local_experts * p.tiles_per_window)
+    l = st.gpu[g].dam_launch
+    ln = st.ln[l]
+    st.gpu[g].dam_groups_started += 1
+    base = tl.position * ln.dam_tile_tbs
+    # pushed to the queue's front in reverse, so they are placed in job order
+    for j in range(ln.dam_tile_tbs - 1, ln.dam_first_group - 1, -1):
+        if not _start(st, g, l, base + j, -1, True):
+            return
+    _launch_last_block(st, g, tick)
+    # block_exit places them when it frees the slot
 
 
 @compiled
@@ -272,11 +370,17 @@ def _launch_last_block(st, g, tick):
         win = st.win[g * p.local_experts + le]
         if win.next_claim * p.tile_rows < win.alloc:
             return
+    l = gp.dam_launch
+    ln = st.ln[l]
+    # the grid becomes exact: every started tile's blocks (some of its second groups may still be
+    # to start) and this last block
+    started = read_word(st, g, st.ln_params[l, 0])
+    if ln.granted < started * ln.dam_tile_tbs:
+        return   # a second group is still to start: its first group's last exit calls again
     gp.dam_launch_final = 1
-    ln = st.ln[gp.dam_launch]
-    ln.granted += 1
-    ln.grid = ln.granted
-    write_word(st, g, st.ln_params[gp.dam_launch, 0] + 8, ln.grid)
+    ln.grid = started * ln.dam_tile_tbs + 1
+    write_word(st, g, st.ln_params[l, 0] + 8, ln.grid)
+    _start(st, g, l, ln.grid - 1, -1, False)
 
 
 @compiled

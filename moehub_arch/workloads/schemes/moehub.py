@@ -11,7 +11,9 @@ Expert GEMMs: El claimer TBs (moehub_claim, no shared memory) publish hub-ready 
 `expert_tbs` worker TBs (moehub_expert) take (I + H) / gemm_n_tile jobs per tile (moe_layer.s), so
 several SMs work on each tile.
 With system.gpu.hub.moe.dam.consumers: launch there are no claimers and no persistent workers:
-the DAM starts `moehub_tile`'s blocks, Ju + Jd per ready tile and one last block (moe_layer.s).
+the DAM starts `moehub_tile`'s blocks per ready tile in two thread-block groups - the Ju gate/up
+blocks, then the Jd down blocks once every gate/up block exited (the group counter) - and one last
+block (moe_layer.s).
 Windows: each local expert's receive window holds every row it will receive (rounded up to whole
 tiles), so the windows never throttle the layer; the AAU's record table
 (system.gpu.hub.moe.aau.record_table_entries) does bound the rows in flight.
@@ -76,14 +78,17 @@ def _scheme_plan(s, buffers, launches, window_rows, expert_kernels):
 
 def _plan_dam_launched(layer, buffers, sbufs, shared, window_rows):
     """system.gpu.hub.moe.dam.consumers: launch: no claimers and no persistent workers; the DAM
-    starts moehub_tile's blocks, Ju + Jd per ready tile, then one last block (moe_layer.s)."""
+    starts moehub_tile's blocks per ready tile, the Ju gate/up group then the Jd down group, then
+    one last block (moe_layer.s)."""
     s, cfg = layer.shape, layer.cfg
-    jobs = s.ffn // s.n_tile + s.hidden // s.n_tile
+    gate_up, down = s.ffn // s.n_tile, s.hidden // s.n_tile
+    jobs = gate_up + down
+    groups = (gate_up, down) if cfg.workload.layer.moehub.tile_groups == "split" else None
     launches = [
         *shared,
         _dispatch_launch(s, cfg.workload.layer.moehub),
         LaunchConfig(kernel="moehub_tile", grid=max_tiles_per_gpu(layer) * jobs + 1, stream=3,
-                     dam_tile_tbs=jobs, params=(
+                     dam_tile_tbs=jobs, dam_groups=groups, params=(
                          ("tq", "@tq"), ("wg", "@w_gate"), ("wu", "@w_up"), ("wd", "@w_down"),
                          ("tiles", "@tiles"), ("yhome", "@yhome"), ("acct", "@acct"),
                          ("done", "@done"), ("hidden", s.hidden), ("ffn", s.ffn),

@@ -266,9 +266,11 @@ finished:
 done_exit:
     exit
 
-# moehub_tile (system.gpu.hub.moe.dam.consumers: launch): the consumers the DAM starts, Ju + Jd
-# blocks per ready tile in the order it starts them, then one last block (MoE-Hub, arXiv
-# 2605.05888: the DAM dispatches a tile's consumer thread blocks; no claimer polls). Block b does
+# moehub_tile (system.gpu.hub.moe.dam.consumers: launch): the consumers the DAM starts, in two
+# thread-block groups per ready tile - its Ju gate/up blocks, then its Jd down blocks once every
+# gate/up block exited (the group's counter; the down job's wait.ge then passes at once) - and one
+# last block (MoE-Hub, arXiv 2605.05888: the DAM dispatches a tile's consumer thread blocks; no
+# claimer polls). Block b (the index the DAM gives it) does
 # job b mod (Ju + Jd) of the (b / (Ju + Jd))-th tile started, whose descriptor the DAM wrote in
 # tq (components/moehub/dam.py: word 0 tiles started, word 1 the final block count, word 2 blocks
 # finished here; 64-byte entries from byte 64, as the claim queue's). The last block waits for
