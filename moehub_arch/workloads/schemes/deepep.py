@@ -9,8 +9,9 @@ and C receiver blocks with one warp group per (channel, source) ring; rows move 
 put.sm, charged on the SMs' load/store units), `deepep_gate_up` and `deepep_down` (grouped GEMM over the
 expert-major receive buffer, in jobs of workload.layer.gemm_n_tile output columns per row tile),
 `deepep_combine`
-(C blocks of P warp groups on C SMs; per received token: the fp32 weighted sum of its local
-expert outputs, copied home once per (token, rank) as a bf16 row by a warp copy) and `deepep_reduce` (at home: shared experts + per-rank partials).
+(C blocks of P warp groups on C SMs - one thread block per (channel, rank) where P fp32 rows do
+not fit an SM's shared memory; per received token: the fp32 weighted sum of its local expert
+outputs, copied home once per (token, rank) as a bf16 row by a warp copy) and `deepep_reduce` (at home: shared experts + per-rank partials).
 Stream 1 runs the shared experts (the "expert" phase lists them too, so its span starts with the
 layer; kernel.deepep_gate_up_us / deepep_down_us are the routed GEMMs alone).
 
@@ -45,7 +46,8 @@ KERNELS = "workloads/kernels/deepep/deepep.s"
 META_BYTES = 128        # dp_meta row: 8 id words, 4 weight words, rank mask, padding
 RING_META_BYTES = 96    # the part of it that travels with the row (ids, weights)
 RECORD_BYTES = 96       # dp_rec entry: 8 position words, 4 weight words
-COMBINE_STAGING = 8     # bf16 rows staged per combine TB (see deepep_combine)
+COMBINE_STAGING = 8     # bf16 rows staged per combine warp group (see deepep_combine)
+COMBINE_ACC_BYTES = 28 * 1024   # deepep_combine's .smem: one fp32 row of up to 7168 elements
 EPOCH = 1               # one layer call: barrier values 1 and 2
 
 
@@ -66,6 +68,13 @@ def plan(layer):
 
     n = s.n_tile
     csb = COMBINE_STAGING * rb
+    if 4 * H > COMBINE_ACC_BYTES:
+        raise LayerError(f"workload.layer.model: scheme deepep keeps a token's fp32 combine sum in "
+                         f"{COMBINE_ACC_BYTES // 1024} KB of shared memory per warp group (hidden "
+                         f"<= {COMBINE_ACC_BYTES // 4}), found hidden {H}")
+    # combine: one block of P warp groups per channel (DeepEP) when their accumulators fit the SM's
+    # shared memory, else one thread block per (channel, rank) spread over the SMs
+    groups = P if P * COMBINE_ACC_BYTES <= cfg.system.gpu.sm.smem_bytes else 1
     # combine's expert outputs: the layer's GEMM output; the received rows themselves when the
     # experts are the identity (communication only); with fp8 rows, a bf16 buffer of their size
     if not comm_only:
@@ -99,7 +108,8 @@ def plan(layer):
         ]
     shared = 0 if comm_only else s.shared
     launches += [
-        LaunchConfig(kernel="deepep_combine", grid=C, warp_groups=P, stream=0, params=(
+        LaunchConfig(kernel="deepep_combine", grid=C * P // groups, warp_groups=groups, stream=0,
+                     params=(
             ("rec", "@dp_rec"), ("ntf", "@dp_ntf"), ("recv_y", expert_out),
             ("comb", "@dp_comb"), ("scratch", "@dp_combine_scratch"), ("acct", "@acct"),
             ("done", "@done"), ("tokens", T), ("topk", k), ("hidden", H), ("channels", C),

@@ -656,16 +656,16 @@ end:
 
 # ------------------------------------------------------------------------------------------------
 # deepep_combine: grid C blocks of P warp groups (launch warp_groups: P; DeepEP's combine also runs
-# on the comm SMs, one warp group per rank), %tb = c*P + s walks the records of receiver (c, s) -
-# the tokens this rank received from home s on channel c. Per token, in chunks of up to 1024
-# elements of the row (DeepEP keeps its fp32 sums in registers, a chunk of the row at a time):
-# fp32 acc = 0 (shared memory, 4 KB per warp group); for slots j ascending whose expert is here,
-# acc += w_j * Y[position] (vaxpy.f32.bf16, on the vector unit); the chunk is rounded to bf16
-# into the token's staging row. The partial row goes home with one warp copy (put.sm: loads through
-# the LSU, stores to dp_comb[t*P + me] on s). The bf16 rows are staged in 8 scratch slots; before
-# a slot is reused the copies from it must have completed (fence every 8 tokens). When its copies
-# are done the warp group counts itself finished; the last one of the rank raises done[me] on
-# every GPU.
+# on the comm SMs, one warp group per rank; with more ranks than a block's shared memory holds
+# accumulators for, one thread block per rank instead), %tb = c*P + s walks the records of receiver
+# (c, s) - the tokens this rank received from home s on channel c. Per token: fp32 acc = 0 (shared
+# memory, the register-file stand-in); for slots j ascending whose expert is here,
+# acc += w_j * Y[position] (vaxpy.f32.bf16, on the vector unit; one instruction per row: the
+# group's warps stream through the row with their loads in flight); the bf16 partial goes home with
+# one warp copy (put.sm: loads through the LSU, stores to dp_comb[t*P + me] on s). The bf16 rows
+# are staged in 8 scratch slots; before a slot is reused the copies from it must have completed
+# (fence every 8 tokens). When its copies are done the warp group counts itself finished; the
+# last one of the rank raises done[me] on every GPU.
 .kernel deepep_combine
 .param rec
 .param ntf
@@ -679,7 +679,7 @@ end:
 .param hidden
 .param channels
 .param local_experts
-.smem 4KB                    # acc: one chunk of 1024 f32 (the register-file stand-in)
+.smem 28KB                   # acc [H] f32 (H <= 7168; 8 groups x 28 KB fit an SM's 228 KB)
     shl r1, %hidden, 1           # r1 = rb
     add r2, %tokens, %channels
     sub r2, r2, 1
@@ -705,20 +705,9 @@ tok:
     bge r24, r9, all_sent
     mul r26, r24, 96
     add r26, r26, r12            # r26 = record
-    and r29, r24, 7              # staging slot
-    bne r29, 0, staged
-    fence                        # slot reuse: the copies of 8 tokens ago are done
-staged:
-    mul r30, r29, r1
-    add r30, r30, r11            # r30 = the token's staging row
-    mov r3, 0                    # r3 = first element of the chunk
-chunk:
-    sub r13, %hidden, r3
-    min r13, r13, 1024           # r13 = elements in the chunk
-    shl r14, r3, 1               # r14 = its byte offset in a bf16 row
     ld.v8 r16, [r26]             # slot j's word in r16 after j shifts
     shr r27, r16, 32             # r27 = home token t
-    vzero.f32 r10, r13
+    vzero.f32 r10, %hidden
     mov r28, 0                   # r28 = slot j
 choice:
     and r29, r16, 0xffffffff     # position + 1 (0: slot j's expert is on another rank)
@@ -726,19 +715,20 @@ choice:
     sub r29, r29, 1
     mul r29, r29, r1
     add r29, r29, %recv_y
-    add r29, r29, r14            # the chunk of the expert output row
-    shl r31, r28, 2
-    add r31, r31, r26
-    add r31, r31, 64             # &w_j in the record
-    vaxpy.f32.bf16 r10, r29, r31, r13
-    bne r3, 0, choice_next
-    add r25, r25, 1              # a pair, counted on the first chunk
+    shl r30, r28, 2
+    add r30, r30, r26
+    add r30, r30, 64             # &w_j in the record
+    vaxpy.f32.bf16 r10, r29, r30, %hidden
+    add r25, r25, 1
 choice_next:
     next_slot_word r28, %topk, choice
-    add r29, r30, r14
-    vcvt.bf16.f32 r29, r10, r13
-    add r3, r3, r13
-    blt r3, %hidden, chunk
+    and r29, r24, 7              # staging slot
+    bne r29, 0, staged
+    fence                        # slot reuse: the copies of 8 tokens ago are done
+staged:
+    mul r30, r29, r1
+    add r30, r30, r11
+    vcvt.bf16.f32 r30, r10, %hidden
     mul r31, r27, %ngpu
     add r31, r31, %gpu
     mul r31, r31, r1
