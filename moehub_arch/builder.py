@@ -13,6 +13,8 @@ import attrs
 from .components.hbm import HBM_MIN_ACCESS  # noqa: F401 (re-exported)
 from .components.moehub.aau import aau_staging_packets, expert_placement, local_experts
 from .components.moehub.rpm import rpm_packet_bytes  # noqa: F401 (re-exported)
+from .components.nvls import check_buffer_size, multicast_object_rows
+from .components.scheduler import stream_slots_per_sm
 from .components.trace import TRACE_COLUMNS
 from .composition import (NUM_EVENT_KINDS, PARAMS, State, declared_arrays, new_record_array,
                           param_values, timer_layout)
@@ -20,6 +22,7 @@ from .engine.events import new_event_queue, new_timers
 from .engine.state import DAM_HIST_BINS, NUM_WAIT_REASONS, RPM_HIST_BINS, new_records
 from .isa.encoding import MAX_PARAMS, NUM_REGS, NUM_UNITS, ROW_WIDTH
 from .isa.expr import ExprError, evaluate
+from .topology import TopologyError, build_fabric, build_routes, channel_arrays, node_array
 
 BUFFER_ALIGN = 256  # bytes; every buffer starts on an HBM interleave-friendly boundary
 # windows in the paced-arbitration calendar (components/hbm.py): with 1 us windows a 1 ms horizon,
@@ -194,66 +197,21 @@ def build_launches(cfg, program, buffers):
 
 
 def build_topology(cfg):
-    """Channels, switch ports and routing tables for a single-level NVSwitch fabric."""
-    sysc = cfg.system
-    G, L, NSW = sysc.num_gpus, sysc.nvlink.links_per_gpu, sysc.switch.count
-    link_switch = list(sysc.switch.gpu_link_switch)
-    nch = 2 * G * L
-    ch_gpu = np.zeros(nch, np.int64)
-    ch_switch = np.zeros(nch, np.int64)
-    ch_port = np.zeros(nch, np.int64)
-    to_switch = np.zeros(nch, np.int64)
-    ports_used = [0] * NSW
-    for g in range(G):
-        for l in range(L):
-            link = g * L + l
-            s = link_switch[l]
-            port = ports_used[s]
-            ports_used[s] += 1
-            for c in (2 * link, 2 * link + 1):
-                ch_gpu[c], ch_switch[c], ch_port[c] = g, s, port
-            to_switch[2 * link] = 1
-    for s, used in enumerate(ports_used):
-        if used > sysc.switch.ports:
-            raise BuildError(f"system.switch.ports: switch {s} needs {used} ports for "
-                             f"{G} GPUs x its links in system.switch.gpu_link_switch, but has "
-                             f"{sysc.switch.ports}")
-    # route rows: [count, round-robin pointer, candidate channels...] (engine.state.ROUTE_*)
-    gpu_routes = np.full((G * G, 2 + L), -1, np.int64)
-    gpu_routes[:, :2] = 0
-    sw_routes = np.full((NSW * G, 2 + L), -1, np.int64)
-    sw_routes[:, :2] = 0
-    for h in range(G):
-        for l in range(L):
-            row = sw_routes[link_switch[l] * G + h]
-            row[2 + row[0]] = 2 * (h * L + l) + 1
-            row[0] += 1
-    for g in range(G):
-        for h in range(G):
-            row = gpu_routes[g * G + h]
-            for l in range(L):
-                if sw_routes[link_switch[l] * G + h, 0] > 0:
-                    row[2 + row[0]] = 2 * (g * L + l)
-                    row[0] += 1
-            if h != g and row[0] == 0:
-                raise BuildError(f"system.switch.gpu_link_switch: GPU {g} has no switch path to "
-                                 f"GPU {h}")
-    max_in = max(ports_used) if ports_used else 0
-    sw_inputs = np.full((NSW, 1 + max_in), -1, np.int64)
-    sw_inputs[:, 0] = 0
-    for c in range(nch):
-        if to_switch[c]:
-            row = sw_inputs[ch_switch[c]]
-            row[1 + row[0]] = c
-            row[0] += 1
-    return (gpu_routes, sw_routes, sw_inputs), (to_switch, ch_gpu, ch_switch, ch_port)
+    """Channels, forwarding nodes and routing tables of the fabric (moehub_arch/topology.py:
+    NVSwitch or NVLink bridges inside a node; PCIe, NICs and InfiniBand between nodes)."""
+    fab = build_fabric(cfg)
+    try:
+        routes = build_routes(cfg, fab)
+    except TopologyError as e:
+        raise BuildError(str(e)) from None
+    return fab, routes
 
 
 def build_state(cfg, program, seed=None, presets=None):
     """Allocate and initialise every State array. Returns (State, buffers, launches).
     `presets`: buffer name -> [num_gpus, n] uint8 initial contents (e.g. routing tables)."""
     sysc, gpu = cfg.system, cfg.system.gpu
-    G, S, T = sysc.num_gpus, gpu.num_sms, gpu.sm.max_resident_tbs
+    G, S, T = sysc.num_gpus, gpu.num_sms, stream_slots_per_sm(cfg)
     NSM, NT = G * S, G * S * T
     L = sysc.nvlink.links_per_gpu
     R = gpu.hub.max_outstanding_requests
@@ -302,14 +260,24 @@ def build_state(cfg, program, seed=None, presets=None):
         if k.smem_bytes > gpu.sm.smem_bytes:
             raise BuildError(f"kernel '{k.name}' ({k.file}:{k.line}) asks for {k.smem_bytes} bytes of "
                              f"shared memory per TB; system.gpu.sm.smem_bytes is {gpu.sm.smem_bytes}")
+        lc = cfg.workload.launches[l.config_index]
+        groups = lc.warp_groups
+        if groups > 1 and (lc.dam_tile_tbs or k.smem_bytes * groups > gpu.sm.smem_bytes):
+            why = ("the MoE-Hub DAM starts single-stream thread blocks (dam_tile_tbs)"
+                   if lc.dam_tile_tbs else
+                   f"its {groups} warp groups x {k.smem_bytes} bytes of .smem exceed "
+                   f"system.gpu.sm.smem_bytes ({gpu.sm.smem_bytes})")
+            raise BuildError(f"workload.launches[{l.config_index}].warp_groups: {groups} for kernel "
+                             f"'{k.name}' cannot be placed: {why}")
         r = ln[l.index]
-        r.gpu, r.entry_pc, r.grid, r.next_in_stream = l.gpu, k.entry_pc, l.grid, nxt
+        # the scheduler's unit is the instruction stream: grid = blocks x warp groups
+        r.gpu, r.entry_pc, r.grid, r.next_in_stream = l.gpu, k.entry_pc, l.grid * groups, nxt
+        r.groups = groups
         r.smem, r.max_per_sm, r.start, r.end = k.smem_bytes, k.max_tbs_per_sm, -1, -1
         r.host_delay = l.host_delay
-        lc = cfg.workload.launches[l.config_index]
         r.dam_tile_tbs = lc.dam_tile_tbs
         r.dam_first_group = lc.dam_groups[0] if lc.dam_groups else lc.dam_tile_tbs
-        r.granted = 0 if r.dam_tile_tbs else l.grid
+        r.granted = 0 if r.dam_tile_tbs else r.grid
         ln_params[l.index, :len(l.params)] = l.params
 
     # record arrays with the initial values their blocks declare
@@ -319,10 +287,14 @@ def build_state(cfg, program, seed=None, presets=None):
     gpus.dam_launch[:] = _dam_launches(cfg, launches)
 
     # fabric
-    (gpu_routes, sw_routes, sw_inputs), (to_switch, ch_gpu, ch_switch, ch_port) = build_topology(cfg)
-    nch = to_switch.shape[0]
+    fab, (gpu_routes, sw_routes, sw_inputs) = build_topology(cfg)
+    cols = channel_arrays(fab, G)
+    nch = len(fab.channels)
     ch = new_record_array("ch", nch, cfg)
-    ch.to_switch[:], ch.gpu[:], ch.switch[:], ch.port[:] = to_switch, ch_gpu, ch_switch, ch_port
+    for name, values in cols.items():
+        ch[name][:] = values
+    ch.credits[:] = ch.rx_credits
+    to_switch = ch.to_switch
     # component timers (engine.events): every block's timer range (composition.timer_layout)
     pr = params[0]
     layout, count = timer_layout(cfg)
@@ -330,9 +302,11 @@ def build_state(cfg, program, seed=None, presets=None):
         pr[name] = first
     pr.tm_count = count
     timer, timer_tree = new_timers(count)
-    ch.txq_cap[:] = np.where(to_switch == 1, sysc.nvlink.tx_queue_packets,
+    # a GPU's transmitters queue tx_queue_packets; forwarding nodes' outputs output_queue_packets
+    # (assumption for PCIe, NIC and IB ports: as deep as an NVSwitch output queue)
+    ch.txq_cap[:] = np.where(ch.src_switch < 0, sysc.nvlink.tx_queue_packets,
                              sysc.switch.output_queue_packets)
-    rxq_cap = sysc.nvlink.rx_buffer_flits  # every packet is at least one flit
+    rxq_cap = int(ch.rx_credits.max())  # every packet is at least one flit
     # the response virtual channel (unused, one packet deep, with response_path: shared)
     separate = sysc.nvlink.response_path == "separate"
     rsp_rx_cap = sysc.nvlink.response_buffer_flits if separate else 1
@@ -380,7 +354,22 @@ def build_state(cfg, program, seed=None, presets=None):
         trace=np.zeros((1, TRACE_COLUMNS), np.int64),  # sized when something records (trace/)
         **declared_arrays(cfg),   # the records and arrays blocks declare with their size
     )
+    st.sw_node[:] = node_array(fab)
+    _bind_multicast_objects(st, cfg, buffers)
     return st, buffers, launches
+
+
+def _bind_multicast_objects(st, cfg, buffers):
+    """NVLink SHARP multicast objects (components/nvls.py) from workload.multicast."""
+    bad = check_buffer_size(cfg)
+    if bad:
+        raise BuildError(bad)
+    try:
+        rows = multicast_object_rows(cfg, buffers)
+    except ValueError as e:
+        raise BuildError(str(e)) from None
+    for k, row in enumerate(rows):
+        st.mm_objects[k, :] = row
 
 
 def _memory_calendar(G, hbm):

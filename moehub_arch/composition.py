@@ -22,6 +22,8 @@ from collections import namedtuple
 import numpy as np
 
 from .components import hbm, hub, nvlink, occupancy, packet, scheduler, sm, switch, trace, waiters
+from .components import fabric, infiniband, nic, nvls, pcie
+from .components import l2
 from .components.block import GPU_SCOPES, SCOPES, Instance
 from .components.moehub import aau, dam, rpm
 from .config.schema import DEBUG_FLAGS
@@ -29,8 +31,8 @@ from .engine import events
 from .engine.state import STATE_FIELDS
 
 BLOCKS = (packet.BLOCK, events.BLOCK, trace.BLOCK, scheduler.BLOCK, sm.BLOCK, waiters.BLOCK,
-          hbm.BLOCK, hbm.L2_BLOCK, nvlink.BLOCK, switch.BLOCK, hub.BLOCK, rpm.BLOCK, aau.BLOCK,
-          dam.BLOCK, occupancy.BLOCK)
+          hbm.BLOCK, l2.BLOCK, nvlink.BLOCK, switch.BLOCK, hub.BLOCK, rpm.BLOCK, aau.BLOCK,
+          dam.BLOCK, occupancy.BLOCK, nvls.BLOCK, pcie.BLOCK, infiniband.BLOCK, nic.BLOCK, fabric.BLOCK)
 
 _RESERVED = set(dir(np.record))
 
@@ -240,13 +242,18 @@ def scope_instances(st, scope, sim_ticks, launches=(), g=-1):
         return [(f"{gp}.nvlink{l}", Instance(st, sim_ticks, g, g * L + l, tx=st.ch[2 * (g * L + l)],
                                               rx=st.ch[2 * (g * L + l) + 1])) for l in range(L)]
     if scope == "switch_port":
-        up = [c for c in range(st.ch.shape[0]) if st.ch[c].to_switch]
+        up = [c for c in range(2 * int(p.num_gpus) * L) if st.ch[c].to_switch]
         out = []
         for s in range(int(p.num_switches)):
             for c in sorted((c for c in up if st.ch[c].switch == s), key=lambda c: st.ch[c].port):
                 out.append((f"system.switch{s}.port{st.ch[c].port}",
                             Instance(st, sim_ticks, index=c, rx=st.ch[c], tx=st.ch[c + 1])))
         return out
+    if scope == "fabric_link":
+        return fabric.fabric_link_instances(st, sim_ticks)
+    if scope == "nic":
+        return [(f"system.nic{i}", Instance(st, sim_ticks, index=i, rec=st.nic[i]))
+                for i in range(int(p.num_nics))]
     return [("system", Instance(st, sim_ticks, rec=st.sys[0]))]
 
 

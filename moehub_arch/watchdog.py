@@ -25,10 +25,11 @@ import numpy as np
 
 from .components.moehub.aau import experts_of_window
 from .components.nvlink import channel_name  # noqa: F401 (re-exported)
+from .components.hub import REQ_MM_ST
 from .composition import EVENT_NAMES, findings, likely_causes, timer_event
 from .engine.events import Q_KIND, Q_TICK, TIMER_OFF, TM_TICK
-from .engine.state import (LN_DONE, LN_RUNNING, TB_EMPTY, TB_READY, TB_WAIT_CLAIM, TB_WAIT_FENCE,
-                           TB_WAIT_FLAG, TB_WAIT_HUB, TB_WAIT_REMOTE)
+from .engine.state import (LN_DONE, LN_RUNNING, TB_EMPTY, TB_READY, TB_RETIRED, TB_WAIT_CLAIM,
+                           TB_WAIT_FENCE, TB_WAIT_FLAG, TB_WAIT_HUB, TB_WAIT_REMOTE)
 from .observer import RunObserver, SimulationError
 from .isa.encoding import (CMP_NAMES, IMM, OP0, REG_TB, SEM, SEM_BRANCH, SEM_FENCE, SEM_SEND_EXPERT,
                            SEMANTIC_NAMES,
@@ -132,10 +133,11 @@ def _outstanding(sim, slot):
     g = slot // (int(p.slots_per_sm) * int(p.sms_per_gpu))
     free = set(int(r) for r in st.free_reqs[g, :int(st.gpu[g].free_top)])
     reqs = [r for r in range(g * R, (g + 1) * R) if r not in free and int(st.req[r].slot) == slot]
-    kinds = ("put", "get", "store", "atomic")
+    kinds = ("put", "get", "store", "atomic", "multimem.st", "multimem.red", "multimem.ld_reduce")
     for r in reqs[:4]:
         rq = st.req[r]
-        parts.append(f"{kinds[int(rq.kind)]} to GPU {int(rq.dst_gpu)} "
+        to = "through a switch" if int(rq.kind) >= REQ_MM_ST else f"to GPU {int(rq.dst_gpu)}"
+        parts.append(f"{kinds[int(rq.kind)]} {to} "
                      f"({describe_address(sim, int(rq.dst_addr))}): {int(rq.pkts_arrived)} of "
                      f"{int(rq.pkts_total)} packets arrived")
     rows = 0
@@ -185,7 +187,7 @@ def _tb_lines(sim, now):
     st = sim.state
     p = st.p[0]
     T, S = int(p.slots_per_sm), int(p.sms_per_gpu)
-    slots = np.nonzero(st.tb.state != TB_EMPTY)[0]
+    slots = np.nonzero((st.tb.state != TB_EMPTY) & (st.tb.state != TB_RETIRED))[0]
     lines, rest = [], {}
     for slot in slots:
         slot = int(slot)

@@ -105,3 +105,19 @@ def check_layer(sim, gpus, tokens, k, min_reference):
         scale = s["system.moe.output_max_abs_reference"]
         assert scale > min_reference
         assert s["system.moe.output_max_abs_error"] <= 1e-6 * scale
+
+
+def drive_both_engines(code):
+    """Run a driver script (it prints one JSON line last) in a fresh interpreter per engine
+    (NUMBA_DISABLE_JIT decides the engine when the package is imported); returns (numba, python)."""
+    out = []
+    for engine in ("numba", "python"):
+        env = dict(os.environ)
+        env.pop("NUMBA_DISABLE_JIT", None)
+        if engine == "python":
+            env["NUMBA_DISABLE_JIT"] = "1"
+        r = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True,
+                           text=True, timeout=1200)
+        assert r.returncode == 0, r.stderr
+        out.append(json.loads(r.stdout.strip().splitlines()[-1]))
+    return tuple(out)

@@ -1,19 +1,16 @@
 """Memory arbitration (components/hbm.py, system.gpu.hbm.arbitration): an SM instruction's bulk
 traffic is paced over the instruction's duration, and a small access issued after it is served
-with the bandwidth the stream leaves instead of waiting for the whole stream (fifo).
+with the bandwidth the stream leaves instead of waiting for the whole stream (fifo); a small
+access waits behind other whole accesses for their bytes only (the queue drain is latency).
 
 The exact ticks below follow from one channel of 1 byte per ps (1 TB/s) and 1 ns windows:
 a paced read of 4000 B over 10 ns takes 400 ps of each window (its pace); a 256 B write at
 100 ps gets the 600 ps per window left, so it lasts ceil(256 * 1000 / 600) = 427 ps.
 """
-import json
-import os
-import subprocess
-import sys
 
 import pytest
 
-from conftest import REPO, model_stats, simulate
+from conftest import REPO, drive_both_engines
 
 SYSTEM = ["system.gpu.hbm.queue_depth=64", "system.gpu.hbm.channels=1", "system.gpu.hbm.bandwidth=1TB/s",
           "system.gpu.hbm.arbitration_window=1ns", "system.num_gpus=2", "system.gpu.num_sms=2"]
@@ -45,25 +42,23 @@ g = st.gpu[0]
 out["saturated"] = dict(ends=ends, write=write, read_bytes=int(g.hbm_read_bytes),
                         write_bytes=int(g.hbm_write_bytes), busy=int(st.hbm_chan[0].busy),
                         paced=int(g.hbm_paced_accesses))
+# a burst of four writes while the streams saturate the channel: each waits one queue drain
+# behind the streams, but behind the other writes only for their bytes
+st = fresh("paced")
+for _ in range(3):
+    _transfer(st, 0, 0, 4000, 0, False, 10000)
+burst = [int(hbm_transfer(st, 0, 8192 + 256 * k, 256, 100, True)) for k in range(4)]
+g = st.gpu[0]
+out["burst"] = dict(ends=burst, free=int(st.hbm_chan[0].free), write_bytes=int(g.hbm_write_bytes),
+                    busy=int(st.hbm_chan[0].busy),
+                    calendar=int(st.mem_cal[0, :, 1].sum() + st.mem_cal[0, :, 2].sum()))
 print(json.dumps(out))
 """
 
 
-def _drive(engine):
-    env = dict(os.environ)
-    env.pop("NUMBA_DISABLE_JIT", None)
-    if engine == "python":
-        env["NUMBA_DISABLE_JIT"] = "1"
-    code = DRIVER.format(tests=str(REPO / "tests"), system=SYSTEM)
-    r = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True,
-                       text=True, timeout=1200)
-    assert r.returncode == 0, r.stderr
-    return json.loads(r.stdout.strip().splitlines()[-1])
-
-
 @pytest.fixture(scope="module")
 def both_engines():
-    return _drive("numba"), _drive("python")
+    return drive_both_engines(DRIVER.format(tests=str(REPO / "tests"), system=SYSTEM))
 
 
 def test_a_small_write_after_a_paced_read_uses_the_bandwidth_left(both_engines):
@@ -88,3 +83,19 @@ def test_oversubscribed_streams_spill_and_a_write_waits_one_queue_drain(both_eng
     # bytes and channel work are conserved exactly
     assert sat["read_bytes"] == 3 * 4000 and sat["write_bytes"] == 256
     assert sat["busy"] == 3 * 4000 + 256 and sat["paced"] == 3
+
+
+def test_queued_whole_accesses_wait_behind_each_others_bytes_not_their_waits(both_engines):
+    numba, python = both_engines
+    assert numba == python
+    burst = numba["burst"]
+    # write k starts after the k writes ahead of it have moved their 256 B (the queue of whole
+    # accesses advances by bytes only) and waits one controller-queue drain (2048 ps) for the
+    # stream requests already queued; before, each write waited behind the previous one's whole
+    # bounded time: 100 + (k + 1) * (2048 + 256)
+    assert burst["ends"] == [100 + 256 * k + 2048 + 256 for k in range(4)]
+    assert burst["free"] == 100 + 4 * 256
+    # the channel work is conserved: in the busy counter and in the calendar (streams + writes)
+    assert burst["write_bytes"] == 4 * 256
+    assert burst["busy"] == 3 * 4000 + 4 * 256
+    assert burst["calendar"] == 3 * 4000 + 4 * 256

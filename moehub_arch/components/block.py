@@ -37,7 +37,7 @@ import attrs
 # kernel launch of that GPU, per SM, per GPU-level block (system.gpuN.<path>), per link of that
 # GPU; then, after every GPU, per switch port and whole-system stats.
 GPU_SCOPES = ("gpu_total", "launch", "sm", "gpu", "link")
-SYSTEM_SCOPES = ("switch_port", "system")
+SYSTEM_SCOPES = ("switch_port", "system", "fabric_link", "nic")
 SCOPES = GPU_SCOPES + SYSTEM_SCOPES
 
 

@@ -28,7 +28,12 @@ Arbitration (system.gpu.hbm.arbitration) decides how a channel shares its bandwi
   through each window at the rate the paced streams leave, but never later than their own transfer
   plus the drain of a full controller queue (``queue_depth`` 32 B requests): under FR-FCFS a
   request waits for the requests already queued, however many streams keep the queue full.
-  Approximated: completion times are computed when an access is issued, so a later access cannot
+  That wait is latency, not channel occupancy: a whole access holds the ``free`` queue for its
+  own bytes at the channel rate only, so the next whole access starts behind its bytes, not
+  behind its wait (the controller interleaves queued requests at sector granularity: GPGPU-Sim's
+  and Ramulator's DRAM models keep many requests in flight per channel, and FR-FCFS serves them
+  as their banks allow). Without this, link writes arriving while streams leave little
+  bandwidth queued behind each other's whole bounded time (the first paced model). Approximated: completion times are computed when an access is issued, so a later access cannot
   delay a stream already placed: the work a whole access takes beyond what its window had left
   is charged to the next window (later streams pay it; total work is conserved, its order is
   not). Within a window paced work is spread evenly (a request sees the window's mean paced load,
@@ -37,9 +42,8 @@ Arbitration (system.gpu.hbm.arbitration) decides how a channel shares its bandwi
   Traffic whose transfer takes longer than its instruction's occupancy (memory-bound) is a whole
   access: the instruction waits for memory, as before.
 
-The L2 is modelled only for reads a kernel marks as L2-resident (``mma`` subops ``b_l2``, ``l2``,
-``a_l2``: expert weights after their first touch, a row tile several thread blocks share): a per-GPU
-bandwidth server with the L2 hit latency, arbitrated like one HBM channel.
+The L2 in front of the channels (its capacity, its read port, where link writes land) is
+components/l2.py; its read port shares this module's arbitration (one more calendar row per GPU).
 
 Storage (functional contents) is ``st.hbm_mem[g]``, a byte array. In timing mode only the control
 region at the bottom of the address space is backed; data beyond it is modelled by size only.
@@ -50,7 +54,7 @@ from ..engine.jit import compiled
 
 from ..engine.clock import bytes_ticks, cycle_edge, cycle_at_or_after
 from ..engine.state import ERR_UNBACKED_COPY
-from ..config.schema import L2_LINK_WRITES, MEMORY_ARBITRATION
+from ..config.schema import MEMORY_ARBITRATION
 from .block import Block, Param, Record, Stat, StatGroup, counters, fields
 
 HBM_MIN_ACCESS = 32  # bytes: the DRAM sector, the smallest unit HBM transfers
@@ -120,37 +124,6 @@ BLOCK = Block(
     )),),
 )
 
-# The L2 (reads marked L2-resident and, with link_writes: write_back, writes from the links).
-L2_BLOCK = Block(
-    "l2", "L2: a per-GPU bandwidth server for reads marked L2-resident and link writes it absorbs",
-    params=(
-        Param("l2_fs_per_byte", "system.gpu.l2.bandwidth", "fs/byte", "L2 read port time per byte",
-              lambda cfg: int(round(1e15 / cfg.system.gpu.l2.bandwidth)),
-              "config: system.gpu.l2.bandwidth"),
-        Param("l2_latency_cycles", "system.gpu.l2.latency_cycles", "SM cycles", "L2 hit latency",
-              lambda cfg: cfg.system.gpu.l2.latency_cycles, "config: system.gpu.l2.latency_cycles"),
-        Param("l2_queue_ticks", "system.gpu.hbm.queue_depth, system.gpu.l2.bandwidth", "ps",
-              "drain of a full L2 port controller queue (queue_drain_ticks)",
-              lambda cfg: queue_drain_ticks(cfg.system.gpu.hbm.queue_depth, cfg.system.gpu.l2.bandwidth),
-              "config: system.gpu.hbm.queue_depth and system.gpu.l2.bandwidth"),
-        Param("l2_link_writes", "system.gpu.l2.link_writes", "choice",
-              "where link writes land: 0 hbm, 1 write_back",
-              lambda cfg: L2_LINK_WRITES.index(cfg.system.gpu.l2.link_writes),
-              "config: system.gpu.l2.link_writes"),
-    ),
-    fields=fields("gpu", ("l2_free", "tick the L2 port's queued transfers end"),
-                  ("l2_busy", "time the L2 port transferred (stat)"),
-                  ("l2_read_bytes", "reads served"), ("l2_link_write_bytes", "link writes absorbed")),
-    stats=(StatGroup("gpu", "l2", (
-        Stat("shared_read_bytes", "bytes", "reads served by the L2 (mma operands marked "
-             "L2-resident: weights, shared row tiles)", "l2_read_bytes"),
-        Stat("link_write_bytes", "bytes", "writes from the links absorbed by the L2 "
-             "(system.gpu.l2.link_writes: write_back)", "l2_link_write_bytes"),
-        Stat("utilization", "ratio", "fraction of time the L2 read port was transferring",
-             lambda i: i.fraction(i.rec.l2_busy)),
-    )),),
-)
-
 ARB_PACED, ARB_FIFO = 0, 1            # config.schema.MEMORY_ARBITRATION
 # calendar columns: window index, work (ticks) paced streams and whole accesses took, streams in
 # it, and for a full window a later window to try next (skip link; 0: none), so a stream placed
@@ -196,28 +169,25 @@ def _transfer(st, g, addr, nbytes, tick, is_write, pace_ticks):
     last_granule = (addr + n - 1) // Q
     ngranules = last_granule - first_granule + 1
     paced = 0
-    if ngranules <= C:
-        # short access: walk its granules (each lands on a distinct channel)
-        for gi in range(first_granule, last_granule + 1):
+    short = ngranules <= C
+    # a short access walks its granules (each lands on a distinct channel); a long one gives every
+    # channel its full rounds plus its share of the partial ends
+    head = Q - addr % Q                        # bytes in the first granule
+    tail = (addr + n) - last_granule * Q       # bytes in the last granule
+    inner = ngranules - 2
+    for j in range(ngranules if short else C):
+        if short:
+            gi = first_granule + j
+            k = gi % C
             lo = gi * Q
             if lo < addr:
                 lo = addr
             hi = (gi + 1) * Q
             if hi > addr + n:
                 hi = addr + n
-            done = _hbm_channel(st, g, base + gi % C, bytes_ticks(hi - lo, p.hbm_fs_per_byte_channel),
-                                tick, pace_ticks)
-            if done < 0:
-                paced = 1
-                done = -done
-            if done > last_done:
-                last_done = done
-    else:
-        # long access: every channel gets the full rounds plus its share of the partial ends
-        head = Q - addr % Q                        # bytes in the first granule
-        tail = (addr + n) - last_granule * Q       # bytes in the last granule
-        inner = ngranules - 2
-        for k in range(C):
+            ch_bytes = hi - lo
+        else:
+            k = j
             ch_bytes = (inner // C) * Q
             # inner granules first_granule+1 .. last_granule-1: channel of granule gi is gi % C
             if (k - (first_granule + 1)) % C < inner % C:
@@ -228,13 +198,13 @@ def _transfer(st, g, addr, nbytes, tick, is_write, pace_ticks):
                 ch_bytes += tail
             if ch_bytes == 0:
                 continue
-            done = _hbm_channel(st, g, base + k, bytes_ticks(ch_bytes, p.hbm_fs_per_byte_channel),
-                                tick, pace_ticks)
-            if done < 0:
-                paced = 1
-                done = -done
-            if done > last_done:
-                last_done = done
+        done = _hbm_channel(st, g, base + k, bytes_ticks(ch_bytes, p.hbm_fs_per_byte_channel),
+                            tick, pace_ticks)
+        if done < 0:
+            paced = 1
+            done = -done
+        if done > last_done:
+            last_done = done
     gp = st.gpu[g]
     if is_write:
         gp.hbm_write_bytes += nbytes
@@ -254,7 +224,7 @@ def _hbm_channel(st, g, c, busy, tick, pace_ticks):
     if st.p[0].mem_arbitration == ARB_PACED and pace_ticks > busy:
         return -_paced(st, g, c, busy, tick, pace_ticks)
     end = _whole(st, g, c, chan.free, busy, tick, st.p[0].hbm_queue_ticks)
-    chan.free = end
+    chan.free = _whole_queue_end(chan.free, busy, tick)
     return end
 
 
@@ -280,12 +250,12 @@ def _window(st, srv, i):
 
 @compiled
 def _whole(st, g, srv, free, busy, tick, queue_ticks):
-    """A whole access: first in first out behind the server's other whole accesses (`free`), at
-    the rate the paced streams leave in each window it crosses, but never later than its own
-    transfer plus the drain of a full controller queue (`queue_ticks`): FR-FCFS serves a request
-    after the requests already queued, however many streams keep the queue full. Work beyond what a
-    window had left is a debt the next window's paced streams pay (the streams already placed keep
-    their times). Returns its end tick."""
+    """A whole access: first in first out behind the server's other whole accesses (`free`, which
+    advances by their bytes only: _whole_queue_end), at the rate the paced streams leave in each
+    window it crosses, but never later than its own transfer plus the drain of a full controller
+    queue (`queue_ticks`): FR-FCFS serves a request after the requests already queued, however many
+    streams keep the queue full. Work beyond what a window had left is a debt the next window's
+    paced streams pay (the streams already placed keep their times). Returns its end tick."""
     start = free
     if start < tick:
         start = tick
@@ -333,6 +303,19 @@ def _whole(st, g, srv, free, busy, tick, queue_ticks):
 
 
 @compiled
+def _whole_queue_end(free, busy, tick):
+    """Where a server's queue of whole accesses ends once one more of `busy` ticks issued at `tick`
+    joins it: the access occupies the queue for its own bytes at the full rate only. The time it
+    waits for the streams (the drain of the controller queue ahead of it) is latency: the
+    controller interleaves the next whole access with it and with the streams at sector
+    granularity, it does not hold the channel meanwhile."""
+    start = free
+    if start < tick:
+        start = tick
+    return start + busy
+
+
+@compiled
 def _paced(st, g, srv, busy, tick, pace_ticks):
     """A paced stream of `busy` ticks of work spread over `pace_ticks` from `tick`: in each window
     it takes at most its pace and what the window has left. Returns when its last byte is served.
@@ -369,61 +352,6 @@ def _paced(st, g, srv, busy, tick, pace_ticks):
         st.mem_cal[srv, row, CAL_PACED] += take
         rem -= take
         t = w_end
-
-
-@compiled
-def link_write(st, g, addr, nbytes, tick):
-    """A write arriving from a link (the hub's receive path: puts, stores, MoE-Hub rows) issued
-    at `tick`. Returns (absorbed, visible): when the packet may leave the link receive buffer (its
-    credits go back) and when readers see the data. system.gpu.l2.link_writes:
-      hbm        the buffer is held until the HBM channels have taken the data (visible one HBM
-                 latency later): writes queue behind every access already on those channels;
-      write_back the L2 (a write-back cache, as NVLink writes land in the destination GPU's L2
-                 slices) takes the data at its bandwidth and it is visible one L2 latency later;
-                 the HBM write-back is charged on the channels (their bandwidth) but holds no
-                 link buffer."""
-    p = st.p[0]
-    if p.l2_link_writes == 0:
-        done = hbm_transfer(st, g, addr, nbytes, tick, True)
-        return done, done + hbm_latency_ticks(st, done)
-    hbm_transfer(st, g, addr, nbytes, tick, True)   # the write-back, later: bandwidth only
-    st.gpu[g].l2_link_write_bytes += nbytes
-    done = _l2_transfer(st, g, nbytes, tick, 0)
-    c = cycle_at_or_after(done, p.sm_period_fs)
-    return done, cycle_edge(c + p.l2_latency_cycles, p.sm_period_fs)
-
-
-@compiled
-def _l2_transfer(st, g, nbytes, tick, pace_ticks):
-    """Charge GPU g's L2 read port (one bandwidth server per GPU, arbitrated like an HBM channel)
-    for nbytes issued at `tick`, paced over pace_ticks when > 0; returns when the transfer ends."""
-    p = st.p[0]
-    gp = st.gpu[g]
-    busy = bytes_ticks(nbytes, p.l2_fs_per_byte)
-    gp.l2_busy += busy
-    srv = p.num_gpus * p.hbm_channels + g
-    if p.mem_arbitration == ARB_PACED and pace_ticks > busy:
-        return _paced(st, g, srv, busy, tick, pace_ticks)
-    end = _whole(st, g, srv, gp.l2_free, busy, tick, p.l2_queue_ticks)
-    gp.l2_free = end
-    return end
-
-
-@compiled
-def l2_access(st, g, nbytes, tick):
-    """A read of nbytes served by GPU g's L2 (data the kernel asserts many tiles share, such as
-    expert weights), a whole access, plus the L2 hit latency. Returns the tick the data is
-    available."""
-    return l2_access_paced(st, g, nbytes, tick, 0)
-
-
-@compiled
-def l2_access_paced(st, g, nbytes, tick, pace_ticks):
-    """l2_access for the traffic of an SM instruction that occupies its unit for pace_ticks."""
-    p = st.p[0]
-    st.gpu[g].l2_read_bytes += nbytes
-    c = cycle_at_or_after(_l2_transfer(st, g, nbytes, tick, pace_ticks), p.sm_period_fs)
-    return cycle_edge(c + p.l2_latency_cycles, p.sm_period_fs)
 
 
 @compiled

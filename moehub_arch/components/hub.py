@@ -10,7 +10,7 @@ room; if none has room the packetizer stalls) and queues the packet there.
 
 Receiver side: an arriving packet is processed ``rx_latency`` after arrival: data is written to
 HBM, stores and atomics are performed at memory, get requests are turned into a response stream.
-Link credits are returned when the memory system has absorbed a write (hbm.link_write: the HBM
+Link credits are returned when the memory system has absorbed a write (l2.link_write: the HBM
 channels finished the transfer, or the L2 took it with system.gpu.l2.link_writes = write_back) or
 an atomic completed, so a slow memory throttles the link; the written data becomes visible to
 readers (flag waiters) one HBM (or L2) access latency later. Completions travel back as responses:
@@ -50,18 +50,26 @@ from ..engine.jit import compiled, inline
 
 from ..engine.state import (RESP_KIND, RESP_READY, RESP_REQ, ROUTE_FIRST, ROUTE_N, ROUTE_RR,
                             TB_WAIT_FENCE, WAIT_FENCE, WAIT_HUB, WAIT_REMOTE, WAITLIST_HUB)
-from .hbm import hbm_access, link_write, move_bytes, read_word, write_word
+from .hbm import hbm_access, move_bytes, read_word, write_word
+from .l2 import link_write
 from .nvlink import channel_count_arrival, credit_return_vc, txq_push, txq_room
 from .packet import (PACKET_KIND_NAMES, PK_ACK, PK_ATOM_REQ, PK_ATOM_RESP, PK_GET_REQ, PK_GET_RESP,
-                     PK_PUT, PK_STORE, VC_REQUEST, VC_RESPONSE, header_flits, packet_alloc,
-                     packet_flits, packet_free, packet_vc, store_packets)
+                     PK_MM_COPY, PK_MM_LD, PK_MM_READ, PK_MM_ST, PK_PUT, PK_STORE, VC_REQUEST,
+                     VC_RESPONSE, header_flits, packet_alloc, packet_flits, packet_free, packet_vc,
+                     store_packets)
+from .nvls import (nvls_copies_answered, nvls_copy_arrived, nvls_read_arrived, nvls_result_arrived,
+                   nvls_send_data)
+from ..isa.encoding import MM_RED, MM_ST
 from .trace import CAT_HUB, TR_HUB_RX, TR_HUB_TX, trace_event
 from .wakeups import hub_kick, hub_kick_response, tb_resume
 from .waiters import notify_stores
 from .block import Block, Debug, Event, Param, Record, StatGroup, Timer, counters, fields
 
 REQ_PUT, REQ_GET, REQ_STORE, REQ_ATOM = range(4)
+REQ_MM_ST, REQ_MM_RED, REQ_MM_LD = 4, 5, 6   # multimem st / red / ld_reduce (nvls.py); value =
+                                              # multicast object x 16 + element type
 RESP_ACK, RESP_GET_DATA, RESP_ATOM = range(3)
+RESP_MM_ACK = 3   # a member's one write response to a multimem st/red (nvls.py)
 
 EV_HUB_TX = 2        # a0 = GPU: the hub packetizer emits its next packet (its component timer)
 
@@ -142,7 +150,9 @@ BLOCK = Block(
         ("acks_arrived", "responses received (requester)"),
         ("acks_ready", "tick the owed responses may leave"),
         ("value", "store value, atomic operand or result"), ("ret_reg", "register for the result"),
-        ("launch", "launch of the issuing TB (wire-byte stats)"))
+        ("launch", "launch of the issuing TB (wire-byte stats)"),
+        ("data_ready", "put.sm: tick the SM's loads deliver the payload (-1: the hub reads HBM)"),
+        init={"data_ready": -1})
     + fields(
         "gpu", ("hub_next_tx", "tick of the packetizer's timer (-1: idle)"),
         ("hub_blocked", "1: the packetizer waits for transmit-queue room"),
@@ -189,11 +199,21 @@ BLOCK = Block(
 
 
 @compiled
-def hub_submit(st, g, kind, slot, dst_gpu, dst_addr, src_addr, nbytes, value, ret_reg, tick):
-    """Accept a remote operation from TB `slot`; returns False (TB must retry) if the hub is full."""
+def hub_room(st, g):
+    """True if GPU g's hub can accept a request now (a request-table entry and FIFO room)."""
+    gp = st.gpu[g]
+    return gp.free_top > 0 and gp.reqq_count < st.reqq.shape[1]
+
+
+@compiled
+def hub_submit(st, g, kind, slot, dst_gpu, dst_addr, src_addr, nbytes, value, ret_reg, tick,
+               data_ready):
+    """Accept a remote operation from TB `slot`; returns False (TB must retry) if the hub is full.
+    `data_ready` >= 0: a put whose payload the SM's own loads deliver at that tick (put.sm: the
+    hub reads no HBM); -1: the hub reads the source from HBM as it packetizes."""
     gp = st.gpu[g]
     depth = st.reqq.shape[1]
-    if gp.free_top == 0 or gp.reqq_count == depth:
+    if not hub_room(st, g):
         return False
     gp.free_top -= 1
     r = st.free_reqs[g, gp.free_top]
@@ -211,17 +231,22 @@ def hub_submit(st, g, kind, slot, dst_gpu, dst_addr, src_addr, nbytes, value, re
     rq.acks_due = 0
     rq.acks_arrived = 0
     rq.acks_ready = 0
+    rq.issued = tick      # a NIC's doorbell for it rings now (nic.py)
     rq.value = value
     rq.ret_reg = ret_reg
+    rq.data_ready = data_ready
     rq.launch = st.tb[slot].launch
     mp = st.p[0].store_payload * st.p[0].packet_train   # one (train of) packet(s)
-    if kind == REQ_PUT or kind == REQ_GET:
+    if kind == REQ_PUT or kind == REQ_GET or kind >= REQ_MM_ST:
         rq.pkts_total = (nbytes + mp - 1) // mp
     else:
         rq.pkts_total = 1
-    # write responses the requester waits for: one per link packet, or one per put
+    # write responses the requester waits for: one per link packet, or one per put; a multimem
+    # st/red one per member of its multicast object
     if kind == REQ_PUT and st.p[0].write_resp_per_packet:
         rq.acks_total = store_packets(st, nbytes)
+    elif kind == REQ_MM_ST or kind == REQ_MM_RED:
+        rq.acks_total = st.mm_objects[value // 16, 3]
     else:
         rq.acks_total = 1
     st.reqq[g, (gp.reqq_head + gp.reqq_count) % depth] = r
@@ -320,9 +345,9 @@ def hub_packetize(st, g, tick):
     if sent > 0:
         if not separate:
             gp.hub_req_free = tick + sent * p.hub_ticks_per_packet
-            if gp.link_resp_total > 0 or gp.respq_count > 0 or gp.reqq_count > 0:
+            if _responses_pending(gp) or gp.reqq_count > 0:
                 hub_kick(st, g, gp.hub_req_free)
-        elif gp.link_resp_total > 0 or gp.respq_count > 0:
+        elif _responses_pending(gp):
             hub_kick_response(st, g, tick)
         elif gp.reqq_count > 0:
             hub_kick(st, g, tick)
@@ -369,16 +394,39 @@ def hub_packetize(st, g, tick):
         pk.npk = min(store_packets(st, rq.length) - rq.sent, p.packet_train)
         rq.sent += pk.npk
         done = rq.sent == store_packets(st, rq.length)
-    else:
+    elif kind == REQ_ATOM:
         pk.kind = PK_ATOM_REQ
         pk.payload = 8
         pk.value = rq.value
         done = True
+    else:
+        # multimem (nvls.py): st/red data in put-sized chunks, or one header-only ld_reduce
+        # request per chunk (pk.value = its bytes; addr = the multimem address, src_addr = where
+        # the result goes)
+        pk.mm_obj = rq.value // 16
+        pk.mm_dtype = rq.value % 16
+        pk.mm_entry = -1
+        pk.mm_sent = 0
+        if kind == REQ_MM_LD:
+            pk.kind = PK_MM_LD
+            n = min(rq.length - rq.sent, p.store_payload * p.packet_train)
+            pk.addr = rq.src_addr + rq.sent
+            pk.src_addr = rq.dst_addr + rq.sent
+            pk.payload = 0
+            pk.value = n
+            pk.npk = store_packets(st, n)
+            rq.sent += n
+        else:
+            pk.kind = PK_MM_ST
+            pk.mm_op = MM_RED if kind == REQ_MM_RED else MM_ST
+            ready = _data_packet(st, g, pk, rq, rq.sent, tick)
+            rq.sent += pk.payload
+        done = rq.sent == rq.length
     if done:
         gp.reqq_head = (gp.reqq_head + 1) % st.reqq.shape[1]
         gp.reqq_count -= 1
         wake_hub_waiters(st, g, tick)
-    if pk.kind == PK_GET_REQ:
+    if pk.kind == PK_GET_REQ or pk.kind == PK_MM_LD:
         pk.flits = pk.npk * header_flits(st)   # header-only packets
     else:
         pk.flits, pk.npk = packet_flits(st, pk.payload, p.store_payload)
@@ -386,13 +434,24 @@ def hub_packetize(st, g, tick):
         # wire bytes per kernel (dispatch_link_efficiency); responses serve another GPU's kernel
         st.ln[rq.launch].tx_wire += pk.flits * p.flit_bytes
     pk.ready = ready + p.hub_tx_latency_ticks
-    gp.hub_tx_packets += pk.npk
-    gp.hub_tx_payload += pk.payload
+    if pk.kind == PK_MM_ST:
+        gp.mm_tx_st += pk.npk      # the switch turns it into copies (nvls.py counts those)
+    elif pk.kind == PK_MM_LD:
+        gp.mm_tx_ld += pk.npk
+    else:
+        gp.hub_tx_packets += pk.npk
+        gp.hub_tx_payload += pk.payload
     trace_event(st, CAT_HUB, TR_HUB_TX, g, pk.kind, dst, tick)
     txq_push(st, c, pkt, tick)
     gp.hub_req_free = tick + pk.npk * p.hub_ticks_per_packet
-    if gp.reqq_count > 0 or gp.respq_count > 0 or gp.link_resp_total > 0:
+    if gp.reqq_count > 0 or _responses_pending(gp):
         hub_kick(st, g, gp.hub_req_free)
+
+
+@compiled
+def _responses_pending(gp):
+    """Responses of any kind wait at hub gp (link-level, the response FIFO, multimem read data)."""
+    return gp.link_resp_total > 0 or gp.respq_count > 0 or gp.mm_rdq_count > 0
 
 
 @compiled
@@ -404,14 +463,17 @@ def _send_response(st, g, tick):
     gp = st.gpu[g]
     if gp.link_resp_total > 0:
         return _send_link_responses(st, g, tick)
+    mm = nvls_send_data(st, g, tick)   # a switch's reduction read, answered (nvls.py)
+    if mm > 0:
+        return mm
     if gp.respq_count == 0:
-        return 0
+        return mm
     head_ready = st.respq[g, gp.respq_head, RESP_READY]
     if st.respq[g, gp.respq_head, RESP_KIND] == RESP_ACK:
         head_ready = max(head_ready, _final_ack_ready(st, st.respq[g, gp.respq_head, RESP_REQ]))
     if head_ready > tick:
         hub_kick_response(st, g, head_ready)
-        return 0
+        return mm
     p = st.p[0]
     r = st.respq[g, gp.respq_head, RESP_REQ]
     rq = st.req[r]
@@ -429,6 +491,12 @@ def _send_response(st, g, tick):
         rq.resp_sent += pk.payload
         done = rq.resp_sent == rq.length
         pk.flits, pk.npk = packet_flits(st, pk.payload, p.store_payload)
+    elif kind == RESP_MM_ACK:
+        pk.kind = PK_ACK
+        pk.payload = 0
+        pk.npk = 1
+        done = True
+        pk.flits = header_flits(st)
     elif kind == RESP_ATOM:
         pk.kind = PK_ATOM_RESP
         pk.payload = 8
@@ -515,6 +583,8 @@ def _data_packet(st, g, pk, rq, off, tick):
     pk.addr = rq.dst_addr + off
     pk.src_addr = rq.src_addr + off
     pk.payload = n
+    if rq.data_ready >= 0:
+        return max(tick, rq.data_ready)   # SM stores: the data comes from the SM's registers
     return hbm_access(st, g, pk.src_addr, n, tick, False)
 
 
@@ -558,6 +628,9 @@ def hub_receive(st, g, c, pkt, tick):
     pk = st.pk[pkt]
     t = tick + p.hub_rx_latency_ticks
     kind = pk.kind
+    if kind >= PK_MM_COPY:
+        _receive_multimem(st, g, c, pkt, t)
+        return
     r = pk.req
     rq = st.req[r]
     n = pk.payload
@@ -610,7 +683,38 @@ def hub_receive(st, g, c, pkt, tick):
             rq.acks_arrived += pk.npk
             if rq.acks_arrived == rq.acks_total:
                 _complete_request(st, r, t)
-    credit_return_vc(st, c, pk.flits, free_at + p.link_latency_ticks, packet_vc(st, pkt))
+    credit_return_vc(st, c, pk.flits, free_at + st.ch[c].latency, packet_vc(st, pkt))
+    packet_free(st, pkt)
+
+
+@compiled
+def _receive_multimem(st, g, c, pkt, t):
+    """A multimem packet from a switch reached GPU g (nvls.py), processed at t: a multicast copy
+    is written (or added) and, once every chunk of its operation is in, answered with one write
+    response; a reduction read is served (its packet returns as the data, and holds its buffer
+    space until it leaves); a reduced result is written and completes its ld_reduce."""
+    p = st.p[0]
+    pk = st.pk[pkt]
+    kind = pk.kind
+    r = pk.req
+    trace_event(st, CAT_HUB, TR_HUB_RX, g, kind, pk.src, t - p.hub_rx_latency_ticks)
+    if kind == PK_MM_READ:
+        nvls_read_arrived(st, g, c, pkt, t)
+        return
+    free_at, visible = link_write(st, g, pk.addr, pk.payload, t)
+    if kind == PK_MM_COPY:
+        answered = nvls_copy_arrived(st, g, pkt, visible)
+        notify_stores(st, g, pk.addr, pk.payload, visible)
+        if answered:
+            hub_respond(st, g, r, RESP_MM_ACK, nvls_copies_answered(st, g, r))
+    else:  # PK_MM_RESULT
+        nvls_result_arrived(st, g, pkt)
+        notify_stores(st, g, pk.addr, pk.payload, visible)
+        rq = st.req[r]
+        rq.pkts_arrived += 1
+        if rq.pkts_arrived == rq.pkts_total:
+            _complete_request(st, r, visible)
+    credit_return_vc(st, c, pk.flits, free_at + st.ch[c].latency, packet_vc(st, pkt))
     packet_free(st, pkt)
 
 

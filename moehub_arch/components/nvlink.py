@@ -25,9 +25,11 @@ from ..engine.jit import compiled, inline
 
 from ..engine.clock import bytes_ticks
 from ..engine.events import timer_set
+from ..engine.state import ROUTE_FIRST, ROUTE_N, ROUTE_RR
 from .packet import VC_RESPONSE, VC_REQUEST, header_flits, packet_vc
 from .trace import CAT_NVLINK, TR_LINK_TX, trace_event
 from .wakeups import ch_kick, hub_kick, rpm_kick, switch_output_freed
+from .link_class import fabric_output_freed, wire_bytes
 from .packet import PACKET_KIND_NAMES
 from .block import Block, Debug, Event, Param, Record, Stat, StatGroup, Timer, fields
 
@@ -37,9 +39,14 @@ EV_CH_ARRIVE = 4     # a0 = channel: the head packet of its wire FIFO reached th
 
 
 def channel_name(st, c):
-    """Stat-style name of a link direction: 'system.gpu0.nvlink1 -> system.switch1.port0'."""
+    """Stat-style name of a link direction: 'system.gpu0.nvlink1 -> system.switch1.port0'
+    (fabric links: 'system.gpu2.pcie -> system.nic2.pcie')."""
     ch = st.ch[c]
     L = int(st.p[0].links_per_gpu)
+    if c >= 2 * int(st.p[0].num_gpus) * L:
+        from ..topology import end_name
+        return (f"{end_name(int(ch.src_kind), int(ch.src_index), int(ch.src_port))} -> "
+                f"{end_name(int(ch.dst_kind), int(ch.dst_index), int(ch.dst_port))}")
     gpu_end = f"system.gpu{int(ch.gpu)}.nvlink{(c // 2) % L}"
     sw_end = f"system.switch{int(ch.switch)}.port{int(ch.port)}"
     return f"{gpu_end} -> {sw_end}" if ch.to_switch else f"{sw_end} -> {gpu_end}"
@@ -85,9 +92,9 @@ def check_links(sim, out):
         tx, rx = ch[f"tx_{field}"], ch[f"rx_{field}"]
         out.check(tx == rx, f"link {field.replace('_', ' ')} sent != received",
                   lambda c: f"{channel_name(st, c)} sent {int(tx[c])}, received {int(rx[c])}")
-    full = int(st.p[0].rx_buffer_flits)
-    out.check(ch.credits == full, f"link credits not returned (each channel holds {full})",
-              lambda c: f"{channel_name(st, c)} holds {int(ch.credits[c])}")
+    out.check(ch.credits == ch.rx_credits, "link credits not returned (each channel holds its "
+              "receive buffer)", lambda c: f"{channel_name(st, c)} holds {int(ch.credits[c])} of "
+                                           f"{int(ch.rx_credits[c])}")
     rsp_full = int(st.rsp_rxq.shape[1])
     out.check(ch.rsp_credits == rsp_full,
               f"link response-channel credits not returned (each channel holds {rsp_full})",
@@ -131,7 +138,9 @@ def _nvl(key, field, unit, doc, value=None):
 
 
 def _channels(cfg):
-    return 2 * cfg.system.num_gpus * cfg.system.nvlink.links_per_gpu
+    """Every channel of the system: NVLink, then PCIe and InfiniBand (topology.py)."""
+    from ..topology import channel_count
+    return channel_count(cfg)
 
 
 BLOCK = Block(
@@ -195,6 +204,35 @@ def txq_room(st, c, vc):
     if vc == VC_RESPONSE:
         return ch.rsq_pkts + st.p[0].packet_train <= ch.rsq_cap
     return ch.txq_pkts + st.p[0].packet_train <= ch.txq_cap
+
+
+@compiled
+def pick_switch_output(st, s, dst, vc):
+    """Round-robin over switch s's output ports toward GPU dst that have room in virtual channel
+    vc (so traffic spreads over parallel links); the pointer moves past the one chosen. -1 if
+    none has room."""
+    route = st.sw_routes[s * st.p[0].num_gpus + dst]
+    n = route[ROUTE_N]
+    for k in range(n):
+        cand = route[ROUTE_FIRST + (route[ROUTE_RR] + k) % n]
+        if txq_room(st, cand, vc):
+            route[ROUTE_RR] = (route[ROUTE_RR] + k + 1) % n
+            return cand
+    return -1
+
+
+@compiled
+def input_free_tick(st, c, pkt, tick):
+    """When packet pkt, leaving a switch input buffer at `tick`, frees its space: now, or with
+    cut-through forwarding once its tail has come in, one serialisation after its header (its
+    `ready` is still its arrival tick after the traversal)."""
+    freed = tick
+    if st.p[0].cut_through:
+        tail = (st.pk[pkt].ready - st.ch[c].traversal + packet_serialisation(st, c, pkt)
+                - header_serialisation(st, c))
+        if tail > freed:
+            freed = tail
+    return freed
 
 
 @compiled
@@ -347,21 +385,22 @@ def channel_transmit(st, c, tick):
         ch.txq_count -= 1
         ch.txq_pkts -= pk.npk
         ch.credits -= pk.flits
-    wire = pk.flits * p.flit_bytes
-    ser = bytes_ticks(wire, p.link_fs_per_byte)
+    wire = wire_bytes(st, c, pkt)
+    pk.wire = wire
+    ser = bytes_ticks(wire, ch.fs_per_byte)
     ch.busy_until = tick + ser
     ch.tx_packets += pk.npk
     ch.tx_wire_bytes += wire
     ch.tx_payload_bytes += pk.payload
     ch.tx_busy += ser
-    arrive = tick + ser + p.link_latency_ticks
+    arrive = tick + ser + ch.latency
     if ch.to_switch:
         # the switch handles a packet once it has crossed the input stage (switch.py); a
         # cut-through switch starts that as soon as the header flit is in, store-and-forward
         # only once the whole packet is
         if p.cut_through:
-            arrive = tick + header_serialisation(st) + p.link_latency_ticks
-        arrive += p.switch_traversal_ticks
+            arrive = tick + header_serialisation(st, c) + ch.latency
+        arrive += ch.traversal
     # on the wire: packets of one channel arrive in the order they were sent, so the channel
     # keeps them in a FIFO and only its head has an arrival event (a small event queue)
     pk.ready = arrive
@@ -371,7 +410,9 @@ def channel_transmit(st, c, tick):
         timer_set(st, p.tm_ch_arrive + c, arrive)
     trace_event(st, CAT_NVLINK, TR_LINK_TX, c, pk.kind, pk.payload, tick)
     # a slot freed in this FIFO: wake whoever waits to fill it
-    if ch.to_switch:
+    if ch.to_switch and ch.src_switch >= 0:
+        fabric_output_freed(st, c, vc, tick)   # between two forwarding nodes (fabric.py)
+    elif ch.to_switch:
         gp = st.gpu[ch.gpu]
         if gp.hub_blocked:
             gp.hub_blocked = 0
@@ -388,17 +429,16 @@ def channel_transmit(st, c, tick):
 
 
 @compiled
-def header_serialisation(st):
-    """Time to serialise one packet header on a link (what a cut-through switch waits for)."""
+def header_serialisation(st, c):
+    """Time to serialise one packet header on channel c (what a cut-through switch waits for)."""
     p = st.p[0]
-    return bytes_ticks(header_flits(st) * p.flit_bytes, p.link_fs_per_byte)
+    return bytes_ticks(header_flits(st) * p.flit_bytes, st.ch[c].fs_per_byte)
 
 
 @compiled
-def packet_serialisation(st, pkt):
-    """Time to serialise packet pkt (all its flits) on a link."""
-    p = st.p[0]
-    return bytes_ticks(st.pk[pkt].flits * p.flit_bytes, p.link_fs_per_byte)
+def packet_serialisation(st, c, pkt):
+    """Time to serialise packet pkt on channel c (the bytes it took on that wire)."""
+    return bytes_ticks(st.pk[pkt].wire, st.ch[c].fs_per_byte)
 
 
 @compiled
@@ -419,5 +459,5 @@ def channel_count_arrival(st, c, pkt):
     ch = st.ch[c]
     pk = st.pk[pkt]
     ch.rx_packets += pk.npk
-    ch.rx_wire_bytes += pk.flits * st.p[0].flit_bytes
+    ch.rx_wire_bytes += pk.wire
     ch.rx_payload_bytes += pk.payload

@@ -34,10 +34,17 @@ PK_ATOM_RESP = 5  # old value returning to the requester
 PK_ACK = 6        # write completion returning to the writer (header only)
 PK_MOE = 7        # MoE-Hub stream bytes [pk.addr, pk.addr + payload) of stream pk.src -> pk.dst
 PK_MOE_EOS = 8    # MoE-Hub end of stream; pk.value = the stream's total bytes (header only)
+# NVLink SHARP (components/nvls.py): multimem operations through the switch's engine
+PK_MM_ST = 9      # multimem.st / red data, source GPU -> switch (the switch multicasts it)
+PK_MM_COPY = 10   # one multicast copy, switch -> member (written, or added, at pk.addr)
+PK_MM_LD = 11     # multimem.ld_reduce request, source GPU -> switch (header only)
+PK_MM_READ = 12   # the switch's read of one member's values, switch -> member (header only)
+PK_MM_DATA = 13   # a member's values, member -> switch (response channel; reduced there)
+PK_MM_RESULT = 14  # the reduced values, switch -> source GPU (response channel)
 VC_REQUEST = 0    # virtual channels (nvlink.response_path): requests and writes ...
 VC_RESPONSE = 1   # ... and the responses that complete them (write responses, read data, atomics)
 PACKET_KIND_NAMES = ("put", "store", "get_req", "get_resp", "atom_req", "atom_resp", "ack", "moe",
-                     "moe_eos")
+                     "moe_eos", "mm_st", "mm_copy", "mm_ld", "mm_read", "mm_data", "mm_result")
 
 
 def check_pool(sim, out):
@@ -73,7 +80,7 @@ def packet_vc(st, pkt):
     if not st.p[0].response_vc:
         return VC_REQUEST
     k = st.pk[pkt].kind
-    if k == PK_ACK or k == PK_GET_RESP or k == PK_ATOM_RESP:
+    if k == PK_ACK or k == PK_GET_RESP or k == PK_ATOM_RESP or k == PK_MM_DATA or k == PK_MM_RESULT:
         return VC_RESPONSE
     return VC_REQUEST
 

@@ -10,12 +10,24 @@ later with its registers zeroed and its special and parameter registers set. A l
 order and with the block indices (%tb) the DAM queued them in its GPU's start queue
 (``grant_block``): a deque, because the DAM puts a tile's dependent group before the first groups
 of later tiles.
+
+Warp groups (``warp_groups: G`` on a launch): a thread block of G warp groups is G instruction
+streams, each in its own slot with its own registers, issuing independently; the SM's issue
+arbitration interleaves them like any resident streams, and they share the SM's functional units.
+This is how DeepEP runs a channel (github.com/deepseek-ai/DeepEP csrc/kernels/intranode.cu: one
+768-thread block per SM, `__launch_bounds__(kNumThreads, 1)`, its warps split evenly over the
+peer ranks, each rank's warps working on their own). The block is placed whole, on an SM with a
+free thread-block place (``max_resident_tbs`` counts blocks) and G free stream slots, and keeps
+every slot until its last warp group exits (an SM releases a block's warps, registers and shared
+memory when the block ends: a warp group that exits early is TB_RETIRED). The SM has
+max(``max_resident_tbs``, the largest G of the run's launches) stream slots, so ordinary runs are
+unchanged.
 """
 from ..engine.jit import compiled
 
 from ..engine.clock import cycle_at_or_after, cycle_edge
 from ..engine.events import push
-from ..engine.state import LN_DONE, LN_RUNNING, TB_EMPTY, TB_READY
+from ..engine.state import LN_DONE, LN_RUNNING, TB_EMPTY, TB_READY, TB_RETIRED
 from ..isa.encoding import (FIRST_PARAM_REG, MAX_PARAMS, REG_GPU, REG_NGPU, REG_NSM, REG_NTB,
                             REG_SM, REG_SMEM, REG_TB, SMEM_ADDR_BIT)
 from .trace import (CAT_LAUNCH, TR_LAUNCH_END, TR_LAUNCH_START, TR_TB_EXIT, TR_TB_PLACE,
@@ -24,6 +36,13 @@ from .wakeups import sm_wake
 from .block import Array, Block, Event, Param, Record, Stat, StatGroup, Debug, fields
 
 EV_KERNEL_START = 1  # a0 = launch index: the launch's first thread blocks may be placed
+
+
+def stream_slots_per_sm(cfg):
+    """Instruction-stream slots per SM: one per resident thread block, or more where a launch's
+    blocks are made of more warp groups."""
+    groups = [lc.warp_groups for lc in cfg.workload.launches]
+    return max([cfg.system.gpu.sm.max_resident_tbs] + groups)
 
 
 def _launch_stat(what):
@@ -49,6 +68,10 @@ BLOCK = Block(
               "from a launch's predecessor in its stream (or time zero) to its start",
               lambda cfg: cfg.system.gpu.kernel_launch_latency,
               "config: system.gpu.kernel_launch_latency"),
+        Param("tbs_per_sm", "system.gpu.sm.max_resident_tbs", "thread blocks",
+              "thread blocks resident on one SM (a block of warp groups counts once)",
+              lambda cfg: cfg.system.gpu.sm.max_resident_tbs,
+              "config: system.gpu.sm.max_resident_tbs"),
         Param("tb_launch_cycles", "system.gpu.sm.tb_launch_cycles", "SM cycles",
               "from placing a thread block to its first issue",
               lambda cfg: cfg.system.gpu.sm.tb_launch_cycles, "config: system.gpu.sm.tb_launch_cycles"),
@@ -60,12 +83,16 @@ BLOCK = Block(
                   ("dispatched", "TBs placed"), ("finished", "TBs exited"), ("status", "LN_*"),
                   ("start", "start tick (-1: not started)"), ("end", "end tick (-1: not ended)"),
                   ("host_delay", "host-side time before the launch is issued (e.g. a host sync)"),
-                  ("tx_wire", "link wire bytes its GPU's hub sent for its requests and rows"))
+                  ("tx_wire", "link wire bytes its GPU's hub sent for its requests and rows"),
+                  ("groups", "warp groups per thread block (grid counts streams: blocks x groups)"))
     + fields("gpu", ("rr_sm", "round-robin pointer over the GPU's SMs (TB placement)"),
              ("start_head", "start queue: position of its first entry"),
              ("start_count", "start queue: blocks started by the DAM, not placed yet"))
+    + fields("sm", ("blocks", "resident thread blocks (a block of warp groups counts once)"))
     + fields("tb", ("start_tag", "what the unit that started the block tracks it by (the DAM: "
                     "the tile whose group counter its exit decrements; -1: none)"),
+             ("block_lead", "slot of the first warp group of its thread block"),
+             ("block_live", "on a block's first slot: its warp groups that have not exited"),
              init={"start_tag": -1}),
     arrays=(Array("start_ids", "per GPU, a deque of the block indices the DAM started and the "
                   "scheduler has not placed yet", _start_queue_shape),
@@ -149,24 +176,33 @@ def dispatch_blocks(st, g, tick):
         ln = st.ln[l]
         if ln.gpu != g or ln.status != LN_RUNNING:
             continue
+        G = ln.groups
         while ln.dispatched < ln.grid and ln.dispatched < ln.granted:
             placed = False
             for k in range(S):
                 s = (gp.rr_sm + k) % S
                 sm = g * S + s
-                if st.sm[sm].resident >= T:
+                if st.sm[sm].blocks >= p.tbs_per_sm or T - st.sm[sm].resident < G:
                     continue
-                if ln.max_per_sm > 0 and st.ln_per_sm[l, s] >= ln.max_per_sm:
+                if ln.max_per_sm > 0 and st.ln_per_sm[l, s] + G > ln.max_per_sm:
                     continue
-                base = _smem_fit(st, sm, ln.smem)
+                base = _smem_fit(st, sm, ln.smem * G)
                 if base < 0:
                     continue
-                slot = -1
-                for j in range(T):
-                    if st.tb[sm * T + j].state == TB_EMPTY:
-                        slot = sm * T + j
-                        break
-                _place(st, l, g, s, sm, slot, base, start_tick, tick)
+                # the block's warp groups, each in a free slot with its share of the allocation
+                lead = -1
+                for i in range(G):
+                    slot = -1
+                    for j in range(T):
+                        if st.tb[sm * T + j].state == TB_EMPTY:
+                            slot = sm * T + j
+                            break
+                    if lead < 0:
+                        lead = slot
+                    _place(st, l, g, s, sm, slot, base + i * ln.smem, start_tick, tick)
+                    st.tb[slot].block_lead = lead
+                st.tb[lead].block_live = G
+                st.sm[sm].blocks += 1
                 gp.rr_sm = (s + 1) % S
                 placed = True
                 break
@@ -251,14 +287,23 @@ def block_exit(st, slot, tick):
     tb = st.tb[slot]
     l = tb.launch
     trace_tb(st, slot, TR_TB_EXIT, l, 0, tick)
-    tb.state = TB_EMPTY
-    tb.launch = -1
-    tb.smem_bytes = 0
-    smr = st.sm[sm]
-    smr.resident -= 1
-    if smr.resident == 0:
-        smr.active_ticks += tick - smr.active_since
+    tb.state = TB_RETIRED
     st.ln_per_sm[l, sm - g * S] -= 1
+    lead = st.tb[tb.block_lead]
+    lead.block_live -= 1
+    if lead.block_live == 0:
+        # the block's last warp group: the SM releases the block's slots and shared memory
+        smr = st.sm[sm]
+        for j in range(T):
+            other = st.tb[sm * T + j]
+            if other.state == TB_RETIRED and other.block_lead == tb.block_lead:
+                other.state = TB_EMPTY
+                other.launch = -1
+                other.smem_bytes = 0
+                smr.resident -= 1
+        smr.blocks -= 1
+        if smr.resident == 0:
+            smr.active_ticks += tick - smr.active_since
     ln = st.ln[l]
     ln.finished += 1
     if ln.finished == ln.grid:

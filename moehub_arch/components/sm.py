@@ -15,6 +15,8 @@ memory costs ``smem_latency_cycles`` and LSU throughput. Functional mode compute
 (word loads/stores, copies, ``mma`` with fp32 accumulation, vector ops); timing mode computes only
 what control flow needs (words in the backed control region) and moves no bulk data.
 """
+import math
+
 import numpy as np
 from ..engine.jit import compiled, inline
 
@@ -23,7 +25,7 @@ from ..engine.clock import period_fs
 from ..engine.events import push
 from ..engine.state import (ERR_ADDR_RANGE, ERR_BAD_GPU, ERR_BAD_SIZE, ERR_DIV_ZERO,
                             ERR_MISALIGNED, ERR_MOE_AFTER_EOS, ERR_MOE_EXPERT, ERR_MOE_RELEASE,
-                            ERR_MOE_ROW_SIZE, ERR_MOE_CLAIM_LAUNCH, ERR_RED_REMOTE, ERR_REG_RANGE, ERR_UNBACKED_WORD, TB_READY, TB_WAIT_CLAIM,
+                            ERR_MOE_ROW_SIZE, ERR_MOE_CLAIM_LAUNCH, ERR_RED_REMOTE, ERR_MULTIMEM_ADDR, ERR_REG_RANGE, ERR_UNBACKED_WORD, TB_READY, TB_WAIT_CLAIM,
                             TB_WAIT_FENCE, TB_WAIT_FLAG, TB_WAIT_HUB, TB_WAIT_REMOTE, WAIT_FENCE,
                             WAITLIST_FLAG, WAITLIST_HUB, TB_EMPTY, WAIT_REASON_NAMES)
 from ..isa.encoding import (ATOM_RED_ADD, NUM_GENERAL_REGS, ALU_ADD, ALU_AND, ALU_DIV, ALU_MAX, ALU_MIN, ALU_MOV, ALU_MUL, ALU_OR,
@@ -33,22 +35,28 @@ from ..isa.encoding import (ATOM_RED_ADD, NUM_GENERAL_REGS, ALU_ADD, ALU_AND, AL
                             SEM_COPY, SEM_COPY2D, SEM_EXIT, SEM_FENCE, SEM_FLAG_SET, SEM_GET,
                             SEM_LD, SEM_MMA, SEM_PUT, SEM_SLEEP, SEM_ST, SEM_VEC, SEM_WAIT,
                             SEM_CLAIM, SEM_NOTIFY, SEM_SEND_EXPERT, SEM_SEND_HOME, NOTIFY_EOS,
-                            SMEM_ADDR_BIT, SUBOP, THR, UNIT, DTYPE, DTYPE_DST_SHIFT, DTYPE_SRC_MASK, MMA_A_L2, MMA_B_L2, MMA_L2, MMA_RA, MMA_RA_B_L2, VEC_ADD,
-                            VEC_AXPY, VEC_CVT, VEC_MUL,
-                            VEC_SILU_MUL, VEC_ZERO)
-from .hbm import (copy_overlapping, hbm_access, hbm_access_paced, hbm_backed, l2_access_paced,
+                            SMEM_ADDR_BIT, SUBOP, THR, UNIT, DTYPE, DTYPE_DST_SHIFT, DTYPE_SRC_MASK, MMA_A_L2, MMA_B_L2, MMA_L2, MMA_RA, MMA_RA_B_L2, MMA_BT_B_L2, VEC_ADD,
+                            VEC_AXPY, VEC_CVT, VEC_MUL, PUT_SM,
+                            VEC_SILU_MUL, VEC_ZERO, VEC_SUB, VEC_MAX, VEC_EXP, VEC_RSQRT,
+                            VEC_ROW_MAX, VEC_ROW_SUM, VEC_ROW_SUMSQ, VEC_ROW_ADD, VEC_ROW_SUB,
+                            VEC_ROW_MUL, VEC_ROW_DIV, VEC_COL_ADD, VEC_COL_MUL, VEC_FIRST_ROWWISE)
+from .elements import load_f32 as _load_f32, store_f32 as _store_f32
+from .hbm import (copy_overlapping, hbm_access, hbm_access_paced, hbm_backed,
                   move_bytes, raise_error, read_word, write_word)
-from .hub import REQ_ATOM, REQ_GET, REQ_PUT, REQ_STORE, atomic_ticks, hub_submit
+from .l2 import l2_operand_read
+from .hub import (REQ_ATOM, REQ_GET, REQ_MM_LD, REQ_MM_RED, REQ_MM_ST, REQ_PUT, REQ_STORE,
+                  atomic_ticks, hub_room, hub_submit)
+from .nvls import multimem_element_bytes, multimem_object, multimem_route_peer
 from .moehub.aau import aau_release_entries, aau_retry, record_address, slot_address
 from .moehub.dam import CLAIM_WAIT, dam_block_exited, dam_claim, dam_release
 from .moehub.rpm import rpm_accept, rpm_end_of_stream
-from .scheduler import block_exit
+from .scheduler import block_exit, stream_slots_per_sm
 from .trace import TR_TB_WAIT, trace_issue, trace_tb
 from .waiters import add_waiter, compare, notify_stores
 from .wakeups import sm_wake, tb_resume
 from .block import Block, Debug, Event, Param, Record, Stat, StatGroup, Timer, fields
 from .trace import CAT_SM, TR_TB_ACT, TR_TB_EXIT, TR_TB_PLACE, TR_TB_RESUME
-from ..isa.encoding import UNIT_NAMES
+from ..isa.encoding import MM_LD_REDUCE, MM_RED, SEM_MULTIMEM, UNIT_NAMES
 
 EV_SM_ISSUE = 0      # a0 = global SM index: the SM's issue cycle (its component timer)
 EV_LOCAL_DONE = 6    # a0 = TB slot: an asynchronous same-GPU put/get completed
@@ -76,9 +84,10 @@ BLOCK = Block(
     params=(
         Param("sms_per_gpu", "system.gpu.num_sms", "SMs", "SMs per GPU",
               lambda cfg: cfg.system.gpu.num_sms, "config: system.gpu.num_sms"),
-        Param("slots_per_sm", "system.gpu.sm.max_resident_tbs", "thread blocks",
-              "resident thread-block slots per SM", lambda cfg: cfg.system.gpu.sm.max_resident_tbs,
-              "config: system.gpu.sm.max_resident_tbs"),
+        Param("slots_per_sm", "system.gpu.sm.max_resident_tbs", "streams",
+              "instruction-stream (thread-block or warp-group) slots per SM: max_resident_tbs, or "
+              "a launch's warp_groups if larger (scheduler.py)", stream_slots_per_sm,
+              "config: system.gpu.sm.max_resident_tbs; workload.launches[].warp_groups"),
         Param("issue_width", "system.gpu.sm.issue_width", "instructions/cycle",
               "instructions issued per SM cycle", lambda cfg: cfg.system.gpu.sm.issue_width,
               "config: system.gpu.sm.issue_width"),
@@ -246,30 +255,6 @@ def _pace_ticks(st, row, work):
     if thr <= 0 or work <= 0:
         return 0
     return cycle_edge((work + thr - 1) // thr, st.p[0].sm_period_fs)
-
-
-# ---- element access for tensor / vector instructions -------------------------------------------
-
-@compiled
-def _load_f32(view, i, dtype):
-    if dtype == DT_BF16:
-        lo = np.uint32(view[2 * i])
-        hi = np.uint32(view[2 * i + 1])
-        return np.uint32((hi << np.uint32(24)) | (lo << np.uint32(16))).view(np.float32)
-    return view[4 * i:4 * i + 4].view(np.float32)[0]
-
-
-@compiled
-def _store_f32(view, i, dtype, value):
-    if dtype == DT_BF16:
-        bits = np.float32(value).view(np.uint32)
-        # round to nearest even on the 16 dropped bits
-        rounding = np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))
-        b16 = (bits + rounding) >> np.uint32(16)
-        view[2 * i] = np.uint8(b16 & np.uint32(0xFF))
-        view[2 * i + 1] = np.uint8(b16 >> np.uint32(8))
-    else:
-        view[4 * i:4 * i + 4].view(np.float32)[0] = np.float32(value)
 
 
 @compiled
@@ -501,16 +486,19 @@ def _execute(st, slot, sm, tick, cyc):
                 or not _check_range(st, slot, c_addr, m * n * 4)):
             return
         pace = _pace_ticks(st, row, 2 * m * n * k)   # operands stream over the tensor work
+        # global operands go through the L2 (components/l2.py): marked ones (a row tile several TBs
+        # share, weights after their first touch) hit while resident, the others are cold reads
         if sub == MMA_RA or sub == MMA_RA_B_L2:
             ra = tick   # the same A tile as the previous mma: already on chip (a fused mainloop)
-        elif (sub == MMA_L2 or sub == MMA_A_L2) and not _is_smem(a_addr):
-            ra = l2_access_paced(st, g, m * k * es, tick, pace)   # a row tile several TBs share: L2 hits
-        else:
+        elif _is_smem(a_addr):
             ra = _access_paced(st, g, a_addr, m * k * es, tick, False, pace)
-        if (sub == MMA_B_L2 or sub == MMA_L2 or sub == MMA_RA_B_L2) and not _is_smem(b_addr):
-            rb = l2_access_paced(st, g, k * n * es, tick, pace)   # weights shared by many tiles: L2 hits
         else:
+            ra = l2_operand_read(st, g, a_addr, m * k * es, tick, pace, sub == MMA_L2 or sub == MMA_A_L2)
+        if _is_smem(b_addr):
             rb = _access_paced(st, g, b_addr, k * n * es, tick, False, pace)
+        else:
+            rb = l2_operand_read(st, g, b_addr, k * n * es, tick, pace, sub == MMA_B_L2 or sub == MMA_L2
+                                 or sub == MMA_RA_B_L2 or sub == MMA_BT_B_L2)
         rc = _access_paced(st, g, c_addr, m * n * 4, tick, False, pace)
         wc = _access_paced(st, g, c_addr, m * n * 4, tick, True, pace)
         mem_done = max(ra, rb, rc, wc)
@@ -521,7 +509,7 @@ def _execute(st, slot, sm, tick, cyc):
             if va.shape[0] == 0 or vb.shape[0] == 0:
                 raise_error(st, ERR_UNBACKED_WORD, slot, a_addr)
                 return
-            _mma_functional(va, vb, vc, m, n, k, dt)
+            _mma_functional(va, vb, vc, m, n, k, dt, sub == MMA_BT_B_L2)
         work = 2 * m * n * k
 
     elif sem == SEM_VEC:
@@ -529,6 +517,7 @@ def _execute(st, slot, sm, tick, cyc):
         a_addr = _operand(st, slot, row, 1, tick, cyc)
         b_addr = _operand(st, slot, row, 2, tick, cyc)
         n = _operand(st, slot, row, 3, tick, cyc)
+        cols = _operand(st, slot, row, 4, tick, cyc)
         dt = row[DTYPE] & DTYPE_SRC_MASK          # the sources' element type
         dt_dst = row[DTYPE] >> DTYPE_DST_SHIFT    # the result's, when it differs
         if dt_dst == 0:
@@ -538,22 +527,38 @@ def _execute(st, slot, sm, tick, cyc):
         if n < 0:
             raise_error(st, ERR_BAD_SIZE, slot, n)
             return
+        rowwise = sub >= VEC_FIRST_ROWWISE
+        if rowwise and (cols <= 0 or n % cols != 0):
+            raise_error(st, ERR_BAD_SIZE, slot, cols)   # rows of `cols` elements must tile n
+            return
+        if not rowwise:
+            cols = 1
+        rows = n // cols
+        reduce = sub == VEC_ROW_MAX or sub == VEC_ROW_SUM or sub == VEC_ROW_SUMSQ
         nb = n * es
-        nb_dst = n * es_dst
+        nb_dst = (rows if reduce else n) * es_dst
+        # bytes of b read: n elements (element-wise), one per row or per column, or none
+        if sub == VEC_ADD or sub == VEC_MUL or sub == VEC_SILU_MUL or sub == VEC_SUB or sub == VEC_MAX:
+            nb_b = nb
+        elif sub == VEC_ROW_ADD or sub == VEC_ROW_SUB or sub == VEC_ROW_MUL or sub == VEC_ROW_DIV:
+            nb_b = rows * es
+        elif sub == VEC_COL_ADD or sub == VEC_COL_MUL:
+            nb_b = cols * es
+        else:
+            nb_b = 0
         if not _check_range(st, slot, d_addr, nb_dst):
             return
         pace = _pace_ticks(st, row, n)
         mem_done = _access_paced(st, g, d_addr, nb_dst, tick, True, pace)
         uses_a = sub != VEC_ZERO
-        uses_b = sub == VEC_ADD or sub == VEC_MUL or sub == VEC_SILU_MUL
         if uses_a:
             if not _check_range(st, slot, a_addr, nb):
                 return
             mem_done = max(mem_done, _access_paced(st, g, a_addr, nb, tick, False, pace))
-        if uses_b:
-            if not _check_range(st, slot, b_addr, nb):
+        if nb_b > 0:
+            if not _check_range(st, slot, b_addr, nb_b):
                 return
-            mem_done = max(mem_done, _access_paced(st, g, b_addr, nb, tick, False, pace))
+            mem_done = max(mem_done, _access_paced(st, g, b_addr, nb_b, tick, False, pace))
         if sub == VEC_AXPY:
             if not _check_range(st, slot, b_addr, es_dst):
                 return
@@ -562,16 +567,16 @@ def _execute(st, slot, sm, tick, cyc):
         vd = _bytes(st, g, sm, d_addr, nb_dst)
         if vd.shape[0] > 0 and n > 0:
             va = _bytes(st, g, sm, a_addr, nb) if uses_a else vd
-            if uses_b:
-                vb = _bytes(st, g, sm, b_addr, nb)
+            if nb_b > 0:
+                vb = _bytes(st, g, sm, b_addr, nb_b)
             elif sub == VEC_AXPY:
                 vb = _bytes(st, g, sm, b_addr, es_dst)
             else:
                 vb = vd
-            if (uses_a and va.shape[0] == 0) or (sub != VEC_ZERO and vb.shape[0] == 0):
+            if (uses_a and va.shape[0] == 0) or vb.shape[0] == 0:
                 raise_error(st, ERR_UNBACKED_WORD, slot, a_addr)
                 return
-            _vec_functional(sub, vd, va, vb, n, dt, dt_dst)
+            _vec_functional(sub, vd, va, vb, n, dt, dt_dst, cols)
         if not _is_smem(d_addr):
             notify_stores(st, g, d_addr, nb_dst, mem_done)
         work = n
@@ -638,7 +643,25 @@ def _execute(st, slot, sm, tick, cyc):
             return
         if not _check_range(st, slot, dst, nb) or not _check_range(st, slot, src, nb):
             return
-        if nb > 0:
+        if nb > 0 and sem == SEM_PUT and sub == PUT_SM:
+            # warp-level copy: the TB's warps load src through the LSU (paced over the unit's
+            # occupancy) and wait for the loads; the stores are posted
+            if peer != g and not hub_room(st, g):
+                _stall_on_hub(st, slot, g, tick)
+                return
+            work = 2 * nb                     # every byte loaded, then stored, through the LSU
+            pace = _pace_ticks(st, row, work)
+            mem_done = hbm_access_paced(st, g, src, nb, tick, False, pace)
+            st.tb[slot].outstanding += 1
+            if peer == g:
+                done = hbm_access_paced(st, g, dst, nb, mem_done, True, pace)
+                move_bytes(st, g, src, g, dst, nb, slot)
+                notify_stores(st, g, dst, nb, done)
+                push(st, done, EV_LOCAL_DONE, slot, 0)
+            else:
+                # the hub carries the stores (store packets) from when the loads delivered them
+                hub_submit(st, g, REQ_PUT, slot, peer, dst, src, nb, 0, 0, tick, mem_done)
+        elif nb > 0:
             if peer == g:
                 # same GPU: an asynchronous copy through the memory system
                 done = max(hbm_access(st, g, src, nb, tick, False), hbm_access(st, g, dst, nb, tick, True))
@@ -648,13 +671,39 @@ def _execute(st, slot, sm, tick, cyc):
                 push(st, done, EV_LOCAL_DONE, slot, 0)
             else:
                 kind = REQ_GET if sem == SEM_GET else REQ_PUT
-                if not hub_submit(st, g, kind, slot, peer, dst, src, nb, 0, 0, tick):
+                if not hub_submit(st, g, kind, slot, peer, dst, src, nb, 0, 0, tick, -1):
                     _stall_on_hub(st, slot, g, tick)
                     return
                 st.tb[slot].outstanding += 1
         if sem == SEM_SEND_HOME:
             mem_done = hbm_access(st, g, rec, 16, tick, False)  # the record was read
             st.gpu[g].combine_rows += 1
+
+    elif sem == SEM_MULTIMEM:
+        # NVLink SHARP (nvls.py): the multimem address is dst for st/red, src for ld_reduce
+        dst = _operand(st, slot, row, 0, tick, cyc)
+        src = _operand(st, slot, row, 1, tick, cyc)
+        nb = _operand(st, slot, row, 2, tick, cyc)
+        dt = row[DTYPE] & DTYPE_SRC_MASK
+        if nb <= 0 or nb % multimem_element_bytes(dt) != 0:
+            raise_error(st, ERR_BAD_SIZE, slot, nb)
+            return
+        if _is_smem(dst) or _is_smem(src):
+            raise_error(st, ERR_ADDR_RANGE, slot, dst if _is_smem(dst) else src)
+            return
+        if not _check_range(st, slot, dst, nb) or not _check_range(st, slot, src, nb):
+            return
+        mm = src if sub == MM_LD_REDUCE else dst
+        obj = multimem_object(st, g, mm, nb)
+        if obj < 0:
+            raise_error(st, ERR_MULTIMEM_ADDR, slot, mm)
+            return
+        kind = REQ_MM_LD if sub == MM_LD_REDUCE else (REQ_MM_RED if sub == MM_RED else REQ_MM_ST)
+        if not hub_submit(st, g, kind, slot, multimem_route_peer(st, obj, g), dst, src, nb,
+                          obj * 16 + dt, 0, tick, -1):
+            _stall_on_hub(st, slot, g, tick)
+            return
+        st.tb[slot].outstanding += 1
 
     elif sem == SEM_FLAG_SET or sem == SEM_ATOM:
         base = 1 if sem == SEM_ATOM else 0
@@ -688,7 +737,7 @@ def _execute(st, slot, sm, tick, cyc):
                 notify_stores(st, g, addr, 8, mem_done)
         else:
             kind = REQ_STORE if sem == SEM_FLAG_SET else REQ_ATOM
-            if not hub_submit(st, g, kind, slot, peer, addr, 0, 8, value, row[OP0], tick):
+            if not hub_submit(st, g, kind, slot, peer, addr, 0, 8, value, row[OP0], tick, -1):
                 _stall_on_hub(st, slot, g, tick)
                 return
             if sem == SEM_FLAG_SET:
@@ -819,20 +868,69 @@ def _copy_functional(st, g, sm, slot, dst, src, nbytes):
 
 
 @compiled
-def _mma_functional(va, vb, vc, m, n, k, dt):
+def _mma_functional(va, vb, vc, m, n, k, dt, b_transposed):
     """C[m,n] += A[m,k] @ B[k,n], inputs in dt, fp32 accumulation in k order (every C element is
-    rounded to fp32 after each of its k products, in increasing k, whatever the loop order)."""
+    rounded to fp32 after each of its k products, in increasing k, whatever the loop order).
+    b_transposed: B is stored as its transpose, an [n][k] row-major tile (mma.bf16.bt.bl2)."""
     c = vc.view(np.float32)
     for i in range(m):
         for kk in range(k):
             a = _load_f32(va, i * k + kk, dt)
             for j in range(n):
-                c[i * n + j] = np.float32(c[i * n + j] + a * _load_f32(vb, kk * n + j, dt))
+                bj = j * k + kk if b_transposed else kk * n + j
+                c[i * n + j] = np.float32(c[i * n + j] + a * _load_f32(vb, bj, dt))
 
 
 @compiled
-def _vec_functional(sub, vd, va, vb, n, dt, dt_dst):
-    """Sources a, b in dt; dst (and axpy's scalar b[0]) in dt_dst; arithmetic in fp32."""
+def _exp_f32(x):
+    # as _silu: float64 libm exp rounded once to fp32 (exp(-inf) = 0: a masked score)
+    return np.float32(np.exp(np.float64(x)))
+
+
+@compiled
+def _rsqrt_f32(x):
+    # 1 / sqrt(x) in float64 (sqrt and the division correctly rounded), rounded once to fp32;
+    # IEEE special cases spelled out (both engines, no Python ZeroDivisionError in the loop)
+    xd = np.float64(x)
+    if xd != xd or xd < 0.0:
+        return np.float32(np.nan)
+    if xd == 0.0:
+        return np.float32(math.copysign(math.inf, xd))
+    return np.float32(1.0 / math.sqrt(xd))
+
+
+@compiled
+def _div_f32(x, y):
+    # IEEE fp32 division x / y, with the y == 0 cases spelled out as for _rsqrt_f32
+    if y == 0.0:
+        if x != x or x == 0.0:
+            return np.float32(np.nan)
+        return np.float32(math.copysign(math.inf, x) * math.copysign(1.0, y))
+    return np.float32(x / y)
+
+
+@compiled
+def _vec_functional(sub, vd, va, vb, n, dt, dt_dst, cols):
+    """Sources a, b in dt; dst (and axpy's scalar b[0]) in dt_dst; arithmetic in fp32, every
+    result rounded to fp32 once (as NumPy's float32 operators round). exp and rsqrt are computed
+    in float64 and rounded once to fp32 (_exp_f32, _rsqrt_f32). Row and column subops see a as
+    rows of `cols` elements; the row reductions accumulate in fp32 in increasing column order."""
+    if sub == VEC_ROW_MAX or sub == VEC_ROW_SUM or sub == VEC_ROW_SUMSQ:
+        for r in range(n // cols):
+            acc = _load_f32(va, r * cols, dt)
+            if sub == VEC_ROW_SUMSQ:
+                acc = np.float32(acc * acc)
+            for c in range(1, cols):
+                v = _load_f32(va, r * cols + c, dt)
+                if sub == VEC_ROW_MAX:
+                    acc = v if v > acc else acc
+                elif sub == VEC_ROW_SUM:
+                    acc = np.float32(acc + v)
+                else:
+                    acc = np.float32(acc + np.float32(v * v))
+            _store_f32(vd, r, dt_dst, acc)
+        return
+    alpha = np.float32(0.0)
     if sub == VEC_AXPY:
         alpha = _load_f32(vb, 0, dt_dst)
     for i in range(n):
@@ -846,6 +944,28 @@ def _vec_functional(sub, vd, va, vb, n, dt, dt_dst):
             r = np.float32(_silu(_load_f32(va, i, dt)) * _load_f32(vb, i, dt))
         elif sub == VEC_CVT:
             r = _load_f32(va, i, dt)
+        elif sub == VEC_SUB:
+            r = np.float32(_load_f32(va, i, dt) - _load_f32(vb, i, dt))
+        elif sub == VEC_MAX:
+            x = _load_f32(va, i, dt)
+            y = _load_f32(vb, i, dt)
+            r = x if x >= y else y
+        elif sub == VEC_EXP:
+            r = _exp_f32(_load_f32(va, i, dt))
+        elif sub == VEC_RSQRT:
+            r = _rsqrt_f32(_load_f32(va, i, dt))
+        elif sub == VEC_ROW_ADD:
+            r = np.float32(_load_f32(va, i, dt) + _load_f32(vb, i // cols, dt))
+        elif sub == VEC_ROW_SUB:
+            r = np.float32(_load_f32(va, i, dt) - _load_f32(vb, i // cols, dt))
+        elif sub == VEC_ROW_MUL:
+            r = np.float32(_load_f32(va, i, dt) * _load_f32(vb, i // cols, dt))
+        elif sub == VEC_ROW_DIV:
+            r = _div_f32(_load_f32(va, i, dt), _load_f32(vb, i // cols, dt))
+        elif sub == VEC_COL_ADD:
+            r = np.float32(_load_f32(va, i, dt) + _load_f32(vb, i % cols, dt))
+        elif sub == VEC_COL_MUL:
+            r = np.float32(_load_f32(va, i, dt) * _load_f32(vb, i % cols, dt))
         else:  # VEC_AXPY
             r = np.float32(_load_f32(vd, i, dt_dst) + alpha * _load_f32(va, i, dt))
         _store_f32(vd, i, dt_dst, r)

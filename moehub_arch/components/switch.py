@@ -38,14 +38,17 @@ GPUs), as in DGX/HGX H100 and GH200 NVL32.
 """
 from ..engine.jit import compiled, inline
 
-from ..engine.state import ROUTE_FIRST, ROUTE_N, ROUTE_RR
-from .nvlink import (channel_count_arrival, credit_return_vc, header_serialisation,
-                     packet_serialisation, txq_push, txq_room)
-from .packet import VC_REQUEST, VC_RESPONSE, packet_vc
+from .nvlink import (channel_count_arrival, credit_return_vc, input_free_tick,
+                     pick_switch_output, txq_push)
+from .nvls import NVLS_SENT, nvls_absorb, nvls_fanout
+from .packet import PK_MM_DATA, PK_MM_LD, PK_MM_ST, VC_REQUEST, VC_RESPONSE, packet_free, packet_vc
 from .trace import CAT_SWITCH, TR_XBAR, trace_event
 from .wakeups import xbar_kick
 from .block import Block, Debug, Event, Param, Stat, StatGroup, Timer, fields
-from .nvlink import RX_STATS, TX_STATS, channel_name
+from .nvlink import RX_STATS, TX_STATS, _channels, channel_name
+from .link_class import LINK_IB
+from .nic import nic_admit
+from ..topology import NODE_NIC, SWN_INDEX, SWN_KIND
 
 EV_XBAR = 5          # a0 = channel: switch input port moves head packets across the crossbar
 
@@ -77,8 +80,11 @@ def switch_findings(sim):
 BLOCK = Block(
     "switch", __doc__.split("\n\n")[0],
     params=(
-        Param("num_switches", "system.switch.count", "switches", "NVSwitches",
-              lambda cfg: cfg.system.switch.count, "config: system.switch.count"),
+        Param("num_switches", "system.switch.count", "switches", "NVSwitch chips in the system "
+              "(every node's; none with NVLink bridges)",
+              lambda cfg: 0 if cfg.system.switch.topology == "bridge_pairs"
+              else cfg.system.switch.count * cfg.system.nodes.count,
+              "config: system.switch.count x system.nodes.count"),
         Param("cut_through", "system.switch.forwarding", "bool", "1: a packet crosses once its "
               "header is in (cut_through), 0: once the whole packet is (store_and_forward)",
               lambda cfg: int(cfg.system.switch.forwarding == "cut_through"),
@@ -110,8 +116,8 @@ BLOCK = Block(
              "response-queue room", lambda i: i.rx.rsp_xbar_blocked_ticks),
     )),),
     events=(Event("xbar", EV_XBAR, "a switch input port moves head packets across the crossbar"),),
-    timers=(Timer("xbar", EV_XBAR, lambda cfg: 2 * cfg.system.num_gpus * cfg.system.nvlink.links_per_gpu,
-                  "one per channel (used by up channels: the switch input ports)"),),
+    timers=(Timer("xbar", EV_XBAR, _channels,
+                  "one per channel (used by channels into a forwarding node: its input ports)"),),
     checks=(check_inputs,),
     findings=(switch_findings,),
     debug=(Debug("Switch", CAT_SWITCH, (TR_XBAR,), describe={TR_XBAR: lambda n, c, out, dst: (
@@ -127,6 +133,8 @@ def switch_receive(st, c, pkt, tick):
     channel_count_arrival(st, c, pkt)
     ch = st.ch[c]
     st.pk[pkt].ready = tick
+    if st.pk[pkt].kind == PK_MM_DATA and nvls_absorb(st, c, pkt, tick):
+        return  # a member's values went into a reduction entry (nvls.py)
     if packet_vc(st, pkt) == VC_RESPONSE:
         st.rsp_rxq[c, (ch.rsp_rxq_head + ch.rsp_rxq_count) % st.rsp_rxq.shape[1]] = pkt
         ch.rsp_rxq_count += 1
@@ -171,26 +179,26 @@ def _cross(st, c, vc, tick):
                 return
             pkt = st.rxq[c, ch.rxq_head]
         pk = st.pk[pkt]
-        route = st.sw_routes[ch.switch * p.num_gpus + pk.dst]
-        n = route[ROUTE_N]
         out = -1
-        for k in range(n):
-            cand = route[ROUTE_FIRST + (route[ROUTE_RR] + k) % n]
-            if txq_room(st, cand, vc):
-                out = cand
-                route[ROUTE_RR] = (route[ROUTE_RR] + k + 1) % n
-                break
-        if out < 0:
+        if pk.kind == PK_MM_ST or pk.kind == PK_MM_LD:
+            # multimem: the switch's engine serves the members (nvls.py)
+            wait = nvls_fanout(st, c, pkt, tick)
+        else:
+            out = pick_switch_output(st, ch.switch, pk.dst, vc)
+            wait = pk.dst if out < 0 else NVLS_SENT
+        if wait != NVLS_SENT:
+            # wait for room in an output toward GPU `wait` (or, wait < 0, in the reduction buffer)
             if vc == VC_RESPONSE:
                 if not ch.rsp_xbar_blocked:
                     ch.rsp_xbar_blocked = 1
                     ch.rsp_xbar_blocked_since = tick
-                    _wait_for_output(st, (ch.switch * p.num_gpus + pk.dst) * 2 + vc, c)
+                    _wait_for_output(st, (ch.switch * p.num_gpus + wait) * 2 + vc, c)
             elif not ch.xbar_blocked:
                 ch.xbar_blocked = 1
                 ch.xbar_blocked_since = tick
-                _wait_for_output(st, (ch.switch * p.num_gpus + pk.dst) * 2 + vc, c)
-            return  # an output toward pk.dst that frees a slot in this channel wakes us
+                if wait >= 0:
+                    _wait_for_output(st, (ch.switch * p.num_gpus + wait) * 2 + vc, c)
+            return  # an output toward it that frees a slot in this channel wakes us
         if vc == VC_RESPONSE:
             ch.rsp_rxq_head = (ch.rsp_rxq_head + 1) % st.rsp_rxq.shape[1]
             ch.rsp_rxq_count -= 1
@@ -199,14 +207,15 @@ def _cross(st, c, vc, tick):
             ch.rxq_count -= 1
         # the buffer space is free once the packet has left it: now, or (cut-through) when its
         # tail has come in, one serialisation after its header
-        freed = tick
-        if p.cut_through:
-            tail = (pk.ready - p.switch_traversal_ticks + packet_serialisation(st, pkt)
-                    - header_serialisation(st))
-            if tail > freed:
-                freed = tail
-        credit_return_vc(st, c, pk.flits, freed + p.link_latency_ticks, vc)
+        credit_return_vc(st, c, pk.flits, input_free_tick(st, c, pkt, tick) + ch.latency, vc)
+        if out < 0:
+            packet_free(st, pkt)   # a multimem packet the engine has served
+            continue
         pk.ready = tick
+        if st.sw_node[ch.switch, SWN_KIND] == NODE_NIC:
+            # the NIC's RDMA engine (nic.py): work requests toward InfiniBand
+            nic_admit(st, ch.switch, st.sw_node[ch.switch, SWN_INDEX],
+                      st.ch[out].link_class == LINK_IB, pkt, tick)
         trace_event(st, CAT_SWITCH, TR_XBAR, c, out, pk.dst, tick)
         txq_push(st, out, pkt, tick)
 

@@ -497,19 +497,20 @@ def _convert(cls, raw, path, ctx, name=None):
 def _check(cfg: Config, ctx: _Ctx):
     s = cfg.system
     nv, sw = s.nvlink, s.switch
-    if len(sw.gpu_link_switch) != nv.links_per_gpu:
+    if sw.topology == "nvswitch" and len(sw.gpu_link_switch) != nv.links_per_gpu:
         raise ctx.error(("system", "switch", "gpu_link_switch"),
                         f"expected one switch index per link (system.nvlink.links_per_gpu = "
                         f"{nv.links_per_gpu}), found {len(sw.gpu_link_switch)} entries")
-    for i, idx in enumerate(sw.gpu_link_switch):
+    for i, idx in enumerate(sw.gpu_link_switch if sw.topology == "nvswitch" else ()):
         if idx >= sw.count:
             raise ctx.error(("system", "switch", "gpu_link_switch", i),
                             f"switch index {idx} out of range: system.switch.count = {sw.count}")
-    for idx in range(sw.count):
-        need = sw.gpu_link_switch.count(idx) * s.num_gpus
+    gpn = s.nodes.gpus_per_node or s.num_gpus
+    for idx in range(sw.count if sw.topology == "nvswitch" else 0):
+        need = sw.gpu_link_switch.count(idx) * gpn
         if need > sw.ports:
             raise ctx.error(("system", "switch", "ports"),
-                            f"switch {idx} needs {need} ports ({s.num_gpus} GPUs x "
+                            f"switch {idx} needs {need} ports ({gpn} GPUs x "
                             f"{sw.gpu_link_switch.count(idx)} links), found {sw.ports}")
     for key in ("header_bytes", "max_payload_bytes"):
         if getattr(nv, key) % nv.flit_bytes:
@@ -757,7 +758,28 @@ def load_config(path, overrides: Sequence[str] = (), system_file=None) -> Config
     return attrs.evolve(cfg, load_warnings=tuple(warnings))
 
 
+def _nodes(cfg: Config, ctx: _Ctx) -> Config:
+    """A multi-node system: system.num_gpus = nodes x GPUs per node; the fabric must build
+    (topology.py names the key of what is missing or inconsistent)."""
+    nodes = cfg.system.nodes
+    if nodes.count > 1 and not nodes.gpus_per_node:
+        raise ctx.error(("system", "nodes", "gpus_per_node"),
+                        f"system.nodes.count is {nodes.count}: expected the GPUs of one node, "
+                        f"found none")
+    if nodes.gpus_per_node:
+        cfg = attrs.evolve(cfg, system=attrs.evolve(
+            cfg.system, num_gpus=nodes.count * nodes.gpus_per_node))
+    from ..topology import TopologyError, build_fabric, build_routes
+    try:
+        build_routes(cfg, build_fabric(cfg))
+    except TopologyError as e:
+        key, _, _ = str(e).partition(":")
+        raise ctx.error(tuple(key.split(".")), str(e).partition(": ")[2]) from None
+    return cfg
+
+
 def _finish(cfg: Config, ctx: _Ctx, files) -> Config:
+    cfg = _nodes(cfg, ctx)
     _check(cfg, ctx)
     _check_layer(cfg, ctx)
     cfg = _resolve_kernel_files(cfg, ctx)

@@ -70,6 +70,11 @@ class L2Config:
                           "is held until the HBM channels took the data) or write_back (the L2 "
                           "absorbs them at its bandwidth; the HBM write-back costs channel bandwidth "
                           "but holds no link buffer)", choices=L2_LINK_WRITES)
+    capacity: int = _f("size", "bytes of mma operand regions (weight tiles, shared row tiles) the "
+                       "L2 holds: marked reads beyond it miss and are read from HBM "
+                       "(components/l2.py)", min=1)
+    tracked_regions: int = _f("int", "entries of the L2 residency table per GPU: one per resident "
+                              "operand region, least recently used evicted when full", min=1)
 
 
 RPM_SCHEDULES = ("arrival", "full_first", "uncoalesced")
@@ -189,6 +194,13 @@ class NvlinkConfig:
 
 
 @attrs.frozen
+class NvlsConfig:
+    reduction_buffer_bytes: int = _f("size", "NVLink SHARP reduction buffer per switch input port: "
+                                     "multimem.ld_reduce entries in flight from that port "
+                                     "(components/nvls.py)", min=0)
+
+
+@attrs.frozen
 class SwitchConfig:
     count: int = _f("int", "NVSwitch chips", min=1)
     ports: int = _f("int", "NVLink ports per switch chip", min=1)
@@ -198,6 +210,68 @@ class SwitchConfig:
                          "flit is in; store_and_forward: once the whole packet is",
                          choices=("cut_through", "store_and_forward"))
     gpu_link_switch: tuple = _f("int_tuple", "switch index of each of a GPU's links", min=0)
+    nvls: NvlsConfig = _f("node", "the switch's multicast and reduction engine (NVLink SHARP)",
+                          cls=NvlsConfig)
+    topology: str = _f("choice", "nvswitch: every GPU's links go to the node's NVSwitch chips "
+                       "(gpu_link_switch); bridge_pairs: GPUs 2i and 2i+1 of a node joined by NVLink "
+                       "bridges, no NVSwitch", "nvswitch", choices=("nvswitch", "bridge_pairs"))
+
+
+# Multi-node fabrics (components/fabric.py, pcie.py, nic.py, infiniband.py). A one-node system
+# leaves these sections out; with nodes.count > 1 every hardware number below must be given (a
+# zero is "not given": the loader names the key).
+@attrs.frozen
+class NodesConfig:
+    count: int = _f("int", "nodes (servers); system.num_gpus becomes count x gpus_per_node", 1,
+                    min=1)
+    gpus_per_node: int = _f("int", "GPUs per node (0: system.num_gpus, one node)", 0, min=0)
+
+
+@attrs.frozen
+class PcieConfig:
+    bandwidth: float = _f("bandwidth", "per link (x16), per direction, after line encoding", 0.0,
+                          min=0)
+    latency: int = _f("time", "one-way link latency (PHY, retimers, traces)", 0, min=0)
+    max_payload_bytes: int = _f("size", "largest TLP payload (Max_Payload_Size)", 0, min=0)
+    tlp_overhead_bytes: int = _f("size", "bytes per TLP besides its payload: framing token, "
+                                 "sequence number, header, LCRC", 0, min=0)
+    buffer_bytes: int = _f("size", "receive buffer (flow-control credits) per link direction", 0,
+                           min=0)
+    switch_latency: int = _f("time", "traversal of a PCIe switch (systems with one)", 0, min=0)
+
+
+@attrs.frozen
+class NicConfig:
+    per_node: int = _f("int", "NICs per node", 0, min=0)
+    gpus_per_nic: int = _f("int", "GPUs sharing one NIC (> 1: a PCIe switch joins them)", 1,
+                           min=1)
+    message_rate: float = _f("float", "work requests (RDMA messages) the NIC starts per second",
+                             0.0, min=0)
+    processing_latency: int = _f("time", "NIC pipeline latency a packet spends crossing it", 0,
+                                 min=0)
+    doorbell_latency: int = _f("time", "from the GPU's doorbell to the first byte of a work "
+                               "request on the wire (WQE fetch and payload read over PCIe)", 0,
+                               min=0)
+
+
+@attrs.frozen
+class InfinibandConfig:
+    bandwidth: float = _f("bandwidth", "per port, per direction (data rate)", 0.0, min=0)
+    latency: int = _f("time", "one-way cable + PHY latency per link", 0, min=0)
+    mtu_bytes: int = _f("size", "path MTU: largest payload of one IB packet", 0, min=0)
+    packet_overhead_bytes: int = _f("size", "bytes per IB data packet besides its payload "
+                                    "(LRH, BTH, RETH, ICRC, VCRC)", 0, min=0)
+    ack_bytes: int = _f("size", "bytes of an acknowledgement packet (LRH, BTH, AETH, ICRC, VCRC)",
+                        0, min=0)
+    buffer_bytes: int = _f("size", "receive buffer (link credits) per port and direction", 0,
+                           min=0)
+    switch_latency: int = _f("time", "port-to-port traversal of an IB switch", 0, min=0)
+    switch_ports: int = _f("int", "ports per IB switch", 0, min=0)
+    topology: str = _f("choice", "single_switch: every NIC on one switch; rail_optimized: NIC i "
+                       "of every node on leaf i (its rail), leaves joined by spine switches",
+                       "single_switch", choices=("single_switch", "rail_optimized"))
+    spine_switches: int = _f("int", "spine switches (rail_optimized), each linked once to every "
+                             "leaf", 0, min=0)
 
 
 @attrs.frozen
@@ -207,6 +281,12 @@ class SystemConfig:
     gpu: GpuConfig = _f("node", "one GPU (all GPUs are identical)", cls=GpuConfig)
     nvlink: NvlinkConfig = _f("node", "NVLink links", cls=NvlinkConfig)
     switch: SwitchConfig = _f("node", "NVSwitch chips", cls=SwitchConfig)
+    nodes: NodesConfig = _f("node", "nodes of a multi-node system", NodesConfig(), cls=NodesConfig)
+    pcie: PcieConfig = _f("node", "PCIe links between GPUs and NICs (multi-node)", PcieConfig(),
+                          cls=PcieConfig)
+    nic: NicConfig = _f("node", "RDMA NICs (multi-node)", NicConfig(), cls=NicConfig)
+    infiniband: InfinibandConfig = _f("node", "InfiniBand links and switches (multi-node)",
+                                      InfinibandConfig(), cls=InfinibandConfig)
 
 
 # -------------------------------------------------------------------------------- workload
@@ -226,6 +306,13 @@ class BufferConfig:
 
 
 @attrs.frozen
+class MulticastConfig:
+    buffer: str = _f("str", "the symmetric buffer the multicast object binds (its range, on every "
+                     "member: multimem addresses are the buffer's addresses)")
+    gpus: tuple = _f("int_tuple", "member GPUs (at least two; empty: every GPU)", (), min=0)
+
+
+@attrs.frozen
 class LaunchConfig:
     kernel: str = _f("str", "kernel name")
     # an int, or an expression string evaluated per GPU by the builder like params ("4 * nsm")
@@ -237,6 +324,12 @@ class LaunchConfig:
     host_delay: int = _f("time", "host-side time before this launch is issued, on top of "
                          "system.gpu.kernel_launch_latency (e.g. the host polling device memory "
                          "and sizing buffers before it can launch)", 0, min=0)
+    warp_groups: int = _f("int", "instruction streams per thread block: 1 (default) runs each "
+                          "block as one stream; G > 1 makes every block G warp groups that issue "
+                          "independently from their own registers (a DeepEP channel block: one "
+                          "warp group per peer rank). A block is placed whole on one SM and counts "
+                          "once against system.gpu.sm.max_resident_tbs; %tb numbers the warp "
+                          "groups (block * G + group) and %ntb counts them", 1, min=1)
     dam_tile_tbs: int = _f("int", "0: an ordinary launch. N > 0: the MoE-Hub DAM starts its thread "
                            "blocks, N per ready tile, then one last block once every tile was "
                            "started (system.gpu.hub.moe.dam.consumers: launch); the grid is an upper "
@@ -392,10 +485,17 @@ class BlockConfig:
     model: str = _f("str", "dense model shape: a name in workloads/blocks/ or a path to a block "
                            "model YAML ('' = no block)", "")
     kind: str = _f("choice", "which part of the block: ffn (the dense SwiGLU FFN: column-parallel "
-                   "gate/up, row-parallel down, then the TP all-reduce)", "ffn", choices=("ffn",))
+                   "gate/up, row-parallel down, then the TP all-reduce); attention (norm, "
+                   "column-parallel QKV, causal FlashAttention-style attention over this GPU's "
+                   "heads, row-parallel output projection, all-reduce, residual); transformer "
+                   "(the attention part, then norm, FFN, all-reduce, residual: one whole layer)",
+                   "ffn", choices=("ffn", "attention", "transformer"))
     scheme: str = _f("choice", "how the row-parallel partial sums are combined: tp_ring (NCCL "
-                     "ring all-reduce over puts/flags), tp_none (t = 1: no collective, the "
-                     "reference)", "tp_ring", choices=("tp_ring", "tp_none"))
+                     "ring all-reduce over puts/flags), sp_ring (sequence parallelism, kinds "
+                     "attention and transformer: ring reduce-scatter after each row-parallel "
+                     "GEMM, norms and residuals on the sequence shard, ring all-gather before "
+                     "each column-parallel GEMM), tp_none (t = 1: no collective, the reference)",
+                     "tp_ring", choices=("tp_ring", "sp_ring", "tp_none"))
     tp: int = _f("int", "tensor-parallel degree t: every GPU of the system is one TP rank (must "
                  "equal system.num_gpus and divide heads, hidden and ffn)", 8, min=1)
     tokens: int = _f("int", "tokens in the block (sequence x batch); 0: the model's seq x batch",
@@ -406,9 +506,13 @@ class BlockConfig:
                         "128 x 128 tile)", 128, min=1)
     allreduce_channels: int = _f("int", "thread blocks (NCCL channels) of the ring all-reduce "
                                  "(assumption: 16, as configs/ubench/allreduce_ring.yaml)", 16, min=1)
+    attention_tile: int = _f("int", "query and key tile of the attention kernel, Br = Bc (must "
+                             "divide seq; assumption: 64, FlashAttention-2's key block for head "
+                             "dim 128, arXiv 2307.08691)", 64, min=1)
     allreduce_slice: int = _f("int", "largest elements per put of the ring all-reduce (NCCL's "
-                              "chunk); the block uses the largest power of two <= this that "
-                              "divides its share (assumption: 64K elements = 128 KB bf16)",
+                              "chunk); the block uses the largest divisor <= this of a channel's "
+                              "share, preferring multiples of 64 elements (whole 128 B packets; "
+                              "assumption: 64K elements = 128 KB bf16)",
                               65536, min=1)
 
 
@@ -422,6 +526,9 @@ class WorkloadConfig:
                           "loaded", ())
     buffers: tuple = _f("named", "symmetric buffers: name -> fields", (), cls=BufferConfig)
     launches: tuple = _f("list", "kernel launches", (), cls=LaunchConfig)
+    multicast: tuple = _f("list", "NVLink SHARP multicast objects (cuMulticastCreate + BindMem): "
+                          "a buffer and a group of GPUs that multimem instructions address",
+                          (), cls=MulticastConfig)
     report: tuple = _f("named", "derived results: name -> fields", (), cls=ReportConfig)
     moe: MoeWorkloadConfig = _f("node", "experts served by the MoE-Hub: placement, receive windows",
                                 MoeWorkloadConfig(), cls=MoeWorkloadConfig)

@@ -19,7 +19,7 @@ from ..components.nvlink import EV_CH_ARRIVE, EV_CH_TX, channel_arrival, channel
 from ..components.scheduler import EV_KERNEL_START, kernel_start
 from ..components.sm import EV_LOCAL_DONE, EV_SM_ISSUE, local_done, sm_issue
 from ..components.occupancy import EV_OCCUPANCY_SAMPLE, occupancy_sample
-from ..components.packet import PK_MOE
+from ..components.packet import PK_MOE, PK_MOE_EOS
 from ..components.switch import EV_XBAR, switch_crossbar, switch_receive
 from .events import Q_SEQ, Q_TICK, TIMER_OFF, TM_SEQ, TM_TICK, pop, timer_clear
 
@@ -84,7 +84,7 @@ def run_loop(st, max_events, headroom, tick_limit):
             pkt = channel_arrival(st, a0)
             if st.ch[a0].to_switch:
                 switch_receive(st, a0, pkt, tick)
-            elif st.pk[pkt].kind >= PK_MOE:
+            elif st.pk[pkt].kind == PK_MOE or st.pk[pkt].kind == PK_MOE_EOS:
                 # MoE-Hub packets are link writes too: the link answers them (hub.py)
                 owe_link_responses(st, st.ch[a0].gpu, st.pk[pkt].src, st.pk[pkt].npk, tick)
                 aau_receive(st, st.ch[a0].gpu, a0, pkt, tick)

@@ -89,6 +89,9 @@ STATE_FIELDS = tuple([
 
 # thread-block states
 TB_EMPTY, TB_READY, TB_WAIT_FLAG, TB_WAIT_FENCE, TB_WAIT_REMOTE, TB_WAIT_HUB, TB_WAIT_CLAIM = range(7)
+# a warp group that exited while others of its thread block run: its slot stays reserved until the
+# whole block exits (an SM frees a block's resources when the block ends; components/scheduler.py)
+TB_RETIRED = 7
 # per-GPU lists of sleeping TBs (State.wait_list[g, list]): flag waiters, TBs stalled on the hub
 WAITLIST_FLAG, WAITLIST_HUB = 0, 1
 
@@ -116,6 +119,7 @@ ERR_MOE_RELEASE = 11
 ERR_REG_RANGE = 12
 ERR_RED_REMOTE = 13
 ERR_MOE_CLAIM_LAUNCH = 14
+ERR_MULTIMEM_ADDR = 20
 ERR_DAM_START_QUEUE = 15
 ERROR_TEXT = {
     ERR_MOE_EXPERT: "expert id out of range (workload.moe.num_experts), or claim/release of an expert "
@@ -134,6 +138,8 @@ ERROR_TEXT = {
     ERR_BAD_SIZE: "negative or zero size",
     ERR_REG_RANGE: "vector load past r31 (ld.vN dst needs dst + N - 1 <= 31)",
     ERR_RED_REMOTE: "red.add targets another GPU; posted reductions are local (use atom.add for peers)",
+    ERR_MULTIMEM_ADDR: "multimem address outside every multicast object this GPU is a member of "
+                       "(workload.multicast: a buffer and its GPUs), or the range runs past the object",
     ERR_MOE_CLAIM_LAUNCH: "claim_buffer with system.gpu.hub.moe.dam.consumers: launch (the DAM starts "
                           "the consumers of ready tiles itself; use consumers: claim)",
     ERR_DAM_START_QUEUE: "the DAM started more thread blocks than are placed and held tiles can "

@@ -77,7 +77,7 @@ SEM_ST = 5        # (addr, src value)        8-byte word store
 SEM_COPY = 6      # (src dst_addr, src src_addr, src bytes)       bulk copy within this GPU
 SEM_COPY2D = 7    # (dst_addr, src_addr, rows, row_bytes, dst_stride, src_stride)
 SEM_MMA = 8       # (c_addr, a_addr, b_addr, m, n, k)  C[m,n] (f32) += A[m,k] @ B[k,n], row-major
-SEM_VEC = 9       # (dst_addr, a_addr, b_addr, n)      subop VEC_*, element type in DTYPE
+SEM_VEC = 9       # (dst_addr, a_addr, b_addr, n, cols) subop VEC_*, element type in DTYPE
 SEM_PUT = 10      # (gpu, dst_addr, src_addr, bytes)   async remote write; completes at `fence`
 SEM_GET = 11      # (gpu, dst_addr, src_addr, bytes)   async remote read into local dst
 SEM_ATOM = 12     # (dst, gpu, addr, value)            blocking fetch-and-op at memory, subop ATOM_*
@@ -90,10 +90,13 @@ SEM_SEND_EXPERT = 17  # (expert, src_addr, bytes, home, aux)   hand a row to the
 SEM_CLAIM = 18        # (rows, base, records, expert)          next ready tile of a local expert
 SEM_NOTIFY = 19       # (a, b)  subop NOTIFY_EOS: a = producers; NOTIFY_RELEASE: a = expert, b = base
 SEM_SEND_HOME = 20    # (record, src_addr, bytes, base)        combine: row back to its home slot
-NUM_SEMANTICS = 21
+# NVLink SHARP (in-switch multicast and reduction; components/nvls.py)
+SEM_MULTIMEM = 21     # (dst, src, bytes)  subop MM_*; the multimem address is dst (st, red) or src
+NUM_SEMANTICS = 22
 SEMANTIC_NAMES = (
     "nop", "exit", "alu", "branch", "ld", "st", "copy", "copy2d", "mma", "vec", "put", "get",
     "atom", "flag_set", "wait", "fence", "sleep", "send_to_expert", "claim", "notify", "send_home",
+    "multimem",
 )
 # Named operands of each semantic, in slot order, as (name, kind). Kinds: "reg" (a general
 # register written by the instruction), "src" (register, special register, parameter or
@@ -110,7 +113,7 @@ SEMANTIC_OPERANDS = {
     SEM_COPY2D: (("dst", "src"), ("src", "src"), ("rows", "src"), ("row_bytes", "src"),
                  ("dst_stride", "src"), ("src_stride", "src")),
     SEM_MMA: (("c", "src"), ("a", "src"), ("b", "src"), ("m", "src"), ("n", "src"), ("k", "src")),
-    SEM_VEC: (("dst", "src"), ("a", "src"), ("b", "src"), ("n", "src")),
+    SEM_VEC: (("dst", "src"), ("a", "src"), ("b", "src"), ("n", "src"), ("cols", "src")),
     SEM_PUT: (("gpu", "src"), ("dst", "src"), ("src", "src"), ("bytes", "src")),
     SEM_GET: (("gpu", "src"), ("dst", "src"), ("src", "src"), ("bytes", "src")),
     SEM_ATOM: (("dst", "reg"), ("gpu", "src"), ("addr", "addr"), ("value", "src")),
@@ -122,6 +125,7 @@ SEMANTIC_OPERANDS = {
     SEM_CLAIM: (("rows", "reg"), ("base", "reg"), ("records", "reg"), ("expert", "src")),
     SEM_NOTIFY: (("a", "src"), ("b", "src")),
     SEM_SEND_HOME: (("record", "src"), ("src", "src"), ("bytes", "src"), ("base", "src")),
+    SEM_MULTIMEM: (("dst", "src"), ("src", "src"), ("bytes", "src")),
 }
 
 
@@ -152,7 +156,24 @@ VEC_AXPY = 2   # dst = dst + b[0] * a       (b addresses one scalar of DTYPE: e.
 VEC_SILU_MUL = 3  # dst = silu(a) * b       (SwiGLU activation)
 VEC_ZERO = 4   # dst = 0                    (a, b ignored)
 VEC_CVT = 5    # dst = a                    (b ignored): converts a's type to the result type
-VEC_NAMES = ("add", "mul", "axpy", "silu_mul", "zero", "cvt")
+VEC_SUB = 6    # dst = a - b
+VEC_MAX = 7    # dst = max(a, b)            (online softmax: the running row maximum)
+VEC_EXP = 8    # dst = exp(a)               (b ignored; special-function unit)
+VEC_RSQRT = 9  # dst = 1 / sqrt(a)          (b ignored; special-function unit)
+# Row and column operations see a and dst as n / cols rows of `cols` elements (operand cols):
+VEC_ROW_MAX = 10    # dst[r] = max over c of a[r, c]        (dst holds n / cols elements)
+VEC_ROW_SUM = 11    # dst[r] = sum over c of a[r, c]        (fp32, in increasing c)
+VEC_ROW_SUMSQ = 12  # dst[r] = sum over c of a[r, c]^2      (fp32, in increasing c)
+VEC_ROW_ADD = 13    # dst[r, c] = a[r, c] + b[r]            (b: one element per row)
+VEC_ROW_SUB = 14    # dst[r, c] = a[r, c] - b[r]
+VEC_ROW_MUL = 15    # dst[r, c] = a[r, c] * b[r]
+VEC_ROW_DIV = 16    # dst[r, c] = a[r, c] / b[r]
+VEC_COL_ADD = 17    # dst[r, c] = a[r, c] + b[c]            (b: one element per column)
+VEC_COL_MUL = 18    # dst[r, c] = a[r, c] * b[c]
+VEC_NAMES = ("add", "mul", "axpy", "silu_mul", "zero", "cvt", "sub", "max", "exp", "rsqrt",
+             "row_max", "row_sum", "row_sumsq", "row_add", "row_sub", "row_mul", "row_div",
+             "col_add", "col_mul")
+VEC_FIRST_ROWWISE = VEC_ROW_MAX   # subops from here on use the cols operand
 # Sources read in the input type, dst written (and, for axpy, read together with the scalar b[0])
 # in the result type: e.g. vaxpy.f32.bf16 accumulates bf16 rows into an fp32 row.
 
@@ -165,7 +186,9 @@ MMA_L2 = 2     # A and B through the L2
 MMA_A_L2 = 3   # A through the L2, B from HBM (e.g. the first touch of an expert's weights)
 MMA_RA = 4     # A reused from the previous mma (already on chip: no memory traffic), B from HBM
 MMA_RA_B_L2 = 5  # A reused, B through the L2
-MMA_NAMES = ("plain", "b_l2", "l2", "a_l2", "ra", "ra_b_l2")
+MMA_BT_B_L2 = 6  # B given transposed, an [n][k] row-major tile (C += A B^T: attention's Q K^T with
+                 # K as stored), read through the L2
+MMA_NAMES = ("plain", "b_l2", "l2", "a_l2", "ra", "ra_b_l2", "bt_b_l2")
 
 # atomic sub-operations
 ATOM_ADD = 0       # fetch-and-add: the TB waits for the old value
@@ -175,14 +198,28 @@ ATOM_NAMES = ("add", "red_add")
 # load sub-operations: words loaded into consecutive registers dst, dst+1, ... (one access)
 LD_NAMES = ("w1", "v2", "v4", "v8")   # 1 << subop words
 
+# put sub-operations: who moves the bytes
+PUT_HUB = 0   # the hub reads the source from HBM as it packetizes (a bulk / copy-engine-like put)
+PUT_SM = 1    # a warp-level copy: the SM loads the source through its LSU (the TB waits for the
+              # loads) and stores it to the destination (posted; completes at fence), DeepEP-style
+PUT_NAMES = ("hub", "sm")
+
 # notify_ready sub-operations
 NOTIFY_EOS = 0       # this producer is done; the GPU's streams end once `a` producers said so
 NOTIFY_RELEASE = 1   # the claimed tile of expert `a` at base address `b` may be reused
 NOTIFY_NAMES = ("eos", "release")
 
+# multimem sub-operations (PTX multimem.*; the multimem address lies in a multicast object)
+MM_ST = 0          # multimem.st: local src -> every member's dst (one packet up, copies down)
+MM_RED = 1         # multimem.red.add: every member's dst += local src (element type in DTYPE)
+MM_LD_REDUCE = 2   # multimem.ld_reduce.add: local dst = sum over the members of their src
+MM_NAMES = ("st", "red", "ld_reduce")
+
 SUBOP_NAMES = {
     SEM_ALU: ALU_NAMES, SEM_BRANCH: CMP_NAMES, SEM_WAIT: CMP_NAMES, SEM_VEC: VEC_NAMES,
     SEM_ATOM: ATOM_NAMES, SEM_NOTIFY: NOTIFY_NAMES, SEM_MMA: MMA_NAMES, SEM_LD: LD_NAMES,
+    SEM_MULTIMEM: MM_NAMES,
+    SEM_PUT: PUT_NAMES,
 }
 # Semantics whose subop may be left out of an ISA entry (it then means the first variant).
-SUBOP_OPTIONAL = (SEM_MMA, SEM_LD)
+SUBOP_OPTIONAL = (SEM_MMA, SEM_LD, SEM_PUT)

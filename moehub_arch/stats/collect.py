@@ -35,5 +35,5 @@ def collect_stats(st, launches, program, host_seconds, compile_seconds, sim_tick
     out.add("hostEventRate", events / host_seconds if host_seconds > 0 else 0.0, "events/s",
             "events per host second")
     emit_stats(out, st, launches, sim_ticks, ("system",))
-    emit_stats(out, st, launches, sim_ticks, GPU_SCOPES + ("switch_port",))
+    emit_stats(out, st, launches, sim_ticks, GPU_SCOPES + ("switch_port", "fabric_link", "nic"))
     return out

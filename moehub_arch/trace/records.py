@@ -41,6 +41,11 @@ class Names:
         self.L, self.LE = int(p.links_per_gpu), int(p.local_experts)
         ch = sim.state.ch
         self.ch_switch, self.ch_port = ch.switch.copy(), ch.port.copy()
+        self.ch_gpu = ch.gpu.copy()
+        # fabric channels (PCIe, InfiniBand: after the NVLink ones) are named by their ends
+        self.nvlink_channels = 2 * self.G * self.L
+        self.ch_src = [(int(ch.src_kind[c]), int(ch.src_index[c]), int(ch.src_port[c]))
+                       for c in range(ch.shape[0])]
         self.launches = sim.launches
         # window index (gpu * local_experts + local slot) -> expert
         place = sim.state.moe_place
@@ -52,10 +57,16 @@ class Names:
         return f"system.gpu{sm // self.S}.sm{sm % self.S}.tb{slot % self.T}"
 
     def channel_gpu(self, c):
+        if c >= self.nvlink_channels:
+            return int(self.ch_gpu[c])
         return (c // 2) // self.L
 
     def channel(self, c):
-        """Up channels are the GPU's link transmitters, down channels the switch port's."""
+        """Up channels are the GPU's link transmitters, down channels the switch port's; a
+        fabric channel is named by the end that transmits it ('system.nic0.ib')."""
+        if c >= self.nvlink_channels:
+            from ..topology import end_name
+            return end_name(*self.ch_src[c])
         link = c // 2
         if c % 2 == 0:
             return f"system.gpu{link // self.L}.nvlink{link % self.L}"

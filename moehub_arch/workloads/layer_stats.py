@@ -41,6 +41,7 @@ import numpy as np
 
 from ..engine.state import NUM_WAIT_REASONS
 from ..isa.encoding import UNIT_COMM, UNIT_LSU, UNIT_TENSOR, UNIT_VECTOR
+from .dedup import add_dedup_stats
 
 
 def ideal_compute_ps(layer, cfg) -> float:
@@ -157,6 +158,19 @@ def add_layer_stats(sim, layer):
             "GPU link transmitters: mean busy fraction over the layer")
     out.add("system.moe.nvlink.tx_utilization_max", float(tx.max()) / span, "ratio",
             "GPU link transmitters: busiest one's busy fraction over the layer")
+    # traffic of every scheme on the same footing (DySHARP's comparison, arXiv 2605.05607):
+    # bytes on the wires between the GPUs and the switches, headers and padding included
+    # (NVLink only: a multi-node system's PCIe and InfiniBand links have their own stats)
+    nvl = st.ch.link_class == 0
+    up = int(st.ch.tx_wire_bytes[nvl & (st.ch.to_switch == 1)].sum())
+    down = int(st.ch.tx_wire_bytes[nvl & (st.ch.to_switch == 0)].sum())
+    out.add("system.moe.nvlink.tx_wire_bytes", up + down, "bytes",
+            "wire bytes sent on all GPU-switch links, both directions (the whole run)")
+    out.add("system.moe.nvlink.up_wire_bytes", up, "bytes",
+            "of which GPU -> switch (uplinks)")
+    out.add("system.moe.nvlink.down_wire_bytes", down, "bytes",
+            "of which switch -> GPU (downlinks)")
+    add_dedup_stats(out, layer, sim.cfg)
 
 
 def _dispatch_link_stats(st, out, layer, launches, P):

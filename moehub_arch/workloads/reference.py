@@ -171,3 +171,16 @@ def ring_allreduce_reference(x, bf16=True) -> np.ndarray:
             acc = rnd((acc + x[(k + i) % P, part]).astype(F32))
         out[part] = acc
     return out
+
+
+def nvls_allreduce_reference(x, bf16=True) -> np.ndarray:
+    """The sum over GPUs of x [P, N] as NVLink SHARP reduces it (components/nvls.py, multimem
+    ld_reduce): FP32 accumulation over the GPUs in rank order, ((x_0 + x_1) + x_2) + ..., each add
+    rounded to fp32, the total rounded once to the element type (bf16 when `bf16`). Every GPU
+    receives the same [N] result. Error bound against the exact sum: P - 1 fp32 roundings plus
+    one final rounding, |err| <= (P - 1) 2^-24 sum|x_i| + u |sum|, u = 2^-8 (bf16) or 0 (fp32)."""
+    x = np.asarray(x, F32)
+    acc = x[0].copy()
+    for i in range(1, x.shape[0]):
+        acc = (acc + x[i]).astype(F32)
+    return to_bf16(acc) if bf16 else acc

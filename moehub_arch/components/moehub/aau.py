@@ -5,7 +5,7 @@ capacity and a bump pointer in the AAU) and a completion-record array with one `
 record per slot. When the first bytes of a row arrive (whichever packet brings them: packets of one
 stream may overtake each other on parallel links), the AAU allocates the expert's next slot
 (`alloc_latency`), and takes a completion-record table entry (`record_table_entries` live records
-per GPU). Each packet's data is written at its row's slot (through hbm.link_write: into HBM, or
+per GPU). Each packet's data is written at its row's slot (through l2.link_write: into HBM, or
 into the L2 with system.gpu.l2.link_writes = write_back; the packet's link buffer is held until
 the memory took it); when a row is complete the AAU writes
 its record {source GPU, home, aux, bytes} and tells the DAM, and the row's descriptor leaves the
@@ -39,7 +39,8 @@ import numpy as np
 from ...engine.jit import compiled
 
 from ...engine.state import TB_WAIT_FENCE, WAIT_FENCE
-from ..hbm import hbm_access, link_write, move_bytes, write_word
+from ..hbm import hbm_access, move_bytes, write_word
+from ..l2 import link_write
 from ..hub import wake_hub_waiters
 from ..nvlink import channel_count_arrival, credit_return
 from ..packet import PK_MOE_EOS, packet_free
@@ -329,7 +330,7 @@ def _leave_link(st, g, c, pkt, t):
     """The packet no longer occupies its link receive buffer (or the loopback path) from t."""
     p = st.p[0]
     if c >= 0:
-        credit_return(st, c, st.pk[pkt].flits, t + p.link_latency_ticks)
+        credit_return(st, c, st.pk[pkt].flits, t + st.ch[c].latency)
     else:
         gp = st.gpu[g]
         gp.loop_inflight -= 1

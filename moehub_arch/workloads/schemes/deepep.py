@@ -4,12 +4,13 @@ kernels (github.com/deepseek-ai/DeepEP). Kernels and buffer layouts: workloads/k
 Stream 0 runs, in order: `deepep_layout` (per-rank/channel/expert counts, token metadata),
 `deepep_notify` (barrier, count exchange, barrier, per-expert prefix sums and the GEMM tile table),
 then - after the host round trip, modelled as the dispatch launch's host_delay - `deepep_dispatch`
-(C = comm_sms / 2 channels; C * P sender TBs, one per (channel, destination), and C * P receiver
-TBs, one per (channel, source) ring), `deepep_gate_up` and `deepep_down` (grouped GEMM over the
+(C = comm_sms / 2 channels on comm_sms SMs: C sender blocks with one warp group per destination
+and C receiver blocks with one warp group per (channel, source) ring; rows move by warp copies,
+put.sm, charged on the SMs' load/store units), `deepep_gate_up` and `deepep_down` (grouped GEMM over the
 expert-major receive buffer, in jobs of workload.layer.gemm_n_tile output columns per row tile),
 `deepep_combine`
-(per received token: the fp32 weighted sum of its local expert outputs, sent home once per
-(token, rank) as a bf16 row) and `deepep_reduce` (at home: shared experts + per-rank partials).
+(C blocks of P warp groups on C SMs; per received token: the fp32 weighted sum of its local
+expert outputs, copied home once per (token, rank) as a bf16 row by a warp copy) and `deepep_reduce` (at home: shared experts + per-rank partials).
 Stream 1 runs the shared experts (the "expert" phase lists them too, so its span starts with the
 layer; kernel.deepep_gate_up_us / deepep_down_us are the routed GEMMs alone).
 
@@ -65,9 +66,6 @@ def plan(layer):
 
     n = s.n_tile
     csb = COMBINE_STAGING * rb
-    if 4 * H > 32 * 1024:
-        raise LayerError(f"workload.layer.model: scheme deepep keeps a token's fp32 combine sum in "
-                         f"32 KB of shared memory (hidden <= 8192), found hidden {H}")
     # combine's expert outputs: the layer's GEMM output; the received rows themselves when the
     # experts are the identity (communication only); with fp8 rows, a bf16 buffer of their size
     if not comm_only:
@@ -101,7 +99,7 @@ def plan(layer):
         ]
     shared = 0 if comm_only else s.shared
     launches += [
-        LaunchConfig(kernel="deepep_combine", grid=C * P, stream=0, params=(
+        LaunchConfig(kernel="deepep_combine", grid=C, warp_groups=P, stream=0, params=(
             ("rec", "@dp_rec"), ("ntf", "@dp_ntf"), ("recv_y", expert_out),
             ("comb", "@dp_comb"), ("scratch", "@dp_combine_scratch"), ("acct", "@acct"),
             ("done", "@done"), ("tokens", T), ("topk", k), ("hidden", H), ("channels", C),
@@ -182,8 +180,10 @@ def mediation_and_dispatch(layer, *, comm_sms, ring_rows, rows_cap, tiles_cap, a
             ("grp", "@dp_grp"), ("cursor", "@dp_cursor"), ("tiles", "@dp_tiles"),
             ("epoch", EPOCH), ("channels", C), ("local_experts", El),
             ("tile_rows", s.tile_rows), ("align", align))),
-        LaunchConfig(kernel="deepep_dispatch", grid=(2 if receivers else 1) * C * P, stream=0,
-                     host_delay=host_delay, params=(
+        # one block per channel side, one warp group per peer rank (DeepEP intranode.cu: sender
+        # and receiver SMs of 768 threads, their warps split evenly over the ranks)
+        LaunchConfig(kernel="deepep_dispatch", grid=(2 if receivers else 1) * C, warp_groups=P,
+                     stream=0, host_delay=host_delay, params=(
             ("x", "@dp_x_fp8" if dispatch_dtype == "fp8" else "@x"), ("meta", "@dp_meta"),
             ("rank_slots", "@dp_rank_slots"),
             ("ring_x", "@dp_ring_x"), ("ring_ctl", "@dp_ring_ctl"), ("ntf", "@dp_ntf"),

@@ -9,12 +9,15 @@
 #                    the GEMM tile table
 #   (host)           the dispatch launch carries host_delay = host_sync_latency: the CPU polls the
 #                    counts, allocates the receive tensors and launches dispatch
-#   deepep_dispatch  C = comm_sms / 2 channels; senders push token rows through per-(channel, peer)
-#                    ring buffers on the receiving rank; receivers unpack them expert-major
+#   deepep_dispatch  C = comm_sms / 2 channels on comm_sms SMs (a sender and a receiver block per
+#                    channel, one warp group per peer rank); senders push token rows through
+#                    per-(channel, peer) ring buffers on the receiving rank with warp copies
+#                    (put.sm); receivers unpack them expert-major
 #   deepep_gate_up   grouped GEMM (SwiGLU) over the expert-major buffer: gate/up jobs (tile, q)
 #   deepep_down      then the down jobs (tile, c); jobs dealt round-robin to the TBs
-#   deepep_combine   per received token: fp32 weighted sum of its local expert outputs, one bf16
-#                    row put back to the token's home GPU; the last TB raises done[me] everywhere
+#   deepep_combine   on C SMs, one warp group per home rank: per received token the fp32
+#                    weighted sum of its local expert outputs, one bf16 row copied back to the
+#                    token's home GPU (put.sm); the last warp group raises done[me] everywhere
 #   deepep_reduce    at home: out = shared experts + partial rows of the ranks, ascending rank
 # Stream 1: the shared experts (shared_ffn in ../common/moe_common.s). There is no
 # cross-stream event: deepep_reduce reads their output ys at the end of the layer, long after the
@@ -68,7 +71,7 @@
 #                              words 0..7: t << 32 | (row position + 1) for slot j if its expert is
 #                              local, t << 32 if not; words 8..11 the router weights (f32)
 #   dp_comb   data [T][P][rb]  at home: the bf16 partial row of token t from rank r, at t*P + r
-#   dp_combine_scratch data    per combine TB: 8 bf16 staging rows
+#   dp_combine_scratch data    per combine warp group: 8 bf16 staging rows
 #   acct      ctl  (common)    0 sent, 1 received, 2 computed, 3 combined (token-expert pairs);
 #                              4: combine TBs finished
 #
@@ -362,20 +365,22 @@ end:
     exit
 
 # ------------------------------------------------------------------------------------------------
-# deepep_dispatch: grid 2*C*P. DeepEP's sender SM of a channel runs one warp group per destination
-# rank and its receiver SM one per source rank; a TB here is one instruction stream that can sleep
-# on one word and keeps its state in registers (shared memory holds no words in timing mode, and a
-# counter in HBM would cost a load per token), so each warp group is one TB:
+# deepep_dispatch: grid 2*C blocks of P warp groups (launch warp_groups: P), one block per SM as
+# DeepEP's 768-thread channel blocks: blocks 0..C-1 are the channels' sender SMs (one warp group
+# per destination rank), blocks C..2C-1 their receiver SMs (one warp group per source rank). Each
+# warp group is its own instruction stream (it sleeps on one word and keeps its state in
+# registers), numbered %tb = block * P + group:
 #   TB c*P + r (< C*P): sender of channel c to rank r. Walks the channel's tokens in order; a token
 #     with slots on r (its nibble in dp_rank_slots; one load per 16 tokens) waits for room in ring
-#     (c, me) on r (the head r publishes back), then puts the token row and its 96 B metadata row
-#     into slot (sent % R). After every min(send_chunk, max(1, R/2)) tokens, before waiting on a full ring
+#     (c, me) on r (the head r publishes back), then copies the token row and its 96 B metadata
+#     row into slot (sent % R) with warp copies (put.sm: loads through the SM's LSU, stores to the
+#     peer's ring; DeepEP's UNROLLED_WARP_COPY with st.global). After every min(send_chunk, max(1, R/2)) tokens, before waiting on a full ring
 #     and at the end it fences and publishes the tail with flag.set (release: the slots' data
 #     landed before the tail moves). Counts the token's slots on r as pairs sent.
 #   TB C*P + c*P + s: receiver of ring (c, s) on this rank. Expects ntf[s][c] tokens; waits on the
 #     tail (acquire); for each landed token reads its metadata (one ld.v8) and for each slot j whose
 #     expert is local takes a row position with atom.add on the expert's cursor and copies the row
-#     there (async local put); writes the token's record (positions + weights) for the combine;
+#     there (warp copy, put.sm); writes the token's record (positions + weights) for the combine;
 #     after each batch fences (the slots were copied out) and publishes its head to the sender.
 .kernel deepep_dispatch
 .param x
@@ -466,12 +471,12 @@ room:
     add r18, r18, %ring_x
     mul r16, r14, r1
     add r16, r16, %x
-    put r7, r18, r16, r1         # the token row
+    put.sm r7, r18, r16, r1      # the token row (warp copy: loads, then stores to the peer)
     mul r18, r17, 96
     add r18, r18, r4
     shl r16, r14, 7
     add r16, r16, %meta
-    put r7, r18, r16, 96         # its metadata (src_idx, topk_idx, topk_weights)
+    put.sm r7, r18, r16, 96      # its metadata (src_idx, topk_idx, topk_weights)
     add r21, r21, 1
     add r9, r9, 1
     blt r9, r8, next_token
@@ -507,7 +512,7 @@ rx_token:
     add r29, r29, r12            # r29 = the token's record
     add r2, r28, 64
     add r3, r29, 64
-    put %gpu, r3, r2, r15        # weights into the record (async local copy)
+    put.sm %gpu, r3, r2, r15     # weights into the record (warp copy)
     mul r27, r27, r1
     add r27, r27, %ring_x        # r27 = the slot's row
     shr r30, r16, 32
@@ -524,7 +529,7 @@ rx_choice:
     atom.add r3, %gpu, [r2], 1   # r3 = the row's position (expert-major)
     mul r2, r3, r1
     add r2, r2, %recv_x
-    put %gpu, r2, r27, r1        # the row into the expert's region (async local copy)
+    put.sm %gpu, r2, r27, r1     # the row into the expert's region (warp copy)
     add r3, r3, 1
     or r8, r30, r3               # record word: t << 32 | position + 1
     add r25, r25, 1
@@ -650,19 +655,23 @@ end:
     exit
 
 # ------------------------------------------------------------------------------------------------
-# deepep_combine: grid C*P, TB c*P + s walks the records of receiver (c, s) - the tokens this rank
-# received from home s on channel c (DeepEP's combine also runs on the comm SMs, one warp group per
-# rank). Per token: fp32 acc = 0 (shared memory); for slots j ascending whose expert is
-# here, acc += w_j * Y[position] (vaxpy.f32.bf16); the bf16 partial goes home with one put to
-# dp_comb[t*P + me] on s. The bf16 rows are staged in 8 scratch slots; before a slot is reused the
-# puts from it must have completed (fence every 8 tokens). When its puts are done the TB counts
-# itself finished; the last one of the rank raises done[me] on every GPU.
+# deepep_combine: grid C blocks of P warp groups (launch warp_groups: P; DeepEP's combine also runs
+# on the comm SMs, one warp group per rank), %tb = c*P + s walks the records of receiver (c, s) -
+# the tokens this rank received from home s on channel c. Per token, in chunks of up to 1024
+# elements of the row (DeepEP keeps its fp32 sums in registers, a chunk of the row at a time):
+# fp32 acc = 0 (shared memory, 4 KB per warp group); for slots j ascending whose expert is here,
+# acc += w_j * Y[position] (vaxpy.f32.bf16, on the vector unit); the chunk is rounded to bf16
+# into the token's staging row. The partial row goes home with one warp copy (put.sm: loads through
+# the LSU, stores to dp_comb[t*P + me] on s). The bf16 rows are staged in 8 scratch slots; before
+# a slot is reused the copies from it must have completed (fence every 8 tokens). When its copies
+# are done the warp group counts itself finished; the last one of the rank raises done[me] on
+# every GPU.
 .kernel deepep_combine
 .param rec
 .param ntf
 .param recv_y
 .param comb
-.param scratch               # per TB: 8 bf16 staging rows (put sources must be in HBM)
+.param scratch               # per warp group: 8 bf16 staging rows
 .param acct
 .param done
 .param tokens
@@ -670,7 +679,7 @@ end:
 .param hidden
 .param channels
 .param local_experts
-.smem 32KB                   # acc [H] f32 (H <= 8192): the register-file stand-in
+.smem 4KB                    # acc: one chunk of 1024 f32 (the register-file stand-in)
     shl r1, %hidden, 1           # r1 = rb
     add r2, %tokens, %channels
     sub r2, r2, 1
@@ -687,7 +696,7 @@ end:
     mul r12, r12, 96
     add r12, r12, %rec           # r12 = the records
     mov r10, %smem               # r10 = acc
-    shl r4, r1, 3                # r4 = scratch bytes per TB
+    shl r4, r1, 3                # r4 = scratch bytes per warp group
     mul r11, %tb, r4
     add r11, r11, %scratch       # r11 = staging slots
     mov r24, 0                   # r24 = record
@@ -696,9 +705,20 @@ tok:
     bge r24, r9, all_sent
     mul r26, r24, 96
     add r26, r26, r12            # r26 = record
+    and r29, r24, 7              # staging slot
+    bne r29, 0, staged
+    fence                        # slot reuse: the copies of 8 tokens ago are done
+staged:
+    mul r30, r29, r1
+    add r30, r30, r11            # r30 = the token's staging row
+    mov r3, 0                    # r3 = first element of the chunk
+chunk:
+    sub r13, %hidden, r3
+    min r13, r13, 1024           # r13 = elements in the chunk
+    shl r14, r3, 1               # r14 = its byte offset in a bf16 row
     ld.v8 r16, [r26]             # slot j's word in r16 after j shifts
     shr r27, r16, 32             # r27 = home token t
-    vzero.f32 r10, %hidden
+    vzero.f32 r10, r13
     mov r28, 0                   # r28 = slot j
 choice:
     and r29, r16, 0xffffffff     # position + 1 (0: slot j's expert is on another rank)
@@ -706,25 +726,24 @@ choice:
     sub r29, r29, 1
     mul r29, r29, r1
     add r29, r29, %recv_y
-    shl r30, r28, 2
-    add r30, r30, r26
-    add r30, r30, 64             # &w_j in the record
-    vaxpy.f32.bf16 r10, r29, r30, %hidden
-    add r25, r25, 1
+    add r29, r29, r14            # the chunk of the expert output row
+    shl r31, r28, 2
+    add r31, r31, r26
+    add r31, r31, 64             # &w_j in the record
+    vaxpy.f32.bf16 r10, r29, r31, r13
+    bne r3, 0, choice_next
+    add r25, r25, 1              # a pair, counted on the first chunk
 choice_next:
     next_slot_word r28, %topk, choice
-    and r29, r24, 7              # staging slot
-    bne r29, 0, staged
-    fence                        # slot reuse: the puts of 8 tokens ago are done
-staged:
-    mul r30, r29, r1
-    add r30, r30, r11
-    vcvt.bf16.f32 r30, r10, %hidden
+    add r29, r30, r14
+    vcvt.bf16.f32 r29, r10, r13
+    add r3, r3, r13
+    blt r3, %hidden, chunk
     mul r31, r27, %ngpu
     add r31, r31, %gpu
     mul r31, r31, r1
     add r31, r31, %comb
-    put r6, r31, r30, r1         # the partial row home: dp_comb[t*P + me] on s
+    put.sm r6, r31, r30, r1      # the partial row home: dp_comb[t*P + me] on s
     add r24, r24, 1
     bra tok
 all_sent:
@@ -732,7 +751,7 @@ all_sent:
     red.add %gpu, [%acct+24], r25    # acct 3: pairs combined
     atom.add r13, %gpu, [%acct+32], 1
     sub r14, %ntb, 1
-    bne r13, r14, leave          # not the rank's last combine TB
+    bne r13, r14, leave          # not the rank's last combine warp group
     tell_every_gpu %done, r16, r15    # done[me] = 1 on every GPU
 leave:
     exit

@@ -28,12 +28,17 @@
 #   flags       [channels][2 (P-1)] i64, zero before the call (control region)
 #
 # Interface:
-#   ring_allreduce send, recv, stage, flags, elems, slice, esize, bf16
+#   ring_collective send, recv, stage, flags, elems, slice, esize, bf16, phase
 #       the calling thread block is channel %tb of %ntb; elems must be a multiple of
-#       P x %ntb x slice; esize = 2 (bf16 = 1) or 4 (bf16 = 0). Writes r1 .. r19; labels are
-#       private to the expansion.
+#       P x %ntb x slice; esize = 2 (bf16 = 1) or 4 (bf16 = 0). phase 0: the all-reduce (both
+#       halves); 1: the reduce-scatter alone (steps 0 .. P-2: GPU g ends with the full sum of
+#       chunk (g + 1) % P in recv, the other chunks of recv hold partial sums); 2: the all-gather
+#       alone (steps P-1 .. 2P-3: GPU g's chunk (g + 1) % P of recv goes to every GPU's recv;
+#       send and stage are not read). Sequence parallelism uses 1 and 2 (Korthikanti et al.,
+#       arXiv 2205.05198): the sequence shard of GPU g is chunk (g + 1) % P. Writes r1 .. r19;
+#       labels are private to the expansion.
 
-.macro ring_allreduce send, recv, stage, flags, elems, slice, esize, bf16
+.macro ring_collective send, recv, stage, flags, elems, slice, esize, bf16, phase
     div r1, \elems, %ngpu            # r1 = chunk elements (N / P)
     div r2, r1, %ntb                 # r2 = part: this channel's elements of each chunk
     add r3, %gpu, 1
@@ -50,6 +55,8 @@
     mov r8, 0                        # r8 = slice index j
 slice_\@:
     mov r9, 0                        # r9 = step s (0 .. 2 (P-1) - 1)
+    bne \phase, 2, step_\@
+    mov r9, r4                       # the all-gather alone starts at step P-1
 step_\@:
     # chunk sent: (g - s) % P in reduce-scatter, (g + 1 - s') % P in all-gather (s' = s - (P-1))
     add r10, %gpu, %ngpu
@@ -111,6 +118,9 @@ add_bf16_\@:
 next_\@:
     add r9, r9, 1
     shl r14, r4, 1
+    bne \phase, 1, last_\@
+    mov r14, r4                      # the reduce-scatter alone ends after step P-2
+last_\@:
     blt r9, r14, step_\@
     add r8, r8, 1
     mul r14, r8, \slice

@@ -15,5 +15,23 @@
     beq %bf16, 0, go
     mov r20, 2
 go:
-    ring_allreduce %send, %recv, %stage, %flags, %elems, %slice, r20, %bf16
+    ring_collective %send, %recv, %stage, %flags, %elems, %slice, r20, %bf16, 0
+    exit
+
+# ring_half: one half of the ring all-reduce (lib/ring_allreduce.s, phase 1 the reduce-scatter,
+# 2 the all-gather) - sequence parallelism's collectives (scheme sp_ring, workload.block).
+.kernel ring_half
+.param send
+.param recv
+.param stage
+.param flags
+.param elems
+.param slice
+.param bf16
+.param phase
+    mov r20, 4
+    beq %bf16, 0, go
+    mov r20, 2
+go:
+    ring_collective %send, %recv, %stage, %flags, %elems, %slice, r20, %bf16, %phase
     exit

@@ -1,0 +1,212 @@
+"""L2: the per-GPU last-level cache in front of HBM, with a capacity, and where link writes land.
+
+What it models:
+
+- **The read port**: one bandwidth server per GPU (``system.gpu.l2.bandwidth``) with the L2 hit
+  latency (``latency_cycles``), arbitrated like one HBM channel (components/hbm.py: paced streams
+  and whole accesses share a calendar of windows; a whole access waits at most one drain of a
+  full controller queue for the streams).
+- **Capacity** (``system.gpu.l2.capacity``; H100 SXM and H800: 50 MB, NVIDIA H100 Tensor Core GPU
+  Architecture whitepaper; the GH100 die has 60 MB of which 50 MB are enabled). The tensor-core
+  operands an ``mma`` reads from global memory are the data a GEMM re-reads (weight column tiles,
+  shared row tiles), so they are what the L2 holds here. Residency is tracked **per operand
+  region** (the byte range one ``mma`` operand reads: a [k][n] weight tile, a [rows][k] row tile),
+  not per line: a region read from HBM is filled whole, and the least recently used regions are
+  evicted until the resident bytes fit the capacity (or the table of ``tracked_regions`` entries
+  has room). An operand the kernel marks L2-resident (``mma`` subops ``b_l2``, ``l2``, ``a_l2``,
+  ``ra_b_l2``: weights after their first touch, a row tile several thread blocks share) is a *hit*
+  when its whole range lies in one resident region: it is served by the read port; otherwise it is
+  a *miss*: it is read from HBM (paced over the instruction like any operand stream, so misses cost
+  HBM bandwidth) and filled. Unmarked operands are the kernel's cold reads (the first touch): read
+  from HBM, as before, and filled, so the marked reads after them hit while the region stays
+  resident. Stats per GPU: ``system.gpuN.l2.hit_bytes``, ``miss_bytes``, ``evicted_bytes``.
+- **Link writes** (``link_writes``): into HBM (the link buffer is held until the channels took the
+  data) or, with ``write_back``, absorbed by the L2 at its port bandwidth (NVLink writes land in
+  the destination GPU's L2 slices), the HBM write-back charged on the channels.
+
+Approximated (say so when reading the hit/miss stats):
+
+- Fully associative LRU over regions. The hardware is 2 partitions (Chips and Cheese, "Nvidia's
+  H100: Funny L2, and Tons of Bandwidth", 2023: an SM sees the far partition at a higher
+  latency), 128 B lines of four 32 B sectors (NVIDIA CUDA C++ Best Practices Guide: L2 accesses
+  are 32 B sectors), set-associative with an undocumented policy; the far-partition latency and
+  set conflicts are not modelled, and a region is resident or not as a whole (a partly evicted
+  tile would still hit in part on hardware; here it misses whole). An operand range overlapping a
+  resident region without lying inside it misses, and the fill replaces the overlapped regions.
+- Only mma operands occupy the model: copies, vector operands, the hub's reads and link writes
+  (also with ``write_back``) neither hit nor evict. They do pass through a real L2 and would evict
+  weights; the hit bytes are therefore an upper bound when a kernel streams much other data.
+- A region larger than the capacity is never filled (it streams through, as LRU does with a
+  working set larger than the cache).
+"""
+from ..engine.jit import compiled
+
+from ..engine.clock import bytes_ticks, cycle_edge, cycle_at_or_after
+from ..config.schema import L2_LINK_WRITES
+from .block import Array, Block, Param, Stat, StatGroup, counters, fields
+from .hbm import (ARB_PACED, _paced, _whole, _whole_queue_end, hbm_access_paced, hbm_latency_ticks,
+                  hbm_transfer, queue_drain_ticks)
+
+
+def _l2(key, field, unit, doc, value=None, source=None):
+    return Param(field, f"system.gpu.l2.{key}", unit, doc,
+                 value or (lambda cfg: getattr(cfg.system.gpu.l2, key)),
+                 source or f"config: system.gpu.l2.{key}")
+
+
+BLOCK = Block(
+    "l2", __doc__.split("\n\n")[0],
+    params=(
+        _l2("bandwidth", "l2_fs_per_byte", "fs/byte", "L2 read port time per byte",
+            lambda cfg: int(round(1e15 / cfg.system.gpu.l2.bandwidth))),
+        _l2("latency_cycles", "l2_latency_cycles", "SM cycles", "L2 hit latency"),
+        Param("l2_queue_ticks", "system.gpu.hbm.queue_depth, system.gpu.l2.bandwidth", "ps",
+              "drain of a full L2 port controller queue (queue_drain_ticks)",
+              lambda cfg: queue_drain_ticks(cfg.system.gpu.hbm.queue_depth, cfg.system.gpu.l2.bandwidth),
+              "config: system.gpu.hbm.queue_depth and system.gpu.l2.bandwidth"),
+        _l2("link_writes", "l2_link_writes", "choice", "where link writes land: 0 hbm, 1 write_back",
+            lambda cfg: L2_LINK_WRITES.index(cfg.system.gpu.l2.link_writes)),
+        _l2("capacity", "l2_capacity", "bytes", "bytes of mma operand regions the L2 holds"),
+        _l2("tracked_regions", "l2_tracked_regions", "regions",
+            "entries of the per-GPU residency table (LRU-evicted when full)"),
+    ),
+    arrays=(Array("l2_res", "per GPU, the resident regions: [start, end, last use] (RES_*); "
+                  "the first gpu.l2_regions rows are in use",
+                  lambda cfg: (cfg.system.num_gpus, cfg.system.gpu.l2.tracked_regions, 3)),),
+    fields=fields("gpu", ("l2_free", "tick the L2 port's queued transfers end"),
+                  ("l2_busy", "time the L2 port transferred (stat)"),
+                  ("l2_read_bytes", "reads served"), ("l2_link_write_bytes", "link writes absorbed"),
+                  ("l2_hit_bytes", "marked mma operand bytes found resident"),
+                  ("l2_miss_bytes", "marked mma operand bytes read from HBM"),
+                  ("l2_evicted_bytes", "resident bytes evicted (LRU)"),
+                  ("l2_resident_bytes", "bytes of the resident regions"),
+                  ("l2_regions", "resident regions (rows of l2_res in use)"),
+                  ("l2_clock", "last-use counter of the residency table")),
+    stats=(StatGroup("gpu", "l2", counters((
+        ("shared_read_bytes", "l2_read_bytes", "bytes", "reads served by the L2 read port (mma "
+         "operands marked L2-resident that hit: weights, shared row tiles)"),
+        ("link_write_bytes", "l2_link_write_bytes", "bytes", "writes from the links absorbed by "
+         "the L2 (system.gpu.l2.link_writes: write_back)"),
+        ("hit_bytes", "l2_hit_bytes", "bytes", "mma operand bytes marked L2-resident (subops "
+         "b_l2, l2, a_l2, ra_b_l2) that were resident: served by the L2"),
+        ("miss_bytes", "l2_miss_bytes", "bytes", "mma operand bytes marked L2-resident that were "
+         "not (evicted, never read, or beyond system.gpu.l2.capacity): read from HBM"),
+        ("evicted_bytes", "l2_evicted_bytes", "bytes", "resident operand bytes evicted to make room "
+         "(least recently used region first)"),
+    )) + (
+        Stat("utilization", "ratio", "fraction of time the L2 read port was transferring",
+             lambda i: i.fraction(i.rec.l2_busy)),
+    )),),
+)
+
+RES_START, RES_END, RES_USE = 0, 1, 2     # l2_res columns
+
+
+@compiled
+def l2_port_transfer(st, g, nbytes, tick, pace_ticks):
+    """Charge GPU g's L2 read port (one bandwidth server per GPU, arbitrated like an HBM channel)
+    for nbytes issued at `tick`, paced over pace_ticks when > 0; returns when the transfer ends."""
+    p = st.p[0]
+    gp = st.gpu[g]
+    busy = bytes_ticks(nbytes, p.l2_fs_per_byte)
+    gp.l2_busy += busy
+    srv = p.num_gpus * p.hbm_channels + g
+    if p.mem_arbitration == ARB_PACED and pace_ticks > busy:
+        return _paced(st, g, srv, busy, tick, pace_ticks)
+    end = _whole(st, g, srv, gp.l2_free, busy, tick, p.l2_queue_ticks)
+    gp.l2_free = _whole_queue_end(gp.l2_free, busy, tick)
+    return end
+
+
+@compiled
+def l2_operand_read(st, g, addr, nbytes, tick, pace_ticks, marked):
+    """An mma operand read of nbytes at addr on GPU g, streamed over pace_ticks; `marked`: the
+    kernel marks it L2-resident. Returns the tick the data is available."""
+    p = st.p[0]
+    gp = st.gpu[g]
+    if marked:
+        if _touch(st, g, addr, addr + nbytes):
+            gp.l2_hit_bytes += nbytes
+            gp.l2_read_bytes += nbytes
+            c = cycle_at_or_after(l2_port_transfer(st, g, nbytes, tick, pace_ticks), p.sm_period_fs)
+            return cycle_edge(c + p.l2_latency_cycles, p.sm_period_fs)
+        gp.l2_miss_bytes += nbytes
+    _fill(st, g, addr, addr + nbytes)
+    return hbm_access_paced(st, g, addr, nbytes, tick, False, pace_ticks)
+
+
+@compiled
+def _touch(st, g, lo, hi):
+    """Whether [lo, hi) lies in one resident region of GPU g; marks that region used now."""
+    gp = st.gpu[g]
+    for r in range(gp.l2_regions):
+        if st.l2_res[g, r, RES_START] <= lo and hi <= st.l2_res[g, r, RES_END]:
+            gp.l2_clock += 1
+            st.l2_res[g, r, RES_USE] = gp.l2_clock
+            return True
+    return False
+
+
+@compiled
+def _fill(st, g, lo, hi):
+    """Make [lo, hi) resident on GPU g: regions it overlaps are replaced by it, the least recently
+    used regions are evicted until it fits. A region larger than the capacity is not filled."""
+    p = st.p[0]
+    gp = st.gpu[g]
+    size = hi - lo
+    if size > p.l2_capacity:
+        return
+    r = 0
+    while r < gp.l2_regions:
+        if st.l2_res[g, r, RES_START] < hi and lo < st.l2_res[g, r, RES_END]:
+            _drop(st, g, r)            # the row now holds the last region: look at it again
+        else:
+            r += 1
+    while gp.l2_regions > 0 and (gp.l2_resident_bytes + size > p.l2_capacity
+                                 or gp.l2_regions >= p.l2_tracked_regions):
+        lru = 0
+        for q in range(1, gp.l2_regions):
+            if st.l2_res[g, q, RES_USE] < st.l2_res[g, lru, RES_USE]:
+                lru = q
+        gp.l2_evicted_bytes += st.l2_res[g, lru, RES_END] - st.l2_res[g, lru, RES_START]
+        _drop(st, g, lru)
+    r = gp.l2_regions
+    gp.l2_regions += 1
+    gp.l2_resident_bytes += size
+    gp.l2_clock += 1
+    st.l2_res[g, r, RES_START] = lo
+    st.l2_res[g, r, RES_END] = hi
+    st.l2_res[g, r, RES_USE] = gp.l2_clock
+
+
+@compiled
+def _drop(st, g, r):
+    """Remove region row r of GPU g (the last row in use moves into it)."""
+    gp = st.gpu[g]
+    gp.l2_resident_bytes -= st.l2_res[g, r, RES_END] - st.l2_res[g, r, RES_START]
+    last = gp.l2_regions - 1
+    for col in range(3):
+        st.l2_res[g, r, col] = st.l2_res[g, last, col]
+    gp.l2_regions = last
+
+
+@compiled
+def link_write(st, g, addr, nbytes, tick):
+    """A write arriving from a link (the hub's receive path: puts, stores, MoE-Hub rows) issued
+    at `tick`. Returns (absorbed, visible): when the packet may leave the link receive buffer (its
+    credits go back) and when readers see the data. system.gpu.l2.link_writes:
+      hbm        the buffer is held until the HBM channels have taken the data (visible one HBM
+                 latency later): writes queue behind every access already on those channels;
+      write_back the L2 (a write-back cache, as NVLink writes land in the destination GPU's L2
+                 slices) takes the data at its bandwidth and it is visible one L2 latency later;
+                 the HBM write-back is charged on the channels (their bandwidth) but holds no
+                 link buffer."""
+    p = st.p[0]
+    if p.l2_link_writes == 0:
+        done = hbm_transfer(st, g, addr, nbytes, tick, True)
+        return done, done + hbm_latency_ticks(st, done)
+    hbm_transfer(st, g, addr, nbytes, tick, True)   # the write-back, later: bandwidth only
+    st.gpu[g].l2_link_write_bytes += nbytes
+    done = l2_port_transfer(st, g, nbytes, tick, 0)
+    c = cycle_at_or_after(done, p.sm_period_fs)
+    return done, cycle_edge(c + p.l2_latency_cycles, p.sm_period_fs)

@@ -1,0 +1,573 @@
+"""NVLink SHARP (NVLS): the NVSwitch's multicast and reduction engine, driven by multimem instructions.
+
+Hopper's third-generation NVSwitch executes the PTX multimem instructions on *multicast objects*: a
+group of GPUs with memory bound at the same offsets (cuMulticastCreate, cuMulticastAddDevice,
+cuMulticastBindMem), addressed through one multimem address (NVIDIA Hopper architecture
+whitepaper, NVSwitch and NVLink SHARP sections; PTX ISA manual, multimem.ld_reduce / multimem.st /
+multimem.red; CUDA driver API, multicast object management). Here an object is built from the
+config (workload.multicast: a symmetric buffer and its member GPUs), and a multimem address is the
+buffer's own address, which names the same byte on every member.
+
+- multimem.st / multimem.red (packet kind PK_MM_ST): the source hub sends each chunk (a put-sized
+  packet) once, up to a switch; the switch sends one copy (PK_MM_COPY) down to every member, the
+  source included, as soon as that member's output queue has room (the packet holds its input
+  port until every copy is out: head-of-line, like any packet waiting for an output). A member
+  writes (st) or adds (red: fp32 arithmetic, rounded to the element type) the copy into its
+  memory, and answers the source with one write response once it has every chunk of the
+  operation; the source's fence completes when every member has answered. Assumption: the
+  switch does not merge the members' write responses (NVIDIA publishes nothing on it; they are
+  header-only and one per member and operation).
+- multimem.ld_reduce (PK_MM_LD, a header-only request per chunk): the switch reserves a
+  reduction-buffer entry at the source's input port (system.switch.nvls.reduction_buffer_bytes
+  per port, reserved in store-packet lines; a full buffer blocks the port's request channel
+  until an entry frees: back-pressure, nothing dropped), sends a read (PK_MM_READ) to every
+  member, and adds the members' values (PK_MM_DATA, response channel) as they arrive; the last
+  one completes the entry, which frees its space, and the result (PK_MM_RESULT) goes to the
+  source in the response channel. A member's read holds its receive-buffer space until its data
+  leaves (so reads cannot outrun the member's up link). Assumption: the switch's adders keep
+  pace with the links (no reduction cost beyond the traversal): NVIDIA publishes no rate.
+  The protocol is deadlock-free because the members' data and the results travel in NVLink's
+  response channel (system.nvlink.response_path: separate); with `shared` they queue behind
+  requests, a member's held reads wait for room that data behind them needs, and small buffers
+  deadlock (the stuck-run report shows it).
+
+Functional mode: st copies the source's bytes when a copy is delivered (like a put); red adds
+them; ld_reduce's result is computed when it reaches the source, as FP32 accumulation over the
+members in rank order (acc = x_m0; acc = fp32(acc + x_m1); ...), rounded once to the element
+type - the order the NumPy reference (workloads/reference.nvls_reduce_reference) follows. The
+hardware adds in arrival order, which NVIDIA does not specify; a fixed order keeps runs
+bit-identical and checkable. Reading the members' values at the result's arrival rather than
+when each member answered differs only if a program writes the range while a ld_reduce of it is
+in flight, which PTX leaves undefined.
+
+Traffic saved (stats up_saved_bytes / down_saved_bytes of the source's switch port), against the
+same operation made of unicast packets through the switch to every member (the source included):
+a multicast chunk of W wire bytes to m members saves (m - 1) W on the source's uplink; a
+ld_reduce chunk saves (m - 1) read headers on the uplink and (m - 1) data packets on the
+downlink. The members' own links carry the same bytes either way.
+"""
+import numpy as np
+from ..engine.jit import compiled
+
+from ..isa.encoding import DT_BF16, DT_NONE, MM_RED
+from .elements import load_f32, store_f32
+from .hbm import hbm_access, hbm_backed, raise_error
+from .nvlink import (credit_return_vc, input_free_tick, pick_switch_output, txq_push, txq_room)
+from .packet import (PK_MM_COPY, PK_MM_DATA, PK_MM_LD, PK_MM_READ, PK_MM_RESULT, PK_MM_ST,
+                     VC_REQUEST, packet_alloc, packet_flits, packet_free, packet_vc)
+from .wakeups import hub_kick_response, xbar_kick
+from .block import Array, Block, Param, Record, Stat, StatGroup, counters, fields
+from ..engine.state import ERR_UNBACKED_COPY
+
+NVLS_SENT = -1          # nvls_fanout: every member has its copy (or read): the packet is consumed
+NVLS_BUFFER_FULL = -2   # nvls_fanout: the port's reduction buffer has no room for the entry
+OBJ_BASE, OBJ_BYTES, OBJ_MASK, OBJ_MEMBERS = range(4)   # columns of State.mm_objects
+
+
+def _line(cfg):
+    """Reduction-buffer allocation unit: one store packet's payload (packet.py)."""
+    return min(cfg.system.nvlink.store_packet_bytes, cfg.system.nvlink.max_payload_bytes)
+
+
+def _on(cfg):
+    return len(cfg.workload.multicast) > 0
+
+
+def _entries(cfg):
+    """Reduction-buffer entries of all switch input ports (each entry takes at least a line)."""
+    if not _on(cfg):
+        return 0
+    ports = cfg.system.num_gpus * cfg.system.nvlink.links_per_gpu
+    return ports * max(1, cfg.system.switch.nvls.reduction_buffer_bytes // _line(cfg))
+
+
+def _rdq_depth(cfg):
+    """Reads a member can hold: each holds at least one flit of one of its receive buffers."""
+    if not _on(cfg):
+        return 1
+    return cfg.system.nvlink.links_per_gpu * cfg.system.nvlink.rx_buffer_flits + 1
+
+
+def multicast_object_rows(cfg, buffers):
+    """Rows of State.mm_objects (base, bytes, member mask, members) from workload.multicast and the
+    laid-out buffers; raises ValueError naming the key for a bad object."""
+    G = cfg.system.num_gpus
+    rows = []
+    for i, o in enumerate(cfg.workload.multicast):
+        where = f"workload.multicast[{i}]"
+        if o.buffer not in buffers:
+            raise ValueError(f"{where}.buffer: no buffer '{o.buffer}' (workload.buffers: "
+                             f"{', '.join(sorted(buffers)) or 'none'})")
+        gpus = sorted(set(o.gpus)) if o.gpus else list(range(G))
+        bad = [g for g in gpus if g >= G]
+        if bad:
+            raise ValueError(f"{where}.gpus: GPU(s) {bad} out of range (system.num_gpus = {G})")
+        if len(gpus) < 2:
+            raise ValueError(f"{where}.gpus: a multicast object needs at least two member GPUs, "
+                             f"found {gpus}")
+        if G > 62:
+            raise ValueError(f"{where}: member masks hold at most 62 GPUs (system.num_gpus = {G})")
+        b = buffers[o.buffer]
+        rows.append((b.addr, b.nbytes, sum(1 << g for g in gpus), len(gpus)))
+    return rows
+
+
+def check_buffer_size(cfg):
+    """The reduction buffer must hold one ld_reduce chunk; returns an error text or ''."""
+    chunk = _line(cfg) * cfg.run.packet_train
+    size = cfg.system.switch.nvls.reduction_buffer_bytes
+    if size < chunk:
+        return (f"system.switch.nvls.reduction_buffer_bytes: {size} bytes cannot hold one "
+                f"multimem.ld_reduce entry of {chunk} bytes (system.nvlink.store_packet_bytes x "
+                f"run.packet_train): every switch port needs at least that much")
+    return ""
+
+
+def check_nvls(sim, out):
+    """Every multicast copy delivered, every read answered, every reduction completed and its
+    buffer space freed."""
+    st = sim.state
+    if int(st.p[0].mm_objects) == 0:
+        return
+    ch, gp = st.ch, st.gpu
+    out.equal("multimem st/red packets reaching the switches vs sent by the hubs",
+              ch.mm_in_st.sum(), gp.mm_tx_st.sum())
+    out.equal("multicast copies delivered to members vs made by the switches",
+              gp.mm_copies_rx.sum(), ch.mm_copies.sum())
+    out.equal("multimem ld_reduce requests reaching the switches vs sent by the hubs",
+              ch.mm_in_ld.sum(), gp.mm_tx_ld.sum())
+    out.equal("reduction reads received by members vs sent by the switches",
+              gp.mm_reads_rx.sum(), ch.mm_reads.sum())
+    out.equal("reduction data sent by members vs reads received", gp.mm_data_tx.sum(),
+              gp.mm_reads_rx.sum())
+    out.equal("reduction data reaching the switches vs sent by members", ch.mm_data_in.sum(),
+              gp.mm_data_tx.sum())
+    out.equal("reduction results received vs reductions completed", gp.mm_results_rx.sum(),
+              ch.mm_reductions_pk.sum())
+    out.equal("reduction-buffer entries free at the end (of all ports)",
+              int(st.sys[0].mm_free_top), st.mm_free.shape[0] if _entries_built(st) else 0)
+    name = lambda c: f"system.switch{int(ch.switch[c])}.port{int(ch.port[c])}"   # noqa: E731
+    out.empty(ch.mm_used, "reduction-buffer bytes still reserved", name, " bytes")
+    out.empty(gp.mm_rdq_count, "multimem reads still held by members",
+              lambda g: f"system.gpu{g}", " read(s)")
+    out.check(st.mm_arrived == 0, "multicast writes not answered",
+              lambda i: f"request {i // st.mm_arrived.shape[1]} at GPU {i % st.mm_arrived.shape[1]}")
+
+
+def _entries_built(st):
+    return int(st.p[0].mm_entries) > 0
+
+
+def nvls_findings(sim):
+    """Ports whose ld_reduce waits for reduction-buffer room (the stuck-run report)."""
+    st = sim.state
+    out = []
+    for c in range(st.ch.shape[0]):
+        ch = st.ch[c]
+        if ch.to_switch and ch.mm_wait:
+            out.append(f"system.switch{int(ch.switch)}.port{int(ch.port)}: multimem.ld_reduce waits "
+                       f"for reduction-buffer room ({int(ch.mm_used)} of "
+                       f"{int(st.p[0].mm_buffer_bytes)} bytes reserved; "
+                       f"system.switch.nvls.reduction_buffer_bytes)")
+    return out
+
+
+@compiled
+def nvls_start(st):
+    """Every reduction-buffer entry starts free."""
+    n = st.p[0].mm_entries
+    for i in range(n):
+        st.mm_free[i] = n - 1 - i
+    st.sys[0].mm_free_top = n
+
+
+def _stats_on(st):
+    return int(st.p[0].mm_objects) > 0
+
+
+def _sum(field):
+    return lambda i: int(i.st.ch[field].sum())
+
+
+BLOCK = Block(
+    "nvls", __doc__.split("\n\n")[0],
+    params=(
+        Param("mm_buffer_bytes", "system.switch.nvls.reduction_buffer_bytes", "bytes",
+              "reduction buffer per switch input port",
+              lambda cfg: cfg.system.switch.nvls.reduction_buffer_bytes,
+              "config: system.switch.nvls.reduction_buffer_bytes"),
+        Param("mm_objects", "workload.multicast", "objects", "multicast objects",
+              lambda cfg: len(cfg.workload.multicast), "config: workload.multicast"),
+        Param("mm_entries", "", "entries", "reduction-buffer entries of all ports", _entries,
+              "derived: ports x reduction_buffer_bytes / store packet payload"),
+    ),
+    records=(Record("mm_entry", "reduction-buffer entries (ld_reduce chunks in the switch)",
+                    count=_entries),),
+    arrays=(Array("mm_objects", "multicast objects: base, bytes, member mask, members (builder)",
+                  lambda cfg: (max(1, len(cfg.workload.multicast)), 4)),
+            Array("mm_free", "free reduction-buffer entries (a stack; sys.mm_free_top)",
+                  lambda cfg: (max(1, _entries(cfg)),)),
+            Array("mm_arrived", "multicast chunks of request r a member has received",
+                  lambda cfg: ((cfg.system.num_gpus * cfg.system.gpu.hub.max_outstanding_requests,
+                                cfg.system.num_gpus) if _on(cfg) else (1, 1))),
+            Array("mm_visible", "when those chunks are visible in the member's memory",
+                  lambda cfg: ((cfg.system.num_gpus * cfg.system.gpu.hub.max_outstanding_requests,
+                                cfg.system.num_gpus) if _on(cfg) else (1, 1))),
+            Array("mm_rdq", "a member's reads whose data waits to leave (packet ids, FIFO)",
+                  lambda cfg: (cfg.system.num_gpus if _on(cfg) else 1, _rdq_depth(cfg)))),
+    fields=fields("mm_entry", ("src_gpu", "GPU that asked"), ("req", "its hub request"),
+                  ("port", "input channel whose buffer holds the entry"),
+                  ("pending", "members whose values are still to come"),
+                  ("bytes", "buffer bytes reserved"), ("chunk", "payload bytes"),
+                  ("obj", "multicast object"), ("elem", "element type (DT_*)"),
+                  ("local", "result address at the source"), ("mm_addr", "multimem address"))
+    + fields("pk", ("mm_obj", "multicast object (multimem packets)"),
+             ("mm_op", "MM_ST or MM_RED (PK_MM_ST, PK_MM_COPY)"), ("mm_dtype", "element type"),
+             ("mm_entry", "reduction entry (PK_MM_LD once admitted, PK_MM_READ, PK_MM_DATA)"),
+             ("mm_sent", "members served so far (fan-out progress of the head packet)"),
+             ("mm_chan", "down channel a read arrived on (its data goes back up that link)"),
+             ("mm_rflits", "flits of the read, freed when its data leaves"))
+    + fields("ch", ("mm_used", "reduction-buffer bytes reserved at this input port"),
+             ("mm_peak", ""), ("mm_wait", "1: the head ld_reduce waits for buffer room"),
+             ("mm_wait_since", ""), ("mm_wait_ticks", ""), ("mm_in_st", ""), ("mm_in_ld", ""),
+             ("mm_copies", ""), ("mm_reads", ""), ("mm_data_in", ""), ("mm_reductions", ""),
+             ("mm_reductions_pk", ""), ("mm_up_saved", ""), ("mm_down_saved", ""))
+    + fields("gpu", ("mm_rdq_head", "read-data FIFO (State.mm_rdq)"), ("mm_rdq_count", ""),
+             ("mm_tx_st", ""), ("mm_tx_ld", ""), ("mm_copies_rx", ""), ("mm_reads_rx", ""),
+             ("mm_data_tx", ""), ("mm_results_rx", ""))
+    + fields("sys", ("mm_free_top", "free reduction-buffer entries")),
+    stats=(
+        StatGroup("switch_port", "nvls", (
+            Stat("multicast_packets", "packets", "multimem.st/red packets from this port's GPU",
+                 lambda i: i.rx.mm_in_st),
+            Stat("multicast_copies", "packets", "copies the switch sent to the members for them "
+                 "(fan-out)", lambda i: i.rx.mm_copies),
+            Stat("reduce_requests", "packets", "multimem.ld_reduce request packets from this "
+                 "port's GPU", lambda i: i.rx.mm_in_ld),
+            Stat("reductions", "count", "ld_reduce entries completed for this port's GPU",
+                 lambda i: i.rx.mm_reductions),
+            Stat("buffer_peak_bytes", "bytes", "peak reduction-buffer bytes reserved "
+                 "(system.switch.nvls.reduction_buffer_bytes)", lambda i: i.rx.mm_peak),
+            Stat("buffer_stall_ticks", "ps", "time the port's head ld_reduce waited for "
+                 "reduction-buffer room", lambda i: i.rx.mm_wait_ticks),
+            Stat("up_saved_bytes", "bytes", "wire bytes the GPU's uplink did not carry, against "
+                 "unicast packets to every member", lambda i: i.rx.mm_up_saved),
+            Stat("down_saved_bytes", "bytes", "wire bytes the GPU's downlink did not carry, "
+                 "against unicast reads of every member", lambda i: i.rx.mm_down_saved),
+        ), enabled=_stats_on),
+        StatGroup("system", "nvls", (
+            Stat("multicast_packets", "packets", "multimem.st/red packets into the switches",
+                 _sum("mm_in_st")),
+            Stat("multicast_copies", "packets", "copies sent to members", _sum("mm_copies")),
+            Stat("multicast_fanout", "ratio", "copies per multicast packet",
+                 lambda i: (int(i.st.ch.mm_copies.sum()) / int(i.st.ch.mm_in_st.sum()))
+                 if int(i.st.ch.mm_in_st.sum()) else 0.0),
+            Stat("reductions", "count", "ld_reduce entries completed", _sum("mm_reductions")),
+            Stat("buffer_peak_bytes", "bytes", "largest peak of any port's reduction buffer",
+                 lambda i: int(i.st.ch.mm_peak.max())),
+            Stat("up_saved_bytes", "bytes", "uplink wire bytes saved (all ports)",
+                 _sum("mm_up_saved")),
+            Stat("down_saved_bytes", "bytes", "downlink wire bytes saved (all ports)",
+                 _sum("mm_down_saved")),
+        ), enabled=_stats_on),
+        StatGroup("gpu", "nvls", counters((
+            ("multimem_packets", "mm_tx_st", "packets", "multimem.st/red packets sent to a switch"),
+            ("reduce_requests", "mm_tx_ld", "packets", "multimem.ld_reduce request packets sent"),
+            ("copies_received", "mm_copies_rx", "packets", "multicast copies written (or added) here"),
+            ("reads_served", "mm_reads_rx", "packets", "switch reads of this GPU's values"),
+            ("results_received", "mm_results_rx", "packets", "reduced results received"),
+        )), enabled=_stats_on),
+    ),
+    checks=(check_nvls,),
+    findings=(nvls_findings,),
+    start=(nvls_start,),
+)
+
+
+@compiled
+def multimem_object(st, g, addr, nbytes):
+    """The multicast object that holds [addr, addr + nbytes) and has GPU g as a member; -1 if none."""
+    for k in range(st.p[0].mm_objects):
+        o = st.mm_objects[k]
+        if (addr >= o[OBJ_BASE] and addr + nbytes <= o[OBJ_BASE] + o[OBJ_BYTES]
+                and (o[OBJ_MASK] >> g) & 1):
+            return k
+    return -1
+
+
+@compiled
+def multimem_route_peer(st, k, g):
+    """A member of object k other than g: the source hub picks its link as for a packet to it
+    (in a single-level fabric every switch reaches every member)."""
+    mask = st.mm_objects[k, OBJ_MASK]
+    for m in range(st.p[0].num_gpus):
+        if m != g and (mask >> m) & 1:
+            return m
+    return g
+
+
+@compiled
+def multimem_members(st, k):
+    return st.mm_objects[k, OBJ_MEMBERS]
+
+
+# ------------------------------------------------------------------------------ the switch
+@compiled
+def nvls_fanout(st, c, pkt, tick):
+    """The head packet of switch input c is a multimem st/red (PK_MM_ST) or ld_reduce request
+    (PK_MM_LD): send a copy (or a read) to every member whose output queue has room, in member
+    order, from where the last attempt stopped. Returns NVLS_SENT once every member is served (the
+    packet is consumed), NVLS_BUFFER_FULL when a ld_reduce finds no reduction-buffer room at this
+    port, or the member whose output queue is full (the input waits for it)."""
+    p = st.p[0]
+    ch = st.ch[c]
+    pk = st.pk[pkt]
+    if pk.kind == PK_MM_LD and pk.mm_entry < 0:
+        if not _entry_alloc(st, c, pkt, tick):
+            return NVLS_BUFFER_FULL
+    mask = st.mm_objects[pk.mm_obj, OBJ_MASK]
+    while pk.mm_sent < p.num_gpus:
+        m = pk.mm_sent
+        if (mask >> m) & 1:
+            out = pick_switch_output(st, ch.switch, m, VC_REQUEST)
+            if out < 0:
+                return m
+            q = packet_alloc(st)
+            qk = st.pk[q]
+            qk.req = pk.req
+            qk.src = pk.src
+            qk.dst = m
+            qk.addr = pk.addr
+            qk.src_addr = pk.src_addr
+            qk.payload = pk.payload
+            qk.flits = pk.flits
+            qk.npk = pk.npk
+            qk.value = pk.value
+            qk.mm_obj = pk.mm_obj
+            qk.mm_op = pk.mm_op
+            qk.mm_dtype = pk.mm_dtype
+            qk.mm_entry = pk.mm_entry
+            qk.mm_sent = 0
+            qk.ready = tick
+            if pk.kind == PK_MM_ST:
+                qk.kind = PK_MM_COPY
+                ch.mm_copies += pk.npk
+            else:
+                qk.kind = PK_MM_READ
+                ch.mm_reads += pk.npk
+            txq_push(st, out, q, tick)
+        pk.mm_sent += 1
+    # against unicast packets to each of the m members: m - 1 fewer on the source's uplink, and
+    # for a reduction m - 1 fewer data packets on its downlink
+    others = st.mm_objects[pk.mm_obj, OBJ_MEMBERS] - 1
+    ch.mm_up_saved += others * pk.flits * p.flit_bytes
+    if pk.kind == PK_MM_LD:
+        ch.mm_in_ld += pk.npk
+        flits, _ = packet_flits(st, pk.value, p.store_payload)
+        ch.mm_down_saved += others * flits * p.flit_bytes
+    else:
+        ch.mm_in_st += pk.npk
+    return NVLS_SENT
+
+
+@compiled
+def _entry_alloc(st, c, pkt, tick):
+    """Reserve a reduction-buffer entry at input port c for ld_reduce packet pkt; False (and the
+    port waits for room) if its buffer is full."""
+    p = st.p[0]
+    ch = st.ch[c]
+    pk = st.pk[pkt]
+    line = p.store_payload
+    need = (pk.value + line - 1) // line * line
+    if ch.mm_used + need > p.mm_buffer_bytes:
+        if not ch.mm_wait:
+            ch.mm_wait = 1
+            ch.mm_wait_since = tick
+        return False
+    sy = st.sys[0]
+    sy.mm_free_top -= 1
+    e = st.mm_free[sy.mm_free_top]
+    en = st.mm_entry[e]
+    en.src_gpu = pk.src
+    en.req = pk.req
+    en.port = c
+    en.pending = st.mm_objects[pk.mm_obj, OBJ_MEMBERS]
+    en.bytes = need
+    en.chunk = pk.value
+    en.obj = pk.mm_obj
+    en.elem = pk.mm_dtype
+    en.local = pk.src_addr
+    en.mm_addr = pk.addr
+    ch.mm_used += need
+    if ch.mm_used > ch.mm_peak:
+        ch.mm_peak = ch.mm_used
+    pk.mm_entry = e
+    return True
+
+
+@compiled
+def nvls_absorb(st, c, pkt, tick):
+    """A member's values (PK_MM_DATA) for a reduction entry reached the switch on input c: add
+    them. Returns True if the packet is consumed (its input-buffer space frees at once), False
+    for the entry's last contribution: the packet becomes the result (PK_MM_RESULT) and crosses
+    to the source GPU in the response channel like any response."""
+    p = st.p[0]
+    pk = st.pk[pkt]
+    e = pk.mm_entry
+    en = st.mm_entry[e]
+    st.ch[c].mm_data_in += pk.npk
+    en.pending -= 1
+    if en.pending > 0:
+        credit_return_vc(st, c, pk.flits, input_free_tick(st, c, pkt, tick) + st.ch[c].latency,
+                         packet_vc(st, pkt))
+        packet_free(st, pkt)
+        return True
+    port = st.ch[en.port]
+    port.mm_used -= en.bytes
+    port.mm_reductions += 1
+    port.mm_reductions_pk += pk.npk
+    pk.kind = PK_MM_RESULT
+    pk.src = en.src_gpu
+    pk.dst = en.src_gpu
+    pk.req = en.req
+    pk.addr = en.local
+    pk.src_addr = en.mm_addr
+    pk.mm_obj = en.obj
+    pk.mm_dtype = en.elem
+    pk.mm_entry = -1
+    sy = st.sys[0]
+    st.mm_free[sy.mm_free_top] = e
+    sy.mm_free_top += 1
+    if port.mm_wait:
+        # the port's head ld_reduce may fit now: its request channel moves again
+        port.mm_wait = 0
+        port.mm_wait_ticks += tick - port.mm_wait_since
+        port.xbar_blocked = 0
+        port.xbar_blocked_ticks += tick - port.xbar_blocked_since
+        xbar_kick(st, en.port, tick)
+    return False
+
+
+# ------------------------------------------------------------------------------ the members
+@compiled
+def nvls_read_arrived(st, g, c, pkt, tick):
+    """A switch's read (PK_MM_READ) reached member g on down-channel c at `tick` (after the hub's
+    receive latency): read the values from HBM and queue them to go back up the same link, to
+    the switch that holds the entry. The read keeps its receive-buffer space until then."""
+    p = st.p[0]
+    gp = st.gpu[g]
+    pk = st.pk[pkt]
+    gp.mm_reads_rx += pk.npk
+    n = pk.value
+    ready = hbm_access(st, g, pk.addr, n, tick, False)
+    pk.mm_rflits = pk.flits
+    pk.mm_chan = c
+    pk.kind = PK_MM_DATA
+    pk.dst = pk.src
+    pk.src = g
+    pk.payload = n
+    pk.flits, pk.npk = packet_flits(st, n, p.store_payload)
+    pk.ready = ready + p.hub_tx_latency_ticks
+    st.mm_rdq[g, (gp.mm_rdq_head + gp.mm_rdq_count) % st.mm_rdq.shape[1]] = pkt
+    gp.mm_rdq_count += 1
+    hub_kick_response(st, g, pk.ready)
+
+
+@compiled
+def nvls_send_data(st, g, tick):
+    """Send the head of member g's read-data FIFO up its link: the packets sent (> 0), 0 if it is
+    not ready yet (the hub is kicked when it is), -1 if that link's queue has no room."""
+    gp = st.gpu[g]
+    if gp.mm_rdq_count == 0:
+        return 0
+    pkt = st.mm_rdq[g, gp.mm_rdq_head]
+    pk = st.pk[pkt]
+    if pk.ready > tick:
+        hub_kick_response(st, g, pk.ready)
+        return 0
+    up = pk.mm_chan - 1     # the GPU->switch channel of the link the read came down
+    if not txq_room(st, up, packet_vc(st, pkt)):
+        return -1
+    gp.mm_rdq_head = (gp.mm_rdq_head + 1) % st.mm_rdq.shape[1]
+    gp.mm_rdq_count -= 1
+    credit_return_vc(st, pk.mm_chan, pk.mm_rflits, tick + st.ch[pk.mm_chan].latency, VC_REQUEST)
+    gp.mm_data_tx += pk.npk
+    txq_push(st, up, pkt, tick)
+    return pk.npk
+
+
+@compiled
+def nvls_copy_arrived(st, g, pkt, visible):
+    """A multicast copy was written at member g (visible in memory at `visible`): apply it
+    (functional data: st copies the source's bytes, red adds them) and count it; True once the
+    member has every chunk of the operation (it then owes the source one write response)."""
+    pk = st.pk[pkt]
+    r = pk.req
+    n = pk.payload
+    st.gpu[g].mm_copies_rx += pk.npk
+    if hbm_backed(st, pk.addr, n):
+        if not hbm_backed(st, pk.src_addr, n):
+            raise_error(st, ERR_UNBACKED_COPY, st.req[r].slot, pk.src_addr)
+        else:
+            dst = st.hbm_mem[g, pk.addr:pk.addr + n]
+            src = st.hbm_mem[pk.src, pk.src_addr:pk.src_addr + n]
+            if pk.mm_op == MM_RED:
+                es = 2 if pk.mm_dtype == DT_BF16 else 4
+                for i in range(n // es):
+                    store_f32(dst, i, pk.mm_dtype,
+                              np.float32(load_f32(dst, i, pk.mm_dtype) + load_f32(src, i, pk.mm_dtype)))
+            else:
+                for i in range(n):
+                    dst[i] = src[i]
+    st.mm_arrived[r, g] += 1
+    if visible > st.mm_visible[r, g]:
+        st.mm_visible[r, g] = visible
+    return st.mm_arrived[r, g] == st.req[r].pkts_total
+
+
+@compiled
+def nvls_copies_answered(st, g, r):
+    """Member g answers request r: its counters are free for the next request in that entry;
+    returns when its last write is visible (the response leaves then)."""
+    ready = st.mm_visible[r, g]
+    st.mm_arrived[r, g] = 0
+    st.mm_visible[r, g] = 0
+    return ready
+
+
+@compiled
+def nvls_result_arrived(st, g, pkt):
+    """A reduced result reached the source GPU g: the functional sum, FP32 accumulation over the
+    members in rank order, rounded once to the element type (module docstring)."""
+    pk = st.pk[pkt]
+    n = pk.payload
+    st.gpu[g].mm_results_rx += pk.npk
+    if not hbm_backed(st, pk.addr, n):
+        return
+    if not hbm_backed(st, pk.src_addr, n):
+        raise_error(st, ERR_UNBACKED_COPY, st.req[pk.req].slot, pk.src_addr)
+        return
+    dt = pk.mm_dtype
+    mask = st.mm_objects[pk.mm_obj, OBJ_MASK]
+    es = 2 if dt == DT_BF16 else 4
+    out = st.hbm_mem[g, pk.addr:pk.addr + n]
+    for i in range(n // es):
+        acc = np.float32(0.0)
+        first = True
+        for m in range(st.p[0].num_gpus):
+            if (mask >> m) & 1:
+                v = load_f32(st.hbm_mem[m, pk.src_addr:pk.src_addr + n], i, dt)
+                if first:
+                    acc = v
+                    first = False
+                else:
+                    acc = np.float32(acc + v)
+        store_f32(out, i, dt, acc)
+
+
+@compiled
+def multimem_element_bytes(dtype):
+    """Granularity of a multimem operation's size: its element (1 byte for st)."""
+    if dtype == DT_NONE:
+        return 1
+    return 2 if dtype == DT_BF16 else 4

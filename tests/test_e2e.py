@@ -1,0 +1,40 @@
+"""tools/e2e.py: one forward step composed from simulated layers (each distinct layer simulated
+once), its arithmetic, and clear errors for bad arguments."""
+import json
+
+from conftest import REPO, load_script
+
+E2E = REPO / "tools" / "e2e.py"
+
+
+def test_e2e_step_is_composed_from_each_layer_once(tmp_path, capsys):
+    e2e = load_script(E2E)
+    out = tmp_path / "e2e.json"
+    rc = e2e.main(["--model", "mixtral_8x7b", "--scheme", "moehub", "--compare", "deepep",
+                   "--tokens-per-gpu", "64", "--outdir", str(tmp_path), "--json", str(out)])
+    assert rc == 0
+    r = json.loads(out.read_text())
+    layers, moe = r["layers"], r["moe_layer_us"]
+    assert set(moe) == {"moehub", "deepep"} and "dense_layer" not in layers   # Mixtral: all MoE
+    for s, step in r["steps"].items():
+        assert step["step_us"] == 32 * (layers["attention"] + moe[s])
+        assert step["dense_layers_us"] == 0.0
+    # one simulation per distinct layer: the attention part and the MoE layer per scheme
+    assert sorted(p.name for p in (tmp_path / "mixtral_8x7b_64_dgx_h100").iterdir()
+                  if p.is_dir()) == ["attention", "moe_deepep", "moe_moehub"]
+    text = capsys.readouterr().out
+    assert "not modelled" in text and "speedup" in text
+    # a second call reuses every layer's stats
+    e2e.main(["--model", "mixtral_8x7b", "--scheme", "moehub", "--compare", "deepep",
+              "--tokens-per-gpu", "64", "--outdir", str(tmp_path)])
+    assert capsys.readouterr().out.count("[reused]") == 3
+
+
+def test_e2e_bad_arguments_exit_2(tmp_path, capsys):
+    e2e = load_script(E2E)
+    assert e2e.main(["--model", "deepseek_v3", "--scheme", "moehub", "--system", "nope",
+                     "--outdir", str(tmp_path)]) == 2
+    assert "--system nope" in capsys.readouterr().err
+    assert e2e.main(["--model", "deepseek_v3", "--scheme", "moehub", "--tokens-per-gpu", "100",
+                     "--outdir", str(tmp_path)]) == 2
+    assert "multiple of 64" in capsys.readouterr().err

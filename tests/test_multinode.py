@@ -1,0 +1,204 @@
+"""Multi-node fabrics (moehub_arch/topology.py, components/fabric.py, pcie.py, nic.py,
+infiniband.py) on configs/systems/tiny_2x2.yaml: 2 nodes x 2 GPUs, NVSwitch inside a node, one
+ConnectX-7 per GPU on PCIe 5.0, a rail-optimised NDR fabric (2 leaves, 2 spines).
+
+The counts below are worked out by hand from the workload and the public wire formats (PCIe TLP
+overhead 26 B per TLP of at most 256 B; an IB data packet 42 B of headers per MTU of a message),
+not from the engine's formulas.
+"""
+import pytest
+
+from conftest import read_stats_json, run_cli
+
+TINY = "systems/tiny_2x2.yaml"
+BYTES = 5000           # put_get_exchange: 39 packets of 128 B and one of 8 B per transfer
+
+
+def _simulate_on_tiny(config, *extra):
+    from conftest import CONFIGS
+    from moehub_arch.config import load_config
+    from moehub_arch.simulation import Simulation
+    cfg = load_config(CONFIGS / config, list(extra), system_file=CONFIGS / TINY)
+    sim = Simulation(cfg)
+    sim.run()
+    return sim
+
+
+def test_routes_cross_nodes_over_pcie_nic_and_infiniband():
+    from conftest import load
+    from moehub_arch.topology import (LINK_IB, LINK_NVLINK, LINK_PCIE, NODE_NAMES, build_fabric,
+                                      build_routes, channel_arrays)
+    cfg = load(TINY)
+    fab = build_fabric(cfg)
+    gpu_routes, sw_routes, _ = build_routes(cfg, fab)
+    cols = channel_arrays(fab, 4)
+    G = 4
+    first = lambda g, h: gpu_routes[g * G + h, 2:2 + gpu_routes[g * G + h, 0]]  # noqa: E731
+    # inside a node: every NVLink; across nodes: the GPU's PCIe link to its NIC
+    assert all(cols["link_class"][c] == LINK_NVLINK for c in first(0, 1))
+    assert len(first(0, 1)) == cfg.system.nvlink.links_per_gpu
+    (c,) = first(0, 2)
+    assert cols["link_class"][c] == LINK_PCIE
+    # follow GPU 0 -> GPU 3 (another rail): NIC 0, leaf 0, a spine, leaf 1, NIC 3, GPU 3
+    path, node = [], cols["switch"][c]
+    for _ in range(8):
+        kind, index = fab.nodes[node][0], fab.nodes[node][1]
+        path.append(f"{NODE_NAMES[kind]}{index}")
+        row = sw_routes[node * G + 3]
+        nxt = row[2]
+        if not cols["to_switch"][nxt]:
+            assert cols["gpu"][nxt] == 3 and cols["link_class"][nxt] == LINK_PCIE
+            break
+        assert cols["link_class"][nxt] == LINK_IB or kind == 4
+        node = cols["switch"][nxt]
+    assert path[0] == "nic0" and path[1] == "ibleaf0" and path[2].startswith("ibspine")
+    assert path[3:] == ["ibleaf1", "nic3"]
+    # two spines: both are candidates (round-robin), as parallel NVLinks are
+    leaf0 = [n for n, x in enumerate(fab.nodes) if NODE_NAMES[x[0]] == "ibleaf" and x[1] == 0][0]
+    assert sw_routes[leaf0 * G + 3, 0] == 2
+
+
+def test_exchange_across_nodes_exact_bytes_and_work_requests():
+    sim = _simulate_on_tiny("examples/put_get_exchange.yaml")
+    st = sim.stats
+    # every byte arrived, both ways, from local and remote peers
+    for g in range(4):
+        for p in range(4):
+            if p == g:
+                continue
+            recv = sim.read_buffer(g, "recv", "u8").reshape(-1, BYTES)
+            pulled = sim.read_buffer(g, "pulled", "u8").reshape(-1, BYTES)
+            assert (recv[p] == sim.read_buffer(p, "src", "u8")).all()
+            assert (pulled[p] == sim.read_buffer(g, "src", "u8")).all()
+    # per remote peer, GPU g's PCIe link carries: its put (40 packets), its flag (1), its get's
+    # read requests (40, header only), write responses to the peer's put and flag (41) and the
+    # peer's get data (40): 162 packets, each one TLP of 26 B overhead; payload 5000 + 8 + 5000
+    for g in range(4):
+        assert st[f"system.gpu{g}.pcie.tx_packets"] == 2 * 162
+        assert st[f"system.gpu{g}.pcie.tx_payload_bytes"] == 2 * (BYTES + 8 + BYTES)
+        assert st[f"system.gpu{g}.pcie.tx_wire_bytes"] == 2 * (BYTES + 8 + BYTES) + 2 * 162 * 26
+        # the NIC starts a work request per put (1), flag store (1) and read request (40)
+        assert st[f"system.nic{g}.work_requests"] == 2 * 42
+        # onto InfiniBand: a 5000 B message is 2 IB packets (MTU 4096) of 42 B headers, for the
+        # put and for the get data; the flag and each read request one packet each; the write
+        # responses travel as coalesced acknowledgements of 30 B (at least one per request)
+        fixed = 2 * ((BYTES + 2 * 42) + (8 + 42) + 40 * 42 + (BYTES + 2 * 42))
+        acks = st[f"system.nic{g}.ib.tx_wire_bytes"] - fixed
+        assert acks % 30 == 0 and 2 * 2 <= acks // 30 <= 2 * 41
+        assert st[f"system.nic{g}.ib.tx_payload_bytes"] == 2 * (BYTES + 8 + BYTES)
+    # GPUs talk to their node peer over NVLink only: nothing else crosses PCIe
+    assert sum(st[f"system.nic{n}.rdma_payload_bytes"] for n in range(4)) == 4 * 2 * (2 * BYTES + 8)
+
+
+def test_fabric_engines_identical(tmp_path):
+    """A small all-to-all across both nodes: the Numba and pure-Python engines agree on every
+    stat (fabric links, NICs and IB switches included)."""
+    from conftest import CONFIGS
+    cfg = tmp_path / "a2a.yaml"
+    cfg.write_text(f"""extends: {CONFIGS / 'ubench/alltoall.yaml'}
+system: {CONFIGS / TINY}
+workload:
+  buffers:
+    send: {{bytes: 16KB, region: data}}
+    recv: {{bytes: 16KB, region: data}}
+  launches:
+    - kernel: alltoall
+      grid: "ngpu"
+      params: {{send: "@send", recv: "@recv", bytes_per_peer: 4096, chunk: 2048}}
+""")
+    out = {}
+    for engine in ("numba", "python"):
+        r = run_cli("run", cfg, "-o", tmp_path / engine, "--engine", engine, "--quiet")
+        assert r.returncode == 0, r.stderr
+        out[engine] = {k: v for k, v in read_stats_json(tmp_path / engine).items()
+                       if not k.startswith("host")}
+    assert out["numba"] == out["python"]
+    assert out["numba"]["system.nic0.ib.tx_payload_bytes"] == 2 * 4096
+    assert any(k.startswith("system.ibspine") for k in out["numba"])
+
+
+@pytest.mark.parametrize("scheme", ["moehub", "deepep"])
+def test_functional_layer_across_nodes_is_exact(scheme):
+    """moehub (the RPM hands a remote expert's stream to the NIC) and deepep (puts to the
+    remote GPU through the NIC) compute the reference layer exactly across two nodes."""
+    sim = _simulate_on_tiny("experiments/functional.yaml", f"scheme={scheme}",
+                            "workload.layer.tokens_per_gpu=16")
+    assert sim.stats["system.moe.output_max_abs_error"] == 0.0
+    assert sim.stats["system.nic0.rdma_payload_bytes"] > 0
+    # the routing's deduplication per level (workloads/dedup.py), from the layer's routing
+    from moehub_arch.workloads.dedup import dedup_rows
+    layer = sim.layer
+    eg = [e // layer.shape.local_experts for e in range(layer.shape.experts)]
+    before, after = dedup_rows(layer.routing.topk_idx, eg, 2)
+    assert sim.stats["system.moe.dedup.level1_bytes_saved"] == (before - after) * layer.shape.row_bytes
+
+
+@pytest.mark.parametrize("sets, key", [
+    (["system.nic.per_node=1"], "system.nic.per_node"),            # GPU 1 of a node has no NIC
+    (["system.nic.per_node=3"], "system.nic.per_node"),            # a NIC attached to nothing
+    (["system.nodes.gpus_per_node=0"], "system.nodes.gpus_per_node"),
+    (["system.infiniband.spine_switches=0"], "system.infiniband.spine_switches"),
+    (["system.pcie.bandwidth=0"], "system.pcie.bandwidth"),
+    (["system.switch.topology=bridge_pairs", "system.nic.gpus_per_nic=2", "system.nic.per_node=1",
+      "system.nodes.gpus_per_node=4", "system.nodes.count=1"], "system.switch.topology"),
+])
+def test_bad_fabric_exits_2_naming_the_key(sets, key):
+    args = ["run", "configs/ubench/alltoall.yaml", "--system", "configs/systems/tiny_2x2.yaml"]
+    for s in sets:
+        args += ["--set", s]
+    r = run_cli(*args)
+    assert r.returncode == 2, r.stderr
+    assert key in r.stderr and "Traceback" not in r.stderr
+
+
+def test_a6000_bridges_pairs_and_pcie_switch():
+    """HierMoE's testbed: a GPU reaches its bridge partner over the bridge (all 4 links), the
+    other GPUs of its node through the PCIe switch it shares with the node's NIC, and other nodes
+    through that NIC."""
+    from conftest import load
+    from moehub_arch.topology import (LINK_NVLINK, LINK_PCIE, NODE_BRIDGE, NODE_PCIE_SWITCH,
+                                      build_fabric, build_routes, channel_arrays)
+    cfg = load("systems/a6000_x4.yaml")
+    G = cfg.system.num_gpus
+    assert G == 32
+    fab = build_fabric(cfg)
+    gpu_routes, sw_routes, _ = build_routes(cfg, fab)
+    cols = channel_arrays(fab, G)
+    hops = lambda g, h: list(gpu_routes[g * G + h, 2:2 + gpu_routes[g * G + h, 0]])  # noqa: E731
+    assert len(hops(0, 1)) == 4
+    assert all(cols["link_class"][c] == LINK_NVLINK and cols["dst_kind"][c] == NODE_BRIDGE
+               for c in hops(0, 1))
+    for h in (2, 7, 8, 31):
+        (c,) = hops(0, h)
+        assert cols["link_class"][c] == LINK_PCIE and cols["dst_kind"][c] == NODE_PCIE_SWITCH
+
+
+@pytest.mark.parametrize("nodes", [2, 4, 8])
+def test_hgx_h800_node_count_gives_ep(nodes):
+    from conftest import load
+    from moehub_arch.topology import build_fabric, build_routes
+    cfg = load("systems/hgx_h800_x4.yaml", f"system.nodes.count={nodes}")
+    assert cfg.system.num_gpus == 8 * nodes
+    gpu_routes, _, _ = build_routes(cfg, build_fabric(cfg))
+    assert (gpu_routes[:, 0].reshape(8 * nodes, 8 * nodes) > 0).sum() == (8 * nodes) ** 2
+
+
+def test_dedup_rows_of_a_hand_written_routing_at_each_level():
+    """2 nodes x 2 GPUs, 8 experts (GPU g holds experts 2g, 2g+1), top-3; counts by hand:
+    GPU0 [1,4,5] -> GPUs 0,2,2: level 0 2 rows -> 1, level 1 (node) 2 -> 1
+    GPU0 [2,6,7] -> GPUs 1,3,3: level 0 3 -> 2,              level 1 2 -> 1
+    GPU1 [2,3,0], [3,2,1] -> GPUs 1,1,0: level 0 1 -> 1 each, level 1 0
+    GPU2 [4,5,6], [5,4,7] -> GPUs 2,2,3: level 0 1 -> 1 each, level 1 0
+    GPU3 [0,3,4] -> GPUs 0,1,2: level 0 3 -> 3,              level 1 2 -> 1
+    GPU3 [6,7,1] -> GPUs 3,3,0: level 0 1 -> 1,              level 1 1 -> 1"""
+    from conftest import load
+    from moehub_arch.workloads.dedup import dedup_rows, topology_levels
+    topk = [[[1, 4, 5], [2, 6, 7]], [[2, 3, 0], [3, 2, 1]],
+            [[4, 5, 6], [5, 4, 7]], [[0, 3, 4], [6, 7, 1]]]
+    expert_gpu = [e // 2 for e in range(8)]
+    levels = topology_levels(load(TINY))
+    assert levels == [("gpu", 1), ("node", 2)]
+    assert dedup_rows(topk, expert_gpu, 1) == (13, 11)
+    assert dedup_rows(topk, expert_gpu, 2) == (7, 4)
+    a6000 = topology_levels(load("systems/a6000_x4.yaml"))
+    assert a6000 == [("gpu", 1), ("nvlink_pair", 2), ("node", 8)]

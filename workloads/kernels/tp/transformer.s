@@ -1,0 +1,197 @@
+# Kernels of a transformer layer under tensor parallelism (workload.block kinds attention and
+# transformer, moehub_arch/workloads/block.py; Megatron-LM, Shoeybi et al., arXiv 1909.08053,
+# section 3): the norms, the column-parallel QKV and row-parallel output projections, causal
+# attention over this GPU's heads, and the residual adds. The FFN is the shared-expert kernel
+# (../common/moe_common.s shared_ffn) and the all-reduce ./allreduce_ring.s. Every kernel takes
+# its work in a grid-stride loop (thread block %tb takes items %tb, %tb + %ntb, ...).
+.include "lib/gemm_tiles.s"
+.include "lib/norm.s"
+.include "lib/attention.s"
+
+# Sequence parallelism (scheme sp_ring; Korthikanti et al., arXiv 2205.05198): with sharded = 1,
+# tp_norm and residual_add work on this GPU's sequence shard only - `tokens` (`elems`) is the
+# shard's size and the shard is chunk (g + 1) % P of the full buffer, the chunk the ring's
+# reduce-scatter leaves complete on GPU g (lib/ring_allreduce.s).
+.macro shard_offset off, size, esize
+    mov \off, 0
+    beq %sharded, 0, whole_\@
+    add \off, %gpu, 1
+    rem \off, \off, %ngpu
+    mul \off, \off, \size
+    mul \off, \off, \esize
+whole_\@:
+.endm
+
+# tp_norm: y[T][H] = norm(x) in blocks of `rows` rows (lib/norm.s); consts: fp32 words 1 eps, 2 H.
+.kernel tp_norm
+.param x
+.param y
+.param gain                  # [H] fp32
+.param bias                  # [H] fp32 (LayerNorm)
+.param consts
+.param tokens
+.param hidden
+.param rows                  # rows per block (divides tokens)
+.param layernorm             # 1 LayerNorm, 0 RMSNorm
+.param sharded               # 1: tokens is the sequence shard of this GPU (see shard_offset)
+.smem 128KB
+    norm_smem %gain, %bias, %consts, %hidden
+    div r10, %tokens, %rows          # r10 = row blocks
+    mul r11, %rows, %hidden
+    shl r11, r11, 1                  # r11 = bytes of a block
+    shl r15, %hidden, 1
+    shard_offset r14, %tokens, r15   # r14 = byte offset of the shard
+    mov r0, %tb
+block:
+    bge r0, r10, end
+    mul r12, r0, r11
+    add r12, r12, r14
+    add r13, r12, %x
+    add r12, r12, %y
+    norm_rows r12, r13, %rows, %hidden, %layernorm
+    add r0, r0, %ntb
+    bra block
+end:
+    exit
+
+# tp_gemm: Y = bf16(A W), A [T][K] bf16 row-major, W [N/n][K][n] bf16 column tiles (the weight
+# layout of ../common/moe_common.s). Y is stored as N / group blocks of [T][group] (column c of
+# row t at (c / group) T group + t group + c % group): group = N is plain row-major [T][N] (the
+# output projection); group = dh puts every head's Q, K and V in its own contiguous [T][dh] block,
+# which the attention kernel reads as tiles (the QKV projection). n divides group.
+# Jobs: row tile major (jobs of one row tile share A through the L2, lib/gemm_tiles.s); weights
+# are read from HBM by row tile 0 and through the L2 after.
+.kernel tp_gemm
+.param a
+.param w
+.param y
+.param tokens
+.param k
+.param ncols                 # N
+.param n_tile
+.param tile_rows
+.param group
+.smem 96KB                   # acc fp32 [tile_rows][n] + out bf16 [tile_rows][n]
+    gemm_smem r8, r9, %tile_rows, %n_tile, r20, r21
+    div r22, %ncols, %n_tile         # r22 = column jobs per row tile
+    add r1, %tokens, %tile_rows
+    sub r1, r1, 1
+    div r23, r1, %tile_rows          # r23 = row tiles
+    mul r24, r22, r23                # r24 = jobs
+    shl r25, %k, 1                   # r25 = A row bytes
+    mul r26, %k, %n_tile
+    shl r26, r26, 1                  # r26 = bytes of a weight column tile
+    shl r27, %group, 1               # r27 = Y row bytes within a group
+    shl r28, %n_tile, 1              # r28 = bytes of a job's output row
+    mov r0, %tb
+job:
+    bge r0, r24, end
+    split_job r0, r22, r2, r3        # r2 = row tile, r3 = column job
+    mul r4, r2, %tile_rows           # r4 = first row
+    sub r5, %tokens, r4
+    min r5, r5, %tile_rows           # r5 = rows
+    mul r6, r5, %n_tile              # r6 = rows x n
+    mul r7, r4, r25
+    add r7, r7, %a                   # r7 = A
+    mul r10, r3, r26
+    add r10, r10, %w                 # r10 = W column tile
+    gemm_tile r8, r9, r7, r10, r5, %n_tile, %k, r6, r3, r2, 0
+    mul r11, r3, %n_tile             # r11 = first column
+    div r12, r11, %group
+    rem r11, r11, %group
+    mul r12, r12, %tokens
+    add r12, r12, r4
+    mul r12, r12, r27
+    shl r11, r11, 1
+    add r12, r12, r11
+    add r12, r12, %y                 # r12 = Y[group block][first row][column in group]
+    copy2d r12, r9, r5, r28, r27, r28
+    add r0, r0, %ntb
+    bra job
+end:
+    exit
+
+# attention: causal self-attention of this GPU's `heads` heads (lib/attention.s) over batch x seq
+# tokens. qkv: the QKV projection's output, 3 heads blocks of [T][dh] (Q heads 0 .. heads-1, then
+# K, then V; T = batch x seq, a sequence's rows [b seq, (b + 1) seq) contiguous in each). out:
+# [T][heads dh] bf16, head h at columns h dh (the output projection's A). Items (query tile,
+# sequence, head) are taken longest first: query tile i visits i + 1 key tiles.
+.kernel attention
+.param qkv
+.param out
+.param mask                  # [tile][tile] fp32: 0 on and below the diagonal, -inf above
+.param consts                # fp32 word 0: the softmax scale 1 / sqrt(dh)
+.param seq
+.param batch
+.param heads
+.param dh
+.param tile                  # Br = Bc (divides seq)
+.smem 128KB
+    flash_attention_smem %tile, %dh, %mask, %consts
+    div r10, %seq, %tile             # r10 = query tiles per sequence
+    mul r11, %batch, %heads          # r11 = (sequence, head) pairs
+    mul r12, r10, r11                # r12 = items
+    mul r13, %batch, %seq
+    mul r13, r13, %dh
+    shl r13, r13, 1                  # r13 = bytes of one head block [T][dh]
+    mul r14, %heads, %dh
+    shl r14, r14, 1                  # r14 = out row bytes
+    mul r15, %heads, r13             # r15 = bytes of the Q (or K, V) heads
+    mov r0, %tb
+item:
+    bge r0, r12, end
+    div r16, r0, r11
+    sub r16, r10, r16
+    sub r16, r16, 1                  # r16 = query tile i
+    rem r17, r0, r11
+    div r18, r17, %heads             # r18 = sequence b
+    rem r17, r17, %heads             # r17 = head h
+    mul r18, r18, %seq               # r18 = first token of the sequence
+    mul r19, r17, r13
+    mul r30, r18, %dh
+    shl r30, r30, 1
+    add r19, r19, r30
+    add r19, r19, %qkv               # r19 = Q of (b, h) ([seq][dh])
+    mul r31, r16, %tile
+    add r18, r18, r31                # r18 = first token of the query tile
+    mul r31, r31, %dh
+    shl r31, r31, 1
+    add r31, r31, r19                # r31 = Q tile
+    add r19, r19, r15                # r19 = K of (b, h); its V is r15 further
+    mul r30, r18, r14
+    add r30, r30, %out
+    mul r17, r17, %dh
+    shl r17, r17, 1
+    add r17, r17, r30                # r17 = out[first token][h dh]
+    add r30, r19, r15                # r30 = V of (b, h)
+    flash_attention_tile r31, r19, r30, r17, r14, r16, %tile, %dh
+    add r0, r0, %ntb
+    bra item
+end:
+    exit
+
+# residual_add: y = bf16(a + b) over `elems` elements, in chunks of `chunk` (the residual
+# connections around attention and the FFN).
+.kernel residual_add
+.param a
+.param b
+.param y
+.param elems
+.param chunk
+.param sharded               # 1: elems is the sequence shard of this GPU (see shard_offset)
+    shl r1, %chunk, 1                # r1 = chunk bytes
+    div r2, %elems, %chunk           # r2 = chunks
+    shard_offset r6, %elems, 2       # r6 = byte offset of the shard
+    mov r0, %tb
+next:
+    bge r0, r2, end
+    mul r3, r0, r1
+    add r3, r3, r6
+    add r4, r3, %a
+    add r5, r3, %b
+    add r3, r3, %y
+    vadd.bf16 r3, r4, r5, %chunk
+    add r0, r0, %ntb
+    bra next
+end:
+    exit
