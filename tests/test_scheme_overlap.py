@@ -62,3 +62,11 @@ def test_timing_mode_runs_the_same_protocol(uniform):
     check_layer(timing)
     strip = lambda st: {k: v for k, v in model_stats(st).items() if "output_max" not in k}
     assert strip(timing.stats) == strip(uniform.stats)
+
+
+def test_senders_are_placed_when_gemm_blocks_hold_a_slot_on_every_sm():
+    # one persistent GEMM block per SM (compute_tbs = num_sms) and every SM's other slots taken by
+    # receivers: DeepEP's whole-SM channel blocks (a warp group per peer) could never be placed and
+    # the layer would hang; overlap places its sender streams as single-stream blocks instead
+    check_layer(run("system.gpu.num_sms=4", "workload.layer.overlap.compute_tbs=4",
+                    "workload.layer.overlap.comm_sms=4"))

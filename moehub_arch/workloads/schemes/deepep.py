@@ -141,19 +141,24 @@ def plan(layer):
 
 
 def mediation_and_dispatch(layer, *, comm_sms, ring_rows, rows_cap, tiles_cap, align, host_delay,
-                           receivers, dispatch_dtype="bf16", send_chunk=8):
+                           receivers, dispatch_dtype="bf16", send_chunk=8, channel_blocks=True):
     """The DeepEP mediation and dispatch kernels on stream 0: deepep_layout, deepep_notify (expert
     regions aligned to `align` rows), then deepep_dispatch after `host_delay` (its receiver TBs
     too if `receivers`, otherwise only its C*P senders: scheme overlap drains the rings itself),
     publishing the ring tail every `send_chunk` tokens. Rows travel in `dispatch_dtype` (fp8: the
     bytes of e4m3 elements and their scales, read from dp_x_fp8). Returns (buffers, launches); the
-    receive buffer dp_recv_x holds `rows_cap` rows."""
+    receive buffer dp_recv_x holds `rows_cap` rows. `channel_blocks`: one thread block per channel
+    side with a warp group per peer rank, placed whole on an SM of its own as DeepEP's are; False:
+    the same instruction streams (same %tb and %ntb) as one single-stream block each, placed
+    wherever a slot is free - for schemes whose persistent GEMM blocks hold a slot on every SM,
+    where a whole-SM channel block could never be placed."""
     s, cfg = layer.shape, layer.cfg
     P, T, k, El, H = s.num_gpus, s.tokens, s.top_k, s.local_experts, s.hidden
     if P > 62:
         raise LayerError(f"system.num_gpus: schemes deepep and overlap keep a token's destination "
                          f"ranks in one 64-bit mask word (at most 62 GPUs), found {P}")
     C = max(1, comm_sms // 2)                      # channels
+    groups = P if channel_blocks else 1            # warp groups per dispatch thread block
     R = ring_rows
     W = C + El                                     # count row: C channel counts, El expert counts
     G = -(-El // 8)                                # notify TBs: 8 local experts each
@@ -192,8 +197,8 @@ def mediation_and_dispatch(layer, *, comm_sms, ring_rows, rows_cap, tiles_cap, a
             ("tile_rows", s.tile_rows), ("align", align))),
         # one block per channel side, one warp group per peer rank (DeepEP intranode.cu: sender
         # and receiver SMs of 768 threads, their warps split evenly over the ranks)
-        LaunchConfig(kernel="deepep_dispatch", grid=(2 if receivers else 1) * C, warp_groups=P,
-                     stream=0, host_delay=host_delay, params=(
+        LaunchConfig(kernel="deepep_dispatch", grid=(2 if receivers else 1) * C * P // groups,
+                     warp_groups=groups, stream=0, host_delay=host_delay, params=(
             ("x", "@dp_x_fp8" if dispatch_dtype == "fp8" else "@x"), ("meta", "@dp_meta"),
             ("rank_slots", "@dp_rank_slots"),
             ("ring_x", "@dp_ring_x"), ("ring_ctl", "@dp_ring_ctl"), ("ntf", "@dp_ntf"),

@@ -36,7 +36,11 @@ def plan(layer):
     tiles_cap = -(-rows_cap // tile)
     buffers, launches = mediation_and_dispatch(
         layer, comm_sms=opts.comm_sms, ring_rows=opts.ring_rows, rows_cap=rows_cap,
-        tiles_cap=tiles_cap, align=tile, host_delay=0, receivers=False)
+        tiles_cap=tiles_cap, align=tile, host_delay=0, receivers=False,
+        # the persistent GEMM blocks (compute_tbs, one per SM) hold a slot on every SM, so a sender
+        # block that needs an SM of its own would never be placed (Comet/FlashDMoE interleave
+        # communication warps with compute instead of reserving SMs): one block per sender stream
+        channel_blocks=False)
     buffers += [
         _buf("ov_tilecnt", tiles_cap * 8, region="control", dtype="i64"),
         _buf("ov_home", rows_cap * 8 + 64, region="control", dtype="i64"),  # + 64: ld.v8 past the end
