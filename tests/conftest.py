@@ -121,3 +121,15 @@ def drive_both_engines(code):
         assert r.returncode == 0, r.stderr
         out.append(json.loads(r.stdout.strip().splitlines()[-1]))
     return tuple(out)
+
+
+def cli_stats_per_engine(config, outdir, *args):
+    """Run `config` through the CLI once with each engine (extra CLI args after it); returns
+    {"numba": stats, "python": stats} without the host.* stats (wall time, memory)."""
+    out = {}
+    for engine in ("numba", "python"):
+        r = run_cli("run", config, "-o", outdir / engine, "--engine", engine, "--quiet", *args)
+        assert r.returncode == 0, r.stderr
+        out[engine] = {k: v for k, v in read_stats_json(outdir / engine).items()
+                       if not k.startswith("host")}
+    return out

@@ -6,7 +6,7 @@ import pytest
 
 from moehub_arch.engine.state import TB_EMPTY
 
-from conftest import load, mini_system, model_stats, read_stats_json, run_cli, simulate
+from conftest import cli_stats_per_engine, load, mini_system, model_stats, simulate
 
 # A 4-GPU all-to-all small enough for the pure-Python engine (a few thousand events).
 ALLTOALL_SMALL = mini_system(num_gpus=4, num_sms=4, links=2) + [
@@ -26,13 +26,7 @@ def medium():
 
 def test_numba_and_python_engines_give_identical_stats(tmp_path):
     sets = [f"--set={s}" for s in ALLTOALL_SMALL]
-    out = {}
-    for engine in ("numba", "python"):
-        r = run_cli("run", "configs/ubench/alltoall.yaml", "-o", tmp_path / engine, "--engine",
-                    engine, "--quiet", *sets)
-        assert r.returncode == 0, r.stderr
-        out[engine] = {k: v for k, v in read_stats_json(tmp_path / engine).items()
-                       if not k.startswith("host")}
+    out = cli_stats_per_engine("configs/ubench/alltoall.yaml", tmp_path, *sets)
     assert out["numba"]["simEvents"] > 1000
     assert out["numba"] == out["python"]
 

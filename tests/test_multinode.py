@@ -8,7 +8,7 @@ not from the engine's formulas.
 """
 import pytest
 
-from conftest import read_stats_json, run_cli
+from conftest import cli_stats_per_engine, run_cli
 
 TINY = "systems/tiny_2x2.yaml"
 BYTES = 5000           # put_get_exchange: 39 packets of 128 B and one of 8 B per transfer
@@ -106,12 +106,7 @@ workload:
       grid: "ngpu"
       params: {{send: "@send", recv: "@recv", bytes_per_peer: 4096, chunk: 2048}}
 """)
-    out = {}
-    for engine in ("numba", "python"):
-        r = run_cli("run", cfg, "-o", tmp_path / engine, "--engine", engine, "--quiet")
-        assert r.returncode == 0, r.stderr
-        out[engine] = {k: v for k, v in read_stats_json(tmp_path / engine).items()
-                       if not k.startswith("host")}
+    out = cli_stats_per_engine(cfg, tmp_path)
     assert out["numba"] == out["python"]
     assert out["numba"]["system.nic0.ib.tx_payload_bytes"] == 2 * 4096
     assert any(k.startswith("system.ibspine") for k in out["numba"])

@@ -10,7 +10,7 @@
 import numpy as np
 import pytest
 
-from conftest import read_stats_json, run_cli, simulate
+from conftest import cli_stats_per_engine, run_cli, simulate
 from moehub_arch.workloads.reference import ring_allreduce_reference, to_bf16
 
 CONFIG = "ubench/allreduce_ring.yaml"
@@ -61,13 +61,7 @@ def test_ring_allreduce_moves_two_n_minus_one_over_n_of_the_buffer():
 
 def test_ring_allreduce_engines_agree(tmp_path):
     sets = [a for s in tiny(P=4, channels=1, slice_elems=128, slices=1) for a in ("--set", s)]
-    out = {}
-    for engine in ("numba", "python"):
-        r = run_cli("run", f"configs/{CONFIG}", "-o", tmp_path / engine, "--engine", engine,
-                    "--quiet", *sets)
-        assert r.returncode == 0, r.stderr
-        out[engine] = {k: v for k, v in read_stats_json(tmp_path / engine).items()
-                       if not k.startswith("host")}
+    out = cli_stats_per_engine(f"configs/{CONFIG}", tmp_path, *sets)
     assert out["numba"] == out["python"]
 
 

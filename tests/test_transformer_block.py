@@ -6,7 +6,7 @@ errors for shapes the kernels cannot tile."""
 import numpy as np
 import pytest
 
-from conftest import read_stats_json, run_cli, simulate
+from conftest import cli_stats_per_engine, run_cli, simulate
 from moehub_arch.workloads.block_reference import attention_exact, flash_attention, norm
 from moehub_arch.workloads.reference import to_bf16
 
@@ -129,13 +129,7 @@ def test_attention_block_engines_agree(tmp_path):
     transposed mma included)."""
     sets = [a for s in ("workload.block.kind=attention", "system.num_gpus=2", "workload.block.tp=2")
             for a in ("--set", s)]
-    out = {}
-    for engine in ("numba", "python"):
-        r = run_cli("run", f"configs/{LAYER}", "-o", tmp_path / engine, "--engine", engine,
-                    "--quiet", *sets)
-        assert r.returncode == 0, r.stderr
-        out[engine] = {k: v for k, v in read_stats_json(tmp_path / engine).items()
-                       if not k.startswith("host")}
+    out = cli_stats_per_engine(f"configs/{LAYER}", tmp_path, *sets)
     assert out["numba"]["system.block.output_max_abs_error"] == 0.0
     assert out["numba"] == out["python"]
 

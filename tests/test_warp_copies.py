@@ -5,7 +5,7 @@ the thread block waits for its loads, and the hub carries remote stores without 
 import numpy as np
 import pytest
 
-from conftest import CONFIGS, model_stats, read_stats_json, run_cli
+from conftest import CONFIGS, cli_stats_per_engine, model_stats, run_cli
 
 N = 4096                   # bytes per copy
 LSU = 128                  # dgx_h100 sm.lsu_bytes_per_cycle
@@ -137,12 +137,7 @@ def test_blocks_of_warp_groups_are_placed_whole_and_keep_their_slots(tmp_path):
 
 def test_numba_and_python_engines_agree_on_warp_copies(tmp_path):
     cfg = _config(tmp_path, groups=4, grid=3, sms=2)
-    out = {}
-    for engine in ("numba", "python"):
-        r = run_cli("run", cfg, "-o", tmp_path / engine, "--engine", engine, "--quiet")
-        assert r.returncode == 0, r.stderr
-        out[engine] = {k: v for k, v in read_stats_json(tmp_path / engine).items()
-                       if not k.startswith("host")}
+    out = cli_stats_per_engine(cfg, tmp_path)
     assert out["numba"] == out["python"]
 
 
