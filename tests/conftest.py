@@ -5,6 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
@@ -133,3 +134,21 @@ def cli_stats_per_engine(config, outdir, *args):
         out[engine] = {k: v for k, v in read_stats_json(outdir / engine).items()
                        if not k.startswith("host")}
     return out
+
+
+def check_allreduce_output(sim, gpus, elems, bf16, reference):
+    """Every GPU's `recv` buffer equals reference(the `send` buffers) bit for bit; in bf16 that
+    result must also differ from a plain GPU-order sum rounded to bf16 after every add, so the
+    check pins the collective's own reduction order."""
+    from moehub_arch.workloads.reference import to_bf16
+    dt = "bf16" if bf16 else "f32"
+    x = np.stack([sim.read_buffer(g, "send", dt)[:elems] for g in range(gpus)])
+    ref = reference(x, bf16=bool(bf16))
+    for g in range(gpus):
+        got = sim.read_buffer(g, "recv", dt)[:elems]
+        assert np.array_equal(got, ref), f"GPU {g}: max |err| {np.abs(got - ref).max()}"
+    if bf16:
+        seq = x[0]
+        for g in range(1, gpus):
+            seq = to_bf16(seq + x[g])
+        assert not np.array_equal(seq, ref)

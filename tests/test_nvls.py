@@ -15,7 +15,7 @@ all-reduce (workloads/kernels/lib/nvls_allreduce.s, configs/ubench/allreduce_nvl
 import numpy as np
 import pytest
 
-from conftest import CONFIGS, load, mini_system, simulate
+from conftest import CONFIGS, check_allreduce_output, load, mini_system, simulate
 from moehub_arch.checks import run_invariants
 from moehub_arch.workloads.reference import nvls_allreduce_reference
 
@@ -43,21 +43,9 @@ def test_nvls_allreduce_equals_numpy_in_switch_order(bf16):
     P = 4
     sim = simulate(CONFIG, *tiny(P=P, bf16=bf16))
     assert run_invariants(sim) == []
-    elems = P * 2 * 256 * 2
-    dt = "bf16" if bf16 else "f32"
-    x = np.stack([sim.read_buffer(g, "send", dt)[:elems] for g in range(P)])
-    ref = nvls_allreduce_reference(x, bf16=bool(bf16))
-    for g in range(P):
-        got = sim.read_buffer(g, "recv", dt)[:elems]
-        assert np.array_equal(got, ref), f"GPU {g}: max |err| {np.abs(got - ref).max()}"
-    if bf16:
-        # FP32 accumulation with one rounding differs from rounding every add to bf16 (the
-        # ring's order): the check above pins the switch's arithmetic
-        seq = x[0]
-        from moehub_arch.workloads.reference import to_bf16
-        for g in range(1, P):
-            seq = to_bf16(seq + x[g])
-        assert not np.array_equal(seq, ref)
+    # FP32 accumulation with one rounding differs from rounding every add to bf16 (the ring's
+    # order): the check pins the switch's arithmetic
+    check_allreduce_output(sim, P, P * 2 * 256 * 2, bf16, nvls_allreduce_reference)
 
 
 def test_nvls_allreduce_moves_each_slice_once_up_and_down():
