@@ -23,7 +23,8 @@ tile of alignment per local expert.
 from ...config.schema import LaunchConfig
 from ..layer import (SHARED_KERNELS, LayerError, SchemePlan, _buf, combine_launch,
                      shared_expert_launches)
-from .deepep import EPOCH, KERNELS as DEEPEP_KERNELS, mediation_and_dispatch
+from .deepep import (DISPATCH_SMEM_BYTES, EPOCH, KERNELS as DEEPEP_KERNELS,
+                     mediation_and_dispatch, tma_staging_bytes)
 
 KERNELS = "workloads/kernels/overlap/overlap.s"
 
@@ -39,8 +40,8 @@ def plan(layer):
     buffers, launches = mediation_and_dispatch(
         layer, comm_sms=opts.comm_sms, ring_rows=opts.ring_rows, rows_cap=rows_cap,
         tiles_cap=tiles_cap, align=tile, host_delay=0, receivers=False)
-    # the sender channel blocks hold DeepEP's 192 KB of shared memory and the receiver channel
-    # blocks every stream slot of their SMs: no persistent GEMM block fits beside either, so the
+    # the sender and receiver channel blocks hold DeepEP's 192 KB of shared memory (and every
+    # stream slot of their SMs): no persistent GEMM block fits beside either, so the
     # GEMM blocks must leave comm_sms SMs to them (Comet and FlashDMoE also give communication
     # whole thread blocks of their own), or the senders would never be placed
     nsm = cfg.system.gpu.num_sms
@@ -58,8 +59,12 @@ def plan(layer):
         _buf("ov_y", rows_cap * s.row_bytes, dtype="bf16"),
     ]
     launches += [
-        # one block per channel with one warp group per source ring, as DeepEP's receiver SMs
-        LaunchConfig(kernel="overlap_receive", grid=C, warp_groups=P, stream=2, params=(
+        # one block per channel with one warp group per source ring, as DeepEP's receiver SMs; its
+        # row copies are TMA-like bulk copies (`copy`) as DeepEP's SM90 receivers' are
+        # (intranode.cu: tma_load_1d / tma_store_1d through each warp's staging buffer), so it
+        # holds the same 192 KB of staging
+        LaunchConfig(kernel="overlap_receive", grid=C, warp_groups=P, stream=2,
+                     dynamic_smem=tma_staging_bytes(cfg, DISPATCH_SMEM_BYTES), params=(
             ("ring_x", "@dp_ring_x"), ("ring_ctl", "@dp_ring_ctl"), ("ntf", "@dp_ntf"),
             ("info", "@dp_info"), ("cursor", "@dp_cursor"), ("recv_x", "@dp_recv_x"),
             ("tilecnt", "@ov_tilecnt"), ("home", "@ov_home"), ("acct", "@acct"),
