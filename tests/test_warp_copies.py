@@ -203,7 +203,9 @@ def test_dynamic_shared_memory_keeps_other_blocks_off_the_sm(tmp_path, dynamic_s
             assert list(held[:, 1]) == [1, 1]
             assert held[1, 0] > held[0, 0]
     s = sim.stats
-    assert s["system.gpu0.launch0.tbs"] == 1 and s["system.gpu0.launch1.tbs"] == 2
+    index = {li.kernel: li.index for li in sim.launches if li.gpu == 0}
+    assert s[f"system.gpu0.launch{index['copier']}.tbs"] == 1
+    assert s[f"system.gpu0.launch{index['holder']}.tbs"] == 2
 
 
 def test_a_block_whose_dynamic_shared_memory_exceeds_an_sm_is_an_input_error(tmp_path):

@@ -422,9 +422,9 @@ class DeepepSchemeConfig:
 
 @attrs.frozen
 class OverlapSchemeConfig:
-    comm_sms: int = _f("int", "SMs' worth of communication TBs, as DeepEP's comm_sms: channels = "
-                       "comm_sms / 2, one sender TB per (channel, peer) and one receiver TB per "
-                       "(channel, source)", 20, min=2)
+    comm_sms: int = _f("int", "SMs for communication, as DeepEP's comm_sms: channels = comm_sms / "
+                       "2, a sender and a receiver thread block per channel (a warp group per "
+                       "peer), each holding an SM of its own", 20, min=2)
     ring_rows: int = _f("int", "rows of each (channel, peer) ring buffer", 64, min=1)
     compute_tbs: int = _f("int", "persistent GEMM thread blocks per GPU (each needs most of an "
                           "SM's shared memory: at most one per SM is resident; at most num_sms - "
