@@ -216,3 +216,8 @@ def test_a_block_whose_dynamic_shared_memory_exceeds_an_sm_is_an_input_error(tmp
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert "workload.launches[0].dynamic_smem" in r.stderr
     assert "2 warp groups x 16384 bytes of .smem + 204800 bytes of dynamic_smem" in r.stderr
+
+
+def test_numba_and_python_engines_agree_on_a_dynamic_shared_memory_footprint(tmp_path):
+    out = cli_stats_per_engine(_footprint_config(tmp_path, "192KB"), tmp_path)
+    assert out["numba"] == out["python"]

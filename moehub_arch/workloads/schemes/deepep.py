@@ -165,7 +165,7 @@ def mediation_and_dispatch(layer, *, comm_sms, ring_rows, rows_cap, tiles_cap, a
                            receivers, dispatch_dtype="bf16", send_chunk=8):
     """The DeepEP mediation and dispatch kernels on stream 0: deepep_layout, deepep_notify (expert
     regions aligned to `align` rows), then deepep_dispatch after `host_delay` (its receiver TBs
-    too if `receivers`, otherwise only its C*P senders: scheme overlap drains the rings itself),
+    too if `receivers`, otherwise only its C sender blocks: scheme overlap drains the rings itself),
     publishing the ring tail every `send_chunk` tokens. Rows travel in `dispatch_dtype` (fp8: the
     bytes of e4m3 elements and their scales, read from dp_x_fp8). Returns (buffers, launches); the
     receive buffer dp_recv_x holds `rows_cap` rows. One thread block per channel side with a warp
@@ -218,8 +218,7 @@ def mediation_and_dispatch(layer, *, comm_sms, ring_rows, rows_cap, tiles_cap, a
         # and receiver SMs of 768 threads, their warps split evenly over the ranks)
         LaunchConfig(kernel="deepep_dispatch", grid=(2 if receivers else 1) * C * P // groups,
                      warp_groups=groups, dynamic_smem=tma_staging_bytes(cfg, DISPATCH_SMEM_BYTES),
-                     stream=0,
-                     host_delay=host_delay, params=(
+                     stream=0, host_delay=host_delay, params=(
             ("x", "@dp_x_fp8" if dispatch_dtype == "fp8" else "@x"), ("meta", "@dp_meta"),
             ("rank_slots", "@dp_rank_slots"),
             ("ring_x", "@dp_ring_x"), ("ring_ctl", "@dp_ring_ctl"), ("ntf", "@dp_ntf"),
