@@ -507,13 +507,14 @@ class BlockConfig:
                        "of an H100, 132)", 132, min=1)
     tile_rows: int = _f("int", "M tile of the FFN GEMM jobs (assumption: 128, CUTLASS's common "
                         "128 x 128 tile)", 128, min=1)
-    allreduce_channels: int = _f("int", "thread blocks (NCCL channels) of the ring all-reduce "
-                                 "(assumption: 16, as configs/ubench/allreduce_ring.yaml)", 16, min=1)
+    allreduce_channels: int = _f("int", "thread blocks (NCCL channels) of the TP collectives, "
+                                 "ring or NVLS (assumption: 16, as configs/ubench/"
+                                 "allreduce_ring.yaml and allreduce_nvls.yaml)", 16, min=1)
     attention_tile: int = _f("int", "query and key tile of the attention kernel, Br = Bc (must "
                              "divide seq; assumption: 64, FlashAttention-2's key block for head "
                              "dim 128, arXiv 2307.08691)", 64, min=1)
-    allreduce_slice: int = _f("int", "largest elements per put of the ring all-reduce (NCCL's "
-                              "chunk); the block uses the largest divisor <= this of a channel's "
+    allreduce_slice: int = _f("int", "largest elements per put of the ring collectives, or per "
+                              "multimem operation of the NVLS ones (NCCL's chunk); the block uses the largest divisor <= this of a channel's "
                               "share, preferring multiples of 64 elements (whole 128 B packets; "
                               "assumption: 64K elements = 128 KB bf16)",
                               65536, min=1)
