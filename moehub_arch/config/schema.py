@@ -412,6 +412,22 @@ class DeepepSchemeConfig:
                              "element) or fp8 (1 B per element plus one fp32 scale per 128 "
                              "elements; timing mode with kernels: communication only); combine "
                              "is always bf16", "bf16", choices=("bf16", "fp8"))
+    internode: str = _f("choice", "on a multi-node system: forward (DeepEP's internode kernels, "
+                        "csrc/kernels/internode.cu: a token goes once over RDMA to the GPU of the "
+                        "same local rank on each node holding any of its experts, which forwards "
+                        "it over NVLink to the ranks there; combine reduces a node's partial rows "
+                        "at that forwarder and sends one row per node home) or direct (every "
+                        "sender puts to the expert's GPU itself, across the NIC for other nodes: "
+                        "the intranode kernels run unchanged on the whole system)", "forward",
+                        choices=("forward", "direct"))
+    rdma_ring_rows: int = _f("int", "rows of each (channel, source node) RDMA receive ring of the "
+                             "internode kernels (assumption: 128 rows, 1.8 MB of bf16 DeepSeek-V3 "
+                             "rows per ring: a few chunks in flight per channel and node)", 128,
+                             min=1)
+    rdma_send_chunk_tokens: int = _f("int", "tokens an internode RDMA sender puts before it "
+                                     "publishes the ring tail (at most half the ring; DeepEP's "
+                                     "num_max_rdma_chunked_send_tokens; assumption: 16)", 16,
+                                     min=1)
 
 
 @attrs.frozen

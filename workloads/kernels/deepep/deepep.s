@@ -498,54 +498,7 @@ sent_all:
 receiver:
     sub r6, %tb, r5              # r6 = ring index c*P + s
     ring_receiver_open r6, r3, r5, r7, r9, r10, r11, r13, r8, r24    # r24 = tokens consumed
-    mul r12, r6, r2
-    mul r12, r12, 96
-    add r12, r12, %rec           # r12 = this receiver's records
-    mul r14, %gpu, %local_experts   # r14 = first local expert (global id)
-    shl r15, %topk, 2            # r15 = weight bytes
-    mov r25, 0                   # r25 = rows received
-rx_wait:
-    ring_wait_tokens r24, r9, r10, r26, rx_done   # r26 = tail
-rx_token:
-    ring_next_token r24, r26, rx_release, r11, r4, r27, r28    # r27 = slot index, r28 = its metadata
-    mul r29, r24, 96
-    add r29, r29, r12            # r29 = the token's record
-    add r2, r28, 64
-    add r3, r29, 64
-    put.sm %gpu, r3, r2, r15     # weights into the record (warp copy)
-    mul r27, r27, r1
-    add r27, r27, %ring_x        # r27 = the slot's row
-    shr r30, r16, 32
-    shl r30, r30, 32             # r30 = t << 32
-    mov r31, 0                   # r31 = slot j
-rx_choice:
-    sub r2, r16, r30
-    sub r2, r2, r14              # r2 = local expert of slot j
-    mov r8, r30                  # record word of a slot that is not here
-    blt r2, 0, rx_store
-    bge r2, %local_experts, rx_store
-    shl r2, r2, 3
-    add r2, r2, %cursor
-    atom.add r3, %gpu, [r2], 1   # r3 = the row's position (expert-major)
-    mul r2, r3, r1
-    add r2, r2, %recv_x
-    put.sm %gpu, r2, r27, r1     # the row into the expert's region (warp copy)
-    add r3, r3, 1
-    or r8, r30, r3               # record word: t << 32 | position + 1
-    add r25, r25, 1
-rx_store:
-    shl r2, r31, 3
-    add r2, r2, r29
-    st [r2], r8
-    next_slot_word r31, %topk, rx_choice
-    add r24, r24, 1
-    bra rx_token
-rx_release:
-    fence                        # rows and weights copied out: the slots may be reused
-    flag.set r7, [r13], r24      # head back to the sender
-    bra rx_wait
-rx_done:
-    red.add %gpu, [%acct+8], r25 # acct 1: pairs received
+    ring_receive_to_experts r6
     exit
 
 # ------------------------------------------------------------------------------------------------
