@@ -112,12 +112,23 @@ workload:
     assert any(k.startswith("system.ibspine") for k in out["numba"])
 
 
-@pytest.mark.parametrize("scheme", ["moehub", "deepep"])
-def test_functional_layer_across_nodes_is_exact(scheme):
-    """moehub (the RPM hands a remote expert's stream to the NIC) and deepep (puts to the
-    remote GPU through the NIC) compute the reference layer exactly across two nodes."""
+@pytest.mark.parametrize("scheme, extra", [
+    ("moehub", ()),
+    ("deepep", ()),                                              # internode: forward (DeepEP's)
+    ("deepep", ("workload.layer.deepep.internode=direct",)),     # one hop, puts through the NIC
+])
+def test_functional_layer_across_nodes_is_exact(scheme, extra):
+    """moehub (the RPM hands a remote expert's stream to the NIC), deepep's internode kernels
+    (RDMA to the same local rank, NVLink forwarding, node partials reduced at the forwarder) and
+    deepep's direct puts compute the reference layer exactly across two nodes."""
     sim = _simulate_on_tiny("experiments/functional.yaml", f"scheme={scheme}",
-                            "workload.layer.tokens_per_gpu=16")
+                            "workload.layer.tokens_per_gpu=16", *extra)
+    kernels = {st.name.split(".")[-1] for st in sim.stats
+               if st.name.startswith("system.moe.kernel.")}
+    if scheme == "deepep":
+        forward = not extra
+        assert ("deepep_dispatch_internode_us" in kernels) == forward
+        assert ("deepep_combine_internode_us" in kernels) == forward
     assert sim.stats["system.moe.output_max_abs_error"] == 0.0
     assert sim.stats["system.nic0.rdma_payload_bytes"] > 0
     # the routing's deduplication per level (workloads/dedup.py), from the layer's routing
@@ -197,3 +208,29 @@ def test_dedup_rows_of_a_hand_written_routing_at_each_level():
     assert dedup_rows(topk, expert_gpu, 2) == (7, 4)
     a6000 = topology_levels(load("systems/a6000_x4.yaml"))
     assert a6000 == [("gpu", 1), ("nvlink_pair", 2), ("node", 8)]
+
+
+def test_deepep_internode_engines_identical_and_rdma_rows(tmp_path):
+    """DeepEP's internode kernels give identical stats on both engines (communication only,
+    top-2 of 8 experts on 2 x 2 GPUs) and compute the reference output exactly."""
+    out = cli_stats_per_engine("configs/experiments/functional.yaml", tmp_path,
+                               "--system", f"configs/{TINY}", "--set", "scheme=deepep",
+                               "--set", "workload.layer.tokens_per_gpu=8",
+                               "--set", "workload.layer.deepep.kernels=communication")
+    assert out["numba"] == out["python"]
+    st = out["numba"]
+    assert st["system.moe.output_max_abs_error"] == 0.0
+    # DeepEP's figure counts one row per (token, node), own node included (hand check below)
+    assert st["system.moe.deepep.rdma_send_bytes"] > 0
+    assert st["system.moe.deepep.dispatch_rdma_GBps"] > 0
+
+
+def test_node_rows_sent_per_rank_by_hand():
+    """DeepEP's num_rdma_token_sent on 2 nodes x 2 GPUs, 8 experts (2 per GPU, 4 per node):
+    GPU 0: [1, 4] -> nodes 0, 1; [2, 3] -> node 0          -> 3 rows
+    GPU 1: [5, 6] -> node 1; [0, 7] -> nodes 0, 1          -> 3 rows
+    GPU 2: [4, 5] -> node 1; [6, 7] -> node 1              -> 2 rows
+    GPU 3: [0, 1] -> node 0; [2, 4] -> nodes 0, 1          -> 3 rows"""
+    from moehub_arch.workloads.bandwidth import node_rows_sent_per_rank
+    topk = [[[1, 4], [2, 3]], [[5, 6], [0, 7]], [[4, 5], [6, 7]], [[0, 1], [2, 4]]]
+    assert list(node_rows_sent_per_rank(topk, 2, 2)) == [3, 3, 2, 3]
