@@ -116,6 +116,7 @@ workload:
     ("moehub", ()),
     ("deepep", ()),                                              # internode: forward (DeepEP's)
     ("deepep", ("workload.layer.deepep.internode=direct",)),     # one hop, puts through the NIC
+    ("deepep_ll", ()),                                           # fixed slots, counts after data
 ])
 def test_functional_layer_across_nodes_is_exact(scheme, extra):
     """moehub (the RPM hands a remote expert's stream to the NIC), deepep's internode kernels
@@ -234,3 +235,24 @@ def test_node_rows_sent_per_rank_by_hand():
     from moehub_arch.workloads.bandwidth import node_rows_sent_per_rank
     topk = [[[1, 4], [2, 3]], [[5, 6], [0, 7]], [[4, 5], [6, 7]], [[0, 1], [2, 4]]]
     assert list(node_rows_sent_per_rank(topk, 2, 2)) == [3, 3, 2, 3]
+
+
+def test_deepep_ll_engines_identical(tmp_path):
+    """DeepEP's low-latency kernels: identical stats on both engines across two nodes
+    (communication only), the reference output exactly, every pair sent once per expert."""
+    out = cli_stats_per_engine("configs/experiments/functional.yaml", tmp_path,
+                               "--system", f"configs/{TINY}", "--set", "scheme=deepep_ll",
+                               "--set", "workload.layer.tokens_per_gpu=8",
+                               "--set", "workload.layer.deepep_ll.kernels=communication")
+    assert out["numba"] == out["python"]
+    st = out["numba"]
+    assert st["system.moe.output_max_abs_error"] == 0.0
+    assert st["system.moe.rows_sent"] == st["system.moe.rows_received"] == 4 * 8 * 2
+    assert st["system.moe.deepep_ll.dispatch_us"] > 0 and st["system.moe.deepep_ll.combine_us"] > 0
+
+
+def test_deepep_ll_fp8_layer_is_a_config_error():
+    r = run_cli("run", "configs/experiments/functional.yaml", "--set", "scheme=deepep_ll",
+                "--set", "workload.layer.deepep_ll.dispatch_dtype=fp8")
+    assert r.returncode == 2, r.stderr
+    assert "workload.layer.deepep_ll.dispatch_dtype" in r.stderr and "Traceback" not in r.stderr

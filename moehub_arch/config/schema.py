@@ -431,6 +431,23 @@ class DeepepSchemeConfig:
 
 
 @attrs.frozen
+class DeepepLlSchemeConfig:
+    send_tbs: int = _f("int", "sending thread blocks per GPU of the low-latency dispatch (they "
+                       "must all be resident at once: they wait for each other before sending "
+                       "the counts; assumption: 132, one per H100/H800 SM, as DeepEP's "
+                       "low-latency kernels spread their sending warps over every SM they get)",
+                       132, min=1)
+    kernels: str = _f("choice", "layer: the whole MoE layer; communication: dispatch, combine and "
+                      "the home reduction alone with identity experts (DeepEP's "
+                      "tests/test_low_latency.py times its dispatch and combine kernels so)",
+                      "layer", choices=("layer", "communication"))
+    dispatch_dtype: str = _f("choice", "element type of the dispatched rows: bf16, or fp8 (1 B "
+                             "per element plus one fp32 scale per 128; timing mode with kernels: "
+                             "communication only); combine is bf16", "bf16",
+                             choices=("bf16", "fp8"))
+
+
+@attrs.frozen
 class OverlapSchemeConfig:
     comm_sms: int = _f("int", "SMs' worth of communication TBs, as DeepEP's comm_sms: channels = "
                        "comm_sms / 2, one sender TB per (channel, peer) and one receiver TB per "
@@ -487,6 +504,8 @@ class LayerConfig:
                                     cls=MoehubSchemeConfig)
     deepep: DeepepSchemeConfig = _f("node", "scheme deepep", DeepepSchemeConfig(),
                                     cls=DeepepSchemeConfig)
+    deepep_ll: DeepepLlSchemeConfig = _f("node", "scheme deepep_ll", DeepepLlSchemeConfig(),
+                                         cls=DeepepLlSchemeConfig)
     overlap: OverlapSchemeConfig = _f("node", "scheme overlap", OverlapSchemeConfig(),
                                       cls=OverlapSchemeConfig)
     megatron: MegatronSchemeConfig = _f("node", "scheme megatron", MegatronSchemeConfig(),
@@ -643,8 +662,10 @@ class StatsConfig:
 class Config:
     system: SystemConfig = _f("node", "the simulated machine", cls=SystemConfig)
     scheme: str = _f("choice", "how the MoE layer (workload.layer) moves tokens: none (the "
-                     "workload's own launches), deepep, overlap, moehub, megatron, tutel", "none",
-                     choices=("none", "deepep", "overlap", "moehub", "megatron", "tutel"))
+                     "workload's own launches), deepep, overlap, moehub, megatron, tutel, "
+                     "deepep_ll", "none",
+                     choices=("none", "deepep", "overlap", "moehub", "megatron", "tutel",
+                              "deepep_ll"))
     workload: WorkloadConfig = _f("node", "what runs on it", WorkloadConfig(), cls=WorkloadConfig)
     run: RunConfig = _f("node", "how the simulation runs", RunConfig(), cls=RunConfig)
     stats: StatsConfig = _f("node", "statistics output", StatsConfig(), cls=StatsConfig)
