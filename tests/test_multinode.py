@@ -6,6 +6,7 @@ The counts below are worked out by hand from the workload and the public wire fo
 overhead 26 B per TLP of at most 256 B; an IB data packet 42 B of headers per MTU of a message),
 not from the engine's formulas.
 """
+import numpy as np
 import pytest
 
 from conftest import cli_stats_per_engine, run_cli
@@ -256,3 +257,48 @@ def test_deepep_ll_fp8_layer_is_a_config_error():
                 "--set", "workload.layer.deepep_ll.dispatch_dtype=fp8")
     assert r.returncode == 2, r.stderr
     assert "workload.layer.deepep_ll.dispatch_dtype" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_hiermoe_level_rows_of_a_hand_written_routing():
+    """HierMoE's performance model inputs on 2 nodes x 2 GPUs, 8 experts (2 per GPU), top-2,
+    the routing of test_node_rows_sent_per_rank_by_hand. Per GPU (NIC rows, NVLink rows):
+    gpu level - one row per (token, other GPU): GPU0 [1,4]->{0,2}, [2,3]->{1}: NIC 1, NVLink 1;
+      GPU1 [5,6]->{2,3}, [0,7]->{0,3}: NIC 3, NVLink 1; GPU2 [4,5]->{2}, [6,7]->{3}: 0, 1;
+      GPU3 [0,1]->{0}, [2,4]->{1,2}: NIC 2, NVLink 1.
+    node level - one NIC row per (token, other node): 1, 2, 0, 2; NVLink rows are the fan-out at
+      the forwarder (the GPU of the origin's local rank on the destination node) to the other
+      GPUs of that node: GPU0 forwards GPU0's [2,3] to GPU1; GPU1 forwards GPU1's [0,7] and
+      GPU3's [0,1] to GPU0; GPU2 forwards GPU2's [6,7] to GPU3; GPU3 forwards GPU1's [5,6] and
+      GPU3's [2,4] to GPU2: 1, 2, 1, 2."""
+    from moehub_arch.workloads.schemes.hiermoe import level_rows
+    topk = [[[1, 4], [2, 3]], [[5, 6], [0, 7]], [[4, 5], [6, 7]], [[0, 1], [2, 4]]]
+    nic, nvl = level_rows(topk, 2, 2, "gpu")
+    assert list(nic) == [1, 3, 0, 2] and list(nvl) == [1, 1, 1, 1]
+    nic, nvl = level_rows(topk, 2, 2, "node")
+    assert list(nic) == [1, 2, 0, 2] and list(nvl) == [1, 2, 1, 2]
+
+
+def test_hiermoe_expert_swap_lowers_the_busiest_gpu():
+    """Loads (rows per expert) 9,8 | 1,1 | 5,0 | 0,0 on 4 GPUs: GPU 0 holds 17 rows. The greedy
+    swaps move the hot experts apart until no swap between the busiest and the idlest GPU
+    lowers the larger of their loads; the result is a permutation."""
+    from moehub_arch.workloads.schemes.hiermoe import expert_swap, gpu_rows
+    topk = np.array([0] * 9 + [1] * 8 + [2, 3] + [4] * 5).reshape(1, -1, 1)
+    new_id, swaps = expert_swap(topk, 4, 2)
+    assert sorted(new_id) == list(range(8)) and swaps >= 1
+    before = gpu_rows(topk, 2)
+    after = np.bincount(new_id[topk.reshape(-1)] // 2, minlength=4)
+    assert before.max() == 17 and after.max() == 9
+
+
+@pytest.mark.parametrize("level", ["gpu", "node"])
+def test_hiermoe_exact_across_nodes(level):
+    """hiermoe on 2 x 2 GPUs with skewed routing (so the expert swap moves experts): the output is
+    the reference's on the swapped routing, at either deduplication level."""
+    sim = _simulate_on_tiny("experiments/functional.yaml", "scheme=hiermoe",
+                            "workload.layer.tokens_per_gpu=16", "workload.layer.routing.kind=skewed",
+                            "workload.layer.routing.gini=0.5", f"workload.layer.hiermoe.level={level}")
+    st = sim.stats
+    assert st["system.moe.output_max_abs_error"] == 0.0
+    assert st["system.moe.hiermoe.level"] == ["gpu", "node"].index(level)
+    assert st["system.moe.hiermoe.swap_max_gpu_rows_after"] < st["system.moe.hiermoe.swap_max_gpu_rows_before"]

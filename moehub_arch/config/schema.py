@@ -448,6 +448,20 @@ class DeepepLlSchemeConfig:
 
 
 @attrs.frozen
+class HiermoeSchemeConfig:
+    level: str = _f("choice", "the topology level at which a token row is deduplicated: auto "
+                    "(HierMoE's choice, arXiv 2508.09591: the level its alpha-beta performance "
+                    "model gives the shortest all-to-all), gpu (once per destination GPU) or "
+                    "node (once per destination node, fanned out inside)", "auto",
+                    choices=("auto", "gpu", "node"))
+    expert_swap: bool = _f("bool", "swap experts between GPUs before the layer so that the "
+                           "busiest GPU's token-expert rows drop (HierMoE's expert swap), from "
+                           "the load observed in the previous iteration (assumption: equal to "
+                           "this iteration's - hot experts stay hot for many steps - so the "
+                           "swap's benefit is an upper bound)", True)
+
+
+@attrs.frozen
 class OverlapSchemeConfig:
     comm_sms: int = _f("int", "SMs' worth of communication TBs, as DeepEP's comm_sms: channels = "
                        "comm_sms / 2, one sender TB per (channel, peer) and one receiver TB per "
@@ -506,6 +520,9 @@ class LayerConfig:
                                     cls=DeepepSchemeConfig)
     deepep_ll: DeepepLlSchemeConfig = _f("node", "scheme deepep_ll", DeepepLlSchemeConfig(),
                                          cls=DeepepLlSchemeConfig)
+    hiermoe: HiermoeSchemeConfig = _f("node", "scheme hiermoe (its kernels take "
+                                      "workload.layer.deepep's settings)", HiermoeSchemeConfig(),
+                                      cls=HiermoeSchemeConfig)
     overlap: OverlapSchemeConfig = _f("node", "scheme overlap", OverlapSchemeConfig(),
                                       cls=OverlapSchemeConfig)
     megatron: MegatronSchemeConfig = _f("node", "scheme megatron", MegatronSchemeConfig(),
@@ -663,9 +680,9 @@ class Config:
     system: SystemConfig = _f("node", "the simulated machine", cls=SystemConfig)
     scheme: str = _f("choice", "how the MoE layer (workload.layer) moves tokens: none (the "
                      "workload's own launches), deepep, overlap, moehub, megatron, tutel, "
-                     "deepep_ll", "none",
+                     "deepep_ll, hiermoe", "none",
                      choices=("none", "deepep", "overlap", "moehub", "megatron", "tutel",
-                              "deepep_ll"))
+                              "deepep_ll", "hiermoe"))
     workload: WorkloadConfig = _f("node", "what runs on it", WorkloadConfig(), cls=WorkloadConfig)
     run: RunConfig = _f("node", "how the simulation runs", RunConfig(), cls=RunConfig)
     stats: StatsConfig = _f("node", "statistics output", StatsConfig(), cls=StatsConfig)

@@ -53,7 +53,9 @@ COMBINE_ACC_BYTES = 28 * 1024   # deepep_combine's .smem: one fp32 row of up to 
 EPOCH = 1               # one layer call: barrier values 1 and 2
 
 
-def plan(layer):
+def plan(layer, internode=None):
+    """The launch plan; `internode` (forward / direct) overrides workload.layer.deepep.internode
+    (scheme hiermoe picks it with its performance model)."""
     s, cfg = layer.shape, layer.cfg
     opts = cfg.workload.layer.deepep
     P, T, k, El, H, E = (s.num_gpus, s.tokens, s.top_k, s.local_experts, s.hidden, s.experts)
@@ -89,7 +91,7 @@ def plan(layer):
         tiles_cap=tiles_cap, align=1, host_delay=opts.host_sync_latency, receivers=True,
         dispatch_dtype=opts.dispatch_dtype, send_chunk=opts.send_chunk_tokens)
     L = node_gpus(cfg)
-    forward = L < P and opts.internode == "forward"
+    forward = L < P and (internode or opts.internode) == "forward"
     if forward:
         buffers, launches = internode_dispatch(layer, buffers, launches, L=L, db=db)
     else:
