@@ -302,3 +302,13 @@ def test_hiermoe_exact_across_nodes(level):
     assert st["system.moe.output_max_abs_error"] == 0.0
     assert st["system.moe.hiermoe.level"] == ["gpu", "node"].index(level)
     assert st["system.moe.hiermoe.swap_max_gpu_rows_after"] < st["system.moe.hiermoe.swap_max_gpu_rows_before"]
+
+
+def test_expert_parallelism_wider_than_the_experts_exits_2():
+    """EP is the system's GPU count: 16 GPUs (2 HGX H800 nodes) for a model of 8 routed experts
+    is an error naming the model key, not a crash."""
+    r = run_cli("run", "configs/experiments/functional.yaml", "--system",
+                "configs/systems/hgx_h800_x4.yaml", "--set", "system.nodes.count=2")
+    assert r.returncode == 2, r.stderr
+    assert "workload.layer.model" in r.stderr and "system.num_gpus (16)" in r.stderr
+    assert "Traceback" not in r.stderr
