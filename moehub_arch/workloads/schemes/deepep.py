@@ -27,6 +27,13 @@ every pair but "computed". `dispatch_dtype: fp8` dispatches rows of 1 B per elem
 scale per 128 elements (DeepEP's FP8 input) - as bytes only, so it is timing mode with
 kernels: communication only (the config loader says so); combine stays bf16.
 
+On a multi-node system (`internode: forward`, the default) dispatch and combine are DeepEP's
+internode kernels (workloads/kernels/deepep/internode.s: deepep_dispatch_internode,
+deepep_combine_internode, deepep_reduce_nodes): RDMA once per (token, node) to the same local
+rank, NVLink forwarding there, node partials reduced at the forwarder (reference
+combine="per_node"); layout, notify and the GEMMs are unchanged. `internode: direct` runs the
+kernels above on the whole system.
+
 Every run adds DeepEP's bandwidth figures (moehub_arch/workloads/bandwidth.py):
 system.moe.deepep.{dispatch,combine}_GBps and the byte counts behind them.
 
@@ -119,19 +126,7 @@ def plan(layer, internode=None):
     if forward:
         launches += internode_combine(layer, expert_out=expert_out, shared=shared, L=L)
     else:
-      launches += [
-        LaunchConfig(kernel="deepep_combine", grid=C * P // groups, warp_groups=groups, stream=0,
-                     params=(
-            ("rec", "@dp_rec"), ("ntf", "@dp_ntf"), ("recv_y", expert_out),
-            ("comb", "@dp_comb"), ("scratch", "@dp_combine_scratch"), ("acct", "@acct"),
-            ("done", "@done"), ("tokens", T), ("topk", k), ("hidden", H), ("channels", C),
-            ("local_experts", El))),
-        LaunchConfig(kernel="deepep_reduce", grid=cfg.workload.layer.combine_tbs, stream=0,
-                     params=(
-            ("out", "@out"), ("ys", "@ys"), ("comb", "@dp_comb"), ("meta", "@dp_meta"),
-            ("one", "@one"), ("done", "@done"), ("acct", "@acct"), ("tokens", T), ("hidden", H),
-            ("shared", shared), ("shared_tbs", cfg.workload.layer.shared_tbs))),
-      ]
+        launches += intranode_combine(layer, expert_out=expert_out, shared=shared, groups=groups)
     reference = {"combine": "per_rank", "local_experts": El}
     if forward:
         reference.update(combine="per_node", node_gpus=L)
@@ -154,6 +149,27 @@ def plan(layer, internode=None):
         checked_accounting=tuple(a for a in ACCT_NAMES if not (comm_only and a == "computed")),
         extra_stats=functools.partial(add_bandwidth_stats, dispatch_bytes=db,
                                       node_gpus=L if forward else 0))
+
+
+def intranode_combine(layer, *, expert_out, shared, groups):
+    """deepep_combine (C blocks of `groups` warp groups: partial rows straight home) and
+    deepep_reduce (per-rank partials summed at home)."""
+    s, cfg = layer.shape, layer.cfg
+    P, T, k, El, H = s.num_gpus, s.tokens, s.top_k, s.local_experts, s.hidden
+    C = max(1, cfg.workload.layer.deepep.comm_sms // 2)
+    return [
+        LaunchConfig(kernel="deepep_combine", grid=C * P // groups, warp_groups=groups, stream=0,
+                     params=(
+            ("rec", "@dp_rec"), ("ntf", "@dp_ntf"), ("recv_y", expert_out),
+            ("comb", "@dp_comb"), ("scratch", "@dp_combine_scratch"), ("acct", "@acct"),
+            ("done", "@done"), ("tokens", T), ("topk", k), ("hidden", H), ("channels", C),
+            ("local_experts", El))),
+        LaunchConfig(kernel="deepep_reduce", grid=cfg.workload.layer.combine_tbs, stream=0,
+                     params=(
+            ("out", "@out"), ("ys", "@ys"), ("comb", "@dp_comb"), ("meta", "@dp_meta"),
+            ("one", "@one"), ("done", "@done"), ("acct", "@acct"), ("tokens", T), ("hidden", H),
+            ("shared", shared), ("shared_tbs", cfg.workload.layer.shared_tbs))),
+    ]
 
 
 def node_gpus(cfg):
