@@ -130,12 +130,7 @@ def plan(layer, internode=None):
     reference = {"combine": "per_rank", "local_experts": El}
     if forward:
         reference.update(combine="per_node", node_gpus=L)
-    if comm_only:
-        sbufs, slaunch = [], []
-        reference.update(identity_experts=True, shared_gate=None, shared_up=None,
-                         shared_down=None)
-    else:
-        sbufs, slaunch = shared_expert_launches(s, cfg, stream=1)
+    sbufs, slaunch = shared_experts_or_identity(layer, comm_only, reference)
     return SchemePlan(
         buffers=tuple(buffers + sbufs), launches=tuple(launches + slaunch),
         kernel_files=(KERNELS, INTERNODE_KERNELS) if forward else (KERNELS,), n_tile=n,
@@ -149,6 +144,17 @@ def plan(layer, internode=None):
         checked_accounting=tuple(a for a in ACCT_NAMES if not (comm_only and a == "computed")),
         extra_stats=functools.partial(add_bandwidth_stats, dispatch_bytes=db,
                                       node_gpus=L if forward else 0))
+
+
+def shared_experts_or_identity(layer, comm_only, reference):
+    """The shared experts' buffers and launches on stream 1; with `comm_only` (DeepEP's
+    benchmark setting) none, and `reference` (moe_layer_reference's arguments, updated in place)
+    switches to identity experts without shared ones."""
+    if comm_only:
+        reference.update(identity_experts=True, shared_gate=None, shared_up=None,
+                         shared_down=None)
+        return [], []
+    return shared_expert_launches(layer.shape, layer.cfg, stream=1)
 
 
 def intranode_combine(layer, *, expert_out, shared, groups):

@@ -30,7 +30,8 @@ import numpy as np
 from ...config.schema import LaunchConfig
 from ..bandwidth import dispatch_row_bytes
 from ..layer import (ACCT_NAMES, GROUPED_KERNELS, SHARED_KERNELS, LayerError, SchemePlan, _buf,
-                     grouped_gemm_launches, shared_expert_launches)
+                     grouped_gemm_launches)
+from .deepep import shared_experts_or_identity
 
 KERNELS = "workloads/kernels/deepep/low_latency.s"
 
@@ -95,12 +96,7 @@ def plan(layer):
             ("shared_tbs", cfg.workload.layer.shared_tbs))),
     ]
     reference = {}
-    if comm_only:
-        sbufs, slaunch = [], []
-        reference.update(identity_experts=True, shared_gate=None, shared_up=None,
-                         shared_down=None)
-    else:
-        sbufs, slaunch = shared_expert_launches(s, cfg, stream=1)
+    sbufs, slaunch = shared_experts_or_identity(layer, comm_only, reference)
     return SchemePlan(
         buffers=tuple(buffers + sbufs), launches=tuple(launches + slaunch),
         kernel_files=(KERNELS,), n_tile=s.n_tile,

@@ -656,25 +656,7 @@ end:
     mov r25, 0                   # r25 = pairs combined
 tok:
     bge r24, r9, all_sent
-    mul r26, r24, 96
-    add r26, r26, r12            # r26 = record
-    ld.v8 r16, [r26]             # slot j's word in r16 after j shifts
-    shr r27, r16, 32             # r27 = home token t
-    vzero.f32 r10, %hidden
-    mov r28, 0                   # r28 = slot j
-choice:
-    and r29, r16, 0xffffffff     # position + 1 (0: slot j's expert is on another rank)
-    beq r29, 0, choice_next
-    sub r29, r29, 1
-    mul r29, r29, r1
-    add r29, r29, %recv_y
-    shl r30, r28, 2
-    add r30, r30, r26
-    add r30, r30, 64             # &w_j in the record
-    vaxpy.f32.bf16 r10, r29, r30, %hidden
-    add r25, r25, 1
-choice_next:
-    next_slot_word r28, %topk, choice
+    rank_partial_row             # r10 = the fp32 sum, r27 = t, r25 += pairs
     and r29, r24, 7              # staging slot
     bne r29, 0, staged
     fence                        # slot reuse: the copies of 8 tokens ago are done

@@ -57,3 +57,31 @@ tell_\@:
     add \i, \i, 1
     blt \i, %ngpu, tell_\@
 .endm
+
+# rank_partial_row: DeepEP's per-rank combine of one received token (deepep_combine,
+# deepep_combine_internode): record r24 of the records at r12 (12 words: t << 32 | position + 1 per
+# slot, 0 position for a slot whose expert is elsewhere, then the weights); r10 (an fp32 row in
+# shared memory) = sum over the local slots j ascending of w_j * %recv_y[position], r27 = t,
+# r25 += the slots summed. Reads r1 = bf16 row bytes, %recv_y, %hidden, %topk. Writes r10's row,
+# r16..r23, r25..r30.
+.macro rank_partial_row
+    mul r26, r24, 96
+    add r26, r26, r12            # r26 = record
+    ld.v8 r16, [r26]             # slot j's word in r16 after j shifts
+    shr r27, r16, 32             # r27 = home token t
+    vzero.f32 r10, %hidden
+    mov r28, 0                   # r28 = slot j
+choice_\@:
+    and r29, r16, 0xffffffff     # position + 1 (0: slot j's expert is on another rank)
+    beq r29, 0, choice_next_\@
+    sub r29, r29, 1
+    mul r29, r29, r1
+    add r29, r29, %recv_y
+    shl r30, r28, 2
+    add r30, r30, r26
+    add r30, r30, 64             # &w_j in the record
+    vaxpy.f32.bf16 r10, r29, r30, %hidden
+    add r25, r25, 1
+choice_next_\@:
+    next_slot_word r28, %topk, choice_\@
+.endm
