@@ -637,17 +637,7 @@ end:
     add r2, %tokens, %channels
     sub r2, r2, 1
     div r2, r2, %channels        # r2 = Tc
-    div r5, %tb, %ngpu           # r5 = channel
-    rem r6, %tb, %ngpu           # r6 = home s
-    add r7, %channels, %local_experts
-    mul r8, r6, r7
-    add r8, r8, r5
-    shl r8, r8, 3
-    add r8, r8, %ntf
-    ld r9, [r8]                  # r9 = tokens received from s on channel c
-    mul r12, %tb, r2
-    mul r12, r12, 96
-    add r12, r12, %rec           # r12 = the records
+    combine_records_open         # r5 = channel, r6 = home s, r9 = tokens, r12 = records
     mov r10, %smem               # r10 = acc
     shl r4, r1, 3                # r4 = scratch bytes per warp group
     mul r11, %tb, r4

@@ -419,17 +419,7 @@ fw_done:
     mul r5, %channels, %ngpu
     bge %tb, r5, forwarder
     # ---- NVL sender of (c, s) ------------------------------------------------------------------------
-    div r5, %tb, %ngpu           # r5 = channel
-    rem r6, %tb, %ngpu           # r6 = origin s
-    add r7, %channels, %local_experts
-    mul r8, r6, r7
-    add r8, r8, r5
-    shl r8, r8, 3
-    add r8, r8, %ntf
-    ld r9, [r8]                  # r9 = tokens received from s on channel c
-    mul r12, %tb, r2
-    mul r12, r12, 96
-    add r12, r12, %rec           # r12 = the records
+    combine_records_open         # r5 = channel, r6 = origin s, r9 = tokens, r12 = records
     div r13, r6, %node_gpus      # r13 = m
     div r7, %gpu, %node_gpus
     mul r7, r7, %node_gpus

@@ -85,3 +85,20 @@ choice_\@:
 choice_next_\@:
     next_slot_word r28, %topk, choice_\@
 .endm
+
+# combine_records_open: for combine thread block %tb = c * P + s (the tokens this rank received
+# from s on channel c in dispatch): r5 = c, r6 = s, r9 = how many (notify's count %ntf[s][c]),
+# r12 = their records (%rec, [C*P][Tc][12] words; r2 = Tc). Writes r5..r9, r12.
+.macro combine_records_open
+    div r5, %tb, %ngpu           # r5 = channel
+    rem r6, %tb, %ngpu           # r6 = source s
+    add r7, %channels, %local_experts
+    mul r8, r6, r7
+    add r8, r8, r5
+    shl r8, r8, 3
+    add r8, r8, %ntf
+    ld r9, [r8]                  # r9 = tokens received from s on channel c
+    mul r12, %tb, r2
+    mul r12, r12, 96
+    add r12, r12, %rec           # r12 = the records
+.endm
