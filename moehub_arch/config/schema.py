@@ -513,11 +513,17 @@ class BlockConfig:
     attention_tile: int = _f("int", "query and key tile of the attention kernel, Br = Bc (must "
                              "divide seq; assumption: 64, FlashAttention-2's key block for head "
                              "dim 128, arXiv 2307.08691)", 64, min=1)
-    allreduce_slice: int = _f("int", "largest elements per put of the ring collectives, or per "
-                              "multimem operation of the NVLS ones (NCCL's chunk); the block uses the largest divisor <= this of a channel's "
+    allreduce_slice: int = _f("int", "largest elements per put of the ring collectives (NCCL's "
+                              "chunk); the block uses the largest divisor <= this of a channel's "
                               "share, preferring multiples of 64 elements (whole 128 B packets; "
                               "assumption: 64K elements = 128 KB bf16)",
                               65536, min=1)
+    nvls_slice: int = _f("int", "largest elements per multimem operation of the NVLS collectives "
+                         "(tp_nvls, sp_nvls), chosen as allreduce_slice is (assumption: 32K "
+                         "elements = 64 KB bf16, the slice of configs/ubench/allreduce_nvls.yaml "
+                         "whose busbw is the validated figure: a TB-level ld_reduce keeps its whole "
+                         "slice in flight, where NCCL's warps keep a few 16 B vectors each)",
+                         32768, min=1)
 
 
 @attrs.frozen
