@@ -412,6 +412,53 @@ class DeepepSchemeConfig:
                              "element) or fp8 (1 B per element plus one fp32 scale per 128 "
                              "elements; timing mode with kernels: communication only); combine "
                              "is always bf16", "bf16", choices=("bf16", "fp8"))
+    internode: str = _f("choice", "on a multi-node system: forward (DeepEP's internode kernels, "
+                        "csrc/kernels/internode.cu: a token goes once over RDMA to the GPU of the "
+                        "same local rank on each node holding any of its experts, which forwards "
+                        "it over NVLink to the ranks there; combine reduces a node's partial rows "
+                        "at that forwarder and sends one row per node home) or direct (every "
+                        "sender puts to the expert's GPU itself, across the NIC for other nodes: "
+                        "the intranode kernels run unchanged on the whole system)", "forward",
+                        choices=("forward", "direct"))
+    rdma_ring_rows: int = _f("int", "rows of each (channel, source node) RDMA receive ring of the "
+                             "internode kernels (assumption: 128 rows, 1.8 MB of bf16 DeepSeek-V3 "
+                             "rows per ring: a few chunks in flight per channel and node)", 128,
+                             min=1)
+    rdma_send_chunk_tokens: int = _f("int", "tokens an internode RDMA sender puts before it "
+                                     "publishes the ring tail (at most half the ring; DeepEP's "
+                                     "num_max_rdma_chunked_send_tokens; assumption: 16)", 16,
+                                     min=1)
+
+
+@attrs.frozen
+class DeepepLlSchemeConfig:
+    send_tbs: int = _f("int", "sending thread blocks per GPU of the low-latency dispatch (they "
+                       "must all be resident at once: they wait for each other before sending "
+                       "the counts; assumption: 132, one per H100/H800 SM, as DeepEP's "
+                       "low-latency kernels spread their sending warps over every SM they get)",
+                       132, min=1)
+    kernels: str = _f("choice", "layer: the whole MoE layer; communication: dispatch, combine and "
+                      "the home reduction alone with identity experts (DeepEP's "
+                      "tests/test_low_latency.py times its dispatch and combine kernels so)",
+                      "layer", choices=("layer", "communication"))
+    dispatch_dtype: str = _f("choice", "element type of the dispatched rows: bf16, or fp8 (1 B "
+                             "per element plus one fp32 scale per 128; timing mode with kernels: "
+                             "communication only); combine is bf16", "bf16",
+                             choices=("bf16", "fp8"))
+
+
+@attrs.frozen
+class HiermoeSchemeConfig:
+    level: str = _f("choice", "the topology level at which a token row is deduplicated: auto "
+                    "(HierMoE's choice, arXiv 2508.09591: the level its alpha-beta performance "
+                    "model gives the shortest all-to-all), gpu (once per destination GPU) or "
+                    "node (once per destination node, fanned out inside)", "auto",
+                    choices=("auto", "gpu", "node"))
+    expert_swap: bool = _f("bool", "swap experts between GPUs before the layer so that the "
+                           "busiest GPU's token-expert rows drop (HierMoE's expert swap), from "
+                           "the load observed in the previous iteration (assumption: equal to "
+                           "this iteration's - hot experts stay hot for many steps - so the "
+                           "swap's benefit is an upper bound)", True)
 
 
 @attrs.frozen
@@ -471,6 +518,11 @@ class LayerConfig:
                                     cls=MoehubSchemeConfig)
     deepep: DeepepSchemeConfig = _f("node", "scheme deepep", DeepepSchemeConfig(),
                                     cls=DeepepSchemeConfig)
+    deepep_ll: DeepepLlSchemeConfig = _f("node", "scheme deepep_ll", DeepepLlSchemeConfig(),
+                                         cls=DeepepLlSchemeConfig)
+    hiermoe: HiermoeSchemeConfig = _f("node", "scheme hiermoe (its kernels take "
+                                      "workload.layer.deepep's settings)", HiermoeSchemeConfig(),
+                                      cls=HiermoeSchemeConfig)
     overlap: OverlapSchemeConfig = _f("node", "scheme overlap", OverlapSchemeConfig(),
                                       cls=OverlapSchemeConfig)
     megatron: MegatronSchemeConfig = _f("node", "scheme megatron", MegatronSchemeConfig(),
@@ -637,8 +689,10 @@ class StatsConfig:
 class Config:
     system: SystemConfig = _f("node", "the simulated machine", cls=SystemConfig)
     scheme: str = _f("choice", "how the MoE layer (workload.layer) moves tokens: none (the "
-                     "workload's own launches), deepep, overlap, moehub, megatron, tutel", "none",
-                     choices=("none", "deepep", "overlap", "moehub", "megatron", "tutel"))
+                     "workload's own launches), deepep, overlap, moehub, megatron, tutel, "
+                     "deepep_ll, hiermoe", "none",
+                     choices=("none", "deepep", "overlap", "moehub", "megatron", "tutel",
+                              "deepep_ll", "hiermoe"))
     workload: WorkloadConfig = _f("node", "what runs on it", WorkloadConfig(), cls=WorkloadConfig)
     run: RunConfig = _f("node", "how the simulation runs", RunConfig(), cls=RunConfig)
     stats: StatsConfig = _f("node", "statistics output", StatsConfig(), cls=StatsConfig)
