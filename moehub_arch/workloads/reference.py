@@ -83,16 +83,22 @@ def moe_layer_reference(x, topk_idx, topk_weight, w_gate, w_up, w_down, shared_g
       for each expert rank r ascending that holds any of the token's experts, a partial sum
       starting at fp32 0 accumulates fp32(weight * y) of the slots j (ascending) whose expert is
       on r; the partial is rounded to bf16 (it travels home as a bf16 row) and added to the
-      output in fp32.
+      output in fp32;
+    - combine="switch_reduce" (scheme nvls: a reduce-scatter by multimem.ld_reduce, needs
+      local_experts): every rank r holds a bf16 partial row per token (built as in "per_rank",
+      an exact zero where r holds none of the token's experts); the switch sums the P partials
+      in fp32 in rank order, ((p_0 + p_1) + p_2) + ..., rounds the total once to bf16, and that
+      row is added to the output in fp32 (components/nvls.py's ld_reduce order).
 
     identity_experts=True: every routed expert returns its input row unchanged (y = x; the
     weights are not used) - the communication-only benchmark, where combine sends the received
     rows back.
     """
-    if combine not in ("per_slot", "per_rank"):
-        raise ValueError(f"combine must be 'per_slot' or 'per_rank', not {combine!r}")
-    if combine == "per_rank" and (local_experts is None or local_experts <= 0):
-        raise ValueError("combine='per_rank' needs local_experts (routed experts per GPU)")
+    if combine not in ("per_slot", "per_rank", "switch_reduce"):
+        raise ValueError(f"combine must be 'per_slot', 'per_rank' or 'switch_reduce', not "
+                         f"{combine!r}")
+    if combine != "per_slot" and (local_experts is None or local_experts <= 0):
+        raise ValueError(f"combine={combine!r} needs local_experts (routed experts per GPU)")
     x = np.asarray(x, dtype=F32)
     idx = np.asarray(topk_idx, dtype=np.int64)
     w = np.asarray(topk_weight, dtype=F32)
@@ -123,6 +129,19 @@ def moe_layer_reference(x, topk_idx, topk_weight, w_gate, w_up, w_down, shared_g
             out = (out + (flat_w[:, kk, None] * y[:, kk, :]).astype(F32)).astype(F32)
         return out.reshape(p, t, h)
     ranks = flat_idx // local_experts                   # [n, k] GPU of each slot's expert
+    if combine == "switch_reduce":
+        total = None
+        # every rank of the expert-parallel group is a member of the reduction (all experts)
+        members = len(w_gate) // local_experts if w_gate is not None else int(ranks.max()) + 1
+        for r in range(members):
+            partial = np.zeros((n, h), dtype=F32)
+            for kk in range(k):
+                sel = ranks[:, kk] == r
+                contrib = (flat_w[sel, kk, None] * y[sel, kk, :]).astype(F32)
+                partial[sel] = (partial[sel] + contrib).astype(F32)
+            part = to_bf16(partial)
+            total = part if total is None else (total + part).astype(F32)
+        return (out + to_bf16(total)).astype(F32).reshape(p, t, h)
     for r in np.unique(ranks):
         partial = np.zeros((n, h), dtype=F32)
         for kk in range(k):
