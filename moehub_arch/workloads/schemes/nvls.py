@@ -57,6 +57,9 @@ def plan(layer):
         raise LayerError(f"workload.layer.model: scheme nvls keeps a token's fp32 partial sum in "
                          f"{PARTIAL_ACC_BYTES // 1024} KB of shared memory (hidden <= "
                          f"{PARTIAL_ACC_BYTES // 4}), found hidden {H}")
+    if P < 2:
+        raise LayerError(f"system.num_gpus: scheme nvls multicasts over a group of GPUs (a "
+                         f"multicast object needs at least two), found {P}")
     if cfg.system.switch.topology == "bridge_pairs":
         raise LayerError("scheme: nvls needs NVSwitches (system.switch.topology is bridge_pairs: "
                          "there is no switch to multicast or reduce in)")
