@@ -503,6 +503,19 @@ class TutelSchemeConfig:
 
 
 @attrs.frozen
+class NvlsSchemeConfig:
+    channels: int = _f("int", "thread blocks per GPU of the all-gather and the reduce-scatter "
+                       "(NCCL's NVLS channels; assumption: 16, NCCL's NVLS channel count on "
+                       "H100 - NCCL_NVLS_NCHANNELS' default)", 16, min=1)
+    chunk_bytes: int = _f("size", "bytes per multimem.st / multimem.ld_reduce of the all-gather "
+                          "and the reduce-scatter (NCCL's chunk; assumption: 64 KB, as the "
+                          "all-to-all schemes' puts)", 65536, min=1)
+    select_tbs: int = _f("int", "thread blocks per GPU of the kernels that pick the local "
+                         "experts' rows out of the all-gathered tokens and build the partial "
+                         "sums (assumption: one per SM)", 132, min=1)
+
+
+@attrs.frozen
 class LayerConfig:
     model: str = _f("str", "model shape: a name in workloads/models/ or a path to a model YAML "
                            "('' = no MoE layer: the workload's own launches run)", "")
@@ -529,6 +542,7 @@ class LayerConfig:
                                         cls=MegatronSchemeConfig)
     tutel: TutelSchemeConfig = _f("node", "scheme tutel", TutelSchemeConfig(),
                                   cls=TutelSchemeConfig)
+    nvls: NvlsSchemeConfig = _f("node", "scheme nvls", NvlsSchemeConfig(), cls=NvlsSchemeConfig)
 
 
 @attrs.frozen
@@ -690,9 +704,9 @@ class Config:
     system: SystemConfig = _f("node", "the simulated machine", cls=SystemConfig)
     scheme: str = _f("choice", "how the MoE layer (workload.layer) moves tokens: none (the "
                      "workload's own launches), deepep, overlap, moehub, megatron, tutel, "
-                     "deepep_ll, hiermoe", "none",
+                     "deepep_ll, hiermoe, nvls", "none",
                      choices=("none", "deepep", "overlap", "moehub", "megatron", "tutel",
-                              "deepep_ll", "hiermoe"))
+                              "deepep_ll", "hiermoe", "nvls"))
     workload: WorkloadConfig = _f("node", "what runs on it", WorkloadConfig(), cls=WorkloadConfig)
     run: RunConfig = _f("node", "how the simulation runs", RunConfig(), cls=RunConfig)
     stats: StatsConfig = _f("node", "statistics output", StatsConfig(), cls=StatsConfig)
