@@ -510,6 +510,19 @@ class TutelSchemeConfig:
 
 
 @attrs.frozen
+class NvlsSchemeConfig:
+    channels: int = _f("int", "thread blocks per GPU of the all-gather and the reduce-scatter "
+                       "(NCCL's NVLS channels; assumption: 16, NCCL's NVLS channel count on "
+                       "H100 - NCCL_NVLS_NCHANNELS' default)", 16, min=1)
+    chunk_bytes: int = _f("size", "bytes per multimem.st / multimem.ld_reduce of the all-gather "
+                          "and the reduce-scatter (NCCL's chunk; assumption: 64 KB, as the "
+                          "all-to-all schemes' puts)", 65536, min=1)
+    select_tbs: int = _f("int", "thread blocks per GPU of the kernels that pick the local "
+                         "experts' rows out of the all-gathered tokens and build the partial "
+                         "sums (assumption: one per SM)", 132, min=1)
+
+
+@attrs.frozen
 class LayerConfig:
     model: str = _f("str", "model shape: a name in workloads/models/ or a path to a model YAML "
                            "('' = no MoE layer: the workload's own launches run)", "")
@@ -536,6 +549,7 @@ class LayerConfig:
                                         cls=MegatronSchemeConfig)
     tutel: TutelSchemeConfig = _f("node", "scheme tutel", TutelSchemeConfig(),
                                   cls=TutelSchemeConfig)
+    nvls: NvlsSchemeConfig = _f("node", "scheme nvls", NvlsSchemeConfig(), cls=NvlsSchemeConfig)
 
 
 @attrs.frozen
@@ -572,11 +586,17 @@ class BlockConfig:
     attention_tile: int = _f("int", "query and key tile of the attention kernel, Br = Bc (must "
                              "divide seq; assumption: 64, FlashAttention-2's key block for head "
                              "dim 128, arXiv 2307.08691)", 64, min=1)
-    allreduce_slice: int = _f("int", "largest elements per put of the ring collectives, or per "
-                              "multimem operation of the NVLS ones (NCCL's chunk); the block uses the largest divisor <= this of a channel's "
+    allreduce_slice: int = _f("int", "largest elements per put of the ring collectives (NCCL's "
+                              "chunk); the block uses the largest divisor <= this of a channel's "
                               "share, preferring multiples of 64 elements (whole 128 B packets; "
                               "assumption: 64K elements = 128 KB bf16)",
                               65536, min=1)
+    nvls_slice: int = _f("int", "largest elements per multimem operation of the NVLS collectives "
+                         "(tp_nvls, sp_nvls), chosen as allreduce_slice is (assumption: 32K "
+                         "elements = 64 KB bf16, the slice of configs/ubench/allreduce_nvls.yaml "
+                         "whose busbw is the validated figure: a TB-level ld_reduce keeps its whole "
+                         "slice in flight, where NCCL's warps keep a few 16 B vectors each)",
+                         32768, min=1)
 
 
 @attrs.frozen
@@ -691,9 +711,9 @@ class Config:
     system: SystemConfig = _f("node", "the simulated machine", cls=SystemConfig)
     scheme: str = _f("choice", "how the MoE layer (workload.layer) moves tokens: none (the "
                      "workload's own launches), deepep, overlap, moehub, megatron, tutel, "
-                     "deepep_ll, hiermoe", "none",
+                     "deepep_ll, hiermoe, nvls", "none",
                      choices=("none", "deepep", "overlap", "moehub", "megatron", "tutel",
-                              "deepep_ll", "hiermoe"))
+                              "deepep_ll", "hiermoe", "nvls"))
     workload: WorkloadConfig = _f("node", "what runs on it", WorkloadConfig(), cls=WorkloadConfig)
     run: RunConfig = _f("node", "how the simulation runs", RunConfig(), cls=RunConfig)
     stats: StatsConfig = _f("node", "statistics output", StatsConfig(), cls=StatsConfig)
