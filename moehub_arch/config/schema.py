@@ -330,6 +330,12 @@ class LaunchConfig:
                           "warp group per peer rank). A block is placed whole on one SM and counts "
                           "once against system.gpu.sm.max_resident_tbs; %tb numbers the warp "
                           "groups (block * G + group) and %ntb counts them", 1, min=1)
+    dynamic_smem: int = _f("size", "shared memory each thread block asks for at launch on top of "
+                           "its warp groups' .smem (CUDA's dynamic shared memory, "
+                           "cudaLaunchConfig_t::dynamicSmemBytes): the block holds it on its SM "
+                           "until it exits, so blocks of other launches fit beside it only in "
+                           "what is left of system.gpu.sm.smem_bytes; e.g. DeepEP's TMA staging "
+                           "buffers", 0, min=0)
     dam_tile_tbs: int = _f("int", "0: an ordinary launch. N > 0: the MoE-Hub DAM starts its thread "
                            "blocks, N per ready tile, then one last block once every tile was "
                            "started (system.gpu.hub.moe.dam.consumers: launch); the grid is an upper "
@@ -463,12 +469,13 @@ class HiermoeSchemeConfig:
 
 @attrs.frozen
 class OverlapSchemeConfig:
-    comm_sms: int = _f("int", "SMs' worth of communication TBs, as DeepEP's comm_sms: channels = "
-                       "comm_sms / 2, one sender TB per (channel, peer) and one receiver TB per "
-                       "(channel, source)", 20, min=2)
+    comm_sms: int = _f("int", "SMs for communication, as DeepEP's comm_sms: channels = comm_sms / "
+                       "2, a sender and a receiver thread block per channel (a warp group per "
+                       "peer), each holding an SM of its own", 20, min=2)
     ring_rows: int = _f("int", "rows of each (channel, peer) ring buffer", 64, min=1)
     compute_tbs: int = _f("int", "persistent GEMM thread blocks per GPU (each needs most of an "
-                          "SM's shared memory: at most one per SM is resident)", 132, min=1)
+                          "SM's shared memory: at most one per SM is resident; at most num_sms - "
+                          "comm_sms, since the communication blocks each hold an SM)", 112, min=1)
 
 
 @attrs.frozen
@@ -503,6 +510,19 @@ class TutelSchemeConfig:
 
 
 @attrs.frozen
+class NvlsSchemeConfig:
+    channels: int = _f("int", "thread blocks per GPU of the all-gather and the reduce-scatter "
+                       "(NCCL's NVLS channels; assumption: 16, NCCL's NVLS channel count on "
+                       "H100 - NCCL_NVLS_NCHANNELS' default)", 16, min=1)
+    chunk_bytes: int = _f("size", "bytes per multimem.st / multimem.ld_reduce of the all-gather "
+                          "and the reduce-scatter (NCCL's chunk; assumption: 64 KB, as the "
+                          "all-to-all schemes' puts)", 65536, min=1)
+    select_tbs: int = _f("int", "thread blocks per GPU of the kernels that pick the local "
+                         "experts' rows out of the all-gathered tokens and build the partial "
+                         "sums (assumption: one per SM)", 132, min=1)
+
+
+@attrs.frozen
 class LayerConfig:
     model: str = _f("str", "model shape: a name in workloads/models/ or a path to a model YAML "
                            "('' = no MoE layer: the workload's own launches run)", "")
@@ -529,6 +549,7 @@ class LayerConfig:
                                         cls=MegatronSchemeConfig)
     tutel: TutelSchemeConfig = _f("node", "scheme tutel", TutelSchemeConfig(),
                                   cls=TutelSchemeConfig)
+    nvls: NvlsSchemeConfig = _f("node", "scheme nvls", NvlsSchemeConfig(), cls=NvlsSchemeConfig)
 
 
 @attrs.frozen
@@ -690,9 +711,9 @@ class Config:
     system: SystemConfig = _f("node", "the simulated machine", cls=SystemConfig)
     scheme: str = _f("choice", "how the MoE layer (workload.layer) moves tokens: none (the "
                      "workload's own launches), deepep, overlap, moehub, megatron, tutel, "
-                     "deepep_ll, hiermoe", "none",
+                     "deepep_ll, hiermoe, nvls", "none",
                      choices=("none", "deepep", "overlap", "moehub", "megatron", "tutel",
-                              "deepep_ll", "hiermoe"))
+                              "deepep_ll", "hiermoe", "nvls"))
     workload: WorkloadConfig = _f("node", "what runs on it", WorkloadConfig(), cls=WorkloadConfig)
     run: RunConfig = _f("node", "how the simulation runs", RunConfig(), cls=RunConfig)
     stats: StatsConfig = _f("node", "statistics output", StatsConfig(), cls=StatsConfig)

@@ -89,13 +89,19 @@ def moe_layer_reference(x, topk_idx, topk_weight, w_gate, w_up, w_down, shared_g
       per node): the per-rank bf16 partials of the ranks of one node are summed in fp32 (ranks
       ascending) at that node's forwarder, the sum is rounded to bf16 (one row per node travels
       home) and the node rows are added to the output in fp32, nodes ascending.
+    - combine="switch_reduce" (scheme nvls: a reduce-scatter by multimem.ld_reduce, needs
+      local_experts): every rank r holds a bf16 partial row per token (built as in "per_rank",
+      an exact zero where r holds none of the token's experts); the switch sums the partials of
+      all ranks in fp32 in rank order, ((p_0 + p_1) + p_2) + ..., rounds the total once to bf16,
+      and that row is added to the output in fp32 (components/nvls.py's ld_reduce order).
 
     identity_experts=True: every routed expert returns its input row unchanged (y = x; the
     weights are not used) - the communication-only benchmark, where combine sends the received
     rows back.
     """
-    if combine not in ("per_slot", "per_rank", "per_node"):
-        raise ValueError(f"combine must be 'per_slot', 'per_rank' or 'per_node', not {combine!r}")
+    if combine not in ("per_slot", "per_rank", "per_node", "switch_reduce"):
+        raise ValueError(f"combine must be 'per_slot', 'per_rank', 'per_node' or "
+                         f"'switch_reduce', not {combine!r}")
     if combine != "per_slot" and (local_experts is None or local_experts <= 0):
         raise ValueError(f"combine={combine!r} needs local_experts (routed experts per GPU)")
     if combine == "per_node" and (node_gpus is None or node_gpus <= 0):
@@ -141,6 +147,13 @@ def moe_layer_reference(x, topk_idx, topk_weight, w_gate, w_up, w_down, shared_g
             partial[sel] = (partial[sel] + contrib).astype(F32)
         return to_bf16(partial), (ranks == r).any(axis=1)
 
+    if combine == "switch_reduce":
+        # every rank of the expert-parallel group is a member of the reduction (all experts)
+        members = len(w_gate) // local_experts if w_gate is not None else int(ranks.max()) + 1
+        total = rank_partial(0)[0]
+        for r in range(1, members):
+            total = (total + rank_partial(r)[0]).astype(F32)
+        return (out + to_bf16(total)).astype(F32).reshape(p, t, h)
     if combine == "per_rank":
         for r in np.unique(ranks):
             row, has = rank_partial(r)
