@@ -330,6 +330,12 @@ class LaunchConfig:
                           "warp group per peer rank). A block is placed whole on one SM and counts "
                           "once against system.gpu.sm.max_resident_tbs; %tb numbers the warp "
                           "groups (block * G + group) and %ntb counts them", 1, min=1)
+    dynamic_smem: int = _f("size", "shared memory each thread block asks for at launch on top of "
+                           "its warp groups' .smem (CUDA's dynamic shared memory, "
+                           "cudaLaunchConfig_t::dynamicSmemBytes): the block holds it on its SM "
+                           "until it exits, so blocks of other launches fit beside it only in "
+                           "what is left of system.gpu.sm.smem_bytes; e.g. DeepEP's TMA staging "
+                           "buffers", 0, min=0)
     dam_tile_tbs: int = _f("int", "0: an ordinary launch. N > 0: the MoE-Hub DAM starts its thread "
                            "blocks, N per ready tile, then one last block once every tile was "
                            "started (system.gpu.hub.moe.dam.consumers: launch); the grid is an upper "
@@ -463,12 +469,13 @@ class HiermoeSchemeConfig:
 
 @attrs.frozen
 class OverlapSchemeConfig:
-    comm_sms: int = _f("int", "SMs' worth of communication TBs, as DeepEP's comm_sms: channels = "
-                       "comm_sms / 2, one sender TB per (channel, peer) and one receiver TB per "
-                       "(channel, source)", 20, min=2)
+    comm_sms: int = _f("int", "SMs for communication, as DeepEP's comm_sms: channels = comm_sms / "
+                       "2, a sender and a receiver thread block per channel (a warp group per "
+                       "peer), each holding an SM of its own", 20, min=2)
     ring_rows: int = _f("int", "rows of each (channel, peer) ring buffer", 64, min=1)
     compute_tbs: int = _f("int", "persistent GEMM thread blocks per GPU (each needs most of an "
-                          "SM's shared memory: at most one per SM is resident)", 132, min=1)
+                          "SM's shared memory: at most one per SM is resident; at most num_sms - "
+                          "comm_sms, since the communication blocks each hold an SM)", 112, min=1)
 
 
 @attrs.frozen
@@ -579,11 +586,17 @@ class BlockConfig:
     attention_tile: int = _f("int", "query and key tile of the attention kernel, Br = Bc (must "
                              "divide seq; assumption: 64, FlashAttention-2's key block for head "
                              "dim 128, arXiv 2307.08691)", 64, min=1)
-    allreduce_slice: int = _f("int", "largest elements per put of the ring collectives, or per "
-                              "multimem operation of the NVLS ones (NCCL's chunk); the block uses the largest divisor <= this of a channel's "
+    allreduce_slice: int = _f("int", "largest elements per put of the ring collectives (NCCL's "
+                              "chunk); the block uses the largest divisor <= this of a channel's "
                               "share, preferring multiples of 64 elements (whole 128 B packets; "
                               "assumption: 64K elements = 128 KB bf16)",
                               65536, min=1)
+    nvls_slice: int = _f("int", "largest elements per multimem operation of the NVLS collectives "
+                         "(tp_nvls, sp_nvls), chosen as allreduce_slice is (assumption: 32K "
+                         "elements = 64 KB bf16, the slice of configs/ubench/allreduce_nvls.yaml "
+                         "whose busbw is the validated figure: a TB-level ld_reduce keeps its whole "
+                         "slice in flight, where NCCL's warps keep a few 16 B vectors each)",
+                         32768, min=1)
 
 
 @attrs.frozen

@@ -235,7 +235,7 @@ def block_shape(cfg):
         raise BlockError(f"{KEY}.allreduce_channels: the all-reduce of {tokens} x {m.hidden} "
                          f"elements must split evenly into {P} chunks x {C} channels; use a "
                          f"channel count that divides {elems // P if elems % P == 0 else elems}")
-    sl = _ring_slice(share, b.allreduce_slice)
+    sl = _ring_slice(share, b.nvls_slice if b.scheme in NVLS_SCHEMES else b.allreduce_slice)
     extra = {}
     if b.kind != "ffn":
         extra = _attention_shape(b, m, t, tokens, b.scheme in SP_SCHEMES)

@@ -57,6 +57,22 @@ RING_META_BYTES = 96    # the part of it that travels with the row (ids, weights
 RECORD_BYTES = 96       # dp_rec entry: 8 position words, 4 weight words
 COMBINE_STAGING = 8     # bf16 rows staged per combine warp group (see deepep_combine)
 COMBINE_ACC_BYTES = 28 * 1024   # deepep_combine's .smem: one fp32 row of up to 7168 elements
+# DeepEP's intranode kernels (github.com/deepseek-ai/DeepEP csrc/kernels/intranode.cu, launch
+# functions `dispatch` and `combine`): blocks of kNumThreads = 768 threads (24 warps), one per SM
+# (__launch_bounds__(768, 1)), each warp with kNumTMABytesPerWarp of dynamic shared memory for its
+# TMA staging (SM90 build): 8192 B in dispatch, 4096 B in combine. The few hundred bytes of
+# static shared memory (per-rank head/tail indices) are left out.
+DEEPEP_WARPS_PER_BLOCK = 768 // 32
+DISPATCH_SMEM_BYTES = DEEPEP_WARPS_PER_BLOCK * 8192     # 192 KB
+COMBINE_SMEM_BYTES = DEEPEP_WARPS_PER_BLOCK * 4096      # 96 KB
+
+
+def tma_staging_bytes(cfg, nbytes):
+    """DeepEP's TMA staging shared memory (`nbytes` per block) on this GPU: DeepEP builds it for
+    SM90 only (launch.cuh SET_SHARED_MEMORY_FOR_TMA; DISABLE_SM90_FEATURES elsewhere). The config
+    names no architecture, so a GPU whose SM cannot hold the dispatch's 192 KB (Ampere: 100 KB
+    or less; Hopper: 228 KB) is taken for a pre-Hopper build, without it."""
+    return nbytes if cfg.system.gpu.sm.smem_bytes >= DISPATCH_SMEM_BYTES else 0
 EPOCH = 1               # one layer call: barrier values 1 and 2
 
 
@@ -164,7 +180,12 @@ def intranode_combine(layer, *, expert_out, shared, groups):
     P, T, k, El, H = s.num_gpus, s.tokens, s.top_k, s.local_experts, s.hidden
     C = max(1, cfg.workload.layer.deepep.comm_sms // 2)
     return [
+        # a channel block's shared memory is DeepEP's (96 KB), of which our fp32 accumulators are a
+        # part; where they need more (P x 28 KB above 96 KB), they are the footprint. The
+        # per-(channel, rank) fallback is not DeepEP's shape: its blocks hold their accumulator only
         LaunchConfig(kernel="deepep_combine", grid=C * P // groups, warp_groups=groups, stream=0,
+                     dynamic_smem=(max(0, tma_staging_bytes(cfg, COMBINE_SMEM_BYTES)
+                                          - P * COMBINE_ACC_BYTES) if groups == P else 0),
                      params=(
             ("rec", "@dp_rec"), ("ntf", "@dp_ntf"), ("recv_y", expert_out),
             ("comb", "@dp_comb"), ("scratch", "@dp_combine_scratch"), ("acct", "@acct"),
@@ -253,24 +274,22 @@ def internode_combine(layer, *, expert_out, shared, L):
 
 
 def mediation_and_dispatch(layer, *, comm_sms, ring_rows, rows_cap, tiles_cap, align, host_delay,
-                           receivers, dispatch_dtype="bf16", send_chunk=8, channel_blocks=True):
+                           receivers, dispatch_dtype="bf16", send_chunk=8):
     """The DeepEP mediation and dispatch kernels on stream 0: deepep_layout, deepep_notify (expert
     regions aligned to `align` rows), then deepep_dispatch after `host_delay` (its receiver TBs
-    too if `receivers`, otherwise only its C*P senders: scheme overlap drains the rings itself),
+    too if `receivers`, otherwise only its C sender blocks: scheme overlap drains the rings itself),
     publishing the ring tail every `send_chunk` tokens. Rows travel in `dispatch_dtype` (fp8: the
     bytes of e4m3 elements and their scales, read from dp_x_fp8). Returns (buffers, launches); the
-    receive buffer dp_recv_x holds `rows_cap` rows. `channel_blocks`: one thread block per channel
-    side with a warp group per peer rank, placed whole on an SM of its own as DeepEP's are; False:
-    the same instruction streams (same %tb and %ntb) as one single-stream block each, placed
-    wherever a slot is free - for schemes whose persistent GEMM blocks hold a slot on every SM,
-    where a whole-SM channel block could never be placed."""
+    receive buffer dp_recv_x holds `rows_cap` rows. One thread block per channel side with a warp
+    group per peer rank and DeepEP's dynamic shared memory (192 KB): it has an SM of its own, as
+    DeepEP's have - no 160 KB GEMM block fits beside it."""
     s, cfg = layer.shape, layer.cfg
     P, T, k, El, H = s.num_gpus, s.tokens, s.top_k, s.local_experts, s.hidden
     if P > 62:
         raise LayerError(f"system.num_gpus: schemes deepep and overlap keep a token's destination "
                          f"ranks in one 64-bit mask word (at most 62 GPUs), found {P}")
     C = max(1, comm_sms // 2)                      # channels
-    groups = P if channel_blocks else 1            # warp groups per dispatch thread block
+    groups = P                                     # warp groups per dispatch thread block
     R = ring_rows
     W = C + El                                     # count row: C channel counts, El expert counts
     G = -(-El // 8)                                # notify TBs: 8 local experts each
@@ -310,7 +329,8 @@ def mediation_and_dispatch(layer, *, comm_sms, ring_rows, rows_cap, tiles_cap, a
         # one block per channel side, one warp group per peer rank (DeepEP intranode.cu: sender
         # and receiver SMs of 768 threads, their warps split evenly over the ranks)
         LaunchConfig(kernel="deepep_dispatch", grid=(2 if receivers else 1) * C * P // groups,
-                     warp_groups=groups, stream=0, host_delay=host_delay, params=(
+                     warp_groups=groups, dynamic_smem=tma_staging_bytes(cfg, DISPATCH_SMEM_BYTES),
+                     stream=0, host_delay=host_delay, params=(
             ("x", "@dp_x_fp8" if dispatch_dtype == "fp8" else "@x"), ("meta", "@dp_meta"),
             ("rank_slots", "@dp_rank_slots"),
             ("ring_x", "@dp_ring_x"), ("ring_ctl", "@dp_ring_ctl"), ("ntf", "@dp_ntf"),
