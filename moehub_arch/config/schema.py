@@ -101,6 +101,12 @@ class RpmConfig:
                        "flushed partial ones) or uncoalesced (the ablation without the RPM: no coalescing, "
                        "each row's bytes leave in their own packets as soon as it is accepted)",
                        choices=RPM_SCHEDULES)
+    allocation_ids: int = _f("int", "row-sparse allocations one GPU's hub can register "
+                             "(rowsp.malloc ids 0 .. allocation_ids - 1; the MoE-Hub TLB entries "
+                             "mapping an id to its logical destination and row size, arXiv "
+                             "2605.05888). Default 256, assumption: one per routed expert of the "
+                             "largest shipped model (DeepSeek-V3); the paper does not size it",
+                             256, min=1)
 
 
 AAU_OVERFLOW = ("stall", "spill")
@@ -396,6 +402,12 @@ class MoehubSchemeConfig:
                           "(every job at once: the down blocks hold SMs while they wait for the "
                           "gate/up blocks; this project's first launch model)", "split",
                           choices=("split", "together"))
+    stores: str = _f("choice", "how moehub_dispatch hands rows to the hub: send_to_expert (this "
+                     "project's first reading: a row joins a byte stream toward the expert's GPU "
+                     "behind a row header) or row_sparse (the published ISA, MoE-Hub arXiv "
+                     "2605.05888: rowsp.malloc registers one allocation id per expert, then st.rowsp "
+                     "stores name (id, row, offset); a row's packets never carry another row)",
+                     "send_to_expert", choices=("send_to_expert", "row_sparse"))
 
 
 @attrs.frozen

@@ -98,8 +98,61 @@ row_\@:
 .endm
 
 # moehub_dispatch: thread block b routes tokens b, b + ntb, ...: for each of the token's k experts
-# (k <= 8: one ld.v8 reads them; the register file cannot be indexed, so the sends are unrolled) it
+# (k <= 8: one ld.v8 reads them; the register file cannot be indexed, so the stores are unrolled) it
 # hands the row to the hub naming only the expert; `home` = t * k + j is the row's slot in yhome.
+# route_tokens store: that loop, each row handed over by the macro `store` (expert register, home
+# register; r2 = the row, r10 = its bytes): store_send (send_to_expert) or store_rowsp (st.rowsp).
+.macro store_send e, home
+    send_to_expert \e, r2, r10, \home, 0
+.endm
+
+.macro store_rowsp e, home
+    st.rowsp \e, \home, 0, r2, r10    # allocation id e (expert e), row home, the whole row
+.endm
+
+.macro route_tokens store
+    shl r10, %hidden, 1          # r10 = row bytes (bf16)
+    mov r1, %tb                  # r1 = token
+    mov r9, 0                    # r9 = rows sent by this TB
+token_\@:
+    bge r1, %tokens, end_\@
+    mul r2, r1, r10
+    add r2, r2, %x               # r2 = the token's row
+    mul r5, r1, %topk            # r5 = home slot of choice 0
+    shl r3, r5, 3
+    add r3, r3, %topk_idx        # r3 = &topk_idx[t][0]
+    ld.v8 r16, [r3]              # r16.. = the token's experts (one vector load; k <= 8)
+    \store r16, r5
+    ble %topk, 1, routed_\@
+    add r5, r5, 1
+    \store r17, r5
+    ble %topk, 2, routed_\@
+    add r5, r5, 1
+    \store r18, r5
+    ble %topk, 3, routed_\@
+    add r5, r5, 1
+    \store r19, r5
+    ble %topk, 4, routed_\@
+    add r5, r5, 1
+    \store r20, r5
+    ble %topk, 5, routed_\@
+    add r5, r5, 1
+    \store r21, r5
+    ble %topk, 6, routed_\@
+    add r5, r5, 1
+    \store r22, r5
+    ble %topk, 7, routed_\@
+    add r5, r5, 1
+    \store r23, r5
+routed_\@:
+    add r9, r9, %topk
+    add r1, r1, %ntb
+    bra token_\@
+end_\@:
+    notify_ready.eos %ntb        # the hub ends this GPU's streams once every TB said so
+    atom.add r11, %gpu, [%acct], r9
+.endm
+
 .kernel moehub_dispatch
 .param x
 .param topk_idx
@@ -107,46 +160,36 @@ row_\@:
 .param topk
 .param hidden
 .param acct
-    shl r10, %hidden, 1          # r10 = row bytes (bf16)
-    mov r1, %tb                  # r1 = token
-    mov r9, 0                    # r9 = rows sent by this TB
-token:
-    bge r1, %tokens, end
-    mul r2, r1, r10
-    add r2, r2, %x               # r2 = the token's row
-    mul r5, r1, %topk            # r5 = home slot of choice 0
-    shl r3, r5, 3
-    add r3, r3, %topk_idx        # r3 = &topk_idx[t][0]
-    ld.v8 r16, [r3]              # r16.. = the token's experts (one vector load; k <= 8)
-    send_to_expert r16, r2, r10, r5, 0
-    ble %topk, 1, routed
-    add r5, r5, 1
-    send_to_expert r17, r2, r10, r5, 0
-    ble %topk, 2, routed
-    add r5, r5, 1
-    send_to_expert r18, r2, r10, r5, 0
-    ble %topk, 3, routed
-    add r5, r5, 1
-    send_to_expert r19, r2, r10, r5, 0
-    ble %topk, 4, routed
-    add r5, r5, 1
-    send_to_expert r20, r2, r10, r5, 0
-    ble %topk, 5, routed
-    add r5, r5, 1
-    send_to_expert r21, r2, r10, r5, 0
-    ble %topk, 6, routed
-    add r5, r5, 1
-    send_to_expert r22, r2, r10, r5, 0
-    ble %topk, 7, routed
-    add r5, r5, 1
-    send_to_expert r23, r2, r10, r5, 0
-routed:
-    add r9, r9, %topk
+    route_tokens store_send
+    exit
+
+# moehub_dispatch_rowsp (workload.layer.moehub.stores: row_sparse): the published ISA (MoE-Hub,
+# arXiv 2605.05888). The TBs first register allocation id e for every expert e (rowsp.malloc: its
+# rows are hidden * 2 bytes), ids tb, tb + ntb, ..., and wait until every TB of the GPU has done
+# so (a store must not name an id another TB has yet to register); then each row is one st.rowsp
+# naming (expert e's id, row home = t * k + j, offset 0). Registration belongs to set-up (a
+# rowspMalloc at model load): here it costs each layer E / ntb registrations and one GPU-local
+# barrier.
+.kernel moehub_dispatch_rowsp
+.param x
+.param topk_idx
+.param tokens
+.param topk
+.param hidden
+.param acct
+.param experts
+.param sync                  # one control word: TBs done registering
+    shl r10, %hidden, 1
+    mov r1, %tb
+register:
+    bge r1, %experts, registered
+    rowsp.malloc r1, r1, r10     # allocation id e: expert e, rows of hidden * 2 bytes
     add r1, r1, %ntb
-    bra token
-end:
-    notify_ready.eos %ntb        # the hub ends this GPU's streams once every TB said so
-    atom.add r11, %gpu, [%acct], r9
+    bra register
+registered:
+    atom.add r11, %gpu, [%sync], 1
+    wait.ge [%sync], %ntb        # every id of this GPU's hub is registered
+    route_tokens store_rowsp
     exit
 
 # moehub_claim and moehub_expert: the expert side as two kernels launched together (on their own
