@@ -55,7 +55,8 @@ STATE_FIELDS = tuple([
     "sys",          # [1] SYSTEM
     "q",            # [capacity, 5] event heap (engine.events)
     "ev_count",     # [event kinds] events processed per kind (engine.events.EVENT_NAMES)
-    "timer", "timer_tree",  # [leaves, 2] component timers (tick, seq); [2 * leaves] their tree
+    "timer", "timer_tree",  # [leaves, 2] component timers (tick, seq); [2 * leaves, 3] their
+                            # tournament tree (winner, its tick, its seq; engine.events TT_*)
     "code",         # [instructions, ROW_WIDTH] assembled program
     "tb", "regs",   # [slots] THREAD_BLOCK, [slots, NUM_REGS] registers
     "sm", "sm_unit_free", "sm_unit_busy", "sm_wait",  # [SMs] SM; [SMs, units] x2; [SMs, reasons]
