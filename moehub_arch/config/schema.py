@@ -464,6 +464,13 @@ class LayerConfig:
     gemm_n_tile: int = _f("int", "output columns of one expert-GEMM job (a thread block's N tile): "
                           "a row tile's gate/up GEMM is FFN width / n_tile jobs, its down GEMM "
                           "hidden / n_tile jobs, spread over the SMs; must divide both", 128, min=1)
+    gemm_swizzle: int = _f("int", "row tiles per group of the bulk expert GEMMs' job order "
+                           "(deepep, megatron, tutel; workloads/kernels/lib/gemm_tiles.s "
+                           "swizzle_job): inside a group the column job is the outer loop, so the "
+                           "thread blocks running at one time share weight column tiles in the L2; "
+                           "1 = row tile by row tile. Default 16: DeepGEMM's tile scheduler "
+                           "(deep_gemm/include/deep_gemm/common/scheduler.cuh, "
+                           "kNum1DBlocksPerGroup = 16)", 16, min=1)
     combine_tbs: int = _f("int", "thread blocks per GPU of the final weighted combine", 32, min=1)
     shared_tbs: int = _f("int", "thread blocks per GPU of the shared experts (if the model has "
                          "any)", 16, min=1)
