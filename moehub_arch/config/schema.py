@@ -471,6 +471,13 @@ class LayerConfig:
                            "1 = row tile by row tile. Default 16: DeepGEMM's tile scheduler "
                            "(deep_gemm/include/deep_gemm/common/scheduler.cuh, "
                            "kNum1DBlocksPerGroup = 16)", 16, min=1)
+    stream_swizzle: int = _f("int", "tiles per group of the streaming expert kernels' job order "
+                             "(overlap, moehub; workloads/kernels/lib/streaming.s): as "
+                             "gemm_swizzle, for tiles that arrive over time - a group's later "
+                             "column jobs wait for all its tiles, and its down jobs come lag "
+                             "groups later, so the group trades L2 reuse for latency. 1 = tile by "
+                             "tile. assumption: 4, a quarter of the bulk GEMMs' group (no public "
+                             "streaming kernel states one)", 4, min=1)
     combine_tbs: int = _f("int", "thread blocks per GPU of the final weighted combine", 32, min=1)
     shared_tbs: int = _f("int", "thread blocks per GPU of the shared experts (if the model has "
                          "any)", 16, min=1)

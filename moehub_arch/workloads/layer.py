@@ -58,6 +58,7 @@ class LayerShape:
     tile_rows: int        # M tile of every grouped GEMM (system.gpu.hub.moe.dam.tile_rows)
     n_tile: int           # output columns of one expert-GEMM job (workload.layer.gemm_n_tile)
     swizzle: int          # row tiles per group of the bulk GEMMs' job order (workload.layer.gemm_swizzle)
+    stream_swizzle: int   # tiles per group of the streaming kernels' order (workload.layer.stream_swizzle)
     functional: bool
 
     @property
@@ -137,7 +138,8 @@ def layer_shape(cfg):
                          f"expert kernels reserve 160 KB (tile_rows x gemm_n_tile <= "
                          f"{GEMM_JOB_ELEMENTS}); use a smaller gemm_n_tile or tile_rows")
     return LayerShape(
-        model=m.name, n_tile=n, swizzle=layer.gemm_swizzle, num_gpus=P, tokens=layer.tokens_per_gpu, experts=m.experts, top_k=m.top_k,
+        model=m.name, n_tile=n, swizzle=layer.gemm_swizzle,
+        stream_swizzle=layer.stream_swizzle, num_gpus=P, tokens=layer.tokens_per_gpu, experts=m.experts, top_k=m.top_k,
         hidden=m.hidden, ffn=m.expert_ffn, shared=m.shared_experts,
         shared_ffn=m.shared_expert_ffn if m.shared_experts else 0, local_experts=m.experts // P,
         tile_rows=sysc.gpu.hub.moe.dam.tile_rows, functional=cfg.workload.mode == "functional"), m

@@ -250,6 +250,7 @@ homed:
     div r20, %ffn, %n_tile       # restore Ju, Jd, jobs per block, rb
     div r21, %hidden, %n_tile
     add r22, r20, r21
+    mul r22, r22, %swizzle
     shl r23, %hidden, 1
     add r25, r25, r13
     bra job
