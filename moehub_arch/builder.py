@@ -263,18 +263,24 @@ def build_state(cfg, program, seed=None, presets=None):
                              f"shared memory per TB; system.gpu.sm.smem_bytes is {gpu.sm.smem_bytes}")
         lc = cfg.workload.launches[l.config_index]
         groups = lc.warp_groups
-        if groups > 1 and (lc.dam_tile_tbs or k.smem_bytes * groups > gpu.sm.smem_bytes):
-            why = ("the MoE-Hub DAM starts single-stream thread blocks (dam_tile_tbs)"
-                   if lc.dam_tile_tbs else
-                   f"its {groups} warp groups x {k.smem_bytes} bytes of .smem exceed "
-                   f"system.gpu.sm.smem_bytes ({gpu.sm.smem_bytes})")
+        if groups > 1 and lc.dam_tile_tbs:
             raise BuildError(f"workload.launches[{l.config_index}].warp_groups: {groups} for kernel "
-                             f"'{k.name}' cannot be placed: {why}")
+                             f"'{k.name}' cannot be placed: the MoE-Hub DAM starts single-stream "
+                             f"thread blocks (dam_tile_tbs)")
+        footprint = k.smem_bytes * groups + lc.dynamic_smem
+        if footprint > gpu.sm.smem_bytes:
+            key = "warp_groups" if groups > 1 and not lc.dynamic_smem else "dynamic_smem"
+            raise BuildError(f"workload.launches[{l.config_index}].{key}: a thread block of kernel "
+                             f"'{k.name}' cannot be placed on any SM: its shared memory "
+                             f"({groups} warp groups x {k.smem_bytes} bytes of .smem + "
+                             f"{lc.dynamic_smem} bytes of dynamic_smem = {footprint} bytes) exceeds "
+                             f"system.gpu.sm.smem_bytes ({gpu.sm.smem_bytes})")
         r = ln[l.index]
         # the scheduler's unit is the instruction stream: grid = blocks x warp groups
         r.gpu, r.entry_pc, r.grid, r.next_in_stream = l.gpu, k.entry_pc, l.grid * groups, nxt
         r.groups = groups
         r.smem, r.max_per_sm, r.start, r.end = k.smem_bytes, k.max_tbs_per_sm, -1, -1
+        r.dynamic_smem = lc.dynamic_smem
         r.host_delay = l.host_delay
         r.dam_tile_tbs = lc.dam_tile_tbs
         r.dam_first_group = lc.dam_groups[0] if lc.dam_groups else lc.dam_tile_tbs

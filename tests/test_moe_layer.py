@@ -115,7 +115,7 @@ def test_layer_config_errors_are_clear(tmp_path, overrides, key, words):
     assert "Traceback" not in r.stderr and key in r.stderr and words in r.stderr
 
 
-@pytest.mark.parametrize("scheme", ["moehub", "deepep", "overlap", "megatron", "tutel"])
+@pytest.mark.parametrize("scheme", ["moehub", "deepep", "overlap", "megatron", "tutel", "nvls"])
 def test_packet_trains_keep_every_scheme_correct(scheme):
     """run.packet_train > 1 is a timing approximation only: every row still lands once and the
     layer output still equals the reference."""

@@ -6,6 +6,7 @@ The counts below are worked out by hand from the workload and the public wire fo
 overhead 26 B per TLP of at most 256 B; an IB data packet 42 B of headers per MTU of a message),
 not from the engine's formulas.
 """
+import numpy as np
 import pytest
 
 from conftest import cli_stats_per_engine, run_cli
@@ -112,12 +113,24 @@ workload:
     assert any(k.startswith("system.ibspine") for k in out["numba"])
 
 
-@pytest.mark.parametrize("scheme", ["moehub", "deepep"])
-def test_functional_layer_across_nodes_is_exact(scheme):
-    """moehub (the RPM hands a remote expert's stream to the NIC) and deepep (puts to the
-    remote GPU through the NIC) compute the reference layer exactly across two nodes."""
+@pytest.mark.parametrize("scheme, extra", [
+    ("moehub", ()),
+    ("deepep", ()),                                              # internode: forward (DeepEP's)
+    ("deepep", ("workload.layer.deepep.internode=direct",)),     # one hop, puts through the NIC
+    ("deepep_ll", ()),                                           # fixed slots, counts after data
+])
+def test_functional_layer_across_nodes_is_exact(scheme, extra):
+    """moehub (the RPM hands a remote expert's stream to the NIC), deepep's internode kernels
+    (RDMA to the same local rank, NVLink forwarding, node partials reduced at the forwarder) and
+    deepep's direct puts compute the reference layer exactly across two nodes."""
     sim = _simulate_on_tiny("experiments/functional.yaml", f"scheme={scheme}",
-                            "workload.layer.tokens_per_gpu=16")
+                            "workload.layer.tokens_per_gpu=16", *extra)
+    kernels = {st.name.split(".")[-1] for st in sim.stats
+               if st.name.startswith("system.moe.kernel.")}
+    if scheme == "deepep":
+        forward = not extra
+        assert ("deepep_dispatch_internode_us" in kernels) == forward
+        assert ("deepep_combine_internode_us" in kernels) == forward
     assert sim.stats["system.moe.output_max_abs_error"] == 0.0
     assert sim.stats["system.nic0.rdma_payload_bytes"] > 0
     # the routing's deduplication per level (workloads/dedup.py), from the layer's routing
@@ -197,3 +210,105 @@ def test_dedup_rows_of_a_hand_written_routing_at_each_level():
     assert dedup_rows(topk, expert_gpu, 2) == (7, 4)
     a6000 = topology_levels(load("systems/a6000_x4.yaml"))
     assert a6000 == [("gpu", 1), ("nvlink_pair", 2), ("node", 8)]
+
+
+def test_deepep_internode_engines_identical_and_rdma_rows(tmp_path):
+    """DeepEP's internode kernels give identical stats on both engines (communication only,
+    top-2 of 8 experts on 2 x 2 GPUs) and compute the reference output exactly."""
+    out = cli_stats_per_engine("configs/experiments/functional.yaml", tmp_path,
+                               "--system", f"configs/{TINY}", "--set", "scheme=deepep",
+                               "--set", "workload.layer.tokens_per_gpu=8",
+                               "--set", "workload.layer.deepep.kernels=communication")
+    assert out["numba"] == out["python"]
+    st = out["numba"]
+    assert st["system.moe.output_max_abs_error"] == 0.0
+    # DeepEP's figure counts one row per (token, node), own node included (hand check below)
+    assert st["system.moe.deepep.rdma_send_bytes"] > 0
+    assert st["system.moe.deepep.dispatch_rdma_GBps"] > 0
+
+
+def test_node_rows_sent_per_rank_by_hand():
+    """DeepEP's num_rdma_token_sent on 2 nodes x 2 GPUs, 8 experts (2 per GPU, 4 per node):
+    GPU 0: [1, 4] -> nodes 0, 1; [2, 3] -> node 0          -> 3 rows
+    GPU 1: [5, 6] -> node 1; [0, 7] -> nodes 0, 1          -> 3 rows
+    GPU 2: [4, 5] -> node 1; [6, 7] -> node 1              -> 2 rows
+    GPU 3: [0, 1] -> node 0; [2, 4] -> nodes 0, 1          -> 3 rows"""
+    from moehub_arch.workloads.bandwidth import node_rows_sent_per_rank
+    topk = [[[1, 4], [2, 3]], [[5, 6], [0, 7]], [[4, 5], [6, 7]], [[0, 1], [2, 4]]]
+    assert list(node_rows_sent_per_rank(topk, 2, 2)) == [3, 3, 2, 3]
+
+
+def test_deepep_ll_engines_identical(tmp_path):
+    """DeepEP's low-latency kernels: identical stats on both engines across two nodes
+    (communication only), the reference output exactly, every pair sent once per expert."""
+    out = cli_stats_per_engine("configs/experiments/functional.yaml", tmp_path,
+                               "--system", f"configs/{TINY}", "--set", "scheme=deepep_ll",
+                               "--set", "workload.layer.tokens_per_gpu=8",
+                               "--set", "workload.layer.deepep_ll.kernels=communication")
+    assert out["numba"] == out["python"]
+    st = out["numba"]
+    assert st["system.moe.output_max_abs_error"] == 0.0
+    assert st["system.moe.rows_sent"] == st["system.moe.rows_received"] == 4 * 8 * 2
+    assert st["system.moe.deepep_ll.dispatch_us"] > 0 and st["system.moe.deepep_ll.combine_us"] > 0
+
+
+def test_deepep_ll_fp8_layer_is_a_config_error():
+    r = run_cli("run", "configs/experiments/functional.yaml", "--set", "scheme=deepep_ll",
+                "--set", "workload.layer.deepep_ll.dispatch_dtype=fp8")
+    assert r.returncode == 2, r.stderr
+    assert "workload.layer.deepep_ll.dispatch_dtype" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_hiermoe_level_rows_of_a_hand_written_routing():
+    """HierMoE's performance model inputs on 2 nodes x 2 GPUs, 8 experts (2 per GPU), top-2,
+    the routing of test_node_rows_sent_per_rank_by_hand. Per GPU (NIC rows, NVLink rows):
+    gpu level - one row per (token, other GPU): GPU0 [1,4]->{0,2}, [2,3]->{1}: NIC 1, NVLink 1;
+      GPU1 [5,6]->{2,3}, [0,7]->{0,3}: NIC 3, NVLink 1; GPU2 [4,5]->{2}, [6,7]->{3}: 0, 1;
+      GPU3 [0,1]->{0}, [2,4]->{1,2}: NIC 2, NVLink 1.
+    node level - one NIC row per (token, other node): 1, 2, 0, 2; NVLink rows are the fan-out at
+      the forwarder (the GPU of the origin's local rank on the destination node) to the other
+      GPUs of that node: GPU0 forwards GPU0's [2,3] to GPU1; GPU1 forwards GPU1's [0,7] and
+      GPU3's [0,1] to GPU0; GPU2 forwards GPU2's [6,7] to GPU3; GPU3 forwards GPU1's [5,6] and
+      GPU3's [2,4] to GPU2: 1, 2, 1, 2."""
+    from moehub_arch.workloads.schemes.hiermoe import level_rows
+    topk = [[[1, 4], [2, 3]], [[5, 6], [0, 7]], [[4, 5], [6, 7]], [[0, 1], [2, 4]]]
+    nic, nvl = level_rows(topk, 2, 2, "gpu")
+    assert list(nic) == [1, 3, 0, 2] and list(nvl) == [1, 1, 1, 1]
+    nic, nvl = level_rows(topk, 2, 2, "node")
+    assert list(nic) == [1, 2, 0, 2] and list(nvl) == [1, 2, 1, 2]
+
+
+def test_hiermoe_expert_swap_lowers_the_busiest_gpu():
+    """Loads (rows per expert) 9,8 | 1,1 | 5,0 | 0,0 on 4 GPUs: GPU 0 holds 17 rows. The greedy
+    swaps move the hot experts apart until no swap between the busiest and the idlest GPU
+    lowers the larger of their loads; the result is a permutation."""
+    from moehub_arch.workloads.schemes.hiermoe import expert_swap, gpu_rows
+    topk = np.array([0] * 9 + [1] * 8 + [2, 3] + [4] * 5).reshape(1, -1, 1)
+    new_id, swaps = expert_swap(topk, 4, 2)
+    assert sorted(new_id) == list(range(8)) and swaps >= 1
+    before = gpu_rows(topk, 2)
+    after = np.bincount(new_id[topk.reshape(-1)] // 2, minlength=4)
+    assert before.max() == 17 and after.max() == 9
+
+
+@pytest.mark.parametrize("level", ["gpu", "node"])
+def test_hiermoe_exact_across_nodes(level):
+    """hiermoe on 2 x 2 GPUs with skewed routing (so the expert swap moves experts): the output is
+    the reference's on the swapped routing, at either deduplication level."""
+    sim = _simulate_on_tiny("experiments/functional.yaml", "scheme=hiermoe",
+                            "workload.layer.tokens_per_gpu=16", "workload.layer.routing.kind=skewed",
+                            "workload.layer.routing.gini=0.5", f"workload.layer.hiermoe.level={level}")
+    st = sim.stats
+    assert st["system.moe.output_max_abs_error"] == 0.0
+    assert st["system.moe.hiermoe.level"] == ["gpu", "node"].index(level)
+    assert st["system.moe.hiermoe.swap_max_gpu_rows_after"] < st["system.moe.hiermoe.swap_max_gpu_rows_before"]
+
+
+def test_expert_parallelism_wider_than_the_experts_exits_2():
+    """EP is the system's GPU count: 16 GPUs (2 HGX H800 nodes) for a model of 8 routed experts
+    is an error naming the model key, not a crash."""
+    r = run_cli("run", "configs/experiments/functional.yaml", "--system",
+                "configs/systems/hgx_h800_x4.yaml", "--set", "system.nodes.count=2")
+    assert r.returncode == 2, r.stderr
+    assert "workload.layer.model" in r.stderr and "system.num_gpus (16)" in r.stderr
+    assert "Traceback" not in r.stderr

@@ -96,3 +96,31 @@ def test_reference_per_rank_order():
         assert np.array_equal(got[0, tok], out), tok
     with pytest.raises(ValueError):
         moe_layer_reference(x, idx, w, wg, wu, wd, combine="per_rank")
+
+
+def _combine_launch(sim):
+    return next(li for li in sim.launches if li.kernel == "deepep_combine" and li.gpu == 0)
+
+
+@pytest.mark.parametrize("smem", ["228KB", "100KB"])
+def test_combine_per_channel_and_rank_fallback(smem):
+    # DeepEP's benchmark setting (dispatch and combine alone, identity experts); 4 channels.
+    # 228 KB: the 4 ranks' fp32 accumulators (4 x 28 KB) fit, one block of 4 warp groups per
+    # channel. 100 KB (an Ampere-sized SM): they do not, one thread block per (channel, rank) -
+    # the same instruction streams, the same output, exactly.
+    sim = run("workload.layer.deepep.kernels=communication", f"system.gpu.sm.smem_bytes={smem}")
+    s, C = sim.stats, 4
+    li = _combine_launch(sim)
+    groups = int(sim.state.ln[li.index].groups)
+    assert (groups, li.grid) == ((P, C) if smem == "228KB" else (1, C * P))
+    assert s[f"system.gpu0.launch{li.index}.tbs"] == li.grid
+    for name in ("sent", "received", "combined"):
+        assert s[f"system.moe.rows_{name}"] == P * T * K, name
+    assert s["system.moe.output_max_abs_reference"] > 0
+    assert s["system.moe.output_max_abs_error"] == 0.0
+    # shared memory: DeepEP's 192 KB of TMA staging on a Hopper-sized SM, none where it cannot
+    # fit (a pre-Hopper build); the combine's 4 x 28 KB of accumulators exceed DeepEP's 96 KB, so
+    # they are the channel block's whole footprint
+    dispatch = next(l for l in sim.launches if l.kernel == "deepep_dispatch" and l.gpu == 0)
+    assert int(sim.state.ln[dispatch.index].dynamic_smem) == (192 * 1024 if smem == "228KB" else 0)
+    assert int(sim.state.ln[li.index].dynamic_smem) == 0

@@ -64,9 +64,16 @@ def test_timing_mode_runs_the_same_protocol(uniform):
     assert strip(timing.stats) == strip(uniform.stats)
 
 
-def test_senders_are_placed_when_gemm_blocks_hold_a_slot_on_every_sm():
-    # one persistent GEMM block per SM (compute_tbs = num_sms) and every SM's other slots taken by
-    # receivers: DeepEP's whole-SM channel blocks (a warp group per peer) could never be placed and
-    # the layer would hang; overlap places its sender streams as single-stream blocks instead
-    check_layer(run("system.gpu.num_sms=4", "workload.layer.overlap.compute_tbs=4",
-                    "workload.layer.overlap.comm_sms=4"))
+def test_communication_blocks_and_gemm_blocks_fill_the_sms_exactly():
+    # 8 SMs: 2 sender and 2 receiver channel blocks (DeepEP's 192 KB of shared memory each) and
+    # 4 persistent 160 KB GEMM blocks - each on an SM of its own, none beside another
+    sim = run("system.gpu.num_sms=8", "workload.layer.overlap.compute_tbs=4",
+              "workload.layer.overlap.comm_sms=4")
+    check_layer(sim)
+
+
+def test_gemm_blocks_that_leave_no_sm_to_the_senders_are_an_input_error():
+    from moehub_arch.workloads.layer import LayerError
+    with pytest.raises(LayerError, match=r"workload.layer.overlap.compute_tbs: 5 .* at most 4 GEMM"):
+        run("system.gpu.num_sms=8", "workload.layer.overlap.compute_tbs=5",
+            "workload.layer.overlap.comm_sms=4")

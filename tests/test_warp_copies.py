@@ -152,3 +152,72 @@ def test_zero_warp_groups_is_an_input_error(tmp_path):
     r = run_cli("run", _config(tmp_path, groups=0), "-o", tmp_path / "o")
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert "warp_groups" in r.stderr
+
+
+HOLDER_KERNEL = """
+.kernel holder
+.param out
+.smem 160KB
+    mov r1, %clock
+    shl r6, %tb, 4
+    add r6, r6, %out
+    st [r6], r1                  # the cycle it started
+    st [r6+8], %sm
+    exit
+"""
+
+
+def _footprint_config(tmp_path, dynamic_smem):
+    # a DeepEP-like block (2 warp groups copying) with `dynamic_smem` of shared memory, and two
+    # 160 KB GEMM-like blocks on a second stream, on 2 SMs of 228 KB
+    cfg = _config(tmp_path, groups=2, grid=1, sms=2, kernel=COPY_KERNEL + HOLDER_KERNEL)
+    cfg.write_text(cfg.read_text().replace(
+        "      warp_groups: 2\n", f"      warp_groups: 2\n      dynamic_smem: {dynamic_smem}\n")
+        + """    - kernel: holder
+      grid: 2
+      stream: 1
+      params: {out: "@held"}
+""")
+    cfg.write_text(cfg.read_text().replace(
+        "    out: {bytes: 2KB, region: control, dtype: i64}\n",
+        "    out: {bytes: 2KB, region: control, dtype: i64}\n"
+        "    held: {bytes: 1KB, region: control, dtype: i64}\n"))
+    return cfg
+
+
+@pytest.mark.parametrize("dynamic_smem", ["0B", "192KB"])
+def test_dynamic_shared_memory_keeps_other_blocks_off_the_sm(tmp_path, dynamic_smem):
+    sim = _simulate(_footprint_config(tmp_path, dynamic_smem))
+    for g in (0, 1):
+        copier = _records(sim, g, 2)
+        held = sim.read_buffer(g, "held", "i64")[:4].reshape(2, 2)
+        assert list(copier[:, 2]) == [0, 0]          # the copier block on SM 0 (placed first)
+        if dynamic_smem == "0B":
+            # 160 KB fit beside the copier block: the holders on SM 1 and SM 0 at once, both
+            # started before the copies are done
+            assert list(held[:, 1]) == [1, 0]
+            assert held[:, 0].max() < copier[:, 1].min()
+        else:
+            # 192 KB + 160 KB exceed the SM's 228 KB: SM 0 is the copier block's alone, the
+            # second holder waits for the first to leave SM 1
+            assert list(held[:, 1]) == [1, 1]
+            assert held[1, 0] > held[0, 0]
+    s = sim.stats
+    index = {li.kernel: li.index for li in sim.launches if li.gpu == 0}
+    assert s[f"system.gpu0.launch{index['copier']}.tbs"] == 1
+    assert s[f"system.gpu0.launch{index['holder']}.tbs"] == 2
+
+
+def test_a_block_whose_dynamic_shared_memory_exceeds_an_sm_is_an_input_error(tmp_path):
+    cfg = _footprint_config(tmp_path, "200KB")
+    (tmp_path / "k.s").write_text((tmp_path / "k.s").read_text().replace(
+        ".param bytes\n", ".param bytes\n.smem 16KB\n", 1))
+    r = run_cli("run", cfg, "-o", tmp_path / "o")
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert "workload.launches[0].dynamic_smem" in r.stderr
+    assert "2 warp groups x 16384 bytes of .smem + 204800 bytes of dynamic_smem" in r.stderr
+
+
+def test_numba_and_python_engines_agree_on_a_dynamic_shared_memory_footprint(tmp_path):
+    out = cli_stats_per_engine(_footprint_config(tmp_path, "192KB"), tmp_path)
+    assert out["numba"] == out["python"]

@@ -4,7 +4,10 @@ Kernels are launched on streams: launches in one (GPU, stream) run in order, eac
 ``kernel_launch_latency`` after its predecessor finished (the first one after the latency from time
 zero); launches on different streams may run concurrently. A running launch places its thread
 blocks onto SMs round-robin as slots free up, respecting the SM's resident-TB limit, the kernel's
-``.max_tbs_per_sm`` and shared-memory capacity (first fit). A placed TB starts ``tb_launch_cycles``
+``.max_tbs_per_sm`` and shared-memory capacity (first fit): a block holds its warp groups'
+``.smem`` plus its launch's ``dynamic_smem`` (CUDA's dynamic shared memory) until it exits, so a
+launch with a large footprint keeps other launches' blocks off its SMs, as on the GPU (CUDA C++
+Programming Guide, "Occupancy": shared memory per block is a per-SM residency limit). A placed TB starts ``tb_launch_cycles``
 later with its registers zeroed and its special and parameter registers set. A launch with
 ``dam_tile_tbs`` places only the thread blocks the MoE-Hub DAM has started (``granted``), in the
 order and with the block indices (%tb) the DAM queued them in its GPU's start queue
@@ -80,6 +83,8 @@ BLOCK = Block(
     fields=fields("ln", ("gpu", "GPU it runs on"), ("entry_pc", "first instruction"),
                   ("grid", "thread blocks"), ("next_in_stream", "next launch of its stream (-1: none)"),
                   ("smem", "shared memory per TB"), ("max_per_sm", ".max_tbs_per_sm (0: no limit)"),
+                  ("dynamic_smem", "shared memory per thread block asked for at launch, on top of "
+                   "its warp groups' .smem (held by the block's first warp group)"),
                   ("dispatched", "TBs placed"), ("finished", "TBs exited"), ("status", "LN_*"),
                   ("start", "start tick (-1: not started)"), ("end", "end tick (-1: not ended)"),
                   ("host_delay", "host-side time before the launch is issued (e.g. a host sync)"),
@@ -186,10 +191,11 @@ def dispatch_blocks(st, g, tick):
                     continue
                 if ln.max_per_sm > 0 and st.ln_per_sm[l, s] + G > ln.max_per_sm:
                     continue
-                base = _smem_fit(st, sm, ln.smem * G)
+                base = _smem_fit(st, sm, ln.smem * G + ln.dynamic_smem)
                 if base < 0:
                     continue
-                # the block's warp groups, each in a free slot with its share of the allocation
+                # the block's warp groups, each in a free slot with its share of the allocation;
+                # the first one's share runs on into the block's dynamic shared memory
                 lead = -1
                 for i in range(G):
                     slot = -1
@@ -199,7 +205,11 @@ def dispatch_blocks(st, g, tick):
                             break
                     if lead < 0:
                         lead = slot
-                    _place(st, l, g, s, sm, slot, base + i * ln.smem, start_tick, tick)
+                        _place(st, l, g, s, sm, slot, base, ln.smem + ln.dynamic_smem,
+                               start_tick, tick)
+                    else:
+                        _place(st, l, g, s, sm, slot, base + ln.dynamic_smem + i * ln.smem,
+                               ln.smem, start_tick, tick)
                     st.tb[slot].block_lead = lead
                 st.tb[lead].block_live = G
                 st.sm[sm].blocks += 1
@@ -232,7 +242,7 @@ def grant_block(st, g, l, tb_index, tag, first):
 
 
 @compiled
-def _place(st, l, g, s, sm, slot, smem_base, start_tick, tick):
+def _place(st, l, g, s, sm, slot, smem_base, smem_bytes, start_tick, tick):
     p = st.p[0]
     ln = st.ln[l]
     tb_index = ln.dispatched
@@ -259,7 +269,7 @@ def _place(st, l, g, s, sm, slot, smem_base, start_tick, tick):
     tb.progress = start_tick
     tb.outstanding = 0
     tb.smem_base = smem_base
-    tb.smem_bytes = ln.smem
+    tb.smem_bytes = smem_bytes
     tb.start_tag = tag
     regs = st.regs[slot]
     regs[:] = 0

@@ -637,13 +637,13 @@ def _check_layer(cfg: Config, ctx: _Ctx):
     if layer.routing.kind == "trace" and not layer.routing.trace:
         raise ctx.error(("workload", "layer", "routing", "trace"),
                         "routing kind 'trace' needs a trace file")
-    deepep = layer.deepep
-    if cfg.scheme == "deepep" and deepep.dispatch_dtype == "fp8":
+    deepep = layer.deepep_ll if cfg.scheme == "deepep_ll" else layer.deepep
+    if cfg.scheme in ("deepep", "deepep_ll") and deepep.dispatch_dtype == "fp8":
         # FP8 rows are moved as opaque bytes (sizes and timing); nothing in the simulator
         # quantises or dequantises them, so neither a numeric check nor a BF16 GEMM can use them
-        where = ("workload", "layer", "deepep", "dispatch_dtype")
+        where = ("workload", "layer", cfg.scheme, "dispatch_dtype")
         if deepep.kernels != "communication":
-            raise ctx.error(where, "fp8 dispatch needs workload.layer.deepep.kernels: "
+            raise ctx.error(where, f"fp8 dispatch needs workload.layer.{cfg.scheme}.kernels: "
                                    "communication (the layer's grouped GEMM reads BF16 rows; "
                                    "there is no FP8 GEMM path)")
         if cfg.workload.mode == "functional":

@@ -330,6 +330,12 @@ class LaunchConfig:
                           "warp group per peer rank). A block is placed whole on one SM and counts "
                           "once against system.gpu.sm.max_resident_tbs; %tb numbers the warp "
                           "groups (block * G + group) and %ntb counts them", 1, min=1)
+    dynamic_smem: int = _f("size", "shared memory each thread block asks for at launch on top of "
+                           "its warp groups' .smem (CUDA's dynamic shared memory, "
+                           "cudaLaunchConfig_t::dynamicSmemBytes): the block holds it on its SM "
+                           "until it exits, so blocks of other launches fit beside it only in "
+                           "what is left of system.gpu.sm.smem_bytes; e.g. DeepEP's TMA staging "
+                           "buffers", 0, min=0)
     dam_tile_tbs: int = _f("int", "0: an ordinary launch. N > 0: the MoE-Hub DAM starts its thread "
                            "blocks, N per ready tile, then one last block once every tile was "
                            "started (system.gpu.hub.moe.dam.consumers: launch); the grid is an upper "
@@ -412,16 +418,64 @@ class DeepepSchemeConfig:
                              "element) or fp8 (1 B per element plus one fp32 scale per 128 "
                              "elements; timing mode with kernels: communication only); combine "
                              "is always bf16", "bf16", choices=("bf16", "fp8"))
+    internode: str = _f("choice", "on a multi-node system: forward (DeepEP's internode kernels, "
+                        "csrc/kernels/internode.cu: a token goes once over RDMA to the GPU of the "
+                        "same local rank on each node holding any of its experts, which forwards "
+                        "it over NVLink to the ranks there; combine reduces a node's partial rows "
+                        "at that forwarder and sends one row per node home) or direct (every "
+                        "sender puts to the expert's GPU itself, across the NIC for other nodes: "
+                        "the intranode kernels run unchanged on the whole system)", "forward",
+                        choices=("forward", "direct"))
+    rdma_ring_rows: int = _f("int", "rows of each (channel, source node) RDMA receive ring of the "
+                             "internode kernels (assumption: 128 rows, 1.8 MB of bf16 DeepSeek-V3 "
+                             "rows per ring: a few chunks in flight per channel and node)", 128,
+                             min=1)
+    rdma_send_chunk_tokens: int = _f("int", "tokens an internode RDMA sender puts before it "
+                                     "publishes the ring tail (at most half the ring; DeepEP's "
+                                     "num_max_rdma_chunked_send_tokens; assumption: 16)", 16,
+                                     min=1)
+
+
+@attrs.frozen
+class DeepepLlSchemeConfig:
+    send_tbs: int = _f("int", "sending thread blocks per GPU of the low-latency dispatch (they "
+                       "must all be resident at once: they wait for each other before sending "
+                       "the counts; assumption: 132, one per H100/H800 SM, as DeepEP's "
+                       "low-latency kernels spread their sending warps over every SM they get)",
+                       132, min=1)
+    kernels: str = _f("choice", "layer: the whole MoE layer; communication: dispatch, combine and "
+                      "the home reduction alone with identity experts (DeepEP's "
+                      "tests/test_low_latency.py times its dispatch and combine kernels so)",
+                      "layer", choices=("layer", "communication"))
+    dispatch_dtype: str = _f("choice", "element type of the dispatched rows: bf16, or fp8 (1 B "
+                             "per element plus one fp32 scale per 128; timing mode with kernels: "
+                             "communication only); combine is bf16", "bf16",
+                             choices=("bf16", "fp8"))
+
+
+@attrs.frozen
+class HiermoeSchemeConfig:
+    level: str = _f("choice", "the topology level at which a token row is deduplicated: auto "
+                    "(HierMoE's choice, arXiv 2508.09591: the level its alpha-beta performance "
+                    "model gives the shortest all-to-all), gpu (once per destination GPU) or "
+                    "node (once per destination node, fanned out inside)", "auto",
+                    choices=("auto", "gpu", "node"))
+    expert_swap: bool = _f("bool", "swap experts between GPUs before the layer so that the "
+                           "busiest GPU's token-expert rows drop (HierMoE's expert swap), from "
+                           "the load observed in the previous iteration (assumption: equal to "
+                           "this iteration's - hot experts stay hot for many steps - so the "
+                           "swap's benefit is an upper bound)", True)
 
 
 @attrs.frozen
 class OverlapSchemeConfig:
-    comm_sms: int = _f("int", "SMs' worth of communication TBs, as DeepEP's comm_sms: channels = "
-                       "comm_sms / 2, one sender TB per (channel, peer) and one receiver TB per "
-                       "(channel, source)", 20, min=2)
+    comm_sms: int = _f("int", "SMs for communication, as DeepEP's comm_sms: channels = comm_sms / "
+                       "2, a sender and a receiver thread block per channel (a warp group per "
+                       "peer), each holding an SM of its own", 20, min=2)
     ring_rows: int = _f("int", "rows of each (channel, peer) ring buffer", 64, min=1)
     compute_tbs: int = _f("int", "persistent GEMM thread blocks per GPU (each needs most of an "
-                          "SM's shared memory: at most one per SM is resident)", 132, min=1)
+                          "SM's shared memory: at most one per SM is resident; at most num_sms - "
+                          "comm_sms, since the communication blocks each hold an SM)", 112, min=1)
 
 
 @attrs.frozen
@@ -456,6 +510,19 @@ class TutelSchemeConfig:
 
 
 @attrs.frozen
+class NvlsSchemeConfig:
+    channels: int = _f("int", "thread blocks per GPU of the all-gather and the reduce-scatter "
+                       "(NCCL's NVLS channels; assumption: 16, NCCL's NVLS channel count on "
+                       "H100 - NCCL_NVLS_NCHANNELS' default)", 16, min=1)
+    chunk_bytes: int = _f("size", "bytes per multimem.st / multimem.ld_reduce of the all-gather "
+                          "and the reduce-scatter (NCCL's chunk; assumption: 64 KB, as the "
+                          "all-to-all schemes' puts)", 65536, min=1)
+    select_tbs: int = _f("int", "thread blocks per GPU of the kernels that pick the local "
+                         "experts' rows out of the all-gathered tokens and build the partial "
+                         "sums (assumption: one per SM)", 132, min=1)
+
+
+@attrs.frozen
 class LayerConfig:
     model: str = _f("str", "model shape: a name in workloads/models/ or a path to a model YAML "
                            "('' = no MoE layer: the workload's own launches run)", "")
@@ -486,12 +553,18 @@ class LayerConfig:
                                     cls=MoehubSchemeConfig)
     deepep: DeepepSchemeConfig = _f("node", "scheme deepep", DeepepSchemeConfig(),
                                     cls=DeepepSchemeConfig)
+    deepep_ll: DeepepLlSchemeConfig = _f("node", "scheme deepep_ll", DeepepLlSchemeConfig(),
+                                         cls=DeepepLlSchemeConfig)
+    hiermoe: HiermoeSchemeConfig = _f("node", "scheme hiermoe (its kernels take "
+                                      "workload.layer.deepep's settings)", HiermoeSchemeConfig(),
+                                      cls=HiermoeSchemeConfig)
     overlap: OverlapSchemeConfig = _f("node", "scheme overlap", OverlapSchemeConfig(),
                                       cls=OverlapSchemeConfig)
     megatron: MegatronSchemeConfig = _f("node", "scheme megatron", MegatronSchemeConfig(),
                                         cls=MegatronSchemeConfig)
     tutel: TutelSchemeConfig = _f("node", "scheme tutel", TutelSchemeConfig(),
                                   cls=TutelSchemeConfig)
+    nvls: NvlsSchemeConfig = _f("node", "scheme nvls", NvlsSchemeConfig(), cls=NvlsSchemeConfig)
 
 
 @attrs.frozen
@@ -509,8 +582,11 @@ class BlockConfig:
                      "ring all-reduce over puts/flags), sp_ring (sequence parallelism, kinds "
                      "attention and transformer: ring reduce-scatter after each row-parallel "
                      "GEMM, norms and residuals on the sequence shard, ring all-gather before "
-                     "each column-parallel GEMM), tp_none (t = 1: no collective, the reference)",
-                     "tp_ring", choices=("tp_ring", "sp_ring", "tp_none"))
+                     "each column-parallel GEMM), tp_nvls (NCCL's NVLink SHARP all-reduce: "
+                     "multimem.ld_reduce + multimem.st in the switch), sp_nvls (sp_ring with the "
+                     "NVLS reduce-scatter and all-gather), tp_none (t = 1: no collective, the "
+                     "reference)",
+                     "tp_ring", choices=("tp_ring", "sp_ring", "tp_nvls", "sp_nvls", "tp_none"))
     tp: int = _f("int", "tensor-parallel degree t: every GPU of the system is one TP rank (must "
                  "equal system.num_gpus and divide heads, hidden and ffn)", 8, min=1)
     tokens: int = _f("int", "tokens in the block (sequence x batch); 0: the model's seq x batch",
@@ -519,16 +595,23 @@ class BlockConfig:
                        "of an H100, 132)", 132, min=1)
     tile_rows: int = _f("int", "M tile of the FFN GEMM jobs (assumption: 128, CUTLASS's common "
                         "128 x 128 tile)", 128, min=1)
-    allreduce_channels: int = _f("int", "thread blocks (NCCL channels) of the ring all-reduce "
-                                 "(assumption: 16, as configs/ubench/allreduce_ring.yaml)", 16, min=1)
+    allreduce_channels: int = _f("int", "thread blocks (NCCL channels) of the TP collectives, "
+                                 "ring or NVLS (assumption: 16, as configs/ubench/"
+                                 "allreduce_ring.yaml and allreduce_nvls.yaml)", 16, min=1)
     attention_tile: int = _f("int", "query and key tile of the attention kernel, Br = Bc (must "
                              "divide seq; assumption: 64, FlashAttention-2's key block for head "
                              "dim 128, arXiv 2307.08691)", 64, min=1)
-    allreduce_slice: int = _f("int", "largest elements per put of the ring all-reduce (NCCL's "
+    allreduce_slice: int = _f("int", "largest elements per put of the ring collectives (NCCL's "
                               "chunk); the block uses the largest divisor <= this of a channel's "
                               "share, preferring multiples of 64 elements (whole 128 B packets; "
                               "assumption: 64K elements = 128 KB bf16)",
                               65536, min=1)
+    nvls_slice: int = _f("int", "largest elements per multimem operation of the NVLS collectives "
+                         "(tp_nvls, sp_nvls), chosen as allreduce_slice is (assumption: 32K "
+                         "elements = 64 KB bf16, the slice of configs/ubench/allreduce_nvls.yaml "
+                         "whose busbw is the validated figure: a TB-level ld_reduce keeps its whole "
+                         "slice in flight, where NCCL's warps keep a few 16 B vectors each)",
+                         32768, min=1)
 
 
 @attrs.frozen
@@ -642,8 +725,10 @@ class StatsConfig:
 class Config:
     system: SystemConfig = _f("node", "the simulated machine", cls=SystemConfig)
     scheme: str = _f("choice", "how the MoE layer (workload.layer) moves tokens: none (the "
-                     "workload's own launches), deepep, overlap, moehub, megatron, tutel", "none",
-                     choices=("none", "deepep", "overlap", "moehub", "megatron", "tutel"))
+                     "workload's own launches), deepep, overlap, moehub, megatron, tutel, "
+                     "deepep_ll, hiermoe, nvls", "none",
+                     choices=("none", "deepep", "overlap", "moehub", "megatron", "tutel",
+                              "deepep_ll", "hiermoe", "nvls"))
     workload: WorkloadConfig = _f("node", "what runs on it", WorkloadConfig(), cls=WorkloadConfig)
     run: RunConfig = _f("node", "how the simulation runs", RunConfig(), cls=RunConfig)
     stats: StatsConfig = _f("node", "statistics output", StatsConfig(), cls=StatsConfig)

@@ -45,6 +45,19 @@ def tokens_received_per_rank(topk_idx, local_experts):
     return hit.sum(axis=0).astype(np.int64)
 
 
+def node_rows_sent_per_rank(topk_idx, local_experts, node_gpus):
+    """Token rows each rank sends over RDMA in DeepEP's internode dispatch as its test counts
+    them (tests/test_internode.py, num_rdma_token_sent): one per (token of the rank, node holding
+    any of its experts), the rank's own node included. Returns int64 [P]."""
+    idx = np.asarray(topk_idx, dtype=np.int64)
+    P, T, k = idx.shape
+    nodes = idx // (local_experts * node_gpus)                    # [P, T, k]
+    N = P // node_gpus
+    hit = np.zeros((P, T, N), dtype=bool)
+    np.put_along_axis(hit, nodes, True, axis=2)
+    return hit.sum(axis=(1, 2)).astype(np.int64)
+
+
 def mean_rank_bandwidth_GBps(bytes_per_rank, ticks_per_rank):
     """Mean over ranks of bytes / kernel time, in GB/s (1e9 B/s); ticks are picoseconds."""
     b = np.asarray(bytes_per_rank, dtype=np.float64)

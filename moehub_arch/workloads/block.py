@@ -22,9 +22,16 @@ the TP scheme (`workload.block.scheme`):
            residual work on this GPU's T / t tokens, and a ring all-gather rebuilds the full input
            of the next column-parallel GEMM (the two halves of the ring all-reduce, kernel
            ring_half); GPU g's shard is chunk (g + 1) % t, where the reduce-scatter leaves it.
+  tp_nvls  NCCL's NVLink SHARP all-reduce (workloads/kernels/tp/allreduce_nvls.s kernel
+           nvls_tp_collective, lib/nvls_allreduce.s): GPU g loads its chunk reduced by the switch
+           (multimem.ld_reduce) and multicasts the sum (multimem.st); the block binds each
+           all-reduce's input and output as multicast objects (workload.multicast).
+  sp_nvls  sequence parallelism as sp_ring, its reduce-scatter the ld_reduce half and its
+           all-gather the multimem.st half of the NVLS all-reduce (GPU g owns chunk (g + 1) % t,
+           the same shard as sp_ring's).
   tp_none  t = 1: no collective, the reference without communication.
-Not built: the in-switch schemes (tp_nvls, sp_nvls, t3, cais), the training backward pass, GeLU
-MLPs (every model's FFN is SwiGLU here), rotary embeddings.
+Not built: the in-switch schemes t3 and cais, the training backward pass, GeLU MLPs (every
+model's FFN is SwiGLU here), rotary embeddings.
 
 Kernels run stream-ordered on every GPU, so each starts system.gpu.kernel_launch_latency after
 its predecessor ends (system.block.launch_gaps_us reports that time; CUDA graphs would shrink it).
@@ -33,7 +40,11 @@ Functional mode: x, the norms' parameters and the constants are the same on ever
 replicates them), weights are random per GPU (each GPU's shard); the output on every GPU must
 equal the NumPy reference (`reference`: workloads/block_reference.py and reference.py, every
 GEMM sequential-k fp32, bf16 roundings where the kernels round, the all-reduce in the ring's
-order). All orders are fixed, so the check is bit-identical (error 0); block_reference.py gives
+order, or for the NVLS schemes in the switch's: FP32 accumulation over the ranks in rank order,
+one rounding to bf16, reference.nvls_allreduce_reference). All orders are fixed, so the check is
+bit-identical (error 0). A real NVSwitch adds in arrival order, which NVIDIA does not publish;
+any order stays within the bound nvls_allreduce_reference states ((t - 1) 2^-24 sum|x_i| plus
+one bf16 rounding), which tests/test_tp_nvls.py checks against the exact sum. block_reference.py gives
 the bound of that order against exact float64 attention, which tests/test_transformer_block.py
 checks.
 """
@@ -41,12 +52,15 @@ import attrs
 import numpy as np
 
 from ..config.loader import ConfigError, _display, _read_yaml
-from ..config.schema import BufferConfig, LaunchConfig
+from ..config.schema import BufferConfig, LaunchConfig, MulticastConfig
 from ..paths import data_root
 from .layer import GEMM_JOB_ELEMENTS, LayerError, unslice_weights
 
 COMMON_KERNELS = "workloads/kernels/common/moe_common.s"
 TP_KERNELS = "workloads/kernels/tp/allreduce_ring.s"
+NVLS_KERNELS = "workloads/kernels/tp/allreduce_nvls.s"
+SP_SCHEMES = ("sp_ring", "sp_nvls")         # sequence parallelism: norms and residuals sharded
+NVLS_SCHEMES = ("tp_nvls", "sp_nvls")       # collectives in the switch (multimem)
 TRANSFORMER_KERNELS = "workloads/kernels/tp/transformer.s"
 BLOCK_DIR = "workloads/blocks"
 KEY = "workload.block"
@@ -197,10 +211,13 @@ def block_shape(cfg):
     if b.scheme == "tp_none" and t != 1:
         raise BlockError(f"{KEY}.scheme: tp_none is the single-GPU reference (t = 1), but "
                          f"{KEY}.tp is {t}; use tp_ring for t > 1")
-    if b.scheme == "sp_ring" and (t == 1 or b.kind == "ffn"):
-        raise BlockError(f"{KEY}.scheme: sp_ring shards the norms and residuals of kinds "
+    if b.scheme in SP_SCHEMES and (t == 1 or b.kind == "ffn"):
+        raise BlockError(f"{KEY}.scheme: {b.scheme} shards the norms and residuals of kinds "
                          f"attention and transformer over t > 1 GPUs (here kind {b.kind}, tp {t}); "
-                         f"use tp_ring or tp_none")
+                         f"use tp_ring, tp_nvls or tp_none")
+    if b.scheme in NVLS_SCHEMES and t == 1:
+        raise BlockError(f"{KEY}.scheme: {b.scheme} reduces in the NVSwitch over a multicast "
+                         f"group of t > 1 GPUs, but {KEY}.tp is 1; use tp_none")
     for name, v in (("heads", m.heads), ("hidden", m.hidden), ("ffn", m.ffn)):
         if v % t:
             raise BlockError(f"{KEY}.tp: {t} does not divide {m.name}'s {name} ({v}); tensor "
@@ -218,10 +235,10 @@ def block_shape(cfg):
         raise BlockError(f"{KEY}.allreduce_channels: the all-reduce of {tokens} x {m.hidden} "
                          f"elements must split evenly into {P} chunks x {C} channels; use a "
                          f"channel count that divides {elems // P if elems % P == 0 else elems}")
-    sl = _ring_slice(share, b.allreduce_slice)
+    sl = _ring_slice(share, b.nvls_slice if b.scheme in NVLS_SCHEMES else b.allreduce_slice)
     extra = {}
     if b.kind != "ffn":
-        extra = _attention_shape(b, m, t, tokens, b.scheme == "sp_ring")
+        extra = _attention_shape(b, m, t, tokens, b.scheme in SP_SCHEMES)
     return BlockShape(model=m.name, kind=b.kind, tp=t, tokens=tokens, hidden=m.hidden,
                       ffn_t=m.ffn // t, n_tile=n, tile_rows=b.tile_rows, channels=C, slice=sl,
                       functional=cfg.workload.mode == "functional", **extra), m
@@ -275,11 +292,15 @@ class TransformerBlock:
                              f"{KEY}.scheme and needs scheme: none")
         self.shape, self.model = block_shape(cfg)
         s = self.shape
-        self.ring = cfg.workload.block.scheme == "tp_ring" and s.tp > 1
-        self.sp = cfg.workload.block.scheme == "sp_ring"
-        self.buffers, self.launches, self.phases = [], [], []
+        scheme = cfg.workload.block.scheme
+        self.ring = scheme == "tp_ring" and s.tp > 1
+        self.sp = scheme in SP_SCHEMES
+        self.nvls = scheme in NVLS_SCHEMES
+        self.buffers, self.launches, self.phases, self.multicast = [], [], [], []
         self.kernel_files = [COMMON_KERNELS]
-        if self.ring or self.sp:
+        if self.nvls:
+            self.kernel_files.append(NVLS_KERNELS)
+        elif self.ring or self.sp:
             self.kernel_files.append(TP_KERNELS)
         if s.kind != "ffn":
             self.kernel_files.append(TRANSFORMER_KERNELS)
@@ -306,9 +327,32 @@ class TransformerBlock:
         self.launches.append(LaunchConfig(kernel=kernel, grid=grid, stream=0, params=params))
         self.phases.append(phase)
 
+    def _bind(self, buffer):
+        """A multicast object over every GPU bound to `buffer` (cuMulticastCreate + BindMem)."""
+        if buffer not in (m.buffer for m in self.multicast):
+            self.multicast.append(MulticastConfig(buffer=buffer))
+
+    def _nvls(self, phase, src, out, suffix):
+        """An NVLS collective (lib/nvls_allreduce.s): phase 0 all-reduce (src -> out), 1
+        reduce-scatter (src -> out, this GPU's chunk), 2 all-gather (in place in out)."""
+        s = self.shape
+        T, H, P, C = s.tokens, s.hidden, s.tp, s.channels
+        if phase != 2:
+            self._bind(src)       # multimem.ld_reduce reads it on every GPU
+        if phase != 1:
+            self._bind(out)       # multimem.st writes it on every GPU
+        self._buffer(f"flags{suffix}", C * P * 8, region="control", dtype="i64")
+        self._launch(("allreduce", "reduce_scatter", "all_gather")[phase], "nvls_tp_collective",
+                     C, (("send", f"@{src}"), ("recv", f"@{out}"), ("flags", f"@flags{suffix}"),
+                         ("elems", T * H), ("slice", s.slice), ("bf16", 1), ("phase", phase),
+                         ("shift", int(self.sp))))
+        return out
+
     def _ring_half(self, phase, src, out, suffix):
         """Sequence parallelism's collectives: phase 1 reduce-scatter (src -> out), 2 all-gather
         (in place in out)."""
+        if self.nvls:
+            return self._nvls(phase, src, out, suffix)
         s = self.shape
         T, H, P, C = s.tokens, s.hidden, s.tp, s.channels
         if phase == 1:
@@ -328,6 +372,10 @@ class TransformerBlock:
             s = self.shape
             return self._ring_half(1, src, self._buffer(f"ar{suffix}", s.tokens * s.hidden * 2),
                                    f"_rs{suffix}")
+        if self.nvls:
+            s = self.shape
+            out = self._buffer(f"ar{suffix}" if suffix else "out", s.tokens * s.hidden * 2)
+            return self._nvls(0, src, out, suffix)
         if not self.ring:
             return src
         s = self.shape
@@ -425,7 +473,8 @@ class TransformerBlock:
         files = [str(data_root() / f) for f in self.kernel_files]
         wl = attrs.evolve(cfg.workload, buffers=tuple(cfg.workload.buffers) + tuple(self.buffers),
                           launches=tuple(cfg.workload.launches) + tuple(self.launches),
-                          kernel_files=tuple(cfg.workload.kernel_files) + tuple(files))
+                          kernel_files=tuple(cfg.workload.kernel_files) + tuple(files),
+                          multicast=tuple(cfg.workload.multicast) + tuple(self.multicast))
         return attrs.evolve(cfg, workload=wl)
 
     # ---- functional inputs -------------------------------------------------------------------
@@ -490,9 +539,9 @@ class TransformerBlock:
                             ("o_proj", "the output projection (row-parallel tp_gemm)"),
                             ("residual", "the residual adds"),
                             ("ffn", "the FFN GEMMs (gate/up + down)"),
-                            ("allreduce", "the TP all-reduces (tp_ring)"),
-                            ("reduce_scatter", "the reduce-scatters (sp_ring)"),
-                            ("all_gather", "the all-gathers (sp_ring)")):
+                            ("allreduce", "the TP all-reduces (tp_ring, tp_nvls)"),
+                            ("reduce_scatter", "the reduce-scatters (sp_ring, sp_nvls)"),
+                            ("all_gather", "the all-gathers (sp_ring, sp_nvls)")):
             ticks = phase_ticks(phase)
             busy += ticks
             if phase in ("ffn", "allreduce") or (s.kind != "ffn" and (
@@ -546,13 +595,16 @@ class TransformerBlock:
         """The block output per the NumPy reference (block_reference.py), from the inputs and
         weights in simulated memory: [T, H] float32 (bf16 values), the same on every GPU."""
         from .block_reference import flash_attention, norm
-        from .reference import expert_ffn, gemm_seq, ring_allreduce_reference, to_bf16
+        from .reference import (expert_ffn, gemm_seq, nvls_allreduce_reference,
+                                ring_allreduce_reference, to_bf16)
         s = self.shape
         T, H, I, n = s.tokens, s.hidden, s.ffn_t, s.n_tile
         x = sim.read_buffer(0, "x")[:T * H].reshape(T, H)
 
         def combine(parts):
             parts = np.stack([p.reshape(-1) for p in parts])
+            if self.nvls:
+                return nvls_allreduce_reference(parts, bf16=True).reshape(T, H)
             return (ring_allreduce_reference(parts, bf16=True) if self.ring or self.sp
                     else parts[0]).reshape(T, H)
 

@@ -10,7 +10,8 @@ once per destination GPU); HierMoE applies it at the level its performance model
 groups and uniform top-K routing a token reaches R (1 - (1 - 1/R)^K) groups on average.
 
 This is an analysis of the layer's routing, reported for every MoE layer on a multi-level system
-(`system.moe.dedup.level<i>_*`); the `hiermoe` scheme that would move the rows so is not built.
+(`system.moe.dedup.level<i>_*`); scheme `hiermoe` (schemes/hiermoe.py) moves the rows so at the
+level its performance model picks.
 """
 import numpy as np
 

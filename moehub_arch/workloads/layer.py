@@ -106,6 +106,7 @@ class SchemePlan:
                                       # (capacity drops); the output is also checked without the
                                       # dropped ones
     extra_stats: object = None        # callable(sim, layer): the scheme's own end-of-run stats
+    multicast: tuple = ()             # MulticastConfig: NVLink SHARP multicast objects (scheme nvls)
 
 
 def layer_shape(cfg):
@@ -309,6 +310,8 @@ class MoeLayer:
                           kernel_files=tuple(cfg.workload.kernel_files) + tuple(files))
         if plan.moe is not None:
             wl = attrs.evolve(wl, moe=plan.moe)
+        if plan.multicast:
+            wl = attrs.evolve(wl, multicast=tuple(cfg.workload.multicast) + tuple(plan.multicast))
         return attrs.evolve(cfg, workload=wl)
 
     def presets(self):

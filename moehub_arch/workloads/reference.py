@@ -69,7 +69,8 @@ def expert_ffn(x, w_gate, w_up, w_down) -> np.ndarray:
 
 def moe_layer_reference(x, topk_idx, topk_weight, w_gate, w_up, w_down, shared_gate=None,
                         shared_up=None, shared_down=None, combine="per_slot",
-                        local_experts=None, identity_experts=False) -> np.ndarray:
+                        local_experts=None, identity_experts=False,
+                        node_gpus=None) -> np.ndarray:
     """Output [num_gpus, T, H] float32 of one MoE layer.
 
     x [P, T, H] float32 (bf16 values); topk_idx [P, T, k] global expert ids; topk_weight [P, T, k]
@@ -83,16 +84,28 @@ def moe_layer_reference(x, topk_idx, topk_weight, w_gate, w_up, w_down, shared_g
       for each expert rank r ascending that holds any of the token's experts, a partial sum
       starting at fp32 0 accumulates fp32(weight * y) of the slots j (ascending) whose expert is
       on r; the partial is rounded to bf16 (it travels home as a bf16 row) and added to the
-      output in fp32.
+      output in fp32;
+    - combine="per_node" (DeepEP's internode combine, needs local_experts and node_gpus = GPUs
+      per node): the per-rank bf16 partials of the ranks of one node are summed in fp32 (ranks
+      ascending) at that node's forwarder, the sum is rounded to bf16 (one row per node travels
+      home) and the node rows are added to the output in fp32, nodes ascending.
+    - combine="switch_reduce" (scheme nvls: a reduce-scatter by multimem.ld_reduce, needs
+      local_experts): every rank r holds a bf16 partial row per token (built as in "per_rank",
+      an exact zero where r holds none of the token's experts); the switch sums the partials of
+      all ranks in fp32 in rank order, ((p_0 + p_1) + p_2) + ..., rounds the total once to bf16,
+      and that row is added to the output in fp32 (components/nvls.py's ld_reduce order).
 
     identity_experts=True: every routed expert returns its input row unchanged (y = x; the
     weights are not used) - the communication-only benchmark, where combine sends the received
     rows back.
     """
-    if combine not in ("per_slot", "per_rank"):
-        raise ValueError(f"combine must be 'per_slot' or 'per_rank', not {combine!r}")
-    if combine == "per_rank" and (local_experts is None or local_experts <= 0):
-        raise ValueError("combine='per_rank' needs local_experts (routed experts per GPU)")
+    if combine not in ("per_slot", "per_rank", "per_node", "switch_reduce"):
+        raise ValueError(f"combine must be 'per_slot', 'per_rank', 'per_node' or "
+                         f"'switch_reduce', not {combine!r}")
+    if combine != "per_slot" and (local_experts is None or local_experts <= 0):
+        raise ValueError(f"combine={combine!r} needs local_experts (routed experts per GPU)")
+    if combine == "per_node" and (node_gpus is None or node_gpus <= 0):
+        raise ValueError("combine='per_node' needs node_gpus (GPUs per node)")
     x = np.asarray(x, dtype=F32)
     idx = np.asarray(topk_idx, dtype=np.int64)
     w = np.asarray(topk_weight, dtype=F32)
@@ -123,7 +136,8 @@ def moe_layer_reference(x, topk_idx, topk_weight, w_gate, w_up, w_down, shared_g
             out = (out + (flat_w[:, kk, None] * y[:, kk, :]).astype(F32)).astype(F32)
         return out.reshape(p, t, h)
     ranks = flat_idx // local_experts                   # [n, k] GPU of each slot's expert
-    for r in np.unique(ranks):
+
+    def rank_partial(r):
         partial = np.zeros((n, h), dtype=F32)
         for kk in range(k):
             sel = ranks[:, kk] == r
@@ -131,8 +145,28 @@ def moe_layer_reference(x, topk_idx, topk_weight, w_gate, w_up, w_down, shared_g
             # but masking keeps -0.0 and NaN behaviour identical to the kernels, which skip them)
             contrib = (flat_w[sel, kk, None] * y[sel, kk, :]).astype(F32)
             partial[sel] = (partial[sel] + contrib).astype(F32)
-        has = (ranks == r).any(axis=1)
-        out[has] = (out[has] + to_bf16(partial[has])).astype(F32)
+        return to_bf16(partial), (ranks == r).any(axis=1)
+
+    if combine == "switch_reduce":
+        # every rank of the expert-parallel group is a member of the reduction (all experts)
+        members = len(w_gate) // local_experts if w_gate is not None else int(ranks.max()) + 1
+        total = rank_partial(0)[0]
+        for r in range(1, members):
+            total = (total + rank_partial(r)[0]).astype(F32)
+        return (out + to_bf16(total)).astype(F32).reshape(p, t, h)
+    if combine == "per_rank":
+        for r in np.unique(ranks):
+            row, has = rank_partial(r)
+            out[has] = (out[has] + row[has]).astype(F32)
+        return out.reshape(p, t, h)
+    nodes = ranks // node_gpus
+    for nd in np.unique(nodes):
+        node_sum = np.zeros((n, h), dtype=F32)
+        for r in np.unique(ranks[nodes == nd]):
+            row, has = rank_partial(r)
+            node_sum[has] = (node_sum[has] + row[has]).astype(F32)
+        has = (nodes == nd).any(axis=1)
+        out[has] = (out[has] + to_bf16(node_sum[has])).astype(F32)
     return out.reshape(p, t, h)
 
 

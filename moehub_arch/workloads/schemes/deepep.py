@@ -27,6 +27,13 @@ every pair but "computed". `dispatch_dtype: fp8` dispatches rows of 1 B per elem
 scale per 128 elements (DeepEP's FP8 input) - as bytes only, so it is timing mode with
 kernels: communication only (the config loader says so); combine stays bf16.
 
+On a multi-node system (`internode: forward`, the default) dispatch and combine are DeepEP's
+internode kernels (workloads/kernels/deepep/internode.s: deepep_dispatch_internode,
+deepep_combine_internode, deepep_reduce_nodes): RDMA once per (token, node) to the same local
+rank, NVLink forwarding there, node partials reduced at the forwarder (reference
+combine="per_node"); layout, notify and the GEMMs are unchanged. `internode: direct` runs the
+kernels above on the whole system.
+
 Every run adds DeepEP's bandwidth figures (moehub_arch/workloads/bandwidth.py):
 system.moe.deepep.{dispatch,combine}_GBps and the byte counts behind them.
 
@@ -38,20 +45,40 @@ import functools
 import numpy as np
 
 from ...config.schema import LaunchConfig
-from ..bandwidth import dispatch_row_bytes, mean_rank_bandwidth_GBps, tokens_received_per_rank
+from ..bandwidth import (dispatch_row_bytes, mean_rank_bandwidth_GBps, node_rows_sent_per_rank,
+                         tokens_received_per_rank)
 from ..layer import (ACCT_NAMES, SHARED_KERNELS, LayerError, SchemePlan, _buf,
                      shared_expert_launches)
 
 KERNELS = "workloads/kernels/deepep/deepep.s"
+INTERNODE_KERNELS = "workloads/kernels/deepep/internode.s"
 META_BYTES = 128        # dp_meta row: 8 id words, 4 weight words, rank mask, padding
 RING_META_BYTES = 96    # the part of it that travels with the row (ids, weights)
 RECORD_BYTES = 96       # dp_rec entry: 8 position words, 4 weight words
 COMBINE_STAGING = 8     # bf16 rows staged per combine warp group (see deepep_combine)
 COMBINE_ACC_BYTES = 28 * 1024   # deepep_combine's .smem: one fp32 row of up to 7168 elements
+# DeepEP's intranode kernels (github.com/deepseek-ai/DeepEP csrc/kernels/intranode.cu, launch
+# functions `dispatch` and `combine`): blocks of kNumThreads = 768 threads (24 warps), one per SM
+# (__launch_bounds__(768, 1)), each warp with kNumTMABytesPerWarp of dynamic shared memory for its
+# TMA staging (SM90 build): 8192 B in dispatch, 4096 B in combine. The few hundred bytes of
+# static shared memory (per-rank head/tail indices) are left out.
+DEEPEP_WARPS_PER_BLOCK = 768 // 32
+DISPATCH_SMEM_BYTES = DEEPEP_WARPS_PER_BLOCK * 8192     # 192 KB
+COMBINE_SMEM_BYTES = DEEPEP_WARPS_PER_BLOCK * 4096      # 96 KB
+
+
+def tma_staging_bytes(cfg, nbytes):
+    """DeepEP's TMA staging shared memory (`nbytes` per block) on this GPU: DeepEP builds it for
+    SM90 only (launch.cuh SET_SHARED_MEMORY_FOR_TMA; DISABLE_SM90_FEATURES elsewhere). The config
+    names no architecture, so a GPU whose SM cannot hold the dispatch's 192 KB (Ampere: 100 KB
+    or less; Hopper: 228 KB) is taken for a pre-Hopper build, without it."""
+    return nbytes if cfg.system.gpu.sm.smem_bytes >= DISPATCH_SMEM_BYTES else 0
 EPOCH = 1               # one layer call: barrier values 1 and 2
 
 
-def plan(layer):
+def plan(layer, internode=None):
+    """The launch plan; `internode` (forward / direct) overrides workload.layer.deepep.internode
+    (scheme hiermoe picks it with its performance model)."""
     s, cfg = layer.shape, layer.cfg
     opts = cfg.workload.layer.deepep
     P, T, k, El, H, E = (s.num_gpus, s.tokens, s.top_k, s.local_experts, s.hidden, s.experts)
@@ -86,10 +113,15 @@ def plan(layer):
         layer, comm_sms=opts.comm_sms, ring_rows=opts.ring_rows, rows_cap=rows_cap,
         tiles_cap=tiles_cap, align=1, host_delay=opts.host_sync_latency, receivers=True,
         dispatch_dtype=opts.dispatch_dtype, send_chunk=opts.send_chunk_tokens)
-    buffers += [
-        _buf("dp_comb", T * P * rb, dtype="bf16"),
-        _buf("dp_combine_scratch", C * P * csb),
-    ]
+    L = node_gpus(cfg)
+    forward = L < P and (internode or opts.internode) == "forward"
+    if forward:
+        buffers, launches = internode_dispatch(layer, buffers, launches, L=L, db=db)
+    else:
+        buffers += [
+            _buf("dp_comb", T * P * rb, dtype="bf16"),
+            _buf("dp_combine_scratch", C * P * csb),
+        ]
     if expert_out == "@dp_recv_y":
         buffers.append(_buf("dp_recv_y", rows_cap * rb, dtype="bf16"))
     if not comm_only:
@@ -109,8 +141,53 @@ def plan(layer):
                 ("swizzle", s.swizzle))),
         ]
     shared = 0 if comm_only else s.shared
-    launches += [
+    if forward:
+        launches += internode_combine(layer, expert_out=expert_out, shared=shared, L=L)
+    else:
+        launches += intranode_combine(layer, expert_out=expert_out, shared=shared, groups=groups)
+    reference = {"combine": "per_rank", "local_experts": El}
+    if forward:
+        reference.update(combine="per_node", node_gpus=L)
+    sbufs, slaunch = shared_experts_or_identity(layer, comm_only, reference)
+    return SchemePlan(
+        buffers=tuple(buffers + sbufs), launches=tuple(launches + slaunch),
+        kernel_files=(KERNELS, INTERNODE_KERNELS) if forward else (KERNELS,), n_tile=n,
+        phases={"mediation": ("deepep_layout", "deepep_notify"),
+                "dispatch": (("deepep_dispatch_internode",) if forward else ("deepep_dispatch",)),
+                "expert": () if comm_only else ("deepep_gate_up", "deepep_down") + SHARED_KERNELS,
+                "combine": (("deepep_combine_internode", "deepep_reduce_nodes") if forward else
+                            ("deepep_combine", "deepep_reduce"))},
+        mediation_extra_ps=opts.host_sync_latency + cfg.system.gpu.kernel_launch_latency,
+        reference_kwargs=reference,
+        checked_accounting=tuple(a for a in ACCT_NAMES if not (comm_only and a == "computed")),
+        extra_stats=functools.partial(add_bandwidth_stats, dispatch_bytes=db,
+                                      node_gpus=L if forward else 0))
+
+
+def shared_experts_or_identity(layer, comm_only, reference):
+    """The shared experts' buffers and launches on stream 1; with `comm_only` (DeepEP's
+    benchmark setting) none, and `reference` (moe_layer_reference's arguments, updated in place)
+    switches to identity experts without shared ones."""
+    if comm_only:
+        reference.update(identity_experts=True, shared_gate=None, shared_up=None,
+                         shared_down=None)
+        return [], []
+    return shared_expert_launches(layer.shape, layer.cfg, stream=1)
+
+
+def intranode_combine(layer, *, expert_out, shared, groups):
+    """deepep_combine (C blocks of `groups` warp groups: partial rows straight home) and
+    deepep_reduce (per-rank partials summed at home)."""
+    s, cfg = layer.shape, layer.cfg
+    P, T, k, El, H = s.num_gpus, s.tokens, s.top_k, s.local_experts, s.hidden
+    C = max(1, cfg.workload.layer.deepep.comm_sms // 2)
+    return [
+        # a channel block's shared memory is DeepEP's (96 KB), of which our fp32 accumulators are a
+        # part; where they need more (P x 28 KB above 96 KB), they are the footprint. The
+        # per-(channel, rank) fallback is not DeepEP's shape: its blocks hold their accumulator only
         LaunchConfig(kernel="deepep_combine", grid=C * P // groups, warp_groups=groups, stream=0,
+                     dynamic_smem=(max(0, tma_staging_bytes(cfg, COMBINE_SMEM_BYTES)
+                                          - P * COMBINE_ACC_BYTES) if groups == P else 0),
                      params=(
             ("rec", "@dp_rec"), ("ntf", "@dp_ntf"), ("recv_y", expert_out),
             ("comb", "@dp_comb"), ("scratch", "@dp_combine_scratch"), ("acct", "@acct"),
@@ -122,45 +199,99 @@ def plan(layer):
             ("one", "@one"), ("done", "@done"), ("acct", "@acct"), ("tokens", T), ("hidden", H),
             ("shared", shared), ("shared_tbs", cfg.workload.layer.shared_tbs))),
     ]
-    reference = {"combine": "per_rank", "local_experts": El}
-    if comm_only:
-        sbufs, slaunch = [], []
-        reference.update(identity_experts=True, shared_gate=None, shared_up=None,
-                         shared_down=None)
-    else:
-        sbufs, slaunch = shared_expert_launches(s, cfg, stream=1)
-    return SchemePlan(
-        buffers=tuple(buffers + sbufs), launches=tuple(launches + slaunch),
-        kernel_files=(KERNELS,), n_tile=n,
-        phases={"mediation": ("deepep_layout", "deepep_notify"),
-                "dispatch": ("deepep_dispatch",),
-                "expert": () if comm_only else ("deepep_gate_up", "deepep_down") + SHARED_KERNELS,
-                "combine": ("deepep_combine", "deepep_reduce")},
-        mediation_extra_ps=opts.host_sync_latency + cfg.system.gpu.kernel_launch_latency,
-        reference_kwargs=reference,
-        checked_accounting=tuple(a for a in ACCT_NAMES if not (comm_only and a == "computed")),
-        extra_stats=functools.partial(add_bandwidth_stats, dispatch_bytes=db))
+
+
+def node_gpus(cfg):
+    """GPUs per node (the whole system on a one-node system)."""
+    sysc = cfg.system
+    return sysc.nodes.gpus_per_node if sysc.nodes.count > 1 else sysc.num_gpus
+
+
+def internode_dispatch(layer, buffers, launches, *, L, db):
+    """DeepEP's internode dispatch (workloads/kernels/deepep/internode.s): the mediation kernels
+    of `launches` (layout, notify) stay, the intranode dispatch launch is replaced by
+    deepep_dispatch_internode (2C blocks of N + P warp groups: forwarder and sender SMs per
+    channel). Adds the RDMA rings, forwarder records and combine buffers."""
+    s, cfg = layer.shape, layer.cfg
+    opts = cfg.workload.layer.deepep
+    P, T, k, El, H, rb = s.num_gpus, s.tokens, s.top_k, s.local_experts, s.hidden, s.row_bytes
+    if L > 8:
+        raise LayerError(f"system.nodes.gpus_per_node: DeepEP's internode kernels forward to at "
+                         f"most 8 GPUs of a node (NUM_MAX_NVL_PEERS), found {L}")
+    N = P // L
+    C = max(1, opts.comm_sms // 2)
+    Tc = -(-T // C)
+    Rr = opts.rdma_ring_rows
+    buffers = buffers + [
+        _buf("dp_rdma_ctl", C * N * 8 + C * P * 8 + C * N * Rr * META_BYTES, region="control",
+             dtype="i64"),
+        _buf("dp_rdma_x", C * N * Rr * db, dtype="bf16"),
+        _buf("dp_fwd_rec", C * N * Tc * 128, region="control", dtype="i64"),
+        _buf("dp_fwd_cnt", C * N * 8, region="control", dtype="i64"),
+        _buf("dp_fwd_comb", N * T * L * rb, dtype="bf16"),
+        _buf("dp_comb_ctl", C * P * 8, region="control", dtype="i64"),
+        _buf("dp_comb", T * N * rb, dtype="bf16"),
+        _buf("dp_combine_scratch", (C * P + C * N) * COMBINE_STAGING * rb),
+    ]
+    old = launches[2]
+    params = dict(old.params)
+    launches = launches[:2] + [LaunchConfig(
+        kernel="deepep_dispatch_internode", grid=2 * C, warp_groups=N + P, stream=0,
+        host_delay=old.host_delay, params=(
+            ("x", params["x"]), ("meta", "@dp_meta"), ("ring_x", "@dp_ring_x"),
+            ("ring_ctl", "@dp_ring_ctl"), ("rdma_x", "@dp_rdma_x"), ("rdma_ctl", "@dp_rdma_ctl"),
+            ("fwd_rec", "@dp_fwd_rec"), ("fwd_cnt", "@dp_fwd_cnt"), ("ntf", "@dp_ntf"),
+            ("rec", "@dp_rec"), ("recv_x", "@dp_recv_x"), ("cursor", "@dp_cursor"),
+            ("acct", "@acct"), ("tokens", T), ("topk", k), ("row_bytes", db), ("channels", C),
+            ("ring_rows", opts.ring_rows), ("send_chunk", min(opts.send_chunk_tokens,
+                                                              max(1, opts.ring_rows // 2))),
+            ("rdma_ring_rows", Rr), ("rdma_chunk", opts.rdma_send_chunk_tokens),
+            ("local_experts", El), ("node_gpus", L)))]
+    return buffers, launches
+
+
+def internode_combine(layer, *, expert_out, shared, L):
+    """DeepEP's internode combine (NVL senders and forwarders) and the home reduction over
+    node rows (workloads/kernels/deepep/internode.s)."""
+    s, cfg = layer.shape, layer.cfg
+    opts = cfg.workload.layer.deepep
+    P, T, k, El, H = s.num_gpus, s.tokens, s.top_k, s.local_experts, s.hidden
+    C = max(1, opts.comm_sms // 2)
+    N = P // L
+    return [
+        LaunchConfig(kernel="deepep_combine_internode", grid=C * P + C * N, stream=0, params=(
+            ("rec", "@dp_rec"), ("ntf", "@dp_ntf"), ("recv_y", expert_out),
+            ("fwd_rec", "@dp_fwd_rec"), ("fwd_cnt", "@dp_fwd_cnt"), ("fwd_comb", "@dp_fwd_comb"),
+            ("comb_ctl", "@dp_comb_ctl"), ("comb", "@dp_comb"),
+            ("scratch", "@dp_combine_scratch"), ("one", "@one"), ("acct", "@acct"),
+            ("done", "@done"), ("tokens", T), ("topk", k), ("hidden", H), ("channels", C),
+            ("local_experts", El), ("node_gpus", L))),
+        LaunchConfig(kernel="deepep_reduce_nodes", grid=cfg.workload.layer.combine_tbs, stream=0,
+                     params=(
+            ("out", "@out"), ("ys", "@ys"), ("comb", "@dp_comb"), ("meta", "@dp_meta"),
+            ("one", "@one"), ("done", "@done"), ("acct", "@acct"), ("tokens", T), ("hidden", H),
+            ("shared", shared), ("shared_tbs", cfg.workload.layer.shared_tbs),
+            ("node_gpus", L))),
+    ]
 
 
 def mediation_and_dispatch(layer, *, comm_sms, ring_rows, rows_cap, tiles_cap, align, host_delay,
-                           receivers, dispatch_dtype="bf16", send_chunk=8, channel_blocks=True):
+                           receivers, dispatch_dtype="bf16", send_chunk=8):
     """The DeepEP mediation and dispatch kernels on stream 0: deepep_layout, deepep_notify (expert
     regions aligned to `align` rows), then deepep_dispatch after `host_delay` (its receiver TBs
-    too if `receivers`, otherwise only its C*P senders: scheme overlap drains the rings itself),
+    too if `receivers`, otherwise only its C sender blocks: scheme overlap drains the rings itself),
     publishing the ring tail every `send_chunk` tokens. Rows travel in `dispatch_dtype` (fp8: the
     bytes of e4m3 elements and their scales, read from dp_x_fp8). Returns (buffers, launches); the
-    receive buffer dp_recv_x holds `rows_cap` rows. `channel_blocks`: one thread block per channel
-    side with a warp group per peer rank, placed whole on an SM of its own as DeepEP's are; False:
-    the same instruction streams (same %tb and %ntb) as one single-stream block each, placed
-    wherever a slot is free - for schemes whose persistent GEMM blocks hold a slot on every SM,
-    where a whole-SM channel block could never be placed."""
+    receive buffer dp_recv_x holds `rows_cap` rows. One thread block per channel side with a warp
+    group per peer rank and DeepEP's dynamic shared memory (192 KB): it has an SM of its own, as
+    DeepEP's have - no 160 KB GEMM block fits beside it."""
     s, cfg = layer.shape, layer.cfg
     P, T, k, El, H = s.num_gpus, s.tokens, s.top_k, s.local_experts, s.hidden
     if P > 62:
         raise LayerError(f"system.num_gpus: schemes deepep and overlap keep a token's destination "
                          f"ranks in one 64-bit mask word (at most 62 GPUs), found {P}")
     C = max(1, comm_sms // 2)                      # channels
-    groups = P if channel_blocks else 1            # warp groups per dispatch thread block
+    groups = P                                     # warp groups per dispatch thread block
     R = ring_rows
     W = C + El                                     # count row: C channel counts, El expert counts
     G = -(-El // 8)                                # notify TBs: 8 local experts each
@@ -200,7 +331,8 @@ def mediation_and_dispatch(layer, *, comm_sms, ring_rows, rows_cap, tiles_cap, a
         # one block per channel side, one warp group per peer rank (DeepEP intranode.cu: sender
         # and receiver SMs of 768 threads, their warps split evenly over the ranks)
         LaunchConfig(kernel="deepep_dispatch", grid=(2 if receivers else 1) * C * P // groups,
-                     warp_groups=groups, stream=0, host_delay=host_delay, params=(
+                     warp_groups=groups, dynamic_smem=tma_staging_bytes(cfg, DISPATCH_SMEM_BYTES),
+                     stream=0, host_delay=host_delay, params=(
             ("x", "@dp_x_fp8" if dispatch_dtype == "fp8" else "@x"), ("meta", "@dp_meta"),
             ("rank_slots", "@dp_rank_slots"),
             ("ring_x", "@dp_ring_x"), ("ring_ctl", "@dp_ring_ctl"), ("ntf", "@dp_ntf"),
@@ -212,7 +344,7 @@ def mediation_and_dispatch(layer, *, comm_sms, ring_rows, rows_cap, tiles_cap, a
     return buffers, launches
 
 
-def add_bandwidth_stats(sim, layer, dispatch_bytes):
+def add_bandwidth_stats(sim, layer, dispatch_bytes, node_gpus=0):
     """DeepEP's bandwidth figures (moehub_arch/workloads/bandwidth.py): bytes each rank receives
     in dispatch (deduplicated token rows, its own included, `dispatch_bytes` each) and sends back
     in combine (the same rows in bf16), over each rank's kernel time, averaged over ranks."""
@@ -227,8 +359,9 @@ def add_bandwidth_stats(sim, layer, dispatch_bytes):
                 per_gpu[li.gpu] += int(st.ln[li.index].end) - int(st.ln[li.index].start)
         return per_gpu
 
-    t_dispatch, t_combine, t_reduce = (ticks(f"deepep_{n}") for n in ("dispatch", "combine",
-                                                                       "reduce"))
+    names = (("dispatch_internode", "combine_internode", "reduce_nodes") if node_gpus else
+             ("dispatch", "combine", "reduce"))
+    t_dispatch, t_combine, t_reduce = (ticks(f"deepep_{n}") for n in names)
     recv, back = rows * dispatch_bytes, rows * s.row_bytes
     out.add("system.moe.deepep.dispatch_recv_bytes", float(recv.mean()), "B",
             "bytes of token rows a rank receives in dispatch (one row per token and rank holding "
@@ -242,6 +375,23 @@ def add_bandwidth_stats(sim, layer, dispatch_bytes):
     out.add("system.moe.deepep.combine_GBps", mean_rank_bandwidth_GBps(back, t_combine), "GB/s",
             "DeepEP combine bandwidth: bytes sent back / deepep_combine kernel time, mean over "
             "ranks")
+    if node_gpus:
+        # DeepEP tests/test_internode.py: num_rdma_token_sent = a rank's (token, node) pairs, the
+        # token's own node included; bytes = pairs x hidden x 2 (x (1 + 4/128) / 2 for fp8),
+        # the same bytes for combine; over the dispatch / combine kernel time
+        nodes = node_rows_sent_per_rank(layer.routing.topk_idx, s.local_experts, node_gpus)
+        sent, back = nodes * dispatch_bytes, nodes * s.row_bytes
+        out.add("system.moe.deepep.rdma_send_bytes", float(sent.mean()), "B",
+                "bytes of token rows a rank sends over RDMA in dispatch as DeepEP's internode "
+                "test counts them: one row per (token, node holding any of its experts), its own "
+                "node included; dispatch dtype; mean over ranks")
+        out.add("system.moe.deepep.dispatch_rdma_GBps", mean_rank_bandwidth_GBps(sent, t_dispatch),
+                "GB/s", "DeepEP internode dispatch RDMA bandwidth: rdma_send_bytes / "
+                "deepep_dispatch_internode kernel time, mean over ranks")
+        out.add("system.moe.deepep.combine_rdma_GBps",
+                mean_rank_bandwidth_GBps(back, t_combine + t_reduce), "GB/s",
+                "DeepEP internode combine RDMA bandwidth: the same rows in bf16 / (combine + home "
+                "reduction kernel time: DeepEP's combine kernel does both), mean over ranks")
     out.add("system.moe.deepep.combine_reduce_GBps",
             mean_rank_bandwidth_GBps(back, t_combine + t_reduce), "GB/s",
             "the same over deepep_combine + deepep_reduce kernel time (DeepEP's combine kernel "

@@ -12,16 +12,19 @@ workloads/kernels/deepep/deepep.s (layout, notify, dispatch senders).
 
 Streams: 0 layout -> notify -> dispatch senders (no host delay); 2 receivers, and 3 GEMM blocks
 then moe_combine, both launched with the layer and waiting for notify's "tile table complete"
-flag; 1 shared experts. Thread blocks: workload.layer.overlap.comm_sms / 2 channels as in DeepEP (senders
-and receivers, one TB per (channel, peer) each) and workload.layer.overlap.compute_tbs GEMM blocks.
+flag; 1 shared experts. Thread blocks: workload.layer.overlap.comm_sms / 2 channels as in DeepEP
+(a sender and a receiver block per channel, each of one warp group per peer and each on an SM of
+its own) and workload.layer.overlap.compute_tbs GEMM blocks on the other SMs.
 
 Receive buffers are provisioned for the worst case, since no host sizes them after the count
 exchange: every source may send every token to min(top-k, local experts) experts here, plus a
 tile of alignment per local expert.
 """
 from ...config.schema import LaunchConfig
-from ..layer import SHARED_KERNELS, SchemePlan, _buf, combine_launch, shared_expert_launches
-from .deepep import EPOCH, KERNELS as DEEPEP_KERNELS, mediation_and_dispatch
+from ..layer import (SHARED_KERNELS, LayerError, SchemePlan, _buf, combine_launch,
+                     shared_expert_launches)
+from .deepep import (DISPATCH_SMEM_BYTES, EPOCH, KERNELS as DEEPEP_KERNELS,
+                     mediation_and_dispatch, tma_staging_bytes)
 
 KERNELS = "workloads/kernels/overlap/overlap.s"
 
@@ -36,11 +39,18 @@ def plan(layer):
     tiles_cap = -(-rows_cap // tile)
     buffers, launches = mediation_and_dispatch(
         layer, comm_sms=opts.comm_sms, ring_rows=opts.ring_rows, rows_cap=rows_cap,
-        tiles_cap=tiles_cap, align=tile, host_delay=0, receivers=False,
-        # the persistent GEMM blocks (compute_tbs, one per SM) hold a slot on every SM, so a sender
-        # block that needs an SM of its own would never be placed (Comet/FlashDMoE interleave
-        # communication warps with compute instead of reserving SMs): one block per sender stream
-        channel_blocks=False)
+        tiles_cap=tiles_cap, align=tile, host_delay=0, receivers=False)
+    # the sender and receiver channel blocks hold DeepEP's 192 KB of shared memory (and every
+    # stream slot of their SMs): no persistent GEMM block fits beside either, so the
+    # GEMM blocks must leave comm_sms SMs to them (Comet and FlashDMoE also give communication
+    # whole thread blocks of their own), or the senders would never be placed
+    nsm = cfg.system.gpu.num_sms
+    if opts.compute_tbs > nsm - 2 * C:
+        raise LayerError(
+            f"workload.layer.overlap.compute_tbs: {opts.compute_tbs} persistent GEMM blocks (one "
+            f"per SM: their shared memory fills most of an SM) and {2 * C} communication blocks "
+            f"(comm_sms {opts.comm_sms}: {C} sender and {C} receiver channel blocks, each on an SM "
+            f"of its own) do not fit system.gpu.num_sms ({nsm}): at most {nsm - 2 * C} GEMM blocks")
     buffers += [
         _buf("ov_tilecnt", tiles_cap * 8, region="control", dtype="i64"),
         _buf("ov_home", rows_cap * 8 + 64, region="control", dtype="i64"),  # + 64: ld.v8 past the end
@@ -49,7 +59,12 @@ def plan(layer):
         _buf("ov_y", rows_cap * s.row_bytes, dtype="bf16"),
     ]
     launches += [
-        LaunchConfig(kernel="overlap_receive", grid=C * P, stream=2, params=(
+        # one block per channel with one warp group per source ring, as DeepEP's receiver SMs; its
+        # row copies are TMA-like bulk copies (`copy`) as DeepEP's SM90 receivers' are
+        # (intranode.cu: tma_load_1d / tma_store_1d through each warp's staging buffer), so it
+        # holds the same 192 KB of staging
+        LaunchConfig(kernel="overlap_receive", grid=C, warp_groups=P, stream=2,
+                     dynamic_smem=tma_staging_bytes(cfg, DISPATCH_SMEM_BYTES), params=(
             ("ring_x", "@dp_ring_x"), ("ring_ctl", "@dp_ring_ctl"), ("ntf", "@dp_ntf"),
             ("info", "@dp_info"), ("cursor", "@dp_cursor"), ("recv_x", "@dp_recv_x"),
             ("tilecnt", "@ov_tilecnt"), ("home", "@ov_home"), ("acct", "@acct"),

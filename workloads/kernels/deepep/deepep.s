@@ -498,54 +498,7 @@ sent_all:
 receiver:
     sub r6, %tb, r5              # r6 = ring index c*P + s
     ring_receiver_open r6, r3, r5, r7, r9, r10, r11, r13, r8, r24    # r24 = tokens consumed
-    mul r12, r6, r2
-    mul r12, r12, 96
-    add r12, r12, %rec           # r12 = this receiver's records
-    mul r14, %gpu, %local_experts   # r14 = first local expert (global id)
-    shl r15, %topk, 2            # r15 = weight bytes
-    mov r25, 0                   # r25 = rows received
-rx_wait:
-    ring_wait_tokens r24, r9, r10, r26, rx_done   # r26 = tail
-rx_token:
-    ring_next_token r24, r26, rx_release, r11, r4, r27, r28    # r27 = slot index, r28 = its metadata
-    mul r29, r24, 96
-    add r29, r29, r12            # r29 = the token's record
-    add r2, r28, 64
-    add r3, r29, 64
-    put.sm %gpu, r3, r2, r15     # weights into the record (warp copy)
-    mul r27, r27, r1
-    add r27, r27, %ring_x        # r27 = the slot's row
-    shr r30, r16, 32
-    shl r30, r30, 32             # r30 = t << 32
-    mov r31, 0                   # r31 = slot j
-rx_choice:
-    sub r2, r16, r30
-    sub r2, r2, r14              # r2 = local expert of slot j
-    mov r8, r30                  # record word of a slot that is not here
-    blt r2, 0, rx_store
-    bge r2, %local_experts, rx_store
-    shl r2, r2, 3
-    add r2, r2, %cursor
-    atom.add r3, %gpu, [r2], 1   # r3 = the row's position (expert-major)
-    mul r2, r3, r1
-    add r2, r2, %recv_x
-    put.sm %gpu, r2, r27, r1     # the row into the expert's region (warp copy)
-    add r3, r3, 1
-    or r8, r30, r3               # record word: t << 32 | position + 1
-    add r25, r25, 1
-rx_store:
-    shl r2, r31, 3
-    add r2, r2, r29
-    st [r2], r8
-    next_slot_word r31, %topk, rx_choice
-    add r24, r24, 1
-    bra rx_token
-rx_release:
-    fence                        # rows and weights copied out: the slots may be reused
-    flag.set r7, [r13], r24      # head back to the sender
-    bra rx_wait
-rx_done:
-    red.add %gpu, [%acct+8], r25 # acct 1: pairs received
+    ring_receive_to_experts r6
     exit
 
 # ------------------------------------------------------------------------------------------------
@@ -688,17 +641,7 @@ end:
     add r2, %tokens, %channels
     sub r2, r2, 1
     div r2, r2, %channels        # r2 = Tc
-    div r5, %tb, %ngpu           # r5 = channel
-    rem r6, %tb, %ngpu           # r6 = home s
-    add r7, %channels, %local_experts
-    mul r8, r6, r7
-    add r8, r8, r5
-    shl r8, r8, 3
-    add r8, r8, %ntf
-    ld r9, [r8]                  # r9 = tokens received from s on channel c
-    mul r12, %tb, r2
-    mul r12, r12, 96
-    add r12, r12, %rec           # r12 = the records
+    combine_records_open         # r5 = channel, r6 = home s, r9 = tokens, r12 = records
     mov r10, %smem               # r10 = acc
     shl r4, r1, 3                # r4 = scratch bytes per warp group
     mul r11, %tb, r4
@@ -707,25 +650,7 @@ end:
     mov r25, 0                   # r25 = pairs combined
 tok:
     bge r24, r9, all_sent
-    mul r26, r24, 96
-    add r26, r26, r12            # r26 = record
-    ld.v8 r16, [r26]             # slot j's word in r16 after j shifts
-    shr r27, r16, 32             # r27 = home token t
-    vzero.f32 r10, %hidden
-    mov r28, 0                   # r28 = slot j
-choice:
-    and r29, r16, 0xffffffff     # position + 1 (0: slot j's expert is on another rank)
-    beq r29, 0, choice_next
-    sub r29, r29, 1
-    mul r29, r29, r1
-    add r29, r29, %recv_y
-    shl r30, r28, 2
-    add r30, r30, r26
-    add r30, r30, 64             # &w_j in the record
-    vaxpy.f32.bf16 r10, r29, r30, %hidden
-    add r25, r25, 1
-choice_next:
-    next_slot_word r28, %topk, choice
+    rank_partial_row             # r10 = the fp32 sum, r27 = t, r25 += pairs
     and r29, r24, 7              # staging slot
     bne r29, 0, staged
     fence                        # slot reuse: the copies of 8 tokens ago are done

@@ -57,3 +57,48 @@ tell_\@:
     add \i, \i, 1
     blt \i, %ngpu, tell_\@
 .endm
+
+# rank_partial_row: DeepEP's per-rank combine of one received token (deepep_combine,
+# deepep_combine_internode): record r24 of the records at r12 (12 words: t << 32 | position + 1 per
+# slot, 0 position for a slot whose expert is elsewhere, then the weights); r10 (an fp32 row in
+# shared memory) = sum over the local slots j ascending of w_j * %recv_y[position], r27 = t,
+# r25 += the slots summed. Reads r1 = bf16 row bytes, %recv_y, %hidden, %topk. Writes r10's row,
+# r16..r23, r25..r30.
+.macro rank_partial_row
+    mul r26, r24, 96
+    add r26, r26, r12            # r26 = record
+    ld.v8 r16, [r26]             # slot j's word in r16 after j shifts
+    shr r27, r16, 32             # r27 = home token t
+    vzero.f32 r10, %hidden
+    mov r28, 0                   # r28 = slot j
+choice_\@:
+    and r29, r16, 0xffffffff     # position + 1 (0: slot j's expert is on another rank)
+    beq r29, 0, choice_next_\@
+    sub r29, r29, 1
+    mul r29, r29, r1
+    add r29, r29, %recv_y
+    shl r30, r28, 2
+    add r30, r30, r26
+    add r30, r30, 64             # &w_j in the record
+    vaxpy.f32.bf16 r10, r29, r30, %hidden
+    add r25, r25, 1
+choice_next_\@:
+    next_slot_word r28, %topk, choice_\@
+.endm
+
+# combine_records_open: for combine thread block %tb = c * P + s (the tokens this rank received
+# from s on channel c in dispatch): r5 = c, r6 = s, r9 = how many (notify's count %ntf[s][c]),
+# r12 = their records (%rec, [C*P][Tc][12] words; r2 = Tc). Writes r5..r9, r12.
+.macro combine_records_open
+    div r5, %tb, %ngpu           # r5 = channel
+    rem r6, %tb, %ngpu           # r6 = source s
+    add r7, %channels, %local_experts
+    mul r8, r6, r7
+    add r8, r8, r5
+    shl r8, r8, 3
+    add r8, r8, %ntf
+    ld r9, [r8]                  # r9 = tokens received from s on channel c
+    mul r12, %tb, r2
+    mul r12, r12, 96
+    add r12, r12, %rec           # r12 = the records
+.endm

@@ -21,6 +21,17 @@
 #       slot = the slot index of token `consumed`, meta = its metadata slot (meta_slots: the
 #       metadata ring base), and r16..r23 = its eight id words (slot j's in r16 after j shifts,
 #       see slot_words.s). Writes slot, meta, r16..r23.
+#   ring_receive_to_experts ring
+#       the whole receiver of ring index `ring` after ring_receiver_open (DeepEP's NVL receivers):
+#       for every token of the ring, in order, each slot whose expert is on this GPU takes a row
+#       position with atom.add on the expert's cursor (%cursor) and the row is copied there
+#       (%recv_x, put.sm); the token's record (%rec: [ring][Tc][12] words, t << 32 | position + 1
+#       per slot, then the weights) is written for the combine; after each batch it fences and
+#       publishes the tokens consumed to the head word; at the end it adds the rows received to
+#       acct word 1. Reads r1 = dispatched row bytes, r2 = Tc, r4 = metadata ring slots, r7 = the
+#       GPU that writes the ring and r13 = the head word there (ring_receiver_open's source and
+#       &head[c][me]; a forwarder's where the ring is written by one), r9, r10, r11, r24 from
+#       ring_receiver_open. Writes r2, r3, r8, r12, r14..r31.
 
 .macro ring_receiver_open ring, table_bytes, channel, source, count, tail, first_slot, head, addr, consumed
     div \channel, \ring, %ngpu       # channel c
@@ -55,4 +66,55 @@
     mul \meta, \slot, 96
     add \meta, \meta, \meta_slots
     ld.v8 r16, [\meta]               # words id | t << 32 (slot j's in r16 after j shifts)
+.endm
+
+.macro ring_receive_to_experts ring
+    mul r12, \ring, r2
+    mul r12, r12, 96
+    add r12, r12, %rec           # r12 = this receiver's records
+    mul r14, %gpu, %local_experts   # r14 = first local expert (global id)
+    shl r15, %topk, 2            # r15 = weight bytes
+    mov r25, 0                   # r25 = rows received
+rx_wait_\@:
+    ring_wait_tokens r24, r9, r10, r26, rx_done_\@   # r26 = tail
+rx_token_\@:
+    ring_next_token r24, r26, rx_release_\@, r11, r4, r27, r28    # r27 = slot index, r28 = its metadata
+    mul r29, r24, 96
+    add r29, r29, r12            # r29 = the token's record
+    add r2, r28, 64
+    add r3, r29, 64
+    put.sm %gpu, r3, r2, r15     # weights into the record (warp copy)
+    mul r27, r27, r1
+    add r27, r27, %ring_x        # r27 = the slot's row
+    shr r30, r16, 32
+    shl r30, r30, 32             # r30 = t << 32
+    mov r31, 0                   # r31 = slot j
+rx_choice_\@:
+    sub r2, r16, r30
+    sub r2, r2, r14              # r2 = local expert of slot j
+    mov r8, r30                  # record word of a slot that is not here
+    blt r2, 0, rx_store_\@
+    bge r2, %local_experts, rx_store_\@
+    shl r2, r2, 3
+    add r2, r2, %cursor
+    atom.add r3, %gpu, [r2], 1   # r3 = the row's position (expert-major)
+    mul r2, r3, r1
+    add r2, r2, %recv_x
+    put.sm %gpu, r2, r27, r1     # the row into the expert's region (warp copy)
+    add r3, r3, 1
+    or r8, r30, r3               # record word: t << 32 | position + 1
+    add r25, r25, 1
+rx_store_\@:
+    shl r2, r31, 3
+    add r2, r2, r29
+    st [r2], r8
+    next_slot_word r31, %topk, rx_choice_\@
+    add r24, r24, 1
+    bra rx_token_\@
+rx_release_\@:
+    fence                        # rows and weights copied out: the slots may be reused
+    flag.set r7, [r13], r24      # head back to the sender
+    bra rx_wait_\@
+rx_done_\@:
+    red.add %gpu, [%acct+8], r25 # acct 1: pairs received
 .endm

@@ -1,0 +1,131 @@
+"""Scheme `deepep_ll`: DeepEP's low-latency kernels (github.com/deepseek-ai/DeepEP
+csrc/kernels/internode_ll.cu; its benchmark tests/test_low_latency.py). Kernels and buffer
+layouts: workloads/kernels/deepep/low_latency.s.
+
+No mediation: every (local expert, source rank) pair owns a fixed region of T receive slots, so
+dispatch needs no count exchange and no host round trip; a token row goes once per top-k expert
+(no per-rank deduplication) as one RDMA write, and each source sends its per-expert counts after
+its rows. Receivers pack the rows expert-major for the grouped GEMM (moe_common.s); combine sends
+every output row back into the slot it came from, and the home GPU sums the k rows of a token
+with its router weights in slot order (the reference's per-slot combine).
+
+DeepEP's low-latency mode as first published reaches every peer through RDMA (IBGDA), NVLink
+peers included; on a system whose GPUs share a node, the puts here take the system's routes
+(NVLink inside a node). The validation figures use one GPU per node, so every row crosses
+PCIe, the NIC and InfiniBand (configs/validation/h800_deepep_ll.yaml).
+
+What differs from DeepEP: a row's slot (not its token id in a 16 B header) identifies it on the
+way back - the sender remembers the slot each (token, slot j) took - so a message is the row
+alone; the home GPU waits for every GPU's combine to finish (done flags) rather than polling one
+flag per expert; `kernels: communication` skips the GEMMs (identity experts), as DeepEP's
+benchmark times dispatch and combine alone.
+
+Extra stats: system.moe.deepep_ll.dispatch_us (the dispatch kernel, mean over ranks) and
+combine_us (combine + home reduction: DeepEP's combine kernel does both).
+"""
+import functools
+
+import numpy as np
+
+from ...config.schema import LaunchConfig
+from ..bandwidth import dispatch_row_bytes
+from ..layer import (ACCT_NAMES, GROUPED_KERNELS, SHARED_KERNELS, LayerError, SchemePlan, _buf,
+                     grouped_gemm_launches)
+from .deepep import shared_experts_or_identity
+
+KERNELS = "workloads/kernels/deepep/low_latency.s"
+
+
+def plan(layer):
+    s, cfg = layer.shape, layer.cfg
+    opts = cfg.workload.layer.deepep_ll
+    P, T, k, E, El, H, rb = (s.num_gpus, s.tokens, s.top_k, s.experts, s.local_experts, s.hidden,
+                             s.row_bytes)
+    if k > 8:
+        raise LayerError(f"workload.layer.model: scheme deepep_ll walks a token's top-k ids in one "
+                         f"8-word load (top-k <= 8), found top-k {k}")
+    comm_only = opts.kernels == "communication"
+    db = dispatch_row_bytes(H, opts.dispatch_dtype)
+    cap = P * T                                    # packed rows per local expert, worst case
+    buffers = [
+        _buf("ll_recv", El * P * T * db, dtype="bf16"),
+        _buf("ll_slot", T * k * 8, region="control", dtype="i64"),
+        _buf("ll_next", E * 8, region="control", dtype="i64"),
+        _buf("ll_sent", 8, region="control", dtype="i64"),
+        _buf("ll_count", El * P * 8, region="control", dtype="i64"),
+        _buf("ll_xe", El * cap * db, dtype="bf16"),
+        _buf("ll_rows", El * 8, region="control", dtype="i64"),
+        _buf("ll_range", El * P * 8, region="control", dtype="i64"),
+        _buf("ll_comb", E * T * rb, dtype="bf16"),
+    ]
+    if opts.dispatch_dtype == "fp8":
+        buffers.append(_buf("ll_x_fp8", T * db, dtype="bf16"))   # bytes only (timing mode)
+    # combine's expert outputs: the GEMM's; the packed rows themselves with identity experts
+    # (bf16), or a bf16 buffer of the right size (fp8 rows, timing only)
+    if not comm_only or opts.dispatch_dtype == "fp8":
+        buffers.append(_buf("ll_ye", El * cap * rb, dtype="bf16"))
+        ye = "@ll_ye"
+    else:
+        ye = "@ll_xe"
+    launches = [
+        LaunchConfig(kernel="deepep_ll_dispatch", grid=opts.send_tbs + El * P, stream=0, params=(
+            ("x", "@ll_x_fp8" if opts.dispatch_dtype == "fp8" else "@x"),
+            ("topk_idx", "@topk_idx"), ("recv", "@ll_recv"), ("slot_map", "@ll_slot"),
+            ("next", "@ll_next"), ("sent", "@ll_sent"), ("count", "@ll_count"),
+            ("xe", "@ll_xe"), ("rows", "@ll_rows"), ("range", "@ll_range"), ("acct", "@acct"),
+            ("tokens", T), ("topk", k), ("row_bytes", db), ("local_experts", El),
+            ("send_tbs", opts.send_tbs))),
+    ]
+    gemm = ()
+    if not comm_only:
+        gbufs, glaunch = grouped_gemm_launches(s, 0, cfg.system.gpu.num_sms, "ll_rows", "ll_xe",
+                                               "ll_ye", cap)
+        buffers += gbufs
+        launches += glaunch
+        gemm = GROUPED_KERNELS
+    launches += [
+        LaunchConfig(kernel="deepep_ll_combine", grid=El * P, stream=0, params=(
+            ("ye", ye), ("range", "@ll_range"), ("comb", "@ll_comb"), ("acct", "@acct"),
+            ("done", "@done"), ("tokens", T), ("hidden", H), ("local_experts", El))),
+        LaunchConfig(kernel="deepep_ll_reduce", grid=cfg.workload.layer.combine_tbs, stream=0,
+                     params=(
+            ("out", "@out"), ("comb", "@ll_comb"), ("ys", "@ys"), ("topk_idx", "@topk_idx"),
+            ("topk_w", "@topk_w"), ("slot_map", "@ll_slot"), ("one", "@one"), ("done", "@done"),
+            ("acct", "@acct"), ("tokens", T), ("topk", k), ("hidden", H),
+            ("shared", 0 if comm_only else s.shared),
+            ("shared_tbs", cfg.workload.layer.shared_tbs))),
+    ]
+    reference = {}
+    sbufs, slaunch = shared_experts_or_identity(layer, comm_only, reference)
+    return SchemePlan(
+        buffers=tuple(buffers + sbufs), launches=tuple(launches + slaunch),
+        kernel_files=(KERNELS,), n_tile=s.n_tile,
+        phases={"mediation": (),
+                "dispatch": ("deepep_ll_dispatch",),
+                "expert": () if comm_only else gemm + SHARED_KERNELS,
+                "combine": ("deepep_ll_combine", "deepep_ll_reduce")},
+        reference_kwargs=reference,
+        checked_accounting=tuple(a for a in ACCT_NAMES if not (comm_only and a == "computed")),
+        extra_stats=functools.partial(add_latency_stats))
+
+
+def add_latency_stats(sim, layer):
+    """DeepEP's low-latency figures (tests/test_low_latency.py times each kernel): the dispatch
+    kernel and the combine (send + home reduction) per rank, mean over ranks, in us."""
+    P = layer.shape.num_gpus
+    st, out = sim.state, sim.stats
+
+    def ticks(*kernels):
+        per_gpu = np.zeros(P, dtype=np.int64)
+        for li in sim.launches:
+            if li.kernel in kernels:
+                per_gpu[li.gpu] += int(st.ln[li.index].end) - int(st.ln[li.index].start)
+        return per_gpu
+
+    out.add("system.moe.deepep_ll.dispatch_us", float(ticks("deepep_ll_dispatch").mean()) / 1e6,
+            "us", "DeepEP low-latency dispatch kernel time (send, counts, receive and pack), "
+            "mean over ranks")
+    out.add("system.moe.deepep_ll.combine_us",
+            float(ticks("deepep_ll_combine", "deepep_ll_reduce").mean()) / 1e6, "us",
+            "DeepEP low-latency combine time: the send-back kernel + the home weighted reduction "
+            "(DeepEP's combine kernel does both), mean over ranks")

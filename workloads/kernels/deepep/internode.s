@@ -1,0 +1,581 @@
+# MoE layer, scheme `deepep` on a multi-node system (workload.layer.deepep.internode: forward, the
+# default): DeepEP's *internode* normal kernels (github.com/deepseek-ai/DeepEP
+# csrc/kernels/internode.cu). Launch plan: moehub_arch/workloads/schemes/deepep.py.
+#
+# Two hops instead of one. A token goes over RDMA once to every node holding any of its experts,
+# to the GPU with the sender's own local rank there (so every RDMA transfer stays on one rail);
+# that GPU forwards it over NVLink to each GPU of its node holding one of the token's experts.
+# Combine is the mirror image: each expert GPU sends its bf16 partial row to that forwarder, the
+# forwarder sums the partials of its node (fp32, local ranks ascending) and sends one bf16 row per
+# node home over RDMA; home sums the node rows (nodes ascending) with the shared experts.
+#
+# Layout and notify are deepep.s's kernels unchanged (every rank's counts reach every rank; the
+# NVL receivers expect, per (channel, origin rank), the tokens the origin sends to them).
+#
+# Shapes: as deepep.s, plus L = %node_gpus GPUs per node, N = P / L nodes; GPU g = node g / L,
+# local rank g % L; me = (n0, l0). C channels, Tc tokens per channel, R = NVL ring rows,
+# Rr = RDMA ring rows, db = dispatched row bytes, rb = bf16 row bytes.
+#
+# Buffers added to deepep.s's (per GPU, symmetric):
+#   dp_rdma_ctl  ctl   tail [C][N]: tail[c][m] (on a forwarder: tokens origin (m, l0) put into
+#                      its RDMA ring (c, m); bit 40 set once that sender is finished, CLOSED);
+#                      head [C][N][L]: head[c][n][j] (on an origin: tokens forwarder j of GPU
+#                      (n, l0) consumed of ring (c, n0) there); then the metadata slots
+#                      [C][N][Rr][16] (the token's whole dp_meta row: ids, weights, rank mask)
+#   dp_rdma_x    data  [C][N][Rr][db]  RDMA ring row slots
+#   dp_fwd_rec   ctl   [C][N][Tc][16]  on a forwarder, per token of RDMA ring (c, m) in order:
+#                      word j = its position + 1 in the NVL stream to local rank j (0: none),
+#                      word 8 = the token's index t on its origin
+#   dp_fwd_cnt   ctl   [C][N]  tokens the forwarder consumed of RDMA ring (c, m)
+#   dp_ring_ctl, dp_ring_x  deepep.s's NVL rings, ring (c, s) indexed by the token's origin s; the
+#                      head word for ring (c, s) on receiver (n0, j) lives on the forwarder
+#                      (n0, s % L) at head[c][(s / L) * L + j]
+#   dp_fwd_comb  data  [N][T][L][rb]  on a forwarder: the bf16 partial of origin node m, token t,
+#                      from local rank j
+#   dp_comb_ctl  ctl   [C][P]  on a forwarder: word c*P + m*L + j = tokens local rank j has sent
+#                      for origin (m, l0) on channel c (raised after a fence)
+#   dp_fwd_scratch data  per forwarder combine thread block: 8 bf16 staging rows
+#   dp_comb      data  [T][N][rb]  at home: the bf16 row of token t from node n
+
+.include "lib/combine.s"
+.include "lib/slot_words.s"
+.include "lib/ring.s"
+
+# ------------------------------------------------------------------------------------------------
+# deepep_dispatch_internode: grid 2*C blocks of G = N + P warp groups, one block per SM as
+# DeepEP's channel blocks: block 2c is channel c's forwarder SM, block 2c+1 its sender SM (DeepEP
+# pairs an RDMA-and-NVL forwarder SM with a sender/receiver SM per channel). %tb = block * G + g.
+#   forwarder SM, g < P: forwarder (c, m = g / L, j = g % L): takes the tokens of RDMA ring (c, m)
+#     (from origin s = (m, l0)) in order and pushes those with an expert on rank (n0, j) into NVL
+#     ring (c, s) there with warp copies; publishes the NVL tail every send_chunk tokens and when
+#     it runs dry, and the RDMA head back to the origin after each batch. DeepEP gives a
+#     forwarder warp one NVL destination and lets it poll the RDMA sources in turn; here each
+#     (source node, destination) pair is its own warp group (the same data flow, no polling).
+#     g >= P: idle (exits).
+#   sender SM, g < N: RDMA sender (c, n): the channel's tokens with an expert on node n go, row
+#     and 128 B metadata, into RDMA ring (c, n0) on GPU (n, l0) with GPU-initiated puts (put: the
+#     NIC's DMA, IBGDA); tail published every rdma_send_chunk tokens, CLOSED at the end. A full
+#     ring waits for every forwarder of the destination to have consumed the oldest slot.
+#   sender SM, g >= N: NVL receiver of ring (c, s = g - N): deepep.s's receiver, publishing its
+#     head to the forwarder.
+.kernel deepep_dispatch_internode
+.param x
+.param meta
+.param ring_x
+.param ring_ctl
+.param rdma_x
+.param rdma_ctl
+.param fwd_rec
+.param fwd_cnt
+.param ntf
+.param rec
+.param recv_x
+.param cursor
+.param acct
+.param tokens
+.param topk
+.param row_bytes
+.param channels
+.param ring_rows
+.param send_chunk
+.param rdma_ring_rows
+.param rdma_chunk
+.param local_experts
+.param node_gpus
+    mov r1, %row_bytes           # r1 = db
+    add r2, %tokens, %channels
+    sub r2, r2, 1
+    div r2, r2, %channels        # r2 = Tc
+    div r30, %ngpu, %node_gpus   # r30 = N
+    add r31, r30, %ngpu          # r31 = G
+    div r5, %tb, r31             # r5 = block
+    rem r6, %tb, r31             # r6 = g
+    shr r7, r5, 1                # r7 = channel c
+    and r5, r5, 1
+    bne r5, 0, sender_sm
+    blt r6, %ngpu, forwarder
+    exit
+sender_sm:
+    blt r6, r30, rdma_sender
+    # ---- NVL receiver of ring (c, s) --------------------------------------------------------------
+    sub r6, r6, r30              # r6 = s
+    mul r3, %channels, %ngpu
+    shl r3, r3, 3                # r3 = bytes of one [C][P] table
+    shl r4, r3, 1
+    add r4, r4, %ring_ctl        # r4 = NVL metadata ring slots
+    mul r5, r7, %ngpu
+    add r6, r6, r5               # r6 = ring index c*P + s
+    ring_receiver_open r6, r3, r5, r7, r9, r10, r11, r13, r8, r24
+    rem r8, r7, %node_gpus       # the head goes to the forwarder (n0, s % L) ...
+    div r12, %gpu, %node_gpus
+    mul r12, r12, %node_gpus
+    div r14, r7, %node_gpus
+    mul r14, r14, %node_gpus     # ... at head[c][(s / L) * L + l0]
+    add r7, r12, r8              # r7 = forwarder GPU
+    rem r8, %gpu, %node_gpus
+    add r14, r14, r8
+    mul r8, r5, %ngpu
+    add r14, r14, r8
+    shl r14, r14, 3
+    add r14, r14, r3
+    add r13, r14, %ring_ctl      # r13 = &head[c][m*L + l0] on the forwarder
+    ring_receive_to_experts r6
+    exit
+
+    # ---- RDMA sender of channel c to node n ---------------------------------------------------------
+rdma_sender:
+    # r6 = n, r7 = c, r30 = N
+    div r8, %gpu, %node_gpus     # r8 = n0
+    rem r9, %gpu, %node_gpus     # r9 = l0
+    mul r10, r6, %node_gpus
+    add r10, r10, r9             # r10 = destination GPU (n, l0)
+    mul r11, r7, r30
+    add r11, r11, r8             # r11 = ring (c, n0): its index on the destination
+    shl r13, r11, 3
+    add r13, r13, %rdma_ctl      # r13 = &tail[c][n0] there
+    mul r12, r11, %rdma_ring_rows   # r12 = its first slot
+    mul r3, %channels, r30
+    shl r3, r3, 3
+    add r3, r3, %rdma_ctl        # r3 = head table [C][N][L]
+    mul r4, r7, r30
+    add r4, r4, r6
+    mul r4, r4, %node_gpus
+    shl r4, r4, 3
+    add r4, r4, r3               # r4 = &head[c][n][0] here (L words, one per forwarder)
+    mul r5, %channels, %ngpu
+    shl r5, r5, 3
+    add r5, r5, r3               # r5 = RDMA metadata slots
+    mul r14, r7, r2              # r14 = token
+    add r15, r14, r2
+    min r15, r15, %tokens        # r15 = end of the channel
+    shr r16, %rdma_ring_rows, 1
+    max r16, r16, 1
+    min r16, r16, %rdma_chunk    # r16 = tokens per published chunk
+    mul r17, r6, %node_gpus      # r17 = first rank of node n (its bits in the rank mask)
+    shl r18, 1, %node_gpus
+    sub r18, r18, 1              # r18 = L one bits
+    mov r9, 0                    # r9 = tokens since the last publish
+    mov r21, 0                   # r21 = tokens sent (tail)
+    mov r22, 0                   # r22 = tail published
+    mov r23, 0                   # r23 = oldest slot every forwarder has consumed (lower bound)
+rs_token:
+    bge r14, r15, rs_end
+    shl r19, r14, 7
+    add r19, r19, %meta          # r19 = dp_meta[t]
+    ld r20, [r19+96]             # rank mask
+    shr r20, r20, r17
+    and r20, r20, r18
+    beq r20, 0, rs_next          # no expert of the token on node n
+    sub r20, r21, r23
+    blt r20, %rdma_ring_rows, rs_room
+    beq r21, r22, rs_wait        # ring full: publish first (the forwarders may wait for it)
+    fence
+    flag.set r10, [r13], r21
+    mov r22, r21
+    mov r9, 0
+rs_wait:
+    sub r20, r21, %rdma_ring_rows
+    mov r24, 0
+rs_wait_fwd:
+    shl r25, r24, 3
+    add r25, r25, r4
+    wait.gt [r25], r20           # forwarder j is past the oldest slot
+    add r24, r24, 1
+    blt r24, %node_gpus, rs_wait_fwd
+    add r23, r20, 1
+rs_room:
+    rem r24, r21, %rdma_ring_rows
+    add r24, r24, r12            # r24 = slot index
+    mul r25, r24, r1
+    add r25, r25, %rdma_x
+    mul r26, r14, r1
+    add r26, r26, %x
+    put r10, r25, r26, r1        # the row (RDMA write: a NIC work request)
+    shl r25, r24, 7
+    add r25, r25, r5
+    put r10, r25, r19, 128       # its metadata row
+    add r21, r21, 1
+    add r9, r9, 1
+    blt r9, r16, rs_next
+    fence                        # a chunk landed: publish it
+    flag.set r10, [r13], r21
+    mov r22, r21
+    mov r9, 0
+rs_next:
+    add r14, r14, 1
+    bra rs_token
+rs_end:
+    fence
+    shl r20, 1, 40
+    or r20, r20, r21
+    flag.set r10, [r13], r20     # the count and CLOSED: nothing more on this ring
+    exit
+
+    # ---- forwarder (c, m, j) ------------------------------------------------------------------------
+    # Registers kept through the loop (r16..r23 are the id words of ld.v8): r0 = &head[c][n0][j]
+    # on the origin, r1 = db, r2 = &tail[c][s] on the target, r3 = the NVL ring's first slot,
+    # r4 = &head[c][m*L + j] here, r5 = the records of RDMA ring (c, m), r7 = NVL metadata slots,
+    # r9 = j, r10 = target rank (n0, j), r14 = &tail[c][m] here, r15 = the RDMA ring's first slot,
+    # r30 = RDMA metadata slots, r24 = tokens consumed, r25 = pushed, r26 = pushed and published,
+    # r27 = NVL head seen, r28 = tokens in the RDMA ring, r29 = pairs sent, r31 = the tail word
+    # (bit 40: CLOSED). Temporaries: r6, r8, r11, r12, r13.
+forwarder:
+    # r6 = g, r7 = c, r30 = N
+    div r8, r6, %node_gpus       # r8 = m (origin node)
+    rem r9, r6, %node_gpus       # r9 = j
+    div r11, %gpu, %node_gpus    # r11 = n0
+    mul r10, r11, %node_gpus
+    add r10, r10, r9             # r10 = target rank (n0, j)
+    mul r12, r8, %node_gpus
+    rem r13, %gpu, %node_gpus
+    add r12, r12, r13            # r12 = origin s = (m, l0)
+    mul r13, r7, r30
+    add r13, r13, r8             # r13 = RDMA ring (c, m)
+    shl r14, r13, 3
+    add r14, r14, %rdma_ctl      # r14 = &tail[c][m] here
+    mul r15, r13, %rdma_ring_rows   # r15 = the RDMA ring's first slot
+    mul r5, r13, r2
+    shl r5, r5, 7
+    add r5, r5, %fwd_rec         # r5 = records of ring (c, m)
+    mul r6, %channels, r30
+    shl r6, r6, 3
+    add r6, r6, %rdma_ctl        # r6 = RDMA head table [C][N][L]
+    mul r0, r7, r30
+    add r0, r0, r11
+    mul r0, r0, %node_gpus
+    add r0, r0, r9
+    shl r0, r0, 3
+    add r0, r0, r6               # r0 = &head[c][n0][j] (on the origin)
+    mul r8, %channels, %ngpu
+    shl r8, r8, 3                # r8 = bytes of one [C][P] table
+    add r30, r6, r8              # r30 = RDMA metadata slots
+    mul r11, r7, %ngpu
+    add r13, r11, r12            # r13 = NVL ring (c, s) on the target
+    shl r2, r13, 3
+    add r2, r2, %ring_ctl        # r2 = &tail[c][s] on the target
+    mul r3, r13, %ring_rows      # r3 = its first slot
+    rem r6, %gpu, %node_gpus
+    sub r12, r12, r6
+    add r12, r12, r9             # r12 = m*L + j
+    add r4, r11, r12
+    shl r4, r4, 3
+    add r4, r4, r8
+    add r4, r4, %ring_ctl        # r4 = &head[c][m*L + j] here (raised by the target)
+    shl r7, r8, 1
+    add r7, r7, %ring_ctl        # r7 = NVL metadata slots
+    mov r24, 0
+    mov r25, 0
+    mov r26, 0
+    mov r27, 0
+    mov r29, 0
+fw_wait:
+    wait.gt [r14], r24           # acquire: the origin fenced before moving the tail
+    ld r31, [r14]
+    and r28, r31, 1099511627775  # tokens in the ring so far (the bits below CLOSED)
+fw_token:
+    bge r24, r28, fw_release
+    rem r6, r24, %rdma_ring_rows
+    add r6, r6, r15              # r6 = RDMA slot
+    shl r11, r6, 7
+    add r11, r11, r30            # r11 = its metadata (the token's dp_meta row)
+    shl r13, r24, 7
+    add r13, r13, r5             # r13 = the token's record
+    bne r9, 0, fw_mask
+    ld r8, [r11]
+    shr r8, r8, 32
+    st [r13+64], r8              # word 8: the token's index on its origin (forwarder j = 0)
+fw_mask:
+    shl r12, r9, 3
+    add r13, r13, r12            # r13 = record word j
+    ld r8, [r11+96]              # rank mask
+    shr r8, r8, r10
+    and r8, r8, 1
+    bne r8, 0, fw_push
+    st [r13], 0                  # no expert of the token on the target
+    add r24, r24, 1
+    bra fw_token
+fw_push:
+    ld.v8 r16, [r11]             # the ids: count the token's slots on the target (pairs sent)
+    mul r12, r10, %local_experts # r12 = the target's first expert
+    mov r13, 0
+fw_count:
+    and r8, r16, 0xffffffff
+    sub r8, r8, r12
+    setlt r6, r8, %local_experts
+    add r29, r29, r6
+    setlt r6, r8, 0
+    sub r29, r29, r6             # in range: d < El and not d < 0
+    next_slot_word r13, %topk, fw_count
+    sub r8, r25, r27
+    blt r8, %ring_rows, fw_room
+    beq r25, r26, fw_full        # NVL ring full: publish first (the target may wait for it)
+    fence
+    flag.set r10, [r2], r25
+    mov r26, r25
+fw_full:
+    sub r8, r25, %ring_rows
+    wait.gt [r4], r8             # the target is past the oldest slot
+    ld r27, [r4]
+fw_room:
+    rem r8, r25, %ring_rows
+    add r8, r8, r3               # r8 = NVL slot
+    mul r12, r8, r1
+    add r12, r12, %ring_x
+    sub r13, r11, r30
+    shr r13, r13, 7              # the RDMA slot again
+    mul r13, r13, r1
+    add r13, r13, %rdma_x
+    put.sm r10, r12, r13, r1     # the row to the target (warp copy over NVLink)
+    mul r12, r8, 96
+    add r12, r12, r7
+    put.sm r10, r12, r11, 96     # ids and weights (what deepep.s's receivers read)
+    add r25, r25, 1
+    shl r13, r24, 7
+    add r13, r13, r5
+    shl r12, r9, 3
+    add r13, r13, r12
+    st [r13], r25                # record word j: position + 1 in the target's stream
+    sub r8, r25, r26
+    blt r8, %send_chunk, fw_next
+    fence                        # a chunk is complete: publish it
+    flag.set r10, [r2], r25
+    mov r26, r25
+fw_next:
+    add r24, r24, 1
+    bra fw_token
+fw_release:
+    fence                        # the slots were copied out and the pushed rows landed
+    beq r25, r26, fw_head
+    flag.set r10, [r2], r25      # the target may be waiting for these rows
+    mov r26, r25
+fw_head:
+    div r6, %ngpu, %node_gpus
+    add r6, r6, %ngpu            # G
+    rem r8, %tb, r6
+    div r8, r8, %node_gpus
+    mul r8, r8, %node_gpus       # m*L
+    rem r12, %gpu, %node_gpus
+    add r12, r12, r8             # the origin (m, l0)
+    flag.set r12, [r0], r24      # RDMA head back to the origin
+    shr r8, r31, 40
+    beq r8, 0, fw_wait           # not CLOSED: more tokens will come
+    bne r9, 0, fw_done
+    div r8, %tb, r6
+    shr r8, r8, 1                # c
+    div r11, %ngpu, %node_gpus
+    mul r8, r8, r11
+    rem r12, %tb, r6
+    div r12, r12, %node_gpus
+    add r8, r8, r12              # c*N + m
+    shl r8, r8, 3
+    add r8, r8, %fwd_cnt
+    st [r8], r24                 # tokens of RDMA ring (c, m), for the combine's forwarder
+fw_done:
+    red.add %gpu, [%acct], r29   # acct 0: pairs sent (from the forwarder into its node)
+    exit
+
+# ------------------------------------------------------------------------------------------------
+# deepep_combine_internode: grid C*P + C*N thread blocks (28 KB of shared memory each: a token's
+# fp32 sum), as DeepEP's internode combine pairs NVL senders with RDMA-and-NVL forwarders:
+#   TB c*P + s (< C*P): NVL sender of the tokens this rank received from origin s on channel c
+#     (deepep.s's combine records): per token the fp32 weighted sum of its local expert outputs,
+#     rounded to bf16 and copied with a warp copy into dp_fwd_comb[s / L][t][l0] on the forwarder
+#     (n0, s % L); every 8 tokens (the staging fence) and at the end it raises
+#     dp_comb_ctl[c][(s / L)*L + l0] there to the tokens whose copies have landed.
+#   TB C*P + c*N + m: forwarder of origin s = (m, l0) on channel c: walks the tokens it forwarded
+#     in dispatch (dp_fwd_rec, in RDMA ring order); per token, for the local ranks j ascending
+#     that hold any of its experts, waits until rank j's copy of it has landed and adds the bf16
+#     partial to an fp32 sum; the bf16 row goes home with an RDMA put into dp_comb[t][n0] on s.
+#     The last forwarder of the GPU to finish raises done[me] everywhere.
+.kernel deepep_combine_internode
+.param rec
+.param ntf
+.param recv_y
+.param fwd_rec
+.param fwd_cnt
+.param fwd_comb
+.param comb_ctl
+.param comb
+.param scratch               # per thread block: 8 bf16 staging rows
+.param one
+.param acct
+.param done
+.param tokens
+.param topk
+.param hidden
+.param channels
+.param local_experts
+.param node_gpus
+.smem 28KB                   # acc [H] f32
+    shl r1, %hidden, 1           # r1 = rb
+    add r2, %tokens, %channels
+    sub r2, r2, 1
+    div r2, r2, %channels        # r2 = Tc
+    mov r10, %smem               # r10 = acc
+    shl r4, r1, 3                # r4 = scratch bytes per thread block
+    mul r11, %tb, r4
+    add r11, r11, %scratch       # r11 = staging slots
+    rem r3, %gpu, %node_gpus     # r3 = l0
+    mul r5, %channels, %ngpu
+    bge %tb, r5, forwarder
+    # ---- NVL sender of (c, s) ------------------------------------------------------------------------
+    combine_records_open         # r5 = channel, r6 = origin s, r9 = tokens, r12 = records
+    div r13, r6, %node_gpus      # r13 = m
+    div r7, %gpu, %node_gpus
+    mul r7, r7, %node_gpus
+    rem r8, r6, %node_gpus
+    add r7, r7, r8               # r7 = forwarder (n0, s % L)
+    mul r8, r5, %ngpu
+    mul r14, r13, %node_gpus
+    add r8, r8, r14
+    add r8, r8, r3
+    shl r8, r8, 3
+    add r8, r8, %comb_ctl        # r8 = &comb_ctl[c][m*L + l0] on the forwarder
+    mul r13, r13, %tokens        # r13 = m*T
+    mov r24, 0                   # r24 = record
+    mov r25, 0                   # r25 = pairs combined
+tok:
+    bge r24, r9, all_sent
+    rank_partial_row             # r10 = the fp32 sum, r27 = t, r25 += pairs
+    and r29, r24, 7              # staging slot
+    bne r29, 0, staged
+    fence                        # slot reuse: the copies of 8 tokens ago are done ...
+    flag.set r7, [r8], r24       # ... so the forwarder may take every token before this one
+staged:
+    mul r30, r29, r1
+    add r30, r30, r11
+    vcvt.bf16.f32 r30, r10, %hidden
+    add r31, r13, r27
+    mul r31, r31, %node_gpus
+    add r31, r31, r3
+    mul r31, r31, r1
+    add r31, r31, %fwd_comb
+    put.sm r7, r31, r30, r1      # the partial row to the forwarder: dp_fwd_comb[m][t][l0]
+    add r24, r24, 1
+    bra tok
+all_sent:
+    fence
+    flag.set r7, [r8], r24
+    red.add %gpu, [%acct+24], r25    # acct 3: pairs combined
+    exit
+
+    # ---- forwarder of origin (m, l0) on channel c --------------------------------------------------
+forwarder:
+    sub r6, %tb, r5
+    div r30, %ngpu, %node_gpus   # r30 = N
+    div r5, r6, r30              # r5 = c
+    rem r6, r6, r30              # r6 = m
+    mul r7, r5, r30
+    add r7, r7, r6               # r7 = c*N + m
+    shl r8, r7, 3
+    add r8, r8, %fwd_cnt
+    ld r9, [r8]                  # r9 = tokens forwarded for ring (c, m)
+    mul r12, r7, r2
+    shl r12, r12, 7
+    add r12, r12, %fwd_rec       # r12 = the records
+    mul r7, r6, %node_gpus
+    add r7, r7, r3               # r7 = home s = (m, l0)
+    mul r8, r5, %ngpu
+    mul r13, r6, %node_gpus
+    add r8, r8, r13
+    shl r8, r8, 3
+    add r8, r8, %comb_ctl        # r8 = &comb_ctl[c][m*L] here (word j: local rank j's progress)
+    mul r13, r6, %tokens         # r13 = m*T
+    div r14, %gpu, %node_gpus    # r14 = n0
+    mov r24, 0                   # r24 = token of the ring
+fw_tok:
+    bge r24, r9, fw_sent
+    shl r26, r24, 7
+    add r26, r26, r12            # r26 = record
+    ld r27, [r26+64]             # r27 = t on its origin
+    ld.v8 r16, [r26]             # word j: position + 1 in local rank j's stream (0: none)
+    vzero.f32 r10, %hidden
+    add r29, r13, r27
+    mul r29, r29, %node_gpus
+    mul r29, r29, r1
+    add r29, r29, %fwd_comb      # r29 = dp_fwd_comb[m][t][0]
+    mov r28, 0                   # r28 = local rank j
+fw_rank:
+    beq r16, 0, fw_rank_next
+    shl r31, r28, 3
+    add r31, r31, r8
+    wait.ge [r31], r16           # rank j's copy of this token has landed
+    mul r31, r28, r1
+    add r31, r31, r29
+    vaxpy.f32.bf16 r10, r31, %one, %hidden
+fw_rank_next:
+    next_slot_word r28, %node_gpus, fw_rank
+    and r25, r24, 7              # staging slot
+    bne r25, 0, fw_staged
+    fence                        # slot reuse: the puts of 8 tokens ago are done
+fw_staged:
+    mul r30, r25, r1
+    add r30, r30, r11
+    vcvt.bf16.f32 r30, r10, %hidden
+    div r31, %ngpu, %node_gpus
+    mul r31, r31, r27
+    add r31, r31, r14
+    mul r31, r31, r1
+    add r31, r31, %comb
+    put r7, r31, r30, r1         # the node's row home over RDMA: dp_comb[t][n0] on s
+    add r24, r24, 1
+    bra fw_tok
+fw_sent:
+    fence
+    atom.add r13, %gpu, [%acct+32], 1
+    div r30, %ngpu, %node_gpus
+    mul r30, r30, %channels
+    sub r30, r30, 1
+    bne r13, r30, leave          # not the GPU's last forwarder
+    tell_every_gpu %done, r16, r15    # done[me] = 1 on every GPU
+leave:
+    exit
+
+# ------------------------------------------------------------------------------------------------
+# deepep_reduce_nodes: deepep.s's deepep_reduce with one partial row per node instead of per rank:
+# waits for the shared experts and for done[g] = 1 from every GPU, then per token (round-robin
+# over TBs) out[t] = sum_s ys[s][t] + sum over nodes n ascending that hold any of the token's
+# experts of dp_comb[t][n], in fp32 in that order (the reference's combine="per_node").
+.kernel deepep_reduce_nodes
+.param out
+.param ys
+.param comb
+.param meta
+.param one
+.param done
+.param acct
+.param tokens
+.param hidden
+.param shared
+.param shared_tbs
+.param node_gpus
+    wait_layer_inputs %shared, %shared_tbs, %acct, %done, r1, r2
+    shl r10, %hidden, 1          # r10 = rb
+    shl r11, %hidden, 2          # r11 = f32 row bytes
+    div r12, %ngpu, %node_gpus   # r12 = N
+    shl r13, 1, %node_gpus
+    sub r13, r13, 1              # r13 = L one bits
+    mov r1, %tb                  # r1 = token
+token:
+    bge r1, %tokens, end
+    start_output_row r2, r1, %out, r11, %shared, %ys, %one, %tokens, r10, %hidden, r3, r4
+    shl r5, r1, 7
+    add r5, r5, %meta
+    ld r6, [r5+96]               # r6 = rank mask
+    mul r7, r1, r12
+    mov r3, 0                    # r3 = node
+node:
+    and r8, r6, r13
+    shr r6, r6, %node_gpus       # the next node's ranks
+    beq r8, 0, node_next
+    add r9, r7, r3
+    mul r9, r9, r10
+    add r9, r9, %comb
+    vaxpy.f32.bf16 r2, r9, %one, %hidden
+node_next:
+    add r3, r3, 1
+    blt r3, r12, node
+    add r1, r1, %ntb
+    bra token
+end:
+    exit

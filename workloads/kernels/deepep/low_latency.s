@@ -1,0 +1,254 @@
+# MoE layer, scheme `deepep_ll`: DeepEP's *low-latency* kernels (github.com/deepseek-ai/DeepEP
+# csrc/kernels/internode_ll.cu, tests/test_low_latency.py). Launch plan:
+# moehub_arch/workloads/schemes/deepep_ll.py.
+#
+# No count exchange and no host round trip: every receive buffer is sized for the worst case, a
+# fixed slot region per (local expert, source rank) of T rows (DeepEP's
+# num_max_dispatch_tokens_per_rank), so a sender can write a token the moment it knows its
+# experts. A token goes once per top-k expert (no per-rank deduplication), each row a
+# GPU-initiated RDMA put (IBGDA); the per-(expert, source) count is sent *after* the data, and the
+# receiver, once it sees the count, packs the rows into the expert-major layout the grouped GEMM
+# reads. Combine sends every expert output row straight back into a slot of the source's
+# receive buffer; the source reduces the k rows of each token with its router weights.
+#
+# Stream 0: deepep_ll_dispatch, grouped_tiles / grouped_gate_up / grouped_down (moe_common.s, on
+# the packed rows; skipped with kernels: communication), deepep_ll_combine, deepep_ll_reduce.
+# Stream 1: the shared experts (shared_ffn).
+#
+# Shapes: P GPUs, T tokens per GPU, k = top-k (<= 8), E experts, El local experts, db dispatched
+# row bytes, rb = 2H bf16 row bytes. Buffers (per GPU, symmetric):
+#   ll_recv   data [El][P][T][db]  receive slots: (local expert le, source s), slot i
+#   ll_slot   ctl  [T*k]           the slot token t's j-th row took at its expert (sender side)
+#   ll_next   ctl  [E]             sender-side slot counters, one per destination expert
+#   ll_sent   ctl  [1]             sender thread blocks whose rows have all landed
+#   ll_count  ctl  [El][P]         rows source s sent to local expert le, + 1 (0: not yet known)
+#   ll_xe     data [El][P*T][db]   packed rows, expert-major (the grouped GEMM's A)
+#   ll_rows   ctl  [El]            packed rows per local expert (the grouped GEMM's counts)
+#   ll_range  ctl  [El][P]         where (le, s)'s rows were packed: first << 32 | rows
+#   ll_ye     data [El][P*T][rb]   the expert outputs at the packed positions
+#   ll_comb   data [E][T][rb]      at home: expert e's output for slot i of the rows sent to it
+
+.include "lib/combine.s"
+.include "lib/slot_words.s"
+
+# ------------------------------------------------------------------------------------------------
+# deepep_ll_dispatch: grid send_tbs + El*P thread blocks.
+#   TB b < send_tbs (DeepEP's sending warps): tokens b, b + send_tbs, ...; per top-k slot j the
+#     row takes the next slot of its expert (atom.add on ll_next[e]) and goes there with one put
+#     (an RDMA write; the slot is also recorded in ll_slot). Then fence (its rows landed), count
+#     itself in ll_sent, wait for every sender, and send the counts of experts b, b + send_tbs, ...
+#     to their GPUs (flag.set: the count travels after the data).
+#   TB send_tbs + le*P + s (DeepEP's receiving warps): waits for the count of (le, s), takes a
+#     range of le's packed rows (atom.add on ll_rows[le]) and copies the slots there (one warp
+#     copy of the contiguous slots).
+.kernel deepep_ll_dispatch
+.param x
+.param topk_idx
+.param recv
+.param slot_map
+.param next
+.param sent
+.param count
+.param xe
+.param rows
+.param range
+.param acct
+.param tokens
+.param topk
+.param row_bytes
+.param local_experts
+.param send_tbs
+    mov r1, %row_bytes           # r1 = db
+    shl r2, %topk, 3             # r2 = bytes of a token's ids
+    bge %tb, %send_tbs, receiver
+    mov r5, %tb                  # r5 = token
+    mov r10, 0                   # r10 = rows sent
+token:
+    bge r5, %tokens, sent_all
+    mul r6, r5, r2
+    add r6, r6, %topk_idx
+    ld.v8 r16, [r6]              # the token's expert ids
+    mul r7, r5, %topk            # r7 = t*k
+    mul r8, r5, r1
+    add r8, r8, %x               # r8 = the row
+    mov r9, 0                    # r9 = slot j
+slot:
+    div r11, r16, %local_experts # r11 = destination GPU
+    mul r12, r11, %local_experts
+    sub r12, r16, r12            # r12 = local expert there
+    shl r13, r16, 3
+    add r13, r13, %next
+    atom.add r14, %gpu, [r13], 1 # r14 = the row's slot at the expert
+    add r13, r7, r9
+    shl r13, r13, 3
+    add r13, r13, %slot_map
+    st [r13], r14                # remembered for the combine
+    mul r13, r12, %ngpu
+    add r13, r13, %gpu
+    mul r13, r13, %tokens
+    add r13, r13, r14
+    mul r13, r13, r1
+    add r13, r13, %recv          # r13 = slot (le, me, slot) on the destination
+    put r11, r13, r8, r1         # the row (RDMA write)
+    add r10, r10, 1
+    next_slot_word r9, %topk, slot
+    add r5, r5, %send_tbs
+    bra token
+sent_all:
+    fence                        # every row of this TB landed ...
+    red.add %gpu, [%acct], r10   # acct 0: pairs sent
+    red.add %gpu, [%sent], 1
+    wait.ge [%sent], %send_tbs   # ... and every other sender's
+    mul r3, %ngpu, %local_experts   # r3 = E
+    mov r5, %tb                  # r5 = expert
+counts:
+    bge r5, r3, end
+    shl r6, r5, 3
+    add r6, r6, %next
+    ld r7, [r6]                  # rows this GPU sent to expert e
+    add r7, r7, 1
+    div r11, r5, %local_experts
+    mul r12, r11, %local_experts
+    sub r12, r5, r12
+    mul r13, r12, %ngpu
+    add r13, r13, %gpu
+    shl r13, r13, 3
+    add r13, r13, %count
+    flag.set r11, [r13], r7      # count + 1 after the data
+    add r5, r5, %send_tbs
+    bra counts
+end:
+    exit
+receiver:
+    sub r3, %tb, %send_tbs       # r3 = le*P + s
+    shl r4, r3, 3
+    add r5, r4, %count
+    wait.gt [r5], 0              # the count arrived (after the rows)
+    ld r6, [r5]
+    sub r6, r6, 1                # r6 = rows n
+    div r7, r3, %ngpu            # r7 = le
+    shl r8, r7, 3
+    add r8, r8, %rows
+    atom.add r9, %gpu, [r8], r6  # r9 = first packed position
+    shl r10, r9, 32
+    or r10, r10, r6
+    add r11, r4, %range
+    st [r11], r10
+    beq r6, 0, received
+    mul r11, r7, %ngpu
+    mul r11, r11, %tokens
+    add r11, r11, r9
+    mul r11, r11, r1
+    add r11, r11, %xe            # r11 = packed rows
+    mul r12, r3, %tokens
+    mul r12, r12, r1
+    add r12, r12, %recv          # r12 = the slots of (le, s)
+    mul r13, r6, r1
+    put.sm %gpu, r11, r12, r13   # pack them (warp copy)
+    fence
+received:
+    red.add %gpu, [%acct+8], r6  # acct 1: pairs received
+    exit
+
+# ------------------------------------------------------------------------------------------------
+# deepep_ll_combine: grid El*P thread blocks, TB le*P + s: the expert outputs of (le, s)'s rows
+# (packed at the range dispatch recorded) go back to s, row i into ll_comb[me*El + le][i] there,
+# one RDMA write per row as DeepEP's combine sends per token; then fence, and the GPU's last
+# thread block raises done[me] on every GPU.
+.kernel deepep_ll_combine
+.param ye
+.param range
+.param comb
+.param acct
+.param done
+.param tokens
+.param hidden
+.param local_experts
+    shl r1, %hidden, 1           # r1 = rb
+    shl r2, %tb, 3
+    add r2, r2, %range
+    ld r3, [r2]
+    shr r4, r3, 32               # r4 = first packed position
+    and r3, r3, 0xffffffff       # r3 = rows
+    div r5, %tb, %ngpu           # r5 = le
+    rem r6, %tb, %ngpu           # r6 = s
+    mul r7, r5, %ngpu
+    mul r7, r7, %tokens
+    add r7, r7, r4
+    mul r7, r7, r1
+    add r7, r7, %ye              # r7 = the first output row
+    mul r8, %gpu, %local_experts
+    add r8, r8, r5
+    mul r8, r8, %tokens
+    mul r8, r8, r1
+    add r8, r8, %comb            # r8 = ll_comb[me*El + le][0] on s
+    mov r9, 0
+row:
+    bge r9, r3, rows_sent
+    put r6, r8, r7, r1           # one expert output row home (RDMA write)
+    add r7, r7, r1
+    add r8, r8, r1
+    add r9, r9, 1
+    bra row
+rows_sent:
+    fence
+    atom.add r13, %gpu, [%acct+32], 1
+    sub r14, %ntb, 1
+    bne r13, r14, leave          # not the GPU's last combine thread block
+    tell_every_gpu %done, r16, r15    # done[me] = 1 on every GPU
+leave:
+    exit
+
+# ------------------------------------------------------------------------------------------------
+# deepep_ll_reduce: waits for the shared experts and for done[g] = 1 from every GPU, then per
+# token (round-robin over TBs) out[t] = sum_s ys[s][t] + sum_j topk_w[t][j] * (the row expert
+# e_j returned into the slot token t took there), in fp32 in that order (moe_common.s's
+# moe_combine order: the reference's combine="per_slot").
+.kernel deepep_ll_reduce
+.param out
+.param comb
+.param ys
+.param topk_idx
+.param topk_w
+.param slot_map
+.param one
+.param done
+.param acct
+.param tokens
+.param topk
+.param hidden
+.param shared
+.param shared_tbs
+    wait_layer_inputs %shared, %shared_tbs, %acct, %done, r1, r2
+    shl r10, %hidden, 1          # r10 = bf16 row bytes
+    shl r11, %hidden, 2          # r11 = f32 row bytes
+    shl r12, %topk, 3            # r12 = bytes of a token's ids
+    mov r1, %tb                  # r1 = token
+    mov r9, 0                    # r9 = rows combined by this TB
+token:
+    bge r1, %tokens, end
+    start_output_row r2, r1, %out, r11, %shared, %ys, %one, %tokens, r10, %hidden, r3, r4
+    mul r5, r1, r12
+    add r5, r5, %topk_idx
+    ld.v8 r16, [r5]              # expert ids (slot j's in r16 after j shifts)
+    mul r5, r1, %topk            # r5 = t*k
+    mov r3, 0                    # r3 = slot j
+choice:
+    add r6, r5, r3
+    shl r7, r6, 3
+    add r7, r7, %slot_map
+    ld r7, [r7]                  # the slot this row took at its expert
+    mul r8, r16, %tokens
+    add r8, r8, r7
+    mul r8, r8, r10
+    add r8, r8, %comb            # ll_comb[e][slot]
+    shl r7, r6, 2
+    add r7, r7, %topk_w
+    vaxpy.f32.bf16 r2, r8, r7, %hidden
+    next_slot_word r3, %topk, choice
+    add r9, r9, %topk
+    add r1, r1, %ntb
+    bra token
+end:
+    atom.add r13, %gpu, [%acct+24], r9   # acct 3: rows combined
+    exit
