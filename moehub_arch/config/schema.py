@@ -543,6 +543,21 @@ class LayerConfig:
     gemm_n_tile: int = _f("int", "output columns of one expert-GEMM job (a thread block's N tile): "
                           "a row tile's gate/up GEMM is FFN width / n_tile jobs, its down GEMM "
                           "hidden / n_tile jobs, spread over the SMs; must divide both", 128, min=1)
+    gemm_swizzle: int = _f("int", "row tiles per group of the bulk expert GEMMs' job order "
+                           "(deepep, megatron, tutel; workloads/kernels/lib/gemm_tiles.s "
+                           "swizzle_job): inside a group the column job is the outer loop, so the "
+                           "thread blocks running at one time share weight column tiles in the L2; "
+                           "1 = row tile by row tile. Default 8: DeepGEMM's group size heuristic "
+                           "(deep_gemm get_num_1d_blocks_per_group: of 8 and 16 row tiles, the one "
+                           "with the smaller G x BLOCK_M + ceil(SMs / G) x BLOCK_N; 128 x 128 tiles "
+                           "on 132 SMs tie and it keeps 8)", 8, min=1)
+    stream_swizzle: int = _f("int", "tiles per group of the streaming expert kernels' job order "
+                             "(overlap, moehub; workloads/kernels/lib/streaming.s): as "
+                             "gemm_swizzle, for tiles that arrive over time - a group's later "
+                             "column jobs wait for all its tiles, and its down jobs come lag "
+                             "groups later, so the group trades L2 reuse for latency. 1 = tile by "
+                             "tile. assumption: 4, half the bulk GEMMs' group (no public streaming "
+                             "kernel states one)", 4, min=1)
     combine_tbs: int = _f("int", "thread blocks per GPU of the final weighted combine", 32, min=1)
     shared_tbs: int = _f("int", "thread blocks per GPU of the shared experts (if the model has "
                          "any)", 16, min=1)

@@ -36,7 +36,8 @@ def plan(layer):
     window_rows = max(1, -(-most // tile)) * tile
     tiles = max_tiles_per_gpu(layer)
     buffers = [
-        _buf("tq", 64 * (tiles + 2 * workers + 4), region="control", dtype="i64"),   # end marks: moe_layer.s
+        _buf("tq", 64 * (tiles + 2 * workers + 6 * s.stream_swizzle + 4), region="control",
+             dtype="i64"),   # end marks: moe_layer.s
         _buf("tiles", tiles * tile * (s.ffn + s.hidden) * 2, dtype="bf16"),
     ]
     if opts.stores == "row_sparse":
@@ -52,13 +53,14 @@ def plan(layer):
         *shared,
         _dispatch_launch(s, opts),
         LaunchConfig(kernel="moehub_claim", grid=El, stream=2, params=(
-            ("tq", "@tq"), ("local_experts", El), ("workers", workers))),
+            ("tq", "@tq"), ("local_experts", El), ("workers", workers),
+            ("swizzle", s.stream_swizzle))),
         LaunchConfig(kernel="moehub_expert", grid=workers, stream=3, params=(
             ("wg", "@w_gate"), ("wu", "@w_up"), ("wd", "@w_down"), ("tq", "@tq"),
             ("tiles", "@tiles"), ("yhome", "@yhome"),
             ("acct", "@acct"), ("done", "@done"), ("hidden", s.hidden), ("ffn", s.ffn),
             ("local_experts", El), ("record_bytes", cfg.system.gpu.hub.moe.aau.record_bytes),
-            ("tile_rows", tile), ("n_tile", s.n_tile))),
+            ("tile_rows", tile), ("n_tile", s.n_tile), ("swizzle", s.stream_swizzle))),
         combine_launch(s, cfg, stream=3),
     ]
     return _scheme_plan(s, cfg, buffers + sbufs, launches, window_rows,

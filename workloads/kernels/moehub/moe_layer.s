@@ -218,6 +218,7 @@ registered:
 .param tq
 .param local_experts
 .param workers               # TBs of moehub_expert
+.param swizzle               # tiles per group of moehub_expert's job order (../lib/streaming.s)
     mul r2, %gpu, %local_experts
     add r2, r2, %tb              # r2 = global expert id
     mov r9, 1                    # r9 = next tile is the expert's first
@@ -241,9 +242,11 @@ claimed_all:
     sub r18, %ntb, 1
     bne r16, r18, leave          # not the last claimer to finish
     ld r19, [%tq]                # every tile is published: mark the end after the last one,
-    shl r21, %workers, 1         # 2 * workers + 3 of them: workers read entries up to
-    add r21, r21, 3              # lag + ceil(workers / Jd) past the last tile, and
-    mov r20, 0                   # lag <= workers + 1 (../lib/streaming.s)
+    shl r21, %workers, 1         # 2 * workers + 6 * G + 3 of them (G = swizzle): workers read
+    mul r20, %swizzle, 6         # entries up to (lag + 3) * G + workers / Jd past the last tile,
+    add r21, r21, r20            # and lag * G <= workers + 2 * G (../lib/streaming.s)
+    add r21, r21, 3
+    mov r20, 0
 end_marks:
     add r22, r19, r20
     add r22, r22, 1
@@ -270,13 +273,15 @@ leave:
 .param record_bytes
 .param tile_rows
 .param n_tile
+.param swizzle               # tiles per group of the job order (../lib/streaming.s)
 .smem 160KB                  # G, U [tile][n] f32 + Hq [tile][n] bf16, or Y + Yq
     tile_job_registers
-    stream_lag r31, %ntb, r20, r21, %hidden, %ffn, r4    # r31 = lag
+    stream_lag r31, %ntb, r20, r21, %hidden, %ffn, %swizzle, r4    # r31 = lag
     mov r25, 0                   # r25 = rows this worker completed
 job:
     atom.add r1, %gpu, [%tq+8], 1    # r1 = my next job
-    stream_job r1, r22, r20, r31, r2, r3, entry, job    # r2 = tile; r3 = job in block
+    mul r5, r22, %swizzle        # r5 = jobs per block (r22: jobs per tile)
+    stream_job r1, r5, r20, %swizzle, r31, r2, r3, entry, job, r4    # r2 = tile; r3 = job in tile
 entry:
     add r11, r2, 1
     shl r11, r11, 6
@@ -297,9 +302,18 @@ down:
     bra job
 ended:
     # the queue ended at this entry. A gate/up job of a tile that does not exist shares its block
-    # with the down jobs of the last real tile, which later jobs still have to do: skip it. A down
-    # job of an end mark comes after every real job: this worker is done.
+    # with the down jobs of the last real tiles, which later jobs still have to do: skip it. So
+    # does a down job of an end mark in a group that also holds real tiles (its down jobs are
+    # column outer). A down job of a group whose first tile is an end mark comes after every real
+    # job: this worker is done.
     blt r3, r20, job
+    rem r4, r2, %swizzle
+    sub r4, r2, r4               # r4 = the group's first tile (published before this end mark)
+    add r4, r4, 1
+    shl r4, r4, 6
+    add r4, r4, %tq
+    ld r5, [r4+32]
+    bne r5, 2, job
 finished:
     red.add %gpu, [%acct+16], r25    # acct word 2: rows computed
     atom.add r5, %gpu, [%tq+24], 1
