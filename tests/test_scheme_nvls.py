@@ -45,6 +45,9 @@ def test_every_token_reaches_every_gpu_and_every_row_is_reduced(uniform):
     assert _sum(sim, "system.switch*.port*.nvls.multicast_copies") == P * st_packets > 0
     ld = int(sim.state.gpu.mm_tx_ld.sum())
     assert _sum(sim, "system.switch*.port*.nvls.reductions") == ld > 0
+    # the reduce-scatter reduces each GPU's own T rows once, one entry per store packet
+    line = min(sim.cfg.system.nvlink.store_packet_bytes, sim.cfg.system.nvlink.max_payload_bytes)
+    assert ld == P * T * H * 2 // line
     assert int(sim.state.gpu.mm_reads_rx.sum()) == P * ld
 
 

@@ -17,7 +17,7 @@
 .include "lib/combine.s"
 
 # mm_st_range dst, src, bytes, chunk, off, n: multimem.st of `bytes` bytes from local `src` to
-# multimem `dst` on every member, one operation per `chunk` bytes. Writes off, n and r31.
+# multimem `dst` on every member, one operation per `chunk` bytes. Writes off, n, r30, r31.
 .macro mm_st_range dst, src, bytes, chunk, off, n
     mov \off, 0
 piece_\@:
@@ -32,6 +32,18 @@ sized_\@:
     add \off, \off, \n
     bra piece_\@
 sent_\@:
+.endm
+
+# mm_st_tokens dst, src, unit (inside nvls_allgather): this channel's tokens r2 .. r2 + r4 - 1
+# of `src` ([T] of `unit` bytes each) multicast to gathered token r5 .. of `dst` on every GPU.
+# Writes r7 .. r11.
+.macro mm_st_tokens dst, src, unit
+    mul r7, r4, \unit            # bytes
+    mul r8, r2, \unit
+    add r8, r8, \src
+    mul r9, r5, \unit
+    add r9, r9, \dst
+    mm_st_range r9, r8, r7, %chunk, r10, r11
 .endm
 
 # nvls_allgather: channel b (TB b of ntb) moves tokens [b ceil(T/ntb), ...) of this GPU: their
@@ -62,27 +74,12 @@ bounded:
     sub r4, r3, r2               # r4 = tokens of this channel
     mul r5, %gpu, %tokens
     add r5, r5, r2               # r5 = first gathered token
-    shl r6, %hidden, 1           # r6 = row bytes
-    mul r7, r4, r6               # rows
-    mul r8, r2, r6
-    add r8, r8, %x
-    mul r9, r5, r6
-    add r9, r9, %xall
-    mm_st_range r9, r8, r7, %chunk, r10, r11
-    shl r6, %topk, 3             # ids: k words per token
-    mul r7, r4, r6
-    mul r8, r2, r6
-    add r8, r8, %topk_idx
-    mul r9, r5, r6
-    add r9, r9, %idxall
-    mm_st_range r9, r8, r7, %chunk, r10, r11
-    shl r6, %topk, 2             # weights: k fp32 per token
-    mul r7, r4, r6
-    mul r8, r2, r6
-    add r8, r8, %topk_w
-    mul r9, r5, r6
-    add r9, r9, %wall
-    mm_st_range r9, r8, r7, %chunk, r10, r11
+    shl r6, %hidden, 1
+    mm_st_tokens %xall, %x, r6                   # rows: 2 H bytes per token
+    shl r6, %topk, 3
+    mm_st_tokens %idxall, %topk_idx, r6          # expert ids: k words per token
+    shl r6, %topk, 2
+    mm_st_tokens %wall, %topk_w, r6              # router weights: k fp32 per token
     fence                        # every member has every byte
     mul r12, r4, %topk
     red.add %gpu, [%acct], r12   # acct word 0: pairs sent
