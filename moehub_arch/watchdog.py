@@ -31,7 +31,7 @@ from .engine.events import Q_KIND, Q_TICK, TIMER_OFF, TM_TICK
 from .engine.state import (LN_DONE, LN_RUNNING, TB_EMPTY, TB_READY, TB_RETIRED, TB_WAIT_CLAIM,
                            TB_WAIT_FENCE, TB_WAIT_FLAG, TB_WAIT_HUB, TB_WAIT_REMOTE)
 from .observer import RunObserver, SimulationError
-from .isa.encoding import (CMP_NAMES, IMM, OP0, REG_TB, SEM, SEM_BRANCH, SEM_FENCE, SEM_SEND_EXPERT,
+from .isa.encoding import (CMP_NAMES, IMM, OP0, REG_TB, SEM, SEM_BRANCH, SEM_FENCE, SEM_SEND_EXPERT, SEM_ST_ROWSP,
                            SEMANTIC_NAMES,
                            SUBOP, SUBOP_NAMES)
 
@@ -115,6 +115,25 @@ def _tb_wait(sim, slot, now):
                 return (f"send_to_expert {e} blocked: the RPM row ring toward GPU {d} is full "
                         f"({int(sr.head - sr.tail)} of {int(p.rpm_ring)} rows accepted but not yet "
                         f"landed; system.gpu.hub.moe.rpm.row_queue_depth)")
+        if int(row[SEM]) == SEM_ST_ROWSP:
+            rid = _operand(st, slot, row, 0)
+            if 0 <= rid < st.rowsp_table.shape[1] and int(st.rowsp_table[g, rid, 0]) >= 0:
+                d = int(st.moe_place[int(st.rowsp_table[g, rid, 0]), 0])
+                sr = st.stream[g * int(p.num_gpus) + d]
+                R = int(p.rpm_ring)
+                base = (g * int(p.num_gpus) + d) * R
+                ring = [st.mrow[base + i % R] for i in range(int(sr.tail), int(sr.head))]
+                open_rows = sum(1 for r in ring if r.rowsp and r.lead < 0 and not r.done
+                                and r.row_stored < r.row_size)
+                why = ""
+                if open_rows and open_rows == len(ring):
+                    # a row's lead store holds its ring entry until the whole row landed
+                    why = (f"; all of them begin rows still waiting for more st.rowsp stores, "
+                           f"which cannot enter the full ring: rows written by several stores "
+                           f"need a ring deeper than the rows the producers keep open at once")
+                return (f"st.rowsp to allocation {rid} blocked: the RPM row ring toward GPU {d} is "
+                        f"full ({int(sr.head - sr.tail)} of {R} stores accepted but "
+                        f"not yet landed; system.gpu.hub.moe.rpm.row_queue_depth){why}")
         gp = st.gpu[g]
         R, depth = int(p.reqs_per_gpu), st.reqq.shape[1]
         return (f"'{_instruction(sim, int(tb.pc))}' waiting for room in the hub: request table "

@@ -163,3 +163,36 @@ def test_packet_train_longer_than_the_receive_buffer_is_an_input_error():
     from moehub_arch.config import ConfigError
     with pytest.raises(ConfigError, match=r"run\.packet_train.*at most \d+, found 64"):
         load("ubench/alltoall.yaml", "run.packet_train=64")
+
+
+def test_timer_tree_root_is_the_earliest_armed_timer_after_any_sets_and_clears(monkeypatch):
+    """The tournament tree keeps a copy of each winner's (tick, seq) in its nodes (engine.events):
+    after every set or clear its root must be the armed timer with the smallest (tick, seq), as a
+    scan of State.timer finds it, and every node must carry its winner's current key. Runs the
+    Python functions (no compile); the run loop uses the same code compiled."""
+    from types import SimpleNamespace
+    from moehub_arch.engine import events as ev
+    monkeypatch.setattr(ev, "_timer_update", ev._timer_update.py_func)
+    set_, clear = ev.timer_set.py_func, ev.timer_clear.py_func
+    timer, tree = ev.new_timers(37)
+    st = SimpleNamespace(sys=np.zeros(1, [("q_next_seq", np.int64)]).view(np.recarray),
+                         timer=timer, timer_tree=tree)
+    rng = np.random.default_rng(23)
+    leaves = timer.shape[0]
+    for step in range(3000):
+        i = int(rng.integers(37))
+        if rng.random() < 0.3:
+            clear(st, i)
+        else:
+            set_(st, i, int(rng.integers(50)))    # few distinct ticks: ties broken by seq
+        armed = [(int(timer[k, 0]), int(timer[k, 1]), k) for k in range(leaves)
+                 if timer[k, 0] != ev.TIMER_OFF]
+        root = tree[1]
+        if armed:
+            tick, seq, k = min(armed)
+            assert (root[ev.TT_INDEX], root[ev.TT_TICK], root[ev.TT_SEQ]) == (k, tick, seq), step
+        else:
+            assert root[ev.TT_TICK] == ev.TIMER_OFF
+        w = tree[1:, ev.TT_INDEX]
+        assert np.array_equal(tree[1:, ev.TT_TICK], timer[w, ev.TM_TICK]), step
+        assert np.array_equal(tree[1:, ev.TT_SEQ], timer[w, ev.TM_SEQ]), step

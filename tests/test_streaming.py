@@ -10,7 +10,7 @@ from moehub_arch.workloads.reference import expert_ffn
 E, ROWS, H, I, TILE, N = 2, 32, 64, 32, 16, 16      # 4 row tiles; Ju = 2, Jd = 4 jobs per tile
 
 
-def _run(lag, sms=4):
+def _run(lag, sms=4, swizzle=16):
     buf = "workload.buffers."
     return simulate("ubench/streaming_gemm.yaml", *mini_system(num_gpus=2, num_sms=sms),
                     "workload.mode=functional",
@@ -22,7 +22,7 @@ def _run(lag, sms=4):
                     f"{buf}jobs={{bytes: {8 * (1 + E * ROWS // TILE)}B, region: control, dtype: i64}}",
                     *(f"workload.launches.0.params.{k}={v}" for k, v in
                       (("experts", E), ("rows", ROWS), ("hidden", H), ("ffn", I), ("tile_rows", TILE),
-                       ("n_tile", N), ("lag", lag))))
+                       ("n_tile", N), ("lag", lag), ("swizzle", swizzle))))
 
 
 def _columns(tiles, k, n):
@@ -30,9 +30,10 @@ def _columns(tiles, k, n):
     return tiles.reshape(E, n // N, k, N).transpose(0, 2, 1, 3).reshape(E, k, n)
 
 
-@pytest.mark.parametrize("lag", [0, 1, 3, 7])     # 0: the scheduler's choice; 7: more than the tiles
-def test_streaming_kernel_computes_every_tile_once(lag):
-    sim = _run(lag)
+@pytest.mark.parametrize("lag, swizzle", [(0, 16), (1, 16), (3, 16), (7, 16),   # lag 0: the
+                                          (0, 1), (1, 3), (0, 3)])   # scheduler's choice; 7: more
+def test_streaming_kernel_computes_every_tile_once(lag, swizzle):  # than the tiles; swizzle 3:
+    sim = _run(lag, swizzle=swizzle)                                # groups of 3 and 1 tiles
     x = sim.read_buffer(0, "x").reshape(E, ROWS, H)
     wg = _columns(sim.read_buffer(0, "wg"), H, I)
     wu = _columns(sim.read_buffer(0, "wu"), H, I)

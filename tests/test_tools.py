@@ -22,10 +22,14 @@ def test_case_figures_and_table(bench):
              "simEvents": 8_000_000, "simInsts": 1_000_000,
              # injected packets: the GPUs' link tx counters only (not switch ports, not hub totals)
              "system.gpu0.nvlink0.tx_packets": 300_000, "system.gpu1.nvlink17.tx_packets": 100_000,
-             "system.switch0.port0.tx_packets": 999, "system.gpu0.hub.tx_packets": 999}
+             "system.switch0.port0.tx_packets": 999, "system.gpu0.hub.tx_packets": 999,
+             "system.engine.events.sm_issue": 6_000_000, "system.engine.events.ch_tx": 2_000_000,
+             "system.engine.events.xbar": 0}
     fig = bench.case_figures(stats, peak_mb=300.0, wall=3.1)
     assert (fig["events_per_s"], fig["insts_per_s"], fig["slowdown"]) == (4_000_000, 500_000, 2000)
     assert (fig["packets"], fig["events_per_packet"]) == (400_000, 20.0)
+    # per kind, largest first; kinds that never ran are left out
+    assert list(fig["events_per_packet_by_kind"].items()) == [("sm_issue", 15.0), ("ch_tx", 5.0)]
     out = {"suite": "quick", "overrides": [], "cold_compile_s": None, "events_per_s": 4_000_000,
            "machine": {"cpu": "x", "cores": 2, "python": "3", "numba": "0"},
            "cases": {"alltoall": fig}, "sweeps": {},
@@ -35,3 +39,4 @@ def test_case_figures_and_table(bench):
     assert "alltoall with run.packet_train=4: simulated time 104.0 us vs 100.0 us exact (+4.00%)" in table
     assert "| alltoall | 2.00 | 8,000,000 | 4.00 | 20.0 | 500 | 300 | 2,000 |" in table
     assert "not measured (--cold)" in table
+    assert "- alltoall events per packet by kind: sm_issue 15.00, ch_tx 5.00" in table

@@ -11,7 +11,8 @@ Every run is `moehub-sim run` in its own process (so each case's peak memory is 
 child's maximum resident set size from wait4). Per case: wall seconds of the run loop with a warm
 JIT cache (stats hostSeconds), warm start (loading the cached engine, hostCompileSeconds), events,
 events/s, events per packet (simEvents / packets the GPUs put on their links, requests, data and
-responses alike: what the engine spends per unit of modelled traffic), simulated instructions/s,
+responses alike: what the engine spends per unit of modelled traffic) in all and per event kind
+(system.engine.events.*: which blocks' activations the events are), simulated instructions/s,
 peak memory and slowdown (wall seconds per simulated second).
 The cold compile is measured once, on a fresh Numba cache folder: every case runs the same compiled
 engine (one compiled version per argument type), so it is the cold start of any of them. The engine
@@ -112,6 +113,16 @@ def run_sim(config, overrides, engine="numba", env_extra=None):
 # packets put on the wires by the GPUs (requests, data, responses; each counted once, at its
 # first hop): the denominator of events per packet, the engine's cost per unit of modelled traffic
 INJECTED_PACKETS = re.compile(r"system\.gpu\d+\.nvlink\d+\.tx_packets")
+EVENT_KIND = "system.engine.events."
+
+
+def events_per_packet_by_kind(stats, packets):
+    """{event kind: events of that kind per injected packet}, largest first, kinds that ran: where
+    the engine's events go (load-independent, unlike wall time)."""
+    kinds = {k[len(EVENT_KIND):]: int(v) for k, v in stats.items()
+             if k.startswith(EVENT_KIND) and int(v) > 0}
+    return {k: round(n / packets, 3) for k, n in sorted(kinds.items(), key=lambda kv: -kv[1])} \
+        if packets else {}
 
 
 def case_figures(stats, peak_mb, wall):
@@ -123,6 +134,7 @@ def case_figures(stats, peak_mb, wall):
             "events_per_s": round(stats["simEvents"] / run_s) if run_s else 0,
             "packets": packets,
             "events_per_packet": round(stats["simEvents"] / packets, 2) if packets else None,
+            "events_per_packet_by_kind": events_per_packet_by_kind(stats, packets),
             "insts": int(stats["simInsts"]),
             "insts_per_s": round(stats["simInsts"] / run_s) if run_s else 0,
             "peak_mem_mb": round(peak_mb, 1), "sim_us": round(sim_s * 1e6, 3),
@@ -259,6 +271,11 @@ def render(out):
                      f"{per_packet} | {c['insts_per_s'] / 1e3:.0f} | {c['peak_mem_mb']:.0f} | "
                      f"{c['slowdown']:,} |")
     lines.append("")
+    for name, c in out["cases"].items():
+        kinds = c.get("events_per_packet_by_kind") or {}
+        if kinds:
+            lines.append(f"- {name} events per packet by kind: "
+                         + ", ".join(f"{k} {v:.2f}" for k, v in kinds.items()))
     if out.get("events_per_s"):
         lines.append(f"- run loop, all cases: {out['events_per_s'] / 1e6:.2f} M events/s")
     cold = ("not measured (--cold)" if out["cold_compile_s"] is None

@@ -63,6 +63,7 @@ CASES = {
                             ["system.gpu.num_sms=8", "workload.launches.0.params.experts=2",
                              "workload.launches.0.params.rows=256"]),
     "ubench_streaming_gemm": ("ubench/streaming_gemm.yaml", ["system.gpu.num_sms=8"]),
+    "hub_dispatch_combine_rowsp": ("hub/dispatch_combine_rowsp.yaml", []),
 }
 
 

@@ -13,13 +13,18 @@ What it models:
   region** (the byte range one ``mma`` operand reads: a [k][n] weight tile, a [rows][k] row tile),
   not per line: a region read from HBM is filled whole, and the least recently used regions are
   evicted until the resident bytes fit the capacity (or the table of ``tracked_regions`` entries
-  has room). An operand the kernel marks L2-resident (``mma`` subops ``b_l2``, ``l2``, ``a_l2``,
-  ``ra_b_l2``: weights after their first touch, a row tile several thread blocks share) is a *hit*
-  when its whole range lies in one resident region: it is served by the read port; otherwise it is
-  a *miss*: it is read from HBM (paced over the instruction like any operand stream, so misses cost
-  HBM bandwidth) and filled. Unmarked operands are the kernel's cold reads (the first touch): read
-  from HBM, as before, and filled, so the marked reads after them hit while the region stays
-  resident. Stats per GPU: ``system.gpuN.l2.hit_bytes``, ``miss_bytes``, ``evicted_bytes``.
+  has room). Every operand read looks the L2 up: it is a *hit* when its whole range lies in one
+  resident region: it is served by the read port, no earlier than the region's own fill has
+  arrived from HBM (a reader that follows a miss to the same tile while its data is still on the
+  way waits for it, as requests merging on an in-flight miss do); otherwise it is read from HBM
+  (paced over the instruction like any operand stream, so misses cost HBM bandwidth) and filled.
+  An operand the kernel marks L2-resident (``mma`` subops ``b_l2``, ``l2``, ``a_l2``,
+  ``ra_b_l2``: weights after their first touch, a row tile several thread blocks share) that
+  misses is a *miss*; an unmarked one (the kernel's cold read, the first touch in program order)
+  that is not resident is a compulsory read, counted in neither. The first reader in program order
+  is not always the first in time (thread blocks drift apart, and the grouped GEMMs' job order
+  puts several readers of one tile side by side), so a cold read that finds its tile resident hits.
+  Stats per GPU: ``system.gpuN.l2.hit_bytes``, ``miss_bytes``, ``evicted_bytes``.
 - **Link writes** (``link_writes``): into HBM (the link buffer is held until the channels took the
   data) or, with ``write_back``, absorbed by the L2 at its port bandwidth (NVLink writes land in
   the destination GPU's L2 slices), the HBM write-back charged on the channels.
@@ -70,13 +75,13 @@ BLOCK = Block(
         _l2("tracked_regions", "l2_tracked_regions", "regions",
             "entries of the per-GPU residency table (LRU-evicted when full)"),
     ),
-    arrays=(Array("l2_res", "per GPU, the resident regions: [start, end, last use] (RES_*); "
-                  "the first gpu.l2_regions rows are in use",
-                  lambda cfg: (cfg.system.num_gpus, cfg.system.gpu.l2.tracked_regions, 3)),),
+    arrays=(Array("l2_res", "per GPU, the resident regions: [start, end, last use, tick the "
+                  "fill's data is in] (RES_*); the first gpu.l2_regions rows are in use",
+                  lambda cfg: (cfg.system.num_gpus, cfg.system.gpu.l2.tracked_regions, 4)),),
     fields=fields("gpu", ("l2_free", "tick the L2 port's queued transfers end"),
                   ("l2_busy", "time the L2 port transferred (stat)"),
                   ("l2_read_bytes", "reads served"), ("l2_link_write_bytes", "link writes absorbed"),
-                  ("l2_hit_bytes", "marked mma operand bytes found resident"),
+                  ("l2_hit_bytes", "mma operand bytes found resident"),
                   ("l2_miss_bytes", "marked mma operand bytes read from HBM"),
                   ("l2_evicted_bytes", "resident bytes evicted (LRU)"),
                   ("l2_resident_bytes", "bytes of the resident regions"),
@@ -84,11 +89,12 @@ BLOCK = Block(
                   ("l2_clock", "last-use counter of the residency table")),
     stats=(StatGroup("gpu", "l2", counters((
         ("shared_read_bytes", "l2_read_bytes", "bytes", "reads served by the L2 read port (mma "
-         "operands marked L2-resident that hit: weights, shared row tiles)"),
+         "operands that hit: weights, shared row tiles)"),
         ("link_write_bytes", "l2_link_write_bytes", "bytes", "writes from the links absorbed by "
          "the L2 (system.gpu.l2.link_writes: write_back)"),
-        ("hit_bytes", "l2_hit_bytes", "bytes", "mma operand bytes marked L2-resident (subops "
-         "b_l2, l2, a_l2, ra_b_l2) that were resident: served by the L2"),
+        ("hit_bytes", "l2_hit_bytes", "bytes", "mma operand bytes that were resident (marked "
+         "L2-resident by subops b_l2, l2, a_l2, ra_b_l2, or a cold read after another reader "
+         "filled the tile): served by the L2"),
         ("miss_bytes", "l2_miss_bytes", "bytes", "mma operand bytes marked L2-resident that were "
          "not (evicted, never read, or beyond system.gpu.l2.capacity): read from HBM"),
         ("evicted_bytes", "l2_evicted_bytes", "bytes", "resident operand bytes evicted to make room "
@@ -99,7 +105,7 @@ BLOCK = Block(
     )),),
 )
 
-RES_START, RES_END, RES_USE = 0, 1, 2     # l2_res columns
+RES_START, RES_END, RES_USE, RES_READY = 0, 1, 2, 3     # l2_res columns
 
 
 @compiled
@@ -121,41 +127,46 @@ def l2_port_transfer(st, g, nbytes, tick, pace_ticks):
 @compiled
 def l2_operand_read(st, g, addr, nbytes, tick, pace_ticks, marked):
     """An mma operand read of nbytes at addr on GPU g, streamed over pace_ticks; `marked`: the
-    kernel marks it L2-resident. Returns the tick the data is available."""
+    kernel marks it L2-resident (a miss is then counted). Returns the tick the data is available."""
     p = st.p[0]
     gp = st.gpu[g]
+    r = _touch(st, g, addr, addr + nbytes)
+    if r >= 0:
+        gp.l2_hit_bytes += nbytes
+        gp.l2_read_bytes += nbytes
+        c = cycle_at_or_after(l2_port_transfer(st, g, nbytes, tick, pace_ticks), p.sm_period_fs)
+        return max(cycle_edge(c + p.l2_latency_cycles, p.sm_period_fs), st.l2_res[g, r, RES_READY])
     if marked:
-        if _touch(st, g, addr, addr + nbytes):
-            gp.l2_hit_bytes += nbytes
-            gp.l2_read_bytes += nbytes
-            c = cycle_at_or_after(l2_port_transfer(st, g, nbytes, tick, pace_ticks), p.sm_period_fs)
-            return cycle_edge(c + p.l2_latency_cycles, p.sm_period_fs)
         gp.l2_miss_bytes += nbytes
-    _fill(st, g, addr, addr + nbytes)
-    return hbm_access_paced(st, g, addr, nbytes, tick, False, pace_ticks)
+    r = _fill(st, g, addr, addr + nbytes)
+    ready = hbm_access_paced(st, g, addr, nbytes, tick, False, pace_ticks)
+    if r >= 0:
+        st.l2_res[g, r, RES_READY] = ready
+    return ready
 
 
 @compiled
 def _touch(st, g, lo, hi):
-    """Whether [lo, hi) lies in one resident region of GPU g; marks that region used now."""
+    """The row of the resident region of GPU g that [lo, hi) lies in (marked used now), or -1."""
     gp = st.gpu[g]
     for r in range(gp.l2_regions):
         if st.l2_res[g, r, RES_START] <= lo and hi <= st.l2_res[g, r, RES_END]:
             gp.l2_clock += 1
             st.l2_res[g, r, RES_USE] = gp.l2_clock
-            return True
-    return False
+            return r
+    return -1
 
 
 @compiled
 def _fill(st, g, lo, hi):
     """Make [lo, hi) resident on GPU g: regions it overlaps are replaced by it, the least recently
-    used regions are evicted until it fits. A region larger than the capacity is not filled."""
+    used regions are evicted until it fits. A region larger than the capacity is not filled.
+    Returns its row (the caller sets its RES_READY), or -1 when not filled."""
     p = st.p[0]
     gp = st.gpu[g]
     size = hi - lo
     if size > p.l2_capacity:
-        return
+        return -1
     r = 0
     while r < gp.l2_regions:
         if st.l2_res[g, r, RES_START] < hi and lo < st.l2_res[g, r, RES_END]:
@@ -177,6 +188,8 @@ def _fill(st, g, lo, hi):
     st.l2_res[g, r, RES_START] = lo
     st.l2_res[g, r, RES_END] = hi
     st.l2_res[g, r, RES_USE] = gp.l2_clock
+    st.l2_res[g, r, RES_READY] = 0
+    return r
 
 
 @compiled
@@ -185,7 +198,7 @@ def _drop(st, g, r):
     gp = st.gpu[g]
     gp.l2_resident_bytes -= st.l2_res[g, r, RES_END] - st.l2_res[g, r, RES_START]
     last = gp.l2_regions - 1
-    for col in range(3):
+    for col in range(4):
         st.l2_res[g, r, col] = st.l2_res[g, last, col]
     gp.l2_regions = last
 

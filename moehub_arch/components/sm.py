@@ -25,7 +25,8 @@ from ..engine.clock import period_fs
 from ..engine.events import push
 from ..engine.state import (ERR_ADDR_RANGE, ERR_BAD_GPU, ERR_BAD_SIZE, ERR_DIV_ZERO,
                             ERR_MISALIGNED, ERR_MOE_AFTER_EOS, ERR_MOE_EXPERT, ERR_MOE_RELEASE,
-                            ERR_MOE_ROW_SIZE, ERR_MOE_CLAIM_LAUNCH, ERR_RED_REMOTE, ERR_MULTIMEM_ADDR, ERR_REG_RANGE, ERR_UNBACKED_WORD, TB_READY, TB_WAIT_CLAIM,
+                            ERR_MOE_ROW_SIZE, ERR_MOE_CLAIM_LAUNCH, ERR_RED_REMOTE, ERR_MULTIMEM_ADDR, ERR_REG_RANGE,
+                            ERR_ROWSP_ID, ERR_ROWSP_REGISTER, ERR_ROWSP_ROW, ERR_UNBACKED_WORD, TB_READY, TB_WAIT_CLAIM,
                             TB_WAIT_FENCE, TB_WAIT_FLAG, TB_WAIT_HUB, TB_WAIT_REMOTE, WAIT_FENCE,
                             WAITLIST_FLAG, WAITLIST_HUB, TB_EMPTY, WAIT_REASON_NAMES)
 from ..isa.encoding import (ATOM_RED_ADD, NUM_GENERAL_REGS, ALU_ADD, ALU_AND, ALU_DIV, ALU_MAX, ALU_MIN, ALU_MOV, ALU_MUL, ALU_OR,
@@ -35,6 +36,7 @@ from ..isa.encoding import (ATOM_RED_ADD, NUM_GENERAL_REGS, ALU_ADD, ALU_AND, AL
                             SEM_COPY, SEM_COPY2D, SEM_EXIT, SEM_FENCE, SEM_FLAG_SET, SEM_GET,
                             SEM_LD, SEM_MMA, SEM_PUT, SEM_SLEEP, SEM_ST, SEM_VEC, SEM_WAIT,
                             SEM_CLAIM, SEM_NOTIFY, SEM_SEND_EXPERT, SEM_SEND_HOME, NOTIFY_EOS,
+                            SEM_ROWSP_MALLOC, SEM_ST_ROWSP,
                             SMEM_ADDR_BIT, SUBOP, THR, UNIT, DTYPE, DTYPE_DST_SHIFT, DTYPE_SRC_MASK, MMA_A_L2, MMA_B_L2, MMA_L2, MMA_RA, MMA_RA_B_L2, MMA_BT_B_L2, VEC_ADD,
                             VEC_AXPY, VEC_CVT, VEC_MUL, PUT_SM,
                             VEC_SILU_MUL, VEC_ZERO, VEC_SUB, VEC_MAX, VEC_EXP, VEC_RSQRT,
@@ -49,7 +51,7 @@ from .hub import (REQ_ATOM, REQ_GET, REQ_MM_LD, REQ_MM_RED, REQ_MM_ST, REQ_PUT, 
 from .nvls import multimem_element_bytes, multimem_object, multimem_route_peer
 from .moehub.aau import aau_release_entries, aau_retry, record_address, slot_address
 from .moehub.dam import CLAIM_WAIT, dam_block_exited, dam_claim, dam_release
-from .moehub.rpm import rpm_accept, rpm_end_of_stream
+from .moehub.rpm import rpm_accept, rpm_accept_rowsp, rpm_end_of_stream
 from .scheduler import block_exit, stream_slots_per_sm
 from .trace import TR_TB_WAIT, trace_issue, trace_tb
 from .waiters import add_waiter, compare, notify_stores
@@ -585,6 +587,14 @@ def _execute(st, slot, sm, tick, cyc):
         if not _send_to_expert(st, slot, row, g, tick, cyc):
             return
 
+    elif sem == SEM_ROWSP_MALLOC:
+        if not _rowsp_malloc(st, slot, row, g, tick, cyc):
+            return
+
+    elif sem == SEM_ST_ROWSP:
+        if not _st_rowsp(st, slot, row, g, tick, cyc):
+            return
+
     elif sem == SEM_CLAIM:
         expert = _operand(st, slot, row, 3, tick, cyc)
         if not _local_expert(st, slot, g, expert):
@@ -843,6 +853,61 @@ def _send_to_expert(st, slot, row, g, tick, cyc):
     home = _operand(st, slot, row, 3, tick, cyc)
     aux = _operand(st, slot, row, 4, tick, cyc)
     if not rpm_accept(st, g, slot, expert, src, nb, home, aux, tick):
+        _stall_on_hub(st, slot, g, tick)
+        return False
+    return True
+
+
+@compiled
+def _rowsp_malloc(st, slot, row, g, tick, cyc):
+    """rowsp.malloc id, expert, row_bytes: register allocation `id` in this GPU's hub (the
+    MMIO write of a rowspMalloc call): its logical destination (the expert; the placement table
+    gives its GPU, the TLB's part) and its row size. The rows land in the expert's receive window
+    on that GPU (the base the AAU holds). Re-registering an id overwrites it."""
+    p = st.p[0]
+    rid = _operand(st, slot, row, 0, tick, cyc)
+    expert = _operand(st, slot, row, 1, tick, cyc)
+    nb = _operand(st, slot, row, 2, tick, cyc)
+    if rid < 0 or rid >= st.rowsp_table.shape[1]:
+        raise_error(st, ERR_ROWSP_ID, slot, rid)
+        return False
+    if expert < 0 or expert >= p.num_experts or nb <= 0 or nb > p.row_bytes:
+        raise_error(st, ERR_ROWSP_REGISTER, slot, expert if nb > 0 and nb <= p.row_bytes else nb)
+        return False
+    st.rowsp_table[g, rid, 0] = expert
+    st.rowsp_table[g, rid, 1] = nb
+    return True
+
+
+@compiled
+def _st_rowsp(st, slot, row, g, tick, cyc):
+    """st.rowsp id, row, offset, src, bytes: validate, then hand the bytes to the RPM as part of
+    row `row` of allocation `id` (False: error or stalled)."""
+    p = st.p[0]
+    rid = _operand(st, slot, row, 0, tick, cyc)
+    if rid < 0 or rid >= st.rowsp_table.shape[1] or st.rowsp_table[g, rid, 0] < 0:
+        raise_error(st, ERR_ROWSP_ID, slot, rid)
+        return False
+    expert = st.rowsp_table[g, rid, 0]
+    size = st.rowsp_table[g, rid, 1]
+    rowid = _operand(st, slot, row, 1, tick, cyc)
+    off = _operand(st, slot, row, 2, tick, cyc)
+    src = _operand(st, slot, row, 3, tick, cyc)
+    nb = _operand(st, slot, row, 4, tick, cyc)
+    if rowid < 0 or off < 0 or nb <= 0 or off + nb > size:
+        raise_error(st, ERR_ROWSP_ROW, slot, off + nb)
+        return False
+    if _is_smem(src) or not _check_range(st, slot, src, nb):
+        raise_error(st, ERR_ADDR_RANGE, slot, src)
+        return False
+    if st.stream[g * p.num_gpus + st.moe_place[expert, 0]].eos_pending:
+        raise_error(st, ERR_MOE_AFTER_EOS, slot, expert)
+        return False
+    status = rpm_accept_rowsp(st, g, slot, rid, expert, size, rowid, off, src, nb, tick)
+    if status < 0:
+        raise_error(st, ERR_ROWSP_ROW, slot, off + nb)
+        return False
+    if status == 0:
         _stall_on_hub(st, slot, g, tick)
         return False
     return True

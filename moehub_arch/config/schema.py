@@ -101,6 +101,12 @@ class RpmConfig:
                        "flushed partial ones) or uncoalesced (the ablation without the RPM: no coalescing, "
                        "each row's bytes leave in their own packets as soon as it is accepted)",
                        choices=RPM_SCHEDULES)
+    allocation_ids: int = _f("int", "row-sparse allocations one GPU's hub can register "
+                             "(rowsp.malloc ids 0 .. allocation_ids - 1; the MoE-Hub TLB entries "
+                             "mapping an id to its logical destination and row size, arXiv "
+                             "2605.05888). Default 256, assumption: one per routed expert of the "
+                             "largest shipped model (DeepSeek-V3); the paper does not size it",
+                             256, min=1)
 
 
 AAU_OVERFLOW = ("stall", "spill")
@@ -396,6 +402,12 @@ class MoehubSchemeConfig:
                           "(every job at once: the down blocks hold SMs while they wait for the "
                           "gate/up blocks; this project's first launch model)", "split",
                           choices=("split", "together"))
+    stores: str = _f("choice", "how moehub_dispatch hands rows to the hub: send_to_expert (this "
+                     "project's first reading: a row joins a byte stream toward the expert's GPU "
+                     "behind a row header) or row_sparse (the published ISA, MoE-Hub arXiv "
+                     "2605.05888: rowsp.malloc registers one allocation id per expert, then st.rowsp "
+                     "stores name (id, row, offset); a row's packets never carry another row)",
+                     "send_to_expert", choices=("send_to_expert", "row_sparse"))
 
 
 @attrs.frozen
@@ -531,6 +543,21 @@ class LayerConfig:
     gemm_n_tile: int = _f("int", "output columns of one expert-GEMM job (a thread block's N tile): "
                           "a row tile's gate/up GEMM is FFN width / n_tile jobs, its down GEMM "
                           "hidden / n_tile jobs, spread over the SMs; must divide both", 128, min=1)
+    gemm_swizzle: int = _f("int", "row tiles per group of the bulk expert GEMMs' job order "
+                           "(deepep, megatron, tutel; workloads/kernels/lib/gemm_tiles.s "
+                           "swizzle_job): inside a group the column job is the outer loop, so the "
+                           "thread blocks running at one time share weight column tiles in the L2; "
+                           "1 = row tile by row tile. Default 8: DeepGEMM's group size heuristic "
+                           "(deep_gemm get_num_1d_blocks_per_group: of 8 and 16 row tiles, the one "
+                           "with the smaller G x BLOCK_M + ceil(SMs / G) x BLOCK_N; 128 x 128 tiles "
+                           "on 132 SMs tie and it keeps 8)", 8, min=1)
+    stream_swizzle: int = _f("int", "tiles per group of the streaming expert kernels' job order "
+                             "(overlap, moehub; workloads/kernels/lib/streaming.s): as "
+                             "gemm_swizzle, for tiles that arrive over time - a group's later "
+                             "column jobs wait for all its tiles, and its down jobs come lag "
+                             "groups later, so the group trades L2 reuse for latency. 1 = tile by "
+                             "tile. assumption: 4, half the bulk GEMMs' group (no public streaming "
+                             "kernel states one)", 4, min=1)
     combine_tbs: int = _f("int", "thread blocks per GPU of the final weighted combine", 32, min=1)
     shared_tbs: int = _f("int", "thread blocks per GPU of the shared experts (if the model has "
                          "any)", 16, min=1)

@@ -13,8 +13,12 @@ crossbar attempt, a packetizer's next packet. Each block has at most one, and a 
 earlier than planned must move it. In a heap that leaves the old entry behind as a stale event
 (an SM whose TB retried a full hub every few cycles piled up hundreds), so these activations are
 timers instead: one (tick, seq) slot per block in State.timer, and a tournament tree
-(State.timer_tree: node -> index of the earliest timer below it) whose root is the earliest timer.
-Setting or clearing a timer takes one walk from its leaf to the root; nothing is ever stale, and
+(State.timer_tree: node -> index, tick and sequence number of the earliest timer below it) whose
+root is the earliest timer. Setting or clearing a timer takes one walk from its leaf to the root;
+each node carries its winner's key, so a step of the walk compares two adjacent rows instead of
+fetching two timers from anywhere in State.timer (the walk was 14% of the run loop's time on a
+DeepSeek-V3 layer, mostly those fetches: tools/profile_engine.py --annotate), and it stops as soon
+as a node's winner and key come out as they were. Nothing is ever stale, and
 the heap keeps only one-off events (launches, local completions, MoE-Hub loopback, DAM ready).
 The run loop takes whichever of heap top and tree root is earlier by (tick, seq): the same total
 order as a single queue. Timer index ranges per block kind are in State.p (tm_*).
@@ -33,6 +37,8 @@ Q_TICK, Q_SEQ, Q_KIND, Q_A0, Q_A1 = range(5)
 # columns of State.timer; an unarmed timer has tick TIMER_OFF
 TM_TICK, TM_SEQ = 0, 1
 TIMER_OFF = 2 ** 62
+# columns of State.timer_tree: the node's winner (a timer index) and that timer's tick and sequence
+TT_INDEX, TT_TICK, TT_SEQ = 0, 1, 2
 
 def _event_names(inst):
     """{kind: name} of the event kinds in use (composed from every block's declarations)."""
@@ -75,14 +81,16 @@ BLOCK = Block(
 
 
 def new_timers(count):
-    """`count` unarmed timers and their tournament tree (leaves padded to a power of two)."""
+    """`count` unarmed timers and their tournament tree (leaves padded to a power of two): row
+    `leaves + i` is timer i, row n < leaves the winner of rows 2n and 2n + 1 (ties: the left)."""
     leaves = 1
     while leaves < max(count, 2):
         leaves *= 2
     timer = np.zeros((leaves, 2), np.int64)
     timer[:, TM_TICK] = TIMER_OFF
-    tree = np.zeros(2 * leaves, np.int64)
-    tree[leaves:] = np.arange(leaves)
+    tree = np.zeros((2 * leaves, 3), np.int64)
+    tree[leaves:, TT_INDEX] = np.arange(leaves)
+    tree[:, TT_TICK] = TIMER_OFF
     for node in range(leaves - 1, 0, -1):
         tree[node] = tree[2 * node]
     return timer, tree
@@ -106,20 +114,28 @@ def timer_clear(st, i):
 
 @compiled
 def _timer_update(st, i):
-    """Replay the tournament from leaf i to the root."""
-    tm = st.timer
+    """Replay the tournament from leaf i to the root (the same winners as comparing the timers
+    themselves: every node holds a copy of its winner's key)."""
     tree = st.timer_tree
-    node = (i + tm.shape[0]) >> 1
+    node = i + st.timer.shape[0]
+    tree[node, TT_TICK] = st.timer[i, TM_TICK]
+    tree[node, TT_SEQ] = st.timer[i, TM_SEQ]
+    node >>= 1
     while node >= 1:
-        a = tree[2 * node]
-        b = tree[2 * node + 1]
-        ta = tm[a, TM_TICK]
-        tb = tm[b, TM_TICK]
-        if tb < ta or (tb == ta and tm[b, TM_SEQ] < tm[a, TM_SEQ]):
+        a = 2 * node
+        b = a + 1
+        ta = tree[a, TT_TICK]
+        tb = tree[b, TT_TICK]
+        if tb < ta or (tb == ta and tree[b, TT_SEQ] < tree[a, TT_SEQ]):
             a = b
-        if tree[node] == a and a != i:
+        w = tree[a, TT_INDEX]
+        t = tree[a, TT_TICK]
+        q = tree[a, TT_SEQ]
+        if tree[node, TT_INDEX] == w and tree[node, TT_TICK] == t and tree[node, TT_SEQ] == q:
             break   # same winner, same key: nothing above this node changes
-        tree[node] = a
+        tree[node, TT_INDEX] = w
+        tree[node, TT_TICK] = t
+        tree[node, TT_SEQ] = q
         node >>= 1
 
 

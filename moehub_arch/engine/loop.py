@@ -21,7 +21,7 @@ from ..components.sm import EV_LOCAL_DONE, EV_SM_ISSUE, local_done, sm_issue
 from ..components.occupancy import EV_OCCUPANCY_SAMPLE, occupancy_sample
 from ..components.packet import PK_MOE, PK_MOE_EOS
 from ..components.switch import EV_XBAR, switch_crossbar, switch_receive
-from .events import Q_SEQ, Q_TICK, TIMER_OFF, TM_SEQ, TM_TICK, pop, timer_clear
+from .events import Q_SEQ, Q_TICK, TIMER_OFF, TT_INDEX, TT_SEQ, TT_TICK, pop, timer_clear
 
 STATUS_EMPTY = 0      # no events left (heap empty, no timer armed)
 STATUS_BATCH = 1      # max_events processed; call again
@@ -39,12 +39,12 @@ def run_loop(st, max_events, headroom, tick_limit):
     n = 0
     while n < max_events:
         # the earlier of the heap's top event and the earliest component timer, by (tick, seq)
-        ti = st.timer_tree[1]
-        tt = st.timer[ti, TM_TICK]
+        ti = st.timer_tree[1, TT_INDEX]
+        tt = st.timer_tree[1, TT_TICK]
         use_timer = tt != TIMER_OFF
         if sy.q_size > 0:
             qt = st.q[0, Q_TICK]
-            if use_timer and (qt < tt or (qt == tt and st.q[0, Q_SEQ] < st.timer[ti, TM_SEQ])):
+            if use_timer and (qt < tt or (qt == tt and st.q[0, Q_SEQ] < st.timer_tree[1, TT_SEQ])):
                 use_timer = False
             tick = tt if use_timer else qt
         elif use_timer:

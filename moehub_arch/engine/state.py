@@ -55,7 +55,8 @@ STATE_FIELDS = tuple([
     "sys",          # [1] SYSTEM
     "q",            # [capacity, 5] event heap (engine.events)
     "ev_count",     # [event kinds] events processed per kind (engine.events.EVENT_NAMES)
-    "timer", "timer_tree",  # [leaves, 2] component timers (tick, seq); [2 * leaves] their tree
+    "timer", "timer_tree",  # [leaves, 2] component timers (tick, seq); [2 * leaves, 3] their
+                            # tournament tree (winner, its tick, its seq; engine.events TT_*)
     "code",         # [instructions, ROW_WIDTH] assembled program
     "tb", "regs",   # [slots] THREAD_BLOCK, [slots, NUM_REGS] registers
     "sm", "sm_unit_free", "sm_unit_busy", "sm_wait",  # [SMs] SM; [SMs, units] x2; [SMs, reasons]
@@ -121,7 +122,17 @@ ERR_RED_REMOTE = 13
 ERR_MOE_CLAIM_LAUNCH = 14
 ERR_MULTIMEM_ADDR = 20
 ERR_DAM_START_QUEUE = 15
+ERR_ROWSP_ID = 30          # st.rowsp / rowsp.malloc: allocation id not registered / out of the table
+ERR_ROWSP_ROW = 31         # st.rowsp: bytes past the registered row size (or a row's stores exceed it)
+ERR_ROWSP_REGISTER = 32    # rowsp.malloc: bad expert or row size
 ERROR_TEXT = {
+    ERR_ROWSP_ID: "st.rowsp names an allocation id that this GPU's hub has not registered "
+                  "(rowsp.malloc), or an id outside 0 .. system.gpu.hub.moe.rpm.allocation_ids - 1",
+    ERR_ROWSP_ROW: "st.rowsp bytes outside the row registered for its allocation id (offset + bytes "
+                   "above the registered row size, the row's stores together above it, a negative "
+                   "offset or row, or no bytes)",
+    ERR_ROWSP_REGISTER: "rowsp.malloc of an expert id out of range (workload.moe.num_experts) or a "
+                        "row size of 0 or above the window slot (workload.moe.row_bytes)",
     ERR_MOE_EXPERT: "expert id out of range (workload.moe.num_experts), or claim/release of an expert "
                     "that is not placed on this GPU",
     ERR_MOE_ROW_SIZE: "send_to_expert row larger than the window slot (workload.moe.row_bytes) or empty",

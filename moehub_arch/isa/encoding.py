@@ -92,11 +92,14 @@ SEM_NOTIFY = 19       # (a, b)  subop NOTIFY_EOS: a = producers; NOTIFY_RELEASE:
 SEM_SEND_HOME = 20    # (record, src_addr, bytes, base)        combine: row back to its home slot
 # NVLink SHARP (in-switch multicast and reduction; components/nvls.py)
 SEM_MULTIMEM = 21     # (dst, src, bytes)  subop MM_*; the multimem address is dst (st, red) or src
-NUM_SEMANTICS = 22
+# MoE-Hub row-sparse stores (the published ISA, arXiv 2605.05888; components/moehub/rpm.py)
+SEM_ROWSP_MALLOC = 22  # (id, expert, row_bytes)                register allocation id -> expert, row size
+SEM_ST_ROWSP = 23      # (id, row, offset, src_addr, bytes)    store bytes into row `row` of allocation id
+NUM_SEMANTICS = 24
 SEMANTIC_NAMES = (
     "nop", "exit", "alu", "branch", "ld", "st", "copy", "copy2d", "mma", "vec", "put", "get",
     "atom", "flag_set", "wait", "fence", "sleep", "send_to_expert", "claim", "notify", "send_home",
-    "multimem",
+    "multimem", "rowsp_malloc", "st_rowsp",
 )
 # Named operands of each semantic, in slot order, as (name, kind). Kinds: "reg" (a general
 # register written by the instruction), "src" (register, special register, parameter or
@@ -126,6 +129,9 @@ SEMANTIC_OPERANDS = {
     SEM_NOTIFY: (("a", "src"), ("b", "src")),
     SEM_SEND_HOME: (("record", "src"), ("src", "src"), ("bytes", "src"), ("base", "src")),
     SEM_MULTIMEM: (("dst", "src"), ("src", "src"), ("bytes", "src")),
+    SEM_ROWSP_MALLOC: (("id", "src"), ("expert", "src"), ("row_bytes", "src")),
+    SEM_ST_ROWSP: (("id", "src"), ("row", "src"), ("offset", "src"), ("src", "src"),
+                   ("bytes", "src")),
 }
 
 

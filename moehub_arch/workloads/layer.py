@@ -57,6 +57,8 @@ class LayerShape:
     local_experts: int    # routed experts per GPU (block placement: GPU g holds g*El .. g*El+El-1)
     tile_rows: int        # M tile of every grouped GEMM (system.gpu.hub.moe.dam.tile_rows)
     n_tile: int           # output columns of one expert-GEMM job (workload.layer.gemm_n_tile)
+    swizzle: int          # row tiles per group of the bulk GEMMs' job order (workload.layer.gemm_swizzle)
+    stream_swizzle: int   # tiles per group of the streaming kernels' order (workload.layer.stream_swizzle)
     functional: bool
 
     @property
@@ -137,7 +139,8 @@ def layer_shape(cfg):
                          f"expert kernels reserve 160 KB (tile_rows x gemm_n_tile <= "
                          f"{GEMM_JOB_ELEMENTS}); use a smaller gemm_n_tile or tile_rows")
     return LayerShape(
-        model=m.name, n_tile=n, num_gpus=P, tokens=layer.tokens_per_gpu, experts=m.experts, top_k=m.top_k,
+        model=m.name, n_tile=n, swizzle=layer.gemm_swizzle,
+        stream_swizzle=layer.stream_swizzle, num_gpus=P, tokens=layer.tokens_per_gpu, experts=m.experts, top_k=m.top_k,
         hidden=m.hidden, ffn=m.expert_ffn, shared=m.shared_experts,
         shared_ffn=m.shared_expert_ffn if m.shared_experts else 0, local_experts=m.experts // P,
         tile_rows=sysc.gpu.hub.moe.dam.tile_rows, functional=cfg.workload.mode == "functional"), m
@@ -228,10 +231,10 @@ def grouped_gemm_launches(s, stream, tbs, counts, xe, ye, cap):
             ("ye", f"@{ye}"), ("cap", cap), ("local_experts", El)) + common),
         LaunchConfig(kernel="grouped_gate_up", grid=tbs, stream=stream, params=(
             ("table", "@grouped_table"), ("wg", "@w_gate"), ("wu", "@w_up")) + common
-            + (("n_tile", s.n_tile),)),
+            + (("n_tile", s.n_tile), ("swizzle", s.swizzle))),
         LaunchConfig(kernel="grouped_down", grid=tbs, stream=stream, params=(
             ("table", "@grouped_table"), ("wd", "@w_down")) + common
-            + (("n_tile", s.n_tile), ("acct", "@acct"))),
+            + (("n_tile", s.n_tile), ("swizzle", s.swizzle), ("acct", "@acct"))),
     ]
 
 

@@ -47,7 +47,7 @@ from ..packet import PK_MOE_EOS, packet_free
 from ..wakeups import rpm_kick, tb_resume
 from ..trace import CAT_AAU, TR_AAU_ALLOC, TR_AAU_STALL, trace_event
 from .dam import dam_row_landed, dam_source_ended
-from .rpm import row_at
+from .rpm import row_at, row_header
 from ..block import Block, Debug, Param, Record, Stat, StatGroup, counters, fields
 from .rpm import rpm_packet_bytes
 
@@ -451,6 +451,8 @@ def _still_blocked(st, g, pkt, parked_allocs):
     row = st.mrow[s * p.rpm_ring + first % p.rpm_ring]
     if row.alloc >= 0:
         return False
+    if row.lead >= 0:   # a later store of an allocated row needs no space
+        return first != _first_unallocated(st, s)
     return first != _first_unallocated(st, s) or not _has_room(st, g, row)
 
 
@@ -523,7 +525,6 @@ def _process(st, g, pkt, t):
     else:
         lo = pk.addr
         hi = pk.addr + pk.payload
-        H = p.rpm_header_bytes
         stop = hi
         # rows in stream order: allocate where needed (stopping at the first that cannot be),
         # then write every piece before that point
@@ -536,10 +537,18 @@ def _process(st, g, pkt, t):
             row = st.mrow[s * p.rpm_ring + i % p.rpm_ring]
             if row.start >= hi:
                 break
-            if row.alloc >= 0:
-                if row.rat == RAT_SPILLED:
+            if row.alloc >= 0 or (row.lead >= 0 and i == nxt):
+                if row.alloc < 0:
+                    # a later st.rowsp store of a row: its slot is the lead's (the row table's
+                    # lookup; the lead is earlier in the stream, so already allocated)
+                    row.alloc = st.mrow[s * p.rpm_ring + row.lead % p.rpm_ring].alloc
+                    nxt += 1
+                    sr.allocs += 1
+                k = i if row.lead < 0 else row.lead     # the descriptor owning the row's entry
+                owner = st.mrow[s * p.rpm_ring + k % p.rpm_ring]
+                if owner.rat == RAT_SPILLED:
                     # the row's table entry was evicted: read it back before writing
-                    t = _rat_refill(st, g, s, i, row, t)
+                    t = _rat_refill(st, g, s, k, owner, t)
                     if t > free_at:
                         free_at = t
                 continue
@@ -555,20 +564,32 @@ def _process(st, g, pkt, t):
                 free_at = t
         for i in range(first, sr.head):
             row = st.mrow[s * p.rpm_ring + i % p.rpm_ring]
+            H = row_header(p, row)
             end = row.start + H + row.length
             if row.start >= stop:
                 break
             a = max(lo, row.start + H) - (row.start + H)      # data bytes [a, b) of the row
             b = min(stop, end) - (row.start + H)
             if b > a:
-                dst = slot_address(st, g, row.expert, row.alloc) + a
+                dst = slot_address(st, g, row.expert, row.alloc) + row.offset + a
                 done, _ = link_write(st, g, dst, b - a, t)
                 if done > free_at:
                     free_at = done
                 move_bytes(st, src, row.src_addr + a, g, dst, b - a, -1)
             row.recv += min(stop, end) - max(lo, row.start)
-            if row.recv == H + row.length:
-                _row_complete(st, g, src, row, free_at)
+            if not row.rowsp:
+                if row.recv == H + row.length:
+                    _row_complete(st, g, src, row, free_at)
+                continue
+            # st.rowsp: the row is complete when its stores' bytes reach the registered size
+            lead = row if row.lead < 0 else st.mrow[s * p.rpm_ring + row.lead % p.rpm_ring]
+            if b > a:
+                lead.row_landed += b - a
+            if row.lead >= 0 and row.recv == row.length and not row.done:
+                row.done = 1                  # this store has landed; its row may still wait
+                _store_landed(st, row.slot, free_at)
+            if lead.row_landed == lead.row_size and not lead.done:
+                _row_complete(st, g, src, lead, free_at)
         sr.recv += stop - lo
         st.gpu[g].hub_rx_payload += stop - lo
         # rows complete out of order; the ring frees in order (and may unblock the producers)
@@ -597,14 +618,21 @@ def _row_complete(st, g, src, row, written):
         write_word(st, g, rec, src)
         write_word(st, g, rec + 8, row.home)
         write_word(st, g, rec + 16, row.aux)
-        write_word(st, g, rec + 24, row.length)
+        write_word(st, g, rec + 24, row.row_size if row.rowsp else row.length)
     st.gpu[g].aau_records_written += 1
     row.done = 1
     dam_row_landed(st, g, row.expert, row.alloc, visible)
-    tb = st.tb[row.slot]
+    _store_landed(st, row.slot, visible)
+
+
+@compiled
+def _store_landed(st, slot, visible):
+    """A row (or a later st.rowsp store of one) has landed: its TB has one operation less
+    outstanding (a fence waiting on it may go on)."""
+    tb = st.tb[slot]
     tb.outstanding -= 1
     if tb.outstanding == 0 and tb.state == TB_WAIT_FENCE:
-        tb_resume(st, row.slot, visible, WAIT_FENCE)
+        tb_resume(st, slot, visible, WAIT_FENCE)
 
 
 # ------------------------------------------------------------------ row address table (spill)

@@ -30,6 +30,20 @@ End of stream: `notify_ready.eos N` counts producers; at the N-th the RPM marks 
 GPU as ending; after its last data packet each stream sends an EOS packet carrying its total size
 (so the receiver knows when it has everything even if packets overtake each other across links).
 Packets to the sending GPU itself skip the links (loopback through the hub).
+
+Row-sparse stores (the published ISA, arXiv 2605.05888; workload.layer.moehub.stores: row_sparse).
+`rowsp.malloc id, expert, row_bytes` registers allocation `id` in this GPU's hub (`rowsp_table`,
+system.gpu.hub.moe.rpm.allocation_ids entries: the MMIO registration of a rowspMalloc call and
+the TLB entry mapping the id to its logical destination; the expert's GPU comes from the
+placement table and the rows land in that expert's receive window, whose base the AAU holds).
+`st.rowsp id, row, offset, src, bytes` stores `bytes` at `offset` of row `row` of the
+allocation. A store takes a descriptor of the stream toward the expert's GPU like a
+send_to_expert row, but carries no row header in the stream (the packet header names id, row
+and offset) and its bytes never share a packet with another store's: it leaves in packets of
+at most packet_bytes, the last one as soon as it is accepted (nothing could fill it). Several
+stores may fill one row at different offsets: the first open one is the row's *lead*
+descriptor, later ones (`lead` >= 0) share its window slot; the row is complete, and gets its
+one completion record, when its landed bytes reach the registered row size.
 """
 from ...engine.jit import compiled, inline
 
@@ -42,7 +56,8 @@ from ..hub import pick_channel
 from ..trace import CAT_RPM, TR_RPM_TX, trace_event
 from ..wakeups import rpm_kick
 from ...config.schema import RPM_SCHEDULES
-from ..block import Block, Debug, Event, Param, Record, Stat, StatGroup, Timer, counters, fields
+from ..block import (Array, Block, Debug, Event, Param, Record, Stat, StatGroup, Timer, counters,
+                     fields)
 
 POLICY_ROUND_ROBIN = 0
 POLICY_LONGEST_FIRST = 1
@@ -119,7 +134,7 @@ def _mean_read_wait(i):
 
 def _data_efficiency(i):
     gr = i.rec
-    data = gr.rpm_payload - gr.rpm_rows * i.p.rpm_header_bytes
+    data = gr.rpm_payload - (gr.rpm_rows - gr.rowsp_rows) * i.p.rpm_header_bytes
     return data / gr.rpm_wire if gr.rpm_wire else 0.0
 
 
@@ -142,6 +157,10 @@ BLOCK = Block(
     ),
     records=(Record("stream", "byte streams from one GPU's RPM to one GPU (index src * G + dst)"),
              Record("mrow", "row descriptors in flight, a ring of rpm_ring per stream")),
+    arrays=(Array("rowsp_table", "per GPU, the registered row-sparse allocations (rowsp.malloc): "
+                  "[expert, row bytes] per id (-1: not registered)",
+                  lambda cfg: (cfg.system.num_gpus, cfg.system.gpu.hub.moe.rpm.allocation_ids, 2),
+                  fill=-1),),
     fields=fields(
         "stream",
         ("accepted", "stream bytes accepted (row headers + data), i.e. the stream's end offset"),
@@ -157,7 +176,14 @@ BLOCK = Block(
     + fields("mrow", ("expert", ""), ("src_addr", ""), ("length", ""), ("home", ""), ("aux", ""),
              ("start", "stream offset of the row"), ("alloc", "window slot (receiver)"),
              ("recv", "bytes landed"), ("done", "1: landed"), ("slot", "TB slot that sent it"),
-             ("accept_tick", ""), ("launch", "of the TB that sent it (wire-byte stats)"))
+             ("accept_tick", ""), ("launch", "of the TB that sent it (wire-byte stats)"),
+             ("rowsp", "1: an st.rowsp store (no row header in the stream; home = row id, "
+                       "aux = allocation id)"),
+             ("lead", "st.rowsp: monotonic index of the row's lead descriptor (-1: this is it)"),
+             ("offset", "st.rowsp: byte offset of the store in its row"),
+             ("row_size", "st.rowsp: the registered row size"),
+             ("row_stored", "st.rowsp lead: bytes stored into the row so far"),
+             ("row_landed", "st.rowsp lead: bytes of the row landed so far"))
     + fields("gpu", ("rpm_next_tx", "tick of the packetizer's timer (-1: idle)"),
              ("rpm_blocked", "1: waiting for transmit-queue room"), ("rpm_blocked_since", ""),
              ("rpm_rr", "round-robin pointer over destinations"),
@@ -166,6 +192,7 @@ BLOCK = Block(
              ("rpm_rows", ""), ("rpm_packets", ""), ("rpm_payload", ""), ("rpm_wire", ""),
              ("rpm_stall_ticks", ""), ("rpm_flushes", ""), ("rpm_accept_stalls", ""),
              ("combine_rows", "rows sent home by send_home"), ("rpm_read_wait", ""),
+             ("rowsp_stores", ""), ("rowsp_rows", ""),
              init={"rpm_next_tx": -1}),
     stats=(
         StatGroup("gpu", "hub", (Stat("combine_rows", "rows", "rows sent home by send_home",
@@ -178,6 +205,8 @@ BLOCK = Block(
             ("flushes", "rpm_flushes", "packets", "partly filled packets sent because the flush timeout expired"),
             ("stall_ticks", "rpm_stall_ticks", "ps", "time the RPM had a packet ready but no link queue room"),
             ("accept_stalls", "rpm_accept_stalls", "count", "send_to_expert attempts refused: row ring full"),
+            ("rowsp_stores", "rowsp_stores", "stores", "st.rowsp stores accepted"),
+            ("rowsp_rows", "rowsp_rows", "rows", "rows begun by st.rowsp stores (counted in rows_accepted)"),
             ("read_wait_ticks", "rpm_read_wait", "ps", "sum over data packets of the time from packetizing "
              "to their payload read from local HBM (a link sends its head packet only once it is read)"),
         )) + (
@@ -227,6 +256,9 @@ def rpm_accept(st, g, slot, expert, src_addr, nbytes, home, aux, tick):
     row.start = sr.accepted
     row.alloc = -1
     row.rat = 0     # no AAU row-table entry yet (aau.RAT_NONE)
+    row.rowsp = 0
+    row.lead = -1
+    row.offset = 0
     row.recv = 0
     row.done = 0
     row.slot = slot
@@ -240,6 +272,71 @@ def rpm_accept(st, g, slot, expert, src_addr, nbytes, home, aux, tick):
     st.tb[slot].outstanding += 1
     rpm_kick(st, g, tick)
     return True
+
+
+@compiled
+def rpm_accept_rowsp(st, g, slot, rid, expert, size, rowid, offset, src_addr, nbytes, tick):
+    """st.rowsp: take `nbytes` for row `rowid` of allocation `rid` (registered: expert, row size
+    `size`) into the stream toward the expert's GPU. Returns 1 (accepted), 0 (row ring full: the
+    TB retries when a row lands) or -1 (the row's stores together exceed its registered size)."""
+    p = st.p[0]
+    d = st.moe_place[expert, 0]
+    s = g * p.num_gpus + d
+    sr = st.stream[s]
+    base = s * p.rpm_ring
+    # an open row (stored to, not yet complete) of the same allocation: this store joins it
+    lead = -1
+    i = sr.head - 1
+    while i >= sr.tail:
+        r = st.mrow[base + i % p.rpm_ring]
+        if r.rowsp and r.lead < 0 and r.done == 0 and r.aux == rid and r.home == rowid:
+            lead = i
+            break
+        i -= 1
+    if lead >= 0 and st.mrow[base + lead % p.rpm_ring].row_stored + nbytes > size:
+        return -1
+    if sr.head - sr.tail >= p.rpm_ring:
+        st.gpu[g].rpm_accept_stalls += 1
+        return 0
+    row = st.mrow[base + sr.head % p.rpm_ring]
+    row.expert = expert
+    row.src_addr = src_addr
+    row.length = nbytes
+    row.home = rowid
+    row.aux = rid
+    row.start = sr.accepted
+    row.alloc = -1
+    row.rat = 0
+    row.recv = 0
+    row.done = 0
+    row.slot = slot
+    row.accept_tick = tick
+    row.launch = st.tb[slot].launch
+    row.rowsp = 1
+    row.lead = lead
+    row.offset = offset
+    row.row_size = size
+    row.row_stored = nbytes
+    row.row_landed = 0
+    if lead >= 0:
+        st.mrow[base + lead % p.rpm_ring].row_stored += nbytes
+    else:
+        st.gpu[g].rpm_rows += 1
+        st.gpu[g].rowsp_rows += 1
+    st.gpu[g].rowsp_stores += 1
+    sr.head += 1
+    sr.accepted += nbytes      # no row header: the packet header names id, row and offset
+    if sr.oldest < 0:
+        sr.oldest = tick
+    st.tb[slot].outstanding += 1
+    rpm_kick(st, g, tick)
+    return 1
+
+
+@compiled
+def row_header(p, row):
+    """Stream bytes ahead of a descriptor's data: the row header, or none for st.rowsp."""
+    return 0 if row.rowsp else p.rpm_header_bytes
 
 
 @compiled
@@ -264,10 +361,14 @@ def _sendable(st, s, tick):
     if avail == 0:
         return -1 if (sr.eos_pending and not sr.eos_sent) else 0
     full = p.rpm_packet_bytes
+    row = st.mrow[s * p.rpm_ring + row_at(st, s, sr.sent) % p.rpm_ring]
+    if row.rowsp:
+        # a row-sparse store's bytes travel alone: full packets (or a train), then its tail at once
+        rest = row.start + row.length - sr.sent
+        return rest if rest < full else min(rest // full, p.packet_train) * full
     if p.rpm_schedule == SCHEDULE_OFF:
         # no coalescing: up to the end of the row the next byte belongs to (rows are accepted
         # whole, so it is all there)
-        row = st.mrow[s * p.rpm_ring + row_at(st, s, sr.sent) % p.rpm_ring]
         return min(row.start + p.rpm_header_bytes + row.length - sr.sent, full)
     if avail >= full:
         return min(avail // full, p.packet_train) * full   # one packet, or a train of them
@@ -295,7 +396,7 @@ def row_at(st, s, offset):
     while lo < hi:
         mid = (lo + hi) // 2
         row = st.mrow[s * p.rpm_ring + mid % p.rpm_ring]
-        if row.start + p.rpm_header_bytes + row.length > offset:
+        if row.start + row_header(p, row) + row.length > offset:
             hi = mid
         else:
             lo = mid + 1
@@ -382,16 +483,16 @@ def _emit(st, g, d, tick):
         pk.payload = n
         pk.value = 0
         full = p.rpm_packet_bytes
-        if n < full and not sr.eos_pending and p.rpm_schedule != SCHEDULE_OFF:
+        # the data is read from the producers' buffers in local HBM (from the packet's first byte)
+        row = st.mrow[s * p.rpm_ring + row_at(st, s, sr.sent) % p.rpm_ring]
+        if n < full and not sr.eos_pending and p.rpm_schedule != SCHEDULE_OFF and not row.rowsp:
             gp.rpm_flushes += 1
         # merge-buffer fill at emission, in eighths of the buffer
         fill = min(sr.accepted - sr.sent, p.rpm_merge_bytes)
         b = fill * RPM_HIST_BINS // p.rpm_merge_bytes
         st.rpm_hist[g, min(b, RPM_HIST_BINS - 1)] += 1
-        # the data is read from the producers' buffers in local HBM (from the packet's first byte)
-        row = st.mrow[s * p.rpm_ring + row_at(st, s, sr.sent) % p.rpm_ring]
         launch = row.launch   # the packet's bytes count for the kernel that sent its first row
-        first = row.src_addr + max(0, sr.sent - row.start - p.rpm_header_bytes)
+        first = row.src_addr + max(0, sr.sent - row.start - row_header(p, row))
         ready = hbm_access(st, g, first, n, tick, False)
         gp.rpm_read_wait += ready - tick   # the packet cannot leave before its data is read
         sr.sent += n

@@ -132,11 +132,13 @@ def plan(layer, internode=None):
             LaunchConfig(kernel="deepep_gate_up", grid=expert_tbs, stream=0, params=(
                 ("recv_x", "@dp_recv_x"), ("hh", "@dp_hh"), ("tiles", "@dp_tiles"),
                 ("info", "@dp_info"), ("wg", "@w_gate"), ("wu", "@w_up"), ("hidden", H),
-                ("ffn", s.ffn), ("tile_rows", s.tile_rows), ("n_tile", n))),
+                ("ffn", s.ffn), ("tile_rows", s.tile_rows), ("n_tile", n),
+                ("swizzle", s.swizzle))),
             LaunchConfig(kernel="deepep_down", grid=expert_tbs, stream=0, params=(
                 ("hh", "@dp_hh"), ("recv_y", "@dp_recv_y"), ("tiles", "@dp_tiles"),
                 ("info", "@dp_info"), ("wd", "@w_down"), ("acct", "@acct"), ("hidden", H),
-                ("ffn", s.ffn), ("tile_rows", s.tile_rows), ("n_tile", n))),
+                ("ffn", s.ffn), ("tile_rows", s.tile_rows), ("n_tile", n),
+                ("swizzle", s.swizzle))),
         ]
     shared = 0 if comm_only else s.shared
     if forward:

@@ -14,6 +14,9 @@ With system.gpu.hub.moe.dam.consumers: launch there are no claimers and no persi
 the DAM starts `moehub_tile`'s blocks per ready tile in two thread-block groups - the Ju gate/up
 blocks, then the Jd down blocks once every gate/up block exited (the group counter) - and one last
 block (moe_layer.s).
+With workload.layer.moehub.stores: row_sparse the dispatch is `moehub_dispatch_rowsp`: it
+registers one row-sparse allocation per expert (rowsp.malloc) and stores each row with st.rowsp
+naming (the expert's allocation id, row t * k + j, offset 0) - the published ISA.
 Windows: each local expert's receive window holds every row it will receive (rounded up to whole
 tiles), so the windows never throttle the layer; the AAU's record table
 (system.gpu.hub.moe.aau.record_table_entries) does bound the rows in flight.
@@ -33,9 +36,12 @@ def plan(layer):
     window_rows = max(1, -(-most // tile)) * tile
     tiles = max_tiles_per_gpu(layer)
     buffers = [
-        _buf("tq", 64 * (tiles + 2 * workers + 4), region="control", dtype="i64"),   # end marks: moe_layer.s
+        _buf("tq", 64 * (tiles + 2 * workers + 6 * s.stream_swizzle + 4), region="control",
+             dtype="i64"),   # end marks: moe_layer.s
         _buf("tiles", tiles * tile * (s.ffn + s.hidden) * 2, dtype="bf16"),
     ]
+    if opts.stores == "row_sparse":
+        buffers.append(_buf("rowsp_sync", 8, region="control", dtype="i64"))
     # streams: 0 dispatch; 1 the shared experts (no routed rows needed: they overlap everything);
     # 2 the claimers; 3 the GEMM workers, then the combine. All start with the layer.
     sbufs, shared = shared_expert_launches(s, cfg, stream=1)
@@ -47,31 +53,41 @@ def plan(layer):
         *shared,
         _dispatch_launch(s, opts),
         LaunchConfig(kernel="moehub_claim", grid=El, stream=2, params=(
-            ("tq", "@tq"), ("local_experts", El), ("workers", workers))),
+            ("tq", "@tq"), ("local_experts", El), ("workers", workers),
+            ("swizzle", s.stream_swizzle))),
         LaunchConfig(kernel="moehub_expert", grid=workers, stream=3, params=(
             ("wg", "@w_gate"), ("wu", "@w_up"), ("wd", "@w_down"), ("tq", "@tq"),
             ("tiles", "@tiles"), ("yhome", "@yhome"),
             ("acct", "@acct"), ("done", "@done"), ("hidden", s.hidden), ("ffn", s.ffn),
             ("local_experts", El), ("record_bytes", cfg.system.gpu.hub.moe.aau.record_bytes),
-            ("tile_rows", tile), ("n_tile", s.n_tile))),
+            ("tile_rows", tile), ("n_tile", s.n_tile), ("swizzle", s.stream_swizzle))),
         combine_launch(s, cfg, stream=3),
     ]
-    return _scheme_plan(s, buffers + sbufs, launches, window_rows, ("moehub_claim", "moehub_expert"))
+    return _scheme_plan(s, cfg, buffers + sbufs, launches, window_rows,
+                        ("moehub_claim", "moehub_expert"))
 
 
 def _dispatch_launch(s, opts):
-    return LaunchConfig(kernel="moehub_dispatch", grid=opts.dispatch_tbs, stream=0, params=(
-        ("x", "@x"), ("topk_idx", "@topk_idx"), ("tokens", s.tokens), ("topk", s.top_k),
-        ("hidden", s.hidden), ("acct", "@acct")))
+    params = (("x", "@x"), ("topk_idx", "@topk_idx"), ("tokens", s.tokens), ("topk", s.top_k),
+              ("hidden", s.hidden), ("acct", "@acct"))
+    if opts.stores == "row_sparse":
+        return LaunchConfig(kernel="moehub_dispatch_rowsp", grid=opts.dispatch_tbs, stream=0,
+                            params=params + (("experts", s.experts), ("sync", "@rowsp_sync")))
+    return LaunchConfig(kernel="moehub_dispatch", grid=opts.dispatch_tbs, stream=0, params=params)
 
 
-def _scheme_plan(s, buffers, launches, window_rows, expert_kernels):
+def _dispatch_kernel(cfg):
+    return ("moehub_dispatch_rowsp" if cfg.workload.layer.moehub.stores == "row_sparse"
+            else "moehub_dispatch")
+
+
+def _scheme_plan(s, cfg, buffers, launches, window_rows, expert_kernels):
     moe = MoeWorkloadConfig(num_experts=s.experts, placement=None, window_rows=window_rows,
                             row_bytes=s.row_bytes)
     return SchemePlan(buffers=tuple(buffers), launches=tuple(launches),
                       kernel_files=("workloads/kernels/moehub/moe_layer.s",), moe=moe,
                       received_stat="system.gpu*.hub.aau.allocations", n_tile=s.n_tile,
-                      phases={"mediation": (), "dispatch": ("moehub_dispatch",),
+                      phases={"mediation": (), "dispatch": (_dispatch_kernel(cfg),),
                               "expert": expert_kernels + SHARED_KERNELS,
                               "combine": ("moe_combine",)})
 
@@ -97,4 +113,4 @@ def _plan_dam_launched(layer, buffers, sbufs, shared, window_rows):
                          ("tile_rows", s.tile_rows), ("n_tile", s.n_tile))),
         combine_launch(s, cfg, stream=3),
     ]
-    return _scheme_plan(s, buffers + sbufs, launches, window_rows, ("moehub_tile",))
+    return _scheme_plan(s, cfg, buffers + sbufs, launches, window_rows, ("moehub_tile",))

@@ -77,7 +77,7 @@ def plan(layer):
             ("hh", "@ov_hh"), ("y", "@ov_y"), ("yhome", "@yhome"), ("wg", "@w_gate"),
             ("wu", "@w_up"), ("wd", "@w_down"), ("acct", "@acct"), ("done", "@done"),
             ("hidden", H), ("ffn", I), ("tile_rows", tile), ("n_tile", s.n_tile),
-            ("epoch", EPOCH))),
+            ("epoch", EPOCH), ("swizzle", s.stream_swizzle))),
     ]
     # the shared experts are launched (placed) before the persistent GEMM blocks, which would
     # otherwise hold every SM until the end: they run while the counts are exchanged and rows move

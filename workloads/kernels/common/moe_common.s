@@ -233,7 +233,8 @@ listed:
     st [%table], r2
     exit
 
-# grouped_gate_up: jobs (tile, q): Hh[rows][q cols] = silu(X Wg[e][q]) * (X Wu[e][q]), bf16.
+# grouped_gate_up: jobs (tile, q): Hh[rows][q cols] = silu(X Wg[e][q]) * (X Wu[e][q]), bf16, taken
+# in swizzle_job's order (../lib/gemm_tiles.s: groups of `swizzle` row tiles, column job outer).
 .kernel grouped_gate_up
 .param table
 .param wg                    # [El][I/n][H][n] bf16
@@ -242,6 +243,7 @@ listed:
 .param ffn
 .param tile_rows
 .param n_tile
+.param swizzle               # row tiles per group of the job order (swizzle_job, ../lib/gemm_tiles.s)
 .smem 160KB                  # G, U [tile][n] f32 + Hq [tile][n] bf16
     gemm_smem r8, r9, %tile_rows, %n_tile, r20, r20    # r8 = G; r9 = U
     add r10, r9, r20             # r10 = Hq
@@ -255,7 +257,7 @@ listed:
     mov r1, %tb
 job:
     bge r1, r30, end
-    split_job r1, r24, r2, r5    # r2 = tile; r5 = q
+    swizzle_job r1, r28, r24, %swizzle, r2, r5, r18, r19    # r2 = tile; r5 = q
     add r3, r2, 1
     shl r3, r3, 6
     add r3, r3, %table
@@ -282,6 +284,7 @@ end:
 .param ffn
 .param tile_rows
 .param n_tile
+.param swizzle               # row tiles per group of the job order (swizzle_job, ../lib/gemm_tiles.s)
 .param acct                  # acct word 2 += rows computed (counted by each tile's job 0)
 .smem 96KB                   # Y [tile][n] f32 + Yq [tile][n] bf16
     gemm_smem r8, r9, %tile_rows, %n_tile, r20, r20    # r8 = Y; r9 = Yq
@@ -296,7 +299,7 @@ end:
     mov r1, %tb
 job:
     bge r1, r30, end
-    split_job r1, r24, r2, r5    # r2 = tile; r5 = c
+    swizzle_job r1, r28, r24, %swizzle, r2, r5, r18, r19    # r2 = tile; r5 = c
     add r3, r2, 1
     shl r3, r3, 6
     add r3, r3, %table

@@ -505,7 +505,9 @@ receiver:
 # Grouped GEMM over dp_recv_x, split into jobs of n = n_tile output columns so several SMs work on
 # one row tile (workload.layer.gemm_n_tile; the same job split, weight layout and L2 convention as
 # the shared experts in ../common/moe_common.s): w_gate/w_up [El][I/n][H][n], w_down [El][H/n][I][n].
-# deepep_gate_up: job (tile, q), dealt round-robin to the TBs, writes columns [q*n, (q+1)*n) of
+# Jobs are dealt round-robin to the TBs in swizzle_job's order (../lib/gemm_tiles.s: groups of
+# `swizzle` row tiles, column job outer, so the blocks running at one time share weight tiles).
+# deepep_gate_up: job (tile, q) writes columns [q*n, (q+1)*n) of
 #   Hh = bf16(silu(X Wg) * (X Wu)) into dp_hh; deepep_down (next on the stream, so every column of
 #   Hh is there) job (tile, c) writes columns [c*n, (c+1)*n) of bf16(Hh Wd) into dp_recv_y. The
 #   same instruction sequence as the other schemes (vzero, mma, vsilu_mul.bf16.f32 / vcvt), so the
@@ -523,6 +525,7 @@ receiver:
 .param ffn
 .param tile_rows
 .param n_tile
+.param swizzle               # row tiles per group of the job order (swizzle_job)
 .smem 160KB                  # G, U [tile][n] f32 + Hq [tile][n] bf16
     gemm_smem r8, r9, %tile_rows, %n_tile, r20, r21    # r8 = G; r9 = U
     add r10, r9, r21             # r10 = Hq
@@ -532,12 +535,12 @@ receiver:
     mul r27, %hidden, %n_tile
     shl r27, r27, 1              # r27 = bytes of one [H][n] weight tile
     div r24, %ffn, %n_tile       # r24 = gate/up jobs per row tile
-    ld r1, [%info+8]
-    mul r30, r1, r24             # r30 = jobs
+    ld r28, [%info+8]            # r28 = row tiles
+    mul r30, r28, r24            # r30 = jobs
     mov r1, %tb                  # r1 = job
 job:
     bge r1, r30, end
-    split_job r1, r24, r4, r5    # r4 = row tile; r5 = q
+    swizzle_job r1, r28, r24, %swizzle, r4, r5, r18, r19    # r4 = row tile; r5 = q
     shl r2, r4, 5
     add r2, r2, %tiles
     ld.v8 r12, [r2]              # r12 = first row, r13 = rows, r14 = local expert, r15 = first tile?
@@ -569,6 +572,7 @@ end:
 .param ffn
 .param tile_rows
 .param n_tile
+.param swizzle               # row tiles per group of the job order (swizzle_job)
 .smem 96KB                   # Y [tile][n] f32 + Yq [tile][n] bf16
     gemm_smem r8, r9, %tile_rows, %n_tile, r20, r21    # r8 = Y; r9 = Yq
     shl r23, %hidden, 1          # r23 = y row bytes (r12..r19: the tile entry)
@@ -577,13 +581,13 @@ end:
     mul r27, %ffn, %n_tile
     shl r27, r27, 1              # r27 = bytes of one [I][n] weight tile
     div r24, %hidden, %n_tile    # r24 = down jobs per row tile
-    ld r1, [%info+8]
-    mul r30, r1, r24             # r30 = jobs
+    ld r28, [%info+8]            # r28 = row tiles
+    mul r30, r28, r24            # r30 = jobs
     mov r22, 0                   # r22 = rows computed (counted by the c = 0 jobs)
     mov r1, %tb
 job:
     bge r1, r30, end
-    split_job r1, r24, r4, r5    # r4 = row tile; r5 = c
+    swizzle_job r1, r28, r24, %swizzle, r4, r5, r18, r19    # r4 = row tile; r5 = c
     shl r2, r4, 5
     add r2, r2, %tiles
     ld.v8 r12, [r2]              # r12 = first row, r13 = rows, r14 = local expert, r15 = first tile?

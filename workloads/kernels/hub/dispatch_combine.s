@@ -36,6 +36,55 @@ end:
     notify_ready.eos %ntb
     exit                         # waits until every row sent has landed
 
+# moe_dispatch_rowsp: moe_dispatch with the published row-sparse ISA (MoE-Hub, arXiv 2605.05888).
+# The TBs register allocation id e for every expert e (rowsp.malloc, rows of row_bytes; ids tb,
+# tb + ntb, ...) and wait until every TB did (sync: one control word). Each row then goes as two
+# st.rowsp stores naming (expert e's id, row home, offset): its second half first (from byte
+# `half`), then its first half, so the row's first store is not at offset 0 and its slot is shared
+# by two stores. The completion record's aux is the allocation id.
+.kernel moe_dispatch_rowsp
+.param x             # token rows [tokens][row_bytes]
+.param tokens
+.param topk
+.param row_bytes
+.param num_experts
+.param half          # bytes of the first store: offset of the second half
+.param sync
+    mov r1, %tb
+register:
+    bge r1, %num_experts, registered
+    rowsp.malloc r1, r1, %row_bytes
+    add r1, r1, %ntb
+    bra register
+registered:
+    atom.add r7, %gpu, [%sync], 1
+    wait.ge [%sync], %ntb
+    sub r8, %row_bytes, %half    # r8 = bytes of the second half
+    mov r1, %tb                  # r1 = token
+token_sp:
+    bge r1, %tokens, end_sp
+    mul r2, r1, %row_bytes
+    add r2, r2, %x               # r2 = the token's row
+    add r9, r2, %half            # r9 = its second half
+    mov r3, 0                    # r3 = k
+expert_sp:
+    mul r4, r1, 7
+    mul r5, r3, 3
+    add r4, r4, r5
+    add r4, r4, %gpu
+    rem r4, r4, %num_experts     # r4 = expert (as moe_dispatch)
+    mul r5, r1, %topk
+    add r5, r5, r3               # r5 = home slot = the row id
+    st.rowsp r4, r5, %half, r9, r8
+    st.rowsp r4, r5, 0, r2, %half
+    add r3, r3, 1
+    blt r3, %topk, expert_sp
+    add r1, r1, %ntb
+    bra token_sp
+end_sp:
+    notify_ready.eos %ntb
+    exit
+
 # moe_expert (consumers): thread block b serves local expert g * ntb + b (block placement, grid =
 # experts per GPU). It claims tiles in arrival order, "computes" y = x + x for each row into its
 # scratch rows, sends y home with send_home (the completion record names the home GPU and slot),

@@ -17,6 +17,17 @@
 #       `one` points at an fp32 1.0). Writes row, s, addr.
 #   tell_every_gpu done, i, addr
 #       done[%gpu] = 1 on every GPU (flag.set, ascending GPU). Writes i, addr.
+#   combine_records_open (no arguments: the registers below)
+#       for combine thread block %tb = c * P + s (the tokens this rank received from s on channel
+#       c in dispatch): r5 = c, r6 = s, r9 = how many (notify's count %ntf[s][c]), r12 = their
+#       records (%rec, [C*P][Tc][12] words; reads r2 = Tc). Writes r5..r9, r12.
+#   rank_partial_row (no arguments: the registers below)
+#       DeepEP's per-rank combine of one received token (deepep_combine,
+#       deepep_combine_internode): record r24 of the records at r12 (t << 32 | position + 1 per
+#       slot, position 0 for a slot whose expert is elsewhere, then the weights); the fp32 row at
+#       r10 (shared memory) = the sum over the local slots j ascending of w_j * %recv_y[position],
+#       r27 = t, r25 += the slots summed. Reads r1 = bf16 row bytes, %recv_y, %hidden, %topk.
+#       Writes r10's row, r16..r23, r25..r30.
 
 .macro wait_layer_inputs shared, shared_tbs, acct, done, i, addr
     beq \shared, 0, shared_ready_\@
@@ -58,12 +69,6 @@ tell_\@:
     blt \i, %ngpu, tell_\@
 .endm
 
-# rank_partial_row: DeepEP's per-rank combine of one received token (deepep_combine,
-# deepep_combine_internode): record r24 of the records at r12 (12 words: t << 32 | position + 1 per
-# slot, 0 position for a slot whose expert is elsewhere, then the weights); r10 (an fp32 row in
-# shared memory) = sum over the local slots j ascending of w_j * %recv_y[position], r27 = t,
-# r25 += the slots summed. Reads r1 = bf16 row bytes, %recv_y, %hidden, %topk. Writes r10's row,
-# r16..r23, r25..r30.
 .macro rank_partial_row
     mul r26, r24, 96
     add r26, r26, r12            # r26 = record
@@ -86,9 +91,6 @@ choice_next_\@:
     next_slot_word r28, %topk, choice_\@
 .endm
 
-# combine_records_open: for combine thread block %tb = c * P + s (the tokens this rank received
-# from s on channel c in dispatch): r5 = c, r6 = s, r9 = how many (notify's count %ntf[s][c]),
-# r12 = their records (%rec, [C*P][Tc][12] words; r2 = Tc). Writes r5..r9, r12.
 .macro combine_records_open
     div r5, %tb, %ngpu           # r5 = channel
     rem r6, %tb, %ngpu           # r6 = source s

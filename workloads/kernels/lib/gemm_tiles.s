@@ -106,3 +106,26 @@ act_\@:
     div \tile, \job, \per_tile
     rem \q, \job, \per_tile
 .endm
+#   swizzle_job job, tiles, per_tile, group, tile, q, t1, t2
+#       The L2-aware job order of the bulk grouped GEMMs (DeepGEMM's tile scheduler,
+#       deep_gemm/include/deep_gemm/common/scheduler.cuh get_swizzled_block_idx, grouping along M;
+#       CUTLASS's threadblock swizzle is the same idea): the row tiles are taken in groups of
+#       `group` consecutive tiles (the last group may be smaller); inside a group the column job
+#       is the outer loop and the row tile the inner one, so the thread blocks running at one time
+#       work on a few weight column tiles - each read from HBM once and by the group's other
+#       tiles from the L2 - instead of every column tile of an expert (row-tile order: an
+#       expert's weights cycle through the L2 once per row tile, and LRU keeps none of them when
+#       they exceed it). group = 1 is the row-tile order (split_job by per_tile).
+#       job -> tile (over all `tiles`) and q (its column job, 0 .. per_tile - 1). Writes tile, q,
+#       t1, t2.
+.macro swizzle_job job, tiles, per_tile, group, tile, q, t1, t2
+    mul \t1, \group, \per_tile       # jobs of a whole group
+    div \tile, \job, \t1
+    rem \t1, \job, \t1               # t1 = the job inside its group
+    mul \tile, \tile, \group         # tile = the group's first row tile
+    sub \t2, \tiles, \tile
+    min \t2, \t2, \group             # t2 = row tiles in the group
+    div \q, \t1, \t2
+    rem \t1, \t1, \t2
+    add \tile, \tile, \t1
+.endm

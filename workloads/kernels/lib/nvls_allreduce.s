@@ -40,6 +40,9 @@
 #       private to the expansion.
 #   nvls_allreduce send, recv, elems, slice, esize, bf16
 #       the all-reduce without barriers, rank g owning chunk g (configs/ubench/allreduce_nvls.yaml).
+#   nvls_barrier flags, value
+#       channel %tb meets channel %tb of every rank: flags[%tb][%gpu] = value on every rank
+#       (flag.set), then waits until flags[%tb][r] >= value for every rank r. Writes r9 .. r11.
 
 .macro nvls_barrier flags, value
     mul r9, %tb, %ngpu

@@ -98,8 +98,61 @@ row_\@:
 .endm
 
 # moehub_dispatch: thread block b routes tokens b, b + ntb, ...: for each of the token's k experts
-# (k <= 8: one ld.v8 reads them; the register file cannot be indexed, so the sends are unrolled) it
+# (k <= 8: one ld.v8 reads them; the register file cannot be indexed, so the stores are unrolled) it
 # hands the row to the hub naming only the expert; `home` = t * k + j is the row's slot in yhome.
+# route_tokens store: that loop, each row handed over by the macro `store` (expert register, home
+# register; r2 = the row, r10 = its bytes): store_send (send_to_expert) or store_rowsp (st.rowsp).
+.macro store_send e, home
+    send_to_expert \e, r2, r10, \home, 0
+.endm
+
+.macro store_rowsp e, home
+    st.rowsp \e, \home, 0, r2, r10    # allocation id e (expert e), row home, the whole row
+.endm
+
+.macro route_tokens store
+    shl r10, %hidden, 1          # r10 = row bytes (bf16)
+    mov r1, %tb                  # r1 = token
+    mov r9, 0                    # r9 = rows sent by this TB
+token_\@:
+    bge r1, %tokens, end_\@
+    mul r2, r1, r10
+    add r2, r2, %x               # r2 = the token's row
+    mul r5, r1, %topk            # r5 = home slot of choice 0
+    shl r3, r5, 3
+    add r3, r3, %topk_idx        # r3 = &topk_idx[t][0]
+    ld.v8 r16, [r3]              # r16.. = the token's experts (one vector load; k <= 8)
+    \store r16, r5
+    ble %topk, 1, routed_\@
+    add r5, r5, 1
+    \store r17, r5
+    ble %topk, 2, routed_\@
+    add r5, r5, 1
+    \store r18, r5
+    ble %topk, 3, routed_\@
+    add r5, r5, 1
+    \store r19, r5
+    ble %topk, 4, routed_\@
+    add r5, r5, 1
+    \store r20, r5
+    ble %topk, 5, routed_\@
+    add r5, r5, 1
+    \store r21, r5
+    ble %topk, 6, routed_\@
+    add r5, r5, 1
+    \store r22, r5
+    ble %topk, 7, routed_\@
+    add r5, r5, 1
+    \store r23, r5
+routed_\@:
+    add r9, r9, %topk
+    add r1, r1, %ntb
+    bra token_\@
+end_\@:
+    notify_ready.eos %ntb        # the hub ends this GPU's streams once every TB said so
+    atom.add r11, %gpu, [%acct], r9
+.endm
+
 .kernel moehub_dispatch
 .param x
 .param topk_idx
@@ -107,46 +160,36 @@ row_\@:
 .param topk
 .param hidden
 .param acct
-    shl r10, %hidden, 1          # r10 = row bytes (bf16)
-    mov r1, %tb                  # r1 = token
-    mov r9, 0                    # r9 = rows sent by this TB
-token:
-    bge r1, %tokens, end
-    mul r2, r1, r10
-    add r2, r2, %x               # r2 = the token's row
-    mul r5, r1, %topk            # r5 = home slot of choice 0
-    shl r3, r5, 3
-    add r3, r3, %topk_idx        # r3 = &topk_idx[t][0]
-    ld.v8 r16, [r3]              # r16.. = the token's experts (one vector load; k <= 8)
-    send_to_expert r16, r2, r10, r5, 0
-    ble %topk, 1, routed
-    add r5, r5, 1
-    send_to_expert r17, r2, r10, r5, 0
-    ble %topk, 2, routed
-    add r5, r5, 1
-    send_to_expert r18, r2, r10, r5, 0
-    ble %topk, 3, routed
-    add r5, r5, 1
-    send_to_expert r19, r2, r10, r5, 0
-    ble %topk, 4, routed
-    add r5, r5, 1
-    send_to_expert r20, r2, r10, r5, 0
-    ble %topk, 5, routed
-    add r5, r5, 1
-    send_to_expert r21, r2, r10, r5, 0
-    ble %topk, 6, routed
-    add r5, r5, 1
-    send_to_expert r22, r2, r10, r5, 0
-    ble %topk, 7, routed
-    add r5, r5, 1
-    send_to_expert r23, r2, r10, r5, 0
-routed:
-    add r9, r9, %topk
+    route_tokens store_send
+    exit
+
+# moehub_dispatch_rowsp (workload.layer.moehub.stores: row_sparse): the published ISA (MoE-Hub,
+# arXiv 2605.05888). The TBs first register allocation id e for every expert e (rowsp.malloc: its
+# rows are hidden * 2 bytes), ids tb, tb + ntb, ..., and wait until every TB of the GPU has done
+# so (a store must not name an id another TB has yet to register); then each row is one st.rowsp
+# naming (expert e's id, row home = t * k + j, offset 0). Registration belongs to set-up (a
+# rowspMalloc at model load): here it costs each layer E / ntb registrations and one GPU-local
+# barrier.
+.kernel moehub_dispatch_rowsp
+.param x
+.param topk_idx
+.param tokens
+.param topk
+.param hidden
+.param acct
+.param experts
+.param sync                  # one control word: TBs done registering
+    shl r10, %hidden, 1
+    mov r1, %tb
+register:
+    bge r1, %experts, registered
+    rowsp.malloc r1, r1, r10     # allocation id e: expert e, rows of hidden * 2 bytes
     add r1, r1, %ntb
-    bra token
-end:
-    notify_ready.eos %ntb        # the hub ends this GPU's streams once every TB said so
-    atom.add r11, %gpu, [%acct], r9
+    bra register
+registered:
+    atom.add r11, %gpu, [%sync], 1
+    wait.ge [%sync], %ntb        # every id of this GPU's hub is registered
+    route_tokens store_rowsp
     exit
 
 # moehub_claim and moehub_expert: the expert side as two kernels launched together (on their own
@@ -175,6 +218,7 @@ end:
 .param tq
 .param local_experts
 .param workers               # TBs of moehub_expert
+.param swizzle               # tiles per group of moehub_expert's job order (../lib/streaming.s)
     mul r2, %gpu, %local_experts
     add r2, r2, %tb              # r2 = global expert id
     mov r9, 1                    # r9 = next tile is the expert's first
@@ -198,9 +242,11 @@ claimed_all:
     sub r18, %ntb, 1
     bne r16, r18, leave          # not the last claimer to finish
     ld r19, [%tq]                # every tile is published: mark the end after the last one,
-    shl r21, %workers, 1         # 2 * workers + 3 of them: workers read entries up to
-    add r21, r21, 3              # lag + ceil(workers / Jd) past the last tile, and
-    mov r20, 0                   # lag <= workers + 1 (../lib/streaming.s)
+    shl r21, %workers, 1         # 2 * workers + 6 * G + 3 of them (G = swizzle): workers read
+    mul r20, %swizzle, 6         # entries up to (lag + 3) * G + workers / Jd past the last tile,
+    add r21, r21, r20            # and lag * G <= workers + 2 * G (../lib/streaming.s)
+    add r21, r21, 3
+    mov r20, 0
 end_marks:
     add r22, r19, r20
     add r22, r22, 1
@@ -227,13 +273,15 @@ leave:
 .param record_bytes
 .param tile_rows
 .param n_tile
+.param swizzle               # tiles per group of the job order (../lib/streaming.s)
 .smem 160KB                  # G, U [tile][n] f32 + Hq [tile][n] bf16, or Y + Yq
     tile_job_registers
-    stream_lag r31, %ntb, r20, r21, %hidden, %ffn, r4    # r31 = lag
+    stream_lag r31, %ntb, r20, r21, %hidden, %ffn, %swizzle, r4    # r31 = lag
     mov r25, 0                   # r25 = rows this worker completed
 job:
     atom.add r1, %gpu, [%tq+8], 1    # r1 = my next job
-    stream_job r1, r22, r20, r31, r2, r3, entry, job    # r2 = tile; r3 = job in block
+    mul r5, r22, %swizzle        # r5 = jobs per block (r22: jobs per tile)
+    stream_job r1, r5, r20, %swizzle, r31, r2, r3, entry, job, r4    # r2 = tile; r3 = job in tile
 entry:
     add r11, r2, 1
     shl r11, r11, 6
@@ -254,9 +302,18 @@ down:
     bra job
 ended:
     # the queue ended at this entry. A gate/up job of a tile that does not exist shares its block
-    # with the down jobs of the last real tile, which later jobs still have to do: skip it. A down
-    # job of an end mark comes after every real job: this worker is done.
+    # with the down jobs of the last real tiles, which later jobs still have to do: skip it. So
+    # does a down job of an end mark in a group that also holds real tiles (its down jobs are
+    # column outer). A down job of a group whose first tile is an end mark comes after every real
+    # job: this worker is done.
     blt r3, r20, job
+    rem r4, r2, %swizzle
+    sub r4, r2, r4               # r4 = the group's first tile (published before this end mark)
+    add r4, r4, 1
+    shl r4, r4, 6
+    add r4, r4, %tq
+    ld r5, [r4+32]
+    bne r5, 2, job
 finished:
     red.add %gpu, [%acct+16], r25    # acct word 2: rows computed
     atom.add r5, %gpu, [%tq+24], 1

@@ -116,8 +116,9 @@ rx_done:
 
 # ------------------------------------------------------------------------------------------------
 # overlap_expert: persistent GEMM blocks with the streaming scheduler of ../lib/streaming.s (shared
-# with moehub_expert): block b holds the gate/up jobs of tile b (Ju = I / n) and then the down jobs
-# of tile b - lag (Jd = H / n), so a tile's down jobs come once its gate/up jobs are done. Tiles
+# with moehub_expert): block b holds the gate/up jobs of the group of `swizzle` tiles b (Ju = I / n
+# per tile, column job outer: the workers share weight tiles in the L2) and then the down jobs of
+# group b - lag (Jd = H / n per tile), so a tile's down jobs come once its gate/up jobs are done. Tiles
 # are taken in the tile table's (expert-major) order, the
 # order in which the senders' rings deliver rows of every source, so ready tiles come first.
 # A gate/up job waits until its tile's counter reaches the tile's rows; a down job waits until all
@@ -144,14 +145,19 @@ rx_done:
 .param tile_rows
 .param n_tile
 .param epoch
+.param swizzle               # tiles per group of the job order (../lib/streaming.s)
 .smem 160KB                  # G, U [tile][n] f32 + Hq [tile][n] bf16, or Y + Yq
     wait.ge [%info+16], %epoch   # the tile table is complete
     ld r31, [%info+8]            # r31 = tiles
     div r20, %ffn, %n_tile       # r20 = Ju
     div r21, %hidden, %n_tile    # r21 = Jd
-    add r22, r20, r21            # r22 = jobs per block
-    stream_lag r29, %ntb, r20, r21, %hidden, %ffn, r4    # r29 = lag
-    add r30, r31, r29
+    add r22, r20, r21
+    mul r22, r22, %swizzle       # r22 = jobs per block
+    stream_lag r29, %ntb, r20, r21, %hidden, %ffn, %swizzle, r4    # r29 = lag
+    add r30, r31, %swizzle
+    sub r30, r30, 1
+    div r30, r30, %swizzle       # r30 = groups
+    add r30, r30, r29
     mul r30, r30, r22            # r30 = jobs in all blocks (the last `lag` hold down jobs only)
     gemm_smem r8, r9, %tile_rows, %n_tile, r4, r4    # r8 = G (gate/up) or Y (down); r9 = U, or Yq (down)
     add r10, r9, r4              # r10 = Hq
@@ -161,11 +167,9 @@ rx_done:
 job:
     atom.add r1, %gpu, [%jobs], 1    # r1 = my next job
     bge r1, r30, finished
-    stream_job r1, r22, r20, r29, r2, r3, gate_up, job    # r2 = tile; r3 = job in block
-    bra entry
+    stream_job r1, r22, r20, %swizzle, r29, r2, r3, gate_up, job, r4    # r2 = tile; r3 = job in tile
 gate_up:
-    bge r2, r31, job             # the last `lag` blocks have no gate/up jobs
-entry:
+    bge r2, r31, job             # past the last tile (the last `lag` blocks have no gate/up jobs)
     shl r11, r2, 5
     add r11, r11, %tiles
     ld.v8 r12, [r11]             # r12 first row, r13 rows, r14 expert, r15 first tile of expert
@@ -246,6 +250,7 @@ homed:
     div r20, %ffn, %n_tile       # restore Ju, Jd, jobs per block, rb
     div r21, %hidden, %n_tile
     add r22, r20, r21
+    mul r22, r22, %swizzle
     shl r23, %hidden, 1
     add r25, r25, r13
     bra job

@@ -2,8 +2,9 @@
 # @ B[e] (k x n, bf16), fp32 accumulation. The same job split, weight layout and L2 convention as
 # the MoE layers' expert GEMMs (../common/moe_common.s, ../deepep/deepep.s):
 #   - a job is one row tile (tile_rows rows) x one column tile (n_tile columns) over the full k;
-#     job j = tile * (n / n_tile) + q, dealt round-robin to the thread blocks, so the column jobs
-#     of one row tile run side by side on different SMs (as the CTAs of a grouped GEMM do);
+#     jobs are dealt round-robin to the thread blocks in swizzle_job's order (../lib/gemm_tiles.s):
+#     groups of `swizzle` row tiles, column job outer, row tile inner, so the blocks running at
+#     one time share a few weight column tiles (swizzle = 1: row tile by row tile);
 #   - B is stored as column tiles [e][n / n_tile][k][n_tile] so a job's B operand is contiguous;
 #   - A is read through the L2 unless the job is its row tile's first (q = 0: the first reader);
 #     B through the L2 unless the job is on its expert's first row tile (first touch of weights);
@@ -24,6 +25,7 @@
 .param k
 .param tile_rows
 .param n_tile
+.param swizzle               # row tiles per group of the job order (swizzle_job)
 .smem 96KB                   # C [tile][n_tile] f32 + Cq [tile][n_tile] bf16 (tile, n_tile <= 128)
     gemm_smem r8, r9, %tile_rows, %n_tile, r20, r21    # r8 = C accumulator; r9 = Cq (bf16)
     div r24, %n, %n_tile         # r24 = column jobs per row tile
@@ -35,10 +37,11 @@
     shl r27, r27, 1              # r27 = bytes of one [k][n_tile] B tile
     shl r26, %n, 1               # r26 = C row bytes
     shl r28, %n_tile, 1          # r28 = Cq row bytes
+    mul r29, r25, %experts       # r29 = row tiles
     mov r1, %tb                  # r1 = job
 job:
     bge r1, r30, end
-    split_job r1, r24, r4, r5    # r4 = row tile (over all experts); r5 = q
+    swizzle_job r1, r29, r24, %swizzle, r4, r5, r2, r3    # r4 = row tile (over all experts); r5 = q
     split_job r4, r25, r6, r7    # r6 = expert; r7 = row tile inside the expert
     mul r10, r4, %tile_rows      # r10 = first row (over all experts)
     mul r16, r10, r23

@@ -28,20 +28,25 @@
 .param ffn                   # I
 .param tile_rows
 .param n_tile
-.param lag                   # blocks between a tile's gate/up and down jobs; 0: stream_lag's choice
+.param lag                   # blocks between a group's gate/up and down jobs; 0: stream_lag's choice
+.param swizzle               # tiles per group of the job order (../lib/streaming.s)
 .smem 160KB                  # G, U [tile][n] f32 + Hq [tile][n] bf16, or Y + Yq
     gemm_smem r8, r9, %tile_rows, %n_tile, r20, r4    # r8 = G or Y; r9 = U or Yq
     add r10, r9, r4              # r10 = Hq
     div r23, %ffn, %n_tile       # r23 = Ju
     div r24, %hidden, %n_tile    # r24 = Jd
-    add r22, r23, r24            # r22 = jobs per block
+    add r22, r23, r24
+    mul r22, r22, %swizzle       # r22 = jobs per block
     div r31, %rows, %tile_rows   # r31 = row tiles per expert
     mul r30, r31, %experts       # r30 = row tiles
     mov r29, %lag                # r29 = lag
     bne r29, 0, lag_set
-    stream_lag r29, %ntb, r23, r24, %hidden, %ffn, r4
+    stream_lag r29, %ntb, r23, r24, %hidden, %ffn, %swizzle, r4
 lag_set:
-    add r28, r30, r29
+    add r28, r30, %swizzle
+    sub r28, r28, 1
+    div r28, r28, %swizzle       # r28 = groups
+    add r28, r28, r29
     mul r28, r28, r22            # r28 = jobs in all blocks (the last `lag` hold down jobs only)
     shl r25, %hidden, 1          # r25 = x / y row bytes
     shl r26, %ffn, 1             # r26 = hh row bytes
@@ -49,8 +54,9 @@ lag_set:
 job:
     atom.add r1, %gpu, [%jobs], 1    # r1 = my next job
     bge r1, r28, finished
-    stream_job r1, r22, r23, r29, r2, r3, gate_up, job
+    stream_job r1, r22, r23, %swizzle, r29, r2, r3, gate_up, job, r4
 # ---- down job c = r3 - Ju of tile r2: Y[:, c cols] = Hh Wd_c over the full I
+    bge r2, r30, job             # a tile past the last (the last group may be smaller)
     sub r3, r3, r23
     shl r11, r2, 3
     add r11, r11, %jobs
@@ -75,7 +81,7 @@ job:
     bra job
 # ---- gate/up job q = r3 of tile r2: Hh[:, q cols] = silu(X Wg_q) * (X Wu_q)
 gate_up:
-    bge r2, r30, job             # the last blocks have no gate/up jobs
+    bge r2, r30, job             # the last blocks have no gate/up jobs, the last group may be smaller
     div r14, r2, r31             # r14 = expert
     rem r15, r2, r31
     seteq r15, r15, 0            # r15 = 1: the expert's first tile (weights from HBM)
