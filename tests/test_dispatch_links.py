@@ -1,6 +1,7 @@
 """Does the dispatch use the links it has? system.moe.dispatch_link_efficiency for every scheme,
 the per-kernel wire-byte accounting behind it, the MoE-Hub's memory-wait stats, and
 tools/layer_table.py's --systems / --json."""
+import importlib.util
 import json
 import subprocess
 import sys
@@ -82,14 +83,19 @@ def test_h800_layer_configs_exist_and_load():
 
 def test_layer_table_systems_and_json(tmp_path):
     """--systems picks <model>_<tokens>_<scheme>_<system>.yaml; --json writes one object per run
-    (reusing finished runs' stats.json, so nothing is simulated here)."""
+    (reusing finished runs' stats.json stamped with their inputs' digest, so nothing is simulated
+    here)."""
+    layer_table, run_cache = _tool_module("layer_table"), _tool_module("run_cache")
     out = tmp_path / "runs"
     for scheme, layer_us in (("deepep", 300.0), ("moehub", 200.0)):
-        d = out / f"deepseek_v3_1024_{scheme}_hgx_h800"
+        name = f"deepseek_v3_1024_{scheme}_hgx_h800"
+        d = out / name
         d.mkdir(parents=True)
         stats = {"system.moe.layer_time_us": {"value": layer_us},
                  "system.moe.dispatch_link_efficiency": {"value": 0.5}}
         (d / "stats.json").write_text(json.dumps(stats))
+        digest = run_cache.run_inputs_digest(layer_table.LAYER_DIR / f"{name}.yaml", [])
+        (d / run_cache.STAMP).write_text(digest + "\n")
     js = tmp_path / "t.json"
     r = subprocess.run([sys.executable, "tools/layer_table.py", "--models", "deepseek_v3",
                         "--tokens", "1024", "--schemes", "deepep", "moehub", "--systems", "hgx_h800",
@@ -105,6 +111,42 @@ def test_layer_table_systems_and_json(tmp_path):
     r = subprocess.run([sys.executable, "tools/layer_table.py", "--systems", "nowhere",
                         "--outdir", str(out)], cwd=REPO, capture_output=True, text=True)
     assert r.returncode == 2 and "_nowhere.yaml" in r.stderr
+
+
+def _tool_module(name):
+    spec = importlib.util.spec_from_file_location(name, REPO / "tools" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_layer_table_reuses_a_run_only_from_the_same_inputs(tmp_path):
+    """A finished run is reused only when its stamp matches the config, the overrides and the
+    sources: another --set, a missing stamp or an edited source file means the stats are stale
+    (tools/run_cache.py, shared by layer_table.py, dysharp_table.py and e2e.py)."""
+    layer_table, run_cache = _tool_module("layer_table"), _tool_module("run_cache")
+    config = layer_table.LAYER_DIR / "deepseek_v3_1024_moehub.yaml"
+    digest = run_cache.run_inputs_digest(config, [])
+    assert digest == run_cache.run_inputs_digest(config, [])
+    assert digest != run_cache.run_inputs_digest(config, ["workload.layer.gemm_swizzle=1"])
+    assert digest != run_cache.run_inputs_digest(layer_table.LAYER_DIR / "deepseek_v3_1024_deepep.yaml", [])
+    d = tmp_path / "run"
+    d.mkdir()
+    (d / "stats.json").write_text(json.dumps({"system.moe.layer_time_us": {"value": 1.0}}))
+    (d / run_cache.STAMP).write_text(digest + "\n")
+    stats, _, how = layer_table.run_one(config, d, False, [])
+    assert how == "reused" and stats["system.moe.layer_time_us"]["value"] == 1.0
+    (d / run_cache.STAMP).write_text(run_cache.run_inputs_digest(config, ["scheme=deepep"]) + "\n")
+    stats, _, how = layer_table.run_one(config, d, False, ["workload.layer.no_such_key=1"])
+    assert stats is None and "no_such_key" in how          # stale: re-run (here a bad override)
+    src = tmp_path / "tree"   # an edited kernel file changes the sources' digest
+    (src / "workloads" / "kernels").mkdir(parents=True)
+    kernel = src / "workloads" / "kernels" / "k.s"
+    kernel.write_text("mov r1, 1\n")
+    before = run_cache.sources_digest(src)
+    run_cache.sources_digest.cache_clear()
+    kernel.write_text("mov r1, 2\n")
+    assert run_cache.sources_digest(src) != before
 
 
 # ------------------------------------------------------------- where link writes land; RPM packets

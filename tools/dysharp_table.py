@@ -9,7 +9,7 @@ and print one Markdown table: layer time, phases and the wire bytes on the GPU-s
 
 Configs: configs/experiments/dysharp/dysharp_<shape>_<system>.yaml, the scheme set with --set.
 Each run writes its output directory under --outdir (default out/dysharp/<config>_<scheme>); a run
-whose stats.json is already there is reused (--force re-runs). Runs go through `moehub-sim run`,
+made from the same inputs is reused (tools/run_cache.py; --force re-runs). Runs go through `moehub-sim run`,
 in --jobs parallel processes (niced).
 
 Scheme `dysharp` (DySHARP's dynamic multimem) is not built in this version: the table holds its
@@ -18,10 +18,12 @@ a token's expert ids (top-k <= 8).
 """
 import argparse
 import json
-import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from run_cache import run_or_reuse  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIG_DIR = REPO / "configs" / "experiments" / "dysharp"
@@ -35,15 +37,9 @@ STATS = ("system.moe.layer_time_us", "system.moe.phase.dispatch_us", "system.moe
 
 def run_one(config, scheme, outdir, force):
     out = outdir / f"{config.stem}_{scheme}"
-    stats = out / "stats.json"
-    if force or not stats.exists():
-        r = subprocess.run(["nice", "-n", "10", sys.executable, "-m", "moehub_arch", "run",
-                            str(config), "--set", f"scheme={scheme}", "-o", str(out), "--quiet"],
-                           capture_output=True, text=True)
-        if r.returncode != 0:
-            return {"error": r.stderr.strip().splitlines()[-1] if r.stderr.strip() else
-                    f"exit {r.returncode}"}
-    data = json.loads(stats.read_text())
+    data, _, _, error = run_or_reuse(config, out, [f"scheme={scheme}"], force, nice=10)
+    if error:
+        return {"error": error}
     row = {k: data[k]["value"] for k in STATS if k in data}
     row["num_gpus"] = json.loads((out / "config.json").read_text())["system"]["num_gpus"]
     return row

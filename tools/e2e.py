@@ -27,13 +27,13 @@ bubbles, the optimizer and data loading, and the backward pass (forward only).
 """
 import argparse
 import json
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "tools"))
+from run_cache import run_or_reuse  # noqa: E402
 
 # The dense part of each MoE model, from its public config.json (Hugging Face): attention heads,
 # the dense FFN width of its first layers, the norm and its epsilon.
@@ -49,19 +49,13 @@ QUICK_TOKENS = 256
 
 
 def run(config, outdir, sets, force):
-    """stats.json of `moehub-sim run config --set ...` (reused when already there)."""
-    stats = outdir / "stats.json"
-    if stats.exists() and not force:
-        return json.loads(stats.read_text()), "reused"
-    cmd = [sys.executable, "-m", "moehub_arch", "run", str(config), "-o", str(outdir), "--quiet"]
-    for s in sets:
-        cmd += ["--set", s]
-    t0 = time.perf_counter()
-    r = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
-    if r.returncode != 0:
-        sys.stderr.write(r.stderr)
-        raise SystemExit(f"e2e: `{' '.join(cmd[2:])}` failed (exit {r.returncode})")
-    return json.loads(stats.read_text()), f"{time.perf_counter() - t0:.0f} s"
+    """stats.json of `moehub-sim run config --set ...` (reused when made from the same inputs:
+    tools/run_cache.py)."""
+    stats, how, wall, error = run_or_reuse(config, outdir, sets, force)
+    if error:
+        raise SystemExit(f"e2e: `moehub-sim run {config} -o {outdir}` with {' '.join(sets)} "
+                         f"failed: {error}")
+    return stats, how if how == "reused" else f"{wall:.0f} s"
 
 
 def value(stats, name):

@@ -11,8 +11,10 @@ Configs are `<model>_<tokens>_<scheme>.yaml` for the DGX H100 and `<model>_<toke
 for any other system (hgx_h800, dgx_h800: 256, 1024 and 4096 tokens per GPU).
 
 Each run writes its usual output directory under --outdir (default out/layer_table/<config>);
-a run whose stats.json is already there is reused (delete it or pass --force to re-run). Runs go
-through `moehub-sim run`, in --jobs parallel processes.
+a run whose stats.json is already there is reused only if it was made from the same inputs - the
+config, the --set overrides and the project's sources (tools/run_cache.py) - and re-run otherwise
+(or with --force). Runs go through
+`moehub-sim run`, in --jobs parallel processes.
 
     python tools/layer_table.py --grid moehub_paper [--quick] [--json out.json]
 
@@ -22,11 +24,12 @@ import argparse
 import csv
 import json
 import os
-import subprocess
 import sys
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from run_cache import run_or_reuse  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 LAYER_DIR = REPO / "configs" / "experiments" / "layer"
@@ -49,18 +52,9 @@ COLUMNS = (  # (stat, header) per run
 
 
 def run_one(config, outdir, force, extra):
-    stats_file = outdir / "stats.json"
-    if stats_file.exists() and not force:
-        return json.loads(stats_file.read_text()), 0.0, "reused"
-    t0 = time.perf_counter()
-    cmd = [sys.executable, "-m", "moehub_arch", "run", str(config), "-o", str(outdir), "--quiet"]
-    for e in extra:
-        cmd += ["--set", e]
-    r = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
-    wall = time.perf_counter() - t0
-    if r.returncode != 0:
-        return None, wall, r.stderr.strip().splitlines()[-1] if r.stderr.strip() else f"exit {r.returncode}"
-    return json.loads(stats_file.read_text()), wall, "ran"
+    """(stats or None, wall seconds, "reused" | "ran" | the error line) of one layer run."""
+    stats, how, wall, error = run_or_reuse(config, outdir, extra, force)
+    return stats, wall, error or how
 
 
 def main(argv=None):
@@ -77,7 +71,8 @@ def main(argv=None):
                     help="systems to run on (config suffix; default dgx_h100)")
     ap.add_argument("--outdir", default="out/layer_table")
     ap.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 1)))
-    ap.add_argument("--force", action="store_true", help="re-run even where stats.json exists")
+    ap.add_argument("--force", action="store_true",
+                    help="re-run even where a run from the same inputs exists")
     ap.add_argument("--set", dest="overrides", action="append", default=[],
                     help="KEY=VALUE applied to every run (e.g. workload.layer.routing.kind=skewed)")
     ap.add_argument("--markdown", help="also write the table as Markdown to this file")
