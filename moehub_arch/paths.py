@@ -12,6 +12,8 @@ command-line arguments), then in the shipped data folders: `configs/ubench/p2p_l
 `workloads/kernels/...` and `isa/...` name the shipped copies from any working directory and inside a
 non-editable install.
 """
+import functools
+import hashlib
 from pathlib import Path
 
 
@@ -21,6 +23,29 @@ def data_root() -> Path:
     if (repo / "isa").is_dir():
         return repo
     return Path(__file__).resolve().parent / "_data"
+
+
+def tree_digest(root, dirs) -> str:
+    """SHA-1 of every file under `root/<dir>` for each of `dirs` (relative names and contents, in
+    sorted order; `__pycache__` skipped; a missing dir contributes nothing)."""
+    h = hashlib.sha1()
+    root = Path(root)
+    for d in dirs:
+        for path in sorted((root / d).rglob("*")):
+            if path.is_file() and "__pycache__" not in path.parts:
+                h.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()
+
+
+@functools.lru_cache(maxsize=None)
+def sources_digest() -> str:
+    """Digest of everything besides a config that a run's stats depend on: the package's code and
+    the data folders (ISA, kernels, models, shipped configs). Tools that reuse finished runs (sweep
+    resume, tools/run_cache.py) compare it, so results of older code are never shown as current."""
+    package = Path(__file__).resolve().parent
+    code = tree_digest(package.parent, [package.name])
+    data = tree_digest(data_root(), ["isa", "workloads", "configs"])
+    return hashlib.sha1(f"{code}\0{data}".encode()).hexdigest()
 
 
 def candidates(name, base_dir, shipped_prefixes=("",)) -> list[Path]:

@@ -102,7 +102,7 @@ def test_example_sweeps_expand():
 def test_resume_reruns_points_whose_config_changed(tmp_path):
     """A finished point is reused only for the same resolved config: editing the config file (or a
     file it extends) between runs reruns the point, and a done.json without the config's
-    fingerprint (written by an older version) is not trusted either."""
+    fingerprint (written by an older version) or made by other sources is not trusted either."""
     import json
 
     from moehub_arch.sweep import load_sweep, run_sweep
@@ -125,4 +125,8 @@ def test_resume_reruns_points_whose_config_changed(tmp_path):
     (done,) = (tmp_path / "out" / "points").glob("*/done.json")
     done.write_text(json.dumps({k: v for k, v in json.loads(done.read_text()).items()
                                 if k != "config_digest"}))
+    assert statuses() == ["ok"]
+    assert statuses() == ["ok (earlier run)"]
+    # a point made by other code (another engine, kernel or ISA: another sources digest) is re-run
+    done.write_text(json.dumps({**json.loads(done.read_text()), "sources_digest": "older code"}))
     assert statuses() == ["ok"]

@@ -2,12 +2,11 @@
 dysharp_table.py, e2e.py), only when they were made from the same inputs.
 
 A run's stats depend on its config file, its --set overrides and the project's sources (the
-engine, the kernels, the ISA, models and system configs). After a run, `inputs.sha1` in its folder
-records a digest of all of them; a later table reuses the folder's stats.json only when the digest
+engine, the kernels, the ISA, models and system configs: `moehub_arch.paths.sources_digest`).
+After a run, `inputs.sha1` in its folder records a digest of all of them; a later table reuses the folder's stats.json only when the digest
 still matches, and re-runs otherwise - a table made after a code change never shows stats of the
 code before (--force re-runs regardless).
 """
-import functools
 import hashlib
 import json
 import subprocess
@@ -16,19 +15,10 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-INPUT_DIRS = ("moehub_arch", "isa", "workloads", "configs")   # every file a run's result depends on
+sys.path.insert(0, str(REPO))
+from moehub_arch.paths import sources_digest  # noqa: E402
+
 STAMP = "inputs.sha1"
-
-
-@functools.lru_cache(maxsize=None)
-def sources_digest(root=REPO):
-    """Digest of every file under root's INPUT_DIRS (names and contents; caches excluded)."""
-    h = hashlib.sha1()
-    for d in INPUT_DIRS:
-        for path in sorted((root / d).rglob("*")):
-            if path.is_file() and "__pycache__" not in path.parts:
-                h.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
-    return h.hexdigest()
 
 
 def run_inputs_digest(config, sets):

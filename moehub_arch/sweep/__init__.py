@@ -6,9 +6,11 @@ Output directory:
     points/<id>/         one run's files (config.json, stats.*), plus done.json once finished
     results.csv          one row per point: its swept values, then the selected stats
 
-Re-running the same sweep skips the points whose done.json is there and names the same overrides
-and the same resolved config (so an interrupted sweep resumes, and a point whose config, system or
-model file was edited since runs again); a failed point leaves error.txt and is tried again next time.
+Re-running the same sweep skips the points whose done.json is there and names the same overrides,
+the same resolved config and the same sources (the package's code, ISA, kernels and shipped
+configs: `paths.sources_digest`), so an interrupted sweep resumes, and a point whose config, system
+or model file - or the simulator itself - changed since runs again; a failed point leaves error.txt
+and is tried again next time.
 
 From Python, `moehub_arch.sweep(spec, ...)` (this package is callable: it calls
 `moehub_arch.api.sweep`) runs a sweep file or mapping and returns a DataFrame, one row per point.
@@ -22,6 +24,7 @@ import types
 
 from ..interrupts import Interrupted, exit_status
 from ..outputs import write_atomic
+from ..paths import sources_digest
 from .spec import Sweep, SweepError, load_sweep  # noqa: F401 (public API)
 
 DONE = "done.json"
@@ -33,7 +36,8 @@ def _finished(sweep, point):
     try:
         done = json.loads((d / DONE).read_text())
         if (done.get("overrides") == list(point.overrides)
-                and done.get("config_digest") == point.config_digest):
+                and done.get("config_digest") == point.config_digest
+                and done.get("sources_digest") == sources_digest()):
             return json.loads((d / "stats.json").read_text())
     except (OSError, ValueError):
         pass
@@ -106,7 +110,8 @@ def run_sweep(sweep, workers=None, scheduler=None, progress=True):
                 (d / name).write_bytes(data)
             # written last: its presence means every file of the point is complete
             (d / DONE).write_text(json.dumps({"overrides": list(point.overrides),
-                                              "config_digest": point.config_digest}))
+                                              "config_digest": point.config_digest,
+                                              "sources_digest": sources_digest()}))
             stats = json.loads(result["files"]["stats.json"])
             results[point.id] = {"point": point, "status": "ok", "stats": _select(stats, sweep.stats)}
         if bar is not None:
