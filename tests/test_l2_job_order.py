@@ -12,59 +12,74 @@ import numpy as np
 import pytest
 
 from conftest import REPO, drive_both_engines, mini_system, simulate
+from moehub_arch.workloads.reference import gemm_seq, to_bf16
 
 E, ROWS, N, K, TILE, NT = 2, 512, 1024, 512, 128, 128    # 4 row tiles per expert, 8 column jobs
 MIB = 1 << 20
 
-# Runs in a fresh interpreter per engine (NUMBA_DISABLE_JIT decides the engine at import).
-DRIVER = r"""
-import json, sys
-sys.path.insert(0, {tests!r})
-import numpy as np
-from conftest import mini_system, simulate
-from moehub_arch.workloads.reference import gemm_seq, to_bf16
+BUF = "workload.buffers."
 
-E, ROWS, N, K, TILE, NT = {shape!r}
-buf = "workload.buffers."
-out = {{}}
-for swizzle in (1, 4):
-    sim = simulate("ubench/grouped_gemm.yaml", *mini_system(num_gpus=2, num_sms=8),
-                   "system.gpu.l2.capacity=1MiB", "workload.mode=functional",
-                   f"{{buf}}a={{{{bytes: {{E * ROWS * K * 2}}B, init: random, dtype: bf16}}}}",
-                   f"{{buf}}b={{{{bytes: {{E * K * N * 2}}B, init: random, dtype: bf16}}}}",
-                   f"{{buf}}c={{{{bytes: {{E * ROWS * N * 2}}B, dtype: bf16}}}}",
-                   *(f"workload.launches.0.params.{{k}}={{v}}" for k, v in
-                     (("experts", E), ("rows", ROWS), ("n", N), ("k", K), ("tile_rows", TILE),
-                      ("n_tile", NT), ("swizzle", swizzle))))
-    a = sim.read_buffer(0, "a").reshape(E, ROWS, K)
-    b = sim.read_buffer(0, "b").reshape(E, N // NT, K, NT).transpose(0, 2, 1, 3).reshape(E, K, N)
-    c = sim.read_buffer(0, "c").reshape(E, ROWS, N)
-    err = max(float(np.abs(c[e] - to_bf16(gemm_seq(a[e], b[e]))).max()) for e in range(E))
-    s = sim.stats
-    out[swizzle] = dict(error=err, scale=float(np.abs(c).max()),
-                        **{{k: int(s["system.gpu0." + k]) for k in
-                           ("l2.hit_bytes", "l2.miss_bytes", "l2.evicted_bytes", "hbm.read_bytes")}})
-print(json.dumps(out))
-"""
+
+def _grouped(swizzle, mode):
+    return simulate("ubench/grouped_gemm.yaml", *mini_system(num_gpus=2, num_sms=8),
+                    "system.gpu.l2.capacity=1MiB", f"workload.mode={mode}",
+                    f"{BUF}a={{bytes: {E * ROWS * K * 2}B, init: random, dtype: bf16}}",
+                    f"{BUF}b={{bytes: {E * K * N * 2}B, init: random, dtype: bf16}}",
+                    f"{BUF}c={{bytes: {E * ROWS * N * 2}B, dtype: bf16}}",
+                    *(f"workload.launches.0.params.{k}={v}" for k, v in
+                      (("experts", E), ("rows", ROWS), ("n", N), ("k", K), ("tile_rows", TILE),
+                       ("n_tile", NT), ("swizzle", swizzle))))
+
+
+L2_STATS = ("l2.hit_bytes", "l2.miss_bytes", "l2.evicted_bytes", "hbm.read_bytes")
 
 
 @pytest.fixture(scope="module")
 def grouped_orders():
-    return drive_both_engines(DRIVER.format(tests=str(REPO / "tests"),
-                                            shape=(E, ROWS, N, K, TILE, NT)))
+    """{swizzle: the product's error against NumPy, its scale and GPU 0's L2/HBM bytes} (Numba)."""
+    out = {}
+    for swizzle in ("1", "4"):
+        sim = _grouped(swizzle, "functional")
+        a = sim.read_buffer(0, "a").reshape(E, ROWS, K)
+        b = sim.read_buffer(0, "b").reshape(E, N // NT, K, NT).transpose(0, 2, 1, 3).reshape(E, K, N)
+        c = sim.read_buffer(0, "c").reshape(E, ROWS, N)
+        err = max(float(np.abs(c[e] - to_bf16(gemm_seq(a[e], b[e]))).max()) for e in range(E))
+        out[swizzle] = dict(error=err, scale=float(np.abs(c).max()),
+                            **{k: int(sim.stats["system.gpu0." + k]) for k in L2_STATS})
+    return out
+
+
+# The engines compared in timing mode: the same job order, L2 lookups and HBM bytes without the
+# functional mma values (interpreted, those take many minutes at this shape). A fresh interpreter
+# per engine: NUMBA_DISABLE_JIT decides the engine at import.
+DRIVER = r"""
+import json, sys
+sys.path.insert(0, {tests!r})
+from test_l2_job_order import L2_STATS, _grouped
+out = {{}}
+for swizzle in ("1", "4"):
+    s = _grouped(swizzle, "timing").stats
+    out[swizzle] = {{k: int(s["system.gpu0." + k]) for k in L2_STATS}}
+    out[swizzle]["simTicks"] = int(s["simTicks"])
+print(json.dumps(out))
+"""
 
 
 def test_job_order_leaves_the_product_unchanged(grouped_orders):
-    numba, python = grouped_orders
-    assert numba == python                        # the engines agree on every stat and value
     for swizzle in ("1", "4"):
-        assert numba[swizzle]["error"] == 0.0     # bit-identical to the NumPy reference
-        assert numba[swizzle]["scale"] > 1.0
+        assert grouped_orders[swizzle]["error"] == 0.0     # bit-identical to the NumPy reference
+        assert grouped_orders[swizzle]["scale"] > 1.0
+
+
+def test_engines_agree_on_both_job_orders(grouped_orders):
+    numba, python = drive_both_engines(DRIVER.format(tests=str(REPO / "tests")))
+    assert numba == python
+    for swizzle in ("1", "4"):      # timing mode reads the same bytes as functional mode
+        assert all(numba[swizzle][k] == grouped_orders[swizzle][k] for k in L2_STATS)
 
 
 def test_grouped_order_reads_each_weight_tile_from_hbm_once(grouped_orders):
-    numba, _ = grouped_orders
-    row, grouped = numba["1"], numba["4"]
+    row, grouped = grouped_orders["1"], grouped_orders["4"]
     weights, rows = E * K * N * 2, E * ROWS * K * 2          # 2 MiB and 1 MiB
     # a group of 4 row tiles is one expert: every weight and row tile comes from HBM once
     assert grouped["hbm.read_bytes"] == weights + rows == 3 * MIB
@@ -72,7 +87,12 @@ def test_grouped_order_reads_each_weight_tile_from_hbm_once(grouped_orders):
     # tiles cycles through the L2 once per row tile and LRU evicts each before it is read again
     assert row["hbm.read_bytes"] == 9306112
     assert row["l2.miss_bytes"] == 6946816 > grouped["l2.miss_bytes"] == 2228224
-    assert row["l2.hit_bytes"] + row["l2.miss_bytes"] == grouped["l2.hit_bytes"] + grouped["l2.miss_bytes"]
+    # the same operand reads in another order: each of the 64 jobs reads a row tile and a weight
+    # tile, served by the L2 (hits, cold reads of a resident tile included) or by HBM
+    jobs = E * (ROWS // TILE) * (N // NT)
+    operand_bytes = jobs * (TILE * K * 2 + K * NT * 2)
+    for order in (row, grouped):
+        assert order["l2.hit_bytes"] + order["hbm.read_bytes"] == operand_bytes == 16 * MIB
 
 
 # ---- the streaming kernel (lib/streaming.s on streaming_gemm.s, every tile ready) -------------
