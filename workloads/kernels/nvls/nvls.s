@@ -16,6 +16,19 @@
 .include "lib/slot_words.s"
 .include "lib/combine.s"
 
+# channel_tokens (no arguments): channel %tb of %ntb takes tokens r2 .. r3 - 1 of this GPU's
+# %tokens, ceil(T / ntb) each (r1; the last channel fewer, a channel past the end none: r2 >= r3).
+.macro channel_tokens
+    add r1, %tokens, %ntb
+    sub r1, r1, 1
+    div r1, r1, %ntb             # r1 = tokens per channel
+    mul r2, %tb, r1              # r2 = first token
+    add r3, r2, r1
+    blt r3, %tokens, bounded_\@
+    mov r3, %tokens              # r3 = end token
+bounded_\@:
+.endm
+
 # mm_st_range dst, src, bytes, chunk, off, n: multimem.st of `bytes` bytes from local `src` to
 # multimem `dst` on every member, one operation per `chunk` bytes. Writes off, n, r30, r31.
 .macro mm_st_range dst, src, bytes, chunk, off, n
@@ -62,14 +75,7 @@ sent_\@:
 .param topk
 .param hidden
 .param chunk
-    add r1, %tokens, %ntb
-    sub r1, r1, 1
-    div r1, r1, %ntb             # r1 = tokens per channel
-    mul r2, %tb, r1              # r2 = first token
-    add r3, r2, r1
-    blt r3, %tokens, bounded
-    mov r3, %tokens              # r3 = end token
-bounded:
+    channel_tokens
     bge r2, r3, leave
     sub r4, r3, r2               # r4 = tokens of this channel
     mul r5, %gpu, %tokens
@@ -216,14 +222,7 @@ end:
 .param tokens
 .param hidden
 .param chunk
-    add r1, %tokens, %ntb
-    sub r1, r1, 1
-    div r1, r1, %ntb             # r1 = tokens per channel
-    mul r2, %tb, r1              # r2 = first token
-    add r3, r2, r1
-    blt r3, %tokens, bounded
-    mov r3, %tokens
-bounded:
+    channel_tokens
     bge r2, r3, leave
     shl r6, %hidden, 1           # r6 = row bytes
     mul r7, r2, r6               # r7 = byte offset in comb
