@@ -26,7 +26,8 @@ from ..engine.events import push
 from ..engine.state import (ERR_ADDR_RANGE, ERR_BAD_GPU, ERR_BAD_SIZE, ERR_DIV_ZERO,
                             ERR_MISALIGNED, ERR_MOE_AFTER_EOS, ERR_MOE_EXPERT, ERR_MOE_RELEASE,
                             ERR_MOE_ROW_SIZE, ERR_MOE_CLAIM_LAUNCH, ERR_RED_REMOTE, ERR_MULTIMEM_ADDR, ERR_REG_RANGE,
-                            ERR_ROWSP_ID, ERR_ROWSP_REGISTER, ERR_ROWSP_ROW, ERR_UNBACKED_WORD, TB_READY, TB_WAIT_CLAIM,
+                            ERR_ROWSP_ID, ERR_ROWSP_REGISTER, ERR_ROWSP_ROW, ERR_UNBACKED_WORD,
+                            ERR_MULTI_EMPTY, ERR_MULTI_GPUS, ERR_MULTI_MANY, TB_READY, TB_WAIT_CLAIM,
                             TB_WAIT_FENCE, TB_WAIT_FLAG, TB_WAIT_HUB, TB_WAIT_REMOTE, WAIT_FENCE,
                             WAITLIST_FLAG, WAITLIST_HUB, TB_EMPTY, WAIT_REASON_NAMES)
 from ..isa.encoding import (ATOM_RED_ADD, NUM_GENERAL_REGS, ALU_ADD, ALU_AND, ALU_DIV, ALU_MAX, ALU_MIN, ALU_MOV, ALU_MUL, ALU_OR,
@@ -36,7 +37,7 @@ from ..isa.encoding import (ATOM_RED_ADD, NUM_GENERAL_REGS, ALU_ADD, ALU_AND, AL
                             SEM_COPY, SEM_COPY2D, SEM_EXIT, SEM_FENCE, SEM_FLAG_SET, SEM_GET,
                             SEM_LD, SEM_MMA, SEM_PUT, SEM_SLEEP, SEM_ST, SEM_VEC, SEM_WAIT,
                             SEM_CLAIM, SEM_NOTIFY, SEM_SEND_EXPERT, SEM_SEND_HOME, NOTIFY_EOS,
-                            SEM_ROWSP_MALLOC, SEM_ST_ROWSP,
+                            SEM_ROWSP_MALLOC, SEM_ST_ROWSP, SEM_SEND_EXPERTS, SEM_ST_ROWSP_EXPERTS,
                             SMEM_ADDR_BIT, SUBOP, THR, UNIT, DTYPE, DTYPE_DST_SHIFT, DTYPE_SRC_MASK, MMA_A_L2, MMA_B_L2, MMA_L2, MMA_RA, MMA_RA_B_L2, MMA_BT_B_L2, VEC_ADD,
                             VEC_AXPY, VEC_CVT, VEC_MUL, PUT_SM,
                             VEC_SILU_MUL, VEC_ZERO, VEC_SUB, VEC_MAX, VEC_EXP, VEC_RSQRT,
@@ -51,7 +52,7 @@ from .hub import (REQ_ATOM, REQ_GET, REQ_MM_LD, REQ_MM_RED, REQ_MM_ST, REQ_PUT, 
 from .nvls import multimem_element_bytes, multimem_object, multimem_route_peer
 from .moehub.aau import aau_release_entries, aau_retry, record_address, slot_address
 from .moehub.dam import CLAIM_WAIT, dam_block_exited, dam_claim, dam_release
-from .moehub.rpm import rpm_accept, rpm_accept_rowsp, rpm_end_of_stream
+from .moehub.rpm import rpm_accept, rpm_accept_experts, rpm_accept_rowsp, rpm_end_of_stream
 from .scheduler import block_exit, stream_slots_per_sm
 from .trace import TR_TB_WAIT, trace_issue, trace_tb
 from .waiters import add_waiter, compare, notify_stores
@@ -595,6 +596,10 @@ def _execute(st, slot, sm, tick, cyc):
         if not _st_rowsp(st, slot, row, g, tick, cyc):
             return
 
+    elif sem == SEM_SEND_EXPERTS or sem == SEM_ST_ROWSP_EXPERTS:
+        if not _store_experts(st, slot, row, g, tick, cyc, sem == SEM_ST_ROWSP_EXPERTS):
+            return
+
     elif sem == SEM_CLAIM:
         expert = _operand(st, slot, row, 3, tick, cyc)
         if not _local_expert(st, slot, g, expert):
@@ -906,6 +911,83 @@ def _st_rowsp(st, slot, row, g, tick, cyc):
     status = rpm_accept_rowsp(st, g, slot, rid, expert, size, rowid, off, src, nb, tick)
     if status < 0:
         raise_error(st, ERR_ROWSP_ROW, slot, off + nb)
+        return False
+    if status == 0:
+        _stall_on_hub(st, slot, g, tick)
+        return False
+    return True
+
+
+@compiled
+def _store_experts(st, slot, row, g, tick, cyc, rowsp):
+    """send_to_experts first, mask, src, bytes, home, aux / st.rowsp.experts first, mask, row,
+    src, bytes: validate the named experts (bit j of mask: register first + j holds an expert, or
+    for rowsp an allocation id), then hand the row to the RPM once (False: error or stalled)."""
+    p = st.p[0]
+    first = row[OP0]
+    mask = _operand(st, slot, row, 1, tick, cyc)
+    if rowsp:
+        home = _operand(st, slot, row, 2, tick, cyc)    # the row of the first id (j = 0)
+        src = _operand(st, slot, row, 3, tick, cyc)
+        nb = _operand(st, slot, row, 4, tick, cyc)
+        aux = 0
+    else:
+        src = _operand(st, slot, row, 2, tick, cyc)
+        nb = _operand(st, slot, row, 3, tick, cyc)
+        home = _operand(st, slot, row, 4, tick, cyc)
+        aux = _operand(st, slot, row, 5, tick, cyc)
+    if mask == 0:
+        raise_error(st, ERR_MULTI_EMPTY, slot, mask)
+        return False
+    n = 0
+    top = 0
+    for j in range(8):
+        if (mask >> j) & 1:
+            n += 1
+            top = j
+    if mask < 0 or mask >= 256 or first + top >= NUM_GENERAL_REGS or n > p.rpm_ring:
+        raise_error(st, ERR_MULTI_MANY, slot, mask)
+        return False
+    d = -1
+    for j in range(8):
+        if not (mask >> j) & 1:
+            continue
+        v = st.regs[slot, first + j]
+        if rowsp:
+            if v < 0 or v >= st.rowsp_table.shape[1] or st.rowsp_table[g, v, 0] < 0:
+                raise_error(st, ERR_ROWSP_ID, slot, v)
+                return False
+            if home < 0 or st.rowsp_table[g, v, 1] != nb:
+                # whole rows only: rows of several stores are st.rowsp's
+                raise_error(st, ERR_ROWSP_ROW, slot, nb)
+                return False
+            expert = st.rowsp_table[g, v, 0]
+        else:
+            expert = v
+            if expert < 0 or expert >= p.num_experts:
+                raise_error(st, ERR_MOE_EXPERT, slot, expert)
+                return False
+            if nb <= 0 or nb > p.row_bytes:
+                raise_error(st, ERR_MOE_ROW_SIZE, slot, nb)
+                return False
+        for i in range(j):
+            if (mask >> i) & 1 and st.regs[slot, first + i] == v:
+                raise_error(st, ERR_MULTI_GPUS, slot, v)     # named twice
+                return False
+        if d < 0:
+            d = st.moe_place[expert, 0]
+        elif st.moe_place[expert, 0] != d:
+            raise_error(st, ERR_MULTI_GPUS, slot, v)
+            return False
+    if _is_smem(src) or not _check_range(st, slot, src, nb):
+        raise_error(st, ERR_ADDR_RANGE, slot, src)
+        return False
+    if st.stream[g * p.num_gpus + d].eos_pending:
+        raise_error(st, ERR_MOE_AFTER_EOS, slot, d)
+        return False
+    status = rpm_accept_experts(st, g, slot, first, mask, src, nb, home, aux, rowsp, tick)
+    if status < 0:
+        raise_error(st, ERR_ROWSP_ROW, slot, nb)
         return False
     if status == 0:
         _stall_on_hub(st, slot, g, tick)

@@ -408,6 +408,11 @@ class MoehubSchemeConfig:
                      "2605.05888: rowsp.malloc registers one allocation id per expert, then st.rowsp "
                      "stores name (id, row, offset); a row's packets never carry another row)",
                      "send_to_expert", choices=("send_to_expert", "row_sparse"))
+    multi_expert_store: bool = _f("bool", "an ISA experiment beyond the paper: one store per token "
+                                  "and destination GPU names every expert of the token on that GPU "
+                                  "(send_to_experts, or st.rowsp.experts with stores: row_sparse); "
+                                  "the row crosses the links once and the destination AAU writes it "
+                                  "into each expert's window", False)
 
 
 @attrs.frozen

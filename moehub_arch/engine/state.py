@@ -125,7 +125,18 @@ ERR_DAM_START_QUEUE = 15
 ERR_ROWSP_ID = 30          # st.rowsp / rowsp.malloc: allocation id not registered / out of the table
 ERR_ROWSP_ROW = 31         # st.rowsp: bytes past the registered row size (or a row's stores exceed it)
 ERR_ROWSP_REGISTER = 32    # rowsp.malloc: bad expert or row size
+ERR_MULTI_EMPTY = 45       # send_to_experts / st.rowsp.experts: the mask names no expert
+ERR_MULTI_GPUS = 46        # ... experts on different GPUs, or one expert (or id) named twice
+ERR_MULTI_MANY = 47        # ... mask bits outside 0-7, registers past r31, more than a row ring holds
 ERROR_TEXT = {
+    ERR_MULTI_EMPTY: "multi-expert store (send_to_experts, st.rowsp.experts) whose mask names no "
+                     "expert (value: the mask)",
+    ERR_MULTI_GPUS: "multi-expert store naming experts placed on different GPUs, or one expert "
+                    "(or allocation id) twice: one store moves a row to one GPU (value: the "
+                    "second GPU's expert, or the repeated one)",
+    ERR_MULTI_MANY: "multi-expert store naming too many experts: mask bits outside 0-7 (a store "
+                    "names at most 8, one register each), registers past r31, or more experts than "
+                    "a row ring holds (system.gpu.hub.moe.rpm.row_queue_depth) (value: the mask)",
     ERR_ROWSP_ID: "st.rowsp names an allocation id that this GPU's hub has not registered "
                   "(rowsp.malloc), or an id outside 0 .. system.gpu.hub.moe.rpm.allocation_ids - 1",
     ERR_ROWSP_ROW: "st.rowsp bytes outside the row registered for its allocation id (offset + bytes "

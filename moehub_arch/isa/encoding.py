@@ -95,11 +95,15 @@ SEM_MULTIMEM = 21     # (dst, src, bytes)  subop MM_*; the multimem address is d
 # MoE-Hub row-sparse stores (the published ISA, arXiv 2605.05888; components/moehub/rpm.py)
 SEM_ROWSP_MALLOC = 22  # (id, expert, row_bytes)                register allocation id -> expert, row size
 SEM_ST_ROWSP = 23      # (id, row, offset, src_addr, bytes)    store bytes into row `row` of allocation id
-NUM_SEMANTICS = 24
+# Multi-expert stores (an ISA experiment beyond the paper; components/moehub/rpm.py): one store names
+# several experts on one GPU (bit j of mask: the expert, or allocation id, in register first + j)
+SEM_SEND_EXPERTS = 24     # (first, mask, src_addr, bytes, home, aux)  send_to_expert to each named expert
+SEM_ST_ROWSP_EXPERTS = 25  # (first, mask, row, src_addr, bytes)       st.rowsp of a whole row to each id
+NUM_SEMANTICS = 26
 SEMANTIC_NAMES = (
     "nop", "exit", "alu", "branch", "ld", "st", "copy", "copy2d", "mma", "vec", "put", "get",
     "atom", "flag_set", "wait", "fence", "sleep", "send_to_expert", "claim", "notify", "send_home",
-    "multimem", "rowsp_malloc", "st_rowsp",
+    "multimem", "rowsp_malloc", "st_rowsp", "send_to_experts", "st_rowsp_experts",
 )
 # Named operands of each semantic, in slot order, as (name, kind). Kinds: "reg" (a general
 # register written by the instruction), "src" (register, special register, parameter or
@@ -132,6 +136,11 @@ SEMANTIC_OPERANDS = {
     SEM_ROWSP_MALLOC: (("id", "src"), ("expert", "src"), ("row_bytes", "src")),
     SEM_ST_ROWSP: (("id", "src"), ("row", "src"), ("offset", "src"), ("src", "src"),
                    ("bytes", "src")),
+    # "reg" here names the first of the registers the store reads (as ld.v8 names the first it writes)
+    SEM_SEND_EXPERTS: (("experts", "reg"), ("mask", "src"), ("src", "src"), ("bytes", "src"),
+                       ("home", "src"), ("aux", "src")),
+    SEM_ST_ROWSP_EXPERTS: (("ids", "reg"), ("mask", "src"), ("row", "src"), ("src", "src"),
+                           ("bytes", "src")),
 }
 
 

@@ -453,7 +453,26 @@ def _still_blocked(st, g, pkt, parked_allocs):
         return False
     if row.lead >= 0:   # a later store of an allocated row needs no space
         return first != _first_unallocated(st, s)
-    return first != _first_unallocated(st, s) or not _has_room(st, g, row)
+    return first != _first_unallocated(st, s) or not _room_for_row(st, g, s, first)
+
+
+@compiled
+def _room_for_row(st, g, s, i):
+    """Row i of stream s can be allocated now: its expert window has a free slot and the table a
+    free entry - and so have the windows of a multi-expert carrier's copies, which are allocated
+    with it (all or none: a copy never waits for its own space)."""
+    p = st.p[0]
+    row = st.mrow[s * p.rpm_ring + i % p.rpm_ring]
+    if not _has_room(st, g, row):
+        return False
+    if row.copies == 0:
+        return True
+    if not p.aau_spill and st.gpu[g].records_live + 1 + row.copies > p.records_cap:
+        return False
+    for c in range(1, row.copies + 1):
+        if not _has_room(st, g, st.mrow[s * p.rpm_ring + (i + c) % p.rpm_ring]):
+            return False
+    return True
 
 
 @compiled
@@ -537,6 +556,8 @@ def _process(st, g, pkt, t):
             row = st.mrow[s * p.rpm_ring + i % p.rpm_ring]
             if row.start >= hi:
                 break
+            if row.carrier >= 0:
+                continue        # a multi-expert copy: allocated, refilled and written with its carrier
             if row.alloc >= 0 or (row.lead >= 0 and i == nxt):
                 if row.alloc < 0:
                     # a later st.rowsp store of a row: its slot is the lead's (the row table's
@@ -546,19 +567,26 @@ def _process(st, g, pkt, t):
                     sr.allocs += 1
                 k = i if row.lead < 0 else row.lead     # the descriptor owning the row's entry
                 owner = st.mrow[s * p.rpm_ring + k % p.rpm_ring]
-                if owner.rat == RAT_SPILLED:
-                    # the row's table entry was evicted: read it back before writing
-                    t = _rat_refill(st, g, s, k, owner, t)
-                    if t > free_at:
-                        free_at = t
+                for c in range(row.copies + 1):
+                    if c > 0:
+                        k = i + c       # a multi-expert copy's own entry
+                        owner = st.mrow[s * p.rpm_ring + k % p.rpm_ring]
+                    if owner.rat == RAT_SPILLED:
+                        # the row's table entry was evicted: read it back before writing
+                        t = _rat_refill(st, g, s, k, owner, t)
+                        if t > free_at:
+                            free_at = t
                 continue
-            if i != nxt or not _allocate(st, g, row):
+            if i != nxt or not _room_for_row(st, g, s, i):
                 stop = max(lo, row.start)
                 break
-            nxt += 1
-            sr.allocs += 1
-            if p.aau_spill:
-                _rat_insert(st, g, s, i, row, t)
+            for c in range(row.copies + 1):     # the row, and each multi-expert copy of it
+                d = st.mrow[s * p.rpm_ring + (i + c) % p.rpm_ring]
+                _allocate(st, g, d)
+                nxt += 1
+                sr.allocs += 1
+                if p.aau_spill:
+                    _rat_insert(st, g, s, i + c, d, t)
             if free_at == t:
                 t += p.aau_alloc_ticks   # the allocation pipeline, once per packet
                 free_at = t
@@ -568,15 +596,28 @@ def _process(st, g, pkt, t):
             end = row.start + H + row.length
             if row.start >= stop:
                 break
+            if row.carrier >= 0:
+                continue
             a = max(lo, row.start + H) - (row.start + H)      # data bytes [a, b) of the row
             b = min(stop, end) - (row.start + H)
-            if b > a:
-                dst = slot_address(st, g, row.expert, row.alloc) + row.offset + a
-                done, _ = link_write(st, g, dst, b - a, t)
-                if done > free_at:
-                    free_at = done
-                move_bytes(st, src, row.src_addr + a, g, dst, b - a, -1)
-            row.recv += min(stop, end) - max(lo, row.start)
+            got = min(stop, end) - max(lo, row.start)
+            for c in range(row.copies + 1):
+                # the AAU writes the bytes into the row's slot and each multi-expert copy's
+                d = st.mrow[s * p.rpm_ring + (i + c) % p.rpm_ring]
+                if b > a:
+                    dst = slot_address(st, g, d.expert, d.alloc) + d.offset + a
+                    done, _ = link_write(st, g, dst, b - a, t)
+                    if done > free_at:
+                        free_at = done
+                    move_bytes(st, src, d.src_addr + a, g, dst, b - a, -1)
+                d.recv += got
+            if row.copies > 0:
+                # a multi-expert store is whole rows (st.rowsp.experts: offset 0, the row size)
+                if row.recv == H + row.length:
+                    for c in range(row.copies + 1):
+                        _row_complete(st, g, src, st.mrow[s * p.rpm_ring + (i + c) % p.rpm_ring],
+                                      free_at)
+                continue
             if not row.rowsp:
                 if row.recv == H + row.length:
                     _row_complete(st, g, src, row, free_at)

@@ -132,9 +132,13 @@ def _mean_read_wait(i):
     return gr.rpm_read_wait / 1000 / (gr.rpm_packets - G) if gr.rpm_packets > G else 0.0
 
 
+def _multi_used(st):
+    return int(st.gpu.multi_stores.sum()) > 0
+
+
 def _data_efficiency(i):
     gr = i.rec
-    data = gr.rpm_payload - (gr.rpm_rows - gr.rowsp_rows) * i.p.rpm_header_bytes
+    data = gr.rpm_payload - gr.rpm_headers * i.p.rpm_header_bytes
     return data / gr.rpm_wire if gr.rpm_wire else 0.0
 
 
@@ -183,7 +187,10 @@ BLOCK = Block(
              ("offset", "st.rowsp: byte offset of the store in its row"),
              ("row_size", "st.rowsp: the registered row size"),
              ("row_stored", "st.rowsp lead: bytes stored into the row so far"),
-             ("row_landed", "st.rowsp lead: bytes of the row landed so far"))
+             ("row_landed", "st.rowsp lead: bytes of the row landed so far"),
+             ("carrier", "multi-expert copy: monotonic index of the descriptor whose stream bytes "
+                         "it shares (-1: its own bytes)"),
+             ("copies", "multi-expert carrier: copy descriptors right behind it"))
     + fields("gpu", ("rpm_next_tx", "tick of the packetizer's timer (-1: idle)"),
              ("rpm_blocked", "1: waiting for transmit-queue room"), ("rpm_blocked_since", ""),
              ("rpm_rr", "round-robin pointer over destinations"),
@@ -193,6 +200,8 @@ BLOCK = Block(
              ("rpm_stall_ticks", ""), ("rpm_flushes", ""), ("rpm_accept_stalls", ""),
              ("combine_rows", "rows sent home by send_home"), ("rpm_read_wait", ""),
              ("rowsp_stores", ""), ("rowsp_rows", ""),
+             ("rpm_headers", "row headers put in the streams"),
+             ("multi_stores", ""), ("multi_copies", ""), ("multi_saved", ""),
              init={"rpm_next_tx": -1}),
     stats=(
         StatGroup("gpu", "hub", (Stat("combine_rows", "rows", "rows sent home by send_home",
@@ -223,6 +232,22 @@ BLOCK = Block(
             Stat("sram_bytes", "bytes", "area proxy: merge buffers + row descriptor rings (header + "
                  "16 B of state)", lambda i: sram_bytes(i.p)),
         )),
+        # multi-expert stores (an experiment beyond the paper): their stats appear once a kernel
+        # used one, so runs without them keep their stat lists
+        StatGroup("gpu", "hub.rpm", counters((
+            ("multi_expert_stores", "multi_stores", "stores", "send_to_experts / st.rowsp.experts "
+             "stores accepted (each moves its row once toward one GPU)"),
+            ("multi_expert_copies", "multi_copies", "rows", "rows those stores named beyond their "
+             "first expert: written at the receiver without crossing a link again (counted in "
+             "rows_accepted)"),
+            ("multi_expert_bytes_saved", "multi_saved", "bytes", "stream bytes (row headers + data) "
+             "those copies did not put on the wires, against one store per expert"),
+        )), enabled=_multi_used),
+        StatGroup("system", "moe", (
+            Stat("multi_expert_bytes_saved", "bytes", "stream bytes every GPU's multi-expert "
+                 "stores did not put on the wires (system.gpu.hub.rpm.multi_expert_bytes_saved)",
+                 lambda i: int(i.st.gpu.multi_saved.sum())),
+        ), enabled=_multi_used),
     ),
     events=(Event("rpm_tx", EV_RPM_TX, "the RPM emits its next packet"),
             Event("moe_loopback", EV_MOE_LOOPBACK, "an RPM packet to its own GPU arrives")),
@@ -237,16 +262,11 @@ BLOCK = Block(
 
 
 @compiled
-def rpm_accept(st, g, slot, expert, src_addr, nbytes, home, aux, tick):
-    """send_to_expert: take a row into the stream toward the expert's GPU. Returns False when the
-    stream's row ring is full (the TB retries when a row lands)."""
+def _take_descriptor(st, g, s, slot, expert, src_addr, nbytes, home, aux, in_stream, tick):
+    """Fill stream s's next row-ring entry (a row, an st.rowsp store or a multi-expert copy) and
+    take it; `in_stream`: the bytes it adds to the stream (0 for a copy). Returns the descriptor."""
     p = st.p[0]
-    d = st.moe_place[expert, 0]
-    s = g * p.num_gpus + d
     sr = st.stream[s]
-    if sr.head - sr.tail >= p.rpm_ring:
-        st.gpu[g].rpm_accept_stalls += 1
-        return False
     row = st.mrow[s * p.rpm_ring + sr.head % p.rpm_ring]
     row.expert = expert
     row.src_addr = src_addr
@@ -259,19 +279,56 @@ def rpm_accept(st, g, slot, expert, src_addr, nbytes, home, aux, tick):
     row.rowsp = 0
     row.lead = -1
     row.offset = 0
+    row.row_size = 0
+    row.row_stored = 0
+    row.row_landed = 0
+    row.carrier = -1
+    row.copies = 0
     row.recv = 0
     row.done = 0
     row.slot = slot
     row.accept_tick = tick
     row.launch = st.tb[slot].launch
     sr.head += 1
-    sr.accepted += p.rpm_header_bytes + nbytes
+    sr.accepted += in_stream
+    if in_stream > nbytes:
+        st.gpu[g].rpm_headers += 1
     if sr.oldest < 0:
         sr.oldest = tick
-    st.gpu[g].rpm_rows += 1
     st.tb[slot].outstanding += 1
+    return row
+
+
+@compiled
+def rpm_accept(st, g, slot, expert, src_addr, nbytes, home, aux, tick):
+    """send_to_expert: take a row into the stream toward the expert's GPU. Returns False when the
+    stream's row ring is full (the TB retries when a row lands)."""
+    p = st.p[0]
+    s = g * p.num_gpus + st.moe_place[expert, 0]
+    sr = st.stream[s]
+    if sr.head - sr.tail >= p.rpm_ring:
+        st.gpu[g].rpm_accept_stalls += 1
+        return False
+    _take_descriptor(st, g, s, slot, expert, src_addr, nbytes, home, aux,
+                     p.rpm_header_bytes + nbytes, tick)
+    st.gpu[g].rpm_rows += 1
     rpm_kick(st, g, tick)
     return True
+
+
+@compiled
+def _open_row(st, s, rid, rowid):
+    """Monotonic index of the open lead descriptor (stored to, not yet complete) of row `rowid`
+    of allocation `rid` in stream s, or -1."""
+    p = st.p[0]
+    sr = st.stream[s]
+    i = sr.head - 1
+    while i >= sr.tail:
+        r = st.mrow[s * p.rpm_ring + i % p.rpm_ring]
+        if r.rowsp and r.lead < 0 and r.done == 0 and r.aux == rid and r.home == rowid:
+            return i
+        i -= 1
+    return -1
 
 
 @compiled
@@ -280,55 +337,86 @@ def rpm_accept_rowsp(st, g, slot, rid, expert, size, rowid, offset, src_addr, nb
     `size`) into the stream toward the expert's GPU. Returns 1 (accepted), 0 (row ring full: the
     TB retries when a row lands) or -1 (the row's stores together exceed its registered size)."""
     p = st.p[0]
-    d = st.moe_place[expert, 0]
-    s = g * p.num_gpus + d
+    s = g * p.num_gpus + st.moe_place[expert, 0]
     sr = st.stream[s]
-    base = s * p.rpm_ring
-    # an open row (stored to, not yet complete) of the same allocation: this store joins it
-    lead = -1
-    i = sr.head - 1
-    while i >= sr.tail:
-        r = st.mrow[base + i % p.rpm_ring]
-        if r.rowsp and r.lead < 0 and r.done == 0 and r.aux == rid and r.home == rowid:
-            lead = i
-            break
-        i -= 1
-    if lead >= 0 and st.mrow[base + lead % p.rpm_ring].row_stored + nbytes > size:
+    # an open row of the same allocation: this store joins it
+    lead = _open_row(st, s, rid, rowid)
+    if lead >= 0 and st.mrow[s * p.rpm_ring + lead % p.rpm_ring].row_stored + nbytes > size:
         return -1
     if sr.head - sr.tail >= p.rpm_ring:
         st.gpu[g].rpm_accept_stalls += 1
         return 0
-    row = st.mrow[base + sr.head % p.rpm_ring]
-    row.expert = expert
-    row.src_addr = src_addr
-    row.length = nbytes
-    row.home = rowid
-    row.aux = rid
-    row.start = sr.accepted
-    row.alloc = -1
-    row.rat = 0
-    row.recv = 0
-    row.done = 0
-    row.slot = slot
-    row.accept_tick = tick
-    row.launch = st.tb[slot].launch
+    # no row header: the packet header names id, row and offset
+    row = _take_descriptor(st, g, s, slot, expert, src_addr, nbytes, rowid, rid, nbytes, tick)
     row.rowsp = 1
     row.lead = lead
     row.offset = offset
     row.row_size = size
     row.row_stored = nbytes
-    row.row_landed = 0
     if lead >= 0:
-        st.mrow[base + lead % p.rpm_ring].row_stored += nbytes
+        st.mrow[s * p.rpm_ring + lead % p.rpm_ring].row_stored += nbytes
     else:
         st.gpu[g].rpm_rows += 1
         st.gpu[g].rowsp_rows += 1
     st.gpu[g].rowsp_stores += 1
-    sr.head += 1
-    sr.accepted += nbytes      # no row header: the packet header names id, row and offset
-    if sr.oldest < 0:
-        sr.oldest = tick
-    st.tb[slot].outstanding += 1
+    rpm_kick(st, g, tick)
+    return 1
+
+
+@compiled
+def rpm_accept_experts(st, g, slot, first, mask, src_addr, nbytes, home, aux, rowsp, tick):
+    """send_to_experts / st.rowsp.experts (the SM has checked the named experts: distinct, on one
+    GPU; rowsp: registered ids of row size nbytes): bit j of mask names the expert (rowsp: the
+    allocation id) in register first + j. The first named one takes a *carrier* descriptor whose
+    bytes enter the stream (behind a row header, or none for rowsp); every further one takes a
+    *copy* descriptor right behind it that adds no stream bytes (carrier: the carrier's index) and
+    gets its own window slot, record and row-table entry at the receiver. Home: home + j (rowsp:
+    row home + j of id j, aux = the id). Returns 1, 0 (the row ring lacks one entry per named
+    expert: the TB retries) or -1 (rowsp: a named row was already stored to)."""
+    p = st.p[0]
+    gp = st.gpu[g]
+    n = 0
+    j0 = -1
+    for j in range(8):
+        if (mask >> j) & 1:
+            n += 1
+            if j0 < 0:
+                j0 = j
+    e0 = st.regs[slot, first + j0]
+    if rowsp:
+        e0 = st.rowsp_table[g, e0, 0]
+    s = g * p.num_gpus + st.moe_place[e0, 0]
+    sr = st.stream[s]
+    if rowsp:
+        for j in range(8):
+            if (mask >> j) & 1 and _open_row(st, s, st.regs[slot, first + j], home + j) >= 0:
+                return -1           # whole-row stores: the row already holds bytes
+    if sr.head - sr.tail + n > p.rpm_ring:
+        gp.rpm_accept_stalls += 1
+        return 0
+    carrier = sr.head
+    in_stream = nbytes if rowsp else p.rpm_header_bytes + nbytes
+    for j in range(8):
+        if not (mask >> j) & 1:
+            continue
+        v = st.regs[slot, first + j]
+        expert = st.rowsp_table[g, v, 0] if rowsp else v
+        copy = sr.head != carrier
+        row = _take_descriptor(st, g, s, slot, expert, src_addr, nbytes, home + j,
+                               v if rowsp else aux, 0 if copy else in_stream, tick)
+        if copy:
+            row.carrier = carrier
+        if rowsp:
+            row.rowsp = 1
+            row.row_size = nbytes
+            row.row_stored = nbytes
+            gp.rowsp_stores += 1
+            gp.rowsp_rows += 1
+    st.mrow[s * p.rpm_ring + carrier % p.rpm_ring].copies = n - 1
+    gp.rpm_rows += n
+    gp.multi_stores += 1
+    gp.multi_copies += n - 1
+    gp.multi_saved += (n - 1) * in_stream
     rpm_kick(st, g, tick)
     return 1
 
@@ -337,6 +425,12 @@ def rpm_accept_rowsp(st, g, slot, rid, expert, size, rowid, offset, src_addr, nb
 def row_header(p, row):
     """Stream bytes ahead of a descriptor's data: the row header, or none for st.rowsp."""
     return 0 if row.rowsp else p.rpm_header_bytes
+
+
+@compiled
+def stream_bytes(p, row):
+    """Bytes a descriptor holds in its stream: header + data, none for a multi-expert copy."""
+    return 0 if row.carrier >= 0 else row_header(p, row) + row.length
 
 
 @compiled
@@ -396,7 +490,7 @@ def row_at(st, s, offset):
     while lo < hi:
         mid = (lo + hi) // 2
         row = st.mrow[s * p.rpm_ring + mid % p.rpm_ring]
-        if row.start + row_header(p, row) + row.length > offset:
+        if row.start + stream_bytes(p, row) > offset:
             hi = mid
         else:
             lo = mid + 1

@@ -17,6 +17,9 @@ block (moe_layer.s).
 With workload.layer.moehub.stores: row_sparse the dispatch is `moehub_dispatch_rowsp`: it
 registers one row-sparse allocation per expert (rowsp.malloc) and stores each row with st.rowsp
 naming (the expert's allocation id, row t * k + j, offset 0) - the published ISA.
+With workload.layer.moehub.multi_expert_store the dispatch kernels end in `_grouped`: one store
+per token and destination GPU names all the token's experts there (send_to_experts, or
+st.rowsp.experts), so the row crosses the links once per GPU (an ISA experiment beyond the paper).
 Windows: each local expert's receive window holds every row it will receive (rounded up to whole
 tiles), so the windows never throttle the layer; the AAU's record table
 (system.gpu.hub.moe.aau.record_table_entries) does bound the rows in flight.
@@ -70,15 +73,24 @@ def plan(layer):
 def _dispatch_launch(s, opts):
     params = (("x", "@x"), ("topk_idx", "@topk_idx"), ("tokens", s.tokens), ("topk", s.top_k),
               ("hidden", s.hidden), ("acct", "@acct"))
+    if opts.multi_expert_store:
+        # the kernel groups a token's experts by GPU: experts sit E / G per GPU in order
+        params += (("experts_per_gpu", s.local_experts),)
+    kernel = _dispatch_kernel_name(opts)
     if opts.stores == "row_sparse":
-        return LaunchConfig(kernel="moehub_dispatch_rowsp", grid=opts.dispatch_tbs, stream=0,
+        return LaunchConfig(kernel=kernel, grid=opts.dispatch_tbs, stream=0,
                             params=params + (("experts", s.experts), ("sync", "@rowsp_sync")))
-    return LaunchConfig(kernel="moehub_dispatch", grid=opts.dispatch_tbs, stream=0, params=params)
+    return LaunchConfig(kernel=kernel, grid=opts.dispatch_tbs, stream=0, params=params)
+
+
+def _dispatch_kernel_name(opts):
+    """moehub_dispatch[_rowsp][_grouped] (workload.layer.moehub.stores, .multi_expert_store)."""
+    return ("moehub_dispatch" + ("_rowsp" if opts.stores == "row_sparse" else "")
+            + ("_grouped" if opts.multi_expert_store else ""))
 
 
 def _dispatch_kernel(cfg):
-    return ("moehub_dispatch_rowsp" if cfg.workload.layer.moehub.stores == "row_sparse"
-            else "moehub_dispatch")
+    return _dispatch_kernel_name(cfg.workload.layer.moehub)
 
 
 def _scheme_plan(s, cfg, buffers, launches, window_rows, expert_kernels):

@@ -170,6 +170,19 @@ end_\@:
 # naming (expert e's id, row home = t * k + j, offset 0). Registration belongs to set-up (a
 # rowspMalloc at model load): here it costs each layer E / ntb registrations and one GPU-local
 # barrier.
+.macro rowsp_register
+    shl r10, %hidden, 1
+    mov r1, %tb
+register_\@:
+    bge r1, %experts, registered_\@
+    rowsp.malloc r1, r1, r10     # allocation id e: expert e, rows of hidden * 2 bytes
+    add r1, r1, %ntb
+    bra register_\@
+registered_\@:
+    atom.add r11, %gpu, [%sync], 1
+    wait.ge [%sync], %ntb        # every id of this GPU's hub is registered
+.endm
+
 .kernel moehub_dispatch_rowsp
 .param x
 .param topk_idx
@@ -179,17 +192,146 @@ end_\@:
 .param acct
 .param experts
 .param sync                  # one control word: TBs done registering
-    shl r10, %hidden, 1
-    mov r1, %tb
-register:
-    bge r1, %experts, registered
-    rowsp.malloc r1, r1, r10     # allocation id e: expert e, rows of hidden * 2 bytes
-    add r1, r1, %ntb
-    bra register
-registered:
-    atom.add r11, %gpu, [%sync], 1
-    wait.ge [%sync], %ntb        # every id of this GPU's hub is registered
+    rowsp_register
     route_tokens store_rowsp
+    exit
+
+# moehub_dispatch_grouped / moehub_dispatch_rowsp_grouped (workload.layer.moehub.multi_expert_store:
+# an ISA experiment beyond the paper): like route_tokens, but one store per token and destination
+# GPU names every expert of the token on that GPU, so the row crosses the links once per GPU. After
+# ld.v8 r16 (the token's experts), r24 + j = the GPU of choice j (experts sit experts_per_gpu per
+# GPU in order); choice j opens a group unless it is past top-k or already stored (r13: choices
+# stored), the later choices on its GPU join it (r14: the group's mask, bit j = choice j = register
+# r16 + j, home t * k + j), and the group leaves in one store (the macro `store`, taking the mask).
+.macro store_experts mask
+    send_to_experts r16, \mask, r2, r10, r5, 0
+.endm
+
+.macro store_rowsp_experts mask
+    st.rowsp.experts r16, \mask, r5, r2, r10    # ids r16 + j = the experts, rows t * k + j
+.endm
+
+.macro group_open j, skip
+    ble %topk, \j, \skip         # past top-k
+    shr r4, r13, \j
+    and r4, r4, 1
+    bne r4, 0, \skip              # already in an earlier choice's group
+    mov r14, 1
+    shl r14, r14, \j
+.endm
+
+.macro group_add gj, gi, i
+    seteq r4, \gj, \gi            # choice i is on the group's GPU: it joins
+    shl r4, r4, \i
+    or r14, r14, r4
+.endm
+
+.macro group_store store, skip
+    and r14, r14, r12             # choices past top-k never join
+    \store r14
+    or r13, r13, r14
+\skip:
+.endm
+
+.macro route_tokens_grouped store
+    shl r10, %hidden, 1          # r10 = row bytes (bf16)
+    mov r12, 1
+    shl r12, r12, %topk
+    sub r12, r12, 1              # r12 = the token's choices (bits 0 .. k - 1)
+    mov r1, %tb                  # r1 = token
+    mov r9, 0                    # r9 = rows sent by this TB
+token_\@:
+    bge r1, %tokens, end_\@
+    mul r2, r1, r10
+    add r2, r2, %x               # r2 = the token's row
+    mul r5, r1, %topk            # r5 = home slot of choice 0
+    shl r3, r5, 3
+    add r3, r3, %topk_idx
+    ld.v8 r16, [r3]              # r16.. = the token's experts (k <= 8)
+    div r24, r16, %experts_per_gpu
+    div r25, r17, %experts_per_gpu
+    div r26, r18, %experts_per_gpu
+    div r27, r19, %experts_per_gpu
+    div r28, r20, %experts_per_gpu
+    div r29, r21, %experts_per_gpu
+    div r30, r22, %experts_per_gpu
+    div r31, r23, %experts_per_gpu
+    mov r13, 0
+    group_open 0, g0_\@
+    group_add r24, r25, 1
+    group_add r24, r26, 2
+    group_add r24, r27, 3
+    group_add r24, r28, 4
+    group_add r24, r29, 5
+    group_add r24, r30, 6
+    group_add r24, r31, 7
+    group_store \store, g0_\@
+    group_open 1, g1_\@
+    group_add r25, r26, 2
+    group_add r25, r27, 3
+    group_add r25, r28, 4
+    group_add r25, r29, 5
+    group_add r25, r30, 6
+    group_add r25, r31, 7
+    group_store \store, g1_\@
+    group_open 2, g2_\@
+    group_add r26, r27, 3
+    group_add r26, r28, 4
+    group_add r26, r29, 5
+    group_add r26, r30, 6
+    group_add r26, r31, 7
+    group_store \store, g2_\@
+    group_open 3, g3_\@
+    group_add r27, r28, 4
+    group_add r27, r29, 5
+    group_add r27, r30, 6
+    group_add r27, r31, 7
+    group_store \store, g3_\@
+    group_open 4, g4_\@
+    group_add r28, r29, 5
+    group_add r28, r30, 6
+    group_add r28, r31, 7
+    group_store \store, g4_\@
+    group_open 5, g5_\@
+    group_add r29, r30, 6
+    group_add r29, r31, 7
+    group_store \store, g5_\@
+    group_open 6, g6_\@
+    group_add r30, r31, 7
+    group_store \store, g6_\@
+    group_open 7, g7_\@
+    group_store \store, g7_\@
+    add r9, r9, %topk
+    add r1, r1, %ntb
+    bra token_\@
+end_\@:
+    notify_ready.eos %ntb
+    atom.add r11, %gpu, [%acct], r9
+.endm
+
+.kernel moehub_dispatch_grouped
+.param x
+.param topk_idx
+.param tokens
+.param topk
+.param hidden
+.param acct
+.param experts_per_gpu
+    route_tokens_grouped store_experts
+    exit
+
+.kernel moehub_dispatch_rowsp_grouped
+.param x
+.param topk_idx
+.param tokens
+.param topk
+.param hidden
+.param acct
+.param experts_per_gpu
+.param experts
+.param sync
+    rowsp_register
+    route_tokens_grouped store_rowsp_experts
     exit
 
 # moehub_claim and moehub_expert: the expert side as two kernels launched together (on their own
