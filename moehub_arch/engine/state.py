@@ -141,7 +141,8 @@ ERROR_TEXT = {
                   "(rowsp.malloc), or an id outside 0 .. system.gpu.hub.moe.rpm.allocation_ids - 1",
     ERR_ROWSP_ROW: "st.rowsp bytes outside the row registered for its allocation id (offset + bytes "
                    "above the registered row size, the row's stores together above it, a negative "
-                   "offset or row, or no bytes)",
+                   "offset or row, or no bytes; st.rowsp.experts: bytes other than a named id's "
+                   "registered row size - it stores whole rows - or a named row already stored to)",
     ERR_ROWSP_REGISTER: "rowsp.malloc of an expert id out of range (workload.moe.num_experts) or a "
                         "row size of 0 or above the window slot (workload.moe.row_bytes)",
     ERR_MOE_EXPERT: "expert id out of range (workload.moe.num_experts), or claim/release of an expert "

@@ -43,7 +43,16 @@ and offset) and its bytes never share a packet with another store's: it leaves i
 at most packet_bytes, the last one as soon as it is accepted (nothing could fill it). Several
 stores may fill one row at different offsets: the first open one is the row's *lead*
 descriptor, later ones (`lead` >= 0) share its window slot; the row is complete, and gets its
-one completion record, when its landed bytes reach the registered row size.
+one completion record, when its landed bytes reach the registered row size. A kernel may mix
+both kinds toward one GPU: send_to_expert rows coalesce up to the next st.rowsp store, never
+into it.
+
+Multi-expert stores (an ISA experiment beyond the paper; workload.layer.moehub.multi_expert_store).
+`send_to_experts` / `st.rowsp.experts` name up to 8 experts on one GPU (a mask over 8
+consecutive registers). The row enters the stream once, in a *carrier* descriptor; each further
+expert takes a *copy* descriptor right behind it (a ring entry holding its expert, home and
+window slot, no stream bytes). The AAU allocates the carrier's and its copies' slots together,
+writes every packet's bytes into each, and completes them together: a record per expert.
 """
 from ...engine.jit import compiled, inline
 
@@ -455,7 +464,8 @@ def _sendable(st, s, tick):
     if avail == 0:
         return -1 if (sr.eos_pending and not sr.eos_sent) else 0
     full = p.rpm_packet_bytes
-    row = st.mrow[s * p.rpm_ring + row_at(st, s, sr.sent) % p.rpm_ring]
+    i = row_at(st, s, sr.sent)
+    row = st.mrow[s * p.rpm_ring + i % p.rpm_ring]
     if row.rowsp:
         # a row-sparse store's bytes travel alone: full packets (or a train), then its tail at once
         rest = row.start + row.length - sr.sent
@@ -464,11 +474,32 @@ def _sendable(st, s, tick):
         # no coalescing: up to the end of the row the next byte belongs to (rows are accepted
         # whole, so it is all there)
         return min(row.start + p.rpm_header_bytes + row.length - sr.sent, full)
+    end = _coalesce_end(st, s, i)
+    if end < sr.accepted:
+        # send_to_expert rows followed by an st.rowsp store: they coalesce up to it, never into
+        # it (its packets name id, row and offset), and nothing else can fill their last packet
+        rest = end - sr.sent
+        return rest if rest < full else min(rest // full, p.packet_train) * full
     if avail >= full:
         return min(avail // full, p.packet_train) * full   # one packet, or a train of them
     if sr.eos_pending or tick - sr.oldest >= p.rpm_flush_ticks:
         return avail
     return 0
+
+
+@compiled
+def _coalesce_end(st, s, i):
+    """Stream offset where the send_to_expert rows from descriptor i on end: the start of the
+    first later st.rowsp store, or the stream's end (a kernel may mix both kinds toward one GPU)."""
+    p = st.p[0]
+    sr = st.stream[s]
+    if st.gpu[s // p.num_gpus].rowsp_stores == 0:
+        return sr.accepted
+    for k in range(i + 1, sr.head):
+        r = st.mrow[s * p.rpm_ring + k % p.rpm_ring]
+        if r.rowsp and r.carrier < 0:
+            return r.start
+    return sr.accepted
 
 
 @compiled
@@ -579,8 +610,9 @@ def _emit(st, g, d, tick):
         full = p.rpm_packet_bytes
         # the data is read from the producers' buffers in local HBM (from the packet's first byte)
         row = st.mrow[s * p.rpm_ring + row_at(st, s, sr.sent) % p.rpm_ring]
-        if n < full and not sr.eos_pending and p.rpm_schedule != SCHEDULE_OFF and not row.rowsp:
-            gp.rpm_flushes += 1
+        if n < full and not sr.eos_pending and p.rpm_schedule != SCHEDULE_OFF and not row.rowsp \
+                and _coalesce_end(st, s, row_at(st, s, sr.sent)) == sr.accepted:
+            gp.rpm_flushes += 1     # (not a run of rows cut short by a following st.rowsp store)
         # merge-buffer fill at emission, in eighths of the buffer
         fill = min(sr.accepted - sr.sent, p.rpm_merge_bytes)
         b = fill * RPM_HIST_BINS // p.rpm_merge_bytes

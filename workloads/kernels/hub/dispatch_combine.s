@@ -85,6 +85,67 @@ end_sp:
     notify_ready.eos %ntb
     exit
 
+# moe_dispatch_multi: multi-expert stores (send_to_experts, or st.rowsp.experts with rowsp = 1),
+# topk = 2 on a hand-written routing: choice 0 of token t on GPU g is expert e = (7t + g) % 8; an
+# even token's choice 1 is e ^ 1, the other expert on e's GPU (experts 2d and 2d + 1 sit on GPU
+# d): one store names both and the row crosses the links once; an odd token's choice 1 is
+# (e + 2) % 8, on the next GPU: one store per GPU. Home t * 2 + k as moe_dispatch; rowsp = 1
+# registers allocation id e for expert e first, as moe_dispatch_rowsp (rows of row_bytes).
+.kernel moe_dispatch_multi
+.param x             # token rows [tokens][row_bytes]
+.param tokens
+.param row_bytes
+.param num_experts
+.param rowsp
+.param sync
+    beq %rowsp, 0, registered_m
+    mov r1, %tb
+register_m:
+    bge r1, %num_experts, synced_m
+    rowsp.malloc r1, r1, %row_bytes
+    add r1, r1, %ntb
+    bra register_m
+synced_m:
+    atom.add r7, %gpu, [%sync], 1
+    wait.ge [%sync], %ntb
+registered_m:
+    mov r1, %tb                  # r1 = token
+token_m:
+    bge r1, %tokens, end_m
+    mul r2, r1, %row_bytes
+    add r2, r2, %x               # r2 = the token's row
+    mul r16, r1, 7
+    add r16, r16, %gpu
+    rem r16, r16, %num_experts   # r16 = choice 0
+    shl r5, r1, 1                # r5 = home of choice 0 (choice k: r5 + k)
+    shl r6, %gpu, 20
+    or r6, r6, r5                # r6 = aux tag
+    and r4, r1, 1
+    bne r4, 0, apart_m
+    xor r17, r16, 1              # even token: both choices on one GPU, one store
+    bne %rowsp, 0, even_sp_m
+    send_to_experts r16, 3, r2, %row_bytes, r5, r6
+    bra next_m
+even_sp_m:
+    st.rowsp.experts r16, 3, r5, r2, %row_bytes
+    bra next_m
+apart_m:
+    add r17, r16, 2
+    rem r17, r17, %num_experts   # odd token: choice 1 on the next GPU, one store each
+    bne %rowsp, 0, apart_sp_m
+    send_to_experts r16, 1, r2, %row_bytes, r5, r6
+    send_to_experts r16, 2, r2, %row_bytes, r5, r6
+    bra next_m
+apart_sp_m:
+    st.rowsp.experts r16, 1, r5, r2, %row_bytes
+    st.rowsp.experts r16, 2, r5, r2, %row_bytes
+next_m:
+    add r1, r1, %ntb
+    bra token_m
+end_m:
+    notify_ready.eos %ntb
+    exit
+
 # moe_expert (consumers): thread block b serves local expert g * ntb + b (block placement, grid =
 # experts per GPU). It claims tiles in arrival order, "computes" y = x + x for each row into its
 # scratch rows, sends y home with send_home (the completion record names the home GPU and slot),
