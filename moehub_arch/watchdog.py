@@ -31,7 +31,7 @@ from .engine.events import Q_KIND, Q_TICK, TIMER_OFF, TM_TICK
 from .engine.state import (LN_DONE, LN_RUNNING, TB_EMPTY, TB_READY, TB_RETIRED, TB_WAIT_CLAIM,
                            TB_WAIT_FENCE, TB_WAIT_FLAG, TB_WAIT_HUB, TB_WAIT_REMOTE)
 from .observer import RunObserver, SimulationError
-from .isa.encoding import (CMP_NAMES, IMM, OP0, REG_TB, SEM, SEM_BRANCH, SEM_FENCE, SEM_SEND_EXPERT, SEM_ST_ROWSP,
+from .isa.encoding import (CMP_NAMES, IMM, OP0, REG_TB, SEM, SEM_BRANCH, SEM_FENCE, SEM_SEND_EXPERT, SEM_ST_ROWSP, SEM_SEND_EXPERTS, SEM_ST_ROWSP_EXPERTS,
                            SEMANTIC_NAMES,
                            SUBOP, SUBOP_NAMES)
 
@@ -134,6 +134,20 @@ def _tb_wait(sim, slot, now):
                 return (f"st.rowsp to allocation {rid} blocked: the RPM row ring toward GPU {d} is "
                         f"full ({int(sr.head - sr.tail)} of {R} stores accepted but "
                         f"not yet landed; system.gpu.hub.moe.rpm.row_queue_depth){why}")
+        if int(row[SEM]) in (SEM_SEND_EXPERTS, SEM_ST_ROWSP_EXPERTS):
+            mask = _operand(st, slot, row, 1)
+            n = bin(mask & 255).count("1")
+            v = int(st.regs[slot, int(row[OP0]) + (mask & -mask).bit_length() - 1]) if mask & 255 else -1
+            e = v
+            if int(row[SEM]) == SEM_ST_ROWSP_EXPERTS:
+                e = int(st.rowsp_table[g, v, 0]) if 0 <= v < st.rowsp_table.shape[1] else -1
+            if 0 <= e < int(p.num_experts):
+                d = int(st.moe_place[e, 0])
+                sr = st.stream[g * int(p.num_gpus) + d]
+                return (f"multi-expert store of {n} experts blocked: the RPM row ring toward GPU "
+                        f"{d} has {int(p.rpm_ring) - int(sr.head - sr.tail)} free entries of "
+                        f"{int(p.rpm_ring)}, the store needs one per expert "
+                        f"(system.gpu.hub.moe.rpm.row_queue_depth)")
         gp = st.gpu[g]
         R, depth = int(p.reqs_per_gpu), st.reqq.shape[1]
         return (f"'{_instruction(sim, int(tb.pc))}' waiting for room in the hub: request table "
