@@ -100,8 +100,10 @@ row_\@:
 # moehub_dispatch: thread block b routes tokens b, b + ntb, ...: for each of the token's k experts
 # (k <= 8: one ld.v8 reads them; the register file cannot be indexed, so the stores are unrolled) it
 # hands the row to the hub naming only the expert; `home` = t * k + j is the row's slot in yhome.
-# route_tokens store: that loop, each row handed over by the macro `store` (expert register, home
-# register; r2 = the row, r10 = its bytes): store_send (send_to_expert) or store_rowsp (st.rowsp).
+# route_tokens stores, store: that loop; per token (r16.. its experts, r5 = home of choice 0,
+# r2 = its row, r10 = the row's bytes) the macro `stores` hands the rows over with the macro
+# `store`: stores_each, one store per choice (store_send: send_to_expert, store_rowsp: st.rowsp;
+# expert register, home register), or stores_grouped below (one store per GPU).
 .macro store_send e, home
     send_to_expert \e, r2, r10, \home, 0
 .endm
@@ -110,18 +112,7 @@ row_\@:
     st.rowsp \e, \home, 0, r2, r10    # allocation id e (expert e), row home, the whole row
 .endm
 
-.macro route_tokens store
-    shl r10, %hidden, 1          # r10 = row bytes (bf16)
-    mov r1, %tb                  # r1 = token
-    mov r9, 0                    # r9 = rows sent by this TB
-token_\@:
-    bge r1, %tokens, end_\@
-    mul r2, r1, r10
-    add r2, r2, %x               # r2 = the token's row
-    mul r5, r1, %topk            # r5 = home slot of choice 0
-    shl r3, r5, 3
-    add r3, r3, %topk_idx        # r3 = &topk_idx[t][0]
-    ld.v8 r16, [r3]              # r16.. = the token's experts (one vector load; k <= 8)
+.macro stores_each store
     \store r16, r5
     ble %topk, 1, routed_\@
     add r5, r5, 1
@@ -145,6 +136,21 @@ token_\@:
     add r5, r5, 1
     \store r23, r5
 routed_\@:
+.endm
+
+.macro route_tokens stores, store
+    shl r10, %hidden, 1          # r10 = row bytes (bf16)
+    mov r1, %tb                  # r1 = token
+    mov r9, 0                    # r9 = rows sent by this TB
+token_\@:
+    bge r1, %tokens, end_\@
+    mul r2, r1, r10
+    add r2, r2, %x               # r2 = the token's row
+    mul r5, r1, %topk            # r5 = home slot of choice 0
+    shl r3, r5, 3
+    add r3, r3, %topk_idx        # r3 = &topk_idx[t][0]
+    ld.v8 r16, [r3]              # r16.. = the token's experts (one vector load; k <= 8)
+    \stores \store
     add r9, r9, %topk
     add r1, r1, %ntb
     bra token_\@
@@ -160,7 +166,7 @@ end_\@:
 .param topk
 .param hidden
 .param acct
-    route_tokens store_send
+    route_tokens stores_each, store_send
     exit
 
 # moehub_dispatch_rowsp (workload.layer.moehub.stores: row_sparse): the published ISA (MoE-Hub,
@@ -193,12 +199,12 @@ registered_\@:
 .param experts
 .param sync                  # one control word: TBs done registering
     rowsp_register
-    route_tokens store_rowsp
+    route_tokens stores_each, store_rowsp
     exit
 
 # moehub_dispatch_grouped / moehub_dispatch_rowsp_grouped (workload.layer.moehub.multi_expert_store:
-# an ISA experiment beyond the paper): like route_tokens, but one store per token and destination
-# GPU names every expert of the token on that GPU, so the row crosses the links once per GPU. After
+# an ISA experiment beyond the paper): route_tokens with stores_grouped - one store per token and
+# destination GPU names every expert of the token on that GPU, so the row crosses the links once per GPU. After
 # ld.v8 r16 (the token's experts), r24 + j = the GPU of choice j (experts sit experts_per_gpu per
 # GPU in order); choice j opens a group unless it is past top-k or already stored (r13: choices
 # stored), the later choices on its GPU join it (r14: the group's mask, bit j = choice j = register
@@ -233,21 +239,10 @@ registered_\@:
 \skip:
 .endm
 
-.macro route_tokens_grouped store
-    shl r10, %hidden, 1          # r10 = row bytes (bf16)
+.macro stores_grouped store
     mov r12, 1
     shl r12, r12, %topk
     sub r12, r12, 1              # r12 = the token's choices (bits 0 .. k - 1)
-    mov r1, %tb                  # r1 = token
-    mov r9, 0                    # r9 = rows sent by this TB
-token_\@:
-    bge r1, %tokens, end_\@
-    mul r2, r1, r10
-    add r2, r2, %x               # r2 = the token's row
-    mul r5, r1, %topk            # r5 = home slot of choice 0
-    shl r3, r5, 3
-    add r3, r3, %topk_idx
-    ld.v8 r16, [r3]              # r16.. = the token's experts (k <= 8)
     div r24, r16, %experts_per_gpu
     div r25, r17, %experts_per_gpu
     div r26, r18, %experts_per_gpu
@@ -301,12 +296,6 @@ token_\@:
     group_store \store, g6_\@
     group_open 7, g7_\@
     group_store \store, g7_\@
-    add r9, r9, %topk
-    add r1, r1, %ntb
-    bra token_\@
-end_\@:
-    notify_ready.eos %ntb
-    atom.add r11, %gpu, [%acct], r9
 .endm
 
 .kernel moehub_dispatch_grouped
@@ -317,7 +306,7 @@ end_\@:
 .param hidden
 .param acct
 .param experts_per_gpu
-    route_tokens_grouped store_experts
+    route_tokens stores_grouped, store_experts
     exit
 
 .kernel moehub_dispatch_rowsp_grouped
@@ -331,7 +320,7 @@ end_\@:
 .param experts
 .param sync
     rowsp_register
-    route_tokens_grouped store_rowsp_experts
+    route_tokens stores_grouped, store_rowsp_experts
     exit
 
 # moehub_claim and moehub_expert: the expert side as two kernels launched together (on their own
