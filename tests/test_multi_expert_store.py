@@ -110,6 +110,8 @@ SET = "    mov r16, 2\n    mov r17, 3\n    mov r18, 4\n"     # lines 7-9
            "    st.rowsp.experts r16, 3, 0, %x, 32\n", 12, "above the registered row size"),
     (SET + "    rowsp.malloc 2, 2, 64\n    st.rowsp.experts r16, 3, 0, %x, 64\n", 11,
      "has not registered"),
+    (SET + "    rowsp.malloc 2, 2, 64\n    rowsp.malloc 3, 2, 64\n"
+           "    st.rowsp.experts r16, 3, 0, %x, 64\n", 12, "or one expert"),
 ])
 def test_bad_multi_expert_stores_name_the_kernel_line(tmp_path, body, line, message):
     kernel = _kernel(tmp_path, body)

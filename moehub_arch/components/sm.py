@@ -836,17 +836,26 @@ def _local_expert(st, slot, g, expert):
 
 
 @compiled
+def _expert_row(st, slot, expert, nb):
+    """send_to_expert(s): the expert exists and the row fits a window slot (False: error raised)."""
+    p = st.p[0]
+    if expert < 0 or expert >= p.num_experts:
+        raise_error(st, ERR_MOE_EXPERT, slot, expert)
+        return False
+    if nb <= 0 or nb > p.row_bytes:
+        raise_error(st, ERR_MOE_ROW_SIZE, slot, nb)
+        return False
+    return True
+
+
+@compiled
 def _send_to_expert(st, slot, row, g, tick, cyc):
     """send_to_expert: validate, then hand the row to the RPM (False: error or stalled)."""
     p = st.p[0]
     expert = _operand(st, slot, row, 0, tick, cyc)
     src = _operand(st, slot, row, 1, tick, cyc)
     nb = _operand(st, slot, row, 2, tick, cyc)
-    if expert < 0 or expert >= p.num_experts:
-        raise_error(st, ERR_MOE_EXPERT, slot, expert)
-        return False
-    if nb <= 0 or nb > p.row_bytes:
-        raise_error(st, ERR_MOE_ROW_SIZE, slot, nb)
+    if not _expert_row(st, slot, expert, nb):
         return False
     if _is_smem(src) or not _check_range(st, slot, src, nb):
         raise_error(st, ERR_ADDR_RANGE, slot, src)
@@ -964,16 +973,16 @@ def _store_experts(st, slot, row, g, tick, cyc, rowsp):
             expert = st.rowsp_table[g, v, 0]
         else:
             expert = v
-            if expert < 0 or expert >= p.num_experts:
-                raise_error(st, ERR_MOE_EXPERT, slot, expert)
-                return False
-            if nb <= 0 or nb > p.row_bytes:
-                raise_error(st, ERR_MOE_ROW_SIZE, slot, nb)
+            if not _expert_row(st, slot, expert, nb):
                 return False
         for i in range(j):
-            if (mask >> i) & 1 and st.regs[slot, first + i] == v:
-                raise_error(st, ERR_MULTI_GPUS, slot, v)     # named twice
-                return False
+            # one expert named twice (rowsp: also through two ids of one expert): the AAU checks
+            # each named expert's window for one free slot
+            if (mask >> i) & 1:
+                u = st.regs[slot, first + i]
+                if (st.rowsp_table[g, u, 0] if rowsp else u) == expert:
+                    raise_error(st, ERR_MULTI_GPUS, slot, v)
+                    return False
         if d < 0:
             d = st.moe_place[expert, 0]
         elif st.moe_place[expert, 0] != d:
