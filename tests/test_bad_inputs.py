@@ -176,6 +176,12 @@ CASES = [
                                               "system.gpu.hub.moe.dam.tile_rows=16"),
      ["system.gpu.hub.moe.aau.record_table_entries", "system.gpu.hub.moe.dam.tile_rows = 16",
       "at least 31 entries", "found 8", "deadlocks"]),
+    # multi-expert stores take one record per named expert at once (top-2 of 2 local experts)
+    ("record-table-multi-expert-store", {}, _set(LAYER, "scheme=moehub",
+                                                 "workload.layer.moehub.multi_expert_store=true",
+                                                 "system.gpu.hub.moe.aau.record_table_entries=31",
+                                                 "system.gpu.hub.moe.dam.tile_rows=16"),
+     ["at least 32 entries", "one more store of up to 2 rows", "found 31", "deadlocks"]),
     ("system-file-not-found", {}, ["run", P2P, "--system", "{tmp}/none.yaml"],
      ["--system", "none.yaml", "not found"]),
     ("layer-without-model", {}, _set(LAYER, "workload.layer.model=''"),

@@ -682,25 +682,28 @@ def _check_moe(cfg: Config, ctx: _Ctx):
     _check_record_table(cfg, ctx, local, "workload.moe")
 
 
-def record_table_minimum(local_experts: int, tile_rows: int) -> int:
+def record_table_minimum(local_experts: int, tile_rows: int, store_experts: int = 1) -> int:
     """The smallest AAU completion-record table that cannot deadlock when a full table stalls
     allocation (today's AAU): every local expert may hold a partial tile of tile_rows - 1 rows,
-    each row holding a record until its tile is released, and one more row must fit to complete
-    a tile and free records."""
-    return local_experts * (tile_rows - 1) + 1
+    each row holding a record until its tile is released, and one more store must fit to
+    complete a tile and free records - a multi-expert store takes one record per expert it names
+    (`store_experts`), all at once."""
+    return local_experts * (tile_rows - 1) + store_experts
 
 
-def _check_record_table(cfg: Config, ctx: _Ctx, local: int, why: str):
+def _check_record_table(cfg: Config, ctx: _Ctx, local: int, why: str, store_experts: int = 1):
     if cfg.system.gpu.hub.moe.aau.overflow == "spill":
         return      # a full table spills to device memory: any size works (it costs time)
     tile = cfg.system.gpu.hub.moe.dam.tile_rows
-    need = record_table_minimum(local, tile)
+    need = record_table_minimum(local, tile, store_experts)
     aau = cfg.system.gpu.hub.moe.aau
+    more = ("one more row" if store_experts == 1 else
+            f"one more store of up to {store_experts} rows (workload.layer.moehub.multi_expert_store)")
     if aau.record_table_entries < need:
         raise ctx.error(("system", "gpu", "hub", "moe", "aau", "record_table_entries"),
                         f"expected at least {need} entries with system.gpu.hub.moe.dam.tile_rows = "
                         f"{tile}: {local} local expert(s) ({why}) may each hold a partial tile of "
-                        f"{tile - 1} rows, and one more row must fit to complete a tile; found "
+                        f"{tile - 1} rows, and {more} must fit to complete a tile; found "
                         f"{aau.record_table_entries} (a smaller table deadlocks: allocation stalls "
                         f"while the table is full)")
 
@@ -712,13 +715,15 @@ def _check_hub_sizes(cfg: Config, ctx: _Ctx):
         return
     from ..workloads.models import load_model
     try:
-        experts = load_model(cfg.workload.layer.model).experts
+        model = load_model(cfg.workload.layer.model)
     except ConfigError:
         return      # the layer build names the bad model file
+    experts = model.experts
     if experts % cfg.system.num_gpus == 0:
-        _check_record_table(cfg, ctx, experts // cfg.system.num_gpus,
-                            f"{experts} experts of {cfg.workload.layer.model} over "
-                            f"{cfg.system.num_gpus} GPUs")
+        local = experts // cfg.system.num_gpus
+        store = min(model.top_k, local) if cfg.workload.layer.moehub.multi_expert_store else 1
+        _check_record_table(cfg, ctx, local, f"{experts} experts of {cfg.workload.layer.model} "
+                            f"over {cfg.system.num_gpus} GPUs", store)
 
 
 # ------------------------------------------------------------------------------ entry point
