@@ -11,6 +11,7 @@ import numpy as np
 import attrs
 
 from .components.hbm import HBM_MIN_ACCESS  # noqa: F401 (re-exported)
+from .components.fabric import fill_fabric_destinations
 from .components.moehub.aau import aau_staging_packets, expert_placement, local_experts
 from .components.moehub.rpm import rpm_packet_bytes  # noqa: F401 (re-exported)
 from .components.nvls import check_buffer_size, multicast_object_rows
@@ -362,6 +363,7 @@ def build_state(cfg, program, seed=None, presets=None):
         **declared_arrays(cfg),   # the records and arrays blocks declare with their size
     )
     st.sw_node[:] = node_array(fab)
+    fill_fabric_destinations(st)
     _bind_multicast_objects(st, cfg, buffers)
     return st, buffers, launches
 
