@@ -275,15 +275,18 @@ def build_state(cfg, program, seed=None, presets=None):
                              f"({groups} warp groups x {k.smem_bytes} bytes of .smem + "
                              f"{lc.dynamic_smem} bytes of dynamic_smem = {footprint} bytes) exceeds "
                              f"system.gpu.sm.smem_bytes ({gpu.sm.smem_bytes})")
-        block_regs = kernel_block_registers(k, gpu.sm)
-        if k.threads > gpu.sm.max_threads or block_regs > gpu.sm.registers:
+        lc = cfg.workload.launches[l.config_index]
+        declared = lc.kernel_threads == "declared"
+        block_regs = kernel_block_registers(k, gpu.sm) if declared else 0
+        block_threads = k.threads if declared else 0
+        if block_threads > gpu.sm.max_threads or block_regs > gpu.sm.registers:
             raise BuildError(f"kernel '{k.name}' ({k.file}:{k.threads_line}): a thread block of "
                              f"{k.threads} threads x {k.regs_per_thread} registers (.threads / "
                              f".regs: {block_regs} registers in whole warps) cannot be placed on "
                              f"any SM: system.gpu.sm.registers is {gpu.sm.registers} and "
                              f"system.gpu.sm.max_threads {gpu.sm.max_threads}")
         r = ln[l.index]
-        r.block_regs, r.block_threads = block_regs, k.threads
+        r.block_regs, r.block_threads = block_regs, block_threads
         # the scheduler's unit is the instruction stream: grid = blocks x warp groups
         r.gpu, r.entry_pc, r.grid, r.next_in_stream = l.gpu, k.entry_pc, l.grid * groups, nxt
         r.groups = groups

@@ -350,6 +350,11 @@ class LaunchConfig:
                            "until it exits, so blocks of other launches fit beside it only in "
                            "what is left of system.gpu.sm.smem_bytes; e.g. DeepEP's TMA staging "
                            "buffers", 0, min=0)
+    kernel_threads: str = _f("choice", "declared: each thread block holds its kernel's .threads x "
+                             ".regs registers and .threads threads (a residency limit); none: it "
+                             "holds none - a launch that does not keep the kernel's launch shape "
+                             "(DeepEP's per-stream fallback blocks)", "declared",
+                             choices=("declared", "none"))
     dam_tile_tbs: int = _f("int", "0: an ordinary launch. N > 0: the MoE-Hub DAM starts its thread "
                            "blocks, N per ready tile, then one last block once every tile was "
                            "started (system.gpu.hub.moe.dam.consumers: launch); the grid is an upper "

@@ -9,9 +9,13 @@ and C receiver blocks with one warp group per (channel, source) ring; rows move 
 put.sm, charged on the SMs' load/store units), `deepep_gate_up` and `deepep_down` (grouped GEMM over the
 expert-major receive buffer, in jobs of workload.layer.gemm_n_tile output columns per row tile),
 `deepep_combine`
-(C blocks of P warp groups on C SMs - one thread block per (channel, rank) where P fp32 rows do
-not fit an SM's shared memory; per received token: the fp32 weighted sum of its local expert
-outputs, copied home once per (token, rank) as a bf16 row by a warp copy) and `deepep_reduce` (at home: shared experts + per-rank partials).
+(workload.layer.deepep.home_reduce: receivers, DeepEP's: 2C blocks of P warp groups on 2C SMs -
+one thread block per stream where P fp32 rows do not fit an SM's shared memory; C sender blocks:
+per received token the fp32 weighted sum of its local expert outputs, copied as a bf16 row into a
+per-(channel, rank) ring on the token's home by a warp copy; C receiver blocks at home: a head
+updater and P - 1 reducers summing each token's rows in fp32, ranks ascending). With
+home_reduce: kernel (the first model), `deepep_combine_partials` copies the rows into a
+[token][rank] buffer at home and `deepep_reduce` sums them (shared experts + per-rank partials).
 Stream 1 runs the shared experts (the "expert" phase lists them too, so its span starts with the
 layer; kernel.deepep_gate_up_us / deepep_down_us are the routed GEMMs alone).
 
@@ -65,6 +69,9 @@ COMBINE_ACC_BYTES = 28 * 1024   # deepep_combine's .smem: one fp32 row of up to 
 DEEPEP_WARPS_PER_BLOCK = 768 // 32
 DISPATCH_SMEM_BYTES = DEEPEP_WARPS_PER_BLOCK * 8192     # 192 KB
 COMBINE_SMEM_BYTES = DEEPEP_WARPS_PER_BLOCK * 4096      # 96 KB
+# internode.cu `dispatch` (launch function): kNumTMABytesPerWarp = 16384 for each of the
+# NUM_MAX_NVL_PEERS = 8 forwarder warps: 128 KB of dynamic shared memory per block (512 threads)
+INTERNODE_DISPATCH_SMEM_BYTES = 16384 * 8
 
 
 def tma_staging_bytes(cfg, nbytes):
@@ -213,7 +220,8 @@ def intranode_combine(layer, *, expert_out, shared, groups):
     if opts.home_reduce == "receivers":
         return [LaunchConfig(
             kernel="deepep_combine", grid=2 * C * P // groups, warp_groups=groups, stream=0,
-            dynamic_smem=dynamic_smem, params=(
+            dynamic_smem=dynamic_smem, kernel_threads="declared" if groups == P else "none",
+            params=(
                 ("rec", "@dp_rec"), ("ntf", "@dp_ntf"), ("recv_y", expert_out),
                 ("scratch", "@dp_combine_scratch"), ("cring_x", "@dp_cring_x"),
                 ("cring_ctl", "@dp_cring_ctl"), ("send_head", "@dp_send_head"), ("out", "@out"),
@@ -272,7 +280,8 @@ def internode_dispatch(layer, buffers, launches, *, L, db):
     params = dict(old.params)
     launches = launches[:2] + [LaunchConfig(
         kernel="deepep_dispatch_internode", grid=2 * C, warp_groups=N + P, stream=0,
-        host_delay=old.host_delay, params=(
+        host_delay=old.host_delay,
+        dynamic_smem=tma_staging_bytes(cfg, INTERNODE_DISPATCH_SMEM_BYTES), params=(
             ("x", params["x"]), ("meta", "@dp_meta"), ("ring_x", "@dp_ring_x"),
             ("ring_ctl", "@dp_ring_ctl"), ("rdma_x", "@dp_rdma_x"), ("rdma_ctl", "@dp_rdma_ctl"),
             ("fwd_rec", "@dp_fwd_rec"), ("fwd_cnt", "@dp_fwd_cnt"), ("ntf", "@dp_ntf"),

@@ -15,13 +15,18 @@
 #                    (put.sm); receivers unpack them expert-major
 #   deepep_gate_up   grouped GEMM (SwiGLU) over the expert-major buffer: gate/up jobs (tile, q)
 #   deepep_down      then the down jobs (tile, c); jobs dealt round-robin to the TBs
-#   deepep_combine   on C SMs, one warp group per home rank: per received token the fp32
-#                    weighted sum of its local expert outputs, one bf16 row copied back to the
-#                    token's home GPU (put.sm); the last warp group raises done[me] everywhere
-#   deepep_reduce    at home: out = shared experts + partial rows of the ranks, ascending rank
+#   deepep_combine   (home_reduce: receivers, DeepEP's) on 2C SMs: C sender blocks, one warp group
+#                    per home rank: per received token the fp32 weighted sum of its local expert
+#                    outputs, one bf16 row copied into ring (c, me) on the token's home (put.sm);
+#                    C receiver blocks at home: a head updater and P - 1 reducers that sum each
+#                    token's rows from its rings (shared experts first, ranks ascending) into out
+#   (home_reduce: kernel, the first model) deepep_combine_partials on C SMs: the same partial rows
+#                    straight into dp_comb at home, the last warp group raises done[me]
+#                    everywhere; then deepep_reduce: out = shared experts + partial rows of the
+#                    ranks, ascending rank
 # Stream 1: the shared experts (shared_ffn in ../common/moe_common.s). There is no
-# cross-stream event: deepep_reduce reads their output ys at the end of the layer, long after the
-# shared experts (which start with the layer) finished.
+# cross-stream event: the home reduction waits for their thread blocks to have counted themselves
+# (acct word 5) before it reads their output ys.
 # workload.layer.deepep.kernels: communication (DeepEP's own benchmark: dispatch and combine
 # alone) launches layout, notify, dispatch, combine and reduce only: no GEMMs, no shared experts;
 # the experts are the identity - combine reads the received rows (dp_recv_x) as expert outputs -
@@ -70,7 +75,14 @@
 #   dp_rec    ctl  [C][P][Tc][12]  per received token (receiver (c, s), i-th token):
 #                              words 0..7: t << 32 | (row position + 1) for slot j if its expert is
 #                              local, t << 32 if not; words 8..11 the router weights (f32)
-#   dp_comb   data [T][P][rb]  at home: the bf16 partial row of token t from rank r, at t*P + r
+#   dp_send_head ctl [T][P]    written by the dispatch senders: token t's position in ring (c, me) on
+#                              rank r (tokens sent before it), -1 if it does not go to r
+#   dp_cring_x data [C][P][R][rb]  home_reduce receivers: combine ring (c, r) on the home rank (rows
+#                              from rank r)
+#   dp_cring_ctl ctl [3][C][P] tail (home: rows rank r pushed into ring (c, r)), head (sender rank:
+#                              positions home s freed in ring (c, me) there), progress (home: tokens
+#                              reducer w of channel c finished)
+#   dp_comb   data [T][P][rb]  home_reduce kernel: the bf16 partial row of token t from rank r
 #   dp_combine_scratch data    per combine warp group: 8 bf16 staging rows
 #   acct      ctl  (common)    0 sent, 1 received, 2 computed, 3 combined (token-expert pairs);
 #                              4: combine TBs finished
@@ -401,6 +413,8 @@ end:
 .param ring_rows
 .param send_chunk            # tokens per published chunk (capped at half the ring)
 .param local_experts
+.threads 768                 # DeepEP intranode.cu: kNumThreads = 768, __launch_bounds__(768, 1)
+.regs 80                     # at most 65536 / 768 registers per thread, in allocation units of 8 (256 per warp): 80
     mov r1, %row_bytes           # r1 = dispatched row bytes
     add r2, %tokens, %channels
     sub r2, r2, 1
@@ -536,6 +550,8 @@ receiver:
 .param n_tile
 .param swizzle               # row tiles per group of the job order (swizzle_job)
 .smem 160KB                  # G, U [tile][n] f32 + Hq [tile][n] bf16
+.threads 384                 # assumption: DeepGEMM's grouped GEMM block (github.com/deepseek-ai/DeepGEMM): 128 TMA + 256 math threads, __launch_bounds__(384, 1)
+.regs 168                    # assumption: its warp-specialised register split (setmaxnreg 40 for the TMA warps, 232 for the math warps): 128 x 40 + 256 x 232 = 64512 = 384 x 168
     gemm_smem r8, r9, %tile_rows, %n_tile, r20, r21    # r8 = G; r9 = U
     add r10, r9, r21             # r10 = Hq
     shl r23, %hidden, 1          # r23 = x row bytes (r12..r19: the tile entry)
@@ -583,6 +599,8 @@ end:
 .param n_tile
 .param swizzle               # row tiles per group of the job order (swizzle_job)
 .smem 96KB                   # Y [tile][n] f32 + Yq [tile][n] bf16
+.threads 384                 # assumption: DeepGEMM's grouped GEMM block (github.com/deepseek-ai/DeepGEMM): 128 TMA + 256 math threads, __launch_bounds__(384, 1)
+.regs 168                    # assumption: its warp-specialised register split (setmaxnreg 40 for the TMA warps, 232 for the math warps): 128 x 40 + 256 x 232 = 64512 = 384 x 168
     gemm_smem r8, r9, %tile_rows, %n_tile, r20, r21    # r8 = Y; r9 = Yq
     shl r23, %hidden, 1          # r23 = y row bytes (r12..r19: the tile entry)
     shl r25, %n_tile, 1          # r25 = Yq row bytes
