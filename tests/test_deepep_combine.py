@@ -73,7 +73,7 @@ def test_combine_rings_with_back_pressure(rows):
 
 def test_receivers_need_two_gpus():
     r = run_cli("run", CONFIGS / CONFIG, "--set", "scheme=deepep", "--set", "system.num_gpus=1",
-                "--set", "workload.layer.model.experts=4", "--quiet", "-o", "/dev/null/x")
+                "--engine", "python", "--quiet", "-o", "/dev/null/x")
     assert r.returncode == 2, r.stderr
     assert "workload.layer.deepep.home_reduce" in r.stderr
     assert "Traceback" not in r.stderr
@@ -194,22 +194,24 @@ def test_registers_keep_other_blocks_off_a_full_sm(tmp_path):
     sim = Simulation(load_config(_reg_config(tmp_path)))
     sim.run()
     st = sim.state
-    big, small = (sim.launches[i] for i in (0, 1))
-    assert int(st.ln[big.index].block_regs) == 61440
-    assert int(st.ln[small.index].block_regs) == 8192
-    assert int(st.ln[small.index].block_threads) == 256
-    assert int(st.ln[small.index].start) < int(st.ln[big.index].end)   # launched meanwhile
+
+    def pair(sim, g):
+        return tuple(next(li.index for li in sim.launches if li.kernel == k and li.gpu == g)
+                     for k in ("big", "small"))
     for g in (0, 1):
-        gl = [li for li in sim.launches if li.gpu == g]
-        b, sm_ = gl[0], gl[1]
-        # every small block started after the big block on its SM exited
-        assert int(st.ln[sm_.index].end) > int(st.ln[b.index].end)
-    # 40 registers per thread (30720 a block): two big blocks and a small one share an SM
+        big, small = pair(sim, g)
+        assert int(st.ln[big].block_regs) == 61440
+        assert (int(st.ln[small].block_regs), int(st.ln[small].block_threads)) == (8192, 256)
+        assert int(st.ln[small].start) < int(st.ln[big].end)        # launched meanwhile
+        # its blocks were placed only when the big blocks (one per SM) had exited
+        assert int(st.ln[small].end) > int(st.ln[big].end)
+    # 40 registers per thread (30720 a block): a big and a small block share an SM
     sim = Simulation(load_config(_reg_config(tmp_path, regs=40)))
     sim.run()
-    assert int(sim.state.ln[sim.launches[0].index].block_regs) == 30720
-    gl = [li for li in sim.launches if li.gpu == 0]
-    assert int(sim.state.ln[gl[1].index].end) < int(sim.state.ln[gl[0].index].end)
+    for g in (0, 1):
+        big, small = pair(sim, g)
+        assert int(sim.state.ln[big].block_regs) == 30720
+        assert int(sim.state.ln[small].end) < int(sim.state.ln[big].end)
 
 
 @pytest.mark.parametrize("threads, regs", [(1024, 128), (4096, 8)])
@@ -218,3 +220,24 @@ def test_a_block_over_the_sm_limits_is_an_input_error(tmp_path, threads, regs):
     assert r.returncode == 2, r.stderr
     assert "k.s:" in r.stderr and ".regs" in r.stderr and "system.gpu.sm.registers" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_lsu_loads_and_register_directives_are_checked(tmp_path):
+    from moehub_arch.config import flat_params
+    from moehub_arch.isa import AsmError, IsaError, assemble_text, default_isa_paths, load_isa
+    from moehub_arch.isa.encoding import DTYPE, DTYPE_LSU_LOADS
+    from conftest import load
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("instructions:\n  myld: {semantic: ld, unit: lsu, operands: [dst, addr], "
+                   "latency: 0, ii: 1, lsu_loads: true, description: x}\n")
+    with pytest.raises(IsaError, match="lsu_loads"):
+        load_isa([*default_isa_paths(), bad])
+    isa = load_isa(default_isa_paths()).resolve(flat_params(load("ubench/alltoall.yaml")))
+    p = assemble_text(".kernel k\n.param a\n.threads 256\n.regs 32\n"
+                      "    vaxpy.f32.bf16.lsu %a, %a, %a, 8\n    exit\n", isa, file="k.s")
+    assert p.code[0, DTYPE] & DTYPE_LSU_LOADS
+    assert (p.kernels["k"].threads, p.kernels["k"].regs_per_thread) == (256, 32)
+    with pytest.raises(AsmError, match="only one of .threads and .regs"):
+        assemble_text(".kernel k\n.threads 256\n    exit\n", isa, file="k.s")
+    with pytest.raises(AsmError, match=".regs takes one integer"):
+        assemble_text(".kernel k\n.regs 0\n    exit\n", isa, file="k.s")
