@@ -143,6 +143,15 @@ class DamConfig:
                         "blocks sleep in claim_buffer: this project's first reading) or launch (the "
                         "DAM starts the consumer thread blocks of each ready tile: a launch with "
                         "dam_tile_tbs; MoE-Hub arXiv 2605.05888)", choices=("claim", "launch"))
+    order: str = _f("choice", "which ready tiles the DAM hands to the consumers, and when: ready "
+                    "(each tile as soon as it is ready, experts interleaved: the paper's per-tile "
+                    "DAM) or expert (a policy beyond the paper: an expert's tiles are held until "
+                    "expert_tiles of them are ready, or its stream ended and all are, then handed "
+                    "out together, column job outer, so the blocks running at once share the "
+                    "expert's weight column tiles through the L2)",
+                    choices=("ready", "expert"))
+    expert_tiles: int = _f("int", "with order: expert, the ready tiles of one expert handed out "
+                           "together (at most the expert window's tiles)", min=1)
 
 
 @attrs.frozen
