@@ -430,21 +430,26 @@ def dysharp_result(st, g, pkt):
     off = rel - u * o[OBJ_ROWB]
     dt = pk.mm_dtype
     es = 2 if dt == DT_BF16 else 4
-    acc = np.zeros(n // es, np.float32)
-    for j in range(st.req[r].dy_count):
+    count = st.req[r].dy_count
+    # every target's row is in place (a missing one is a program error, reported once)
+    for j in range(count):
         e = st.dy_targets[r, j]
         m = e // tpg
-        el = e - m * tpg
-        row = read_word(st, m, o[OBJ_AL] + (u * tpg + el) * 8) - 1
-        addr = _row_address(o, el, row, off)
-        if row < 0 or not hbm_backed(st, addr, n):
-            raise_error(st, ERR_UNBACKED_COPY if row >= 0 else ERR_DY_UNPLACED,
-                        st.req[r].slot, addr if row >= 0 else e)
+        row = read_word(st, m, o[OBJ_AL] + (u * tpg + e - m * tpg) * 8) - 1
+        if row < 0:
+            raise_error(st, ERR_DY_UNPLACED, st.req[r].slot, e)
             return
-        src = st.hbm_mem[m, addr:addr + n]
-        for i in range(n // es):
-            v = load_f32(src, i, dt)
-            acc[i] = v if j == 0 else np.float32(acc[i] + v)
+        if not hbm_backed(st, _row_address(o, e - m * tpg, row, off), n):
+            raise_error(st, ERR_UNBACKED_COPY, st.req[r].slot, _row_address(o, e - m * tpg, row, off))
+            return
     out = st.hbm_mem[g, pk.addr:pk.addr + n]
     for i in range(n // es):
-        store_f32(out, i, dt, acc[i])
+        acc = np.float32(0.0)
+        for j in range(count):
+            e = st.dy_targets[r, j]
+            m = e // tpg
+            el = e - m * tpg
+            addr = _row_address(o, el, read_word(st, m, o[OBJ_AL] + (u * tpg + el) * 8) - 1, off)
+            v = load_f32(st.hbm_mem[m, addr:addr + n], i, dt)
+            acc = v if j == 0 else np.float32(acc + v)
+        store_f32(out, i, dt, acc)

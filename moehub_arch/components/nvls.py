@@ -379,7 +379,6 @@ def nvls_fanout(st, c, pkt, tick):
             if dyn:
                 qk.flits += pk.npk * (ext_flits(st, targets_on_gpu(st, pk.req, k, m))
                                       - ext_flits(st, ntargets))
-                ch.dy_copies += pk.npk
             qk.npk = pk.npk
             qk.value = pk.value
             qk.mm_obj = pk.mm_obj
@@ -391,6 +390,8 @@ def nvls_fanout(st, c, pkt, tick):
             if pk.kind == PK_MM_ST:
                 qk.kind = PK_MM_COPY
                 ch.mm_copies += pk.npk
+                if dyn:
+                    ch.dy_copies += pk.npk
             else:
                 qk.kind = PK_MM_READ
                 ch.mm_reads += pk.npk
