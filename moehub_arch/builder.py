@@ -390,7 +390,8 @@ def _bind_multicast_objects(st, cfg, buffers):
         raise BuildError(str(e)) from None
     # NVLink SHARP lives in the NVSwitches: a multicast object spans one NVLink domain (node)
     gpn = gpus_per_node(cfg.system)
-    for k, (_, _, mask, _) in enumerate(rows):
+    for k, row in enumerate(rows):
+        mask = row[2]
         nodes = sorted({g // gpn for g in range(cfg.system.num_gpus) if (mask >> g) & 1})
         if len(nodes) > 1 or cfg.system.switch.topology == "bridge_pairs":
             raise BuildError(f"workload.multicast[{k}].gpus: a multicast object lives in one "
