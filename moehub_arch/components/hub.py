@@ -66,6 +66,7 @@ from ..isa.encoding import MM_RED, MM_ST
 from .trace import CAT_HUB, TR_HUB_RX, TR_HUB_TX, trace_event
 from .wakeups import hub_kick, hub_kick_response, tb_resume
 from .waiters import notify_stores
+from .nic import rdma_message
 from .block import Array, Block, Debug, Event, Param, Record, StatGroup, Timer, counters, fields
 
 REQ_PUT, REQ_GET, REQ_STORE, REQ_ATOM = range(4)
@@ -251,7 +252,8 @@ def hub_submit(st, g, kind, slot, dst_gpu, dst_addr, src_addr, nbytes, value, re
         rq.pkts_total = 1
     # write responses the requester waits for: one per link packet, or one per put; a multimem
     # st/red one per member of its multicast object
-    if kind == REQ_PUT and st.p[0].write_resp_per_packet:
+    # (a put to another node is an RDMA write: one completion per message, nic.rdma_message)
+    if kind == REQ_PUT and st.p[0].write_resp_per_packet and not rdma_message(st, g, dst_gpu):
         rq.acks_total = store_packets(st, nbytes)
     elif kind == REQ_MM_ST or kind == REQ_MM_RED:
         rq.acks_total = st.mm_objects[value // 16, 3]
@@ -549,8 +551,8 @@ def owe_link_responses(st, g, dst, n, tick):
     packets: the RPM-AAU protocol does its own completion): with write_responses: per_packet the
     link still answers each with a header-only response, which costs the reverse path the same
     as the address-centric path's ACKs."""
-    if not st.p[0].write_resp_per_packet:
-        return
+    if not st.p[0].write_resp_per_packet or rdma_message(st, g, dst):
+        return      # (an RDMA stream from another node: its NIC acknowledges, no link response)
     gp = st.gpu[g]
     st.link_resp[g, dst] += n
     bit_set(st.link_resp_owed[g], dst)
@@ -671,7 +673,7 @@ def hub_receive(st, g, c, pkt, tick):
         notify_stores(st, g, addr, n, visible)
         rq.pkts_arrived += 1
         if kind == PK_PUT:
-            if p.write_resp_per_packet:
+            if p.write_resp_per_packet and not rdma_message(st, pk.src, g):
                 _owe_acks(st, g, r, pk.npk, visible)
             elif rq.pkts_arrived == rq.pkts_total:
                 _owe_acks(st, g, r, 1, visible)
