@@ -682,30 +682,36 @@ def _check_moe(cfg: Config, ctx: _Ctx):
     _check_record_table(cfg, ctx, local, "workload.moe")
 
 
-def record_table_minimum(local_experts: int, tile_rows: int, store_experts: int = 1) -> int:
+def record_table_minimum(local_experts: int, tile_rows: int, held_tiles: int = 1,
+                         store_experts: int = 1) -> int:
     """The smallest AAU completion-record table that cannot deadlock when a full table stalls
     allocation (today's AAU): every local expert may hold a partial tile of tile_rows - 1 rows,
     each row holding a record until its tile is released, and one more store must fit to
     complete a tile and free records - a multi-expert store takes one record per expert it names
-    (`store_experts`), all at once."""
-    return local_experts * (tile_rows - 1) + store_experts
+    (`store_experts`), all at once. With the DAM's expert order an expert also holds up to
+    held_tiles - 1 ready tiles while it waits for the last tile of its group."""
+    return local_experts * (held_tiles * tile_rows - 1) + store_experts
 
 
 def _check_record_table(cfg: Config, ctx: _Ctx, local: int, why: str, store_experts: int = 1):
     if cfg.system.gpu.hub.moe.aau.overflow == "spill":
         return      # a full table spills to device memory: any size works (it costs time)
-    tile = cfg.system.gpu.hub.moe.dam.tile_rows
-    need = record_table_minimum(local, tile, store_experts)
+    dam = cfg.system.gpu.hub.moe.dam
+    tile = dam.tile_rows
+    held = dam.expert_tiles if dam.order == "expert" else 1
+    need = record_table_minimum(local, tile, held, store_experts)
     aau = cfg.system.gpu.hub.moe.aau
     more = ("one more row" if store_experts == 1 else
             f"one more store of up to {store_experts} rows (workload.layer.moehub.multi_expert_store)")
     if aau.record_table_entries < need:
+        waits = (f" (system.gpu.hub.moe.dam.order: expert holds up to {held - 1} ready tile(s) "
+                 f"of an expert until expert_tiles = {held} are)" if held > 1 else "")
         raise ctx.error(("system", "gpu", "hub", "moe", "aau", "record_table_entries"),
                         f"expected at least {need} entries with system.gpu.hub.moe.dam.tile_rows = "
-                        f"{tile}: {local} local expert(s) ({why}) may each hold a partial tile of "
-                        f"{tile - 1} rows, and {more} must fit to complete a tile; found "
-                        f"{aau.record_table_entries} (a smaller table deadlocks: allocation stalls "
-                        f"while the table is full)")
+                        f"{tile}: {local} local expert(s) ({why}) may each hold "
+                        f"{held * tile - 1} rows of unfinished tiles{waits}, and {more} must "
+                        f"fit to complete a tile; found {aau.record_table_entries} (a smaller table "
+                        f"deadlocks: allocation stalls while the table is full)")
 
 
 def _check_hub_sizes(cfg: Config, ctx: _Ctx):
