@@ -11,6 +11,7 @@ import numpy as np
 import attrs
 
 from .components.hbm import HBM_MIN_ACCESS  # noqa: F401 (re-exported)
+from .components.fabric import fill_fabric_destinations
 from .components.moehub.aau import aau_staging_packets, expert_placement, local_experts
 from .components.moehub.rpm import rpm_packet_bytes  # noqa: F401 (re-exported)
 from .components.nvls import check_buffer_size, multicast_object_rows
@@ -373,6 +374,7 @@ def build_state(cfg, program, seed=None, presets=None):
         **declared_arrays(cfg),   # the records and arrays blocks declare with their size
     )
     st.sw_node[:] = node_array(fab)
+    fill_fabric_destinations(st)
     _bind_multicast_objects(st, cfg, buffers)
     return st, buffers, launches
 
@@ -388,7 +390,8 @@ def _bind_multicast_objects(st, cfg, buffers):
         raise BuildError(str(e)) from None
     # NVLink SHARP lives in the NVSwitches: a multicast object spans one NVLink domain (node)
     gpn = gpus_per_node(cfg.system)
-    for k, (_, _, mask, _) in enumerate(rows):
+    for k, row in enumerate(rows):
+        mask = row[2]
         nodes = sorted({g // gpn for g in range(cfg.system.num_gpus) if (mask >> g) & 1})
         if len(nodes) > 1 or cfg.system.switch.topology == "bridge_pairs":
             raise BuildError(f"workload.multicast[{k}].gpus: a multicast object lives in one "
