@@ -46,6 +46,7 @@ Data semantics: a put's (or get's) bytes are copied from the source memory when 
 delivered. As with NVSHMEM's non-blocking puts, a program must not modify a put's source buffer
 before its ``fence``; within that contract this equals a snapshot at send time.
 """
+from ..engine.bitset import bit_clear, bit_set, cyclic_next, words_for
 from ..engine.jit import compiled, inline
 
 from ..engine.state import (RESP_KIND, RESP_READY, RESP_REQ, ROUTE_FIRST, ROUTE_N, ROUTE_RR,
@@ -65,7 +66,8 @@ from ..isa.encoding import MM_RED, MM_ST
 from .trace import CAT_HUB, TR_HUB_RX, TR_HUB_TX, trace_event
 from .wakeups import hub_kick, hub_kick_response, tb_resume
 from .waiters import notify_stores
-from .block import Block, Debug, Event, Param, Record, StatGroup, Timer, counters, fields
+from .nic import rdma_message
+from .block import Array, Block, Debug, Event, Param, Record, StatGroup, Timer, counters, fields
 
 REQ_PUT, REQ_GET, REQ_STORE, REQ_ATOM = range(4)
 REQ_MM_ST, REQ_MM_RED, REQ_MM_LD = 4, 5, 6   # multimem st / red / ld_reduce (nvls.py); value =
@@ -144,6 +146,9 @@ BLOCK = Block(
               "config: system.gpu.hub.max_outstanding_requests"),
     ),
     records=(Record("req", "remote operations in flight, reqs_per_gpu per GPU (request table)"),),
+    arrays=(Array("link_resp_owed", "per GPU, a bit set (engine/bitset.py) of the GPUs it owes "
+                  "link-level responses (State.link_resp > 0): the next one owed is found without "
+                  "scanning every GPU", lambda cfg: (cfg.system.num_gpus, words_for(cfg.system.num_gpus))),),
     fields=fields(
         "req", ("kind", "REQ_* above"), ("slot", "issuing TB slot"), ("src_gpu", "requester"),
         ("dst_gpu", "target GPU"), ("dst_addr", "target address"), ("src_addr", "source address"),
@@ -247,7 +252,8 @@ def hub_submit(st, g, kind, slot, dst_gpu, dst_addr, src_addr, nbytes, value, re
         rq.pkts_total = 1
     # write responses the requester waits for: one per link packet, or one per put; a multimem
     # st/red one per member of its multicast object
-    if kind == REQ_PUT and st.p[0].write_resp_per_packet:
+    # (a put to another node is an RDMA write: one completion per message, nic.rdma_message)
+    if kind == REQ_PUT and st.p[0].write_resp_per_packet and not rdma_message(st, g, dst_gpu):
         rq.acks_total = store_packets(st, nbytes)
     elif kind == REQ_MM_ST or kind == REQ_MM_RED:
         rq.acks_total = st.mm_objects[value // 16, 3]
@@ -545,10 +551,11 @@ def owe_link_responses(st, g, dst, n, tick):
     packets: the RPM-AAU protocol does its own completion): with write_responses: per_packet the
     link still answers each with a header-only response, which costs the reverse path the same
     as the address-centric path's ACKs."""
-    if not st.p[0].write_resp_per_packet:
-        return
+    if not st.p[0].write_resp_per_packet or rdma_message(st, g, dst):
+        return      # (an RDMA stream from another node: its NIC acknowledges, no link response)
     gp = st.gpu[g]
     st.link_resp[g, dst] += n
+    bit_set(st.link_resp_owed[g], dst)
     gp.link_resp_total += n
     hub_kick_response(st, g, tick)
 
@@ -561,17 +568,18 @@ def _send_link_responses(st, g, tick):
     p = st.p[0]
     gp = st.gpu[g]
     G = p.num_gpus
-    dst = gp.link_resp_rr
-    for k in range(G):
-        dst = (gp.link_resp_rr + k) % G
-        if st.link_resp[g, dst] > 0:
-            break
+    # the first GPU owed responses in round-robin order from link_resp_rr (if none is, which the
+    # callers rule out, the last one looked at, as a scan of every GPU would end)
+    k = cyclic_next(st.link_resp_owed[g], gp.link_resp_rr, 0, G)
+    dst = (gp.link_resp_rr + min(k, G - 1)) % G
     c = pick_channel_vc(st, g, dst, True, _response_vc(st))
     if c < 0:
         return -1  # a dequeue on one of our links wakes us
     gp.link_resp_rr = (dst + 1) % G
     n = min(st.link_resp[g, dst], p.packet_train)
     st.link_resp[g, dst] -= n
+    if st.link_resp[g, dst] == 0:
+        bit_clear(st.link_resp_owed[g], dst)
     gp.link_resp_total -= n
     pkt = packet_alloc(st)
     pk = st.pk[pkt]
@@ -665,7 +673,7 @@ def hub_receive(st, g, c, pkt, tick):
         notify_stores(st, g, addr, n, visible)
         rq.pkts_arrived += 1
         if kind == PK_PUT:
-            if p.write_resp_per_packet:
+            if p.write_resp_per_packet and not rdma_message(st, pk.src, g):
                 _owe_acks(st, g, r, pk.npk, visible)
             elif rq.pkts_arrived == rq.pkts_total:
                 _owe_acks(st, g, r, 1, visible)

@@ -20,7 +20,7 @@ import math
 import numpy as np
 from ..engine.jit import compiled, inline
 
-from ..engine.clock import cycle_edge
+from ..engine.clock import cycle_at_or_after, cycle_edge
 from ..engine.clock import period_fs
 from ..engine.events import push
 from ..engine.state import (ERR_ADDR_RANGE, ERR_BAD_GPU, ERR_BAD_SIZE, ERR_DIV_ZERO,
@@ -38,7 +38,7 @@ from ..isa.encoding import (ATOM_RED_ADD, NUM_GENERAL_REGS, ALU_ADD, ALU_AND, AL
                             SEM_LD, SEM_MMA, SEM_PUT, SEM_SLEEP, SEM_ST, SEM_VEC, SEM_WAIT,
                             SEM_CLAIM, SEM_NOTIFY, SEM_SEND_EXPERT, SEM_SEND_HOME, NOTIFY_EOS,
                             SEM_ROWSP_MALLOC, SEM_ST_ROWSP,
-                            SMEM_ADDR_BIT, SUBOP, THR, UNIT, DTYPE, DTYPE_DST_SHIFT, DTYPE_SRC_MASK, MMA_A_L2, MMA_B_L2, MMA_L2, MMA_RA, MMA_RA_B_L2, MMA_BT_B_L2, VEC_ADD,
+                            SMEM_ADDR_BIT, SUBOP, THR, UNIT, UNIT_LSU, DTYPE, DTYPE_DST_SHIFT, DTYPE_LSU_LOADS, DTYPE_SRC_MASK, MMA_A_L2, MMA_B_L2, MMA_L2, MMA_RA, MMA_RA_B_L2, MMA_BT_B_L2, VEC_ADD,
                             VEC_AXPY, VEC_CVT, VEC_MUL, PUT_SM,
                             VEC_SILU_MUL, VEC_ZERO, VEC_SUB, VEC_MAX, VEC_EXP, VEC_RSQRT,
                             VEC_ROW_MAX, VEC_ROW_SUM, VEC_ROW_SUMSQ, VEC_ROW_ADD, VEC_ROW_SUB,
@@ -99,6 +99,11 @@ BLOCK = Block(
               lambda cfg: period_fs(cfg.system.gpu.sm_clock), "config: system.gpu.sm_clock"),
         Param("smem_bytes", "system.gpu.sm.smem_bytes", "bytes", "shared memory per SM",
               lambda cfg: cfg.system.gpu.sm.smem_bytes, "config: system.gpu.sm.smem_bytes"),
+        Param("lsu_bytes_per_cycle", "system.gpu.sm.lsu_bytes_per_cycle", "bytes/cycle",
+              "load/store unit bytes per SM cycle (the LSU loads of vector instructions with "
+              "lsu_loads; other instructions take it from their ISA throughput)",
+              lambda cfg: cfg.system.gpu.sm.lsu_bytes_per_cycle,
+              "config: system.gpu.sm.lsu_bytes_per_cycle"),
         Param("smem_latency_cycles", "system.gpu.sm.smem_latency_cycles", "SM cycles",
               "shared-memory load latency", lambda cfg: cfg.system.gpu.sm.smem_latency_cycles,
               "config: system.gpu.sm.smem_latency_cycles"),
@@ -523,7 +528,7 @@ def _execute(st, slot, sm, tick, cyc):
         n = _operand(st, slot, row, 3, tick, cyc)
         cols = _operand(st, slot, row, 4, tick, cyc)
         dt = row[DTYPE] & DTYPE_SRC_MASK          # the sources' element type
-        dt_dst = row[DTYPE] >> DTYPE_DST_SHIFT    # the result's, when it differs
+        dt_dst = (row[DTYPE] >> DTYPE_DST_SHIFT) & DTYPE_SRC_MASK   # the result's, if it differs
         if dt_dst == 0:
             dt_dst = dt
         es = 2 if dt == DT_BF16 else 4
@@ -581,6 +586,17 @@ def _execute(st, slot, sm, tick, cyc):
                 raise_error(st, ERR_UNBACKED_WORD, slot, a_addr)
                 return
             _vec_functional(sub, vd, va, vb, n, dt, dt_dst, cols)
+        if row[DTYPE] & DTYPE_LSU_LOADS:
+            # the warps load the global sources into registers through the load/store unit
+            # (DeepEP's combine receivers: ld.global of each BF16 row, then FP32 adds): the LSU
+            # moves those bytes after what it already has queued, and the sum needs them
+            lb = 0
+            if uses_a and not _is_smem(a_addr):
+                lb += nb
+            if nb_b > 0 and not _is_smem(b_addr):
+                lb += nb_b
+            if lb > 0:
+                mem_done = max(mem_done, _occupy_lsu(st, sm, tick, lb))
         if not _is_smem(d_addr):
             notify_stores(st, g, d_addr, nb_dst, mem_done)
         work = n
@@ -818,6 +834,21 @@ def _execute(st, slot, sm, tick, cyc):
     if mem_done > ready:
         ready = mem_done
     st.tb[slot].ready = ready
+
+
+@compiled
+def _occupy_lsu(st, sm, tick, nbytes):
+    """The load/store unit of SM sm moves nbytes for an instruction issued on another unit
+    (a vector instruction with lsu_loads): it starts when the LSU is free, takes
+    ceil(nbytes / lsu_bytes_per_cycle) cycles, and is busy that long. Returns when it is done."""
+    p = st.p[0]
+    start = max(tick, st.sm_unit_free[sm, UNIT_LSU])
+    c0 = cycle_at_or_after(start, p.sm_period_fs)
+    free = cycle_edge(c0 + (nbytes + p.lsu_bytes_per_cycle - 1) // p.lsu_bytes_per_cycle,
+                      p.sm_period_fs)
+    st.sm_unit_free[sm, UNIT_LSU] = free
+    st.sm_unit_busy[sm, UNIT_LSU] += free - start
+    return free
 
 
 @compiled

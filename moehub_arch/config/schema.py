@@ -33,6 +33,14 @@ class SmConfig:
     vector_lanes: int = _f("int", "FP32 lanes per SM", min=1)
     lsu_bytes_per_cycle: int = _f("int", "load/store bytes per SM cycle", min=1)
     smem_latency_cycles: int = _f("int", "shared memory load latency in SM cycles", min=0)
+    registers: int = _f("int", "32-bit registers per SM: the resident blocks' registers (a "
+                        "kernel's .threads x .regs, allocated per warp in units of "
+                        "register_alloc_unit) must fit", min=1)
+    max_threads: int = _f("int", "threads resident on one SM (the resident blocks' .threads)",
+                          min=1)
+    register_alloc_unit: int = _f("int", "registers are allocated to a warp in multiples of this "
+                                  "many (CUDA occupancy: 256 on compute capability 5.0-9.0)",
+                                  min=1)
 
 
 MEMORY_ARBITRATION = ("paced", "fifo")
@@ -135,6 +143,15 @@ class DamConfig:
                         "blocks sleep in claim_buffer: this project's first reading) or launch (the "
                         "DAM starts the consumer thread blocks of each ready tile: a launch with "
                         "dam_tile_tbs; MoE-Hub arXiv 2605.05888)", choices=("claim", "launch"))
+    order: str = _f("choice", "which ready tiles the DAM hands to the consumers, and when: ready "
+                    "(each tile as soon as it is ready, experts interleaved: the paper's per-tile "
+                    "DAM) or expert (a policy beyond the paper: an expert's tiles are held until "
+                    "expert_tiles of them are ready, or its stream ended and all are, then handed "
+                    "out together, column job outer, so the blocks running at once share the "
+                    "expert's weight column tiles through the L2)",
+                    choices=("ready", "expert"))
+    expert_tiles: int = _f("int", "with order: expert, the ready tiles of one expert handed out "
+                           "together (at most the expert window's tiles)", min=1)
 
 
 @attrs.frozen
@@ -370,6 +387,11 @@ class LaunchConfig:
                            "until it exits, so blocks of other launches fit beside it only in "
                            "what is left of system.gpu.sm.smem_bytes; e.g. DeepEP's TMA staging "
                            "buffers", 0, min=0)
+    kernel_threads: str = _f("choice", "declared: each thread block holds its kernel's .threads x "
+                             ".regs registers and .threads threads (a residency limit); none: it "
+                             "holds none - a launch that does not keep the kernel's launch shape "
+                             "(DeepEP's per-stream fallback blocks)", "declared",
+                             choices=("declared", "none"))
     dam_tile_tbs: int = _f("int", "0: an ordinary launch. N > 0: the MoE-Hub DAM starts its thread "
                            "blocks, N per ready tile, then one last block once every tile was "
                            "started (system.gpu.hub.moe.dam.consumers: launch); the grid is an upper "
@@ -458,6 +480,16 @@ class DeepepSchemeConfig:
                              "element) or fp8 (1 B per element plus one fp32 scale per 128 "
                              "elements; timing mode with kernels: communication only); combine "
                              "is always bf16", "bf16", choices=("bf16", "fp8"))
+    home_reduce: str = _f("choice", "where the intranode combine sums a token's rows at home: "
+                          "receivers (DeepEP's combine, csrc/kernels/intranode.cu: the senders "
+                          "copy each (token, rank) row into a per-(channel, rank) ring on the "
+                          "home rank and the channel's receiver SMs, in the same kernel, wait "
+                          "for the token's rows from every rank holding it and add them in "
+                          "fp32, with ring head/tail flow control) or kernel (the first model, "
+                          "kept to compare: deepep_combine_partials copies the rows to a "
+                          "[token][rank] buffer at home and a separate kernel, deepep_reduce, "
+                          "sums them after it ended)", "receivers",
+                          choices=("receivers", "kernel"))
     internode: str = _f("choice", "on a multi-node system: forward (DeepEP's internode kernels, "
                         "csrc/kernels/internode.cu: a token goes once over RDMA to the GPU of the "
                         "same local rank on each node holding any of its experts, which forwards "

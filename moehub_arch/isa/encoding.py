@@ -18,7 +18,8 @@ Row layout (column constants below):
              copies, FLOP/cycle for mma, elements/cycle for vector ops); 0 if not size-dependent
     IMM      bit i set => operand slot i holds an immediate value, else a register index
     DTYPE    element type for tensor/vector instructions (DT_*); vector instructions whose result
-             type differs from their inputs' carry it shifted: src | dst << DTYPE_DST_SHIFT
+             type differs from their inputs' carry it shifted: src | dst << DTYPE_DST_SHIFT;
+             DTYPE_LSU_LOADS marks a vector instruction whose global sources go through the LSU
     LINE     source line number (for error messages raised by the engine)
     OP0..OP6 operand slots (register index, immediate value, or branch target pc)
 
@@ -65,6 +66,10 @@ DTYPE_NAMES = ("none", "f32", "bf16", "i64")
 DTYPE_BYTES = (0, 4, 2, 8)
 DTYPE_DST_SHIFT = 4   # DTYPE column: source type in the low 4 bits, result type above (0 = same)
 DTYPE_SRC_MASK = (1 << DTYPE_DST_SHIFT) - 1
+# DTYPE column flag of vector instructions whose global (HBM) sources the thread block's warps
+# load through the SM's load/store unit (ISA field `lsu_loads`): besides the vector unit, the LSU is
+# busy for those bytes (components/sm.py)
+DTYPE_LSU_LOADS = 1 << 8
 
 # ---- semantics (what the engine implements) --------------------------------------------------
 # The comment after each semantic lists its operands (see SEMANTIC_OPERANDS below).
