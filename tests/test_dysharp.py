@@ -203,3 +203,21 @@ def test_scheme_bad_input_is_exit_2(override, key, tmp_path):
                          "--set", override, "-o", tmp_path)
     assert r.returncode == 2, r.stderr
     assert key in r.stderr and "Traceback" not in r.stderr
+
+
+def test_top_k_above_eight_is_exact(tmp_path):
+    """Scheme dysharp hands a token's ids to the hub as a list (no ld.v8 limit): top-12 of 32
+    experts (the gate-weight pass reads the ids in two groups of eight)."""
+    model = tmp_path / "wide.yaml"
+    model.write_text("model:\n  name: wide\n  hidden: 64\n  expert_ffn: 128\n  experts: 32\n"
+                     "  top_k: 12\n  shared_experts: 0\n  shared_expert_ffn: 0\n  moe_layers: 1\n"
+                     "  layers: 1\n  dtype: bf16\n  router:\n    kind: topk_softmax\n"
+                     "    normalize: true\n    scale: 1.0\n")
+    sim = run(f"workload.layer.model={model}", "workload.layer.tokens_per_gpu=16")
+    s = sim.stats
+    assert s["system.moe.output_max_abs_error"] == 0.0
+    assert s["system.moe.rows_combined"] == P * 16 * 12
+    assert run_invariants(sim) == []
+    # every packet names 12 targets: two extension flits up
+    assert s["system.gpu0.dysharp.target_flits"] == 2 * int(s["system.gpu0.nvls.multimem_packets"]
+                                                           + s["system.gpu0.nvls.reduce_requests"])

@@ -116,9 +116,11 @@ def layer_shape(cfg):
     except ConfigError as e:
         raise LayerError(f"workload.layer.model: {e}") from None
     P = sysc.num_gpus
-    if m.top_k > 8:
+    if m.top_k > 8 and cfg.scheme != "dysharp":
+        # (scheme dysharp's kernels hand the ids to the hub as a list: no ld.v8 limit)
         raise LayerError(f"workload.layer.model: {m.name} routes each token to {m.top_k} experts; "
-                         f"the layer kernels read a token's expert ids with one ld.v8 (top-k <= 8)")
+                         f"the layer kernels read a token's expert ids with one ld.v8 (top-k <= 8; "
+                         f"scheme dysharp has no such limit)")
     if m.experts % P:
         raise LayerError(f"workload.layer.model: {m.name} has {m.experts} routed experts, not a "
                          f"multiple of system.num_gpus ({P}); expert parallelism places the same "
