@@ -1,10 +1,9 @@
 """The per-event work that used to grow with the number of GPUs (issue 23): bit sets over the
 GPUs visited in round-robin order (engine/bitset.py: the RPM's streams with work, the link
 responses a hub owes), the destinations a fabric channel serves (components/fabric.py), the
-address bounds of a GPU's flag waiters (components/waiters.py) and the transmit FIFOs' head
-packet kept in the channel record (components/nvlink.py). Each replaces a scan and must visit
-the same things in the same order: the golden fingerprints (test_golden_stats.py, simEvents
-included) pin the single-node cases; these tests pin the pieces and a multi-node run.
+address bounds of a GPU's flag waiters (components/waiters.py). Each replaces a scan and visits
+the same things in the same order (the golden fingerprints were identical, simEvents included,
+before and after: tests/test_golden_stats.py pins them); these tests pin the pieces.
 """
 import random
 
@@ -71,4 +70,5 @@ def test_fabric_destinations_are_the_routes_through_each_channel():
         assert row[1:1 + row[0]].tolist() == want
     assert between > 0
     assert Simulation(load("examples/put_get_exchange.yaml")).state.fabric_dests.shape == (1, 1)
+
 
