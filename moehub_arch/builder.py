@@ -14,6 +14,7 @@ from .components.hbm import HBM_MIN_ACCESS  # noqa: F401 (re-exported)
 from .components.moehub.aau import aau_staging_packets, expert_placement, local_experts
 from .components.moehub.rpm import rpm_packet_bytes  # noqa: F401 (re-exported)
 from .components.nvls import check_buffer_size, multicast_object_rows
+from .components.cais_merge import cais_group_rows
 from .components.scheduler import stream_slots_per_sm
 from .components.trace import TRACE_COLUMNS
 from .composition import (NUM_EVENT_KINDS, PARAMS, State, declared_arrays, new_record_array,
@@ -351,7 +352,9 @@ def build_state(cfg, program, seed=None, presets=None):
         wire=np.zeros((nch, in_flight), np.int64),
         credit_ret=np.zeros((nch, in_flight, 3), np.int64),
         gpu_routes=gpu_routes, sw_routes=sw_routes, sw_inputs=sw_inputs,
-        sw_wait=np.zeros((2 * sw_routes.shape[0], 2 + max(1, sw_inputs.shape[1] - 1)), np.int64),
+        # a response-channel wait list holds every input's response channel and (CAIS replies,
+        # cais_merge.py) its request channel: room for two per input
+        sw_wait=np.zeros((2 * sw_routes.shape[0], 2 + 2 * max(1, sw_inputs.shape[1] - 1)), np.int64),
         reqq=np.zeros((G, gpu.hub.request_queue_depth), np.int64),
         respq=np.zeros((G, G * R, 3), np.int64), free_reqs=free_reqs,
         link_resp=np.zeros((G, G), np.int64),
@@ -363,7 +366,27 @@ def build_state(cfg, program, seed=None, presets=None):
     )
     st.sw_node[:] = node_array(fab)
     _bind_multicast_objects(st, cfg, buffers)
+    _register_cais_groups(st, cfg, buffers)
     return st, buffers, launches
+
+
+def _register_cais_groups(st, cfg, buffers):
+    """CAIS groups (components/cais_merge.py) from workload.cais: they live in one node's
+    NVSwitches, like NVLS multicast objects."""
+    try:
+        rows = cais_group_rows(cfg, buffers)
+    except ValueError as e:
+        raise BuildError(str(e)) from None
+    gpn = gpus_per_node(cfg.system)
+    for k, (_, _, mask, _) in enumerate(rows):
+        nodes = sorted({g // gpn for g in range(cfg.system.num_gpus) if (mask >> g) & 1})
+        if len(nodes) > 1 or cfg.system.switch.topology == "bridge_pairs":
+            raise BuildError(f"workload.cais[{k}].gpus: a CAIS group lives in one node's NVSwitches; "
+                             f"its GPUs span nodes {nodes} (system.nodes.gpus_per_node = {gpn})"
+                             if len(nodes) > 1 else
+                             f"workload.cais[{k}]: system.switch.topology is bridge_pairs: there is "
+                             f"no NVSwitch to merge in")
+        st.cais_groups[k, :] = rows[k]
 
 
 def _bind_multicast_objects(st, cfg, buffers):

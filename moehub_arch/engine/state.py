@@ -125,12 +125,16 @@ ERR_DAM_START_QUEUE = 15
 ERR_ROWSP_ID = 30          # st.rowsp / rowsp.malloc: allocation id not registered / out of the table
 ERR_ROWSP_ROW = 31         # st.rowsp: bytes past the registered row size (or a row's stores exceed it)
 ERR_ROWSP_REGISTER = 32    # rowsp.malloc: bad expert or row size
+ERR_CAIS_ADDR = 40         # ld.cais / red.cais: address outside every registered group of this GPU and the home
 ERROR_TEXT = {
     ERR_ROWSP_ID: "st.rowsp names an allocation id that this GPU's hub has not registered "
                   "(rowsp.malloc), or an id outside 0 .. system.gpu.hub.moe.rpm.allocation_ids - 1",
     ERR_ROWSP_ROW: "st.rowsp bytes outside the row registered for its allocation id (offset + bytes "
                    "above the registered row size, the row's stores together above it, a negative "
                    "offset or row, or no bytes)",
+    ERR_CAIS_ADDR: "ld.cais / red.cais address outside every registered CAIS group (workload.cais: a "
+                   "buffer and its GPUs) that holds both this GPU and the home GPU, or the range runs "
+                   "past the group's buffer",
     ERR_ROWSP_REGISTER: "rowsp.malloc of an expert id out of range (workload.moe.num_experts) or a "
                         "row size of 0 or above the window slot (workload.moe.row_bytes)",
     ERR_MOE_EXPERT: "expert id out of range (workload.moe.num_experts), or claim/release of an expert "

@@ -95,11 +95,13 @@ SEM_MULTIMEM = 21     # (dst, src, bytes)  subop MM_*; the multimem address is d
 # MoE-Hub row-sparse stores (the published ISA, arXiv 2605.05888; components/moehub/rpm.py)
 SEM_ROWSP_MALLOC = 22  # (id, expert, row_bytes)                register allocation id -> expert, row size
 SEM_ST_ROWSP = 23      # (id, row, offset, src_addr, bytes)    store bytes into row `row` of allocation id
-NUM_SEMANTICS = 24
+# CAIS compute-aware in-switch loads and reductions (arXiv 2605.05628; components/cais_merge.py)
+SEM_CAIS = 24          # (gpu, dst, src, bytes)  subop CAIS_*; the address at home GPU `gpu` is src (ld) or dst (red)
+NUM_SEMANTICS = 25
 SEMANTIC_NAMES = (
     "nop", "exit", "alu", "branch", "ld", "st", "copy", "copy2d", "mma", "vec", "put", "get",
     "atom", "flag_set", "wait", "fence", "sleep", "send_to_expert", "claim", "notify", "send_home",
-    "multimem", "rowsp_malloc", "st_rowsp",
+    "multimem", "rowsp_malloc", "st_rowsp", "cais",
 )
 # Named operands of each semantic, in slot order, as (name, kind). Kinds: "reg" (a general
 # register written by the instruction), "src" (register, special register, parameter or
@@ -132,6 +134,7 @@ SEMANTIC_OPERANDS = {
     SEM_ROWSP_MALLOC: (("id", "src"), ("expert", "src"), ("row_bytes", "src")),
     SEM_ST_ROWSP: (("id", "src"), ("row", "src"), ("offset", "src"), ("src", "src"),
                    ("bytes", "src")),
+    SEM_CAIS: (("gpu", "src"), ("dst", "src"), ("src", "src"), ("bytes", "src")),
 }
 
 
@@ -221,11 +224,18 @@ MM_RED = 1         # multimem.red.add: every member's dst += local src (element 
 MM_LD_REDUCE = 2   # multimem.ld_reduce.add: local dst = sum over the members of their src
 MM_NAMES = ("st", "red", "ld_reduce")
 
+# CAIS sub-operations (ld.cais / red.cais: a flag on a load or reduction request; the switch's merge
+# unit merges the same request from the GPUs of a registered group)
+CAIS_LD = 0        # ld.cais: local dst = bytes at src on GPU `gpu` (one memory read for the group)
+CAIS_RED = 1       # red.cais.add: GPU `gpu`'s dst += local src (merged into one partial sum)
+CAIS_NAMES = ("ld", "red")
+
 SUBOP_NAMES = {
     SEM_ALU: ALU_NAMES, SEM_BRANCH: CMP_NAMES, SEM_WAIT: CMP_NAMES, SEM_VEC: VEC_NAMES,
     SEM_ATOM: ATOM_NAMES, SEM_NOTIFY: NOTIFY_NAMES, SEM_MMA: MMA_NAMES, SEM_LD: LD_NAMES,
     SEM_MULTIMEM: MM_NAMES,
     SEM_PUT: PUT_NAMES,
+    SEM_CAIS: CAIS_NAMES,
 }
 # Semantics whose subop may be left out of an ISA entry (it then means the first variant).
 SUBOP_OPTIONAL = (SEM_MMA, SEM_LD, SEM_PUT)
