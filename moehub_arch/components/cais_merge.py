@@ -39,9 +39,14 @@ Modelling choices (assumptions, CAIS publishes no finer detail): the switch's ad
 with the links (no reduction cost beyond the traversal); the home's own request also goes through
 the switch (the merge counter counts every member, like NVLS's multimem source); one entry holds
 one request line: cais requests are cut into lines of store_packet_bytes and never travel as
-packet trains. Functional mode: the partial sum adds contributions in arrival order in FP32 (a
-contribution's bytes are read when it reaches the switch, as a put's are when delivered); a load's
-reply copies the home's bytes when it is delivered.
+packet trains. Functional mode: an entry keeps each contribution's bytes (read when it reaches the
+switch, as a put's are when delivered) and the partial sum is FP32 accumulation over the
+contributors in rank order, added into the home's memory with one rounding to the element type -
+the order of NVLS's reductions (nvls.py, reference.nvls_allreduce_reference), so a run without
+evictions or timeouts is bit-identical to that reference. The hardware adds in arrival order; any
+order stays within that reference's bound ((t - 1) 2^-24 sum|x_i| plus one rounding), and each
+eviction or timeout of a line adds one more rounding at the home. A load's reply copies the
+home's bytes when it is delivered.
 
 Merging-aware thread-block coordination (groups of matching thread blocks, the group sync table,
 throttling of GPUs that run ahead) and the dataflow plan are not modelled here: the merge unit
@@ -104,10 +109,10 @@ def _line(cfg):
 
 
 def _acc_shape(cfg):
-    """FP32 partial sums (functional mode only), two per int64 word."""
+    """The contributions an entry holds, one request line per GPU (functional mode only)."""
     if not _on(cfg) or cfg.workload.mode != "functional":
         return (1, 1)
-    return (_entries(cfg), _line(cfg) // 4 + 1)
+    return (_entries(cfg), cfg.system.num_gpus * (_line(cfg) // 8) + 1)
 
 
 def _rdq_depth(cfg):
@@ -496,17 +501,17 @@ def _wake_table(st, t, tick):
 
 
 @compiled
-def _accumulate(st, e, pk, first):
-    """Functional mode: add (or, first, set) the contribution's elements into the partial sum."""
+def _accumulate(st, e, pk):
+    """Functional mode: the entry keeps the contribution's bytes (the sum is formed in rank order
+    when it reaches home: see the module docstring)."""
     n = pk.payload
     if st.cais_acc.shape[1] <= 1 or not hbm_backed(st, pk.src_addr, n):
         return
-    acc = st.cais_acc[e].view(np.float32)
+    line = st.p[0].store_payload
+    held = st.cais_acc[e].view(np.uint8)
     src = st.hbm_mem[pk.src, pk.src_addr:pk.src_addr + n]
-    dt = pk.mm_dtype
-    for i in range(n // cais_element_bytes(dt)):
-        v = load_f32(src, i, dt)
-        acc[i] = v if first else np.float32(acc[i] + v)
+    for i in range(n):
+        held[pk.src * line + i] = src[i]
 
 
 @compiled
@@ -602,7 +607,7 @@ def _red_request(st, c, pkt, tick):
                 out = pick_switch_output(st, s, h, VC_REQUEST)
                 if out < 0:
                     return h
-            _accumulate(st, hit, pk, False)
+            _accumulate(st, hit, pk)
             en.count += 1
             en.mask |= 1 << pk.src
             st.cais_req[hit, pk.src] = pk.req
@@ -622,7 +627,7 @@ def _red_request(st, c, pkt, tick):
     if free < 0:
         return h    # every write-back slot holds a sum on its way home: wait for one to drain
     _alloc(st, t, free, pk, h, tick, E_RED)
-    _accumulate(st, free, pk, True)
+    _accumulate(st, free, pk)
     return CAIS_SENT
 
 
@@ -833,11 +838,22 @@ def cais_write_arrived(st, g, pkt):
     gp.cais_contribs_rx += en.count
     n = en.line
     if st.cais_acc.shape[1] > 1 and hbm_backed(st, en.addr, n):
-        acc = st.cais_acc[e].view(np.float32)
+        line = st.p[0].store_payload
+        held = st.cais_acc[e].view(np.uint8)
         dst = st.hbm_mem[g, en.addr:en.addr + n]
         dt = en.elem
         for i in range(n // cais_element_bytes(dt)):
-            store_f32(dst, i, dt, np.float32(load_f32(dst, i, dt) + acc[i]))
+            acc = np.float32(0.0)
+            first = True
+            for m in range(st.p[0].num_gpus):
+                if (en.mask >> m) & 1:
+                    v = load_f32(held[m * line:(m + 1) * line], i, dt)
+                    if first:
+                        acc = v
+                        first = False
+                    else:
+                        acc = np.float32(acc + v)
+            store_f32(dst, i, dt, np.float32(load_f32(dst, i, dt) + acc))
     en.state = E_FREE
     return e
 

@@ -617,9 +617,10 @@ class BlockConfig:
                      "GEMM, norms and residuals on the sequence shard, ring all-gather before "
                      "each column-parallel GEMM), tp_nvls (NCCL's NVLink SHARP all-reduce: "
                      "multimem.ld_reduce + multimem.st in the switch), sp_nvls (sp_ring with the "
-                     "NVLS reduce-scatter and all-gather), tp_none (t = 1: no collective, the "
-                     "reference)",
-                     "tp_ring", choices=("tp_ring", "sp_ring", "tp_nvls", "sp_nvls", "tp_none"))
+                     "NVLS reduce-scatter and all-gather), cais (sp_ring with CAIS's switch "
+                     "operations: red.cais reduce-scatter, ld.cais all-gather, merged in the "
+                     "switch's merge unit), tp_none (t = 1: no collective, the reference)",
+                     "tp_ring", choices=("tp_ring", "sp_ring", "tp_nvls", "sp_nvls", "cais", "tp_none"))
     tp: int = _f("int", "tensor-parallel degree t: every GPU of the system is one TP rank (must "
                  "equal system.num_gpus and divide heads, hidden and ffn)", 8, min=1)
     tokens: int = _f("int", "tokens in the block (sequence x batch); 0: the model's seq x batch",
