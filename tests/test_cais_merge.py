@@ -10,7 +10,9 @@ configs/ubench/cais_merge.yaml (workloads/kernels/ubench/cais_merge.s): every GP
   sum (within the bound); every entry is freed (the run's invariants);
 - a group member that never sends: the entry's timer writes the partial sum home;
 - bad input: ld.cais outside a registered group (exit 2), a merge table of 0 entries (exit 2);
-- the Numba and pure-Python engines give identical stats.
+- the Numba and pure-Python engines give identical stats;
+- TP scheme cais (red.cais reduce-scatter, ld.cais all-gather): the tiny transformer layer at
+  t = 4 gives the NumPy reference bit for bit; an FFN block under it is a config error.
 """
 import subprocess
 import sys
@@ -141,3 +143,27 @@ def test_numba_and_python_engines_agree(tmp_path):
     out = cli_stats_per_engine(CONFIGS / CONFIG, tmp_path, *(f"--set={a}" for a in args))
     assert out["numba"]["system.cais.merges"] > 0
     assert out["numba"] == out["python"]
+
+
+def test_tp_block_scheme_cais_is_the_reference_bit_for_bit():
+    """The tiny transformer layer at t = 4 with red.cais reduce-scatters and ld.cais all-gathers:
+    every GPU's output equals the NumPy reference (the merge unit's rank order, no evictions);
+    each line is merged by the other t - 1 GPUs, read or written home once."""
+    from conftest import simulate
+    sim = simulate("experiments/tp/functional_transformer.yaml", "workload.block.scheme=cais")
+    st = sim.stats
+    assert not sim.violations
+    assert st["system.block.output_max_abs_error"] == 0.0
+    assert st["system.cais.evictions"] == 0 and st["system.cais.timeouts"] == 0
+    assert st["system.cais.merges"] == 3 * st["system.cais.allocations"]
+    assert st["system.cais.complete_groups"] == st["system.cais.allocations"]
+    assert st["system.cais.memory_reads"] + st["system.cais.home_writes"] == \
+        st["system.cais.allocations"]
+
+
+def test_scheme_cais_needs_sequence_parallel_kinds(tmp_path):
+    from conftest import run_cli
+    r = run_cli("run", CONFIGS / "experiments/tp/functional.yaml", "--set",
+                "workload.block.scheme=cais", "-o", tmp_path)
+    assert r.returncode == 2, r.stderr
+    assert "workload.block.scheme" in r.stderr and "Traceback" not in r.stderr
