@@ -377,16 +377,23 @@ def _register_cais_groups(st, cfg, buffers):
         rows = cais_group_rows(cfg, buffers)
     except ValueError as e:
         raise BuildError(str(e)) from None
+    _check_one_node(cfg, rows, "workload.cais", "a CAIS group", "merge in")
+    for k, row in enumerate(rows):
+        st.cais_groups[k, :] = row
+
+
+def _check_one_node(cfg, rows, key, what, does):
+    """Groups of GPUs served by the NVSwitches (rows of base, bytes, member mask, members) must
+    lie in one node's NVLink domain, and there must be switches."""
     gpn = gpus_per_node(cfg.system)
     for k, (_, _, mask, _) in enumerate(rows):
         nodes = sorted({g // gpn for g in range(cfg.system.num_gpus) if (mask >> g) & 1})
-        if len(nodes) > 1 or cfg.system.switch.topology == "bridge_pairs":
-            raise BuildError(f"workload.cais[{k}].gpus: a CAIS group lives in one node's NVSwitches; "
-                             f"its GPUs span nodes {nodes} (system.nodes.gpus_per_node = {gpn})"
-                             if len(nodes) > 1 else
-                             f"workload.cais[{k}]: system.switch.topology is bridge_pairs: there is "
-                             f"no NVSwitch to merge in")
-        st.cais_groups[k, :] = rows[k]
+        if len(nodes) > 1:
+            raise BuildError(f"{key}[{k}].gpus: {what} lives in one node's NVSwitches; its GPUs "
+                             f"span nodes {nodes} (system.nodes.gpus_per_node = {gpn})")
+        if cfg.system.switch.topology == "bridge_pairs":
+            raise BuildError(f"{key}[{k}]: system.switch.topology is bridge_pairs: there is no "
+                             f"NVSwitch to {does}")
 
 
 def _bind_multicast_objects(st, cfg, buffers):
@@ -399,16 +406,8 @@ def _bind_multicast_objects(st, cfg, buffers):
     except ValueError as e:
         raise BuildError(str(e)) from None
     # NVLink SHARP lives in the NVSwitches: a multicast object spans one NVLink domain (node)
-    gpn = gpus_per_node(cfg.system)
-    for k, (_, _, mask, _) in enumerate(rows):
-        nodes = sorted({g // gpn for g in range(cfg.system.num_gpus) if (mask >> g) & 1})
-        if len(nodes) > 1 or cfg.system.switch.topology == "bridge_pairs":
-            raise BuildError(f"workload.multicast[{k}].gpus: a multicast object lives in one "
-                             f"node's NVSwitches (NVLink SHARP); its GPUs span nodes {nodes} "
-                             f"(system.nodes.gpus_per_node = {gpn})"
-                             if len(nodes) > 1 else
-                             f"workload.multicast[{k}]: system.switch.topology is bridge_pairs: "
-                             f"there is no NVSwitch to multicast or reduce in")
+    _check_one_node(cfg, rows, "workload.multicast", "a multicast object (NVLink SHARP)",
+                    "multicast or reduce in")
     for k, row in enumerate(rows):
         st.mm_objects[k, :] = row
 
