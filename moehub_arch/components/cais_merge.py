@@ -77,8 +77,8 @@ GRP_BASE, GRP_BYTES, GRP_MASK, GRP_MEMBERS = range(4)      # columns of State.ca
 # columns of State.cais_tab, one row per table (switch x home GPU)
 (T_BASE, T_SLOTS, T_CAP, T_USED, T_PEAK, T_ALLOCS, T_MERGES, T_EVICTIONS, T_TIMEOUTS,
  T_CONFLICTS, T_READS, T_WRITES, T_REPLIES, T_DONE, T_SKEW_SUM, T_SKEW_MAX, T_WAITERS,
- T_FULL_STALLS, T_TIMER) = range(19)
-TAB_COLUMNS = 19
+ T_FULL_STALLS, T_TIMER, T_NLIVE, T_NFREE) = range(21)
+TAB_COLUMNS = 21
 
 
 def _on(cfg):
@@ -211,6 +211,9 @@ def cais_start(st):
             if base + slots > st.cais_entry.shape[0]:
                 slots = st.cais_entry.shape[0] - base   # (every GPU link is one port: cannot happen)
             st.cais_tab[t, T_SLOTS] = slots
+            for i in range(slots):
+                st.cais_free[base + i] = base + slots - 1 - i
+            st.cais_tab[t, T_NFREE] = slots
             base += slots
 
 
@@ -255,6 +258,10 @@ BLOCK = Block(
             Array("cais_dst", "per entry and member: where a waiting load's reply is written",
                   lambda cfg: (_entries(cfg), cfg.system.num_gpus if _on(cfg) else 1)),
             Array("cais_acc", "FP32 partial sums of the entries (functional mode)", _acc_shape),
+            Array("cais_live", "per table (from its base): the entries in use (a list; T_NLIVE)",
+                  lambda cfg: (_entries(cfg),)),
+            Array("cais_free", "per table (from its base): its free slots (a stack; T_NFREE)",
+                  lambda cfg: (_entries(cfg),)),
             Array("cais_rdq", "a home's merge-unit reads whose data waits to leave (FIFO)",
                   lambda cfg: (cfg.system.num_gpus if _on(cfg) else 1, _rdq_depth(cfg)))),
     fields=fields("cais_entry", ("state", "E_* above"), ("addr", "address at the home"),
@@ -263,7 +270,7 @@ BLOCK = Block(
                   ("count", "merge counter: requests merged"), ("mask", "GPUs merged"),
                   ("served", "ld: GPUs answered"), ("timer_at", "when its timer expires"),
                   ("first", "tick of the first request"), ("last", "tick of the latest"),
-                  ("use", "LRU stamp"))
+                  ("use", "LRU stamp"), ("pos", "its place in the table's live list"))
     + fields("ch", ("cais_wait_tab", "1 + the table this input's request channel waits on (0: none)"),
              ("cais_wait_since", ""))
     + fields("gpu", ("cais_ld_tx", ""), ("cais_red_tx", ""), ("cais_replies_rx", ""),
@@ -389,27 +396,23 @@ def cais_switch(st, c, pkt, tick):
 
 @compiled
 def _scan(st, t, addr, nbytes, want_red):
-    """Look the request up in table t: (matching entry, a free slot, the LRU evictable entry),
-    each -1 if none."""
+    """Look the request up in table t (its live entries): (matching entry, the free slot to use,
+    the LRU evictable entry), each -1 if none."""
     hit = -1
-    free = -1
     victim = -1
     best = -1
-    base = st.cais_tab[t, T_BASE]
-    for e in range(base, base + st.cais_tab[t, T_SLOTS]):
+    tab = st.cais_tab[t]
+    base = tab[T_BASE]
+    for i in range(base, base + tab[T_NLIVE]):
+        e = st.cais_live[i]
         en = st.cais_entry[e]
         s = en.state
-        if s == E_FREE:
-            if free < 0:
-                free = e
-            continue
-        if s == E_FLUSH:
-            continue
         if en.addr == addr and en.line == nbytes and (s == E_RED) == want_red:
             hit = e
         if (s == E_RED or s == E_LD_READY) and (victim < 0 or en.use < best):
             victim = e
             best = en.use
+    free = st.cais_free[base + tab[T_NFREE] - 1] if tab[T_NFREE] > 0 else -1
     return hit, free, victim
 
 
@@ -425,6 +428,11 @@ def _alloc(st, t, e, pk, home, tick, state):
     """Entry e of table t takes the request in packet pk (the first of its address)."""
     p = st.p[0]
     en = st.cais_entry[e]
+    tab = st.cais_tab[t]
+    tab[T_NFREE] -= 1                       # e is the free stack's top (_scan)
+    en.pos = tab[T_BASE] + tab[T_NLIVE]
+    st.cais_live[en.pos] = e
+    tab[T_NLIVE] += 1
     en.state = state
     en.addr = pk.addr
     en.home = home
@@ -442,7 +450,6 @@ def _alloc(st, t, e, pk, home, tick, state):
     for m in range(p.num_gpus):
         st.cais_req[e, m] = -1
     st.cais_req[e, pk.src] = pk.req
-    tab = st.cais_tab[t]
     tab[T_USED] += 1
     tab[T_ALLOCS] += 1
     if tab[T_USED] > tab[T_PEAK]:
@@ -452,15 +459,29 @@ def _alloc(st, t, e, pk, home, tick, state):
 
 @compiled
 def _release(st, e, tick):
-    """Entry e leaves the table (freed, or a write-back on its way home)."""
+    """Entry e leaves the table (state set: freed, or a write-back on its way home)."""
     en = st.cais_entry[e]
     t = en.tab
+    tab = st.cais_tab[t]
+    tab[T_NLIVE] -= 1
+    last = st.cais_live[tab[T_BASE] + tab[T_NLIVE]]
+    st.cais_live[en.pos] = last
+    st.cais_entry[last].pos = en.pos
+    if en.state == E_FREE:
+        _free_slot(st, e)
     st.cais_tab[t, T_USED] -= 1
     if st.cais_tab[t, T_USED] == 0 and st.cais_tab[t, T_TIMER] != 0:
         # an empty table's timer has nothing to time (it would only prolong the run)
         st.cais_tab[t, T_TIMER] = 0
         timer_clear(st, st.p[0].tm_cais + t)
     _wake_table(st, t, tick)
+
+
+@compiled
+def _free_slot(st, e):
+    tab = st.cais_tab[st.cais_entry[e].tab]
+    st.cais_free[tab[T_BASE] + tab[T_NFREE]] = e
+    tab[T_NFREE] += 1
 
 
 @compiled
@@ -755,7 +776,9 @@ def cais_timeout(st, t, tick):
     tab[T_TIMER] = 0
     nxt = 0
     base = tab[T_BASE]
-    for e in range(base, base + tab[T_SLOTS]):
+    # backwards over the live list: an entry that leaves it is replaced by one already seen
+    for i in range(base + tab[T_NLIVE] - 1, base - 1, -1):
+        e = st.cais_live[i]
         en = st.cais_entry[e]
         if en.state != E_RED and en.state != E_LD_READY:
             continue
@@ -855,6 +878,7 @@ def cais_write_arrived(st, g, pkt):
                         acc = np.float32(acc + v)
             store_f32(dst, i, dt, np.float32(load_f32(dst, i, dt) + acc))
     en.state = E_FREE
+    _free_slot(st, e)
     return e
 
 
