@@ -11,11 +11,12 @@ import numpy as np
 import attrs
 
 from .components.hbm import HBM_MIN_ACCESS  # noqa: F401 (re-exported)
+from .components.fabric import fill_fabric_destinations
 from .components.moehub.aau import aau_staging_packets, expert_placement, local_experts
 from .components.moehub.rpm import rpm_packet_bytes  # noqa: F401 (re-exported)
 from .components.nvls import check_buffer_size, multicast_object_rows
 from .components.cais_merge import cais_group_rows
-from .components.scheduler import stream_slots_per_sm
+from .components.scheduler import kernel_block_registers, stream_slots_per_sm
 from .components.trace import TRACE_COLUMNS
 from .composition import (NUM_EVENT_KINDS, PARAMS, State, declared_arrays, new_record_array,
                           param_values, timer_layout)
@@ -276,7 +277,18 @@ def build_state(cfg, program, seed=None, presets=None):
                              f"({groups} warp groups x {k.smem_bytes} bytes of .smem + "
                              f"{lc.dynamic_smem} bytes of dynamic_smem = {footprint} bytes) exceeds "
                              f"system.gpu.sm.smem_bytes ({gpu.sm.smem_bytes})")
+        lc = cfg.workload.launches[l.config_index]
+        declared = lc.kernel_threads == "declared"
+        block_regs = kernel_block_registers(k, gpu.sm) if declared else 0
+        block_threads = k.threads if declared else 0
+        if block_threads > gpu.sm.max_threads or block_regs > gpu.sm.registers:
+            raise BuildError(f"kernel '{k.name}' ({k.file}:{k.threads_line}): a thread block of "
+                             f"{k.threads} threads x {k.regs_per_thread} registers (.threads / "
+                             f".regs: {block_regs} registers in whole warps) cannot be placed on "
+                             f"any SM: system.gpu.sm.registers is {gpu.sm.registers} and "
+                             f"system.gpu.sm.max_threads {gpu.sm.max_threads}")
         r = ln[l.index]
+        r.block_regs, r.block_threads = block_regs, block_threads
         # the scheduler's unit is the instruction stream: grid = blocks x warp groups
         r.gpu, r.entry_pc, r.grid, r.next_in_stream = l.gpu, k.entry_pc, l.grid * groups, nxt
         r.groups = groups
@@ -365,6 +377,7 @@ def build_state(cfg, program, seed=None, presets=None):
         **declared_arrays(cfg),   # the records and arrays blocks declare with their size
     )
     st.sw_node[:] = node_array(fab)
+    fill_fabric_destinations(st)
     _bind_multicast_objects(st, cfg, buffers)
     _register_cais_groups(st, cfg, buffers)
     return st, buffers, launches

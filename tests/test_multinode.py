@@ -71,22 +71,26 @@ def test_exchange_across_nodes_exact_bytes_and_work_requests():
             pulled = sim.read_buffer(g, "pulled", "u8").reshape(-1, BYTES)
             assert (recv[p] == sim.read_buffer(p, "src", "u8")).all()
             assert (pulled[p] == sim.read_buffer(g, "src", "u8")).all()
-    # per remote peer, GPU g's PCIe link carries: its put (40 packets), its flag (1), its get's
-    # read requests (40, header only), write responses to the peer's put and flag (41) and the
-    # peer's get data (40): 162 packets, each one TLP of 26 B overhead; payload 5000 + 8 + 5000
+    # per remote peer, GPU g's PCIe link carries: its put (40 hub packets; the NIC reads the
+    # 5000 B message as 20 completions of at most 256 B: ceil(5000 / 256)), its flag (1), its
+    # get's read requests (40, header only), one write response to each of the peer's put and
+    # flag (an RDMA write completes once per message, not per packet: 2) and the peer's get data
+    # (40 packets, 20 TLPs): 123 packets, 83 TLPs of 26 B overhead; payload 5000 + 8 + 5000
     for g in range(4):
-        assert st[f"system.gpu{g}.pcie.tx_packets"] == 2 * 162
+        assert st[f"system.gpu{g}.pcie.tx_packets"] == 2 * 123
         assert st[f"system.gpu{g}.pcie.tx_payload_bytes"] == 2 * (BYTES + 8 + BYTES)
-        assert st[f"system.gpu{g}.pcie.tx_wire_bytes"] == 2 * (BYTES + 8 + BYTES) + 2 * 162 * 26
+        assert st[f"system.gpu{g}.pcie.tx_wire_bytes"] == 2 * (BYTES + 8 + BYTES) + 2 * 83 * 26
         # the NIC starts a work request per put (1), flag store (1) and read request (40)
         assert st[f"system.nic{g}.work_requests"] == 2 * 42
         # onto InfiniBand: a 5000 B message is 2 IB packets (MTU 4096) of 42 B headers, for the
-        # put and for the get data; the flag and each read request one packet each; the write
-        # responses travel as coalesced acknowledgements of 30 B (at least one per request)
+        # put and for the get data; the flag and each read request one packet each; one 30 B
+        # acknowledgement for each of the peer's put and flag
         fixed = 2 * ((BYTES + 2 * 42) + (8 + 42) + 40 * 42 + (BYTES + 2 * 42))
-        acks = st[f"system.nic{g}.ib.tx_wire_bytes"] - fixed
-        assert acks % 30 == 0 and 2 * 2 <= acks // 30 <= 2 * 41
+        assert st[f"system.nic{g}.ib.tx_wire_bytes"] == fixed + 2 * 2 * 30
         assert st[f"system.nic{g}.ib.tx_payload_bytes"] == 2 * (BYTES + 8 + BYTES)
+        # write responses received: the node peer's NVLink put answers each of its 40 packets
+        # (non-posted), its flag 1; each remote peer's put and flag 1 each
+        assert st[f"system.gpu{g}.hub.acks_received"] == 40 + 1 + 2 * 2
     # GPUs talk to their node peer over NVLink only: nothing else crosses PCIe
     assert sum(st[f"system.nic{n}.rdma_payload_bytes"] for n in range(4)) == 4 * 2 * (2 * BYTES + 8)
 
@@ -210,6 +214,36 @@ def test_dedup_rows_of_a_hand_written_routing_at_each_level():
     assert dedup_rows(topk, expert_gpu, 2) == (7, 4)
     a6000 = topology_levels(load("systems/a6000_x4.yaml"))
     assert a6000 == [("gpu", 1), ("nvlink_pair", 2), ("node", 8)]
+
+
+def test_nested_dedup_rows_of_a_hand_written_routing_at_each_level():
+    """Deduplicating at every level at once (workloads/dedup.py nested_hop_rows) on 2 nodes of 4
+    GPUs in bridge pairs (a6000_x4's levels, 8 GPUs), 3 experts per GPU, top-3; the row enters
+    each group at the sender's own position in it. By hand:
+    GPU0 -> GPUs {1, 2, 7}: node 1 (hop 3) entering at GPU 4, pair {6,7} (hop 2) at GPU 6,
+      GPU 7 (hop 1); inside node 0: GPU 1 (hop 1), pair {2,3} at GPU 2 (hop 2): 2, 2, 1
+    GPU5 -> {4, 0, 1}: GPU 4 (hop 1); node 0 (hop 3) at GPU 1, GPU 0 (hop 1): 2, 0, 1
+    GPU3 -> {3, 6, 5}: node 1 (hop 3) at GPU 7, GPU 6 (hop 1), pair {4,5} at GPU 5 (hop 2): 1, 1, 1
+    every other GPU's token stays on its own experts.
+    Hops 1, 2, 3: 5, 3, 3 transfers; rows leaving a GPU / pair / node 11, 6, 3. One row per
+    (token, expert) pair leaves GPUs 8 times, pairs 6, nodes 5: nested saves -3, 0 and 2 rows
+    (the relays through entry GPUs that hold none of the token's experts cost GPU-level rows)."""
+    from moehub_arch.workloads.dedup import dedup_rows, nested_hop_rows
+    topk = [[[3 * g, 3 * g + 1, 3 * g + 2]] for g in range(8)]
+    topk[0] = [[3, 6, 21]]
+    topk[5] = [[12, 0, 3]]
+    topk[3] = [[9, 18, 15]]
+    expert_gpu = [e // 3 for e in range(24)]
+    hops = nested_hop_rows(topk, expert_gpu, [1, 2, 4])
+    assert hops == [5, 3, 3]
+    before = [dedup_rows(topk, expert_gpu, size)[0] for size in (1, 2, 4)]
+    assert before == [8, 6, 5]
+    assert [sum(hops[i:]) for i in range(3)] == [11, 6, 3]
+    assert [b - sum(hops[i:]) for i, b in enumerate(before)] == [-3, 0, 2]
+    # the two-level case of the test above: hop 1 (inside a node) 9, hop 2 (between nodes) 4
+    topk2 = [[[1, 4, 5], [2, 6, 7]], [[2, 3, 0], [3, 2, 1]],
+             [[4, 5, 6], [5, 4, 7]], [[0, 3, 4], [6, 7, 1]]]
+    assert nested_hop_rows(topk2, [e // 2 for e in range(8)], [1, 2]) == [9, 4]
 
 
 def test_deepep_internode_engines_identical_and_rdma_rows(tmp_path):

@@ -106,13 +106,13 @@ def _combine_launch(sim):
 def test_combine_per_channel_and_rank_fallback(smem):
     # DeepEP's benchmark setting (dispatch and combine alone, identity experts); 4 channels.
     # 228 KB: the 4 ranks' fp32 accumulators (4 x 28 KB) fit, one block of 4 warp groups per
-    # channel. 100 KB (an Ampere-sized SM): they do not, one thread block per (channel, rank) -
-    # the same instruction streams, the same output, exactly.
+    # channel side (sender, receiver). 100 KB (an Ampere-sized SM): they do not, one thread block
+    # per stream - the same instruction streams, the same output, exactly.
     sim = run("workload.layer.deepep.kernels=communication", f"system.gpu.sm.smem_bytes={smem}")
     s, C = sim.stats, 4
     li = _combine_launch(sim)
     groups = int(sim.state.ln[li.index].groups)
-    assert (groups, li.grid) == ((P, C) if smem == "228KB" else (1, C * P))
+    assert (groups, li.grid) == ((P, 2 * C) if smem == "228KB" else (1, 2 * C * P))
     assert s[f"system.gpu0.launch{li.index}.tbs"] == li.grid
     for name in ("sent", "received", "combined"):
         assert s[f"system.moe.rows_{name}"] == P * T * K, name
@@ -124,3 +124,7 @@ def test_combine_per_channel_and_rank_fallback(smem):
     dispatch = next(l for l in sim.launches if l.kernel == "deepep_dispatch" and l.gpu == 0)
     assert int(sim.state.ln[dispatch.index].dynamic_smem) == (192 * 1024 if smem == "228KB" else 0)
     assert int(sim.state.ln[li.index].dynamic_smem) == 0
+    # registers: DeepEP's 768 x 80 on a channel block; the per-stream fallback blocks are not
+    # DeepEP's launch shape and hold none
+    assert int(sim.state.ln[li.index].block_regs) == (61440 if smem == "228KB" else 0)
+    assert int(sim.state.ln[dispatch.index].block_regs) == 61440

@@ -25,6 +25,30 @@ def _fabric_nodes(cfg):
     return (max(len(build_fabric(cfg).nodes), 1), 4)
 
 
+def _fabric_dests_shape(cfg):
+    """[channels, 1 + G] when some channel joins two forwarding nodes, else a placeholder."""
+    from ..topology import NODE_GPU, build_fabric
+    fab = build_fabric(cfg)
+    between = any(c["src"][0] != NODE_GPU and c["dst"][0] != NODE_GPU for c in fab.channels)
+    return (len(fab.channels), cfg.system.num_gpus + 1) if between else (1, 1)
+
+
+def fill_fabric_destinations(st):
+    """State.fabric_dests: for each channel between two forwarding nodes, the destination GPUs
+    whose routes from the node it leaves include it, in GPU order (link_class.fabric_output_freed
+    wakes their waiters when the channel frees a transmit slot, without scanning every route)."""
+    if st.fabric_dests.shape[1] == 1:
+        return
+    G = int(st.p[0].num_gpus)
+    for c in range(st.ch.shape[0]):
+        s = int(st.ch[c].src_switch)
+        if not st.ch[c].to_switch or s < 0:
+            continue
+        dests = [h for h in range(G) if c in st.sw_routes[s * G + h, 2:2 + st.sw_routes[s * G + h, 0]]]
+        st.fabric_dests[c, 0] = len(dests)
+        st.fabric_dests[c, 1:1 + len(dests)] = dests
+
+
 def fabric_link_instances(st, sim_ticks):
     """(name, Instance) of both ends of every PCIe and InfiniBand link: the first channel of a
     link is transmitted at its first end, the second at the other."""
@@ -45,7 +69,10 @@ def fabric_link_instances(st, sim_ticks):
 BLOCK = Block(
     "fabric", __doc__.split("\n\n")[0],
     arrays=(Array("sw_node", "forwarding nodes: kind, index within its kind, traversal (ps), "
-                  "server (topology.SWN_*)", _fabric_nodes),),
+                  "server (topology.SWN_*)", _fabric_nodes),
+            Array("fabric_dests", "per channel between two forwarding nodes: the number of "
+                  "destination GPUs routed through it, then those GPUs (fill_fabric_destinations)",
+                  _fabric_dests_shape),),
     fields=fields(
         "ch", ("link_class", "LINK_* above"), ("fs_per_byte", "serialisation time per byte"),
         ("latency", "wire latency (ps)"),

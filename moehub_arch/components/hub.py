@@ -46,6 +46,7 @@ Data semantics: a put's (or get's) bytes are copied from the source memory when 
 delivered. As with NVSHMEM's non-blocking puts, a program must not modify a put's source buffer
 before its ``fence``; within that contract this equals a snapshot at send time.
 """
+from ..engine.bitset import bit_clear, bit_set, cyclic_next, words_for
 from ..engine.jit import compiled, inline
 
 from ..engine.state import (RESP_KIND, RESP_READY, RESP_REQ, ROUTE_FIRST, ROUTE_N, ROUTE_RR,
@@ -62,16 +63,21 @@ from .nvls import (nvls_copies_answered, nvls_copy_arrived, nvls_read_arrived, n
 from .cais_merge import (cais_read_arrived, cais_request_line, cais_send_data, cais_uplink,
                          cais_waiting, cais_write_arrived)
 from .packet import PK_CAIS_LD, PK_CAIS_RED, PK_CAIS_READ, PK_CAIS_REPLY
+from .dysharp import (OBJ_TPG, dysharp_bind, dysharp_copy_write, dysharp_read_arrived,
+                      dysharp_result, dysharp_sent, ext_flits)
 from ..isa.encoding import MM_RED, MM_ST
 from .trace import CAT_HUB, TR_HUB_RX, TR_HUB_TX, trace_event
 from .wakeups import hub_kick, hub_kick_response, tb_resume
 from .waiters import notify_stores
-from .block import Block, Debug, Event, Param, Record, StatGroup, Timer, counters, fields
+from .nic import rdma_message
+from .block import Array, Block, Debug, Event, Param, Record, StatGroup, Timer, counters, fields
 
 REQ_PUT, REQ_GET, REQ_STORE, REQ_ATOM = range(4)
 REQ_MM_ST, REQ_MM_RED, REQ_MM_LD = 4, 5, 6   # multimem st / red / ld_reduce (nvls.py); value =
                                               # multicast object x 16 + element type
-REQ_CAIS_LD, REQ_CAIS_RED = 7, 8   # ld.cais / red.cais (cais_merge.py); value = group x 16 + element type
+REQ_DY_ST, REQ_DY_LD = 7, 8   # DySHARP dymultimem st / ld_reduce (dysharp.py): as REQ_MM_ST /
+                              # REQ_MM_LD, with the target list staged by the SM
+REQ_CAIS_LD, REQ_CAIS_RED = 9, 10   # ld.cais / red.cais (cais_merge.py); value = group x 16 + element type
 RESP_ACK, RESP_GET_DATA, RESP_ATOM = range(3)
 RESP_MM_ACK = 3   # a member's one write response to a multimem st/red (nvls.py)
 
@@ -144,6 +150,9 @@ BLOCK = Block(
               "config: system.gpu.hub.max_outstanding_requests"),
     ),
     records=(Record("req", "remote operations in flight, reqs_per_gpu per GPU (request table)"),),
+    arrays=(Array("link_resp_owed", "per GPU, a bit set (engine/bitset.py) of the GPUs it owes "
+                  "link-level responses (State.link_resp > 0): the next one owed is found without "
+                  "scanning every GPU", lambda cfg: (cfg.system.num_gpus, words_for(cfg.system.num_gpus))),),
     fields=fields(
         "req", ("kind", "REQ_* above"), ("slot", "issuing TB slot"), ("src_gpu", "requester"),
         ("dst_gpu", "target GPU"), ("dst_addr", "target address"), ("src_addr", "source address"),
@@ -250,14 +259,19 @@ def hub_submit(st, g, kind, slot, dst_gpu, dst_addr, src_addr, nbytes, value, re
         rq.pkts_total = 1
     # write responses the requester waits for: one per link packet, or one per put; a multimem
     # st/red one per member of its multicast object
-    if kind == REQ_PUT and st.p[0].write_resp_per_packet:
+    # (a put to another node is an RDMA write: one completion per message, nic.rdma_message)
+    if kind == REQ_PUT and st.p[0].write_resp_per_packet and not rdma_message(st, g, dst_gpu):
         rq.acks_total = store_packets(st, nbytes)
     elif kind == REQ_MM_ST or kind == REQ_MM_RED:
         rq.acks_total = st.mm_objects[value // 16, 3]
+    elif kind == REQ_DY_ST:
+        rq.acks_total = dysharp_bind(st, g, r, False)   # one per GPU holding a target
     elif kind == REQ_CAIS_RED:
         rq.acks_total = rq.pkts_total   # the home answers each line's write once
     else:
         rq.acks_total = 1
+        if kind == REQ_DY_LD:
+            dysharp_bind(st, g, r, True)
     st.reqq[g, (gp.reqq_head + gp.reqq_count) % depth] = r
     gp.reqq_count += 1
     if gp.reqq_count > gp.hub_reqq_peak:
@@ -441,7 +455,7 @@ def hub_packetize(st, g, tick):
         pk.mm_dtype = rq.value % 16
         pk.mm_entry = -1
         pk.mm_sent = 0
-        if kind == REQ_MM_LD:
+        if kind == REQ_MM_LD or kind == REQ_DY_LD:
             pk.kind = PK_MM_LD
             n = min(rq.length - rq.sent, p.store_payload * p.packet_train)
             pk.addr = rq.src_addr + rq.sent
@@ -456,6 +470,10 @@ def hub_packetize(st, g, tick):
             ready = _data_packet(st, g, pk, rq, rq.sent, tick)
             rq.sent += pk.payload
         done = rq.sent == rq.length
+        if kind == REQ_DY_ST or kind == REQ_DY_LD:
+            ready = max(ready, rq.dy_ready)   # the MultimemQ has fetched the target list
+            if done:
+                dysharp_sent(st, g)
     if done:
         gp.reqq_head = (gp.reqq_head + 1) % st.reqq.shape[1]
         gp.reqq_count -= 1
@@ -464,6 +482,11 @@ def hub_packetize(st, g, tick):
         pk.flits = pk.npk * header_flits(st)   # header-only packets
     else:
         pk.flits, pk.npk = packet_flits(st, pk.payload, p.store_payload)
+    if kind == REQ_DY_ST or kind == REQ_DY_LD:
+        # every link packet carries the target list in extension flits (dysharp.py)
+        extra = pk.npk * ext_flits(st, rq.dy_count)
+        pk.flits += extra
+        gp.dy_ext_flits += extra
     if rq.launch >= 0:
         # wire bytes per kernel (dispatch_link_efficiency); responses serve another GPU's kernel
         st.ln[rq.launch].tx_wire += pk.flits * p.flit_bytes
@@ -572,10 +595,11 @@ def owe_link_responses(st, g, dst, n, tick):
     packets: the RPM-AAU protocol does its own completion): with write_responses: per_packet the
     link still answers each with a header-only response, which costs the reverse path the same
     as the address-centric path's ACKs."""
-    if not st.p[0].write_resp_per_packet:
-        return
+    if not st.p[0].write_resp_per_packet or rdma_message(st, g, dst):
+        return      # (an RDMA stream from another node: its NIC acknowledges, no link response)
     gp = st.gpu[g]
     st.link_resp[g, dst] += n
+    bit_set(st.link_resp_owed[g], dst)
     gp.link_resp_total += n
     hub_kick_response(st, g, tick)
 
@@ -588,17 +612,18 @@ def _send_link_responses(st, g, tick):
     p = st.p[0]
     gp = st.gpu[g]
     G = p.num_gpus
-    dst = gp.link_resp_rr
-    for k in range(G):
-        dst = (gp.link_resp_rr + k) % G
-        if st.link_resp[g, dst] > 0:
-            break
+    # the first GPU owed responses in round-robin order from link_resp_rr (if none is, which the
+    # callers rule out, the last one looked at, as a scan of every GPU would end)
+    k = cyclic_next(st.link_resp_owed[g], gp.link_resp_rr, 0, G)
+    dst = (gp.link_resp_rr + min(k, G - 1)) % G
     c = pick_channel_vc(st, g, dst, True, _response_vc(st))
     if c < 0:
         return -1  # a dequeue on one of our links wakes us
     gp.link_resp_rr = (dst + 1) % G
     n = min(st.link_resp[g, dst], p.packet_train)
     st.link_resp[g, dst] -= n
+    if st.link_resp[g, dst] == 0:
+        bit_clear(st.link_resp_owed[g], dst)
     gp.link_resp_total -= n
     pkt = packet_alloc(st)
     pk = st.pk[pkt]
@@ -692,7 +717,7 @@ def hub_receive(st, g, c, pkt, tick):
         notify_stores(st, g, addr, n, visible)
         rq.pkts_arrived += 1
         if kind == PK_PUT:
-            if p.write_resp_per_packet:
+            if p.write_resp_per_packet and not rdma_message(st, pk.src, g):
                 _owe_acks(st, g, r, pk.npk, visible)
             elif rq.pkts_arrived == rq.pkts_total:
                 _owe_acks(st, g, r, 1, visible)
@@ -742,20 +767,32 @@ def _receive_multimem(st, g, c, pkt, t):
     kind = pk.kind
     r = pk.req
     trace_event(st, CAT_HUB, TR_HUB_RX, g, kind, pk.src, t - p.hub_rx_latency_ticks)
-    if kind == PK_MM_READ:
-        nvls_read_arrived(st, g, c, pkt, t)
-        return
     if kind >= PK_CAIS_READ:
         _receive_cais(st, g, c, pkt, t)
         return
-    free_at, visible = link_write(st, g, pk.addr, pk.payload, t)
+    dynamic = st.mm_objects[pk.mm_obj, OBJ_TPG] > 0   # DySHARP (dysharp.py)
+    if kind == PK_MM_READ:
+        if dynamic:
+            dysharp_read_arrived(st, g, c, pkt, t)
+        else:
+            nvls_read_arrived(st, g, c, pkt, t)
+        return
+    if kind == PK_MM_COPY and dynamic:
+        # written into the layout row of each of its targets here (and notified there)
+        free_at, visible = dysharp_copy_write(st, g, pkt, t)
+    else:
+        free_at, visible = link_write(st, g, pk.addr, pk.payload, t)
     if kind == PK_MM_COPY:
         answered = nvls_copy_arrived(st, g, pkt, visible)
-        notify_stores(st, g, pk.addr, pk.payload, visible)
+        if not dynamic:
+            notify_stores(st, g, pk.addr, pk.payload, visible)
         if answered:
             hub_respond(st, g, r, RESP_MM_ACK, nvls_copies_answered(st, g, r))
     else:  # PK_MM_RESULT
-        nvls_result_arrived(st, g, pkt)
+        if dynamic:
+            dysharp_result(st, g, pkt)
+        else:
+            nvls_result_arrived(st, g, pkt)
         notify_stores(st, g, pk.addr, pk.payload, visible)
         rq = st.req[r]
         rq.pkts_arrived += 1

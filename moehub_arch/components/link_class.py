@@ -26,12 +26,7 @@ def fabric_output_freed(st, c, vc, tick):
     """A slot freed in the transmit queue of channel c, which leaves forwarding node
     ch.src_switch toward another forwarding node: grant it to an input waiting for any destination
     the channel leads to (switch.py wait lists are per destination GPU)."""
-    p = st.p[0]
     s = st.ch[c].src_switch
-    G = p.num_gpus
-    for h in range(G):
-        row = st.sw_routes[s * G + h]
-        for k in range(row[0]):
-            if row[2 + k] == c:
-                switch_output_freed(st, s, h, vc, tick)
-                break
+    row = st.fabric_dests[c]   # those destinations, in GPU order (fabric.fill_fabric_destinations)
+    for k in range(row[0]):
+        switch_output_freed(st, s, row[1 + k], vc, tick)

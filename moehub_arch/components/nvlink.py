@@ -185,6 +185,11 @@ BLOCK = Block(
         # and rsp_credits (one packet deep with response_path: shared)
         ("rsq_head", ""), ("rsq_count", ""), ("rsq_cap", ""), ("rsq_pkts", ""),
         ("rsp_credits", ""), ("rsq_peak", "response virtual channel stat"),
+        # the head packet of each transmit FIFO, as the transmitter needs it: when it is ready and
+        # its flits (copied from its packet record when it becomes the head, so that a look at a
+        # busy, starved or not-ready channel reads no packet record)
+        ("txq_ready", "ready tick of the transmit FIFO's head packet"),
+        ("txq_flits", "its flits"), ("rsq_ready", "the same for the response FIFO"), ("rsq_flits", ""),
         init={"credits": lambda cfg: cfg.system.nvlink.rx_buffer_flits, "tx_at": -1}),
     stats=(StatGroup("link", "", TX_STATS + RX_STATS),),
     events=(Event("ch_tx", EV_CH_TX, "a link transmitter looks at its head packet"),
@@ -242,12 +247,18 @@ def txq_push(st, c, pkt, tick):
     npk = st.pk[pkt].npk
     if packet_vc(st, pkt) == VC_RESPONSE:
         st.rsq[c, (ch.rsq_head + ch.rsq_count) % ch.rsq_cap] = pkt
+        if ch.rsq_count == 0:
+            ch.rsq_ready = st.pk[pkt].ready
+            ch.rsq_flits = st.pk[pkt].flits
         ch.rsq_count += 1
         ch.rsq_pkts += npk
         if ch.rsq_pkts > ch.rsq_peak:
             ch.rsq_peak = ch.rsq_pkts
     else:
         st.txq[c, (ch.txq_head + ch.txq_count) % ch.txq_cap] = pkt
+        if ch.txq_count == 0:
+            ch.txq_ready = st.pk[pkt].ready
+            ch.txq_flits = st.pk[pkt].flits
         ch.txq_count += 1
         ch.txq_pkts += npk
         if ch.txq_pkts > ch.txq_peak:
@@ -342,22 +353,20 @@ def channel_transmit(st, c, tick):
     wake = -1           # the earliest head packet not yet ready
     starved = False     # a ready head packet lacks credits
     if ch.rsq_count > 0:
-        cand = st.rsq[c, ch.rsq_head]
-        if st.pk[cand].ready > tick:
-            wake = st.pk[cand].ready
-        elif ch.rsp_credits >= st.pk[cand].flits:
+        if ch.rsq_ready > tick:
+            wake = ch.rsq_ready
+        elif ch.rsp_credits >= ch.rsq_flits:
             vc = VC_RESPONSE
-            pkt = cand
+            pkt = st.rsq[c, ch.rsq_head]
         else:
             starved = True
     if vc < 0 and ch.txq_count > 0:
-        cand = st.txq[c, ch.txq_head]
-        if st.pk[cand].ready > tick:
-            if wake < 0 or st.pk[cand].ready < wake:
-                wake = st.pk[cand].ready
-        elif ch.credits >= st.pk[cand].flits:
+        if ch.txq_ready > tick:
+            if wake < 0 or ch.txq_ready < wake:
+                wake = ch.txq_ready
+        elif ch.credits >= ch.txq_flits:
             vc = VC_REQUEST
-            pkt = cand
+            pkt = st.txq[c, ch.txq_head]
         else:
             starved = True
     if vc < 0:
@@ -380,11 +389,19 @@ def channel_transmit(st, c, tick):
         ch.rsq_count -= 1
         ch.rsq_pkts -= pk.npk
         ch.rsp_credits -= pk.flits
+        if ch.rsq_count > 0:
+            nxt = st.pk[st.rsq[c, ch.rsq_head]]
+            ch.rsq_ready = nxt.ready
+            ch.rsq_flits = nxt.flits
     else:
         ch.txq_head = (ch.txq_head + 1) % ch.txq_cap
         ch.txq_count -= 1
         ch.txq_pkts -= pk.npk
         ch.credits -= pk.flits
+        if ch.txq_count > 0:
+            nxt = st.pk[st.txq[c, ch.txq_head]]
+            ch.txq_ready = nxt.ready
+            ch.txq_flits = nxt.flits
     wire = wire_bytes(st, c, pkt)
     pk.wire = wire
     ser = bytes_ticks(wire, ch.fs_per_byte)

@@ -58,10 +58,11 @@ from .packet import (PK_MM_COPY, PK_MM_DATA, PK_MM_LD, PK_MM_READ, PK_MM_RESULT,
 from .wakeups import hub_kick_response, xbar_kick
 from .block import Array, Block, Param, Record, Stat, StatGroup, counters, fields
 from ..engine.state import ERR_UNBACKED_COPY
+from .dysharp import (OBJ_BASE, OBJ_BYTES, OBJ_COLUMNS, OBJ_MASK, OBJ_MEMBERS, OBJ_TPG, dynamic_on,
+                      ext_flits, popcount, targets_on_gpu)
 
 NVLS_SENT = -1          # nvls_fanout: every member has its copy (or read): the packet is consumed
 NVLS_BUFFER_FULL = -2   # nvls_fanout: the port's reduction buffer has no room for the entry
-OBJ_BASE, OBJ_BYTES, OBJ_MASK, OBJ_MEMBERS = range(4)   # columns of State.mm_objects
 
 
 def _line(cfg):
@@ -85,7 +86,9 @@ def _rdq_depth(cfg):
     """Reads a member can hold: each holds at least one flit of one of its receive buffers."""
     if not _on(cfg):
         return 1
-    return cfg.system.nvlink.links_per_gpu * cfg.system.nvlink.rx_buffer_flits + 1
+    depth = cfg.system.nvlink.links_per_gpu * cfg.system.nvlink.rx_buffer_flits + 1
+    # a DySHARP read is answered with one data packet per target (dysharp.py)
+    return depth * (cfg.system.switch.nvls.dysharp.max_targets if dynamic_on(cfg) else 1)
 
 
 def multicast_object_rows(cfg, buffers):
@@ -108,8 +111,36 @@ def multicast_object_rows(cfg, buffers):
         if G > 62:
             raise ValueError(f"{where}: member masks hold at most 62 GPUs (system.num_gpus = {G})")
         b = buffers[o.buffer]
-        rows.append((b.addr, b.nbytes, sum(1 << g for g in gpus), len(gpus)))
+        dyn = (0,) * 6
+        if o.targets_per_gpu > 0:
+            dyn = _dynamic_columns(o, where, buffers, b)
+        rows.append((b.addr, b.nbytes, sum(1 << g for g in gpus), len(gpus)) + dyn)
     return rows
+
+
+def _dynamic_columns(o, where, buffers, b):
+    """Columns OBJ_TPG .. OBJ_AL of a DySHARP dynamic object (dysharp.py); ValueError naming the
+    key for a bad one."""
+    if o.row_bytes <= 0 or o.rows <= 0:
+        raise ValueError(f"{where}: a dynamic object (targets_per_gpu > 0) needs row_bytes and "
+                         f"rows above 0, found row_bytes {o.row_bytes}, rows {o.rows}")
+    layout_rows = b.nbytes // (o.targets_per_gpu * o.row_bytes)
+    if layout_rows < 1:
+        raise ValueError(f"{where}.buffer: '{o.buffer}' ({b.nbytes} bytes) holds no layout row of "
+                         f"{o.row_bytes} bytes for each of {o.targets_per_gpu} targets")
+    need = {"counts": o.targets_per_gpu * 8, "al_table": o.rows * o.targets_per_gpu * 8}
+    addr = {}
+    for key, nbytes in need.items():
+        name = getattr(o, key)
+        if name not in buffers:
+            raise ValueError(f"{where}.{key}: no buffer '{name}' (workload.buffers: "
+                             f"{', '.join(sorted(buffers)) or 'none'})")
+        if buffers[name].nbytes < nbytes or buffers[name].region != "control":
+            raise ValueError(f"{where}.{key}: buffer '{name}' must be a control-region buffer of "
+                             f"at least {nbytes} bytes, found {buffers[name].nbytes} bytes in "
+                             f"region {buffers[name].region}")
+        addr[key] = buffers[name].addr
+    return (o.targets_per_gpu, o.row_bytes, o.rows, layout_rows, addr["counts"], addr["al_table"])
 
 
 def check_buffer_size(cfg):
@@ -138,8 +169,8 @@ def check_nvls(sim, out):
               ch.mm_in_ld.sum(), gp.mm_tx_ld.sum())
     out.equal("reduction reads received by members vs sent by the switches",
               gp.mm_reads_rx.sum(), ch.mm_reads.sum())
-    out.equal("reduction data sent by members vs reads received", gp.mm_data_tx.sum(),
-              gp.mm_reads_rx.sum())
+    out.equal("reduction data sent by members vs reads received (+ one per further DySHARP "
+              "target)", gp.mm_data_tx.sum(), gp.mm_reads_rx.sum() + gp.dy_data_extra.sum())
     out.equal("reduction data reaching the switches vs sent by members", ch.mm_data_in.sum(),
               gp.mm_data_tx.sum())
     out.equal("reduction results received vs reductions completed", gp.mm_results_rx.sum(),
@@ -204,7 +235,7 @@ BLOCK = Block(
     records=(Record("mm_entry", "reduction-buffer entries (ld_reduce chunks in the switch)",
                     count=_entries),),
     arrays=(Array("mm_objects", "multicast objects: base, bytes, member mask, members (builder)",
-                  lambda cfg: (max(1, len(cfg.workload.multicast)), 4)),
+                  lambda cfg: (max(1, len(cfg.workload.multicast)), OBJ_COLUMNS)),
             Array("mm_free", "free reduction-buffer entries (a stack; sys.mm_free_top)",
                   lambda cfg: (max(1, _entries(cfg)),)),
             Array("mm_arrived", "multicast chunks of request r a member has received",
@@ -289,7 +320,7 @@ def multimem_object(st, g, addr, nbytes):
     """The multicast object that holds [addr, addr + nbytes) and has GPU g as a member; -1 if none."""
     for k in range(st.p[0].mm_objects):
         o = st.mm_objects[k]
-        if (addr >= o[OBJ_BASE] and addr + nbytes <= o[OBJ_BASE] + o[OBJ_BYTES]
+        if (o[OBJ_TPG] == 0 and addr >= o[OBJ_BASE] and addr + nbytes <= o[OBJ_BASE] + o[OBJ_BYTES]
                 and (o[OBJ_MASK] >> g) & 1):
             return k
     return -1
@@ -325,7 +356,11 @@ def nvls_fanout(st, c, pkt, tick):
     if pk.kind == PK_MM_LD and pk.mm_entry < 0:
         if not _entry_alloc(st, c, pkt, tick):
             return NVLS_BUFFER_FULL
-    mask = st.mm_objects[pk.mm_obj, OBJ_MASK]
+    k = pk.mm_obj
+    dyn = st.mm_objects[k, OBJ_TPG] > 0
+    # DySHARP (dysharp.py): one copy (or read) per GPU holding a target, its list trimmed to them
+    mask = st.req[pk.req].dy_mask if dyn else st.mm_objects[k, OBJ_MASK]
+    ntargets = st.req[pk.req].dy_count if dyn else 0
     while pk.mm_sent < p.num_gpus:
         m = pk.mm_sent
         if (mask >> m) & 1:
@@ -341,6 +376,9 @@ def nvls_fanout(st, c, pkt, tick):
             qk.src_addr = pk.src_addr
             qk.payload = pk.payload
             qk.flits = pk.flits
+            if dyn:
+                qk.flits += pk.npk * (ext_flits(st, targets_on_gpu(st, pk.req, k, m))
+                                      - ext_flits(st, ntargets))
             qk.npk = pk.npk
             qk.value = pk.value
             qk.mm_obj = pk.mm_obj
@@ -352,6 +390,8 @@ def nvls_fanout(st, c, pkt, tick):
             if pk.kind == PK_MM_ST:
                 qk.kind = PK_MM_COPY
                 ch.mm_copies += pk.npk
+                if dyn:
+                    ch.dy_copies += pk.npk
             else:
                 qk.kind = PK_MM_READ
                 ch.mm_reads += pk.npk
@@ -359,12 +399,15 @@ def nvls_fanout(st, c, pkt, tick):
         pk.mm_sent += 1
     # against unicast packets to each of the m members: m - 1 fewer on the source's uplink, and
     # for a reduction m - 1 fewer data packets on its downlink
-    others = st.mm_objects[pk.mm_obj, OBJ_MEMBERS] - 1
+    # (DySHARP: against one unicast packet per target GPU, and one data row per target)
+    others = popcount(mask) - 1 if dyn else st.mm_objects[k, OBJ_MEMBERS] - 1
     ch.mm_up_saved += others * pk.flits * p.flit_bytes
+    if dyn:
+        ch.dy_targets_in += ntargets * pk.npk
     if pk.kind == PK_MM_LD:
         ch.mm_in_ld += pk.npk
         flits, _ = packet_flits(st, pk.value, p.store_payload)
-        ch.mm_down_saved += others * flits * p.flit_bytes
+        ch.mm_down_saved += (ntargets - 1 if dyn else others) * flits * p.flit_bytes
     else:
         ch.mm_in_st += pk.npk
     return NVLS_SENT
@@ -391,7 +434,9 @@ def _entry_alloc(st, c, pkt, tick):
     en.src_gpu = pk.src
     en.req = pk.req
     en.port = c
-    en.pending = st.mm_objects[pk.mm_obj, OBJ_MEMBERS]
+    # one contribution per member; DySHARP: per target (dysharp.py)
+    en.pending = (st.req[pk.req].dy_count if st.mm_objects[pk.mm_obj, OBJ_TPG] > 0
+                  else st.mm_objects[pk.mm_obj, OBJ_MEMBERS])
     en.bytes = need
     en.chunk = pk.value
     en.obj = pk.mm_obj
@@ -505,7 +550,8 @@ def nvls_copy_arrived(st, g, pkt, visible):
     r = pk.req
     n = pk.payload
     st.gpu[g].mm_copies_rx += pk.npk
-    if hbm_backed(st, pk.addr, n):
+    # (a DySHARP copy was written into its targets' layout rows by dysharp.py)
+    if st.mm_objects[pk.mm_obj, OBJ_TPG] == 0 and hbm_backed(st, pk.addr, n):
         if not hbm_backed(st, pk.src_addr, n):
             raise_error(st, ERR_UNBACKED_COPY, st.req[r].slot, pk.src_addr)
         else:

@@ -6,8 +6,14 @@ at the far end) with PCIe's own packetisation: data moves as transaction-layer p
 at most Max_Payload_Size bytes, and each TLP costs `tlp_overhead_bytes` on the wire besides its
 payload - the physical-layer framing token, the data-link sequence number and LCRC, and the
 TLP header (PCI Express Base Specification 4.0/5.0: 3- or 4-DW headers, 2 B sequence number,
-4 B LCRC, 4 B framing token at 8 GT/s and above). A simulated packet of `payload` bytes is
-max(packets, ceil(payload / Max_Payload_Size)) TLPs; a header-only packet (a response, a read
+4 B LCRC, 4 B framing token at 8 GT/s and above). Traffic between GPUs of one node (peer stores
+through a PCIe switch) is SM stores: a simulated packet of `payload` bytes is max(packets,
+ceil(payload / Max_Payload_Size)) TLPs. An RDMA message (a put, get data or MoE-Hub stream to
+another node, nic.rdma_message) is DMA by the NIC - read completions on the sender's link,
+posted writes on the receiver's - in TLPs of Max_Payload_Size cut at Max_Payload_Size
+boundaries of the message, so its packets carry one TLP overhead per boundary of the message
+they cross (as infiniband.py charges IB headers per MTU), ceil(n / Max_Payload_Size) for a
+message of n bytes whatever the hub's packet size. A header-only packet (a response, a read
 request) is one TLP header. The link bandwidth is the data rate after line encoding (128b/130b
 for Gen3-5), so encoding costs nothing here.
 
@@ -21,6 +27,8 @@ doorbell latency of each work request).
 from ..engine.jit import compiled
 
 from .block import Block, Param
+from .infiniband import message_offset
+from .nic import rdma_message
 
 BLOCK = Block(
     "pcie", __doc__.split("\n\n")[0],
@@ -42,6 +50,13 @@ def pcie_wire_bytes(st, pkt):
     p = st.p[0]
     pk = st.pk[pkt]
     tlps = pk.npk
+    if pk.payload > 0 and p.pcie_max_payload > 0 and rdma_message(st, pk.src, pk.dst):
+        off = message_offset(st, pkt)
+        if off >= 0:
+            # the NIC's DMA: TLPs of Max_Payload_Size starting at each boundary of the message
+            m = p.pcie_max_payload
+            tlps = (off + pk.payload + m - 1) // m - (off + m - 1) // m
+            return pk.payload + tlps * p.pcie_tlp_overhead
     if pk.payload > 0 and p.pcie_max_payload > 0:
         need = (pk.payload + p.pcie_max_payload - 1) // p.pcie_max_payload
         if need > tlps:

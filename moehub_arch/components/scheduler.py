@@ -4,7 +4,10 @@ Kernels are launched on streams: launches in one (GPU, stream) run in order, eac
 ``kernel_launch_latency`` after its predecessor finished (the first one after the latency from time
 zero); launches on different streams may run concurrently. A running launch places its thread
 blocks onto SMs round-robin as slots free up, respecting the SM's resident-TB limit, the kernel's
-``.max_tbs_per_sm`` and shared-memory capacity (first fit): a block holds its warp groups'
+``.max_tbs_per_sm``, registers and threads (a kernel's ``.threads`` x ``.regs``: the resident
+blocks' registers, allocated per warp in ``register_alloc_unit`` multiples, fit the SM's
+``registers``, their threads its ``max_threads``; CUDA C++ Programming Guide, "Occupancy") and
+shared-memory capacity (first fit): a block holds its warp groups'
 ``.smem`` plus its launch's ``dynamic_smem`` (CUDA's dynamic shared memory) until it exits, so a
 launch with a large footprint keeps other launches' blocks off its SMs, as on the GPU (CUDA C++
 Programming Guide, "Occupancy": shared memory per block is a per-SM residency limit). A placed TB starts ``tb_launch_cycles``
@@ -48,6 +51,18 @@ def stream_slots_per_sm(cfg):
     return max([cfg.system.gpu.sm.max_resident_tbs] + groups)
 
 
+def kernel_block_registers(kernel, sm):
+    """Registers one thread block of `kernel` (an assembled KernelInfo) holds on an SM of config
+    `sm`: CUDA allocates registers per warp, .regs x 32 rounded up to register_alloc_unit, for
+    ceil(.threads / 32) warps (CUDA C++ Programming Guide, "Occupancy"; the occupancy
+    calculator's allocation granularity). 0 for a kernel that declares no .threads / .regs."""
+    if not kernel.threads:
+        return 0
+    unit = sm.register_alloc_unit
+    per_warp = -(-kernel.regs_per_thread * 32 // unit) * unit
+    return -(-kernel.threads // 32) * per_warp
+
+
 def _launch_stat(what):
     return lambda i, k: f"{what} of kernel '{i.launch.kernel}'"
 
@@ -75,6 +90,12 @@ BLOCK = Block(
               "thread blocks resident on one SM (a block of warp groups counts once)",
               lambda cfg: cfg.system.gpu.sm.max_resident_tbs,
               "config: system.gpu.sm.max_resident_tbs"),
+        Param("sm_registers", "system.gpu.sm.registers", "registers",
+              "32-bit registers per SM (resident blocks' .threads x .regs must fit)",
+              lambda cfg: cfg.system.gpu.sm.registers, "config: system.gpu.sm.registers"),
+        Param("sm_max_threads", "system.gpu.sm.max_threads", "threads",
+              "threads resident on one SM", lambda cfg: cfg.system.gpu.sm.max_threads,
+              "config: system.gpu.sm.max_threads"),
         Param("tb_launch_cycles", "system.gpu.sm.tb_launch_cycles", "SM cycles",
               "from placing a thread block to its first issue",
               lambda cfg: cfg.system.gpu.sm.tb_launch_cycles, "config: system.gpu.sm.tb_launch_cycles"),
@@ -89,11 +110,16 @@ BLOCK = Block(
                   ("start", "start tick (-1: not started)"), ("end", "end tick (-1: not ended)"),
                   ("host_delay", "host-side time before the launch is issued (e.g. a host sync)"),
                   ("tx_wire", "link wire bytes its GPU's hub sent for its requests and rows"),
-                  ("groups", "warp groups per thread block (grid counts streams: blocks x groups)"))
+                  ("groups", "warp groups per thread block (grid counts streams: blocks x groups)"),
+                  ("block_regs", "registers a thread block holds (its kernel's .threads x .regs "
+                   "in whole warps and allocation units; 0: not declared)"),
+                  ("block_threads", "threads of a thread block (.threads; 0: not declared)"))
     + fields("gpu", ("rr_sm", "round-robin pointer over the GPU's SMs (TB placement)"),
              ("start_head", "start queue: position of its first entry"),
              ("start_count", "start queue: blocks started by the DAM, not placed yet"))
-    + fields("sm", ("blocks", "resident thread blocks (a block of warp groups counts once)"))
+    + fields("sm", ("blocks", "resident thread blocks (a block of warp groups counts once)"),
+             ("regs_used", "registers held by the resident blocks"),
+             ("threads_used", "threads of the resident blocks"))
     + fields("tb", ("start_tag", "what the unit that started the block tracks it by (the DAM: "
                     "the tile whose group counter its exit decrements; -1: none)"),
              ("block_lead", "slot of the first warp group of its thread block"),
@@ -191,6 +217,9 @@ def dispatch_blocks(st, g, tick):
                     continue
                 if ln.max_per_sm > 0 and st.ln_per_sm[l, s] + G > ln.max_per_sm:
                     continue
+                if (st.sm[sm].regs_used + ln.block_regs > p.sm_registers
+                        or st.sm[sm].threads_used + ln.block_threads > p.sm_max_threads):
+                    continue
                 base = _smem_fit(st, sm, ln.smem * G + ln.dynamic_smem)
                 if base < 0:
                     continue
@@ -213,6 +242,8 @@ def dispatch_blocks(st, g, tick):
                     st.tb[slot].block_lead = lead
                 st.tb[lead].block_live = G
                 st.sm[sm].blocks += 1
+                st.sm[sm].regs_used += ln.block_regs
+                st.sm[sm].threads_used += ln.block_threads
                 gp.rr_sm = (s + 1) % S
                 placed = True
                 break
@@ -312,6 +343,8 @@ def block_exit(st, slot, tick):
                 other.smem_bytes = 0
                 smr.resident -= 1
         smr.blocks -= 1
+        smr.regs_used -= st.ln[l].block_regs
+        smr.threads_used -= st.ln[l].block_threads
         if smr.resident == 0:
             smr.active_ticks += tick - smr.active_since
     ln = st.ln[l]

@@ -20,12 +20,13 @@ import math
 import numpy as np
 from ..engine.jit import compiled, inline
 
-from ..engine.clock import cycle_edge
+from ..engine.clock import cycle_at_or_after, cycle_edge
 from ..engine.clock import period_fs
 from ..engine.events import push
 from ..engine.state import (ERR_ADDR_RANGE, ERR_BAD_GPU, ERR_BAD_SIZE, ERR_DIV_ZERO,
                             ERR_MISALIGNED, ERR_MOE_AFTER_EOS, ERR_MOE_EXPERT, ERR_MOE_RELEASE,
                             ERR_MOE_ROW_SIZE, ERR_MOE_CLAIM_LAUNCH, ERR_RED_REMOTE, ERR_MULTIMEM_ADDR, ERR_REG_RANGE,
+                            ERR_DY_COUNT, ERR_DY_ROW, ERR_DY_TARGET,
                             ERR_ROWSP_ID, ERR_ROWSP_REGISTER, ERR_ROWSP_ROW, ERR_UNBACKED_WORD, TB_READY, TB_WAIT_CLAIM,
                             TB_WAIT_FENCE, TB_WAIT_FLAG, TB_WAIT_HUB, TB_WAIT_REMOTE, WAIT_FENCE,
                             WAITLIST_FLAG, WAITLIST_HUB, TB_EMPTY, WAIT_REASON_NAMES)
@@ -37,7 +38,7 @@ from ..isa.encoding import (ATOM_RED_ADD, NUM_GENERAL_REGS, ALU_ADD, ALU_AND, AL
                             SEM_LD, SEM_MMA, SEM_PUT, SEM_SLEEP, SEM_ST, SEM_VEC, SEM_WAIT,
                             SEM_CLAIM, SEM_NOTIFY, SEM_SEND_EXPERT, SEM_SEND_HOME, NOTIFY_EOS,
                             SEM_ROWSP_MALLOC, SEM_ST_ROWSP,
-                            SMEM_ADDR_BIT, SUBOP, THR, UNIT, DTYPE, DTYPE_DST_SHIFT, DTYPE_SRC_MASK, MMA_A_L2, MMA_B_L2, MMA_L2, MMA_RA, MMA_RA_B_L2, MMA_BT_B_L2, VEC_ADD,
+                            SMEM_ADDR_BIT, SUBOP, THR, UNIT, UNIT_LSU, DTYPE, DTYPE_DST_SHIFT, DTYPE_LSU_LOADS, DTYPE_SRC_MASK, MMA_A_L2, MMA_B_L2, MMA_L2, MMA_RA, MMA_RA_B_L2, MMA_BT_B_L2, VEC_ADD,
                             VEC_AXPY, VEC_CVT, VEC_MUL, PUT_SM,
                             VEC_SILU_MUL, VEC_ZERO, VEC_SUB, VEC_MAX, VEC_EXP, VEC_RSQRT,
                             VEC_ROW_MAX, VEC_ROW_SUM, VEC_ROW_SUMSQ, VEC_ROW_ADD, VEC_ROW_SUB,
@@ -46,9 +47,10 @@ from .elements import load_f32 as _load_f32, store_f32 as _store_f32
 from .hbm import (copy_overlapping, hbm_access, hbm_access_paced, hbm_backed,
                   move_bytes, raise_error, read_word, write_word)
 from .l2 import l2_operand_read
-from .hub import (REQ_ATOM, REQ_GET, REQ_MM_LD, REQ_MM_RED, REQ_MM_ST, REQ_PUT, REQ_STORE,
+from .hub import (REQ_ATOM, REQ_DY_LD, REQ_DY_ST, REQ_GET, REQ_MM_LD, REQ_MM_RED, REQ_MM_ST, REQ_PUT, REQ_STORE,
                   atomic_ticks, hub_room, hub_submit)
 from .nvls import multimem_element_bytes, multimem_object, multimem_route_peer
+from .dysharp import dymultimem_object, dysharp_stage
 from .cais_merge import cais_element_bytes, cais_group
 from .hub import REQ_CAIS_LD, REQ_CAIS_RED
 from ..engine.state import ERR_CAIS_ADDR
@@ -62,7 +64,7 @@ from .waiters import add_waiter, compare, notify_stores
 from .wakeups import sm_wake, tb_resume
 from .block import Block, Debug, Event, Param, Record, Stat, StatGroup, Timer, fields
 from .trace import CAT_SM, TR_TB_ACT, TR_TB_EXIT, TR_TB_PLACE, TR_TB_RESUME
-from ..isa.encoding import MM_LD_REDUCE, MM_RED, SEM_MULTIMEM, UNIT_NAMES
+from ..isa.encoding import MM_DY_LD_REDUCE, MM_DY_ST, MM_LD_REDUCE, MM_RED, SEM_MULTIMEM, UNIT_NAMES
 
 EV_SM_ISSUE = 0      # a0 = global SM index: the SM's issue cycle (its component timer)
 EV_LOCAL_DONE = 6    # a0 = TB slot: an asynchronous same-GPU put/get completed
@@ -101,6 +103,11 @@ BLOCK = Block(
               lambda cfg: period_fs(cfg.system.gpu.sm_clock), "config: system.gpu.sm_clock"),
         Param("smem_bytes", "system.gpu.sm.smem_bytes", "bytes", "shared memory per SM",
               lambda cfg: cfg.system.gpu.sm.smem_bytes, "config: system.gpu.sm.smem_bytes"),
+        Param("lsu_bytes_per_cycle", "system.gpu.sm.lsu_bytes_per_cycle", "bytes/cycle",
+              "load/store unit bytes per SM cycle (the LSU loads of vector instructions with "
+              "lsu_loads; other instructions take it from their ISA throughput)",
+              lambda cfg: cfg.system.gpu.sm.lsu_bytes_per_cycle,
+              "config: system.gpu.sm.lsu_bytes_per_cycle"),
         Param("smem_latency_cycles", "system.gpu.sm.smem_latency_cycles", "SM cycles",
               "shared-memory load latency", lambda cfg: cfg.system.gpu.sm.smem_latency_cycles,
               "config: system.gpu.sm.smem_latency_cycles"),
@@ -525,7 +532,7 @@ def _execute(st, slot, sm, tick, cyc):
         n = _operand(st, slot, row, 3, tick, cyc)
         cols = _operand(st, slot, row, 4, tick, cyc)
         dt = row[DTYPE] & DTYPE_SRC_MASK          # the sources' element type
-        dt_dst = row[DTYPE] >> DTYPE_DST_SHIFT    # the result's, when it differs
+        dt_dst = (row[DTYPE] >> DTYPE_DST_SHIFT) & DTYPE_SRC_MASK   # the result's, if it differs
         if dt_dst == 0:
             dt_dst = dt
         es = 2 if dt == DT_BF16 else 4
@@ -583,6 +590,17 @@ def _execute(st, slot, sm, tick, cyc):
                 raise_error(st, ERR_UNBACKED_WORD, slot, a_addr)
                 return
             _vec_functional(sub, vd, va, vb, n, dt, dt_dst, cols)
+        if row[DTYPE] & DTYPE_LSU_LOADS:
+            # the warps load the global sources into registers through the load/store unit
+            # (DeepEP's combine receivers: ld.global of each BF16 row, then FP32 adds): the LSU
+            # moves those bytes after what it already has queued, and the sum needs them
+            lb = 0
+            if uses_a and not _is_smem(a_addr):
+                lb += nb
+            if nb_b > 0 and not _is_smem(b_addr):
+                lb += nb_b
+            if lb > 0:
+                mem_done = max(mem_done, _occupy_lsu(st, sm, tick, lb))
         if not _is_smem(d_addr):
             notify_stores(st, g, d_addr, nb_dst, mem_done)
         work = n
@@ -705,19 +723,24 @@ def _execute(st, slot, sm, tick, cyc):
         if _is_smem(dst) or _is_smem(src):
             raise_error(st, ERR_ADDR_RANGE, slot, dst if _is_smem(dst) else src)
             return
-        if not _check_range(st, slot, dst, nb) or not _check_range(st, slot, src, nb):
-            return
-        mm = src if sub == MM_LD_REDUCE else dst
-        obj = multimem_object(st, g, mm, nb)
-        if obj < 0:
-            raise_error(st, ERR_MULTIMEM_ADDR, slot, mm)
-            return
-        kind = REQ_MM_LD if sub == MM_LD_REDUCE else (REQ_MM_RED if sub == MM_RED else REQ_MM_ST)
-        if not hub_submit(st, g, kind, slot, multimem_route_peer(st, obj, g), dst, src, nb,
-                          obj * 16 + dt, 0, tick, -1):
-            _stall_on_hub(st, slot, g, tick)
-            return
-        st.tb[slot].outstanding += 1
+        if sub >= MM_DY_ST:
+            # DySHARP (dysharp.py): the operation names its own targets
+            if not _dymultimem(st, g, sm, slot, row, sub, dst, src, nb, dt, tick, cyc):
+                return
+        else:
+            if not _check_range(st, slot, dst, nb) or not _check_range(st, slot, src, nb):
+                return
+            mm = src if sub == MM_LD_REDUCE else dst
+            obj = multimem_object(st, g, mm, nb)
+            if obj < 0:
+                raise_error(st, ERR_MULTIMEM_ADDR, slot, mm)
+                return
+            kind = REQ_MM_LD if sub == MM_LD_REDUCE else (REQ_MM_RED if sub == MM_RED else REQ_MM_ST)
+            if not hub_submit(st, g, kind, slot, multimem_route_peer(st, obj, g), dst, src, nb,
+                              obj * 16 + dt, 0, tick, -1):
+                _stall_on_hub(st, slot, g, tick)
+                return
+            st.tb[slot].outstanding += 1
 
     elif sem == SEM_CAIS:
         # CAIS (cais_merge.py): the address at the home is src for ld.cais, dst for red.cais
@@ -847,6 +870,21 @@ def _execute(st, slot, sm, tick, cyc):
 
 
 @compiled
+def _occupy_lsu(st, sm, tick, nbytes):
+    """The load/store unit of SM sm moves nbytes for an instruction issued on another unit
+    (a vector instruction with lsu_loads): it starts when the LSU is free, takes
+    ceil(nbytes / lsu_bytes_per_cycle) cycles, and is busy that long. Returns when it is done."""
+    p = st.p[0]
+    start = max(tick, st.sm_unit_free[sm, UNIT_LSU])
+    c0 = cycle_at_or_after(start, p.sm_period_fs)
+    free = cycle_edge(c0 + (nbytes + p.lsu_bytes_per_cycle - 1) // p.lsu_bytes_per_cycle,
+                      p.sm_period_fs)
+    st.sm_unit_free[sm, UNIT_LSU] = free
+    st.sm_unit_busy[sm, UNIT_LSU] += free - start
+    return free
+
+
+@compiled
 def _charge_unit(st, sm, row, tick, cyc, occ):
     free = cycle_edge(cyc + occ, st.p[0].sm_period_fs)
     unit = row[UNIT]
@@ -943,6 +981,56 @@ def _st_rowsp(st, slot, row, g, tick, cyc):
     if status == 0:
         _stall_on_hub(st, slot, g, tick)
         return False
+    return True
+
+
+@compiled
+def _dymultimem(st, g, sm, slot, row, sub, dst, src, nb, dt, tick, cyc):
+    """dymultimem.st / dymultimem.ld_reduce (DySHARP, components/dysharp.py): the multimem address
+    (dst for st, src for ld_reduce) lies in a dynamic object's algebraic range; the MultimemQ
+    fetches the target list (`count` i64 expert ids at `targets`) and the hub takes the operation.
+    A full MultimemQ or hub stalls the thread block (it re-executes the instruction later).
+    Returns True once the hub has the operation."""
+    p = st.p[0]
+    gp = st.gpu[g]
+    tl = _operand(st, slot, row, 3, tick, cyc)
+    count = _operand(st, slot, row, 4, tick, cyc)
+    if count <= 0 or count > p.dy_max_targets:
+        raise_error(st, ERR_DY_COUNT, slot, count)
+        return False
+    ld = sub == MM_DY_LD_REDUCE
+    mm = src if ld else dst
+    local = dst if ld else src
+    if not _check_range(st, slot, local, nb):
+        return False
+    obj = dymultimem_object(st, g, mm, nb)
+    if obj < 0:
+        raise_error(st, ERR_DY_ROW if obj == -2 else ERR_MULTIMEM_ADDR, slot, mm)
+        return False
+    if gp.dy_queue >= p.dy_queue_entries or not hub_room(st, g):
+        if gp.dy_queue >= p.dy_queue_entries:
+            gp.dy_queue_stalls += 1
+        _stall_on_hub(st, slot, g, tick)
+        return False
+    if tl % 8 != 0:
+        raise_error(st, ERR_MISALIGNED, slot, tl)
+        return False
+    if not _check_range(st, slot, tl, 8 * count):
+        return False
+    view = _bytes(st, g, sm, tl, 8 * count)
+    if view.shape[0] == 0:
+        raise_error(st, ERR_UNBACKED_WORD, slot, tl)
+        return False
+    ids = view.view(np.int64)
+    bad = dysharp_stage(st, g, obj, ids, count)
+    if bad >= 0:
+        raise_error(st, ERR_DY_TARGET, slot, ids[bad])
+        return False
+    gp.dy_stage_ready = _access(st, g, tl, 8 * count, tick, False)   # the list is fetched
+    kind = REQ_DY_LD if ld else REQ_DY_ST
+    hub_submit(st, g, kind, slot, multimem_route_peer(st, obj, g), dst, src, nb, obj * 16 + dt, 0,
+               tick, -1)
+    st.tb[slot].outstanding += 1
     return True
 
 

@@ -17,7 +17,10 @@ from .wakeups import tb_resume
 from .block import Block, fields
 
 BLOCK = Block("waiters", __doc__.split("\n\n")[0],
-              fields=fields("gpu", ("waiters", "thread blocks sleeping on a flag (State.wait_list)")))
+              fields=fields("gpu", ("waiters", "thread blocks sleeping on a flag (State.wait_list)"),
+                            ("wait_lo", "lowest word address a flag waiter watches"),
+                            ("wait_hi", "end of the highest word a flag waiter watches (a write "
+                                        "outside [wait_lo, wait_hi) wakes nobody: no scan)")))
 
 
 @compiled
@@ -43,6 +46,11 @@ def add_waiter(st, g, which, slot):
     a full hub (WAITLIST_HUB); the GPU record counts them (waiters, hub_tb_waiters)."""
     gp = st.gpu[g]
     if which == WAITLIST_FLAG:
+        a = st.tb[slot].wait_addr
+        if gp.waiters == 0 or a < gp.wait_lo:
+            gp.wait_lo = a
+        if gp.waiters == 0 or a + 8 > gp.wait_hi:
+            gp.wait_hi = a + 8
         st.wait_list[g, which, gp.waiters] = slot
         gp.waiters += 1
     else:
@@ -56,7 +64,11 @@ def notify_stores(st, g, addr, nbytes, tick):
     gp = st.gpu[g]
     if gp.waiters == 0 or addr >= st.hbm_mem.shape[1]:
         return  # nobody waits, or the write is to unbacked data (flags are backed words)
+    if addr >= gp.wait_hi or addr + nbytes <= gp.wait_lo:
+        return  # the write misses every watched word (e.g. payload next to a few flags)
     kept = 0
+    lo = 0
+    hi = 0
     for i in range(gp.waiters):
         slot = st.wait_list[g, WAITLIST_FLAG, i]
         tb = st.tb[slot]
@@ -64,7 +76,13 @@ def notify_stores(st, g, addr, nbytes, tick):
         if (a + 8 <= addr or a >= addr + nbytes
                 or not compare(tb.wait_cmp, read_word(st, g, a), tb.wait_value)):
             st.wait_list[g, WAITLIST_FLAG, kept] = slot   # still waiting (list order kept)
+            if kept == 0 or a < lo:
+                lo = a
+            if kept == 0 or a + 8 > hi:
+                hi = a + 8
             kept += 1
         else:
             tb_resume(st, slot, tick, WAIT_FLAG)
     gp.waiters = kept
+    gp.wait_lo = lo
+    gp.wait_hi = hi

@@ -682,27 +682,32 @@ def _check_moe(cfg: Config, ctx: _Ctx):
     _check_record_table(cfg, ctx, local, "workload.moe")
 
 
-def record_table_minimum(local_experts: int, tile_rows: int) -> int:
+def record_table_minimum(local_experts: int, tile_rows: int, held_tiles: int = 1) -> int:
     """The smallest AAU completion-record table that cannot deadlock when a full table stalls
     allocation (today's AAU): every local expert may hold a partial tile of tile_rows - 1 rows,
     each row holding a record until its tile is released, and one more row must fit to complete
-    a tile and free records."""
-    return local_experts * (tile_rows - 1) + 1
+    a tile and free records. With the DAM's expert order an expert also holds up to
+    held_tiles - 1 ready tiles while it waits for the last tile of its group."""
+    return local_experts * (held_tiles * tile_rows - 1) + 1
 
 
 def _check_record_table(cfg: Config, ctx: _Ctx, local: int, why: str):
     if cfg.system.gpu.hub.moe.aau.overflow == "spill":
         return      # a full table spills to device memory: any size works (it costs time)
-    tile = cfg.system.gpu.hub.moe.dam.tile_rows
-    need = record_table_minimum(local, tile)
+    dam = cfg.system.gpu.hub.moe.dam
+    tile = dam.tile_rows
+    held = dam.expert_tiles if dam.order == "expert" else 1
+    need = record_table_minimum(local, tile, held)
     aau = cfg.system.gpu.hub.moe.aau
     if aau.record_table_entries < need:
+        waits = (f" (system.gpu.hub.moe.dam.order: expert holds up to {held - 1} ready tile(s) "
+                 f"of an expert until expert_tiles = {held} are)" if held > 1 else "")
         raise ctx.error(("system", "gpu", "hub", "moe", "aau", "record_table_entries"),
                         f"expected at least {need} entries with system.gpu.hub.moe.dam.tile_rows = "
-                        f"{tile}: {local} local expert(s) ({why}) may each hold a partial tile of "
-                        f"{tile - 1} rows, and one more row must fit to complete a tile; found "
-                        f"{aau.record_table_entries} (a smaller table deadlocks: allocation stalls "
-                        f"while the table is full)")
+                        f"{tile}: {local} local expert(s) ({why}) may each hold "
+                        f"{held * tile - 1} rows of unfinished tiles{waits}, and one more row must "
+                        f"fit to complete a tile; found {aau.record_table_entries} (a smaller table "
+                        f"deadlocks: allocation stalls while the table is full)")
 
 
 def _check_hub_sizes(cfg: Config, ctx: _Ctx):

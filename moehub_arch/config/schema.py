@@ -33,6 +33,14 @@ class SmConfig:
     vector_lanes: int = _f("int", "FP32 lanes per SM", min=1)
     lsu_bytes_per_cycle: int = _f("int", "load/store bytes per SM cycle", min=1)
     smem_latency_cycles: int = _f("int", "shared memory load latency in SM cycles", min=0)
+    registers: int = _f("int", "32-bit registers per SM: the resident blocks' registers (a "
+                        "kernel's .threads x .regs, allocated per warp in units of "
+                        "register_alloc_unit) must fit", min=1)
+    max_threads: int = _f("int", "threads resident on one SM (the resident blocks' .threads)",
+                          min=1)
+    register_alloc_unit: int = _f("int", "registers are allocated to a warp in multiples of this "
+                                  "many (CUDA occupancy: 256 on compute capability 5.0-9.0)",
+                                  min=1)
 
 
 MEMORY_ARBITRATION = ("paced", "fifo")
@@ -135,6 +143,15 @@ class DamConfig:
                         "blocks sleep in claim_buffer: this project's first reading) or launch (the "
                         "DAM starts the consumer thread blocks of each ready tile: a launch with "
                         "dam_tile_tbs; MoE-Hub arXiv 2605.05888)", choices=("claim", "launch"))
+    order: str = _f("choice", "which ready tiles the DAM hands to the consumers, and when: ready "
+                    "(each tile as soon as it is ready, experts interleaved: the paper's per-tile "
+                    "DAM) or expert (a policy beyond the paper: an expert's tiles are held until "
+                    "expert_tiles of them are ready, or its stream ended and all are, then handed "
+                    "out together, column job outer, so the blocks running at once share the "
+                    "expert's weight column tiles through the L2)",
+                    choices=("ready", "expert"))
+    expert_tiles: int = _f("int", "with order: expert, the ready tiles of one expert handed out "
+                           "together (at most the expert window's tiles)", min=1)
 
 
 @attrs.frozen
@@ -200,10 +217,24 @@ class NvlinkConfig:
 
 
 @attrs.frozen
+class DysharpConfig:
+    max_targets: int = _f("int", "most targets (expert ids) one dymultimem operation may name "
+                          "(components/dysharp.py)", min=1)
+    multimemq_entries: int = _f("int", "a GPU's MultimemQ: dymultimem operations whose target "
+                                "lists are being fetched and whose packets the hub has not all "
+                                "sent; a full queue stalls the issuing thread block", min=1)
+    al_tlb_entries: int = _f("int", "a GPU hub's AL-TLB: cached entries of the algebraic-to-layout "
+                             "table (the table itself lives in HBM)", min=1)
+
+
+@attrs.frozen
 class NvlsConfig:
     reduction_buffer_bytes: int = _f("size", "NVLink SHARP reduction buffer per switch input port: "
                                      "multimem.ld_reduce entries in flight from that port "
                                      "(components/nvls.py)", min=0)
+    dysharp: DysharpConfig = _f("node", "DySHARP's dynamic multimem addressing (dymultimem.st / "
+                                "dymultimem.ld_reduce): the source GPU's MultimemQ, the switch's "
+                                "target lists, the destination hub's AL-TLB", cls=DysharpConfig)
 
 
 @attrs.frozen
@@ -329,6 +360,20 @@ class MulticastConfig:
     buffer: str = _f("str", "the symmetric buffer the multicast object binds (its range, on every "
                      "member: multimem addresses are the buffer's addresses)")
     gpus: tuple = _f("int_tuple", "member GPUs (at least two; empty: every GPU)", (), min=0)
+    # DySHARP's dynamic objects (components/dysharp.py): targets_per_gpu > 0
+    targets_per_gpu: int = _f("int", "0: a static NVLS object; > 0: a DySHARP dynamic object whose "
+                              "targets (experts) are placed targets_per_gpu per member GPU (target "
+                              "e on GPU e // targets_per_gpu: the switch's placement table); "
+                              "`buffer` is then each member's receive layout [targets_per_gpu]"
+                              "[layout rows][row_bytes]", 0, min=0)
+    row_bytes: int = _f("size", "dynamic object: bytes of one algebraic row (a token)", 0, min=0)
+    rows: int = _f("int", "dynamic object: algebraic rows its multimem addresses name (address = "
+                   "buffer address + row x row_bytes + offset)", 0, min=0)
+    counts: str = _f("str", "dynamic object: buffer (control region) of one i64 per local target: "
+                     "rows the hub has placed in that target's layout", "")
+    al_table: str = _f("str", "dynamic object: buffer (control region) holding the AL table: one "
+                       "entry per algebraic row and local target (layout row + 1; 0: not placed)",
+                       "")
 
 
 @attrs.frozen
@@ -363,6 +408,11 @@ class LaunchConfig:
                            "until it exits, so blocks of other launches fit beside it only in "
                            "what is left of system.gpu.sm.smem_bytes; e.g. DeepEP's TMA staging "
                            "buffers", 0, min=0)
+    kernel_threads: str = _f("choice", "declared: each thread block holds its kernel's .threads x "
+                             ".regs registers and .threads threads (a residency limit); none: it "
+                             "holds none - a launch that does not keep the kernel's launch shape "
+                             "(DeepEP's per-stream fallback blocks)", "declared",
+                             choices=("declared", "none"))
     dam_tile_tbs: int = _f("int", "0: an ordinary launch. N > 0: the MoE-Hub DAM starts its thread "
                            "blocks, N per ready tile, then one last block once every tile was "
                            "started (system.gpu.hub.moe.dam.consumers: launch); the grid is an upper "
@@ -451,6 +501,16 @@ class DeepepSchemeConfig:
                              "element) or fp8 (1 B per element plus one fp32 scale per 128 "
                              "elements; timing mode with kernels: communication only); combine "
                              "is always bf16", "bf16", choices=("bf16", "fp8"))
+    home_reduce: str = _f("choice", "where the intranode combine sums a token's rows at home: "
+                          "receivers (DeepEP's combine, csrc/kernels/intranode.cu: the senders "
+                          "copy each (token, rank) row into a per-(channel, rank) ring on the "
+                          "home rank and the channel's receiver SMs, in the same kernel, wait "
+                          "for the token's rows from every rank holding it and add them in "
+                          "fp32, with ring head/tail flow control) or kernel (the first model, "
+                          "kept to compare: deepep_combine_partials copies the rows to a "
+                          "[token][rank] buffer at home and a separate kernel, deepep_reduce, "
+                          "sums them after it ended)", "receivers",
+                          choices=("receivers", "kernel"))
     internode: str = _f("choice", "on a multi-node system: forward (DeepEP's internode kernels, "
                         "csrc/kernels/internode.cu: a token goes once over RDMA to the GPU of the "
                         "same local rank on each node holding any of its experts, which forwards "
@@ -556,6 +616,17 @@ class NvlsSchemeConfig:
 
 
 @attrs.frozen
+class DysharpSchemeConfig:
+    channels: int = _f("int", "thread blocks per GPU of the dispatch and the combine kernels (each "
+                       "issues one dymultimem operation per token in turn; assumption: 16, as "
+                       "scheme nvls's channels)", 16, min=1)
+    scale_tbs: int = _f("int", "thread blocks per GPU of the pass that weights the expert outputs "
+                        "by their router weights (assumption: four per SM of an H100, so an SM "
+                        "hides one block's meta-row load behind the others' vector work)", 528,
+                        min=1)
+
+
+@attrs.frozen
 class LayerConfig:
     model: str = _f("str", "model shape: a name in workloads/models/ or a path to a model YAML "
                            "('' = no MoE layer: the workload's own launches run)", "")
@@ -598,6 +669,8 @@ class LayerConfig:
     tutel: TutelSchemeConfig = _f("node", "scheme tutel", TutelSchemeConfig(),
                                   cls=TutelSchemeConfig)
     nvls: NvlsSchemeConfig = _f("node", "scheme nvls", NvlsSchemeConfig(), cls=NvlsSchemeConfig)
+    dysharp: DysharpSchemeConfig = _f("node", "scheme dysharp", DysharpSchemeConfig(),
+                                      cls=DysharpSchemeConfig)
 
 
 @attrs.frozen
@@ -762,9 +835,9 @@ class Config:
     system: SystemConfig = _f("node", "the simulated machine", cls=SystemConfig)
     scheme: str = _f("choice", "how the MoE layer (workload.layer) moves tokens: none (the "
                      "workload's own launches), deepep, overlap, moehub, megatron, tutel, "
-                     "deepep_ll, hiermoe, nvls", "none",
+                     "deepep_ll, hiermoe, nvls, dysharp", "none",
                      choices=("none", "deepep", "overlap", "moehub", "megatron", "tutel",
-                              "deepep_ll", "hiermoe", "nvls"))
+                              "deepep_ll", "hiermoe", "nvls", "dysharp"))
     workload: WorkloadConfig = _f("node", "what runs on it", WorkloadConfig(), cls=WorkloadConfig)
     run: RunConfig = _f("node", "how the simulation runs", RunConfig(), cls=RunConfig)
     stats: StatsConfig = _f("node", "statistics output", StatsConfig(), cls=StatsConfig)

@@ -125,8 +125,22 @@ ERR_DAM_START_QUEUE = 15
 ERR_ROWSP_ID = 30          # st.rowsp / rowsp.malloc: allocation id not registered / out of the table
 ERR_ROWSP_ROW = 31         # st.rowsp: bytes past the registered row size (or a row's stores exceed it)
 ERR_ROWSP_REGISTER = 32    # rowsp.malloc: bad expert or row size
-ERR_CAIS_ADDR = 40         # ld.cais / red.cais: address outside every registered group of this GPU and the home
+ERR_DY_COUNT = 40          # dymultimem: target count 0 or above system.switch.nvls.dysharp.max_targets
+ERR_DY_TARGET = 41         # dymultimem: a target outside the object's experts, or named twice
+ERR_DY_ROW = 42            # dymultimem: the range crosses an algebraic row of the object
+ERR_DY_LAYOUT_FULL = 43    # dymultimem.st: a target's receive layout has no free row
+ERR_DY_UNPLACED = 44       # dymultimem.ld_reduce: a target holds no layout row for the token
+ERR_CAIS_ADDR = 50         # ld.cais / red.cais: address outside every registered group of this GPU and the home
 ERROR_TEXT = {
+    ERR_DY_COUNT: "dymultimem target count of 0 or above system.switch.nvls.dysharp.max_targets",
+    ERR_DY_TARGET: "dymultimem target list names an expert outside its dynamic object (0 .. "
+                   "targets_per_gpu x GPUs - 1, on a member GPU) or names one expert twice",
+    ERR_DY_ROW: "dymultimem range crosses an algebraic row of its dynamic object (offset + bytes "
+                "above workload.multicast[].row_bytes)",
+    ERR_DY_LAYOUT_FULL: "dymultimem.st: a target expert's receive layout is full (more rows than "
+                        "the layout rows of workload.multicast[].buffer)",
+    ERR_DY_UNPLACED: "dymultimem.ld_reduce of a token whose row was never placed at one of its "
+                     "targets (no dymultimem.st of that algebraic row to that expert before)",
     ERR_ROWSP_ID: "st.rowsp names an allocation id that this GPU's hub has not registered "
                   "(rowsp.malloc), or an id outside 0 .. system.gpu.hub.moe.rpm.allocation_ids - 1",
     ERR_ROWSP_ROW: "st.rowsp bytes outside the row registered for its allocation id (offset + bytes "

@@ -6,6 +6,9 @@ Syntax (one statement per line; `#` or `//` starts a comment):
     .param NAME               declare the next kernel parameter (read as %NAME; at most 16)
     .smem BYTES               shared memory per thread block (integer, or with a unit: 32KB)
     .max_tbs_per_sm N         at most N of this kernel's TBs resident on one SM (default: no limit)
+    .threads N                threads of one thread block as launched (all its warp groups); with
+    .regs N                     registers per thread, a residency limit (system.gpu.sm.registers,
+                                max_threads); a kernel without them takes none (not modelled)
     .include "FILE"           read FILE's statements here (see below)
     .macro NAME [p, p, ...]   define a macro: the lines up to .endm, with \p replaced by the
     .endm                       arguments and \@ by a number unique to each expansion
@@ -66,6 +69,9 @@ class KernelInfo:
     file: str
     line: int
     labels: tuple              # ((label, pc), ...) in source order
+    threads: int = 0           # .threads: threads per thread block (0: not declared)
+    regs_per_thread: int = 0   # .regs: registers per thread (0: not declared)
+    threads_line: int = 0      # source line of .threads / .regs (error messages)
 
 
 class Program:
@@ -144,6 +150,9 @@ class _KernelBuilder:
         self.params = []
         self.smem = 0
         self.max_tbs = 0
+        self.threads = 0
+        self.regs = 0
+        self.threads_line = 0
         self.labels = {}        # label -> pc
         self.label_lines = {}   # label -> (file, line, col, where)
         self.fixups = []        # (row index, slot, label, line, col)
@@ -333,9 +342,19 @@ class Assembler:
             if v is None or v < 1:
                 self._err(file, line, col, ".max_tbs_per_sm takes one integer >= 1")
             k.max_tbs = v
+        elif name in (".threads", ".regs"):
+            v = _parse_int(args[0]) if len(args) == 1 else None
+            if v is None or v < 1:
+                self._err(file, line, col, f"{name} takes one integer >= 1")
+            if name == ".threads":
+                k.threads = v
+            else:
+                k.regs = v
+            k.threads_line = line
         else:
             import difflib
-            names = [".kernel", ".param", ".smem", ".max_tbs_per_sm", ".include", ".macro", ".endm"]
+            names = [".kernel", ".param", ".smem", ".max_tbs_per_sm", ".threads", ".regs",
+                     ".include", ".macro", ".endm"]
             close = difflib.get_close_matches(name, names, n=1)
             hint = f"; did you mean '{close[0]}'?" if close else ""
             self._err(file, line, col, f"unknown directive '{name}'{hint} (directives: {', '.join(names)})")
@@ -364,13 +383,17 @@ class Assembler:
             lfile, lline, where = k.last_loc
             self._err(lfile, lline, 0, f"kernel '{k.name}' can run past its last instruction; "
                       f"end it with 'exit' or an unconditional branch", where)
+        if (k.threads > 0) != (k.regs > 0):
+            self._err(k.file, k.threads_line, 0, f"kernel '{k.name}' declares only one of .threads "
+                      f"and .regs: registers per block need both")
         if k.name in self.kernels:
             prev = self.kernels[k.name]
             self._err(k.file, k.line, 0, f"kernel '{k.name}' is already defined at {prev.file}:{prev.line}")
         self.kernels[k.name] = KernelInfo(
             name=k.name, entry_pc=k.entry_pc, n_instructions=len(k.rows), params=tuple(k.params),
             smem_bytes=k.smem, max_tbs_per_sm=k.max_tbs, file=k.file, line=k.line,
-            labels=tuple(sorted(k.labels.items(), key=lambda kv: kv[1])))
+            labels=tuple(sorted(k.labels.items(), key=lambda kv: kv[1])), threads=k.threads,
+            regs_per_thread=k.regs, threads_line=k.threads_line)
         self.rows.extend(k.rows)
         self.mnemonics.extend(k.mnemonics)
         self.pc_files.extend(k.row_files)

@@ -46,6 +46,9 @@ def disassemble(program, isa):
             out.append(f".smem {k.smem_bytes}")
         if k.max_tbs_per_sm:
             out.append(f".max_tbs_per_sm {k.max_tbs_per_sm}")
+        if k.threads:
+            out.append(f".threads {k.threads}")
+            out.append(f".regs {k.regs_per_thread}")
         for pc in range(k.entry_pc, k.entry_pc + k.n_instructions):
             row = program.code[pc]
             m = program.mnemonics[pc]

@@ -18,7 +18,8 @@ Row layout (column constants below):
              copies, FLOP/cycle for mma, elements/cycle for vector ops); 0 if not size-dependent
     IMM      bit i set => operand slot i holds an immediate value, else a register index
     DTYPE    element type for tensor/vector instructions (DT_*); vector instructions whose result
-             type differs from their inputs' carry it shifted: src | dst << DTYPE_DST_SHIFT
+             type differs from their inputs' carry it shifted: src | dst << DTYPE_DST_SHIFT;
+             DTYPE_LSU_LOADS marks a vector instruction whose global sources go through the LSU
     LINE     source line number (for error messages raised by the engine)
     OP0..OP6 operand slots (register index, immediate value, or branch target pc)
 
@@ -65,6 +66,10 @@ DTYPE_NAMES = ("none", "f32", "bf16", "i64")
 DTYPE_BYTES = (0, 4, 2, 8)
 DTYPE_DST_SHIFT = 4   # DTYPE column: source type in the low 4 bits, result type above (0 = same)
 DTYPE_SRC_MASK = (1 << DTYPE_DST_SHIFT) - 1
+# DTYPE column flag of vector instructions whose global (HBM) sources the thread block's warps
+# load through the SM's load/store unit (ISA field `lsu_loads`): besides the vector unit, the LSU is
+# busy for those bytes (components/sm.py)
+DTYPE_LSU_LOADS = 1 << 8
 
 # ---- semantics (what the engine implements) --------------------------------------------------
 # The comment after each semantic lists its operands (see SEMANTIC_OPERANDS below).
@@ -91,7 +96,8 @@ SEM_CLAIM = 18        # (rows, base, records, expert)          next ready tile o
 SEM_NOTIFY = 19       # (a, b)  subop NOTIFY_EOS: a = producers; NOTIFY_RELEASE: a = expert, b = base
 SEM_SEND_HOME = 20    # (record, src_addr, bytes, base)        combine: row back to its home slot
 # NVLink SHARP (in-switch multicast and reduction; components/nvls.py)
-SEM_MULTIMEM = 21     # (dst, src, bytes)  subop MM_*; the multimem address is dst (st, red) or src
+SEM_MULTIMEM = 21     # (dst, src, bytes, targets, count)  subop MM_*; the multimem address is dst
+#                       (st, red) or src (ld_reduce); targets/count: dymultimem only
 # MoE-Hub row-sparse stores (the published ISA, arXiv 2605.05888; components/moehub/rpm.py)
 SEM_ROWSP_MALLOC = 22  # (id, expert, row_bytes)                register allocation id -> expert, row size
 SEM_ST_ROWSP = 23      # (id, row, offset, src_addr, bytes)    store bytes into row `row` of allocation id
@@ -130,7 +136,8 @@ SEMANTIC_OPERANDS = {
     SEM_CLAIM: (("rows", "reg"), ("base", "reg"), ("records", "reg"), ("expert", "src")),
     SEM_NOTIFY: (("a", "src"), ("b", "src")),
     SEM_SEND_HOME: (("record", "src"), ("src", "src"), ("bytes", "src"), ("base", "src")),
-    SEM_MULTIMEM: (("dst", "src"), ("src", "src"), ("bytes", "src")),
+    SEM_MULTIMEM: (("dst", "src"), ("src", "src"), ("bytes", "src"), ("targets", "src"),
+                   ("count", "src")),
     SEM_ROWSP_MALLOC: (("id", "src"), ("expert", "src"), ("row_bytes", "src")),
     SEM_ST_ROWSP: (("id", "src"), ("row", "src"), ("offset", "src"), ("src", "src"),
                    ("bytes", "src")),
@@ -222,7 +229,11 @@ NOTIFY_NAMES = ("eos", "release")
 MM_ST = 0          # multimem.st: local src -> every member's dst (one packet up, copies down)
 MM_RED = 1         # multimem.red.add: every member's dst += local src (element type in DTYPE)
 MM_LD_REDUCE = 2   # multimem.ld_reduce.add: local dst = sum over the members of their src
-MM_NAMES = ("st", "red", "ld_reduce")
+# DySHARP's dynamic multimem (arXiv 2605.05607; components/dysharp.py): the operation also names a
+# target list (`count` expert ids, i64 words at `targets`) instead of a static group of GPUs
+MM_DY_ST = 3          # dymultimem.st: local src -> the layout row of each target expert
+MM_DY_LD_REDUCE = 4   # dymultimem.ld_reduce.add: local dst = sum over the targets of their rows
+MM_NAMES = ("st", "red", "ld_reduce", "dy_st", "dy_ld_reduce")
 
 # CAIS sub-operations (ld.cais / red.cais: a flag on a load or reduction request; the switch's merge
 # unit merges the same request from the GPUs of a registered group)

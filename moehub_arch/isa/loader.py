@@ -15,12 +15,12 @@ import yaml
 from ..inputs import InputFileError, load_yaml, read_text
 
 from ..paths import data_root
-from .encoding import (ATOM_RED_ADD, SEM_ATOM, VEC_FIRST_ROWWISE, DTYPE_DST_SHIFT, DTYPE_NAMES, NUM_SEMANTICS, SEM_VEC, SEMANTIC_NAMES,
+from .encoding import (ATOM_RED_ADD, SEM_ATOM, VEC_FIRST_ROWWISE, DTYPE_DST_SHIFT, DTYPE_LSU_LOADS, DTYPE_NAMES, NUM_SEMANTICS, SEM_VEC, SEMANTIC_NAMES,
                        SEMANTIC_OPERANDS, SUBOP_NAMES, SUBOP_OPTIONAL, UNIT_NAMES, operand_slots)
 from .expr import ExprError, evaluate
 
 _FIELDS = ("semantic", "subop", "unit", "operands", "latency", "ii", "throughput", "dtype",
-           "dst_dtype", "description", "replace")
+           "dst_dtype", "lsu_loads", "description", "replace")
 _REQUIRED = ("semantic", "unit", "operands", "latency", "ii", "description")
 
 
@@ -126,6 +126,15 @@ def _parse_instruction(mnemonic, entry, where, path, line):
         if dst == 0:
             raise IsaError(f"{where}.dst_dtype: expected one of {', '.join(DTYPE_NAMES[1:])}")
         dtype |= dst << DTYPE_DST_SHIFT
+    if "lsu_loads" in entry:
+        if sem != SEM_VEC:
+            raise IsaError(f"{where}.lsu_loads: only vector instructions load their sources "
+                           f"through the load/store unit")
+        if not isinstance(entry["lsu_loads"], bool):
+            raise IsaError(f"{where}.lsu_loads: expected true or false, found "
+                           f"{entry['lsu_loads']!r}")
+        if entry["lsu_loads"]:
+            dtype |= DTYPE_LSU_LOADS
     ops = entry["operands"]
     if not isinstance(ops, list) or not all(isinstance(o, str) for o in ops):
         raise IsaError(f"{where}.operands: expected a list of operand names")

@@ -436,7 +436,8 @@ class TransformerBlock:
             ("x", f"@{x}"), ("wg", "@ws_gate"), ("wu", "@ws_up"), ("wd", "@ws_down"),
             ("hs", "@hs"), ("ys", "@ys"), ("jobs", "@shared_jobs"), ("acct", "@acct"),
             ("tokens", T), ("hidden", H), ("ffn", I), ("experts", 1),
-            ("tile_rows", s.tile_rows), ("n_tile", s.n_tile)))
+            ("tile_rows", s.tile_rows), ("n_tile", s.n_tile),
+            ("swizzle", 1)))     # row tile by row tile (the TP blocks' FFN order before groups)
         return self._allreduce("ys", suffix)
 
     def _norm(self, x, y, which):

@@ -205,7 +205,9 @@ def shared_expert_launches(s, cfg, stream):
                                ("wd", "@ws_down"), ("hs", "@hs"), ("ys", "@ys"),
                                ("jobs", "@shared_jobs"), ("acct", "@acct"), ("tokens", T),
                                ("hidden", s.hidden), ("ffn", Is), ("experts", s.shared),
-                               ("tile_rows", s.tile_rows), ("n_tile", s.n_tile)))
+                               ("tile_rows", s.tile_rows), ("n_tile", s.n_tile),
+                               # every row tile is there from the start: the bulk GEMMs' groups
+                               ("swizzle", s.swizzle)))
     return bufs, [ffn]
 
 

@@ -95,13 +95,19 @@ def moe_layer_reference(x, topk_idx, topk_weight, w_gate, w_up, w_down, shared_g
       all ranks in fp32 in rank order, ((p_0 + p_1) + p_2) + ..., rounds the total once to bf16,
       and that row is added to the output in fp32 (components/nvls.py's ld_reduce order).
 
+    - combine="switch_targets" (scheme dysharp: one dymultimem.ld_reduce per token over its own
+      experts, needs local_experts): every slot's output is scaled and rounded to bf16 on its
+      expert's GPU, bf16(fp32(weight * y)); the switch sums the token's k rows in fp32 in slot
+      order, ((s_0 + s_1) + s_2) + ..., rounds the total once to bf16, and that row is added to
+      the output in fp32 (components/dysharp.py's ld_reduce order).
+
     identity_experts=True: every routed expert returns its input row unchanged (y = x; the
     weights are not used) - the communication-only benchmark, where combine sends the received
     rows back.
     """
-    if combine not in ("per_slot", "per_rank", "per_node", "switch_reduce"):
-        raise ValueError(f"combine must be 'per_slot', 'per_rank', 'per_node' or "
-                         f"'switch_reduce', not {combine!r}")
+    if combine not in ("per_slot", "per_rank", "per_node", "switch_reduce", "switch_targets"):
+        raise ValueError(f"combine must be 'per_slot', 'per_rank', 'per_node', 'switch_reduce' "
+                         f"or 'switch_targets', not {combine!r}")
     if combine != "per_slot" and (local_experts is None or local_experts <= 0):
         raise ValueError(f"combine={combine!r} needs local_experts (routed experts per GPU)")
     if combine == "per_node" and (node_gpus is None or node_gpus <= 0):
@@ -135,6 +141,11 @@ def moe_layer_reference(x, topk_idx, topk_weight, w_gate, w_up, w_down, shared_g
         for kk in range(k):
             out = (out + (flat_w[:, kk, None] * y[:, kk, :]).astype(F32)).astype(F32)
         return out.reshape(p, t, h)
+    if combine == "switch_targets":
+        total = to_bf16((flat_w[:, 0, None] * y[:, 0, :]).astype(F32))
+        for kk in range(1, k):
+            total = (total + to_bf16((flat_w[:, kk, None] * y[:, kk, :]).astype(F32))).astype(F32)
+        return (out + to_bf16(total)).astype(F32).reshape(p, t, h)
     ranks = flat_idx // local_experts                   # [n, k] GPU of each slot's expert
 
     def rank_partial(r):

@@ -31,6 +31,21 @@ Who starts the work on a ready tile is system.gpu.hub.moe.dam.consumers:
           they start in. Assumption (the paper does not say): a tile's second group goes before
           the first groups of later tiles (the DAM finishes started tiles first, as the streaming
           scheduler's lag does), so output rows go home while later tiles compute.
+Which ready tiles the consumers get, and when, is system.gpu.hub.moe.dam.order:
+  ready   (the paper's per-tile DAM) every tile as soon as it is ready; the experts' tiles
+          interleave in the order their rows land;
+  expert  (a scheduling policy beyond the paper, for L2 weight reuse) an expert's ready tiles are
+          held until `expert_tiles` of them are ready (at most the window's tiles), or until every
+          source ended and all its remaining tiles are ready, and are then handed out together:
+          claim_buffer returns them back to back (the claimer publishes them next to each other),
+          and the launch starts them as one group, column job outer and tile inner (the order of
+          gemm_tiles.s swizzle_job), with one group counter for all of them, so the second group
+          (the down jobs) starts once every tile's first group exited, again column outer. The
+          blocks running at one time then read each weight column tile once from HBM and share it
+          through the L2, instead of each tile walking the expert's weights alone (a DeepSeek-V3
+          expert, 88 MB, does not fit the 50 MB L2). Assumption: the hub holds complete tiles
+          instead of starting them (a counter per window of the tiles handed out in the current
+          group); the cost is the wait for an expert's later rows.
 notify_ready.release frees a tile's slots and completion records; the window's bump pointer may
 reuse them once all earlier tiles are released too.
 """
@@ -65,9 +80,11 @@ def _claim_wait_desc(i, b):
 
 def sram_bytes(p):
     """Area proxy: per-tile allocated/landed counters (4 B each) + per-source end-of-stream state;
-    with consumers: launch also a thread-block-group counter per tile (4 B)."""
+    with consumers: launch also a thread-block-group counter per tile (4 B); with order: expert a
+    counter per window of the tiles of its group still to hand out (4 B)."""
     counters = 3 if int(p.dam_launch_mode) else 2
-    return p.local_experts * p.tiles_per_window * counters * 4 + int(p.num_gpus) * 8
+    group = p.local_experts * 4 if int(p.dam_expert_order) else 0
+    return p.local_experts * p.tiles_per_window * counters * 4 + int(p.num_gpus) * 8 + group
 
 
 def start_queue_capacity(cfg):
@@ -160,6 +177,14 @@ BLOCK = Block(
               "consumer thread blocks of ready tiles (launch), 0: consumers claim them (claim)",
               lambda cfg: int(cfg.system.gpu.hub.moe.dam.consumers == "launch"),
               "config: system.gpu.hub.moe.dam.consumers"),
+        Param("dam_expert_order", "system.gpu.hub.moe.dam.order", "bool", "1: an expert's ready "
+              "tiles are handed out together, expert_tiles at a time (expert), 0: each tile when "
+              "ready (ready)", lambda cfg: int(cfg.system.gpu.hub.moe.dam.order == "expert"),
+              "config: system.gpu.hub.moe.dam.order"),
+        Param("dam_expert_tiles", "system.gpu.hub.moe.dam.expert_tiles", "tiles", "with order: "
+              "expert, the tiles of one expert handed out together",
+              lambda cfg: cfg.system.gpu.hub.moe.dam.expert_tiles,
+              "config: system.gpu.hub.moe.dam.expert_tiles"),
         Param("dam_notify_ticks", "system.gpu.hub.moe.dam.notify_latency_cycles", "ps",
               "from a tile's last row visible to the tile claimable", _dam_ticks,
               "config: system.gpu.hub.moe.dam.notify_latency_cycles (hub cycles)"),
@@ -174,12 +199,15 @@ BLOCK = Block(
                   # consumers: launch
                   ("position", "start position in the DAM's launch (its blocks are position x "
                                "dam_tile_tbs + job)"),
-                  ("group_left", "blocks of its first thread-block group not exited yet"),
+                  ("group_left", "blocks of its first thread-block group not exited yet (the "
+                                 "first tile of a group of tiles counts the whole group's)"),
+                  ("group_tiles", "tiles started with it as one group (order: expert; 1: alone)"),
                   init={"index": -1})
     + fields("win", ("released_tiles", "tiles released (in order)"),
              ("next_claim", "next tile claim_buffer hands out"),
              ("ended", "1: every source ended and every tile was claimed"),
-             ("waiters", "claimers sleeping on it"))
+             ("waiters", "claimers sleeping on it"),
+             ("group_open", "order: expert: tiles of the group being handed out not claimed yet"))
     + fields("gpu", ("dam_sources_done", "source GPUs that ended their streams"),
              ("dam_tiles_ready", ""), ("dam_claims", ""), ("dam_zero_claims", ""),
              ("dam_notifies", ""), ("dam_eos_received", ""),
@@ -266,6 +294,11 @@ def dam_source_ended(st, g, tick):
             _maybe_ready(st, w, last, tick)
         dam_wake(st, g, w, tick)  # claimers may now learn that the stream ended
     if p.dam_launch_mode:
+        if p.dam_expert_order:
+            # the experts whose held tiles are now all their tiles (no partial tile to wait for)
+            for le in range(p.local_experts):
+                if not _start_ready_tiles(st, g, g * p.local_experts + le, tick):
+                    return
         _launch_last_block(st, g, tick)
         dispatch_blocks(st, g, tick)
 
@@ -283,8 +316,40 @@ def dam_tile_ready(st, w, index, tick):
 
 
 @compiled
+def _tiles_to_hand_out(st, w, tick):
+    """How many of the window's next tiles go to the consumers now, as one group (0: none).
+    order: ready: the next tile once it is ready. order: expert: expert_tiles ready tiles (at
+    most the window's tiles), or fewer once every source ended and they are all the expert's
+    remaining tiles; until then the ready tiles are held."""
+    p = st.p[0]
+    win = st.win[w]
+    limit = min(p.dam_expert_tiles, p.tiles_per_window) if p.dam_expert_order else 1
+    n = 0
+    while n < limit:
+        k = win.next_claim + n
+        tl = _tile(st, w, k)
+        if not (k * p.tile_rows < win.alloc and tl.index == k and tl.ready >= 0
+                and tl.ready <= tick):
+            break
+        n += 1
+    if n == limit or (n > 0 and win.ended and (win.next_claim + n) * p.tile_rows >= win.alloc):
+        return n
+    return 0
+
+
+@compiled
 def _launch_ready_tiles(st, g, w, tick):
     """consumers: launch: start the consumer blocks of the expert's ready tiles, in order."""
+    if _start_ready_tiles(st, g, w, tick):
+        _launch_last_block(st, g, tick)
+        dispatch_blocks(st, g, tick)
+
+
+@compiled
+def _start_ready_tiles(st, g, w, tick):
+    """Start the first thread-block group of every group of tiles the window hands out now:
+    one tile at a time (order: ready) or an expert's tiles together, column job outer (order:
+    expert). Returns False after an internal error (the start queue overflowed)."""
     p = st.p[0]
     gp = st.gpu[g]
     l = gp.dam_launch
@@ -293,35 +358,42 @@ def _launch_ready_tiles(st, g, w, tick):
     win = st.win[w]
     le = w - g * p.local_experts
     while True:
-        k = win.next_claim
-        tl = _tile(st, w, k)
-        if not (k * p.tile_rows < win.alloc and tl.index == k and tl.ready >= 0
-                and tl.ready <= tick):
+        m = _tiles_to_hand_out(st, w, tick)
+        if m == 0:
             break
-        tl.claimed = 1
-        win.next_claim += 1
-        gp.dam_claims += 1
-        trace_event(st, CAT_DAM, TR_DAM_CLAIM, g, le, k, tick)
-        n = read_word(st, g, queue)
-        entry = queue + 64 * (n + 1)
-        slot = le * p.window_rows + (k * p.tile_rows) % p.window_rows
-        write_word(st, g, entry, tl.rows_alloc)
-        write_word(st, g, entry + 8, p.win_addr + slot * p.row_bytes)
-        write_word(st, g, entry + 16, p.rec_addr + slot * p.record_bytes)
-        write_word(st, g, entry + 24, le)
-        write_word(st, g, entry + 32, 1)                     # ready (the claim queue's layout)
-        write_word(st, g, entry + 56, 1 if k == 0 else 0)    # the expert's first tile
-        write_word(st, g, queue, n + 1)
-        tl.position = n
+        n0 = read_word(st, g, queue)
+        for i in range(m):
+            k = win.next_claim
+            tl = _tile(st, w, k)
+            tl.claimed = 1
+            win.next_claim += 1
+            gp.dam_claims += 1
+            trace_event(st, CAT_DAM, TR_DAM_CLAIM, g, le, k, tick)
+            n = n0 + i
+            entry = queue + 64 * (n + 1)
+            slot = le * p.window_rows + (k * p.tile_rows) % p.window_rows
+            write_word(st, g, entry, tl.rows_alloc)
+            write_word(st, g, entry + 8, p.win_addr + slot * p.row_bytes)
+            write_word(st, g, entry + 16, p.rec_addr + slot * p.record_bytes)
+            write_word(st, g, entry + 24, le)
+            write_word(st, g, entry + 32, 1)                     # ready (the claim queue's layout)
+            write_word(st, g, entry + 56, 1 if k == 0 else 0)    # the expert's first tile
+            write_word(st, g, queue, n + 1)
+            tl.position = n
+        # the group's first tile counts the group's first thread-block group down
+        k0 = win.next_claim - m
+        lead = _tile(st, w, k0)
+        lead.group_tiles = m
         first = ln.dam_first_group
         # one group: its blocks track nothing; two: the first group's exits count down
-        tag = -1 if first == ln.dam_tile_tbs else w * p.tiles_per_window + k % p.tiles_per_window
-        tl.group_left = first
+        tag = -1 if first == ln.dam_tile_tbs else w * p.tiles_per_window + k0 % p.tiles_per_window
+        lead.group_left = first * m
+        # column job outer, tile inner: the tiles' blocks of one weight column tile start together
         for j in range(first):
-            if not _start(st, g, l, n * ln.dam_tile_tbs + j, tag, False):
-                return
-    _launch_last_block(st, g, tick)
-    dispatch_blocks(st, g, tick)
+            for i in range(m):
+                if not _start(st, g, l, (n0 + i) * ln.dam_tile_tbs + j, tag, False):
+                    return False
+    return True
 
 
 @compiled
@@ -335,8 +407,9 @@ def _start(st, g, l, tb_index, tag, first):
 
 @compiled
 def dam_block_exited(st, slot, tick):
-    """A block the DAM started exits (its stores are complete): count its tile's first group down;
-    at zero start the tile's second group, ahead of later tiles' first groups."""
+    """A block the DAM started exits (its stores are complete): count its tile's first group down
+    (the whole group's, for tiles started together); at zero start the second group of every tile
+    of the group, column job outer, ahead of later tiles' first groups."""
     tag = st.tb[slot].start_tag
     if tag < 0:
         return
@@ -348,12 +421,14 @@ def dam_block_exited(st, slot, tick):
     g = tag // (p.local_experts * p.tiles_per_window)
     l = st.gpu[g].dam_launch
     ln = st.ln[l]
-    st.gpu[g].dam_groups_started += 1
-    base = tl.position * ln.dam_tile_tbs
-    # pushed to the queue's front in reverse, so they are placed in job order
+    m = tl.group_tiles
+    st.gpu[g].dam_groups_started += m
+    # pushed to the queue's front in reverse, so they are placed in job order (column job outer,
+    # the group's tiles inner; their positions are consecutive)
     for j in range(ln.dam_tile_tbs - 1, ln.dam_first_group - 1, -1):
-        if not _start(st, g, l, base + j, -1, True):
-            return
+        for i in range(m - 1, -1, -1):
+            if not _start(st, g, l, (tl.position + i) * ln.dam_tile_tbs + j, -1, True):
+                return
     _launch_last_block(st, g, tick)
     # block_exit places them when it frees the slot
 
@@ -411,7 +486,11 @@ def dam_claim(st, g, slot, expert, tick):
     win = st.win[w]
     k = win.next_claim
     tl = _tile(st, w, k)
-    if k * p.tile_rows < win.alloc and tl.index == k and tl.ready >= 0 and tl.ready <= tick:
+    if win.group_open == 0:
+        # a new group: one ready tile (order: ready) or an expert's tiles together (order: expert)
+        win.group_open = _tiles_to_hand_out(st, w, tick)
+    if win.group_open > 0:
+        win.group_open -= 1
         tl.claimed = 1
         win.next_claim += 1
         st.gpu[g].dam_claims += 1

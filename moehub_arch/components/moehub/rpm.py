@@ -47,6 +47,7 @@ one completion record, when its landed bytes reach the registered row size.
 """
 from ...engine.jit import compiled, inline
 
+from ...engine.bitset import bit_clear, bit_set, cyclic_next, words_for
 from ...engine.events import push
 from ...engine.state import RPM_HIST_BINS
 from ..hbm import hbm_access
@@ -160,7 +161,12 @@ BLOCK = Block(
     arrays=(Array("rowsp_table", "per GPU, the registered row-sparse allocations (rowsp.malloc): "
                   "[expert, row bytes] per id (-1: not registered)",
                   lambda cfg: (cfg.system.num_gpus, cfg.system.gpu.hub.moe.rpm.allocation_ids, 2),
-                  fill=-1),),
+                  fill=-1),
+            Array("rpm_active", "per GPU, a bit set (engine/bitset.py) of the destinations whose "
+                  "stream may have something to send: set when bytes or an end of stream are "
+                  "accepted, cleared when the packetizer finds the stream empty (so it visits only "
+                  "those, in round-robin order, instead of every GPU per packet)",
+                  lambda cfg: (cfg.system.num_gpus, words_for(cfg.system.num_gpus))),),
     fields=fields(
         "stream",
         ("accepted", "stream bytes accepted (row headers + data), i.e. the stream's end offset"),
@@ -266,6 +272,7 @@ def rpm_accept(st, g, slot, expert, src_addr, nbytes, home, aux, tick):
     row.launch = st.tb[slot].launch
     sr.head += 1
     sr.accepted += p.rpm_header_bytes + nbytes
+    bit_set(st.rpm_active[g], d)
     if sr.oldest < 0:
         sr.oldest = tick
     st.gpu[g].rpm_rows += 1
@@ -326,6 +333,7 @@ def rpm_accept_rowsp(st, g, slot, rid, expert, size, rowid, offset, src_addr, nb
     st.gpu[g].rowsp_stores += 1
     sr.head += 1
     sr.accepted += nbytes      # no row header: the packet header names id, row and offset
+    bit_set(st.rpm_active[g], d)
     if sr.oldest < 0:
         sr.oldest = tick
     st.tb[slot].outstanding += 1
@@ -349,6 +357,7 @@ def rpm_end_of_stream(st, g, producers, tick):
         G = st.p[0].num_gpus
         for d in range(G):
             st.stream[g * G + d].eos_pending = 1
+            bit_set(st.rpm_active[g], d)
         rpm_kick(st, g, tick)
 
 
@@ -417,16 +426,25 @@ def rpm_packetize(st, g, tick):
     partial = -1        # schedule full_first: the first destination with only a partial packet
     waiting_room = False
     next_flush = -1
-    for k in range(G):
+    # the streams in round-robin order from rpm_rr, skipping those known to be empty (an empty
+    # stream is one the scan of every destination would pass over without effect)
+    active = st.rpm_active[g]
+    k = -1
+    while True:
+        k = cyclic_next(active, gp.rpm_rr, k + 1, G)
+        if k >= G:
+            break
         d = (gp.rpm_rr + k) % G
         s = g * G + d
         n = _sendable(st, s, tick)
         if n == 0:
             sr = st.stream[s]
-            if sr.accepted > sr.sent:
-                t = sr.oldest + p.rpm_flush_ticks
-                if next_flush < 0 or t < next_flush:
-                    next_flush = t
+            if sr.accepted == sr.sent:
+                bit_clear(active, d)   # nothing left, no end of stream to send: empty
+                continue
+            t = sr.oldest + p.rpm_flush_ticks   # bytes that wait for the flush timer
+            if next_flush < 0 or t < next_flush:
+                next_flush = t
             continue
         if not _has_room(st, g, d):
             waiting_room = True

@@ -9,9 +9,13 @@ and C receiver blocks with one warp group per (channel, source) ring; rows move 
 put.sm, charged on the SMs' load/store units), `deepep_gate_up` and `deepep_down` (grouped GEMM over the
 expert-major receive buffer, in jobs of workload.layer.gemm_n_tile output columns per row tile),
 `deepep_combine`
-(C blocks of P warp groups on C SMs - one thread block per (channel, rank) where P fp32 rows do
-not fit an SM's shared memory; per received token: the fp32 weighted sum of its local expert
-outputs, copied home once per (token, rank) as a bf16 row by a warp copy) and `deepep_reduce` (at home: shared experts + per-rank partials).
+(workload.layer.deepep.home_reduce: receivers, DeepEP's: 2C blocks of P warp groups on 2C SMs -
+one thread block per stream where P fp32 rows do not fit an SM's shared memory; C sender blocks:
+per received token the fp32 weighted sum of its local expert outputs, copied as a bf16 row into a
+per-(channel, rank) ring on the token's home by a warp copy; C receiver blocks at home: a head
+updater and P - 1 reducers summing each token's rows in fp32, ranks ascending). With
+home_reduce: kernel (the first model), `deepep_combine_partials` copies the rows into a
+[token][rank] buffer at home and `deepep_reduce` sums them (shared experts + per-rank partials).
 Stream 1 runs the shared experts (the "expert" phase lists them too, so its span starts with the
 layer; kernel.deepep_gate_up_us / deepep_down_us are the routed GEMMs alone).
 
@@ -65,6 +69,9 @@ COMBINE_ACC_BYTES = 28 * 1024   # deepep_combine's .smem: one fp32 row of up to 
 DEEPEP_WARPS_PER_BLOCK = 768 // 32
 DISPATCH_SMEM_BYTES = DEEPEP_WARPS_PER_BLOCK * 8192     # 192 KB
 COMBINE_SMEM_BYTES = DEEPEP_WARPS_PER_BLOCK * 4096      # 96 KB
+# internode.cu `dispatch` (launch function): kNumTMABytesPerWarp = 16384 for each of the
+# NUM_MAX_NVL_PEERS = 8 forwarder warps: 128 KB of dynamic shared memory per block (512 threads)
+INTERNODE_DISPATCH_SMEM_BYTES = 16384 * 8
 
 
 def tma_staging_bytes(cfg, nbytes):
@@ -117,6 +124,19 @@ def plan(layer, internode=None):
     forward = L < P and (internode or opts.internode) == "forward"
     if forward:
         buffers, launches = internode_dispatch(layer, buffers, launches, L=L, db=db)
+    elif opts.home_reduce == "receivers":
+        if P < 2:
+            raise LayerError("workload.layer.deepep.home_reduce: receivers needs at least 2 GPUs "
+                             "(a channel's receiver SM runs a head updater and P - 1 reducers); "
+                             "use home_reduce: kernel on one GPU")
+        R = opts.ring_rows
+        buffers += [
+            # ring (c, r) on the home rank: rows rank r's senders push; tail, head and the
+            # reducers' progress words
+            _buf("dp_cring_x", C * P * R * rb, dtype="bf16"),
+            _buf("dp_cring_ctl", 3 * C * P * 8, region="control", dtype="i64"),
+            _buf("dp_combine_scratch", C * P * csb),
+        ]
     else:
         buffers += [
             _buf("dp_comb", T * P * rb, dtype="bf16"),
@@ -156,12 +176,13 @@ def plan(layer, internode=None):
                 "dispatch": (("deepep_dispatch_internode",) if forward else ("deepep_dispatch",)),
                 "expert": () if comm_only else ("deepep_gate_up", "deepep_down") + SHARED_KERNELS,
                 "combine": (("deepep_combine_internode", "deepep_reduce_nodes") if forward else
-                            ("deepep_combine", "deepep_reduce"))},
+                            combine_kernels(opts))},
         mediation_extra_ps=opts.host_sync_latency + cfg.system.gpu.kernel_launch_latency,
         reference_kwargs=reference,
         checked_accounting=tuple(a for a in ACCT_NAMES if not (comm_only and a == "computed")),
         extra_stats=functools.partial(add_bandwidth_stats, dispatch_bytes=db,
-                                      node_gpus=L if forward else 0))
+                                      node_gpus=L if forward else 0,
+                                      combine=combine_kernels(opts)))
 
 
 def shared_experts_or_identity(layer, comm_only, reference):
@@ -175,20 +196,42 @@ def shared_experts_or_identity(layer, comm_only, reference):
     return shared_expert_launches(layer.shape, layer.cfg, stream=1)
 
 
+def combine_kernels(opts):
+    """The intranode combine's kernels for workload.layer.deepep.home_reduce."""
+    if opts.home_reduce == "receivers":
+        return ("deepep_combine",)
+    return ("deepep_combine_partials", "deepep_reduce")
+
+
 def intranode_combine(layer, *, expert_out, shared, groups):
-    """deepep_combine (C blocks of `groups` warp groups: partial rows straight home) and
-    deepep_reduce (per-rank partials summed at home)."""
+    """The intranode combine: with home_reduce receivers, deepep_combine (2C blocks of `groups`
+    warp groups: senders push the partial rows into rings at home, the receiver SMs sum them
+    there); with home_reduce kernel, deepep_combine_partials (C blocks: partial rows straight
+    home) and deepep_reduce (per-rank partials summed at home by a second kernel)."""
     s, cfg = layer.shape, layer.cfg
     P, T, k, El, H = s.num_gpus, s.tokens, s.top_k, s.local_experts, s.hidden
-    C = max(1, cfg.workload.layer.deepep.comm_sms // 2)
+    opts = cfg.workload.layer.deepep
+    C = max(1, opts.comm_sms // 2)
+    # a channel block's shared memory is DeepEP's (96 KB), of which our fp32 accumulators are a
+    # part; where they need more (P x 28 KB above 96 KB), they are the footprint. The
+    # per-(channel, rank) fallback is not DeepEP's shape: its blocks hold their accumulator only
+    dynamic_smem = (max(0, tma_staging_bytes(cfg, COMBINE_SMEM_BYTES) - P * COMBINE_ACC_BYTES)
+                    if groups == P else 0)
+    if opts.home_reduce == "receivers":
+        return [LaunchConfig(
+            kernel="deepep_combine", grid=2 * C * P // groups, warp_groups=groups, stream=0,
+            dynamic_smem=dynamic_smem, kernel_threads="declared" if groups == P else "none",
+            params=(
+                ("rec", "@dp_rec"), ("ntf", "@dp_ntf"), ("recv_y", expert_out),
+                ("scratch", "@dp_combine_scratch"), ("cring_x", "@dp_cring_x"),
+                ("cring_ctl", "@dp_cring_ctl"), ("send_head", "@dp_send_head"), ("out", "@out"),
+                ("ys", "@ys"), ("one", "@one"), ("acct", "@acct"), ("tokens", T), ("topk", k),
+                ("hidden", H), ("channels", C), ("local_experts", El),
+                ("ring_rows", opts.ring_rows), ("send_chunk", opts.send_chunk_tokens),
+                ("shared", shared), ("shared_tbs", cfg.workload.layer.shared_tbs)))]
     return [
-        # a channel block's shared memory is DeepEP's (96 KB), of which our fp32 accumulators are a
-        # part; where they need more (P x 28 KB above 96 KB), they are the footprint. The
-        # per-(channel, rank) fallback is not DeepEP's shape: its blocks hold their accumulator only
-        LaunchConfig(kernel="deepep_combine", grid=C * P // groups, warp_groups=groups, stream=0,
-                     dynamic_smem=(max(0, tma_staging_bytes(cfg, COMBINE_SMEM_BYTES)
-                                          - P * COMBINE_ACC_BYTES) if groups == P else 0),
-                     params=(
+        LaunchConfig(kernel="deepep_combine_partials", grid=C * P // groups, warp_groups=groups,
+                     stream=0, dynamic_smem=dynamic_smem, params=(
             ("rec", "@dp_rec"), ("ntf", "@dp_ntf"), ("recv_y", expert_out),
             ("comb", "@dp_comb"), ("scratch", "@dp_combine_scratch"), ("acct", "@acct"),
             ("done", "@done"), ("tokens", T), ("topk", k), ("hidden", H), ("channels", C),
@@ -237,7 +280,8 @@ def internode_dispatch(layer, buffers, launches, *, L, db):
     params = dict(old.params)
     launches = launches[:2] + [LaunchConfig(
         kernel="deepep_dispatch_internode", grid=2 * C, warp_groups=N + P, stream=0,
-        host_delay=old.host_delay, params=(
+        host_delay=old.host_delay,
+        dynamic_smem=tma_staging_bytes(cfg, INTERNODE_DISPATCH_SMEM_BYTES), params=(
             ("x", params["x"]), ("meta", "@dp_meta"), ("ring_x", "@dp_ring_x"),
             ("ring_ctl", "@dp_ring_ctl"), ("rdma_x", "@dp_rdma_x"), ("rdma_ctl", "@dp_rdma_ctl"),
             ("fwd_rec", "@dp_fwd_rec"), ("fwd_cnt", "@dp_fwd_cnt"), ("ntf", "@dp_ntf"),
@@ -307,6 +351,8 @@ def mediation_and_dispatch(layer, *, comm_sms, ring_rows, rows_cap, tiles_cap, a
         _buf("dp_cursor", El * 8, region="control", dtype="i64"),
         _buf("dp_tiles", tiles_cap * 32 + 64, region="control", dtype="i64"),
         _buf("dp_rank_slots", P * -(-T // 16) * 8, region="control", dtype="i64"),
+        # + 64: ld.v8 of the last token's row reads past it
+        _buf("dp_send_head", T * P * 8 + 64, region="control", dtype="i64"),
         # tail and head tables, then the metadata ring slots
         _buf("dp_ring_ctl", 2 * C * P * 8 + C * P * R * RING_META_BYTES, region="control",
              dtype="i64"),
@@ -337,14 +383,16 @@ def mediation_and_dispatch(layer, *, comm_sms, ring_rows, rows_cap, tiles_cap, a
             ("rank_slots", "@dp_rank_slots"),
             ("ring_x", "@dp_ring_x"), ("ring_ctl", "@dp_ring_ctl"), ("ntf", "@dp_ntf"),
             ("rec", "@dp_rec" if receivers else 0), ("recv_x", "@dp_recv_x"),
-            ("cursor", "@dp_cursor"), ("acct", "@acct"), ("tokens", T), ("topk", k),
+            ("cursor", "@dp_cursor"), ("acct", "@acct"), ("send_head", "@dp_send_head"),
+            ("tokens", T), ("topk", k),
             ("row_bytes", db), ("channels", C), ("ring_rows", R), ("send_chunk", send_chunk),
             ("local_experts", El))),
     ]
     return buffers, launches
 
 
-def add_bandwidth_stats(sim, layer, dispatch_bytes, node_gpus=0):
+def add_bandwidth_stats(sim, layer, dispatch_bytes, node_gpus=0,
+                        combine=("deepep_combine_partials", "deepep_reduce")):
     """DeepEP's bandwidth figures (moehub_arch/workloads/bandwidth.py): bytes each rank receives
     in dispatch (deduplicated token rows, its own included, `dispatch_bytes` each) and sends back
     in combine (the same rows in bf16), over each rank's kernel time, averaged over ranks."""
@@ -359,9 +407,11 @@ def add_bandwidth_stats(sim, layer, dispatch_bytes, node_gpus=0):
                 per_gpu[li.gpu] += int(st.ln[li.index].end) - int(st.ln[li.index].start)
         return per_gpu
 
-    names = (("dispatch_internode", "combine_internode", "reduce_nodes") if node_gpus else
-             ("dispatch", "combine", "reduce"))
-    t_dispatch, t_combine, t_reduce = (ticks(f"deepep_{n}") for n in names)
+    if node_gpus:
+        names = ("deepep_dispatch_internode", "deepep_combine_internode", "deepep_reduce_nodes")
+    else:   # DeepEP's combine reduces at home itself; the first model's second kernel does
+        names = ("deepep_dispatch",) + tuple(combine) + (() if len(combine) > 1 else ("",))
+    t_dispatch, t_combine, t_reduce = (ticks(n) for n in names)
     recv, back = rows * dispatch_bytes, rows * s.row_bytes
     out.add("system.moe.deepep.dispatch_recv_bytes", float(recv.mean()), "B",
             "bytes of token rows a rank receives in dispatch (one row per token and rank holding "
@@ -373,8 +423,9 @@ def add_bandwidth_stats(sim, layer, dispatch_bytes, node_gpus=0):
             "bytes of bf16 rows a rank sends back in combine (the rows it received), mean over "
             "ranks")
     out.add("system.moe.deepep.combine_GBps", mean_rank_bandwidth_GBps(back, t_combine), "GB/s",
-            "DeepEP combine bandwidth: bytes sent back / deepep_combine kernel time, mean over "
-            "ranks")
+            "DeepEP combine bandwidth: bytes sent back / combine kernel time (deepep_combine, "
+            "which also reduces at home; with home_reduce: kernel the sends alone, "
+            "deepep_combine_partials), mean over ranks")
     if node_gpus:
         # DeepEP tests/test_internode.py: num_rdma_token_sent = a rank's (token, node) pairs, the
         # token's own node included; bytes = pairs x hidden x 2 (x (1 + 4/128) / 2 for fp8),
@@ -394,5 +445,6 @@ def add_bandwidth_stats(sim, layer, dispatch_bytes, node_gpus=0):
                 "reduction kernel time: DeepEP's combine kernel does both), mean over ranks")
     out.add("system.moe.deepep.combine_reduce_GBps",
             mean_rank_bandwidth_GBps(back, t_combine + t_reduce), "GB/s",
-            "the same over deepep_combine + deepep_reduce kernel time (DeepEP's combine kernel "
-            "also does the home reduction, a separate kernel here)")
+            "the same over the combine kernel time including the home reduction "
+            "(deepep_combine; with home_reduce: kernel deepep_combine_partials + "
+            "deepep_reduce): DeepEP's combine kernel does both")

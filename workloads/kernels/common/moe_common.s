@@ -24,14 +24,22 @@
 # the kernel library (workloads/kernels/lib/): routines several schemes share
 .include "lib/gemm_tiles.s"
 .include "lib/combine.s"
+.include "lib/streaming.s"
 
 # shared_ffn: the shared experts as one kernel of dynamically taken jobs (an atomic counter), so
 # that once its TBs are placed they finish the whole FFN (two stream-ordered kernels would let a
 # concurrent persistent kernel take the SMs between them). Shared tile u = s * row_tiles + row
-# tile; jobs are numbered in blocks of J = Ju + Jd: block b holds the gate/up jobs of tile b
+# tile. Jobs are numbered by the streaming scheduler of ../lib/streaming.s with groups of
+# G = `swizzle` tiles and a lag of one block: block b holds the gate/up jobs of group b
 # (q < Ju: hs[s][rows][q cols] = bf16(silu(X Wg[s][q]) * (X Wu[s][q]))) and then the down jobs of
-# tile b - 1 (c: ys[s][rows][c cols] = bf16(hs[s][rows] Wd[s][c]) over the full Is), which wait
-# until all Ju gate/up jobs of their tile are done (jobs word 2 + u counts them).
+# group b - 1 (c: ys[s][rows][c cols] = bf16(hs[s][rows] Wd[s][c]) over the full Is), each part
+# column job outer and tile inner, so the blocks running at one time share a shared expert's
+# weight column tiles through the L2 (swizzle_job's order, ../lib/gemm_tiles.s) instead of each
+# row tile walking the expert's weights alone (DeepSeek-V3's shared expert is 88 MB: with G = 1,
+# tile by tile, it cycles through the 50 MB L2 once per row tile). A down job waits until all Ju
+# gate/up jobs of its tile are done (jobs word 2 + u counts them). Every row tile is there from
+# the start, as in a bulk GEMM: the layer passes workload.layer.gemm_swizzle; G = 1 is the order
+# before (tile b's gate/up jobs, then tile b - 1's down jobs), which the TP blocks keep.
 # jobs (control): word 0 jobs taken, 1 unused, then one counter per shared tile.
 .kernel shared_ffn
 .param x
@@ -48,6 +56,7 @@
 .param experts               # S
 .param tile_rows
 .param n_tile
+.param swizzle               # shared tiles per group of the job order (../lib/streaming.s)
 .smem 160KB                  # G, U [tile][n] f32 + Hq [tile][n] bf16, or Y + Yq
     gemm_smem r8, r9, %tile_rows, %n_tile, r20, r21    # r8 = G (gate/up) or Y (down); r9 = U, or Yq (down)
     add r10, r9, r21             # r10 = Hq
@@ -61,19 +70,23 @@
     add r1, r1, %tokens
     div r28, r1, %tile_rows      # r28 = row tiles per shared expert
     mul r29, r28, %experts       # r29 = shared tiles
-    add r30, r29, 1
-    mul r30, r30, r22            # r30 = jobs (block `tiles` holds the last down jobs)
+    mul r19, r22, %swizzle       # r19 = jobs per block (G * J)
+    sub r30, %swizzle, 1
+    add r30, r30, r29
+    div r30, r30, %swizzle       # r30 = groups
+    add r30, r30, 1
+    mul r30, r30, r19            # r30 = jobs (the last block holds the last group's down jobs)
 job:
     atom.add r1, %gpu, [%jobs], 1
     bge r1, r30, end
-    split_job r1, r22, r2, r5    # r2 = block b; r5 = job in block
-    blt r5, r24, gate_up
-    sub r2, r2, 1                # a down job: its tile is b - 1
-    blt r2, 0, job
+    stream_job r1, r19, r24, %swizzle, 1, r2, r5, gate_up, job, r7    # r2 = shared tile u
+    bge r2, r29, job             # a tile past the last (the last group is partial)
     sub r5, r5, r24              # r5 = c
+    mov r27, 1                   # r27 = 1: a down job
     bra tile
 gate_up:
-    bge r2, r29, job             # block `tiles` has only down jobs
+    bge r2, r29, job             # the last block has only down jobs; the last group is partial
+    mov r27, 0                   # r27 = 0: a gate/up job, r5 = q
 tile:
     split_job r2, r28, r3, r4    # r3 = s; r4 = row tile
     mul r6, r4, %tile_rows       # r6 = first token
@@ -85,8 +98,7 @@ tile:
     add r11, r11, 16             # r11 = the tile's gate/up counter
     mul r15, r3, %tokens
     add r15, r15, r6             # r15 = row index s * T + t0 in hs / ys
-    rem r7, r1, r22
-    bge r7, r24, down
+    bne r27, 0, down
 # ---- gate/up job q = r5
     mul r14, r6, r18
     add r14, r14, %x             # r14 = A: the tile's rows of x

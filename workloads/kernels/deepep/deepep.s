@@ -15,13 +15,18 @@
 #                    (put.sm); receivers unpack them expert-major
 #   deepep_gate_up   grouped GEMM (SwiGLU) over the expert-major buffer: gate/up jobs (tile, q)
 #   deepep_down      then the down jobs (tile, c); jobs dealt round-robin to the TBs
-#   deepep_combine   on C SMs, one warp group per home rank: per received token the fp32
-#                    weighted sum of its local expert outputs, one bf16 row copied back to the
-#                    token's home GPU (put.sm); the last warp group raises done[me] everywhere
-#   deepep_reduce    at home: out = shared experts + partial rows of the ranks, ascending rank
+#   deepep_combine   (home_reduce: receivers, DeepEP's) on 2C SMs: C sender blocks, one warp group
+#                    per home rank: per received token the fp32 weighted sum of its local expert
+#                    outputs, one bf16 row copied into ring (c, me) on the token's home (put.sm);
+#                    C receiver blocks at home: a head updater and P - 1 reducers that sum each
+#                    token's rows from its rings (shared experts first, ranks ascending) into out
+#   (home_reduce: kernel, the first model) deepep_combine_partials on C SMs: the same partial rows
+#                    straight into dp_comb at home, the last warp group raises done[me]
+#                    everywhere; then deepep_reduce: out = shared experts + partial rows of the
+#                    ranks, ascending rank
 # Stream 1: the shared experts (shared_ffn in ../common/moe_common.s). There is no
-# cross-stream event: deepep_reduce reads their output ys at the end of the layer, long after the
-# shared experts (which start with the layer) finished.
+# cross-stream event: the home reduction waits for their thread blocks to have counted themselves
+# (acct word 5) before it reads their output ys.
 # workload.layer.deepep.kernels: communication (DeepEP's own benchmark: dispatch and combine
 # alone) launches layout, notify, dispatch, combine and reduce only: no GEMMs, no shared experts;
 # the experts are the identity - combine reads the received rows (dp_recv_x) as expert outputs -
@@ -70,7 +75,14 @@
 #   dp_rec    ctl  [C][P][Tc][12]  per received token (receiver (c, s), i-th token):
 #                              words 0..7: t << 32 | (row position + 1) for slot j if its expert is
 #                              local, t << 32 if not; words 8..11 the router weights (f32)
-#   dp_comb   data [T][P][rb]  at home: the bf16 partial row of token t from rank r, at t*P + r
+#   dp_send_head ctl [T][P]    written by the dispatch senders: token t's position in ring (c, me) on
+#                              rank r (tokens sent before it), -1 if it does not go to r
+#   dp_cring_x data [C][P][R][rb]  home_reduce receivers: combine ring (c, r) on the home rank (rows
+#                              from rank r)
+#   dp_cring_ctl ctl [3][C][P] tail (home: rows rank r pushed into ring (c, r)), head (sender rank:
+#                              positions home s freed in ring (c, me) there), progress (home: tokens
+#                              reducer w of channel c finished)
+#   dp_comb   data [T][P][rb]  home_reduce kernel: the bf16 partial row of token t from rank r
 #   dp_combine_scratch data    per combine warp group: 8 bf16 staging rows
 #   acct      ctl  (common)    0 sent, 1 received, 2 computed, 3 combined (token-expert pairs);
 #                              4: combine TBs finished
@@ -393,6 +405,7 @@ end:
 .param recv_x
 .param cursor
 .param acct
+.param send_head             # [T][P] i64: token t's position in ring (c, me) on rank r, or -1
 .param tokens
 .param topk
 .param row_bytes             # bytes of a dispatched row: 2H (bf16) or H + 4 * H/128 (fp8 + scales)
@@ -400,6 +413,8 @@ end:
 .param ring_rows
 .param send_chunk            # tokens per published chunk (capped at half the ring)
 .param local_experts
+.threads 768                 # DeepEP intranode.cu: kNumThreads = 768, __launch_bounds__(768, 1)
+.regs 80                     # at most 65536 / 768 registers per thread, in allocation units of 8 (256 per warp): 80
     mov r1, %row_bytes           # r1 = dispatched row bytes
     add r2, %tokens, %channels
     sub r2, r2, 1
@@ -451,7 +466,12 @@ loaded:
     shl r16, r16, 2
     shr r16, r19, r16
     and r16, r16, 15             # r16 = the token's slots on rank r
-    beq r16, 0, next_token
+    mul r17, r14, %ngpu
+    add r17, r17, r7
+    shl r17, r17, 3
+    add r17, r17, %send_head     # r17 = &send_head[t][r]
+    beq r16, 0, not_sent
+    st [r17], r21                # the token's position in ring (c, me) on r: combine finds it there
     add r10, r10, r16
     sub r17, r21, r23
     blt r17, %ring_rows, room
@@ -484,6 +504,9 @@ room:
     flag.set r7, [r13], r21
     mov r22, r21
     mov r9, 0
+    bra next_token
+not_sent:
+    st [r17], -1                 # the token does not go to rank r
 next_token:
     add r14, r14, 1
     bra send_token
@@ -527,6 +550,8 @@ receiver:
 .param n_tile
 .param swizzle               # row tiles per group of the job order (swizzle_job)
 .smem 160KB                  # G, U [tile][n] f32 + Hq [tile][n] bf16
+.threads 384                 # assumption: DeepGEMM's grouped GEMM block (github.com/deepseek-ai/DeepGEMM): 128 TMA + 256 math threads, __launch_bounds__(384, 1)
+.regs 168                    # assumption: its warp-specialised register split (setmaxnreg 40 for the TMA warps, 232 for the math warps): 128 x 40 + 256 x 232 = 64512 = 384 x 168
     gemm_smem r8, r9, %tile_rows, %n_tile, r20, r21    # r8 = G; r9 = U
     add r10, r9, r21             # r10 = Hq
     shl r23, %hidden, 1          # r23 = x row bytes (r12..r19: the tile entry)
@@ -574,6 +599,8 @@ end:
 .param n_tile
 .param swizzle               # row tiles per group of the job order (swizzle_job)
 .smem 96KB                   # Y [tile][n] f32 + Yq [tile][n] bf16
+.threads 384                 # assumption: DeepGEMM's grouped GEMM block (github.com/deepseek-ai/DeepGEMM): 128 TMA + 256 math threads, __launch_bounds__(384, 1)
+.regs 168                    # assumption: its warp-specialised register split (setmaxnreg 40 for the TMA warps, 232 for the math warps): 128 x 40 + 256 x 232 = 64512 = 384 x 168
     gemm_smem r8, r9, %tile_rows, %n_tile, r20, r21    # r8 = Y; r9 = Yq
     shl r23, %hidden, 1          # r23 = y row bytes (r12..r19: the tile entry)
     shl r25, %n_tile, 1          # r25 = Yq row bytes
@@ -612,7 +639,8 @@ end:
     exit
 
 # ------------------------------------------------------------------------------------------------
-# deepep_combine: grid C blocks of P warp groups (launch warp_groups: P; DeepEP's combine also runs
+# deepep_combine_partials (workload.layer.deepep.home_reduce: kernel, the first model, kept to
+# compare; deepep_reduce sums its rows after it ended): grid C blocks of P warp groups (launch warp_groups: P; DeepEP's combine also runs
 # on the comm SMs, one warp group per rank; with more ranks than a block's shared memory holds
 # accumulators for, one thread block per rank instead), %tb = c*P + s walks the records of receiver
 # (c, s) - the tokens this rank received from home s on channel c. Per token: fp32 acc = 0 (shared
@@ -623,7 +651,7 @@ end:
 # are staged in 8 scratch slots; before a slot is reused the copies from it must have completed
 # (fence every 8 tokens). When its copies are done the warp group counts itself finished; the
 # last one of the rank raises done[me] on every GPU.
-.kernel deepep_combine
+.kernel deepep_combine_partials
 .param rec
 .param ntf
 .param recv_y
@@ -673,6 +701,246 @@ all_sent:
     bne r13, r14, leave          # not the rank's last combine warp group
     tell_every_gpu %done, r16, r15    # done[me] = 1 on every GPU
 leave:
+    exit
+
+# ------------------------------------------------------------------------------------------------
+# deepep_combine (workload.layer.deepep.home_reduce: receivers, the default): DeepEP's intranode
+# combine (csrc/kernels/intranode.cu, `combine`): the home reduction runs inside the kernel, on the
+# channels' receiver SMs. Grid 2C blocks of P warp groups (launch warp_groups: P), one block per
+# SM: blocks 0..C-1 the channels' sender SMs, C..2C-1 their receiver SMs (with more ranks than an
+# SM holds fp32 accumulators for, one thread block per stream instead). %tb = block * P + group:
+#   TB c*P + s (< C*P): sender of channel c to home s. Walks the records of the tokens this rank
+#     received from s on channel c, in the order it received them: per token the fp32 weighted
+#     sum of its local expert outputs (rank_partial_row: the caller's part in DeepEP, which takes
+#     the rows already weighted; fused here), rounded to bf16 in a staging row, then copied with a
+#     warp copy (put.sm) into slot (i % R) of ring (c, me) on s - the token's i-th position there,
+#     as dispatch recorded it in send_head. Ring flow control as dispatch's senders: wait for
+#     room (the head s publishes back), fence and publish the tail every chunk, before waiting on
+#     a full ring and at the end.
+#   TB C*P + c*P + 0: the channel's head updater (DeepEP's queue-head warp): walks the channel's
+#     home tokens in order; once the reducer that owns a token has finished it, the token's slots
+#     are free, and every min(send_chunk, max(1, R/2)) positions of a ring it publishes the head
+#     back to that ring's sender (flag.set).
+#   TB C*P + c*P + w (w = 1..P-1): reducer w - 1 of the channel's P - 1 reducers (DeepEP's
+#     reducer warps): takes the channel's home tokens w - 1, w - 1 + (P - 1), ...; per token
+#     acc (fp32, shared memory: the register stand-in) = the shared experts' rows (ascending)
+#     then, for each rank r ascending whose send_head word is >= 0, waits until ring (c, r)'s tail
+#     passes the token's position (acquire) and adds the bf16 row from its slot
+#     (vaxpy.f32.bf16.lsu: the warps load the row through the LSU, the vector unit adds it in
+#     fp32); writes the fp32 row to out[t] (copy: DeepEP's TMA store of the bf16 row) and counts
+#     the token in its progress word for the head updater.
+# Summation order (the reference's combine="per_rank"): out[t] = ((0 + ys[0][t]) + ys[1][t] ...)
+# + bf16(partial of the lowest rank) + ... + bf16(partial of the highest rank), each add in fp32.
+# DeepEP writes the sum as bf16; the layer's output here is fp32 in every scheme (one reference).
+.kernel deepep_combine
+.param rec
+.param ntf
+.param recv_y
+.param scratch               # per sender warp group: 8 bf16 staging rows
+.param cring_x               # [C][P][R][rb] bf16: ring (c, r) slots on the home rank
+.param cring_ctl             # tail [C][P] (home: rows rank r pushed into ring (c, r)), head [C][P] (sender: tokens home s consumed from ring (c, me) on s), progress [C][P] (home: tokens reducer w finished)
+.param send_head             # [T][P] from dispatch: token t's position in ring (c, me) on r, or -1
+.param out
+.param ys
+.param one
+.param acct
+.param tokens
+.param topk
+.param hidden
+.param channels
+.param local_experts
+.param ring_rows
+.param send_chunk            # positions per published tail / head (capped at half the ring)
+.param shared
+.param shared_tbs
+.smem 28KB                   # acc [H] f32 (H <= 7168; P <= 8 groups of 28 KB fit an SM's 228 KB)
+.threads 768                 # DeepEP intranode.cu: kNumThreads = 768, __launch_bounds__(768, 1)
+.regs 80                     # __launch_bounds__(768, 1): at most 65536 / 768 registers per thread, in allocation units of 8 (256 per warp): 80
+    shl r1, %hidden, 1           # r1 = rb
+    add r2, %tokens, %channels
+    sub r2, r2, 1
+    div r2, r2, %channels        # r2 = Tc
+    mul r3, %channels, %ngpu     # r3 = C*P
+    shr r7, %ring_rows, 1
+    max r7, r7, 1
+    min r7, r7, %send_chunk      # r7 = positions per publish
+    bge %tb, r3, receiver
+    # ---- sender of channel c to home s -----------------------------------------------------------
+    combine_records_open         # r5 = channel, r6 = home s, r9 = tokens, r12 = records
+    shr r7, %ring_rows, 1
+    max r7, r7, 1
+    min r7, r7, %send_chunk      # r7 = positions per publish (open wrote r7)
+    mov r10, %smem               # r10 = acc
+    shl r4, r1, 3                # r4 = scratch bytes per warp group
+    mul r11, %tb, r4
+    add r11, r11, %scratch       # r11 = staging rows
+    mul r8, r5, %ngpu
+    add r8, r8, %gpu             # r8 = ring (c, me): its index on the home
+    shl r13, r8, 3
+    add r13, r13, %cring_ctl     # r13 = &tail[c][me] on s
+    mul r8, r8, %ring_rows       # r8 = the ring's first slot
+    mul r3, %channels, %ngpu
+    shl r3, r3, 3                # r3 = bytes of one [C][P] table
+    shl r14, %tb, 3
+    add r14, r14, r3
+    add r14, r14, %cring_ctl     # r14 = &head[c][s] here (written by s's head updater)
+    mov r2, 0                    # r2 = tail published
+    mov r3, 0                    # r3 = head last seen
+    mov r24, 0                   # r24 = record i (= the token's position in the ring)
+    mov r25, 0                   # r25 = pairs combined
+tok:
+    bge r24, r9, flush_end
+    rank_partial_row             # r10 = the fp32 sum, r27 = t, r25 += pairs
+    and r29, r24, 7              # staging slot
+    bne r29, 0, staged
+    fence                        # slot reuse: the copies of 8 tokens ago are done
+staged:
+    mul r30, r29, r1
+    add r30, r30, r11
+    vcvt.bf16.f32 r30, r10, %hidden
+    sub r26, r24, r3
+    blt r26, %ring_rows, room
+    beq r24, r2, full_wait       # ring full: publish first (the home may wait for it)
+    fence
+    flag.set r6, [r13], r24
+    mov r2, r24
+full_wait:
+    sub r26, r24, %ring_rows
+    wait.gt [r14], r26           # room for one more row
+    ld r3, [r14]
+room:
+    rem r26, r24, %ring_rows
+    add r26, r26, r8
+    mul r26, r26, r1
+    add r26, r26, %cring_x       # r26 = the slot's row on s
+    put.sm r6, r26, r30, r1      # the partial row into the home's ring (warp copy)
+    add r24, r24, 1
+    sub r26, r24, r2
+    blt r26, r7, tok
+    fence                        # a chunk is complete: publish it
+    flag.set r6, [r13], r24
+    mov r2, r24
+    bra tok
+flush_end:
+    beq r24, r2, sent_all
+    fence
+    flag.set r6, [r13], r24
+sent_all:
+    red.add %gpu, [%acct+24], r25    # acct 3: pairs combined
+    exit
+    # ---- receiver SM of channel c: head updater (group 0) and reducers --------------------------
+receiver:
+    sub r4, %tb, r3              # r4 = c*P + w
+    div r5, r4, %ngpu            # r5 = channel c
+    rem r6, r4, %ngpu            # r6 = w
+    mul r8, r5, r2               # r8 = the channel's first token
+    add r9, r8, r2
+    min r9, r9, %tokens          # r9 = its end
+    shl r3, r3, 3                # r3 = bytes of one [C][P] table
+    mul r10, r5, %ngpu
+    shl r10, r10, 3
+    add r10, r10, %cring_ctl     # r10 = &tail[c][0] here
+    shl r11, r3, 1
+    add r11, r11, r10            # r11 = &progress[c][0] here
+    sub r12, %ngpu, 1            # r12 = reducers per channel
+    beq r6, 0, head_updater
+    # ---- reducer w - 1 ------------------------------------------------------------------------------
+    beq %shared, 0, inputs_ready
+    wait.ge [%acct+40], %shared_tbs  # the shared experts' rows are written
+inputs_ready:
+    shl r13, r6, 3
+    add r13, r13, r11            # r13 = &progress[c][w]
+    sub r14, r6, 1
+    add r14, r14, r8             # r14 = token t
+    mov r15, 0                   # r15 = tokens finished
+    mov r24, %smem               # r24 = acc
+    shl r25, %hidden, 2          # r25 = fp32 row bytes
+red_token:
+    bge r14, r9, red_done
+    vzero.f32 r24, %hidden
+    mov r26, 0                   # shared experts ascending (the "bias" rows)
+shared_rows:
+    bge r26, %shared, ranks
+    mul r27, r26, %tokens
+    add r27, r27, r14
+    mul r27, r27, r1
+    add r27, r27, %ys
+    vaxpy.f32.bf16.lsu r24, r27, %one, %hidden
+    add r26, r26, 1
+    bra shared_rows
+ranks:
+    mul r28, r14, %ngpu
+    shl r28, r28, 3
+    add r28, r28, %send_head     # r28 = &send_head[t][0]
+    mov r26, 0                   # r26 = rank r
+rank_group:
+    ld.v8 r16, [r28]             # positions of ranks r .. r + 7 (slot j's in r16 after j shifts)
+    add r29, r26, 8
+    min r29, r29, %ngpu          # r29 = end of the group
+rank:
+    blt r16, 0, rank_next        # the token has no expert on rank r
+    shl r27, r26, 3
+    add r27, r27, r10
+    wait.gt [r27], r16           # ring (c, r)'s tail passed the token's position (acquire)
+    mul r27, r5, %ngpu
+    add r27, r27, r26
+    mul r27, r27, %ring_rows
+    rem r30, r16, %ring_rows
+    add r27, r27, r30
+    mul r27, r27, r1
+    add r27, r27, %cring_x       # r27 = the row's slot
+    vaxpy.f32.bf16.lsu r24, r27, %one, %hidden
+rank_next:
+    next_slot_word r26, r29, rank
+    add r28, r28, 64
+    blt r26, %ngpu, rank_group
+    mul r27, r14, r25
+    add r27, r27, %out
+    copy r27, r24, r25           # the token's row out (DeepEP: a TMA store)
+    add r15, r15, 1
+    st [r13], r15                # progress: the token's slots may be reused
+    add r14, r14, r12
+    bra red_token
+red_done:
+    exit
+    # ---- head updater -------------------------------------------------------------------------------
+head_updater:
+    mul r13, r5, %ngpu
+    add r13, r13, %gpu
+    shl r13, r13, 3
+    add r13, r13, r3
+    add r13, r13, %cring_ctl     # r13 = &head[c][me] (on each sender r)
+    mov r14, r8                  # r14 = token t, in order
+upd_token:
+    bge r14, r9, upd_done
+    sub r15, r14, r8
+    rem r24, r15, r12            # r24 = its reducer
+    div r15, r15, r12            # r15 = the reducer's tokens before it
+    shl r24, r24, 3
+    add r24, r24, r11
+    add r24, r24, 8              # progress words follow the updater's place: w = reducer + 1
+    wait.gt [r24], r15           # the reducer finished the token
+    mul r28, r14, %ngpu
+    shl r28, r28, 3
+    add r28, r28, %send_head
+    mov r26, 0                   # r26 = rank r
+upd_group:
+    ld.v8 r16, [r28]
+    add r29, r26, 8
+    min r29, r29, %ngpu
+upd_rank:
+    blt r16, 0, upd_next
+    add r30, r16, 1              # r30 = positions of ring (c, r) consumed
+    rem r27, r30, r7
+    bne r27, 0, upd_next
+    flag.set r26, [r13], r30     # publish every chunk of positions
+upd_next:
+    next_slot_word r26, r29, upd_rank
+    add r28, r28, 64
+    blt r26, %ngpu, upd_group
+    add r14, r14, 1
+    bra upd_token
+upd_done:
     exit
 
 # ------------------------------------------------------------------------------------------------

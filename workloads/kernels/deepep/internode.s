@@ -82,6 +82,8 @@
 .param rdma_chunk
 .param local_experts
 .param node_gpus
+.threads 512                 # DeepEP internode.cu dispatch: (kNumDispatchRDMASenderWarps 7 + 1 + NUM_MAX_NVL_PEERS 8) warps
+.regs 128                    # __launch_bounds__(512, 1): 65536 / 512 registers per thread
     mov r1, %row_bytes           # r1 = db
     add r2, %tokens, %channels
     sub r2, r2, 1

@@ -22,7 +22,7 @@
 #       c in dispatch): r5 = c, r6 = s, r9 = how many (notify's count %ntf[s][c]), r12 = their
 #       records (%rec, [C*P][Tc][12] words; reads r2 = Tc). Writes r5..r9, r12.
 #   rank_partial_row (no arguments: the registers below)
-#       DeepEP's per-rank combine of one received token (deepep_combine,
+#       DeepEP's per-rank combine of one received token (deepep_combine, deepep_combine_partials,
 #       deepep_combine_internode): record r24 of the records at r12 (t << 32 | position + 1 per
 #       slot, position 0 for a slot whose expert is elsewhere, then the weights); the fp32 row at
 #       r10 (shared memory) = the sum over the local slots j ascending of w_j * %recv_y[position],

@@ -1,0 +1,455 @@
+"""DySHARP: dynamic multimem addressing in the NVSwitch for MoE (arXiv 2605.05607).
+
+NVLink SHARP (nvls.py) multicasts and reduces over *static* multicast objects: a fixed group of
+GPUs created ahead of time. An MoE token goes to a different set of experts every time, so
+DySHARP lets one multimem operation name its own targets:
+
+- `dymultimem.st dst, src, bytes, targets, count` (dispatch): one token row to `count` target
+  experts. `dst` is a multimem address of a *dynamic object* (workload.multicast[] with
+  targets_per_gpu > 0) whose offset is the algebraic (token) index: buffer address + u x
+  row_bytes + byte offset. `targets` holds the expert ids (i64 words, HBM or shared memory).
+- `dymultimem.ld_reduce.add.<t> dst, src, bytes, targets, count` (combine): the switch gathers
+  the targets' rows of algebraic row u (the expert outputs, already scaled by their gate weights)
+  and returns their sum, written at the local `dst`.
+
+The mechanism, as the paper describes it, and what this module models of it:
+
+- **Source GPU: the MultimemQ** (system.switch.nvls.dysharp.multimemq_entries, 32 in the paper),
+  a queue in the LSU that fetches each operation's target list. Here an entry is taken at issue
+  (the list is read through the LSU: an HBM or shared-memory access of 8 B per id) and freed when
+  the hub has sent the operation's last packet; a full queue stalls the issuing thread block
+  (back-pressure, stat multimemq_stalls). Assumption: the entry is held until the packets are
+  out, not until the operation completes (the queue exists to fetch lists, not to track them).
+- **Packet format**: the first flit's 64-bit address becomes a 48-bit multimem address, a stage
+  bit and a 15-bit target count, followed by target-extension flits of 16-bit expert ids
+  (flit_bytes / 2 per flit: eight with 16 B flits); payload flits are unchanged. Every link
+  packet of the operation carries its list, so a packet costs ceil(targets / 8) more flits
+  (stat target_flits; they are in every wire-byte count). The request of a ld_reduce carries it
+  too.
+- **Switch**: the output port of target e is GPU e // targets_per_gpu (the placement table);
+  the switch sends one copy per distinct GPU (not per target) with the target list trimmed to
+  that GPU's experts (its extension flits shrink accordingly). A ld_reduce reserves a
+  reduction-buffer entry at its input port (system.switch.nvls.reduction_buffer_bytes, 64 KB in
+  the paper) that counts down one contribution per *target*, sends one read per distinct GPU
+  (trimmed list), and returns one row when the count reaches zero (nvls.py's engine, with the
+  dynamic mask and count).
+- **Destination hub: algebraic-to-layout translation.** A copy for algebraic row u and local
+  target e is written at row AL(u, e) of e's receive layout (the object's buffer, [targets_per_gpu]
+  [layout rows][row_bytes]). The AL table lives in HBM (one entry per algebraic row and local
+  target; workload.multicast[].al_table) and is cached by the AL-TLB (al_tlb_entries, 512 in the
+  paper; direct-mapped here - assumption: the paper gives the entry count only). A miss reads the
+  entry from HBM before the row can be written or read (assumption: one HBM read of the 4 B
+  entry, charged on the HBM model; the paper gives no miss latency). The first chunk of (u, e) to
+  arrive places the row: the hub takes the next free row of e from a counter it keeps on chip
+  (assumption: as MoE-Hub's AAU keeps its allocation pointers; the paper does not say) and writes
+  the counter (workload.multicast[].counts: the expert GEMMs read it) and the new entry through
+  to HBM (posted writes).
+  Assumption: the paper does not say who fills the AL table; placing rows on arrival lets the
+  destination build its layout without knowing the routing in advance (the counts are what the
+  expert GEMMs need). A ld_reduce's read translates (u, e) for each of the GPU's targets again and
+  sends one data packet per target.
+
+Functional mode: a copy's bytes are written into every local target's layout row; a ld_reduce's
+result is computed when it reaches the source, as FP32 accumulation over the targets in the order
+of the target list (acc = y_t0; acc = fp32(acc + y_t1); ...) rounded once to the element type -
+the order workloads/reference.py follows for combine="switch_targets". The hardware adds in
+arrival order, which the paper does not specify; a fixed order keeps runs bit-identical.
+"""
+import numpy as np
+from ..engine.jit import compiled
+
+from ..engine.state import ERR_DY_LAYOUT_FULL, ERR_DY_UNPLACED, ERR_UNBACKED_COPY
+from .elements import load_f32, store_f32
+from .hbm import hbm_access, hbm_backed, move_bytes, raise_error, read_word, write_word
+from .l2 import link_write
+from .packet import PK_MM_DATA, packet_alloc, packet_flits
+from .waiters import notify_stores
+from .wakeups import hub_kick_response
+from .block import Array, Block, Param, Stat, StatGroup, counters, fields
+from ..isa.encoding import DT_BF16
+
+# columns of State.mm_objects (static NVLS objects use the first four; nvls.py)
+(OBJ_BASE, OBJ_BYTES, OBJ_MASK, OBJ_MEMBERS, OBJ_TPG, OBJ_ROWB, OBJ_ROWS, OBJ_LROWS, OBJ_COUNTS,
+ OBJ_AL) = range(10)
+OBJ_COLUMNS = 10
+
+
+def dynamic_on(cfg):
+    return any(o.targets_per_gpu > 0 for o in cfg.workload.multicast)
+
+
+def _requests(cfg):
+    return cfg.system.num_gpus * cfg.system.gpu.hub.max_outstanding_requests
+
+
+def _dy(cfg):
+    return cfg.system.switch.nvls.dysharp
+
+
+BLOCK = Block(
+    "dysharp", __doc__.split("\n\n")[0],
+    params=(
+        Param("dy_max_targets", "system.switch.nvls.dysharp.max_targets", "targets",
+              "most targets of one dymultimem operation", lambda cfg: _dy(cfg).max_targets,
+              "config: system.switch.nvls.dysharp.max_targets"),
+        Param("dy_queue_entries", "system.switch.nvls.dysharp.multimemq_entries", "entries",
+              "MultimemQ entries per GPU", lambda cfg: _dy(cfg).multimemq_entries,
+              "config: system.switch.nvls.dysharp.multimemq_entries"),
+        Param("dy_ids_per_flit", "", "ids", "16-bit expert ids per target-extension flit",
+              lambda cfg: max(1, cfg.system.nvlink.flit_bytes // 2),
+              "derived: system.nvlink.flit_bytes / 2 B per id (arXiv 2605.05607's format)"),
+    ),
+    arrays=(Array("dy_targets", "target list (expert ids) of each hub request",
+                  lambda cfg: (_requests(cfg), _dy(cfg).max_targets) if dynamic_on(cfg)
+                  else (1, 1)),
+            Array("dy_stage", "the target list an SM is handing its hub (validated at issue)",
+                  lambda cfg: (cfg.system.num_gpus, _dy(cfg).max_targets) if dynamic_on(cfg)
+                  else (1, 1)),
+            Array("al_tlb", "AL-TLB tags per GPU (AL-table entry address + 1; 0: empty)",
+                  lambda cfg: (cfg.system.num_gpus, _dy(cfg).al_tlb_entries) if dynamic_on(cfg)
+                  else (1, 1))),
+    fields=fields("req", ("dy_count", "targets of a dymultimem request"),
+                  ("dy_mask", "GPUs holding its targets"),
+                  ("dy_ready", "when its target list has been fetched"))
+    + fields("gpu", ("dy_stage_n", ""), ("dy_stage_mask", ""), ("dy_stage_ready", ""),
+             ("dy_queue", "MultimemQ entries in use"), ("dy_queue_peak", ""),
+             ("dy_queue_stalls", ""), ("dy_st_ops", ""), ("dy_ld_ops", ""), ("dy_ext_flits", ""),
+             ("al_hits", ""), ("al_misses", ""), ("al_placed", ""), ("dy_rows_written", ""),
+             ("dy_data_extra", "data packets beyond one per read (one per target)"),
+             ("dy_rows_read", ""))
+    + fields("ch", ("dy_copies", "dynamic copies sent from this input port's operations"),
+             ("dy_targets_in", "targets named by the dymultimem packets entering here")),
+    stats=(
+        StatGroup("gpu", "dysharp", counters((
+            ("st_ops", "dy_st_ops", "count", "dymultimem.st operations issued"),
+            ("ld_reduce_ops", "dy_ld_ops", "count", "dymultimem.ld_reduce operations issued"),
+            ("multimemq_peak", "dy_queue_peak", "entries", "peak MultimemQ occupancy "
+             "(system.switch.nvls.dysharp.multimemq_entries)"),
+            ("multimemq_stalls", "dy_queue_stalls", "count", "issues refused because the "
+             "MultimemQ was full (the thread block retried)"),
+            ("target_flits", "dy_ext_flits", "flits", "target-extension flits this GPU sent "
+             "(16-bit expert ids)"),
+            ("al_tlb_hits", "al_hits", "count", "AL-TLB hits at this GPU's hub"),
+            ("al_tlb_misses", "al_misses", "count", "AL-TLB misses (an HBM read of the entry)"),
+            ("rows_placed", "al_placed", "rows", "layout rows this hub assigned (AL entries "
+             "written)"),
+            ("rows_written", "dy_rows_written", "count", "copy chunks written into a target's "
+             "layout row"),
+            ("rows_read", "dy_rows_read", "count", "layout-row chunks read for a switch "
+             "reduction (one per target)"),
+        )), enabled=lambda st: _any_dynamic(st)),
+        StatGroup("system", "dysharp", (
+            Stat("copies", "packets", "dynamic multicast copies the switches sent (one per "
+                 "distinct GPU of a packet's targets)", lambda i: int(i.st.ch.dy_copies.sum())),
+            Stat("targets", "count", "targets named by the dymultimem packets into the switches",
+                 lambda i: int(i.st.ch.dy_targets_in.sum())),
+        ), enabled=lambda st: _any_dynamic(st)),
+    ),
+    checks=(lambda sim, out: check_dysharp(sim, out),),
+)
+
+
+def _any_dynamic(st):
+    return bool((st.mm_objects[:, OBJ_TPG] > 0).any()) and int(st.p[0].mm_objects) > 0
+
+
+def check_dysharp(sim, out):
+    """Every MultimemQ entry freed; every placed row counted in its target's counter."""
+    st = sim.state
+    if not _any_dynamic(st):
+        return
+    out.empty(st.gpu.dy_queue, "MultimemQ entries still held", lambda g: f"system.gpu{g}",
+              " entries")
+    counted = 0
+    seen = set()
+    for k in range(int(st.p[0].mm_objects)):
+        o = st.mm_objects[k]
+        if o[OBJ_TPG] == 0 or int(o[OBJ_COUNTS]) in seen:
+            continue
+        seen.add(int(o[OBJ_COUNTS]))
+        a, n = int(o[OBJ_COUNTS]), int(o[OBJ_TPG])
+        if a + 8 * n <= st.hbm_mem.shape[1]:
+            counted += int(st.hbm_mem[:, a:a + 8 * n].view(np.int64).sum())
+    out.equal("layout rows placed by the hubs vs counted in the targets' counters",
+              int(st.gpu.al_placed.sum()), counted)
+
+
+# ------------------------------------------------------------------------------ issue (SM, hub)
+@compiled
+def dymultimem_object(st, g, addr, nbytes):
+    """The dynamic object whose algebraic range holds [addr, addr + nbytes) with GPU g a member:
+    its index, -1 if none, -2 if the range crosses an algebraic row."""
+    for k in range(st.p[0].mm_objects):
+        o = st.mm_objects[k]
+        if o[OBJ_TPG] == 0 or not (o[OBJ_MASK] >> g) & 1:
+            continue
+        if addr >= o[OBJ_BASE] and addr + nbytes <= o[OBJ_BASE] + o[OBJ_ROWS] * o[OBJ_ROWB]:
+            if (addr - o[OBJ_BASE]) % o[OBJ_ROWB] + nbytes > o[OBJ_ROWB]:
+                return -2
+            return k
+    return -1
+
+
+@compiled
+def dysharp_stage(st, g, k, ids, count):
+    """Validate the target list `ids[:count]` of an operation on object k and stage it for GPU g's
+    hub; returns -1, or the position of the first bad target (outside the object's experts, on a
+    GPU that is not a member, or named twice)."""
+    o = st.mm_objects[k]
+    tpg = o[OBJ_TPG]
+    mask = 0
+    gp = st.gpu[g]
+    for j in range(count):
+        e = ids[j]
+        if e < 0 or e >= tpg * st.p[0].num_gpus or not (o[OBJ_MASK] >> (e // tpg)) & 1:
+            return j
+        for i in range(j):
+            if st.dy_stage[g, i] == e:
+                return j
+        st.dy_stage[g, j] = e
+        mask |= 1 << (e // tpg)
+    gp.dy_stage_n = count
+    gp.dy_stage_mask = mask
+    return -1
+
+
+@compiled
+def dysharp_bind(st, g, r, ld):
+    """The hub took request r: it keeps the staged target list and holds a MultimemQ entry until
+    its last packet is out. Returns the GPUs it reaches (each answers a dymultimem.st once)."""
+    gp = st.gpu[g]
+    rq = st.req[r]
+    n = gp.dy_stage_n
+    for j in range(n):
+        st.dy_targets[r, j] = st.dy_stage[g, j]
+    rq.dy_count = n
+    rq.dy_mask = gp.dy_stage_mask
+    rq.dy_ready = gp.dy_stage_ready
+    gp.dy_queue += 1
+    if gp.dy_queue > gp.dy_queue_peak:
+        gp.dy_queue_peak = gp.dy_queue
+    if ld:
+        gp.dy_ld_ops += 1
+    else:
+        gp.dy_st_ops += 1
+    return popcount(gp.dy_stage_mask)
+
+
+@compiled
+def dysharp_sent(st, g):
+    """The hub sent the last packet of a dymultimem request: its MultimemQ entry frees."""
+    st.gpu[g].dy_queue -= 1
+
+
+@compiled
+def popcount(mask):
+    n = 0
+    while mask:
+        n += mask & 1
+        mask >>= 1
+    return n
+
+
+@compiled
+def ext_flits(st, targets):
+    """Target-extension flits of a packet naming `targets` experts."""
+    per = st.p[0].dy_ids_per_flit
+    return (targets + per - 1) // per
+
+
+@compiled
+def targets_on_gpu(st, r, k, m):
+    """Targets of request r (object k) placed on GPU m: the trimmed list the switch sends m."""
+    tpg = st.mm_objects[k, OBJ_TPG]
+    n = 0
+    for j in range(st.req[r].dy_count):
+        if st.dy_targets[r, j] // tpg == m:
+            n += 1
+    return n
+
+
+# ------------------------------------------------------------------------------ destination hub
+@compiled
+def _al_translate(st, g, k, u, el, t, place):
+    """AL(u, el) at GPU g for object k, looked up at t: (layout row, when it is known); row -1 if
+    (u, el) has no row and `place` is False, or its layout is full. `place`: give it the next free
+    row of target el and write the entry."""
+    gp = st.gpu[g]
+    o = st.mm_objects[k]
+    idx = u * o[OBJ_TPG] + el
+    entry = o[OBJ_AL] + idx * 8
+    way = (entry // 8) % st.al_tlb.shape[1]
+    ready = t
+    if st.al_tlb[g, way] == entry + 1:
+        gp.al_hits += 1
+    else:
+        gp.al_misses += 1
+        ready = hbm_access(st, g, entry, 4, t, False)   # the 4 B entry from the table in HBM
+        st.al_tlb[g, way] = entry + 1
+    v = read_word(st, g, entry)
+    if v > 0:
+        return v - 1, ready
+    if not place:
+        return -1, ready
+    # the target's next free row: a counter the hub keeps on chip and writes through to the
+    # counts buffer (posted), as MoE-Hub's AAU keeps its allocation pointers; the new AL entry is
+    # written through as well (posted: the TLB holds it)
+    counter = o[OBJ_COUNTS] + el * 8
+    row = read_word(st, g, counter)
+    if row >= o[OBJ_LROWS]:
+        return -1, ready
+    write_word(st, g, counter, row + 1)
+    hbm_access(st, g, counter, 8, t, True)
+    write_word(st, g, entry, row + 1)
+    hbm_access(st, g, entry, 4, t, True)
+    gp.al_placed += 1
+    return row, ready
+
+
+@compiled
+def _row_address(o, el, row, off):
+    return o[OBJ_BASE] + (el * o[OBJ_LROWS] + row) * o[OBJ_ROWB] + off
+
+
+@compiled
+def dysharp_copy_write(st, g, pkt, t):
+    """A dynamic multicast copy reached GPU g (processed at t): write it into the layout row of
+    each of its targets on g, in list order, placing rows that are new. Returns (absorbed,
+    visible) over those writes, as l2.link_write does for one."""
+    pk = st.pk[pkt]
+    r = pk.req
+    k = pk.mm_obj
+    o = st.mm_objects[k]
+    tpg = o[OBJ_TPG]
+    rel = pk.addr - o[OBJ_BASE]
+    u = rel // o[OBJ_ROWB]
+    off = rel - u * o[OBJ_ROWB]
+    n = pk.payload
+    free_at = t
+    visible = t
+    for j in range(st.req[r].dy_count):
+        e = st.dy_targets[r, j]
+        if e // tpg != g:
+            continue
+        el = e - g * tpg
+        row, ready = _al_translate(st, g, k, u, el, t, True)
+        if row < 0:
+            raise_error(st, ERR_DY_LAYOUT_FULL, st.req[r].slot, e)
+            return free_at, visible
+        addr = _row_address(o, el, row, off)
+        f, v = link_write(st, g, addr, n, ready)
+        move_bytes(st, pk.src, pk.src_addr, g, addr, n, st.req[r].slot)
+        notify_stores(st, g, addr, n, v)
+        st.gpu[g].dy_rows_written += 1
+        if f > free_at:
+            free_at = f
+        if v > visible:
+            visible = v
+    return free_at, visible
+
+
+@compiled
+def dysharp_read_arrived(st, g, c, pkt, t):
+    """A switch's read for a dymultimem.ld_reduce reached GPU g on down-channel c (processed at
+    t): for each of its targets here (list order), translate the algebraic row, read the layout
+    row and queue one data packet to go back up the same link. The read keeps its receive-buffer
+    space until the last of them leaves."""
+    p = st.p[0]
+    gp = st.gpu[g]
+    pk = st.pk[pkt]
+    r = pk.req
+    k = pk.mm_obj
+    o = st.mm_objects[k]
+    tpg = o[OBJ_TPG]
+    rel = pk.addr - o[OBJ_BASE]
+    u = rel // o[OBJ_ROWB]
+    off = rel - u * o[OBJ_ROWB]
+    n = pk.value
+    home = pk.src
+    rflits = pk.flits
+    gp.mm_reads_rx += pk.npk
+    depth = st.mm_rdq.shape[1]
+    q = pkt
+    last = pkt
+    first = True
+    for j in range(st.req[r].dy_count):
+        e = st.dy_targets[r, j]
+        if e // tpg != g:
+            continue
+        el = e - g * tpg
+        row, ready = _al_translate(st, g, k, u, el, t, False)
+        if row < 0:
+            raise_error(st, ERR_DY_UNPLACED, st.req[r].slot, e)
+            row = 0
+        addr = _row_address(o, el, row, off)
+        ready = hbm_access(st, g, addr, n, ready, False)
+        if first:
+            first = False
+        else:
+            q = packet_alloc(st)
+            qk = st.pk[q]
+            qk.req = r
+            qk.mm_obj = k
+            qk.mm_dtype = pk.mm_dtype
+            qk.mm_entry = pk.mm_entry
+            qk.value = n
+            gp.dy_data_extra += 1
+        qk = st.pk[q]
+        qk.kind = PK_MM_DATA
+        qk.dst = home
+        qk.src = g
+        qk.addr = addr
+        qk.payload = n
+        qk.flits, qk.npk = packet_flits(st, n, p.store_payload)
+        qk.ready = ready + p.hub_tx_latency_ticks
+        qk.mm_chan = c
+        qk.mm_rflits = 0
+        gp.dy_rows_read += 1
+        st.mm_rdq[g, (gp.mm_rdq_head + gp.mm_rdq_count) % depth] = q
+        gp.mm_rdq_count += 1
+        last = q
+        hub_kick_response(st, g, qk.ready)
+    st.pk[last].mm_rflits = rflits
+
+
+@compiled
+def dysharp_result(st, g, pkt):
+    """A dymultimem.ld_reduce result reached the source GPU g: the functional sum, FP32
+    accumulation over the targets in list order, rounded once to the element type."""
+    pk = st.pk[pkt]
+    n = pk.payload
+    st.gpu[g].mm_results_rx += pk.npk
+    if not hbm_backed(st, pk.addr, n):
+        return
+    r = pk.req
+    k = pk.mm_obj
+    o = st.mm_objects[k]
+    tpg = o[OBJ_TPG]
+    rel = pk.src_addr - o[OBJ_BASE]
+    u = rel // o[OBJ_ROWB]
+    off = rel - u * o[OBJ_ROWB]
+    dt = pk.mm_dtype
+    es = 2 if dt == DT_BF16 else 4
+    count = st.req[r].dy_count
+    # every target's row is in place (a missing one is a program error, reported once)
+    for j in range(count):
+        e = st.dy_targets[r, j]
+        m = e // tpg
+        row = read_word(st, m, o[OBJ_AL] + (u * tpg + e - m * tpg) * 8) - 1
+        if row < 0:
+            raise_error(st, ERR_DY_UNPLACED, st.req[r].slot, e)
+            return
+        if not hbm_backed(st, _row_address(o, e - m * tpg, row, off), n):
+            raise_error(st, ERR_UNBACKED_COPY, st.req[r].slot, _row_address(o, e - m * tpg, row, off))
+            return
+    out = st.hbm_mem[g, pk.addr:pk.addr + n]
+    for i in range(n // es):
+        acc = np.float32(0.0)
+        for j in range(count):
+            e = st.dy_targets[r, j]
+            m = e // tpg
+            el = e - m * tpg
+            addr = _row_address(o, el, read_word(st, m, o[OBJ_AL] + (u * tpg + el) * 8) - 1, off)
+            v = load_f32(st.hbm_mem[m, addr:addr + n], i, dt)
+            acc = v if j == 0 else np.float32(acc + v)
+        store_f32(out, i, dt, acc)

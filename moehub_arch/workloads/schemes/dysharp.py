@@ -1,0 +1,132 @@
+"""Scheme `dysharp`: DySHARP (arXiv 2605.05607) - the MoE dispatch as one dynamic multicast per
+token and the combine as one in-switch reduction per token over that token's own experts
+(moehub_arch/components/dysharp.py on NVLink SHARP's engine, components/nvls.py). Kernels and
+layouts: workloads/kernels/dysharp/dysharp.s.
+
+Stream 0, in order:
+  dysharp_dispatch  per token, dymultimem.st of its row and of its meta row (expert ids, router
+                    weights) to its k experts: one packet train up, one copy down to each GPU
+                    holding any of them; that GPU's hub places the row in each target expert's
+                    receive layout (AL table, counts) - no count exchange, no host round trip
+  nvls_barrier      every GPU's rows are placed (the fence of a dymultimem.st completes when
+                    every target GPU has written them)
+  grouped GEMM      grouped_tiles, grouped_gate_up, grouped_down (moe_common.s) over the layout
+  dysharp_scale     each expert output row times its router weight (the GEMM epilogue's gate
+                    weighting, the paper's; here a pass of its own, see below)
+  nvls_barrier      every GPU's scaled outputs are written
+  dysharp_combine   per token, dymultimem.ld_reduce of its k experts' rows: the switch reads one
+                    row per target (one read per target GPU), sums them, returns one row
+  nvls_output       out = shared experts + the reduced row
+Stream 1: the shared experts (common shared_ffn).
+
+Traffic per token of R bytes with k experts on m distinct GPUs (system.moe.nvlink.{up,down}_
+wire_bytes, system.dysharp.*): dispatch puts one row on the source's uplink and m rows on the
+downlinks (plus a meta row of 12 k bytes each way, and target-extension flits in every packet);
+combine puts k rows on the target GPUs' uplinks (one per target: the switch counts them down) and
+one row on the source's downlink, with m read headers down. DeepEP moves m rows each way.
+
+Arithmetic order (functional mode): each expert output row is bf16(fp32(w x y)) (dysharp_scale);
+the switch adds a token's k rows in fp32 in target-list order (the token's slot order) and rounds
+once to bf16 (dysharp.py); the output adds that row to the shared experts' fp32 sum. The reference
+follows the same order (combine="switch_targets"), so the error is 0.0.
+
+What is modelled of token-centric fusion: nothing yet. The paper's persistent megakernel (dispatch,
+GEMM-1, GEMM-2 and combine thread-block groups driven by a token tracker) is not built: here the
+steps are separate kernels with barriers between them, so the dispatch's and combine's traffic
+does not overlap the expert GEMMs. The gate weighting is a separate pass (dysharp_scale) because
+the shared grouped GEMM kernels have no weighted epilogue: it costs one more read and write of
+every expert output row that a fused epilogue would not.
+
+Buffers: the receive layouts hold cap rows per local expert, cap = the most rows any expert
+receives in this routing, or more so that a dynamic object's algebraic range (P x T rows) does not
+reach into the next object (a deployment would reserve the worst case; the timing is the same).
+"""
+from ...config.schema import LaunchConfig, MulticastConfig
+from ..alltoall import PhasedLaunches
+from ..layer import (ACCT_NAMES, GROUPED_KERNELS, SHARED_KERNELS, LayerError, SchemePlan, _buf,
+                     expert_load_max, grouped_gemm_launches, shared_expert_launches)
+from .nvls import KERNELS as NVLS_KERNELS
+
+KERNELS = "workloads/kernels/dysharp/dysharp.s"
+SCALE_ACC_BYTES = 28 * 1024   # dysharp_scale's .smem: one fp32 row of up to 7168 elements
+
+
+def meta_row_bytes(k):
+    """A token's meta row: k expert ids (i64) and k router weights (f32), padded to 16 B and to at
+    least the 64 B groups dysharp_scale reads the ids in (ld.v8), so no read leaves the row."""
+    return -(-max(12 * k, 64 * -(-k // 8)) // 16) * 16
+
+
+def plan(layer):
+    s, cfg = layer.shape, layer.cfg
+    opts = cfg.workload.layer.dysharp
+    P, T, k, El, H = s.num_gpus, s.tokens, s.top_k, s.local_experts, s.hidden
+    U = P * T                                        # algebraic rows (tokens of all GPUs)
+    rb, mb = s.row_bytes, meta_row_bytes(k)
+    if 4 * H > SCALE_ACC_BYTES:
+        raise LayerError(f"workload.layer.model: scheme dysharp keeps a row's fp32 product in "
+                         f"{SCALE_ACC_BYTES // 1024} KB of shared memory (hidden <= "
+                         f"{SCALE_ACC_BYTES // 4}), found hidden {H}")
+    if P < 2:
+        raise LayerError(f"system.num_gpus: scheme dysharp multicasts over a group of GPUs, "
+                         f"found {P}")
+    if cfg.system.switch.topology == "bridge_pairs":
+        raise LayerError("scheme: dysharp needs NVSwitches (system.switch.topology is "
+                         "bridge_pairs: there is no switch to multicast or reduce in)")
+    if k > cfg.system.switch.nvls.dysharp.max_targets:
+        raise LayerError(f"workload.layer.model: top-k {k} is above "
+                         f"system.switch.nvls.dysharp.max_targets "
+                         f"({cfg.system.switch.nvls.dysharp.max_targets}): one dymultimem "
+                         f"operation names every expert of a token")
+    cap = max(1, expert_load_max(layer), -(-U // El))
+    buffers = [
+        _buf("dy_xe", El * cap * rb, dtype="bf16"),
+        _buf("dy_ye", El * cap * rb, dtype="bf16"),
+        _buf("dy_meta", El * cap * mb, region="control", dtype="i64"),
+        _buf("dy_msrc", T * mb, region="control", dtype="i64"),
+        _buf("dy_cnt", El * 8, region="control", dtype="i64"),
+        _buf("dy_al", U * El * 8, region="control", dtype="i64"),
+        _buf("dy_flags", 2 * P * 8, region="control", dtype="i64"),
+        _buf("dy_comb", T * rb, dtype="bf16"),
+    ]
+    dyn = dict(targets_per_gpu=El, rows=U, counts="dy_cnt", al_table="dy_al")
+    multicast = (MulticastConfig(buffer="dy_xe", row_bytes=rb, **dyn),
+                 MulticastConfig(buffer="dy_meta", row_bytes=mb, **dyn),
+                 MulticastConfig(buffer="dy_ye", row_bytes=rb, **dyn))
+    gbufs, gemm = grouped_gemm_launches(s, 0, cfg.system.gpu.num_sms, "dy_cnt", "dy_xe", "dy_ye",
+                                        cap)
+    sbufs, shared = shared_expert_launches(s, cfg, stream=1)
+    launches = PhasedLaunches()
+    add = launches.add
+    for launch in shared:
+        add(launch, "expert")
+    add(LaunchConfig(kernel="dysharp_dispatch", grid=opts.channels, stream=0, params=(
+        ("x", "@x"), ("topk_idx", "@topk_idx"), ("topk_w", "@topk_w"), ("msrc", "@dy_msrc"),
+        ("xe", "@dy_xe"), ("meta", "@dy_meta"), ("acct", "@acct"), ("tokens", T), ("topk", k),
+        ("hidden", H), ("meta_bytes", mb))), "dispatch")
+    add(LaunchConfig(kernel="nvls_barrier", grid=1, stream=0, params=(
+        ("flags", "@dy_flags"),)), "dispatch")
+    for launch in gemm:
+        add(launch, "expert")
+    add(LaunchConfig(kernel="dysharp_scale", grid=opts.scale_tbs, stream=0, params=(
+        ("ye", "@dy_ye"), ("meta", "@dy_meta"), ("cnt", "@dy_cnt"), ("acct", "@acct"),
+        ("topk", k), ("hidden", H), ("local_experts", El), ("cap", cap),
+        ("meta_bytes", mb))), "expert")
+    add(LaunchConfig(kernel="nvls_barrier", grid=1, stream=0, params=(
+        ("flags", f"@dy_flags + {P * 8}"),)), "combine")
+    add(LaunchConfig(kernel="dysharp_combine", grid=opts.channels, stream=0, params=(
+        ("ye", "@dy_ye"), ("comb", "@dy_comb"), ("topk_idx", "@topk_idx"), ("acct", "@acct"),
+        ("tokens", T), ("topk", k), ("hidden", H))), "combine")
+    add(LaunchConfig(kernel="nvls_output", grid=cfg.workload.layer.combine_tbs, stream=0, params=(
+        ("out", "@out"), ("ys", "@ys"), ("comb", "@dy_comb"), ("one", "@one"), ("acct", "@acct"),
+        ("tokens", T), ("hidden", H), ("shared", s.shared),
+        ("shared_tbs", cfg.workload.layer.shared_tbs))), "combine")
+    return SchemePlan(
+        buffers=tuple(buffers + gbufs + sbufs), launches=tuple(launches.launches),
+        kernel_files=(NVLS_KERNELS, KERNELS), n_tile=s.n_tile, multicast=multicast,
+        phases={"dispatch": ("dysharp_dispatch", "nvls_barrier"),
+                "expert": GROUPED_KERNELS + SHARED_KERNELS + ("dysharp_scale",),
+                "combine": ("nvls_barrier", "dysharp_combine", "nvls_output")},
+        launch_phases=tuple(launches.phases),
+        reference_kwargs={"combine": "switch_targets", "local_experts": El},
+        checked_accounting=ACCT_NAMES)

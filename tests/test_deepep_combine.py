@@ -1,0 +1,243 @@
+"""DeepEP's combine with the home reduction in its receiver SMs (workload.layer.deepep.home_reduce,
+workloads/kernels/deepep/deepep.s deepep_combine), the LSU loads of vaxpy.f32.bf16.lsu
+(components/sm.py) and registers / threads as a residency limit (components/scheduler.py)."""
+import numpy as np
+import pytest
+
+from conftest import CONFIGS, run_cli, simulate
+
+CONFIG = "experiments/functional.yaml"
+P, T, K = 4, 64, 2                      # configs/experiments/functional.yaml (tiny_functional)
+SM_PERIOD_PS = 1e12 / 1.83e9           # dgx_h100 sm_clock
+
+
+def run(*overrides):
+    return simulate(CONFIG, "scheme=deepep", *overrides)
+
+
+def _launches(sim, kernel):
+    return [li for li in sim.launches if li.kernel == kernel and li.gpu == 0]
+
+
+@pytest.fixture(scope="module")
+def designs():
+    return {d: run(f"workload.layer.deepep.home_reduce={d}") for d in ("receivers", "kernel")}
+
+
+def test_both_designs_sum_in_the_same_order_exactly(designs):
+    # the same fp32 order (shared experts, then each rank's bf16 partial, ranks ascending): the
+    # outputs are bit-identical to each other and to the reference's combine="per_rank"
+    outs = {}
+    for d, sim in designs.items():
+        s = sim.stats
+        for name in ("sent", "received", "computed", "combined"):
+            assert s[f"system.moe.rows_{name}"] == P * T * K, (d, name)
+        assert s["system.moe.output_max_abs_reference"] > 0
+        assert s["system.moe.output_max_abs_error"] == 0.0, d
+        outs[d] = np.stack([sim.read_buffer(g, "out", "f32") for g in range(P)])
+    assert np.array_equal(outs["receivers"], outs["kernel"])
+
+
+def test_receivers_run_in_the_combine_kernel(designs):
+    rec, ker = designs["receivers"], designs["kernel"]
+    # receivers: one kernel of 2C channel blocks (C senders, C receivers) of P warp groups
+    (li,) = _launches(rec, "deepep_combine")
+    C = rec.cfg.workload.layer.deepep.comm_sms // 2
+    assert (int(rec.state.ln[li.index].groups), li.grid) == (P, 2 * C)
+    assert not _launches(rec, "deepep_reduce") and not _launches(rec, "deepep_combine_partials")
+    assert rec.stats["system.moe.phase.combine_us"] == pytest.approx(
+        rec.stats["system.moe.kernel.deepep_combine_us"])
+    # kernel: the first model's pair
+    assert len(_launches(ker, "deepep_combine_partials")) == 1
+    assert len(_launches(ker, "deepep_reduce")) == 1
+    assert not _launches(ker, "deepep_combine")
+    # the reduction's SM-side loads: every partial row (one per (token, rank holding any of its
+    # experts)) is loaded once at home through the LSU, on the receiver SMs (shared-expert rows
+    # too); their bf16 bytes are part of the LSU busy time of those SMs
+    for d, sim in designs.items():
+        assert sim.stats["system.moe.deepep.combine_GBps"] > 0
+        if d == "receivers":
+            assert sim.stats["system.moe.deepep.combine_reduce_GBps"] == pytest.approx(
+                sim.stats["system.moe.deepep.combine_GBps"])
+
+
+@pytest.mark.parametrize("rows", [1, 2])
+def test_combine_rings_with_back_pressure(rows):
+    # one channel, one- or two-row rings: every combine row waits for the home's head updater
+    # to free its slot (the dispatch rings too); the output stays exact
+    sim = run(f"workload.layer.deepep.ring_rows={rows}", "workload.layer.deepep.comm_sms=2",
+              "workload.layer.deepep.send_chunk_tokens=1")
+    assert sim.stats["system.moe.rows_combined"] == P * T * K
+    assert sim.stats["system.moe.output_max_abs_error"] == 0.0
+
+
+def test_receivers_need_two_gpus():
+    r = run_cli("run", CONFIGS / CONFIG, "--set", "scheme=deepep", "--set", "system.num_gpus=1",
+                "--engine", "python", "--quiet", "-o", "/dev/null/x")
+    assert r.returncode == 2, r.stderr
+    assert "workload.layer.deepep.home_reduce" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+# ---- vaxpy.f32.bf16.lsu: loads through the LSU beside the vector unit -------------------------
+
+N = 4096                     # elements of one row
+LSU_KERNEL = """
+.kernel summer
+.param src
+.param w
+.param out
+.smem 16KB
+    vzero.f32 %smem, {n}
+    vaxpy.f32.bf16.lsu %smem, %src, %w, {n}
+    copy %out, %smem, {nb}
+    exit
+"""
+
+
+def _lsu_config(tmp_path, instruction):
+    (tmp_path / "k.s").write_text(LSU_KERNEL.format(n=N, nb=4 * N).replace(
+        "vaxpy.f32.bf16.lsu", instruction))
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"""extends: {CONFIGS / 'systems' / 'dgx_h100.yaml'}
+system:
+  num_gpus: 2
+  gpu: {{num_sms: 2}}
+  nvlink: {{links_per_gpu: 2}}
+  switch: {{count: 2, gpu_link_switch: [0, 1]}}
+workload:
+  mode: functional
+  kernel_files: [{tmp_path / 'k.s'}]
+  buffers:
+    src: {{bytes: {2 * N}B, init: random, dtype: bf16}}
+    w: {{bytes: 8B, init: fill, value: 1.0, dtype: f32}}
+    out: {{bytes: {4 * N}B, dtype: f32}}
+  launches:
+    - kernel: summer
+      grid: 1
+      params: {{src: "@src", w: "@w", out: "@out"}}
+""")
+    from moehub_arch.config import load_config
+    from moehub_arch.simulation import Simulation
+    sim = Simulation(load_config(cfg))
+    sim.run()
+    return sim
+
+
+@pytest.mark.parametrize("instruction", ["vaxpy.f32.bf16.lsu", "vaxpy.f32.bf16"])
+def test_lsu_loads_charge_the_load_store_unit(tmp_path, instruction):
+    sim = _lsu_config(tmp_path, instruction)
+    s = sim.stats
+    sm = next(i for i in range(2) if s[f"system.gpu0.sm{i}.vector_busy_ticks"] > 0)
+    vec_cycles = 2 * (N // 128)                  # vzero and the sum: n / 128 lanes each
+    lsu_cycles = 4 * N // 128                    # the copy out: 4n bytes at 128 B per cycle
+    if instruction.endswith(".lsu"):
+        lsu_cycles += 2 * N // 128               # the bf16 row's loads: 2n bytes
+    assert s[f"system.gpu0.sm{sm}.vector_busy_ticks"] == pytest.approx(
+        vec_cycles * SM_PERIOD_PS, abs=2)
+    assert s[f"system.gpu0.sm{sm}.lsu_busy_ticks"] == pytest.approx(
+        lsu_cycles * SM_PERIOD_PS, abs=2)
+    src = sim.read_buffer(0, "src", "bf16").astype(np.float32)
+    assert np.array_equal(sim.read_buffer(0, "out", "f32"), src)   # 0 + 1.0 * x, exact
+
+
+# ---- registers and threads as a residency limit ----------------------------------------------
+
+REG_KERNELS = """
+.kernel big
+.param out
+.threads {threads}
+.regs {regs}
+    shl r1, %tb, 4
+    add r1, r1, %out
+    st [r1], %sm
+    sleep 2000
+    exit
+
+.kernel small
+.param out
+.threads 256
+.regs 32
+    shl r1, %tb, 4
+    add r1, r1, %out
+    st [r1+8], %sm
+    exit
+"""
+
+
+def _reg_config(tmp_path, threads=768, regs=80):
+    (tmp_path / "k.s").write_text(REG_KERNELS.format(threads=threads, regs=regs))
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"""extends: {CONFIGS / 'systems' / 'dgx_h100.yaml'}
+system:
+  num_gpus: 2
+  gpu: {{num_sms: 2}}
+  nvlink: {{links_per_gpu: 2}}
+  switch: {{count: 2, gpu_link_switch: [0, 1]}}
+workload:
+  mode: functional
+  kernel_files: [{tmp_path / 'k.s'}]
+  buffers:
+    out: {{bytes: 1KB, region: control, dtype: i64}}
+  launches:
+    - {{kernel: big, grid: 2, stream: 0, params: {{out: "@out"}}}}
+    - {{kernel: small, grid: 2, stream: 1, params: {{out: "@out"}}}}
+""")
+    return cfg
+
+
+def test_registers_keep_other_blocks_off_a_full_sm(tmp_path):
+    from moehub_arch.config import load_config
+    from moehub_arch.simulation import Simulation
+    # big: 768 threads x 80 registers = 24 warps x 2560 = 61440 of 65536: a small block
+    # (8 warps x 32 x 32 = 8192) does not fit beside it, so it waits for a big block to exit
+    sim = Simulation(load_config(_reg_config(tmp_path)))
+    sim.run()
+    st = sim.state
+
+    def pair(sim, g):
+        return tuple(next(li.index for li in sim.launches if li.kernel == k and li.gpu == g)
+                     for k in ("big", "small"))
+    for g in (0, 1):
+        big, small = pair(sim, g)
+        assert int(st.ln[big].block_regs) == 61440
+        assert (int(st.ln[small].block_regs), int(st.ln[small].block_threads)) == (8192, 256)
+        assert int(st.ln[small].start) < int(st.ln[big].end)        # launched meanwhile
+        # its blocks were placed only when the big blocks (one per SM) had exited
+        assert int(st.ln[small].end) > int(st.ln[big].end)
+    # 40 registers per thread (30720 a block): a big and a small block share an SM
+    sim = Simulation(load_config(_reg_config(tmp_path, regs=40)))
+    sim.run()
+    for g in (0, 1):
+        big, small = pair(sim, g)
+        assert int(sim.state.ln[big].block_regs) == 30720
+        assert int(sim.state.ln[small].end) < int(sim.state.ln[big].end)
+
+
+@pytest.mark.parametrize("threads, regs", [(1024, 128), (4096, 8)])
+def test_a_block_over_the_sm_limits_is_an_input_error(tmp_path, threads, regs):
+    r = run_cli("run", _reg_config(tmp_path, threads, regs), "--quiet", "-o", tmp_path / "o")
+    assert r.returncode == 2, r.stderr
+    assert "k.s:" in r.stderr and ".regs" in r.stderr and "system.gpu.sm.registers" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_lsu_loads_and_register_directives_are_checked(tmp_path):
+    from moehub_arch.config import flat_params
+    from moehub_arch.isa import AsmError, IsaError, assemble_text, default_isa_paths, load_isa
+    from moehub_arch.isa.encoding import DTYPE, DTYPE_LSU_LOADS
+    from conftest import load
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("instructions:\n  myld: {semantic: ld, unit: lsu, operands: [dst, addr], "
+                   "latency: 0, ii: 1, lsu_loads: true, description: x}\n")
+    with pytest.raises(IsaError, match="lsu_loads"):
+        load_isa([*default_isa_paths(), bad])
+    isa = load_isa(default_isa_paths()).resolve(flat_params(load("ubench/alltoall.yaml")))
+    p = assemble_text(".kernel k\n.param a\n.threads 256\n.regs 32\n"
+                      "    vaxpy.f32.bf16.lsu %a, %a, %a, 8\n    exit\n", isa, file="k.s")
+    assert p.code[0, DTYPE] & DTYPE_LSU_LOADS
+    assert (p.kernels["k"].threads, p.kernels["k"].regs_per_thread) == (256, 32)
+    with pytest.raises(AsmError, match="only one of .threads and .regs"):
+        assemble_text(".kernel k\n.threads 256\n    exit\n", isa, file="k.s")
+    with pytest.raises(AsmError, match=".regs takes one integer"):
+        assemble_text(".kernel k\n.regs 0\n    exit\n", isa, file="k.s")

@@ -1,0 +1,205 @@
+"""DySHARP's dynamic multimem (components/dysharp.py on NVLS's engine, components/nvls.py) and
+scheme dysharp (workloads/kernels/dysharp/dysharp.s, schemes/dysharp.py).
+
+- dymultimem.st to k experts on m distinct GPUs puts one row on the source's uplink and m rows
+  on the downlinks, exactly (payload bytes), and each packet's target-extension flits are on the
+  wire (the trimmed list on each downlink); every target's layout holds the row;
+- dymultimem.ld_reduce returns the FP32 sum of the targets' rows in target-list order (bit for
+  bit), with one row down to the source and one row up per target;
+- bad input (target count 0 or above the limit, an expert outside the object or named twice, an
+  address outside every dynamic object, a full layout, a reduction buffer of 0 bytes, a dynamic
+  object without its tables) -> one paragraph, exit 2;
+- scheme dysharp: the layer output equals the NumPy reference (combine="switch_targets") with
+  error 0.0 on uniform and skewed routing, exact token accounting, both engines identical.
+"""
+import numpy as np
+import pytest
+
+import conftest
+from conftest import model_stats, simulate
+from moehub_arch.checks import run_invariants
+from moehub_arch.workloads.reference import to_bf16
+
+UBENCH = "ubench/dymultimem.yaml"
+ROWS, R, TPG = 16, 4096, 4          # configs/ubench/dymultimem.yaml
+
+
+def ubench(targets, reduce=1, *extra):
+    ts = list(targets) + [0] * (8 - len(targets))
+    sets = [f"workload.launches.0.params.t{i}={t}" for i, t in enumerate(ts)]
+    return simulate(UBENCH, f"workload.launches.0.params.count={len(targets)}",
+                    f"workload.launches.0.params.reduce={reduce}", *sets, *extra)
+
+
+def _links(sim, g, what):
+    links = sim.cfg.system.nvlink.links_per_gpu
+    return sum(int(sim.stats[f"system.gpu{g}.nvlink{l}.{what}"]) for l in range(links))
+
+
+def _flits(sim, nbytes):
+    F = sim.cfg.system.nvlink.flit_bytes
+    return -(-nbytes // F)
+
+
+@pytest.mark.parametrize("targets", [(0, 5, 9, 13), (4, 5, 6, 12), (8, 9), (28, 1, 17, 30, 2, 7)],
+                         ids=["k4-m4", "k4-m2", "k2-m1", "k6-m4"])
+def test_dymultimem_st_one_row_up_m_rows_down(targets):
+    sim = ubench(targets, reduce=0)
+    assert run_invariants(sim) == []
+    gpus = sorted({e // TPG for e in targets})
+    m, k = len(gpus), len(targets)
+    P = sim.cfg.system.num_gpus
+    # payload: one row per operation on the source's uplink, one per distinct GPU down
+    assert _links(sim, 0, "tx_payload_bytes") == ROWS * R
+    assert sum(_links(sim, g, "rx_payload_bytes") for g in range(P)) == m * ROWS * R
+    for g in range(P):
+        assert _links(sim, g, "rx_payload_bytes") == (ROWS * R if g in gpus else 0), g
+    # wire: every link packet carries its list in extension flits of eight 16-bit ids; a copy
+    # carries the list trimmed to its GPU's targets
+    cfg = sim.cfg.system.nvlink
+    F, pay = cfg.flit_bytes, cfg.store_packet_bytes
+    packets = ROWS * R // pay
+    per = F // 2
+    head = _flits(sim, cfg.header_bytes + pay)
+    up = packets * (head + -(-k // per)) * F
+    ack = _flits(sim, cfg.header_bytes) * F     # a target GPU answers each operation once
+    assert _links(sim, 0, "tx_wire_bytes") == up + (ROWS * ack if 0 in gpus else 0)
+    for g in gpus:
+        k_g = sum(1 for e in targets if e // TPG == g)
+        assert sim.stats[f"system.gpu{g}.dysharp.rows_written"] == packets * k_g
+        down = packets * (head + -(-k_g // per)) * F
+        assert _links(sim, g, "rx_wire_bytes") == down + (m * ROWS * ack if g == 0 else 0), g
+    assert sim.stats["system.gpu0.dysharp.target_flits"] == packets * -(-k // per)
+    assert sim.stats["system.dysharp.copies"] == m * packets
+    # every target's layout holds every row, in arrival order of its rows
+    src = sim.read_buffer(0, "src", "bf16").reshape(ROWS, -1)
+    for e in targets:
+        g, el = divmod(e, TPG)
+        counts = sim.read_buffer(g, "counts", "i64")
+        assert counts[el] == ROWS
+        al = sim.read_buffer(g, "al", "i64").reshape(ROWS, TPG)
+        layout = sim.read_buffer(g, "layout", "bf16").reshape(TPG, -1, R // 2)
+        assert sorted(al[:, el]) == list(range(1, ROWS + 1))
+        for u in range(ROWS):
+            assert (layout[el, al[u, el] - 1] == src[u]).all(), (e, u)
+
+
+def test_dymultimem_ld_reduce_sums_the_targets_in_list_order():
+    targets = (28, 1, 17, 30, 2, 7)
+    sim = ubench(targets, reduce=1)
+    assert run_invariants(sim) == []        # every reduction entry completed and freed
+    src = sim.read_buffer(0, "src", "bf16").reshape(ROWS, -1)
+    acc = src.astype(np.float32)
+    for _ in targets[1:]:
+        acc = (acc + src).astype(np.float32)
+    out = sim.read_buffer(0, "out", "bf16").reshape(ROWS, -1)
+    assert np.array_equal(out, to_bf16(acc))
+    # combine: one row down to the source, one row up per target (the switch counts them down)
+    P = sim.cfg.system.num_gpus
+    up = {g: ROWS * R * sum(1 for e in targets if e // TPG == g) for g in range(P)}
+    # GPU 0 (targets 1 and 2): its dispatch copy and the results down; its row and its two
+    # targets' rows up
+    assert _links(sim, 0, "rx_payload_bytes") == 2 * ROWS * R
+    assert _links(sim, 0, "tx_payload_bytes") == ROWS * R + up[0]
+    for g in range(1, P):
+        assert _links(sim, g, "tx_payload_bytes") == up[g], g
+    pay = sim.cfg.system.nvlink.store_packet_bytes
+    assert sim.stats["system.nvls.reductions"] == ROWS * R // pay
+    assert sum(int(sim.stats[f"system.gpu{g}.dysharp.rows_read"]) for g in range(P)) \
+        == len(targets) * ROWS * R // pay
+
+
+def test_small_al_tlb_misses_more_and_changes_no_data():
+    big = ubench((0, 5, 9, 13))
+    small = ubench((0, 5, 9, 13), 1, "system.switch.nvls.dysharp.al_tlb_entries=1")
+    assert run_invariants(small) == []
+    assert np.array_equal(small.read_buffer(0, "out", "bf16"), big.read_buffer(0, "out", "bf16"))
+    P = big.cfg.system.num_gpus
+    miss = lambda s: sum(int(s.stats[f"system.gpu{g}.dysharp.al_tlb_misses"]) for g in range(P))  # noqa: E731
+    assert miss(small) > miss(big)
+
+
+def test_a_one_entry_multimemq_stalls_and_changes_no_data():
+    # a slow hub (32 packets per operation at 100 MHz) keeps the entry while the next one issues
+    slow = "system.gpu.hub.clock=100MHz"
+    big = ubench((0, 5, 9, 13), 1, slow)
+    small = ubench((0, 5, 9, 13), 1, slow, "system.switch.nvls.dysharp.multimemq_entries=1")
+    assert run_invariants(small) == []
+    assert small.stats["system.gpu0.dysharp.multimemq_peak"] == 1
+    assert small.stats["system.gpu0.dysharp.multimemq_stalls"] > 0
+    assert np.array_equal(small.read_buffer(0, "out", "bf16"), big.read_buffer(0, "out", "bf16"))
+
+
+@pytest.mark.parametrize("sets,fragments", [
+    (["workload.launches.0.params.count=0"], ["dymultimem target count of 0 or above"]),
+    (["workload.launches.0.params.count=3", "system.switch.nvls.dysharp.max_targets=2"],
+     ["dymultimem target count of 0 or above system.switch.nvls.dysharp.max_targets"]),
+    (["workload.launches.0.params.t1=0"], ["names one expert twice"]),
+    (["workload.launches.0.params.t1=32"], ["outside its dynamic object"]),
+    (["workload.launches.0.params.mm='@src'"], ["multimem address outside every multicast object"]),
+    (["workload.launches.0.params.row_bytes=8192"], ["crosses an algebraic row"]),
+    (["workload.buffers.layout.bytes=64KB"], ["receive layout is full"]),
+    (["system.switch.nvls.reduction_buffer_bytes=0B"],
+     ["system.switch.nvls.reduction_buffer_bytes", "cannot hold one multimem.ld_reduce entry"]),
+    (["workload.multicast.0.counts=nope"], ["workload.multicast[0].counts", "no buffer 'nope'"]),
+    (["workload.multicast.0.row_bytes=0B"], ["workload.multicast[0]", "row_bytes and rows"]),
+], ids=["count-0", "count-above-limit", "repeated", "outside-object", "outside-every-object",
+        "crosses-row", "layout-full", "zero-buffer", "no-counts", "no-row-bytes"])
+def test_bad_input_gives_one_paragraph_and_exit_2(tmp_path, capsys, sets, fragments):
+    from moehub_arch.cli import main
+    argv = ["run", str(conftest.CONFIGS / UBENCH), "-o", str(tmp_path / "out")]
+    for s in sets:
+        argv += ["--set", s]
+    rc = main(argv)
+    err = capsys.readouterr().err
+    assert rc == 2, (rc, err)
+    assert err.startswith("moehub-sim: error: ") and "Traceback" not in err, err
+    for f in fragments:
+        assert f in err, (f, err)
+
+
+# ------------------------------------------------------------------------------ scheme dysharp
+CONFIG = "experiments/functional.yaml"
+P, T, K = 4, 64, 2                       # configs/experiments/functional.yaml (tiny_functional)
+
+
+def run(*overrides):
+    return simulate(CONFIG, "scheme=dysharp", *overrides)
+
+
+@pytest.mark.parametrize("routing", ["uniform", "skewed"])
+def test_layer_output_exact_and_accounted(routing):
+    sim = run(f"workload.layer.routing.kind={routing}")
+    s = sim.stats
+    assert s["system.moe.output_max_abs_error"] == 0.0
+    assert s["system.moe.output_max_abs_reference"] > 1.0
+    for name in ("sent", "received", "computed", "combined"):
+        assert s[f"system.moe.rows_{name}"] == P * T * K, name
+    assert run_invariants(sim) == []
+    # every token-expert pair placed once at its expert (the meta row shares the row's AL entry)
+    assert sum(int(s[f"system.gpu{g}.dysharp.rows_placed"]) for g in range(P)) == P * T * K
+    # one dymultimem.st of the row and one of its meta row per token, one ld_reduce per token
+    assert sum(int(s[f"system.gpu{g}.dysharp.st_ops"]) for g in range(P)) == 2 * P * T
+    assert sum(int(s[f"system.gpu{g}.dysharp.ld_reduce_ops"]) for g in range(P)) == P * T
+
+
+def test_engines_agree():
+    small = ("workload.layer.tokens_per_gpu=8", "system.gpu.num_sms=8",
+             "workload.layer.combine_tbs=2", "workload.layer.shared_tbs=2",
+             "workload.layer.dysharp.channels=2", "workload.layer.dysharp.scale_tbs=4")
+    a = model_stats(run(*small).stats)
+    b = model_stats(run(*small, "run.engine=python").stats)
+    assert a == b
+    assert a["system.moe.output_max_abs_error"] == 0.0
+
+
+@pytest.mark.parametrize("override,key", [
+    ("workload.layer.dysharp.channels=0", "workload.layer.dysharp.channels"),
+    ("system.switch.topology=bridge_pairs", "system.switch.topology"),
+    ("system.switch.nvls.dysharp.max_targets=1", "system.switch.nvls.dysharp.max_targets"),
+])
+def test_scheme_bad_input_is_exit_2(override, key, tmp_path):
+    r = conftest.run_cli("run", "configs/experiments/functional.yaml", "--set", "scheme=dysharp",
+                         "--set", override, "-o", tmp_path)
+    assert r.returncode == 2, r.stderr
+    assert key in r.stderr and "Traceback" not in r.stderr
