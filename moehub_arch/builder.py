@@ -15,6 +15,7 @@ from .components.fabric import fill_fabric_destinations
 from .components.moehub.aau import aau_staging_packets, expert_placement, local_experts
 from .components.moehub.rpm import rpm_packet_bytes  # noqa: F401 (re-exported)
 from .components.nvls import check_buffer_size, multicast_object_rows
+from .components.cais_merge import cais_group_rows
 from .components.scheduler import kernel_block_registers, stream_slots_per_sm
 from .components.trace import TRACE_COLUMNS
 from .composition import (NUM_EVENT_KINDS, PARAMS, State, declared_arrays, new_record_array,
@@ -363,7 +364,9 @@ def build_state(cfg, program, seed=None, presets=None):
         wire=np.zeros((nch, in_flight), np.int64),
         credit_ret=np.zeros((nch, in_flight, 3), np.int64),
         gpu_routes=gpu_routes, sw_routes=sw_routes, sw_inputs=sw_inputs,
-        sw_wait=np.zeros((2 * sw_routes.shape[0], 2 + max(1, sw_inputs.shape[1] - 1)), np.int64),
+        # a response-channel wait list holds every input's response channel and (CAIS replies,
+        # cais_merge.py) its request channel: room for two per input
+        sw_wait=np.zeros((2 * sw_routes.shape[0], 2 + 2 * max(1, sw_inputs.shape[1] - 1)), np.int64),
         reqq=np.zeros((G, gpu.hub.request_queue_depth), np.int64),
         respq=np.zeros((G, G * R, 3), np.int64), free_reqs=free_reqs,
         link_resp=np.zeros((G, G), np.int64),
@@ -376,7 +379,34 @@ def build_state(cfg, program, seed=None, presets=None):
     st.sw_node[:] = node_array(fab)
     fill_fabric_destinations(st)
     _bind_multicast_objects(st, cfg, buffers)
+    _register_cais_groups(st, cfg, buffers)
     return st, buffers, launches
+
+
+def _register_cais_groups(st, cfg, buffers):
+    """CAIS groups (components/cais_merge.py) from workload.cais: they live in one node's
+    NVSwitches, like NVLS multicast objects."""
+    try:
+        rows = cais_group_rows(cfg, buffers)
+    except ValueError as e:
+        raise BuildError(str(e)) from None
+    _check_one_node(cfg, rows, "workload.cais", "a CAIS group", "merge in")
+    for k, row in enumerate(rows):
+        st.cais_groups[k, :] = row
+
+
+def _check_one_node(cfg, rows, key, what, does):
+    """Groups of GPUs served by the NVSwitches (rows of base, bytes, member mask, members) must
+    lie in one node's NVLink domain, and there must be switches."""
+    gpn = gpus_per_node(cfg.system)
+    for k, (_, _, mask, _) in enumerate(rows):
+        nodes = sorted({g // gpn for g in range(cfg.system.num_gpus) if (mask >> g) & 1})
+        if len(nodes) > 1:
+            raise BuildError(f"{key}[{k}].gpus: {what} lives in one node's NVSwitches; its GPUs "
+                             f"span nodes {nodes} (system.nodes.gpus_per_node = {gpn})")
+        if cfg.system.switch.topology == "bridge_pairs":
+            raise BuildError(f"{key}[{k}]: system.switch.topology is bridge_pairs: there is no "
+                             f"NVSwitch to {does}")
 
 
 def _bind_multicast_objects(st, cfg, buffers):
@@ -389,17 +419,8 @@ def _bind_multicast_objects(st, cfg, buffers):
     except ValueError as e:
         raise BuildError(str(e)) from None
     # NVLink SHARP lives in the NVSwitches: a multicast object spans one NVLink domain (node)
-    gpn = gpus_per_node(cfg.system)
-    for k, row in enumerate(rows):
-        mask = row[2]
-        nodes = sorted({g // gpn for g in range(cfg.system.num_gpus) if (mask >> g) & 1})
-        if len(nodes) > 1 or cfg.system.switch.topology == "bridge_pairs":
-            raise BuildError(f"workload.multicast[{k}].gpus: a multicast object lives in one "
-                             f"node's NVSwitches (NVLink SHARP); its GPUs span nodes {nodes} "
-                             f"(system.nodes.gpus_per_node = {gpn})"
-                             if len(nodes) > 1 else
-                             f"workload.multicast[{k}]: system.switch.topology is bridge_pairs: "
-                             f"there is no NVSwitch to multicast or reduce in")
+    _check_one_node(cfg, rows, "workload.multicast", "a multicast object (NVLink SHARP)",
+                    "multicast or reduce in")
     for k, row in enumerate(rows):
         st.mm_objects[k, :] = row
 

@@ -25,6 +25,7 @@ from .components import hbm, hub, nvlink, occupancy, packet, scheduler, sm, swit
 from .components import fabric, infiniband, nic, nvls, pcie
 from .components import l2
 from .components import dysharp
+from .components import cais_merge
 from .components.block import GPU_SCOPES, SCOPES, Instance
 from .components.moehub import aau, dam, rpm
 from .config.schema import DEBUG_FLAGS
@@ -34,7 +35,7 @@ from .engine.state import STATE_FIELDS
 BLOCKS = (packet.BLOCK, events.BLOCK, trace.BLOCK, scheduler.BLOCK, sm.BLOCK, waiters.BLOCK,
           hbm.BLOCK, l2.BLOCK, nvlink.BLOCK, switch.BLOCK, hub.BLOCK, rpm.BLOCK, aau.BLOCK,
           dam.BLOCK, occupancy.BLOCK, nvls.BLOCK, pcie.BLOCK, infiniband.BLOCK, nic.BLOCK, fabric.BLOCK,
-          dysharp.BLOCK)
+          dysharp.BLOCK, cais_merge.BLOCK)
 
 _RESERVED = set(dir(np.record))
 

@@ -34,8 +34,9 @@ def test_every_parameter_names_its_config_key_unit_and_source():
     G, S, L = cfg.system.num_gpus, cfg.system.gpu.num_sms, cfg.system.nvlink.links_per_gpu
     assert layout == {"tm_sm": 0, "tm_ch_tx": G * S, "tm_ch_arrive": G * S + 2 * G * L,
                       "tm_xbar": G * S + 4 * G * L, "tm_hub": G * S + 6 * G * L,
-                      "tm_rpm": G * S + 6 * G * L + G}
-    assert count == G * S + 6 * G * L + 2 * G
+                      "tm_rpm": G * S + 6 * G * L + G,
+                      "tm_cais": G * S + 6 * G * L + 2 * G}
+    assert count == G * S + 6 * G * L + 2 * G + 1   # one CAIS merge table's timer (none in use)
 
 
 def test_event_kinds_are_dense_and_named_by_their_blocks():

@@ -60,6 +60,9 @@ from .packet import (PACKET_KIND_NAMES, PK_ACK, PK_ATOM_REQ, PK_ATOM_RESP, PK_GE
                      store_packets)
 from .nvls import (nvls_copies_answered, nvls_copy_arrived, nvls_read_arrived, nvls_result_arrived,
                    nvls_send_data)
+from .cais_merge import (cais_read_arrived, cais_request_line, cais_send_data, cais_uplink,
+                         cais_waiting, cais_write_arrived)
+from .packet import PK_CAIS_LD, PK_CAIS_RED, PK_CAIS_READ, PK_CAIS_REPLY
 from .dysharp import (OBJ_TPG, dysharp_bind, dysharp_copy_write, dysharp_read_arrived,
                       dysharp_result, dysharp_sent, ext_flits)
 from ..isa.encoding import MM_RED, MM_ST
@@ -74,6 +77,7 @@ REQ_MM_ST, REQ_MM_RED, REQ_MM_LD = 4, 5, 6   # multimem st / red / ld_reduce (nv
                                               # multicast object x 16 + element type
 REQ_DY_ST, REQ_DY_LD = 7, 8   # DySHARP dymultimem st / ld_reduce (dysharp.py): as REQ_MM_ST /
                               # REQ_MM_LD, with the target list staged by the SM
+REQ_CAIS_LD, REQ_CAIS_RED = 9, 10   # ld.cais / red.cais (cais_merge.py); value = group x 16 + element type
 RESP_ACK, RESP_GET_DATA, RESP_ATOM = range(3)
 RESP_MM_ACK = 3   # a member's one write response to a multimem st/red (nvls.py)
 
@@ -246,7 +250,10 @@ def hub_submit(st, g, kind, slot, dst_gpu, dst_addr, src_addr, nbytes, value, re
     rq.data_ready = data_ready
     rq.launch = st.tb[slot].launch
     mp = st.p[0].store_payload * st.p[0].packet_train   # one (train of) packet(s)
-    if kind == REQ_PUT or kind == REQ_GET or kind >= REQ_MM_ST:
+    if kind == REQ_CAIS_LD or kind == REQ_CAIS_RED:
+        # one request line per merge-table entry: never a packet train
+        rq.pkts_total = (nbytes + st.p[0].store_payload - 1) // st.p[0].store_payload
+    elif kind == REQ_PUT or kind == REQ_GET or kind >= REQ_MM_ST:
         rq.pkts_total = (nbytes + mp - 1) // mp
     else:
         rq.pkts_total = 1
@@ -259,6 +266,8 @@ def hub_submit(st, g, kind, slot, dst_gpu, dst_addr, src_addr, nbytes, value, re
         rq.acks_total = st.mm_objects[value // 16, 3]
     elif kind == REQ_DY_ST:
         rq.acks_total = dysharp_bind(st, g, r, False)   # one per GPU holding a target
+    elif kind == REQ_CAIS_RED:
+        rq.acks_total = rq.pkts_total   # the home answers each line's write once
     else:
         rq.acks_total = 1
         if kind == REQ_DY_LD:
@@ -381,7 +390,12 @@ def hub_packetize(st, g, tick):
     r = st.reqq[g, gp.reqq_head]
     rq = st.req[r]
     dst = rq.dst_gpu
-    c = pick_channel_vc(st, g, dst, True, VC_REQUEST)
+    kind = rq.kind
+    if kind == REQ_CAIS_LD or kind == REQ_CAIS_RED:
+        # the line's address picks the switch whose merge unit takes it (cais_merge.py)
+        c = cais_uplink(st, g, dst, (rq.src_addr if kind == REQ_CAIS_LD else rq.dst_addr) + rq.sent)
+    else:
+        c = pick_channel_vc(st, g, dst, True, VC_REQUEST)
     if c < 0:
         _hub_blocked(st, g, tick)
         return  # a dequeue on one of our links wakes us
@@ -389,7 +403,6 @@ def hub_packetize(st, g, tick):
     pk = st.pk[pkt]
     ready = tick
     done = False
-    kind = rq.kind
     if kind == REQ_PUT:
         pk.kind = PK_PUT
         ready = _data_packet(st, g, pk, rq, rq.sent, tick)
@@ -413,6 +426,27 @@ def hub_packetize(st, g, tick):
         pk.payload = 8
         pk.value = rq.value
         done = True
+    elif kind == REQ_CAIS_LD or kind == REQ_CAIS_RED:
+        # CAIS (cais_merge.py): one request line per packet; addr = the address at the home
+        n = cais_request_line(st, rq, rq.sent)
+        pk.mm_obj = rq.value // 16
+        pk.mm_dtype = rq.value % 16
+        pk.mm_entry = -1
+        pk.npk = 1
+        if kind == REQ_CAIS_LD:
+            pk.kind = PK_CAIS_LD
+            pk.addr = rq.src_addr + rq.sent
+            pk.src_addr = rq.dst_addr + rq.sent
+            pk.payload = 0
+            pk.value = n
+        else:
+            pk.kind = PK_CAIS_RED
+            pk.addr = rq.dst_addr + rq.sent
+            pk.src_addr = rq.src_addr + rq.sent
+            pk.payload = n
+            ready = hbm_access(st, g, pk.src_addr, n, tick, False)
+        rq.sent += n
+        done = rq.sent == rq.length
     else:
         # multimem (nvls.py): st/red data in put-sized chunks, or one header-only ld_reduce
         # request per chunk (pk.value = its bytes; addr = the multimem address, src_addr = where
@@ -436,7 +470,7 @@ def hub_packetize(st, g, tick):
             ready = _data_packet(st, g, pk, rq, rq.sent, tick)
             rq.sent += pk.payload
         done = rq.sent == rq.length
-        if kind >= REQ_DY_ST:
+        if kind == REQ_DY_ST or kind == REQ_DY_LD:
             ready = max(ready, rq.dy_ready)   # the MultimemQ has fetched the target list
             if done:
                 dysharp_sent(st, g)
@@ -444,11 +478,11 @@ def hub_packetize(st, g, tick):
         gp.reqq_head = (gp.reqq_head + 1) % st.reqq.shape[1]
         gp.reqq_count -= 1
         wake_hub_waiters(st, g, tick)
-    if pk.kind == PK_GET_REQ or pk.kind == PK_MM_LD:
+    if pk.kind == PK_GET_REQ or pk.kind == PK_MM_LD or pk.kind == PK_CAIS_LD:
         pk.flits = pk.npk * header_flits(st)   # header-only packets
     else:
         pk.flits, pk.npk = packet_flits(st, pk.payload, p.store_payload)
-    if kind >= REQ_DY_ST:
+    if kind == REQ_DY_ST or kind == REQ_DY_LD:
         # every link packet carries the target list in extension flits (dysharp.py)
         extra = pk.npk * ext_flits(st, rq.dy_count)
         pk.flits += extra
@@ -461,6 +495,10 @@ def hub_packetize(st, g, tick):
         gp.mm_tx_st += pk.npk      # the switch turns it into copies (nvls.py counts those)
     elif pk.kind == PK_MM_LD:
         gp.mm_tx_ld += pk.npk
+    elif pk.kind == PK_CAIS_LD:
+        gp.cais_ld_tx += 1         # the switch's merge unit takes it (cais_merge.py)
+    elif pk.kind == PK_CAIS_RED:
+        gp.cais_red_tx += 1
     else:
         gp.hub_tx_packets += pk.npk
         gp.hub_tx_payload += pk.payload
@@ -474,7 +512,8 @@ def hub_packetize(st, g, tick):
 @compiled
 def _responses_pending(gp):
     """Responses of any kind wait at hub gp (link-level, the response FIFO, multimem read data)."""
-    return gp.link_resp_total > 0 or gp.respq_count > 0 or gp.mm_rdq_count > 0
+    return (gp.link_resp_total > 0 or gp.respq_count > 0 or gp.mm_rdq_count > 0
+            or cais_waiting(gp))
 
 
 @compiled
@@ -489,6 +528,11 @@ def _send_response(st, g, tick):
     mm = nvls_send_data(st, g, tick)   # a switch's reduction read, answered (nvls.py)
     if mm > 0:
         return mm
+    cs = cais_send_data(st, g, tick)   # a merge unit's read, answered (cais_merge.py)
+    if cs > 0:
+        return cs
+    if cs < 0:
+        mm = cs
     if gp.respq_count == 0:
         return mm
     head_ready = st.respq[g, gp.respq_head, RESP_READY]
@@ -723,6 +767,9 @@ def _receive_multimem(st, g, c, pkt, t):
     kind = pk.kind
     r = pk.req
     trace_event(st, CAT_HUB, TR_HUB_RX, g, kind, pk.src, t - p.hub_rx_latency_ticks)
+    if kind >= PK_CAIS_READ:
+        _receive_cais(st, g, c, pkt, t)
+        return
     dynamic = st.mm_objects[pk.mm_obj, OBJ_TPG] > 0   # DySHARP (dysharp.py)
     if kind == PK_MM_READ:
         if dynamic:
@@ -751,6 +798,40 @@ def _receive_multimem(st, g, c, pkt, t):
         rq.pkts_arrived += 1
         if rq.pkts_arrived == rq.pkts_total:
             _complete_request(st, r, visible)
+    credit_return_vc(st, c, pk.flits, free_at + st.ch[c].latency, packet_vc(st, pkt))
+    packet_free(st, pkt)
+
+
+@compiled
+def _receive_cais(st, g, c, pkt, t):
+    """A packet of the CAIS merge unit reached GPU g (cais_merge.py), processed at t: a read of
+    this home's memory is served (its packet returns as the data); a merged load's reply is
+    written and counts toward its ld.cais; a partial sum is added into memory and every
+    contribution it carries is answered (one write response each, once the sum is visible)."""
+    pk = st.pk[pkt]
+    kind = pk.kind
+    if kind == PK_CAIS_READ:
+        cais_read_arrived(st, g, c, pkt, t)
+        return
+    free_at, visible = link_write(st, g, pk.addr, pk.payload, t)
+    if kind == PK_CAIS_REPLY:
+        r = pk.req
+        rq = st.req[r]
+        st.gpu[g].cais_replies_rx += 1
+        move_bytes(st, pk.src, pk.src_addr, g, pk.addr, pk.payload, rq.slot)
+        notify_stores(st, g, pk.addr, pk.payload, visible)
+        rq.pkts_arrived += 1
+        if rq.pkts_arrived == rq.pkts_total:
+            _complete_request(st, r, visible)
+    else:  # PK_CAIS_WRITE
+        e = cais_write_arrived(st, g, pkt)
+        notify_stores(st, g, pk.addr, pk.payload, visible)
+        mask = st.cais_entry[e].mask
+        for m in range(st.p[0].num_gpus):
+            if (mask >> m) & 1:
+                r = st.cais_req[e, m]
+                st.req[r].pkts_arrived += 1
+                _owe_acks(st, g, r, 1, visible)
     credit_return_vc(st, c, pk.flits, free_at + st.ch[c].latency, packet_vc(st, pkt))
     packet_free(st, pkt)
 

@@ -41,10 +41,18 @@ PK_MM_LD = 11     # multimem.ld_reduce request, source GPU -> switch (header onl
 PK_MM_READ = 12   # the switch's read of one member's values, switch -> member (header only)
 PK_MM_DATA = 13   # a member's values, member -> switch (response channel; reduced there)
 PK_MM_RESULT = 14  # the reduced values, switch -> source GPU (response channel)
+# CAIS (components/cais_merge.py): merged loads and reductions in the switch's merge unit
+PK_CAIS_LD = 15     # ld.cais request, GPU -> switch (header only; pk.value = bytes asked)
+PK_CAIS_RED = 16    # red.cais contribution, GPU -> switch (data)
+PK_CAIS_DATA = 17   # the home's data for a merged load, home -> switch (response channel)
+PK_CAIS_READ = 18   # the merge unit's one read of a load's line, switch -> home (header only)
+PK_CAIS_REPLY = 19  # a merged load's data, switch -> each GPU that asked (response channel)
+PK_CAIS_WRITE = 20  # a merged (or evicted, timed-out) partial sum, switch -> home (data)
 VC_REQUEST = 0    # virtual channels (nvlink.response_path): requests and writes ...
 VC_RESPONSE = 1   # ... and the responses that complete them (write responses, read data, atomics)
 PACKET_KIND_NAMES = ("put", "store", "get_req", "get_resp", "atom_req", "atom_resp", "ack", "moe",
-                     "moe_eos", "mm_st", "mm_copy", "mm_ld", "mm_read", "mm_data", "mm_result")
+                     "moe_eos", "mm_st", "mm_copy", "mm_ld", "mm_read", "mm_data", "mm_result",
+                     "cais_ld", "cais_red", "cais_data", "cais_read", "cais_reply", "cais_write")
 
 
 def check_pool(sim, out):
@@ -81,6 +89,8 @@ def packet_vc(st, pkt):
         return VC_REQUEST
     k = st.pk[pkt].kind
     if k == PK_ACK or k == PK_GET_RESP or k == PK_ATOM_RESP or k == PK_MM_DATA or k == PK_MM_RESULT:
+        return VC_RESPONSE
+    if k == PK_CAIS_DATA or k == PK_CAIS_REPLY:
         return VC_RESPONSE
     return VC_REQUEST
 

@@ -52,6 +52,10 @@ from .hub import (REQ_ATOM, REQ_DY_LD, REQ_DY_ST, REQ_GET, REQ_MM_LD, REQ_MM_RED
                   atomic_ticks, hub_room, hub_submit)
 from .nvls import multimem_element_bytes, multimem_object, multimem_route_peer
 from .dysharp import dymultimem_object, dysharp_stage
+from .cais_merge import cais_element_bytes, cais_group
+from .hub import REQ_CAIS_LD, REQ_CAIS_RED
+from ..engine.state import ERR_CAIS_ADDR
+from ..isa.encoding import CAIS_LD, SEM_CAIS
 from .moehub.aau import aau_release_entries, aau_retry, record_address, slot_address
 from .moehub.dam import CLAIM_WAIT, dam_block_exited, dam_claim, dam_release
 from .moehub.rpm import rpm_accept, rpm_accept_experts, rpm_accept_rowsp, rpm_end_of_stream
@@ -742,6 +746,35 @@ def _execute(st, slot, sm, tick, cyc):
                 _stall_on_hub(st, slot, g, tick)
                 return
             st.tb[slot].outstanding += 1
+
+    elif sem == SEM_CAIS:
+        # CAIS (cais_merge.py): the address at the home is src for ld.cais, dst for red.cais
+        home = _operand(st, slot, row, 0, tick, cyc)
+        dst = _operand(st, slot, row, 1, tick, cyc)
+        src = _operand(st, slot, row, 2, tick, cyc)
+        nb = _operand(st, slot, row, 3, tick, cyc)
+        dt = row[DTYPE] & DTYPE_SRC_MASK
+        if home < 0 or home >= st.p[0].num_gpus:
+            raise_error(st, ERR_BAD_GPU, slot, home)
+            return
+        if nb <= 0 or nb % cais_element_bytes(dt) != 0:
+            raise_error(st, ERR_BAD_SIZE, slot, nb)
+            return
+        if _is_smem(dst) or _is_smem(src):
+            raise_error(st, ERR_ADDR_RANGE, slot, dst if _is_smem(dst) else src)
+            return
+        if not _check_range(st, slot, dst, nb) or not _check_range(st, slot, src, nb):
+            return
+        at_home = src if sub == CAIS_LD else dst
+        grp = cais_group(st, g, home, at_home, nb)
+        if grp < 0:
+            raise_error(st, ERR_CAIS_ADDR, slot, at_home)
+            return
+        kind = REQ_CAIS_LD if sub == CAIS_LD else REQ_CAIS_RED
+        if not hub_submit(st, g, kind, slot, home, dst, src, nb, grp * 16 + dt, 0, tick, -1):
+            _stall_on_hub(st, slot, g, tick)
+            return
+        st.tb[slot].outstanding += 1
 
     elif sem == SEM_FLAG_SET or sem == SEM_ATOM:
         base = 1 if sem == SEM_ATOM else 0

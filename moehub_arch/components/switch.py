@@ -41,7 +41,9 @@ from ..engine.jit import compiled, inline
 from .nvlink import (channel_count_arrival, credit_return_vc, input_free_tick,
                      pick_switch_output, txq_push)
 from .nvls import NVLS_SENT, nvls_absorb, nvls_fanout
-from .packet import PK_MM_DATA, PK_MM_LD, PK_MM_ST, VC_REQUEST, VC_RESPONSE, packet_free, packet_vc
+from .cais_merge import cais_switch
+from .packet import (PK_CAIS_LD, PK_MM_DATA, PK_MM_LD, PK_MM_ST, VC_REQUEST, VC_RESPONSE,
+                     packet_free, packet_vc)
 from .trace import CAT_SWITCH, TR_XBAR, trace_event
 from .wakeups import xbar_kick
 from .block import Block, Debug, Event, Param, Stat, StatGroup, Timer, fields
@@ -183,21 +185,30 @@ def _cross(st, c, vc, tick):
         if pk.kind == PK_MM_ST or pk.kind == PK_MM_LD:
             # multimem: the switch's engine serves the members (nvls.py)
             wait = nvls_fanout(st, c, pkt, tick)
+        elif pk.kind >= PK_CAIS_LD:
+            # ld.cais / red.cais, or a home's data for a merged load: the merge unit (cais_merge.py)
+            wait = cais_switch(st, c, pkt, tick)
         else:
             out = pick_switch_output(st, ch.switch, pk.dst, vc)
             wait = pk.dst if out < 0 else NVLS_SENT
         if wait != NVLS_SENT:
-            # wait for room in an output toward GPU `wait` (or, wait < 0, in the reduction buffer)
+            # wait for room in an output toward GPU `wait` (or, wait < 0, in the reduction buffer
+            # or merge table); the merge unit asks for a response-channel output toward GPU g
+            # from a request input as num_gpus + g (responses always drain: no deadlock)
+            ovc = vc
+            if wait >= p.num_gpus:
+                wait -= p.num_gpus
+                ovc = VC_RESPONSE
             if vc == VC_RESPONSE:
                 if not ch.rsp_xbar_blocked:
                     ch.rsp_xbar_blocked = 1
                     ch.rsp_xbar_blocked_since = tick
-                    _wait_for_output(st, (ch.switch * p.num_gpus + wait) * 2 + vc, c)
+                    _wait_for_output(st, (ch.switch * p.num_gpus + wait) * 2 + ovc, c * 2 + vc)
             elif not ch.xbar_blocked:
                 ch.xbar_blocked = 1
                 ch.xbar_blocked_since = tick
                 if wait >= 0:
-                    _wait_for_output(st, (ch.switch * p.num_gpus + wait) * 2 + vc, c)
+                    _wait_for_output(st, (ch.switch * p.num_gpus + wait) * 2 + ovc, c * 2 + vc)
             return  # an output toward it that frees a slot in this channel wakes us
         if vc == VC_RESPONSE:
             ch.rsp_rxq_head = (ch.rsp_rxq_head + 1) % st.rsp_rxq.shape[1]
@@ -221,9 +232,10 @@ def _cross(st, c, vc, tick):
 
 
 @compiled
-def _wait_for_output(st, w, c):
-    """Input port c waits for room in an output toward one destination in one virtual channel
-    (wait list w = (switch * GPUs + destination) * 2 + vc), in arrival order."""
+def _wait_for_output(st, w, cv):
+    """Input port c's channel v (cv = c * 2 + v) waits for room in an output toward one
+    destination in one virtual channel (wait list w = (switch * GPUs + destination) * 2 + vc), in
+    arrival order."""
     cap = st.sw_wait.shape[1] - 2
-    st.sw_wait[w, 2 + (st.sw_wait[w, 0] + st.sw_wait[w, 1]) % cap] = c
+    st.sw_wait[w, 2 + (st.sw_wait[w, 0] + st.sw_wait[w, 1]) % cap] = cv
     st.sw_wait[w, 1] += 1

@@ -105,11 +105,12 @@ def switch_output_freed(st, s, dst, vc, tick):
     if st.sw_wait[w, 1] == 0:
         return
     cap = st.sw_wait.shape[1] - 2
-    cin = st.sw_wait[w, 2 + st.sw_wait[w, 0]]
+    cv = st.sw_wait[w, 2 + st.sw_wait[w, 0]]   # input channel x 2 + its virtual channel
+    cin = cv // 2
     st.sw_wait[w, 0] = (st.sw_wait[w, 0] + 1) % cap
     st.sw_wait[w, 1] -= 1
     inp = st.ch[cin]
-    if vc == 1:
+    if cv % 2 == 1:
         inp.rsp_xbar_blocked = 0
         inp.rsp_xbar_blocked_ticks += tick - inp.rsp_xbar_blocked_since
     else:

@@ -238,6 +238,17 @@ class NvlsConfig:
 
 
 @attrs.frozen
+class CaisSwitchConfig:
+    entries_per_port: int = _f("int", "CAIS merge-table entries per switch port toward a GPU, one "
+                               "request line (system.nvlink.store_packet_bytes) each (CAIS, arXiv "
+                               "2605.05628: 40 KB / 320 entries per port)", 320, min=1)
+    timeout: int = _f("time", "a merge-table entry older than this is written home (a partial sum) "
+                      "or dropped (a served load) (assumption: 2 us, about two round trips of a "
+                      "250 ns link plus queueing; CAIS gives per-entry timers but no value)",
+                      2_000_000, min=1)
+
+
+@attrs.frozen
 class SwitchConfig:
     count: int = _f("int", "NVSwitch chips", min=1)
     ports: int = _f("int", "NVLink ports per switch chip", min=1)
@@ -249,6 +260,8 @@ class SwitchConfig:
     gpu_link_switch: tuple = _f("int_tuple", "switch index of each of a GPU's links", min=0)
     nvls: NvlsConfig = _f("node", "the switch's multicast and reduction engine (NVLink SHARP)",
                           cls=NvlsConfig)
+    cais: CaisSwitchConfig = _f("node", "the switch's CAIS merge unit (components/cais_merge.py)",
+                                CaisSwitchConfig(), cls=CaisSwitchConfig)
     topology: str = _f("choice", "nvswitch: every GPU's links go to the node's NVSwitch chips "
                        "(gpu_link_switch); bridge_pairs: GPUs 2i and 2i+1 of a node joined by NVLink "
                        "bridges, no NVSwitch", "nvswitch", choices=("nvswitch", "bridge_pairs"))
@@ -361,6 +374,14 @@ class MulticastConfig:
     al_table: str = _f("str", "dynamic object: buffer (control region) holding the AL table: one "
                        "entry per algebraic row and local target (layout row + 1; 0: not placed)",
                        "")
+
+
+@attrs.frozen
+class CaisGroupConfig:
+    buffer: str = _f("str", "the symmetric buffer the group registers (ld.cais / red.cais "
+                     "addresses lie in it, on the home GPU)")
+    gpus: tuple = _f("int_tuple", "the group's GPUs (at least two; empty: every GPU): a merged "
+                     "request is complete once every one of them has sent it", (), min=0)
 
 
 @attrs.frozen
@@ -674,9 +695,10 @@ class BlockConfig:
                      "GEMM, norms and residuals on the sequence shard, ring all-gather before "
                      "each column-parallel GEMM), tp_nvls (NCCL's NVLink SHARP all-reduce: "
                      "multimem.ld_reduce + multimem.st in the switch), sp_nvls (sp_ring with the "
-                     "NVLS reduce-scatter and all-gather), tp_none (t = 1: no collective, the "
-                     "reference)",
-                     "tp_ring", choices=("tp_ring", "sp_ring", "tp_nvls", "sp_nvls", "tp_none"))
+                     "NVLS reduce-scatter and all-gather), cais (sp_ring with CAIS's switch "
+                     "operations: red.cais reduce-scatter, ld.cais all-gather, merged in the "
+                     "switch's merge unit), tp_none (t = 1: no collective, the reference)",
+                     "tp_ring", choices=("tp_ring", "sp_ring", "tp_nvls", "sp_nvls", "cais", "tp_none"))
     tp: int = _f("int", "tensor-parallel degree t: every GPU of the system is one TP rank (must "
                  "equal system.num_gpus and divide heads, hidden and ffn)", 8, min=1)
     tokens: int = _f("int", "tokens in the block (sequence x batch); 0: the model's seq x batch",
@@ -717,6 +739,8 @@ class WorkloadConfig:
     multicast: tuple = _f("list", "NVLink SHARP multicast objects (cuMulticastCreate + BindMem): "
                           "a buffer and a group of GPUs that multimem instructions address",
                           (), cls=MulticastConfig)
+    cais: tuple = _f("list", "CAIS groups (components/cais_merge.py): a buffer and the GPUs whose "
+                     "ld.cais / red.cais to it the switch merges", (), cls=CaisGroupConfig)
     report: tuple = _f("named", "derived results: name -> fields", (), cls=ReportConfig)
     moe: MoeWorkloadConfig = _f("node", "experts served by the MoE-Hub: placement, receive windows",
                                 MoeWorkloadConfig(), cls=MoeWorkloadConfig)

@@ -19,6 +19,7 @@ from ..components.nvlink import EV_CH_ARRIVE, EV_CH_TX, channel_arrival, channel
 from ..components.scheduler import EV_KERNEL_START, kernel_start
 from ..components.sm import EV_LOCAL_DONE, EV_SM_ISSUE, local_done, sm_issue
 from ..components.occupancy import EV_OCCUPANCY_SAMPLE, occupancy_sample
+from ..components.cais_merge import EV_CAIS_TIMEOUT, cais_timeout
 from ..components.packet import PK_MOE, PK_MOE_EOS
 from ..components.switch import EV_XBAR, switch_crossbar, switch_receive
 from .events import Q_SEQ, Q_TICK, TIMER_OFF, TT_INDEX, TT_SEQ, TT_TICK, pop, timer_clear
@@ -68,8 +69,10 @@ def run_loop(st, max_events, headroom, tick_limit):
                 kind, a0 = EV_XBAR, ti - p.tm_xbar
             elif ti < p.tm_rpm:
                 kind, a0 = EV_HUB_TX, ti - p.tm_hub
-            else:
+            elif ti < p.tm_cais:
                 kind, a0 = EV_RPM_TX, ti - p.tm_rpm
+            else:
+                kind, a0 = EV_CAIS_TIMEOUT, ti - p.tm_cais
             st.ev_count[kind] += 1
         else:
             tick, kind, a0, a1 = pop(st)
@@ -106,6 +109,8 @@ def run_loop(st, max_events, headroom, tick_limit):
             dam_tile_ready(st, a0, a1, tick)
         elif kind == EV_OCCUPANCY_SAMPLE:
             occupancy_sample(st, tick)
+        elif kind == EV_CAIS_TIMEOUT:
+            cais_timeout(st, a0, tick)
         if sy.err_code != 0:
             return STATUS_ERROR
         if sy.trace_full != 0:

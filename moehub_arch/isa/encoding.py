@@ -105,11 +105,13 @@ SEM_ST_ROWSP = 23      # (id, row, offset, src_addr, bytes)    store bytes into 
 # several experts on one GPU (bit j of mask: the expert, or allocation id, in register first + j)
 SEM_SEND_EXPERTS = 24     # (first, mask, src_addr, bytes, home, aux)  send_to_expert to each named expert
 SEM_ST_ROWSP_EXPERTS = 25  # (first, mask, row, src_addr, bytes)       st.rowsp of a whole row to each id
-NUM_SEMANTICS = 26
+# CAIS compute-aware in-switch loads and reductions (arXiv 2605.05628; components/cais_merge.py)
+SEM_CAIS = 26          # (gpu, dst, src, bytes)  subop CAIS_*; the address at home GPU `gpu` is src (ld) or dst (red)
+NUM_SEMANTICS = 27
 SEMANTIC_NAMES = (
     "nop", "exit", "alu", "branch", "ld", "st", "copy", "copy2d", "mma", "vec", "put", "get",
     "atom", "flag_set", "wait", "fence", "sleep", "send_to_expert", "claim", "notify", "send_home",
-    "multimem", "rowsp_malloc", "st_rowsp", "send_to_experts", "st_rowsp_experts",
+    "multimem", "rowsp_malloc", "st_rowsp", "send_to_experts", "st_rowsp_experts", "cais",
 )
 # Named operands of each semantic, in slot order, as (name, kind). Kinds: "reg" (a general
 # register written by the instruction), "src" (register, special register, parameter or
@@ -148,6 +150,7 @@ SEMANTIC_OPERANDS = {
                        ("home", "src"), ("aux", "src")),
     SEM_ST_ROWSP_EXPERTS: (("ids", "reg"), ("mask", "src"), ("row", "src"), ("src", "src"),
                            ("bytes", "src")),
+    SEM_CAIS: (("gpu", "src"), ("dst", "src"), ("src", "src"), ("bytes", "src")),
 }
 
 
@@ -241,11 +244,18 @@ MM_DY_ST = 3          # dymultimem.st: local src -> the layout row of each targe
 MM_DY_LD_REDUCE = 4   # dymultimem.ld_reduce.add: local dst = sum over the targets of their rows
 MM_NAMES = ("st", "red", "ld_reduce", "dy_st", "dy_ld_reduce")
 
+# CAIS sub-operations (ld.cais / red.cais: a flag on a load or reduction request; the switch's merge
+# unit merges the same request from the GPUs of a registered group)
+CAIS_LD = 0        # ld.cais: local dst = bytes at src on GPU `gpu` (one memory read for the group)
+CAIS_RED = 1       # red.cais.add: GPU `gpu`'s dst += local src (merged into one partial sum)
+CAIS_NAMES = ("ld", "red")
+
 SUBOP_NAMES = {
     SEM_ALU: ALU_NAMES, SEM_BRANCH: CMP_NAMES, SEM_WAIT: CMP_NAMES, SEM_VEC: VEC_NAMES,
     SEM_ATOM: ATOM_NAMES, SEM_NOTIFY: NOTIFY_NAMES, SEM_MMA: MMA_NAMES, SEM_LD: LD_NAMES,
     SEM_MULTIMEM: MM_NAMES,
     SEM_PUT: PUT_NAMES,
+    SEM_CAIS: CAIS_NAMES,
 }
 # Semantics whose subop may be left out of an ISA entry (it then means the first variant).
 SUBOP_OPTIONAL = (SEM_MMA, SEM_LD, SEM_PUT)

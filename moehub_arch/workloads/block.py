@@ -29,9 +29,19 @@ the TP scheme (`workload.block.scheme`):
   sp_nvls  sequence parallelism as sp_ring, its reduce-scatter the ld_reduce half and its
            all-gather the multimem.st half of the NVLS all-reduce (GPU g owns chunk (g + 1) % t,
            the same shard as sp_ring's).
+  cais     CAIS's memory-semantic switch operations (arXiv 2605.05628; workloads/kernels/tp/cais.s
+           kernel cais_tp_collective, lib/cais_collectives.s, the switch's merge unit
+           components/cais_merge.py) in sp_ring's dataflow: the reduce-scatter after each
+           row-parallel GEMM pushes every rank's partial sums home with red.cais (merged in the
+           switch, posted: no round trip per slice), the norm and residual work on this GPU's
+           shard, and the all-gather pulls every shard with ld.cais (one read of the home per
+           line, fanned out). The block registers each collective's output as a CAIS group
+           (workload.cais). Not modelled: CAIS's fusion of the collectives into the GEMMs'
+           thread blocks (the GEMM-RS -> norm -> AG-GEMM dataflow at thread-block level), its
+           group sync table and throttling; the collectives are kernels of their own.
   tp_none  t = 1: no collective, the reference without communication.
-Not built: the in-switch schemes t3 and cais, the training backward pass, GeLU MLPs (every
-model's FFN is SwiGLU here), rotary embeddings.
+Not built: the in-switch scheme t3, the training backward pass, GeLU MLPs (every model's FFN is
+SwiGLU here), rotary embeddings.
 
 Kernels run stream-ordered on every GPU, so each starts system.gpu.kernel_launch_latency after
 its predecessor ends (system.block.launch_gaps_us reports that time; CUDA graphs would shrink it).
@@ -52,14 +62,15 @@ import attrs
 import numpy as np
 
 from ..config.loader import ConfigError, _display, _read_yaml
-from ..config.schema import BufferConfig, LaunchConfig, MulticastConfig
+from ..config.schema import BufferConfig, CaisGroupConfig, LaunchConfig, MulticastConfig
 from ..paths import data_root
 from .layer import GEMM_JOB_ELEMENTS, LayerError, unslice_weights
 
 COMMON_KERNELS = "workloads/kernels/common/moe_common.s"
 TP_KERNELS = "workloads/kernels/tp/allreduce_ring.s"
 NVLS_KERNELS = "workloads/kernels/tp/allreduce_nvls.s"
-SP_SCHEMES = ("sp_ring", "sp_nvls")         # sequence parallelism: norms and residuals sharded
+CAIS_KERNELS = "workloads/kernels/tp/cais.s"
+SP_SCHEMES = ("sp_ring", "sp_nvls", "cais")  # sequence parallelism: norms and residuals sharded
 NVLS_SCHEMES = ("tp_nvls", "sp_nvls")       # collectives in the switch (multimem)
 TRANSFORMER_KERNELS = "workloads/kernels/tp/transformer.s"
 BLOCK_DIR = "workloads/blocks"
@@ -215,7 +226,7 @@ def block_shape(cfg):
         raise BlockError(f"{KEY}.scheme: {b.scheme} shards the norms and residuals of kinds "
                          f"attention and transformer over t > 1 GPUs (here kind {b.kind}, tp {t}); "
                          f"use tp_ring, tp_nvls or tp_none")
-    if b.scheme in NVLS_SCHEMES and t == 1:
+    if b.scheme in NVLS_SCHEMES + ("cais",) and t == 1:
         raise BlockError(f"{KEY}.scheme: {b.scheme} reduces in the NVSwitch over a multicast "
                          f"group of t > 1 GPUs, but {KEY}.tp is 1; use tp_none")
     for name, v in (("heads", m.heads), ("hidden", m.hidden), ("ffn", m.ffn)):
@@ -235,7 +246,8 @@ def block_shape(cfg):
         raise BlockError(f"{KEY}.allreduce_channels: the all-reduce of {tokens} x {m.hidden} "
                          f"elements must split evenly into {P} chunks x {C} channels; use a "
                          f"channel count that divides {elems // P if elems % P == 0 else elems}")
-    sl = _ring_slice(share, b.nvls_slice if b.scheme in NVLS_SCHEMES else b.allreduce_slice)
+    sl = _ring_slice(share, b.nvls_slice if b.scheme in NVLS_SCHEMES + ("cais",)
+                     else b.allreduce_slice)
     extra = {}
     if b.kind != "ffn":
         extra = _attention_shape(b, m, t, tokens, b.scheme in SP_SCHEMES)
@@ -296,10 +308,14 @@ class TransformerBlock:
         self.ring = scheme == "tp_ring" and s.tp > 1
         self.sp = scheme in SP_SCHEMES
         self.nvls = scheme in NVLS_SCHEMES
+        self.cais = scheme == "cais"
         self.buffers, self.launches, self.phases, self.multicast = [], [], [], []
+        self.cais_groups = []
         self.kernel_files = [COMMON_KERNELS]
         if self.nvls:
             self.kernel_files.append(NVLS_KERNELS)
+        elif self.cais:
+            self.kernel_files.append(CAIS_KERNELS)
         elif self.ring or self.sp:
             self.kernel_files.append(TP_KERNELS)
         if s.kind != "ffn":
@@ -348,11 +364,26 @@ class TransformerBlock:
                          ("shift", int(self.sp))))
         return out
 
+    def _cais(self, phase, src, out, suffix):
+        """A CAIS collective (lib/cais_collectives.s): phase 1 reduce-scatter (src -> out, this
+        GPU's chunk), 2 all-gather (in place in out)."""
+        s = self.shape
+        T, H, C = s.tokens, s.hidden, s.channels
+        if out not in (g.buffer for g in self.cais_groups):
+            self.cais_groups.append(CaisGroupConfig(buffer=out))   # red.cais / ld.cais address it
+        self._buffer(f"flags{suffix}", C * s.tp * 8, region="control", dtype="i64")
+        self._launch(("allreduce", "reduce_scatter", "all_gather")[phase], "cais_tp_collective",
+                     C, (("send", f"@{src}"), ("recv", f"@{out}"), ("flags", f"@flags{suffix}"),
+                         ("elems", T * H), ("slice", s.slice), ("phase", phase), ("shift", 1)))
+        return out
+
     def _ring_half(self, phase, src, out, suffix):
         """Sequence parallelism's collectives: phase 1 reduce-scatter (src -> out), 2 all-gather
         (in place in out)."""
         if self.nvls:
             return self._nvls(phase, src, out, suffix)
+        if self.cais:
+            return self._cais(phase, src, out, suffix)
         s = self.shape
         T, H, P, C = s.tokens, s.hidden, s.tp, s.channels
         if phase == 1:
@@ -475,7 +506,8 @@ class TransformerBlock:
         wl = attrs.evolve(cfg.workload, buffers=tuple(cfg.workload.buffers) + tuple(self.buffers),
                           launches=tuple(cfg.workload.launches) + tuple(self.launches),
                           kernel_files=tuple(cfg.workload.kernel_files) + tuple(files),
-                          multicast=tuple(cfg.workload.multicast) + tuple(self.multicast))
+                          multicast=tuple(cfg.workload.multicast) + tuple(self.multicast),
+                          cais=tuple(cfg.workload.cais) + tuple(self.cais_groups))
         return attrs.evolve(cfg, workload=wl)
 
     # ---- functional inputs -------------------------------------------------------------------
@@ -604,7 +636,8 @@ class TransformerBlock:
 
         def combine(parts):
             parts = np.stack([p.reshape(-1) for p in parts])
-            if self.nvls:
+            if self.nvls or self.cais:
+                # the merge unit's order is NVLS's (components/cais_merge.py)
                 return nvls_allreduce_reference(parts, bf16=True).reshape(T, H)
             return (ring_allreduce_reference(parts, bf16=True) if self.ring or self.sp
                     else parts[0]).reshape(T, H)

@@ -1,0 +1,894 @@
+"""CAIS merge unit: the NVSwitch block that merges the same load or reduction request from the GPUs
+of a group (CAIS, compute-aware in-switch computing for tensor parallelism, arXiv 2605.05628).
+
+CAIS gives loads and reductions memory semantics in the switch: a GPU's `ld.cais` / `red.cais`
+is an ordinary remote request carrying a flag, so a GEMM's thread blocks can load their operand or
+reduce their output through the switch with no separate collective kernel. Requests to one address
+are hashed to one switch (here: the address's 128 B line picks the link index, the same on every
+GPU, whose switch takes it), where the merge unit looks the request up by address and type in a
+merging table:
+
+- ld.cais (PK_CAIS_LD, header only): a miss allocates an entry in state Load-Wait and sends one
+  read (PK_CAIS_READ) to the home GPU; hits while it waits register as waiters. The home's data
+  (PK_CAIS_DATA, response channel) makes the entry Load-Ready: the switch sends a reply
+  (PK_CAIS_REPLY) to every waiter, and later hits are answered from the table. The entry frees
+  once every GPU of the group has asked (the merge counter reaches the group size).
+- red.cais (PK_CAIS_RED, data): a miss allocates an entry in state Reduction holding the
+  contribution as an FP32 partial sum; hits add into it. The last of the group's contributions
+  sends the sum home once (PK_CAIS_WRITE); the home adds it into its memory (rounded once to the
+  element type) and answers every contributor (one write response each: a red.cais completes at
+  `fence` when its sum is in home memory).
+- A full table evicts its least recently used Reduction or Load-Ready entry (LRU): a partial sum
+  goes home as a write (the home adds it: the result is the same sum, reduced in another order),
+  a served load is dropped (a later request reads home memory again). Load-Wait entries are never
+  evicted; if every entry waits, the input port's request channel waits for one to free
+  (back-pressure, nothing dropped).
+- Every entry has a timer (system.switch.cais.timeout): a partial sum older than that is written
+  home, a Load-Ready entry is dropped, so a group member that never sends cannot hold the table.
+- A GPU that sends a second contribution to an address whose entry already holds one of its own
+  (its request tag slot is taken) first flushes that entry home (a `conflict`).
+
+Table capacity: system.switch.cais.entries_per_port entries (one request line,
+system.nvlink.store_packet_bytes, each: CAIS's 40 KB / 320 entries per port) for every switch port
+toward a home GPU; a switch's ports toward one GPU share one table (the same-address requests
+of that GPU's lines meet there). A partial sum on its way home keeps its data in a write-back slot
+beside the table (a slot per packet the output queues and links toward the home can hold) until
+the home has it; it no longer counts against the table.
+
+Modelling choices (assumptions, CAIS publishes no finer detail): the switch's adders keep pace
+with the links (no reduction cost beyond the traversal); the home's own request also goes through
+the switch (the merge counter counts every member, like NVLS's multimem source); one entry holds
+one request line: cais requests are cut into lines of store_packet_bytes and never travel as
+packet trains. Functional mode: an entry keeps each contribution's bytes (read when it reaches the
+switch, as a put's are when delivered) and the partial sum is FP32 accumulation over the
+contributors in rank order, added into the home's memory with one rounding to the element type -
+the order of NVLS's reductions (nvls.py, reference.nvls_allreduce_reference), so a run without
+evictions or timeouts is bit-identical to that reference. The hardware adds in arrival order; any
+order stays within that reference's bound ((t - 1) 2^-24 sum|x_i| plus one rounding), and each
+eviction or timeout of a line adds one more rounding at the home. A load's reply copies the
+home's bytes when it is delivered.
+
+Merging-aware thread-block coordination (groups of matching thread blocks, the group sync table,
+throttling of GPUs that run ahead) and the dataflow plan are not modelled here: the merge unit
+merges whatever requests meet in its table, and `request_skew` shows how far apart the GPUs'
+requests for one address came.
+"""
+import numpy as np
+from ..engine.jit import compiled
+
+from ..engine.events import timer_clear, timer_set
+from ..engine.state import ROUTE_FIRST, ROUTE_N
+from ..isa.encoding import DT_BF16, DT_NONE
+from .elements import load_f32, store_f32
+from .hbm import hbm_access, hbm_backed
+from .nvlink import credit_return_vc, pick_switch_output, txq_push, txq_room
+from .packet import (PK_CAIS_DATA, PK_CAIS_LD, PK_CAIS_READ, PK_CAIS_REPLY, PK_CAIS_WRITE,
+                     VC_REQUEST, VC_RESPONSE, header_flits, packet_alloc, packet_flits, packet_vc)
+from .wakeups import hub_kick_response, xbar_kick
+from .block import Array, Block, Event, Param, Record, Stat, StatGroup, Timer, counters, fields
+
+EV_CAIS_TIMEOUT = 11   # a0 = merge table: its timer (a component timer per table) expired
+
+CAIS_SENT = -1         # cais_switch: the input packet is consumed (as nvls.NVLS_SENT)
+CAIS_TABLE_FULL = -2   # cais_switch: no entry can be freed now: the request channel waits
+
+E_FREE, E_RED, E_LD_WAIT, E_LD_READY, E_FLUSH = range(5)   # entry states
+GRP_BASE, GRP_BYTES, GRP_MASK, GRP_MEMBERS = range(4)      # columns of State.cais_groups
+# columns of State.cais_tab, one row per table (switch x home GPU)
+(T_BASE, T_SLOTS, T_CAP, T_USED, T_PEAK, T_ALLOCS, T_MERGES, T_EVICTIONS, T_TIMEOUTS,
+ T_CONFLICTS, T_READS, T_WRITES, T_REPLIES, T_DONE, T_SKEW_SUM, T_SKEW_MAX, T_WAITERS,
+ T_FULL_STALLS, T_TIMER, T_NLIVE, T_NFREE) = range(21)
+TAB_COLUMNS = 21
+
+
+def _on(cfg):
+    return len(cfg.workload.cais) > 0
+
+
+def _tables(cfg):
+    return cfg.system.switch.count * cfg.system.nodes.count * cfg.system.num_gpus if _on(cfg) else 1
+
+
+def _writeback_slots(cfg):
+    """Write-back slots per switch port: the writes its output queue, link and the home's receive
+    buffer can hold at once (each at least one flit)."""
+    nv = cfg.system.nvlink
+    return cfg.system.switch.output_queue_packets + nv.rx_buffer_flits + 1
+
+
+def _entries(cfg):
+    """Entries of all tables: every GPU link ends at one switch port toward that GPU."""
+    if not _on(cfg):
+        return 1
+    ports = cfg.system.num_gpus * cfg.system.nvlink.links_per_gpu
+    return ports * (cfg.system.switch.cais.entries_per_port + _writeback_slots(cfg))
+
+
+def _line(cfg):
+    return min(cfg.system.nvlink.store_packet_bytes, cfg.system.nvlink.max_payload_bytes)
+
+
+def _acc_shape(cfg):
+    """The contributions an entry holds, one request line per GPU (functional mode only)."""
+    if not _on(cfg) or cfg.workload.mode != "functional":
+        return (1, 1)
+    return (_entries(cfg), cfg.system.num_gpus * (_line(cfg) // 8) + 1)
+
+
+def _rdq_depth(cfg):
+    return cfg.system.nvlink.links_per_gpu * cfg.system.nvlink.rx_buffer_flits + 1 if _on(cfg) else 1
+
+
+def cais_group_rows(cfg, buffers):
+    """Rows of State.cais_groups (base, bytes, member mask, members) from workload.cais; raises
+    ValueError naming the key for a bad group."""
+    G = cfg.system.num_gpus
+    rows = []
+    for i, o in enumerate(cfg.workload.cais):
+        where = f"workload.cais[{i}]"
+        if o.buffer not in buffers:
+            raise ValueError(f"{where}.buffer: no buffer '{o.buffer}' (workload.buffers: "
+                             f"{', '.join(sorted(buffers)) or 'none'})")
+        gpus = sorted(set(o.gpus)) if o.gpus else list(range(G))
+        bad = [g for g in gpus if g >= G]
+        if bad:
+            raise ValueError(f"{where}.gpus: GPU(s) {bad} out of range (system.num_gpus = {G})")
+        if len(gpus) < 2:
+            raise ValueError(f"{where}.gpus: a CAIS group needs at least two GPUs, found {gpus}")
+        if G > 62:
+            raise ValueError(f"{where}: member masks hold at most 62 GPUs (system.num_gpus = {G})")
+        b = buffers[o.buffer]
+        rows.append((b.addr, b.nbytes, sum(1 << g for g in gpus), len(gpus)))
+    return rows
+
+
+def _tab(st, col):
+    return st.cais_tab[:, col]
+
+
+def check_cais(sim, out):
+    """Every entry freed, every partial sum home, every load answered."""
+    st = sim.state
+    if int(st.p[0].cais_groups) == 0:
+        return
+    gp, tab = st.gpu, st.cais_tab
+    out.check(st.cais_entry.state == E_FREE, "CAIS merge-table entries still held",
+              lambda e: f"entry {e} (state {int(st.cais_entry[e].state)}, address "
+                        f"{int(st.cais_entry[e].addr)}, home GPU {int(st.cais_entry[e].home)})")
+    out.equal("red.cais contributions written home vs sent by the GPUs",
+              gp.cais_contribs_rx.sum(), gp.cais_red_tx.sum())
+    out.equal("ld.cais replies received vs requests sent", gp.cais_replies_rx.sum(),
+              gp.cais_ld_tx.sum())
+    out.equal("merge-unit reads served by the homes vs sent by the switches",
+              gp.cais_reads_rx.sum(), tab[:, T_READS].sum())
+    out.equal("merge-unit read data sent by the homes vs reads served", gp.cais_data_tx.sum(),
+              gp.cais_reads_rx.sum())
+    out.equal("merged writes received by the homes vs sent by the switches",
+              gp.cais_writes_rx.sum(), tab[:, T_WRITES].sum())
+    out.empty(gp.cais_rdq_count, "merge-unit reads still held by homes",
+              lambda g: f"system.gpu{g}", " read(s)")
+
+
+def cais_findings(sim):
+    """Input ports waiting for a merge-table entry (the stuck-run report)."""
+    st = sim.state
+    res = []
+    if int(st.p[0].cais_groups) == 0:
+        return res
+    for c in range(st.ch.shape[0]):
+        t = int(st.ch[c].cais_wait_tab) - 1
+        if t >= 0:
+            res.append(f"system.switch{int(st.ch[c].switch)}.port{int(st.ch[c].port)}: ld.cais / "
+                       f"red.cais waits for a merge-table entry toward GPU "
+                       f"{t % int(st.p[0].num_gpus)} ({int(st.cais_tab[t, T_USED])} of "
+                       f"{int(st.cais_tab[t, T_CAP])} in use, none evictable; "
+                       f"system.switch.cais.entries_per_port)")
+    return res
+
+
+@compiled
+def cais_start(st):
+    """Lay out one table per (switch, home GPU) the switch reaches directly: entries_per_port
+    entries (plus write-back slots) per port toward that GPU."""
+    p = st.p[0]
+    if p.cais_groups == 0:
+        return
+    G = p.num_gpus
+    base = 0
+    for s in range(p.num_switches):
+        for h in range(G):
+            t = s * G + h
+            route = st.sw_routes[t]
+            n = route[ROUTE_N]
+            direct = 0
+            for k in range(n):
+                o = st.ch[route[ROUTE_FIRST + k]]
+                if o.to_switch == 0 and o.gpu == h:
+                    direct += 1
+            st.cais_tab[t, T_BASE] = base
+            st.cais_tab[t, T_CAP] = direct * p.cais_entries_per_port
+            slots = direct * (p.cais_entries_per_port + p.cais_writeback_slots)
+            if base + slots > st.cais_entry.shape[0]:
+                slots = st.cais_entry.shape[0] - base   # (every GPU link is one port: cannot happen)
+            st.cais_tab[t, T_SLOTS] = slots
+            for i in range(slots):
+                st.cais_free[base + i] = base + slots - 1 - i
+            st.cais_tab[t, T_NFREE] = slots
+            base += slots
+
+
+def _stats_on(st):
+    return int(st.p[0].cais_groups) > 0
+
+
+def _home_sum(col):
+    """A table counter of the tables toward GPU i.g (all switches), summed."""
+    return lambda i: int(i.st.cais_tab[i.g::int(i.p.num_gpus), col].sum())
+
+
+def _skew_mean(tab):
+    done = int(tab[:, T_DONE].sum())
+    return int(tab[:, T_SKEW_SUM].sum()) / done if done else 0.0
+
+
+BLOCK = Block(
+    "cais_merge", __doc__.split("\n\n")[0],
+    params=(
+        Param("cais_groups", "workload.cais", "groups", "registered CAIS groups",
+              lambda cfg: len(cfg.workload.cais), "config: workload.cais"),
+        Param("cais_entries_per_port", "system.switch.cais.entries_per_port", "entries",
+              "merge-table entries per switch port toward a GPU",
+              lambda cfg: cfg.system.switch.cais.entries_per_port,
+              "config: system.switch.cais.entries_per_port (CAIS arXiv 2605.05628: 320 per port)"),
+        Param("cais_timeout_ticks", "system.switch.cais.timeout", "ps", "merge-table entry timer",
+              lambda cfg: cfg.system.switch.cais.timeout,
+              "config: system.switch.cais.timeout (assumption: CAIS gives no value)"),
+        Param("cais_writeback_slots", "", "slots", "write-back slots per port",
+              _writeback_slots, "derived: output_queue_packets + rx_buffer_flits + 1 (the writes "
+              "a port's queue, link and the home's buffer hold)"),
+    ),
+    records=(Record("cais_entry", "merge-table entries of every switch (tables: State.cais_tab)",
+                    count=_entries),),
+    arrays=(Array("cais_groups", "CAIS groups: base, bytes, member mask, members (builder)",
+                  lambda cfg: (max(1, len(cfg.workload.cais)), 4)),
+            Array("cais_tab", "one row per merge table (switch x home GPU): layout and counters "
+                  "(T_* columns)", lambda cfg: (_tables(cfg), TAB_COLUMNS)),
+            Array("cais_req", "per entry and member: its request (red: to answer; ld: to reply)",
+                  lambda cfg: (_entries(cfg), cfg.system.num_gpus if _on(cfg) else 1), fill=-1),
+            Array("cais_dst", "per entry and member: where a waiting load's reply is written",
+                  lambda cfg: (_entries(cfg), cfg.system.num_gpus if _on(cfg) else 1)),
+            Array("cais_acc", "FP32 partial sums of the entries (functional mode)", _acc_shape),
+            Array("cais_live", "per table (from its base): the entries in use (a list; T_NLIVE)",
+                  lambda cfg: (_entries(cfg),)),
+            Array("cais_free", "per table (from its base): its free slots (a stack; T_NFREE)",
+                  lambda cfg: (_entries(cfg),)),
+            Array("cais_rdq", "a home's merge-unit reads whose data waits to leave (FIFO)",
+                  lambda cfg: (cfg.system.num_gpus if _on(cfg) else 1, _rdq_depth(cfg)))),
+    fields=fields("cais_entry", ("state", "E_* above"), ("addr", "address at the home"),
+                  ("home", "home GPU"), ("tab", "its table"), ("group", "CAIS group"),
+                  ("elem", "element type (red)"), ("line", "request line bytes"),
+                  ("count", "merge counter: requests merged"), ("mask", "GPUs merged"),
+                  ("served", "ld: GPUs answered"), ("timer_at", "when its timer expires"),
+                  ("first", "tick of the first request"), ("last", "tick of the latest"),
+                  ("use", "LRU stamp"), ("pos", "its place in the table's live list"))
+    + fields("ch", ("cais_wait_tab", "1 + the table this input's request channel waits on (0: none)"),
+             ("cais_wait_since", ""))
+    + fields("gpu", ("cais_ld_tx", ""), ("cais_red_tx", ""), ("cais_replies_rx", ""),
+             ("cais_reads_rx", ""), ("cais_data_tx", ""), ("cais_writes_rx", ""),
+             ("cais_contribs_rx", ""), ("cais_rdq_head", "read-data FIFO (State.cais_rdq)"),
+             ("cais_rdq_count", ""))
+    + fields("sys", ("cais_clock", "LRU stamps handed out")),
+    stats=(
+        StatGroup("gpu", "cais", counters((
+            ("ld_requests", "cais_ld_tx", "packets", "ld.cais request lines sent"),
+            ("red_requests", "cais_red_tx", "packets", "red.cais contribution lines sent"),
+            ("replies_received", "cais_replies_rx", "packets", "ld.cais replies written here"),
+            ("home_reads", "cais_reads_rx", "packets", "merge-unit reads of this GPU's memory"),
+            ("home_writes", "cais_writes_rx", "packets", "merged partial sums added into this "
+             "GPU's memory"),
+            ("home_contributions", "cais_contribs_rx", "count", "red.cais contributions those "
+             "writes carried"),
+        )) + (
+            Stat("table_peak", "entries", "peak entries in use of the switches' tables toward this "
+                 "GPU (largest over switches)",
+                 lambda i: int(i.st.cais_tab[i.g::int(i.p.num_gpus), T_PEAK].max())),
+            Stat("merges", "count", "requests toward this GPU merged into an existing entry",
+                 _home_sum(T_MERGES)),
+            Stat("evictions", "count", "LRU evictions in the tables toward this GPU",
+                 _home_sum(T_EVICTIONS)),
+            Stat("timeouts", "count", "entries toward this GPU flushed by their timer",
+                 _home_sum(T_TIMEOUTS)),
+        ), enabled=_stats_on),
+        StatGroup("system", "cais", (
+            Stat("table_peak", "entries", "largest peak of any merge table (switch x home GPU)",
+                 lambda i: int(i.st.cais_tab[:, T_PEAK].max())),
+            Stat("table_peak_per_port", "entries", "that peak per port of its table "
+                 "(system.switch.cais.entries_per_port)",
+                 lambda i: max((int(r[T_PEAK]) * int(i.p.cais_entries_per_port) // int(r[T_CAP])
+                                for r in i.st.cais_tab if int(r[T_CAP]) > 0), default=0)),
+            Stat("table_peak_bytes_per_port", "bytes", "that peak in bytes (entries x request line)",
+                 lambda i: max((int(r[T_PEAK]) * int(i.p.cais_entries_per_port) // int(r[T_CAP])
+                                for r in i.st.cais_tab if int(r[T_CAP]) > 0), default=0)
+                 * int(i.p.store_payload)),
+            Stat("allocations", "count", "entries allocated", lambda i: int(_tab(i.st, T_ALLOCS).sum())),
+            Stat("merges", "count", "requests merged into an existing entry",
+                 lambda i: int(_tab(i.st, T_MERGES).sum())),
+            Stat("evictions", "count", "LRU evictions (partial sums sent home, served loads dropped)",
+                 lambda i: int(_tab(i.st, T_EVICTIONS).sum())),
+            Stat("timeouts", "count", "entries flushed by their timer",
+                 lambda i: int(_tab(i.st, T_TIMEOUTS).sum())),
+            Stat("conflicts", "count", "entries flushed because a GPU sent a second contribution",
+                 lambda i: int(_tab(i.st, T_CONFLICTS).sum())),
+            Stat("memory_reads", "packets", "reads of home memory for ld.cais",
+                 lambda i: int(_tab(i.st, T_READS).sum())),
+            Stat("home_writes", "packets", "partial sums written home (merged, evicted, timed out)",
+                 lambda i: int(_tab(i.st, T_WRITES).sum())),
+            Stat("replies", "packets", "ld.cais replies sent", lambda i: int(_tab(i.st, T_REPLIES).sum())),
+            Stat("full_stalls", "count", "times a request waited for a merge-table entry",
+                 lambda i: int(_tab(i.st, T_FULL_STALLS).sum())),
+            Stat("complete_groups", "count", "entries every GPU of the group reached",
+                 lambda i: int(_tab(i.st, T_DONE).sum())),
+            Stat("request_skew_mean", "ps", "mean time from the first to the last GPU's request "
+                 "of a complete entry", lambda i: _skew_mean(i.st.cais_tab)),
+            Stat("request_skew_max", "ps", "largest such time",
+                 lambda i: int(_tab(i.st, T_SKEW_MAX).max())),
+        ), enabled=_stats_on),
+    ),
+    events=(Event("cais_timeout", EV_CAIS_TIMEOUT, "a merge table's timer expired (its earliest "
+                  "entry timer)", enabled=_stats_on),),
+    timers=(Timer("cais", EV_CAIS_TIMEOUT, _tables, "one per merge table: its earliest entry "
+                  "timer"),),
+    checks=(check_cais,),
+    findings=(cais_findings,),
+    start=(cais_start,),
+)
+
+
+# ------------------------------------------------------------------------------ the SM side
+@compiled
+def cais_group(st, g, home, addr, nbytes):
+    """The CAIS group holding [addr, addr + nbytes) with both GPU g and the home; -1 if none."""
+    for k in range(st.p[0].cais_groups):
+        o = st.cais_groups[k]
+        if (addr >= o[GRP_BASE] and addr + nbytes <= o[GRP_BASE] + o[GRP_BYTES]
+                and (o[GRP_MASK] >> g) & 1 and (o[GRP_MASK] >> home) & 1):
+            return k
+    return -1
+
+
+@compiled
+def cais_element_bytes(dtype):
+    if dtype == DT_NONE:
+        return 1
+    return 2 if dtype == DT_BF16 else 4
+
+
+@compiled
+def cais_uplink(st, g, home, addr):
+    """GPU g's link for a request line at `addr` of GPU `home`: one on the switch the line hashes
+    to (the switch of link (addr / line) mod links: the same switch from every GPU), the first
+    with request-queue room; -1 if none has room (the hub waits for a dequeue)."""
+    p = st.p[0]
+    route = st.gpu_routes[g * p.num_gpus + home]
+    n = route[ROUTE_N]
+    s = st.ch[route[ROUTE_FIRST + (addr // p.store_payload) % n]].switch
+    for k in range(n):
+        c = route[ROUTE_FIRST + k]
+        if st.ch[c].switch == s and txq_room(st, c, VC_REQUEST):
+            return c
+    return -1
+
+
+# ------------------------------------------------------------------------------ the switch
+@compiled
+def cais_switch(st, c, pkt, tick):
+    """The head packet of switch input c is a CAIS request (PK_CAIS_LD, PK_CAIS_RED) or a home's
+    data for a merged load (PK_CAIS_DATA). Returns CAIS_SENT when it is consumed, CAIS_TABLE_FULL
+    when the request channel must wait for a table entry, g to wait for room in a request-channel
+    output toward GPU g, or num_gpus + g for a response-channel output toward g."""
+    k = st.pk[pkt].kind
+    if k == PK_CAIS_DATA:
+        return _data_fanout(st, c, pkt, tick)
+    if k == PK_CAIS_LD:
+        return _ld_request(st, c, pkt, tick)
+    return _red_request(st, c, pkt, tick)
+
+
+@compiled
+def _scan(st, t, addr, nbytes, want_red):
+    """Look the request up in table t (its live entries): (matching entry, the free slot to use,
+    the LRU evictable entry), each -1 if none."""
+    hit = -1
+    victim = -1
+    best = -1
+    tab = st.cais_tab[t]
+    base = tab[T_BASE]
+    for i in range(base, base + tab[T_NLIVE]):
+        e = st.cais_live[i]
+        en = st.cais_entry[e]
+        s = en.state
+        if en.addr == addr and en.line == nbytes and (s == E_RED) == want_red:
+            hit = e
+        if (s == E_RED or s == E_LD_READY) and (victim < 0 or en.use < best):
+            victim = e
+            best = en.use
+    free = st.cais_free[base + tab[T_NFREE] - 1] if tab[T_NFREE] > 0 else -1
+    return hit, free, victim
+
+
+@compiled
+def _touch(st, en):
+    sy = st.sys[0]
+    en.use = sy.cais_clock
+    sy.cais_clock += 1
+
+
+@compiled
+def _alloc(st, t, e, pk, home, tick, state):
+    """Entry e of table t takes the request in packet pk (the first of its address)."""
+    p = st.p[0]
+    en = st.cais_entry[e]
+    tab = st.cais_tab[t]
+    tab[T_NFREE] -= 1                       # e is the free stack's top (_scan)
+    en.pos = tab[T_BASE] + tab[T_NLIVE]
+    st.cais_live[en.pos] = e
+    tab[T_NLIVE] += 1
+    en.state = state
+    en.addr = pk.addr
+    en.home = home
+    en.tab = t
+    en.group = pk.mm_obj
+    en.elem = pk.mm_dtype
+    en.line = pk.payload if state == E_RED else pk.value
+    en.count = 1
+    en.mask = 1 << pk.src
+    en.served = 0
+    en.first = tick
+    en.last = tick
+    en.timer_at = tick + p.cais_timeout_ticks
+    _touch(st, en)
+    for m in range(p.num_gpus):
+        st.cais_req[e, m] = -1
+    st.cais_req[e, pk.src] = pk.req
+    tab[T_USED] += 1
+    tab[T_ALLOCS] += 1
+    if tab[T_USED] > tab[T_PEAK]:
+        tab[T_PEAK] = tab[T_USED]
+    _arm(st, t, en.timer_at, tick)
+
+
+@compiled
+def _release(st, e, tick):
+    """Entry e leaves the table (state set: freed, or a write-back on its way home)."""
+    en = st.cais_entry[e]
+    t = en.tab
+    tab = st.cais_tab[t]
+    tab[T_NLIVE] -= 1
+    last = st.cais_live[tab[T_BASE] + tab[T_NLIVE]]
+    st.cais_live[en.pos] = last
+    st.cais_entry[last].pos = en.pos
+    if en.state == E_FREE:
+        _free_slot(st, e)
+    st.cais_tab[t, T_USED] -= 1
+    if st.cais_tab[t, T_USED] == 0 and st.cais_tab[t, T_TIMER] != 0:
+        # an empty table's timer has nothing to time (it would only prolong the run)
+        st.cais_tab[t, T_TIMER] = 0
+        timer_clear(st, st.p[0].tm_cais + t)
+    _wake_table(st, t, tick)
+
+
+@compiled
+def _free_slot(st, e):
+    tab = st.cais_tab[st.cais_entry[e].tab]
+    st.cais_free[tab[T_BASE] + tab[T_NFREE]] = e
+    tab[T_NFREE] += 1
+
+
+@compiled
+def _complete(st, en):
+    """Every GPU of the group reached the entry: its request skew."""
+    tab = st.cais_tab[en.tab]
+    skew = en.last - en.first
+    tab[T_DONE] += 1
+    tab[T_SKEW_SUM] += skew
+    if skew > tab[T_SKEW_MAX]:
+        tab[T_SKEW_MAX] = skew
+
+
+@compiled
+def _wait_table(st, c, t, tick):
+    ch = st.ch[c]
+    if ch.cais_wait_tab == 0:
+        ch.cais_wait_tab = t + 1
+        ch.cais_wait_since = tick
+        st.cais_tab[t, T_WAITERS] += 1
+        st.cais_tab[t, T_FULL_STALLS] += 1
+    return CAIS_TABLE_FULL
+
+
+@compiled
+def _wake_table(st, t, tick):
+    """An entry of table t freed (or changed state): input ports waiting on it try again."""
+    if st.cais_tab[t, T_WAITERS] == 0:
+        return
+    st.cais_tab[t, T_WAITERS] = 0
+    for c in range(st.ch.shape[0]):
+        ch = st.ch[c]
+        if ch.cais_wait_tab == t + 1:
+            ch.cais_wait_tab = 0
+            ch.xbar_blocked = 0
+            ch.xbar_blocked_ticks += tick - ch.xbar_blocked_since
+            xbar_kick(st, c, tick)
+
+
+@compiled
+def _accumulate(st, e, pk):
+    """Functional mode: the entry keeps the contribution's bytes (the sum is formed in rank order
+    when it reaches home: see the module docstring)."""
+    n = pk.payload
+    if st.cais_acc.shape[1] <= 1 or not hbm_backed(st, pk.src_addr, n):
+        return
+    line = st.p[0].store_payload
+    held = st.cais_acc[e].view(np.uint8)
+    src = st.hbm_mem[pk.src, pk.src_addr:pk.src_addr + n]
+    for i in range(n):
+        held[pk.src * line + i] = src[i]
+
+
+@compiled
+def _send_write(st, e, out, tick):
+    """Entry e's partial sum goes home on output `out` (it keeps its data, in a write-back slot,
+    until the home has it)."""
+    p = st.p[0]
+    en = st.cais_entry[e]
+    q = packet_alloc(st)
+    qk = st.pk[q]
+    qk.kind = PK_CAIS_WRITE
+    qk.req = -1
+    qk.src = en.home
+    qk.dst = en.home
+    qk.addr = en.addr
+    qk.src_addr = 0
+    qk.payload = en.line
+    qk.value = en.count
+    qk.flits, qk.npk = packet_flits(st, en.line, p.store_payload)
+    qk.mm_entry = e
+    qk.mm_dtype = en.elem
+    qk.mm_obj = en.group
+    qk.ready = tick
+    st.cais_tab[en.tab, T_WRITES] += 1
+    en.state = E_FLUSH
+    txq_push(st, out, q, tick)
+    _release(st, e, tick)
+
+
+@compiled
+def _reply(st, e, m, req, dst_addr, out, tick):
+    """A merged load's reply to GPU m (its request req, written at its dst_addr)."""
+    p = st.p[0]
+    en = st.cais_entry[e]
+    q = packet_alloc(st)
+    qk = st.pk[q]
+    qk.kind = PK_CAIS_REPLY
+    qk.req = req
+    qk.src = en.home
+    qk.dst = m
+    qk.addr = dst_addr
+    qk.src_addr = en.addr
+    qk.payload = en.line
+    qk.value = 0
+    qk.flits, qk.npk = packet_flits(st, en.line, p.store_payload)
+    qk.mm_entry = -1
+    qk.ready = tick
+    st.cais_tab[en.tab, T_REPLIES] += 1
+    txq_push(st, out, q, tick)
+
+
+@compiled
+def _make_room(st, t, s, h, free, victim, tick):
+    """A miss in a full table t: evict the LRU entry (a partial sum goes home on an output toward
+    h). Returns the free slot to use, or a wait code (< -2 never; see cais_switch) as -(code+10)."""
+    en = st.cais_entry[victim]
+    if en.state == E_RED:
+        out = pick_switch_output(st, s, h, VC_REQUEST)
+        if out < 0:
+            return -(h + 10)
+        _send_write(st, victim, out, tick)
+    else:
+        en.state = E_FREE
+        _release(st, victim, tick)
+        free = victim
+    st.cais_tab[t, T_EVICTIONS] += 1
+    return free
+
+
+@compiled
+def _red_request(st, c, pkt, tick):
+    p = st.p[0]
+    pk = st.pk[pkt]
+    s = st.ch[c].switch
+    h = pk.dst
+    t = s * p.num_gpus + h
+    members = st.cais_groups[pk.mm_obj, GRP_MEMBERS]
+    hit, free, victim = _scan(st, t, pk.addr, pk.payload, True)
+    if hit >= 0:
+        en = st.cais_entry[hit]
+        if (en.mask >> pk.src) & 1:
+            # a second contribution of this GPU: its tag slot is taken: the entry goes home first
+            out = pick_switch_output(st, s, h, VC_REQUEST)
+            if out < 0:
+                return h
+            _send_write(st, hit, out, tick)
+            st.cais_tab[t, T_CONFLICTS] += 1
+            hit, free, victim = _scan(st, t, pk.addr, pk.payload, True)
+        else:
+            last = en.count + 1 == members
+            out = -1
+            if last:
+                out = pick_switch_output(st, s, h, VC_REQUEST)
+                if out < 0:
+                    return h
+            _accumulate(st, hit, pk)
+            en.count += 1
+            en.mask |= 1 << pk.src
+            st.cais_req[hit, pk.src] = pk.req
+            en.last = tick
+            _touch(st, en)
+            st.cais_tab[t, T_MERGES] += 1
+            if last:
+                _complete(st, en)
+                _send_write(st, hit, out, tick)
+            return CAIS_SENT
+    if st.cais_tab[t, T_USED] >= st.cais_tab[t, T_CAP]:
+        if victim < 0:
+            return _wait_table(st, c, t, tick)
+        free = _make_room(st, t, s, h, free, victim, tick)
+        if free <= -10:
+            return -free - 10
+    if free < 0:
+        return h    # every write-back slot holds a sum on its way home: wait for one to drain
+    _alloc(st, t, free, pk, h, tick, E_RED)
+    _accumulate(st, free, pk)
+    return CAIS_SENT
+
+
+@compiled
+def _ld_request(st, c, pkt, tick):
+    p = st.p[0]
+    G = p.num_gpus
+    pk = st.pk[pkt]
+    s = st.ch[c].switch
+    h = pk.dst
+    m = pk.src
+    t = s * G + h
+    members = st.cais_groups[pk.mm_obj, GRP_MEMBERS]
+    hit, free, victim = _scan(st, t, pk.addr, pk.value, False)
+    if hit >= 0:
+        en = st.cais_entry[hit]
+        if en.state == E_LD_READY:
+            out = pick_switch_output(st, s, m, VC_RESPONSE)
+            if out < 0:
+                return G + m
+            _reply(st, hit, m, pk.req, pk.src_addr, out, tick)
+            st.cais_tab[t, T_MERGES] += 1
+            _touch(st, en)
+            if not (en.mask >> m) & 1:
+                en.mask |= 1 << m
+                en.count += 1
+                en.last = tick
+            en.served |= 1 << m
+            if en.count == members:
+                _complete(st, en)
+                en.state = E_FREE
+                _release(st, hit, tick)
+            return CAIS_SENT
+        if (en.mask >> m) & 1:
+            return _wait_table(st, c, t, tick)   # this GPU already waits on the line: after it
+        en.mask |= 1 << m
+        en.count += 1
+        en.last = tick
+        st.cais_req[hit, m] = pk.req
+        st.cais_dst[hit, m] = pk.src_addr
+        st.cais_tab[t, T_MERGES] += 1
+        return CAIS_SENT
+    out = pick_switch_output(st, s, h, VC_REQUEST)
+    if out < 0:
+        return h
+    if st.cais_tab[t, T_USED] >= st.cais_tab[t, T_CAP]:
+        if victim < 0:
+            return _wait_table(st, c, t, tick)
+        free = _make_room(st, t, s, h, free, victim, tick)
+        if free <= -10:
+            return -free - 10
+        out = pick_switch_output(st, s, h, VC_REQUEST)
+        if out < 0:
+            return h
+    if free < 0:
+        return h
+    _alloc(st, t, free, pk, h, tick, E_LD_WAIT)
+    st.cais_dst[free, m] = pk.src_addr
+    q = packet_alloc(st)
+    qk = st.pk[q]
+    qk.kind = PK_CAIS_READ
+    qk.req = -1
+    qk.src = m
+    qk.dst = h
+    qk.addr = pk.addr
+    qk.src_addr = 0
+    qk.payload = 0
+    qk.value = pk.value
+    qk.npk = 1
+    qk.flits = header_flits(st)
+    qk.mm_entry = free
+    qk.ready = tick
+    st.cais_tab[t, T_READS] += 1
+    txq_push(st, out, q, tick)
+    return CAIS_SENT
+
+
+@compiled
+def _data_fanout(st, c, pkt, tick):
+    """The home's data for a Load-Wait entry: reply to every GPU waiting on it (in GPU order, from
+    where the last attempt stopped), then the entry is Load-Ready."""
+    p = st.p[0]
+    G = p.num_gpus
+    pk = st.pk[pkt]
+    e = pk.mm_entry
+    en = st.cais_entry[e]
+    s = st.ch[c].switch
+    for m in range(G):
+        if (en.mask >> m) & 1 and not (en.served >> m) & 1:
+            out = pick_switch_output(st, s, m, VC_RESPONSE)
+            if out < 0:
+                return G + m
+            _reply(st, e, m, st.cais_req[e, m], st.cais_dst[e, m], out, tick)
+            en.served |= 1 << m
+    en.state = E_LD_READY
+    _touch(st, en)
+    en.timer_at = tick + p.cais_timeout_ticks
+    _arm(st, en.tab, en.timer_at, tick)
+    if en.count == st.cais_groups[en.group, GRP_MEMBERS]:
+        _complete(st, en)
+        en.state = E_FREE
+        _release(st, e, tick)
+    else:
+        _wake_table(st, en.tab, tick)   # a GPU's second load of the line may go on
+    return CAIS_SENT
+
+
+@compiled
+def _arm(st, t, at, tick):
+    """Table t's timer fires at `at` at the latest."""
+    tab = st.cais_tab[t]
+    if tab[T_TIMER] == 0 or at < tab[T_TIMER]:
+        tab[T_TIMER] = at
+        timer_set(st, st.p[0].tm_cais + t, at)
+
+
+@compiled
+def cais_timeout(st, t, tick):
+    """EV_CAIS_TIMEOUT: table t's timer. Every entry whose timer expired: a partial sum goes home,
+    a Load-Ready entry is dropped (a Load-Wait entry's data is on the way: its timer counts from
+    its data's arrival). A partial sum whose output toward home has no room tries again one
+    timeout later. The timer is set again for the earliest entry left."""
+    p = st.p[0]
+    tab = st.cais_tab[t]
+    tab[T_TIMER] = 0
+    nxt = 0
+    base = tab[T_BASE]
+    # backwards over the live list: an entry that leaves it is replaced by one already seen
+    for i in range(base + tab[T_NLIVE] - 1, base - 1, -1):
+        e = st.cais_live[i]
+        en = st.cais_entry[e]
+        if en.state != E_RED and en.state != E_LD_READY:
+            continue
+        if en.timer_at <= tick:
+            if en.state == E_LD_READY:
+                en.state = E_FREE
+                _release(st, e, tick)
+                tab[T_TIMEOUTS] += 1
+                continue
+            out = pick_switch_output(st, t // p.num_gpus, en.home, VC_REQUEST)
+            if out >= 0:
+                _send_write(st, e, out, tick)
+                tab[T_TIMEOUTS] += 1
+                continue
+            en.timer_at = tick + p.cais_timeout_ticks
+        if nxt == 0 or en.timer_at < nxt:
+            nxt = en.timer_at
+    if nxt > 0:
+        _arm(st, t, nxt, tick)
+
+
+# ------------------------------------------------------------------------------ the home
+@compiled
+def cais_read_arrived(st, g, c, pkt, tick):
+    """A merge unit's read (PK_CAIS_READ) reached home g on down-channel c at `tick`: read the
+    line from HBM and queue it to go back up the same link (response channel). The read keeps
+    its receive-buffer space until then (as an NVLS reduction read, nvls.py)."""
+    p = st.p[0]
+    gp = st.gpu[g]
+    pk = st.pk[pkt]
+    gp.cais_reads_rx += 1
+    n = pk.value
+    ready = hbm_access(st, g, pk.addr, n, tick, False)
+    pk.mm_rflits = pk.flits
+    pk.mm_chan = c
+    pk.kind = PK_CAIS_DATA
+    pk.dst = pk.src
+    pk.src = g
+    pk.payload = n
+    pk.flits, pk.npk = packet_flits(st, n, p.store_payload)
+    pk.ready = ready + p.hub_tx_latency_ticks
+    st.cais_rdq[g, (gp.cais_rdq_head + gp.cais_rdq_count) % st.cais_rdq.shape[1]] = pkt
+    gp.cais_rdq_count += 1
+    hub_kick_response(st, g, pk.ready)
+
+
+@compiled
+def cais_send_data(st, g, tick):
+    """Send the head of home g's read-data FIFO up its link: packets sent (> 0), 0 if not ready
+    yet (the hub is kicked when it is), -1 if that link's response queue has no room."""
+    gp = st.gpu[g]
+    if gp.cais_rdq_count == 0:
+        return 0
+    pkt = st.cais_rdq[g, gp.cais_rdq_head]
+    pk = st.pk[pkt]
+    if pk.ready > tick:
+        hub_kick_response(st, g, pk.ready)
+        return 0
+    up = pk.mm_chan - 1     # the GPU->switch channel of the link the read came down
+    if not txq_room(st, up, packet_vc(st, pkt)):
+        return -1
+    gp.cais_rdq_head = (gp.cais_rdq_head + 1) % st.cais_rdq.shape[1]
+    gp.cais_rdq_count -= 1
+    credit_return_vc(st, pk.mm_chan, pk.mm_rflits, tick + st.ch[pk.mm_chan].latency, VC_REQUEST)
+    gp.cais_data_tx += pk.npk
+    txq_push(st, up, pkt, tick)
+    return pk.npk
+
+
+@compiled
+def cais_write_arrived(st, g, pkt):
+    """A partial sum (PK_CAIS_WRITE) reached home g: add it into memory (FP32, rounded once to
+    the element type) and free its write-back slot. Returns the entry (its mask and cais_req name
+    the contributors the home answers)."""
+    pk = st.pk[pkt]
+    e = pk.mm_entry
+    en = st.cais_entry[e]
+    gp = st.gpu[g]
+    gp.cais_writes_rx += 1
+    gp.cais_contribs_rx += en.count
+    n = en.line
+    if st.cais_acc.shape[1] > 1 and hbm_backed(st, en.addr, n):
+        line = st.p[0].store_payload
+        held = st.cais_acc[e].view(np.uint8)
+        dst = st.hbm_mem[g, en.addr:en.addr + n]
+        dt = en.elem
+        for i in range(n // cais_element_bytes(dt)):
+            acc = np.float32(0.0)
+            first = True
+            for m in range(st.p[0].num_gpus):
+                if (en.mask >> m) & 1:
+                    v = load_f32(held[m * line:(m + 1) * line], i, dt)
+                    if first:
+                        acc = v
+                        first = False
+                    else:
+                        acc = np.float32(acc + v)
+            store_f32(dst, i, dt, np.float32(load_f32(dst, i, dt) + acc))
+    en.state = E_FREE
+    _free_slot(st, e)
+    return e
+
+
+@compiled
+def cais_waiting(gp):
+    return gp.cais_rdq_count > 0
+
+
+@compiled
+def cais_request_line(st, rq, sent):
+    """Bytes of a cais request's next line (one store packet at most: an entry holds one line)."""
+    return min(rq.length - sent, st.p[0].store_payload)
+

@@ -1,0 +1,169 @@
+"""CAIS merge unit (components/cais_merge.py) on the hand-written kernel of
+configs/ubench/cais_merge.yaml (workloads/kernels/ubench/cais_merge.s): every GPU red.cais-es its
+`data` lines into the home's `acc` and ld.cais-es the home's `data` lines into its `got`.
+
+- functional: acc = the FP32 sum of every GPU's data in rank order, rounded once to bf16
+  (reference.nvls_allreduce_reference), bit for bit; got = the home's data, bit for bit;
+- exact counts: each line is read from home memory once and written home once; merges = (GPUs - 1)
+  x lines x 2; wire bytes of the home's links;
+- a table of one entry per port: LRU evictions send partial sums home and the result is the same
+  sum (within the bound); every entry is freed (the run's invariants);
+- a group member that never sends: the entry's timer writes the partial sum home;
+- bad input: ld.cais outside a registered group (exit 2), a merge table of 0 entries (exit 2);
+- the Numba and pure-Python engines give identical stats;
+- TP scheme cais (red.cais reduce-scatter, ld.cais all-gather): the tiny transformer layer at
+  t = 4 gives the NumPy reference bit for bit; an FFN block under it is a config error.
+"""
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from conftest import CONFIGS, cli_stats_per_engine, load, mini_system
+from moehub_arch.checks import run_invariants
+from moehub_arch.simulation import Simulation
+from moehub_arch.workloads.reference import nvls_allreduce_reference
+
+CONFIG = "ubench/cais_merge.yaml"
+LINE = 128
+
+
+def tiny(P=4, links=2, tbs=2, nbytes=1024):
+    return tuple(mini_system(P, 4, links)) + (
+        f"workload.launches.0.grid={tbs}", f"workload.launches.0.params.bytes={nbytes}",
+        *(f"workload.buffers.{b}.bytes={tbs * nbytes}B" for b in ("data", "acc", "got")))
+
+
+def run(*overrides):
+    """In this process (the Numba engine)."""
+    sim = Simulation(load(CONFIG, *overrides))
+    sim.run()
+    return sim
+
+
+def check_result(sim, P, home=0, exact=True):
+    """acc at the home = the FP32 rank-order sum rounded once to bf16 (reference.
+    nvls_allreduce_reference): bit for bit without evictions; with them each evicted line was
+    rounded once more at the home: within 2^-7 of the sum (two bf16 roundings); got on every GPU
+    = the home's data, bit for bit."""
+    parts = np.stack([sim.read_buffer(g, "data") for g in range(P)])
+    want = nvls_allreduce_reference(parts, bf16=True)
+    got = sim.read_buffer(home, "acc")
+    if exact:
+        assert np.array_equal(got, want)
+    else:
+        assert np.all(np.abs(got - want) <= np.abs(want) * 2.0 ** -7 + 1e-30)
+    for g in range(P):
+        assert np.array_equal(sim.read_buffer(g, "got", "u8"), sim.read_buffer(home, "data", "u8"))
+
+
+def test_every_line_read_once_written_once_and_merged():
+    P, T, N = 4, 2, 1024
+    sim = run(*tiny(P, tbs=T, nbytes=N))
+    assert run_invariants(sim) == []
+    check_result(sim, P)
+    st = sim.stats
+    lines = T * N // LINE
+    assert st["system.cais.memory_reads"] == lines
+    assert st["system.cais.home_writes"] == lines
+    assert st["system.cais.replies"] == P * lines
+    assert st["system.cais.allocations"] == 2 * lines
+    assert st["system.cais.merges"] == (P - 1) * lines * 2
+    assert st["system.cais.complete_groups"] == 2 * lines
+    assert st["system.cais.evictions"] == 0 and st["system.cais.timeouts"] == 0
+    assert st["system.gpu0.cais.home_contributions"] == P * lines
+    # the home's links: up, the read data once per line (plus the write responses it owes and
+    # its own requests); down, the merged sums once per line plus its own replies
+    F = sim.cfg.system.nvlink.flit_bytes
+    pkt = LINE + F
+    rx = sum(st[f"system.gpu0.nvlink{l}.rx_payload_bytes"] for l in range(2))
+    assert rx == lines * LINE * 2           # merged writes + the home's own replies
+    for g in range(1, P):
+        tx = sum(st[f"system.gpu{g}.nvlink{l}.tx_payload_bytes"] for l in range(2))
+        assert tx == lines * LINE            # its contributions (ld.cais requests carry none)
+        wire = sum(st[f"system.gpu{g}.nvlink{l}.tx_wire_bytes"] for l in range(2))
+        assert wire == lines * pkt + lines * F   # + one header flit per ld.cais line
+    assert st["system.cais.table_peak"] <= 2 * lines
+
+
+def test_a_table_of_one_entry_per_port_evicts_and_gives_the_same_sum():
+    P = 4
+    base = tiny(P, links=1, tbs=2, nbytes=1024)
+    sim = run(*base, "system.switch.cais.entries_per_port=1")
+    assert run_invariants(sim) == []
+    check_result(sim, P, exact=False)
+    st = sim.stats
+    assert st["system.cais.table_peak"] == 1
+    assert st["system.cais.evictions"] + st["system.cais.full_stalls"] > 0
+    # every contribution reached home, in merged or evicted partial sums
+    assert st["system.gpu0.cais.home_contributions"] == P * 2 * 1024 // LINE
+    assert st["system.cais.home_writes"] >= 2 * 1024 // LINE
+
+
+def test_a_member_that_never_sends_is_timed_out(tmp_path):
+    """A group of GPUs {0, 1, 2, 3} where GPU 3 runs no kernel: each line's entry waits for it
+    until the timer writes the partial sum home (and drops the served loads)."""
+    P = 4
+    sim = run(*tiny(P, tbs=1, nbytes=256), "workload.launches.0.gpus=[0, 1, 2]",
+              "system.switch.cais.timeout=1us")
+    assert run_invariants(sim) == []
+    st = sim.stats
+    assert st["system.cais.timeouts"] == 2 * 2     # 2 lines: a partial sum and a load each
+    assert st["system.cais.complete_groups"] == 0
+    assert st["system.gpu0.cais.home_contributions"] == 3 * 2
+    # the timed-out partial sum of GPUs 0 .. 2 is still their rank-order sum, rounded once
+    want = nvls_allreduce_reference(np.stack([sim.read_buffer(g, "data") for g in range(3)]),
+                                    bf16=True)
+    assert np.array_equal(sim.read_buffer(0, "acc"), want)
+
+
+def _cli(*args):
+    return subprocess.run([sys.executable, "-m", "moehub_arch", "run", str(CONFIGS / CONFIG),
+                           *args], capture_output=True, text=True)
+
+
+def test_ld_cais_outside_a_registered_group_is_an_error(tmp_path):
+    r = _cli(*(f"--set={o}" for o in tiny(2, tbs=1, nbytes=256)), "--set",
+             "workload.cais=[{buffer: acc}]", "-o", str(tmp_path))
+    assert r.returncode == 2, r.stderr
+    assert "ld.cais / red.cais address outside every registered CAIS group" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_a_merge_table_of_zero_entries_is_a_config_error(tmp_path):
+    r = _cli("--set", "system.switch.cais.entries_per_port=0", "-o", str(tmp_path))
+    assert r.returncode == 2, r.stderr
+    assert "system.switch.cais.entries_per_port" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_numba_and_python_engines_agree(tmp_path):
+    args = tiny(2, tbs=1, nbytes=512) + ("system.switch.cais.entries_per_port=1",)
+    out = cli_stats_per_engine(CONFIGS / CONFIG, tmp_path, *(f"--set={a}" for a in args))
+    assert out["numba"]["system.cais.merges"] > 0
+    assert out["numba"] == out["python"]
+
+
+def test_tp_block_scheme_cais_is_the_reference_bit_for_bit():
+    """The tiny transformer layer at t = 4 with red.cais reduce-scatters and ld.cais all-gathers:
+    every GPU's output equals the NumPy reference (the merge unit's rank order, no evictions);
+    each line is merged by the other t - 1 GPUs, read or written home once."""
+    from conftest import simulate
+    sim = simulate("experiments/tp/functional_transformer.yaml", "workload.block.scheme=cais")
+    st = sim.stats
+    assert not sim.violations
+    assert st["system.block.output_max_abs_error"] == 0.0
+    assert st["system.cais.evictions"] == 0 and st["system.cais.timeouts"] == 0
+    assert st["system.cais.merges"] == 3 * st["system.cais.allocations"]
+    assert st["system.cais.complete_groups"] == st["system.cais.allocations"]
+    assert st["system.cais.memory_reads"] + st["system.cais.home_writes"] == \
+        st["system.cais.allocations"]
+
+
+def test_scheme_cais_needs_sequence_parallel_kinds(tmp_path):
+    from conftest import run_cli
+    r = run_cli("run", CONFIGS / "experiments/tp/functional.yaml", "--set",
+                "workload.block.scheme=cais", "-o", tmp_path)
+    assert r.returncode == 2, r.stderr
+    assert "workload.block.scheme" in r.stderr and "Traceback" not in r.stderr

@@ -1,0 +1,68 @@
+# Kernel library: sequence parallelism's collectives with CAIS's memory-semantic switch operations
+# (CAIS, arXiv 2605.05628; the switch's merge unit: moehub_arch/components/cais_merge.py).
+#
+# Rank g owns chunk (g + shift) % P of the buffer, elements [k N/P, (k+1) N/P); each thread block
+# (channel) owns the same contiguous part of every chunk (N / (P x channels) elements), moved in
+# slices of `slice` elements.
+#   reduce-scatter (phase 1): every rank adds its part of every chunk k into chunk k's home with
+#     red.cais (posted: the slices stream without a round trip each); the switch merges the ranks'
+#     contributions to one line into one partial sum and writes it home once. One `fence` (every
+#     contribution of this channel is in its home's memory), then a barrier: every chunk is
+#     complete. recv must be zero before the call (the home adds the sums into it).
+#   all-gather (phase 2): a barrier (every home's chunk is written), then every rank loads every
+#     chunk from its home with ld.cais, its own included (the merge counter counts every rank of the
+#     group: the home's own load is a copy of its chunk onto itself); the switch reads each line
+#     from the home once and fans the reply out. One `fence`: the chunks are here.
+# Every rank walks the chunks in the same order (chunk 0 first), so the ranks' requests for a line
+# reach the switch close together and its entry is short-lived: the order is this library's
+# stand-in for CAIS's merging-aware thread-block coordination (no group sync table, no throttling;
+# system.cais.request_skew_* and table_peak show how far apart the requests came).
+# Reduction order: the merge unit's (rank order in FP32, one rounding to bf16 at the home:
+# reference.nvls_allreduce_reference), exactly, while no line is evicted or timed out.
+#
+# Layouts (symmetric buffers): send, recv [elems] bf16; workload.cais registers recv (the address
+# at the home of both operations); flags [channels][P] i64, zero before the call.
+#
+# Interface:
+#   cais_collective send, recv, flags, elems, slice, phase, shift
+#       the calling thread block is channel %tb of %ntb; elems a multiple of P x %ntb x slice;
+#       phase 1: reduce-scatter (send -> the owner's recv), 2: all-gather (in place in recv).
+#       Writes r1 .. r13 (the barrier r9 .. r11); labels are private to the expansion.
+.include "lib/nvls_allreduce.s"
+
+.macro cais_collective send, recv, flags, elems, slice, phase, shift
+    div r1, \elems, %ngpu            # r1 = elements per chunk (N / P)
+    div r2, r1, %ntb                 # r2 = this channel's part of a chunk
+    mul r4, \slice, 2                # r4 = slice bytes (bf16)
+    beq \phase, 1, start_\@
+    nvls_barrier \flags, 1           # every home's chunk is written (its kernel ended)
+start_\@:
+    mov r12, 0                       # r12 = chunk k
+chunk_\@:
+    add r13, r12, %ngpu
+    sub r13, r13, \shift
+    rem r13, r13, %ngpu              # r13 = home of chunk k: (k - shift) mod P
+    mul r3, r12, r1
+    mul r5, %tb, r2
+    add r3, r3, r5
+    shl r3, r3, 1                    # r3 = byte offset of this channel's part of chunk k
+    shl r5, r2, 1
+    add r5, r5, r3                   # r5 = its end
+slice_\@:
+    add r7, r3, \recv                # the address at the home (and, gathering, here)
+    beq \phase, 2, load_\@
+    add r6, r3, \send
+    red.cais.add.bf16 r13, r7, r6, r4
+    bra next_\@
+load_\@:
+    ld.cais r13, r7, r7, r4
+next_\@:
+    add r3, r3, r4
+    blt r3, r5, slice_\@
+    add r12, r12, 1
+    blt r12, %ngpu, chunk_\@
+    fence                            # this channel's sums are home / its loads are here
+    beq \phase, 2, done_\@
+    nvls_barrier \flags, 2           # every rank's sums are home: the chunks are complete
+done_\@:
+.endm

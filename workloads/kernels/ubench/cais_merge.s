@@ -1,0 +1,19 @@
+# CAIS merge unit microbenchmark (moehub_arch/components/cais_merge.py): every GPU reduces its
+# `data` lines into the home GPU's `acc` with red.cais (the switch merges the group's contributions
+# into one partial sum per line and writes it home once) and loads the home's `data` lines into its
+# own `got` with ld.cais (the switch reads home memory once per line and fans the reply out).
+# Thread block b handles lines [b * bytes, (b + 1) * bytes) of the buffers.
+.kernel cais_merge
+.param data          # bf16 elements this GPU contributes (and, on the home, the lines loaded)
+.param acc           # the home's reduction target (zero at start)
+.param got           # where this GPU's loads of the home's data land
+.param home          # the home GPU
+.param bytes         # bytes per thread block
+    mul r1, %tb, %bytes
+    add r2, %data, r1
+    add r3, %acc, r1
+    add r4, %got, r1
+    red.cais.add.bf16 %home, r3, r2, %bytes
+    ld.cais %home, r4, r2, %bytes
+    fence
+    exit
