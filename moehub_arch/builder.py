@@ -396,10 +396,11 @@ def _register_cais_groups(st, cfg, buffers):
 
 
 def _check_one_node(cfg, rows, key, what, does):
-    """Groups of GPUs served by the NVSwitches (rows of base, bytes, member mask, members) must
-    lie in one node's NVLink domain, and there must be switches."""
+    """Groups of GPUs served by the NVSwitches (rows starting base, bytes, member mask, members;
+    DySHARP's dynamic objects add columns) must lie in one node's NVLink domain, and there must be
+    switches."""
     gpn = gpus_per_node(cfg.system)
-    for k, (_, _, mask, _) in enumerate(rows):
+    for k, (_, _, mask, *_) in enumerate(rows):
         nodes = sorted({g // gpn for g in range(cfg.system.num_gpus) if (mask >> g) & 1})
         if len(nodes) > 1:
             raise BuildError(f"{key}[{k}].gpus: {what} lives in one node's NVSwitches; its GPUs "
