@@ -128,3 +128,12 @@ def test_combine_per_channel_and_rank_fallback(smem):
     # DeepEP's launch shape and hold none
     assert int(sim.state.ln[li.index].block_regs) == (61440 if smem == "228KB" else 0)
     assert int(sim.state.ln[dispatch.index].block_regs) == 61440
+
+
+def test_a_run_stopped_before_its_kernels_end_reports_no_bandwidth():
+    # --max-ticks / --max-wall stop a run with kernels unfinished: DeepEP's figures divide bytes by
+    # kernel times, so the run ends cleanly without them (it once raised from the stats code)
+    sim = run("run.max_ticks=20us")
+    assert sim.stopped and "max_ticks" in sim.stopped
+    assert "system.moe.deepep.dispatch_GBps" not in sim.stats
+    assert "system.moe.deepep.combine_GBps" not in sim.stats

@@ -332,7 +332,9 @@ class MoeLayer:
         accounting is checked with the other end-of-run invariants (`invariants`)."""
         from .layer_stats import add_layer_stats
         add_layer_stats(sim, self)
-        if self.plan.extra_stats is not None:
+        # a scheme's own figures (DeepEP's bandwidths, ...) divide by kernel times: a run stopped
+        # early (--max-wall, --max-ticks, a checkpoint) has unfinished kernels, so it reports none
+        if self.plan.extra_stats is not None and sim.stopped is None:
             self.plan.extra_stats(sim, self)
         self._accounting_stats(sim)
         if self.shape.functional:
