@@ -45,7 +45,7 @@ from ...config.schema import LaunchConfig, MulticastConfig
 from ..alltoall import PhasedLaunches
 from ..layer import (ACCT_NAMES, GROUPED_KERNELS, SHARED_KERNELS, LayerError, SchemePlan, _buf,
                      expert_load_max, grouped_gemm_launches, shared_expert_launches)
-from .nvls import KERNELS as NVLS_KERNELS
+from .nvls import KERNELS as NVLS_KERNELS, check_switch_scheme
 
 KERNELS = "workloads/kernels/dysharp/dysharp.s"
 SCALE_ACC_BYTES = 28 * 1024   # dysharp_scale's .smem: one fp32 row of up to 7168 elements
@@ -63,16 +63,7 @@ def plan(layer):
     P, T, k, El, H = s.num_gpus, s.tokens, s.top_k, s.local_experts, s.hidden
     U = P * T                                        # algebraic rows (tokens of all GPUs)
     rb, mb = s.row_bytes, meta_row_bytes(k)
-    if 4 * H > SCALE_ACC_BYTES:
-        raise LayerError(f"workload.layer.model: scheme dysharp keeps a row's fp32 product in "
-                         f"{SCALE_ACC_BYTES // 1024} KB of shared memory (hidden <= "
-                         f"{SCALE_ACC_BYTES // 4}), found hidden {H}")
-    if P < 2:
-        raise LayerError(f"system.num_gpus: scheme dysharp multicasts over a group of GPUs, "
-                         f"found {P}")
-    if cfg.system.switch.topology == "bridge_pairs":
-        raise LayerError("scheme: dysharp needs NVSwitches (system.switch.topology is "
-                         "bridge_pairs: there is no switch to multicast or reduce in)")
+    check_switch_scheme("dysharp", layer, SCALE_ACC_BYTES, "a row's fp32 product")
     if k > cfg.system.switch.nvls.dysharp.max_targets:
         raise LayerError(f"workload.layer.model: top-k {k} is above "
                          f"system.switch.nvls.dysharp.max_targets "

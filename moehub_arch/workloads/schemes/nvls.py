@@ -47,22 +47,29 @@ PARTIAL_ACC_BYTES = 28 * 1024   # nvls_partial's .smem: one fp32 row of up to 71
 MULTICAST_BUFFERS = ("nv_xall", "nv_idxall", "nv_wall", "nv_ypart")
 
 
+
+def check_switch_scheme(scheme, layer, acc_bytes, acc_what):
+    """What a scheme that multicasts and reduces in the NVSwitches (nvls, dysharp) needs: an fp32
+    row of the hidden size in its kernel's shared memory, two GPUs or more, and switches."""
+    s, cfg = layer.shape, layer.cfg
+    if 4 * s.hidden > acc_bytes:
+        raise LayerError(f"workload.layer.model: scheme {scheme} keeps {acc_what} in "
+                         f"{acc_bytes // 1024} KB of shared memory (hidden <= {acc_bytes // 4}), "
+                         f"found hidden {s.hidden}")
+    if s.num_gpus < 2:
+        raise LayerError(f"system.num_gpus: scheme {scheme} multicasts over a group of GPUs (a "
+                         f"multicast object needs at least two), found {s.num_gpus}")
+    if cfg.system.switch.topology == "bridge_pairs":
+        raise LayerError(f"scheme: {scheme} needs NVSwitches (system.switch.topology is "
+                         f"bridge_pairs: there is no switch to multicast or reduce in)")
+
 def plan(layer):
     s, cfg = layer.shape, layer.cfg
     opts = cfg.workload.layer.nvls
     P, T, k, El, H = s.num_gpus, s.tokens, s.top_k, s.local_experts, s.hidden
     U = P * T                                        # gathered tokens
     rb = s.row_bytes
-    if 4 * H > PARTIAL_ACC_BYTES:
-        raise LayerError(f"workload.layer.model: scheme nvls keeps a token's fp32 partial sum in "
-                         f"{PARTIAL_ACC_BYTES // 1024} KB of shared memory (hidden <= "
-                         f"{PARTIAL_ACC_BYTES // 4}), found hidden {H}")
-    if P < 2:
-        raise LayerError(f"system.num_gpus: scheme nvls multicasts over a group of GPUs (a "
-                         f"multicast object needs at least two), found {P}")
-    if cfg.system.switch.topology == "bridge_pairs":
-        raise LayerError("scheme: nvls needs NVSwitches (system.switch.topology is bridge_pairs: "
-                         "there is no switch to multicast or reduce in)")
+    check_switch_scheme("nvls", layer, PARTIAL_ACC_BYTES, "a token's fp32 partial sum")
     cap = max(1, expert_load_max(layer))
     buffers = [
         _buf("nv_xall", U * rb, dtype="bf16"),
