@@ -61,9 +61,10 @@ from ..engine.state import ROUTE_FIRST, ROUTE_N
 from ..isa.encoding import DT_BF16, DT_NONE
 from .elements import load_f32, store_f32
 from .hbm import hbm_access, hbm_backed
-from .nvlink import credit_return_vc, pick_switch_output, txq_push, txq_room
+from .nvlink import pick_switch_output, txq_push, txq_room
+from .nvls import send_read_data
 from .packet import (PK_CAIS_DATA, PK_CAIS_LD, PK_CAIS_READ, PK_CAIS_REPLY, PK_CAIS_WRITE,
-                     VC_REQUEST, VC_RESPONSE, header_flits, packet_alloc, packet_flits, packet_vc)
+                     VC_REQUEST, VC_RESPONSE, header_flits, packet_alloc, packet_flits)
 from .wakeups import hub_kick_response, xbar_kick
 from .block import Array, Block, Event, Param, Record, Stat, StatGroup, Timer, counters, fields
 
@@ -827,25 +828,16 @@ def cais_read_arrived(st, g, c, pkt, tick):
 
 @compiled
 def cais_send_data(st, g, tick):
-    """Send the head of home g's read-data FIFO up its link: packets sent (> 0), 0 if not ready
-    yet (the hub is kicked when it is), -1 if that link's response queue has no room."""
+    """Send the head of home g's read-data FIFO up its link (nvls.send_read_data's answer)."""
     gp = st.gpu[g]
     if gp.cais_rdq_count == 0:
         return 0
-    pkt = st.cais_rdq[g, gp.cais_rdq_head]
-    pk = st.pk[pkt]
-    if pk.ready > tick:
-        hub_kick_response(st, g, pk.ready)
-        return 0
-    up = pk.mm_chan - 1     # the GPU->switch channel of the link the read came down
-    if not txq_room(st, up, packet_vc(st, pkt)):
-        return -1
-    gp.cais_rdq_head = (gp.cais_rdq_head + 1) % st.cais_rdq.shape[1]
-    gp.cais_rdq_count -= 1
-    credit_return_vc(st, pk.mm_chan, pk.mm_rflits, tick + st.ch[pk.mm_chan].latency, VC_REQUEST)
-    gp.cais_data_tx += pk.npk
-    txq_push(st, up, pkt, tick)
-    return pk.npk
+    n = send_read_data(st, g, st.cais_rdq[g, gp.cais_rdq_head], tick)
+    if n > 0:
+        gp.cais_rdq_head = (gp.cais_rdq_head + 1) % st.cais_rdq.shape[1]
+        gp.cais_rdq_count -= 1
+        gp.cais_data_tx += n
+    return n
 
 
 @compiled

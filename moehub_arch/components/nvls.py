@@ -519,13 +519,10 @@ def nvls_read_arrived(st, g, c, pkt, tick):
 
 
 @compiled
-def nvls_send_data(st, g, tick):
-    """Send the head of member g's read-data FIFO up its link: the packets sent (> 0), 0 if it is
-    not ready yet (the hub is kicked when it is), -1 if that link's queue has no room."""
-    gp = st.gpu[g]
-    if gp.mm_rdq_count == 0:
-        return 0
-    pkt = st.mm_rdq[g, gp.mm_rdq_head]
+def send_read_data(st, g, pkt, tick):
+    """Send an answered switch read (a FIFO's head: NVLS's here, the CAIS merge unit's too) up the
+    link the read came down: the packets sent (> 0), 0 if it is not ready yet (the hub is kicked
+    when it is), -1 if that link's queue has no room. The caller pops its FIFO on > 0."""
     pk = st.pk[pkt]
     if pk.ready > tick:
         hub_kick_response(st, g, pk.ready)
@@ -533,12 +530,23 @@ def nvls_send_data(st, g, tick):
     up = pk.mm_chan - 1     # the GPU->switch channel of the link the read came down
     if not txq_room(st, up, packet_vc(st, pkt)):
         return -1
-    gp.mm_rdq_head = (gp.mm_rdq_head + 1) % st.mm_rdq.shape[1]
-    gp.mm_rdq_count -= 1
     credit_return_vc(st, pk.mm_chan, pk.mm_rflits, tick + st.ch[pk.mm_chan].latency, VC_REQUEST)
-    gp.mm_data_tx += pk.npk
     txq_push(st, up, pkt, tick)
     return pk.npk
+
+
+@compiled
+def nvls_send_data(st, g, tick):
+    """Send the head of member g's read-data FIFO up its link (send_read_data's answer)."""
+    gp = st.gpu[g]
+    if gp.mm_rdq_count == 0:
+        return 0
+    n = send_read_data(st, g, st.mm_rdq[g, gp.mm_rdq_head], tick)
+    if n > 0:
+        gp.mm_rdq_head = (gp.mm_rdq_head + 1) % st.mm_rdq.shape[1]
+        gp.mm_rdq_count -= 1
+        gp.mm_data_tx += n
+    return n
 
 
 @compiled
