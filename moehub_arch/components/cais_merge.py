@@ -60,9 +60,9 @@ from ..engine.events import timer_clear, timer_set
 from ..engine.state import ROUTE_FIRST, ROUTE_N
 from ..isa.encoding import DT_BF16, DT_NONE
 from .elements import load_f32, store_f32
-from .hbm import hbm_access, hbm_backed
+from .hbm import hbm_backed
 from .nvlink import pick_switch_output, txq_push, txq_room
-from .nvls import send_read_data
+from .nvls import answer_read, send_read_data
 from .packet import (PK_CAIS_DATA, PK_CAIS_LD, PK_CAIS_READ, PK_CAIS_REPLY, PK_CAIS_WRITE,
                      VC_REQUEST, VC_RESPONSE, header_flits, packet_alloc, packet_flits)
 from .wakeups import hub_kick_response, xbar_kick
@@ -807,23 +807,12 @@ def cais_read_arrived(st, g, c, pkt, tick):
     """A merge unit's read (PK_CAIS_READ) reached home g on down-channel c at `tick`: read the
     line from HBM and queue it to go back up the same link (response channel). The read keeps
     its receive-buffer space until then (as an NVLS reduction read, nvls.py)."""
-    p = st.p[0]
     gp = st.gpu[g]
-    pk = st.pk[pkt]
     gp.cais_reads_rx += 1
-    n = pk.value
-    ready = hbm_access(st, g, pk.addr, n, tick, False)
-    pk.mm_rflits = pk.flits
-    pk.mm_chan = c
-    pk.kind = PK_CAIS_DATA
-    pk.dst = pk.src
-    pk.src = g
-    pk.payload = n
-    pk.flits, pk.npk = packet_flits(st, n, p.store_payload)
-    pk.ready = ready + p.hub_tx_latency_ticks
+    answer_read(st, g, c, pkt, PK_CAIS_DATA, tick)
     st.cais_rdq[g, (gp.cais_rdq_head + gp.cais_rdq_count) % st.cais_rdq.shape[1]] = pkt
     gp.cais_rdq_count += 1
-    hub_kick_response(st, g, pk.ready)
+    hub_kick_response(st, g, st.pk[pkt].ready)
 
 
 @compiled

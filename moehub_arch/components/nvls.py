@@ -499,23 +499,32 @@ def nvls_read_arrived(st, g, c, pkt, tick):
     """A switch's read (PK_MM_READ) reached member g on down-channel c at `tick` (after the hub's
     receive latency): read the values from HBM and queue them to go back up the same link, to
     the switch that holds the entry. The read keeps its receive-buffer space until then."""
-    p = st.p[0]
     gp = st.gpu[g]
+    gp.mm_reads_rx += st.pk[pkt].npk
+    answer_read(st, g, c, pkt, PK_MM_DATA, tick)
+    st.mm_rdq[g, (gp.mm_rdq_head + gp.mm_rdq_count) % st.mm_rdq.shape[1]] = pkt
+    gp.mm_rdq_count += 1
+    hub_kick_response(st, g, st.pk[pkt].ready)
+
+
+@compiled
+def answer_read(st, g, c, pkt, kind, tick):
+    """Turn a switch's read (NVLS's reduction read, the CAIS merge unit's line read) that reached
+    GPU g on down-channel c into its answer: the bytes read from HBM, a `kind` data packet back to
+    the switch, ready one hub transmit latency after the read; it remembers the request's flits and
+    channel (send_read_data returns their credits). The caller queues it and kicks the hub."""
+    p = st.p[0]
     pk = st.pk[pkt]
-    gp.mm_reads_rx += pk.npk
     n = pk.value
     ready = hbm_access(st, g, pk.addr, n, tick, False)
     pk.mm_rflits = pk.flits
     pk.mm_chan = c
-    pk.kind = PK_MM_DATA
+    pk.kind = kind
     pk.dst = pk.src
     pk.src = g
     pk.payload = n
     pk.flits, pk.npk = packet_flits(st, n, p.store_payload)
     pk.ready = ready + p.hub_tx_latency_ticks
-    st.mm_rdq[g, (gp.mm_rdq_head + gp.mm_rdq_count) % st.mm_rdq.shape[1]] = pkt
-    gp.mm_rdq_count += 1
-    hub_kick_response(st, g, pk.ready)
 
 
 @compiled
