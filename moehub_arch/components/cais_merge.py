@@ -62,10 +62,10 @@ from ..isa.encoding import DT_BF16, DT_NONE
 from .elements import load_f32, store_f32
 from .hbm import hbm_backed
 from .nvlink import pick_switch_output, txq_push, txq_room
-from .nvls import answer_read, send_read_data
+from .nvls import answer_read, queue_read_data
 from .packet import (PK_CAIS_DATA, PK_CAIS_LD, PK_CAIS_READ, PK_CAIS_REPLY, PK_CAIS_WRITE,
                      VC_REQUEST, VC_RESPONSE, header_flits, packet_alloc, packet_flits)
-from .wakeups import hub_kick_response, xbar_kick
+from .wakeups import xbar_kick
 from .block import Array, Block, Event, Param, Record, Stat, StatGroup, Timer, counters, fields
 
 EV_CAIS_TIMEOUT = 11   # a0 = merge table: its timer (a component timer per table) expired
@@ -116,10 +116,6 @@ def _acc_shape(cfg):
     return (_entries(cfg), cfg.system.num_gpus * (_line(cfg) // 8) + 1)
 
 
-def _rdq_depth(cfg):
-    return cfg.system.nvlink.links_per_gpu * cfg.system.nvlink.rx_buffer_flits + 1 if _on(cfg) else 1
-
-
 def cais_group_rows(cfg, buffers):
     """Rows of State.cais_groups (base, bytes, member mask, members) from workload.cais; raises
     ValueError naming the key for a bad group."""
@@ -166,8 +162,6 @@ def check_cais(sim, out):
               gp.cais_reads_rx.sum())
     out.equal("merged writes received by the homes vs sent by the switches",
               gp.cais_writes_rx.sum(), tab[:, T_WRITES].sum())
-    out.empty(gp.cais_rdq_count, "merge-unit reads still held by homes",
-              lambda g: f"system.gpu{g}", " read(s)")
 
 
 def cais_findings(sim):
@@ -262,9 +256,7 @@ BLOCK = Block(
             Array("cais_live", "per table (from its base): the entries in use (a list; T_NLIVE)",
                   lambda cfg: (_entries(cfg),)),
             Array("cais_free", "per table (from its base): its free slots (a stack; T_NFREE)",
-                  lambda cfg: (_entries(cfg),)),
-            Array("cais_rdq", "a home's merge-unit reads whose data waits to leave (FIFO)",
-                  lambda cfg: (cfg.system.num_gpus if _on(cfg) else 1, _rdq_depth(cfg)))),
+                  lambda cfg: (_entries(cfg),))),
     fields=fields("cais_entry", ("state", "E_* above"), ("addr", "address at the home"),
                   ("home", "home GPU"), ("tab", "its table"), ("group", "CAIS group"),
                   ("elem", "element type (red)"), ("line", "request line bytes"),
@@ -276,8 +268,7 @@ BLOCK = Block(
              ("cais_wait_since", ""))
     + fields("gpu", ("cais_ld_tx", ""), ("cais_red_tx", ""), ("cais_replies_rx", ""),
              ("cais_reads_rx", ""), ("cais_data_tx", ""), ("cais_writes_rx", ""),
-             ("cais_contribs_rx", ""), ("cais_rdq_head", "read-data FIFO (State.cais_rdq)"),
-             ("cais_rdq_count", ""))
+             ("cais_contribs_rx", ""))
     + fields("sys", ("cais_clock", "LRU stamps handed out")),
     stats=(
         StatGroup("gpu", "cais", counters((
@@ -810,23 +801,7 @@ def cais_read_arrived(st, g, c, pkt, tick):
     gp = st.gpu[g]
     gp.cais_reads_rx += 1
     answer_read(st, g, c, pkt, PK_CAIS_DATA, tick)
-    st.cais_rdq[g, (gp.cais_rdq_head + gp.cais_rdq_count) % st.cais_rdq.shape[1]] = pkt
-    gp.cais_rdq_count += 1
-    hub_kick_response(st, g, st.pk[pkt].ready)
-
-
-@compiled
-def cais_send_data(st, g, tick):
-    """Send the head of home g's read-data FIFO up its link (nvls.send_read_data's answer)."""
-    gp = st.gpu[g]
-    if gp.cais_rdq_count == 0:
-        return 0
-    n = send_read_data(st, g, st.cais_rdq[g, gp.cais_rdq_head], tick)
-    if n > 0:
-        gp.cais_rdq_head = (gp.cais_rdq_head + 1) % st.cais_rdq.shape[1]
-        gp.cais_rdq_count -= 1
-        gp.cais_data_tx += n
-    return n
+    queue_read_data(st, g, pkt)   # the hub's one read-data FIFO (nvls.nvls_send_data sends it)
 
 
 @compiled
@@ -861,11 +836,6 @@ def cais_write_arrived(st, g, pkt):
     en.state = E_FREE
     _free_slot(st, e)
     return e
-
-
-@compiled
-def cais_waiting(gp):
-    return gp.cais_rdq_count > 0
 
 
 @compiled

@@ -60,8 +60,7 @@ from .packet import (PACKET_KIND_NAMES, PK_ACK, PK_ATOM_REQ, PK_ATOM_RESP, PK_GE
                      store_packets)
 from .nvls import (nvls_copies_answered, nvls_copy_arrived, nvls_read_arrived, nvls_result_arrived,
                    nvls_send_data)
-from .cais_merge import (cais_read_arrived, cais_request_line, cais_send_data, cais_uplink,
-                         cais_waiting, cais_write_arrived)
+from .cais_merge import cais_read_arrived, cais_request_line, cais_uplink, cais_write_arrived
 from .packet import PK_CAIS_LD, PK_CAIS_RED, PK_CAIS_READ, PK_CAIS_REPLY
 from .dysharp import (OBJ_TPG, dysharp_bind, dysharp_copy_write, dysharp_read_arrived,
                       dysharp_result, dysharp_sent, ext_flits)
@@ -512,8 +511,7 @@ def hub_packetize(st, g, tick):
 @compiled
 def _responses_pending(gp):
     """Responses of any kind wait at hub gp (link-level, the response FIFO, multimem read data)."""
-    return (gp.link_resp_total > 0 or gp.respq_count > 0 or gp.mm_rdq_count > 0
-            or cais_waiting(gp))
+    return gp.link_resp_total > 0 or gp.respq_count > 0 or gp.mm_rdq_count > 0
 
 
 @compiled
@@ -525,14 +523,9 @@ def _send_response(st, g, tick):
     gp = st.gpu[g]
     if gp.link_resp_total > 0:
         return _send_link_responses(st, g, tick)
-    mm = nvls_send_data(st, g, tick)   # a switch's reduction read, answered (nvls.py)
+    mm = nvls_send_data(st, g, tick)   # a switch's read (NVLS, DySHARP, CAIS), answered (nvls.py)
     if mm > 0:
         return mm
-    cs = cais_send_data(st, g, tick)   # a merge unit's read, answered (cais_merge.py)
-    if cs > 0:
-        return cs
-    if cs < 0:
-        mm = cs
     if gp.respq_count == 0:
         return mm
     head_ready = st.respq[g, gp.respq_head, RESP_READY]
