@@ -9,6 +9,8 @@ configs/ubench/cais_merge.yaml (workloads/kernels/ubench/cais_merge.s): every GP
 - a table of one entry per port: LRU evictions send partial sums home and the result is the same
   sum (within the bound); every entry is freed (the run's invariants);
 - a group member that never sends: the entry's timer writes the partial sum home;
+- a GPU that starts late: without throttling the early GPUs evict each other's partial sums,
+  with system.switch.cais.throttle they wait and every line is merged by all, bit for bit;
 - bad input: ld.cais outside a registered group (exit 2), a merge table of 0 entries (exit 2);
 - the Numba and pure-Python engines give identical stats;
 - TP scheme cais (red.cais reduce-scatter, ld.cais all-gather): the tiny transformer layer at
@@ -118,6 +120,39 @@ def test_a_member_that_never_sends_is_timed_out(tmp_path):
     assert np.array_equal(sim.read_buffer(0, "acc"), want)
 
 
+def skewed(throttle, P=4, tbs=2, nbytes=1024):
+    """GPUs 0 .. P-2 start at once, GPU P-1 1 us later (host_delay), one link, a table of 2
+    entries per port: the early GPUs fill the table with lines the late one has yet to reach."""
+    params = '{data: "@data", acc: "@acc", got: "@got", home: 0, bytes: %d}' % nbytes
+    early = ", ".join(str(g) for g in range(P - 1))
+    return tiny(P, links=1, tbs=tbs, nbytes=nbytes) + (
+        "system.switch.cais.entries_per_port=2", f"system.switch.cais.throttle={throttle}",
+        f"workload.launches=[{{kernel: cais_merge, grid: {tbs}, gpus: [{early}], params: {params}}}, "
+        f"{{kernel: cais_merge, grid: {tbs}, gpus: [{P - 1}], host_delay: 1us, params: {params}}}]")
+
+
+def test_throttling_holds_back_the_gpus_that_run_ahead():
+    """Without throttling the early GPUs' misses evict each other's partial sums (every line
+    goes home as two partial sums, no group completes); with system.switch.cais.throttle they
+    wait at their input ports once every entry holds their request, the late GPU completes the
+    entries, and each line is merged by all four and written home once - the reference sum bit
+    for bit, sooner."""
+    P, lines = 4, 2 * 1024 // LINE
+    off = run(*skewed("false"))
+    on = run(*skewed("true"))
+    for sim in (off, on):
+        assert run_invariants(sim) == []
+    check_result(off, P, exact=False)
+    check_result(on, P, exact=True)
+    a, b = off.stats, on.stats
+    assert (a["system.cais.evictions"], a["system.cais.timeouts"], a["system.cais.throttles"],
+            a["system.cais.complete_groups"], a["system.cais.home_writes"]) == (62, 2, 0, 0, 2 * lines)
+    assert (b["system.cais.evictions"], b["system.cais.timeouts"], b["system.cais.throttles"],
+            b["system.cais.complete_groups"], b["system.cais.home_writes"]) == (0, 0, 48, 2 * lines, lines)
+    assert b["system.cais.merges"] == (P - 1) * 2 * lines
+    assert b["simTicks"] < a["simTicks"]
+
+
 def _cli(*args):
     return subprocess.run([sys.executable, "-m", "moehub_arch", "run", str(CONFIGS / CONFIG),
                            *args], capture_output=True, text=True)
@@ -142,6 +177,10 @@ def test_numba_and_python_engines_agree(tmp_path):
     args = tiny(2, tbs=1, nbytes=512) + ("system.switch.cais.entries_per_port=1",)
     out = cli_stats_per_engine(CONFIGS / CONFIG, tmp_path, *(f"--set={a}" for a in args))
     assert out["numba"]["system.cais.merges"] > 0
+    assert out["numba"] == out["python"]
+    out = cli_stats_per_engine(CONFIGS / CONFIG, tmp_path / "throttle",
+                               *(f"--set={a}" for a in skewed("true", tbs=1, nbytes=512)))
+    assert out["numba"]["system.cais.throttles"] > 0
     assert out["numba"] == out["python"]
 
 

@@ -246,6 +246,12 @@ class CaisSwitchConfig:
                       "or dropped (a served load) (assumption: 2 us, about two round trips of a "
                       "250 ns link plus queueing; CAIS gives per-entry timers but no value)",
                       2_000_000, min=1)
+    throttle: bool = _f("bool", "hold back a GPU that runs ahead: a request that misses a full "
+                        "table waits at its input port (instead of evicting the least recently "
+                        "used entry) when every entry of the table already holds that GPU's "
+                        "request, so it would only push out partial sums the other GPUs have yet "
+                        "to reach (CAIS, arXiv 2605.05628, throttles GPUs that run ahead of their "
+                        "group; the policy is this model's reading of it)", False)
 
 
 @attrs.frozen

@@ -36,9 +36,10 @@ the TP scheme (`workload.block.scheme`):
            switch, posted: no round trip per slice), the norm and residual work on this GPU's
            shard, and the all-gather pulls every shard with ld.cais (one read of the home per
            line, fanned out). The block registers each collective's output as a CAIS group
-           (workload.cais). Not modelled: CAIS's fusion of the collectives into the GEMMs'
-           thread blocks (the GEMM-RS -> norm -> AG-GEMM dataflow at thread-block level), its
-           group sync table and throttling; the collectives are kernels of their own.
+           (workload.cais); system.switch.cais.throttle adds the switch's throttling of GPUs
+           that run ahead. Not modelled: CAIS's fusion of the collectives into the GEMMs'
+           thread blocks (the GEMM-RS -> norm -> AG-GEMM dataflow at thread-block level) and its
+           group sync table; the collectives are kernels of their own.
   tp_none  t = 1: no collective, the reference without communication.
 Not built: the in-switch scheme t3, the training backward pass, GeLU MLPs (every model's FFN is
 SwiGLU here), rotary embeddings.
