@@ -14,7 +14,10 @@ configs/ubench/cais_merge.yaml (workloads/kernels/ubench/cais_merge.s): every GP
 - bad input: ld.cais outside a registered group (exit 2), a merge table of 0 entries (exit 2);
 - the Numba and pure-Python engines give identical stats;
 - TP scheme cais (red.cais reduce-scatter, ld.cais all-gather): the tiny transformer layer at
-  t = 4 gives the NumPy reference bit for bit; an FFN block under it is a config error.
+  t = 4 gives the NumPy reference bit for bit; an FFN block under it is a config error;
+- workload.block.cais_fusion (the all-gather fused into the QKV projection, the reduce-scatter into
+  the output projection: tp/cais.s tp_gemm_cais): the same layer, bit for bit, the same lines merged
+  by every GPU, two collective kernels fewer; cais_fusion under another scheme is a config error.
 """
 import subprocess
 import sys
@@ -198,6 +201,36 @@ def test_tp_block_scheme_cais_is_the_reference_bit_for_bit():
     assert st["system.cais.complete_groups"] == st["system.cais.allocations"]
     assert st["system.cais.memory_reads"] + st["system.cais.home_writes"] == \
         st["system.cais.allocations"]
+
+
+def test_tp_block_cais_fusion_is_the_reference_bit_for_bit():
+    """The QKV projection's thread blocks pull their row tiles with ld.cais and the output
+    projection's push their tiles home with red.cais: the output is the reference bit for bit (the
+    merge unit's order does not depend on when the contributions come); the switch merges the same
+    lines as the collective kernels do (4 collectives of T x H bf16: 32 tokens x 64 x 2 B = 32
+    lines each), each completed by all four GPUs; only the FFN's all-gather and reduce-scatter are
+    still kernels."""
+    from conftest import simulate
+    sim = simulate("experiments/tp/functional_transformer.yaml", "workload.block.scheme=cais",
+                   "workload.block.cais_fusion=true")
+    st = sim.stats
+    assert not sim.violations
+    assert st["system.block.output_max_abs_error"] == 0.0
+    lines = 4 * 32 * 64 * 2 // LINE
+    assert st["system.cais.allocations"] == st["system.cais.complete_groups"] == lines
+    assert st["system.cais.merges"] == 3 * lines
+    assert st["system.cais.evictions"] == 0 and st["system.cais.timeouts"] == 0
+    assert st["system.cais.memory_reads"] == st["system.cais.home_writes"] == lines // 2
+    kernels = [l.kernel for l in sim.cfg.workload.launches]
+    assert kernels.count("cais_tp_collective") == 2 and kernels.count("tp_gemm_cais") == 2
+
+
+def test_cais_fusion_needs_scheme_cais(tmp_path):
+    from conftest import run_cli
+    r = run_cli("run", CONFIGS / "experiments/tp/functional_transformer.yaml", "--set",
+                "workload.block.cais_fusion=true", "-o", tmp_path)
+    assert r.returncode == 2, r.stderr
+    assert "workload.block.cais_fusion" in r.stderr and "Traceback" not in r.stderr
 
 
 def test_scheme_cais_needs_sequence_parallel_kinds(tmp_path):

@@ -730,6 +730,12 @@ class BlockConfig:
                          "whose busbw is the validated figure: a TB-level ld_reduce keeps its whole "
                          "slice in flight, where NCCL's warps keep a few 16 B vectors each)",
                          32768, min=1)
+    cais_fusion: bool = _f("bool", "scheme cais: fuse the all-gather into the QKV projection "
+                           "(its thread blocks pull their row tiles with ld.cais) and the "
+                           "reduce-scatter into the output projection (its thread blocks push "
+                           "their tiles home with red.cais) instead of collective kernels "
+                           "between the GEMMs (CAIS, arXiv 2605.05628; tp/cais.s tp_gemm_cais); "
+                           "the FFN's collectives stay kernels", False)
 
 
 @attrs.frozen
