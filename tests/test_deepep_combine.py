@@ -61,14 +61,49 @@ def test_receivers_run_in_the_combine_kernel(designs):
                 sim.stats["system.moe.deepep.combine_GBps"])
 
 
+@pytest.mark.parametrize("head_poll", ["remote", "pushed"])
 @pytest.mark.parametrize("rows", [1, 2])
-def test_combine_rings_with_back_pressure(rows):
+def test_combine_rings_with_back_pressure(rows, head_poll):
     # one channel, one- or two-row rings: every combine row waits for the home's head updater
-    # to free its slot (the dispatch rings too); the output stays exact
+    # to free its slot (the dispatch rings too); the output stays exact whether the sender reads
+    # the head on the home (polling again while the ring is full) or waits for it to be pushed
     sim = run(f"workload.layer.deepep.ring_rows={rows}", "workload.layer.deepep.comm_sms=2",
-              "workload.layer.deepep.send_chunk_tokens=1")
+              "workload.layer.deepep.send_chunk_tokens=1",
+              f"workload.layer.deepep.head_poll={head_poll}")
     assert sim.stats["system.moe.rows_combined"] == P * T * K
     assert sim.stats["system.moe.output_max_abs_error"] == 0.0
+
+
+def test_remote_head_poll_reads_the_head_once_per_chunk():
+    # head_poll remote (DeepEP's): before each chunk a combine sender reads the ring's head on the
+    # home rank (one remote read through the hub); pushed: the home's head updater sends the head
+    # to each remote sender every chunk of positions (flag.set). With rings larger than any
+    # channel's stream no ring is ever full, so a sender of n rows polls exactly ceil(n / chunk)
+    # times: the hubs' request counts differ by exactly polls - pushes, per GPU
+    sims = {hp: run(f"workload.layer.deepep.head_poll={hp}", "workload.layer.deepep.ring_rows=64")
+            for hp in ("remote", "pushed")}
+    cfg = sims["remote"].cfg.workload.layer.deepep
+    C, chunk = cfg.comm_sms // 2, min(cfg.send_chunk_tokens, 64 // 2)
+    Tc = -(-T // C)
+    # n[c, home, g]: tokens of `home` on channel c that went to GPU g (dispatch's send_head)
+    n = np.zeros((C, P, P), dtype=np.int64)
+    for home in range(P):
+        head = sims["remote"].read_buffer(home, "dp_send_head", "i64")[:T * P].reshape(T, P)
+        for t, g in zip(*np.nonzero(head >= 0)):
+            n[t // Tc, home, g] += 1
+    assert n.sum() > 0
+    for g in range(P):
+        polls = sum(-(-n[c, s, g] // chunk) for c in range(C) for s in range(P) if s != g)
+        pushes = sum(n[c, g, r] // chunk for c in range(C) for r in range(P) if r != g)
+        requests = {hp: sim.stats[f"system.gpu{g}.hub.requests"] for hp, sim in sims.items()}
+        assert requests["remote"] - requests["pushed"] == polls - pushes, g
+    for sim in sims.values():
+        assert sim.stats["system.moe.rows_combined"] == P * T * K
+        assert sim.stats["system.moe.output_max_abs_error"] == 0.0
+    # the read is a round trip before every chunk: the combine takes longer than with the head
+    # pushed to the sender
+    assert (sims["remote"].stats["system.moe.kernel.deepep_combine_us"]
+            > sims["pushed"].stats["system.moe.kernel.deepep_combine_us"])
 
 
 def test_receivers_need_two_gpus():

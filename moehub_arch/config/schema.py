@@ -516,6 +516,15 @@ class DeepepSchemeConfig:
                           "[token][rank] buffer at home and a separate kernel, deepep_reduce, "
                           "sums them after it ended)", "receivers",
                           choices=("receivers", "kernel"))
+    head_poll: str = _f("choice", "how a sender of the intranode combine (home_reduce: receivers) "
+                        "learns that a ring on the home rank has room: remote (DeepEP's, "
+                        "csrc/kernels/intranode.cu combine: the head lives on the home rank and "
+                        "the sender reads it with a volatile load through NVLink before every "
+                        "chunk, until the whole chunk fits - a round trip per chunk) or pushed "
+                        "(the first model, kept to compare: the home's head updater stores the "
+                        "head into the sender's memory every chunk and the sender waits on its "
+                        "local copy only when the ring is full)", "remote",
+                        choices=("remote", "pushed"))
     internode: str = _f("choice", "on a multi-node system: forward (DeepEP's internode kernels, "
                         "csrc/kernels/internode.cu: a token goes once over RDMA to the GPU of the "
                         "same local rank on each node holding any of its experts, which forwards "

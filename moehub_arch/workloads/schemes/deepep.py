@@ -132,9 +132,11 @@ def plan(layer, internode=None):
         R = opts.ring_rows
         buffers += [
             # ring (c, r) on the home rank: rows rank r's senders push; tail, head and the
-            # reducers' progress words
+            # reducers' progress words; with head_poll remote also the senders' copies of the
+            # heads they read
             _buf("dp_cring_x", C * P * R * rb, dtype="bf16"),
-            _buf("dp_cring_ctl", 3 * C * P * 8, region="control", dtype="i64"),
+            _buf("dp_cring_ctl", (4 if opts.head_poll == "remote" else 3) * C * P * 8,
+                 region="control", dtype="i64"),
             _buf("dp_combine_scratch", C * P * csb),
         ]
     else:
@@ -228,7 +230,8 @@ def intranode_combine(layer, *, expert_out, shared, groups):
                 ("ys", "@ys"), ("one", "@one"), ("acct", "@acct"), ("tokens", T), ("topk", k),
                 ("hidden", H), ("channels", C), ("local_experts", El),
                 ("ring_rows", opts.ring_rows), ("send_chunk", opts.send_chunk_tokens),
-                ("shared", shared), ("shared_tbs", cfg.workload.layer.shared_tbs)))]
+                ("shared", shared), ("shared_tbs", cfg.workload.layer.shared_tbs),
+                ("head_poll", int(opts.head_poll == "remote"))))]
     return [
         LaunchConfig(kernel="deepep_combine_partials", grid=C * P // groups, warp_groups=groups,
                      stream=0, dynamic_smem=dynamic_smem, params=(
