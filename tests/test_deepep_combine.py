@@ -74,16 +74,22 @@ def test_combine_rings_with_back_pressure(rows, head_poll):
     assert sim.stats["system.moe.output_max_abs_error"] == 0.0
 
 
-def test_remote_head_poll_reads_the_head_once_per_chunk():
+@pytest.mark.parametrize("combine_chunk", [0, 3])
+def test_remote_head_poll_reads_the_head_once_per_chunk(combine_chunk):
     # head_poll remote (DeepEP's): before each chunk a combine sender reads the ring's head on the
     # home rank (one remote read through the hub); pushed: the home's head updater sends the head
     # to each remote sender every chunk of positions (flag.set). With rings larger than any
     # channel's stream no ring is ever full, so a sender of n rows polls exactly ceil(n / chunk)
     # times: the hubs' request counts differ by exactly polls - pushes, per GPU
-    sims = {hp: run(f"workload.layer.deepep.head_poll={hp}", "workload.layer.deepep.ring_rows=64")
+    # to each remote sender every chunk of positions (flag.set). The combine's chunk is
+    # combine_send_chunk_tokens (DeepEP's combine config), the dispatch's send_chunk_tokens at 0
+    sims = {hp: run(f"workload.layer.deepep.head_poll={hp}", "workload.layer.deepep.ring_rows=64",
+                    f"workload.layer.deepep.combine_send_chunk_tokens={combine_chunk}")
             for hp in ("remote", "pushed")}
     cfg = sims["remote"].cfg.workload.layer.deepep
-    C, chunk = cfg.comm_sms // 2, min(cfg.send_chunk_tokens, 64 // 2)
+    C = cfg.comm_sms // 2
+    chunk = min(combine_chunk or cfg.send_chunk_tokens, 64 // 2)
+    assert chunk == (3 if combine_chunk else cfg.send_chunk_tokens)
     Tc = -(-T // C)
     # n[c, home, g]: tokens of `home` on channel c that went to GPU g (dispatch's send_head)
     n = np.zeros((C, P, P), dtype=np.int64)

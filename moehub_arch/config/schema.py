@@ -497,6 +497,13 @@ class DeepepSchemeConfig:
     send_chunk_tokens: int = _f("int", "tokens a dispatch sender puts into a ring before it "
                                 "publishes the tail (at most half the ring; DeepEP's "
                                 "num_max_nvl_chunked_send_tokens)", 8, min=1)
+    combine_send_chunk_tokens: int = _f("int", "tokens an intranode combine sender puts into a "
+                                        "ring on the home rank before it publishes the tail, "
+                                        "and the room it waits for before each chunk (at most "
+                                        "half the ring; DeepEP's combine config has its own "
+                                        "num_max_nvl_chunked_send_tokens: deep_ep/buffer.py "
+                                        "get_combine_config, 4 for 8 ranks); 0: the dispatch's "
+                                        "send_chunk_tokens", 0, min=0)
     kernels: str = _f("choice", "layer: the whole MoE layer; communication: only layout, notify, "
                       "dispatch, combine and the home reduction - the experts are the identity "
                       "(combine sends the received rows back) and there are no shared experts, "

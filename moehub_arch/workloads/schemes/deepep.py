@@ -205,6 +205,13 @@ def combine_kernels(opts):
     return ("deepep_combine_partials", "deepep_reduce")
 
 
+def combine_chunk_tokens(opts):
+    """Tokens per published tail (and per head check) of the intranode combine's senders:
+    workload.layer.deepep.combine_send_chunk_tokens, or the dispatch's send_chunk_tokens where it
+    is 0 (the kernel caps it at half the ring)."""
+    return opts.combine_send_chunk_tokens or opts.send_chunk_tokens
+
+
 def intranode_combine(layer, *, expert_out, shared, groups):
     """The intranode combine: with home_reduce receivers, deepep_combine (2C blocks of `groups`
     warp groups: senders push the partial rows into rings at home, the receiver SMs sum them
@@ -229,7 +236,7 @@ def intranode_combine(layer, *, expert_out, shared, groups):
                 ("cring_ctl", "@dp_cring_ctl"), ("send_head", "@dp_send_head"), ("out", "@out"),
                 ("ys", "@ys"), ("one", "@one"), ("acct", "@acct"), ("tokens", T), ("topk", k),
                 ("hidden", H), ("channels", C), ("local_experts", El),
-                ("ring_rows", opts.ring_rows), ("send_chunk", opts.send_chunk_tokens),
+                ("ring_rows", opts.ring_rows), ("send_chunk", combine_chunk_tokens(opts)),
                 ("shared", shared), ("shared_tbs", cfg.workload.layer.shared_tbs),
                 ("head_poll", int(opts.head_poll == "remote"))))]
     return [
