@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from conftest import CONFIGS, run_cli, simulate
+from moehub_arch.workloads.bandwidth import tokens_received_per_rank
 
 CONFIG = "experiments/functional.yaml"
 P, T, K = 4, 64, 2                      # configs/experiments/functional.yaml (tiny_functional)
@@ -45,8 +46,15 @@ def test_receivers_run_in_the_combine_kernel(designs):
     C = rec.cfg.workload.layer.deepep.comm_sms // 2
     assert (int(rec.state.ln[li.index].groups), li.grid) == (P, 2 * C)
     assert not _launches(rec, "deepep_reduce") and not _launches(rec, "deepep_combine_partials")
+    # DeepEP's Buffer.combine: cached_notify_combine (one block: barrier, clean, barrier) first,
+    # one launch latency before the combine kernel; the combine phase spans both
+    (notify,) = _launches(rec, "deepep_cached_notify")
+    assert notify.grid == 1 and notify.index < li.index
+    lat = rec.cfg.system.gpu.kernel_launch_latency
+    assert int(rec.state.ln[li.index].start) == int(rec.state.ln[notify.index].end) + lat
     assert rec.stats["system.moe.phase.combine_us"] == pytest.approx(
-        rec.stats["system.moe.kernel.deepep_combine_us"])
+        rec.stats["system.moe.kernel.deepep_cached_notify_us"] + lat / 1e6
+        + rec.stats["system.moe.kernel.deepep_combine_us"])
     # kernel: the first model's pair
     assert len(_launches(ker, "deepep_combine_partials")) == 1
     assert len(_launches(ker, "deepep_reduce")) == 1
@@ -57,8 +65,21 @@ def test_receivers_run_in_the_combine_kernel(designs):
     for d, sim in designs.items():
         assert sim.stats["system.moe.deepep.combine_GBps"] > 0
         if d == "receivers":
+            # the figure times Buffer.combine (tests/test_intranode.py: CUDA events around it):
+            # the cached notify, the launch gap and the combine kernel, per rank
+            st, call, alone = sim.state, [], []
+            for g in range(P):
+                (n,) = [x for x in sim.launches if x.gpu == g and x.kernel == "deepep_cached_notify"]
+                (c,) = [x for x in sim.launches if x.gpu == g and x.kernel == "deepep_combine"]
+                call.append(int(st.ln[c.index].end) - int(st.ln[n.index].start))
+                alone.append(int(st.ln[c.index].end) - int(st.ln[c.index].start))
+            back = tokens_received_per_rank(sim.layer.routing.topk_idx,
+                                            sim.layer.shape.local_experts) * sim.layer.shape.row_bytes
+            assert all(a > b for a, b in zip(call, alone))
             assert sim.stats["system.moe.deepep.combine_reduce_GBps"] == pytest.approx(
-                sim.stats["system.moe.deepep.combine_GBps"])
+                float(np.mean(back / (np.array(call) * 1e-12))) / 1e9, rel=1e-12)
+            assert sim.stats["system.moe.deepep.combine_GBps"] == pytest.approx(
+                float(np.mean(back / (np.array(alone) * 1e-12))) / 1e9, rel=1e-12)
 
 
 @pytest.mark.parametrize("head_poll", ["remote", "pushed"])

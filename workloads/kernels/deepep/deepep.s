@@ -15,6 +15,8 @@
 #                    (put.sm); receivers unpack them expert-major
 #   deepep_gate_up   grouped GEMM (SwiGLU) over the expert-major buffer: gate/up jobs (tile, q)
 #   deepep_down      then the down jobs (tile, c); jobs dealt round-robin to the TBs
+#   deepep_cached_notify (home_reduce: receivers) DeepEP's cached_notify_combine: barrier, clean
+#                    the combine rings' control words, barrier
 #   deepep_combine   (home_reduce: receivers, DeepEP's) on 2C SMs: C sender blocks, one warp group
 #                    per home rank: per received token the fp32 weighted sum of its local expert
 #                    outputs, one bf16 row copied into ring (c, me) on the token's home (put.sm);
@@ -95,6 +97,25 @@
 .include "lib/combine.s"
 .include "lib/slot_words.s"
 .include "lib/ring.s"
+
+# rank_barrier mine, value, i, addr: a barrier across the ranks (DeepEP's barrier_block): stores
+# `value` into bar[me] on every rank (`mine` = &bar[me], the same address everywhere; flag.set),
+# then waits until bar[s] >= value for every rank s. Barrier words only grow (epoch values).
+# Writes i, addr.
+.macro rank_barrier mine, value, i, addr
+    mov \i, 0
+set_\@:
+    flag.set \i, [\mine], \value
+    add \i, \i, 1
+    blt \i, %ngpu, set_\@
+    mov \i, 0
+wait_\@:
+    shl \addr, \i, 3
+    add \addr, \addr, %bar
+    wait.ge [\addr], \value
+    add \i, \i, 1
+    blt \i, %ngpu, wait_\@
+.endm
 
 # ------------------------------------------------------------------------------------------------
 # deepep_layout: TB b handles tokens b, b + ntb, ... (one ld.v8 of the token's ids each; many TBs
@@ -209,18 +230,7 @@ end:
     sub r4, r3, 1                # r4 = barrier-1 value 2e-1
     shl r5, %gpu, 3
     add r5, r5, %bar             # r5 = &bar[me] (the same address on every GPU)
-    mov r6, 0
-b1_set:
-    flag.set r6, [r5], r4
-    add r6, r6, 1
-    blt r6, %ngpu, b1_set
-    mov r6, 0
-b1_wait:
-    shl r7, r6, 3
-    add r7, r7, %bar
-    wait.ge [r7], r4
-    add r6, r6, 1
-    blt r6, %ngpu, b1_wait
+    rank_barrier r5, r4, r6, r7  # barrier 1
     mul r8, %gpu, r2
     add r8, r8, %ntf             # r8 = &ntf[me] (on every peer)
     mov r6, 0
@@ -231,18 +241,7 @@ exchange:
     add r6, r6, 1
     blt r6, %ngpu, exchange
     fence                        # every row landed before barrier 2 says so
-    mov r6, 0
-b2_set:
-    flag.set r6, [r5], r3
-    add r6, r6, 1
-    blt r6, %ngpu, b2_set
-    mov r6, 0
-b2_wait:
-    shl r7, r6, 3
-    add r7, r7, %bar
-    wait.ge [r7], r3
-    add r6, r6, 1
-    blt r6, %ngpu, b2_wait
+    rank_barrier r5, r3, r6, r7  # barrier 2
     flag.set %gpu, [%info], %epoch   # every source's counts are here
     bra sums
 ready_wait:
@@ -701,6 +700,32 @@ all_sent:
     bne r13, r14, leave          # not the rank's last combine warp group
     tell_every_gpu %done, r16, r15    # done[me] = 1 on every GPU
 leave:
+    exit
+
+# ------------------------------------------------------------------------------------------------
+# deepep_cached_notify: DeepEP's cached_notify_combine (csrc/kernels/intranode.cu), the kernel
+# Buffer.combine launches before every intranode combine (deep_ep/buffers/legacy.py, so in
+# tests/test_intranode.py's timed region too): block 0 runs a barrier across the ranks
+# (barrier_block), zeroes the combine rings' control words (head, tail, ...: `ctl_bytes` at
+# %ctl) and runs a second barrier, so that no sender writes a ring before its home has cleaned
+# it. Barrier values 2e-1 and 2e (epoch e = deepep_notify's + 1). DeepEP's other blocks rewrite
+# the send_head entries of tokens a rank did not receive (-1) for its receivers' head
+# bookkeeping; the receivers here skip those entries, so they are left out (one read of
+# T x P ints by a handful of blocks, beside the barriers' round trips).
+.kernel deepep_cached_notify
+.param bar
+.param ctl
+.param ctl_bytes
+.param epoch
+    shl r3, %epoch, 1            # r3 = barrier-2 value 2e
+    sub r4, r3, 1                # r4 = barrier-1 value 2e-1
+    shl r5, %gpu, 3
+    add r5, r5, %bar             # r5 = &bar[me] (the same address on every GPU)
+    rank_barrier r5, r4, r6, r7  # barrier before cleaning
+    shr r8, %ctl_bytes, 2
+    vzero.f32 %ctl, r8           # clean the rings' control words
+    fence                        # cleaned before the barrier says so
+    rank_barrier r5, r3, r6, r7  # barrier after cleaning
     exit
 
 # ------------------------------------------------------------------------------------------------
