@@ -76,6 +76,10 @@ def test_receivers_run_in_the_combine_kernel(designs):
             back = tokens_received_per_rank(sim.layer.routing.topk_idx,
                                             sim.layer.shape.local_experts) * sim.layer.shape.row_bytes
             assert all(a > b for a, b in zip(call, alone))
+            starts = np.array([int(st.ln[x.index].start) for x in sim.launches
+                               if x.kernel == "deepep_cached_notify"])
+            assert sim.stats["system.moe.deepep.combine_entry_skew_us"] == pytest.approx(
+                float(np.mean(starts.max() - starts)) / 1e6, rel=1e-12)
             assert sim.stats["system.moe.deepep.combine_reduce_GBps"] == pytest.approx(
                 float(np.mean(back / (np.array(call) * 1e-12))) / 1e9, rel=1e-12)
             assert sim.stats["system.moe.deepep.combine_GBps"] == pytest.approx(

@@ -170,6 +170,9 @@ def plan(layer, internode=None):
     reference = {"combine": "per_rank", "local_experts": El}
     if forward:
         reference.update(combine="per_node", node_gpus=L)
+    elif comm_only and opts.home_reduce == "receivers":
+        # DeepEP's benchmark combines the rows each rank received, unweighted
+        reference.update(combine="rank_rows")
     sbufs, slaunch = shared_experts_or_identity(layer, comm_only, reference)
     return SchemePlan(
         buffers=tuple(buffers + sbufs), launches=tuple(launches + slaunch),
@@ -249,7 +252,8 @@ def intranode_combine(layer, *, expert_out, shared, groups):
                 ("hidden", H), ("channels", C), ("local_experts", El),
                 ("ring_rows", opts.ring_rows), ("send_chunk", combine_chunk_tokens(opts)),
                 ("shared", shared), ("shared_tbs", cfg.workload.layer.shared_tbs),
-                ("head_poll", int(opts.head_poll == "remote"))))]
+                ("head_poll", int(opts.head_poll == "remote")),
+                ("bench_rows", int(opts.kernels == "communication"))))]
     return [
         LaunchConfig(kernel="deepep_combine_partials", grid=C * P // groups, warp_groups=groups,
                      stream=0, dynamic_smem=dynamic_smem, params=(
@@ -481,6 +485,16 @@ def add_bandwidth_stats(sim, layer, dispatch_bytes, node_gpus=0,
                 mean_rank_bandwidth_GBps(back, t_combine + t_reduce), "GB/s",
                 "DeepEP internode combine RDMA bandwidth: the same rows in bf16 / (combine + home "
                 "reduction kernel time: DeepEP's combine kernel does both), mean over ranks")
+    if cached:
+        starts = np.array([int(st.ln[li.index].start) for li in sim.launches
+                           if li.kernel == "deepep_cached_notify"], dtype=np.int64)
+        if starts.size:
+            out.add("system.moe.deepep.combine_entry_skew_us",
+                    float(np.mean(starts.max() - starts)) / 1e6, "us",
+                    "mean over ranks of how much later the last rank started Buffer.combine "
+                    "(deepep_cached_notify): time its barrier spends on the ranks that finished "
+                    "the work before it later (here the dispatch; in DeepEP's benchmark loop the "
+                    "previous combine), part of combine_reduce_GBps's time")
     out.add("system.moe.deepep.combine_reduce_GBps",
             mean_rank_bandwidth_GBps(back, t_combine_call), "GB/s",
             "the same over the time of DeepEP's Buffer.combine including the home reduction "

@@ -737,8 +737,11 @@ leave:
 #   TB c*P + s (< C*P): sender of channel c to home s. Walks the records of the tokens this rank
 #     received from s on channel c, in the order it received them: per token the fp32 weighted
 #     sum of its local expert outputs (rank_partial_row: the caller's part in DeepEP, which takes
-#     the rows already weighted; fused here), rounded to bf16 in a staging row, then copied with a
-#     warp copy (put.sm) into slot (i % R) of ring (c, me) on s - the token's i-th position there,
+#     the rows already weighted; fused here), rounded to bf16 in a staging row - or, with
+#     bench_rows = 1 (kernels: communication, DeepEP's tests/test_intranode.py, which combines the
+#     rows each rank received, unweighted), the received row itself (rank_received_row) - then
+#     copied with a warp copy (put.sm) into slot (i % R) of ring (c, me) on s - the token's i-th
+#     position there,
 #     as dispatch recorded it in send_head. Ring flow control in chunks of
 #     min(send_chunk, max(1, R/2)) positions: fence and publish the tail every chunk (before
 #     waiting on a full ring and at the end). With head_poll = 1 (workload.layer.deepep.head_poll:
@@ -786,6 +789,7 @@ leave:
 .param shared
 .param shared_tbs
 .param head_poll             # 1: the sender reads the head on the home before each chunk (DeepEP's); 0: the home pushes it
+.param bench_rows            # 1: kernels: communication - the sender copies the row it received (DeepEP's benchmark input), no weighted sum
 .smem 28KB                   # acc [H] f32 (H <= 7168; P <= 8 groups of 28 KB fit an SM's 228 KB)
 .threads 768                 # DeepEP intranode.cu: kNumThreads = 768, __launch_bounds__(768, 1)
 .regs 80                     # __launch_bounds__(768, 1): at most 65536 / 768 registers per thread, in allocation units of 8 (256 per warp): 80
@@ -838,6 +842,7 @@ poll:
     ld r3, [r15]
     blt r3, r26, poll            # not enough room: read it again
 compute:
+    bne %bench_rows, 0, bench_row
     rank_partial_row             # r10 = the fp32 sum, r27 = t, r25 += pairs
     and r29, r24, 7              # staging slot
     bne r29, 0, staged
@@ -846,6 +851,11 @@ staged:
     mul r30, r29, r1
     add r30, r30, r11
     vcvt.bf16.f32 r30, r10, %hidden
+    bra row_ready
+bench_row:
+    rank_received_row            # r29 = the received row (DeepEP's benchmark input), r25 += pairs
+    mov r30, r29
+row_ready:
     sub r26, r24, r3
     blt r26, %ring_rows, room
     beq r24, r2, full_wait       # ring full: publish first (the home may wait for it)
