@@ -503,6 +503,13 @@ class DeepepSchemeConfig:
     send_chunk_tokens: int = _f("int", "tokens a dispatch sender puts into a ring before it "
                                 "publishes the tail (at most half the ring; DeepEP's "
                                 "num_max_nvl_chunked_send_tokens)", 8, min=1)
+    combine_send_chunk_tokens: int = _f("int", "tokens an intranode combine sender puts into a "
+                                        "ring on the home rank before it publishes the tail, "
+                                        "and the room it waits for before each chunk (at most "
+                                        "half the ring; DeepEP's combine config has its own "
+                                        "num_max_nvl_chunked_send_tokens: deep_ep/buffer.py "
+                                        "get_combine_config, 4 for 8 ranks); 0: the dispatch's "
+                                        "send_chunk_tokens", 0, min=0)
     kernels: str = _f("choice", "layer: the whole MoE layer; communication: only layout, notify, "
                       "dispatch, combine and the home reduction - the experts are the identity "
                       "(combine sends the received rows back) and there are no shared experts, "
@@ -522,6 +529,15 @@ class DeepepSchemeConfig:
                           "[token][rank] buffer at home and a separate kernel, deepep_reduce, "
                           "sums them after it ended)", "receivers",
                           choices=("receivers", "kernel"))
+    head_poll: str = _f("choice", "how a sender of the intranode combine (home_reduce: receivers) "
+                        "learns that a ring on the home rank has room: remote (DeepEP's, "
+                        "csrc/kernels/intranode.cu combine: the head lives on the home rank and "
+                        "the sender reads it with a volatile load through NVLink before every "
+                        "chunk, until the whole chunk fits - a round trip per chunk) or pushed "
+                        "(the first model, kept to compare: the home's head updater stores the "
+                        "head into the sender's memory every chunk and the sender waits on its "
+                        "local copy only when the ring is full)", "remote",
+                        choices=("remote", "pushed"))
     internode: str = _f("choice", "on a multi-node system: forward (DeepEP's internode kernels, "
                         "csrc/kernels/internode.cu: a token goes once over RDMA to the GPU of the "
                         "same local rank on each node holding any of its experts, which forwards "
