@@ -54,7 +54,8 @@ from .elements import load_f32, store_f32
 from .hbm import hbm_access, hbm_backed, raise_error
 from .nvlink import (credit_return_vc, input_free_tick, pick_switch_output, txq_push, txq_room)
 from .packet import (PK_CAIS_DATA, PK_MM_COPY, PK_MM_DATA, PK_MM_LD, PK_MM_READ, PK_MM_RESULT,
-                     PK_MM_ST, VC_REQUEST, packet_alloc, packet_flits, packet_free, packet_vc)
+                     PK_MM_ST, VC_REQUEST, packet_alloc, packet_flits, packet_free, packet_vc,
+                     request_records)
 from .wakeups import hub_kick_response, xbar_kick
 from .block import Array, Block, Param, Record, Stat, StatGroup, counters, fields
 from ..engine.state import ERR_UNBACKED_COPY
@@ -245,10 +246,10 @@ BLOCK = Block(
             Array("mm_free", "free reduction-buffer entries (a stack; sys.mm_free_top)",
                   lambda cfg: (max(1, _entries(cfg)),)),
             Array("mm_arrived", "multicast chunks of request r a member has received",
-                  lambda cfg: ((cfg.system.num_gpus * cfg.system.gpu.hub.max_outstanding_requests,
+                  lambda cfg: ((cfg.system.num_gpus * request_records(cfg),
                                 cfg.system.num_gpus) if _on(cfg) else (1, 1))),
             Array("mm_visible", "when those chunks are visible in the member's memory",
-                  lambda cfg: ((cfg.system.num_gpus * cfg.system.gpu.hub.max_outstanding_requests,
+                  lambda cfg: ((cfg.system.num_gpus * request_records(cfg),
                                 cfg.system.num_gpus) if _on(cfg) else (1, 1))),
             Array("mm_rdq", "a GPU's answered switch reads (NVLS, DySHARP, CAIS) whose data waits "
                   "to leave (packet ids, FIFO)",

@@ -167,6 +167,11 @@ class HubConfig:
     packets_per_cycle: int = _f("int", "packets the hub moves per hub cycle", min=1)
     request_queue_depth: int = _f("int", "SM-to-hub request queue entries", min=1)
     max_outstanding_requests: int = _f("int", "remote requests in flight per GPU", min=1)
+    posted_store_tags: int = _f("int", "multimem.st / multimem.red / dymultimem.st operations "
+                                "whose last packet is out (their request-table entry is free) and "
+                                "whose write responses are still due: the fence counts them (0: a "
+                                "multimem store holds its table entry until its responses are in)",
+                                min=0)
     tx_latency_cycles: int = _f("int", "hub cycles from request to NVLink port", min=0)
     rx_latency_cycles: int = _f("int", "hub cycles from NVLink port to memory/SM", min=0)
     moe: MoeHubConfig = _f("node", "MoE-Hub control plane: RPM, AAU, DAM", cls=MoeHubConfig)
@@ -225,6 +230,9 @@ class DysharpConfig:
                                 "sent; a full queue stalls the issuing thread block", min=1)
     al_tlb_entries: int = _f("int", "a GPU hub's AL-TLB: cached entries of the algebraic-to-layout "
                              "table (the table itself lives in HBM)", min=1)
+    al_tlb_ways: int = _f("int", "AL-TLB associativity: entries per set, LRU within a set "
+                          "(0: fully associative; 1: direct-mapped); al_tlb_entries must be a "
+                          "multiple of it", min=0)
 
 
 @attrs.frozen
