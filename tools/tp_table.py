@@ -11,7 +11,8 @@ and the merge unit's evictions and timeouts.
 Configs: configs/experiments/tp/<model>_layer_<scheme>.yaml (prefill, the model's seq x batch
 tokens unless --tokens); `cais_fused` is the cais config with workload.block.cais_fusion=true
 (the attention's collectives fused into its GEMMs: README "In-switch computing: CAIS merge
-unit"). Each run writes its output directory under --outdir (default out/tp/<model>_<scheme>);
+unit"); `cais_throttle` (and `cais_fused_throttle`) add system.switch.cais.throttle=true (the
+switch holds back GPUs that run ahead). Each run writes its output directory under --outdir (default out/tp/<model>_<scheme>);
 a run made from the same inputs is reused (tools/run_cache.py; --force re-runs). Runs go through
 `moehub-sim run`, one at a time unless --jobs, niced.
 """
@@ -28,13 +29,18 @@ REPO = Path(__file__).resolve().parents[1]
 CONFIG_DIR = REPO / "configs" / "experiments" / "tp"
 MODELS = ("mega_gpt_4b", "mega_gpt_8b", "llama_7b")
 SCHEMES = ("tp_ring", "sp_ring", "tp_nvls", "sp_nvls", "cais", "cais_fused")
+# Variants of a scheme's config: (the scheme whose config runs, its --set overrides).
+VARIANTS = {"cais_fused": ("cais", ["workload.block.cais_fusion=true"]),
+            "cais_throttle": ("cais", ["system.switch.cais.throttle=true"]),
+            "cais_fused_throttle": ("cais", ["workload.block.cais_fusion=true",
+                                             "system.switch.cais.throttle=true"])}
 PHASES = ("norm", "qkv", "attention", "o_proj", "residual", "ffn")
 
 
 def run_one(model, scheme, tokens, outdir, force):
-    base = "cais" if scheme == "cais_fused" else scheme
+    base, sets = VARIANTS.get(scheme, (scheme, []))
     config = CONFIG_DIR / f"{model}_layer_{base}.yaml"
-    sets = ["workload.block.cais_fusion=true"] if scheme == "cais_fused" else []
+    sets = list(sets)
     if tokens:
         sets.append(f"workload.block.tokens={tokens}")
     out = outdir / f"{model}_{scheme}" if not tokens else outdir / f"{model}_{scheme}_{tokens}"
@@ -64,7 +70,8 @@ def run_one(model, scheme, tokens, outdir, force):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
-    ap.add_argument("--schemes", nargs="+", default=list(SCHEMES), choices=SCHEMES)
+    ap.add_argument("--schemes", nargs="+", default=list(SCHEMES),
+                    choices=SCHEMES + tuple(v for v in VARIANTS if v not in SCHEMES))
     ap.add_argument("--tokens", type=int, default=0,
                     help="tokens per layer (0: the model's seq x batch, CAIS's shape)")
     ap.add_argument("--outdir", type=Path, default=REPO / "out" / "tp")
