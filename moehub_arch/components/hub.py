@@ -76,7 +76,7 @@ from ..isa.encoding import MM_RED, MM_ST
 from .trace import CAT_HUB, TR_HUB_RX, TR_HUB_TX, trace_event
 from .wakeups import hub_kick, hub_kick_response, tb_resume
 from .waiters import notify_stores
-from .nic import rdma_message
+from .nic import nic_schedule, nic_served, rdma_message
 from .block import Array, Block, Debug, Event, Param, Record, StatGroup, Timer, counters, fields
 
 REQ_PUT, REQ_GET, REQ_STORE, REQ_ATOM = range(4)
@@ -425,6 +425,8 @@ def hub_packetize(st, g, tick):
     if gp.hub_req_free > tick:
         hub_kick(st, g, gp.hub_req_free)
         return
+    if p.nic_qp_round_robin:
+        nic_schedule(st, g)     # the NIC's send scheduler picks the RDMA message served next
     r = st.reqq[g, gp.reqq_head]
     rq = st.req[r]
     dst = rq.dst_gpu
@@ -544,6 +546,8 @@ def hub_packetize(st, g, tick):
         gp.hub_tx_payload += pk.payload
     trace_event(st, CAT_HUB, TR_HUB_TX, g, pk.kind, dst, tick)
     txq_push(st, c, pkt, tick)
+    if p.nic_qp_round_robin:
+        nic_served(st, g, r)
     gp.hub_req_free = tick + pk.npk * p.hub_ticks_per_packet
     if gp.reqq_count > 0 or _responses_pending(gp):
         hub_kick(st, g, gp.hub_req_free)

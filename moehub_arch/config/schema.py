@@ -316,6 +316,11 @@ class NicConfig:
     doorbell_latency: int = _f("time", "from the GPU's doorbell to the first byte of a work "
                                "request on the wire (WQE fetch and payload read over PCIe)", 0,
                                min=0)
+    send_scheduling: str = _f("choice", "qp_round_robin: the NIC's send scheduler serves its "
+                              "queue pairs (one per destination GPU) round-robin, one IB packet "
+                              "(MTU) at a time; message_fifo: whole messages in the order the GPU "
+                              "issued them", "qp_round_robin",
+                              choices=("qp_round_robin", "message_fifo"))
 
 
 @attrs.frozen
