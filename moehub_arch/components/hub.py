@@ -68,8 +68,7 @@ from .packet import (PACKET_KIND_NAMES, PK_ACK, PK_ATOM_REQ, PK_ATOM_RESP, PK_GE
                      store_packets)
 from .nvls import (nvls_copies_answered, nvls_copy_arrived, nvls_read_arrived, nvls_result_arrived,
                    nvls_send_data)
-from .cais_merge import (cais_read_arrived, cais_request_line, cais_send_data, cais_uplink,
-                         cais_waiting, cais_write_arrived)
+from .cais_merge import cais_read_arrived, cais_request_line, cais_uplink, cais_write_arrived
 from .packet import PK_CAIS_LD, PK_CAIS_RED, PK_CAIS_READ, PK_CAIS_REPLY
 from .dysharp import (OBJ_TPG, dysharp_bind, dysharp_copy_write, dysharp_read_arrived,
                       dysharp_result, dysharp_sent, ext_flits)
@@ -77,7 +76,7 @@ from ..isa.encoding import MM_RED, MM_ST
 from .trace import CAT_HUB, TR_HUB_RX, TR_HUB_TX, trace_event
 from .wakeups import hub_kick, hub_kick_response, tb_resume
 from .waiters import notify_stores
-from .nic import rdma_message
+from .nic import nic_schedule, nic_served, rdma_message
 from .block import Array, Block, Debug, Event, Param, Record, StatGroup, Timer, counters, fields
 
 REQ_PUT, REQ_GET, REQ_STORE, REQ_ATOM = range(4)
@@ -426,6 +425,8 @@ def hub_packetize(st, g, tick):
     if gp.hub_req_free > tick:
         hub_kick(st, g, gp.hub_req_free)
         return
+    if p.nic_qp_round_robin:
+        nic_schedule(st, g)     # the NIC's send scheduler picks the RDMA message served next
     r = st.reqq[g, gp.reqq_head]
     rq = st.req[r]
     dst = rq.dst_gpu
@@ -545,6 +546,8 @@ def hub_packetize(st, g, tick):
         gp.hub_tx_payload += pk.payload
     trace_event(st, CAT_HUB, TR_HUB_TX, g, pk.kind, dst, tick)
     txq_push(st, c, pkt, tick)
+    if p.nic_qp_round_robin:
+        nic_served(st, g, r)
     gp.hub_req_free = tick + pk.npk * p.hub_ticks_per_packet
     if gp.reqq_count > 0 or _responses_pending(gp):
         hub_kick(st, g, gp.hub_req_free)
@@ -553,8 +556,7 @@ def hub_packetize(st, g, tick):
 @compiled
 def _responses_pending(gp):
     """Responses of any kind wait at hub gp (link-level, the response FIFO, multimem read data)."""
-    return (gp.link_resp_total > 0 or gp.respq_count > 0 or gp.mm_rdq_count > 0
-            or cais_waiting(gp))
+    return gp.link_resp_total > 0 or gp.respq_count > 0 or gp.mm_rdq_count > 0
 
 
 @compiled
@@ -566,14 +568,9 @@ def _send_response(st, g, tick):
     gp = st.gpu[g]
     if gp.link_resp_total > 0:
         return _send_link_responses(st, g, tick)
-    mm = nvls_send_data(st, g, tick)   # a switch's reduction read, answered (nvls.py)
+    mm = nvls_send_data(st, g, tick)   # a switch's read (NVLS, DySHARP, CAIS), answered (nvls.py)
     if mm > 0:
         return mm
-    cs = cais_send_data(st, g, tick)   # a merge unit's read, answered (cais_merge.py)
-    if cs > 0:
-        return cs
-    if cs < 0:
-        mm = cs
     if gp.respq_count == 0:
         return mm
     head_ready = st.respq[g, gp.respq_head, RESP_READY]
