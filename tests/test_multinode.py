@@ -422,3 +422,11 @@ def test_nic_queue_pair_request_kinds_are_the_hubs():
     from moehub_arch.components import hub, nic
     assert (nic.QP_REQ_PUT, nic.QP_REQ_STORE, nic.QP_REQ_ATOM) == (
         hub.REQ_PUT, hub.REQ_STORE, hub.REQ_ATOM)
+
+
+def test_unknown_nic_send_scheduling_exits_2(tmp_path):
+    r = run_cli("run", _a2a_8k(tmp_path), "-o", tmp_path / "out", "--quiet", "--set",
+                "system.nic.send_scheduling=fifo")
+    assert r.returncode == 2, r.stderr
+    assert "system.nic.send_scheduling" in r.stderr and "qp_round_robin" in r.stderr
+    assert "Traceback" not in r.stderr
