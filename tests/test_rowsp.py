@@ -78,8 +78,16 @@ def test_tiny_tables_spill_and_engines_agree(tmp_path):
         assert s[f"system.gpu{g}.hub.rpm.packets"] == 16 * 64 + G
     assert sum(s[f"system.gpu{g}.hub.aau.spills"] for g in range(G)) > 0
     assert sum(s[f"system.gpu{g}.hub.rpm.accept_stalls"] for g in range(G)) > 0
+    # the engines compared on 8 of the 32 tokens: a quarter of the events, every row still home,
+    # still spilling, reading entries back and refusing stores at full rings
+    small = TINY + ["workload.launches.0.params.tokens=8"]
+    sim = simulate(MICRO, *small)
+    assert_rows_home(sim, G, 8, 2, 1000)
+    s = model_stats(sim.stats)
+    for n in ("aau.spills", "aau.refills", "rpm.accept_stalls"):
+        assert sum(s[f"system.gpu{g}.hub.{n}"] for g in range(G)) > 0, n
     stats = cli_stats_per_engine(f"configs/{MICRO}", tmp_path,
-                                 *[a for o in TINY for a in ("--set", o)])
+                                 *[a for o in small for a in ("--set", o)])
     assert stats["python"] == stats["numba"] == s
 
 

@@ -126,16 +126,17 @@ def main():
         sys.path.insert(0, str(REPO))
         tl = _Timeline()
         _install(tl)
-        from moehub_arch.config import ConfigError, load_config
+        from moehub_arch.config import load_config
+        from moehub_arch.errors import exit_code, user_errors
         from moehub_arch.simulation import Simulation
+        t0 = t1 = time.perf_counter()
         try:
-            cfg = load_config(args.config, args.overrides)
-        except ConfigError as e:
-            sys.exit(f"profile_compile: {e}")
-        t0 = time.perf_counter()
-        sim = Simulation(cfg)
-        t1 = time.perf_counter()
-        sim.run()
+            sim = Simulation(load_config(args.config, args.overrides))
+            t1 = time.perf_counter()
+            sim.run()
+        except user_errors() as e:      # bad config or a failing run: one paragraph, no traceback
+            print(f"profile_compile: error: {e}", file=sys.stderr)
+            sys.exit(exit_code(e))
         t2 = time.perf_counter()
         cache_mb = sum(f.stat().st_size for f in Path(cache).rglob("*") if f.is_file()) / 2 ** 20
 
