@@ -167,6 +167,11 @@ class HubConfig:
     packets_per_cycle: int = _f("int", "packets the hub moves per hub cycle", min=1)
     request_queue_depth: int = _f("int", "SM-to-hub request queue entries", min=1)
     max_outstanding_requests: int = _f("int", "remote requests in flight per GPU", min=1)
+    posted_store_tags: int = _f("int", "multimem.st / multimem.red / dymultimem.st operations "
+                                "whose last packet is out (their request-table entry is free) and "
+                                "whose write responses are still due: the fence counts them (0: a "
+                                "multimem store holds its table entry until its responses are in)",
+                                min=0)
     tx_latency_cycles: int = _f("int", "hub cycles from request to NVLink port", min=0)
     rx_latency_cycles: int = _f("int", "hub cycles from NVLink port to memory/SM", min=0)
     moe: MoeHubConfig = _f("node", "MoE-Hub control plane: RPM, AAU, DAM", cls=MoeHubConfig)
@@ -225,6 +230,9 @@ class DysharpConfig:
                                 "sent; a full queue stalls the issuing thread block", min=1)
     al_tlb_entries: int = _f("int", "a GPU hub's AL-TLB: cached entries of the algebraic-to-layout "
                              "table (the table itself lives in HBM)", min=1)
+    al_tlb_ways: int = _f("int", "AL-TLB associativity: entries per set, LRU within a set "
+                          "(0: fully associative; 1: direct-mapped); al_tlb_entries must be a "
+                          "multiple of it", min=0)
 
 
 @attrs.frozen
@@ -246,6 +254,12 @@ class CaisSwitchConfig:
                       "or dropped (a served load) (assumption: 2 us, about two round trips of a "
                       "250 ns link plus queueing; CAIS gives per-entry timers but no value)",
                       2_000_000, min=1)
+    throttle: bool = _f("bool", "hold back a GPU that runs ahead: a request that misses a full "
+                        "table waits at its input port (instead of evicting the least recently "
+                        "used entry) when every entry of the table already holds that GPU's "
+                        "request, so it would only push out partial sums the other GPUs have yet "
+                        "to reach (CAIS, arXiv 2605.05628, throttles GPUs that run ahead of their "
+                        "group; the policy is this model's reading of it)", False)
 
 
 @attrs.frozen
@@ -302,6 +316,11 @@ class NicConfig:
     doorbell_latency: int = _f("time", "from the GPU's doorbell to the first byte of a work "
                                "request on the wire (WQE fetch and payload read over PCIe)", 0,
                                min=0)
+    send_scheduling: str = _f("choice", "qp_round_robin: the NIC's send scheduler serves its "
+                              "queue pairs (one per destination GPU) round-robin, one IB packet "
+                              "(MTU) at a time; message_fifo: whole messages in the order the GPU "
+                              "issued them", "qp_round_robin",
+                              choices=("qp_round_robin", "message_fifo"))
 
 
 @attrs.frozen
@@ -740,6 +759,12 @@ class BlockConfig:
                          "whose busbw is the validated figure: a TB-level ld_reduce keeps its whole "
                          "slice in flight, where NCCL's warps keep a few 16 B vectors each)",
                          32768, min=1)
+    cais_fusion: bool = _f("bool", "scheme cais: fuse the all-gather into the QKV projection "
+                           "(its thread blocks pull their row tiles with ld.cais) and the "
+                           "reduce-scatter into the output projection (its thread blocks push "
+                           "their tiles home with red.cais) instead of collective kernels "
+                           "between the GEMMs (CAIS, arXiv 2605.05628; tp/cais.s tp_gemm_cais); "
+                           "the FFN's collectives stay kernels", False)
 
 
 @attrs.frozen
