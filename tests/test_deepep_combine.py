@@ -123,11 +123,21 @@ def test_remote_head_poll_reads_the_head_once_per_chunk(combine_chunk):
         for t, g in zip(*np.nonzero(head >= 0)):
             n[t // Tc, home, g] += 1
     assert n.sum() > 0
+    reads = 0
     for g in range(P):
         polls = sum(-(-n[c, s, g] // chunk) for c in range(C) for s in range(P) if s != g)
         pushes = sum(n[c, g, r] // chunk for c in range(C) for r in range(P) if r != g)
         requests = {hp: sim.stats[f"system.gpu{g}.hub.requests"] for hp, sim in sims.items()}
         assert requests["remote"] - requests["pushed"] == polls - pushes, g
+        reads += polls
+    # conservation on the wire: what the GPUs' uplinks carry is the kernels' requests and rows,
+    # one ACK flit per write, and per head read one answer of a header and a data flit (8 B)
+    sim = sims["remote"]
+    st, p = sim.state, sim.state.p[0]
+    G, L = int(p.num_gpus), int(p.links_per_gpu)
+    uplinks = sum(int(st.ch[2 * (g * L + l)].tx_wire_bytes) for g in range(G) for l in range(L))
+    acks = sum(sim.stats[f"system.gpu{g}.hub.acks_received"] for g in range(G))
+    assert uplinks == int(st.ln.tx_wire.sum()) + (acks + 2 * reads) * int(p.flit_bytes)
     for sim in sims.values():
         assert sim.stats["system.moe.rows_combined"] == P * T * K
         assert sim.stats["system.moe.output_max_abs_error"] == 0.0

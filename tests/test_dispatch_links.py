@@ -15,7 +15,11 @@ FUNCTIONAL = "experiments/functional.yaml"
 
 @pytest.fixture(scope="module", params=["moehub", "deepep", "overlap"])
 def layer(request):
-    return request.param, simulate(FUNCTIONAL, f"scheme={request.param}")
+    # deepep with its combine head read pushed: with head_poll remote (the default) the combine
+    # senders' head reads are remote gets, whose data responses are neither ACKs nor a kernel's
+    # request (tests/test_deepep_combine.py counts those)
+    extra = ("workload.layer.deepep.head_poll=pushed",) if request.param == "deepep" else ()
+    return request.param, simulate(FUNCTIONAL, f"scheme={request.param}", *extra)
 
 
 def test_every_wire_byte_is_a_kernels_request_or_a_response(layer):
@@ -198,8 +202,13 @@ def test_layer_table_reuses_a_run_only_from_the_same_inputs(tmp_path):
 def test_l2_write_back_keeps_the_layer_exact_and_moves_the_same_bytes(scheme):
     """link_writes: write_back only changes when a write frees its link buffer: the output is the
     NumPy reference's, and HBM sees the same bytes written (the write-back is still charged)."""
-    hbm = simulate(FUNCTIONAL, f"scheme={scheme}").stats
-    wb = simulate(FUNCTIONAL, f"scheme={scheme}", "system.gpu.l2.link_writes=write_back").stats
+    # deepep: rings that never fill, so its combine senders read each ring head once per chunk
+    # (head_poll remote polls again while a ring is full: as often as the timing makes it, and
+    # each read's answer is an 8 B write into the sender's memory)
+    extra = ("workload.layer.deepep.ring_rows=64",) if scheme == "deepep" else ()
+    hbm = simulate(FUNCTIONAL, f"scheme={scheme}", *extra).stats
+    wb = simulate(FUNCTIONAL, f"scheme={scheme}", "system.gpu.l2.link_writes=write_back",
+                  *extra).stats
     assert wb["system.moe.output_max_abs_error"] == hbm["system.moe.output_max_abs_error"] == 0.0
     for g in range(4):
         assert wb[f"system.gpu{g}.hbm.write_bytes"] == hbm[f"system.gpu{g}.hbm.write_bytes"]
