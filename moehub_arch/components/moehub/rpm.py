@@ -18,13 +18,22 @@ Arbitration among destinations with a sendable packet and link room: `round_robi
 tiles early instead of interleaving every destination). `schedule` (system.gpu.hub.moe.rpm):
   arrival     every destination with a sendable packet (full, or a partial one whose flush timer
               expired) competes;
-  full_first  the MoE-Hub RPM's order (arXiv 2605.05888): destinations with a full packet go
-              before flushed partial ones (the paper's other two orders - smallest row id first,
-              critical rows before `.nop` ones - need row ids and criticality that send_to_expert
-              does not carry, so they are not modelled);
+  full_first  destinations with a full packet go before flushed partial ones (the first of the
+              MoE-Hub RPM's orders, arXiv 2605.05888);
   uncoalesced the ablation without the RPM: no coalescing - a packet never carries bytes of two
-              rows, and a row's bytes leave as soon as it is accepted (no flush wait). The RPM emits `packets_per_cycle` packets
-per hub cycle and shares the NVLink transmit queues with the address-centric packetizer.
+              rows, and a row's bytes leave as soon as it is accepted (no flush wait);
+  paper       the MoE-Hub RPM's whole order (arXiv 2605.05888): full_first across destinations,
+              and toward each destination critical rows before `.nop` ones (st.rowsp.nop), then
+              the smallest row id first (so the receivers' early tiles fill first), ties in
+              acceptance order. The row id is st.rowsp's row; a send_to_expert row, which names
+              none, is ordered by its home index (the moehub dispatch's t * k + j, the row id its
+              row-sparse dispatch stores). A row accepted behind rows it goes before overtakes
+              them while none of their bytes has been packetized (a row being sent is not
+              interrupted; a multi-expert store moves with its copies; a later store of a row
+              never overtakes an earlier store of that row, which holds the row's window slot).
+              Rows still wait for a full packet or the flush timer as under full_first.
+The RPM emits `packets_per_cycle` packets per hub cycle and shares the NVLink transmit queues
+with the address-centric packetizer.
 
 End of stream: `notify_ready.eos N` counts producers; at the N-th the RPM marks every stream of this
 GPU as ending; after its last data packet each stream sends an EOS packet carrying its total size
@@ -75,6 +84,7 @@ POLICY_LONGEST_FIRST = 1
 SCHEDULE_ARRIVAL = 0
 SCHEDULE_FULL_FIRST = 1
 SCHEDULE_OFF = 2
+SCHEDULE_PAPER = 3
 POLICY_NAMES = ("round_robin", "longest_first")
 
 EV_RPM_TX = 7        # a0 = GPU: the MoE-Hub RPM emits its next packet (its component timer)
@@ -146,6 +156,10 @@ def _multi_used(st):
     return int(st.gpu.multi_stores.sum()) > 0
 
 
+def _order_used(st):
+    return int(st.p[0].rpm_schedule) == SCHEDULE_PAPER or int(st.gpu.rowsp_nop.sum()) > 0
+
+
 def _data_efficiency(i):
     gr = i.rec
     data = gr.rpm_payload - gr.rpm_headers * i.p.rpm_header_bytes
@@ -205,7 +219,8 @@ BLOCK = Block(
              ("row_landed", "st.rowsp lead: bytes of the row landed so far"),
              ("carrier", "multi-expert copy: monotonic index of the descriptor whose stream bytes "
                          "it shares (-1: its own bytes)"),
-             ("copies", "multi-expert carrier: copy descriptors right behind it"))
+             ("copies", "multi-expert carrier: copy descriptors right behind it"),
+             ("nop", "1: non-critical (st.rowsp.nop); schedule paper sends it after critical rows"))
     + fields("gpu", ("rpm_next_tx", "tick of the packetizer's timer (-1: idle)"),
              ("rpm_blocked", "1: waiting for transmit-queue room"), ("rpm_blocked_since", ""),
              ("rpm_rr", "round-robin pointer over destinations"),
@@ -217,6 +232,7 @@ BLOCK = Block(
              ("rowsp_stores", ""), ("rowsp_rows", ""),
              ("rpm_headers", "row headers put in the streams"),
              ("multi_stores", ""), ("multi_copies", ""), ("multi_saved", ""),
+             ("rpm_reordered", ""), ("rowsp_nop", ""),
              init={"rpm_next_tx": -1}),
     stats=(
         StatGroup("gpu", "hub", (Stat("combine_rows", "rows", "rows sent home by send_home",
@@ -258,6 +274,13 @@ BLOCK = Block(
             ("multi_expert_bytes_saved", "multi_saved", "bytes", "stream bytes (row headers + data) "
              "those copies did not put on the wires, against one store per expert"),
         )), enabled=_multi_used),
+        # the paper's RPM order and .nop stores: their stats appear when one is used
+        StatGroup("gpu", "hub.rpm", counters((
+            ("reordered_rows", "rpm_reordered", "rows", "rows (stores, multi-expert groups) that "
+             "schedule paper placed ahead of rows accepted before them toward the same GPU"),
+            ("nop_stores", "rowsp_nop", "stores", "st.rowsp.nop stores accepted (non-critical "
+             "rows)"),
+        )), enabled=_order_used),
         StatGroup("system", "moe", (
             Stat("multi_expert_bytes_saved", "bytes", "stream bytes every GPU's multi-expert "
                  "stores did not put on the wires (system.gpu.hub.rpm.multi_expert_bytes_saved)",
@@ -299,6 +322,7 @@ def _take_descriptor(st, g, s, slot, expert, src_addr, nbytes, home, aux, in_str
     row.row_landed = 0
     row.carrier = -1
     row.copies = 0
+    row.nop = 0
     row.recv = 0
     row.done = 0
     row.slot = slot
@@ -327,6 +351,8 @@ def rpm_accept(st, g, slot, expert, src_addr, nbytes, home, aux, tick):
         return False
     _take_descriptor(st, g, s, slot, expert, src_addr, nbytes, home, aux,
                      p.rpm_header_bytes + nbytes, tick)
+    if p.rpm_schedule == SCHEDULE_PAPER:
+        _schedule_insert(st, g, s, 1)
     st.gpu[g].rpm_rows += 1
     rpm_kick(st, g, tick)
     return True
@@ -348,10 +374,11 @@ def _open_row(st, s, rid, rowid):
 
 
 @compiled
-def rpm_accept_rowsp(st, g, slot, rid, expert, size, rowid, offset, src_addr, nbytes, tick):
-    """st.rowsp: take `nbytes` for row `rowid` of allocation `rid` (registered: expert, row size
-    `size`) into the stream toward the expert's GPU. Returns 1 (accepted), 0 (row ring full: the
-    TB retries when a row lands) or -1 (the row's stores together exceed its registered size)."""
+def rpm_accept_rowsp(st, g, slot, rid, expert, size, rowid, offset, src_addr, nbytes, nop, tick):
+    """st.rowsp[.nop]: take `nbytes` for row `rowid` of allocation `rid` (registered: expert, row
+    size `size`) into the stream toward the expert's GPU (nop: a non-critical store). Returns 1
+    (accepted), 0 (row ring full: the TB retries when a row lands) or -1 (the row's stores
+    together exceed its registered size)."""
     p = st.p[0]
     s = g * p.num_gpus + st.moe_place[expert, 0]
     sr = st.stream[s]
@@ -369,12 +396,17 @@ def rpm_accept_rowsp(st, g, slot, rid, expert, size, rowid, offset, src_addr, nb
     row.offset = offset
     row.row_size = size
     row.row_stored = nbytes
+    if nop:
+        row.nop = 1
+        st.gpu[g].rowsp_nop += 1
     if lead >= 0:
         st.mrow[s * p.rpm_ring + lead % p.rpm_ring].row_stored += nbytes
     else:
         st.gpu[g].rpm_rows += 1
         st.gpu[g].rowsp_rows += 1
     st.gpu[g].rowsp_stores += 1
+    if p.rpm_schedule == SCHEDULE_PAPER:
+        _schedule_insert(st, g, s, 1)
     rpm_kick(st, g, tick)
     return 1
 
@@ -429,12 +461,93 @@ def rpm_accept_experts(st, g, slot, first, mask, src_addr, nbytes, home, aux, ro
             gp.rowsp_stores += 1
             gp.rowsp_rows += 1
     st.mrow[s * p.rpm_ring + carrier % p.rpm_ring].copies = n - 1
+    if p.rpm_schedule == SCHEDULE_PAPER:
+        _schedule_insert(st, g, s, n)
     gp.rpm_rows += n
     gp.multi_stores += 1
     gp.multi_copies += n - 1
     gp.multi_saved += (n - 1) * in_stream
     rpm_kick(st, g, tick)
     return 1
+
+
+@compiled
+def _goes_before(a, b):
+    """schedule paper: descriptor a is sent before descriptor b - critical before .nop, then the
+    smaller row id (st.rowsp's row; send_to_expert's home)."""
+    if a.nop != b.nop:
+        return a.nop < b.nop
+    return a.home < b.home
+
+
+@compiled
+def _schedule_insert(st, g, s, n):
+    """schedule paper: the n descriptors just taken (a row, a store, or a multi-expert carrier and
+    its copies) move ahead of the descriptors they go before (_goes_before) among those none of
+    whose bytes has been packetized, keeping acceptance order among equals. The stream offsets of
+    the rows they pass and their own are rewritten (nothing of them has been sent, so the
+    receiver has not seen them), as are multi-expert carrier and row-sparse lead indices."""
+    p = st.p[0]
+    sr = st.stream[s]
+    R = p.rpm_ring
+    base = s * R
+    new = sr.head - n
+    nw = st.mrow[base + new % R]
+    pos = new
+    k = new - 1
+    while k >= sr.tail:
+        r = st.mrow[base + k % R]
+        if r.carrier >= 0:
+            k -= 1          # a multi-expert copy: only its carrier's place can be taken
+            continue
+        if r.start < sr.sent or not _goes_before(nw, r):
+            break
+        if nw.rowsp and r.rowsp and r.aux == nw.aux and r.home == nw.home:
+            break           # an earlier store of the same row (it holds the row's window slot)
+        pos = k
+        k -= 1
+    if pos == new:
+        return
+    passed = nw.start - st.mrow[base + pos % R].start   # stream bytes of the rows passed
+    moved = sr.accepted - nw.start                      # stream bytes of the new ones
+    for k in range(pos, new):
+        r = st.mrow[base + k % R]
+        r.start += moved
+        if r.carrier >= pos:
+            r.carrier += n
+        if r.lead >= pos:
+            r.lead += n
+    for k in range(new, sr.head):
+        r = st.mrow[base + k % R]
+        r.start -= passed
+        if r.carrier >= 0:
+            r.carrier = pos
+    # rotate: each new descriptor bubbles down by (new - pos) places through the scratch record
+    scratch = st.mrow.shape[0] - 1
+    for j in range(n):
+        k = new + j
+        while k > pos + j:
+            a = base + k % R
+            b = base + (k - 1) % R
+            st.mrow[scratch] = st.mrow[a]
+            st.mrow[a] = st.mrow[b]
+            st.mrow[b] = st.mrow[scratch]
+            k -= 1
+    st.gpu[g].rpm_reordered += 1
+
+
+@compiled
+def _oldest_unsent(st, s):
+    """Acceptance tick of the oldest row with unsent bytes in stream s (schedule paper: rows
+    leave out of acceptance order, so it is not always the next row's)."""
+    p = st.p[0]
+    sr = st.stream[s]
+    oldest = -1
+    for k in range(row_at(st, s, sr.sent), sr.head):
+        t = st.mrow[s * p.rpm_ring + k % p.rpm_ring].accept_tick
+        if oldest < 0 or t < oldest:
+            oldest = t
+    return oldest
 
 
 @compiled
@@ -574,7 +687,8 @@ def rpm_packetize(st, g, tick):
             waiting_room = True
             continue
         size = st.stream[s].accepted - st.stream[s].sent
-        if p.rpm_schedule == SCHEDULE_FULL_FIRST and 0 <= n < p.rpm_packet_bytes:
+        if (p.rpm_schedule == SCHEDULE_FULL_FIRST or p.rpm_schedule == SCHEDULE_PAPER) \
+                and 0 <= n < p.rpm_packet_bytes:
             if partial < 0:
                 partial = d
             continue
@@ -641,7 +755,13 @@ def _emit(st, g, d, tick):
         sr.sent += n
         sr.oldest = -1
         if sr.sent < sr.accepted:
-            sr.oldest = st.mrow[s * p.rpm_ring + row_at(st, s, sr.sent) % p.rpm_ring].accept_tick
+            if p.rpm_schedule == SCHEDULE_PAPER and sr.accepted - sr.sent < full:
+                # the flush timer is read only while less than a full packet is unsent: then the
+                # few rows left are scanned (their order is not their acceptance order)
+                sr.oldest = _oldest_unsent(st, s)
+            else:
+                sr.oldest = st.mrow[s * p.rpm_ring + row_at(st, s, sr.sent)
+                                    % p.rpm_ring].accept_tick
         gp.rpm_payload += n
     pk.flits, pk.npk = packet_flits(st, pk.payload, p.rpm_packet_bytes)
     pk.ready = ready + p.hub_tx_latency_ticks
