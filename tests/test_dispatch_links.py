@@ -114,6 +114,50 @@ def test_layer_table_systems_and_json(tmp_path):
     assert r.returncode == 2 and "_nowhere.yaml" in r.stderr
 
 
+def test_layer_table_hub_design_variants(tmp_path):
+    """Scheme moehub is the published design the layer configs extend; moehub_first and
+    moehub_expert run the same moehub config with configs/hub/designs/{first_reading,
+    expert_order}.yaml put on top as --set overrides, in their own output folders, and every
+    baseline line gets one speedup column per moehub design."""
+    layer_table, run_cache = _tool_module("layer_table"), _tool_module("run_cache")
+    config = layer_table.LAYER_DIR / "deepseek_v3_1024_moehub.yaml"
+    published = load("experiments/layer/deepseek_v3_1024_moehub.yaml")
+    first = load("experiments/layer/deepseek_v3_1024_moehub.yaml",
+                 *layer_table.design_sets("moehub_first"))
+    expert = load("experiments/layer/deepseek_v3_1024_moehub.yaml",
+                  *layer_table.design_sets("moehub_expert"))
+    design = lambda c: (c.system.gpu.hub.moe.rpm.schedule, c.system.gpu.hub.moe.aau.overflow,
+                        c.system.gpu.hub.moe.dam.consumers, c.system.gpu.hub.moe.dam.order,
+                        c.workload.layer.moehub.stores)
+    assert design(published) == ("full_first", "spill", "launch", "ready", "row_sparse")
+    assert design(first) == ("arrival", "stall", "claim", "ready", "send_to_expert")
+    assert first.system.gpu.hub.moe.aau.record_table_entries == 8192
+    assert design(expert) == ("full_first", "spill", "launch", "expert", "row_sparse")
+    assert layer_table.design_sets("deepep") == []
+    out = tmp_path / "runs"
+    for scheme, layer_us in (("deepep", 300.0), ("moehub", 250.0), ("moehub_first", 200.0),
+                             ("moehub_expert", 150.0)):
+        point = ("deepseek_v3", 1024, scheme, "dgx_h100")
+        d = out / layer_table.run_name(*point)
+        d.mkdir(parents=True)
+        (d / "stats.json").write_text(json.dumps({"system.moe.layer_time_us": {"value": layer_us}}))
+        name = layer_table.config_name(*point)
+        digest = run_cache.run_inputs_digest(layer_table.LAYER_DIR / f"{name}.yaml",
+                                             layer_table.design_sets(scheme))
+        (d / run_cache.STAMP).write_text(digest + "\n")
+    assert sorted(p.name for p in out.iterdir()) == [
+        "deepseek_v3_1024_deepep", "deepseek_v3_1024_moehub", "deepseek_v3_1024_moehub_expert",
+        "deepseek_v3_1024_moehub_first"]
+    r = subprocess.run([sys.executable, "tools/layer_table.py", "--models", "deepseek_v3",
+                        "--tokens", "1024", "--schemes", "deepep", "moehub", "moehub_first",
+                        "moehub_expert", "--outdir", str(out)], cwd=REPO, capture_output=True,
+                       text=True)
+    assert r.returncode == 0, r.stderr
+    assert "moehub speedup | moehub_first speedup | moehub_expert speedup |" in r.stdout
+    assert "| 1.20x | 1.50x | 2.00x |" in r.stdout     # 300 / 250, 300 / 200, 300 / 150
+    assert config.is_file()
+
+
 def _tool_module(name):
     spec = importlib.util.spec_from_file_location(name, REPO / "tools" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)

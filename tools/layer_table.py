@@ -10,6 +10,13 @@ layer time, where the time goes, and the speedup of `moehub` over each baseline.
 Configs are `<model>_<tokens>_<scheme>.yaml` for the DGX H100 and `<model>_<tokens>_<scheme>_<system>.yaml`
 for any other system (hgx_h800, dgx_h800: 256, 1024 and 4096 tokens per GPU).
 
+Scheme `moehub` is the MoE-Hub design the layer configs extend (configs/hub/designs/published.yaml,
+the authors' design). Two more scheme names run the same moehub configs with another hub design put
+on top (the design file's keys as --set overrides):
+    moehub_first    configs/hub/designs/first_reading.yaml  (this project's first reading of the hub)
+    moehub_expert   configs/hub/designs/expert_order.yaml   (the published design + the DAM's expert order)
+The table gives the speedup of each moehub design present over every baseline on the same point.
+
 Each run writes its usual output directory under --outdir (default out/layer_table/<config>);
 a run whose stats.json is already there is reused only if it was made from the same inputs - the
 config, the --set overrides and the project's sources (tools/run_cache.py) - and re-run otherwise
@@ -28,6 +35,8 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import yaml
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from run_cache import run_or_reuse  # noqa: E402
 
@@ -37,6 +46,9 @@ MODELS = ("mixtral_8x7b", "deepseek_v3", "qwen3_30b_a3b")
 TOKENS = (1024, 4096, 8192)
 SCHEMES = ("deepep", "overlap", "moehub")
 SYSTEMS = ("dgx_h100",)
+DESIGNS_DIR = REPO / "configs" / "hub" / "designs"
+# scheme name in the table -> hub design file put on top of the moehub layer config
+HUB_VARIANTS = {"moehub_first": "first_reading.yaml", "moehub_expert": "expert_order.yaml"}
 DEFAULT_SYSTEM = "dgx_h100"     # its configs carry no system suffix
 COLUMNS = (  # (stat, header) per run
     ("system.moe.layer_time_us", "layer_us"),
@@ -93,7 +105,8 @@ def main(argv=None):
 
     def job(p):
         name = config_name(*p)
-        return p, run_one(LAYER_DIR / f"{name}.yaml", out / name, args.force, args.overrides)
+        sets = design_sets(p[2]) + args.overrides
+        return p, run_one(LAYER_DIR / f"{name}.yaml", out / run_name(*p), args.force, sets)
 
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:   # each job is a subprocess
         for (m, t, s, y), (stats, wall, how) in pool.map(job, points):
@@ -125,30 +138,65 @@ def main(argv=None):
 
 
 def config_name(model, tokens, scheme, system):
-    """The layer config's file name (without .yaml) of one point."""
-    name = f"{model}_{tokens}_{scheme}"
+    """The layer config's file name (without .yaml) of one point (a hub design variant runs the
+    moehub config)."""
+    name = f"{model}_{tokens}_{'moehub' if scheme in HUB_VARIANTS else scheme}"
     return name if system == DEFAULT_SYSTEM else f"{name}_{system}"
 
 
+def run_name(model, tokens, scheme, system):
+    """The output folder's name of one point: the config's, with the hub design variant's name."""
+    name = config_name(model, tokens, scheme, system)
+    return name + scheme[len("moehub"):] if scheme in HUB_VARIANTS else name
+
+
+def flatten(tree, prefix=""):
+    """["a.b.c=value", ...] of a nested mapping (a config fragment as --set overrides)."""
+    out = []
+    for k, v in tree.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out += flatten(v, key + ".")
+        else:
+            out.append(f"{key}={v}")
+    return out
+
+
+def design_sets(scheme):
+    """The --set overrides that put a hub design variant on top of the moehub config ([] for a
+    scheme that runs its own config)."""
+    if scheme not in HUB_VARIANTS:
+        return []
+    return flatten(yaml.safe_load((DESIGNS_DIR / HUB_VARIANTS[scheme]).read_text()))
+
+
+def is_hub(scheme):
+    return scheme == "moehub" or scheme in HUB_VARIANTS
+
+
 def format_table(rows, schemes):
-    """Markdown table: one line per (model, tokens, scheme, system), speedup of moehub vs each
-    baseline on the same system."""
-    heads = ["model", "tokens/GPU", "scheme", "system"] + [h for _, h in COLUMNS] + ["moehub speedup"]
+    """Markdown table: one line per (model, tokens, scheme, system), and on every baseline's line
+    the speedup of each moehub design in the table over it (baseline time / moehub time) on the
+    same system."""
+    hubs = [s for s in schemes if is_hub(s)]
+    heads = (["model", "tokens/GPU", "scheme", "system"] + [h for _, h in COLUMNS]
+             + [f"{h} speedup" for h in hubs])
     lines = ["| " + " | ".join(heads) + " |", "|" + "---|" * len(heads)]
     by_point = {(r["model"], r["tokens"], r["scheme"], r.get("system", DEFAULT_SYSTEM)): r
                 for r in rows}
     for r in rows:
-        hub = by_point.get((r["model"], r["tokens"], "moehub", r.get("system", DEFAULT_SYSTEM)))
-        speed = ""
-        if r["scheme"] != "moehub" and hub and hub["layer_us"] and r["layer_us"]:
-            speed = f"{r['layer_us'] / hub['layer_us']:.2f}x"
+        speed = []
+        for h in hubs:
+            hub = by_point.get((r["model"], r["tokens"], h, r.get("system", DEFAULT_SYSTEM)))
+            ok = not is_hub(r["scheme"]) and hub and hub["layer_us"] and r["layer_us"]
+            speed.append(f"{r['layer_us'] / hub['layer_us']:.2f}x" if ok else "")
         cells = [r["model"], str(r["tokens"]), r["scheme"], r.get("system", DEFAULT_SYSTEM)]
         for _, h in COLUMNS:
             v = r[h]
             cells.append("failed" if v is None else (f"{v:.3f}" if h in ("sm_compute", "link_util",
                                                                          "dispatch_link_eff")
                                                       else f"{v:.1f}"))
-        lines.append("| " + " | ".join(cells + [speed]) + " |")
+        lines.append("| " + " | ".join(cells + speed) + " |")
     return lines
 
 
