@@ -50,11 +50,13 @@ allocation. A store takes a descriptor of the stream toward the expert's GPU lik
 send_to_expert row, but carries no row header in the stream (the packet header names id, row
 and offset) and its bytes never share a packet with another store's: it leaves in packets of
 at most packet_bytes, the last one as soon as it is accepted (nothing could fill it). Several
-stores may fill one row at different offsets: the first open one is the row's *lead*
-descriptor, later ones (`lead` >= 0) share its window slot; the row is complete, and gets its
-one completion record, when its landed bytes reach the registered row size. A kernel may mix
-both kinds toward one GPU: send_to_expert rows coalesce up to the next st.rowsp store, never
-into it.
+stores may fill one row at different offsets: later ones (`joins`) share the window slot the
+row's first bytes got; the receiver's row table (rowtable.py) counts the row's landed bytes, and
+the row is complete, and gets its one completion record, when they reach the registered row
+size. Every store's ring entry frees when its own bytes landed, so the ring limits the stores in
+flight, not the rows open at once (a ring of one entry carries rows of several stores). A kernel
+may mix both kinds toward one GPU: send_to_expert rows coalesce up to the next st.rowsp store,
+never into it.
 
 Multi-expert stores (an ISA experiment beyond the paper; workload.layer.moehub.multi_expert_store).
 `send_to_experts` / `st.rowsp.experts` name up to 8 experts on one GPU (a mask over 8
@@ -74,6 +76,7 @@ from ..packet import PK_MOE, PK_MOE_EOS, packet_alloc, packet_flits
 from ..hub import pick_channel
 from ..trace import CAT_RPM, TR_RPM_TX, trace_event
 from ..wakeups import rpm_kick
+from .rowtable import RS_STORED, open_row_slot
 from ...config.schema import RPM_SCHEDULES
 from ..block import (Array, Block, Debug, Event, Param, Record, Stat, StatGroup, Timer, counters,
                      fields)
@@ -212,11 +215,12 @@ BLOCK = Block(
              ("accept_tick", ""), ("launch", "of the TB that sent it (wire-byte stats)"),
              ("rowsp", "1: an st.rowsp store (no row header in the stream; home = row id, "
                        "aux = allocation id)"),
-             ("lead", "st.rowsp: monotonic index of the row's lead descriptor (-1: this is it)"),
+             ("joins", "st.rowsp: 1 if the store joins a row an earlier store began (0: it "
+                       "begins the row)"),
              ("offset", "st.rowsp: byte offset of the store in its row"),
              ("row_size", "st.rowsp: the registered row size"),
-             ("row_stored", "st.rowsp lead: bytes stored into the row so far"),
-             ("row_landed", "st.rowsp lead: bytes of the row landed so far"),
+             ("row_stored", "st.rowsp, a row's first store: bytes stored into the row so far, "
+                            "until the row has a window slot (then its row-table entry counts)"),
              ("carrier", "multi-expert copy: monotonic index of the descriptor whose stream bytes "
                          "it shares (-1: its own bytes)"),
              ("copies", "multi-expert carrier: copy descriptors right behind it"),
@@ -315,11 +319,10 @@ def _take_descriptor(st, g, s, slot, expert, src_addr, nbytes, home, aux, in_str
     row.alloc = -1
     row.rat = 0     # no AAU row-table entry yet (aau.RAT_NONE)
     row.rowsp = 0
-    row.lead = -1
+    row.joins = 0
     row.offset = 0
     row.row_size = 0
     row.row_stored = 0
-    row.row_landed = 0
     row.carrier = -1
     row.copies = 0
     row.nop = 0
@@ -360,14 +363,15 @@ def rpm_accept(st, g, slot, expert, src_addr, nbytes, home, aux, tick):
 
 @compiled
 def _open_row(st, s, rid, rowid):
-    """Monotonic index of the open lead descriptor (stored to, not yet complete) of row `rowid`
-    of allocation `rid` in stream s, or -1."""
+    """Monotonic index of the descriptor of the first store of row `rowid` of allocation `rid` in
+    stream s whose bytes have not all landed, or -1 (a row whose first store landed is found in
+    the receiver's row table: rowtable.open_row_slot)."""
     p = st.p[0]
     sr = st.stream[s]
     i = sr.head - 1
     while i >= sr.tail:
         r = st.mrow[s * p.rpm_ring + i % p.rpm_ring]
-        if r.rowsp and r.lead < 0 and r.done == 0 and r.aux == rid and r.home == rowid:
+        if r.rowsp and r.joins == 0 and r.done == 0 and r.aux == rid and r.home == rowid:
             return i
         i -= 1
     return -1
@@ -382,8 +386,13 @@ def rpm_accept_rowsp(st, g, slot, rid, expert, size, rowid, offset, src_addr, nb
     p = st.p[0]
     s = g * p.num_gpus + st.moe_place[expert, 0]
     sr = st.stream[s]
-    # an open row of the same allocation: this store joins it
-    lead = _open_row(st, s, rid, rowid)
+    # an open row of the same allocation: this store joins it. The row is either half landed
+    # (the receiver's row table counts its stores) or has no window slot yet (its first store's
+    # descriptor, still in the ring, counts them)
+    entry = open_row_slot(st, s, rid, rowid)
+    lead = -1 if entry >= 0 else _open_row(st, s, rid, rowid)
+    if entry >= 0 and st.aau_rows[entry, RS_STORED] + nbytes > size:
+        return -1
     if lead >= 0 and st.mrow[s * p.rpm_ring + lead % p.rpm_ring].row_stored + nbytes > size:
         return -1
     if sr.head - sr.tail >= p.rpm_ring:
@@ -392,14 +401,17 @@ def rpm_accept_rowsp(st, g, slot, rid, expert, size, rowid, offset, src_addr, nb
     # no row header: the packet header names id, row and offset
     row = _take_descriptor(st, g, s, slot, expert, src_addr, nbytes, rowid, rid, nbytes, tick)
     row.rowsp = 1
-    row.lead = lead
     row.offset = offset
     row.row_size = size
     row.row_stored = nbytes
     if nop:
         row.nop = 1
         st.gpu[g].rowsp_nop += 1
-    if lead >= 0:
+    if entry >= 0:
+        row.joins = 1
+        st.aau_rows[entry, RS_STORED] += nbytes
+    elif lead >= 0:
+        row.joins = 1
         st.mrow[s * p.rpm_ring + lead % p.rpm_ring].row_stored += nbytes
     else:
         st.gpu[g].rpm_rows += 1
@@ -437,7 +449,9 @@ def rpm_accept_experts(st, g, slot, first, mask, src_addr, nbytes, home, aux, ro
     sr = st.stream[s]
     if rowsp:
         for j in range(8):
-            if (mask >> j) & 1 and _open_row(st, s, st.regs[slot, first + j], home + j) >= 0:
+            if (mask >> j) & 1 and (_open_row(st, s, st.regs[slot, first + j], home + j) >= 0
+                                    or open_row_slot(st, s, st.regs[slot, first + j], home + j)
+                                    >= 0):
                 return -1           # whole-row stores: the row already holds bytes
     if sr.head - sr.tail + n > p.rpm_ring:
         gp.rpm_accept_stalls += 1
@@ -486,7 +500,7 @@ def _schedule_insert(st, g, s, n):
     its copies) move ahead of the descriptors they go before (_goes_before) among those none of
     whose bytes has been packetized, keeping acceptance order among equals. The stream offsets of
     the rows they pass and their own are rewritten (nothing of them has been sent, so the
-    receiver has not seen them), as are multi-expert carrier and row-sparse lead indices."""
+    receiver has not seen them), as are multi-expert carrier indices."""
     p = st.p[0]
     sr = st.stream[s]
     R = p.rpm_ring
@@ -515,8 +529,6 @@ def _schedule_insert(st, g, s, n):
         r.start += moved
         if r.carrier >= pos:
             r.carrier += n
-        if r.lead >= pos:
-            r.lead += n
     for k in range(new, sr.head):
         r = st.mrow[base + k % R]
         r.start -= passed
