@@ -15,6 +15,7 @@ from .components.fabric import fill_fabric_destinations
 from .components.moehub.aau import aau_staging_packets, expert_placement, local_experts
 from .components.moehub.rpm import rpm_packet_bytes  # noqa: F401 (re-exported)
 from .components.nvls import check_buffer_size, multicast_object_rows
+from .components.packet import request_records
 from .components.cais_merge import cais_group_rows
 from .components.scheduler import kernel_block_registers, stream_slots_per_sm
 from .components.trace import TRACE_COLUMNS
@@ -217,7 +218,7 @@ def build_state(cfg, program, seed=None, presets=None):
     G, S, T = sysc.num_gpus, gpu.num_sms, stream_slots_per_sm(cfg)
     NSM, NT = G * S, G * S * T
     L = sysc.nvlink.links_per_gpu
-    R = gpu.hub.max_outstanding_requests
+    R = request_records(cfg)   # request table + posted multimem stores' tags (packet.py)
     functional = cfg.workload.mode == "functional"
     seed = cfg.run.seed if seed is None else seed
 
@@ -415,6 +416,12 @@ def _bind_multicast_objects(st, cfg, buffers):
     bad = check_buffer_size(cfg)
     if bad:
         raise BuildError(bad)
+    dy = cfg.system.switch.nvls.dysharp
+    if dy.al_tlb_ways and dy.al_tlb_entries % dy.al_tlb_ways:
+        raise BuildError(f"system.switch.nvls.dysharp.al_tlb_ways: {dy.al_tlb_ways} ways do not "
+                         f"divide the AL-TLB's {dy.al_tlb_entries} entries "
+                         f"(system.switch.nvls.dysharp.al_tlb_entries): give a divisor, or 0 for "
+                         f"a fully associative TLB")
     try:
         rows = multicast_object_rows(cfg, buffers)
     except ValueError as e:

@@ -138,9 +138,13 @@ def _tb_wait(sim, slot, now):
                         f"{int(p.rpm_ring)}, the store needs one per expert "
                         f"(system.gpu.hub.moe.rpm.row_queue_depth)")
         gp = st.gpu[g]
-        R, depth = int(p.reqs_per_gpu), st.reqq.shape[1]
+        R, depth = int(p.req_table), st.reqq.shape[1]
         return (f"'{_instruction(sim, int(tb.pc))}' waiting for room in the hub: request table "
-                f"{R - int(gp.free_top)} of {R} in use, request FIFO {int(gp.reqq_count)} of {depth}")
+                f"{int(gp.req_table_used)} of {R} in use, request FIFO {int(gp.reqq_count)} of "
+                f"{depth}" + (f", every posted-store tag held ({int(gp.posted_stores)} multimem "
+                              f"stores; system.gpu.hub.posted_store_tags)"
+                              if p.posted_tags and int(gp.posted_stores) == int(p.posted_tags)
+                              else ""))
     if s == TB_WAIT_CLAIM:
         return "waiting in claim_buffer: " + _window_state(sim, int(tb.wait_addr))
     return f"state {s}"

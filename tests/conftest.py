@@ -60,11 +60,13 @@ def run_cli(*args, cwd=None, env_extra=None):
 
 def assert_rows_home(sim, gpus, tokens, topk, row_bytes):
     """The MoE-Hub dispatch/combine microkernels (workloads/kernels/hub/dispatch_combine.s):
-    out[t * topk + k] == 2 * x[t] on every GPU (every row went to its expert and came back)."""
+    out[t * topk + k] == 2 * x[t] on every GPU (every row went to its expert and came back).
+    `tokens` may be fewer than the buffers hold (a run dispatching only the first ones)."""
     import numpy as np
+    words = row_bytes // 4
     for g in range(gpus):
-        x = sim.read_buffer(g, "x", "f32").reshape(tokens, row_bytes // 4)
-        out = sim.read_buffer(g, "out", "f32").reshape(tokens * topk, row_bytes // 4)
+        x = sim.read_buffer(g, "x", "f32")[:tokens * words].reshape(tokens, words)
+        out = sim.read_buffer(g, "out", "f32")[:tokens * topk * words].reshape(tokens * topk, words)
         for t in range(tokens):
             for k in range(topk):
                 assert np.array_equal(out[t * topk + k], 2 * x[t]), (g, t, k)

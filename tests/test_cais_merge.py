@@ -9,10 +9,15 @@ configs/ubench/cais_merge.yaml (workloads/kernels/ubench/cais_merge.s): every GP
 - a table of one entry per port: LRU evictions send partial sums home and the result is the same
   sum (within the bound); every entry is freed (the run's invariants);
 - a group member that never sends: the entry's timer writes the partial sum home;
+- a GPU that starts late: without throttling the early GPUs evict each other's partial sums,
+  with system.switch.cais.throttle they wait and every line is merged by all, bit for bit;
 - bad input: ld.cais outside a registered group (exit 2), a merge table of 0 entries (exit 2);
 - the Numba and pure-Python engines give identical stats;
 - TP scheme cais (red.cais reduce-scatter, ld.cais all-gather): the tiny transformer layer at
-  t = 4 gives the NumPy reference bit for bit; an FFN block under it is a config error.
+  t = 4 gives the NumPy reference bit for bit; an FFN block under it is a config error;
+- workload.block.cais_fusion (the all-gather fused into the QKV projection, the reduce-scatter into
+  the output projection: tp/cais.s tp_gemm_cais): the same layer, bit for bit, the same lines merged
+  by every GPU, two collective kernels fewer; cais_fusion under another scheme is a config error.
 """
 import subprocess
 import sys
@@ -118,6 +123,39 @@ def test_a_member_that_never_sends_is_timed_out(tmp_path):
     assert np.array_equal(sim.read_buffer(0, "acc"), want)
 
 
+def skewed(throttle, P=4, tbs=2, nbytes=1024):
+    """GPUs 0 .. P-2 start at once, GPU P-1 1 us later (host_delay), one link, a table of 2
+    entries per port: the early GPUs fill the table with lines the late one has yet to reach."""
+    params = '{data: "@data", acc: "@acc", got: "@got", home: 0, bytes: %d}' % nbytes
+    early = ", ".join(str(g) for g in range(P - 1))
+    return tiny(P, links=1, tbs=tbs, nbytes=nbytes) + (
+        "system.switch.cais.entries_per_port=2", f"system.switch.cais.throttle={throttle}",
+        f"workload.launches=[{{kernel: cais_merge, grid: {tbs}, gpus: [{early}], params: {params}}}, "
+        f"{{kernel: cais_merge, grid: {tbs}, gpus: [{P - 1}], host_delay: 1us, params: {params}}}]")
+
+
+def test_throttling_holds_back_the_gpus_that_run_ahead():
+    """Without throttling the early GPUs' misses evict each other's partial sums (every line
+    goes home as two partial sums, no group completes); with system.switch.cais.throttle they
+    wait at their input ports once every entry holds their request, the late GPU completes the
+    entries, and each line is merged by all four and written home once - the reference sum bit
+    for bit, sooner."""
+    P, lines = 4, 2 * 1024 // LINE
+    off = run(*skewed("false"))
+    on = run(*skewed("true"))
+    for sim in (off, on):
+        assert run_invariants(sim) == []
+    check_result(off, P, exact=False)
+    check_result(on, P, exact=True)
+    a, b = off.stats, on.stats
+    assert (a["system.cais.evictions"], a["system.cais.timeouts"], a["system.cais.throttles"],
+            a["system.cais.complete_groups"], a["system.cais.home_writes"]) == (62, 2, 0, 0, 2 * lines)
+    assert (b["system.cais.evictions"], b["system.cais.timeouts"], b["system.cais.throttles"],
+            b["system.cais.complete_groups"], b["system.cais.home_writes"]) == (0, 0, 48, 2 * lines, lines)
+    assert b["system.cais.merges"] == (P - 1) * 2 * lines
+    assert b["simTicks"] < a["simTicks"]
+
+
 def _cli(*args):
     return subprocess.run([sys.executable, "-m", "moehub_arch", "run", str(CONFIGS / CONFIG),
                            *args], capture_output=True, text=True)
@@ -143,6 +181,10 @@ def test_numba_and_python_engines_agree(tmp_path):
     out = cli_stats_per_engine(CONFIGS / CONFIG, tmp_path, *(f"--set={a}" for a in args))
     assert out["numba"]["system.cais.merges"] > 0
     assert out["numba"] == out["python"]
+    out = cli_stats_per_engine(CONFIGS / CONFIG, tmp_path / "throttle",
+                               *(f"--set={a}" for a in skewed("true", tbs=1, nbytes=512)))
+    assert out["numba"]["system.cais.throttles"] > 0
+    assert out["numba"] == out["python"]
 
 
 def test_tp_block_scheme_cais_is_the_reference_bit_for_bit():
@@ -159,6 +201,36 @@ def test_tp_block_scheme_cais_is_the_reference_bit_for_bit():
     assert st["system.cais.complete_groups"] == st["system.cais.allocations"]
     assert st["system.cais.memory_reads"] + st["system.cais.home_writes"] == \
         st["system.cais.allocations"]
+
+
+def test_tp_block_cais_fusion_is_the_reference_bit_for_bit():
+    """The QKV projection's thread blocks pull their row tiles with ld.cais and the output
+    projection's push their tiles home with red.cais: the output is the reference bit for bit (the
+    merge unit's order does not depend on when the contributions come); the switch merges the same
+    lines as the collective kernels do (4 collectives of T x H bf16: 32 tokens x 64 x 2 B = 32
+    lines each), each completed by all four GPUs; only the FFN's all-gather and reduce-scatter are
+    still kernels."""
+    from conftest import simulate
+    sim = simulate("experiments/tp/functional_transformer.yaml", "workload.block.scheme=cais",
+                   "workload.block.cais_fusion=true")
+    st = sim.stats
+    assert not sim.violations
+    assert st["system.block.output_max_abs_error"] == 0.0
+    lines = 4 * 32 * 64 * 2 // LINE
+    assert st["system.cais.allocations"] == st["system.cais.complete_groups"] == lines
+    assert st["system.cais.merges"] == 3 * lines
+    assert st["system.cais.evictions"] == 0 and st["system.cais.timeouts"] == 0
+    assert st["system.cais.memory_reads"] == st["system.cais.home_writes"] == lines // 2
+    kernels = [l.kernel for l in sim.cfg.workload.launches]
+    assert kernels.count("cais_tp_collective") == 2 and kernels.count("tp_gemm_cais") == 2
+
+
+def test_cais_fusion_needs_scheme_cais(tmp_path):
+    from conftest import run_cli
+    r = run_cli("run", CONFIGS / "experiments/tp/functional_transformer.yaml", "--set",
+                "workload.block.cais_fusion=true", "-o", tmp_path)
+    assert r.returncode == 2, r.stderr
+    assert "workload.block.cais_fusion" in r.stderr and "Traceback" not in r.stderr
 
 
 def test_scheme_cais_needs_sequence_parallel_kinds(tmp_path):

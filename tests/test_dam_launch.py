@@ -92,9 +92,11 @@ def test_down_group_starts_when_gate_up_group_is_done(groups):
 
 def test_published_design_engines_agree(tmp_path):
     """spill + launch + the RPM's full-first schedule: both engines, the same stats."""
+    # 2 GPUs at 8 tokens each (~8 k events, still spilling) keep the interpreted run short
     overrides = [LAUNCH, *SPILL, "system.gpu.hub.moe.rpm.schedule=full_first",
-                 "workload.layer.tokens_per_gpu=16"]
+                 "system.num_gpus=2", "workload.layer.tokens_per_gpu=8"]
     fast = model_stats(simulate(FUNCTIONAL, *overrides).stats)
+    assert sum(v for k, v in fast.items() if k.endswith(".hub.aau.spills")) > 0
     args = [a for o in overrides for a in ("--set", o)]
     r = run_cli("run", f"configs/{FUNCTIONAL}", "-o", tmp_path, "--engine", "python", "--quiet", *args)
     assert r.returncode == 0, r.stderr

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from conftest import CONFIGS, run_cli, simulate
+from moehub_arch.workloads.bandwidth import tokens_received_per_rank
 
 CONFIG = "experiments/functional.yaml"
 P, T, K = 4, 64, 2                      # configs/experiments/functional.yaml (tiny_functional)
@@ -45,8 +46,15 @@ def test_receivers_run_in_the_combine_kernel(designs):
     C = rec.cfg.workload.layer.deepep.comm_sms // 2
     assert (int(rec.state.ln[li.index].groups), li.grid) == (P, 2 * C)
     assert not _launches(rec, "deepep_reduce") and not _launches(rec, "deepep_combine_partials")
+    # DeepEP's Buffer.combine: cached_notify_combine (one block: barrier, clean, barrier) first,
+    # one launch latency before the combine kernel; the combine phase spans both
+    (notify,) = _launches(rec, "deepep_cached_notify")
+    assert notify.grid == 1 and notify.index < li.index
+    lat = rec.cfg.system.gpu.kernel_launch_latency
+    assert int(rec.state.ln[li.index].start) == int(rec.state.ln[notify.index].end) + lat
     assert rec.stats["system.moe.phase.combine_us"] == pytest.approx(
-        rec.stats["system.moe.kernel.deepep_combine_us"])
+        rec.stats["system.moe.kernel.deepep_cached_notify_us"] + lat / 1e6
+        + rec.stats["system.moe.kernel.deepep_combine_us"])
     # kernel: the first model's pair
     assert len(_launches(ker, "deepep_combine_partials")) == 1
     assert len(_launches(ker, "deepep_reduce")) == 1
@@ -57,18 +65,76 @@ def test_receivers_run_in_the_combine_kernel(designs):
     for d, sim in designs.items():
         assert sim.stats["system.moe.deepep.combine_GBps"] > 0
         if d == "receivers":
+            # the figure times Buffer.combine (tests/test_intranode.py: CUDA events around it):
+            # the cached notify, the launch gap and the combine kernel, per rank
+            st, call, alone = sim.state, [], []
+            for g in range(P):
+                (n,) = [x for x in sim.launches if x.gpu == g and x.kernel == "deepep_cached_notify"]
+                (c,) = [x for x in sim.launches if x.gpu == g and x.kernel == "deepep_combine"]
+                call.append(int(st.ln[c.index].end) - int(st.ln[n.index].start))
+                alone.append(int(st.ln[c.index].end) - int(st.ln[c.index].start))
+            back = tokens_received_per_rank(sim.layer.routing.topk_idx,
+                                            sim.layer.shape.local_experts) * sim.layer.shape.row_bytes
+            assert all(a > b for a, b in zip(call, alone))
+            starts = np.array([int(st.ln[x.index].start) for x in sim.launches
+                               if x.kernel == "deepep_cached_notify"])
+            assert sim.stats["system.moe.deepep.combine_entry_skew_us"] == pytest.approx(
+                float(np.mean(starts.max() - starts)) / 1e6, rel=1e-12)
             assert sim.stats["system.moe.deepep.combine_reduce_GBps"] == pytest.approx(
-                sim.stats["system.moe.deepep.combine_GBps"])
+                float(np.mean(back / (np.array(call) * 1e-12))) / 1e9, rel=1e-12)
+            assert sim.stats["system.moe.deepep.combine_GBps"] == pytest.approx(
+                float(np.mean(back / (np.array(alone) * 1e-12))) / 1e9, rel=1e-12)
 
 
+@pytest.mark.parametrize("head_poll", ["remote", "pushed"])
 @pytest.mark.parametrize("rows", [1, 2])
-def test_combine_rings_with_back_pressure(rows):
+def test_combine_rings_with_back_pressure(rows, head_poll):
     # one channel, one- or two-row rings: every combine row waits for the home's head updater
-    # to free its slot (the dispatch rings too); the output stays exact
+    # to free its slot (the dispatch rings too); the output stays exact whether the sender reads
+    # the head on the home (polling again while the ring is full) or waits for it to be pushed
     sim = run(f"workload.layer.deepep.ring_rows={rows}", "workload.layer.deepep.comm_sms=2",
-              "workload.layer.deepep.send_chunk_tokens=1")
+              "workload.layer.deepep.send_chunk_tokens=1",
+              f"workload.layer.deepep.head_poll={head_poll}")
     assert sim.stats["system.moe.rows_combined"] == P * T * K
     assert sim.stats["system.moe.output_max_abs_error"] == 0.0
+
+
+@pytest.mark.parametrize("combine_chunk", [0, 3])
+def test_remote_head_poll_reads_the_head_once_per_chunk(combine_chunk):
+    # head_poll remote (DeepEP's): before each chunk a combine sender reads the ring's head on the
+    # home rank (one remote read through the hub); pushed: the home's head updater sends the head
+    # to each remote sender every chunk of positions (flag.set). With rings larger than any
+    # channel's stream no ring is ever full, so a sender of n rows polls exactly ceil(n / chunk)
+    # times: the hubs' request counts differ by exactly polls - pushes, per GPU
+    # to each remote sender every chunk of positions (flag.set). The combine's chunk is
+    # combine_send_chunk_tokens (DeepEP's combine config), the dispatch's send_chunk_tokens at 0
+    sims = {hp: run(f"workload.layer.deepep.head_poll={hp}", "workload.layer.deepep.ring_rows=64",
+                    f"workload.layer.deepep.combine_send_chunk_tokens={combine_chunk}")
+            for hp in ("remote", "pushed")}
+    cfg = sims["remote"].cfg.workload.layer.deepep
+    C = cfg.comm_sms // 2
+    chunk = min(combine_chunk or cfg.send_chunk_tokens, 64 // 2)
+    assert chunk == (3 if combine_chunk else cfg.send_chunk_tokens)
+    Tc = -(-T // C)
+    # n[c, home, g]: tokens of `home` on channel c that went to GPU g (dispatch's send_head)
+    n = np.zeros((C, P, P), dtype=np.int64)
+    for home in range(P):
+        head = sims["remote"].read_buffer(home, "dp_send_head", "i64")[:T * P].reshape(T, P)
+        for t, g in zip(*np.nonzero(head >= 0)):
+            n[t // Tc, home, g] += 1
+    assert n.sum() > 0
+    for g in range(P):
+        polls = sum(-(-n[c, s, g] // chunk) for c in range(C) for s in range(P) if s != g)
+        pushes = sum(n[c, g, r] // chunk for c in range(C) for r in range(P) if r != g)
+        requests = {hp: sim.stats[f"system.gpu{g}.hub.requests"] for hp, sim in sims.items()}
+        assert requests["remote"] - requests["pushed"] == polls - pushes, g
+    for sim in sims.values():
+        assert sim.stats["system.moe.rows_combined"] == P * T * K
+        assert sim.stats["system.moe.output_max_abs_error"] == 0.0
+    # the read is a round trip before every chunk: the combine takes longer than with the head
+    # pushed to the sender
+    assert (sims["remote"].stats["system.moe.kernel.deepep_combine_us"]
+            > sims["pushed"].stats["system.moe.kernel.deepep_combine_us"])
 
 
 def test_receivers_need_two_gpus():

@@ -4,6 +4,8 @@ scheme dysharp (workloads/kernels/dysharp/dysharp.s, schemes/dysharp.py).
 - dymultimem.st to k experts on m distinct GPUs puts one row on the source's uplink and m rows
   on the downlinks, exactly (payload bytes), and each packet's target-extension flits are on the
   wire (the trimmed list on each downlink); every target's layout holds the row;
+- a dymultimem.st leaves the hub's request table at its last packet (a posted-store tag waits for
+  its responses), a dymultimem.ld_reduce holds its entry until the result: occupancy pinned;
 - dymultimem.ld_reduce returns the FP32 sum of the targets' rows in target-list order (bit for
   bit), with one row down to the source and one row up per target;
 - bad input (target count 0 or above the limit, an expert outside the object or named twice, an
@@ -119,6 +121,21 @@ def test_small_al_tlb_misses_more_and_changes_no_data():
     assert miss(small) > miss(big)
 
 
+def test_a_direct_mapped_al_tlb_thrashes_where_lru_holds_both_targets():
+    """Experts 0 and 2 on GPU 0 (entries u x 4 + 0 and u x 4 + 2): in a 2-entry direct-mapped
+    AL-TLB both fall in set 0 and evict each other at every packet (16 rows x 32 packets x 2
+    targets, dispatch and reduce); fully associative with LRU, each row misses once per target."""
+    tiny = ("system.switch.nvls.dysharp.al_tlb_entries=2", "workload.launches.0.params.count=2",
+            "workload.launches.0.params.t1=2")
+    lru = ubench((0, 2), 1, *tiny)
+    direct = ubench((0, 2), 1, *tiny, "system.switch.nvls.dysharp.al_tlb_ways=1")
+    miss = lambda s: int(s.stats["system.gpu0.dysharp.al_tlb_misses"])  # noqa: E731
+    assert miss(lru) == 2 * 16 * 2
+    assert miss(direct) == 2 * 16 * 32 * 2
+    assert int(direct.stats["system.gpu0.dysharp.al_tlb_hits"]) == 0
+    assert np.array_equal(lru.read_buffer(0, "out", "bf16"), direct.read_buffer(0, "out", "bf16"))
+
+
 def test_a_one_entry_multimemq_stalls_and_changes_no_data():
     # a slow hub (32 packets per operation at 100 MHz) keeps the entry while the next one issues
     slow = "system.gpu.hub.clock=100MHz"
@@ -130,6 +147,29 @@ def test_a_one_entry_multimemq_stalls_and_changes_no_data():
     assert np.array_equal(small.read_buffer(0, "out", "bf16"), big.read_buffer(0, "out", "bf16"))
 
 
+def test_a_multimem_store_frees_its_request_table_entry_at_its_last_packet(tmp_path):
+    """dymultimem.st is a weak store (PTX ISA memory model): its table entry frees once its last
+    packet is out and a posted-store tag waits for its write responses; dymultimem.ld_reduce is a
+    load and holds its entry until the result is back. GPU 0 issues 16 of each."""
+    one = "system.gpu.hub.max_outstanding_requests=1"
+    base = ubench((0, 5, 9, 13))
+    posted = ubench((0, 5, 9, 13), 1, one)
+    held = ubench((0, 5, 9, 13), 1, one, "system.gpu.hub.posted_store_tags=0")
+    two_tags = ubench((0, 5, 9, 13), 1, "system.gpu.hub.posted_store_tags=2")
+    peaks = lambda s: (s.stats["system.gpu0.hub.request_table_peak"],   # noqa: E731
+                       s.stats["system.gpu0.hub.posted_stores_peak"])
+    assert peaks(base) == (16, 16)
+    assert peaks(posted) == (1, 16)     # all 16 stores out of a one-entry table at once
+    assert peaks(held) == (1, 0)        # no tags: each store waits for its responses in the table
+    assert peaks(two_tags) == (16, 2)   # tags run out: the other stores stay in the table
+    out = base.read_buffer(0, "out", "bf16")
+    for sim in (posted, held, two_tags):
+        assert run_invariants(sim) == []   # every record, table entry and tag given back
+        assert np.array_equal(sim.read_buffer(0, "out", "bf16"), out)
+    stats = conftest.cli_stats_per_engine("configs/" + UBENCH, tmp_path, "--set", one)
+    assert stats["numba"] == stats["python"]
+
+
 @pytest.mark.parametrize("sets,fragments", [
     (["workload.launches.0.params.count=0"], ["dymultimem target count of 0 or above"]),
     (["workload.launches.0.params.count=3", "system.switch.nvls.dysharp.max_targets=2"],
@@ -139,12 +179,14 @@ def test_a_one_entry_multimemq_stalls_and_changes_no_data():
     (["workload.launches.0.params.mm='@src'"], ["multimem address outside every multicast object"]),
     (["workload.launches.0.params.row_bytes=8192"], ["crosses an algebraic row"]),
     (["workload.buffers.layout.bytes=64KB"], ["receive layout is full"]),
+    (["system.switch.nvls.dysharp.al_tlb_ways=3"],
+     ["system.switch.nvls.dysharp.al_tlb_ways", "do not divide"]),
     (["system.switch.nvls.reduction_buffer_bytes=0B"],
      ["system.switch.nvls.reduction_buffer_bytes", "cannot hold one multimem.ld_reduce entry"]),
     (["workload.multicast.0.counts=nope"], ["workload.multicast[0].counts", "no buffer 'nope'"]),
     (["workload.multicast.0.row_bytes=0B"], ["workload.multicast[0]", "row_bytes and rows"]),
 ], ids=["count-0", "count-above-limit", "repeated", "outside-object", "outside-every-object",
-        "crosses-row", "layout-full", "zero-buffer", "no-counts", "no-row-bytes"])
+        "crosses-row", "layout-full", "tlb-ways", "zero-buffer", "no-counts", "no-row-bytes"])
 def test_bad_input_gives_one_paragraph_and_exit_2(tmp_path, capsys, sets, fragments):
     from moehub_arch.cli import main
     argv = ["run", str(conftest.CONFIGS / UBENCH), "-o", str(tmp_path / "out")]

@@ -38,3 +38,20 @@ def test_e2e_bad_arguments_exit_2(tmp_path, capsys):
     assert e2e.main(["--model", "deepseek_v3", "--scheme", "moehub", "--tokens-per-gpu", "100",
                      "--outdir", str(tmp_path)]) == 2
     assert "multiple of 64" in capsys.readouterr().err
+
+
+def test_e2e_models_give_valid_block_models(tmp_path):
+    """Every model tools/e2e.py knows writes a block model (workloads/blocks schema) that loads,
+    with the heads, norm and tokens it names; Qwen3-30B-A3B and Mixtral have no dense layer."""
+    from moehub_arch.workloads.block import load_block_model
+    from moehub_arch.workloads.models import load_model
+    e2e = load_script(E2E)
+    assert {"deepseek_v3", "mixtral_8x7b", "qwen3_30b_a3b"} <= set(e2e.DENSE)
+    for name, dense in e2e.DENSE.items():
+        model = load_model(name)
+        m = load_block_model(e2e.block_model_file(tmp_path / name, model, dense, 256))
+        assert (m.hidden, m.heads, m.norm, m.seq, m.batch) == \
+            (model.hidden, dense["heads"], dense["norm"], 256, 1)
+        assert m.norm_eps == dense["norm_eps"] and m.hidden % m.heads == 0
+        if name != "deepseek_v3":
+            assert model.layers == model.moe_layers and dense["dense_ffn"] == 0

@@ -86,9 +86,14 @@ def test_tiny_tables_stall_but_lose_nothing(tiny):
 def test_hub_timing_mode_and_python_engine_agree(tmp_path, hub):
     timing = simulate("hub/dispatch_combine.yaml", "workload.mode=timing")
     assert model_stats(timing.stats) == model_stats(hub.stats)
-    r = run_cli("run", "configs/hub/tiny_tables.yaml", "-o", tmp_path, "--engine", "python", "--quiet")
+    # the tiny tables with 8 of the 32 tokens (a quarter of the events, both stalls still taken)
+    tokens = "workload.launches.0.params.tokens=8"
+    r = run_cli("run", "configs/hub/tiny_tables.yaml", "-o", tmp_path, "--engine", "python", "--quiet",
+                "--set", tokens)
     assert r.returncode == 0, r.stderr
-    fast = model_stats(simulate("hub/tiny_tables.yaml").stats)
+    fast = model_stats(simulate("hub/tiny_tables.yaml", tokens).stats)
+    for stall in ("alloc_stalls", "accept_stalls"):
+        assert sum(v for k, v in fast.items() if k.endswith(f".{stall}")) > 0
     slow = {k: v for k, v in read_stats_json(tmp_path).items() if not k.startswith("host")}
     assert slow == fast
 

@@ -98,6 +98,37 @@ def test_reference_per_rank_order():
         moe_layer_reference(x, idx, w, wg, wu, wd, combine="per_rank")
 
 
+def test_reference_rank_rows():
+    # DeepEP's intranode benchmark combine (tests/test_intranode.py: the rows each rank received,
+    # unweighted): per rank ascending holding any of the token's experts, the bf16 output row of
+    # the token's lowest slot there, added in fp32; the weights are not used
+    from moehub_arch.workloads.reference import moe_layer_reference, to_bf16, expert_ffn
+    rng = np.random.default_rng(1)
+    p, t, h, i, e, k, el = 1, 5, 8, 16, 4, 3, 2
+    bf = lambda *shape: to_bf16(rng.uniform(-1, 1, shape).astype(np.float32))
+    x, wg, wu, wd = bf(p, t, h), bf(e, h, i), bf(e, h, i), bf(e, i, h)
+    idx = np.array([[[0, 1, 2], [3, 2, 0], [1, 3, 0], [2, 0, 3], [3, 1, 2]]])
+    w = rng.uniform(0, 1, (p, t, k)).astype(np.float32)
+    got = moe_layer_reference(x, idx, w, wg, wu, wd, combine="rank_rows", local_experts=el)
+    assert np.array_equal(got, moe_layer_reference(x, idx, 2 * w, wg, wu, wd,
+                                                   combine="rank_rows", local_experts=el))
+    for tok in range(t):
+        out = np.zeros(h, np.float32)
+        for r in range(e // el):
+            js = [j for j in range(k) if idx[0, tok, j] // el == r]
+            if js:
+                ex = idx[0, tok, js[0]]
+                y = expert_ffn(x[0, tok][None], wg[ex], wu[ex], wd[ex])[0]
+                out = (out + to_bf16(y)).astype(np.float32)
+        assert np.array_equal(got[0, tok], out), tok
+    ident = moe_layer_reference(x, idx, w, None, None, None, combine="rank_rows",
+                                local_experts=el, identity_experts=True)
+    ranks = [len({int(v) // el for v in idx[0, tok]}) for tok in range(t)]
+    assert np.array_equal(ident[0], np.float32(ranks)[:, None] * x[0])
+    with pytest.raises(ValueError):
+        moe_layer_reference(x, idx, w, wg, wu, wd, combine="rank_rows")
+
+
 def _combine_launch(sim):
     return next(li for li in sim.launches if li.kernel == "deepep_combine" and li.gpu == 0)
 
@@ -110,6 +141,15 @@ def test_combine_per_channel_and_rank_fallback(smem):
     # per stream - the same instruction streams, the same output, exactly.
     sim = run("workload.layer.deepep.kernels=communication", f"system.gpu.sm.smem_bytes={smem}")
     s, C = sim.stats, 4
+    # DeepEP's benchmark combines the received rows unweighted (the reference's rank_rows): with
+    # identity experts a token comes home as (ranks holding it) x its row, exactly
+    assert sim.layer.plan.reference_kwargs["combine"] == "rank_rows"
+    el = sim.layer.shape.local_experts
+    for g in range(P):
+        x = sim.read_buffer(g, "x", "bf16").reshape(T, -1).astype(np.float32)
+        ranks = [len(set((sim.layer.routing.topk_idx[g, t] // el).tolist())) for t in range(T)]
+        out = sim.read_buffer(g, "out", "f32").reshape(T, -1)
+        assert np.array_equal(out, np.float32(ranks)[:, None] * x), g
     li = _combine_launch(sim)
     groups = int(sim.state.ln[li.index].groups)
     assert (groups, li.grid) == ((P, 2 * C) if smem == "228KB" else (1, 2 * C * P))

@@ -21,7 +21,9 @@ are there) and the step is composed from them:
 Not modelled (the step time leaves them out): the embedding and the LM head, DeepSeek-V3's
 multi-head latent attention (its low-rank Q/KV projections and 192-wide query/key heads: the
 attention here is multi-head attention with head dim hidden / heads) and multi-token prediction,
-grouped-query attention (Mixtral's 8 KV heads: K and V are projected for every head here),
+grouped-query attention (Mixtral's 8 and Qwen3-30B-A3B's 4 KV heads: K and V are projected for
+every head here), Qwen3-30B-A3B's head dim 128 (its 32 query heads are 4096 wide against a hidden
+size of 2048: here 32 heads of 64, so its QKV and output projections are half their real size),
 rotary embeddings, the norm and residual around the MoE layer, overlap between layers, pipeline
 bubbles, the optimizer and data loading, and the backward pass (forward only).
 """
@@ -44,6 +46,10 @@ DENSE = {
     "mixtral_8x7b": dict(heads=32, dense_ffn=0, norm="rmsnorm", norm_eps=1e-5,
                          source="mistralai/Mixtral-8x7B-v0.1 config.json: num_attention_heads, "
                                 "rms_norm_eps (every layer is MoE)"),
+    "qwen3_30b_a3b": dict(heads=32, dense_ffn=0, norm="rmsnorm", norm_eps=1e-6,
+                          source="Qwen/Qwen3-30B-A3B config.json: num_attention_heads, "
+                                 "rms_norm_eps (every layer is MoE; its head_dim 128 is not "
+                                 "hidden / heads: see Not modelled)"),
 }
 QUICK_TOKENS = 256
 

@@ -48,10 +48,16 @@ order stays within that reference's bound ((t - 1) 2^-24 sum|x_i| plus one round
 eviction or timeout of a line adds one more rounding at the home. A load's reply copies the
 home's bytes when it is delivered.
 
-Merging-aware thread-block coordination (groups of matching thread blocks, the group sync table,
-throttling of GPUs that run ahead) and the dataflow plan are not modelled here: the merge unit
-merges whatever requests meet in its table, and `request_skew` shows how far apart the GPUs'
-requests for one address came.
+Throttling of GPUs that run ahead (system.switch.cais.throttle, off by default): a miss in a full
+table from a GPU whose request every live entry already holds - the GPU is level with or ahead of
+the others on every line the table keeps - waits at its input port instead of evicting, until an
+entry completes (or times out); a GPU behind on some entry still evicts the LRU entry (holding it
+could block, on the same input port, the requests that complete the table). CAIS throttles GPUs
+that run ahead of their group; this rule is the model's reading of it (CAIS publishes no finer
+detail). Not modelled: CAIS's groups of matching thread blocks and the group sync table (its
+coordination before the requests are sent) and the thread-block-level dataflow plan; the merge
+unit merges whatever requests meet in its table, and `request_skew` shows how far apart the
+GPUs' requests for one address came.
 """
 import numpy as np
 from ..engine.jit import compiled
@@ -62,10 +68,10 @@ from ..isa.encoding import DT_BF16, DT_NONE
 from .elements import load_f32, store_f32
 from .hbm import hbm_backed
 from .nvlink import pick_switch_output, txq_push, txq_room
-from .nvls import answer_read, send_read_data
+from .nvls import answer_read, queue_read_data
 from .packet import (PK_CAIS_DATA, PK_CAIS_LD, PK_CAIS_READ, PK_CAIS_REPLY, PK_CAIS_WRITE,
                      VC_REQUEST, VC_RESPONSE, header_flits, packet_alloc, packet_flits)
-from .wakeups import hub_kick_response, xbar_kick
+from .wakeups import xbar_kick
 from .block import Array, Block, Event, Param, Record, Stat, StatGroup, Timer, counters, fields
 
 EV_CAIS_TIMEOUT = 11   # a0 = merge table: its timer (a component timer per table) expired
@@ -78,8 +84,8 @@ GRP_BASE, GRP_BYTES, GRP_MASK, GRP_MEMBERS = range(4)      # columns of State.ca
 # columns of State.cais_tab, one row per table (switch x home GPU)
 (T_BASE, T_SLOTS, T_CAP, T_USED, T_PEAK, T_ALLOCS, T_MERGES, T_EVICTIONS, T_TIMEOUTS,
  T_CONFLICTS, T_READS, T_WRITES, T_REPLIES, T_DONE, T_SKEW_SUM, T_SKEW_MAX, T_WAITERS,
- T_FULL_STALLS, T_TIMER, T_NLIVE, T_NFREE) = range(21)
-TAB_COLUMNS = 21
+ T_FULL_STALLS, T_TIMER, T_NLIVE, T_NFREE, T_THROTTLES) = range(22)
+TAB_COLUMNS = 22
 
 
 def _on(cfg):
@@ -114,10 +120,6 @@ def _acc_shape(cfg):
     if not _on(cfg) or cfg.workload.mode != "functional":
         return (1, 1)
     return (_entries(cfg), cfg.system.num_gpus * (_line(cfg) // 8) + 1)
-
-
-def _rdq_depth(cfg):
-    return cfg.system.nvlink.links_per_gpu * cfg.system.nvlink.rx_buffer_flits + 1 if _on(cfg) else 1
 
 
 def cais_group_rows(cfg, buffers):
@@ -166,8 +168,6 @@ def check_cais(sim, out):
               gp.cais_reads_rx.sum())
     out.equal("merged writes received by the homes vs sent by the switches",
               gp.cais_writes_rx.sum(), tab[:, T_WRITES].sum())
-    out.empty(gp.cais_rdq_count, "merge-unit reads still held by homes",
-              lambda g: f"system.gpu{g}", " read(s)")
 
 
 def cais_findings(sim):
@@ -244,6 +244,11 @@ BLOCK = Block(
         Param("cais_timeout_ticks", "system.switch.cais.timeout", "ps", "merge-table entry timer",
               lambda cfg: cfg.system.switch.cais.timeout,
               "config: system.switch.cais.timeout (assumption: CAIS gives no value)"),
+        Param("cais_throttle", "system.switch.cais.throttle", "bool", "1: a GPU ahead of every "
+              "entry of a full table waits instead of evicting",
+              lambda cfg: int(cfg.system.switch.cais.throttle),
+              "config: system.switch.cais.throttle (CAIS arXiv 2605.05628 throttles GPUs that run "
+              "ahead; off by default)"),
         Param("cais_writeback_slots", "", "slots", "write-back slots per port",
               _writeback_slots, "derived: output_queue_packets + rx_buffer_flits + 1 (the writes "
               "a port's queue, link and the home's buffer hold)"),
@@ -262,9 +267,7 @@ BLOCK = Block(
             Array("cais_live", "per table (from its base): the entries in use (a list; T_NLIVE)",
                   lambda cfg: (_entries(cfg),)),
             Array("cais_free", "per table (from its base): its free slots (a stack; T_NFREE)",
-                  lambda cfg: (_entries(cfg),)),
-            Array("cais_rdq", "a home's merge-unit reads whose data waits to leave (FIFO)",
-                  lambda cfg: (cfg.system.num_gpus if _on(cfg) else 1, _rdq_depth(cfg)))),
+                  lambda cfg: (_entries(cfg),))),
     fields=fields("cais_entry", ("state", "E_* above"), ("addr", "address at the home"),
                   ("home", "home GPU"), ("tab", "its table"), ("group", "CAIS group"),
                   ("elem", "element type (red)"), ("line", "request line bytes"),
@@ -276,8 +279,7 @@ BLOCK = Block(
              ("cais_wait_since", ""))
     + fields("gpu", ("cais_ld_tx", ""), ("cais_red_tx", ""), ("cais_replies_rx", ""),
              ("cais_reads_rx", ""), ("cais_data_tx", ""), ("cais_writes_rx", ""),
-             ("cais_contribs_rx", ""), ("cais_rdq_head", "read-data FIFO (State.cais_rdq)"),
-             ("cais_rdq_count", ""))
+             ("cais_contribs_rx", ""))
     + fields("sys", ("cais_clock", "LRU stamps handed out")),
     stats=(
         StatGroup("gpu", "cais", counters((
@@ -327,6 +329,9 @@ BLOCK = Block(
             Stat("replies", "packets", "ld.cais replies sent", lambda i: int(_tab(i.st, T_REPLIES).sum())),
             Stat("full_stalls", "count", "times a request waited for a merge-table entry",
                  lambda i: int(_tab(i.st, T_FULL_STALLS).sum())),
+            Stat("throttles", "count", "of those, a GPU held back because every entry of the full "
+                 "table already held its request (system.switch.cais.throttle)",
+                 lambda i: int(_tab(i.st, T_THROTTLES).sum())),
             Stat("complete_groups", "count", "entries every GPU of the group reached",
                  lambda i: int(_tab(i.st, T_DONE).sum())),
             Stat("request_skew_mean", "ps", "mean time from the first to the last GPU's request "
@@ -396,12 +401,14 @@ def cais_switch(st, c, pkt, tick):
 
 
 @compiled
-def _scan(st, t, addr, nbytes, want_red):
-    """Look the request up in table t (its live entries): (matching entry, the free slot to use,
-    the LRU evictable entry), each -1 if none."""
+def _scan(st, t, addr, nbytes, want_red, m):
+    """Look GPU m's request up in table t (its live entries): (matching entry, the free slot to
+    use, the LRU evictable entry - each -1 if none -, and whether every live entry already holds
+    a request of m: m is level with or ahead of the other GPUs on every line the table holds)."""
     hit = -1
     victim = -1
     best = -1
+    level = True
     tab = st.cais_tab[t]
     base = tab[T_BASE]
     for i in range(base, base + tab[T_NLIVE]):
@@ -413,8 +420,10 @@ def _scan(st, t, addr, nbytes, want_red):
         if (s == E_RED or s == E_LD_READY) and (victim < 0 or en.use < best):
             victim = e
             best = en.use
+        if not (en.mask >> m) & 1:
+            level = False
     free = st.cais_free[base + tab[T_NFREE] - 1] if tab[T_NFREE] > 0 else -1
-    return hit, free, victim
+    return hit, free, victim, level
 
 
 @compiled
@@ -505,6 +514,22 @@ def _wait_table(st, c, t, tick):
         st.cais_tab[t, T_WAITERS] += 1
         st.cais_tab[t, T_FULL_STALLS] += 1
     return CAIS_TABLE_FULL
+
+
+@compiled
+def _full_table_miss(st, c, t, victim, level, tick):
+    """A miss in full table t: True if the request waits at its input port - nothing can be
+    evicted, or (system.switch.cais.throttle) the requesting GPU is level with or ahead of every
+    entry, so an eviction would only send home a partial sum the others have yet to reach and
+    the GPU is held back until an entry completes or times out (CAIS's throttling of GPUs that
+    run ahead). A GPU behind on some entry evicts the LRU one: holding it could block, behind it
+    on the same input port, the very requests that complete the table's entries."""
+    if victim >= 0 and not (level and st.p[0].cais_throttle):
+        return False
+    if level and victim >= 0 and st.ch[c].cais_wait_tab == 0:
+        st.cais_tab[t, T_THROTTLES] += 1
+    _wait_table(st, c, t, tick)
+    return True
 
 
 @compiled
@@ -611,7 +636,7 @@ def _red_request(st, c, pkt, tick):
     h = pk.dst
     t = s * p.num_gpus + h
     members = st.cais_groups[pk.mm_obj, GRP_MEMBERS]
-    hit, free, victim = _scan(st, t, pk.addr, pk.payload, True)
+    hit, free, victim, level = _scan(st, t, pk.addr, pk.payload, True, pk.src)
     if hit >= 0:
         en = st.cais_entry[hit]
         if (en.mask >> pk.src) & 1:
@@ -621,7 +646,7 @@ def _red_request(st, c, pkt, tick):
                 return h
             _send_write(st, hit, out, tick)
             st.cais_tab[t, T_CONFLICTS] += 1
-            hit, free, victim = _scan(st, t, pk.addr, pk.payload, True)
+            hit, free, victim, level = _scan(st, t, pk.addr, pk.payload, True, pk.src)
         else:
             last = en.count + 1 == members
             out = -1
@@ -641,8 +666,8 @@ def _red_request(st, c, pkt, tick):
                 _send_write(st, hit, out, tick)
             return CAIS_SENT
     if st.cais_tab[t, T_USED] >= st.cais_tab[t, T_CAP]:
-        if victim < 0:
-            return _wait_table(st, c, t, tick)
+        if _full_table_miss(st, c, t, victim, level, tick):
+            return CAIS_TABLE_FULL
         free = _make_room(st, t, s, h, free, victim, tick)
         if free <= -10:
             return -free - 10
@@ -663,7 +688,7 @@ def _ld_request(st, c, pkt, tick):
     m = pk.src
     t = s * G + h
     members = st.cais_groups[pk.mm_obj, GRP_MEMBERS]
-    hit, free, victim = _scan(st, t, pk.addr, pk.value, False)
+    hit, free, victim, level = _scan(st, t, pk.addr, pk.value, False, m)
     if hit >= 0:
         en = st.cais_entry[hit]
         if en.state == E_LD_READY:
@@ -696,8 +721,8 @@ def _ld_request(st, c, pkt, tick):
     if out < 0:
         return h
     if st.cais_tab[t, T_USED] >= st.cais_tab[t, T_CAP]:
-        if victim < 0:
-            return _wait_table(st, c, t, tick)
+        if _full_table_miss(st, c, t, victim, level, tick):
+            return CAIS_TABLE_FULL
         free = _make_room(st, t, s, h, free, victim, tick)
         if free <= -10:
             return -free - 10
@@ -810,23 +835,7 @@ def cais_read_arrived(st, g, c, pkt, tick):
     gp = st.gpu[g]
     gp.cais_reads_rx += 1
     answer_read(st, g, c, pkt, PK_CAIS_DATA, tick)
-    st.cais_rdq[g, (gp.cais_rdq_head + gp.cais_rdq_count) % st.cais_rdq.shape[1]] = pkt
-    gp.cais_rdq_count += 1
-    hub_kick_response(st, g, st.pk[pkt].ready)
-
-
-@compiled
-def cais_send_data(st, g, tick):
-    """Send the head of home g's read-data FIFO up its link (nvls.send_read_data's answer)."""
-    gp = st.gpu[g]
-    if gp.cais_rdq_count == 0:
-        return 0
-    n = send_read_data(st, g, st.cais_rdq[g, gp.cais_rdq_head], tick)
-    if n > 0:
-        gp.cais_rdq_head = (gp.cais_rdq_head + 1) % st.cais_rdq.shape[1]
-        gp.cais_rdq_count -= 1
-        gp.cais_data_tx += n
-    return n
+    queue_read_data(st, g, pkt)   # the hub's one read-data FIFO (nvls.nvls_send_data sends it)
 
 
 @compiled
@@ -861,11 +870,6 @@ def cais_write_arrived(st, g, pkt):
     en.state = E_FREE
     _free_slot(st, e)
     return e
-
-
-@compiled
-def cais_waiting(gp):
-    return gp.cais_rdq_count > 0
 
 
 @compiled

@@ -37,7 +37,10 @@ The mechanism, as the paper describes it, and what this module models of it:
   target e is written at row AL(u, e) of e's receive layout (the object's buffer, [targets_per_gpu]
   [layout rows][row_bytes]). The AL table lives in HBM (one entry per algebraic row and local
   target; workload.multicast[].al_table) and is cached by the AL-TLB (al_tlb_entries, 512 in the
-  paper; direct-mapped here - assumption: the paper gives the entry count only). A miss reads the
+  paper, which gives the entry count only; al_tlb_ways, LRU within a set - assumption: fully
+  associative, 0, as small TLBs usually are; a direct-mapped one (1) is kept for comparison: with
+  the entry's index u x targets_per_gpu + e, the same token of every source GPU (u = g T + t, T a
+  multiple of the sets) falls in one set, and the GPUs send token t at about the same time). A miss reads the
   entry from HBM before the row can be written or read (assumption: one HBM read of the 4 B
   entry, charged on the HBM model; the paper gives no miss latency). The first chunk of (u, e) to
   arrive places the row: the hub takes the next free row of e from a counter it keeps on chip
@@ -62,7 +65,7 @@ from ..engine.state import ERR_DY_LAYOUT_FULL, ERR_DY_UNPLACED, ERR_UNBACKED_COP
 from .elements import load_f32, store_f32
 from .hbm import hbm_access, hbm_backed, move_bytes, raise_error, read_word, write_word
 from .l2 import link_write
-from .packet import PK_MM_DATA, packet_alloc, packet_flits
+from .packet import PK_MM_DATA, packet_alloc, packet_flits, request_records
 from .waiters import notify_stores
 from .wakeups import hub_kick_response
 from .block import Array, Block, Param, Stat, StatGroup, counters, fields
@@ -79,7 +82,7 @@ def dynamic_on(cfg):
 
 
 def _requests(cfg):
-    return cfg.system.num_gpus * cfg.system.gpu.hub.max_outstanding_requests
+    return cfg.system.num_gpus * request_records(cfg)
 
 
 def _dy(cfg):
@@ -95,6 +98,10 @@ BLOCK = Block(
         Param("dy_queue_entries", "system.switch.nvls.dysharp.multimemq_entries", "entries",
               "MultimemQ entries per GPU", lambda cfg: _dy(cfg).multimemq_entries,
               "config: system.switch.nvls.dysharp.multimemq_entries"),
+        Param("al_tlb_ways", "system.switch.nvls.dysharp.al_tlb_ways", "entries",
+              "AL-TLB entries per set (the whole TLB if al_tlb_ways is 0)",
+              lambda cfg: _dy(cfg).al_tlb_ways or _dy(cfg).al_tlb_entries,
+              "config: system.switch.nvls.dysharp.al_tlb_ways"),
         Param("dy_ids_per_flit", "", "ids", "16-bit expert ids per target-extension flit",
               lambda cfg: max(1, cfg.system.nvlink.flit_bytes // 2),
               "derived: system.nvlink.flit_bytes / 2 B per id (arXiv 2605.05607's format)"),
@@ -107,6 +114,9 @@ BLOCK = Block(
                   else (1, 1)),
             Array("al_tlb", "AL-TLB tags per GPU (AL-table entry address + 1; 0: empty)",
                   lambda cfg: (cfg.system.num_gpus, _dy(cfg).al_tlb_entries) if dynamic_on(cfg)
+                  else (1, 1)),
+            Array("al_tlb_used", "AL-TLB: when each entry was last used (LRU within its set)",
+                  lambda cfg: (cfg.system.num_gpus, _dy(cfg).al_tlb_entries) if dynamic_on(cfg)
                   else (1, 1))),
     fields=fields("req", ("dy_count", "targets of a dymultimem request"),
                   ("dy_mask", "GPUs holding its targets"),
@@ -114,7 +124,7 @@ BLOCK = Block(
     + fields("gpu", ("dy_stage_n", ""), ("dy_stage_mask", ""), ("dy_stage_ready", ""),
              ("dy_queue", "MultimemQ entries in use"), ("dy_queue_peak", ""),
              ("dy_queue_stalls", ""), ("dy_st_ops", ""), ("dy_ld_ops", ""), ("dy_ext_flits", ""),
-             ("al_hits", ""), ("al_misses", ""), ("al_placed", ""), ("dy_rows_written", ""),
+             ("al_hits", ""), ("al_misses", ""), ("al_clock", "AL-TLB lookups (LRU stamps)"), ("al_placed", ""), ("dy_rows_written", ""),
              ("dy_data_extra", "data packets beyond one per read (one per target)"),
              ("dy_rows_read", ""))
     + fields("ch", ("dy_copies", "dynamic copies sent from this input port's operations"),
@@ -278,14 +288,9 @@ def _al_translate(st, g, k, u, el, t, place):
     o = st.mm_objects[k]
     idx = u * o[OBJ_TPG] + el
     entry = o[OBJ_AL] + idx * 8
-    way = (entry // 8) % st.al_tlb.shape[1]
     ready = t
-    if st.al_tlb[g, way] == entry + 1:
-        gp.al_hits += 1
-    else:
-        gp.al_misses += 1
+    if not _al_tlb_lookup(st, g, entry):
         ready = hbm_access(st, g, entry, 4, t, False)   # the 4 B entry from the table in HBM
-        st.al_tlb[g, way] = entry + 1
     v = read_word(st, g, entry)
     if v > 0:
         return v - 1, ready
@@ -304,6 +309,28 @@ def _al_translate(st, g, k, u, el, t, place):
     hbm_access(st, g, entry, 4, t, True)
     gp.al_placed += 1
     return row, ready
+
+
+@compiled
+def _al_tlb_lookup(st, g, entry):
+    """Look the AL-table entry at `entry` up in GPU g's AL-TLB: True on a hit; on a miss the entry
+    takes the set's empty or least recently used way. Set = entry index modulo the sets."""
+    gp = st.gpu[g]
+    ways = st.p[0].al_tlb_ways
+    first = ((entry // 8) % (st.al_tlb.shape[1] // ways)) * ways
+    gp.al_clock += 1
+    victim = first
+    for w in range(first, first + ways):
+        if st.al_tlb[g, w] == entry + 1:
+            st.al_tlb_used[g, w] = gp.al_clock
+            gp.al_hits += 1
+            return True
+        if st.al_tlb_used[g, w] < st.al_tlb_used[g, victim]:
+            victim = w
+    gp.al_misses += 1
+    st.al_tlb[g, victim] = entry + 1
+    st.al_tlb_used[g, victim] = gp.al_clock
+    return False
 
 
 @compiled

@@ -3,7 +3,14 @@
 Sender side: SMs submit remote operations (put, get, 8-byte store, fetch-and-add) as *requests*.
 A request needs a free entry in the hub's request table (bounded: ``max_outstanding_requests``)
 and room in its request FIFO (``request_queue_depth``); otherwise the issuing thread block stalls
-and retries when space frees (back-pressure to the SM). The packetizer emits one packet every
+and retries when space frees (back-pressure to the SM). A request holds its table entry until it
+completes, except a multimem store (multimem.st, multimem.red, dymultimem.st): the PTX ISA gives
+them the semantics of weak stores and reductions - nothing waits on one until a fence - so its entry
+frees once its last packet is out, and only a tag (``posted_store_tags``: the header's tag its
+responses name, Foley & Danskin, IEEE Micro 2017) and the thread block's count for the fence wait
+for its write responses; with every tag in use it keeps its table entry until they are in. A load
+(multimem.ld_reduce, a get) holds its entry until its data is back. Puts and flag stores keep
+their entry until their responses are in (unchanged here). The packetizer emits one packet every
 ``1 / (clock * packets_per_cycle)``: it reads the payload from local HBM (charged on the HBM model),
 picks an NVLink whose switch reaches the destination (round-robin among links with transmit-queue
 room; if none has room the packetizer stalls) and queues the packet there.
@@ -54,14 +61,14 @@ from ..engine.state import (RESP_KIND, RESP_READY, RESP_REQ, ROUTE_FIRST, ROUTE_
 from .hbm import hbm_access, move_bytes, read_word, write_word
 from .l2 import link_write
 from .nvlink import channel_count_arrival, credit_return_vc, txq_push, txq_room
+from .packet import request_records
 from .packet import (PACKET_KIND_NAMES, PK_ACK, PK_ATOM_REQ, PK_ATOM_RESP, PK_GET_REQ, PK_GET_RESP,
                      PK_MM_COPY, PK_MM_LD, PK_MM_READ, PK_MM_ST, PK_PUT, PK_STORE, VC_REQUEST,
                      VC_RESPONSE, header_flits, packet_alloc, packet_flits, packet_free, packet_vc,
                      store_packets)
 from .nvls import (nvls_copies_answered, nvls_copy_arrived, nvls_read_arrived, nvls_result_arrived,
                    nvls_send_data)
-from .cais_merge import (cais_read_arrived, cais_request_line, cais_send_data, cais_uplink,
-                         cais_waiting, cais_write_arrived)
+from .cais_merge import cais_read_arrived, cais_request_line, cais_uplink, cais_write_arrived
 from .packet import PK_CAIS_LD, PK_CAIS_RED, PK_CAIS_READ, PK_CAIS_REPLY
 from .dysharp import (OBJ_TPG, dysharp_bind, dysharp_copy_write, dysharp_read_arrived,
                       dysharp_result, dysharp_sent, ext_flits)
@@ -69,7 +76,7 @@ from ..isa.encoding import MM_RED, MM_ST
 from .trace import CAT_HUB, TR_HUB_RX, TR_HUB_TX, trace_event
 from .wakeups import hub_kick, hub_kick_response, tb_resume
 from .waiters import notify_stores
-from .nic import rdma_message
+from .nic import nic_schedule, nic_served, rdma_message
 from .block import Array, Block, Debug, Event, Param, Record, StatGroup, Timer, counters, fields
 
 REQ_PUT, REQ_GET, REQ_STORE, REQ_ATOM = range(4)
@@ -92,8 +99,12 @@ def check_hub(sim, out):
     st = sim.state
     gp = st.gpu
     R = int(st.p[0].reqs_per_gpu)
-    out.check(gp.free_top == R, f"hub request-table entries not freed (of {R})",
+    out.check(gp.free_top == R, f"hub request records not freed (of {R})",
               lambda g: f"system.gpu{g}.hub: {R - int(gp.free_top[g])} in use")
+    out.empty(gp.req_table_used, "hub request-table entries not freed",
+              lambda g: f"system.gpu{g}.hub", " in use")
+    out.empty(gp.posted_stores, "posted multimem stores never answered",
+              lambda g: f"system.gpu{g}.hub", " store(s)")
     hub = lambda g: f"system.gpu{g}.hub"   # noqa: E731
     out.empty(gp.reqq_count, "hub request FIFOs not empty", hub, " request(s)")
     out.empty(gp.respq_count, "hub response FIFOs not empty", hub, " response(s)")
@@ -113,14 +124,18 @@ def check_received(sim, out):
 def hub_findings(sim):
     """Full hub tables and FIFOs, a blocked packetizer (the stuck-run report)."""
     st = sim.state
-    R = int(st.p[0].reqs_per_gpu)
+    R = int(st.p[0].req_table)
     out = []
     for g in range(int(st.p[0].num_gpus)):
         gp = st.gpu[g]
         hub = f"system.gpu{g}.hub"
-        if int(gp.free_top) == 0:
+        if int(gp.req_table_used) == R:
+            tags = int(st.p[0].posted_tags)
             out.append(f"{hub}: request table full ({R} of {R} remote operations in flight; "
-                       f"system.gpu.hub.max_outstanding_requests)")
+                       f"system.gpu.hub.max_outstanding_requests)"
+                       + (f"; every posted-store tag in use too ({tags} multimem stores wait for "
+                          f"write responses; system.gpu.hub.posted_store_tags)"
+                          if tags and int(gp.posted_stores) == tags else ""))
         if int(gp.reqq_count) == st.reqq.shape[1]:
             out.append(f"{hub}: request FIFO full ({int(gp.reqq_count)} entries; "
                        f"system.gpu.hub.request_queue_depth)")
@@ -145,11 +160,20 @@ BLOCK = Block(
         Param("hub_rx_latency_ticks", "system.gpu.hub.rx_latency_cycles", "ps",
               "from arrival to processing", _hub_ticks(lambda h: h.rx_latency_cycles),
               "config: system.gpu.hub.rx_latency_cycles (hub cycles)"),
-        Param("reqs_per_gpu", "system.gpu.hub.max_outstanding_requests", "requests",
+        Param("reqs_per_gpu", "system.gpu.hub.max_outstanding_requests, posted_store_tags",
+              "requests", "request records per GPU: the request table and the posted stores' tags",
+              request_records, "config: system.gpu.hub.max_outstanding_requests (+ "
+              "posted_store_tags with multicast objects; packet.request_records)"),
+        Param("req_table", "system.gpu.hub.max_outstanding_requests", "requests",
               "request-table entries per GPU", lambda cfg: cfg.system.gpu.hub.max_outstanding_requests,
               "config: system.gpu.hub.max_outstanding_requests"),
+        Param("posted_tags", "system.gpu.hub.posted_store_tags", "operations",
+              "posted multimem stores per GPU (0 without multicast objects)",
+              lambda cfg: request_records(cfg) - cfg.system.gpu.hub.max_outstanding_requests,
+              "config: system.gpu.hub.posted_store_tags (with multicast objects)"),
     ),
-    records=(Record("req", "remote operations in flight, reqs_per_gpu per GPU (request table)"),),
+    records=(Record("req", "remote operations in flight, reqs_per_gpu per GPU (request table and "
+                    "posted multimem stores)"),),
     arrays=(Array("link_resp_owed", "per GPU, a bit set (engine/bitset.py) of the GPUs it owes "
                   "link-level responses (State.link_resp > 0): the next one owed is found without "
                   "scanning every GPU", lambda cfg: (cfg.system.num_gpus, words_for(cfg.system.num_gpus))),),
@@ -165,6 +189,7 @@ BLOCK = Block(
         ("value", "store value, atomic operand or result"), ("ret_reg", "register for the result"),
         ("launch", "launch of the issuing TB (wire-byte stats)"),
         ("data_ready", "put.sm: tick the SM's loads deliver the payload (-1: the hub reads HBM)"),
+        ("posted", "1: a multimem store that left the request table for a posted-store tag"),
         init={"data_ready": -1})
     + fields(
         "gpu", ("hub_next_tx", "tick of the packetizer's timer (-1: idle)"),
@@ -174,7 +199,11 @@ BLOCK = Block(
         ("hub_req_free", "tick from which the packetizer may emit the next request packet"),
         ("reqq_head", "request FIFO head"), ("reqq_count", "request FIFO occupancy"),
         ("respq_head", "response FIFO head"), ("respq_count", "response FIFO occupancy"),
-        ("free_top", "free request-table entries (stack top of State.free_reqs)"),
+        ("free_top", "free request records (stack top of State.free_reqs)"),
+        ("req_table_used", "request-table entries in use (posted stores leave at their last "
+         "packet)"), ("req_table_peak", ""),
+        ("posted_stores", "multimem stores out of the table with responses due"),
+        ("posted_peak", ""),
         ("hub_requests", ""), ("hub_tx_packets", ""), ("hub_tx_payload", ""),
         ("hub_rx_packets", ""), ("hub_rx_payload", ""), ("hub_stall_ticks", ""),
         ("hub_reqq_peak", ""), ("hub_respq_peak", ""),
@@ -183,7 +212,7 @@ BLOCK = Block(
         ("link_resp_total", "link-level write responses owed (State.link_resp)"),
         ("link_resp_rr", "round-robin pointer over the GPUs owed responses"),
         init={"hub_next_tx": -1, "hub_rx_first": -1, "hub_rx_last": -1,
-              "free_top": lambda cfg: cfg.system.gpu.hub.max_outstanding_requests}),
+              "free_top": request_records}),
     stats=(StatGroup("gpu", "hub", counters((
         ("requests", "hub_requests", "count", "remote operations accepted from SMs"),
         ("tx_packets", "hub_tx_packets", "packets", "packets emitted by the packetizer"),
@@ -193,6 +222,10 @@ BLOCK = Block(
         ("stall_ticks", "hub_stall_ticks", "ps", "time the packetizer waited for link transmit-queue room"),
         ("request_queue_peak", "hub_reqq_peak", "entries", "peak occupancy of the request FIFO"),
         ("response_queue_peak", "hub_respq_peak", "entries", "peak occupancy of the response FIFO"),
+        ("request_table_peak", "req_table_peak", "entries", "peak request-table occupancy "
+         "(system.gpu.hub.max_outstanding_requests)"),
+        ("posted_stores_peak", "posted_peak", "operations", "peak multimem stores out of the "
+         "request table with write responses still due (system.gpu.hub.posted_store_tags)"),
         ("acks_received", "hub_acks", "count",
          "write responses received (one per write packet with system.nvlink.write_responses: "
          "per_packet, one per put or flag store with per_request)"),
@@ -213,9 +246,10 @@ BLOCK = Block(
 
 @compiled
 def hub_room(st, g):
-    """True if GPU g's hub can accept a request now (a request-table entry and FIFO room)."""
+    """True if GPU g's hub can accept a request now (a request-table entry and FIFO room; a free
+    table entry implies a free record: records = table entries + posted-store tags)."""
     gp = st.gpu[g]
-    return gp.free_top > 0 and gp.reqq_count < st.reqq.shape[1]
+    return gp.req_table_used < st.p[0].req_table and gp.reqq_count < st.reqq.shape[1]
 
 
 @compiled
@@ -230,6 +264,9 @@ def hub_submit(st, g, kind, slot, dst_gpu, dst_addr, src_addr, nbytes, value, re
         return False
     gp.free_top -= 1
     r = st.free_reqs[g, gp.free_top]
+    gp.req_table_used += 1
+    if gp.req_table_used > gp.req_table_peak:
+        gp.req_table_peak = gp.req_table_used
     rq = st.req[r]
     rq.kind = kind
     rq.slot = slot
@@ -248,6 +285,7 @@ def hub_submit(st, g, kind, slot, dst_gpu, dst_addr, src_addr, nbytes, value, re
     rq.value = value
     rq.ret_reg = ret_reg
     rq.data_ready = data_ready
+    rq.posted = 0
     rq.launch = st.tb[slot].launch
     mp = st.p[0].store_payload * st.p[0].packet_train   # one (train of) packet(s)
     if kind == REQ_CAIS_LD or kind == REQ_CAIS_RED:
@@ -387,6 +425,8 @@ def hub_packetize(st, g, tick):
     if gp.hub_req_free > tick:
         hub_kick(st, g, gp.hub_req_free)
         return
+    if p.nic_qp_round_robin:
+        nic_schedule(st, g)     # the NIC's send scheduler picks the RDMA message served next
     r = st.reqq[g, gp.reqq_head]
     rq = st.req[r]
     dst = rq.dst_gpu
@@ -474,6 +514,8 @@ def hub_packetize(st, g, tick):
             ready = max(ready, rq.dy_ready)   # the MultimemQ has fetched the target list
             if done:
                 dysharp_sent(st, g)
+        if done and posted_store(kind):
+            _post_store(st, g, rq)
     if done:
         gp.reqq_head = (gp.reqq_head + 1) % st.reqq.shape[1]
         gp.reqq_count -= 1
@@ -504,6 +546,8 @@ def hub_packetize(st, g, tick):
         gp.hub_tx_payload += pk.payload
     trace_event(st, CAT_HUB, TR_HUB_TX, g, pk.kind, dst, tick)
     txq_push(st, c, pkt, tick)
+    if p.nic_qp_round_robin:
+        nic_served(st, g, r)
     gp.hub_req_free = tick + pk.npk * p.hub_ticks_per_packet
     if gp.reqq_count > 0 or _responses_pending(gp):
         hub_kick(st, g, gp.hub_req_free)
@@ -512,8 +556,7 @@ def hub_packetize(st, g, tick):
 @compiled
 def _responses_pending(gp):
     """Responses of any kind wait at hub gp (link-level, the response FIFO, multimem read data)."""
-    return (gp.link_resp_total > 0 or gp.respq_count > 0 or gp.mm_rdq_count > 0
-            or cais_waiting(gp))
+    return gp.link_resp_total > 0 or gp.respq_count > 0 or gp.mm_rdq_count > 0
 
 
 @compiled
@@ -525,14 +568,9 @@ def _send_response(st, g, tick):
     gp = st.gpu[g]
     if gp.link_resp_total > 0:
         return _send_link_responses(st, g, tick)
-    mm = nvls_send_data(st, g, tick)   # a switch's reduction read, answered (nvls.py)
+    mm = nvls_send_data(st, g, tick)   # a switch's read (NVLS, DySHARP, CAIS), answered (nvls.py)
     if mm > 0:
         return mm
-    cs = cais_send_data(st, g, tick)   # a merge unit's read, answered (cais_merge.py)
-    if cs > 0:
-        return cs
-    if cs < 0:
-        mm = cs
     if gp.respq_count == 0:
         return mm
     head_ready = st.respq[g, gp.respq_head, RESP_READY]
@@ -669,12 +707,38 @@ def wake_hub_waiters(st, g, tick):
 
 
 @compiled
+def posted_store(kind):
+    """A multimem store (st, red, dymultimem.st): a weak store in the PTX ISA's memory model, whose
+    request-table entry frees when its last packet is out."""
+    return kind == REQ_MM_ST or kind == REQ_MM_RED or kind == REQ_DY_ST
+
+
+@compiled
+def _post_store(st, g, rq):
+    """A multimem store's last packet left GPU g's hub: with a posted-store tag free it gives back
+    its request-table entry and keeps only its record (the tag its write responses name) until they
+    are in; with every tag in use it stays in the table until then, as a load does."""
+    gp = st.gpu[g]
+    if gp.posted_stores >= st.p[0].posted_tags:
+        return
+    rq.posted = 1
+    gp.req_table_used -= 1
+    gp.posted_stores += 1
+    if gp.posted_stores > gp.posted_peak:
+        gp.posted_peak = gp.posted_stores
+
+
+@compiled
 def _complete_request(st, r, tick):
     """The requester's hub saw the last response of request r: retire it and wake its TB."""
     rq = st.req[r]
     g = rq.src_gpu
     slot = rq.slot
     tb = st.tb[slot]
+    if rq.posted:
+        st.gpu[g].posted_stores -= 1
+    else:
+        st.gpu[g].req_table_used -= 1
     if rq.kind == REQ_ATOM:
         st.regs[slot, rq.ret_reg] = rq.value
         tb_resume(st, slot, tick, WAIT_REMOTE)

@@ -34,6 +34,24 @@ packet as NVLink's non-posted writes. The one response stands for the IB acknowl
 the CQE; its PCIe TLPs (a header each way) are charged as one TLP header, an approximation of
 the 64 B CQE write (assumption: under 1% of a direction's bytes for rows of kilobytes).
 
+Send scheduling (`system.nic.send_scheduling`): a ConnectX NIC serves its queue pairs' work
+requests round-robin by queue-pair number (DeepEP's maintainers, measuring ConnectX NICs:
+github.com/deepseek-ai/DeepEP/issues/147 - the reason DeepEP spreads its QP creation order), and
+RC transport sends a message as a sequence of MTU-sized packets, each an independent unit on the
+link (IB Architecture Specification vol. 1, 9.5: packets of different QPs may interleave on a
+port; only a QP's own packets keep their order). `qp_round_robin` (the default) serves one IB
+packet - an MTU of a message, or a whole message below the MTU - of the next queue pair that has
+one, so a long message on one QP no longer holds another QP's packets back (assumption: the
+arbitration granularity is one IB packet, the unit the NIC's transport engine segments and
+schedules; a queue pair per (source GPU, destination GPU): DeepEP's low-latency kernels use
+several QPs per peer, whose interleaving changes nothing at the peer's switch port, the point
+where the order matters). The NIC reads each packet's payload from GPU memory by DMA when it
+schedules it, so the order on the GPU's PCIe link is the scheduler's: the hub, which pushes RDMA
+payload onto PCIe as the NIC's DMA reads would pull it, asks `nic_schedule` which of its RDMA
+requests (puts, flag stores, atomics to other nodes at the head of its request FIFO) gives the
+next packet. `message_fifo` keeps whole messages in issue order (the model before: head-of-line
+blocking at message granularity, README "Multi-node fabrics").
+
 Not modelled: queue-pair contexts and their cache (assumption: the work of a few QPs per GPU, as
 DeepEP uses, stays in the NIC's context cache), and retransmission.
 """
@@ -73,6 +91,11 @@ def _on(st):
     return st.p[0].num_nics > 0
 
 
+# hub.py's request kinds that are RDMA messages of a queue pair (hub.REQ_PUT, REQ_STORE,
+# REQ_ATOM: hub.py imports this module, so the values are repeated here; a test checks them)
+QP_REQ_PUT, QP_REQ_STORE, QP_REQ_ATOM = 0, 2, 3
+
+
 BLOCK = Block(
     "nic", __doc__.split("\n\n")[0],
     params=(
@@ -88,6 +111,13 @@ BLOCK = Block(
         Param("nic_gpus_per_node", "system.nodes.gpus_per_node", "GPUs", "GPUs per node (0: one "
               "node, no RDMA)", lambda cfg: cfg.system.nodes.gpus_per_node
               if cfg.system.nodes.count > 1 else 0, "config: system.nodes.gpus_per_node"),
+        Param("nic_qp_round_robin", "system.nic.send_scheduling", "bool", "1: queue pairs served "
+              "round-robin one IB packet at a time (qp_round_robin), 0: whole messages in issue "
+              "order (message_fifo)",
+              lambda cfg: int(cfg.system.nodes.count > 1
+                              and cfg.system.nic.send_scheduling == "qp_round_robin"),
+              "config: system.nic.send_scheduling (DeepEP issue 147: round-robin by QPN; "
+              "assumption: one IB packet per turn)"),
     ),
     records=(Record("nic", "RDMA NICs (nodes x per node)", count=_nic_count),),
     fields=fields("nic", ("wr_free", "tick the NIC can start its next work request"),
@@ -97,7 +127,13 @@ BLOCK = Block(
                    "doorbell round trips"),
                   ("packets_out", "link packets the NIC queued on an output"),
                   ("rdma_payload_bytes", "payload bytes sent onto InfiniBand"))
-    + fields("req", ("issued", "tick the hub accepted the request: the work request's doorbell")),
+    + fields("req", ("issued", "tick the hub accepted the request: the work request's doorbell"))
+    + fields("gpu", ("nic_qp_last", "destination GPU (queue pair) of the last IB packet the send "
+                     "scheduler served from this GPU (-1: none yet)"),
+             ("nic_qp_interleaved", "times the scheduler turned to another queue pair while the "
+              "head message was unfinished"),
+             ("nic_qp_window_peak", "most RDMA messages the scheduler chose among at once"),
+             init={"nic_qp_last": -1}),
     stats=(StatGroup("nic", "", (
         Stat("work_requests", "count", "RDMA work requests started (puts, stores, atomics, "
              "stream MTUs)", "work_requests"),
@@ -111,7 +147,15 @@ BLOCK = Block(
         Stat("rdma_payload_bytes", "bytes", "payload sent onto InfiniBand", "rdma_payload_bytes"),
         Stat("rdma_payload_GBps", "GB/s", "payload sent onto InfiniBand averaged over the run",
              lambda i: i.per_second(i.rec.rdma_payload_bytes) / 1e9),
-    ), enabled=_on),),
+    ), enabled=_on),
+        StatGroup("gpu", "rdma_send", (
+            Stat("interleaved_messages", "count", "times the NIC's send scheduler turned to another "
+                 "queue pair between two IB packets of an unfinished message "
+                 "(system.nic.send_scheduling: qp_round_robin)", "nic_qp_interleaved"),
+            Stat("messages_peak", "messages", "most RDMA messages the send scheduler chose "
+                 "among at once (those at the head of the GPU's request FIFO)",
+                 "nic_qp_window_peak"),
+        ), enabled=lambda st: st.p[0].nic_qp_round_robin > 0)),
     checks=(check_nics,),
 )
 
@@ -172,3 +216,64 @@ def nic_admit(st, s, nic, out_to_ib, pkt, tick):
         n.work_requests += 1
         if start > pk.ready:
             pk.ready = start
+
+
+@compiled
+def _qp_message(st, g, r):
+    """Whether request r of GPU g's hub is an RDMA message of a queue pair (a put, flag store or
+    atomic to a GPU of another node) that the send scheduler may serve out of issue order."""
+    rq = st.req[r]
+    k = rq.kind
+    return ((k == QP_REQ_PUT or k == QP_REQ_STORE or k == QP_REQ_ATOM)
+            and rdma_message(st, g, rq.dst_gpu))
+
+
+@compiled
+def nic_schedule(st, g):
+    """The NIC's send scheduler (qp_round_robin) picks which RDMA message of GPU g gives the next
+    IB packet: among the RDMA messages at the head of the hub's request FIFO (up to the first
+    request of another kind), the first of each queue pair (destination GPU) is a candidate, and
+    the next queue pair after the last one served wins (round-robin by QP). A message in the
+    middle of an IB packet keeps the wire until the packet is out. The winner is moved to the
+    FIFO head (the others keep their order), where the hub's packetizer serves it."""
+    gp = st.gpu[g]
+    if gp.reqq_count < 2:
+        return
+    depth = st.reqq.shape[1]
+    head = gp.reqq_head
+    r0 = st.reqq[g, head]
+    if not _qp_message(st, g, r0):
+        return
+    rq0 = st.req[r0]
+    if rq0.kind == QP_REQ_PUT and rq0.sent % st.p[0].ib_mtu != 0:
+        return      # inside an IB packet
+    n_gpus = st.p[0].num_gpus
+    best = 0
+    best_d = n_gpus
+    window = 0
+    for i in range(gp.reqq_count):
+        r = st.reqq[g, (head + i) % depth]
+        if not _qp_message(st, g, r):
+            break
+        window += 1
+        d = (st.req[r].dst_gpu - gp.nic_qp_last - 1) % n_gpus
+        if d < best_d:      # the first request of a queue pair wins ties: its order is kept
+            best_d = d
+            best = i
+    if window > gp.nic_qp_window_peak:
+        gp.nic_qp_window_peak = window
+    if best == 0:
+        return
+    if rq0.sent > 0:
+        gp.nic_qp_interleaved += 1   # the head's message waits, unfinished, for its next turn
+    chosen = st.reqq[g, (head + best) % depth]
+    for i in range(best, 0, -1):
+        st.reqq[g, (head + i) % depth] = st.reqq[g, (head + i - 1) % depth]
+    st.reqq[g, head] = chosen
+
+
+@compiled
+def nic_served(st, g, r):
+    """The hub emitted a packet of request r: the send scheduler's turn is at r's queue pair."""
+    if _qp_message(st, g, r):
+        st.gpu[g].nic_qp_last = st.req[r].dst_gpu

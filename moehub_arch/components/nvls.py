@@ -53,8 +53,9 @@ from ..isa.encoding import DT_BF16, DT_NONE, MM_RED
 from .elements import load_f32, store_f32
 from .hbm import hbm_access, hbm_backed, raise_error
 from .nvlink import (credit_return_vc, input_free_tick, pick_switch_output, txq_push, txq_room)
-from .packet import (PK_MM_COPY, PK_MM_DATA, PK_MM_LD, PK_MM_READ, PK_MM_RESULT, PK_MM_ST,
-                     VC_REQUEST, packet_alloc, packet_flits, packet_free, packet_vc)
+from .packet import (PK_CAIS_DATA, PK_MM_COPY, PK_MM_DATA, PK_MM_LD, PK_MM_READ, PK_MM_RESULT,
+                     PK_MM_ST, VC_REQUEST, packet_alloc, packet_flits, packet_free, packet_vc,
+                     request_records)
 from .wakeups import hub_kick_response, xbar_kick
 from .block import Array, Block, Param, Record, Stat, StatGroup, counters, fields
 from ..engine.state import ERR_UNBACKED_COPY
@@ -82,9 +83,15 @@ def _entries(cfg):
     return ports * max(1, cfg.system.switch.nvls.reduction_buffer_bytes // _line(cfg))
 
 
+def _answers_reads(cfg):
+    """The hubs answer switch reads: NVLS's and DySHARP's reduction reads (workload.multicast) or
+    the CAIS merge unit's line reads (workload.cais, cais_merge.py)."""
+    return _on(cfg) or len(cfg.workload.cais) > 0
+
+
 def _rdq_depth(cfg):
-    """Reads a member can hold: each holds at least one flit of one of its receive buffers."""
-    if not _on(cfg):
+    """Reads a GPU can hold: each holds at least one flit of one of its receive buffers."""
+    if not _answers_reads(cfg):
         return 1
     depth = cfg.system.nvlink.links_per_gpu * cfg.system.nvlink.rx_buffer_flits + 1
     # a DySHARP read is answered with one data packet per target (dysharp.py)
@@ -179,7 +186,7 @@ def check_nvls(sim, out):
               int(st.sys[0].mm_free_top), st.mm_free.shape[0] if _entries_built(st) else 0)
     name = lambda c: f"system.switch{int(ch.switch[c])}.port{int(ch.port[c])}"   # noqa: E731
     out.empty(ch.mm_used, "reduction-buffer bytes still reserved", name, " bytes")
-    out.empty(gp.mm_rdq_count, "multimem reads still held by members",
+    out.empty(gp.mm_rdq_count, "switch reads still held by GPUs",
               lambda g: f"system.gpu{g}", " read(s)")
     out.check(st.mm_arrived == 0, "multicast writes not answered",
               lambda i: f"request {i // st.mm_arrived.shape[1]} at GPU {i % st.mm_arrived.shape[1]}")
@@ -239,13 +246,15 @@ BLOCK = Block(
             Array("mm_free", "free reduction-buffer entries (a stack; sys.mm_free_top)",
                   lambda cfg: (max(1, _entries(cfg)),)),
             Array("mm_arrived", "multicast chunks of request r a member has received",
-                  lambda cfg: ((cfg.system.num_gpus * cfg.system.gpu.hub.max_outstanding_requests,
+                  lambda cfg: ((cfg.system.num_gpus * request_records(cfg),
                                 cfg.system.num_gpus) if _on(cfg) else (1, 1))),
             Array("mm_visible", "when those chunks are visible in the member's memory",
-                  lambda cfg: ((cfg.system.num_gpus * cfg.system.gpu.hub.max_outstanding_requests,
+                  lambda cfg: ((cfg.system.num_gpus * request_records(cfg),
                                 cfg.system.num_gpus) if _on(cfg) else (1, 1))),
-            Array("mm_rdq", "a member's reads whose data waits to leave (packet ids, FIFO)",
-                  lambda cfg: (cfg.system.num_gpus if _on(cfg) else 1, _rdq_depth(cfg)))),
+            Array("mm_rdq", "a GPU's answered switch reads (NVLS, DySHARP, CAIS) whose data waits "
+                  "to leave (packet ids, FIFO)",
+                  lambda cfg: (cfg.system.num_gpus if _answers_reads(cfg) else 1,
+                               _rdq_depth(cfg)))),
     fields=fields("mm_entry", ("src_gpu", "GPU that asked"), ("req", "its hub request"),
                   ("port", "input channel whose buffer holds the entry"),
                   ("pending", "members whose values are still to come"),
@@ -502,9 +511,7 @@ def nvls_read_arrived(st, g, c, pkt, tick):
     gp = st.gpu[g]
     gp.mm_reads_rx += st.pk[pkt].npk
     answer_read(st, g, c, pkt, PK_MM_DATA, tick)
-    st.mm_rdq[g, (gp.mm_rdq_head + gp.mm_rdq_count) % st.mm_rdq.shape[1]] = pkt
-    gp.mm_rdq_count += 1
-    hub_kick_response(st, g, st.pk[pkt].ready)
+    queue_read_data(st, g, pkt)
 
 
 @compiled
@@ -512,7 +519,7 @@ def answer_read(st, g, c, pkt, kind, tick):
     """Turn a switch's read (NVLS's reduction read, the CAIS merge unit's line read) that reached
     GPU g on down-channel c into its answer: the bytes read from HBM, a `kind` data packet back to
     the switch, ready one hub transmit latency after the read; it remembers the request's flits and
-    channel (send_read_data returns their credits). The caller queues it and kicks the hub."""
+    channel (send_read_data returns their credits). The caller queues it (queue_read_data)."""
     p = st.p[0]
     pk = st.pk[pkt]
     n = pk.value
@@ -525,6 +532,17 @@ def answer_read(st, g, c, pkt, kind, tick):
     pk.payload = n
     pk.flits, pk.npk = packet_flits(st, n, p.store_payload)
     pk.ready = ready + p.hub_tx_latency_ticks
+
+
+@compiled
+def queue_read_data(st, g, pkt):
+    """Queue an answered switch read (NVLS's, DySHARP's, the CAIS merge unit's) in GPU g's one
+    read-data FIFO (State.mm_rdq: the hub sends the answers up in the order the reads came) and
+    kick the hub for when it is ready."""
+    gp = st.gpu[g]
+    st.mm_rdq[g, (gp.mm_rdq_head + gp.mm_rdq_count) % st.mm_rdq.shape[1]] = pkt
+    gp.mm_rdq_count += 1
+    hub_kick_response(st, g, st.pk[pkt].ready)
 
 
 @compiled
@@ -546,15 +564,21 @@ def send_read_data(st, g, pkt, tick):
 
 @compiled
 def nvls_send_data(st, g, tick):
-    """Send the head of member g's read-data FIFO up its link (send_read_data's answer)."""
+    """Send the head of GPU g's read-data FIFO up its link (send_read_data's answer): NVLS's and
+    DySHARP's reduction data (counted in mm_data_tx) and the CAIS merge unit's line data
+    (cais_data_tx) share it, as they share the hub's response path."""
     gp = st.gpu[g]
     if gp.mm_rdq_count == 0:
         return 0
-    n = send_read_data(st, g, st.mm_rdq[g, gp.mm_rdq_head], tick)
+    pkt = st.mm_rdq[g, gp.mm_rdq_head]
+    n = send_read_data(st, g, pkt, tick)
     if n > 0:
         gp.mm_rdq_head = (gp.mm_rdq_head + 1) % st.mm_rdq.shape[1]
         gp.mm_rdq_count -= 1
-        gp.mm_data_tx += n
+        if st.pk[pkt].kind == PK_CAIS_DATA:
+            gp.cais_data_tx += n
+        else:
+            gp.mm_data_tx += n
     return n
 
 

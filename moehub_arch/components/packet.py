@@ -25,6 +25,15 @@ room to go anywhere waits upstream (back-pressure), it is never dropped.
 from ..engine.jit import compiled
 from .block import Block, Record, Stat, StatGroup, fields
 
+
+def request_records(cfg):
+    """Hub request records per GPU: the request table (system.gpu.hub.max_outstanding_requests)
+    plus, when the workload has multicast objects, the tags of multimem stores that left the table
+    once their last packet was out and whose write responses are still due
+    (system.gpu.hub.posted_store_tags: a packet's header carries the tag its response names)."""
+    hub = cfg.system.gpu.hub
+    return hub.max_outstanding_requests + (hub.posted_store_tags if cfg.workload.multicast else 0)
+
 PK_PUT = 0        # write data (payload) to pk.addr at the destination
 PK_STORE = 1      # 8-byte store of pk.value (flag.set)
 PK_GET_REQ = 2    # read request (header only); the destination streams PK_GET_RESP back

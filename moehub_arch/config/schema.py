@@ -170,6 +170,11 @@ class HubConfig:
     packets_per_cycle: int = _f("int", "packets the hub moves per hub cycle", min=1)
     request_queue_depth: int = _f("int", "SM-to-hub request queue entries", min=1)
     max_outstanding_requests: int = _f("int", "remote requests in flight per GPU", min=1)
+    posted_store_tags: int = _f("int", "multimem.st / multimem.red / dymultimem.st operations "
+                                "whose last packet is out (their request-table entry is free) and "
+                                "whose write responses are still due: the fence counts them (0: a "
+                                "multimem store holds its table entry until its responses are in)",
+                                min=0)
     tx_latency_cycles: int = _f("int", "hub cycles from request to NVLink port", min=0)
     rx_latency_cycles: int = _f("int", "hub cycles from NVLink port to memory/SM", min=0)
     moe: MoeHubConfig = _f("node", "MoE-Hub control plane: RPM, AAU, DAM", cls=MoeHubConfig)
@@ -228,6 +233,9 @@ class DysharpConfig:
                                 "sent; a full queue stalls the issuing thread block", min=1)
     al_tlb_entries: int = _f("int", "a GPU hub's AL-TLB: cached entries of the algebraic-to-layout "
                              "table (the table itself lives in HBM)", min=1)
+    al_tlb_ways: int = _f("int", "AL-TLB associativity: entries per set, LRU within a set "
+                          "(0: fully associative; 1: direct-mapped); al_tlb_entries must be a "
+                          "multiple of it", min=0)
 
 
 @attrs.frozen
@@ -249,6 +257,12 @@ class CaisSwitchConfig:
                       "or dropped (a served load) (assumption: 2 us, about two round trips of a "
                       "250 ns link plus queueing; CAIS gives per-entry timers but no value)",
                       2_000_000, min=1)
+    throttle: bool = _f("bool", "hold back a GPU that runs ahead: a request that misses a full "
+                        "table waits at its input port (instead of evicting the least recently "
+                        "used entry) when every entry of the table already holds that GPU's "
+                        "request, so it would only push out partial sums the other GPUs have yet "
+                        "to reach (CAIS, arXiv 2605.05628, throttles GPUs that run ahead of their "
+                        "group; the policy is this model's reading of it)", False)
 
 
 @attrs.frozen
@@ -305,6 +319,11 @@ class NicConfig:
     doorbell_latency: int = _f("time", "from the GPU's doorbell to the first byte of a work "
                                "request on the wire (WQE fetch and payload read over PCIe)", 0,
                                min=0)
+    send_scheduling: str = _f("choice", "qp_round_robin: the NIC's send scheduler serves its "
+                              "queue pairs (one per destination GPU) round-robin, one IB packet "
+                              "(MTU) at a time; message_fifo: whole messages in the order the GPU "
+                              "issued them", "qp_round_robin",
+                              choices=("qp_round_robin", "message_fifo"))
 
 
 @attrs.frozen
@@ -506,6 +525,13 @@ class DeepepSchemeConfig:
     send_chunk_tokens: int = _f("int", "tokens a dispatch sender puts into a ring before it "
                                 "publishes the tail (at most half the ring; DeepEP's "
                                 "num_max_nvl_chunked_send_tokens)", 8, min=1)
+    combine_send_chunk_tokens: int = _f("int", "tokens an intranode combine sender puts into a "
+                                        "ring on the home rank before it publishes the tail, "
+                                        "and the room it waits for before each chunk (at most "
+                                        "half the ring; DeepEP's combine config has its own "
+                                        "num_max_nvl_chunked_send_tokens: deep_ep/buffer.py "
+                                        "get_combine_config, 4 for 8 ranks); 0: the dispatch's "
+                                        "send_chunk_tokens", 0, min=0)
     kernels: str = _f("choice", "layer: the whole MoE layer; communication: only layout, notify, "
                       "dispatch, combine and the home reduction - the experts are the identity "
                       "(combine sends the received rows back) and there are no shared experts, "
@@ -525,6 +551,15 @@ class DeepepSchemeConfig:
                           "[token][rank] buffer at home and a separate kernel, deepep_reduce, "
                           "sums them after it ended)", "receivers",
                           choices=("receivers", "kernel"))
+    head_poll: str = _f("choice", "how a sender of the intranode combine (home_reduce: receivers) "
+                        "learns that a ring on the home rank has room: remote (DeepEP's, "
+                        "csrc/kernels/intranode.cu combine: the head lives on the home rank and "
+                        "the sender reads it with a volatile load through NVLink before every "
+                        "chunk, until the whole chunk fits - a round trip per chunk) or pushed "
+                        "(the first model, kept to compare: the home's head updater stores the "
+                        "head into the sender's memory every chunk and the sender waits on its "
+                        "local copy only when the ring is full)", "remote",
+                        choices=("remote", "pushed"))
     internode: str = _f("choice", "on a multi-node system: forward (DeepEP's internode kernels, "
                         "csrc/kernels/internode.cu: a token goes once over RDMA to the GPU of the "
                         "same local rank on each node holding any of its experts, which forwards "
@@ -733,6 +768,12 @@ class BlockConfig:
                          "whose busbw is the validated figure: a TB-level ld_reduce keeps its whole "
                          "slice in flight, where NCCL's warps keep a few 16 B vectors each)",
                          32768, min=1)
+    cais_fusion: bool = _f("bool", "scheme cais: fuse the all-gather into the QKV projection "
+                           "(its thread blocks pull their row tiles with ld.cais) and the "
+                           "reduce-scatter into the output projection (its thread blocks push "
+                           "their tiles home with red.cais) instead of collective kernels "
+                           "between the GEMMs (CAIS, arXiv 2605.05628; tp/cais.s tp_gemm_cais); "
+                           "the FFN's collectives stay kernels", False)
 
 
 @attrs.frozen

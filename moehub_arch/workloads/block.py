@@ -36,9 +36,12 @@ the TP scheme (`workload.block.scheme`):
            switch, posted: no round trip per slice), the norm and residual work on this GPU's
            shard, and the all-gather pulls every shard with ld.cais (one read of the home per
            line, fanned out). The block registers each collective's output as a CAIS group
-           (workload.cais). Not modelled: CAIS's fusion of the collectives into the GEMMs'
-           thread blocks (the GEMM-RS -> norm -> AG-GEMM dataflow at thread-block level), its
-           group sync table and throttling; the collectives are kernels of their own.
+           (workload.cais); system.switch.cais.throttle adds the switch's throttling of GPUs
+           that run ahead. workload.block.cais_fusion fuses the attention's collectives into
+           its GEMMs' thread blocks (tp/cais.s tp_gemm_cais): the QKV projection pulls its row
+           tiles with ld.cais (AG-GEMM), the output projection pushes its tiles home with
+           red.cais (GEMM-RS). Not modelled: the FFN's fusion (its collectives stay kernels),
+           the norm between them at thread-block level, and CAIS's group sync table.
   tp_none  t = 1: no collective, the reference without communication.
 Not built: the in-switch scheme t3, the training backward pass, GeLU MLPs (every model's FFN is
 SwiGLU here), rotary embeddings.
@@ -226,6 +229,11 @@ def block_shape(cfg):
         raise BlockError(f"{KEY}.scheme: {b.scheme} shards the norms and residuals of kinds "
                          f"attention and transformer over t > 1 GPUs (here kind {b.kind}, tp {t}); "
                          f"use tp_ring, tp_nvls or tp_none")
+    if b.cais_fusion and (b.scheme != "cais" or b.kind == "ffn"):
+        raise BlockError(f"{KEY}.cais_fusion: fuses CAIS's collectives into the QKV and output "
+                         f"projections of scheme cais (kinds attention and transformer), but the "
+                         f"scheme is {b.scheme} and the kind {b.kind}; set {KEY}.scheme: cais or "
+                         f"cais_fusion: false")
     if b.scheme in NVLS_SCHEMES + ("cais",) and t == 1:
         raise BlockError(f"{KEY}.scheme: {b.scheme} reduces in the NVSwitch over a multicast "
                          f"group of t > 1 GPUs, but {KEY}.tp is 1; use tp_none")
@@ -309,6 +317,7 @@ class TransformerBlock:
         self.sp = scheme in SP_SCHEMES
         self.nvls = scheme in NVLS_SCHEMES
         self.cais = scheme == "cais"
+        self.fuse = self.cais and cfg.workload.block.cais_fusion   # tp_gemm_cais (tp/cais.s)
         self.buffers, self.launches, self.phases, self.multicast = [], [], [], []
         self.cais_groups = []
         self.kernel_files = [COMMON_KERNELS]
@@ -369,13 +378,33 @@ class TransformerBlock:
         GPU's chunk), 2 all-gather (in place in out)."""
         s = self.shape
         T, H, C = s.tokens, s.hidden, s.channels
-        if out not in (g.buffer for g in self.cais_groups):
-            self.cais_groups.append(CaisGroupConfig(buffer=out))   # red.cais / ld.cais address it
+        self._cais_group(out)
         self._buffer(f"flags{suffix}", C * s.tp * 8, region="control", dtype="i64")
         self._launch(("allreduce", "reduce_scatter", "all_gather")[phase], "cais_tp_collective",
                      C, (("send", f"@{src}"), ("recv", f"@{out}"), ("flags", f"@flags{suffix}"),
                          ("elems", T * H), ("slice", s.slice), ("phase", phase), ("shift", 1)))
         return out
+
+    def _cais_group(self, buffer):
+        """Register `buffer` for CAIS: red.cais / ld.cais address it (workload.cais)."""
+        if buffer not in (g.buffer for g in self.cais_groups):
+            self.cais_groups.append(CaisGroupConfig(buffer=buffer))
+
+    def _gemm_cais(self, phase, a, w, y, k, ncols, n, group, mode, recv):
+        """A GEMM fused with a CAIS collective (tp/cais.s tp_gemm_cais): mode 2 pulls A's row
+        tiles from their homes with ld.cais (AG-GEMM), mode 1 pushes Y's rows home into `recv`
+        with red.cais (GEMM-RS)."""
+        s, tbs = self.shape, self.cfg.workload.block.gemm_tbs
+        self._cais_group(recv if mode == 1 else a)
+        self._buffer(f"flags_{phase}", tbs * s.tp * 8, region="control", dtype="i64")
+        self._buffer(f"ready_{phase}", -(-s.tokens // s.tile_rows) * 8, region="control",
+                     dtype="i64")
+        self._launch(phase, "tp_gemm_cais", tbs, (
+            ("a", f"@{a}"), ("w", f"@{w}"), ("y", f"@{y}"), ("tokens", s.tokens), ("k", k),
+            ("ncols", ncols), ("n_tile", n), ("tile_rows", s.tile_rows), ("group", group),
+            ("recv", f"@{recv}"), ("ready", f"@ready_{phase}"), ("flags", f"@flags_{phase}"),
+            ("mode", mode)))
+        return recv
 
     def _ring_half(self, phase, src, out, suffix):
         """Sequence parallelism's collectives: phase 1 reduce-scatter (src -> out), 2 all-gather
@@ -451,7 +480,9 @@ class TransformerBlock:
             ("bias", f"@norm{which}_bias"), ("consts", "@consts"),
             ("tokens", T // s.tp if self.sp else T), ("hidden", H), ("rows", s.norm_rows),
             ("layernorm", int(self.model.norm == "layernorm")), ("sharded", int(self.sp))))
-        if self.sp:     # the column-parallel GEMM after the norm needs every token
+        if self.fuse and which == "1":     # the QKV projection gathers its rows itself
+            self._cais_group(y)
+        elif self.sp:   # the column-parallel GEMM after the norm needs every token
             self._ring_half(2, y, y, f"_ag{which}")
 
     def _gemm(self, phase, a, w, y, k, ncols, n, group):
@@ -479,7 +510,10 @@ class TransformerBlock:
         self._norm(x, "xn", "1")
         self._buffer("w_qkv", H * 3 * ht * 2, init="random")
         self._buffer("qkv", T * 3 * ht * 2)
-        self._gemm("qkv", "xn", "w_qkv", "qkv", H, 3 * ht, s.qkv_n, dh)
+        if self.fuse:
+            self._gemm_cais("qkv", "xn", "w_qkv", "qkv", H, 3 * ht, s.qkv_n, dh, 2, "xn")
+        else:
+            self._gemm("qkv", "xn", "w_qkv", "qkv", H, 3 * ht, s.qkv_n, dh)
         self._buffer("mask", tile * tile * 4, dtype="f32")
         self._buffer("ao", T * ht * 2)
         self._launch("attention", "attention", self.cfg.workload.block.gemm_tbs, (
@@ -488,6 +522,10 @@ class TransformerBlock:
             ("tile", tile)))
         self._buffer("w_o", ht * H * 2, init="random")
         self._buffer("ya", T * H * 2)
+        if self.fuse:
+            ar = self._gemm_cais("o_proj", "ao", "w_o", "ya", ht, H, s.o_n, H, 1,
+                                 self._buffer("ar1", T * H * 2))
+            return self._residual(x, ar, "h1")
         self._gemm("o_proj", "ao", "w_o", "ya", ht, H, s.o_n, H)
         return self._residual(x, self._allreduce("ya", "1"), "h1")
 

@@ -101,13 +101,19 @@ def moe_layer_reference(x, topk_idx, topk_weight, w_gate, w_up, w_down, shared_g
       order, ((s_0 + s_1) + s_2) + ..., rounds the total once to bf16, and that row is added to
       the output in fp32 (components/dysharp.py's ld_reduce order).
 
+    - combine="rank_rows" (DeepEP's intranode benchmark, tests/test_intranode.py: combine takes
+      the rows each rank received, unweighted; needs local_experts): for each expert rank r
+      ascending that holds any of the token's experts, the output row of the token's lowest
+      slot on r, rounded to bf16, is added to the output in fp32 (the weights are not used).
+
     identity_experts=True: every routed expert returns its input row unchanged (y = x; the
     weights are not used) - the communication-only benchmark, where combine sends the received
     rows back.
     """
-    if combine not in ("per_slot", "per_rank", "per_node", "switch_reduce", "switch_targets"):
-        raise ValueError(f"combine must be 'per_slot', 'per_rank', 'per_node', 'switch_reduce' "
-                         f"or 'switch_targets', not {combine!r}")
+    if combine not in ("per_slot", "per_rank", "per_node", "switch_reduce", "switch_targets",
+                       "rank_rows"):
+        raise ValueError(f"combine must be 'per_slot', 'per_rank', 'per_node', 'switch_reduce', "
+                         f"'switch_targets' or 'rank_rows', not {combine!r}")
     if combine != "per_slot" and (local_experts is None or local_experts <= 0):
         raise ValueError(f"combine={combine!r} needs local_experts (routed experts per GPU)")
     if combine == "per_node" and (node_gpus is None or node_gpus <= 0):
@@ -147,6 +153,13 @@ def moe_layer_reference(x, topk_idx, topk_weight, w_gate, w_up, w_down, shared_g
             total = (total + to_bf16((flat_w[:, kk, None] * y[:, kk, :]).astype(F32))).astype(F32)
         return (out + to_bf16(total)).astype(F32).reshape(p, t, h)
     ranks = flat_idx // local_experts                   # [n, k] GPU of each slot's expert
+    if combine == "rank_rows":
+        for r in np.unique(ranks):
+            on_r = ranks == r
+            has = on_r.any(axis=1)
+            row = to_bf16(y[np.arange(n), np.argmax(on_r, axis=1)])
+            out[has] = (out[has] + row[has]).astype(F32)
+        return out.reshape(p, t, h)
 
     def rank_partial(r):
         partial = np.zeros((n, h), dtype=F32)

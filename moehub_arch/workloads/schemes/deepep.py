@@ -132,9 +132,11 @@ def plan(layer, internode=None):
         R = opts.ring_rows
         buffers += [
             # ring (c, r) on the home rank: rows rank r's senders push; tail, head and the
-            # reducers' progress words
+            # reducers' progress words; with head_poll remote also the senders' copies of the
+            # heads they read
             _buf("dp_cring_x", C * P * R * rb, dtype="bf16"),
-            _buf("dp_cring_ctl", 3 * C * P * 8, region="control", dtype="i64"),
+            _buf("dp_cring_ctl", combine_ctl_bytes(opts, C, P), region="control",
+                 dtype="i64"),
             _buf("dp_combine_scratch", C * P * csb),
         ]
     else:
@@ -168,6 +170,9 @@ def plan(layer, internode=None):
     reference = {"combine": "per_rank", "local_experts": El}
     if forward:
         reference.update(combine="per_node", node_gpus=L)
+    elif comm_only and opts.home_reduce == "receivers":
+        # DeepEP's benchmark combines the rows each rank received, unweighted
+        reference.update(combine="rank_rows")
     sbufs, slaunch = shared_experts_or_identity(layer, comm_only, reference)
     return SchemePlan(
         buffers=tuple(buffers + sbufs), launches=tuple(launches + slaunch),
@@ -197,10 +202,24 @@ def shared_experts_or_identity(layer, comm_only, reference):
 
 
 def combine_kernels(opts):
-    """The intranode combine's kernels for workload.layer.deepep.home_reduce."""
+    """The intranode combine's kernels for workload.layer.deepep.home_reduce (DeepEP's
+    Buffer.combine: cached_notify_combine, then the combine kernel)."""
     if opts.home_reduce == "receivers":
-        return ("deepep_combine",)
+        return ("deepep_cached_notify", "deepep_combine")
     return ("deepep_combine_partials", "deepep_reduce")
+
+
+def combine_ctl_bytes(opts, C, P):
+    """Bytes of the intranode combine rings' control words (dp_cring_ctl): tail, head and
+    progress per (channel, rank), and with head_poll remote the senders' copies of the heads."""
+    return (4 if opts.head_poll == "remote" else 3) * C * P * 8
+
+
+def combine_chunk_tokens(opts):
+    """Tokens per published tail (and per head check) of the intranode combine's senders:
+    workload.layer.deepep.combine_send_chunk_tokens, or the dispatch's send_chunk_tokens where it
+    is 0 (the kernel caps it at half the ring)."""
+    return opts.combine_send_chunk_tokens or opts.send_chunk_tokens
 
 
 def intranode_combine(layer, *, expert_out, shared, groups):
@@ -219,6 +238,10 @@ def intranode_combine(layer, *, expert_out, shared, groups):
                     if groups == P else 0)
     if opts.home_reduce == "receivers":
         return [LaunchConfig(
+            kernel="deepep_cached_notify", grid=1, stream=0, params=(
+                ("bar", "@dp_bar"), ("ctl", "@dp_cring_ctl"),
+                ("ctl_bytes", combine_ctl_bytes(opts, C, P)),
+                ("epoch", EPOCH + 1))), LaunchConfig(
             kernel="deepep_combine", grid=2 * C * P // groups, warp_groups=groups, stream=0,
             dynamic_smem=dynamic_smem, kernel_threads="declared" if groups == P else "none",
             params=(
@@ -227,8 +250,10 @@ def intranode_combine(layer, *, expert_out, shared, groups):
                 ("cring_ctl", "@dp_cring_ctl"), ("send_head", "@dp_send_head"), ("out", "@out"),
                 ("ys", "@ys"), ("one", "@one"), ("acct", "@acct"), ("tokens", T), ("topk", k),
                 ("hidden", H), ("channels", C), ("local_experts", El),
-                ("ring_rows", opts.ring_rows), ("send_chunk", opts.send_chunk_tokens),
-                ("shared", shared), ("shared_tbs", cfg.workload.layer.shared_tbs)))]
+                ("ring_rows", opts.ring_rows), ("send_chunk", combine_chunk_tokens(opts)),
+                ("shared", shared), ("shared_tbs", cfg.workload.layer.shared_tbs),
+                ("head_poll", int(opts.head_poll == "remote")),
+                ("bench_rows", int(opts.kernels == "communication"))))]
     return [
         LaunchConfig(kernel="deepep_combine_partials", grid=C * P // groups, warp_groups=groups,
                      stream=0, dynamic_smem=dynamic_smem, params=(
@@ -407,11 +432,28 @@ def add_bandwidth_stats(sim, layer, dispatch_bytes, node_gpus=0,
                 per_gpu[li.gpu] += int(st.ln[li.index].end) - int(st.ln[li.index].start)
         return per_gpu
 
+    def span(kernels):
+        # per GPU, from the start of the first of `kernels` to the end of the last: the launch
+        # gaps between them included, as CUDA events around one DeepEP Buffer call time them
+        first = np.full(s.num_gpus, np.iinfo(np.int64).max, dtype=np.int64)
+        last = np.zeros(s.num_gpus, dtype=np.int64)
+        for li in sim.launches:
+            if li.kernel in kernels:
+                first[li.gpu] = min(first[li.gpu], int(st.ln[li.index].start))
+                last[li.gpu] = max(last[li.gpu], int(st.ln[li.index].end))
+        return np.where(last > 0, last - first, 0)
+
+    cached = not node_gpus and combine[0] == "deepep_cached_notify"
     if node_gpus:
         names = ("deepep_dispatch_internode", "deepep_combine_internode", "deepep_reduce_nodes")
-    else:   # DeepEP's combine reduces at home itself; the first model's second kernel does
-        names = ("deepep_dispatch",) + tuple(combine) + (() if len(combine) > 1 else ("",))
+    elif cached:
+        # DeepEP's combine reduces at home itself; Buffer.combine launches cached_notify_combine
+        # before it (timed with it by tests/test_intranode.py)
+        names = ("deepep_dispatch", "deepep_combine", "")
+    else:   # the first model: its second kernel reduces at home
+        names = ("deepep_dispatch",) + tuple(combine)
     t_dispatch, t_combine, t_reduce = (ticks(n) for n in names)
+    t_combine_call = span(combine) if cached else t_combine + t_reduce
     recv, back = rows * dispatch_bytes, rows * s.row_bytes
     out.add("system.moe.deepep.dispatch_recv_bytes", float(recv.mean()), "B",
             "bytes of token rows a rank receives in dispatch (one row per token and rank holding "
@@ -443,8 +485,19 @@ def add_bandwidth_stats(sim, layer, dispatch_bytes, node_gpus=0,
                 mean_rank_bandwidth_GBps(back, t_combine + t_reduce), "GB/s",
                 "DeepEP internode combine RDMA bandwidth: the same rows in bf16 / (combine + home "
                 "reduction kernel time: DeepEP's combine kernel does both), mean over ranks")
+    if cached:
+        starts = np.array([int(st.ln[li.index].start) for li in sim.launches
+                           if li.kernel == "deepep_cached_notify"], dtype=np.int64)
+        if starts.size:
+            out.add("system.moe.deepep.combine_entry_skew_us",
+                    float(np.mean(starts.max() - starts)) / 1e6, "us",
+                    "mean over ranks of how much later the last rank started Buffer.combine "
+                    "(deepep_cached_notify): time its barrier spends on the ranks that finished "
+                    "the work before it later (here the dispatch; in DeepEP's benchmark loop the "
+                    "previous combine), part of combine_reduce_GBps's time")
     out.add("system.moe.deepep.combine_reduce_GBps",
-            mean_rank_bandwidth_GBps(back, t_combine + t_reduce), "GB/s",
-            "the same over the combine kernel time including the home reduction "
-            "(deepep_combine; with home_reduce: kernel deepep_combine_partials + "
-            "deepep_reduce): DeepEP's combine kernel does both")
+            mean_rank_bandwidth_GBps(back, t_combine_call), "GB/s",
+            "the same over the time of DeepEP's Buffer.combine including the home reduction "
+            "(deepep_cached_notify's start to deepep_combine's end: DeepEP's combine kernel "
+            "does both, after its cached notify; with home_reduce: kernel "
+            "deepep_combine_partials + deepep_reduce)")

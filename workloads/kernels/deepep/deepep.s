@@ -15,6 +15,8 @@
 #                    (put.sm); receivers unpack them expert-major
 #   deepep_gate_up   grouped GEMM (SwiGLU) over the expert-major buffer: gate/up jobs (tile, q)
 #   deepep_down      then the down jobs (tile, c); jobs dealt round-robin to the TBs
+#   deepep_cached_notify (home_reduce: receivers) DeepEP's cached_notify_combine: barrier, clean
+#                    the combine rings' control words, barrier
 #   deepep_combine   (home_reduce: receivers, DeepEP's) on 2C SMs: C sender blocks, one warp group
 #                    per home rank: per received token the fp32 weighted sum of its local expert
 #                    outputs, one bf16 row copied into ring (c, me) on the token's home (put.sm);
@@ -95,6 +97,25 @@
 .include "lib/combine.s"
 .include "lib/slot_words.s"
 .include "lib/ring.s"
+
+# rank_barrier mine, value, i, addr: a barrier across the ranks (DeepEP's barrier_block): stores
+# `value` into bar[me] on every rank (`mine` = &bar[me], the same address everywhere; flag.set),
+# then waits until bar[s] >= value for every rank s. Barrier words only grow (epoch values).
+# Writes i, addr.
+.macro rank_barrier mine, value, i, addr
+    mov \i, 0
+set_\@:
+    flag.set \i, [\mine], \value
+    add \i, \i, 1
+    blt \i, %ngpu, set_\@
+    mov \i, 0
+wait_\@:
+    shl \addr, \i, 3
+    add \addr, \addr, %bar
+    wait.ge [\addr], \value
+    add \i, \i, 1
+    blt \i, %ngpu, wait_\@
+.endm
 
 # ------------------------------------------------------------------------------------------------
 # deepep_layout: TB b handles tokens b, b + ntb, ... (one ld.v8 of the token's ids each; many TBs
@@ -209,18 +230,7 @@ end:
     sub r4, r3, 1                # r4 = barrier-1 value 2e-1
     shl r5, %gpu, 3
     add r5, r5, %bar             # r5 = &bar[me] (the same address on every GPU)
-    mov r6, 0
-b1_set:
-    flag.set r6, [r5], r4
-    add r6, r6, 1
-    blt r6, %ngpu, b1_set
-    mov r6, 0
-b1_wait:
-    shl r7, r6, 3
-    add r7, r7, %bar
-    wait.ge [r7], r4
-    add r6, r6, 1
-    blt r6, %ngpu, b1_wait
+    rank_barrier r5, r4, r6, r7  # barrier 1
     mul r8, %gpu, r2
     add r8, r8, %ntf             # r8 = &ntf[me] (on every peer)
     mov r6, 0
@@ -231,18 +241,7 @@ exchange:
     add r6, r6, 1
     blt r6, %ngpu, exchange
     fence                        # every row landed before barrier 2 says so
-    mov r6, 0
-b2_set:
-    flag.set r6, [r5], r3
-    add r6, r6, 1
-    blt r6, %ngpu, b2_set
-    mov r6, 0
-b2_wait:
-    shl r7, r6, 3
-    add r7, r7, %bar
-    wait.ge [r7], r3
-    add r6, r6, 1
-    blt r6, %ngpu, b2_wait
+    rank_barrier r5, r3, r6, r7  # barrier 2
     flag.set %gpu, [%info], %epoch   # every source's counts are here
     bra sums
 ready_wait:
@@ -704,6 +703,32 @@ leave:
     exit
 
 # ------------------------------------------------------------------------------------------------
+# deepep_cached_notify: DeepEP's cached_notify_combine (csrc/kernels/intranode.cu), the kernel
+# Buffer.combine launches before every intranode combine (deep_ep/buffers/legacy.py, so in
+# tests/test_intranode.py's timed region too): block 0 runs a barrier across the ranks
+# (barrier_block), zeroes the combine rings' control words (head, tail, ...: `ctl_bytes` at
+# %ctl) and runs a second barrier, so that no sender writes a ring before its home has cleaned
+# it. Barrier values 2e-1 and 2e (epoch e = deepep_notify's + 1). DeepEP's other blocks rewrite
+# the send_head entries of tokens a rank did not receive (-1) for its receivers' head
+# bookkeeping; the receivers here skip those entries, so they are left out (one read of
+# T x P ints by a handful of blocks, beside the barriers' round trips).
+.kernel deepep_cached_notify
+.param bar
+.param ctl
+.param ctl_bytes
+.param epoch
+    shl r3, %epoch, 1            # r3 = barrier-2 value 2e
+    sub r4, r3, 1                # r4 = barrier-1 value 2e-1
+    shl r5, %gpu, 3
+    add r5, r5, %bar             # r5 = &bar[me] (the same address on every GPU)
+    rank_barrier r5, r4, r6, r7  # barrier before cleaning
+    shr r8, %ctl_bytes, 2
+    vzero.f32 %ctl, r8           # clean the rings' control words
+    fence                        # cleaned before the barrier says so
+    rank_barrier r5, r3, r6, r7  # barrier after cleaning
+    exit
+
+# ------------------------------------------------------------------------------------------------
 # deepep_combine (workload.layer.deepep.home_reduce: receivers, the default): DeepEP's intranode
 # combine (csrc/kernels/intranode.cu, `combine`): the home reduction runs inside the kernel, on the
 # channels' receiver SMs. Grid 2C blocks of P warp groups (launch warp_groups: P), one block per
@@ -712,15 +737,25 @@ leave:
 #   TB c*P + s (< C*P): sender of channel c to home s. Walks the records of the tokens this rank
 #     received from s on channel c, in the order it received them: per token the fp32 weighted
 #     sum of its local expert outputs (rank_partial_row: the caller's part in DeepEP, which takes
-#     the rows already weighted; fused here), rounded to bf16 in a staging row, then copied with a
-#     warp copy (put.sm) into slot (i % R) of ring (c, me) on s - the token's i-th position there,
-#     as dispatch recorded it in send_head. Ring flow control as dispatch's senders: wait for
-#     room (the head s publishes back), fence and publish the tail every chunk, before waiting on
-#     a full ring and at the end.
+#     the rows already weighted; fused here), rounded to bf16 in a staging row - or, with
+#     bench_rows = 1 (kernels: communication, DeepEP's tests/test_intranode.py, which combines the
+#     rows each rank received, unweighted), the received row itself (rank_received_row) - then
+#     copied with a warp copy (put.sm) into slot (i % R) of ring (c, me) on s - the token's i-th
+#     position there,
+#     as dispatch recorded it in send_head. Ring flow control in chunks of
+#     min(send_chunk, max(1, R/2)) positions: fence and publish the tail every chunk (before
+#     waiting on a full ring and at the end). With head_poll = 1 (workload.layer.deepep.head_poll:
+#     remote, DeepEP's): before each chunk the sender reads the ring's head where it lives, on the
+#     home rank (DeepEP: ld.volatile of channel_head_idx through NVLink, one round trip), and
+#     reads it again until the whole chunk fits (R - (tail - head) >= the chunk's tokens); with
+#     head_poll = 0 (pushed, the first model) the home pushes the head to the sender (flag.set)
+#     and the sender waits on its local copy only when the ring is full.
 #   TB C*P + c*P + 0: the channel's head updater (DeepEP's queue-head warp): walks the channel's
 #     home tokens in order; once the reducer that owns a token has finished it, the token's slots
-#     are free, and every min(send_chunk, max(1, R/2)) positions of a ring it publishes the head
-#     back to that ring's sender (flag.set).
+#     are free: with head_poll = 1 it stores the ring's head in its own memory at every position
+#     (DeepEP: st.relaxed.sys of the minimum head, where the sender polls it); with head_poll = 0
+#     every min(send_chunk, max(1, R/2)) positions of a ring it publishes the head back to that
+#     ring's sender (flag.set).
 #   TB C*P + c*P + w (w = 1..P-1): reducer w - 1 of the channel's P - 1 reducers (DeepEP's
 #     reducer warps): takes the channel's home tokens w - 1, w - 1 + (P - 1), ...; per token
 #     acc (fp32, shared memory: the register stand-in) = the shared experts' rows (ascending)
@@ -738,7 +773,7 @@ leave:
 .param recv_y
 .param scratch               # per sender warp group: 8 bf16 staging rows
 .param cring_x               # [C][P][R][rb] bf16: ring (c, r) slots on the home rank
-.param cring_ctl             # tail [C][P] (home: rows rank r pushed into ring (c, r)), head [C][P] (sender: tokens home s consumed from ring (c, me) on s), progress [C][P] (home: tokens reducer w finished)
+.param cring_ctl             # tail [C][P] (home: rows rank r pushed into ring (c, r)), head [C][P] (head_poll 0, sender: tokens home s consumed from ring (c, me) on s; head_poll 1, home: tokens consumed from ring (c, r)), progress [C][P] (home: tokens reducer w finished), polled [C][P] (head_poll 1, sender (c, s): the head it last read from s)
 .param send_head             # [T][P] from dispatch: token t's position in ring (c, me) on r, or -1
 .param out
 .param ys
@@ -753,6 +788,8 @@ leave:
 .param send_chunk            # positions per published tail / head (capped at half the ring)
 .param shared
 .param shared_tbs
+.param head_poll             # 1: the sender reads the head on the home before each chunk (DeepEP's); 0: the home pushes it
+.param bench_rows            # 1: kernels: communication - the sender copies the row it received (DeepEP's benchmark input), no weighted sum
 .smem 28KB                   # acc [H] f32 (H <= 7168; P <= 8 groups of 28 KB fit an SM's 228 KB)
 .threads 768                 # DeepEP intranode.cu: kNumThreads = 768, __launch_bounds__(768, 1)
 .regs 80                     # __launch_bounds__(768, 1): at most 65536 / 768 registers per thread, in allocation units of 8 (256 per warp): 80
@@ -783,13 +820,29 @@ leave:
     shl r3, r3, 3                # r3 = bytes of one [C][P] table
     shl r14, %tb, 3
     add r14, r14, r3
-    add r14, r14, %cring_ctl     # r14 = &head[c][s] here (written by s's head updater)
+    add r14, r14, %cring_ctl     # r14 = &head[c][s] here (head_poll 0: written by s's head updater)
+    add r31, r13, r3             # r31 = &head[c][me] on s (head_poll 1: s's head updater stores it)
+    shl r15, r3, 1
+    add r15, r15, r14            # r15 = &polled[c][s] here (head_poll 1: the head read from s)
     mov r2, 0                    # r2 = tail published
     mov r3, 0                    # r3 = head last seen
     mov r24, 0                   # r24 = record i (= the token's position in the ring)
     mov r25, 0                   # r25 = pairs combined
 tok:
     bge r24, r9, flush_end
+    beq %head_poll, 0, compute
+    bne r24, r2, compute         # inside a chunk: its room was checked at its start
+    sub r26, r9, r24
+    min r26, r26, r7             # r26 = the chunk's tokens
+    add r26, r26, r24
+    sub r26, r26, %ring_rows     # r26 = the head the chunk needs (DeepEP: room for the whole chunk)
+poll:
+    get r6, r15, r31, 8          # the head on s (DeepEP: ld.volatile across NVLink, a round trip)
+    fence                        # the read is back (the last chunk's tail store was fenced already)
+    ld r3, [r15]
+    blt r3, r26, poll            # not enough room: read it again
+compute:
+    bne %bench_rows, 0, bench_row
     rank_partial_row             # r10 = the fp32 sum, r27 = t, r25 += pairs
     and r29, r24, 7              # staging slot
     bne r29, 0, staged
@@ -798,6 +851,11 @@ staged:
     mul r30, r29, r1
     add r30, r30, r11
     vcvt.bf16.f32 r30, r10, %hidden
+    bra row_ready
+bench_row:
+    rank_received_row            # r29 = the received row (DeepEP's benchmark input), r25 += pairs
+    mov r30, r29
+row_ready:
     sub r26, r24, r3
     blt r26, %ring_rows, room
     beq r24, r2, full_wait       # ring full: publish first (the home may wait for it)
@@ -931,6 +989,15 @@ upd_group:
 upd_rank:
     blt r16, 0, upd_next
     add r30, r16, 1              # r30 = positions of ring (c, r) consumed
+    beq %head_poll, 0, upd_push
+    mul r27, r5, %ngpu
+    add r27, r27, r26
+    shl r27, r27, 3
+    add r27, r27, r3
+    add r27, r27, %cring_ctl     # r27 = &head[c][r] here
+    st [r27], r30                # the head where ring (c, r)'s sender reads it
+    bra upd_next
+upd_push:
     rem r27, r30, r7
     bne r27, 0, upd_next
     flag.set r26, [r13], r30     # publish every chunk of positions

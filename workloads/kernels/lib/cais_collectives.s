@@ -15,8 +15,9 @@
 #     from the home once and fans the reply out. One `fence`: the chunks are here.
 # Every rank walks the chunks in the same order (chunk 0 first), so the ranks' requests for a line
 # reach the switch close together and its entry is short-lived: the order is this library's
-# stand-in for CAIS's merging-aware thread-block coordination (no group sync table, no throttling;
-# system.cais.request_skew_* and table_peak show how far apart the requests came).
+# stand-in for CAIS's merging-aware thread-block coordination (no group sync table; the switch
+# throttles GPUs that run ahead with system.switch.cais.throttle; system.cais.request_skew_* and
+# table_peak show how far apart the requests came).
 # Reduction order: the merge unit's (rank order in FP32, one rounding to bf16 at the home:
 # reference.nvls_allreduce_reference), exactly, while no line is evicted or timed out.
 #

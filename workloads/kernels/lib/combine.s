@@ -28,6 +28,11 @@
 #       r10 (shared memory) = the sum over the local slots j ascending of w_j * %recv_y[position],
 #       r27 = t, r25 += the slots summed. Reads r1 = bf16 row bytes, %recv_y, %hidden, %topk.
 #       Writes r10's row, r16..r23, r25..r30.
+#   rank_received_row (no arguments: the registers below)
+#       DeepEP's benchmark combine input (tests/test_intranode.py passes the rows each rank
+#       received, unweighted): of record r24 of the records at r12, r29 = &%recv_y[position of
+#       the token's lowest local slot], r27 = t, r25 += the local slots. Reads r1 = bf16 row
+#       bytes, %recv_y, %topk. Writes r16..r23, r25, r27..r30.
 
 .macro wait_layer_inputs shared, shared_tbs, acct, done, i, addr
     beq \shared, 0, shared_ready_\@
@@ -89,6 +94,26 @@ choice_\@:
     add r25, r25, 1
 choice_next_\@:
     next_slot_word r28, %topk, choice_\@
+.endm
+
+.macro rank_received_row
+    mul r26, r24, 96
+    add r26, r26, r12            # r26 = record
+    ld.v8 r16, [r26]             # slot j's word in r16 after j shifts
+    shr r27, r16, 32             # r27 = home token t
+    mov r29, 0                   # r29 = the lowest local slot's position + 1 (0: none yet)
+    mov r28, 0                   # r28 = slot j
+pick_\@:
+    and r30, r16, 0xffffffff     # position + 1 (0: slot j's expert is on another rank)
+    beq r30, 0, pick_next_\@
+    add r25, r25, 1
+    bne r29, 0, pick_next_\@
+    mov r29, r30
+pick_next_\@:
+    next_slot_word r28, %topk, pick_\@
+    sub r29, r29, 1
+    mul r29, r29, r1
+    add r29, r29, %recv_y        # r29 = the row as this rank received it
 .endm
 
 .macro combine_records_open

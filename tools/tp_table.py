@@ -1,0 +1,109 @@
+#!/usr/bin/env python3
+"""Run one transformer layer of CAIS's three models (arXiv 2605.05628: Mega-GPT-4B, Mega-GPT-8B,
+LLaMA-7B) at t = 8 on DGX H100 under every TP scheme and print one Markdown table: layer time,
+its phases, NVLink utilisation, the switch's buffers (NVLS reduction buffer, CAIS merge table)
+and the merge unit's evictions and timeouts.
+
+    python tools/tp_table.py                                   # 3 models x 5 schemes + cais fused
+    python tools/tp_table.py --models mega_gpt_4b --schemes tp_nvls cais cais_fused
+    python tools/tp_table.py --tokens 4096 --json tp.json      # fewer tokens than seq x batch
+
+Configs: configs/experiments/tp/<model>_layer_<scheme>.yaml (prefill, the model's seq x batch
+tokens unless --tokens); `cais_fused` is the cais config with workload.block.cais_fusion=true
+(the attention's collectives fused into its GEMMs: README "In-switch computing: CAIS merge
+unit"); `cais_throttle` (and `cais_fused_throttle`) add system.switch.cais.throttle=true (the
+switch holds back GPUs that run ahead). Each run writes its output directory under --outdir (default out/tp/<model>_<scheme>);
+a run made from the same inputs is reused (tools/run_cache.py; --force re-runs). Runs go through
+`moehub-sim run`, one at a time unless --jobs, niced.
+"""
+import argparse
+import json
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from run_cache import run_or_reuse  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+CONFIG_DIR = REPO / "configs" / "experiments" / "tp"
+MODELS = ("mega_gpt_4b", "mega_gpt_8b", "llama_7b")
+SCHEMES = ("tp_ring", "sp_ring", "tp_nvls", "sp_nvls", "cais", "cais_fused")
+# Variants of a scheme's config: (the scheme whose config runs, its --set overrides).
+VARIANTS = {"cais_fused": ("cais", ["workload.block.cais_fusion=true"]),
+            "cais_throttle": ("cais", ["system.switch.cais.throttle=true"]),
+            "cais_fused_throttle": ("cais", ["workload.block.cais_fusion=true",
+                                             "system.switch.cais.throttle=true"])}
+PHASES = ("norm", "qkv", "attention", "o_proj", "residual", "ffn")
+
+
+def run_one(model, scheme, tokens, outdir, force):
+    base, sets = VARIANTS.get(scheme, (scheme, []))
+    config = CONFIG_DIR / f"{model}_layer_{base}.yaml"
+    sets = list(sets)
+    if tokens:
+        sets.append(f"workload.block.tokens={tokens}")
+    out = outdir / f"{model}_{scheme}" if not tokens else outdir / f"{model}_{scheme}_{tokens}"
+    data, how, wall, error = run_or_reuse(config, out, sets, force, nice=10)
+    if error:
+        return {"error": error}
+    v = {k: (x["value"] if isinstance(x, dict) else x) for k, x in data.items()}
+    row = {"time": v["system.block.time_us"], "how": how, "wall_s": wall,
+           "collectives": v.get("system.block.allreduce_time_us", 0.0)
+           + v.get("system.block.reduce_scatter_time_us", 0.0)
+           + v.get("system.block.all_gather_time_us", 0.0),
+           "gaps": v.get("system.block.launch_gaps_us", 0.0),
+           "util": v["system.block.link_utilisation_pct"],
+           "nvls_buffer": v.get("system.nvls.buffer_peak_bytes", 0),
+           "cais_peak": v.get("system.cais.table_peak_per_port", 0),
+           "cais_peak_bytes": v.get("system.cais.table_peak_bytes_per_port", 0),
+           "evictions": v.get("system.cais.evictions", 0),
+           "timeouts": v.get("system.cais.timeouts", 0),
+           "full_stalls": v.get("system.cais.full_stalls", 0),
+           "skew_mean_us": v.get("system.cais.request_skew_mean", 0) * 1e-6,
+           "skew_max_us": v.get("system.cais.request_skew_max", 0) * 1e-6}
+    for p in PHASES:
+        row[p] = v.get(f"system.block.{p}_time_us", 0.0)
+    return row
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
+    ap.add_argument("--schemes", nargs="+", default=list(SCHEMES),
+                    choices=SCHEMES + tuple(v for v in VARIANTS if v not in SCHEMES))
+    ap.add_argument("--tokens", type=int, default=0,
+                    help="tokens per layer (0: the model's seq x batch, CAIS's shape)")
+    ap.add_argument("--outdir", type=Path, default=REPO / "out" / "tp")
+    ap.add_argument("--jobs", type=int, default=1)
+    ap.add_argument("--force", action="store_true")
+    ap.add_argument("--json", type=Path)
+    a = ap.parse_args(argv)
+    cells = [(m, s) for m in a.models for s in a.schemes]
+    with ThreadPoolExecutor(max(1, a.jobs)) as pool:
+        rows = list(pool.map(lambda c: run_one(*c, a.tokens, a.outdir, a.force), cells))
+    print("| model | scheme | layer us | norms | QKV | attention | out proj | residuals | FFN | "
+          "collectives | gaps | link util | switch buffer peak / port | evictions / timeouts |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    result = {}
+    for (m, s), r in zip(cells, rows):
+        result[f"{m}/{s}"] = r
+        if "error" in r:
+            print(f"| {m} | {s} | error: {r['error']} |")
+            continue
+        if s.startswith("cais"):
+            buf = f"{r['cais_peak']:.0f} entries ({r['cais_peak_bytes'] / 1024:.1f} KB)"
+            ev = f"{r['evictions']:.0f} / {r['timeouts']:.0f}"
+        elif r["nvls_buffer"]:
+            buf, ev = f"{r['nvls_buffer'] / 1024:.0f} KB (NVLS)", "-"
+        else:
+            buf, ev = "-", "-"
+        print(f"| {m} | {s} | {r['time']:.0f} | " + " | ".join(f"{r[p]:.0f}" for p in PHASES)
+              + f" | {r['collectives']:.0f} | {r['gaps']:.0f} | {r['util']:.1f}% | {buf} | {ev} |")
+    if a.json:
+        a.json.write_text(json.dumps(result, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
