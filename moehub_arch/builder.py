@@ -485,7 +485,8 @@ def _moe_state(cfg, p, links, rxq_cap):
     G = cfg.system.num_gpus
     return dict(
         moe_place=expert_placement(cfg), stream=new_record_array("stream", G * G, cfg),
-        mrow=new_record_array("mrow", G * G * p.rpm_ring, cfg),
+        # + 1: a scratch record (rpm.py's schedule paper moves descriptors through it)
+        mrow=new_record_array("mrow", G * G * p.rpm_ring + 1, cfg),
         win=new_record_array("win", G * p.local_experts, cfg),
         tile=new_record_array("tile", G * p.local_experts * p.tiles_per_window, cfg),
         # waiting packets: at most every receive buffer of the GPU's links plus its loopback

@@ -120,20 +120,9 @@ def _tb_wait(sim, slot, now):
             if 0 <= rid < st.rowsp_table.shape[1] and int(st.rowsp_table[g, rid, 0]) >= 0:
                 d = int(st.moe_place[int(st.rowsp_table[g, rid, 0]), 0])
                 sr = st.stream[g * int(p.num_gpus) + d]
-                R = int(p.rpm_ring)
-                base = (g * int(p.num_gpus) + d) * R
-                ring = [st.mrow[base + i % R] for i in range(int(sr.tail), int(sr.head))]
-                open_rows = sum(1 for r in ring if r.rowsp and r.lead < 0 and not r.done
-                                and r.row_stored < r.row_size)
-                why = ""
-                if open_rows and open_rows == len(ring):
-                    # a row's lead store holds its ring entry until the whole row landed
-                    why = (f"; all of them begin rows still waiting for more st.rowsp stores, "
-                           f"which cannot enter the full ring: rows written by several stores "
-                           f"need a ring deeper than the rows the producers keep open at once")
                 return (f"st.rowsp to allocation {rid} blocked: the RPM row ring toward GPU {d} is "
-                        f"full ({int(sr.head - sr.tail)} of {R} stores accepted but "
-                        f"not yet landed; system.gpu.hub.moe.rpm.row_queue_depth){why}")
+                        f"full ({int(sr.head - sr.tail)} of {int(p.rpm_ring)} stores accepted but "
+                        f"not yet landed; system.gpu.hub.moe.rpm.row_queue_depth)")
         if int(row[SEM]) in (SEM_SEND_EXPERTS, SEM_ST_ROWSP_EXPERTS):
             mask = _operand(st, slot, row, 1)
             n = bin(mask & 255).count("1")

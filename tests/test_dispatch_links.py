@@ -133,10 +133,10 @@ def test_layer_table_hub_design_variants(tmp_path):
     design = lambda c: (c.system.gpu.hub.moe.rpm.schedule, c.system.gpu.hub.moe.aau.overflow,
                         c.system.gpu.hub.moe.dam.consumers, c.system.gpu.hub.moe.dam.order,
                         c.workload.layer.moehub.stores)
-    assert design(published) == ("full_first", "spill", "launch", "ready", "row_sparse")
+    assert design(published) == ("paper", "spill", "launch", "ready", "row_sparse")
     assert design(first) == ("arrival", "stall", "claim", "ready", "send_to_expert")
     assert first.system.gpu.hub.moe.aau.record_table_entries == 8192
-    assert design(expert) == ("full_first", "spill", "launch", "expert", "row_sparse")
+    assert design(expert) == ("paper", "spill", "launch", "expert", "row_sparse")
     assert layer_table.design_sets("deepep") == []
     out = tmp_path / "runs"
     for scheme, layer_us in (("deepep", 300.0), ("moehub", 250.0), ("moehub_first", 200.0),

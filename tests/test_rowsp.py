@@ -91,16 +91,6 @@ def test_tiny_tables_spill_and_engines_agree(tmp_path):
     assert stats["python"] == stats["numba"] == s
 
 
-def test_rings_full_of_open_rows_are_explained(tmp_path):
-    """Rings of 2 with 4 producer TBs: every entry holds the first store of a row whose second
-    store cannot enter - the stuck-run report (exit 3) says so."""
-    r = run_cli("run", f"configs/{MICRO}", "-o", tmp_path,
-                *[a for o in ["system.gpu.hub.moe.rpm.row_queue_depth=2"] + TINY[1:]
-                  for a in ("--set", o)])
-    assert r.returncode == 3, r.stderr
-    assert "all of them begin rows still waiting for more st.rowsp stores" in r.stderr
-
-
 HUB = "configs/hub/dispatch_combine.yaml"
 
 

@@ -38,7 +38,7 @@ from ..isa.encoding import (ATOM_RED_ADD, NUM_GENERAL_REGS, ALU_ADD, ALU_AND, AL
                             SEM_COPY, SEM_COPY2D, SEM_EXIT, SEM_FENCE, SEM_FLAG_SET, SEM_GET,
                             SEM_LD, SEM_MMA, SEM_PUT, SEM_SLEEP, SEM_ST, SEM_VEC, SEM_WAIT,
                             SEM_CLAIM, SEM_NOTIFY, SEM_SEND_EXPERT, SEM_SEND_HOME, NOTIFY_EOS,
-                            SEM_ROWSP_MALLOC, SEM_ST_ROWSP, SEM_SEND_EXPERTS, SEM_ST_ROWSP_EXPERTS,
+                            SEM_ROWSP_MALLOC, SEM_ST_ROWSP, SEM_SEND_EXPERTS, SEM_ST_ROWSP_EXPERTS, ROWSP_NOP,
                             SMEM_ADDR_BIT, SUBOP, THR, UNIT, UNIT_LSU, DTYPE, DTYPE_DST_SHIFT, DTYPE_LSU_LOADS, DTYPE_SRC_MASK, MMA_A_L2, MMA_B_L2, MMA_L2, MMA_RA, MMA_RA_B_L2, MMA_BT_B_L2, VEC_ADD,
                             VEC_AXPY, VEC_CVT, VEC_MUL, PUT_SM,
                             VEC_SILU_MUL, VEC_ZERO, VEC_SUB, VEC_MAX, VEC_EXP, VEC_RSQRT,
@@ -966,8 +966,9 @@ def _rowsp_malloc(st, slot, row, g, tick, cyc):
 
 @compiled
 def _st_rowsp(st, slot, row, g, tick, cyc):
-    """st.rowsp id, row, offset, src, bytes: validate, then hand the bytes to the RPM as part of
-    row `row` of allocation `id` (False: error or stalled)."""
+    """st.rowsp[.nop] id, row, offset, src, bytes: validate, then hand the bytes to the RPM as
+    part of row `row` of allocation `id`, .nop marking them non-critical (False: error or
+    stalled)."""
     p = st.p[0]
     rid = _operand(st, slot, row, 0, tick, cyc)
     if rid < 0 or rid >= st.rowsp_table.shape[1] or st.rowsp_table[g, rid, 0] < 0:
@@ -988,7 +989,8 @@ def _st_rowsp(st, slot, row, g, tick, cyc):
     if st.stream[g * p.num_gpus + st.moe_place[expert, 0]].eos_pending:
         raise_error(st, ERR_MOE_AFTER_EOS, slot, expert)
         return False
-    status = rpm_accept_rowsp(st, g, slot, rid, expert, size, rowid, off, src, nb, tick)
+    status = rpm_accept_rowsp(st, g, slot, rid, expert, size, rowid, off, src, nb,
+                              row[SUBOP] == ROWSP_NOP, tick)
     if status < 0:
         raise_error(st, ERR_ROWSP_ROW, slot, off + nb)
         return False

@@ -85,7 +85,7 @@ class L2Config:
                               "operand region, least recently used evicted when full", min=1)
 
 
-RPM_SCHEDULES = ("arrival", "full_first", "uncoalesced")
+RPM_SCHEDULES = ("arrival", "full_first", "uncoalesced", "paper")
 
 
 @attrs.frozen
@@ -107,7 +107,10 @@ class RpmConfig:
                        "sendable packet, full or flushed, in arbitration order), full_first (the "
                        "MoE-Hub RPM's order, arXiv 2605.05888: destinations with a full packet before "
                        "flushed partial ones) or uncoalesced (the ablation without the RPM: no coalescing, "
-                       "each row's bytes leave in their own packets as soon as it is accepted)",
+                       "each row's bytes leave in their own packets as soon as it is accepted) or "
+                       "paper (the MoE-Hub RPM's whole order, arXiv 2605.05888: full_first across "
+                       "destinations and, toward each destination, critical rows before .nop ones, "
+                       "then the smallest row id first - st.rowsp's row, send_to_expert's home)",
                        choices=RPM_SCHEDULES)
     allocation_ids: int = _f("int", "row-sparse allocations one GPU's hub can register "
                              "(rowsp.malloc ids 0 .. allocation_ids - 1; the MoE-Hub TLB entries "
@@ -503,6 +506,12 @@ class MoehubSchemeConfig:
                                   "(send_to_experts, or st.rowsp.experts with stores: row_sparse); "
                                   "the row crosses the links once and the destination AAU writes it "
                                   "into each expert's window", False)
+    nop_choices: int = _f("int", "with stores: row_sparse, each token's last nop_choices routing "
+                          "choices (of its top-k list) are stored with st.rowsp.nop, marking them "
+                          "non-critical (system.gpu.hub.moe.rpm.schedule: paper sends them after the "
+                          "critical rows). 0 (default): none - assumption: the MoE-Hub paper (arXiv "
+                          "2605.05888) has the .nop suffix but does not say which rows its dispatch "
+                          "marks", 0, min=0)
 
 
 @attrs.frozen

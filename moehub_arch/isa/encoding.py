@@ -250,12 +250,18 @@ CAIS_LD = 0        # ld.cais: local dst = bytes at src on GPU `gpu` (one memory 
 CAIS_RED = 1       # red.cais.add: GPU `gpu`'s dst += local src (merged into one partial sum)
 CAIS_NAMES = ("ld", "red")
 
+# st.rowsp variants (MoE-Hub, arXiv 2605.05888): a `.nop` suffix marks a row non-critical
+ROWSP_CRITICAL = 0   # st.rowsp: a critical row
+ROWSP_NOP = 1        # st.rowsp.nop: a non-critical row (rpm.schedule paper sends it after critical ones)
+ROWSP_NAMES = ("critical", "nop")
+
 SUBOP_NAMES = {
     SEM_ALU: ALU_NAMES, SEM_BRANCH: CMP_NAMES, SEM_WAIT: CMP_NAMES, SEM_VEC: VEC_NAMES,
     SEM_ATOM: ATOM_NAMES, SEM_NOTIFY: NOTIFY_NAMES, SEM_MMA: MMA_NAMES, SEM_LD: LD_NAMES,
     SEM_MULTIMEM: MM_NAMES,
     SEM_PUT: PUT_NAMES,
     SEM_CAIS: CAIS_NAMES,
+    SEM_ST_ROWSP: ROWSP_NAMES,
 }
 # Semantics whose subop may be left out of an ISA entry (it then means the first variant).
-SUBOP_OPTIONAL = (SEM_MMA, SEM_LD, SEM_PUT)
+SUBOP_OPTIONAL = (SEM_MMA, SEM_LD, SEM_PUT, SEM_ST_ROWSP)

@@ -48,7 +48,9 @@ from ..wakeups import rpm_kick, tb_resume
 from ..trace import CAT_AAU, TR_AAU_ALLOC, TR_AAU_STALL, trace_event
 from .dam import dam_row_landed, dam_source_ended
 from .rpm import row_at, row_header
-from ..block import Block, Debug, Param, Record, Stat, StatGroup, counters, fields
+from ..block import Array, Block, Debug, Param, Record, Stat, StatGroup, counters, fields
+from .rowtable import (RS_ALLOC, RS_FIELDS, RS_LANDED, RS_RAT, RS_RID, RS_ROW, RS_SIZE,
+                       open_row_link, open_row_slot, open_row_unlink)
 from .rpm import rpm_packet_bytes
 
 
@@ -112,6 +114,8 @@ def check_aau(sim, out):
     # back an entry that an eviction wrote
     out.check(gp.rat_live == 0, "MoE-Hub AAU row-table entries left after every tile was released",
               lambda g: f"system.gpu{g}.hub.aau: {int(gp.rat_live[g])} entries on chip")
+    out.check(st.stream.open_head < 0, "MoE-Hub row-sparse rows left half landed (stores that "
+              "never came)", lambda s: f"stream {s}: row-table entry {int(st.stream[s].open_head)}")
     out.check(gp.aau_refills <= gp.aau_spills, "MoE-Hub AAU row-table refills without a spill",
               lambda g: f"system.gpu{g}.hub.aau: {int(gp.aau_refills[g])} refills, "
                         f"{int(gp.aau_spills[g])} spills")
@@ -183,6 +187,12 @@ def _aau_ticks(cfg):
     return int(round(hub.moe.aau.alloc_latency_cycles * 1e12 / hub.clock))
 
 
+def _window_slots(cfg):
+    """Window slots of every GPU (the params window_rows and local_experts, times the GPUs)."""
+    return (cfg.system.num_gpus * max(local_experts(cfg), 1)
+            * max(cfg.workload.moe.window_rows, cfg.system.gpu.hub.moe.dam.tile_rows))
+
+
 def _moe(key, field, unit, doc, value):
     return Param(field, f"workload.moe.{key}", unit, doc, value, f"config: workload.moe.{key}")
 
@@ -221,6 +231,9 @@ BLOCK = Block(
               aau_staging_packets, "derived: the senders' row rings in full packets"),
     ),
     records=(Record("win", "expert receive windows (index gpu * local_experts + local slot)"),),
+    arrays=(Array("aau_rows", "row-table state of half-landed row-sparse rows, one entry per "
+                  "window slot (components/moehub/rowtable.py: RS_* fields; RS_ALLOC -1: free)",
+                  lambda cfg: (_window_slots(cfg), RS_FIELDS), fill=-1),),
     fields=fields("win", ("alloc", "rows allocated (bump pointer)"))
     + fields("gpu", ("aau_staged", "packets in the staging store"),
              ("aau_q_count", "packets waiting (State.aau_q)"),
@@ -234,7 +247,10 @@ BLOCK = Block(
              # packets waited for refills
              ("rat_head", ""), ("rat_span", ""), ("rat_live", ""), ("aau_spills", ""),
              ("aau_refills", ""), ("aau_refill_wait", ""))
-    + fields("mrow", ("rat", "the row's AAU row-table entry: RAT_* above")),
+    + fields("mrow", ("rat", "the row's AAU row-table entry: RAT_* above"))
+    + fields("stream", ("open_head", "receiver side: first State.aau_rows entry of the stream's "
+                        "half-landed row-sparse rows (-1: none; rowtable.py)"),
+             init={"open_head": -1}),
     stats=(StatGroup("gpu", "hub.aau", counters((
         ("allocations", "aau_allocs", "rows", "window slots allocated"),
         ("alloc_stalls", "aau_stalls", "packets", "packets that waited for window or record-table space"),
@@ -451,7 +467,7 @@ def _still_blocked(st, g, pkt, parked_allocs):
     row = st.mrow[s * p.rpm_ring + first % p.rpm_ring]
     if row.alloc >= 0:
         return False
-    if row.lead >= 0:   # a later store of an allocated row needs no space
+    if row.joins:       # a later store of an allocated row needs no space
         return first != _first_unallocated(st, s)
     return first != _first_unallocated(st, s) or not _room_for_row(st, g, s, first)
 
@@ -558,15 +574,24 @@ def _process(st, g, pkt, t):
                 break
             if row.carrier >= 0:
                 continue        # a multi-expert copy: allocated, refilled and written with its carrier
-            if row.alloc >= 0 or (row.lead >= 0 and i == nxt):
+            if row.alloc >= 0 or (row.joins and i == nxt):
                 if row.alloc < 0:
-                    # a later st.rowsp store of a row: its slot is the lead's (the row table's
-                    # lookup; the lead is earlier in the stream, so already allocated)
-                    row.alloc = st.mrow[s * p.rpm_ring + row.lead % p.rpm_ring].alloc
+                    # a later st.rowsp store of a row: the row table names its slot (the row's
+                    # first store is earlier in the stream, so its bytes got the slot)
+                    row.alloc = st.aau_rows[open_row_slot(st, s, row.aux, row.home), RS_ALLOC]
                     nxt += 1
                     sr.allocs += 1
-                k = i if row.lead < 0 else row.lead     # the descriptor owning the row's entry
-                owner = st.mrow[s * p.rpm_ring + k % p.rpm_ring]
+                if _tracked(row):
+                    # a row of several stores: its row-table entry is its own (rowtable.py)
+                    e = _entry(st, g, row)
+                    if st.aau_rows[e, RS_RAT] == RAT_SPILLED:
+                        t = _rat_refill(st, g, s, i, row, t)
+                        st.aau_rows[e, RS_RAT] = RAT_ON_CHIP
+                        if t > free_at:
+                            free_at = t
+                    continue
+                k = i
+                owner = row
                 for c in range(row.copies + 1):
                     if c > 0:
                         k = i + c       # a multi-expert copy's own entry
@@ -587,6 +612,11 @@ def _process(st, g, pkt, t):
                 sr.allocs += 1
                 if p.aau_spill:
                     _rat_insert(st, g, s, i + c, d, t)
+                if _tracked(d):
+                    # the first bytes of a row that more stores fill: the row table tracks it
+                    e = _entry(st, g, d)
+                    open_row_link(st, s, e, d.aux, d.home, d.row_size, d.row_stored, d.alloc)
+                    st.aau_rows[e, RS_RAT] = d.rat
             if free_at == t:
                 t += p.aau_alloc_ticks   # the allocation pipeline, once per packet
                 free_at = t
@@ -622,15 +652,23 @@ def _process(st, g, pkt, t):
                 if row.recv == H + row.length:
                     _row_complete(st, g, src, row, free_at)
                 continue
-            # st.rowsp: the row is complete when its stores' bytes reach the registered size
-            lead = row if row.lead < 0 else st.mrow[s * p.rpm_ring + row.lead % p.rpm_ring]
-            if b > a:
-                lead.row_landed += b - a
-            if row.lead >= 0 and row.recv == row.length and not row.done:
-                row.done = 1                  # this store has landed; its row may still wait
+            if not _tracked(row):
+                # a whole row in one st.rowsp store
+                if row.recv == row.length and not row.done:
+                    _row_complete(st, g, src, row, free_at)
+                continue
+            # a row of several st.rowsp stores: complete when their landed bytes reach the
+            # registered size (the row table counts them); each store's ring entry frees when
+            # its own bytes landed
+            if got == 0:
+                continue        # none of its bytes here (a later packet waiting for its slot)
+            e = _entry(st, g, row)
+            st.aau_rows[e, RS_LANDED] += got
+            if row.recv == row.length and not row.done:
+                row.done = 1
                 _store_landed(st, row.slot, free_at)
-            if lead.row_landed == lead.row_size and not lead.done:
-                _row_complete(st, g, src, lead, free_at)
+            if st.aau_rows[e, RS_LANDED] == st.aau_rows[e, RS_SIZE]:
+                _tracked_row_complete(st, g, src, s, e, row.expert, free_at)
         sr.recv += stop - lo
         st.gpu[g].hub_rx_payload += stop - lo
         # rows complete out of order; the ring frees in order (and may unblock the producers)
@@ -652,18 +690,51 @@ def _process(st, g, pkt, t):
 @compiled
 def _row_complete(st, g, src, row, written):
     """The row's last bytes are written: record, DAM counter, producer completion."""
-    p = st.p[0]
-    rec = record_address(st, g, row.expert, row.alloc)
-    _, visible = link_write(st, g, rec, p.record_bytes, written)
-    if rec + 32 <= st.hbm_mem.shape[1]:
-        write_word(st, g, rec, src)
-        write_word(st, g, rec + 8, row.home)
-        write_word(st, g, rec + 16, row.aux)
-        write_word(st, g, rec + 24, row.row_size if row.rowsp else row.length)
-    st.gpu[g].aau_records_written += 1
+    visible = _write_record(st, g, src, row.expert, row.alloc, row.home, row.aux,
+                            row.row_size if row.rowsp else row.length, written)
     row.done = 1
     dam_row_landed(st, g, row.expert, row.alloc, visible)
     _store_landed(st, row.slot, visible)
+
+
+@compiled
+def _write_record(st, g, src, expert, index, home, aux, nbytes, written):
+    """Write a complete row's record {source GPU, home, aux, bytes} (after its data, at
+    `written`) into slot `index`'s record; returns when it is visible."""
+    p = st.p[0]
+    rec = record_address(st, g, expert, index)
+    _, visible = link_write(st, g, rec, p.record_bytes, written)
+    if rec + 32 <= st.hbm_mem.shape[1]:
+        write_word(st, g, rec, src)
+        write_word(st, g, rec + 8, home)
+        write_word(st, g, rec + 16, aux)
+        write_word(st, g, rec + 24, nbytes)
+    st.gpu[g].aau_records_written += 1
+    return visible
+
+
+@compiled
+def _tracked(row):
+    """A row-sparse store of a row that several stores fill (it joins a row, or leaves part of
+    its row to later stores): the row table tracks the row (rowtable.py)."""
+    return row.rowsp != 0 and (row.joins != 0 or row.length < row.row_size)
+
+
+@compiled
+def _entry(st, g, row):
+    """The row-table entry (State.aau_rows index) of an allocated row: its window slot's."""
+    return _window_index(st, g, row.expert) * st.p[0].window_rows + row.alloc % st.p[0].window_rows
+
+
+@compiled
+def _tracked_row_complete(st, g, src, s, e, expert, written):
+    """Every byte of the half-landed row of entry e is written: its record, the DAM's counter;
+    the entry leaves the table's list (its stores' producers were told as each landed)."""
+    r = st.aau_rows[e]
+    index = r[RS_ALLOC]
+    visible = _write_record(st, g, src, expert, index, r[RS_ROW], r[RS_RID], r[RS_SIZE], written)
+    open_row_unlink(st, s, e)
+    dam_row_landed(st, g, expert, index, visible)
 
 
 @compiled
@@ -734,6 +805,10 @@ def _rat_evict_oldest(st, g, t):
     if sr.tail <= i and i < sr.head:
         # the row is still in its stream's ring (it may get more packets): mark it spilled
         st.mrow[s * p.rpm_ring + i % p.rpm_ring].rat = RAT_SPILLED
+    e_rows = w * p.window_rows + index % p.window_rows
+    if st.aau_rows[e_rows, RS_ALLOC] == index:
+        # a half-landed row (rowtable.py): its later stores read the entry back
+        st.aau_rows[e_rows, RS_RAT] = RAT_SPILLED
     e[0] = -1
     gp.rat_head = (gp.rat_head + 1) % p.records_cap
     gp.rat_span -= 1

@@ -18,13 +18,22 @@ Arbitration among destinations with a sendable packet and link room: `round_robi
 tiles early instead of interleaving every destination). `schedule` (system.gpu.hub.moe.rpm):
   arrival     every destination with a sendable packet (full, or a partial one whose flush timer
               expired) competes;
-  full_first  the MoE-Hub RPM's order (arXiv 2605.05888): destinations with a full packet go
-              before flushed partial ones (the paper's other two orders - smallest row id first,
-              critical rows before `.nop` ones - need row ids and criticality that send_to_expert
-              does not carry, so they are not modelled);
+  full_first  destinations with a full packet go before flushed partial ones (the first of the
+              MoE-Hub RPM's orders, arXiv 2605.05888);
   uncoalesced the ablation without the RPM: no coalescing - a packet never carries bytes of two
-              rows, and a row's bytes leave as soon as it is accepted (no flush wait). The RPM emits `packets_per_cycle` packets
-per hub cycle and shares the NVLink transmit queues with the address-centric packetizer.
+              rows, and a row's bytes leave as soon as it is accepted (no flush wait);
+  paper       the MoE-Hub RPM's whole order (arXiv 2605.05888): full_first across destinations,
+              and toward each destination critical rows before `.nop` ones (st.rowsp.nop), then
+              the smallest row id first (so the receivers' early tiles fill first), ties in
+              acceptance order. The row id is st.rowsp's row; a send_to_expert row, which names
+              none, is ordered by its home index (the moehub dispatch's t * k + j, the row id its
+              row-sparse dispatch stores). A row accepted behind rows it goes before overtakes
+              them while none of their bytes has been packetized (a row being sent is not
+              interrupted; a multi-expert store moves with its copies; a later store of a row
+              never overtakes an earlier store of that row, which holds the row's window slot).
+              Rows still wait for a full packet or the flush timer as under full_first.
+The RPM emits `packets_per_cycle` packets per hub cycle and shares the NVLink transmit queues
+with the address-centric packetizer.
 
 End of stream: `notify_ready.eos N` counts producers; at the N-th the RPM marks every stream of this
 GPU as ending; after its last data packet each stream sends an EOS packet carrying its total size
@@ -41,11 +50,13 @@ allocation. A store takes a descriptor of the stream toward the expert's GPU lik
 send_to_expert row, but carries no row header in the stream (the packet header names id, row
 and offset) and its bytes never share a packet with another store's: it leaves in packets of
 at most packet_bytes, the last one as soon as it is accepted (nothing could fill it). Several
-stores may fill one row at different offsets: the first open one is the row's *lead*
-descriptor, later ones (`lead` >= 0) share its window slot; the row is complete, and gets its
-one completion record, when its landed bytes reach the registered row size. A kernel may mix
-both kinds toward one GPU: send_to_expert rows coalesce up to the next st.rowsp store, never
-into it.
+stores may fill one row at different offsets: later ones (`joins`) share the window slot the
+row's first bytes got; the receiver's row table (rowtable.py) counts the row's landed bytes, and
+the row is complete, and gets its one completion record, when they reach the registered row
+size. Every store's ring entry frees when its own bytes landed, so the ring limits the stores in
+flight, not the rows open at once (a ring of one entry carries rows of several stores). A kernel
+may mix both kinds toward one GPU: send_to_expert rows coalesce up to the next st.rowsp store,
+never into it.
 
 Multi-expert stores (an ISA experiment beyond the paper; workload.layer.moehub.multi_expert_store).
 `send_to_experts` / `st.rowsp.experts` name up to 8 experts on one GPU (a mask over 8
@@ -65,6 +76,7 @@ from ..packet import PK_MOE, PK_MOE_EOS, packet_alloc, packet_flits
 from ..hub import pick_channel
 from ..trace import CAT_RPM, TR_RPM_TX, trace_event
 from ..wakeups import rpm_kick
+from .rowtable import RS_STORED, open_row_slot
 from ...config.schema import RPM_SCHEDULES
 from ..block import (Array, Block, Debug, Event, Param, Record, Stat, StatGroup, Timer, counters,
                      fields)
@@ -75,6 +87,7 @@ POLICY_LONGEST_FIRST = 1
 SCHEDULE_ARRIVAL = 0
 SCHEDULE_FULL_FIRST = 1
 SCHEDULE_OFF = 2
+SCHEDULE_PAPER = 3
 POLICY_NAMES = ("round_robin", "longest_first")
 
 EV_RPM_TX = 7        # a0 = GPU: the MoE-Hub RPM emits its next packet (its component timer)
@@ -146,6 +159,10 @@ def _multi_used(st):
     return int(st.gpu.multi_stores.sum()) > 0
 
 
+def _order_used(st):
+    return int(st.p[0].rpm_schedule) == SCHEDULE_PAPER or int(st.gpu.rowsp_nop.sum()) > 0
+
+
 def _data_efficiency(i):
     gr = i.rec
     data = gr.rpm_payload - gr.rpm_headers * i.p.rpm_header_bytes
@@ -198,14 +215,16 @@ BLOCK = Block(
              ("accept_tick", ""), ("launch", "of the TB that sent it (wire-byte stats)"),
              ("rowsp", "1: an st.rowsp store (no row header in the stream; home = row id, "
                        "aux = allocation id)"),
-             ("lead", "st.rowsp: monotonic index of the row's lead descriptor (-1: this is it)"),
+             ("joins", "st.rowsp: 1 if the store joins a row an earlier store began (0: it "
+                       "begins the row)"),
              ("offset", "st.rowsp: byte offset of the store in its row"),
              ("row_size", "st.rowsp: the registered row size"),
-             ("row_stored", "st.rowsp lead: bytes stored into the row so far"),
-             ("row_landed", "st.rowsp lead: bytes of the row landed so far"),
+             ("row_stored", "st.rowsp, a row's first store: bytes stored into the row so far, "
+                            "until the row has a window slot (then its row-table entry counts)"),
              ("carrier", "multi-expert copy: monotonic index of the descriptor whose stream bytes "
                          "it shares (-1: its own bytes)"),
-             ("copies", "multi-expert carrier: copy descriptors right behind it"))
+             ("copies", "multi-expert carrier: copy descriptors right behind it"),
+             ("nop", "1: non-critical (st.rowsp.nop); schedule paper sends it after critical rows"))
     + fields("gpu", ("rpm_next_tx", "tick of the packetizer's timer (-1: idle)"),
              ("rpm_blocked", "1: waiting for transmit-queue room"), ("rpm_blocked_since", ""),
              ("rpm_rr", "round-robin pointer over destinations"),
@@ -217,6 +236,7 @@ BLOCK = Block(
              ("rowsp_stores", ""), ("rowsp_rows", ""),
              ("rpm_headers", "row headers put in the streams"),
              ("multi_stores", ""), ("multi_copies", ""), ("multi_saved", ""),
+             ("rpm_reordered", ""), ("rowsp_nop", ""),
              init={"rpm_next_tx": -1}),
     stats=(
         StatGroup("gpu", "hub", (Stat("combine_rows", "rows", "rows sent home by send_home",
@@ -258,6 +278,13 @@ BLOCK = Block(
             ("multi_expert_bytes_saved", "multi_saved", "bytes", "stream bytes (row headers + data) "
              "those copies did not put on the wires, against one store per expert"),
         )), enabled=_multi_used),
+        # the paper's RPM order and .nop stores: their stats appear when one is used
+        StatGroup("gpu", "hub.rpm", counters((
+            ("reordered_rows", "rpm_reordered", "rows", "rows (stores, multi-expert groups) that "
+             "schedule paper placed ahead of rows accepted before them toward the same GPU"),
+            ("nop_stores", "rowsp_nop", "stores", "st.rowsp.nop stores accepted (non-critical "
+             "rows)"),
+        )), enabled=_order_used),
         StatGroup("system", "moe", (
             Stat("multi_expert_bytes_saved", "bytes", "stream bytes every GPU's multi-expert "
                  "stores did not put on the wires (system.gpu.hub.rpm.multi_expert_bytes_saved)",
@@ -292,13 +319,13 @@ def _take_descriptor(st, g, s, slot, expert, src_addr, nbytes, home, aux, in_str
     row.alloc = -1
     row.rat = 0     # no AAU row-table entry yet (aau.RAT_NONE)
     row.rowsp = 0
-    row.lead = -1
+    row.joins = 0
     row.offset = 0
     row.row_size = 0
     row.row_stored = 0
-    row.row_landed = 0
     row.carrier = -1
     row.copies = 0
+    row.nop = 0
     row.recv = 0
     row.done = 0
     row.slot = slot
@@ -327,6 +354,8 @@ def rpm_accept(st, g, slot, expert, src_addr, nbytes, home, aux, tick):
         return False
     _take_descriptor(st, g, s, slot, expert, src_addr, nbytes, home, aux,
                      p.rpm_header_bytes + nbytes, tick)
+    if p.rpm_schedule == SCHEDULE_PAPER:
+        _schedule_insert(st, g, s, 1)
     st.gpu[g].rpm_rows += 1
     rpm_kick(st, g, tick)
     return True
@@ -334,29 +363,36 @@ def rpm_accept(st, g, slot, expert, src_addr, nbytes, home, aux, tick):
 
 @compiled
 def _open_row(st, s, rid, rowid):
-    """Monotonic index of the open lead descriptor (stored to, not yet complete) of row `rowid`
-    of allocation `rid` in stream s, or -1."""
+    """Monotonic index of the descriptor of the first store of row `rowid` of allocation `rid` in
+    stream s whose bytes have not all landed, or -1 (a row whose first store landed is found in
+    the receiver's row table: rowtable.open_row_slot)."""
     p = st.p[0]
     sr = st.stream[s]
     i = sr.head - 1
     while i >= sr.tail:
         r = st.mrow[s * p.rpm_ring + i % p.rpm_ring]
-        if r.rowsp and r.lead < 0 and r.done == 0 and r.aux == rid and r.home == rowid:
+        if r.rowsp and r.joins == 0 and r.done == 0 and r.aux == rid and r.home == rowid:
             return i
         i -= 1
     return -1
 
 
 @compiled
-def rpm_accept_rowsp(st, g, slot, rid, expert, size, rowid, offset, src_addr, nbytes, tick):
-    """st.rowsp: take `nbytes` for row `rowid` of allocation `rid` (registered: expert, row size
-    `size`) into the stream toward the expert's GPU. Returns 1 (accepted), 0 (row ring full: the
-    TB retries when a row lands) or -1 (the row's stores together exceed its registered size)."""
+def rpm_accept_rowsp(st, g, slot, rid, expert, size, rowid, offset, src_addr, nbytes, nop, tick):
+    """st.rowsp[.nop]: take `nbytes` for row `rowid` of allocation `rid` (registered: expert, row
+    size `size`) into the stream toward the expert's GPU (nop: a non-critical store). Returns 1
+    (accepted), 0 (row ring full: the TB retries when a row lands) or -1 (the row's stores
+    together exceed its registered size)."""
     p = st.p[0]
     s = g * p.num_gpus + st.moe_place[expert, 0]
     sr = st.stream[s]
-    # an open row of the same allocation: this store joins it
-    lead = _open_row(st, s, rid, rowid)
+    # an open row of the same allocation: this store joins it. The row is either half landed
+    # (the receiver's row table counts its stores) or has no window slot yet (its first store's
+    # descriptor, still in the ring, counts them)
+    entry = open_row_slot(st, s, rid, rowid)
+    lead = -1 if entry >= 0 else _open_row(st, s, rid, rowid)
+    if entry >= 0 and st.aau_rows[entry, RS_STORED] + nbytes > size:
+        return -1
     if lead >= 0 and st.mrow[s * p.rpm_ring + lead % p.rpm_ring].row_stored + nbytes > size:
         return -1
     if sr.head - sr.tail >= p.rpm_ring:
@@ -365,16 +401,24 @@ def rpm_accept_rowsp(st, g, slot, rid, expert, size, rowid, offset, src_addr, nb
     # no row header: the packet header names id, row and offset
     row = _take_descriptor(st, g, s, slot, expert, src_addr, nbytes, rowid, rid, nbytes, tick)
     row.rowsp = 1
-    row.lead = lead
     row.offset = offset
     row.row_size = size
     row.row_stored = nbytes
-    if lead >= 0:
+    if nop:
+        row.nop = 1
+        st.gpu[g].rowsp_nop += 1
+    if entry >= 0:
+        row.joins = 1
+        st.aau_rows[entry, RS_STORED] += nbytes
+    elif lead >= 0:
+        row.joins = 1
         st.mrow[s * p.rpm_ring + lead % p.rpm_ring].row_stored += nbytes
     else:
         st.gpu[g].rpm_rows += 1
         st.gpu[g].rowsp_rows += 1
     st.gpu[g].rowsp_stores += 1
+    if p.rpm_schedule == SCHEDULE_PAPER:
+        _schedule_insert(st, g, s, 1)
     rpm_kick(st, g, tick)
     return 1
 
@@ -405,7 +449,9 @@ def rpm_accept_experts(st, g, slot, first, mask, src_addr, nbytes, home, aux, ro
     sr = st.stream[s]
     if rowsp:
         for j in range(8):
-            if (mask >> j) & 1 and _open_row(st, s, st.regs[slot, first + j], home + j) >= 0:
+            if (mask >> j) & 1 and (_open_row(st, s, st.regs[slot, first + j], home + j) >= 0
+                                    or open_row_slot(st, s, st.regs[slot, first + j], home + j)
+                                    >= 0):
                 return -1           # whole-row stores: the row already holds bytes
     if sr.head - sr.tail + n > p.rpm_ring:
         gp.rpm_accept_stalls += 1
@@ -429,12 +475,91 @@ def rpm_accept_experts(st, g, slot, first, mask, src_addr, nbytes, home, aux, ro
             gp.rowsp_stores += 1
             gp.rowsp_rows += 1
     st.mrow[s * p.rpm_ring + carrier % p.rpm_ring].copies = n - 1
+    if p.rpm_schedule == SCHEDULE_PAPER:
+        _schedule_insert(st, g, s, n)
     gp.rpm_rows += n
     gp.multi_stores += 1
     gp.multi_copies += n - 1
     gp.multi_saved += (n - 1) * in_stream
     rpm_kick(st, g, tick)
     return 1
+
+
+@compiled
+def _goes_before(a, b):
+    """schedule paper: descriptor a is sent before descriptor b - critical before .nop, then the
+    smaller row id (st.rowsp's row; send_to_expert's home)."""
+    if a.nop != b.nop:
+        return a.nop < b.nop
+    return a.home < b.home
+
+
+@compiled
+def _schedule_insert(st, g, s, n):
+    """schedule paper: the n descriptors just taken (a row, a store, or a multi-expert carrier and
+    its copies) move ahead of the descriptors they go before (_goes_before) among those none of
+    whose bytes has been packetized, keeping acceptance order among equals. The stream offsets of
+    the rows they pass and their own are rewritten (nothing of them has been sent, so the
+    receiver has not seen them), as are multi-expert carrier indices."""
+    p = st.p[0]
+    sr = st.stream[s]
+    R = p.rpm_ring
+    base = s * R
+    new = sr.head - n
+    nw = st.mrow[base + new % R]
+    pos = new
+    k = new - 1
+    while k >= sr.tail:
+        r = st.mrow[base + k % R]
+        if r.carrier >= 0:
+            k -= 1          # a multi-expert copy: only its carrier's place can be taken
+            continue
+        if r.start < sr.sent or not _goes_before(nw, r):
+            break
+        if nw.rowsp and r.rowsp and r.aux == nw.aux and r.home == nw.home:
+            break           # an earlier store of the same row (it holds the row's window slot)
+        pos = k
+        k -= 1
+    if pos == new:
+        return
+    passed = nw.start - st.mrow[base + pos % R].start   # stream bytes of the rows passed
+    moved = sr.accepted - nw.start                      # stream bytes of the new ones
+    for k in range(pos, new):
+        r = st.mrow[base + k % R]
+        r.start += moved
+        if r.carrier >= pos:
+            r.carrier += n
+    for k in range(new, sr.head):
+        r = st.mrow[base + k % R]
+        r.start -= passed
+        if r.carrier >= 0:
+            r.carrier = pos
+    # rotate: each new descriptor bubbles down by (new - pos) places through the scratch record
+    scratch = st.mrow.shape[0] - 1
+    for j in range(n):
+        k = new + j
+        while k > pos + j:
+            a = base + k % R
+            b = base + (k - 1) % R
+            st.mrow[scratch] = st.mrow[a]
+            st.mrow[a] = st.mrow[b]
+            st.mrow[b] = st.mrow[scratch]
+            k -= 1
+    st.gpu[g].rpm_reordered += 1
+
+
+@compiled
+def _oldest_unsent(st, s):
+    """Acceptance tick of the oldest row with unsent bytes in stream s (schedule paper: rows
+    leave out of acceptance order, so it is not always the next row's)."""
+    p = st.p[0]
+    sr = st.stream[s]
+    oldest = -1
+    for k in range(row_at(st, s, sr.sent), sr.head):
+        t = st.mrow[s * p.rpm_ring + k % p.rpm_ring].accept_tick
+        if oldest < 0 or t < oldest:
+            oldest = t
+    return oldest
 
 
 @compiled
@@ -574,7 +699,8 @@ def rpm_packetize(st, g, tick):
             waiting_room = True
             continue
         size = st.stream[s].accepted - st.stream[s].sent
-        if p.rpm_schedule == SCHEDULE_FULL_FIRST and 0 <= n < p.rpm_packet_bytes:
+        if (p.rpm_schedule == SCHEDULE_FULL_FIRST or p.rpm_schedule == SCHEDULE_PAPER) \
+                and 0 <= n < p.rpm_packet_bytes:
             if partial < 0:
                 partial = d
             continue
@@ -641,7 +767,13 @@ def _emit(st, g, d, tick):
         sr.sent += n
         sr.oldest = -1
         if sr.sent < sr.accepted:
-            sr.oldest = st.mrow[s * p.rpm_ring + row_at(st, s, sr.sent) % p.rpm_ring].accept_tick
+            if p.rpm_schedule == SCHEDULE_PAPER and sr.accepted - sr.sent < full:
+                # the flush timer is read only while less than a full packet is unsent: then the
+                # few rows left are scanned (their order is not their acceptance order)
+                sr.oldest = _oldest_unsent(st, s)
+            else:
+                sr.oldest = st.mrow[s * p.rpm_ring + row_at(st, s, sr.sent)
+                                    % p.rpm_ring].accept_tick
         gp.rpm_payload += n
     pk.flits, pk.npk = packet_flits(st, pk.payload, p.rpm_packet_bytes)
     pk.ready = ready + p.hub_tx_latency_ticks

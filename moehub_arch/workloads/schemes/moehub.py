@@ -16,7 +16,9 @@ blocks, then the Jd down blocks once every gate/up block exited (the group count
 block (moe_layer.s).
 With workload.layer.moehub.stores: row_sparse the dispatch is `moehub_dispatch_rowsp`: it
 registers one row-sparse allocation per expert (rowsp.malloc) and stores each row with st.rowsp
-naming (the expert's allocation id, row t * k + j, offset 0) - the published ISA.
+naming (the expert's allocation id, row t * k + j, offset 0) - the published ISA. With
+workload.layer.moehub.nop_choices N > 0 it is `moehub_dispatch_rowsp_nop`: each token's last N
+choices are stored with st.rowsp.nop (non-critical rows; rpm.schedule: paper sends them last).
 With workload.layer.moehub.multi_expert_store the dispatch kernels end in `_grouped`: one store
 per token and destination GPU names all the token's experts there (send_to_experts, or
 st.rowsp.experts), so the row crosses the links once per GPU (an ISA experiment beyond the paper).
@@ -26,7 +28,7 @@ tiles), so the windows never throttle the layer; the AAU's record table
 """
 
 from ...config.schema import LaunchConfig, MoeWorkloadConfig
-from ..layer import (SHARED_KERNELS, SchemePlan, _buf, combine_launch, expert_load_max,
+from ..layer import (SHARED_KERNELS, LayerError, SchemePlan, _buf, combine_launch, expert_load_max,
                      max_tiles_per_gpu, shared_expert_launches)
 
 
@@ -73,6 +75,10 @@ def plan(layer):
 def _dispatch_launch(s, opts):
     params = (("x", "@x"), ("topk_idx", "@topk_idx"), ("tokens", s.tokens), ("topk", s.top_k),
               ("hidden", s.hidden), ("acct", "@acct"))
+    if opts.nop_choices:
+        _check_nop_choices(s, opts)
+        # choices j >= nop_from of each token are stored with st.rowsp.nop
+        params += (("nop_from", s.top_k - opts.nop_choices),)
     if opts.multi_expert_store:
         # the kernel groups a token's experts by GPU: experts sit E / G per GPU in order
         params += (("experts_per_gpu", s.local_experts),)
@@ -83,10 +89,27 @@ def _dispatch_launch(s, opts):
     return LaunchConfig(kernel=kernel, grid=opts.dispatch_tbs, stream=0, params=params)
 
 
+def _check_nop_choices(s, opts):
+    """workload.layer.moehub.nop_choices marks single-row st.rowsp stores (st.rowsp.nop)."""
+    key = "workload.layer.moehub.nop_choices"
+    if opts.stores != "row_sparse":
+        raise LayerError(f"{key}: {opts.nop_choices} marks rows with st.rowsp.nop, a row-sparse "
+                         f"store; set workload.layer.moehub.stores: row_sparse (found "
+                         f"{opts.stores})")
+    if opts.multi_expert_store:
+        raise LayerError(f"{key}: {opts.nop_choices} needs one store per routing choice; "
+                         f"st.rowsp.experts (workload.layer.moehub.multi_expert_store: true) has "
+                         f"no .nop variant")
+    if opts.nop_choices > s.top_k:
+        raise LayerError(f"{key}: {opts.nop_choices} is above the model's top-k ({s.top_k})")
+
+
 def _dispatch_kernel_name(opts):
-    """moehub_dispatch[_rowsp][_grouped] (workload.layer.moehub.stores, .multi_expert_store)."""
+    """moehub_dispatch[_rowsp][_grouped|_nop] (workload.layer.moehub.stores,
+    .multi_expert_store, .nop_choices)."""
     return ("moehub_dispatch" + ("_rowsp" if opts.stores == "row_sparse" else "")
-            + ("_grouped" if opts.multi_expert_store else ""))
+            + ("_grouped" if opts.multi_expert_store else "")
+            + ("_nop" if opts.nop_choices else ""))
 
 
 def _dispatch_kernel(cfg):

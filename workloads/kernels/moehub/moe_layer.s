@@ -103,38 +103,49 @@ row_\@:
 # route_tokens stores, store: that loop; per token (r16.. its experts, r5 = home of choice 0,
 # r2 = its row, r10 = the row's bytes) the macro `stores` hands the rows over with the macro
 # `store`: stores_each, one store per choice (store_send: send_to_expert, store_rowsp: st.rowsp;
-# expert register, home register), or stores_grouped below (one store per GPU).
-.macro store_send e, home
+# expert register, home register, choice j), or stores_grouped below (one store per GPU).
+.macro store_send e, home, j
     send_to_expert \e, r2, r10, \home, 0
 .endm
 
-.macro store_rowsp e, home
+.macro store_rowsp e, home, j
     st.rowsp \e, \home, 0, r2, r10    # allocation id e (expert e), row home, the whole row
 .endm
 
+# moehub_dispatch_rowsp_nop (workload.layer.moehub.nop_choices): choice j >= %nop_from is stored
+# with st.rowsp.nop (a non-critical row: the paper's RPM order sends it after critical rows)
+.macro store_rowsp_nop e, home, j
+    ble %nop_from, \j, nop_\@
+    st.rowsp \e, \home, 0, r2, r10
+    bra stored_\@
+nop_\@:
+    st.rowsp.nop \e, \home, 0, r2, r10
+stored_\@:
+.endm
+
 .macro stores_each store
-    \store r16, r5
+    \store r16, r5, 0
     ble %topk, 1, routed_\@
     add r5, r5, 1
-    \store r17, r5
+    \store r17, r5, 1
     ble %topk, 2, routed_\@
     add r5, r5, 1
-    \store r18, r5
+    \store r18, r5, 2
     ble %topk, 3, routed_\@
     add r5, r5, 1
-    \store r19, r5
+    \store r19, r5, 3
     ble %topk, 4, routed_\@
     add r5, r5, 1
-    \store r20, r5
+    \store r20, r5, 4
     ble %topk, 5, routed_\@
     add r5, r5, 1
-    \store r21, r5
+    \store r21, r5, 5
     ble %topk, 6, routed_\@
     add r5, r5, 1
-    \store r22, r5
+    \store r22, r5, 6
     ble %topk, 7, routed_\@
     add r5, r5, 1
-    \store r23, r5
+    \store r23, r5, 7
 routed_\@:
 .endm
 
@@ -200,6 +211,20 @@ registered_\@:
 .param sync                  # one control word: TBs done registering
     rowsp_register
     route_tokens stores_each, store_rowsp
+    exit
+
+.kernel moehub_dispatch_rowsp_nop
+.param x
+.param topk_idx
+.param tokens
+.param topk
+.param hidden
+.param acct
+.param nop_from              # choices j >= nop_from are non-critical (st.rowsp.nop)
+.param experts
+.param sync
+    rowsp_register
+    route_tokens stores_each, store_rowsp_nop
     exit
 
 # moehub_dispatch_grouped / moehub_dispatch_rowsp_grouped (workload.layer.moehub.multi_expert_store:
