@@ -69,3 +69,22 @@ def test_small_grid_runs_as_a_sweep_and_resumes(grid_tool, tmp_path, monkeypatch
     assert len(marks) == 3
     assert grid_tool.main(args) == 0
     assert sorted(p.stat().st_mtime_ns for p in (out / "points").glob("*/done.json")) == marks
+
+
+
+def test_a_hub_design_goes_into_the_sweeps_fixed_overrides(grid_tool, tmp_path):
+    """--hub-design NAME: the design file's keys join the grid's own fixed overrides; an unknown
+    design is refused by the argument parser."""
+    import yaml
+    grid = grid_tool.GRIDS["moehub_paper"]
+    path, _ = grid_tool.write_sweep("moehub_paper_expert_order", grid, True, tmp_path,
+                                    "expert_order")
+    fixed = yaml.safe_load(path.read_text())["set"]
+    assert fixed == {**grid["set"], "system.gpu.hub.moe.dam.order": "expert"}
+    first = grid_tool.design_overrides("first_reading")
+    assert first["workload.layer.moehub.stores"] == "send_to_expert"
+    path, _ = grid_tool.write_sweep("moehub_paper", grid, True, tmp_path)
+    assert yaml.safe_load(path.read_text())["set"] == grid["set"]
+    with pytest.raises(SystemExit) as e:
+        grid_tool.main(["--grid", "moehub_paper", "--hub-design", "nonesuch"])
+    assert e.value.code == 2
