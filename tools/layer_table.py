@@ -150,16 +150,18 @@ def run_name(model, tokens, scheme, system):
     return name + scheme[len("moehub"):] if scheme in HUB_VARIANTS else name
 
 
-def flatten(tree, prefix=""):
-    """["a.b.c=value", ...] of a nested mapping (a config fragment as --set overrides)."""
-    out = []
+def flat_items(tree, prefix=""):
+    """(dotted key, value) of every leaf of a nested mapping (a config fragment's overrides)."""
     for k, v in tree.items():
-        key = f"{prefix}{k}"
         if isinstance(v, dict):
-            out += flatten(v, key + ".")
+            yield from flat_items(v, f"{prefix}{k}.")
         else:
-            out.append(f"{key}={v}")
-    return out
+            yield f"{prefix}{k}", v
+
+
+def design_overrides(design):
+    """{dotted key: value} of a hub design file (configs/hub/designs/<design>.yaml)."""
+    return dict(flat_items(yaml.safe_load((DESIGNS_DIR / f"{design}.yaml").read_text()) or {}))
 
 
 def design_sets(scheme):
@@ -167,7 +169,7 @@ def design_sets(scheme):
     scheme that runs its own config)."""
     if scheme not in HUB_VARIANTS:
         return []
-    return flatten(yaml.safe_load((DESIGNS_DIR / HUB_VARIANTS[scheme]).read_text()))
+    return [f"{k}={v}" for k, v in design_overrides(Path(HUB_VARIANTS[scheme]).stem).items()]
 
 
 def is_hub(scheme):
