@@ -28,11 +28,11 @@ def tiny_run(tmp_path_factory):
 
 def test_table_figures_are_the_stats(tiny_run, tmp_path, capsys):
     stats = json.loads((tiny_run / "stats.json").read_text())
-    run = hiermoe_table.run_dir(tmp_path, "qwen3_30b_a3b", 256, "hgx_h800_x4", "deepep")
+    run = hiermoe_table.run_dir(tmp_path, "qwen3_30b_a3b", 128, "hgx_h800_x4", "deepep")
     run.mkdir(parents=True)
     shutil.copy(tiny_run / "stats.json", run / "stats.json")
     rc = hiermoe_table.main(["--no-run", "--outdir", str(tmp_path), "--models", "qwen3_30b_a3b",
-                             "--tokens", "256", "--systems", "hgx_h800_x4", "--schemes",
+                             "--tokens", "128", "--systems", "hgx_h800_x4", "--schemes",
                              "deepep", "--json", str(tmp_path / "t.json")])
     assert rc == 0
     row, = json.loads((tmp_path / "t.json").read_text())

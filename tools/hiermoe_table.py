@@ -40,7 +40,7 @@ CONFIG_DIR = REPO / "configs" / "experiments" / "hiermoe"
 MODELS = ("deepseek_v3_half", "qwen3_30b_a3b")
 SYSTEMS = ("hgx_h800_x4", "dgx_h100_x4")
 SCHEMES = ("megatron", "tutel", "deepep", "hiermoe", "moehub")
-TOKENS = 256
+TOKENS = 128
 
 
 def config_path(model, tokens, system):
