@@ -48,9 +48,10 @@ def test_table_figures_are_the_stats(tiny_run, tmp_path, capsys):
     assert row["ib_busy"] == pytest.approx(
         sum(v(f"system.nic{g}.ib.tx_busy_ticks") for g in gpus) / 4 / span, rel=1e-12)
     assert row["ib_busy"] > 0 and row["pcie_busy"] > 0
-    assert row["nic_queue_wait_us"] == pytest.approx(
+    assert row["nic_wait_ns_per_wr"] == pytest.approx(
         sum(v(f"system.nic{g}.wr_wait_ticks") + v(f"system.nic{g}.doorbell_wait_ticks")
-            for g in gpus) / 4 / 1e6, rel=1e-12)
+            for g in gpus) / sum(v(f"system.nic{g}.work_requests") for g in gpus) / 1e3,
+        rel=1e-12)
     # per level: GPU (groups of 1), node (groups of 2); rows and bytes as the stats count them
     assert [(lv[0], lv[1], lv[2]) for lv in row["dedup"]] == [(0, "gpu", 1), (1, "node", 2)]
     for i, _, _, before, after, saved in row["dedup"]:

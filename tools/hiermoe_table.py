@@ -17,8 +17,9 @@ there, also those made by older sources (marked `stale`).
 Per run: the layer time and its phases; the speedup over megatron; per level of the topology,
 NVLink = the GPUs' NVLink transmitters, PCIe = the GPUs' links to their NIC, IB = the NICs'
 InfiniBand transmitters: mean busy fraction over the layer time; IB credit stalls as a fraction
-of the layer time; NIC queue waits: the time work requests waited for the NIC's message rate and
-for their doorbells, mean per NIC in us; and the bytes each NIC put onto InfiniBand. The
+of the layer time; NIC queue waits: the time a work request waited for the NIC's message rate and
+for its doorbell, ns per work request (summed over all NICs' requests / their number); and the
+MB each NIC put onto InfiniBand. The
 deduplication table gives, per level (GPU, node), the token rows and bytes leaving their home
 group one per (token, expert) pair and one per destination group
 (`system.moe.dedup.level<i>_*`): a property of the routing and the expert placement, the same for
@@ -85,12 +86,15 @@ def level_figures(stats):
     frac = lambda pattern: (None if (m := mean_of(stats, pattern)) is None else m / span)
     wr = mean_of(stats, r"system\.nic\d+\.wr_wait_ticks")
     db = mean_of(stats, r"system\.nic\d+\.doorbell_wait_ticks")
+    n_wr = mean_of(stats, r"system\.nic\d+\.work_requests")
     return {
         "nvlink_busy": value(stats, "system.moe.nvlink.tx_utilization_mean"),
         "pcie_busy": frac(r"system\.gpu\d+\.pcie\.tx_busy_ticks"),
         "ib_busy": frac(r"system\.nic\d+\.ib\.tx_busy_ticks"),
         "ib_credit_stall": frac(r"system\.nic\d+\.ib\.tx_credit_stall_ticks"),
-        "nic_queue_wait_us": None if wr is None or db is None else (wr + db) / 1e6,
+        # summed over work requests (several wait at once): per work request, in ns
+        "nic_wait_ns_per_wr": (None if wr is None or db is None or not n_wr
+                               else (wr + db) / n_wr / 1e3),
         "ib_MB_per_nic": (None if (b := mean_of(stats, r"system\.nic\d+\.rdma_payload_bytes"))
                           is None else b / 1e6),
     }
@@ -130,7 +134,7 @@ def format_tables(rows, schemes):
                   "",
                   "| scheme | layer us | vs megatron | mediation us | dispatch us | expert us | "
                   "combine us | NVLink busy | PCIe busy | IB busy | IB credit stall | "
-                  "NIC queue wait us | IB MB per NIC | run |",
+                  "NIC wait ns/WR | IB MB per NIC | run |",
                   "|---|" + "---:|" * 12 + "---|"]
         for r in part:
             speed = (base / r["layer_us"]) if base and r["layer_us"] else None
@@ -140,7 +144,7 @@ def format_tables(rows, schemes):
                 f"{_f(r['dispatch_us'], '.1f')} | {_f(r['expert_us'], '.1f')} | "
                 f"{_f(r['combine_us'], '.1f')} | {_f(r['nvlink_busy'], '.2f')} | "
                 f"{_f(r['pcie_busy'], '.2f')} | {_f(r['ib_busy'], '.2f')} | "
-                f"{_f(r['ib_credit_stall'], '.2f')} | {_f(r['nic_queue_wait_us'], '.1f')} | "
+                f"{_f(r['ib_credit_stall'], '.2f')} | {_f(r['nic_wait_ns_per_wr'], '.0f')} | "
                 f"{_f(r['ib_MB_per_nic'], '.2f')} | {r['state']} |")
         lines.append("")
         # deduplication: one table per distinct placement (hiermoe's swap moves experts)
@@ -216,7 +220,7 @@ def main(argv=None):
                    **{f"{ph}_us": value(stats, f"system.moe.phase.{ph}_us")
                       for ph in ("mediation", "dispatch", "expert", "combine")},
                    **{k: None for k in ("nvlink_busy", "pcie_busy", "ib_busy", "ib_credit_stall",
-                                        "nic_queue_wait_us", "ib_MB_per_nic")},
+                                        "nic_wait_ns_per_wr", "ib_MB_per_nic")},
                    **level_figures(stats),
                    "dedup": dedup_levels(stats),
                    "row_bytes": None}
