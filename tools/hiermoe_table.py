@@ -134,8 +134,8 @@ def format_tables(rows, schemes):
                   "",
                   "| scheme | layer us | vs megatron | mediation us | dispatch us | expert us | "
                   "combine us | NVLink busy | PCIe busy | IB busy | IB credit stall | "
-                  "NIC wait ns/WR | IB MB per NIC | run |",
-                  "|---|" + "---:|" * 12 + "---|"]
+                  "NIC wait ns/WR | IB MB per NIC | pairs dropped | run |",
+                  "|---|" + "---:|" * 13 + "---|"]
         for r in part:
             speed = (base / r["layer_us"]) if base and r["layer_us"] else None
             lines.append(
@@ -145,8 +145,16 @@ def format_tables(rows, schemes):
                 f"{_f(r['combine_us'], '.1f')} | {_f(r['nvlink_busy'], '.2f')} | "
                 f"{_f(r['pcie_busy'], '.2f')} | {_f(r['ib_busy'], '.2f')} | "
                 f"{_f(r['ib_credit_stall'], '.2f')} | {_f(r['nic_wait_ns_per_wr'], '.0f')} | "
-                f"{_f(r['ib_MB_per_nic'], '.2f')} | {r['state']} |")
+                f"{_f(r['ib_MB_per_nic'], '.2f')} | {_f(r['dropped'], 'd')} | {r['state']} |")
         lines.append("")
+        for r in part:
+            if r["hiermoe"]:
+                h = r["hiermoe"]
+                lines += [f"hiermoe: deduplicates at the {('gpu', 'node')[h['level']]} level (its "
+                          f"performance model: gpu {h['model_us_gpu']:.1f} us, node "
+                          f"{h['model_us_node']:.1f} us); {h['swaps']} expert swaps, the busiest "
+                          f"GPU's token-expert rows {h['swap_max_gpu_rows_before']} -> "
+                          f"{h['swap_max_gpu_rows_after']}", ""]
         # deduplication: one table per distinct placement (hiermoe's swap moves experts)
         seen = {}
         for r in part:
@@ -222,6 +230,13 @@ def main(argv=None):
                    **{k: None for k in ("nvlink_busy", "pcie_busy", "ib_busy", "ib_credit_stall",
                                         "nic_wait_ns_per_wr", "ib_MB_per_nic")},
                    **level_figures(stats),
+                   "dropped": (None if (d := value(stats, "system.moe.rows_dropped")) is None
+                               else int(d)),
+                   "hiermoe": {k: (int(v) if k != "model_us_gpu" and k != "model_us_node" else v)
+                               for k in ("level", "model_us_gpu", "model_us_node", "swaps",
+                                         "swap_max_gpu_rows_before", "swap_max_gpu_rows_after")
+                               if (v := value(stats, f"system.moe.hiermoe.{k}")) is not None}
+                   or None,
                    "dedup": dedup_levels(stats),
                    "row_bytes": None}
             if row["dedup"]:
