@@ -161,7 +161,8 @@ def format_tables(rows, schemes):
             if r["dedup"]:
                 seen.setdefault(tuple(r["dedup"]), []).append(r["scheme"])
         for dedup, who in seen.items():
-            lines += [f"Deduplication per level ({', '.join(who)}; {row_bytes} B rows):", "",
+            lines += [f"Deduplication per level ({', '.join(who)}; {row_bytes} B rows; rows and "
+                      f"MB over all GPUs, dispatch direction):", "",
                       "| level | group | rows before | rows after | MB before | MB after | saved |",
                       "|---|---|---:|---:|---:|---:|---:|"]
             for i, name, size, before, after, saved in dedup:
