@@ -140,6 +140,13 @@ class Simulation:
                 f"({', '.join(unfinished(self)[:8])}):\n" + diagnose(self, int(st.sys[0].q_now)),
                 exit_code=3)
         self.stats = collect_stats(st, self.launches, self.program, host_seconds, t1 - t0)
+        if self.stopped and error is None:
+            # only in a stopped run (a complete run's stats stay as they were): what is partial
+            # and why, in the stat's description, for whoever reads stats.txt / stats.json later
+            self.stats.add("simStopped", 1, "",
+                           f"the run is partial: {self.stopped}; the stats cover the run up to "
+                           f"there, a MoE layer's only the kernels and phases finished on every "
+                           f"GPU (system.moe.launches_finished)")
         if error is not None:
             evaluate_report(self, strict=False)
             self._finish_observers(observers, error)
