@@ -134,7 +134,7 @@ ERR_DY_UNPLACED = 44       # dymultimem.ld_reduce: a target holds no layout row 
 ERR_MULTI_EMPTY = 45       # send_to_experts / st.rowsp.experts: the mask names no expert
 ERR_MULTI_GPUS = 46        # ... experts on different GPUs, or one expert (or id) named twice
 ERR_MULTI_MANY = 47        # ... mask bits outside 0-7, registers past r31, more than a row ring holds
-ERR_CAIS_ADDR = 50         # ld.cais / red.cais: address outside every registered group of this GPU and the home
+ERR_CAIS_ADDR = 50         # ld.cais / red.cais / sync.cais: address outside every registered group of this GPU and the home
 ERROR_TEXT = {
     ERR_DY_COUNT: "dymultimem target count of 0 or above system.switch.nvls.dysharp.max_targets",
     ERR_DY_TARGET: "dymultimem target list names an expert outside its dynamic object (0 .. "
@@ -161,7 +161,8 @@ ERROR_TEXT = {
                    "registered row size - it stores whole rows - or a named row already stored to)",
     ERR_CAIS_ADDR: "ld.cais / red.cais address outside every registered CAIS group (workload.cais: a "
                    "buffer and its GPUs) that holds both this GPU and the home GPU, or the range runs "
-                   "past the group's buffer",
+                   "past the group's buffer; or a sync.cais flag outside every group holding this "
+                   "GPU",
     ERR_ROWSP_REGISTER: "rowsp.malloc of an expert id out of range (workload.moe.num_experts) or a "
                         "row size of 0 or above the window slot (workload.moe.row_bytes)",
     ERR_MOE_EXPERT: "expert id out of range (workload.moe.num_experts), or claim/release of an expert "
