@@ -125,8 +125,9 @@ def _pack(address, state):
 # Any other namedtuple (a test's, a user's) is packed by an uncached copy: Numba's cache index
 # pickles every cached version's argument types, and one naming a class another process cannot
 # import (a test module's namedtuple) makes the whole index unreadable there - every later run
-# would fail to load `_pack`.
-_pack_uncached = njit(cache=False, _nrt=False)(_pack.py_func)
+# would fail to load `_pack`. (Under NUMBA_DISABLE_JIT, the pure-Python engine, `_pack` is the
+# plain function and never called: state_ref hands the namedtuple itself.)
+_pack_uncached = njit(cache=False, _nrt=False)(getattr(_pack, "py_func", _pack))
 _ENGINE_STATE_MODULE = "moehub_arch.composition"
 
 
