@@ -281,7 +281,7 @@ def _silu(x):
 
 # ---- issue -------------------------------------------------------------------------------------
 
-@inline
+@compiled
 def sm_issue(st, sm, tick):
     """EV_SM_ISSUE: issue up to issue_width instructions from ready TBs, then sleep or re-arm."""
     if st.sm[sm].next_issue != tick:
@@ -337,7 +337,7 @@ def _block(st, slot, state, tick):
     trace_tb(st, slot, TR_TB_WAIT, state, 0, tick)
 
 
-@inline
+@compiled
 def _execute(st, slot, sm, tick, cyc):
     """Execute the instruction at the TB's pc (all semantics; dispatch by integer semantic id)."""
     pc = st.tb[slot].pc
