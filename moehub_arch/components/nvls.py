@@ -536,9 +536,11 @@ def answer_read(st, g, c, pkt, kind, tick):
 
 @compiled
 def queue_read_data(st, g, pkt):
-    """Queue an answered switch read (NVLS's, DySHARP's, the CAIS merge unit's) in GPU g's one
-    read-data FIFO (State.mm_rdq: the hub sends the answers up in the order the reads came) and
-    kick the hub for when it is ready."""
+    """Queue an answered switch read (NVLS's, the CAIS merge unit's) in GPU g's one read-data
+    FIFO (State.mm_rdq: the hub sends the answers up in the order the reads came; their data is
+    ready in about that order, one HBM read each) and kick the hub for when it is ready. DySHARP's
+    answers, whose AL-TLB lookups can miss, go in by readiness
+    (dysharp.queue_read_data_by_ready)."""
     gp = st.gpu[g]
     st.mm_rdq[g, (gp.mm_rdq_head + gp.mm_rdq_count) % st.mm_rdq.shape[1]] = pkt
     gp.mm_rdq_count += 1
