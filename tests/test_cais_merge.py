@@ -11,6 +11,10 @@ configs/ubench/cais_merge.yaml (workloads/kernels/ubench/cais_merge.s): every GP
 - a group member that never sends: the entry's timer writes the partial sum home;
 - a GPU that starts late: without throttling the early GPUs evict each other's partial sums,
   with system.switch.cais.throttle they wait and every line is merged by all, bit for bit;
+- CAIS's merging-aware thread-block coordination (sync.cais, the switch's group sync table): the
+  same late GPU, no throttle: the early GPUs' thread blocks wait at their pre-access sync, the
+  requests meet, no eviction, every line merged by all four, bit for bit; a sync flag outside
+  every group and a sync table of 0 entries are errors (exit 2);
 - bad input: ld.cais outside a registered group (exit 2), a merge table of 0 entries (exit 2);
 - the Numba and pure-Python engines give identical stats;
 - TP scheme cais (red.cais reduce-scatter, ld.cais all-gather): the tiny transformer layer at
@@ -126,15 +130,21 @@ def test_a_member_that_never_sends_is_timed_out(tmp_path):
     assert np.array_equal(sim.read_buffer(0, "acc"), want)
 
 
-def skewed(throttle, P=4, tbs=2, nbytes=1024):
+def skewed(throttle, P=4, tbs=2, nbytes=1024, sync=False):
     """GPUs 0 .. P-2 start at once, GPU P-1 1 us later (host_delay), one link, a table of 2
-    entries per port: the early GPUs fill the table with lines the late one has yet to reach."""
-    params = '{data: "@data", acc: "@acc", got: "@got", home: 0, bytes: %d}' % nbytes
+    entries per port: the early GPUs fill the table with lines the late one has yet to reach.
+    sync: each thread block first syncs its group (thread block b of every GPU) in the switch's
+    group sync table (a registered i64 flag per thread block)."""
+    params = ('{data: "@data", acc: "@acc", got: "@got", home: 0, bytes: %d, sync: %s}'
+              % (nbytes, '"@sync"' if sync else -1))
     early = ", ".join(str(g) for g in range(P - 1))
+    flags = (f"workload.buffers.sync={{bytes: {tbs * 8}B, region: control, dtype: i64}}",
+             "workload.cais=[{buffer: data}, {buffer: acc}, {buffer: sync}]") if sync else ()
     return tiny(P, links=1, tbs=tbs, nbytes=nbytes) + (
         "system.switch.cais.entries_per_port=2", f"system.switch.cais.throttle={throttle}",
         f"workload.launches=[{{kernel: cais_merge, grid: {tbs}, gpus: [{early}], params: {params}}}, "
-        f"{{kernel: cais_merge, grid: {tbs}, gpus: [{P - 1}], host_delay: 1us, params: {params}}}]")
+        f"{{kernel: cais_merge, grid: {tbs}, gpus: [{P - 1}], host_delay: 1us, params: {params}}}]"
+    ) + flags
 
 
 def test_throttling_holds_back_the_gpus_that_run_ahead():
@@ -159,6 +169,36 @@ def test_throttling_holds_back_the_gpus_that_run_ahead():
     assert b["simTicks"] < a["simTicks"]
 
 
+def test_group_sync_turns_evictions_into_complete_merges():
+    """The same late GPU without throttling, but each thread block first syncs its group of
+    matching thread blocks in the switch's group sync table: the early GPUs' thread blocks wait
+    1 us at the sync (the late GPU's delay), their requests then meet the late GPU's in the
+    merge table - no eviction or timeout (62 and 2 without the sync), every line of both the
+    reduction and the load completed by all four GPUs and written home or read once, the
+    reference sum bit for bit, sooner."""
+    P, tbs, lines = 4, 2, 2 * 1024 // LINE
+    off = run(*skewed("false"))
+    on = run(*skewed("false", sync=True))
+    assert run_invariants(on) == []
+    check_result(on, P, exact=True)
+    a, b = off.stats, on.stats
+    assert (a["system.cais.evictions"], a["system.cais.complete_groups"],
+            a["system.cais.sync_arrivals"]) == (62, 0, 0)
+    assert (b["system.cais.evictions"], b["system.cais.timeouts"], b["system.cais.throttles"],
+            b["system.cais.complete_groups"], b["system.cais.home_writes"],
+            b["system.cais.memory_reads"]) == (0, 0, 0, 2 * lines, lines, lines)
+    assert b["system.cais.merges"] == (P - 1) * 2 * lines
+    assert b["system.cais.complete_fraction"] == 1.0
+    # one arrival per thread block and GPU, one release per group (thread block index)
+    assert (b["system.cais.sync_arrivals"], b["system.cais.sync_releases"]) == (P * tbs, tbs)
+    assert b["system.cais.sync_wait_max"] == 1_000_000      # the late GPU's 1 us
+    assert b["system.cais.sync_full_stalls"] == 0 and b["system.cais.sync_table_peak"] <= tbs
+    for g in range(P):
+        assert (b[f"system.gpu{g}.cais.sync_arrivals"], b[f"system.gpu{g}.cais.sync_releases"]) \
+            == (tbs, tbs)
+    assert b["simTicks"] < a["simTicks"]
+
+
 def _cli(*args):
     return subprocess.run([sys.executable, "-m", "moehub_arch", "run", str(CONFIGS / CONFIG),
                            *args], capture_output=True, text=True)
@@ -169,6 +209,22 @@ def test_ld_cais_outside_a_registered_group_is_an_error(tmp_path):
              "workload.cais=[{buffer: acc}]", "-o", str(tmp_path))
     assert r.returncode == 2, r.stderr
     assert "ld.cais / red.cais address outside every registered CAIS group" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_sync_cais_outside_a_registered_group_is_an_error(tmp_path):
+    """The sync flag buffer exists but is not registered with workload.cais."""
+    args = skewed("false", tbs=1, nbytes=256, sync=True)[:-1]
+    r = _cli(*(f"--set={o}" for o in args), "-o", str(tmp_path))
+    assert r.returncode == 2, r.stderr
+    assert "sync.cais flag outside every group" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_a_group_sync_table_of_zero_entries_is_a_config_error(tmp_path):
+    r = _cli("--set", "system.switch.cais.sync_entries=0", "-o", str(tmp_path))
+    assert r.returncode == 2, r.stderr
+    assert "system.switch.cais.sync_entries" in r.stderr
     assert "Traceback" not in r.stderr
 
 
@@ -188,6 +244,11 @@ def test_numba_and_python_engines_agree(tmp_path):
                                *(f"--set={a}" for a in skewed("true", tbs=1, nbytes=512)))
     assert out["numba"]["system.cais.throttles"] > 0
     assert out["numba"] == out["python"]
+    out = cli_stats_per_engine(CONFIGS / CONFIG, tmp_path / "sync",
+                               *(f"--set={a}" for a in skewed("false", tbs=1, nbytes=512,
+                                                               sync=True)))
+    assert out["numba"]["system.cais.sync_releases"] == 1
+    assert out["numba"] == out["python"]
 
 
 def test_tp_block_scheme_cais_is_the_reference_bit_for_bit():
@@ -204,6 +265,14 @@ def test_tp_block_scheme_cais_is_the_reference_bit_for_bit():
     assert st["system.cais.complete_groups"] == st["system.cais.allocations"]
     assert st["system.cais.memory_reads"] + st["system.cais.home_writes"] == \
         st["system.cais.allocations"]
+    # the group sync (workload.block.cais_sync, on by default): one release per slice of each
+    # channel (4 collectives x 2 channels x 4 slices of 64 elements), every GPU arriving once
+    assert (st["system.cais.sync_releases"], st["system.cais.sync_arrivals"]) == (32, 4 * 32)
+    off = simulate("experiments/tp/functional_transformer.yaml", "workload.block.scheme=cais",
+                   "workload.block.cais_sync=false")
+    assert off.stats["system.block.output_max_abs_error"] == 0.0
+    assert off.stats["system.cais.sync_arrivals"] == 0
+    assert off.stats["system.cais.complete_groups"] == st["system.cais.complete_groups"]
 
 
 def test_tp_block_cais_fusion_is_the_reference_bit_for_bit():
@@ -226,6 +295,9 @@ def test_tp_block_cais_fusion_is_the_reference_bit_for_bit():
     assert st["system.cais.memory_reads"] == st["system.cais.home_writes"] == lines // 2
     kernels = [l.kernel for l in sim.cfg.workload.launches]
     assert kernels.count("cais_tp_collective") == 2 and kernels.count("tp_gemm_cais") == 2
+    # group syncs: the FFN's two collectives 2 channels x 4 slices each, the QKV GEMM one per row
+    # tile (2 of 16 rows, before its job 0 pulls the rows), the output projection one per job (2)
+    assert (st["system.cais.sync_releases"], st["system.cais.sync_arrivals"]) == (20, 4 * 20)
 
 
 def test_cais_fusion_needs_scheme_cais(tmp_path):

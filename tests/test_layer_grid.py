@@ -69,6 +69,20 @@ def test_small_grid_runs_as_a_sweep_and_resumes(grid_tool, tmp_path, monkeypatch
     assert len(marks) == 3
     assert grid_tool.main(args) == 0
     assert sorted(p.stat().st_mtime_ns for p in (out / "points").glob("*/done.json")) == marks
+    # --report runs nothing: the same table from the finished points; a point not run is marked
+    report = ["--grid", "moehub_paper", "--outdir", str(out), "--report", "--markdown",
+              str(tmp_path / "r.md")]
+    assert grid_tool.main(report) == 0
+    (full,) = [line for line in (tmp_path / "r.md").read_text().splitlines() if "| 4 | 64 |" in line]
+    assert "not run" not in full and f"{hub:.1f}" in full
+    tutel = next(p for p in (out / "points").iterdir() if p.name.startswith("scheme=tutel"))
+    (tutel / "done.json").unlink()
+    assert grid_tool.main(report + ["--json", str(tmp_path / "r.json")]) == 0
+    (part,) = [line for line in (tmp_path / "r.md").read_text().splitlines() if "| 4 | 64 |" in line]
+    assert part.endswith("| not run |") and f"{hub:.1f}" in part
+    data = json.loads((tmp_path / "r.json").read_text())
+    assert (data["points"], data["points_finished"]) == (3, 2)
+    assert data["summary"]["megatron"]["cells"] == 1 and "tutel" not in data["summary"]
 
 
 

@@ -3,6 +3,7 @@
 
     python tools/layer_table.py --grid moehub_paper --quick --json out.json
     python tools/layer_table.py --grid moehub_paper --workers 2 --markdown grid.md
+    python tools/layer_table.py --grid moehub_paper --report      # the finished points only
     python tools/layer_table.py --grid moehub_paper --scheduler tcp://HOST:8786   # Dask cluster
 
 `moehub_paper` is the MoE-Hub paper's comparison (arXiv 2605.05888): schemes moehub, megatron,
@@ -103,7 +104,7 @@ def collect(rows):
         key = (v["workload.layer.model"], p, int(v["workload.layer.tokens_per_gpu"]) * p,
                float(v["workload.layer.routing.std"]), v["scheme"])
         out[key] = r["stats"] if r["status"].startswith("ok") else None
-    return out
+    return out  # a point absent from `rows` (not run yet) is absent here; a failed one is None
 
 
 def summarize(grid, cs, results):
@@ -115,8 +116,8 @@ def summarize(grid, cs, results):
                 "schemes": {}, "speedup": {}}
         if why is None:
             for s in grid["schemes"]:
-                st = results.get((m, p, total, std, s))
-                cell["schemes"][s] = st
+                if (m, p, total, std, s) in results:  # else not run (yet): absent from the cell
+                    cell["schemes"][s] = results[(m, p, total, std, s)]
             hub = cell["schemes"].get(HUB)
             for b in baselines:
                 base = cell["schemes"].get(b)
@@ -131,6 +132,10 @@ def summarize(grid, cs, results):
             summary[b] = {"cells": len(xs), "min": min(xs), "max": max(xs),
                           "geomean": math.exp(sum(math.log(x) for x in xs) / len(xs))}
     return table, summary
+
+
+def _missing(cell, scheme):
+    return "failed" if scheme in cell["schemes"] else "not run"
 
 
 def markdown(grid, table, summary):
@@ -149,14 +154,14 @@ def markdown(grid, table, summary):
             first += [f"{hub['system.moe.layer_time_us']:.1f}",
                       f"{hub['system.moe.ideal_layer_fraction']:.1%}"]
         else:
-            first += ["failed", ""]
+            first += [_missing(c, HUB), ""]
         for b in baselines:
             x = c["speedup"].get(b)
             base = c["schemes"].get(b)
             note = ""
             if base and base.get("system.moe.rows_dropped"):
                 note = f" ({int(base['system.moe.rows_dropped'])} dropped)"
-            first.append("failed" if base is None else (f"{x:.2f}x{note}" if x else ""))
+            first.append(_missing(c, b) if base is None else (f"{x:.2f}x{note}" if x else ""))
         lines.append("| " + " | ".join(first) + " |")
     lines += ["", "| baseline | cells | min | geomean | max |", "|---|---|---|---|---|"]
     for b in baselines:
@@ -181,9 +186,12 @@ def main(argv=None):
     ap.add_argument("--hub-design", choices=sorted(p.stem for p in DESIGNS_DIR.glob("*.yaml")),
                     help="run scheme moehub with this hub design (configs/hub/designs/; default: "
                          "the grid config's, published)")
+    ap.add_argument("--report", action="store_true",
+                    help="run nothing: the table of the points that have finished (an interrupted "
+                         "grid's or one still running); the others are marked 'not run'")
     args = ap.parse_args(argv)
     from moehub_arch.config import ConfigError
-    from moehub_arch.sweep import SweepError, load_sweep, run_sweep
+    from moehub_arch.sweep import SweepError, finished_rows, load_sweep, run_sweep
     grid = GRIDS[args.grid]
     name = args.grid + ("_quick" if args.quick else "") + (f"_{args.hub_design}" if args.hub_design
                                                              else "")
@@ -194,8 +202,13 @@ def main(argv=None):
         path, cs = write_sweep(args.grid + (f"_{args.hub_design}" if args.hub_design else ""),
                                grid, args.quick, outdir, args.hub_design)
         sweep = load_sweep(path, outdir)
-        _, rows = run_sweep(sweep, workers=args.workers, scheduler=args.scheduler,
-                            progress=not args.quiet)
+        if args.report:
+            done = finished_rows(sweep)
+            rows = [done[p.id] for p in sweep.points if p.id in done]
+            print(f"{len(rows)} of {len(sweep.points)} points finished (in {outdir})")
+        else:
+            _, rows = run_sweep(sweep, workers=args.workers, scheduler=args.scheduler,
+                                progress=not args.quiet)
     except (SweepError, ConfigError) as e:
         print(f"layer_table: {e}", file=sys.stderr)
         return 2
@@ -207,6 +220,8 @@ def main(argv=None):
     if args.json:
         Path(args.json).write_text(json.dumps({
             "grid": args.grid, "quick": args.quick, "config": grid["config"],
+            "points": len(sweep.points), "points_finished": sum(
+                r["status"].startswith("ok") for r in rows),
             "hub_design": args.hub_design or "published",
             "schemes": grid["schemes"], "cells": table, "summary": summary}, indent=1))
     failed = [r["point"].id for r in rows if r["status"] == "error"]

@@ -12,7 +12,9 @@ Configs: configs/experiments/tp/<model>_layer_<scheme>.yaml (prefill, the model'
 tokens unless --tokens); `cais_fused` is the cais config with workload.block.cais_fusion=true
 (the attention's collectives fused into its GEMMs: README "In-switch computing: CAIS merge
 unit"); `cais_throttle` (and `cais_fused_throttle`) add system.switch.cais.throttle=true (the
-switch holds back GPUs that run ahead). Each run writes its output directory under --outdir (default out/tp/<model>_<scheme>);
+switch holds back GPUs that run ahead); `cais_nosync` (and `cais_fused_nosync`) turn CAIS's
+merging-aware thread-block coordination off (workload.block.cais_sync=false: no group sync
+table, only the common request order). Each run writes its output directory under --outdir (default out/tp/<model>_<scheme>);
 a run made from the same inputs is reused (tools/run_cache.py; --force re-runs). Runs go through
 `moehub-sim run`, one at a time unless --jobs, niced.
 """
@@ -33,7 +35,10 @@ SCHEMES = ("tp_ring", "sp_ring", "tp_nvls", "sp_nvls", "cais", "cais_fused")
 VARIANTS = {"cais_fused": ("cais", ["workload.block.cais_fusion=true"]),
             "cais_throttle": ("cais", ["system.switch.cais.throttle=true"]),
             "cais_fused_throttle": ("cais", ["workload.block.cais_fusion=true",
-                                             "system.switch.cais.throttle=true"])}
+                                             "system.switch.cais.throttle=true"]),
+            "cais_nosync": ("cais", ["workload.block.cais_sync=false"]),
+            "cais_fused_nosync": ("cais", ["workload.block.cais_fusion=true",
+                                           "workload.block.cais_sync=false"])}
 PHASES = ("norm", "qkv", "attention", "o_proj", "residual", "ffn")
 
 
@@ -59,6 +64,8 @@ def run_one(model, scheme, tokens, outdir, force):
            "cais_peak_bytes": v.get("system.cais.table_peak_bytes_per_port", 0),
            "evictions": v.get("system.cais.evictions", 0),
            "timeouts": v.get("system.cais.timeouts", 0),
+           "merged": v.get("system.cais.complete_fraction", 0.0),
+           "sync_wait_us": v.get("system.cais.sync_wait_mean", 0) * 1e-6,
            "full_stalls": v.get("system.cais.full_stalls", 0),
            "skew_mean_us": v.get("system.cais.request_skew_mean", 0) * 1e-6,
            "skew_max_us": v.get("system.cais.request_skew_max", 0) * 1e-6}
@@ -83,8 +90,9 @@ def main(argv=None):
     with ThreadPoolExecutor(max(1, a.jobs)) as pool:
         rows = list(pool.map(lambda c: run_one(*c, a.tokens, a.outdir, a.force), cells))
     print("| model | scheme | layer us | norms | QKV | attention | out proj | residuals | FFN | "
-          "collectives | gaps | link util | switch buffer peak / port | evictions / timeouts |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "collectives | gaps | link util | switch buffer peak / port | evictions / timeouts | "
+          "merged | sync wait |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     result = {}
     for (m, s), r in zip(cells, rows):
         result[f"{m}/{s}"] = r
@@ -94,12 +102,15 @@ def main(argv=None):
         if s.startswith("cais"):
             buf = f"{r['cais_peak']:.0f} entries ({r['cais_peak_bytes'] / 1024:.1f} KB)"
             ev = f"{r['evictions']:.0f} / {r['timeouts']:.0f}"
+            merged = f"{100 * r['merged']:.1f}%"
+            wait = f"{r['sync_wait_us']:.2f} us" if r["sync_wait_us"] else "-"
         elif r["nvls_buffer"]:
-            buf, ev = f"{r['nvls_buffer'] / 1024:.0f} KB (NVLS)", "-"
+            buf, ev, merged, wait = f"{r['nvls_buffer'] / 1024:.0f} KB (NVLS)", "-", "-", "-"
         else:
-            buf, ev = "-", "-"
+            buf, ev, merged, wait = "-", "-", "-", "-"
         print(f"| {m} | {s} | {r['time']:.0f} | " + " | ".join(f"{r[p]:.0f}" for p in PHASES)
-              + f" | {r['collectives']:.0f} | {r['gaps']:.0f} | {r['util']:.1f}% | {buf} | {ev} |")
+              + f" | {r['collectives']:.0f} | {r['gaps']:.0f} | {r['util']:.1f}% | {buf} | {ev} | "
+              f"{merged} | {wait} |")
     if a.json:
         a.json.write_text(json.dumps(result, indent=1))
     return 0

@@ -54,10 +54,27 @@ the others on every line the table keeps - waits at its input port instead of ev
 entry completes (or times out); a GPU behind on some entry still evicts the LRU entry (holding it
 could block, on the same input port, the requests that complete the table). CAIS throttles GPUs
 that run ahead of their group; this rule is the model's reading of it (CAIS publishes no finer
-detail). Not modelled: CAIS's groups of matching thread blocks and the group sync table (its
-coordination before the requests are sent) and the thread-block-level dataflow plan; the merge
-unit merges whatever requests meet in its table, and `request_skew` shows how far apart the
-GPUs' requests for one address came.
+detail).
+
+Merging-aware thread-block coordination (CAIS: the compiler groups the thread blocks whose
+request addresses do not depend on the GPU id - the same thread block of the same kernel on every
+GPU - and synchronises each group before it accesses, through a group sync table in the switch,
+so the group's requests for one line reach the merge table close together): `sync.cais flag,
+value` sends a header-only arrival (PK_CAIS_SYNC) to the switch that the flag's address hashes
+to (as a request line's address picks its switch: the same switch from every GPU). The switch's
+group sync table (system.switch.cais.sync_entries entries per switch, one per group in flight,
+keyed by the flag's address) counts the arrivals; when every member GPU of the flag's CAIS group
+has arrived it sends each one a release (PK_CAIS_GO, response channel) that writes `value` into
+the member's flag, where the thread block waits (`wait.ge`). The arrival leaves the GPU behind
+every request issued before it (the hub's one FIFO), so a release also says that every member
+has sent its group's previous requests: a GPU runs at most one group ahead of the slowest. A
+full sync table makes the arrival wait at its input port until a group is released
+(back-pressure). The pre-access sync bounds the skew at its source (before the requests leave
+the GPUs); the throttle above acts on whatever skew is left inside the switch, and the two
+combine (the throttle is off by default, the sync is used by the TP scheme cais unless
+workload.block.cais_sync is false). Not modelled: the thread-block-level dataflow plan across
+kernels; the merge unit merges whatever requests meet in its table, and `request_skew` shows
+how far apart the GPUs' requests for one address came.
 """
 import numpy as np
 from ..engine.jit import compiled
@@ -66,11 +83,12 @@ from ..engine.events import timer_clear, timer_set
 from ..engine.state import ROUTE_FIRST, ROUTE_N
 from ..isa.encoding import DT_BF16, DT_NONE
 from .elements import load_f32, store_f32
-from .hbm import hbm_backed
+from .hbm import hbm_backed, write_word
 from .nvlink import pick_switch_output, txq_push, txq_room
 from .nvls import answer_read, queue_read_data
-from .packet import (PK_CAIS_DATA, PK_CAIS_LD, PK_CAIS_READ, PK_CAIS_REPLY, PK_CAIS_WRITE,
-                     VC_REQUEST, VC_RESPONSE, header_flits, packet_alloc, packet_flits)
+from .packet import (PK_CAIS_DATA, PK_CAIS_GO, PK_CAIS_LD, PK_CAIS_READ, PK_CAIS_REPLY,
+                     PK_CAIS_SYNC, PK_CAIS_WRITE, VC_REQUEST, VC_RESPONSE, header_flits,
+                     packet_alloc, packet_flits)
 from .wakeups import xbar_kick
 from .block import Array, Block, Event, Param, Record, Stat, StatGroup, Timer, counters, fields
 
@@ -86,6 +104,11 @@ GRP_BASE, GRP_BYTES, GRP_MASK, GRP_MEMBERS = range(4)      # columns of State.ca
  T_CONFLICTS, T_READS, T_WRITES, T_REPLIES, T_DONE, T_SKEW_SUM, T_SKEW_MAX, T_WAITERS,
  T_FULL_STALLS, T_TIMER, T_NLIVE, T_NFREE, T_THROTTLES) = range(22)
 TAB_COLUMNS = 22
+S_FREE, S_WAIT = range(2)   # group sync table entry states
+# columns of State.cais_sync_tab, one row per switch (its group sync table)
+(SY_USED, SY_PEAK, SY_ARRIVALS, SY_RELEASES, SY_WAIT_SUM, SY_WAIT_MAX, SY_WAITERS,
+ SY_FULL_STALLS) = range(8)
+SYNC_COLUMNS = 8
 
 
 def _on(cfg):
@@ -94,6 +117,15 @@ def _on(cfg):
 
 def _tables(cfg):
     return cfg.system.switch.count * cfg.system.nodes.count * cfg.system.num_gpus if _on(cfg) else 1
+
+
+def _switches(cfg):
+    return cfg.system.switch.count * cfg.system.nodes.count
+
+
+def _sync_entries(cfg):
+    """Entries of every switch's group sync table."""
+    return _switches(cfg) * cfg.system.switch.cais.sync_entries if _on(cfg) else 1
 
 
 def _writeback_slots(cfg):
@@ -168,6 +200,14 @@ def check_cais(sim, out):
               gp.cais_reads_rx.sum())
     out.equal("merged writes received by the homes vs sent by the switches",
               gp.cais_writes_rx.sum(), tab[:, T_WRITES].sum())
+    out.check(st.cais_sync.state == S_FREE, "CAIS group sync table entries still held (a member "
+              "never arrived)",
+              lambda e: f"entry {e} (flag address {int(st.cais_sync[e].addr)}, arrived GPU mask "
+                        f"{int(st.cais_sync[e].mask):#x}, group {int(st.cais_sync[e].group)})")
+    out.equal("sync.cais releases received vs arrivals sent", gp.cais_go_rx.sum(),
+              gp.cais_sync_tx.sum())
+    out.equal("sync.cais arrivals taken by the switches vs sent by the GPUs",
+              st.cais_sync_tab[:, SY_ARRIVALS].sum(), gp.cais_sync_tx.sum())
 
 
 def cais_findings(sim):
@@ -184,6 +224,18 @@ def cais_findings(sim):
                        f"{t % int(st.p[0].num_gpus)} ({int(st.cais_tab[t, T_USED])} of "
                        f"{int(st.cais_tab[t, T_CAP])} in use, none evictable; "
                        f"system.switch.cais.entries_per_port)")
+        s = int(st.ch[c].cais_wait_sync) - 1
+        if s >= 0:
+            res.append(f"system.switch{int(st.ch[c].switch)}.port{int(st.ch[c].port)}: sync.cais "
+                       f"waits for a group sync table entry of switch {s} ("
+                       f"{int(st.cais_sync_tab[s, SY_USED])} groups in flight; "
+                       f"system.switch.cais.sync_entries)")
+    waiting = [e for e in range(st.cais_sync.shape[0]) if int(st.cais_sync[e].state) == S_WAIT]
+    for e in waiting[:8]:
+        y = st.cais_sync[e]
+        res.append(f"CAIS group sync table: flag address {int(y.addr)} waits for GPUs outside mask "
+                   f"{int(y.mask):#x} (group {int(y.group)}: a member's matching thread block has "
+                   f"not arrived)")
     return res
 
 
@@ -249,12 +301,17 @@ BLOCK = Block(
               lambda cfg: int(cfg.system.switch.cais.throttle),
               "config: system.switch.cais.throttle (CAIS arXiv 2605.05628 throttles GPUs that run "
               "ahead; off by default)"),
+        Param("cais_sync_entries", "system.switch.cais.sync_entries", "entries",
+              "group sync table entries per switch", lambda cfg: cfg.system.switch.cais.sync_entries,
+              "config: system.switch.cais.sync_entries (assumption: CAIS gives no size)"),
         Param("cais_writeback_slots", "", "slots", "write-back slots per port",
               _writeback_slots, "derived: output_queue_packets + rx_buffer_flits + 1 (the writes "
               "a port's queue, link and the home's buffer hold)"),
     ),
     records=(Record("cais_entry", "merge-table entries of every switch (tables: State.cais_tab)",
-                    count=_entries),),
+                    count=_entries),
+             Record("cais_sync", "group sync table entries, sync_entries per switch (counters: "
+                    "State.cais_sync_tab)", count=_sync_entries)),
     arrays=(Array("cais_groups", "CAIS groups: base, bytes, member mask, members (builder)",
                   lambda cfg: (max(1, len(cfg.workload.cais)), 4)),
             Array("cais_tab", "one row per merge table (switch x home GPU): layout and counters "
@@ -267,7 +324,12 @@ BLOCK = Block(
             Array("cais_live", "per table (from its base): the entries in use (a list; T_NLIVE)",
                   lambda cfg: (_entries(cfg),)),
             Array("cais_free", "per table (from its base): its free slots (a stack; T_NFREE)",
-                  lambda cfg: (_entries(cfg),))),
+                  lambda cfg: (_entries(cfg),)),
+            Array("cais_sync_tab", "one row per switch: its group sync table's counters (SY_*)",
+                  lambda cfg: (_switches(cfg) if _on(cfg) else 1, SYNC_COLUMNS)),
+            Array("cais_sync_req", "per sync entry and member: its sync.cais request (answered "
+                  "on release)", lambda cfg: (_sync_entries(cfg),
+                                              cfg.system.num_gpus if _on(cfg) else 1), fill=-1)),
     fields=fields("cais_entry", ("state", "E_* above"), ("addr", "address at the home"),
                   ("home", "home GPU"), ("tab", "its table"), ("group", "CAIS group"),
                   ("elem", "element type (red)"), ("line", "request line bytes"),
@@ -275,11 +337,16 @@ BLOCK = Block(
                   ("served", "ld: GPUs answered"), ("timer_at", "when its timer expires"),
                   ("first", "tick of the first request"), ("last", "tick of the latest"),
                   ("use", "LRU stamp"), ("pos", "its place in the table's live list"))
+    + fields("cais_sync", ("state", "S_* above"), ("addr", "the group's flag address"),
+             ("group", "CAIS group"), ("value", "value the release writes"),
+             ("count", "members arrived"), ("mask", "GPUs arrived"), ("served", "GPUs released"),
+             ("first", "tick of the first arrival"), ("last", "tick of the latest"))
     + fields("ch", ("cais_wait_tab", "1 + the table this input's request channel waits on (0: none)"),
-             ("cais_wait_since", ""))
+             ("cais_wait_since", ""),
+             ("cais_wait_sync", "1 + the switch whose full group sync table this input waits on"))
     + fields("gpu", ("cais_ld_tx", ""), ("cais_red_tx", ""), ("cais_replies_rx", ""),
              ("cais_reads_rx", ""), ("cais_data_tx", ""), ("cais_writes_rx", ""),
-             ("cais_contribs_rx", ""))
+             ("cais_contribs_rx", ""), ("cais_sync_tx", ""), ("cais_go_rx", ""))
     + fields("sys", ("cais_clock", "LRU stamps handed out")),
     stats=(
         StatGroup("gpu", "cais", counters((
@@ -291,6 +358,9 @@ BLOCK = Block(
              "GPU's memory"),
             ("home_contributions", "cais_contribs_rx", "count", "red.cais contributions those "
              "writes carried"),
+            ("sync_arrivals", "cais_sync_tx", "packets", "sync.cais arrivals sent to the group "
+             "sync tables"),
+            ("sync_releases", "cais_go_rx", "packets", "group sync releases received"),
         )) + (
             Stat("table_peak", "entries", "peak entries in use of the switches' tables toward this "
                  "GPU (largest over switches)",
@@ -338,6 +408,24 @@ BLOCK = Block(
                  "of a complete entry", lambda i: _skew_mean(i.st.cais_tab)),
             Stat("request_skew_max", "ps", "largest such time",
                  lambda i: int(_tab(i.st, T_SKEW_MAX).max())),
+            Stat("complete_fraction", "ratio", "complete_groups / allocations: the share of entries "
+                 "every GPU of the group reached", lambda i: (
+                     int(_tab(i.st, T_DONE).sum()) / max(1, int(_tab(i.st, T_ALLOCS).sum())))),
+            Stat("sync_arrivals", "count", "sync.cais arrivals taken by the group sync tables",
+                 lambda i: int(i.st.cais_sync_tab[:, SY_ARRIVALS].sum())),
+            Stat("sync_releases", "count", "groups released (every member arrived)",
+                 lambda i: int(i.st.cais_sync_tab[:, SY_RELEASES].sum())),
+            Stat("sync_table_peak", "entries", "largest number of groups in flight in one switch's "
+                 "group sync table (system.switch.cais.sync_entries)",
+                 lambda i: int(i.st.cais_sync_tab[:, SY_PEAK].max())),
+            Stat("sync_wait_mean", "ps", "mean time from a group's first arrival to its last (what "
+                 "the first thread block waited)", lambda i: (
+                     int(i.st.cais_sync_tab[:, SY_WAIT_SUM].sum())
+                     / max(1, int(i.st.cais_sync_tab[:, SY_RELEASES].sum())))),
+            Stat("sync_wait_max", "ps", "largest such time",
+                 lambda i: int(i.st.cais_sync_tab[:, SY_WAIT_MAX].max())),
+            Stat("sync_full_stalls", "count", "times an arrival waited for a group sync table entry",
+                 lambda i: int(i.st.cais_sync_tab[:, SY_FULL_STALLS].sum())),
         ), enabled=_stats_on),
     ),
     events=(Event("cais_timeout", EV_CAIS_TIMEOUT, "a merge table's timer expired (its earliest "
@@ -360,6 +448,17 @@ def cais_group(st, g, home, addr, nbytes):
                 and (o[GRP_MASK] >> g) & 1 and (o[GRP_MASK] >> home) & 1):
             return k
     return -1
+
+
+@compiled
+def cais_sync_peer(st, g, grp):
+    """A GPU of group grp other than g: GPU g's route toward it reaches every switch, so the
+    sync's link is picked from it (the flag's address picks the switch, cais_uplink)."""
+    mask = st.cais_groups[grp, GRP_MASK]
+    for m in range(st.p[0].num_gpus):
+        if m != g and (mask >> m) & 1:
+            return m
+    return g
 
 
 @compiled
@@ -395,6 +494,8 @@ def cais_switch(st, c, pkt, tick):
     k = st.pk[pkt].kind
     if k == PK_CAIS_DATA:
         return _data_fanout(st, c, pkt, tick)
+    if k == PK_CAIS_SYNC:
+        return _sync_request(st, c, pkt, tick)
     if k == PK_CAIS_LD:
         return _ld_request(st, c, pkt, tick)
     return _red_request(st, c, pkt, tick)
@@ -782,6 +883,125 @@ def _data_fanout(st, c, pkt, tick):
     return CAIS_SENT
 
 
+# ------------------------------------------------------------------------------ group sync table
+@compiled
+def _sync_request(st, c, pkt, tick):
+    """A thread block's sync.cais arrival (PK_CAIS_SYNC) at switch input c: count it in the
+    switch's group sync table under its flag's address; the last member's arrival releases the
+    group - a PK_CAIS_GO to every member, in GPU order from where an attempt stopped for want of
+    output room - and frees the entry."""
+    p = st.p[0]
+    G = p.num_gpus
+    pk = st.pk[pkt]
+    s = st.ch[c].switch
+    m = pk.src
+    E = p.cais_sync_entries
+    hit = -1
+    free = -1
+    for e in range(s * E, (s + 1) * E):
+        y = st.cais_sync[e]
+        if y.state == S_WAIT and y.addr == pk.addr:
+            hit = e
+            break
+        if y.state == S_FREE and free < 0:
+            free = e
+    tab = st.cais_sync_tab[s]
+    if hit < 0:
+        if free < 0:
+            return _wait_sync(st, c, s, tick)
+        hit = free
+        y = st.cais_sync[hit]
+        y.state = S_WAIT
+        y.addr = pk.addr
+        y.group = pk.mm_obj
+        y.value = pk.value
+        y.count = 0
+        y.mask = 0
+        y.served = 0
+        y.first = tick
+        tab[SY_USED] += 1
+        if tab[SY_USED] > tab[SY_PEAK]:
+            tab[SY_PEAK] = tab[SY_USED]
+    y = st.cais_sync[hit]
+    members = st.cais_groups[y.group, GRP_MEMBERS]
+    if not (y.mask >> m) & 1:
+        y.mask |= 1 << m
+        y.count += 1
+        y.last = tick
+        st.cais_sync_req[hit, m] = pk.req
+        tab[SY_ARRIVALS] += 1
+        if y.count == members:
+            wait = y.last - y.first
+            tab[SY_RELEASES] += 1
+            tab[SY_WAIT_SUM] += wait
+            if wait > tab[SY_WAIT_MAX]:
+                tab[SY_WAIT_MAX] = wait
+    elif y.count < members:
+        # this GPU's next sync on the flag before the group's release: after the release
+        return _wait_sync(st, c, s, tick)
+    if y.count < members:
+        return CAIS_SENT
+    for mm in range(G):
+        if (y.mask >> mm) & 1 and not (y.served >> mm) & 1:
+            out = pick_switch_output(st, s, mm, VC_RESPONSE)
+            if out < 0:
+                return G + mm
+            _release_member(st, hit, mm, out, tick)
+            y.served |= 1 << mm
+    y.state = S_FREE
+    tab[SY_USED] -= 1
+    _wake_sync(st, s, tick)
+    return CAIS_SENT
+
+
+@compiled
+def _release_member(st, e, m, out, tick):
+    """The group's release to member m: a header-only packet that writes the value into m's flag
+    and completes m's sync.cais."""
+    y = st.cais_sync[e]
+    q = packet_alloc(st)
+    qk = st.pk[q]
+    qk.kind = PK_CAIS_GO
+    qk.req = st.cais_sync_req[e, m]
+    qk.src = m
+    qk.dst = m
+    qk.addr = y.addr
+    qk.src_addr = 0
+    qk.payload = 0
+    qk.value = y.value
+    qk.npk = 1
+    qk.flits = header_flits(st)
+    qk.mm_entry = -1
+    qk.ready = tick
+    txq_push(st, out, q, tick)
+
+
+@compiled
+def _wait_sync(st, c, s, tick):
+    ch = st.ch[c]
+    if ch.cais_wait_sync == 0:
+        ch.cais_wait_sync = s + 1
+        ch.cais_wait_since = tick
+        st.cais_sync_tab[s, SY_WAITERS] += 1
+        st.cais_sync_tab[s, SY_FULL_STALLS] += 1
+    return CAIS_TABLE_FULL
+
+
+@compiled
+def _wake_sync(st, s, tick):
+    """A group of switch s was released: input ports waiting on its sync table try again."""
+    if st.cais_sync_tab[s, SY_WAITERS] == 0:
+        return
+    st.cais_sync_tab[s, SY_WAITERS] = 0
+    for c in range(st.ch.shape[0]):
+        ch = st.ch[c]
+        if ch.cais_wait_sync == s + 1:
+            ch.cais_wait_sync = 0
+            ch.xbar_blocked = 0
+            ch.xbar_blocked_ticks += tick - ch.xbar_blocked_since
+            xbar_kick(st, c, tick)
+
+
 @compiled
 def _arm(st, t, at, tick):
     """Table t's timer fires at `at` at the latest."""
@@ -870,6 +1090,15 @@ def cais_write_arrived(st, g, pkt):
     en.state = E_FREE
     _free_slot(st, e)
     return e
+
+
+@compiled
+def cais_go_arrived(st, g, pkt):
+    """A group sync release (PK_CAIS_GO) reached member g: its flag takes the group's value."""
+    pk = st.pk[pkt]
+    st.gpu[g].cais_go_rx += 1
+    if hbm_backed(st, pk.addr, 8):
+        write_word(st, g, pk.addr, pk.value)
 
 
 @compiled

@@ -68,8 +68,9 @@ from .packet import (PACKET_KIND_NAMES, PK_ACK, PK_ATOM_REQ, PK_ATOM_RESP, PK_GE
                      store_packets)
 from .nvls import (nvls_copies_answered, nvls_copy_arrived, nvls_read_arrived, nvls_result_arrived,
                    nvls_send_data)
-from .cais_merge import cais_read_arrived, cais_request_line, cais_uplink, cais_write_arrived
-from .packet import PK_CAIS_LD, PK_CAIS_RED, PK_CAIS_READ, PK_CAIS_REPLY
+from .cais_merge import (cais_go_arrived, cais_read_arrived, cais_request_line, cais_uplink,
+                         cais_write_arrived)
+from .packet import PK_CAIS_GO, PK_CAIS_LD, PK_CAIS_RED, PK_CAIS_READ, PK_CAIS_REPLY, PK_CAIS_SYNC
 from .dysharp import (OBJ_TPG, dysharp_bind, dysharp_copy_write, dysharp_read_arrived,
                       dysharp_result, dysharp_sent, ext_flits)
 from ..isa.encoding import MM_RED, MM_ST
@@ -85,6 +86,7 @@ REQ_MM_ST, REQ_MM_RED, REQ_MM_LD = 4, 5, 6   # multimem st / red / ld_reduce (nv
 REQ_DY_ST, REQ_DY_LD = 7, 8   # DySHARP dymultimem st / ld_reduce (dysharp.py): as REQ_MM_ST /
                               # REQ_MM_LD, with the target list staged by the SM
 REQ_CAIS_LD, REQ_CAIS_RED = 9, 10   # ld.cais / red.cais (cais_merge.py); value = group x 16 + element type
+REQ_CAIS_SYNC = 11   # sync.cais (cais_merge.py): dst_addr = the flag, src_addr = the value released
 RESP_ACK, RESP_GET_DATA, RESP_ATOM = range(3)
 RESP_MM_ACK = 3   # a member's one write response to a multimem st/red (nvls.py)
 
@@ -291,6 +293,8 @@ def hub_submit(st, g, kind, slot, dst_gpu, dst_addr, src_addr, nbytes, value, re
     if kind == REQ_CAIS_LD or kind == REQ_CAIS_RED:
         # one request line per merge-table entry: never a packet train
         rq.pkts_total = (nbytes + st.p[0].store_payload - 1) // st.p[0].store_payload
+    elif kind == REQ_CAIS_SYNC:
+        rq.pkts_total = 1   # one header-only arrival; the switch's release completes it
     elif kind == REQ_PUT or kind == REQ_GET or kind >= REQ_MM_ST:
         rq.pkts_total = (nbytes + mp - 1) // mp
     else:
@@ -434,6 +438,8 @@ def hub_packetize(st, g, tick):
     if kind == REQ_CAIS_LD or kind == REQ_CAIS_RED:
         # the line's address picks the switch whose merge unit takes it (cais_merge.py)
         c = cais_uplink(st, g, dst, (rq.src_addr if kind == REQ_CAIS_LD else rq.dst_addr) + rq.sent)
+    elif kind == REQ_CAIS_SYNC:
+        c = cais_uplink(st, g, dst, rq.dst_addr)   # the flag's address picks the switch
     else:
         c = pick_channel_vc(st, g, dst, True, VC_REQUEST)
     if c < 0:
@@ -487,6 +493,18 @@ def hub_packetize(st, g, tick):
             ready = hbm_access(st, g, pk.src_addr, n, tick, False)
         rq.sent += n
         done = rq.sent == rq.length
+    elif kind == REQ_CAIS_SYNC:
+        # the group sync table's arrival (cais_merge.py): header only, behind every request this
+        # GPU issued before it (this FIFO)
+        pk.kind = PK_CAIS_SYNC
+        pk.addr = rq.dst_addr
+        pk.src_addr = 0
+        pk.payload = 0
+        pk.value = rq.src_addr
+        pk.mm_obj = rq.value // 16
+        pk.mm_entry = -1
+        pk.npk = 1
+        done = True
     else:
         # multimem (nvls.py): st/red data in put-sized chunks, or one header-only ld_reduce
         # request per chunk (pk.value = its bytes; addr = the multimem address, src_addr = where
@@ -520,7 +538,8 @@ def hub_packetize(st, g, tick):
         gp.reqq_head = (gp.reqq_head + 1) % st.reqq.shape[1]
         gp.reqq_count -= 1
         wake_hub_waiters(st, g, tick)
-    if pk.kind == PK_GET_REQ or pk.kind == PK_MM_LD or pk.kind == PK_CAIS_LD:
+    if (pk.kind == PK_GET_REQ or pk.kind == PK_MM_LD or pk.kind == PK_CAIS_LD
+            or pk.kind == PK_CAIS_SYNC):
         pk.flits = pk.npk * header_flits(st)   # header-only packets
     else:
         pk.flits, pk.npk = packet_flits(st, pk.payload, p.store_payload)
@@ -541,6 +560,8 @@ def hub_packetize(st, g, tick):
         gp.cais_ld_tx += 1         # the switch's merge unit takes it (cais_merge.py)
     elif pk.kind == PK_CAIS_RED:
         gp.cais_red_tx += 1
+    elif pk.kind == PK_CAIS_SYNC:
+        gp.cais_sync_tx += 1
     else:
         gp.hub_tx_packets += pk.npk
         gp.hub_tx_payload += pk.payload
@@ -876,6 +897,18 @@ def _receive_cais(st, g, c, pkt, t):
     kind = pk.kind
     if kind == PK_CAIS_READ:
         cais_read_arrived(st, g, c, pkt, t)
+        return
+    if kind == PK_CAIS_GO:
+        # the group sync table's release: the flag takes its value; the sync.cais completes
+        free_at, visible = link_write(st, g, pk.addr, 8, t)
+        cais_go_arrived(st, g, pkt)
+        notify_stores(st, g, pk.addr, 8, visible)
+        rq = st.req[pk.req]
+        rq.pkts_arrived += 1
+        if rq.pkts_arrived == rq.pkts_total:
+            _complete_request(st, pk.req, visible)
+        credit_return_vc(st, c, pk.flits, free_at + st.ch[c].latency, packet_vc(st, pkt))
+        packet_free(st, pkt)
         return
     free_at, visible = link_write(st, g, pk.addr, pk.payload, t)
     if kind == PK_CAIS_REPLY:

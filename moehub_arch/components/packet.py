@@ -57,11 +57,15 @@ PK_CAIS_DATA = 17   # the home's data for a merged load, home -> switch (respons
 PK_CAIS_READ = 18   # the merge unit's one read of a load's line, switch -> home (header only)
 PK_CAIS_REPLY = 19  # a merged load's data, switch -> each GPU that asked (response channel)
 PK_CAIS_WRITE = 20  # a merged (or evicted, timed-out) partial sum, switch -> home (data)
+PK_CAIS_SYNC = 21   # sync.cais arrival of a thread block, GPU -> switch (header only; addr = flag)
+PK_CAIS_GO = 22     # the group sync table's release, switch -> each member (response channel;
+                    # writes pk.value to the flag at pk.addr)
 VC_REQUEST = 0    # virtual channels (nvlink.response_path): requests and writes ...
 VC_RESPONSE = 1   # ... and the responses that complete them (write responses, read data, atomics)
 PACKET_KIND_NAMES = ("put", "store", "get_req", "get_resp", "atom_req", "atom_resp", "ack", "moe",
                      "moe_eos", "mm_st", "mm_copy", "mm_ld", "mm_read", "mm_data", "mm_result",
-                     "cais_ld", "cais_red", "cais_data", "cais_read", "cais_reply", "cais_write")
+                     "cais_ld", "cais_red", "cais_data", "cais_read", "cais_reply", "cais_write",
+                     "cais_sync", "cais_go")
 
 
 def check_pool(sim, out):
@@ -99,7 +103,7 @@ def packet_vc(st, pkt):
     k = st.pk[pkt].kind
     if k == PK_ACK or k == PK_GET_RESP or k == PK_ATOM_RESP or k == PK_MM_DATA or k == PK_MM_RESULT:
         return VC_RESPONSE
-    if k == PK_CAIS_DATA or k == PK_CAIS_REPLY:
+    if k == PK_CAIS_DATA or k == PK_CAIS_REPLY or k == PK_CAIS_GO:
         return VC_RESPONSE
     return VC_REQUEST
 

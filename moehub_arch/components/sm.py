@@ -52,10 +52,10 @@ from .hub import (REQ_ATOM, REQ_DY_LD, REQ_DY_ST, REQ_GET, REQ_MM_LD, REQ_MM_RED
                   atomic_ticks, hub_room, hub_submit)
 from .nvls import multimem_element_bytes, multimem_object, multimem_route_peer
 from .dysharp import dymultimem_object, dysharp_stage
-from .cais_merge import cais_element_bytes, cais_group
-from .hub import REQ_CAIS_LD, REQ_CAIS_RED
+from .cais_merge import cais_element_bytes, cais_group, cais_sync_peer
+from .hub import REQ_CAIS_LD, REQ_CAIS_RED, REQ_CAIS_SYNC
 from ..engine.state import ERR_CAIS_ADDR
-from ..isa.encoding import CAIS_LD, SEM_CAIS
+from ..isa.encoding import CAIS_LD, CAIS_SYNC, SEM_CAIS
 from .moehub.aau import aau_release_entries, aau_retry, record_address, slot_address
 from .moehub.dam import CLAIM_WAIT, dam_block_exited, dam_claim, dam_release
 from .moehub.rpm import rpm_accept, rpm_accept_experts, rpm_accept_rowsp, rpm_end_of_stream
@@ -746,6 +746,23 @@ def _execute(st, slot, sm, tick, cyc):
                 _stall_on_hub(st, slot, g, tick)
                 return
             st.tb[slot].outstanding += 1
+
+    elif sem == SEM_CAIS and sub == CAIS_SYNC:
+        # sync.cais flag, value: the group sync table's pre-access sync (cais_merge.py); the
+        # switch writes value into the flag on every member once all have arrived
+        flag = _operand(st, slot, row, 1, tick, cyc)
+        value = _operand(st, slot, row, 4, tick, cyc)
+        if not _check_hbm_word(st, slot, flag):
+            return
+        grp = cais_group(st, g, g, flag, 8)
+        if grp < 0:
+            raise_error(st, ERR_CAIS_ADDR, slot, flag)
+            return
+        if not hub_submit(st, g, REQ_CAIS_SYNC, slot, cais_sync_peer(st, g, grp), flag, value, 0,
+                          grp * 16, 0, tick, -1):
+            _stall_on_hub(st, slot, g, tick)
+            return
+        st.tb[slot].outstanding += 1
 
     elif sem == SEM_CAIS:
         # CAIS (cais_merge.py): the address at the home is src for ld.cais, dst for red.cais

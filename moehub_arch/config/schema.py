@@ -263,6 +263,13 @@ class CaisSwitchConfig:
                         "request, so it would only push out partial sums the other GPUs have yet "
                         "to reach (CAIS, arXiv 2605.05628, throttles GPUs that run ahead of their "
                         "group; the policy is this model's reading of it)", False)
+    sync_entries: int = _f("int", "entries of each switch's group sync table (sync.cais: one per "
+                           "group of matching thread blocks in flight, keyed by its flag; CAIS, "
+                           "arXiv 2605.05628, places the table in the switch but gives no size. "
+                           "assumption: 256, room for the 132 thread-block groups of one GEMM "
+                           "kernel per GPU plus a collective's 16 channels even if every flag "
+                           "hashed to one switch; a full table holds the arrival at its input)",
+                           256, min=1)
 
 
 @attrs.frozen
@@ -774,6 +781,12 @@ class BlockConfig:
                            "their tiles home with red.cais) instead of collective kernels "
                            "between the GEMMs (CAIS, arXiv 2605.05628; tp/cais.s tp_gemm_cais); "
                            "the FFN's collectives stay kernels", False)
+    cais_sync: bool = _f("bool", "scheme cais: merging-aware thread-block coordination (CAIS, "
+                         "arXiv 2605.05628): the same thread block on every GPU is one group; "
+                         "before each slice of a collective (each job of a fused GEMM) the group "
+                         "syncs in the switch's group sync table (sync.cais), so no GPU runs more "
+                         "than one group ahead and the requests for a line meet in the merge "
+                         "table. false: no coordination (only the common request order)", True)
 
 
 @attrs.frozen

@@ -4,9 +4,10 @@ Every mutable runtime value lives in the arrays of one ``State`` namedtuple; par
 read-only one-element record array ``State.p``. The fields of these records are declared by the
 blocks that own them (components/*.py ``BLOCK``) and composed in moehub_arch/composition.py.
 Entities with many fields are numpy record arrays (``st.tb[slot].pc``, ``st.ch[c].credits``):
-that keeps the field names readable and the number of arrays small, which matters because Numba flattens every array of a tuple argument into separate
-machine arguments at every call (about 150 plain arrays took six minutes to compile; these ~30 take
-seconds). Index conventions:
+that keeps the field names readable and the number of arrays small. Compiled code receives State
+as one pointer to the arrays' descriptors (engine/stateref.py ``state_ref``): passed as the tuple,
+Numba flattened every array into separate machine arguments at every call (77 arrays: 665), which
+made the cold compile about four times longer. Index conventions:
 
 - GPU ``g`` in ``[0, G)``; SM ``sm = g * S + s``; thread-block slot ``slot = sm * T + j``.
 - Link ``l`` of GPU ``g`` is global link ``g * L + l``; its GPU->switch channel is ``2 * link``
@@ -133,7 +134,7 @@ ERR_DY_UNPLACED = 44       # dymultimem.ld_reduce: a target holds no layout row 
 ERR_MULTI_EMPTY = 45       # send_to_experts / st.rowsp.experts: the mask names no expert
 ERR_MULTI_GPUS = 46        # ... experts on different GPUs, or one expert (or id) named twice
 ERR_MULTI_MANY = 47        # ... mask bits outside 0-7, registers past r31, more than a row ring holds
-ERR_CAIS_ADDR = 50         # ld.cais / red.cais: address outside every registered group of this GPU and the home
+ERR_CAIS_ADDR = 50         # ld.cais / red.cais / sync.cais: address outside every registered group of this GPU and the home
 ERROR_TEXT = {
     ERR_DY_COUNT: "dymultimem target count of 0 or above system.switch.nvls.dysharp.max_targets",
     ERR_DY_TARGET: "dymultimem target list names an expert outside its dynamic object (0 .. "
@@ -160,7 +161,8 @@ ERROR_TEXT = {
                    "registered row size - it stores whole rows - or a named row already stored to)",
     ERR_CAIS_ADDR: "ld.cais / red.cais address outside every registered CAIS group (workload.cais: a "
                    "buffer and its GPUs) that holds both this GPU and the home GPU, or the range runs "
-                   "past the group's buffer",
+                   "past the group's buffer; or a sync.cais flag outside every group holding this "
+                   "GPU",
     ERR_ROWSP_REGISTER: "rowsp.malloc of an expert id out of range (workload.moe.num_experts) or a "
                         "row size of 0 or above the window slot (workload.moe.row_bytes)",
     ERR_MOE_EXPERT: "expert id out of range (workload.moe.num_experts), or claim/release of an expert "

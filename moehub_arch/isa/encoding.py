@@ -106,7 +106,7 @@ SEM_ST_ROWSP = 23      # (id, row, offset, src_addr, bytes)    store bytes into 
 SEM_SEND_EXPERTS = 24     # (first, mask, src_addr, bytes, home, aux)  send_to_expert to each named expert
 SEM_ST_ROWSP_EXPERTS = 25  # (first, mask, row, src_addr, bytes)       st.rowsp of a whole row to each id
 # CAIS compute-aware in-switch loads and reductions (arXiv 2605.05628; components/cais_merge.py)
-SEM_CAIS = 26          # (gpu, dst, src, bytes)  subop CAIS_*; the address at home GPU `gpu` is src (ld) or dst (red)
+SEM_CAIS = 26          # (gpu, dst, src, bytes, value)  subop CAIS_*; the address at home GPU `gpu` is src (ld) or dst (red); sync: dst = flag, value = sequence
 NUM_SEMANTICS = 27
 SEMANTIC_NAMES = (
     "nop", "exit", "alu", "branch", "ld", "st", "copy", "copy2d", "mma", "vec", "put", "get",
@@ -150,7 +150,7 @@ SEMANTIC_OPERANDS = {
                        ("home", "src"), ("aux", "src")),
     SEM_ST_ROWSP_EXPERTS: (("ids", "reg"), ("mask", "src"), ("row", "src"), ("src", "src"),
                            ("bytes", "src")),
-    SEM_CAIS: (("gpu", "src"), ("dst", "src"), ("src", "src"), ("bytes", "src")),
+    SEM_CAIS: (("gpu", "src"), ("dst", "src"), ("src", "src"), ("bytes", "src"), ("value", "src")),
 }
 
 
@@ -248,7 +248,9 @@ MM_NAMES = ("st", "red", "ld_reduce", "dy_st", "dy_ld_reduce")
 # unit merges the same request from the GPUs of a registered group)
 CAIS_LD = 0        # ld.cais: local dst = bytes at src on GPU `gpu` (one memory read for the group)
 CAIS_RED = 1       # red.cais.add: GPU `gpu`'s dst += local src (merged into one partial sum)
-CAIS_NAMES = ("ld", "red")
+CAIS_SYNC = 2      # sync.cais: pre-access sync of a group of matching thread blocks (the switch's group
+                   # sync table writes `value` to the flag dst on every member once all have arrived)
+CAIS_NAMES = ("ld", "red", "sync")
 
 # st.rowsp variants (MoE-Hub, arXiv 2605.05888): a `.nop` suffix marks a row non-critical
 ROWSP_CRITICAL = 0   # st.rowsp: a critical row

@@ -44,6 +44,18 @@ def _finished(sweep, point):
     return None
 
 
+def finished_rows(sweep):
+    """{point id: row} of the points that finished in an earlier run of this sweep (status
+    "ok (earlier run)"), without running anything: what a report of an unfinished sweep shows."""
+    rows = {}
+    for p in sweep.points:
+        stats = _finished(sweep, p)
+        if stats is not None:
+            rows[p.id] = {"point": p, "status": "ok (earlier run)",
+                          "stats": _select(stats, sweep.stats)}
+    return rows
+
+
 def _select(stats, patterns):
     """{name: value} of the stats matching `patterns`, in stat order."""
     return {name: s["value"] for name, s in stats.items()
@@ -82,14 +94,8 @@ def run_sweep(sweep, workers=None, scheduler=None, progress=True):
         "stats": list(sweep.stats),
         "points": [{"id": p.id, "values": {k: v for k, v in p.values}, "overrides": list(p.overrides)}
                    for p in sweep.points]}, indent=1, default=str))
-    results = {}
-    todo = []
-    for p in sweep.points:
-        stats = _finished(sweep, p)
-        if stats is None:
-            todo.append(p)
-        else:
-            results[p.id] = {"point": p, "status": "ok (earlier run)", "stats": _select(stats, sweep.stats)}
+    results = finished_rows(sweep)
+    todo = [p for p in sweep.points if p.id not in results]
     bar = None
     if progress:
         from tqdm import tqdm

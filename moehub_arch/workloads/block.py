@@ -40,8 +40,11 @@ the TP scheme (`workload.block.scheme`):
            that run ahead. workload.block.cais_fusion fuses the attention's collectives into
            its GEMMs' thread blocks (tp/cais.s tp_gemm_cais): the QKV projection pulls its row
            tiles with ld.cais (AG-GEMM), the output projection pushes its tiles home with
-           red.cais (GEMM-RS). Not modelled: the FFN's fusion (its collectives stay kernels),
-           the norm between them at thread-block level, and CAIS's group sync table.
+           red.cais (GEMM-RS). workload.block.cais_sync (default on) adds CAIS's merging-aware
+           thread-block coordination: each group of matching thread blocks syncs in the
+           switch's group sync table (sync.cais) before each slice or job it accesses. Not
+           modelled: the FFN's fusion (its collectives stay kernels), the norm between them at
+           thread-block level.
   tp_none  t = 1: no collective, the reference without communication.
 Not built: the in-switch scheme t3, the training backward pass, GeLU MLPs (every model's FFN is
 SwiGLU here), rotary embeddings.
@@ -382,8 +385,19 @@ class TransformerBlock:
         self._buffer(f"flags{suffix}", C * s.tp * 8, region="control", dtype="i64")
         self._launch(("allreduce", "reduce_scatter", "all_gather")[phase], "cais_tp_collective",
                      C, (("send", f"@{src}"), ("recv", f"@{out}"), ("flags", f"@flags{suffix}"),
-                         ("elems", T * H), ("slice", s.slice), ("phase", phase), ("shift", 1)))
+                         ("elems", T * H), ("slice", s.slice), ("phase", phase), ("shift", 1),
+                         ("sync", self._sync_flags(f"sync{suffix}", C))))
         return out
+
+    def _sync_flags(self, name, tbs):
+        """The group sync flags of a CAIS kernel's thread blocks (one i64 per thread block,
+        registered with workload.cais so the switch's group sync table knows the members), or -1
+        without coordination (workload.block.cais_sync: false)."""
+        if not self.cfg.workload.block.cais_sync:
+            return -1
+        self._buffer(name, tbs * 8, region="control", dtype="i64")
+        self._cais_group(name)
+        return f"@{name}"
 
     def _cais_group(self, buffer):
         """Register `buffer` for CAIS: red.cais / ld.cais address it (workload.cais)."""
@@ -403,7 +417,7 @@ class TransformerBlock:
             ("a", f"@{a}"), ("w", f"@{w}"), ("y", f"@{y}"), ("tokens", s.tokens), ("k", k),
             ("ncols", ncols), ("n_tile", n), ("tile_rows", s.tile_rows), ("group", group),
             ("recv", f"@{recv}"), ("ready", f"@ready_{phase}"), ("flags", f"@flags_{phase}"),
-            ("mode", mode)))
+            ("mode", mode), ("sync", self._sync_flags(f"sync_{phase}", tbs))))
         return recv
 
     def _ring_half(self, phase, src, out, suffix):

@@ -14,25 +14,34 @@
 #     group: the home's own load is a copy of its chunk onto itself); the switch reads each line
 #     from the home once and fans the reply out. One `fence`: the chunks are here.
 # Every rank walks the chunks in the same order (chunk 0 first), so the ranks' requests for a line
-# reach the switch close together and its entry is short-lived: the order is this library's
-# stand-in for CAIS's merging-aware thread-block coordination (no group sync table; the switch
-# throttles GPUs that run ahead with system.switch.cais.throttle; system.cais.request_skew_* and
-# table_peak show how far apart the requests came).
+# head for the switch in the same order. CAIS's merging-aware thread-block coordination (sync >= 0):
+# channel c of every rank is one group of matching thread blocks (its addresses do not depend on
+# the rank); before each slice's request the channel syncs its group in the switch's group sync
+# table (sync.cais on its flag sync[c], then wait.ge for the release), so no rank's channel runs
+# more than one slice ahead of the same channel on the slowest rank and the ranks' requests for
+# a line meet in the merge table close together. sync = -1: no coordination, only the common order
+# (and the switch's throttle, system.switch.cais.throttle). system.cais.request_skew_*,
+# complete_fraction and table_peak show how far apart the requests came.
 # Reduction order: the merge unit's (rank order in FP32, one rounding to bf16 at the home:
 # reference.nvls_allreduce_reference), exactly, while no line is evicted or timed out.
 #
 # Layouts (symmetric buffers): send, recv [elems] bf16; workload.cais registers recv (the address
-# at the home of both operations); flags [channels][P] i64, zero before the call.
+# at the home of both operations); flags [channels][P] i64, zero before the call; sync [channels]
+# i64 (registered with workload.cais: the group sync table's members are its group's), zero
+# before the call, or -1 for no coordination.
 #
 # Interface:
-#   cais_collective send, recv, flags, elems, slice, phase, shift
+#   cais_collective send, recv, flags, elems, slice, phase, shift, sync
 #       the calling thread block is channel %tb of %ntb; elems a multiple of P x %ntb x slice;
 #       phase 1: reduce-scatter (send -> the owner's recv), 2: all-gather (in place in recv).
-#       Writes r1 .. r13 (the barrier r9 .. r11); labels are private to the expansion.
+#       Writes r1 .. r15 (the barrier r9 .. r11); labels are private to the expansion.
 .include "lib/nvls_allreduce.s"
 
-.macro cais_collective send, recv, flags, elems, slice, phase, shift
+.macro cais_collective send, recv, flags, elems, slice, phase, shift, sync
     div r1, \elems, %ngpu            # r1 = elements per chunk (N / P)
+    mov r14, 0                       # r14 = this channel's syncs so far
+    shl r15, %tb, 3
+    add r15, r15, \sync              # r15 = &sync[channel] (used only if sync >= 0)
     div r2, r1, %ntb                 # r2 = this channel's part of a chunk
     mul r4, \slice, 2                # r4 = slice bytes (bf16)
     beq \phase, 1, start_\@
@@ -50,6 +59,11 @@ chunk_\@:
     shl r5, r2, 1
     add r5, r5, r3                   # r5 = its end
 slice_\@:
+    blt \sync, 0, issue_\@
+    add r14, r14, 1
+    sync.cais r15, r14               # the group's pre-access sync in the switch ...
+    wait.ge [r15], r14               # ... released once every rank's channel has arrived
+issue_\@:
     add r7, r3, \recv                # the address at the home (and, gathering, here)
     beq \phase, 2, load_\@
     add r6, r3, \send

@@ -11,7 +11,8 @@
 .param slice
 .param phase
 .param shift
-    cais_collective %send, %recv, %flags, %elems, %slice, %phase, %shift
+.param sync          # [grid] i64 flags of the group sync (workload.cais), zero before the call; -1: none
+    cais_collective %send, %recv, %flags, %elems, %slice, %phase, %shift, %sync
     exit
 
 # tp_gemm_cais: a tensor-parallel GEMM (lib/tp_gemm.s) fused with a CAIS collective at thread-block
@@ -32,8 +33,13 @@
 #     into the row's home's recv with red.cais (posted), which the switch merges over the ranks;
 #     recv (registered, zero before the call) ends complete on this rank's shard. The fence and
 #     the barrier after: every rank's sums are home.
-# Rank order: every rank takes the jobs in the same order (row tile major, %tb + i %ntb), so the
-# ranks' requests for a line meet in the switch close together.
+# Rank order: every rank takes the jobs in the same order (row tile major, %tb + i %ntb), so thread
+# block b runs the same jobs on every rank: the b's of all ranks are one group of matching thread
+# blocks (CAIS's merging-aware thread-block coordination). With sync >= 0 each job's loads (mode 2,
+# before the gather) or reductions (mode 1, before the scatter) are preceded by the group's
+# pre-access sync in the switch's group sync table (sync.cais on sync[b], wait.ge for the
+# release): no rank's thread block accesses more than one job ahead of the slowest rank's, so
+# the ranks' requests for a line meet in the merge table close together.
 .include "lib/tp_gemm.s"
 .kernel tp_gemm_cais
 .param a
@@ -49,12 +55,16 @@
 .param ready                 # mode 2: [row tiles] i64
 .param flags                 # [grid][P] i64
 .param mode                  # 1 GEMM-RS, 2 AG-GEMM
+.param sync                  # [grid] i64 group sync flags (workload.cais), zero before the call; -1: none
 .smem 96KB
     beq %mode, 1, setup
     nvls_barrier %flags, 1           # every home's rows of A are written
 setup:
     tp_gemm_setup
     div r14, %tokens, %ngpu          # r14 = rows per shard
+    mov r30, 0                       # r30 = this thread block's syncs so far
+    shl r31, %tb, 3
+    add r31, r31, %sync              # r31 = &sync[tb] (used only if sync >= 0)
 job:
     bge r0, r24, end
     tp_gemm_split
@@ -62,6 +72,11 @@ job:
     shl r13, r2, 3
     add r13, r13, %ready             # r13 = &ready[row tile]
     bne r3, 0, wait_rows
+    blt %sync, 0, gather_rows
+    add r30, r30, 1
+    sync.cais r31, r30               # the group's pre-access sync before its loads
+    wait.ge [r31], r30
+gather_rows:
     mov r15, r4                      # r15 = first row of a segment in one shard
     add r18, r4, r5                  # r18 = the tile's end
 gather:
@@ -88,6 +103,11 @@ compute:
     tp_gemm_compute
     tp_gemm_store
     beq %mode, 2, next
+    blt %sync, 0, scatter_rows
+    add r30, r30, 1
+    sync.cais r31, r30               # the group's pre-access sync before its reductions
+    wait.ge [r31], r30
+scatter_rows:
     sub r17, r12, %y
     add r17, r17, %recv              # r17 = the same element in recv (at the home)
     mov r15, r4                      # r15 = row
