@@ -559,7 +559,11 @@ def send_read_data(st, g, pkt, tick):
     up = pk.mm_chan - 1     # the GPU->switch channel of the link the read came down
     if not txq_room(st, up, packet_vc(st, pkt)):
         return -1
-    credit_return_vc(st, pk.mm_chan, pk.mm_rflits, tick + st.ch[pk.mm_chan].latency, VC_REQUEST)
+    if pk.mm_rflits > 0:
+        # (a DySHARP read's other answers carry no flits: filing empty returns would let a read
+        # with many targets here fill the channel's return list, sized one return per flit)
+        credit_return_vc(st, pk.mm_chan, pk.mm_rflits, tick + st.ch[pk.mm_chan].latency,
+                         VC_REQUEST)
     txq_push(st, up, pkt, tick)
     return pk.npk
 
