@@ -78,6 +78,14 @@ def test_one_compiled_version_per_layout():
     assert len(ty.name) < 60                                # short mangled names
 
 
+def test_a_foreign_namedtuple_stays_out_of_the_numba_cache():
+    """Only the engine's State is packed by the cached packer: a cached version for this module's
+    namedtuple would make the cache index unreadable in every process that cannot import it."""
+    state_ref(_small())
+    assert not any("Small" in str(sig) for sig in stateref._pack.signatures)
+    assert any("Small" in str(sig) for sig in stateref._pack_uncached.signatures)
+
+
 def test_an_unknown_field_is_a_typing_error():
     @njit(_nrt=False)
     def bad(st):
@@ -106,7 +114,8 @@ def test_the_engine_compiles_no_function_for_the_flattened_state_tuple():
         if not name.startswith("moehub_arch"):
             continue
         for fn in vars(mod).values():
-            if not isinstance(fn, CPUDispatcher) or fn is stateref._pack:   # _pack: the packer
+            if not isinstance(fn, CPUDispatcher) or fn in (stateref._pack,
+                                                           stateref._pack_uncached):
                 continue
             for sig in fn.signatures:
                 assert not any(isinstance(a, types.BaseTuple) and len(a) > 20 for a in sig), \
