@@ -452,6 +452,14 @@ def run_summary(stats) -> str:
             lines.append(f"output max abs error {stats['system.moe.output_max_abs_error']:.3g} "
                          f"(largest reference magnitude "
                          f"{stats['system.moe.output_max_abs_reference']:.3g})")
+    elif "system.moe.launches_finished" in stats:
+        # a stopped run: the phases that finished on every GPU (layer_stats.add_layer_stats)
+        phases = ", ".join(f"{s.name.rsplit('.', 1)[1][:-3]} {s.value:.3f}"
+                           for s in stats.match("system.moe.phase.*_us"))
+        total = len(stats.match("system.gpu*.launch*.end_tick"))
+        lines.append(f"partial layer: {int(stats['system.moe.launches_finished'])} of {total} "
+                     f"kernel launches finished; phases finished on every GPU (us, mean over "
+                     f"GPUs): {phases or 'none'}")
     for s in stats.match("system.report.*"):
         lines.append(f"{s.name} = {s.value:.6g} {s.unit}  # {s.desc}")
     return "".join(line + "\n" for line in lines)

@@ -29,6 +29,7 @@ from .components import cais_merge
 from .components.block import GPU_SCOPES, SCOPES, Instance
 from .components.moehub import aau, dam, rpm
 from .config.schema import DEBUG_FLAGS
+from .engine.stateref import state_ref
 from .engine import events
 from .engine.state import STATE_FIELDS
 
@@ -331,9 +332,10 @@ if _undescribed:
 
 def start_blocks(st):
     """Run every block's start hook (compiled; before the first event of a fresh run)."""
+    ref = state_ref(st)
     for b in BLOCKS:
         for fn in b.start:
-            fn(st)
+            fn(ref)
 
 
 def block(name):

@@ -23,6 +23,7 @@ from .components.nvlink import settle_credits
 from .config import ConfigError, flat_params, locate
 from .engine import loop as engine_loop
 from .engine.events import grow_event_queue
+from .engine.stateref import state_ref
 from .components.trace import TRACE_COLUMNS
 from .engine.state import ERROR_TEXT, LN_DONE
 from .isa import assemble_files, default_isa_paths, load_isa
@@ -105,7 +106,7 @@ class Simulation:
         if self.restored_tick is None:
             start_blocks(self.state)   # e.g. the scheduler's first launches
         # the first call compiles (or loads from cache) the run loop; time it separately
-        engine_loop.run_loop(self.state, 0, 0, -1)
+        engine_loop.run_loop(state_ref(self.state), 0, 0, -1)
         t1 = time.perf_counter()
         observers = list(observers) + self.default_observers()
         error = None
@@ -124,7 +125,7 @@ class Simulation:
             # stopped at a requested pause: simulated time got there even if no event did
             st.sys[0].q_now = self._reached
         if status == engine_loop.STATUS_EMPTY:
-            settle_credits(st)   # credit returns are not events: let the last ones arrive
+            settle_credits(state_ref(st))   # credit returns are not events: let the last ones arrive
         try:
             self._drain_trace(observers)
         except SimulationError as e:   # e.g. the debug output cannot be written
@@ -140,6 +141,13 @@ class Simulation:
                 f"({', '.join(unfinished(self)[:8])}):\n" + diagnose(self, int(st.sys[0].q_now)),
                 exit_code=3)
         self.stats = collect_stats(st, self.launches, self.program, host_seconds, t1 - t0)
+        if self.stopped and error is None:
+            # only in a stopped run (a complete run's stats stay as they were): what is partial
+            # and why, in the stat's description, for whoever reads stats.txt / stats.json later
+            self.stats.add("simStopped", 1, "",
+                           f"the run is partial: {self.stopped}; the stats cover the run up to "
+                           f"there, a MoE layer's only the kernels and phases finished on every "
+                           f"GPU (system.moe.launches_finished)")
         if error is not None:
             evaluate_report(self, strict=False)
             self._finish_observers(observers, error)
@@ -183,7 +191,8 @@ class Simulation:
             ob.on_start(self)
         st = self.state   # observers may have sized the trace buffer
         status = None
-        while True:
+        ref, packed = None, None   # compiled code's handle on st (engine/stateref.py), packed
+        while True:                # again when an array of st is replaced (the grown queue)
             n = batch
             if max_events:
                 n = min(n, max_events - int(st.sys[0].q_events))
@@ -191,7 +200,9 @@ class Simulation:
                     break
             stops = [t for t in (ob.next_stop(self) for ob in observers) if t is not None and t >= 0]
             stop = min(stops) if stops else -1
-            status = engine_loop.run_loop(st, n, headroom, stop)
+            if packed is not st:
+                ref, packed = state_ref(st), st
+            status = engine_loop.run_loop(ref, n, headroom, stop)
             self._drain_trace(observers)
             if status == engine_loop.STATUS_GROW:
                 st = st._replace(q=grow_event_queue(st.q, 2 * st.q.shape[0]))

@@ -172,7 +172,8 @@ def test_combine_per_channel_and_rank_fallback(smem):
 
 def test_a_run_stopped_before_its_kernels_end_reports_no_bandwidth():
     # --max-ticks / --max-wall stop a run with kernels unfinished: DeepEP's figures divide bytes by
-    # kernel times, so the run ends cleanly without them (it once raised from the stats code)
+    # kernel times, so the run ends cleanly without those of unfinished kernels (it once raised
+    # from the stats code; what finished is reported: tests/test_partial_runs.py)
     sim = run("run.max_ticks=20us")
     assert sim.stopped and "max_ticks" in sim.stopped
     assert "system.moe.deepep.dispatch_GBps" not in sim.stats

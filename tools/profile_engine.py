@@ -140,12 +140,14 @@ def run_profiled(config, overrides, data, top):
     from moehub_arch.components.scheduler import schedule_initial_launches
     from moehub_arch.config import load_config
     from moehub_arch.engine import loop
+    from moehub_arch.engine.stateref import state_ref
     from moehub_arch.simulation import Simulation
     sim = Simulation(load_config(config, overrides))
     print("compiling the engine (cold, private cache)...", file=sys.stderr, flush=True)
     t0 = time.perf_counter()
-    schedule_initial_launches(sim.state)   # sim.run() does it again only for a fresh state:
-    loop.run_loop(sim.state, 0, 0, -1)     # here it just forces the compile
+    ref = state_ref(sim.state)
+    schedule_initial_launches(ref)   # sim.run() does it again only for a fresh state:
+    loop.run_loop(ref, 0, 0, -1)     # here it just forces the compile
     sim = Simulation(load_config(config, overrides))
     print(f"compiled in {time.perf_counter() - t0:.0f} s; profiling the run", file=sys.stderr)
     perf = subprocess.Popen(["perf", "record", "-e", "cpu-clock", "-F", "999", "-o", data,

@@ -14,6 +14,10 @@ holds data-sheet peaks and line rates only). Each run goes through `moehub-sim r
 first run goes alone, so a cold Numba cache is compiled once. Progress and the wall time go to
 standard error.
 
+A run stopped by a limit (`--set run.max_wall=2400s` for the slow figures) still gives the figures
+whose kernels finished (the simulator writes them, marked `simStopped`); they are printed with a
+note saying the run was partial, and the others as not measured.
+
 A figure with `kind: model` is a prediction with no measurement to compare (a collective or design
 point the simulator adds; no reference is shipped for it); it is run and printed.
 
@@ -137,12 +141,19 @@ def run_one(config, sets, outdir):
         lines = r.stderr.strip().splitlines()
         return None, wall, lines[-1] if lines else f"exit status {r.returncode}"
     stats = json.loads((Path(outdir) / "stats.json").read_text())
-    return {k: v["value"] for k, v in stats.items()}, wall, ""
+    values = {k: v["value"] for k, v in stats.items()}
+    if "simStopped" in stats:
+        # a run stopped by a limit (e.g. --set run.max_wall=2400s): its stats are partial, the
+        # figures of what finished are there (the rest missing); say why beside them
+        values["simStopped"] = stats["simStopped"]["desc"]
+    return values, wall, ""
 
 
-def measure(runs, outdir, jobs, log):
-    """Run every planned run (the first alone, then `jobs` at a time); {figure: value or None}."""
+def measure(runs, outdir, jobs, log, partial=None):
+    """Run every planned run (the first alone, then `jobs` at a time); {figure: value or None}.
+    `partial` (a dict) gets {figure: why} for the figures taken from a run a limit stopped."""
     values = {}
+    partial = {} if partial is None else partial
 
     def job(item):
         name, (config, sets, members) = item
@@ -160,6 +171,9 @@ def measure(runs, outdir, jobs, log):
                 log(f"  {name}: no stat '{f.stat}' (figure {f.name})")
             else:
                 values[f.name] = float(stats[f.stat])
+                if "simStopped" in stats:
+                    partial[f.name] = stats["simStopped"]
+                    log(f"  {name}: figure {f.name} from a partial run ({stats['simStopped']})")
 
     items = list(runs.items())
     if items:
@@ -209,7 +223,8 @@ def main(argv=None):
     runs = plan_runs(figures, args.overrides)
     t0 = time.perf_counter()
     log(f"validate: {len(figures)} figures, {len(runs)} runs, {args.jobs} at a time")
-    values = measure(runs, Path(args.outdir).resolve(), args.jobs, log)
+    partial = {}
+    values = measure(runs, Path(args.outdir).resolve(), args.jobs, log, partial)
     log(f"validate: wall time {time.perf_counter() - t0:.0f} s")
     values = {f.name: values.get(f.name) for f in figures}
     corr = correlate(values, references)
@@ -218,8 +233,11 @@ def main(argv=None):
     else:
         notes = {f.name: " ".join(n for n in (f.note, "(kind: model: the simulator's prediction; "
                                               "no measurement is referenced)"
-                                              if f.kind == "model" else "") if n)
-                 for f in figures if f.note or f.kind == "model"}
+                                              if f.kind == "model" else "",
+                                              "(partial run: a limit stopped it after this "
+                                              "figure's kernels finished)"
+                                              if f.name in partial else "") if n)
+                 for f in figures if f.note or f.kind == "model" or f.name in partial}
         print(format_report(corr, notes))
     if args.report_json:
         Path(args.report_json).write_text(json.dumps(report_dict(corr), indent=1))

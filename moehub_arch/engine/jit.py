@@ -1,9 +1,9 @@
 """The decorators of every compiled engine function (engine/ and components/).
 
 `compiled` is Numba's ``njit`` with the on-disk cache and *without the reference-counting runtime*
-(NRT). Why: every handler takes the whole State, a tuple of ~40 arrays, and with NRT Numba
-increments and decrements the reference count of each of those arrays (an atomic operation each)
-on entry to and exit from every non-inlined call. Profiling (tools/profile_engine.py) showed that
+(NRT). Why: every handler takes the whole State (~80 arrays; compiled code gets it as one pointer,
+engine/stateref.py), and with NRT Numba increments and decrements the reference count of every
+array it touches (an atomic operation each) on entry to and exit from every non-inlined call. Profiling (tools/profile_engine.py) showed that
 bookkeeping taking about half of the run loop's time. The engine never allocates memory while it
 runs (State is built in Python and every buffer is preallocated), so it needs no reference counts.
 

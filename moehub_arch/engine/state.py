@@ -4,9 +4,10 @@ Every mutable runtime value lives in the arrays of one ``State`` namedtuple; par
 read-only one-element record array ``State.p``. The fields of these records are declared by the
 blocks that own them (components/*.py ``BLOCK``) and composed in moehub_arch/composition.py.
 Entities with many fields are numpy record arrays (``st.tb[slot].pc``, ``st.ch[c].credits``):
-that keeps the field names readable and the number of arrays small, which matters because Numba flattens every array of a tuple argument into separate
-machine arguments at every call (about 150 plain arrays took six minutes to compile; these ~30 take
-seconds). Index conventions:
+that keeps the field names readable and the number of arrays small. Compiled code receives State
+as one pointer to the arrays' descriptors (engine/stateref.py ``state_ref``): passed as the tuple,
+Numba flattened every array into separate machine arguments at every call (77 arrays: 665), which
+made the cold compile about four times longer. Index conventions:
 
 - GPU ``g`` in ``[0, G)``; SM ``sm = g * S + s``; thread-block slot ``slot = sm * T + j``.
 - Link ``l`` of GPU ``g`` is global link ``g * L + l``; its GPU->switch channel is ``2 * link``

@@ -332,12 +332,14 @@ class MoeLayer:
         accounting is checked with the other end-of-run invariants (`invariants`)."""
         from .layer_stats import add_layer_stats
         add_layer_stats(sim, self)
-        # a scheme's own figures (DeepEP's bandwidths, ...) divide by kernel times: a run stopped
-        # early (--max-wall, --max-ticks, a checkpoint) has unfinished kernels, so it reports none
-        if self.plan.extra_stats is not None and sim.stopped is None:
+        # a scheme's own figures (DeepEP's bandwidths, ...) divide by kernel times: in a run
+        # stopped early (--max-wall, --max-ticks, a signal) each scheme reports those whose
+        # kernels finished on every GPU (layer_stats.kernels_finished)
+        if self.plan.extra_stats is not None:
             self.plan.extra_stats(sim, self)
         self._accounting_stats(sim)
-        if self.shape.functional:
+        # a stopped run's output is not computed yet: nothing to compare with the reference
+        if self.shape.functional and sim.stopped is None:
             self._check_output(sim)
 
     def _accounting_stats(self, sim):

@@ -39,7 +39,7 @@ Does the dispatch use the links it has?
 """
 import numpy as np
 
-from ..engine.state import NUM_WAIT_REASONS
+from ..engine.state import LN_DONE, NUM_WAIT_REASONS
 from ..isa.encoding import UNIT_COMM, UNIT_LSU, UNIT_TENSOR, UNIT_VECTOR
 from .dedup import add_dedup_stats
 
@@ -68,7 +68,20 @@ def tensor_peak(cfg):
     return g.num_sms * g.sm.tensor_bf16_flops_per_cycle * g.sm_clock
 
 
+def kernels_finished(sim, kernels):
+    """True when every launch of the kernels named in `kernels` finished, on every GPU (a run
+    stopped by a limit reports the figures of those alone); False when none of them exists."""
+    done = [int(sim.state.ln[l.index].status) == LN_DONE for l in sim.launches
+            if l.kernel in kernels]
+    return bool(done) and all(done)
+
+
 def add_layer_stats(sim, layer):
+    """The system.moe.* stats of the module docstring. A run stopped by a limit (`sim.stopped`:
+    run.max_ticks, max_wall, max_events, a signal) reports what finished: the kernels and phases
+    whose every launch ended, with the properties of the layer (ideal times, deduplication) and
+    the byte counts so far; the stats over the whole layer (its time, the SM and link fractions)
+    are left out, and system.moe.launches_finished says how far it got."""
     st, out = sim.state, sim.stats
     launches = sim.launches
     P = layer.shape.num_gpus
@@ -76,40 +89,20 @@ def add_layer_stats(sim, layer):
     slots = int(st.p[0].slots_per_sm)
     starts = np.array([int(st.ln[l.index].start) for l in launches])
     ends = np.array([int(st.ln[l.index].end) for l in launches])
+    done = np.array([int(st.ln[l.index].status) == LN_DONE for l in launches])
+    partial = sim.stopped is not None
+    if partial:
+        out.add("system.moe.launches_finished", int(done.sum()), "count",
+                f"kernel launches finished (of {len(launches)}) when the run stopped: only the "
+                f"kernels and phases finished on every GPU have stats ({sim.stopped})")
+        add_finished_layer_stats(sim, layer, starts, ends, done)
+        return
     t0, t1 = int(starts.min()), int(ends.max())
     span = max(t1 - t0, 1)
     out.add("system.moe.layer_time_us", span * 1e-6, "us",
             "MoE layer: first kernel start to last kernel end over all GPUs")
 
-    # by first start; kernels starting at the same tick in launch order (sorting the set alone
-    # left ties in string-hash order, which differs between processes)
-    kernels = sorted(dict.fromkeys(l.kernel for l in launches), key=lambda k: min(
-        starts[i] for i, l in enumerate(launches) if l.kernel == k))
-    for k in kernels:
-        d = [ends[i] - starts[i] for i, l in enumerate(launches) if l.kernel == k]
-        out.add(f"system.moe.kernel.{k}_us", float(np.mean(d)) * 1e-6, "us",
-                f"duration of kernel '{k}', mean over GPUs (and over its launches, if several)")
-
-    for phase, names in layer.plan.phases.items():
-        per_gpu = []
-        by_launch = layer.plan.launch_phases
-        for g in range(P):
-            if by_launch:
-                idx = [i for i, l in enumerate(launches)
-                       if l.gpu == g and by_launch[l.config_index] == phase]
-            else:
-                idx = [i for i, l in enumerate(launches) if l.gpu == g and l.kernel in names]
-            if not idx:
-                continue
-            lo = min(starts[i] for i in idx)
-            hi = max(ends[i] for i in idx)
-            per_gpu.append(hi - lo)
-        t = float(np.mean(per_gpu)) if per_gpu else 0.0
-        if phase == "mediation":
-            t += layer.plan.mediation_extra_ps
-        out.add(f"system.moe.phase.{phase}_us", t * 1e-6, "us",
-                f"time in {phase} ({', '.join(names) or 'no kernel'}), mean over GPUs"
-                + ("; includes the host round trip" if phase == "mediation" else ""))
+    _kernel_and_phase_stats(out, layer, launches, starts, ends, None, P)
 
     busy = st.sm_unit_busy.reshape(P, S, -1).astype(np.float64)
     compute = busy[:, :, UNIT_TENSOR] + busy[:, :, UNIT_VECTOR]
@@ -161,6 +154,11 @@ def add_layer_stats(sim, layer):
     # traffic of every scheme on the same footing (DySHARP's comparison, arXiv 2605.05607):
     # bytes on the wires between the GPUs and the switches, headers and padding included
     # (NVLink only: a multi-node system's PCIe and InfiniBand links have their own stats)
+    _nvlink_wire_bytes(st, out)
+    add_dedup_stats(out, layer, sim.cfg)
+
+
+def _nvlink_wire_bytes(st, out):
     nvl = st.ch.link_class == 0
     up = int(st.ch.tx_wire_bytes[nvl & (st.ch.to_switch == 1)].sum())
     down = int(st.ch.tx_wire_bytes[nvl & (st.ch.to_switch == 0)].sum())
@@ -170,7 +168,65 @@ def add_layer_stats(sim, layer):
             "of which GPU -> switch (uplinks)")
     out.add("system.moe.nvlink.down_wire_bytes", down, "bytes",
             "of which switch -> GPU (downlinks)")
-    add_dedup_stats(out, layer, sim.cfg)
+
+
+def _kernel_and_phase_stats(out, layer, launches, starts, ends, done, P):
+    """kernel.<name>_us and phase.<name>_us; with `done` (a stopped run: per launch, finished),
+    only the kernels and phases whose every launch finished."""
+    # by first start; kernels starting at the same tick in launch order (sorting the set alone
+    # left ties in string-hash order, which differs between processes)
+    kernels = sorted(dict.fromkeys(l.kernel for l in launches), key=lambda k: min(
+        starts[i] for i, l in enumerate(launches) if l.kernel == k))
+    for k in kernels:
+        idx = [i for i, l in enumerate(launches) if l.kernel == k]
+        if done is not None and not done[idx].all():
+            continue
+        d = [ends[i] - starts[i] for i in idx]
+        out.add(f"system.moe.kernel.{k}_us", float(np.mean(d)) * 1e-6, "us",
+                f"duration of kernel '{k}', mean over GPUs (and over its launches, if several)")
+
+    for phase, names in layer.plan.phases.items():
+        per_gpu = []
+        by_launch = layer.plan.launch_phases
+        unfinished = False
+        for g in range(P):
+            if by_launch:
+                idx = [i for i, l in enumerate(launches)
+                       if l.gpu == g and by_launch[l.config_index] == phase]
+            else:
+                idx = [i for i, l in enumerate(launches) if l.gpu == g and l.kernel in names]
+            if not idx:
+                continue
+            unfinished |= done is not None and not done[idx].all()
+            lo = min(starts[i] for i in idx)
+            hi = max(ends[i] for i in idx)
+            per_gpu.append(hi - lo)
+        if unfinished or (done is not None and not per_gpu):
+            continue    # a stopped run: a phase with a launch unfinished, or with none at all
+        t = float(np.mean(per_gpu)) if per_gpu else 0.0
+        if phase == "mediation":
+            t += layer.plan.mediation_extra_ps
+        out.add(f"system.moe.phase.{phase}_us", t * 1e-6, "us",
+                f"time in {phase} ({', '.join(names) or 'no kernel'}), mean over GPUs"
+                + ("; includes the host round trip" if phase == "mediation" else ""))
+
+
+def add_finished_layer_stats(sim, layer, starts, ends, done):
+    """The stats a stopped run can give (see add_layer_stats): finished kernels and phases, the
+    dispatch's link efficiency if the dispatch finished, the layer's ideal times, the NVLink
+    wire bytes so far and the deduplication of its routing."""
+    st, out, launches, cfg = sim.state, sim.stats, sim.launches, sim.cfg
+    P = layer.shape.num_gpus
+    _kernel_and_phase_stats(out, layer, launches, starts, ends, done, P)
+    if "system.moe.phase.dispatch_us" in out:
+        _dispatch_link_stats(st, out, layer, launches, P)
+    out.add("system.moe.ideal_compute_us", ideal_compute_ps(layer, cfg) * 1e-6, "us",
+            "the busiest GPU's expert GEMM FLOPs at the SMs' peak BF16 tensor rate (the same for "
+            "every scheme on the same layer)")
+    out.add("system.moe.ideal_layer_us", ideal_layer_ps(cfg, layer) * 1e-6, "us",
+            "an ideal MoE layer on the busiest GPU (see a complete run's description)")
+    _nvlink_wire_bytes(st, out)
+    add_dedup_stats(out, layer, cfg)
 
 
 def _dispatch_link_stats(st, out, layer, launches, P):

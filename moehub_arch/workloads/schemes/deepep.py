@@ -51,6 +51,7 @@ import numpy as np
 from ...config.schema import LaunchConfig
 from ..bandwidth import (dispatch_row_bytes, mean_rank_bandwidth_GBps, node_rows_sent_per_rank,
                          tokens_received_per_rank)
+from ..layer_stats import kernels_finished
 from ..layer import (ACCT_NAMES, SHARED_KERNELS, LayerError, SchemePlan, _buf,
                      shared_expert_launches)
 
@@ -452,39 +453,50 @@ def add_bandwidth_stats(sim, layer, dispatch_bytes, node_gpus=0,
         names = ("deepep_dispatch", "deepep_combine", "")
     else:   # the first model: its second kernel reduces at home
         names = ("deepep_dispatch",) + tuple(combine)
+    # a run stopped by a limit reports the figures whose kernels finished on every rank
+    dispatch_done = kernels_finished(sim, names[:1])
+    combine_done = kernels_finished(sim, tuple(combine) + names[1:])
     t_dispatch, t_combine, t_reduce = (ticks(n) for n in names)
     t_combine_call = span(combine) if cached else t_combine + t_reduce
     recv, back = rows * dispatch_bytes, rows * s.row_bytes
-    out.add("system.moe.deepep.dispatch_recv_bytes", float(recv.mean()), "B",
-            "bytes of token rows a rank receives in dispatch (one row per token and rank holding "
-            "any of its experts, own tokens included; dispatch dtype), mean over ranks")
-    out.add("system.moe.deepep.dispatch_GBps", mean_rank_bandwidth_GBps(recv, t_dispatch), "GB/s",
-            "DeepEP dispatch bandwidth: bytes received / deepep_dispatch kernel time, mean over "
-            "ranks")
-    out.add("system.moe.deepep.combine_send_bytes", float(back.mean()), "B",
-            "bytes of bf16 rows a rank sends back in combine (the rows it received), mean over "
-            "ranks")
-    out.add("system.moe.deepep.combine_GBps", mean_rank_bandwidth_GBps(back, t_combine), "GB/s",
-            "DeepEP combine bandwidth: bytes sent back / combine kernel time (deepep_combine, "
-            "which also reduces at home; with home_reduce: kernel the sends alone, "
-            "deepep_combine_partials), mean over ranks")
+    if dispatch_done:
+        out.add("system.moe.deepep.dispatch_recv_bytes", float(recv.mean()), "B",
+                "bytes of token rows a rank receives in dispatch (one row per token and rank "
+                "holding any of its experts, own tokens included; dispatch dtype), mean over ranks")
+        out.add("system.moe.deepep.dispatch_GBps", mean_rank_bandwidth_GBps(recv, t_dispatch),
+                "GB/s", "DeepEP dispatch bandwidth: bytes received / deepep_dispatch kernel time, "
+                "mean over ranks")
+    if combine_done:
+        out.add("system.moe.deepep.combine_send_bytes", float(back.mean()), "B",
+                "bytes of bf16 rows a rank sends back in combine (the rows it received), mean over "
+                "ranks")
+        out.add("system.moe.deepep.combine_GBps", mean_rank_bandwidth_GBps(back, t_combine),
+                "GB/s", "DeepEP combine bandwidth: bytes sent back / combine kernel time "
+                "(deepep_combine, which also reduces at home; with home_reduce: kernel the sends "
+                "alone, deepep_combine_partials), mean over ranks")
     if node_gpus:
         # DeepEP tests/test_internode.py: num_rdma_token_sent = a rank's (token, node) pairs, the
         # token's own node included; bytes = pairs x hidden x 2 (x (1 + 4/128) / 2 for fp8),
         # the same bytes for combine; over the dispatch / combine kernel time
         nodes = node_rows_sent_per_rank(layer.routing.topk_idx, s.local_experts, node_gpus)
         sent, back = nodes * dispatch_bytes, nodes * s.row_bytes
-        out.add("system.moe.deepep.rdma_send_bytes", float(sent.mean()), "B",
-                "bytes of token rows a rank sends over RDMA in dispatch as DeepEP's internode "
-                "test counts them: one row per (token, node holding any of its experts), its own "
-                "node included; dispatch dtype; mean over ranks")
-        out.add("system.moe.deepep.dispatch_rdma_GBps", mean_rank_bandwidth_GBps(sent, t_dispatch),
-                "GB/s", "DeepEP internode dispatch RDMA bandwidth: rdma_send_bytes / "
-                "deepep_dispatch_internode kernel time, mean over ranks")
-        out.add("system.moe.deepep.combine_rdma_GBps",
-                mean_rank_bandwidth_GBps(back, t_combine + t_reduce), "GB/s",
-                "DeepEP internode combine RDMA bandwidth: the same rows in bf16 / (combine + home "
-                "reduction kernel time: DeepEP's combine kernel does both), mean over ranks")
+        if dispatch_done:
+            out.add("system.moe.deepep.rdma_send_bytes", float(sent.mean()), "B",
+                    "bytes of token rows a rank sends over RDMA in dispatch as DeepEP's internode "
+                    "test counts them: one row per (token, node holding any of its experts), its "
+                    "own node included; dispatch dtype; mean over ranks")
+            out.add("system.moe.deepep.dispatch_rdma_GBps",
+                    mean_rank_bandwidth_GBps(sent, t_dispatch), "GB/s",
+                    "DeepEP internode dispatch RDMA bandwidth: rdma_send_bytes / "
+                    "deepep_dispatch_internode kernel time, mean over ranks")
+        if combine_done:
+            out.add("system.moe.deepep.combine_rdma_GBps",
+                    mean_rank_bandwidth_GBps(back, t_combine + t_reduce), "GB/s",
+                    "DeepEP internode combine RDMA bandwidth: the same rows in bf16 / (combine + "
+                    "home reduction kernel time: DeepEP's combine kernel does both), mean over "
+                    "ranks")
+    if not combine_done:
+        return
     if cached:
         starts = np.array([int(st.ln[li.index].start) for li in sim.launches
                            if li.kernel == "deepep_cached_notify"], dtype=np.int64)

@@ -29,6 +29,7 @@ import numpy as np
 
 from ...config.schema import LaunchConfig
 from ..bandwidth import dispatch_row_bytes
+from ..layer_stats import kernels_finished
 from ..layer import (ACCT_NAMES, GROUPED_KERNELS, SHARED_KERNELS, LayerError, SchemePlan, _buf,
                      grouped_gemm_launches)
 from .deepep import shared_experts_or_identity
@@ -122,10 +123,14 @@ def add_latency_stats(sim, layer):
                 per_gpu[li.gpu] += int(st.ln[li.index].end) - int(st.ln[li.index].start)
         return per_gpu
 
-    out.add("system.moe.deepep_ll.dispatch_us", float(ticks("deepep_ll_dispatch").mean()) / 1e6,
-            "us", "DeepEP low-latency dispatch kernel time (send, counts, receive and pack), "
-            "mean over ranks")
-    out.add("system.moe.deepep_ll.combine_us",
-            float(ticks("deepep_ll_combine", "deepep_ll_reduce").mean()) / 1e6, "us",
-            "DeepEP low-latency combine time: the send-back kernel + the home weighted reduction "
-            "(DeepEP's combine kernel does both), mean over ranks")
+    # a run stopped by a limit reports the figures whose kernels finished on every rank
+    if kernels_finished(sim, ("deepep_ll_dispatch",)):
+        out.add("system.moe.deepep_ll.dispatch_us",
+                float(ticks("deepep_ll_dispatch").mean()) / 1e6, "us",
+                "DeepEP low-latency dispatch kernel time (send, counts, receive and pack), "
+                "mean over ranks")
+    if kernels_finished(sim, ("deepep_ll_combine", "deepep_ll_reduce")):
+        out.add("system.moe.deepep_ll.combine_us",
+                float(ticks("deepep_ll_combine", "deepep_ll_reduce").mean()) / 1e6, "us",
+                "DeepEP low-latency combine time: the send-back kernel + the home weighted "
+                "reduction (DeepEP's combine kernel does both), mean over ranks")

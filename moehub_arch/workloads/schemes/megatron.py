@@ -38,6 +38,7 @@ import numpy as np
 from ..alltoall import (ENTRY_BYTES, KERNELS as A2A_KERNELS, PhasedLaunches, a2a_launch,
                         copy_launch, entries_preset, flag_wait_launch, gather_launch, i64_preset,
                         pad_tables, permute_launch, split_pieces)
+from ..layer_stats import kernels_finished
 from ..layer import (ACCT_NAMES, GROUPED_KERNELS, SHARED_KERNELS, SchemePlan, _buf,
                      combine_launch, grouped_gemm_launches, shared_expert_launches)
 from ...config.schema import LaunchConfig
@@ -147,7 +148,10 @@ def plan(layer):
     add(combine_launch(s, cfg, stream=0), "combine")
 
     def extra_stats(sim, layer):
-        # the device's all-gathered counts must be what the host used for the splits
+        # the device's all-gathered counts must be what the host used for the splits (a run
+        # stopped before the all-gather ended has no counts to compare yet)
+        if not kernels_finished(sim, ("mg_allgather",)):
+            return
         bad = sum(int(np.count_nonzero(sim.read_buffer(g, "mg_allcounts", "i64")[:P * E]
                                        != counts.reshape(-1))) for g in range(P))
         sim.stats.add("system.moe.megatron.count_mismatches", bad, "count",
