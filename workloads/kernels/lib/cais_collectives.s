@@ -16,9 +16,9 @@
 # Every rank's channel c walks the chunks in the same order, starting at chunk c mod P, so the
 # ranks' requests for a line head for the switch in the same order while the channels spread over
 # the homes: at any time each home's merge tables take the lines of ~channels / P channels, not of
-# all of them (every channel on one home at a time filled its tables: 16 channels x 64 KB of
-# distinct lines against 4 switches x 4-5 ports x 40 KB). CAIS's merging-aware thread-block coordination (sync >= 0):
-# channel c of every rank is one group of matching thread blocks (its addresses do not depend on
+# all of them (every channel on one home at a time overfilled its tables: 16 channels x 48 KB of
+# distinct lines against 18 ports x 40 KB). CAIS's merging-aware thread-block coordination
+# (sync >= 0): channel c of every rank is one group of matching thread blocks (its addresses do not depend on
 # the rank); before each slice's request the channel syncs its group in the switch's group sync
 # table (sync.cais on its flag sync[c], then wait.ge for the release), so no rank's channel runs
 # more than one slice ahead of the same channel on the slowest rank and the ranks' requests for
