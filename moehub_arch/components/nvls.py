@@ -56,7 +56,7 @@ from .nvlink import (credit_return_vc, input_free_tick, pick_switch_output, txq_
 from .packet import (PK_CAIS_DATA, PK_MM_COPY, PK_MM_DATA, PK_MM_LD, PK_MM_READ, PK_MM_RESULT,
                      PK_MM_ST, VC_REQUEST, packet_alloc, packet_flits, packet_free, packet_vc,
                      request_records)
-from .wakeups import hub_kick_response, xbar_kick
+from .wakeups import hub_kick_response, unblock_request_port
 from .block import Array, Block, Param, Record, Stat, StatGroup, counters, fields
 from ..engine.state import ERR_UNBACKED_COPY
 from .dysharp import (OBJ_BASE, OBJ_BYTES, OBJ_COLUMNS, OBJ_MASK, OBJ_MEMBERS, OBJ_TPG, dynamic_on,
@@ -496,9 +496,7 @@ def nvls_absorb(st, c, pkt, tick):
         # the port's head ld_reduce may fit now: its request channel moves again
         port.mm_wait = 0
         port.mm_wait_ticks += tick - port.mm_wait_since
-        port.xbar_blocked = 0
-        port.xbar_blocked_ticks += tick - port.xbar_blocked_since
-        xbar_kick(st, en.port, tick)
+        unblock_request_port(st, en.port, tick)
     return False
 
 
