@@ -170,6 +170,59 @@ def test_a_multimem_store_frees_its_request_table_entry_at_its_last_packet(tmp_p
     assert stats["numba"] == stats["python"]
 
 
+def test_answers_leave_in_the_order_their_data_is_ready(monkeypatch):
+    """A DySHARP read whose AL-TLB lookup missed is ready one HBM read later than reads behind it
+    that hit: the hub's read-data FIFO takes each answer before every answer ready later (ties in
+    arrival order), so a miss delays only its own reads. Runs the Python function (no compile) on
+    a FIFO that wraps around its end."""
+    from types import SimpleNamespace
+    from moehub_arch.components import dysharp
+    kicks = []
+    monkeypatch.setattr(dysharp, "hub_kick_response", lambda st, g, t: kicks.append((g, t)))
+    depth, ready = 8, [50, 30, 30, 70, 10, 30]
+    st = SimpleNamespace(
+        gpu=np.zeros(2, [("mm_rdq_head", np.int64), ("mm_rdq_count", np.int64)]).view(np.recarray),
+        pk=np.array([(t,) for t in ready], [("ready", np.int64)]).view(np.recarray),
+        mm_rdq=np.full((2, depth), -1, np.int64))
+    st.gpu[1].mm_rdq_head = depth - 2
+    queue = dysharp.queue_read_data_by_ready
+    queue = getattr(queue, "py_func", queue)     # (a plain function under NUMBA_DISABLE_JIT)
+    for pkt in range(len(ready)):
+        queue(st, 1, pkt)
+    fifo = [int(st.mm_rdq[1, (depth - 2 + i) % depth]) for i in range(int(st.gpu[1].mm_rdq_count))]
+    assert fifo == [4, 1, 2, 5, 0, 3]
+    assert kicks == [(1, t) for t in ready]      # the hub looks again when each one is ready
+    assert (st.mm_rdq[0] == -1).all() and st.gpu[0].mm_rdq_count == 0
+
+
+def test_an_al_tlb_miss_holds_no_hbm_channel():
+    """Four targets on GPU 0 and a one-entry AL-TLB: every one of the 4096 lookups misses. A
+    miss delays its own row access by one HBM read of the entry; the access itself is charged
+    when the packet arrives, so it holds no HBM channel in the meantime. (Issued at the time the
+    entry is known instead, each access would hold its channel for that long and every access
+    behind it would wait: 3.7 times the round trip of the 512-entry TLB, against 1.3 now.)"""
+    four = (0, 1, 2, 3)
+    thrash = ubench(four, 1, "system.switch.nvls.dysharp.al_tlb_entries=1")
+    fits = ubench(four, 1)
+    assert int(thrash.stats["system.gpu0.dysharp.al_tlb_misses"]) == 2 * ROWS * (R // 128) * 4
+    assert int(thrash.stats["system.gpu0.dysharp.al_tlb_hits"]) == 0
+    assert int(fits.stats["system.gpu0.dysharp.al_tlb_misses"]) == ROWS * 4
+    assert thrash.stats["simTicks"] < 1.5 * fits.stats["simTicks"]
+    assert run_invariants(thrash) == []
+    assert np.array_equal(thrash.read_buffer(0, "out", "bf16"), fits.read_buffer(0, "out", "bf16"))
+
+
+def test_a_thrashing_al_tlb_changes_no_data_and_frees_every_read():
+    """Two AL-TLB entries for the layer's 512 token-expert pairs: most lookups miss, the answers
+    leave out of request order, and each read's receive-buffer space frees with the last of its
+    answers: the output is still exact and every credit, read and entry is given back."""
+    sim = run("system.switch.nvls.dysharp.al_tlb_entries=2")
+    s = sim.stats
+    assert s["system.moe.output_max_abs_error"] == 0.0
+    assert run_invariants(sim) == []
+    assert sum(int(s[f"system.gpu{g}.dysharp.al_tlb_misses"]) for g in range(P)) > P * T * K
+
+
 @pytest.mark.parametrize("sets,fragments", [
     (["workload.launches.0.params.count=0"], ["dymultimem target count of 0 or above"]),
     (["workload.launches.0.params.count=3", "system.switch.nvls.dysharp.max_targets=2"],
@@ -226,9 +279,11 @@ def test_layer_output_exact_and_accounted(routing):
 
 
 def test_engines_agree():
+    # a 4-entry AL-TLB: misses on both paths, answers reordered by readiness
     small = ("workload.layer.tokens_per_gpu=8", "system.gpu.num_sms=8",
              "workload.layer.combine_tbs=2", "workload.layer.shared_tbs=2",
-             "workload.layer.dysharp.channels=2", "workload.layer.dysharp.scale_tbs=4")
+             "workload.layer.dysharp.channels=2", "workload.layer.dysharp.scale_tbs=4",
+             "system.switch.nvls.dysharp.al_tlb_entries=4")
     a = model_stats(run(*small).stats)
     b = model_stats(run(*small, "run.engine=python").stats)
     assert a == b

@@ -4,7 +4,7 @@ import csv
 
 import pytest
 
-from conftest import CONFIGS, run_cli
+from conftest import CONFIGS, REPO, run_cli
 
 SWEEP = f"""\
 name: t4
@@ -97,6 +97,23 @@ def test_example_sweeps_expand():
     from moehub_arch.sweep import load_sweep
     assert len(load_sweep(CONFIGS / "sweeps/hub_merge_x_tile.yaml").points) == 9
     assert len(load_sweep(CONFIGS / "sweeps/tokens_x_scheme.yaml").points) == 9
+
+
+def test_a_points_fingerprint_does_not_depend_on_the_working_directory(tmp_path, sweep_file,
+                                                                     monkeypatch):
+    """The resolved config's provenance names files relative to the working directory; the
+    fingerprint that resume compares is of the values only, so a sweep resumes from anywhere."""
+    from moehub_arch.config import load_config
+    from moehub_arch.sweep import load_sweep
+    from moehub_arch.sweep.spec import PROVENANCE_KEYS
+    digests = []
+    for where in (tmp_path, REPO):
+        monkeypatch.chdir(where)
+        sweep = load_sweep(sweep_file)
+        digests.append([p.config_digest for p in sweep.points])
+    assert digests[0] == digests[1] and len(set(digests[0])) == 4
+    resolved = load_config(CONFIGS / "experiments/functional.yaml").to_dict()
+    assert set(PROVENANCE_KEYS) <= set(resolved)
 
 
 def test_resume_reruns_points_whose_config_changed(tmp_path):

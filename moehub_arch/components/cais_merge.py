@@ -89,7 +89,7 @@ from .nvls import answer_read, queue_read_data
 from .packet import (PK_CAIS_DATA, PK_CAIS_GO, PK_CAIS_LD, PK_CAIS_READ, PK_CAIS_REPLY,
                      PK_CAIS_SYNC, PK_CAIS_WRITE, VC_REQUEST, VC_RESPONSE, header_flits,
                      packet_alloc, packet_flits)
-from .wakeups import xbar_kick
+from .wakeups import unblock_request_port
 from .block import Array, Block, Event, Param, Record, Stat, StatGroup, Timer, counters, fields
 
 EV_CAIS_TIMEOUT = 11   # a0 = merge table: its timer (a component timer per table) expired
@@ -643,9 +643,7 @@ def _wake_table(st, t, tick):
         ch = st.ch[c]
         if ch.cais_wait_tab == t + 1:
             ch.cais_wait_tab = 0
-            ch.xbar_blocked = 0
-            ch.xbar_blocked_ticks += tick - ch.xbar_blocked_since
-            xbar_kick(st, c, tick)
+            unblock_request_port(st, c, tick)
 
 
 @compiled
@@ -997,9 +995,7 @@ def _wake_sync(st, s, tick):
         ch = st.ch[c]
         if ch.cais_wait_sync == s + 1:
             ch.cais_wait_sync = 0
-            ch.xbar_blocked = 0
-            ch.xbar_blocked_ticks += tick - ch.xbar_blocked_since
-            xbar_kick(st, c, tick)
+            unblock_request_port(st, c, tick)
 
 
 @compiled

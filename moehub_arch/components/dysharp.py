@@ -42,7 +42,12 @@ The mechanism, as the paper describes it, and what this module models of it:
   the entry's index u x targets_per_gpu + e, the same token of every source GPU (u = g T + t, T a
   multiple of the sets) falls in one set, and the GPUs send token t at about the same time). A miss reads the
   entry from HBM before the row can be written or read (assumption: one HBM read of the 4 B
-  entry, charged on the HBM model; the paper gives no miss latency). The first chunk of (u, e) to
+  entry, charged on the HBM model; the paper gives no miss latency). The TLB is non-blocking, as
+  GPU TLBs are: a lookup that hits an entry whose fill is still on its way waits for that fill
+  (it cannot translate before the entry arrives), and a miss delays only its own packet - the
+  reads behind it that hit are answered first (the answers leave in the order their data is
+  ready; NVLink responses carry their request's tag, so they need not leave in request order).
+  The first chunk of (u, e) to
   arrive places the row: the hub takes the next free row of e from a counter it keeps on chip
   (assumption: as MoE-Hub's AAU keeps its allocation pointers; the paper does not say) and writes
   the counter (workload.multicast[].counts: the expert GEMMs read it) and the new entry through
@@ -50,7 +55,9 @@ The mechanism, as the paper describes it, and what this module models of it:
   Assumption: the paper does not say who fills the AL table; placing rows on arrival lets the
   destination build its layout without knowing the routing in advance (the counts are what the
   expert GEMMs need). A ld_reduce's read translates (u, e) for each of the GPU's targets again and
-  sends one data packet per target.
+  sends one data packet per target. (Until this was modelled, the answers left in the order the
+  reads came, so every miss on the combine's read path held all of the GPU's answers behind it,
+  on all its links: README "DySHARP" gives the figures.)
 
 Functional mode: a copy's bytes are written into every local target's layout row; a ld_reduce's
 result is computed when it reaches the source, as FP32 accumulation over the targets in the order
@@ -116,6 +123,10 @@ BLOCK = Block(
                   lambda cfg: (cfg.system.num_gpus, _dy(cfg).al_tlb_entries) if dynamic_on(cfg)
                   else (1, 1)),
             Array("al_tlb_used", "AL-TLB: when each entry was last used (LRU within its set)",
+                  lambda cfg: (cfg.system.num_gpus, _dy(cfg).al_tlb_entries) if dynamic_on(cfg)
+                  else (1, 1)),
+            Array("al_tlb_fill", "AL-TLB: when each entry's fill from HBM completes (a hit "
+                  "under that miss waits for it)",
                   lambda cfg: (cfg.system.num_gpus, _dy(cfg).al_tlb_entries) if dynamic_on(cfg)
                   else (1, 1))),
     fields=fields("req", ("dy_count", "targets of a dymultimem request"),
@@ -288,9 +299,13 @@ def _al_translate(st, g, k, u, el, t, place):
     o = st.mm_objects[k]
     idx = u * o[OBJ_TPG] + el
     entry = o[OBJ_AL] + idx * 8
-    ready = t
-    if not _al_tlb_lookup(st, g, entry):
+    w = _al_tlb_lookup(st, g, entry)
+    if w >= 0:
+        # a hit; if the miss that installed the entry is still reading it, wait for that read
+        ready = max(t, st.al_tlb_fill[g, w])
+    else:
         ready = hbm_access(st, g, entry, 4, t, False)   # the 4 B entry from the table in HBM
+        st.al_tlb_fill[g, -w - 1] = ready
     v = read_word(st, g, entry)
     if v > 0:
         return v - 1, ready
@@ -313,8 +328,9 @@ def _al_translate(st, g, k, u, el, t, place):
 
 @compiled
 def _al_tlb_lookup(st, g, entry):
-    """Look the AL-table entry at `entry` up in GPU g's AL-TLB: True on a hit; on a miss the entry
-    takes the set's empty or least recently used way. Set = entry index modulo the sets."""
+    """Look the AL-table entry at `entry` up in GPU g's AL-TLB: its way on a hit; on a miss the
+    entry takes the set's empty or least recently used way w and the answer is -w - 1 (the caller
+    reads the entry and records when the fill completes). Set = entry index modulo the sets."""
     gp = st.gpu[g]
     ways = st.p[0].al_tlb_ways
     first = ((entry // 8) % (st.al_tlb.shape[1] // ways)) * ways
@@ -324,13 +340,24 @@ def _al_tlb_lookup(st, g, entry):
         if st.al_tlb[g, w] == entry + 1:
             st.al_tlb_used[g, w] = gp.al_clock
             gp.al_hits += 1
-            return True
+            return w
         if st.al_tlb_used[g, w] < st.al_tlb_used[g, victim]:
             victim = w
     gp.al_misses += 1
     st.al_tlb[g, victim] = entry + 1
     st.al_tlb_used[g, victim] = gp.al_clock
-    return False
+    return -victim - 1
+
+
+@compiled
+def _after_translation(done, t, known):
+    """When an access to a layout row, charged on the memory system at t (the packet's arrival)
+    and done at `done` had it started then, is done given that its row is known only at `known`
+    (an AL-TLB miss, or a hit waiting for a fill): `done` + (known - t). The access is charged at
+    t, not at `known`, because an HBM channel serves its accesses in issue order (hbm.py: its
+    queue ends at the last access's end) - an access issued ahead of time would hold the channel
+    for every access made meanwhile, one HBM latency per miss on each channel a miss touches."""
+    return done + (known - t)
 
 
 @compiled
@@ -364,7 +391,11 @@ def dysharp_copy_write(st, g, pkt, t):
             raise_error(st, ERR_DY_LAYOUT_FULL, st.req[r].slot, e)
             return free_at, visible
         addr = _row_address(o, el, row, off)
-        f, v = link_write(st, g, addr, n, ready)
+        # the write goes to the memory system now and completes once the row is known (see
+        # _after_translation: a write issued at `ready` would hold its HBM channel meanwhile)
+        f, v = link_write(st, g, addr, n, t)
+        f = _after_translation(f, t, ready)
+        v = _after_translation(v, t, ready)
         move_bytes(st, pk.src, pk.src_addr, g, addr, n, st.req[r].slot)
         notify_stores(st, g, addr, n, v)
         st.gpu[g].dy_rows_written += 1
@@ -395,7 +426,6 @@ def dysharp_read_arrived(st, g, c, pkt, t):
     home = pk.src
     rflits = pk.flits
     gp.mm_reads_rx += pk.npk
-    depth = st.mm_rdq.shape[1]
     q = pkt
     last = pkt
     first = True
@@ -409,7 +439,7 @@ def dysharp_read_arrived(st, g, c, pkt, t):
             raise_error(st, ERR_DY_UNPLACED, st.req[r].slot, e)
             row = 0
         addr = _row_address(o, el, row, off)
-        ready = hbm_access(st, g, addr, n, ready, False)
+        ready = _after_translation(hbm_access(st, g, addr, n, t, False), t, ready)
         if first:
             first = False
         else:
@@ -432,11 +462,34 @@ def dysharp_read_arrived(st, g, c, pkt, t):
         qk.mm_chan = c
         qk.mm_rflits = 0
         gp.dy_rows_read += 1
-        st.mm_rdq[g, (gp.mm_rdq_head + gp.mm_rdq_count) % depth] = q
-        gp.mm_rdq_count += 1
-        last = q
-        hub_kick_response(st, g, qk.ready)
+        queue_read_data_by_ready(st, g, q)
+        if qk.ready >= st.pk[last].ready:
+            last = q
+    # the read's receive-buffer space frees when the last of its answers to be ready leaves
     st.pk[last].mm_rflits = rflits
+
+
+@compiled
+def queue_read_data_by_ready(st, g, pkt):
+    """nvls.queue_read_data for an answer whose data may be ready before answers that came earlier
+    (a read whose AL-TLB lookup hit, behind one that missed): it goes into
+    GPU g's read-data FIFO before every answer that becomes ready later, so the hub sends the
+    answers in the order their data is ready and a miss delays only its own reads (reads complete
+    out of order at the memory, and NVLink responses carry their request's tag). Answers ready at
+    the same tick keep the order the reads came in."""
+    gp = st.gpu[g]
+    depth = st.mm_rdq.shape[1]
+    ready = st.pk[pkt].ready
+    i = gp.mm_rdq_count
+    while i > 0:
+        prev = st.mm_rdq[g, (gp.mm_rdq_head + i - 1) % depth]
+        if st.pk[prev].ready <= ready:
+            break
+        st.mm_rdq[g, (gp.mm_rdq_head + i) % depth] = prev
+        i -= 1
+    st.mm_rdq[g, (gp.mm_rdq_head + i) % depth] = pkt
+    gp.mm_rdq_count += 1
+    hub_kick_response(st, g, ready)
 
 
 @compiled

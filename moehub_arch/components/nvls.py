@@ -56,7 +56,7 @@ from .nvlink import (credit_return_vc, input_free_tick, pick_switch_output, txq_
 from .packet import (PK_CAIS_DATA, PK_MM_COPY, PK_MM_DATA, PK_MM_LD, PK_MM_READ, PK_MM_RESULT,
                      PK_MM_ST, VC_REQUEST, packet_alloc, packet_flits, packet_free, packet_vc,
                      request_records)
-from .wakeups import hub_kick_response, xbar_kick
+from .wakeups import hub_kick_response, unblock_request_port
 from .block import Array, Block, Param, Record, Stat, StatGroup, counters, fields
 from ..engine.state import ERR_UNBACKED_COPY
 from .dysharp import (OBJ_BASE, OBJ_BYTES, OBJ_COLUMNS, OBJ_MASK, OBJ_MEMBERS, OBJ_TPG, dynamic_on,
@@ -496,9 +496,7 @@ def nvls_absorb(st, c, pkt, tick):
         # the port's head ld_reduce may fit now: its request channel moves again
         port.mm_wait = 0
         port.mm_wait_ticks += tick - port.mm_wait_since
-        port.xbar_blocked = 0
-        port.xbar_blocked_ticks += tick - port.xbar_blocked_since
-        xbar_kick(st, en.port, tick)
+        unblock_request_port(st, en.port, tick)
     return False
 
 
@@ -536,9 +534,11 @@ def answer_read(st, g, c, pkt, kind, tick):
 
 @compiled
 def queue_read_data(st, g, pkt):
-    """Queue an answered switch read (NVLS's, DySHARP's, the CAIS merge unit's) in GPU g's one
-    read-data FIFO (State.mm_rdq: the hub sends the answers up in the order the reads came) and
-    kick the hub for when it is ready."""
+    """Queue an answered switch read (NVLS's, the CAIS merge unit's) in GPU g's one read-data
+    FIFO (State.mm_rdq: the hub sends the answers up in the order the reads came; their data is
+    ready in about that order, one HBM read each) and kick the hub for when it is ready. DySHARP's
+    answers, whose AL-TLB lookups can miss, go in by readiness
+    (dysharp.queue_read_data_by_ready)."""
     gp = st.gpu[g]
     st.mm_rdq[g, (gp.mm_rdq_head + gp.mm_rdq_count) % st.mm_rdq.shape[1]] = pkt
     gp.mm_rdq_count += 1
@@ -557,7 +557,11 @@ def send_read_data(st, g, pkt, tick):
     up = pk.mm_chan - 1     # the GPU->switch channel of the link the read came down
     if not txq_room(st, up, packet_vc(st, pkt)):
         return -1
-    credit_return_vc(st, pk.mm_chan, pk.mm_rflits, tick + st.ch[pk.mm_chan].latency, VC_REQUEST)
+    if pk.mm_rflits > 0:
+        # (a DySHARP read's other answers carry no flits: filing empty returns would let a read
+        # with many targets here fill the channel's return list, sized one return per flit)
+        credit_return_vc(st, pk.mm_chan, pk.mm_rflits, tick + st.ch[pk.mm_chan].latency,
+                         VC_REQUEST)
     txq_push(st, up, pkt, tick)
     return pk.npk
 

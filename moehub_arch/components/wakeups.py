@@ -96,6 +96,16 @@ def xbar_kick(st, c, tick):
 
 
 @compiled
+def unblock_request_port(st, c, tick):
+    """The switch input port fed by channel c stops waiting (for an output slot, a reduction or
+    merge entry, a sync group): its blocked time is counted and its head packet tries again."""
+    ch = st.ch[c]
+    ch.xbar_blocked = 0
+    ch.xbar_blocked_ticks += tick - ch.xbar_blocked_since
+    xbar_kick(st, c, tick)
+
+
+@compiled
 def switch_output_freed(st, s, dst, vc, tick):
     """An output queue of switch s toward GPU dst has a free slot in virtual channel vc: the
     output arbiter grants it to the input port that has waited longest for that destination and
@@ -109,11 +119,10 @@ def switch_output_freed(st, s, dst, vc, tick):
     cin = cv // 2
     st.sw_wait[w, 0] = (st.sw_wait[w, 0] + 1) % cap
     st.sw_wait[w, 1] -= 1
-    inp = st.ch[cin]
     if cv % 2 == 1:
+        inp = st.ch[cin]
         inp.rsp_xbar_blocked = 0
         inp.rsp_xbar_blocked_ticks += tick - inp.rsp_xbar_blocked_since
+        xbar_kick(st, cin, tick)
     else:
-        inp.xbar_blocked = 0
-        inp.xbar_blocked_ticks += tick - inp.xbar_blocked_since
-    xbar_kick(st, cin, tick)
+        unblock_request_port(st, cin, tick)

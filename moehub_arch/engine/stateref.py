@@ -117,17 +117,18 @@ def _store_descriptors(typingctx, address, state):
 
 # one small compiled function per State layout; without the reference-counting runtime, like the
 # engine, so the descriptors it writes hold no meminfo (numpy owns the arrays)
-@njit(cache=True, _nrt=False)
-def _pack(address, state):
+def _pack_descriptors(address, state):
     _store_descriptors(address, state)
+
+
+_pack = njit(cache=True, _nrt=False)(_pack_descriptors)
 
 
 # Any other namedtuple (a test's, a user's) is packed by an uncached copy: Numba's cache index
 # pickles every cached version's argument types, and one naming a class another process cannot
 # import (a test module's namedtuple) makes the whole index unreadable there - every later run
-# would fail to load `_pack`. (Under NUMBA_DISABLE_JIT, the pure-Python engine, `_pack` is the
-# plain function and never called: state_ref hands the namedtuple itself.)
-_pack_uncached = njit(cache=False, _nrt=False)(getattr(_pack, "py_func", _pack))
+# would fail to load `_pack`.
+_pack_uncached = njit(cache=False, _nrt=False)(_pack_descriptors)
 _ENGINE_STATE_MODULE = "moehub_arch.composition"
 
 

@@ -82,8 +82,15 @@ def _mapping(raw, key, where):
 def config_digest(cfg):
     """A fingerprint of a resolved config: resuming a sweep reuses a finished point only when the
     point would run exactly this config (an edited config, system or model file reruns it)."""
-    text = json.dumps(cfg.to_dict(), sort_keys=True, default=str)
+    # the values only: where each came from (`source_files`, `value_sources`, `load_warnings`)
+    # names files as the working directory sees them, and a sweep resumed from another directory
+    # ran every point again
+    values = {k: v for k, v in cfg.to_dict().items() if k not in PROVENANCE_KEYS}
+    text = json.dumps(values, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+PROVENANCE_KEYS = ("source_files", "value_sources", "load_warnings")
 
 
 def point_id(values):

@@ -13,9 +13,12 @@
 #     chunk from its home with ld.cais, its own included (the merge counter counts every rank of the
 #     group: the home's own load is a copy of its chunk onto itself); the switch reads each line
 #     from the home once and fans the reply out. One `fence`: the chunks are here.
-# Every rank walks the chunks in the same order (chunk 0 first), so the ranks' requests for a line
-# head for the switch in the same order. CAIS's merging-aware thread-block coordination (sync >= 0):
-# channel c of every rank is one group of matching thread blocks (its addresses do not depend on
+# Every rank's channel c walks the chunks in the same order, starting at chunk c mod P, so the
+# ranks' requests for a line head for the switch in the same order while the channels spread over
+# the homes: at any time each home's merge tables take the lines of ~channels / P channels, not of
+# all of them (every channel on one home at a time overfilled its tables: 16 channels x 48 KB of
+# distinct lines against 18 ports x 40 KB). CAIS's merging-aware thread-block coordination
+# (sync >= 0): channel c of every rank is one group of matching thread blocks (its addresses do not depend on
 # the rank); before each slice's request the channel syncs its group in the switch's group sync
 # table (sync.cais on its flag sync[c], then wait.ge for the release), so no rank's channel runs
 # more than one slice ahead of the same channel on the slowest rank and the ranks' requests for
@@ -47,8 +50,10 @@
     beq \phase, 1, start_\@
     nvls_barrier \flags, 1           # every home's chunk is written (its kernel ended)
 start_\@:
-    mov r12, 0                       # r12 = chunk k
+    mov r8, 0                        # r8 = chunks done
 chunk_\@:
+    add r12, r8, %tb
+    rem r12, r12, %ngpu              # r12 = chunk k = (chunks done + channel) mod P
     add r13, r12, %ngpu
     sub r13, r13, \shift
     rem r13, r13, %ngpu              # r13 = home of chunk k: (k - shift) mod P
@@ -74,8 +79,8 @@ load_\@:
 next_\@:
     add r3, r3, r4
     blt r3, r5, slice_\@
-    add r12, r12, 1
-    blt r12, %ngpu, chunk_\@
+    add r8, r8, 1
+    blt r8, %ngpu, chunk_\@
     fence                            # this channel's sums are home / its loads are here
     beq \phase, 2, done_\@
     nvls_barrier \flags, 2           # every rank's sums are home: the chunks are complete
