@@ -119,3 +119,26 @@ def test_seed_paper_models_run_in_timing_mode(model, scheme):
     assert s["system.moe.rows_sent"] + s["system.moe.rows_dropped"] == 4 * 16 * k
     assert s["system.moe.rows_combined"] == 4 * 16 * k
     assert 0 < s["system.moe.ideal_layer_us"] < s["system.moe.layer_time_us"]
+
+
+def test_the_ideal_layer_reads_only_the_experts_that_receive_rows():
+    """ideal_layer_ps: an expert no token chose is never read, so its weights are not in the ideal
+    (counting them put the ideal above what moehub achieved on Qwen1.5's 60 experts at 128
+    tokens); the busiest GPU decides."""
+    from types import SimpleNamespace as NS
+
+    import numpy as np
+
+    from moehub_arch.workloads.layer_stats import ideal_layer_ps
+    shape = NS(hidden=1024, ffn=512, experts=4, local_experts=2, num_gpus=2, shared=0,
+               shared_ffn=0, tokens=2, top_k=2)
+    # GPU 0's experts 0 and 1 both chosen, GPU 1's expert 3 never: GPU 0 reads two experts
+    layer = NS(shape=shape, routing=NS(topk_idx=np.array([[0, 2], [1, 2]])))
+    cfg = NS(system=NS(gpu=NS(num_sms=1, sm=NS(tensor_bf16_flops_per_cycle=1e9), sm_clock=1e9,
+                              hbm=NS(bandwidth=1e12))))
+    weights_gpu0 = 2 * 6.0 * 1024 * 512                 # bytes: 3 bf16 matrices x 2 experts
+    assert ideal_layer_ps(cfg, layer) == weights_gpu0 / 1e12 * 1e12
+    layer.routing.topk_idx = np.array([[2, 3], [2, 3]])  # now only GPU 1's, both experts
+    assert ideal_layer_ps(cfg, layer) == weights_gpu0 / 1e12 * 1e12
+    layer.routing.topk_idx = np.array([[2, 0], [2, 0]])  # one expert on each GPU
+    assert ideal_layer_ps(cfg, layer) == weights_gpu0 / 2 / 1e12 * 1e12

@@ -12,7 +12,8 @@ Where the time goes:
   overhead_us              layer time minus ideal compute: communication, mediation, vector work
                            and load imbalance that compute did not hide (the "exposed" time)
   ideal_layer_us           also identical for every scheme: per GPU, max(its expert GEMM FLOPs at
-                           the tensor peak, its expert weights read once at HBM bandwidth), the
+                           the tensor peak, the weights of its experts that receive rows read once
+                           at HBM bandwidth), the
                            busiest GPU; ideal_layer_fraction = ideal / layer time (the MoE-Hub
                            paper, arXiv 2605.05888, reports 96.8% of such an ideal layer)
 SM time (fractions of SMs x layer time, averaged over GPUs). The five categories partition SM time
@@ -251,11 +252,15 @@ def _dispatch_link_stats(st, out, layer, launches, P):
 
 def ideal_layer_ps(cfg, layer):
     """Ideal layer time (ps) of the busiest GPU: its expert GEMM FLOPs (`expert_gemm_flops`) at the
-    tensor peak, or its expert weights (3 H I bf16 matrices per local routed and per shared
-    expert) read once at HBM bandwidth, whichever is longer. Independent of the scheme: no
-    communication, no mediation, no padding, no vector work (SiLU, combine)."""
+    tensor peak, or its expert weights (3 H I bf16 matrices per local routed expert that
+    receives a row and per shared expert) read once at HBM bandwidth, whichever is longer. An
+    expert no token chose is never read (every scheme skips it), so counting its weights would
+    put the "ideal" above what a scheme achieves. Independent of the scheme: no communication,
+    no mediation, no padding, no vector work (SiLU, combine)."""
     s = layer.shape
-    weights = 6.0 * s.hidden * (s.local_experts * s.ffn + s.shared * s.shared_ffn)   # bytes
+    rows = np.bincount(layer.routing.topk_idx.reshape(-1), minlength=s.experts)
+    used = (rows.reshape(s.num_gpus, s.local_experts) > 0).sum(axis=1)   # [P]
+    weights = 6.0 * s.hidden * (used * s.ffn + s.shared * s.shared_ffn)   # bytes
     t = np.maximum(expert_gemm_flops(layer) / tensor_peak(cfg),
                    weights / cfg.system.gpu.hbm.bandwidth)
     return float(t.max()) * 1e12
