@@ -61,6 +61,7 @@ def _timer_now_shape(cfg):
     from ..composition import timer_layout
     return (2 * max(timer_layout(cfg)[1], 2), 2)
 
+
 def _event_names(inst):
     """{kind: name} of the event kinds in use (composed from every block's declarations)."""
     from ..composition import enabled_events
