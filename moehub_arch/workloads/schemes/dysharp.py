@@ -51,10 +51,19 @@ KERNELS = "workloads/kernels/dysharp/dysharp.s"
 SCALE_ACC_BYTES = 28 * 1024   # dysharp_scale's .smem: one fp32 row of up to 7168 elements
 
 
-def meta_row_bytes(k):
-    """A token's meta row: k expert ids (i64) and k router weights (f32), padded to 16 B and to at
-    least the 64 B groups dysharp_scale reads the ids in (ld.v8), so no read leaves the row."""
-    return -(-max(12 * k, 64 * -(-k // 8)) // 16) * 16
+def meta_row_bytes(k, token_word=False):
+    """A token's meta row: k expert ids (i64) and k router weights (f32) - and, with
+    `token_word` (token-centric fusion), the token's algebraic row u as an i64 at
+    token_word_offset(k) - padded to 16 B and to at least the 64 B groups the gate weighting reads
+    the ids in (ld.v8), so no read leaves the row."""
+    used = token_word_offset(k) + 8 if token_word else 12 * k
+    return -(-max(used, 64 * -(-k // 8)) // 16) * 16
+
+
+def token_word_offset(k):
+    """Where a fused meta row holds the token's algebraic row: after its ids and weights, 8-byte
+    aligned."""
+    return -(-12 * k // 8) * 8
 
 
 def plan(layer):
@@ -70,6 +79,8 @@ def plan(layer):
                          f"({cfg.system.switch.nvls.dysharp.max_targets}): one dymultimem "
                          f"operation names every expert of a token")
     cap = max(1, expert_load_max(layer), -(-U // El))
+    if opts.fusion == "token":
+        return _fused_plan(layer, cap)
     buffers = [
         _buf("dy_xe", El * cap * rb, dtype="bf16"),
         _buf("dy_ye", El * cap * rb, dtype="bf16"),
@@ -118,6 +129,84 @@ def plan(layer):
         phases={"dispatch": ("dysharp_dispatch", "nvls_barrier"),
                 "expert": GROUPED_KERNELS + SHARED_KERNELS + ("dysharp_scale",),
                 "combine": ("nvls_barrier", "dysharp_combine", "nvls_output")},
+        launch_phases=tuple(launches.phases),
+        reference_kwargs={"combine": "switch_targets", "local_experts": El},
+        checked_accounting=ACCT_NAMES)
+
+
+def _fused_plan(layer, cap):
+    """Token-centric fusion (the paper's design): the dispatch-and-combine group and the GEMM group
+    of the persistent megakernel (dysharp.s dysharp_fused_comm, dysharp_fused_expert), launched
+    together, driven by the token tracker (the hub's tile table, the tokens' ready words)."""
+    s, cfg = layer.shape, layer.cfg
+    opts = cfg.workload.layer.dysharp
+    dy = cfg.system.switch.nvls.dysharp
+    P, T, k, El, H = s.num_gpus, s.tokens, s.top_k, s.local_experts, s.hidden
+    U = P * T
+    tile = s.tile_rows
+    rb, mb, tw = s.row_bytes, meta_row_bytes(k, True), token_word_offset(k)
+    if T > dy.tracker_tokens:
+        raise LayerError(
+            f"workload.layer.tokens_per_gpu: {T} tokens per GPU and the token tracker's token "
+            f"table holds {dy.tracker_tokens} (system.switch.nvls.dysharp.tracker_tokens): the "
+            f"fused layer tracks every token of the layer at once (a token without an entry "
+            f"could not be dispatched, and the tiles it would fill could wait for it forever); "
+            f"raise tracker_tokens or run workload.layer.dysharp.fusion: none")
+    if 4 * H + 8 * tile > SCALE_ACC_BYTES and 4 * H + 8 * tile > 160 * 1024:
+        raise LayerError(f"workload.layer.model: the fused GEMM epilogue keeps an fp32 row of "
+                         f"{H} elements and {tile} slots in its 160 KB of shared memory")
+    ltiles = -(-cap // tile)
+    tiles = El * ltiles
+    buffers = [
+        _buf("dy_xe", El * cap * rb, dtype="bf16"),
+        _buf("dy_ye", El * cap * rb, dtype="bf16"),
+        _buf("dy_he", El * cap * s.ffn * 2, dtype="bf16"),
+        _buf("dy_meta", El * cap * mb, region="control", dtype="i64"),
+        _buf("dy_msrc", T * mb, region="control", dtype="i64"),
+        _buf("dy_cnt", El * 8, region="control", dtype="i64"),
+        _buf("dy_al", U * El * 8, region="control", dtype="i64"),
+        _buf("dy_tready", tiles * 8, region="control", dtype="i64"),
+        _buf("dy_tokready", T * k * 8, region="control", dtype="i64"),
+        _buf("dy_ended", P * opts.channels * 8, region="control", dtype="i64"),
+        _buf("dy_jobs", (2 + 2 * tiles) * 8, region="control", dtype="i64"),
+        _buf("dy_comb", T * rb, dtype="bf16"),
+    ]
+    dyn = dict(targets_per_gpu=El, rows=U, counts="dy_cnt", al_table="dy_al",
+               tracker="dy_tready", tile_rows=tile)
+    multicast = (MulticastConfig(buffer="dy_xe", row_bytes=rb, **dyn),
+                 MulticastConfig(buffer="dy_meta", row_bytes=mb, **dyn),
+                 MulticastConfig(buffer="dy_ye", row_bytes=rb, targets_per_gpu=El, rows=U,
+                                 counts="dy_cnt", al_table="dy_al"))
+    sbufs, shared = shared_expert_launches(s, cfg, stream=1)
+    launches = PhasedLaunches()
+    add = launches.add
+    for launch in shared:
+        add(launch, "expert")
+    add(LaunchConfig(kernel="dysharp_fused_expert", grid=opts.compute_tbs, stream=2, params=(
+        ("xe", "@dy_xe"), ("he", "@dy_he"), ("ye", "@dy_ye"), ("meta", "@dy_meta"),
+        ("cnt", "@dy_cnt"), ("tready", "@dy_tready"), ("tokready", "@dy_tokready"),
+        ("jobs", "@dy_jobs"), ("wg", "@w_gate"), ("wu", "@w_up"), ("wd", "@w_down"),
+        ("acct", "@acct"), ("tokens", T), ("topk", k), ("hidden", H), ("ffn", s.ffn),
+        ("tile_rows", tile), ("n_tile", s.n_tile), ("swizzle", s.stream_swizzle),
+        ("local_experts", El), ("cap", cap), ("layout_tiles", ltiles), ("meta_bytes", mb),
+        ("token_word", tw))), "expert")
+    add(LaunchConfig(kernel="dysharp_fused_comm", grid=opts.channels, stream=0, params=(
+        ("x", "@x"), ("topk_idx", "@topk_idx"), ("topk_w", "@topk_w"), ("msrc", "@dy_msrc"),
+        ("xe", "@dy_xe"), ("meta", "@dy_meta"), ("ye", "@dy_ye"), ("comb", "@dy_comb"),
+        ("tokready", "@dy_tokready"), ("ended", "@dy_ended"), ("cnt", "@dy_cnt"),
+        ("tready", "@dy_tready"), ("acct", "@acct"), ("tokens", T), ("topk", k), ("hidden", H),
+        ("meta_bytes", mb), ("token_word", tw), ("local_experts", El), ("layout_tiles", ltiles),
+        ("tile_rows", tile))), "dispatch")
+    add(LaunchConfig(kernel="nvls_output", grid=cfg.workload.layer.combine_tbs, stream=0, params=(
+        ("out", "@out"), ("ys", "@ys"), ("comb", "@dy_comb"), ("one", "@one"), ("acct", "@acct"),
+        ("tokens", T), ("hidden", H), ("shared", s.shared),
+        ("shared_tbs", cfg.workload.layer.shared_tbs))), "combine")
+    return SchemePlan(
+        buffers=tuple(buffers + sbufs), launches=tuple(launches.launches),
+        kernel_files=(NVLS_KERNELS, KERNELS), n_tile=s.n_tile, multicast=multicast,
+        phases={"dispatch": ("dysharp_fused_comm",),
+                "expert": ("dysharp_fused_expert",) + SHARED_KERNELS,
+                "combine": ("nvls_output",)},
         launch_phases=tuple(launches.phases),
         reference_kwargs={"combine": "switch_targets", "local_experts": El},
         checked_accounting=ACCT_NAMES)

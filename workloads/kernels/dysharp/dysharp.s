@@ -5,6 +5,8 @@
 # ../nvls/nvls.s (assembled with this file).
 
 .include "lib/slot_words.s"
+.include "lib/gemm_tiles.s"
+.include "lib/streaming.s"
 #
 # Layouts (P GPUs, T tokens per GPU, k = top-k, H hidden, El local experts, R = 2 H row bytes,
 # M meta-row bytes (k ids i64 then k weights f32, padded: schemes/dysharp.py meta_row_bytes), cap layout rows per expert;
@@ -15,6 +17,69 @@
 #   msrc [T][M]: this GPU's tokens' meta rows; comb [T][H] bf16: the reduced rows of its tokens
 # acct words: 0 pairs sent, 1 received (rows scaled at the expert's GPU), 2 computed
 # (grouped_down), 3 combined (targets reduced for this GPU's tokens), 5 shared-expert TBs.
+#
+# Routines the unfused kernels and the token-centric fused ones share. Registers as the kernels
+# set them: r1 = R, r2 = bytes of a token's ids (8 k), r3 = bytes of its weights (4 k).
+#   token_meta_row t                 msrc[t] = the token's ids then its weights. Writes r5, r6.
+#   send_token t                     one dymultimem.st of row t and one of its meta row to the
+#                                    token's k experts (target list: its ids in topk_idx).
+#                                    Writes r5 - r8.
+#   gate_scale_row row, meta_row, expert, acc, ids, j, end, tmp
+#                                    the expert output row at `row` (bf16 [H]) becomes
+#                                    bf16(fp32(w y)), w the router weight of the slot of `expert`
+#                                    in its meta row (ids read 8 at a time; `ids` = 8 k, where the
+#                                    weights start); `acc`: an fp32 row of scratch. Leaves the
+#                                    slot in j. Writes j, end, tmp, r16 - r23.
+.macro token_meta_row t
+    mul r5, \t, %meta_bytes
+    add r5, r5, %msrc            # r5 = msrc[t]
+    mul r6, \t, r2
+    add r6, r6, %topk_idx
+    copy r5, r6, r2              # ids
+    add r5, r5, r2
+    mul r6, \t, r3
+    add r6, r6, %topk_w
+    copy r5, r6, r3              # weights
+.endm
+
+.macro send_token t
+    mul r5, %gpu, %tokens
+    add r5, r5, \t               # r5 = algebraic row u
+    mul r6, \t, r2
+    add r6, r6, %topk_idx        # r6 = the token's target list
+    mul r7, r5, r1
+    add r7, r7, %xe              # r7 = multimem address of row u
+    mul r8, \t, r1
+    add r8, r8, %x
+    dymultimem.st r7, r8, r1, r6, %topk
+    mul r7, r5, %meta_bytes
+    add r7, r7, %meta
+    mul r8, \t, %meta_bytes
+    add r8, r8, %msrc
+    dymultimem.st r7, r8, %meta_bytes, r6, %topk
+.endm
+
+.macro gate_scale_row row, meta_row, expert, acc, ids, j, end, tmp
+    mov \j, 0
+group_\@:
+    shl \tmp, \j, 3
+    add \tmp, \tmp, \meta_row
+    ld.v8 r16, [\tmp]             # ids j .. j + 7
+    add \end, \j, 8
+    blt \end, %topk, scan_\@
+    mov \end, %topk               # end of this group
+scan_\@:
+    beq r16, \expert, found_\@
+    next_slot_word \j, \end, scan_\@
+    blt \j, %topk, group_\@
+found_\@:
+    shl \tmp, \j, 2
+    add \tmp, \tmp, \ids
+    add \tmp, \tmp, \meta_row     # &w[j]
+    vzero.f32 \acc, %hidden
+    vaxpy.f32.bf16 \acc, \row, \tmp, %hidden
+    vcvt.bf16.f32 \row, \acc, %hidden
+.endm
 
 # dysharp_dispatch: TB b takes tokens t = b, b + ntb, ... of this GPU. It builds each token's meta
 # row (expert ids, router weights), then sends the token's row and its meta row with one
@@ -39,15 +104,7 @@
     mov r4, %tb
 meta_row:
     bge r4, %tokens, built
-    mul r5, r4, %meta_bytes
-    add r5, r5, %msrc            # r5 = msrc[t]
-    mul r6, r4, r2
-    add r6, r6, %topk_idx
-    copy r5, r6, r2              # ids
-    add r5, r5, r2
-    mul r6, r4, r3
-    add r6, r6, %topk_w
-    copy r5, r6, r3              # weights
+    token_meta_row r4
     add r4, r4, %ntb
     bra meta_row
 built:
@@ -56,20 +113,7 @@ built:
     mov r12, 0                   # r12 = pairs sent
 token:
     bge r4, %tokens, sent
-    mul r5, %gpu, %tokens
-    add r5, r5, r4               # r5 = algebraic row u
-    mul r6, r4, r2
-    add r6, r6, %topk_idx        # r6 = the token's target list
-    mul r7, r5, r1
-    add r7, r7, %xe              # r7 = multimem address of row u
-    mul r8, r4, r1
-    add r8, r8, %x
-    dymultimem.st r7, r8, r1, r6, %topk
-    mul r7, r5, %meta_bytes
-    add r7, r7, %meta
-    mul r8, r4, %meta_bytes
-    add r8, r8, %msrc
-    dymultimem.st r7, r8, %meta_bytes, r6, %topk
+    send_token r4
     add r12, r12, %topk
     add r4, r4, %ntb
     bra token
@@ -112,27 +156,9 @@ row:
     add r5, r5, r8               # r5 = flat row
     mul r10, r5, %meta_bytes
     add r10, r10, %meta          # r10 = its meta row
-    mov r12, 0                   # r12 = slot j
-group:
-    shl r14, r12, 3
-    add r14, r14, r10
-    ld.v8 r16, [r14]             # ids j .. j + 7
-    add r9, r12, 8
-    blt r9, %topk, scan
-    mov r9, %topk                # r9 = end of this group
-scan:
-    beq r16, r11, found
-    next_slot_word r12, r9, scan
-    blt r12, %topk, group
-found:
-    shl r14, r12, 2
-    add r14, r14, r13
-    add r14, r14, r10            # r14 = &w[j]
     mul r15, r5, r1
     add r15, r15, %ye            # r15 = the output row
-    vzero.f32 r2, %hidden
-    vaxpy.f32.bf16 r2, r15, r14, %hidden
-    vcvt.bf16.f32 r15, r2, %hidden
+    gate_scale_row r15, r10, r11, r2, r13, r12, r9, r14
     add r6, r6, 1
     add r8, r8, %ntb
     bra row
@@ -176,4 +202,316 @@ token:
 reduced:
     fence                        # the reduced rows are in local memory
     red.add %gpu, [%acct+24], r12    # acct word 3: pairs combined
+    exit
+
+# ---- token-centric fusion (arXiv 2605.05607): the persistent megakernel's thread-block groups --
+# Launched together (schemes/dysharp.py, fusion: token): dysharp_fused_comm (the dispatch and
+# combine group, `channels` blocks on stream 0) and dysharp_fused_expert (the GEMM-1 and GEMM-2
+# group, persistent blocks on stream 2), driven by the token tracker:
+#   - the destination hub's tile table (components/dysharp.py _track_tile) counts the bytes of
+#     every row tile of the receive layout (a token's row and its meta row) and raises the tile's
+#     word in `tready` [layout tiles][El] once they have all landed: GEMM-1 starts on a tile then,
+#     not after a dispatch-wide barrier;
+#   - the end of dispatch: every source's channel blocks flag `ended` on every GPU after their
+#     fence; block 0 of each GPU waits for all of them and closes the tiles that will not fill
+#     (each expert's partial last tile and the empty ones past it);
+#   - GEMM-2's epilogue weights each output row by its router weight (gate_scale_row), fences,
+#     and flags the token's (token, slot) word in `tokready` [T][k] at the token's source;
+#   - the source's token table: the combine issues a token's dymultimem.ld_reduce once its k
+#     words are up (its k experts' outputs are ready), not after a layer-wide barrier.
+# The meta row carries the token's algebraic row u at byte `token_word` (the paper's DRAM table of
+# token ids per tile: the epilogue reads where each row goes).
+
+# dysharp_fused_comm: TB b dispatches tokens b, b + ntb, ... (meta rows with u, then the
+# dymultimem.st of each), signals the end of its dispatch on every GPU, (block 0) closes the tiles
+# that will not fill, then combines the same tokens as each one's experts finish.
+.kernel dysharp_fused_comm
+.param x
+.param topk_idx
+.param topk_w
+.param msrc
+.param xe                    # multimem base of the row object (algebraic row u at + u R)
+.param meta                  # multimem base of the meta object (+ u M)
+.param ye                    # multimem base of the output object
+.param comb
+.param tokready              # [T][k] i64: slot j of token t is ready (flagged by its expert's GPU)
+.param ended                 # [P][ntb] i64: channel c of GPU p finished its dispatch
+.param cnt                   # [El] i64: rows placed per local expert (the hub's counters)
+.param tready                # [layout tiles][El] i64: the tracker's tile-ready words
+.param acct
+.param tokens
+.param topk
+.param hidden
+.param meta_bytes
+.param token_word            # byte offset of u in a meta row
+.param local_experts
+.param layout_tiles
+.param tile_rows
+    shl r1, %hidden, 1           # r1 = R
+    shl r2, %topk, 3             # r2 = bytes of a token's ids
+    shl r3, %topk, 2             # r3 = bytes of its weights
+    mov r4, %tb
+meta_row:
+    bge r4, %tokens, built
+    token_meta_row r4
+    mul r5, r4, %meta_bytes
+    add r5, r5, %msrc
+    add r5, r5, %token_word
+    mul r6, %gpu, %tokens
+    add r6, r6, r4
+    st [r5], r6                  # u: where the expert's output row goes back
+    add r4, r4, %ntb
+    bra meta_row
+built:
+    fence                        # the meta rows are in memory before the hub reads them
+    mov r4, %tb
+    mov r12, 0                   # r12 = pairs sent
+token:
+    bge r4, %tokens, sent
+    send_token r4
+    add r12, r12, %topk
+    add r4, r4, %ntb
+    bra token
+sent:
+    fence                        # every target's GPU has placed and written the rows
+    red.add %gpu, [%acct], r12   # acct word 0: pairs sent
+    mul r9, %gpu, %ntb
+    add r9, r9, %tb
+    shl r9, r9, 3
+    add r9, r9, %ended           # r9 = &ended[gpu][tb] (the same address on every GPU)
+    mov r10, 0
+tell:
+    flag.set r10, [r9], 1
+    add r10, r10, 1
+    blt r10, %ngpu, tell
+    bne %tb, 0, combine
+# ---- block 0: once every source's dispatch has ended, close the tiles that will not fill
+    mul r9, %ngpu, %ntb
+    shl r9, r9, 3
+    add r9, r9, %ended           # r9 = end of the flags
+    mov r10, %ended
+all_ended:
+    wait.ge [r10], 1
+    add r10, r10, 8
+    blt r10, r9, all_ended
+    mov r10, 0                   # r10 = local expert
+close_expert:
+    bge r10, %local_experts, combine
+    shl r11, r10, 3
+    add r11, r11, %cnt
+    ld r11, [r11]                # r11 = its rows (final: every source's rows are placed)
+    div r11, r11, %tile_rows     # r11 = its first tile that is not full
+close_tile:
+    bge r11, %layout_tiles, next_close
+    mul r13, r11, %local_experts
+    add r13, r13, r10
+    shl r13, r13, 3
+    add r13, r13, %tready
+    st [r13], 1                  # partial or empty: its GEMM blocks may take it
+    add r11, r11, 1
+    bra close_tile
+next_close:
+    add r10, r10, 1
+    bra close_expert
+# ---- combine: token t's ld_reduce once its k experts' outputs are ready
+combine:
+    mov r4, %tb
+    mov r12, 0                   # r12 = targets reduced
+reduce_token:
+    bge r4, %tokens, reduced
+    mul r13, r4, r2
+    add r13, r13, %tokready      # r13 = &tokready[t][0]
+    add r14, r13, r2
+ready_slot:
+    wait.ge [r13], 1
+    add r13, r13, 8
+    blt r13, r14, ready_slot
+    mul r5, %gpu, %tokens
+    add r5, r5, r4               # r5 = algebraic row u
+    mul r6, r4, r2
+    add r6, r6, %topk_idx        # r6 = the token's target list
+    mul r7, r5, r1
+    add r7, r7, %ye              # r7 = multimem address of row u
+    mul r8, r4, r1
+    add r8, r8, %comb
+    dymultimem.ld_reduce.add.bf16 r8, r7, r1, r6, %topk
+    add r12, r12, %topk
+    add r4, r4, %ntb
+    bra reduce_token
+reduced:
+    fence                        # the reduced rows are in local memory
+    red.add %gpu, [%acct+24], r12    # acct word 3: pairs combined
+    exit
+
+# dysharp_fused_expert: persistent GEMM blocks. Tile b = i x El + e is layout tile i of local
+# expert e (the order the tiles fill: every expert's first tile, then its second, ...); jobs are
+# taken from one counter in the streaming order of ../lib/streaming.s (gate/up jobs of a group of
+# tiles, the down jobs of the group `lag` before). A job waits for its tile's ready word, reads
+# the expert's row count (final once the tile is ready) and skips a tile with no rows. GEMM-1 and
+# GEMM-2 as in overlap_expert (../overlap/overlap.s); the tile's last down job runs the epilogue:
+# each output row weighted by its router weight, a fence, then one ready flag per row at the
+# token's source (tokready[t][j], j the expert's slot in the token's list).
+.kernel dysharp_fused_expert
+.param xe                    # [El][cap][H] bf16 (the receive layout)
+.param he                    # [El][cap][I] bf16
+.param ye                    # [El][cap][H] bf16
+.param meta                  # [El][cap][M]
+.param cnt
+.param tready
+.param tokready
+.param jobs                  # word 0 jobs taken, 1 unused, then per tile: gate/up done, down done
+.param wg                    # [El][I/n][H][n] bf16
+.param wu
+.param wd                    # [El][H/n][I][n] bf16
+.param acct
+.param tokens
+.param topk
+.param hidden
+.param ffn
+.param tile_rows
+.param n_tile
+.param swizzle
+.param local_experts
+.param cap
+.param layout_tiles
+.param meta_bytes
+.param token_word
+.smem 160KB                  # G, U [tile][n] f32 + Hq [tile][n] bf16, or Y + Yq; the epilogue's
+                             # fp32 row and slots
+    mul r31, %local_experts, %layout_tiles    # r31 = tiles
+    div r20, %ffn, %n_tile       # r20 = Ju
+    div r21, %hidden, %n_tile    # r21 = Jd
+    add r22, r20, r21
+    mul r22, r22, %swizzle       # r22 = jobs per block
+    stream_lag r29, %ntb, r20, r21, %hidden, %ffn, %swizzle, r4    # r29 = lag
+    add r30, r31, %swizzle
+    sub r30, r30, 1
+    div r30, r30, %swizzle       # r30 = groups
+    add r30, r30, r29
+    mul r30, r30, r22            # r30 = jobs in all blocks
+    gemm_smem r8, r9, %tile_rows, %n_tile, r4, r4    # r8 = G or Y; r9 = U or Yq
+    add r10, r9, r4              # r10 = Hq
+    shl r23, %hidden, 1          # r23 = R
+    shl r24, %ffn, 1             # r24 = Hh row bytes
+    mov r25, 0                   # r25 = rows this worker completed
+job:
+    atom.add r1, %gpu, [%jobs], 1    # r1 = my next job
+    bge r1, r30, finished
+    stream_job r1, r22, r20, %swizzle, r29, r2, r3, gate_up, job, r4    # r2 = tile; r3 = job in tile
+gate_up:
+    bge r2, r31, job             # past the last tile
+    shl r4, r2, 3
+    add r4, r4, %tready
+    wait.ge [r4], 1              # the tracker raised the tile (full) or the dispatch's end closed it
+    div r15, r2, %local_experts  # r15 = layout tile i
+    rem r14, r2, %local_experts  # r14 = local expert
+    shl r4, r14, 3
+    add r4, r4, %cnt
+    ld r13, [r4]
+    mul r12, r15, %tile_rows     # r12 = the tile's first row in the expert's layout
+    sub r13, r13, r12
+    min r13, r13, %tile_rows     # r13 = rows
+    ble r13, 0, job              # an empty tile
+    mul r4, r14, %cap
+    add r12, r12, r4             # r12 = first row (flat)
+    seteq r15, r15, 0            # r15 = 1 on the expert's first tile (its weights from HBM)
+    shl r11, r2, 4
+    add r11, r11, %jobs
+    add r11, r11, 16             # r11 = the tile's job counters
+    bge r3, r20, down
+# ---- GEMM-1, gate/up job q = r3: Hh[:, q cols] = silu(X Wg_q) * (X Wu_q)
+    mul r16, r12, r23
+    add r16, r16, %xe            # r16 = A: the tile's rows
+    mul r17, %hidden, %n_tile
+    shl r17, r17, 1
+    weight_tile_offset r4, r14, r20, r3, r17
+    add r5, r4, %wg
+    add r6, r4, %wu
+    mul r7, r13, %n_tile         # r7 = rows * n
+    # job 0 reads the rows from HBM, the others through the L2
+    swiglu_tile r8, r9, r10, r16, r5, r6, r13, %n_tile, %hidden, r7, r3, r15, 1
+    mul r4, r12, r24
+    shl r5, %n_tile, 1
+    mul r6, r3, r5
+    add r4, r4, r6
+    add r4, r4, %he              # r4 = Hh[first row][q * n]
+    copy2d r4, r10, r13, r5, r24, r5
+    atom.add r4, %gpu, [r11], 1  # gate/up jobs done (after the copy: the TB waited for it)
+    bra job
+# ---- GEMM-2, down job c: Y[:, c cols] = Hh Wd_c over the full I
+down:
+    sub r3, r3, r20              # r3 = output column tile c
+    wait.ge [r11], r20           # every column of Hh is there
+    mul r16, r12, r24
+    add r16, r16, %he
+    mul r17, %ffn, %n_tile
+    shl r17, r17, 1
+    weight_tile_offset r4, r14, r21, r3, r17
+    add r5, r4, %wd              # r5 = Wd tile (expert, c)
+    mul r7, r13, %n_tile
+    gemm_tile_a_l2 r8, r9, r16, r5, r13, %n_tile, %ffn, r7, r15, 1
+    mul r4, r12, r23
+    shl r5, %n_tile, 1
+    mul r6, r3, r5
+    add r4, r4, r6
+    add r4, r4, %ye              # r4 = Y[first row][c * n]
+    copy2d r4, r9, r13, r5, r23, r5
+    atom.add r4, %gpu, [r11+8], 1
+    add r4, r4, 1
+    bne r4, r21, job             # not the tile's last down job
+# ---- the tile's epilogue (r20 - r23 are overwritten by ld.v8 and restored below)
+    add r25, r25, r13
+    mul r28, %gpu, %local_experts
+    add r28, r28, r14            # r28 = the expert's global id
+    mov r27, %smem               # r27 = fp32 row of scratch
+    shl r26, %hidden, 2
+    add r26, r26, r27            # r26 = slots [tile rows] i64, after it
+    mov r11, 0                   # r11 = row in tile
+scale:
+    bge r11, r13, scaled
+    add r4, r12, r11
+    mul r5, r4, %meta_bytes
+    add r5, r5, %meta            # r5 = its meta row
+    shl r6, %hidden, 1
+    mul r6, r4, r6
+    add r6, r6, %ye              # r6 = its output row
+    shl r7, %topk, 3             # r7 = bytes of the ids
+    gate_scale_row r6, r5, r28, r27, r7, r1, r2, r3
+    shl r4, r11, 3
+    add r4, r4, r26
+    st [r4], r1                  # the expert's slot j in this token's list
+    add r11, r11, 1
+    bra scale
+scaled:
+    fence                        # the weighted rows are in memory before their tokens are told
+    mov r11, 0
+notify:
+    bge r11, r13, notified
+    add r4, r12, r11
+    mul r5, r4, %meta_bytes
+    add r5, r5, %meta
+    add r5, r5, %token_word
+    ld r6, [r5]                  # r6 = algebraic row u
+    div r7, r6, %tokens          # r7 = its source GPU
+    rem r6, r6, %tokens          # r6 = the token there
+    shl r4, r11, 3
+    add r4, r4, r26
+    ld r5, [r4]                  # r5 = slot j
+    mul r6, r6, %topk
+    add r6, r6, r5
+    shl r6, r6, 3
+    add r6, r6, %tokready
+    flag.set r7, [r6], 1         # tokready[t][j] at the source
+    add r11, r11, 1
+    bra notify
+notified:
+    div r20, %ffn, %n_tile       # restore Ju, Jd, jobs per block, R
+    div r21, %hidden, %n_tile
+    add r22, r20, r21
+    mul r22, r22, %swizzle
+    shl r23, %hidden, 1
+    bra job
+finished:
+    red.add %gpu, [%acct+8], r25     # acct 1: rows received (and weighted)
+    red.add %gpu, [%acct+16], r25    # acct 2: rows computed
     exit
