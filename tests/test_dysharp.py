@@ -12,7 +12,12 @@ scheme dysharp (workloads/kernels/dysharp/dysharp.s, schemes/dysharp.py).
   address outside every dynamic object, a full layout, a reduction buffer of 0 bytes, a dynamic
   object without its tables) -> one paragraph, exit 2;
 - scheme dysharp: the layer output equals the NumPy reference (combine="switch_targets") with
-  error 0.0 on uniform and skewed routing, exact token accounting, both engines identical.
+  error 0.0 on uniform and skewed routing, fused (token-centric fusion, the default) and unfused,
+  exact token accounting, both engines identical;
+- token-centric fusion: the token tracker's tile table counts every byte of every placed row,
+  raises exactly the full tiles, every tile-ready word is up at the end (the kernel closed the
+  partial ones), every token's k ready flags were set at its source; a tracker too small for the
+  layer (or of 0 entries) is exit 2.
 """
 import numpy as np
 import pytest
@@ -262,9 +267,10 @@ def run(*overrides):
     return simulate(CONFIG, "scheme=dysharp", *overrides)
 
 
-@pytest.mark.parametrize("routing", ["uniform", "skewed"])
-def test_layer_output_exact_and_accounted(routing):
-    sim = run(f"workload.layer.routing.kind={routing}")
+@pytest.mark.parametrize("routing,fusion", [("uniform", "token"), ("skewed", "token"),
+                                            ("uniform", "none")])
+def test_layer_output_exact_and_accounted(routing, fusion):
+    sim = run(f"workload.layer.routing.kind={routing}", f"workload.layer.dysharp.fusion={fusion}")
     s = sim.stats
     assert s["system.moe.output_max_abs_error"] == 0.0
     assert s["system.moe.output_max_abs_reference"] > 1.0
@@ -275,6 +281,34 @@ def test_layer_output_exact_and_accounted(routing):
     assert sum(int(s[f"system.gpu{g}.dysharp.rows_placed"]) for g in range(P)) == P * T * K
     # one dymultimem.st of the row and one of its meta row per token, one ld_reduce per token
     assert sum(int(s[f"system.gpu{g}.dysharp.st_ops"]) for g in range(P)) == 2 * P * T
+    assert sum(int(s[f"system.gpu{g}.dysharp.ld_reduce_ops"]) for g in range(P)) == P * T
+
+
+TILE = 16                                # functional.yaml: system.gpu.hub.moe.dam.tile_rows
+
+
+def test_token_tracker_counts_every_byte_tile_and_notice():
+    """Token-centric fusion: the hub's tile table counts every byte of every placed row and meta
+    row (R + M per pair), raises exactly the full tiles, the kernel closes the others (every
+    tile-ready word up), and each token's source saw k ready flags - one per (token, slot)."""
+    from moehub_arch.workloads.schemes.dysharp import meta_row_bytes
+    sim = run("workload.layer.routing.kind=skewed")
+    s = sim.stats
+    R, M = 2 * 64, meta_row_bytes(K, True)
+    assert run_invariants(sim) == []
+    full = 0
+    for g in range(P):
+        placed = int(s[f"system.gpu{g}.dysharp.rows_placed"])
+        assert s[f"system.gpu{g}.dysharp.tracker_bytes"] == placed * (R + M)
+        cnt = sim.read_buffer(g, "dy_cnt", "i64")
+        assert int(cnt.sum()) == placed
+        assert s[f"system.gpu{g}.dysharp.tracker_tiles_ready"] == int((cnt // TILE).sum())
+        full += int((cnt // TILE).sum())
+        assert (sim.read_buffer(g, "dy_tready", "i64") == 1).all()       # full or closed
+        assert (sim.read_buffer(g, "dy_tokready", "i64") == 1).all()     # T x k notices
+        assert sim.read_buffer(g, "dy_tokready", "i64").size == T * K
+    assert full > 0 and sum(int(s[f"system.gpu{g}.dysharp.rows_placed"]) for g in range(P)) \
+        == P * T * K
     assert sum(int(s[f"system.gpu{g}.dysharp.ld_reduce_ops"]) for g in range(P)) == P * T
 
 
@@ -294,6 +328,12 @@ def test_engines_agree():
     ("workload.layer.dysharp.channels=0", "workload.layer.dysharp.channels"),
     ("system.switch.topology=bridge_pairs", "system.switch.topology"),
     ("system.switch.nvls.dysharp.max_targets=1", "system.switch.nvls.dysharp.max_targets"),
+    ("system.switch.nvls.dysharp.tracker_tiles=0", "system.switch.nvls.dysharp.tracker_tiles"),
+    ("system.switch.nvls.dysharp.tracker_tiles=4", "system.switch.nvls.dysharp.tracker_tiles"),
+    ("system.switch.nvls.dysharp.tracker_tokens=0", "system.switch.nvls.dysharp.tracker_tokens"),
+    ("system.switch.nvls.dysharp.tracker_tokens=32", "system.switch.nvls.dysharp.tracker_tokens"),
+    ("workload.layer.dysharp.fusion=tiles", "workload.layer.dysharp.fusion"),
+    ("workload.layer.dysharp.compute_tbs=0", "workload.layer.dysharp.compute_tbs"),
 ])
 def test_scheme_bad_input_is_exit_2(override, key, tmp_path):
     r = conftest.run_cli("run", "configs/experiments/functional.yaml", "--set", "scheme=dysharp",

@@ -239,10 +239,10 @@ class DysharpConfig:
     tracker_tiles: int = _f("int", "token-centric fusion: entries of a GPU's token-tracker tile "
                             "table (one arrival counter per row tile of its dynamic objects' "
                             "receive layouts: local targets x layout tiles); a layer whose "
-                            "layouts need more is refused", 256, min=1)
+                            "layouts need more is refused", min=1)
     tracker_tokens: int = _f("int", "token-centric fusion: entries of a GPU's token-tracker token "
                              "table (one ready-output counter per token it sends); a layer with "
-                             "more tokens per GPU is refused", 4096, min=1)
+                             "more tokens per GPU is refused", min=1)
 
 
 @attrs.frozen

@@ -30,12 +30,32 @@ the switch adds a token's k rows in fp32 in target-list order (the token's slot 
 once to bf16 (dysharp.py); the output adds that row to the shared experts' fp32 sum. The reference
 follows the same order (combine="switch_targets"), so the error is 0.0.
 
-What is modelled of token-centric fusion: nothing yet. The paper's persistent megakernel (dispatch,
-GEMM-1, GEMM-2 and combine thread-block groups driven by a token tracker) is not built: here the
-steps are separate kernels with barriers between them, so the dispatch's and combine's traffic
-does not overlap the expert GEMMs. The gate weighting is a separate pass (dysharp_scale) because
-the shared grouped GEMM kernels have no weighted epilogue: it costs one more read and write of
-every expert output row that a fused epilogue would not.
+Token-centric fusion (workload.layer.dysharp.fusion: token, the default: the paper's design,
+whose evaluation runs DySHARP as one persistent megakernel) replaces the sequence above:
+  stream 0  dysharp_fused_comm (`channels` blocks): the dispatch as above (the meta row also
+            carries the token's algebraic row u); each block flags the end of its dispatch on
+            every GPU; block 0 waits for every source's flags and closes the row tiles that will
+            not fill; then each block combines its tokens, one dymultimem.ld_reduce per token as
+            soon as its k ready flags are up; then nvls_output
+  stream 2  dysharp_fused_expert (compute_tbs persistent blocks): GEMM-1 and GEMM-2 jobs per row
+            tile of the receive layout, a tile's jobs starting when the destination hub's token
+            tracker raises its ready word (components/dysharp.py: every byte of its rows and meta
+            rows landed) or block 0 closes it; the tile's last GEMM-2 job weights the rows by
+            their router weights (the paper's epilogue), fences, and flags each row's
+            (token, slot) ready word at the token's source
+  stream 1  the shared experts
+The token tracker's tables: the tile table is state of the hub (system.switch.nvls.dysharp.
+tracker_tiles entries); the per-token counters are k ready words per token at the source (a
+word per (token, slot), as flag.set is the ISA's only remote write; the combine waits for all k).
+Neither table back-pressures: a layer needing more entries than either has is refused at plan
+time, because a table that held tokens or tiles back could deadlock the megakernel (a tile
+waiting for rows of tokens the full table does not admit). What fusion cannot hide: the expert
+GEMMs of a tile still wait for its rows, a partial last tile for every source's dispatch, and a
+token's combine for the last of its k experts.
+
+The gate weighting of the unfused sequence is a separate pass (dysharp_scale) because the shared
+grouped GEMM kernels have no weighted epilogue: it costs one more read and write of every expert
+output row; the fused GEMM-2 jobs do it in shared memory before storing (the same rounding).
 
 Buffers: the receive layouts hold cap rows per local expert, cap = the most rows any expert
 receives in this routing, or more so that a dynamic object's algebraic range (P x T rows) does not
@@ -49,6 +69,7 @@ from .nvls import KERNELS as NVLS_KERNELS, check_switch_scheme
 
 KERNELS = "workloads/kernels/dysharp/dysharp.s"
 SCALE_ACC_BYTES = 28 * 1024   # dysharp_scale's .smem: one fp32 row of up to 7168 elements
+FUSED_EXPERT_SMEM_BYTES = 160 * 1024   # dysharp_fused_expert's .smem (the GEMM tiles)
 
 
 def meta_row_bytes(k, token_word=False):
@@ -152,9 +173,10 @@ def _fused_plan(layer, cap):
             f"fused layer tracks every token of the layer at once (a token without an entry "
             f"could not be dispatched, and the tiles it would fill could wait for it forever); "
             f"raise tracker_tokens or run workload.layer.dysharp.fusion: none")
-    if 4 * H + 8 * tile > SCALE_ACC_BYTES and 4 * H + 8 * tile > 160 * 1024:
+    if 4 * H > FUSED_EXPERT_SMEM_BYTES:
         raise LayerError(f"workload.layer.model: the fused GEMM epilogue keeps an fp32 row of "
-                         f"{H} elements and {tile} slots in its 160 KB of shared memory")
+                         f"{H} elements in the {FUSED_EXPERT_SMEM_BYTES // 1024} KB of shared "
+                         f"memory of dysharp_fused_expert")
     ltiles = -(-cap // tile)
     tiles = El * ltiles
     buffers = [
@@ -167,6 +189,9 @@ def _fused_plan(layer, cap):
         _buf("dy_al", U * El * 8, region="control", dtype="i64"),
         _buf("dy_tready", tiles * 8, region="control", dtype="i64"),
         _buf("dy_tokready", T * k * 8, region="control", dtype="i64"),
+        _buf("dy_wvec", El * cap * 4, region="control", dtype="f32"),
+        _buf("dy_wdone", tiles * 8, region="control", dtype="i64"),
+        _buf("dy_notice", El * cap * 8, region="control", dtype="i64"),
         _buf("dy_ended", P * opts.channels * 8, region="control", dtype="i64"),
         _buf("dy_jobs", (2 + 2 * tiles) * 8, region="control", dtype="i64"),
         _buf("dy_comb", T * rb, dtype="bf16"),
@@ -183,13 +208,18 @@ def _fused_plan(layer, cap):
     for launch in shared:
         add(launch, "expert")
     add(LaunchConfig(kernel="dysharp_fused_expert", grid=opts.compute_tbs, stream=2, params=(
-        ("xe", "@dy_xe"), ("he", "@dy_he"), ("ye", "@dy_ye"), ("meta", "@dy_meta"),
-        ("cnt", "@dy_cnt"), ("tready", "@dy_tready"), ("tokready", "@dy_tokready"),
+        ("xe", "@dy_xe"), ("he", "@dy_he"), ("ye", "@dy_ye"), ("cnt", "@dy_cnt"),
+        ("tready", "@dy_tready"), ("wvec", "@dy_wvec"), ("wdone", "@dy_wdone"),
         ("jobs", "@dy_jobs"), ("wg", "@w_gate"), ("wu", "@w_up"), ("wd", "@w_down"),
-        ("acct", "@acct"), ("tokens", T), ("topk", k), ("hidden", H), ("ffn", s.ffn),
-        ("tile_rows", tile), ("n_tile", s.n_tile), ("swizzle", s.stream_swizzle),
-        ("local_experts", El), ("cap", cap), ("layout_tiles", ltiles), ("meta_bytes", mb),
-        ("token_word", tw))), "expert")
+        ("acct", "@acct"), ("hidden", H), ("ffn", s.ffn), ("tile_rows", tile),
+        ("n_tile", s.n_tile), ("swizzle", s.stream_swizzle), ("local_experts", El),
+        ("cap", cap))), "expert")
+    add(LaunchConfig(kernel="dysharp_fused_gate", grid=opts.scale_tbs, stream=3, params=(
+        ("meta", "@dy_meta"), ("cnt", "@dy_cnt"), ("tready", "@dy_tready"), ("wvec", "@dy_wvec"),
+        ("wdone", "@dy_wdone"), ("notice", "@dy_notice"), ("jobs", "@dy_jobs"),
+        ("tokready", "@dy_tokready"), ("acct", "@acct"), ("tokens", T), ("topk", k),
+        ("local_experts", El), ("cap", cap), ("tile_rows", tile), ("meta_bytes", mb),
+        ("token_word", tw), ("down_jobs", H // s.n_tile))), "expert")
     add(LaunchConfig(kernel="dysharp_fused_comm", grid=opts.channels, stream=0, params=(
         ("x", "@x"), ("topk_idx", "@topk_idx"), ("topk_w", "@topk_w"), ("msrc", "@dy_msrc"),
         ("xe", "@dy_xe"), ("meta", "@dy_meta"), ("ye", "@dy_ye"), ("comb", "@dy_comb"),
@@ -205,7 +235,7 @@ def _fused_plan(layer, cap):
         buffers=tuple(buffers + sbufs), launches=tuple(launches.launches),
         kernel_files=(NVLS_KERNELS, KERNELS), n_tile=s.n_tile, multicast=multicast,
         phases={"dispatch": ("dysharp_fused_comm",),
-                "expert": ("dysharp_fused_expert",) + SHARED_KERNELS,
+                "expert": ("dysharp_fused_expert", "dysharp_fused_gate") + SHARED_KERNELS,
                 "combine": ("nvls_output",)},
         launch_phases=tuple(launches.phases),
         reference_kwargs={"combine": "switch_targets", "local_experts": El},

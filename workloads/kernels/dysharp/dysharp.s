@@ -30,6 +30,9 @@
 #                                    in its meta row (ids read 8 at a time; `ids` = 8 k, where the
 #                                    weights start); `acc`: an fp32 row of scratch. Leaves the
 #                                    slot in j. Writes j, end, tmp, r16 - r23.
+#   find_slot meta_row, expert, j, end, tmp
+#                                    j = the slot of `expert` in the meta row's ids. Writes j,
+#                                    end, tmp, r16 - r23.
 .macro token_meta_row t
     mul r5, \t, %meta_bytes
     add r5, r5, %msrc            # r5 = msrc[t]
@@ -60,6 +63,16 @@
 .endm
 
 .macro gate_scale_row row, meta_row, expert, acc, ids, j, end, tmp
+    find_slot \meta_row, \expert, \j, \end, \tmp
+    shl \tmp, \j, 2
+    add \tmp, \tmp, \ids
+    add \tmp, \tmp, \meta_row     # &w[j]
+    vzero.f32 \acc, %hidden
+    vaxpy.f32.bf16 \acc, \row, \tmp, %hidden
+    vcvt.bf16.f32 \row, \acc, %hidden
+.endm
+
+.macro find_slot meta_row, expert, j, end, tmp
     mov \j, 0
 group_\@:
     shl \tmp, \j, 3
@@ -73,12 +86,6 @@ scan_\@:
     next_slot_word \j, \end, scan_\@
     blt \j, %topk, group_\@
 found_\@:
-    shl \tmp, \j, 2
-    add \tmp, \tmp, \ids
-    add \tmp, \tmp, \meta_row     # &w[j]
-    vzero.f32 \acc, %hidden
-    vaxpy.f32.bf16 \acc, \row, \tmp, %hidden
-    vcvt.bf16.f32 \row, \acc, %hidden
 .endm
 
 # dysharp_dispatch: TB b takes tokens t = b, b + ntb, ... of this GPU. It builds each token's meta
@@ -348,37 +355,34 @@ reduced:
 # taken from one counter in the streaming order of ../lib/streaming.s (gate/up jobs of a group of
 # tiles, the down jobs of the group `lag` before). A job waits for its tile's ready word, reads
 # the expert's row count (final once the tile is ready) and skips a tile with no rows. GEMM-1 and
-# GEMM-2 as in overlap_expert (../overlap/overlap.s); the tile's last down job runs the epilogue:
-# each output row weighted by its router weight, a fence, then one ready flag per row at the
-# token's source (tokready[t][j], j the expert's slot in the token's list).
+# GEMM-2 as in overlap_expert (../overlap/overlap.s); each GEMM-2 job's epilogue weights its
+# output columns by the rows' router weights (wvec, found by dysharp_fused_gate), bf16(fp32(w y))
+# per row, before storing them.
 .kernel dysharp_fused_expert
 .param xe                    # [El][cap][H] bf16 (the receive layout)
 .param he                    # [El][cap][I] bf16
 .param ye                    # [El][cap][H] bf16
-.param meta                  # [El][cap][M]
 .param cnt
 .param tready
-.param tokready
+.param wvec                  # [El][cap] f32: each layout row's router weight
+.param wdone                 # [tiles] i64: rows of the tile whose weight is in wvec
 .param jobs                  # word 0 jobs taken, 1 unused, then per tile: gate/up done, down done
 .param wg                    # [El][I/n][H][n] bf16
 .param wu
 .param wd                    # [El][H/n][I][n] bf16
 .param acct
-.param tokens
-.param topk
 .param hidden
 .param ffn
 .param tile_rows
 .param n_tile
 .param swizzle
 .param local_experts
-.param cap
-.param layout_tiles
-.param meta_bytes
-.param token_word
-.smem 160KB                  # G, U [tile][n] f32 + Hq [tile][n] bf16, or Y + Yq; the epilogue's
-                             # fp32 row and slots
-    mul r31, %local_experts, %layout_tiles    # r31 = tiles
+.param cap                   # layout rows per expert (ceil(cap / tile_rows) tiles each)
+.smem 160KB                  # G, U [tile][n] f32 + Hq [tile][n] bf16, or Y + Yq
+    add r31, %cap, %tile_rows
+    sub r31, r31, 1
+    div r31, r31, %tile_rows
+    mul r31, r31, %local_experts # r31 = tiles
     div r20, %ffn, %n_tile       # r20 = Ju
     div r21, %hidden, %n_tile    # r21 = Jd
     add r22, r20, r21
@@ -448,70 +452,129 @@ down:
     shl r17, r17, 1
     weight_tile_offset r4, r14, r21, r3, r17
     add r5, r4, %wd              # r5 = Wd tile (expert, c)
-    mul r7, r13, %n_tile
+    mul r7, r13, %n_tile         # r7 = rows * n
     gemm_tile_a_l2 r8, r9, r16, r5, r13, %n_tile, %ffn, r7, r15, 1
+# the epilogue's gate weighting: Yq = bf16(fp32(w x fp32(Yq))) row by row
+    shl r4, r2, 3
+    add r4, r4, %wdone
+    wait.ge [r4], r13            # every row's router weight is in wvec
+    shl r4, r12, 2
+    add r4, r4, %wvec            # r4 = the tile's weights
+    vcvt.f32.bf16 r8, r9, r7
+    vrow_mul.f32 r8, r8, r4, %n_tile, r7
+    vcvt.bf16.f32 r9, r8, r7
     mul r4, r12, r23
     shl r5, %n_tile, 1
     mul r6, r3, r5
     add r4, r4, r6
     add r4, r4, %ye              # r4 = Y[first row][c * n]
     copy2d r4, r9, r13, r5, r23, r5
-    atom.add r4, %gpu, [r11+8], 1
+    atom.add r4, %gpu, [r11+8], 1    # down jobs done (after the copy)
     add r4, r4, 1
     bne r4, r21, job             # not the tile's last down job
-# ---- the tile's epilogue (r20 - r23 are overwritten by ld.v8 and restored below)
     add r25, r25, r13
-    mul r28, %gpu, %local_experts
-    add r28, r28, r14            # r28 = the expert's global id
-    mov r27, %smem               # r27 = fp32 row of scratch
-    shl r26, %hidden, 2
-    add r26, r26, r27            # r26 = slots [tile rows] i64, after it
-    mov r11, 0                   # r11 = row in tile
-scale:
-    bge r11, r13, scaled
-    add r4, r12, r11
-    mul r5, r4, %meta_bytes
-    add r5, r5, %meta            # r5 = its meta row
-    shl r6, %hidden, 1
-    mul r6, r4, r6
-    add r6, r6, %ye              # r6 = its output row
-    shl r7, %topk, 3             # r7 = bytes of the ids
-    gate_scale_row r6, r5, r28, r27, r7, r1, r2, r3
-    shl r4, r11, 3
-    add r4, r4, r26
-    st [r4], r1                  # the expert's slot j in this token's list
-    add r11, r11, 1
-    bra scale
-scaled:
-    fence                        # the weighted rows are in memory before their tokens are told
-    mov r11, 0
-notify:
-    bge r11, r13, notified
-    add r4, r12, r11
-    mul r5, r4, %meta_bytes
-    add r5, r5, %meta
-    add r5, r5, %token_word
-    ld r6, [r5]                  # r6 = algebraic row u
-    div r7, r6, %tokens          # r7 = its source GPU
-    rem r6, r6, %tokens          # r6 = the token there
-    shl r4, r11, 3
-    add r4, r4, r26
-    ld r5, [r4]                  # r5 = slot j
-    mul r6, r6, %topk
-    add r6, r6, r5
-    shl r6, r6, 3
-    add r6, r6, %tokready
-    flag.set r7, [r6], 1         # tokready[t][j] at the source
-    add r11, r11, 1
-    bra notify
-notified:
-    div r20, %ffn, %n_tile       # restore Ju, Jd, jobs per block, R
-    div r21, %hidden, %n_tile
-    add r22, r20, r21
-    mul r22, r22, %swizzle
-    shl r23, %hidden, 1
     bra job
 finished:
-    red.add %gpu, [%acct+8], r25     # acct 1: rows received (and weighted)
     red.add %gpu, [%acct+16], r25    # acct 2: rows computed
+    exit
+
+# dysharp_fused_gate: the GEMM group's gate-weight and ready-notice blocks (no shared memory, many
+# per SM, so their loads overlap as a warp per row would). Rows x = b x tile_rows + r of tile b,
+# taken b, b + ntb, ... in tile order. Pass 1, as each tile becomes ready: the row's router weight
+# (the expert's slot j in the token's meta row) into wvec and the row's notice (source GPU << 32 |
+# t x k + j) into `notice`, counted in wdone[b] (GEMM-2 waits for it). Pass 2: once the tile's
+# GEMM-2 jobs are all done (their rows stored), flag tokready[t][j] at the token's source.
+.kernel dysharp_fused_gate
+.param meta                  # [El][cap][M]
+.param cnt
+.param tready
+.param wvec
+.param wdone
+.param notice                # [El][cap] i64
+.param jobs                  # dysharp_fused_expert's job counters (down jobs done at + 24 + 16 b)
+.param tokready
+.param acct
+.param tokens
+.param topk
+.param local_experts
+.param cap
+.param tile_rows
+.param meta_bytes
+.param token_word
+.param down_jobs             # GEMM-2 jobs per tile (H / n_tile)
+    add r31, %cap, %tile_rows
+    sub r31, r31, 1
+    div r31, r31, %tile_rows
+    mul r31, r31, %local_experts
+    mul r31, r31, %tile_rows     # r31 = row slots of all tiles
+    mul r30, %gpu, %local_experts    # r30 = first local expert's global id
+    shl r29, %topk, 3            # r29 = bytes of the ids
+    mov r28, 0                   # r28 = rows weighted by this block
+    mov r27, 0                   # r27 = pass (0: weights, 1: notices)
+pass:
+    mov r1, %tb
+row:
+    bge r1, r31, passed
+    div r2, r1, %tile_rows       # r2 = tile b
+    rem r3, r1, %tile_rows
+    div r4, r2, %local_experts   # r4 = layout tile i
+    rem r5, r2, %local_experts   # r5 = local expert
+    mul r4, r4, %tile_rows
+    add r4, r4, r3               # r4 = row in the expert's layout
+    bge r4, %cap, next_row
+    shl r6, r2, 3
+    add r6, r6, %tready
+    wait.ge [r6], 1              # the tile is ready (its count final if it is partial)
+    shl r6, r5, 3
+    add r6, r6, %cnt
+    ld r6, [r6]
+    bge r4, r6, next_row         # no row here
+    mul r6, r5, %cap
+    add r6, r6, r4               # r6 = flat row
+    bne r27, 0, tell
+    mul r7, r6, %meta_bytes
+    add r7, r7, %meta            # r7 = its meta row
+    add r8, r5, r30
+    find_slot r7, r8, r9, r10, r11    # r9 = slot j
+    shl r10, r9, 2
+    add r10, r10, r29
+    add r10, r10, r7             # r10 = &w[j]
+    shl r11, r6, 2
+    add r11, r11, %wvec
+    copy r11, r10, 4             # wvec[row] = w[j]
+    add r10, r7, %token_word
+    ld r10, [r10]                # r10 = algebraic row u
+    div r11, r10, %tokens        # r11 = its source GPU
+    rem r10, r10, %tokens
+    mul r10, r10, %topk
+    add r10, r10, r9             # r10 = t x k + j
+    shl r11, r11, 32
+    or r10, r10, r11
+    shl r11, r6, 3
+    add r11, r11, %notice
+    st [r11], r10
+    shl r11, r2, 3
+    add r11, r11, %wdone
+    red.add %gpu, [r11], 1       # after the copy (it retired with wvec written)
+    add r28, r28, 1
+    bra next_row
+tell:
+    shl r7, r2, 4
+    add r7, r7, %jobs
+    wait.ge [r7+24], %down_jobs  # the tile's GEMM-2 jobs have stored every row
+    shl r7, r6, 3
+    add r7, r7, %notice
+    ld r7, [r7]
+    shr r8, r7, 32               # r8 = the token's source GPU
+    and r7, r7, 0xffffffff
+    shl r7, r7, 3
+    add r7, r7, %tokready
+    flag.set r8, [r7], 1         # tokready[t][j] there
+next_row:
+    add r1, r1, %ntb
+    bra row
+passed:
+    add r27, r27, 1
+    blt r27, 2, pass
+    red.add %gpu, [%acct+8], r28     # acct 1: rows received (and weighted)
     exit
