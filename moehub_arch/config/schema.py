@@ -690,8 +690,10 @@ class DysharpSchemeConfig:
                        "issues one dymultimem operation per token in turn; assumption: 16, as "
                        "scheme nvls's channels)", 16, min=1)
     scale_tbs: int = _f("int", "thread blocks per GPU of the pass that weights the expert outputs "
-                        "by their router weights (assumption: four per SM of an H100, so an SM "
-                        "hides one block's meta-row load behind the others' vector work)", 528,
+                        "by their router weights (fusion none), or of the fused layer's "
+                        "gate-weight and ready-notice group (fusion token) (assumption: four per "
+                        "SM of an H100, so an SM hides one block's meta-row load behind the "
+                        "others' work)", 528,
                         min=1)
     fusion: str = _f("choice", "token: token-centric fusion, the paper's design (dispatch, "
                      "expert GEMMs and combine overlap, driven by the token tracker); none: "
@@ -700,6 +702,11 @@ class DysharpSchemeConfig:
     compute_tbs: int | str = _f("int_or_expr", "fusion token: persistent expert-GEMM thread blocks "
                                 "per GPU (assumption: one per SM, as the unfused grouped GEMM "
                                 "uses every SM)", "nsm", min=1)
+    gate_tbs: int | str = _f("int_or_expr", "fusion token: thread blocks per GPU of the gate-weight "
+                             "and ready-notice group (assumption: two per SM, so that with the "
+                             "GEMM block and the dispatch-and-combine blocks every block of the "
+                             "megakernel is resident at once within system.gpu.sm."
+                             "max_resident_tbs 4)", "2 * nsm", min=1)
 
 
 @attrs.frozen

@@ -62,6 +62,7 @@ receives in this routing, or more so that a dynamic object's algebraic range (P 
 reach into the next object (a deployment would reserve the worst case; the timing is the same).
 """
 from ...config.schema import LaunchConfig, MulticastConfig
+from ...isa.expr import evaluate
 from ..alltoall import PhasedLaunches
 from ..layer import (ACCT_NAMES, GROUPED_KERNELS, SHARED_KERNELS, LayerError, SchemePlan, _buf,
                      expert_load_max, grouped_gemm_launches, shared_expert_launches)
@@ -177,6 +178,19 @@ def _fused_plan(layer, cap):
         raise LayerError(f"workload.layer.model: the fused GEMM epilogue keeps an fp32 row of "
                          f"{H} elements in the {FUSED_EXPERT_SMEM_BYTES // 1024} KB of shared "
                          f"memory of dysharp_fused_expert")
+    nsm, per_sm = cfg.system.gpu.num_sms, cfg.system.gpu.sm.max_resident_tbs
+    workers = _blocks(opts.compute_tbs, nsm, "workload.layer.dysharp.compute_tbs")
+    gates = _blocks(opts.gate_tbs, nsm, "workload.layer.dysharp.gate_tbs")
+    # a persistent megakernel needs every block resident at once: a block that waits for SM room
+    # could hold the rows, weights or flags the resident ones wait for (a GEMM block holds most
+    # of an SM's shared memory: one per SM)
+    if workers > nsm or workers + gates + opts.channels > nsm * per_sm:
+        raise LayerError(
+            f"workload.layer.dysharp: {workers} GEMM blocks (compute_tbs; one per SM), {gates} "
+            f"gate blocks (gate_tbs) and {opts.channels} dispatch-and-combine blocks (channels) "
+            f"must all be resident at once on {nsm} SMs (system.gpu.num_sms) of "
+            f"{per_sm} blocks each (system.gpu.sm.max_resident_tbs): the fused layer's blocks "
+            f"wait for each other")
     ltiles = -(-cap // tile)
     tiles = El * ltiles
     buffers = [
@@ -192,7 +206,7 @@ def _fused_plan(layer, cap):
         _buf("dy_wvec", El * cap * 4, region="control", dtype="f32"),
         _buf("dy_wdone", tiles * 8, region="control", dtype="i64"),
         _buf("dy_notice", El * cap * 8, region="control", dtype="i64"),
-        _buf("dy_ended", P * opts.channels * 8, region="control", dtype="i64"),
+        _buf("dy_ended", (P + 1) * 8, region="control", dtype="i64"),
         _buf("dy_jobs", (2 + 2 * tiles) * 8, region="control", dtype="i64"),
         _buf("dy_comb", T * rb, dtype="bf16"),
     ]
@@ -207,14 +221,14 @@ def _fused_plan(layer, cap):
     add = launches.add
     for launch in shared:
         add(launch, "expert")
-    add(LaunchConfig(kernel="dysharp_fused_expert", grid=opts.compute_tbs, stream=2, params=(
+    add(LaunchConfig(kernel="dysharp_fused_expert", grid=workers, stream=2, params=(
         ("xe", "@dy_xe"), ("he", "@dy_he"), ("ye", "@dy_ye"), ("cnt", "@dy_cnt"),
         ("tready", "@dy_tready"), ("wvec", "@dy_wvec"), ("wdone", "@dy_wdone"),
         ("jobs", "@dy_jobs"), ("wg", "@w_gate"), ("wu", "@w_up"), ("wd", "@w_down"),
         ("acct", "@acct"), ("hidden", H), ("ffn", s.ffn), ("tile_rows", tile),
         ("n_tile", s.n_tile), ("swizzle", s.stream_swizzle), ("local_experts", El),
         ("cap", cap))), "expert")
-    add(LaunchConfig(kernel="dysharp_fused_gate", grid=opts.scale_tbs, stream=3, params=(
+    add(LaunchConfig(kernel="dysharp_fused_gate", grid=gates, stream=3, params=(
         ("meta", "@dy_meta"), ("cnt", "@dy_cnt"), ("tready", "@dy_tready"), ("wvec", "@dy_wvec"),
         ("wdone", "@dy_wdone"), ("notice", "@dy_notice"), ("jobs", "@dy_jobs"),
         ("tokready", "@dy_tokready"), ("acct", "@acct"), ("tokens", T), ("topk", k),
@@ -240,3 +254,14 @@ def _fused_plan(layer, cap):
         launch_phases=tuple(launches.phases),
         reference_kwargs={"combine": "switch_targets", "local_experts": El},
         checked_accounting=ACCT_NAMES)
+
+
+def _blocks(value, nsm, key):
+    """A thread-block count given as an int or an expression of nsm (SMs per GPU)."""
+    try:
+        n = evaluate(value, {"nsm": nsm})
+    except Exception as e:   # the expression's own error, named with its key
+        raise LayerError(f"{key}: '{value}' is not a count or an expression of nsm ({e})") from None
+    if not isinstance(n, int) or n < 1:
+        raise LayerError(f"{key}: '{value}' gives {n} thread blocks; expected at least 1")
+    return n

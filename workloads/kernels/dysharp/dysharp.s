@@ -219,9 +219,10 @@ reduced:
 #     every row tile of the receive layout (a token's row and its meta row) and raises the tile's
 #     word in `tready` [layout tiles][El] once they have all landed: GEMM-1 starts on a tile then,
 #     not after a dispatch-wide barrier;
-#   - the end of dispatch: every source's channel blocks flag `ended` on every GPU after their
-#     fence; block 0 of each GPU waits for all of them and closes the tiles that will not fill
-#     (each expert's partial last tile and the empty ones past it);
+#   - the end of dispatch: once all of a source's channel blocks are past their fence, the last
+#     of them flags `ended` on every GPU (one signal per source); block 0 of each GPU waits for
+#     every source's and closes the tiles that will not fill (each expert's partial last tile
+#     and the empty ones past it);
 #   - GEMM-2's epilogue weights each output row by its router weight (gate_scale_row), fences,
 #     and flags the token's (token, slot) word in `tokready` [T][k] at the token's source;
 #   - the source's token table: the combine issues a token's dymultimem.ld_reduce once its k
@@ -230,8 +231,9 @@ reduced:
 # token ids per tile: the epilogue reads where each row goes).
 
 # dysharp_fused_comm: TB b dispatches tokens b, b + ntb, ... (meta rows with u, then the
-# dymultimem.st of each), signals the end of its dispatch on every GPU, (block 0) closes the tiles
-# that will not fill, then combines the same tokens as each one's experts finish.
+# dymultimem.st of each); the last block past its fence signals the end of this GPU's dispatch on
+# every GPU; block 0 closes the tiles that will not fill once every GPU's signal is in; then each
+# block combines the same tokens as each one's experts finish.
 .kernel dysharp_fused_comm
 .param x
 .param topk_idx
@@ -242,7 +244,7 @@ reduced:
 .param ye                    # multimem base of the output object
 .param comb
 .param tokready              # [T][k] i64: slot j of token t is ready (flagged by its expert's GPU)
-.param ended                 # [P][ntb] i64: channel c of GPU p finished its dispatch
+.param ended                 # [P + 1] i64: GPU p's dispatch ended; word P: this GPU's blocks done
 .param cnt                   # [El] i64: rows placed per local expert (the hub's counters)
 .param tready                # [layout tiles][El] i64: the tracker's tile-ready words
 .param acct
@@ -282,19 +284,22 @@ token:
 sent:
     fence                        # every target's GPU has placed and written the rows
     red.add %gpu, [%acct], r12   # acct word 0: pairs sent
-    mul r9, %gpu, %ntb
-    add r9, r9, %tb
-    shl r9, r9, 3
-    add r9, r9, %ended           # r9 = &ended[gpu][tb] (the same address on every GPU)
+    shl r9, %ngpu, 3
+    add r9, r9, %ended           # r9 = &ended[P]: this GPU's blocks done with their dispatch
+    atom.add r10, %gpu, [r9], 1  # (after the fence: this block's rows are all placed)
+    add r10, r10, 1
+    bne r10, %ntb, told          # the last block tells every GPU, once
+    shl r9, %gpu, 3
+    add r9, r9, %ended           # r9 = &ended[gpu] (the same address on every GPU)
     mov r10, 0
 tell:
     flag.set r10, [r9], 1
     add r10, r10, 1
     blt r10, %ngpu, tell
+told:
     bne %tb, 0, combine
 # ---- block 0: once every source's dispatch has ended, close the tiles that will not fill
-    mul r9, %ngpu, %ntb
-    shl r9, r9, 3
+    shl r9, %ngpu, 3
     add r9, r9, %ended           # r9 = end of the flags
     mov r10, %ended
 all_ended:
