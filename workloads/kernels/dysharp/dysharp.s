@@ -24,6 +24,11 @@
 #   send_token t                     one dymultimem.st of row t and one of its meta row to the
 #                                    token's k experts (target list: its ids in topk_idx).
 #                                    Writes r5 - r8.
+#   reduce_token t                   comb[t] = the sum of the token's k experts' weighted
+#                                    output rows: one dymultimem.ld_reduce.add.bf16 (the switch
+#                                    reads the row of algebraic row u at each target through its
+#                                    GPU's AL table, accumulates in fp32 in target-list order and
+#                                    returns one bf16 row). Writes r5 - r8.
 #   gate_scale_row row, meta_row, expert, acc, ids, j, end, tmp
 #                                    the expert output row at `row` (bf16 [H]) becomes
 #                                    bf16(fp32(w y)), w the router weight of the slot of `expert`
@@ -60,6 +65,18 @@
     mul r8, \t, %meta_bytes
     add r8, r8, %msrc
     dymultimem.st r7, r8, %meta_bytes, r6, %topk
+.endm
+
+.macro reduce_token t
+    mul r5, %gpu, %tokens
+    add r5, r5, \t               # r5 = algebraic row u
+    mul r6, \t, r2
+    add r6, r6, %topk_idx        # r6 = the token's target list
+    mul r7, r5, r1
+    add r7, r7, %ye              # r7 = multimem address of row u
+    mul r8, \t, r1
+    add r8, r8, %comb
+    dymultimem.ld_reduce.add.bf16 r8, r7, r1, r6, %topk
 .endm
 
 .macro gate_scale_row row, meta_row, expert, acc, ids, j, end, tmp
@@ -194,15 +211,7 @@ end:
     mov r12, 0                   # r12 = targets reduced
 token:
     bge r4, %tokens, reduced
-    mul r5, %gpu, %tokens
-    add r5, r5, r4               # r5 = algebraic row u
-    mul r6, r4, r2
-    add r6, r6, %topk_idx        # r6 = the token's target list
-    mul r7, r5, r1
-    add r7, r7, %ye              # r7 = multimem address of row u
-    mul r8, r4, r1
-    add r8, r8, %comb
-    dymultimem.ld_reduce.add.bf16 r8, r7, r1, r6, %topk
+    reduce_token r4
     add r12, r12, %topk
     add r4, r4, %ntb
     bra token
@@ -213,8 +222,9 @@ reduced:
 
 # ---- token-centric fusion (arXiv 2605.05607): the persistent megakernel's thread-block groups --
 # Launched together (schemes/dysharp.py, fusion: token): dysharp_fused_comm (the dispatch and
-# combine group, `channels` blocks on stream 0) and dysharp_fused_expert (the GEMM-1 and GEMM-2
-# group, persistent blocks on stream 2), driven by the token tracker:
+# combine group, `channels` blocks on stream 0), dysharp_fused_expert (the GEMM-1 and GEMM-2
+# group, persistent blocks on stream 2) and dysharp_fused_gate (its gate-weight and ready-notice
+# blocks, stream 3), driven by the token tracker:
 #   - the destination hub's tile table (components/dysharp.py _track_tile) counts the bytes of
 #     every row tile of the receive layout (a token's row and its meta row) and raises the tile's
 #     word in `tready` [layout tiles][El] once they have all landed: GEMM-1 starts on a tile then,
@@ -223,8 +233,10 @@ reduced:
 #     of them flags `ended` on every GPU (one signal per source); block 0 of each GPU waits for
 #     every source's and closes the tiles that will not fill (each expert's partial last tile
 #     and the empty ones past it);
-#   - GEMM-2's epilogue weights each output row by its router weight (gate_scale_row), fences,
-#     and flags the token's (token, slot) word in `tokready` [T][k] at the token's source;
+#   - each GEMM-2 job's epilogue weights its output columns by the rows' router weights (found
+#     by the gate group, dysharp_fused_gate, as the tile becomes ready); once the tile's GEMM-2
+#     jobs are done the gate group flags each row's (token, slot) word in `tokready` [T][k] at
+#     the token's source;
 #   - the source's token table: the combine issues a token's dymultimem.ld_reduce once its k
 #     words are up (its k experts' outputs are ready), not after a layer-wide barrier.
 # The meta row carries the token's algebraic row u at byte `token_word` (the paper's DRAM table of
@@ -338,15 +350,7 @@ ready_slot:
     wait.ge [r13], 1
     add r13, r13, 8
     blt r13, r14, ready_slot
-    mul r5, %gpu, %tokens
-    add r5, r5, r4               # r5 = algebraic row u
-    mul r6, r4, r2
-    add r6, r6, %topk_idx        # r6 = the token's target list
-    mul r7, r5, r1
-    add r7, r7, %ye              # r7 = multimem address of row u
-    mul r8, r4, r1
-    add r8, r8, %comb
-    dymultimem.ld_reduce.add.bf16 r8, r7, r1, r6, %topk
+    reduce_token r4
     add r12, r12, %topk
     add r4, r4, %ntb
     bra reduce_token
@@ -388,21 +392,8 @@ reduced:
     sub r31, r31, 1
     div r31, r31, %tile_rows
     mul r31, r31, %local_experts # r31 = tiles
-    div r20, %ffn, %n_tile       # r20 = Ju
-    div r21, %hidden, %n_tile    # r21 = Jd
-    add r22, r20, r21
-    mul r22, r22, %swizzle       # r22 = jobs per block
-    stream_lag r29, %ntb, r20, r21, %hidden, %ffn, %swizzle, r4    # r29 = lag
-    add r30, r31, %swizzle
-    sub r30, r30, 1
-    div r30, r30, %swizzle       # r30 = groups
-    add r30, r30, r29
-    mul r30, r30, r22            # r30 = jobs in all blocks
-    gemm_smem r8, r9, %tile_rows, %n_tile, r4, r4    # r8 = G or Y; r9 = U or Yq
-    add r10, r9, r4              # r10 = Hq
-    shl r23, %hidden, 1          # r23 = R
-    shl r24, %ffn, 1             # r24 = Hh row bytes
-    mov r25, 0                   # r25 = rows this worker completed
+    stream_job_setup             # r20 = Ju, r21 = Jd, r22 = jobs per block, r29 = lag, r30 = jobs,
+                                 # r8 - r10 shared memory, r23 / r24 row bytes, r25 = 0
 job:
     atom.add r1, %gpu, [%jobs], 1    # r1 = my next job
     bge r1, r30, finished
@@ -429,36 +420,12 @@ gate_up:
     add r11, r11, 16             # r11 = the tile's job counters
     bge r3, r20, down
 # ---- GEMM-1, gate/up job q = r3: Hh[:, q cols] = silu(X Wg_q) * (X Wu_q)
-    mul r16, r12, r23
-    add r16, r16, %xe            # r16 = A: the tile's rows
-    mul r17, %hidden, %n_tile
-    shl r17, r17, 1
-    weight_tile_offset r4, r14, r20, r3, r17
-    add r5, r4, %wg
-    add r6, r4, %wu
-    mul r7, r13, %n_tile         # r7 = rows * n
-    # job 0 reads the rows from HBM, the others through the L2
-    swiglu_tile r8, r9, r10, r16, r5, r6, r13, %n_tile, %hidden, r7, r3, r15, 1
-    mul r4, r12, r24
-    shl r5, %n_tile, 1
-    mul r6, r3, r5
-    add r4, r4, r6
-    add r4, r4, %he              # r4 = Hh[first row][q * n]
-    copy2d r4, r10, r13, r5, r24, r5
-    atom.add r4, %gpu, [r11], 1  # gate/up jobs done (after the copy: the TB waited for it)
+    stream_gate_up_job %xe, %he, %wg, %wu
     bra job
 # ---- GEMM-2, down job c: Y[:, c cols] = Hh Wd_c over the full I
 down:
     sub r3, r3, r20              # r3 = output column tile c
-    wait.ge [r11], r20           # every column of Hh is there
-    mul r16, r12, r24
-    add r16, r16, %he
-    mul r17, %ffn, %n_tile
-    shl r17, r17, 1
-    weight_tile_offset r4, r14, r21, r3, r17
-    add r5, r4, %wd              # r5 = Wd tile (expert, c)
-    mul r7, r13, %n_tile         # r7 = rows * n
-    gemm_tile_a_l2 r8, r9, r16, r5, r13, %n_tile, %ffn, r7, r15, 1
+    stream_down_gemm %he, %wd
 # the epilogue's gate weighting: Yq = bf16(fp32(w x fp32(Yq))) row by row
     shl r4, r2, 3
     add r4, r4, %wdone
@@ -468,14 +435,7 @@ down:
     vcvt.f32.bf16 r8, r9, r7
     vrow_mul.f32 r8, r8, r4, %n_tile, r7
     vcvt.bf16.f32 r9, r8, r7
-    mul r4, r12, r23
-    shl r5, %n_tile, 1
-    mul r6, r3, r5
-    add r4, r4, r6
-    add r4, r4, %ye              # r4 = Y[first row][c * n]
-    copy2d r4, r9, r13, r5, r23, r5
-    atom.add r4, %gpu, [r11+8], 1    # down jobs done (after the copy)
-    add r4, r4, 1
+    stream_down_store %ye
     bne r4, r21, job             # not the tile's last down job
     add r25, r25, r13
     bra job
