@@ -305,6 +305,14 @@ def test_token_tracker_counts_every_byte_tile_and_notice():
         assert s[f"system.gpu{g}.dysharp.tracker_tiles_ready"] == int((cnt // TILE).sum())
         full += int((cnt // TILE).sum())
         assert (sim.read_buffer(g, "dy_tready", "i64") == 1).all()       # full or closed
+        # every tile with rows ran all its GEMM-1 (I / n = 4) and GEMM-2 (H / n = 2) jobs, and
+        # the gate group weighted each of its rows; an empty tile ran none
+        tiles = sim.read_buffer(g, "dy_tready", "i64").size
+        jobs = sim.read_buffer(g, "dy_jobs", "i64")[2:2 + 2 * tiles].reshape(tiles, 2)
+        rows = np.array([min(TILE, max(0, int(cnt[b % (8 // P)]) - (b // (8 // P)) * TILE))
+                         for b in range(tiles)])
+        assert (jobs[rows > 0] == [4, 2]).all() and (jobs[rows == 0] == 0).all()
+        assert (sim.read_buffer(g, "dy_wdone", "i64") == rows).all()
         assert (sim.read_buffer(g, "dy_tokready", "i64") == 1).all()     # T x k notices
         assert sim.read_buffer(g, "dy_tokready", "i64").size == T * K
     assert full > 0 and sum(int(s[f"system.gpu{g}.dysharp.rows_placed"]) for g in range(P)) \
@@ -312,9 +320,11 @@ def test_token_tracker_counts_every_byte_tile_and_notice():
     assert sum(int(s[f"system.gpu{g}.dysharp.ld_reduce_ops"]) for g in range(P)) == P * T
 
 
-def test_engines_agree():
+@pytest.mark.parametrize("fusion", ["token", "none"])
+def test_engines_agree(fusion):
     # a 4-entry AL-TLB: misses on both paths, answers reordered by readiness
-    small = ("workload.layer.tokens_per_gpu=8", "system.gpu.num_sms=8",
+    small = (f"workload.layer.dysharp.fusion={fusion}",
+             "workload.layer.tokens_per_gpu=8", "system.gpu.num_sms=8",
              "workload.layer.combine_tbs=2", "workload.layer.shared_tbs=2",
              "workload.layer.dysharp.channels=2", "workload.layer.dysharp.scale_tbs=4",
              "system.switch.nvls.dysharp.al_tlb_entries=4")
