@@ -689,11 +689,10 @@ class DysharpSchemeConfig:
     channels: int = _f("int", "thread blocks per GPU of the dispatch and the combine kernels (each "
                        "issues one dymultimem operation per token in turn; assumption: 16, as "
                        "scheme nvls's channels)", 16, min=1)
-    scale_tbs: int = _f("int", "thread blocks per GPU of the pass that weights the expert outputs "
-                        "by their router weights (fusion none), or of the fused layer's "
-                        "gate-weight and ready-notice group (fusion token) (assumption: four per "
-                        "SM of an H100, so an SM hides one block's meta-row load behind the "
-                        "others' work)", 528,
+    scale_tbs: int = _f("int", "fusion none: thread blocks per GPU of the pass that weights the "
+                        "expert outputs by their router weights (assumption: four per SM of an "
+                        "H100, so an SM hides one block's meta-row load behind the others' vector "
+                        "work)", 528,
                         min=1)
     fusion: str = _f("choice", "token: token-centric fusion, the paper's design (dispatch, "
                      "expert GEMMs and combine overlap, driven by the token tracker); none: "

@@ -31,19 +31,24 @@ once to bf16 (dysharp.py); the output adds that row to the shared experts' fp32 
 follows the same order (combine="switch_targets"), so the error is 0.0.
 
 Token-centric fusion (workload.layer.dysharp.fusion: token, the default: the paper's design,
-whose evaluation runs DySHARP as one persistent megakernel) replaces the sequence above:
+whose evaluation runs DySHARP as one persistent megakernel) replaces the sequence above with
+thread-block groups launched together:
   stream 0  dysharp_fused_comm (`channels` blocks): the dispatch as above (the meta row also
-            carries the token's algebraic row u); each block flags the end of its dispatch on
-            every GPU; block 0 waits for every source's flags and closes the row tiles that will
-            not fill; then each block combines its tokens, one dymultimem.ld_reduce per token as
-            soon as its k ready flags are up; then nvls_output
-  stream 2  dysharp_fused_expert (compute_tbs persistent blocks): GEMM-1 and GEMM-2 jobs per row
-            tile of the receive layout, a tile's jobs starting when the destination hub's token
-            tracker raises its ready word (components/dysharp.py: every byte of its rows and meta
-            rows landed) or block 0 closes it; the tile's last GEMM-2 job weights the rows by
-            their router weights (the paper's epilogue), fences, and flags each row's
-            (token, slot) ready word at the token's source
+            carries the token's algebraic row u); once all of a GPU's blocks are past their
+            fence, the last one flags the end of its dispatch on every GPU; block 0 waits for
+            every source's flag and closes the row tiles that will not fill; then each block
+            combines its tokens, one dymultimem.ld_reduce per token as soon as its k ready flags
+            are up; then nvls_output
+  stream 2  dysharp_fused_expert (compute_tbs persistent blocks, one per SM): GEMM-1 and GEMM-2
+            jobs per row tile of the receive layout, a tile's jobs starting when the destination
+            hub's token tracker raises its ready word (components/dysharp.py: every byte of its
+            rows and meta rows landed) or block 0 closes it; each GEMM-2 job weights its output
+            columns by the rows' router weights before storing them (the paper's epilogue)
+  stream 3  dysharp_fused_gate (gate_tbs blocks, no shared memory): finds each row's router
+            weight as its tile becomes ready (GEMM-2 waits for them), and once the tile's GEMM-2
+            jobs are done flags each row's (token, slot) ready word at the token's source
   stream 1  the shared experts
+Every block must be resident at once (the groups wait for each other), which the plan checks.
 The token tracker's tables: the tile table is state of the hub (system.switch.nvls.dysharp.
 tracker_tiles entries); the per-token counters are k ready words per token at the source (a
 word per (token, slot), as flag.set is the ISA's only remote write; the combine waits for all k).
@@ -70,7 +75,6 @@ from .nvls import KERNELS as NVLS_KERNELS, check_switch_scheme
 
 KERNELS = "workloads/kernels/dysharp/dysharp.s"
 SCALE_ACC_BYTES = 28 * 1024   # dysharp_scale's .smem: one fp32 row of up to 7168 elements
-FUSED_EXPERT_SMEM_BYTES = 160 * 1024   # dysharp_fused_expert's .smem (the GEMM tiles)
 
 
 def meta_row_bytes(k, token_word=False):
@@ -157,9 +161,10 @@ def plan(layer):
 
 
 def _fused_plan(layer, cap):
-    """Token-centric fusion (the paper's design): the dispatch-and-combine group and the GEMM group
-    of the persistent megakernel (dysharp.s dysharp_fused_comm, dysharp_fused_expert), launched
-    together, driven by the token tracker (the hub's tile table, the tokens' ready words)."""
+    """Token-centric fusion (the paper's design): the dispatch-and-combine, GEMM and gate groups
+    of the persistent megakernel (dysharp.s dysharp_fused_comm, dysharp_fused_expert,
+    dysharp_fused_gate), launched together, driven by the token tracker (the hub's tile table,
+    the tokens' ready words)."""
     s, cfg = layer.shape, layer.cfg
     opts = cfg.workload.layer.dysharp
     dy = cfg.system.switch.nvls.dysharp
@@ -174,10 +179,6 @@ def _fused_plan(layer, cap):
             f"fused layer tracks every token of the layer at once (a token without an entry "
             f"could not be dispatched, and the tiles it would fill could wait for it forever); "
             f"raise tracker_tokens or run workload.layer.dysharp.fusion: none")
-    if 4 * H > FUSED_EXPERT_SMEM_BYTES:
-        raise LayerError(f"workload.layer.model: the fused GEMM epilogue keeps an fp32 row of "
-                         f"{H} elements in the {FUSED_EXPERT_SMEM_BYTES // 1024} KB of shared "
-                         f"memory of dysharp_fused_expert")
     nsm, per_sm = cfg.system.gpu.num_sms, cfg.system.gpu.sm.max_resident_tbs
     workers = _blocks(opts.compute_tbs, nsm, "workload.layer.dysharp.compute_tbs")
     gates = _blocks(opts.gate_tbs, nsm, "workload.layer.dysharp.gate_tbs")
