@@ -10,7 +10,8 @@ scheme dysharp (workloads/kernels/dysharp/dysharp.s, schemes/dysharp.py).
   bit), with one row down to the source and one row up per target;
 - bad input (target count 0 or above the limit, an expert outside the object or named twice, an
   address outside every dynamic object, a full layout, a reduction buffer of 0 bytes, a dynamic
-  object without its tables) -> one paragraph, exit 2;
+  object without its tables, a tracker without its buffer, tile rows or table room) -> one
+  paragraph, exit 2;
 - scheme dysharp: the layer output equals the NumPy reference (combine="switch_targets") with
   error 0.0 on uniform and skewed routing, fused (token-centric fusion, the default) and unfused,
   exact token accounting, both engines identical;
@@ -243,8 +244,17 @@ def test_a_thrashing_al_tlb_changes_no_data_and_frees_every_read():
      ["system.switch.nvls.reduction_buffer_bytes", "cannot hold one multimem.ld_reduce entry"]),
     (["workload.multicast.0.counts=nope"], ["workload.multicast[0].counts", "no buffer 'nope'"]),
     (["workload.multicast.0.row_bytes=0B"], ["workload.multicast[0]", "row_bytes and rows"]),
+    (["workload.multicast.0.tracker=nope", "workload.multicast.0.tile_rows=4"],
+     ["workload.multicast[0].tracker", "no buffer 'nope'"]),
+    (["workload.multicast.0.tracker=counts"], ["workload.multicast[0].tile_rows", "at least 1"]),
+    (["workload.multicast.0.tracker=counts", "workload.multicast.0.tile_rows=1"],
+     ["workload.multicast[0].tracker", "at least 1024 bytes (one word per row tile)"]),
+    (["workload.multicast.0.tracker=counts", "workload.multicast.0.tile_rows=100000",
+      "system.switch.nvls.dysharp.tracker_tiles=2"],
+     ["system.switch.nvls.dysharp.tracker_tiles", "4 row tiles"]),
 ], ids=["count-0", "count-above-limit", "repeated", "outside-object", "outside-every-object",
-        "crosses-row", "layout-full", "tlb-ways", "zero-buffer", "no-counts", "no-row-bytes"])
+        "crosses-row", "layout-full", "tlb-ways", "zero-buffer", "no-counts", "no-row-bytes",
+        "no-tracker", "tracker-no-tile", "tracker-buffer-small", "tracker-too-small"])
 def test_bad_input_gives_one_paragraph_and_exit_2(tmp_path, capsys, sets, fragments):
     from moehub_arch.cli import main
     argv = ["run", str(conftest.CONFIGS / UBENCH), "-o", str(tmp_path / "out")]
