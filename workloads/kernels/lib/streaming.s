@@ -33,7 +33,7 @@
 # down job), r11 the tile's job counters (gate/up jobs done, down jobs done), r20 Ju, r21 Jd,
 # r23 bytes of an H row, r24 bytes of an I row. Weight layout and L2 rules of gemm_tiles.s.
 #
-#   stream_job_setup
+#   stream_job_setup (no operands)
 #       from r31 = the tiles: r20 = Ju, r21 = Jd, r22 = jobs per block (G x J), r29 = lag
 #       (stream_lag over %ntb workers), r30 = jobs in all blocks (the last `lag` hold down jobs
 #       only); r8 - r10 the shared-memory tiles, r23 and r24 the H and I row bytes, r25 = 0 (the
