@@ -341,7 +341,7 @@ next_close:
 combine:
     mov r4, %tb
     mov r12, 0                   # r12 = targets reduced
-reduce_token:
+combine_token:
     bge r4, %tokens, reduced
     mul r13, r4, r2
     add r13, r13, %tokready      # r13 = &tokready[t][0]
@@ -353,7 +353,7 @@ ready_slot:
     reduce_token r4
     add r12, r12, %topk
     add r4, r4, %ntb
-    bra reduce_token
+    bra combine_token
 reduced:
     fence                        # the reduced rows are in local memory
     red.add %gpu, [%acct+24], r12    # acct word 3: pairs combined
