@@ -46,15 +46,16 @@ the TP scheme (`workload.block.scheme`):
            modelled: the FFN's fusion (its collectives stay kernels), the norm between them at
            thread-block level.
   t3       T3's producer-triggered fused GEMM + reduce-scatter (Pati et al., ASPLOS 2024, arXiv
-           2401.16677; workloads/kernels/tp/t3.s kernel tp_gemm_t3), kinds attention and
-           transformer: the output projection's row tiles, each sent to the rank that owns its
+           2401.16677; workloads/kernels/tp/t3.s kernels tp_gemm_t3 and tp_ffn_t3), kinds
+           attention and transformer, in both row-parallel GEMMs (the output projection and the
+           FFN's down GEMM): each row tile of the partial sum is sent to the rank that owns its
            rows (sp_ring's shard, chunk (g + 1) % t on GPU g) as soon as it is stored, with a
            near-memory add at the owner (put.add.bf16, T3's op-and-store), in T3's staggered
            order (rank g starts with its ring neighbour's chunk and ends with its own); then an
            all-gather rebuilds the full sum on every rank, and the residual and the next norm
-           work on every token as in tp_ring. workload.block.t3_collectives picks the
-           collectives T3 does not fuse - that all-gather and the FFN's all-reduce: ring (NCCL's
-           ring, T3's own setting) or nvls (NVLink SHARP). What of T3's hardware is modelled:
+           work on every token as in tp_ring. workload.block.t3_collectives picks how the
+           all-gathers (which T3 does not fuse) run: ring (NCCL's ring, T3's own setting) or
+           nvls (NVLink SHARP's multimem.st half). What of T3's hardware is modelled:
            the near-memory compute (the owner's memory adds the update; timed as the write it is
            on the channels, the read of the old value staying inside the DRAM: assumption, as
            T3's near-memory compute has it) and the DMA (the hub reads the finished tile from
@@ -64,9 +65,8 @@ the TP scheme (`workload.block.scheme`):
            counts the stores at the memory controller and fires the DMA itself, so this costs
            the SM one atomic per job and one issue per tile that T3 does not (assumption: small
            against a 128 x 128 x K job). Not modelled: T3's memory-controller arbitration
-           (T3-MCA, which favours the GEMM's memory traffic over the DMA's) and the fusion into
-           the FFN's down GEMM (the FFN is one dynamically scheduled kernel shared with the MoE
-           layers; its all-reduce stays a collective kernel). The homes add the t contributions
+           (T3-MCA, which favours the GEMM's memory traffic over the DMA's; here the channels
+           serve both as any other traffic). The homes add the t contributions
            in arrival order, each add rounded to bf16: not a fixed order, so the functional check
            bounds the reduce-scatter against the exact sum ((t - 1) 2^-8 sum|y_r| / (1 - (t - 1)
            2^-8), reference.t3_reduction_bound) and takes the rest of the block bit-exactly
@@ -481,14 +481,20 @@ class TransformerBlock:
             ("a", f"@{a}"), ("w", f"@{w}"), ("y", f"@{y}"), ("tokens", s.tokens), ("k", k),
             ("ncols", ncols), ("n_tile", n), ("tile_rows", s.t3_rows), ("group", ncols),
             ("recv", f"@{recv}"), ("ready", "@ready_t3"), ("flags", "@flags_t3")))
+        return self._t3_all_gather(recv, "_t3")
+
+    def _t3_all_gather(self, recv, suffix):
+        """t3's all-gather after a fused reduce-scatter, in place in `recv` (GPU g owns chunk
+        (g + 1) % t): NVLS's multimem.st half, or the ring's all-gather half (tp/allreduce_ring.s
+        ring_half phase 2), as workload.block.t3_collectives says."""
         if self.nvls:
-            return self._nvls(2, recv, recv, "_ag_t3")
-        # the ring all-gather (tp/allreduce_ring.s ring_half phase 2; GPU g owns chunk (g + 1) % t)
+            return self._nvls(2, recv, recv, f"_ag{suffix}")
+        s = self.shape
         T, H, P, C = s.tokens, s.hidden, s.tp, s.channels
-        self._buffer("flags_ag_t3", C * 2 * (P - 1) * 8, region="control", dtype="i64")
+        self._buffer(f"flags_ag{suffix}", C * 2 * (P - 1) * 8, region="control", dtype="i64")
         self._launch("all_gather", "ring_half", C, (
             ("send", f"@{recv}"), ("recv", f"@{recv}"), ("stage", f"@{recv}"),
-            ("flags", "@flags_ag_t3"), ("elems", T * H), ("slice", s.slice), ("bf16", 1),
+            ("flags", f"@flags_ag{suffix}"), ("elems", T * H), ("slice", s.slice), ("bf16", 1),
             ("phase", 2)))
         return recv
 
@@ -538,7 +544,7 @@ class TransformerBlock:
         """Column-parallel gate/up, row-parallel down (shared_ffn), then the all-reduce."""
         s, cfg = self.shape, self.cfg
         T, H, I = s.tokens, s.hidden, s.ffn_t
-        tiles = -(-T // s.tile_rows)
+        tiles = -(-T // (s.t3_rows if self.t3 else s.tile_rows))
         if s.kind == "ffn":
             self._buffer("x", T * H * 2)   # functional mode: preset, the same on every GPU
         self.buffers += [
@@ -547,12 +553,21 @@ class TransformerBlock:
             _buf("hs", T * I * 2), _buf("ys", T * H * 2),
             _buf("shared_jobs", (2 + tiles) * 8, region="control", dtype="i64"),
             _buf("acct", 64, region="control", dtype="i64")]
-        self._launch("ffn", "shared_ffn", cfg.workload.block.gemm_tbs, (
-            ("x", f"@{x}"), ("wg", "@ws_gate"), ("wu", "@ws_up"), ("wd", "@ws_down"),
-            ("hs", "@hs"), ("ys", "@ys"), ("jobs", "@shared_jobs"), ("acct", "@acct"),
-            ("tokens", T), ("hidden", H), ("ffn", I), ("experts", 1),
-            ("tile_rows", s.tile_rows), ("n_tile", s.n_tile),
-            ("swizzle", 1)))     # row tile by row tile (the TP blocks' FFN order before groups)
+        params = (("x", f"@{x}"), ("wg", "@ws_gate"), ("wu", "@ws_up"), ("wd", "@ws_down"),
+                  ("hs", "@hs"), ("ys", "@ys"), ("jobs", "@shared_jobs"), ("acct", "@acct"),
+                  ("tokens", T), ("hidden", H), ("ffn", I), ("experts", 1),
+                  ("tile_rows", s.t3_rows if self.t3 else s.tile_rows), ("n_tile", s.n_tile),
+                  ("swizzle", 1))    # row tile by row tile (the TP blocks' FFN order before groups)
+        if self.t3:
+            # T3's reduce-scatter fused into the down GEMM (tp/t3.s tp_ffn_t3), then the all-gather
+            tbs = cfg.workload.block.gemm_tbs
+            recv = self._buffer(f"ar{suffix}" if suffix else "out", T * H * 2)
+            self._buffer("ready_ffn_t3", T // s.t3_rows * 8, region="control", dtype="i64")
+            self._buffer("flags_ffn_t3", tbs * s.tp * 8, region="control", dtype="i64")
+            self._launch("ffn", "tp_ffn_t3", tbs, params + (
+                ("recv", f"@{recv}"), ("ready", "@ready_ffn_t3"), ("flags", "@flags_ffn_t3")))
+            return self._t3_all_gather(recv, f"_ffn_t3")
+        self._launch("ffn", "shared_ffn", cfg.workload.block.gemm_tbs, params)
         return self._allreduce("ys", suffix)
 
     def _norm(self, x, y, which):
@@ -699,7 +714,7 @@ class TransformerBlock:
                             ("o_proj", "the output projection (row-parallel tp_gemm)"),
                             ("residual", "the residual adds"),
                             ("ffn", "the FFN GEMMs (gate/up + down)"),
-                            ("allreduce", "the TP all-reduces (tp_ring, tp_nvls; t3's FFN)"),
+                            ("allreduce", "the TP all-reduces (tp_ring, tp_nvls)"),
                             ("reduce_scatter", "the reduce-scatters (sp_ring, sp_nvls)"),
                             ("all_gather", "the all-gathers (sp_ring, sp_nvls; t3's after its "
                                            "fused reduce-scatter)")):
@@ -738,10 +753,10 @@ class TransformerBlock:
         if self.t3:
             ar = phase_ticks("allreduce") + phase_ticks("all_gather")
             stats.add("system.block.collective_time_us", ar * 1e-6, "us",
-                      "the collective kernels: the all-gather after the output projection and "
-                      "the FFN's all-reduce (the output projection's reduce-scatter runs inside "
-                      "its GEMM: o_proj_time_us)")
-            ar += phase_ticks("o_proj")
+                      "the collective kernels: the all-gathers after the fused reduce-scatters "
+                      "(those run inside the output projection and the FFN: o_proj_time_us, "
+                      "ffn_time_us)")
+            ar += phase_ticks("o_proj") + phase_ticks("ffn")
         nv = sim.cfg.system.nvlink
         tx = sum(x.value for x in stats.match("system.gpu*.nvlink*.tx_wire_bytes"))
         cap = s.tp * nv.links_per_gpu * nv.bandwidth * 1e-12
@@ -751,7 +766,7 @@ class TransformerBlock:
         stats.add("system.block.allreduce_link_utilisation_pct",
                   100.0 * tx / (cap * ar) if ar else 0.0, "%",
                   "the same over the collectives' time only (all NVLink traffic is theirs; t3: "
-                  "with its output projection, whose GEMM carries the reduce-scatter)")
+                  "with its output projection and FFN, whose GEMMs carry the reduce-scatters)")
         if s.functional:
             err = self._output_error(sim)
             stats.add("system.block.output_max_abs_error", err, "",
@@ -780,6 +795,7 @@ class TransformerBlock:
         s = self.shape
         T, H, I, n = s.tokens, s.hidden, s.ffn_t, s.n_tile
         x = sim.read_buffer(0, "x")[:T * H].reshape(T, H)
+        self.t3_check = (0.0, -np.inf, True)    # t3: (max error, max over the bound, copies equal)
 
         def combine(parts):
             parts = np.stack([p.reshape(-1) for p in parts])
@@ -796,7 +812,7 @@ class TransformerBlock:
                 wu = self._weights(sim, g, "ws_up", n, I)
                 wd = self._weights(sim, g, "ws_down", n, H)
                 parts.append(expert_ffn(inp, wg, wu, wd))
-            return combine(parts)
+            return self._t3_sum(sim, parts, "ar2") if self.t3 else combine(parts)
 
         if s.kind == "ffn":
             return ffn(x)
@@ -821,27 +837,28 @@ class TransformerBlock:
                                for j in range(3))
                     ao[rows, h * dh:(h + 1) * dh] = flash_attention(q, k, v, s.attn_tile, scale)
             parts.append(to_bf16(gemm_seq(ao, self._weights(sim, g, "w_o", s.o_n, H))))
-        h1 = to_bf16(x + (self._t3_sum(sim, parts) if self.t3 else combine(parts)))
+        h1 = to_bf16(x + (self._t3_sum(sim, parts, "ar1") if self.t3 else combine(parts)))
         if s.kind == "attention":
             return h1
         return to_bf16(h1 + ffn(normed("2", h1)))
 
-    def _t3_sum(self, sim, parts):
-        """t3's reduce-scatter adds in arrival order (tp/t3.s): check the simulated sum in `ar1`
-        (after the all-gather, on every GPU) against the exact sum of the reference partials
-        within reference.t3_reduction_bound, record the result in self.t3_check, and return the
-        simulated sum, from which the rest of the block is bit-exact."""
+    def _t3_sum(self, sim, parts, buffer):
+        """t3's reduce-scatters add in arrival order (tp/t3.s): check the simulated sum in
+        `buffer` (after the all-gather, on every GPU) against the exact sum of the reference
+        partials within reference.t3_reduction_bound, fold the result into self.t3_check, and
+        return the simulated sum, from which the rest of the block is bit-exact."""
         from .reference import t3_reduction_bound
         s = self.shape
         n = s.tokens * s.hidden
         parts = np.stack([p.reshape(-1) for p in parts])
         exact = parts.astype(np.float64).sum(axis=0)
         bound = t3_reduction_bound(parts)
-        got = [sim.read_buffer(g, "ar1")[:n].astype(np.float64) for g in range(s.tp)]
+        got = [sim.read_buffer(g, buffer)[:n].astype(np.float64) for g in range(s.tp)]
         err = max(float(np.max(np.abs(v - exact))) for v in got)
         over = max(float(np.max(np.abs(v - exact) - bound)) for v in got)
         same = all(np.array_equal(v, got[0]) for v in got)
-        self.t3_check = (err, over, same)
+        e0, o0, s0 = self.t3_check
+        self.t3_check = (max(e0, err), max(o0, over), s0 and same)
         return got[0].astype(np.float32).reshape(s.tokens, s.hidden)
 
     def _output_error(self, sim):

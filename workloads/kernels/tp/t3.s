@@ -31,6 +31,30 @@
 # bound of P - 1 such roundings.
 .include "lib/tp_gemm.s"
 .include "lib/nvls_allreduce.s"
+
+# t3_track_and_trigger tile, jobs, row, rows, row_bytes, y, skip, t1, t2, t3, t4
+#   The job just stored its part of row tile `tile` (first row `row`, `rows` rows of `row_bytes`
+#   in y and recv): count it in the tile's tracker word (%ready); unless that made `jobs`, go to
+#   `skip`; else send the tile to its home's %recv with put.add.bf16 (the DMA, added there).
+#   The kernel declares the params ready, recv and tokens. Writes t1 .. t4.
+.macro t3_track_and_trigger tile, jobs, row, rows, row_bytes, y, skip, t1, t2, t3, t4
+    shl \t1, \tile, 3
+    add \t1, \t1, %ready             # t1 = the row tile's tracker word
+    atom.add \t2, %gpu, [\t1], 1     # track: one more job of the row tile stored
+    add \t2, \t2, 1
+    blt \t2, \jobs, \skip            # the row tile is not complete yet
+    div \t1, %tokens, %ngpu
+    div \t1, \row, \t1
+    add \t1, \t1, %ngpu
+    sub \t1, \t1, 1
+    rem \t1, \t1, %ngpu              # t1 = the row tile's home: (chunk - 1) mod P
+    mul \t2, \row, \row_bytes        # t2 = the row tile's offset in y and recv
+    add \t3, \t2, \y
+    add \t2, \t2, %recv
+    mul \t4, \rows, \row_bytes       # t4 = its bytes
+    put.add.bf16 \t1, \t2, \t3, \t4  # trigger: the tile's DMA, added into the home's recv
+.endm
+
 .kernel tp_gemm_t3
 .param a
 .param w
@@ -50,8 +74,6 @@
     div r13, r14, %tile_rows         # r13 = row tiles per chunk
     add r30, %gpu, 2
     mul r30, r30, r13                # r30 = this rank's first row tile: chunk (g + 2) % P
-    mul r31, %tile_rows, %ncols
-    shl r31, r31, 1                  # r31 = bytes of a row tile in Y
 job:
     bge r0, r24, end
     split_job r0, r22, r15, r3       # r15 = step (row tile in this rank's order), r3 = column job
@@ -66,21 +88,60 @@ job:
     add r10, r10, %w                 # r10 = W column tile
     gemm_tile r8, r9, r7, r10, r5, %n_tile, %k, r6, r3, r15, 0    # weights from HBM at step 0
     tp_gemm_store                    # the partial tile to the local Y (r12 = its first element)
-    shl r16, r2, 3
-    add r16, r16, %ready             # r16 = the row tile's tracker word
-    atom.add r17, %gpu, [r16], 1     # track: one more job of the row tile stored
-    add r17, r17, 1
-    blt r17, r22, next               # the row tile is not complete yet
-    div r16, r4, r14
-    add r16, r16, %ngpu
-    sub r16, r16, 1
-    rem r16, r16, %ngpu              # r16 = the row tile's home: (chunk - 1) mod P
-    mul r17, r2, r31                 # r17 = the row tile's offset in Y and recv
-    add r18, r17, %y
-    add r17, r17, %recv
-    put.add.bf16 r16, r17, r18, r31  # trigger: the tile's DMA, added into the home's recv
+    t3_track_and_trigger r2, r22, r4, r5, r27, %y, next, r16, r17, r18, r19
 next:
     add r0, r0, %ntb
+    bra job
+end:
+    fence                            # this TB's DMAs are in their homes' memory
+    nvls_barrier %flags, 1           # every rank's: each home's chunk is complete
+    exit
+
+# tp_ffn_t3: the FFN of the TP scheme t3 - the shared-expert FFN kernel (../common/moe_common.s
+# shared_ffn: gate/up jobs column-parallel, down jobs row-parallel, taken dynamically with a
+# lag of one row tile; lib/shared_ffn.s runs the same instructions) with T3's reduce-scatter
+# fused into its down GEMM, as tp_gemm_t3 above does it: rank g walks the row tiles starting at
+# chunk (g + 2) % P (the job order turned by that many tiles; experts must be 1), each down job
+# counts its stored tile in the row tile's tracker word (ready [row tiles] i64, zero before the
+# call), and the job that completes the row tile (Jd = H / n down jobs) sends it - tile_rows x H,
+# contiguous in ys - to its home's recv with put.add.bf16. End: fence and the barrier over the
+# ranks (flags [grid][P] i64, zero before the call): every home's chunk is complete.
+.include "lib/shared_ffn.s"
+.kernel tp_ffn_t3
+.param x
+.param wg                    # [1][I/t/n][H][n] bf16
+.param wu
+.param wd                    # [1][H/n][I/t][n] bf16
+.param hs                    # [T][I/t] bf16
+.param ys                    # [T][H] bf16: this rank's partial sum
+.param jobs
+.param acct
+.param tokens
+.param hidden
+.param ffn                   # I / t
+.param experts               # 1
+.param tile_rows             # divides T / P: a row tile never spans two homes
+.param n_tile
+.param swizzle
+.param recv                  # [T][H] bf16 at every rank, zero before the call
+.param ready                 # [row tiles] i64 tracker words, zero before the call
+.param flags                 # [grid][P] i64, zero before the call
+.smem 160KB
+    shared_ffn_setup
+job:
+    shared_ffn_next job, tile, end
+tile:
+    div r7, r28, %ngpu               # r7 = row tiles per chunk
+    add r12, %gpu, 2
+    mul r7, r7, r12
+    add r2, r2, r7
+    rem r2, r2, r29                  # r2 = the row tile, this rank's order: from chunk (g + 2) % P
+    shared_ffn_tile down
+    shared_ffn_gate_up
+    bra job
+down:
+    shared_ffn_down                  # the partial tile to ys (r14)
+    t3_track_and_trigger r2, r23, r6, r13, r18, %ys, job, r12, r7, r14, r17
     bra job
 end:
     fence                            # this TB's DMAs are in their homes' memory
