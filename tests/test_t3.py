@@ -46,6 +46,20 @@ def test_t3_layer_sums_within_the_bound_and_the_rest_is_exact(layer):
     assert st["system.block.collective_time_us"] == st["system.block.all_gather_time_us"]
 
 
+def test_t3_ffn_block_sums_within_the_bound():
+    sim = simulate("experiments/tp/functional.yaml", "workload.block.scheme=t3")
+    st, s = sim.stats, sim.layer.shape
+    assert not sim.violations
+    assert st["system.block.output_max_abs_error"] == 0.0
+    assert st["system.block.t3_reduction_over_bound"] <= 0.0
+    n = s.tokens * s.hidden
+    parts = np.stack([sim.read_buffer(g, "ys")[:n] for g in range(s.tp)])
+    exact = parts.astype(np.float64).sum(axis=0)
+    for g in range(s.tp):
+        got = sim.read_buffer(g, "out")[:n].astype(np.float64)
+        assert np.all(np.abs(got - exact) <= t3_reduction_bound(parts)), g
+
+
 def test_t3_moves_each_partial_once_like_a_reduce_scatter(layer):
     """Per GPU: two fused reduce-scatters, each (t - 1) N / t bytes (the own chunk stays local) and
     a closing barrier (one 8 B flag per thread block and peer), and two ring all-gathers, each
@@ -63,9 +77,9 @@ def test_t3_stats_of_the_tiny_layer_are_pinned(layer):
     st = layer.stats
     got = {k: st[k] for k in ("simTicks", "system.block.o_proj_time_us",
                               "system.block.ffn_time_us", "system.block.all_gather_time_us")}
-    want = {"simTicks": None, "system.block.o_proj_time_us": None,
-            "system.block.ffn_time_us": None, "system.block.all_gather_time_us": None}
-    assert got == want
+    want = {"simTicks": 71149715, "system.block.o_proj_time_us": 5.561201,
+            "system.block.ffn_time_us": 8.23661, "system.block.all_gather_time_us": 18.141526}
+    assert got == pytest.approx(want, rel=0, abs=1e-9)
 
 
 def test_put_add_bf16_adds_at_the_destination(tmp_path):
@@ -120,8 +134,8 @@ def test_put_add_bf16_of_an_odd_byte_count_is_a_runtime_error(tmp_path):
 
 
 @pytest.mark.parametrize("sets, words", [
-    (["workload.block.scheme=t3", "workload.block.kind=ffn"],
-     "workload.block.scheme: t3 fuses the reduce-scatter into the attention's output projection"),
+    (["workload.block.scheme=t3", "workload.block.tp=1", "system.num_gpus=1"],
+     "workload.block.scheme: t3 fuses a reduce-scatter over t > 1 GPUs"),
     (["workload.block.scheme=t3", "workload.block.tokens=33"],
      "workload.block.tokens: 33 is not a whole number"),
     (["workload.block.scheme=t3", "workload.block.t3_collectives=mesh"],

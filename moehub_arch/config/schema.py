@@ -748,7 +748,7 @@ class BlockConfig:
                      "multimem.ld_reduce + multimem.st in the switch), sp_nvls (sp_ring with the "
                      "NVLS reduce-scatter and all-gather), cais (sp_ring with CAIS's switch "
                      "operations: red.cais reduce-scatter, ld.cais all-gather, merged in the "
-                     "switch's merge unit), t3 (kinds attention and transformer: T3's "
+                     "switch's merge unit), t3 (T3's "
                      "producer-triggered reduce-scatter fused into the output projection and "
                      "the FFN's down GEMM - each finished row tile is sent to its owner with a "
                      "near-memory add, put.add.bf16 - then an all-gather), tp_none (t = 1: no "

@@ -46,9 +46,8 @@ the TP scheme (`workload.block.scheme`):
            modelled: the FFN's fusion (its collectives stay kernels), the norm between them at
            thread-block level.
   t3       T3's producer-triggered fused GEMM + reduce-scatter (Pati et al., ASPLOS 2024, arXiv
-           2401.16677; workloads/kernels/tp/t3.s kernels tp_gemm_t3 and tp_ffn_t3), kinds
-           attention and transformer, in both row-parallel GEMMs (the output projection and the
-           FFN's down GEMM): each row tile of the partial sum is sent to the rank that owns its
+           2401.16677; workloads/kernels/tp/t3.s kernels tp_gemm_t3 and tp_ffn_t3), in the
+           row-parallel GEMMs (the output projection and the FFN's down GEMM): each row tile of the partial sum is sent to the rank that owns its
            rows (sp_ring's shard, chunk (g + 1) % t on GPU g) as soon as it is stored, with a
            near-memory add at the owner (put.add.bf16, T3's op-and-store), in T3's staggered
            order (rank g starts with its ring neighbour's chunk and ends with its own); then an
@@ -265,10 +264,9 @@ def block_shape(cfg):
                          f"projections of scheme cais (kinds attention and transformer), but the "
                          f"scheme is {b.scheme} and the kind {b.kind}; set {KEY}.scheme: cais or "
                          f"cais_fusion: false")
-    if b.scheme == "t3" and (t == 1 or b.kind == "ffn"):
-        raise BlockError(f"{KEY}.scheme: t3 fuses the reduce-scatter into the attention's output "
-                         f"projection over t > 1 GPUs (kinds attention and transformer), but the "
-                         f"kind is {b.kind} and tp {t}; use tp_ring, tp_nvls or tp_none")
+    if b.scheme == "t3" and t == 1:
+        raise BlockError(f"{KEY}.scheme: t3 fuses a reduce-scatter over t > 1 GPUs into the "
+                         f"row-parallel GEMMs, but {KEY}.tp is 1; use tp_none")
     if b.scheme in NVLS_SCHEMES + ("cais",) and t == 1:
         raise BlockError(f"{KEY}.scheme: {b.scheme} reduces in the NVSwitch over a multicast "
                          f"group of t > 1 GPUs, but {KEY}.tp is 1; use tp_none")
@@ -812,7 +810,9 @@ class TransformerBlock:
                 wu = self._weights(sim, g, "ws_up", n, I)
                 wd = self._weights(sim, g, "ws_down", n, H)
                 parts.append(expert_ffn(inp, wg, wu, wd))
-            return self._t3_sum(sim, parts, "ar2") if self.t3 else combine(parts)
+            if self.t3:
+                return self._t3_sum(sim, parts, "out" if s.kind == "ffn" else "ar2")
+            return combine(parts)
 
         if s.kind == "ffn":
             return ffn(x)
