@@ -774,8 +774,13 @@ class BlockConfig:
                      "multimem.ld_reduce + multimem.st in the switch), sp_nvls (sp_ring with the "
                      "NVLS reduce-scatter and all-gather), cais (sp_ring with CAIS's switch "
                      "operations: red.cais reduce-scatter, ld.cais all-gather, merged in the "
-                     "switch's merge unit), tp_none (t = 1: no collective, the reference)",
-                     "tp_ring", choices=("tp_ring", "sp_ring", "tp_nvls", "sp_nvls", "cais", "tp_none"))
+                     "switch's merge unit), t3 (T3's "
+                     "producer-triggered reduce-scatter fused into the output projection and "
+                     "the FFN's down GEMM - each finished row tile is sent to its owner with a "
+                     "near-memory add, put.add.bf16 - then an all-gather), tp_none (t = 1: no "
+                     "collective, the reference)",
+                     "tp_ring", choices=("tp_ring", "sp_ring", "tp_nvls", "sp_nvls", "cais", "tp_none",
+                                         "t3"))
     tp: int = _f("int", "tensor-parallel degree t: every GPU of the system is one TP rank (must "
                  "equal system.num_gpus and divide heads, hidden and ffn)", 8, min=1)
     tokens: int = _f("int", "tokens in the block (sequence x batch); 0: the model's seq x batch",
@@ -807,6 +812,11 @@ class BlockConfig:
                            "their tiles home with red.cais) instead of collective kernels "
                            "between the GEMMs (CAIS, arXiv 2605.05628; tp/cais.s tp_gemm_cais); "
                            "the FFN's collectives stay kernels", False)
+    t3_collectives: str = _f("choice", "scheme t3: how the all-gathers after its fused "
+                             "reduce-scatters run (T3 does not fuse them): ring (NCCL's ring "
+                             "all-gather, as sp_ring; T3's own setting, arXiv 2401.16677) or "
+                             "nvls (NVLink SHARP's multimem.st, as sp_nvls)", "ring",
+                             choices=("ring", "nvls"))
     cais_sync: bool = _f("bool", "scheme cais: merging-aware thread-block coordination (CAIS, "
                          "arXiv 2605.05628): the same thread block on every GPU is one group; "
                          "before each slice of a collective (each job of a fused GEMM) the group "
