@@ -58,6 +58,15 @@ def silu(x) -> np.ndarray:
         return (x / (1.0 + np.exp(-x))).astype(F32)
 
 
+def dsilu(x) -> np.ndarray:
+    """silu'(x) = s (1 + x (1 - s)), s = 1 / (1 + exp(-x)), for float32 x: computed in float64 and
+    rounded once to float32 (as the simulator's vdsilu_mul does)."""
+    x = np.asarray(x, dtype=F32).astype(np.float64)
+    with np.errstate(over="ignore"):
+        s = 1.0 / (1.0 + np.exp(-x))
+        return (s * (1.0 + x * (1.0 - s))).astype(F32)
+
+
 def expert_ffn(x, w_gate, w_up, w_down) -> np.ndarray:
     """One SwiGLU expert on rows x [m, H] (bf16 values in float32) with weights w_gate, w_up
     [H, I] and w_down [I, H] (bf16 values): returns bf16 values in float32 [m, H]."""
