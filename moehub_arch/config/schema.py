@@ -236,6 +236,13 @@ class DysharpConfig:
     al_tlb_ways: int = _f("int", "AL-TLB associativity: entries per set, LRU within a set "
                           "(0: fully associative; 1: direct-mapped); al_tlb_entries must be a "
                           "multiple of it", min=0)
+    tracker_tiles: int = _f("int", "token-centric fusion: entries of a GPU's token-tracker tile "
+                            "table (one arrival counter per row tile of its dynamic objects' "
+                            "receive layouts: local targets x layout tiles); a layer whose "
+                            "layouts need more is refused", min=1)
+    tracker_tokens: int = _f("int", "token-centric fusion: entries of a GPU's token-tracker token "
+                             "table (one ready-output counter per token it sends); a layer with "
+                             "more tokens per GPU is refused", min=1)
 
 
 @attrs.frozen
@@ -403,6 +410,12 @@ class MulticastConfig:
     al_table: str = _f("str", "dynamic object: buffer (control region) holding the AL table: one "
                        "entry per algebraic row and local target (layout row + 1; 0: not placed)",
                        "")
+    tracker: str = _f("str", "dynamic object: buffer (control region) of the token tracker's "
+                      "tile-ready words, one i64 per row tile [layout tiles][targets_per_gpu]: the "
+                      "hub sets a tile's word to 1 once every byte of its rows has landed (every "
+                      "object naming the same tracker counts towards it); '': not tracked", "")
+    tile_rows: int = _f("int", "dynamic object with a tracker: rows of one tracked row tile", 0,
+                        min=0)
 
 
 @attrs.frozen
@@ -676,10 +689,23 @@ class DysharpSchemeConfig:
     channels: int = _f("int", "thread blocks per GPU of the dispatch and the combine kernels (each "
                        "issues one dymultimem operation per token in turn; assumption: 16, as "
                        "scheme nvls's channels)", 16, min=1)
-    scale_tbs: int = _f("int", "thread blocks per GPU of the pass that weights the expert outputs "
-                        "by their router weights (assumption: four per SM of an H100, so an SM "
-                        "hides one block's meta-row load behind the others' vector work)", 528,
+    scale_tbs: int = _f("int", "fusion none: thread blocks per GPU of the pass that weights the "
+                        "expert outputs by their router weights (assumption: four per SM of an "
+                        "H100, so an SM hides one block's meta-row load behind the others' vector "
+                        "work)", 528,
                         min=1)
+    fusion: str = _f("choice", "token: token-centric fusion, the paper's design (dispatch, "
+                     "expert GEMMs and combine overlap, driven by the token tracker); none: "
+                     "separate kernels with barriers between them", "token",
+                     choices=("token", "none"))
+    compute_tbs: int | str = _f("int_or_expr", "fusion token: persistent expert-GEMM thread blocks "
+                                "per GPU (assumption: one per SM, as the unfused grouped GEMM "
+                                "uses every SM)", "nsm", min=1)
+    gate_tbs: int | str = _f("int_or_expr", "fusion token: thread blocks per GPU of the gate-weight "
+                             "and ready-notice group (assumption: two per SM, so that with the "
+                             "GEMM block and the dispatch-and-combine blocks every block of the "
+                             "megakernel is resident at once within system.gpu.sm."
+                             "max_resident_tbs 4)", "2 * nsm", min=1)
 
 
 @attrs.frozen
