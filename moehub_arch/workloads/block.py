@@ -71,7 +71,15 @@ the TP scheme (`workload.block.scheme`):
            2^-8), reference.t3_reduction_bound) and takes the rest of the block bit-exactly
            from the simulated sum.
   tp_none  t = 1: no collective, the reference without communication.
-Not built: the training backward pass, GeLU MLPs (every model's FFN is SwiGLU here), rotary
+Training (workload.block.passes: training; kind ffn, schemes tp_ring, tp_nvls, tp_none): after
+the forward, the backward of workloads/kernels/tp/ffn_backward.s (ffn_bwd_act: G and U recomputed,
+D = dY Wd_r^T, dU = silu(G) D, dG = silu'(G) (D U); ffn_dgrad: dX_r = dG Wg_r^T + dU Wu_r^T;
+ffn_wgrad: dWg_r, dWu_r, dWd_r in fp32), then the scheme's all-reduce of dX_r (the backward of
+the column-parallel input copy). dY, the gradient of the block output, is replicated (the
+forward's all-reduce makes the output every rank's). Functional mode checks dX on every GPU and
+each GPU's weight gradients against reference.ffn_backward bit for bit.
+Not built: the attention block's backward (and so kind transformer's), the backward of the
+sequence-parallel, cais and t3 schemes, GeLU MLPs (every model's FFN is SwiGLU here), rotary
 embeddings.
 
 Kernels run stream-ordered on every GPU, so each starts system.gpu.kernel_launch_latency after
