@@ -68,8 +68,11 @@ def test_the_reference_is_the_true_gradient(ring):
     assert np.abs(got - dx).max() <= 2 ** -6 * np.abs(dx).max()
 
 
-def test_nvls_training_gradients_are_the_reference_bit_for_bit():
-    sim = simulate(FFN, "workload.block.passes=training", "workload.block.scheme=tp_nvls")
+@pytest.mark.parametrize("sets", [("workload.block.scheme=tp_nvls",),
+                                  ("workload.block.scheme=tp_none", "workload.block.tp=1",
+                                   "system.num_gpus=1")])
+def test_nvls_and_single_gpu_training_gradients_are_the_reference_bit_for_bit(sets):
+    sim = simulate(FFN, "workload.block.passes=training", *sets)
     assert not sim.violations
     assert sim.stats["system.block.gradient_max_abs_error"] == 0.0
     assert sim.stats["system.block.output_max_abs_error"] == 0.0
