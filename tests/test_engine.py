@@ -176,8 +176,11 @@ def test_timer_tree_root_is_the_earliest_armed_timer_after_any_sets_and_clears(m
     monkeypatch.setattr(ev, "_timer_update", ev._timer_update.py_func)
     set_, clear = ev.timer_set.py_func, ev.timer_clear.py_func
     timer, tree = ev.new_timers(37)
-    st = SimpleNamespace(sys=np.zeros(1, [("q_next_seq", np.int64)]).view(np.recarray),
-                         timer=timer, timer_tree=tree)
+    # q_now -1: no timer is set for the current tick (the FIFO's test is below)
+    sy = np.zeros(1, [("q_next_seq", np.int64), ("q_now", np.int64), ("tn_head", np.int64),
+                      ("tn_count", np.int64)]).view(np.recarray)
+    sy[0].q_now = -1
+    st = SimpleNamespace(sys=sy, timer=timer, timer_tree=tree, timer_now=np.zeros((74, 2), np.int64))
     rng = np.random.default_rng(23)
     leaves = timer.shape[0]
     for step in range(3000):
@@ -196,4 +199,54 @@ def test_timer_tree_root_is_the_earliest_armed_timer_after_any_sets_and_clears(m
             assert root[ev.TT_TICK] == ev.TIMER_OFF
         w = tree[1:, ev.TT_INDEX]
         assert np.array_equal(tree[1:, ev.TT_TICK], timer[w, ev.TM_TICK]), step
-        assert np.array_equal(tree[1:, ev.TT_SEQ], timer[w, ev.TM_SEQ]), step
+        on = tree[1:, ev.TT_TICK] != ev.TIMER_OFF   # (a disarmed leaf's sequence is 0)
+        assert np.array_equal(tree[1:, ev.TT_SEQ][on], timer[w, ev.TM_SEQ][on]), step
+
+
+def test_the_earliest_timer_is_the_fifo_head_or_the_tree_root_after_any_sets_and_clears(monkeypatch):
+    """Timers set for the current tick wait in a FIFO instead of the tree (engine.events): after
+    every set, clear or take, the earlier by (tick, seq) of the FIFO's head (entries of timers
+    cleared or set again dropped) and the tree's root - what the run loop takes - must be the armed
+    timer with the smallest (tick, seq), as a scan of State.timer finds it. The current tick
+    advances as the loop's would: to the tick of the timer taken. Python functions, no compile."""
+    from types import SimpleNamespace
+    from moehub_arch.engine import events as ev
+    monkeypatch.setattr(ev, "_timer_update", ev._timer_update.py_func)
+    set_, clear = ev.timer_set.py_func, ev.timer_clear.py_func
+    head, take = ev.timer_now_head.py_func, ev.timer_now_take.py_func
+    n = 37
+    timer, tree = ev.new_timers(n)
+    sy = np.zeros(1, [("q_next_seq", np.int64), ("q_now", np.int64), ("tn_head", np.int64),
+                      ("tn_count", np.int64)]).view(np.recarray)
+    st = SimpleNamespace(sys=sy, timer=timer, timer_tree=tree,
+                         timer_now=np.zeros((2 * n, 2), np.int64))
+    rng = np.random.default_rng(29)
+    leaves = timer.shape[0]
+    through_fifo = 0
+    for step in range(4000):
+        now = int(sy[0].q_now)
+        i = int(rng.integers(n))
+        r = rng.random()
+        if r < 0.2:
+            clear(st, i)
+        elif r < 0.5:
+            through_fifo += int(sy[0].tn_count < st.timer_now.shape[0])
+            set_(st, i, now)                             # for the tick being processed
+        elif r < 0.8:
+            set_(st, i, now + int(rng.integers(1, 6)))    # later: few distinct ticks, ties by seq
+        armed = [(int(timer[k, 0]), int(timer[k, 1]), k) for k in range(leaves)
+                 if timer[k, 0] != ev.TIMER_OFF]
+        f = head(st)
+        cands = [] if f < 0 else [(int(timer[f, 0]), int(timer[f, 1]), f)]
+        if tree[1, ev.TT_TICK] != ev.TIMER_OFF:
+            cands.append((int(tree[1, ev.TT_TICK]), int(tree[1, ev.TT_SEQ]), int(tree[1, ev.TT_INDEX])))
+        assert (min(cands) if cands else None) == (min(armed) if armed else None), step
+        if cands and r >= 0.8:                      # the loop takes the earliest
+            tick, _, k = min(cands)
+            if f >= 0 and k == f:
+                take(st)
+            else:
+                clear(st, k)
+            assert tick >= now
+            sy[0].q_now = tick
+    assert through_fifo > 500

@@ -2,7 +2,7 @@
 """Simulator speed benchmark: a fixed suite of runs, each timed with a warm JIT cache, plus the cold
 compile time, the Numba / pure-Python engine ratio and the growth of wall time with tokens and GPUs.
 
-    python tools/bench.py --quick                  # small suite (~1.5 min on 2 cores, warm cache)
+    python tools/bench.py --quick                  # small suite (< 3 min on 2 cores, warm cache)
     python tools/bench.py                          # full suite (real-scale layers; ~1 h on 2 cores)
     python tools/bench.py --quick --json bench.json --markdown perf.md
     python tools/bench.py --cases alltoall,dsv3_dgx_h100_deepep --set run.packet_train=4
@@ -24,7 +24,8 @@ run.packet_train, a fast path that changes the model): the difference in simulat
 error of that option, reported with its speedup.
 
 --json writes {machine, events_per_s, engine_ratio, cold_compile_s, cold_compile_cpu_s (the
-cold process's user + system CPU seconds: what a loaded machine distorts least), cases: {NAME: {...}},
+cold process's user + system CPU seconds: what a loaded machine distorts least), suite_wall_s and
+suite_cpu_s (the whole suite: its wall time, and the CPU seconds of its child runs), cases: {NAME: {...}},
 packet_train: {NAME: {...}}, sweeps: {...}}; events_per_s is the events-weighted rate over the cases (total events / total
 run-loop seconds). --markdown writes the README's performance table.
 """
@@ -61,6 +62,10 @@ QUICK_CASES = {
     "dsv3_dgx_h100_moehub": (f"{LAYER}/deepseek_v3_4096_moehub.yaml", ["workload.layer.tokens_per_gpu=512"]),
     "dsv3_dgx_h100_deepep": (f"{LAYER}/deepseek_v3_4096_deepep.yaml", ["workload.layer.tokens_per_gpu=512"]),
     "dsv3_hgx_h800_moehub": (f"{LAYER}/deepseek_v3_256_moehub_hgx_h800.yaml", []),
+    # 64 GPUs on the NVL32 fabric's 64-port switches, as the full suite's dsv3_64gpu_moehub, at
+    # 8 tokens/GPU so the quick suite stays within its few minutes (what grows with GPUs shows)
+    "dsv3_64gpu_moehub": (f"{LAYER}/deepseek_v3_4096_moehub_gh200_nvl32.yaml",
+                          ["system.num_gpus=64", "workload.layer.tokens_per_gpu=8"]),
 }
 # (config, key, points, fixed overrides) per sweep; full and quick. On 2 GPUs each holds 128 of
 # DeepSeek-V3's experts: the hub's record table needs 128 x 127 + 1 entries; same at every point.
@@ -87,6 +92,18 @@ RATIO_CASE = ("configs/ubench/alltoall.yaml", [
     "workload.launches.0.params.bytes_per_peer=262144 // ngpu", "workload.launches.0.params.chunk=4096"])
 
 
+_SUITE_CPU = [0.0]   # CPU seconds of every child run so far (the suite's cost, load aside)
+_RUNS = {}   # (config, overrides) -> run_sim's result: a sweep point that is also a case runs once
+
+
+def run_once(config, overrides):
+    """run_sim with the default engine and environment, at most once per config and overrides."""
+    key = (config, tuple(sorted(overrides)))
+    if key not in _RUNS:
+        _RUNS[key] = run_sim(config, overrides)
+    return _RUNS[key]
+
+
 def run_sim(config, overrides, engine="numba", env_extra=None):
     """One `moehub-sim run` in a child process; returns (model+host stats, peak RSS MB, wall s)."""
     env = dict(os.environ)
@@ -110,6 +127,7 @@ def run_sim(config, overrides, engine="numba", env_extra=None):
     # the child's CPU seconds (user + system, from wait4): on a loaded machine a far steadier
     # figure than wall time (a host-side figure: "host" keeps it out of the model stats)
     stats["hostProcessCpuSeconds"] = usage.ru_utime + usage.ru_stime
+    _SUITE_CPU[0] += stats["hostProcessCpuSeconds"]
     peak_mb = usage.ru_maxrss / 1024 if sys.platform != "darwin" else usage.ru_maxrss / 2 ** 20
     return stats, peak_mb, wall
 
@@ -198,6 +216,7 @@ def main():
         cases = {n: cases[n] for n in names}
     extra = args.overrides
     out = {"suite": "quick" if args.quick else "full", "machine": machine(), "overrides": extra}
+    suite_t0 = time.perf_counter()
 
     # cold compile: the smallest run on an empty Numba cache folder
     out["cold_compile_s"] = out["cold_compile_cpu_s"] = None
@@ -224,7 +243,7 @@ def main():
     out["cases"], exact = {}, {}
     for name, (config, over) in cases.items():
         log(f"bench: {name} ...")
-        result = run_sim(config, over + extra)
+        result = run_once(config, over + extra)
         exact[name] = result[0]
         out["cases"][name] = fig = case_figures(*result)
         fig["compile_s"] = out["cold_compile_s"]
@@ -249,13 +268,16 @@ def main():
         walls, events = [], []
         for x in points:
             log(f"bench: sweep {name}: {key}={x} ...")
-            stats, peak, _ = run_sim(config, over + [f"{key}={x}"] + extra)
+            stats, peak, _ = run_once(config, over + [f"{key}={x}"] + extra)
             walls.append(stats["hostSeconds"])
             events.append(int(stats["simEvents"]))
         out["sweeps"][name] = {"config": config, "key": key, "points": points,
                                "wall_s": [round(w, 3) for w in walls], "events": events,
                                "exponent": round(fit_exponent(points, walls), 3),
                                "events_exponent": round(fit_exponent(points, events), 3)}
+    # the whole suite, start-ups and compiles included (the quick suite is meant to take < 3 min)
+    out["suite_wall_s"] = round(time.perf_counter() - suite_t0, 1)
+    out["suite_cpu_s"] = round(_SUITE_CPU[0], 1)
     table = render(out)
     print(table)
     if args.json:
@@ -284,6 +306,9 @@ def render(out):
                          + ", ".join(f"{k} {v:.2f}" for k, v in kinds.items()))
     if out.get("events_per_s"):
         lines.append(f"- run loop, all cases: {out['events_per_s'] / 1e6:.2f} M events/s")
+    if out.get("suite_wall_s") is not None:
+        lines.append(f"- the whole {out['suite']} suite: {out['suite_wall_s']:.0f} s wall, "
+                     f"{out['suite_cpu_s']:.0f} CPU s in its runs")
     cold = ("not measured (--cold)" if out["cold_compile_s"] is None
             else f"{out['cold_compile_s']:.1f} s" + (
                 "" if out.get("cold_compile_cpu_s") is None

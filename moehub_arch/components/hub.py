@@ -54,7 +54,7 @@ delivered. As with NVSHMEM's non-blocking puts, a program must not modify a put'
 before its ``fence``; within that contract this equals a snapshot at send time.
 """
 from ..engine.bitset import bit_clear, bit_set, cyclic_next, words_for
-from ..engine.jit import compiled
+from ..engine.jit import compiled, inline
 
 from ..engine.state import (RESP_KIND, RESP_READY, RESP_REQ, ROUTE_FIRST, ROUTE_N, ROUTE_RR,
                             TB_WAIT_FENCE, WAIT_FENCE, WAIT_HUB, WAIT_REMOTE, WAITLIST_HUB)
@@ -388,7 +388,7 @@ def _hub_blocked(st, g, tick):
     gp.hub_blocked_since = tick
 
 
-@compiled
+@inline
 def hub_packetize(st, g, tick):
     """EV_HUB_TX: emit the next response (priority) or the next packet of the head request.
 
@@ -774,7 +774,7 @@ def _complete_request(st, r, tick):
     wake_hub_waiters(st, g, tick)
 
 
-@compiled
+@inline
 def hub_receive(st, g, c, pkt, tick):
     """A packet reached GPU g over down-channel c."""
     channel_count_arrival(st, c, pkt)

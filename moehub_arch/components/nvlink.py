@@ -21,7 +21,7 @@ transmitter adds every return that has matured whenever it looks at its credits.
 that is blocked on credits is woken, at the tick of the return it waits for. This is the same
 credit loop as one event per return, with two events fewer per packet (the two hops).
 """
-from ..engine.jit import compiled
+from ..engine.jit import compiled, inline
 
 from ..engine.clock import bytes_ticks
 from ..engine.events import timer_set
@@ -332,7 +332,7 @@ def credits_outstanding(st, c):
     return n
 
 
-@compiled
+@inline
 def channel_transmit(st, c, tick):
     """EV_CH_TX: send the head packet of a virtual channel if wire, packet and credits allow:
     the response channel first (responses are short, and a response never waits behind

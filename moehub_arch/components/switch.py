@@ -36,7 +36,7 @@ therefore counts packets waiting after their traversal (head-of-line queueing), 
 traversing. Fabrics are single level (every GPU link ends at a switch that has links to the other
 GPUs), as in DGX/HGX H100 and GH200 NVL32.
 """
-from ..engine.jit import compiled
+from ..engine.jit import compiled, inline
 
 from .nvlink import (channel_count_arrival, credit_return_vc, input_free_tick,
                      pick_switch_output, txq_push)
@@ -128,7 +128,7 @@ BLOCK = Block(
 )
 
 
-@compiled
+@inline
 def switch_receive(st, c, pkt, tick):
     """A packet on up-channel c reached the switch and finished its traversal: queue it in its
     virtual channel's input buffer and move it across at once unless packets wait ahead of it."""
@@ -165,7 +165,7 @@ def switch_crossbar(st, c, tick):
         _cross(st, c, VC_REQUEST, tick)
 
 
-@compiled
+@inline
 def _cross(st, c, vc, tick):
     """Move head packets of input port c's virtual channel vc to their output queues while one
     has room."""

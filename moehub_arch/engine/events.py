@@ -22,10 +22,22 @@ as a node's winner and key come out as they were. Nothing is ever stale, and
 the heap keeps only one-off events (launches, local completions, MoE-Hub loopback, DAM ready).
 The run loop takes whichever of heap top and tree root is earlier by (tick, seq): the same total
 order as a single queue. Timer index ranges per block kind are in State.p (tm_*).
+
+Timers set for the current tick skip the tree. A third of the timer settings are for the tick
+being processed (a switch input moving a packet to an idle output, a packet queued at an idle
+transmitter, a hub with one more response to send): each costs a walk up the tree when it is set
+and another when it is taken. Since sequence numbers only grow, the timers set for the current tick
+are in (tick, seq) order in the order they are set, so they wait in a FIFO (State.timer_now: timer
+index, sequence number) instead, and the run loop takes the earliest of heap top, tree root and
+FIFO head by (tick, seq): the same events in the same order (simEvents and every stat unchanged),
+two tree walks fewer for each of them. A FIFO entry whose timer was cleared or set again since
+(its State.timer row no longer holds that sequence number) is dropped unseen; a timer taken from
+the FIFO has no tree leaf to clear. A full FIFO (never, in practice: a timer has at most one live
+entry) falls back to the tree.
 """
 import numpy as np
 from .jit import compiled
-from ..components.block import Block, Param, Record, Stat, StatGroup, fields
+from ..components.block import Array, Block, Param, Record, Stat, StatGroup, fields
 
 # Event kinds are declared by the blocks whose handlers they dispatch (``Event`` in each
 # component module's BLOCK: EV_SM_ISSUE in components/sm.py, EV_CH_TX in components/nvlink.py...);
@@ -39,6 +51,16 @@ TM_TICK, TM_SEQ = 0, 1
 TIMER_OFF = 2 ** 62
 # columns of State.timer_tree: the node's winner (a timer index) and that timer's tick and sequence
 TT_INDEX, TT_TICK, TT_SEQ = 0, 1, 2
+# columns of State.timer_now, the FIFO of timers set for the current tick: timer index, sequence
+TN_TIMER, TN_SEQ = 0, 1
+
+
+def _timer_now_shape(cfg):
+    """Room for two entries per timer (one live, one dropped-but-not-yet-popped; more falls back
+    to the tree, which gives the same order)."""
+    from ..composition import timer_layout
+    return (2 * max(timer_layout(cfg)[1], 2), 2)
+
 
 def _event_names(inst):
     """{kind: name} of the event kinds in use (composed from every block's declarations)."""
@@ -70,7 +92,11 @@ BLOCK = Block(
         ("q_peak", "peak heap size"),
         ("err_code", "the first runtime error (engine.state ERR_*), 0: none"),
         ("err_slot", "thread-block slot that raised it"), ("err_pc", "its program counter"),
-        ("err_value", "the offending value (address, size...)")),
+        ("err_value", "the offending value (address, size...)"),
+        ("tn_head", "first entry of the current tick's timer FIFO (State.timer_now)"),
+        ("tn_count", "its entries")),
+    arrays=(Array("timer_now", "FIFO of the timers set for the current tick: (timer, sequence)",
+                  _timer_now_shape),),
     stats=(StatGroup("system", "engine", (
         Stat("queue_peak", "events", "peak number of pending events in the event queue",
              lambda i: i.st.sys[0].q_peak),
@@ -98,28 +124,66 @@ def new_timers(count):
 
 @compiled
 def timer_set(st, i, tick):
-    """Arm timer i for `tick` with a fresh sequence number (replacing its previous setting)."""
+    """Arm timer i for `tick` with a fresh sequence number (replacing its previous setting): in the
+    tree, or for the tick being processed in the current tick's FIFO (module docstring)."""
     sy = st.sys[0]
-    st.timer[i, TM_TICK] = tick
-    st.timer[i, TM_SEQ] = sy.q_next_seq
+    seq = sy.q_next_seq
     sy.q_next_seq += 1
-    _timer_update(st, i)
+    st.timer[i, TM_TICK] = tick
+    st.timer[i, TM_SEQ] = seq
+    cap = st.timer_now.shape[0]
+    if tick == sy.q_now and sy.tn_count < cap:
+        if st.timer_tree[i + st.timer.shape[0], TT_TICK] != TIMER_OFF:
+            _timer_update(st, i, TIMER_OFF, 0)    # it was set for later: out of the tree
+        slot = (sy.tn_head + sy.tn_count) % cap
+        st.timer_now[slot, TN_TIMER] = i
+        st.timer_now[slot, TN_SEQ] = seq
+        sy.tn_count += 1
+    else:
+        _timer_update(st, i, tick, seq)
 
 
 @compiled
 def timer_clear(st, i):
+    """Disarm timer i (a FIFO entry of it is dropped when it comes up)."""
     st.timer[i, TM_TICK] = TIMER_OFF
-    _timer_update(st, i)
+    if st.timer_tree[i + st.timer.shape[0], TT_TICK] != TIMER_OFF:
+        _timer_update(st, i, TIMER_OFF, 0)
 
 
 @compiled
-def _timer_update(st, i):
-    """Replay the tournament from leaf i to the root (the same winners as comparing the timers
-    themselves: every node holds a copy of its winner's key)."""
+def timer_now_head(st):
+    """The timer at the head of the current tick's FIFO, dropping entries of timers cleared or set
+    again since; -1 if none."""
+    sy = st.sys[0]
+    cap = st.timer_now.shape[0]
+    while sy.tn_count > 0:
+        i = st.timer_now[sy.tn_head, TN_TIMER]
+        if (st.timer[i, TM_SEQ] == st.timer_now[sy.tn_head, TN_SEQ]
+                and st.timer[i, TM_TICK] != TIMER_OFF):
+            return i
+        sy.tn_head = (sy.tn_head + 1) % cap
+        sy.tn_count -= 1
+    return -1
+
+
+@compiled
+def timer_now_take(st):
+    """Remove the head of the current tick's FIFO (timer_now_head returned it) and disarm it."""
+    sy = st.sys[0]
+    st.timer[st.timer_now[sy.tn_head, TN_TIMER], TM_TICK] = TIMER_OFF
+    sy.tn_head = (sy.tn_head + 1) % st.timer_now.shape[0]
+    sy.tn_count -= 1
+
+
+@compiled
+def _timer_update(st, i, tick, seq):
+    """Give timer i's leaf the key (tick, seq) and replay the tournament from it to the root (the
+    same winners as comparing the timers themselves: every node holds a copy of its winner's key)."""
     tree = st.timer_tree
     node = i + st.timer.shape[0]
-    tree[node, TT_TICK] = st.timer[i, TM_TICK]
-    tree[node, TT_SEQ] = st.timer[i, TM_SEQ]
+    tree[node, TT_TICK] = tick
+    tree[node, TT_SEQ] = seq
     node >>= 1
     while node >= 1:
         a = 2 * node

@@ -22,7 +22,8 @@ from ..components.occupancy import EV_OCCUPANCY_SAMPLE, occupancy_sample
 from ..components.cais_merge import EV_CAIS_TIMEOUT, cais_timeout
 from ..components.packet import PK_MOE, PK_MOE_EOS
 from ..components.switch import EV_XBAR, switch_crossbar, switch_receive
-from .events import Q_SEQ, Q_TICK, TIMER_OFF, TT_INDEX, TT_SEQ, TT_TICK, pop, timer_clear
+from .events import (Q_SEQ, Q_TICK, TIMER_OFF, TM_SEQ, TM_TICK, TT_INDEX, TT_SEQ, TT_TICK, pop,
+                     timer_clear, timer_now_head, timer_now_take)
 
 STATUS_EMPTY = 0      # no events left (heap empty, no timer armed)
 STATUS_BATCH = 1      # max_events processed; call again
@@ -39,13 +40,24 @@ def run_loop(st, max_events, headroom, tick_limit):
     cap = st.q.shape[0]
     n = 0
     while n < max_events:
-        # the earlier of the heap's top event and the earliest component timer, by (tick, seq)
+        # the earliest of the heap's top event and the earliest component timer, by (tick, seq):
+        # the timers set for the current tick (a FIFO, engine/events.py) and the tree's root
         ti = st.timer_tree[1, TT_INDEX]
         tt = st.timer_tree[1, TT_TICK]
+        now_timer = timer_now_head(st)
+        if now_timer >= 0 and (tt == TIMER_OFF or st.timer[now_timer, TM_TICK] < tt or (
+                st.timer[now_timer, TM_TICK] == tt
+                and st.timer[now_timer, TM_SEQ] < st.timer_tree[1, TT_SEQ])):
+            ti = now_timer
+            tt = st.timer[now_timer, TM_TICK]
+            tseq = st.timer[now_timer, TM_SEQ]
+        else:
+            now_timer = -1
+            tseq = st.timer_tree[1, TT_SEQ]
         use_timer = tt != TIMER_OFF
         if sy.q_size > 0:
             qt = st.q[0, Q_TICK]
-            if use_timer and (qt < tt or (qt == tt and st.q[0, Q_SEQ] < st.timer_tree[1, TT_SEQ])):
+            if use_timer and (qt < tt or (qt == tt and st.q[0, Q_SEQ] < tseq)):
                 use_timer = False
             tick = tt if use_timer else qt
         elif use_timer:
@@ -57,7 +69,11 @@ def run_loop(st, max_events, headroom, tick_limit):
         if tick_limit >= 0 and tick > tick_limit:
             return STATUS_TICK_LIMIT
         if use_timer:
-            timer_clear(st, ti)    # the handler re-arms it if the block has more to do
+            # the handler re-arms it if the block has more to do
+            if now_timer >= 0:
+                timer_now_take(st)
+            else:
+                timer_clear(st, ti)
             a1 = 0
             if ti < p.tm_ch_tx:
                 kind, a0 = EV_SM_ISSUE, ti

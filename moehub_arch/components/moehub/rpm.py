@@ -65,7 +65,7 @@ expert takes a *copy* descriptor right behind it (a ring entry holding its exper
 window slot, no stream bytes). The AAU allocates the carrier's and its copies' slots together,
 writes every packet's bytes into each, and completes them together: a record per expert.
 """
-from ...engine.jit import compiled
+from ...engine.jit import compiled, inline
 
 from ...engine.bitset import bit_clear, bit_set, cyclic_next, words_for
 from ...engine.events import push
@@ -661,7 +661,7 @@ def row_at(st, s, offset):
     return lo
 
 
-@compiled
+@inline
 def rpm_packetize(st, g, tick):
     """EV_RPM_TX: pick a destination by the arbitration policy and emit one packet to it."""
     p = st.p[0]
