@@ -125,12 +125,16 @@ def l2_port_transfer(st, g, nbytes, tick, pace_ticks):
 
 
 @compiled
-def l2_operand_read(st, g, addr, nbytes, tick, pace_ticks, marked):
+def l2_operand_read_span(st, g, addr, span, nbytes, tick, pace_ticks, marked):
     """An mma operand read of nbytes at addr on GPU g, streamed over pace_ticks; `marked`: the
-    kernel marks it L2-resident (a miss is then counted). Returns the tick the data is available."""
+    kernel marks it L2-resident (a miss is then counted). Returns the tick the data is available.
+    A strided operand (an mma's lda / ldb) moves nbytes, and its residency is that of the span
+    [addr, addr + span) its rows lie in (span = nbytes for a dense one) (a miss fills the whole span: assumption, the operand is
+    one column block of a matrix whose other column blocks the same kernel reads next, as a
+    weight-gradient GEMM sweeps them)."""
     p = st.p[0]
     gp = st.gpu[g]
-    r = _touch(st, g, addr, addr + nbytes)
+    r = _touch(st, g, addr, addr + span)
     if r >= 0:
         gp.l2_hit_bytes += nbytes
         gp.l2_read_bytes += nbytes
@@ -138,7 +142,7 @@ def l2_operand_read(st, g, addr, nbytes, tick, pace_ticks, marked):
         return max(cycle_edge(c + p.l2_latency_cycles, p.sm_period_fs), st.l2_res[g, r, RES_READY])
     if marked:
         gp.l2_miss_bytes += nbytes
-    r = _fill(st, g, addr, addr + nbytes)
+    r = _fill(st, g, addr, addr + span)
     ready = hbm_access_paced(st, g, addr, nbytes, tick, False, pace_ticks)
     if r >= 0:
         st.l2_res[g, r, RES_READY] = ready

@@ -43,11 +43,12 @@ from ..isa.encoding import (ATOM_RED_ADD, NUM_GENERAL_REGS, ALU_ADD, ALU_AND, AL
                             VEC_AXPY, VEC_CVT, VEC_MUL, PUT_SM, PUT_ADD_BF16,
                             VEC_SILU_MUL, VEC_ZERO, VEC_SUB, VEC_MAX, VEC_EXP, VEC_RSQRT,
                             VEC_ROW_MAX, VEC_ROW_SUM, VEC_ROW_SUMSQ, VEC_ROW_ADD, VEC_ROW_SUB,
-                            VEC_ROW_MUL, VEC_ROW_DIV, VEC_COL_ADD, VEC_COL_MUL, VEC_FIRST_ROWWISE)
+                            VEC_ROW_MUL, VEC_ROW_DIV, VEC_COL_ADD, VEC_COL_MUL, VEC_FIRST_ROWWISE,
+                            VEC_LAST_ROWWISE, VEC_DSILU_MUL, MMA_AT, MMA_BT)
 from .elements import load_f32 as _load_f32, store_f32 as _store_f32
 from .hbm import (copy_overlapping, hbm_access, hbm_access_paced, hbm_backed,
                   move_bytes, raise_error, read_word, update_bytes_bf16, write_word)
-from .l2 import l2_operand_read
+from .l2 import l2_operand_read_span
 from .hub import (REQ_ATOM, REQ_DY_LD, REQ_DY_ST, REQ_GET, REQ_MM_LD, REQ_MM_RED, REQ_MM_ST, REQ_PUT, REQ_STORE,
                   atomic_ticks, hub_room, hub_submit)
 from .nvls import multimem_element_bytes, multimem_object, multimem_route_peer
@@ -279,6 +280,15 @@ def _silu(x):
     return np.float32(xd / (1.0 + np.exp(-xd)))
 
 
+@compiled
+def _dsilu(x):
+    # silu'(x) = s (1 + x (1 - s)), s = 1 / (1 + exp(-x)): in float64, rounded once to fp32 (as
+    # _silu; reference.dsilu reproduces it)
+    xd = np.float64(x)
+    s = 1.0 / (1.0 + np.exp(-xd))
+    return np.float32(s * (1.0 + xd * (1.0 - s)))
+
+
 # ---- issue -------------------------------------------------------------------------------------
 
 @compiled
@@ -491,39 +501,59 @@ def _execute(st, slot, sm, tick, cyc):
         m = _operand(st, slot, row, 3, tick, cyc)
         n = _operand(st, slot, row, 4, tick, cyc)
         k = _operand(st, slot, row, 5, tick, cyc)
+        lda = _operand(st, slot, row, 6, tick, cyc)
+        ldb = _operand(st, slot, row, 7, tick, cyc)
         dt = row[DTYPE] & DTYPE_SRC_MASK
         es = 2 if dt == DT_BF16 else 4
         if m <= 0 or n <= 0 or k <= 0:
             raise_error(st, ERR_BAD_SIZE, slot, m * n * k)
             return
-        if (not _check_range(st, slot, a_addr, m * k * es) or not _check_range(st, slot, b_addr, k * n * es)
+        a_t = sub == MMA_AT
+        b_t = sub == MMA_BT_B_L2 or sub == MMA_BT
+        # storage shapes: A [m][k] ([k][m] transposed), B [k][n] ([n][k] transposed); a row
+        # stride (lda, ldb elements; 0 = dense) at least the stored row's length
+        a_rows, a_cols = (k, m) if a_t else (m, k)
+        b_rows, b_cols = (n, k) if b_t else (k, n)
+        if lda == 0:
+            lda = a_cols
+        if ldb == 0:
+            ldb = b_cols
+        if lda < a_cols or ldb < b_cols:
+            raise_error(st, ERR_BAD_SIZE, slot, lda if lda < a_cols else ldb)
+            return
+        a_span = ((a_rows - 1) * lda + a_cols) * es
+        b_span = ((b_rows - 1) * ldb + b_cols) * es
+        if (not _check_range(st, slot, a_addr, a_span) or not _check_range(st, slot, b_addr, b_span)
                 or not _check_range(st, slot, c_addr, m * n * 4)):
             return
         pace = _pace_ticks(st, row, 2 * m * n * k)   # operands stream over the tensor work
         # global operands go through the L2 (components/l2.py): marked ones (a row tile several TBs
-        # share, weights after their first touch) hit while resident, the others are cold reads
+        # share, weights after their first touch) hit while resident, the others are cold reads. A
+        # strided operand moves its m k (k n) elements; its residency is that of its whole span
         if sub == MMA_RA or sub == MMA_RA_B_L2:
             ra = tick   # the same A tile as the previous mma: already on chip (a fused mainloop)
         elif _is_smem(a_addr):
             ra = _access_paced(st, g, a_addr, m * k * es, tick, False, pace)
         else:
-            ra = l2_operand_read(st, g, a_addr, m * k * es, tick, pace, sub == MMA_L2 or sub == MMA_A_L2)
+            ra = l2_operand_read_span(st, g, a_addr, a_span, m * k * es, tick, pace,
+                                      sub == MMA_L2 or sub == MMA_A_L2)
         if _is_smem(b_addr):
             rb = _access_paced(st, g, b_addr, k * n * es, tick, False, pace)
         else:
-            rb = l2_operand_read(st, g, b_addr, k * n * es, tick, pace, sub == MMA_B_L2 or sub == MMA_L2
-                                 or sub == MMA_RA_B_L2 or sub == MMA_BT_B_L2)
+            rb = l2_operand_read_span(st, g, b_addr, b_span, k * n * es, tick, pace,
+                                      sub == MMA_B_L2 or sub == MMA_L2 or sub == MMA_RA_B_L2
+                                      or sub == MMA_BT_B_L2)
         rc = _access_paced(st, g, c_addr, m * n * 4, tick, False, pace)
         wc = _access_paced(st, g, c_addr, m * n * 4, tick, True, pace)
         mem_done = max(ra, rb, rc, wc)
-        va = _bytes(st, g, sm, a_addr, m * k * es)
-        vb = _bytes(st, g, sm, b_addr, k * n * es)
+        va = _bytes(st, g, sm, a_addr, a_span)
+        vb = _bytes(st, g, sm, b_addr, b_span)
         vc = _bytes(st, g, sm, c_addr, m * n * 4)
         if vc.shape[0] > 0:
             if va.shape[0] == 0 or vb.shape[0] == 0:
                 raise_error(st, ERR_UNBACKED_WORD, slot, a_addr)
                 return
-            _mma_functional(va, vb, vc, m, n, k, dt, sub == MMA_BT_B_L2)
+            _mma_functional(va, vb, vc, m, n, k, dt, a_t, b_t, lda, ldb)
         work = 2 * m * n * k
 
     elif sem == SEM_VEC:
@@ -541,7 +571,7 @@ def _execute(st, slot, sm, tick, cyc):
         if n < 0:
             raise_error(st, ERR_BAD_SIZE, slot, n)
             return
-        rowwise = sub >= VEC_FIRST_ROWWISE
+        rowwise = VEC_FIRST_ROWWISE <= sub <= VEC_LAST_ROWWISE
         if rowwise and (cols <= 0 or n % cols != 0):
             raise_error(st, ERR_BAD_SIZE, slot, cols)   # rows of `cols` elements must tile n
             return
@@ -552,7 +582,8 @@ def _execute(st, slot, sm, tick, cyc):
         nb = n * es
         nb_dst = (rows if reduce else n) * es_dst
         # bytes of b read: n elements (element-wise), one per row or per column, or none
-        if sub == VEC_ADD or sub == VEC_MUL or sub == VEC_SILU_MUL or sub == VEC_SUB or sub == VEC_MAX:
+        if (sub == VEC_ADD or sub == VEC_MUL or sub == VEC_SILU_MUL or sub == VEC_SUB or sub == VEC_MAX
+                or sub == VEC_DSILU_MUL):
             nb_b = nb
         elif sub == VEC_ROW_ADD or sub == VEC_ROW_SUB or sub == VEC_ROW_MUL or sub == VEC_ROW_DIV:
             nb_b = rows * es
@@ -1174,16 +1205,17 @@ def _copy_functional(st, g, sm, slot, dst, src, nbytes):
 
 
 @compiled
-def _mma_functional(va, vb, vc, m, n, k, dt, b_transposed):
+def _mma_functional(va, vb, vc, m, n, k, dt, a_transposed, b_transposed, lda, ldb):
     """C[m,n] += A[m,k] @ B[k,n], inputs in dt, fp32 accumulation in k order (every C element is
     rounded to fp32 after each of its k products, in increasing k, whatever the loop order).
-    b_transposed: B is stored as its transpose, an [n][k] row-major tile (mma.bf16.bt.bl2)."""
+    a_transposed: A is stored as its transpose, [k][m] (mma.bf16.at); b_transposed: B is stored
+    as its transpose, [n][k] (mma.bf16.bt.bl2). lda / ldb: the stored rows' stride in elements."""
     c = vc.view(np.float32)
     for i in range(m):
         for kk in range(k):
-            a = _load_f32(va, i * k + kk, dt)
+            a = _load_f32(va, kk * lda + i if a_transposed else i * lda + kk, dt)
             for j in range(n):
-                bj = j * k + kk if b_transposed else kk * n + j
+                bj = j * ldb + kk if b_transposed else kk * ldb + j
                 c[i * n + j] = np.float32(c[i * n + j] + a * _load_f32(vb, bj, dt))
 
 
@@ -1248,6 +1280,8 @@ def _vec_functional(sub, vd, va, vb, n, dt, dt_dst, cols):
             r = np.float32(_load_f32(va, i, dt) * _load_f32(vb, i, dt))
         elif sub == VEC_SILU_MUL:
             r = np.float32(_silu(_load_f32(va, i, dt)) * _load_f32(vb, i, dt))
+        elif sub == VEC_DSILU_MUL:
+            r = np.float32(_dsilu(_load_f32(va, i, dt)) * _load_f32(vb, i, dt))
         elif sub == VEC_CVT:
             r = _load_f32(va, i, dt)
         elif sub == VEC_SUB:

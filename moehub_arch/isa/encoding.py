@@ -21,16 +21,16 @@ Row layout (column constants below):
              type differs from their inputs' carry it shifted: src | dst << DTYPE_DST_SHIFT;
              DTYPE_LSU_LOADS marks a vector instruction whose global sources go through the LSU
     LINE     source line number (for error messages raised by the engine)
-    OP0..OP6 operand slots (register index, immediate value, or branch target pc)
+    OP0..OP7 operand slots (register index, immediate value, or branch target pc)
 
 Registers: each thread block has NUM_REGS int64 registers. r0..r31 are general purpose; the special
 registers (read-only) and the kernel parameters (read-only, set at launch) follow.
 """
 
-ROW_WIDTH = 16
+ROW_WIDTH = 17
 SEM, SUBOP, UNIT, LAT, II, THR, IMM, DTYPE, LINE = range(9)
 OP0 = 9
-MAX_OPERANDS = ROW_WIDTH - OP0  # 7
+MAX_OPERANDS = ROW_WIDTH - OP0  # 8 (the mma's row strides are its 7th and 8th)
 
 # ---- registers -------------------------------------------------------------------------------
 NUM_GENERAL_REGS = 32
@@ -127,7 +127,10 @@ SEMANTIC_OPERANDS = {
     SEM_COPY: (("dst", "src"), ("src", "src"), ("bytes", "src")),
     SEM_COPY2D: (("dst", "src"), ("src", "src"), ("rows", "src"), ("row_bytes", "src"),
                  ("dst_stride", "src"), ("src_stride", "src")),
-    SEM_MMA: (("c", "src"), ("a", "src"), ("b", "src"), ("m", "src"), ("n", "src"), ("k", "src")),
+    # lda / ldb: elements between consecutive rows of A's / B's storage (BLAS leading dimension;
+    # 0 = dense: the tile's own row length), so that a tile of a wider row-major matrix is one mma
+    SEM_MMA: (("c", "src"), ("a", "src"), ("b", "src"), ("m", "src"), ("n", "src"), ("k", "src"),
+              ("lda", "src"), ("ldb", "src")),
     SEM_VEC: (("dst", "src"), ("a", "src"), ("b", "src"), ("n", "src"), ("cols", "src")),
     SEM_PUT: (("gpu", "src"), ("dst", "src"), ("src", "src"), ("bytes", "src")),
     SEM_GET: (("gpu", "src"), ("dst", "src"), ("src", "src"), ("bytes", "src")),
@@ -195,10 +198,12 @@ VEC_ROW_MUL = 15    # dst[r, c] = a[r, c] * b[r]
 VEC_ROW_DIV = 16    # dst[r, c] = a[r, c] / b[r]
 VEC_COL_ADD = 17    # dst[r, c] = a[r, c] + b[c]            (b: one element per column)
 VEC_COL_MUL = 18    # dst[r, c] = a[r, c] * b[c]
+VEC_DSILU_MUL = 19  # dst = silu'(a) * b      (SwiGLU backward: the gate's gradient; element-wise)
 VEC_NAMES = ("add", "mul", "axpy", "silu_mul", "zero", "cvt", "sub", "max", "exp", "rsqrt",
              "row_max", "row_sum", "row_sumsq", "row_add", "row_sub", "row_mul", "row_div",
-             "col_add", "col_mul")
-VEC_FIRST_ROWWISE = VEC_ROW_MAX   # subops from here on use the cols operand
+             "col_add", "col_mul", "dsilu_mul")
+VEC_FIRST_ROWWISE = VEC_ROW_MAX   # subops from here to VEC_LAST_ROWWISE use the cols operand
+VEC_LAST_ROWWISE = VEC_COL_MUL
 # Sources read in the input type, dst written (and, for axpy, read together with the scalar b[0])
 # in the result type: e.g. vaxpy.f32.bf16 accumulates bf16 rows into an fp32 row.
 
@@ -213,7 +218,10 @@ MMA_RA = 4     # A reused from the previous mma (already on chip: no memory traf
 MMA_RA_B_L2 = 5  # A reused, B through the L2
 MMA_BT_B_L2 = 6  # B given transposed, an [n][k] row-major tile (C += A B^T: attention's Q K^T with
                  # K as stored), read through the L2
-MMA_NAMES = ("plain", "b_l2", "l2", "a_l2", "ra", "ra_b_l2", "bt_b_l2")
+MMA_AT = 7       # A given transposed, a [k][m] row-major tile (C += A^T B: a weight gradient X^T dY
+                 # with X as stored), A and B through the L2 model unmarked
+MMA_BT = 8       # B given transposed (as MMA_BT_B_L2), B unmarked (a weight read for the first time)
+MMA_NAMES = ("plain", "b_l2", "l2", "a_l2", "ra", "ra_b_l2", "bt_b_l2", "at", "bt")
 
 # atomic sub-operations
 ATOM_ADD = 0       # fetch-and-add: the TB waits for the old value

@@ -15,7 +15,7 @@ import yaml
 from ..inputs import InputFileError, load_yaml, read_text
 
 from ..paths import data_root
-from .encoding import (ATOM_RED_ADD, SEM_ATOM, VEC_FIRST_ROWWISE, DTYPE_DST_SHIFT, DTYPE_LSU_LOADS, DTYPE_NAMES, NUM_SEMANTICS, SEM_VEC, SEMANTIC_NAMES,
+from .encoding import (ATOM_RED_ADD, SEM_ATOM, VEC_FIRST_ROWWISE, VEC_LAST_ROWWISE, DTYPE_DST_SHIFT, DTYPE_LSU_LOADS, DTYPE_NAMES, NUM_SEMANTICS, SEM_VEC, SEMANTIC_NAMES,
                        SEMANTIC_OPERANDS, SUBOP_NAMES, SUBOP_OPTIONAL, UNIT_NAMES, operand_slots)
 from .expr import ExprError, evaluate
 
@@ -145,7 +145,7 @@ def _parse_instruction(mnemonic, entry, where, path, line):
         if o not in sig:
             raise IsaError(f"{where}.operands: semantic '{SEMANTIC_NAMES[sem]}' has no operand "
                            f"'{o}' (its operands: {', '.join(sig) or 'none'})")
-    if sem == SEM_VEC and subop >= VEC_FIRST_ROWWISE and "cols" not in ops:
+    if sem == SEM_VEC and VEC_FIRST_ROWWISE <= subop <= VEC_LAST_ROWWISE and "cols" not in ops:
         raise IsaError(f"{where}.operands: vector subop '{SUBOP_NAMES[sem][subop]}' works on rows "
                        f"of `cols` elements and needs operand 'cols'")
     posted = sem == SEM_ATOM and subop == ATOM_RED_ADD   # a reduction writes no register

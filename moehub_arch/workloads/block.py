@@ -71,7 +71,15 @@ the TP scheme (`workload.block.scheme`):
            2^-8), reference.t3_reduction_bound) and takes the rest of the block bit-exactly
            from the simulated sum.
   tp_none  t = 1: no collective, the reference without communication.
-Not built: the training backward pass, GeLU MLPs (every model's FFN is SwiGLU here), rotary
+Training (workload.block.passes: training; kind ffn, schemes tp_ring, tp_nvls, tp_none): after
+the forward, the backward of workloads/kernels/tp/ffn_backward.s (ffn_bwd_act: G and U recomputed,
+D = dY Wd_r^T, dU = silu(G) D, dG = silu'(G) (D U); ffn_dgrad: dX_r = dG Wg_r^T + dU Wu_r^T;
+ffn_wgrad: dWg_r, dWu_r, dWd_r in fp32), then the scheme's all-reduce of dX_r (the backward of
+the column-parallel input copy). dY, the gradient of the block output, is replicated (the
+forward's all-reduce makes the output every rank's). Functional mode checks dX on every GPU and
+each GPU's weight gradients against reference.ffn_backward bit for bit.
+Not built: the attention block's backward (and so kind transformer's), the backward of the
+sequence-parallel, cais and t3 schemes, GeLU MLPs (every model's FFN is SwiGLU here), rotary
 embeddings.
 
 Kernels run stream-ordered on every GPU, so each starts system.gpu.kernel_launch_latency after
@@ -105,6 +113,9 @@ T3_KERNELS = "workloads/kernels/tp/t3.s"
 SP_SCHEMES = ("sp_ring", "sp_nvls", "cais")  # sequence parallelism: norms and residuals sharded
 NVLS_SCHEMES = ("tp_nvls", "sp_nvls")       # collectives in the switch (multimem)
 TRANSFORMER_KERNELS = "workloads/kernels/tp/transformer.s"
+BACKWARD_KERNELS = "workloads/kernels/tp/ffn_backward.s"
+TRAINING_SCHEMES = ("tp_ring", "tp_nvls", "tp_none")   # workload.block.passes: training
+BACKWARD_PHASES = ("ffn_bwd_act", "ffn_dgrad", "ffn_wgrad", "dx_allreduce")
 BLOCK_DIR = "workloads/blocks"
 KEY = "workload.block"
 _MODEL_KEYS = ("name", "hidden", "ffn", "heads", "layers", "seq", "batch", "norm", "norm_eps")
@@ -270,6 +281,11 @@ def block_shape(cfg):
     if b.scheme in NVLS_SCHEMES + ("cais",) and t == 1:
         raise BlockError(f"{KEY}.scheme: {b.scheme} reduces in the NVSwitch over a multicast "
                          f"group of t > 1 GPUs, but {KEY}.tp is 1; use tp_none")
+    if b.passes == "training" and (b.kind != "ffn" or b.scheme not in TRAINING_SCHEMES):
+        raise BlockError(f"{KEY}.passes: training (forward + backward) is built for kind ffn "
+                         f"with schemes {', '.join(TRAINING_SCHEMES)} (here kind {b.kind}, "
+                         f"scheme {b.scheme}); the attention block's backward and the other "
+                         f"schemes' are not built: use passes: forward")
     for name, v in (("heads", m.heads), ("hidden", m.hidden), ("ffn", m.ffn)):
         if v % t:
             raise BlockError(f"{KEY}.tp: {t} does not divide {m.name}'s {name} ({v}); tensor "
@@ -380,8 +396,13 @@ class TransformerBlock:
         if s.kind != "ffn":
             self.kernel_files.append(TRANSFORMER_KERNELS)
         T, H = s.tokens, s.hidden
+        self.training = cfg.workload.block.passes == "training"
+        if self.training:
+            self.kernel_files.append(BACKWARD_KERNELS)
         if s.kind == "ffn":
             self.output = self._ffn("x", "")
+            if self.training:
+                self.dx = self._ffn_backward("x")
         else:
             self._buffer("x", T * H * 2)
             self._buffer("consts", 16, dtype="f32")
@@ -568,6 +589,36 @@ class TransformerBlock:
         self._launch("ffn", "shared_ffn", cfg.workload.block.gemm_tbs, params)
         return self._allreduce("ys", suffix)
 
+    def _ffn_backward(self, x):
+        """The FFN's training backward (tp/ffn_backward.s) after its forward (_ffn, which keeps
+        x and hs): D, dG, dU (ffn_bwd_act, G and U recomputed), dX_r (ffn_dgrad), the weight
+        gradients in fp32 (ffn_wgrad), then the all-reduce of dX_r; returns dX's buffer. dy, the
+        gradient of the block output, is replicated as the output is."""
+        s, tbs = self.shape, self.cfg.workload.block.gemm_tbs
+        T, H, I, n = s.tokens, s.hidden, s.ffn_t, s.n_tile
+        self._buffer("dy", T * H * 2)     # functional mode: preset, the same on every GPU
+        self._buffer("dg", T * I * 2)
+        self._buffer("du", T * I * 2)
+        self._buffer("dxr", T * H * 2)
+        for w in ("dwg", "dwu", "dwd"):
+            self._buffer(w, H * I * 4, dtype="f32")
+        shape = (("tokens", T), ("hidden", H), ("ffn", I))
+        self._launch("ffn_bwd_act", "ffn_bwd_act", tbs, (
+            ("x", f"@{x}"), ("dy", "@dy"), ("wg", "@ws_gate"), ("wu", "@ws_up"),
+            ("wd", "@ws_down"), ("dg", "@dg"), ("du", "@du")) + shape +
+            (("tile_rows", s.tile_rows), ("n_tile", n)))
+        self._launch("ffn_dgrad", "ffn_dgrad", tbs, (
+            ("dg", "@dg"), ("du", "@du"), ("wg", "@ws_gate"), ("wu", "@ws_up"),
+            ("dxr", "@dxr")) + shape + (("tile_rows", s.tile_rows), ("n_tile", n)))
+        self._launch("ffn_wgrad", "ffn_wgrad", tbs, (
+            ("x", f"@{x}"), ("dy", "@dy"), ("hs", "@hs"), ("dg", "@dg"), ("du", "@du"),
+            ("dwg", "@dwg"), ("dwu", "@dwu"), ("dwd", "@dwd")) + shape + (("n_tile", n),))
+        first = len(self.launches)
+        dx = self._allreduce("dxr", "_dx")
+        for i in range(first, len(self.launches)):
+            self.phases[i] = "dx_allreduce"
+        return dx
+
     def _norm(self, x, y, which):
         s = self.shape
         T, H = s.tokens, s.hidden
@@ -663,6 +714,13 @@ class TransformerBlock:
         x = rng.uniform(-1.0, 1.0, s.tokens * s.hidden).astype(np.float32)
         bits = (x.view(np.uint32) + 0x7FFF + ((x.view(np.uint32) >> 16) & 1)) >> 16
         out = {"x": bits.astype(np.uint16).view(np.uint8)}
+        if self.training:
+            # dY, the gradient of the block output: bf16 in [-1, 1), replicated as the output is
+            # (its own stream, so that x is the forward's)
+            dy = np.random.default_rng([self.cfg.run.seed, 21, 1]).uniform(
+                -1.0, 1.0, s.tokens * s.hidden).astype(np.float32)
+            dbits = (dy.view(np.uint32) + 0x7FFF + ((dy.view(np.uint32) >> 16) & 1)) >> 16
+            out["dy"] = dbits.astype(np.uint16).view(np.uint8)
         if s.kind != "ffn":
             H = s.hidden
             for w in ("1", "2") if s.kind == "transformer" else ("1",):
@@ -724,6 +782,7 @@ class TransformerBlock:
                 stats.add(f"system.block.{phase}_time_us", ticks * 1e-6, "us",
                           f"{what}: per launch first start to last end over all GPUs, summed "
                           f"over the block's launches")
+        busy += sum(phase_ticks(p) for p in BACKWARD_PHASES)     # passes: training
         stats.add("system.block.launch_gaps_us", max(total - busy, 0) * 1e-6, "us",
                   "block time minus the phases' times: mostly launch gaps (stream-ordered "
                   "launches start system.gpu.kernel_launch_latency after their predecessor "
@@ -738,6 +797,8 @@ class TransformerBlock:
             stats.add("system.block.attention_TFLOPs", aflops / at if at else 0.0, "TFLOP/s",
                       "causal attention FLOPs per GPU computed (Q K^T and P V over the key "
                       "tiles visited: 4 batch heads/t dh S (S + tile) / 2) / attention time")
+        if self.training:
+            self._training_stats(stats, spans, phase_ticks)
         ar = phase_ticks("allreduce")
         n_ar = len(spans.get("allreduce", {}))
         nbytes = s.tokens * s.hidden * 2 * n_ar
@@ -755,6 +816,7 @@ class TransformerBlock:
                       "(those run inside the output projection and the FFN: o_proj_time_us, "
                       "ffn_time_us)")
             ar += phase_ticks("o_proj") + phase_ticks("ffn")
+        ar += phase_ticks("dx_allreduce")      # passes: training: the input gradient's too
         nv = sim.cfg.system.nvlink
         tx = sum(x.value for x in stats.match("system.gpu*.nvlink*.tx_wire_bytes"))
         cap = s.tp * nv.links_per_gpu * nv.bandwidth * 1e-12
@@ -764,12 +826,18 @@ class TransformerBlock:
         stats.add("system.block.allreduce_link_utilisation_pct",
                   100.0 * tx / (cap * ar) if ar else 0.0, "%",
                   "the same over the collectives' time only (all NVLink traffic is theirs; t3: "
-                  "with its output projection and FFN, whose GEMMs carry the reduce-scatters)")
+                  "with its output projection and FFN, whose GEMMs carry the reduce-scatters; "
+                  "training: with the input gradient's all-reduce)")
         if s.functional:
             err = self._output_error(sim)
             stats.add("system.block.output_max_abs_error", err, "",
                       "largest |simulated - NumPy reference| over every GPU's output (0: the "
                       "orders match, see workloads/block.py)")
+            if self.training:
+                stats.add("system.block.gradient_max_abs_error", self._gradient_error(sim), "",
+                          "training: largest |simulated - NumPy reference| over every GPU's dX "
+                          "and weight gradients dWg, dWu, dWd (0: the orders match, "
+                          "workloads/block.py)")
             if self.t3:
                 t3_err, over, same = self.t3_check
                 stats.add("system.block.t3_reduction_max_abs_error", t3_err, "",
@@ -780,6 +848,60 @@ class TransformerBlock:
                           "(reference.t3_reduction_bound; <= 0: within the bound)")
                 stats.add("system.block.t3_copies_identical", int(same), "",
                           "t3: 1 if every GPU holds the same sum after the all-gather")
+
+    def _training_stats(self, stats, spans, phase_ticks):
+        """passes: training - the forward's and the backward's times and the backward's phases."""
+        s = self.shape
+        back = [se for ph in BACKWARD_PHASES for se in spans.get(ph, {}).values()]
+        fwd = [se for ph, per in spans.items() if ph not in BACKWARD_PHASES for se in per.values()]
+        for name, part, what in (("forward", fwd, "the forward's launches"),
+                                 ("backward", back, "the backward's launches (tp/ffn_backward.s "
+                                                    "and the input gradient's all-reduce)")):
+            t = (max(e for _, e in part) - min(a for a, _ in part)) if part else 0
+            stats.add(f"system.block.{name}_time_us", t * 1e-6, "us",
+                      f"training: first start to last end over {what}, all GPUs")
+        for phase, what in (("ffn_bwd_act", "D = dY Wd^T, G and U recomputed, dG and dU"),
+                            ("ffn_dgrad", "dX_r = dG Wg^T + dU Wu^T"),
+                            ("ffn_wgrad", "the weight gradients dWg, dWu, dWd (fp32)"),
+                            ("dx_allreduce", "the all-reduce of dX_r (the scheme's)")):
+            stats.add(f"system.block.{phase}_time_us", phase_ticks(phase) * 1e-6, "us",
+                      f"training: {what}; first start to last end over all GPUs")
+        gemm = sum(phase_ticks(p) for p in BACKWARD_PHASES[:3])
+        flops = 16.0 * s.tokens * s.hidden * s.ffn_t
+        stats.add("system.block.backward_TFLOPs", flops / gemm if gemm else 0.0, "TFLOP/s",
+                  "backward GEMM FLOPs per GPU (8 GEMMs of 2 T H I/t: G and U recomputed, D, "
+                  "dX_r's two, three weight gradients) / the backward kernels' time")
+
+    def _gradient_error(self, sim):
+        """Training: the largest |simulated - reference| of dX (every GPU, after the all-reduce)
+        and of each GPU's weight gradients. The reference (reference.ffn_backward) rounds and
+        orders as tp/ffn_backward.s; dX's sum over the ranks is the scheme's collective's
+        (ring order, or NVLS's fp32 in rank order), so the check is bit-identical."""
+        from .reference import ffn_backward, max_abs_error, nvls_allreduce_reference, \
+            ring_allreduce_reference
+        s = self.shape
+        T, H, I, n = s.tokens, s.hidden, s.ffn_t, s.n_tile
+        x = sim.read_buffer(0, "x")[:T * H].reshape(T, H)
+        dy = sim.read_buffer(0, "dy")[:T * H].reshape(T, H)
+        err, parts = 0.0, []
+        for g in range(s.tp):
+            w = [self._weights(sim, g, name, n, cols) for name, cols in
+                 (("ws_gate", I), ("ws_up", I), ("ws_down", H))]
+            dxr, dwg, dwu, dwd = ffn_backward(x, dy, *w)
+            parts.append(dxr.reshape(-1))
+            for name, ref, cols in (("dwg", dwg, I), ("dwu", dwu, I), ("dwd", dwd, H)):
+                got = self._weights(sim, g, name, n, cols)
+                err = max(err, max_abs_error(got.reshape(-1), ref.reshape(-1)))
+        parts = np.stack(parts)
+        if self.nvls:
+            dx = nvls_allreduce_reference(parts, bf16=True)
+        elif self.ring:
+            dx = ring_allreduce_reference(parts, bf16=True)
+        else:
+            dx = parts[0]
+        for g in range(s.tp):
+            err = max(err, max_abs_error(sim.read_buffer(g, self.dx)[:T * H], dx.reshape(-1)))
+        return err
 
     def _weights(self, sim, g, name, n, cols):
         return unslice_weights(sim.read_buffer(g, name).reshape(1, -1), n, cols)[0]
@@ -881,6 +1003,11 @@ class TransformerBlock:
         if err is not None and err != 0.0:
             out.append(f"transformer block {self.shape.model}: output differs from the NumPy "
                        f"reference by up to {err} (expected bit-identical: workloads/block.py)")
+        gerr = sim.stats.get("system.block.gradient_max_abs_error")
+        if gerr is not None and gerr != 0.0:
+            out.append(f"transformer block {self.shape.model}, training: the gradients differ "
+                       f"from the NumPy reference by up to {gerr} (expected bit-identical: "
+                       f"workloads/block.py)")
         over = sim.stats.get("system.block.t3_reduction_over_bound")
         if over is not None and over > 0.0:
             out.append(f"transformer block {self.shape.model}, scheme t3: the output projection's "

@@ -58,6 +58,15 @@ def silu(x) -> np.ndarray:
         return (x / (1.0 + np.exp(-x))).astype(F32)
 
 
+def dsilu(x) -> np.ndarray:
+    """silu'(x) = s (1 + x (1 - s)), s = 1 / (1 + exp(-x)), for float32 x: computed in float64 and
+    rounded once to float32 (as the simulator's vdsilu_mul does)."""
+    x = np.asarray(x, dtype=F32).astype(np.float64)
+    with np.errstate(over="ignore"):
+        s = 1.0 / (1.0 + np.exp(-x))
+        return (s * (1.0 + x * (1.0 - s))).astype(F32)
+
+
 def expert_ffn(x, w_gate, w_up, w_down) -> np.ndarray:
     """One SwiGLU expert on rows x [m, H] (bf16 values in float32) with weights w_gate, w_up
     [H, I] and w_down [I, H] (bf16 values): returns bf16 values in float32 [m, H]."""
@@ -65,6 +74,25 @@ def expert_ffn(x, w_gate, w_up, w_down) -> np.ndarray:
     u = gemm_seq(x, w_up)
     h = to_bf16((silu(g) * u).astype(F32))
     return to_bf16(gemm_seq(h, w_down))
+
+
+def ffn_backward(x, dy, w_gate, w_up, w_down):
+    """The backward of expert_ffn on rows x [m, H] given dy [m, H] (bf16 values), in the orders
+    and roundings of workloads/kernels/tp/ffn_backward.s: G, U recomputed (sequential-k fp32);
+    D = dy w_down^T; dU = bf16(silu(G) D), dG = bf16(silu'(G) (D U)); dX = bf16(dG w_gate^T +
+    dU w_up^T) summed over dG's columns, then dU's; dWg = x^T dG, dWu = x^T dU, dWd = H^T dy
+    (H = the forward's bf16 activations) in fp32 over the rows in order. Returns (dX, dWg, dWu,
+    dWd)."""
+    g = gemm_seq(x, w_gate)
+    u = gemm_seq(x, w_up)
+    h = to_bf16((silu(g) * u).astype(F32))
+    d = gemm_seq(dy, np.ascontiguousarray(np.asarray(w_down, dtype=F32).T))
+    du = to_bf16((silu(g) * d).astype(F32))
+    dg = to_bf16((dsilu(g) * (d * u).astype(F32)).astype(F32))
+    dx = to_bf16(gemm_seq(np.concatenate([dg, du], axis=1),
+                          np.concatenate([np.asarray(w_gate, F32).T, np.asarray(w_up, F32).T])))
+    return (dx, gemm_seq(np.ascontiguousarray(x.T), dg), gemm_seq(np.ascontiguousarray(x.T), du),
+            gemm_seq(np.ascontiguousarray(h.T), dy))
 
 
 def moe_layer_reference(x, topk_idx, topk_weight, w_gate, w_up, w_down, shared_gate=None,

@@ -24,6 +24,9 @@
 #   swiglu_tile acc, acc_u, out, a, b, b_up, rows, n, k, elems, q, cold, cold_value
 #       out = bf16(silu(A B) * (A B_up)) the fused gate/up job: the up mma reuses the A tile the gate
 #                                       mma staged (mma.bf16.ra: no second read of A)
+#   swiglu_acc acc, acc_u, a, b, b_up, rows, n, k, elems, q, cold, cold_value
+#       acc = A B, acc_u = A B_up (fp32)  swiglu_tile's mainloop without the activation (the
+#                                       training backward recomputes G and U, tp/ffn_backward.s)
 
 .macro gemm_tile acc, out, a, b, rows, n, k, elems, q, cold, cold_value
     vzero.f32 \acc, \elems
@@ -56,27 +59,31 @@ out_\@:
 .endm
 
 .macro swiglu_tile acc, acc_u, out, a, b, b_up, rows, n, k, elems, q, cold, cold_value
+    swiglu_acc \acc, \acc_u, \a, \b, \b_up, \rows, \n, \k, \elems, \q, \cold, \cold_value
+    vsilu_mul.bf16.f32 \out, \acc, \acc_u, \elems
+.endm
+
+.macro swiglu_acc acc, acc_u, a, b, b_up, rows, n, k, elems, q, cold, cold_value
     vzero.f32 \acc, \elems
     vzero.f32 \acc_u, \elems
     bne \q, 0, a_l2_\@
     bne \cold, \cold_value, b_l2_\@
     mma.bf16 \acc, \a, \b, \rows, \n, \k
     mma.bf16.ra \acc_u, \a, \b_up, \rows, \n, \k
-    bra act_\@
+    bra done_\@
 b_l2_\@:
     mma.bf16.bl2 \acc, \a, \b, \rows, \n, \k
     mma.bf16.ra.bl2 \acc_u, \a, \b_up, \rows, \n, \k
-    bra act_\@
+    bra done_\@
 a_l2_\@:
     bne \cold, \cold_value, both_l2_\@
     mma.bf16.al2 \acc, \a, \b, \rows, \n, \k
     mma.bf16.ra \acc_u, \a, \b_up, \rows, \n, \k
-    bra act_\@
+    bra done_\@
 both_l2_\@:
     mma.bf16.l2 \acc, \a, \b, \rows, \n, \k
     mma.bf16.ra.bl2 \acc_u, \a, \b_up, \rows, \n, \k
-act_\@:
-    vsilu_mul.bf16.f32 \out, \acc, \acc_u, \elems
+done_\@:
 .endm
 
 # Job addressing (weights stored as column tiles [experts][columns / n][k][n], see
