@@ -30,9 +30,10 @@ are Tutel's 2-D hierarchical all-to-all (class TwoDH below): an all-to-all insid
 one among the GPUs of one local rank across nodes, with a stride copy before each.
 
 What it leaves out: zeroing the padding of the send buffer each call (E x C x H x 2 bytes of HBM
-writes; here it starts zero), its dynamic capacity (capacity_factor <= 0) and adaptive parallelism switching; which pairs overflow
-an expert follows the order its atomic cursor serves them, not Tutel's slot-priority order (the
-number dropped per expert and source is the same).
+writes; here it starts zero), its dynamic capacity (capacity_factor <= 0) and adaptive
+parallelism switching; which pairs overflow an expert follows the order its atomic cursor
+serves them, not Tutel's slot-priority order (the number dropped per expert and source is the
+same).
 """
 import math
 
@@ -137,7 +138,8 @@ class TwoDH:
             per_slice = [[split_pieces(merge_adjacent(t[x][c]), piece) for c in range(n)]
                          for x in range(P)]
             K = max(1, max(len(e) for rows in per_slice for e in rows))
-            self.copies[name] = ([sum((pad_to(e, K) for e in rows), []) for rows in per_slice], K)
+            self.copies[name] = ([sum((pad_to(e, K) for e in rows), []) for rows in per_slice],
+                                 K)
         B, D, D2 = ([] for _ in range(3))
         for x in range(P):
             Nx, Lx = divmod(x, G)
