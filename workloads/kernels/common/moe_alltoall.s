@@ -74,14 +74,18 @@ end:
     red.add %gpu, [%acct+48], r5     # acct word 6: pairs dropped (capacity overflow)
     exit
 
-# put_ranges peer, entry: put the `entries` table entries starting at address `entry` to GPU
-# `peer` (ranges relative to %src and %dst, cut into puts of at most %chunk bytes), then fence
-# (every put landed). Uses r3-r6, r16-r23; advances `entry`.
-.macro put_ranges peer, entry
+# put_ranges peer, index: put the `entries` table entries of table row `index` (at %table +
+# index * entries * 32) to GPU `peer` (ranges relative to %src and %dst, cut into puts of at most
+# %chunk bytes), fence (every put landed), then add 1 to the peer's %arrive word if it is not 0.
+# Uses r2-r7, r16-r23.
+.macro put_ranges peer, index
+    mul r2, \index, %entries
+    shl r2, r2, 5
+    add r2, r2, %table           # r2 = the row's first entry
     mov r3, 0
 entry_\@:
     bge r3, %entries, sent_\@
-    ld.v8 r16, [\entry]          # r16 source offset, r17 destination offset, r18 bytes
+    ld.v8 r16, [r2]              # r16 source offset, r17 destination offset, r18 bytes
     add r4, r16, %src
     add r5, r17, %dst
 piece_\@:
@@ -93,11 +97,14 @@ piece_\@:
     sub r18, r18, r6
     bra piece_\@
 next_entry_\@:
-    add \entry, \entry, 32
+    add r2, r2, 32
     add r3, r3, 1
     bra entry_\@
 sent_\@:
     fence                        # every put of this TB landed
+    beq %arrive, 0, arrived_\@
+    atom.add r7, \peer, [%arrive], 1
+arrived_\@:
 .endm
 
 # a2a_put: an all-to-all of contiguous byte ranges (NCCL's alltoall / alltoallv: a send and a
@@ -122,13 +129,7 @@ go:
     add r1, %gpu, 1
     add r1, r1, %tb
     rem r1, r1, %ngpu            # r1 = peer
-    mul r2, r1, %entries
-    shl r2, r2, 5
-    add r2, r2, %table           # r2 = its first entry
-    put_ranges r1, r2
-    beq %arrive, 0, flag
-    atom.add r7, r1, [%arrive], 1
-flag:
+    put_ranges r1, r1
     beq %done, 0, end
     shl r8, %gpu, 3
     add r8, r8, %done
@@ -241,13 +242,7 @@ end:
     rem r11, r11, %span          # r11 = the peer's index in the group
     mul r1, r11, %stride
     add r1, r1, r10              # r1 = peer
-    mul r2, r11, %entries
-    shl r2, r2, 5
-    add r2, r2, %table           # r2 = its first entry
-    put_ranges r1, r2
-    beq %arrive, 0, flag
-    atom.add r7, r1, [%arrive], 1
-flag:
+    put_ranges r1, r11
     beq %done, 0, end
     rem r8, %gpu, %done_span
     sub r8, %gpu, r8             # r8 = first GPU of my done block
