@@ -10,9 +10,15 @@ scheme dysharp (workloads/kernels/dysharp/dysharp.s, schemes/dysharp.py).
   bit), with one row down to the source and one row up per target;
 - bad input (target count 0 or above the limit, an expert outside the object or named twice, an
   address outside every dynamic object, a full layout, a reduction buffer of 0 bytes, a dynamic
-  object without its tables) -> one paragraph, exit 2;
+  object without its tables, a tracker without its buffer, tile rows or table room) -> one
+  paragraph, exit 2;
 - scheme dysharp: the layer output equals the NumPy reference (combine="switch_targets") with
-  error 0.0 on uniform and skewed routing, exact token accounting, both engines identical.
+  error 0.0 on uniform and skewed routing, fused (token-centric fusion, the default) and unfused,
+  exact token accounting, both engines identical;
+- token-centric fusion: the token tracker's tile table counts every byte of every placed row,
+  raises exactly the full tiles, every tile-ready word is up at the end (the kernel closed the
+  partial ones), every token's k ready flags were set at its source; a tracker too small for the
+  layer (or of 0 entries) is exit 2.
 """
 import numpy as np
 import pytest
@@ -238,8 +244,17 @@ def test_a_thrashing_al_tlb_changes_no_data_and_frees_every_read():
      ["system.switch.nvls.reduction_buffer_bytes", "cannot hold one multimem.ld_reduce entry"]),
     (["workload.multicast.0.counts=nope"], ["workload.multicast[0].counts", "no buffer 'nope'"]),
     (["workload.multicast.0.row_bytes=0B"], ["workload.multicast[0]", "row_bytes and rows"]),
+    (["workload.multicast.0.tracker=nope", "workload.multicast.0.tile_rows=4"],
+     ["workload.multicast[0].tracker", "no buffer 'nope'"]),
+    (["workload.multicast.0.tracker=counts"], ["workload.multicast[0].tile_rows", "at least 1"]),
+    (["workload.multicast.0.tracker=counts", "workload.multicast.0.tile_rows=1"],
+     ["workload.multicast[0].tracker", "at least 1024 bytes (one word per row tile)"]),
+    (["workload.multicast.0.tracker=counts", "workload.multicast.0.tile_rows=100000",
+      "system.switch.nvls.dysharp.tracker_tiles=2"],
+     ["system.switch.nvls.dysharp.tracker_tiles", "4 row tiles"]),
 ], ids=["count-0", "count-above-limit", "repeated", "outside-object", "outside-every-object",
-        "crosses-row", "layout-full", "tlb-ways", "zero-buffer", "no-counts", "no-row-bytes"])
+        "crosses-row", "layout-full", "tlb-ways", "zero-buffer", "no-counts", "no-row-bytes",
+        "no-tracker", "tracker-no-tile", "tracker-buffer-small", "tracker-too-small"])
 def test_bad_input_gives_one_paragraph_and_exit_2(tmp_path, capsys, sets, fragments):
     from moehub_arch.cli import main
     argv = ["run", str(conftest.CONFIGS / UBENCH), "-o", str(tmp_path / "out")]
@@ -262,9 +277,10 @@ def run(*overrides):
     return simulate(CONFIG, "scheme=dysharp", *overrides)
 
 
-@pytest.mark.parametrize("routing", ["uniform", "skewed"])
-def test_layer_output_exact_and_accounted(routing):
-    sim = run(f"workload.layer.routing.kind={routing}")
+@pytest.mark.parametrize("routing,fusion", [("uniform", "token"), ("skewed", "token"),
+                                            ("uniform", "none")])
+def test_layer_output_exact_and_accounted(routing, fusion):
+    sim = run(f"workload.layer.routing.kind={routing}", f"workload.layer.dysharp.fusion={fusion}")
     s = sim.stats
     assert s["system.moe.output_max_abs_error"] == 0.0
     assert s["system.moe.output_max_abs_reference"] > 1.0
@@ -278,9 +294,47 @@ def test_layer_output_exact_and_accounted(routing):
     assert sum(int(s[f"system.gpu{g}.dysharp.ld_reduce_ops"]) for g in range(P)) == P * T
 
 
-def test_engines_agree():
+TILE = 16                                # functional.yaml: system.gpu.hub.moe.dam.tile_rows
+
+
+def test_token_tracker_counts_every_byte_tile_and_notice():
+    """Token-centric fusion: the hub's tile table counts every byte of every placed row and meta
+    row (R + M per pair), raises exactly the full tiles, the kernel closes the others (every
+    tile-ready word up), and each token's source saw k ready flags - one per (token, slot)."""
+    from moehub_arch.workloads.schemes.dysharp import meta_row_bytes
+    sim = run("workload.layer.routing.kind=skewed")
+    s = sim.stats
+    R, M = 2 * 64, meta_row_bytes(K, True)
+    assert run_invariants(sim) == []
+    full = 0
+    for g in range(P):
+        placed = int(s[f"system.gpu{g}.dysharp.rows_placed"])
+        assert s[f"system.gpu{g}.dysharp.tracker_bytes"] == placed * (R + M)
+        cnt = sim.read_buffer(g, "dy_cnt", "i64")
+        assert int(cnt.sum()) == placed
+        assert s[f"system.gpu{g}.dysharp.tracker_tiles_ready"] == int((cnt // TILE).sum())
+        full += int((cnt // TILE).sum())
+        assert (sim.read_buffer(g, "dy_tready", "i64") == 1).all()       # full or closed
+        # every tile with rows ran all its GEMM-1 (I / n = 4) and GEMM-2 (H / n = 2) jobs, and
+        # the gate group weighted each of its rows; an empty tile ran none
+        tiles = sim.read_buffer(g, "dy_tready", "i64").size
+        jobs = sim.read_buffer(g, "dy_jobs", "i64")[2:2 + 2 * tiles].reshape(tiles, 2)
+        rows = np.array([min(TILE, max(0, int(cnt[b % (8 // P)]) - (b // (8 // P)) * TILE))
+                         for b in range(tiles)])
+        assert (jobs[rows > 0] == [4, 2]).all() and (jobs[rows == 0] == 0).all()
+        assert (sim.read_buffer(g, "dy_wdone", "i64") == rows).all()
+        assert (sim.read_buffer(g, "dy_tokready", "i64") == 1).all()     # T x k notices
+        assert sim.read_buffer(g, "dy_tokready", "i64").size == T * K
+    assert full > 0 and sum(int(s[f"system.gpu{g}.dysharp.rows_placed"]) for g in range(P)) \
+        == P * T * K
+    assert sum(int(s[f"system.gpu{g}.dysharp.ld_reduce_ops"]) for g in range(P)) == P * T
+
+
+@pytest.mark.parametrize("fusion", ["token", "none"])
+def test_engines_agree(fusion):
     # a 4-entry AL-TLB: misses on both paths, answers reordered by readiness
-    small = ("workload.layer.tokens_per_gpu=8", "system.gpu.num_sms=8",
+    small = (f"workload.layer.dysharp.fusion={fusion}",
+             "workload.layer.tokens_per_gpu=8", "system.gpu.num_sms=8",
              "workload.layer.combine_tbs=2", "workload.layer.shared_tbs=2",
              "workload.layer.dysharp.channels=2", "workload.layer.dysharp.scale_tbs=4",
              "system.switch.nvls.dysharp.al_tlb_entries=4")
@@ -294,6 +348,12 @@ def test_engines_agree():
     ("workload.layer.dysharp.channels=0", "workload.layer.dysharp.channels"),
     ("system.switch.topology=bridge_pairs", "system.switch.topology"),
     ("system.switch.nvls.dysharp.max_targets=1", "system.switch.nvls.dysharp.max_targets"),
+    ("system.switch.nvls.dysharp.tracker_tiles=0", "system.switch.nvls.dysharp.tracker_tiles"),
+    ("system.switch.nvls.dysharp.tracker_tiles=4", "system.switch.nvls.dysharp.tracker_tiles"),
+    ("system.switch.nvls.dysharp.tracker_tokens=0", "system.switch.nvls.dysharp.tracker_tokens"),
+    ("system.switch.nvls.dysharp.tracker_tokens=32", "system.switch.nvls.dysharp.tracker_tokens"),
+    ("workload.layer.dysharp.fusion=tiles", "workload.layer.dysharp.fusion"),
+    ("workload.layer.dysharp.compute_tbs=0", "workload.layer.dysharp.compute_tbs"),
 ])
 def test_scheme_bad_input_is_exit_2(override, key, tmp_path):
     r = conftest.run_cli("run", "configs/experiments/functional.yaml", "--set", "scheme=dysharp",

@@ -64,6 +64,9 @@ CASES = {
                              "workload.launches.0.params.rows=256"]),
     "ubench_streaming_gemm": ("ubench/streaming_gemm.yaml", ["system.gpu.num_sms=8"]),
     "hub_dispatch_combine_rowsp": ("hub/dispatch_combine_rowsp.yaml", []),
+    "functional_dysharp": ("experiments/functional.yaml", ["scheme=dysharp"]),
+    "functional_dysharp_unfused": ("experiments/functional.yaml",
+                                   ["scheme=dysharp", "workload.layer.dysharp.fusion=none"]),
 }
 
 

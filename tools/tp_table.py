@@ -4,14 +4,15 @@ LLaMA-7B) at t = 8 on DGX H100 under every TP scheme and print one Markdown tabl
 its phases, NVLink utilisation, the switch's buffers (NVLS reduction buffer, CAIS merge table)
 and the merge unit's evictions and timeouts.
 
-    python tools/tp_table.py                                   # 3 models x 5 schemes + cais fused
+    python tools/tp_table.py                                   # 3 models x 6 schemes + cais fused
     python tools/tp_table.py --models mega_gpt_4b --schemes tp_nvls cais cais_fused
     python tools/tp_table.py --tokens 4096 --json tp.json      # fewer tokens than seq x batch
 
 Configs: configs/experiments/tp/<model>_layer_<scheme>.yaml (prefill, the model's seq x batch
 tokens unless --tokens); `cais_fused` is the cais config with workload.block.cais_fusion=true
 (the attention's collectives fused into its GEMMs: README "In-switch computing: CAIS merge
-unit"); `cais_throttle` (and `cais_fused_throttle`) add system.switch.cais.throttle=true (the
+unit"); `t3` is T3's fused GEMM + reduce-scatter with ring all-gathers, `t3_nvls` the same with
+NVLS all-gathers (workload.block.t3_collectives=nvls); `cais_throttle` (and `cais_fused_throttle`) add system.switch.cais.throttle=true (the
 switch holds back GPUs that run ahead); `cais_nosync` (and `cais_fused_nosync`) turn CAIS's
 merging-aware thread-block coordination off (workload.block.cais_sync=false: no group sync
 table, only the common request order). Each run writes its output directory under --outdir (default out/tp/<model>_<scheme>);
@@ -30,9 +31,10 @@ from run_cache import run_or_reuse  # noqa: E402
 REPO = Path(__file__).resolve().parents[1]
 CONFIG_DIR = REPO / "configs" / "experiments" / "tp"
 MODELS = ("mega_gpt_4b", "mega_gpt_8b", "llama_7b")
-SCHEMES = ("tp_ring", "sp_ring", "tp_nvls", "sp_nvls", "cais", "cais_fused")
+SCHEMES = ("tp_ring", "sp_ring", "tp_nvls", "sp_nvls", "t3", "cais", "cais_fused")
 # Variants of a scheme's config: (the scheme whose config runs, its --set overrides).
-VARIANTS = {"cais_fused": ("cais", ["workload.block.cais_fusion=true"]),
+VARIANTS = {"t3_nvls": ("t3", ["workload.block.t3_collectives=nvls"]),
+            "cais_fused": ("cais", ["workload.block.cais_fusion=true"]),
             "cais_throttle": ("cais", ["system.switch.cais.throttle=true"]),
             "cais_fused_throttle": ("cais", ["workload.block.cais_fusion=true",
                                              "system.switch.cais.throttle=true"]),

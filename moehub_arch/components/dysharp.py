@@ -80,12 +80,19 @@ from ..isa.encoding import DT_BF16
 
 # columns of State.mm_objects (static NVLS objects use the first four; nvls.py)
 (OBJ_BASE, OBJ_BYTES, OBJ_MASK, OBJ_MEMBERS, OBJ_TPG, OBJ_ROWB, OBJ_ROWS, OBJ_LROWS, OBJ_COUNTS,
- OBJ_AL) = range(10)
-OBJ_COLUMNS = 10
+ OBJ_AL, OBJ_TRACK, OBJ_TILE, OBJ_TILEB, OBJ_LTILES) = range(14)
+OBJ_COLUMNS = 14
+# OBJ_TRACK: address of the token tracker's tile-ready words + 1 (0: the object is not tracked);
+# OBJ_TILE: rows of a tracked tile; OBJ_TILEB: bytes that complete one (tile rows x the row bytes
+# of every object sharing the tracker); OBJ_LTILES: tiles per target's layout
 
 
 def dynamic_on(cfg):
     return any(o.targets_per_gpu > 0 for o in cfg.workload.multicast)
+
+
+def tracked_on(cfg):
+    return any(o.targets_per_gpu > 0 and o.tracker for o in cfg.workload.multicast)
 
 
 def _requests(cfg):
@@ -128,6 +135,14 @@ BLOCK = Block(
             Array("al_tlb_fill", "AL-TLB: when each entry's fill from HBM completes (a hit "
                   "under that miss waits for it)",
                   lambda cfg: (cfg.system.num_gpus, _dy(cfg).al_tlb_entries) if dynamic_on(cfg)
+                  else (1, 1)),
+            Array("dy_tile_bytes", "token tracker, tile table: bytes landed in each row tile "
+                  "(tile = layout tile x targets_per_gpu + local target)",
+                  lambda cfg: (cfg.system.num_gpus, _dy(cfg).tracker_tiles) if tracked_on(cfg)
+                  else (1, 1)),
+            Array("dy_tile_visible", "token tracker, tile table: when the tile's latest bytes "
+                  "are visible (its ready word is raised then)",
+                  lambda cfg: (cfg.system.num_gpus, _dy(cfg).tracker_tiles) if tracked_on(cfg)
                   else (1, 1))),
     fields=fields("req", ("dy_count", "targets of a dymultimem request"),
                   ("dy_mask", "GPUs holding its targets"),
@@ -137,7 +152,7 @@ BLOCK = Block(
              ("dy_queue_stalls", ""), ("dy_st_ops", ""), ("dy_ld_ops", ""), ("dy_ext_flits", ""),
              ("al_hits", ""), ("al_misses", ""), ("al_clock", "AL-TLB lookups (LRU stamps)"), ("al_placed", ""), ("dy_rows_written", ""),
              ("dy_data_extra", "data packets beyond one per read (one per target)"),
-             ("dy_rows_read", ""))
+             ("dy_rows_read", ""), ("dy_tiles_ready", ""), ("dy_tracked_bytes", ""))
     + fields("ch", ("dy_copies", "dynamic copies sent from this input port's operations"),
              ("dy_targets_in", "targets named by the dymultimem packets entering here")),
     stats=(
@@ -158,6 +173,11 @@ BLOCK = Block(
              "layout row"),
             ("rows_read", "dy_rows_read", "count", "layout-row chunks read for a switch "
              "reduction (one per target)"),
+            ("tracker_tiles_ready", "dy_tiles_ready", "count", "row tiles the token tracker "
+             "raised as complete when their last byte landed (partial last tiles are closed by "
+             "the kernel at the end of dispatch)"),
+            ("tracker_bytes", "dy_tracked_bytes", "bytes", "bytes the token tracker counted into "
+             "its tile table"),
         )), enabled=lambda st: _any_dynamic(st)),
         StatGroup("system", "dysharp", (
             Stat("copies", "packets", "dynamic multicast copies the switches sent (one per "
@@ -193,6 +213,32 @@ def check_dysharp(sim, out):
             counted += int(st.hbm_mem[:, a:a + 8 * n].view(np.int64).sum())
     out.equal("layout rows placed by the hubs vs counted in the targets' counters",
               int(st.gpu.al_placed.sum()), counted)
+    _check_tracker(st, out)
+
+
+def _check_tracker(st, out):
+    """The token tracker's tile table holds every tracked byte; every tile it counted full had its
+    ready word raised, and no tile got more bytes than complete it."""
+    objs = [st.mm_objects[k] for k in range(int(st.p[0].mm_objects))]
+    tracked = {int(o[OBJ_TRACK]): o for o in objs if o[OBJ_TPG] > 0 and o[OBJ_TRACK] > 0}
+    if not tracked:
+        return
+    out.equal("bytes the token tracker counted vs held in its tile table",
+              int(st.gpu.dy_tracked_bytes.sum()), int(st.dy_tile_bytes.sum()))
+    for track, o in tracked.items():
+        n = int(o[OBJ_TPG] * o[OBJ_LTILES])
+        full = st.dy_tile_bytes[:, :n] == o[OBJ_TILEB]
+        out.equal(f"tiles counted full vs tiles the tracker raised (tracker at {track - 1})",
+                  int(full.sum()), int(st.gpu.dy_tiles_ready.sum()))
+        over = np.argwhere(st.dy_tile_bytes[:, :n] > o[OBJ_TILEB])
+        if len(over):
+            g, b = over[0]
+            out.equal(f"bytes of tile {b} at system.gpu{g} vs a full tile",
+                      int(st.dy_tile_bytes[g, b]), int(o[OBJ_TILEB]))
+        for g in range(st.hbm_mem.shape[0]):
+            words = st.hbm_mem[g, track - 1:track - 1 + 8 * n].view(np.int64)
+            out.equal(f"system.gpu{g}: full tiles with their ready word raised",
+                      int(full[g].sum()), int((full[g] & (words >= 1)).sum()))
 
 
 # ------------------------------------------------------------------------------ issue (SM, hub)
@@ -399,11 +445,37 @@ def dysharp_copy_write(st, g, pkt, t):
         move_bytes(st, pk.src, pk.src_addr, g, addr, n, st.req[r].slot)
         notify_stores(st, g, addr, n, v)
         st.gpu[g].dy_rows_written += 1
+        if o[OBJ_TRACK] > 0:
+            _track_tile(st, g, o, el, row, n, t, v)
         if f > free_at:
             free_at = f
         if v > visible:
             visible = v
     return free_at, visible
+
+
+@compiled
+def _track_tile(st, g, o, el, row, n, t, visible):
+    """Token-centric fusion's tile table at GPU g's hub (the token tracker): n bytes of layout row
+    `row` of local target el are written, visible at `visible`. When its tile has all its bytes
+    (every row of the tile, in every object sharing the tracker), the tracker raises the tile's
+    ready word (a posted write to the word in HBM, charged at t, the packet's arrival, and visible
+    one write after the tile's latest bytes: see _after_translation), on which the expert GEMM
+    thread blocks wait. A partial last tile never fills: the kernel closes it once every source
+    has finished its dispatch (workloads/kernels/dysharp/dysharp.s)."""
+    b = (row // o[OBJ_TILE]) * o[OBJ_TPG] + el
+    gp = st.gpu[g]
+    st.dy_tile_bytes[g, b] += n
+    gp.dy_tracked_bytes += n
+    if visible > st.dy_tile_visible[g, b]:
+        st.dy_tile_visible[g, b] = visible
+    if st.dy_tile_bytes[g, b] == o[OBJ_TILEB]:
+        word = o[OBJ_TRACK] - 1 + b * 8
+        write_word(st, g, word, 1)
+        done = _after_translation(hbm_access(st, g, word, 8, t, True), t,
+                                  st.dy_tile_visible[g, b])
+        notify_stores(st, g, word, 8, done)
+        gp.dy_tiles_ready += 1
 
 
 @compiled

@@ -56,6 +56,7 @@ from ..engine.clock import bytes_ticks, cycle_edge, cycle_at_or_after
 from ..engine.state import ERR_UNBACKED_COPY
 from ..config.schema import MEMORY_ARBITRATION
 from .block import Block, Param, Record, Stat, StatGroup, counters, fields
+from .elements import add_elements_bf16
 
 HBM_MIN_ACCESS = 32  # bytes: the DRAM sector, the smallest unit HBM transfers
 
@@ -392,6 +393,20 @@ def move_bytes(st, src_gpu, src_addr, dst_gpu, dst_addr, nbytes, slot):
         return
     copy_overlapping(st.hbm_mem[dst_gpu, dst_addr:dst_addr + nbytes],
                      st.hbm_mem[src_gpu, src_addr:src_addr + nbytes], nbytes)
+
+
+@compiled
+def update_bytes_bf16(st, src_gpu, src_addr, dst_gpu, dst_addr, nbytes, slot):
+    """Functional near-memory update (put.add.bf16): the bf16 elements at dst_addr on dst_gpu +=
+    those at src_addr on src_gpu (fp32 add, one rounding to bf16). Unbacked destinations are
+    skipped and unbacked sources are an error, as in move_bytes."""
+    if not hbm_backed(st, dst_addr, nbytes):
+        return
+    if not hbm_backed(st, src_addr, nbytes):
+        raise_error(st, ERR_UNBACKED_COPY, slot, src_addr)
+        return
+    add_elements_bf16(st.hbm_mem[dst_gpu, dst_addr:dst_addr + nbytes],
+                      st.hbm_mem[src_gpu, src_addr:src_addr + nbytes], nbytes)
 
 
 @compiled

@@ -58,7 +58,7 @@ from ..engine.jit import compiled
 
 from ..engine.state import (RESP_KIND, RESP_READY, RESP_REQ, ROUTE_FIRST, ROUTE_N, ROUTE_RR,
                             TB_WAIT_FENCE, WAIT_FENCE, WAIT_HUB, WAIT_REMOTE, WAITLIST_HUB)
-from .hbm import hbm_access, move_bytes, read_word, write_word
+from .hbm import hbm_access, move_bytes, read_word, update_bytes_bf16, write_word
 from .l2 import link_write
 from .nvlink import channel_count_arrival, credit_return_vc, txq_push, txq_room
 from .packet import request_records
@@ -451,6 +451,7 @@ def hub_packetize(st, g, tick):
     done = False
     if kind == REQ_PUT:
         pk.kind = PK_PUT
+        pk.value = rq.value     # 1: a near-memory update (put.add.bf16), 0: a plain write
         ready = _data_packet(st, g, pk, rq, rq.sent, tick)
         rq.sent += pk.payload
         done = rq.sent == rq.length
@@ -798,7 +799,12 @@ def hub_receive(st, g, c, pkt, tick):
             gp.hub_rx_first = tick
         gp.hub_rx_last = tick
         free_at, visible = link_write(st, g, addr, n, t)
-        move_bytes(st, pk.src, pk.src_addr, g, addr, n, rq.slot)
+        if kind == PK_PUT and pk.value == 1:
+            # put.add.bf16: the memory adds the payload into what it holds (T3's near-memory
+            # op-and-store; timed as the write it is on the channels)
+            update_bytes_bf16(st, pk.src, pk.src_addr, g, addr, n, rq.slot)
+        else:
+            move_bytes(st, pk.src, pk.src_addr, g, addr, n, rq.slot)
         notify_stores(st, g, addr, n, visible)
         rq.pkts_arrived += 1
         if kind == PK_PUT:

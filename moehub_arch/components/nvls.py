@@ -59,8 +59,9 @@ from .packet import (PK_CAIS_DATA, PK_MM_COPY, PK_MM_DATA, PK_MM_LD, PK_MM_READ,
 from .wakeups import hub_kick_response, unblock_request_port
 from .block import Array, Block, Param, Record, Stat, StatGroup, counters, fields
 from ..engine.state import ERR_UNBACKED_COPY
-from .dysharp import (OBJ_BASE, OBJ_BYTES, OBJ_COLUMNS, OBJ_MASK, OBJ_MEMBERS, OBJ_TPG, dynamic_on,
-                      ext_flits, popcount, targets_on_gpu)
+from .dysharp import (OBJ_BASE, OBJ_BYTES, OBJ_COLUMNS, OBJ_LTILES, OBJ_MASK, OBJ_MEMBERS,
+                      OBJ_ROWB, OBJ_TILE, OBJ_TILEB, OBJ_TPG, OBJ_TRACK, dynamic_on, ext_flits,
+                      popcount, targets_on_gpu)
 
 NVLS_SENT = -1          # nvls_fanout: every member has its copy (or read): the packet is consumed
 NVLS_BUFFER_FULL = -2   # nvls_fanout: the port's reduction buffer has no room for the entry
@@ -118,16 +119,39 @@ def multicast_object_rows(cfg, buffers):
         if G > 62:
             raise ValueError(f"{where}: member masks hold at most 62 GPUs (system.num_gpus = {G})")
         b = buffers[o.buffer]
-        dyn = (0,) * 6
+        dyn = (0,) * 10
         if o.targets_per_gpu > 0:
-            dyn = _dynamic_columns(o, where, buffers, b)
+            dyn = _dynamic_columns(cfg, o, where, buffers, b)
         rows.append((b.addr, b.nbytes, sum(1 << g for g in gpus), len(gpus)) + dyn)
+    return _tracked_tile_bytes(cfg, rows)
+
+
+def _tracked_tile_bytes(cfg, rows):
+    """Column OBJ_TILEB of tracked dynamic objects: the bytes that make a row tile complete, its
+    rows' bytes in every object naming the same tracker (a token's row and its meta row both
+    land before its tile may start); the objects sharing a tracker must share its geometry."""
+    by = {}
+    for i, r in enumerate(rows):
+        if r[OBJ_TRACK]:
+            by.setdefault(r[OBJ_TRACK], []).append(i)
+    for track, members in by.items():
+        first = rows[members[0]]
+        for i in members:
+            if (rows[i][OBJ_TPG], rows[i][OBJ_TILE], rows[i][OBJ_LTILES]) != (
+                    first[OBJ_TPG], first[OBJ_TILE], first[OBJ_LTILES]):
+                raise ValueError(
+                    f"workload.multicast[{i}].tracker: '{cfg.workload.multicast[i].tracker}' is "
+                    f"shared with workload.multicast[{members[0]}], whose targets_per_gpu, "
+                    f"tile_rows or layout tiles differ: one tile-ready word per tile")
+        full = first[OBJ_TILE] * sum(rows[i][OBJ_ROWB] for i in members)
+        for i in members:
+            rows[i] = rows[i][:OBJ_TILEB] + (full,) + rows[i][OBJ_TILEB + 1:]
     return rows
 
 
-def _dynamic_columns(o, where, buffers, b):
-    """Columns OBJ_TPG .. OBJ_AL of a DySHARP dynamic object (dysharp.py); ValueError naming the
-    key for a bad one."""
+def _dynamic_columns(cfg, o, where, buffers, b):
+    """Columns OBJ_TPG .. OBJ_LTILES of a DySHARP dynamic object (dysharp.py; OBJ_TILEB is filled
+    in by _tracked_tile_bytes); ValueError naming the key for a bad one."""
     if o.row_bytes <= 0 or o.rows <= 0:
         raise ValueError(f"{where}: a dynamic object (targets_per_gpu > 0) needs row_bytes and "
                          f"rows above 0, found row_bytes {o.row_bytes}, rows {o.rows}")
@@ -147,7 +171,34 @@ def _dynamic_columns(o, where, buffers, b):
                              f"at least {nbytes} bytes, found {buffers[name].nbytes} bytes in "
                              f"region {buffers[name].region}")
         addr[key] = buffers[name].addr
-    return (o.targets_per_gpu, o.row_bytes, o.rows, layout_rows, addr["counts"], addr["al_table"])
+    track = tile_rows = ltiles = 0
+    if o.tracker:
+        # the token tracker (token-centric fusion): one tile-ready word per row tile
+        if o.tile_rows < 1:
+            raise ValueError(f"{where}.tile_rows: a tracked dynamic object (tracker "
+                             f"'{o.tracker}') needs tile_rows of at least 1, found {o.tile_rows}")
+        tile_rows = o.tile_rows
+        ltiles = -(-layout_rows // tile_rows)
+        need = ltiles * o.targets_per_gpu
+        if o.tracker not in buffers:
+            raise ValueError(f"{where}.tracker: no buffer '{o.tracker}' (workload.buffers: "
+                             f"{', '.join(sorted(buffers)) or 'none'})")
+        t = buffers[o.tracker]
+        if t.nbytes < need * 8 or t.region != "control":
+            raise ValueError(f"{where}.tracker: buffer '{o.tracker}' must be a control-region "
+                             f"buffer of at least {need * 8} bytes (one word per row tile), found "
+                             f"{t.nbytes} bytes in region {t.region}")
+        if need > cfg.system.switch.nvls.dysharp.tracker_tiles:
+            raise ValueError(
+                f"{where}: its receive layout has {need} row tiles ({o.targets_per_gpu} targets "
+                f"x {ltiles} tiles of {tile_rows} rows) and the token tracker's tile table holds "
+                f"{cfg.system.switch.nvls.dysharp.tracker_tiles} "
+                f"(system.switch.nvls.dysharp.tracker_tiles): the fused layer tracks every tile "
+                f"at once (a tile that cannot be tracked would wait for rows a full table holds "
+                f"back); raise tracker_tiles or tile_rows")
+        track = t.addr + 1
+    return (o.targets_per_gpu, o.row_bytes, o.rows, layout_rows, addr["counts"], addr["al_table"],
+            track, tile_rows, 0, ltiles)
 
 
 def check_buffer_size(cfg):

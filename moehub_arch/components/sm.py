@@ -40,13 +40,13 @@ from ..isa.encoding import (ATOM_RED_ADD, NUM_GENERAL_REGS, ALU_ADD, ALU_AND, AL
                             SEM_CLAIM, SEM_NOTIFY, SEM_SEND_EXPERT, SEM_SEND_HOME, NOTIFY_EOS,
                             SEM_ROWSP_MALLOC, SEM_ST_ROWSP, SEM_SEND_EXPERTS, SEM_ST_ROWSP_EXPERTS, ROWSP_NOP,
                             SMEM_ADDR_BIT, SUBOP, THR, UNIT, UNIT_LSU, DTYPE, DTYPE_DST_SHIFT, DTYPE_LSU_LOADS, DTYPE_SRC_MASK, MMA_A_L2, MMA_B_L2, MMA_L2, MMA_RA, MMA_RA_B_L2, MMA_BT_B_L2, VEC_ADD,
-                            VEC_AXPY, VEC_CVT, VEC_MUL, PUT_SM,
+                            VEC_AXPY, VEC_CVT, VEC_MUL, PUT_SM, PUT_ADD_BF16,
                             VEC_SILU_MUL, VEC_ZERO, VEC_SUB, VEC_MAX, VEC_EXP, VEC_RSQRT,
                             VEC_ROW_MAX, VEC_ROW_SUM, VEC_ROW_SUMSQ, VEC_ROW_ADD, VEC_ROW_SUB,
                             VEC_ROW_MUL, VEC_ROW_DIV, VEC_COL_ADD, VEC_COL_MUL, VEC_FIRST_ROWWISE)
 from .elements import load_f32 as _load_f32, store_f32 as _store_f32
 from .hbm import (copy_overlapping, hbm_access, hbm_access_paced, hbm_backed,
-                  move_bytes, raise_error, read_word, write_word)
+                  move_bytes, raise_error, read_word, update_bytes_bf16, write_word)
 from .l2 import l2_operand_read
 from .hub import (REQ_ATOM, REQ_DY_LD, REQ_DY_ST, REQ_GET, REQ_MM_LD, REQ_MM_RED, REQ_MM_ST, REQ_PUT, REQ_STORE,
                   atomic_ticks, hub_room, hub_submit)
@@ -678,6 +678,10 @@ def _execute(st, slot, sm, tick, cyc):
         if nb < 0 or _is_smem(dst) or _is_smem(src):
             raise_error(st, ERR_ADDR_RANGE if nb >= 0 else ERR_BAD_SIZE, slot, dst)
             return
+        update = sem == SEM_PUT and sub == PUT_ADD_BF16   # near-memory add at the destination
+        if update and nb % 2:
+            raise_error(st, ERR_BAD_SIZE, slot, nb)         # whole bf16 elements only
+            return
         if not _check_range(st, slot, dst, nb) or not _check_range(st, slot, src, nb):
             return
         if nb > 0 and sem == SEM_PUT and sub == PUT_SM:
@@ -702,13 +706,19 @@ def _execute(st, slot, sm, tick, cyc):
             if peer == g:
                 # same GPU: an asynchronous copy through the memory system
                 done = max(hbm_access(st, g, src, nb, tick, False), hbm_access(st, g, dst, nb, tick, True))
-                move_bytes(st, g, src, g, dst, nb, slot)
+                if update:
+                    # the memory adds the elements in place (T3's near-memory op-and-store): the
+                    # channels see the write; the read of the old value stays in the DRAM
+                    update_bytes_bf16(st, g, src, g, dst, nb, slot)
+                else:
+                    move_bytes(st, g, src, g, dst, nb, slot)
                 notify_stores(st, g, dst, nb, done)
                 st.tb[slot].outstanding += 1
                 push(st, done, EV_LOCAL_DONE, slot, 0)
             else:
                 kind = REQ_GET if sem == SEM_GET else REQ_PUT
-                if not hub_submit(st, g, kind, slot, peer, dst, src, nb, 0, 0, tick, -1):
+                if not hub_submit(st, g, kind, slot, peer, dst, src, nb, 1 if update else 0, 0,
+                                  tick, -1):
                     _stall_on_hub(st, slot, g, tick)
                     return
                 st.tb[slot].outstanding += 1

@@ -236,6 +236,13 @@ class DysharpConfig:
     al_tlb_ways: int = _f("int", "AL-TLB associativity: entries per set, LRU within a set "
                           "(0: fully associative; 1: direct-mapped); al_tlb_entries must be a "
                           "multiple of it", min=0)
+    tracker_tiles: int = _f("int", "token-centric fusion: entries of a GPU's token-tracker tile "
+                            "table (one arrival counter per row tile of its dynamic objects' "
+                            "receive layouts: local targets x layout tiles); a layer whose "
+                            "layouts need more is refused", min=1)
+    tracker_tokens: int = _f("int", "token-centric fusion: entries of a GPU's token-tracker token "
+                             "table (one ready-output counter per token it sends); a layer with "
+                             "more tokens per GPU is refused", min=1)
 
 
 @attrs.frozen
@@ -403,6 +410,12 @@ class MulticastConfig:
     al_table: str = _f("str", "dynamic object: buffer (control region) holding the AL table: one "
                        "entry per algebraic row and local target (layout row + 1; 0: not placed)",
                        "")
+    tracker: str = _f("str", "dynamic object: buffer (control region) of the token tracker's "
+                      "tile-ready words, one i64 per row tile [layout tiles][targets_per_gpu]: the "
+                      "hub sets a tile's word to 1 once every byte of its rows has landed (every "
+                      "object naming the same tracker counts towards it); '': not tracked", "")
+    tile_rows: int = _f("int", "dynamic object with a tracker: rows of one tracked row tile", 0,
+                        min=0)
 
 
 @attrs.frozen
@@ -687,10 +700,23 @@ class DysharpSchemeConfig:
     channels: int = _f("int", "thread blocks per GPU of the dispatch and the combine kernels (each "
                        "issues one dymultimem operation per token in turn; assumption: 16, as "
                        "scheme nvls's channels)", 16, min=1)
-    scale_tbs: int = _f("int", "thread blocks per GPU of the pass that weights the expert outputs "
-                        "by their router weights (assumption: four per SM of an H100, so an SM "
-                        "hides one block's meta-row load behind the others' vector work)", 528,
+    scale_tbs: int = _f("int", "fusion none: thread blocks per GPU of the pass that weights the "
+                        "expert outputs by their router weights (assumption: four per SM of an "
+                        "H100, so an SM hides one block's meta-row load behind the others' vector "
+                        "work)", 528,
                         min=1)
+    fusion: str = _f("choice", "token: token-centric fusion, the paper's design (dispatch, "
+                     "expert GEMMs and combine overlap, driven by the token tracker); none: "
+                     "separate kernels with barriers between them", "token",
+                     choices=("token", "none"))
+    compute_tbs: int | str = _f("int_or_expr", "fusion token: persistent expert-GEMM thread blocks "
+                                "per GPU (assumption: one per SM, as the unfused grouped GEMM "
+                                "uses every SM)", "nsm", min=1)
+    gate_tbs: int | str = _f("int_or_expr", "fusion token: thread blocks per GPU of the gate-weight "
+                             "and ready-notice group (assumption: two per SM, so that with the "
+                             "GEMM block and the dispatch-and-combine blocks every block of the "
+                             "megakernel is resident at once within system.gpu.sm."
+                             "max_resident_tbs 4)", "2 * nsm", min=1)
 
 
 @attrs.frozen
@@ -759,8 +785,13 @@ class BlockConfig:
                      "multimem.ld_reduce + multimem.st in the switch), sp_nvls (sp_ring with the "
                      "NVLS reduce-scatter and all-gather), cais (sp_ring with CAIS's switch "
                      "operations: red.cais reduce-scatter, ld.cais all-gather, merged in the "
-                     "switch's merge unit), tp_none (t = 1: no collective, the reference)",
-                     "tp_ring", choices=("tp_ring", "sp_ring", "tp_nvls", "sp_nvls", "cais", "tp_none"))
+                     "switch's merge unit), t3 (T3's "
+                     "producer-triggered reduce-scatter fused into the output projection and "
+                     "the FFN's down GEMM - each finished row tile is sent to its owner with a "
+                     "near-memory add, put.add.bf16 - then an all-gather), tp_none (t = 1: no "
+                     "collective, the reference)",
+                     "tp_ring", choices=("tp_ring", "sp_ring", "tp_nvls", "sp_nvls", "cais", "tp_none",
+                                         "t3"))
     tp: int = _f("int", "tensor-parallel degree t: every GPU of the system is one TP rank (must "
                  "equal system.num_gpus and divide heads, hidden and ffn)", 8, min=1)
     tokens: int = _f("int", "tokens in the block (sequence x batch); 0: the model's seq x batch",
@@ -792,6 +823,11 @@ class BlockConfig:
                            "their tiles home with red.cais) instead of collective kernels "
                            "between the GEMMs (CAIS, arXiv 2605.05628; tp/cais.s tp_gemm_cais); "
                            "the FFN's collectives stay kernels", False)
+    t3_collectives: str = _f("choice", "scheme t3: how the all-gathers after its fused "
+                             "reduce-scatters run (T3 does not fuse them): ring (NCCL's ring "
+                             "all-gather, as sp_ring; T3's own setting, arXiv 2401.16677) or "
+                             "nvls (NVLink SHARP's multimem.st, as sp_nvls)", "ring",
+                             choices=("ring", "nvls"))
     cais_sync: bool = _f("bool", "scheme cais: merging-aware thread-block coordination (CAIS, "
                          "arXiv 2605.05628): the same thread block on every GPU is one group; "
                          "before each slice of a collective (each job of a fused GEMM) the group "

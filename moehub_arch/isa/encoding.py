@@ -227,7 +227,9 @@ LD_NAMES = ("w1", "v2", "v4", "v8")   # 1 << subop words
 PUT_HUB = 0   # the hub reads the source from HBM as it packetizes (a bulk / copy-engine-like put)
 PUT_SM = 1    # a warp-level copy: the SM loads the source through its LSU (the TB waits for the
               # loads) and stores it to the destination (posted; completes at fence), DeepEP-style
-PUT_NAMES = ("hub", "sm")
+PUT_ADD_BF16 = 2  # as PUT_HUB, but the destination's memory adds the bf16 elements into what it
+                  # holds instead of overwriting (a near-memory update, T3's op-and-store)
+PUT_NAMES = ("hub", "sm", "add_bf16")
 
 # notify_ready sub-operations
 NOTIFY_EOS = 0       # this producer is done; the GPU's streams end once `a` producers said so

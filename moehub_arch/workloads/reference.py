@@ -231,6 +231,19 @@ def ring_allreduce_reference(x, bf16=True) -> np.ndarray:
     return out
 
 
+def t3_reduction_bound(x, bf16=True) -> np.ndarray:
+    """Per element, the largest |simulated - exact| of a sum over GPUs of x [P, N] added in any
+    order, one contribution at a time into a zeroed accumulator with each add rounded to the
+    element type: T3's near-memory updates (put.add.bf16; workloads/kernels/tp/t3.s), which a
+    home applies in the order they arrive. The first add is exact (0 + x); the P - 1 others each
+    round once: |err| <= gamma_(P-1) sum|x_i| with gamma_m = m u / (1 - m u), u = 2^-8 (bf16) or
+    2^-24 (fp32) (Higham, Accuracy and Stability of Numerical Algorithms, 2nd ed., eq. 4.4)."""
+    x = np.asarray(x, np.float64)
+    m = x.shape[0] - 1
+    u = 2.0 ** -8 if bf16 else 2.0 ** -24
+    return m * u / (1.0 - m * u) * np.abs(x).sum(axis=0)
+
+
 def nvls_allreduce_reference(x, bf16=True) -> np.ndarray:
     """The sum over GPUs of x [P, N] as NVLink SHARP reduces it (components/nvls.py, multimem
     ld_reduce): FP32 accumulation over the GPUs in rank order, ((x_0 + x_1) + x_2) + ..., each add

@@ -30,18 +30,44 @@ the switch adds a token's k rows in fp32 in target-list order (the token's slot 
 once to bf16 (dysharp.py); the output adds that row to the shared experts' fp32 sum. The reference
 follows the same order (combine="switch_targets"), so the error is 0.0.
 
-What is modelled of token-centric fusion: nothing yet. The paper's persistent megakernel (dispatch,
-GEMM-1, GEMM-2 and combine thread-block groups driven by a token tracker) is not built: here the
-steps are separate kernels with barriers between them, so the dispatch's and combine's traffic
-does not overlap the expert GEMMs. The gate weighting is a separate pass (dysharp_scale) because
-the shared grouped GEMM kernels have no weighted epilogue: it costs one more read and write of
-every expert output row that a fused epilogue would not.
+Token-centric fusion (workload.layer.dysharp.fusion: token, the default: the paper's design,
+whose evaluation runs DySHARP as one persistent megakernel) replaces the sequence above with
+thread-block groups launched together:
+  stream 0  dysharp_fused_comm (`channels` blocks): the dispatch as above (the meta row also
+            carries the token's algebraic row u); once all of a GPU's blocks are past their
+            fence, the last one flags the end of its dispatch on every GPU; block 0 waits for
+            every source's flag and closes the row tiles that will not fill; then each block
+            combines its tokens, one dymultimem.ld_reduce per token as soon as its k ready flags
+            are up; then nvls_output
+  stream 2  dysharp_fused_expert (compute_tbs persistent blocks, one per SM): GEMM-1 and GEMM-2
+            jobs per row tile of the receive layout, a tile's jobs starting when the destination
+            hub's token tracker raises its ready word (components/dysharp.py: every byte of its
+            rows and meta rows landed) or block 0 closes it; each GEMM-2 job weights its output
+            columns by the rows' router weights before storing them (the paper's epilogue)
+  stream 3  dysharp_fused_gate (gate_tbs blocks, no shared memory): finds each row's router
+            weight as its tile becomes ready (GEMM-2 waits for them), and once the tile's GEMM-2
+            jobs are done flags each row's (token, slot) ready word at the token's source
+  stream 1  the shared experts
+Every block must be resident at once (the groups wait for each other), which the plan checks.
+The token tracker's tables: the tile table is state of the hub (system.switch.nvls.dysharp.
+tracker_tiles entries); the per-token counters are k ready words per token at the source (a
+word per (token, slot), as flag.set is the ISA's only remote write; the combine waits for all k).
+Neither table back-pressures: a layer needing more entries than either has is refused at plan
+time, because a table that held tokens or tiles back could deadlock the megakernel (a tile
+waiting for rows of tokens the full table does not admit). What fusion cannot hide: the expert
+GEMMs of a tile still wait for its rows, a partial last tile for every source's dispatch, and a
+token's combine for the last of its k experts.
+
+The gate weighting of the unfused sequence is a separate pass (dysharp_scale) because the shared
+grouped GEMM kernels have no weighted epilogue: it costs one more read and write of every expert
+output row; the fused GEMM-2 jobs do it in shared memory before storing (the same rounding).
 
 Buffers: the receive layouts hold cap rows per local expert, cap = the most rows any expert
 receives in this routing, or more so that a dynamic object's algebraic range (P x T rows) does not
 reach into the next object (a deployment would reserve the worst case; the timing is the same).
 """
 from ...config.schema import LaunchConfig, MulticastConfig
+from ...isa.expr import evaluate
 from ..alltoall import PhasedLaunches
 from ..layer import (ACCT_NAMES, GROUPED_KERNELS, SHARED_KERNELS, LayerError, SchemePlan, _buf,
                      expert_load_max, grouped_gemm_launches, shared_expert_launches)
@@ -51,10 +77,19 @@ KERNELS = "workloads/kernels/dysharp/dysharp.s"
 SCALE_ACC_BYTES = 28 * 1024   # dysharp_scale's .smem: one fp32 row of up to 7168 elements
 
 
-def meta_row_bytes(k):
-    """A token's meta row: k expert ids (i64) and k router weights (f32), padded to 16 B and to at
-    least the 64 B groups dysharp_scale reads the ids in (ld.v8), so no read leaves the row."""
-    return -(-max(12 * k, 64 * -(-k // 8)) // 16) * 16
+def meta_row_bytes(k, token_word=False):
+    """A token's meta row: k expert ids (i64) and k router weights (f32) - and, with
+    `token_word` (token-centric fusion), the token's algebraic row u as an i64 at
+    token_word_offset(k) - padded to 16 B and to at least the 64 B groups the gate weighting reads
+    the ids in (ld.v8), so no read leaves the row."""
+    used = token_word_offset(k) + 8 if token_word else 12 * k
+    return -(-max(used, 64 * -(-k // 8)) // 16) * 16
+
+
+def token_word_offset(k):
+    """Where a fused meta row holds the token's algebraic row: after its ids and weights, 8-byte
+    aligned."""
+    return -(-12 * k // 8) * 8
 
 
 def plan(layer):
@@ -70,6 +105,8 @@ def plan(layer):
                          f"({cfg.system.switch.nvls.dysharp.max_targets}): one dymultimem "
                          f"operation names every expert of a token")
     cap = max(1, expert_load_max(layer), -(-U // El))
+    if opts.fusion == "token":
+        return _fused_plan(layer, cap)
     buffers = [
         _buf("dy_xe", El * cap * rb, dtype="bf16"),
         _buf("dy_ye", El * cap * rb, dtype="bf16"),
@@ -121,3 +158,111 @@ def plan(layer):
         launch_phases=tuple(launches.phases),
         reference_kwargs={"combine": "switch_targets", "local_experts": El},
         checked_accounting=ACCT_NAMES)
+
+
+def _fused_plan(layer, cap):
+    """Token-centric fusion (the paper's design): the dispatch-and-combine, GEMM and gate groups
+    of the persistent megakernel (dysharp.s dysharp_fused_comm, dysharp_fused_expert,
+    dysharp_fused_gate), launched together, driven by the token tracker (the hub's tile table,
+    the tokens' ready words)."""
+    s, cfg = layer.shape, layer.cfg
+    opts = cfg.workload.layer.dysharp
+    dy = cfg.system.switch.nvls.dysharp
+    P, T, k, El, H = s.num_gpus, s.tokens, s.top_k, s.local_experts, s.hidden
+    U = P * T
+    tile = s.tile_rows
+    rb, mb, tw = s.row_bytes, meta_row_bytes(k, True), token_word_offset(k)
+    if T > dy.tracker_tokens:
+        raise LayerError(
+            f"workload.layer.tokens_per_gpu: {T} tokens per GPU and the token tracker's token "
+            f"table holds {dy.tracker_tokens} (system.switch.nvls.dysharp.tracker_tokens): the "
+            f"fused layer tracks every token of the layer at once (a token without an entry "
+            f"could not be dispatched, and the tiles it would fill could wait for it forever); "
+            f"raise tracker_tokens or run workload.layer.dysharp.fusion: none")
+    nsm, per_sm = cfg.system.gpu.num_sms, cfg.system.gpu.sm.max_resident_tbs
+    workers = _blocks(opts.compute_tbs, nsm, "workload.layer.dysharp.compute_tbs")
+    gates = _blocks(opts.gate_tbs, nsm, "workload.layer.dysharp.gate_tbs")
+    # a persistent megakernel needs every block resident at once: a block that waits for SM room
+    # could hold the rows, weights or flags the resident ones wait for (a GEMM block holds most
+    # of an SM's shared memory: one per SM)
+    if workers > nsm or workers + gates + opts.channels > nsm * per_sm:
+        raise LayerError(
+            f"workload.layer.dysharp: {workers} GEMM blocks (compute_tbs; one per SM), {gates} "
+            f"gate blocks (gate_tbs) and {opts.channels} dispatch-and-combine blocks (channels) "
+            f"must all be resident at once on {nsm} SMs (system.gpu.num_sms) of "
+            f"{per_sm} blocks each (system.gpu.sm.max_resident_tbs): the fused layer's blocks "
+            f"wait for each other")
+    ltiles = -(-cap // tile)
+    tiles = El * ltiles
+    buffers = [
+        _buf("dy_xe", El * cap * rb, dtype="bf16"),
+        _buf("dy_ye", El * cap * rb, dtype="bf16"),
+        _buf("dy_he", El * cap * s.ffn * 2, dtype="bf16"),
+        _buf("dy_meta", El * cap * mb, region="control", dtype="i64"),
+        _buf("dy_msrc", T * mb, region="control", dtype="i64"),
+        _buf("dy_cnt", El * 8, region="control", dtype="i64"),
+        _buf("dy_al", U * El * 8, region="control", dtype="i64"),
+        _buf("dy_tready", tiles * 8, region="control", dtype="i64"),
+        _buf("dy_tokready", T * k * 8, region="control", dtype="i64"),
+        _buf("dy_wvec", El * cap * 4, region="control", dtype="f32"),
+        _buf("dy_wdone", tiles * 8, region="control", dtype="i64"),
+        _buf("dy_notice", El * cap * 8, region="control", dtype="i64"),
+        _buf("dy_ended", (P + 1) * 8, region="control", dtype="i64"),
+        _buf("dy_jobs", (2 + 2 * tiles) * 8, region="control", dtype="i64"),
+        _buf("dy_comb", T * rb, dtype="bf16"),
+    ]
+    dyn = dict(targets_per_gpu=El, rows=U, counts="dy_cnt", al_table="dy_al",
+               tracker="dy_tready", tile_rows=tile)
+    multicast = (MulticastConfig(buffer="dy_xe", row_bytes=rb, **dyn),
+                 MulticastConfig(buffer="dy_meta", row_bytes=mb, **dyn),
+                 MulticastConfig(buffer="dy_ye", row_bytes=rb, targets_per_gpu=El, rows=U,
+                                 counts="dy_cnt", al_table="dy_al"))
+    sbufs, shared = shared_expert_launches(s, cfg, stream=1)
+    launches = PhasedLaunches()
+    add = launches.add
+    for launch in shared:
+        add(launch, "expert")
+    add(LaunchConfig(kernel="dysharp_fused_expert", grid=workers, stream=2, params=(
+        ("xe", "@dy_xe"), ("he", "@dy_he"), ("ye", "@dy_ye"), ("cnt", "@dy_cnt"),
+        ("tready", "@dy_tready"), ("wvec", "@dy_wvec"), ("wdone", "@dy_wdone"),
+        ("jobs", "@dy_jobs"), ("wg", "@w_gate"), ("wu", "@w_up"), ("wd", "@w_down"),
+        ("acct", "@acct"), ("hidden", H), ("ffn", s.ffn), ("tile_rows", tile),
+        ("n_tile", s.n_tile), ("swizzle", s.stream_swizzle), ("local_experts", El),
+        ("cap", cap))), "expert")
+    add(LaunchConfig(kernel="dysharp_fused_gate", grid=gates, stream=3, params=(
+        ("meta", "@dy_meta"), ("cnt", "@dy_cnt"), ("tready", "@dy_tready"), ("wvec", "@dy_wvec"),
+        ("wdone", "@dy_wdone"), ("notice", "@dy_notice"), ("jobs", "@dy_jobs"),
+        ("tokready", "@dy_tokready"), ("acct", "@acct"), ("tokens", T), ("topk", k),
+        ("local_experts", El), ("cap", cap), ("tile_rows", tile), ("meta_bytes", mb),
+        ("token_word", tw), ("down_jobs", H // s.n_tile))), "expert")
+    add(LaunchConfig(kernel="dysharp_fused_comm", grid=opts.channels, stream=0, params=(
+        ("x", "@x"), ("topk_idx", "@topk_idx"), ("topk_w", "@topk_w"), ("msrc", "@dy_msrc"),
+        ("xe", "@dy_xe"), ("meta", "@dy_meta"), ("ye", "@dy_ye"), ("comb", "@dy_comb"),
+        ("tokready", "@dy_tokready"), ("ended", "@dy_ended"), ("cnt", "@dy_cnt"),
+        ("tready", "@dy_tready"), ("acct", "@acct"), ("tokens", T), ("topk", k), ("hidden", H),
+        ("meta_bytes", mb), ("token_word", tw), ("local_experts", El), ("layout_tiles", ltiles),
+        ("tile_rows", tile))), "dispatch")
+    add(LaunchConfig(kernel="nvls_output", grid=cfg.workload.layer.combine_tbs, stream=0, params=(
+        ("out", "@out"), ("ys", "@ys"), ("comb", "@dy_comb"), ("one", "@one"), ("acct", "@acct"),
+        ("tokens", T), ("hidden", H), ("shared", s.shared),
+        ("shared_tbs", cfg.workload.layer.shared_tbs))), "combine")
+    return SchemePlan(
+        buffers=tuple(buffers + sbufs), launches=tuple(launches.launches),
+        kernel_files=(NVLS_KERNELS, KERNELS), n_tile=s.n_tile, multicast=multicast,
+        phases={"dispatch": ("dysharp_fused_comm",),
+                "expert": ("dysharp_fused_expert", "dysharp_fused_gate") + SHARED_KERNELS,
+                "combine": ("nvls_output",)},
+        launch_phases=tuple(launches.phases),
+        reference_kwargs={"combine": "switch_targets", "local_experts": El},
+        checked_accounting=ACCT_NAMES)
+
+
+def _blocks(value, nsm, key):
+    """A thread-block count given as an int or an expression of nsm (SMs per GPU)."""
+    try:
+        n = evaluate(value, {"nsm": nsm})
+    except Exception as e:   # the expression's own error, named with its key
+        raise LayerError(f"{key}: '{value}' is not a count or an expression of nsm ({e})") from None
+    if not isinstance(n, int) or n < 1:
+        raise LayerError(f"{key}: '{value}' gives {n} thread blocks; expected at least 1")
+    return n

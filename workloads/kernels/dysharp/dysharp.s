@@ -5,6 +5,8 @@
 # ../nvls/nvls.s (assembled with this file).
 
 .include "lib/slot_words.s"
+.include "lib/gemm_tiles.s"
+.include "lib/streaming.s"
 #
 # Layouts (P GPUs, T tokens per GPU, k = top-k, H hidden, El local experts, R = 2 H row bytes,
 # M meta-row bytes (k ids i64 then k weights f32, padded: schemes/dysharp.py meta_row_bytes), cap layout rows per expert;
@@ -15,6 +17,93 @@
 #   msrc [T][M]: this GPU's tokens' meta rows; comb [T][H] bf16: the reduced rows of its tokens
 # acct words: 0 pairs sent, 1 received (rows scaled at the expert's GPU), 2 computed
 # (grouped_down), 3 combined (targets reduced for this GPU's tokens), 5 shared-expert TBs.
+#
+# Routines the unfused kernels and the token-centric fused ones share. Registers as the kernels
+# set them: r1 = R, r2 = bytes of a token's ids (8 k), r3 = bytes of its weights (4 k).
+#   token_meta_row t                 msrc[t] = the token's ids then its weights. Writes r5, r6.
+#   send_token t                     one dymultimem.st of row t and one of its meta row to the
+#                                    token's k experts (target list: its ids in topk_idx).
+#                                    Writes r5 - r8.
+#   reduce_token t                   comb[t] = the sum of the token's k experts' weighted
+#                                    output rows: one dymultimem.ld_reduce.add.bf16 (the switch
+#                                    reads the row of algebraic row u at each target through its
+#                                    GPU's AL table, accumulates in fp32 in target-list order and
+#                                    returns one bf16 row). Writes r5 - r8.
+#   gate_scale_row row, meta_row, expert, acc, ids, j, end, tmp
+#                                    the expert output row at `row` (bf16 [H]) becomes
+#                                    bf16(fp32(w y)), w the router weight of the slot of `expert`
+#                                    in its meta row (ids read 8 at a time; `ids` = 8 k, where the
+#                                    weights start); `acc`: an fp32 row of scratch. Leaves the
+#                                    slot in j. Writes j, end, tmp, r16 - r23.
+#   find_slot meta_row, expert, j, end, tmp
+#                                    j = the slot of `expert` in the meta row's ids. Writes j,
+#                                    end, tmp, r16 - r23.
+.macro token_meta_row t
+    mul r5, \t, %meta_bytes
+    add r5, r5, %msrc            # r5 = msrc[t]
+    mul r6, \t, r2
+    add r6, r6, %topk_idx
+    copy r5, r6, r2              # ids
+    add r5, r5, r2
+    mul r6, \t, r3
+    add r6, r6, %topk_w
+    copy r5, r6, r3              # weights
+.endm
+
+.macro send_token t
+    mul r5, %gpu, %tokens
+    add r5, r5, \t               # r5 = algebraic row u
+    mul r6, \t, r2
+    add r6, r6, %topk_idx        # r6 = the token's target list
+    mul r7, r5, r1
+    add r7, r7, %xe              # r7 = multimem address of row u
+    mul r8, \t, r1
+    add r8, r8, %x
+    dymultimem.st r7, r8, r1, r6, %topk
+    mul r7, r5, %meta_bytes
+    add r7, r7, %meta
+    mul r8, \t, %meta_bytes
+    add r8, r8, %msrc
+    dymultimem.st r7, r8, %meta_bytes, r6, %topk
+.endm
+
+.macro reduce_token t
+    mul r5, %gpu, %tokens
+    add r5, r5, \t               # r5 = algebraic row u
+    mul r6, \t, r2
+    add r6, r6, %topk_idx        # r6 = the token's target list
+    mul r7, r5, r1
+    add r7, r7, %ye              # r7 = multimem address of row u
+    mul r8, \t, r1
+    add r8, r8, %comb
+    dymultimem.ld_reduce.add.bf16 r8, r7, r1, r6, %topk
+.endm
+
+.macro gate_scale_row row, meta_row, expert, acc, ids, j, end, tmp
+    find_slot \meta_row, \expert, \j, \end, \tmp
+    shl \tmp, \j, 2
+    add \tmp, \tmp, \ids
+    add \tmp, \tmp, \meta_row     # &w[j]
+    vzero.f32 \acc, %hidden
+    vaxpy.f32.bf16 \acc, \row, \tmp, %hidden
+    vcvt.bf16.f32 \row, \acc, %hidden
+.endm
+
+.macro find_slot meta_row, expert, j, end, tmp
+    mov \j, 0
+group_\@:
+    shl \tmp, \j, 3
+    add \tmp, \tmp, \meta_row
+    ld.v8 r16, [\tmp]             # ids j .. j + 7
+    add \end, \j, 8
+    blt \end, %topk, scan_\@
+    mov \end, %topk               # end of this group
+scan_\@:
+    beq r16, \expert, found_\@
+    next_slot_word \j, \end, scan_\@
+    blt \j, %topk, group_\@
+found_\@:
+.endm
 
 # dysharp_dispatch: TB b takes tokens t = b, b + ntb, ... of this GPU. It builds each token's meta
 # row (expert ids, router weights), then sends the token's row and its meta row with one
@@ -39,15 +128,7 @@
     mov r4, %tb
 meta_row:
     bge r4, %tokens, built
-    mul r5, r4, %meta_bytes
-    add r5, r5, %msrc            # r5 = msrc[t]
-    mul r6, r4, r2
-    add r6, r6, %topk_idx
-    copy r5, r6, r2              # ids
-    add r5, r5, r2
-    mul r6, r4, r3
-    add r6, r6, %topk_w
-    copy r5, r6, r3              # weights
+    token_meta_row r4
     add r4, r4, %ntb
     bra meta_row
 built:
@@ -56,20 +137,7 @@ built:
     mov r12, 0                   # r12 = pairs sent
 token:
     bge r4, %tokens, sent
-    mul r5, %gpu, %tokens
-    add r5, r5, r4               # r5 = algebraic row u
-    mul r6, r4, r2
-    add r6, r6, %topk_idx        # r6 = the token's target list
-    mul r7, r5, r1
-    add r7, r7, %xe              # r7 = multimem address of row u
-    mul r8, r4, r1
-    add r8, r8, %x
-    dymultimem.st r7, r8, r1, r6, %topk
-    mul r7, r5, %meta_bytes
-    add r7, r7, %meta
-    mul r8, r4, %meta_bytes
-    add r8, r8, %msrc
-    dymultimem.st r7, r8, %meta_bytes, r6, %topk
+    send_token r4
     add r12, r12, %topk
     add r4, r4, %ntb
     bra token
@@ -112,27 +180,9 @@ row:
     add r5, r5, r8               # r5 = flat row
     mul r10, r5, %meta_bytes
     add r10, r10, %meta          # r10 = its meta row
-    mov r12, 0                   # r12 = slot j
-group:
-    shl r14, r12, 3
-    add r14, r14, r10
-    ld.v8 r16, [r14]             # ids j .. j + 7
-    add r9, r12, 8
-    blt r9, %topk, scan
-    mov r9, %topk                # r9 = end of this group
-scan:
-    beq r16, r11, found
-    next_slot_word r12, r9, scan
-    blt r12, %topk, group
-found:
-    shl r14, r12, 2
-    add r14, r14, r13
-    add r14, r14, r10            # r14 = &w[j]
     mul r15, r5, r1
     add r15, r15, %ye            # r15 = the output row
-    vzero.f32 r2, %hidden
-    vaxpy.f32.bf16 r2, r15, r14, %hidden
-    vcvt.bf16.f32 r15, r2, %hidden
+    gate_scale_row r15, r10, r11, r2, r13, r12, r9, r14
     add r6, r6, 1
     add r8, r8, %ntb
     bra row
@@ -161,19 +211,335 @@ end:
     mov r12, 0                   # r12 = targets reduced
 token:
     bge r4, %tokens, reduced
-    mul r5, %gpu, %tokens
-    add r5, r5, r4               # r5 = algebraic row u
-    mul r6, r4, r2
-    add r6, r6, %topk_idx        # r6 = the token's target list
-    mul r7, r5, r1
-    add r7, r7, %ye              # r7 = multimem address of row u
-    mul r8, r4, r1
-    add r8, r8, %comb
-    dymultimem.ld_reduce.add.bf16 r8, r7, r1, r6, %topk
+    reduce_token r4
     add r12, r12, %topk
     add r4, r4, %ntb
     bra token
 reduced:
     fence                        # the reduced rows are in local memory
     red.add %gpu, [%acct+24], r12    # acct word 3: pairs combined
+    exit
+
+# ---- token-centric fusion (arXiv 2605.05607): the persistent megakernel's thread-block groups --
+# Launched together (schemes/dysharp.py, fusion: token): dysharp_fused_comm (the dispatch and
+# combine group, `channels` blocks on stream 0), dysharp_fused_expert (the GEMM-1 and GEMM-2
+# group, persistent blocks on stream 2) and dysharp_fused_gate (its gate-weight and ready-notice
+# blocks, stream 3), driven by the token tracker:
+#   - the destination hub's tile table (components/dysharp.py _track_tile) counts the bytes of
+#     every row tile of the receive layout (a token's row and its meta row) and raises the tile's
+#     word in `tready` [layout tiles][El] once they have all landed: GEMM-1 starts on a tile then,
+#     not after a dispatch-wide barrier;
+#   - the end of dispatch: once all of a source's channel blocks are past their fence, the last
+#     of them flags `ended` on every GPU (one signal per source); block 0 of each GPU waits for
+#     every source's and closes the tiles that will not fill (each expert's partial last tile
+#     and the empty ones past it);
+#   - each GEMM-2 job's epilogue weights its output columns by the rows' router weights (found
+#     by the gate group, dysharp_fused_gate, as the tile becomes ready); once the tile's GEMM-2
+#     jobs are done the gate group flags each row's (token, slot) word in `tokready` [T][k] at
+#     the token's source;
+#   - the source's token table: the combine issues a token's dymultimem.ld_reduce once its k
+#     words are up (its k experts' outputs are ready), not after a layer-wide barrier.
+# The meta row carries the token's algebraic row u at byte `token_word` (the paper's DRAM table of
+# token ids per tile: the epilogue reads where each row goes).
+
+# dysharp_fused_comm: TB b dispatches tokens b, b + ntb, ... (meta rows with u, then the
+# dymultimem.st of each); the last block past its fence signals the end of this GPU's dispatch on
+# every GPU; block 0 closes the tiles that will not fill once every GPU's signal is in; then each
+# block combines the same tokens as each one's experts finish.
+.kernel dysharp_fused_comm
+.param x
+.param topk_idx
+.param topk_w
+.param msrc
+.param xe                    # multimem base of the row object (algebraic row u at + u R)
+.param meta                  # multimem base of the meta object (+ u M)
+.param ye                    # multimem base of the output object
+.param comb
+.param tokready              # [T][k] i64: slot j of token t is ready (flagged by its expert's GPU)
+.param ended                 # [P + 1] i64: GPU p's dispatch ended; word P: this GPU's blocks done
+.param cnt                   # [El] i64: rows placed per local expert (the hub's counters)
+.param tready                # [layout tiles][El] i64: the tracker's tile-ready words
+.param acct
+.param tokens
+.param topk
+.param hidden
+.param meta_bytes
+.param token_word            # byte offset of u in a meta row
+.param local_experts
+.param layout_tiles
+.param tile_rows
+    shl r1, %hidden, 1           # r1 = R
+    shl r2, %topk, 3             # r2 = bytes of a token's ids
+    shl r3, %topk, 2             # r3 = bytes of its weights
+    mov r4, %tb
+meta_row:
+    bge r4, %tokens, built
+    token_meta_row r4
+    mul r5, r4, %meta_bytes
+    add r5, r5, %msrc
+    add r5, r5, %token_word
+    mul r6, %gpu, %tokens
+    add r6, r6, r4
+    st [r5], r6                  # u: where the expert's output row goes back
+    add r4, r4, %ntb
+    bra meta_row
+built:
+    fence                        # the meta rows are in memory before the hub reads them
+    mov r4, %tb
+    mov r12, 0                   # r12 = pairs sent
+token:
+    bge r4, %tokens, sent
+    send_token r4
+    add r12, r12, %topk
+    add r4, r4, %ntb
+    bra token
+sent:
+    fence                        # every target's GPU has placed and written the rows
+    red.add %gpu, [%acct], r12   # acct word 0: pairs sent
+    shl r9, %ngpu, 3
+    add r9, r9, %ended           # r9 = &ended[P]: this GPU's blocks done with their dispatch
+    atom.add r10, %gpu, [r9], 1  # (after the fence: this block's rows are all placed)
+    add r10, r10, 1
+    bne r10, %ntb, told          # the last block tells every GPU, once
+    shl r9, %gpu, 3
+    add r9, r9, %ended           # r9 = &ended[gpu] (the same address on every GPU)
+    mov r10, 0
+tell:
+    flag.set r10, [r9], 1
+    add r10, r10, 1
+    blt r10, %ngpu, tell
+told:
+    bne %tb, 0, combine
+# ---- block 0: once every source's dispatch has ended, close the tiles that will not fill
+    shl r9, %ngpu, 3
+    add r9, r9, %ended           # r9 = end of the flags
+    mov r10, %ended
+all_ended:
+    wait.ge [r10], 1
+    add r10, r10, 8
+    blt r10, r9, all_ended
+    mov r10, 0                   # r10 = local expert
+close_expert:
+    bge r10, %local_experts, combine
+    shl r11, r10, 3
+    add r11, r11, %cnt
+    ld r11, [r11]                # r11 = its rows (final: every source's rows are placed)
+    div r11, r11, %tile_rows     # r11 = its first tile that is not full
+close_tile:
+    bge r11, %layout_tiles, next_close
+    mul r13, r11, %local_experts
+    add r13, r13, r10
+    shl r13, r13, 3
+    add r13, r13, %tready
+    st [r13], 1                  # partial or empty: its GEMM blocks may take it
+    add r11, r11, 1
+    bra close_tile
+next_close:
+    add r10, r10, 1
+    bra close_expert
+# ---- combine: token t's ld_reduce once its k experts' outputs are ready
+combine:
+    mov r4, %tb
+    mov r12, 0                   # r12 = targets reduced
+combine_token:
+    bge r4, %tokens, reduced
+    mul r13, r4, r2
+    add r13, r13, %tokready      # r13 = &tokready[t][0]
+    add r14, r13, r2
+ready_slot:
+    wait.ge [r13], 1
+    add r13, r13, 8
+    blt r13, r14, ready_slot
+    reduce_token r4
+    add r12, r12, %topk
+    add r4, r4, %ntb
+    bra combine_token
+reduced:
+    fence                        # the reduced rows are in local memory
+    red.add %gpu, [%acct+24], r12    # acct word 3: pairs combined
+    exit
+
+# dysharp_fused_expert: persistent GEMM blocks. Tile b = i x El + e is layout tile i of local
+# expert e (the order the tiles fill: every expert's first tile, then its second, ...); jobs are
+# taken from one counter in the streaming order of ../lib/streaming.s (gate/up jobs of a group of
+# tiles, the down jobs of the group `lag` before). A job waits for its tile's ready word, reads
+# the expert's row count (final once the tile is ready) and skips a tile with no rows. GEMM-1 and
+# GEMM-2 as in overlap_expert (../overlap/overlap.s); each GEMM-2 job's epilogue weights its
+# output columns by the rows' router weights (wvec, found by dysharp_fused_gate), bf16(fp32(w y))
+# per row, before storing them.
+.kernel dysharp_fused_expert
+.param xe                    # [El][cap][H] bf16 (the receive layout)
+.param he                    # [El][cap][I] bf16
+.param ye                    # [El][cap][H] bf16
+.param cnt
+.param tready
+.param wvec                  # [El][cap] f32: each layout row's router weight
+.param wdone                 # [tiles] i64: rows of the tile whose weight is in wvec
+.param jobs                  # word 0 jobs taken, 1 unused, then per tile: gate/up done, down done
+.param wg                    # [El][I/n][H][n] bf16
+.param wu
+.param wd                    # [El][H/n][I][n] bf16
+.param acct
+.param hidden
+.param ffn
+.param tile_rows
+.param n_tile
+.param swizzle
+.param local_experts
+.param cap                   # layout rows per expert (ceil(cap / tile_rows) tiles each)
+.smem 160KB                  # G, U [tile][n] f32 + Hq [tile][n] bf16, or Y + Yq
+    add r31, %cap, %tile_rows
+    sub r31, r31, 1
+    div r31, r31, %tile_rows
+    mul r31, r31, %local_experts # r31 = tiles
+    stream_job_setup             # r20 = Ju, r21 = Jd, r22 = jobs per block, r29 = lag, r30 = jobs,
+                                 # r8 - r10 shared memory, r23 / r24 row bytes, r25 = 0
+job:
+    atom.add r1, %gpu, [%jobs], 1    # r1 = my next job
+    bge r1, r30, finished
+    stream_job r1, r22, r20, %swizzle, r29, r2, r3, gate_up, job, r4    # r2 = tile; r3 = job in tile
+gate_up:
+    bge r2, r31, job             # past the last tile
+    shl r4, r2, 3
+    add r4, r4, %tready
+    wait.ge [r4], 1              # the tracker raised the tile (full) or the dispatch's end closed it
+    div r15, r2, %local_experts  # r15 = layout tile i
+    rem r14, r2, %local_experts  # r14 = local expert
+    shl r4, r14, 3
+    add r4, r4, %cnt
+    ld r13, [r4]
+    mul r12, r15, %tile_rows     # r12 = the tile's first row in the expert's layout
+    sub r13, r13, r12
+    min r13, r13, %tile_rows     # r13 = rows
+    ble r13, 0, job              # an empty tile
+    mul r4, r14, %cap
+    add r12, r12, r4             # r12 = first row (flat)
+    seteq r15, r15, 0            # r15 = 1 on the expert's first tile (its weights from HBM)
+    shl r11, r2, 4
+    add r11, r11, %jobs
+    add r11, r11, 16             # r11 = the tile's job counters
+    bge r3, r20, down
+# ---- GEMM-1, gate/up job q = r3: Hh[:, q cols] = silu(X Wg_q) * (X Wu_q)
+    stream_gate_up_job %xe, %he, %wg, %wu
+    bra job
+# ---- GEMM-2, down job c: Y[:, c cols] = Hh Wd_c over the full I
+down:
+    sub r3, r3, r20              # r3 = output column tile c
+    stream_down_gemm %he, %wd
+# the epilogue's gate weighting: Yq = bf16(fp32(w x fp32(Yq))) row by row
+    shl r4, r2, 3
+    add r4, r4, %wdone
+    wait.ge [r4], r13            # every row's router weight is in wvec
+    shl r4, r12, 2
+    add r4, r4, %wvec            # r4 = the tile's weights
+    vcvt.f32.bf16 r8, r9, r7
+    vrow_mul.f32 r8, r8, r4, %n_tile, r7
+    vcvt.bf16.f32 r9, r8, r7
+    stream_down_store %ye
+    bne r4, r21, job             # not the tile's last down job
+    add r25, r25, r13
+    bra job
+finished:
+    red.add %gpu, [%acct+16], r25    # acct 2: rows computed
+    exit
+
+# dysharp_fused_gate: the GEMM group's gate-weight and ready-notice blocks (no shared memory, many
+# per SM, so their loads overlap as a warp per row would). Rows x = b x tile_rows + r of tile b,
+# taken b, b + ntb, ... in tile order. Pass 1, as each tile becomes ready: the row's router weight
+# (the expert's slot j in the token's meta row) into wvec and the row's notice (source GPU << 32 |
+# t x k + j) into `notice`, counted in wdone[b] (GEMM-2 waits for it). Pass 2: once the tile's
+# GEMM-2 jobs are all done (their rows stored), flag tokready[t][j] at the token's source.
+.kernel dysharp_fused_gate
+.param meta                  # [El][cap][M]
+.param cnt
+.param tready
+.param wvec
+.param wdone
+.param notice                # [El][cap] i64
+.param jobs                  # dysharp_fused_expert's job counters (down jobs done at + 24 + 16 b)
+.param tokready
+.param acct
+.param tokens
+.param topk
+.param local_experts
+.param cap
+.param tile_rows
+.param meta_bytes
+.param token_word
+.param down_jobs             # GEMM-2 jobs per tile (H / n_tile)
+    add r31, %cap, %tile_rows
+    sub r31, r31, 1
+    div r31, r31, %tile_rows
+    mul r31, r31, %local_experts
+    mul r31, r31, %tile_rows     # r31 = row slots of all tiles
+    mul r30, %gpu, %local_experts    # r30 = first local expert's global id
+    shl r29, %topk, 3            # r29 = bytes of the ids
+    mov r28, 0                   # r28 = rows weighted by this block
+    mov r27, 0                   # r27 = pass (0: weights, 1: notices)
+pass:
+    mov r1, %tb
+row:
+    bge r1, r31, passed
+    div r2, r1, %tile_rows       # r2 = tile b
+    rem r3, r1, %tile_rows
+    div r4, r2, %local_experts   # r4 = layout tile i
+    rem r5, r2, %local_experts   # r5 = local expert
+    mul r4, r4, %tile_rows
+    add r4, r4, r3               # r4 = row in the expert's layout
+    bge r4, %cap, next_row
+    shl r6, r2, 3
+    add r6, r6, %tready
+    wait.ge [r6], 1              # the tile is ready (its count final if it is partial)
+    shl r6, r5, 3
+    add r6, r6, %cnt
+    ld r6, [r6]
+    bge r4, r6, next_row         # no row here
+    mul r6, r5, %cap
+    add r6, r6, r4               # r6 = flat row
+    bne r27, 0, tell
+    mul r7, r6, %meta_bytes
+    add r7, r7, %meta            # r7 = its meta row
+    add r8, r5, r30
+    find_slot r7, r8, r9, r10, r11    # r9 = slot j
+    shl r10, r9, 2
+    add r10, r10, r29
+    add r10, r10, r7             # r10 = &w[j]
+    shl r11, r6, 2
+    add r11, r11, %wvec
+    copy r11, r10, 4             # wvec[row] = w[j]
+    add r10, r7, %token_word
+    ld r10, [r10]                # r10 = algebraic row u
+    div r11, r10, %tokens        # r11 = its source GPU
+    rem r10, r10, %tokens
+    mul r10, r10, %topk
+    add r10, r10, r9             # r10 = t x k + j
+    shl r11, r11, 32
+    or r10, r10, r11
+    shl r11, r6, 3
+    add r11, r11, %notice
+    st [r11], r10
+    shl r11, r2, 3
+    add r11, r11, %wdone
+    red.add %gpu, [r11], 1       # after the copy (it retired with wvec written)
+    add r28, r28, 1
+    bra next_row
+tell:
+    shl r7, r2, 4
+    add r7, r7, %jobs
+    wait.ge [r7+24], %down_jobs  # the tile's GEMM-2 jobs have stored every row
+    shl r7, r6, 3
+    add r7, r7, %notice
+    ld r7, [r7]
+    shr r8, r7, 32               # r8 = the token's source GPU
+    and r7, r7, 0xffffffff
+    shl r7, r7, 3
+    add r7, r7, %tokready
+    flag.set r8, [r7], 1         # tokready[t][j] there
+next_row:
+    add r1, r1, %ntb
+    bra row
+passed:
+    add r27, r27, 1
+    blt r27, 2, pass
+    red.add %gpu, [%acct+8], r28     # acct 1: rows received (and weighted)
     exit

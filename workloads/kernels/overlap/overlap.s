@@ -149,21 +149,8 @@ rx_done:
 .smem 160KB                  # G, U [tile][n] f32 + Hq [tile][n] bf16, or Y + Yq
     wait.ge [%info+16], %epoch   # the tile table is complete
     ld r31, [%info+8]            # r31 = tiles
-    div r20, %ffn, %n_tile       # r20 = Ju
-    div r21, %hidden, %n_tile    # r21 = Jd
-    add r22, r20, r21
-    mul r22, r22, %swizzle       # r22 = jobs per block
-    stream_lag r29, %ntb, r20, r21, %hidden, %ffn, %swizzle, r4    # r29 = lag
-    add r30, r31, %swizzle
-    sub r30, r30, 1
-    div r30, r30, %swizzle       # r30 = groups
-    add r30, r30, r29
-    mul r30, r30, r22            # r30 = jobs in all blocks (the last `lag` hold down jobs only)
-    gemm_smem r8, r9, %tile_rows, %n_tile, r4, r4    # r8 = G (gate/up) or Y (down); r9 = U, or Yq (down)
-    add r10, r9, r4              # r10 = Hq
-    shl r23, %hidden, 1          # r23 = rb
-    shl r24, %ffn, 1             # r24 = Hh row bytes
-    mov r25, 0                   # r25 = rows this worker completed
+    stream_job_setup             # r20 = Ju, r21 = Jd, r22 = jobs per block, r29 = lag, r30 = jobs,
+                                 # r8 - r10 shared memory, r23 / r24 row bytes, r25 = 0
 job:
     atom.add r1, %gpu, [%jobs], 1    # r1 = my next job
     bge r1, r30, finished
@@ -181,44 +168,13 @@ gate_up:
     shl r4, r2, 3
     add r4, r4, %tilecnt
     wait.ge [r4], r13            # every row of the tile has landed
-    mul r16, r12, r23
-    add r16, r16, %recv_x        # r16 = A: the tile's rows
-    mul r17, %hidden, %n_tile
-    shl r17, r17, 1
-    weight_tile_offset r4, r14, r20, r3, r17    # r4 = offset of weight tile (expert, q)
-    add r5, r4, %wg
-    add r6, r4, %wu
-    mul r7, r13, %n_tile         # r7 = rows * n
-    # job 0 reads the rows from HBM, the others through the L2
-    swiglu_tile r8, r9, r10, r16, r5, r6, r13, %n_tile, %hidden, r7, r3, r15, 1
-    mul r4, r12, r24
-    shl r5, %n_tile, 1           # r5 = bytes of one row of a job's output
-    mul r6, r3, r5
-    add r4, r4, r6
-    add r4, r4, %hh              # r4 = Hh[first row][q * n]
-    copy2d r4, r10, r13, r5, r24, r5
-    atom.add r4, %gpu, [r11], 1  # gate/up jobs done (after the copy: the TB waited for it)
+    stream_gate_up_job %recv_x, %hh, %wg, %wu
     bra job
 # ---- down job c: Y[:, c cols] = Hh Wd_c over the full I
 down:
     sub r3, r3, r20              # r3 = output column tile c
-    wait.ge [r11], r20           # every column of Hh is there
-    mul r16, r12, r24
-    add r16, r16, %hh            # r16 = A: the tile's Hh rows
-    mul r17, %ffn, %n_tile
-    shl r17, r17, 1
-    weight_tile_offset r4, r14, r21, r3, r17
-    add r5, r4, %wd              # r5 = Wd tile (expert, c)
-    mul r7, r13, %n_tile         # r7 = rows * n
-    gemm_tile_a_l2 r8, r9, r16, r5, r13, %n_tile, %ffn, r7, r15, 1
-    mul r4, r12, r23
-    shl r5, %n_tile, 1
-    mul r6, r3, r5
-    add r4, r4, r6
-    add r4, r4, %y               # r4 = Y[first row][c * n]
-    copy2d r4, r9, r13, r5, r23, r5
-    atom.add r4, %gpu, [r11+8], 1
-    add r4, r4, 1
+    stream_down_gemm %hh, %wd
+    stream_down_store %y
     bne r4, r21, job             # not the tile's last down job
 # ---- the tile is complete: every row goes home (home words read 8 at a time; the ld.v8 into
 # r16..r23 overwrites the job constants r20..r23, restored once the tile is home)
