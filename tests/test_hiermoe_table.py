@@ -52,6 +52,7 @@ def test_table_figures_are_the_stats(tiny_run, tmp_path, capsys):
         sum(v(f"system.nic{g}.wr_wait_ticks") + v(f"system.nic{g}.doorbell_wait_ticks")
             for g in gpus) / sum(v(f"system.nic{g}.work_requests") for g in gpus) / 1e3,
         rel=1e-12)
+    assert row["wr_per_nic"] == sum(v(f"system.nic{g}.work_requests") for g in gpus) / 4
     # per level: GPU (groups of 1), node (groups of 2); rows and bytes as the stats count them
     assert [(lv[0], lv[1], lv[2]) for lv in row["dedup"]] == [(0, "gpu", 1), (1, "node", 2)]
     for i, _, _, before, after, saved in row["dedup"]:
@@ -67,3 +68,9 @@ def test_missing_config_exits_2_naming_it(tmp_path, capsys):
     assert rc == 2
     err = capsys.readouterr().err
     assert "configs/experiments/hiermoe/qwen3_30b_a3b_7_hgx_h800_x4.yaml" in err
+
+
+def test_tutel_flat_is_tutel_with_the_flat_all_to_all():
+    assert hiermoe_table.scheme_sets("tutel") == ["scheme=tutel"]
+    assert hiermoe_table.scheme_sets("tutel_flat") == ["scheme=tutel",
+                                                       "workload.layer.tutel.all_to_all=flat"]

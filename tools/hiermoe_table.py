@@ -18,8 +18,10 @@ Per run: the layer time and its phases; the speedup over megatron; per level of 
 NVLink = the GPUs' NVLink transmitters, PCIe = the GPUs' links to their NIC, IB = the NICs'
 InfiniBand transmitters: mean busy fraction over the layer time; IB credit stalls as a fraction
 of the layer time; NIC queue waits: the time a work request waited for the NIC's message rate and
-for its doorbell, ns per work request (summed over all NICs' requests / their number); and the
-MB each NIC put onto InfiniBand. The
+for its doorbell, ns per work request (summed over all NICs' requests / their number); the RDMA
+work requests (messages) each NIC started; and the MB each NIC put onto InfiniBand. Scheme
+`tutel_flat` is tutel with the flat all-to-all (`tutel` runs Tutel's 2-D hierarchical one
+across nodes). The
 deduplication table gives, per level (GPU, node), the token rows and bytes leaving their home
 group one per (token, expert) pair and one per destination group
 (`system.moe.dedup.level<i>_*`): a property of the routing and the expert placement, the same for
@@ -52,8 +54,14 @@ def run_dir(outdir, model, tokens, system, scheme):
     return Path(outdir) / f"{model}_{tokens}_{system}_{scheme}"
 
 
+# variants: a row name -> the scheme and overrides it runs with
+VARIANTS = {"tutel_flat": ["scheme=tutel", "workload.layer.tutel.all_to_all=flat"]}
+
+
 def scheme_sets(scheme):
-    return [f"scheme={scheme}"]
+    """The --set overrides of a scheme or a variant (VARIANTS: tutel_flat is tutel with the flat
+    all-to-all; plain tutel runs Tutel's 2-D hierarchical one across nodes)."""
+    return list(VARIANTS.get(scheme, [f"scheme={scheme}"]))
 
 
 def read_run(config, outdir, sets):
@@ -97,6 +105,7 @@ def level_figures(stats):
                                else (wr + db) / n_wr / 1e3),
         "ib_MB_per_nic": (None if (b := mean_of(stats, r"system\.nic\d+\.rdma_payload_bytes"))
                           is None else b / 1e6),
+        "wr_per_nic": n_wr,
     }
 
 
@@ -134,8 +143,8 @@ def format_tables(rows, schemes):
                   "",
                   "| scheme | layer us | vs megatron | mediation us | dispatch us | expert us | "
                   "combine us | NVLink busy | PCIe busy | IB busy | IB credit stall | "
-                  "NIC wait ns/WR | IB MB per NIC | pairs dropped | run |",
-                  "|---|" + "---:|" * 13 + "---|"]
+                  "NIC wait ns/WR | WRs per NIC | IB MB per NIC | pairs dropped | run |",
+                  "|---|" + "---:|" * 14 + "---|"]
         for r in part:
             speed = (base / r["layer_us"]) if base and r["layer_us"] else None
             lines.append(
@@ -145,7 +154,7 @@ def format_tables(rows, schemes):
                 f"{_f(r['combine_us'], '.1f')} | {_f(r['nvlink_busy'], '.2f')} | "
                 f"{_f(r['pcie_busy'], '.2f')} | {_f(r['ib_busy'], '.2f')} | "
                 f"{_f(r['ib_credit_stall'], '.2f')} | {_f(r['nic_wait_ns_per_wr'], '.0f')} | "
-                f"{_f(r['ib_MB_per_nic'], '.2f')} | {_f(r['dropped'], 'd')} | {r['state']} |")
+                f"{_f(r['wr_per_nic'], '.0f')} | {_f(r['ib_MB_per_nic'], '.2f')} | {_f(r['dropped'], 'd')} | {r['state']} |")
         lines.append("")
         for r in part:
             if r["hiermoe"]:
@@ -229,7 +238,7 @@ def main(argv=None):
                    **{f"{ph}_us": value(stats, f"system.moe.phase.{ph}_us")
                       for ph in ("mediation", "dispatch", "expert", "combine")},
                    **{k: None for k in ("nvlink_busy", "pcie_busy", "ib_busy", "ib_credit_stall",
-                                        "nic_wait_ns_per_wr", "ib_MB_per_nic")},
+                                        "nic_wait_ns_per_wr", "wr_per_nic", "ib_MB_per_nic")},
                    **level_figures(stats),
                    "dropped": (None if (d := value(stats, "system.moe.rows_dropped")) is None
                                else int(d)),

@@ -669,6 +669,17 @@ class TutelSchemeConfig:
                               "megatron)", 65536, min=1)
     permute_tbs: int = _f("int", "thread blocks per GPU of the encode and decode kernels "
                           "(assumption: one per SM)", 132, min=1)
+    all_to_all: str = _f("choice", "the all-to-all algorithm: flat (every GPU puts to every GPU), "
+                         "2dh (Tutel's 2-D hierarchical all-to-all, arXiv 2206.03382: a stride "
+                         "copy, an all-to-all inside the node that gathers at each GPU the rows "
+                         "bound for its local rank on every node, a second stride copy, then one "
+                         "all-to-all among the GPUs of one local rank across nodes - one IB "
+                         "message per peer node carrying all the node's GPUs' rows; needs more "
+                         "than one node and more than one GPU per node), auto (2dh on such a "
+                         "system, flat otherwise: Tutel's use_2dh option is off by default, but "
+                         "its paper evaluates 2DH at multi-node scale, where the flat algorithm "
+                         "sends GPUs-per-node times more, smaller IB messages)", "auto",
+                         choices=("auto", "flat", "2dh"))
 
 
 @attrs.frozen

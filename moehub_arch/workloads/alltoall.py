@@ -67,6 +67,29 @@ def a2a_launch(stream, table, entries, src, dst, chunk, *, wait=None, arrive=0, 
         ("done", done)))
 
 
+def a2a_group_launch(stream, table, entries, src, dst, chunk, *, span, stride, arrive=0, done=0,
+                     done_span=1):
+    """One a2a_put_group launch: the all-to-all among `span` GPUs `stride` ids apart (Tutel's 2-D
+    hierarchical all-to-all, schemes/tutel.py); `done` sets the flags of the sender's aligned
+    block of `done_span` GPUs on each peer."""
+    return LaunchConfig(kernel="a2a_put_group", grid=span, stream=stream, params=(
+        ("table", table), ("entries", entries), ("src", src), ("dst", dst), ("chunk", chunk),
+        ("span", span), ("stride", stride), ("arrive", arrive), ("done", done),
+        ("done_span", done_span)))
+
+
+def merge_adjacent(entries):
+    """(src, dst, bytes) entries with each one that continues the previous one on both sides
+    merged into it (the host copies one range where the layout allows)."""
+    out = []
+    for src, dst, n in entries:
+        if out and out[-1][0] + out[-1][2] == src and out[-1][1] + out[-1][2] == dst:
+            out[-1] = (out[-1][0], out[-1][1], out[-1][2] + n)
+        else:
+            out.append((src, dst, n))
+    return out
+
+
 def permute_launch(s, stream, tbs, *, cnt, base, out, map_, cap, host_delay=0):
     return LaunchConfig(kernel="permute_rows", grid=tbs, stream=stream, host_delay=host_delay,
                         params=(("x", "@x"), ("topk_idx", "@topk_idx"), ("cnt", cnt),

@@ -25,21 +25,27 @@ The flag_wait launches belong to no phase (a phase spans its kernels' first star
 Thread blocks: the GEMMs take every SM (one job TB each); the all-to-all and the encode/decode
 kernels need no shared memory and share the SMs.
 
+Across nodes (`workload.layer.tutel.all_to_all`, auto: on a multi-node system) both all-to-alls
+are Tutel's 2-D hierarchical all-to-all (class TwoDH below): an all-to-all inside the node, then
+one among the GPUs of one local rank across nodes, with a stride copy before each.
+
 What it leaves out: zeroing the padding of the send buffer each call (E x C x H x 2 bytes of HBM
-writes; here it starts zero), Tutel's 2-D hierarchical all-to-all (one NVLink domain here), its
-dynamic capacity (capacity_factor <= 0) and adaptive parallelism switching; which pairs overflow
-an expert follows the order its atomic cursor serves them, not Tutel's slot-priority order (the
-number dropped per expert and source is the same).
+writes; here it starts zero), its dynamic capacity (capacity_factor <= 0) and adaptive
+parallelism switching; which pairs overflow an expert follows the order its atomic cursor
+serves them, not Tutel's slot-priority order (the number dropped per expert and source is the
+same).
 """
 import math
 
 import numpy as np
 
-from ..alltoall import (ENTRY_BYTES, KERNELS as A2A_KERNELS, PhasedLaunches, a2a_launch,
-                        entries_preset, flag_set_launch, flag_wait_launch, gather_launch,
-                        i64_preset, permute_launch)
+from ..alltoall import (ENTRY_BYTES, KERNELS as A2A_KERNELS, PhasedLaunches, a2a_group_launch,
+                        a2a_launch, copy_launch, entries_preset, flag_set_launch,
+                        flag_wait_launch, gather_launch, i64_preset, merge_adjacent, permute_launch,
+                        split_pieces)
 from ..layer import (GROUPED_KERNELS, SHARED_KERNELS, LayerError, SchemePlan, _buf,
                      combine_launch, grouped_gemm_launches, shared_expert_launches)
+from .deepep import node_gpus
 
 
 def capacity(T, k, E, factor, chunks):
@@ -53,6 +59,161 @@ def expected_drops(topk_idx, E, C):
     P = topk_idx.shape[0]
     n = np.stack([np.bincount(topk_idx[g].reshape(-1), minlength=E) for g in range(P)])
     return int(np.maximum(n - C, 0).sum())
+
+
+# the all-to-all kernels of each algorithm (phases: the launches' own phase decides)
+A2A_STEPS = {False: ("a2a_put",), True: ("copy_chunks", "a2a_put_group")}
+
+
+def all_to_all_2dh(choice, P, G):
+    """Whether workload.layer.tutel.all_to_all selects the 2-D hierarchical all-to-all on a system
+    of P GPUs, G per node."""
+    possible = G < P and G > 1
+    if choice == "2dh" and not possible:
+        raise LayerError(f"workload.layer.tutel.all_to_all: 2dh needs more than one node and more "
+                         f"than one GPU per node (Tutel falls back to the flat all-to-all there; "
+                         f"say flat or auto), found {P // G} node(s) of {G} GPU(s)")
+    return possible and choice != "flat"
+
+
+class TwoDH:
+    """Tables, buffers and launches of Tutel's 2-D hierarchical all-to-all (2DH, arXiv 2206.03382
+    section 4; the released implementation is tutel's nccl_all_to_all_2d_async) for one layer:
+    per capacity slice c, in each direction, on GPU x = (node Nx, local rank Lx) of N nodes x G:
+
+      A  stride copy: the slice's blocks (El x Cc rows per destination GPU) reordered from
+         destination-GPU order [Nd][Ld] to local-rank order [Ld][Nd] (staging S1), so that the
+         blocks bound for one local rank on every node are contiguous
+      B  all-to-all inside the node (a2a_put_group, span G): S1[L] -> GPU (Nx, L) at R1[Lx]
+      C  stride copy on the receiving GPU, once every local peer's block is in: R1[source local
+         rank][Nd] -> S2[Nd][...] (node-major), so that everything bound for one node is contiguous
+      D  all-to-all among the GPUs of local rank Lx on the N nodes (span N, stride G): one range
+         per peer node (G x El x Cc rows: every GPU of the node), cut into a2a_chunk_bytes puts -
+         G times fewer and G times larger InfiniBand messages than the flat all-to-all's
+
+    Dispatch: S2's node block is laid out [le][source local rank][Cc] and D puts each local
+    expert's G x Cc rows straight into tu_recv's [le][source GPU][Cc] layout (the sources of one
+    node are adjacent there: El ranges per peer node). Combine: D lands node blocks in the home
+    GPU's source-major staging R2 [expert GPU][le][Cc], and a last copy (E) puts each slice into
+    tu_ret's [E][C] rows; with one slice R2 is tu_ret itself (no E). The stride copies are real
+    HBM copies, as in Tutel (NCCL sends contiguous buffers); what Tutel does with its output's
+    layout change (a reshape copy) is folded into D's puts in the dispatch, as in the flat path.
+    The copies use the encode's thread blocks (copy_tbs), pieces of at most a2a_chunk_bytes.
+    """
+
+    def __init__(self, P, G, El, C, Cc, n, rb, piece, copy_tbs):
+        self.P, self.G, self.N, self.El, self.C, self.Cc, self.n = P, G, P // G, El, C, Cc, n
+        self.rb, self.piece, self.copy_tbs = rb, piece, copy_tbs
+        self.u = Cc * rb                               # one (GPU pair, local expert) block
+        self.slice = El * P * self.u                   # one slice of every staging buffer
+        G, N, El, u, sl = self.G, self.N, self.El, self.u, self.slice
+        self.copies = {}                               # table name -> ([P][n*K][3], K)
+        self.group = {}                                # table name -> ([P][n*span*e][3], e)
+        A, Cd, A2, C2, E2 = ([[[] for _ in range(n)] for _ in range(P)] for _ in range(5))
+        for x in range(P):
+            for c in range(n):
+                o = c * sl
+                for d in range(P):
+                    Nd, Ld = divmod(d, G)
+                    for le in range(El):
+                        # dispatch A: tu_send [E][C] -> S1 [Ld][Nd][le]
+                        A[x][c].append((((d * El + le) * C + c * Cc) * rb,
+                                        o + ((Ld * N + Nd) * El + le) * u, u))
+                        # combine A: tu_ye [c][le][src] -> S1 [Ls][Ns][le] (d: the home GPU)
+                        A2[x][c].append((o + (le * P + d) * u,
+                                         o + ((Ld * N + Nd) * El + le) * u, u))
+                        # combine E: R2 [expert GPU d][le] -> tu_ret [E][C]
+                        E2[x][c].append((o + (d * El + le) * u,
+                                         ((d * El + le) * C + c * Cc) * rb, u))
+                for g in range(G):
+                    for m in range(N):
+                        for le in range(El):
+                            r1 = o + ((g * N + m) * El + le) * u
+                            # dispatch C: R1 [g][Nd][le] -> S2 [Nd][le][g]
+                            Cd[x][c].append((r1, o + ((m * El + le) * G + g) * u, u))
+                            # combine C: R1 [g][Ns][le] -> S2 [Ns][g][le]
+                            C2[x][c].append((r1, o + ((m * G + g) * El + le) * u, u))
+        for name, t in (("tu_h_a", A), ("tu_h_c", Cd), ("tu_h_ca", A2), ("tu_h_cc", C2),
+                        ("tu_h_ce", E2)):
+            per_slice = [[split_pieces(merge_adjacent(t[x][c]), piece) for c in range(n)]
+                         for x in range(P)]
+            K = max(1, max(len(e) for rows in per_slice for e in rows))
+            self.copies[name] = ([sum((pad_to(e, K) for e in rows), []) for rows in per_slice],
+                                 K)
+        B, D, D2 = ([] for _ in range(3))
+        for x in range(P):
+            Nx, Lx = divmod(x, G)
+            B.append([(c * sl + j * N * El * u, c * sl + Lx * N * El * u, N * El * u)
+                      for c in range(n) for j in range(G)])
+            D.append([(c * sl + (m * El + le) * G * u, c * sl + (le * P + Nx * G) * u, G * u)
+                      for c in range(n) for m in range(N) for le in range(El)])
+            # R2 [expert GPU][le] per slice; with one slice tu_ret [E][C] itself (C = Cc)
+            D2.append([(c * sl + m * G * El * u, (c * sl if n > 1 else 0) + Nx * G * El * u,
+                        G * El * u) for c in range(n) for m in range(N)])
+        self.group = {"tu_h_b": (B, 1), "tu_h_d": (D, El), "tu_h_cd": (D2, 1)}
+
+    def buffers(self):
+        n, sl = self.n, self.slice
+        out = [_buf(f"tu_h_{b}", n * sl, dtype="bf16") for b in ("s1", "r1", "s2", "cs1", "cr1",
+                                                                 "cs2")]
+        if n > 1:
+            out.append(_buf("tu_h_cr2", n * sl, dtype="bf16"))
+        out.append(_buf("tu_h_arr", 3 * n * 8, region="control", dtype="i64"))
+        for name, (rows, _) in list(self.copies.items()) + list(self.group.items()):
+            out.append(_buf(name, len(rows[0]) * ENTRY_BYTES + 64, region="control",
+                            dtype="i64"))                 # + 64: ld.v8
+        return out
+
+    def presets(self):
+        return {name: entries_preset(rows)
+                for name, (rows, _) in list(self.copies.items()) + list(self.group.items())}
+
+    def _copy(self, stream, name, c, src, dst, wait=None):
+        K = self.copies[name][1]
+        return copy_launch(stream, min(self.copy_tbs, K), f"@{name} + {c * K * ENTRY_BYTES}", K,
+                           src, dst, wait=wait)
+
+    def _group(self, stream, name, c, src, dst, intra, **kw):
+        span, stride = (self.G, 1) if intra else (self.N, self.G)
+        e = self.group[name][1]
+        return a2a_group_launch(stream, f"@{name} + {c * span * e * ENTRY_BYTES}", e, src, dst,
+                                self.piece, span=span, stride=stride, **kw)
+
+    def _arr(self, i, c):
+        return f"@tu_h_arr + {8 * (i * self.n + c)}"
+
+    def dispatch_launches(self, c):
+        """Stream 0, slice c: A, B, C (once the node's G blocks are in), D (its arrivals counted
+        in tu_arrive[c]: N per slice)."""
+        return [self._copy(0, "tu_h_a", c, "@tu_send", "@tu_h_s1"),
+                self._group(0, "tu_h_b", c, "@tu_h_s1", "@tu_h_r1", True, arrive=self._arr(0, c)),
+                self._copy(0, "tu_h_c", c, "@tu_h_r1", "@tu_h_s2", wait=(self._arr(0, c), self.G)),
+                self._group(0, "tu_h_d", c, "@tu_h_s2", "@tu_recv", False,
+                            arrive=f"@tu_arrive + {8 * c}")]
+
+    def combine_launches(self, c):
+        """Stream 3, slice c (after its GEMM): A, B, C, D; the last slice's D raises done[] for
+        every GPU of the sender's node on each peer (their rows came with it)."""
+        last = c == self.n - 1
+        return [self._copy(3, "tu_h_ca", c, "@tu_ye", "@tu_h_cs1"),
+                self._group(3, "tu_h_b", c, "@tu_h_cs1", "@tu_h_cr1", True,
+                            arrive=self._arr(1, c)),
+                self._copy(3, "tu_h_cc", c, "@tu_h_cr1", "@tu_h_cs2",
+                           wait=(self._arr(1, c), self.G)),
+                self._group(3, "tu_h_cd", c, "@tu_h_cs2", "@tu_h_cr2" if self.n > 1 else "@tu_ret",
+                            False, arrive=self._arr(2, c), done="@done" if last else 0,
+                            done_span=self.G)]
+
+    def combine_unstage_launches(self):
+        """Stream 3, after every slice's D: E per slice, once its N node blocks are in."""
+        if self.n == 1:
+            return []
+        return [self._copy(3, "tu_h_ce", c, "@tu_h_cr2", "@tu_ret", wait=(self._arr(2, c), self.N))
+                for c in range(self.n)]
+
+
+def pad_to(entries, K):
+    return list(entries) + [(0, 0, 0)] * (K - len(entries))
 
 
 def plan(layer):
@@ -71,6 +232,8 @@ def plan(layer):
     nsm = cfg.system.gpu.num_sms
     tbs, piece = opts.permute_tbs, opts.a2a_chunk_bytes
     slice_bytes = El * P * Cc * rb                     # one slice of tu_recv / tu_ye
+    G = node_gpus(cfg)
+    two_d = all_to_all_2dh(opts.all_to_all, P, G)
 
     fwd = np.zeros((P, n, P, El, 3), np.int64)         # [gpu][slice][peer][le]
     bwd = np.zeros((P, n, P, El, 3), np.int64)
@@ -109,12 +272,21 @@ def plan(layer):
         add(launch, "expert")
     add(permute_launch(s, 0, tbs, cnt="@tu_cnt", base="@tu_base", out="@tu_send",
                        map_="@tu_map", cap=C), "dispatch")
-    for c in range(n):
-        add(a2a_launch(0, f"@tu_fwd + {c * table_bytes}", El, "@tu_send", "@tu_recv", piece,
-                       arrive=f"@tu_arrive + {8 * c}"), "dispatch")
+    if two_d:
+        hd = TwoDH(P, G, El, C, Cc, n, rb, piece, min(nsm, tbs))
+        buffers += hd.buffers()
+        presets.update(hd.presets())
+        for c in range(n):
+            for launch in hd.dispatch_launches(c):
+                add(launch, "dispatch")
+    else:
+        for c in range(n):
+            add(a2a_launch(0, f"@tu_fwd + {c * table_bytes}", El, "@tu_send", "@tu_recv", piece,
+                           arrive=f"@tu_arrive + {8 * c}"), "dispatch")
     gbufs = []
     for c in range(n):
-        add(flag_wait_launch(2, f"@tu_arrive + {8 * c}", P), "")   # waits: in no phase
+        # waits: in no phase (2dh: the inter-node step brings every slice from N peers)
+        add(flag_wait_launch(2, f"@tu_arrive + {8 * c}", P // G if two_d else P), "")
         gbufs, gemm = grouped_gemm_launches(s, 2, nsm, "tu_rows", f"tu_recv + {c * slice_bytes}",
                                             f"tu_ye + {c * slice_bytes}", P * Cc)
         for launch in gemm:
@@ -122,8 +294,15 @@ def plan(layer):
         add(flag_set_launch(2, f"@tu_done + {8 * c}", 1), "expert")
     for c in range(n):
         add(flag_wait_launch(3, f"@tu_done + {8 * c}", 1), "")
-        add(a2a_launch(3, f"@tu_bwd + {c * table_bytes}", El, "@tu_ye", "@tu_ret", piece,
-                       done="@done" if c == n - 1 else 0), "combine")
+        if two_d:
+            for launch in hd.combine_launches(c):
+                add(launch, "combine")
+        else:
+            add(a2a_launch(3, f"@tu_bwd + {c * table_bytes}", El, "@tu_ye", "@tu_ret", piece,
+                           done="@done" if c == n - 1 else 0), "combine")
+    if two_d:
+        for launch in hd.combine_unstage_launches():
+            add(launch, "combine")
     add(gather_launch(s, 3, tbs, map_="@tu_map", src="@tu_ret"), "combine")
     add(combine_launch(s, cfg, stream=3), "combine")
 
@@ -135,6 +314,11 @@ def plan(layer):
                          for g in range(P)])
 
     def extra_stats(sim, layer):
+        if G < P:                                  # multi-node: where the choice applies
+            sim.stats.add("system.moe.tutel.all_to_all_2dh", int(two_d), "count",
+                          "1 when the all-to-alls are Tutel's 2-D hierarchical ones (inside "
+                          "the node, then among the GPUs of one local rank across nodes), "
+                          "0 flat")
         sim.stats.add("system.moe.tutel.capacity", C, "count",
                       "rows each expert takes from one source GPU (capacity_factor x tokens x "
                       "top-k / experts, rounded up to a multiple of chunks)")
@@ -145,9 +329,9 @@ def plan(layer):
         buffers=tuple(buffers + gbufs + sbufs), launches=tuple(plan_launches.launches),
         kernel_files=(A2A_KERNELS,), presets=presets, n_tile=s.n_tile,
         phases={"mediation": (),
-                "dispatch": ("permute_rows", "a2a_put"),
+                "dispatch": ("permute_rows",) + A2A_STEPS[two_d],
                 "expert": GROUPED_KERNELS + ("flag_set",) + SHARED_KERNELS,
-                "combine": ("a2a_put", "gather_rows", "moe_combine")},
+                "combine": A2A_STEPS[two_d] + ("gather_rows", "moe_combine")},
         launch_phases=tuple(plan_launches.phases),
         checked_accounting=("sent", "computed", "combined"),
         unchecked_why="the all-to-all moves fixed-capacity blocks, padding included",

@@ -74,6 +74,39 @@ end:
     red.add %gpu, [%acct+48], r5     # acct word 6: pairs dropped (capacity overflow)
     exit
 
+# put_ranges peer, index: put the `entries` table entries of table row `index` (at %table +
+# index * entries * 32) to GPU `peer` (ranges relative to %src and %dst, cut into puts of at most
+# %chunk bytes), fence (every put landed), then add 1 to the peer's %arrive word if it is not 0.
+# Uses r2-r7, r16-r23.
+.macro put_ranges peer, index
+    mul r2, \index, %entries
+    shl r2, r2, 5
+    add r2, r2, %table           # r2 = the row's first entry
+    mov r3, 0
+entry_\@:
+    bge r3, %entries, sent_\@
+    ld.v8 r16, [r2]              # r16 source offset, r17 destination offset, r18 bytes
+    add r4, r16, %src
+    add r5, r17, %dst
+piece_\@:
+    ble r18, 0, next_entry_\@
+    min r6, r18, %chunk
+    put \peer, r5, r4, r6
+    add r4, r4, r6
+    add r5, r5, r6
+    sub r18, r18, r6
+    bra piece_\@
+next_entry_\@:
+    add r2, r2, 32
+    add r3, r3, 1
+    bra entry_\@
+sent_\@:
+    fence                        # every put of this TB landed
+    beq %arrive, 0, arrived_\@
+    atom.add r7, \peer, [%arrive], 1
+arrived_\@:
+.endm
+
 # a2a_put: an all-to-all of contiguous byte ranges (NCCL's alltoall / alltoallv: a send and a
 # receive per peer, the own range a local copy). Grid = ngpu: TB b serves peer
 # r = (gpu + 1 + b) % ngpu, walking its `entries` table entries (table + (r * entries + i) * 32)
@@ -96,32 +129,7 @@ go:
     add r1, %gpu, 1
     add r1, r1, %tb
     rem r1, r1, %ngpu            # r1 = peer
-    mul r2, r1, %entries
-    shl r2, r2, 5
-    add r2, r2, %table           # r2 = its first entry
-    mov r3, 0
-entry:
-    bge r3, %entries, sent
-    ld.v8 r16, [r2]              # r16 source offset, r17 destination offset, r18 bytes
-    add r4, r16, %src
-    add r5, r17, %dst
-piece:
-    ble r18, 0, next_entry
-    min r6, r18, %chunk
-    put r1, r5, r4, r6
-    add r4, r4, r6
-    add r5, r5, r6
-    sub r18, r18, r6
-    bra piece
-next_entry:
-    add r2, r2, 32
-    add r3, r3, 1
-    bra entry
-sent:
-    fence                        # every put of this TB landed
-    beq %arrive, 0, flag
-    atom.add r7, r1, [%arrive], 1
-flag:
+    put_ranges r1, r1
     beq %done, 0, end
     shl r8, %gpu, 3
     add r8, r8, %done
@@ -204,4 +212,46 @@ end:
 .param addr
 .param value
     st [%addr], %value
+    exit
+
+# a2a_put_group: a2a_put among a group of `span` GPUs whose ids are `stride` apart (Tutel's 2-D
+# hierarchical all-to-all, schemes/tutel.py: stride 1 and span = GPUs per node for the intra-node
+# step, stride = GPUs per node and span = nodes for the inter-node step among GPUs of one local
+# rank). My index in the group is i = (gpu / stride) % span; grid = span: TB b serves the member
+# of index j = (i + 1 + b) % span (the last TB itself, a local copy), walking its `entries` table
+# entries at table + (j * entries + e) * 32. After the fence it adds 1 to the peer's `arrive` word
+# (if not 0) and, with `done` not 0, sets done[h] = 1 on the peer for the `done_span` GPUs h of my
+# aligned block of that many ids (the GPUs whose rows this step brought in).
+.kernel a2a_put_group
+.param table
+.param entries
+.param src
+.param dst
+.param chunk
+.param span
+.param stride
+.param arrive
+.param done
+.param done_span
+    div r9, %gpu, %stride
+    rem r9, r9, %span            # r9 = my index in the group
+    mul r10, r9, %stride
+    sub r10, %gpu, r10           # r10 = the group's first GPU
+    add r11, r9, 1
+    add r11, r11, %tb
+    rem r11, r11, %span          # r11 = the peer's index in the group
+    mul r1, r11, %stride
+    add r1, r1, r10              # r1 = peer
+    put_ranges r1, r11
+    beq %done, 0, end
+    rem r8, %gpu, %done_span
+    sub r8, %gpu, r8             # r8 = first GPU of my done block
+    add r9, r8, %done_span
+tell:
+    shl r10, r8, 3
+    add r10, r10, %done
+    flag.set r1, [r10], 1
+    add r8, r8, 1
+    blt r8, r9, tell
+end:
     exit
