@@ -20,7 +20,11 @@ import json, sys
 sys.path.insert(0, {tests!r})
 from conftest import load
 from moehub_arch.simulation import Simulation
-from moehub_arch.components.l2 import l2_operand_read
+from moehub_arch.components.l2 import l2_operand_read_span
+
+
+def l2_operand_read(st, g, addr, nbytes, tick, pace_ticks, marked):
+    return l2_operand_read_span(st, g, addr, nbytes, nbytes, tick, pace_ticks, marked)   # dense
 
 KIB = 1024
 
