@@ -379,34 +379,37 @@ def write_word(st, g, addr, value):
 
 
 @compiled
+def functional_transfer(st, src_addr, dst_addr, nbytes, slot):
+    """Whether a functional transfer of nbytes from src_addr to dst_addr moves data: not when the
+    destination is unbacked (timing-mode data region: only sizes matter there); an unbacked
+    source into a backed destination would silently produce zeros, so it is an error instead."""
+    if not hbm_backed(st, dst_addr, nbytes):
+        return False
+    if not hbm_backed(st, src_addr, nbytes):
+        raise_error(st, ERR_UNBACKED_COPY, slot, src_addr)
+        return False
+    return True
+
+
+@compiled
 def move_bytes(st, src_gpu, src_addr, dst_gpu, dst_addr, nbytes, slot):
     """Functional data movement between HBM locations (possibly on two GPUs).
 
-    Unbacked destinations (timing-mode data region) are skipped: only sizes matter there. Copying
-    unbacked source bytes into the backed control region would silently produce zeros, so it is an
-    error instead.
+    Unbacked destinations are skipped and unbacked sources are an error (functional_transfer).
     """
-    if not hbm_backed(st, dst_addr, nbytes):
-        return
-    if not hbm_backed(st, src_addr, nbytes):
-        raise_error(st, ERR_UNBACKED_COPY, slot, src_addr)
-        return
-    copy_overlapping(st.hbm_mem[dst_gpu, dst_addr:dst_addr + nbytes],
-                     st.hbm_mem[src_gpu, src_addr:src_addr + nbytes], nbytes)
+    if functional_transfer(st, src_addr, dst_addr, nbytes, slot):
+        copy_overlapping(st.hbm_mem[dst_gpu, dst_addr:dst_addr + nbytes],
+                         st.hbm_mem[src_gpu, src_addr:src_addr + nbytes], nbytes)
 
 
 @compiled
 def update_bytes_bf16(st, src_gpu, src_addr, dst_gpu, dst_addr, nbytes, slot):
     """Functional near-memory update (put.add.bf16): the bf16 elements at dst_addr on dst_gpu +=
     those at src_addr on src_gpu (fp32 add, one rounding to bf16). Unbacked destinations are
-    skipped and unbacked sources are an error, as in move_bytes."""
-    if not hbm_backed(st, dst_addr, nbytes):
-        return
-    if not hbm_backed(st, src_addr, nbytes):
-        raise_error(st, ERR_UNBACKED_COPY, slot, src_addr)
-        return
-    add_elements_bf16(st.hbm_mem[dst_gpu, dst_addr:dst_addr + nbytes],
-                      st.hbm_mem[src_gpu, src_addr:src_addr + nbytes], nbytes)
+    skipped and unbacked sources are an error (functional_transfer)."""
+    if functional_transfer(st, src_addr, dst_addr, nbytes, slot):
+        add_elements_bf16(st.hbm_mem[dst_gpu, dst_addr:dst_addr + nbytes],
+                          st.hbm_mem[src_gpu, src_addr:src_addr + nbytes], nbytes)
 
 
 @compiled
