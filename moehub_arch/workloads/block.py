@@ -114,8 +114,12 @@ SP_SCHEMES = ("sp_ring", "sp_nvls", "cais")  # sequence parallelism: norms and r
 NVLS_SCHEMES = ("tp_nvls", "sp_nvls")       # collectives in the switch (multimem)
 TRANSFORMER_KERNELS = "workloads/kernels/tp/transformer.s"
 BACKWARD_KERNELS = "workloads/kernels/tp/ffn_backward.s"
+BLOCK_BACKWARD_KERNELS = "workloads/kernels/tp/block_backward.s"   # attention + norms backward
 TRAINING_SCHEMES = ("tp_ring", "tp_nvls", "tp_none")   # workload.block.passes: training
-BACKWARD_PHASES = ("ffn_bwd_act", "ffn_dgrad", "ffn_wgrad", "dx_allreduce")
+FFN_BACKWARD_PHASES = ("ffn_bwd_act", "ffn_dgrad", "ffn_wgrad")
+ATTENTION_BACKWARD_PHASES = ("o_proj_dgrad", "o_proj_wgrad", "attention_bwd", "qkv_dgrad",
+                             "qkv_wgrad")
+BACKWARD_PHASES = FFN_BACKWARD_PHASES + ATTENTION_BACKWARD_PHASES + ("norm_bwd", "dx_allreduce")
 BLOCK_DIR = "workloads/blocks"
 KEY = "workload.block"
 _MODEL_KEYS = ("name", "hidden", "ffn", "heads", "layers", "seq", "batch", "norm", "norm_eps")
@@ -216,6 +220,9 @@ class BlockShape:
     qkv_n: int = 0      # GEMM column job of the QKV projection (divides head_dim)
     o_n: int = 0        # GEMM column job of the output projection (divides hidden)
     norm_rows: int = 0  # rows per norm / residual block
+    norm_bwd_rows: int = 0   # passes training: rows per block of the norms' backward
+    proj_kn: int = 0    # passes training: column job of the QKV projection's dgrad / wgrad (of H)
+    o_kn: int = 0       # passes training: column job of the output projection's (of H / t heads)
     t3_rows: int = 0    # scheme t3: rows of the fused GEMM's row tiles (divides tokens / t)
 
 
@@ -281,11 +288,11 @@ def block_shape(cfg):
     if b.scheme in NVLS_SCHEMES + ("cais",) and t == 1:
         raise BlockError(f"{KEY}.scheme: {b.scheme} reduces in the NVSwitch over a multicast "
                          f"group of t > 1 GPUs, but {KEY}.tp is 1; use tp_none")
-    if b.passes == "training" and (b.kind != "ffn" or b.scheme not in TRAINING_SCHEMES):
-        raise BlockError(f"{KEY}.passes: training (forward + backward) is built for kind ffn "
-                         f"with schemes {', '.join(TRAINING_SCHEMES)} (here kind {b.kind}, "
-                         f"scheme {b.scheme}); the attention block's backward and the other "
-                         f"schemes' are not built: use passes: forward")
+    if b.passes == "training" and b.scheme not in TRAINING_SCHEMES:
+        raise BlockError(f"{KEY}.passes: training (forward + backward) is built for schemes "
+                         f"{', '.join(TRAINING_SCHEMES)} (here scheme {b.scheme}); the backward "
+                         f"of the sequence-parallel, cais and t3 schemes is not built: use "
+                         f"passes: forward")
     for name, v in (("heads", m.heads), ("hidden", m.hidden), ("ffn", m.ffn)):
         if v % t:
             raise BlockError(f"{KEY}.tp: {t} does not divide {m.name}'s {name} ({v}); tensor "
@@ -309,6 +316,8 @@ def block_shape(cfg):
     extra = {}
     if b.kind != "ffn":
         extra = _attention_shape(b, m, t, tokens, b.scheme in SP_SCHEMES)
+        if b.passes == "training":
+            extra.update(_attention_backward_shape(b, m, t, tokens, extra))
     if b.scheme == "t3":
         extra["t3_rows"] = _t3_rows(b, tokens, t)
     return BlockShape(model=m.name, kind=b.kind, tp=t, tokens=tokens, hidden=m.hidden,
@@ -363,6 +372,30 @@ def _attention_shape(b, m, t, tokens, sp):
                 attn_tile=tile, qkv_n=qkv_n, o_n=o_n, norm_rows=rows)
 
 
+ATTENTION_BWD_SMEM = 224 * 1024   # .smem of the backward kernels (tp/block_backward.s)
+
+
+def _attention_backward_shape(b, m, t, tokens, fwd):
+    """passes training, kinds attention and transformer: the backward kernels' tiles and the
+    errors a user can act on."""
+    tile, dh, H = fwd["attn_tile"], fwd["head_dim"], m.hidden
+    need = 16 + 14 * tile * dh + 14 * tile * tile + 12 * tile   # lib/attention_backward.s
+    if need > ATTENTION_BWD_SMEM:
+        raise BlockError(f"{KEY}.attention_tile: the attention backward's tiles of {tile} rows "
+                         f"with head dim {dh} need {need} B of shared memory, more than its "
+                         f"kernels' {ATTENTION_BWD_SMEM} B; use a smaller tile for training")
+    rows = 1     # the norms' backward: a power of two dividing tokens, at least one block per TB
+    while tokens % (rows * 2) == 0 and tokens // (rows * 2) >= b.gemm_tbs and \
+            16 + 16 * H + 12 * rows * 2 * H + 24 * rows <= ATTENTION_BWD_SMEM:
+        rows *= 2
+    if 16 + 16 * H + 12 * H + 12 > ATTENTION_BWD_SMEM:
+        raise BlockError(f"{m.name}: hidden {H} is too wide for the norm backward's "
+                         f"{ATTENTION_BWD_SMEM} B of shared memory")
+    ht = H // t
+    return dict(norm_bwd_rows=rows, proj_kn=_gemm_n(H, b.tile_rows, H),
+                o_kn=_gemm_n(ht, b.tile_rows, ht))
+
+
 class TransformerBlock:
     """The generated block of one run; same interface as the MoE layer (simulation.py)."""
 
@@ -399,9 +432,12 @@ class TransformerBlock:
         self.training = cfg.workload.block.passes == "training"
         if self.training:
             self.kernel_files.append(BACKWARD_KERNELS)
+            if s.kind != "ffn":
+                self.kernel_files.append(BLOCK_BACKWARD_KERNELS)
         if s.kind == "ffn":
             self.output = self._ffn("x", "")
             if self.training:
+                self._buffer("dy", T * H * 2)   # functional mode: preset, the same on every GPU
                 self.dx = self._ffn_backward("x")
         else:
             self._buffer("x", T * H * 2)
@@ -412,6 +448,8 @@ class TransformerBlock:
                 self._norm(h1, "hn", "2")
                 y = self._ffn("hn", "2")
                 self.output = self._residual(h1, y, "out")
+            if self.training:
+                self.dx = self._block_backward(h1)
         self._check_fits()
 
     # ---- generation --------------------------------------------------------------------------
@@ -596,7 +634,6 @@ class TransformerBlock:
         gradient of the block output, is replicated as the output is."""
         s, tbs = self.shape, self.cfg.workload.block.gemm_tbs
         T, H, I, n = s.tokens, s.hidden, s.ffn_t, s.n_tile
-        self._buffer("dy", T * H * 2)     # functional mode: preset, the same on every GPU
         self._buffer("dg", T * I * 2)
         self._buffer("du", T * I * 2)
         self._buffer("dxr", T * H * 2)
@@ -617,6 +654,75 @@ class TransformerBlock:
         dx = self._allreduce("dxr", "_dx")
         for i in range(first, len(self.launches)):
             self.phases[i] = "dx_allreduce"
+        return dx
+
+    def _block_backward(self, h1):
+        """The backward of kinds attention and transformer (tp/block_backward.s, and for the
+        transformer's FFN tp/ffn_backward.s), in autograd's order, given dy (the gradient of the
+        block output, replicated as the output is): [the FFN's backward and the all-reduce of its
+        dX_r, then norm 2's backward plus dy, the residual path: dh1] -> the output projection's
+        dgrad (no collective: its forward is row-parallel) and wgrad -> the attention backward
+        (D and dQ, then dK and dV) -> the QKV projection's dgrad and wgrad -> the all-reduce of
+        dxn_r (the backward of the column-parallel QKV's input copy) -> norm 1's backward plus
+        dh1: dx. Returns dx's buffer."""
+        s, tbs = self.shape, self.cfg.workload.block.gemm_tbs
+        T, H, dh, ht = s.tokens, s.hidden, s.head_dim, s.heads_t * s.head_dim
+        dy = self._buffer("dy", T * H * 2)     # functional mode: preset, the same on every GPU
+        dh1 = dy
+        if s.kind == "transformer":
+            dhn = self._ffn_backward("hn")
+            dh1 = self._norm_backward(h1, dhn, dy, "2", "dh1")
+        self._buffer("dao", T * ht * 2)
+        self._buffer("dw_o", ht * H * 4, dtype="f32")
+        self._proj_backward("o_proj", "ao", dh1, "w_o", "dao", "dw_o", ht, H, s.o_n, s.o_kn, H)
+        self._buffer("dqkv", T * 3 * ht * 2)
+        self._buffer("d_stat", s.heads_t * T * 4, dtype="f32")
+        params = (("qkv", "@qkv"), ("out", "@ao"), ("dout", "@dao"), ("dqkv", "@dqkv"),
+                  ("mask", "@mask"), ("consts", "@consts"), ("m_stat", "@m_stat"),
+                  ("l_stat", "@l_stat"), ("d_stat", "@d_stat"), ("seq", s.seq),
+                  ("batch", s.batch), ("heads", s.heads_t), ("dh", dh), ("tile", s.attn_tile))
+        self._launch("attention_bwd", "attention_bwd_dq", tbs, params)
+        self._launch("attention_bwd", "attention_bwd_dkdv", tbs, params)
+        self._buffer("dxnr", T * H * 2)
+        self._buffer("dw_qkv", H * 3 * ht * 4, dtype="f32")
+        self._proj_backward("qkv", "xn", "dqkv", "w_qkv", "dxnr", "dw_qkv", H, 3 * ht, s.qkv_n,
+                            s.proj_kn, dh)
+        first = len(self.launches)
+        dxn = self._allreduce("dxnr", "_dxn")
+        for i in range(first, len(self.launches)):
+            self.phases[i] = "dx_allreduce"
+        return self._norm_backward("x", dxn, dh1, "1", "dx")
+
+    def _proj_backward(self, phase, a, dy, w, dx, dw, k, ncols, n, kn, group):
+        """The backward of tp_gemm's Y = A W (Y in blocks of [T][group]): dX = dY W^T (tp_dgrad)
+        and dW = A^T dY in fp32 (tp_wgrad)."""
+        s, tbs = self.shape, self.cfg.workload.block.gemm_tbs
+        shape = (("tokens", s.tokens), ("k", k), ("ncols", ncols), ("n_tile", n), ("kn", kn))
+        self._launch(f"{phase}_dgrad", "tp_dgrad", tbs, (
+            ("dy", f"@{dy}"), ("w", f"@{w}"), ("dx", f"@{dx}")) + shape +
+            (("tile_rows", s.tile_rows), ("group", group)))
+        self._launch(f"{phase}_wgrad", "tp_wgrad", tbs, (
+            ("a", f"@{a}"), ("dy", f"@{dy}"), ("dw", f"@{dw}")) + shape + (("group", group),))
+
+    def _norm_backward(self, x, dy, resid, which, dx):
+        """Norm `which`'s backward plus the residual path's gradient `resid` (tp_norm_bwd), then
+        the sum of the thread blocks' parameter-gradient partials (norm_grad_reduce) into
+        dnorm<which> (fp32 [2][H]: dgain, dbias). Returns dx's buffer."""
+        s, tbs = self.shape, self.cfg.workload.block.gemm_tbs
+        T, H = s.tokens, s.hidden
+        self._buffer(dx, T * H * 2)
+        part = self._buffer(f"norm{which}_part", tbs * 2 * H * 4, dtype="f32")
+        grad = self._buffer(f"dnorm{which}", 2 * H * 4, dtype="f32")
+        self._launch("norm_bwd", "tp_norm_bwd", tbs, (
+            ("x", f"@{x}"), ("dy", f"@{dy}"), ("resid", f"@{resid}"), ("dx", f"@{dx}"),
+            ("gain", f"@norm{which}_gain"), ("bias", f"@norm{which}_bias"),
+            ("consts", "@consts"), ("part", f"@{part}"), ("tokens", T), ("hidden", H),
+            ("rows", s.norm_bwd_rows), ("layernorm", int(self.model.norm == "layernorm"))))
+        chunk = max(c for c in (8, 16, 32, 64, 128, 256)
+                    if (2 * H) % c == 0 and tbs * c * 4 <= ATTENTION_BWD_SMEM)
+        self._launch("norm_bwd", "norm_grad_reduce", tbs, (
+            ("part", f"@{part}"), ("grad", f"@{grad}"), ("parts", tbs), ("elems", 2 * H),
+            ("chunk", chunk)))
         return dx
 
     def _norm(self, x, y, which):
@@ -666,10 +772,15 @@ class TransformerBlock:
             self._gemm("qkv", "xn", "w_qkv", "qkv", H, 3 * ht, s.qkv_n, dh)
         self._buffer("mask", tile * tile * 4, dtype="f32")
         self._buffer("ao", T * ht * 2)
-        self._launch("attention", "attention", self.cfg.workload.block.gemm_tbs, (
+        stats = ()
+        if self.training:   # attention_train (tp/block_backward.s) keeps m and l per query row
+            stats = (("m_stat", f"@{self._buffer('m_stat', s.heads_t * T * 4, dtype='f32')}"),
+                     ("l_stat", f"@{self._buffer('l_stat', s.heads_t * T * 4, dtype='f32')}"))
+        self._launch("attention", "attention_train" if stats else "attention",
+                     self.cfg.workload.block.gemm_tbs, (
             ("qkv", "@qkv"), ("out", "@ao"), ("mask", "@mask"), ("consts", "@consts"),
             ("seq", s.seq), ("batch", s.batch), ("heads", s.heads_t), ("dh", dh),
-            ("tile", tile)))
+            ("tile", tile)) + stats)
         self._buffer("w_o", ht * H * 2, init="random")
         self._buffer("ya", T * H * 2)
         if self.fuse:
@@ -855,22 +966,139 @@ class TransformerBlock:
         back = [se for ph in BACKWARD_PHASES for se in spans.get(ph, {}).values()]
         fwd = [se for ph, per in spans.items() if ph not in BACKWARD_PHASES for se in per.values()]
         for name, part, what in (("forward", fwd, "the forward's launches"),
-                                 ("backward", back, "the backward's launches (tp/ffn_backward.s "
-                                                    "and the input gradient's all-reduce)")):
+                                 ("backward", back, "the backward's launches (tp/ffn_backward.s, "
+                                                    "tp/block_backward.s and the input "
+                                                    "gradients' all-reduces)")):
             t = (max(e for _, e in part) - min(a for a, _ in part)) if part else 0
             stats.add(f"system.block.{name}_time_us", t * 1e-6, "us",
                       f"training: first start to last end over {what}, all GPUs")
-        for phase, what in (("ffn_bwd_act", "D = dY Wd^T, G and U recomputed, dG and dU"),
-                            ("ffn_dgrad", "dX_r = dG Wg^T + dU Wu^T"),
-                            ("ffn_wgrad", "the weight gradients dWg, dWu, dWd (fp32)"),
-                            ("dx_allreduce", "the all-reduce of dX_r (the scheme's)")):
+        phases = (("ffn_bwd_act", "D = dY Wd^T, G and U recomputed, dG and dU"),
+                  ("ffn_dgrad", "dX_r = dG Wg^T + dU Wu^T"),
+                  ("ffn_wgrad", "the weight gradients dWg, dWu, dWd (fp32)"),
+                  ("dx_allreduce", "the all-reduces of the input gradients dX_r (the scheme's)"))
+        if s.kind != "ffn":
+            phases += (
+                ("o_proj_dgrad", "the output projection's input gradient dY W_o^T (tp_dgrad)"),
+                ("o_proj_wgrad", "the output projection's weight gradient (fp32, tp_wgrad)"),
+                ("attention_bwd", "the attention backward: D and dQ, then dK and dV "
+                                  "(attention_bwd_dq, attention_bwd_dkdv)"),
+                ("qkv_dgrad", "the QKV projection's input gradient (tp_dgrad)"),
+                ("qkv_wgrad", "the QKV projection's weight gradient (fp32, tp_wgrad)"),
+                ("norm_bwd", "the norms' backward with the residual gradients and their "
+                             "parameter gradients (tp_norm_bwd, norm_grad_reduce)"))
+        for phase, what in phases:
             stats.add(f"system.block.{phase}_time_us", phase_ticks(phase) * 1e-6, "us",
                       f"training: {what}; first start to last end over all GPUs")
-        gemm = sum(phase_ticks(p) for p in BACKWARD_PHASES[:3])
-        flops = 16.0 * s.tokens * s.hidden * s.ffn_t
+        ffn_flops = 16.0 * s.tokens * s.hidden * s.ffn_t
+        if s.kind == "ffn":
+            gemm = sum(phase_ticks(p) for p in FFN_BACKWARD_PHASES)
+            stats.add("system.block.backward_TFLOPs", ffn_flops / gemm if gemm else 0.0,
+                      "TFLOP/s", "backward GEMM FLOPs per GPU (8 GEMMs of 2 T H I/t: G and U "
+                      "recomputed, D, dX_r's two, three weight gradients) / the backward "
+                      "kernels' time")
+            return
+        ht = s.heads_t * s.head_dim
+        # 7 tile GEMMs per visited (query, key) tile pair: S and dP twice, dV, dK, dQ
+        attn = 7.0 * s.batch * s.heads_t * s.head_dim * s.seq * (s.seq + s.attn_tile)
+        flops = 4.0 * s.tokens * s.hidden * 4 * ht + attn     # dgrad + wgrad of QKV and o_proj
+        phases = ATTENTION_BACKWARD_PHASES
+        if s.kind == "transformer":
+            flops += ffn_flops
+            phases += FFN_BACKWARD_PHASES
+        gemm = sum(phase_ticks(p) for p in phases)
         stats.add("system.block.backward_TFLOPs", flops / gemm if gemm else 0.0, "TFLOP/s",
-                  "backward GEMM FLOPs per GPU (8 GEMMs of 2 T H I/t: G and U recomputed, D, "
-                  "dX_r's two, three weight gradients) / the backward kernels' time")
+                  "backward GEMM FLOPs per GPU (the projections' dgrad and wgrad, 4 T H 4 H/t; "
+                  "the attention backward's 7 tile GEMMs per visited tile pair; the FFN's 16 T "
+                  "H I/t) / the time of those kernels")
+        at = phase_ticks("attention_bwd")
+        stats.add("system.block.attention_bwd_TFLOPs", attn / at if at else 0.0, "TFLOP/s",
+                  "attention backward FLOPs per GPU (7 tile GEMMs per visited tile pair, 7 "
+                  "batch heads/t dh S (S + tile)) / its time")
+
+    def _combine_gradients(self, parts):
+        """The scheme's all-reduce of per-GPU input gradients [T, H] (ring order, NVLS's fp32 in
+        rank order, or t = 1)."""
+        from .reference import nvls_allreduce_reference, ring_allreduce_reference
+        parts = np.stack([p.reshape(-1) for p in parts])
+        if self.nvls:
+            out = nvls_allreduce_reference(parts, bf16=True)
+        elif self.ring:
+            out = ring_allreduce_reference(parts, bf16=True)
+        else:
+            out = parts[0]
+        return out.reshape(self.shape.tokens, self.shape.hidden)
+
+    def _block_gradient_error(self, sim):
+        """Training, kinds attention and transformer: the largest |simulated - reference| of dx
+        (every GPU), each GPU's weight gradients (QKV, output projection, the FFN's), the norms'
+        parameter gradients and the attention's dQ, dK, dV, against the NumPy reference in the
+        kernels' orders (block_reference.attention_backward, norm_backward; reference.
+        ffn_backward; the collectives' orders): bit-identical. Needs reference() first (the
+        forward's activations)."""
+        from .block_reference import attention_backward, norm_backward
+        from .reference import ffn_backward, gemm_seq, max_abs_error, to_bf16
+        s, acts = self.shape, self.reference_activations
+        T, H, dh, ht, I = s.tokens, s.hidden, s.head_dim, s.heads_t * s.head_dim, s.ffn_t
+        tbs, kind, eps = self.cfg.workload.block.gemm_tbs, self.model.norm, self.constants()[1]
+        scale = self.constants()[0]
+        dy = sim.read_buffer(0, "dy")[:T * H].reshape(T, H)
+        err = 0.0
+
+        def check(g, name, ref):
+            nonlocal err
+            got = sim.read_buffer(g, name)[:ref.size]
+            err = max(err, max_abs_error(got, ref.reshape(-1)))
+
+        def norm_grads(which, inp, d_out, resid):
+            gain = sim.read_buffer(0, f"norm{which}_gain")[:H]
+            dx, dgain, dbias = norm_backward(inp, d_out, resid, gain, kind, eps,
+                                             s.norm_bwd_rows, tbs)
+            for g in range(s.tp):
+                check(g, f"dnorm{which}", np.concatenate([dgain, dbias]))
+            return dx
+
+        dh1 = dy
+        if s.kind == "transformer":
+            parts = []
+            for g in range(s.tp):
+                w = [self._weights(sim, g, name, s.n_tile, cols) for name, cols in
+                     (("ws_gate", I), ("ws_up", I), ("ws_down", H))]
+                dxr, dwg, dwu, dwd = ffn_backward(acts["hn"], dy, *w)
+                parts.append(dxr)
+                for name, ref, cols in (("dwg", dwg, I), ("dwu", dwu, I), ("dwd", dwd, H)):
+                    got = self._weights(sim, g, name, s.n_tile, cols)
+                    err = max(err, max_abs_error(got.reshape(-1), ref.reshape(-1)))
+            dh1 = norm_grads("2", acts["h1"], self._combine_gradients(parts), dy)
+        parts = []
+        for g in range(s.tp):
+            w_o = self._weights(sim, g, "w_o", s.o_n, H)
+            dao = to_bf16(gemm_seq(dh1, np.ascontiguousarray(w_o.T)))
+            dw_o = gemm_seq(np.ascontiguousarray(acts["ao"][g].T), dh1)
+            got = self._weights(sim, g, "dw_o", s.o_n, H)
+            err = max(err, max_abs_error(got.reshape(-1), dw_o.reshape(-1)))
+            qkv, dqkv = acts["qkv"][g], np.zeros((T, 3 * ht), dtype=np.float32)
+            for b in range(s.batch):
+                rows = slice(b * s.seq, (b + 1) * s.seq)
+                for h in range(s.heads_t):
+                    cols = [slice((j * s.heads_t + h) * dh, (j * s.heads_t + h + 1) * dh)
+                            for j in range(3)]
+                    hc = slice(h * dh, (h + 1) * dh)
+                    grads = attention_backward(
+                        *(qkv[rows, c] for c in cols), acts["ao"][g][rows, hc], dao[rows, hc],
+                        acts["m"][g][h, rows], acts["l"][g][h, rows], s.attn_tile, scale)
+                    for c, grad in zip(cols, grads):
+                        dqkv[rows, c] = grad
+            # dqkv as stored: 3 heads_t blocks of [T][dh] (tp_gemm's layout, group = dh)
+            check(g, "dqkv", dqkv.reshape(T, 3 * s.heads_t, dh).transpose(1, 0, 2))
+            w_qkv = self._weights(sim, g, "w_qkv", s.qkv_n, 3 * ht)
+            parts.append(to_bf16(gemm_seq(dqkv, np.ascontiguousarray(w_qkv.T))))
+            dw_qkv = gemm_seq(np.ascontiguousarray(acts["xn"].T), dqkv)
+            got = self._weights(sim, g, "dw_qkv", s.qkv_n, 3 * ht)
+            err = max(err, max_abs_error(got.reshape(-1), dw_qkv.reshape(-1)))
+        dx = norm_grads("1", acts["x"], self._combine_gradients(parts), dh1)
+        for g in range(s.tp):
+            check(g, self.dx, dx)
+        return err
 
     def _gradient_error(self, sim):
         """Training: the largest |simulated - reference| of dX (every GPU, after the all-reduce)
@@ -880,6 +1108,8 @@ class TransformerBlock:
         from .reference import ffn_backward, max_abs_error, nvls_allreduce_reference, \
             ring_allreduce_reference
         s = self.shape
+        if s.kind != "ffn":
+            return self._block_gradient_error(sim)
         T, H, I, n = s.tokens, s.hidden, s.ffn_t, s.n_tile
         x = sim.read_buffer(0, "x")[:T * H].reshape(T, H)
         dy = sim.read_buffer(0, "dy")[:T * H].reshape(T, H)
@@ -949,20 +1179,28 @@ class TransformerBlock:
 
         xn = normed("1", x)
         parts = []
+        acts = self.reference_activations = dict(x=x, xn=xn, qkv=[], ao=[], m=[], l=[])
         for g in range(s.tp):
             qkv = to_bf16(gemm_seq(xn, self._weights(sim, g, "w_qkv", s.qkv_n, 3 * ht)))
             ao = np.zeros((T, ht), dtype=np.float32)
+            m_stat = np.zeros((s.heads_t, T), dtype=np.float32)
+            l_stat = np.zeros((s.heads_t, T), dtype=np.float32)
             for b in range(s.batch):
                 rows = slice(b * s.seq, (b + 1) * s.seq)
                 for h in range(s.heads_t):
                     q, k, v = (qkv[rows, (j * s.heads_t + h) * dh:(j * s.heads_t + h + 1) * dh]
                                for j in range(3))
-                    ao[rows, h * dh:(h + 1) * dh] = flash_attention(q, k, v, s.attn_tile, scale)
+                    ao[rows, h * dh:(h + 1) * dh], m_stat[h, rows], l_stat[h, rows] = \
+                        flash_attention(q, k, v, s.attn_tile, scale, stats=True)
             parts.append(to_bf16(gemm_seq(ao, self._weights(sim, g, "w_o", s.o_n, H))))
+            for name, value in (("qkv", qkv), ("ao", ao), ("m", m_stat), ("l", l_stat)):
+                acts[name].append(value)
         h1 = to_bf16(x + (self._t3_sum(sim, parts, "ar1") if self.t3 else combine(parts)))
+        acts["h1"] = h1
         if s.kind == "attention":
             return h1
-        return to_bf16(h1 + ffn(normed("2", h1)))
+        acts["hn"] = normed("2", h1)
+        return to_bf16(h1 + ffn(acts["hn"]))
 
     def _t3_sum(self, sim, parts, buffer):
         """t3's reduce-scatters add in arrival order (tp/t3.s): check the simulated sum in
