@@ -71,16 +71,28 @@ the TP scheme (`workload.block.scheme`):
            2^-8), reference.t3_reduction_bound) and takes the rest of the block bit-exactly
            from the simulated sum.
   tp_none  t = 1: no collective, the reference without communication.
-Training (workload.block.passes: training; kind ffn, schemes tp_ring, tp_nvls, tp_none): after
-the forward, the backward of workloads/kernels/tp/ffn_backward.s (ffn_bwd_act: G and U recomputed,
+Training (workload.block.passes: training; schemes tp_ring, tp_nvls, tp_none): after the
+forward, the backward. Kind ffn: workloads/kernels/tp/ffn_backward.s (ffn_bwd_act: G and U recomputed,
 D = dY Wd_r^T, dU = silu(G) D, dG = silu'(G) (D U); ffn_dgrad: dX_r = dG Wg_r^T + dU Wu_r^T;
 ffn_wgrad: dWg_r, dWu_r, dWd_r in fp32), then the scheme's all-reduce of dX_r (the backward of
 the column-parallel input copy). dY, the gradient of the block output, is replicated (the
 forward's all-reduce makes the output every rank's). Functional mode checks dX on every GPU and
 each GPU's weight gradients against reference.ffn_backward bit for bit.
-Not built: the attention block's backward (and so kind transformer's), the backward of the
-sequence-parallel, cais and t3 schemes, GeLU MLPs (every model's FFN is SwiGLU here), rotary
-embeddings.
+Kinds attention and transformer (_block_backward; workloads/kernels/tp/block_backward.s): the
+forward's attention kernel keeps each query row's softmax statistics (attention_train); the
+backward runs in autograd's order - [the FFN's backward as above, then norm 2's backward plus dy,
+the residual path's gradient: dh1] -> the output projection's dgrad (tp_dgrad; no collective, its
+forward is row-parallel) and fp32 wgrad (tp_wgrad) -> FlashAttention-2's attention backward in
+two deterministic passes (attention_bwd_dq: D = rowsum(dO O) and dQ; attention_bwd_dkdv: dK, dV;
+lib/attention_backward.s) -> the QKV projection's dgrad and wgrad -> the scheme's all-reduce of
+dxn_r (the backward of the column-parallel input copy) -> norm 1's backward plus dh1 (lib/
+norm_backward.s: the residual gradient added in the norm's epilogue; the parameter gradients
+summed per thread block, then over the thread blocks, norm_grad_reduce). Functional mode checks
+dx on every GPU, every GPU's weight gradients, the norms' parameter gradients and dQ/dK/dV
+against block_reference.attention_backward / norm_backward and reference.ffn_backward bit for
+bit (gradient_max_abs_error 0).
+Not built: the backward of the sequence-parallel, cais and t3 schemes, GeLU MLPs (every model's
+FFN is SwiGLU here), rotary embeddings.
 
 Kernels run stream-ordered on every GPU, so each starts system.gpu.kernel_launch_latency after
 its predecessor ends (system.block.launch_gaps_us reports that time; CUDA graphs would shrink it).
