@@ -1117,8 +1117,7 @@ class TransformerBlock:
         and of each GPU's weight gradients. The reference (reference.ffn_backward) rounds and
         orders as tp/ffn_backward.s; dX's sum over the ranks is the scheme's collective's
         (ring order, or NVLS's fp32 in rank order), so the check is bit-identical."""
-        from .reference import ffn_backward, max_abs_error, nvls_allreduce_reference, \
-            ring_allreduce_reference
+        from .reference import ffn_backward, max_abs_error
         s = self.shape
         if s.kind != "ffn":
             return self._block_gradient_error(sim)
@@ -1134,13 +1133,7 @@ class TransformerBlock:
             for name, ref, cols in (("dwg", dwg, I), ("dwu", dwu, I), ("dwd", dwd, H)):
                 got = self._weights(sim, g, name, n, cols)
                 err = max(err, max_abs_error(got.reshape(-1), ref.reshape(-1)))
-        parts = np.stack(parts)
-        if self.nvls:
-            dx = nvls_allreduce_reference(parts, bf16=True)
-        elif self.ring:
-            dx = ring_allreduce_reference(parts, bf16=True)
-        else:
-            dx = parts[0]
+        dx = self._combine_gradients(parts)
         for g in range(s.tp):
             err = max(err, max_abs_error(sim.read_buffer(g, self.dx)[:T * H], dx.reshape(-1)))
         return err
