@@ -22,7 +22,7 @@ a run made from the same inputs is reused (tools/run_cache.py; --force re-runs).
 
 --training runs configs/experiments/tp/<model>_layer_training.yaml (workload.block.passes:
 training, the whole layer's forward and backward) with each scheme of --schemes that has a
-backward (tp_ring and tp_nvls; default both) and prints the forward, the backward and its phases,
+backward (tp_ring, tp_nvls, sp_ring, sp_nvls; default all four) and prints the forward, the backward and its phases,
 the step, the backward's GEMM TFLOP/s and the backward / forward ratio.
 """
 import argparse
@@ -48,7 +48,7 @@ VARIANTS = {"t3_nvls": ("t3", ["workload.block.t3_collectives=nvls"]),
             "cais_fused_nosync": ("cais", ["workload.block.cais_fusion=true",
                                            "workload.block.cais_sync=false"])}
 PHASES = ("norm", "qkv", "attention", "o_proj", "residual", "ffn")
-TRAINING_SCHEMES = ("tp_ring", "tp_nvls")
+TRAINING_SCHEMES = ("tp_ring", "tp_nvls", "sp_ring", "sp_nvls")
 # columns of the training table: (heading, the backward phases summed)
 TRAINING_COLUMNS = (("FFN bwd", ("ffn_bwd_act", "ffn_dgrad", "ffn_wgrad")),
                     ("attention bwd", ("attention_bwd",)),
@@ -137,7 +137,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
     ap.add_argument("--training", action="store_true",
-                    help="one training step of each layer (schemes tp_ring, tp_nvls)")
+                    help="one training step of each layer (schemes tp_ring, tp_nvls, sp_ring, sp_nvls)")
     ap.add_argument("--schemes", nargs="+", default=None,
                     choices=SCHEMES + tuple(v for v in VARIANTS if v not in SCHEMES))
     ap.add_argument("--tokens", type=int, default=0,

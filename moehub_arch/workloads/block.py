@@ -127,7 +127,7 @@ NVLS_SCHEMES = ("tp_nvls", "sp_nvls")       # collectives in the switch (multime
 TRANSFORMER_KERNELS = "workloads/kernels/tp/transformer.s"
 BACKWARD_KERNELS = "workloads/kernels/tp/ffn_backward.s"
 BLOCK_BACKWARD_KERNELS = "workloads/kernels/tp/block_backward.s"   # attention + norms backward
-TRAINING_SCHEMES = ("tp_ring", "tp_nvls", "tp_none")   # workload.block.passes: training
+TRAINING_SCHEMES = ("tp_ring", "tp_nvls", "tp_none", "sp_ring", "sp_nvls")   # passes: training
 FFN_BACKWARD_PHASES = ("ffn_bwd_act", "ffn_dgrad", "ffn_wgrad")
 ATTENTION_BACKWARD_PHASES = ("o_proj_dgrad", "o_proj_wgrad", "attention_bwd", "qkv_dgrad",
                              "qkv_wgrad")
@@ -303,8 +303,7 @@ def block_shape(cfg):
     if b.passes == "training" and b.scheme not in TRAINING_SCHEMES:
         raise BlockError(f"{KEY}.passes: training (forward + backward) is built for schemes "
                          f"{', '.join(TRAINING_SCHEMES)} (here scheme {b.scheme}); the backward "
-                         f"of the sequence-parallel, cais and t3 schemes is not built: use "
-                         f"passes: forward")
+                         f"of the cais and t3 schemes is not built: use passes: forward")
     for name, v in (("heads", m.heads), ("hidden", m.hidden), ("ffn", m.ffn)):
         if v % t:
             raise BlockError(f"{KEY}.tp: {t} does not divide {m.name}'s {name} ({v}); tensor "
@@ -396,6 +395,8 @@ def _attention_backward_shape(b, m, t, tokens, fwd):
         raise BlockError(f"{KEY}.attention_tile: the attention backward's tiles of {tile} rows "
                          f"with head dim {dh} need {need} B of shared memory, more than its "
                          f"kernels' {ATTENTION_BWD_SMEM} B; use a smaller tile for training")
+    if b.scheme in SP_SCHEMES:
+        tokens //= t     # the norms work on this GPU's sequence shard
     rows = 1     # the norms' backward: a power of two dividing tokens, at least one block per TB
     while tokens % (rows * 2) == 0 and tokens // (rows * 2) >= b.gemm_tbs and \
             16 + 16 * H + 12 * rows * 2 * H + 24 * rows <= ATTENTION_BWD_SMEM:
@@ -662,11 +663,7 @@ class TransformerBlock:
         self._launch("ffn_wgrad", "ffn_wgrad", tbs, (
             ("x", f"@{x}"), ("dy", "@dy"), ("hs", "@hs"), ("dg", "@dg"), ("du", "@du"),
             ("dwg", "@dwg"), ("dwu", "@dwu"), ("dwd", "@dwd")) + shape + (("n_tile", n),))
-        first = len(self.launches)
-        dx = self._allreduce("dxr", "_dx")
-        for i in range(first, len(self.launches)):
-            self.phases[i] = "dx_allreduce"
-        return dx
+        return self._backward_collective(lambda: self._allreduce("dxr", "_dx"))
 
     def _block_backward(self, h1):
         """The backward of kinds attention and transformer (tp/block_backward.s, and for the
@@ -680,10 +677,14 @@ class TransformerBlock:
         s, tbs = self.shape, self.cfg.workload.block.gemm_tbs
         T, H, dh, ht = s.tokens, s.hidden, s.head_dim, s.heads_t * s.head_dim
         dy = self._buffer("dy", T * H * 2)     # functional mode: preset, the same on every GPU
+        if self.sp:      # the output is sharded, so is dy: the GEMMs after it need every token
+            self._backward_collective(lambda: self._ring_half(2, dy, dy, "_agdy"))
         dh1 = dy
         if s.kind == "transformer":
             dhn = self._ffn_backward("hn")
             dh1 = self._norm_backward(h1, dhn, dy, "2", "dh1")
+            if self.sp:
+                self._backward_collective(lambda: self._ring_half(2, dh1, dh1, "_agdh1"))
         self._buffer("dao", T * ht * 2)
         self._buffer("dw_o", ht * H * 4, dtype="f32")
         self._proj_backward("o_proj", "ao", dh1, "w_o", "dao", "dw_o", ht, H, s.o_n, s.o_kn, H)
@@ -699,11 +700,17 @@ class TransformerBlock:
         self._buffer("dw_qkv", H * 3 * ht * 4, dtype="f32")
         self._proj_backward("qkv", "xn", "dqkv", "w_qkv", "dxnr", "dw_qkv", H, 3 * ht, s.qkv_n,
                             s.proj_kn, dh)
+        dxn = self._backward_collective(lambda: self._allreduce("dxnr", "_dxn"))
+        return self._norm_backward("x", dxn, dh1, "1", "dx")
+
+    def _backward_collective(self, launch):
+        """Run launch() (which adds a collective's launches) and file them under the backward's
+        collectives (phase dx_allreduce); returns what launch returns."""
         first = len(self.launches)
-        dxn = self._allreduce("dxnr", "_dxn")
+        out = launch()
         for i in range(first, len(self.launches)):
             self.phases[i] = "dx_allreduce"
-        return self._norm_backward("x", dxn, dh1, "1", "dx")
+        return out
 
     def _proj_backward(self, phase, a, dy, w, dx, dw, k, ncols, n, kn, group):
         """The backward of tp_gemm's Y = A W (Y in blocks of [T][group]): dX = dY W^T (tp_dgrad)
@@ -728,8 +735,9 @@ class TransformerBlock:
         self._launch("norm_bwd", "tp_norm_bwd", tbs, (
             ("x", f"@{x}"), ("dy", f"@{dy}"), ("resid", f"@{resid}"), ("dx", f"@{dx}"),
             ("gain", f"@norm{which}_gain"), ("bias", f"@norm{which}_bias"),
-            ("consts", "@consts"), ("part", f"@{part}"), ("tokens", T), ("hidden", H),
-            ("rows", s.norm_bwd_rows), ("layernorm", int(self.model.norm == "layernorm"))))
+            ("consts", "@consts"), ("part", f"@{part}"), ("tokens", T // s.tp if self.sp else T),
+            ("hidden", H), ("rows", s.norm_bwd_rows),
+            ("layernorm", int(self.model.norm == "layernorm")), ("sharded", int(self.sp))))
         chunk = max(c for c in (8, 16, 32, 64, 128, 256)
                     if (2 * H) % c == 0 and tbs * c * 4 <= ATTENTION_BWD_SMEM)
         self._launch("norm_bwd", "norm_grad_reduce", tbs, (
@@ -1029,12 +1037,13 @@ class TransformerBlock:
 
     def _combine_gradients(self, parts):
         """The scheme's all-reduce of per-GPU input gradients [T, H] (ring order, NVLS's fp32 in
-        rank order, or t = 1)."""
+        rank order, or t = 1; a sequence-parallel reduce-scatter leaves each GPU its chunk of
+        this)."""
         from .reference import nvls_allreduce_reference, ring_allreduce_reference
         parts = np.stack([p.reshape(-1) for p in parts])
         if self.nvls:
             out = nvls_allreduce_reference(parts, bf16=True)
-        elif self.ring:
+        elif self.ring or self.sp:
             out = ring_allreduce_reference(parts, bf16=True)
         else:
             out = parts[0]
@@ -1062,10 +1071,16 @@ class TransformerBlock:
             err = max(err, max_abs_error(got, ref.reshape(-1)))
 
         def norm_grads(which, inp, d_out, resid):
+            """dx (every row: rows are independent) and each GPU's parameter gradients (with
+            sequence parallelism the partial over its shard, chunk (g + 1) % t)."""
             gain = sim.read_buffer(0, f"norm{which}_gain")[:H]
             dx, dgain, dbias = norm_backward(inp, d_out, resid, gain, kind, eps,
                                              s.norm_bwd_rows, tbs)
             for g in range(s.tp):
+                if self.sp:
+                    rows = self._shard_rows(g)
+                    _, dgain, dbias = norm_backward(inp[rows], d_out[rows], resid[rows], gain,
+                                                    kind, eps, s.norm_bwd_rows, tbs)
                 check(g, f"dnorm{which}", np.concatenate([dgain, dbias]))
             return dx
 
@@ -1109,8 +1124,16 @@ class TransformerBlock:
             err = max(err, max_abs_error(got.reshape(-1), dw_qkv.reshape(-1)))
         dx = norm_grads("1", acts["x"], self._combine_gradients(parts), dh1)
         for g in range(s.tp):
-            check(g, self.dx, dx)
+            rows = self._shard_rows(g) if self.sp else slice(0, T)
+            got = sim.read_buffer(g, self.dx)[:T * H].reshape(T, H)[rows]
+            err = max(err, max_abs_error(got.reshape(-1), dx[rows].reshape(-1)))
         return err
+
+    def _shard_rows(self, g):
+        """Sequence parallelism: the rows of GPU g's shard, chunk (g + 1) % t."""
+        n = self.shape.tokens // self.shape.tp
+        c = (g + 1) % self.shape.tp
+        return slice(c * n, (c + 1) * n)
 
     def _gradient_error(self, sim):
         """Training: the largest |simulated - reference| of dX (every GPU, after the all-reduce)

@@ -56,3 +56,17 @@ rms_\@:
     vrsqrt.f32 r4, r3, \rows
     vrow_mul.f32 r22, r22, r4, \hidden, r1
 .endm
+
+# Sequence parallelism (scheme sp_ring; Korthikanti et al., arXiv 2205.05198): with sharded = 1,
+# tp_norm and residual_add work on this GPU's sequence shard only - `tokens` (`elems`) is the
+# shard's size and the shard is chunk (g + 1) % P of the full buffer, the chunk the ring's
+# reduce-scatter leaves complete on GPU g (lib/ring_allreduce.s).
+.macro shard_offset off, size, esize
+    mov \off, 0
+    beq %sharded, 0, whole_\@
+    add \off, %gpu, 1
+    rem \off, \off, %ngpu
+    mul \off, \off, \size
+    mul \off, \off, \esize
+whole_\@:
+.endm

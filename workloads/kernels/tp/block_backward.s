@@ -191,7 +191,8 @@ end:
     exit
 
 # tp_norm_bwd: dx = bf16(norm'(x) dy + resid) in blocks of `rows` rows (lib/norm_backward.s), and
-# this thread block's fp32 partial parameter gradients part[tb] = (dgain [H], dbias [H]).
+# this thread block's fp32 partial parameter gradients part[tb] = (dgain [H], dbias [H]); with
+# sharded = 1 over this GPU's sequence shard only (sequence parallelism).
 .kernel tp_norm_bwd
 .param x                     # the norm's input (bf16 [T][H])
 .param dy                    # the gradient of its output
@@ -205,6 +206,7 @@ end:
 .param hidden
 .param rows
 .param layernorm
+.param sharded               # 1: tokens is this GPU's sequence shard (lib/norm.s shard_offset)
 .smem 224KB                  # 16 + 16 H + 12 rows H + 12 rows bytes
     norm_smem %gain, %bias, %consts, %hidden
     mul r11, %rows, %hidden
@@ -222,10 +224,13 @@ end:
     vzero.f32 r27, %hidden
     div r10, %tokens, %rows      # r10 = row blocks
     shl r11, r11, 1              # r11 = bytes of a bf16 block
+    shl r12, %hidden, 1
+    shard_offset r17, %tokens, r12       # r17 = byte offset of the shard
     mov r0, %tb
 block:
     bge r0, r10, done
     mul r12, r0, r11
+    add r12, r12, r17
     add r13, r12, %x
     add r14, r12, %dy
     add r15, r12, %resid

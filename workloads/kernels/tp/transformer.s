@@ -8,19 +8,7 @@
 .include "lib/norm.s"
 .include "lib/attention.s"
 
-# Sequence parallelism (scheme sp_ring; Korthikanti et al., arXiv 2205.05198): with sharded = 1,
-# tp_norm and residual_add work on this GPU's sequence shard only - `tokens` (`elems`) is the
-# shard's size and the shard is chunk (g + 1) % P of the full buffer, the chunk the ring's
-# reduce-scatter leaves complete on GPU g (lib/ring_allreduce.s).
-.macro shard_offset off, size, esize
-    mov \off, 0
-    beq %sharded, 0, whole_\@
-    add \off, %gpu, 1
-    rem \off, \off, %ngpu
-    mul \off, \off, \size
-    mul \off, \off, \esize
-whole_\@:
-.endm
+# Sequence parallelism: tp_norm and residual_add take `sharded` (lib/norm.s shard_offset).
 
 # tp_norm: y[T][H] = norm(x) in blocks of `rows` rows (lib/norm.s); consts: fp32 words 1 eps, 2 H.
 .kernel tp_norm
