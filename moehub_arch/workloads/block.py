@@ -71,8 +71,8 @@ the TP scheme (`workload.block.scheme`):
            2^-8), reference.t3_reduction_bound) and takes the rest of the block bit-exactly
            from the simulated sum.
   tp_none  t = 1: no collective, the reference without communication.
-Training (workload.block.passes: training; schemes tp_ring, tp_nvls, tp_none): after the
-forward, the backward. Kind ffn: workloads/kernels/tp/ffn_backward.s (ffn_bwd_act: G and U recomputed,
+Training (workload.block.passes: training; schemes tp_ring, tp_nvls, tp_none, and for kinds
+attention and transformer sp_ring, sp_nvls): after the forward, the backward. Kind ffn: workloads/kernels/tp/ffn_backward.s (ffn_bwd_act: G and U recomputed,
 D = dY Wd_r^T, dU = silu(G) D, dG = silu'(G) (D U); ffn_dgrad: dX_r = dG Wg_r^T + dU Wu_r^T;
 ffn_wgrad: dWg_r, dWu_r, dWd_r in fp32), then the scheme's all-reduce of dX_r (the backward of
 the column-parallel input copy). dY, the gradient of the block output, is replicated (the
@@ -90,8 +90,12 @@ norm_backward.s: the residual gradient added in the norm's epilogue; the paramet
 summed per thread block, then over the thread blocks, norm_grad_reduce). Functional mode checks
 dx on every GPU, every GPU's weight gradients, the norms' parameter gradients and dQ/dK/dV
 against block_reference.attention_backward / norm_backward and reference.ffn_backward bit for
-bit (gradient_max_abs_error 0).
-Not built: the backward of the sequence-parallel, cais and t3 schemes, GeLU MLPs (every model's
+bit (gradient_max_abs_error 0). Sequence parallelism's backward mirrors its forward: dY and dh1
+are all-gathered before the GEMMs that need every token, the input gradients of the column-
+parallel GEMMs reduce-scattered, the norms' backward runs on this GPU's shard (each rank's norm
+parameter gradients are the partial over its shard; Megatron-LM's all-reduce of them is not
+modelled).
+Not built: the backward of the cais and t3 schemes, GeLU MLPs (every model's
 FFN is SwiGLU here), rotary embeddings.
 
 Kernels run stream-ordered on every GPU, so each starts system.gpu.kernel_launch_latency after
