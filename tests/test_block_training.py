@@ -196,3 +196,14 @@ def test_layer_training_bad_input_exits_2_naming_the_key(tmp_path, sets, words):
     r = run_cli("run", f"configs/{LAYER}", "-o", tmp_path / "o", "--quiet", *args)
     assert r.returncode == 2, r.stderr
     assert words in r.stderr and "Traceback" not in r.stderr
+
+
+def test_tp_table_training_columns_cover_every_backward_phase_once():
+    from conftest import REPO, load_script
+    from moehub_arch.workloads.block import BACKWARD_PHASES
+    table = load_script(REPO / "tools" / "tp_table.py")
+    phases = [p for _, ps in table.TRAINING_COLUMNS for p in ps]
+    assert sorted(phases) == sorted(BACKWARD_PHASES)
+    with pytest.raises(SystemExit) as e:
+        table.main(["--training", "--schemes", "t3"])
+    assert e.value.code == 2
