@@ -83,7 +83,7 @@ forward's attention kernel keeps each query row's softmax statistics (attention_
 backward runs in autograd's order - [the FFN's backward as above, then norm 2's backward plus dy,
 the residual path's gradient: dh1] -> the output projection's dgrad (tp_dgrad; no collective, its
 forward is row-parallel) and fp32 wgrad (tp_wgrad) -> FlashAttention-2's attention backward in
-two deterministic passes (attention_bwd_dq: D = rowsum(dO O) and dQ; attention_bwd_dkdv: dK, dV;
+two deterministic passes (attention_bwd pass 0: D = rowsum(dO O) and dQ; pass 1: dK, dV;
 lib/attention_backward.s) -> the QKV projection's dgrad and wgrad -> the scheme's all-reduce of
 dxn_r (the backward of the column-parallel input copy) -> norm 1's backward plus dh1 (lib/
 norm_backward.s: the residual gradient added in the norm's epilogue; the parameter gradients
@@ -698,8 +698,9 @@ class TransformerBlock:
                   ("mask", "@mask"), ("consts", "@consts"), ("m_stat", "@m_stat"),
                   ("l_stat", "@l_stat"), ("d_stat", "@d_stat"), ("seq", s.seq),
                   ("batch", s.batch), ("heads", s.heads_t), ("dh", dh), ("tile", s.attn_tile))
-        self._launch("attention_bwd", "attention_bwd_dq", tbs, params)
-        self._launch("attention_bwd", "attention_bwd_dkdv", tbs, params)
+        for attention_pass in (0, 1):       # D and dQ, then dK and dV
+            self._launch("attention_bwd", "attention_bwd", tbs,
+                         params + (("pass", attention_pass),))
         self._buffer("dxnr", T * H * 2)
         self._buffer("dw_qkv", H * 3 * ht * 4, dtype="f32")
         self._proj_backward("qkv", "xn", "dqkv", "w_qkv", "dxnr", "dw_qkv", H, 3 * ht, s.qkv_n,
@@ -1005,7 +1006,7 @@ class TransformerBlock:
                 ("o_proj_dgrad", "the output projection's input gradient dY W_o^T (tp_dgrad)"),
                 ("o_proj_wgrad", "the output projection's weight gradient (fp32, tp_wgrad)"),
                 ("attention_bwd", "the attention backward: D and dQ, then dK and dV "
-                                  "(attention_bwd_dq, attention_bwd_dkdv)"),
+                                  "(attention_bwd, passes 0 and 1)"),
                 ("qkv_dgrad", "the QKV projection's input gradient (tp_dgrad)"),
                 ("qkv_wgrad", "the QKV projection's weight gradient (fp32, tp_wgrad)"),
                 ("norm_bwd", "the norms' backward with the residual gradients and their "

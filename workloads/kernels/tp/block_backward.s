@@ -29,8 +29,10 @@
     attention_items attention_query_order, attention_train_item
     exit
 
-# attention_bwd_dq: dQ per (query tile, sequence, head), longest first, and D = rowsum(dO O).
-.kernel attention_bwd_dq
+# attention_bwd: the attention backward (lib/attention_backward.s), launched twice: pass 0 takes
+# (query tile, sequence, head) items longest first and computes D = rowsum(dO O) and dQ; pass 1
+# takes (key tile, sequence, head) items longest first (key tile 0) and computes dK and dV.
+.kernel attention_bwd
 .param qkv                   # the forward's Q, K, V (tp/transformer.s attention's layout)
 .param out                   # the forward's O [T][heads dh] bf16
 .param dout                  # dO, O's layout
@@ -39,35 +41,19 @@
 .param consts
 .param m_stat
 .param l_stat
-.param d_stat                # D, written here (fp32 [heads][T])
+.param d_stat                # D: written by pass 0, read by pass 1 (fp32 [heads][T])
 .param seq
 .param batch
 .param heads
 .param dh
 .param tile
+.param pass                  # 0: D and dQ, 1: dK and dV
 .smem 224KB
     attention_bwd_smem %tile, %dh, %mask, %consts
+    bne %pass, 0, key_tiles
     attention_items attention_query_order, attention_dq_item
     exit
-
-# attention_bwd_dkdv: dK and dV per (key tile, sequence, head), longest first (key tile 0).
-.kernel attention_bwd_dkdv
-.param qkv
-.param out
-.param dout
-.param dqkv
-.param mask
-.param consts
-.param m_stat
-.param l_stat
-.param d_stat                # D, from attention_bwd_dq
-.param seq
-.param batch
-.param heads
-.param dh
-.param tile
-.smem 224KB
-    attention_bwd_smem %tile, %dh, %mask, %consts
+key_tiles:
     attention_items attention_key_order, attention_dkdv_item
     exit
 
