@@ -72,7 +72,8 @@ the TP scheme (`workload.block.scheme`):
            from the simulated sum.
   tp_none  t = 1: no collective, the reference without communication.
 Training (workload.block.passes: training; schemes tp_ring, tp_nvls, tp_none, and for kinds
-attention and transformer sp_ring, sp_nvls): after the forward, the backward. Kind ffn: workloads/kernels/tp/ffn_backward.s (ffn_bwd_act: G and U recomputed,
+attention and transformer sp_ring, sp_nvls): after the forward, the backward. Kind ffn:
+workloads/kernels/tp/ffn_backward.s (ffn_bwd_act: G and U recomputed,
 D = dY Wd_r^T, dU = silu(G) D, dG = silu'(G) (D U); ffn_dgrad: dX_r = dG Wg_r^T + dU Wu_r^T;
 ffn_wgrad: dWg_r, dWu_r, dWd_r in fp32), then the scheme's all-reduce of dX_r (the backward of
 the column-parallel input copy). dY, the gradient of the block output, is replicated (the
@@ -95,8 +96,8 @@ are all-gathered before the GEMMs that need every token, the input gradients of 
 parallel GEMMs reduce-scattered, the norms' backward runs on this GPU's shard (each rank's norm
 parameter gradients are the partial over its shard; Megatron-LM's all-reduce of them is not
 modelled).
-Not built: the backward of the cais and t3 schemes, GeLU MLPs (every model's
-FFN is SwiGLU here), rotary embeddings.
+Not built: the backward of the cais and t3 schemes, GeLU MLPs (every model's FFN is SwiGLU
+here), rotary embeddings.
 
 Kernels run stream-ordered on every GPU, so each starts system.gpu.kernel_launch_latency after
 its predecessor ends (system.block.launch_gaps_us reports that time; CUDA graphs would shrink it).
@@ -409,8 +410,14 @@ def _attention_backward_shape(b, m, t, tokens, fwd):
         raise BlockError(f"{m.name}: hidden {H} is too wide for the norm backward's "
                          f"{ATTENTION_BWD_SMEM} B of shared memory")
     ht = H // t
-    return dict(norm_bwd_rows=rows, proj_kn=_gemm_n(H, b.tile_rows, H),
-                o_kn=_gemm_n(ht, b.tile_rows, ht))
+    proj_kn, o_kn = _gemm_n(H, b.tile_rows, H), _gemm_n(ht, b.tile_rows, ht)
+    if not proj_kn or not o_kn or (2 * H) % 8 or b.gemm_tbs * 8 * 4 > ATTENTION_BWD_SMEM:
+        raise BlockError(f"{KEY}.gemm_tbs: the backward's GEMM jobs need a multiple of 8 "
+                         f"dividing hidden ({H}) and hidden / t ({ht}) with {b.tile_rows} rows, "
+                         f"and its norm-gradient sum holds {b.gemm_tbs} partials of 8 columns "
+                         f"in {ATTENTION_BWD_SMEM} B (at most {ATTENTION_BWD_SMEM // 32} thread "
+                         f"blocks)")
+    return dict(norm_bwd_rows=rows, proj_kn=proj_kn, o_kn=o_kn)
 
 
 class TransformerBlock:

@@ -100,6 +100,9 @@ pv_\@:
 # tp/block_backward.s): items are (tile, sequence, head) triples in a grid-stride loop (thread
 # block %tb takes items %tb, %tb + %ntb, ...), tile-major so that the longest items go first.
 #
+#   attention_query_order             (an `order`: query tile i = tiles - 1 - r16)
+#   attention_key_order               (an `order`: key tile j = r16)
+#   attention_forward_item ...        (a `body`: the forward's flash_attention_tile)
 #   attention_items order, body
 #       `order` is a macro that turns r16 = item / (batch x heads) into the tile index:
 #       attention_query_order (query tile i = tiles - 1 - r16: query tile i visits i + 1 key

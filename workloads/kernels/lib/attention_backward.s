@@ -31,6 +31,10 @@
 #       (fp32 [tile] each) from r28: 16 + 14 tile dh + 14 tile^2 + 12 tile bytes. Writes r1 .. r5.
 #   attention_dq_item ...             dQ of query tile i (and D): attention_items body
 #   attention_dkdv_item ...           dK and dV of key tile j: attention_items body
+#   attention_stats_offset dst, head, tok   dst = byte offset of row tok of head `head` in a
+#                                     stats array
+#   attention_bwd_probs q, k, diag_a, diag_b   r24 = P of one tile pair (below)
+#   attention_bwd_ds do, lda, v       r25 = bf16(dS) of one tile pair (below)
 # The backward kernels declare the params qkv, out (the forward's O), dout (dO, O's layout), dqkv
 # (the gradient, qkv's layout), mask, consts, m_stat, l_stat, d_stat, seq, batch, heads, dh, tile.
 

@@ -61,6 +61,8 @@ rms_\@:
 # tp_norm and residual_add work on this GPU's sequence shard only - `tokens` (`elems`) is the
 # shard's size and the shard is chunk (g + 1) % P of the full buffer, the chunk the ring's
 # reduce-scatter leaves complete on GPU g (lib/ring_allreduce.s).
+#   shard_offset off, size, esize     off = the byte offset of this GPU's shard (0 unless the
+#                                     kernel's %sharded is 1): ((g + 1) % P) size esize
 .macro shard_offset off, size, esize
     mov \off, 0
     beq %sharded, 0, whole_\@
