@@ -115,7 +115,7 @@ def test_training_engines_agree(tmp_path):
 @pytest.mark.parametrize("sets, words", [
     (["workload.block.passes=backward"], "workload.block.passes"),
     (["workload.block.passes=training", "workload.block.scheme=t3"],
-     "workload.block.passes: training (forward + backward) is built for kind ffn"),
+     "workload.block.passes: training (forward + backward) is built for schemes"),
 ])
 def test_training_bad_input_exits_2_naming_the_key(tmp_path, sets, words):
     args = [a for s in sets for a in ("--set", s)]

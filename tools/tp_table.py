@@ -7,6 +7,7 @@ and the merge unit's evictions and timeouts.
     python tools/tp_table.py                                   # 3 models x 6 schemes + cais fused
     python tools/tp_table.py --models mega_gpt_4b --schemes tp_nvls cais cais_fused
     python tools/tp_table.py --tokens 4096 --json tp.json      # fewer tokens than seq x batch
+    python tools/tp_table.py --training --tokens 3072          # one training step per layer
 
 Configs: configs/experiments/tp/<model>_layer_<scheme>.yaml (prefill, the model's seq x batch
 tokens unless --tokens); `cais_fused` is the cais config with workload.block.cais_fusion=true
@@ -18,6 +19,11 @@ merging-aware thread-block coordination off (workload.block.cais_sync=false: no 
 table, only the common request order). Each run writes its output directory under --outdir (default out/tp/<model>_<scheme>);
 a run made from the same inputs is reused (tools/run_cache.py; --force re-runs). Runs go through
 `moehub-sim run`, one at a time unless --jobs, niced.
+
+--training runs configs/experiments/tp/<model>_layer_training.yaml (workload.block.passes:
+training, the whole layer's forward and backward) with each scheme of --schemes that has a
+backward (tp_ring, tp_nvls, sp_ring, sp_nvls; default all four) and prints the forward, the backward and its phases,
+the step, the backward's GEMM TFLOP/s and the backward / forward ratio.
 """
 import argparse
 import json
@@ -42,6 +48,57 @@ VARIANTS = {"t3_nvls": ("t3", ["workload.block.t3_collectives=nvls"]),
             "cais_fused_nosync": ("cais", ["workload.block.cais_fusion=true",
                                            "workload.block.cais_sync=false"])}
 PHASES = ("norm", "qkv", "attention", "o_proj", "residual", "ffn")
+TRAINING_SCHEMES = ("tp_ring", "tp_nvls", "sp_ring", "sp_nvls")
+# columns of the training table: (heading, the backward phases summed)
+TRAINING_COLUMNS = (("FFN bwd", ("ffn_bwd_act", "ffn_dgrad", "ffn_wgrad")),
+                    ("attention bwd", ("attention_bwd",)),
+                    ("projections bwd", ("o_proj_dgrad", "o_proj_wgrad", "qkv_dgrad",
+                                         "qkv_wgrad")),
+                    ("norms bwd", ("norm_bwd",)),
+                    ("dX all-reduces", ("dx_allreduce",)))
+
+
+def run_training(model, scheme, tokens, outdir, force):
+    config = CONFIG_DIR / f"{model}_layer_training.yaml"
+    sets = [f"workload.block.scheme={scheme}"]
+    if tokens:
+        sets.append(f"workload.block.tokens={tokens}")
+    out = outdir / (f"{model}_{scheme}_training" + (f"_{tokens}" if tokens else ""))
+    data, how, wall, error = run_or_reuse(config, out, sets, force, nice=10)
+    if error:
+        return {"error": error}
+    v = {k: (x["value"] if isinstance(x, dict) else x) for k, x in data.items()}
+    row = {k: v[f"system.block.{k}"] for k in ("forward_time_us", "backward_time_us", "time_us",
+                                               "backward_TFLOPs", "attention_bwd_TFLOPs",
+                                               "ffn_TFLOPs", "attention_TFLOPs")}
+    row.update(how=how, wall_s=wall)
+    for p in ("ffn_bwd_act", "ffn_dgrad", "ffn_wgrad", "attention_bwd", "o_proj_dgrad",
+              "o_proj_wgrad", "qkv_dgrad", "qkv_wgrad", "norm_bwd", "dx_allreduce", "allreduce"):
+        row[p] = v.get(f"system.block.{p}_time_us", 0.0)
+    return row
+
+
+def training_table(a):
+    cells = [(m, s) for m in a.models for s in a.schemes]
+    with ThreadPoolExecutor(max(1, a.jobs)) as pool:
+        rows = list(pool.map(lambda c: run_training(*c, a.tokens, a.outdir, a.force), cells))
+    heads = " | ".join(h for h, _ in TRAINING_COLUMNS)
+    print(f"| model | scheme | forward us | backward us | {heads} | step us | bwd / fwd | "
+          f"backward TFLOP/s | run s |")
+    print("|---|---|" + "---:|" * (len(TRAINING_COLUMNS) + 6))
+    result = {}
+    for (m, s), r in zip(cells, rows):
+        result[f"{m}/{s}/training"] = r
+        if "error" in r:
+            print(f"| {m} | {s} | error: {r['error']} |")
+            continue
+        cols = " | ".join(f"{sum(r[p] for p in ps):.0f}" for _, ps in TRAINING_COLUMNS)
+        print(f"| {m} | {s} | {r['forward_time_us']:.0f} | {r['backward_time_us']:.0f} | {cols} | "
+              f"{r['time_us']:.0f} | {r['backward_time_us'] / r['forward_time_us']:.2f} | "
+              f"{r['backward_TFLOPs']:.0f} | {r['wall_s'] or 0:.0f} |")
+    if a.json:
+        a.json.write_text(json.dumps(result, indent=1))
+    return 0
 
 
 def run_one(model, scheme, tokens, outdir, force):
@@ -79,7 +136,9 @@ def run_one(model, scheme, tokens, outdir, force):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
-    ap.add_argument("--schemes", nargs="+", default=list(SCHEMES),
+    ap.add_argument("--training", action="store_true",
+                    help="one training step of each layer (schemes tp_ring, tp_nvls, sp_ring, sp_nvls)")
+    ap.add_argument("--schemes", nargs="+", default=None,
                     choices=SCHEMES + tuple(v for v in VARIANTS if v not in SCHEMES))
     ap.add_argument("--tokens", type=int, default=0,
                     help="tokens per layer (0: the model's seq x batch, CAIS's shape)")
@@ -88,6 +147,14 @@ def main(argv=None):
     ap.add_argument("--force", action="store_true")
     ap.add_argument("--json", type=Path)
     a = ap.parse_args(argv)
+    if a.training:
+        a.schemes = a.schemes or list(TRAINING_SCHEMES)
+        bad = [s for s in a.schemes if s not in TRAINING_SCHEMES]
+        if bad:
+            ap.error(f"--training: no backward for {', '.join(bad)} (built: "
+                     f"{', '.join(TRAINING_SCHEMES)})")
+        return training_table(a)
+    a.schemes = a.schemes or list(SCHEMES)
     cells = [(m, s) for m in a.models for s in a.schemes]
     with ThreadPoolExecutor(max(1, a.jobs)) as pool:
         rows = list(pool.map(lambda c: run_one(*c, a.tokens, a.outdir, a.force), cells))

@@ -830,8 +830,10 @@ class BlockConfig:
                              choices=("ring", "nvls"))
     passes: str = _f("choice", "which passes run: forward (inference prefill) or training "
                      "(the forward, keeping the activations the backward needs, then the "
-                     "backward: input and weight gradients and the input gradient's all-reduce; "
-                     "kind ffn, schemes tp_ring, tp_nvls and tp_none; tp/ffn_backward.s)",
+                     "backward: input and weight gradients and the input gradients' all-reduces; "
+                     "schemes tp_ring, tp_nvls, tp_none and (kinds attention, transformer) sp_ring, "
+                     "sp_nvls; tp/ffn_backward.s, "
+                     "tp/block_backward.s)",
                      "forward", choices=("forward", "training"))
     cais_sync: bool = _f("bool", "scheme cais: merging-aware thread-block coordination (CAIS, "
                          "arXiv 2605.05628): the same thread block on every GPU is one group; "

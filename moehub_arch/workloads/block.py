@@ -71,16 +71,33 @@ the TP scheme (`workload.block.scheme`):
            2^-8), reference.t3_reduction_bound) and takes the rest of the block bit-exactly
            from the simulated sum.
   tp_none  t = 1: no collective, the reference without communication.
-Training (workload.block.passes: training; kind ffn, schemes tp_ring, tp_nvls, tp_none): after
-the forward, the backward of workloads/kernels/tp/ffn_backward.s (ffn_bwd_act: G and U recomputed,
+Training (workload.block.passes: training; schemes tp_ring, tp_nvls, tp_none, and for kinds
+attention and transformer sp_ring, sp_nvls): after the forward, the backward. Kind ffn:
+workloads/kernels/tp/ffn_backward.s (ffn_bwd_act: G and U recomputed,
 D = dY Wd_r^T, dU = silu(G) D, dG = silu'(G) (D U); ffn_dgrad: dX_r = dG Wg_r^T + dU Wu_r^T;
 ffn_wgrad: dWg_r, dWu_r, dWd_r in fp32), then the scheme's all-reduce of dX_r (the backward of
 the column-parallel input copy). dY, the gradient of the block output, is replicated (the
 forward's all-reduce makes the output every rank's). Functional mode checks dX on every GPU and
 each GPU's weight gradients against reference.ffn_backward bit for bit.
-Not built: the attention block's backward (and so kind transformer's), the backward of the
-sequence-parallel, cais and t3 schemes, GeLU MLPs (every model's FFN is SwiGLU here), rotary
-embeddings.
+Kinds attention and transformer (_block_backward; workloads/kernels/tp/block_backward.s): the
+forward's attention kernel keeps each query row's softmax statistics (attention_train); the
+backward runs in autograd's order - [the FFN's backward as above, then norm 2's backward plus dy,
+the residual path's gradient: dh1] -> the output projection's dgrad (tp_dgrad; no collective, its
+forward is row-parallel) and fp32 wgrad (tp_wgrad) -> FlashAttention-2's attention backward in
+two deterministic passes (attention_bwd pass 0: D = rowsum(dO O) and dQ; pass 1: dK, dV;
+lib/attention_backward.s) -> the QKV projection's dgrad and wgrad -> the scheme's all-reduce of
+dxn_r (the backward of the column-parallel input copy) -> norm 1's backward plus dh1 (lib/
+norm_backward.s: the residual gradient added in the norm's epilogue; the parameter gradients
+summed per thread block, then over the thread blocks, norm_grad_reduce). Functional mode checks
+dx on every GPU, every GPU's weight gradients, the norms' parameter gradients and dQ/dK/dV
+against block_reference.attention_backward / norm_backward and reference.ffn_backward bit for
+bit (gradient_max_abs_error 0). Sequence parallelism's backward mirrors its forward: dY and dh1
+are all-gathered before the GEMMs that need every token, the input gradients of the column-
+parallel GEMMs reduce-scattered, the norms' backward runs on this GPU's shard (each rank's norm
+parameter gradients are the partial over its shard; Megatron-LM's all-reduce of them is not
+modelled).
+Not built: the backward of the cais and t3 schemes, GeLU MLPs (every model's FFN is SwiGLU
+here), rotary embeddings.
 
 Kernels run stream-ordered on every GPU, so each starts system.gpu.kernel_launch_latency after
 its predecessor ends (system.block.launch_gaps_us reports that time; CUDA graphs would shrink it).
@@ -114,8 +131,12 @@ SP_SCHEMES = ("sp_ring", "sp_nvls", "cais")  # sequence parallelism: norms and r
 NVLS_SCHEMES = ("tp_nvls", "sp_nvls")       # collectives in the switch (multimem)
 TRANSFORMER_KERNELS = "workloads/kernels/tp/transformer.s"
 BACKWARD_KERNELS = "workloads/kernels/tp/ffn_backward.s"
-TRAINING_SCHEMES = ("tp_ring", "tp_nvls", "tp_none")   # workload.block.passes: training
-BACKWARD_PHASES = ("ffn_bwd_act", "ffn_dgrad", "ffn_wgrad", "dx_allreduce")
+BLOCK_BACKWARD_KERNELS = "workloads/kernels/tp/block_backward.s"   # attention + norms backward
+TRAINING_SCHEMES = ("tp_ring", "tp_nvls", "tp_none", "sp_ring", "sp_nvls")   # passes: training
+FFN_BACKWARD_PHASES = ("ffn_bwd_act", "ffn_dgrad", "ffn_wgrad")
+ATTENTION_BACKWARD_PHASES = ("o_proj_dgrad", "o_proj_wgrad", "attention_bwd", "qkv_dgrad",
+                             "qkv_wgrad")
+BACKWARD_PHASES = FFN_BACKWARD_PHASES + ATTENTION_BACKWARD_PHASES + ("norm_bwd", "dx_allreduce")
 BLOCK_DIR = "workloads/blocks"
 KEY = "workload.block"
 _MODEL_KEYS = ("name", "hidden", "ffn", "heads", "layers", "seq", "batch", "norm", "norm_eps")
@@ -216,6 +237,9 @@ class BlockShape:
     qkv_n: int = 0      # GEMM column job of the QKV projection (divides head_dim)
     o_n: int = 0        # GEMM column job of the output projection (divides hidden)
     norm_rows: int = 0  # rows per norm / residual block
+    norm_bwd_rows: int = 0   # passes training: rows per block of the norms' backward
+    proj_kn: int = 0    # passes training: column job of the QKV projection's dgrad / wgrad (of H)
+    o_kn: int = 0       # passes training: column job of the output projection's (of H / t heads)
     t3_rows: int = 0    # scheme t3: rows of the fused GEMM's row tiles (divides tokens / t)
 
 
@@ -281,11 +305,10 @@ def block_shape(cfg):
     if b.scheme in NVLS_SCHEMES + ("cais",) and t == 1:
         raise BlockError(f"{KEY}.scheme: {b.scheme} reduces in the NVSwitch over a multicast "
                          f"group of t > 1 GPUs, but {KEY}.tp is 1; use tp_none")
-    if b.passes == "training" and (b.kind != "ffn" or b.scheme not in TRAINING_SCHEMES):
-        raise BlockError(f"{KEY}.passes: training (forward + backward) is built for kind ffn "
-                         f"with schemes {', '.join(TRAINING_SCHEMES)} (here kind {b.kind}, "
-                         f"scheme {b.scheme}); the attention block's backward and the other "
-                         f"schemes' are not built: use passes: forward")
+    if b.passes == "training" and b.scheme not in TRAINING_SCHEMES:
+        raise BlockError(f"{KEY}.passes: training (forward + backward) is built for schemes "
+                         f"{', '.join(TRAINING_SCHEMES)} (here scheme {b.scheme}); the backward "
+                         f"of the cais and t3 schemes is not built: use passes: forward")
     for name, v in (("heads", m.heads), ("hidden", m.hidden), ("ffn", m.ffn)):
         if v % t:
             raise BlockError(f"{KEY}.tp: {t} does not divide {m.name}'s {name} ({v}); tensor "
@@ -309,6 +332,8 @@ def block_shape(cfg):
     extra = {}
     if b.kind != "ffn":
         extra = _attention_shape(b, m, t, tokens, b.scheme in SP_SCHEMES)
+        if b.passes == "training":
+            extra.update(_attention_backward_shape(b, m, t, tokens, extra))
     if b.scheme == "t3":
         extra["t3_rows"] = _t3_rows(b, tokens, t)
     return BlockShape(model=m.name, kind=b.kind, tp=t, tokens=tokens, hidden=m.hidden,
@@ -363,6 +388,38 @@ def _attention_shape(b, m, t, tokens, sp):
                 attn_tile=tile, qkv_n=qkv_n, o_n=o_n, norm_rows=rows)
 
 
+ATTENTION_BWD_SMEM = 224 * 1024   # .smem of the backward kernels (tp/block_backward.s)
+
+
+def _attention_backward_shape(b, m, t, tokens, fwd):
+    """passes training, kinds attention and transformer: the backward kernels' tiles and the
+    errors a user can act on."""
+    tile, dh, H = fwd["attn_tile"], fwd["head_dim"], m.hidden
+    need = 16 + 14 * tile * dh + 14 * tile * tile + 12 * tile   # lib/attention_backward.s
+    if need > ATTENTION_BWD_SMEM:
+        raise BlockError(f"{KEY}.attention_tile: the attention backward's tiles of {tile} rows "
+                         f"with head dim {dh} need {need} B of shared memory, more than its "
+                         f"kernels' {ATTENTION_BWD_SMEM} B; use a smaller tile for training")
+    if b.scheme in SP_SCHEMES:
+        tokens //= t     # the norms work on this GPU's sequence shard
+    rows = 1     # the norms' backward: a power of two dividing tokens, at least one block per TB
+    while tokens % (rows * 2) == 0 and tokens // (rows * 2) >= b.gemm_tbs and \
+            16 + 16 * H + 12 * rows * 2 * H + 24 * rows <= ATTENTION_BWD_SMEM:
+        rows *= 2
+    if 16 + 16 * H + 12 * H + 12 > ATTENTION_BWD_SMEM:
+        raise BlockError(f"{m.name}: hidden {H} is too wide for the norm backward's "
+                         f"{ATTENTION_BWD_SMEM} B of shared memory")
+    ht = H // t
+    proj_kn, o_kn = _gemm_n(H, b.tile_rows, H), _gemm_n(ht, b.tile_rows, ht)
+    if not proj_kn or not o_kn or (2 * H) % 8 or b.gemm_tbs * 8 * 4 > ATTENTION_BWD_SMEM:
+        raise BlockError(f"{KEY}.gemm_tbs: the backward's GEMM jobs need a multiple of 8 "
+                         f"dividing hidden ({H}) and hidden / t ({ht}) with {b.tile_rows} rows, "
+                         f"and its norm-gradient sum holds {b.gemm_tbs} partials of 8 columns "
+                         f"in {ATTENTION_BWD_SMEM} B (at most {ATTENTION_BWD_SMEM // 32} thread "
+                         f"blocks)")
+    return dict(norm_bwd_rows=rows, proj_kn=proj_kn, o_kn=o_kn)
+
+
 class TransformerBlock:
     """The generated block of one run; same interface as the MoE layer (simulation.py)."""
 
@@ -399,9 +456,12 @@ class TransformerBlock:
         self.training = cfg.workload.block.passes == "training"
         if self.training:
             self.kernel_files.append(BACKWARD_KERNELS)
+            if s.kind != "ffn":
+                self.kernel_files.append(BLOCK_BACKWARD_KERNELS)
         if s.kind == "ffn":
             self.output = self._ffn("x", "")
             if self.training:
+                self._buffer("dy", T * H * 2)   # functional mode: preset, the same on every GPU
                 self.dx = self._ffn_backward("x")
         else:
             self._buffer("x", T * H * 2)
@@ -412,6 +472,8 @@ class TransformerBlock:
                 self._norm(h1, "hn", "2")
                 y = self._ffn("hn", "2")
                 self.output = self._residual(h1, y, "out")
+            if self.training:
+                self.dx = self._block_backward(h1)
         self._check_fits()
 
     # ---- generation --------------------------------------------------------------------------
@@ -596,7 +658,6 @@ class TransformerBlock:
         gradient of the block output, is replicated as the output is."""
         s, tbs = self.shape, self.cfg.workload.block.gemm_tbs
         T, H, I, n = s.tokens, s.hidden, s.ffn_t, s.n_tile
-        self._buffer("dy", T * H * 2)     # functional mode: preset, the same on every GPU
         self._buffer("dg", T * I * 2)
         self._buffer("du", T * I * 2)
         self._buffer("dxr", T * H * 2)
@@ -613,10 +674,87 @@ class TransformerBlock:
         self._launch("ffn_wgrad", "ffn_wgrad", tbs, (
             ("x", f"@{x}"), ("dy", "@dy"), ("hs", "@hs"), ("dg", "@dg"), ("du", "@du"),
             ("dwg", "@dwg"), ("dwu", "@dwu"), ("dwd", "@dwd")) + shape + (("n_tile", n),))
+        return self._backward_collective(lambda: self._allreduce("dxr", "_dx"))
+
+    def _block_backward(self, h1):
+        """The backward of kinds attention and transformer (tp/block_backward.s, and for the
+        transformer's FFN tp/ffn_backward.s), in autograd's order, given dy (the gradient of the
+        block output, replicated as the output is): [the FFN's backward and the all-reduce of its
+        dX_r, then norm 2's backward plus dy, the residual path: dh1] -> the output projection's
+        dgrad (no collective: its forward is row-parallel) and wgrad -> the attention backward
+        (D and dQ, then dK and dV) -> the QKV projection's dgrad and wgrad -> the all-reduce of
+        dxn_r (the backward of the column-parallel QKV's input copy) -> norm 1's backward plus
+        dh1: dx. Returns dx's buffer."""
+        s, tbs = self.shape, self.cfg.workload.block.gemm_tbs
+        T, H, dh, ht = s.tokens, s.hidden, s.head_dim, s.heads_t * s.head_dim
+        dy = self._buffer("dy", T * H * 2)     # functional mode: preset, the same on every GPU
+        if self.sp:      # the output is sharded, so is dy: the GEMMs after it need every token
+            self._backward_collective(lambda: self._ring_half(2, dy, dy, "_agdy"))
+        dh1 = dy
+        if s.kind == "transformer":
+            dhn = self._ffn_backward("hn")
+            dh1 = self._norm_backward(h1, dhn, dy, "2", "dh1")
+            if self.sp:
+                self._backward_collective(lambda: self._ring_half(2, dh1, dh1, "_agdh1"))
+        self._buffer("dao", T * ht * 2)
+        self._buffer("dw_o", ht * H * 4, dtype="f32")
+        self._proj_backward("o_proj", "ao", dh1, "w_o", "dao", "dw_o", ht, H, s.o_n, s.o_kn, H)
+        self._buffer("dqkv", T * 3 * ht * 2)
+        self._buffer("d_stat", s.heads_t * T * 4, dtype="f32")
+        params = (("qkv", "@qkv"), ("out", "@ao"), ("dout", "@dao"), ("dqkv", "@dqkv"),
+                  ("mask", "@mask"), ("consts", "@consts"), ("m_stat", "@m_stat"),
+                  ("l_stat", "@l_stat"), ("d_stat", "@d_stat"), ("seq", s.seq),
+                  ("batch", s.batch), ("heads", s.heads_t), ("dh", dh), ("tile", s.attn_tile))
+        for attention_pass in (0, 1):       # D and dQ, then dK and dV
+            self._launch("attention_bwd", "attention_bwd", tbs,
+                         params + (("pass", attention_pass),))
+        self._buffer("dxnr", T * H * 2)
+        self._buffer("dw_qkv", H * 3 * ht * 4, dtype="f32")
+        self._proj_backward("qkv", "xn", "dqkv", "w_qkv", "dxnr", "dw_qkv", H, 3 * ht, s.qkv_n,
+                            s.proj_kn, dh)
+        dxn = self._backward_collective(lambda: self._allreduce("dxnr", "_dxn"))
+        return self._norm_backward("x", dxn, dh1, "1", "dx")
+
+    def _backward_collective(self, launch):
+        """Run launch() (which adds a collective's launches) and file them under the backward's
+        collectives (phase dx_allreduce); returns what launch returns."""
         first = len(self.launches)
-        dx = self._allreduce("dxr", "_dx")
+        out = launch()
         for i in range(first, len(self.launches)):
             self.phases[i] = "dx_allreduce"
+        return out
+
+    def _proj_backward(self, phase, a, dy, w, dx, dw, k, ncols, n, kn, group):
+        """The backward of tp_gemm's Y = A W (Y in blocks of [T][group]): dX = dY W^T (tp_dgrad)
+        and dW = A^T dY in fp32 (tp_wgrad)."""
+        s, tbs = self.shape, self.cfg.workload.block.gemm_tbs
+        shape = (("tokens", s.tokens), ("k", k), ("ncols", ncols), ("n_tile", n), ("kn", kn))
+        self._launch(f"{phase}_dgrad", "tp_dgrad", tbs, (
+            ("dy", f"@{dy}"), ("w", f"@{w}"), ("dx", f"@{dx}")) + shape +
+            (("tile_rows", s.tile_rows), ("group", group)))
+        self._launch(f"{phase}_wgrad", "tp_wgrad", tbs, (
+            ("a", f"@{a}"), ("dy", f"@{dy}"), ("dw", f"@{dw}")) + shape + (("group", group),))
+
+    def _norm_backward(self, x, dy, resid, which, dx):
+        """Norm `which`'s backward plus the residual path's gradient `resid` (tp_norm_bwd), then
+        the sum of the thread blocks' parameter-gradient partials (norm_grad_reduce) into
+        dnorm<which> (fp32 [2][H]: dgain, dbias). Returns dx's buffer."""
+        s, tbs = self.shape, self.cfg.workload.block.gemm_tbs
+        T, H = s.tokens, s.hidden
+        self._buffer(dx, T * H * 2)
+        part = self._buffer(f"norm{which}_part", tbs * 2 * H * 4, dtype="f32")
+        grad = self._buffer(f"dnorm{which}", 2 * H * 4, dtype="f32")
+        self._launch("norm_bwd", "tp_norm_bwd", tbs, (
+            ("x", f"@{x}"), ("dy", f"@{dy}"), ("resid", f"@{resid}"), ("dx", f"@{dx}"),
+            ("gain", f"@norm{which}_gain"), ("bias", f"@norm{which}_bias"),
+            ("consts", "@consts"), ("part", f"@{part}"), ("tokens", T // s.tp if self.sp else T),
+            ("hidden", H), ("rows", s.norm_bwd_rows),
+            ("layernorm", int(self.model.norm == "layernorm")), ("sharded", int(self.sp))))
+        chunk = max(c for c in (8, 16, 32, 64, 128, 256)
+                    if (2 * H) % c == 0 and tbs * c * 4 <= ATTENTION_BWD_SMEM)
+        self._launch("norm_bwd", "norm_grad_reduce", tbs, (
+            ("part", f"@{part}"), ("grad", f"@{grad}"), ("parts", tbs), ("elems", 2 * H),
+            ("chunk", chunk)))
         return dx
 
     def _norm(self, x, y, which):
@@ -666,10 +804,15 @@ class TransformerBlock:
             self._gemm("qkv", "xn", "w_qkv", "qkv", H, 3 * ht, s.qkv_n, dh)
         self._buffer("mask", tile * tile * 4, dtype="f32")
         self._buffer("ao", T * ht * 2)
-        self._launch("attention", "attention", self.cfg.workload.block.gemm_tbs, (
+        stats = ()
+        if self.training:   # attention_train (tp/block_backward.s) keeps m and l per query row
+            stats = (("m_stat", f"@{self._buffer('m_stat', s.heads_t * T * 4, dtype='f32')}"),
+                     ("l_stat", f"@{self._buffer('l_stat', s.heads_t * T * 4, dtype='f32')}"))
+        self._launch("attention", "attention_train" if stats else "attention",
+                     self.cfg.workload.block.gemm_tbs, (
             ("qkv", "@qkv"), ("out", "@ao"), ("mask", "@mask"), ("consts", "@consts"),
             ("seq", s.seq), ("batch", s.batch), ("heads", s.heads_t), ("dh", dh),
-            ("tile", tile)))
+            ("tile", tile)) + stats)
         self._buffer("w_o", ht * H * 2, init="random")
         self._buffer("ya", T * H * 2)
         if self.fuse:
@@ -855,31 +998,164 @@ class TransformerBlock:
         back = [se for ph in BACKWARD_PHASES for se in spans.get(ph, {}).values()]
         fwd = [se for ph, per in spans.items() if ph not in BACKWARD_PHASES for se in per.values()]
         for name, part, what in (("forward", fwd, "the forward's launches"),
-                                 ("backward", back, "the backward's launches (tp/ffn_backward.s "
-                                                    "and the input gradient's all-reduce)")):
+                                 ("backward", back, "the backward's launches (tp/ffn_backward.s, "
+                                                    "tp/block_backward.s and the input "
+                                                    "gradients' all-reduces)")):
             t = (max(e for _, e in part) - min(a for a, _ in part)) if part else 0
             stats.add(f"system.block.{name}_time_us", t * 1e-6, "us",
                       f"training: first start to last end over {what}, all GPUs")
-        for phase, what in (("ffn_bwd_act", "D = dY Wd^T, G and U recomputed, dG and dU"),
-                            ("ffn_dgrad", "dX_r = dG Wg^T + dU Wu^T"),
-                            ("ffn_wgrad", "the weight gradients dWg, dWu, dWd (fp32)"),
-                            ("dx_allreduce", "the all-reduce of dX_r (the scheme's)")):
+        phases = (("ffn_bwd_act", "D = dY Wd^T, G and U recomputed, dG and dU"),
+                  ("ffn_dgrad", "dX_r = dG Wg^T + dU Wu^T"),
+                  ("ffn_wgrad", "the weight gradients dWg, dWu, dWd (fp32)"),
+                  ("dx_allreduce", "the all-reduces of the input gradients dX_r (the scheme's)"))
+        if s.kind != "ffn":
+            phases += (
+                ("o_proj_dgrad", "the output projection's input gradient dY W_o^T (tp_dgrad)"),
+                ("o_proj_wgrad", "the output projection's weight gradient (fp32, tp_wgrad)"),
+                ("attention_bwd", "the attention backward: D and dQ, then dK and dV "
+                                  "(attention_bwd, passes 0 and 1)"),
+                ("qkv_dgrad", "the QKV projection's input gradient (tp_dgrad)"),
+                ("qkv_wgrad", "the QKV projection's weight gradient (fp32, tp_wgrad)"),
+                ("norm_bwd", "the norms' backward with the residual gradients and their "
+                             "parameter gradients (tp_norm_bwd, norm_grad_reduce)"))
+        for phase, what in phases:
             stats.add(f"system.block.{phase}_time_us", phase_ticks(phase) * 1e-6, "us",
                       f"training: {what}; first start to last end over all GPUs")
-        gemm = sum(phase_ticks(p) for p in BACKWARD_PHASES[:3])
-        flops = 16.0 * s.tokens * s.hidden * s.ffn_t
+        ffn_flops = 16.0 * s.tokens * s.hidden * s.ffn_t
+        if s.kind == "ffn":
+            gemm = sum(phase_ticks(p) for p in FFN_BACKWARD_PHASES)
+            stats.add("system.block.backward_TFLOPs", ffn_flops / gemm if gemm else 0.0,
+                      "TFLOP/s", "backward GEMM FLOPs per GPU (8 GEMMs of 2 T H I/t: G and U "
+                      "recomputed, D, dX_r's two, three weight gradients) / the backward "
+                      "kernels' time")
+            return
+        ht = s.heads_t * s.head_dim
+        # 7 tile GEMMs per visited (query, key) tile pair: S and dP twice, dV, dK, dQ
+        attn = 7.0 * s.batch * s.heads_t * s.head_dim * s.seq * (s.seq + s.attn_tile)
+        flops = 4.0 * s.tokens * s.hidden * 4 * ht + attn     # dgrad + wgrad of QKV and o_proj
+        phases = ATTENTION_BACKWARD_PHASES
+        if s.kind == "transformer":
+            flops += ffn_flops
+            phases += FFN_BACKWARD_PHASES
+        gemm = sum(phase_ticks(p) for p in phases)
         stats.add("system.block.backward_TFLOPs", flops / gemm if gemm else 0.0, "TFLOP/s",
-                  "backward GEMM FLOPs per GPU (8 GEMMs of 2 T H I/t: G and U recomputed, D, "
-                  "dX_r's two, three weight gradients) / the backward kernels' time")
+                  "backward GEMM FLOPs per GPU (the projections' dgrad and wgrad, 4 T H 4 H/t; "
+                  "the attention backward's 7 tile GEMMs per visited tile pair; the FFN's 16 T "
+                  "H I/t) / the time of those kernels")
+        at = phase_ticks("attention_bwd")
+        stats.add("system.block.attention_bwd_TFLOPs", attn / at if at else 0.0, "TFLOP/s",
+                  "attention backward FLOPs per GPU (7 tile GEMMs per visited tile pair, 7 "
+                  "batch heads/t dh S (S + tile)) / its time")
+
+    def _combine_gradients(self, parts):
+        """The scheme's all-reduce of per-GPU input gradients [T, H] (ring order, NVLS's fp32 in
+        rank order, or t = 1; a sequence-parallel reduce-scatter leaves each GPU its chunk of
+        this)."""
+        from .reference import nvls_allreduce_reference, ring_allreduce_reference
+        parts = np.stack([p.reshape(-1) for p in parts])
+        if self.nvls:
+            out = nvls_allreduce_reference(parts, bf16=True)
+        elif self.ring or self.sp:
+            out = ring_allreduce_reference(parts, bf16=True)
+        else:
+            out = parts[0]
+        return out.reshape(self.shape.tokens, self.shape.hidden)
+
+    def _block_gradient_error(self, sim):
+        """Training, kinds attention and transformer: the largest |simulated - reference| of dx
+        (every GPU), each GPU's weight gradients (QKV, output projection, the FFN's), the norms'
+        parameter gradients and the attention's dQ, dK, dV, against the NumPy reference in the
+        kernels' orders (block_reference.attention_backward, norm_backward; reference.
+        ffn_backward; the collectives' orders): bit-identical. Needs reference() first (the
+        forward's activations)."""
+        from .block_reference import attention_backward, norm_backward
+        from .reference import ffn_backward, gemm_seq, max_abs_error, to_bf16
+        s, acts = self.shape, self.reference_activations
+        T, H, dh, ht, I = s.tokens, s.hidden, s.head_dim, s.heads_t * s.head_dim, s.ffn_t
+        tbs, kind, eps = self.cfg.workload.block.gemm_tbs, self.model.norm, self.constants()[1]
+        scale = self.constants()[0]
+        dy = sim.read_buffer(0, "dy")[:T * H].reshape(T, H)
+        err = 0.0
+
+        def check(g, name, ref):
+            nonlocal err
+            got = sim.read_buffer(g, name)[:ref.size]
+            err = max(err, max_abs_error(got, ref.reshape(-1)))
+
+        def norm_grads(which, inp, d_out, resid):
+            """dx (every row: rows are independent) and each GPU's parameter gradients (with
+            sequence parallelism the partial over its shard, chunk (g + 1) % t)."""
+            gain = sim.read_buffer(0, f"norm{which}_gain")[:H]
+            dx, dgain, dbias = norm_backward(inp, d_out, resid, gain, kind, eps,
+                                             s.norm_bwd_rows, tbs)
+            for g in range(s.tp):
+                if self.sp:
+                    rows = self._shard_rows(g)
+                    _, dgain, dbias = norm_backward(inp[rows], d_out[rows], resid[rows], gain,
+                                                    kind, eps, s.norm_bwd_rows, tbs)
+                check(g, f"dnorm{which}", np.concatenate([dgain, dbias]))
+            return dx
+
+        dh1 = dy
+        if s.kind == "transformer":
+            parts = []
+            for g in range(s.tp):
+                w = [self._weights(sim, g, name, s.n_tile, cols) for name, cols in
+                     (("ws_gate", I), ("ws_up", I), ("ws_down", H))]
+                dxr, dwg, dwu, dwd = ffn_backward(acts["hn"], dy, *w)
+                parts.append(dxr)
+                for name, ref, cols in (("dwg", dwg, I), ("dwu", dwu, I), ("dwd", dwd, H)):
+                    got = self._weights(sim, g, name, s.n_tile, cols)
+                    err = max(err, max_abs_error(got.reshape(-1), ref.reshape(-1)))
+            dh1 = norm_grads("2", acts["h1"], self._combine_gradients(parts), dy)
+        parts = []
+        for g in range(s.tp):
+            w_o = self._weights(sim, g, "w_o", s.o_n, H)
+            dao = to_bf16(gemm_seq(dh1, np.ascontiguousarray(w_o.T)))
+            dw_o = gemm_seq(np.ascontiguousarray(acts["ao"][g].T), dh1)
+            got = self._weights(sim, g, "dw_o", s.o_n, H)
+            err = max(err, max_abs_error(got.reshape(-1), dw_o.reshape(-1)))
+            qkv, dqkv = acts["qkv"][g], np.zeros((T, 3 * ht), dtype=np.float32)
+            for b in range(s.batch):
+                rows = slice(b * s.seq, (b + 1) * s.seq)
+                for h in range(s.heads_t):
+                    cols = [slice((j * s.heads_t + h) * dh, (j * s.heads_t + h + 1) * dh)
+                            for j in range(3)]
+                    hc = slice(h * dh, (h + 1) * dh)
+                    grads = attention_backward(
+                        *(qkv[rows, c] for c in cols), acts["ao"][g][rows, hc], dao[rows, hc],
+                        acts["m"][g][h, rows], acts["l"][g][h, rows], s.attn_tile, scale)
+                    for c, grad in zip(cols, grads):
+                        dqkv[rows, c] = grad
+            # dqkv as stored: 3 heads_t blocks of [T][dh] (tp_gemm's layout, group = dh)
+            check(g, "dqkv", dqkv.reshape(T, 3 * s.heads_t, dh).transpose(1, 0, 2))
+            w_qkv = self._weights(sim, g, "w_qkv", s.qkv_n, 3 * ht)
+            parts.append(to_bf16(gemm_seq(dqkv, np.ascontiguousarray(w_qkv.T))))
+            dw_qkv = gemm_seq(np.ascontiguousarray(acts["xn"].T), dqkv)
+            got = self._weights(sim, g, "dw_qkv", s.qkv_n, 3 * ht)
+            err = max(err, max_abs_error(got.reshape(-1), dw_qkv.reshape(-1)))
+        dx = norm_grads("1", acts["x"], self._combine_gradients(parts), dh1)
+        for g in range(s.tp):
+            rows = self._shard_rows(g) if self.sp else slice(0, T)
+            got = sim.read_buffer(g, self.dx)[:T * H].reshape(T, H)[rows]
+            err = max(err, max_abs_error(got.reshape(-1), dx[rows].reshape(-1)))
+        return err
+
+    def _shard_rows(self, g):
+        """Sequence parallelism: the rows of GPU g's shard, chunk (g + 1) % t."""
+        n = self.shape.tokens // self.shape.tp
+        c = (g + 1) % self.shape.tp
+        return slice(c * n, (c + 1) * n)
 
     def _gradient_error(self, sim):
         """Training: the largest |simulated - reference| of dX (every GPU, after the all-reduce)
         and of each GPU's weight gradients. The reference (reference.ffn_backward) rounds and
         orders as tp/ffn_backward.s; dX's sum over the ranks is the scheme's collective's
         (ring order, or NVLS's fp32 in rank order), so the check is bit-identical."""
-        from .reference import ffn_backward, max_abs_error, nvls_allreduce_reference, \
-            ring_allreduce_reference
+        from .reference import ffn_backward, max_abs_error
         s = self.shape
+        if s.kind != "ffn":
+            return self._block_gradient_error(sim)
         T, H, I, n = s.tokens, s.hidden, s.ffn_t, s.n_tile
         x = sim.read_buffer(0, "x")[:T * H].reshape(T, H)
         dy = sim.read_buffer(0, "dy")[:T * H].reshape(T, H)
@@ -892,13 +1168,7 @@ class TransformerBlock:
             for name, ref, cols in (("dwg", dwg, I), ("dwu", dwu, I), ("dwd", dwd, H)):
                 got = self._weights(sim, g, name, n, cols)
                 err = max(err, max_abs_error(got.reshape(-1), ref.reshape(-1)))
-        parts = np.stack(parts)
-        if self.nvls:
-            dx = nvls_allreduce_reference(parts, bf16=True)
-        elif self.ring:
-            dx = ring_allreduce_reference(parts, bf16=True)
-        else:
-            dx = parts[0]
+        dx = self._combine_gradients(parts)
         for g in range(s.tp):
             err = max(err, max_abs_error(sim.read_buffer(g, self.dx)[:T * H], dx.reshape(-1)))
         return err
@@ -949,20 +1219,28 @@ class TransformerBlock:
 
         xn = normed("1", x)
         parts = []
+        acts = self.reference_activations = dict(x=x, xn=xn, qkv=[], ao=[], m=[], l=[])
         for g in range(s.tp):
             qkv = to_bf16(gemm_seq(xn, self._weights(sim, g, "w_qkv", s.qkv_n, 3 * ht)))
             ao = np.zeros((T, ht), dtype=np.float32)
+            m_stat = np.zeros((s.heads_t, T), dtype=np.float32)
+            l_stat = np.zeros((s.heads_t, T), dtype=np.float32)
             for b in range(s.batch):
                 rows = slice(b * s.seq, (b + 1) * s.seq)
                 for h in range(s.heads_t):
                     q, k, v = (qkv[rows, (j * s.heads_t + h) * dh:(j * s.heads_t + h + 1) * dh]
                                for j in range(3))
-                    ao[rows, h * dh:(h + 1) * dh] = flash_attention(q, k, v, s.attn_tile, scale)
+                    ao[rows, h * dh:(h + 1) * dh], m_stat[h, rows], l_stat[h, rows] = \
+                        flash_attention(q, k, v, s.attn_tile, scale, stats=True)
             parts.append(to_bf16(gemm_seq(ao, self._weights(sim, g, "w_o", s.o_n, H))))
+            for name, value in (("qkv", qkv), ("ao", ao), ("m", m_stat), ("l", l_stat)):
+                acts[name].append(value)
         h1 = to_bf16(x + (self._t3_sum(sim, parts, "ar1") if self.t3 else combine(parts)))
+        acts["h1"] = h1
         if s.kind == "attention":
             return h1
-        return to_bf16(h1 + ffn(normed("2", h1)))
+        acts["hn"] = normed("2", h1)
+        return to_bf16(h1 + ffn(acts["hn"]))
 
     def _t3_sum(self, sim, parts, buffer):
         """t3's reduce-scatters add in arrival order (tp/t3.s): check the simulated sum in

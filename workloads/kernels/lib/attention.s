@@ -95,3 +95,80 @@ pv_\@:
     shl r7, \dh, 1
     copy2d \dst, r20, \tile, r7, \dst_stride, r7
 .endm
+
+# The item loop of the attention kernels (tp/transformer.s attention, and the training kernels of
+# tp/block_backward.s): items are (tile, sequence, head) triples in a grid-stride loop (thread
+# block %tb takes items %tb, %tb + %ntb, ...), tile-major so that the longest items go first.
+#
+#   attention_query_order             (an `order`: query tile i = tiles - 1 - r16)
+#   attention_key_order               (an `order`: key tile j = r16)
+#   attention_forward_item ...        (a `body`: the forward's flash_attention_tile)
+#   attention_items order, body
+#       `order` is a macro that turns r16 = item / (batch x heads) into the tile index:
+#       attention_query_order (query tile i = tiles - 1 - r16: query tile i visits i + 1 key
+#       tiles) or attention_key_order (key tile j = r16: key tile j is visited by tiles - j query
+#       tiles). `body` is a macro expanded once per item with the operands
+#           qt, kb, vb, dst, dst_stride, i, head, tok
+#       qt = tile r16 of the head's Q block ([tile][dh], a block of [T][dh] rows), kb / vb = the
+#       head's K and V blocks for this sequence (tile 0), dst = `out`[first token of tile r16][head
+#       dh] (rows dst_stride = heads dh bf16 apart), i = the tile index, head = the head, tok = the
+#       tile's first token. The kernel declares the params qkv, out, seq, batch, heads, dh, tile
+#       (tp/transformer.s attention documents them). Registers: r0, r10 (tiles per sequence), r11
+#       (sequence-head pairs), r12 (items), r13 (bytes of a head block [T][dh]), r14 (out row
+#       bytes), r15 (bytes of the Q, K or V heads: K is r15 after Q, V 2 r15) hold across items;
+#       r8, r16 .. r19, r30, r31 are the item's (the body may overwrite them); the body may use
+#       r1 .. r7, r9 and r20 .. r29 as well.
+.macro attention_query_order
+    sub r16, r10, r16
+    sub r16, r16, 1                  # r16 = query tile i (longest first)
+.endm
+
+.macro attention_key_order
+.endm
+
+.macro attention_items order, body
+    div r10, %seq, %tile             # r10 = tiles per sequence
+    mul r11, %batch, %heads          # r11 = (sequence, head) pairs
+    mul r12, r10, r11                # r12 = items
+    mul r13, %batch, %seq
+    mul r13, r13, %dh
+    shl r13, r13, 1                  # r13 = bytes of one head block [T][dh]
+    mul r14, %heads, %dh
+    shl r14, r14, 1                  # r14 = out row bytes
+    mul r15, %heads, r13             # r15 = bytes of the Q (or K, V) heads
+    mov r0, %tb
+item_\@:
+    bge r0, r12, end_\@
+    div r16, r0, r11
+    \order
+    rem r17, r0, r11
+    div r18, r17, %heads             # r18 = sequence b
+    rem r17, r17, %heads             # r17 = head h
+    mul r18, r18, %seq               # r18 = first token of the sequence
+    mul r19, r17, r13
+    mul r30, r18, %dh
+    shl r30, r30, 1
+    add r19, r19, r30
+    add r19, r19, %qkv               # r19 = Q of (b, h) ([seq][dh])
+    mul r31, r16, %tile
+    add r18, r18, r31                # r18 = first token of the tile
+    mul r31, r31, %dh
+    shl r31, r31, 1
+    add r31, r31, r19                # r31 = Q tile
+    add r19, r19, r15                # r19 = K of (b, h); its V is r15 further
+    mul r30, r18, r14
+    add r30, r30, %out
+    mul r8, r17, %dh
+    shl r8, r8, 1
+    add r8, r8, r30                  # r8 = out[first token][h dh]
+    add r30, r19, r15                # r30 = V of (b, h)
+    \body r31, r19, r30, r8, r14, r16, r17, r18
+    add r0, r0, %ntb
+    bra item_\@
+end_\@:
+.endm
+
+# the forward's item: O of query tile i (flash_attention_tile)
+.macro attention_forward_item qt, kb, vb, dst, dst_stride, i, head, tok
+    flash_attention_tile \qt, \kb, \vb, \dst, \dst_stride, \i, %tile, %dh
+.endm

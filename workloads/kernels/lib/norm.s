@@ -12,6 +12,10 @@
 #   norm_rows dst, src, rows, hidden, layernorm
 #       dst[rows][H] = norm(src[rows][H]), layernorm 0 (RMSNorm) or 1. Needs norm_smem first;
 #       writes r1 .. r6.
+#   norm_rows_xhat src, rows, hidden, layernorm
+#       norm_rows up to the gain: leaves xhat = (x [- mean]) r in the fp32 workspace r22, r (the
+#       rows' 1 / rms) in the fp32 vector at r4, r1 = rows x H, r6 = the address of H (fp32).
+#       The backward (lib/norm_backward.s) recomputes xhat with it, bit for bit the forward's.
 
 .macro norm_smem gain, bias, consts, hidden
     copy %smem, \consts, 16
@@ -24,6 +28,15 @@
 .endm
 
 .macro norm_rows dst, src, rows, hidden, layernorm
+    norm_rows_xhat \src, \rows, \hidden, \layernorm
+    vcol_mul.f32 r22, r22, r20, \hidden, r1
+    beq \layernorm, 0, out_\@
+    vcol_add.f32 r22, r22, r21, \hidden, r1
+out_\@:
+    vcvt.bf16.f32 \dst, r22, r1
+.endm
+
+.macro norm_rows_xhat src, rows, hidden, layernorm
     mul r1, \rows, \hidden           # r1 = elements
     shl r3, r1, 2
     add r3, r3, r22                  # r3 = per-row statistic [rows]
@@ -42,9 +55,20 @@ rms_\@:
     vrow_add.f32 r3, r3, r5, \rows, \rows
     vrsqrt.f32 r4, r3, \rows
     vrow_mul.f32 r22, r22, r4, \hidden, r1
-    vcol_mul.f32 r22, r22, r20, \hidden, r1
-    beq \layernorm, 0, out_\@
-    vcol_add.f32 r22, r22, r21, \hidden, r1
-out_\@:
-    vcvt.bf16.f32 \dst, r22, r1
+.endm
+
+# Sequence parallelism (scheme sp_ring; Korthikanti et al., arXiv 2205.05198): with sharded = 1,
+# tp_norm and residual_add work on this GPU's sequence shard only - `tokens` (`elems`) is the
+# shard's size and the shard is chunk (g + 1) % P of the full buffer, the chunk the ring's
+# reduce-scatter leaves complete on GPU g (lib/ring_allreduce.s).
+#   shard_offset off, size, esize     off = the byte offset of this GPU's shard (0 unless the
+#                                     kernel's %sharded is 1): ((g + 1) % P) size esize
+.macro shard_offset off, size, esize
+    mov \off, 0
+    beq %sharded, 0, whole_\@
+    add \off, %gpu, 1
+    rem \off, \off, %ngpu
+    mul \off, \off, \size
+    mul \off, \off, \esize
+whole_\@:
 .endm

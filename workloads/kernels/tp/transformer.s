@@ -8,19 +8,7 @@
 .include "lib/norm.s"
 .include "lib/attention.s"
 
-# Sequence parallelism (scheme sp_ring; Korthikanti et al., arXiv 2205.05198): with sharded = 1,
-# tp_norm and residual_add work on this GPU's sequence shard only - `tokens` (`elems`) is the
-# shard's size and the shard is chunk (g + 1) % P of the full buffer, the chunk the ring's
-# reduce-scatter leaves complete on GPU g (lib/ring_allreduce.s).
-.macro shard_offset off, size, esize
-    mov \off, 0
-    beq %sharded, 0, whole_\@
-    add \off, %gpu, 1
-    rem \off, \off, %ngpu
-    mul \off, \off, \size
-    mul \off, \off, \esize
-whole_\@:
-.endm
+# Sequence parallelism: tp_norm and residual_add take `sharded` (lib/norm.s shard_offset).
 
 # tp_norm: y[T][H] = norm(x) in blocks of `rows` rows (lib/norm.s); consts: fp32 words 1 eps, 2 H.
 .kernel tp_norm
@@ -94,46 +82,7 @@ end:
 .param tile                  # Br = Bc (divides seq)
 .smem 128KB
     flash_attention_smem %tile, %dh, %mask, %consts
-    div r10, %seq, %tile             # r10 = query tiles per sequence
-    mul r11, %batch, %heads          # r11 = (sequence, head) pairs
-    mul r12, r10, r11                # r12 = items
-    mul r13, %batch, %seq
-    mul r13, r13, %dh
-    shl r13, r13, 1                  # r13 = bytes of one head block [T][dh]
-    mul r14, %heads, %dh
-    shl r14, r14, 1                  # r14 = out row bytes
-    mul r15, %heads, r13             # r15 = bytes of the Q (or K, V) heads
-    mov r0, %tb
-item:
-    bge r0, r12, end
-    div r16, r0, r11
-    sub r16, r10, r16
-    sub r16, r16, 1                  # r16 = query tile i
-    rem r17, r0, r11
-    div r18, r17, %heads             # r18 = sequence b
-    rem r17, r17, %heads             # r17 = head h
-    mul r18, r18, %seq               # r18 = first token of the sequence
-    mul r19, r17, r13
-    mul r30, r18, %dh
-    shl r30, r30, 1
-    add r19, r19, r30
-    add r19, r19, %qkv               # r19 = Q of (b, h) ([seq][dh])
-    mul r31, r16, %tile
-    add r18, r18, r31                # r18 = first token of the query tile
-    mul r31, r31, %dh
-    shl r31, r31, 1
-    add r31, r31, r19                # r31 = Q tile
-    add r19, r19, r15                # r19 = K of (b, h); its V is r15 further
-    mul r30, r18, r14
-    add r30, r30, %out
-    mul r17, r17, %dh
-    shl r17, r17, 1
-    add r17, r17, r30                # r17 = out[first token][h dh]
-    add r30, r19, r15                # r30 = V of (b, h)
-    flash_attention_tile r31, r19, r30, r17, r14, r16, %tile, %dh
-    add r0, r0, %ntb
-    bra item
-end:
+    attention_items attention_query_order, attention_forward_item
     exit
 
 # residual_add: y = bf16(a + b) over `elems` elements, in chunks of `chunk` (the residual
