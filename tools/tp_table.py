@@ -15,7 +15,9 @@ unit"); `t3` is T3's fused GEMM + reduce-scatter with ring all-gathers, `t3_nvls
 NVLS all-gathers (workload.block.t3_collectives=nvls); `cais_throttle` (and `cais_fused_throttle`) add system.switch.cais.throttle=true (the
 switch holds back GPUs that run ahead); `cais_nosync` (and `cais_fused_nosync`) turn CAIS's
 merging-aware thread-block coordination off (workload.block.cais_sync=false: no group sync
-table, only the common request order). Each run writes its output directory under --outdir (default out/tp/<model>_<scheme>);
+table, only the common request order); `cais_dataflow` (and `cais_dataflow_throttle`) run CAIS's
+graph-level dataflow (workload.block.cais_dataflow=true: the QKV AG-GEMM, then one persistent
+kernel from the output projection to the layer's end, its "dataflow" column). Each run writes its output directory under --outdir (default out/tp/<model>_<scheme>);
 a run made from the same inputs is reused (tools/run_cache.py; --force re-runs). Runs go through
 `moehub-sim run`, one at a time unless --jobs, niced.
 """
@@ -35,13 +37,16 @@ SCHEMES = ("tp_ring", "sp_ring", "tp_nvls", "sp_nvls", "t3", "cais", "cais_fused
 # Variants of a scheme's config: (the scheme whose config runs, its --set overrides).
 VARIANTS = {"t3_nvls": ("t3", ["workload.block.t3_collectives=nvls"]),
             "cais_fused": ("cais", ["workload.block.cais_fusion=true"]),
+            "cais_dataflow": ("cais", ["workload.block.cais_dataflow=true"]),
+            "cais_dataflow_throttle": ("cais", ["workload.block.cais_dataflow=true",
+                                                "system.switch.cais.throttle=true"]),
             "cais_throttle": ("cais", ["system.switch.cais.throttle=true"]),
             "cais_fused_throttle": ("cais", ["workload.block.cais_fusion=true",
                                              "system.switch.cais.throttle=true"]),
             "cais_nosync": ("cais", ["workload.block.cais_sync=false"]),
             "cais_fused_nosync": ("cais", ["workload.block.cais_fusion=true",
                                            "workload.block.cais_sync=false"])}
-PHASES = ("norm", "qkv", "attention", "o_proj", "residual", "ffn")
+PHASES = ("norm", "qkv", "attention", "o_proj", "residual", "ffn", "dataflow")
 
 
 def run_one(model, scheme, tokens, outdir, force):
@@ -92,9 +97,9 @@ def main(argv=None):
     with ThreadPoolExecutor(max(1, a.jobs)) as pool:
         rows = list(pool.map(lambda c: run_one(*c, a.tokens, a.outdir, a.force), cells))
     print("| model | scheme | layer us | norms | QKV | attention | out proj | residuals | FFN | "
-          "collectives | gaps | link util | switch buffer peak / port | evictions / timeouts | "
+          "dataflow | collectives | gaps | link util | switch buffer peak / port | evictions / timeouts | "
           "merged | sync wait |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     result = {}
     for (m, s), r in zip(cells, rows):
         result[f"{m}/{s}"] = r

@@ -833,6 +833,14 @@ class BlockConfig:
                      "backward: input and weight gradients and the input gradient's all-reduce; "
                      "kind ffn, schemes tp_ring, tp_nvls and tp_none; tp/ffn_backward.s)",
                      "forward", choices=("forward", "training"))
+    cais_dataflow: bool = _f("bool", "scheme cais, kind transformer: CAIS's graph-level dataflow "
+                             "(arXiv 2605.05628): the QKV projection as an AG-GEMM (as cais_fusion), "
+                             "then one persistent kernel (tp/cais_dataflow.s tp_cais_dataflow) with "
+                             "per-row-tile dependencies in memory - output projection GEMM-RS -> "
+                             "residual + norm on the tile's home -> FFN gate/up AG-GEMM -> down "
+                             "GEMM-RS -> residual - so the reductions toward the homes, the gathers "
+                             "from them and the FFN's GEMMs overlap. false: the kernels of cais "
+                             "(and cais_fusion)", False)
     cais_sync: bool = _f("bool", "scheme cais: merging-aware thread-block coordination (CAIS, "
                          "arXiv 2605.05628): the same thread block on every GPU is one group; "
                          "before each slice of a collective (each job of a fused GEMM) the group "

@@ -1,0 +1,370 @@
+# tp_cais_dataflow: CAIS's graph-level dataflow (CAIS, arXiv 2605.05628: thread-block-level
+# dependencies across GEMM-ReduceScatter -> norm -> AllGather-GEMM, so that kernels whose traffic
+# runs in opposite directions overlap) for the second half of a transformer layer under the TP
+# scheme cais (workload.block.cais_dataflow, moehub_arch/workloads/block.py): one persistent
+# kernel runs, as thread-block jobs with per-row-tile dependencies in memory,
+#   A  the output projection as a GEMM-RS: ya = ao W_o (this rank's partial), each job's rows
+#      added into their home's ar1 with posted red.cais (merged in the switch);
+#   B  on the home of a row tile, once every rank's A jobs of the tile are in its ar1: the
+#      residual h1 = x + ar1 and the second norm hn = norm(h1), then the tile's ready flag is set
+#      on every rank;
+#   C  the FFN's gate/up as an AG-GEMM: the tile's column job 0 pulls the tile's normed rows from
+#      the home with ld.cais (the switch reads the home once and fans the reply out), the tile's
+#      other column jobs wait for them; hs = bf16(silu(hn Wg) (hn Wu)) (lib/gemm_tiles.s);
+#   D  the FFN's down GEMM as a GEMM-RS: ys = hs Wd, each job's rows added into their home's ar2
+#      with red.cais;
+#   E  on the home, once every rank's D jobs of the tile are in: out = h1 + ar2.
+# So the reductions of A (toward the homes: GPU uplinks) overlap the gathers of C (from the homes:
+# downlinks) and both run under the FFN's GEMMs; no collective kernel and no launch gap sits
+# between the output projection and the end of the layer.
+#
+# Row tiles: tile_rows divides T / P (a tile never spans two homes); rank g owns sequence chunk
+# (g + 1) % P (sp_ring's shard), so the home of row t is (t / (T / P) - 1) mod P.
+# Jobs (the same list on every rank, thread block %tb takes jobs %tb, %tb + %ntb, ...: static, so
+# thread block b runs the same jobs on every rank and its requests meet its peers' in the switch):
+#   [A(r, c): R x Jo]  then for b = 0 .. R: [B(b)] [C(b, q): Ju] [D(b - 1, c): Jd]  then [E(r): R]
+# (R row tiles, Jo = H / o_n, Ju = I / n, Jd = H / n; B, C of b = R and D of b = 0 are empty
+# slots; B and E run only on the tile's home). Every job waits only for jobs earlier in the list
+# (on any rank), and every thread block is resident (grid <= SMs, one 160 KB block per SM), so
+# the earliest unfinished job can always run: no deadlock.
+# Completion signals (the GEMM-RS jobs): a job's reductions are complete once this thread block's
+# `fence` returns (the merge unit answers a contribution once the line's sum is in home memory);
+# the thread block then sets the job's done word at the home (flag.set, posted). The fence is
+# deferred - it runs after the next job's GEMM, before that job posts its own reductions - so a
+# thread block computes while its previous job's reductions travel, and it never holds an
+# unsignalled job while it blocks (flush before every wait that would block): at most one job of
+# reductions in flight per thread block, which also keeps the ranks' same thread blocks within a
+# job of each other (CAIS's throttling of GPUs that run ahead, at the source: no group sync).
+#
+# ctrl (i64 words, zero before the call): done1 [R][P][Jo] (at the home: rank q's A job (r, c) is
+# in), ready [R] (every rank: the home's normed rows of tile r are written), gathered [R] (this
+# rank has pulled tile r), gu [R] (this rank's gate/up jobs of tile r done), done2 [R][P][Jd].
+# dims = o_n | n << 16 | norm_rows << 32 | layernorm << 48 (norm_rows divides tile_rows).
+# Reduction order: the merge unit's (rank order in FP32, one rounding to bf16 at the home), exactly,
+# while no line is evicted or timed out: the output is the NumPy reference bit for bit.
+.include "lib/gemm_tiles.s"
+.include "lib/norm.s"
+
+# flush_signal: the deferred completion of the previous GEMM-RS job (r30 = its done word at the
+# home, r31 = the home; r30 = 0: none): wait for its reductions, then tell the home.
+.macro flush_signal
+    beq r30, 0, none_\@
+    fence
+    flag.set r31, [r30], 1
+    mov r30, 0
+none_\@:
+.endm
+
+# wait_flushing addr, value, t: wait until the word at addr >= value, flushing the pending signal
+# first only if the wait would block (a satisfied dependency costs one load, not a fence).
+.macro wait_flushing addr, value, t
+    ld \t, [\addr]
+    bge \t, \value, ok_\@
+    flush_signal
+    wait.ge [\addr], \value
+ok_\@:
+.endm
+
+# home_of dst, row: dst = the home of row `row`, (row / (T / P) - 1) mod P. Writes dst.
+.macro home_of dst, row
+    div \dst, %tokens, %ngpu
+    div \dst, \row, \dst
+    add \dst, \dst, %ngpu
+    sub \dst, \dst, 1
+    rem \dst, \dst, %ngpu
+.endm
+
+# ctrl_ready dst: dst = &ready[0] (after done1's R x P x Jo words). Writes dst.
+.macro ctrl_ready dst
+    mul \dst, r23, %ngpu
+    mul \dst, \dst, r25
+    shl \dst, \dst, 3
+    add \dst, \dst, %ctrl
+.endm
+
+.kernel tp_cais_dataflow
+.param a                     # ao [T][H/P] bf16: the attention output (the output projection's A)
+.param wo                    # [H/o_n][H/P][o_n] bf16 column tiles
+.param ya                    # [T][H] bf16: this rank's partial of the output projection
+.param x                     # [T][H] bf16: the layer input (the first residual)
+.param ar1                   # [T][H] bf16, registered, zero: the output projection's sum (home rows)
+.param h1                    # [T][H] bf16: x + ar1 (home rows)
+.param hn                    # [T][H] bf16, registered: norm(h1) (home rows; pulled by every rank)
+.param gain                  # [H] fp32 (the second norm)
+.param bias                  # [H] fp32
+.param consts                # fp32 words 1 eps, 2 H
+.param wg                    # [I/n][H][n] bf16 (this rank's I = FFN / P columns)
+.param wu
+.param wd                    # [H/n][I][n] bf16
+.param hs                    # [T][I] bf16
+.param ys                    # [T][H] bf16: this rank's partial of the FFN
+.param ar2                   # [T][H] bf16, registered, zero: the FFN's sum (home rows)
+.param out                   # [T][H] bf16: h1 + ar2 (home rows): the layer output
+.param ctrl                  # i64 words, zero (see above)
+.param tokens
+.param hidden
+.param ffn                   # I = FFN / P
+.param tile_rows             # divides T / P
+.param dims                  # o_n | n << 16 | norm_rows << 32 | layernorm << 48
+.smem 160KB                  # the FFN job's three fp32/bf16 tiles (as shared_ffn) or the norm's rows
+    div r23, %tokens, %tile_rows     # r23 = R row tiles
+    and r1, %dims, 65535             # o_n
+    shr r2, %dims, 16
+    and r2, r2, 65535                # n
+    div r25, %hidden, r1             # r25 = Jo
+    div r26, %ffn, r2                # r26 = Ju
+    div r27, %hidden, r2             # r27 = Jd
+    mul r28, r23, r25                # r28 = A jobs
+    add r29, r26, r27
+    add r29, r29, 1                  # r29 = S, slots per block b
+    add r24, r23, 1
+    mul r24, r24, r29
+    add r24, r24, r28
+    add r24, r24, r23                # r24 = jobs: A + (R + 1) S + E
+    mov r30, 0                       # no pending signal
+    mov r0, %tb
+job:
+    bge r0, r24, end
+    blt r0, r28, oproj
+    sub r1, r0, r28
+    add r2, r23, 1
+    mul r2, r2, r29
+    bge r1, r2, resid                # E(r1 - (R + 1) S)
+    div r2, r1, r29                  # r2 = block b
+    rem r3, r1, r29                  # r3 = slot
+    beq r3, 0, normjob
+    sub r3, r3, 1
+    blt r3, r26, gateup              # C(b, q = r3)
+    sub r3, r3, r26                  # D(b - 1, c = r3)
+    beq r2, 0, next
+    sub r2, r2, 1
+    bra down
+
+# ---- A: output projection job (r2 row tile, r3 column job), GEMM-RS ----
+oproj:
+    div r2, r0, r25
+    rem r3, r0, r25
+    and r6, %dims, 65535             # r6 = o_n
+    mul r4, r2, %tile_rows           # r4 = first row
+    mul r7, %tile_rows, r6           # r7 = rows x o_n
+    div r8, %hidden, %ngpu           # r8 = K = H / P
+    shl r9, r8, 1
+    mul r10, r4, r9
+    add r10, r10, %a                 # r10 = A rows
+    mul r11, r8, r6
+    shl r11, r11, 1
+    mul r11, r11, r3
+    add r11, r11, %wo                # r11 = W_o column tile
+    mov r12, %smem                   # r12 = fp32 accumulator
+    shl r13, r7, 2
+    add r13, r13, %smem              # r13 = bf16 tile
+    gemm_tile r12, r13, r10, r11, %tile_rows, r6, r8, r7, r3, r2, 0
+    mul r14, r4, %hidden
+    mul r15, r3, r6
+    add r14, r14, r15
+    shl r14, r14, 1                  # r14 = byte offset of the tile in [T][H]
+    add r15, r14, %ya
+    shl r16, r6, 1                   # r16 = a job row's bytes
+    shl r17, %hidden, 1              # r17 = [T][H] row bytes
+    copy2d r15, r13, %tile_rows, r16, r17, r16
+    flush_signal                     # the previous job's reductions are home: tell the home
+    home_of r31, r4
+    add r14, r14, %ar1               # r14 = the same element at the home
+    mov r18, 0
+oproj_rows:
+    red.cais.add.bf16 r31, r14, r15, r16
+    add r14, r14, r17
+    add r15, r15, r17
+    add r18, r18, 1
+    blt r18, %tile_rows, oproj_rows
+    mul r30, r2, %ngpu               # pending: done1[r][gpu][c] at the home
+    add r30, r30, %gpu
+    mul r30, r30, r25
+    add r30, r30, r3
+    shl r30, r30, 3
+    add r30, r30, %ctrl
+    bra next
+
+# ---- B: residual + norm of row tile b = r2 on its home ----
+normjob:
+    bge r2, r23, next
+    mov r19, r2                      # r19 = b (norm_smem and norm_rows write r1 .. r6)
+    mul r4, r2, %tile_rows           # r4 = first row
+    home_of r5, r4
+    bne r5, %gpu, next
+    flush_signal
+    mul r7, r2, %ngpu
+    mul r7, r7, r25
+    shl r7, r7, 3
+    add r7, r7, %ctrl                # r7 = &done1[b][0][0]
+    mul r8, %ngpu, r25               # r8 = P x Jo words to wait for
+    mov r9, 0
+norm_wait:
+    wait.ge [r7], 1
+    add r7, r7, 8
+    add r9, r9, 1
+    blt r9, r8, norm_wait
+    mul r10, r4, %hidden
+    shl r10, r10, 1                  # r10 = byte offset of the tile in [T][H]
+    mul r11, %tile_rows, %hidden     # r11 = elements of the tile
+    add r12, r10, %h1
+    add r13, r10, %x
+    add r14, r10, %ar1
+    vadd.bf16 r12, r13, r14, r11     # h1 = x + ar1
+    norm_smem %gain, %bias, %consts, %hidden
+    shr r15, %dims, 32
+    and r15, r15, 65535              # r15 = norm rows
+    shr r16, %dims, 48               # r16 = layernorm
+    mul r17, r15, %hidden
+    shl r17, r17, 1                  # r17 = bytes of norm_rows rows
+    add r13, r10, %hn                # r13 = hn rows
+    mov r9, 0
+norm_blocks:
+    norm_rows r13, r12, r15, %hidden, r16
+    add r12, r12, r17
+    add r13, r13, r17
+    add r9, r9, r15
+    blt r9, %tile_rows, norm_blocks
+    ctrl_ready r7
+    shl r8, r19, 3
+    add r7, r7, r8                   # r7 = &ready[b]
+    mov r9, 0
+norm_tell:
+    flag.set r9, [r7], 1             # the tile's normed rows are on their home
+    add r9, r9, 1
+    blt r9, %ngpu, norm_tell
+    bra next
+
+# ---- C: gate/up job (b = r2, q = r3), AG-GEMM ----
+gateup:
+    bge r2, r23, next
+    mul r4, r2, %tile_rows           # r4 = first row
+    ctrl_ready r7
+    shl r8, r2, 3
+    add r7, r7, r8                   # r7 = &ready[b]
+    shl r8, r23, 3
+    add r8, r8, r7                   # r8 = &gathered[b]
+    mul r10, r4, %hidden
+    shl r10, r10, 1
+    add r10, r10, %hn                # r10 = the tile's rows of hn (here and at the home)
+    bne r3, 0, gateup_wait
+    wait_flushing r7, 1, r9          # the home's rows are normed
+    flush_signal                     # (the gather's fence would wait for them anyway)
+    home_of r9, r4
+    mul r11, %tile_rows, %hidden
+    shl r11, r11, 1
+    ld.cais r9, r10, r10, r11        # every rank pulls the tile: one read of the home
+    fence
+    atom.add r9, %gpu, [r8], 1       # gathered (after the fence: the TB waited)
+    bra gateup_compute
+gateup_wait:
+    wait_flushing r8, 1, r9
+gateup_compute:
+    shr r6, %dims, 16
+    and r6, r6, 65535                # r6 = n
+    gemm_smem r12, r13, %tile_rows, r6, r14, r15    # r12 = G, r13 = U, r14 = rows x n, r15 bytes
+    add r15, r13, r15                # r15 = Hq (bf16)
+    mul r11, %hidden, r6
+    shl r11, r11, 1
+    mul r11, r11, r3                 # r11 = offset of weight tile q
+    add r16, r11, %wu
+    add r11, r11, %wg
+    swiglu_tile r12, r13, r15, r10, r11, r16, %tile_rows, r6, %hidden, r14, r3, r2, 0
+    mul r16, r4, %ffn
+    mul r17, r3, r6
+    add r16, r16, r17
+    shl r16, r16, 1
+    add r16, r16, %hs                # r16 = hs[first row][q n]
+    shl r17, r6, 1
+    shl r18, %ffn, 1
+    copy2d r16, r15, %tile_rows, r17, r18, r17
+    shl r8, r23, 3
+    add r8, r8, r7                   # r8 = &gathered[b]
+    shl r9, r23, 3
+    add r8, r8, r9                   # r8 = &gu[b]
+    atom.add r9, %gpu, [r8], 1       # gate/up jobs of the tile done (after the copy)
+    bra next
+
+# ---- D: down job (b = r2, c = r3), GEMM-RS ----
+down:
+    mul r4, r2, %tile_rows           # r4 = first row
+    ctrl_ready r7
+    shl r8, r23, 4                   # gu = ready + 2 R words
+    add r7, r7, r8
+    shl r8, r2, 3
+    add r7, r7, r8                   # r7 = &gu[b]
+    wait_flushing r7, r26, r9        # every column of the tile's hs is here
+    shr r6, %dims, 16
+    and r6, r6, 65535                # r6 = n
+    gemm_smem r12, r13, %tile_rows, r6, r14, r15    # r12 = acc, r13 = bf16 tile
+    mul r10, r4, %ffn
+    shl r10, r10, 1
+    add r10, r10, %hs                # r10 = A: hs rows
+    mul r11, %ffn, r6
+    shl r11, r11, 1
+    mul r11, r11, r3
+    add r11, r11, %wd                # r11 = W_down column tile
+    gemm_tile_a_l2 r12, r13, r10, r11, %tile_rows, r6, %ffn, r14, r2, 0
+    mul r14, r4, %hidden
+    mul r15, r3, r6
+    add r14, r14, r15
+    shl r14, r14, 1                  # r14 = byte offset of the tile in [T][H]
+    add r15, r14, %ys
+    shl r16, r6, 1                   # r16 = a job row's bytes
+    shl r17, %hidden, 1
+    copy2d r15, r13, %tile_rows, r16, r17, r16
+    flush_signal
+    home_of r31, r4
+    add r14, r14, %ar2
+    mov r18, 0
+down_rows:
+    red.cais.add.bf16 r31, r14, r15, r16
+    add r14, r14, r17
+    add r15, r15, r17
+    add r18, r18, 1
+    blt r18, %tile_rows, down_rows
+    ctrl_ready r30                   # pending: done2[b][gpu][c] at the home
+    mul r8, r23, 24
+    add r30, r30, r8                 # r30 = &done2[0]: after ready, gathered, gu (3 R words)
+    mul r8, r2, %ngpu
+    add r8, r8, %gpu
+    mul r8, r8, r27
+    add r8, r8, r3
+    shl r8, r8, 3
+    add r30, r30, r8
+    bra next
+
+# ---- E: out = h1 + ar2 on the home of row tile r ----
+resid:
+    sub r1, r1, r2                   # r1 = r (r2 = (R + 1) S)
+    mul r4, r1, %tile_rows
+    home_of r5, r4
+    bne r5, %gpu, next
+    flush_signal
+    ctrl_ready r7
+    mul r8, r23, 24
+    add r7, r7, r8                   # r7 = &done2[0]
+    mul r8, r1, %ngpu
+    mul r8, r8, r27
+    shl r8, r8, 3
+    add r7, r7, r8                   # r7 = &done2[r][0][0]
+    mul r8, %ngpu, r27
+    mov r9, 0
+resid_wait:
+    wait.ge [r7], 1
+    add r7, r7, 8
+    add r9, r9, 1
+    blt r9, r8, resid_wait
+    mul r10, r4, %hidden
+    shl r10, r10, 1
+    mul r11, %tile_rows, %hidden
+    add r12, r10, %out
+    add r13, r10, %h1
+    add r14, r10, %ar2
+    vadd.bf16 r12, r13, r14, r11     # out = h1 + ar2
+next:
+    add r0, r0, %ntb
+    bra job
+end:
+    flush_signal
+    exit
