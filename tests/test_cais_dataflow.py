@@ -1,0 +1,60 @@
+"""CAIS's graph-level dataflow (workload.block.cais_dataflow; workloads/kernels/tp/cais_dataflow.s
+kernel tp_cais_dataflow): after the QKV AG-GEMM and attention, one persistent kernel runs the
+output projection as a GEMM-RS (red.cais), the residual and the second norm on each row tile's
+home as soon as the tile's sums are in, the FFN's gate/up as an AG-GEMM (ld.cais of the normed
+tile), the down GEMM as a GEMM-RS and the last residual - per-row-tile dependencies in memory.
+
+- the tiny layer at t = 4 (configs/experiments/tp/functional_transformer.yaml) gives the NumPy
+  reference bit for bit (the merge unit's order: FP32 in rank order, one rounding at the home);
+- exact merge counts: the same lines as the collective kernels (2 gathers + 2 reductions of
+  T x H bf16), each completed by all four GPUs, read or written home once; no eviction;
+- four launches (norm, QKV AG-GEMM, attention, the dataflow kernel) instead of cais's twelve;
+- the Numba and pure-Python engines give identical stats;
+- bad input (exit 2, naming the key): cais_dataflow with another scheme or kind, or with more
+  thread blocks than SMs (its jobs wait across thread blocks: every one must be resident).
+"""
+import pytest
+
+from conftest import CONFIGS, cli_stats_per_engine, run_cli, simulate
+
+LAYER = "experiments/tp/functional_transformer.yaml"
+DATAFLOW = ("workload.block.scheme=cais", "workload.block.cais_dataflow=true")
+LINE = 128
+
+
+def test_dataflow_layer_is_the_reference_bit_for_bit_with_every_line_merged():
+    sim = simulate(LAYER, *DATAFLOW)
+    st = sim.stats
+    assert not sim.violations
+    assert st["system.block.output_max_abs_error"] == 0.0
+    # the gathers of xn and hn and the reductions into ar1 and ar2: 4 buffers of 32 tokens x 64
+    # hidden x 2 B, each line allocated once (on the switch its address hashes to)
+    lines = 4 * 32 * 64 * 2 // LINE
+    assert st["system.cais.allocations"] == st["system.cais.complete_groups"] == lines
+    assert st["system.cais.merges"] == 3 * lines
+    assert st["system.cais.evictions"] == 0 and st["system.cais.timeouts"] == 0
+    assert st["system.cais.memory_reads"] == st["system.cais.home_writes"] == lines // 2
+    kernels = [l.kernel for l in sim.cfg.workload.launches]
+    assert kernels == ["tp_norm", "tp_gemm_cais", "attention", "tp_cais_dataflow"]
+    # the group syncs left: the QKV AG-GEMM's, one per row tile of 16 rows (the dataflow kernel
+    # coordinates through its deferred fences instead)
+    assert (st["system.cais.sync_releases"], st["system.cais.sync_arrivals"]) == (2, 4 * 2)
+    assert st["system.block.dataflow_time_us"] > 0.0
+    assert st["system.block.o_proj_time_us"] == st["system.block.ffn_time_us"] == 0.0
+
+
+def test_dataflow_engines_agree(tmp_path):
+    out = cli_stats_per_engine(CONFIGS / LAYER, tmp_path, *(f"--set={s}" for s in DATAFLOW))
+    assert out["numba"]["system.block.output_max_abs_error"] == 0.0
+    assert out["numba"] == out["python"]
+
+
+@pytest.mark.parametrize("sets, key", [
+    (("workload.block.cais_dataflow=true",), "workload.block.cais_dataflow"),
+    (DATAFLOW + ("workload.block.kind=attention",), "workload.block.cais_dataflow"),
+    (DATAFLOW + ("workload.block.gemm_tbs=200",), "workload.block.gemm_tbs"),
+])
+def test_dataflow_bad_input_exits_2(tmp_path, sets, key):
+    r = run_cli("run", CONFIGS / LAYER, *(a for s in sets for a in ("--set", s)), "-o", tmp_path)
+    assert r.returncode == 2, r.stderr
+    assert key in r.stderr and "Traceback" not in r.stderr
