@@ -8,10 +8,12 @@ tile), the down GEMM as a GEMM-RS and the last residual - per-row-tile dependenc
   reference bit for bit (the merge unit's order: FP32 in rank order, one rounding at the home);
 - exact merge counts: the same lines as the collective kernels (2 gathers + 2 reductions of
   T x H bf16), each completed by all four GPUs, read or written home once; no eviction;
-- four launches (norm, QKV AG-GEMM, attention, the dataflow kernel) instead of cais's twelve;
+- five launches (norm, all-gather, QKV, attention, the dataflow kernel) instead of cais's twelve,
+  four with cais_fusion (the QKV projection an AG-GEMM);
 - the Numba and pure-Python engines give identical stats;
 - bad input (exit 2, naming the key): cais_dataflow with another scheme or kind, or with more
-  thread blocks than SMs (its jobs wait across thread blocks: every one must be resident).
+  thread blocks than SMs (its jobs wait across thread blocks: every one must be resident), a
+  window of 0 jobs.
 """
 import pytest
 
@@ -22,8 +24,14 @@ DATAFLOW = ("workload.block.scheme=cais", "workload.block.cais_dataflow=true")
 LINE = 128
 
 
-def test_dataflow_layer_is_the_reference_bit_for_bit_with_every_line_merged():
-    sim = simulate(LAYER, *DATAFLOW)
+@pytest.mark.parametrize("fusion, kernels, syncs", [
+    # the first norm's all-gather stays a kernel (2 channels x 4 slices: one group sync each)
+    (False, ["tp_norm", "cais_tp_collective", "tp_gemm", "attention", "tp_cais_dataflow"], 8),
+    # cais_fusion: the QKV projection pulls its row tiles itself (one sync per row tile of 16)
+    (True, ["tp_norm", "tp_gemm_cais", "attention", "tp_cais_dataflow"], 2)])
+def test_dataflow_layer_is_the_reference_bit_for_bit_with_every_line_merged(fusion, kernels,
+                                                                             syncs):
+    sim = simulate(LAYER, *DATAFLOW, f"workload.block.cais_fusion={str(fusion).lower()}")
     st = sim.stats
     assert not sim.violations
     assert st["system.block.output_max_abs_error"] == 0.0
@@ -34,11 +42,9 @@ def test_dataflow_layer_is_the_reference_bit_for_bit_with_every_line_merged():
     assert st["system.cais.merges"] == 3 * lines
     assert st["system.cais.evictions"] == 0 and st["system.cais.timeouts"] == 0
     assert st["system.cais.memory_reads"] == st["system.cais.home_writes"] == lines // 2
-    kernels = [l.kernel for l in sim.cfg.workload.launches]
-    assert kernels == ["tp_norm", "tp_gemm_cais", "attention", "tp_cais_dataflow"]
-    # the group syncs left: the QKV AG-GEMM's, one per row tile of 16 rows (the dataflow kernel
-    # coordinates through its deferred fences instead)
-    assert (st["system.cais.sync_releases"], st["system.cais.sync_arrivals"]) == (2, 4 * 2)
+    assert [l.kernel for l in sim.cfg.workload.launches] == kernels
+    # the group syncs are the QKV side's: the dataflow kernel coordinates through its window
+    assert (st["system.cais.sync_releases"], st["system.cais.sync_arrivals"]) == (syncs, 4 * syncs)
     assert st["system.block.dataflow_time_us"] > 0.0
     assert st["system.block.o_proj_time_us"] == st["system.block.ffn_time_us"] == 0.0
 
@@ -53,6 +59,7 @@ def test_dataflow_engines_agree(tmp_path):
     (("workload.block.cais_dataflow=true",), "workload.block.cais_dataflow"),
     (DATAFLOW + ("workload.block.kind=attention",), "workload.block.cais_dataflow"),
     (DATAFLOW + ("workload.block.gemm_tbs=200",), "workload.block.gemm_tbs"),
+    (DATAFLOW + ("workload.block.cais_window=0",), "workload.block.cais_window"),
 ])
 def test_dataflow_bad_input_exits_2(tmp_path, sets, key):
     r = run_cli("run", CONFIGS / LAYER, *(a for s in sets for a in ("--set", s)), "-o", tmp_path)

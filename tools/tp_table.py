@@ -16,8 +16,9 @@ NVLS all-gathers (workload.block.t3_collectives=nvls); `cais_throttle` (and `cai
 switch holds back GPUs that run ahead); `cais_nosync` (and `cais_fused_nosync`) turn CAIS's
 merging-aware thread-block coordination off (workload.block.cais_sync=false: no group sync
 table, only the common request order); `cais_dataflow` (and `cais_dataflow_throttle`) run CAIS's
-graph-level dataflow (workload.block.cais_dataflow=true: the QKV AG-GEMM, then one persistent
-kernel from the output projection to the layer's end, its "dataflow" column). Each run writes its output directory under --outdir (default out/tp/<model>_<scheme>);
+graph-level dataflow (workload.block.cais_dataflow=true: one persistent kernel from the output
+projection to the layer's end, its "dataflow" column); `cais_dataflow_fused` adds cais_fusion
+(the QKV projection as an AG-GEMM too). Each run writes its output directory under --outdir (default out/tp/<model>_<scheme>);
 a run made from the same inputs is reused (tools/run_cache.py; --force re-runs). Runs go through
 `moehub-sim run`, one at a time unless --jobs, niced.
 """
@@ -38,6 +39,8 @@ SCHEMES = ("tp_ring", "sp_ring", "tp_nvls", "sp_nvls", "t3", "cais", "cais_fused
 VARIANTS = {"t3_nvls": ("t3", ["workload.block.t3_collectives=nvls"]),
             "cais_fused": ("cais", ["workload.block.cais_fusion=true"]),
             "cais_dataflow": ("cais", ["workload.block.cais_dataflow=true"]),
+            "cais_dataflow_fused": ("cais", ["workload.block.cais_dataflow=true",
+                                             "workload.block.cais_fusion=true"]),
             "cais_dataflow_throttle": ("cais", ["workload.block.cais_dataflow=true",
                                                 "system.switch.cais.throttle=true"]),
             "cais_throttle": ("cais", ["system.switch.cais.throttle=true"]),

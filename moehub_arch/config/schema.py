@@ -834,13 +834,19 @@ class BlockConfig:
                      "kind ffn, schemes tp_ring, tp_nvls and tp_none; tp/ffn_backward.s)",
                      "forward", choices=("forward", "training"))
     cais_dataflow: bool = _f("bool", "scheme cais, kind transformer: CAIS's graph-level dataflow "
-                             "(arXiv 2605.05628): the QKV projection as an AG-GEMM (as cais_fusion), "
-                             "then one persistent kernel (tp/cais_dataflow.s tp_cais_dataflow) with "
+                             "(arXiv 2605.05628) from the output projection to the layer's end as "
+                             "one persistent kernel (tp/cais_dataflow.s tp_cais_dataflow) with "
                              "per-row-tile dependencies in memory - output projection GEMM-RS -> "
                              "residual + norm on the tile's home -> FFN gate/up AG-GEMM -> down "
                              "GEMM-RS -> residual - so the reductions toward the homes, the gathers "
-                             "from them and the FFN's GEMMs overlap. false: the kernels of cais "
-                             "(and cais_fusion)", False)
+                             "from them and the FFN's GEMMs overlap (with cais_fusion the QKV "
+                             "projection is an AG-GEMM as well). false: the kernels of cais", False)
+    cais_window: int = _f("int", "cais_dataflow: GEMM-RS jobs whose reductions may be in flight "
+                          "per GPU, posted in the same order on every GPU (job s waits until s - "
+                          "window + 1 jobs are complete), so that the GPUs' contributions to a "
+                          "line meet in the merge table (assumption: 16 jobs of 128 x 128 bf16 = "
+                          "512 KB, within one home's merge tables, 18 ports x 40 KB = 720 KB, "
+                          "even when every job in flight goes to one home)", 16, min=1)
     cais_sync: bool = _f("bool", "scheme cais: merging-aware thread-block coordination (CAIS, "
                          "arXiv 2605.05628): the same thread block on every GPU is one group; "
                          "before each slice of a collective (each job of a fused GEMM) the group "

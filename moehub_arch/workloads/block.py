@@ -394,10 +394,10 @@ class TransformerBlock:
         self.sp = scheme in SP_SCHEMES
         self.nvls = scheme in NVLS_SCHEMES or t3_nvls   # NVLS collective kernels
         self.cais = scheme == "cais"
-        # CAIS's graph-level dataflow (tp/cais_dataflow.s): the QKV projection fused as with
-        # cais_fusion, then one persistent kernel from the output projection to the layer's end
+        self.fuse = self.cais and cfg.workload.block.cais_fusion   # tp_gemm_cais (tp/cais.s)
+        # CAIS's graph-level dataflow (tp/cais_dataflow.s): one persistent kernel from the output
+        # projection to the layer's end (with cais_fusion, the QKV projection is an AG-GEMM too)
         self.dataflow = self.cais and cfg.workload.block.cais_dataflow
-        self.fuse = self.cais and (cfg.workload.block.cais_fusion or self.dataflow)  # tp_gemm_cais
         self.buffers, self.launches, self.phases, self.multicast = [], [], [], []
         self.cais_groups = []
         self.kernel_files = [COMMON_KERNELS]
@@ -731,10 +731,12 @@ class TransformerBlock:
         self.buffers += [
             _buf("ws_gate", H * I * 2, init="random"), _buf("ws_up", H * I * 2, init="random"),
             _buf("ws_down", I * H * 2, init="random"), _buf("hs", T * I * 2)]
-        self._buffer("dataflow_ctrl", (R * P * Jo + 3 * R + R * P * Jd) * 8, region="control",
-                     dtype="i64")
+        # next job, released, done1 [R][P][Jo], ready, gathered, gu [R], done2 [R][P][Jd]
+        self._buffer("dataflow_ctrl", (2 + R * P * Jo + 3 * R + R * P * Jd) * 8,
+                     region="control", dtype="i64")
         norm_rows = math.gcd(s.norm_rows, rows)
-        dims = s.o_n | n << 16 | norm_rows << 32 | int(self.model.norm == "layernorm") << 48
+        dims = (s.o_n | n << 12 | norm_rows << 24 | int(self.model.norm == "layernorm") << 36
+                | self.cfg.workload.block.cais_window << 40)
         self._launch("dataflow", "tp_cais_dataflow", self.cfg.workload.block.gemm_tbs, (
             ("a", f"@{ao}"), ("wo", "@w_o"), ("ya", "@ya"), ("x", f"@{x}"), ("ar1", "@ar1"),
             ("h1", "@h1"), ("hn", "@hn"), ("gain", "@norm2_gain"), ("bias", "@norm2_bias"),

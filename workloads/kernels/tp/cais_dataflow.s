@@ -20,37 +20,55 @@
 #
 # Row tiles: tile_rows divides T / P (a tile never spans two homes); rank g owns sequence chunk
 # (g + 1) % P (sp_ring's shard), so the home of row t is (t / (T / P) - 1) mod P.
-# Jobs (the same list on every rank, thread block %tb takes jobs %tb, %tb + %ntb, ...: static, so
-# thread block b runs the same jobs on every rank and its requests meet its peers' in the switch):
+# Jobs (the same list on every rank, taken in order by whichever thread block is free: a local
+# job counter, as shared_ffn's):
 #   [A(r, c): R x Jo]  then for b = 0 .. R: [B(b)] [C(b, q): Ju] [D(b - 1, c): Jd]  then [E(r): R]
 # (R row tiles, Jo = H / o_n, Ju = I / n, Jd = H / n; B, C of b = R and D of b = 0 are empty
 # slots; B and E run only on the tile's home). Every job waits only for jobs earlier in the list
-# (on any rank), and every thread block is resident (grid <= SMs, one 160 KB block per SM), so
-# the earliest unfinished job can always run: no deadlock.
-# Completion signals (the GEMM-RS jobs): a job's reductions are complete once this thread block's
-# `fence` returns (the merge unit answers a contribution once the line's sum is in home memory);
-# the thread block then sets the job's done word at the home (flag.set, posted). The fence is
-# deferred - it runs after the next job's GEMM, before that job posts its own reductions - so a
-# thread block computes while its previous job's reductions travel, and it never holds an
-# unsignalled job while it blocks (flush before every wait that would block): at most one job of
-# reductions in flight per thread block, which also keeps the ranks' same thread blocks within a
-# job of each other (CAIS's throttling of GPUs that run ahead, at the source: no group sync).
+# (on any rank) and jobs are taken in order by resident thread blocks (grid <= SMs, one 160 KB
+# block per SM), so the earliest unfinished job can always run: no deadlock.
+# The reductions of a GEMM-RS job are one red.cais of its whole tile: ar1, ar2 (and the partials
+# ya, ys) are tile-major - row tile r's column job c is the contiguous [rows][n] block at
+# (r rows H + c rows n) elements - and the home's B / E jobs turn a tile back into rows (copy2d)
+# before the residual. One request per job keeps the hub's request table (256 entries) from
+# filling with lines the other ranks have not sent yet (per-row requests did: every rank's
+# table held lines its peers had not reached, each waiting for the others, until the merge
+# unit's timers flushed them: 7% of the lines merged).
+# Merging-aware coordination (CAIS's throttling of GPUs that run ahead, at the source): the
+# GEMM-RS jobs are numbered in list order (s: A jobs first, then D jobs) and job s posts its
+# reductions only once s - window + 1 jobs of this rank are complete (`released`), so every rank
+# has at most `window` jobs of reductions in flight, the same jobs in the same order: the ranks'
+# contributions to a line reach the switch close together, within the merge table and its
+# timer (an order that differed between ranks, or a window larger than the tables, overflowed
+# them). The smallest unmerged job can always be posted by every rank (every earlier job is
+# complete), so the window cannot deadlock.
+# Completion signals: a job's reductions are complete once this thread block's `fence` returns
+# (the merge unit answers a contribution once the line's sum is in home memory); the thread
+# block then sets the job's done word at the home (flag.set, posted) and counts it in its own
+# `released`. The fence is deferred - it runs after the next job's GEMM, before that job posts
+# its own reductions - so a thread block computes while its previous job's reductions travel; it
+# never holds an unsignalled job while it blocks (flush before every wait that would block).
 #
-# ctrl (i64 words, zero before the call): done1 [R][P][Jo] (at the home: rank q's A job (r, c) is
-# in), ready [R] (every rank: the home's normed rows of tile r are written), gathered [R] (this
-# rank has pulled tile r), gu [R] (this rank's gate/up jobs of tile r done), done2 [R][P][Jd].
-# dims = o_n | n << 16 | norm_rows << 32 | layernorm << 48 (norm_rows divides tile_rows).
+# ctrl (i64 words, zero before the call): next job, released, then done1 [R][P][Jo] (at the home:
+# rank q's A job (r, c) is in), ready [R] (every rank: the home's normed rows of tile r are
+# written), gathered [R] (this rank has pulled tile r), gu [R] (this rank's gate/up jobs of tile
+# r done), done2 [R][P][Jd].
+# dims = o_n | n << 12 | norm_rows << 24 | layernorm << 36 | window << 40 (norm_rows divides
+# tile_rows).
 # Reduction order: the merge unit's (rank order in FP32, one rounding to bf16 at the home), exactly,
 # while no line is evicted or timed out: the output is the NumPy reference bit for bit.
 .include "lib/gemm_tiles.s"
 .include "lib/norm.s"
 
 # flush_signal: the deferred completion of the previous GEMM-RS job (r30 = its done word at the
-# home, r31 = the home; r30 = 0: none): wait for its reductions, then tell the home.
+# home, r31 = the home; r30 = 0: none): wait for its reductions, tell the home, release the job's
+# place in the window.
 .macro flush_signal
     beq r30, 0, none_\@
     fence
     flag.set r31, [r30], 1
+    add r30, %ctrl, 8
+    red.add %gpu, [r30], 1           # released
     mov r30, 0
 none_\@:
 .endm
@@ -74,12 +92,44 @@ ok_\@:
     rem \dst, \dst, %ngpu
 .endm
 
-# ctrl_ready dst: dst = &ready[0] (after done1's R x P x Jo words). Writes dst.
+# ctrl_done1 dst: dst = &done1[0]. ctrl_ready dst: dst = &ready[0] (after done1's R x P x Jo
+# words). Write dst.
+.macro ctrl_done1 dst
+    add \dst, %ctrl, 16
+.endm
 .macro ctrl_ready dst
     mul \dst, r23, %ngpu
     mul \dst, \dst, r25
     shl \dst, \dst, 3
     add \dst, \dst, %ctrl
+    add \dst, \dst, 16
+.endm
+
+# post_window seq, t: wait (flushing) until job seq may post: released >= seq - window + 1.
+# Writes t, r22.
+.macro post_window seq, t
+    shr r22, %dims, 40               # window
+    sub r22, \seq, r22
+    add r22, r22, 1
+    add \t, %ctrl, 8
+    wait_flushing \t, r22, r21
+.endm
+
+# untile off, src, dst, n: the row tile at byte offset off of the tile-major src (H / n blocks of
+# [rows][n]) to the same rows of the row-major dst ([T][H]). Writes r7 .. r9, r11, r13, r14.
+.macro untile off, src, dst, n
+    add r13, \off, \src              # r13 = block c of the tile
+    add r14, \off, \dst              # r14 = its first column in the rows
+    shl r7, \n, 1                    # r7 = a block row's bytes
+    mul r8, %tile_rows, r7           # r8 = a block's bytes
+    shl r9, %hidden, 1
+    mov r11, 0
+blocks_\@:
+    copy2d r14, r13, %tile_rows, r7, r9, r7
+    add r13, r13, r8
+    add r14, r14, r7
+    add r11, r11, \n
+    blt r11, %hidden, blocks_\@
 .endm
 
 .kernel tp_cais_dataflow
@@ -105,12 +155,12 @@ ok_\@:
 .param hidden
 .param ffn                   # I = FFN / P
 .param tile_rows             # divides T / P
-.param dims                  # o_n | n << 16 | norm_rows << 32 | layernorm << 48
+.param dims                  # o_n | n << 12 | norm_rows << 24 | layernorm << 36 | window << 40
 .smem 160KB                  # the FFN job's three fp32/bf16 tiles (as shared_ffn) or the norm's rows
     div r23, %tokens, %tile_rows     # r23 = R row tiles
-    and r1, %dims, 65535             # o_n
-    shr r2, %dims, 16
-    and r2, r2, 65535                # n
+    and r1, %dims, 4095              # o_n
+    shr r2, %dims, 12
+    and r2, r2, 4095                 # n
     div r25, %hidden, r1             # r25 = Jo
     div r26, %ffn, r2                # r26 = Ju
     div r27, %hidden, r2             # r27 = Jd
@@ -122,8 +172,8 @@ ok_\@:
     add r24, r24, r28
     add r24, r24, r23                # r24 = jobs: A + (R + 1) S + E
     mov r30, 0                       # no pending signal
-    mov r0, %tb
 job:
+    atom.add r0, %gpu, [%ctrl], 1    # r0 = the next job in the list
     bge r0, r24, end
     blt r0, r28, oproj
     sub r1, r0, r28
@@ -144,7 +194,7 @@ job:
 oproj:
     div r2, r0, r25
     rem r3, r0, r25
-    and r6, %dims, 65535             # r6 = o_n
+    and r6, %dims, 4095              # r6 = o_n
     mul r4, r2, %tile_rows           # r4 = first row
     mul r7, %tile_rows, r6           # r7 = rows x o_n
     div r8, %hidden, %ngpu           # r8 = K = H / P
@@ -160,29 +210,24 @@ oproj:
     add r13, r13, %smem              # r13 = bf16 tile
     gemm_tile r12, r13, r10, r11, %tile_rows, r6, r8, r7, r3, r2, 0
     mul r14, r4, %hidden
-    mul r15, r3, r6
+    mul r15, r3, r7
     add r14, r14, r15
-    shl r14, r14, 1                  # r14 = byte offset of the tile in [T][H]
+    shl r14, r14, 1                  # r14 = byte offset of the job's block (tile-major)
     add r15, r14, %ya
-    shl r16, r6, 1                   # r16 = a job row's bytes
-    shl r17, %hidden, 1              # r17 = [T][H] row bytes
-    copy2d r15, r13, %tile_rows, r16, r17, r16
+    shl r16, r7, 1                   # r16 = the block's bytes
+    copy r15, r13, r16
+    post_window r0, r17              # A job r0 is GEMM-RS job s = r0
     flush_signal                     # the previous job's reductions are home: tell the home
     home_of r31, r4
-    add r14, r14, %ar1               # r14 = the same element at the home
-    mov r18, 0
-oproj_rows:
+    add r14, r14, %ar1               # r14 = the same block at the home
     red.cais.add.bf16 r31, r14, r15, r16
-    add r14, r14, r17
-    add r15, r15, r17
-    add r18, r18, 1
-    blt r18, %tile_rows, oproj_rows
     mul r30, r2, %ngpu               # pending: done1[r][gpu][c] at the home
     add r30, r30, %gpu
     mul r30, r30, r25
     add r30, r30, r3
     shl r30, r30, 3
     add r30, r30, %ctrl
+    add r30, r30, 16
     bra next
 
 # ---- B: residual + norm of row tile b = r2 on its home ----
@@ -196,7 +241,8 @@ normjob:
     mul r7, r2, %ngpu
     mul r7, r7, r25
     shl r7, r7, 3
-    add r7, r7, %ctrl                # r7 = &done1[b][0][0]
+    add r7, r7, %ctrl
+    add r7, r7, 16                   # r7 = &done1[b][0][0]
     mul r8, %ngpu, r25               # r8 = P x Jo words to wait for
     mov r9, 0
 norm_wait:
@@ -206,15 +252,17 @@ norm_wait:
     blt r9, r8, norm_wait
     mul r10, r4, %hidden
     shl r10, r10, 1                  # r10 = byte offset of the tile in [T][H]
+    and r6, %dims, 4095              # r6 = o_n
+    untile r10, %ar1, %h1, r6
     mul r11, %tile_rows, %hidden     # r11 = elements of the tile
     add r12, r10, %h1
     add r13, r10, %x
-    add r14, r10, %ar1
-    vadd.bf16 r12, r13, r14, r11     # h1 = x + ar1
+    vadd.bf16 r12, r13, r12, r11     # h1 = x + ar1
     norm_smem %gain, %bias, %consts, %hidden
-    shr r15, %dims, 32
-    and r15, r15, 65535              # r15 = norm rows
-    shr r16, %dims, 48               # r16 = layernorm
+    shr r15, %dims, 24
+    and r15, r15, 4095               # r15 = norm rows
+    shr r16, %dims, 36
+    and r16, r16, 15                 # r16 = layernorm
     mul r17, r15, %hidden
     shl r17, r17, 1                  # r17 = bytes of norm_rows rows
     add r13, r10, %hn                # r13 = hn rows
@@ -260,8 +308,8 @@ gateup:
 gateup_wait:
     wait_flushing r8, 1, r9
 gateup_compute:
-    shr r6, %dims, 16
-    and r6, r6, 65535                # r6 = n
+    shr r6, %dims, 12
+    and r6, r6, 4095                 # r6 = n
     gemm_smem r12, r13, %tile_rows, r6, r14, r15    # r12 = G, r13 = U, r14 = rows x n, r15 bytes
     add r15, r13, r15                # r15 = Hq (bf16)
     mul r11, %hidden, r6
@@ -294,8 +342,8 @@ down:
     shl r8, r2, 3
     add r7, r7, r8                   # r7 = &gu[b]
     wait_flushing r7, r26, r9        # every column of the tile's hs is here
-    shr r6, %dims, 16
-    and r6, r6, 65535                # r6 = n
+    shr r6, %dims, 12
+    and r6, r6, 4095                 # r6 = n
     gemm_smem r12, r13, %tile_rows, r6, r14, r15    # r12 = acc, r13 = bf16 tile
     mul r10, r4, %ffn
     shl r10, r10, 1
@@ -306,23 +354,22 @@ down:
     add r11, r11, %wd                # r11 = W_down column tile
     gemm_tile_a_l2 r12, r13, r10, r11, %tile_rows, r6, %ffn, r14, r2, 0
     mul r14, r4, %hidden
-    mul r15, r3, r6
+    mul r15, r3, %tile_rows
+    mul r15, r15, r6
     add r14, r14, r15
-    shl r14, r14, 1                  # r14 = byte offset of the tile in [T][H]
+    shl r14, r14, 1                  # r14 = byte offset of the job's block (tile-major)
     add r15, r14, %ys
-    shl r16, r6, 1                   # r16 = a job row's bytes
-    shl r17, %hidden, 1
-    copy2d r15, r13, %tile_rows, r16, r17, r16
+    mul r16, %tile_rows, r6
+    shl r16, r16, 1                  # r16 = the block's bytes
+    copy r15, r13, r16
+    mul r17, r2, r27
+    add r17, r17, r3
+    add r17, r17, r28                # r17 = s = A jobs + b Jd + c
+    post_window r17, r18
     flush_signal
     home_of r31, r4
     add r14, r14, %ar2
-    mov r18, 0
-down_rows:
     red.cais.add.bf16 r31, r14, r15, r16
-    add r14, r14, r17
-    add r15, r15, r17
-    add r18, r18, 1
-    blt r18, %tile_rows, down_rows
     ctrl_ready r30                   # pending: done2[b][gpu][c] at the home
     mul r8, r23, 24
     add r30, r30, r8                 # r30 = &done2[0]: after ready, gathered, gu (3 R words)
@@ -357,13 +404,14 @@ resid_wait:
     blt r9, r8, resid_wait
     mul r10, r4, %hidden
     shl r10, r10, 1
+    shr r6, %dims, 12
+    and r6, r6, 4095                 # r6 = n
+    untile r10, %ar2, %out, r6
     mul r11, %tile_rows, %hidden
     add r12, r10, %out
     add r13, r10, %h1
-    add r14, r10, %ar2
-    vadd.bf16 r12, r13, r14, r11     # out = h1 + ar2
+    vadd.bf16 r12, r13, r12, r11     # out = h1 + ar2
 next:
-    add r0, r0, %ntb
     bra job
 end:
     flush_signal
