@@ -719,7 +719,7 @@ class TransformerBlock:
         s, P = self.shape, self.shape.tp
         T, H, I, n, rows = s.tokens, s.hidden, s.ffn_t, s.n_tile, s.home_rows
         ht = s.heads_t * s.head_dim
-        R, Jo, Jd = T // rows, H // s.o_n, H // n
+        R = T // rows
         self._buffer("w_o", ht * H * 2, init="random")
         self._buffer("ya", T * H * 2)
         for b in ("ar1", "h1", "hn", "ys", "ar2", "out"):
@@ -731,8 +731,8 @@ class TransformerBlock:
         self.buffers += [
             _buf("ws_gate", H * I * 2, init="random"), _buf("ws_up", H * I * 2, init="random"),
             _buf("ws_down", I * H * 2, init="random"), _buf("hs", T * I * 2)]
-        # next job, released, done1 [R][P][Jo], ready, gathered, gu [R], done2 [R][P][Jd]
-        self._buffer("dataflow_ctrl", (2 + R * P * Jo + 3 * R + R * P * Jd) * 8,
+        # next job, released, cnt1, cnt2 [R], done1, done2 [R][P], ready, gathered, gu, normed [R]
+        self._buffer("dataflow_ctrl", (2 + 2 * R + 2 * R * P + 4 * R) * 8,
                      region="control", dtype="i64")
         norm_rows = math.gcd(s.norm_rows, rows)
         dims = (s.o_n | n << 12 | norm_rows << 24 | int(self.model.norm == "layernorm") << 36

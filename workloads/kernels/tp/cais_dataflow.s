@@ -6,8 +6,9 @@
 #   A  the output projection as a GEMM-RS: ya = ao W_o (this rank's partial), each job's rows
 #      added into their home's ar1 with posted red.cais (merged in the switch);
 #   B  on the home of a row tile, once every rank's A jobs of the tile are in its ar1: the
-#      residual h1 = x + ar1 and the second norm hn = norm(h1), then the tile's ready flag is set
-#      on every rank;
+#      residual h1 = x + ar1 and the second norm hn = norm(h1), one job per block of norm_rows
+#      rows (K = tile_rows / norm_rows jobs: a whole tile on one SM took ~60 us of vector work on
+#      the critical path); the tile's last block sets the tile's ready flag on every rank;
 #   C  the FFN's gate/up as an AG-GEMM: the tile's column job 0 pulls the tile's normed rows from
 #      the home with ld.cais (the switch reads the home once and fans the reply out), the tile's
 #      other column jobs wait for them; hs = bf16(silu(hn Wg) (hn Wu)) (lib/gemm_tiles.s);
@@ -22,9 +23,10 @@
 # (g + 1) % P (sp_ring's shard), so the home of row t is (t / (T / P) - 1) mod P.
 # Jobs (the same list on every rank, taken in order by whichever thread block is free: a local
 # job counter, as shared_ffn's):
-#   [A(r, c): R x Jo]  then for b = 0 .. R: [B(b)] [C(b, q): Ju] [D(b - 1, c): Jd]  then [E(r): R]
+#   [A(r, c): R x Jo]  then for b = 0 .. R: [B(b, k): K] [C(b, q): Ju] [D(b - 1, c): Jd]
+#   then [E(r, k): R x K]
 # (R row tiles, Jo = H / o_n, Ju = I / n, Jd = H / n; B, C of b = R and D of b = 0 are empty
-# slots; B and E run only on the tile's home). Every job waits only for jobs earlier in the list
+# slots; B and E run only on the tile's home, E per block of norm_rows rows as B). Every job waits only for jobs earlier in the list
 # (on any rank) and jobs are taken in order by resident thread blocks (grid <= SMs, one 160 KB
 # block per SM), so the earliest unfinished job can always run: no deadlock.
 # The reductions of a GEMM-RS job are one red.cais of its whole tile: ar1, ar2 (and the partials
@@ -45,14 +47,19 @@
 # Completion signals: a job's reductions are complete once this thread block's `fence` returns
 # (the merge unit answers a contribution once the line's sum is in home memory); the thread
 # block then sets the job's done word at the home (flag.set, posted) and counts it in its own
-# `released`. The fence is deferred - it runs after the next job's GEMM, before that job posts
-# its own reductions - so a thread block computes while its previous job's reductions travel; it
-# never holds an unsignalled job while it blocks (flush before every wait that would block).
+# `released`. Between two GEMM-RS jobs the fence is deferred - it runs after the next job's GEMM,
+# before that job posts its own reductions - so a thread block computes while its previous job's
+# reductions travel; before any other job (a gate/up GEMM posts nothing, and would hold the job's
+# place in the window for its whole length) and before every wait that would block, the thread
+# block flushes first: it never holds an unsignalled job while it blocks.
 #
-# ctrl (i64 words, zero before the call): next job, released, then done1 [R][P][Jo] (at the home:
-# rank q's A job (r, c) is in), ready [R] (every rank: the home's normed rows of tile r are
+# ctrl (i64 words, zero before the call): next job, released; cnt1 [R], cnt2 [R] (this rank's
+# complete A / D jobs of tile r); done1 [R][P], done2 [R][P] (at the home: every A / D job of
+# rank q for tile r is in - one word per rank, set by the rank's job that completes its count, so
+# that the home waits for P words, not for P x H / n: a satisfied wait still costs a memory read,
+# and 128 of them took 50 us); ready [R] (every rank: the home's normed rows of tile r are
 # written), gathered [R] (this rank has pulled tile r), gu [R] (this rank's gate/up jobs of tile
-# r done), done2 [R][P][Jd].
+# r done), normed [R] (at the home: the tile's norm blocks done).
 # dims = o_n | n << 12 | norm_rows << 24 | layernorm << 36 | window << 40 (norm_rows divides
 # tile_rows).
 # Reduction order: the merge unit's (rank order in FP32, one rounding to bf16 at the home), exactly,
@@ -60,15 +67,47 @@
 .include "lib/gemm_tiles.s"
 .include "lib/norm.s"
 
-# flush_signal: the deferred completion of the previous GEMM-RS job (r30 = its done word at the
-# home, r31 = the home; r30 = 0: none): wait for its reductions, tell the home, release the job's
-# place in the window.
+# flush_signal: the deferred completion of the previous GEMM-RS job (r30 = 1 + its row tile for an
+# A job, -(1 + tile) for a D job, 0: none; r31 = the tile's home): wait for its reductions, count
+# the job in the tile's cnt1 / cnt2; the rank's last job of the tile sets the rank's done word at
+# the home; release the job's place in the window. Writes r19, r20.
 .macro flush_signal
     beq r30, 0, none_\@
     fence
-    flag.set r31, [r30], 1
-    add r30, %ctrl, 8
-    red.add %gpu, [r30], 1           # released
+    blt r30, 0, down_\@
+    sub r19, r30, 1                  # r19 = tile
+    shl r20, r19, 3
+    add r20, r20, %ctrl
+    add r20, r20, 16                 # &cnt1[tile]
+    atom.add r20, %gpu, [r20], 1
+    add r20, r20, 1
+    blt r20, r25, counted_\@         # the rank has more A jobs of the tile in flight
+    mov r20, 0                       # done1 = word 2 + 2 R
+    bra tell_\@
+down_\@:
+    sub r19, 0, r30
+    sub r19, r19, 1                  # r19 = tile
+    add r20, r19, r23
+    shl r20, r20, 3
+    add r20, r20, %ctrl
+    add r20, r20, 16                 # &cnt2[tile]
+    atom.add r20, %gpu, [r20], 1
+    add r20, r20, 1
+    blt r20, r27, counted_\@
+    mul r20, r23, %ngpu              # done2 = done1 + R P words
+tell_\@:
+    add r20, r20, r23
+    add r20, r20, r23
+    add r20, r20, 2                  # + 2 + 2 R words
+    mul r19, r19, %ngpu
+    add r19, r19, %gpu
+    add r20, r20, r19                # [tile][gpu]
+    shl r20, r20, 3
+    add r20, r20, %ctrl
+    flag.set r31, [r20], 1
+counted_\@:
+    add r20, %ctrl, 8
+    red.add %gpu, [r20], 1           # released
     mov r30, 0
 none_\@:
 .endm
@@ -92,17 +131,24 @@ ok_\@:
     rem \dst, \dst, %ngpu
 .endm
 
-# ctrl_done1 dst: dst = &done1[0]. ctrl_ready dst: dst = &ready[0] (after done1's R x P x Jo
-# words). Write dst.
-.macro ctrl_done1 dst
-    add \dst, %ctrl, 16
+# ctrl_done dst, which: dst = &done1[0][0] (which 0) or &done2[0][0] (which 1). ctrl_ready dst:
+# dst = &ready[0] (after done2). Write dst.
+.macro ctrl_done dst, which
+    mul \dst, r23, %ngpu
+    mul \dst, \dst, \which
+    add \dst, \dst, r23
+    add \dst, \dst, r23
+    add \dst, \dst, 2
+    shl \dst, \dst, 3
+    add \dst, \dst, %ctrl
 .endm
 .macro ctrl_ready dst
     mul \dst, r23, %ngpu
-    mul \dst, \dst, r25
+    add \dst, \dst, r23
+    shl \dst, \dst, 1
+    add \dst, \dst, 2
     shl \dst, \dst, 3
     add \dst, \dst, %ctrl
-    add \dst, \dst, 16
 .endm
 
 # post_window seq, t: wait (flushing) until job seq may post: released >= seq - window + 1.
@@ -115,17 +161,23 @@ ok_\@:
     wait_flushing \t, r22, r21
 .endm
 
-# untile off, src, dst, n: the row tile at byte offset off of the tile-major src (H / n blocks of
-# [rows][n]) to the same rows of the row-major dst ([T][H]). Writes r7 .. r9, r11, r13, r14.
-.macro untile off, src, dst, n
-    add r13, \off, \src              # r13 = block c of the tile
-    add r14, \off, \dst              # r14 = its first column in the rows
+# untile off, first, rows, src, dst, n: rows [first, first + rows) of the row tile at byte offset
+# off of the tile-major src (H / n blocks of [tile_rows][n]) to the same rows of the row-major dst
+# ([T][H]). Writes r7 .. r9, r11, r13, r14.
+.macro untile off, first, rows, src, dst, n
     shl r7, \n, 1                    # r7 = a block row's bytes
+    mul r13, \first, r7
+    add r13, r13, \off
+    add r13, r13, \src               # r13 = the rows in block 0
+    mul r14, \first, %hidden
+    shl r14, r14, 1
+    add r14, r14, \off
+    add r14, r14, \dst               # r14 = the rows' first column in dst
     mul r8, %tile_rows, r7           # r8 = a block's bytes
     shl r9, %hidden, 1
     mov r11, 0
 blocks_\@:
-    copy2d r14, r13, %tile_rows, r7, r9, r7
+    copy2d r14, r13, \rows, r7, r9, r7
     add r13, r13, r8
     add r14, r14, r7
     add r11, r11, \n
@@ -165,12 +217,16 @@ blocks_\@:
     div r26, %ffn, r2                # r26 = Ju
     div r27, %hidden, r2             # r27 = Jd
     mul r28, r23, r25                # r28 = A jobs
+    shr r3, %dims, 24
+    and r3, r3, 4095
+    div r3, %tile_rows, r3           # r3 = K norm blocks per row tile
     add r29, r26, r27
-    add r29, r29, 1                  # r29 = S, slots per block b
+    add r29, r29, r3                 # r29 = S, slots per block b
     add r24, r23, 1
     mul r24, r24, r29
     add r24, r24, r28
-    add r24, r24, r23                # r24 = jobs: A + (R + 1) S + E
+    mul r3, r3, r23
+    add r24, r24, r3                 # r24 = jobs: A + (R + 1) S + R K
     mov r30, 0                       # no pending signal
 job:
     atom.add r0, %gpu, [%ctrl], 1    # r0 = the next job in the list
@@ -182,8 +238,11 @@ job:
     bge r1, r2, resid                # E(r1 - (R + 1) S)
     div r2, r1, r29                  # r2 = block b
     rem r3, r1, r29                  # r3 = slot
-    beq r3, 0, normjob
-    sub r3, r3, 1
+    shr r4, %dims, 24
+    and r4, r4, 4095
+    div r4, %tile_rows, r4           # r4 = K
+    blt r3, r4, normjob              # B(b, k = r3)
+    sub r3, r3, r4
     blt r3, r26, gateup              # C(b, q = r3)
     sub r3, r3, r26                  # D(b - 1, c = r3)
     beq r2, 0, next
@@ -221,59 +280,56 @@ oproj:
     home_of r31, r4
     add r14, r14, %ar1               # r14 = the same block at the home
     red.cais.add.bf16 r31, r14, r15, r16
-    mul r30, r2, %ngpu               # pending: done1[r][gpu][c] at the home
-    add r30, r30, %gpu
-    mul r30, r30, r25
-    add r30, r30, r3
-    shl r30, r30, 3
-    add r30, r30, %ctrl
-    add r30, r30, 16
+    add r30, r2, 1                   # pending: A job of tile r
     bra next
 
 # ---- B: residual + norm of row tile b = r2 on its home ----
 normjob:
     bge r2, r23, next
-    mov r19, r2                      # r19 = b (norm_smem and norm_rows write r1 .. r6)
-    mul r4, r2, %tile_rows           # r4 = first row
+    mul r4, r2, %tile_rows           # r4 = first row of the tile
     home_of r5, r4
     bne r5, %gpu, next
     flush_signal
-    mul r7, r2, %ngpu
-    mul r7, r7, r25
-    shl r7, r7, 3
-    add r7, r7, %ctrl
-    add r7, r7, 16                   # r7 = &done1[b][0][0]
-    mul r8, %ngpu, r25               # r8 = P x Jo words to wait for
+    mov r19, r2                      # r19 = b (norm_smem and norm_rows write r1 .. r6)
+    mov r18, r3                      # r18 = k
+    ctrl_done r7, 0
+    mul r8, r19, %ngpu
+    shl r8, r8, 3
+    add r7, r7, r8                   # r7 = &done1[b][0]
     mov r9, 0
 norm_wait:
-    wait.ge [r7], 1
+    wait.ge [r7], 1                  # rank r9's output projection of the tile is in
     add r7, r7, 8
     add r9, r9, 1
-    blt r9, r8, norm_wait
+    blt r9, %ngpu, norm_wait
     mul r10, r4, %hidden
     shl r10, r10, 1                  # r10 = byte offset of the tile in [T][H]
-    and r6, %dims, 4095              # r6 = o_n
-    untile r10, %ar1, %h1, r6
-    mul r11, %tile_rows, %hidden     # r11 = elements of the tile
-    add r12, r10, %h1
-    add r13, r10, %x
-    vadd.bf16 r12, r13, r12, r11     # h1 = x + ar1
-    norm_smem %gain, %bias, %consts, %hidden
     shr r15, %dims, 24
     and r15, r15, 4095               # r15 = norm rows
+    mul r17, r18, r15                # r17 = the block's first row in the tile
+    and r6, %dims, 4095              # r6 = o_n
+    untile r10, r17, r15, %ar1, %h1, r6
+    mul r12, r17, %hidden
+    shl r12, r12, 1
+    add r12, r12, r10                # r12 = byte offset of the block's rows in [T][H]
+    add r13, r12, %hn                # r13 = hn rows
+    add r14, r12, %h1                # r14 = h1 rows
+    add r12, r12, %x
+    mul r11, r15, %hidden
+    vadd.bf16 r14, r12, r14, r11     # h1 = x + ar1
+    norm_smem %gain, %bias, %consts, %hidden
     shr r16, %dims, 36
     and r16, r16, 15                 # r16 = layernorm
-    mul r17, r15, %hidden
-    shl r17, r17, 1                  # r17 = bytes of norm_rows rows
-    add r13, r10, %hn                # r13 = hn rows
-    mov r9, 0
-norm_blocks:
-    norm_rows r13, r12, r15, %hidden, r16
-    add r12, r12, r17
-    add r13, r13, r17
-    add r9, r9, r15
-    blt r9, %tile_rows, norm_blocks
+    norm_rows r13, r14, r15, %hidden, r16
     ctrl_ready r7
+    mul r8, r23, 24
+    add r8, r8, r7
+    shl r9, r19, 3
+    add r8, r8, r9                   # r8 = &normed[b] (after ready, gathered, gu)
+    atom.add r9, %gpu, [r8], 1       # one more block of the tile normed (the TB waited for it)
+    add r9, r9, 1
+    div r10, %tile_rows, r15         # r10 = K blocks per tile
+    blt r9, r10, next                # the tile's last block tells every rank
     shl r8, r19, 3
     add r7, r7, r8                   # r7 = &ready[b]
     mov r9, 0
@@ -286,6 +342,7 @@ norm_tell:
 # ---- C: gate/up job (b = r2, q = r3), AG-GEMM ----
 gateup:
     bge r2, r23, next
+    flush_signal                     # no unsignalled job through a long GEMM that posts nothing
     mul r4, r2, %tile_rows           # r4 = first row
     ctrl_ready r7
     shl r8, r2, 3
@@ -296,8 +353,7 @@ gateup:
     shl r10, r10, 1
     add r10, r10, %hn                # r10 = the tile's rows of hn (here and at the home)
     bne r3, 0, gateup_wait
-    wait_flushing r7, 1, r9          # the home's rows are normed
-    flush_signal                     # (the gather's fence would wait for them anyway)
+    wait.ge [r7], 1                  # the home's rows are normed
     home_of r9, r4
     mul r11, %tile_rows, %hidden
     shl r11, r11, 1
@@ -306,7 +362,7 @@ gateup:
     atom.add r9, %gpu, [r8], 1       # gathered (after the fence: the TB waited)
     bra gateup_compute
 gateup_wait:
-    wait_flushing r8, 1, r9
+    wait.ge [r8], 1
 gateup_compute:
     shr r6, %dims, 12
     and r6, r6, 4095                 # r6 = n
@@ -370,46 +426,44 @@ down:
     home_of r31, r4
     add r14, r14, %ar2
     red.cais.add.bf16 r31, r14, r15, r16
-    ctrl_ready r30                   # pending: done2[b][gpu][c] at the home
-    mul r8, r23, 24
-    add r30, r30, r8                 # r30 = &done2[0]: after ready, gathered, gu (3 R words)
-    mul r8, r2, %ngpu
-    add r8, r8, %gpu
-    mul r8, r8, r27
-    add r8, r8, r3
-    shl r8, r8, 3
-    add r30, r30, r8
+    sub r30, 0, r2
+    sub r30, r30, 1                  # pending: D job of tile b
     bra next
 
 # ---- E: out = h1 + ar2 on the home of row tile r ----
 resid:
-    sub r1, r1, r2                   # r1 = r (r2 = (R + 1) S)
+    sub r1, r1, r2                   # r1 = e = r K + k (r2 = (R + 1) S)
+    shr r15, %dims, 24
+    and r15, r15, 4095               # r15 = norm rows
+    div r16, %tile_rows, r15         # r16 = K
+    rem r18, r1, r16                 # r18 = k
+    div r1, r1, r16                  # r1 = r
     mul r4, r1, %tile_rows
     home_of r5, r4
     bne r5, %gpu, next
     flush_signal
-    ctrl_ready r7
-    mul r8, r23, 24
-    add r7, r7, r8                   # r7 = &done2[0]
+    ctrl_done r7, 1
     mul r8, r1, %ngpu
-    mul r8, r8, r27
     shl r8, r8, 3
-    add r7, r7, r8                   # r7 = &done2[r][0][0]
-    mul r8, %ngpu, r27
+    add r7, r7, r8                   # r7 = &done2[r][0]
     mov r9, 0
 resid_wait:
-    wait.ge [r7], 1
+    wait.ge [r7], 1                  # rank r9's FFN of the tile is in
     add r7, r7, 8
     add r9, r9, 1
-    blt r9, r8, resid_wait
+    blt r9, %ngpu, resid_wait
     mul r10, r4, %hidden
-    shl r10, r10, 1
+    shl r10, r10, 1                  # r10 = byte offset of the tile in [T][H]
+    mul r17, r18, r15                # r17 = the block's first row in the tile
     shr r6, %dims, 12
     and r6, r6, 4095                 # r6 = n
-    untile r10, %ar2, %out, r6
-    mul r11, %tile_rows, %hidden
-    add r12, r10, %out
-    add r13, r10, %h1
+    untile r10, r17, r15, %ar2, %out, r6
+    mul r12, r17, %hidden
+    shl r12, r12, 1
+    add r12, r12, r10
+    add r13, r12, %h1
+    add r12, r12, %out
+    mul r11, r15, %hidden
     vadd.bf16 r12, r13, r12, r11     # out = h1 + ar2
 next:
     bra job
