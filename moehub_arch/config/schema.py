@@ -844,9 +844,11 @@ class BlockConfig:
     cais_window: int = _f("int", "cais_dataflow: GEMM-RS jobs whose reductions may be in flight "
                           "per GPU, posted in the same order on every GPU (job s waits until s - "
                           "window + 1 jobs are complete), so that the GPUs' contributions to a "
-                          "line meet in the merge table (assumption: 16 jobs of 128 x 128 bf16 = "
-                          "512 KB, within one home's merge tables, 18 ports x 40 KB = 720 KB, "
-                          "even when every job in flight goes to one home)", 16, min=1)
+                          "line meet in the merge table (assumption: 64 jobs of 128 x 128 bf16 = "
+                          "2 MB per GPU; consecutive jobs go to different homes, so 256 KB per "
+                          "home on 8 GPUs, a third of a home's merge tables - 18 ports x 40 KB - "
+                          "and about what a GPU's links (450 GB/s) move in a fence's round trip "
+                          "of a few us)", 64, min=1)
     cais_sync: bool = _f("bool", "scheme cais: merging-aware thread-block coordination (CAIS, "
                          "arXiv 2605.05628): the same thread block on every GPU is one group; "
                          "before each slice of a collective (each job of a fused GEMM) the group "

@@ -22,11 +22,16 @@
 # Row tiles: tile_rows divides T / P (a tile never spans two homes); rank g owns sequence chunk
 # (g + 1) % P (sp_ring's shard), so the home of row t is (t / (T / P) - 1) mod P.
 # Jobs (the same list on every rank, taken in order by whichever thread block is free: a local
-# job counter, as shared_ffn's):
-#   [A(r, c): R x Jo]  then for b = 0 .. R: [B(b, k): K] [C(b, q): Ju] [D(b - 1, c): Jd]
-#   then [E(r, k): R x K]
-# (R row tiles, Jo = H / o_n, Ju = I / n, Jd = H / n; B, C of b = R and D of b = 0 are empty
-# slots; B and E run only on the tile's home, E per block of norm_rows rows as B). Every job waits only for jobs earlier in the list
+# job counter, as shared_ffn's). The R row tiles are taken in G = R / P groups of P, one tile per
+# home (group g: tile h G + g of chunk h, h = 0 .. P - 1), so that consecutive GEMM-RS jobs go to
+# different homes (the window below spreads over every home's merge tables, and the norms over
+# every home's SMs):
+#   for g: for c < Jo: for h: A(tile(g, h), c)                              [R x Jo]
+#   for g = 0 .. G: [for h: for k < K: B(tile(g, h), k)]  [for h: for q < Ju: C(tile(g, h), q)]
+#                   [for c < Jd: for h: D(tile(g - 1, h), c)]               [S = P (K + Ju + Jd)]
+#   for r: for k < K: E(r, k)                                               [R x K]
+# (Jo = H / o_n, Ju = I / n, Jd = H / n, K = tile_rows / norm_rows; B and C of g = G and D of g = 0
+# are empty slots; B and E run only on the tile's home, one block of norm_rows rows each). Every job waits only for jobs earlier in the list
 # (on any rank) and jobs are taken in order by resident thread blocks (grid <= SMs, one 160 KB
 # block per SM), so the earliest unfinished job can always run: no deadlock.
 # The reductions of a GEMM-RS job are one red.cais of its whole tile: ar1, ar2 (and the partials
@@ -221,38 +226,72 @@ blocks_\@:
     and r3, r3, 4095
     div r3, %tile_rows, r3           # r3 = K norm blocks per row tile
     add r29, r26, r27
-    add r29, r29, r3                 # r29 = S, slots per block b
-    add r24, r23, 1
+    add r29, r29, r3
+    mul r29, r29, %ngpu              # r29 = S = P (K + Ju + Jd), slots per group
+    div r24, r23, %ngpu
+    add r24, r24, 1
     mul r24, r24, r29
     add r24, r24, r28
     mul r3, r3, r23
-    add r24, r24, r3                 # r24 = jobs: A + (R + 1) S + R K
+    add r24, r24, r3                 # r24 = jobs: A + (G + 1) S + R K
     mov r30, 0                       # no pending signal
 job:
     atom.add r0, %gpu, [%ctrl], 1    # r0 = the next job in the list
     bge r0, r24, end
-    blt r0, r28, oproj
+    div r9, r23, %ngpu               # r9 = G groups (row tiles per home)
+    blt r0, r28, adecode
     sub r1, r0, r28
-    add r2, r23, 1
+    add r2, r9, 1
     mul r2, r2, r29
-    bge r1, r2, resid                # E(r1 - (R + 1) S)
-    div r2, r1, r29                  # r2 = block b
-    rem r3, r1, r29                  # r3 = slot
+    bge r1, r2, resid                # E(r1 - (G + 1) S)
+    div r10, r1, r29                 # r10 = group
+    rem r11, r1, r29                 # r11 = slot
     shr r4, %dims, 24
     and r4, r4, 4095
     div r4, %tile_rows, r4           # r4 = K
-    blt r3, r4, normjob              # B(b, k = r3)
-    sub r3, r3, r4
-    blt r3, r26, gateup              # C(b, q = r3)
-    sub r3, r3, r26                  # D(b - 1, c = r3)
-    beq r2, 0, next
-    sub r2, r2, 1
+    mul r12, r4, %ngpu
+    blt r11, r12, bdecode            # B(tile, k)
+    sub r11, r11, r12
+    mul r12, r26, %ngpu
+    blt r11, r12, cdecode            # C(tile, q)
+    sub r11, r11, r12                # D(tile of group - 1, c): c major, home minor
+    beq r10, 0, next
+    div r3, r11, %ngpu               # r3 = c
+    rem r12, r11, %ngpu              # r12 = chunk
+    sub r10, r10, 1
+    mul r2, r12, r9
+    add r2, r2, r10                  # r2 = tile
+    mul r5, r10, %ngpu
+    mul r5, r5, r27
+    add r5, r5, r11
+    add r5, r5, r28                  # r5 = s, its place among the GEMM-RS jobs
     bra down
+bdecode:
+    bge r10, r9, next
+    div r12, r11, r4                 # r12 = chunk
+    rem r3, r11, r4                  # r3 = k
+    mul r2, r12, r9
+    add r2, r2, r10                  # r2 = tile
+    bra normjob
+cdecode:
+    bge r10, r9, next
+    div r12, r11, r26                # r12 = chunk
+    rem r3, r11, r26                 # r3 = q
+    mul r2, r12, r9
+    add r2, r2, r10                  # r2 = tile
+    bra gateup
+adecode:
+    mul r12, r25, %ngpu
+    div r10, r0, r12                 # r10 = group
+    rem r11, r0, r12
+    div r3, r11, %ngpu               # r3 = c
+    rem r12, r11, %ngpu              # r12 = chunk
+    mul r2, r12, r9
+    add r2, r2, r10                  # r2 = tile
+    bra oproj
 
 # ---- A: output projection job (r2 row tile, r3 column job), GEMM-RS ----
 oproj:
-    div r2, r0, r25
-    rem r3, r0, r25
     and r6, %dims, 4095              # r6 = o_n
     mul r4, r2, %tile_rows           # r4 = first row
     mul r7, %tile_rows, r6           # r7 = rows x o_n
@@ -418,10 +457,7 @@ down:
     mul r16, %tile_rows, r6
     shl r16, r16, 1                  # r16 = the block's bytes
     copy r15, r13, r16
-    mul r17, r2, r27
-    add r17, r17, r3
-    add r17, r17, r28                # r17 = s = A jobs + b Jd + c
-    post_window r17, r18
+    post_window r5, r18              # r5 = s
     flush_signal
     home_of r31, r4
     add r14, r14, %ar2
