@@ -13,7 +13,7 @@ tile), the down GEMM as a GEMM-RS and the last residual - per-row-tile dependenc
 - the Numba and pure-Python engines give identical stats;
 - bad input (exit 2, naming the key): cais_dataflow with another scheme or kind, or with more
   thread blocks than SMs (its jobs wait across thread blocks: every one must be resident), a
-  window of 0 jobs.
+  window of 0 jobs or of more than 4095.
 """
 import pytest
 
@@ -60,6 +60,7 @@ def test_dataflow_engines_agree(tmp_path):
     (DATAFLOW + ("workload.block.kind=attention",), "workload.block.cais_dataflow"),
     (DATAFLOW + ("workload.block.gemm_tbs=200",), "workload.block.gemm_tbs"),
     (DATAFLOW + ("workload.block.cais_window=0",), "workload.block.cais_window"),
+    (DATAFLOW + ("workload.block.cais_window=5000",), "workload.block.cais_window"),
 ])
 def test_dataflow_bad_input_exits_2(tmp_path, sets, key):
     r = run_cli("run", CONFIGS / LAYER, *(a for s in sets for a in ("--set", s)), "-o", tmp_path)

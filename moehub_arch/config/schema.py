@@ -848,7 +848,7 @@ class BlockConfig:
                           "2 MB per GPU; consecutive jobs go to different homes, so 256 KB per "
                           "home on 8 GPUs, a third of a home's merge tables - 18 ports x 40 KB - "
                           "and about what a GPU's links (450 GB/s) move in a fence's round trip "
-                          "of a few us)", 64, min=1)
+                          "of a few us; at most 4095)", 64, min=1)
     cais_sync: bool = _f("bool", "scheme cais: merging-aware thread-block coordination (CAIS, "
                          "arXiv 2605.05628): the same thread block on every GPU is one group; "
                          "before each slice of a collective (each job of a fused GEMM) the group "

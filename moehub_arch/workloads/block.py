@@ -321,6 +321,9 @@ def block_shape(cfg):
                          f"(160 KB of shared memory) on {cfg.system.gpu.num_sms} SMs: its jobs "
                          f"wait for each other across thread blocks; use at most "
                          f"{cfg.system.gpu.num_sms}")
+    if b.cais_dataflow and b.cais_window > 4095:
+        raise BlockError(f"{KEY}.cais_window: {b.cais_window} jobs, but the dataflow kernel takes "
+                         f"at most 4095 (a 12-bit field of its dims parameter)")
     if b.scheme == "t3" or b.cais_dataflow:
         extra["home_rows"] = _home_rows(b, tokens, t)
     return BlockShape(model=m.name, kind=b.kind, tp=t, tokens=tokens, hidden=m.hidden,
@@ -735,8 +738,11 @@ class TransformerBlock:
         self._buffer("dataflow_ctrl", (2 + 2 * R + 2 * R * P + 4 * R) * 8,
                      region="control", dtype="i64")
         norm_rows = math.gcd(s.norm_rows, rows)
+        # the AG-GEMM's gather slice: the most rows of a tile within 64 KB (assumption: the NVLS
+        # collectives' 64 KB slice, workload.block.nvls_slice)
+        gather = max(d for d in range(1, rows + 1) if rows % d == 0 and d * H * 2 <= 65536 or d == 1)
         dims = (s.o_n | n << 12 | norm_rows << 24 | int(self.model.norm == "layernorm") << 36
-                | self.cfg.workload.block.cais_window << 40)
+                | self.cfg.workload.block.cais_window << 40 | gather << 52)
         self._launch("dataflow", "tp_cais_dataflow", self.cfg.workload.block.gemm_tbs, (
             ("a", f"@{ao}"), ("wo", "@w_o"), ("ya", "@ya"), ("x", f"@{x}"), ("ar1", "@ar1"),
             ("h1", "@h1"), ("hn", "@hn"), ("gain", "@norm2_gain"), ("bias", "@norm2_bias"),

@@ -10,8 +10,10 @@
 #      rows (K = tile_rows / norm_rows jobs: a whole tile on one SM took ~60 us of vector work on
 #      the critical path); the tile's last block sets the tile's ready flag on every rank;
 #   C  the FFN's gate/up as an AG-GEMM: the tile's column job 0 pulls the tile's normed rows from
-#      the home with ld.cais (the switch reads the home once and fans the reply out), the tile's
-#      other column jobs wait for them; hs = bf16(silu(hn Wg) (hn Wu)) (lib/gemm_tiles.s);
+#      the home with ld.cais (the switch reads the home once and fans the reply out), in slices of
+#      gather_rows rows (64 KB) one at a time - a whole tile at once, P tiles of a group at a
+#      time, filled the homes' merge tables with Load-Wait entries -, the tile's other column
+#      jobs wait for them; hs = bf16(silu(hn Wg) (hn Wu)) (lib/gemm_tiles.s);
 #   D  the FFN's down GEMM as a GEMM-RS: ys = hs Wd, each job's rows added into their home's ar2
 #      with red.cais;
 #   E  on the home, once every rank's D jobs of the tile are in: out = h1 + ar2.
@@ -27,11 +29,14 @@
 # different homes (the window below spreads over every home's merge tables, and the norms over
 # every home's SMs):
 #   for g: for c < Jo: for h: A(tile(g, h), c)                              [R x Jo]
-#   for g = 0 .. G: [for h: for k < K: B(tile(g, h), k)]  [for h: for q < Ju: C(tile(g, h), q)]
-#                   [for c < Jd: for h: D(tile(g - 1, h), c)]               [S = P (K + Ju + Jd)]
-#   for r: for k < K: E(r, k)                                               [R x K]
+#   for g = 0 .. G: [for k < K: B(own tile of g, k)]  [for h: for q < Ju: C(tile(g, h), q)]
+#                   [for c < Jd: for h: D(tile(g - 1, h), c)]               [S = K + P (Ju + Jd)]
+#   for g: for k < K: E(own tile of g, k)                                   [G x K]
 # (Jo = H / o_n, Ju = I / n, Jd = H / n, K = tile_rows / norm_rows; B and C of g = G and D of g = 0
-# are empty slots; B and E run only on the tile's home, one block of norm_rows rows each). Every job waits only for jobs earlier in the list
+# are empty slots). B and E, one block of norm_rows rows each, run on the tile's home: every rank
+# is the home of one tile of each group and norms it at the same place in the list, so every
+# rank does the same work in the same order (home-only slots that the other ranks skipped let
+# the ranks' schedules drift apart by microseconds, and their requests for a line with them). Every job waits only for jobs earlier in the list
 # (on any rank) and jobs are taken in order by resident thread blocks (grid <= SMs, one 160 KB
 # block per SM), so the earliest unfinished job can always run: no deadlock.
 # The reductions of a GEMM-RS job are one red.cais of its whole tile: ar1, ar2 (and the partials
@@ -65,8 +70,8 @@
 # and 128 of them took 50 us); ready [R] (every rank: the home's normed rows of tile r are
 # written), gathered [R] (this rank has pulled tile r), gu [R] (this rank's gate/up jobs of tile
 # r done), normed [R] (at the home: the tile's norm blocks done).
-# dims = o_n | n << 12 | norm_rows << 24 | layernorm << 36 | window << 40 (norm_rows divides
-# tile_rows).
+# dims = o_n | n << 12 | norm_rows << 24 | layernorm << 36 | window << 40 | gather_rows << 52
+# (norm_rows and gather_rows divide tile_rows).
 # Reduction order: the merge unit's (rank order in FP32, one rounding to bf16 at the home), exactly,
 # while no line is evicted or timed out: the output is the NumPy reference bit for bit.
 .include "lib/gemm_tiles.s"
@@ -159,7 +164,8 @@ ok_\@:
 # post_window seq, t: wait (flushing) until job seq may post: released >= seq - window + 1.
 # Writes t, r22.
 .macro post_window seq, t
-    shr r22, %dims, 40               # window
+    shr r22, %dims, 40
+    and r22, r22, 4095               # window
     sub r22, \seq, r22
     add r22, r22, 1
     add \t, %ctrl, 8
@@ -212,7 +218,7 @@ blocks_\@:
 .param hidden
 .param ffn                   # I = FFN / P
 .param tile_rows             # divides T / P
-.param dims                  # o_n | n << 12 | norm_rows << 24 | layernorm << 36 | window << 40
+.param dims                  # o_n | n << 12 | norm_rows << 24 | layernorm << 36 | window << 40 | gather_rows << 52
 .smem 160KB                  # the FFN job's three fp32/bf16 tiles (as shared_ffn) or the norm's rows
     div r23, %tokens, %tile_rows     # r23 = R row tiles
     and r1, %dims, 4095              # o_n
@@ -226,14 +232,14 @@ blocks_\@:
     and r3, r3, 4095
     div r3, %tile_rows, r3           # r3 = K norm blocks per row tile
     add r29, r26, r27
-    add r29, r29, r3
-    mul r29, r29, %ngpu              # r29 = S = P (K + Ju + Jd), slots per group
-    div r24, r23, %ngpu
+    mul r29, r29, %ngpu
+    add r29, r29, r3                 # r29 = S = K + P (Ju + Jd), slots per group
+    div r24, r23, %ngpu              # G
+    mul r3, r3, r24                  # G K
     add r24, r24, 1
     mul r24, r24, r29
     add r24, r24, r28
-    mul r3, r3, r23
-    add r24, r24, r3                 # r24 = jobs: A + (G + 1) S + R K
+    add r24, r24, r3                 # r24 = jobs: A + (G + 1) S + G K
     mov r30, 0                       # no pending signal
 job:
     atom.add r0, %gpu, [%ctrl], 1    # r0 = the next job in the list
@@ -249,9 +255,8 @@ job:
     shr r4, %dims, 24
     and r4, r4, 4095
     div r4, %tile_rows, r4           # r4 = K
-    mul r12, r4, %ngpu
-    blt r11, r12, bdecode            # B(tile, k)
-    sub r11, r11, r12
+    blt r11, r4, bdecode             # B(this rank's tile of the group, k = r11)
+    sub r11, r11, r4
     mul r12, r26, %ngpu
     blt r11, r12, cdecode            # C(tile, q)
     sub r11, r11, r12                # D(tile of group - 1, c): c major, home minor
@@ -268,10 +273,11 @@ job:
     bra down
 bdecode:
     bge r10, r9, next
-    div r12, r11, r4                 # r12 = chunk
-    rem r3, r11, r4                  # r3 = k
+    mov r3, r11                      # r3 = k
+    add r12, %gpu, 1
+    rem r12, r12, %ngpu              # r12 = this rank's chunk, (gpu + 1) mod P
     mul r2, r12, r9
-    add r2, r2, r10                  # r2 = tile
+    add r2, r2, r10                  # r2 = this rank's tile of the group
     bra normjob
 cdecode:
     bge r10, r9, next
@@ -394,10 +400,18 @@ gateup:
     bne r3, 0, gateup_wait
     wait.ge [r7], 1                  # the home's rows are normed
     home_of r9, r4
-    mul r11, %tile_rows, %hidden
-    shl r11, r11, 1
-    ld.cais r9, r10, r10, r11        # every rank pulls the tile: one read of the home
-    fence
+    shr r11, %dims, 52               # gather rows per slice
+    mul r11, r11, %hidden
+    shl r11, r11, 1                  # r11 = slice bytes
+    mul r12, %tile_rows, %hidden
+    shl r12, r12, 1
+    add r12, r12, r10                # r12 = the tile's end
+    mov r13, r10
+gather:
+    ld.cais r9, r13, r13, r11        # every rank pulls the slice: one read of the home
+    fence                            # one slice at a time (the merge tables' Load-Wait entries)
+    add r13, r13, r11
+    blt r13, r12, gather
     atom.add r9, %gpu, [r8], 1       # gathered (after the fence: the TB waited)
     bra gateup_compute
 gateup_wait:
@@ -468,12 +482,16 @@ down:
 
 # ---- E: out = h1 + ar2 on the home of row tile r ----
 resid:
-    sub r1, r1, r2                   # r1 = e = r K + k (r2 = (R + 1) S)
+    sub r1, r1, r2                   # r1 = e = g K + k (r2 = (G + 1) S)
     shr r15, %dims, 24
     and r15, r15, 4095               # r15 = norm rows
     div r16, %tile_rows, r15         # r16 = K
     rem r18, r1, r16                 # r18 = k
-    div r1, r1, r16                  # r1 = r
+    div r1, r1, r16                  # r1 = g
+    add r12, %gpu, 1
+    rem r12, r12, %ngpu              # this rank's chunk
+    mul r12, r12, r9
+    add r1, r1, r12                  # r1 = r: this rank's tile of group g
     mul r4, r1, %tile_rows
     home_of r5, r4
     bne r5, %gpu, next
