@@ -11,16 +11,17 @@ tile), the down GEMM as a GEMM-RS and the last residual - per-row-tile dependenc
 - five launches (norm, all-gather, QKV, attention, the dataflow kernel) instead of cais's twelve,
   four with cais_fusion (the QKV projection an AG-GEMM);
 - the Numba and pure-Python engines give identical stats;
-- bad input (exit 2, naming the key): cais_dataflow with another scheme or kind, or with more
-  thread blocks than SMs (its jobs wait across thread blocks: every one must be resident), a
-  window of 0 jobs or of more than 4095.
+- cais_dataflow is scheme cais's default for kind transformer; kind attention and the other
+  schemes ignore it (their kernels unchanged);
+- bad input (exit 2, naming the key): more thread blocks than SMs (the dataflow's jobs wait across
+  thread blocks: every one must be resident), a window of 0 jobs or of more than 4095.
 """
 import pytest
 
-from conftest import CONFIGS, cli_stats_per_engine, run_cli, simulate
+from conftest import CONFIGS, cli_stats_per_engine, load, run_cli, simulate
 
 LAYER = "experiments/tp/functional_transformer.yaml"
-DATAFLOW = ("workload.block.scheme=cais", "workload.block.cais_dataflow=true")
+DATAFLOW = ("workload.block.scheme=cais",)      # the dataflow is cais's default
 LINE = 128
 
 
@@ -49,6 +50,20 @@ def test_dataflow_layer_is_the_reference_bit_for_bit_with_every_line_merged(fusi
     assert st["system.block.o_proj_time_us"] == st["system.block.ffn_time_us"] == 0.0
 
 
+def test_dataflow_is_cais_default_for_whole_layers_only():
+    def kernels(*sets):
+        return [l.kernel for l in _expanded(LAYER, *sets).workload.launches]
+    assert "tp_cais_dataflow" in kernels(*DATAFLOW)
+    assert "tp_cais_dataflow" not in kernels(*DATAFLOW, "workload.block.cais_dataflow=false")
+    assert "tp_cais_dataflow" not in kernels(*DATAFLOW, "workload.block.kind=attention")
+    assert "tp_cais_dataflow" not in kernels("workload.block.scheme=sp_ring")
+
+
+def _expanded(config, *sets):
+    from moehub_arch.workloads.block import TransformerBlock
+    return TransformerBlock(load(config, *sets)).expanded_config()
+
+
 def test_dataflow_engines_agree(tmp_path):
     out = cli_stats_per_engine(CONFIGS / LAYER, tmp_path, *(f"--set={s}" for s in DATAFLOW))
     assert out["numba"]["system.block.output_max_abs_error"] == 0.0
@@ -56,8 +71,6 @@ def test_dataflow_engines_agree(tmp_path):
 
 
 @pytest.mark.parametrize("sets, key", [
-    (("workload.block.cais_dataflow=true",), "workload.block.cais_dataflow"),
-    (DATAFLOW + ("workload.block.kind=attention",), "workload.block.cais_dataflow"),
     (DATAFLOW + ("workload.block.gemm_tbs=200",), "workload.block.gemm_tbs"),
     (DATAFLOW + ("workload.block.cais_window=0",), "workload.block.cais_window"),
     (DATAFLOW + ("workload.block.cais_window=5000",), "workload.block.cais_window"),

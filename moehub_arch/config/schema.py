@@ -840,7 +840,9 @@ class BlockConfig:
                              "residual + norm on the tile's home -> FFN gate/up AG-GEMM -> down "
                              "GEMM-RS -> residual - so the reductions toward the homes, the gathers "
                              "from them and the FFN's GEMMs overlap (with cais_fusion the QKV "
-                             "projection is an AG-GEMM as well). false: the kernels of cais", False)
+                             "projection is an AG-GEMM as well). false: the collectives as kernels "
+                             "between the GEMMs, as before the dataflow (bit-identical). Kind "
+                             "attention and the other schemes ignore it", True)
     cais_window: int = _f("int", "cais_dataflow: GEMM-RS jobs whose reductions may be in flight "
                           "per GPU, posted in the same order on every GPU (job s waits until s - "
                           "window + 1 jobs are complete), so that the GPUs' contributions to a "

@@ -42,9 +42,16 @@ the TP scheme (`workload.block.scheme`):
            tiles with ld.cais (AG-GEMM), the output projection pushes its tiles home with
            red.cais (GEMM-RS). workload.block.cais_sync (default on) adds CAIS's merging-aware
            thread-block coordination: each group of matching thread blocks syncs in the
-           switch's group sync table (sync.cais) before each slice or job it accesses. Not
-           modelled: the FFN's fusion (its collectives stay kernels), the norm between them at
-           thread-block level.
+           switch's group sync table (sync.cais) before each slice or job it accesses.
+           workload.block.cais_dataflow (kind transformer, the default; false: the collective
+           kernels above, as before it) is CAIS's graph-level dataflow from
+           the output projection to the layer's end: one persistent kernel (tp/cais_dataflow.s
+           tp_cais_dataflow) whose thread-block jobs - output projection GEMM-RS, residual +
+           norm on each row tile's home, FFN gate/up AG-GEMM, down GEMM-RS, residual - wait for
+           each other per row tile through words in memory, so the reductions toward the homes,
+           the gathers from them and the FFN's GEMMs overlap; at most cais_window GEMM-RS jobs
+           of reductions are in flight per GPU, in the same order on every GPU. The next
+           layer's norm and QKV are not composed (the block is one layer).
   t3       T3's producer-triggered fused GEMM + reduce-scatter (Pati et al., ASPLOS 2024, arXiv
            2401.16677; workloads/kernels/tp/t3.s kernels tp_gemm_t3 and tp_ffn_t3), in the
            row-parallel GEMMs (the output projection and the FFN's down GEMM): each row tile of the partial sum is sent to the rank that owns its
@@ -310,21 +317,17 @@ def block_shape(cfg):
     extra = {}
     if b.kind != "ffn":
         extra = _attention_shape(b, m, t, tokens, b.scheme in SP_SCHEMES)
-    if b.cais_dataflow and (b.scheme != "cais" or b.kind != "transformer"):
-        raise BlockError(f"{KEY}.cais_dataflow: CAIS's dataflow runs the second half of a whole "
-                         f"layer (output projection -> norm -> FFN) of scheme cais, kind "
-                         f"transformer, but the scheme is {b.scheme} and the kind {b.kind}; set "
-                         f"{KEY}.scheme: cais and kind: transformer, or cais_dataflow: false")
-    if b.cais_dataflow and b.gemm_tbs > cfg.system.gpu.num_sms:
+    dataflow = b.cais_dataflow and b.scheme == "cais" and b.kind == "transformer"
+    if dataflow and b.gemm_tbs > cfg.system.gpu.num_sms:
         raise BlockError(f"{KEY}.gemm_tbs: {b.gemm_tbs} thread blocks, but the dataflow kernel "
                          f"(tp/cais_dataflow.s) needs every one resident at once - one per SM "
                          f"(160 KB of shared memory) on {cfg.system.gpu.num_sms} SMs: its jobs "
                          f"wait for each other across thread blocks; use at most "
-                         f"{cfg.system.gpu.num_sms}")
-    if b.cais_dataflow and b.cais_window > 4095:
+                         f"{cfg.system.gpu.num_sms}, or cais_dataflow: false")
+    if dataflow and b.cais_window > 4095:
         raise BlockError(f"{KEY}.cais_window: {b.cais_window} jobs, but the dataflow kernel takes "
                          f"at most 4095 (a 12-bit field of its dims parameter)")
-    if b.scheme == "t3" or b.cais_dataflow:
+    if b.scheme == "t3" or dataflow:
         extra["home_rows"] = _home_rows(b, tokens, t)
     return BlockShape(model=m.name, kind=b.kind, tp=t, tokens=tokens, hidden=m.hidden,
                       ffn_t=m.ffn // t, n_tile=n, tile_rows=b.tile_rows, channels=C, slice=sl,
@@ -400,7 +403,7 @@ class TransformerBlock:
         self.fuse = self.cais and cfg.workload.block.cais_fusion   # tp_gemm_cais (tp/cais.s)
         # CAIS's graph-level dataflow (tp/cais_dataflow.s): one persistent kernel from the output
         # projection to the layer's end (with cais_fusion, the QKV projection is an AG-GEMM too)
-        self.dataflow = self.cais and cfg.workload.block.cais_dataflow
+        self.dataflow = self.cais and cfg.workload.block.cais_dataflow and s.kind == "transformer"
         self.buffers, self.launches, self.phases, self.multicast = [], [], [], []
         self.cais_groups = []
         self.kernel_files = [COMMON_KERNELS]
