@@ -18,7 +18,8 @@ tile), the down GEMM as a GEMM-RS and the last residual - per-row-tile dependenc
 """
 import pytest
 
-from conftest import CONFIGS, cli_stats_per_engine, load, run_cli, simulate
+from conftest import (CONFIGS, assert_cais_lines_merged, cli_stats_per_engine, load, run_cli,
+                      simulate)
 
 LAYER = "experiments/tp/functional_transformer.yaml"
 DATAFLOW = ("workload.block.scheme=cais",)      # the dataflow is cais's default
@@ -34,15 +35,9 @@ def test_dataflow_layer_is_the_reference_bit_for_bit_with_every_line_merged(fusi
                                                                              syncs):
     sim = simulate(LAYER, *DATAFLOW, f"workload.block.cais_fusion={str(fusion).lower()}")
     st = sim.stats
-    assert not sim.violations
-    assert st["system.block.output_max_abs_error"] == 0.0
     # the gathers of xn and hn and the reductions into ar1 and ar2: 4 buffers of 32 tokens x 64
     # hidden x 2 B, each line allocated once (on the switch its address hashes to)
-    lines = 4 * 32 * 64 * 2 // LINE
-    assert st["system.cais.allocations"] == st["system.cais.complete_groups"] == lines
-    assert st["system.cais.merges"] == 3 * lines
-    assert st["system.cais.evictions"] == 0 and st["system.cais.timeouts"] == 0
-    assert st["system.cais.memory_reads"] == st["system.cais.home_writes"] == lines // 2
+    assert_cais_lines_merged(sim, 4 * 32 * 64 * 2 // LINE, 4)
     assert [l.kernel for l in sim.cfg.workload.launches] == kernels
     # the group syncs are the QKV side's: the dataflow kernel coordinates through its window
     assert (st["system.cais.sync_releases"], st["system.cais.sync_arrivals"]) == (syncs, 4 * syncs)

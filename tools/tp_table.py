@@ -19,7 +19,8 @@ attention's collectives fused into its GEMMs, README "In-switch computing: CAIS 
 `cais_throttle` and `cais_fused_throttle` (the switch's throttle); `cais_nosync` and
 `cais_fused_nosync` (workload.block.cais_sync=false: no group sync table, only the common request
 order). `t3` is T3's fused GEMM + reduce-scatter with ring all-gathers, `t3_nvls` the same with
-NVLS all-gathers (workload.block.t3_collectives=nvls). Each run writes its output directory under --outdir (default out/tp/<model>_<scheme>);
+NVLS all-gathers (workload.block.t3_collectives=nvls). Each run writes its output directory
+under --outdir (default out/tp/<model>_<scheme>);
 a run made from the same inputs is reused (tools/run_cache.py; --force re-runs). Runs go through
 `moehub-sim run`, one at a time unless --jobs, niced.
 """
@@ -37,7 +38,7 @@ CONFIG_DIR = REPO / "configs" / "experiments" / "tp"
 MODELS = ("mega_gpt_4b", "mega_gpt_8b", "llama_7b")
 SCHEMES = ("tp_ring", "sp_ring", "tp_nvls", "sp_nvls", "t3", "cais", "cais_kernels")
 # Variants of a scheme's config: (the scheme whose config runs, its --set overrides).
-OLD = "workload.block.cais_dataflow=false"      # cais's collectives as kernels (before the dataflow)
+OLD = "workload.block.cais_dataflow=false"    # cais's collectives as kernels (before the dataflow)
 VARIANTS = {"t3_nvls": ("t3", ["workload.block.t3_collectives=nvls"]),
             "cais_kernels": ("cais", [OLD]),
             "cais_fused": ("cais", ["workload.block.cais_fusion=true", OLD]),

@@ -743,7 +743,7 @@ class TransformerBlock:
         norm_rows = math.gcd(s.norm_rows, rows)
         # the AG-GEMM's gather slice: the most rows of a tile within 64 KB (assumption: the NVLS
         # collectives' 64 KB slice, workload.block.nvls_slice)
-        gather = max(d for d in range(1, rows + 1) if rows % d == 0 and d * H * 2 <= 65536 or d == 1)
+        gather = max([1] + [d for d in range(1, rows + 1) if rows % d == 0 and d * H * 2 <= 65536])
         dims = (s.o_n | n << 12 | norm_rows << 24 | int(self.model.norm == "layernorm") << 36
                 | self.cfg.workload.block.cais_window << 40 | gather << 52)
         self._launch("dataflow", "tp_cais_dataflow", self.cfg.workload.block.gemm_tbs, (
