@@ -7,7 +7,8 @@ tile), the down GEMM as a GEMM-RS and the last residual - per-row-tile dependenc
 - the tiny layer at t = 4 (configs/experiments/tp/functional_transformer.yaml) gives the NumPy
   reference bit for bit (the merge unit's order: FP32 in rank order, one rounding at the home);
 - exact merge counts: the same lines as the collective kernels (2 gathers + 2 reductions of
-  T x H bf16), each completed by all four GPUs, read or written home once; no eviction;
+  T x H bf16), each completed by all four GPUs, read or written home once; no eviction; also with
+  three groups of row tiles and LayerNorm;
 - five launches (norm, all-gather, QKV, attention, the dataflow kernel) instead of cais's twelve,
   four with cais_fusion (the QKV projection an AG-GEMM);
 - the Numba and pure-Python engines give identical stats;
@@ -43,6 +44,19 @@ def test_dataflow_layer_is_the_reference_bit_for_bit_with_every_line_merged(fusi
     assert (st["system.cais.sync_releases"], st["system.cais.sync_arrivals"]) == (syncs, 4 * syncs)
     assert st["system.block.dataflow_time_us"] > 0.0
     assert st["system.block.o_proj_time_us"] == st["system.block.ffn_time_us"] == 0.0
+
+
+def test_dataflow_with_several_groups_of_row_tiles_and_layernorm(tmp_path):
+    """96 tokens in row tiles of 8: 12 tiles, 3 groups of one tile per home (the tiny layer has
+    one); LayerNorm instead of RMSNorm (the second norm runs inside the dataflow kernel)."""
+    from moehub_arch.paths import data_root
+    model = tmp_path / "tiny_ln.yaml"
+    model.write_text((data_root() / "workloads/blocks/tiny_dense.yaml").read_text()
+                     .replace("norm: rmsnorm", "norm: layernorm")
+                     .replace("name: tiny_dense", "name: tiny_dense_ln"))
+    sim = simulate(LAYER, *DATAFLOW, f"workload.block.model={model}", "workload.block.tokens=96",
+                   "workload.block.tile_rows=8")
+    assert_cais_lines_merged(sim, 4 * 96 * 64 * 2 // LINE, 4)
 
 
 def test_dataflow_is_cais_default_for_whole_layers_only():
