@@ -3,8 +3,8 @@
 # runs in opposite directions overlap) for the second half of a transformer layer under the TP
 # scheme cais (workload.block.cais_dataflow, moehub_arch/workloads/block.py): one persistent
 # kernel runs, as thread-block jobs with per-row-tile dependencies in memory,
-#   A  the output projection as a GEMM-RS: ya = ao W_o (this rank's partial), each job's rows
-#      added into their home's ar1 with posted red.cais (merged in the switch);
+#   A  the output projection as a GEMM-RS: ya = ao W_o (this rank's partial), each job's tile
+#      added into its home's ar1 with one posted red.cais (merged in the switch);
 #   B  on the home of a row tile, once every rank's A jobs of the tile are in its ar1: the
 #      residual h1 = x + ar1 and the second norm hn = norm(h1), one job per block of norm_rows
 #      rows (K = tile_rows / norm_rows jobs: a whole tile on one SM took ~60 us of vector work on
@@ -14,8 +14,8 @@
 #      gather_rows rows (64 KB) one at a time - a whole tile at once, P tiles of a group at a
 #      time, filled the homes' merge tables with Load-Wait entries -, the tile's other column
 #      jobs wait for them; hs = bf16(silu(hn Wg) (hn Wu)) (lib/gemm_tiles.s);
-#   D  the FFN's down GEMM as a GEMM-RS: ys = hs Wd, each job's rows added into their home's ar2
-#      with red.cais;
+#   D  the FFN's down GEMM as a GEMM-RS: ys = hs Wd, each job's tile added into its home's ar2
+#      with one red.cais;
 #   E  on the home, once every rank's D jobs of the tile are in: out = h1 + ar2.
 # So the reductions of A (toward the homes: GPU uplinks) overlap the gathers of C (from the homes:
 # downlinks) and both run under the FFN's GEMMs; no collective kernel and no launch gap sits
@@ -35,8 +35,7 @@
 # (Jo = H / o_n, Ju = I / n, Jd = H / n, K = tile_rows / norm_rows; B and C of g = G and D of g = 0
 # are empty slots). B and E, one block of norm_rows rows each, run on the tile's home: every rank
 # is the home of one tile of each group and norms it at the same place in the list, so every
-# rank does the same work in the same order (home-only slots that the other ranks skipped let
-# the ranks' schedules drift apart by microseconds, and their requests for a line with them). Every job waits only for jobs earlier in the list
+# rank does the same work in the same order. Every job waits only for jobs earlier in the list
 # (on any rank) and jobs are taken in order by resident thread blocks (grid <= SMs, one 160 KB
 # block per SM), so the earliest unfinished job can always run: no deadlock.
 # The reductions of a GEMM-RS job are one red.cais of its whole tile: ar1, ar2 (and the partials
@@ -56,8 +55,8 @@
 # complete), so the window cannot deadlock.
 # Completion signals: a job's reductions are complete once this thread block's `fence` returns
 # (the merge unit answers a contribution once the line's sum is in home memory); the thread
-# block then sets the job's done word at the home (flag.set, posted) and counts it in its own
-# `released`. Between two GEMM-RS jobs the fence is deferred - it runs after the next job's GEMM,
+# block then counts the job in its tile's cnt1 / cnt2, the rank's last job of the tile sets the
+# rank's done word at the home (flag.set, posted), and the job leaves the window (`released`). Between two GEMM-RS jobs the fence is deferred - it runs after the next job's GEMM,
 # before that job posts its own reductions - so a thread block computes while its previous job's
 # reductions travel; before any other job (a gate/up GEMM posts nothing, and would hold the job's
 # place in the window for its whole length) and before every wait that would block, the thread
