@@ -56,7 +56,8 @@
 # Completion signals: a job's reductions are complete once this thread block's `fence` returns
 # (the merge unit answers a contribution once the line's sum is in home memory); the thread
 # block then counts the job in its tile's cnt1 / cnt2, the rank's last job of the tile sets the
-# rank's done word at the home (flag.set, posted), and the job leaves the window (`released`). Between two GEMM-RS jobs the fence is deferred - it runs after the next job's GEMM,
+# rank's done word at the home (flag.set, posted), and the job leaves the window (`released`).
+# Between two GEMM-RS jobs the fence is deferred - it runs after the next job's GEMM,
 # before that job posts its own reductions - so a thread block computes while its previous job's
 # reductions travel; before any other job (a gate/up GEMM posts nothing, and would hold the job's
 # place in the window for its whole length) and before every wait that would block, the thread
@@ -197,9 +198,9 @@ blocks_\@:
 .kernel tp_cais_dataflow
 .param a                     # ao [T][H/P] bf16: the attention output (the output projection's A)
 .param wo                    # [H/o_n][H/P][o_n] bf16 column tiles
-.param ya                    # [T][H] bf16: this rank's partial of the output projection
+.param ya                    # [T][H] bf16 tile-major: this rank's partial of the output projection
 .param x                     # [T][H] bf16: the layer input (the first residual)
-.param ar1                   # [T][H] bf16, registered, zero: the output projection's sum (home rows)
+.param ar1                   # [T][H] bf16 tile-major, registered, zero: the output projection's sum
 .param h1                    # [T][H] bf16: x + ar1 (home rows)
 .param hn                    # [T][H] bf16, registered: norm(h1) (home rows; pulled by every rank)
 .param gain                  # [H] fp32 (the second norm)
@@ -209,16 +210,16 @@ blocks_\@:
 .param wu
 .param wd                    # [H/n][I][n] bf16
 .param hs                    # [T][I] bf16
-.param ys                    # [T][H] bf16: this rank's partial of the FFN
-.param ar2                   # [T][H] bf16, registered, zero: the FFN's sum (home rows)
+.param ys                    # [T][H] bf16 tile-major: this rank's partial of the FFN
+.param ar2                   # [T][H] bf16 tile-major, registered, zero: the FFN's sum
 .param out                   # [T][H] bf16: h1 + ar2 (home rows): the layer output
 .param ctrl                  # i64 words, zero (see above)
 .param tokens
 .param hidden
 .param ffn                   # I = FFN / P
 .param tile_rows             # divides T / P
-.param dims                  # o_n | n << 12 | norm_rows << 24 | layernorm << 36 | window << 40 | gather_rows << 52
-.smem 160KB                  # the FFN job's three fp32/bf16 tiles (as shared_ffn) or the norm's rows
+.param dims                  # o_n, n, norm_rows, layernorm, window, gather_rows (see above)
+.smem 160KB                  # the FFN job's three tiles (as shared_ffn) or the norm's rows
     div r23, %tokens, %tile_rows     # r23 = R row tiles
     and r1, %dims, 4095              # o_n
     shr r2, %dims, 12
