@@ -154,3 +154,18 @@ def check_allreduce_output(sim, gpus, elems, bf16, reference):
         for g in range(1, gpus):
             seq = to_bf16(seq + x[g])
         assert not np.array_equal(seq, ref)
+
+
+def assert_cais_lines_merged(sim, lines, gpus):
+    """A transformer block under TP scheme cais (tests/test_cais_merge.py, test_cais_dataflow.py):
+    the output is the NumPy reference bit for bit, and the merge unit allocated each of `lines`
+    request lines once and completed it with every GPU's request (gpus - 1 merges each), without
+    eviction or timeout; half the lines are gathers (one read of the home each), half reductions
+    (one write home each)."""
+    st = sim.stats
+    assert not sim.violations
+    assert st["system.block.output_max_abs_error"] == 0.0
+    assert st["system.cais.allocations"] == st["system.cais.complete_groups"] == lines
+    assert st["system.cais.merges"] == (gpus - 1) * lines
+    assert st["system.cais.evictions"] == 0 and st["system.cais.timeouts"] == 0
+    assert st["system.cais.memory_reads"] == st["system.cais.home_writes"] == lines // 2

@@ -17,8 +17,10 @@ configs/ubench/cais_merge.yaml (workloads/kernels/ubench/cais_merge.s): every GP
   every group and a sync table of 0 entries are errors (exit 2);
 - bad input: ld.cais outside a registered group (exit 2), a merge table of 0 entries (exit 2);
 - the Numba and pure-Python engines give identical stats;
-- TP scheme cais (red.cais reduce-scatter, ld.cais all-gather): the tiny transformer layer at
-  t = 4 gives the NumPy reference bit for bit; an FFN block under it is a config error;
+- TP scheme cais with its collectives as kernels (workload.block.cais_dataflow: false; red.cais
+  reduce-scatter, ld.cais all-gather): the tiny transformer layer at t = 4 gives the NumPy
+  reference bit for bit; an FFN block under it is a config error (the dataflow, cais's default:
+  tests/test_cais_dataflow.py);
 - workload.block.cais_fusion (the all-gather fused into the QKV projection, the reduce-scatter into
   the output projection: tp/cais.s tp_gemm_cais): the same layer, bit for bit, the same lines merged
   by every GPU, two collective kernels fewer; cais_fusion under another scheme is a config error.
@@ -29,7 +31,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import CONFIGS, cli_stats_per_engine, load, mini_system
+from conftest import CONFIGS, assert_cais_lines_merged, cli_stats_per_engine, load, mini_system
 from moehub_arch.checks import run_invariants
 from moehub_arch.simulation import Simulation
 from moehub_arch.workloads.reference import nvls_allreduce_reference
@@ -256,7 +258,8 @@ def test_tp_block_scheme_cais_is_the_reference_bit_for_bit():
     every GPU's output equals the NumPy reference (the merge unit's rank order, no evictions);
     each line is merged by the other t - 1 GPUs, read or written home once."""
     from conftest import simulate
-    sim = simulate("experiments/tp/functional_transformer.yaml", "workload.block.scheme=cais")
+    sim = simulate("experiments/tp/functional_transformer.yaml", "workload.block.scheme=cais",
+                   "workload.block.cais_dataflow=false")
     st = sim.stats
     assert not sim.violations
     assert st["system.block.output_max_abs_error"] == 0.0
@@ -269,7 +272,7 @@ def test_tp_block_scheme_cais_is_the_reference_bit_for_bit():
     # channel (4 collectives x 2 channels x 4 slices of 64 elements), every GPU arriving once
     assert (st["system.cais.sync_releases"], st["system.cais.sync_arrivals"]) == (32, 4 * 32)
     off = simulate("experiments/tp/functional_transformer.yaml", "workload.block.scheme=cais",
-                   "workload.block.cais_sync=false")
+                   "workload.block.cais_dataflow=false", "workload.block.cais_sync=false")
     assert off.stats["system.block.output_max_abs_error"] == 0.0
     assert off.stats["system.cais.sync_arrivals"] == 0
     assert off.stats["system.cais.complete_groups"] == st["system.cais.complete_groups"]
@@ -284,15 +287,9 @@ def test_tp_block_cais_fusion_is_the_reference_bit_for_bit():
     still kernels."""
     from conftest import simulate
     sim = simulate("experiments/tp/functional_transformer.yaml", "workload.block.scheme=cais",
-                   "workload.block.cais_fusion=true")
+                   "workload.block.cais_fusion=true", "workload.block.cais_dataflow=false")
     st = sim.stats
-    assert not sim.violations
-    assert st["system.block.output_max_abs_error"] == 0.0
-    lines = 4 * 32 * 64 * 2 // LINE
-    assert st["system.cais.allocations"] == st["system.cais.complete_groups"] == lines
-    assert st["system.cais.merges"] == 3 * lines
-    assert st["system.cais.evictions"] == 0 and st["system.cais.timeouts"] == 0
-    assert st["system.cais.memory_reads"] == st["system.cais.home_writes"] == lines // 2
+    assert_cais_lines_merged(sim, 4 * 32 * 64 * 2 // LINE, 4)
     kernels = [l.kernel for l in sim.cfg.workload.launches]
     assert kernels.count("cais_tp_collective") == 2 and kernels.count("tp_gemm_cais") == 2
     # group syncs: the FFN's two collectives 2 channels x 4 slices each, the QKV GEMM one per row

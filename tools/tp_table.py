@@ -4,19 +4,24 @@ LLaMA-7B) at t = 8 on DGX H100 under every TP scheme and print one Markdown tabl
 its phases, NVLink utilisation, the switch's buffers (NVLS reduction buffer, CAIS merge table)
 and the merge unit's evictions and timeouts.
 
-    python tools/tp_table.py                                   # 3 models x 6 schemes + cais fused
-    python tools/tp_table.py --models mega_gpt_4b --schemes tp_nvls cais cais_fused
+    python tools/tp_table.py                                   # 3 models x 7 schemes
+    python tools/tp_table.py --models mega_gpt_4b --schemes tp_nvls cais cais_kernels
     python tools/tp_table.py --tokens 4096 --json tp.json      # fewer tokens than seq x batch
     python tools/tp_table.py --training --tokens 3072          # one training step per layer
 
 Configs: configs/experiments/tp/<model>_layer_<scheme>.yaml (prefill, the model's seq x batch
-tokens unless --tokens); `cais_fused` is the cais config with workload.block.cais_fusion=true
-(the attention's collectives fused into its GEMMs: README "In-switch computing: CAIS merge
-unit"); `t3` is T3's fused GEMM + reduce-scatter with ring all-gathers, `t3_nvls` the same with
-NVLS all-gathers (workload.block.t3_collectives=nvls); `cais_throttle` (and `cais_fused_throttle`) add system.switch.cais.throttle=true (the
-switch holds back GPUs that run ahead); `cais_nosync` (and `cais_fused_nosync`) turn CAIS's
-merging-aware thread-block coordination off (workload.block.cais_sync=false: no group sync
-table, only the common request order). Each run writes its output directory under --outdir (default out/tp/<model>_<scheme>);
+tokens unless --tokens). `cais` is CAIS with its graph-level dataflow (workload.block.cais_dataflow,
+its default: one persistent kernel from the output projection to the layer's end, the "dataflow"
+column); `cais_qkv_fused` adds cais_fusion (the QKV projection an AG-GEMM too);
+`cais_dataflow_throttle` adds system.switch.cais.throttle=true (the switch holds back GPUs that
+run ahead). The variants of cais before the dataflow (workload.block.cais_dataflow=false, every
+collective a kernel): `cais_kernels`; `cais_fused` (workload.block.cais_fusion=true: the
+attention's collectives fused into its GEMMs, README "In-switch computing: CAIS merge unit");
+`cais_throttle` and `cais_fused_throttle` (the switch's throttle); `cais_nosync` and
+`cais_fused_nosync` (workload.block.cais_sync=false: no group sync table, only the common request
+order). `t3` is T3's fused GEMM + reduce-scatter with ring all-gathers, `t3_nvls` the same with
+NVLS all-gathers (workload.block.t3_collectives=nvls). Each run writes its output directory
+under --outdir (default out/tp/<model>_<scheme>);
 a run made from the same inputs is reused (tools/run_cache.py; --force re-runs). Runs go through
 `moehub-sim run`, one at a time unless --jobs, niced.
 
@@ -37,17 +42,21 @@ from run_cache import run_or_reuse  # noqa: E402
 REPO = Path(__file__).resolve().parents[1]
 CONFIG_DIR = REPO / "configs" / "experiments" / "tp"
 MODELS = ("mega_gpt_4b", "mega_gpt_8b", "llama_7b")
-SCHEMES = ("tp_ring", "sp_ring", "tp_nvls", "sp_nvls", "t3", "cais", "cais_fused")
+SCHEMES = ("tp_ring", "sp_ring", "tp_nvls", "sp_nvls", "t3", "cais", "cais_kernels")
 # Variants of a scheme's config: (the scheme whose config runs, its --set overrides).
+OLD = "workload.block.cais_dataflow=false"    # cais's collectives as kernels (before the dataflow)
 VARIANTS = {"t3_nvls": ("t3", ["workload.block.t3_collectives=nvls"]),
-            "cais_fused": ("cais", ["workload.block.cais_fusion=true"]),
-            "cais_throttle": ("cais", ["system.switch.cais.throttle=true"]),
+            "cais_kernels": ("cais", [OLD]),
+            "cais_fused": ("cais", ["workload.block.cais_fusion=true", OLD]),
+            "cais_throttle": ("cais", ["system.switch.cais.throttle=true", OLD]),
             "cais_fused_throttle": ("cais", ["workload.block.cais_fusion=true",
-                                             "system.switch.cais.throttle=true"]),
-            "cais_nosync": ("cais", ["workload.block.cais_sync=false"]),
+                                             "system.switch.cais.throttle=true", OLD]),
+            "cais_nosync": ("cais", ["workload.block.cais_sync=false", OLD]),
             "cais_fused_nosync": ("cais", ["workload.block.cais_fusion=true",
-                                           "workload.block.cais_sync=false"])}
-PHASES = ("norm", "qkv", "attention", "o_proj", "residual", "ffn")
+                                           "workload.block.cais_sync=false", OLD]),
+            "cais_qkv_fused": ("cais", ["workload.block.cais_fusion=true"]),
+            "cais_dataflow_throttle": ("cais", ["system.switch.cais.throttle=true"])}
+PHASES = ("norm", "qkv", "attention", "o_proj", "residual", "ffn", "dataflow")
 TRAINING_SCHEMES = ("tp_ring", "tp_nvls", "sp_ring", "sp_nvls")
 # columns of the training table: (heading, the backward phases summed)
 TRAINING_COLUMNS = (("FFN bwd", ("ffn_bwd_act", "ffn_dgrad", "ffn_wgrad")),
@@ -159,9 +168,9 @@ def main(argv=None):
     with ThreadPoolExecutor(max(1, a.jobs)) as pool:
         rows = list(pool.map(lambda c: run_one(*c, a.tokens, a.outdir, a.force), cells))
     print("| model | scheme | layer us | norms | QKV | attention | out proj | residuals | FFN | "
-          "collectives | gaps | link util | switch buffer peak / port | evictions / timeouts | "
+          "dataflow | collectives | gaps | link util | switch buffer peak / port | evictions / timeouts | "
           "merged | sync wait |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     result = {}
     for (m, s), r in zip(cells, rows):
         result[f"{m}/{s}"] = r

@@ -835,6 +835,24 @@ class BlockConfig:
                      "sp_nvls; tp/ffn_backward.s, "
                      "tp/block_backward.s)",
                      "forward", choices=("forward", "training"))
+    cais_dataflow: bool = _f("bool", "scheme cais, kind transformer: CAIS's graph-level dataflow "
+                             "(arXiv 2605.05628) from the output projection to the layer's end as "
+                             "one persistent kernel (tp/cais_dataflow.s tp_cais_dataflow) with "
+                             "per-row-tile dependencies in memory - output projection GEMM-RS -> "
+                             "residual + norm on the tile's home -> FFN gate/up AG-GEMM -> down "
+                             "GEMM-RS -> residual - so the reductions toward the homes, the gathers "
+                             "from them and the FFN's GEMMs overlap (with cais_fusion the QKV "
+                             "projection is an AG-GEMM as well). false: the collectives as kernels "
+                             "between the GEMMs, as before the dataflow (bit-identical). Kind "
+                             "attention and the other schemes ignore it", True)
+    cais_window: int = _f("int", "cais_dataflow: GEMM-RS jobs whose reductions may be in flight "
+                          "per GPU, posted in the same order on every GPU (job s waits until s - "
+                          "window + 1 jobs are complete), so that the GPUs' contributions to a "
+                          "line meet in the merge table (assumption: 64 jobs of 128 x 128 bf16 = "
+                          "2 MB per GPU; consecutive jobs go to different homes, so 256 KB per "
+                          "home on 8 GPUs, a third of a home's merge tables - 18 ports x 40 KB - "
+                          "and about what a GPU's links (450 GB/s) move in a fence's round trip "
+                          "of a few us; at most 4095)", 64, min=1)
     cais_sync: bool = _f("bool", "scheme cais: merging-aware thread-block coordination (CAIS, "
                          "arXiv 2605.05628): the same thread block on every GPU is one group; "
                          "before each slice of a collective (each job of a fused GEMM) the group "

@@ -242,7 +242,7 @@ class Timeline(RunObserver):
                 self.writer.span(pid, tid, li.kernel, *span, cat="launch", force=True,
                                  args={"launch": li.index, "tbs": li.grid})
         layer = sim.layer
-        if "phases" in self.components and layer is not None:
+        if "phases" in self.components and layer is not None and hasattr(layer, "plan"):
             for i, (phase, kernels) in enumerate(layer.plan.phases.items()):
                 extra = layer.plan.mediation_extra_ps if phase == "mediation" else 0
                 for g in self.gpus:

@@ -42,9 +42,16 @@ the TP scheme (`workload.block.scheme`):
            tiles with ld.cais (AG-GEMM), the output projection pushes its tiles home with
            red.cais (GEMM-RS). workload.block.cais_sync (default on) adds CAIS's merging-aware
            thread-block coordination: each group of matching thread blocks syncs in the
-           switch's group sync table (sync.cais) before each slice or job it accesses. Not
-           modelled: the FFN's fusion (its collectives stay kernels), the norm between them at
-           thread-block level.
+           switch's group sync table (sync.cais) before each slice or job it accesses.
+           workload.block.cais_dataflow (kind transformer, the default; false: the collective
+           kernels above, as before it) is CAIS's graph-level dataflow from
+           the output projection to the layer's end: one persistent kernel (tp/cais_dataflow.s
+           tp_cais_dataflow) whose thread-block jobs - output projection GEMM-RS, residual +
+           norm on each row tile's home, FFN gate/up AG-GEMM, down GEMM-RS, residual - wait for
+           each other per row tile through words in memory, so the reductions toward the homes,
+           the gathers from them and the FFN's GEMMs overlap; at most cais_window GEMM-RS jobs
+           of reductions are in flight per GPU, in the same order on every GPU. The next
+           layer's norm and QKV are not composed (the block is one layer).
   t3       T3's producer-triggered fused GEMM + reduce-scatter (Pati et al., ASPLOS 2024, arXiv
            2401.16677; workloads/kernels/tp/t3.s kernels tp_gemm_t3 and tp_ffn_t3), in the
            row-parallel GEMMs (the output projection and the FFN's down GEMM): each row tile of the partial sum is sent to the rank that owns its
@@ -126,6 +133,7 @@ COMMON_KERNELS = "workloads/kernels/common/moe_common.s"
 TP_KERNELS = "workloads/kernels/tp/allreduce_ring.s"
 NVLS_KERNELS = "workloads/kernels/tp/allreduce_nvls.s"
 CAIS_KERNELS = "workloads/kernels/tp/cais.s"
+CAIS_DATAFLOW_KERNELS = "workloads/kernels/tp/cais_dataflow.s"
 T3_KERNELS = "workloads/kernels/tp/t3.s"
 SP_SCHEMES = ("sp_ring", "sp_nvls", "cais")  # sequence parallelism: norms and residuals sharded
 NVLS_SCHEMES = ("tp_nvls", "sp_nvls")       # collectives in the switch (multimem)
@@ -240,7 +248,7 @@ class BlockShape:
     norm_bwd_rows: int = 0   # passes training: rows per block of the norms' backward
     proj_kn: int = 0    # passes training: column job of the QKV projection's dgrad / wgrad (of H)
     o_kn: int = 0       # passes training: column job of the output projection's (of H / t heads)
-    t3_rows: int = 0    # scheme t3: rows of the fused GEMM's row tiles (divides tokens / t)
+    home_rows: int = 0  # t3, cais_dataflow: rows of the fused GEMMs' row tiles (divide tokens / t)
 
 
 ATTENTION_SMEM = 128 * 1024      # .smem of kernels attention and tp_norm (workloads/kernels/tp/transformer.s)
@@ -334,19 +342,30 @@ def block_shape(cfg):
         extra = _attention_shape(b, m, t, tokens, b.scheme in SP_SCHEMES)
         if b.passes == "training":
             extra.update(_attention_backward_shape(b, m, t, tokens, extra))
-    if b.scheme == "t3":
-        extra["t3_rows"] = _t3_rows(b, tokens, t)
+    dataflow = b.cais_dataflow and b.scheme == "cais" and b.kind == "transformer"
+    if dataflow and b.gemm_tbs > cfg.system.gpu.num_sms:
+        raise BlockError(f"{KEY}.gemm_tbs: {b.gemm_tbs} thread blocks, but the dataflow kernel "
+                         f"(tp/cais_dataflow.s) needs every one resident at once - one per SM "
+                         f"(160 KB of shared memory) on {cfg.system.gpu.num_sms} SMs: its jobs "
+                         f"wait for each other across thread blocks; use at most "
+                         f"{cfg.system.gpu.num_sms}, or cais_dataflow: false")
+    if dataflow and b.cais_window > 4095:
+        raise BlockError(f"{KEY}.cais_window: {b.cais_window} jobs, but the dataflow kernel takes "
+                         f"at most 4095 (a 12-bit field of its dims parameter)")
+    if b.scheme == "t3" or dataflow:
+        extra["home_rows"] = _home_rows(b, tokens, t)
     return BlockShape(model=m.name, kind=b.kind, tp=t, tokens=tokens, hidden=m.hidden,
                       ffn_t=m.ffn // t, n_tile=n, tile_rows=b.tile_rows, channels=C, slice=sl,
                       functional=cfg.workload.mode == "functional", **extra), m
 
 
-def _t3_rows(b, tokens, t):
-    """Rows of tp_gemm_t3's row tiles: the largest divisor of a rank's chunk (tokens / t) that is
-    at most tile_rows, so that no row tile spans two owners (the tracker fires one DMA per tile)."""
+def _home_rows(b, tokens, t):
+    """Rows of the row tiles of tp_gemm_t3 and tp_cais_dataflow: the largest divisor of a rank's
+    chunk (tokens / t) that is at most tile_rows, so that no row tile spans two owners (t3's
+    tracker fires one DMA per tile; the dataflow's norm of a tile runs on one home)."""
     if tokens % t:
-        raise BlockError(f"{KEY}.tp: scheme t3 sends every row to the rank that owns its chunk of "
-                         f"tokens / t rows, but {t} does not divide {tokens} tokens")
+        raise BlockError(f"{KEY}.tp: scheme {b.scheme} sends every row to the rank that owns its "
+                         f"chunk of tokens / t rows, but {t} does not divide {tokens} tokens")
     chunk = tokens // t
     return max(d for d in range(1, min(b.tile_rows, chunk) + 1) if chunk % d == 0)
 
@@ -439,6 +458,9 @@ class TransformerBlock:
         self.nvls = scheme in NVLS_SCHEMES or t3_nvls   # NVLS collective kernels
         self.cais = scheme == "cais"
         self.fuse = self.cais and cfg.workload.block.cais_fusion   # tp_gemm_cais (tp/cais.s)
+        # CAIS's graph-level dataflow (tp/cais_dataflow.s): one persistent kernel from the output
+        # projection to the layer's end (with cais_fusion, the QKV projection is an AG-GEMM too)
+        self.dataflow = self.cais and cfg.workload.block.cais_dataflow and s.kind == "transformer"
         self.buffers, self.launches, self.phases, self.multicast = [], [], [], []
         self.cais_groups = []
         self.kernel_files = [COMMON_KERNELS]
@@ -446,6 +468,8 @@ class TransformerBlock:
             self.kernel_files.append(NVLS_KERNELS)
         elif self.cais:
             self.kernel_files.append(CAIS_KERNELS)
+            if self.dataflow:
+                self.kernel_files.append(CAIS_DATAFLOW_KERNELS)
         elif self.ring or self.sp:
             self.kernel_files.append(TP_KERNELS)
         if self.t3:
@@ -466,9 +490,12 @@ class TransformerBlock:
         else:
             self._buffer("x", T * H * 2)
             self._buffer("consts", 16, dtype="f32")
-            h1 = self._attention("x")
-            self.output = h1
-            if s.kind == "transformer":
+            if self.dataflow:
+                self.output = self._dataflow_tail("x", self._attention_core("x"))
+            else:
+                self.output = self._attention("x")
+            if s.kind == "transformer" and not self.dataflow:
+                h1 = self.output
                 self._norm(h1, "hn", "2")
                 y = self._ffn("hn", "2")
                 self.output = self._residual(h1, y, "out")
@@ -557,10 +584,10 @@ class TransformerBlock:
         all-gather (ring or NVLS, t3_collectives) rebuilds the whole sum in `recv` on every GPU."""
         s, tbs = self.shape, self.cfg.workload.block.gemm_tbs
         self._buffer(f"flags_t3", tbs * s.tp * 8, region="control", dtype="i64")
-        self._buffer(f"ready_t3", s.tokens // s.t3_rows * 8, region="control", dtype="i64")
+        self._buffer(f"ready_t3", s.tokens // s.home_rows * 8, region="control", dtype="i64")
         self._launch("o_proj", "tp_gemm_t3", tbs, (
             ("a", f"@{a}"), ("w", f"@{w}"), ("y", f"@{y}"), ("tokens", s.tokens), ("k", k),
-            ("ncols", ncols), ("n_tile", n), ("tile_rows", s.t3_rows), ("group", ncols),
+            ("ncols", ncols), ("n_tile", n), ("tile_rows", s.home_rows), ("group", ncols),
             ("recv", f"@{recv}"), ("ready", "@ready_t3"), ("flags", "@flags_t3")))
         return self._t3_all_gather(recv, "_t3")
 
@@ -625,7 +652,7 @@ class TransformerBlock:
         """Column-parallel gate/up, row-parallel down (shared_ffn), then the all-reduce."""
         s, cfg = self.shape, self.cfg
         T, H, I = s.tokens, s.hidden, s.ffn_t
-        tiles = -(-T // (s.t3_rows if self.t3 else s.tile_rows))
+        tiles = -(-T // (s.home_rows if self.t3 else s.tile_rows))
         if s.kind == "ffn":
             self._buffer("x", T * H * 2)   # functional mode: preset, the same on every GPU
         self.buffers += [
@@ -637,13 +664,13 @@ class TransformerBlock:
         params = (("x", f"@{x}"), ("wg", "@ws_gate"), ("wu", "@ws_up"), ("wd", "@ws_down"),
                   ("hs", "@hs"), ("ys", "@ys"), ("jobs", "@shared_jobs"), ("acct", "@acct"),
                   ("tokens", T), ("hidden", H), ("ffn", I), ("experts", 1),
-                  ("tile_rows", s.t3_rows if self.t3 else s.tile_rows), ("n_tile", s.n_tile),
+                  ("tile_rows", s.home_rows if self.t3 else s.tile_rows), ("n_tile", s.n_tile),
                   ("swizzle", 1))    # row tile by row tile (the TP blocks' FFN order before groups)
         if self.t3:
             # T3's reduce-scatter fused into the down GEMM (tp/t3.s tp_ffn_t3), then the all-gather
             tbs = cfg.workload.block.gemm_tbs
             recv = self._buffer(f"ar{suffix}" if suffix else "out", T * H * 2)
-            self._buffer("ready_ffn_t3", T // s.t3_rows * 8, region="control", dtype="i64")
+            self._buffer("ready_ffn_t3", T // s.home_rows * 8, region="control", dtype="i64")
             self._buffer("flags_ffn_t3", tbs * s.tp * 8, region="control", dtype="i64")
             self._launch("ffn", "tp_ffn_t3", tbs, params + (
                 ("recv", f"@{recv}"), ("ready", "@ready_ffn_t3"), ("flags", "@flags_ffn_t3")))
@@ -789,9 +816,8 @@ class TransformerBlock:
             ("chunk", chunk), ("sharded", int(self.sp))))
         return y
 
-    def _attention(self, x):
-        """norm -> QKV (column-parallel) -> attention -> output projection (row-parallel) ->
-        all-reduce -> residual; returns the name of the residual output."""
+    def _attention_core(self, x):
+        """norm -> QKV (column-parallel) -> attention; returns the attention output's buffer."""
         s = self.shape
         T, H, dh, tile = s.tokens, s.hidden, s.head_dim, s.attn_tile
         ht = s.heads_t * dh
@@ -813,6 +839,14 @@ class TransformerBlock:
             ("qkv", "@qkv"), ("out", "@ao"), ("mask", "@mask"), ("consts", "@consts"),
             ("seq", s.seq), ("batch", s.batch), ("heads", s.heads_t), ("dh", dh),
             ("tile", tile)) + stats)
+        return "ao"
+
+    def _attention(self, x):
+        """_attention_core -> output projection (row-parallel) -> all-reduce -> residual; returns
+        the name of the residual output."""
+        s = self.shape
+        T, H, ht = s.tokens, s.hidden, s.heads_t * s.head_dim
+        self._attention_core(x)
         self._buffer("w_o", ht * H * 2, init="random")
         self._buffer("ya", T * H * 2)
         if self.fuse:
@@ -824,6 +858,45 @@ class TransformerBlock:
             return self._residual(x, ar, "h1")
         self._gemm("o_proj", "ao", "w_o", "ya", ht, H, s.o_n, H)
         return self._residual(x, self._allreduce("ya", "1"), "h1")
+
+    def _dataflow_tail(self, x, ao):
+        """CAIS's dataflow from the output projection to the end of the layer, one persistent
+        kernel (tp/cais_dataflow.s tp_cais_dataflow: GEMM-RS -> residual + norm on the tile's
+        home -> FFN gate/up AG-GEMM -> down GEMM-RS -> residual, per-row-tile dependencies in
+        memory); returns the layer output's buffer (complete on this GPU's sequence shard)."""
+        import math
+        s, P = self.shape, self.shape.tp
+        T, H, I, n, rows = s.tokens, s.hidden, s.ffn_t, s.n_tile, s.home_rows
+        ht = s.heads_t * s.head_dim
+        R = T // rows
+        self._buffer("w_o", ht * H * 2, init="random")
+        self._buffer("ya", T * H * 2)
+        for b in ("ar1", "h1", "hn", "ys", "ar2", "out"):
+            self._buffer(b, T * H * 2)
+        for b in ("ar1", "hn", "ar2"):       # red.cais into ar1 and ar2, ld.cais from hn
+            self._cais_group(b)
+        self._buffer("norm2_gain", H * 4, dtype="f32")
+        self._buffer("norm2_bias", H * 4, dtype="f32")
+        self.buffers += [
+            _buf("ws_gate", H * I * 2, init="random"), _buf("ws_up", H * I * 2, init="random"),
+            _buf("ws_down", I * H * 2, init="random"), _buf("hs", T * I * 2)]
+        # next job, released, cnt1, cnt2 [R], done1, done2 [R][P], ready, gathered, gu, normed [R]
+        self._buffer("dataflow_ctrl", (2 + 2 * R + 2 * R * P + 4 * R) * 8,
+                     region="control", dtype="i64")
+        norm_rows = math.gcd(s.norm_rows, rows)
+        # the AG-GEMM's gather slice: the most rows of a tile within 64 KB (assumption: the NVLS
+        # collectives' 64 KB slice, workload.block.nvls_slice)
+        gather = max([1] + [d for d in range(1, rows + 1) if rows % d == 0 and d * H * 2 <= 65536])
+        dims = (s.o_n | n << 12 | norm_rows << 24 | int(self.model.norm == "layernorm") << 36
+                | self.cfg.workload.block.cais_window << 40 | gather << 52)
+        self._launch("dataflow", "tp_cais_dataflow", self.cfg.workload.block.gemm_tbs, (
+            ("a", f"@{ao}"), ("wo", "@w_o"), ("ya", "@ya"), ("x", f"@{x}"), ("ar1", "@ar1"),
+            ("h1", "@h1"), ("hn", "@hn"), ("gain", "@norm2_gain"), ("bias", "@norm2_bias"),
+            ("consts", "@consts"), ("wg", "@ws_gate"), ("wu", "@ws_up"), ("wd", "@ws_down"),
+            ("hs", "@hs"), ("ys", "@ys"), ("ar2", "@ar2"), ("out", "@out"),
+            ("ctrl", "@dataflow_ctrl"), ("tokens", T), ("hidden", H), ("ffn", I),
+            ("tile_rows", rows), ("dims", dims)))
+        return "out"
 
     def _check_fits(self):
         from ..builder import BUFFER_ALIGN
@@ -913,12 +986,17 @@ class TransformerBlock:
                             ("o_proj", "the output projection (row-parallel tp_gemm)"),
                             ("residual", "the residual adds"),
                             ("ffn", "the FFN GEMMs (gate/up + down)"),
+                            ("dataflow", "cais_dataflow's persistent kernel (output projection "
+                                         "GEMM-RS -> residual + norm -> FFN AG-GEMM -> down "
+                                         "GEMM-RS -> residual, tp/cais_dataflow.s)"),
                             ("allreduce", "the TP all-reduces (tp_ring, tp_nvls)"),
                             ("reduce_scatter", "the reduce-scatters (sp_ring, sp_nvls)"),
                             ("all_gather", "the all-gathers (sp_ring, sp_nvls; t3's after its "
                                            "fused reduce-scatter)")):
             ticks = phase_ticks(phase)
             busy += ticks
+            if phase == "dataflow" and not self.dataflow:
+                continue
             if phase in ("ffn", "allreduce") or (s.kind != "ffn" and (
                     self.sp or (self.t3 and phase == "all_gather")
                     or phase not in ("reduce_scatter", "all_gather"))):
