@@ -493,9 +493,8 @@ class TransformerBlock:
             if self.dataflow:
                 self.output = self._dataflow_tail("x", self._attention_core("x"))
             else:
-                self.output = self._attention("x")
+                h1 = self.output = self._attention("x")
             if s.kind == "transformer" and not self.dataflow:
-                h1 = self.output
                 self._norm(h1, "hn", "2")
                 y = self._ffn("hn", "2")
                 self.output = self._residual(h1, y, "out")
