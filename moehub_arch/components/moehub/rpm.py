@@ -326,6 +326,8 @@ def _take_descriptor(st, g, s, slot, expert, src_addr, nbytes, home, aux, in_str
     row.carrier = -1
     row.copies = 0
     row.nop = 0
+    row.fwd = 0
+    row.fwd_from = -1
     row.recv = 0
     row.done = 0
     row.slot = slot
@@ -445,7 +447,10 @@ def rpm_accept_experts(st, g, slot, first, mask, src_addr, nbytes, home, aux, ro
     e0 = st.regs[slot, first + j0]
     if rowsp:
         e0 = st.rowsp_table[g, e0, 0]
-    s = g * p.num_gpus + st.moe_place[e0, 0]
+    d = stream_target(st, g, st.moe_place[e0, 0])
+    # internode per_node: once to the node's forwarding hub (which may hold the first expert)
+    fwd = p.fwd_per_node != 0 and d // p.nic_gpus_per_node != g // p.nic_gpus_per_node
+    s = g * p.num_gpus + d
     sr = st.stream[s]
     if rowsp:
         for j in range(8):
@@ -468,6 +473,8 @@ def rpm_accept_experts(st, g, slot, first, mask, src_addr, nbytes, home, aux, ro
                                v if rowsp else aux, 0 if copy else in_stream, tick)
         if copy:
             row.carrier = carrier
+        if fwd:
+            row.fwd = 1
         if rowsp:
             row.rowsp = 1
             row.row_size = nbytes
@@ -581,11 +588,46 @@ def rpm_end_of_stream(st, g, producers, tick):
     gp.eos_notes += 1
     gp.dam_notifies += 1
     if gp.eos_notes == producers:
-        G = st.p[0].num_gpus
+        p = st.p[0]
+        G = p.num_gpus
+        n = p.nic_gpus_per_node
         for d in range(G):
+            if p.fwd_per_node and d // n == g // n:
+                continue    # streams in the node also carry forwarded rows: rpm_end_forwarded
             st.stream[g * G + d].eos_pending = 1
             bit_set(st.rpm_active[g], d)
+        if p.fwd_per_node:
+            gp.eos_local = 1
+            rpm_end_forwarded(st, g, tick)
         rpm_kick(st, g, tick)
+
+
+@compiled
+def rpm_end_forwarded(st, g, tick):
+    """internode per_node (forward.py): end GPU g's streams inside its node once its producers are
+    done, every rail peer's stream to it has ended and its forwarding queue is empty (nothing more
+    can enter them)."""
+    p = st.p[0]
+    gp = st.gpu[g]
+    n = p.nic_gpus_per_node
+    if gp.eos_local != 1 or gp.fwd_q_count > 0 or gp.fwd_in_done < p.num_gpus // n - 1:
+        return
+    gp.eos_local = 2
+    for d in range(g - g % n, g - g % n + n):
+        st.stream[g * p.num_gpus + d].eos_pending = 1
+        bit_set(st.rpm_active[g], d)
+    rpm_kick(st, g, tick)
+
+
+@compiled
+def stream_target(st, g, d):
+    """The GPU whose stream carries GPU g's rows for GPU d: d itself, or with internode per_node
+    and d on another node, the forwarding hub there - the GPU with g's local rank (one rail)."""
+    p = st.p[0]
+    n = p.nic_gpus_per_node
+    if p.fwd_per_node and d // n != g // n:
+        return d - d % n + g % n
+    return d
 
 
 @compiled
