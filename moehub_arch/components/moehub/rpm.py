@@ -40,6 +40,12 @@ GPU as ending; after its last data packet each stream sends an EOS packet carryi
 (so the receiver knows when it has everything even if packets overtake each other across links).
 Packets to the sending GPU itself skip the links (loopback through the hub).
 
+Across nodes (system.gpu.hub.moe.internode): per_expert streams each row to its expert's GPU,
+whichever node it is on (the NIC carries the stream); per_node sends a multi-expert store naming
+experts on another node to that node's forwarding hub, the GPU with this GPU's local rank there
+(stream_target), marked `fwd` so that the receiver buffers and forwards it (forward.py). With
+per_node the streams inside the node end later (rpm_end_forwarded): they carry forwarded rows.
+
 Row-sparse stores (the published ISA, arXiv 2605.05888; workload.layer.moehub.stores: row_sparse).
 `rowsp.malloc id, expert, row_bytes` registers allocation `id` in this GPU's hub (`rowsp_table`,
 system.gpu.hub.moe.rpm.allocation_ids entries: the MMIO registration of a rowspMalloc call and

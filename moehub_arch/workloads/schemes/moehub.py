@@ -22,6 +22,11 @@ choices are stored with st.rowsp.nop (non-critical rows; rpm.schedule: paper sen
 With workload.layer.moehub.multi_expert_store the dispatch kernels end in `_grouped`: one store
 per token and destination GPU names all the token's experts there (send_to_experts, or
 st.rowsp.experts), so the row crosses the links once per GPU (an ISA experiment beyond the paper).
+With system.gpu.hub.moe.internode: per_node (a multi-node system) the dispatch kernels end in
+`_pernode`: one store per token and other node names all the token's experts there, and the hub
+sends the row once to that node's forwarding hub, which fans it out (components/moehub/
+forward.py); the experts on the sender's node keep one store each (one per GPU with
+multi_expert_store).
 Windows: each local expert's receive window holds every row it will receive (rounded up to whole
 tiles), so the windows never throttle the layer; the AAU's record table
 (system.gpu.hub.moe.aau.record_table_entries) does bound the rows in flight.
