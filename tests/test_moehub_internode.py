@@ -152,3 +152,20 @@ def test_bad_combinations_exit_2_naming_the_key(config, sets, key):
     r = run_cli(*args)
     assert r.returncode == 2, r.stderr
     assert key in r.stderr and "Traceback" not in r.stderr
+
+
+def test_forwarded_rows_share_a_stream_with_the_forwarders_own(tmp_path):
+    """Every GPU routes token t alike, so the forwarder's own store of (allocation id e, row
+    t * k + j) and a rail peer's row with the same id and row, forwarded, travel in one stream:
+    they are different rows (ids and rows name the origin's allocations), neither refused as a
+    second store of one row nor kept in order as one under the paper's RPM order."""
+    G, T, E, k = 4, 64, 8, 2
+    topk = np.repeat(_hand_routing(1, T, E, k), G, axis=0)
+    trace = tmp_path / "alike.npy"
+    np.save(trace, topk)
+    sim = _simulate(TINY_2X2, PER_NODE, *PUBLISHED, "workload.layer.tokens_per_gpu=64",
+                    "workload.layer.routing.kind=trace", f"workload.layer.routing.trace={trace}")
+    s = sim.stats
+    assert s["system.moe.output_max_abs_error"] == 0.0
+    pairs, rows, _ = _node_rows(topk, G, 2, E)
+    assert sum(s[f"system.gpu{g}.hub.forward.rows_received"] for g in range(G)) == sum(rows)

@@ -373,13 +373,15 @@ def rpm_accept(st, g, slot, expert, src_addr, nbytes, home, aux, tick):
 def _open_row(st, s, rid, rowid):
     """Monotonic index of the descriptor of the first store of row `rowid` of allocation `rid` in
     stream s whose bytes have not all landed, or -1 (a row whose first store landed is found in
-    the receiver's row table: rowtable.open_row_slot)."""
+    the receiver's row table: rowtable.open_row_slot). Rows a forwarding hub put in the stream
+    (forward.py) are another GPU's: their ids and rows are not this GPU's."""
     p = st.p[0]
     sr = st.stream[s]
     i = sr.head - 1
     while i >= sr.tail:
         r = st.mrow[s * p.rpm_ring + i % p.rpm_ring]
-        if r.rowsp and r.joins == 0 and r.done == 0 and r.aux == rid and r.home == rowid:
+        if r.rowsp and r.joins == 0 and r.done == 0 and r.aux == rid and r.home == rowid \
+                and r.fwd_from < 0:
             return i
         i -= 1
     return -1
@@ -529,7 +531,8 @@ def _schedule_insert(st, g, s, n):
             continue
         if r.start < sr.sent or not _goes_before(nw, r):
             break
-        if nw.rowsp and r.rowsp and r.aux == nw.aux and r.home == nw.home:
+        if nw.rowsp and r.rowsp and r.aux == nw.aux and r.home == nw.home \
+                and r.fwd_from == nw.fwd_from:
             break           # an earlier store of the same row (it holds the row's window slot)
         pos = k
         k -= 1
