@@ -70,8 +70,10 @@ def test_layer_is_exact_and_rows_cross_once_per_node(config, extra):
         assert s[f"system.gpu{g}.hub.forward.rows_received"] == rows[peer]
         assert s[f"system.gpu{g}.hub.forward.copies_received"] == pairs[peer]
         assert s[f"system.gpu{g}.hub.forward.copies_forwarded"] == pairs[peer]
-    # every token-expert pair still lands once, with its record
+    # every token-expert pair still lands once, with its record; nothing is left waiting
     assert sum(s[f"system.gpu{g}.hub.aau.records_written"] for g in range(G)) == G * shape.pairs
+    from moehub_arch.components.moehub.forward import forward_findings
+    assert forward_findings(sim) == []
 
 
 def _hand_routing(G, T, E, k):
@@ -169,3 +171,17 @@ def test_forwarded_rows_share_a_stream_with_the_forwarders_own(tmp_path):
     assert s["system.moe.output_max_abs_error"] == 0.0
     pairs, rows, _ = _node_rows(topk, G, 2, E)
     assert sum(s[f"system.gpu{g}.hub.forward.rows_received"] for g in range(G)) == sum(rows)
+
+
+def test_small_buffer_and_rings_park_and_wait_yet_every_row_lands():
+    """A forwarding buffer of 2 rows and rings of 4 descriptors: rows park in the AAU's staging
+    store for a buffer slot and forwarding requests wait for ring room - the output is still
+    exact and every check holds (queues empty, every slot released)."""
+    sim = _simulate(TINY_2X2, PER_NODE, *PUBLISHED, "system.gpu.hub.moe.forward_buffer_rows=2",
+                    "system.gpu.hub.moe.rpm.row_queue_depth=4")
+    s = sim.stats
+    assert s["system.moe.output_max_abs_error"] == 0.0
+    assert all(s[f"system.gpu{g}.hub.forward.buffer_peak_rows"] == 2 for g in range(4))
+    assert sum(s[f"system.gpu{g}.hub.forward.ring_waits"] for g in range(4)) > 0
+    assert sum(s[f"system.gpu{g}.hub.aau.alloc_stalls"] for g in range(4)) > 0
+    assert sum(s[f"system.gpu{g}.hub.rpm.accept_stalls"] for g in range(4)) > 0

@@ -89,6 +89,31 @@ def check_forward(sim, out):
               gp.fwd_copies.sum(), gp.fwd_copies_in.sum())
 
 
+def forward_findings(sim):
+    """Requests waiting for ring room, a full buffer, streams held for forwarding (the stuck-run
+    report)."""
+    st = sim.state
+    p = st.p[0]
+    if not int(p.fwd_per_node) or not int(p.num_experts):
+        return []
+    n = int(p.nic_gpus_per_node)
+    out = []
+    for g in range(int(p.num_gpus)):
+        gp = st.gpu[g]
+        hub = f"system.gpu{g}.hub.forward"
+        if int(gp.fwd_q_count):
+            out.append(f"{hub}: {int(gp.fwd_q_count)} forwarding request(s) waiting for RPM ring "
+                       f"room toward their experts' GPUs (system.gpu.hub.moe.rpm.row_queue_depth)")
+        if int(gp.fwd_live) >= int(p.fwd_rows):
+            out.append(f"{hub}: forwarding buffer full ({int(gp.fwd_live)} rows held until their "
+                       f"copies land; system.gpu.hub.moe.forward_buffer_rows)")
+        if int(gp.eos_local) == 1:
+            out.append(f"{hub}: streams inside the node held open for forwarding "
+                       f"({int(gp.fwd_in_done)} of {int(p.num_gpus) // n - 1} rail peers' "
+                       f"streams ended)")
+    return out
+
+
 BLOCK = Block(
     "forward", __doc__.split("\n\n")[0],
     params=(
@@ -149,6 +174,7 @@ BLOCK = Block(
     events=(Event("hub_forward", EV_HUB_FORWARD, "a forwarding unit looks at its queue",
                   enabled=_on),),
     checks=(check_forward,),
+    findings=(forward_findings,),
 )
 
 
