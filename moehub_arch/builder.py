@@ -14,6 +14,7 @@ from .components.hbm import HBM_MIN_ACCESS  # noqa: F401 (re-exported)
 from .components.fabric import fill_fabric_destinations
 from .components.moehub.aau import aau_staging_packets, expert_placement, local_experts
 from .components.moehub.rpm import rpm_packet_bytes  # noqa: F401 (re-exported)
+from .components.moehub.forward import forward_rows
 from .components.nvls import check_buffer_size, multicast_object_rows
 from .components.packet import request_records
 from .components.cais_merge import cais_group_rows
@@ -77,6 +78,9 @@ def layout_buffers(cfg):
             # other buffers keep their addresses)
             wanted.append((MOE_RAT_SPILL, slots * cfg.system.gpu.hub.moe.aau.record_bytes, "data",
                            "u8"))
+        if forward_rows(cfg):
+            # internode per_node: the forwarding unit's buffer (components/moehub/forward.py)
+            wanted.append((MOE_FORWARD, forward_rows(cfg) * moe.row_bytes, "data", "u8"))
     for region in ("control", "data"):
         for name, nbytes, bregion, dtype in wanted:
             if bregion != region:
@@ -94,6 +98,7 @@ def layout_buffers(cfg):
 MOE_RECORDS = "moe_records"   # internal buffers of the MoE-Hub (names users may read)
 MOE_WINDOWS = "moe_windows"
 MOE_RAT_SPILL = "moe_rat_spill"
+MOE_FORWARD = "moe_forward"
 
 
 _NP_DTYPES = {"f32": np.float32, "i64": np.int64, "u8": np.uint8}
@@ -252,6 +257,8 @@ def build_state(cfg, program, seed=None, presets=None):
         params[0].rec_addr = buffers[MOE_RECORDS].addr
         if MOE_RAT_SPILL in buffers:
             params[0].rat_spill_addr = buffers[MOE_RAT_SPILL].addr
+        if MOE_FORWARD in buffers:
+            params[0].fwd_addr = buffers[MOE_FORWARD].addr
     smem = np.zeros((NSM, gpu.sm.smem_bytes if functional else 0), np.uint8)
 
     # launches

@@ -27,7 +27,7 @@ from .components import l2
 from .components import dysharp
 from .components import cais_merge
 from .components.block import GPU_SCOPES, SCOPES, Instance
-from .components.moehub import aau, dam, rpm
+from .components.moehub import aau, dam, forward, rpm
 from .config.schema import DEBUG_FLAGS
 from .engine.stateref import state_ref
 from .engine import events
@@ -36,7 +36,7 @@ from .engine.state import STATE_FIELDS
 BLOCKS = (packet.BLOCK, events.BLOCK, trace.BLOCK, scheduler.BLOCK, sm.BLOCK, waiters.BLOCK,
           hbm.BLOCK, l2.BLOCK, nvlink.BLOCK, switch.BLOCK, hub.BLOCK, rpm.BLOCK, aau.BLOCK,
           dam.BLOCK, occupancy.BLOCK, nvls.BLOCK, pcie.BLOCK, infiniband.BLOCK, nic.BLOCK, fabric.BLOCK,
-          dysharp.BLOCK, cais_merge.BLOCK)
+          dysharp.BLOCK, cais_merge.BLOCK, forward.BLOCK)
 
 _RESERVED = set(dir(np.record))
 

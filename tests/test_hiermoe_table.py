@@ -74,3 +74,9 @@ def test_tutel_flat_is_tutel_with_the_flat_all_to_all():
     assert hiermoe_table.scheme_sets("tutel") == ["scheme=tutel"]
     assert hiermoe_table.scheme_sets("tutel_flat") == ["scheme=tutel",
                                                        "workload.layer.tutel.all_to_all=flat"]
+
+
+def test_moehub_node_is_moehub_deduplicating_per_node():
+    assert hiermoe_table.scheme_sets("moehub") == ["scheme=moehub"]
+    assert hiermoe_table.scheme_sets("moehub_node") == ["scheme=moehub",
+                                                        "system.gpu.hub.moe.internode=per_node"]

@@ -59,7 +59,8 @@ from ..engine.state import ERR_CAIS_ADDR
 from ..isa.encoding import CAIS_LD, CAIS_SYNC, SEM_CAIS
 from .moehub.aau import aau_release_entries, aau_retry, record_address, slot_address
 from .moehub.dam import CLAIM_WAIT, dam_block_exited, dam_claim, dam_release
-from .moehub.rpm import rpm_accept, rpm_accept_experts, rpm_accept_rowsp, rpm_end_of_stream
+from .moehub.rpm import (rpm_accept, rpm_accept_experts, rpm_accept_rowsp, rpm_end_of_stream,
+                         stream_target)
 from .scheduler import block_exit, stream_slots_per_sm
 from .trace import TR_TB_WAIT, trace_issue, trace_tb
 from .waiters import add_waiter, compare, notify_stores
@@ -1114,9 +1115,10 @@ def _store_experts(st, slot, row, g, tick, cyc, rowsp):
                 if (st.rowsp_table[g, u, 0] if rowsp else u) == expert:
                     raise_error(st, ERR_MULTI_GPUS, slot, v)
                     return False
+        # one GPU, or with internode per_node one other node (one stream: its forwarding hub's)
         if d < 0:
-            d = st.moe_place[expert, 0]
-        elif st.moe_place[expert, 0] != d:
+            d = stream_target(st, g, st.moe_place[expert, 0])
+        elif stream_target(st, g, st.moe_place[expert, 0]) != d:
             raise_error(st, ERR_MULTI_GPUS, slot, v)
             return False
     if _is_smem(src) or not _check_range(st, slot, src, nb):

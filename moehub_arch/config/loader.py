@@ -655,6 +655,18 @@ def _check_layer(cfg: Config, ctx: _Ctx):
 def _check_moe(cfg: Config, ctx: _Ctx):
     moe, G = cfg.workload.moe, cfg.system.num_gpus
     path = ("workload", "moe")
+    hub = cfg.system.gpu.hub.moe
+    if hub.internode == "per_node":
+        # the forwarding hub is the sender's local rank on another node: there must be one
+        if cfg.system.nodes.count < 2:
+            raise ctx.error(("system", "gpu", "hub", "moe", "internode"),
+                            "per_node forwards rows to a hub on each other node; this system has "
+                            "one node (system.nodes.count = 1): expected per_expert")
+        if moe.placement is not None:
+            raise ctx.error((*path, "placement"),
+                            "system.gpu.hub.moe.internode: per_node groups a token's experts by "
+                            "node assuming the block placement (E / G consecutive experts per "
+                            "GPU); omit workload.moe.placement")
     if moe.num_experts == 0:
         return
     tile = cfg.system.gpu.hub.moe.dam.tile_rows

@@ -157,11 +157,38 @@ class DamConfig:
                            "together (at most the expert window's tiles)", min=1)
 
 
+HUB_INTERNODE = ("per_expert", "per_node")
+
+
 @attrs.frozen
 class MoeHubConfig:
     rpm: RpmConfig = _f("node", "runtime packet manager (sender side)", cls=RpmConfig)
     aau: AauConfig = _f("node", "address allocation unit (receiver side)", cls=AauConfig)
     dam: DamConfig = _f("node", "data availability manager (receiver side)", cls=DamConfig)
+    internode: str = _f("choice", "how the hub reaches an expert on another node (a design the "
+                        "MoE-Hub paper, arXiv 2605.05888, leaves open): per_expert (the RPM hands "
+                        "each row's stream toward the expert's GPU to the NIC: one row per (token, "
+                        "expert GPU) on InfiniBand) or per_node (one row per (token, remote node) "
+                        "to the hub of the GPU with the sender's local rank there - one rail, as "
+                        "DeepEP's and HierMoE's internode kernels - whose forwarding unit fans it "
+                        "out over NVLink to the experts' GPUs: components/moehub/forward.py; the "
+                        "moehub dispatch then names a token's experts on one node in one store). "
+                        "per_node needs more than one node", "per_expert", choices=HUB_INTERNODE)
+    forward_buffer_rows: int = _f("int", "internode: per_node - rows the forwarding unit holds in "
+                                  "HBM from their arrival until every copy it sent on has landed "
+                                  "(a full buffer parks arriving rows in the AAU's staging store, "
+                                  "so the senders' rings fill). 0 (default): (nodes - 1) x "
+                                  "rpm.row_queue_depth, every row the other nodes' senders can "
+                                  "have in flight toward one forwarder, so the buffer never binds "
+                                  "(assumption: HBM is cheap next to the hub's SRAM; 768 rows = "
+                                  "5.5 MB of DeepSeek-V3 bf16 rows at 4 nodes and 256-row rings)",
+                                  0, min=0)
+    forward_latency_cycles: int = _f("int", "internode: per_node - hub cycles from a row's last "
+                                     "byte written in the forwarding buffer to its copies entering "
+                                     "the RPM's streams (read the row's expert list, one "
+                                     "descriptor per destination). Default 4, assumption: as the "
+                                     "AAU's allocation (a table lookup and a descriptor write)",
+                                     4, min=0)
 
 
 @attrs.frozen

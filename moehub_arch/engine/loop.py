@@ -12,7 +12,8 @@ them to handlers: a new block adds its branch here (DESIGN rule 5).
 from .jit import compiled
 
 from ..components.hub import EV_HUB_TX, hub_packetize, hub_receive, owe_link_responses
-from ..components.moehub.aau import aau_receive
+from ..components.moehub.aau import aau_receive, aau_retry
+from ..components.moehub.forward import EV_HUB_FORWARD, forward_run
 from ..components.moehub.dam import EV_DAM_READY, dam_tile_ready
 from ..components.moehub.rpm import EV_MOE_LOOPBACK, EV_RPM_TX, rpm_packetize
 from ..components.nvlink import EV_CH_ARRIVE, EV_CH_TX, channel_arrival, channel_transmit
@@ -127,6 +128,9 @@ def run_loop(st, max_events, headroom, tick_limit):
             occupancy_sample(st, tick)
         elif kind == EV_CAIS_TIMEOUT:
             cais_timeout(st, a0, tick)
+        elif kind == EV_HUB_FORWARD:
+            if forward_run(st, a0, tick):
+                aau_retry(st, a0, tick)   # forwarding-buffer slots freed: parked packets go on
         if sy.err_code != 0:
             return STATUS_ERROR
         if sy.trace_full != 0:

@@ -147,9 +147,11 @@ ERROR_TEXT = {
                      "targets (no dymultimem.st of that algebraic row to that expert before)",
     ERR_MULTI_EMPTY: "multi-expert store (send_to_experts, st.rowsp.experts) whose mask names no "
                      "expert (value: the mask)",
-    ERR_MULTI_GPUS: "multi-expert store naming experts placed on different GPUs, or one expert "
-                    "twice (also through two allocation ids of one expert): one store moves a row "
-                    "to one GPU, once per expert (value: the expert, or id, that broke the rule)",
+    ERR_MULTI_GPUS: "multi-expert store naming experts placed on different GPUs (with "
+                    "system.gpu.hub.moe.internode: per_node, on different other nodes, or on "
+                    "this node's GPUs and another's), or one expert twice (also through two "
+                    "allocation ids of one expert): one store moves a row to one GPU, once per "
+                    "expert (value: the expert, or id, that broke the rule)",
     ERR_MULTI_MANY: "multi-expert store naming too many experts: mask bits outside 0-7 (a store "
                     "names at most 8, one register each), registers past r31, or more experts than "
                     "a row ring holds (system.gpu.hub.moe.rpm.row_queue_depth) (value: the mask)",

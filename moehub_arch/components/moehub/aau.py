@@ -52,6 +52,8 @@ from ..block import Array, Block, Debug, Param, Record, Stat, StatGroup, counter
 from .rowtable import (RS_ALLOC, RS_FIELDS, RS_LANDED, RS_RAT, RS_RID, RS_ROW, RS_SIZE,
                        open_row_link, open_row_slot, open_row_unlink)
 from .rpm import rpm_packet_bytes
+from .forward import (forward_address, forward_enqueue, forward_has_slot, forward_kick,
+                      forward_landed, forward_source_ended, forward_take_slot)
 
 
 def expert_placement(cfg):
@@ -479,6 +481,8 @@ def _room_for_row(st, g, s, i):
     with it (all or none: a copy never waits for its own space)."""
     p = st.p[0]
     row = st.mrow[s * p.rpm_ring + i % p.rpm_ring]
+    if row.fwd:
+        return forward_has_slot(st, g)   # a row to forward: one slot of the forwarding buffer
     if not _has_room(st, g, row):
         return False
     if row.copies == 0:
@@ -605,7 +609,14 @@ def _process(st, g, pkt, t):
             if i != nxt or not _room_for_row(st, g, s, i):
                 stop = max(lo, row.start)
                 break
-            for c in range(row.copies + 1):     # the row, and each multi-expert copy of it
+            if row.fwd:
+                # a row this hub forwards (forward.py): one buffer slot for it and its copies
+                fs = forward_take_slot(st, g, row.copies + 1)
+                for c in range(row.copies + 1):
+                    st.mrow[s * p.rpm_ring + (i + c) % p.rpm_ring].alloc = fs
+                    nxt += 1
+                    sr.allocs += 1
+            for c in range(0 if row.fwd else row.copies + 1):   # the row, each multi-expert copy
                 d = st.mrow[s * p.rpm_ring + (i + c) % p.rpm_ring]
                 _allocate(st, g, d)
                 nxt += 1
@@ -631,6 +642,20 @@ def _process(st, g, pkt, t):
             a = max(lo, row.start + H) - (row.start + H)      # data bytes [a, b) of the row
             b = min(stop, end) - (row.start + H)
             got = min(stop, end) - max(lo, row.start)
+            if row.fwd:
+                # into the forwarding buffer, once for every expert the row names; complete, it
+                # queues one forwarding request per expert (forward.py)
+                if b > a:
+                    dst = forward_address(st, row.alloc) + a
+                    done, _ = link_write(st, g, dst, b - a, t)
+                    if done > free_at:
+                        free_at = done
+                    move_bytes(st, src, row.src_addr + a, g, dst, b - a, -1)
+                for c in range(row.copies + 1):
+                    st.mrow[s * p.rpm_ring + (i + c) % p.rpm_ring].recv += got
+                if got > 0 and row.recv == H + row.length:
+                    forward_enqueue(st, g, s, i, row.copies + 1, free_at + p.fwd_ticks)
+                continue
             for c in range(row.copies + 1):
                 # the AAU writes the bytes into the row's slot and each multi-expert copy's
                 d = st.mrow[s * p.rpm_ring + (i + c) % p.rpm_ring]
@@ -676,6 +701,8 @@ def _process(st, g, pkt, t):
             while sr.tail < sr.head and st.mrow[s * p.rpm_ring + sr.tail % p.rpm_ring].done:
                 sr.tail += 1
             wake_hub_waiters(st, src, t)
+            if st.gpu[src].fwd_q_count > 0:
+                forward_kick(st, src, t)    # forwarding requests may wait for this ring's room
         if stop < hi:
             # the rest waits for space; what was written is done
             pk.addr = stop
@@ -684,17 +711,24 @@ def _process(st, g, pkt, t):
     if sr.eos_seen and not sr.done and sr.recv == sr.total:
         sr.done = 1
         dam_source_ended(st, g, free_at)
+        if p.fwd_per_node:
+            forward_source_ended(st, g, src, free_at)
     return free_at
 
 
 @compiled
 def _row_complete(st, g, src, row, written):
-    """The row's last bytes are written: record, DAM counter, producer completion."""
-    visible = _write_record(st, g, src, row.expert, row.alloc, row.home, row.aux,
+    """The row's last bytes are written: record, DAM counter, producer completion (a forwarded
+    row's record names its origin GPU, where its output goes home; its origin descriptor and
+    forwarding-buffer slot free: forward.py)."""
+    origin = src if row.fwd_from < 0 else row.fwd_from // st.p[0].num_gpus
+    visible = _write_record(st, g, origin, row.expert, row.alloc, row.home, row.aux,
                             row.row_size if row.rowsp else row.length, written)
     row.done = 1
     dam_row_landed(st, g, row.expert, row.alloc, visible)
     _store_landed(st, row.slot, visible)
+    if row.fwd_from >= 0:
+        forward_landed(st, row.fwd_from, row.fwd_idx, visible)
 
 
 @compiled

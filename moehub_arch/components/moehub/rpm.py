@@ -40,6 +40,12 @@ GPU as ending; after its last data packet each stream sends an EOS packet carryi
 (so the receiver knows when it has everything even if packets overtake each other across links).
 Packets to the sending GPU itself skip the links (loopback through the hub).
 
+Across nodes (system.gpu.hub.moe.internode): per_expert streams each row to its expert's GPU,
+whichever node it is on (the NIC carries the stream); per_node sends a multi-expert store naming
+experts on another node to that node's forwarding hub, the GPU with this GPU's local rank there
+(stream_target), marked `fwd` so that the receiver buffers and forwards it (forward.py). With
+per_node the streams inside the node end later (rpm_end_forwarded): they carry forwarded rows.
+
 Row-sparse stores (the published ISA, arXiv 2605.05888; workload.layer.moehub.stores: row_sparse).
 `rowsp.malloc id, expert, row_bytes` registers allocation `id` in this GPU's hub (`rowsp_table`,
 system.gpu.hub.moe.rpm.allocation_ids entries: the MMIO registration of a rowspMalloc call and
@@ -326,6 +332,8 @@ def _take_descriptor(st, g, s, slot, expert, src_addr, nbytes, home, aux, in_str
     row.carrier = -1
     row.copies = 0
     row.nop = 0
+    row.fwd = 0
+    row.fwd_from = -1
     row.recv = 0
     row.done = 0
     row.slot = slot
@@ -365,13 +373,15 @@ def rpm_accept(st, g, slot, expert, src_addr, nbytes, home, aux, tick):
 def _open_row(st, s, rid, rowid):
     """Monotonic index of the descriptor of the first store of row `rowid` of allocation `rid` in
     stream s whose bytes have not all landed, or -1 (a row whose first store landed is found in
-    the receiver's row table: rowtable.open_row_slot)."""
+    the receiver's row table: rowtable.open_row_slot). Rows a forwarding hub put in the stream
+    (forward.py) are another GPU's: their ids and rows are not this GPU's."""
     p = st.p[0]
     sr = st.stream[s]
     i = sr.head - 1
     while i >= sr.tail:
         r = st.mrow[s * p.rpm_ring + i % p.rpm_ring]
-        if r.rowsp and r.joins == 0 and r.done == 0 and r.aux == rid and r.home == rowid:
+        if r.rowsp and r.joins == 0 and r.done == 0 and r.aux == rid and r.home == rowid \
+                and r.fwd_from < 0:
             return i
         i -= 1
     return -1
@@ -445,7 +455,10 @@ def rpm_accept_experts(st, g, slot, first, mask, src_addr, nbytes, home, aux, ro
     e0 = st.regs[slot, first + j0]
     if rowsp:
         e0 = st.rowsp_table[g, e0, 0]
-    s = g * p.num_gpus + st.moe_place[e0, 0]
+    d = stream_target(st, g, st.moe_place[e0, 0])
+    # internode per_node: once to the node's forwarding hub (which may hold the first expert)
+    fwd = p.fwd_per_node != 0 and d // p.nic_gpus_per_node != g // p.nic_gpus_per_node
+    s = g * p.num_gpus + d
     sr = st.stream[s]
     if rowsp:
         for j in range(8):
@@ -468,6 +481,8 @@ def rpm_accept_experts(st, g, slot, first, mask, src_addr, nbytes, home, aux, ro
                                v if rowsp else aux, 0 if copy else in_stream, tick)
         if copy:
             row.carrier = carrier
+        if fwd:
+            row.fwd = 1
         if rowsp:
             row.rowsp = 1
             row.row_size = nbytes
@@ -516,7 +531,8 @@ def _schedule_insert(st, g, s, n):
             continue
         if r.start < sr.sent or not _goes_before(nw, r):
             break
-        if nw.rowsp and r.rowsp and r.aux == nw.aux and r.home == nw.home:
+        if nw.rowsp and r.rowsp and r.aux == nw.aux and r.home == nw.home \
+                and r.fwd_from == nw.fwd_from:
             break           # an earlier store of the same row (it holds the row's window slot)
         pos = k
         k -= 1
@@ -581,11 +597,46 @@ def rpm_end_of_stream(st, g, producers, tick):
     gp.eos_notes += 1
     gp.dam_notifies += 1
     if gp.eos_notes == producers:
-        G = st.p[0].num_gpus
+        p = st.p[0]
+        G = p.num_gpus
+        n = p.nic_gpus_per_node
         for d in range(G):
+            if p.fwd_per_node and d // n == g // n:
+                continue    # streams in the node also carry forwarded rows: rpm_end_forwarded
             st.stream[g * G + d].eos_pending = 1
             bit_set(st.rpm_active[g], d)
+        if p.fwd_per_node:
+            gp.eos_local = 1
+            rpm_end_forwarded(st, g, tick)
         rpm_kick(st, g, tick)
+
+
+@compiled
+def rpm_end_forwarded(st, g, tick):
+    """internode per_node (forward.py): end GPU g's streams inside its node once its producers are
+    done, every rail peer's stream to it has ended and its forwarding queue is empty (nothing more
+    can enter them)."""
+    p = st.p[0]
+    gp = st.gpu[g]
+    n = p.nic_gpus_per_node
+    if gp.eos_local != 1 or gp.fwd_q_count > 0 or gp.fwd_in_done < p.num_gpus // n - 1:
+        return
+    gp.eos_local = 2
+    for d in range(g - g % n, g - g % n + n):
+        st.stream[g * p.num_gpus + d].eos_pending = 1
+        bit_set(st.rpm_active[g], d)
+    rpm_kick(st, g, tick)
+
+
+@compiled
+def stream_target(st, g, d):
+    """The GPU whose stream carries GPU g's rows for GPU d: d itself, or with internode per_node
+    and d on another node, the forwarding hub there - the GPU with g's local rank (one rail)."""
+    p = st.p[0]
+    n = p.nic_gpus_per_node
+    if p.fwd_per_node and d // n != g // n:
+        return d - d % n + g % n
+    return d
 
 
 @compiled

@@ -22,6 +22,11 @@ choices are stored with st.rowsp.nop (non-critical rows; rpm.schedule: paper sen
 With workload.layer.moehub.multi_expert_store the dispatch kernels end in `_grouped`: one store
 per token and destination GPU names all the token's experts there (send_to_experts, or
 st.rowsp.experts), so the row crosses the links once per GPU (an ISA experiment beyond the paper).
+With system.gpu.hub.moe.internode: per_node (a multi-node system) the dispatch kernels end in
+`_pernode`: one store per token and other node names all the token's experts there, and the hub
+sends the row once to that node's forwarding hub, which fans it out (components/moehub/
+forward.py); the experts on the sender's node keep one store each (one per GPU with
+multi_expert_store).
 Windows: each local expert's receive window holds every row it will receive (rounded up to whole
 tiles), so the windows never throttle the layer; the AAU's record table
 (system.gpu.hub.moe.aau.record_table_entries) does bound the rows in flight.
@@ -56,7 +61,7 @@ def plan(layer):
         return _plan_dam_launched(layer, buffers, sbufs, shared, window_rows)
     launches = [
         *shared,
-        _dispatch_launch(s, opts),
+        _dispatch_launch(s, cfg),
         LaunchConfig(kernel="moehub_claim", grid=El, stream=2, params=(
             ("tq", "@tq"), ("local_experts", El), ("workers", workers),
             ("swizzle", s.stream_swizzle))),
@@ -72,26 +77,44 @@ def plan(layer):
                         ("moehub_claim", "moehub_expert"))
 
 
-def _dispatch_launch(s, opts):
+def _dispatch_launch(s, cfg):
+    opts = cfg.workload.layer.moehub
     params = (("x", "@x"), ("topk_idx", "@topk_idx"), ("tokens", s.tokens), ("topk", s.top_k),
               ("hidden", s.hidden), ("acct", "@acct"))
+    per_node = _per_node(cfg)
     if opts.nop_choices:
-        _check_nop_choices(s, opts)
+        _check_nop_choices(s, opts, per_node)
         # choices j >= nop_from of each token are stored with st.rowsp.nop
         params += (("nop_from", s.top_k - opts.nop_choices),)
-    if opts.multi_expert_store:
+    if per_node:
+        # one store per token and other node (the hub forwards it there: forward.py); on this
+        # node one per expert, or per GPU with multi_expert_store. Experts sit E / G per GPU
+        gpn = cfg.system.nodes.gpus_per_node
+        params += (("experts_per_node", s.local_experts * gpn), ("gpus_per_node", gpn),
+                   ("nodes", cfg.system.nodes.count),
+                   ("local_group", s.local_experts if opts.multi_expert_store else 1))
+    elif opts.multi_expert_store:
         # the kernel groups a token's experts by GPU: experts sit E / G per GPU in order
         params += (("experts_per_gpu", s.local_experts),)
-    kernel = _dispatch_kernel_name(opts)
+    kernel = _dispatch_kernel_name(opts, per_node)
     if opts.stores == "row_sparse":
         return LaunchConfig(kernel=kernel, grid=opts.dispatch_tbs, stream=0,
                             params=params + (("experts", s.experts), ("sync", "@rowsp_sync")))
     return LaunchConfig(kernel=kernel, grid=opts.dispatch_tbs, stream=0, params=params)
 
 
-def _check_nop_choices(s, opts):
+def _per_node(cfg):
+    """system.gpu.hub.moe.internode: per_node (the loader allows it on multi-node systems only)."""
+    return cfg.system.gpu.hub.moe.internode == "per_node"
+
+
+def _check_nop_choices(s, opts, per_node=False):
     """workload.layer.moehub.nop_choices marks single-row st.rowsp stores (st.rowsp.nop)."""
     key = "workload.layer.moehub.nop_choices"
+    if per_node:
+        raise LayerError(f"{key}: {opts.nop_choices} needs one store per routing choice; "
+                         f"system.gpu.hub.moe.internode: per_node stores a token's experts on "
+                         f"another node together (st.rowsp.experts has no .nop variant)")
     if opts.stores != "row_sparse":
         raise LayerError(f"{key}: {opts.nop_choices} marks rows with st.rowsp.nop, a row-sparse "
                          f"store; set workload.layer.moehub.stores: row_sparse (found "
@@ -104,16 +127,16 @@ def _check_nop_choices(s, opts):
         raise LayerError(f"{key}: {opts.nop_choices} is above the model's top-k ({s.top_k})")
 
 
-def _dispatch_kernel_name(opts):
-    """moehub_dispatch[_rowsp][_grouped|_nop] (workload.layer.moehub.stores,
-    .multi_expert_store, .nop_choices)."""
+def _dispatch_kernel_name(opts, per_node=False):
+    """moehub_dispatch[_rowsp][_grouped|_pernode|_nop] (workload.layer.moehub.stores,
+    .multi_expert_store, .nop_choices; system.gpu.hub.moe.internode: per_node)."""
     return ("moehub_dispatch" + ("_rowsp" if opts.stores == "row_sparse" else "")
-            + ("_grouped" if opts.multi_expert_store else "")
+            + ("_pernode" if per_node else "_grouped" if opts.multi_expert_store else "")
             + ("_nop" if opts.nop_choices else ""))
 
 
 def _dispatch_kernel(cfg):
-    return _dispatch_kernel_name(cfg.workload.layer.moehub)
+    return _dispatch_kernel_name(cfg.workload.layer.moehub, _per_node(cfg))
 
 
 def _scheme_plan(s, cfg, buffers, launches, window_rows, expert_kernels):
@@ -137,7 +160,7 @@ def _plan_dam_launched(layer, buffers, sbufs, shared, window_rows):
     groups = (gate_up, down) if cfg.workload.layer.moehub.tile_groups == "split" else None
     launches = [
         *shared,
-        _dispatch_launch(s, cfg.workload.layer.moehub),
+        _dispatch_launch(s, cfg),
         LaunchConfig(kernel="moehub_tile", grid=max_tiles_per_gpu(layer) * jobs + 1, stream=3,
                      dam_tile_tbs=jobs, dam_groups=groups, params=(
                          ("tq", "@tq"), ("wg", "@w_gate"), ("wu", "@w_up"), ("wd", "@w_down"),

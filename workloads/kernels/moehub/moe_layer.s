@@ -265,9 +265,7 @@ registered_\@:
 .endm
 
 .macro stores_grouped store
-    mov r12, 1
-    shl r12, r12, %topk
-    sub r12, r12, 1              # r12 = the token's choices (bits 0 .. k - 1)
+    group_choices
     div r24, r16, %experts_per_gpu
     div r25, r17, %experts_per_gpu
     div r26, r18, %experts_per_gpu
@@ -276,6 +274,17 @@ registered_\@:
     div r29, r21, %experts_per_gpu
     div r30, r22, %experts_per_gpu
     div r31, r23, %experts_per_gpu
+    group_by_key \store
+.endm
+
+.macro group_choices
+    mov r12, 1
+    shl r12, r12, %topk
+    sub r12, r12, 1              # r12 = the token's choices (bits 0 .. k - 1)
+.endm
+
+# group_by_key: choices with equal keys (r24 + j = the key of choice j) leave in one store
+.macro group_by_key store
     mov r13, 0
     group_open 0, g0_\@
     group_add r24, r25, 1
@@ -346,6 +355,68 @@ registered_\@:
 .param sync
     rowsp_register
     route_tokens stores_grouped, store_rowsp_experts
+    exit
+
+# moehub_dispatch_pernode / moehub_dispatch_rowsp_pernode (system.gpu.hub.moe.internode: per_node,
+# components/moehub/forward.py): route_tokens with stores_per_node - a token's experts on another
+# node leave in one multi-expert store, which the hub sends once over InfiniBand to that node's
+# forwarding hub (the GPU with this GPU's local rank there), and that hub fans the row out over
+# NVLink; the experts on this node keep one store per expert (per GPU with local_group =
+# experts_per_gpu: workload.layer.moehub.multi_expert_store), as the per-expert dispatch. The key
+# of choice j (r24 + j): the expert's node if it is another node, else node + nodes + expert /
+# local_group (above every node id); r8 = this GPU's node; r6, r7 scratch.
+.macro node_key e, key
+    div \key, \e, %experts_per_node     # the expert's node
+    seteq r7, \key, r8                   # 1: this GPU's node
+    div r6, \e, %local_group
+    add r6, r6, %nodes
+    mul r6, r6, r7
+    add \key, \key, r6
+.endm
+
+.macro stores_per_node store
+    group_choices
+    div r8, %gpu, %gpus_per_node
+    node_key r16, r24
+    node_key r17, r25
+    node_key r18, r26
+    node_key r19, r27
+    node_key r20, r28
+    node_key r21, r29
+    node_key r22, r30
+    node_key r23, r31
+    group_by_key \store
+.endm
+
+.kernel moehub_dispatch_pernode
+.param x
+.param topk_idx
+.param tokens
+.param topk
+.param hidden
+.param acct
+.param experts_per_node
+.param gpus_per_node
+.param nodes
+.param local_group           # 1: a store per local expert; experts_per_gpu: one per local GPU
+    route_tokens stores_per_node, store_experts
+    exit
+
+.kernel moehub_dispatch_rowsp_pernode
+.param x
+.param topk_idx
+.param tokens
+.param topk
+.param hidden
+.param acct
+.param experts_per_node
+.param gpus_per_node
+.param nodes
+.param local_group
+.param experts
+.param sync
+    rowsp_register
+    route_tokens stores_per_node, store_rowsp_experts
     exit
 
 # moehub_claim and moehub_expert: the expert side as two kernels launched together (on their own
