@@ -357,6 +357,7 @@ def build_state(cfg, program, seed=None, presets=None):
         p=params, sys=sysrec, q=new_event_queue(4096 + 4 * (NSM + nch + NL)),
         ev_count=np.zeros(NUM_EVENT_KINDS, np.int64), timer=timer, timer_tree=timer_tree,
         code=np.ascontiguousarray(code, dtype=np.int64),
+        code_issued=np.zeros(code.shape[0], np.int64),
         tb=tb, regs=np.zeros((NT, NUM_REGS), np.int64),
         sm=sm, sm_unit_free=np.zeros((NSM, NUM_UNITS), np.int64),
         sm_unit_busy=np.zeros((NSM, NUM_UNITS), np.int64),

@@ -311,7 +311,11 @@ def sm_issue(st, sm, tick):
         unit = st.code[st.tb[slot].pc, UNIT]
         if st.sm_unit_free[sm, unit] > tick:
             continue
+        pc = st.tb[slot].pc
+        insts = st.sm[sm].insts
         _execute(st, slot, sm, tick, cyc)
+        if st.sm[sm].insts != insts:   # issued (not a retry: exit waiting for puts, a full hub)
+            st.code_issued[pc] += 1    # where the issue events go (tools/profile_issue.py)
         trace_issue(st, slot, unit, tick)
         issued += 1
         st.sm[sm].rr = (j + 1) % T

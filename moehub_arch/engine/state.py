@@ -59,6 +59,8 @@ STATE_FIELDS = tuple([
     "timer", "timer_tree",  # [leaves, 2] component timers (tick, seq); [2 * leaves, 3] their
                             # tournament tree (winner, its tick, its seq; engine.events TT_*)
     "code",         # [instructions, ROW_WIDTH] assembled program
+    "code_issued",  # [instructions] times each instruction was issued (tools/profile_issue.py;
+                    # not a stat: it stays out of the golden fingerprints)
     "tb", "regs",   # [slots] THREAD_BLOCK, [slots, NUM_REGS] registers
     "sm", "sm_unit_free", "sm_unit_busy", "sm_wait",  # [SMs] SM; [SMs, units] x2; [SMs, reasons]
     "ln", "ln_params", "ln_per_sm",                   # [launches] LAUNCH; params; TBs per SM
