@@ -5,13 +5,16 @@ then the FFN's backward, the norms' backward with the residual gradients, the pr
 and fp32 wgrad, FlashAttention-2's attention backward and the all-reduces of the column-parallel
 GEMMs' input gradients.
 
-- functional, t = 4 (tp_ring, tp_nvls, sp_ring, sp_nvls), t = 1, kinds attention and
+- functional, t = 4 (tp_ring, tp_nvls, sp_ring, sp_nvls, cais), t = 1, kinds attention and
   transformer, RMSNorm and LayerNorm: dx on every GPU, every GPU's weight gradients, the norms' parameter gradients and
   dQ, dK, dV equal the NumPy reference bit for bit (gradient_max_abs_error 0), and the reference
   pieces are the true gradients (float64) within the bf16 roundings they make;
 - conservation: the backward's NVLink traffic is one ring all-reduce of T x H bf16 per column-
   parallel GEMM (2 (t - 1) / t of the buffer per GPU each), counted by hand; with sequence
   parallelism the backward's all-gathers and reduce-scatters move the forward's bytes;
+- cais: sp_ring's backward with the merge unit's collectives; every line of the backward's
+  all-gathers and reduce-scatters is merged by all t GPUs (counted by hand, no eviction or
+  timeout), the same bytes as the forward's collective kernels;
 - exact stats of the tiny layer, both engines identical; bad input exits 2 naming the key.
 """
 import numpy as np
@@ -65,6 +68,7 @@ def _layernorm_model(tmp_path):
     ("workload.block.scheme=sp_ring", "workload.block.kind=attention"),
     ("layernorm",),
     ("layernorm", "workload.block.kind=attention", "workload.block.scheme=tp_nvls"),
+    ("layernorm", "workload.block.kind=attention", "workload.block.scheme=cais"),
 ])
 def test_other_schemes_kinds_and_norms_are_the_reference_bit_for_bit(sets, tmp_path):
     sets = [_layernorm_model(tmp_path) if x == "layernorm" else x for x in sets]
@@ -74,7 +78,7 @@ def test_other_schemes_kinds_and_norms_are_the_reference_bit_for_bit(sets, tmp_p
     assert sim.stats["system.block.output_max_abs_error"] == 0.0
     if "layernorm" in str(sets):      # LayerNorm's bias gradient is exercised
         assert np.abs(sim.read_buffer(0, "dnorm1")[64:128]).max() > 0
-    if "sp_" in str(sets):    # each GPU's norm gradients are the partial over its own shard
+    if "sp_" in str(sets) or "cais" in str(sets):    # each GPU's norm gradients are the partial over its own shard
         assert not np.array_equal(sim.read_buffer(0, "dnorm1"), sim.read_buffer(1, "dnorm1"))
 
 
@@ -152,6 +156,56 @@ def test_sequence_parallel_backward_mirrors_the_forward_collectives(kind):
         assert _tx_payload(train, g) == 2 * _tx_payload(fwd, g) > 0, g
 
 
+@pytest.fixture(scope="module")
+def cais_kernels():
+    """The tiny layer's forward with cais's collectives as kernels (cais_dataflow: false), the
+    forward a training step of cais runs."""
+    return simulate(LAYER, "workload.block.scheme=cais", "workload.block.cais_dataflow=false")
+
+
+@pytest.fixture(scope="module")
+def cais():
+    return simulate(LAYER, TRAIN, "workload.block.scheme=cais")
+
+
+def test_cais_gradients_are_the_reference_bit_for_bit(cais):
+    """The merge unit sums in rank order in fp32 with one rounding to bf16 at the home (NVLS's
+    order, reference.nvls_allreduce_reference), so the reduce-scattered input gradients - and
+    everything after them - are bit-identical to the reference; each GPU's norm parameter
+    gradients are the partial over its own shard, as with sp_ring."""
+    sim, st = cais, cais.stats
+    assert not sim.violations
+    assert st["system.block.output_max_abs_error"] == 0.0
+    assert st["system.block.gradient_max_abs_error"] == 0.0
+    assert not np.array_equal(sim.read_buffer(0, "dnorm1"), sim.read_buffer(1, "dnorm1"))
+    # the forward of a training step runs the collective kernels, not the dataflow kernel (the
+    # backward needs the gathered norm-2 output, which the dataflow's AG-GEMM does not keep)
+    assert "system.block.dataflow_time_us" not in st
+    assert st["system.block.reduce_scatter_time_us"] > 0
+
+
+def test_cais_backward_lines_are_all_merged_by_every_gpu(cais, cais_kernels):
+    """By hand: each collective of the tiny layer covers T x H bf16 = L lines of 128 B. The
+    forward has 4 (all-gathers before QKV and the FFN, reduce-scatters after the output
+    projection and the FFN), the backward 4 more (all-gathers of dY and dh1, reduce-scatters of
+    the FFN's and the QKV's input gradients): every line allocated once, merged by the other
+    t - 1 GPUs, read home once (ld.cais) or written home once (red.cais), no eviction or timeout;
+    one group sync per slice and channel; and the NVLink bytes are twice the forward's."""
+    s, st, fwd = cais.layer.shape, cais.stats, cais_kernels.stats
+    L = s.tokens * s.hidden * 2 // 128
+    assert (fwd["system.cais.allocations"], fwd["system.cais.complete_groups"]) == (4 * L, 4 * L)
+    assert st["system.cais.allocations"] == st["system.cais.complete_groups"] == 8 * L
+    assert st["system.cais.merges"] == (s.tp - 1) * 8 * L
+    assert st["system.cais.memory_reads"] == st["system.cais.home_writes"] == 4 * L
+    assert st["system.cais.complete_fraction"] == 1.0
+    assert (st["system.cais.evictions"], st["system.cais.timeouts"],
+            st["system.cais.conflicts"], st["system.cais.full_stalls"]) == (0, 0, 0, 0)
+    # 8 collectives x 2 channels x 4 slices of 64 elements, every GPU arriving once
+    assert (st["system.cais.sync_releases"], st["system.cais.sync_arrivals"]) == (64, 4 * 64)
+    for g in range(s.tp):
+        assert _tx_payload(cais, g) == 2 * _tx_payload(cais_kernels, g) > 0, g
+
+
 def test_training_stats_of_the_tiny_layer_are_pinned(ring):
     """Exact figures of the tiny t = 4 layer (timing model as of this commit): a change that
     moves them should say why."""
@@ -179,9 +233,21 @@ def test_layer_training_engines_agree(tmp_path):
     assert out["numba"] == out["python"]
 
 
+def test_cais_training_engines_agree(tmp_path):
+    sets = [a for s in (TRAIN, "system.num_gpus=2", "workload.block.tp=2",
+                        "workload.block.kind=attention", "workload.block.scheme=cais")
+            for a in ("--set", s)]
+    out = cli_stats_per_engine(f"configs/{LAYER}", tmp_path, *sets)
+    assert out["numba"]["system.block.gradient_max_abs_error"] == 0.0
+    assert out["numba"]["system.cais.complete_fraction"] == 1.0
+    assert out["numba"] == out["python"]
+
+
 @pytest.mark.parametrize("sets, words", [
-    ([TRAIN, "workload.block.scheme=cais"],
+    ([TRAIN, "workload.block.scheme=t3"],
      "workload.block.passes: training (forward + backward) is built for schemes"),
+    ([TRAIN, "workload.block.scheme=cais", "workload.block.cais_fusion=true"],
+     "workload.block.cais_fusion: the fused QKV projection gathers its input rows"),
     # head dim 1280, tiles of 16: the forward's attention fits 128 KB, the backward's not 224 KB
     ([TRAIN, "wide_heads", "workload.block.tp=1", "system.num_gpus=1",
       "workload.block.scheme=tp_none", "workload.block.kind=attention"],

@@ -27,8 +27,10 @@ a run made from the same inputs is reused (tools/run_cache.py; --force re-runs).
 
 --training runs configs/experiments/tp/<model>_layer_training.yaml (workload.block.passes:
 training, the whole layer's forward and backward) with each scheme of --schemes that has a
-backward (tp_ring, tp_nvls, sp_ring, sp_nvls; default all four) and prints the forward, the backward and its phases,
-the step, the backward's GEMM TFLOP/s and the backward / forward ratio.
+backward (tp_ring, tp_nvls, sp_ring, sp_nvls, cais; default all five) and prints the forward, the
+backward and its phases, the step, the backward's GEMM TFLOP/s, the backward / forward ratio and
+for cais the merge-table peak per port and the merged share (a training step of cais runs its
+forward with the collective kernels: workloads/block.py _runs_dataflow).
 """
 import argparse
 import json
@@ -57,7 +59,7 @@ VARIANTS = {"t3_nvls": ("t3", ["workload.block.t3_collectives=nvls"]),
             "cais_qkv_fused": ("cais", ["workload.block.cais_fusion=true"]),
             "cais_dataflow_throttle": ("cais", ["system.switch.cais.throttle=true"])}
 PHASES = ("norm", "qkv", "attention", "o_proj", "residual", "ffn", "dataflow")
-TRAINING_SCHEMES = ("tp_ring", "tp_nvls", "sp_ring", "sp_nvls")
+TRAINING_SCHEMES = ("tp_ring", "tp_nvls", "sp_ring", "sp_nvls", "cais")
 # columns of the training table: (heading, the backward phases summed)
 TRAINING_COLUMNS = (("FFN bwd", ("ffn_bwd_act", "ffn_dgrad", "ffn_wgrad")),
                     ("attention bwd", ("attention_bwd",)),
@@ -80,7 +82,9 @@ def run_training(model, scheme, tokens, outdir, force):
     row = {k: v[f"system.block.{k}"] for k in ("forward_time_us", "backward_time_us", "time_us",
                                                "backward_TFLOPs", "attention_bwd_TFLOPs",
                                                "ffn_TFLOPs", "attention_TFLOPs")}
-    row.update(how=how, wall_s=wall)
+    row.update(how=how, wall_s=wall, cais_peak=v.get("system.cais.table_peak_per_port", 0),
+               merged=v.get("system.cais.complete_fraction", 0.0),
+               evictions=v.get("system.cais.evictions", 0))
     for p in ("ffn_bwd_act", "ffn_dgrad", "ffn_wgrad", "attention_bwd", "o_proj_dgrad",
               "o_proj_wgrad", "qkv_dgrad", "qkv_wgrad", "norm_bwd", "dx_allreduce", "allreduce"):
         row[p] = v.get(f"system.block.{p}_time_us", 0.0)
@@ -93,8 +97,8 @@ def training_table(a):
         rows = list(pool.map(lambda c: run_training(*c, a.tokens, a.outdir, a.force), cells))
     heads = " | ".join(h for h, _ in TRAINING_COLUMNS)
     print(f"| model | scheme | forward us | backward us | {heads} | step us | bwd / fwd | "
-          f"backward TFLOP/s | run s |")
-    print("|---|---|" + "---:|" * (len(TRAINING_COLUMNS) + 6))
+          f"backward TFLOP/s | merge table peak / port, merged, evictions | run s |")
+    print("|---|---|" + "---:|" * (len(TRAINING_COLUMNS) + 7))
     result = {}
     for (m, s), r in zip(cells, rows):
         result[f"{m}/{s}/training"] = r
@@ -102,9 +106,11 @@ def training_table(a):
             print(f"| {m} | {s} | error: {r['error']} |")
             continue
         cols = " | ".join(f"{sum(r[p] for p in ps):.0f}" for _, ps in TRAINING_COLUMNS)
+        merge = (f"{r['cais_peak']:.0f} entries, {100 * r['merged']:.1f}%, {r['evictions']:.0f}"
+                 if s.startswith("cais") else "-")
         print(f"| {m} | {s} | {r['forward_time_us']:.0f} | {r['backward_time_us']:.0f} | {cols} | "
               f"{r['time_us']:.0f} | {r['backward_time_us'] / r['forward_time_us']:.2f} | "
-              f"{r['backward_TFLOPs']:.0f} | {r['wall_s'] or 0:.0f} |")
+              f"{r['backward_TFLOPs']:.0f} | {merge} | {r['wall_s'] or 0:.0f} |")
     if a.json:
         a.json.write_text(json.dumps(result, indent=1))
     return 0
@@ -146,7 +152,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
     ap.add_argument("--training", action="store_true",
-                    help="one training step of each layer (schemes tp_ring, tp_nvls, sp_ring, sp_nvls)")
+                    help="one training step of each layer (schemes tp_ring, tp_nvls, sp_ring, sp_nvls, cais)")
     ap.add_argument("--schemes", nargs="+", default=None,
                     choices=SCHEMES + tuple(v for v in VARIANTS if v not in SCHEMES))
     ap.add_argument("--tokens", type=int, default=0,

@@ -859,7 +859,8 @@ class BlockConfig:
                      "(the forward, keeping the activations the backward needs, then the "
                      "backward: input and weight gradients and the input gradients' all-reduces; "
                      "schemes tp_ring, tp_nvls, tp_none and (kinds attention, transformer) sp_ring, "
-                     "sp_nvls; tp/ffn_backward.s, "
+                     "sp_nvls, cais - cais's training forward runs its collective kernels, "
+                     "cais_dataflow ignored; tp/ffn_backward.s, "
                      "tp/block_backward.s)",
                      "forward", choices=("forward", "training"))
     cais_dataflow: bool = _f("bool", "scheme cais, kind transformer: CAIS's graph-level dataflow "
@@ -871,7 +872,9 @@ class BlockConfig:
                              "from them and the FFN's GEMMs overlap (with cais_fusion the QKV "
                              "projection is an AG-GEMM as well). false: the collectives as kernels "
                              "between the GEMMs, as before the dataflow (bit-identical). Kind "
-                             "attention and the other schemes ignore it", True)
+                             "attention, passes: training (whose backward needs the gathered "
+                             "norm output the dataflow kernel does not keep) and the other "
+                             "schemes ignore it", True)
     cais_window: int = _f("int", "cais_dataflow: GEMM-RS jobs whose reductions may be in flight "
                           "per GPU, posted in the same order on every GPU (job s waits until s - "
                           "window + 1 jobs are complete), so that the GPUs' contributions to a "

@@ -79,7 +79,7 @@ the TP scheme (`workload.block.scheme`):
            from the simulated sum.
   tp_none  t = 1: no collective, the reference without communication.
 Training (workload.block.passes: training; schemes tp_ring, tp_nvls, tp_none, and for kinds
-attention and transformer sp_ring, sp_nvls): after the forward, the backward. Kind ffn:
+attention and transformer sp_ring, sp_nvls, cais): after the forward, the backward. Kind ffn:
 workloads/kernels/tp/ffn_backward.s (ffn_bwd_act: G and U recomputed,
 D = dY Wd_r^T, dU = silu(G) D, dG = silu'(G) (D U); ffn_dgrad: dX_r = dG Wg_r^T + dU Wu_r^T;
 ffn_wgrad: dWg_r, dWu_r, dWd_r in fp32), then the scheme's all-reduce of dX_r (the backward of
@@ -102,8 +102,11 @@ bit (gradient_max_abs_error 0). Sequence parallelism's backward mirrors its forw
 are all-gathered before the GEMMs that need every token, the input gradients of the column-
 parallel GEMMs reduce-scattered, the norms' backward runs on this GPU's shard (each rank's norm
 parameter gradients are the partial over its shard; Megatron-LM's all-reduce of them is not
-modelled).
-Not built: the backward of the cais and t3 schemes, GeLU MLPs (every model's FFN is SwiGLU
+modelled). cais's backward is sp_ring's with the merge unit's collectives (red.cais reduce-
+scatters, ld.cais all-gathers, the group sync per slice: _cais, as its forward's kernels); its
+training forward runs the collective kernels, not the dataflow kernel (_runs_dataflow), and
+cais_fusion is refused with training (the fused QKV projection does not keep its gathered input).
+Not built: the backward of the t3 scheme, GeLU MLPs (every model's FFN is SwiGLU
 here), rotary embeddings.
 
 Kernels run stream-ordered on every GPU, so each starts system.gpu.kernel_launch_latency after
@@ -140,7 +143,8 @@ NVLS_SCHEMES = ("tp_nvls", "sp_nvls")       # collectives in the switch (multime
 TRANSFORMER_KERNELS = "workloads/kernels/tp/transformer.s"
 BACKWARD_KERNELS = "workloads/kernels/tp/ffn_backward.s"
 BLOCK_BACKWARD_KERNELS = "workloads/kernels/tp/block_backward.s"   # attention + norms backward
-TRAINING_SCHEMES = ("tp_ring", "tp_nvls", "tp_none", "sp_ring", "sp_nvls")   # passes: training
+TRAINING_SCHEMES = ("tp_ring", "tp_nvls", "tp_none", "sp_ring", "sp_nvls",   # passes: training
+                    "cais")
 FFN_BACKWARD_PHASES = ("ffn_bwd_act", "ffn_dgrad", "ffn_wgrad")
 ATTENTION_BACKWARD_PHASES = ("o_proj_dgrad", "o_proj_wgrad", "attention_bwd", "qkv_dgrad",
                              "qkv_wgrad")
@@ -316,7 +320,12 @@ def block_shape(cfg):
     if b.passes == "training" and b.scheme not in TRAINING_SCHEMES:
         raise BlockError(f"{KEY}.passes: training (forward + backward) is built for schemes "
                          f"{', '.join(TRAINING_SCHEMES)} (here scheme {b.scheme}); the backward "
-                         f"of the cais and t3 schemes is not built: use passes: forward")
+                         f"of the t3 scheme is not built: use passes: forward")
+    if b.passes == "training" and b.cais_fusion:
+        raise BlockError(f"{KEY}.cais_fusion: the fused QKV projection gathers its input rows "
+                         f"with ld.cais without keeping them, but the training backward needs "
+                         f"the gathered norm output (the QKV weight gradient X^T dY): use "
+                         f"cais_fusion: false with passes: training")
     for name, v in (("heads", m.heads), ("hidden", m.hidden), ("ffn", m.ffn)):
         if v % t:
             raise BlockError(f"{KEY}.tp: {t} does not divide {m.name}'s {name} ({v}); tensor "
@@ -342,7 +351,7 @@ def block_shape(cfg):
         extra = _attention_shape(b, m, t, tokens, b.scheme in SP_SCHEMES)
         if b.passes == "training":
             extra.update(_attention_backward_shape(b, m, t, tokens, extra))
-    dataflow = b.cais_dataflow and b.scheme == "cais" and b.kind == "transformer"
+    dataflow = _runs_dataflow(b)
     if dataflow and b.gemm_tbs > cfg.system.gpu.num_sms:
         raise BlockError(f"{KEY}.gemm_tbs: {b.gemm_tbs} thread blocks, but the dataflow kernel "
                          f"(tp/cais_dataflow.s) needs every one resident at once - one per SM "
@@ -357,6 +366,17 @@ def block_shape(cfg):
     return BlockShape(model=m.name, kind=b.kind, tp=t, tokens=tokens, hidden=m.hidden,
                       ffn_t=m.ffn // t, n_tile=n, tile_rows=b.tile_rows, channels=C, slice=sl,
                       functional=cfg.workload.mode == "functional", **extra), m
+
+
+def _runs_dataflow(b):
+    """Whether the block runs cais's persistent dataflow kernel (tp/cais_dataflow.s): scheme
+    cais, kind transformer, cais_dataflow on, and passes forward - a training step runs its
+    forward with the collective kernels (cais_dataflow: false), because the backward needs the
+    gathered norm-2 output on every GPU (the FFN's recomputation and weight gradients read every
+    token of it) and the dataflow kernel's AG-GEMM pulls those rows with ld.cais into shared
+    memory without keeping them."""
+    return (b.cais_dataflow and b.scheme == "cais" and b.kind == "transformer"
+            and b.passes == "forward")
 
 
 def _home_rows(b, tokens, t):
@@ -460,7 +480,7 @@ class TransformerBlock:
         self.fuse = self.cais and cfg.workload.block.cais_fusion   # tp_gemm_cais (tp/cais.s)
         # CAIS's graph-level dataflow (tp/cais_dataflow.s): one persistent kernel from the output
         # projection to the layer's end (with cais_fusion, the QKV projection is an AG-GEMM too)
-        self.dataflow = self.cais and cfg.workload.block.cais_dataflow and s.kind == "transformer"
+        self.dataflow = _runs_dataflow(cfg.workload.block)
         self.buffers, self.launches, self.phases, self.multicast = [], [], [], []
         self.cais_groups = []
         self.kernel_files = [COMMON_KERNELS]
@@ -1130,7 +1150,7 @@ class TransformerBlock:
         this)."""
         from .reference import nvls_allreduce_reference, ring_allreduce_reference
         parts = np.stack([p.reshape(-1) for p in parts])
-        if self.nvls:
+        if self.nvls or self.cais:     # the merge unit's order is NVLS's (components/cais_merge.py)
             out = nvls_allreduce_reference(parts, bf16=True)
         elif self.ring or self.sp:
             out = ring_allreduce_reference(parts, bf16=True)
@@ -1257,20 +1277,13 @@ class TransformerBlock:
         """The block output per the NumPy reference (block_reference.py), from the inputs and
         weights in simulated memory: [T, H] float32 (bf16 values), the same on every GPU."""
         from .block_reference import flash_attention, norm
-        from .reference import (expert_ffn, gemm_seq, nvls_allreduce_reference,
-                                ring_allreduce_reference, to_bf16)
+        from .reference import expert_ffn, gemm_seq, to_bf16
         s = self.shape
         T, H, I, n = s.tokens, s.hidden, s.ffn_t, s.n_tile
         x = sim.read_buffer(0, "x")[:T * H].reshape(T, H)
         self.t3_check = (0.0, -np.inf, True)    # t3: (max error, max over the bound, copies equal)
 
-        def combine(parts):
-            parts = np.stack([p.reshape(-1) for p in parts])
-            if self.nvls or self.cais:
-                # the merge unit's order is NVLS's (components/cais_merge.py)
-                return nvls_allreduce_reference(parts, bf16=True).reshape(T, H)
-            return (ring_allreduce_reference(parts, bf16=True) if self.ring or self.sp
-                    else parts[0]).reshape(T, H)
+        combine = self._combine_gradients      # the scheme's sum of the per-GPU partials
 
         def ffn(inp):
             parts = []
