@@ -59,22 +59,74 @@ def plan(layer):
     # SM until the end
     if cfg.system.gpu.hub.moe.dam.consumers == "launch":
         return _plan_dam_launched(layer, buffers, sbufs, shared, window_rows)
+    expert_params = (
+        ("wg", "@w_gate"), ("wu", "@w_up"), ("wd", "@w_down"), ("tq", "@tq"),
+        ("tiles", "@tiles"), ("yhome", "@yhome"),
+        ("acct", "@acct"), ("done", "@done"), ("hidden", s.hidden), ("ffn", s.ffn),
+        ("local_experts", El), ("record_bytes", cfg.system.gpu.hub.moe.aau.record_bytes),
+        ("tile_rows", tile), ("n_tile", s.n_tile), ("swizzle", s.stream_swizzle))
+    claim = LaunchConfig(kernel="moehub_claim", grid=El, stream=2, params=(
+        ("tq", "@tq"), ("local_experts", El), ("workers", workers),
+        ("swizzle", s.stream_swizzle)))
+    if _combine_per_node(cfg):
+        buffers += _node_combine_buffers(s, cfg)
+        L = cfg.system.nodes.gpus_per_node
+        node = (("node_gpus", L), ("experts_per_node", El * L))
+        launches = [
+            *shared, _dispatch_launch(s, cfg), claim,
+            LaunchConfig(kernel="moehub_expert_combnode", grid=workers, stream=3,
+                         params=expert_params + (("yfwd", "@yfwd"), ("slots", s.pairs),
+                                                 ("node_gpus", L))),
+            # the forwarders' sums, then the home's: stream 3 after the GEMM workers
+            LaunchConfig(kernel="moehub_forward_combine", grid=cfg.workload.layer.combine_tbs,
+                         stream=3, params=(
+                             ("yfwd", "@yfwd"), ("cf_idx", "@cf_idx"), ("cf_w", "@cf_w"),
+                             ("cf_stage", "@cf_stage"), ("cf_ctl", "@cf_ctl"),
+                             ("ynode", "@ynode"), ("topk_idx", "@topk_idx"),
+                             ("topk_w", "@topk_w"), ("done", "@done"), ("fdone", "@fdone"),
+                             ("tokens", s.tokens), ("topk", s.top_k), ("hidden", s.hidden))
+                         + node),
+            LaunchConfig(kernel="moe_combine_pernode", grid=cfg.workload.layer.combine_tbs,
+                         stream=3, params=(
+                             ("out", "@out"), ("yhome", "@yhome"), ("ynode", "@ynode"),
+                             ("ys", "@ys"), ("topk_idx", "@topk_idx"), ("topk_w", "@topk_w"),
+                             ("one", "@one"), ("done", "@done"), ("fdone", "@fdone"),
+                             ("acct", "@acct"), ("tokens", s.tokens), ("topk", s.top_k),
+                             ("hidden", s.hidden), ("shared", s.shared),
+                             ("shared_tbs", cfg.workload.layer.shared_tbs)) + node),
+        ]
+        return _scheme_plan(s, cfg, buffers + sbufs, launches, window_rows,
+                            ("moehub_claim", "moehub_expert_combnode"),
+                            combine=("moehub_forward_combine", "moe_combine_pernode"),
+                            reference={"combine": "node_slots", "local_experts": El,
+                                       "node_gpus": L})
     launches = [
         *shared,
         _dispatch_launch(s, cfg),
-        LaunchConfig(kernel="moehub_claim", grid=El, stream=2, params=(
-            ("tq", "@tq"), ("local_experts", El), ("workers", workers),
-            ("swizzle", s.stream_swizzle))),
-        LaunchConfig(kernel="moehub_expert", grid=workers, stream=3, params=(
-            ("wg", "@w_gate"), ("wu", "@w_up"), ("wd", "@w_down"), ("tq", "@tq"),
-            ("tiles", "@tiles"), ("yhome", "@yhome"),
-            ("acct", "@acct"), ("done", "@done"), ("hidden", s.hidden), ("ffn", s.ffn),
-            ("local_experts", El), ("record_bytes", cfg.system.gpu.hub.moe.aau.record_bytes),
-            ("tile_rows", tile), ("n_tile", s.n_tile), ("swizzle", s.stream_swizzle))),
+        claim,
+        LaunchConfig(kernel="moehub_expert", grid=workers, stream=3, params=expert_params),
         combine_launch(s, cfg, stream=3),
     ]
     return _scheme_plan(s, cfg, buffers + sbufs, launches, window_rows,
                         ("moehub_claim", "moehub_expert"))
+
+
+def _combine_per_node(cfg):
+    """system.gpu.hub.moe.internode_combine: per_node (the loader allows it with internode:
+    per_node and claimer-fed experts only)."""
+    return cfg.system.gpu.hub.moe.internode_combine == "per_node"
+
+
+def _node_combine_buffers(s, cfg):
+    """The per-node combine's buffers (layouts: moe_layer.s, moehub_forward_combine)."""
+    N = cfg.system.nodes.count
+    return [_buf("yfwd", N * s.pairs * s.row_bytes, dtype="bf16"),
+            _buf("cf_idx", N * s.pairs * 8, region="control", dtype="i64"),
+            _buf("cf_w", N * s.pairs * 4, region="control", dtype="f32"),
+            _buf("cf_stage", N * s.tokens * s.row_bytes, dtype="bf16"),
+            _buf("cf_ctl", 16, region="control", dtype="i64"),
+            _buf("ynode", s.tokens * N * s.row_bytes, dtype="bf16"),
+            _buf("fdone", s.num_gpus * 8, region="control", dtype="i64")]
 
 
 def _dispatch_launch(s, cfg):
@@ -139,15 +191,17 @@ def _dispatch_kernel(cfg):
     return _dispatch_kernel_name(cfg.workload.layer.moehub, _per_node(cfg))
 
 
-def _scheme_plan(s, cfg, buffers, launches, window_rows, expert_kernels):
+def _scheme_plan(s, cfg, buffers, launches, window_rows, expert_kernels,
+                 combine=("moe_combine",), reference=None):
     moe = MoeWorkloadConfig(num_experts=s.experts, placement=None, window_rows=window_rows,
                             row_bytes=s.row_bytes)
     return SchemePlan(buffers=tuple(buffers), launches=tuple(launches),
+                      reference_kwargs=reference or {},
                       kernel_files=("workloads/kernels/moehub/moe_layer.s",), moe=moe,
                       received_stat="system.gpu*.hub.aau.allocations", n_tile=s.n_tile,
                       phases={"mediation": (), "dispatch": (_dispatch_kernel(cfg),),
                               "expert": expert_kernels + SHARED_KERNELS,
-                              "combine": ("moe_combine",)})
+                              "combine": combine})
 
 
 def _plan_dam_launched(layer, buffers, sbufs, shared, window_rows):
