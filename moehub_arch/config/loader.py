@@ -674,11 +674,6 @@ def _check_moe(cfg: Config, ctx: _Ctx):
                             f"per_node sums a node's expert outputs at the forwarding GPU of the "
                             f"per-node dispatch; set system.gpu.hub.moe.internode: per_node "
                             f"(found {hub.internode})")
-        if hub.dam.consumers != "claim":
-            raise ctx.error(("system", "gpu", "hub", "moe", "internode_combine"),
-                            f"per_node is built for the claimer-fed expert kernel "
-                            f"(system.gpu.hub.moe.dam.consumers: claim), found "
-                            f"{hub.dam.consumers}")
     if moe.num_experts == 0:
         return
     tile = cfg.system.gpu.hub.moe.dam.tile_rows

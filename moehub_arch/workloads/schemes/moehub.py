@@ -70,36 +70,14 @@ def plan(layer):
         ("swizzle", s.stream_swizzle)))
     if _combine_per_node(cfg):
         buffers += _node_combine_buffers(s, cfg)
-        L = cfg.system.nodes.gpus_per_node
-        node = (("node_gpus", L), ("experts_per_node", El * L))
         launches = [
             *shared, _dispatch_launch(s, cfg), claim,
             LaunchConfig(kernel="moehub_expert_combnode", grid=workers, stream=3,
-                         params=expert_params + (("yfwd", "@yfwd"), ("slots", s.pairs),
-                                                 ("node_gpus", L))),
-            # the forwarders' sums, then the home's: stream 3 after the GEMM workers
-            LaunchConfig(kernel="moehub_forward_combine", grid=cfg.workload.layer.combine_tbs,
-                         stream=3, params=(
-                             ("yfwd", "@yfwd"), ("cf_idx", "@cf_idx"), ("cf_w", "@cf_w"),
-                             ("cf_stage", "@cf_stage"), ("cf_ctl", "@cf_ctl"),
-                             ("ynode", "@ynode"), ("topk_idx", "@topk_idx"),
-                             ("topk_w", "@topk_w"), ("done", "@done"), ("fdone", "@fdone"),
-                             ("tokens", s.tokens), ("topk", s.top_k), ("hidden", s.hidden))
-                         + node),
-            LaunchConfig(kernel="moe_combine_pernode", grid=cfg.workload.layer.combine_tbs,
-                         stream=3, params=(
-                             ("out", "@out"), ("yhome", "@yhome"), ("ynode", "@ynode"),
-                             ("ys", "@ys"), ("topk_idx", "@topk_idx"), ("topk_w", "@topk_w"),
-                             ("one", "@one"), ("done", "@done"), ("fdone", "@fdone"),
-                             ("acct", "@acct"), ("tokens", s.tokens), ("topk", s.top_k),
-                             ("hidden", s.hidden), ("shared", s.shared),
-                             ("shared_tbs", cfg.workload.layer.shared_tbs)) + node),
+                         params=expert_params + _forward_params(s, cfg)),
+            *_node_combine_launches(s, cfg),
         ]
         return _scheme_plan(s, cfg, buffers + sbufs, launches, window_rows,
-                            ("moehub_claim", "moehub_expert_combnode"),
-                            combine=("moehub_forward_combine", "moe_combine_pernode"),
-                            reference={"combine": "node_slots", "local_experts": El,
-                                       "node_gpus": L})
+                            ("moehub_claim", "moehub_expert_combnode"), **_node_combine_plan(s, cfg))
     launches = [
         *shared,
         _dispatch_launch(s, cfg),
@@ -113,8 +91,46 @@ def plan(layer):
 
 def _combine_per_node(cfg):
     """system.gpu.hub.moe.internode_combine: per_node (the loader allows it with internode:
-    per_node and claimer-fed experts only)."""
+    per_node only)."""
     return cfg.system.gpu.hub.moe.internode_combine == "per_node"
+
+
+def _forward_params(s, cfg):
+    """moehub_{expert,tile}_combnode's extra parameters (tile_rows_forward in moe_layer.s)."""
+    return (("yfwd", "@yfwd"), ("slots", s.pairs),
+            ("node_gpus", cfg.system.nodes.gpus_per_node))
+
+
+def _node_combine_launches(s, cfg):
+    """The forwarders' sums (moehub_forward_combine), then the home's (moe_combine_pernode), on
+    stream 3 after the expert kernel."""
+    L = cfg.system.nodes.gpus_per_node
+    node = (("node_gpus", L), ("experts_per_node", s.local_experts * L))
+    return [
+        LaunchConfig(kernel="moehub_forward_combine", grid=cfg.workload.layer.combine_tbs,
+                     stream=3, params=(
+                         ("yfwd", "@yfwd"), ("cf_idx", "@cf_idx"), ("cf_w", "@cf_w"),
+                         ("cf_stage", "@cf_stage"), ("cf_ctl", "@cf_ctl"),
+                         ("ynode", "@ynode"), ("topk_idx", "@topk_idx"),
+                         ("topk_w", "@topk_w"), ("done", "@done"), ("fdone", "@fdone"),
+                         ("tokens", s.tokens), ("topk", s.top_k), ("hidden", s.hidden))
+                     + node),
+        LaunchConfig(kernel="moe_combine_pernode", grid=cfg.workload.layer.combine_tbs,
+                     stream=3, params=(
+                         ("out", "@out"), ("yhome", "@yhome"), ("ynode", "@ynode"),
+                         ("ys", "@ys"), ("topk_idx", "@topk_idx"), ("topk_w", "@topk_w"),
+                         ("one", "@one"), ("done", "@done"), ("fdone", "@fdone"),
+                         ("acct", "@acct"), ("tokens", s.tokens), ("topk", s.top_k),
+                         ("hidden", s.hidden), ("shared", s.shared),
+                         ("shared_tbs", cfg.workload.layer.shared_tbs)) + node),
+    ]
+
+
+def _node_combine_plan(s, cfg):
+    """The _scheme_plan arguments of the per-node combine: its phase kernels and reference."""
+    return dict(combine=("moehub_forward_combine", "moe_combine_pernode"),
+                reference={"combine": "node_slots", "local_experts": s.local_experts,
+                           "node_gpus": cfg.system.nodes.gpus_per_node})
 
 
 def _node_combine_buffers(s, cfg):
@@ -212,17 +228,24 @@ def _plan_dam_launched(layer, buffers, sbufs, shared, window_rows):
     gate_up, down = s.ffn // s.n_tile, s.hidden // s.n_tile
     jobs = gate_up + down
     groups = (gate_up, down) if cfg.workload.layer.moehub.tile_groups == "split" else None
+    per_node = _combine_per_node(cfg)
+    params = (("tq", "@tq"), ("wg", "@w_gate"), ("wu", "@w_up"), ("wd", "@w_down"),
+              ("tiles", "@tiles"), ("yhome", "@yhome"), ("acct", "@acct"),
+              ("done", "@done"), ("hidden", s.hidden), ("ffn", s.ffn),
+              ("local_experts", s.local_experts),
+              ("record_bytes", cfg.system.gpu.hub.moe.aau.record_bytes),
+              ("tile_rows", s.tile_rows), ("n_tile", s.n_tile))
+    kernel = "moehub_tile_combnode" if per_node else "moehub_tile"
     launches = [
         *shared,
         _dispatch_launch(s, cfg),
-        LaunchConfig(kernel="moehub_tile", grid=max_tiles_per_gpu(layer) * jobs + 1, stream=3,
-                     dam_tile_tbs=jobs, dam_groups=groups, params=(
-                         ("tq", "@tq"), ("wg", "@w_gate"), ("wu", "@w_up"), ("wd", "@w_down"),
-                         ("tiles", "@tiles"), ("yhome", "@yhome"), ("acct", "@acct"),
-                         ("done", "@done"), ("hidden", s.hidden), ("ffn", s.ffn),
-                         ("local_experts", s.local_experts),
-                         ("record_bytes", cfg.system.gpu.hub.moe.aau.record_bytes),
-                         ("tile_rows", s.tile_rows), ("n_tile", s.n_tile))),
-        combine_launch(s, cfg, stream=3),
+        LaunchConfig(kernel=kernel, grid=max_tiles_per_gpu(layer) * jobs + 1, stream=3,
+                     dam_tile_tbs=jobs, dam_groups=groups,
+                     params=params + (_forward_params(s, cfg) if per_node else ())),
+        *(_node_combine_launches(s, cfg) if per_node else [combine_launch(s, cfg, stream=3)]),
     ]
-    return _scheme_plan(s, cfg, buffers + sbufs, launches, window_rows, ("moehub_tile",))
+    if per_node:
+        buffers = buffers + _node_combine_buffers(s, cfg)
+        return _scheme_plan(s, cfg, buffers + sbufs, launches, window_rows, (kernel,),
+                            **_node_combine_plan(s, cfg))
+    return _scheme_plan(s, cfg, buffers + sbufs, launches, window_rows, (kernel,))

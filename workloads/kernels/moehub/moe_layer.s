@@ -625,22 +625,8 @@ done_exit:
 # tq (components/moehub/dam.py: word 0 tiles started, word 1 the final block count, word 2 blocks
 # finished here; 64-byte entries from byte 64, as the claim queue's). The last block waits for
 # every other one and tells every GPU that this GPU's experts are done.
-.kernel moehub_tile
-.param tq                    # first: the DAM's tile descriptor queue
-.param wg
-.param wu
-.param wd
-.param tiles
-.param yhome
-.param acct
-.param done
-.param hidden
-.param ffn
-.param local_experts
-.param record_bytes
-.param tile_rows
-.param n_tile
-.smem 160KB                  # as moehub_expert
+# moehub_tile's work, shared with moehub_tile_combnode: `rows_out` as expert_worker's.
+.macro tile_block rows_out
     ld r1, [%tq+8]               # the final block count (0 until every tile was started)
     sub r1, r1, 1
     beq %tb, r1, last
@@ -660,7 +646,7 @@ down:
     sub r3, r3, r20              # r3 = output column tile c
     tile_down_job r3, r11
     bne r5, r21, finished        # not the tile's last down job
-    tile_rows_home
+    \rows_out
     red.add %gpu, [%acct+16], r12    # acct word 2: rows computed
 finished:
     atom.add r5, %gpu, [%tq+16], 1
@@ -669,6 +655,48 @@ last:
     wait.ge [%tq+16], r1         # every other block finished (r1 of them)
     tell_every_gpu %done, r6, r7
     exit
+.endm
+
+.kernel moehub_tile
+.param tq                    # first: the DAM's tile descriptor queue
+.param wg
+.param wu
+.param wd
+.param tiles
+.param yhome
+.param acct
+.param done
+.param hidden
+.param ffn
+.param local_experts
+.param record_bytes
+.param tile_rows
+.param n_tile
+.smem 160KB                  # as moehub_expert
+    tile_block tile_rows_home
+
+# moehub_tile_combnode (system.gpu.hub.moe.internode_combine: per_node): moehub_tile whose rows
+# for tokens of another node go to that token's forwarder here (tile_rows_forward).
+.kernel moehub_tile_combnode
+.param tq                    # first: the DAM's tile descriptor queue
+.param wg
+.param wu
+.param wd
+.param tiles
+.param yhome
+.param acct
+.param done
+.param hidden
+.param ffn
+.param local_experts
+.param record_bytes
+.param tile_rows
+.param n_tile
+.param yfwd                  # as moehub_expert_combnode's
+.param slots
+.param node_gpus
+.smem 160KB                  # as moehub_expert
+    tile_block tile_rows_forward
 
 # ---- the per-node combine (system.gpu.hub.moe.internode_combine: per_node) ---------------------
 # DeepEP's internode combine on MoE-Hub rows (csrc/kernels/internode.cu: outputs for one token from
