@@ -27,6 +27,11 @@ With system.gpu.hub.moe.internode: per_node (a multi-node system) the dispatch k
 sends the row once to that node's forwarding hub, which fans it out (components/moehub/
 forward.py); the experts on the sender's node keep one store each (one per GPU with
 multi_expert_store).
+With system.gpu.hub.moe.internode_combine: per_node too the expert kernel is `moehub_expert_combnode`
+(or `moehub_tile_combnode`): an output row for a token of another node goes over NVLink to that
+token's forwarder, `moehub_forward_combine` there sums the node's weighted rows and puts one bf16
+row per (token, node) home, and `moe_combine_pernode` replaces `moe_combine` (reference
+combine="node_slots").
 Windows: each local expert's receive window holds every row it will receive (rounded up to whole
 tiles), so the windows never throttle the layer; the AAU's record table
 (system.gpu.hub.moe.aau.record_table_entries) does bound the rows in flight.
