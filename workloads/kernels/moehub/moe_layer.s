@@ -82,19 +82,29 @@
 .endm
 
 .macro tile_rows_home
-    mov r6, 0                    # the tile is complete: every row goes home
+    tile_rows_out row_home
+.endm
+
+# tile_rows_out send: every row of the completed tile goes out with the macro `send` (r4 = its
+# completion record, r5 = its output, r23 = its bytes), then fence and release the tile.
+.macro tile_rows_out send
+    mov r6, 0
 row_\@:
     mul r4, r6, %record_bytes
     add r4, r4, r14              # the row's completion record
     mul r5, r6, r23
     add r5, r5, r27              # the row's output
-    send_home r4, r5, r23, %yhome
+    \send
     add r6, r6, 1
     blt r6, r12, row_\@
-    fence                        # the rows are home: the window slots may be reused
+    fence                        # the rows are out: the window slots may be reused
     mul r4, %gpu, %local_experts
     add r4, r4, r15
     notify_ready.release r4, r13
+.endm
+
+.macro row_home
+    send_home r4, r5, r23, %yhome
 .endm
 
 # tile_rows_forward (internode_combine: per_node): as tile_rows_home, but a row whose origin (its
@@ -102,12 +112,10 @@ row_\@:
 # node - the forwarding GPU that received the token's row in dispatch - into yfwd[origin node][home
 # slot]; moehub_forward_combine sums them there. Reads %yfwd, %slots, %node_gpus; writes r4-r7, r16-r18.
 .macro tile_rows_forward
-    mov r6, 0
-row_\@:
-    mul r4, r6, %record_bytes
-    add r4, r4, r14              # the row's completion record
-    mul r5, r6, r23
-    add r5, r5, r27              # the row's output
+    tile_rows_out row_forward
+.endm
+
+.macro row_forward
     ld r7, [r4]                  # r7 = origin GPU
     div r16, r7, %node_gpus      # r16 = origin node
     div r17, %gpu, %node_gpus    # r17 = this node
@@ -121,16 +129,10 @@ row_\@:
     mul r16, r16, r23
     add r16, r16, %yfwd          # &yfwd[origin node][slot] on the forwarder
     put r7, r16, r5, r23
-    bra next_\@
+    bra sent_\@
 home_\@:
-    send_home r4, r5, r23, %yhome
-next_\@:
-    add r6, r6, 1
-    blt r6, r12, row_\@
-    fence                        # the rows are out: the window slots may be reused
-    mul r4, %gpu, %local_experts
-    add r4, r4, r15
-    notify_ready.release r4, r13
+    row_home
+sent_\@:
 .endm
 
 # moehub_dispatch: thread block b routes tokens b, b + ntb, ...: for each of the token's k experts
@@ -523,6 +525,24 @@ leave:
 
 # moehub_expert's work, shared with moehub_expert_combnode: `rows_out` sends a completed tile's
 # rows on (tile_rows_home, or tile_rows_forward for internode_combine: per_node).
+.macro expert_worker_params
+.param wg                    # [El][I/n][H][n] bf16
+.param wu
+.param wd                    # [El][H/n][I][n] bf16
+.param tq
+.param tiles
+.param yhome
+.param acct
+.param done
+.param hidden
+.param ffn
+.param local_experts
+.param record_bytes
+.param tile_rows
+.param n_tile
+.param swizzle               # tiles per group of the job order (../lib/streaming.s)
+.endm
+
 .macro expert_worker rows_out
     tile_job_registers
     stream_lag r31, %ntb, r20, r21, %hidden, %ffn, %swizzle, r4    # r31 = lag
@@ -574,42 +594,14 @@ done_exit:
 .endm
 
 .kernel moehub_expert
-.param wg                    # [El][I/n][H][n] bf16
-.param wu
-.param wd                    # [El][H/n][I][n] bf16
-.param tq
-.param tiles
-.param yhome
-.param acct
-.param done
-.param hidden
-.param ffn
-.param local_experts
-.param record_bytes
-.param tile_rows
-.param n_tile
-.param swizzle               # tiles per group of the job order (../lib/streaming.s)
+    expert_worker_params
 .smem 160KB                  # G, U [tile][n] f32 + Hq [tile][n] bf16, or Y + Yq
     expert_worker tile_rows_home
 
 # moehub_expert_combnode (system.gpu.hub.moe.internode_combine: per_node): moehub_expert whose
 # rows for tokens of another node go to that token's forwarder here (tile_rows_forward).
 .kernel moehub_expert_combnode
-.param wg                    # [El][I/n][H][n] bf16
-.param wu
-.param wd                    # [El][H/n][I][n] bf16
-.param tq
-.param tiles
-.param yhome
-.param acct
-.param done
-.param hidden
-.param ffn
-.param local_experts
-.param record_bytes
-.param tile_rows
-.param n_tile
-.param swizzle               # tiles per group of the job order (../lib/streaming.s)
+    expert_worker_params
 .param yfwd                  # [N][T*k][H] bf16 on the forwarder: the outputs of origin node m's slots
 .param slots                 # T*k
 .param node_gpus
@@ -626,6 +618,23 @@ done_exit:
 # finished here; 64-byte entries from byte 64, as the claim queue's). The last block waits for
 # every other one and tells every GPU that this GPU's experts are done.
 # moehub_tile's work, shared with moehub_tile_combnode: `rows_out` as expert_worker's.
+.macro tile_block_params
+.param tq                    # first: the DAM's tile descriptor queue
+.param wg
+.param wu
+.param wd
+.param tiles
+.param yhome
+.param acct
+.param done
+.param hidden
+.param ffn
+.param local_experts
+.param record_bytes
+.param tile_rows
+.param n_tile
+.endm
+
 .macro tile_block rows_out
     ld r1, [%tq+8]               # the final block count (0 until every tile was started)
     sub r1, r1, 1
@@ -658,40 +667,14 @@ last:
 .endm
 
 .kernel moehub_tile
-.param tq                    # first: the DAM's tile descriptor queue
-.param wg
-.param wu
-.param wd
-.param tiles
-.param yhome
-.param acct
-.param done
-.param hidden
-.param ffn
-.param local_experts
-.param record_bytes
-.param tile_rows
-.param n_tile
+    tile_block_params
 .smem 160KB                  # as moehub_expert
     tile_block tile_rows_home
 
 # moehub_tile_combnode (system.gpu.hub.moe.internode_combine: per_node): moehub_tile whose rows
 # for tokens of another node go to that token's forwarder here (tile_rows_forward).
 .kernel moehub_tile_combnode
-.param tq                    # first: the DAM's tile descriptor queue
-.param wg
-.param wu
-.param wd
-.param tiles
-.param yhome
-.param acct
-.param done
-.param hidden
-.param ffn
-.param local_experts
-.param record_bytes
-.param tile_rows
-.param n_tile
+    tile_block_params
 .param yfwd                  # as moehub_expert_combnode's
 .param slots
 .param node_gpus
