@@ -22,7 +22,9 @@ for its doorbell, ns per work request (summed over all NICs' requests / their nu
 work requests (messages) each NIC started; and the MB each NIC put onto InfiniBand. Scheme
 `tutel_flat` is tutel with the flat all-to-all (`tutel` runs Tutel's 2-D hierarchical one
 across nodes); `moehub_node` is moehub with system.gpu.hub.moe.internode: per_node (one row per
-token and other node, fanned out there by the forwarding hub). The
+token and other node, fanned out there by the forwarding hub) and `moehub_node_comb` adds
+system.gpu.hub.moe.internode_combine: per_node (a node's expert outputs for a token summed at its
+forwarder, one row per (token, node) home over RDMA). The
 deduplication table gives, per level (GPU, node), the token rows and bytes leaving their home
 group one per (token, expert) pair and one per destination group
 (`system.moe.dedup.level<i>_*`): a property of the routing and the expert placement, the same for
@@ -58,7 +60,9 @@ def run_dir(outdir, model, tokens, system, scheme):
 # variants: a row name -> the scheme and overrides it runs with
 VARIANTS = {"tutel_flat": ["scheme=tutel", "workload.layer.tutel.all_to_all=flat"],
             # MoE-Hub deduplicating per node (components/moehub/forward.py)
-            "moehub_node": ["scheme=moehub", "system.gpu.hub.moe.internode=per_node"]}
+            "moehub_node": ["scheme=moehub", "system.gpu.hub.moe.internode=per_node"],
+            "moehub_node_comb": ["scheme=moehub", "system.gpu.hub.moe.internode=per_node",
+                                 "system.gpu.hub.moe.internode_combine=per_node"]}
 
 
 def scheme_sets(scheme):

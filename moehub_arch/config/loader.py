@@ -667,6 +667,13 @@ def _check_moe(cfg: Config, ctx: _Ctx):
                             "system.gpu.hub.moe.internode: per_node groups a token's experts by "
                             "node assuming the block placement (E / G consecutive experts per "
                             "GPU); omit workload.moe.placement")
+    if hub.internode_combine == "per_node":
+        # the per-node combine sums at the forwarder the dispatch's per-node hub picked
+        if hub.internode != "per_node":
+            raise ctx.error(("system", "gpu", "hub", "moe", "internode_combine"),
+                            f"per_node sums a node's expert outputs at the forwarding GPU of the "
+                            f"per-node dispatch; set system.gpu.hub.moe.internode: per_node "
+                            f"(found {hub.internode})")
     if moe.num_experts == 0:
         return
     tile = cfg.system.gpu.hub.moe.dam.tile_rows

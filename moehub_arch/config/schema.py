@@ -158,6 +158,7 @@ class DamConfig:
 
 
 HUB_INTERNODE = ("per_expert", "per_node")
+HUB_INTERNODE_COMBINE = ("per_expert", "per_node")
 
 
 @attrs.frozen
@@ -189,6 +190,16 @@ class MoeHubConfig:
                                      "descriptor per destination). Default 4, assumption: as the "
                                      "AAU's allocation (a table lookup and a descriptor write)",
                                      4, min=0)
+    internode_combine: str = _f("choice", "how the moehub combine brings expert outputs home "
+                                "across nodes: per_expert (each output row goes home over its own "
+                                "put) or per_node (needs internode: per_node; DeepEP's internode "
+                                "combine: an expert's output for a token of another node goes "
+                                "over NVLink to the forwarding GPU of that token - the origin's "
+                                "local rank on the expert's node - whose combine kernel sums the "
+                                "node's weighted outputs in fp32 and puts one bf16 row per "
+                                "(token, node) home over RDMA; workloads/kernels/moehub/"
+                                "moe_layer.s, moehub_forward_combine)", "per_expert",
+                                choices=HUB_INTERNODE_COMBINE)
 
 
 @attrs.frozen

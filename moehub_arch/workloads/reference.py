@@ -138,14 +138,15 @@ def moe_layer_reference(x, topk_idx, topk_weight, w_gate, w_up, w_down, shared_g
     weights are not used) - the communication-only benchmark, where combine sends the received
     rows back.
     """
-    if combine not in ("per_slot", "per_rank", "per_node", "switch_reduce", "switch_targets",
-                       "rank_rows"):
-        raise ValueError(f"combine must be 'per_slot', 'per_rank', 'per_node', 'switch_reduce', "
+    if combine not in ("per_slot", "per_rank", "per_node", "node_slots", "switch_reduce",
+                       "switch_targets", "rank_rows"):
+        raise ValueError(f"combine must be 'per_slot', 'per_rank', 'per_node', 'node_slots', "
+                         f"'switch_reduce', "
                          f"'switch_targets' or 'rank_rows', not {combine!r}")
     if combine != "per_slot" and (local_experts is None or local_experts <= 0):
         raise ValueError(f"combine={combine!r} needs local_experts (routed experts per GPU)")
-    if combine == "per_node" and (node_gpus is None or node_gpus <= 0):
-        raise ValueError("combine='per_node' needs node_gpus (GPUs per node)")
+    if combine in ("per_node", "node_slots") and (node_gpus is None or node_gpus <= 0):
+        raise ValueError(f"combine={combine!r} needs node_gpus (GPUs per node)")
     x = np.asarray(x, dtype=F32)
     idx = np.asarray(topk_idx, dtype=np.int64)
     w = np.asarray(topk_weight, dtype=F32)
@@ -212,6 +213,16 @@ def moe_layer_reference(x, topk_idx, topk_weight, w_gate, w_up, w_down, shared_g
             out[has] = (out[has] + row[has]).astype(F32)
         return out.reshape(p, t, h)
     nodes = ranks // node_gpus
+    if combine == "node_slots":
+        for nd in np.unique(nodes):
+            node_sum = np.zeros((n, h), dtype=F32)
+            for kk in range(k):
+                sel = nodes[:, kk] == nd
+                contrib = (flat_w[sel, kk, None] * y[sel, kk, :]).astype(F32)
+                node_sum[sel] = (node_sum[sel] + contrib).astype(F32)
+            has = (nodes == nd).any(axis=1)
+            out[has] = (out[has] + to_bf16(node_sum[has])).astype(F32)
+        return out.reshape(p, t, h)
     for nd in np.unique(nodes):
         node_sum = np.zeros((n, h), dtype=F32)
         for r in np.unique(ranks[nodes == nd]):

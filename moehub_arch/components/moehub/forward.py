@@ -30,7 +30,10 @@ once its own producers are done, every other node's stream to it (from its rail 
 and its forwarding queue is empty; its streams toward other nodes carry only its own rows and end
 with its producers (ending them later too would make two forwarders wait for each other).
 
-Not modelled: the combine stays per expert (each expert's output row goes home over its own put);
+The combine stays per expert (each expert's output row goes home over its own put) unless
+system.gpu.hub.moe.internode_combine: per_node, which sums a node's outputs on the forwarding GPU in
+an SM kernel (moehub_forward_combine in workloads/kernels/moehub/moe_layer.s; this unit takes no
+part). Not modelled:
 the forwarder's own experts are reached through the loopback path (an HBM read and write more
 than a direct write from the AAU would cost); single-expert stores (send_to_expert, st.rowsp) are
 not forwarded (the per-node dispatch names every remote expert of a token in one store).

@@ -27,6 +27,11 @@ With system.gpu.hub.moe.internode: per_node (a multi-node system) the dispatch k
 sends the row once to that node's forwarding hub, which fans it out (components/moehub/
 forward.py); the experts on the sender's node keep one store each (one per GPU with
 multi_expert_store).
+With system.gpu.hub.moe.internode_combine: per_node too the expert kernel is `moehub_expert_combnode`
+(or `moehub_tile_combnode`): an output row for a token of another node goes over NVLink to that
+token's forwarder, `moehub_forward_combine` there sums the node's weighted rows and puts one bf16
+row per (token, node) home, and `moe_combine_pernode` replaces `moe_combine` (reference
+combine="node_slots").
 Windows: each local expert's receive window holds every row it will receive (rounded up to whole
 tiles), so the windows never throttle the layer; the AAU's record table
 (system.gpu.hub.moe.aau.record_table_entries) does bound the rows in flight.
@@ -59,22 +64,90 @@ def plan(layer):
     # SM until the end
     if cfg.system.gpu.hub.moe.dam.consumers == "launch":
         return _plan_dam_launched(layer, buffers, sbufs, shared, window_rows)
+    expert_params = (
+        ("wg", "@w_gate"), ("wu", "@w_up"), ("wd", "@w_down"), ("tq", "@tq"),
+        ("tiles", "@tiles"), ("yhome", "@yhome"),
+        ("acct", "@acct"), ("done", "@done"), ("hidden", s.hidden), ("ffn", s.ffn),
+        ("local_experts", El), ("record_bytes", cfg.system.gpu.hub.moe.aau.record_bytes),
+        ("tile_rows", tile), ("n_tile", s.n_tile), ("swizzle", s.stream_swizzle))
+    claim = LaunchConfig(kernel="moehub_claim", grid=El, stream=2, params=(
+        ("tq", "@tq"), ("local_experts", El), ("workers", workers),
+        ("swizzle", s.stream_swizzle)))
+    if _combine_per_node(cfg):
+        buffers += _node_combine_buffers(s, cfg)
+        launches = [
+            *shared, _dispatch_launch(s, cfg), claim,
+            LaunchConfig(kernel="moehub_expert_combnode", grid=workers, stream=3,
+                         params=expert_params + _forward_params(s, cfg)),
+            *_node_combine_launches(s, cfg),
+        ]
+        return _scheme_plan(s, cfg, buffers + sbufs, launches, window_rows,
+                            ("moehub_claim", "moehub_expert_combnode"), **_node_combine_plan(s, cfg))
     launches = [
         *shared,
         _dispatch_launch(s, cfg),
-        LaunchConfig(kernel="moehub_claim", grid=El, stream=2, params=(
-            ("tq", "@tq"), ("local_experts", El), ("workers", workers),
-            ("swizzle", s.stream_swizzle))),
-        LaunchConfig(kernel="moehub_expert", grid=workers, stream=3, params=(
-            ("wg", "@w_gate"), ("wu", "@w_up"), ("wd", "@w_down"), ("tq", "@tq"),
-            ("tiles", "@tiles"), ("yhome", "@yhome"),
-            ("acct", "@acct"), ("done", "@done"), ("hidden", s.hidden), ("ffn", s.ffn),
-            ("local_experts", El), ("record_bytes", cfg.system.gpu.hub.moe.aau.record_bytes),
-            ("tile_rows", tile), ("n_tile", s.n_tile), ("swizzle", s.stream_swizzle))),
+        claim,
+        LaunchConfig(kernel="moehub_expert", grid=workers, stream=3, params=expert_params),
         combine_launch(s, cfg, stream=3),
     ]
     return _scheme_plan(s, cfg, buffers + sbufs, launches, window_rows,
                         ("moehub_claim", "moehub_expert"))
+
+
+def _combine_per_node(cfg):
+    """system.gpu.hub.moe.internode_combine: per_node (the loader allows it with internode:
+    per_node only)."""
+    return cfg.system.gpu.hub.moe.internode_combine == "per_node"
+
+
+def _forward_params(s, cfg):
+    """moehub_{expert,tile}_combnode's extra parameters (tile_rows_forward in moe_layer.s)."""
+    return (("yfwd", "@yfwd"), ("slots", s.pairs),
+            ("node_gpus", cfg.system.nodes.gpus_per_node))
+
+
+def _node_combine_launches(s, cfg):
+    """The forwarders' sums (moehub_forward_combine), then the home's (moe_combine_pernode), on
+    stream 3 after the expert kernel."""
+    L = cfg.system.nodes.gpus_per_node
+    node = (("node_gpus", L), ("experts_per_node", s.local_experts * L))
+    return [
+        LaunchConfig(kernel="moehub_forward_combine", grid=cfg.workload.layer.combine_tbs,
+                     stream=3, params=(
+                         ("yfwd", "@yfwd"), ("cf_idx", "@cf_idx"), ("cf_w", "@cf_w"),
+                         ("cf_stage", "@cf_stage"), ("cf_ctl", "@cf_ctl"),
+                         ("ynode", "@ynode"), ("topk_idx", "@topk_idx"),
+                         ("topk_w", "@topk_w"), ("done", "@done"), ("fdone", "@fdone"),
+                         ("tokens", s.tokens), ("topk", s.top_k), ("hidden", s.hidden))
+                     + node),
+        LaunchConfig(kernel="moe_combine_pernode", grid=cfg.workload.layer.combine_tbs,
+                     stream=3, params=(
+                         ("out", "@out"), ("yhome", "@yhome"), ("ynode", "@ynode"),
+                         ("ys", "@ys"), ("topk_idx", "@topk_idx"), ("topk_w", "@topk_w"),
+                         ("one", "@one"), ("done", "@done"), ("fdone", "@fdone"),
+                         ("acct", "@acct"), ("tokens", s.tokens), ("topk", s.top_k),
+                         ("hidden", s.hidden), ("shared", s.shared),
+                         ("shared_tbs", cfg.workload.layer.shared_tbs)) + node),
+    ]
+
+
+def _node_combine_plan(s, cfg):
+    """The _scheme_plan arguments of the per-node combine: its phase kernels and reference."""
+    return dict(combine=("moehub_forward_combine", "moe_combine_pernode"),
+                reference={"combine": "node_slots", "local_experts": s.local_experts,
+                           "node_gpus": cfg.system.nodes.gpus_per_node})
+
+
+def _node_combine_buffers(s, cfg):
+    """The per-node combine's buffers (layouts: moe_layer.s, moehub_forward_combine)."""
+    N = cfg.system.nodes.count
+    return [_buf("yfwd", N * s.pairs * s.row_bytes, dtype="bf16"),
+            _buf("cf_idx", N * s.pairs * 8, region="control", dtype="i64"),
+            _buf("cf_w", N * s.pairs * 4, region="control", dtype="f32"),
+            _buf("cf_stage", N * s.tokens * s.row_bytes, dtype="bf16"),
+            _buf("cf_ctl", 16, region="control", dtype="i64"),
+            _buf("ynode", s.tokens * N * s.row_bytes, dtype="bf16"),
+            _buf("fdone", s.num_gpus * 8, region="control", dtype="i64")]
 
 
 def _dispatch_launch(s, cfg):
@@ -139,15 +212,17 @@ def _dispatch_kernel(cfg):
     return _dispatch_kernel_name(cfg.workload.layer.moehub, _per_node(cfg))
 
 
-def _scheme_plan(s, cfg, buffers, launches, window_rows, expert_kernels):
+def _scheme_plan(s, cfg, buffers, launches, window_rows, expert_kernels,
+                 combine=("moe_combine",), reference=None):
     moe = MoeWorkloadConfig(num_experts=s.experts, placement=None, window_rows=window_rows,
                             row_bytes=s.row_bytes)
     return SchemePlan(buffers=tuple(buffers), launches=tuple(launches),
+                      reference_kwargs=reference or {},
                       kernel_files=("workloads/kernels/moehub/moe_layer.s",), moe=moe,
                       received_stat="system.gpu*.hub.aau.allocations", n_tile=s.n_tile,
                       phases={"mediation": (), "dispatch": (_dispatch_kernel(cfg),),
                               "expert": expert_kernels + SHARED_KERNELS,
-                              "combine": ("moe_combine",)})
+                              "combine": combine})
 
 
 def _plan_dam_launched(layer, buffers, sbufs, shared, window_rows):
@@ -158,17 +233,24 @@ def _plan_dam_launched(layer, buffers, sbufs, shared, window_rows):
     gate_up, down = s.ffn // s.n_tile, s.hidden // s.n_tile
     jobs = gate_up + down
     groups = (gate_up, down) if cfg.workload.layer.moehub.tile_groups == "split" else None
+    per_node = _combine_per_node(cfg)
+    params = (("tq", "@tq"), ("wg", "@w_gate"), ("wu", "@w_up"), ("wd", "@w_down"),
+              ("tiles", "@tiles"), ("yhome", "@yhome"), ("acct", "@acct"),
+              ("done", "@done"), ("hidden", s.hidden), ("ffn", s.ffn),
+              ("local_experts", s.local_experts),
+              ("record_bytes", cfg.system.gpu.hub.moe.aau.record_bytes),
+              ("tile_rows", s.tile_rows), ("n_tile", s.n_tile))
+    kernel = "moehub_tile_combnode" if per_node else "moehub_tile"
     launches = [
         *shared,
         _dispatch_launch(s, cfg),
-        LaunchConfig(kernel="moehub_tile", grid=max_tiles_per_gpu(layer) * jobs + 1, stream=3,
-                     dam_tile_tbs=jobs, dam_groups=groups, params=(
-                         ("tq", "@tq"), ("wg", "@w_gate"), ("wu", "@w_up"), ("wd", "@w_down"),
-                         ("tiles", "@tiles"), ("yhome", "@yhome"), ("acct", "@acct"),
-                         ("done", "@done"), ("hidden", s.hidden), ("ffn", s.ffn),
-                         ("local_experts", s.local_experts),
-                         ("record_bytes", cfg.system.gpu.hub.moe.aau.record_bytes),
-                         ("tile_rows", s.tile_rows), ("n_tile", s.n_tile))),
-        combine_launch(s, cfg, stream=3),
+        LaunchConfig(kernel=kernel, grid=max_tiles_per_gpu(layer) * jobs + 1, stream=3,
+                     dam_tile_tbs=jobs, dam_groups=groups,
+                     params=params + (_forward_params(s, cfg) if per_node else ())),
+        *(_node_combine_launches(s, cfg) if per_node else [combine_launch(s, cfg, stream=3)]),
     ]
-    return _scheme_plan(s, cfg, buffers + sbufs, launches, window_rows, ("moehub_tile",))
+    if per_node:
+        buffers = buffers + _node_combine_buffers(s, cfg)
+        return _scheme_plan(s, cfg, buffers + sbufs, launches, window_rows, (kernel,),
+                            **_node_combine_plan(s, cfg))
+    return _scheme_plan(s, cfg, buffers + sbufs, launches, window_rows, (kernel,))

@@ -82,19 +82,57 @@
 .endm
 
 .macro tile_rows_home
-    mov r6, 0                    # the tile is complete: every row goes home
+    tile_rows_out row_home
+.endm
+
+# tile_rows_out send: every row of the completed tile goes out with the macro `send` (r4 = its
+# completion record, r5 = its output, r23 = its bytes), then fence and release the tile.
+.macro tile_rows_out send
+    mov r6, 0
 row_\@:
     mul r4, r6, %record_bytes
     add r4, r4, r14              # the row's completion record
     mul r5, r6, r23
     add r5, r5, r27              # the row's output
-    send_home r4, r5, r23, %yhome
+    \send
     add r6, r6, 1
     blt r6, r12, row_\@
-    fence                        # the rows are home: the window slots may be reused
+    fence                        # the rows are out: the window slots may be reused
     mul r4, %gpu, %local_experts
     add r4, r4, r15
     notify_ready.release r4, r13
+.endm
+
+.macro row_home
+    send_home r4, r5, r23, %yhome
+.endm
+
+# tile_rows_forward (internode_combine: per_node): as tile_rows_home, but a row whose origin (its
+# completion record's GPU) is on another node goes over NVLink to the origin's local rank on this
+# node - the forwarding GPU that received the token's row in dispatch - into yfwd[origin node][home
+# slot]; moehub_forward_combine sums them there. Reads %yfwd, %slots, %node_gpus; writes r4-r7, r16-r18.
+.macro tile_rows_forward
+    tile_rows_out row_forward
+.endm
+
+.macro row_forward
+    ld r7, [r4]                  # r7 = origin GPU
+    div r16, r7, %node_gpus      # r16 = origin node
+    div r17, %gpu, %node_gpus    # r17 = this node
+    beq r16, r17, home_\@
+    ld r18, [r4+8]               # r18 = home slot t * k + j
+    rem r7, r7, %node_gpus
+    mul r17, r17, %node_gpus
+    add r7, r7, r17              # r7 = forwarder (this node, the origin's local rank)
+    mul r16, r16, %slots
+    add r16, r16, r18
+    mul r16, r16, r23
+    add r16, r16, %yfwd          # &yfwd[origin node][slot] on the forwarder
+    put r7, r16, r5, r23
+    bra sent_\@
+home_\@:
+    row_home
+sent_\@:
 .endm
 
 # moehub_dispatch: thread block b routes tokens b, b + ntb, ...: for each of the token's k experts
@@ -485,7 +523,9 @@ end_marks:
 leave:
     exit
 
-.kernel moehub_expert
+# moehub_expert's work, shared with moehub_expert_combnode: `rows_out` sends a completed tile's
+# rows on (tile_rows_home, or tile_rows_forward for internode_combine: per_node).
+.macro expert_worker_params
 .param wg                    # [El][I/n][H][n] bf16
 .param wu
 .param wd                    # [El][H/n][I][n] bf16
@@ -501,7 +541,9 @@ leave:
 .param tile_rows
 .param n_tile
 .param swizzle               # tiles per group of the job order (../lib/streaming.s)
-.smem 160KB                  # G, U [tile][n] f32 + Hq [tile][n] bf16, or Y + Yq
+.endm
+
+.macro expert_worker rows_out
     tile_job_registers
     stream_lag r31, %ntb, r20, r21, %hidden, %ffn, %swizzle, r4    # r31 = lag
     mov r25, 0                   # r25 = rows this worker completed
@@ -524,7 +566,7 @@ down:
     sub r3, r3, r20              # r3 = output column tile c
     tile_down_job r3, r11
     bne r5, r21, job             # not the tile's last down job
-    tile_rows_home
+    \rows_out
     add r25, r25, r12
     bra job
 ended:
@@ -549,6 +591,22 @@ finished:
     tell_every_gpu %done, r6, r7
 done_exit:
     exit
+.endm
+
+.kernel moehub_expert
+    expert_worker_params
+.smem 160KB                  # G, U [tile][n] f32 + Hq [tile][n] bf16, or Y + Yq
+    expert_worker tile_rows_home
+
+# moehub_expert_combnode (system.gpu.hub.moe.internode_combine: per_node): moehub_expert whose
+# rows for tokens of another node go to that token's forwarder here (tile_rows_forward).
+.kernel moehub_expert_combnode
+    expert_worker_params
+.param yfwd                  # [N][T*k][H] bf16 on the forwarder: the outputs of origin node m's slots
+.param slots                 # T*k
+.param node_gpus
+.smem 160KB                  # G, U [tile][n] f32 + Hq [tile][n] bf16, or Y + Yq
+    expert_worker tile_rows_forward
 
 # moehub_tile (system.gpu.hub.moe.dam.consumers: launch): the consumers the DAM starts, in two
 # thread-block groups per ready tile - its Ju gate/up blocks, then its Jd down blocks once every
@@ -559,7 +617,8 @@ done_exit:
 # tq (components/moehub/dam.py: word 0 tiles started, word 1 the final block count, word 2 blocks
 # finished here; 64-byte entries from byte 64, as the claim queue's). The last block waits for
 # every other one and tells every GPU that this GPU's experts are done.
-.kernel moehub_tile
+# moehub_tile's work, shared with moehub_tile_combnode: `rows_out` as expert_worker's.
+.macro tile_block_params
 .param tq                    # first: the DAM's tile descriptor queue
 .param wg
 .param wu
@@ -574,7 +633,9 @@ done_exit:
 .param record_bytes
 .param tile_rows
 .param n_tile
-.smem 160KB                  # as moehub_expert
+.endm
+
+.macro tile_block rows_out
     ld r1, [%tq+8]               # the final block count (0 until every tile was started)
     sub r1, r1, 1
     beq %tb, r1, last
@@ -594,7 +655,7 @@ down:
     sub r3, r3, r20              # r3 = output column tile c
     tile_down_job r3, r11
     bne r5, r21, finished        # not the tile's last down job
-    tile_rows_home
+    \rows_out
     red.add %gpu, [%acct+16], r12    # acct word 2: rows computed
 finished:
     atom.add r5, %gpu, [%tq+16], 1
@@ -602,4 +663,246 @@ finished:
 last:
     wait.ge [%tq+16], r1         # every other block finished (r1 of them)
     tell_every_gpu %done, r6, r7
+    exit
+.endm
+
+.kernel moehub_tile
+    tile_block_params
+.smem 160KB                  # as moehub_expert
+    tile_block tile_rows_home
+
+# moehub_tile_combnode (system.gpu.hub.moe.internode_combine: per_node): moehub_tile whose rows
+# for tokens of another node go to that token's forwarder here (tile_rows_forward).
+.kernel moehub_tile_combnode
+    tile_block_params
+.param yfwd                  # as moehub_expert_combnode's
+.param slots
+.param node_gpus
+.smem 160KB                  # as moehub_expert
+    tile_block tile_rows_forward
+
+# ---- the per-node combine (system.gpu.hub.moe.internode_combine: per_node) ---------------------
+# DeepEP's internode combine on MoE-Hub rows (csrc/kernels/internode.cu: outputs for one token from
+# the experts of one node are summed on that node, one row crosses InfiniBand). L = %node_gpus GPUs
+# per node, N nodes, me = (n0, l0); GPU g = node g / L, local rank g % L; rb = bf16 row bytes.
+# Buffers (per GPU, symmetric): yfwd [N][T*k][H] bf16 (tile_rows_forward), cf_idx [N][T][k] i64 and
+# cf_w [N][T][k] f32 (origin (m, l0)'s routing, fetched here), cf_stage [N][T][H] bf16 (the rows
+# before their put), ynode [T][N][H] bf16 (at home: token t's row from node n), cf_ctl i64
+# (word 0 routing fetched, word 1 thread blocks finished), fdone [P] i64 (fdone[f] = 1 on an
+# origin: forwarder f's rows are home).
+#
+# moehub_forward_combine: thread block 0 reads every other node's origin (m, l0) routing ids and
+# weights (two RDMA reads each; they overlap the expert phase); then, once every GPU of this node
+# is done (done[g]: its rows landed here), work item w = m * T + t (round-robin over the thread
+# blocks, m != n0): the fp32 sum, from 0, of w_j * yfwd[m][t*k + j] over the slots j ascending whose
+# expert is on this node, rounded to bf16 and put (RDMA) into ynode[t][n0] on the origin. The last
+# thread block to finish raises fdone[me] on every origin.
+.kernel moehub_forward_combine
+.param yfwd
+.param cf_idx
+.param cf_w
+.param cf_stage
+.param cf_ctl
+.param ynode
+.param topk_idx
+.param topk_w
+.param done
+.param fdone
+.param tokens
+.param topk
+.param hidden
+.param node_gpus
+.param experts_per_node
+.smem 28KB                   # acc [H] f32
+    shl r1, %hidden, 1           # r1 = rb
+    mul r2, %tokens, %topk       # r2 = T*k
+    rem r3, %gpu, %node_gpus     # r3 = l0
+    div r4, %gpu, %node_gpus     # r4 = n0
+    div r5, %ngpu, %node_gpus    # r5 = N
+    mov r10, %smem               # r10 = acc
+    bne %tb, 0, fetched
+    mov r6, 0                    # r6 = origin node m
+fetch:
+    beq r6, r4, fetch_next
+    mul r7, r6, %node_gpus
+    add r7, r7, r3               # r7 = origin (m, l0)
+    mul r8, r6, r2
+    shl r9, r8, 3
+    add r9, r9, %cf_idx
+    shl r11, r2, 3
+    get r7, r9, %topk_idx, r11   # its ids
+    shl r9, r8, 2
+    add r9, r9, %cf_w
+    shl r11, r2, 2
+    get r7, r9, %topk_w, r11     # its weights
+fetch_next:
+    add r6, r6, 1
+    blt r6, r5, fetch
+    fence
+    atom.add r6, %gpu, [%cf_ctl], 1
+fetched:
+    wait.ge [%cf_ctl], 1
+    mul r6, r4, %node_gpus       # every GPU of this node has sent its rows here
+    add r7, r6, %node_gpus
+node_done:
+    shl r8, r6, 3
+    add r8, r8, %done
+    wait.eq [r8], 1
+    add r6, r6, 1
+    blt r6, r7, node_done
+    mul r12, r5, %tokens         # r12 = work items
+    mov r13, %tb                 # r13 = w
+item:
+    bge r13, r12, items_done
+    div r14, r13, %tokens        # r14 = m
+    rem r15, r13, %tokens        # r15 = t
+    beq r14, r4, item_next
+    vzero.f32 r10, %hidden
+    mov r16, 0                   # r16 = slots summed
+    mul r17, r14, r2
+    mul r18, r15, %topk
+    add r17, r17, r18            # r17 = m*T*k + t*k (slot 0 of the token)
+    mov r18, 0                   # r18 = j
+slot:
+    add r19, r17, r18
+    shl r20, r19, 3
+    add r20, r20, %cf_idx
+    ld r21, [r20]                # expert of slot j
+    div r21, r21, %experts_per_node
+    bne r21, r4, slot_next       # not on this node
+    mul r20, r19, r1
+    add r20, r20, %yfwd
+    shl r22, r19, 2
+    add r22, r22, %cf_w
+    vaxpy.f32.bf16 r10, r20, r22, %hidden
+    add r16, r16, 1
+slot_next:
+    add r18, r18, 1
+    blt r18, %topk, slot
+    beq r16, 0, item_next        # none of the token's experts here
+    mul r20, r13, r1
+    add r20, r20, %cf_stage      # its staging row
+    vcvt.bf16.f32 r20, r10, %hidden
+    mul r21, r15, r5
+    add r21, r21, r4
+    mul r21, r21, r1
+    add r21, r21, %ynode         # &ynode[t][n0] on the origin
+    mul r22, r14, %node_gpus
+    add r22, r22, r3             # r22 = origin (m, l0)
+    put r22, r21, r20, r1
+item_next:
+    add r13, r13, %ntb
+    bra item
+items_done:
+    fence                        # this block's rows are home
+    atom.add r6, %gpu, [%cf_ctl+8], 1
+    sub r7, %ntb, 1
+    bne r6, r7, leave
+    shl r8, %gpu, 3
+    add r8, r8, %fdone           # &fdone[me] (the same address on every GPU)
+    mov r6, 0
+tell:
+    beq r6, r4, tell_next
+    mul r7, r6, %node_gpus
+    add r7, r7, r3
+    flag.set r7, [r8], 1
+tell_next:
+    add r6, r6, 1
+    blt r6, r5, tell
+leave:
+    exit
+
+# moe_combine_pernode: moe_combine for internode_combine: per_node. Waits for the shared experts,
+# every GPU's done and every forwarder's fdone (the GPUs (m, l0), m != n0); then per token
+# out[t] = sum_s ys[s][t] + the node rows, nodes ascending: for this node the fp32 sum from 0 of
+# w_j * yhome[t*k + j] over its slots here, rounded to bf16 as the forwarders round theirs; for
+# another node ynode[t][n] when it holds any of the token's experts (the reference's
+# combine="node_slots").
+.kernel moe_combine_pernode
+.param out
+.param yhome
+.param ynode
+.param ys
+.param topk_idx
+.param topk_w
+.param one
+.param done
+.param fdone
+.param acct
+.param tokens
+.param topk
+.param hidden
+.param shared
+.param shared_tbs
+.param node_gpus
+.param experts_per_node
+.smem 42KB                   # acc [H] f32, then the node row [H] bf16
+    wait_layer_inputs %shared, %shared_tbs, %acct, %done, r1, r2
+    rem r12, %gpu, %node_gpus    # r12 = l0
+    div r13, %gpu, %node_gpus    # r13 = n0
+    div r14, %ngpu, %node_gpus   # r14 = N
+    mov r1, 0
+forwarders:
+    beq r1, r13, forwarders_next
+    mul r2, r1, %node_gpus
+    add r2, r2, r12
+    shl r2, r2, 3
+    add r2, r2, %fdone
+    wait.eq [r2], 1
+forwarders_next:
+    add r1, r1, 1
+    blt r1, r14, forwarders
+    shl r10, %hidden, 1          # r10 = bf16 row bytes
+    shl r11, %hidden, 2          # r11 = f32 row bytes
+    mov r15, %smem               # r15 = acc
+    add r16, r15, r11            # r16 = the bf16 node row
+    mov r1, %tb                  # r1 = token
+    mov r9, 0                    # r9 = routed rows combined by this TB
+token:
+    bge r1, %tokens, end
+    start_output_row r2, r1, %out, r11, %shared, %ys, %one, %tokens, r10, %hidden, r3, r4
+    mul r5, r1, %topk            # r5 = slot of choice 0
+    mov r17, 0                   # r17 = node
+node:
+    bne r17, r13, zeroed         # only this node's slots are summed here
+    vzero.f32 r15, %hidden
+zeroed:
+    mov r18, 0                   # r18 = slots on the node
+    mov r3, 0                    # r3 = j
+choice:
+    add r6, r5, r3
+    shl r7, r6, 3
+    add r7, r7, %topk_idx
+    ld r7, [r7]
+    div r7, r7, %experts_per_node
+    bne r7, r17, choice_next
+    add r18, r18, 1
+    bne r17, r13, choice_next    # another node's row comes summed
+    mul r7, r6, r10
+    add r7, r7, %yhome
+    shl r8, r6, 2
+    add r8, r8, %topk_w
+    vaxpy.f32.bf16 r15, r7, r8, %hidden
+choice_next:
+    add r3, r3, 1
+    blt r3, %topk, choice
+    beq r18, 0, node_next
+    bne r17, r13, remote
+    vcvt.bf16.f32 r16, r15, %hidden
+    vaxpy.f32.bf16 r2, r16, %one, %hidden
+    bra node_next
+remote:
+    mul r7, r1, r14
+    add r7, r7, r17
+    mul r7, r7, r10
+    add r7, r7, %ynode           # ynode[t][node]
+    vaxpy.f32.bf16 r2, r7, %one, %hidden
+node_next:
+    add r17, r17, 1
+    blt r17, r14, node
+    add r9, r9, %topk
+    add r1, r1, %ntb
+    bra token
+end:
+    atom.add r13, %gpu, [%acct+24], r9   # acct word 3: rows combined
     exit
