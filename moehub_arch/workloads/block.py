@@ -510,16 +510,16 @@ class TransformerBlock:
         else:
             self._buffer("x", T * H * 2)
             self._buffer("consts", 16, dtype="f32")
-            if self.dataflow:
+            if self.dataflow:       # forward only (_runs_dataflow): no backward follows
                 self.output = self._dataflow_tail("x", self._attention_core("x"))
             else:
                 h1 = self.output = self._attention("x")
-            if s.kind == "transformer" and not self.dataflow:
-                self._norm(h1, "hn", "2")
-                y = self._ffn("hn", "2")
-                self.output = self._residual(h1, y, "out")
-            if self.training:
-                self.dx = self._block_backward(h1)
+                if s.kind == "transformer":
+                    self._norm(h1, "hn", "2")
+                    y = self._ffn("hn", "2")
+                    self.output = self._residual(h1, y, "out")
+                if self.training:
+                    self.dx = self._block_backward(h1)
         self._check_fits()
 
     # ---- generation --------------------------------------------------------------------------
