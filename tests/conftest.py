@@ -11,6 +11,10 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 CONFIGS = REPO / "configs"
 
+# the suite's xdist workers already compile side by side on a cold cache: each compiles in its own
+# process only (engine/precompile.py; tests/test_precompile.py runs the two-process compile)
+os.environ.setdefault("MOEHUB_COMPILE_JOBS", "1")
+
 
 def load_script(path):
     """A tool script (tools/*.py, not a package module) imported by file path, for its functions."""

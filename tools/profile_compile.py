@@ -5,7 +5,8 @@ function and every compiler stage, exclusive of the functions it compiles in tur
     python tools/profile_compile.py configs/ubench/alltoall.yaml --top 25
 
 The config is built and run once in this process with NUMBA_CACHE_DIR set to an empty temporary
-folder (so everything compiles: the first run after `pip install`). Numba broadcasts an event
+folder (so everything compiles: the first run after `pip install`), all of it in this process
+(MOEHUB_COMPILE_JOBS=1: no second compile process, engine/precompile.py). Numba broadcasts an event
 around each dispatcher compile and each compiler pass (numba.core.event); the LLVM stages (the
 per-function passes, the module optimisation of a function with every callee it links in, the
 machine-code emission) and the on-disk cache writes are timed by wrapping Numba's code-library
@@ -124,6 +125,7 @@ def main():
 
     with tempfile.TemporaryDirectory(prefix="moehub-compile-") as cache:
         os.environ["NUMBA_CACHE_DIR"] = cache      # before moehub_arch is imported
+        os.environ["MOEHUB_COMPILE_JOBS"] = "1"    # every compile in this process, traced
         os.environ.pop("NUMBA_DISABLE_JIT", None)
         sys.path.insert(0, str(REPO))
         tl = _Timeline()

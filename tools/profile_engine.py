@@ -58,12 +58,19 @@ def _elf_functions(obj):
     return out
 
 
-def write_perf_map(func):
-    """Write /tmp/perf-<pid>.map for every function compiled into `func`'s library (from the
+def engine_libraries():
+    """The code libraries of the compiled engine: the run loop's and the SM issue entry point's
+    (engine/indirect.py), each holding every function compiled into it."""
+    from moehub_arch.engine import indirect, loop
+    return ([cres.library for cres in loop.run_loop.overloads.values()]
+            + [entry._library for entry in indirect._ENTRIES.values()])
+
+
+def write_perf_map(libraries):
+    """Write /tmp/perf-<pid>.map for every function compiled into `libraries` (from the
     object code's symbol table, so it works for code loaded from Numba's cache as well)."""
     entries = []
-    for cres in func.overloads.values():
-        lib = cres.library
+    for lib in libraries:
         obj = getattr(lib, "_profiled_object", None) or lib._compiled_object
         if obj is None:
             continue
@@ -78,13 +85,12 @@ def write_perf_map(func):
     return len(entries)
 
 
-def _dump_code(func, path):
+def _dump_code(libraries, path):
     """Save the machine code of every mapped function (address, bytes) for --annotate."""
     import ctypes
     import pickle
     entries = []
-    for cres in func.overloads.values():
-        lib = cres.library
+    for lib in libraries:
         obj = getattr(lib, "_profiled_object", None) or lib._compiled_object
         for name, size in (_elf_functions(obj) if obj else []):
             addr = lib.get_pointer_to_function(name)
@@ -140,6 +146,7 @@ def run_profiled(config, overrides, data, top):
     from moehub_arch.components.scheduler import schedule_initial_launches
     from moehub_arch.config import load_config
     from moehub_arch.engine import loop
+    from moehub_arch.engine.precompile import prepare_engine
     from moehub_arch.engine.stateref import state_ref
     from moehub_arch.simulation import Simulation
     sim = Simulation(load_config(config, overrides))
@@ -147,7 +154,8 @@ def run_profiled(config, overrides, data, top):
     t0 = time.perf_counter()
     ref = state_ref(sim.state)
     schedule_initial_launches(ref)   # sim.run() does it again only for a fresh state:
-    loop.run_loop(ref, 0, 0, -1)     # here it just forces the compile
+    address, _ = prepare_engine(ref, (0, 0, -1))
+    loop.run_loop(ref, 0, 0, -1, address)     # here it just forces the compile
     sim = Simulation(load_config(config, overrides))
     print(f"compiled in {time.perf_counter() - t0:.0f} s; profiling the run", file=sys.stderr)
     perf = subprocess.Popen(["perf", "record", "-e", "cpu-clock", "-F", "999", "-o", data,
@@ -156,8 +164,8 @@ def run_profiled(config, overrides, data, top):
     stats = sim.run()
     perf.send_signal(signal.SIGINT)
     perf.wait()
-    n = write_perf_map(loop.run_loop)
-    _dump_code(loop.run_loop, data + ".code")
+    n = write_perf_map(engine_libraries())
+    _dump_code(engine_libraries(), data + ".code")
     print(f"profiled {stats['simEvents']} events in {stats['hostSeconds']:.2f} s "
           f"({stats['hostEventRate'] / 1e6:.2f} M events/s); {n} compiled functions mapped",
           file=sys.stderr)

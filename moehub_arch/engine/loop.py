@@ -9,6 +9,7 @@ Event kinds and component timers are declared by the blocks (components/*.py BLO
 Timer; composed in moehub_arch/composition.py); the dispatch below is the one place that maps
 them to handlers: a new block adds its branch here (DESIGN rule 5).
 """
+from .indirect import call_sm_issue
 from .jit import compiled
 
 from ..components.hub import EV_HUB_TX, hub_packetize, hub_receive, owe_link_responses
@@ -18,7 +19,7 @@ from ..components.moehub.dam import EV_DAM_READY, dam_tile_ready
 from ..components.moehub.rpm import EV_MOE_LOOPBACK, EV_RPM_TX, rpm_packetize
 from ..components.nvlink import EV_CH_ARRIVE, EV_CH_TX, channel_arrival, channel_transmit
 from ..components.scheduler import EV_KERNEL_START, kernel_start
-from ..components.sm import EV_LOCAL_DONE, EV_SM_ISSUE, local_done, sm_issue
+from ..components.sm import EV_LOCAL_DONE, EV_SM_ISSUE, local_done
 from ..components.occupancy import EV_OCCUPANCY_SAMPLE, occupancy_sample
 from ..components.cais_merge import EV_CAIS_TIMEOUT, cais_timeout
 from ..components.packet import PK_MOE, PK_MOE_EOS
@@ -35,7 +36,9 @@ STATUS_TRACE_FULL = 5  # the trace record buffer needs draining (components/trac
 
 
 @compiled
-def run_loop(st, max_events, headroom, tick_limit):
+def run_loop(st, max_events, headroom, tick_limit, sm_issue_at):
+    # sm_issue_at: the address of the SM issue handler's entry point (engine/indirect.py), which
+    # keeps the SM's call tree out of this function's compiled module
     sy = st.sys[0]
     p = st.p[0]
     cap = st.q.shape[0]
@@ -97,7 +100,7 @@ def run_loop(st, max_events, headroom, tick_limit):
         sy.q_events += 1
         n += 1
         if kind == EV_SM_ISSUE:
-            sm_issue(st, a0, tick)
+            call_sm_issue(sm_issue_at, st, a0, tick)
         elif kind == EV_CH_TX:
             channel_transmit(st, a0, tick)
         elif kind == EV_CH_ARRIVE:

@@ -135,14 +135,14 @@ _ENGINE_STATE_MODULE = "moehub_arch.composition"
 _LAYOUTS = {}   # State tuple type -> (StateRefType, buffer bytes)
 
 
-def _jit_disabled():
+def jit_disabled():
     return os.environ.get("NUMBA_DISABLE_JIT", "0") not in ("", "0")
 
 
 def state_ref(st):
     """What compiled engine functions take as their State argument: a StateRef packing `st`
     (the pure-Python engine: `st` itself). Pack again after replacing any array of `st`."""
-    if _jit_disabled():
+    if jit_disabled():
         return st
     tuple_type = typeof(st)
     layout = _LAYOUTS.get(tuple_type)

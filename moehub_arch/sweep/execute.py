@@ -8,6 +8,7 @@ no file system shared with this machine.
 """
 import concurrent.futures as cf
 import multiprocessing
+import os
 import signal
 import sys
 import tempfile
@@ -30,10 +31,14 @@ def run_point(config_path, overrides):
         return {"error": str(e)}
 
 
-def _worker_ignores_interrupts():
+def _worker_init(workers):
     """Workers leave Ctrl-C to the sweep process (the terminal sends it to the whole process
-    group): it decides, stops them and keeps the finished points."""
+    group): it decides, stops them and keeps the finished points. Several workers already keep
+    the cores busy: on a cold Numba cache each compiles in its own process only, without the
+    second compile process of engine/precompile.py."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if workers > 1:
+        os.environ.setdefault("MOEHUB_COMPILE_JOBS", "1")
 
 
 @contextmanager
@@ -66,7 +71,7 @@ def run_local(points, sweep, workers, on_done):
     (they run again when the sweep is re-run)."""
     ctx = multiprocessing.get_context("spawn")   # fresh interpreters: no forked Numba/threads state
     pool = cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx,
-                                  initializer=_worker_ignores_interrupts)
+                                  initializer=_worker_init, initargs=(workers,))
     try:
         with main_script_hidden():
             futures = {pool.submit(run_point, str(sweep.config), p.overrides): p for p in points}
