@@ -77,7 +77,7 @@ class Simulation:
             raise
         self.stats = None
         self.cold_start = None   # how run() got the compiled engine (engine/precompile.py)
-        self._sm_issue_at = 0    # the SM issue entry point's address (engine/indirect.py)
+        self._entries = None     # the handlers' entry points (engine/indirect.py), set by run()
         self.exact_tick = None
         self._trace_masks = {}   # observer -> trace categories it wants now
 
@@ -108,11 +108,11 @@ class Simulation:
         t0 = time.perf_counter()
         if self.restored_tick is None:
             start_blocks(self.state)   # e.g. the scheduler's first launches
-        # compile (or load from cache) the run loop and the SM's entry point it calls (on a cold
-        # cache in two processes, engine/precompile.py); timed separately from the run
+        # compile (or load from cache) the run loop and the handlers' entry points it calls (on a
+        # cold cache in two processes, engine/precompile.py); timed separately from the run
         ref = state_ref(self.state)
-        self._sm_issue_at, self.cold_start = prepare_engine(ref, (0, 0, -1))
-        engine_loop.run_loop(ref, 0, 0, -1, self._sm_issue_at)
+        self._entries, self.cold_start = prepare_engine(ref, (0, 0, -1))
+        engine_loop.run_loop(ref, 0, 0, -1, self._entries)
         t1 = time.perf_counter()
         observers = list(observers) + self.default_observers()
         error = None
@@ -208,7 +208,7 @@ class Simulation:
             stop = min(stops) if stops else -1
             if packed is not st:
                 ref, packed = state_ref(st), st
-            status = engine_loop.run_loop(ref, n, headroom, stop, self._sm_issue_at)
+            status = engine_loop.run_loop(ref, n, headroom, stop, self._entries)
             self._drain_trace(observers)
             if status == engine_loop.STATUS_GROW:
                 st = st._replace(q=grow_event_queue(st.q, 2 * st.q.shape[0]))

@@ -1,6 +1,6 @@
-"""The cold start in two processes (engine/precompile.py) and the SM issue entry point the run loop
-calls by address (engine/indirect.py): same stats as the engine compiled in one process, the SM's
-tree compiled by the worker only, and a warm cache found warm."""
+"""The cold start in two processes (engine/precompile.py) and the handlers' entry points the run
+loop calls by address (engine/indirect.py): same stats as the engine compiled in one process, the
+entry points compiled by the worker only, and a warm cache found warm."""
 import json
 import os
 import subprocess
@@ -26,7 +26,7 @@ sim.run()
 print(json.dumps({
     "cold_start": sim.cold_start,
     "sm_issue_compiled_here": len(sm_issue.overloads),
-    "entry_cache_hits": [e.cache_hits for e in indirect._ENTRIES.values()],
+    "entry_cache_hits": {row: e.cache_hits for (_, row), e in indirect._ENTRIES.items()},
     "stats": {s.name: s.value for s in sim.stats if not s.name.startswith("host")},
 }))
 """
@@ -43,16 +43,19 @@ def _probe(cache_dir, jobs):
 
 def test_two_process_cold_start_gives_the_same_engine(tmp_path):
     cold = _probe(tmp_path, jobs=2)
-    # the worker compiled the SM's tree: this process loaded the entry point from the cache and
-    # never compiled sm_issue
-    assert cold["cold_start"] == "parallel"
-    assert cold["sm_issue_compiled_here"] == 0 and cold["entry_cache_hits"] == [1]
+    # the worker compiled the SM's entry point: this process loaded it from the cache and never
+    # compiled the SM's tree; it compiled the AAU's entry points itself
+    from moehub_arch.engine.indirect import ENTRY_SM_ISSUE, WORKER_ROWS
+    assert cold["cold_start"] == "parallel" and cold["sm_issue_compiled_here"] == 0
+    assert cold["entry_cache_hits"] == {str(row): int(row in WORKER_ROWS) for row in range(3)}
+    assert ENTRY_SM_ISSUE in WORKER_ROWS
     # the same model as the engine the suite compiled in one process (conftest: one job)
     reference = model_stats(simulate(CONFIG, *OVERRIDES).stats)
     assert cold["stats"] == json.loads(json.dumps(reference))
     # the next run finds everything in the cache
     warm = _probe(tmp_path, jobs=2)
-    assert warm["cold_start"] == "warm" and warm["entry_cache_hits"] == [1]
+    assert warm["cold_start"] == "warm"
+    assert warm["entry_cache_hits"] == {str(row): 1 for row in range(3)}
     assert warm["stats"] == cold["stats"]
 
 

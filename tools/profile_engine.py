@@ -59,7 +59,7 @@ def _elf_functions(obj):
 
 
 def engine_libraries():
-    """The code libraries of the compiled engine: the run loop's and the SM issue entry point's
+    """The code libraries of the compiled engine: the run loop's and the handlers' entry points'
     (engine/indirect.py), each holding every function compiled into it."""
     from moehub_arch.engine import indirect, loop
     return ([cres.library for cres in loop.run_loop.overloads.values()]
@@ -154,8 +154,8 @@ def run_profiled(config, overrides, data, top):
     t0 = time.perf_counter()
     ref = state_ref(sim.state)
     schedule_initial_launches(ref)   # sim.run() does it again only for a fresh state:
-    address, _ = prepare_engine(ref, (0, 0, -1))
-    loop.run_loop(ref, 0, 0, -1, address)     # here it just forces the compile
+    entries, _ = prepare_engine(ref, (0, 0, -1))
+    loop.run_loop(ref, 0, 0, -1, entries)     # here it just forces the compile
     sim = Simulation(load_config(config, overrides))
     print(f"compiled in {time.perf_counter() - t0:.0f} s; profiling the run", file=sys.stderr)
     perf = subprocess.Popen(["perf", "record", "-e", "cpu-clock", "-F", "999", "-o", data,

@@ -1,58 +1,89 @@
-"""The SM's issue handler as its own compiled entry point, which the run loop calls by address.
+"""Handlers the run loop calls by address: the SM's issue handler and the MoE-Hub AAU's receive and
+retry paths, each compiled as its own entry point.
 
 Why: Numba compiles every function into its own LLVM module and links the modules of all its
 callees into it, so the run loop's module held a copy of the SM's whole call tree (`sm_issue`, the
 550-line instruction interpreter `_execute` and everything it calls: about half of the engine's
-code), which LLVM optimised and emitted again as part of the run loop - and which could only be
-compiled after it, in the same process. Behind a function pointer the SM's tree is a separate
-entry point (a Numba `cfunc`, C-callable, cached on disk like every engine function): the run
-loop's module no longer contains it, and the two can be compiled at the same time in two
-processes (engine/precompile.py). The run loop passes the entry's address as an argument and
-calls it with the same arguments as before; `sm_issue` itself is unchanged, so are results.
+code) and of the AAU's, which LLVM optimised and emitted again as part of the run loop - and which
+could only be compiled after them, in the same process. Behind a function pointer each is a
+separate entry point (a Numba `cfunc` of the handler itself: C-callable, cached on disk like every
+engine function): the run loop's module no longer contains them, and they can be compiled while
+the run loop is, in another process (engine/precompile.py). The run loop takes the table of
+addresses (`entry_table`) as an argument and calls each handler with the same arguments as
+before; the handlers are unchanged, so are results.
 
-The cost is one indirect call per SM issue event where there was a direct call (LLVM never inlined
-the interpreter into the run loop: it is far too large), measured in README, Performance.
+The cost is one indirect call per SM issue or AAU event where there was a direct call (LLVM did not
+inline these large handlers into the run loop), measured in README, Performance.
 
-Under NUMBA_DISABLE_JIT (the pure-Python engine) there is no entry point: `call_sm_issue` calls
-`sm_issue` directly and ignores the address.
+Under NUMBA_DISABLE_JIT (the pure-Python engine) the table holds the Python functions themselves
+and `call2` / `call4` call them.
 """
+import numpy as np
 from llvmlite import ir
 from numba import cfunc, types
 from numba.core.extending import intrinsic
 
+from ..components.moehub.aau import aau_receive, aau_retry
 from ..components.sm import sm_issue
 from .stateref import jit_disabled
 
+# the table's rows: (handler, number of int64 arguments after the State); compiled in this order
+ENTRY_AAU_RECEIVE, ENTRY_AAU_RETRY, ENTRY_SM_ISSUE = range(3)
+_HANDLERS = ((aau_receive, 4), (aau_retry, 2), (sm_issue, 2))
 
-def _sm_issue_entry(st, gpu_sm, tick):
-    sm_issue(st, gpu_sm, tick)
+# the rows a second compile process builds on a cold cache (engine/precompile.py): the SM's tree
+# (about as much compile work as the run loop's); this process compiles the AAU's two after the run
+# loop, by when the SM's tree (which calls aau_retry) has put most of their callees in the cache
+WORKER_ROWS = (ENTRY_SM_ISSUE,)
+
+_ENTRIES = {}   # (StateRef type, row) -> the compiled entry point
 
 
-_ENTRIES = {}   # StateRef type -> the compiled entry point for it
-
-
-def sm_issue_address(state_type):
-    """The address of the SM issue entry point compiled for `state_type` (a StateRef type):
-    compiled now, or loaded from the on-disk cache if this or another process compiled it."""
-    entry = _ENTRIES.get(state_type)
+def entry_point(state_type, row):
+    """The entry point of table row `row` compiled for `state_type` (a StateRef type): compiled
+    now, or loaded from the on-disk cache if this or another process compiled it."""
+    entry = _ENTRIES.get((state_type, row))
     if entry is None:
-        entry = _ENTRIES[state_type] = cfunc(types.void(state_type, types.int64, types.int64),
-                                             cache=True, _nrt=False)(_sm_issue_entry)
-    return entry.address
+        handler, arity = _HANDLERS[row]
+        entry = _ENTRIES[state_type, row] = cfunc(
+            types.void(state_type, *(types.int64,) * arity), cache=True, _nrt=False)(handler.py_func)
+    return entry
+
+
+def entry_table(state_type):
+    """What the run loop takes as its `entries` argument: every row's address (int64 array), or
+    under NUMBA_DISABLE_JIT (or for state_type None) the handlers themselves."""
+    if jit_disabled() or state_type is None:
+        return tuple(handler for handler, _ in _HANDLERS)
+    return np.array([entry_point(state_type, row).address for row in range(len(_HANDLERS))],
+                    np.int64)
+
+
+def _call_codegen(arity):
+    """Lowering of a call to the entry point at an address with (State, `arity` int64s)."""
+    def codegen(context, builder, signature, values):
+        i64 = ir.IntType(64)
+        state = context.get_value_type(signature.args[1])
+        fnty = ir.FunctionType(ir.VoidType(), [state] + [i64] * arity)
+        builder.call(builder.inttoptr(values[0], fnty.as_pointer()), values[1:])
+        return context.get_dummy_value()
+    return codegen
 
 
 if jit_disabled():
-    def call_sm_issue(address, st, gpu_sm, tick):
-        sm_issue(st, gpu_sm, tick)
+    def call2(entry, st, a, b):
+        entry(st, a, b)
+
+    def call4(entry, st, a, b, c, d):
+        entry(st, a, b, c, d)
 else:
     @intrinsic
-    def call_sm_issue(typingctx, address, st, gpu_sm, tick):
-        """sm_issue(st, gpu_sm, tick) through the entry point at `address` (sm_issue_address)."""
-        sig = types.void(types.int64, st, types.int64, types.int64)
+    def call2(typingctx, entry, st, a, b):
+        """entry(st, a, b) for an entry point's address `entry` (an entry_table row)."""
+        return types.void(types.int64, st, types.int64, types.int64), _call_codegen(2)
 
-        def codegen(context, builder, signature, args):
-            i64 = ir.IntType(64)
-            fnty = ir.FunctionType(ir.VoidType(), [context.get_value_type(st), i64, i64])
-            builder.call(builder.inttoptr(args[0], fnty.as_pointer()), args[1:])
-            return context.get_dummy_value()
-        return sig, codegen
+    @intrinsic
+    def call4(typingctx, entry, st, a, b, c, d):
+        """entry(st, a, b, c, d) for an entry point's address `entry` (an entry_table row)."""
+        return (types.void(types.int64, st, types.int64, types.int64, types.int64, types.int64),
+                _call_codegen(4))

@@ -9,11 +9,10 @@ Event kinds and component timers are declared by the blocks (components/*.py BLO
 Timer; composed in moehub_arch/composition.py); the dispatch below is the one place that maps
 them to handlers: a new block adds its branch here (DESIGN rule 5).
 """
-from .indirect import call_sm_issue
+from .indirect import ENTRY_AAU_RECEIVE, ENTRY_AAU_RETRY, ENTRY_SM_ISSUE, call2, call4
 from .jit import compiled
 
 from ..components.hub import EV_HUB_TX, hub_packetize, hub_receive, owe_link_responses
-from ..components.moehub.aau import aau_receive, aau_retry
 from ..components.moehub.forward import EV_HUB_FORWARD, forward_run
 from ..components.moehub.dam import EV_DAM_READY, dam_tile_ready
 from ..components.moehub.rpm import EV_MOE_LOOPBACK, EV_RPM_TX, rpm_packetize
@@ -36,9 +35,10 @@ STATUS_TRACE_FULL = 5  # the trace record buffer needs draining (components/trac
 
 
 @compiled
-def run_loop(st, max_events, headroom, tick_limit, sm_issue_at):
-    # sm_issue_at: the address of the SM issue handler's entry point (engine/indirect.py), which
-    # keeps the SM's call tree out of this function's compiled module
+def run_loop(st, max_events, headroom, tick_limit, entries):
+    # entries: the addresses of the handlers compiled as their own entry points (the SM's issue,
+    # the AAU's receive and retry: engine/indirect.py), which keeps their call trees out of this
+    # function's compiled module
     sy = st.sys[0]
     p = st.p[0]
     cap = st.q.shape[0]
@@ -100,7 +100,7 @@ def run_loop(st, max_events, headroom, tick_limit, sm_issue_at):
         sy.q_events += 1
         n += 1
         if kind == EV_SM_ISSUE:
-            call_sm_issue(sm_issue_at, st, a0, tick)
+            call2(entries[ENTRY_SM_ISSUE], st, a0, tick)
         elif kind == EV_CH_TX:
             channel_transmit(st, a0, tick)
         elif kind == EV_CH_ARRIVE:
@@ -110,7 +110,7 @@ def run_loop(st, max_events, headroom, tick_limit, sm_issue_at):
             elif st.pk[pkt].kind == PK_MOE or st.pk[pkt].kind == PK_MOE_EOS:
                 # MoE-Hub packets are link writes too: the link answers them (hub.py)
                 owe_link_responses(st, st.ch[a0].gpu, st.pk[pkt].src, st.pk[pkt].npk, tick)
-                aau_receive(st, st.ch[a0].gpu, a0, pkt, tick)
+                call4(entries[ENTRY_AAU_RECEIVE], st, st.ch[a0].gpu, a0, pkt, tick)
             else:
                 hub_receive(st, st.ch[a0].gpu, a0, pkt, tick)
         elif kind == EV_XBAR:
@@ -124,7 +124,7 @@ def run_loop(st, max_events, headroom, tick_limit, sm_issue_at):
         elif kind == EV_RPM_TX:
             rpm_packetize(st, a0, tick)
         elif kind == EV_MOE_LOOPBACK:
-            aau_receive(st, a1, -1, a0, tick)
+            call4(entries[ENTRY_AAU_RECEIVE], st, a1, -1, a0, tick)
         elif kind == EV_DAM_READY:
             dam_tile_ready(st, a0, a1, tick)
         elif kind == EV_OCCUPANCY_SAMPLE:
@@ -133,7 +133,8 @@ def run_loop(st, max_events, headroom, tick_limit, sm_issue_at):
             cais_timeout(st, a0, tick)
         elif kind == EV_HUB_FORWARD:
             if forward_run(st, a0, tick):
-                aau_retry(st, a0, tick)   # forwarding-buffer slots freed: parked packets go on
+                # forwarding-buffer slots freed: parked packets go on
+                call2(entries[ENTRY_AAU_RETRY], st, a0, tick)
         if sy.err_code != 0:
             return STATUS_ERROR
         if sy.trace_full != 0:

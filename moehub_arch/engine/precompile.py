@@ -1,19 +1,19 @@
-"""Cold start on two cores: compile the SM's call tree and the run loop at the same time.
+"""Cold start on two cores: compile the handlers' entry points and the run loop at the same time.
 
 Numba compiles in one thread: the first run after an install (or after an edit of the engine,
 which changes the cache key, moehub_arch/__init__.py) spends about a minute compiling ~290
 functions one after the other (tools/profile_compile.py). About half of it is the SM's issue
-handler and its instruction interpreter, which the run loop calls through a pointer
-(engine/indirect.py), so neither needs the other compiled first. On a cold cache,
-`prepare_engine` starts one worker process that compiles the SM's entry point into the same
-on-disk cache while this process compiles the run loop; it then waits for the worker and loads
-the entry point from the cache. The compiled code is the same as a serial compile's (each
-function compiled from the same source for the same types), so results are too; only the wall
-time of the cold start changes (README, Performance). Functions both trees call (the AAU's, the
-event queue's) may be compiled by both processes, each for itself: the cache keeps one copy.
+handler with its instruction interpreter and the MoE-Hub AAU, which the run loop calls through
+pointers (engine/indirect.py), so neither side needs the other compiled first. On a cold cache,
+`prepare_engine` starts one worker process that compiles those entry points into the same on-disk
+cache while this process compiles the run loop; it then waits for the worker and loads the entry
+points from the cache. The compiled code is the same as a serial compile's (each function
+compiled from the same source for the same types), so results are too; only the wall time of the
+cold start changes (README, Performance). Functions both sides call (the scheduler's, the DAM's)
+are compiled by both processes, each for itself: the cache keeps one copy.
 
 A worker that fails, or is not started, changes nothing but the time: this process then
-compiles the entry point itself, as a serial compile would. `MOEHUB_COMPILE_JOBS=1` turns the
+compiles the entry points itself, as a serial compile would. `MOEHUB_COMPILE_JOBS=1` turns the
 worker off (tools/profile_compile.py does, to trace every compile in one process); it is also off
 on a machine with one core for us and under NUMBA_DISABLE_JIT.
 """
@@ -58,21 +58,22 @@ def _cached(disp, sig):
 
 def prepare_engine(ref, run_loop_args):
     """Compile (or load) what the run loop needs for State `ref` (a StateRef; run_loop_args: its
-    other arguments but the last) and return (address of the SM issue entry point, how the cold
-    start went: 'warm', 'serial', 'parallel' or 'parallel, worker failed')."""
-    from numba import typeof
+    other arguments but the last) and return (the entry table, its last argument; how the cold
+    start went: 'warm', 'serial', 'parallel', 'parallel, worker failed' or 'pure Python')."""
+    from numba import typeof, types
     from . import loop
-    from .indirect import sm_issue_address
+    from .indirect import WORKER_ROWS, entry_point, entry_table
     from .stateref import jit_disabled
     if jit_disabled():
-        return 0, "pure Python"
+        return entry_table(None), "pure Python"
     jobs = compile_jobs()
     state_type = typeof(ref)
-    sig = (state_type,) + tuple(typeof(a) for a in run_loop_args) + (typeof(0),)
+    entries_type = types.Array(types.int64, 1, "C")   # entry_table's addresses
+    sig = (state_type,) + tuple(typeof(a) for a in run_loop_args) + (entries_type,)
     if _cached(loop.run_loop, sig):
-        return sm_issue_address(state_type), "warm"
+        return entry_table(state_type), "warm"
     if jobs < 2:
-        return sm_issue_address(state_type), "serial"
+        return entry_table(state_type), "serial"
     with tempfile.TemporaryDirectory(prefix="moehub-precompile-") as tmp:
         type_path = os.path.join(tmp, "state_type.pickle")
         with open(type_path, "wb") as f:
@@ -84,6 +85,9 @@ def prepare_engine(ref, run_loop_args):
         try:
             c0 = time.process_time()
             loop.run_loop.compile(sig)
+            for row in range(len(entry_table(None))):   # the entry points left to this process
+                if row not in WORKER_ROWS:
+                    entry_point(state_type, row)
             own_cpu = time.process_time() - c0
             try:
                 code = worker.wait(timeout=WORKER_TIMEOUT_S)
@@ -95,20 +99,21 @@ def prepare_engine(ref, run_loop_args):
                 worker.wait()
         if os.environ.get("MOEHUB_PRECOMPILE_DEBUG"):
             with open(log_path) as f:
-                print(f"precompile: run loop {own_cpu:.1f} s CPU; worker exit {code}: "
+                print(f"precompile: run loop and own entry points {own_cpu:.1f} s CPU; worker exit {code}: "
                       + f.read().strip(), file=sys.stderr)
     how = "parallel" if code == 0 else "parallel, worker failed"
-    return sm_issue_address(state_type), how
+    return entry_table(state_type), how
 
 
 def _worker(type_path):
-    """The worker process: compile the SM issue entry point for the pickled State type."""
+    """The worker process: compile the entry points for the pickled State type."""
     import moehub_arch  # noqa: F401  (the cache folder, as in the parent: inherited or the same)
-    from .indirect import sm_issue_address
+    from .indirect import WORKER_ROWS, entry_point
     with open(type_path, "rb") as f:
         state_type = pickle.load(f)
     t0 = time.perf_counter()
-    sm_issue_address(state_type)
+    for row in WORKER_ROWS:
+        entry_point(state_type, row)
     print(f"precompile worker: {time.perf_counter() - t0:.1f} s wall, "
           f"{time.process_time():.1f} s CPU", file=sys.stderr)
 
