@@ -23,7 +23,7 @@ from .components.nvlink import settle_credits
 from .config import ConfigError, flat_params, locate
 from .engine import loop as engine_loop
 from .engine.events import grow_event_queue
-from .engine.precompile import prepare_engine
+from .engine.precompile import EngineCompile
 from .engine.stateref import state_ref
 from .components.trace import TRACE_COLUMNS
 from .engine.state import ERROR_TEXT, LN_DONE
@@ -106,12 +106,16 @@ class Simulation:
         from .composition import start_blocks
 
         t0 = time.perf_counter()
-        if self.restored_tick is None:
-            start_blocks(self.state)   # e.g. the scheduler's first launches
         # compile (or load from cache) the run loop and the handlers' entry points it calls (on a
         # cold cache in two processes, engine/precompile.py); timed separately from the run
-        ref = state_ref(self.state)
-        self._entries, self.cold_start = prepare_engine(ref, (0, 0, -1))
+        engine = EngineCompile(self.state, (0, 0, -1))
+        try:
+            if self.restored_tick is None:
+                start_blocks(self.state)   # e.g. the scheduler's first launches
+            ref = state_ref(self.state)
+            self._entries, self.cold_start = engine.finish()
+        finally:
+            engine.close()
         engine_loop.run_loop(ref, 0, 0, -1, self._entries)
         t1 = time.perf_counter()
         observers = list(observers) + self.default_observers()

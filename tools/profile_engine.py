@@ -146,7 +146,7 @@ def run_profiled(config, overrides, data, top):
     from moehub_arch.components.scheduler import schedule_initial_launches
     from moehub_arch.config import load_config
     from moehub_arch.engine import loop
-    from moehub_arch.engine.precompile import prepare_engine
+    from moehub_arch.engine.precompile import EngineCompile
     from moehub_arch.engine.stateref import state_ref
     from moehub_arch.simulation import Simulation
     sim = Simulation(load_config(config, overrides))
@@ -154,7 +154,7 @@ def run_profiled(config, overrides, data, top):
     t0 = time.perf_counter()
     ref = state_ref(sim.state)
     schedule_initial_launches(ref)   # sim.run() does it again only for a fresh state:
-    entries, _ = prepare_engine(ref, (0, 0, -1))
+    entries, _ = EngineCompile(sim.state, (0, 0, -1)).finish()
     loop.run_loop(ref, 0, 0, -1, entries)     # here it just forces the compile
     sim = Simulation(load_config(config, overrides))
     print(f"compiled in {time.perf_counter() - t0:.0f} s; profiling the run", file=sys.stderr)

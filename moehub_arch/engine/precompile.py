@@ -5,7 +5,7 @@ which changes the cache key, moehub_arch/__init__.py) spends about a minute comp
 functions one after the other (tools/profile_compile.py). About half of it is the SM's issue
 handler with its instruction interpreter and the MoE-Hub AAU, which the run loop calls through
 pointers (engine/indirect.py), so neither side needs the other compiled first. On a cold cache,
-`prepare_engine` starts one worker process that compiles those entry points into the same on-disk
+`EngineCompile` starts one worker process that compiles those entry points into the same on-disk
 cache while this process compiles the run loop; it then waits for the worker and loads the entry
 points from the cache. The compiled code is the same as a serial compile's (each function
 compiled from the same source for the same types), so results are too; only the wall time of the
@@ -56,53 +56,76 @@ def _cached(disp, sig):
         return False
 
 
-def prepare_engine(ref, run_loop_args):
-    """Compile (or load) what the run loop needs for State `ref` (a StateRef; run_loop_args: its
-    other arguments but the last) and return (the entry table, its last argument; how the cold
-    start went: 'warm', 'serial', 'parallel', 'parallel, worker failed' or 'pure Python')."""
-    from numba import typeof, types
-    from . import loop
-    from .indirect import WORKER_ROWS, entry_point, entry_table
-    from .stateref import jit_disabled
-    if jit_disabled():
-        return entry_table(None), "pure Python"
-    jobs = compile_jobs()
-    state_type = typeof(ref)
-    entries_type = types.Array(types.int64, 1, "C")   # entry_table's addresses
-    sig = (state_type,) + tuple(typeof(a) for a in run_loop_args) + (entries_type,)
-    if _cached(loop.run_loop, sig):
-        return entry_table(state_type), "warm"
-    if jobs < 2:
-        return entry_table(state_type), "serial"
-    with tempfile.TemporaryDirectory(prefix="moehub-precompile-") as tmp:
-        type_path = os.path.join(tmp, "state_type.pickle")
-        with open(type_path, "wb") as f:
-            pickle.dump(state_type, f)
-        log_path = os.path.join(tmp, "worker.log")
-        with open(log_path, "wb") as log:
-            worker = subprocess.Popen([sys.executable, "-m", __name__, type_path],
-                                      stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+class EngineCompile:
+    """The engine for one State layout, compiled or loaded: `EngineCompile(state, run_loop_args)`
+    starts the worker on a cold cache (before the run's set-up compiles its start hooks and the
+    State packer, so the worker's start-up overlaps them), `finish()` compiles the rest here, waits
+    and returns (the entry table, the run loop's last argument; how the cold start went: 'warm',
+    'serial', 'parallel', 'parallel, worker failed' or 'pure Python')."""
+
+    def __init__(self, state, run_loop_args):
+        from numba import typeof, types
+        from . import loop
+        from .stateref import jit_disabled, state_ref_type
+        self.worker = self.tmp = None
+        if jit_disabled():
+            self.how = "pure Python"
+            return
+        jobs = compile_jobs()
+        self.state_type = state_ref_type(state)
+        entries_type = types.Array(types.int64, 1, "C")   # entry_table's addresses
+        self.sig = (self.state_type,) + tuple(typeof(a) for a in run_loop_args) + (entries_type,)
+        if _cached(loop.run_loop, self.sig):
+            self.how = "warm"
+        elif jobs < 2:
+            self.how = "serial"
+        else:
+            self.how = "parallel"
+            self.tmp = tempfile.TemporaryDirectory(prefix="moehub-precompile-")
+            type_path = os.path.join(self.tmp.name, "state_type.pickle")
+            with open(type_path, "wb") as f:
+                pickle.dump(self.state_type, f)
+            self.log_path = os.path.join(self.tmp.name, "worker.log")
+            with open(self.log_path, "wb") as log:
+                self.worker = subprocess.Popen([sys.executable, "-m", __name__, type_path],
+                                               stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+
+    def finish(self):
+        from . import loop
+        from .indirect import WORKER_ROWS, entry_point, entry_table
+        if self.how == "pure Python":
+            return entry_table(None), self.how
+        if self.worker is None:
+            return entry_table(self.state_type), self.how
         try:
             c0 = time.process_time()
-            loop.run_loop.compile(sig)
+            loop.run_loop.compile(self.sig)
             for row in range(len(entry_table(None))):   # the entry points left to this process
                 if row not in WORKER_ROWS:
-                    entry_point(state_type, row)
+                    entry_point(self.state_type, row)
             own_cpu = time.process_time() - c0
             try:
-                code = worker.wait(timeout=WORKER_TIMEOUT_S)
+                code = self.worker.wait(timeout=WORKER_TIMEOUT_S)
             except subprocess.TimeoutExpired:
                 code = None
+            if os.environ.get("MOEHUB_PRECOMPILE_DEBUG"):
+                with open(self.log_path) as f:
+                    print(f"precompile: run loop and own entry points {own_cpu:.1f} s CPU; "
+                          f"worker exit {code}: " + f.read().strip(), file=sys.stderr)
         finally:
-            if worker.poll() is None:
-                worker.kill()
-                worker.wait()
-        if os.environ.get("MOEHUB_PRECOMPILE_DEBUG"):
-            with open(log_path) as f:
-                print(f"precompile: run loop and own entry points {own_cpu:.1f} s CPU; worker exit {code}: "
-                      + f.read().strip(), file=sys.stderr)
-    how = "parallel" if code == 0 else "parallel, worker failed"
-    return entry_table(state_type), how
+            self.close()
+        if code != 0:
+            self.how = "parallel, worker failed"
+        return entry_table(self.state_type), self.how
+
+    def close(self):
+        """Stop the worker if it still runs (the run failed before finish) and clean up."""
+        if self.worker is not None and self.worker.poll() is None:
+            self.worker.kill()
+            self.worker.wait()
+        if self.tmp is not None:
+            self.tmp.cleanup()
+            self.tmp = None
 
 
 def _worker(type_path):

@@ -139,11 +139,7 @@ def jit_disabled():
     return os.environ.get("NUMBA_DISABLE_JIT", "0") not in ("", "0")
 
 
-def state_ref(st):
-    """What compiled engine functions take as their State argument: a StateRef packing `st`
-    (the pure-Python engine: `st` itself). Pack again after replacing any array of `st`."""
-    if jit_disabled():
-        return st
+def _layout(st):
     tuple_type = typeof(st)
     layout = _LAYOUTS.get(tuple_type)
     if layout is None:
@@ -152,7 +148,20 @@ def state_ref(st):
         context = cpu_target.target_context
         size = context.get_abi_sizeof(context.get_value_type(ref_type).pointee)
         layout = _LAYOUTS[tuple_type] = (ref_type, size)
-    ref_type, size = layout
+    return layout
+
+
+def state_ref_type(st):
+    """The Numba type of `state_ref(st)`, without packing (nothing is compiled)."""
+    return _layout(st)[0]
+
+
+def state_ref(st):
+    """What compiled engine functions take as their State argument: a StateRef packing `st`
+    (the pure-Python engine: `st` itself). Pack again after replacing any array of `st`."""
+    if jit_disabled():
+        return st
+    ref_type, size = _layout(st)
     buffer = np.zeros(size, np.uint8)
     pack = _pack if type(st).__module__ == _ENGINE_STATE_MODULE else _pack_uncached
     pack(buffer.ctypes.data, st)
