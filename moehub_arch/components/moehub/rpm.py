@@ -202,7 +202,13 @@ BLOCK = Block(
                   "stream may have something to send: set when bytes or an end of stream are "
                   "accepted, cleared when the packetizer finds the stream empty (so it visits only "
                   "those, in round-robin order, instead of every GPU per packet)",
-                  lambda cfg: (cfg.system.num_gpus, words_for(cfg.system.num_gpus))),),
+                  lambda cfg: (cfg.system.num_gpus, words_for(cfg.system.num_gpus))),
+            Array("mrow_key", "per State.mrow entry (same index, scratch row included), "
+                  "row_key(aux, home) of its descriptor, kept in step with the ring (set when the "
+                  "descriptor is taken, moved with it by _schedule_insert): _open_row compares "
+                  "these contiguous words and reads a descriptor only where they match",
+                  lambda cfg: (cfg.system.num_gpus ** 2 * cfg.system.gpu.hub.moe.rpm.row_queue_depth
+                               + 1,)),),
     fields=fields(
         "stream",
         ("accepted", "stream bytes accepted (row headers + data), i.e. the stream's end offset"),
@@ -316,6 +322,7 @@ def _take_descriptor(st, g, s, slot, expert, src_addr, nbytes, home, aux, in_str
     p = st.p[0]
     sr = st.stream[s]
     row = st.mrow[s * p.rpm_ring + sr.head % p.rpm_ring]
+    st.mrow_key[s * p.rpm_ring + sr.head % p.rpm_ring] = row_key(aux, home)
     row.expert = expert
     row.src_addr = src_addr
     row.length = nbytes
@@ -370,19 +377,33 @@ def rpm_accept(st, g, slot, expert, src_addr, nbytes, home, aux, tick):
 
 
 @compiled
+def row_key(aux, home):
+    """State.mrow_key of a descriptor: any function of (aux, home) keeps _open_row exact, since a
+    matching key is only a candidate, checked on the descriptor itself (XOR: no overflow)."""
+    return aux ^ home
+
+
+@compiled
 def _open_row(st, s, rid, rowid):
     """Monotonic index of the descriptor of the first store of row `rowid` of allocation `rid` in
     stream s whose bytes have not all landed, or -1 (a row whose first store landed is found in
     the receiver's row table: rowtable.open_row_slot). Rows a forwarding hub put in the stream
-    (forward.py) are another GPU's: their ids and rows are not this GPU's."""
+    (forward.py) are another GPU's: their ids and rows are not this GPU's.
+    Every st.rowsp calls this, and a TB retrying on a full ring calls it at each try: a whole-row
+    store (the moehub dispatch's) finds nothing, after a walk of the whole ring. The walk reads
+    the descriptors' keys (State.mrow_key: 8 contiguous bytes each, not a descriptor record each)
+    and a descriptor only where its key matches: the same index as checking every descriptor."""
     p = st.p[0]
     sr = st.stream[s]
+    base = s * p.rpm_ring
+    key = row_key(rid, rowid)
     i = sr.head - 1
     while i >= sr.tail:
-        r = st.mrow[s * p.rpm_ring + i % p.rpm_ring]
-        if r.rowsp and r.joins == 0 and r.done == 0 and r.aux == rid and r.home == rowid \
-                and r.fwd_from < 0:
-            return i
+        if st.mrow_key[base + i % p.rpm_ring] == key:
+            r = st.mrow[base + i % p.rpm_ring]
+            if r.rowsp and r.joins == 0 and r.done == 0 and r.aux == rid and r.home == rowid \
+                    and r.fwd_from < 0:
+                return i
         i -= 1
     return -1
 
@@ -560,6 +581,9 @@ def _schedule_insert(st, g, s, n):
             st.mrow[scratch] = st.mrow[a]
             st.mrow[a] = st.mrow[b]
             st.mrow[b] = st.mrow[scratch]
+            key = st.mrow_key[a]          # each descriptor's key moves with it
+            st.mrow_key[a] = st.mrow_key[b]
+            st.mrow_key[b] = key
             k -= 1
     st.gpu[g].rpm_reordered += 1
 
