@@ -113,6 +113,12 @@ def _rpm(key, field, unit, doc, value=None):
                  f"config: system.gpu.hub.moe.rpm.{key}")
 
 
+def _tb_slots(cfg):
+    """Thread-block slots of the whole system (State.tb's length)."""
+    from ..scheduler import stream_slots_per_sm
+    return cfg.system.num_gpus * cfg.system.gpu.num_sms * stream_slots_per_sm(cfg)
+
+
 def _stream(st, s):
     G = int(st.p[0].num_gpus)
     return f"stream GPU {s // G} -> GPU {s % G}"
@@ -208,7 +214,12 @@ BLOCK = Block(
                   "descriptor is taken, moved with it by _schedule_insert): _open_row compares "
                   "these contiguous words and reads a descriptor only where they match",
                   lambda cfg: (cfg.system.num_gpus ** 2 * cfg.system.gpu.hub.moe.rpm.row_queue_depth
-                               + 1,)),),
+                               + 1,)),
+            Array("rpm_open_miss", "per TB slot, the last st.rowsp search of an open row that "
+                  "found none: [stream head then, stream, allocation id, row id] (-1: none); "
+                  "a retry of the same store skips the search while the stream's head is "
+                  "unchanged (_open_row_of_store)",
+                  lambda cfg: (_tb_slots(cfg), 4), fill=-1),),
     fields=fields(
         "stream",
         ("accepted", "stream bytes accepted (row headers + data), i.e. the stream's end offset"),
@@ -411,6 +422,25 @@ def _open_row(st, s, rid, rowid):
 
 
 @compiled
+def _open_row_of_store(st, slot, s, rid, rowid):
+    """_open_row for TB `slot`'s st.rowsp. A TB retries the same store while the ring is full
+    (on every row landing of its GPU); a search that found nothing stays true as long as no
+    descriptor entered the stream since (sr.head unchanged: meanwhile descriptors only leave the
+    ring or finish landing, and are reordered only as one enters), so such a retry skips it."""
+    miss = st.rpm_open_miss[slot]
+    head = st.stream[s].head
+    if miss[0] == head and miss[1] == s and miss[2] == rid and miss[3] == rowid:
+        return -1
+    lead = _open_row(st, s, rid, rowid)
+    if lead < 0:
+        miss[0] = head
+        miss[1] = s
+        miss[2] = rid
+        miss[3] = rowid
+    return lead
+
+
+@compiled
 def rpm_accept_rowsp(st, g, slot, rid, expert, size, rowid, offset, src_addr, nbytes, nop, tick):
     """st.rowsp[.nop]: take `nbytes` for row `rowid` of allocation `rid` (registered: expert, row
     size `size`) into the stream toward the expert's GPU (nop: a non-critical store). Returns 1
@@ -423,7 +453,7 @@ def rpm_accept_rowsp(st, g, slot, rid, expert, size, rowid, offset, src_addr, nb
     # (the receiver's row table counts its stores) or has no window slot yet (its first store's
     # descriptor, still in the ring, counts them)
     entry = open_row_slot(st, s, rid, rowid)
-    lead = -1 if entry >= 0 else _open_row(st, s, rid, rowid)
+    lead = -1 if entry >= 0 else _open_row_of_store(st, slot, s, rid, rowid)
     if entry >= 0 and st.aau_rows[entry, RS_STORED] + nbytes > size:
         return -1
     if lead >= 0 and st.mrow[s * p.rpm_ring + lead % p.rpm_ring].row_stored + nbytes > size:
