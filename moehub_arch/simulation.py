@@ -118,6 +118,7 @@ class Simulation:
             engine.close()
         engine_loop.run_loop(ref, 0, 0, -1, self._entries)
         t1 = time.perf_counter()
+        cpu1 = time.process_time()
         observers = list(observers) + self.default_observers()
         error = None
         status = None
@@ -130,6 +131,7 @@ class Simulation:
             error = e
         self.exact_tick = None
         host_seconds = time.perf_counter() - t1
+        host_cpu_seconds = time.process_time() - cpu1
         st = self.state
         if (error is not None or self.stopped) and self._reached > int(st.sys[0].q_now):
             # stopped at a requested pause: simulated time got there even if no event did
@@ -150,7 +152,8 @@ class Simulation:
                 f"{len(unfinished(self))} kernel launch(es) unfinished "
                 f"({', '.join(unfinished(self)[:8])}):\n" + diagnose(self, int(st.sys[0].q_now)),
                 exit_code=3)
-        self.stats = collect_stats(st, self.launches, self.program, host_seconds, t1 - t0)
+        self.stats = collect_stats(st, self.launches, self.program, host_seconds, t1 - t0,
+                                   host_cpu_seconds=host_cpu_seconds)
         if self.stopped and error is None:
             # only in a stopped run (a complete run's stats stay as they were): what is partial
             # and why, in the stat's description, for whoever reads stats.txt / stats.json later

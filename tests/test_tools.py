@@ -40,3 +40,25 @@ def test_case_figures_and_table(bench):
     assert "| alltoall | 2.00 | 8,000,000 | 4.00 | 20.0 | 500 | 300 | 2,000 |" in table
     assert "not measured (--cold)" in table
     assert "- alltoall events per packet by kind: sm_issue 15.00, ch_tx 5.00" in table
+
+
+def test_sweep_line_reports_wall_and_cpu_exponents(bench):
+    out = {"suite": "quick", "overrides": [], "cold_compile_s": None, "events_per_s": None,
+           "machine": {"cpu": "x", "cores": 2, "python": "3", "numba": "0"}, "cases": {},
+           "sweeps": {"tokens": {"key": "workload.layer.tokens_per_gpu", "points": [128, 256],
+                                 "wall_s": [1.0, 2.5], "cpu_s": [0.9, 1.8], "events": [10, 20],
+                                 "exponent": 1.322, "cpu_exponent": 1.0, "events_exponent": 1.0}}}
+    assert ("- tokens sweep (workload.layer.tokens_per_gpu; 128: 1.00 s, 256: 2.50 s): "
+            "wall ~ x^1.32, CPU seconds ~ x^1.00, events ~ x^1.00") in bench.render(out)
+
+
+def test_a_run_reports_its_cpu_seconds_as_a_host_stat():
+    """hostCpuSeconds (what the sweeps fit): the run loop's process CPU time, a host-side stat
+    (so left out of every model-stat comparison and golden fingerprint)."""
+    import moehub_arch as mh
+    from conftest import mini_system
+    r = mh.run("configs/ubench/p2p_latency.yaml",
+               mini_system(num_gpus=2, num_sms=2, links=2) + ["workload.launches.0.params.iters=3"])
+    names = [s.name for s in r.stats]
+    assert "hostCpuSeconds" in names and names.index("hostCpuSeconds") > names.index("hostSeconds")
+    assert 0.0 <= r["hostCpuSeconds"] < 60.0

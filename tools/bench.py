@@ -17,7 +17,9 @@ peak memory and slowdown (wall seconds per simulated second).
 The cold compile is measured once, on a fresh Numba cache folder: every case runs the same compiled
 engine (one compiled version per argument type), so it is the cold start of any of them. The engine
 ratio runs one small all-to-all under both engines and checks their model stats are identical.
-The sweeps fit wall = a * x^b by least squares on log-log points and report the exponent b.
+The sweeps fit wall = a * x^b by least squares on log-log points and report the exponent b, and
+the same fit of the run loop's CPU seconds (stats hostCpuSeconds: on a machine shared with other
+jobs wall time grows with whatever else runs during the longer points; CPU time far less).
 
 The cases alltoall and the DeepSeek-V3 layers run again with packet trains (--train K, default 4;
 run.packet_train, a fast path that changes the model): the difference in simulated time is the
@@ -265,15 +267,18 @@ def main():
     out["events_per_s"] = round(events / seconds) if seconds else None
     out["sweeps"] = {}
     for name, (config, key, points, over) in sweeps.items():
-        walls, events = [], []
+        walls, cpus, events = [], [], []
         for x in points:
             log(f"bench: sweep {name}: {key}={x} ...")
             stats, peak, _ = run_once(config, over + [f"{key}={x}"] + extra)
             walls.append(stats["hostSeconds"])
+            cpus.append(stats["hostCpuSeconds"])
             events.append(int(stats["simEvents"]))
         out["sweeps"][name] = {"config": config, "key": key, "points": points,
-                               "wall_s": [round(w, 3) for w in walls], "events": events,
+                               "wall_s": [round(w, 3) for w in walls],
+                               "cpu_s": [round(c, 3) for c in cpus], "events": events,
                                "exponent": round(fit_exponent(points, walls), 3),
+                               "cpu_exponent": round(fit_exponent(points, cpus), 3),
                                "events_exponent": round(fit_exponent(points, events), 3)}
     # the whole suite, start-ups and compiles included (the quick suite is meant to take < 3 min)
     out["suite_wall_s"] = round(time.perf_counter() - suite_t0, 1)
@@ -327,7 +332,8 @@ def render(out):
                      f"{t['speedup']:.1f}x faster")
     for name, s in out["sweeps"].items():
         pts = ", ".join(f"{x}: {w:.2f} s" for x, w in zip(s["points"], s["wall_s"]))
-        lines.append(f"- {name} sweep ({s['key']}; {pts}): wall ~ x^{s['exponent']:.2f}, "
+        cpu = "" if s.get("cpu_exponent") is None else f"CPU seconds ~ x^{s['cpu_exponent']:.2f}, "
+        lines.append(f"- {name} sweep ({s['key']}; {pts}): wall ~ x^{s['exponent']:.2f}, {cpu}"
                      f"events ~ x^{s['events_exponent']:.2f}")
     return "\n".join(lines)
 

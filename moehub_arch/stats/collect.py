@@ -13,9 +13,11 @@ from ..engine.state import LN_DONE
 from .registry import StatsSet
 
 
-def collect_stats(st, launches, program, host_seconds, compile_seconds, sim_ticks=None):
+def collect_stats(st, launches, program, host_seconds, compile_seconds, sim_ticks=None,
+                  host_cpu_seconds=None):
     """All stats of a finished run, in dump order (root stats first); `sim_ticks`: the time of a
-    periodic dump during the run (default: the tick of the last event)."""
+    periodic dump during the run (default: the tick of the last event); `host_cpu_seconds`: the
+    process's CPU time over the run loop (a finished run's; None leaves the stat out)."""
     out = StatsSet()
     sim_ticks = int(st.sys[0].q_now) if sim_ticks is None else int(sim_ticks)
     events = int(st.sys[0].q_events)
@@ -29,6 +31,11 @@ def collect_stats(st, launches, program, host_seconds, compile_seconds, sim_tick
             "1 if every kernel launch finished; 0 if the run stopped before (a limit, a deadlock, "
             "the watchdog, a runtime error)")
     out.add("hostSeconds", host_seconds, "s", "wall-clock time of the run loop (compile excluded)")
+    if host_cpu_seconds is not None:
+        # on a shared machine wall time measures the load as much as the engine; the process's own
+        # CPU time (user + system) over the same span is what tools/bench.py's sweeps fit
+        out.add("hostCpuSeconds", host_cpu_seconds, "s",
+                "CPU time (user + system) of the process during the run loop (compile excluded)")
     out.add("hostCompileSeconds", compile_seconds, "s", "wall-clock time to load or compile the engine")
     out.add("hostInstRate", insts / host_seconds if host_seconds > 0 else 0.0, "instructions/s",
             "simulated instructions per host second")

@@ -113,6 +113,12 @@ def _rpm(key, field, unit, doc, value=None):
                  f"config: system.gpu.hub.moe.rpm.{key}")
 
 
+def _tb_slots(cfg):
+    """Thread-block slots of the whole system (State.tb's length)."""
+    from ..scheduler import stream_slots_per_sm
+    return cfg.system.num_gpus * cfg.system.gpu.num_sms * stream_slots_per_sm(cfg)
+
+
 def _stream(st, s):
     G = int(st.p[0].num_gpus)
     return f"stream GPU {s // G} -> GPU {s % G}"
@@ -202,7 +208,18 @@ BLOCK = Block(
                   "stream may have something to send: set when bytes or an end of stream are "
                   "accepted, cleared when the packetizer finds the stream empty (so it visits only "
                   "those, in round-robin order, instead of every GPU per packet)",
-                  lambda cfg: (cfg.system.num_gpus, words_for(cfg.system.num_gpus))),),
+                  lambda cfg: (cfg.system.num_gpus, words_for(cfg.system.num_gpus))),
+            Array("mrow_key", "per State.mrow entry (same index, scratch row included), "
+                  "row_key(aux, home) of its descriptor, kept in step with the ring (set when the "
+                  "descriptor is taken, moved with it by _schedule_insert): _open_row compares "
+                  "these contiguous words and reads a descriptor only where they match",
+                  lambda cfg: (cfg.system.num_gpus ** 2 * cfg.system.gpu.hub.moe.rpm.row_queue_depth
+                               + 1,)),
+            Array("rpm_open_miss", "per TB slot, the last st.rowsp search of an open row that "
+                  "found none: [stream head then, stream, allocation id, row id] (-1: none); "
+                  "a retry of the same store skips the search while the stream's head is "
+                  "unchanged (_open_row_of_store)",
+                  lambda cfg: (_tb_slots(cfg), 4), fill=-1),),
     fields=fields(
         "stream",
         ("accepted", "stream bytes accepted (row headers + data), i.e. the stream's end offset"),
@@ -316,6 +333,7 @@ def _take_descriptor(st, g, s, slot, expert, src_addr, nbytes, home, aux, in_str
     p = st.p[0]
     sr = st.stream[s]
     row = st.mrow[s * p.rpm_ring + sr.head % p.rpm_ring]
+    st.mrow_key[s * p.rpm_ring + sr.head % p.rpm_ring] = row_key(aux, home)
     row.expert = expert
     row.src_addr = src_addr
     row.length = nbytes
@@ -370,21 +388,56 @@ def rpm_accept(st, g, slot, expert, src_addr, nbytes, home, aux, tick):
 
 
 @compiled
+def row_key(aux, home):
+    """State.mrow_key of a descriptor: any function of (aux, home) keeps _open_row exact, since a
+    matching key is only a candidate, checked on the descriptor itself (XOR: no overflow)."""
+    return aux ^ home
+
+
+@compiled
 def _open_row(st, s, rid, rowid):
     """Monotonic index of the descriptor of the first store of row `rowid` of allocation `rid` in
     stream s whose bytes have not all landed, or -1 (a row whose first store landed is found in
     the receiver's row table: rowtable.open_row_slot). Rows a forwarding hub put in the stream
-    (forward.py) are another GPU's: their ids and rows are not this GPU's."""
+    (forward.py) are another GPU's: their ids and rows are not this GPU's.
+    Every st.rowsp calls this, and a TB retrying on a full ring calls it at each try: a whole-row
+    store (the moehub dispatch's) finds nothing, after a walk of the whole ring. The walk reads
+    the descriptors' keys (State.mrow_key: 8 contiguous bytes each, not a descriptor record each)
+    and a descriptor only where its key matches, stepping the ring position down instead of a
+    division per entry: the same index as checking every descriptor, newest first."""
     p = st.p[0]
     sr = st.stream[s]
-    i = sr.head - 1
-    while i >= sr.tail:
-        r = st.mrow[s * p.rpm_ring + i % p.rpm_ring]
-        if r.rowsp and r.joins == 0 and r.done == 0 and r.aux == rid and r.home == rowid \
-                and r.fwd_from < 0:
-            return i
-        i -= 1
+    R = p.rpm_ring
+    base = s * R
+    key = row_key(rid, rowid)
+    j = (sr.head - 1) % R           # ring position of descriptor sr.head - 1 - back
+    for back in range(sr.head - sr.tail):
+        if st.mrow_key[base + j] == key:
+            r = st.mrow[base + j]
+            if r.rowsp and r.joins == 0 and r.done == 0 and r.aux == rid and r.home == rowid \
+                    and r.fwd_from < 0:
+                return sr.head - 1 - back
+        j = j - 1 if j > 0 else R - 1
     return -1
+
+
+@compiled
+def _open_row_of_store(st, slot, s, rid, rowid):
+    """_open_row for TB `slot`'s st.rowsp. A TB retries the same store while the ring is full
+    (on every row landing of its GPU); a search that found nothing stays true as long as no
+    descriptor entered the stream since (sr.head unchanged: meanwhile descriptors only leave the
+    ring or finish landing, and are reordered only as one enters), so such a retry skips it."""
+    miss = st.rpm_open_miss[slot]
+    head = st.stream[s].head
+    if miss[0] == head and miss[1] == s and miss[2] == rid and miss[3] == rowid:
+        return -1
+    lead = _open_row(st, s, rid, rowid)
+    if lead < 0:
+        miss[0] = head
+        miss[1] = s
+        miss[2] = rid
+        miss[3] = rowid
+    return lead
 
 
 @compiled
@@ -400,7 +453,7 @@ def rpm_accept_rowsp(st, g, slot, rid, expert, size, rowid, offset, src_addr, nb
     # (the receiver's row table counts its stores) or has no window slot yet (its first store's
     # descriptor, still in the ring, counts them)
     entry = open_row_slot(st, s, rid, rowid)
-    lead = -1 if entry >= 0 else _open_row(st, s, rid, rowid)
+    lead = -1 if entry >= 0 else _open_row_of_store(st, slot, s, rid, rowid)
     if entry >= 0 and st.aau_rows[entry, RS_STORED] + nbytes > size:
         return -1
     if lead >= 0 and st.mrow[s * p.rpm_ring + lead % p.rpm_ring].row_stored + nbytes > size:
@@ -560,6 +613,9 @@ def _schedule_insert(st, g, s, n):
             st.mrow[scratch] = st.mrow[a]
             st.mrow[a] = st.mrow[b]
             st.mrow[b] = st.mrow[scratch]
+            key = st.mrow_key[a]          # each descriptor's key moves with it
+            st.mrow_key[a] = st.mrow_key[b]
+            st.mrow_key[b] = key
             k -= 1
     st.gpu[g].rpm_reordered += 1
 
