@@ -30,6 +30,7 @@ from .stateref import jit_disabled
 # the table's rows: (handler, number of int64 arguments after the State); compiled in this order
 ENTRY_AAU_RECEIVE, ENTRY_AAU_RETRY, ENTRY_SM_ISSUE = range(3)
 _HANDLERS = ((aau_receive, 4), (aau_retry, 2), (sm_issue, 2))
+ENTRY_ROWS = len(_HANDLERS)
 
 # the rows a second compile process builds on a cold cache (engine/precompile.py): the SM's tree
 # (about as much compile work as the run loop's); this process compiles the AAU's two after the run
@@ -55,7 +56,7 @@ def entry_table(state_type):
     under NUMBA_DISABLE_JIT (or for state_type None) the handlers themselves."""
     if jit_disabled() or state_type is None:
         return tuple(handler for handler, _ in _HANDLERS)
-    return np.array([entry_point(state_type, row).address for row in range(len(_HANDLERS))],
+    return np.array([entry_point(state_type, row).address for row in range(ENTRY_ROWS)],
                     np.int64)
 
 

@@ -93,7 +93,7 @@ class EngineCompile:
 
     def finish(self):
         from . import loop
-        from .indirect import WORKER_ROWS, entry_point, entry_table
+        from .indirect import ENTRY_ROWS, WORKER_ROWS, entry_point, entry_table
         if self.how == "pure Python":
             return entry_table(None), self.how
         if self.worker is None:
@@ -101,7 +101,7 @@ class EngineCompile:
         try:
             c0 = time.process_time()
             loop.run_loop.compile(self.sig)
-            for row in range(len(entry_table(None))):   # the entry points left to this process
+            for row in range(ENTRY_ROWS):   # the entry points left to this process
                 if row not in WORKER_ROWS:
                     entry_point(self.state_type, row)
             own_cpu = time.process_time() - c0
