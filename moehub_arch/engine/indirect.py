@@ -25,6 +25,7 @@ from numba.core.extending import intrinsic
 
 from ..components.moehub.aau import aau_receive, aau_retry
 from ..components.sm import sm_issue
+from .optimise_once import entry_compile
 from .stateref import jit_disabled
 
 # the table's rows: (handler, number of int64 arguments after the State); compiled in this order
@@ -46,8 +47,10 @@ def entry_point(state_type, row):
     entry = _ENTRIES.get((state_type, row))
     if entry is None:
         handler, arity = _HANDLERS[row]
-        entry = _ENTRIES[state_type, row] = cfunc(
-            types.void(state_type, *(types.int64,) * arity), cache=True, _nrt=False)(handler.py_func)
+        with entry_compile():   # the outermost module: its callees are compiled for it
+            entry = _ENTRIES[state_type, row] = cfunc(
+                types.void(state_type, *(types.int64,) * arity), cache=True,
+                _nrt=False)(handler.py_func)
     return entry
 
 

@@ -15,8 +15,15 @@ Rules that follow from running without NRT (Numba enforces the first two when it
 - views must not outlive the State arrays they point into (they never leave the run loop).
 
 Both decorators are plain functions when NUMBA_DISABLE_JIT=1 (the pure-Python reference engine).
+
+Importing this module (every block does) also installs engine/optimise_once.py: LLVM's full module
+optimisation runs once per call tree, on the module that runs it, not again for every caller.
 """
 from numba import njit, types
+
+from . import optimise_once
+
+optimise_once.install()
 
 _compiled = njit(cache=True, _nrt=False)
 
