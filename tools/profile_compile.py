@@ -74,6 +74,8 @@ def _short(qualname, module):
 def _install(tl):
     """Hook Numba's events and code-library stages into the timeline."""
     from numba.core import caching, codegen, event
+    from moehub_arch.engine import optimise_once
+    optimise_once.install()   # first, so the module-optimisation timer below wraps both its paths
 
     class CompileListener(event.Listener):
         def on_start(self, ev):
