@@ -31,7 +31,7 @@ live in a pool of entries (State.timer_entry: tick, seq, timer, next) with a fre
 Why a wheel: it replaced a tournament tree over the timers (a walk from a leaf to the root at
 every set and every take: 29% of the run loop's time on a DeepSeek-V3 layer, and growing with the
 GPU count, as the tree deepens). Most timers are set a short, bounded distance ahead (a quarter
-for the tick being processed, most of the rest 256 ps to 32 ns: link serialisation, SM cycles),
+for the tick being processed, most of the rest 128 ps to 32 ns: link serialisation, SM cycles),
 so a set is a few stores, a take pops a list head, and an entry is moved down about once on its
 way to level 0: half the tree's time on recorded traces of the timer operations, and flat in the
 GPU count (README, Performance). Clearing or setting a timer again does not look for its old
