@@ -166,87 +166,105 @@ def test_packet_train_longer_than_the_receive_buffer_is_an_input_error():
         load("ubench/alltoall.yaml", "run.packet_train=64")
 
 
-def test_timer_tree_root_is_the_earliest_armed_timer_after_any_sets_and_clears(monkeypatch):
-    """The tournament tree keeps a copy of each winner's (tick, seq) in its nodes (engine.events):
-    after every set or clear its root must be the armed timer with the smallest (tick, seq), as a
-    scan of State.timer finds it, and every node must carry its winner's current key. Runs the
-    Python functions (no compile); the run loop uses the same code compiled."""
+def _python_wheel(monkeypatch, count, pool=None):
+    """The timers' wheel (engine.events) as Python functions on a State-like namespace (no
+    compile; the run loop uses the same code compiled), optionally with a smaller entry pool."""
     from types import SimpleNamespace
+    from moehub_arch.engine import bitset
     from moehub_arch.engine import events as ev
-    monkeypatch.setattr(ev, "_timer_update", ev._timer_update.py_func)
-    set_, clear = ev.timer_set.py_func, ev.timer_clear.py_func
-    timer, tree = ev.new_timers(37)
-    # q_now -1: no timer is set for the current tick (the FIFO's test is below)
-    sy = np.zeros(1, [("q_next_seq", np.int64), ("q_now", np.int64), ("tn_head", np.int64),
-                      ("tn_count", np.int64)]).view(np.recarray)
-    sy[0].q_now = -1
-    st = SimpleNamespace(sys=sy, timer=timer, timer_tree=tree, timer_now=np.zeros((74, 2), np.int64))
-    rng = np.random.default_rng(23)
-    leaves = timer.shape[0]
-    for step in range(3000):
-        i = int(rng.integers(37))
-        if rng.random() < 0.3:
-            clear(st, i)
-        else:
-            set_(st, i, int(rng.integers(50)))    # few distinct ticks: ties broken by seq
-        armed = [(int(timer[k, 0]), int(timer[k, 1]), k) for k in range(leaves)
-                 if timer[k, 0] != ev.TIMER_OFF]
-        root = tree[1]
-        if armed:
-            tick, seq, k = min(armed)
-            assert (root[ev.TT_INDEX], root[ev.TT_TICK], root[ev.TT_SEQ]) == (k, tick, seq), step
-        else:
-            assert root[ev.TT_TICK] == ev.TIMER_OFF
-        w = tree[1:, ev.TT_INDEX]
-        assert np.array_equal(tree[1:, ev.TT_TICK], timer[w, ev.TM_TICK]), step
-        on = tree[1:, ev.TT_TICK] != ev.TIMER_OFF   # (a disarmed leaf's sequence is 0)
-        assert np.array_equal(tree[1:, ev.TT_SEQ][on], timer[w, ev.TM_SEQ][on]), step
+    for name in ("_wheel_level", "_wheel_place", "_entry_live", "_entry_free", "_wheel_collect",
+                 "_lowest_bit"):
+        monkeypatch.setattr(ev, name, getattr(ev, name).py_func)
+    monkeypatch.setattr(bitset, "_lowest_bit", bitset._lowest_bit.py_func)
+    timer, entry, slot, level = ev.new_timers(count)
+    if pool is not None:
+        entry = entry[:pool].copy()
+        entry[-1, ev.TE_NEXT] = -1
+    sy = np.zeros(1, [("q_next_seq", np.int64), ("tw_base", np.int64),
+                      ("tw_free", np.int64)]).view(np.recarray)
+    st = SimpleNamespace(sys=sy, timer=timer, timer_entry=entry, timer_slot=slot,
+                         timer_level=level)
+    return ev, st
 
 
-def test_the_earliest_timer_is_the_fifo_head_or_the_tree_root_after_any_sets_and_clears(monkeypatch):
-    """Timers set for the current tick wait in a FIFO instead of the tree (engine.events): after
-    every set, clear or take, the earlier by (tick, seq) of the FIFO's head (entries of timers
-    cleared or set again dropped) and the tree's root - what the run loop takes - must be the armed
-    timer with the smallest (tick, seq), as a scan of State.timer finds it. The current tick
-    advances as the loop's would: to the tick of the timer taken. Python functions, no compile."""
-    from types import SimpleNamespace
-    from moehub_arch.engine import events as ev
-    monkeypatch.setattr(ev, "_timer_update", ev._timer_update.py_func)
-    set_, clear = ev.timer_set.py_func, ev.timer_clear.py_func
-    head, take = ev.timer_now_head.py_func, ev.timer_now_take.py_func
+@pytest.mark.parametrize("pool", [None, 40])
+def test_the_timer_wheel_gives_the_earliest_timer_after_any_sets_clears_and_takes(monkeypatch, pool):
+    """After every set, clear or take, timer_peek must return the armed timer with the smallest
+    (tick, seq), as a scan of State.timer finds it - or -1 exactly when none is armed at or before
+    the tick it is given (the heap's top). Ticks are set at the current tick (a quarter), a few
+    ticks ahead (ties broken by seq), across the wheel's levels and far ahead (above 2**52, where
+    the level is computed from a shifted value); the current tick advances to the tick of the
+    timer taken, or to a "heap event" at or before the earliest timer. With a pool of 40 entries
+    for 37 timers the wheel drops its stale entries many times over (_wheel_collect)."""
     n = 37
-    timer, tree = ev.new_timers(n)
-    sy = np.zeros(1, [("q_next_seq", np.int64), ("q_now", np.int64), ("tn_head", np.int64),
-                      ("tn_count", np.int64)]).view(np.recarray)
-    st = SimpleNamespace(sys=sy, timer=timer, timer_tree=tree,
-                         timer_now=np.zeros((2 * n, 2), np.int64))
-    rng = np.random.default_rng(29)
-    leaves = timer.shape[0]
-    through_fifo = 0
-    for step in range(4000):
-        now = int(sy[0].q_now)
+    ev, st = _python_wheel(monkeypatch, n, pool)
+    set_, clear = ev.timer_set.py_func, ev.timer_clear.py_func
+    peek, take = ev.timer_peek.py_func, ev.timer_take.py_func
+    rng = np.random.default_rng(23)
+    now = 0
+    taken = 0
+    for step in range(8000):
         i = int(rng.integers(n))
         r = rng.random()
-        if r < 0.2:
+        if r < 0.1:
             clear(st, i)
-        elif r < 0.5:
-            through_fifo += int(sy[0].tn_count < st.timer_now.shape[0])
-            set_(st, i, now)                             # for the tick being processed
-        elif r < 0.8:
-            set_(st, i, now + int(rng.integers(1, 6)))    # later: few distinct ticks, ties by seq
-        armed = [(int(timer[k, 0]), int(timer[k, 1]), k) for k in range(leaves)
-                 if timer[k, 0] != ev.TIMER_OFF]
-        f = head(st)
-        cands = [] if f < 0 else [(int(timer[f, 0]), int(timer[f, 1]), f)]
-        if tree[1, ev.TT_TICK] != ev.TIMER_OFF:
-            cands.append((int(tree[1, ev.TT_TICK]), int(tree[1, ev.TT_SEQ]), int(tree[1, ev.TT_INDEX])))
-        assert (min(cands) if cands else None) == (min(armed) if armed else None), step
-        if cands and r >= 0.8:                      # the loop takes the earliest
-            tick, _, k = min(cands)
-            if f >= 0 and k == f:
-                take(st)
-            else:
-                clear(st, k)
-            assert tick >= now
-            sy[0].q_now = tick
-    assert through_fifo > 500
+        elif r < 0.35:
+            set_(st, i, now)
+        elif r < 0.55:
+            set_(st, i, now + int(rng.integers(0, 4)))
+        elif r < 0.65:
+            set_(st, i, now + int(2 ** rng.uniform(0, 40)))
+        elif r < 0.67:
+            set_(st, i, now + 2 ** 53 + int(rng.integers(0, 2 ** 40)))
+        armed = sorted((int(st.timer[k, 0]), int(st.timer[k, 1]), k) for k in range(n)
+                       if st.timer[k, 0] != ev.TIMER_OFF)
+        if r < 0.67:
+            pass
+        elif r < 0.85:   # the next event is a timer (or none): the wheel's head is the earliest
+            e = peek(st, ev.TIMER_OFF)
+            got = None if e < 0 else (int(st.timer_entry[e, ev.TE_TICK]),
+                                      int(st.timer_entry[e, ev.TE_SEQ]),
+                                      int(st.timer_entry[e, ev.TE_TIMER]))
+            assert got == (armed[0] if armed else None), step
+            if armed:
+                assert take(st, e) == armed[0][2]
+                now = armed[0][0]
+                taken += 1
+        else:          # a heap event at `before`: is a timer due by then?
+            before = now + int(rng.integers(0, 2 ** int(rng.integers(1, 20))))
+            if armed:
+                before = min(before, armed[0][0] + 1)
+            e = peek(st, before)
+            due = [a for a in armed if a[0] <= before]
+            assert (e >= 0) == bool(due), step
+            if e >= 0:
+                assert int(st.timer_entry[e, ev.TE_TIMER]) == due[0][2], step
+            now = min(before, armed[0][0]) if armed else before
+        assert st.sys[0].tw_base <= now
+    assert taken > 1000
+    # every entry is free or in a slot's list, once
+    ent = st.timer_entry
+    seen = []
+    e = int(st.sys[0].tw_free)
+    while e >= 0:
+        seen.append(e)
+        e = int(ent[e, ev.TE_NEXT])
+    for lv in range(ev.WHEEL_LEVELS):
+        for s in range(ev.WHEEL_SLOTS):
+            e = int(st.timer_slot[lv, s, ev.TS_HEAD])
+            assert (e >= 0) == bool(st.timer_level[lv] >> s & 1)
+            while e >= 0:
+                seen.append(e)
+                e = int(ent[e, ev.TE_NEXT])
+    assert sorted(seen) == list(range(ent.shape[0]))
+
+
+def test_wheel_levels_of_tick_differences():
+    """The level of a tick is its highest differing 5-bit digit, also above 2**52 (where a float
+    no longer holds every integer) and up to the largest tick below TIMER_OFF."""
+    from moehub_arch.engine import events as ev
+    for x in [0, 1, 31, 32, 1023, 1024, 2 ** 52 - 1, 2 ** 52, 2 ** 53 - 1, 2 ** 53 + 1,
+              2 ** 60 + 12345, ev.TIMER_OFF - 1]:
+        want = 0 if x == 0 else (x.bit_length() - 1) // ev.WHEEL_BITS
+        assert ev._wheel_level.py_func(np.int64(x)) == want, x
+        assert want < ev.WHEEL_LEVELS

@@ -7,7 +7,7 @@ BITS_PER_WORD bits: 32 of the 64, so that no operation touches the sign bit (the
 engine runs this on NumPy int64 scalars, where a shift into the sign bit or negating the most
 negative value would warn about overflow).
 """
-import math
+import numpy as np
 
 from .jit import compiled
 
@@ -33,8 +33,9 @@ def bit_clear(row, i):
 
 @compiled
 def _lowest_bit(x):
-    """Index of the lowest set bit of a non-zero word (frexp of a power of two is exact)."""
-    return math.frexp(float(x & -x))[1] - 1
+    """Index of the lowest set bit of a non-zero word: the exponent of the power of two x & -x,
+    read from its float64 bits (exact; no call to libm's frexp)."""
+    return (np.float64(x & -x).view(np.int64) >> 52) - 1023
 
 
 @compiled

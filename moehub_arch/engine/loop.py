@@ -23,8 +23,7 @@ from ..components.occupancy import EV_OCCUPANCY_SAMPLE, occupancy_sample
 from ..components.cais_merge import EV_CAIS_TIMEOUT, cais_timeout
 from ..components.packet import PK_MOE, PK_MOE_EOS
 from ..components.switch import EV_XBAR, switch_crossbar, switch_receive
-from .events import (Q_SEQ, Q_TICK, TIMER_OFF, TM_SEQ, TM_TICK, TT_INDEX, TT_SEQ, TT_TICK, pop,
-                     timer_clear, timer_now_head, timer_now_take)
+from .events import Q_SEQ, Q_TICK, TE_SEQ, TE_TICK, TIMER_OFF, pop, timer_peek, timer_take
 
 STATUS_EMPTY = 0      # no events left (heap empty, no timer armed)
 STATUS_BATCH = 1      # max_events processed; call again
@@ -44,28 +43,19 @@ def run_loop(st, max_events, headroom, tick_limit, entries):
     cap = st.q.shape[0]
     n = 0
     while n < max_events:
-        # the earliest of the heap's top event and the earliest component timer, by (tick, seq):
-        # the timers set for the current tick (a FIFO, engine/events.py) and the tree's root
-        ti = st.timer_tree[1, TT_INDEX]
-        tt = st.timer_tree[1, TT_TICK]
-        now_timer = timer_now_head(st)
-        if now_timer >= 0 and (tt == TIMER_OFF or st.timer[now_timer, TM_TICK] < tt or (
-                st.timer[now_timer, TM_TICK] == tt
-                and st.timer[now_timer, TM_SEQ] < st.timer_tree[1, TT_SEQ])):
-            ti = now_timer
-            tt = st.timer[now_timer, TM_TICK]
-            tseq = st.timer[now_timer, TM_SEQ]
-        else:
-            now_timer = -1
-            tseq = st.timer_tree[1, TT_SEQ]
-        use_timer = tt != TIMER_OFF
-        if sy.q_size > 0:
-            qt = st.q[0, Q_TICK]
-            if use_timer and (qt < tt or (qt == tt and st.q[0, Q_SEQ] < tseq)):
+        # the earlier by (tick, seq) of the heap's top event and the earliest component timer
+        # (the head of the timers' wheel, engine/events.py; -1 if none is due by the heap's top)
+        qt = st.q[0, Q_TICK] if sy.q_size > 0 else TIMER_OFF
+        entry = timer_peek(st, qt)
+        use_timer = entry >= 0
+        if use_timer:
+            tick = st.timer_entry[entry, TE_TICK]
+            if sy.q_size > 0 and (qt < tick or (
+                    qt == tick and st.q[0, Q_SEQ] < st.timer_entry[entry, TE_SEQ])):
                 use_timer = False
-            tick = tt if use_timer else qt
-        elif use_timer:
-            tick = tt
+                tick = qt
+        elif sy.q_size > 0:
+            tick = qt
         else:
             return STATUS_EMPTY
         if sy.q_size + headroom > cap:
@@ -74,10 +64,7 @@ def run_loop(st, max_events, headroom, tick_limit, entries):
             return STATUS_TICK_LIMIT
         if use_timer:
             # the handler re-arms it if the block has more to do
-            if now_timer >= 0:
-                timer_now_take(st)
-            else:
-                timer_clear(st, ti)
+            ti = timer_take(st, entry)
             a1 = 0
             if ti < p.tm_ch_tx:
                 kind, a0 = EV_SM_ISSUE, ti

@@ -56,8 +56,9 @@ STATE_FIELDS = tuple([
     "sys",          # [1] SYSTEM
     "q",            # [capacity, 5] event heap (engine.events)
     "ev_count",     # [event kinds] events processed per kind (engine.events.EVENT_NAMES)
-    "timer", "timer_tree",  # [leaves, 2] component timers (tick, seq); [2 * leaves, 3] their
-                            # tournament tree (winner, its tick, its seq; engine.events TT_*)
+    "timer",        # [timers, 2] component timers (tick, seq; engine.events TM_*)
+    "timer_entry", "timer_slot", "timer_level",  # their timing wheel (engine.events): a pool of
+                    # entries (TE_*), the lists of every level's slots (TS_*), occupancy masks
     "code",         # [instructions, ROW_WIDTH] assembled program
     "code_issued",  # [instructions] times each instruction was issued (tools/profile_issue.py;
                     # not a stat: it stays out of the golden fingerprints)
