@@ -231,6 +231,12 @@ BLOCK = Block(
         ("recv", "receiver side: bytes processed"), ("total", "receiver side: final size"),
         ("eos_seen", "receiver side: EOS arrived"), ("done", "receiver side: finished"),
         ("allocs", "receiver side: rows of the stream given a window slot (parked packets' stamp)"),
+        ("sent_row", "sender side: monotonic index of the descriptor holding the next unsent "
+                     "byte (row_at(sent)), kept by sent_row() from where it last was, so the "
+                     "packetizer finds it in a step or two instead of a binary search of the ring"),
+        ("rowsp_end", "sender side: 1 + the highest monotonic ring index an st.rowsp descriptor "
+                      "may hold (0: none since the stream began); an upper bound, raised by "
+                      "mark_rowsp and _schedule_insert, where _coalesce_end's walk stops"),
         init={"oldest": -1})
     + fields("mrow", ("expert", ""), ("src_addr", ""), ("length", ""), ("home", ""), ("aux", ""),
              ("start", "stream offset of the row"), ("alloc", "window slot (receiver)"),
@@ -369,6 +375,16 @@ def _take_descriptor(st, g, s, slot, expert, src_addr, nbytes, home, aux, in_str
 
 
 @compiled
+def mark_rowsp(st, s, row):
+    """Mark the descriptor just taken in stream s (by _take_descriptor, at monotonic index
+    sr.head - 1) as an st.rowsp store, and raise the stream's bound on where such stores lie
+    (State.stream.rowsp_end, read by _coalesce_end)."""
+    row.rowsp = 1
+    sr = st.stream[s]
+    sr.rowsp_end = sr.head
+
+
+@compiled
 def rpm_accept(st, g, slot, expert, src_addr, nbytes, home, aux, tick):
     """send_to_expert: take a row into the stream toward the expert's GPU. Returns False when the
     stream's row ring is full (the TB retries when a row lands)."""
@@ -463,7 +479,7 @@ def rpm_accept_rowsp(st, g, slot, rid, expert, size, rowid, offset, src_addr, nb
         return 0
     # no row header: the packet header names id, row and offset
     row = _take_descriptor(st, g, s, slot, expert, src_addr, nbytes, rowid, rid, nbytes, tick)
-    row.rowsp = 1
+    mark_rowsp(st, s, row)
     row.offset = offset
     row.row_size = size
     row.row_stored = nbytes
@@ -537,7 +553,7 @@ def rpm_accept_experts(st, g, slot, first, mask, src_addr, nbytes, home, aux, ro
         if fwd:
             row.fwd = 1
         if rowsp:
-            row.rowsp = 1
+            mark_rowsp(st, s, row)
             row.row_size = nbytes
             row.row_stored = nbytes
             gp.rowsp_stores += 1
@@ -591,6 +607,10 @@ def _schedule_insert(st, g, s, n):
         k -= 1
     if pos == new:
         return
+    if sr.rowsp_end > pos:
+        # st.rowsp descriptors among the passed ones move up by n places (the new ones only
+        # move down): the bound follows them
+        sr.rowsp_end = min(sr.rowsp_end + n, sr.head)
     passed = nw.start - st.mrow[base + pos % R].start   # stream bytes of the rows passed
     moved = sr.accepted - nw.start                      # stream bytes of the new ones
     for k in range(pos, new):
@@ -627,7 +647,7 @@ def _oldest_unsent(st, s):
     p = st.p[0]
     sr = st.stream[s]
     oldest = -1
-    for k in range(row_at(st, s, sr.sent), sr.head):
+    for k in range(sent_row(st, s), sr.head):
         t = st.mrow[s * p.rpm_ring + k % p.rpm_ring].accept_tick
         if oldest < 0 or t < oldest:
             oldest = t
@@ -704,7 +724,7 @@ def _sendable(st, s, tick):
     if avail == 0:
         return -1 if (sr.eos_pending and not sr.eos_sent) else 0
     full = p.rpm_packet_bytes
-    i = row_at(st, s, sr.sent)
+    i = sent_row(st, s)
     row = st.mrow[s * p.rpm_ring + i % p.rpm_ring]
     if row.rowsp:
         # a row-sparse store's bytes travel alone: full packets (or a train), then its tail at once
@@ -735,7 +755,9 @@ def _coalesce_end(st, s, i):
     sr = st.stream[s]
     if st.gpu[s // p.num_gpus].rowsp_stores == 0:
         return sr.accepted
-    for k in range(i + 1, sr.head):
+    # no st.rowsp descriptor lies at or beyond rowsp_end (a send_to_expert run after the
+    # stores of an earlier phase ends with the stream, found without a walk of the ring)
+    for k in range(i + 1, min(sr.head, sr.rowsp_end)):
         r = st.mrow[s * p.rpm_ring + k % p.rpm_ring]
         if r.rowsp and r.carrier < 0:
             return r.start
@@ -766,6 +788,33 @@ def row_at(st, s, offset):
         else:
             lo = mid + 1
     return lo
+
+
+@compiled
+def _ends_after(st, s, k, offset):
+    """Descriptor k of stream s ends after stream byte `offset` (row_at's search predicate)."""
+    p = st.p[0]
+    row = st.mrow[s * p.rpm_ring + k % p.rpm_ring]
+    return row.start + stream_bytes(p, row) > offset
+
+
+@compiled
+def sent_row(st, s):
+    """row_at(st, s, sr.sent) - the descriptor holding stream s's next unsent byte - found by
+    stepping from where it was last (State.stream.sent_row) instead of a binary search of the
+    ring. The predicate row_at searches on is monotonic over [tail, head) (rows are contiguous
+    in the stream), so the one index i with row i - 1 (if live) ended by `sent` and row i (if
+    any) not ended is the binary search's answer; the walk stops exactly there, whatever moved
+    since (the tail, the paper schedule's reordering). It is a step or two: `sent` moves by a
+    packet (or train) at a time, and rows are packets long or longer."""
+    sr = st.stream[s]
+    i = min(max(sr.sent_row, sr.tail), sr.head)
+    while i > sr.tail and _ends_after(st, s, i - 1, sr.sent):
+        i -= 1
+    while i < sr.head and not _ends_after(st, s, i, sr.sent):
+        i += 1
+    sr.sent_row = i
+    return i
 
 
 @inline
@@ -859,9 +908,10 @@ def _emit(st, g, d, tick):
         pk.value = 0
         full = p.rpm_packet_bytes
         # the data is read from the producers' buffers in local HBM (from the packet's first byte)
-        row = st.mrow[s * p.rpm_ring + row_at(st, s, sr.sent) % p.rpm_ring]
+        i = sent_row(st, s)
+        row = st.mrow[s * p.rpm_ring + i % p.rpm_ring]
         if n < full and not sr.eos_pending and p.rpm_schedule != SCHEDULE_OFF and not row.rowsp \
-                and _coalesce_end(st, s, row_at(st, s, sr.sent)) == sr.accepted:
+                and _coalesce_end(st, s, i) == sr.accepted:
             gp.rpm_flushes += 1     # (not a run of rows cut short by a following st.rowsp store)
         # merge-buffer fill at emission, in eighths of the buffer
         fill = min(sr.accepted - sr.sent, p.rpm_merge_bytes)
@@ -879,8 +929,7 @@ def _emit(st, g, d, tick):
                 # few rows left are scanned (their order is not their acceptance order)
                 sr.oldest = _oldest_unsent(st, s)
             else:
-                sr.oldest = st.mrow[s * p.rpm_ring + row_at(st, s, sr.sent)
-                                    % p.rpm_ring].accept_tick
+                sr.oldest = st.mrow[s * p.rpm_ring + sent_row(st, s) % p.rpm_ring].accept_tick
         gp.rpm_payload += n
     pk.flits, pk.npk = packet_flits(st, pk.payload, p.rpm_packet_bytes)
     pk.ready = ready + p.hub_tx_latency_ticks
