@@ -238,20 +238,24 @@ BLOCK = Block(
                       "may hold (0: none since the stream began); an upper bound, raised by "
                       "mark_rowsp and _schedule_insert, where _coalesce_end's walk stops"),
         init={"oldest": -1})
-    + fields("mrow", ("expert", ""), ("src_addr", ""), ("length", ""), ("home", ""), ("aux", ""),
-             ("start", "stream offset of the row"), ("alloc", "window slot (receiver)"),
-             ("recv", "bytes landed"), ("done", "1: landed"), ("slot", "TB slot that sent it"),
-             ("accept_tick", ""), ("launch", "of the TB that sent it (wire-byte stats)"),
+    # the first eight fields (64 bytes: one cache line of the 64-byte aligned array) are what the
+    # packetizer reads of a descriptor for every packet (sent_row, _sendable, _emit); the rest
+    # are read when a row is accepted, reordered or lands
+    + fields("mrow", ("start", "stream offset of the row"), ("length", ""),
+             ("carrier", "multi-expert copy: monotonic index of the descriptor whose stream bytes "
+                         "it shares (-1: its own bytes)"),
              ("rowsp", "1: an st.rowsp store (no row header in the stream; home = row id, "
                        "aux = allocation id)"),
+             ("src_addr", ""), ("launch", "of the TB that sent it (wire-byte stats)"),
+             ("accept_tick", ""), ("home", ""),
+             ("expert", ""), ("aux", ""), ("alloc", "window slot (receiver)"),
+             ("recv", "bytes landed"), ("done", "1: landed"), ("slot", "TB slot that sent it"),
              ("joins", "st.rowsp: 1 if the store joins a row an earlier store began (0: it "
                        "begins the row)"),
              ("offset", "st.rowsp: byte offset of the store in its row"),
              ("row_size", "st.rowsp: the registered row size"),
              ("row_stored", "st.rowsp, a row's first store: bytes stored into the row so far, "
                             "until the row has a window slot (then its row-table entry counts)"),
-             ("carrier", "multi-expert copy: monotonic index of the descriptor whose stream bytes "
-                         "it shares (-1: its own bytes)"),
              ("copies", "multi-expert carrier: copy descriptors right behind it"),
              ("nop", "1: non-critical (st.rowsp.nop); schedule paper sends it after critical rows"))
     + fields("gpu", ("rpm_next_tx", "tick of the packetizer's timer (-1: idle)"),
@@ -791,27 +795,27 @@ def row_at(st, s, offset):
 
 
 @compiled
-def _ends_after(st, s, k, offset):
-    """Descriptor k of stream s ends after stream byte `offset` (row_at's search predicate)."""
-    p = st.p[0]
-    row = st.mrow[s * p.rpm_ring + k % p.rpm_ring]
-    return row.start + stream_bytes(p, row) > offset
-
-
-@compiled
 def sent_row(st, s):
     """row_at(st, s, sr.sent) - the descriptor holding stream s's next unsent byte - found by
     stepping from where it was last (State.stream.sent_row) instead of a binary search of the
-    ring. The predicate row_at searches on is monotonic over [tail, head) (rows are contiguous
-    in the stream), so the one index i with row i - 1 (if live) ended by `sent` and row i (if
-    any) not ended is the binary search's answer; the walk stops exactly there, whatever moved
-    since (the tail, the paper schedule's reordering). It is a step or two: `sent` moves by a
-    packet (or train) at a time, and rows are packets long or longer."""
+    ring. Rows are contiguous in the stream (descriptor k + 1 starts where k ends; a multi-expert
+    copy holds no bytes), so row_at's answer is the one live index i whose row starts at or
+    before `sent` and ends after it - or, all bytes sent, the head; the walk reads one
+    descriptor per step and stops exactly there, whatever moved since (the tail, the paper
+    schedule's reordering). It is a step or two: `sent` moves by a packet (or train) at a
+    time, and rows are packets long or longer."""
+    p = st.p[0]
     sr = st.stream[s]
+    base = s * p.rpm_ring
     i = min(max(sr.sent_row, sr.tail), sr.head)
-    while i > sr.tail and _ends_after(st, s, i - 1, sr.sent):
-        i -= 1
-    while i < sr.head and not _ends_after(st, s, i, sr.sent):
+    if i == sr.head and i > sr.tail and sr.sent < sr.accepted:
+        i -= 1              # bytes unsent: the row holding them is further back
+    while i > sr.tail and st.mrow[base + i % p.rpm_ring].start > sr.sent:
+        i -= 1              # (rows ahead of `sent` moved in: the paper schedule)
+    while i < sr.head:
+        row = st.mrow[base + i % p.rpm_ring]
+        if row.start + stream_bytes(p, row) > sr.sent:
+            break
         i += 1
     sr.sent_row = i
     return i
