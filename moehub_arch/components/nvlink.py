@@ -15,13 +15,6 @@ Packets on the wire of one channel arrive in transmission order (same latency, s
 channel keeps them in a FIFO (State.wire) and only the head packet's arrival is scheduled (the
 channel's arrival timer), instead of one queued event per packet in flight.
 
-The FIFOs hold, beside each packet's id, what the channel needs of it before it handles the
-packet itself: the transmit FIFOs (State.txq, State.rsq) its ready tick and flits, the wire its
-arrival tick (Q_PKT, Q_READY, Q_FLITS below), copied from the packet record when it is queued
-(nothing changes them while it waits). The next head's record is thus not read when the head
-leaves - with many GPUs, thousands of packets are in flight and that record is a cache miss,
-paid again when the packet itself is handled.
-
 Returned credits are not events: the receiver files each return (tick it reaches the sender,
 flits) in the channel's credit-return list (State.credit_ret, kept in tick order), and the
 transmitter adds every return that has matured whenever it looks at its credits. Only a transmitter
@@ -39,12 +32,6 @@ from .wakeups import ch_kick, hub_kick, rpm_kick, switch_output_freed
 from .link_class import fabric_output_freed, wire_bytes
 from .packet import PACKET_KIND_NAMES
 from .block import Block, Debug, Event, Param, Record, Stat, StatGroup, Timer, fields
-
-# columns of a FIFO entry (State.txq, State.rsq: all three; State.wire: Q_PKT and Q_READY, the
-# arrival tick)
-Q_PKT = 0
-Q_READY = 1
-Q_FLITS = 2
 
 EV_CH_TX = 3         # a0 = channel: the link transmitter tries to send its head packet
 EV_CH_ARRIVE = 4     # a0 = channel: the head packet of its wire FIFO reached the far end of the
@@ -125,7 +112,7 @@ def link_findings(sim):
         ch = st.ch[c]
         name = channel_name(st, c)
         if ch.credit_blocked and int(ch.txq_count):
-            head = int(st.txq[c, int(ch.txq_head), Q_FLITS])
+            head = int(st.pk[int(st.txq[c, int(ch.txq_head)])].flits)
             cap = st.credit_ret.shape[1]
             back = sum(int(st.credit_ret[c, (int(ch.cr_head) + i) % cap, 1])
                        for i in range(int(ch.cr_count)))
@@ -199,8 +186,8 @@ BLOCK = Block(
         ("rsq_head", ""), ("rsq_count", ""), ("rsq_cap", ""), ("rsq_pkts", ""),
         ("rsp_credits", ""), ("rsq_peak", "response virtual channel stat"),
         # the head packet of each transmit FIFO, as the transmitter needs it: when it is ready and
-        # its flits (copied from its FIFO entry when it becomes the head, so that a look at a
-        # busy, starved or not-ready channel reads neither the FIFO nor a packet record)
+        # its flits (copied from its packet record when it becomes the head, so that a look at a
+        # busy, starved or not-ready channel reads no packet record)
         ("txq_ready", "ready tick of the transmit FIFO's head packet"),
         ("txq_flits", "its flits"), ("rsq_ready", "the same for the response FIFO"), ("rsq_flits", ""),
         init={"credits": lambda cfg: cfg.system.nvlink.rx_buffer_flits, "tx_at": -1}),
@@ -259,10 +246,7 @@ def txq_push(st, c, pkt, tick):
     ch = st.ch[c]
     npk = st.pk[pkt].npk
     if packet_vc(st, pkt) == VC_RESPONSE:
-        e = st.rsq[c, (ch.rsq_head + ch.rsq_count) % ch.rsq_cap]
-        e[Q_PKT] = pkt
-        e[Q_READY] = st.pk[pkt].ready
-        e[Q_FLITS] = st.pk[pkt].flits
+        st.rsq[c, (ch.rsq_head + ch.rsq_count) % ch.rsq_cap] = pkt
         if ch.rsq_count == 0:
             ch.rsq_ready = st.pk[pkt].ready
             ch.rsq_flits = st.pk[pkt].flits
@@ -271,10 +255,7 @@ def txq_push(st, c, pkt, tick):
         if ch.rsq_pkts > ch.rsq_peak:
             ch.rsq_peak = ch.rsq_pkts
     else:
-        e = st.txq[c, (ch.txq_head + ch.txq_count) % ch.txq_cap]
-        e[Q_PKT] = pkt
-        e[Q_READY] = st.pk[pkt].ready
-        e[Q_FLITS] = st.pk[pkt].flits
+        st.txq[c, (ch.txq_head + ch.txq_count) % ch.txq_cap] = pkt
         if ch.txq_count == 0:
             ch.txq_ready = st.pk[pkt].ready
             ch.txq_flits = st.pk[pkt].flits
@@ -376,7 +357,7 @@ def channel_transmit(st, c, tick):
             wake = ch.rsq_ready
         elif ch.rsp_credits >= ch.rsq_flits:
             vc = VC_RESPONSE
-            pkt = st.rsq[c, ch.rsq_head, Q_PKT]
+            pkt = st.rsq[c, ch.rsq_head]
         else:
             starved = True
     if vc < 0 and ch.txq_count > 0:
@@ -385,7 +366,7 @@ def channel_transmit(st, c, tick):
                 wake = ch.txq_ready
         elif ch.credits >= ch.txq_flits:
             vc = VC_REQUEST
-            pkt = st.txq[c, ch.txq_head, Q_PKT]
+            pkt = st.txq[c, ch.txq_head]
         else:
             starved = True
     if vc < 0:
@@ -409,16 +390,18 @@ def channel_transmit(st, c, tick):
         ch.rsq_pkts -= pk.npk
         ch.rsp_credits -= pk.flits
         if ch.rsq_count > 0:
-            ch.rsq_ready = st.rsq[c, ch.rsq_head, Q_READY]
-            ch.rsq_flits = st.rsq[c, ch.rsq_head, Q_FLITS]
+            nxt = st.pk[st.rsq[c, ch.rsq_head]]
+            ch.rsq_ready = nxt.ready
+            ch.rsq_flits = nxt.flits
     else:
         ch.txq_head = (ch.txq_head + 1) % ch.txq_cap
         ch.txq_count -= 1
         ch.txq_pkts -= pk.npk
         ch.credits -= pk.flits
         if ch.txq_count > 0:
-            ch.txq_ready = st.txq[c, ch.txq_head, Q_READY]
-            ch.txq_flits = st.txq[c, ch.txq_head, Q_FLITS]
+            nxt = st.pk[st.txq[c, ch.txq_head]]
+            ch.txq_ready = nxt.ready
+            ch.txq_flits = nxt.flits
     wire = wire_bytes(st, c, pkt)
     pk.wire = wire
     ser = bytes_ticks(wire, ch.fs_per_byte)
@@ -438,9 +421,7 @@ def channel_transmit(st, c, tick):
     # on the wire: packets of one channel arrive in the order they were sent, so the channel
     # keeps them in a FIFO and only its head has an arrival event (a small event queue)
     pk.ready = arrive
-    e = st.wire[c, (ch.wire_head + ch.wire_count) % st.wire.shape[1]]
-    e[Q_PKT] = pkt
-    e[Q_READY] = arrive
+    st.wire[c, (ch.wire_head + ch.wire_count) % st.wire.shape[1]] = pkt
     ch.wire_count += 1
     if ch.wire_count == 1:
         timer_set(st, p.tm_ch_arrive + c, arrive)
@@ -482,11 +463,11 @@ def channel_arrival(st, c):
     """EV_CH_ARRIVE: the packet at the head of channel c's wire FIFO reached the far end; the
     next one (if any) gets its arrival event. Returns the packet."""
     ch = st.ch[c]
-    pkt = st.wire[c, ch.wire_head, Q_PKT]
+    pkt = st.wire[c, ch.wire_head]
     ch.wire_head = (ch.wire_head + 1) % st.wire.shape[1]
     ch.wire_count -= 1
     if ch.wire_count > 0:
-        timer_set(st, st.p[0].tm_ch_arrive + c, st.wire[c, ch.wire_head, Q_READY])
+        timer_set(st, st.p[0].tm_ch_arrive + c, st.pk[st.wire[c, ch.wire_head]].ready)
     return pkt
 
 

@@ -70,11 +70,9 @@ STATE_FIELDS = tuple([
     "hbm_chan",     # [G * C] HBM_CHANNEL
     "mem_cal",      # [G * C + G, windows, 5] paced-arbitration calendar of the HBM channels and
                     # the L2 read ports (components/hbm.py CAL_*)
-    "ch", "txq", "rxq",  # [channels] LINK_CHANNEL; FIFOs: txq [channels, cap, 3] (packet id,
-                    # ready tick, flits: nvlink.Q_*), rxq [channels, cap] packet ids
+    "ch", "txq", "rxq",  # [channels] LINK_CHANNEL; FIFOs of packet ids
     "rsq", "rsp_rxq",  # the same for the response virtual channel (transmit FIFO, switch input)
-    "wire",         # [channels, both buffers' flits, 2] packets in flight on each channel, in
-                    # order (packet id, arrival tick: nvlink.Q_PKT, Q_READY)
+    "wire",         # [channels, both buffers' flits] packets in flight on each channel, in order
     "credit_ret",   # [channels, both buffers' flits, 3] credit returns in tick order:
                     # (tick, flits, virtual channel: 0 request, 1 response)
     "gpu_routes", "sw_routes", "sw_inputs",  # routing (see ROUTE_*); sw_inputs[s, 0] = count
