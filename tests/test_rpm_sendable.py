@@ -10,14 +10,9 @@ GPU (the walk finds stores) under every schedule and both arbitrations, the same
 row accepted right after a store it goes before (the paper schedule moves the stores up, past
 the bound they were taken under), and on rows of two st.rowsp stores in a ring of 4 that the
 paper schedule reorders; and each run has the compiled engine's stats."""
-import json
-import os
-import subprocess
-import sys
-
 import pytest
 
-from conftest import REPO, model_stats, simulate
+from conftest import run_patched, simulate, stats_json
 from test_multi_expert_store import MICRO, MIXED
 
 DRIVER = """
@@ -57,14 +52,6 @@ def checked_end(st, s, i):
 
 rpm.sent_row = checked_row
 rpm._coalesce_end = checked_end
-from moehub_arch.config import load_config
-from moehub_arch.simulation import Simulation
-sim = Simulation(load_config(sys.argv[1], sys.argv[2:]))
-stats = sim.run()
-reordered = sum(int(s.value) for s in stats.match("system.gpu*.hub.rpm.reordered_rows"))
-model = {s.name: s.value for s in stats if not s.name.startswith("host")}
-print(json.dumps({"calls": [int(c) for c in calls], "reordered": reordered,
-                  "stats": json.dumps(model, sort_keys=True, default=lambda v: v.item())}))
 """
 
 MIXED_SETS = ["workload.launches.0.kernel=moe_dispatch_mixed"]
@@ -103,11 +90,7 @@ def test_packetizer_lookups_match_the_ring_searches(tmp_path, case):
     else:
         config = "hub/dispatch_combine_rowsp.yaml"
         sets += ["system.gpu.hub.moe.rpm.row_queue_depth=4"]
-    env = dict(os.environ, NUMBA_DISABLE_JIT="1")   # the pure-Python engine: rpm patchable
-    r = subprocess.run([sys.executable, "-c", DRIVER, f"configs/{config}", *sets], cwd=REPO,
-                       env=env, capture_output=True, text=True, timeout=1200)
-    assert r.returncode == 0, r.stderr[-3000:]
-    out = json.loads(r.stdout.strip().splitlines()[-1])
+    out = run_patched(DRIVER, config, *sets)     # pure-Python engine: rpm patchable
     rows, stepped, ends, found = out["calls"]
     assert rows > 0 and stepped > 0              # the hint had to move
     if kind != "rowsp" and schedule != "uncoalesced":
@@ -115,5 +98,4 @@ def test_packetizer_lookups_match_the_ring_searches(tmp_path, case):
     if schedule == "paper" and kind != "mixed":
         assert out["reordered"] > 0
     # and the patched pure-Python run is the compiled engine's run
-    compiled = model_stats(simulate(config, *sets).stats)
-    assert out["stats"] == json.dumps(compiled, sort_keys=True, default=lambda v: v.item())
+    assert out["stats"] == stats_json(simulate(config, *sets).stats)
