@@ -130,6 +130,37 @@ def drive_both_engines(code):
     return tuple(out)
 
 
+# the end of a run_patched driver: run the config, print what the test compares
+_PATCHED_RUN = """
+from moehub_arch.config import load_config
+from moehub_arch.simulation import Simulation
+stats = Simulation(load_config(sys.argv[1], sys.argv[2:])).run()
+model = {s.name: s.value for s in stats if not s.name.startswith("host")}
+print(json.dumps({
+    "calls": [int(c) for c in calls],
+    "reordered": sum(int(s.value) for s in stats.match("system.gpu*.hub.rpm.reordered_rows")),
+    "ticks": int(stats["simTicks"]),
+    "stats": json.dumps(model, sort_keys=True, default=lambda v: v.item())}))
+"""
+
+
+def run_patched(driver, config, *sets):
+    """Run configs/`config` with the pure-Python engine (whose functions a test can replace) in a
+    fresh interpreter, after `driver`: Python source that imports json and sys, replaces engine
+    functions with checked ones and counts in a list `calls`. Returns {calls, reordered (the RPM's
+    reordered rows), ticks (simTicks), stats (model stats as stats_json writes them)}."""
+    env = dict(os.environ, NUMBA_DISABLE_JIT="1")
+    r = subprocess.run([sys.executable, "-c", driver + _PATCHED_RUN, f"configs/{config}", *sets],
+                       cwd=REPO, env=env, capture_output=True, text=True, timeout=1200)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def stats_json(stats):
+    """A run's model stats as one JSON string in name order (NaN compares equal as text)."""
+    return json.dumps(model_stats(stats), sort_keys=True, default=lambda v: v.item())
+
+
 def cli_stats_per_engine(config, outdir, *args):
     """Run `config` through the CLI once with each engine (extra CLI args after it); returns
     {"numba": stats, "python": stats} without the host.* stats (wall time, memory)."""

@@ -7,7 +7,7 @@ search finds rows (rows of two st.rowsp stores), finds none (whole-row multi-exp
 where descriptors move in the ring (schedule: paper reorders them: _schedule_insert)."""
 import pytest
 
-from conftest import model_stats, simulate
+from conftest import model_stats, run_patched, simulate
 
 DRIVER = """
 import json, sys
@@ -47,13 +47,6 @@ def checked_store(st, slot, s, rid, rowid):
 
 rpm._open_row = checked
 rpm._open_row_of_store = checked_store
-from moehub_arch.config import load_config
-from moehub_arch.simulation import Simulation
-sim = Simulation(load_config(sys.argv[1], sys.argv[2:]))
-stats = sim.run()
-reordered = sum(int(s.value) for s in stats.match("system.gpu*.hub.rpm.reordered_rows"))
-print(json.dumps({"calls": [int(c) for c in calls], "reordered": reordered,
-                  "ticks": int(stats["simTicks"])}))
 """
 
 
@@ -67,16 +60,7 @@ print(json.dumps({"calls": [int(c) for c in calls], "reordered": reordered,
                                                  "workload.launches.0.params.rowsp=1"], False),
 ])
 def test_open_row_key_walk_matches_the_descriptor_walk(tmp_path, config, sets, finds):
-    import json
-    import os
-    import subprocess
-    import sys
-    from conftest import REPO
-    env = dict(os.environ, NUMBA_DISABLE_JIT="1")   # the pure-Python engine: _open_row patchable
-    r = subprocess.run([sys.executable, "-c", DRIVER, f"configs/{config}", *sets], cwd=REPO, env=env,
-                       capture_output=True, text=True, timeout=1200)
-    assert r.returncode == 0, r.stderr[-3000:]
-    out = json.loads(r.stdout.strip().splitlines()[-1])
+    out = run_patched(DRIVER, config, *sets)     # the pure-Python engine: _open_row patchable
     calls, found, walked, stores = out["calls"]
     assert calls > 0 and walked > calls          # the walks were not trivial
     assert (found > 0) == finds

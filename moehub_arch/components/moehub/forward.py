@@ -44,7 +44,8 @@ from ...engine.events import push
 from ..hub import wake_hub_waiters
 from ..wakeups import rpm_kick
 from ..block import Array, Block, Event, Param, Stat, StatGroup, counters, fields
-from .rpm import SCHEDULE_PAPER, _schedule_insert, _take_descriptor, rpm_end_forwarded
+from .rpm import (SCHEDULE_PAPER, _schedule_insert, _take_descriptor, mark_rowsp,
+                  rpm_end_forwarded)
 
 EV_HUB_FORWARD = 12  # a0 = GPU: its forwarding unit looks at its queue
 
@@ -254,7 +255,8 @@ def _forward_one(st, g, s, i, ready, tick):
     row = _take_descriptor(st, g, s2, o.slot, o.expert, src, o.length, o.home, o.aux, in_stream,
                            tick)
     st.tb[o.slot].outstanding -= 1      # the origin's thread block counts the row once
-    row.rowsp = o.rowsp
+    if o.rowsp:
+        mark_rowsp(st, s2, row)
     row.row_size = o.row_size
     row.row_stored = o.row_stored
     row.nop = o.nop

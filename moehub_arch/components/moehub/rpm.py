@@ -231,21 +231,31 @@ BLOCK = Block(
         ("recv", "receiver side: bytes processed"), ("total", "receiver side: final size"),
         ("eos_seen", "receiver side: EOS arrived"), ("done", "receiver side: finished"),
         ("allocs", "receiver side: rows of the stream given a window slot (parked packets' stamp)"),
+        ("sent_row", "sender side: monotonic index of the descriptor holding the next unsent "
+                     "byte (row_at(sent)), kept by sent_row() from where it last was, so the "
+                     "packetizer finds it in a step or two instead of a binary search of the ring"),
+        ("rowsp_end", "sender side: 1 + the highest monotonic ring index an st.rowsp descriptor "
+                      "may hold (0: none since the stream began); an upper bound, raised by "
+                      "mark_rowsp and _schedule_insert, where _coalesce_end's walk stops"),
         init={"oldest": -1})
-    + fields("mrow", ("expert", ""), ("src_addr", ""), ("length", ""), ("home", ""), ("aux", ""),
-             ("start", "stream offset of the row"), ("alloc", "window slot (receiver)"),
-             ("recv", "bytes landed"), ("done", "1: landed"), ("slot", "TB slot that sent it"),
-             ("accept_tick", ""), ("launch", "of the TB that sent it (wire-byte stats)"),
+    # the first eight fields (64 bytes: one cache line of the 64-byte aligned array) are what the
+    # packetizer reads of a descriptor for every packet (sent_row, _sendable, _emit); the rest
+    # are read when a row is accepted, reordered or lands
+    + fields("mrow", ("start", "stream offset of the row"), ("length", ""),
+             ("carrier", "multi-expert copy: monotonic index of the descriptor whose stream bytes "
+                         "it shares (-1: its own bytes)"),
              ("rowsp", "1: an st.rowsp store (no row header in the stream; home = row id, "
                        "aux = allocation id)"),
+             ("src_addr", ""), ("launch", "of the TB that sent it (wire-byte stats)"),
+             ("accept_tick", ""), ("home", ""),
+             ("expert", ""), ("aux", ""), ("alloc", "window slot (receiver)"),
+             ("recv", "bytes landed"), ("done", "1: landed"), ("slot", "TB slot that sent it"),
              ("joins", "st.rowsp: 1 if the store joins a row an earlier store began (0: it "
                        "begins the row)"),
              ("offset", "st.rowsp: byte offset of the store in its row"),
              ("row_size", "st.rowsp: the registered row size"),
              ("row_stored", "st.rowsp, a row's first store: bytes stored into the row so far, "
                             "until the row has a window slot (then its row-table entry counts)"),
-             ("carrier", "multi-expert copy: monotonic index of the descriptor whose stream bytes "
-                         "it shares (-1: its own bytes)"),
              ("copies", "multi-expert carrier: copy descriptors right behind it"),
              ("nop", "1: non-critical (st.rowsp.nop); schedule paper sends it after critical rows"))
     + fields("gpu", ("rpm_next_tx", "tick of the packetizer's timer (-1: idle)"),
@@ -369,6 +379,16 @@ def _take_descriptor(st, g, s, slot, expert, src_addr, nbytes, home, aux, in_str
 
 
 @compiled
+def mark_rowsp(st, s, row):
+    """Mark the descriptor just taken in stream s (by _take_descriptor, at monotonic index
+    sr.head - 1) as an st.rowsp store, and raise the stream's bound on where such stores lie
+    (State.stream.rowsp_end, read by _coalesce_end)."""
+    row.rowsp = 1
+    sr = st.stream[s]
+    sr.rowsp_end = sr.head
+
+
+@compiled
 def rpm_accept(st, g, slot, expert, src_addr, nbytes, home, aux, tick):
     """send_to_expert: take a row into the stream toward the expert's GPU. Returns False when the
     stream's row ring is full (the TB retries when a row lands)."""
@@ -463,7 +483,7 @@ def rpm_accept_rowsp(st, g, slot, rid, expert, size, rowid, offset, src_addr, nb
         return 0
     # no row header: the packet header names id, row and offset
     row = _take_descriptor(st, g, s, slot, expert, src_addr, nbytes, rowid, rid, nbytes, tick)
-    row.rowsp = 1
+    mark_rowsp(st, s, row)
     row.offset = offset
     row.row_size = size
     row.row_stored = nbytes
@@ -537,7 +557,7 @@ def rpm_accept_experts(st, g, slot, first, mask, src_addr, nbytes, home, aux, ro
         if fwd:
             row.fwd = 1
         if rowsp:
-            row.rowsp = 1
+            mark_rowsp(st, s, row)
             row.row_size = nbytes
             row.row_stored = nbytes
             gp.rowsp_stores += 1
@@ -591,6 +611,10 @@ def _schedule_insert(st, g, s, n):
         k -= 1
     if pos == new:
         return
+    if sr.rowsp_end > pos:
+        # st.rowsp descriptors among the passed ones move up by n places (the new ones only
+        # move down): the bound follows them
+        sr.rowsp_end = min(sr.rowsp_end + n, sr.head)
     passed = nw.start - st.mrow[base + pos % R].start   # stream bytes of the rows passed
     moved = sr.accepted - nw.start                      # stream bytes of the new ones
     for k in range(pos, new):
@@ -627,7 +651,7 @@ def _oldest_unsent(st, s):
     p = st.p[0]
     sr = st.stream[s]
     oldest = -1
-    for k in range(row_at(st, s, sr.sent), sr.head):
+    for k in range(sent_row(st, s), sr.head):
         t = st.mrow[s * p.rpm_ring + k % p.rpm_ring].accept_tick
         if oldest < 0 or t < oldest:
             oldest = t
@@ -704,7 +728,7 @@ def _sendable(st, s, tick):
     if avail == 0:
         return -1 if (sr.eos_pending and not sr.eos_sent) else 0
     full = p.rpm_packet_bytes
-    i = row_at(st, s, sr.sent)
+    i = sent_row(st, s)
     row = st.mrow[s * p.rpm_ring + i % p.rpm_ring]
     if row.rowsp:
         # a row-sparse store's bytes travel alone: full packets (or a train), then its tail at once
@@ -735,7 +759,9 @@ def _coalesce_end(st, s, i):
     sr = st.stream[s]
     if st.gpu[s // p.num_gpus].rowsp_stores == 0:
         return sr.accepted
-    for k in range(i + 1, sr.head):
+    # no st.rowsp descriptor lies at or beyond rowsp_end (a send_to_expert run after the
+    # stores of an earlier phase ends with the stream, found without a walk of the ring)
+    for k in range(i + 1, min(sr.head, sr.rowsp_end)):
         r = st.mrow[s * p.rpm_ring + k % p.rpm_ring]
         if r.rowsp and r.carrier < 0:
             return r.start
@@ -766,6 +792,33 @@ def row_at(st, s, offset):
         else:
             lo = mid + 1
     return lo
+
+
+@compiled
+def sent_row(st, s):
+    """row_at(st, s, sr.sent) - the descriptor holding stream s's next unsent byte - found by
+    stepping from where it was last (State.stream.sent_row) instead of a binary search of the
+    ring. Rows are contiguous in the stream (descriptor k + 1 starts where k ends; a multi-expert
+    copy holds no bytes), so row_at's answer is the one live index i whose row starts at or
+    before `sent` and ends after it - or, all bytes sent, the head; the walk reads one
+    descriptor per step and stops exactly there, whatever moved since (the tail, the paper
+    schedule's reordering). It is a step or two: `sent` moves by a packet (or train) at a
+    time, and rows are packets long or longer."""
+    p = st.p[0]
+    sr = st.stream[s]
+    base = s * p.rpm_ring
+    i = min(max(sr.sent_row, sr.tail), sr.head)
+    if i == sr.head and i > sr.tail and sr.sent < sr.accepted:
+        i -= 1              # bytes unsent: the row holding them is further back
+    while i > sr.tail and st.mrow[base + i % p.rpm_ring].start > sr.sent:
+        i -= 1              # (rows ahead of `sent` moved in: the paper schedule)
+    while i < sr.head:
+        row = st.mrow[base + i % p.rpm_ring]
+        if row.start + stream_bytes(p, row) > sr.sent:
+            break
+        i += 1
+    sr.sent_row = i
+    return i
 
 
 @inline
@@ -859,9 +912,10 @@ def _emit(st, g, d, tick):
         pk.value = 0
         full = p.rpm_packet_bytes
         # the data is read from the producers' buffers in local HBM (from the packet's first byte)
-        row = st.mrow[s * p.rpm_ring + row_at(st, s, sr.sent) % p.rpm_ring]
+        i = sent_row(st, s)
+        row = st.mrow[s * p.rpm_ring + i % p.rpm_ring]
         if n < full and not sr.eos_pending and p.rpm_schedule != SCHEDULE_OFF and not row.rowsp \
-                and _coalesce_end(st, s, row_at(st, s, sr.sent)) == sr.accepted:
+                and _coalesce_end(st, s, i) == sr.accepted:
             gp.rpm_flushes += 1     # (not a run of rows cut short by a following st.rowsp store)
         # merge-buffer fill at emission, in eighths of the buffer
         fill = min(sr.accepted - sr.sent, p.rpm_merge_bytes)
@@ -879,8 +933,7 @@ def _emit(st, g, d, tick):
                 # few rows left are scanned (their order is not their acceptance order)
                 sr.oldest = _oldest_unsent(st, s)
             else:
-                sr.oldest = st.mrow[s * p.rpm_ring + row_at(st, s, sr.sent)
-                                    % p.rpm_ring].accept_tick
+                sr.oldest = st.mrow[s * p.rpm_ring + sent_row(st, s) % p.rpm_ring].accept_tick
         gp.rpm_payload += n
     pk.flits, pk.npk = packet_flits(st, pk.payload, p.rpm_packet_bytes)
     pk.ready = ready + p.hub_tx_latency_ticks
