@@ -5,10 +5,10 @@ which changes the cache key, moehub_arch/__init__.py) spends about a minute comp
 functions one after the other (tools/profile_compile.py). About half of it is the SM's issue
 handler with its instruction interpreter and the MoE-Hub AAU, which the run loop calls through
 pointers (engine/indirect.py), so neither side needs the other compiled first. On a cold cache,
-`EngineCompile` starts one worker process that compiles the SM's entry point into the same on-disk
-cache while this process compiles the run loop and then the AAU's entry points (the split that
-measured closest to even, README Performance); it then waits for the worker and loads the SM's
-entry point from the cache. The compiled code is the same as a serial compile's (each function
+`EngineCompile` starts one worker process that compiles the SM's entry point and the AAU's retry
+entry point into the same on-disk cache while this process compiles the run loop and then the
+AAU's receive entry point (the split that measured closest to even, README Performance); it then
+waits for the worker and loads its entry points from the cache. The compiled code is the same as a serial compile's (each function
 compiled from the same source for the same types), so results are too; only the wall time of the
 cold start changes (README, Performance). Functions both sides call (the scheduler's, the DAM's)
 are compiled by both processes, each for itself: the cache keeps one copy.
