@@ -370,7 +370,7 @@ def _run(args):
     def say_compiling(sim):
         if not args.quiet and not jit_disabled() and not _engine_cached():
             print("compiling the simulation engine with Numba (first run after an install, an "
-                  "upgrade or an engine edit; about 35 s on two cores, a minute on one; "
+                  "upgrade or an engine edit; about 30 s on two cores, a minute on one; "
                   "cached afterwards)...", flush=True)
 
     observers = []
