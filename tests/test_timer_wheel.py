@@ -35,7 +35,7 @@ CASES = {
 def test_a_wheel_that_keeps_running_dry_gives_the_same_run(case):
     config, overrides = CASES[case]
     sim, reference = _run(config, overrides)
-    small, tight = _run(config, overrides, pool=sim.state.timer.shape[0] + 1)
+    _, tight = _run(config, overrides, pool=sim.state.timer.shape[0] + 1)
     assert tight == reference
     kinds = {k: v for k, v in tight.items() if k.startswith("system.engine.events.")}
     assert sum(kinds.values()) == tight["simEvents"] > 0
