@@ -62,6 +62,18 @@ def _dtype(names, what, blocks=BLOCKS):
     return np.dtype([(n, np.int64) for n in names])
 
 
+# x86-64 and AArch64 server CPUs move memory in 64-byte cache lines (Intel 64 and IA-32
+# Architectures Optimization Reference Manual, sec. 2; Arm Neoverse N1 TRM, L1 data cache)
+CACHE_LINE_BYTES = 64
+
+
+def _line_aligned(dtype):
+    """`dtype` padded to whole cache lines (the padding holds no field)."""
+    size = -(-dtype.itemsize // CACHE_LINE_BYTES) * CACHE_LINE_BYTES
+    return np.dtype({"names": list(dtype.names), "formats": [dtype.fields[n][0] for n in dtype.names],
+                     "offsets": [dtype.fields[n][1] for n in dtype.names], "itemsize": size})
+
+
 def _compose_records(blocks):
     owners = {}
     for b in blocks:
@@ -77,7 +89,16 @@ def _compose_records(blocks):
                 raise DeclarationError(f"block {b.name}: field '{f.name}' of entity '{f.entity}', "
                                        f"which no block declares (records: {', '.join(owners)})")
             names[f.entity].append(f.name)
-    return {e: _dtype(n, f"record '{e}'", blocks) for e, n in names.items()}, owners
+    for b in blocks:
+        for r in b.records:
+            missing = [n for n in r.first if n not in names[r.name]]
+            if missing:
+                raise DeclarationError(f"block {b.name}: record '{r.name}' puts first fields "
+                                       f"{missing}, which no block declares")
+            names[r.name] = list(r.first) + [n for n in names[r.name] if n not in r.first]
+    aligned = {r.name for b in blocks for r in b.records if r.cache_lines}
+    dtypes = {e: _dtype(n, f"record '{e}'", blocks) for e, n in names.items()}
+    return {e: _line_aligned(d) if e in aligned else d for e, d in dtypes.items()}, owners
 
 
 def _compose_timers(blocks):
@@ -187,7 +208,14 @@ def init_records(entity, rec, cfg):
 
 def new_record_array(entity, n, cfg):
     """A record array of `n` `entity` records with their declared initial values."""
-    rec = np.zeros(n, RECORDS[entity]).view(np.recarray)
+    dtype = RECORDS[entity]
+    if dtype.itemsize % CACHE_LINE_BYTES == 0:
+        # line-aligned records (Record.cache_lines): the array starts a cache line too
+        raw = np.zeros(n * dtype.itemsize + CACHE_LINE_BYTES, np.uint8)
+        start = -raw.ctypes.data % CACHE_LINE_BYTES
+        rec = raw[start:start + n * dtype.itemsize].view(dtype).view(np.recarray)
+    else:
+        rec = np.zeros(n, dtype).view(np.recarray)
     init_records(entity, rec, cfg)
     return rec
 

@@ -14,9 +14,42 @@ def test_every_record_of_state_is_declared_and_composed():
     # every record array of State has its dtype from the declarations, and vice versa
     records = {name for name in State._fields if name in composition.RECORDS}
     assert records == set(composition.RECORDS)
+    records_by_name = {r.name: r for b in composition.BLOCKS for r in b.records}
     for entity, dtype in composition.RECORDS.items():
         declared = [f.name for b in composition.BLOCKS for f in b.fields if f.entity == entity]
-        assert list(dtype.names) == declared
+        first = list(records_by_name[entity].first)
+        # the record's hot fields first, then the rest in declaration order
+        assert list(dtype.names) == first + [n for n in declared if n not in first]
+        # line-aligned records: whole cache lines, fields packed from the start
+        size = 8 * len(declared)
+        if records_by_name[entity].cache_lines:
+            size = -(-size // composition.CACHE_LINE_BYTES) * composition.CACHE_LINE_BYTES
+        assert dtype.itemsize == size
+        assert [dtype.fields[n][1] for n in dtype.names] == list(range(0, 8 * len(declared), 8))
+
+
+def test_line_aligned_records_start_a_cache_line():
+    # the packet pool and the link channels (Record.cache_lines): every record's first field is
+    # the first word of a cache line, whatever address numpy's allocator returned
+    assert composition.RECORDS["pk"].itemsize % composition.CACHE_LINE_BYTES == 0
+    assert composition.RECORDS["ch"].itemsize % composition.CACHE_LINE_BYTES == 0
+    cfg = load("ubench/alltoall.yaml")
+    for n in (1, 3, 1000):
+        rec = composition.new_record_array("ch", n, cfg)
+        assert rec.ctypes.data % composition.CACHE_LINE_BYTES == 0
+        assert rec.shape == (n,) and (rec.tx_at == -1).all() and (rec.busy_until == 0).all()
+    # a packet's per-hop fields share its first line
+    pk = composition.RECORDS["pk"]
+    for name in ("kind", "npk", "flits", "wire", "ready", "payload", "src", "dst"):
+        assert pk.fields[name][1] < composition.CACHE_LINE_BYTES
+
+
+def test_a_record_cannot_put_first_a_field_nobody_declares():
+    blk = Block("bad", "a record whose hot fields name an undeclared field",
+                records=(Record("thing", "", first=("missing",)),),
+                fields=(Field("thing", "present", ""),))
+    with pytest.raises(composition.DeclarationError, match="missing"):
+        composition._compose_records([blk])
 
 
 def test_every_parameter_names_its_config_key_unit_and_source():

@@ -76,10 +76,16 @@ class Record:
     """A record array of the block's own (one State array), e.g. the MoE-Hub streams. `count`: a
     function of the config giving the number of records (at least one is allocated); the builder
     then allocates it and State gets the field. None: the builder allocates it itself (the
-    records whose number depends on the build, in engine/state.py STATE_FIELDS)."""
+    records whose number depends on the build, in engine/state.py STATE_FIELDS). `cache_lines`:
+    each record starts a CPU cache line (its size rounded up to CACHE_LINE_BYTES, the array
+    aligned to one), so the fields declared first - the ones a hot path reads - share one line
+    (composition.py). `first`: fields (declared by any block) placed first, in this order, ahead
+    of the others' declaration order: a hot path's fields in as few cache lines as possible."""
     name: str
     doc: str
     count: object = None
+    cache_lines: bool = False
+    first: tuple = ()
 
 
 @attrs.frozen

@@ -80,9 +80,7 @@ BLOCK = Block(
         ("rx_credits", "receive buffer of the request virtual channel (16 B units)"),
         ("src_switch", "forwarding node it leaves (-1: a GPU)"),
         ("src_kind", "names (topology.end_name)"), ("src_index", ""), ("src_port", ""),
-        ("dst_kind", ""), ("dst_index", ""), ("dst_port", ""))
-    + fields("pk", ("wire", "bytes it took on the wire of its last link (the receiver counts "
-                    "them)")),
+        ("dst_kind", ""), ("dst_index", ""), ("dst_port", "")),
     stats=(StatGroup("fabric_link", "", TX_STATS + RX_STATS + (
         Stat("link_class", "class", "0 NVLink, 1 PCIe, 2 InfiniBand", lambda i: i.tx.link_class),
     )),),

@@ -15,6 +15,16 @@ Packets on the wire of one channel arrive in transmission order (same latency, s
 channel keeps them in a FIFO (State.wire) and only the head packet's arrival is scheduled (the
 channel's arrival timer), instead of one queued event per packet in flight.
 
+The FIFOs hold, beside each packet's id, what the channel needs of it before it handles the packet
+itself (FIFO_* below): a transmit FIFO (State.txq, State.rsq) the packet's ready tick and flits, the
+wire its arrival tick, copied when it is queued (nothing changes them while it waits). So a
+departing head does not read the next packet's record; instead that record is prefetched
+(engine/prefetch.py) when the packet becomes the head, one serialisation before it is sent or
+arrives. With many GPUs thousands of packets are in flight and a packet's record is out of the
+caches by the time its hop comes: this overlaps that miss with the events in between. Packet
+and channel records are laid out in cache lines, the fields a hop reads first (packet.py,
+CHANNEL_HOT_FIELDS). Layout and prefetching change no result.
+
 Returned credits are not events: the receiver files each return (tick it reaches the sender,
 flits) in the channel's credit-return list (State.credit_ret, kept in tick order), and the
 transmitter adds every return that has matured whenever it looks at its credits. Only a transmitter
@@ -25,6 +35,7 @@ from ..engine.jit import compiled, inline
 
 from ..engine.clock import bytes_ticks
 from ..engine.events import timer_set
+from ..engine.prefetch import prefetch
 from ..engine.state import ROUTE_FIRST, ROUTE_N, ROUTE_RR
 from .packet import VC_RESPONSE, VC_REQUEST, header_flits, packet_vc
 from .trace import CAT_NVLINK, TR_LINK_TX, trace_event
@@ -36,6 +47,10 @@ from .block import Block, Debug, Event, Param, Record, Stat, StatGroup, Timer, f
 EV_CH_TX = 3         # a0 = channel: the link transmitter tries to send its head packet
 EV_CH_ARRIVE = 4     # a0 = channel: the head packet of its wire FIFO reached the far end of the
                      # link (at a switch: and crossed its input stage, see switch.py)
+# columns of a link FIFO entry: State.txq and State.rsq (transmit FIFOs) hold all three, the
+# packet's ready tick and flits; State.wire (packets on the wire) the first two, the ready
+# column holding the packet's arrival tick
+FIFO_PACKET, FIFO_READY, FIFO_FLITS = 0, 1, 2
 
 
 def channel_name(st, c):
@@ -112,7 +127,7 @@ def link_findings(sim):
         ch = st.ch[c]
         name = channel_name(st, c)
         if ch.credit_blocked and int(ch.txq_count):
-            head = int(st.pk[int(st.txq[c, int(ch.txq_head)])].flits)
+            head = int(st.txq[c, int(ch.txq_head), FIFO_FLITS])
             cap = st.credit_ret.shape[1]
             back = sum(int(st.credit_ret[c, (int(ch.cr_head) + i) % cap, 1])
                        for i in range(int(ch.cr_count)))
@@ -143,6 +158,22 @@ def _channels(cfg):
     return channel_count(cfg)
 
 
+# The channel fields a packet's transmission and arrival read, first and in whole cache lines
+# (Record.cache_lines): the transmitter's look (line 1), the FIFO heads it takes from (line 2), the
+# wire it serialises onto (line 3), its counters and who it wakes (line 4), the receiving end
+# (line 5: packet counters and a switch input's FIFOs, switch.py). With many GPUs a channel's
+# record is out of the caches by the time its next packet comes, so each line is a miss.
+CHANNEL_HOT_FIELDS = (
+    "tx_at", "txq_count", "rsq_count", "busy_until", "cr_count", "cr_head", "credits", "rsp_credits",
+    "txq_ready", "txq_flits", "rsq_ready", "rsq_flits", "txq_head", "txq_cap", "txq_pkts",
+    "credit_blocked",
+    "fs_per_byte", "latency", "to_switch", "traversal", "wire_head", "wire_count", "src_switch",
+    "link_class",
+    "tx_packets", "tx_wire_bytes", "tx_payload_bytes", "tx_busy", "gpu", "switch", "rsq_head",
+    "rsq_cap",
+    "rx_packets", "rx_wire_bytes", "rx_payload_bytes", "rxq_head", "rxq_count", "rsp_rxq_head",
+    "rsp_rxq_count", "xbar_blocked")
+
 BLOCK = Block(
     "nvlink", __doc__.split("\n\n")[0],
     params=(
@@ -165,7 +196,8 @@ BLOCK = Block(
         _nvl("rx_buffer_flits", "rx_buffer_flits", "flits", "receive buffer = credits per channel"),
     ),
     records=(Record("ch", "link channels: link l of GPU g is link g * L + l, its GPU->switch "
-                          "channel 2 * link, its switch->GPU channel 2 * link + 1"),),
+                          "channel 2 * link, its switch->GPU channel 2 * link + 1",
+                    cache_lines=True, first=CHANNEL_HOT_FIELDS),),
     fields=fields(
         "ch", ("to_switch", "1 for GPU->switch channels"), ("gpu", "the link's GPU"),
         ("switch", "the link's switch"), ("port", "the link's switch port"),
@@ -246,7 +278,10 @@ def txq_push(st, c, pkt, tick):
     ch = st.ch[c]
     npk = st.pk[pkt].npk
     if packet_vc(st, pkt) == VC_RESPONSE:
-        st.rsq[c, (ch.rsq_head + ch.rsq_count) % ch.rsq_cap] = pkt
+        slot = (ch.rsq_head + ch.rsq_count) % ch.rsq_cap
+        st.rsq[c, slot, FIFO_PACKET] = pkt
+        st.rsq[c, slot, FIFO_READY] = st.pk[pkt].ready
+        st.rsq[c, slot, FIFO_FLITS] = st.pk[pkt].flits
         if ch.rsq_count == 0:
             ch.rsq_ready = st.pk[pkt].ready
             ch.rsq_flits = st.pk[pkt].flits
@@ -255,7 +290,10 @@ def txq_push(st, c, pkt, tick):
         if ch.rsq_pkts > ch.rsq_peak:
             ch.rsq_peak = ch.rsq_pkts
     else:
-        st.txq[c, (ch.txq_head + ch.txq_count) % ch.txq_cap] = pkt
+        slot = (ch.txq_head + ch.txq_count) % ch.txq_cap
+        st.txq[c, slot, FIFO_PACKET] = pkt
+        st.txq[c, slot, FIFO_READY] = st.pk[pkt].ready
+        st.txq[c, slot, FIFO_FLITS] = st.pk[pkt].flits
         if ch.txq_count == 0:
             ch.txq_ready = st.pk[pkt].ready
             ch.txq_flits = st.pk[pkt].flits
@@ -333,6 +371,13 @@ def credits_outstanding(st, c):
 
 
 @inline
+def _new_head(st, fifo, c, head):
+    """A packet became the head of a transmit FIFO: its record is read when it is sent, one
+    serialisation from now at the earliest; start loading it (engine/prefetch.py)."""
+    prefetch(st.pk, fifo[c, head, FIFO_PACKET])
+
+
+@inline
 def channel_transmit(st, c, tick):
     """EV_CH_TX: send the head packet of a virtual channel if wire, packet and credits allow:
     the response channel first (responses are short, and a response never waits behind
@@ -357,7 +402,7 @@ def channel_transmit(st, c, tick):
             wake = ch.rsq_ready
         elif ch.rsp_credits >= ch.rsq_flits:
             vc = VC_RESPONSE
-            pkt = st.rsq[c, ch.rsq_head]
+            pkt = st.rsq[c, ch.rsq_head, FIFO_PACKET]
         else:
             starved = True
     if vc < 0 and ch.txq_count > 0:
@@ -366,7 +411,7 @@ def channel_transmit(st, c, tick):
                 wake = ch.txq_ready
         elif ch.credits >= ch.txq_flits:
             vc = VC_REQUEST
-            pkt = st.txq[c, ch.txq_head]
+            pkt = st.txq[c, ch.txq_head, FIFO_PACKET]
         else:
             starved = True
     if vc < 0:
@@ -390,18 +435,18 @@ def channel_transmit(st, c, tick):
         ch.rsq_pkts -= pk.npk
         ch.rsp_credits -= pk.flits
         if ch.rsq_count > 0:
-            nxt = st.pk[st.rsq[c, ch.rsq_head]]
-            ch.rsq_ready = nxt.ready
-            ch.rsq_flits = nxt.flits
+            _new_head(st, st.rsq, c, ch.rsq_head)
+            ch.rsq_ready = st.rsq[c, ch.rsq_head, FIFO_READY]
+            ch.rsq_flits = st.rsq[c, ch.rsq_head, FIFO_FLITS]
     else:
         ch.txq_head = (ch.txq_head + 1) % ch.txq_cap
         ch.txq_count -= 1
         ch.txq_pkts -= pk.npk
         ch.credits -= pk.flits
         if ch.txq_count > 0:
-            nxt = st.pk[st.txq[c, ch.txq_head]]
-            ch.txq_ready = nxt.ready
-            ch.txq_flits = nxt.flits
+            _new_head(st, st.txq, c, ch.txq_head)
+            ch.txq_ready = st.txq[c, ch.txq_head, FIFO_READY]
+            ch.txq_flits = st.txq[c, ch.txq_head, FIFO_FLITS]
     wire = wire_bytes(st, c, pkt)
     pk.wire = wire
     ser = bytes_ticks(wire, ch.fs_per_byte)
@@ -421,7 +466,9 @@ def channel_transmit(st, c, tick):
     # on the wire: packets of one channel arrive in the order they were sent, so the channel
     # keeps them in a FIFO and only its head has an arrival event (a small event queue)
     pk.ready = arrive
-    st.wire[c, (ch.wire_head + ch.wire_count) % st.wire.shape[1]] = pkt
+    slot = (ch.wire_head + ch.wire_count) % st.wire.shape[1]
+    st.wire[c, slot, FIFO_PACKET] = pkt
+    st.wire[c, slot, FIFO_READY] = arrive
     ch.wire_count += 1
     if ch.wire_count == 1:
         timer_set(st, p.tm_ch_arrive + c, arrive)
@@ -463,11 +510,13 @@ def channel_arrival(st, c):
     """EV_CH_ARRIVE: the packet at the head of channel c's wire FIFO reached the far end; the
     next one (if any) gets its arrival event. Returns the packet."""
     ch = st.ch[c]
-    pkt = st.wire[c, ch.wire_head]
+    pkt = st.wire[c, ch.wire_head, FIFO_PACKET]
     ch.wire_head = (ch.wire_head + 1) % st.wire.shape[1]
     ch.wire_count -= 1
     if ch.wire_count > 0:
-        timer_set(st, st.p[0].tm_ch_arrive + c, st.pk[st.wire[c, ch.wire_head]].ready)
+        timer_set(st, st.p[0].tm_ch_arrive + c, st.wire[c, ch.wire_head, FIFO_READY])
+        # its record is read when it arrives, one serialisation from now (engine/prefetch.py)
+        prefetch(st.pk, st.wire[c, ch.wire_head, FIFO_PACKET])
     return pkt
 
 

@@ -76,15 +76,21 @@ def check_pool(sim, out):
 
 BLOCK = Block(
     "packets", "the packet pool every sender allocates from (this module)",
-    records=(Record("pk", "link packets in flight (pool entries; State.pk_free is the free stack)"),),
-    fields=fields("pk", ("kind", "PK_* above"), ("req", "hub request it belongs to (-1: none)"),
-                  ("src", "source GPU"), ("dst", "destination GPU"),
-                  ("addr", "destination address (MoE-Hub: stream offset)"),
-                  ("src_addr", "source address of the payload"), ("payload", "payload bytes"),
+    records=(Record("pk", "link packets in flight (pool entries; State.pk_free is the free stack)",
+                    cache_lines=True),),
+    # the first eight fields are what every hop reads (link transmit and arrival, switch
+    # routing): one cache line per packet per hop (Record.cache_lines)
+    fields=fields("pk", ("kind", "PK_* above"),
+                  ("npk", "link packets it stands for (1, or a train: run.packet_train)"),
                   ("flits", "flits on the wire (header + payload)"),
+                  ("wire", "bytes it took on the wire of its last link (the receiver counts "
+                           "them; link_class.py)"),
                   ("ready", "tick from which it may leave (its payload is read)"),
-                  ("value", "store value, atomic operand or result, EOS stream size"),
-                  ("npk", "link packets it stands for (1, or a train: run.packet_train)"))
+                  ("payload", "payload bytes"), ("src", "source GPU"), ("dst", "destination GPU"),
+                  ("req", "hub request it belongs to (-1: none)"),
+                  ("addr", "destination address (MoE-Hub: stream offset)"),
+                  ("src_addr", "source address of the payload"),
+                  ("value", "store value, atomic operand or result, EOS stream size"))
     + fields("sys", ("pk_top", "free-stack top: free pool entries"),
              ("pk_peak", "peak packets in flight")),
     stats=(StatGroup("system", "packets", (
