@@ -161,10 +161,11 @@ def _channels(cfg):
 # The channel fields a packet's transmission and arrival read, first and in whole cache lines
 # (Record.cache_lines): the transmitter's look (line 1), the FIFO heads it takes from (line 2), the
 # wire it serialises onto (line 3), its counters and who it wakes (line 4), the receiving end
-# (line 5: packet counters and a switch input's FIFOs, switch.py). With many GPUs a channel's
+# (line 5: packet counters and a switch input's FIFOs, switch.py), then where the credit-return
+# list starts and ends (read only when a return matures or comes out of order). With many GPUs a channel's
 # record is out of the caches by the time its next packet comes, so each line is a miss.
 CHANNEL_HOT_FIELDS = (
-    "tx_at", "txq_count", "rsq_count", "busy_until", "cr_count", "cr_head", "credits", "rsp_credits",
+    "tx_at", "txq_count", "rsq_count", "busy_until", "cr_count", "cr_next", "credits", "rsp_credits",
     "txq_ready", "txq_flits", "rsq_ready", "rsq_flits", "txq_head", "txq_cap", "txq_pkts",
     "credit_blocked",
     "fs_per_byte", "latency", "to_switch", "traversal", "wire_head", "wire_count", "src_switch",
@@ -172,7 +173,8 @@ CHANNEL_HOT_FIELDS = (
     "tx_packets", "tx_wire_bytes", "tx_payload_bytes", "tx_busy", "gpu", "switch", "rsq_head",
     "rsq_cap",
     "rx_packets", "rx_wire_bytes", "rx_payload_bytes", "rxq_head", "rxq_count", "rsp_rxq_head",
-    "rsp_rxq_count", "xbar_blocked")
+    "rsp_rxq_count", "xbar_blocked",
+    "cr_head", "cr_last")
 
 BLOCK = Block(
     "nvlink", __doc__.split("\n\n")[0],
@@ -203,6 +205,8 @@ BLOCK = Block(
         ("switch", "the link's switch"), ("port", "the link's switch port"),
         ("busy_until", "tick the transmitter is free"), ("credits", "flits of receiver buffer free"),
         ("cr_head", "credit returns in flight (ids in State.credit_ret)"), ("cr_count", ""),
+        ("cr_next", "tick of the earliest credit return in flight (valid while cr_count > 0)"),
+        ("cr_last", "tick of the latest (the list's tail)"),
         ("txq_head", "transmit FIFO (ids in State.txq)"), ("txq_count", ""),
         ("txq_cap", "its capacity (tx_queue_packets, or the switch's output_queue_packets)"),
         ("txq_pkts", "link packets queued (trains count their packets)"),
@@ -317,17 +321,24 @@ def credit_return_vc(st, c, flits, tick, vc):
     sender at `tick`."""
     ch = st.ch[c]
     cap = st.credit_ret.shape[1]
-    # insert in tick order (returns come nearly in order: the walk back is short)
+    # insert in tick order, after returns of the same tick; returns come nearly in order, so
+    # most go at the tail (known from ch.cr_last without reading the list) and the walk back is
+    # short otherwise
     i = ch.cr_count
-    while i > 0:
-        prev = (ch.cr_head + i - 1) % cap
-        if st.credit_ret[c, prev, 0] <= tick:
-            break
-        cur = (ch.cr_head + i) % cap
-        st.credit_ret[c, cur, 0] = st.credit_ret[c, prev, 0]
-        st.credit_ret[c, cur, 1] = st.credit_ret[c, prev, 1]
-        st.credit_ret[c, cur, 2] = st.credit_ret[c, prev, 2]
-        i -= 1
+    if i > 0 and ch.cr_last > tick:
+        while i > 0:
+            prev = (ch.cr_head + i - 1) % cap
+            if st.credit_ret[c, prev, 0] <= tick:
+                break
+            cur = (ch.cr_head + i) % cap
+            st.credit_ret[c, cur, 0] = st.credit_ret[c, prev, 0]
+            st.credit_ret[c, cur, 1] = st.credit_ret[c, prev, 1]
+            st.credit_ret[c, cur, 2] = st.credit_ret[c, prev, 2]
+            i -= 1
+    else:
+        ch.cr_last = tick
+    if i == 0:
+        ch.cr_next = tick
     slot = (ch.cr_head + i) % cap
     st.credit_ret[c, slot, 0] = tick
     st.credit_ret[c, slot, 1] = flits
@@ -341,6 +352,8 @@ def credit_return_vc(st, c, flits, tick, vc):
 def _reclaim_credits(st, c, tick):
     """Add every credit return that reached the sender by `tick` (to its virtual channel)."""
     ch = st.ch[c]
+    if ch.cr_count == 0 or ch.cr_next > tick:
+        return   # nothing has matured (known from the channel record: the list is not read)
     cap = st.credit_ret.shape[1]
     while ch.cr_count > 0 and st.credit_ret[c, ch.cr_head, 0] <= tick:
         if st.credit_ret[c, ch.cr_head, 2] == VC_RESPONSE:
@@ -349,6 +362,8 @@ def _reclaim_credits(st, c, tick):
             ch.credits += st.credit_ret[c, ch.cr_head, 1]
         ch.cr_head = (ch.cr_head + 1) % cap
         ch.cr_count -= 1
+    if ch.cr_count > 0:
+        ch.cr_next = st.credit_ret[c, ch.cr_head, 0]
 
 
 @compiled
@@ -420,7 +435,7 @@ def channel_transmit(st, c, tick):
                 ch.credit_blocked = 1
                 ch.credit_blocked_since = tick
             if ch.cr_count > 0:   # wake up when the next return arrives (later ones kick earlier)
-                ch_kick(st, c, st.credit_ret[c, ch.cr_head, 0])
+                ch_kick(st, c, ch.cr_next)
         if wake >= 0:
             ch_kick(st, c, wake)
         return
