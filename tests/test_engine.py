@@ -173,8 +173,8 @@ def _python_wheel(monkeypatch, count):
     from types import SimpleNamespace
     from moehub_arch.engine import bitset
     from moehub_arch.engine import events as ev
-    for name in ("_wheel_level", "_wheel_append", "_wheel_unlink", "_wheel_advance",
-                 "_lowest_bit"):
+    for name in ("_wheel_level", "_wheel_link", "_wheel_append", "_wheel_unlink",
+                 "_wheel_advance", "_lowest_bit"):
         monkeypatch.setattr(ev, name, getattr(ev, name).py_func)
     monkeypatch.setattr(bitset, "_lowest_bit", bitset._lowest_bit.py_func)
     timer, level = ev.new_timers(count)

@@ -138,12 +138,9 @@ def _wheel_level(x):
 
 
 @compiled
-def _wheel_append(st, i, tick, base):
-    """Link timer i (set for `tick`) at the tail of its slot relative to `base`: the level of the
-    highest digit in which they differ, the slot of tick's digit there."""
+def _wheel_link(st, i, lv, s):
+    """Link timer i at the tail of slot s of level lv (the newest sequence number last)."""
     t = st.timer
-    lv = _wheel_level(tick ^ base)
-    s = (tick >> (WHEEL_BITS * lv)) & (WHEEL_SLOTS - 1)
     head = t.shape[0] - WHEEL_LISTS + lv * WHEEL_SLOTS + s
     last = t[head, TM_PREV]
     t[last, TM_NEXT] = i
@@ -151,6 +148,14 @@ def _wheel_append(st, i, tick, base):
     t[i, TM_NEXT] = head
     t[head, TM_PREV] = i
     st.timer_level[lv] |= 1 << s
+
+
+@compiled
+def _wheel_append(st, i, tick, base):
+    """Link timer i (set for `tick`) into its slot relative to `base`: the level of the highest
+    digit in which they differ, the slot of tick's digit there."""
+    lv = _wheel_level(tick ^ base)
+    _wheel_link(st, i, lv, (tick >> (WHEEL_BITS * lv)) & (WHEEL_SLOTS - 1))
 
 
 @compiled
@@ -238,10 +243,18 @@ def _wheel_advance(st, before):
         t[head, TM_NEXT] = head
         t[head, TM_PREV] = head
         levels[lv] &= ~(1 << s)
-        while i != head:
-            nxt = t[i, TM_NEXT]
-            _wheel_append(st, i, t[i, TM_TICK], first)
-            i = nxt
+        if lv == 1:
+            # a level-1 slot is one 32-tick block: all of it goes to level 0, one tick per slot
+            # (most pours; no level to compute)
+            while i != head:
+                nxt = t[i, TM_NEXT]
+                _wheel_link(st, i, 0, t[i, TM_TICK] & (WHEEL_SLOTS - 1))
+                i = nxt
+        else:
+            while i != head:
+                nxt = t[i, TM_NEXT]
+                _wheel_append(st, i, t[i, TM_TICK], first)
+                i = nxt
     return t[heads + _lowest_bit(levels[0]), TM_NEXT]
 
 
