@@ -22,22 +22,27 @@ the highest WHEEL_BITS-bit digit in which t differs from the base, in the slot o
 there; so level 0 holds the ticks of the base's 32-tick block, one tick per slot, and a level's
 slots hold ever later ranges of ticks. The earliest timer is the head of the lowest occupied
 level-0 slot (a bit mask per level, State.timer_level, finds it); when level 0 is empty, the
-lowest occupied slot of the lowest occupied level is poured one level or more down (its entries
-re-placed relative to the slot's first tick, which becomes the base). Ties need no comparison of
-keys: a level-0 slot is one tick and a list in sequence order (a timer set later has a larger
-sequence number and goes to the tail; entries poured in are placed in order). The wheel's lists
-live in a pool of entries (State.timer_entry: tick, seq, timer, next) with a free list.
+lowest occupied slot of the lowest occupied level is poured one level or more down (its timers
+re-placed relative to the slot's first tick, which becomes the base).
+
+A slot's list is circular and doubly linked through the timers' own rows (State.timer columns
+TM_NEXT, TM_PREV), with one head row per slot after the timers' rows: a timer is in at most one
+list, so setting it again or clearing it unlinks it in place (two stores, no search), a take
+unlinks a level-0 head, and a peek reads a head; nothing is stale, nothing is allocated. Every
+list is in sequence order, which is what ties need (a level-0 slot is one tick): a set has the
+newest sequence number and goes to a tail, and a pour appends one list, in order, to levels that
+are empty (every level below the poured one is).
 
 Why a wheel: it replaced a tournament tree over the timers (a walk from a leaf to the root at
 every set and every take: 29% of the run loop's time on a DeepSeek-V3 layer, and growing with the
 GPU count, as the tree deepens). Most timers are set a short, bounded distance ahead (a quarter
 for the tick being processed, most of the rest 128 ps to 32 ns: link serialisation, SM cycles),
-so a set is a few stores, a take pops a list head, and an entry is moved down about once on its
-way to level 0: half the tree's time on recorded traces of the timer operations, and flat in the
-GPU count (README, Performance). Clearing or setting a timer again does not look for its old
-entry: that entry is stale (its timer's row no longer holds its sequence number, or is off) and
-is dropped when it comes up; when the pool runs dry the wheel drops every stale entry at once
-(the pool has room for four entries per timer and at most one per timer is live, so that is rare).
+so a set is a few stores, a take unlinks a list head, and a timer is moved down about once on its
+way to level 0, flat in the GPU count (README, Performance). The wheel's first version kept its
+lists in a pool of entries and left a re-set timer's old entry in place, stale, to be dropped
+when it came up; every peek then read the timer's row to test its head for staleness. Linking
+the timers' rows themselves removes that read, the pool and its free list (README, Performance:
+the run loop's CPU time -4 to -5% on DeepSeek-V3 layers).
 
 The run loop takes whichever of heap top and wheel head is earlier by (tick, seq): the same
 total order as one queue of all events, and the same as the tree's. Timer index ranges per block
