@@ -329,7 +329,7 @@ def build_state(cfg, program, seed=None, presets=None):
     for name, first in layout.items():
         pr[name] = first
     pr.tm_count = count
-    timer, timer_entry, timer_slot, timer_level = new_timers(count)
+    timer, timer_level = new_timers(count)
     # a GPU's transmitters queue tx_queue_packets; forwarding nodes' outputs output_queue_packets
     # (assumption for PCIe, NIC and IB ports: as deep as an NVSwitch output queue)
     ch.txq_cap[:] = np.where(ch.src_switch < 0, sysc.nvlink.tx_queue_packets,
@@ -355,8 +355,7 @@ def build_state(cfg, program, seed=None, presets=None):
     code = program.code if program.code.shape[0] else np.zeros((1, ROW_WIDTH), np.int64)
     st = State(
         p=params, sys=sysrec, q=new_event_queue(4096 + 4 * (NSM + nch + NL)),
-        ev_count=np.zeros(NUM_EVENT_KINDS, np.int64), timer=timer, timer_entry=timer_entry,
-        timer_slot=timer_slot, timer_level=timer_level,
+        ev_count=np.zeros(NUM_EVENT_KINDS, np.int64), timer=timer, timer_level=timer_level,
         code=np.ascontiguousarray(code, dtype=np.int64),
         code_issued=np.zeros(code.shape[0], np.int64),
         tb=tb, regs=np.zeros((NT, NUM_REGS), np.int64),

@@ -204,3 +204,35 @@ def assert_cais_lines_merged(sim, lines, gpus):
     assert st["system.cais.merges"] == (gpus - 1) * lines
     assert st["system.cais.evictions"] == 0 and st["system.cais.timeouts"] == 0
     assert st["system.cais.memory_reads"] == st["system.cais.home_writes"] == lines // 2
+
+
+def check_timer_wheel(st):
+    """The component timers' wheel (engine/events.py) is consistent: every armed timer in exactly
+    one list, the list of the slot its tick belongs to relative to the base (sys tw_base); no
+    unarmed timer in any; every list circular, doubly linked and in sequence order; a level's
+    occupancy bit set exactly for its non-empty lists. Works on State and on test namespaces."""
+    from moehub_arch.engine import events as ev
+    t = st.timer
+    n = t.shape[0] - ev.WHEEL_LISTS
+    base = int(st.sys[0].tw_base)
+    seen = []
+    for lv in range(ev.WHEEL_LEVELS):
+        for s in range(ev.WHEEL_SLOTS):
+            head = n + lv * ev.WHEEL_SLOTS + s
+            members, i = [], int(t[head, ev.TM_NEXT])
+            while i != head:
+                assert 0 <= i < n and int(t[int(t[i, ev.TM_NEXT]), ev.TM_PREV]) == i, (lv, s, i)
+                members.append(i)
+                i = int(t[i, ev.TM_NEXT])
+            assert int(t[int(t[head, ev.TM_NEXT]), ev.TM_PREV]) == head, (lv, s)
+            assert bool(members) == bool(int(st.timer_level[lv]) >> s & 1), (lv, s)
+            seqs = [int(t[i, ev.TM_SEQ]) for i in members]
+            assert seqs == sorted(seqs), (lv, s)
+            for i in members:
+                tick = int(t[i, ev.TM_TICK])
+                x = tick ^ base
+                want = 0 if x == 0 else (x.bit_length() - 1) // ev.WHEEL_BITS
+                assert (want, (tick >> (ev.WHEEL_BITS * want)) & (ev.WHEEL_SLOTS - 1)) == (lv, s), i
+            seen += members
+    assert sorted(seen) == [i for i in range(n) if t[i, ev.TM_TICK] != ev.TIMER_OFF]
+    assert np.all(t[n:, ev.TM_TICK] == ev.TIMER_OFF)

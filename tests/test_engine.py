@@ -6,7 +6,8 @@ import pytest
 
 from moehub_arch.engine.state import TB_EMPTY
 
-from conftest import cli_stats_per_engine, load, mini_system, model_stats, simulate
+from conftest import (check_timer_wheel, cli_stats_per_engine, load, mini_system, model_stats,
+                      simulate)
 
 # A 4-GPU all-to-all small enough for the pure-Python engine (~18 k events; its comparison runs half).
 ALLTOALL_SMALL = mini_system(num_gpus=4, num_sms=4, links=2) + [
@@ -166,46 +167,42 @@ def test_packet_train_longer_than_the_receive_buffer_is_an_input_error():
         load("ubench/alltoall.yaml", "run.packet_train=64")
 
 
-def _python_wheel(monkeypatch, count, pool=None):
+def _python_wheel(monkeypatch, count):
     """The timers' wheel (engine.events) as Python functions on a State-like namespace (no
-    compile; the run loop uses the same code compiled), optionally with a smaller entry pool."""
+    compile; the run loop uses the same code compiled)."""
     from types import SimpleNamespace
     from moehub_arch.engine import bitset
     from moehub_arch.engine import events as ev
-    for name in ("_wheel_level", "_wheel_place", "_entry_live", "_entry_free", "_wheel_collect",
-                 "_lowest_bit"):
+    for name in ("_wheel_level", "_wheel_link", "_wheel_append", "_wheel_unlink",
+                 "_wheel_advance", "_lowest_bit"):
         monkeypatch.setattr(ev, name, getattr(ev, name).py_func)
     monkeypatch.setattr(bitset, "_lowest_bit", bitset._lowest_bit.py_func)
-    timer, entry, slot, level = ev.new_timers(count)
-    if pool is not None:
-        entry = entry[:pool].copy()
-        entry[-1, ev.TE_NEXT] = -1
-    sy = np.zeros(1, [("q_next_seq", np.int64), ("tw_base", np.int64),
-                      ("tw_free", np.int64)]).view(np.recarray)
-    st = SimpleNamespace(sys=sy, timer=timer, timer_entry=entry, timer_slot=slot,
-                         timer_level=level)
-    return ev, st
+    timer, level = ev.new_timers(count)
+    sy = np.zeros(1, [("q_next_seq", np.int64), ("tw_base", np.int64)]).view(np.recarray)
+    return ev, SimpleNamespace(sys=sy, timer=timer, timer_level=level)
 
 
-@pytest.mark.parametrize("pool", [None, 40])
-def test_the_timer_wheel_gives_the_earliest_timer_after_any_sets_clears_and_takes(monkeypatch, pool):
+def test_the_timer_wheel_gives_the_earliest_timer_after_any_sets_clears_and_takes(monkeypatch):
     """After every set, clear or take, timer_peek must return the armed timer with the smallest
     (tick, seq), as a scan of State.timer finds it - or -1 exactly when none is armed at or before
-    the tick it is given (the heap's top). Ticks are set at the current tick (a quarter), a few
-    ticks ahead (ties broken by seq), across the wheel's levels and far ahead (above 2**52, where
-    the level is computed from a shifted value); the current tick advances to the tick of the
-    timer taken, or to a "heap event" at or before the earliest timer. With a pool of 40 entries
-    for 37 timers the wheel drops its stale entries many times over (_wheel_collect)."""
+    the tick it is given (the heap's top) - and the wheel's lists must hold exactly the armed
+    timers, each once, in its slot, in sequence order (conftest.check_timer_wheel). Ticks are set
+    at the current tick (a quarter), a few ticks ahead (ties broken by seq), across the wheel's
+    levels and far ahead (above 2**52, where the level is computed from a shifted value); timers
+    are set again while armed (they leave their old slot) and cleared armed or not; the current
+    tick advances to the tick of the timer taken, or to a "heap event" at or before the earliest
+    timer."""
     n = 37
-    ev, st = _python_wheel(monkeypatch, n, pool)
+    ev, st = _python_wheel(monkeypatch, n)
     set_, clear = ev.timer_set.py_func, ev.timer_clear.py_func
     peek, take = ev.timer_peek.py_func, ev.timer_take.py_func
     rng = np.random.default_rng(23)
     now = 0
-    taken = 0
+    taken = reset = 0
     for step in range(8000):
         i = int(rng.integers(n))
         r = rng.random()
+        reset += r < 0.67 and st.timer[i, 0] != ev.TIMER_OFF
         if r < 0.1:
             clear(st, i)
         elif r < 0.35:
@@ -222,9 +219,8 @@ def test_the_timer_wheel_gives_the_earliest_timer_after_any_sets_clears_and_take
             pass
         elif r < 0.85:   # the next event is a timer (or none): the wheel's head is the earliest
             e = peek(st, ev.TIMER_OFF)
-            got = None if e < 0 else (int(st.timer_entry[e, ev.TE_TICK]),
-                                      int(st.timer_entry[e, ev.TE_SEQ]),
-                                      int(st.timer_entry[e, ev.TE_TIMER]))
+            got = None if e < 0 else (int(st.timer[e, ev.TM_TICK]), int(st.timer[e, ev.TM_SEQ]),
+                                      int(e))
             assert got == (armed[0] if armed else None), step
             if armed:
                 assert take(st, e) == armed[0][2]
@@ -238,25 +234,11 @@ def test_the_timer_wheel_gives_the_earliest_timer_after_any_sets_clears_and_take
             due = [a for a in armed if a[0] <= before]
             assert (e >= 0) == bool(due), step
             if e >= 0:
-                assert int(st.timer_entry[e, ev.TE_TIMER]) == due[0][2], step
+                assert int(e) == due[0][2], step
             now = min(before, armed[0][0]) if armed else before
         assert st.sys[0].tw_base <= now
-    assert taken > 1000
-    # every entry is free or in a slot's list, once
-    ent = st.timer_entry
-    seen = []
-    e = int(st.sys[0].tw_free)
-    while e >= 0:
-        seen.append(e)
-        e = int(ent[e, ev.TE_NEXT])
-    for lv in range(ev.WHEEL_LEVELS):
-        for s in range(ev.WHEEL_SLOTS):
-            e = int(st.timer_slot[lv, s, ev.TS_HEAD])
-            assert (e >= 0) == bool(st.timer_level[lv] >> s & 1)
-            while e >= 0:
-                seen.append(e)
-                e = int(ent[e, ev.TE_NEXT])
-    assert sorted(seen) == list(range(ent.shape[0]))
+        check_timer_wheel(st)
+    assert taken > 1000 and reset > 1000
 
 
 def test_wheel_levels_of_tick_differences():

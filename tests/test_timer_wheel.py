@@ -1,25 +1,30 @@
-"""The component timers' wheel (engine/events.py) on whole runs: the same events in the same
-(tick, seq) order whatever the wheel's pool size. With a pool of one entry more than there are
-timers the wheel runs dry at almost every set and drops its stale entries each time
-(_wheel_collect), which must change nothing: the same stats, simEvents and the events of every
-kind included, on layer configs of the schemes whose same-tick order is part of the model
-(MoE-Hub's RPM, AAU and link responses act on the same ticks). After a run every timer is off
-and every entry of the pool is back on its free list (conservation of entries)."""
+"""The component timers' wheel (engine/events.py) on whole runs. Between small batches of events
+(run.batch_events) the wheel must be consistent (conftest.check_timer_wheel: every armed timer
+in the list of its slot, once, lists in sequence order, occupancy masks exact), on layer configs
+of the schemes whose same-tick order is part of the model (MoE-Hub's RPM, AAU and link responses
+act on the same ticks); the batches change nothing (the same stats, simEvents and the events of
+every kind included); after the run every timer is off and every list empty."""
 import numpy as np
 import pytest
 
-from conftest import load, model_stats
+from conftest import check_timer_wheel, load, model_stats
+from moehub_arch.observer import RunObserver
 
 
-def _run(config, overrides, pool=None):
-    from moehub_arch.engine.events import TE_NEXT
+class _CheckWheel(RunObserver):
+    """Checks the wheel at every pause between batches."""
+    def __init__(self):
+        self.checks = 0
+
+    def on_pause(self, sim, tick, events, wall_seconds):
+        check_timer_wheel(sim.state)
+        self.checks += 1
+
+
+def _run(config, overrides, observers=()):
     from moehub_arch.simulation import Simulation
     sim = Simulation(load(config, *overrides))
-    if pool is not None:
-        entry = sim.state.timer_entry[:pool].copy()
-        entry[-1, TE_NEXT] = -1
-        sim.state = sim.state._replace(timer_entry=entry)
-    stats = sim.run()
+    stats = sim.run(observers)
     return sim, model_stats(stats)
 
 
@@ -32,23 +37,24 @@ CASES = {
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_a_wheel_that_keeps_running_dry_gives_the_same_run(case):
+def test_the_wheel_is_consistent_between_batches_and_batches_change_nothing(case):
     config, overrides = CASES[case]
-    sim, reference = _run(config, overrides)
-    _, tight = _run(config, overrides, pool=sim.state.timer.shape[0] + 1)
-    assert tight == reference
-    kinds = {k: v for k, v in tight.items() if k.startswith("system.engine.events.")}
-    assert sum(kinds.values()) == tight["simEvents"] > 0
+    _, reference = _run(config, overrides)
+    check = _CheckWheel()
+    sim, batched = _run(config, overrides + ["run.batch_events=997"], [check])
+    assert batched == reference
+    kinds = {k: v for k, v in batched.items() if k.startswith("system.engine.events.")}
+    assert sum(kinds.values()) == batched["simEvents"] > 0
+    assert check.checks >= batched["simEvents"] // 997
+    check_timer_wheel(sim.state)
 
 
-def test_every_timer_is_off_and_every_entry_free_after_the_run():
-    from moehub_arch.engine.events import TE_NEXT, TIMER_OFF, TM_TICK
+def test_every_timer_is_off_and_every_list_empty_after_the_run():
+    from moehub_arch.engine.events import TIMER_OFF, TM_NEXT, TM_PREV, TM_TICK, WHEEL_LISTS
     sim, _ = _run(*CASES["hub_dispatch_combine"])
     st = sim.state
     assert np.all(st.timer[:, TM_TICK] == TIMER_OFF)
     assert np.all(st.timer_level == 0)
-    free, e = 0, int(st.sys[0].tw_free)
-    while e >= 0:
-        free += 1
-        e = int(st.timer_entry[e, TE_NEXT])
-    assert free == st.timer_entry.shape[0]
+    heads = np.arange(st.timer.shape[0] - WHEEL_LISTS, st.timer.shape[0])
+    assert np.array_equal(st.timer[heads, TM_NEXT], heads)
+    assert np.array_equal(st.timer[heads, TM_PREV], heads)

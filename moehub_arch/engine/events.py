@@ -22,22 +22,27 @@ the highest WHEEL_BITS-bit digit in which t differs from the base, in the slot o
 there; so level 0 holds the ticks of the base's 32-tick block, one tick per slot, and a level's
 slots hold ever later ranges of ticks. The earliest timer is the head of the lowest occupied
 level-0 slot (a bit mask per level, State.timer_level, finds it); when level 0 is empty, the
-lowest occupied slot of the lowest occupied level is poured one level or more down (its entries
-re-placed relative to the slot's first tick, which becomes the base). Ties need no comparison of
-keys: a level-0 slot is one tick and a list in sequence order (a timer set later has a larger
-sequence number and goes to the tail; entries poured in are placed in order). The wheel's lists
-live in a pool of entries (State.timer_entry: tick, seq, timer, next) with a free list.
+lowest occupied slot of the lowest occupied level is poured one level or more down (its timers
+re-placed relative to the slot's first tick, which becomes the base).
+
+A slot's list is circular and doubly linked through the timers' own rows (State.timer columns
+TM_NEXT, TM_PREV), with one head row per slot after the timers' rows: a timer is in at most one
+list, so setting it again or clearing it unlinks it in place (two stores, no search), a take
+unlinks a level-0 head, and a peek reads a head; nothing is stale, nothing is allocated. Every
+list is in sequence order, which is what ties need (a level-0 slot is one tick): a set has the
+newest sequence number and goes to a tail, and a pour appends one list, in order, to levels that
+are empty (every level below the poured one is).
 
 Why a wheel: it replaced a tournament tree over the timers (a walk from a leaf to the root at
 every set and every take: 29% of the run loop's time on a DeepSeek-V3 layer, and growing with the
 GPU count, as the tree deepens). Most timers are set a short, bounded distance ahead (a quarter
 for the tick being processed, most of the rest 128 ps to 32 ns: link serialisation, SM cycles),
-so a set is a few stores, a take pops a list head, and an entry is moved down about once on its
-way to level 0: half the tree's time on recorded traces of the timer operations, and flat in the
-GPU count (README, Performance). Clearing or setting a timer again does not look for its old
-entry: that entry is stale (its timer's row no longer holds its sequence number, or is off) and
-is dropped when it comes up; when the pool runs dry the wheel drops every stale entry at once
-(the pool has room for four entries per timer and at most one per timer is live, so that is rare).
+so a set is a few stores, a take unlinks a list head, and a timer is moved down about once on its
+way to level 0, flat in the GPU count (README, Performance). The wheel's first version kept its
+lists in a pool of entries and left a re-set timer's old entry in place, stale, to be dropped
+when it came up; every peek then read the timer's row to test its head for staleness. Linking
+the timers' rows themselves removes that read, the pool and its free list (README, Performance:
+the run loop's CPU time 7-9% less on DeepSeek-V3 layers).
 
 The run loop takes whichever of heap top and wheel head is earlier by (tick, seq): the same
 total order as one queue of all events, and the same as the tree's. Timer index ranges per block
@@ -55,8 +60,10 @@ from ..components.block import Block, Param, Record, Stat, StatGroup, fields
 
 # columns of the heap array State.q
 Q_TICK, Q_SEQ, Q_KIND, Q_A0, Q_A1 = range(5)
-# columns of State.timer; an unarmed timer has tick TIMER_OFF
-TM_TICK, TM_SEQ = 0, 1
+# columns of State.timer; an unarmed timer has tick TIMER_OFF. TM_NEXT and TM_PREV link an armed
+# timer into its wheel slot's list (rows of State.timer too: see new_timers)
+TM_TICK, TM_SEQ, TM_NEXT, TM_PREV = 0, 1, 2, 3
+TM_COLUMNS = 4
 TIMER_OFF = 2 ** 62
 # the timing wheel: levels of WHEEL_SLOTS slots, WHEEL_BITS bits of the tick each (32 slots keep
 # a level's occupancy mask off the sign bit, like engine/bitset.py); enough levels for any tick
@@ -64,15 +71,7 @@ TIMER_OFF = 2 ** 62
 WHEEL_BITS = 5
 WHEEL_SLOTS = 1 << WHEEL_BITS
 WHEEL_LEVELS = (62 + WHEEL_BITS - 1) // WHEEL_BITS
-# columns of State.timer_entry (the wheel's pool): tick, sequence, timer, next entry (-1: none)
-TE_TICK, TE_SEQ, TE_TIMER, TE_NEXT = 0, 1, 2, 3
-# State.timer_slot[level, slot]: first and last entry of its list (-1: empty; the last is kept
-# for level 0 only, where timers set for the slot's tick are appended in sequence order)
-TS_HEAD, TS_TAIL = 0, 1
-# entries in the pool per timer (at most one live per timer; the rest hold stale settings until
-# they are dropped)
-ENTRIES_PER_TIMER = 4
-
+WHEEL_LISTS = WHEEL_LEVELS * WHEEL_SLOTS
 
 def _event_names(inst):
     """{kind: name} of the event kinds in use (composed from every block's declarations)."""
@@ -105,8 +104,7 @@ BLOCK = Block(
         ("err_code", "the first runtime error (engine.state ERR_*), 0: none"),
         ("err_slot", "thread-block slot that raised it"), ("err_pc", "its program counter"),
         ("err_value", "the offending value (address, size...)"),
-        ("tw_base", "the timing wheel's base tick (at or before the current tick)"),
-        ("tw_free", "first free entry of the wheel's pool (State.timer_entry), -1: none")),
+        ("tw_base", "the timing wheel's base tick (at or before the current tick)")),
     stats=(StatGroup("system", "engine", (
         Stat("queue_peak", "events", "peak number of pending events in the event queue",
              lambda i: i.st.sys[0].q_peak),
@@ -117,17 +115,19 @@ BLOCK = Block(
 
 
 def new_timers(count):
-    """`count` unarmed timers and an empty timing wheel: State.timer, State.timer_entry (every
-    entry on the free list, in order), State.timer_slot and State.timer_level."""
+    """`count` unarmed timers and an empty timing wheel: State.timer ([count + WHEEL_LISTS,
+    TM_COLUMNS]: the timers, then one list head per wheel slot, level by level) and
+    State.timer_level (the levels' occupancy masks). A slot's list is circular and doubly linked
+    through its head row (an empty list links the head to itself), so linking and unlinking a
+    timer take no test for the ends of the list."""
     n = max(count, 1)
-    timer = np.zeros((n, 2), np.int64)
+    timer = np.zeros((n + WHEEL_LISTS, TM_COLUMNS), np.int64)
     timer[:, TM_TICK] = TIMER_OFF
-    entry = np.zeros((ENTRIES_PER_TIMER * n + 64, 4), np.int64)
-    entry[:, TE_NEXT] = np.arange(1, entry.shape[0] + 1)
-    entry[-1, TE_NEXT] = -1
-    slot = np.full((WHEEL_LEVELS, WHEEL_SLOTS, 2), -1, np.int64)
+    heads = np.arange(n, n + WHEEL_LISTS)
+    timer[n:, TM_NEXT] = heads
+    timer[n:, TM_PREV] = heads
     level = np.zeros(WHEEL_LEVELS, np.int64)
-    return timer, entry, slot, level
+    return timer, level
 
 
 @compiled
@@ -143,137 +143,89 @@ def _wheel_level(x):
 
 
 @compiled
-def _wheel_place(st, e, base):
-    """Link entry e into its slot relative to `base`: at the head of a slot above level 0 (their
-    order does not matter), in sequence order in a level-0 slot (one tick)."""
-    ent = st.timer_entry
-    tick = ent[e, TE_TICK]
-    lv = _wheel_level(tick ^ base)
-    s = (tick >> (WHEEL_BITS * lv)) & (WHEEL_SLOTS - 1)
-    head = st.timer_slot[lv, s, TS_HEAD]
-    if lv > 0 or head < 0 or ent[head, TE_SEQ] > ent[e, TE_SEQ]:
-        ent[e, TE_NEXT] = head
-        st.timer_slot[lv, s, TS_HEAD] = e
-        if lv == 0 and head < 0:
-            st.timer_slot[0, s, TS_TAIL] = e
-    else:
-        q = ent[e, TE_SEQ]
-        p = st.timer_slot[0, s, TS_TAIL]
-        if ent[p, TE_SEQ] > q:
-            # poured in out of order (rare): walk to its place
-            p = head
-            while ent[ent[p, TE_NEXT], TE_SEQ] < q:
-                p = ent[p, TE_NEXT]
-        ent[e, TE_NEXT] = ent[p, TE_NEXT]
-        ent[p, TE_NEXT] = e
-        if ent[e, TE_NEXT] < 0:
-            st.timer_slot[0, s, TS_TAIL] = e
+def _wheel_link(st, i, lv, s):
+    """Link timer i at the tail of slot s of level lv (the newest sequence number last)."""
+    t = st.timer
+    head = t.shape[0] - WHEEL_LISTS + lv * WHEEL_SLOTS + s
+    last = t[head, TM_PREV]
+    t[last, TM_NEXT] = i
+    t[i, TM_PREV] = last
+    t[i, TM_NEXT] = head
+    t[head, TM_PREV] = i
     st.timer_level[lv] |= 1 << s
 
 
 @compiled
-def _entry_live(st, e):
-    """Whether entry e still holds its timer's setting (not cleared or set again since)."""
-    i = st.timer_entry[e, TE_TIMER]
-    return (st.timer[i, TM_SEQ] == st.timer_entry[e, TE_SEQ]
-            and st.timer[i, TM_TICK] != TIMER_OFF)
+def _wheel_append(st, i, tick, base):
+    """Link timer i (set for `tick`) into its slot relative to `base`: the level of the highest
+    digit in which they differ, the slot of tick's digit there."""
+    lv = _wheel_level(tick ^ base)
+    _wheel_link(st, i, lv, (tick >> (WHEEL_BITS * lv)) & (WHEEL_SLOTS - 1))
 
 
 @compiled
-def _entry_free(st, e):
-    sy = st.sys[0]
-    st.timer_entry[e, TE_NEXT] = sy.tw_free
-    sy.tw_free = e
-
-
-@compiled
-def _wheel_collect(st):
-    """Drop every stale entry (the pool ran dry); live entries keep their slots and order."""
-    ent = st.timer_entry
-    for lv in range(WHEEL_LEVELS):
-        for s in range(WHEEL_SLOTS):
-            e = st.timer_slot[lv, s, TS_HEAD]
-            last = -1
-            while e >= 0:
-                nxt = ent[e, TE_NEXT]
-                if _entry_live(st, e):
-                    last = e
-                else:
-                    if last < 0:
-                        st.timer_slot[lv, s, TS_HEAD] = nxt
-                    else:
-                        ent[last, TE_NEXT] = nxt
-                    _entry_free(st, e)
-                e = nxt
-            if lv == 0:
-                st.timer_slot[0, s, TS_TAIL] = last
-            if st.timer_slot[lv, s, TS_HEAD] < 0:
-                st.timer_level[lv] &= ~(1 << s)
+def _wheel_unlink(st, i):
+    """Take armed timer i out of its slot's list; clear the slot's occupancy bit if that empties
+    it (only the head row is left: its neighbours on both sides are the same row)."""
+    t = st.timer
+    nxt = t[i, TM_NEXT]
+    prev = t[i, TM_PREV]
+    t[prev, TM_NEXT] = nxt
+    t[nxt, TM_PREV] = prev
+    if nxt == prev:
+        k = nxt - (t.shape[0] - WHEEL_LISTS)
+        st.timer_level[k >> WHEEL_BITS] &= ~(1 << (k & (WHEEL_SLOTS - 1)))
 
 
 @compiled
 def timer_set(st, i, tick):
     """Arm timer i for `tick` (at or after the current tick) with a fresh sequence number,
-    replacing its previous setting (whose entry goes stale)."""
+    replacing its previous setting (it leaves its old slot: the newest sequence number goes to
+    the tail of its new one)."""
     sy = st.sys[0]
     seq = sy.q_next_seq
     sy.q_next_seq = seq + 1
-    st.timer[i, TM_TICK] = tick
-    st.timer[i, TM_SEQ] = seq
-    if sy.tw_free < 0:
-        _wheel_collect(st)
-    e = sy.tw_free
-    ent = st.timer_entry
-    sy.tw_free = ent[e, TE_NEXT]
-    ent[e, TE_TICK] = tick
-    ent[e, TE_SEQ] = seq
-    ent[e, TE_TIMER] = i
-    lv = _wheel_level(tick ^ sy.tw_base)
-    if lv == 0:
-        # the base's block: append to the tick's list (the largest sequence number so far)
-        s = tick & (WHEEL_SLOTS - 1)
-        ent[e, TE_NEXT] = -1
-        if st.timer_slot[0, s, TS_HEAD] < 0:
-            st.timer_slot[0, s, TS_HEAD] = e
-        else:
-            ent[st.timer_slot[0, s, TS_TAIL], TE_NEXT] = e
-        st.timer_slot[0, s, TS_TAIL] = e
-        st.timer_level[0] |= 1 << s
-    else:
-        s = (tick >> (WHEEL_BITS * lv)) & (WHEEL_SLOTS - 1)
-        ent[e, TE_NEXT] = st.timer_slot[lv, s, TS_HEAD]
-        st.timer_slot[lv, s, TS_HEAD] = e
-        st.timer_level[lv] |= 1 << s
+    t = st.timer
+    if t[i, TM_TICK] != TIMER_OFF:
+        _wheel_unlink(st, i)
+    t[i, TM_TICK] = tick
+    t[i, TM_SEQ] = seq
+    _wheel_append(st, i, tick, sy.tw_base)
 
 
 @compiled
 def timer_clear(st, i):
-    """Disarm timer i (its entry goes stale)."""
-    st.timer[i, TM_TICK] = TIMER_OFF
+    """Disarm timer i."""
+    t = st.timer
+    if t[i, TM_TICK] != TIMER_OFF:
+        _wheel_unlink(st, i)
+        t[i, TM_TICK] = TIMER_OFF
 
 
 @compiled
 def timer_peek(st, before):
-    """The wheel entry of the earliest armed timer by (tick, seq), or -1 if no timer is armed at or
-    before tick `before` (the heap's top; TIMER_OFF: none). Drops stale entries it meets, and
-    pours slots down while level 0 is empty and the next slot starts at or before `before` (the
-    next event's tick, so the base stays at or before the current tick)."""
-    sy = st.sys[0]
-    ent = st.timer_entry
+    """The earliest armed timer by (tick, seq), or -1 if no timer is armed at or before tick
+    `before` (the heap's top; TIMER_OFF: none). While level 0 holds a timer that is the head of
+    its lowest occupied slot (the run loop's case for almost every event); otherwise
+    _wheel_advance pours higher slots down."""
     levels = st.timer_level
-    while True:
-        while levels[0] != 0:
-            s = _lowest_bit(levels[0])
-            e = st.timer_slot[0, s, TS_HEAD]
-            while e >= 0:
-                if _entry_live(st, e):
-                    st.timer_slot[0, s, TS_HEAD] = e
-                    return e
-                nxt = ent[e, TE_NEXT]
-                _entry_free(st, e)
-                e = nxt
-            st.timer_slot[0, s, TS_HEAD] = -1
-            levels[0] &= ~(1 << s)
+    if levels[0] != 0:
+        t = st.timer
+        return t[t.shape[0] - WHEEL_LISTS + _lowest_bit(levels[0]), TM_NEXT]
+    return _wheel_advance(st, before)
+
+
+@compiled
+def _wheel_advance(st, before):
+    """timer_peek with level 0 empty: pour the lowest occupied slot of the lowest occupied level
+    down (its timers re-placed relative to the slot's first tick, which becomes the base) until
+    level 0 holds a timer, or the next slot starts after `before` (the next event's tick, so the
+    base stays at or before the current tick), or no timer is armed (-1 for both)."""
+    sy = st.sys[0]
+    t = st.timer
+    levels = st.timer_level
+    heads = t.shape[0] - WHEEL_LISTS
+    while levels[0] == 0:
         lv = 1
         while lv < WHEEL_LEVELS and levels[lv] == 0:
             lv += 1
@@ -287,33 +239,35 @@ def timer_peek(st, before):
             first |= (sy.tw_base >> above) << above
         if before < first:
             return -1
-        # pour the slot down: every tick in it is at or after `first`, which the next event's is too
+        # pour the slot down: every tick in it is at or after `first`, which the next event's is
+        # too. Its list is in sequence order and the levels below are empty, so appending its
+        # timers in list order keeps every list in sequence order
         sy.tw_base = first
-        e = st.timer_slot[lv, s, TS_HEAD]
-        st.timer_slot[lv, s, TS_HEAD] = -1
+        head = heads + lv * WHEEL_SLOTS + s
+        i = t[head, TM_NEXT]
+        t[head, TM_NEXT] = head
+        t[head, TM_PREV] = head
         levels[lv] &= ~(1 << s)
-        while e >= 0:
-            nxt = ent[e, TE_NEXT]
-            if _entry_live(st, e):
-                _wheel_place(st, e, first)
-            else:
-                _entry_free(st, e)
-            e = nxt
+        if lv == 1:
+            # a level-1 slot is one 32-tick block: all of it goes to level 0, one tick per slot
+            # (most pours; no level to compute)
+            while i != head:
+                nxt = t[i, TM_NEXT]
+                _wheel_link(st, i, 0, t[i, TM_TICK] & (WHEEL_SLOTS - 1))
+                i = nxt
+        else:
+            while i != head:
+                nxt = t[i, TM_NEXT]
+                _wheel_append(st, i, t[i, TM_TICK], first)
+                i = nxt
+    return t[heads + _lowest_bit(levels[0]), TM_NEXT]
 
 
 @compiled
-def timer_take(st, e):
-    """Take the earliest timer (entry e, which timer_peek returned: the head of a level-0 slot):
-    disarm it and free its entry; returns the timer."""
-    ent = st.timer_entry
-    i = ent[e, TE_TIMER]
+def timer_take(st, i):
+    """Take the earliest timer (i, which timer_peek returned): disarm it and unlink it; returns i."""
     st.timer[i, TM_TICK] = TIMER_OFF
-    s = ent[e, TE_TICK] & (WHEEL_SLOTS - 1)
-    nxt = ent[e, TE_NEXT]
-    st.timer_slot[0, s, TS_HEAD] = nxt
-    if nxt < 0:
-        st.timer_level[0] &= ~(1 << s)
-    _entry_free(st, e)
+    _wheel_unlink(st, i)
     return i
 
 

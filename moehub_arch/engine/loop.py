@@ -23,7 +23,7 @@ from ..components.occupancy import EV_OCCUPANCY_SAMPLE, occupancy_sample
 from ..components.cais_merge import EV_CAIS_TIMEOUT, cais_timeout
 from ..components.packet import PK_MOE, PK_MOE_EOS
 from ..components.switch import EV_XBAR, switch_crossbar, switch_receive
-from .events import Q_SEQ, Q_TICK, TE_SEQ, TE_TICK, TIMER_OFF, pop, timer_peek, timer_take
+from .events import Q_SEQ, Q_TICK, TIMER_OFF, TM_SEQ, TM_TICK, pop, timer_peek, timer_take
 
 STATUS_EMPTY = 0      # no events left (heap empty, no timer armed)
 STATUS_BATCH = 1      # max_events processed; call again
@@ -46,12 +46,12 @@ def run_loop(st, max_events, headroom, tick_limit, entries):
         # the earlier by (tick, seq) of the heap's top event and the earliest component timer
         # (the head of the timers' wheel, engine/events.py; -1 if none is due by the heap's top)
         qt = st.q[0, Q_TICK] if sy.q_size > 0 else TIMER_OFF
-        entry = timer_peek(st, qt)
-        use_timer = entry >= 0
+        due = timer_peek(st, qt)
+        use_timer = due >= 0
         if use_timer:
-            tick = st.timer_entry[entry, TE_TICK]
+            tick = st.timer[due, TM_TICK]
             if sy.q_size > 0 and (qt < tick or (
-                    qt == tick and st.q[0, Q_SEQ] < st.timer_entry[entry, TE_SEQ])):
+                    qt == tick and st.q[0, Q_SEQ] < st.timer[due, TM_SEQ])):
                 use_timer = False
                 tick = qt
         elif sy.q_size > 0:
@@ -64,7 +64,7 @@ def run_loop(st, max_events, headroom, tick_limit, entries):
             return STATUS_TICK_LIMIT
         if use_timer:
             # the handler re-arms it if the block has more to do
-            ti = timer_take(st, entry)
+            ti = timer_take(st, due)
             a1 = 0
             if ti < p.tm_ch_tx:
                 kind, a0 = EV_SM_ISSUE, ti

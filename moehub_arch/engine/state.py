@@ -56,9 +56,9 @@ STATE_FIELDS = tuple([
     "sys",          # [1] SYSTEM
     "q",            # [capacity, 5] event heap (engine.events)
     "ev_count",     # [event kinds] events processed per kind (engine.events.EVENT_NAMES)
-    "timer",        # [timers, 2] component timers (tick, seq; engine.events TM_*)
-    "timer_entry", "timer_slot", "timer_level",  # their timing wheel (engine.events): a pool of
-                    # entries (TE_*), the lists of every level's slots (TS_*), occupancy masks
+    "timer",        # [timers + wheel slots, 4] component timers (tick, seq, the links of their
+                    # timing wheel's lists; engine.events TM_*), then the lists' head rows
+    "timer_level",  # [wheel levels] the wheel's occupancy masks (engine.events)
     "code",         # [instructions, ROW_WIDTH] assembled program
     "code_issued",  # [instructions] times each instruction was issued (tools/profile_issue.py;
                     # not a stat: it stays out of the golden fingerprints)
