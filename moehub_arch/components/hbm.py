@@ -42,6 +42,18 @@ Arbitration (system.gpu.hbm.arbitration) decides how a channel shares its bandwi
   Traffic whose transfer takes longer than its instruction's occupancy (memory-bound) is a whole
   access: the instruction waits for memory, as before.
 
+What the calendar costs the simulator (issue 23; none of this changes a result): a paced GEMM
+operand walks ~pace / window rows on each of the C channels (10-30 x 80 on H100), so the calendar
+was ~11% of the run loop's time. The walks now load windows inline (`_window`, no call per window),
+find a window's ring row with a mask (the ring has a power-of-two number of windows), take the
+horizon once per access and a stream's whole-window pace once per walk (no division in the windows
+between its first and last), and keep 4 columns (32 B rows, two per cache line; the per-window
+stream count was written, never read). What was left was mostly a cache miss on each row a walk
+loads: one channel's rows of a window are 32 KB from the next channel's, so no hardware prefetcher
+finds them; a long access prefetches the rows of the next channel's walk while it walks this one
+(`_prefetch_walk`, llvm.prefetch; a no-op in the pure-Python engine). tests/test_memory_calendar.py
+checks all this against the first implementation on random accesses.
+
 The L2 in front of the channels (its capacity, its read port, where link writes land) is
 components/l2.py; its read port shares this module's arbitration (one more calendar row per GPU).
 
@@ -50,7 +62,13 @@ region at the bottom of the address space is backed; data beyond it is modelled 
 Shared memory is a separate window (addresses with SMEM_ADDR_BIT set), backed in functional mode.
 """
 import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.core.extending import intrinsic
+
 from ..engine.jit import compiled, inline
+from ..engine.stateref import jit_disabled
 
 from ..engine.clock import bytes_ticks, cycle_edge, cycle_at_or_after
 from ..engine.state import ERR_UNBACKED_COPY
@@ -133,6 +151,30 @@ ARB_PACED, ARB_FIFO = 0, 1            # config.schema.MEMORY_ARBITRATION
 CAL_TAG, CAL_PACED, CAL_WHOLE, CAL_NEXT = 0, 1, 2, 3
 CAL_COLUMNS = 4
 
+# rows of a channel's calendar a long access prefetches (a stream's walk is ~pace / window rows:
+# 10-30 for a GEMM operand at 1 us windows); assumption: enough to cover one walk, few enough not
+# to flood the core's outstanding-miss buffers
+PREFETCH_ROWS = 32
+
+
+if jit_disabled():
+    def prefetch(addr):
+        """A no-op in the pure-Python engine."""
+else:
+    @intrinsic
+    def prefetch(typingctx, addr):
+        """Hint the CPU to fetch the cache line at address `addr` (llvm.prefetch: read, keep in
+        every cache level); no effect on results, the load that follows just finds it sooner."""
+        def codegen(context, builder, signature, values):
+            ptr = builder.inttoptr(values[0], ir.IntType(8).as_pointer())
+            i32 = ir.IntType(32)
+            fn = cgutils.get_or_insert_function(
+                builder.module, ir.FunctionType(ir.VoidType(), [ptr.type, i32, i32, i32]),
+                "llvm.prefetch.p0")
+            builder.call(fn, [ptr, i32(0), i32(3), i32(1)])
+            return context.get_dummy_value()
+        return types.void(types.int64), codegen
+
 
 @compiled
 def hbm_access(st, g, addr, nbytes, tick, is_write):
@@ -209,7 +251,22 @@ def _transfer(st, g, addr, nbytes, tick, is_write, pace_ticks):
         tail_channel = last_granule % C
         offset = head_channel + 1                  # (k - (first_granule + 1)) % C, from k = 0
         offset = C - offset if offset < C else 0
+        # the calendar rows a channel's walk will load (windows from the one of `tick`, as many
+        # as the stream's pace spans), prefetched one channel ahead: their misses overlap the
+        # previous channel's walk instead of following it (a window's rows are 32 KB apart from
+        # channel to channel, so no hardware prefetcher guesses them)
+        walk = 0
+        first_window = 0
+        if p.mem_arbitration == ARB_PACED:
+            W = p.mem_window_ticks
+            first_window = tick // W
+            walk = 1
+            if pace_ticks > 0:
+                walk = (tick + pace_ticks) // W - first_window + 1
+            _prefetch_walk(st, base, first_window, walk)
         for k in range(C):
+            if walk > 0 and k + 1 < C:
+                _prefetch_walk(st, base + k + 1, first_window, walk)
             ch_bytes = rounds
             if offset < extra:
                 ch_bytes += Q
@@ -259,6 +316,24 @@ def calendar_horizon(st):
     of the current tick up to mem_cal.shape[1] windows ahead. The caller computes it once per
     access (the current tick does not move meanwhile), not once per window it loads."""
     return st.sys[0].q_now // st.p[0].mem_window_ticks + st.mem_cal.shape[1]
+
+
+@inline
+def _prefetch_walk(st, srv, first_window, walk):
+    """Prefetch the calendar rows of server srv's windows from first_window on, `walk` of them (at
+    most PREFETCH_ROWS): where a walk will load them (paced arbitration only: the fifo
+    placeholder calendar has one row)."""
+    nw = st.mem_cal.shape[1]
+    if walk > PREFETCH_ROWS:
+        walk = PREFETCH_ROWS
+    row_bytes = CAL_COLUMNS * 8
+    server = st.mem_cal.ctypes.data + srv * nw * row_bytes
+    line = -1
+    for j in range(walk):
+        at = server + ((first_window + j) & (nw - 1)) * row_bytes
+        if at >> 6 != line:             # one prefetch per 64 B cache line
+            line = at >> 6
+            prefetch(at)
 
 
 @inline
