@@ -216,10 +216,37 @@ def _transfer(st, g, addr, nbytes, tick, is_write, pace_ticks):
     last_granule = (addr + n - 1) // Q
     ngranules = last_granule - first_granule + 1
     paced = 0
-    if ngranules <= C:
-        # a short access walks its granules (each lands on a distinct channel)
-        k = first_granule % C
-        for j in range(ngranules):
+    short = ngranules <= C
+    # a short access walks its granules (each lands on a distinct channel, k = granule % C,
+    # counted from the first); a long one gives every channel its full rounds plus its share of
+    # the partial ends: channel k gets the inner granules first_granule+1 .. last_granule-1 with
+    # gi % C == k (one more round for the `extra` channels from first_granule+1's), the head
+    # granule's bytes if it holds first_granule, the tail's if it holds last_granule
+    head_channel = first_granule % C
+    tail_channel = last_granule % C
+    head = Q - addr % Q                        # bytes in the first granule
+    tail = (addr + n) - last_granule * Q       # bytes in the last granule
+    inner = ngranules - 2
+    rounds = (inner // C) * Q
+    extra = inner % C
+    offset = head_channel + 1                  # (k - (first_granule + 1)) % C, from k = 0
+    offset = C - offset if offset < C else 0
+    # a long access prefetches the calendar rows a channel's walk will load (windows from the one
+    # of `tick`, as many as the stream's pace spans) one channel ahead: their misses overlap the
+    # previous channel's walk instead of following it (a window's rows are 32 KB apart from
+    # channel to channel, so no hardware prefetcher guesses them)
+    walk = 0
+    first_window = 0
+    if not short and p.mem_arbitration == ARB_PACED:
+        W = p.mem_window_ticks
+        first_window = tick // W
+        walk = 1
+        if pace_ticks > 0:
+            walk = (tick + pace_ticks) // W - first_window + 1
+        _prefetch_walk(st, base, first_window, walk)
+    k = head_channel if short else 0
+    for j in range(ngranules if short else C):
+        if short:
             gi = first_granule + j
             lo = gi * Q
             if lo < addr:
@@ -227,44 +254,9 @@ def _transfer(st, g, addr, nbytes, tick, is_write, pace_ticks):
             hi = gi * Q + Q
             if hi > addr + n:
                 hi = addr + n
-            done = _hbm_channel(st, g, base + k, bytes_ticks(hi - lo, fs), tick, pace_ticks,
-                                horizon)
-            if done < 0:
-                paced = 1
-                done = -done
-            if done > last_done:
-                last_done = done
-            k += 1
-            if k == C:
-                k = 0
-    else:
-        # a long one gives every channel its full rounds plus its share of the partial ends:
-        # channel k gets the inner granules first_granule+1 .. last_granule-1 with gi % C == k
-        # (one more round for the `extra` channels from first_granule+1's), the head granule's
-        # bytes if it holds first_granule, the tail's if it holds last_granule
-        head = Q - addr % Q                        # bytes in the first granule
-        tail = (addr + n) - last_granule * Q       # bytes in the last granule
-        inner = ngranules - 2
-        rounds = (inner // C) * Q
-        extra = inner % C
-        head_channel = first_granule % C
-        tail_channel = last_granule % C
-        offset = head_channel + 1                  # (k - (first_granule + 1)) % C, from k = 0
-        offset = C - offset if offset < C else 0
-        # the calendar rows a channel's walk will load (windows from the one of `tick`, as many
-        # as the stream's pace spans), prefetched one channel ahead: their misses overlap the
-        # previous channel's walk instead of following it (a window's rows are 32 KB apart from
-        # channel to channel, so no hardware prefetcher guesses them)
-        walk = 0
-        first_window = 0
-        if p.mem_arbitration == ARB_PACED:
-            W = p.mem_window_ticks
-            first_window = tick // W
-            walk = 1
-            if pace_ticks > 0:
-                walk = (tick + pace_ticks) // W - first_window + 1
-            _prefetch_walk(st, base, first_window, walk)
-        for k in range(C):
+            ch_bytes = hi - lo
+        else:
+            k = j
             if walk > 0 and k + 1 < C:
                 _prefetch_walk(st, base + k + 1, first_window, walk)
             ch_bytes = rounds
@@ -277,8 +269,7 @@ def _transfer(st, g, addr, nbytes, tick, is_write, pace_ticks):
                 ch_bytes += head
             if k == tail_channel:
                 ch_bytes += tail
-            if ch_bytes == 0:
-                continue
+        if ch_bytes > 0:
             done = _hbm_channel(st, g, base + k, bytes_ticks(ch_bytes, fs), tick, pace_ticks,
                                 horizon)
             if done < 0:
@@ -286,6 +277,10 @@ def _transfer(st, g, addr, nbytes, tick, is_write, pace_ticks):
                 done = -done
             if done > last_done:
                 last_done = done
+        if short:
+            k += 1
+            if k == C:
+                k = 0
     gp = st.gpu[g]
     if is_write:
         gp.hbm_write_bytes += nbytes
