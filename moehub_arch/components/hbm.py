@@ -223,27 +223,30 @@ def _transfer(st, g, addr, nbytes, tick, is_write, pace_ticks):
     # gi % C == k (one more round for the `extra` channels from first_granule+1's), the head
     # granule's bytes if it holds first_granule, the tail's if it holds last_granule
     head_channel = first_granule % C
-    tail_channel = last_granule % C
-    head = Q - addr % Q                        # bytes in the first granule
-    tail = (addr + n) - last_granule * Q       # bytes in the last granule
-    inner = ngranules - 2
-    rounds = (inner // C) * Q
-    extra = inner % C
-    offset = head_channel + 1                  # (k - (first_granule + 1)) % C, from k = 0
-    offset = C - offset if offset < C else 0
-    # a long access prefetches the calendar rows a channel's walk will load (windows from the one
-    # of `tick`, as many as the stream's pace spans) one channel ahead: their misses overlap the
-    # previous channel's walk instead of following it (a window's rows are 32 KB apart from
-    # channel to channel, so no hardware prefetcher guesses them)
+    # the long access's shares (set below; a short access, the frequent one, needs none of them)
+    tail_channel = head = tail = rounds = extra = offset = 0
     walk = 0
     first_window = 0
-    if not short and p.mem_arbitration == ARB_PACED:
-        W = p.mem_window_ticks
-        first_window = tick // W
-        walk = 1
-        if pace_ticks > 0:
-            walk = (tick + pace_ticks) // W - first_window + 1
-        _prefetch_walk(st, base, first_window, walk)
+    if not short:
+        tail_channel = last_granule % C
+        head = Q - addr % Q                        # bytes in the first granule
+        tail = (addr + n) - last_granule * Q       # bytes in the last granule
+        inner = ngranules - 2
+        rounds = (inner // C) * Q
+        extra = inner % C
+        offset = head_channel + 1                  # (k - (first_granule + 1)) % C, from k = 0
+        offset = C - offset if offset < C else 0
+        # the calendar rows a channel's walk will load (windows from the one of `tick`, as many
+        # as the stream's pace spans) are prefetched one channel ahead: their misses overlap the
+        # previous channel's walk instead of following it (a window's rows are 32 KB apart from
+        # channel to channel, so no hardware prefetcher guesses them)
+        if p.mem_arbitration == ARB_PACED:
+            W = p.mem_window_ticks
+            first_window = tick // W
+            walk = 1
+            if pace_ticks > 0:
+                walk = (tick + pace_ticks) // W - first_window + 1
+            _prefetch_walk(st, base, first_window, walk)
     k = head_channel if short else 0
     for j in range(ngranules if short else C):
         if short:
