@@ -10,7 +10,7 @@ import re
 import numpy as np
 import attrs
 
-from .components.hbm import HBM_MIN_ACCESS  # noqa: F401 (re-exported)
+from .components.hbm import CAL_COLUMNS, HBM_MIN_ACCESS  # noqa: F401 (re-exported)
 from .components.fabric import fill_fabric_destinations
 from .components.moehub.aau import aau_staging_packets, expert_placement, local_experts
 from .components.moehub.rpm import rpm_packet_bytes  # noqa: F401 (re-exported)
@@ -32,7 +32,8 @@ from .topology import (TopologyError, build_fabric, build_routes, channel_arrays
 BUFFER_ALIGN = 256  # bytes; every buffer starts on an HBM interleave-friendly boundary
 # windows in the paced-arbitration calendar (components/hbm.py): with 1 us windows a 1 ms horizon,
 # far beyond the backlog of a saturated GPU in the layer experiments; work beyond it is served at full
-# rate and counted (system.gpuN.hbm.beyond_calendar_ticks)
+# rate and counted (system.gpuN.hbm.beyond_calendar_ticks). A power of two: the calendar finds a
+# window's ring row with a mask (components/hbm.py _window)
 MEMORY_CALENDAR_WINDOWS = 1024
 
 
@@ -445,8 +446,9 @@ def _memory_calendar(G, hbm):
     """The paced-arbitration calendar (components/hbm.py): one row of windows per HBM channel and
     per L2 read port; tags start at -1 (no window loaded). A placeholder under fifo arbitration."""
     if hbm.arbitration == "fifo":
-        return np.full((1, 1, 5), -1, np.int64)
-    cal = np.zeros((G * hbm.channels + G, MEMORY_CALENDAR_WINDOWS, 5), np.int64)
+        return np.full((1, 1, CAL_COLUMNS), -1, np.int64)
+    assert MEMORY_CALENDAR_WINDOWS & (MEMORY_CALENDAR_WINDOWS - 1) == 0
+    cal = np.zeros((G * hbm.channels + G, MEMORY_CALENDAR_WINDOWS, CAL_COLUMNS), np.int64)
     cal[:, :, 0] = -1
     return cal
 

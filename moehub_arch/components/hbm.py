@@ -42,6 +42,18 @@ Arbitration (system.gpu.hbm.arbitration) decides how a channel shares its bandwi
   Traffic whose transfer takes longer than its instruction's occupancy (memory-bound) is a whole
   access: the instruction waits for memory, as before.
 
+What the calendar costs the simulator (issue 23; none of this changes a result): a paced GEMM
+operand walks ~pace / window rows on each of the C channels (10-30 x 80 on H100), so the calendar
+was ~11% of the run loop's time. The walks now load windows inline (`_window`, no call per window),
+find a window's ring row with a mask (the ring has a power-of-two number of windows), take the
+horizon once per access and a stream's whole-window pace once per walk (no division in the windows
+between its first and last), and keep 4 columns (32 B rows, two per cache line; the per-window
+stream count was written, never read). What was left was mostly a cache miss on each row a walk
+loads: one channel's rows of a window are 32 KB from the next channel's, so no hardware prefetcher
+finds them; a long access prefetches the rows of the next channel's walk while it walks this one
+(`_prefetch_walk`, llvm.prefetch; a no-op in the pure-Python engine). tests/test_memory_calendar.py
+checks all this against the first implementation on random accesses.
+
 The L2 in front of the channels (its capacity, its read port, where link writes land) is
 components/l2.py; its read port shares this module's arbitration (one more calendar row per GPU).
 
@@ -50,7 +62,13 @@ region at the bottom of the address space is backed; data beyond it is modelled 
 Shared memory is a separate window (addresses with SMEM_ADDR_BIT set), backed in functional mode.
 """
 import numpy as np
-from ..engine.jit import compiled
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.core.extending import intrinsic
+
+from ..engine.jit import compiled, inline
+from ..engine.stateref import jit_disabled
 
 from ..engine.clock import bytes_ticks, cycle_edge, cycle_at_or_after
 from ..engine.state import ERR_UNBACKED_COPY
@@ -126,10 +144,36 @@ BLOCK = Block(
 )
 
 ARB_PACED, ARB_FIFO = 0, 1            # config.schema.MEMORY_ARBITRATION
-# calendar columns: window index, work (ticks) paced streams and whole accesses took, streams in
-# it, and for a full window a later window to try next (skip link; 0: none), so a stream placed
-# behind a long saturated stretch does not walk it window by window every time
-CAL_TAG, CAL_PACED, CAL_WHOLE, CAL_STREAMS, CAL_NEXT = 0, 1, 2, 3, 4
+# calendar columns: window index, work (ticks) paced streams and whole accesses took, and for a
+# full window a later window to try next (skip link; 0: none), so a stream placed behind a long
+# saturated stretch does not walk it window by window every time. Four int64 columns: a row is
+# 32 B, two rows per cache line and none straddles one.
+CAL_TAG, CAL_PACED, CAL_WHOLE, CAL_NEXT = 0, 1, 2, 3
+CAL_COLUMNS = 4
+
+# rows of a channel's calendar a long access prefetches (a stream's walk is ~pace / window rows:
+# 10-30 for a GEMM operand at 1 us windows); assumption: enough to cover one walk, few enough not
+# to flood the core's outstanding-miss buffers
+PREFETCH_ROWS = 32
+
+
+if jit_disabled():
+    def prefetch(addr):
+        """A no-op in the pure-Python engine."""
+else:
+    @intrinsic
+    def prefetch(typingctx, addr):
+        """Hint the CPU to fetch the cache line at address `addr` (llvm.prefetch: read, keep in
+        every cache level); no effect on results, the load that follows just finds it sooner."""
+        def codegen(context, builder, signature, values):
+            ptr = builder.inttoptr(values[0], ir.IntType(8).as_pointer())
+            i32 = ir.IntType(32)
+            fn = cgutils.get_or_insert_function(
+                builder.module, ir.FunctionType(ir.VoidType(), [ptr.type, i32, i32, i32]),
+                "llvm.prefetch.p0")
+            builder.call(fn, [ptr, i32(0), i32(3), i32(1)])
+            return context.get_dummy_value()
+        return types.void(types.int64), codegen
 
 
 @compiled
@@ -164,48 +208,82 @@ def _transfer(st, g, addr, nbytes, tick, is_write, pace_ticks):
         n = p.hbm_min_access
     C = p.hbm_channels
     Q = p.hbm_interleave
+    fs = p.hbm_fs_per_byte_channel
     base = g * C
+    horizon = calendar_horizon(st)       # the current tick does not move during one access
     last_done = tick
     first_granule = addr // Q
     last_granule = (addr + n - 1) // Q
     ngranules = last_granule - first_granule + 1
     paced = 0
     short = ngranules <= C
-    # a short access walks its granules (each lands on a distinct channel); a long one gives every
-    # channel its full rounds plus its share of the partial ends
-    head = Q - addr % Q                        # bytes in the first granule
-    tail = (addr + n) - last_granule * Q       # bytes in the last granule
-    inner = ngranules - 2
+    # a short access walks its granules (each lands on a distinct channel, k = granule % C,
+    # counted from the first); a long one gives every channel its full rounds plus its share of
+    # the partial ends: channel k gets the inner granules first_granule+1 .. last_granule-1 with
+    # gi % C == k (one more round for the `extra` channels from first_granule+1's), the head
+    # granule's bytes if it holds first_granule, the tail's if it holds last_granule
+    head_channel = first_granule % C
+    # the long access's shares (set below; a short access, the frequent one, needs none of them)
+    tail_channel = head = tail = rounds = extra = offset = 0
+    walk = 0
+    first_window = 0
+    if not short:
+        tail_channel = last_granule % C
+        head = Q - addr % Q                        # bytes in the first granule
+        tail = (addr + n) - last_granule * Q       # bytes in the last granule
+        inner = ngranules - 2
+        rounds = (inner // C) * Q
+        extra = inner % C
+        offset = head_channel + 1                  # (k - (first_granule + 1)) % C, from k = 0
+        offset = C - offset if offset < C else 0
+        # the calendar rows a channel's walk will load (windows from the one of `tick`, as many
+        # as the stream's pace spans) are prefetched one channel ahead: their misses overlap the
+        # previous channel's walk instead of following it (a window's rows are 32 KB apart from
+        # channel to channel, so no hardware prefetcher guesses them)
+        if p.mem_arbitration == ARB_PACED:
+            W = p.mem_window_ticks
+            first_window = tick // W
+            walk = 1
+            if pace_ticks > 0:
+                walk = (tick + pace_ticks) // W - first_window + 1
+            _prefetch_walk(st, base, first_window, walk)
+    k = head_channel if short else 0
     for j in range(ngranules if short else C):
         if short:
             gi = first_granule + j
-            k = gi % C
             lo = gi * Q
             if lo < addr:
                 lo = addr
-            hi = (gi + 1) * Q
+            hi = gi * Q + Q
             if hi > addr + n:
                 hi = addr + n
             ch_bytes = hi - lo
         else:
             k = j
-            ch_bytes = (inner // C) * Q
-            # inner granules first_granule+1 .. last_granule-1: channel of granule gi is gi % C
-            if (k - (first_granule + 1)) % C < inner % C:
+            if walk > 0 and k + 1 < C:
+                _prefetch_walk(st, base + k + 1, first_window, walk)
+            ch_bytes = rounds
+            if offset < extra:
                 ch_bytes += Q
-            if first_granule % C == k:
+            offset += 1
+            if offset == C:
+                offset = 0
+            if k == head_channel:
                 ch_bytes += head
-            if last_granule % C == k:
+            if k == tail_channel:
                 ch_bytes += tail
-            if ch_bytes == 0:
-                continue
-        done = _hbm_channel(st, g, base + k, bytes_ticks(ch_bytes, p.hbm_fs_per_byte_channel),
-                            tick, pace_ticks)
-        if done < 0:
-            paced = 1
-            done = -done
-        if done > last_done:
-            last_done = done
+        if ch_bytes > 0:
+            done = _hbm_channel(st, g, base + k, bytes_ticks(ch_bytes, fs), tick, pace_ticks,
+                                horizon)
+            if done < 0:
+                paced = 1
+                done = -done
+            if done > last_done:
+                last_done = done
+        if short:
+            k += 1
+            if k == C:
+                k = 0
     gp = st.gpu[g]
     if is_write:
         gp.hbm_write_bytes += nbytes
@@ -217,26 +295,55 @@ def _transfer(st, g, addr, nbytes, tick, is_write, pace_ticks):
 
 
 @compiled
-def _hbm_channel(st, g, c, busy, tick, pace_ticks):
+def _hbm_channel(st, g, c, busy, tick, pace_ticks, horizon):
     """Serve `busy` ticks of work on HBM channel c (global index); returns the end tick, negated
     when the work was paced."""
     chan = st.hbm_chan[c]
     chan.busy += busy
-    if st.p[0].mem_arbitration == ARB_PACED and pace_ticks > busy:
-        return -_paced(st, g, c, busy, tick, pace_ticks)
-    end = _whole(st, g, c, chan.free, busy, tick, st.p[0].hbm_queue_ticks)
+    p = st.p[0]
+    if p.mem_arbitration == ARB_PACED and pace_ticks > busy:
+        return -_paced(st, g, c, busy, tick, pace_ticks, horizon)
+    end = _whole(st, g, c, chan.free, busy, tick, p.hbm_queue_ticks, horizon)
     chan.free = _whole_queue_end(chan.free, busy, tick)
     return end
 
 
 @compiled
-def _window(st, srv, i):
-    """Load window i of server srv's calendar; returns its row, or -1 past the horizon (the ring
-    row still holds a later window or i is too far ahead of the current tick)."""
+def calendar_horizon(st):
+    """The first window past the calendar's horizon: a server's ring holds the windows from the one
+    of the current tick up to mem_cal.shape[1] windows ahead. The caller computes it once per
+    access (the current tick does not move meanwhile), not once per window it loads."""
+    return st.sys[0].q_now // st.p[0].mem_window_ticks + st.mem_cal.shape[1]
+
+
+@inline
+def _prefetch_walk(st, srv, first_window, walk):
+    """Prefetch the calendar rows of server srv's windows from first_window on, `walk` of them (at
+    most PREFETCH_ROWS): where a walk will load them (paced arbitration only: the fifo
+    placeholder calendar has one row)."""
     nw = st.mem_cal.shape[1]
-    if i >= st.sys[0].q_now // st.p[0].mem_window_ticks + nw:
+    if walk > PREFETCH_ROWS:
+        walk = PREFETCH_ROWS
+    row_bytes = CAL_COLUMNS * 8
+    server = st.mem_cal.ctypes.data + srv * nw * row_bytes
+    line = -1
+    for j in range(walk):
+        at = server + ((first_window + j) & (nw - 1)) * row_bytes
+        if at >> 6 != line:             # one prefetch per 64 B cache line
+            line = at >> 6
+            prefetch(at)
+
+
+@inline
+def _window(st, srv, i, horizon):
+    """Load window i of server srv's calendar; returns its row, or -1 past the horizon (the ring
+    row still holds a later window or i is too far ahead of the current tick). Inlined into the
+    window walks: one call per window crossed was the largest part of the calendar's cost."""
+    if i >= horizon:
         return -1
-    row = i % nw
+    # the ring has a power-of-two number of windows (builder.MEMORY_CALENDAR_WINDOWS) and i >= 0:
+    # a mask, not a division
+    row = i & (st.mem_cal.shape[1] - 1)
     tag = st.mem_cal[srv, row, CAL_TAG]
     if tag != i:
         if tag > i:
@@ -244,19 +351,19 @@ def _window(st, srv, i):
         st.mem_cal[srv, row, CAL_TAG] = i
         st.mem_cal[srv, row, CAL_PACED] = 0
         st.mem_cal[srv, row, CAL_WHOLE] = 0
-        st.mem_cal[srv, row, CAL_STREAMS] = 0
         st.mem_cal[srv, row, CAL_NEXT] = 0
     return row
 
 
 @compiled
-def _whole(st, g, srv, free, busy, tick, queue_ticks):
+def _whole(st, g, srv, free, busy, tick, queue_ticks, horizon):
     """A whole access: first in first out behind the server's other whole accesses (`free`, which
     advances by their bytes only: _whole_queue_end), at the rate the paced streams leave in each
     window it crosses, but never later than its own transfer plus the drain of a full controller
     queue (`queue_ticks`): FR-FCFS serves a request after the requests already queued, however many
     streams keep the queue full. Work beyond what a window had left is a debt the next window's
-    paced streams pay (the streams already placed keep their times). Returns its end tick."""
+    paced streams pay (the streams already placed keep their times). Returns its end tick.
+    `horizon`: calendar_horizon."""
     start = free
     if start < tick:
         start = tick
@@ -266,31 +373,35 @@ def _whole(st, g, srv, free, busy, tick, queue_ticks):
     limit = start + busy + queue_ticks
     t = start
     rem = busy
+    i = t // W
+    w_end = (i + 1) * W
     while rem > 0:
-        i = t // W
-        row = _window(st, srv, i)
+        row = _window(st, srv, i, horizon)
         if row < 0:
             st.gpu[g].mem_beyond_calendar += rem
             return t + rem
-        w_end = (i + 1) * W
         stop = w_end if w_end < limit else limit
-        left = W - st.mem_cal[srv, row, CAL_PACED]    # the channel's share not paced away
+        paced_work = st.mem_cal[srv, row, CAL_PACED]
+        left = W - paced_work                      # the channel's share not paced away
         end = -1
         got = 0
-        if left > 0 and t + (rem * W + left - 1) // left <= stop:
-            got = rem
+        if left > 0:
             end = t + (rem * W + left - 1) // left
+        if end >= 0 and end <= stop:
+            got = rem
         elif stop == limit:
             got = rem                                  # the queue bound: served now
             end = limit
-        elif left > 0:
-            got = (w_end - t) * left // W
+        else:
+            end = -1
+            if left > 0:
+                got = (w_end - t) * left // W
         used = st.mem_cal[srv, row, CAL_WHOLE] + got
-        over = used + st.mem_cal[srv, row, CAL_PACED] - W
+        over = used + paced_work - W
         if over > 0:
             # oversubscribed: the excess is charged to the next window (paced room there)
             used -= over
-            nxt = _window(st, srv, i + 1)
+            nxt = _window(st, srv, i + 1, horizon)
             if nxt >= 0:
                 st.mem_cal[srv, nxt, CAL_WHOLE] += over
             else:
@@ -300,6 +411,8 @@ def _whole(st, g, srv, free, busy, tick, queue_ticks):
             return end
         rem -= got
         t = w_end
+        i += 1
+        w_end += W
     return t
 
 
@@ -317,18 +430,21 @@ def _whole_queue_end(free, busy, tick):
 
 
 @compiled
-def _paced(st, g, srv, busy, tick, pace_ticks):
+def _paced(st, g, srv, busy, tick, pace_ticks, horizon):
     """A paced stream of `busy` ticks of work spread over `pace_ticks` from `tick`: in each window
     it takes at most its pace and what the window has left. Returns when its last byte is served.
     A window stays full once full (until its ring row is reused), so a run of full windows gets a
-    skip link from its first window to the next window found open."""
+    skip link from its first window to the next window found open. `horizon`: calendar_horizon.
+    The stream's pace in a whole window (ceil(W * busy / pace_ticks)) is the same in every window
+    after the first, so the walk divides only in its first and last windows."""
     W = st.p[0].mem_window_ticks
     t = tick
     rem = busy
+    i = t // W
     first_full = -1        # ring row of the first full window of the run being crossed
+    whole_window_cap = -1  # the pace in a whole window, computed when first needed
     while True:
-        i = t // W
-        row = _window(st, srv, i)
+        row = _window(st, srv, i, horizon)
         if row < 0:
             st.gpu[g].mem_beyond_calendar += rem
             return t + (rem * pace_ticks + busy - 1) // busy
@@ -338,13 +454,22 @@ def _paced(st, g, srv, busy, tick, pace_ticks):
             if first_full < 0:
                 first_full = row
             nxt = st.mem_cal[srv, row, CAL_NEXT]
-            t = nxt * W if nxt > i else w_end
+            if nxt > i:
+                t = nxt * W
+                i = nxt
+            else:
+                t = w_end
+                i += 1
             continue
         if first_full >= 0:
             st.mem_cal[srv, first_full, CAL_NEXT] = i
             first_full = -1
-        cap = ((w_end - t) * busy + pace_ticks - 1) // pace_ticks   # the stream's pace
-        st.mem_cal[srv, row, CAL_STREAMS] += 1
+        if t == w_end - W:
+            if whole_window_cap < 0:
+                whole_window_cap = (W * busy + pace_ticks - 1) // pace_ticks
+            cap = whole_window_cap
+        else:
+            cap = ((w_end - t) * busy + pace_ticks - 1) // pace_ticks   # the stream's pace
         if rem <= cap and rem <= room:
             st.mem_cal[srv, row, CAL_PACED] += rem
             end = t + (rem * pace_ticks + busy - 1) // busy
@@ -353,6 +478,7 @@ def _paced(st, g, srv, busy, tick, pace_ticks):
         st.mem_cal[srv, row, CAL_PACED] += take
         rem -= take
         t = w_end
+        i += 1
 
 
 @compiled

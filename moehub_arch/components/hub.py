@@ -60,7 +60,7 @@ from ..engine.state import (RESP_KIND, RESP_READY, RESP_REQ, ROUTE_FIRST, ROUTE_
                             TB_WAIT_FENCE, WAIT_FENCE, WAIT_HUB, WAIT_REMOTE, WAITLIST_HUB)
 from .hbm import hbm_access, move_bytes, read_word, update_bytes_bf16, write_word
 from .l2 import link_write
-from .nvlink import channel_count_arrival, credit_return_vc, txq_push, txq_room
+from .nvlink import channel_count_arrival, credit_return_vc, txq_push
 from .packet import request_records
 from .packet import (PACKET_KIND_NAMES, PK_ACK, PK_ATOM_REQ, PK_ATOM_RESP, PK_GET_REQ, PK_GET_RESP,
                      PK_MM_COPY, PK_MM_LD, PK_MM_READ, PK_MM_ST, PK_PUT, PK_STORE, VC_REQUEST,
@@ -348,13 +348,25 @@ def pick_channel(st, g, dst, advance):
 @compiled
 def pick_channel_vc(st, g, dst, advance, vc):
     """pick_channel for virtual channel vc (VC_REQUEST, or VC_RESPONSE for responses)."""
-    route = st.gpu_routes[g * st.p[0].num_gpus + dst]
+    p = st.p[0]
+    route = st.gpu_routes[g * p.num_gpus + dst]
     n = route[ROUTE_N]
-    for k in range(n):
-        c = route[ROUTE_FIRST + (route[ROUTE_RR] + k) % n]
-        if txq_room(st, c, vc):
+    j = route[ROUTE_RR]              # the round-robin pointer: always < n (it wraps here only)
+    for _ in range(n):
+        c = route[ROUTE_FIRST + j]
+        j += 1                       # (rr + k + 1) % n, counted: no division per candidate
+        if j == n:
+            j = 0
+        # nvlink.txq_room, written out: a call per candidate link (it was not inlined) was most
+        # of this function's time, and this runs once per packet sent
+        ch = st.ch[c]
+        if vc == VC_RESPONSE:
+            room = ch.rsq_pkts + p.packet_train <= ch.rsq_cap
+        else:
+            room = ch.txq_pkts + p.packet_train <= ch.txq_cap
+        if room:
             if advance:
-                route[ROUTE_RR] = (route[ROUTE_RR] + k + 1) % n
+                route[ROUTE_RR] = j
             return c
     return -1
 
@@ -639,7 +651,9 @@ def _send_response(st, g, tick):
         done = rq.acks_due == 0
         pk.flits = pk.npk * header_flits(st)   # header-only packets
     if done:
-        gp.respq_head = (gp.respq_head + 1) % st.respq.shape[1]
+        gp.respq_head += 1           # the FIFO's ring wraps (a compare, not a division)
+        if gp.respq_head == st.respq.shape[1]:
+            gp.respq_head = 0
         gp.respq_count -= 1
     pk.ready = ready + p.hub_tx_latency_ticks
     gp.hub_tx_packets += pk.npk
@@ -675,11 +689,13 @@ def _send_link_responses(st, g, tick):
     # the first GPU owed responses in round-robin order from link_resp_rr (if none is, which the
     # callers rule out, the last one looked at, as a scan of every GPU would end)
     k = cyclic_next(st.link_resp_owed[g], gp.link_resp_rr, 0, G)
-    dst = (gp.link_resp_rr + min(k, G - 1)) % G
+    dst = gp.link_resp_rr + min(k, G - 1)      # (rr + k) % G: rr < G, so one wrap at most
+    if dst >= G:
+        dst -= G
     c = pick_channel_vc(st, g, dst, True, _response_vc(st))
     if c < 0:
         return -1  # a dequeue on one of our links wakes us
-    gp.link_resp_rr = (dst + 1) % G
+    gp.link_resp_rr = dst + 1 if dst + 1 < G else 0
     n = min(st.link_resp[g, dst], p.packet_train)
     st.link_resp[g, dst] -= n
     if st.link_resp[g, dst] == 0:

@@ -49,8 +49,8 @@ from ..engine.jit import compiled
 from ..engine.clock import bytes_ticks, cycle_edge, cycle_at_or_after
 from ..config.schema import L2_LINK_WRITES
 from .block import Array, Block, Param, Stat, StatGroup, counters, fields
-from .hbm import (ARB_PACED, _paced, _whole, _whole_queue_end, hbm_access_paced, hbm_latency_ticks,
-                  hbm_transfer, queue_drain_ticks)
+from .hbm import (ARB_PACED, _paced, _whole, _whole_queue_end, calendar_horizon, hbm_access_paced,
+                  hbm_latency_ticks, hbm_transfer, queue_drain_ticks)
 
 
 def _l2(key, field, unit, doc, value=None, source=None):
@@ -118,8 +118,8 @@ def l2_port_transfer(st, g, nbytes, tick, pace_ticks):
     gp.l2_busy += busy
     srv = p.num_gpus * p.hbm_channels + g
     if p.mem_arbitration == ARB_PACED and pace_ticks > busy:
-        return _paced(st, g, srv, busy, tick, pace_ticks)
-    end = _whole(st, g, srv, gp.l2_free, busy, tick, p.l2_queue_ticks)
+        return _paced(st, g, srv, busy, tick, pace_ticks, calendar_horizon(st))
+    end = _whole(st, g, srv, gp.l2_free, busy, tick, p.l2_queue_ticks, calendar_horizon(st))
     gp.l2_free = _whole_queue_end(gp.l2_free, busy, tick)
     return end
 

@@ -69,7 +69,7 @@ STATE_FIELDS = tuple([
     "wait_list",    # [G, 2, TB slots per GPU] sleeping TBs: WAITLIST_FLAG, WAITLIST_HUB
     "hbm_mem", "smem",  # functional storage: [G, backed bytes], [SMs, smem bytes or 0] uint8
     "hbm_chan",     # [G * C] HBM_CHANNEL
-    "mem_cal",      # [G * C + G, windows, 5] paced-arbitration calendar of the HBM channels and
+    "mem_cal",      # [G * C + G, windows, 4] paced-arbitration calendar of the HBM channels and
                     # the L2 read ports (components/hbm.py CAL_*)
     "ch", "txq", "rxq",  # [channels] LINK_CHANNEL; FIFOs of packet ids
     "rsq", "rsp_rxq",  # the same for the response virtual channel (transmit FIFO, switch input)
