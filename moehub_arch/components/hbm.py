@@ -51,7 +51,7 @@ between its first and last), and keep 4 columns (32 B rows, two per cache line; 
 stream count was written, never read). What was left was mostly a cache miss on each row a walk
 loads: one channel's rows of a window are 32 KB from the next channel's, so no hardware prefetcher
 finds them; a long access prefetches the rows of the next channel's walk while it walks this one
-(`_prefetch_walk`, llvm.prefetch; a no-op in the pure-Python engine). tests/test_memory_calendar.py
+(`_prefetch_walk`, engine/prefetch.py; a no-op in the pure-Python engine). tests/test_memory_calendar.py
 checks all this against the first implementation on random accesses.
 
 The L2 in front of the channels (its capacity, its read port, where link writes land) is
@@ -62,13 +62,9 @@ region at the bottom of the address space is backed; data beyond it is modelled 
 Shared memory is a separate window (addresses with SMEM_ADDR_BIT set), backed in functional mode.
 """
 import numpy as np
-from llvmlite import ir
-from numba import types
-from numba.core import cgutils
-from numba.core.extending import intrinsic
 
 from ..engine.jit import compiled, inline
-from ..engine.stateref import jit_disabled
+from ..engine.prefetch import prefetch_address
 
 from ..engine.clock import bytes_ticks, cycle_edge, cycle_at_or_after
 from ..engine.state import ERR_UNBACKED_COPY
@@ -155,25 +151,6 @@ CAL_COLUMNS = 4
 # 10-30 for a GEMM operand at 1 us windows); assumption: enough to cover one walk, few enough not
 # to flood the core's outstanding-miss buffers
 PREFETCH_ROWS = 32
-
-
-if jit_disabled():
-    def prefetch(addr):
-        """A no-op in the pure-Python engine."""
-else:
-    @intrinsic
-    def prefetch(typingctx, addr):
-        """Hint the CPU to fetch the cache line at address `addr` (llvm.prefetch: read, keep in
-        every cache level); no effect on results, the load that follows just finds it sooner."""
-        def codegen(context, builder, signature, values):
-            ptr = builder.inttoptr(values[0], ir.IntType(8).as_pointer())
-            i32 = ir.IntType(32)
-            fn = cgutils.get_or_insert_function(
-                builder.module, ir.FunctionType(ir.VoidType(), [ptr.type, i32, i32, i32]),
-                "llvm.prefetch.p0")
-            builder.call(fn, [ptr, i32(0), i32(3), i32(1)])
-            return context.get_dummy_value()
-        return types.void(types.int64), codegen
 
 
 @compiled
@@ -331,7 +308,7 @@ def _prefetch_walk(st, srv, first_window, walk):
         at = server + ((first_window + j) & (nw - 1)) * row_bytes
         if at >> 6 != line:             # one prefetch per 64 B cache line
             line = at >> 6
-            prefetch(at)
+            prefetch_address(at)
 
 
 @inline
