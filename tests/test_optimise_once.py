@@ -78,6 +78,37 @@ def test_an_entry_compile_is_the_outermost_module(tree):
     assert entry.ctypes(1000) == _reference(1000)
 
 
+def _fib(x):
+    if x < 2:
+        return x
+    return fib(x - 1) + fib(x - 2)
+
+
+def _fib_top(x):
+    return fib(x) + 1
+
+
+fib = None
+
+
+def test_the_outermost_module_keeps_its_callees_local(tree):
+    """The callees linked into the outermost module are internal: a call the inliner leaves in
+    its code (here a recursive callee, which LLVM does not inline away) runs that module's own
+    optimised copy, not a weak symbol of the same name that another library defined first."""
+    import llvmlite.binding as ll
+    global fib
+    fib = njit(_fib)
+    top = njit(_fib_top)
+    assert top(15) == 611
+    library = next(iter(top.overloads.values())).library
+    defined = [fn for fn in library._final_module.functions if not fn.is_declaration]
+    callees = [fn for fn in defined if "_fib" in fn.name and "_fib_top" not in fn.name]
+    assert callees and all(fn.linkage == ll.Linkage.internal for fn in callees)
+    assert not any(fn.linkage == ll.Linkage.linkonce_odr for fn in defined)
+    # the library's own function and its wrappers stay external, so they can be called
+    assert any("_fib_top" in fn.name and fn.linkage == ll.Linkage.external for fn in defined)
+
+
 def test_code_outside_the_engine_compiles_as_numba_does(monkeypatch):
     """Without this module among ENGINE_MODULES, nothing is linked-only, and nothing counted."""
     global leaf, middle

@@ -38,7 +38,8 @@ def _short(name):
 
 
 def _elf_functions(obj):
-    """(name, size) of every defined function symbol in an ELF64 little-endian object file."""
+    """(name, size, section, offset, is_global) of every defined function symbol in an ELF64
+    little-endian object file."""
     import struct
     shoff, = struct.unpack_from("<Q", obj, 0x28)
     shentsize, shnum = struct.unpack_from("<HH", obj, 0x3A)
@@ -49,12 +50,34 @@ def _elf_functions(obj):
             continue
         strtab = sections[sh[6]]  # sh_link: its string table
         for off in range(sh[4], sh[4] + sh[5], sh[9]):
-            st_name, st_info, _, _, _, st_size = struct.unpack_from("<IBBHQQ", obj, off)
+            st_name, st_info, _, st_shndx, st_value, st_size = struct.unpack_from("<IBBHQQ", obj, off)
             if st_info & 0xF != 2:  # STT_FUNC
                 continue
             start = strtab[4] + st_name
             name = obj[start:obj.index(b"\0", start)].decode()
-            out.append((name, st_size))
+            out.append((name, st_size, st_shndx, st_value, st_info >> 4 != 0))   # STB_LOCAL: 0
+    return out
+
+
+def _function_addresses(lib, obj):
+    """(address, size, name) of every function in a library's object code. A global symbol's
+    address comes from the JIT; a local one's (the callees the engine links in with internal
+    linkage, engine/optimise_once.py, have no symbol the JIT resolves) from its offset in its
+    section, placed by a global function of the same section."""
+    funcs = _elf_functions(obj)
+    base = {}
+    for name, size, sec, value, is_global in funcs:
+        if is_global and sec not in base:
+            addr = lib.get_pointer_to_function(name)
+            if addr:
+                base[sec] = addr - value
+    out = []
+    for name, size, sec, value, is_global in funcs:
+        addr = lib.get_pointer_to_function(name) if is_global else 0
+        if not addr and sec in base:
+            addr = base[sec] + value
+        if addr:
+            out.append((addr, size, name))
     return out
 
 
@@ -74,10 +97,8 @@ def write_perf_map(libraries):
         obj = getattr(lib, "_profiled_object", None) or lib._compiled_object
         if obj is None:
             continue
-        for name, size in _elf_functions(obj):
-            addr = lib.get_pointer_to_function(name)
-            if addr:
-                entries.append((addr, size, _short(name)))
+        for addr, size, name in _function_addresses(lib, obj):
+            entries.append((addr, size, _short(name)))
     entries.sort()
     with open(f"/tmp/perf-{os.getpid()}.map", "w") as out:
         for addr, size, name in entries:
@@ -92,9 +113,8 @@ def _dump_code(libraries, path):
     entries = []
     for lib in libraries:
         obj = getattr(lib, "_profiled_object", None) or lib._compiled_object
-        for name, size in (_elf_functions(obj) if obj else []):
-            addr = lib.get_pointer_to_function(name)
-            if addr and size:
+        for addr, size, name in (_function_addresses(lib, obj) if obj else []):
+            if size:
                 entries.append((addr, _short(name), ctypes.string_at(addr, size)))
     with open(path, "wb") as f:
         pickle.dump(entries, f)

@@ -62,6 +62,23 @@ def _linked_only():
     return len(_compiling) >= 2 and _compiling[-1]
 
 
+def _keep_callees_local(module):
+    """Give the callees linked into an outermost module internal linkage, so that its calls run
+    its own, fully optimised copies.
+
+    Numba links a callee's module in with `linkonce_odr` linkage (a weak symbol in the object
+    code), and LLVM's run-time linker resolves a weak symbol to the first definition loaded in the
+    process: a call the inliner left in the run loop then jumped to the copy in whichever library
+    was loaded first - often a module compiled for a caller, which had only the cheap pass above,
+    so its own small helpers (the timers' wheel, `bytes_ticks`, a scalar view) stayed calls.
+    Internal linkage keeps every call inside the module (and lets LLVM drop the copies nothing
+    calls). Only definitions are changed; the library's own entry points (external) stay."""
+    import llvmlite.binding as ll
+    for fn in module.functions:
+        if not fn.is_declaration and fn.linkage == ll.Linkage.linkonce_odr:
+            fn.linkage = ll.Linkage.internal
+
+
 def install():
     """Patch Numba's CPU code generator (once per process); without the internals, do nothing."""
     try:
@@ -87,6 +104,7 @@ def install():
         if not _linked_only():
             if _compiling and _compiling[-1]:
                 optimised["full"] += 1
+                _keep_callees_local(self._final_module)
             return full_pipeline(self)
         # Numba's own first step of the full pipeline, alone: the cheap pass (the -O0 pipeline
         # with the always-inliner, plus the loop rotation / instcombine / jump threading Numba adds)
