@@ -174,7 +174,7 @@ def _python_wheel(monkeypatch, count):
     from moehub_arch.engine import bitset
     from moehub_arch.engine import events as ev
     for name in ("_wheel_level", "_wheel_link", "_wheel_append", "_wheel_unlink",
-                 "_wheel_advance", "_lowest_bit"):
+                 "_wheel_advance", "_lowest_bit", "_u"):
         monkeypatch.setattr(ev, name, getattr(ev, name).py_func)
     monkeypatch.setattr(bitset, "_lowest_bit", bitset._lowest_bit.py_func)
     timer, level = ev.new_timers(count)
@@ -245,7 +245,8 @@ def test_wheel_levels_of_tick_differences():
     """The level of a tick is its highest differing 5-bit digit, also above 2**52 (where a float
     no longer holds every integer) and up to the largest tick below TIMER_OFF."""
     from moehub_arch.engine import events as ev
-    for x in [0, 1, 31, 32, 1023, 1024, 2 ** 52 - 1, 2 ** 52, 2 ** 53 - 1, 2 ** 53 + 1,
+    for x in [0, 1, 31, 32, 1023, 1024, 2 ** 15 - 1, 2 ** 15, 2 ** 20 - 1, 2 ** 20, 2 ** 25,
+              2 ** 52 - 1, 2 ** 52, 2 ** 53 - 1, 2 ** 53 + 1,
               2 ** 60 + 12345, ev.TIMER_OFF - 1]:
         want = 0 if x == 0 else (x.bit_length() - 1) // ev.WHEEL_BITS
         assert ev._wheel_level.py_func(np.int64(x)) == want, x

@@ -131,12 +131,26 @@ def new_timers(count):
 
 
 @compiled
+def _u(i):
+    """Index i (never negative) as unsigned: Numba then leaves out the wrap-around of negative
+    indices (three instructions per index: most of what a timer set did besides its stores)."""
+    return np.uint64(i)
+
+
+@compiled
 def _wheel_level(x):
     """The wheel level of a tick whose bits differ from the base's in `x` (tick ^ base): the
-    index of its highest set bit, over WHEEL_BITS. A float holds a power of two's exponent
-    exactly, and any integer below 2**53 exactly (larger ones are shifted first)."""
+    index of its highest set bit, over WHEEL_BITS. Most timers are set less than 2**20 ticks
+    ahead (levels 0-3: compares); beyond, a float holds a power of two's exponent exactly, and
+    any integer below 2**53 exactly (larger ones are shifted first)."""
     if x < WHEEL_SLOTS:
         return 0
+    if x < 1 << (2 * WHEEL_BITS):
+        return 1
+    if x < 1 << (3 * WHEEL_BITS):
+        return 2
+    if x < 1 << (4 * WHEEL_BITS):
+        return 3
     if x >= 2 ** 52:
         return (((np.float64(x >> 26).view(np.int64) >> 52) - 1023) + 26) // WHEEL_BITS
     return ((np.float64(x).view(np.int64) >> 52) - 1023) // WHEEL_BITS
@@ -147,12 +161,12 @@ def _wheel_link(st, i, lv, s):
     """Link timer i at the tail of slot s of level lv (the newest sequence number last)."""
     t = st.timer
     head = t.shape[0] - WHEEL_LISTS + lv * WHEEL_SLOTS + s
-    last = t[head, TM_PREV]
-    t[last, TM_NEXT] = i
-    t[i, TM_PREV] = last
-    t[i, TM_NEXT] = head
-    t[head, TM_PREV] = i
-    st.timer_level[lv] |= 1 << s
+    last = t[_u(head), TM_PREV]
+    t[_u(last), TM_NEXT] = i
+    t[_u(i), TM_PREV] = last
+    t[_u(i), TM_NEXT] = head
+    t[_u(head), TM_PREV] = i
+    st.timer_level[_u(lv)] |= 1 << s
 
 
 @compiled
@@ -168,13 +182,13 @@ def _wheel_unlink(st, i):
     """Take armed timer i out of its slot's list; clear the slot's occupancy bit if that empties
     it (only the head row is left: its neighbours on both sides are the same row)."""
     t = st.timer
-    nxt = t[i, TM_NEXT]
-    prev = t[i, TM_PREV]
-    t[prev, TM_NEXT] = nxt
-    t[nxt, TM_PREV] = prev
+    nxt = t[_u(i), TM_NEXT]
+    prev = t[_u(i), TM_PREV]
+    t[_u(prev), TM_NEXT] = nxt
+    t[_u(nxt), TM_PREV] = prev
     if nxt == prev:
         k = nxt - (t.shape[0] - WHEEL_LISTS)
-        st.timer_level[k >> WHEEL_BITS] &= ~(1 << (k & (WHEEL_SLOTS - 1)))
+        st.timer_level[_u(k >> WHEEL_BITS)] &= ~(1 << (k & (WHEEL_SLOTS - 1)))
 
 
 @compiled
@@ -186,10 +200,10 @@ def timer_set(st, i, tick):
     seq = sy.q_next_seq
     sy.q_next_seq = seq + 1
     t = st.timer
-    if t[i, TM_TICK] != TIMER_OFF:
+    if t[_u(i), TM_TICK] != TIMER_OFF:
         _wheel_unlink(st, i)
-    t[i, TM_TICK] = tick
-    t[i, TM_SEQ] = seq
+    t[_u(i), TM_TICK] = tick
+    t[_u(i), TM_SEQ] = seq
     _wheel_append(st, i, tick, sy.tw_base)
 
 
@@ -197,9 +211,9 @@ def timer_set(st, i, tick):
 def timer_clear(st, i):
     """Disarm timer i."""
     t = st.timer
-    if t[i, TM_TICK] != TIMER_OFF:
+    if t[_u(i), TM_TICK] != TIMER_OFF:
         _wheel_unlink(st, i)
-        t[i, TM_TICK] = TIMER_OFF
+        t[_u(i), TM_TICK] = TIMER_OFF
 
 
 @compiled
@@ -211,7 +225,7 @@ def timer_peek(st, before):
     levels = st.timer_level
     if levels[0] != 0:
         t = st.timer
-        return t[t.shape[0] - WHEEL_LISTS + _lowest_bit(levels[0]), TM_NEXT]
+        return t[_u(t.shape[0] - WHEEL_LISTS + _lowest_bit(levels[0])), TM_NEXT]
     return _wheel_advance(st, before)
 
 
@@ -227,11 +241,11 @@ def _wheel_advance(st, before):
     heads = t.shape[0] - WHEEL_LISTS
     while levels[0] == 0:
         lv = 1
-        while lv < WHEEL_LEVELS and levels[lv] == 0:
+        while lv < WHEEL_LEVELS and levels[_u(lv)] == 0:
             lv += 1
         if lv == WHEEL_LEVELS:
             return -1
-        s = _lowest_bit(levels[lv])
+        s = _lowest_bit(levels[_u(lv)])
         # the slot's first tick: the base's digits above this level, the slot's digit, zeros below
         above = WHEEL_BITS * (lv + 1)
         first = s << (WHEEL_BITS * lv)
@@ -244,29 +258,29 @@ def _wheel_advance(st, before):
         # timers in list order keeps every list in sequence order
         sy.tw_base = first
         head = heads + lv * WHEEL_SLOTS + s
-        i = t[head, TM_NEXT]
-        t[head, TM_NEXT] = head
-        t[head, TM_PREV] = head
-        levels[lv] &= ~(1 << s)
+        i = t[_u(head), TM_NEXT]
+        t[_u(head), TM_NEXT] = head
+        t[_u(head), TM_PREV] = head
+        levels[_u(lv)] &= ~(1 << s)
         if lv == 1:
             # a level-1 slot is one 32-tick block: all of it goes to level 0, one tick per slot
             # (most pours; no level to compute)
             while i != head:
-                nxt = t[i, TM_NEXT]
-                _wheel_link(st, i, 0, t[i, TM_TICK] & (WHEEL_SLOTS - 1))
+                nxt = t[_u(i), TM_NEXT]
+                _wheel_link(st, i, 0, t[_u(i), TM_TICK] & (WHEEL_SLOTS - 1))
                 i = nxt
         else:
             while i != head:
-                nxt = t[i, TM_NEXT]
-                _wheel_append(st, i, t[i, TM_TICK], first)
+                nxt = t[_u(i), TM_NEXT]
+                _wheel_append(st, i, t[_u(i), TM_TICK], first)
                 i = nxt
-    return t[heads + _lowest_bit(levels[0]), TM_NEXT]
+    return t[_u(heads + _lowest_bit(levels[0])), TM_NEXT]
 
 
 @compiled
 def timer_take(st, i):
     """Take the earliest timer (i, which timer_peek returned): disarm it and unlink it; returns i."""
-    st.timer[i, TM_TICK] = TIMER_OFF
+    st.timer[_u(i), TM_TICK] = TIMER_OFF
     _wheel_unlink(st, i)
     return i
 

@@ -23,7 +23,8 @@ from ..components.occupancy import EV_OCCUPANCY_SAMPLE, occupancy_sample
 from ..components.cais_merge import EV_CAIS_TIMEOUT, cais_timeout
 from ..components.packet import PK_MOE, PK_MOE_EOS
 from ..components.switch import EV_XBAR, switch_crossbar, switch_receive
-from .events import Q_SEQ, Q_TICK, TIMER_OFF, TM_SEQ, TM_TICK, pop, timer_peek, timer_take
+from .events import (Q_SEQ, Q_TICK, TIMER_OFF, TM_SEQ, TM_TICK, _u, pop, timer_peek,
+                     timer_take)
 
 STATUS_EMPTY = 0      # no events left (heap empty, no timer armed)
 STATUS_BATCH = 1      # max_events processed; call again
@@ -49,9 +50,9 @@ def run_loop(st, max_events, headroom, tick_limit, entries):
         due = timer_peek(st, qt)
         use_timer = due >= 0
         if use_timer:
-            tick = st.timer[due, TM_TICK]
+            tick = st.timer[_u(due), TM_TICK]
             if sy.q_size > 0 and (qt < tick or (
-                    qt == tick and st.q[0, Q_SEQ] < st.timer[due, TM_SEQ])):
+                    qt == tick and st.q[0, Q_SEQ] < st.timer[_u(due), TM_SEQ])):
                 use_timer = False
                 tick = qt
         elif sy.q_size > 0:
