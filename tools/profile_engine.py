@@ -38,8 +38,8 @@ def _short(name):
 
 
 def _elf_functions(obj):
-    """(name, size, section, offset, is_global) of every defined function symbol in an ELF64
-    little-endian object file."""
+    """(name, size, section, offset, binding) of every defined function symbol in an ELF64
+    little-endian object file (binding: STB_LOCAL 0, STB_GLOBAL 1, STB_WEAK 2)."""
     import struct
     shoff, = struct.unpack_from("<Q", obj, 0x28)
     shentsize, shnum = struct.unpack_from("<HH", obj, 0x3A)
@@ -55,30 +55,24 @@ def _elf_functions(obj):
                 continue
             start = strtab[4] + st_name
             name = obj[start:obj.index(b"\0", start)].decode()
-            out.append((name, st_size, st_shndx, st_value, st_info >> 4 != 0))   # STB_LOCAL: 0
+            out.append((name, st_size, st_shndx, st_value, st_info >> 4))
     return out
 
 
 def _function_addresses(lib, obj):
-    """(address, size, name) of every function in a library's object code. A global symbol's
-    address comes from the JIT; a local one's (the callees the engine links in with internal
-    linkage, engine/optimise_once.py, have no symbol the JIT resolves) from its offset in its
-    section, placed by a global function of the same section."""
+    """(address, size, name) of every function in a library's object code: its offset in its
+    section, placed by a global function of that section, whose address the JIT gives. Neither
+    a local symbol (the callees the engine links in with internal linkage,
+    engine/optimise_once.py) nor a weak one (which the JIT resolves to the first copy loaded,
+    perhaps another library's) can be looked up by name."""
     funcs = _elf_functions(obj)
     base = {}
-    for name, size, sec, value, is_global in funcs:
-        if is_global and sec not in base:
+    for name, size, sec, value, binding in funcs:
+        if binding == 1 and sec not in base:
             addr = lib.get_pointer_to_function(name)
             if addr:
                 base[sec] = addr - value
-    out = []
-    for name, size, sec, value, is_global in funcs:
-        addr = lib.get_pointer_to_function(name) if is_global else 0
-        if not addr and sec in base:
-            addr = base[sec] + value
-        if addr:
-            out.append((addr, size, name))
-    return out
+    return [(base[sec] + value, size, name) for name, size, sec, value, _ in funcs if sec in base]
 
 
 def engine_libraries():
