@@ -60,6 +60,62 @@ def test_callees_are_linked_only_the_outermost_is_optimised_in_full(tree):
     assert after["full"] - before["full"] == 1
 
 
+def test_linked_only_modules_get_the_quick_code_generator_and_keep_their_object(tree):
+    """A module compiled for a caller has its machine code emitted at -O0 (the cheap code
+    generator, as its module pass was the cheap one), and the library keeps that object for the
+    on-disk cache; Python's own call of such a function runs it and computes the same."""
+    before = dict(optimise_once.emitted)
+    assert tree[2](1000) == _reference(1000)
+    assert optimise_once.emitted["quick"] - before["quick"] == 2   # middle and leaf
+    assert tree[1](1000) == _reference(1000) + 7     # middle's own -O0 code, called from Python
+    library = next(iter(tree[1].overloads.values())).library
+    _, kind, (obj, _) = library.serialize_using_object_code()
+    assert kind == "object" and obj[:4] == b"\x7fELF"
+
+
+_QUICK_TREE = """
+from numba import njit
+from moehub_arch.engine import optimise_once
+optimise_once.ENGINE_MODULES += ("quick_tree",)
+optimise_once.install()
+
+@njit(cache=True)
+def leaf(x):
+    return x * 3 + 1
+
+@njit(cache=True)
+def middle(x):
+    s = 0
+    for i in range(x):
+        s += leaf(i)
+    return s
+
+@njit(cache=True)
+def top(x):
+    return middle(x) - 7
+"""
+
+
+def test_a_quick_object_cached_on_disk_runs_in_the_next_process(tmp_path):
+    """The -O0 object of a linked-only module is what the on-disk cache keeps: a later process
+    that calls that function from Python loads it from the cache and gets the same answer."""
+    import subprocess
+    import sys
+    (tmp_path / "quick_tree.py").write_text(_QUICK_TREE)
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "cache"), PYTHONPATH=os.pathsep.join(
+        [str(tmp_path)] + [p for p in sys.path if p]))
+
+    def run(code):
+        out = subprocess.run([sys.executable, "-c", "import quick_tree as q\n"
+                              "from moehub_arch.engine import optimise_once\n" + code],
+                             env=env, capture_output=True, text=True, check=True)
+        return out.stdout.split()
+
+    assert run("print(q.top(1000), optimise_once.emitted['quick'])") == [str(_reference(1000)), "2"]
+    assert run("print(q.middle(1000), q.middle.stats.cache_hits.most_common(1)[0][1], "
+               "optimise_once.emitted['quick'])") == [str(_reference(1000) + 7), "1", "0"]
+
+
 def test_a_function_python_calls_first_is_optimised_in_full(tree):
     before = _counts()
     assert tree[0](5) == 16          # leaf alone, from Python: outermost
@@ -119,10 +175,22 @@ def test_code_outside_the_engine_compiles_as_numba_does(monkeypatch):
     assert _counts() == before
 
 
-def test_install_is_idempotent():
+def test_install_is_idempotent_even_when_a_tool_wraps_the_patch(monkeypatch):
+    """A second install changes nothing, also after a tool (tools/profile_compile.py) wrapped the
+    patched method: no second compile listener, so a function Python calls is still outermost."""
     optimise_once.install()
     from numba.core import codegen
     patched = codegen.CPUCodeLibrary._optimize_final_module
-    optimise_once.install()
-    assert codegen.CPUCodeLibrary._optimize_final_module is patched
     assert getattr(patched, "_moehub_once", False)
+
+    def timing_wrapper(self):
+        return patched(self)
+    monkeypatch.setattr(codegen.CPUCodeLibrary, "_optimize_final_module", timing_wrapper)
+    optimise_once.install()
+    assert codegen.CPUCodeLibrary._optimize_final_module is timing_wrapper
+    monkeypatch.setattr(optimise_once, "ENGINE_MODULES", optimise_once.ENGINE_MODULES + (__name__,))
+    global leaf
+    leaf = njit(_leaf)
+    before = _counts()
+    assert leaf(5) == 16
+    assert _counts()["full"] - before["full"] == 1 and _counts()["linked"] == before["linked"]

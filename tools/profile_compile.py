@@ -113,6 +113,7 @@ def _install(tl):
     wrap(codegen.CPUCodeLibrary, "_optimize_final_module", "llvm module optimisation (with callees)")
     wrap(codegen.CPUCodeLibrary, "finalize", "llvm linking callees, verify")
     wrap(codegen.JITCodeLibrary, "_finalize_specific", "machine code emission")
+    wrap(optimise_once, "_emit_quickly", "machine code emission -O0 (linked-only modules)")
     wrap(caching.Cache, "save_overload", "cache write")
     wrap(caching.Cache, "load_overload", "cache read")
 

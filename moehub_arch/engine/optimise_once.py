@@ -22,11 +22,16 @@ bit-identical, tests/test_golden_stats.py). What is left unoptimised is B's own 
 only a Python call of B would run (the set-up's start hooks and State packer are compiled from
 Python, so they are outermost and fully optimised).
 
+The same module's machine code is emitted by LLVM's -O0 code generator (`_emit_quickly`), not by
+the JIT engine's -O3 one: only a Python call of B runs it, and the optimising code generator on
+every linked-only module was 23% of a cold compile (README, Performance).
+
 Only the engine's functions (modules under `moehub_arch`) are treated so; any other Numba code in
 the process (a user's own functions in the same notebook) compiles as Numba does. This relies on
-three internals of Numba's CPU code generator (`CPUCodeLibrary._optimize_final_module`,
-`CPUCodegen._module_pass_manager`, the "numba:compile" event); with a Numba that lacks them,
-`install` does nothing and compiles are as slow as before, with the same code.
+internals of Numba's CPU code generator (`CPUCodeLibrary._optimize_final_module` and
+`_finalize_final_module`, its object-cache hooks, `CPUCodegen._module_pass_manager` and
+`_customize_tm_options`, the "numba:compile" event); with a Numba that lacks them, `install` does
+nothing (or emits as Numba does) and compiles are as slow as before, with the same code.
 """
 from contextlib import contextmanager
 
@@ -39,6 +44,8 @@ _compiling = []
 
 # how each engine library's module was optimised, counted (tests read it): "full" or "linked"
 optimised = {"full": 0, "linked": 0}
+
+_installed = False   # install() has patched Numba in this process
 
 
 def _is_engine(module_name):
@@ -79,6 +86,48 @@ def _keep_callees_local(module):
             fn.linkage = ll.Linkage.internal
 
 
+def _quick_target_machine(gen):
+    """A target machine like the JIT engine's (same CPU, features, relocation and code model) whose
+    code generator runs at -O0: fast instruction selection and register allocation."""
+    global _quick_tm
+    if _quick_tm is None:
+        import llvmlite.binding as ll
+        options = dict(opt=0)
+        gen._customize_tm_options(options)
+        _quick_tm = ll.Target.from_triple(ll.get_process_triple()).create_target_machine(**options)
+    return _quick_tm
+
+
+_quick_tm = None
+
+
+def _emit_quickly(library):
+    """Emit a linked-only module's machine code with the -O0 code generator and hand it to the JIT
+    engine as a ready object (Numba's object-cache hook), instead of letting the engine emit it at
+    -O3 (the engine's own target machine, the same for every module).
+
+    That machine code runs only when Python calls the function itself (a call from compiled code
+    runs the caller's copy), and the module has had only the cheap pass anyway. Machine-code
+    emission was 23% of a cold compile's CPU time, 16.5 of its 23.2 s the linked-only modules'
+    (tools/profile_compile.py on the all-to-all, 2026-12-02); at -O0 they take 4.4 s. The object
+    is emitted from a copy, so the module a caller links in is the IR as optimised, untouched by
+    the code generator's own IR passes. Only for a library that keeps its object code (the
+    on-disk cache: every engine function); otherwise the engine emits it as usual."""
+    if not getattr(library, "_object_caching_enabled", False):
+        return
+    try:
+        tm = _quick_target_machine(library._codegen)
+    except AttributeError:   # a Numba whose code generator differs: as Numba does
+        return
+    quick = tm.emit_object(library._final_module.clone())
+    library._compiled_object = library._moehub_quick_object = quick
+    emitted["quick"] += 1
+
+
+# linked-only modules whose machine code was emitted at -O0 (tests read it)
+emitted = {"quick": 0}
+
+
 def install():
     """Patch Numba's CPU code generator (once per process); without the internals, do nothing."""
     try:
@@ -88,8 +137,14 @@ def install():
         codegen.CPUCodegen._module_pass_manager   # noqa: B018 (present, or AttributeError)
     except (ImportError, AttributeError):
         return
-    if getattr(full_pipeline, "_moehub_once", False):
+    global _installed
+    if _installed:
+        # once per process, by a flag of this module: a tool that wraps the patched method
+        # (tools/profile_compile.py times it) must not make a second install patch it again,
+        # which would register a second compile listener (every compile counted twice deep,
+        # so even a function Python calls looked linked-only) and nest the patch in itself
         return
+    _installed = True
 
     class CompileNesting(event.Listener):
         def on_start(self, ev):
@@ -117,7 +172,20 @@ def install():
             return full_pipeline(self)
         manager.run(self._final_module, builder)
         optimised["linked"] += 1
+        _emit_quickly(self)
+
+    finalize_final_module = library._finalize_final_module
+
+    def finalize_quick_object(self):
+        finalize_final_module(self)
+        quick = self.__dict__.pop("_moehub_quick_object", None)
+        if quick is not None:
+            # the engine's object-cache hook took the object (and forgot it): the library keeps
+            # it, as it keeps an object the engine emitted, for the on-disk cache
+            self._compiled_object = quick
+            self._compiled = True
 
     optimise_final_module._moehub_once = True
     event.register("numba:compile", CompileNesting())
     library._optimize_final_module = optimise_final_module
+    library._finalize_final_module = finalize_quick_object
