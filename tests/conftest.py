@@ -11,9 +11,31 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 CONFIGS = REPO / "configs"
 
-# the suite's xdist workers already compile side by side on a cold cache: each compiles in its own
-# process only (engine/precompile.py; tests/test_precompile.py runs the two-process compile)
+# a test compiles in its own process only (engine/precompile.py): the engine is compiled before the
+# tests start (pytest_sessionstart below); tests/test_precompile.py runs the two-process compile
+_USER_COMPILE_JOBS = os.environ.get("MOEHUB_COMPILE_JOBS")
 os.environ.setdefault("MOEHUB_COMPILE_JOBS", "1")
+
+# the run that compiles the engine before the tests (tools/golden_stats.py: functional_moehub)
+WARM_UP = ("experiments/functional.yaml", "scheme=moehub")
+
+
+def pytest_sessionstart(session):
+    """Compile the engine once, before any test, as a user's first run does (engine/precompile.py:
+    two processes where two cores are free), into the cache every test then loads from.
+
+    Under xdist this runs in the controlling process before it starts the workers; without it, each
+    worker's first test compiled the whole engine itself, both workers at once, into the same
+    cache: twice the work, on both cores. In a worker (the cache is warm by then) and under
+    NUMBA_DISABLE_JIT it does nothing."""
+    if os.environ.get("PYTEST_XDIST_WORKER") or os.environ.get("NUMBA_DISABLE_JIT", "0") not in ("", "0"):
+        return
+    if _USER_COMPILE_JOBS is None:   # as many processes as a user's run would take
+        del os.environ["MOEHUB_COMPILE_JOBS"]
+    try:
+        simulate(*WARM_UP)
+    finally:
+        os.environ["MOEHUB_COMPILE_JOBS"] = _USER_COMPILE_JOBS or "1"
 
 
 def load_script(path):

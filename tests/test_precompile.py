@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from conftest import REPO, model_stats, simulate
+from conftest import REPO, load_script, model_stats, simulate
 
 CONFIG = "experiments/functional.yaml"   # under configs/
 OVERRIDES = ("scheme=moehub",)
@@ -49,9 +49,14 @@ def test_two_process_cold_start_gives_the_same_engine(tmp_path):
     assert cold["cold_start"] == "parallel" and cold["sm_issue_compiled_here"] == 0
     assert cold["entry_cache_hits"] == {str(row): int(row in WORKER_ROWS) for row in range(3)}
     assert ENTRY_SM_ISSUE in WORKER_ROWS
-    # the same model as the engine the suite compiled in one process (conftest: one job)
-    reference = model_stats(simulate(CONFIG, *OVERRIDES).stats)
-    assert cold["stats"] == json.loads(json.dumps(reference))
+    # the same model as the suite's engine (conftest compiled it before the tests) and as the
+    # recorded golden stats of this config, whichever way their engines were compiled
+    suite = simulate(CONFIG, *OVERRIDES).stats
+    assert cold["stats"] == json.loads(json.dumps(model_stats(suite)))
+    golden = load_script(REPO / "tools" / "golden_stats.py")
+    assert golden.CASES["functional_moehub"] == (CONFIG, list(OVERRIDES))
+    recorded = json.loads(golden.GOLDEN.read_text())["functional_moehub"]
+    assert golden.fingerprint(golden.model_rows(suite)) == recorded
     # the next run finds everything in the cache
     warm = _probe(tmp_path, jobs=2)
     assert warm["cold_start"] == "warm"
