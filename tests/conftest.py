@@ -34,6 +34,8 @@ def pytest_sessionstart(session):
         del os.environ["MOEHUB_COMPILE_JOBS"]
     try:
         simulate(*WARM_UP)
+    except Exception as e:   # noqa: BLE001 (the tests that need the engine fail and say why)
+        print(f"conftest: compiling the engine before the tests failed: {e}", file=sys.stderr)
     finally:
         os.environ["MOEHUB_COMPILE_JOBS"] = _USER_COMPILE_JOBS or "1"
 
