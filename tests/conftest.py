@@ -1,8 +1,10 @@
 """Shared helpers: small systems, running configs in-process (Numba engine) and through the CLI."""
+import atexit
 import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -33,11 +35,34 @@ def pytest_sessionstart(session):
     if _USER_COMPILE_JOBS is None:   # as many processes as a user's run would take
         del os.environ["MOEHUB_COMPILE_JOBS"]
     try:
-        simulate(*WARM_UP)
+        report = engine_report(simulate(*WARM_UP))
+        if report["cold_start"] != "warm":
+            # a cold start: tests/test_precompile.py checks this one rather than making its own;
+            # the workers, started after this, inherit the variable naming the file
+            fd, path = tempfile.mkstemp(prefix="moehub-suite-cold-start-", suffix=".json")
+            with os.fdopen(fd, "w") as f:
+                json.dump(report, f)
+            atexit.register(os.unlink, path)
+            os.environ["MOEHUB_SUITE_COLD_START"] = path
     except Exception as e:   # noqa: BLE001 (the tests that need the engine fail and say why)
         print(f"conftest: compiling the engine before the tests failed: {e}", file=sys.stderr)
     finally:
         os.environ["MOEHUB_COMPILE_JOBS"] = _USER_COMPILE_JOBS or "1"
+
+
+def engine_report(sim):
+    """How a run got its compiled engine, as JSON would carry it: how the cold start went
+    (engine/precompile.py), how many versions of the SM's issue handler this process compiled
+    itself, each entry point's cache hits (engine/indirect.py), and the model stats. Only
+    meaningful for the first run in a process."""
+    from moehub_arch.components.sm import sm_issue
+    from moehub_arch.engine import indirect
+    return json.loads(json.dumps({
+        "cold_start": sim.cold_start,
+        "sm_issue_compiled_here": len(sm_issue.overloads),
+        "entry_cache_hits": {row: e.cache_hits for (_, row), e in indirect._ENTRIES.items()},
+        "stats": {s.name: s.value for s in sim.stats if not s.name.startswith("host")},
+    }))
 
 
 def load_script(path):

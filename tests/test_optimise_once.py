@@ -70,7 +70,7 @@ def test_linked_only_modules_get_the_quick_code_generator_and_keep_their_object(
     assert tree[1](1000) == _reference(1000) + 7     # middle's own -O0 code, called from Python
     library = next(iter(tree[1].overloads.values())).library
     _, kind, (obj, _) = library.serialize_using_object_code()
-    assert kind == "object" and obj[:4] == b"\x7fELF"
+    assert kind == "object" and isinstance(obj, bytes) and len(obj) > 0
 
 
 _QUICK_TREE = """
