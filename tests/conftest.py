@@ -14,7 +14,7 @@ REPO = Path(__file__).resolve().parents[1]
 CONFIGS = REPO / "configs"
 
 # a test compiles in its own process only (engine/precompile.py): the engine is compiled before the
-# tests start (pytest_sessionstart below); tests/test_precompile.py runs the two-process compile
+# tests start (pytest_sessionstart below); tests/test_precompile.py checks the two-process compile
 _USER_COMPILE_JOBS = os.environ.get("MOEHUB_COMPILE_JOBS")
 os.environ.setdefault("MOEHUB_COMPILE_JOBS", "1")
 
@@ -61,8 +61,8 @@ def engine_report(sim):
         "cold_start": sim.cold_start,
         "sm_issue_compiled_here": len(sm_issue.overloads),
         "entry_cache_hits": {row: e.cache_hits for (_, row), e in indirect._ENTRIES.items()},
-        "stats": {s.name: s.value for s in sim.stats if not s.name.startswith("host")},
-    }))
+        "stats": model_stats(sim.stats),
+    }, default=lambda v: v.item()))
 
 
 def load_script(path):
