@@ -45,7 +45,11 @@ _compiling = []
 # how each engine library's module was optimised, counted (tests read it): "full" or "linked"
 optimised = {"full": 0, "linked": 0}
 
+# linked-only modules whose machine code was emitted at -O0 (tests read it)
+emitted = {"quick": 0}
+
 _installed = False   # install() has patched Numba in this process
+_quick_tm = None     # the -O0 target machine (_quick_target_machine), made on first use
 
 
 def _is_engine(module_name):
@@ -98,9 +102,6 @@ def _quick_target_machine(gen):
     return _quick_tm
 
 
-_quick_tm = None
-
-
 def _emit_quickly(library):
     """Emit a linked-only module's machine code with the -O0 code generator and hand it to the JIT
     engine as a ready object (Numba's object-cache hook), instead of letting the engine emit it at
@@ -122,10 +123,6 @@ def _emit_quickly(library):
     quick = tm.emit_object(library._final_module.clone())
     library._compiled_object = library._moehub_quick_object = quick
     emitted["quick"] += 1
-
-
-# linked-only modules whose machine code was emitted at -O0 (tests read it)
-emitted = {"quick": 0}
 
 
 def install():
