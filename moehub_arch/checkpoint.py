@@ -42,7 +42,7 @@ import attrs
 import numpy as np
 
 from . import __version__, engine_version
-from .engine.state import State
+from .engine.state import State, record_view
 from .inputs import InputFileError, read_text
 from .observer import RunObserver
 from .outputs import OutputError, partial_path, reason, write_text_atomic
@@ -218,7 +218,7 @@ def _restore_array(d, name, built, saved):
         raise CheckpointError(f"{d}: State.{name} has shape {saved.shape} in the checkpoint, "
                               f"{built.shape} in the rebuilt system")
     arr = np.ascontiguousarray(saved).copy()
-    return arr.view(np.recarray) if isinstance(built, np.recarray) else arr
+    return record_view(arr) if isinstance(built, np.recarray) else arr
 
 
 @attrs.define

@@ -31,7 +31,7 @@ from .components.moehub import aau, dam, forward, rpm
 from .config.schema import DEBUG_FLAGS
 from .engine.stateref import state_ref
 from .engine import events
-from .engine.state import STATE_FIELDS
+from .engine.state import STATE_FIELDS, record_view
 
 BLOCKS = (packet.BLOCK, events.BLOCK, trace.BLOCK, scheduler.BLOCK, sm.BLOCK, waiters.BLOCK,
           hbm.BLOCK, l2.BLOCK, nvlink.BLOCK, switch.BLOCK, hub.BLOCK, rpm.BLOCK, aau.BLOCK,
@@ -213,9 +213,9 @@ def new_record_array(entity, n, cfg):
         # line-aligned records (Record.cache_lines): the array starts a cache line too
         raw = np.zeros(n * dtype.itemsize + CACHE_LINE_BYTES, np.uint8)
         start = -raw.ctypes.data % CACHE_LINE_BYTES
-        rec = raw[start:start + n * dtype.itemsize].view(dtype).view(np.recarray)
+        rec = record_view(raw[start:start + n * dtype.itemsize].view(dtype))
     else:
-        rec = np.zeros(n, dtype).view(np.recarray)
+        rec = record_view(np.zeros(n, dtype))
     init_records(entity, rec, cfg)
     return rec
 

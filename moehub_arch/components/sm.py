@@ -65,7 +65,7 @@ from .scheduler import block_exit, stream_slots_per_sm
 from .trace import TR_TB_WAIT, trace_issue, trace_tb
 from .waiters import add_waiter, compare, notify_stores
 from .wakeups import sm_wake, tb_resume
-from .block import Block, Debug, Event, Param, Record, Stat, StatGroup, Timer, fields
+from .block import Array, Block, Debug, Event, Param, Record, Stat, StatGroup, Timer, fields
 from .trace import CAT_SM, TR_TB_ACT, TR_TB_EXIT, TR_TB_PLACE, TR_TB_RESUME
 from ..isa.encoding import MM_DY_LD_REDUCE, MM_DY_ST, MM_LD_REDUCE, MM_RED, SEM_MULTIMEM, UNIT_NAMES
 
@@ -88,6 +88,16 @@ def _names():
 
 def _sms(cfg):
     return cfg.system.num_gpus * cfg.system.gpu.num_sms
+
+
+# The functional mma's working rows (functional mode only; State.mma_rows): one k step's B row
+# and A column as fp32 bit patterns, then that step's products tile. A tile too large for them
+# takes the element-by-element loop (_mma_elementwise), which rounds the same way.
+MMA_ROWS_F32 = 1 << 16
+
+
+def _mma_rows_shape(cfg):
+    return (MMA_ROWS_F32 // 2,) if cfg.workload.mode == "functional" else (1,)
 
 
 BLOCK = Block(
@@ -116,6 +126,8 @@ BLOCK = Block(
               "config: system.gpu.sm.smem_latency_cycles"),
     ),
     records=(Record("tb", "thread-block slots, slots_per_sm per SM"), Record("sm", "SMs")),
+    arrays=(Array("mma_rows", "the functional mma's working rows (functional mode; fp32 in "
+                  "int64 words): a k step's B row, A column and products tile", _mma_rows_shape),),
     fields=fields(
         "tb",
         ("state", "TB_* (engine.state)"), ("pc", "absolute program counter"),
@@ -558,7 +570,7 @@ def _execute(st, slot, sm, tick, cyc):
             if va.shape[0] == 0 or vb.shape[0] == 0:
                 raise_error(st, ERR_UNBACKED_WORD, slot, a_addr)
                 return
-            _mma_functional(va, vb, vc, m, n, k, dt, a_t, b_t, lda, ldb)
+            _mma_functional(st, va, vb, vc, m, n, k, dt, a_t, b_t, lda, ldb)
         work = 2 * m * n * k
 
     elif sem == SEM_VEC:
@@ -1211,11 +1223,58 @@ def _copy_functional(st, g, sm, slot, dst, src, nbytes):
 
 
 @compiled
-def _mma_functional(va, vb, vc, m, n, k, dt, a_transposed, b_transposed, lda, ldb):
+def _widen_f32(view, first, count, step, dt, out):
+    """Elements first, first + step, ... (`count` of them) of a byte view holding dt, as fp32 bit
+    patterns in `out` (uint32): a bf16 is the high half of the fp32 it widens to exactly; an fp32
+    is copied (a shift by 0). A ufunc with an output array: no allocation, and one NumPy call in
+    the reference engine where an element loop would be `count` Python iterations."""
+    last = first + (count - 1) * step + 1
+    if dt == DT_BF16:
+        halves = view.view(np.uint16)
+        np.left_shift(halves[first:last:step], np.uint32(16), out)
+    else:
+        words = view.view(np.uint32)
+        np.left_shift(words[first:last:step], np.uint32(0), out)
+
+
+@compiled
+def _mma_functional(st, va, vb, vc, m, n, k, dt, a_transposed, b_transposed, lda, ldb):
     """C[m,n] += A[m,k] @ B[k,n], inputs in dt, fp32 accumulation in k order (every C element is
     rounded to fp32 after each of its k products, in increasing k, whatever the loop order).
     a_transposed: A is stored as its transpose, [k][m] (mma.bf16.at); b_transposed: B is stored
-    as its transpose, [n][k] (mma.bf16.bt.bl2). lda / ldb: the stored rows' stride in elements."""
+    as its transpose, [n][k] (mma.bf16.bt.bl2). lda / ldb: the stored rows' stride in elements.
+
+    One k step at a time, as whole arrays: A's column k and B's row k widened to fp32, their
+    outer product (each element one fp32 multiply) added to C (one fp32 add each) - the same
+    operations, in the same order per element, as _mma_elementwise, with k NumPy calls of each
+    kind instead of m n k Python iterations in the reference engine (DESIGN rule 4: both engines
+    run this code)."""
+    rows = st.mma_rows.view(np.uint8).view(np.uint32)
+    if m * n + m + n > rows.shape[0]:
+        _mma_elementwise(va, vb, vc, m, n, k, dt, a_transposed, b_transposed, lda, ldb)
+        return
+    b_row = rows[0:n]
+    a_col = rows[n:n + m]
+    b = b_row.view(np.float32).reshape((1, n))
+    a = a_col.view(np.float32).reshape((m, 1))
+    products = rows[n + m:n + m + m * n].view(np.float32).reshape((m, n))
+    c = vc.view(np.float32).reshape((m, n))
+    for kk in range(k):
+        if a_transposed:
+            _widen_f32(va, kk * lda, m, 1, dt, a_col)
+        else:
+            _widen_f32(va, kk, m, lda, dt, a_col)
+        if b_transposed:
+            _widen_f32(vb, kk, n, ldb, dt, b_row)
+        else:
+            _widen_f32(vb, kk * ldb, n, 1, dt, b_row)
+        np.multiply(a, b, products)
+        np.add(c, products, c)
+
+
+@compiled
+def _mma_elementwise(va, vb, vc, m, n, k, dt, a_transposed, b_transposed, lda, ldb):
+    """_mma_functional element by element (for a tile larger than State.mma_rows holds)."""
     c = vc.view(np.float32)
     for i in range(m):
         for kk in range(k):
