@@ -51,6 +51,7 @@ kind are in State.p (tm_*).
 import numpy as np
 from .jit import compiled
 from .bitset import _lowest_bit
+from .stateref import jit_disabled
 from ..components.block import Block, Param, Record, Stat, StatGroup, fields
 
 # Event kinds are declared by the blocks whose handlers they dispatch (``Event`` in each
@@ -130,11 +131,18 @@ def new_timers(count):
     return timer, level
 
 
-@compiled
-def _u(i):
-    """Index i (never negative) as unsigned: Numba then leaves out the wrap-around of negative
-    indices (three instructions per index: most of what a timer set did besides its stores)."""
-    return np.uint64(i)
+if jit_disabled():
+    def _u(i):
+        """Index i itself: the pure-Python engine has no wrap-around code to leave out (and
+        making a numpy integer cost it a tenth of its time; every use is an index)."""
+        return i
+else:
+    @compiled
+    def _u(i):
+        """Index i (never negative) as unsigned: Numba then leaves out the wrap-around of
+        negative indices (three instructions per index: most of what a timer set did besides
+        its stores)."""
+        return np.uint64(i)
 
 
 @compiled
