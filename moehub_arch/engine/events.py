@@ -134,7 +134,7 @@ def new_timers(count):
 if jit_disabled():
     def _u(i):
         """Index i itself: the pure-Python engine has no wrap-around code to leave out (and
-        making a numpy integer cost it a tenth of its time; every use is an index)."""
+        making a numpy integer cost it about 5% of its time; every use is an index)."""
         return i
 else:
     @compiled
