@@ -16,6 +16,8 @@ made the cold compile about four times longer. Index conventions:
 """
 import numpy as np
 
+from .stateref import jit_disabled as _jit_disabled
+
 
 def new_records(dtype, n):
     """A zeroed record array (attribute access to fields in both engines)."""
@@ -37,11 +39,6 @@ def record_view(arr):
     if element is None:
         element = _REFERENCE_RECORD_TYPES[plain] = _reference_record_type(plain)
     return arr.view(np.ndarray).view(np.dtype((element, plain))).view(ReferenceRecords)
-
-
-def _jit_disabled():
-    import numba
-    return bool(numba.config.DISABLE_JIT)
 
 
 _REFERENCE_RECORD_TYPES = {}    # structured dtype -> its element type under the reference engine
