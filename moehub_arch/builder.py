@@ -351,7 +351,6 @@ def build_state(cfg, program, seed=None, presets=None):
     npk = (int(ch.txq_cap.sum()) + int(ch.rsq_cap.sum()) + nch * in_flight
            + G * (rxq_cap + aau_staging_packets(cfg)) + 16)
     sysrec = new_record_array("sys", 1, cfg)
-    sysrec[0].pk_top = npk
 
     code = program.code if program.code.shape[0] else np.zeros((1, ROW_WIDTH), np.int64)
     st = State(
@@ -381,7 +380,7 @@ def build_state(cfg, program, seed=None, presets=None):
         respq=np.zeros((G, G * R, 3), np.int64), free_reqs=free_reqs,
         link_resp=np.zeros((G, G), np.int64),
         req=new_record_array("req", G * R, cfg), pk=new_record_array("pk", npk, cfg),
-        pk_free=np.arange(npk, dtype=np.int64)[::-1].copy(),
+        pk_free=np.zeros(npk, np.int64),   # pages written only as deep as packets are freed
         **_moe_state(cfg, params[0], L, rxq_cap),
         trace=np.zeros((1, TRACE_COLUMNS), np.int64),  # sized when something records (trace/)
         **declared_arrays(cfg),   # the records and arrays blocks declare with their size

@@ -47,7 +47,7 @@ def test_link_and_packet_violations_are_errors_with_numbers():
 
     def bug(st):
         st.ch.tx_wire_bytes[0] += 16      # a transmitter that counts a flit it never sent
-        st.sys[0].pk_top -= 1             # a packet that is never freed
+        st.sys[0].pk_fresh += 1           # a packet handed out and never freed
     sim = Simulation(load("ubench/alltoall.yaml", *SMALL))
     with pytest.raises(InvariantError) as e:
         sim.run([Corrupt(5_000_000, bug)])

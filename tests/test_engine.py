@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from moehub_arch.engine.state import TB_EMPTY
+from moehub_arch.components.packet import packets_in_use
 
 from conftest import (check_timer_wheel, cli_stats_per_engine, load, mini_system, model_stats,
                       simulate)
@@ -86,7 +87,7 @@ def test_end_state_is_clean(medium):
     st = medium.state
     assert (st.ch.credits == medium.cfg.system.nvlink.rx_buffer_flits).all()
     assert (st.ch.txq_count == 0).all() and (st.ch.rxq_count == 0).all()
-    assert int(st.sys[0].pk_top) == st.pk_free.shape[0]
+    assert packets_in_use(st) == 0
     assert (st.gpu.free_top == medium.cfg.system.gpu.hub.max_outstanding_requests).all()
     assert (st.gpu.reqq_count == 0).all() and (st.gpu.respq_count == 0).all()
     assert (st.tb.state == TB_EMPTY).all()
@@ -153,7 +154,7 @@ def test_packet_trains_conserve_bytes_and_packets_and_deliver_the_same_data(medi
                                   sim.buffer_bytes(src, "send")[dst * B:(dst + 1) * B]), (src, dst)
     st = sim.state
     assert (st.ch.credits == sim.cfg.system.nvlink.rx_buffer_flits).all()
-    assert int(st.sys[0].pk_top) == st.pk_free.shape[0]
+    assert packets_in_use(st) == 0
 
 
 def test_packet_train_of_one_is_the_exact_model(medium):
