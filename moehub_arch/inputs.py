@@ -133,16 +133,18 @@ class _TooBig(_Recursive):
     pass
 
 
-def load_yaml(text, shown, what, loader=yaml.SafeLoader, max_nodes=MAX_YAML_NODES):
+def load_yaml(text, shown, what, loader=yaml.SafeLoader, max_nodes=MAX_YAML_NODES,
+              with_node=False):
     """The YAML document in `text` (None for an empty one), built with `loader` after its node
-    graph was checked for alias bombs, recursive aliases and excessive nesting.
+    graph was checked for alias bombs, recursive aliases and excessive nesting; with `with_node`,
+    (document, root node), for a caller that wants the nodes' line numbers too.
     yaml.YAMLError propagates (callers report syntax errors with their own wording)."""
     ld = loader(text)
     try:
         try:
             node = ld.get_single_node()
             if node is None:
-                return None
+                return (None, None) if with_node else None
             _expanded_nodes(node, {}, set(), max_nodes)
         except _TooBig as e:
             m = e.node.start_mark
@@ -157,7 +159,8 @@ def load_yaml(text, shown, what, loader=yaml.SafeLoader, max_nodes=MAX_YAML_NODE
         except RecursionError:
             raise InputFileError(f"{shown}: the {what} is nested too deeply to read") from None
         try:
-            return ld.construct_document(node)
+            data = ld.construct_document(node)
+            return (data, node) if with_node else data
         except RecursionError:
             raise InputFileError(f"{shown}: the {what} is nested too deeply to read") from None
     finally:

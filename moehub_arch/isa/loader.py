@@ -64,13 +64,10 @@ def default_isa_paths():
     return [base] + [f for f in files if f != base]
 
 
-def _key_lines(path, text):
-    """Line number (1-based) of each instruction key under `instructions:`."""
+def _key_lines(root):
+    """Line number (1-based) of each instruction key under `instructions:` (root: the file's
+    YAML root node)."""
     lines = {}
-    try:
-        root = yaml.compose(text)
-    except yaml.YAMLError:
-        return lines
     if isinstance(root, yaml.MappingNode):
         for k, v in root.value:
             if k.value == "instructions" and isinstance(v, yaml.MappingNode):
@@ -178,7 +175,7 @@ def load_isa(paths):
         path = Path(path)
         try:
             text = read_text(path, "ISA file")
-            data = load_yaml(text, str(path), "ISA file")
+            data, root = load_yaml(text, str(path), "ISA file", with_node=True)
         except InputFileError as e:
             raise IsaError(str(e)) from None
         except yaml.YAMLError as e:
@@ -190,7 +187,7 @@ def load_isa(paths):
         extra = [k for k in data if k != "instructions"]
         if extra:
             raise IsaError(f"{path}: unknown top-level key '{extra[0]}' (expected only 'instructions')")
-        lines = _key_lines(path, text)
+        lines = _key_lines(root)
         for mnemonic, entry in data["instructions"].items():
             mnemonic = str(mnemonic)
             line = lines.get(mnemonic, 0)
