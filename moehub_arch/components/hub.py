@@ -55,6 +55,7 @@ before its ``fence``; within that contract this equals a snapshot at send time.
 """
 from ..engine.bitset import bit_clear, bit_set, cyclic_next, words_for
 from ..engine.jit import compiled, inline
+from ..engine.ring import ring_add, ring_next
 
 from ..engine.state import (RESP_KIND, RESP_READY, RESP_REQ, ROUTE_FIRST, ROUTE_N, ROUTE_RR,
                             TB_WAIT_FENCE, WAIT_FENCE, WAIT_HUB, WAIT_REMOTE, WAITLIST_HUB)
@@ -314,7 +315,7 @@ def hub_submit(st, g, kind, slot, dst_gpu, dst_addr, src_addr, nbytes, value, re
         rq.acks_total = 1
         if kind == REQ_DY_LD:
             dysharp_bind(st, g, r, True)
-    st.reqq[g, (gp.reqq_head + gp.reqq_count) % depth] = r
+    st.reqq[g, ring_add(gp.reqq_head, gp.reqq_count, depth)] = r
     gp.reqq_count += 1
     if gp.reqq_count > gp.hub_reqq_peak:
         gp.hub_reqq_peak = gp.reqq_count
@@ -327,7 +328,7 @@ def hub_submit(st, g, kind, slot, dst_gpu, dst_addr, src_addr, nbytes, value, re
 def hub_respond(st, g, r, resp_kind, ready):
     """Queue a response (ACK, read data, atomic result) for request r at the serving hub g."""
     gp = st.gpu[g]
-    entry = st.respq[g, (gp.respq_head + gp.respq_count) % st.respq.shape[1]]
+    entry = st.respq[g, ring_add(gp.respq_head, gp.respq_count, st.respq.shape[1])]
     entry[RESP_REQ] = r
     entry[RESP_KIND] = resp_kind
     entry[RESP_READY] = ready
@@ -548,7 +549,7 @@ def hub_packetize(st, g, tick):
         if done and posted_store(kind):
             _post_store(st, g, rq)
     if done:
-        gp.reqq_head = (gp.reqq_head + 1) % st.reqq.shape[1]
+        gp.reqq_head = ring_next(gp.reqq_head, st.reqq.shape[1])
         gp.reqq_count -= 1
         wake_hub_waiters(st, g, tick)
     if (pk.kind == PK_GET_REQ or pk.kind == PK_MM_LD or pk.kind == PK_CAIS_LD

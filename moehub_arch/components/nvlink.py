@@ -32,6 +32,7 @@ that is blocked on credits is woken, at the tick of the return it waits for. Thi
 credit loop as one event per return, with two events fewer per packet (the two hops).
 """
 from ..engine.jit import compiled, inline
+from ..engine.ring import ring_add, ring_next
 
 from ..engine.clock import bytes_ticks
 from ..engine.events import timer_set
@@ -255,9 +256,9 @@ def pick_switch_output(st, s, dst, vc):
     route = st.sw_routes[s * st.p[0].num_gpus + dst]
     n = route[ROUTE_N]
     for k in range(n):
-        cand = route[ROUTE_FIRST + (route[ROUTE_RR] + k) % n]
+        cand = route[ROUTE_FIRST + ring_add(route[ROUTE_RR], k, n)]
         if txq_room(st, cand, vc):
-            route[ROUTE_RR] = (route[ROUTE_RR] + k + 1) % n
+            route[ROUTE_RR] = ring_add(route[ROUTE_RR], k + 1, n)
             return cand
     return -1
 
@@ -282,7 +283,7 @@ def txq_push(st, c, pkt, tick):
     ch = st.ch[c]
     npk = st.pk[pkt].npk
     if packet_vc(st, pkt) == VC_RESPONSE:
-        slot = (ch.rsq_head + ch.rsq_count) % ch.rsq_cap
+        slot = ring_add(ch.rsq_head, ch.rsq_count, ch.rsq_cap)
         st.rsq[c, slot, FIFO_PACKET] = pkt
         st.rsq[c, slot, FIFO_READY] = st.pk[pkt].ready
         st.rsq[c, slot, FIFO_FLITS] = st.pk[pkt].flits
@@ -294,7 +295,7 @@ def txq_push(st, c, pkt, tick):
         if ch.rsq_pkts > ch.rsq_peak:
             ch.rsq_peak = ch.rsq_pkts
     else:
-        slot = (ch.txq_head + ch.txq_count) % ch.txq_cap
+        slot = ring_add(ch.txq_head, ch.txq_count, ch.txq_cap)
         st.txq[c, slot, FIFO_PACKET] = pkt
         st.txq[c, slot, FIFO_READY] = st.pk[pkt].ready
         st.txq[c, slot, FIFO_FLITS] = st.pk[pkt].flits
@@ -327,10 +328,10 @@ def credit_return_vc(st, c, flits, tick, vc):
     i = ch.cr_count
     if i > 0 and ch.cr_last > tick:
         while i > 0:
-            prev = (ch.cr_head + i - 1) % cap
+            prev = ring_add(ch.cr_head, i - 1, cap)
             if st.credit_ret[c, prev, 0] <= tick:
                 break
-            cur = (ch.cr_head + i) % cap
+            cur = ring_add(ch.cr_head, i, cap)
             st.credit_ret[c, cur, 0] = st.credit_ret[c, prev, 0]
             st.credit_ret[c, cur, 1] = st.credit_ret[c, prev, 1]
             st.credit_ret[c, cur, 2] = st.credit_ret[c, prev, 2]
@@ -339,7 +340,7 @@ def credit_return_vc(st, c, flits, tick, vc):
         ch.cr_last = tick
     if i == 0:
         ch.cr_next = tick
-    slot = (ch.cr_head + i) % cap
+    slot = ring_add(ch.cr_head, i, cap)
     st.credit_ret[c, slot, 0] = tick
     st.credit_ret[c, slot, 1] = flits
     st.credit_ret[c, slot, 2] = vc
@@ -360,7 +361,7 @@ def _reclaim_credits(st, c, tick):
             ch.rsp_credits += st.credit_ret[c, ch.cr_head, 1]
         else:
             ch.credits += st.credit_ret[c, ch.cr_head, 1]
-        ch.cr_head = (ch.cr_head + 1) % cap
+        ch.cr_head = ring_next(ch.cr_head, cap)
         ch.cr_count -= 1
     if ch.cr_count > 0:
         ch.cr_next = st.credit_ret[c, ch.cr_head, 0]
@@ -381,7 +382,7 @@ def credits_outstanding(st, c):
     cap = st.credit_ret.shape[1]
     n = 0
     for i in range(ch.cr_count):
-        n += st.credit_ret[c, (ch.cr_head + i) % cap, 1]
+        n += st.credit_ret[c, ring_add(ch.cr_head, i, cap), 1]
     return n
 
 
@@ -445,7 +446,7 @@ def channel_transmit(st, c, tick):
         ch.credit_stall += tick - ch.credit_blocked_since
     # transmit
     if vc == VC_RESPONSE:
-        ch.rsq_head = (ch.rsq_head + 1) % ch.rsq_cap
+        ch.rsq_head = ring_next(ch.rsq_head, ch.rsq_cap)
         ch.rsq_count -= 1
         ch.rsq_pkts -= pk.npk
         ch.rsp_credits -= pk.flits
@@ -454,7 +455,7 @@ def channel_transmit(st, c, tick):
             ch.rsq_ready = st.rsq[c, ch.rsq_head, FIFO_READY]
             ch.rsq_flits = st.rsq[c, ch.rsq_head, FIFO_FLITS]
     else:
-        ch.txq_head = (ch.txq_head + 1) % ch.txq_cap
+        ch.txq_head = ring_next(ch.txq_head, ch.txq_cap)
         ch.txq_count -= 1
         ch.txq_pkts -= pk.npk
         ch.credits -= pk.flits
@@ -481,7 +482,7 @@ def channel_transmit(st, c, tick):
     # on the wire: packets of one channel arrive in the order they were sent, so the channel
     # keeps them in a FIFO and only its head has an arrival event (a small event queue)
     pk.ready = arrive
-    slot = (ch.wire_head + ch.wire_count) % st.wire.shape[1]
+    slot = ring_add(ch.wire_head, ch.wire_count, st.wire.shape[1])
     st.wire[c, slot, FIFO_PACKET] = pkt
     st.wire[c, slot, FIFO_READY] = arrive
     ch.wire_count += 1
@@ -526,7 +527,7 @@ def channel_arrival(st, c):
     next one (if any) gets its arrival event. Returns the packet."""
     ch = st.ch[c]
     pkt = st.wire[c, ch.wire_head, FIFO_PACKET]
-    ch.wire_head = (ch.wire_head + 1) % st.wire.shape[1]
+    ch.wire_head = ring_next(ch.wire_head, st.wire.shape[1])
     ch.wire_count -= 1
     if ch.wire_count > 0:
         timer_set(st, st.p[0].tm_ch_arrive + c, st.wire[c, ch.wire_head, FIFO_READY])

@@ -37,6 +37,7 @@ traversing. Fabrics are single level (every GPU link ends at a switch that has l
 GPUs), as in DGX/HGX H100 and GH200 NVL32.
 """
 from ..engine.jit import compiled, inline
+from ..engine.ring import ring_add, ring_next
 
 from .nvlink import (channel_count_arrival, credit_return_vc, input_free_tick,
                      pick_switch_output, txq_push)
@@ -138,14 +139,14 @@ def switch_receive(st, c, pkt, tick):
     if st.pk[pkt].kind == PK_MM_DATA and nvls_absorb(st, c, pkt, tick):
         return  # a member's values went into a reduction entry (nvls.py)
     if packet_vc(st, pkt) == VC_RESPONSE:
-        st.rsp_rxq[c, (ch.rsp_rxq_head + ch.rsp_rxq_count) % st.rsp_rxq.shape[1]] = pkt
+        st.rsp_rxq[c, ring_add(ch.rsp_rxq_head, ch.rsp_rxq_count, st.rsp_rxq.shape[1])] = pkt
         ch.rsp_rxq_count += 1
         if ch.rsp_rxq_count > ch.rsp_rxq_peak:
             ch.rsp_rxq_peak = ch.rsp_rxq_count
         if ch.rsp_rxq_count == 1 and not ch.rsp_xbar_blocked:
             _cross(st, c, VC_RESPONSE, tick)
     else:
-        st.rxq[c, (ch.rxq_head + ch.rxq_count) % st.rxq.shape[1]] = pkt
+        st.rxq[c, ring_add(ch.rxq_head, ch.rxq_count, st.rxq.shape[1])] = pkt
         ch.rxq_count += 1
         if ch.rxq_count > ch.rxq_peak:
             ch.rxq_peak = ch.rxq_count
@@ -211,10 +212,10 @@ def _cross(st, c, vc, tick):
                     _wait_for_output(st, (ch.switch * p.num_gpus + wait) * 2 + ovc, c * 2 + vc)
             return  # an output toward it that frees a slot in this channel wakes us
         if vc == VC_RESPONSE:
-            ch.rsp_rxq_head = (ch.rsp_rxq_head + 1) % st.rsp_rxq.shape[1]
+            ch.rsp_rxq_head = ring_next(ch.rsp_rxq_head, st.rsp_rxq.shape[1])
             ch.rsp_rxq_count -= 1
         else:
-            ch.rxq_head = (ch.rxq_head + 1) % st.rxq.shape[1]
+            ch.rxq_head = ring_next(ch.rxq_head, st.rxq.shape[1])
             ch.rxq_count -= 1
         # the buffer space is free once the packet has left it: now, or (cut-through) when its
         # tail has come in, one serialisation after its header
@@ -237,5 +238,5 @@ def _wait_for_output(st, w, cv):
     destination in one virtual channel (wait list w = (switch * GPUs + destination) * 2 + vc), in
     arrival order."""
     cap = st.sw_wait.shape[1] - 2
-    st.sw_wait[w, 2 + (st.sw_wait[w, 0] + st.sw_wait[w, 1]) % cap] = cv
+    st.sw_wait[w, 2 + ring_add(st.sw_wait[w, 0], st.sw_wait[w, 1], cap)] = cv
     st.sw_wait[w, 1] += 1

@@ -6,6 +6,7 @@ it is set for, so a second kick for a later or equal tick costs nothing and an e
 the timer (no stale event is left behind).
 """
 from ..engine.jit import compiled
+from ..engine.ring import ring_next
 
 from ..engine.clock import align_up
 from ..engine.events import timer_set
@@ -117,7 +118,7 @@ def switch_output_freed(st, s, dst, vc, tick):
     cap = st.sw_wait.shape[1] - 2
     cv = st.sw_wait[w, 2 + st.sw_wait[w, 0]]   # input channel x 2 + its virtual channel
     cin = cv // 2
-    st.sw_wait[w, 0] = (st.sw_wait[w, 0] + 1) % cap
+    st.sw_wait[w, 0] = ring_next(st.sw_wait[w, 0], cap)
     st.sw_wait[w, 1] -= 1
     if cv % 2 == 1:
         inp = st.ch[cin]
