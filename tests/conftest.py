@@ -285,3 +285,16 @@ def check_timer_wheel(st):
             seen += members
     assert sorted(seen) == [i for i in range(n) if t[i, ev.TM_TICK] != ev.TIMER_OFF]
     assert np.all(t[n:, ev.TM_TICK] == ev.TIMER_OFF)
+
+
+# the two configs every tool that builds a run must reject with one paragraph and exit status 2
+BAD_RUN_INPUTS = ((["missing.yaml"], "not found"),
+                  (["configs/ubench/alltoall.yaml", "--set", "nope.key=1"], "nope"))
+
+
+def assert_tool_rejects_bad_runs(tool):
+    """tools/<tool> given a missing config or an unknown --set key: a clear error, status 2."""
+    for args, words in BAD_RUN_INPUTS:
+        r = subprocess.run([sys.executable, str(REPO / "tools" / tool), *args], cwd=REPO,
+                           capture_output=True, text=True, timeout=600)
+        assert r.returncode == 2 and words in r.stderr and "Traceback" not in r.stderr, r.stderr

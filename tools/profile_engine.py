@@ -4,15 +4,20 @@
     python tools/profile_engine.py configs/experiments/layer/deepseek_v3_1024_moehub.yaml \
         --set workload.layer.tokens_per_gpu=256
 
-Numba's JIT code has no symbols perf can see. This script compiles the engine in-process (a fresh,
-private Numba cache: expect the full cold compile time), runs the config under `perf record` with a
+Numba's JIT code has no symbols perf can see. This script loads the engine in-process from the
+package's Numba cache (the folder keyed by the source, moehub_arch/__init__.py: warm after any run
+of the same code; `--cold` compiles it afresh in a private cache, the full cold compile time;
+MOEHUB_PROFILE_CACHE names a cache folder of your own), runs the config under `perf record` with a
 software clock, then writes /tmp/perf-PID.map (the JIT symbol-map format perf reads) from the
-addresses LLVM gave every compiled function, and prints `perf report` by function. Functions LLVM
+addresses LLVM gave every compiled function, and prints `perf report` by function. The addresses
+come from each library's object code, which Numba hands over both when it compiles and when it
+loads from the cache (keep_object_code), so both ways map the same functions. Functions LLVM
 inlined into their callers are counted in the caller. Needs `perf` (Debian's linux-perf); hardware
 counters are not required.
 """
 import argparse
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -146,32 +151,66 @@ def annotate(data, top):
             print(f"{n / total:6.2%}  {lines.get(ip, hex(ip))}")
 
 
-def run_profiled(config, overrides, data, top):
-    os.environ["NUMBA_CACHE_DIR"] = os.environ.get("MOEHUB_PROFILE_CACHE") or tempfile.mkdtemp(prefix="moehub-prof-")
-    import signal
-    import time
+def _fail(message, status):
+    print(f"profile_engine: error: {message}", file=sys.stderr)
+    sys.exit(status)
+
+
+def keep_object_code():
+    """Keep every code library's object code (Numba drops it once the code is loaded), which
+    write_perf_map reads; call it before the engine is compiled or loaded from the cache."""
     from numba.core.codegen import JITCodeLibrary
     keep = JITCodeLibrary._set_compiled_object
+    if getattr(keep, "keeps_object_code", False):
+        return
 
-    def keep_object(self, value):   # Numba drops the object code once loaded: keep a reference
+    def keep_object(self, value):
         self._profiled_object = value
         return keep(self, value)
+    keep_object.keeps_object_code = True
     JITCodeLibrary._set_compiled_object = keep_object
+
+
+def _choose_cache(cold):
+    """Set NUMBA_CACHE_DIR before moehub_arch is imported: a fresh private folder for `cold`,
+    MOEHUB_PROFILE_CACHE if set, else leave it to the package (its source-keyed folder, or the
+    user's own NUMBA_CACHE_DIR). Returns what to print."""
+    if cold:
+        os.environ["NUMBA_CACHE_DIR"] = tempfile.mkdtemp(prefix="moehub-prof-")
+        return "compiling the engine (cold, private cache)..."
+    if os.environ.get("MOEHUB_PROFILE_CACHE"):
+        os.environ["NUMBA_CACHE_DIR"] = os.environ["MOEHUB_PROFILE_CACHE"]
+    import moehub_arch  # noqa: F401 (sets NUMBA_CACHE_DIR to the source-keyed folder if unset)
+    return (f"loading the engine from {os.environ['NUMBA_CACHE_DIR']} "
+            "(compiled there first if this code has not run yet)...")
+
+
+def run_profiled(config, overrides, data, top, cold=False):
+    what = _choose_cache(cold)
+    import signal
+    import time
+    keep_object_code()
     from moehub_arch.components.scheduler import schedule_initial_launches
     from moehub_arch.config import load_config
     from moehub_arch.engine import loop
     from moehub_arch.engine.precompile import EngineCompile
     from moehub_arch.engine.stateref import state_ref
+    from moehub_arch.errors import exit_code, user_errors
     from moehub_arch.simulation import Simulation
-    sim = Simulation(load_config(config, overrides))
-    print("compiling the engine (cold, private cache)...", file=sys.stderr, flush=True)
+    if shutil.which("perf") is None:
+        _fail("needs Linux `perf` on the PATH (Debian's package linux-perf)", 2)
+    try:
+        sim = Simulation(load_config(config, overrides))
+    except user_errors() as e:      # bad config: one paragraph, no traceback
+        _fail(str(e), exit_code(e))
+    print(what, file=sys.stderr, flush=True)
     t0 = time.perf_counter()
     ref = state_ref(sim.state)
     schedule_initial_launches(ref)   # sim.run() does it again only for a fresh state:
     entries, _ = EngineCompile(sim.state, (0, 0, -1)).finish()
-    loop.run_loop(ref, 0, 0, -1, entries)     # here it just forces the compile
+    loop.run_loop(ref, 0, 0, -1, entries)     # here it just compiles or loads the engine
     sim = Simulation(load_config(config, overrides))
-    print(f"compiled in {time.perf_counter() - t0:.0f} s; profiling the run", file=sys.stderr)
+    print(f"engine ready in {time.perf_counter() - t0:.0f} s; profiling the run", file=sys.stderr)
     perf = subprocess.Popen(["perf", "record", "-e", "cpu-clock", "-F", "999", "-o", data,
                              "-p", str(os.getpid())], stderr=subprocess.DEVNULL)
     time.sleep(0.5)
@@ -197,8 +236,11 @@ def main(argv=None):
     ap.add_argument("--top", type=int, default=40)
     ap.add_argument("--annotate", action="store_true",
                     help="also print the hottest instructions of functions with >= 5%% of samples")
+    ap.add_argument("--cold", action="store_true",
+                    help="compile the engine afresh in a private Numba cache (the full cold "
+                         "compile) instead of loading it from the package's cache")
     args = ap.parse_args(argv)
-    run_profiled(args.config, args.overrides, args.data, args.top)
+    run_profiled(args.config, args.overrides, args.data, args.top, cold=args.cold)
     if args.annotate:
         annotate(args.data, args.top)
     return 0
