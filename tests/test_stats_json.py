@@ -42,6 +42,12 @@ def test_a_repeated_name_keeps_its_first_place_and_its_last_value():
     assert list(json.loads(format_stats_json(stats))) == ["a", "b"]
 
 
+def test_a_unit_or_description_that_is_not_a_string():
+    # StatsSet.add takes what the Python API's caller gives; json.dumps writes null, a number...
+    stats = [Stat("a", 1, None, None), Stat("b", 2, 3, 4.5), Stat("c", 3, "u", ["x", None])]
+    assert format_stats_json(stats) == _reference(stats)
+
+
 def test_no_stats():
     assert format_stats_json([]) == _reference([]) == "{}"
     assert format_stats_json(StatsSet()) == "{}"

@@ -62,8 +62,11 @@ def format_stats_json(stats):
     if not data:
         return "{}"
     q = _json_str
-    parts = [f' {q(name)}: {{\n  "value": {_json_value(s.value)},\n  "unit": {q(s.unit)},'
-             f'\n  "desc": {q(s.desc)}\n }}' for name, s in data.items()]
+
+    def text(v):    # a unit or a description: a str, unless a caller of StatsSet.add gave other
+        return q(v) if type(v) is str else _json_value(v)
+    parts = [f' {q(name)}: {{\n  "value": {_json_value(s.value)},\n  "unit": {text(s.unit)},'
+             f'\n  "desc": {text(s.desc)}\n }}' for name, s in data.items()]
     return "{\n" + ",\n".join(parts) + "\n}"
 
 
