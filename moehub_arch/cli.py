@@ -370,8 +370,8 @@ def _run(args):
     def say_compiling(sim):
         if not args.quiet and not jit_disabled() and not _engine_cached():
             print("compiling the simulation engine with Numba (first run after an install, an "
-                  "upgrade or an engine edit; about 30 s on two cores, a minute on one; "
-                  "cached afterwards)...", flush=True)
+                  "upgrade or an engine edit; 30-90 s on two cores, measured on three 2-core "
+                  "machines, about twice that on one; cached afterwards)...", flush=True)
 
     observers = []
     if checkpoint_ticks:
