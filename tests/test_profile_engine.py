@@ -2,6 +2,7 @@
 their machine-code addresses when the engine is loaded from the Numba cache (the tool's default
 since 2026-12-02; it used to compile cold every time), and bad input is a clear error with exit
 status 2. (Profiling itself needs perf and a whole run: not here.)"""
+import json
 import subprocess
 import sys
 
@@ -37,7 +38,6 @@ def test_the_map_names_the_engine_loaded_from_the_cache():
     r = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True,
                        timeout=1200)
     assert r.returncode == 0, r.stderr
-    import json
     out = json.loads(r.stdout.strip().splitlines()[-1])
     names = {name for _, _, name in out["rows"]}
     # the run loop's library and the entry points' (engine/indirect.py), with their callees

@@ -61,12 +61,11 @@ def format_stats_json(stats):
     data = {s.name: s for s in stats}   # a repeated name keeps its first place, its last stat
     if not data:
         return "{}"
-    q = _json_str
-
-    def text(v):    # a unit or a description: a str, unless a caller of StatsSet.add gave other
-        return q(v) if type(v) is str else _json_value(v)
-    parts = [f' {q(name)}: {{\n  "value": {_json_value(s.value)},\n  "unit": {text(s.unit)},'
-             f'\n  "desc": {text(s.desc)}\n }}' for name, s in data.items()]
+    # a unit or a description is a str, unless a caller of StatsSet.add (the Python API) gave
+    # something else: _json_value writes either as json.dumps would
+    q, v = _json_str, _json_value
+    parts = [f' {q(name)}: {{\n  "value": {v(s.value)},\n  "unit": {v(s.unit)},'
+             f'\n  "desc": {v(s.desc)}\n }}' for name, s in data.items()]
     return "{\n" + ",\n".join(parts) + "\n}"
 
 
