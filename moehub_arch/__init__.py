@@ -1,9 +1,10 @@
 """moehub-arch: a modular multi-GPU architecture simulator for Mixture-of-Experts communication.
 
 Importing the package sets NUMBA_CACHE_DIR (unless the user set it) to a folder keyed by a hash of
-the compiled code's sources: everything under engine/ and components/ plus isa/encoding.py (the
-only places allowed to hold @njit functions or constants they read). Numba's own cache only checks
-the file that defines a function, not the modules it calls into or the constants it froze; keying
+the compiled code's sources: everything under engine/, components/ and dispatch/ plus
+isa/encoding.py (the only places allowed to hold @njit functions or constants they read) and
+declare.py (the block declarations the State's layout is composed from). Numba's own cache only
+checks the file that defines a function, not the modules it calls into or the constants it froze; keying
 the cache on all of them makes a stale compiled engine impossible after an edit or an upgrade, and
 works for read-only (site-packages) installs. Editing the CLI, config or stats code keeps the cache.
 
@@ -15,14 +16,15 @@ import os
 from pathlib import Path
 
 __version__ = "0.1.0"
-_COMPILED_DIRS = ("engine", "components")
+_COMPILED_DIRS = ("engine", "components", "dispatch")
+_COMPILED_FILES = ("isa/encoding.py", "declare.py")
 
 
 def _source_hash():
     h = hashlib.sha1(__version__.encode())
     root = Path(__file__).resolve().parent
     compiled = [p for d in _COMPILED_DIRS for p in (root / d).rglob("*.py")]
-    for path in sorted(compiled + [root / "isa" / "encoding.py"]):
+    for path in sorted(compiled + [root / f for f in _COMPILED_FILES]):
         h.update(str(path.relative_to(root)).encode())
         h.update(path.read_bytes())
     return h.hexdigest()[:16]

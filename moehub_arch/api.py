@@ -35,18 +35,11 @@ from collections.abc import Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
+from .frontend import config_path, jit_disabled, require_pandas
+
 __all__ = ["load_config", "run", "sweep", "load_results", "compare", "Results"]
 
 ENGINES = ("numba", "python")
-
-
-def _pandas():
-    try:
-        import pandas
-    except ImportError:
-        raise ImportError("DataFrames need pandas: pip install 'moehub-arch[analysis]' "
-                          "(or pip install pandas)") from None
-    return pandas
 
 
 def _override_list(overrides):
@@ -83,9 +76,8 @@ def load_config(path=None, overrides=None, system=None):
     Python warning (UserWarning) here, and stays in `cfg.load_warnings`."""
     import warnings
 
-    from .cli import _resolve_config_path
     from .config import load_config as _load_config
-    cfg = _load_config(_resolve_config_path(None if path is None else str(path)),
+    cfg = _load_config(config_path(None if path is None else str(path)),
                        _override_list(overrides), system_file=system)
     for w in cfg.load_warnings:
         warnings.warn(w, UserWarning, stacklevel=2)
@@ -134,7 +126,6 @@ def run(config=None, overrides=None, outdir=None, engine=None, seed=None, progre
     `e.results` (a Results); a run stopped early by a limit (run.max_ticks, max_wall) returns
     normally with `results.stopped` saying why.
     """
-    from .cli import jit_disabled
     cfg = _config_for_run(config, overrides, engine, seed, system)
     if (cfg.run.engine == "python") != jit_disabled():
         return _run_in_child(cfg, outdir, progress)
@@ -175,7 +166,6 @@ def _environment(**values):
 def _child_run(cfg, outdir, progress):
     """In the child process: the run, returned (or raised) as plain data: a Simulation holds
     compiled-engine state that is not sent between processes."""
-    from .cli import jit_disabled
     from .errors import user_errors
     if (cfg.run.engine == "python") != jit_disabled():
         raise RuntimeError(f"the child process for engine '{cfg.run.engine}' started with the "
@@ -318,7 +308,7 @@ class Results:
         form='wide': one row (index: `label`), one column per stat, values only (units in
         `df.attrs['units']`); `pandas.concat` of several runs' wide frames compares them.
         `pattern`: keep only stats matching this shell-style pattern (or any of a list)."""
-        pd = _pandas()
+        pd = require_pandas()
         keep = None if pattern is None else self.match(pattern)
         stats = [s for s in self.stats if keep is None or s.name in keep]
         if form == "long":
@@ -359,7 +349,7 @@ def compare(runs, stats=None, per_gpu=False):
 
     from .analysis.compare import _compare
     from .analysis.rundata import RunData
-    pd = _pandas()
+    pd = require_pandas()
     runs = list(runs)
     if not runs:
         raise ValueError("compare: no runs given (Results or run directories)")
@@ -383,50 +373,6 @@ def compare(runs, stats=None, per_gpu=False):
 
 def sweep(spec, outdir=None, workers=None, scheduler=None, progress=True):
     """Run a sweep (`moehub-sim sweep`) and return its results as a pandas DataFrame, one row per
-    point in point order.
-
-    `spec`: a sweep file's path, or a mapping with the same keys (config, set, grid, points,
-    stats, name, outdir; relative paths from the working directory). Points run in `workers`
-    local processes (default: the CPU count) or on the Dask scheduler at `scheduler`
-    (tcp://HOST:PORT); `progress` shows the progress bar. Every point writes its run directory
-    under `outdir` (default: the spec's outdir, else sweep-out/<name>), and re-running finds the
-    points finished earlier, as the command does.
-
-    Columns: point (its directory name), status ('ok', 'ok (earlier run)' or 'error'), the swept
-    keys, the selected stats, outdir (the point's run directory: `load_results(row.outdir)`),
-    error (a failed point's message, else None). Bad input raises SweepError / ConfigError before
-    anything runs; a point that fails is a row with status 'error', not an exception.
-    """
-    from .sweep import run_sweep
-    from .sweep.spec import SweepError, load_sweep, sweep_from_dict
-
-    pd = _pandas()
-    if isinstance(spec, Mapping):
-        sw = sweep_from_dict(dict(spec), None, outdir)
-    elif isinstance(spec, (str, os.PathLike)):
-        from .cli import _user_path   # a relative path falls back to the shipped files, as in run()
-        sw = load_sweep(_user_path(spec), outdir)
-    else:
-        raise SweepError(f"sweep spec: expected a sweep file path or a mapping of its keys, found "
-                         f"{type(spec).__name__}")
-    if workers is not None and workers < 1:
-        raise SweepError(f"workers: expected at least 1, found {workers}")
-    _, rows = run_sweep(sw, workers=workers, scheduler=scheduler, progress=progress)
-    stat_columns = []
-    for r in rows:
-        stat_columns += [c for c in r["stats"] if c not in stat_columns]
-    records = []
-    for r in rows:
-        p = r["point"]
-        rec = {"point": p.id, "status": r["status"]}
-        rec.update(dict(p.values))
-        rec.update(r["stats"])
-        rec["outdir"] = str(sw.outdir / "points" / p.id)
-        rec["error"] = r.get("error")
-        records.append(rec)
-    columns = ["point", "status"] + list(sw.swept_keys) + stat_columns + ["outdir", "error"]
-    df = pd.DataFrame.from_records(records, columns=columns)
-    df.attrs["sweep"] = sw.name
-    df.attrs["outdir"] = str(sw.outdir)
-    return df
-
+    point: `moehub_arch.sweep.sweep_frame`, which documents the arguments and columns."""
+    from .sweep import sweep_frame
+    return sweep_frame(spec, outdir, workers, scheduler, progress)

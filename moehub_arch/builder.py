@@ -12,13 +12,14 @@ import attrs
 
 from .components.hbm import CAL_COLUMNS, HBM_MIN_ACCESS  # noqa: F401 (re-exported)
 from .components.fabric import fill_fabric_destinations
-from .components.moehub.aau import aau_staging_packets, expert_placement, local_experts
+from .components.moehub.aau import aau_staging_packets
+from .components.sizing import expert_placement, local_experts, stream_slots_per_sm
 from .components.moehub.rpm import rpm_packet_bytes  # noqa: F401 (re-exported)
 from .components.moehub.forward import forward_rows
 from .components.nvls import check_buffer_size, multicast_object_rows
 from .components.packet import request_records
 from .components.cais_merge import cais_group_rows
-from .components.scheduler import kernel_block_registers, stream_slots_per_sm
+from .components.scheduler import kernel_block_registers
 from .components.trace import TRACE_COLUMNS
 from .composition import (NUM_EVENT_KINDS, PARAMS, State, declared_arrays, new_record_array,
                           param_values, timer_layout)

@@ -42,7 +42,8 @@ import attrs
 import numpy as np
 
 from . import __version__, engine_version
-from .engine.state import State, record_view
+from .composition import State
+from .engine.state import record_view
 from .inputs import InputFileError, read_text
 from .observer import RunObserver
 from .outputs import OutputError, partial_path, reason, write_text_atomic

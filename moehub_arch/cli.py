@@ -30,7 +30,7 @@ import os
 import sys
 from pathlib import Path
 
-DEFAULT_CONFIG = "configs/default.yaml"
+from .frontend import DEFAULT_CONFIG, config_path, jit_disabled, user_path
 
 
 def _parser():
@@ -133,14 +133,6 @@ def _parser():
     return ap
 
 
-def jit_disabled():
-    """True when the engine code runs interpreted (the reference engine)."""
-    if "numba" in sys.modules:
-        import numba
-        return bool(numba.config.DISABLE_JIT)
-    return os.environ.get("NUMBA_DISABLE_JIT", "0") not in ("", "0")
-
-
 _CACHE_STAMP = "moehub-engine-version"
 
 
@@ -167,23 +159,6 @@ def _stamp_engine_cache():
             (Path(folder) / _CACHE_STAMP).write_text(engine_version())
         except OSError:
             pass     # a read-only cache folder: the notice may show again, nothing else changes
-
-
-def _resolve_config_path(path):
-    from .paths import data_root
-    if path is None:
-        return data_root() / DEFAULT_CONFIG
-    return _user_path(path)
-
-
-def _user_path(path):
-    """A path as given; a relative one that does not exist here (`configs/ubench/x.yaml`,
-    `workloads/kernels/...`) falls back to the shipped data folders, so it works from anywhere."""
-    from .paths import data_root
-    path = Path(path)
-    if not path.exists() and not path.is_absolute() and (data_root() / path).is_file():
-        return data_root() / path
-    return path
 
 
 def main(argv=None):
@@ -219,7 +194,7 @@ def _user_errors():
 
 def _load(config, overrides=(), system=None):
     from .config import load_config
-    cfg = load_config(_resolve_config_path(config), overrides, system_file=system)
+    cfg = load_config(config_path(config), overrides, system_file=system)
     for w in cfg.load_warnings:
         print(f"moehub-sim: warning: {w}", file=sys.stderr)
     return cfg
@@ -240,7 +215,7 @@ def _dispatch(args):
         from .isa import assemble_files, default_isa_paths, disassemble, load_isa
         cfg = _load(args.config)
         isa = load_isa(default_isa_paths() + list(cfg.workload.isa_files)).resolve(flat_params(cfg))
-        program = assemble_files([_user_path(f) for f in args.files], isa)
+        program = assemble_files([user_path(f) for f in args.files], isa)
         print(disassemble(program, isa))
         return 0
     if args.command == "stats":
@@ -341,7 +316,7 @@ def _simulation(args):
         if given:
             raise CheckpointError(f"--restore {args.restore}: a checkpoint carries its own config; "
                                   f"{', '.join(given)} cannot be combined with it")
-        sim = restore(_user_path(args.restore))
+        sim = restore(user_path(args.restore))
         sim.cfg = _with_run_options(sim.cfg, args)
         return sim
     overrides = list(args.overrides) + _observe_overrides(args)

@@ -1,6 +1,6 @@
 """Composition: the simulator's hardware blocks, and what is built from their declarations.
 
-Every block declares what it is in its own module (``BLOCK``, components/block.py: parameters,
+Every block declares what it is in its own module (``BLOCK``, declare.py: parameters,
 record fields, stats, event kinds, timers, checks, watchdog findings, debug flags). This module
 lists the blocks and composes, once at import:
 
@@ -15,10 +15,11 @@ checks, the stuck-run findings and the debug-flag tables.
 
 Adding a block: write its module with a ``BLOCK``, add it to ``BLOCKS`` below (the order is the
 order of stats in each scope, of timers and of checks), add its config section and its branch in
-the run loop (engine/loop.py). docs/adding_a_block.md walks through an example.
+the run loop (dispatch/loop.py). docs/adding_a_block.md walks through an example.
 """
 from collections import namedtuple
 
+import attrs
 import numpy as np
 
 from .components import hbm, hub, nvlink, occupancy, packet, scheduler, sm, switch, trace, waiters
@@ -26,14 +27,27 @@ from .components import fabric, infiniband, nic, nvls, pcie
 from .components import l2
 from .components import dysharp
 from .components import cais_merge
-from .components.block import GPU_SCOPES, SCOPES, Instance
+from .declare import GPU_SCOPES, SCOPES, Instance, Stat
 from .components.moehub import aau, dam, forward, rpm
 from .config.schema import DEBUG_FLAGS
 from .engine.stateref import state_ref
 from .engine import events
 from .engine.state import STATE_FIELDS, record_view
 
-BLOCKS = (packet.BLOCK, events.BLOCK, trace.BLOCK, scheduler.BLOCK, sm.BLOCK, waiters.BLOCK,
+
+def _with_event_counts(engine):
+    """The engine's declaration with its per-kind event counters (system.engine.events.<name>)
+    appended to its own stat group: the engine floor (engine/events.py) counts events by integer
+    kind and knows no block, so the names, and which blocks are on in a run, come from here."""
+    counts = Stat("events.{v}", "count", "events of kind '{v}' processed (engine.events)",
+                  lambda i, k: i.st.ev_count[k], each=lambda i: enabled_events(i.st))
+    group, = engine.stats
+    return attrs.evolve(engine, stats=(attrs.evolve(group, stats=group.stats + (counts,)),))
+
+
+ENGINE = _with_event_counts(events.BLOCK)
+
+BLOCKS = (packet.BLOCK, ENGINE, trace.BLOCK, scheduler.BLOCK, sm.BLOCK, waiters.BLOCK,
           hbm.BLOCK, l2.BLOCK, nvlink.BLOCK, switch.BLOCK, hub.BLOCK, rpm.BLOCK, aau.BLOCK,
           dam.BLOCK, occupancy.BLOCK, nvls.BLOCK, pcie.BLOCK, infiniband.BLOCK, nic.BLOCK, fabric.BLOCK,
           dysharp.BLOCK, cais_merge.BLOCK, forward.BLOCK)

@@ -21,9 +21,9 @@ import numpy as np
 from .builder import BuildError, build_state, event_headroom
 from .components.nvlink import settle_credits
 from .config import ConfigError, flat_params, locate
-from .engine import loop as engine_loop
+from .dispatch import loop as dispatch_loop
 from .engine.events import grow_event_queue
-from .engine.precompile import EngineCompile
+from .dispatch.precompile import EngineCompile
 from .engine.stateref import state_ref
 from .components.trace import TRACE_COLUMNS
 from .engine.state import ERROR_TEXT, LN_DONE
@@ -76,8 +76,8 @@ class Simulation:
             e.args = (locate(self.input_cfg, str(e)),)
             raise
         self.stats = None
-        self.cold_start = None   # how run() got the compiled engine (engine/precompile.py)
-        self._entries = None     # the handlers' entry points (engine/indirect.py), set by run()
+        self.cold_start = None   # how run() got the compiled engine (dispatch/precompile.py)
+        self._entries = None     # the handlers' entry points (dispatch/indirect.py), set by run()
         self.exact_tick = None
         self._trace_masks = {}   # observer -> trace categories it wants now
 
@@ -107,7 +107,7 @@ class Simulation:
 
         t0 = time.perf_counter()
         # compile (or load from cache) the run loop and the handlers' entry points it calls (on a
-        # cold cache in two processes, engine/precompile.py); timed separately from the run
+        # cold cache in two processes, dispatch/precompile.py); timed separately from the run
         engine = EngineCompile(self.state, (0, 0, -1))
         try:
             if self.restored_tick is None:
@@ -116,7 +116,7 @@ class Simulation:
             self._entries, self.cold_start = engine.finish()
         finally:
             engine.close()
-        engine_loop.run_loop(ref, 0, 0, -1, self._entries)
+        dispatch_loop.run_loop(ref, 0, 0, -1, self._entries)
         t1 = time.perf_counter()
         cpu1 = time.process_time()
         observers = list(observers) + self.default_observers()
@@ -136,7 +136,7 @@ class Simulation:
         if (error is not None or self.stopped) and self._reached > int(st.sys[0].q_now):
             # stopped at a requested pause: simulated time got there even if no event did
             st.sys[0].q_now = self._reached
-        if status == engine_loop.STATUS_EMPTY:
+        if status == dispatch_loop.STATUS_EMPTY:
             settle_credits(state_ref(st))   # credit returns are not events: let the last ones arrive
         try:
             self._drain_trace(observers)
@@ -215,20 +215,20 @@ class Simulation:
             stop = min(stops) if stops else -1
             if packed is not st:
                 ref, packed = state_ref(st), st
-            status = engine_loop.run_loop(ref, n, headroom, stop, self._entries)
+            status = dispatch_loop.run_loop(ref, n, headroom, stop, self._entries)
             self._drain_trace(observers)
-            if status == engine_loop.STATUS_GROW:
+            if status == dispatch_loop.STATUS_GROW:
                 st = st._replace(q=grow_event_queue(st.q, 2 * st.q.shape[0]))
                 self.state = st
-            elif status == engine_loop.STATUS_ERROR:
+            elif status == dispatch_loop.STATUS_ERROR:
                 raise SimulationError(self._runtime_error_text())
-            elif status == engine_loop.STATUS_EMPTY:
+            elif status == dispatch_loop.STATUS_EMPTY:
                 break
             wall = time.perf_counter() - t1
             # at a requested stop the state is exactly that of tick `stop` (every event at or
             # before it processed, none after)
-            self.exact_tick = stop if status == engine_loop.STATUS_TICK_LIMIT else None
-            now = stop if status == engine_loop.STATUS_TICK_LIMIT else int(st.sys[0].q_now)
+            self.exact_tick = stop if status == dispatch_loop.STATUS_TICK_LIMIT else None
+            now = stop if status == dispatch_loop.STATUS_TICK_LIMIT else int(st.sys[0].q_now)
             self._reached = now
             for ob in observers:
                 ob.on_pause(self, now, int(st.sys[0].q_events), wall)

@@ -23,7 +23,7 @@ launches are unfinished. Everything is read from the State arrays after the loop
 """
 import numpy as np
 
-from .components.moehub.aau import experts_of_window
+from .components.sizing import experts_of_window
 from .components.nvlink import channel_name  # noqa: F401 (re-exported)
 from .components.hub import REQ_MM_ST
 from .composition import EVENT_NAMES, findings, likely_causes, timer_event

@@ -13,7 +13,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 CONFIGS = REPO / "configs"
 
-# a test compiles in its own process only (engine/precompile.py): the engine is compiled before the
+# a test compiles in its own process only (dispatch/precompile.py): the engine is compiled before the
 # tests start (pytest_sessionstart below); tests/test_precompile.py checks the two-process compile
 _USER_COMPILE_JOBS = os.environ.get("MOEHUB_COMPILE_JOBS")
 os.environ.setdefault("MOEHUB_COMPILE_JOBS", "1")
@@ -23,7 +23,7 @@ WARM_UP = ("experiments/functional.yaml", "scheme=moehub")
 
 
 def pytest_sessionstart(session):
-    """Compile the engine once, before any test, as a user's first run does (engine/precompile.py:
+    """Compile the engine once, before any test, as a user's first run does (dispatch/precompile.py:
     two processes where two cores are free), into the cache every test then loads from.
 
     Under xdist this runs in the controlling process before it starts the workers; without it, each
@@ -52,11 +52,11 @@ def pytest_sessionstart(session):
 
 def engine_report(sim):
     """How a run got its compiled engine, as JSON would carry it: how the cold start went
-    (engine/precompile.py), how many versions of the SM's issue handler this process compiled
-    itself, each entry point's cache hits (engine/indirect.py), and the model stats. Only
+    (dispatch/precompile.py), how many versions of the SM's issue handler this process compiled
+    itself, each entry point's cache hits (dispatch/indirect.py), and the model stats. Only
     meaningful for the first run in a process."""
     from moehub_arch.components.sm import sm_issue
-    from moehub_arch.engine import indirect
+    from moehub_arch.dispatch import indirect
     return json.loads(json.dumps({
         "cold_start": sim.cold_start,
         "sm_issue_compiled_here": len(sm_issue.overloads),

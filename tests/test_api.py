@@ -84,7 +84,7 @@ def test_compare_runs_in_memory_and_on_disk(tmp_path):
 
 
 def test_reference_engine_runs_in_a_child_process_with_identical_stats():
-    from moehub_arch.cli import jit_disabled
+    from moehub_arch.frontend import jit_disabled
     assert not jit_disabled()   # the tests run compiled: python is the other engine
     numba = mh.run(P2P, SMALL)
     python = mh.run(P2P, SMALL, engine="python")

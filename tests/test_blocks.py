@@ -1,4 +1,4 @@
-"""Component declarations (components/block.py) and their composition (composition.py): every
+"""Component declarations (moehub_arch/declare.py) and their composition (composition.py): every
 record field, parameter, stat, event and timer of the engine is declared by exactly one block,
 the composition refuses conflicting declarations, and the declarations are what the tools print."""
 import pytest
@@ -6,8 +6,8 @@ import pytest
 from conftest import load, run_cli
 
 from moehub_arch import composition
-from moehub_arch.components.block import Block, Event, Field, Param, Record, SCOPES, Timer
-from moehub_arch.engine.state import State
+from moehub_arch.declare import Block, Event, Field, Param, Record, SCOPES, Timer
+from moehub_arch.composition import State
 
 
 def test_every_record_of_state_is_declared_and_composed():
@@ -111,7 +111,7 @@ def test_conflicting_events_and_timers_are_refused():
 
 
 def test_state_gets_the_arrays_blocks_declare_with_their_size():
-    from moehub_arch.components.block import Array
+    from moehub_arch.declare import Array
     b = Block("x", "", records=(Record("xr", "", count=lambda cfg: 3),),
               fields=(Field("xr", "a", "", 7),), arrays=(Array("xa", "", lambda cfg: (2, 5), -1),))
     state, sized = composition._compose_state(composition.BLOCKS + (b,))
@@ -132,7 +132,7 @@ def test_init_values_come_from_the_declarations():
     ch = composition.new_record_array("ch", 3, cfg)
     assert list(ch.credits) == [cfg.system.nvlink.rx_buffer_flits] * 3
     with pytest.raises(ValueError, match="not declared"):
-        from moehub_arch.components.block import fields
+        from moehub_arch.declare import fields
         fields("gpu", "a", init={"b": 1})
 
 

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from moehub_arch.config.loader import ConfigError
-from moehub_arch.workloads.models import ModelShape, RouterSpec, list_models, load_model
+from moehub_arch.config.models import ModelShape, RouterSpec, list_models, load_model
 from moehub_arch.workloads.reference import (expert_ffn, gemm_seq, max_abs_error,
                                              moe_layer_reference, silu, to_bf16)
 from moehub_arch.workloads.routing import (Routing, expert_load, generate_routing, gini,

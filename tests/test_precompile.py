@@ -1,5 +1,5 @@
-"""The cold start in two processes (engine/precompile.py) and the handlers' entry points the run
-loop calls by address (engine/indirect.py): the same stats as the suite's engine and the recorded
+"""The cold start in two processes (dispatch/precompile.py) and the handlers' entry points the run
+loop calls by address (dispatch/indirect.py): the same stats as the suite's engine and the recorded
 golden ones, the worker's entry points compiled by the worker only, and a warm cache found warm."""
 import json
 import os
@@ -44,7 +44,7 @@ def test_two_process_cold_start_gives_the_same_engine(tmp_path):
         cold, cache = _probe(tmp_path, jobs=2), tmp_path
     # the worker compiled the SM's entry point: this process loaded it from the cache and never
     # compiled the SM's tree; it compiled the AAU's entry points itself
-    from moehub_arch.engine.indirect import ENTRY_SM_ISSUE, WORKER_ROWS
+    from moehub_arch.dispatch.indirect import ENTRY_SM_ISSUE, WORKER_ROWS
     assert cold["cold_start"] == "parallel" and cold["sm_issue_compiled_here"] == 0
     assert cold["entry_cache_hits"] == {str(row): int(row in WORKER_ROWS) for row in range(3)}
     assert ENTRY_SM_ISSUE in WORKER_ROWS
@@ -65,7 +65,7 @@ def test_two_process_cold_start_gives_the_same_engine(tmp_path):
 
 @pytest.mark.parametrize("value, jobs", [("1", 1), ("2", 2), ("8", 2), ("", None)])
 def test_compile_jobs_from_the_environment(monkeypatch, value, jobs):
-    from moehub_arch.engine.precompile import compile_jobs
+    from moehub_arch.dispatch.precompile import compile_jobs
     monkeypatch.setenv("MOEHUB_COMPILE_JOBS", value)
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     expected = jobs if jobs is not None else (2 if cores >= 2 else 1)
@@ -75,7 +75,7 @@ def test_compile_jobs_from_the_environment(monkeypatch, value, jobs):
 @pytest.mark.parametrize("value", ["x", "0", "-1", "1.5"])
 def test_bad_compile_jobs_is_a_config_error(monkeypatch, value):
     from moehub_arch.config import ConfigError
-    from moehub_arch.engine.precompile import compile_jobs
+    from moehub_arch.dispatch.precompile import compile_jobs
     monkeypatch.setenv("MOEHUB_COMPILE_JOBS", value)
     with pytest.raises(ConfigError, match="MOEHUB_COMPILE_JOBS"):
         compile_jobs()

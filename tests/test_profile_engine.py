@@ -40,8 +40,8 @@ def test_the_map_names_the_engine_loaded_from_the_cache():
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout.strip().splitlines()[-1])
     names = {name for _, _, name in out["rows"]}
-    # the run loop's library and the entry points' (engine/indirect.py), with their callees
-    assert {"engine.loop.run_loop", "components.sm.sm_issue", "components.sm._execute",
+    # the run loop's library and the entry points' (dispatch/indirect.py), with their callees
+    assert {"dispatch.loop.run_loop", "components.sm.sm_issue", "components.sm._execute",
             "engine.events.timer_set"} <= names
     assert out["libraries"] >= 2 and out["mapped"] == len(out["rows"]) == len(out["lines"])
     # perf's map format: hex address, hex size, name; sorted, each function where the JIT put it
@@ -50,7 +50,7 @@ def test_the_map_names_the_engine_loaded_from_the_cache():
         addr, size, name = line.split(" ", 2)
         spans.append((int(addr, 16), int(size, 16), name))
     assert spans == sorted(spans) and all(size > 0 for _, size, _ in spans)
-    loop = [a for a, _, n in spans if n == "engine.loop.run_loop"]
+    loop = [a for a, _, n in spans if n == "dispatch.loop.run_loop"]
     assert loop and all(a > 0 for a in loop)
 
 

@@ -123,5 +123,5 @@ def test_the_engine_compiles_no_function_for_the_flattened_state_tuple():
                 seen_ref += any(isinstance(a, StateRefType) for a in sig)
     # (a warm cache loads the callees inside the run loop's code: only the functions Python calls
     # list signatures here, which is where a namedtuple could slip in)
-    from moehub_arch.engine.loop import run_loop
+    from moehub_arch.dispatch.loop import run_loop
     assert seen_ref >= 2 and all(isinstance(sig[0], StateRefType) for sig in run_loop.signatures)

@@ -100,7 +100,7 @@ def main(argv=None):
     a = ap.parse_args(argv)
 
     from moehub_arch.config.loader import ConfigError
-    from moehub_arch.workloads.models import load_model
+    from moehub_arch.config.models import load_model
     base = REPO / "configs" / "experiments" / "layer" / f"base_{a.system}.yaml"
     if not base.is_file():
         known = sorted(p.stem[5:] for p in base.parent.glob("base_*.yaml"))

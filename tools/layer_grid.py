@@ -39,7 +39,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from layer_table import DESIGNS_DIR, design_overrides  # noqa: E402  (one reading of a design file)
+from hub_designs import DESIGNS_DIR, design_overrides  # noqa: E402  (one reading of a design file)
 
 HUB = "moehub"
 GRIDS = {
@@ -61,7 +61,7 @@ STATS = ["system.moe.layer_time_us", "system.moe.phase.*", "system.moe.overhead_
 
 def cells(grid, quick):
     """(model, gpus, total tokens, std, skip reason or None) of the grid."""
-    from moehub_arch.workloads.models import load_model
+    from moehub_arch.config.models import load_model
     g = dict(grid, **grid["quick"]) if quick else grid
     out = []
     for m in g["models"]:

@@ -35,9 +35,9 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from hub_designs import design_overrides  # noqa: E402
 from run_cache import run_or_reuse  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -46,7 +46,6 @@ MODELS = ("mixtral_8x7b", "deepseek_v3", "qwen3_30b_a3b")
 TOKENS = (1024, 4096, 8192)
 SCHEMES = ("deepep", "overlap", "moehub")
 SYSTEMS = ("dgx_h100",)
-DESIGNS_DIR = REPO / "configs" / "hub" / "designs"
 # scheme name in the table -> hub design file put on top of the moehub layer config
 HUB_VARIANTS = {"moehub_first": "first_reading.yaml", "moehub_expert": "expert_order.yaml"}
 DEFAULT_SYSTEM = "dgx_h100"     # its configs carry no system suffix
@@ -148,20 +147,6 @@ def run_name(model, tokens, scheme, system):
     """The output folder's name of one point: the config's, with the hub design variant's name."""
     name = config_name(model, tokens, scheme, system)
     return name + scheme[len("moehub"):] if scheme in HUB_VARIANTS else name
-
-
-def flat_items(tree, prefix=""):
-    """(dotted key, value) of every leaf of a nested mapping (a config fragment's overrides)."""
-    for k, v in tree.items():
-        if isinstance(v, dict):
-            yield from flat_items(v, f"{prefix}{k}.")
-        else:
-            yield f"{prefix}{k}", v
-
-
-def design_overrides(design):
-    """{dotted key: value} of a hub design file (configs/hub/designs/<design>.yaml)."""
-    return dict(flat_items(yaml.safe_load((DESIGNS_DIR / f"{design}.yaml").read_text()) or {}))
 
 
 def design_sets(scheme):

@@ -6,7 +6,7 @@ function and every compiler stage, exclusive of the functions it compiles in tur
 
 The config is built and run once in this process with NUMBA_CACHE_DIR set to an empty temporary
 folder (so everything compiles: the first run after `pip install`), all of it in this process
-(MOEHUB_COMPILE_JOBS=1: no second compile process, engine/precompile.py). Numba broadcasts an event
+(MOEHUB_COMPILE_JOBS=1: no second compile process, dispatch/precompile.py). Numba broadcasts an event
 around each dispatcher compile and each compiler pass (numba.core.event); the LLVM stages (the
 per-function passes, the module optimisation of a function with every callee it links in, the
 machine-code emission) and the on-disk cache writes are timed by wrapping Numba's code-library

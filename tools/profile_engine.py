@@ -82,8 +82,8 @@ def _function_addresses(lib, obj):
 
 def engine_libraries():
     """The code libraries of the compiled engine: the run loop's and the handlers' entry points'
-    (engine/indirect.py), each holding every function compiled into it."""
-    from moehub_arch.engine import indirect, loop
+    (dispatch/indirect.py), each holding every function compiled into it."""
+    from moehub_arch.dispatch import indirect, loop
     return ([cres.library for cres in loop.run_loop.overloads.values()]
             + [entry._library for entry in indirect._ENTRIES.values()])
 
@@ -192,8 +192,8 @@ def run_profiled(config, overrides, data, top, cold=False):
     keep_object_code()
     from moehub_arch.components.scheduler import schedule_initial_launches
     from moehub_arch.config import load_config
-    from moehub_arch.engine import loop
-    from moehub_arch.engine.precompile import EngineCompile
+    from moehub_arch.dispatch import loop
+    from moehub_arch.dispatch.precompile import EngineCompile
     from moehub_arch.engine.stateref import state_ref
     from moehub_arch.errors import exit_code, user_errors
     from moehub_arch.simulation import Simulation

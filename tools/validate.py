@@ -38,7 +38,7 @@ import attrs
 
 from moehub_arch.analysis.correlation import (correlate, figure_unit, format_report,
                                               load_references)
-from moehub_arch.config.loader import ConfigError, _display, _read_yaml
+from moehub_arch.config.files import ConfigError, display_path, read_yaml
 from moehub_arch.paths import data_root
 
 TOOLS = Path(__file__).resolve().parent
@@ -65,8 +65,8 @@ class Figure:
 
 def load_figures(path):
     """The figure list of a figures file (see configs/validation/figures.yaml)."""
-    shown = _display(path)
-    raw = _read_yaml(Path(path))
+    shown = display_path(path)
+    raw = read_yaml(Path(path))
     if not isinstance(raw, dict) or set(raw) != {"figures"} or not isinstance(raw["figures"], dict):
         raise ConfigError(f"{shown}: the top level must be a mapping with one key, 'figures': "
                           f"figure name -> {{config, stat, desc, set, note}}", file=shown)
@@ -95,7 +95,7 @@ def load_figures(path):
                               f"found {spec['kind']!r}", file=shown, key=f"{key}.kind")
         config = (Path(path).parent / spec["config"]).resolve()
         if not config.is_file():
-            raise ConfigError(f"{shown}: {key}.config: no such file {_display(config)}",
+            raise ConfigError(f"{shown}: {key}.config: no such file {display_path(config)}",
                               file=shown, key=f"{key}.config")
         sets = spec.get("set", [])
         if not isinstance(sets, list) or not all(isinstance(s, str) and "=" in s for s in sets):

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import attrs
 
-from ..config.loader import ConfigError, _display, _read_yaml
+from ..config.files import ConfigError, display_path, read_yaml
 
 UNITS = {"GBps": "GB/s", "TFLOPs": "TFLOP/s", "us": "us", "ns": "ns", "ms": "ms", "pct": "%"}
 KINDS = ("datasheet", "measured")
@@ -104,10 +104,10 @@ def load_references(paths, known_figures):
 
 
 def _load_file(path, known):
-    shown = _display(path)
+    shown = display_path(path)
     if not path.is_file():
         raise ConfigError(f"{shown}: no such reference file", file=shown)
-    raw = _read_yaml(path)
+    raw = read_yaml(path)
     if not isinstance(raw, dict):
         raise ConfigError(f"{shown}: the top level must be a mapping with a 'references' list "
                           f"(and optionally 'kind'); found {type(raw).__name__}", file=shown)

@@ -90,7 +90,7 @@ from .packet import (PK_CAIS_DATA, PK_CAIS_GO, PK_CAIS_LD, PK_CAIS_READ, PK_CAIS
                      PK_CAIS_SYNC, PK_CAIS_WRITE, VC_REQUEST, VC_RESPONSE, header_flits,
                      packet_alloc, packet_flits)
 from .wakeups import unblock_request_port
-from .block import Array, Block, Event, Param, Record, Stat, StatGroup, Timer, counters, fields
+from ..declare import Array, Block, Event, Param, Record, Stat, StatGroup, Timer, counters, fields
 
 EV_CAIS_TIMEOUT = 11   # a0 = merge table: its timer (a component timer per table) expired
 

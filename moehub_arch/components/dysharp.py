@@ -75,7 +75,7 @@ from .l2 import link_write
 from .packet import PK_MM_DATA, packet_alloc, packet_flits, request_records
 from .waiters import notify_stores
 from .wakeups import hub_kick_response
-from .block import Array, Block, Param, Stat, StatGroup, counters, fields
+from ..declare import Array, Block, Param, Stat, StatGroup, counters, fields
 from ..isa.encoding import DT_BF16
 
 # columns of State.mm_objects (static NVLS objects use the first four; nvls.py)

@@ -16,7 +16,7 @@ two-port forwarding nodes with no traversal; the bridge is one physical link, so
 counts once (on the GPU -> bridge half) and, with cut-through forwarding, its serialisation
 overlaps.
 """
-from .block import Array, Block, Stat, StatGroup, fields
+from ..declare import Array, Block, Stat, StatGroup, fields
 from .nvlink import RX_STATS, TX_STATS
 
 
@@ -52,7 +52,7 @@ def fill_fabric_destinations(st):
 def fabric_link_instances(st, sim_ticks):
     """(name, Instance) of both ends of every PCIe and InfiniBand link: the first channel of a
     link is transmitted at its first end, the second at the other."""
-    from .block import Instance
+    from ..declare import Instance
     from ..topology import end_name
     ch = st.ch
     first = int(st.p[0].num_gpus) * int(st.p[0].links_per_gpu) * 2

@@ -69,7 +69,7 @@ from ..engine.prefetch import prefetch_address
 from ..engine.clock import bytes_ticks, cycle_edge, cycle_at_or_after
 from ..engine.state import ERR_UNBACKED_COPY
 from ..config.schema import MEMORY_ARBITRATION
-from .block import Block, Param, Record, Stat, StatGroup, counters, fields
+from ..declare import Block, Param, Record, Stat, StatGroup, counters, fields
 from .elements import add_elements_bf16
 
 HBM_MIN_ACCESS = 32  # bytes: the DRAM sector, the smallest unit HBM transfers

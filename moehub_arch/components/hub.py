@@ -79,7 +79,7 @@ from .trace import CAT_HUB, TR_HUB_RX, TR_HUB_TX, trace_event
 from .wakeups import hub_kick, hub_kick_response, tb_resume
 from .waiters import notify_stores
 from .nic import nic_schedule, nic_served, rdma_message
-from .block import Array, Block, Debug, Event, Param, Record, StatGroup, Timer, counters, fields
+from ..declare import Array, Block, Debug, Event, Param, Record, StatGroup, Timer, counters, fields
 
 REQ_PUT, REQ_GET, REQ_STORE, REQ_ATOM = range(4)
 REQ_MM_ST, REQ_MM_RED, REQ_MM_LD = 4, 5, 6   # multimem st / red / ld_reduce (nvls.py); value =

@@ -28,7 +28,7 @@ switch's port-to-port latency. The fabric is deadlock-free as routed: up-down ov
 """
 from ..engine.jit import compiled
 
-from .block import Block, Param, fields
+from ..declare import Block, Param, fields
 from .packet import PK_ACK, PK_GET_RESP, PK_MOE, PK_PUT
 
 BLOCK = Block(

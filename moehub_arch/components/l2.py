@@ -48,7 +48,7 @@ from ..engine.jit import compiled
 
 from ..engine.clock import bytes_ticks, cycle_edge, cycle_at_or_after
 from ..config.schema import L2_LINK_WRITES
-from .block import Array, Block, Param, Stat, StatGroup, counters, fields
+from ..declare import Array, Block, Param, Stat, StatGroup, counters, fields
 from .hbm import (ARB_PACED, _paced, _whole, _whole_queue_end, calendar_horizon, hbm_access_paced,
                   hbm_latency_ticks, hbm_transfer, queue_drain_ticks)
 

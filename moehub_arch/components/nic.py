@@ -57,7 +57,7 @@ DeepEP uses, stays in the NIC's context cache), and retransmission.
 """
 from ..engine.jit import compiled
 
-from .block import Block, Param, Record, Stat, StatGroup, fields
+from ..declare import Block, Param, Record, Stat, StatGroup, fields
 from .packet import PK_ACK, PK_ATOM_RESP, PK_GET_RESP, PK_MOE, PK_PUT
 from .infiniband import message_offset
 

@@ -43,7 +43,7 @@ from .trace import CAT_NVLINK, TR_LINK_TX, trace_event
 from .wakeups import ch_kick, hub_kick, rpm_kick, switch_output_freed
 from .link_class import fabric_output_freed, wire_bytes
 from .packet import PACKET_KIND_NAMES
-from .block import Block, Debug, Event, Param, Record, Stat, StatGroup, Timer, fields
+from ..declare import Block, Debug, Event, Param, Record, Stat, StatGroup, Timer, fields
 
 EV_CH_TX = 3         # a0 = channel: the link transmitter tries to send its head packet
 EV_CH_ARRIVE = 4     # a0 = channel: the head packet of its wire FIFO reached the far end of the

@@ -13,7 +13,7 @@ from ..engine.jit import compiled
 
 from ..engine.events import push
 from ..engine.state import LN_DONE
-from .block import Block, Event, Param, Stat, StatGroup, fields
+from ..declare import Block, Event, Param, Stat, StatGroup, fields
 
 EV_OCCUPANCY_SAMPLE = 10   # the monitor takes a sample of every GPU (a0, a1 unused)
 

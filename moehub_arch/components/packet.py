@@ -23,7 +23,7 @@ transmit queue full plus every receive buffer full), so allocation never fails: 
 room to go anywhere waits upstream (back-pressure), it is never dropped.
 """
 from ..engine.jit import compiled
-from .block import Block, Record, Stat, StatGroup, fields
+from ..declare import Block, Record, Stat, StatGroup, fields
 
 
 def request_records(cfg):

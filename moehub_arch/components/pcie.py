@@ -26,7 +26,7 @@ doorbell latency of each work request).
 """
 from ..engine.jit import compiled
 
-from .block import Block, Param
+from ..declare import Block, Param
 from .infiniband import message_offset
 from .nic import rdma_message
 

@@ -39,16 +39,10 @@ from ..isa.encoding import (FIRST_PARAM_REG, MAX_PARAMS, REG_GPU, REG_NGPU, REG_
 from .trace import (CAT_LAUNCH, TR_LAUNCH_END, TR_LAUNCH_START, TR_TB_EXIT, TR_TB_PLACE,
                     trace_event, trace_tb)
 from .wakeups import sm_wake
-from .block import Array, Block, Event, Param, Record, Stat, StatGroup, Debug, fields
+from .sizing import start_queue_capacity
+from ..declare import Array, Block, Event, Param, Record, Stat, StatGroup, Debug, fields
 
 EV_KERNEL_START = 1  # a0 = launch index: the launch's first thread blocks may be placed
-
-
-def stream_slots_per_sm(cfg):
-    """Instruction-stream slots per SM: one per resident thread block, or more where a launch's
-    blocks are made of more warp groups."""
-    groups = [lc.warp_groups for lc in cfg.workload.launches]
-    return max([cfg.system.gpu.sm.max_resident_tbs] + groups)
 
 
 def kernel_block_registers(kernel, sm):
@@ -75,7 +69,6 @@ def check_launches(sim, out):
 
 
 def _start_queue_shape(cfg):
-    from .moehub.dam import start_queue_capacity   # the DAM bounds the blocks it has pending
     return (cfg.system.num_gpus, start_queue_capacity(cfg))
 
 

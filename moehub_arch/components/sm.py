@@ -55,18 +55,19 @@ from .nvls import multimem_element_bytes, multimem_object, multimem_route_peer
 from .dysharp import dymultimem_object, dysharp_stage
 from .cais_merge import cais_element_bytes, cais_group, cais_sync_peer
 from .hub import REQ_CAIS_LD, REQ_CAIS_RED, REQ_CAIS_SYNC
-from ..engine.state import ERR_CAIS_ADDR
+from ..engine.state import ERR_CAIS_ADDR, WAIT_NAMES
 from ..isa.encoding import CAIS_LD, CAIS_SYNC, SEM_CAIS
 from .moehub.aau import aau_release_entries, aau_retry, record_address, slot_address
 from .moehub.dam import CLAIM_WAIT, dam_block_exited, dam_claim, dam_release
 from .moehub.rpm import (rpm_accept, rpm_accept_experts, rpm_accept_rowsp, rpm_end_of_stream,
                          stream_target)
-from .scheduler import block_exit, stream_slots_per_sm
+from .scheduler import block_exit
+from .sizing import stream_slots_per_sm
 from .trace import TR_TB_WAIT, trace_issue, trace_tb
 from .waiters import add_waiter, compare, notify_stores
 from .wakeups import sm_wake, tb_resume
-from .block import Array, Block, Debug, Event, Param, Record, Stat, StatGroup, Timer, fields
-from .trace import CAT_SM, TR_TB_ACT, TR_TB_EXIT, TR_TB_PLACE, TR_TB_RESUME
+from ..declare import Array, Block, Debug, Event, Param, Record, Stat, StatGroup, Timer, fields
+from .trace import ACTIVITY_NAMES, CAT_SM, TR_TB_ACT, TR_TB_EXIT, TR_TB_PLACE, TR_TB_RESUME
 from ..isa.encoding import MM_DY_LD_REDUCE, MM_DY_ST, MM_LD_REDUCE, MM_RED, SEM_MULTIMEM, UNIT_NAMES
 
 EV_SM_ISSUE = 0      # a0 = global SM index: the SM's issue cycle (its component timer)
@@ -79,11 +80,6 @@ def check_thread_blocks(sim, out):
               lambda s: f"slot {s} of kernel '{sim.launches[int(st.tb.launch[s])].kernel}'")
     out.empty(st.tb.outstanding, "thread-block slots with operations outstanding",
               lambda s: f"slot {s}", " operation(s)")
-
-
-def _names():
-    from ..trace import records   # activity and wait names of the timeline and debug output
-    return records
 
 
 def _sms(cfg):
@@ -107,7 +103,7 @@ BLOCK = Block(
               lambda cfg: cfg.system.gpu.num_sms, "config: system.gpu.num_sms"),
         Param("slots_per_sm", "system.gpu.sm.max_resident_tbs", "streams",
               "instruction-stream (thread-block or warp-group) slots per SM: max_resident_tbs, or "
-              "a launch's warp_groups if larger (scheduler.py)", stream_slots_per_sm,
+              "a launch's warp_groups if larger (sizing.py)", stream_slots_per_sm,
               "config: system.gpu.sm.max_resident_tbs; workload.launches[].warp_groups"),
         Param("issue_width", "system.gpu.sm.issue_width", "instructions/cycle",
               "instructions issued per SM cycle", lambda cfg: cfg.system.gpu.sm.issue_width,
@@ -174,9 +170,9 @@ BLOCK = Block(
                  describe={TR_TB_PLACE: lambda n, ident, v0, v1: (
                                n.slot(ident), f"TB {v1} of kernel '{n.kernel(v0)}' placed"),
                            TR_TB_ACT: lambda n, ident, v0, v1: (
-                               n.slot(ident), f"issues {_names().ACTIVITY_NAMES[v0]} instructions"),
+                               n.slot(ident), f"issues {ACTIVITY_NAMES[v0]} instructions"),
                            TR_TB_WAIT: lambda n, ident, v0, v1: (
-                               n.slot(ident), f"blocks: {_names().WAIT_NAMES.get(v0, v0)}"),
+                               n.slot(ident), f"blocks: {WAIT_NAMES.get(v0, v0)}"),
                            TR_TB_RESUME: lambda n, ident, v0, v1: (
                                n.slot(ident), f"ready again (waited on {WAIT_REASON_NAMES[v0]})"),
                            TR_TB_EXIT: lambda n, ident, v0, v1: (

@@ -47,7 +47,7 @@ from .packet import (PK_CAIS_LD, PK_MM_DATA, PK_MM_LD, PK_MM_ST, VC_REQUEST, VC_
                      packet_free, packet_vc)
 from .trace import CAT_SWITCH, TR_XBAR, trace_event
 from .wakeups import xbar_kick
-from .block import Block, Debug, Event, Param, Stat, StatGroup, Timer, fields
+from ..declare import Block, Debug, Event, Param, Stat, StatGroup, Timer, fields
 from .nvlink import RX_STATS, TX_STATS, _channels, channel_name
 from .link_class import LINK_IB
 from .nic import nic_admit

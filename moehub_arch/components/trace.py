@@ -19,7 +19,7 @@ from ..engine.jit import compiled, inline
 
 from ..engine.state import TB_READY
 from ..isa.encoding import UNIT_COMM, UNIT_LSU, UNIT_TENSOR, UNIT_VECTOR
-from .block import Block, Param, fields
+from ..declare import Block, Param, fields
 
 # categories (bits of trace_mask); moehub_arch/trace/records.py names them for users
 CAT_SM = 1        # thread-block residency, activity and waits
@@ -54,6 +54,8 @@ TRACE_COLUMNS = 5
 # thread-block activities (TR_TB_ACT): the class of the last instruction issued; ALU and control
 # instructions do not change it (loop bookkeeping between two mma is still "computing")
 ACT_RUN, ACT_MEMORY, ACT_COMPUTE, ACT_COMM = range(4)
+ACTIVITY_NAMES = {ACT_RUN: "run", ACT_MEMORY: "memory", ACT_COMPUTE: "compute",
+                  ACT_COMM: "communicate"}   # their names in timelines and debug output
 
 # The recorder's own state; each block declares its flag, category and record kinds (Debug).
 BLOCK = Block(

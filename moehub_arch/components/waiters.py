@@ -14,7 +14,7 @@ from ..engine.state import WAIT_FLAG, WAITLIST_FLAG
 from ..isa.encoding import CMP_EQ, CMP_GE, CMP_GT, CMP_LE, CMP_LT, CMP_NE
 from .hbm import read_word
 from .wakeups import tb_resume
-from .block import Block, fields
+from ..declare import Block, fields
 
 BLOCK = Block("waiters", __doc__.split("\n\n")[0],
               fields=fields("gpu", ("waiters", "thread blocks sleeping on a flag (State.wait_list)"),

@@ -25,23 +25,14 @@ from typing import Sequence
 import attrs
 import yaml
 
-from ..inputs import InputFileError, load_yaml, read_text
+from ..inputs import InputFileError, load_yaml
 from ..paths import data_root, find_user_file
+from .files import ConfigError, display_path, read_yaml
+from .models import load_model
 from .schema import Config
 from .units import EXAMPLES, UnitError, parse_quantity
 
 TOP_KEYS = ("extends", "system", "scheme", "workload", "run", "stats", "trace", "debug")
-
-
-class ConfigError(Exception):
-    """A user error in a configuration: one paragraph naming file, key path, expected and found."""
-
-    exit_code = 2
-
-    def __init__(self, message: str, file: str | None = None, key: str | None = None):
-        super().__init__(message)
-        self.file = file
-        self.key = key
 
 
 @attrs.frozen
@@ -62,63 +53,11 @@ class _Entry:
     system_ref: Path | None   # the file a `system: FILE` string in this file names
 
 
-def _display(path: Path) -> str:
-    """A path as messages show it: relative to the working directory when under it."""
-    try:
-        return str(Path(path).resolve().relative_to(Path.cwd().resolve()))
-    except ValueError:
-        return str(path)
-
-
 def _fmt_path(keys) -> str:
     out = ""
     for k in keys:
         out += f"[{k}]" if isinstance(k, int) else (f".{k}" if out else str(k))
     return out
-
-
-# ------------------------------------------------------------------------------ YAML reading
-class _StrictLoader(yaml.SafeLoader):
-    """SafeLoader that refuses duplicate keys (PyYAML silently keeps the last one)."""
-
-
-def _construct_mapping(loader, node, deep=False):
-    seen = {}
-    for key_node, _ in node.value:
-        key = loader.construct_object(key_node, deep=deep)
-        if key in seen:
-            raise _Duplicate(key, key_node.start_mark.line + 1, seen[key])
-        seen[key] = key_node.start_mark.line + 1
-    return yaml.SafeLoader.construct_mapping(loader, node, deep)
-
-
-class _Duplicate(Exception):
-    def __init__(self, key, line, first_line):
-        super().__init__(key)
-        self.key, self.line, self.first_line = key, line, first_line
-
-
-_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
-
-
-def _read_yaml(path: Path):
-    shown = _display(path)
-    try:
-        text = read_text(path, "config file", shown)
-        return load_yaml(text, shown, "config file", _StrictLoader)
-    except InputFileError as e:
-        raise ConfigError(str(e), shown) from None
-    except _Duplicate as e:
-        raise ConfigError(f"{shown}:{e.line}: key '{e.key}' appears twice in one mapping (first "
-                          f"on line {e.first_line}); YAML would silently keep only the last",
-                          shown) from None
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f"{shown}:{mark.line + 1}:{mark.column + 1}" if mark else shown
-        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-        ctx = getattr(e, "context", None)
-        raise ConfigError(f"{where}: YAML syntax error: {problem}" + (f" ({ctx})" if ctx else ""),
-                          shown) from None
 
 
 # ------------------------------------------------------------------------- extends + merging
@@ -129,14 +68,14 @@ def _resolve_extends(name, naming_file: Path, where: str, key: str = "extends") 
     found, tried = find_user_file(name, naming_file.parent, ("", "configs"))
     if found is None:
         raise ConfigError(f"{where}: {key}: file '{name}' not found (tried "
-                          f"{', '.join(_display(c) for c in tried)})", where, key)
+                          f"{', '.join(display_path(c) for c in tried)})", where, key)
     return found
 
 
 def _collect(path: Path, stack: tuple, order: list, lineage: tuple = ()):
     """Append an _Entry for `path` and its bases to `order`, bases first."""
-    shown = _display(path)
-    raw = _read_yaml(path)
+    shown = display_path(path)
+    raw = read_yaml(path)
     if raw is None:
         raise ConfigError(f"{shown}: the config file is empty (expected a mapping with keys "
                           f"{', '.join(TOP_KEYS)})", shown)
@@ -152,7 +91,7 @@ def _collect(path: Path, stack: tuple, order: list, lineage: tuple = ()):
     for i, name in enumerate(names):
         base = _resolve_extends(name, path, shown)
         if base in stack or base == path:
-            chain = " -> ".join(_display(p) for p in (*stack, path, base))
+            chain = " -> ".join(display_path(p) for p in (*stack, path, base))
             raise ConfigError(f"{shown}: extends: cycle: {chain}", shown, "extends")
         _collect(base, (*stack, path), order, (*lineage, (path, i)))
     order.append(_Entry(path, raw, lineage, system_ref))
@@ -163,12 +102,12 @@ def _system_only(entries: list, ref: Path) -> list:
     for e in entries:
         other = [k for k in e.raw if k != "system"]
         if other:
-            shown = _display(e.path)
+            shown = display_path(e.path)
             raise ConfigError(f"{shown}: a system file (named by system: or --system, here "
-                              f"{_display(ref)}) holds only system: (and extends:); found "
+                              f"{display_path(ref)}) holds only system: (and extends:); found "
                               f"{', '.join(other)}", shown, other[0])
         if e.system_ref is not None:
-            shown = _display(e.path)
+            shown = display_path(e.path)
             raise ConfigError(f"{shown}: system: a system file cannot itself name a system file; "
                               f"use extends: to build on one", shown, "system")
     return entries
@@ -245,12 +184,12 @@ def _override_warnings(order: list, data_before: dict, raw: dict, entry_idx: int
             siblings.append(item)
     out = []
     if siblings:
-        out.append(f"{_display(later.path)}, reached through a later entry of an extends: list, "
+        out.append(f"{display_path(later.path)}, reached through a later entry of an extends: list, "
                    f"overrides keys an earlier entry set: {_listing(siblings)}. To run a workload "
                    f"on your own system, name the system instead: `system: FILE` in the config or "
                    f"`moehub-sim run CONFIG --system FILE`")
     if over_system:
-        out.append(f"{_display(later.path)} sets system keys of its own over the system you named: "
+        out.append(f"{display_path(later.path)} sets system keys of its own over the system you named: "
                    f"{_listing(over_system)}")
     return out
 
@@ -586,7 +525,7 @@ def _find(ctx: _Ctx, path: tuple, name: str, what: str) -> str:
     found, tried = find_user_file(name, src.base_dir if src else Path.cwd())
     if found is None:
         raise ctx.error(path, f"{what} '{name}' not found (tried "
-                              f"{', '.join(_display(c) for c in tried)})")
+                              f"{', '.join(display_path(c) for c in tried)})")
     return str(found)
 
 
@@ -603,7 +542,7 @@ def _resolve_kernel_files(cfg: Config, ctx: _Ctx) -> Config:
 
 def _resolve_layer_files(cfg: Config, ctx: _Ctx) -> Config:
     """The routing trace and a model given as a file path (a bare name such as deepseek_v3 is a
-    shipped model, found by workloads/models.py)."""
+    shipped model, found by config/models.py)."""
     layer = cfg.workload.layer
     if layer.routing.trace:
         trace = _find(ctx, ("workload", "layer", "routing", "trace"), layer.routing.trace,
@@ -738,7 +677,6 @@ def _check_hub_sizes(cfg: Config, ctx: _Ctx):
     (the layer's own workload.moe is generated later, when the system is built)."""
     if cfg.scheme != "moehub" or not cfg.workload.layer.model:
         return
-    from ..workloads.models import load_model
     try:
         model = load_model(cfg.workload.layer.model)
     except ConfigError:
@@ -760,14 +698,14 @@ def load_config(path, overrides: Sequence[str] = (), system_file=None) -> Config
     a `system: FILE` line in the config would (`moehub-sim run CONFIG --system FILE`)."""
     path = Path(path).expanduser()
     if not path.is_file():
-        shown = _display(path)
+        shown = display_path(path)
         raise ConfigError(f"{shown}: config file not found", shown)
     path = path.resolve()
     if system_file is not None:
         found, tried = find_user_file(system_file, Path.cwd(), ("", "configs"))
         if found is None:
             raise ConfigError(f"--system {system_file}: file not found (tried "
-                              f"{', '.join(_display(c) for c in tried)})", "--system")
+                              f"{', '.join(display_path(c) for c in tried)})", "--system")
         system_file = found
     order: list = []
     _collect(path, (), order)
@@ -778,12 +716,12 @@ def load_config(path, overrides: Sequence[str] = (), system_file=None) -> Config
     warnings: list = []
     for i, e in enumerate(order):
         warnings += _override_warnings(order, data, e.raw, i, prov)
-        _merge(data, e.raw, _Source(_display(e.path), e.path.parent, i), prov)
+        _merge(data, e.raw, _Source(display_path(e.path), e.path.parent, i), prov)
         if str(e.path) not in files:
             files.append(str(e.path))
     for text in overrides:
         _apply_override(data, text, prov)
-    ctx = _Ctx(prov, [_display(Path(f)) for f in files], _display(path))
+    ctx = _Ctx(prov, [display_path(Path(f)) for f in files], display_path(path))
     cfg = _finish(_convert(Config, data, (), ctx), ctx, files)
     return attrs.evolve(cfg, load_warnings=tuple(warnings))
 

@@ -52,7 +52,7 @@ import numpy as np
 from .jit import compiled
 from .bitset import _lowest_bit
 from .stateref import jit_disabled
-from ..components.block import Block, Param, Record, Stat, StatGroup, fields
+from ..declare import Block, Param, Record, Stat, StatGroup, fields
 
 # Event kinds are declared by the blocks whose handlers they dispatch (``Event`` in each
 # component module's BLOCK: EV_SM_ISSUE in components/sm.py, EV_CH_TX in components/nvlink.py...);
@@ -73,12 +73,6 @@ WHEEL_BITS = 5
 WHEEL_SLOTS = 1 << WHEEL_BITS
 WHEEL_LEVELS = (62 + WHEEL_BITS - 1) // WHEEL_BITS
 WHEEL_LISTS = WHEEL_LEVELS * WHEEL_SLOTS
-
-def _event_names(inst):
-    """{kind: name} of the event kinds in use (composed from every block's declarations)."""
-    from ..composition import enabled_events
-    return enabled_events(inst.st)
-
 
 # The engine itself: run-wide parameters, the queue's bookkeeping and the first runtime error.
 BLOCK = Block(
@@ -109,8 +103,8 @@ BLOCK = Block(
     stats=(StatGroup("system", "engine", (
         Stat("queue_peak", "events", "peak number of pending events in the event queue",
              lambda i: i.st.sys[0].q_peak),
-        Stat("events.{v}", "count", "events of kind '{v}' processed (engine.events)",
-             lambda i, k: i.st.ev_count[k], each=_event_names),
+        # then the events processed per kind (system.engine.events.*): added by the composition,
+        # which alone knows every block's event kinds (composition.py EVENT_COUNTS)
     )),),
 )
 

@@ -69,5 +69,5 @@ per-packet handlers costs little compile time (README, Performance: the cold sta
 with them inlined or compiled). LLVM's own inliner, which works on the optimised module Numba
 links every callee into, still inlines small compiled callees where that pays; a handler call
 that stays a call costs one pointer argument (State is one pointer, engine/stateref.py). The run
-loop calls `sm_issue` through its own compiled entry point by address (engine/indirect.py), so
+loop calls `sm_issue` through its own compiled entry point by address (dispatch/indirect.py), so
 the SM's call tree is neither linked into the run loop's module nor compiled after it."""

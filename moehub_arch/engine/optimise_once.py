@@ -13,7 +13,7 @@ own module runs only when Python calls B.
 So an engine function compiled *for a caller* (while another engine function is being compiled)
 gets only Numba's cheap module pass (the -O0 pipeline with the always-inliner that Numba runs
 first anyway; each function's own -O3 function passes have run on its IR already), and the full
-pipeline runs once, on the outermost module: the run loop, an entry point of engine/indirect.py
+pipeline runs once, on the outermost module: the run loop, an entry point of dispatch/indirect.py
 (`entry_compile`), or a function first compiled because Python called it. That module still gets
 every callee's code and optimises it whole, inliner included, so the code that runs is optimised
 as before (the run loop's events per second are unchanged within run-to-run spread; README,
@@ -58,7 +58,7 @@ def _is_engine(module_name):
 
 @contextmanager
 def entry_compile():
-    """Around the compile of an entry point that is not a dispatcher (a `cfunc`, engine/indirect.py):
+    """Around the compile of an entry point that is not a dispatcher (a `cfunc`, dispatch/indirect.py):
     the functions it compiles in turn are compiled for it, and its own module is the outermost."""
     _compiling.append(True)
     try:

@@ -79,23 +79,9 @@ class ReferenceRecords(np.recarray):
         return record_view, (plain.view(np.dtype((np.void, self.dtype))),)
 
 
-# The record dtypes (PARAMS, and one per entity: GPU, SM, LINK_CHANNEL...) are composed from the
-# blocks' declarations (moehub_arch/composition.py: RECORDS, PARAMS); each block declares its
-# parameters and fields in its own module (components/*.py BLOCK). These names still resolve here.
-_RECORD_NAMES = {"SYSTEM": "sys", "THREAD_BLOCK": "tb", "SM": "sm", "LAUNCH": "ln", "GPU": "gpu",
-                 "HBM_CHANNEL": "hbm_chan", "LINK_CHANNEL": "ch", "STREAM": "stream",
-                 "MOE_ROW": "mrow", "WINDOW": "win", "TILE": "tile", "REQUEST": "req",
-                 "PACKET": "pk"}
-
-
-def __getattr__(name):
-    if name == "State":
-        from .. import composition
-        return composition.State
-    if name == "PARAMS" or name in _RECORD_NAMES:
-        from .. import composition
-        return composition.PARAMS if name == "PARAMS" else composition.RECORDS[_RECORD_NAMES[name]]
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# The record dtypes (PARAMS, and one per entity: State.gpu, State.sm, State.ch...) and State
+# itself are composed from the blocks' declarations in moehub_arch/composition.py (RECORDS, PARAMS,
+# State): each block declares its parameters and fields in its own module (components/*.py BLOCK).
 
 
 RPM_HIST_BINS = 8     # merge-buffer fill at packet emission, in eighths of the buffer
@@ -107,7 +93,7 @@ ROUTE_N, ROUTE_RR, ROUTE_FIRST = 0, 1, 2
 RESP_REQ, RESP_KIND, RESP_READY = 0, 1, 2
 
 # The arrays the builder allocates itself; State (moehub_arch/composition.py) is these followed by
-# every record and array a block declares with its size (components/block.py Record.count, Array).
+# every record and array a block declares with its size (declare.py Record.count, Array).
 STATE_FIELDS = tuple([
     "p",            # [1] PARAMS
     "sys",          # [1] SYSTEM
@@ -154,6 +140,10 @@ TB_EMPTY, TB_READY, TB_WAIT_FLAG, TB_WAIT_FENCE, TB_WAIT_REMOTE, TB_WAIT_HUB, TB
 # a warp group that exited while others of its thread block run: its slot stays reserved until the
 # whole block exits (an SM frees a block's resources when the block ends; components/scheduler.py)
 TB_RETIRED = 7
+# the waiting states' names in timelines and debug output
+WAIT_NAMES = {TB_WAIT_FLAG: "wait flag", TB_WAIT_FENCE: "wait fence",
+              TB_WAIT_REMOTE: "wait remote result", TB_WAIT_HUB: "wait hub room",
+              TB_WAIT_CLAIM: "wait claim (hub tile)"}
 # per-GPU lists of sleeping TBs (State.wait_list[g, list]): flag waiters, TBs stalled on the hub
 WAITLIST_FLAG, WAITLIST_HUB = 0, 1
 

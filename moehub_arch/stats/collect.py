@@ -8,7 +8,7 @@ stats, then per GPU (its totals, its kernel launches, its SMs, its GPU-level blo
 then the switch ports.
 """
 from ..composition import emit_stats
-from ..components.block import GPU_SCOPES
+from ..declare import GPU_SCOPES
 from ..engine.state import LN_DONE
 from .registry import StatsSet
 

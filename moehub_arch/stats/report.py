@@ -89,7 +89,6 @@ def evaluate_report(sim, strict=True):
             if not strict:
                 value = float("nan")
             else:
-                from ..simulation import SimulationError
                 raise SimulationError(f"workload.report.{rep.name}.expr: cannot evaluate "
                                       f"'{rep.expr}': {e}") from None
         add_report_stat(sim.stats, rep, value)

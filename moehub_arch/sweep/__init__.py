@@ -13,7 +13,7 @@ or model file - or the simulator itself - changed since runs again; a failed poi
 and is tried again next time.
 
 From Python, `moehub_arch.sweep(spec, ...)` (this package is callable: it calls
-`moehub_arch.api.sweep`) runs a sweep file or mapping and returns a DataFrame, one row per point.
+`sweep_frame`, which is also `moehub_arch.api.sweep`) runs a sweep file or mapping and returns a DataFrame, one row per point.
 """
 import csv
 import fnmatch
@@ -21,11 +21,13 @@ import json
 import os
 import sys
 import types
+from collections.abc import Mapping
 
+from ..frontend import require_pandas, user_path
 from ..interrupts import Interrupted, exit_status
 from ..outputs import write_atomic
 from ..paths import sources_digest
-from .spec import Sweep, SweepError, load_sweep  # noqa: F401 (public API)
+from .spec import Sweep, SweepError, load_sweep, sweep_from_dict  # noqa: F401 (public API)
 
 DONE = "done.json"
 
@@ -167,13 +169,58 @@ def run_sweep_command(args):
     return 1 if failed else 0
 
 
+def sweep_frame(spec, outdir=None, workers=None, scheduler=None, progress=True):
+    """Run a sweep (`moehub-sim sweep`) and return its results as a pandas DataFrame, one row per
+    point in point order.
+
+    `spec`: a sweep file's path, or a mapping with the same keys (config, set, grid, points,
+    stats, name, outdir; relative paths from the working directory). Points run in `workers`
+    local processes (default: the CPU count) or on the Dask scheduler at `scheduler`
+    (tcp://HOST:PORT); `progress` shows the progress bar. Every point writes its run directory
+    under `outdir` (default: the spec's outdir, else sweep-out/<name>), and re-running finds the
+    points finished earlier, as the command does.
+
+    Columns: point (its directory name), status ('ok', 'ok (earlier run)' or 'error'), the swept
+    keys, the selected stats, outdir (the point's run directory: `load_results(row.outdir)`),
+    error (a failed point's message, else None). Bad input raises SweepError / ConfigError before
+    anything runs; a point that fails is a row with status 'error', not an exception.
+    """
+    pd = require_pandas()
+    if isinstance(spec, Mapping):
+        sw = sweep_from_dict(dict(spec), None, outdir)
+    elif isinstance(spec, (str, os.PathLike)):
+        sw = load_sweep(user_path(spec), outdir)   # relative: falls back to the shipped files
+    else:
+        raise SweepError(f"sweep spec: expected a sweep file path or a mapping of its keys, found "
+                         f"{type(spec).__name__}")
+    if workers is not None and workers < 1:
+        raise SweepError(f"workers: expected at least 1, found {workers}")
+    _, rows = run_sweep(sw, workers=workers, scheduler=scheduler, progress=progress)
+    stat_columns = []
+    for r in rows:
+        stat_columns += [c for c in r["stats"] if c not in stat_columns]
+    records = []
+    for r in rows:
+        p = r["point"]
+        rec = {"point": p.id, "status": r["status"]}
+        rec.update(dict(p.values))
+        rec.update(r["stats"])
+        rec["outdir"] = str(sw.outdir / "points" / p.id)
+        rec["error"] = r.get("error")
+        records.append(rec)
+    columns = ["point", "status"] + list(sw.swept_keys) + stat_columns + ["outdir", "error"]
+    df = pd.DataFrame.from_records(records, columns=columns)
+    df.attrs["sweep"] = sw.name
+    df.attrs["outdir"] = str(sw.outdir)
+    return df
+
+
 class _CallableSweepPackage(types.ModuleType):
-    """This package's type: `moehub_arch.sweep(...)` is the API's sweep(), while
+    """This package's type: `moehub_arch.sweep(...)` is sweep_frame (the API's sweep()), while
     `moehub_arch.sweep.load_sweep` etc. stay where they are."""
 
     def __call__(self, spec, *args, **kwargs):
-        from ..api import sweep
-        return sweep(spec, *args, **kwargs)
+        return sweep_frame(spec, *args, **kwargs)
 
 
 sys.modules[__name__].__class__ = _CallableSweepPackage

@@ -35,7 +35,7 @@ def _worker_init(workers):
     """Workers leave Ctrl-C to the sweep process (the terminal sends it to the whole process
     group): it decides, stops them and keeps the finished points. Several workers already keep
     the cores busy: on a cold Numba cache each compiles in its own process only, without the
-    second compile process of engine/precompile.py."""
+    second compile process of dispatch/precompile.py."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if workers > 1:
         os.environ.setdefault("MOEHUB_COMPILE_JOBS", "1")

@@ -15,7 +15,9 @@ from ..composition import DESCRIBE
 from ..outputs import writing
 from ..simulation import RunObserver
 from ..components.packet import PACKET_KIND_NAMES
-from .records import ACTIVITY_NAMES, WAIT_NAMES, Names, flags_mask, select
+from ..components.trace import ACTIVITY_NAMES
+from ..engine.state import WAIT_NAMES
+from .records import Names, flags_mask, select
 
 
 class DebugPrinter(RunObserver):

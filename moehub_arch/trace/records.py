@@ -5,19 +5,9 @@ The records themselves are written by the compiled hooks in ``components/trace.p
 """
 import numpy as np
 
-from ..components.trace import ACT_COMM, ACT_COMPUTE, ACT_MEMORY, ACT_RUN
-from ..engine.state import (TB_WAIT_CLAIM, TB_WAIT_FENCE, TB_WAIT_FLAG, TB_WAIT_HUB,
-                            TB_WAIT_REMOTE)
-
 # debug flag -> record categories, record kind -> category: declared by the blocks
 # (components/*.py BLOCK debug), composed in moehub_arch/composition.py
 from ..composition import FLAG_CATEGORIES, KIND_CATEGORY  # noqa: E402,F401
-
-ACTIVITY_NAMES = {ACT_RUN: "run", ACT_MEMORY: "memory", ACT_COMPUTE: "compute",
-                  ACT_COMM: "communicate"}
-WAIT_NAMES = {TB_WAIT_FLAG: "wait flag", TB_WAIT_FENCE: "wait fence",
-              TB_WAIT_REMOTE: "wait remote result", TB_WAIT_HUB: "wait hub room",
-              TB_WAIT_CLAIM: "wait claim (hub tile)"}
 
 
 def flags_mask(flags):

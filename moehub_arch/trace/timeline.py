@@ -19,14 +19,14 @@ import sys
 
 import numpy as np
 
-from ..components.trace import (ACT_RUN, CAT_SM, TR_TB_ACT, TR_TB_EXIT, TR_TB_PLACE, TR_TB_RESUME,
-                                TR_TB_WAIT)
-from ..engine.state import TB_EMPTY
+from ..components.trace import (ACT_RUN, ACTIVITY_NAMES, CAT_SM, TR_TB_ACT, TR_TB_EXIT,
+                                TR_TB_PLACE, TR_TB_RESUME, TR_TB_WAIT)
+from ..engine.state import TB_EMPTY, WAIT_NAMES
 from ..isa.encoding import REG_TB
 from ..simulation import RunObserver
 from .chrome import ChromeTraceWriter
 from .counters import GPU_PID_BASE, SWITCH_PID_BASE, CounterSampler
-from .records import ACTIVITY_NAMES, WAIT_NAMES, select
+from .records import select
 
 STREAM_TID_BASE = 1       # thread ids: kernel streams, then phases, then TB slots
 PHASE_TID_BASE = 100

@@ -127,7 +127,7 @@ checks.
 import attrs
 import numpy as np
 
-from ..config.loader import ConfigError, _display, _read_yaml
+from ..config.files import ConfigError, display_path, read_yaml
 from ..config.schema import BufferConfig, CaisGroupConfig, LaunchConfig, MulticastConfig
 from ..paths import data_root
 from .layer import GEMM_JOB_ELEMENTS, LayerError, unslice_weights
@@ -179,12 +179,12 @@ def load_block_model(name_or_path):
     text = str(name_or_path)
     path = Path(text) if ("/" in text or text.endswith((".yaml", ".yml"))) else \
         data_root() / BLOCK_DIR / f"{text}.yaml"
-    shown = _display(path)
+    shown = display_path(path)
     if not path.is_file():
         known = sorted(p.stem for p in (data_root() / BLOCK_DIR).glob("*.yaml"))
         raise ConfigError(f"{KEY}.model: no block model '{text}' ({shown} does not exist; "
                           f"shipped: {', '.join(known)})", key=f"{KEY}.model")
-    raw = _read_yaml(path)
+    raw = read_yaml(path)
     if not isinstance(raw, dict) or set(raw) != {"block_model"} or not isinstance(raw["block_model"], dict):
         raise ConfigError(f"{shown}: the top level must be one mapping 'block_model' with keys "
                           f"{', '.join(_MODEL_KEYS)}", file=shown)

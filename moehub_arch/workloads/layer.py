@@ -22,7 +22,7 @@ import numpy as np
 from ..config.loader import ConfigError
 from ..config.schema import BufferConfig, LaunchConfig, MoeWorkloadConfig
 from ..paths import data_root
-from .models import load_model
+from ..config.models import load_model
 from .routing import generate_routing
 
 # acct words (i64, per GPU)

@@ -35,7 +35,7 @@ such as DeepEP's use them; skewed and group-limited as production routers behave
 - `trace`: replay a routing trace file (see `load_trace`).
 
 Weights of the non-group-limited kinds come from random N(0, 1) logits of all experts pushed
-through the router spec (`moehub_arch.workloads.models.RouterSpec`): softmax over all logits then
+through the router spec (`moehub_arch.config.models.RouterSpec`): softmax over all logits then
 the chosen ones (`softmax_topk`), softmax over the chosen logits (`topk_softmax`), sigmoid of the
 chosen logits (`sigmoid_group_limited`), optional renormalisation, times the scale; with no router,
 softmax over the chosen logits. The expert choice itself does not follow the logits in these kinds
@@ -53,7 +53,7 @@ from pathlib import Path
 import attrs
 import numpy as np
 
-from ..config.loader import ConfigError, _display
+from ..config.files import ConfigError, display_path
 from ..inputs import InputFileError, read_text
 
 KINDS = ("uniform", "balanced", "skewed", "group_limited", "normal", "trace")
@@ -345,7 +345,7 @@ def load_trace(path, *, num_gpus: int, tokens_per_gpu: int, num_experts: int,
     Problems raise `ConfigError` naming the file and what is wrong.
     """
     p = Path(path)
-    shown = _display(p)
+    shown = display_path(p)
     key = f"{KEY}.trace"
     suffix = p.suffix.lower()
     if suffix not in (".npy", ".npz", ".json"):

@@ -48,32 +48,14 @@ from ..wakeups import rpm_kick, tb_resume
 from ..trace import CAT_AAU, TR_AAU_ALLOC, TR_AAU_STALL, trace_event
 from .dam import dam_row_landed, dam_source_ended
 from .rpm import row_at, row_header
-from ..block import Array, Block, Debug, Param, Record, Stat, StatGroup, counters, fields
+from ...declare import Array, Block, Debug, Param, Record, Stat, StatGroup, counters, fields
 from .rowtable import (RS_ALLOC, RS_FIELDS, RS_LANDED, RS_RAT, RS_RID, RS_ROW, RS_SIZE,
                        open_row_link, open_row_slot, open_row_unlink)
 from .rpm import rpm_packet_bytes
+from .area import aau_sram_bytes, aau_staging_bytes
+from ..sizing import experts_of_window, local_experts
 from .forward import (forward_address, forward_enqueue, forward_has_slot, forward_kick,
                       forward_landed, forward_source_ended, forward_take_slot)
-
-
-def expert_placement(cfg):
-    """[E, 2] int64: GPU and local slot (window) of every expert (workload.moe.placement, or
-    E / G consecutive experts per GPU)."""
-    moe, G = cfg.workload.moe, cfg.system.num_gpus
-    E = moe.num_experts
-    gpus = list(moe.placement) if moe.placement is not None else [e // (E // G) for e in range(E)]
-    place = np.zeros((max(E, 1), 2), np.int64)
-    count = [0] * G
-    for e, g in enumerate(gpus):
-        place[e] = (g, count[g])
-        count[g] += 1
-    return place
-
-
-def local_experts(cfg):
-    """Most experts placed on one GPU (every GPU gets that many windows)."""
-    place = expert_placement(cfg)
-    return int(place[:cfg.workload.moe.num_experts, 1].max()) + 1 if cfg.workload.moe.num_experts else 0
 
 
 def aau_staging_packets(cfg):
@@ -88,14 +70,6 @@ def aau_staging_packets(cfg):
     payload = rpm_packet_bytes(cfg)
     per_row = -(-(moe.row_bytes + hub.moe.rpm.row_header_bytes) // payload) + 1
     return cfg.system.num_gpus * hub.moe.rpm.row_queue_depth * per_row
-
-
-def experts_of_window(st, w):
-    """Expert ids whose window is w (GPU g, local slot le: w = g * local_experts + le)."""
-    p = st.p[0]
-    g, le = divmod(w, int(p.local_experts))
-    E = int(p.num_experts)
-    return [e for e in range(E) if st.moe_place[e, 0] == g and st.moe_place[e, 1] == le]
 
 
 def check_aau(sim, out):
@@ -172,16 +146,6 @@ def record_table_full(sim):
                 f"{int(p.local_experts) * (int(p.tile_rows) - 1) + 1} with "
                 f"system.gpu.hub.moe.dam.tile_rows = {int(p.tile_rows)}")
     return out
-
-
-def sram_bytes(p):
-    """Area proxy: completion-record table + per-window base/capacity/bump registers."""
-    return p.records_cap * p.record_bytes + p.local_experts * 3 * 8
-
-
-def staging_bytes(p):
-    """Area proxy: the staging store, each packet up to one RPM packet of payload."""
-    return p.aau_staging * p.rpm_packet_bytes
 
 
 def _aau_ticks(cfg):
@@ -277,9 +241,9 @@ BLOCK = Block(
         Stat("refill_bytes", "bytes", "HBM bytes read back by row-table refills",
              lambda i: i.rec.aau_refills * i.p.record_bytes),
         Stat("sram_bytes", "bytes", "area proxy: completion-record table + per-window "
-             "base/capacity/bump registers", lambda i: sram_bytes(i.p)),
+             "base/capacity/bump registers", lambda i: aau_sram_bytes(i.p)),
         Stat("staging_sram_bytes", "bytes", "area proxy: the staging store's packets (parked for "
-             "window space), each up to one RPM packet of payload", lambda i: staging_bytes(i.p)),
+             "window space), each up to one RPM packet of payload", lambda i: aau_staging_bytes(i.p)),
         Stat("spill_area_bytes", "bytes", "device memory reserved for evicted row-table entries "
              "(one per window slot; overflow: spill)",
              lambda i: i.p.aau_spill * i.p.local_experts * i.p.window_rows * i.p.record_bytes

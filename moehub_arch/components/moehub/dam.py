@@ -58,7 +58,9 @@ from ..trace import CAT_DAM, TR_DAM_CLAIM, TR_DAM_READY, trace_event
 from ..hbm import raise_error, read_word, write_word
 from ..scheduler import dispatch_blocks, grant_block
 from ..wakeups import tb_resume
-from ..block import Block, Debug, Event, Param, Record, Stat, StatGroup, counters, fields
+from .area import dam_sram_bytes, moe_sram_bytes
+from ..sizing import experts_of_window
+from ...declare import Block, Debug, Event, Param, Record, Stat, StatGroup, counters, fields
 
 CLAIM_WAIT = 0     # no tile ready: the thread block sleeps
 CLAIM_TILE = 1     # a tile was handed out
@@ -76,34 +78,6 @@ def _claim_wait_desc(i, b):
     lo = 0 if b == 0 else 2 ** (b - 1)
     return (f"claimers woken after waiting [{lo}, {2 ** b}) ns"
             + (" or more" if b == DAM_HIST_BINS - 1 else ""))
-
-
-def sram_bytes(p):
-    """Area proxy: per-tile allocated/landed counters (4 B each) + per-source end-of-stream state;
-    with consumers: launch also a thread-block-group counter per tile (4 B); with order: expert a
-    counter per window of the tiles of its group still to hand out (4 B)."""
-    counters = 3 if int(p.dam_launch_mode) else 2
-    group = p.local_experts * 4 if int(p.dam_expert_order) else 0
-    return p.local_experts * p.tiles_per_window * counters * 4 + int(p.num_gpus) * 8 + group
-
-
-def start_queue_capacity(cfg):
-    """Blocks the DAM may have started and the scheduler not yet placed, per GPU: every tile it
-    holds (a tile is released only by a block of its last group, once placed) times the blocks of
-    a tile, plus the launch's last block."""
-    tbs = max([lc.dam_tile_tbs for lc in cfg.workload.launches] + [0])
-    if not tbs or not cfg.workload.moe.num_experts:
-        return 1
-    from .aau import local_experts   # aau imports this module
-    dam = cfg.system.gpu.hub.moe.dam
-    tiles_per_window = max(cfg.workload.moe.window_rows, dam.tile_rows) // dam.tile_rows
-    return local_experts(cfg) * tiles_per_window * tbs + 1
-
-
-def moe_sram_bytes(p):
-    """Area proxy of the MoE-Hub control plane: RPM, AAU (table and staging store), DAM."""
-    from . import aau, rpm   # they import this module
-    return rpm.sram_bytes(p) + aau.sram_bytes(p) + aau.staging_bytes(p) + sram_bytes(p)
 
 
 def check_windows(sim, out):
@@ -141,7 +115,6 @@ def check_groups(sim, out):
 
 def windows_unclaimed(sim):
     """Likely cause of a stuck run: full windows that no thread block claims from."""
-    from .aau import experts_of_window
     st = sim.state
     p = st.p[0]
     if not int(p.num_experts):
@@ -233,7 +206,7 @@ BLOCK = Block(
         Stat("claim_wait_bin{k}", "claims", _claim_wait_desc,
              lambda i, b: i.st.dam_hist[i.g, b], each=range(DAM_HIST_BINS)),
         Stat("sram_bytes", "bytes", "area proxy: per-tile allocated/landed counters (4 B each) + "
-             "per-source end-of-stream state", lambda i: sram_bytes(i.p)),
+             "per-source end-of-stream state", lambda i: dam_sram_bytes(i.p)),
     )), StatGroup("gpu", "hub", (
         Stat("moe_sram_bytes", "bytes", "area proxy of the whole MoE-Hub control plane: RPM, AAU "
              "(table and staging store), DAM", lambda i: moe_sram_bytes(i.p)),))),

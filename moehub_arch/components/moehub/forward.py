@@ -43,7 +43,7 @@ from ...engine.jit import compiled
 from ...engine.events import push
 from ..hub import wake_hub_waiters
 from ..wakeups import rpm_kick
-from ..block import Array, Block, Event, Param, Stat, StatGroup, counters, fields
+from ...declare import Array, Block, Event, Param, Stat, StatGroup, counters, fields
 from .rpm import (SCHEDULE_PAPER, _schedule_insert, _take_descriptor, mark_rowsp,
                   rpm_end_forwarded)
 

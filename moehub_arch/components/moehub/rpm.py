@@ -84,7 +84,9 @@ from ..trace import CAT_RPM, TR_RPM_TX, trace_event
 from ..wakeups import rpm_kick
 from .rowtable import RS_STORED, open_row_slot
 from ...config.schema import RPM_SCHEDULES
-from ..block import (Array, Block, Debug, Event, Param, Record, Stat, StatGroup, Timer, counters,
+from .area import rpm_sram_bytes
+from ..sizing import stream_slots_per_sm
+from ...declare import (Array, Block, Debug, Event, Param, Record, Stat, StatGroup, Timer, counters,
                      fields)
 
 POLICY_ROUND_ROBIN = 0
@@ -115,7 +117,6 @@ def _rpm(key, field, unit, doc, value=None):
 
 def _tb_slots(cfg):
     """Thread-block slots of the whole system (State.tb's length)."""
-    from ..scheduler import stream_slots_per_sm
     return cfg.system.num_gpus * cfg.system.gpu.num_sms * stream_slots_per_sm(cfg)
 
 
@@ -155,11 +156,6 @@ def rpm_findings(sim):
                 out.append(f"{hub}.rpm: row ring toward GPU {d} full ({int(p.rpm_ring)} rows "
                            f"accepted, not yet landed; system.gpu.hub.moe.rpm.row_queue_depth)")
     return out
-
-
-def sram_bytes(p):
-    """Area proxy: merge buffers + row descriptor rings (header + 16 B of state), per destination."""
-    return int(p.num_gpus) * (p.rpm_merge_bytes + p.rpm_ring * (p.rpm_header_bytes + 16))
 
 
 def _mean_read_wait(i):
@@ -298,7 +294,7 @@ BLOCK = Block(
                               f"{b + 1}/{RPM_HIST_BINS} full (last bin: full)",
                  lambda i, b: i.st.rpm_hist[i.g, b], each=range(RPM_HIST_BINS)),
             Stat("sram_bytes", "bytes", "area proxy: merge buffers + row descriptor rings (header + "
-                 "16 B of state)", lambda i: sram_bytes(i.p)),
+                 "16 B of state)", lambda i: rpm_sram_bytes(i.p)),
         )),
         # multi-expert stores (an experiment beyond the paper): their stats appear once a kernel
         # used one, so runs without them keep their stat lists

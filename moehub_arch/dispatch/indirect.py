@@ -8,7 +8,7 @@ code) and of the AAU's, which LLVM optimised and emitted again as part of the ru
 could only be compiled after them, in the same process. Behind a function pointer each is a
 separate entry point (a Numba `cfunc` of the handler itself: C-callable, cached on disk like every
 engine function): the run loop's module no longer contains them, and they can be compiled while
-the run loop is, in another process (engine/precompile.py). The run loop takes the table of
+the run loop is, in another process (dispatch/precompile.py). The run loop takes the table of
 addresses (`entry_table`) as an argument and calls each handler with the same arguments as
 before; the handlers are unchanged, so are results.
 
@@ -25,15 +25,15 @@ from numba.core.extending import intrinsic
 
 from ..components.moehub.aau import aau_receive, aau_retry
 from ..components.sm import sm_issue
-from .optimise_once import entry_compile
-from .stateref import jit_disabled
+from ..engine.optimise_once import entry_compile
+from ..engine.stateref import jit_disabled
 
 # the table's rows: (handler, number of int64 arguments after the State); compiled in this order
 ENTRY_AAU_RECEIVE, ENTRY_AAU_RETRY, ENTRY_SM_ISSUE = range(3)
 _HANDLERS = ((aau_receive, 4), (aau_retry, 2), (sm_issue, 2))
 ENTRY_ROWS = len(_HANDLERS)
 
-# the rows a second compile process builds on a cold cache (engine/precompile.py): the SM's tree
+# the rows a second compile process builds on a cold cache (dispatch/precompile.py): the SM's tree
 # (about as much compile work as the run loop's), then the AAU's retry entry point, whose call tree
 # the SM's (which calls aau_retry) has just compiled in that process; this process compiles the
 # AAU's receive entry point after the run loop, by when most of its callees are in the cache. The

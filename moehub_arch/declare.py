@@ -21,6 +21,12 @@ Each component module ends its imports with one ``BLOCK = Block(...)`` that says
 - ``start``: compiled functions run once before the first event (not after a checkpoint restore),
   e.g. the scheduler's first kernel launches.
 
+This vocabulary sits under both floors that use it: the engine declares itself with it
+(engine/events.py: the event queue's fields and run-wide parameters) and so does every block
+(components/), and neither may import the other's floor upward. It imports nothing of the
+package and holds no compiled code; as it shapes the State the compiled code reads, it is part of
+the Numba cache key all the same (moehub_arch/__init__.py).
+
 ``moehub_arch/composition.py`` builds the State record dtypes, the PARAMS values, the event names,
 the timer layout, the stats, the checks, the watchdog report and the debug flags from these
 declarations. Nothing here runs per event: the compiled code keeps reading plain record fields

@@ -10,7 +10,7 @@ Timer; composed in moehub_arch/composition.py); the dispatch below is the one pl
 them to handlers: a new block adds its branch here (DESIGN rule 5).
 """
 from .indirect import ENTRY_AAU_RECEIVE, ENTRY_AAU_RETRY, ENTRY_SM_ISSUE, call2, call4
-from .jit import compiled
+from ..engine.jit import compiled
 
 from ..components.hub import EV_HUB_TX, hub_packetize, hub_receive, owe_link_responses
 from ..components.moehub.forward import EV_HUB_FORWARD, forward_run
@@ -23,7 +23,7 @@ from ..components.occupancy import EV_OCCUPANCY_SAMPLE, occupancy_sample
 from ..components.cais_merge import EV_CAIS_TIMEOUT, cais_timeout
 from ..components.packet import PK_MOE, PK_MOE_EOS
 from ..components.switch import EV_XBAR, switch_crossbar, switch_receive
-from .events import (Q_SEQ, Q_TICK, TIMER_OFF, TM_SEQ, TM_TICK, _u, pop, timer_peek,
+from ..engine.events import (Q_SEQ, Q_TICK, TIMER_OFF, TM_SEQ, TM_TICK, _u, pop, timer_peek,
                      timer_take)
 
 STATUS_EMPTY = 0      # no events left (heap empty, no timer armed)
@@ -37,7 +37,7 @@ STATUS_TRACE_FULL = 5  # the trace record buffer needs draining (components/trac
 @compiled
 def run_loop(st, max_events, headroom, tick_limit, entries):
     # entries: the addresses of the handlers compiled as their own entry points (the SM's issue,
-    # the AAU's receive and retry: engine/indirect.py), which keeps their call trees out of this
+    # the AAU's receive and retry: dispatch/indirect.py), which keeps their call trees out of this
     # function's compiled module
     sy = st.sys[0]
     p = st.p[0]

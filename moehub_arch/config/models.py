@@ -43,7 +43,7 @@ from pathlib import Path
 
 import attrs
 
-from ..config.loader import ConfigError, _display, _read_yaml
+from .files import ConfigError, display_path, read_yaml
 from ..paths import data_root
 
 ROUTER_KINDS = ("softmax_topk", "topk_softmax", "sigmoid_group_limited", "softmax_group_limited")
@@ -253,7 +253,7 @@ def _resolve(name_or_path) -> Path:
         known = list_models()
         close = difflib.get_close_matches(s, known, n=1)
         hint = f" Did you mean '{close[0]}'?" if close else ""
-        shown = _display(p)
+        shown = display_path(p)
         raise ConfigError(f"{shown}: model '{s}' is not a shipped model (expected one of "
                           f"{', '.join(known) or 'none: no model files found'}, or a path to a "
                           f"model YAML file).{hint}", file=shown, key="model")
@@ -265,5 +265,5 @@ def load_model(name_or_path) -> ModelShape:
     `workloads/models/<name>.yaml`; anything with a '/' or a .yaml/.yml suffix, or a Path, is a file.
     """
     path = _resolve(name_or_path)
-    data = _read_yaml(path)
-    return _parse(data, _display(path))
+    data = read_yaml(path)
+    return _parse(data, display_path(path))

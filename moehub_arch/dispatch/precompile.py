@@ -4,7 +4,7 @@ Numba compiles in one thread: the first run after an install (or after an edit o
 which changes the cache key, moehub_arch/__init__.py) spends about a minute compiling ~290
 functions one after the other (tools/profile_compile.py). About half of it is the SM's issue
 handler with its instruction interpreter and the MoE-Hub AAU, which the run loop calls through
-pointers (engine/indirect.py), so neither side needs the other compiled first. On a cold cache,
+pointers (dispatch/indirect.py), so neither side needs the other compiled first. On a cold cache,
 `EngineCompile` starts one worker process that compiles the SM's entry point and the AAU's retry
 entry point into the same on-disk cache while this process compiles the run loop and then the
 AAU's receive entry point (the split that measured closest to even, README Performance); it then
@@ -38,7 +38,7 @@ def compile_jobs():
             raise ConfigError(f"environment variable MOEHUB_COMPILE_JOBS = {value!r}: the number "
                               "of processes compiling the engine on a cold cache must be a whole "
                               "number >= 1 (1: this process only; 2 or more: a second process "
-                              "compiles the SM's call tree, engine/precompile.py)")
+                              "compiles the SM's call tree, dispatch/precompile.py)")
         return min(int(value), 2)
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return 2 if (cores or 1) >= 2 else 1
@@ -67,7 +67,7 @@ class EngineCompile:
     def __init__(self, state, run_loop_args):
         from numba import typeof, types
         from . import loop
-        from .stateref import jit_disabled, state_ref_type
+        from ..engine.stateref import jit_disabled, state_ref_type
         self.worker = self.tmp = None
         if jit_disabled():
             self.how = "pure Python"
