@@ -195,3 +195,20 @@ def test_quick_report(name, tmp_path):
         run_paper(name, out, quick=True, workers=1, progress=False)
         assert sorted(p.stat().st_mtime_ns
                       for p in (out / "sweep" / "points").glob("*/done.json")) == marks
+
+
+def test_paper_reports_are_not_run_inputs(tmp_path):
+    """Editing a paper's figures or report code keeps finished sweep points (sources_digest
+    leaves moehub_arch/papers and workloads/papers out); editing a model does not."""
+    from moehub_arch.paths import tree_digest
+    (tmp_path / "workloads" / "papers").mkdir(parents=True)
+    (tmp_path / "workloads" / "models").mkdir()
+    fig, model = tmp_path / "workloads" / "papers" / "p.yaml", tmp_path / "workloads" / "models" / "m.yaml"
+    fig.write_text("a")
+    model.write_text("a")
+    digest = lambda: tree_digest(tmp_path, ["workloads"], exclude=["workloads/papers"])
+    before = digest()
+    fig.write_text("b")
+    assert digest() == before
+    model.write_text("b")
+    assert digest() != before

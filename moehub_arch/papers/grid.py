@@ -82,6 +82,7 @@ class PaperGrid:
     time_stat: str = "system.moe.layer_time_us"
     traffic: bool = False           # the report has a traffic table (MoE layers' wire bytes)
     quick: bool = False
+    cell_metrics: tuple = ("time",)  # the per-cell speedup tables (the first is plotted)
 
     @property
     def proposed(self):

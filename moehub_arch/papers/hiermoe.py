@@ -73,4 +73,5 @@ def grid(quick=False):
         "One MoE layer of DeepSeek-V3 (half dimensions) and Qwen3-30B-A3B, EP 32, 1024 tokens per "
         "GPU, skewed routing; HierMoE against Megatron-LM and Tutel-2DH; all-to-all time = "
         "dispatch + combine phases.",
-        ("system", "model", "nodes", "tokens/GPU"), SCHEMES, tuple(cells), COMPARES, quick=quick)
+        ("system", "model", "nodes", "tokens/GPU"), SCHEMES, tuple(cells), COMPARES, quick=quick,
+        cell_metrics=(ALLTOALL, "time"))

@@ -28,13 +28,18 @@ def _ratio(t):
     return "-" if t is None else " / ".join("-" if r is None else f"{r:.2f}" for r in t)
 
 
-def _paper_geomean(grid, data, label):
-    """The paper's geometric-mean speedup over one baseline (a figure compared as the geomean
-    speedup over exactly that scheme), or None."""
-    for c in grid.compares:
-        if c.kind == "speedup" and c.over == (label,) and c.of is None and c.agg == "geomean":
-            return data.figure(c.figure).value[0]
-    return None
+def _paper_figure(grid, data, label, metric):
+    """The paper's figure for the proposed design's speedup over exactly one scheme measured
+    with `metric` (its geometric mean where it gives one, else its first such figure), or
+    None."""
+    found = [c for c in grid.compares if c.kind == "speedup" and c.over == (label,)
+             and c.of is None and c.metric == metric]
+    found.sort(key=lambda c: c.agg != "geomean")
+    return data.figure(found[0].figure) if found else None
+
+
+METRIC_WORDS = {"time": "the grid's time stat", "alltoall": "all-to-all time = "
+                "system.moe.phase.dispatch_us + system.moe.phase.combine_us"}
 
 
 def figure_table(rows):
@@ -49,9 +54,9 @@ def figure_table(rows):
     return lines
 
 
-def speedup_table(grid, data, results):
-    """Per cell: the proposed scheme's time and its speedup over every other scheme (the paper's
-    geomean under the baselines' headers)."""
+def speedup_table(grid, data, results, metric="time"):
+    """Per cell: the proposed scheme's time (by `metric`) and its speedup over every other
+    scheme, the paper's figure for each baseline in the last row."""
     hub = grid.proposed
     others = [s for s in grid.schemes if s.role != "proposed"]
     unit = "us"
@@ -71,21 +76,21 @@ def speedup_table(grid, data, results):
         row = [str(cell.get(a)) for a in grid.axes]
         st = cell_state(grid, results, i, hub.label)
         mine = results.get((i, hub.label))
-        row.append(f"{metric_value(grid, mine, 'time'):.1f}" if st == "ok" else short(st))
+        row.append(f"{metric_value(grid, mine, metric):.1f}" if st == "ok" else short(st))
         for s in others:
             so = cell_state(grid, results, i, s.label)
             if so != "ok" or st != "ok":
                 row.append(short(so) if so != "ok" else "-")
                 continue
             base = results[(i, s.label)]
-            x = metric_value(grid, base, "time") / metric_value(grid, mine, "time")
+            x = metric_value(grid, base, metric) / metric_value(grid, mine, metric)
             dropped = base.get("system.moe.rows_dropped")
             row.append(f"{x:.2f}x" + (f" ({int(dropped)} rows dropped)" if dropped else ""))
         lines.append("| " + " | ".join(row) + " |")
-    paper = ["paper's geomean"] + [""] * (len(grid.axes) - 1) + [""]
+    paper = ["the paper"] + [""] * (len(grid.axes) - 1) + [""]
     for s in others:
-        g = _paper_geomean(grid, data, s.label)
-        paper.append(f"{g:.2f}x" if g is not None else "-")
+        f = _paper_figure(grid, data, s.label, metric)
+        paper.append(f"{f.text()} (`{f.id}`)" if f is not None else "-")
     lines.append("| " + " | ".join(paper) + " |")
     if notes:
         lines.append("")
@@ -110,8 +115,10 @@ def traffic_table(grid, results):
 
 
 def plot_speedups(grid, data, results, path):
-    """Grouped bars: the proposed scheme's speedup over each modelled scheme, per cell; the
-    paper's geomean per baseline as a dashed line of the bar's colour."""
+    """Grouped bars: the proposed scheme's speedup (by the grid's first cell metric) over each
+    modelled scheme, per cell; the paper's figure per baseline as a dashed line of the bar's
+    colour (a range as two lines)."""
+    metric = grid.cell_metrics[0]
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -128,17 +135,17 @@ def plot_speedups(grid, data, results, path):
             mine, base = results.get((i, hub.label)), results.get((i, s.label))
             if mine and base:
                 xs.append(n + (j - (len(others) - 1) / 2) * width)
-                ys.append(metric_value(grid, base, "time") / metric_value(grid, mine, "time"))
+                ys.append(metric_value(grid, base, metric) / metric_value(grid, mine, metric))
         color = colors[j % len(colors)]
         ax.bar(xs, ys, width, label=f"{s.label} ({s.paper_name})", color=color)
-        g = _paper_geomean(grid, data, s.label)
-        if g is not None:
-            ax.axhline(g, color=color, linestyle="--", linewidth=1)
+        f = _paper_figure(grid, data, s.label, metric)
+        for v in (f.value if f is not None else ()):
+            ax.axhline(v, color=color, linestyle="--", linewidth=1)
     ax.axhline(1.0, color="black", linewidth=0.8)
     ax.set_xticks(range(len(cells)))
     ax.set_xticklabels([c.label() for _, c in cells], rotation=30, ha="right", fontsize=7)
-    ax.set_ylabel(f"speedup of {hub.label} (time of other / {hub.label})")
-    ax.set_title(f"{data.title[:70]}\nours (bars) and the paper's geomean (dashed lines)",
+    ax.set_ylabel(f"speedup of {hub.label} ({metric} of other / {hub.label})")
+    ax.set_title(f"{data.title[:70]}\nours (bars) and the paper's figure (dashed lines)",
                  fontsize=9)
     ax.legend(fontsize=7)
     fig.tight_layout()
@@ -194,11 +201,14 @@ def write_report(grid, data, results, errors, outdir, sweep_dir, points_total):
              "## Published figures beside ours", ""]
     lines += figure_table(rows)
     lines += ["", "A ratio is ours / the paper's (per end for a range). A figure the paper states "
-                  "as a bound (< or >) is compared with the bound.", "",
-              f"## Per cell: speedup of {grid.proposed.label} ({grid.proposed.paper_name})", "",
-              f"Time: `{grid.time_stat}`; a speedup is the other scheme's time / "
-              f"{grid.proposed.label}'s.", ""]
-    lines += speedup_table(grid, data, results)
+                  "as a bound (< or >) is compared with the bound."]
+    for metric in grid.cell_metrics:
+        what = f"`{grid.time_stat}`" if metric == "time" else METRIC_WORDS.get(metric, metric)
+        lines += ["", f"## Per cell: speedup of {grid.proposed.label} ({grid.proposed.paper_name}),"
+                      f" {metric}", "",
+                  f"Time: {what}; a speedup is the other scheme's time / "
+                  f"{grid.proposed.label}'s.", ""]
+        lines += speedup_table(grid, data, results, metric)
     if grid.traffic:
         lines += ["", "## Traffic: wire bytes per GPU", "",
                   "`system.moe.nvlink.{up,down}_wire_bytes` / GPUs (headers included).", ""]
