@@ -17,7 +17,7 @@ paper's baselines and runs for context. The ablations switch the RPM off with
 launching them). Qwen1.5-MoE-A2.7B has 60 routed experts in its public config (the paper's notes
 say 64): 60 are used, so it cannot be placed on 8 or 16 GPUs, and those cells are skipped.
 """
-from ..workloads.models import load_model
+from ..config.models import load_model
 from .grid import Cell, Compare, PaperGrid, Scheme
 
 NAME = "moehub"
