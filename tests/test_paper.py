@@ -212,3 +212,8 @@ def test_paper_reports_are_not_run_inputs(tmp_path):
     assert digest() == before
     model.write_text("b")
     assert digest() != before
+
+
+def test_bad_workers_is_exit_2(tmp_path, capsys):
+    assert cli_main(["paper", "cais", "--quick", "--workers", "0", "-o", str(tmp_path)]) == 2
+    assert "--workers: expected at least 1, found 0" in capsys.readouterr().err

@@ -23,9 +23,17 @@ def paper_command(args):
     from .run import run_paper
     if args.workers is not None and args.workers < 1:
         raise SweepError(f"--workers: expected at least 1, found {args.workers}")
+    from ..interrupts import Interrupted, exit_status
     outdir = args.outdir or f"paper-out/{args.name}" + ("_quick" if args.quick else "")
-    md, errors = run_paper(args.name, outdir, quick=args.quick, workers=args.workers,
-                           scheduler=args.scheduler, progress=not args.quiet)
+    try:
+        md, errors = run_paper(args.name, outdir, quick=args.quick, workers=args.workers,
+                               scheduler=args.scheduler, progress=not args.quiet)
+    except Interrupted as e:
+        _, rows = getattr(e, "sweep_results", (None, []))
+        print(f"moehub-sim: paper {args.name} {e}: the workers were stopped; {len(rows)} points "
+              f"finished and are kept in {outdir}/sweep; run the same command again to run the "
+              f"rest and write the report", file=sys.stderr)
+        return exit_status(e.signum)
     if not args.quiet:
         print(f"wrote {md}")
     for (cell, label), msg in errors:
