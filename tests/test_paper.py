@@ -189,6 +189,19 @@ def test_quick_report(name, tmp_path):
             xs = [c["schemes"][cmp.over[0]]["time"] / c["schemes"][hub]["time"]
                   for c in js["cells"] if c["schemes"][cmp.over[0]]["time"]]
             assert f["ours"][0] == pytest.approx(math.exp(sum(map(math.log, xs)) / len(xs)))
+    # per-GPU wire bytes: the run's total over its GPUs (its resolved config's count)
+    done = {}
+    for d in (out / "sweep" / "points").iterdir():
+        stats = json.loads((d / "stats.json").read_text())
+        gpus = json.loads((d / "config.json").read_text())["system"]["num_gpus"]
+        done[stats["system.moe.layer_time_us"]["value"] if "system.moe.layer_time_us" in stats
+             else None] = (stats, gpus)
+    for c in js["cells"]:
+        for s in c["schemes"].values():
+            if "up_bytes_per_gpu" in s:
+                stats, gpus = done[s["time"]]
+                assert s["up_bytes_per_gpu"] == stats["system.moe.nvlink.up_wire_bytes"][
+                    "value"] / gpus
     if name == "hiermoe":    # the smallest grid: a second call reuses every finished point
         marks = sorted(p.stat().st_mtime_ns for p in (out / "sweep" / "points").glob("*/done.json"))
         assert len(marks) == len(points(grid))

@@ -126,7 +126,7 @@ def sweep_spec(grid, outdir):
             "config": str(data_root() / grid.config),
             "set": dict(grid.fixed),
             "points": [v for _, _, v in points(grid)],
-            "stats": stats + ["system.num_gpus"], "outdir": str(outdir)}
+            "stats": stats, "outdir": str(outdir)}
 
 
 def _key(values):
@@ -172,8 +172,8 @@ def metric_value(grid, stats, metric):
 def wire_bytes_per_gpu(stats):
     up, down = stats.get("system.moe.nvlink.up_wire_bytes"), stats.get(
         "system.moe.nvlink.down_wire_bytes")
-    n = stats.get("system.num_gpus") or 1
-    if up is None or down is None:
+    n = stats.get("system.num_gpus")
+    if up is None or down is None or not n:
         return None
     return up / n, down / n
 

@@ -180,6 +180,16 @@ def plot_traffic(grid, results, path):
     plt.close(fig)
 
 
+def _cell_json(grid, results, i, label):
+    stats = results.get((i, label))
+    out = {"state": cell_state(grid, results, i, label),
+           "time": metric_value(grid, stats, "time") if stats else None}
+    w = wire_bytes_per_gpu(stats) if stats else None
+    if w:
+        out["up_bytes_per_gpu"], out["down_bytes_per_gpu"] = w
+    return out
+
+
 def write_report(grid, data, results, errors, outdir, sweep_dir, points_total):
     """report.md, report.json and the PNGs in `outdir`; returns the Markdown's path."""
     outdir = Path(outdir)
@@ -242,10 +252,7 @@ def write_report(grid, data, results, errors, outdir, sweep_dir, points_total):
                        "state": r["state"], "location": r["figure"].location,
                        "address": r["figure"].address} for r in rows],
           "cells": [{"labels": dict(c.labels),
-                     "schemes": {s.label: {"state": cell_state(grid, results, i, s.label),
-                                           "time": (metric_value(grid, results[(i, s.label)],
-                                                                 "time")
-                                                    if results.get((i, s.label)) else None)}
+                     "schemes": {s.label: _cell_json(grid, results, i, s.label)
                                  for s in grid.schemes}}
                     for i, c in enumerate(grid.cells)]}
     write_text_atomic(outdir / "report.json", json.dumps(js, indent=1) + "\n", "paper report")

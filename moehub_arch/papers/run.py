@@ -1,4 +1,5 @@
 """Running a paper's grid as a sweep and writing its report (`moehub-sim paper NAME`)."""
+import json
 from pathlib import Path
 
 import yaml
@@ -36,6 +37,12 @@ def run_paper(name, outdir, quick=False, workers=None, scheduler=None, progress=
                     + yaml.safe_dump(spec, sort_keys=False, default_flow_style=None))
     sweep = load_sweep(path, sweep_dir)
     _, rows = run_sweep(sweep, workers=workers, scheduler=scheduler, progress=progress)
+    for r in rows:
+        if r["status"].startswith("ok"):
+            # the GPU count of the run (per-GPU traffic): from its resolved config, since a cell
+            # may set it through another key (hiermoe: system.nodes.count)
+            cfg = json.loads((sweep_dir / "points" / r["point"].id / "config.json").read_text())
+            r["stats"]["system.num_gpus"] = cfg["system"]["num_gpus"]
     results = collect(grid, rows)
     errors = []
     for cell, scheme, values in points(grid):
