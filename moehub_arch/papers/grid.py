@@ -15,6 +15,7 @@ The grid runs as one `moehub-sim sweep` (sweep/): one point per (cell, scheme), 
 workers or a Dask scheduler. Nothing here looks at a published value except to put it beside ours.
 """
 import math
+from pathlib import Path
 
 import attrs
 
@@ -126,7 +127,7 @@ def sweep_spec(grid, outdir):
             "config": str(data_root() / grid.config),
             "set": dict(grid.fixed),
             "points": [v for _, _, v in points(grid)],
-            "stats": stats, "outdir": str(outdir)}
+            "stats": stats, "outdir": str(Path(outdir).resolve())}
 
 
 def _key(values):
