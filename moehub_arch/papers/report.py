@@ -43,14 +43,16 @@ METRIC_WORDS = {"time": "the grid's time stat", "alltoall": "all-to-all time = "
 
 
 def figure_table(rows):
-    lines = ["| figure | what the paper reports | paper | ours | ours / paper | cells | source |",
+    lines = ["| figure | what the paper reports | paper | ours | ours / paper | our cells (how "
+             "combined) | source |",
              "|---|---|---|---|---|---|---|"]
     for r in rows:
         f = r["figure"]
         ours = _fmt_tuple(r["ours"], f.unit) if r["state"] == "ok" else r["state"]
         src = f"{f.location}, [{f.address}]({f.address})" + (f" ({f.via})" if f.via else "")
+        cells = f"{r['cells']} ({r['compare'].agg})" if r["state"] == "ok" else "-"
         lines.append(f"| `{f.id}` | {f.what} | {f.text()} | {ours} | {_ratio(r['ratio'])} | "
-                     f"{r['cells']} | {src} |")
+                     f"{cells} | {src} |")
     return lines
 
 
