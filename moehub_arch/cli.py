@@ -8,6 +8,8 @@
     moehub-sim plot OUTDIR [OUTDIR ...] [-o FIGDIR]     PNG figures of runs
     moehub-sim compare OUTDIR [OUTDIR ...] [--stats PATTERN ...]   stats side by side, speedups
     moehub-sim sweep SWEEP.yaml [-o OUTDIR] [--workers N] [--scheduler tcp://HOST:PORT]
+    moehub-sim paper NAME [--quick] [-o OUTDIR] [--workers N] [--scheduler tcp://HOST:PORT]
+                                            a seed paper's evaluation beside its published figures
     moehub-sim asm FILE.s [FILE.s ...] [--config CONFIG.yaml]   validate and disassemble kernels
     moehub-sim isa [--config CONFIG.yaml]   print the instruction-set reference
     moehub-sim stats --list [CONFIG.yaml] [PATTERN]   list the stats a config will produce
@@ -30,6 +32,7 @@ import os
 import sys
 from pathlib import Path
 
+from . import papers
 from .frontend import DEFAULT_CONFIG, config_path, jit_disabled, user_path
 
 
@@ -104,6 +107,7 @@ def _parser():
     sweep.add_argument("--scheduler", metavar="tcp://HOST:PORT",
                        help="run the points on this Dask distributed scheduler")
     sweep.add_argument("--quiet", action="store_true", help="no progress bar")
+    papers.add_parser(sub)
     asm = sub.add_parser("asm", help="assemble kernel files: validate and print the disassembly")
     asm.add_argument("files", nargs="+")
     asm.add_argument("--config", help="config whose system parameters resolve instruction costs and "
@@ -250,6 +254,8 @@ def _dispatch(args):
     if args.command == "sweep":
         from .sweep import run_sweep_command
         return run_sweep_command(args)
+    if args.command == "paper":
+        return papers.paper_command(args)
     return 2
 
 

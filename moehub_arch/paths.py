@@ -25,14 +25,17 @@ def data_root() -> Path:
     return Path(__file__).resolve().parent / "_data"
 
 
-def tree_digest(root, dirs) -> str:
+def tree_digest(root, dirs, exclude=()) -> str:
     """SHA-1 of every file under `root/<dir>` for each of `dirs` (relative names and contents, in
-    sorted order; `__pycache__` skipped; a missing dir contributes nothing)."""
+    sorted order; `__pycache__` and the folders `exclude` names relative to `root` skipped; a
+    missing dir contributes nothing)."""
     h = hashlib.sha1()
     root = Path(root)
+    skipped = [root / e for e in exclude]
     for d in dirs:
         for path in sorted((root / d).rglob("*")):
-            if path.is_file() and "__pycache__" not in path.parts:
+            if path.is_file() and "__pycache__" not in path.parts \
+                    and not any(path.is_relative_to(x) for x in skipped):
                 h.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
     return h.hexdigest()
 
@@ -43,8 +46,10 @@ def sources_digest() -> str:
     the data folders (ISA, kernels, models, shipped configs). Tools that reuse finished runs (sweep
     resume, tools/run_cache.py) compare it, so results of older code are never shown as current."""
     package = Path(__file__).resolve().parent
-    code = tree_digest(package.parent, [package.name])
-    data = tree_digest(data_root(), ["isa", "workloads", "configs"])
+    # the paper reports (`moehub-sim paper`: their code and the published figures) read finished
+    # runs and never change one: editing them must not make every finished sweep point run again
+    code = tree_digest(package.parent, [package.name], exclude=[f"{package.name}/papers"])
+    data = tree_digest(data_root(), ["isa", "workloads", "configs"], exclude=["workloads/papers"])
     return hashlib.sha1(f"{code}\0{data}".encode()).hexdigest()
 
 
