@@ -266,7 +266,7 @@ def test_layer_training_bad_input_exits_2_naming_the_key(tmp_path, sets, words):
 
 def test_tp_table_training_columns_cover_every_backward_phase_once():
     from conftest import REPO, load_script
-    from moehub_arch.workloads.block import BACKWARD_PHASES
+    from moehub_arch.workloads.tp.shape import BACKWARD_PHASES
     table = load_script(REPO / "tools" / "tp_table.py")
     phases = [p for _, ps in table.TRAINING_COLUMNS for p in ps]
     assert sorted(phases) == sorted(BACKWARD_PHASES)

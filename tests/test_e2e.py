@@ -43,7 +43,7 @@ def test_e2e_bad_arguments_exit_2(tmp_path, capsys):
 def test_e2e_models_give_valid_block_models(tmp_path):
     """Every model tools/e2e.py knows writes a block model (workloads/blocks schema) that loads,
     with the heads, norm and tokens it names; Qwen3-30B-A3B and Mixtral have no dense layer."""
-    from moehub_arch.workloads.block import load_block_model
+    from moehub_arch.workloads.tp.shape import load_block_model
     from moehub_arch.config.models import load_model
     e2e = load_script(E2E)
     assert {"deepseek_v3", "mixtral_8x7b", "qwen3_30b_a3b"} <= set(e2e.DENSE)

@@ -126,7 +126,7 @@ def test_nvls_schemes_take_their_own_slice():
     """tp_nvls / sp_nvls move multimem operations of workload.block.nvls_slice elements (the
     NVLS microbenchmark's 64 KB), the ring schemes puts of allreduce_slice (128 KB)."""
     from conftest import load
-    from moehub_arch.workloads.block import block_shape
+    from moehub_arch.workloads.tp.shape import block_shape
     for scheme, want in (("tp_nvls", 32768), ("sp_nvls", 32768), ("tp_ring", 65536)):
         cfg = load("experiments/tp/mega_gpt_4b_layer_tp_nvls.yaml", f"workload.block.scheme={scheme}")
         assert block_shape(cfg)[0].slice == want, scheme

@@ -163,7 +163,7 @@ def test_sequence_parallelism_needs_an_attention_block(tmp_path):
 
 
 def test_ring_slice_is_the_largest_divisor_under_the_cap():
-    from moehub_arch.workloads.block import _ring_slice
+    from moehub_arch.workloads.tp.shape import _ring_slice
     assert _ring_slice(262144, 65536) == 65536            # Mega-GPT-4B: a power of two
     assert _ring_slice(294912, 65536) == 49152            # Mega-GPT-8B, LLaMA-7B: 2^15 x 9
     assert _ring_slice(256, 65536) == 256

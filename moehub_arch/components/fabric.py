@@ -74,8 +74,9 @@ BLOCK = Block(
                   "destination GPUs routed through it, then those GPUs (fill_fabric_destinations)",
                   _fabric_dests_shape),),
     fields=fields(
-        "ch", ("link_class", "LINK_* above"), ("fs_per_byte", "serialisation time per byte"),
-        ("latency", "wire latency (ps)"),
+        "ch", ("link_class", "LINK_* above"), ("fs_per_byte", "serialisation time per byte (fs; "
+                                                   "its class's bandwidth, topology.py)"),
+        ("latency", "wire latency (ps; its class's latency, topology.py)"),
         ("traversal", "traversal of the forwarding node the channel leads into (ps)"),
         ("rx_credits", "receive buffer of the request virtual channel (16 B units)"),
         ("src_switch", "forwarding node it leaves (-1: a GPU)"),

@@ -193,9 +193,6 @@ BLOCK = Block(
         _nvl("response_path", "response_vc", "bool", "1: responses travel in their own virtual "
              "channel (separate), 0: shared with requests",
              lambda cfg: int(cfg.system.nvlink.response_path == "separate")),
-        _nvl("bandwidth", "link_fs_per_byte", "fs/byte", "serialisation time per byte, one direction",
-             lambda cfg: int(round(1e15 / cfg.system.nvlink.bandwidth))),
-        _nvl("latency", "link_latency_ticks", "ps", "wire latency"),
         _nvl("rx_buffer_flits", "rx_buffer_flits", "flits", "receive buffer = credits per channel"),
     ),
     records=(Record("ch", "link channels: link l of GPU g is link g * L + l, its GPU->switch "

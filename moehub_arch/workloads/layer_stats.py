@@ -240,9 +240,10 @@ def _dispatch_link_stats(st, out, layer, launches, P):
             "the busiest GPU's link wire bytes sent for its dispatch-phase kernels (headers and "
             "flit padding included; loopback and responses to other GPUs excluded)")
     p = st.p[0]
-    # aggregate transmit bandwidth of one GPU: links x per-link bandwidth (link_fs_per_byte is
-    # femtoseconds per byte of one link direction)
-    ps_at_full_rate = wire.max() * int(p.link_fs_per_byte) / int(p.links_per_gpu) / 1000.0
+    # aggregate transmit bandwidth of one GPU: links x per-link bandwidth, the rate its link
+    # transmitters serialise at (State.ch fs_per_byte: femtoseconds per byte of one direction;
+    # topology.py gives every NVLink channel system.nvlink.bandwidth's, so channel 0's is theirs)
+    ps_at_full_rate = wire.max() * int(st.ch[0].fs_per_byte) / int(p.links_per_gpu) / 1000.0
     phase_ps = out.get("system.moe.phase.dispatch_us", 0.0) * 1e6
     out.add("system.moe.dispatch_link_efficiency",
             ps_at_full_rate / phase_ps if phase_ps > 0 else 0.0, "ratio",
