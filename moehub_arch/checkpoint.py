@@ -41,7 +41,7 @@ from pathlib import Path
 import attrs
 import numpy as np
 
-from . import __version__, engine_version
+from .version import __version__, engine_version
 from .composition import State
 from .engine.state import record_view
 from .inputs import InputFileError, read_text

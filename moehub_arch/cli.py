@@ -142,9 +142,9 @@ _CACHE_STAMP = "moehub-engine-version"
 
 def _engine_cached():
     """True if the Numba cache holds compiled code of this engine version (see
-    moehub_arch/__init__.py): a cache folder the user set with NUMBA_CACHE_DIR may hold code of an
+    moehub_arch/version.py): a cache folder the user set with NUMBA_CACHE_DIR may hold code of an
     older engine, which Numba recompiles; the stamp written after a run tells them apart."""
-    from . import engine_version
+    from .version import engine_version
     folder = os.environ.get("NUMBA_CACHE_DIR")
     if not folder or not any(Path(folder).rglob("*.nbi")):
         return False
@@ -156,7 +156,7 @@ def _engine_cached():
 
 def _stamp_engine_cache():
     """Record that the cache folder now holds this engine version's compiled code."""
-    from . import engine_version
+    from .version import engine_version
     folder = os.environ.get("NUMBA_CACHE_DIR")
     if folder and not jit_disabled():
         try:

@@ -25,7 +25,7 @@ This vocabulary sits under both floors that use it: the engine declares itself w
 (engine/events.py: the event queue's fields and run-wide parameters) and so does every block
 (components/), and neither may import the other's floor upward. It imports nothing of the
 package and holds no compiled code; as it shapes the State the compiled code reads, it is part of
-the Numba cache key all the same (moehub_arch/__init__.py).
+the Numba cache key all the same (moehub_arch/version.py).
 
 ``moehub_arch/composition.py`` builds the State record dtypes, the PARAMS values, the event names,
 the timer layout, the stats, the checks, the watchdog report and the debug flags from these

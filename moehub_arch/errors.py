@@ -19,7 +19,7 @@ def user_errors():
     from .config import ConfigError
     from .inputs import InputFileError
     from .isa import AsmError, IsaError
-    from .simulation import SimulationError
+    from .observer import SimulationError
     from .sweep.spec import SweepError
     from .workloads.layer import LayerError
     return (ConfigError, AsmError, IsaError, BuildError, SimulationError, LayerError,

@@ -7,7 +7,7 @@ print nothing. `moehub-sim run --quiet` does not install it.
 import sys
 import time
 
-from .simulation import RunObserver
+from .observer import RunObserver
 
 
 def format_ticks(ticks):

@@ -5,16 +5,18 @@ Floors, from the ground up (a module may import its own floor and the floors bel
 floor above, neither straight nor through modules the contract does not name):
 
     floor       config/, engine/ (event queue, State, JIT, clock...), declare.py (what a block
-                declares: Block, Param, Stat...), isa/, and the plain helpers (paths, inputs...)
+                declares: Block, Param, Stat...), isa/, version.py (the engine's identity),
+                observer.py (a run's hooks), and the plain helpers (paths, inputs, outputs)
     blocks      components/ (the hardware blocks)
     dispatch    dispatch/ (the run loop, its entry points, the cold-start compile)
     run         simulation.py, runner.py, builder.py
     front       api.py, cli.py, sweep/ (the Python API and the command line)
 
-and no import circle anywhere in moehub_arch/ or tools/. The package's own face,
-moehub_arch/__init__.py, hands the API out on first use from its module __getattr__ (PEP 562):
-those imports are the face's, not a floor's, and are left out. A failure names every offending
-import with its file and line.
+and no import circle anywhere in moehub_arch/ or tools/. The package's face,
+moehub_arch/__init__.py, hands the API out on first use from its module __getattr__ (PEP 562);
+no module of the package imports it (version.py holds the version and the engine's identity), so
+those imports point down like any other. A failure names every offending import with its file and
+line.
 """
 import ast
 from pathlib import Path
@@ -25,7 +27,8 @@ PACKAGE = "moehub_arch"
 # floor name -> module prefixes, from the ground up
 FLOORS = (
     ("floor", ("moehub_arch.config", "moehub_arch.engine", "moehub_arch.declare",
-               "moehub_arch.isa", "moehub_arch.paths", "moehub_arch.inputs", "moehub_arch.outputs")),
+               "moehub_arch.isa", "moehub_arch.paths", "moehub_arch.inputs", "moehub_arch.outputs",
+               "moehub_arch.version", "moehub_arch.observer")),
     ("blocks", ("moehub_arch.components",)),
     ("dispatch", ("moehub_arch.dispatch",)),
     ("run", ("moehub_arch.simulation", "moehub_arch.runner", "moehub_arch.builder")),
@@ -48,11 +51,6 @@ def _resolve(name, modules):
     while name and name not in modules:
         name = name.rpartition(".")[0]
     return name or None
-
-
-def _is_face(module, node, functions):
-    """An import inside a function of the package's root __init__.py (its lazy face)."""
-    return module == PACKAGE and node in functions
 
 
 def import_edges(root=None, package=PACKAGE):
@@ -78,8 +76,6 @@ def import_edges(root=None, package=PACKAGE):
                     prefix = node.module or ""
                 names = [f"{prefix}.{a.name}" for a in node.names]
             else:
-                continue
-            if _is_face(module, node, nested):
                 continue
             for target in dict.fromkeys(_resolve(name, modules) for name in names):
                 if target and target != module:
@@ -232,5 +228,8 @@ def test_the_contract_sees_function_level_imports_and_circles(tmp_path):
     assert _circles(modules, edges) == [[f"{PACKAGE}.composition", f"{PACKAGE}.engine.events"]]
     up = [e for e in edges if e[0] == f"{PACKAGE}.engine.events"]
     assert [(e[1], e[3], e[4]) for e in up] == [(f"{PACKAGE}.composition", 2, True)]
-    # the package face's lazy import of the API is not an edge
-    assert not [e for e in edges if e[0] == PACKAGE]
+    # a module that imports the package's face closes a circle with the face's lazy import
+    (pkg / "composition.py").write_text("from . import __version__\n")
+    (pkg / "api.py").write_text("from .composition import __version__\n")
+    modules, edges = import_edges(tmp_path, PACKAGE)
+    assert _circles(modules, edges) == [[PACKAGE, f"{PACKAGE}.api", f"{PACKAGE}.composition"]]

@@ -131,7 +131,7 @@ class EngineCompile:
 
 def _worker(type_path):
     """The worker process: compile the entry points for the pickled State type."""
-    import moehub_arch  # noqa: F401  (the cache folder, as in the parent: inherited or the same)
+    from .. import version  # noqa: F401  (the cache folder, as in the parent: inherited or the same)
     from .indirect import WORKER_ROWS, entry_point
     with open(type_path, "rb") as f:
         state_type = pickle.load(f)

@@ -12,7 +12,7 @@ import os
 
 from ..outputs import partial_path, writing
 
-from ..simulation import RunObserver
+from ..observer import RunObserver
 from .collect import collect_stats
 from .dump import format_stats_txt
 

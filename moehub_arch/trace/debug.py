@@ -13,10 +13,7 @@ import numpy as np
 
 from ..composition import DESCRIBE
 from ..outputs import writing
-from ..simulation import RunObserver
-from ..components.packet import PACKET_KIND_NAMES
-from ..components.trace import ACTIVITY_NAMES
-from ..engine.state import WAIT_NAMES
+from ..observer import RunObserver
 from .records import Names, flags_mask, select
 
 

@@ -23,7 +23,7 @@ from ..components.trace import (ACT_RUN, ACTIVITY_NAMES, CAT_SM, TR_TB_ACT, TR_T
                                 TR_TB_PLACE, TR_TB_RESUME, TR_TB_WAIT)
 from ..engine.state import TB_EMPTY, WAIT_NAMES
 from ..isa.encoding import REG_TB
-from ..simulation import RunObserver
+from ..observer import RunObserver
 from .chrome import ChromeTraceWriter
 from .counters import GPU_PID_BASE, SWITCH_PID_BASE, CounterSampler
 from .records import select
