@@ -24,7 +24,8 @@ interrupted by Ctrl-C (SIGINT) / SIGTERM, stats so far written; 2 bad input
 line), an output that cannot be written, or a runtime error in a kernel; 3 a stuck run
 (deadlock, the watchdog: no instruction for run.watchdog_interval, or a livelock: thread blocks
 spinning without memory, hub or link accesses for run.livelock_interval), with a report of who
-waits on what; 4 an end-of-run invariant violated. Stats are written whenever the run got under
+waits on what; 4 an end-of-run invariant violated; 70 an internal error (a bug: one paragraph
+naming the file that holds the traceback, moehub_arch/bugreport.py). Stats are written whenever the run got under
 way, including exit statuses 3, 4, 130 and 143.
 """
 import argparse
@@ -166,6 +167,7 @@ def _stamp_engine_cache():
 
 
 def main(argv=None):
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = _parser().parse_args(argv)
     if args.command == "run" and args.engine == "python":
         # must happen before numba is imported anywhere
@@ -189,6 +191,9 @@ def main(argv=None):
         name = f"{e.filename}: " if e.filename else ""
         print(f"moehub-sim: error: {name}{e.strerror or e}", file=sys.stderr)
         return 2
+    except Exception as e:   # noqa: BLE001 - anything else is a bug: a report, not a traceback
+        from .bugreport import report_bug
+        return report_bug(e, [str(a) for a in argv])
 
 
 def _user_errors():
