@@ -281,12 +281,16 @@ def _observe_overrides(args):
 
 def _time_arg(flag, text, bare_unit):
     """A time given on the command line, in ps: a quantity with a unit (50us), or a bare number
-    meaning `bare_unit` (ps for ticks, s for wall-clock seconds)."""
+    meaning `bare_unit` (ps for ticks, s for wall-clock seconds). A simulated time (ticks) must be
+    within the engine's range, a wall-clock time within 64 bits; infinity and NaN are refused."""
     from .config import ConfigError, UnitError, parse_quantity
+    from .config.units import INT64_MAX, quantity_limit, range_text
+    limit = None if bare_unit == "ps" else INT64_MAX
     try:
-        return parse_quantity(text, "time")
-    except UnitError:
-        pass
+        return parse_quantity(text, "time", limit)
+    except UnitError as e:
+        if "too large" in str(e):
+            raise ConfigError(f"{flag} {text}: {e}", flag) from None
     try:
         value = float(text)
     except ValueError:
@@ -294,7 +298,11 @@ def _time_arg(flag, text, bare_unit):
     if value < 0 or value != value:
         raise ConfigError(f"{flag} {text}: expected a time such as 50us, or a non-negative number "
                           f"of {'ticks (ps)' if bare_unit == 'ps' else 'seconds'}", flag)
-    return int(round(value * (1 if bare_unit == "ps" else 10 ** 12)))
+    ps = value * (1 if bare_unit == "ps" else 10 ** 12)
+    if ps > quantity_limit("time", limit):   # infinity included
+        raise ConfigError(f"{flag} {text}: too large: expected a time of at most "
+                          f"{range_text('time', limit)}", flag)
+    return int(round(ps))
 
 
 def _run_options(args):

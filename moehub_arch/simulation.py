@@ -29,7 +29,7 @@ from .components.trace import TRACE_COLUMNS
 from .engine.state import ERROR_TEXT, LN_DONE
 from .isa import assemble_files, default_isa_paths, load_isa
 from .isa.encoding import REG_TB, SEM, SEMANTIC_NAMES, SUBOP, SUBOP_NAMES
-from .limits import RunLimits, StopRun
+from .limits import RunLimits, StopRun, TimeHorizon
 from .observer import RunObserver, SimulationError  # noqa: F401 (re-exported for users)
 from .stats.collect import collect_stats
 from .stats.report import evaluate_report
@@ -92,6 +92,7 @@ class Simulation:
             out.append(LivelockWatchdog(r.livelock_interval))
         if r.max_ticks > 0 or r.max_wall > 0:
             out.append(RunLimits(r.max_ticks, r.max_wall * 1e-12))
+        out.append(TimeHorizon())
         return out
 
     def run(self, observers=()):

@@ -84,3 +84,111 @@ def test_a_bug_in_a_real_process_is_one_paragraph(tmp_path):
     assert r.returncode == 70, r.stderr
     assert "Traceback" not in r.stderr and "IndexError: list index out of range" in r.stderr
     assert len(list(tmp_path.iterdir())) == 1
+
+
+# ------------------------------------------------------------------ 1. numbers at their edges
+def _run(*sets):
+    argv = ["run", str(P2P)]
+    for s in sets:
+        argv += ["--set", s]
+    return argv
+
+
+TIME_RANGE = "expected a time of at most 4611686018427387ps (about 4611 s, the simulated-time range"
+NUMBER_CASES = [
+    ("int-above-int64", _run("system.gpu.num_sms=99999999999999999999999"),
+     ["system.gpu.num_sms", "expected an integer <= 9223372036854775807 (the largest 64-bit "
+      "integer), found 99999999999999999999999"]),
+    ("int-below-int64", _run("workload.launches.0.stream=-99999999999999999999999"),
+     ["workload.launches[0].stream", "expected an integer >= "]),
+    ("seed-above-int64", ["run", str(P2P), "--seed", "99999999999999999999999"],
+     ["run.seed", "expected an integer <= 9223372036854775807"]),
+    ("kernel-param-above-int64", _run("workload.launches.0.params.iters=99999999999999999999999"),
+     ["workload.launches[0].params.iters", "expected an integer that fits a 64-bit register"]),
+    ("time-exponent-beyond-decimal", _run("system.nvlink.latency=1e9999999ns"),
+     ["system.nvlink.latency", "'1e9999999ns' is too large", TIME_RANGE]),
+    ("time-beyond-the-engine", _run("system.nvlink.latency=1e30ns"),
+     ["system.nvlink.latency", "'1e30ns' is too large", TIME_RANGE]),
+    ("size-above-int64", _run("system.gpu.hbm.capacity=1e30GB"),
+     ["system.gpu.hbm.capacity", "'1e30GB' is too large", "expected a size of at most "
+      "9223372036854775807B"]),
+    ("bandwidth-infinite", _run("system.nvlink.bandwidth=1e400GB/s"),
+     ["system.nvlink.bandwidth", "'1e400GB/s' is too large"]),
+    ("float-nan", _run("system.nic.message_rate=.nan"),
+     ["system.nic.message_rate", "expected a finite number, found 'nan'"]),
+    ("float-infinity", _run("system.nic.message_rate=.inf"),
+     ["system.nic.message_rate", "expected a finite number, found 'inf'"]),
+    ("float-min-declared", _run("system.nic.message_rate=-5"),
+     ["system.nic.message_rate", "expected a number >= 0, found '-5'"]),
+    ("nic-rate-tiny", _run("system.nic.message_rate=1.0e-30"),
+     ["system.nic.message_rate", "expected 0 (no limit) or at least 0.000217 work requests per "
+      "second", "found 1e-30"]),
+    ("routing-gini-nan", _run("workload.layer.routing.gini=.nan"),
+     ["workload.layer.routing.gini", "expected a finite number"]),
+    ("flag-max-wall-infinite", ["run", str(P2P), "--max-wall", "inf"],
+     ["--max-wall inf: too large: expected a time of at most 9223372036854775807ps"]),
+    ("flag-max-wall-overflows-float", ["run", str(P2P), "--max-wall", "1e400"],
+     ["--max-wall 1e400: too large"]),
+    ("flag-max-ticks-infinite", ["run", str(P2P), "--max-ticks", "inf"],
+     ["--max-ticks inf: too large", TIME_RANGE]),
+    ("flag-max-ticks-beyond-the-engine", ["run", str(P2P), "--max-ticks", "1e30"],
+     ["--max-ticks 1e30: too large"]),
+    ("flag-checkpoint-at-infinite", ["run", str(P2P), "--checkpoint-at", "inf"],
+     ["--checkpoint-at inf: too large"]),
+    ("flag-debug-start-beyond-the-engine", ["run", str(P2P), "--debug-start", "9" * 23],
+     ["debug.start", "is too large", TIME_RANGE]),
+]
+
+
+@pytest.mark.parametrize("argv,fragments", [c[1:] for c in NUMBER_CASES],
+                         ids=[c[0] for c in NUMBER_CASES])
+def test_numbers_at_their_edges_are_named_errors(tmp_path, capsys, argv, fragments):
+    err = _error(capsys, *argv, "-o", tmp_path / "out")
+    for f in fragments:
+        assert f in err, (f, err)
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_host_time_is_not_bounded_by_the_simulated_range():
+    cfg = load("ubench/p2p_latency.yaml", "run.max_wall=10000s")
+    assert cfg.run.max_wall == 10 ** 16
+
+
+def test_isa_costs_and_expressions_at_their_edges(tmp_path, capsys):
+    isa = tmp_path / "my.yaml"
+    entry = "  x: {{semantic: nop, unit: alu, operands: [], latency: {}, ii: 1, description: d}}\n"
+    for latency, fragment in (("99999999999999999999999", "must be <= 2147483647 (a 32-bit cost"),
+                              ("'10**10**10'", "is too large (more than 1024 bits)"),
+                              ("'2**40'", "gives 1099511627776; expected a non-negative integer "
+                                          "number of cycles/units <= 2147483647"),
+                              ("'1e400'", "gives inf"),
+                              ("\"'a' * 3\"", "a string ('a') can only be a function argument")):
+        isa.write_text("instructions:\n" + entry.format(latency))
+        err = _error(capsys, *_run(f"workload.isa_files=[{isa}]"), "-o", tmp_path / "out")
+        assert f"{isa}:2" in err and "instructions.x" in err and fragment in err, err
+
+
+def test_a_sweep_grid_value_beyond_int64_and_a_scheduler_that_is_not_dask(tmp_path, capsys):
+    sweep = tmp_path / "s.yaml"
+    sweep.write_text(f"name: s\nconfig: {P2P}\ngrid:\n  run.seed: [1, {2 ** 100}]\n")
+    err = _error(capsys, "sweep", sweep, "-o", tmp_path / "out", "--quiet")
+    assert f"s.yaml: point {{'run.seed': {2 ** 100}}}" in err
+    assert "expected an integer <= 9223372036854775807" in err
+    sweep.write_text(f"name: s\nconfig: {P2P}\ngrid:\n  run.seed: [1]\n")
+    for address in ("notdask", "http://localhost:1"):
+        err = _error(capsys, "sweep", sweep, "-o", tmp_path / "out", "--quiet",
+                     "--scheduler", address)
+        assert f"--scheduler {address}: not a Dask scheduler address" in err
+        assert "expected tcp://HOST:PORT" in err
+
+
+def test_a_run_that_leaves_the_simulated_time_range_stops_naming_the_key(tmp_path, capsys):
+    # a 1 B/s link with the watchdogs off: 100 ping-pongs of 256 s packets would take hours of
+    # simulated time; the engine's femtosecond clock overflowed at ~9,223 s (time went negative)
+    err = _error(capsys, *_run(*mini_system(), "system.nvlink.bandwidth=1B/s",
+                               "run.watchdog_interval=0ps", "run.livelock_interval=0ps"),
+                 "-o", tmp_path / "out", "--quiet")
+    assert "simulated time reached 4611.69 s (tick 4611686018427387), the end of the range" in err
+    assert "The keys that make it so slow: system.nvlink.bandwidth = 1 B/s (a 256 B packet takes " \
+           "256 s)" in err
+    assert read_stats_json(tmp_path / "out")["simTicks"] == 4611686018427387

@@ -96,6 +96,10 @@ def run_dask(points, sweep, address, on_done):
                          "(dask[distributed])") from None
     try:
         client = Client(address, timeout="20s")
+    except ValueError as e:   # not an address Dask reads ('host', 'http://...', no port)
+        from .spec import SweepError
+        raise SweepError(f"--scheduler {address}: not a Dask scheduler address ({e}); expected "
+                         f"tcp://HOST:PORT") from None
     except (OSError, TimeoutError) as e:
         from .spec import SweepError
         raise SweepError(f"--scheduler {address}: cannot connect to a Dask scheduler ({e})") from None
