@@ -192,3 +192,49 @@ def test_a_run_that_leaves_the_simulated_time_range_stops_naming_the_key(tmp_pat
     assert "The keys that make it so slow: system.nvlink.bandwidth = 1 B/s (a 256 B packet takes " \
            "256 s)" in err
     assert read_stats_json(tmp_path / "out")["simTicks"] == 4611686018427387
+
+
+# ------------------------------------------------------------ 3. one writer per output folder
+def _hold_lock(outdir, what="run"):
+    """A process holding OUTDIR's lock (as a run does) until it is killed."""
+    code = ("import sys, time\nfrom moehub_arch.outputs import OutdirLock\n"
+            f"with OutdirLock({str(outdir)!r}, {what!r}):\n"
+            "    print('held', flush=True)\n    time.sleep(600)\n")
+    proc = subprocess.Popen([sys.executable, "-c", code, "run", "other.yaml"], cwd=REPO,
+                            stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "held"
+    return proc
+
+
+def test_a_second_run_into_a_busy_output_folder_is_refused(tmp_path, capsys):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "stats.json").write_text("{}")     # the other run's, must stay as it is
+    holder = _hold_lock(out)
+    try:
+        err = _error(capsys, "run", P2P, *MINI, "-o", out, "--quiet")
+    finally:
+        holder.kill()
+        holder.wait()
+    assert f"{out}: another run is writing this output directory (process {holder.pid} on " in err
+    assert "two runs into one directory would mix their files" in err
+    assert (out / "stats.json").read_text() == "{}" and not (out / "config.json").exists()
+    # the holder was killed: its lock went with it, and the next run writes the folder
+    rc, err = _main(capsys, "run", P2P, *MINI, "-o", out, "--quiet")
+    assert rc == 0, err
+    assert read_stats_json(out)["simCompleted"] == 1
+    assert not (out / ".moehub-lock").exists()
+
+
+def test_a_second_sweep_into_a_busy_folder_is_refused(tmp_path, capsys):
+    sweep = tmp_path / "s.yaml"
+    sweep.write_text(f"name: s\nconfig: {P2P}\ngrid:\n  run.seed: [1]\n")
+    (tmp_path / "out").mkdir()
+    holder = _hold_lock(tmp_path / "out", "sweep")
+    try:
+        err = _error(capsys, "sweep", sweep, "-o", tmp_path / "out", "--quiet")
+    finally:
+        holder.kill()
+        holder.wait()
+    assert "another sweep is writing this output directory" in err
+    assert not (tmp_path / "out" / "results.csv").exists()

@@ -25,7 +25,7 @@ from collections.abc import Mapping
 
 from ..frontend import require_pandas, user_path
 from ..interrupts import Interrupted, exit_status
-from ..outputs import write_atomic
+from ..outputs import OutdirLock, write_atomic
 from ..paths import sources_digest
 from .spec import Sweep, SweepError, load_sweep, sweep_from_dict  # noqa: F401 (public API)
 
@@ -90,6 +90,14 @@ def run_sweep(sweep, workers=None, scheduler=None, progress=True):
 
     points_dir = sweep.outdir / "points"
     points_dir.mkdir(parents=True, exist_ok=True)
+    # one sweep per output directory (two would run the same points and mix their files)
+    with OutdirLock(sweep.outdir, "sweep"):
+        return _run_sweep_locked(sweep, workers, scheduler, progress, points_dir)
+
+
+def _run_sweep_locked(sweep, workers, scheduler, progress, points_dir):
+    from .execute import run_dask, run_local
+
     (sweep.outdir / "sweep.json").write_text(json.dumps({
         "name": sweep.name, "sweep_file": str(sweep.file) if sweep.file else None,
         "config": str(sweep.config),
