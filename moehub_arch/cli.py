@@ -25,7 +25,8 @@ line), an output that cannot be written, or a runtime error in a kernel; 3 a stu
 (deadlock, the watchdog: no instruction for run.watchdog_interval, or a livelock: thread blocks
 spinning without memory, hub or link accesses for run.livelock_interval), with a report of who
 waits on what; 4 an end-of-run invariant violated; 70 an internal error (a bug: one paragraph
-naming the file that holds the traceback, moehub_arch/bugreport.py). Stats are written whenever the run got under
+naming the file that holds the traceback, moehub_arch/bugreport.py); 75 a damaged compile-cache
+file was found and removed: run the command again (moehub_arch/cache_repair.py). Stats are written whenever the run got under
 way, including exit statuses 3, 4, 130 and 143.
 """
 import argparse
@@ -192,6 +193,14 @@ def main(argv=None):
         print(f"moehub-sim: error: {name}{e.strerror or e}", file=sys.stderr)
         return 2
     except Exception as e:   # noqa: BLE001 - anything else is a bug: a report, not a traceback
+        from .cache_repair import EXIT_RETRY, damaged_cache_file, remove_function
+        damaged = damaged_cache_file(e)
+        if damaged is not None:   # a compile-cache file damaged inside: remove it, run again
+            remove_function(damaged)
+            print(f"moehub-sim: error: the compiled-engine cache file {damaged} is damaged "
+                  f"({type(e).__name__}: {e}); it was removed with its function's other cache "
+                  f"files: run the command again to compile that part anew", file=sys.stderr)
+            return EXIT_RETRY
         from .bugreport import report_bug
         return report_bug(e, [str(a) for a in argv])
 

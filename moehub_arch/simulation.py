@@ -19,6 +19,8 @@ import time
 import numpy as np
 
 from .builder import BuildError, build_state, event_headroom
+from .cache_repair import (CACHE_LOAD_ERRORS, damaged_cache_file, remove_function, repair_cache,
+                           say_rebuilt)
 from .components.nvlink import settle_credits
 from .config import ConfigError, flat_params, locate
 from .dispatch import loop as dispatch_loop
@@ -107,6 +109,7 @@ class Simulation:
         from .composition import start_blocks
 
         t0 = time.perf_counter()
+        repair_cache()   # a cache file cut short is removed (and compiled again) before loading
         # compile (or load from cache) the run loop and the handlers' entry points it calls (on a
         # cold cache in two processes, dispatch/precompile.py); timed separately from the run
         engine = EngineCompile(self.state, (0, 0, -1))
@@ -114,10 +117,9 @@ class Simulation:
             if self.restored_tick is None:
                 start_blocks(self.state)   # e.g. the scheduler's first launches
             ref = state_ref(self.state)
-            self._entries, self.cold_start = engine.finish()
+            self._load_engine(engine, ref)
         finally:
             engine.close()
-        dispatch_loop.run_loop(ref, 0, 0, -1, self._entries)
         t1 = time.perf_counter()
         cpu1 = time.process_time()
         observers = list(observers) + self.default_observers()
@@ -181,6 +183,23 @@ class Simulation:
         if error is not None:
             raise error
         return self.stats
+
+    def _load_engine(self, engine, ref):
+        """The entry points and the run loop, loaded (or compiled); a cache file damaged inside
+        (found only when Numba reads it) is removed with its function's other files, and the
+        engine is loaded once more (cache_repair.py)."""
+        for attempt in (0, 1):
+            try:
+                self._entries, self.cold_start = engine.finish()
+                dispatch_loop.run_loop(ref, 0, 0, -1, self._entries)
+                return
+            except CACHE_LOAD_ERRORS as e:
+                path = damaged_cache_file(e)
+                if attempt or path is None:
+                    raise
+                engine.close()
+                say_rebuilt(path.parent.parent, remove_function(path), f"{type(e).__name__}: {e}")
+                engine = EngineCompile(self.state, (0, 0, -1))
 
     def _finish_observers(self, observers, error):
         """on_finish of every observer, also after an error (a stuck run's timeline and dumps are

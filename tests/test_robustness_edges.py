@@ -238,3 +238,100 @@ def test_a_second_sweep_into_a_busy_folder_is_refused(tmp_path, capsys):
         holder.wait()
     assert "another sweep is writing this output directory" in err
     assert not (tmp_path / "out" / "results.csv").exists()
+
+
+# ------------------------------------------------------------ 4. checkpoints know their inputs
+@pytest.fixture
+def checkpoint(tmp_path):
+    """A checkpoint of the small p2p run at 2 us, its kernel a copy in the temporary folder."""
+    from moehub_arch.checkpoint import CheckpointWriter
+    from moehub_arch.simulation import Simulation
+    kernel = tmp_path / "p2p.s"
+    kernel.write_text((REPO / "workloads/kernels/ubench/p2p_latency.s").read_text())
+    sim = Simulation(load("ubench/p2p_latency.yaml", *mini_system(),
+                          f"workload.kernel_files=[{kernel}]"))
+    writer = CheckpointWriter([2_000_000], str(tmp_path / "ck"))
+    sim.run([writer])
+    assert writer.written
+    return tmp_path / "ck"
+
+
+def _edit_json(path, change):
+    data = json.loads(path.read_text())
+    change(data)
+    path.write_text(json.dumps(data))
+
+
+def _set_latency(data):
+    data["system"]["nvlink"]["latency"] = 2 * data["system"]["nvlink"]["latency"]
+
+
+EDITED_CHECKPOINTS = [
+    ("config-value", lambda d: _edit_json(d / "input_config.json", _set_latency),
+     ["config values changed since the checkpoint was written: system.nvlink.latency: 100000 "
+      "when written, 200000 now"]),
+    ("seed", lambda d: _edit_json(d / "input_config.json",
+                                  lambda c: c["run"].update(seed=c["run"]["seed"] + 1)),
+     ["run.seed is ", "in input_config.json", "in meta.json",
+      "config values changed since the checkpoint was written: run.seed: "]),
+    ("both-config-files", lambda d: [_edit_json(d / n, _set_latency)
+                                     for n in ("input_config.json", "config.json")],
+     ["the saved config differs from the one the checkpoint was written with"]),
+    ("kernel-file", lambda d: (d.parent / "p2p.s").write_text(
+        (d.parent / "p2p.s").read_text() + "\n# edited\n"),
+     ["the kernel file ", "p2p.s changed since the checkpoint was written"]),
+]
+
+
+@pytest.mark.parametrize("damage,fragments", [c[1:] for c in EDITED_CHECKPOINTS],
+                         ids=[c[0] for c in EDITED_CHECKPOINTS])
+def test_a_checkpoint_whose_inputs_changed_is_refused_naming_them(tmp_path, capsys, checkpoint,
+                                                                  damage, fragments):
+    d = checkpoint
+    rc, err = _main(capsys, "run", "--restore", d, "-o", tmp_path / "ok", "--quiet")
+    assert rc == 0, err    # the undamaged copy restores
+    damage(d)
+    err = _error(capsys, "run", "--restore", d, "-o", tmp_path / "out")
+    assert f"{d}: the checkpoint's inputs changed since it was written" in err
+    for f in fragments:
+        assert f in err, (f, err)
+    assert not (tmp_path / "out" / "stats.json").exists()
+
+
+# ------------------------------------------------------------ 5. a damaged compile cache
+def test_a_damaged_compile_cache_is_rebuilt_with_one_line(tmp_path):
+    """A copy of the suite's warm cache (hard links: no 200 MB copy) with three functions damaged:
+    a small start hook's file cut short (found before loading), an entry point's file cut short
+    but ending in a pickle's STOP byte (found while loading: removed, loaded again), and the end-of-run credit
+    settling's index cut short. Only those small functions are compiled again (seconds)."""
+    import shutil
+    source = Path(os.environ["NUMBA_CACHE_DIR"])
+    cache = tmp_path / "cache"
+    shutil.copytree(source, cache, copy_function=os.link)
+
+    def damage(pattern, change):
+        files = sorted(cache.glob(pattern))
+        assert files, pattern
+        for f in files:
+            data = f.read_bytes()
+            f.unlink()                        # a file of its own: the suite's copy stays whole
+            f.write_bytes(change(data))
+    damage("*/occupancy.occupancy_start-*.nbc", lambda d: d[: len(d) // 2])
+    damage("*/nvlink.settle_credits-*.nbi", lambda d: d[:100])
+    # cut short, but ending as a pickle does: the check before loading cannot see it
+    damage("*/aau.aau_retry-*.nbc", lambda d: d[: len(d) // 2] + b".")
+    out = tmp_path / "out"
+    r = run_cli("run", P2P, *MINI, "-o", out, "--quiet",
+                env_extra={"NUMBA_CACHE_DIR": str(cache)})
+    assert r.returncode == 0, r.stderr
+    assert "Traceback" not in r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 2, r.stderr
+    assert lines[0].startswith(f"moehub-sim: the compiled-engine cache in {cache} had ")
+    assert "occupancy.occupancy_start-" in lines[0] and "nvlink.settle_credits-" in lines[0]
+    assert "cut short); removed them, and the engine parts they held are compiled again" in lines[0]
+    assert "aau.aau_retry-" in lines[1] and "UnpicklingError" in lines[1]
+    assert read_stats_json(out)["simCompleted"] == 1
+    # rebuilt: the next run loads everything without a word
+    r = run_cli("run", P2P, *MINI, "-o", out, "--quiet", env_extra={"NUMBA_CACHE_DIR": str(cache)})
+    assert r.returncode == 0 and r.stderr == "", r.stderr
