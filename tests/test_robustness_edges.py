@@ -191,7 +191,10 @@ def test_a_run_that_leaves_the_simulated_time_range_stops_naming_the_key(tmp_pat
     assert "simulated time reached 4611.69 s (tick 4611686018427387), the end of the range" in err
     assert "The keys that make it so slow: system.nvlink.bandwidth = 1 B/s (a 256 B packet takes " \
            "256 s)" in err
-    assert read_stats_json(tmp_path / "out")["simTicks"] == 4611686018427387
+    stats = read_stats_json(tmp_path / "out")
+    assert stats["simTicks"] == 4611686018427387
+    # the report's latency was never measured: left out (before: a negative latency)
+    assert not [k for k in stats if k.startswith("system.report.")]
 
 
 # ------------------------------------------------------------ 3. one writer per output folder
@@ -335,3 +338,186 @@ def test_a_damaged_compile_cache_is_rebuilt_with_one_line(tmp_path):
     # rebuilt: the next run loads everything without a word
     r = run_cli("run", P2P, *MINI, "-o", out, "--quiet", env_extra={"NUMBA_CACHE_DIR": str(cache)})
     assert r.returncode == 0 and r.stderr == "", r.stderr
+
+
+# ------------------------------------------------------------ 6. sweeps survive a bad point
+# loaded by every process started with this folder on PYTHONPATH (the sweep's spawned workers):
+# a point run with seed 13 meets an unexpected exception, one with seed 14 kills its own worker
+FAULTS = """
+import os, signal
+import moehub_arch.runner as runner
+_real = runner.run_to_outdir
+def run_to_outdir(cfg, outdir, *args, **kwargs):
+    if cfg.run.seed == 13:
+        raise RuntimeError("injected fault")
+    if cfg.run.seed == 14:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return _real(cfg, outdir, *args, **kwargs)
+runner.run_to_outdir = run_to_outdir
+"""
+
+
+def test_a_sweep_survives_a_point_with_a_bug_and_a_killed_worker(tmp_path):
+    import csv
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(FAULTS)
+    sweep = tmp_path / "s.yaml"
+    sweep.write_text(f"name: s\nconfig: {P2P}\nset: {{{', '.join(s.replace('=', ': ', 1) for s in mini_system())}}}\n"
+                     "grid:\n  run.seed: [1, 13, 14, 2]\nstats: [simTicks]\n")
+    env = {"PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", str(REPO))])}
+    r = run_cli("sweep", sweep, "-o", tmp_path / "out", "--workers", "2", "--quiet",
+                env_extra=env)
+    assert r.returncode == 1, r.stderr
+    assert "Traceback" not in r.stderr
+    with open(tmp_path / "out" / "results.csv") as f:
+        rows = {row["run.seed"]: row for row in csv.DictReader(f)}
+    assert {k: v["status"] for k, v in rows.items()} == {"1": "ok", "13": "error", "14": "error",
+                                                         "2": "ok"}
+    assert int(rows["1"]["simTicks"]) > 0 and int(rows["2"]["simTicks"]) > 0
+    assert rows["13"]["error"] == "internal error (a bug in moehub-sim): RuntimeError: injected fault"
+    assert rows["14"]["error"].startswith("the worker process running this point died (killed by "
+                                          "SIGKILL) twice")
+    bug = tmp_path / "out" / "points" / rows["13"]["point"] / "error.txt"
+    assert "injected fault" in r.stderr and f"(traceback in {bug})" in r.stderr
+    assert "Traceback (most recent call last)" in bug.read_text()
+    assert (f"moehub-sim: sweep s: 2 of 4 point(s) failed ({rows['13']['point']}, "
+            f"{rows['14']['point']}); the others ran") in r.stderr
+
+
+# ------------------------------------------------------------ 7. ISA files
+def test_a_mnemonic_defined_twice_in_one_isa_file_names_both_lines(tmp_path, capsys):
+    isa = tmp_path / "my.yaml"
+    entry = "  x: {semantic: nop, unit: alu, operands: [], latency: %d, ii: 1, description: d}\n"
+    isa.write_text("instructions:\n" + entry % 1 + "  y: {semantic: nop, unit: alu, operands: [], "
+                   "latency: 1, ii: 1, description: d}\n" + entry % 2)
+    err = _error(capsys, *_run(f"workload.isa_files=[{isa}]"), "-o", tmp_path / "out")
+    assert f"{isa}:4: instructions.x: 'x' is defined twice in this file (lines 2 and 4)" in err
+    (tmp_path / "c.yaml").write_text(f"extends: {P2P}\nworkload:\n  isa_files: [{isa}]\n")
+    err = _error(capsys, "asm", REPO / "workloads/kernels/ubench/p2p_latency.s", "--config",
+                 tmp_path / "c.yaml")
+    assert "'x' is defined twice in this file (lines 2 and 4)" in err
+
+
+# ------------------------------------------------------------ 8. the Python API's arguments
+def _api_cases():
+    import moehub_arch as mh
+    spec = {"config": str(P2P), "grid": {"run.seed": [1]}}
+    return [
+        ("load_results-None", lambda: mh.load_results(None), TypeError,
+         "outdir: expected a path (str or os.PathLike), found None"),
+        ("load_results-int", lambda: mh.load_results(3), TypeError,
+         "outdir: expected a path (str or os.PathLike), found int 3"),
+        ("sweep-workers-str", lambda: mh.sweep(spec, workers="2", progress=False), TypeError,
+         "workers: expected an integer, found str '2'"),
+        ("sweep-workers-zero", lambda: mh.sweep(spec, workers=0, progress=False), ValueError,
+         "workers: expected an integer >= 1, found 0"),
+        ("sweep-scheduler-int", lambda: mh.sweep(spec, scheduler=8786, progress=False), TypeError,
+         "scheduler: expected an address string"),
+        ("run-seed-float", lambda: mh.run(P2P, seed=1.5), TypeError,
+         "seed: expected an integer, found float 1.5"),
+        ("run-seed-negative", lambda: mh.run(P2P, seed=-1), ValueError,
+         "seed: expected an integer in [0, 9223372036854775807], found -1"),
+        ("run-seed-bool", lambda: mh.run(P2P, seed=True), TypeError,
+         "seed: expected an integer, found bool"),
+        ("run-override-object", lambda: mh.run(P2P, {"run.seed": object()}), TypeError,
+         "overrides['run.seed']: expected a value a config holds"),
+        ("run-override-nested-object", lambda: mh.run(P2P, {"workload.report": [{1}]}), TypeError,
+         "overrides['workload.report'][0]: expected a value a config holds"),
+        ("run-outdir-int", lambda: mh.run(P2P, outdir=3), TypeError, "outdir: expected a path"),
+        ("run-progress-str", lambda: mh.run(P2P, progress="yes"), TypeError,
+         "progress: expected True or False, found str 'yes'"),
+        ("load_config-int", lambda: mh.load_config(3), TypeError, "path: expected a path"),
+        ("compare-None", lambda: mh.compare(None), TypeError,
+         "runs: expected a list of Results and/or run directories, found NoneType"),
+        ("compare-a-path", lambda: mh.compare("moehub-out"), TypeError, "runs: expected a list"),
+        ("compare-item", lambda: mh.compare([3]), TypeError, "runs[0]: expected a path"),
+    ]
+
+
+@pytest.mark.parametrize("index", range(16))
+def test_the_python_api_checks_its_arguments(tmp_path, monkeypatch, index):
+    monkeypatch.chdir(tmp_path)   # nothing may be written; if it were, here
+    name, call, kind, fragment = _api_cases()[index]
+    with pytest.raises(kind) as e:
+        call()
+    assert fragment in str(e.value), (name, str(e.value))
+    assert list(tmp_path.iterdir()) == [], name
+
+
+# ------------------------------------------------------------ 9. the watchdog: slow vs stuck
+def _p2p(tmp_path, body, *sets):
+    """The 2-GPU p2p system running `body` as its kernel (lines 6 on), stopped at 20 ms at the
+    latest; returns the Simulation, run."""
+    from moehub_arch.simulation import Simulation
+    sim = Simulation(load("ubench/p2p_latency.yaml", *mini_system(), p2p_kernel(tmp_path, body),
+                          "run.max_ticks=20ms", *sets))
+    return sim
+
+
+def _stuck(sim):
+    from moehub_arch.simulation import SimulationError
+    with pytest.raises(SimulationError) as e:
+        sim.run()
+    assert e.value.exit_code == 3
+    return str(e.value)
+
+
+FLAG_OVER_A_SLOW_LINK = ("    mov r1, 1\n    beq %gpu, 1, pong\n    flag.set %peer, [%flag], r1\n"
+                         "    exit\npong:\n    wait.ge [%flag], r1\n    exit\n")
+
+
+def test_a_slow_link_is_not_a_flag_nobody_sets(tmp_path):
+    # the flag's packet takes ~5 ms on a 10 KB/s link: past the 1 ms watchdog, while it is in
+    # flight (before: "a flag nobody sets", exit 3)
+    sim = _p2p(tmp_path, FLAG_OVER_A_SLOW_LINK, "system.nvlink.bandwidth=10KB/s")
+    sim.run()
+    assert sim.completed and sim.stats["simTicks"] > 4 * 10 ** 9
+
+
+def test_a_slow_hbm_copy_is_not_a_livelock(tmp_path):
+    # a 64 B copy on a 1 KB/s HBM: the block waits seconds for its copy (before: a livelock)
+    sim = _p2p(tmp_path, "    beq %gpu, 1, out\n    copy %times, %flag, 64\n    add r2, r2, 1\n"
+                         "out:\n    exit\n", "system.gpu.hbm.bandwidth=1KB/s",
+               "system.gpu.l2.bandwidth=1KB/s")
+    sim.run()
+    assert sim.stopped.startswith("stopped at the simulated-time limit 20 ms")
+
+
+def test_a_flag_nobody_sets_polled_in_a_loop_is_a_livelock(tmp_path):
+    msg = _stuck(_p2p(tmp_path, "    beq %gpu, 1, out\ntop:\n    ld r1, [%flag+8]\n"
+                                "    beq r1, 0, top\nout:\n    exit\n"))
+    assert msg.startswith("livelock: thread blocks issued ")
+    assert ("but changed nothing - no memory word, register, thread block or launch - and "
+            "nothing is in flight: a loop that cannot end") in msg
+    assert "kernel 'pingpong' (GPU 0, SM 0, TB 0) at " in msg and "k.s:9, in the loop of lines 8-9" in msg
+
+
+def test_a_loop_storing_the_same_value_forever_is_a_livelock(tmp_path):
+    sim = _p2p(tmp_path, "    beq %gpu, 1, out\ntop:\n    st [%flag+8], 0\n    bra top\nout:\n"
+                         "    exit\n")
+    msg = _stuck(sim)
+    assert msg.startswith("livelock: thread blocks issued ") and "changed nothing" in msg
+    assert "k.s:9, in the loop of lines 8-9" in msg
+    assert sim.stats["simTicks"] <= 3 * 10 ** 9     # within three intervals of its start
+
+
+def test_a_run_that_did_not_finish_writes_no_report_figure(tmp_path, capsys):
+    # the p2p report (latency from two timestamps the kernel writes) of a run stuck on a flag
+    # nobody sets: the end stamp was never written (before: a negative latency in stats.json)
+    rc, err = _main(capsys, "run", P2P, *MINI, "--set",
+                    p2p_kernel(tmp_path, "    st [%times], %tick\n    beq %gpu, 1, out\n"
+                                         "    wait.ge [%flag+8], 1\nout:\n    exit\n"),
+                    "-o", tmp_path / "out", "--quiet")
+    assert rc == 3, err
+    stats = read_stats_json(tmp_path / "out")
+    assert stats["simCompleted"] == 0
+    assert not [k for k in stats if k.startswith(("system.report.", "system.ubench."))]
+
+
+def test_a_report_expression_is_bounded_in_cost(tmp_path, capsys):
+    err = _error(capsys, "run", P2P, *MINI, "--set",
+                 "workload.report={big: {expr: '10**10**10', unit: x, desc: d}}",
+                 "-o", tmp_path / "out", "--quiet")
+    assert "workload.report.big.expr: cannot evaluate '10**10**10'" in err
+    assert "is too large (more than 1024 bits)" in err

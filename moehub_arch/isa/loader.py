@@ -82,6 +82,23 @@ def _key_lines(root):
     return lines
 
 
+def _no_twice(root, path):
+    """A mnemonic defined twice in one file is an error naming both lines (YAML would keep the
+    second silently; across files, `replace: true` says a redefinition is meant)."""
+    if not isinstance(root, yaml.MappingNode):
+        return
+    for k, v in root.value:
+        if k.value == "instructions" and isinstance(v, yaml.MappingNode):
+            seen = {}
+            for ik, _ in v.value:
+                line = ik.start_mark.line + 1
+                if ik.value in seen:
+                    raise IsaError(f"{path}:{line}: instructions.{ik.value}: '{ik.value}' is "
+                                   f"defined twice in this file (lines {seen[ik.value]} and "
+                                   f"{line}); keep one")
+                seen[ik.value] = line
+
+
 def _choice(value, names, where, what):
     if value not in names:
         import difflib
@@ -197,6 +214,7 @@ def load_isa(paths):
         if extra:
             raise IsaError(f"{path}: unknown top-level key '{extra[0]}' (expected only 'instructions')")
         lines = _key_lines(root)
+        _no_twice(root, path)
         for mnemonic, entry in data["instructions"].items():
             mnemonic = str(mnemonic)
             line = lines.get(mnemonic, 0)
