@@ -561,14 +561,16 @@ class LivelockWatchdog(RunObserver):
             if before is None or before[2] != digest or before[1] == insts:
                 self.unchanged = (tick, insts, digest)
             return
-        if tick - before[0] < self.interval:
+        # the blocks issuing now (a block in one long sleep or memory wait is not looping)
+        looping = np.nonzero((st.tb.state == TB_READY)
+                             & (st.tb.ready - tick <= self.interval // 2))[0]
+        if tick - before[0] < self.interval or not len(looping):
             return
-        looping = np.nonzero(st.tb.state == TB_READY)[0]
         raise SimulationError(
             f"livelock: thread blocks issued {insts - before[1]} instructions in "
             f"{fmt_time(tick - before[0])} of simulated time (run.livelock_interval = "
             f"{fmt_time(self.interval)}; ticks {before[0]} to {tick}) but changed nothing - no "
             f"memory word, register, thread block or launch - and nothing is in flight: a loop "
-            f"that cannot end (a flag nobody sets polled in a loop, or the same values stored "
-            f"over and over); {len(unfinished(sim))} kernel launch(es) unfinished. Looping:\n"
+            f"that cannot end (a flag nobody sets polled in a loop, the same values stored "
+            f"over and over, a sleep loop that checks nothing); {len(unfinished(sim))} kernel launch(es) unfinished. Looping:\n"
             + loop_report(sim, looping) + "\n" + diagnose(sim, tick), exit_code=3)
