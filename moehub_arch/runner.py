@@ -9,6 +9,7 @@ import contextlib
 import json
 
 from .outputs import OutdirLock, OutputError, make_outdir, remove_stale, write_text_atomic
+from .signal_state import Interrupted
 from .simulation import Simulation
 from .stats import write_stats_csv, write_stats_json, write_stats_txt
 
@@ -86,7 +87,9 @@ def _run_locked(cfg, out, progress, quiet, before_run, sim, observers):
         error = e
         raise
     finally:
-        if sim.stats is not None and out is not None:
+        # a signal after the run loop (interrupts.py: Interrupted) stops at once, nothing more
+        # written; every other ending writes the stats so far
+        if sim.stats is not None and out is not None and not isinstance(error, Interrupted):
             try:
                 write_stats(sim.stats, out)
             except OutputError as e:

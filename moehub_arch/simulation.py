@@ -31,6 +31,7 @@ from .components.trace import TRACE_COLUMNS
 from .engine.state import ERROR_TEXT, LN_DONE
 from .isa import assemble_files, default_isa_paths, load_isa
 from .isa.encoding import REG_TB, SEM, SEMANTIC_NAMES, SUBOP, SUBOP_NAMES
+from .signal_state import end_soft
 from .limits import RunLimits, StopRun, TimeHorizon
 from .observer import RunObserver, SimulationError  # noqa: F401 (re-exported for users)
 from .stats.collect import collect_stats
@@ -132,6 +133,7 @@ class Simulation:
             self.stopped = str(e)
         except SimulationError as e:
             error = e
+        end_soft()   # Ctrl-C / SIGTERM from here on stop at once (interrupts.py)
         self.exact_tick = None
         host_seconds = time.perf_counter() - t1
         host_cpu_seconds = time.process_time() - cpu1

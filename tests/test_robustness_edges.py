@@ -521,3 +521,24 @@ def test_a_report_expression_is_bounded_in_cost(tmp_path, capsys):
                  "-o", tmp_path / "out", "--quiet")
     assert "workload.report.big.expr: cannot evaluate '10**10**10'" in err
     assert "is too large (more than 1024 bits)" in err
+
+
+@pytest.mark.parametrize("stage", ["evaluate_report", "write_stats"])
+def test_sigterm_in_the_report_and_output_stages_is_honoured(tmp_path, capsys, monkeypatch,
+                                                             stage):
+    # the signal arrives after the compiled loop ended, while the report figures are evaluated
+    # or the stats written: the command stops there (143), without a traceback
+    import signal
+
+    from moehub_arch import runner, simulation
+    module = simulation if stage == "evaluate_report" else runner
+    real = getattr(module, stage)
+
+    def signalled(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGTERM)
+        return real(*args, **kwargs)
+    monkeypatch.setattr(module, stage, signalled)
+    rc, err = _main(capsys, "run", P2P, *MINI, "-o", tmp_path / "out", "--quiet")
+    assert rc == 143, err
+    assert err.startswith("moehub-sim: interrupted by SIGTERM")
+    assert not (tmp_path / "out" / "stats.json").exists()
