@@ -105,6 +105,11 @@ NUMBER_CASES = [
      ["run.seed", "expected an integer <= 9223372036854775807"]),
     ("kernel-param-above-int64", _run("workload.launches.0.params.iters=99999999999999999999999"),
      ["workload.launches[0].params.iters", "expected an integer that fits a 64-bit register"]),
+    ("launch-expression-above-int64", _run("workload.launches.0.grid='2**100'"),
+     ["workload.launches[0].grid", "'2**100' evaluates to 1.26765e+30, which does not fit a "
+      "64-bit integer"]),
+    ("launch-expression-infinite", _run("workload.launches.0.params.iters='1e400'"),
+     ["workload.launches[0].params.iters", "'1e400' evaluates to inf, not an integer"]),
     ("time-exponent-beyond-decimal", _run("system.nvlink.latency=1e9999999ns"),
      ["system.nvlink.latency", "'1e9999999ns' is too large", TIME_RANGE]),
     ("time-beyond-the-engine", _run("system.nvlink.latency=1e30ns"),
