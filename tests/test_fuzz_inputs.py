@@ -7,7 +7,8 @@ error of its kind (ConfigError, IsaError, AsmError, CheckpointError: one paragra
 2). Never another exception (a traceback for the user).
 
 The suite runs the derandomized `moehub-ci` profile of tests/test_fuzz.py with a few examples
-per target (seconds); MOEHUB_FUZZ_EXAMPLES=N hunts with N fresh examples per target.
+per target (seconds); MOEHUB_FUZZ_EXAMPLES=N hunts with N fresh examples per target, and
+MOEHUB_FUZZ_LOG=FILE logs each example's outcome (accepted / refused) as it ends.
 """
 import json
 import math
@@ -21,7 +22,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import test_fuzz  # noqa: F401 (registers and loads the hypothesis profiles)
+from test_fuzz import event   # also registers and loads the hypothesis profiles
 from conftest import CONFIGS, load, mini_system
 
 P2P = CONFIGS / "ubench/p2p_latency.yaml"
@@ -97,7 +98,9 @@ def test_config_numbers_at_their_bounds_are_accepted_in_range_or_refused(case):
     except ConfigError as e:
         # one paragraph naming a file and a key (a cross-field check names the other key)
         assert "\n" not in str(e) and ": " in str(e) and "Traceback" not in str(e), str(e)
+        event("refused: ConfigError")
         return
+    event("accepted")
     value = cfg
     for part in key.split("."):
         value = getattr(value, part)
@@ -157,7 +160,9 @@ def test_isa_files_are_accepted_or_refused_by_name(tmp_path_factory, params, tex
         isa = load_isa([path]).resolve(params)
     except IsaError as e:
         assert str(path) in str(e) or "my.yaml" in str(e), str(e)
+        event("refused: IsaError")
         return
+    event("accepted")
     for ins in isa.instructions.values():
         assert 0 <= ins.latency <= 2 ** 31 - 1 and 1 <= ins.ii <= 2 ** 31 - 1
 
@@ -188,7 +193,9 @@ def test_assembly_is_accepted_or_refused_by_line(tmp_path_factory, lines):
         program = assemble_files([path], isa)
     except AsmError as e:
         assert "k.s" in str(e) or "nothere.s" in str(e), str(e)
+        event("refused: AsmError")
         return
+    event("accepted")
     assert program.code.dtype == np.int64
 
 
@@ -249,10 +256,17 @@ def _walk_to(data, pick):
 @examples("checkpoint")
 @given(damage=st.lists(_damage(), min_size=1, max_size=3))
 def test_damaged_checkpoints_restore_or_are_refused(tmp_path_factory, checkpoint, damage):
-    from moehub_arch.checkpoint import CheckpointError, restore
-    from moehub_arch.errors import user_errors
     d = tmp_path_factory.mktemp("ck") / "ck"
     shutil.copytree(checkpoint, d)
+    try:
+        _damage_and_restore(d, damage)
+    finally:
+        shutil.rmtree(d.parent)   # ~10 MB each: a hunt of 10,000 would fill the disk
+
+
+def _damage_and_restore(d, damage):
+    from moehub_arch.checkpoint import CheckpointError, restore
+    from moehub_arch.errors import user_errors
     for target, how, arg in damage:
         path = d / target
         if target == "state.npz":
@@ -283,7 +297,10 @@ def test_damaged_checkpoints_restore_or_are_refused(tmp_path_factory, checkpoint
         path.write_text(json.dumps(data))
     try:
         restore(d)
+        event("accepted")
     except CheckpointError as e:
         assert str(d) in str(e), str(e)
+        event("refused: CheckpointError")
     except user_errors() as e:   # a saved config that no longer loads or builds: named by the
         assert "input_config.json" in str(e), str(e)   # loader or builder, as a config file
+        event(f"refused: {type(e).__name__}")
