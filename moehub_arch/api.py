@@ -35,6 +35,7 @@ from collections.abc import Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
+from .arguments import bool_arg, int_arg, path_arg, yaml_value_arg
 from .frontend import config_path, jit_disabled, require_pandas
 
 __all__ = ["load_config", "run", "sweep", "load_results", "compare", "Results"]
@@ -51,6 +52,10 @@ def _override_list(overrides):
     if isinstance(overrides, str):
         return [overrides]
     if isinstance(overrides, Mapping):
+        for k, v in overrides.items():
+            if not isinstance(k, str):
+                raise TypeError(f"overrides: expected 'key.path' strings as keys, found {k!r}")
+            yaml_value_arg(f"overrides[{k!r}]", v)
         return [f"{k}={_value_text(v)}" for k, v in overrides.items()]
     try:
         items = list(overrides)
@@ -77,6 +82,8 @@ def load_config(path=None, overrides=None, system=None):
     import warnings
 
     from .config import load_config as _load_config
+    path_arg("path", path, optional=True)
+    path_arg("system", system, optional=True)
     cfg = _load_config(config_path(None if path is None else str(path)),
                        _override_list(overrides), system_file=system)
     for w in cfg.load_warnings:
@@ -91,6 +98,7 @@ def _config_for_run(config, overrides, engine, seed, system):
     from .config import Config
     if engine is not None and engine not in ENGINES:
         raise ValueError(f"engine: expected one of {', '.join(ENGINES)}, found {engine!r}")
+    int_arg("seed", seed, lo=0, optional=True)   # a float seed is refused, not truncated
     if isinstance(config, Config):
         if overrides or system is not None:
             raise TypeError("overrides and system apply to a config file; for a Config object, "
@@ -101,7 +109,7 @@ def _config_for_run(config, overrides, engine, seed, system):
         return attrs.evolve(config, run=attrs.evolve(config.run, **run_opts))
     extra = _override_list(overrides)
     if seed is not None:
-        extra.append(f"run.seed={int(seed)}")
+        extra.append(f"run.seed={seed}")
     if engine is not None:
         extra.append(f"run.engine={engine}")
     return load_config(config, extra, system)
@@ -126,6 +134,8 @@ def run(config=None, overrides=None, outdir=None, engine=None, seed=None, progre
     `e.results` (a Results); a run stopped early by a limit (run.max_ticks, max_wall) returns
     normally with `results.stopped` saying why.
     """
+    path_arg("outdir", outdir, optional=True)
+    bool_arg("progress", progress)
     cfg = _config_for_run(config, overrides, engine, seed, system)
     if (cfg.run.engine == "python") != jit_disabled():
         return _run_in_child(cfg, outdir, progress)
@@ -197,6 +207,7 @@ def load_results(outdir):
     or a sweep point's `points/<id>/`). Raises AnalysisError if it holds no stats.json."""
     from .analysis.rundata import RunData
     from .stats import StatsSet
+    path_arg("outdir", outdir)
     data = RunData(outdir)
     stats = StatsSet()
     for name, s in data.stats.items():
@@ -350,7 +361,13 @@ def compare(runs, stats=None, per_gpu=False):
     from .analysis.compare import _compare
     from .analysis.rundata import RunData
     pd = require_pandas()
+    if isinstance(runs, (str, os.PathLike, Results)) or not hasattr(runs, "__iter__"):
+        raise TypeError(f"runs: expected a list of Results and/or run directories, found "
+                        f"{type(runs).__name__}")
     runs = list(runs)
+    for i, r in enumerate(runs):
+        if not isinstance(r, Results):
+            path_arg(f"runs[{i}]", r)
     if not runs:
         raise ValueError("compare: no runs given (Results or run directories)")
     views, seen = [], {}

@@ -160,8 +160,13 @@ def _eval_param(expr, names, where):
         value = evaluate(text, env)
     except ExprError as e:
         raise BuildError(f"{where}: cannot evaluate '{expr}': {e}") from None
-    if value != int(value):
-        raise BuildError(f"{where}: '{expr}' evaluates to {value}, not an integer")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+            (isinstance(value, float) and not value.is_integer()):
+        raise BuildError(f"{where}: '{expr}' evaluates to {value!r}, not an integer")
+    if not -2 ** 63 <= value <= 2 ** 63 - 1:
+        # kernel parameters and grids live in 64-bit registers and records (issue 52)
+        raise BuildError(f"{where}: '{expr}' evaluates to {value:g}, which does not fit a "
+                         f"64-bit integer")
     return int(value)
 
 

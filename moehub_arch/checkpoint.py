@@ -21,8 +21,10 @@ config regenerates exactly the same system, and the saved arrays carry everythin
 changed since. The event queue is ordered by (tick, sequence number), both saved, so the restored
 run processes the same events in the same order: its final stats equal an uninterrupted run's.
 
-Restore refuses (CheckpointError, exit status 2) a checkpoint of another format version or engine
-version, one whose State fields differ from this engine's, and one whose rebuilt system differs
+Restore refuses (CheckpointError, exit status 2) a checkpoint whose recorded inputs changed since
+it was written (issue 52: meta.json keeps a digest of the resolved config, the seed and a digest
+of every file the build read - kernels, ISA files, model file, routing trace), naming each config
+key, seed or file that changed; a checkpoint of another format version or engine version, one whose State fields differ from this engine's, and one whose rebuilt system differs
 (a kernel or config file changed since): State arrays are only meaningful for the code and the
 build they came from. It also refuses, naming the file, a damaged checkpoint: a `state.npz` cut
 short or corrupt, an array missing, extra, of another type or shape, a `meta.json` or
@@ -49,10 +51,13 @@ from .observer import RunObserver
 from .outputs import OutputError, partial_path, reason, write_text_atomic
 
 FORMAT = "moehub-arch checkpoint"
-FORMAT_VERSION = 1
+# 2: meta.json records the inputs (a digest of the resolved config, the files the build read)
+FORMAT_VERSION = 2
 # what restore needs from meta.json, and its JSON type
 META_FIELDS = {"tick": int, "events": int, "seed": int, "buffers": list, "launches": list,
-               "kernels": dict, "program_sha1": str, "state": dict}
+               "kernels": dict, "program_sha1": str, "state": dict, "inputs": dict}
+# what config.json holds beside the values: where each came from, derived unit tables
+_NOT_VALUES = ("units", "key_units", "source_files", "value_sources", "load_warnings")
 META_KINDS = {int: "an integer", list: "a list", dict: "a mapping", str: "a string"}
 RNG_NOTE = ("the engine draws no random numbers at run time; buffer contents and routing are "
             "generated at build time from the seed")
@@ -75,6 +80,102 @@ def _build_metadata(sim):
                     for k in sim.program.kernels.values()},
         "program_sha1": hashlib.sha1(code.tobytes()).hexdigest(),
     }
+
+
+def _config_values(cfg_dict):
+    """The values of a resolved config (Config.to_dict() or a config.json), without provenance."""
+    return {k: v for k, v in cfg_dict.items() if k not in _NOT_VALUES}
+
+
+def _digest(values):
+    text = json.dumps(values, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _input_files(sim):
+    """Every file the build read besides the config files: kernels, ISA files, the model file and
+    the routing trace, as {path: what}."""
+    from .isa import default_isa_paths
+    from .paths import data_root
+    w = sim.cfg.workload
+    out = {}
+    for p in w.kernel_files:
+        out[str(Path(p).resolve())] = "kernel file"
+    for p in list(default_isa_paths()) + list(w.isa_files):
+        out[str(Path(p).resolve())] = "ISA file"
+    for model, folder, what in ((w.layer.model, "workloads/models", "model file"),
+                                (w.block.model, "workloads/blocks", "block model file")):
+        if model:
+            path = Path(model) if ("/" in model or model.endswith((".yaml", ".yml"))) else \
+                data_root() / folder / f"{model}.yaml"
+            out[str(path.resolve())] = what
+    if w.layer.routing.trace:
+        out[str(Path(w.layer.routing.trace).resolve())] = "routing trace"
+    return out
+
+
+def _file_digest(path):
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
+def _inputs(sim):
+    """What meta.json records of the run's inputs, for restore to compare."""
+    return {"config_sha256": _digest(_config_values(json.loads(json.dumps(sim.cfg.to_dict())))),
+            "files": {p: [what, _file_digest(p)] for p, what in _input_files(sim).items()}}
+
+
+def _changed_inputs(d, meta, sim):
+    """Why the rebuilt run's inputs differ from those the checkpoint recorded (a list of texts)."""
+    changes = []
+    if sim.cfg.run.seed != meta["seed"]:
+        changes.append(f"run.seed is {sim.cfg.run.seed} in input_config.json, {meta['seed']} in "
+                       f"meta.json")
+    recorded = meta["inputs"]
+    now = _config_values(json.loads(json.dumps(sim.cfg.to_dict())))
+    if _digest(now) != recorded.get("config_sha256"):
+        try:
+            then = _config_values(json.loads(read_text(d / "config.json", "saved config")))
+        except (InputFileError, ValueError):
+            then = None
+        if then is None or _digest(then) != recorded.get("config_sha256"):
+            changes.append("the saved config differs from the one the checkpoint was written "
+                           "with (input_config.json and config.json were changed)")
+        else:
+            keys = [f"{k}: {a!r:.60} when written, {b!r:.60} now" for k, a, b in
+                    _differences(then, now)]
+            changes.append("config values changed since the checkpoint was written: "
+                           + "; ".join(keys[:6]) + (f" (and {len(keys) - 6} more)"
+                                                    if len(keys) > 6 else ""))
+    files = recorded.get("files")
+    if not isinstance(files, dict):
+        changes.append("meta.json: inputs.files: expected a mapping of file -> digest")
+        files = {}
+    for path, entry in files.items():
+        what, digest = entry if isinstance(entry, list) and len(entry) == 2 else ("file", None)
+        current = _file_digest(path)
+        if current is None:
+            changes.append(f"the {what} {path} is gone")
+        elif current != digest:
+            changes.append(f"the {what} {path} changed since the checkpoint was written")
+    return changes
+
+
+def _differences(a, b, prefix=""):
+    """[(dotted key, value in a, value in b)] where two JSON values differ."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        out = []
+        for k in list(a) + [k for k in b if k not in a]:
+            out += _differences(a.get(k), b.get(k), f"{prefix}.{k}" if prefix else str(k))
+        return out
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        out = []
+        for i, (x, y) in enumerate(zip(a, b)):
+            out += _differences(x, y, f"{prefix}[{i}]")
+        return out
+    return [] if a == b else [(prefix, a, b)]
 
 
 def write_checkpoint(sim, directory, tick):
@@ -100,6 +201,7 @@ def write_checkpoint(sim, directory, tick):
             "state": {name: {"dtype": np.asarray(getattr(st, name)).dtype.descr,
                              "shape": list(getattr(st, name).shape)} for name in st._fields},
             **_build_metadata(sim),
+            "inputs": _inputs(sim),
         }
         # written last: a directory with meta.json is a complete checkpoint
         write_text_atomic(d / "meta.json", json.dumps(meta, indent=1))
@@ -162,6 +264,12 @@ def restore(directory):
         raise CheckpointError(f"{label}: expected the saved config (a JSON object), found a "
                               f"{type(data).__name__}")
     sim = Simulation(config_from_dict(data, label))
+    changes = _changed_inputs(d, meta, sim)
+    if changes:
+        raise CheckpointError(
+            f"{d}: the checkpoint's inputs changed since it was written, so its saved state no "
+            f"longer belongs to them: " + "; ".join(changes) + ". Rerun from the config, or "
+            f"restore the inputs as they were")
     rebuilt = _build_metadata(sim)
     for key in ("buffers", "launches", "kernels", "program_sha1"):
         if json.loads(json.dumps(rebuilt[key])) != meta[key]:

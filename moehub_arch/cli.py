@@ -24,7 +24,9 @@ interrupted by Ctrl-C (SIGINT) / SIGTERM, stats so far written; 2 bad input
 line), an output that cannot be written, or a runtime error in a kernel; 3 a stuck run
 (deadlock, the watchdog: no instruction for run.watchdog_interval, or a livelock: thread blocks
 spinning without memory, hub or link accesses for run.livelock_interval), with a report of who
-waits on what; 4 an end-of-run invariant violated. Stats are written whenever the run got under
+waits on what; 4 an end-of-run invariant violated; 70 an internal error (a bug: one paragraph
+naming the file that holds the traceback, moehub_arch/bugreport.py); 75 a damaged compile-cache
+file was found and removed: run the command again (moehub_arch/cache_repair.py). Stats are written whenever the run got under
 way, including exit statuses 3, 4, 130 and 143.
 """
 import argparse
@@ -166,6 +168,7 @@ def _stamp_engine_cache():
 
 
 def main(argv=None):
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = _parser().parse_args(argv)
     if args.command == "run" and args.engine == "python":
         # must happen before numba is imported anywhere
@@ -189,6 +192,17 @@ def main(argv=None):
         name = f"{e.filename}: " if e.filename else ""
         print(f"moehub-sim: error: {name}{e.strerror or e}", file=sys.stderr)
         return 2
+    except Exception as e:   # noqa: BLE001 - anything else is a bug: a report, not a traceback
+        from .cache_repair import EXIT_RETRY, damaged_cache_file, remove_function
+        damaged = damaged_cache_file(e)
+        if damaged is not None:   # a compile-cache file damaged inside: remove it, run again
+            remove_function(damaged)
+            print(f"moehub-sim: error: the compiled-engine cache file {damaged} is damaged "
+                  f"({type(e).__name__}: {e}); it was removed with its function's other cache "
+                  f"files: run the command again to compile that part anew", file=sys.stderr)
+            return EXIT_RETRY
+        from .bugreport import report_bug
+        return report_bug(e, [str(a) for a in argv])
 
 
 def _user_errors():
@@ -276,12 +290,16 @@ def _observe_overrides(args):
 
 def _time_arg(flag, text, bare_unit):
     """A time given on the command line, in ps: a quantity with a unit (50us), or a bare number
-    meaning `bare_unit` (ps for ticks, s for wall-clock seconds)."""
+    meaning `bare_unit` (ps for ticks, s for wall-clock seconds). A simulated time (ticks) must be
+    within the engine's range, a wall-clock time within 64 bits; infinity and NaN are refused."""
     from .config import ConfigError, UnitError, parse_quantity
+    from .config.units import INT64_MAX, quantity_limit, range_text
+    limit = None if bare_unit == "ps" else INT64_MAX
     try:
-        return parse_quantity(text, "time")
-    except UnitError:
-        pass
+        return parse_quantity(text, "time", limit)
+    except UnitError as e:
+        if "too large" in str(e):
+            raise ConfigError(f"{flag} {text}: {e}", flag) from None
     try:
         value = float(text)
     except ValueError:
@@ -289,7 +307,11 @@ def _time_arg(flag, text, bare_unit):
     if value < 0 or value != value:
         raise ConfigError(f"{flag} {text}: expected a time such as 50us, or a non-negative number "
                           f"of {'ticks (ps)' if bare_unit == 'ps' else 'seconds'}", flag)
-    return int(round(value * (1 if bare_unit == "ps" else 10 ** 12)))
+    ps = value * (1 if bare_unit == "ps" else 10 ** 12)
+    if ps > quantity_limit("time", limit):   # infinity included
+        raise ConfigError(f"{flag} {text}: too large: expected a time of at most "
+                          f"{range_text('time', limit)}", flag)
+    return int(round(ps))
 
 
 def _run_options(args):

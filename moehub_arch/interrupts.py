@@ -15,38 +15,19 @@ same exit status, without stats. Sweeps stop their workers and keep the points t
 import signal
 
 from .limits import StopRun
+from .signal_state import FLAG, Interrupted, end_soft, signal_name  # noqa: F401 (re-exported)
 from .observer import RunObserver
 from .watchdog import fmt_time
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
-def signal_name(signum):
-    return signal.Signals(signum).name
-
-
 def exit_status(signum):
     return 128 + int(signum)
 
 
-class Interrupted(BaseException):
-    """A signal that stops the command at once (no stats): before the run loop, or a second one."""
-
-    def __init__(self, signum, message=None):
-        super().__init__(message or f"interrupted by {signal_name(signum)}")
-        self.signum = signum
-
-
 class InterruptedRun(StopRun):
     """Ends the run loop cleanly at the tick the interrupt was seen (stats collected)."""
-
-
-class _Flag:
-    signum = None       # the first signal seen during the run loop
-    soft = False        # inside the run loop: a signal sets the flag instead of raising
-
-
-FLAG = _Flag()
 
 
 def _handler(signum, frame):

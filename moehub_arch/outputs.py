@@ -12,9 +12,21 @@ directory (the files it is about to write) before it starts, so two runs never m
 
 A file that cannot be written (directory missing or not writable, disk full) is an `OutputError`:
 one paragraph naming the file and the reason, exit status 2.
+
+One writer per output directory (issue 52): a run (and a sweep) holds an exclusive lock on
+`OUTDIR/.moehub-lock` (`OutdirLock`, flock(2): the kernel releases it when the process ends, so a
+killed run leaves no stale lock) from before it removes the earlier run's files until its stats
+are written. A second run into the same directory is refused at once with an OutputError naming
+the run that holds it (process id, host, start time, command), never left to mix its files with
+the other's.
 """
 import errno
+import fcntl
+import json
 import os
+import socket
+import sys
+import time
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -105,3 +117,78 @@ def remove_stale(outdir, names):
                 pass
             except OSError as e:
                 raise output_error(p, e, "earlier output file (removing it)") from None
+
+
+LOCK_NAME = ".moehub-lock"
+
+
+class OutdirLock:
+    """Context manager: hold the exclusive lock of an output directory, or raise OutputError
+    naming the run that holds it. The lock file is removed on release."""
+
+    def __init__(self, outdir, what="run"):
+        self.path = Path(outdir) / LOCK_NAME
+        self.what = what
+        self.fd = None
+
+    def __enter__(self):
+        while True:
+            try:
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            except OSError as e:
+                raise output_error(self.path, e, "output directory's lock file") from None
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = _holder(fd)
+                os.close(fd)
+                raise OutputError(
+                    f"{self.path.parent}: another {holder.get('what', 'run')} is writing this "
+                    f"output directory ({_holder_text(holder)}); two runs into one directory "
+                    f"would mix their files: wait for it to finish, or choose another directory "
+                    f"with -o") from None
+            except OSError as e:
+                os.close(fd)
+                raise output_error(self.path, e, "output directory's lock file") from None
+            # the holder before us may have removed the file between our open and our lock:
+            # then we locked a file nobody else can see; start again on the current one
+            try:
+                same = os.path.samestat(os.fstat(fd), os.stat(self.path))
+            except FileNotFoundError:
+                same = False
+            if same:
+                break
+            os.close(fd)
+        info = {"pid": os.getpid(), "host": socket.gethostname(), "what": self.what,
+                "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+                "command": " ".join(["moehub-sim"] + sys.argv[1:]) if sys.argv else "?"}
+        os.ftruncate(fd, 0)
+        os.write(fd, json.dumps(info).encode())
+        self.fd = fd
+        return self
+
+    def __exit__(self, *exc):
+        if self.fd is not None:
+            try:
+                self.path.unlink()
+            except OSError:
+                pass
+            os.close(self.fd)   # releases the lock
+            self.fd = None
+        return False
+
+
+def _holder(fd):
+    try:
+        data = os.pread(fd, 4096, 0)
+        info = json.loads(data.decode())
+        return info if isinstance(info, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def _holder_text(info):
+    if not info.get("pid"):
+        return "its details are not readable"
+    return (f"process {info['pid']} on {info.get('host', '?')}, started {info.get('started', '?')}"
+            f": {info.get('command', '?')}")

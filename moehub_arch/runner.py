@@ -5,9 +5,11 @@ Used by `moehub-sim run`, by every point of `moehub-sim sweep` and by `moehub_ar
 may run without an output directory: then nothing is written). How files are
 written so that a directory is never half-written yet looks complete: outputs.py.
 """
+import contextlib
 import json
 
-from .outputs import OutputError, make_outdir, remove_stale, write_text_atomic
+from .outputs import OutdirLock, OutputError, make_outdir, remove_stale, write_text_atomic
+from .signal_state import Interrupted
 from .simulation import Simulation
 from .stats import write_stats_csv, write_stats_json, write_stats_txt
 
@@ -63,6 +65,12 @@ def run_to_outdir(cfg, outdir, progress=False, quiet=False, before_run=None, sim
     got under way, also when it ends with an error (stuck, invariants, runtime error).
     `outdir` None: the same run, nothing written (the stats stay in the returned Simulation)."""
     out = None if outdir is None else make_outdir(outdir)
+    # one writer per output directory: the lock is held until the stats are written
+    with OutdirLock(out) if out is not None else contextlib.nullcontext():
+        return _run_locked(cfg, out, progress, quiet, before_run, sim, observers)
+
+
+def _run_locked(cfg, out, progress, quiet, before_run, sim, observers):
     sim = sim if sim is not None else Simulation(cfg)
     if out is not None:
         # never a mix of two runs: what an earlier run left here under our names goes first
@@ -79,7 +87,9 @@ def run_to_outdir(cfg, outdir, progress=False, quiet=False, before_run=None, sim
         error = e
         raise
     finally:
-        if sim.stats is not None and out is not None:
+        # a signal after the run loop (interrupts.py: Interrupted) stops at once, nothing more
+        # written; every other ending writes the stats so far
+        if sim.stats is not None and out is not None and not isinstance(error, Interrupted):
             try:
                 write_stats(sim.stats, out)
             except OutputError as e:

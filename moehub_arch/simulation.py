@@ -19,6 +19,8 @@ import time
 import numpy as np
 
 from .builder import BuildError, build_state, event_headroom
+from .cache_repair import (CACHE_LOAD_ERRORS, damaged_cache_file, remove_function, repair_cache,
+                           say_rebuilt)
 from .components.nvlink import settle_credits
 from .config import ConfigError, flat_params, locate
 from .dispatch import loop as dispatch_loop
@@ -29,7 +31,8 @@ from .components.trace import TRACE_COLUMNS
 from .engine.state import ERROR_TEXT, LN_DONE
 from .isa import assemble_files, default_isa_paths, load_isa
 from .isa.encoding import REG_TB, SEM, SEMANTIC_NAMES, SUBOP, SUBOP_NAMES
-from .limits import RunLimits, StopRun
+from .signal_state import end_soft
+from .limits import RunLimits, StopRun, TimeHorizon
 from .observer import RunObserver, SimulationError  # noqa: F401 (re-exported for users)
 from .stats.collect import collect_stats
 from .stats.report import evaluate_report
@@ -92,6 +95,7 @@ class Simulation:
             out.append(LivelockWatchdog(r.livelock_interval))
         if r.max_ticks > 0 or r.max_wall > 0:
             out.append(RunLimits(r.max_ticks, r.max_wall * 1e-12))
+        out.append(TimeHorizon())
         return out
 
     def run(self, observers=()):
@@ -106,6 +110,7 @@ class Simulation:
         from .composition import start_blocks
 
         t0 = time.perf_counter()
+        repair_cache()   # a cache file cut short is removed (and compiled again) before loading
         # compile (or load from cache) the run loop and the handlers' entry points it calls (on a
         # cold cache in two processes, dispatch/precompile.py); timed separately from the run
         engine = EngineCompile(self.state, (0, 0, -1))
@@ -113,10 +118,9 @@ class Simulation:
             if self.restored_tick is None:
                 start_blocks(self.state)   # e.g. the scheduler's first launches
             ref = state_ref(self.state)
-            self._entries, self.cold_start = engine.finish()
+            self._load_engine(engine, ref)
         finally:
             engine.close()
-        dispatch_loop.run_loop(ref, 0, 0, -1, self._entries)
         t1 = time.perf_counter()
         cpu1 = time.process_time()
         observers = list(observers) + self.default_observers()
@@ -129,6 +133,7 @@ class Simulation:
             self.stopped = str(e)
         except SimulationError as e:
             error = e
+        end_soft()   # Ctrl-C / SIGTERM from here on stop at once (interrupts.py)
         self.exact_tick = None
         host_seconds = time.perf_counter() - t1
         host_cpu_seconds = time.process_time() - cpu1
@@ -180,6 +185,23 @@ class Simulation:
         if error is not None:
             raise error
         return self.stats
+
+    def _load_engine(self, engine, ref):
+        """The entry points and the run loop, loaded (or compiled); a cache file damaged inside
+        (found only when Numba reads it) is removed with its function's other files, and the
+        engine is loaded once more (cache_repair.py)."""
+        for attempt in (0, 1):
+            try:
+                self._entries, self.cold_start = engine.finish()
+                dispatch_loop.run_loop(ref, 0, 0, -1, self._entries)
+                return
+            except CACHE_LOAD_ERRORS as e:
+                path = damaged_cache_file(e)
+                if attempt or path is None:
+                    raise
+                engine.close()
+                say_rebuilt(path.parent.parent, remove_function(path), f"{type(e).__name__}: {e}")
+                engine = EngineCompile(self.state, (0, 0, -1))
 
     def _finish_observers(self, observers, error):
         """on_finish of every observer, also after an error (a stuck run's timeline and dumps are

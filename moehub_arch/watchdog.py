@@ -21,6 +21,8 @@ buffers and queues are full (hub request tables and FIFOs, link channels out of 
 inputs blocked, MoE-Hub row rings, expert windows, completion-record tables, AAU staging), which
 launches are unfinished. Everything is read from the State arrays after the loop stopped.
 """
+import hashlib
+
 import numpy as np
 
 from .components.sizing import experts_of_window
@@ -31,7 +33,7 @@ from .engine.events import Q_KIND, Q_TICK, TIMER_OFF, TM_TICK
 from .engine.state import (LN_DONE, LN_RUNNING, TB_EMPTY, TB_READY, TB_RETIRED, TB_WAIT_CLAIM,
                            TB_WAIT_FENCE, TB_WAIT_FLAG, TB_WAIT_HUB, TB_WAIT_REMOTE)
 from .observer import RunObserver, SimulationError
-from .isa.encoding import (CMP_NAMES, IMM, OP0, REG_TB, SEM, SEM_BRANCH, SEM_FENCE, SEM_SEND_EXPERT, SEM_ST_ROWSP, SEM_SEND_EXPERTS, SEM_ST_ROWSP_EXPERTS,
+from .isa.encoding import (CMP_NAMES, IMM, OP0, REG_TB, SEM, SEM_BRANCH, SEM_FENCE, SEM_SEND_EXPERT, SEM_SLEEP, SEM_ST_ROWSP, SEM_SEND_EXPERTS, SEM_ST_ROWSP_EXPERTS,
                            SEMANTIC_NAMES,
                            SUBOP, SUBOP_NAMES)
 
@@ -328,6 +330,58 @@ def unfinished(sim):
     return [f"'{l.kernel}' on GPU {l.gpu}" for l in sim.launches if st.ln.status[l.index] != LN_DONE]
 
 
+# ------------------------------------------------------------------------ slow, not stuck
+# events that do not move data: the SM's own issue wake-ups (a sleeping or polling block) and
+# the periodic occupancy sampling; every other pending event is work in flight (a packet on a
+# link, a crossbar traversal, a hub or RPM transmission, a launch after its host delay...)
+_NOT_TRANSFERS = ("sm_issue", "occupancy_sample")
+
+
+def in_flight(sim, tick, memory_waits=True):
+    """What is still moving at `tick`, in words (empty: nothing): pending events that carry data
+    (by kind, with the next one's tick) and, with `memory_waits`, thread blocks waiting for a
+    memory operation they issued (a copy, load or store on a slow HBM: their next instruction is
+    due when it ends). A run with anything in flight is slow, not stuck (issue 52)."""
+    st = sim.state
+    kinds = {}
+    q = int(st.sys[0].q_size)
+    for i in range(q):
+        name = EVENT_NAMES[int(st.q[i, Q_KIND])]
+        if name not in _NOT_TRANSFERS:
+            n, first = kinds.get(name, (0, None))
+            t = int(st.q[i, Q_TICK])
+            kinds[name] = (n + 1, t if first is None else min(first, t))
+    for i in np.nonzero(st.timer[:, TM_TICK] != TIMER_OFF)[0]:
+        name = EVENT_NAMES[timer_event(st, int(i))]
+        if name not in _NOT_TRANSFERS:
+            n, first = kinds.get(name, (0, None))
+            t = int(st.timer[i, TM_TICK])
+            kinds[name] = (n + 1, t if first is None else min(first, t))
+    out = [f"{n} {name} event(s), the next at tick {first}" for name, (n, first) in
+           sorted(kinds.items())]
+    if memory_waits:
+        waiting = _memory_waits(sim, tick, 0)
+        if waiting:
+            out.append(f"{len(waiting)} thread block(s) waiting for a memory operation, the first "
+                       f"done at tick {min(int(sim.state.tb[s].ready) for s in waiting)}")
+    return out
+
+
+def _memory_waits(sim, tick, longer_than):
+    """Slots of ready thread blocks whose next instruction waits more than `longer_than` ticks
+    for a memory operation they issued (not a `sleep`): the instruction before their pc."""
+    st = sim.state
+    tb = st.tb
+    out = []
+    for slot in np.nonzero((tb.state == TB_READY) & (tb.ready - tick > longer_than))[0]:
+        pc = int(tb[slot].pc) - 1
+        k = sim.program.kernel_at(pc) if pc >= 0 else None
+        if k is not None and k is sim.program.kernel_at(pc + 1) and \
+                int(st.code[pc, SEM]) != SEM_SLEEP:
+            out.append(int(slot))
+    return out
+
+
 # ------------------------------------------------------------------------- the watchdog
 class NoProgressWatchdog(RunObserver):
     """RunObserver: stop with exit status 3 when no instruction issues for `interval` ticks
@@ -356,6 +410,10 @@ class NoProgressWatchdog(RunObserver):
             # something issued at or before `tick` (counting from `tick` can only fire late), or
             # no thread block is resident: the GPUs wait for a launch (e.g. a long host delay)
             self.last_insts, self.last_tick = insts, tick
+        elif tick - self.last_tick >= self.interval and in_flight(sim, tick):
+            # slow, not stuck: a packet still on a slow link, a copy on a slow HBM (issue 52);
+            # watch on from here (a wait that nothing in flight can end fires one interval later)
+            self.last_tick = tick
         elif tick - self.last_tick >= self.interval:
             raise SimulationError(
                 f"watchdog: no instruction issued for {fmt_time(tick - self.last_tick)} of "
@@ -414,6 +472,31 @@ def livelock_report(sim, slots, now, interval):
     return "\n".join(lines)
 
 
+def loop_report(sim, slots):
+    """One line per looping thread block: kernel, GPU/SM/TB, line and the loop around it."""
+    st = sim.state
+    p = st.p[0]
+    T, S = int(p.slots_per_sm), int(p.sms_per_gpu)
+    lines = []
+    for slot in list(slots)[:MAX_TB_LINES]:
+        slot = int(slot)
+        l = int(st.tb[slot].launch)
+        kernel = sim.launches[l].kernel if l >= 0 else "?"
+        pc = int(st.tb[slot].pc)
+        file, line = sim.program.source_line(pc)
+        loop = enclosing_loop(sim.program, pc)
+        where = f"{file}:{line}"
+        if loop is not None:
+            first, last = (sim.program.source_line(x)[1] for x in loop)
+            where += f", in the loop of lines {first}-{last}"
+        sm = slot // T
+        lines.append(f"  kernel '{kernel}' (GPU {sm // S}, SM {sm % S}, TB "
+                     f"{int(st.regs[slot, REG_TB])}) at {where}")
+    if len(slots) > MAX_TB_LINES:
+        lines.append(f"  ... and {len(slots) - MAX_TB_LINES} more thread block(s)")
+    return "\n".join(lines)
+
+
 class LivelockWatchdog(RunObserver):
     """RunObserver: stop with exit status 3 when a resident, ready thread block has issued no
     instruction touching memory, the hub or the links (and not exited) for `interval` ticks.
@@ -426,9 +509,12 @@ class LivelockWatchdog(RunObserver):
     def __init__(self, interval):
         self.interval = int(interval)
         self.next_check = 0
+        self.waited = None      # per slot: the end of the last long memory wait seen (progress)
+        self.unchanged = None   # (tick, instructions, digest of the functional state) then
 
     def on_start(self, sim):
         self.next_check = int(sim.state.sys[0].q_now) + self.interval
+        self.waited = np.zeros(len(sim.state.tb), dtype=np.int64)
 
     def next_stop(self, sim):
         return self.next_check
@@ -437,8 +523,14 @@ class LivelockWatchdog(RunObserver):
         if tick < self.next_check:
             return
         tb = sim.state.tb
-        ready = tb.state == TB_READY
-        spinning = np.nonzero(ready & (tick - tb.progress >= self.interval))[0]
+        # a block waiting for a long memory operation (a copy on a slow HBM) is not spinning:
+        # the end of its wait counts as progress (issue 52)
+        for slot in _memory_waits(sim, tick, self.interval // 2):
+            self.waited[slot] = max(int(self.waited[slot]), int(tb[slot].ready))
+        stamp = np.maximum(tb.progress, self.waited)
+        ready = (tb.state == TB_READY) & (stamp <= tick)
+        spinning = np.nonzero(ready & (tick - stamp >= self.interval))[0]
+        self._no_effect(sim, tick)
         if len(spinning):
             raise SimulationError(
                 f"livelock: {len(spinning)} thread block(s) kept issuing instructions for "
@@ -447,6 +539,38 @@ class LivelockWatchdog(RunObserver):
                 f"{len(unfinished(sim))} kernel launch(es) unfinished. Spinning:\n"
                 + livelock_report(sim, spinning, tick, self.interval)
                 + "\n" + diagnose(sim, tick), exit_code=3)
-        # the next time a ready TB can come due (a TB made ready later has a later stamp)
-        oldest = int(tb.progress[ready].min()) if ready.any() else tick
-        self.next_check = max(oldest + self.interval, tick + 1)
+        # the next time a ready TB can come due (a TB made ready later has a later stamp), and
+        # at most one interval away (the no-effect check compares states an interval apart)
+        oldest = int(stamp[ready].min()) if ready.any() else tick
+        self.next_check = min(max(oldest + self.interval, tick + 1), tick + self.interval)
+
+    def _no_effect(self, sim, tick):
+        """Stop when thread blocks kept issuing instructions for a whole interval but nothing
+        changed: no memory word, register, thread-block or launch state, and nothing in flight -
+        a loop that can never end (a flag nobody sets polled in a loop, the same values stored
+        over and over), which touches memory and so escapes the check above (issue 52)."""
+        st = sim.state
+        insts = int(st.sm.insts.sum())
+        h = hashlib.blake2b(digest_size=16)
+        for a in (st.hbm_mem, st.smem, st.regs, st.tb.state, st.ln.status):
+            h.update(np.ascontiguousarray(a).view(np.uint8).tobytes())
+        digest = h.digest()
+        before = self.unchanged
+        if before is None or before[2] != digest or before[1] == insts \
+                or in_flight(sim, tick, memory_waits=False):
+            if before is None or before[2] != digest or before[1] == insts:
+                self.unchanged = (tick, insts, digest)
+            return
+        # the blocks issuing now (a block in one long sleep or memory wait is not looping)
+        looping = np.nonzero((st.tb.state == TB_READY)
+                             & (st.tb.ready - tick <= self.interval // 2))[0]
+        if tick - before[0] < self.interval or not len(looping):
+            return
+        raise SimulationError(
+            f"livelock: thread blocks issued {insts - before[1]} instructions in "
+            f"{fmt_time(tick - before[0])} of simulated time (run.livelock_interval = "
+            f"{fmt_time(self.interval)}; ticks {before[0]} to {tick}) but changed nothing - no "
+            f"memory word, register, thread block or launch - and nothing is in flight: a loop "
+            f"that cannot end (a flag nobody sets polled in a loop, the same values stored "
+            f"over and over, a sleep loop that checks nothing); {len(unfinished(sim))} kernel launch(es) unfinished. Looping:\n"
+            + loop_report(sim, looping) + "\n" + diagnose(sim, tick), exit_code=3)

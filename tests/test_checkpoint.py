@@ -94,7 +94,8 @@ def test_checkpoint_of_another_engine_version_is_refused(checkpoint, tmp_path):
              "rerun from the config", "input_config.json")
     meta["format_version"] = 99
     (other / "meta.json").write_text(json.dumps(meta))
-    _refused(other, "checkpoint format version 99; this moehub-arch reads version 1")
+    from moehub_arch.checkpoint import FORMAT_VERSION
+    _refused(other, f"checkpoint format version 99; this moehub-arch reads version {FORMAT_VERSION}")
 
 
 def test_checkpoint_with_other_state_fields_is_refused(checkpoint, tmp_path):
@@ -116,6 +117,8 @@ def test_checkpoint_of_a_changed_kernel_is_refused(checkpoint):
     text = kernel.read_text()
     kernel.write_text(text.replace("add r1, r1, 1", "add r1, r1, 2"))
     try:
-        _refused(ck, "differs from the checkpoint's (program_sha1)", "a kernel, model or config")
+        # the kernel file's digest (meta.json inputs) names it before the rebuilt program is compared
+        _refused(ck, "the checkpoint's inputs changed since it was written",
+                 f"the kernel file {kernel.resolve()} changed since the checkpoint was written")
     finally:
         kernel.write_text(text)

@@ -42,8 +42,11 @@ def test_register_only_loop_is_a_livelock_naming_kernel_line_and_loop(tmp_path):
 
 def test_sleeping_is_waiting_not_a_livelock(tmp_path):
     # a TB that sleeps (a back-off) waits for time as others wait for a flag: only the limits
-    # end a sleep loop; one long sleep longer than the interval is no livelock either
-    sim = _run(tmp_path, "    beq %gpu, 1, out\ntop:\n    sleep 100\n    bra top\nout:\n    exit\n",
+    # end a sleep loop that counts its rounds; one long sleep longer than the interval is no
+    # livelock either. (A sleep loop that changes nothing at all can never end: a livelock,
+    # tests/test_robustness_edges.py.)
+    sim = _run(tmp_path, "    beq %gpu, 1, out\ntop:\n    sleep 100\n    add r2, r2, 1\n"
+                         "    bra top\nout:\n    exit\n",
                "run.livelock_interval=3us", "run.max_ticks=20us")
     sim.run()
     assert sim.stopped and "simulated-time limit" in sim.stopped

@@ -277,9 +277,12 @@ def test_a_checkpoint_that_cannot_be_written_is_a_named_error(tmp_path, capsys):
 
 
 # --------------------------------------------------------------------------- interrupts
-# GPU 0 polls a flag nobody sets (memory every iteration: neither stuck nor a livelock), so the
-# run goes on until it is interrupted; --max-wall bounds it if the signal were lost
-FOREVER = "    beq %gpu, 1, out\ntop:\n    ld r1, [%flag+8]\n    beq r1, 0, top\nout:\n    exit\n"
+# GPU 0 polls a flag nobody sets and counts its polls in r2 (memory every iteration and a
+# register that changes: neither stuck nor a livelock - without the count, a loop that changes
+# nothing is one, tests/test_robustness_edges.py), so the run goes on until it is interrupted;
+# --max-wall bounds it if the signal were lost
+FOREVER = ("    beq %gpu, 1, out\ntop:\n    ld r1, [%flag+8]\n    add r2, r2, 1\n"
+           "    beq r1, 0, top\nout:\n    exit\n")
 
 
 def _start(tmp_path, *extra):

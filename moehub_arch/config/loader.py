@@ -18,6 +18,7 @@ paragraph naming that file, the dotted key path, what was expected and what was 
 """
 import copy
 import difflib
+import math
 import re
 from pathlib import Path
 from typing import Sequence
@@ -30,7 +31,8 @@ from ..paths import data_root, find_user_file
 from .files import ConfigError, display_path, read_yaml
 from .models import load_model
 from .schema import Config
-from .units import EXAMPLES, UnitError, parse_quantity
+from .units import (EXAMPLES, INT64_MAX, MAX_TICKS, UnitError, parse_quantity, quantity_limit,
+                    range_text)
 
 TOP_KEYS = ("extends", "system", "scheme", "workload", "run", "stats", "trace", "debug")
 
@@ -284,14 +286,39 @@ def _found(v) -> str:
     return f"'{v}'"
 
 
-def _to_int(v, path, ctx, lo):
+def _to_int(v, path, ctx, lo, hi=None):
     if isinstance(v, bool) or not isinstance(v, (int, float)) or (
             isinstance(v, float) and not v.is_integer()):
         raise ctx.error(path, f"expected an integer, found {_found(v)}")
     v = int(v)
     if lo is not None and v < lo:
         raise ctx.error(path, f"expected an integer >= {lo}, found {v}")
+    if v < -INT64_MAX - 1:
+        raise ctx.error(path, f"expected an integer >= {-INT64_MAX - 1} (the smallest 64-bit "
+                              f"integer), found {v}")
+    # every integer key ends up in the engine's 64-bit integers: one beyond them is refused,
+    # never wrapped (issue 52); a key may declare a tighter bound (schema `max`)
+    top = INT64_MAX if hi is None else hi
+    if v > top:
+        why = " (the largest 64-bit integer)" if hi is None else ""
+        raise ctx.error(path, f"expected an integer <= {top}{why}, found {v}")
     return v
+
+
+def _to_float(v, path, ctx, lo, hi=None):
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise ctx.error(path, f"expected a number, found {_found(v)}")
+    try:
+        x = float(v)
+    except OverflowError:   # an integer beyond the float range
+        x = math.inf
+    if not math.isfinite(x):
+        raise ctx.error(path, f"expected a finite number, found {_found(v)}")
+    if lo is not None and x < lo:
+        raise ctx.error(path, f"expected a number >= {lo:g}, found {_found(v)}")
+    if hi is not None and x > hi:
+        raise ctx.error(path, f"expected a number <= {hi:g}, found {_found(v)}")
+    return x
 
 
 def _to_tuple(v, path, ctx):
@@ -312,9 +339,9 @@ def _to_choice(v, choices, path, ctx):
 
 def _convert_value(a, v, path, ctx):
     m = a.metadata
-    kind, lo = m["kind"], m.get("min")
+    kind, lo, hi = m["kind"], m.get("min"), m.get("max")
     if kind == "int":
-        return _to_int(v, path, ctx, lo)
+        return _to_int(v, path, ctx, lo, hi)
     if kind == "int_or_expr":
         if isinstance(v, str):
             if not v.strip():
@@ -325,9 +352,7 @@ def _convert_value(a, v, path, ctx):
     if kind == "opt_int":
         return None if v is None else _to_int(v, path, ctx, lo)
     if kind == "float":
-        if isinstance(v, bool) or not isinstance(v, (int, float)):
-            raise ctx.error(path, f"expected a number, found {_found(v)}")
-        return float(v)
+        return _to_float(v, path, ctx, lo, hi)
     if kind == "bool":
         if not isinstance(v, bool):
             raise ctx.error(path, f"expected true or false, found {_found(v)}")
@@ -345,12 +370,15 @@ def _convert_value(a, v, path, ctx):
         return _to_choice(v, m["choices"], path, ctx)
     if kind in ("time", "frequency", "size", "bandwidth"):
         if ctx.base_units and isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0:
+            if not math.isfinite(v) or v > quantity_limit(kind, hi):
+                raise ctx.error(path, f"{v} is too large: expected a {kind} of at most "
+                                      f"{range_text(kind, hi)}")
             q = float(v) if kind == "bandwidth" else int(v)
             if lo and q < lo:
                 raise ctx.error(path, f"expected a {kind} greater than zero, found {v}")
             return q
         try:
-            q = parse_quantity(v, kind)
+            q = parse_quantity(v, kind, hi)
         except UnitError as e:
             raise ctx.error(path, str(e)) from None
         if lo and q < lo:
@@ -381,6 +409,9 @@ def _convert_value(a, v, path, ctx):
             if isinstance(pv, bool) or not isinstance(pv, (int, str)):
                 raise ctx.error((*path, name), f"expected an integer or an expression string "
                                                f"such as '@buf + 64', found {_found(pv)}")
+            if isinstance(pv, int) and not -INT64_MAX - 1 <= pv <= INT64_MAX:
+                raise ctx.error((*path, name), f"expected an integer that fits a 64-bit "
+                                               f"register, found {pv}")
             out.append((str(name), pv))
         return tuple(out)
     if kind in ("int_tuple", "opt_int_tuple"):
@@ -436,6 +467,13 @@ def _convert(cls, raw, path, ctx, name=None):
 def _check(cfg: Config, ctx: _Ctx):
     s = cfg.system
     nv, sw = s.nvlink, s.switch
+    rate = s.nic.message_rate
+    if 0 < rate < 10 ** 12 / MAX_TICKS:
+        # the engine spaces work requests by 1e12 / rate ps: that interval must be a time
+        raise ctx.error(("system", "nic", "message_rate"),
+                        f"expected 0 (no limit) or at least {10 ** 12 / MAX_TICKS:.3g} work "
+                        f"requests per second (one per {MAX_TICKS // 10 ** 12} s, the simulated-"
+                        f"time range), found {rate:g}")
     if sw.topology == "nvswitch" and len(sw.gpu_link_switch) != nv.links_per_gpu:
         raise ctx.error(("system", "switch", "gpu_link_switch"),
                         f"expected one switch index per link (system.nvlink.links_per_gpu = "

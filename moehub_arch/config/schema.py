@@ -2,7 +2,9 @@
 
 Each field carries metadata that the loader (loader.py) uses to convert and check the YAML value:
 `kind` (int, int_or_expr, float, bool, str, choice, choice_tuple, time, frequency, size, bandwidth,
-node, list, named, params, int_tuple, str_tuple, opt_int, opt_int_tuple), an optional lower bound `min`, the `choices` of a
+node, list, named, params, int_tuple, str_tuple, opt_int, opt_int_tuple), an optional lower bound `min`
+and upper bound `max` (every integer is also bounded by the 64-bit range, every float must be
+finite, every quantity must fit the engine: units.py), the `choices` of a
 choice field, the nested class `cls` of node/list/named fields, and a one-line `doc`.
 
 System fields have no defaults on purpose: every hardware number must come from a config file,
@@ -16,8 +18,8 @@ BASE_UNITS = {"time": "ps", "frequency": "Hz", "size": "B", "bandwidth": "B/s"}
 _NO_DEFAULT = attrs.NOTHING
 
 
-def _f(kind, doc, default=_NO_DEFAULT, *, min=None, choices=None, cls=None):
-    meta = {"kind": kind, "doc": doc, "min": min, "choices": choices, "cls": cls}
+def _f(kind, doc, default=_NO_DEFAULT, *, min=None, max=None, choices=None, cls=None):
+    meta = {"kind": kind, "doc": doc, "min": min, "max": max, "choices": choices, "cls": cls}
     return attrs.field(default=default, metadata=meta)
 
 
@@ -955,7 +957,9 @@ class RunConfig:
     max_ticks: int = _f("time", "stop the run cleanly at this simulated time, stats dumped (0ps: no "
                         "limit)", 0, min=0)
     max_wall: int = _f("time", "stop the run cleanly after this much host wall-clock time, checked "
-                       "between batches of batch_events events (0ps: no limit)", 0, min=0)
+                       "between batches of batch_events events (0ps: no limit; a host time, "
+                       "so not bounded by the simulated-time range)", 0, min=0,
+                       max=2 ** 63 - 1)
     check_invariants: bool = _f("bool", "check conservation invariants at the end of the run "
                                 "(bytes per link, packets, credits, thread blocks, hub queues, MoE "
                                 "token accounting); a violation is exit status 4", True)

@@ -19,11 +19,23 @@ two, so every size unit is 1024-based and KB == KiB. Rates ("25 GB/s per NVLink 
 B/s); write GiB/s for a binary rate. `Gbps` is a bit rate: 1 Gbps = 1e9 / 8 B/s.
 
 A bare number is refused for every kind: a config must say which unit it means.
+
+Every quantity must fit the engine's 64-bit integers (issue 52): a size or frequency at most
+INT64_MAX, a bandwidth finite and at most INT64_MAX B/s, and a time at most `MAX_TICKS`, the
+simulated-time range of the engine (its clocks compute in femtoseconds, tick x 1000, in 64-bit
+integers: engine/clock.py; half of that range is kept as headroom for the delays added to the
+current time). A larger value is refused with the range, never wrapped or capped.
 """
 from decimal import Decimal, InvalidOperation, ROUND_HALF_EVEN
 import re
 
 KINDS = ("time", "frequency", "size", "bandwidth")
+
+#: the largest value a 64-bit signed integer holds
+INT64_MAX = 2 ** 63 - 1
+#: the simulated-time range, in ps: 2**62 fs (about 4,611 s), half of what the engine's femtosecond
+#: arithmetic (engine/clock.py: tick x 1000 in int64) represents, the other half being headroom
+MAX_TICKS = 2 ** 62 // 1000
 
 _K, _M, _G, _T = 1024, 1024 ** 2, 1024 ** 3, 1024 ** 4
 
@@ -58,12 +70,13 @@ def units_of(kind: str) -> list[str]:
     return [u for u, (k, _) in UNITS.items() if k == kind]
 
 
-def parse_quantity(value, kind: str):
+def parse_quantity(value, kind: str, limit=None):
     """Parse `value` (e.g. '25GB/s') as a `kind` quantity; return it in the kind's base unit.
 
     time -> int ps, frequency -> int Hz, size -> int bytes, bandwidth -> float B/s.
-    Raises UnitError for bare numbers, unknown units, wrong dimension, negative values and
-    sizes that are not a whole number of bytes.
+    Raises UnitError for bare numbers, unknown units, wrong dimension, negative values,
+    sizes that are not a whole number of bytes and values beyond `limit` (default: MAX_TICKS for
+    a time, INT64_MAX otherwise; a host time such as run.max_wall passes INT64_MAX).
     """
     if kind not in KINDS:
         raise ValueError(f"unknown quantity kind {kind!r} (kinds: {', '.join(KINDS)})")
@@ -84,10 +97,13 @@ def parse_quantity(value, kind: str):
         raise UnitError(f"'{value}' is a {found_kind}, expected a {kind} (units: {allowed})")
     try:
         exact = Decimal(number) * factor
-    except InvalidOperation:  # pragma: no cover - the regex only lets numbers through
-        raise UnitError(f"'{value}': '{number}' is not a number") from None
-    if exact < 0:
+    except ArithmeticError:   # decimal.Overflow: an exponent beyond Decimal's range (1e9999999)
+        exact = None
+    if exact is not None and exact < 0:
         raise UnitError(f"'{value}': a {kind} cannot be negative")
+    if exact is None or exact > quantity_limit(kind, limit):
+        raise UnitError(f"'{value}' is too large: expected a {kind} of at most "
+                        f"{range_text(kind, limit)}")
     if kind == "bandwidth":
         return float(exact)
     if kind == "size":
@@ -95,6 +111,24 @@ def parse_quantity(value, kind: str):
             raise UnitError(f"'{value}' is not a whole number of bytes ({exact} B)")
         return int(exact)
     return int(exact.to_integral_value(rounding=ROUND_HALF_EVEN))
+
+
+def quantity_limit(kind, limit=None):
+    """The largest value of a `kind` quantity (base unit): `limit` if given, else MAX_TICKS for a
+    time (simulated), INT64_MAX otherwise."""
+    if limit is not None:
+        return limit
+    return MAX_TICKS if kind == "time" else INT64_MAX
+
+
+def range_text(kind, limit=None) -> str:
+    """The bound of quantity_limit in words, for error messages."""
+    top = quantity_limit(kind, limit)
+    unit = {"time": "ps", "frequency": "Hz", "size": "B", "bandwidth": "B/s"}[kind]
+    if kind == "time" and top == MAX_TICKS:
+        return (f"{MAX_TICKS}ps (about {MAX_TICKS // 10 ** 12} s, the simulated-time range of the "
+                f"engine's 64-bit femtosecond arithmetic)")
+    return f"{top}{unit}" + (" (a 64-bit integer)" if top == INT64_MAX else "")
 
 
 def _is_number(text: str) -> bool:

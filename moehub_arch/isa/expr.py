@@ -51,6 +51,36 @@ def names_in(text):
     return out
 
 
+#: the largest integer an expression may build, in bits: every value an expression gives (costs,
+#: launch parameters, report figures) ends in a 64-bit register or a float; far larger integers
+#: (`10**10**10`) would take minutes or all memory to compute, so they are refused instead
+MAX_INT_BITS = 1024
+
+
+def _binop(op, a, b):
+    """One arithmetic operation, refused when its operands are not numbers or its integer result
+    would exceed MAX_INT_BITS (computed before the operation, so it costs nothing)."""
+    for v in (a, b):
+        if isinstance(v, str):
+            raise ExprError(f"a string ({v!r}) can only be a function argument, not an operand "
+                            f"of '{_OP_TEXT[type(op)]}'")
+    if isinstance(a, int) and isinstance(b, int):
+        bits = None
+        if isinstance(op, ast.Pow) and b > 0 and abs(a) > 1:
+            bits = (abs(a).bit_length() - 1) * b
+        elif isinstance(op, ast.Mult):
+            bits = abs(a).bit_length() + abs(b).bit_length() - 1
+        if bits is not None and bits > MAX_INT_BITS:
+            raise ExprError(f"the result of {a if a.bit_length() < 64 else '(a large integer)'} "
+                            f"{_OP_TEXT[type(op)]} {b if b.bit_length() < 64 else '(a large integer)'}"
+                            f" is too large (more than {MAX_INT_BITS} bits)")
+    return _BINOPS[type(op)](a, b)
+
+
+_OP_TEXT = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//",
+            ast.Mod: "%", ast.Pow: "**"}
+
+
 def evaluate(text, env, functions=None):
     """Evaluate `text` with names from `env` (dict: dotted name -> value) and `functions`."""
     if isinstance(text, (int, float)) and not isinstance(text, bool):
@@ -66,7 +96,7 @@ def evaluate(text, env, functions=None):
                 and not isinstance(node.value, bool):
             return node.value
         if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
-            return _BINOPS[type(node.op)](ev(node.left), ev(node.right))
+            return _binop(node.op, ev(node.left), ev(node.right))
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
             v = ev(node.operand)
             return -v if isinstance(node.op, ast.USub) else v

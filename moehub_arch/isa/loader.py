@@ -7,6 +7,7 @@ Several files may be loaded; a later file adds instructions, and may redefine an
 only when the entry says `replace: true` (so a typo cannot silently shadow a base instruction).
 Every problem is an IsaError naming the file, line and key.
 """
+import math
 from pathlib import Path
 
 import attrs
@@ -18,6 +19,11 @@ from ..paths import data_root
 from .encoding import (ATOM_RED_ADD, SEM_ATOM, VEC_FIRST_ROWWISE, VEC_LAST_ROWWISE, DTYPE_DST_SHIFT, DTYPE_LSU_LOADS, DTYPE_NAMES, NUM_SEMANTICS, SEM_VEC, SEMANTIC_NAMES,
                        SEMANTIC_OPERANDS, SUBOP_NAMES, SUBOP_OPTIONAL, UNIT_NAMES, operand_slots)
 from .expr import ExprError, evaluate
+
+#: the largest latency, initiation interval or throughput an instruction may declare: 2**31 - 1
+#: cycles (over a second at any GPU clock), so that a cost times a clock period stays far inside
+#: the engine's simulated-time range (config/units.py MAX_TICKS); a larger one is refused
+MAX_COST = 2 ** 31 - 1
 
 _FIELDS = ("semantic", "subop", "unit", "operands", "latency", "ii", "throughput", "dtype",
            "dst_dtype", "lsu_loads", "description", "replace")
@@ -74,6 +80,23 @@ def _key_lines(root):
                 for ik, _ in v.value:
                     lines.setdefault(str(ik.value), ik.start_mark.line + 1)
     return lines
+
+
+def _no_twice(root, path):
+    """A mnemonic defined twice in one file is an error naming both lines (YAML would keep the
+    second silently; across files, `replace: true` says a redefinition is meant)."""
+    if not isinstance(root, yaml.MappingNode):
+        return
+    for k, v in root.value:
+        if k.value == "instructions" and isinstance(v, yaml.MappingNode):
+            seen = {}
+            for ik, _ in v.value:
+                line = ik.start_mark.line + 1
+                if ik.value in seen:
+                    raise IsaError(f"{path}:{line}: instructions.{ik.value}: '{ik.value}' is "
+                                   f"defined twice in this file (lines {seen[ik.value]} and "
+                                   f"{line}); keep one")
+                seen[ik.value] = line
 
 
 def _choice(value, names, where, what):
@@ -158,6 +181,9 @@ def _parse_instruction(mnemonic, entry, where, path, line):
                            f"parameters, found {v!r}")
         if isinstance(v, int) and v < 0:
             raise IsaError(f"{where}.{k}: must be >= 0, found {v}")
+        if isinstance(v, int) and v > MAX_COST:
+            raise IsaError(f"{where}.{k}: must be <= {MAX_COST} (a 32-bit cost in cycles), "
+                           f"found {v}")
         costs[k] = v
     if not isinstance(entry["description"], str) or not entry["description"].strip():
         raise IsaError(f"{where}.description: expected a one-line description")
@@ -188,6 +214,7 @@ def load_isa(paths):
         if extra:
             raise IsaError(f"{path}: unknown top-level key '{extra[0]}' (expected only 'instructions')")
         lines = _key_lines(root)
+        _no_twice(root, path)
         for mnemonic, entry in data["instructions"].items():
             mnemonic = str(mnemonic)
             line = lines.get(mnemonic, 0)
@@ -219,9 +246,11 @@ class Isa:
                 except ExprError as e:
                     raise IsaError(f"{d.file}:{d.line}: instructions.{m}.{k}: cannot evaluate "
                                    f"'{v}': {e}") from None
-                if x != int(x) or x < 0:
-                    raise IsaError(f"{d.file}:{d.line}: instructions.{m}.{k}: '{v}' gives {x}; "
-                                   f"expected a non-negative integer number of cycles/units")
+                if (isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x)
+                        or x != int(x) or x < 0 or x > MAX_COST):
+                    raise IsaError(f"{d.file}:{d.line}: instructions.{m}.{k}: '{v}' gives {x!r}; "
+                                   f"expected a non-negative integer number of cycles/units "
+                                   f"<= {MAX_COST}")
                 vals.append(int(x))
             if vals[1] < 1:
                 raise IsaError(f"{d.file}:{d.line}: instructions.{m}.ii: initiation interval must be "

@@ -13,8 +13,11 @@ An expression may use numbers, + - * / // % **, parentheses, min/max/abs, and:
   grid(launch)                 thread blocks per GPU of workload.launches[launch] (first GPU)
 and the names of the system parameters (``gpu.num_sms``, ``nvlink.bandwidth``, ...).
 """
+import math
+
 from ..config import flat_params
 from ..isa.expr import ExprError, evaluate
+from ..observer import SimulationError
 
 
 class ReportError(Exception):
@@ -79,16 +82,25 @@ def add_report_stat(stats, rep, value):
 def evaluate_report(sim, strict=True):
     """Add every workload.report figure to sim.stats as system.report.<name> (and its alias).
 
-    strict=False (a run stopped early, whose figures may be undefined): a figure that cannot be
-    evaluated is NaN instead of an error."""
+    strict=False (a run that did not finish: stopped by a limit, stuck, interrupted): its
+    measurement may not have finished, so a figure that cannot be evaluated, or whose value is
+    not a finite non-negative number (the words a kernel had not written yet: a latency of
+    -0.015 us), is left out - never a number made of an unfinished measurement (issue 52). The
+    figures left out are listed in `sim.report_left_out`. Expressions are bounded in cost
+    (isa/expr.py: no integer beyond 1024 bits)."""
     names = flat_params(sim.cfg)
+    sim.report_left_out = []
     for rep in sim.cfg.workload.report:
         try:
             value = evaluate_expression(rep.expr, sim, names)
-        except (ReportError, ZeroDivisionError, ValueError, OverflowError) as e:
+            value = float(value)
+        except (ReportError, ZeroDivisionError, ValueError, OverflowError, TypeError) as e:
             if not strict:
-                value = float("nan")
-            else:
-                raise SimulationError(f"workload.report.{rep.name}.expr: cannot evaluate "
-                                      f"'{rep.expr}': {e}") from None
+                sim.report_left_out.append(rep.name)
+                continue
+            raise SimulationError(f"workload.report.{rep.name}.expr: cannot evaluate "
+                                  f"'{rep.expr}': {e}") from None
+        if not strict and not (value >= 0 and math.isfinite(value)):
+            sim.report_left_out.append(rep.name)
+            continue
         add_report_stat(sim.stats, rep, value)

@@ -4,13 +4,16 @@ results collected into one CSV table; resumable; local processes or a Dask clust
 Output directory:
     sweep.json           the expanded sweep: config, every point's overrides and directory
     points/<id>/         one run's files (config.json, stats.*), plus done.json once finished
-    results.csv          one row per point: its swept values, then the selected stats
+    results.csv          one row per point: its swept values, then the selected stats (and,
+                         when a point failed, a last column `error` with its reason)
 
 Re-running the same sweep skips the points whose done.json is there and names the same overrides,
 the same resolved config and the same sources (the package's code, ISA, kernels and shipped
 configs: `paths.sources_digest`), so an interrupted sweep resumes, and a point whose config, system
 or model file - or the simulator itself - changed since runs again; a failed point leaves error.txt
-and is tried again next time.
+and is tried again next time. A point that fails - bad input, an internal error, a worker process
+that dies - fails alone (issue 52): the other points run, results.csv marks it 'error' with its
+reason, and the command ends with status 1 naming the failed points.
 
 From Python, `moehub_arch.sweep(spec, ...)` (this package is callable: it calls
 `sweep_frame`, which is also `moehub_arch.api.sweep`) runs a sweep file or mapping and returns a DataFrame, one row per point.
@@ -24,8 +27,9 @@ import types
 from collections.abc import Mapping
 
 from ..frontend import require_pandas, user_path
+from ..arguments import bool_arg, int_arg, path_arg
 from ..interrupts import Interrupted, exit_status
-from ..outputs import write_atomic
+from ..outputs import OutdirLock, write_atomic
 from ..paths import sources_digest
 from .spec import Sweep, SweepError, load_sweep, sweep_from_dict  # noqa: F401 (public API)
 
@@ -71,13 +75,19 @@ def write_results(sweep, rows):
         columns += [c for c in r["stats"] if c not in columns]
     path = sweep.outdir / "results.csv"
 
+    # a sweep with failed points gets a last column, the first line of each failure's reason
+    reasons = any(r["status"] == "error" for r in rows)
+
     def write(f):
         w = csv.writer(f)
-        w.writerow(["point", "status"] + list(sweep.swept_keys) + columns)
+        w.writerow(["point", "status"] + list(sweep.swept_keys) + columns
+                   + (["error"] if reasons else []))
         for r in rows:
             values = dict(r["point"].values)
             w.writerow([r["point"].id, r["status"]] + [values.get(k, "") for k in sweep.swept_keys]
-                       + [r["stats"].get(c, "") for c in columns])
+                       + [r["stats"].get(c, "") for c in columns]
+                       + ([r.get("error", "").splitlines()[0] if r.get("error") else ""]
+                          if reasons else []))
     write_atomic(path, write, "sweep results file")
     return path
 
@@ -90,6 +100,14 @@ def run_sweep(sweep, workers=None, scheduler=None, progress=True):
 
     points_dir = sweep.outdir / "points"
     points_dir.mkdir(parents=True, exist_ok=True)
+    # one sweep per output directory (two would run the same points and mix their files)
+    with OutdirLock(sweep.outdir, "sweep"):
+        return _run_sweep_locked(sweep, workers, scheduler, progress, points_dir)
+
+
+def _run_sweep_locked(sweep, workers, scheduler, progress, points_dir):
+    from .execute import run_dask, run_local
+
     (sweep.outdir / "sweep.json").write_text(json.dumps({
         "name": sweep.name, "sweep_file": str(sweep.file) if sweep.file else None,
         "config": str(sweep.config),
@@ -109,9 +127,12 @@ def run_sweep(sweep, workers=None, scheduler=None, progress=True):
         d.mkdir(parents=True, exist_ok=True)
         (d / DONE).unlink(missing_ok=True)
         if "error" in result:
-            (d / "error.txt").write_text(result["error"] + "\n")
+            (d / "error.txt").write_text(result["error"] + "\n"
+                                         + (f"\n{result['traceback']}" if "traceback" in result
+                                            else ""))
             results[point.id] = {"point": point, "status": "error", "stats": {},
-                                 "error": result["error"]}
+                                 "error": result["error"],
+                                 "traceback": result.get("traceback")}
         else:
             (d / "error.txt").unlink(missing_ok=True)
             for name, data in result["files"].items():
@@ -163,9 +184,16 @@ def run_sweep_command(args):
     if not args.quiet:
         skipped = sum(r["status"].startswith("ok (") for r in rows)
         print(f"{len(rows)} points ({skipped} finished earlier, {len(failed)} failed); wrote {path}")
-    for p in failed:
-        err = (sweep.outdir / "points" / p.id / "error.txt").read_text().strip()
-        print(f"moehub-sim: point {p.id} failed: {err}", file=sys.stderr)
+    for r in rows:
+        if r["status"] == "error":
+            print(f"moehub-sim: point {r['point'].id} failed: {r['error']}"
+                  + (f" (traceback in {sweep.outdir / 'points' / r['point'].id / 'error.txt'})"
+                     if r.get("traceback") else ""), file=sys.stderr)
+    if failed:
+        print(f"moehub-sim: sweep {sweep.name}: {len(failed)} of {len(sweep.points)} point(s) "
+              f"failed ({', '.join(p.id for p in failed)}); the others ran; {path} marks the "
+              f"failed ones 'error'; running the same command again tries them again",
+              file=sys.stderr)
     return 1 if failed else 0
 
 
@@ -186,6 +214,12 @@ def sweep_frame(spec, outdir=None, workers=None, scheduler=None, progress=True):
     anything runs; a point that fails is a row with status 'error', not an exception.
     """
     pd = require_pandas()
+    int_arg("workers", workers, lo=1, hi=None, optional=True)
+    path_arg("outdir", outdir, optional=True)
+    if scheduler is not None and not isinstance(scheduler, str):
+        raise TypeError(f"scheduler: expected an address string tcp://HOST:PORT, found "
+                        f"{type(scheduler).__name__}")
+    bool_arg("progress", progress)
     if isinstance(spec, Mapping):
         sw = sweep_from_dict(dict(spec), None, outdir)
     elif isinstance(spec, (str, os.PathLike)):
@@ -193,8 +227,6 @@ def sweep_frame(spec, outdir=None, workers=None, scheduler=None, progress=True):
     else:
         raise SweepError(f"sweep spec: expected a sweep file path or a mapping of its keys, found "
                          f"{type(spec).__name__}")
-    if workers is not None and workers < 1:
-        raise SweepError(f"workers: expected at least 1, found {workers}")
     _, rows = run_sweep(sw, workers=workers, scheduler=scheduler, progress=progress)
     stat_columns = []
     for r in rows:

@@ -12,12 +12,16 @@ import os
 import signal
 import sys
 import tempfile
+from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from pathlib import Path
 
 
 def run_point(config_path, overrides):
-    """Run one point (in a worker). Returns {"files": {name: bytes}} or {"error": message}."""
+    """Run one point (in a worker). Returns {"files": {name: bytes}} or {"error": message} (and,
+    for an unexpected exception, a bug in the simulator, "traceback": its text)."""
+    import traceback
+
     from ..errors import user_errors
     from ..config import load_config
     from ..runner import run_to_outdir
@@ -29,6 +33,27 @@ def run_point(config_path, overrides):
         return {"files": files}
     except user_errors() as e:
         return {"error": str(e)}
+    except Exception as e:   # noqa: BLE001 - a bug: this point fails, the others still run
+        return {"error": f"internal error (a bug in moehub-sim): {type(e).__name__}: {e}",
+                "traceback": traceback.format_exc()}
+
+
+def _died(procs):
+    """How the pool's dead worker processes ended: 'killed by SIGKILL', 'exit status 1'."""
+    out = []
+    for proc in procs:
+        proc.join(timeout=10)
+        code = proc.exitcode
+        if code is None or code == 0:
+            continue
+        if code < 0:
+            try:
+                out.append(f"killed by {signal.Signals(-code).name}")
+            except ValueError:
+                out.append(f"killed by signal {-code}")
+        else:
+            out.append(f"exit status {code}")
+    return ", ".join(dict.fromkeys(out)) or "ended without a result"
 
 
 def _worker_init(workers):
@@ -67,23 +92,56 @@ def main_script_hidden():
 
 def run_local(points, sweep, workers, on_done):
     """Run `points` in `workers` local processes; `on_done(point, result)` as each finishes.
-    Interrupted (or any error here): the workers are terminated, points not finished are dropped
-    (they run again when the sweep is re-run)."""
+
+    A worker process that dies (killed, out of memory, crashed) breaks the whole pool: the points
+    that finished are kept, the unfinished ones are suspects and run again one at a time, each in
+    a pool of its own, so a point that kills its worker again is recorded as failed with how the
+    worker ended, and every other point still runs. Interrupted (or any error here): the workers
+    are terminated, points not finished are dropped (they run again when the sweep is re-run)."""
+    pending, suspects = list(points), []
+    while pending or suspects:
+        if pending:
+            batch, width, pending = pending, workers, []
+        else:
+            batch, width = [suspects.pop(0)], 1
+        broken, how = _run_pool(batch, sweep, width, on_done)
+        if broken and width == 1:
+            (point,) = broken
+            on_done(point, {"error": f"the worker process running this point died ({how}) "
+                                     f"twice: it was killed, ran out of memory or crashed"})
+        else:
+            suspects += broken
+
+
+def _run_pool(points, sweep, workers, on_done):
+    """One process pool over `points`; returns (the points a dead worker left unfinished, how the
+    dead workers ended)."""
     ctx = multiprocessing.get_context("spawn")   # fresh interpreters: no forked Numba/threads state
     pool = cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx,
                                   initializer=_worker_init, initargs=(workers,))
+    broken = []
     try:
         with main_script_hidden():
             futures = {pool.submit(run_point, str(sweep.config), p.overrides): p for p in points}
+        # the worker processes (the executor forgets them once one died): to say how they ended
+        procs = list((getattr(pool, "_processes", None) or {}).values())
         for fut in cf.as_completed(futures):
-            on_done(futures[fut], fut.result())
+            try:
+                result = fut.result()
+            except BrokenProcessPool:
+                broken.append(futures[fut])
+                continue
+            on_done(futures[fut], result)
     except BaseException:
         # the executor has no public way to stop running work: terminate its processes
         for proc in list(getattr(pool, "_processes", {}).values()):
             proc.terminate()
         pool.shutdown(wait=True, cancel_futures=True)
         raise
+    how = _died(procs) if broken else ""
     pool.shutdown(wait=True)
+    order = {p.id: i for i, p in enumerate(points)}
+    return sorted(broken, key=lambda p: order[p.id]), how
 
 
 def run_dask(points, sweep, address, on_done):
@@ -96,6 +154,10 @@ def run_dask(points, sweep, address, on_done):
                          "(dask[distributed])") from None
     try:
         client = Client(address, timeout="20s")
+    except ValueError as e:   # not an address Dask reads ('host', 'http://...', no port)
+        from .spec import SweepError
+        raise SweepError(f"--scheduler {address}: not a Dask scheduler address ({e}); expected "
+                         f"tcp://HOST:PORT") from None
     except (OSError, TimeoutError) as e:
         from .spec import SweepError
         raise SweepError(f"--scheduler {address}: cannot connect to a Dask scheduler ({e})") from None
@@ -103,6 +165,10 @@ def run_dask(points, sweep, address, on_done):
         futures = {client.submit(run_point, str(sweep.config), p.overrides, pure=False,
                                  key=f"moehub-point-{p.id}"): p for p in points}
         for fut in as_completed(futures):
-            on_done(futures[fut], fut.result())
+            try:
+                result = fut.result()
+            except Exception as e:   # noqa: BLE001 - e.g. KilledWorker: this point fails alone
+                result = {"error": f"the Dask task failed ({type(e).__name__}: {e})"}
+            on_done(futures[fut], result)
     finally:
         client.close()
