@@ -1,0 +1,74 @@
+"""`moehub-sim layer` / `moehub_arch.layer`: an MoE layer named by model, tokens, scheme and
+system, composed from the shipped pieces (moehub_arch/experiment.py) - any token count, any top-k,
+no file per point."""
+import json
+
+from conftest import CONFIGS, read_stats_json, run_cli
+
+from moehub_arch.config import load_config
+from moehub_arch.experiment import write_layer_config
+
+
+def _resolved(cfg):
+    d = cfg.to_dict()
+    for k in ("source_files", "value_sources", "load_warnings"):
+        d.pop(k)
+    return d
+
+
+def test_composed_config_equals_the_shipped_point(tmp_path):
+    """The composition is what base_<system>.yaml + <model>_<tokens>_<scheme>_<system>.yaml say."""
+    for system, shipped in (("hgx_h800", "qwen3_30b_a3b_256_moehub_hgx_h800.yaml"),
+                            ("dgx_h100", "qwen3_30b_a3b_1024_deepep.yaml")):
+        scheme = "moehub" if "moehub" in shipped else "deepep"
+        tokens = int(shipped.split("_")[3])
+        path = write_layer_config(tmp_path / system / "layer.yaml", model="qwen3_30b_a3b",
+                                  tokens=tokens, scheme=scheme, system=system)
+        assert _resolved(load_config(path)) == _resolved(
+            load_config(CONFIGS / "experiments" / "layer" / shipped))
+
+
+def test_dry_run_any_token_count_and_top_k():
+    r = run_cli("layer", "--model", "qwen3_30b_a3b", "--tokens", "384", "--scheme", "moehub",
+                "--system", "hgx_h800", "--top-k", "4", "--dry-run")
+    assert r.returncode == 0, r.stderr
+    assert "tokens_per_gpu: 384" in r.stdout and "top_k: 4" in r.stdout
+    assert "128 experts, top-4) on hgx_h800 (8 GPUs, 16 experts each), 384 tokens per GPU" in r.stdout
+
+
+def test_bad_names_are_clear_errors():
+    for args, expect in ((("--model", "qwen3"), "not a shipped model"),
+                         (("--system", "nope"), "--system nope"),
+                         (("--top-k", "200"), "--top-k"),
+                         (("--scheme", "bogus"), "the composed layer config: scheme")):
+        base = {"--model": "qwen3_30b_a3b", "--tokens": "64", "--scheme": "moehub"}
+        base.update(dict([args]))
+        r = run_cli("layer", *[x for kv in base.items() for x in kv], "--dry-run")
+        assert r.returncode == 2 and expect in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+def test_layer_runs_with_top_k_and_keeps_its_config(tmp_path):
+    """A small layer (2 GPUs of a DGX H100 via --set, 64 tokens) at top-k 2: the pairs routed are
+    tokens x 2, not the model's 8, and OUTDIR/layer.yaml repeats the run."""
+    out = tmp_path / "k2"
+    r = run_cli("layer", "--model", "qwen3_30b_a3b", "--tokens", "64", "--scheme", "deepep",
+                "--top-k", "2", "--set", "system.num_gpus=2", "-o", out, "--quiet")
+    assert r.returncode == 0, r.stderr
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["workload"]["layer"]["top_k"] == 2
+    stats = read_stats_json(out)
+    assert stats["system.moe.rows_computed"] == 64 * 2 * 2       # tokens x top-k x GPUs
+    assert (out / "layer.yaml").is_file()
+    again = load_config(out / "layer.yaml", ["system.num_gpus=2"])
+    assert again.workload.layer.top_k == 2 and again.workload.layer.tokens_per_gpu == 64
+
+
+def test_the_issue_command_runs(tmp_path):
+    """`moehub-sim layer --model qwen3_30b_a3b --tokens 512 --scheme moehub --system hgx_h800`:
+    every token-expert pair of 512 tokens x top-8 x 8 GPUs is computed once."""
+    out = tmp_path / "q512"
+    r = run_cli("layer", "--model", "qwen3_30b_a3b", "--tokens", "512", "--scheme", "moehub",
+                "--system", "hgx_h800", "-o", out)
+    assert r.returncode == 0, r.stderr
+    assert "layer time" in r.stdout
+    assert read_stats_json(out)["system.moe.rows_computed"] == 512 * 8 * 8
