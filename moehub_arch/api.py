@@ -33,6 +33,7 @@ import difflib
 import fnmatch
 import multiprocessing
 import os
+import warnings
 from collections.abc import Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -370,7 +371,9 @@ def compare(runs, stats=None, per_gpu=False):
     tables name them by `Results.label` (settable). `stats`: names or shell-style patterns
     (default: the command's - layer time, phases, SM time, links, hub stalls, report figures).
     Per-GPU stats are folded into `system.gpu*.…` rows (summed; ratios averaged) unless `per_gpu`
-    or a pattern names one GPU. Columns: stat, unit, one per run, then '<label> vs first'."""
+    or a pattern names one GPU. Columns: stat, unit, one per run, then '<label> vs first'.
+    `df.attrs['notes']` says which runs' phases overlap (their phase times are spans); a pattern
+    that matches no stat is a warning, all patterns matching nothing an AnalysisError."""
     from types import SimpleNamespace
 
     from .analysis.compare import _compare
@@ -393,8 +396,14 @@ def compare(runs, stats=None, per_gpu=False):
         views.append(view)
     if isinstance(stats, str):
         stats = [stats]
-    header, rows, _ = _compare(views, stats, per_gpu)
-    return pd.DataFrame(rows, columns=header)
+    notes = []
+    header, rows, _ = _compare(views, stats, per_gpu, notes)
+    for n in notes:
+        if n.startswith("warning: "):       # a pattern that matched nothing
+            warnings.warn(n[len("warning: "):], stacklevel=2)
+    df = pd.DataFrame(rows, columns=header)
+    df.attrs["notes"] = notes               # e.g. which runs' phases overlap
+    return df
 
 
 def sweep(spec, outdir=None, workers=None, scheduler=None, progress=True):

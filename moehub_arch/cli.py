@@ -135,9 +135,10 @@ def _parser():
     conf = sub.add_parser("config", help="list config keys: type, default, unit, description, and "
                                          "their value in a config with the source it cites")
     conf.add_argument("--list", dest="pattern", nargs="?", const="", required=True,
-                      metavar="PATTERN", help="only keys containing PATTERN (e.g. nvlink), or whose "
-                                              "description names it (row_table: \"row table\"), or "
-                                              "matching it as a shell pattern")
+                      metavar="PATTERN", help="only keys containing PATTERN (e.g. nvlink) or "
+                                              "matching it as a shell pattern; when no key name "
+                                              "holds it, the keys whose description names it "
+                                              "(row_table: \"row table\")")
     conf.add_argument("--config", help=f"config whose values are shown (default: {DEFAULT_CONFIG})")
     blocks = sub.add_parser("blocks", help="what each hardware block declares (components/*.py "
                                            "BLOCK): parameters, fields, stats, events, timers, checks")

@@ -72,3 +72,11 @@ def test_the_issue_command_runs(tmp_path):
     assert r.returncode == 0, r.stderr
     assert "layer time" in r.stdout
     assert read_stats_json(out)["system.moe.rows_computed"] == 512 * 8 * 8
+
+
+def test_python_api_layer():
+    import moehub_arch as mh
+    r = mh.layer("qwen3_30b_a3b", 32, "moehub", "dgx_h100", top_k=4,
+                 overrides=["system.num_gpus=2"])
+    assert r["system.moe.rows_computed"] == 32 * 4 * 2
+    assert r.config["workload"]["layer"]["top_k"] == 4

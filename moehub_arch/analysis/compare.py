@@ -17,7 +17,6 @@ import csv
 import fnmatch
 import re
 import sys
-import warnings
 
 from . import AnalysisError
 from .rundata import RunData
@@ -74,7 +73,7 @@ def _rows(run, patterns, per_gpu):
 
 def compare_table(outdirs, patterns=None, per_gpu=False):
     """(header, rows) of the comparison; each row: stat, unit, value per run, speedup per later run."""
-    header, table, _ = _compare(outdirs, patterns, per_gpu)
+    header, table, _ = _compare(outdirs, patterns, per_gpu, [])
     return header, table
 
 
@@ -86,9 +85,9 @@ def _as_run(run):
     return RunData(run)
 
 
-def _compare(outdirs, patterns, per_gpu, notes=None):
-    """(header, rows, number of all-zero rows left out). `notes`: a list that receives the
-    warnings (patterns matching nothing) and the overlap note; None: Python warnings."""
+def _compare(outdirs, patterns, per_gpu, notes):
+    """(header, rows, number of all-zero rows left out). `notes` receives the warnings (patterns
+    matching nothing, "warning: ...") and the overlap note ("note: ...")."""
     runs = [_as_run(d) for d in outdirs]
     patterns = list(patterns or DEFAULT_PATTERNS)
     per_run = [_rows(r, patterns, per_gpu) for r in runs]
@@ -106,11 +105,7 @@ def _compare(outdirs, patterns, per_gpu, notes=None):
         said.append(f"note: the phases of {', '.join(map(str, overlapping))} overlap (they add up "
                     f"to more than the layer time): a phase row{OVERLAP_MARK} compares spans, "
                     f"not shares of the layer time")
-    if notes is None:
-        for n in said:
-            warnings.warn(n, stacklevel=3)
-    else:
-        notes += said
+    notes += said
     names = list(per_run[0])
     for rows in per_run[1:]:
         names += [n for n in rows if n not in names]

@@ -126,8 +126,8 @@ def describe_keys(pattern=None, cfg: Config | None = None) -> str:
     """The listing `moehub-sim config --list` prints; with `cfg`, each key's value in it and the
     comment on the line that set it (its source or assumption)."""
     docs = [d for d in schema_keys() if _matches(d.key, pattern)]
-    if pattern and not any(c in pattern for c in "*?["):
-        # and the keys whose description names it ("row_table" finds "the row table (RAT)")
+    if not docs and pattern and not any(c in pattern for c in "*?["):
+        # no key name holds it: the keys whose description names it ("row_table": "row table")
         words = pattern.lower().replace("_", " ")
         docs += [d for d in schema_keys() if d not in docs and words in d.doc.lower()]
     if not docs:
