@@ -48,3 +48,14 @@ def test_a_broken_link_fails_the_build(tmp_path):
     r = _build(tmp_path / "mkdocs.yml", tmp_path / "site")
     assert r.returncode != 0
     assert "no_such_page.md" in r.stderr
+
+
+def test_readme_links_and_picture_exist():
+    import re
+    text = (REPO / "README.md").read_text()
+    assert len(text.splitlines()) <= 150
+    targets = re.findall(r"\]\(([^)#]+)\)", text)
+    assert len(targets) >= 15
+    for t in targets:
+        if not t.startswith("http"):
+            assert (REPO / t).is_file(), t

@@ -948,7 +948,7 @@ class RunConfig:
                            "overhead, credits and packet statistics stay exact; store-and-forward "
                            "and arbitration per train are an approximation (tools/bench.py "
                            "measures its error). 1 = every packet simulated (exact)", 1, min=1)
-    # robustness (README "Robustness"): watchdog, limits, end-of-run invariants
+    # robustness (docs/robustness.md): watchdog, limits, end-of-run invariants
     watchdog_interval: int = _f("time", "stop the run (exit status 3, with a report of who waits on "
                                 "what) when no instruction issues for this much simulated time; "
                                 "0ps disables the watchdog", 1_000_000_000, min=0)
