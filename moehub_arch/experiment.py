@@ -76,7 +76,7 @@ def layer_config_text(model, tokens, scheme, system="dgx_h100", top_k=None, rout
 def write_layer_config(path, **kw) -> Path:
     """Write the composed layer config to `path` (a run folder keeps it as layer.yaml, so
     `moehub-sim run OUTDIR/layer.yaml` repeats the run)."""
-    path = Path(path)
+    path, text = Path(path), layer_config_text(**kw)   # checked before anything is written
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(layer_config_text(**kw))
+    path.write_text(text)
     return path

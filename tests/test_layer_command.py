@@ -3,7 +3,7 @@ system, composed from the shipped pieces (moehub_arch/experiment.py) - any token
 no file per point."""
 import json
 
-from conftest import CONFIGS, read_stats_json, run_cli
+from conftest import CONFIGS, REPO, load_script, read_stats_json, run_cli
 
 from moehub_arch.config import load_config
 from moehub_arch.experiment import write_layer_config
@@ -80,3 +80,15 @@ def test_python_api_layer():
                  overrides=["system.num_gpus=2"])
     assert r["system.moe.rows_computed"] == 32 * 4 * 2
     assert r.config["workload"]["layer"]["top_k"] == 4
+
+
+def test_layer_table_composes_points_no_file_ships(tmp_path):
+    """tools/layer_table.py: a shipped point runs its file, any other the composed config."""
+    table = load_script(REPO / "tools" / "layer_table.py")
+    shipped = table.point_config("qwen3_30b_a3b", 1024, "moehub", "dgx_h100", tmp_path / "a")
+    assert shipped == table.LAYER_DIR / "qwen3_30b_a3b_1024_moehub.yaml"
+    composed = table.point_config("qwen3_30b_a3b", 384, "moehub_expert", "hgx_h800", tmp_path / "b")
+    assert composed == tmp_path / "b" / "layer.yaml"
+    cfg = load_config(composed)
+    assert cfg.workload.layer.tokens_per_gpu == 384 and cfg.scheme == "moehub"
+    assert cfg.system.name == "hgx_h800"
