@@ -258,7 +258,7 @@ def _dispatch(args):
         from .analysis.tables import plot_tables
         tables = [p for p in args.outdirs if Path(p).suffix.lower() in (".md", ".csv")]
         runs = [p for p in args.outdirs if p not in tables]
-        written = plot_tables([_user_path(p) for p in tables], args.figdir or "plots",
+        written = plot_tables([user_path(p) for p in tables], args.figdir or "plots",
                               args.grid_gpus, args.std) if tables else []
         if runs:
             written += plot_runs(runs, args.figdir, max_gpus=args.gpus)
