@@ -92,3 +92,17 @@ def test_layer_table_composes_points_no_file_ships(tmp_path):
     cfg = load_config(composed)
     assert cfg.workload.layer.tokens_per_gpu == 384 and cfg.scheme == "moehub"
     assert cfg.system.name == "hgx_h800"
+
+
+def test_the_grid_sweep_file_spells_the_per_point_files():
+    """configs/sweeps/layer_grid_dgx_h100.yaml: each of its 27 points resolves to the config of
+    the shipped per-point file it replaces."""
+    from moehub_arch.sweep.spec import load_sweep
+    sweep = load_sweep(CONFIGS / "sweeps" / "layer_grid_dgx_h100.yaml")
+    assert len(sweep.points) == 27
+    for p in sweep.points:
+        v = dict(p.values)
+        shipped = (CONFIGS / "experiments" / "layer" /
+                   f"{v['workload.layer.model']}_{v['workload.layer.tokens_per_gpu']}_{v['scheme']}.yaml")
+        assert _resolved(load_config(sweep.config, list(p.overrides))) == _resolved(
+            load_config(shipped)), shipped.name
