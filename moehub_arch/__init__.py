@@ -5,13 +5,13 @@ the compiled engine's sources (moehub_arch/version.py: _COMPILED_DIRS, the Numba
 stale compiled engine is impossible after an edit or an upgrade.
 
 The Python API (moehub_arch/api.py) is available from the package, loaded on first use:
-`moehub_arch.run`, `load_config`, `sweep`, `load_results`, `compare`, `Results`. This module is
+`moehub_arch.run`, `layer`, `load_config`, `sweep`, `load_results`, `compare`, `Results`. This module is
 the package's face: it only hands names on, and no module of the package imports it
 (tests/test_import_contract.py), so its imports on first use point down.
 """
 from .version import __version__, engine_version  # noqa: F401  (sets NUMBA_CACHE_DIR)
 
-_API = ("run", "load_config", "load_results", "compare", "Results")
+_API = ("run", "layer", "load_config", "load_results", "compare", "Results")
 
 
 def __getattr__(name):

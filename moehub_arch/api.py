@@ -15,6 +15,8 @@ from a script or a notebook, with the same code paths as the command line.
 - `run(config, overrides, outdir=None, engine=None, seed=None, system=None)`: one run; with
   `outdir` it writes the files `moehub-sim run -o OUTDIR` writes, without it nothing touches the
   disk.
+- `layer(model, tokens, scheme, system, top_k=None, ...)`: one MoE layer named by what it is, as
+  `moehub-sim layer` (the config composed, no file needed).
 - `sweep(spec, ...)`: `moehub-sim sweep` (process pool or Dask, progress bar, resumable point
   directories) returning a DataFrame with one row per point.
 - `load_results(outdir)`: a finished run's directory (CLI, API or sweep point) as a `Results`.
@@ -31,6 +33,7 @@ import difflib
 import fnmatch
 import multiprocessing
 import os
+import warnings
 from collections.abc import Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -38,7 +41,7 @@ from pathlib import Path
 from .arguments import bool_arg, int_arg, path_arg, yaml_value_arg
 from .frontend import config_path, jit_disabled, require_pandas
 
-__all__ = ["load_config", "run", "sweep", "load_results", "compare", "Results"]
+__all__ = ["load_config", "run", "layer", "sweep", "load_results", "compare", "Results"]
 
 ENGINES = ("numba", "python")
 
@@ -140,6 +143,30 @@ def run(config=None, overrides=None, outdir=None, engine=None, seed=None, progre
     if (cfg.run.engine == "python") != jit_disabled():
         return _run_in_child(cfg, outdir, progress)
     return _run_here(cfg, outdir, progress)
+
+
+def layer(model, tokens, scheme, system="dgx_h100", top_k=None, routing=None,
+          hub_design="published", overrides=None, outdir=None, engine=None, seed=None,
+          progress=False):
+    """Run one MoE layer named by what it is and return its `Results`: `model` (a name of
+    workloads/models/ or a model YAML path), `tokens` per GPU (any count), `scheme`, `system` (a
+    name of configs/systems/ or a system file), `top_k` in place of the model's, `routing` (the
+    generator's kind), `hub_design` (configs/hub/designs/); the config is composed as `moehub-sim
+    layer` composes it (moehub_arch/experiment.py). With `outdir` the composed config is kept there
+    as layer.yaml beside the run's files. The other arguments are `run`'s.
+    """
+    import tempfile
+
+    from .experiment import write_layer_config
+    spec = dict(model=model, tokens=tokens, scheme=scheme, system=system, top_k=top_k,
+                routing=routing, hub_design=hub_design)
+    if outdir is not None:
+        path = write_layer_config(Path(outdir) / "layer.yaml", **spec)
+        return run(path, overrides, outdir, engine, seed, progress)
+    with tempfile.TemporaryDirectory() as d:
+        cfg = _config_for_run(write_layer_config(Path(d) / "layer.yaml", **spec), overrides,
+                              engine, seed, None)
+    return run(cfg, None, None, None, None, progress)
 
 
 def _run_here(cfg, outdir, progress):
@@ -355,7 +382,9 @@ def compare(runs, stats=None, per_gpu=False):
     tables name them by `Results.label` (settable). `stats`: names or shell-style patterns
     (default: the command's - layer time, phases, SM time, links, hub stalls, report figures).
     Per-GPU stats are folded into `system.gpu*.…` rows (summed; ratios averaged) unless `per_gpu`
-    or a pattern names one GPU. Columns: stat, unit, one per run, then '<label> vs first'."""
+    or a pattern names one GPU. Columns: stat, unit, one per run, then '<label> vs first'.
+    `df.attrs['notes']` says which runs' phases overlap (their phase times are spans); a pattern
+    that matches no stat is a warning, all patterns matching nothing an AnalysisError."""
     from types import SimpleNamespace
 
     from .analysis.compare import _compare
@@ -384,8 +413,14 @@ def compare(runs, stats=None, per_gpu=False):
         views.append(view)
     if isinstance(stats, str):
         stats = [stats]
-    header, rows, _ = _compare(views, stats, per_gpu)
-    return pd.DataFrame(rows, columns=header)
+    notes = []
+    header, rows, _ = _compare(views, stats, per_gpu, notes)
+    for n in notes:
+        if n.startswith("warning: "):       # a pattern that matched nothing
+            warnings.warn(n[len("warning: "):], stacklevel=2)
+    df = pd.DataFrame(rows, columns=header)
+    df.attrs["notes"] = notes               # e.g. which runs' phases overlap
+    return df
 
 
 def sweep(spec, outdir=None, workers=None, scheduler=None, progress=True):

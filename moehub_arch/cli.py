@@ -15,6 +15,8 @@
     moehub-sim stats --list [CONFIG.yaml] [PATTERN]   list the stats a config will produce
     moehub-sim config --list [PATTERN] [--config CONFIG.yaml]   list config keys: type, default,
                                             unit, description, value and its source
+    moehub-sim layer --model M --tokens N --scheme S [--system Y] [--top-k K] [--dry-run] [run's options]
+                               one MoE layer named by what it is (the config is composed)
     moehub-sim blocks [NAME]   what each hardware block declares: parameters (config key, unit,
                                source), record fields, stats, events, timers, checks, debug flags
 
@@ -85,12 +87,17 @@ def _parser():
                           "later with --restore")
     run.add_argument("--restore", metavar="DIR",
                      help="continue the run saved in a checkpoint directory (instead of CONFIG)")
-    plot = sub.add_parser("plot", help="PNG figures of finished runs: SM timeline per GPU, link "
-                                       "utilisation, time breakdown per run")
-    plot.add_argument("outdirs", nargs="+", metavar="OUTDIR")
+    plot = sub.add_parser("plot", help="PNG figures of finished runs (SM timeline per GPU, link "
+                                       "utilisation, time breakdown per run) or of result tables "
+                                       "(.md/.csv: speedup per baseline, time breakdown and wire "
+                                       "bytes per scheme)")
+    plot.add_argument("outdirs", nargs="+", metavar="OUTDIR|TABLE")
     plot.add_argument("-o", "--figdir", help="where the PNGs go (default: OUTDIR/plots of the "
-                                             "first run)")
+                                             "first run; for tables: plots/)")
     plot.add_argument("--gpus", type=int, default=4, help="GPUs shown in the SM timeline (default 4)")
+    plot.add_argument("--grid-gpus", metavar="N", help="a layer grid table's GPU count drawn in "
+                                                       "speedup.png (default: the one with most cells)")
+    plot.add_argument("--std", help="a layer grid table's routing std drawn (default 0.032)")
     cmp_ = sub.add_parser("compare", help="selected stats of runs side by side, with speedups "
                                           "relative to the first")
     cmp_.add_argument("outdirs", nargs="+", metavar="OUTDIR")
@@ -131,11 +138,15 @@ def _parser():
                                          "their value in a config with the source it cites")
     conf.add_argument("--list", dest="pattern", nargs="?", const="", required=True,
                       metavar="PATTERN", help="only keys containing PATTERN (e.g. nvlink) or "
-                                              "matching it as a shell pattern")
+                                              "matching it as a shell pattern; when no key name "
+                                              "holds it, the keys whose description names it "
+                                              "(row_table: \"row table\")")
     conf.add_argument("--config", help=f"config whose values are shown (default: {DEFAULT_CONFIG})")
     blocks = sub.add_parser("blocks", help="what each hardware block declares (components/*.py "
                                            "BLOCK): parameters, fields, stats, events, timers, checks")
     blocks.add_argument("name", nargs="?", help="only this block (sm, hbm, hub, nvlink, ...)")
+    from .cli_layer import add_parser as add_layer_parser
+    add_layer_parser(sub, run)
     return ap
 
 
@@ -258,7 +269,14 @@ def _dispatch(args):
         return 0
     if args.command == "plot":
         from .analysis.plot import plot_runs
-        for path in plot_runs(args.outdirs, args.figdir, max_gpus=args.gpus):
+        from .analysis.tables import plot_tables
+        tables = [p for p in args.outdirs if Path(p).suffix.lower() in (".md", ".csv")]
+        runs = [p for p in args.outdirs if p not in tables]
+        written = plot_tables([user_path(p) for p in tables], args.figdir or "plots",
+                              args.grid_gpus, args.std) if tables else []
+        if runs:
+            written += plot_runs(runs, args.figdir, max_gpus=args.gpus)
+        for path in written:
             print(f"wrote {path}")
         return 0
     if args.command == "compare":
@@ -270,6 +288,10 @@ def _dispatch(args):
         return run_sweep_command(args)
     if args.command == "paper":
         return papers.paper_command(args)
+    if args.command == "layer":
+        from .cli_layer import command
+        return command(args, lambda argv: _dispatch(_parser().parse_args(argv)),
+                       lambda path, overrides: _load(path, overrides))
     return 2
 
 

@@ -1,6 +1,6 @@
 """Writing output files so that a run directory is never half-written yet looks complete.
 
-The rule (README "Robustness"): every whole file (config.json, stats.txt, stats.csv, stats.json,
+The rule (docs/robustness.md): every whole file (config.json, stats.txt, stats.csv, stats.json,
 checkpoint files) is written under `NAME.partial` and renamed to NAME once it is complete (a
 rename within a directory is atomic on POSIX file systems), so a file that exists under its own
 name is whole. A run directory is complete when `stats.json` exists: it is written last, after

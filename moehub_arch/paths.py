@@ -5,7 +5,7 @@ In a source checkout the data folders sit at the repository root, next to the `m
 package; a wheel (`pip install .`, see pyproject.toml) carries them inside the package as
 `moehub_arch/_data/`.
 
-The path rule (README "Configuration"): a relative path in a config file (`extends:`, `system:`,
+The path rule (docs/concepts/configuration.md): a relative path in a config file (`extends:`, `system:`,
 `workload.kernel_files`, `workload.isa_files`, `workload.layer.model`, `workload.layer.routing.trace`)
 is looked up first in the folder of the file that names it (the working directory for `--set` and
 command-line arguments), then in the shipped data folders: `configs/ubench/p2p_latency.yaml`,

@@ -1,7 +1,7 @@
 """tools/profile_issue.py and State.code_issued (the issues of every instruction): the counts add up
 to the instructions the SMs issued, the engines agree on them, the combine's wait for every GPU's
 done flag issues its loop once per GPU per combine thread block (what makes SM issue half the
-events on 64 GPUs: README "Performance"), and bad input is one clear error with exit status 2."""
+events on 64 GPUs: docs/performance.md), and bad input is one clear error with exit status 2."""
 import subprocess
 import sys
 

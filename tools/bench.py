@@ -29,7 +29,7 @@ error of that option, reported with its speedup.
 cold process's user + system CPU seconds: what a loaded machine distorts least), suite_wall_s and
 suite_cpu_s (the whole suite: its wall time, and the CPU seconds of its child runs), cases: {NAME: {...}},
 packet_train: {NAME: {...}}, sweeps: {...}}; events_per_s is the events-weighted rate over the cases (total events / total
-run-loop seconds). --markdown writes the README's performance table.
+run-loop seconds). --markdown writes a performance table (docs/performance.md).
 """
 import argparse
 import json

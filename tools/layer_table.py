@@ -8,7 +8,9 @@ layer time, where the time goes, and the speedup of `moehub` over each baseline.
     python tools/layer_table.py --markdown table.md --csv table.csv --json table.json
 
 Configs are `<model>_<tokens>_<scheme>.yaml` for the DGX H100 and `<model>_<tokens>_<scheme>_<system>.yaml`
-for any other system (hgx_h800, dgx_h800: 256, 1024 and 4096 tokens per GPU).
+for any other system where the repository ships one (hgx_h800, dgx_h800: 256, 1024 and 4096 tokens
+per GPU); any other point - any model of workloads/models/, token count and system of
+configs/systems/ - runs the config `moehub-sim layer` composes for it (moehub_arch/experiment.py).
 
 Scheme `moehub` is the MoE-Hub design the layer configs extend (configs/hub/designs/published.yaml,
 the authors' design). Two more scheme names run the same moehub configs with another hub design put
@@ -39,6 +41,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from hub_designs import design_overrides  # noqa: E402
 from run_cache import run_or_reuse  # noqa: E402
+
+from moehub_arch.config import ConfigError  # noqa: E402
+from moehub_arch.experiment import write_layer_config  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 LAYER_DIR = REPO / "configs" / "experiments" / "layer"
@@ -94,18 +99,19 @@ def main(argv=None):
 
     points = [(m, t, s, y) for y in args.systems for m in args.models for t in args.tokens
               for s in args.schemes]
-    missing = [f"{config_name(*p)}.yaml" for p in points
-               if not (LAYER_DIR / f"{config_name(*p)}.yaml").is_file()]
-    if missing:
-        print(f"layer_table: no such config in {LAYER_DIR}: {', '.join(missing)}", file=sys.stderr)
-        return 2
     out = Path(args.outdir)
+    configs = {}
+    try:
+        for p in points:
+            configs[p] = point_config(*p, out / run_name(*p))
+    except ConfigError as e:
+        print(f"layer_table: {e}", file=sys.stderr)
+        return 2
     results = {}
 
     def job(p):
-        name = config_name(*p)
         sets = design_sets(p[2]) + args.overrides
-        return p, run_one(LAYER_DIR / f"{name}.yaml", out / run_name(*p), args.force, sets)
+        return p, run_one(configs[p], out / run_name(*p), args.force, sets)
 
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:   # each job is a subprocess
         for (m, t, s, y), (stats, wall, how) in pool.map(job, points):
@@ -141,6 +147,23 @@ def config_name(model, tokens, scheme, system):
     moehub config)."""
     name = f"{model}_{tokens}_{'moehub' if scheme in HUB_VARIANTS else scheme}"
     return name if system == DEFAULT_SYSTEM else f"{name}_{system}"
+
+
+def point_config(model, tokens, scheme, system, outdir):
+    """The config of one point: the shipped file where there is one, else the config `moehub-sim
+    layer` composes for it (moehub_arch/experiment.py: the same keys a shipped file would hold),
+    written to OUTDIR/layer.yaml - so any model, token count and system runs."""
+    name = config_name(model, tokens, scheme, system)
+    shipped = LAYER_DIR / f"{name}.yaml"
+    if shipped.is_file():
+        return shipped
+    try:
+        return write_layer_config(Path(outdir) / "layer.yaml", model=model, tokens=tokens,
+                                  scheme="moehub" if scheme in HUB_VARIANTS else scheme,
+                                  system=system)
+    except ConfigError as e:
+        raise ConfigError(f"no config {name}.yaml in {LAYER_DIR}, and none can be composed: "
+                          f"{e}") from None
 
 
 def run_name(model, tokens, scheme, system):

@@ -16,7 +16,7 @@ column); `cais_qkv_fused` adds cais_fusion (the QKV projection an AG-GEMM too);
 `cais_dataflow_throttle` adds system.switch.cais.throttle=true (the switch holds back GPUs that
 run ahead). The variants of cais before the dataflow (workload.block.cais_dataflow=false, every
 collective a kernel): `cais_kernels`; `cais_fused` (workload.block.cais_fusion=true: the
-attention's collectives fused into its GEMMs, README "In-switch computing: CAIS merge unit");
+attention's collectives fused into its GEMMs, docs/systems/cais.md);
 `cais_throttle` and `cais_fused_throttle` (the switch's throttle); `cais_nosync` and
 `cais_fused_nosync` (workload.block.cais_sync=false: no group sync table, only the common request
 order). `t3` is T3's fused GEMM + reduce-scatter with ring all-gathers, `t3_nvls` the same with

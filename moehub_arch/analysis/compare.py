@@ -6,10 +6,17 @@ Per-GPU stats (``system.gpu3.hub.stall_ticks``) are folded into one row per name
 apart, and so does a pattern that names a GPU (``system.gpu0.sm*.insts_issued`` shows GPU 0's
 SMs). Equal values read "same". When --stats patterns expand to many rows, rows that are zero in
 every run are left out (the table says how many).
+
+A scheme whose phases overlap (the expert GEMMs running while rows still arrive) has phase times
+that are spans, adding up to more than its layer time: the phase rows of such runs are marked
+"(overlapping)" and a note under the table says which runs, so that "2.77x slower" for an expert
+phase is read as a longer span, not a longer layer. A --stats pattern that matches no stat is a
+warning; only when no pattern matches anything is there nothing to show (an error).
 """
 import csv
 import fnmatch
 import re
+import sys
 
 from . import AnalysisError
 from .rundata import RunData
@@ -26,6 +33,17 @@ AVERAGED_UNITS = ("ratio", "GB/s", "events/s", "instructions/s", "")
 _GPU = re.compile(r"\.gpu\d+\.")
 # above this many rows, rows zero in every run are left out of the table
 MANY_ROWS = 16
+PHASE_PREFIX = "system.moe.phase."
+OVERLAP_MARK = " (overlapping)"
+
+
+def _overlapping(run):
+    """True when the run's MoE phases add up to more than its layer time (they overlap)."""
+    stats = run.stats
+    layer = stats.get("system.moe.layer_time_us", {}).get("value")
+    phases = [s["value"] for n, s in stats.items()
+              if n.startswith(PHASE_PREFIX) and isinstance(s["value"], (int, float))]
+    return bool(layer) and sum(phases) > layer * (1 + 1e-9)
 
 
 def _rows(run, patterns, per_gpu):
@@ -55,7 +73,7 @@ def _rows(run, patterns, per_gpu):
 
 def compare_table(outdirs, patterns=None, per_gpu=False):
     """(header, rows) of the comparison; each row: stat, unit, value per run, speedup per later run."""
-    header, table, _ = _compare(outdirs, patterns, per_gpu)
+    header, table, _ = _compare(outdirs, patterns, per_gpu, [])
     return header, table
 
 
@@ -67,17 +85,27 @@ def _as_run(run):
     return RunData(run)
 
 
-def _compare(outdirs, patterns, per_gpu):
-    """(header, rows, number of all-zero rows left out)."""
+def _compare(outdirs, patterns, per_gpu, notes):
+    """(header, rows, number of all-zero rows left out). `notes` receives the warnings (patterns
+    matching nothing, "warning: ...") and the overlap note ("note: ...")."""
     runs = [_as_run(d) for d in outdirs]
     patterns = list(patterns or DEFAULT_PATTERNS)
     per_run = [_rows(r, patterns, per_gpu) for r in runs]
+    said = []
     if patterns != list(DEFAULT_PATTERNS):
-        for p in patterns:
-            if not any(fnmatch.fnmatchcase(n, p) for r in runs for n in r.stats):
-                names = ", ".join(str(getattr(r, "dir", r.label)) for r in runs)
-                raise AnalysisError(f"--stats {p}: no stat of {names} "
-                                    f"matches (list them with `moehub-sim stats --list CONFIG`)")
+        names = ", ".join(str(getattr(r, "dir", r.label)) for r in runs)
+        empty = [p for p in patterns
+                 if not any(fnmatch.fnmatchcase(n, p) for r in runs for n in r.stats)]
+        if len(empty) == len(patterns):
+            raise AnalysisError(f"--stats {', '.join(empty)}: no stat of {names} matches (list "
+                                f"them with `moehub-sim stats --list CONFIG`)")
+        said += [f"warning: --stats {p}: no stat of {names} matches; left out" for p in empty]
+    overlapping = [r.label for r in runs if _overlapping(r)]
+    if overlapping and any(n.startswith(PHASE_PREFIX) for rows in per_run for n in rows):
+        said.append(f"note: the phases of {', '.join(map(str, overlapping))} overlap (they add up "
+                    f"to more than the layer time): a phase row{OVERLAP_MARK} compares spans, "
+                    f"not shares of the layer time")
+    notes += said
     names = list(per_run[0])
     for rows in per_run[1:]:
         names += [n for n in rows if n not in names]
@@ -116,15 +144,23 @@ def _fmt(v):
     return str(v)
 
 
-def compare_runs(outdirs, patterns=None, per_gpu=False, csv_path=None):
-    """The comparison as aligned text (and as CSV at `csv_path`)."""
-    header, table, zero_rows = _compare(outdirs, patterns, per_gpu)
+def compare_runs(outdirs, patterns=None, per_gpu=False, csv_path=None, warn=None):
+    """The comparison as aligned text (and as CSV at `csv_path`); its warnings go to `warn`
+    (default: standard error, as `moehub-sim: warning: ...`), its notes under the table."""
+    notes = []
+    header, table, zero_rows = _compare(outdirs, patterns, per_gpu, notes)
+    for n in notes:
+        if n.startswith("warning: "):
+            (warn or (lambda t: print(f"moehub-sim: {t}", file=sys.stderr)))(n)
     if csv_path:
         with open(csv_path, "w", newline="") as f:
             w = csv.writer(f)
             w.writerow(header)
             w.writerows(table)
-    cells = [header] + [[_fmt(c) for c in row] for row in table]
+    overlap = any(n.startswith("note: ") and OVERLAP_MARK in n for n in notes)
+    cells = [header] + [[_fmt(c) + (OVERLAP_MARK if i == 0 and overlap and
+                                    str(c).startswith(PHASE_PREFIX) else "")
+                         for i, c in enumerate(row)] for row in table]
     widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
     lines = []
     for k, row in enumerate(cells):
@@ -134,4 +170,5 @@ def compare_runs(outdirs, patterns=None, per_gpu=False, csv_path=None):
             lines.append("  ".join("-" * w for w in widths))
     if zero_rows:
         lines.append(f"({zero_rows} more rows are zero in every run; not shown)")
+    lines += [f"({n[len('note: '):]})" for n in notes if n.startswith("note: ")]
     return "\n".join(lines)

@@ -112,19 +112,24 @@ def _value(cfg: Config, key: str):
 
 
 def _setter(cfg: Config, key: str) -> str:
-    """The file (or --set) that set `key` or a mapping holding it; '' for a schema default."""
+    """The file (or --set) that set `key` itself (the loader records every key a file writes,
+    config/loader.py `_mark`); '' for a schema default - a file that wrote other keys of the same
+    mapping did not set it."""
     path = tuple(key.split("."))
-    best, label = 0, ""
     for k, src in cfg.key_sources:
-        if 0 < len(k) <= len(path) and len(k) > best and tuple(path[:len(k)]) == tuple(k):
-            best, label = len(k), src
-    return label
+        if tuple(k) == path:
+            return src
+    return ""
 
 
 def describe_keys(pattern=None, cfg: Config | None = None) -> str:
     """The listing `moehub-sim config --list` prints; with `cfg`, each key's value in it and the
     comment on the line that set it (its source or assumption)."""
     docs = [d for d in schema_keys() if _matches(d.key, pattern)]
+    if not docs and pattern and not any(c in pattern for c in "*?["):
+        # no key name holds it: the keys whose description names it ("row_table": "row table")
+        words = pattern.lower().replace("_", " ")
+        docs += [d for d in schema_keys() if d not in docs and words in d.doc.lower()]
     if not docs:
         return ""
     comments = {}

@@ -28,8 +28,9 @@ import yaml
 
 from ..inputs import InputFileError, load_yaml
 from ..paths import data_root, find_user_file
+from .effective import effective_value_warnings
 from .files import ConfigError, display_path, read_yaml
-from .models import load_model
+from .models import load_model, with_top_k
 from .schema import Config
 from .units import (EXAMPLES, INT64_MAX, MAX_TICKS, UnitError, parse_quantity, quantity_limit,
                     range_text)
@@ -201,6 +202,18 @@ def _listing(items: list) -> str:
     return "; ".join(items[:12]) + more
 
 
+def _mark(prov: dict, p: tuple, v, src: _Source):
+    """`src` set the value `v` at key path `p`: it is the source of `p` and of every key inside a
+    mapping `v` (so that a key's source is the file that wrote that key, not the first file that
+    wrote a mapping holding it: `config --list`, config.json's value_sources)."""
+    for q in [q for q in prov if q[:len(p)] == p]:
+        del prov[q]
+    prov[p] = src
+    if isinstance(v, dict):
+        for k, sub in v.items():
+            _mark(prov, (*p, k), sub, src)
+
+
 def _merge(base: dict, over: dict, src: _Source, prov: dict, prefix=()):
     for k, v in over.items():
         p = (*prefix, k)
@@ -208,10 +221,8 @@ def _merge(base: dict, over: dict, src: _Source, prov: dict, prefix=()):
             prov.setdefault(p, src)
             _merge(base[k], v, src, prov, p)
         else:
-            for q in [q for q in prov if q[:len(p)] == p]:
-                del prov[q]
             base[k] = copy.deepcopy(v)
-            prov[p] = src
+            _mark(prov, p, v, src)
 
 
 def _apply_override(data: dict, text: str, prov: dict):
@@ -247,10 +258,8 @@ def _apply_override(data: dict, text: str, prov: dict):
             if isinstance(value, dict) and isinstance(node, dict) and isinstance(node.get(k), dict):
                 _merge(node[k], value, src, prov, path)
             else:
-                for q in [q for q in prov if q[:len(path)] == path]:
-                    del prov[q]
                 node[k] = value
-                prov[path] = src
+                _mark(prov, path, value, src)
         else:
             if isinstance(node, dict) and (k not in node or node[k] is None):
                 node[k] = {}
@@ -590,6 +599,10 @@ def _resolve_layer_files(cfg: Config, ctx: _Ctx) -> Config:
     if model and ("/" in model or model.endswith((".yaml", ".yml"))):
         layer = attrs.evolve(layer, model=_find(ctx, ("workload", "layer", "model"), model,
                                                 "model file"))
+    if layer.kernel_files:
+        layer = attrs.evolve(layer, kernel_files=tuple(
+            _find(ctx, ("workload", "layer", "kernel_files", i), name, "kernel file")
+            for i, name in enumerate(layer.kernel_files)))
     return attrs.evolve(cfg, workload=attrs.evolve(cfg.workload, layer=layer))
 
 
@@ -716,7 +729,7 @@ def _check_hub_sizes(cfg: Config, ctx: _Ctx):
     if cfg.scheme != "moehub" or not cfg.workload.layer.model:
         return
     try:
-        model = load_model(cfg.workload.layer.model)
+        model = with_top_k(load_model(cfg.workload.layer.model), cfg.workload.layer.top_k)
     except ConfigError:
         return      # the layer build names the bad model file
     experts = model.experts
@@ -761,6 +774,7 @@ def load_config(path, overrides: Sequence[str] = (), system_file=None) -> Config
         _apply_override(data, text, prov)
     ctx = _Ctx(prov, [display_path(Path(f)) for f in files], display_path(path))
     cfg = _finish(_convert(Config, data, (), ctx), ctx, files)
+    warnings += effective_value_warnings(cfg)
     return attrs.evolve(cfg, load_warnings=tuple(warnings))
 
 

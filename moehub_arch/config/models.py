@@ -241,6 +241,22 @@ def _parse(data, file: str) -> ModelShape:
                       moe_layers=moe_layers, layers=layers, dtype=dtype, router=router)
 
 
+def with_top_k(model: ModelShape, top_k: int, key="workload.layer.top_k") -> ModelShape:
+    """The model with `top_k` experts per token in place of its own (0: unchanged); a value the
+    model's experts or its group-limited router cannot give is a ConfigError naming `key`."""
+    if not top_k or top_k == model.top_k:
+        return model
+    if top_k > model.experts:
+        raise ConfigError(f"{key}: expected at most {model.name}'s {model.experts} experts per "
+                          f"token, found {top_k}", key=key)
+    r = model.router
+    if r.group_limited and top_k > r.top_groups * (model.experts // r.groups):
+        raise ConfigError(f"{key}: {model.name}'s router keeps {r.top_groups} groups of "
+                          f"{model.experts // r.groups} experts per token, fewer than {top_k}",
+                          key=key)
+    return attrs.evolve(model, top_k=top_k)
+
+
 def _resolve(name_or_path) -> Path:
     if isinstance(name_or_path, Path):
         return name_or_path

@@ -764,6 +764,13 @@ class LayerConfig:
     model: str = _f("str", "model shape: a name in workloads/models/ or a path to a model YAML "
                            "('' = no MoE layer: the workload's own launches run)", "")
     tokens_per_gpu: int = _f("int", "tokens routed on each GPU", 0, min=0)
+    top_k: int = _f("int", "experts per token, in place of the model file's model.top_k (0: the "
+                    "model's own); `moehub-sim layer --top-k K`", 0, min=0)
+    kernel_files: tuple = _f("str_tuple", "your copies of the scheme's kernel files, each run in "
+                             "place of the shipped file of the same name (a modified "
+                             "moe_layer.s replaces workloads/kernels/moehub/moe_layer.s): the copy "
+                             "keeps the shipped kernel and macro names, so the scheme's launches "
+                             "run it", ())
     routing: RoutingConfig = _f("node", "routing generator", RoutingConfig(), cls=RoutingConfig)
     gemm_n_tile: int = _f("int", "output columns of one expert-GEMM job (a thread block's N tile): "
                           "a row tile's gate/up GEMM is FFN width / n_tile jobs, its down GEMM "
@@ -943,7 +950,7 @@ class RunConfig:
                            "overhead, credits and packet statistics stay exact; store-and-forward "
                            "and arbitration per train are an approximation (tools/bench.py "
                            "measures its error). 1 = every packet simulated (exact)", 1, min=1)
-    # robustness (README "Robustness"): watchdog, limits, end-of-run invariants
+    # robustness (docs/robustness.md): watchdog, limits, end-of-run invariants
     watchdog_interval: int = _f("time", "stop the run (exit status 3, with a report of who waits on "
                                 "what) when no instruction issues for this much simulated time; "
                                 "0ps disables the watchdog", 1_000_000_000, min=0)

@@ -16,13 +16,15 @@ Token accounting: kernels count rows in `acct` (words below) with atomics; `fini
 stats and `invariants` (one of the end-of-run checks, moehub_arch/checks.py) requires every
 token-expert pair to be sent, received, computed and combined exactly once.
 """
+from pathlib import Path
+
 import attrs
 import numpy as np
 
 from ..config.loader import ConfigError
 from ..config.schema import BufferConfig, LaunchConfig, MoeWorkloadConfig
 from ..paths import data_root
-from ..config.models import load_model
+from ..config.models import load_model, with_top_k
 from .routing import generate_routing
 
 # acct words (i64, per GPU)
@@ -115,6 +117,10 @@ def layer_shape(cfg):
         m = load_model(layer.model)
     except ConfigError as e:
         raise LayerError(f"workload.layer.model: {e}") from None
+    try:
+        m = with_top_k(m, layer.top_k)
+    except ConfigError as e:
+        raise LayerError(str(e)) from None
     P = sysc.num_gpus
     if m.top_k > 8 and cfg.scheme != "dysharp":
         # (scheme dysharp's kernels hand the ids to the hub as a list: no ld.v8 limit)
@@ -286,6 +292,21 @@ def _scheme_module(name):
     return importlib.import_module(f"{__package__}.schemes.{name}")
 
 
+def replace_kernel_files(files, copies, scheme):
+    """The scheme's kernel files with the user's copies (workload.layer.kernel_files) each in place
+    of the shipped file of the same name; a copy that replaces none is an error naming them."""
+    files = list(files)
+    names = [Path(f).name for f in files]
+    for i, copy in enumerate(copies):
+        name = Path(copy).name
+        if name not in names:
+            raise LayerError(f"workload.layer.kernel_files[{i}]: '{copy}' replaces no kernel file "
+                             f"of scheme {scheme} (its files: {', '.join(names)}); a copy keeps "
+                             f"the name of the file it replaces")
+        files[names.index(name)] = str(copy)
+    return files
+
+
 class MoeLayer:
     """The generated layer of one run: shape, routing, plan; `finish` adds the layer's results."""
 
@@ -306,7 +327,9 @@ class MoeLayer:
     def expanded_config(self):
         """cfg with the layer's buffers, launches, kernels and MoE-Hub windows filled in."""
         cfg, plan = self.cfg, self.plan
-        files = [str(data_root() / COMMON_KERNELS)] + [str(data_root() / f) for f in plan.kernel_files]
+        files = replace_kernel_files([str(data_root() / f) for f in
+                                      (COMMON_KERNELS,) + tuple(plan.kernel_files)],
+                                     cfg.workload.layer.kernel_files, cfg.scheme)
         buffers = tuple(cfg.workload.buffers) + tuple(common_buffers(self.shape)) + tuple(plan.buffers)
         check_fits(cfg, self.shape, buffers)
         wl = attrs.evolve(cfg.workload, buffers=buffers,
