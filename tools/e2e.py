@@ -3,6 +3,7 @@
 
     python tools/e2e.py --model deepseek_v3 --scheme moehub --system dgx_h100 --quick
     python tools/e2e.py --model mixtral_8x7b --scheme moehub --compare deepep overlap --tokens-per-gpu 1024
+    python tools/e2e.py --training ...   # a training step with pipeline parallelism: tools/e2e_training.py
 
 Each distinct layer is simulated once (moehub-sim runs, reused from --outdir when their stats
 are there) and the step is composed from them:
@@ -83,6 +84,9 @@ def block_model_file(outdir, model, dense, tokens):
 
 
 def main(argv=None):
+    if "--training" in (sys.argv[1:] if argv is None else argv):
+        import e2e_training       # the training step: its own tool (tools/e2e_training.py)
+        return e2e_training.main(argv)
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", required=True, choices=sorted(DENSE))
