@@ -168,3 +168,16 @@ def test_backward_flops_are_twice_the_forward_plus_recompute():
     assert f["forward"] == 6 * 8 * 16 * 8
     assert f["dgrad"] + f["wgrad"] == 2 * f["forward"]
     assert f["backward"] == f["dgrad"] + f["wgrad"] + f["recompute"]
+
+
+def test_shared_experts_per_gpu(layer):
+    """Shared weights given per GPU ([P, S, ...]) with the same copy on every GPU give the same
+    gradients as one shared copy, the weight gradients split per GPU."""
+    L = layer
+    rep = lambda a: np.stack([a] * P)
+    g = moe_layer_backward_reference(L["x"], L["idx"], L["w"], L["wg"], L["wu"], L["wd"],
+                                     L["dy"], rep(L["sg"]), rep(L["su"]), rep(L["sd"]))
+    assert np.array_equal(g["dx"], L["g"]["dx"])
+    assert g["ds_gate"].shape == (P, S, H, IS)
+    # the per-GPU gradients sum to the one-copy gradient (the rows split by GPU)
+    assert np.allclose(g["ds_down"].sum(axis=0), L["g"]["ds_down"], rtol=1e-5, atol=1e-6)

@@ -53,7 +53,8 @@ def _row_dot(a, b) -> np.ndarray:
 
 
 def moe_layer_backward_reference(x, topk_idx, topk_weight, w_gate, w_up, w_down, dy,
-                                 shared_gate=None, shared_up=None, shared_down=None) -> dict:
+                                 shared_gate=None, shared_up=None, shared_down=None,
+                                 expert_rows=None) -> dict:
     """The gradients of one MoE layer (forward: `reference.moe_layer_reference`, combine
     "per_slot") given dy [P, T, H] (bf16 values), the gradient of its output.
 
@@ -62,9 +63,14 @@ def moe_layer_backward_reference(x, topk_idx, topk_weight, w_gate, w_up, w_down,
       dw [P, T, k] - the router-weight gradients dL/dw[t, j] (fp32 dot products over H);
       dw_gate, dw_up [E, H, I], dw_down [E, I, H] - the routed experts' weight gradients (fp32;
         an expert with no rows has zero gradients);
-      ds_gate, ds_up [S, H, Is], ds_down [S, Is, H] - the shared experts' (when given);
+      ds_gate, ds_up [S, H, Is], ds_down [S, Is, H] - the shared experts' (when given; with
+        shared weights per GPU [P, S, ...], per GPU [P, S, ...]);
       rows_out [E] - rows each expert received in the backward (its forward rows), and
       pairs - token-expert pairs (the rows of each direction of the backward's communication).
+
+    expert_rows: {expert: (flat tokens, slots)} - the order of each expert's rows in a scheme's
+    buffer (flat token = GPU x T + token), which the wgrad's fp32 sums over rows follow; by
+    default global token order.
     """
     x = np.asarray(x, F32)
     dy = np.asarray(dy, F32)
@@ -89,6 +95,13 @@ def moe_layer_backward_reference(x, topk_idx, topk_weight, w_gate, w_up, w_down,
     rows_out = np.zeros(E, np.int64)
     for e in np.unique(flat_idx):
         tok, slot = np.nonzero(flat_idx == e)
+        if expert_rows is not None:
+            tok, slot = (np.asarray(a, np.int64) for a in expert_rows[int(e)])
+            want = np.nonzero(flat_idx == e)
+            if sorted(zip(tok.tolist(), slot.tolist())) != sorted(zip(want[0].tolist(),
+                                                                      want[1].tolist())):
+                raise ValueError(f"expert_rows[{int(e)}] is not the set of expert {int(e)}'s "
+                                 f"token-expert pairs")
         xe = rows[tok]
         ye = expert_ffn(xe, w_gate[e], w_up[e], w_down[e])        # the forward's output rows
         dw[tok, slot] = _row_dot(grows[tok], ye)                 # the combine's backward ...
@@ -100,12 +113,18 @@ def moe_layer_backward_reference(x, topk_idx, topk_weight, w_gate, w_up, w_down,
                pairs=int(n * k))
     acc = np.zeros((n, h), F32)
     if shared_gate is not None:
-        S = len(shared_gate)
+        # [S, ...]: every GPU's copy the same (one pass over all rows); [P, S, ...]: each GPU's own
+        # copy (the simulator initialises each GPU's shared experts separately)
+        per_gpu = np.ndim(shared_gate) == 4
         dsg, dsu, dsd = (np.zeros(np.shape(a), F32) for a in (shared_gate, shared_up, shared_down))
-        for s in range(S):
-            dxs, dsg[s], dsu[s], dsd[s] = ffn_backward(rows, grows, shared_gate[s], shared_up[s],
-                                                       shared_down[s])
-            acc = (acc + dxs).astype(F32)
+        for g in range(p if per_gpu else 1):
+            rs = slice(g * t, (g + 1) * t) if per_gpu else slice(0, n)
+            sg, su, sd = ((a[g] for a in (shared_gate, shared_up, shared_down)) if per_gpu
+                          else (shared_gate, shared_up, shared_down))
+            dg_, du_, dd_ = (dsg[g], dsu[g], dsd[g]) if per_gpu else (dsg, dsu, dsd)
+            for s in range(len(sg)):
+                dxs, dg_[s], du_[s], dd_[s] = ffn_backward(rows[rs], grows[rs], sg[s], su[s], sd[s])
+                acc[rs] = (acc[rs] + dxs).astype(F32)
         out.update(ds_gate=dsg, ds_up=dsu, ds_down=dsd)
     for j in range(k):                                  # the dispatch's backward: a combine
         acc = (acc + dx_slot[:, j, :]).astype(F32)
