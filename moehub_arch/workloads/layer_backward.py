@@ -97,23 +97,18 @@ def dispatch_bwd_launch(s, cfg, stream, dret, map_):
                             ("topk", s.top_k), ("hidden", s.hidden)))
 
 
-def backward_start_launch(stream):
-    """Raises b_start on the GPU when the backward begins (the shared experts' backward on its
-    own stream waits for it: dy exists only once the forward is done)."""
-    return LaunchConfig(kernel="flag_set", grid=1, stream=stream,
-                        params=(("addr", "@b_start"), ("value", 1)))
-
-
 def shared_bwd(s, cfg, stream, buf):
-    """The shared experts' backward on their own stream (no communication): after b_start, per
-    shared expert the dense FFN backward kernels of workloads/kernels/tp/ffn_backward.s
-    (ffn_bwd_act, ffn_dgrad into b_dxs[s], ffn_wgrad into ds_gate / ds_up / ds_down[s]) over the
-    GPU's tokens, then b_sdone = 1. Returns (buffers, [(launch, phase)]); no launches without
-    shared experts. `buf` is layer._buf."""
+    """The shared experts' backward (no communication): per shared expert the dense FFN backward
+    kernels of workloads/kernels/tp/ffn_backward.s (ffn_bwd_act, ffn_dgrad into b_dxs[s],
+    ffn_wgrad into ds_gate / ds_up / ds_down[s]) over the GPU's tokens, then b_sdone = 1, on
+    `stream` in the backward's order. (On a stream of their own they would have to wait for the
+    backward's start - dy exists once the forward is done - and a waiting thread block would sit
+    on an SM during the forward: the engine has no cross-stream event that waits off the SMs.)
+    Returns (buffers, [(launch, phase)]); no launches without shared experts. `buf` is
+    layer._buf."""
     T, H, Is, S = s.tokens, s.hidden, s.shared_ffn, s.shared
     _buf = buf
-    bufs = [_buf("b_start", 8, region="control", dtype="i64"),
-            _buf("b_sdone", 8, region="control", dtype="i64"),
+    bufs = [_buf("b_sdone", 8, region="control", dtype="i64"),
             _buf("b_dxs", max(S, 1) * T * s.row_bytes, dtype="bf16")]
     if not S:
         return bufs, []
@@ -123,8 +118,7 @@ def shared_bwd(s, cfg, stream, buf):
              _buf("ds_down", S * H * Is * 4, dtype="f32")]
     tbs = cfg.workload.layer.shared_tbs
     dims = (("tokens", T), ("hidden", H), ("ffn", Is))
-    out = [(LaunchConfig(kernel="flag_wait", grid=1, stream=stream,
-                         params=(("addr", "@b_start"), ("value", 1))), "backward_wait")]
+    out = []
     for e in range(S):
         w, g = e * H * Is * 2, e * H * Is * 4
         wts = (("wg", f"@ws_gate + {w}"), ("wu", f"@ws_up + {w}"))

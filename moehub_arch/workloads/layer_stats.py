@@ -238,9 +238,11 @@ def add_finished_layer_stats(sim, layer, starts, ends, done):
 
 def _dispatch_link_stats(st, out, layer, launches, P):
     names = layer.plan.phases.get("dispatch", ())
+    by = layer.plan.launch_phases
     wire = np.zeros(P)
     for l in launches:
-        if l.kernel in names:
+        # the backward's launches (passes: training) run some of the same kernels: not counted
+        if l.kernel in names and not (by and by[l.config_index].startswith("backward")):
             wire[l.gpu] += int(st.ln[l.index].tx_wire)
     out.add("system.moe.dispatch_wire_bytes_max", float(wire.max()), "bytes",
             "the busiest GPU's link wire bytes sent for its dispatch-phase kernels (headers and "

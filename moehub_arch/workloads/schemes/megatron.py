@@ -41,9 +41,8 @@ from ..alltoall import (ENTRY_BYTES, KERNELS as A2A_KERNELS, PhasedLaunches, a2a
 from ..layer_stats import kernels_finished
 from ..layer import (ACCT_NAMES, GROUPED_KERNELS, SHARED_KERNELS, SchemePlan, _buf,
                      combine_launch, grouped_gemm_launches, shared_expert_launches)
-from ..layer_backward import (KERNELS as BACKWARD_KERNELS, backward_buffers,
-                              backward_start_launch, combine_bwd_launch, dispatch_bwd_launch,
-                              expert_bwd_launches, shared_bwd)
+from ..layer_backward import (KERNELS as BACKWARD_KERNELS, backward_buffers, combine_bwd_launch,
+                              dispatch_bwd_launch, expert_bwd_launches, shared_bwd)
 from ...config.schema import LaunchConfig
 
 KERNELS = "workloads/kernels/megatron/megatron.s"
@@ -165,11 +164,12 @@ def plan(layer):
         if sort:
             bbufs += [_buf("mg_drecv", recv_rows * rb, dtype="bf16"),
                       _buf("mg_dback", recv_rows * rb, dtype="bf16")]
-        sbb, slaunches = shared_bwd(s, cfg, 1, _buf)
+        # the shared experts' backward first, on the main stream (Megatron-Core computes shared
+        # experts in line unless moe_shared_expert_overlap is set, which is off by default)
+        sbb, slaunches = shared_bwd(s, cfg, 0, _buf)
         bbufs += sbb
         for launch, phase in slaunches:
             add(launch, phase)
-        add(backward_start_launch(0), "backward_wait")
         add(combine_bwd_launch(s, cfg, 0, "@mg_map", "@mg_dsend"), "backward_dispatch")
         add(a2a_launch(0, "@mg_fwd", 1, "@mg_dsend", drecv, piece, arrive="@mg_darrive"),
             "backward_dispatch")
