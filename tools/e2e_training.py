@@ -48,7 +48,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tools"))
-import e2e  # noqa: E402
+import e2e_layers as e2e  # noqa: E402
 
 from moehub_arch.workloads.training_step import LayerCost, TrainingError, training_step  # noqa: E402
 
