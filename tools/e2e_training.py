@@ -52,10 +52,11 @@ import e2e_layers as e2e  # noqa: E402
 
 from moehub_arch.workloads.training_step import LayerCost, TrainingError, training_step  # noqa: E402
 
-# MoE schemes whose layer the simulator runs forward and backward, with the stats of the
-# backward's time and of its exposed part. None yet: every scheme's backward is the
-# estimate above (docs/training.md says what each scheme's backward will do).
-SIMULATED_BACKWARD = {}
+# MoE schemes whose layer the simulator runs forward and backward (workload.layer.passes:
+# training, moehub_arch/workloads/layer_backward.py), with the stats of the backward's time and
+# of its exposed part; the other schemes' backward is the estimate above.
+SIMULATED_BACKWARD = {"megatron": ("system.moe.backward.time_us",
+                                   "system.moe.backward.overhead_us")}
 DEFAULT_P2P_GBPS = 50.0
 
 
@@ -158,26 +159,33 @@ def main(argv=None):
     attn_params = 4 * H * H + 2 * H
     moe = {}
     for s in schemes:
-        st, how = e2e.run(base, out / f"moe_{s}", [f"scheme={s}", f"workload.layer.model={a.model}",
-                                                    f"workload.layer.tokens_per_gpu={tokens}"],
-                          a.force)
+        sets = [f"scheme={s}", f"workload.layer.model={a.model}",
+                f"workload.layer.tokens_per_gpu={tokens}"]
+        if s in SIMULATED_BACKWARD:       # forward and backward in one run
+            st, how = e2e.run(base, out / f"moe_{s}_training",
+                              sets + ["workload.layer.passes=training"], a.force)
+        else:
+            st, how = e2e.run(base, out / f"moe_{s}", sets, a.force)
         fwd = e2e.value(st, "system.moe.layer_time_us")
         over = e2e.value(st, "system.moe.overhead_us")
         med = e2e.value(st, "system.moe.phase.mediation_us") \
             if "system.moe.phase.mediation_us" in st else 0.0
         expert = e2e.value(st, "system.moe.phase.expert_us")
+        estimate = fwd - med + expert
         if s in SIMULATED_BACKWARD:
             time_stat, exposed_stat = SIMULATED_BACKWARD[s]
             bwd, src = e2e.value(st, time_stat), "simulated"
             bexp = min(e2e.value(st, exposed_stat), bwd)
         else:
-            bwd, src = fwd - med + expert, "estimate"
+            bwd, src = estimate, "estimate"
             bexp = min(max(0.0, over - med), bwd)
+        # the estimate beside a simulated backward shows how far the estimate is off there
         moe[s] = dict(forward_us=fwd, backward_us=bwd, forward_exposed_us=min(over, fwd),
                       backward_exposed_us=bexp, mediation_us=med, expert_us=expert,
-                      backward_source=src)
-        print(f"  MoE layer, {s:14s} forward {fwd:9.1f} us, backward {bwd:9.1f} us ({src})  "
-              f"[{how}]", flush=True)
+                      backward_source=src, backward_estimate_us=estimate)
+        note = f"; the estimate would say {estimate:.1f}" if src == "simulated" else ""
+        print(f"  MoE layer, {s:14s} forward {fwd:9.1f} us, backward {bwd:9.1f} us ({src}{note})"
+              f"  [{how}]", flush=True)
     p2p = tokens * H * 2 / (a.p2p_GBps * 1e9) * 1e6
     rows = {}
     for s in schemes:
