@@ -16,13 +16,19 @@ reused, tools/run_cache.py):
 - MoE layer: workload.layer on the whole system for each scheme - its forward
   (system.moe.layer_time_us, exposed part system.moe.overhead_us). Its backward: a scheme whose
   backward the simulator runs (SIMULATED_BACKWARD below) gives it from that run; any other scheme is
-  an error unless `--moe-backward estimate`, which composes it from the forward run's phases:
-  backward = layer - mediation + expert phase (the backward moves the same rows through the
-  same mechanism in the opposite roles - the combine's backward is a dispatch of output
-  gradients, the dispatch's a combine of input gradients - and needs no new mediation (DeepEP's
-  cached handle, Megatron's known splits); the experts run twice the forward's GEMM FLOPs, dgrad
-  and wgrad), exposed = overhead - mediation. That is an estimate from simulated parts, not a
-  simulated backward: the tables say which one each row used.
+  an error unless `--moe-backward estimate`, which composes it from simulated parts: the scheme's
+  forward with the forward's expert phase replaced by the simulated backward expert phase of
+  the same layer (system.moe.backward.expert_us of scheme megatron's training run: the shared
+  grouped backward kernels on the same routing, shared experts included) and without the
+  mediation - backward = layer - mediation - expert phase + backward expert phase, exposed =
+  overhead - mediation. Why: the backward moves the same rows through the same mechanism in the
+  opposite roles (the combine's backward is a dispatch of output gradients, the dispatch's a
+  combine of input gradients) and needs no new mediation (DeepEP's cached handle, Megatron's
+  known splits), while its expert work is another kernel set (dgrad, wgrad, recomputation, fp32
+  weight gradients). That is an estimate from simulated parts, not a simulated backward - it
+  keeps the scheme's forward overlap of communication with expert work as it was: the tables
+  say which rows are estimates, and for a simulated scheme the tool prints what the estimate
+  would have said.
 
 The step (training_step.py): layers split over --stages pipeline stages (contiguous, as even as
 possible), one stage per expert-parallel system (one --system each, as DySHARP's 16 NVL32
@@ -57,6 +63,7 @@ from moehub_arch.workloads.training_step import LayerCost, TrainingError, traini
 # of its exposed part; the other schemes' backward is the estimate above.
 SIMULATED_BACKWARD = {"megatron": ("system.moe.backward.time_us",
                                    "system.moe.backward.overhead_us")}
+EXPERT_REFERENCE = "megatron"      # whose training run gives the estimate's backward expert phase
 DEFAULT_P2P_GBPS = 50.0
 
 
@@ -158,9 +165,18 @@ def main(argv=None):
               f"[{how}]", flush=True)
     attn_params = 4 * H * H + 2 * H
     moe = {}
+    layer_sets = [f"workload.layer.model={a.model}", f"workload.layer.tokens_per_gpu={tokens}"]
+    bwd_expert = None
+    if any(s not in SIMULATED_BACKWARD for s in schemes):
+        # the estimate's expert part: the simulated backward expert phase of this layer
+        st, how = e2e.run(base, out / f"moe_{EXPERT_REFERENCE}_training",
+                          [f"scheme={EXPERT_REFERENCE}", "workload.layer.passes=training"]
+                          + layer_sets, a.force)
+        bwd_expert = e2e.value(st, "system.moe.backward.expert_us")
+        print(f"  MoE backward expert phase ({EXPERT_REFERENCE}'s training run): "
+              f"{bwd_expert:9.1f} us  [{how}]", flush=True)
     for s in schemes:
-        sets = [f"scheme={s}", f"workload.layer.model={a.model}",
-                f"workload.layer.tokens_per_gpu={tokens}"]
+        sets = [f"scheme={s}"] + layer_sets
         if s in SIMULATED_BACKWARD:       # forward and backward in one run
             st, how = e2e.run(base, out / f"moe_{s}_training",
                               sets + ["workload.layer.passes=training"], a.force)
@@ -171,7 +187,7 @@ def main(argv=None):
         med = e2e.value(st, "system.moe.phase.mediation_us") \
             if "system.moe.phase.mediation_us" in st else 0.0
         expert = e2e.value(st, "system.moe.phase.expert_us")
-        estimate = fwd - med + expert
+        estimate = None if bwd_expert is None else fwd - med - expert + bwd_expert
         if s in SIMULATED_BACKWARD:
             time_stat, exposed_stat = SIMULATED_BACKWARD[s]
             bwd, src = e2e.value(st, time_stat), "simulated"
@@ -183,7 +199,8 @@ def main(argv=None):
         moe[s] = dict(forward_us=fwd, backward_us=bwd, forward_exposed_us=min(over, fwd),
                       backward_exposed_us=bexp, mediation_us=med, expert_us=expert,
                       backward_source=src, backward_estimate_us=estimate)
-        note = f"; the estimate would say {estimate:.1f}" if src == "simulated" else ""
+        note = f"; the estimate would say {estimate:.1f}" \
+            if src == "simulated" and estimate is not None else ""
         print(f"  MoE layer, {s:14s} forward {fwd:9.1f} us, backward {bwd:9.1f} us ({src}{note})"
               f"  [{how}]", flush=True)
     p2p = tokens * H * 2 / (a.p2p_GBps * 1e9) * 1e6
