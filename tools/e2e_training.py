@@ -170,8 +170,8 @@ def main(argv=None):
     if any(s not in SIMULATED_BACKWARD for s in schemes):
         # the estimate's expert part: the simulated backward expert phase of this layer
         st, how = e2e.run(base, out / f"moe_{EXPERT_REFERENCE}_training",
-                          [f"scheme={EXPERT_REFERENCE}", "workload.layer.passes=training"]
-                          + layer_sets, a.force)
+                          [f"scheme={EXPERT_REFERENCE}"] + layer_sets
+                          + ["workload.layer.passes=training"], a.force)
         bwd_expert = e2e.value(st, "system.moe.backward.expert_us")
         print(f"  MoE backward expert phase ({EXPERT_REFERENCE}'s training run): "
               f"{bwd_expert:9.1f} us  [{how}]", flush=True)
