@@ -5,6 +5,8 @@ directions, the forward unchanged by the backward behind it, both engines identi
 scheme without a backward rejected."""
 import json
 
+import numpy as np
+
 import pytest
 
 from conftest import REPO, drive_both_engines, mini_system, run_cli, simulate
@@ -73,3 +75,21 @@ def test_scheme_without_a_backward_is_an_error(tmp_path):
     assert r.returncode == 2
     assert "workload.layer.passes" in r.stderr and "no backward pass" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize("sets", [
+    ("system.num_gpus=8",),              # one expert per GPU: no sort, rows straight into place
+    ("workload.layer.routing.kind=skewed", "workload.layer.routing.gini=0.74"),  # idle experts
+], ids=["one_local_expert", "skewed"])
+def test_megatron_backward_other_layouts(sets):
+    from moehub_arch.workloads.layer import MoeLayer
+    from conftest import load
+    cfg = load("experiments/functional.yaml", "scheme=megatron", "workload.layer.passes=training",
+               *sets)
+    st = simulate("experiments/functional.yaml", "scheme=megatron",
+                  "workload.layer.passes=training", *sets).stats
+    for g in GRADIENTS:
+        assert st[f"system.moe.backward.{g}_max_abs_error"] == 0.0, g
+    idx = MoeLayer(cfg).routing.topk_idx
+    if "skewed" in sets[0]:       # some expert gets no row: its weight gradients stay zero
+        assert (np.bincount(idx.reshape(-1), minlength=8) == 0).any()
