@@ -55,3 +55,59 @@ def test_e2e_models_give_valid_block_models(tmp_path):
         assert m.norm_eps == dense["norm_eps"] and m.hidden % m.heads == 0
         if name != "deepseek_v3":
             assert model.layers == model.moe_layers and dense["dense_ffn"] == 0
+
+
+E2E_TRAINING = REPO / "tools" / "e2e_training.py"
+
+
+def test_e2e_training_bad_arguments_exit_2(tmp_path, capsys):
+    """Errors before any simulation: micro-batches < stages, a scheme without a simulated
+    backward (unless --moe-backward estimate), more stages than layers, a bad system."""
+    e2e = load_script(E2E)
+    common = ["--training", "--model", "mixtral_8x7b", "--tokens-per-gpu", "64", "--outdir",
+              str(tmp_path)]
+    assert e2e.main(common + ["--scheme", "moehub", "--stages", "4", "--micro-batches", "3",
+                              "--moe-backward", "estimate"]) == 2
+    assert "--micro-batches 3 < --stages 4" in capsys.readouterr().err
+    assert e2e.main(common + ["--scheme", "moehub", "--compare", "deepep"]) == 2
+    err = capsys.readouterr().err
+    assert "no simulated backward" in err and "--moe-backward estimate" in err
+    assert e2e.main(common + ["--scheme", "moehub", "--stages", "64", "--micro-batches", "64",
+                              "--moe-backward", "estimate"]) == 2
+    assert "has 32 layers" in capsys.readouterr().err
+    assert e2e.main(common + ["--scheme", "moehub", "--system", "nope",
+                              "--moe-backward", "estimate"]) == 2
+    assert "--system nope" in capsys.readouterr().err
+    assert not any(p.is_dir() for p in tmp_path.iterdir())      # nothing was simulated
+
+
+def test_e2e_training_step_is_composed_from_simulated_layers(tmp_path, capsys):
+    """The step is training_step() over the simulated layers' forward and backward times: every
+    Mixtral layer is attention + MoE layer, the MoE backward estimate is the forward run's layer -
+    mediation - expert phase + the backward expert phase of megatron's training run (which is
+    also the one scheme with a simulated backward here)."""
+    from moehub_arch.workloads.training_step import LayerCost, training_step
+    e2e = load_script(E2E)
+    out = tmp_path / "train.json"
+    assert e2e.main(["--training", "--model", "mixtral_8x7b", "--scheme", "moehub", "--compare",
+                     "--tokens-per-gpu", "64", "--stages", "2", "--micro-batches", "4",
+                     "--moe-backward", "estimate", "--outdir", str(tmp_path),
+                     "--json", str(out)]) == 0
+    r = json.loads(out.read_text())
+    m, at = r["moe_layer"]["moehub"], r["attention"]
+    assert m["backward_source"] == "estimate"
+    mg = json.loads((tmp_path / "mixtral_8x7b_64_dgx_h100" / "moe_megatron_training"
+                     / "stats.json").read_text())
+    bex = mg["system.moe.backward.expert_us"]
+    bex = bex["value"] if isinstance(bex, dict) else bex
+    assert m["backward_us"] == m["forward_us"] - m["mediation_us"] - m["expert_us"] + bex
+    assert at["backward_us"] > at["forward_us"] > 0
+    H = 4096
+    layer = LayerCost("moe", at["forward_us"] + m["forward_us"], at["backward_us"]
+                      + m["backward_us"], m["forward_exposed_us"], m["backward_exposed_us"],
+                      moe_us=m["forward_us"] + m["backward_us"],
+                      replicated_params=4 * H * H + 2 * H + H * 8)
+    want = training_step([layer] * 32, 2, 4, 8, 18 * 25e9, 4, r["p2p_us"])
+    assert r["steps"]["moehub"]["step_us"] == want["step_us"]
+    assert r["steps"]["moehub"]["bubble_us"] == want["bubble_us"]
+    assert "speedup" in capsys.readouterr().out

@@ -791,6 +791,12 @@ class LayerConfig:
                              "tile. assumption: 4, half the bulk GEMMs' group (no public streaming "
                              "kernel states one)", 4, min=1)
     combine_tbs: int = _f("int", "thread blocks per GPU of the final weighted combine", 32, min=1)
+    passes: str = _f("choice", "which passes run: forward, or training (the forward, then the "
+                     "layer's backward from a gradient dy of its output: the combine's backward "
+                     "as a dispatch of output gradients, the experts' dgrad and wgrad, the "
+                     "dispatch's backward as a combine of input gradients, the router-weight "
+                     "gradients; schemes with a backward: megatron; docs/training.md)", "forward",
+                     choices=("forward", "training"))
     shared_tbs: int = _f("int", "thread blocks per GPU of the shared experts (if the model has "
                          "any)", 16, min=1)
     moehub: MoehubSchemeConfig = _f("node", "scheme moehub", MoehubSchemeConfig(),

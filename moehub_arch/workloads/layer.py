@@ -25,6 +25,7 @@ from ..config.loader import ConfigError
 from ..config.schema import BufferConfig, LaunchConfig, MoeWorkloadConfig
 from ..paths import data_root
 from ..config.models import load_model, with_top_k
+from .layer_backward import add_backward_stats, backward_invariants, check_backward
 from .routing import generate_routing
 
 # acct words (i64, per GPU)
@@ -109,6 +110,10 @@ class SchemePlan:
                                       # dropped ones
     extra_stats: object = None        # callable(sim, layer): the scheme's own end-of-run stats
     multicast: tuple = ()             # MulticastConfig: NVLink SHARP multicast objects (scheme nvls)
+    backward: bool = False            # the plan runs the layer's backward (passes: training;
+                                      # layer_backward.py); a scheme without one rejects training
+    backward_row_order: object = None  # callable(sim) -> {expert: (flat tokens, slots)}: the order
+                                      # of each expert's rows in the backward's buffers
 
 
 def layer_shape(cfg):
@@ -323,6 +328,11 @@ class MoeLayer:
             top_k=s.top_k, seed=cfg.run.seed if r.seed is None else r.seed, router=self.model.router,
             gini=r.gini, trace=r.trace or None, std=r.std)
         self.plan = _scheme_module(cfg.scheme).plan(self)
+        self.training = cfg.workload.layer.passes == "training"
+        if self.training and not self.plan.backward:
+            raise LayerError(f"workload.layer.passes: training is built for schemes megatron "
+                             f"(the MoE layer's backward, docs/training.md); scheme "
+                             f"'{cfg.scheme}' has no backward pass yet: use passes: forward")
 
     def expanded_config(self):
         """cfg with the layer's buffers, launches, kernels and MoE-Hub windows filled in."""
@@ -361,6 +371,11 @@ class MoeLayer:
         if self.plan.extra_stats is not None:
             self.plan.extra_stats(sim, self)
         self._accounting_stats(sim)
+        if self.training and sim.stopped is None:
+            from .layer_stats import tensor_peak
+            starts = np.array([int(sim.state.ln[l.index].start) for l in sim.launches])
+            ends = np.array([int(sim.state.ln[l.index].end) for l in sim.launches])
+            add_backward_stats(sim, self, starts, ends, tensor_peak(self.cfg))
         # a stopped run's output is not computed yet: nothing to compare with the reference
         if self.shape.functional and sim.stopped is None:
             self._check_output(sim)
@@ -397,9 +412,13 @@ class MoeLayer:
         bad = [f"{n} {int(sim.stats[f'system.moe.rows_{n}'])}"
                + (f" (expected {expected[n]})" if n in expected else "")
                for n in names if int(sim.stats[f"system.moe.rows_{n}"]) != expected.get(n, want)]
+        if self.training:
+            back = backward_invariants(sim, self)
+        else:
+            back = []
         if not bad:
-            return []
-        return [f"token accounting in scheme '{sim.cfg.scheme}': each of the {want} token-expert "
+            return back
+        return back + [f"token accounting in scheme '{sim.cfg.scheme}': each of the {want} token-expert "
                 f"pairs ({s.num_gpus} GPUs x {s.tokens} tokens x top-{s.top_k}) must be sent, "
                 f"received, computed and combined exactly once; found {', '.join(bad)}"]
 
@@ -454,3 +473,5 @@ class MoeLayer:
                           "dropped token-expert pairs excluded)")
         sim.stats.add("system.moe.output_max_abs_reference", scale, "",
                       "largest |reference output| (scale for the error above)")
+        if self.training:
+            check_backward(sim, self, x, wg, wu, wd, unslice_weights)

@@ -98,12 +98,18 @@ def add_layer_stats(sim, layer):
                 f"kernels and phases finished on every GPU have stats ({sim.stopped})")
         add_finished_layer_stats(sim, layer, starts, ends, done)
         return
-    t0, t1 = int(starts.min()), int(ends.max())
+    # passes: training - the forward's figures leave the backward's launches out
+    # (layer_backward.py reports those)
+    by = layer.plan.launch_phases
+    fwd = [i for i, l in enumerate(launches)
+           if not (by and by[l.config_index].startswith("backward"))]
+    t0, t1 = int(starts[fwd].min()), int(ends[fwd].max())
     span = max(t1 - t0, 1)
     out.add("system.moe.layer_time_us", span * 1e-6, "us",
             "MoE layer: first kernel start to last kernel end over all GPUs")
 
-    _kernel_and_phase_stats(out, layer, launches, starts, ends, None, P)
+    _kernel_and_phase_stats(out, layer, [launches[i] for i in fwd], starts[fwd], ends[fwd],
+                            None, P)
 
     busy = st.sm_unit_busy.reshape(P, S, -1).astype(np.float64)
     compute = busy[:, :, UNIT_TENSOR] + busy[:, :, UNIT_VECTOR]
@@ -232,9 +238,11 @@ def add_finished_layer_stats(sim, layer, starts, ends, done):
 
 def _dispatch_link_stats(st, out, layer, launches, P):
     names = layer.plan.phases.get("dispatch", ())
+    by = layer.plan.launch_phases
     wire = np.zeros(P)
     for l in launches:
-        if l.kernel in names:
+        # the backward's launches (passes: training) run some of the same kernels: not counted
+        if l.kernel in names and not (by and by[l.config_index].startswith("backward")):
             wire[l.gpu] += int(st.ln[l.index].tx_wire)
     out.add("system.moe.dispatch_wire_bytes_max", float(wire.max()), "bytes",
             "the busiest GPU's link wire bytes sent for its dispatch-phase kernels (headers and "

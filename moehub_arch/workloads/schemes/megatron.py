@@ -41,6 +41,8 @@ from ..alltoall import (ENTRY_BYTES, KERNELS as A2A_KERNELS, PhasedLaunches, a2a
 from ..layer_stats import kernels_finished
 from ..layer import (ACCT_NAMES, GROUPED_KERNELS, SHARED_KERNELS, SchemePlan, _buf,
                      combine_launch, grouped_gemm_launches, shared_expert_launches)
+from ..layer_backward import (KERNELS as BACKWARD_KERNELS, backward_buffers, combine_bwd_launch,
+                              dispatch_bwd_launch, expert_bwd_launches, shared_bwd)
 from ...config.schema import LaunchConfig
 
 KERNELS = "workloads/kernels/megatron/megatron.s"
@@ -146,6 +148,58 @@ def plan(layer):
     add(a2a_launch(0, "@mg_bwd", 1, back, "@mg_ret", piece, done="@done"), "combine")
     add(gather_launch(s, 0, tbs, map_="@mg_map", src="@mg_ret"), "combine")
     add(combine_launch(s, cfg, stream=0), "combine")
+    training = cfg.workload.layer.passes == "training"
+    bbufs = []
+    if training:
+        # the backward, on the same stream: the forward's splits and tables in reverse roles
+        # (Megatron's token dispatcher keeps them for the backward: no count exchange, no host
+        # round trip); the combine's backward writes each pair's dO into its send row
+        # (map), the forward all-to-all table carries them to the experts, the sort makes them
+        # expert-major; the experts' dX rows go back by the reverse sort and all-to-all
+        bbufs = backward_buffers(s, cap, _buf) + [
+            _buf("mg_dsend", pairs * rb, dtype="bf16"),
+            _buf("mg_dret", pairs * rb, dtype="bf16"),
+            _buf("mg_darrive", 8, region="control", dtype="i64")]
+        drecv, dback = ("@mg_drecv", "@mg_dback") if sort else ("@b_dye", "@b_dxe")
+        if sort:
+            bbufs += [_buf("mg_drecv", recv_rows * rb, dtype="bf16"),
+                      _buf("mg_dback", recv_rows * rb, dtype="bf16")]
+        # the shared experts' backward first, on the main stream (Megatron-Core computes shared
+        # experts in line unless moe_shared_expert_overlap is set, which is off by default)
+        sbb, slaunches = shared_bwd(s, cfg, 0, _buf)
+        bbufs += sbb
+        for launch, phase in slaunches:
+            add(launch, phase)
+        add(combine_bwd_launch(s, cfg, 0, "@mg_map", "@mg_dsend"), "backward_dispatch")
+        add(a2a_launch(0, "@mg_fwd", 1, "@mg_dsend", drecv, piece, arrive="@mg_darrive"),
+            "backward_dispatch")
+        add(flag_wait_launch(0, "@mg_darrive", P), "backward_dispatch")
+        if sort:
+            add(copy_launch(0, min(nsm, n_sort), "@mg_sort", n_sort, "@mg_drecv", "@b_dye"),
+                "backward_dispatch")
+        for launch in expert_bwd_launches(s, 0, nsm, "mg_rows", "mg_xe", "he", cap):
+            add(launch, "backward_expert")
+        if sort:
+            add(copy_launch(0, min(nsm, n_sort), "@mg_unsort", n_sort, "@b_dxe", "@mg_dback"),
+                "backward_combine")
+        add(a2a_launch(0, "@mg_bwd", 1, dback, "@mg_dret", piece, done="@bdone"),
+            "backward_combine")
+        add(dispatch_bwd_launch(s, cfg, 0, "@mg_dret", "@mg_map"), "backward_combine")
+
+    def row_order(sim):
+        """{expert: (flat tokens, slots)} in mg_xe's order: source GPU ascending, then the
+        source's send order (its map)."""
+        order = {}
+        for src in range(P):
+            mp = sim.read_buffer(src, "mg_map", "i64")[:pairs]
+            idx = layer.routing.topk_idx[src].reshape(-1)
+            for e in np.unique(idx):
+                sel = np.nonzero(idx == e)[0]
+                sel = sel[np.argsort(mp[sel], kind="stable")]
+                tok, slot = order.setdefault(int(e), ([], []))
+                tok.extend((src * T + sel // k).tolist())
+                slot.extend((sel % k).tolist())
+        return order
 
     def extra_stats(sim, layer):
         # the device's all-gathered counts must be what the host used for the splits (a run
@@ -159,8 +213,9 @@ def plan(layer):
                       "routing's: 0 when the count exchange delivered every row")
 
     return SchemePlan(
-        buffers=tuple(buffers + gbufs + sbufs), launches=tuple(plan_launches.launches),
-        kernel_files=(A2A_KERNELS, KERNELS), presets=presets, n_tile=s.n_tile,
+        buffers=tuple(buffers + gbufs + sbufs + bbufs), launches=tuple(plan_launches.launches),
+        kernel_files=(A2A_KERNELS, KERNELS) + (BACKWARD_KERNELS if training else ()),
+        presets=presets, n_tile=s.n_tile, backward=True, backward_row_order=row_order,
         phases={"mediation": ("mg_count", "mg_allgather"),
                 "dispatch": ("permute_rows", "a2a_put", "flag_wait")
                 + (("copy_chunks",) if sort else ()),
