@@ -937,6 +937,11 @@ class WorkloadConfig:
                             BlockConfig(), cls=BlockConfig)
 
 
+# the engine's exact shortcuts (run.shortcuts), bit i of the engine's `shortcuts` parameter each
+# (engine/events.py SHORTCUT_*)
+SHORTCUTS = ("tx_wake",)
+
+
 @attrs.frozen
 class RunConfig:
     seed: int = _f("int", "random seed", 1, min=0)
@@ -950,6 +955,11 @@ class RunConfig:
                            "overhead, credits and packet statistics stay exact; store-and-forward "
                            "and arbitration per train are an approximation (tools/bench.py "
                            "measures its error). 1 = every packet simulated (exact)", 1, min=1)
+    shortcuts: tuple = _f("choice_tuple", "the engine's exact shortcuts (docs/engine_order.md): "
+                          "tx_wake (a link transmitter sleeps straight to its head packet's ready "
+                          "tick). Each gives the same model stats with fewer events; [] runs every "
+                          "event of the reference path (the tests compare both)", SHORTCUTS,
+                          choices=SHORTCUTS)
     # robustness (docs/robustness.md): watchdog, limits, end-of-run invariants
     watchdog_interval: int = _f("time", "stop the run (exit status 3, with a report of who waits on "
                                 "what) when no instruction issues for this much simulated time; "

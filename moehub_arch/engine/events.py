@@ -65,6 +65,11 @@ from .jit import compiled
 from .bitset import _lowest_bit
 from .stateref import jit_disabled
 from ..declare import Block, Param, Record, Stat, StatGroup, fields
+from ..config.schema import SHORTCUTS
+
+# the engine's exact shortcuts (run.shortcuts; docs/engine_order.md), bits of State.p shortcuts:
+# each leaves out events that the canonical order makes redundant, with the same model stats
+SHORTCUT_TX_WAKE = 1 << SHORTCUTS.index("tx_wake")
 
 # Event kinds are declared by the blocks whose handlers they dispatch (``Event`` in each
 # component module's BLOCK: EV_SM_ISSUE in components/sm.py, EV_CH_TX in components/nvlink.py...);
@@ -109,6 +114,9 @@ BLOCK = Block(
         Param("packet_train", "run.packet_train", "packets",
               "link packets simulated as one (1 = exact; components/packet.py)",
               lambda cfg: cfg.run.packet_train, "config: run.packet_train"),
+        Param("shortcuts", "run.shortcuts", "bit mask", "the exact shortcuts taken (SHORTCUT_*)",
+              lambda cfg: sum(1 << SHORTCUTS.index(n) for n in cfg.run.shortcuts),
+              "config: run.shortcuts"),
         Param("tm_count", "", "timers", "component timers in all (composition: the sum of every "
               "block's timer range)", None, "derived: from the blocks' Timer declarations"),
     ),
