@@ -70,6 +70,7 @@ from ..config.schema import SHORTCUTS
 # the engine's exact shortcuts (run.shortcuts; docs/engine_order.md), bits of State.p shortcuts:
 # each leaves out events that the canonical order makes redundant, with the same model stats
 SHORTCUT_TX_WAKE = 1 << SHORTCUTS.index("tx_wake")
+SHORTCUT_IDLE_OUTPUT = 1 << SHORTCUTS.index("idle_output")
 
 # Event kinds are declared by the blocks whose handlers they dispatch (``Event`` in each
 # component module's BLOCK: EV_SM_ISSUE in components/sm.py, EV_CH_TX in components/nvlink.py...);
@@ -385,6 +386,19 @@ def _wheel_advance(st, before):
         _now_add(st, i)
         i = nxt
     return _now_first(st)
+
+
+@compiled
+def timer_is_next(st, i, tick):
+    """Whether timer i is the next event to run, the current event being at `tick`: armed for
+    `tick` in the current tick's set and its lowest row, and no heap event due by then (a heap
+    event goes first at the same tick). A handler whose last act armed it may then run it
+    itself (an exact shortcut: nothing could come between)."""
+    if st.timer[_u(i), TM_TICK] != tick or tick != st.sys[0].tw_now:
+        return False
+    if st.sys[0].q_size > 0 and st.q[0, Q_TICK] <= tick:
+        return False
+    return _now_first(st) == i
 
 
 @compiled
