@@ -939,7 +939,7 @@ class WorkloadConfig:
 
 # the engine's exact shortcuts (run.shortcuts), bit i of the engine's `shortcuts` parameter each
 # (engine/events.py SHORTCUT_*)
-SHORTCUTS = ("tx_wake", "idle_output")
+SHORTCUTS = ("tx_wake", "idle_output", "sm_fold")
 
 
 @attrs.frozen
@@ -958,9 +958,10 @@ class RunConfig:
     shortcuts: tuple = _f("choice_tuple", "the engine's exact shortcuts (docs/engine_order.md): "
                           "tx_wake (a link transmitter sleeps straight to its head packet's ready "
                           "tick), idle_output (a switch input's packet is sent on an idle output "
-                          "link in its arrival event). Each gives the same model stats with fewer "
-                          "events; [] runs every event of the reference path (the tests compare "
-                          "both)", SHORTCUTS,
+                          "link in its arrival event), sm_fold (register-only instructions that "
+                          "nothing else can observe issue in the SM's issue event before them). "
+                          "Each gives the same model stats with fewer events; [] runs every event "
+                          "of the reference path (the tests compare both)", SHORTCUTS,
                           choices=SHORTCUTS)
     # robustness (docs/robustness.md): watchdog, limits, end-of-run invariants
     watchdog_interval: int = _f("time", "stop the run (exit status 3, with a report of who waits on "

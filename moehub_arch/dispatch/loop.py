@@ -41,6 +41,7 @@ def run_loop(st, max_events, headroom, tick_limit, entries):
     sy = st.sys[0]
     p = st.p[0]
     cap = st.q.shape[0]
+    sy.tick_limit = tick_limit
     n = 0
     while n < max_events:
         # the earlier, in the canonical order (engine/events.py), of the heap's top event and the

@@ -71,6 +71,7 @@ from ..config.schema import SHORTCUTS
 # each leaves out events that the canonical order makes redundant, with the same model stats
 SHORTCUT_TX_WAKE = 1 << SHORTCUTS.index("tx_wake")
 SHORTCUT_IDLE_OUTPUT = 1 << SHORTCUTS.index("idle_output")
+SHORTCUT_SM_FOLD = 1 << SHORTCUTS.index("sm_fold")
 
 # Event kinds are declared by the blocks whose handlers they dispatch (``Event`` in each
 # component module's BLOCK: EV_SM_ISSUE in components/sm.py, EV_CH_TX in components/nvlink.py...);
@@ -134,7 +135,8 @@ BLOCK = Block(
         ("err_value", "the offending value (address, size...)"),
         ("tw_base", "the timing wheel's base tick (at or before the current tick)"),
         ("tw_now", "the tick whose timers are in the current tick's set (at or before the current "
-                   "tick)")),
+                   "tick)"),
+        ("tick_limit", "the run loop's tick limit (-1: none): no shortcut acts beyond it")),
     stats=(StatGroup("system", "engine", (
         Stat("queue_peak", "events", "peak number of pending events in the event queue",
              lambda i: i.st.sys[0].q_peak),
