@@ -256,14 +256,18 @@ def assert_cais_lines_merged(sim, lines, gpus):
 
 
 def check_timer_wheel(st):
-    """The component timers' wheel (engine/events.py) is consistent: every armed timer in exactly
-    one list, the list of the slot its tick belongs to relative to the base (sys tw_base); no
-    unarmed timer in any; every list circular, doubly linked and in sequence order; a level's
-    occupancy bit set exactly for its non-empty lists. Works on State and on test namespaces."""
+    """The component timers' wheel (engine/events.py) is consistent: every armed timer either in
+    the current tick's set (its tick is sys tw_now, its bit set at every level of the set) or in
+    exactly one list, the list of the slot its tick belongs to relative to the base (sys tw_base);
+    no unarmed timer in any; every list circular and doubly linked; a level's occupancy bit set
+    exactly for its non-empty lists; the set's words exactly the union of the bits below them.
+    Works on State and on test namespaces."""
     from moehub_arch.engine import events as ev
     t = st.timer
+    lvl = st.timer_level
     n = t.shape[0] - ev.WHEEL_LISTS
     base = int(st.sys[0].tw_base)
+    now = int(st.sys[0].tw_now)
     seen = []
     for lv in range(ev.WHEEL_LEVELS):
         for s in range(ev.WHEEL_SLOTS):
@@ -274,16 +278,26 @@ def check_timer_wheel(st):
                 members.append(i)
                 i = int(t[i, ev.TM_NEXT])
             assert int(t[int(t[head, ev.TM_NEXT]), ev.TM_PREV]) == head, (lv, s)
-            assert bool(members) == bool(int(st.timer_level[lv]) >> s & 1), (lv, s)
-            seqs = [int(t[i, ev.TM_SEQ]) for i in members]
-            assert seqs == sorted(seqs), (lv, s)
+            assert bool(members) == bool(int(lvl[lv]) >> s & 1), (lv, s)
             for i in members:
                 tick = int(t[i, ev.TM_TICK])
+                assert tick != now, i
                 x = tick ^ base
                 want = 0 if x == 0 else (x.bit_length() - 1) // ev.WHEEL_BITS
                 assert (want, (tick >> (ev.WHEEL_BITS * want)) & (ev.WHEEL_SLOTS - 1)) == (lv, s), i
             seen += members
-    assert sorted(seen) == [i for i in range(n) if t[i, ev.TM_TICK] != ev.TIMER_OFF]
+    # the current tick's set: bit i of the last level for each timer in it, each word above the
+    # union of the nonzero words below it
+    in_now = [i for i in range(n) if t[i, ev.TM_TICK] != ev.TIMER_OFF and t[i, ev.TM_NEXT] == ev.IN_NOW]
+    words = [int(w) for w in lvl[ev.NOW_L0:]]
+    assert [i for i in range(len(words) * 32) if words[i >> 5] >> (i & 31) & 1] == in_now
+    for below, above, count in ((ev.NOW_L0, ev.NOW_L1, len(words)), (ev.NOW_L1, ev.NOW_L2, 1024),
+                                (ev.NOW_L2, ev.NOW_ROOT, 32)):
+        for w in range(count):
+            assert bool(int(lvl[below + w])) == bool(int(lvl[above + (w >> 5)]) >> (w & 31) & 1), \
+                (below, w)
+    assert all(int(t[i, ev.TM_TICK]) == now for i in in_now)
+    assert sorted(seen + in_now) == [i for i in range(n) if t[i, ev.TM_TICK] != ev.TIMER_OFF]
     assert np.all(t[n:, ev.TM_TICK] == ev.TIMER_OFF)
 
 

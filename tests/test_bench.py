@@ -54,3 +54,28 @@ def test_the_report_states_the_suite_cost():
            "cold_compile_s": None, "cases": {}, "sweeps": {}, "events_per_s": None,
            "suite_wall_s": 171.4, "suite_cpu_s": 160.2}
     assert "- the whole quick suite: 171 s wall, 160 CPU s in its runs" in bench.render(out)
+
+
+def test_the_full_suite_has_the_issue_45_cases_and_the_validation_run():
+    gpus = {n: _config(c, o).system.num_gpus for n, (c, o) in bench.FULL_CASES.items()}
+    assert gpus["dsv3_64gpu_moehub_1024tok"] == 64 and gpus["dsv3_gh200_nvl32"] == 32
+    assert _config(*bench.FULL_CASES["dsv3_dgx_h100_deepep"]).workload.layer.tokens_per_gpu == 4096
+    # the 64-GPU case is the GPU sweep's last point: it runs once for both
+    config, key, points, fixed = bench.FULL_SWEEPS["gpus"]
+    case_config, case_over = bench.FULL_CASES["dsv3_64gpu_moehub_1024tok"]
+    assert (config, sorted(fixed + [f"{key}={points[-1]}"])) == (case_config, sorted(case_over))
+    assert all((REPO / bench.TOOL_CASES[n][0]).is_file() for n in bench.TOOL_CASES)
+
+
+def test_the_report_gives_events_per_packet_ns_per_event_and_whole_tool_times():
+    case = {"wall_s": 2.0, "cpu_s": 1.9, "events": 10_000_000, "events_per_packet": 2.5,
+            "ns_per_event": 200.0, "cpu_ns_per_event": 190.0, "insts_per_s": 1e6,
+            "peak_mem_mb": 300, "slowdown": 1000, "warm_start_s": 1.0}
+    out = {"suite": "full", "overrides": [], "machine": {"cpu": "x", "cores": 2, "python": "3",
+                                                         "numba": "0"},
+           "cold_compile_s": None, "cases": {"a": case},
+           "tools": {"validate": {"command": "tools/validate.py", "wall_s": 900.0, "cpu_s": 1700.0}},
+           "sweeps": {}, "events_per_s": None}
+    text = bench.render(out)
+    assert "| a | 2.00 | 1.90 | 10,000,000 | 2.50 | 200 | 190 |" in text
+    assert "| validate (`tools/validate.py`) | 900.0 (whole tool) | 1700.0 (whole tool) |" in text

@@ -15,6 +15,11 @@ def _run(cfg, observers=()):
     return sim
 
 
+def _without_event_counts(stats):
+    return {k: v for k, v in model_stats(stats).items()
+            if k != "simEvents" and not k.startswith("system.engine.events.")}
+
+
 @pytest.mark.parametrize("config,overrides,buffer", [
     ("ubench/alltoall.yaml", mini_system(num_gpus=4), None),
     ("hub/dispatch_combine.yaml", (), "out"),                       # MoE-Hub tables mid-flight
@@ -29,12 +34,15 @@ def test_checkpoint_and_restore_are_bit_identical(tmp_path, config, overrides, b
     writer = CheckpointWriter(ticks, str(tmp_path / "ck-{tick}"))
     paused = _run(cfg, [writer])
     assert [t for t, _ in writer.written] == ticks and writer.pending == []
-    assert model_stats(paused.stats) == model_stats(whole.stats)   # pausing changes nothing
+    # pausing changes nothing but the event counts: an SM issue event folds no cycle past the
+    # pause tick (the sm_fold shortcut, docs/engine_order.md), so a paused run may take a few
+    # more events for the same results
+    assert _without_event_counts(paused.stats) == _without_event_counts(whole.stats)
     for t in ticks:
         back = restore(tmp_path / f"ck-{t}")
         assert back.restored_tick == t
         back.run()
-        assert model_stats(back.stats) == model_stats(whole.stats)
+        assert _without_event_counts(back.stats) == _without_event_counts(whole.stats)
         if buffer:
             for g in range(whole.cfg.system.num_gpus):
                 assert np.array_equal(back.buffer_bytes(g, buffer), whole.buffer_bytes(g, buffer))

@@ -175,35 +175,39 @@ def _python_wheel(monkeypatch, count):
     from moehub_arch.engine import bitset
     from moehub_arch.engine import events as ev
     for name in ("_wheel_level", "_wheel_link", "_wheel_append", "_wheel_unlink",
-                 "_wheel_advance", "_lowest_bit", "_u"):
+                 "_wheel_advance", "_now_add", "_now_remove", "_now_first", "_timer_unlink",
+                 "_lowest_bit", "_u"):
         monkeypatch.setattr(ev, name, getattr(ev, name).py_func)
     monkeypatch.setattr(bitset, "_lowest_bit", bitset._lowest_bit.py_func)
     timer, level = ev.new_timers(count)
-    sy = np.zeros(1, [("q_next_seq", np.int64), ("tw_base", np.int64)]).view(np.recarray)
+    sy = np.zeros(1, [("tw_base", np.int64), ("tw_now", np.int64)]).view(np.recarray)
     return ev, SimpleNamespace(sys=sy, timer=timer, timer_level=level)
 
 
-def test_the_timer_wheel_gives_the_earliest_timer_after_any_sets_clears_and_takes(monkeypatch):
+@pytest.mark.parametrize("n, steps, check_every", [(37, 8000, 1), (40_000, 3000, 500)])
+def test_the_timer_wheel_gives_the_earliest_timer_after_any_sets_clears_and_takes(
+        monkeypatch, n, steps, check_every):
     """After every set, clear or take, timer_peek must return the armed timer with the smallest
-    (tick, seq), as a scan of State.timer finds it - or -1 exactly when none is armed at or before
-    the tick it is given (the heap's top) - and the wheel's lists must hold exactly the armed
-    timers, each once, in its slot, in sequence order (conftest.check_timer_wheel). Ticks are set
-    at the current tick (a quarter), a few ticks ahead (ties broken by seq), across the wheel's
+    (tick, row) - the canonical order, whenever and in whatever order the timers were armed - as a
+    scan of State.timer finds it, or -1 exactly when none is armed at or before the tick it is
+    given (the heap's top); and the wheel's lists and the current tick's set must hold exactly the
+    armed timers, each once, in its place (conftest.check_timer_wheel). Ticks are set at the
+    current tick (a quarter), a few ticks ahead (ties broken by row), across the wheel's
     levels and far ahead (above 2**52, where the level is computed from a shifted value); timers
     are set again while armed (they leave their old slot) and cleared armed or not; the current
     tick advances to the tick of the timer taken, or to a "heap event" at or before the earliest
-    timer."""
-    n = 37
+    timer. The larger case spreads its timers over every level of the current tick's set."""
     ev, st = _python_wheel(monkeypatch, n)
     set_, clear = ev.timer_set.py_func, ev.timer_clear.py_func
     peek, take = ev.timer_peek.py_func, ev.timer_take.py_func
     rng = np.random.default_rng(23)
     now = 0
     taken = reset = 0
-    for step in range(8000):
-        i = int(rng.integers(n))
+    pool = rng.choice(n, size=min(n, 37), replace=False)   # the timers this run arms
+    for step in range(steps):
+        i = int(rng.choice(pool))
         r = rng.random()
-        reset += r < 0.67 and st.timer[i, 0] != ev.TIMER_OFF
+        reset += r < 0.67 and st.timer[i, ev.TM_TICK] != ev.TIMER_OFF
         if r < 0.1:
             clear(st, i)
         elif r < 0.35:
@@ -214,17 +218,16 @@ def test_the_timer_wheel_gives_the_earliest_timer_after_any_sets_clears_and_take
             set_(st, i, now + int(2 ** rng.uniform(0, 40)))
         elif r < 0.67:
             set_(st, i, now + 2 ** 53 + int(rng.integers(0, 2 ** 40)))
-        armed = sorted((int(st.timer[k, 0]), int(st.timer[k, 1]), k) for k in range(n)
-                       if st.timer[k, 0] != ev.TIMER_OFF)
+        ticks = st.timer[:n, ev.TM_TICK]
+        armed = sorted((int(ticks[k]), int(k)) for k in np.nonzero(ticks != ev.TIMER_OFF)[0])
         if r < 0.67:
             pass
         elif r < 0.85:   # the next event is a timer (or none): the wheel's head is the earliest
             e = peek(st, ev.TIMER_OFF)
-            got = None if e < 0 else (int(st.timer[e, ev.TM_TICK]), int(st.timer[e, ev.TM_SEQ]),
-                                      int(e))
+            got = None if e < 0 else (int(st.timer[e, ev.TM_TICK]), int(e))
             assert got == (armed[0] if armed else None), step
             if armed:
-                assert take(st, e) == armed[0][2]
+                assert take(st, e) == armed[0][1]
                 now = armed[0][0]
                 taken += 1
         else:          # a heap event at `before`: is a timer due by then?
@@ -235,11 +238,12 @@ def test_the_timer_wheel_gives_the_earliest_timer_after_any_sets_clears_and_take
             due = [a for a in armed if a[0] <= before]
             assert (e >= 0) == bool(due), step
             if e >= 0:
-                assert int(e) == due[0][2], step
+                assert int(e) == due[0][1], step
             now = min(before, armed[0][0]) if armed else before
-        assert st.sys[0].tw_base <= now
-        check_timer_wheel(st)
-    assert taken > 1000 and reset > 1000
+        assert st.sys[0].tw_base <= now and st.sys[0].tw_now <= now
+        if step % check_every == 0:
+            check_timer_wheel(st)
+    assert taken > steps // 8 and reset > steps // 8
 
 
 def test_wheel_levels_of_tick_differences():

@@ -21,11 +21,17 @@ def _run(config, *overrides):
 
 
 def test_the_issue_counts_add_up_to_the_instructions_issued():
-    sim, stats = _run(*FUNCTIONAL)
+    # without the sm_fold shortcut every issue event issues one cycle's instructions or none
+    sim, stats = _run(*FUNCTIONAL, "run.shortcuts=[tx_wake, idle_output]")
     prof = PROFILE.issue_profile(sim, stats, top=5)
     t = prof["totals"]
     assert t["instructions"] == stats["simInsts"] == int(sim.state.code_issued.sum()) > 0
     assert t["instructions"] + t["events_without_issue"] == stats["system.engine.events.sm_issue"]
+    # with it, the same instructions in fewer events
+    folded_sim, folded = _run(*FUNCTIONAL)
+    f = PROFILE.issue_profile(folded_sim, folded, top=5)["totals"]
+    assert f["events_without_issue"] is None and f["instructions"] == t["instructions"]
+    assert f["sm_issue_events"] < t["sm_issue_events"]
     assert sum(k["issued"] for k in prof["kernels"].values()) == t["instructions"]
     for k in prof["kernels"].values():
         assert sum(k["by_unit"].values()) == k["issued"] >= k["register_only"]

@@ -13,7 +13,11 @@ JIT cache (stats hostSeconds), warm start (loading the cached engine, hostCompil
 events/s, events per packet (simEvents / packets the GPUs put on their links, requests, data and
 responses alike: what the engine spends per unit of modelled traffic) in all and per event kind
 (system.engine.events.*: which blocks' activations the events are), simulated instructions/s,
-peak memory and slowdown (wall seconds per simulated second).
+peak memory and slowdown (wall seconds per simulated second), and the cost per event: ns per event
+of wall time and of the run loop's CPU time (stats hostCpuSeconds, the steadier figure on a
+shared machine). `--cases validate` also times the whole tools/validate.py run as one command
+(TOOL_CASES: wall and CPU seconds of the process tree). The current figures live in
+tools/figures/bench_current.json (one file; its history is in git).
 The cold compile is measured once, on a fresh Numba cache folder: every case runs the same compiled
 engine (one compiled version per argument type), so it is the cold start of any of them. The engine
 ratio runs one small all-to-all under both engines and checks their model stats are identical.
@@ -46,6 +50,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 LAYER = "configs/experiments/layer"
 
+# On 2 GPUs each holds 128 of DeepSeek-V3's experts: the hub's record table needs 128 x 127 + 1
+# entries; the GPU sweep sets it at every point (and the 64-GPU case that is its last point).
+RECORDS_FOR_2_GPUS = "system.gpu.hub.moe.aau.record_table_entries=16384"
 # name -> (config, overrides). Layer configs are the experiment files tools/layer_table.py runs.
 FULL_CASES = {
     "alltoall": ("configs/ubench/alltoall.yaml", []),
@@ -58,6 +65,16 @@ FULL_CASES = {
     # DySHARP (arXiv 2605.05607) sweeps 4-64 GPUs: the NVL32 fabric's 64-port switches take 64
     "dsv3_64gpu_moehub": (f"{LAYER}/deepseek_v3_4096_moehub_gh200_nvl32.yaml",
                           ["system.num_gpus=64", "workload.layer.tokens_per_gpu=256"]),
+    # the GPU sweep's last point (run once for both)
+    "dsv3_64gpu_moehub_1024tok": (f"{LAYER}/deepseek_v3_4096_moehub_gh200_nvl32.yaml",
+                                  ["workload.layer.tokens_per_gpu=1024", RECORDS_FOR_2_GPUS,
+                                   "system.num_gpus=64"]),
+}
+# whole tools timed as one command each (wall and CPU seconds of the process tree; no per-event
+# figures): the validation run is what a user waits for after a model change. Only run when named
+# (--cases validate): it takes most of an hour on 2 cores
+TOOL_CASES = {
+    "validate": ["tools/validate.py"],
 }
 QUICK_CASES = {
     "alltoall": ("configs/ubench/alltoall.yaml", []),
@@ -69,14 +86,12 @@ QUICK_CASES = {
     "dsv3_64gpu_moehub": (f"{LAYER}/deepseek_v3_4096_moehub_gh200_nvl32.yaml",
                           ["system.num_gpus=64", "workload.layer.tokens_per_gpu=8"]),
 }
-# (config, key, points, fixed overrides) per sweep; full and quick. On 2 GPUs each holds 128 of
-# DeepSeek-V3's experts: the hub's record table needs 128 x 127 + 1 entries; same at every point.
-RECORDS_FOR_2_GPUS = "system.gpu.hub.moe.aau.record_table_entries=16384"
+# (config, key, points, fixed overrides) per sweep; full and quick (RECORDS_FOR_2_GPUS above).
 FULL_SWEEPS = {
     "tokens": (f"{LAYER}/deepseek_v3_4096_moehub.yaml", "workload.layer.tokens_per_gpu",
                [1024, 2048, 4096, 8192, 16384], []),
     "gpus": (f"{LAYER}/deepseek_v3_4096_moehub_gh200_nvl32.yaml", "system.num_gpus",
-             [2, 4, 8, 16, 32], ["workload.layer.tokens_per_gpu=1024", RECORDS_FOR_2_GPUS]),
+             [2, 4, 8, 16, 32, 64], ["workload.layer.tokens_per_gpu=1024", RECORDS_FOR_2_GPUS]),
 }
 QUICK_SWEEPS = {
     "tokens": (f"{LAYER}/deepseek_v3_4096_moehub.yaml", "workload.layer.tokens_per_gpu",
@@ -134,6 +149,22 @@ def run_sim(config, overrides, engine="numba", env_extra=None):
     return stats, peak_mb, wall
 
 
+def run_tool(cmd):
+    """Time one whole tool (`python TOOL ARGS` from the repository): wall seconds and the CPU
+    seconds of it and every process it waited for."""
+    t0 = time.perf_counter()
+    before = os.times()
+    proc = subprocess.run([sys.executable] + cmd, cwd=REPO, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.PIPE, text=True)
+    after = os.times()
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        sys.exit(f"bench: {' '.join(cmd)} failed (exit {proc.returncode}):\n{proc.stderr[-2000:]}")
+    cpu = (after.children_user - before.children_user) + (after.children_system - before.children_system)
+    _SUITE_CPU[0] += cpu
+    return {"command": " ".join(cmd), "wall_s": round(wall, 1), "cpu_s": round(cpu, 1)}
+
+
 # packets put on the wires by the GPUs (requests, data, responses; each counted once, at its
 # first hop): the denominator of events per packet, the engine's cost per unit of modelled traffic
 INJECTED_PACKETS = re.compile(r"system\.gpu\d+\.nvlink\d+\.tx_packets")
@@ -158,6 +189,12 @@ def case_figures(stats, peak_mb, wall):
             "events_per_s": round(stats["simEvents"] / run_s) if run_s else 0,
             "packets": packets,
             "events_per_packet": round(stats["simEvents"] / packets, 2) if packets else None,
+            # the cost per event: wall, and CPU seconds of the run loop (steadier on a shared
+            # machine)
+            "ns_per_event": round(run_s / stats["simEvents"] * 1e9, 1) if stats["simEvents"] else None,
+            "cpu_s": round(stats.get("hostCpuSeconds", 0.0), 3),
+            "cpu_ns_per_event": (round(stats["hostCpuSeconds"] / stats["simEvents"] * 1e9, 1)
+                                 if stats["simEvents"] and "hostCpuSeconds" in stats else None),
             "events_per_packet_by_kind": events_per_packet_by_kind(stats, packets),
             "insts": int(stats["simInsts"]),
             "insts_per_s": round(stats["simInsts"] / run_s) if run_s else 0,
@@ -210,11 +247,15 @@ def main():
     args = ap.parse_args()
     cases = QUICK_CASES if args.quick else FULL_CASES
     sweeps = {} if args.no_sweeps else QUICK_SWEEPS if args.quick else FULL_SWEEPS
+    tools = {}
     if args.cases:
         names = [] if args.cases == "none" else args.cases.split(",")
+        tools = {n: TOOL_CASES[n] for n in names if n in TOOL_CASES}
+        names = [n for n in names if n not in TOOL_CASES]
         unknown = [n for n in names if n not in cases]
         if unknown:
-            sys.exit(f"bench: unknown case(s) {', '.join(unknown)}; this suite has {', '.join(cases)}")
+            sys.exit(f"bench: unknown case(s) {', '.join(unknown)}; this suite has "
+                     f"{', '.join(list(cases) + list(TOOL_CASES))}")
         cases = {n: cases[n] for n in names}
     extra = args.overrides
     out = {"suite": "quick" if args.quick else "full", "machine": machine(), "overrides": extra}
@@ -250,6 +291,10 @@ def main():
         out["cases"][name] = fig = case_figures(*result)
         fig["compile_s"] = out["cold_compile_s"]
         fig["config"] = " ".join([config] + [f"--set {o}" for o in over])
+    out["tools"] = {}
+    for name, cmd in tools.items():
+        log(f"bench: {name} (the whole tool) ...")
+        out["tools"][name] = run_tool(cmd)
     out["packet_train"] = {}
     for name in (n for n in TRAIN_CASES if n in exact and args.train > 1):
         log(f"bench: {name} with run.packet_train={args.train} ...")
@@ -295,14 +340,18 @@ def render(out):
     m = out["machine"]
     lines = [f"Machine: {m['cpu']}, {m['cores']} cores, Python {m['python']}, Numba {m['numba']}"
              f" ({out['suite']} suite{', ' + ' '.join(out['overrides']) if out['overrides'] else ''})",
-             "", "| case | wall s (warm) | events | M events/s | events/packet | k insts/s | peak MB | "
-             "slowdown |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+             "", "| case | wall s (warm) | run-loop CPU s | events | events/packet | ns/event | "
+             "CPU ns/event | k insts/s | peak MB | slowdown |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    fmt = lambda v, f: "-" if v is None else format(v, f)   # noqa: E731
     for name, c in out["cases"].items():
-        per_packet = "-" if c.get("events_per_packet") is None else f"{c['events_per_packet']:.1f}"
-        lines.append(f"| {name} | {c['wall_s']:.2f} | {c['events']:,} | {c['events_per_s'] / 1e6:.2f} | "
-                     f"{per_packet} | {c['insts_per_s'] / 1e3:.0f} | {c['peak_mem_mb']:.0f} | "
-                     f"{c['slowdown']:,} |")
+        lines.append(f"| {name} | {c['wall_s']:.2f} | {fmt(c.get('cpu_s'), '.2f')} | "
+                     f"{c['events']:,} | {fmt(c.get('events_per_packet'), '.2f')} | "
+                     f"{fmt(c.get('ns_per_event'), '.0f')} | {fmt(c.get('cpu_ns_per_event'), '.0f')} | "
+                     f"{c['insts_per_s'] / 1e3:.0f} | {c['peak_mem_mb']:.0f} | {c['slowdown']:,} |")
+    for name, t in out.get("tools", {}).items():
+        lines.append(f"| {name} (`{t['command']}`) | {t['wall_s']:.1f} (whole tool) | "
+                     f"{t['cpu_s']:.1f} (whole tool) | - | - | - | - | - | - | - |")
     lines.append("")
     for name, c in out["cases"].items():
         kinds = c.get("events_per_packet_by_kind") or {}

@@ -60,8 +60,13 @@ def issue_profile(sim, stats, top=20):
                      "source": f"{Path(file).name}:{line}", "mnemonic": sim.program.mnemonics[pc],
                      "issued": int(issued[pc]), "share": round(int(issued[pc]) / total, 4)})
     return {
+        # with the sm_fold shortcut (run.shortcuts) an issue event may issue several cycles'
+        # instructions, so only without it do events minus instructions count the events that
+        # issued none
         "totals": {"sm_issue_events": events, "instructions": total,
-                   "events_without_issue": events - total,
+                   "events_without_issue": (None if "sm_fold" in sim.cfg.run.shortcuts
+                                            else events - total),
+                   "instructions_per_event": round(total / events, 3) if events else None,
                    "register_only": int(issued[register_only].sum()),
                    "packets": packets,
                    "sm_issue_per_packet": round(events / packets, 3) if packets else None,
@@ -73,8 +78,10 @@ def _print(prof):
     t = prof["totals"]
     print(f"{t['sm_issue_events']:,} SM issue events of {t['events']:,} "
           f"({t['sm_issue_per_packet']} per injected packet, {t['packets']:,} packets): "
-          f"{t['instructions']:,} instructions issued, {t['events_without_issue']:,} events "
-          f"that issued none (wake-ups, retries); register-only (ALU, branch, nop) {t['register_only']:,} "
+          f"{t['instructions']:,} instructions issued ({t['instructions_per_event']} per event), "
+          + ("" if t["events_without_issue"] is None else
+             f"{t['events_without_issue']:,} events that issued none (wake-ups, retries); ")
+          + f"register-only (ALU, branch, nop) {t['register_only']:,} "
           f"({100 * t['register_only'] / max(1, t['instructions']):.1f}%)")
     print("\nkernel                          issued   share  register-only  by unit")
     for name, k in prof["kernels"].items():

@@ -20,15 +20,16 @@ import math
 import numpy as np
 from ..engine.jit import compiled, inline
 
-from ..engine.clock import cycle_at_or_after, cycle_edge
+from ..engine.clock import align_up, cycle_at_or_after, cycle_edge
 from ..engine.clock import period_fs
-from ..engine.events import push
+from ..engine.events import SHORTCUT_SM_FOLD, push
 from ..engine.state import (ERR_ADDR_RANGE, ERR_BAD_GPU, ERR_BAD_SIZE, ERR_DIV_ZERO,
                             ERR_MISALIGNED, ERR_MOE_AFTER_EOS, ERR_MOE_EXPERT, ERR_MOE_RELEASE,
                             ERR_MOE_ROW_SIZE, ERR_MOE_CLAIM_LAUNCH, ERR_RED_REMOTE, ERR_MULTIMEM_ADDR, ERR_REG_RANGE,
                             ERR_DY_COUNT, ERR_DY_ROW, ERR_DY_TARGET,
                             ERR_ROWSP_ID, ERR_ROWSP_REGISTER, ERR_ROWSP_ROW, ERR_UNBACKED_WORD,
-                            ERR_MULTI_EMPTY, ERR_MULTI_GPUS, ERR_MULTI_MANY, TB_READY, TB_WAIT_CLAIM,
+                            ERR_MULTI_EMPTY, ERR_MULTI_GPUS, ERR_MULTI_MANY, TB_READY, TB_RETIRED,
+                            TB_WAIT_CLAIM,
                             TB_WAIT_FENCE, TB_WAIT_FLAG, TB_WAIT_HUB, TB_WAIT_REMOTE, WAIT_FENCE,
                             WAITLIST_FLAG, WAITLIST_HUB, TB_EMPTY, WAIT_REASON_NAMES)
 from ..isa.encoding import (ATOM_RED_ADD, NUM_GENERAL_REGS, ALU_ADD, ALU_AND, ALU_DIV, ALU_MAX, ALU_MIN, ALU_MOV, ALU_MUL, ALU_OR,
@@ -302,13 +303,71 @@ def _dsilu(x):
 
 @compiled
 def sm_issue(st, sm, tick):
-    """EV_SM_ISSUE: issue up to issue_width instructions from ready TBs, then sleep or re-arm."""
+    """EV_SM_ISSUE: issue up to issue_width instructions from ready TBs, then sleep or re-arm.
+
+    Exact shortcut sm_fold (docs/engine_order.md): when nothing outside the SM can change or see
+    what its next issue cycle does - every TB of the SM ready or gone (none waits on memory
+    events, a flag, the hub or a fence, so no other event can wake one), the TBs that could issue
+    then only have register-only instructions (ALU but division, branch, nop: they read and
+    write the TB's registers and the SM's own counters), and a TB placed from now on cannot start
+    by then - that cycle is issued in this event, as its own event would issue it, and so on."""
     if st.sm[sm].next_issue != tick:
         return  # superseded by an earlier activation
     st.sm[sm].next_issue = -1
     T = st.p[0].slots_per_sm
     P = st.p[0].sm_period_fs
     cyc = (tick * 1000 + P - 1) // P
+    fold_before = -1   # issue cycles before this tick may be folded in (-1: none)
+    if st.p[0].shortcuts & SHORTCUT_SM_FOLD and not st.p[0].trace_mask & CAT_SM:
+        # a TB placed from now on starts tb_launch_cycles after the next edge at the earliest
+        fold_before = cycle_edge(cyc + st.p[0].tb_launch_cycles, P)
+        limit = st.sys[0].tick_limit
+        if limit >= 0 and limit < fold_before:
+            fold_before = limit + 1
+    while True:
+        nxt = _issue_cycle(st, sm, tick, cyc)
+        if nxt < 0:
+            return
+        if nxt <= tick:
+            nxt = cycle_edge(cyc + 1, P)
+        nxt = align_up(nxt, P)   # the cycle edge the SM's timer would be set for (sm_wake)
+        if nxt >= fold_before or st.sys[0].err_code != 0 or not _foldable(st, sm, nxt):
+            sm_wake(st, sm, nxt)
+            return
+        tick = nxt
+        cyc = (tick * 1000 + P - 1) // P
+
+
+@compiled
+def _foldable(st, sm, tick):
+    """Whether SM sm's issue cycle at `tick` can run now (sm_fold): every TB slot empty, retired
+    or ready, and each TB that could issue at `tick` at a register-only instruction."""
+    T = st.p[0].slots_per_sm
+    for j in range(T):
+        slot = sm * T + j
+        state = st.tb[slot].state
+        if state == TB_EMPTY or state == TB_RETIRED:
+            continue
+        if state != TB_READY:
+            return False
+        pc = st.tb[slot].pc
+        if st.tb[slot].ready > tick or st.sm_unit_free[sm, st.code[pc, UNIT]] > tick:
+            continue
+        sem = st.code[pc, SEM]
+        if sem == SEM_ALU:
+            sub = st.code[pc, SUBOP]
+            if sub == ALU_DIV or sub == ALU_REM:
+                return False   # may raise a runtime error, which stops the run at its tick
+        elif sem != SEM_BRANCH and sem != SEM_NOP:
+            return False
+    return True
+
+
+@compiled
+def _issue_cycle(st, sm, tick, cyc):
+    """One issue cycle of SM sm at `tick`: issue up to issue_width instructions from ready TBs;
+    returns when the SM can issue next (-1: no TB is ready)."""
+    T = st.p[0].slots_per_sm
     issued = 0
     start = st.sm[sm].rr
     for k in range(T):
@@ -339,10 +398,7 @@ def sm_issue(st, sm, tick):
                 t = u
             if nxt < 0 or t < nxt:
                 nxt = t
-    if nxt >= 0:
-        if nxt <= tick:
-            nxt = cycle_edge(cyc + 1, P)
-        sm_wake(st, sm, nxt)
+    return nxt
 
 
 @compiled

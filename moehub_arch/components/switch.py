@@ -39,8 +39,9 @@ GPUs), as in DGX/HGX H100 and GH200 NVL32.
 from ..engine.jit import compiled, inline
 from ..engine.ring import ring_add, ring_next
 
-from .nvlink import (channel_count_arrival, credit_return_vc, input_free_tick,
-                     pick_switch_output, txq_push)
+from .nvlink import (channel_count_arrival, channel_transmit, credit_return_vc,
+                     input_free_tick, pick_switch_output, txq_push)
+from ..engine.events import SHORTCUT_IDLE_OUTPUT, timer_clear, timer_is_next
 from .nvls import NVLS_SENT, nvls_absorb, nvls_fanout
 from .cais_merge import cais_switch
 from .packet import (PK_CAIS_LD, PK_MM_DATA, PK_MM_LD, PK_MM_ST, VC_REQUEST, VC_RESPONSE,
@@ -138,20 +139,30 @@ def switch_receive(st, c, pkt, tick):
     st.pk[pkt].ready = tick
     if st.pk[pkt].kind == PK_MM_DATA and nvls_absorb(st, c, pkt, tick):
         return  # a member's values went into a reduction entry (nvls.py)
+    out = -1
     if packet_vc(st, pkt) == VC_RESPONSE:
         st.rsp_rxq[c, ring_add(ch.rsp_rxq_head, ch.rsp_rxq_count, st.rsp_rxq.shape[1])] = pkt
         ch.rsp_rxq_count += 1
         if ch.rsp_rxq_count > ch.rsp_rxq_peak:
             ch.rsp_rxq_peak = ch.rsp_rxq_count
         if ch.rsp_rxq_count == 1 and not ch.rsp_xbar_blocked:
-            _cross(st, c, VC_RESPONSE, tick)
+            out = _cross(st, c, VC_RESPONSE, tick)
     else:
         st.rxq[c, ring_add(ch.rxq_head, ch.rxq_count, st.rxq.shape[1])] = pkt
         ch.rxq_count += 1
         if ch.rxq_count > ch.rxq_peak:
             ch.rxq_peak = ch.rxq_count
         if ch.rxq_count == 1 and not ch.xbar_blocked:
-            _cross(st, c, VC_REQUEST, tick)
+            out = _cross(st, c, VC_REQUEST, tick)
+    if (out >= 0 and st.p[0].shortcuts & SHORTCUT_IDLE_OUTPUT
+            and st.sys[0].err_code == 0 and st.sys[0].trace_full == 0
+            and timer_is_next(st, st.p[0].tm_ch_tx + out, tick)):
+        # exact shortcut (docs/engine_order.md): the packet went to an idle output, whose
+        # transmitter this arrival armed for now, and that transmitter is the next event (its
+        # timer comes before every wire arrival's in the canonical order); this handler has
+        # nothing left to do, so it transmits here, as that event would
+        timer_clear(st, st.p[0].tm_ch_tx + out)
+        channel_transmit(st, out, tick)
 
 
 @compiled
@@ -169,18 +180,21 @@ def switch_crossbar(st, c, tick):
 @inline
 def _cross(st, c, vc, tick):
     """Move head packets of input port c's virtual channel vc to their output queues while one
-    has room."""
+    has room. Returns the output channel of the last packet queued on a link (-1: none; the
+    last one is what this call did last)."""
     p = st.p[0]
     ch = st.ch[c]
+    last = -1
     while True:
         if vc == VC_RESPONSE:
             if ch.rsp_rxq_count == 0:
-                return
+                return last
             pkt = st.rsp_rxq[c, ch.rsp_rxq_head]
         else:
             if ch.rxq_count == 0:
-                return
+                return last
             pkt = st.rxq[c, ch.rxq_head]
+        last = -1
         pk = st.pk[pkt]
         out = -1
         if pk.kind == PK_MM_ST or pk.kind == PK_MM_LD:
@@ -210,7 +224,7 @@ def _cross(st, c, vc, tick):
                 ch.xbar_blocked_since = tick
                 if wait >= 0:
                     _wait_for_output(st, (ch.switch * p.num_gpus + wait) * 2 + ovc, c * 2 + vc)
-            return  # an output toward it that frees a slot in this channel wakes us
+            return -1  # an output toward it that frees a slot in this channel wakes us
         if vc == VC_RESPONSE:
             ch.rsp_rxq_head = ring_next(ch.rsp_rxq_head, st.rsp_rxq.shape[1])
             ch.rsp_rxq_count -= 1
@@ -224,12 +238,15 @@ def _cross(st, c, vc, tick):
             packet_free(st, pkt)   # a multimem packet the engine has served
             continue
         pk.ready = tick
-        if st.sw_node[ch.switch, SWN_KIND] == NODE_NIC:
+        nic = st.sw_node[ch.switch, SWN_KIND] == NODE_NIC
+        if nic:
             # the NIC's RDMA engine (nic.py): work requests toward InfiniBand
             nic_admit(st, ch.switch, st.sw_node[ch.switch, SWN_INDEX],
                       st.ch[out].link_class == LINK_IB, pkt, tick)
         trace_event(st, CAT_SWITCH, TR_XBAR, c, out, pk.dst, tick)
         txq_push(st, out, pkt, tick)
+        if not nic:
+            last = out
 
 
 @compiled

@@ -9,7 +9,7 @@ from ..engine.jit import compiled
 from ..engine.ring import ring_next
 
 from ..engine.clock import align_up
-from ..engine.events import timer_set
+from ..engine.events import SHORTCUT_TX_WAKE, timer_set
 from ..engine.state import TB_READY
 from .trace import TR_TB_RESUME, trace_tb
 
@@ -81,6 +81,16 @@ def ch_kick(st, c, tick):
     t = tick
     if ch.busy_until > t:
         t = ch.busy_until
+    if st.p[0].shortcuts & SHORTCUT_TX_WAKE and (ch.txq_count > 0 or ch.rsq_count > 0):
+        # exact shortcut (docs/engine_order.md): if no head packet is ready by t, the look at t
+        # would find nothing to send and only set the timer for the earliest head's ready tick
+        # (a head's ready tick does not change while it is the head; credits are not looked at
+        # before a head is ready)
+        ready = ch.rsq_ready if ch.rsq_count > 0 else ch.txq_ready
+        if ch.txq_count > 0 and ch.txq_ready < ready:
+            ready = ch.txq_ready
+        if ready > t:
+            t = ready
     if ch.tx_at < 0 or t < ch.tx_at:
         ch.tx_at = t
         timer_set(st, st.p[0].tm_ch_tx + c, t)

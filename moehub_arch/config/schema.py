@@ -943,6 +943,11 @@ class WorkloadConfig:
                             BlockConfig(), cls=BlockConfig)
 
 
+# the engine's exact shortcuts (run.shortcuts), bit i of the engine's `shortcuts` parameter each
+# (engine/events.py SHORTCUT_*)
+SHORTCUTS = ("tx_wake", "idle_output", "sm_fold")
+
+
 @attrs.frozen
 class RunConfig:
     seed: int = _f("int", "random seed", 1, min=0)
@@ -956,6 +961,14 @@ class RunConfig:
                            "overhead, credits and packet statistics stay exact; store-and-forward "
                            "and arbitration per train are an approximation (tools/bench.py "
                            "measures its error). 1 = every packet simulated (exact)", 1, min=1)
+    shortcuts: tuple = _f("choice_tuple", "the engine's exact shortcuts (docs/engine_order.md): "
+                          "tx_wake (a link transmitter sleeps straight to its head packet's ready "
+                          "tick), idle_output (a switch input's packet is sent on an idle output "
+                          "link in its arrival event), sm_fold (register-only instructions that "
+                          "nothing else can observe issue in the SM's issue event before them). "
+                          "Each gives the same model stats with fewer events; [] runs every event "
+                          "of the reference path (the tests compare both)", SHORTCUTS,
+                          choices=SHORTCUTS)
     # robustness (docs/robustness.md): watchdog, limits, end-of-run invariants
     watchdog_interval: int = _f("time", "stop the run (exit status 3, with a report of who waits on "
                                 "what) when no instruction issues for this much simulated time; "

@@ -23,8 +23,7 @@ from ..components.occupancy import EV_OCCUPANCY_SAMPLE, occupancy_sample
 from ..components.cais_merge import EV_CAIS_TIMEOUT, cais_timeout
 from ..components.packet import PK_MOE, PK_MOE_EOS
 from ..components.switch import EV_XBAR, switch_crossbar, switch_receive
-from ..engine.events import (Q_SEQ, Q_TICK, TIMER_OFF, TM_SEQ, TM_TICK, _u, pop, timer_peek,
-                     timer_take)
+from ..engine.events import Q_TICK, TIMER_OFF, TM_TICK, _u, pop, timer_peek, timer_take
 
 STATUS_EMPTY = 0      # no events left (heap empty, no timer armed)
 STATUS_BATCH = 1      # max_events processed; call again
@@ -42,23 +41,22 @@ def run_loop(st, max_events, headroom, tick_limit, entries):
     sy = st.sys[0]
     p = st.p[0]
     cap = st.q.shape[0]
+    sy.tick_limit = tick_limit
     n = 0
     while n < max_events:
-        # the earlier by (tick, seq) of the heap's top event and the earliest component timer
-        # (the head of the timers' wheel, engine/events.py; -1 if none is due by the heap's top)
+        # the earlier, in the canonical order (engine/events.py), of the heap's top event and the
+        # earliest component timer (the lowest row of the current tick's timers; -1 if none is
+        # due by the heap's top): at the same tick the heap's events go first
         qt = st.q[0, Q_TICK] if sy.q_size > 0 else TIMER_OFF
         due = timer_peek(st, qt)
-        use_timer = due >= 0
-        if use_timer:
+        use_timer = False
+        if due >= 0:
             tick = st.timer[_u(due), TM_TICK]
-            if sy.q_size > 0 and (qt < tick or (
-                    qt == tick and st.q[0, Q_SEQ] < st.timer[_u(due), TM_SEQ])):
-                use_timer = False
-                tick = qt
-        elif sy.q_size > 0:
+            use_timer = tick < qt
+        if not use_timer:
+            if sy.q_size == 0:
+                return STATUS_EMPTY
             tick = qt
-        else:
-            return STATUS_EMPTY
         if sy.q_size + headroom > cap:
             return STATUS_GROW
         if tick_limit >= 0 and tick > tick_limit:

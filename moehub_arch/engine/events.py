@@ -1,70 +1,92 @@
-"""Event queue: component timers in a hierarchical timing wheel plus a binary min-heap, ordered
-by (tick, sequence number).
+"""Event queue: component timers in a hierarchical timing wheel plus a binary min-heap, in one
+canonical order that does not depend on when an event was armed.
 
-The sequence number is taken from a counter at push time, so two events at the same tick run in
-the order they were scheduled: the same config and seed give bit-identical results (DESIGN rule 3).
+The canonical same-tick order (DESIGN rule 3; docs/engine_order.md says why it is a faithful model
+of simultaneous hardware events). Events run in order of the key
+
+    (tick, class, identity)
+
+where class 0 holds the heap's one-off events and class 1 the component timers; a heap event's
+identity is (kind, a0, a1), a timer's its row in State.timer, whose ranges are the blocks' in
+declaration order (SM issue, link transmitters, wire arrivals, switch inputs, hub packetizers,
+RPM packetizers, CAIS merge timeouts; the run loop's dispatch) and, within a range, the block's
+index. The engine always runs the pending event with the smallest key. An event armed for the
+current tick with a smaller key than the one running therefore runs right after it (before every
+event that was already pending): the order is a function of the model's state alone, so two
+events with the same key are the same event (interchangeable), and a shortcut that arms an event
+earlier in the run, or leaves out an event that would have changed nothing, cannot move any
+other event. Nothing counts arming time: there is no sequence number.
+
 Each event carries an integer kind (dispatched by the run loop) and two integer arguments; the heap
-is one ``[capacity, 5]`` int64 array (columns Q_*), its size and sequence counter live in State.sys.
-Sifting moves a hole and writes each entry once (half the stores of swapping); events popped are
-counted per kind in State.ev_count (stats system.engine.events.*).
+is one ``[capacity, 4]`` int64 array (columns Q_*) ordered by (tick, kind, a0, a1), its size lives
+in State.sys. Sifting moves a hole and writes each entry once (half the stores of swapping);
+events popped are counted per kind in State.ev_count (stats system.engine.events.*).
 
 Component timers. Most events are a block's next activation: an SM's next issue cycle, a link
 transmitter's next look at its queue, a wire's next packet arrival, a switch input's next
 crossbar attempt, a packetizer's next packet. Each block has at most one, and a block woken
 earlier than planned must move it. A heap would keep the old setting as a stale event (an SM
 whose TB retried a full hub every few cycles piled up hundreds), so these activations are timers:
-one (tick, seq) row per block in State.timer (TIMER_OFF: unarmed), the truth the run loop obeys.
+one row per block in State.timer (tick; TIMER_OFF: unarmed), the truth the run loop obeys.
 
 The timers wait in a hierarchical timing wheel (Varghese and Lauck, "Hashed and hierarchical
 timing wheels", SOSP 1987) of WHEEL_LEVELS levels of WHEEL_SLOTS slots, relative to a base tick
 (State.sys tw_base) that never passes the current tick. A timer for tick t sits at the level of
 the highest WHEEL_BITS-bit digit in which t differs from the base, in the slot of t's digit
 there; so level 0 holds the ticks of the base's 32-tick block, one tick per slot, and a level's
-slots hold ever later ranges of ticks. The earliest timer is the head of the lowest occupied
-level-0 slot (a bit mask per level, State.timer_level, finds it); when level 0 is empty, the
-lowest occupied slot of the lowest occupied level is poured one level or more down (its timers
-re-placed relative to the slot's first tick, which becomes the base).
+slots hold ever later ranges of ticks. When level 0 is empty, the lowest occupied slot of the
+lowest occupied level is poured one level or more down (its timers re-placed relative to the
+slot's first tick, which becomes the base); a bit mask per level (State.timer_level) finds the
+occupied slots.
+
+The current tick's timers. The timers of one tick must run in row order, however they were armed.
+When the earliest level-0 slot's tick comes up (sys tw_now), its timers move into a bit set over
+the timers' rows (four levels of 32-bit words after the wheel's masks in State.timer_level:
+NOW_*), and every timer set for that tick while it runs goes straight there; the next timer is
+the set's lowest bit (four lowest-bit reads), a take or a re-set clears its bit. So a level-0 slot
+is handled in row order at the cost of a few word operations per timer, with no sorting.
 
 A slot's list is circular and doubly linked through the timers' own rows (State.timer columns
 TM_NEXT, TM_PREV), with one head row per slot after the timers' rows: a timer is in at most one
-list, so setting it again or clearing it unlinks it in place (two stores, no search), a take
-unlinks a level-0 head, and a peek reads a head; nothing is stale, nothing is allocated. Every
-list is in sequence order, which is what ties need (a level-0 slot is one tick): a set has the
-newest sequence number and goes to a tail, and a pour appends one list, in order, to levels that
-are empty (every level below the poured one is).
+list (or in the current tick's set: TM_NEXT = IN_NOW), so setting it again or clearing it unlinks
+it in place (two stores, no search); nothing is stale, nothing is allocated. A list's order does
+not matter (a level-0 slot is one tick, ordered by the set).
 
 Why a wheel: it replaced a tournament tree over the timers (a walk from a leaf to the root at
 every set and every take: 29% of the run loop's time on a DeepSeek-V3 layer, and growing with the
 GPU count, as the tree deepens). Most timers are set a short, bounded distance ahead (a quarter
 for the tick being processed, most of the rest 128 ps to 32 ns: link serialisation, SM cycles),
-so a set is a few stores, a take unlinks a list head, and a timer is moved down about once on its
-way to level 0, flat in the GPU count (README, Performance). The wheel's first version kept its
-lists in a pool of entries and left a re-set timer's old entry in place, stale, to be dropped
-when it came up; every peek then read the timer's row to test its head for staleness. Linking
-the timers' rows themselves removes that read, the pool and its free list (README, Performance:
-the run loop's CPU time 7-9% less on DeepSeek-V3 layers).
-
-The run loop takes whichever of heap top and wheel head is earlier by (tick, seq): the same
-total order as one queue of all events, and the same as the tree's. Timer index ranges per block
-kind are in State.p (tm_*).
+so a set is a few stores, a take clears a bit, and a timer is moved down about once on its way
+to level 0, flat in the GPU count (docs/performance.md). Timer index ranges per block kind are in
+State.p (tm_*).
 """
 import numpy as np
 from .jit import compiled
 from .bitset import _lowest_bit
 from .stateref import jit_disabled
 from ..declare import Block, Param, Record, Stat, StatGroup, fields
+from ..config.schema import SHORTCUTS
+
+# the engine's exact shortcuts (run.shortcuts; docs/engine_order.md), bits of State.p shortcuts:
+# each leaves out events that the canonical order makes redundant, with the same model stats
+SHORTCUT_TX_WAKE = 1 << SHORTCUTS.index("tx_wake")
+SHORTCUT_IDLE_OUTPUT = 1 << SHORTCUTS.index("idle_output")
+SHORTCUT_SM_FOLD = 1 << SHORTCUTS.index("sm_fold")
 
 # Event kinds are declared by the blocks whose handlers they dispatch (``Event`` in each
 # component module's BLOCK: EV_SM_ISSUE in components/sm.py, EV_CH_TX in components/nvlink.py...);
 # the composition (moehub_arch/composition.py) checks they are unique and dense and names them
 # (EVENT_NAMES, the stats system.engine.events.*).
 
-# columns of the heap array State.q
-Q_TICK, Q_SEQ, Q_KIND, Q_A0, Q_A1 = range(5)
+# columns of the heap array State.q (ordered by tick, then kind, a0, a1: the canonical order)
+Q_TICK, Q_KIND, Q_A0, Q_A1 = range(4)
+Q_COLUMNS = 4
 # columns of State.timer; an unarmed timer has tick TIMER_OFF. TM_NEXT and TM_PREV link an armed
-# timer into its wheel slot's list (rows of State.timer too: see new_timers)
-TM_TICK, TM_SEQ, TM_NEXT, TM_PREV = 0, 1, 2, 3
+# timer into its wheel slot's list (rows of State.timer too: see new_timers), or TM_NEXT is IN_NOW
+# while it waits in the current tick's set. Rows are padded to 32 bytes (two per cache line)
+TM_TICK, TM_NEXT, TM_PREV = 0, 1, 2
 TM_COLUMNS = 4
+IN_NOW = -1
 TIMER_OFF = 2 ** 62
 # the timing wheel: levels of WHEEL_SLOTS slots, WHEEL_BITS bits of the tick each (32 slots keep
 # a level's occupancy mask off the sign bit, like engine/bitset.py); enough levels for any tick
@@ -73,6 +95,15 @@ WHEEL_BITS = 5
 WHEEL_SLOTS = 1 << WHEEL_BITS
 WHEEL_LEVELS = (62 + WHEEL_BITS - 1) // WHEEL_BITS
 WHEEL_LISTS = WHEEL_LEVELS * WHEEL_SLOTS
+# the current tick's set in State.timer_level, after the wheel's masks: a root word, then 32, 1024
+# and (timers / 32) words, each bit saying that a word (or, at the last level, a timer) below it
+# is set; 32 bits a word (off the sign bit), so four levels hold up to 2**20 timers
+NOW_ROOT = WHEEL_LEVELS
+NOW_L2 = NOW_ROOT + 1
+NOW_L1 = NOW_L2 + 32
+NOW_L0 = NOW_L1 + 1024
+NOW_MAX_TIMERS = 1 << 20
+
 
 # The engine itself: run-wide parameters, the queue's bookkeeping and the first runtime error.
 BLOCK = Block(
@@ -85,6 +116,9 @@ BLOCK = Block(
         Param("packet_train", "run.packet_train", "packets",
               "link packets simulated as one (1 = exact; components/packet.py)",
               lambda cfg: cfg.run.packet_train, "config: run.packet_train"),
+        Param("shortcuts", "run.shortcuts", "bit mask", "the exact shortcuts taken (SHORTCUT_*)",
+              lambda cfg: sum(1 << SHORTCUTS.index(n) for n in cfg.run.shortcuts),
+              "config: run.shortcuts"),
         Param("tm_count", "", "timers", "component timers in all (composition: the sum of every "
               "block's timer range)", None, "derived: from the blocks' Timer declarations"),
     ),
@@ -93,13 +127,16 @@ BLOCK = Block(
                            "fields here (scheduler, hub, HBM and L2 counters, MoE-Hub units)")),
     fields=fields(
         "sys",
-        ("q_size", "events in the heap"), ("q_next_seq", "next sequence number (ties by push order)"),
+        ("q_size", "events in the heap"),
         ("q_events", "events processed"), ("q_now", "tick of the current event"),
         ("q_peak", "peak heap size"),
         ("err_code", "the first runtime error (engine.state ERR_*), 0: none"),
         ("err_slot", "thread-block slot that raised it"), ("err_pc", "its program counter"),
         ("err_value", "the offending value (address, size...)"),
-        ("tw_base", "the timing wheel's base tick (at or before the current tick)")),
+        ("tw_base", "the timing wheel's base tick (at or before the current tick)"),
+        ("tw_now", "the tick whose timers are in the current tick's set (at or before the current "
+                   "tick)"),
+        ("tick_limit", "the run loop's tick limit (-1: none): no shortcut acts beyond it")),
     stats=(StatGroup("system", "engine", (
         Stat("queue_peak", "events", "peak number of pending events in the event queue",
              lambda i: i.st.sys[0].q_peak),
@@ -112,16 +149,19 @@ BLOCK = Block(
 def new_timers(count):
     """`count` unarmed timers and an empty timing wheel: State.timer ([count + WHEEL_LISTS,
     TM_COLUMNS]: the timers, then one list head per wheel slot, level by level) and
-    State.timer_level (the levels' occupancy masks). A slot's list is circular and doubly linked
-    through its head row (an empty list links the head to itself), so linking and unlinking a
-    timer take no test for the ends of the list."""
+    State.timer_level (the levels' occupancy masks, then the current tick's set: NOW_*). A slot's
+    list is circular and doubly linked through its head row (an empty list links the head to
+    itself), so linking and unlinking a timer take no test for the ends of the list."""
     n = max(count, 1)
+    if n > NOW_MAX_TIMERS:
+        raise ValueError(f"the system has {n} component timers; the event queue holds at most "
+                         f"{NOW_MAX_TIMERS} (engine/events.py NOW_MAX_TIMERS)")
     timer = np.zeros((n + WHEEL_LISTS, TM_COLUMNS), np.int64)
     timer[:, TM_TICK] = TIMER_OFF
     heads = np.arange(n, n + WHEEL_LISTS)
     timer[n:, TM_NEXT] = heads
     timer[n:, TM_PREV] = heads
-    level = np.zeros(WHEEL_LEVELS, np.int64)
+    level = np.zeros(NOW_L0 + (n + 31) // 32, np.int64)
     return timer, level
 
 
@@ -160,7 +200,7 @@ def _wheel_level(x):
 
 @compiled
 def _wheel_link(st, i, lv, s):
-    """Link timer i at the tail of slot s of level lv (the newest sequence number last)."""
+    """Link timer i at the tail of slot s of level lv."""
     t = st.timer
     head = t.shape[0] - WHEEL_LISTS + lv * WHEEL_SLOTS + s
     last = t[_u(head), TM_PREV]
@@ -194,19 +234,76 @@ def _wheel_unlink(st, i):
 
 
 @compiled
+def _now_add(st, i):
+    """Put timer i (set for the current tick's set's tick) into that set."""
+    lv = st.timer_level
+    w0 = i >> 5
+    old = lv[_u(NOW_L0 + w0)]
+    lv[_u(NOW_L0 + w0)] = old | (1 << (i & 31))
+    if old == 0:
+        w1 = w0 >> 5
+        old = lv[_u(NOW_L1 + w1)]
+        lv[_u(NOW_L1 + w1)] = old | (1 << (w0 & 31))
+        if old == 0:
+            w2 = w1 >> 5
+            old = lv[_u(NOW_L2 + w2)]
+            lv[_u(NOW_L2 + w2)] = old | (1 << (w1 & 31))
+            if old == 0:
+                lv[NOW_ROOT] |= 1 << w2
+    st.timer[_u(i), TM_NEXT] = IN_NOW
+
+
+@compiled
+def _now_remove(st, i):
+    """Take timer i out of the current tick's set."""
+    lv = st.timer_level
+    w0 = i >> 5
+    x = lv[_u(NOW_L0 + w0)] & ~(1 << (i & 31))
+    lv[_u(NOW_L0 + w0)] = x
+    if x == 0:
+        w1 = w0 >> 5
+        x = lv[_u(NOW_L1 + w1)] & ~(1 << (w0 & 31))
+        lv[_u(NOW_L1 + w1)] = x
+        if x == 0:
+            w2 = w1 >> 5
+            x = lv[_u(NOW_L2 + w2)] & ~(1 << (w1 & 31))
+            lv[_u(NOW_L2 + w2)] = x
+            if x == 0:
+                lv[NOW_ROOT] &= ~(1 << w2)
+
+
+@compiled
+def _now_first(st):
+    """The lowest timer row in the current tick's set (which is not empty)."""
+    lv = st.timer_level
+    w2 = _lowest_bit(lv[NOW_ROOT])
+    w1 = (w2 << 5) | _lowest_bit(lv[_u(NOW_L2 + w2)])
+    w0 = (w1 << 5) | _lowest_bit(lv[_u(NOW_L1 + w1)])
+    return (w0 << 5) | _lowest_bit(lv[_u(NOW_L0 + w0)])
+
+
+@compiled
+def _timer_unlink(st, i):
+    """Take armed timer i out of the current tick's set or its wheel slot's list."""
+    if st.timer[_u(i), TM_NEXT] == IN_NOW:
+        _now_remove(st, i)
+    else:
+        _wheel_unlink(st, i)
+
+
+@compiled
 def timer_set(st, i, tick):
-    """Arm timer i for `tick` (at or after the current tick) with a fresh sequence number,
-    replacing its previous setting (it leaves its old slot: the newest sequence number goes to
-    the tail of its new one)."""
+    """Arm timer i for `tick` (at or after the current tick), replacing its previous setting:
+    into the current tick's set if that is its tick, else into its wheel slot."""
     sy = st.sys[0]
-    seq = sy.q_next_seq
-    sy.q_next_seq = seq + 1
     t = st.timer
     if t[_u(i), TM_TICK] != TIMER_OFF:
-        _wheel_unlink(st, i)
+        _timer_unlink(st, i)
     t[_u(i), TM_TICK] = tick
-    t[_u(i), TM_SEQ] = seq
-    _wheel_append(st, i, tick, sy.tw_base)
+    if tick == sy.tw_now:
+        _now_add(st, i)
+    else:
+        _wheel_append(st, i, tick, sy.tw_base)
 
 
 @compiled
@@ -214,29 +311,29 @@ def timer_clear(st, i):
     """Disarm timer i."""
     t = st.timer
     if t[_u(i), TM_TICK] != TIMER_OFF:
-        _wheel_unlink(st, i)
+        _timer_unlink(st, i)
         t[_u(i), TM_TICK] = TIMER_OFF
 
 
 @compiled
 def timer_peek(st, before):
-    """The earliest armed timer by (tick, seq), or -1 if no timer is armed at or before tick
-    `before` (the heap's top; TIMER_OFF: none). While level 0 holds a timer that is the head of
-    its lowest occupied slot (the run loop's case for almost every event); otherwise
-    _wheel_advance pours higher slots down."""
-    levels = st.timer_level
-    if levels[0] != 0:
-        t = st.timer
-        return t[_u(t.shape[0] - WHEEL_LISTS + _lowest_bit(levels[0])), TM_NEXT]
+    """The earliest armed timer by (tick, row), or -1 if no timer is armed at or before tick
+    `before` (the heap's top; TIMER_OFF: none). While the current tick's set holds a timer that
+    is its lowest row (the run loop's case for almost every event); otherwise _wheel_advance
+    pours the wheel down."""
+    if st.timer_level[NOW_ROOT] != 0:
+        return _now_first(st)
     return _wheel_advance(st, before)
 
 
 @compiled
 def _wheel_advance(st, before):
-    """timer_peek with level 0 empty: pour the lowest occupied slot of the lowest occupied level
-    down (its timers re-placed relative to the slot's first tick, which becomes the base) until
-    level 0 holds a timer, or the next slot starts after `before` (the next event's tick, so the
-    base stays at or before the current tick), or no timer is armed (-1 for both)."""
+    """timer_peek with the current tick's set empty: pour the lowest occupied slot of the lowest
+    occupied level down (its timers re-placed relative to the slot's first tick, which becomes
+    the base) until level 0 holds a timer, then move the earliest level-0 slot into the current
+    tick's set (its tick becomes tw_now) - unless the slot starts after `before` (the next
+    event's tick, so base and tw_now stay at or before the current tick) or no timer is armed
+    (-1 for both)."""
     sy = st.sys[0]
     t = st.timer
     levels = st.timer_level
@@ -256,8 +353,7 @@ def _wheel_advance(st, before):
         if before < first:
             return -1
         # pour the slot down: every tick in it is at or after `first`, which the next event's is
-        # too. Its list is in sequence order and the levels below are empty, so appending its
-        # timers in list order keeps every list in sequence order
+        # too
         sy.tw_base = first
         head = heads + lv * WHEEL_SLOTS + s
         i = t[_u(head), TM_NEXT]
@@ -276,19 +372,48 @@ def _wheel_advance(st, before):
                 nxt = t[_u(i), TM_NEXT]
                 _wheel_append(st, i, t[_u(i), TM_TICK], first)
                 i = nxt
-    return t[_u(heads + _lowest_bit(levels[0])), TM_NEXT]
+    # the earliest level-0 slot: one tick of the base's 32-tick block
+    s = _lowest_bit(levels[0])
+    tick = ((sy.tw_base >> WHEEL_BITS) << WHEEL_BITS) | s
+    if before < tick:
+        return -1
+    sy.tw_now = tick
+    head = heads + s
+    i = t[_u(head), TM_NEXT]
+    t[_u(head), TM_NEXT] = head
+    t[_u(head), TM_PREV] = head
+    levels[0] &= ~(1 << s)
+    while i != head:
+        nxt = t[_u(i), TM_NEXT]
+        _now_add(st, i)
+        i = nxt
+    return _now_first(st)
+
+
+@compiled
+def timer_is_next(st, i, tick):
+    """Whether timer i is the next event to run, the current event being at `tick`: armed for
+    `tick` in the current tick's set and its lowest row, and no heap event due by then (a heap
+    event goes first at the same tick). A handler whose last act armed it may then run it
+    itself (an exact shortcut: nothing could come between)."""
+    if st.timer[_u(i), TM_TICK] != tick or tick != st.sys[0].tw_now:
+        return False
+    if st.sys[0].q_size > 0 and st.q[0, Q_TICK] <= tick:
+        return False
+    return _now_first(st) == i
 
 
 @compiled
 def timer_take(st, i):
-    """Take the earliest timer (i, which timer_peek returned): disarm it and unlink it; returns i."""
+    """Take the earliest timer (i, which timer_peek returned): disarm it and take it out of the
+    current tick's set; returns i."""
     st.timer[_u(i), TM_TICK] = TIMER_OFF
-    _wheel_unlink(st, i)
+    _now_remove(st, i)
     return i
 
 
 def new_event_queue(capacity):
-    return np.zeros((capacity, 5), np.int64)
+    return np.zeros((capacity, Q_COLUMNS), np.int64)
 
 
 def grow_event_queue(q, capacity):
@@ -298,13 +423,27 @@ def grow_event_queue(q, capacity):
 
 
 @compiled
+def _q_before(tick, kind, a0, a1, q, j):
+    """Whether the event (tick, kind, a0, a1) comes before heap entry j in the canonical order
+    (tick, kind, a0, a1); equal events are the same event (either may go first)."""
+    t = q[j, Q_TICK]
+    if tick != t:
+        return tick < t
+    k = q[j, Q_KIND]
+    if kind != k:
+        return kind < k
+    x = q[j, Q_A0]
+    if a0 != x:
+        return a0 < x
+    return a1 < q[j, Q_A1]
+
+
+@compiled
 def push(st, tick, kind, a0, a1):
     """Schedule an event. The caller guarantees capacity (the run loop returns to Python to grow
     the heap before it gets within one handler's worth of pushes of full)."""
     q = st.q
     sy = st.sys[0]
-    seq = sy.q_next_seq
-    sy.q_next_seq = seq + 1
     i = sy.q_size
     sy.q_size = i + 1
     if i + 1 > sy.q_peak:
@@ -312,15 +451,13 @@ def push(st, tick, kind, a0, a1):
     # sift the hole up (parents move down) and write the new entry once where it belongs
     while i > 0:
         parent = (i - 1) >> 1
-        pt = q[parent, Q_TICK]
-        if tick < pt or (tick == pt and seq < q[parent, Q_SEQ]):
-            for k in range(5):
+        if _q_before(tick, kind, a0, a1, q, parent):
+            for k in range(Q_COLUMNS):
                 q[i, k] = q[parent, k]
             i = parent
         else:
             break
     q[i, Q_TICK] = tick
-    q[i, Q_SEQ] = seq
     q[i, Q_KIND] = kind
     q[i, Q_A0] = a0
     q[i, Q_A1] = a1
@@ -339,27 +476,23 @@ def pop(st):
     sy.q_size = n
     if n > 0:
         # sift the hole at the root down (smaller children move up), then place the last entry
-        lt = q[n, Q_TICK]
-        ls = q[n, Q_SEQ]
         i = 0
         while True:
             child = 2 * i + 1
             if child >= n:
                 break
             right = child + 1
-            if right < n:
-                ct = q[child, Q_TICK]
-                rt = q[right, Q_TICK]
-                if rt < ct or (rt == ct and q[right, Q_SEQ] < q[child, Q_SEQ]):
-                    child = right
-            ct = q[child, Q_TICK]
-            if ct < lt or (ct == lt and q[child, Q_SEQ] < ls):
-                for k in range(5):
+            if right < n and _q_before(q[right, Q_TICK], q[right, Q_KIND], q[right, Q_A0],
+                                       q[right, Q_A1], q, child):
+                child = right
+            if _q_before(q[child, Q_TICK], q[child, Q_KIND], q[child, Q_A0], q[child, Q_A1],
+                         q, n):
+                for k in range(Q_COLUMNS):
                     q[i, k] = q[child, k]
                 i = child
             else:
                 break
-        for k in range(5):
+        for k in range(Q_COLUMNS):
             q[i, k] = q[n, k]
     st.ev_count[kind] += 1
     return tick, kind, a0, a1

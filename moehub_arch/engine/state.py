@@ -97,11 +97,12 @@ RESP_REQ, RESP_KIND, RESP_READY = 0, 1, 2
 STATE_FIELDS = tuple([
     "p",            # [1] PARAMS
     "sys",          # [1] SYSTEM
-    "q",            # [capacity, 5] event heap (engine.events)
+    "q",            # [capacity, 4] event heap (engine.events Q_*)
     "ev_count",     # [event kinds] events processed per kind (engine.events.EVENT_NAMES)
-    "timer",        # [timers + wheel slots, 4] component timers (tick, seq, the links of their
+    "timer",        # [timers + wheel slots, 4] component timers (tick, the links of their
                     # timing wheel's lists; engine.events TM_*), then the lists' head rows
-    "timer_level",  # [wheel levels] the wheel's occupancy masks (engine.events)
+    "timer_level",  # [wheel levels + the current tick's set] the wheel's occupancy masks, then
+                    # the bit set of the current tick's timers (engine.events NOW_*)
     "code",         # [instructions, ROW_WIDTH] assembled program
     "code_issued",  # [instructions] times each instruction was issued (tools/profile_issue.py;
                     # not a stat: it stays out of the golden fingerprints)
