@@ -212,6 +212,26 @@ def _resolved_isa():
 
 # ------------------------------------------------------------------------------ checkpoints
 @pytest.fixture(scope="module")
+def same_build():
+    """Restore rebuilds the run from the saved config; for the examples that leave it as it was,
+    the build (0.5 s, most of an example) is the same every time: built once and reused (its
+    arrays are overwritten by each restore)."""
+    from moehub_arch import simulation
+    real = simulation.Simulation
+    built = {}
+
+    def cached(cfg):
+        key = json.dumps(cfg.to_dict(), sort_keys=True, default=str)
+        if key not in built:
+            built.clear()
+            built[key] = real(cfg)
+        return built[key]
+    simulation.Simulation = cached
+    yield
+    simulation.Simulation = real
+
+
+@pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
     from moehub_arch.checkpoint import CheckpointWriter
     from moehub_arch.simulation import Simulation
@@ -255,13 +275,21 @@ def _walk_to(data, pick):
 
 @examples("checkpoint")
 @given(damage=st.lists(_damage(), min_size=1, max_size=3))
-def test_damaged_checkpoints_restore_or_are_refused(tmp_path_factory, checkpoint, damage):
+def test_damaged_checkpoints_restore_or_are_refused(tmp_path_factory, checkpoint, same_build,
+                                                   damage):
     d = tmp_path_factory.mktemp("ck") / "ck"
-    shutil.copytree(checkpoint, d)
+    # hard links (a 10 MB copy per example would cost most of a hunt); a damaged file is
+    # written as a new file of its own, so the original stays whole
+    shutil.copytree(checkpoint, d, copy_function=os.link)
     try:
         _damage_and_restore(d, damage)
     finally:
-        shutil.rmtree(d.parent)   # ~10 MB each: a hunt of 10,000 would fill the disk
+        shutil.rmtree(d.parent)
+
+
+def _rewrite(path, data):
+    path.unlink()
+    path.write_bytes(data if isinstance(data, bytes) else data.encode())
 
 
 def _damage_and_restore(d, damage):
@@ -276,12 +304,12 @@ def _damage_and_restore(d, damage):
                 data = data[:at]
             else:
                 data[at:at + len(arg[1])] = arg[1]
-            path.write_bytes(bytes(data))
+            _rewrite(path, bytes(data))
             continue
         if how == "text":
             text = path.read_text()
             i = arg[0] % (len(text) + 1)
-            path.write_text(text[:i] + arg[2] + text[i + len(arg[2]):])
+            _rewrite(path, text[:i] + arg[2] + text[i + len(arg[2]):])
             continue
         try:
             data = json.loads(path.read_text())
@@ -294,7 +322,7 @@ def _damage_and_restore(d, damage):
             del node[key]
         else:
             node[key] = arg[1]
-        path.write_text(json.dumps(data))
+        _rewrite(path, json.dumps(data))
     try:
         restore(d)
         event("accepted")
