@@ -32,7 +32,8 @@ FLOORS = (
     ("blocks", ("moehub_arch.components",)),
     ("dispatch", ("moehub_arch.dispatch",)),
     ("run", ("moehub_arch.simulation", "moehub_arch.runner", "moehub_arch.builder")),
-    ("front", ("moehub_arch.api", "moehub_arch.cli", "moehub_arch.sweep", "moehub_arch.__main__")),
+    ("front", ("moehub_arch.api", "moehub_arch.cli", "moehub_arch.cli_layer", "moehub_arch.experiment",
+               "moehub_arch.sweep", "moehub_arch.__main__")),
 )
 
 
