@@ -176,9 +176,11 @@ def _python_wheel(monkeypatch, count):
     from moehub_arch.engine import events as ev
     for name in ("_wheel_level", "_wheel_link", "_wheel_append", "_wheel_unlink",
                  "_wheel_advance", "_now_add", "_now_remove", "_now_first", "_timer_unlink",
-                 "_lowest_bit", "_u"):
+                 "_u"):
         monkeypatch.setattr(ev, name, getattr(ev, name).py_func)
-    monkeypatch.setattr(bitset, "_lowest_bit", bitset._lowest_bit.py_func)
+    # the compiled lowest-bit is an LLVM intrinsic; its Python form gives the same values
+    monkeypatch.setattr(ev, "_lowest_bit", bitset.lowest_bit_float)
+    monkeypatch.setattr(bitset, "_lowest_bit", bitset.lowest_bit_float)
     timer, level = ev.new_timers(count)
     sy = np.zeros(1, [("tw_base", np.int64), ("tw_now", np.int64)]).view(np.recarray)
     return ev, SimpleNamespace(sys=sy, timer=timer, timer_level=level)
