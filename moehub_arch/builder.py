@@ -27,8 +27,8 @@ from .engine.events import new_event_queue, new_timers
 from .engine.state import DAM_HIST_BINS, NUM_WAIT_REASONS, RPM_HIST_BINS, new_records
 from .isa.encoding import MAX_PARAMS, NUM_REGS, NUM_UNITS, ROW_WIDTH
 from .isa.expr import ExprError, evaluate
-from .topology import (TopologyError, build_fabric, build_routes, channel_arrays, gpus_per_node,
-                       node_array)
+from .topology import (LINK_PCIE, TopologyError, build_fabric, build_routes, channel_arrays,
+                       gpus_per_node, node_array)
 
 BUFFER_ALIGN = 256  # bytes; every buffer starts on an HBM interleave-friendly boundary
 # windows in the paced-arbitration calendar (components/hbm.py): with 1 us windows a 1 ms horizon,
@@ -341,6 +341,12 @@ def build_state(cfg, program, seed=None, presets=None):
     # (assumption for PCIe, NIC and IB ports: as deep as an NVSwitch output queue)
     ch.txq_cap[:] = np.where(ch.src_switch < 0, sysc.nvlink.tx_queue_packets,
                              sysc.switch.output_queue_packets)
+    if sysc.nodes.count > 1:
+        # a GPU's PCIe link: the hub queues a packet before its HBM read completes, so this queue
+        # is the NIC's outstanding DMA reads (system.nic.dma_read_ahead), not an NVLink port's
+        gpu_pcie = (ch.src_switch < 0) & (ch.link_class == LINK_PCIE)
+        pkt = min(sysc.nvlink.store_packet_bytes, sysc.nvlink.max_payload_bytes)
+        ch.txq_cap[gpu_pcie] = max(1, -(-sysc.nic.dma_read_ahead // pkt))
     rxq_cap = int(ch.rx_credits.max())  # every packet is at least one flit
     # the response virtual channel (unused, one packet deep, with response_path: shared)
     separate = sysc.nvlink.response_path == "separate"

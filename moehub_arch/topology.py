@@ -128,7 +128,7 @@ def _fabric_links(cfg, nodes, channels, ports, add_node, end):
     flit = sysc.nvlink.flit_bytes
     _require("pcie", pcie, ("bandwidth", "latency", "max_payload_bytes", "tlp_overhead_bytes",
                             "buffer_bytes"))
-    _require("nic", nic, ("per_node", "message_rate"))
+    _require("nic", nic, ("per_node", "message_rate", "dma_read_ahead"))
     _require("infiniband", ib, ("bandwidth", "latency", "mtu_bytes", "packet_overhead_bytes",
                                 "ack_bytes", "buffer_bytes", "switch_ports"))
     if nic.per_node * nic.gpus_per_nic > gpn:

@@ -78,7 +78,7 @@ from ..isa.encoding import MM_RED, MM_ST
 from .trace import CAT_HUB, TR_HUB_RX, TR_HUB_TX, trace_event
 from .wakeups import hub_kick, hub_kick_response, tb_resume
 from .waiters import notify_stores
-from .nic import nic_schedule, nic_served, rdma_message
+from .nic import nic_overtake, nic_schedule, nic_served, rdma_message
 from ..declare import Array, Block, Debug, Event, Param, Record, StatGroup, Timer, counters, fields
 
 REQ_PUT, REQ_GET, REQ_STORE, REQ_ATOM = range(4)
@@ -443,7 +443,11 @@ def hub_packetize(st, g, tick):
         hub_kick(st, g, gp.hub_req_free)
         return
     if p.nic_qp_round_robin:
-        nic_schedule(st, g)     # the NIC's send scheduler picks the RDMA message served next
+        nic_schedule(st, g, tick)   # the NIC's send scheduler picks the RDMA message served next
+    t_dma = nic_overtake(st, g, tick)
+    if t_dma > tick:
+        hub_kick(st, g, t_dma)      # the NIC pulls the payload after its doorbell (nic.py)
+        return
     r = st.reqq[g, gp.reqq_head]
     rq = st.req[r]
     dst = rq.dst_gpu

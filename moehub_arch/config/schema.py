@@ -373,6 +373,10 @@ class NicConfig:
     doorbell_latency: int = _f("time", "from the GPU's doorbell to the first byte of a work "
                                "request on the wire (WQE fetch and payload read over PCIe)", 0,
                                min=0)
+    dma_read_ahead: int = _f("size", "payload the NIC's DMA engine may have requested from a GPU "
+                             "and not yet received (outstanding PCIe reads): the transmit queue "
+                             "of the GPU's PCIe link, which bounds how far the hub reads HBM "
+                             "ahead of the link", 0, min=0)
     send_scheduling: str = _f("choice", "qp_round_robin: the NIC's send scheduler serves its "
                               "queue pairs (one per destination GPU) round-robin, one IB packet "
                               "(MTU) at a time; message_fifo: whole messages in the order the GPU "

@@ -9,10 +9,12 @@ its rows. Receivers pack the rows expert-major for the grouped GEMM (moe_common.
 every output row back into the slot it came from, and the home GPU sums the k rows of a token
 with its router weights in slot order (the reference's per-slot combine).
 
-DeepEP's low-latency mode as first published reaches every peer through RDMA (IBGDA), NVLink
-peers included; on a system whose GPUs share a node, the puts here take the system's routes
-(NVLink inside a node). The validation figures use one GPU per node, so every row crosses
-PCIe, the NIC and InfiniBand (configs/validation/h800_deepep_ll.yaml).
+Transport per peer, as DeepEP's kernels choose it since PR #173 (allow_nvlink_for_low_latency_mode,
+the default since commit aae9fa9; internode_ll.cu: nvshmemi_get_p2p_ptr): a row for a GPU of the
+sender's node is a warp copy over NVLink (`put.sm`: the SM's load/store unit carries it), a row
+for a GPU of another node an IBGDA RDMA write (`put`: the NIC's DMA). The published figures were
+measured so: EP 8 on one 8-GPU node, EP 16 on two (configs/validation/h800_deepep_ll.yaml,
+docs/internode_validation.md); DeepEP's first "pure RDMA" setting is a system of one-GPU nodes.
 
 What differs from DeepEP: a row's slot (not its token id in a 16 B header) identifies it on the
 way back - the sender remembers the slot each (token, slot j) took - so a message is the row
@@ -32,7 +34,7 @@ from ..bandwidth import dispatch_row_bytes
 from ..layer_stats import kernels_finished
 from ..layer import (ACCT_NAMES, GROUPED_KERNELS, SHARED_KERNELS, LayerError, SchemePlan, _buf,
                      grouped_gemm_launches)
-from .deepep import shared_experts_or_identity
+from .deepep import node_gpus, shared_experts_or_identity
 
 KERNELS = "workloads/kernels/deepep/low_latency.s"
 
@@ -75,7 +77,7 @@ def plan(layer):
             ("next", "@ll_next"), ("sent", "@ll_sent"), ("count", "@ll_count"),
             ("xe", "@ll_xe"), ("rows", "@ll_rows"), ("range", "@ll_range"), ("acct", "@acct"),
             ("tokens", T), ("topk", k), ("row_bytes", db), ("local_experts", El),
-            ("send_tbs", opts.send_tbs))),
+            ("send_tbs", opts.send_tbs), ("node_gpus", node_gpus(cfg)))),
     ]
     gemm = ()
     if not comm_only:
@@ -87,7 +89,8 @@ def plan(layer):
     launches += [
         LaunchConfig(kernel="deepep_ll_combine", grid=El * P, stream=0, params=(
             ("ye", ye), ("range", "@ll_range"), ("comb", "@ll_comb"), ("acct", "@acct"),
-            ("done", "@done"), ("tokens", T), ("hidden", H), ("local_experts", El))),
+            ("done", "@done"), ("tokens", T), ("hidden", H), ("local_experts", El),
+            ("node_gpus", node_gpus(cfg)))),
         LaunchConfig(kernel="deepep_ll_reduce", grid=cfg.workload.layer.combine_tbs, stream=0,
                      params=(
             ("out", "@out"), ("comb", "@ll_comb"), ("ys", "@ys"), ("topk_idx", "@topk_idx"),

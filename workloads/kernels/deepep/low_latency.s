@@ -6,7 +6,9 @@
 # fixed slot region per (local expert, source rank) of T rows (DeepEP's
 # num_max_dispatch_tokens_per_rank), so a sender can write a token the moment it knows its
 # experts. A token goes once per top-k expert (no per-rank deduplication), each row a
-# GPU-initiated RDMA put (IBGDA); the per-(expert, source) count is sent *after* the data, and the
+# GPU-initiated RDMA put (IBGDA) to a GPU of another node, a warp copy over NVLink (put.sm) to a
+# GPU of the sender's node (%node_gpus GPUs per node: DeepEP's NVLink path since its PR #173,
+# nvshmemi_get_p2p_ptr); the per-(expert, source) count is sent *after* the data, and the
 # receiver, once it sees the count, packs the rows into the expert-major layout the grouped GEMM
 # reads. Combine sends every expert output row straight back into a slot of the source's
 # receive buffer; the source reduces the k rows of each token with its router weights.
@@ -58,6 +60,7 @@
 .param row_bytes
 .param local_experts
 .param send_tbs
+.param node_gpus
     mov r1, %row_bytes           # r1 = db
     shl r2, %topk, 3             # r2 = bytes of a token's ids
     bge %tb, %send_tbs, receiver
@@ -89,7 +92,14 @@ slot:
     add r13, r13, r14
     mul r13, r13, r1
     add r13, r13, %recv          # r13 = slot (le, me, slot) on the destination
+    div r14, r11, %node_gpus
+    div r15, %gpu, %node_gpus
+    bne r14, r15, row_rdma       # a GPU of another node: an RDMA write
+    put.sm r11, r13, r8, r1      # a GPU of this node: a warp copy over NVLink (DeepEP: p2p pointer)
+    bra row_sent
+row_rdma:
     put r11, r13, r8, r1         # the row (RDMA write)
+row_sent:
     add r10, r10, 1
     next_slot_word r9, %topk, slot
     add r5, r5, %send_tbs
@@ -164,6 +174,7 @@ received:
 .param tokens
 .param hidden
 .param local_experts
+.param node_gpus
     shl r1, %hidden, 1           # r1 = rb
     shl r2, %tb, 3
     add r2, r2, %range
@@ -185,7 +196,14 @@ received:
     mov r9, 0
 row:
     bge r9, r3, rows_sent
+    div r10, r6, %node_gpus
+    div r11, %gpu, %node_gpus
+    bne r10, r11, row_rdma
+    put.sm r6, r8, r7, r1        # home in this node: a warp copy over NVLink (DeepEP: p2p pointer)
+    bra row_sent
+row_rdma:
     put r6, r8, r7, r1           # one expert output row home (RDMA write)
+row_sent:
     add r7, r7, r1
     add r8, r8, r1
     add r9, r9, 1

@@ -1,0 +1,155 @@
+"""The NIC's IBGDA pull and wait accounting (components/nic.py: nic_dma_start, nic_admit), the
+inter-node validation figures and the settings of DeepEP's published measurements
+(docs/internode_validation.md), on configs/systems/tiny_2x2.yaml: 2 nodes x 2 HGX H800 GPUs, one
+ConnectX-7 per GPU on PCIe 5.0, NDR.
+
+The expected numbers are worked out by hand from the configuration (doorbell 1 us, PCIe 125 ns,
+HBM 700 cycles at the H800's SM clock), not from the engine's formulas.
+"""
+import re
+import sys
+
+import pytest
+
+from conftest import CONFIGS, REPO, read_stats_json, run_cli
+
+TINY = "systems/tiny_2x2.yaml"
+
+A2A_8K = """extends: {configs}/ubench/alltoall.yaml
+system: {configs}/{tiny}
+workload:
+  buffers:
+    send: {{bytes: 32KB, region: data}}
+    recv: {{bytes: 32KB, region: data}}
+  launches:
+    - kernel: alltoall
+      grid: "ngpu"
+      params: {{send: "@send", recv: "@recv", bytes_per_peer: 8192, chunk: 8192}}
+"""
+
+
+def _tiny_state():
+    from moehub_arch.config import load_config
+    from moehub_arch.simulation import Simulation
+    cfg = load_config(CONFIGS / "ubench/alltoall.yaml", [], system_file=CONFIGS / TINY)
+    return cfg, Simulation(cfg).state
+
+
+def test_dma_lead_is_the_doorbell_less_the_completion_path():
+    """nic_dma_lead = doorbell_latency - PCIe one-way latency - the HBM read the hub charges:
+    1 us - 125 ns - 700 cycles at the H800's SM clock."""
+    cfg, st = _tiny_state()
+    hbm_ps = round(700 * 1e12 / cfg.system.gpu.sm_clock)
+    assert cfg.system.nic.doorbell_latency == 1_000_000
+    assert cfg.system.pcie.latency == 125_000
+    assert st.p[0].nic_dma_lead == 1_000_000 - 125_000 - hbm_ps
+    assert 400_000 < st.p[0].nic_dma_lead < 500_000
+
+
+def test_gpu_pcie_queue_is_the_nics_read_ahead():
+    """A GPU's PCIe link queues system.nic.dma_read_ahead of hub packets (384 KB / 128 B = 3072:
+    the NIC's outstanding DMA reads), its NVLink ports tx_queue_packets (128), the forwarding
+    nodes' outputs output_queue_packets; a fabric without the number is a config error."""
+    from moehub_arch.topology import LINK_NVLINK, LINK_PCIE
+    cfg, st = _tiny_state()
+    ch = st.ch
+    assert cfg.system.nic.dma_read_ahead == 384 * 1024
+    gpu_pcie = (ch.src_switch < 0) & (ch.link_class == LINK_PCIE)
+    gpu_nvl = (ch.src_switch < 0) & (ch.link_class == LINK_NVLINK)
+    assert gpu_pcie.sum() == 4 and gpu_nvl.sum() > 0
+    assert (ch.txq_cap[gpu_pcie] == 3072).all()
+    assert (ch.txq_cap[gpu_nvl] == cfg.system.nvlink.tx_queue_packets).all()
+    assert (ch.txq_cap[ch.src_switch >= 0] == cfg.system.switch.output_queue_packets).all()
+
+
+def test_missing_read_ahead_exits_2(tmp_path):
+    r = run_cli("run", "configs/ubench/alltoall.yaml", "--system", "configs/systems/tiny_2x2.yaml",
+                "-o", tmp_path / "out", "--quiet", "--set", "system.nic.dma_read_ahead=0")
+    assert r.returncode == 2, r.stderr
+    assert "system.nic.dma_read_ahead" in r.stderr and "Traceback" not in r.stderr
+
+
+def _hub_sends(debug_file, g):
+    """(tick, destination) of each put packet GPU g's hub sent, in order."""
+    out = []
+    for line in debug_file.read_text().splitlines():
+        m = re.match(rf"\s*(\d+): system\.gpu{g}\.hub: sends put to GPU (\d+)", line)
+        if m:
+            out.append((int(m.group(1)), int(m.group(2))))
+    return out
+
+
+def test_rdma_payload_is_pulled_after_the_doorbell(tmp_path):
+    """Every GPU puts 8 KB to each peer (alltoall): the two RDMA writes (to the other node's
+    GPUs) leave the hub no earlier than nic_dma_lead after the first put was issued, so their
+    first packets reach the NIC after the doorbell round trips: no packet waits in the NIC for
+    its doorbell, no work request waits for the message rate (2 work requests 3 ns apart at
+    330 M/s, the second a whole IB packet later), and the NVLink put is not held."""
+    cfg = tmp_path / "a2a8k.yaml"
+    cfg.write_text(A2A_8K.format(configs=CONFIGS, tiny=TINY))
+    r = run_cli("run", cfg, "-o", tmp_path / "out", "--quiet", "--debug-flags", "Hub",
+                "--debug-file", tmp_path / "dbg.txt")
+    assert r.returncode == 0, r.stderr
+    st = read_stats_json(tmp_path / "out")
+    _, state = _tiny_state()
+    lead = int(state.p[0].nic_dma_lead)
+    for g in range(4):
+        assert st[f"system.nic{g}.work_requests"] == 2
+        assert st[f"system.nic{g}.doorbell_wait_ticks"] == 0
+        assert st[f"system.nic{g}.wr_wait_ticks"] == 0
+        assert st[f"system.nic{g}.ib.tx_payload_bytes"] == 2 * 8192
+    sends = _hub_sends(tmp_path / "dbg.txt", 0)
+    assert sends, "no hub debug lines"
+    first = sends[0][0]
+    assert sends[0][1] == 1                      # the node peer's NVLink put goes at once
+    rdma = [t for t, d in sends if d in (2, 3)]
+    assert len(rdma) == 2 * 64                   # 8 KB in 128 B hub packets, twice
+    assert min(rdma) >= first + lead
+    # GPU 1's thread blocks put to GPUs 2, 3 (the other node: RDMA) and 0 (its node peer) in
+    # that order; the NVLink put goes ahead of the two RDMA writes held for their doorbells,
+    # all its 64 packets before the first RDMA packet
+    sends1 = _hub_sends(tmp_path / "dbg.txt", 1)
+    assert [d for _, d in sends1[:64]] == [0] * 64
+    assert st["system.gpu1.rdma_send.nvlink_overtakes"] >= 1
+
+
+def test_validation_settings_of_the_published_measurements():
+    """The low-latency figures run where DeepEP measured them (EP 8: one 8-GPU node, EP 16: two),
+    the published figures keep their names, stats and runs, and the new inter-node figures are
+    the model's predictions (kind: model)."""
+    sys.path.insert(0, str(REPO / "tools"))
+    import validate
+    from moehub_arch.config import load_config
+    figs = {f.name: f for f in validate.load_figures(validate.FIGURES_FILE)}
+    for ep, gpus in (("ep8", 8), ("ep16", 16)):
+        for what in ("dispatch", "combine"):
+            f = figs[f"h800.deepep_ll_{ep}_{what}_us"]
+            assert f.stat == f"system.moe.deepep_ll.{what}_us" and f.kind == "measurement"
+            cfg = load_config(f.config, list(f.overrides))
+            assert cfg.system.num_gpus == gpus and cfg.system.nodes.gpus_per_node == 8
+    for ep, nodes in (("ep16", 2), ("ep32", 4)):
+        for what in ("dispatch", "combine"):
+            for tag, tokens in (("", 4096), ("_t512", 512)):
+                f = figs[f"h800.deepep_internode_{ep}{tag}_{what}_GBps"]
+                assert f.stat == f"system.moe.deepep.{what}_rdma_GBps"
+                assert f.kind == ("model" if tag else "measurement")
+                cfg = load_config(f.config, list(f.overrides))
+                assert cfg.system.nodes.count == nodes
+                assert cfg.workload.layer.tokens_per_gpu == tokens
+    for name in ("h800.rdma_write_bandwidth_GBps", "h800.pcie_put_GBps",
+                 "h800.rdma_write_latency_us"):
+        assert figs[name].kind == "model"
+        cfg = load_config(figs[name].config, list(figs[name].overrides))
+        assert cfg.system.nodes.count == 2 and cfg.system.num_gpus == 16
+
+
+@pytest.mark.parametrize("config", ["h800_rdma_write.yaml", "h800_rdma_latency.yaml"])
+def test_rdma_ubench_targets_the_other_node_on_one_rail(config):
+    """The inter-node microbenchmarks talk from GPU 0 to GPU 8: the other node, the same local
+    rank (one rail, no spine)."""
+    from moehub_arch.config import load_config
+    cfg = load_config(CONFIGS / "validation" / config, [])
+    launch = cfg.workload.launches[0]
+    assert sorted(launch.gpus) == ([0] if "write" in config else [0, 8])
+    peer = dict(launch.params)["peer"]
+    assert (peer == 8) if isinstance(peer, int) else (peer == "8 - gpu")
