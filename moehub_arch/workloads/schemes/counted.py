@@ -10,8 +10,9 @@ low-latency kernels, scheme `deepep_ll`) - but completion is counted by the fabr
 put.counted into the (expert, source) pair's byte counter at the destination, so a sender signals
 its counts right after its rows without a fence (the round trip of every write response), and the
 receiver waits for count x row bytes. Combine returns each expert output row with a put.counted
-into a counter per expert at home; the home knows how many rows it sent each expert and waits on
-those counters, where `deepep_ll` waits for one done flag per GPU raised after a fence.
+into one counter at home: every (token, slot) pair comes back as exactly one row, so the home
+waits for T x k rows' bytes, where `deepep_ll` waits for one done flag per GPU raised after a
+fence.
 
 What it is not: the hub does not choose addresses (MoE-Hub's AAU), coalesce (its RPM) or launch
 consumers (its DAM); the receiver still packs rows for the grouped GEMM, and a receive buffer
@@ -56,7 +57,7 @@ def plan(layer):
         _buf("cw_sent", 8, region="control", dtype="i64"),
         _buf("cw_count", El * P * 8, region="control", dtype="i64"),
         _buf("cw_rx", El * P * 8, region="control", dtype="i64"),
-        _buf("cw_back", E * 8, region="control", dtype="i64"),
+        _buf("cw_back", 8, region="control", dtype="i64"),
         _buf("cw_xe", El * cap * rb, dtype="bf16"),
         _buf("cw_rows", El * 8, region="control", dtype="i64"),
         _buf("cw_range", El * P * 8, region="control", dtype="i64"),
@@ -90,9 +91,9 @@ def plan(layer):
                      params=(
             ("out", "@out"), ("comb", "@cw_comb"), ("ys", "@ys"), ("topk_idx", "@topk_idx"),
             ("topk_w", "@topk_w"), ("slot_map", "@cw_slot"), ("one", "@one"),
-            ("next", "@cw_next"), ("back", "@cw_back"), ("acct", "@acct"), ("tokens", T),
-            ("topk", k), ("hidden", H), ("shared", 0 if comm_only else s.shared),
-            ("shared_tbs", cfg.workload.layer.shared_tbs), ("nexperts", E))),
+            ("back", "@cw_back"), ("acct", "@acct"), ("tokens", T), ("topk", k), ("hidden", H),
+            ("shared", 0 if comm_only else s.shared),
+            ("shared_tbs", cfg.workload.layer.shared_tbs))),
     ]
     reference = {}
     sbufs, slaunch = shared_experts_or_identity(layer, comm_only, reference)

@@ -10,9 +10,9 @@
 # expert, source) pair at the destination, so the sender no longer fences (waits for every write
 # response) before it signals - it sends its per-expert count right after its rows, unordered
 # with them, and the receiver waits until the counter holds count x row bytes. Combine sends the
-# expert outputs home the same way, into a counter per expert at home; the home knows how many
-# rows it sent to each expert, so it waits on those counters instead of a done flag per GPU that
-# each GPU raises after a fence.
+# expert outputs home the same way, into one counter at home: every (token, slot) pair the home
+# sent comes back as exactly one row, so the home waits for T x k rows' bytes instead of a done
+# flag per GPU that each GPU raises after a fence.
 #
 # Stream 0: counted_dispatch, grouped_tiles / grouped_gate_up / grouped_down (moe_common.s, on the
 # packed rows; skipped with kernels: communication), counted_combine, counted_reduce.
@@ -26,7 +26,7 @@
 #   cw_sent   ctl  [1]             sender thread blocks that have issued all their rows
 #   cw_count  ctl  [El][P]         rows source s sent to local expert le, + 1 (0: not yet known)
 #   cw_rx     ctl  [El][P]         byte counters of the dispatch: (le, s)'s landed row bytes
-#   cw_back   ctl  [E]             byte counters of the combine at home: expert e's landed rows
+#   cw_back   ctl  [1]             byte counter of the combine at home: every returned row
 #   cw_xe     data [El][P*T][rb]   packed rows, expert-major (the grouped GEMM's A)
 #   cw_rows   ctl  [El]            packed rows per local expert (the grouped GEMM's counts)
 #   cw_range  ctl  [El][P]         where (le, s)'s rows were packed: first << 32 | rows
@@ -164,8 +164,8 @@ received:
 # ------------------------------------------------------------------------------------------------
 # counted_combine: grid El*P thread blocks, TB le*P + s: the expert outputs of (le, s)'s rows (at
 # the range dispatch recorded) go back to s, row i into cw_comb[me*El + le][i] there, one
-# put.counted per row into counter cw_back[me*El + le] at s. No done flag: the home waits on the
-# counters (exit waits for the write responses, but nobody waits for that).
+# put.counted per row into s's combine counter cw_back. No done flag: the home waits on its
+# counter (exit waits for the write responses, but nobody waits for that).
 .kernel counted_combine
 .param ye
 .param range
@@ -189,15 +189,13 @@ received:
     add r7, r7, %ye              # r7 = the first output row
     mul r8, %gpu, %local_experts
     add r8, r8, r5               # r8 = e = me*El + le
-    shl r10, r8, 3
-    add r10, r10, %back          # r10 = counter of expert e at s
     mul r8, r8, %tokens
     mul r8, r8, r1
     add r8, r8, %comb            # r8 = cw_comb[e][0] on s
     mov r9, 0
 row:
     bge r9, r3, rows_sent
-    put.counted r6, r8, r7, r1, r10   # one expert output row home
+    put.counted r6, r8, r7, r1, %back # one expert output row home, counted there
     add r7, r7, r1
     add r8, r8, r1
     add r9, r9, 1
@@ -206,8 +204,8 @@ rows_sent:
     exit
 
 # ------------------------------------------------------------------------------------------------
-# counted_reduce: waits for the shared experts and, for every expert e, for cw_back[e] to hold the
-# bytes of the rows this GPU sent to e (cw_next[e] x rb), then per token (round-robin over TBs)
+# counted_reduce: waits for the shared experts and for cw_back to hold the bytes of every row this
+# GPU sent out (T x k rows of rb: each comes back once), then per token (round-robin over TBs)
 # out[t] = sum_s ys[s][t] + sum_j topk_w[t][j] * (the row expert e_j returned into the slot token t
 # took there), in fp32 in that order (deepep_ll_reduce's order: the reference's combine="per_slot").
 .kernel counted_reduce
@@ -218,7 +216,6 @@ rows_sent:
 .param topk_w
 .param slot_map
 .param one
-.param next
 .param back
 .param acct
 .param tokens
@@ -226,21 +223,13 @@ rows_sent:
 .param hidden
 .param shared
 .param shared_tbs
-.param nexperts
     shl r10, %hidden, 1          # r10 = bf16 row bytes
     beq %shared, 0, shared_ready
     wait.ge [%acct+40], %shared_tbs  # the shared experts' outputs are written
 shared_ready:
-    mov r1, 0                    # r1 = expert e
-experts:
-    shl r2, r1, 3
-    add r4, r2, %next
-    ld r5, [r4]                  # rows this GPU sent to expert e
+    mul r5, %tokens, %topk
     mul r5, r5, r10
-    add r4, r2, %back
-    wait.count [r4], r5          # ... all back home
-    add r1, r1, 1
-    blt r1, %nexperts, experts
+    wait.count [%back], r5       # every row this GPU sent out is back home
     shl r11, %hidden, 2          # r11 = f32 row bytes
     shl r12, %topk, 3            # r12 = bytes of a token's ids
     mov r1, %tb                  # r1 = token
