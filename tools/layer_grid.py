@@ -60,7 +60,10 @@ GRIDS = {
 # 16 tokens per GPU up to 32 GPUs, 8 on 72.
 _ALL_SCHEMES = ["moehub", "deepep", "overlap", "megatron", "tutel", "deepep_ll", "hiermoe", "nvls",
                 "dysharp", "counted"]
-_BW = {"set": {"workload.layer.routing.kind": "uniform"}, "schemes": _ALL_SCHEMES,
+# (rpm.allocation_ids: one st.rowsp allocation per routed expert, the reasoning of its default of
+# 256 for DeepSeek-V3, applied to the 288 experts here)
+_BW = {"set": {"workload.layer.routing.kind": "uniform",
+               "system.gpu.hub.moe.rpm.allocation_ids": 288}, "schemes": _ALL_SCHEMES,
        "models": ["dsv3_288e"], "total_tokens": [], "gpus": [], "std": [0.0]}
 GRIDS.update({
     "blackwell_hgx_b200": dict(_BW, config="configs/experiments/layer/base_hgx_b200.yaml",
