@@ -54,6 +54,29 @@ GRIDS = {
         "quick": {"total_tokens": [1024, 8192], "gpus": [4, 8], "std": [0.032]},
     },
 }
+# Blackwell against Hopper (docs/blackwell.md): every scheme on one layer shape that places whole
+# experts on 8-72 GPUs (workloads/models/dsv3_288e.yaml), at small token counts, uniform routing.
+# `cells` lists (GPUs, total tokens) pairs instead of crossing `gpus` with `total_tokens`:
+# 16 tokens per GPU up to 32 GPUs, 8 on 72.
+_ALL_SCHEMES = ["moehub", "deepep", "overlap", "megatron", "tutel", "deepep_ll", "hiermoe", "nvls",
+                "dysharp", "counted"]
+# (rpm.allocation_ids: one st.rowsp allocation per routed expert, the reasoning of its default of
+# 256 for DeepSeek-V3, applied to the 288 experts here)
+_BW = {"set": {"workload.layer.routing.kind": "uniform",
+               "system.gpu.hub.moe.rpm.allocation_ids": 288}, "schemes": _ALL_SCHEMES,
+       "models": ["dsv3_288e"], "total_tokens": [], "gpus": [], "std": [0.0]}
+GRIDS.update({
+    "blackwell_hgx_b200": dict(_BW, config="configs/experiments/layer/base_hgx_b200.yaml",
+                               cells=[(8, 128)], quick={"cells": [(8, 128)]}),
+    "blackwell_gb200_nvl72": dict(_BW, config="configs/experiments/layer/base_gb200_nvl72.yaml",
+                                  cells=[(8, 128), (16, 256), (32, 512), (72, 576)],
+                                  quick={"cells": [(8, 128), (72, 576)]}),
+    "hopper_dgx_h100": dict(_BW, config="configs/experiments/layer/base_dgx_h100.yaml",
+                            cells=[(8, 128)], quick={"cells": [(8, 128)]}),
+    "hopper_gh200_nvl32": dict(_BW, config="configs/experiments/layer/base_gh200_nvl32.yaml",
+                               cells=[(8, 128), (16, 256), (32, 512)],
+                               quick={"cells": [(8, 128), (32, 512)]}),
+})
 STATS = ["system.moe.layer_time_us", "system.moe.phase.*", "system.moe.overhead_us",
          "system.moe.ideal_layer_us", "system.moe.ideal_layer_fraction", "system.moe.rows_dropped",
          "system.moe.nvlink.tx_utilization_mean"]
@@ -63,18 +86,18 @@ def cells(grid, quick):
     """(model, gpus, total tokens, std, skip reason or None) of the grid."""
     from moehub_arch.config.models import load_model
     g = dict(grid, **grid["quick"]) if quick else grid
+    pairs = g.get("cells") or [(p, t) for p in g["gpus"] for t in g["total_tokens"]]
     out = []
     for m in g["models"]:
         experts = load_model(m).experts
-        for p in g["gpus"]:
-            for total in g["total_tokens"]:
-                for std in g["std"]:
-                    why = None
-                    if experts % p:
-                        why = f"{experts} experts do not divide over {p} GPUs"
-                    elif total % p:
-                        why = f"{total} tokens do not divide over {p} GPUs"
-                    out.append((m, p, total, std, why))
+        for p, total in pairs:
+            for std in g["std"]:
+                why = None
+                if experts % p:
+                    why = f"{experts} experts do not divide over {p} GPUs"
+                elif total % p:
+                    why = f"{total} tokens do not divide over {p} GPUs"
+                out.append((m, p, total, std, why))
     return out
 
 

@@ -78,6 +78,7 @@ from ..isa.encoding import MM_RED, MM_ST
 from .trace import CAT_HUB, TR_HUB_RX, TR_HUB_TX, trace_event
 from .wakeups import hub_kick, hub_kick_response, tb_resume
 from .waiters import notify_stores
+from .counted_write import counter_add
 from .nic import nic_overtake, nic_schedule, nic_served, rdma_message
 from ..declare import Array, Block, Debug, Event, Param, Record, StatGroup, Timer, counters, fields
 
@@ -289,6 +290,7 @@ def hub_submit(st, g, kind, slot, dst_gpu, dst_addr, src_addr, nbytes, value, re
     rq.ret_reg = ret_reg
     rq.data_ready = data_ready
     rq.posted = 0
+    rq.cw_counter = -1   # a counted put: set by the SM after this (counted_write.py)
     rq.launch = st.tb[slot].launch
     mp = st.p[0].store_payload * st.p[0].packet_train   # one (train of) packet(s)
     if kind == REQ_CAIS_LD or kind == REQ_CAIS_RED:
@@ -469,6 +471,7 @@ def hub_packetize(st, g, tick):
     if kind == REQ_PUT:
         pk.kind = PK_PUT
         pk.value = rq.value     # 1: a near-memory update (put.add.bf16), 0: a plain write
+        pk.cw_counter = rq.cw_counter   # >= 0: a counted put's counter (counted_write.py)
         ready = _data_packet(st, g, pk, rq, rq.sent, tick)
         rq.sent += pk.payload
         done = rq.sent == rq.length
@@ -827,6 +830,10 @@ def hub_receive(st, g, c, pkt, tick):
         else:
             move_bytes(st, pk.src, pk.src_addr, g, addr, n, rq.slot)
         notify_stores(st, g, addr, n, visible)
+        if kind == PK_PUT and pk.cw_counter >= 0:
+            # a counted put: the landed bytes add to its counter (counted_write.py)
+            c_at = counter_add(st, g, pk.cw_counter, n, pk.npk, visible)
+            notify_stores(st, g, pk.cw_counter, 8, c_at)
         rq.pkts_arrived += 1
         if kind == PK_PUT:
             if p.write_resp_per_packet and not rdma_message(st, pk.src, g):

@@ -56,7 +56,7 @@ from .nvls import multimem_element_bytes, multimem_object, multimem_route_peer
 from .dysharp import dymultimem_object, dysharp_stage
 from .cais_merge import cais_element_bytes, cais_group, cais_sync_peer
 from .hub import REQ_CAIS_LD, REQ_CAIS_RED, REQ_CAIS_SYNC
-from ..engine.state import ERR_CAIS_ADDR, WAIT_NAMES
+from ..engine.state import ERR_CAIS_ADDR, ERR_CW_COUNTER, WAIT_NAMES
 from ..isa.encoding import CAIS_LD, CAIS_SYNC, SEM_CAIS
 from .moehub.aau import aau_release_entries, aau_retry, record_address, slot_address
 from .moehub.dam import CLAIM_WAIT, dam_block_exited, dam_claim, dam_release
@@ -70,6 +70,10 @@ from .wakeups import sm_wake, tb_resume
 from ..declare import Array, Block, Debug, Event, Param, Record, Stat, StatGroup, Timer, fields
 from .trace import ACTIVITY_NAMES, CAT_SM, TR_TB_ACT, TR_TB_EXIT, TR_TB_PLACE, TR_TB_RESUME
 from ..isa.encoding import MM_DY_LD_REDUCE, MM_DY_ST, MM_LD_REDUCE, MM_RED, SEM_MULTIMEM, UNIT_NAMES
+from ..isa.encoding import CMP_GE, SEM_PUT_COUNTED, SEM_WAIT_COUNT
+from .counted_write import (counted_local_put, counted_put_issued, counted_wait_issued,
+                            counter_add, counter_ok)
+from .nic import rdma_message
 
 EV_SM_ISSUE = 0      # a0 = global SM index: the SM's issue cycle (its component timer)
 EV_LOCAL_DONE = 6    # a0 = TB slot: an asynchronous same-GPU put/get completed
@@ -756,7 +760,8 @@ def _execute(st, slot, sm, tick, cyc):
             aau_release_entries(st, g, a, tile * p.tile_rows, p.tile_rows)
             aau_retry(st, g, tick)
 
-    elif sem == SEM_PUT or sem == SEM_GET or sem == SEM_SEND_HOME:
+    elif sem == SEM_PUT or sem == SEM_GET or sem == SEM_SEND_HOME or sem == SEM_PUT_COUNTED:
+        counter = -1   # put.counted (counted_write.py): the counter's address at the peer
         if sem == SEM_SEND_HOME:
             # combine: the completion record names the row's home GPU and slot
             rec = _operand(st, slot, row, 0, tick, cyc)
@@ -775,6 +780,13 @@ def _execute(st, slot, sm, tick, cyc):
         if peer < 0 or peer >= st.p[0].num_gpus:
             raise_error(st, ERR_BAD_GPU, slot, peer)
             return
+        if sem == SEM_PUT_COUNTED:
+            counter = _operand(st, slot, row, 4, tick, cyc)
+            if not counter_ok(st, slot, counter):
+                return
+            if rdma_message(st, g, peer):
+                raise_error(st, ERR_CW_COUNTER, slot, peer)
+                return
         if nb < 0 or _is_smem(dst) or _is_smem(src):
             raise_error(st, ERR_ADDR_RANGE if nb >= 0 else ERR_BAD_SIZE, slot, dst)
             return
@@ -784,7 +796,7 @@ def _execute(st, slot, sm, tick, cyc):
             return
         if not _check_range(st, slot, dst, nb) or not _check_range(st, slot, src, nb):
             return
-        if nb > 0 and sem == SEM_PUT and sub == PUT_SM:
+        if nb > 0 and (sem == SEM_PUT or sem == SEM_PUT_COUNTED) and sub == PUT_SM:
             # warp-level copy: the TB's warps load src through the LSU (paced over the unit's
             # occupancy) and wait for the loads; the stores are posted
             if peer != g and not hub_room(st, g):
@@ -799,9 +811,14 @@ def _execute(st, slot, sm, tick, cyc):
                 move_bytes(st, g, src, g, dst, nb, slot)
                 notify_stores(st, g, dst, nb, done)
                 push(st, done, EV_LOCAL_DONE, slot, 0)
+                if counter >= 0:
+                    counted_local_put(st, g, nb)
+                    notify_stores(st, g, counter, 8, counter_add(st, g, counter, nb, 1, done))
             else:
                 # the hub carries the stores (store packets) from when the loads delivered them
                 hub_submit(st, g, REQ_PUT, slot, peer, dst, src, nb, 0, 0, tick, mem_done)
+                if counter >= 0:
+                    counted_put_issued(st, g, st.free_reqs[g, st.gpu[g].free_top], counter, nb)
         elif nb > 0:
             if peer == g:
                 # same GPU: an asynchronous copy through the memory system
@@ -815,6 +832,9 @@ def _execute(st, slot, sm, tick, cyc):
                 notify_stores(st, g, dst, nb, done)
                 st.tb[slot].outstanding += 1
                 push(st, done, EV_LOCAL_DONE, slot, 0)
+                if counter >= 0:
+                    counted_local_put(st, g, nb)
+                    notify_stores(st, g, counter, 8, counter_add(st, g, counter, nb, 1, done))
             else:
                 kind = REQ_GET if sem == SEM_GET else REQ_PUT
                 if not hub_submit(st, g, kind, slot, peer, dst, src, nb, 1 if update else 0, 0,
@@ -822,6 +842,9 @@ def _execute(st, slot, sm, tick, cyc):
                     _stall_on_hub(st, slot, g, tick)
                     return
                 st.tb[slot].outstanding += 1
+                if counter >= 0:
+                    # the request hub_submit just took is the one on top of the free stack
+                    counted_put_issued(st, g, st.free_reqs[g, st.gpu[g].free_top], counter, nb)
         if sem == SEM_SEND_HOME:
             mem_done = hbm_access(st, g, rec, 16, tick, False)  # the record was read
             st.gpu[g].combine_rows += 1
@@ -947,18 +970,26 @@ def _execute(st, slot, sm, tick, cyc):
                 _block(st, slot, TB_WAIT_REMOTE, tick)
                 return
 
-    elif sem == SEM_WAIT:
+    elif sem == SEM_WAIT or sem == SEM_WAIT_COUNT:
         addr = _operand(st, slot, row, 0, tick, cyc) + row[OP0 + 1]
         value = _operand(st, slot, row, 2, tick, cyc)
-        if not _check_hbm_word(st, slot, addr):
+        # wait.count (counted_write.py): until the counter holds at least the expected bytes
+        cmp = CMP_GE if sem == SEM_WAIT_COUNT else sub
+        if sem == SEM_WAIT_COUNT:
+            if not counter_ok(st, slot, addr):
+                return
+        elif not _check_hbm_word(st, slot, addr):
             return
         mem_done = hbm_access(st, g, addr, 8, tick, False)
-        if not compare(sub, read_word(st, g, addr), value):
+        satisfied = compare(cmp, read_word(st, g, addr), value)
+        if sem == SEM_WAIT_COUNT:
+            counted_wait_issued(st, g, slot, not satisfied)
+        if not satisfied:
             _charge_unit(st, sm, row, tick, cyc, occ)
             st.sm[sm].insts += 1
             st.tb[slot].pc = next_pc
             st.tb[slot].wait_addr = addr
-            st.tb[slot].wait_cmp = sub
+            st.tb[slot].wait_cmp = cmp
             st.tb[slot].wait_value = value
             add_waiter(st, g, WAITLIST_FLAG, slot)
             _block(st, slot, TB_WAIT_FLAG, tick)

@@ -14,6 +14,7 @@ from ..engine.state import WAIT_FLAG, WAITLIST_FLAG
 from ..isa.encoding import CMP_EQ, CMP_GE, CMP_GT, CMP_LE, CMP_LT, CMP_NE
 from .hbm import read_word
 from .wakeups import tb_resume
+from .counted_write import counted_wait_released
 from ..declare import Block, fields
 
 BLOCK = Block("waiters", __doc__.split("\n\n")[0],
@@ -82,6 +83,7 @@ def notify_stores(st, g, addr, nbytes, tick):
                 hi = a + 8
             kept += 1
         else:
+            counted_wait_released(st, g, slot, tick)   # a wait.count's sleep (counted_write.py)
             tb_resume(st, slot, tick, WAIT_FLAG)
     gp.waiters = kept
     gp.wait_lo = lo

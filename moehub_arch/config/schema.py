@@ -32,6 +32,9 @@ class SmConfig:
     tb_launch_cycles: int = _f("int", "SM cycles to launch a thread block", min=0)
     tensor_bf16_flops_per_cycle: int = _f("int", "dense BF16 tensor FLOP per SM cycle", min=1)
     tensor_tf32_flops_per_cycle: int = _f("int", "dense TF32 tensor FLOP per SM cycle", min=1)
+    tensor_fp8_flops_per_cycle: int = _f("int", "dense FP8 tensor FLOP per SM cycle (0: no FP8 "
+                                         "tensor cores); an ISA throughput expression names it "
+                                         "as sm.tensor_fp8_flops_per_cycle", min=0)
     vector_lanes: int = _f("int", "FP32 lanes per SM", min=1)
     lsu_bytes_per_cycle: int = _f("int", "load/store bytes per SM cycle", min=1)
     smem_latency_cycles: int = _f("int", "shared memory load latency in SM cycles", min=0)
@@ -660,6 +663,16 @@ class DeepepLlSchemeConfig:
 
 
 @attrs.frozen
+class CountedSchemeConfig:
+    send_tbs: int = _f("int", "sending thread blocks per GPU of the counted-write dispatch (they "
+                       "must all be resident at once: they wait for each other before sending "
+                       "the counts; assumption: 132, as scheme deepep_ll's senders)", 132, min=1)
+    kernels: str = _f("choice", "layer: the whole MoE layer; communication: dispatch, combine and "
+                      "the home reduction alone with identity experts", "layer",
+                      choices=("layer", "communication"))
+
+
+@attrs.frozen
 class HiermoeSchemeConfig:
     level: str = _f("choice", "the topology level at which a token row is deduplicated: auto "
                     "(HierMoE's choice, arXiv 2508.09591: the level its alpha-beta performance "
@@ -809,6 +822,8 @@ class LayerConfig:
                                     cls=DeepepSchemeConfig)
     deepep_ll: DeepepLlSchemeConfig = _f("node", "scheme deepep_ll", DeepepLlSchemeConfig(),
                                          cls=DeepepLlSchemeConfig)
+    counted: CountedSchemeConfig = _f("node", "scheme counted (Blackwell counted writes)",
+                                      CountedSchemeConfig(), cls=CountedSchemeConfig)
     hiermoe: HiermoeSchemeConfig = _f("node", "scheme hiermoe (its kernels take "
                                       "workload.layer.deepep's settings)", HiermoeSchemeConfig(),
                                       cls=HiermoeSchemeConfig)
@@ -1050,9 +1065,9 @@ class Config:
     system: SystemConfig = _f("node", "the simulated machine", cls=SystemConfig)
     scheme: str = _f("choice", "how the MoE layer (workload.layer) moves tokens: none (the "
                      "workload's own launches), deepep, overlap, moehub, megatron, tutel, "
-                     "deepep_ll, hiermoe, nvls, dysharp", "none",
+                     "deepep_ll, hiermoe, nvls, dysharp, counted", "none",
                      choices=("none", "deepep", "overlap", "moehub", "megatron", "tutel",
-                              "deepep_ll", "hiermoe", "nvls", "dysharp"))
+                              "deepep_ll", "hiermoe", "nvls", "dysharp", "counted"))
     workload: WorkloadConfig = _f("node", "what runs on it", WorkloadConfig(), cls=WorkloadConfig)
     run: RunConfig = _f("node", "how the simulation runs", RunConfig(), cls=RunConfig)
     stats: StatsConfig = _f("node", "statistics output", StatsConfig(), cls=StatsConfig)

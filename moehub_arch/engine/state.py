@@ -186,7 +186,12 @@ ERR_MULTI_EMPTY = 45       # send_to_experts / st.rowsp.experts: the mask names 
 ERR_MULTI_GPUS = 46        # ... experts on different GPUs, or one expert (or id) named twice
 ERR_MULTI_MANY = 47        # ... mask bits outside 0-7, registers past r31, more than a row ring holds
 ERR_CAIS_ADDR = 50         # ld.cais / red.cais / sync.cais: address outside every registered group of this GPU and the home
+ERR_CW_COUNTER = 60        # put.counted / wait.count: counter not an aligned backed word, or a counted put to another node
 ERROR_TEXT = {
+    ERR_CW_COUNTER: "counted write (put.counted, put.sm.counted, wait.count) whose counter is not an "
+                    "aligned 8-byte word of a buffer in the control region (counters must be backed "
+                    "memory: declare the counters as a buffer with region: control), or a counted "
+                    "put to a GPU of another node (counted writes are an NVLink feature here)",
     ERR_DY_COUNT: "dymultimem target count of 0 or above system.switch.nvls.dysharp.max_targets",
     ERR_DY_TARGET: "dymultimem target list names an expert outside its dynamic object (0 .. "
                    "targets_per_gpu x GPUs - 1, on a member GPU) or names one expert twice",

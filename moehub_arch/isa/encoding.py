@@ -107,11 +107,16 @@ SEM_SEND_EXPERTS = 24     # (first, mask, src_addr, bytes, home, aux)  send_to_e
 SEM_ST_ROWSP_EXPERTS = 25  # (first, mask, row, src_addr, bytes)       st.rowsp of a whole row to each id
 # CAIS compute-aware in-switch loads and reductions (arXiv 2605.05628; components/cais_merge.py)
 SEM_CAIS = 26          # (gpu, dst, src, bytes, value)  subop CAIS_*; the address at home GPU `gpu` is src (ld) or dst (red); sync: dst = flag, value = sequence
-NUM_SEMANTICS = 27
+# Counted writes (Blackwell SM100: NVSHMEM counted puts / NCCL's Compute Fabric Transport;
+# components/counted_write.py)
+SEM_PUT_COUNTED = 27   # (gpu, dst, src, bytes, counter)  put whose landed bytes add to counter at gpu
+SEM_WAIT_COUNT = 28    # (counter, expected)               sleep until the local counter >= expected
+NUM_SEMANTICS = 29
 SEMANTIC_NAMES = (
     "nop", "exit", "alu", "branch", "ld", "st", "copy", "copy2d", "mma", "vec", "put", "get",
     "atom", "flag_set", "wait", "fence", "sleep", "send_to_expert", "claim", "notify", "send_home",
     "multimem", "rowsp_malloc", "st_rowsp", "send_to_experts", "st_rowsp_experts", "cais",
+    "put_counted", "wait_count",
 )
 # Named operands of each semantic, in slot order, as (name, kind). Kinds: "reg" (a general
 # register written by the instruction), "src" (register, special register, parameter or
@@ -154,6 +159,9 @@ SEMANTIC_OPERANDS = {
     SEM_ST_ROWSP_EXPERTS: (("ids", "reg"), ("mask", "src"), ("row", "src"), ("src", "src"),
                            ("bytes", "src")),
     SEM_CAIS: (("gpu", "src"), ("dst", "src"), ("src", "src"), ("bytes", "src"), ("value", "src")),
+    SEM_PUT_COUNTED: (("gpu", "src"), ("dst", "src"), ("src", "src"), ("bytes", "src"),
+                      ("counter", "src")),
+    SEM_WAIT_COUNT: (("counter", "addr"), ("expected", "src")),
 }
 
 
@@ -272,8 +280,9 @@ SUBOP_NAMES = {
     SEM_ATOM: ATOM_NAMES, SEM_NOTIFY: NOTIFY_NAMES, SEM_MMA: MMA_NAMES, SEM_LD: LD_NAMES,
     SEM_MULTIMEM: MM_NAMES,
     SEM_PUT: PUT_NAMES,
+    SEM_PUT_COUNTED: PUT_NAMES[:2],   # hub or sm (a counted near-memory add is not modelled)
     SEM_CAIS: CAIS_NAMES,
     SEM_ST_ROWSP: ROWSP_NAMES,
 }
 # Semantics whose subop may be left out of an ISA entry (it then means the first variant).
-SUBOP_OPTIONAL = (SEM_MMA, SEM_LD, SEM_PUT, SEM_ST_ROWSP)
+SUBOP_OPTIONAL = (SEM_MMA, SEM_LD, SEM_PUT, SEM_ST_ROWSP, SEM_PUT_COUNTED)
