@@ -547,3 +547,11 @@ def test_sigterm_in_the_report_and_output_stages_is_honoured(tmp_path, capsys, m
     assert rc == 143, err
     assert err.startswith("moehub-sim: interrupted by SIGTERM")
     assert not (tmp_path / "out" / "stats.json").exists()
+
+
+def test_a_memory_offset_beyond_64_bits_is_a_named_error(tmp_path, capsys):
+    # found by the assembly fuzz hunt (tests/test_fuzz_inputs.py): an OverflowError before
+    k = tmp_path / "k.s"
+    k.write_text(".kernel k\n    st [r1+99999999999999999999], r2\n    exit\n")
+    err = _error(capsys, "asm", k)
+    assert f"{k}:2:9: memory operand offset +99999999999999999999 does not fit in 64 bits" in err

@@ -492,7 +492,9 @@ def _check(cfg: Config, ctx: _Ctx):
             raise ctx.error(("system", "switch", "gpu_link_switch", i),
                             f"switch index {idx} out of range: system.switch.count = {sw.count}")
     gpn = s.nodes.gpus_per_node or s.num_gpus
-    for idx in range(sw.count if sw.topology == "nvswitch" else 0):
+    # only the switches some link reaches need ports (not range(count): a count of 2**62 would
+    # take forever, issue 52)
+    for idx in sorted(set(sw.gpu_link_switch) if sw.topology == "nvswitch" else ()):
         need = sw.gpu_link_switch.count(idx) * gpn
         if need > sw.ports:
             raise ctx.error(("system", "switch", "ports"),

@@ -242,6 +242,9 @@ class Assembler:
                 self._err(file, line, col + 1, f"memory operand offset must be an integer, found "
                           f"'{m.group(3)}' (compute the address into a register first)")
             base, offset = m.group(1).strip(), off if m.group(2) == "+" else -off
+            if not _INT64_MIN <= offset <= _INT64_MAX:
+                self._err(file, line, col + 1, f"memory operand offset {m.group(2)}{m.group(3)} "
+                          f"does not fit in 64 bits")
         value, imm = self._source(k, base, file, line, col + 1, what + " base")
         return value, imm, offset
 
