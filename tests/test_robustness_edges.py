@@ -110,6 +110,10 @@ NUMBER_CASES = [
       "64-bit integer"]),
     ("launch-expression-infinite", _run("workload.launches.0.params.iters='1e400'"),
      ["workload.launches[0].params.iters", "'1e400' evaluates to inf, not an integer"]),
+    # found by the config fuzz hunt: the fabric built 2**62 switches (loading never ended)
+    ("switch-count-beyond-the-links", _run("system.switch.count=4611686018427387904"),
+     ["system.switch.count", "expected at most one switch per GPU link (system.num_gpus x "
+      "system.nvlink.links_per_gpu = 144), found 4611686018427387904"]),
     ("time-exponent-beyond-decimal", _run("system.nvlink.latency=1e9999999ns"),
      ["system.nvlink.latency", "'1e9999999ns' is too large", TIME_RANGE]),
     ("time-beyond-the-engine", _run("system.nvlink.latency=1e30ns"),

@@ -487,6 +487,13 @@ def _check(cfg: Config, ctx: _Ctx):
         raise ctx.error(("system", "switch", "gpu_link_switch"),
                         f"expected one switch index per link (system.nvlink.links_per_gpu = "
                         f"{nv.links_per_gpu}), found {len(sw.gpu_link_switch)} entries")
+    if sw.topology == "nvswitch" and sw.count > s.num_gpus * nv.links_per_gpu:
+        # more switches than GPU links: some could never be reached (and the fabric builds
+        # every one of them: a count of 2**62 never finished loading, issue 52)
+        raise ctx.error(("system", "switch", "count"),
+                        f"expected at most one switch per GPU link (system.num_gpus x "
+                        f"system.nvlink.links_per_gpu = {s.num_gpus * nv.links_per_gpu}), found "
+                        f"{sw.count}")
     for i, idx in enumerate(sw.gpu_link_switch if sw.topology == "nvswitch" else ()):
         if idx >= sw.count:
             raise ctx.error(("system", "switch", "gpu_link_switch", i),
