@@ -101,6 +101,13 @@ def model_stats(stats):
     return {s.name: s.value for s in stats if not s.name.startswith("host")}
 
 
+def model_stats_but_events(stats):
+    """model_stats without the event counts: what an exact shortcut may change (sm_fold folds no
+    SM cycle past a pause tick, nor while the SMs are traced: docs/engine_order.md)."""
+    return {k: v for k, v in model_stats(stats).items()
+            if k != "simEvents" and not k.startswith("system.engine.events.")}
+
+
 def run_cli(*args, cwd=None, env_extra=None):
     """`python -m moehub_arch ARGS` in a subprocess; returns CompletedProcess (text)."""
     env = dict(os.environ)

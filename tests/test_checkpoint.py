@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 
-from conftest import CONFIGS, load, mini_system, model_stats, read_stats_json, run_cli
+from conftest import CONFIGS, load, mini_system, model_stats_but_events, read_stats_json, run_cli
 
 
 def _run(cfg, observers=()):
@@ -13,11 +13,6 @@ def _run(cfg, observers=()):
     sim = Simulation(cfg)
     sim.run(list(observers))
     return sim
-
-
-def _without_event_counts(stats):
-    return {k: v for k, v in model_stats(stats).items()
-            if k != "simEvents" and not k.startswith("system.engine.events.")}
 
 
 @pytest.mark.parametrize("config,overrides,buffer", [
@@ -37,12 +32,12 @@ def test_checkpoint_and_restore_are_bit_identical(tmp_path, config, overrides, b
     # pausing changes nothing but the event counts: an SM issue event folds no cycle past the
     # pause tick (the sm_fold shortcut, docs/engine_order.md), so a paused run may take a few
     # more events for the same results
-    assert _without_event_counts(paused.stats) == _without_event_counts(whole.stats)
+    assert model_stats_but_events(paused.stats) == model_stats_but_events(whole.stats)
     for t in ticks:
         back = restore(tmp_path / f"ck-{t}")
         assert back.restored_tick == t
         back.run()
-        assert _without_event_counts(back.stats) == _without_event_counts(whole.stats)
+        assert model_stats_but_events(back.stats) == model_stats_but_events(whole.stats)
         if buffer:
             for g in range(whole.cfg.system.num_gpus):
                 assert np.array_equal(back.buffer_bytes(g, buffer), whole.buffer_bytes(g, buffer))

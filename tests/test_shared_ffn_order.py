@@ -62,9 +62,11 @@ def test_grouped_shared_expert_reads_its_weights_once(config):
         assert s[g]["system.gpu0.hbm.read_bytes"] == from_hbm[g] + 64
     # one group of 4 row tiles: each weight, x and hs tile read from HBM once
     assert from_hbm[4] == weights + x + hs == 1536 * KIB
-    # tile by tile: 640 KiB more, weight tiles evicted before the next row tile reads them
-    assert from_hbm[1] == 2176 * KIB
-    assert s[1]["system.gpu0.l2.miss_bytes"] == 1152 * KIB > s[4]["system.gpu0.l2.miss_bytes"]
+    # tile by tile: 448 KiB more, weight tiles evicted before the next row tile reads them (how
+    # many depends on which worker takes which job from the shared counter, a same-tick choice:
+    # 640 KiB under the arming order, 448 KiB under the canonical order, docs/engine_order.md)
+    assert from_hbm[1] == 1984 * KIB
+    assert s[1]["system.gpu0.l2.miss_bytes"] == 960 * KIB > s[4]["system.gpu0.l2.miss_bytes"]
 
 
 DRIVER = r"""

@@ -18,7 +18,7 @@ def test_growth_exponent_is_the_log_log_slope(bench):
 
 
 def test_case_figures_and_table(bench):
-    stats = {"hostSeconds": 2.0, "hostCompileSeconds": 0.25, "simSeconds": 1e-3,
+    stats = {"hostSeconds": 2.0, "hostCpuSeconds": 1.6, "hostCompileSeconds": 0.25, "simSeconds": 1e-3,
              "simEvents": 8_000_000, "simInsts": 1_000_000,
              # injected packets: the GPUs' link tx counters only (not switch ports, not hub totals)
              "system.gpu0.nvlink0.tx_packets": 300_000, "system.gpu1.nvlink17.tx_packets": 100_000,
@@ -37,7 +37,9 @@ def test_case_figures_and_table(bench):
                                          "error_pct": 4.0, "events_ratio": 3.5, "speedup": 3.0}}}
     table = bench.render(out)
     assert "alltoall with run.packet_train=4: simulated time 104.0 us vs 100.0 us exact (+4.00%)" in table
-    assert "| alltoall | 2.00 | 8,000,000 | 4.00 | 20.0 | 500 | 300 | 2,000 |" in table
+    # wall s, run-loop CPU s, events, events/packet, ns/event (2.0 s / 8 M), CPU ns/event
+    # (1.6 s / 8 M), k insts/s, peak MB, slowdown
+    assert "| alltoall | 2.00 | 1.60 | 8,000,000 | 20.00 | 250 | 200 | 500 | 300 | 2,000 |" in table
     assert "not measured (--cold)" in table
     assert "- alltoall events per packet by kind: sm_issue 15.00, ch_tx 5.00" in table
 
