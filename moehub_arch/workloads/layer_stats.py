@@ -77,6 +77,17 @@ def kernels_finished(sim, kernels):
     return bool(done) and all(done)
 
 
+def kernel_ticks_per_gpu(sim, kernels):
+    """Per GPU, the summed durations (ticks) of the launches of the kernels named in `kernels`
+    (the per-kernel times DeepEP's tests take with CUDA events)."""
+    st = sim.state
+    per_gpu = np.zeros(sim.cfg.system.num_gpus, dtype=np.int64)
+    for li in sim.launches:
+        if li.kernel in kernels:
+            per_gpu[li.gpu] += int(st.ln[li.index].end) - int(st.ln[li.index].start)
+    return per_gpu
+
+
 def add_layer_stats(sim, layer):
     """The system.moe.* stats of the module docstring. A run stopped by a limit (`sim.stopped`:
     run.max_ticks, max_wall, max_events, a signal) reports what finished: the kernels and phases

@@ -25,10 +25,8 @@ combine_us (combine + home reduction).
 """
 import functools
 
-import numpy as np
-
 from ...config.schema import LaunchConfig
-from ..layer_stats import kernels_finished
+from ..layer_stats import kernel_ticks_per_gpu, kernels_finished
 from ..layer import (ACCT_NAMES, GROUPED_KERNELS, SHARED_KERNELS, LayerError, SchemePlan, _buf,
                      grouped_gemm_launches)
 from .deepep import shared_experts_or_identity
@@ -112,15 +110,9 @@ def plan(layer):
 def add_kernel_stats(sim, layer):
     """The dispatch kernel and the combine (send-back + home reduction) per rank, mean over
     ranks, in us (as scheme deepep_ll reports its kernels)."""
-    P = layer.shape.num_gpus
-    st, out = sim.state, sim.stats
-
+    out = sim.stats
     def ticks(*kernels):
-        per_gpu = np.zeros(P, dtype=np.int64)
-        for li in sim.launches:
-            if li.kernel in kernels:
-                per_gpu[li.gpu] += int(st.ln[li.index].end) - int(st.ln[li.index].start)
-        return per_gpu
+        return kernel_ticks_per_gpu(sim, kernels)
 
     if kernels_finished(sim, ("counted_dispatch",)):
         out.add("system.moe.counted.dispatch_us", float(ticks("counted_dispatch").mean()) / 1e6,

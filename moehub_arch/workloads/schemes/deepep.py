@@ -51,7 +51,7 @@ import numpy as np
 from ...config.schema import LaunchConfig
 from ..bandwidth import (dispatch_row_bytes, mean_rank_bandwidth_GBps, node_rows_sent_per_rank,
                          tokens_received_per_rank)
-from ..layer_stats import kernels_finished
+from ..layer_stats import kernel_ticks_per_gpu, kernels_finished
 from ..layer import (ACCT_NAMES, SHARED_KERNELS, LayerError, SchemePlan, _buf,
                      shared_expert_launches)
 
@@ -427,11 +427,7 @@ def add_bandwidth_stats(sim, layer, dispatch_bytes, node_gpus=0,
     st, out = sim.state, sim.stats
 
     def ticks(kernel):
-        per_gpu = np.zeros(s.num_gpus, dtype=np.int64)
-        for li in sim.launches:
-            if li.kernel == kernel:
-                per_gpu[li.gpu] += int(st.ln[li.index].end) - int(st.ln[li.index].start)
-        return per_gpu
+        return kernel_ticks_per_gpu(sim, (kernel,))
 
     def span(kernels):
         # per GPU, from the start of the first of `kernels` to the end of the last: the launch

@@ -27,11 +27,9 @@ combine_us (combine + home reduction: DeepEP's combine kernel does both).
 """
 import functools
 
-import numpy as np
-
 from ...config.schema import LaunchConfig
 from ..bandwidth import dispatch_row_bytes
-from ..layer_stats import kernels_finished
+from ..layer_stats import kernel_ticks_per_gpu, kernels_finished
 from ..layer import (ACCT_NAMES, GROUPED_KERNELS, SHARED_KERNELS, LayerError, SchemePlan, _buf,
                      grouped_gemm_launches)
 from .deepep import node_gpus, shared_experts_or_identity
@@ -116,15 +114,9 @@ def plan(layer):
 def add_latency_stats(sim, layer):
     """DeepEP's low-latency figures (tests/test_low_latency.py times each kernel): the dispatch
     kernel and the combine (send + home reduction) per rank, mean over ranks, in us."""
-    P = layer.shape.num_gpus
-    st, out = sim.state, sim.stats
-
+    out = sim.stats
     def ticks(*kernels):
-        per_gpu = np.zeros(P, dtype=np.int64)
-        for li in sim.launches:
-            if li.kernel in kernels:
-                per_gpu[li.gpu] += int(st.ln[li.index].end) - int(st.ln[li.index].start)
-        return per_gpu
+        return kernel_ticks_per_gpu(sim, kernels)
 
     # a run stopped by a limit reports the figures whose kernels finished on every rank
     if kernels_finished(sim, ("deepep_ll_dispatch",)):
