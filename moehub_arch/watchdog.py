@@ -6,8 +6,8 @@ A run is stuck in one of two ways:
   something nobody will provide): `Simulation` notices at the end of the run;
 - thread blocks keep issuing instructions, but none that touches memory, the hub or the links,
   and never exit (a livelock: a loop spinning on registers): `LivelockWatchdog`, which reads the
-  `progress` tick every issue of such an instruction stamps on the TB (components/sm.py
-  IDLE_SEMANTICS: one shift, test and store per instruction) at pauses every
+  `progress` tick every issue of such an instruction stamps on the TB (components/
+  sm_interpreter.py IDLE_SEMANTICS: one shift, test and store per instruction) at pauses every
   `run.livelock_interval`, and names each spinning TB's kernel, line and loop;
 - events keep coming (or lie far in the future) but no instruction issues: `NoProgressWatchdog`,
   a RunObserver that pauses the compiled loop every `run.watchdog_interval` of simulated time and
@@ -502,7 +502,7 @@ class LivelockWatchdog(RunObserver):
     instruction touching memory, the hub or the links (and not exited) for `interval` ticks.
 
     The engine stamps `tb.progress` at the TB's start, when it wakes from a wait and at every
-    issue of a non-idle instruction (components/sm.py IDLE_SEMANTICS); this observer pauses the
+    issue of a non-idle instruction (components/sm_interpreter.py IDLE_SEMANTICS); this observer pauses the
     loop when the oldest stamp of a ready TB comes due and compares. Blocked TBs (flags, fences,
     the hub) issue nothing and are the NoProgressWatchdog's concern."""
 

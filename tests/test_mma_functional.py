@@ -1,5 +1,5 @@
-"""The functional mma (components/sm.py _mma_functional) computes, one k step at a time as whole
-arrays, exactly what its element-by-element definition (_mma_elementwise) computes: every C
+"""The functional mma (components/sm_numerics.py mma_functional) computes, one k step at a time as
+whole arrays, exactly what its element-by-element definition (mma_elementwise) computes: every C
 element the same fp32 bits, in both engines, for bf16 and fp32 operands, all four storage
 orders, row strides wider than the rows, and a tile too large for the working rows (which takes
 the element loop itself)."""
@@ -9,7 +9,7 @@ import warnings
 import numpy as np
 import pytest
 
-from moehub_arch.components import sm
+from moehub_arch.components import sm, sm_numerics
 from moehub_arch.isa.encoding import DT_BF16
 
 DT_F32 = 0      # any dtype but bf16 is read as fp32 (components/elements.py)
@@ -56,8 +56,8 @@ def test_whole_array_mma_rounds_as_the_element_loop(dt, a_t, b_t, m, n, k, lda, 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)    # the overflows are meant
         want = c0.copy()
-        sm._mma_elementwise.py_func(va, vb, want, m, n, k, dt, a_t, b_t, lda, ldb)
-        for mma in (sm._mma_functional, sm._mma_functional.py_func):
+        sm_numerics.mma_elementwise.py_func(va, vb, want, m, n, k, dt, a_t, b_t, lda, ldb)
+        for mma in (sm_numerics.mma_functional, sm_numerics.mma_functional.py_func):
             got = c0.copy()
             mma(Rows(np.zeros(rows, np.int64)), va, vb, got, m, n, k, dt, a_t, b_t, lda, ldb)
             assert _same_bits(got, want), mma

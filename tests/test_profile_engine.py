@@ -41,7 +41,7 @@ def test_the_map_names_the_engine_loaded_from_the_cache():
     out = json.loads(r.stdout.strip().splitlines()[-1])
     names = {name for _, _, name in out["rows"]}
     # the run loop's library and the entry points' (dispatch/indirect.py), with their callees
-    assert {"dispatch.loop.run_loop", "components.sm.sm_issue", "components.sm._execute",
+    assert {"dispatch.loop.run_loop", "components.sm.sm_issue", "components.sm_interpreter.execute",
             "engine.events.timer_set"} <= names
     assert out["libraries"] >= 2 and out["mapped"] == len(out["rows"]) == len(out["lines"])
     # perf's map format: hex address, hex size, name; sorted, each function where the JIT put it

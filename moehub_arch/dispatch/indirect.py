@@ -3,7 +3,7 @@ retry paths, each compiled as its own entry point.
 
 Why: Numba compiles every function into its own LLVM module and links the modules of all its
 callees into it, so the run loop's module held a copy of the SM's whole call tree (`sm_issue`, the
-550-line instruction interpreter `_execute` and everything it calls: about half of the engine's
+instruction interpreter `sm_interpreter.execute` and everything it calls: about half of the engine's
 code) and of the AAU's, which LLVM optimised and emitted again as part of the run loop - and which
 could only be compiled after them, in the same process. Behind a function pointer each is a
 separate entry point (a Numba `cfunc` of the handler itself: C-callable, cached on disk like every

@@ -18,7 +18,8 @@ from ..components.moehub.dam import EV_DAM_READY, dam_tile_ready
 from ..components.moehub.rpm import EV_MOE_LOOPBACK, EV_RPM_TX, rpm_packetize
 from ..components.nvlink import EV_CH_ARRIVE, EV_CH_TX, channel_arrival, channel_transmit
 from ..components.scheduler import EV_KERNEL_START, kernel_start
-from ..components.sm import EV_LOCAL_DONE, EV_SM_ISSUE, local_done
+from ..components.sm import EV_SM_ISSUE
+from ..components.sm_interpreter import EV_LOCAL_DONE, local_done
 from ..components.occupancy import EV_OCCUPANCY_SAMPLE, occupancy_sample
 from ..components.cais_merge import EV_CAIS_TIMEOUT, cais_timeout
 from ..components.packet import PK_MOE, PK_MOE_EOS

@@ -57,13 +57,13 @@ inline = njit(cache=True, _nrt=False, inline="always")
 """@inline: copied into its caller at the Numba IR level (``inline="always"``).
 
 For what a compiled call cannot do or would waste: a helper that returns an array view (the SM's
-`_bytes`), the trace hooks (one flag test each, so tracing off costs nothing, not even a call), and
+`tb_bytes`), the trace hooks (one flag test each, so tracing off costs nothing, not even a call), and
 the run loop's per-packet handlers (`channel_transmit`, `switch_receive` and its crossbar step
 `_cross`, `hub_packetize`, `hub_receive`, `rpm_packetize`: most of the events), which run in the
 loop's own frame. Everything else is `compiled`, the SM's `sm_issue` and its 550-line instruction
-interpreter `_execute` included: Numba copies an inlined function's IR into every call site and
+interpreter `execute` included: Numba copies an inlined function's IR into every call site and
 types it again there, and the nesting multiplies it (the run loop inlined `sm_issue`, which
-inlined `_execute`, which inlined `_bytes` 12 times); that was most of Numba's IR inlining pass,
+inlined the interpreter, which inlined the SM's byte-view helper 12 times); that was most of Numba's IR inlining pass,
 once the largest single stage of a cold compile (tools/profile_compile.py). Inlining the small
 per-packet handlers costs little compile time (README, Performance: the cold start is the same
 with them inlined or compiled). LLVM's own inliner, which works on the optimised module Numba
