@@ -39,6 +39,43 @@ from .stats.report import evaluate_report
 from .watchdog import LivelockWatchdog, NoProgressWatchdog, diagnose, unfinished
 
 
+# the config keys whose product sizes the simulator's state (records per GPU, SM, thread block)
+_STATE_SIZE_KEYS = ("system.num_gpus", "system.gpu.num_sms", "system.gpu.sm.smem_bytes",
+                    "system.gpu.hbm.channels", "system.nvlink.links_per_gpu")
+
+
+def _allocation_failure(error):
+    """Whether `error` is NumPy refusing an array too large to allocate (not a bug elsewhere)."""
+    if isinstance(error, MemoryError):
+        return True
+    text = str(error)
+    return "Maximum allowed dimension exceeded" in text or "array is too big" in text
+
+
+def _machine_too_large(cfg, error):
+    """The one-paragraph error for a configured machine whose state cannot be allocated."""
+    import os
+    try:
+        have = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") / 2**30
+        have = f"this computer has {have:.0f} GiB"
+    except (ValueError, OSError, AttributeError):
+        have = "this computer's memory is unknown"
+    shape, dtype = getattr(error, "shape", None), getattr(error, "dtype", None)
+    if shape is not None and dtype is not None:
+        n = int(np.prod(shape))
+        error = (f"an array of {n:,} x {dtype.itemsize} bytes = "
+                 f"{n * dtype.itemsize / 2**30:,.0f} GiB")
+    sizes = []
+    for key in _STATE_SIZE_KEYS:
+        node = cfg
+        for part in key.split("."):
+            node = getattr(node, part)
+        sizes.append(f"{key} = {node} ({cfg.where(key) or 'default'})")
+    return (f"system: the configured machine's simulator state cannot be allocated ({error}; "
+            f"{have}). Its size follows from " + ", ".join(sizes) + "; reduce them, or run on "
+            f"a computer with more memory")
+
+
 class InvariantError(SimulationError):
     """End-of-run invariants violated (checks.py): exit status 4."""
 
@@ -73,7 +110,13 @@ class Simulation:
             isa_paths = default_isa_paths() + list(cfg.workload.isa_files)
             self.isa = load_isa(isa_paths).resolve(flat_params(cfg))
             self.program = assemble_files(cfg.workload.kernel_files, self.isa)
-            self.state, self.buffers, self.launches = build_state(cfg, self.program, presets=presets)
+            try:
+                self.state, self.buffers, self.launches = build_state(cfg, self.program,
+                                                                      presets=presets)
+            except (MemoryError, ValueError) as e:
+                if not _allocation_failure(e):
+                    raise
+                raise BuildError(_machine_too_large(cfg, e)) from None
         except (BuildError, ConfigError, _layer_error()) as e:
             # errors found after loading name the file that set the key, as loading errors do
             e.args = (locate(self.input_cfg, str(e)),)

@@ -114,6 +114,11 @@ NUMBER_CASES = [
     ("switch-count-beyond-the-links", _run("system.switch.count=4611686018427387904"),
      ["system.switch.count", "expected at most one switch per GPU link (system.num_gpus x "
       "system.nvlink.links_per_gpu = 144), found 4611686018427387904"]),
+    # a machine whose simulator state cannot be allocated: NumPy refuses the thread-block records
+    ("sms-beyond-any-memory", _run("system.gpu.num_sms=4611686018427387904"),
+     ["the configured machine's simulator state cannot be allocated",
+      "system.gpu.num_sms = 4611686018427387904 (--set system.gpu.num_sms=4611686018427387904)",
+      "reduce them, or run on a computer with more memory"]),
     ("time-exponent-beyond-decimal", _run("system.nvlink.latency=1e9999999ns"),
      ["system.nvlink.latency", "'1e9999999ns' is too large", TIME_RANGE]),
     ("time-beyond-the-engine", _run("system.nvlink.latency=1e30ns"),
