@@ -18,7 +18,7 @@ from .components.moehub.rpm import rpm_packet_bytes  # noqa: F401 (re-exported)
 from .components.moehub.forward import forward_rows
 from .components.nvls import check_buffer_size, multicast_object_rows
 from .components.packet import request_records
-from .components.cais_merge import cais_group_rows
+from .components.cais import cais_group_rows
 from .components.scheduler import kernel_block_registers
 from .components.trace import TRACE_COLUMNS
 from .composition import (NUM_EVENT_KINDS, PARAMS, State, declared_arrays, new_record_array,
@@ -386,7 +386,7 @@ def build_state(cfg, program, seed=None, presets=None):
         credit_ret=np.zeros((nch, in_flight, 3), np.int64),
         gpu_routes=gpu_routes, sw_routes=sw_routes, sw_inputs=sw_inputs,
         # a response-channel wait list holds every input's response channel and (CAIS replies,
-        # cais_merge.py) its request channel: room for two per input
+        # components/cais/) its request channel: room for two per input
         sw_wait=np.zeros((2 * sw_routes.shape[0], 2 + 2 * max(1, sw_inputs.shape[1] - 1)), np.int64),
         reqq=np.zeros((G, gpu.hub.request_queue_depth), np.int64),
         respq=np.zeros((G, G * R, 3), np.int64), free_reqs=free_reqs,
@@ -405,7 +405,7 @@ def build_state(cfg, program, seed=None, presets=None):
 
 
 def _register_cais_groups(st, cfg, buffers):
-    """CAIS groups (components/cais_merge.py) from workload.cais: they live in one node's
+    """CAIS groups (components/cais/) from workload.cais: they live in one node's
     NVSwitches, like NVLS multicast objects."""
     try:
         rows = cais_group_rows(cfg, buffers)

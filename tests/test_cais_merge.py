@@ -1,4 +1,4 @@
-"""CAIS merge unit (components/cais_merge.py) on the hand-written kernel of
+"""CAIS merge unit (components/cais/) on the hand-written kernel of
 configs/ubench/cais_merge.yaml (workloads/kernels/ubench/cais_merge.s): every GPU red.cais-es its
 `data` lines into the home's `acc` and ld.cais-es the home's `data` lines into its `got`.
 

@@ -69,8 +69,8 @@ from .packet import (PACKET_KIND_NAMES, PK_ACK, PK_ATOM_REQ, PK_ATOM_RESP, PK_GE
                      store_packets)
 from .nvls import (nvls_copies_answered, nvls_copy_arrived, nvls_read_arrived, nvls_result_arrived,
                    nvls_send_data)
-from .cais_merge import (cais_go_arrived, cais_read_arrived, cais_request_line, cais_uplink,
-                         cais_write_arrived)
+from .cais.gpu import cais_request_line, cais_uplink
+from .cais.home import cais_go_arrived, cais_read_arrived, cais_write_arrived
 from .packet import PK_CAIS_GO, PK_CAIS_LD, PK_CAIS_RED, PK_CAIS_READ, PK_CAIS_REPLY, PK_CAIS_SYNC
 from .dysharp import (OBJ_TPG, dysharp_bind, dysharp_copy_write, dysharp_read_arrived,
                       dysharp_result, dysharp_sent, ext_flits)
@@ -87,8 +87,8 @@ REQ_MM_ST, REQ_MM_RED, REQ_MM_LD = 4, 5, 6   # multimem st / red / ld_reduce (nv
                                               # multicast object x 16 + element type
 REQ_DY_ST, REQ_DY_LD = 7, 8   # DySHARP dymultimem st / ld_reduce (dysharp.py): as REQ_MM_ST /
                               # REQ_MM_LD, with the target list staged by the SM
-REQ_CAIS_LD, REQ_CAIS_RED = 9, 10   # ld.cais / red.cais (cais_merge.py); value = group x 16 + element type
-REQ_CAIS_SYNC = 11   # sync.cais (cais_merge.py): dst_addr = the flag, src_addr = the value released
+REQ_CAIS_LD, REQ_CAIS_RED = 9, 10   # ld.cais / red.cais (components/cais/); value = group x 16 + element type
+REQ_CAIS_SYNC = 11   # sync.cais (components/cais/): dst_addr = the flag, src_addr = the value released
 RESP_ACK, RESP_GET_DATA, RESP_ATOM = range(3)
 RESP_MM_ACK = 3   # a member's one write response to a multimem st/red (nvls.py)
 
@@ -455,7 +455,7 @@ def hub_packetize(st, g, tick):
     dst = rq.dst_gpu
     kind = rq.kind
     if kind == REQ_CAIS_LD or kind == REQ_CAIS_RED:
-        # the line's address picks the switch whose merge unit takes it (cais_merge.py)
+        # the line's address picks the switch whose merge unit takes it (components/cais/)
         c = cais_uplink(st, g, dst, (rq.src_addr if kind == REQ_CAIS_LD else rq.dst_addr) + rq.sent)
     elif kind == REQ_CAIS_SYNC:
         c = cais_uplink(st, g, dst, rq.dst_addr)   # the flag's address picks the switch
@@ -494,7 +494,7 @@ def hub_packetize(st, g, tick):
         pk.value = rq.value
         done = True
     elif kind == REQ_CAIS_LD or kind == REQ_CAIS_RED:
-        # CAIS (cais_merge.py): one request line per packet; addr = the address at the home
+        # CAIS (components/cais/): one request line per packet; addr = the address at the home
         n = cais_request_line(st, rq, rq.sent)
         pk.mm_obj = rq.value // 16
         pk.mm_dtype = rq.value % 16
@@ -515,7 +515,7 @@ def hub_packetize(st, g, tick):
         rq.sent += n
         done = rq.sent == rq.length
     elif kind == REQ_CAIS_SYNC:
-        # the group sync table's arrival (cais_merge.py): header only, behind every request this
+        # the group sync table's arrival (components/cais/): header only, behind every request this
         # GPU issued before it (this FIFO)
         pk.kind = PK_CAIS_SYNC
         pk.addr = rq.dst_addr
@@ -578,7 +578,7 @@ def hub_packetize(st, g, tick):
     elif pk.kind == PK_MM_LD:
         gp.mm_tx_ld += pk.npk
     elif pk.kind == PK_CAIS_LD:
-        gp.cais_ld_tx += 1         # the switch's merge unit takes it (cais_merge.py)
+        gp.cais_ld_tx += 1         # the switch's merge unit takes it (components/cais/)
     elif pk.kind == PK_CAIS_RED:
         gp.cais_red_tx += 1
     elif pk.kind == PK_CAIS_SYNC:
@@ -923,7 +923,7 @@ def _receive_multimem(st, g, c, pkt, t):
 
 @compiled
 def _receive_cais(st, g, c, pkt, t):
-    """A packet of the CAIS merge unit reached GPU g (cais_merge.py), processed at t: a read of
+    """A packet of the CAIS merge unit reached GPU g (components/cais/), processed at t: a read of
     this home's memory is served (its packet returns as the data); a merged load's reply is
     written and counts toward its ld.cais; a partial sum is added into memory and every
     contribution it carries is answered (one write response each, once the sum is visible)."""

@@ -86,7 +86,7 @@ def _entries(cfg):
 
 def _answers_reads(cfg):
     """The hubs answer switch reads: NVLS's and DySHARP's reduction reads (workload.multicast) or
-    the CAIS merge unit's line reads (workload.cais, cais_merge.py)."""
+    the CAIS merge unit's line reads (workload.cais, components/cais/)."""
     return _on(cfg) or len(cfg.workload.cais) > 0
 
 

@@ -50,7 +50,7 @@ PK_MM_LD = 11     # multimem.ld_reduce request, source GPU -> switch (header onl
 PK_MM_READ = 12   # the switch's read of one member's values, switch -> member (header only)
 PK_MM_DATA = 13   # a member's values, member -> switch (response channel; reduced there)
 PK_MM_RESULT = 14  # the reduced values, switch -> source GPU (response channel)
-# CAIS (components/cais_merge.py): merged loads and reductions in the switch's merge unit
+# CAIS (components/cais/): merged loads and reductions in the switch's merge unit
 PK_CAIS_LD = 15     # ld.cais request, GPU -> switch (header only; pk.value = bytes asked)
 PK_CAIS_RED = 16    # red.cais contribution, GPU -> switch (data)
 PK_CAIS_DATA = 17   # the home's data for a merged load, home -> switch (response channel)

@@ -7,7 +7,7 @@ counted_write.py), flags and atomics, waits, fences, sleep, exit - then the comm
 occupies the instruction's unit and sets when the thread block may issue again (the model of
 components/sm.py's docstring). The extensions' instructions are their modules': MoE-Hub's in
 moehub/isa.py, the multimem ones in nvls_isa.py (DySHARP's dynamic subops in dysharp_isa.py),
-CAIS's in cais_isa.py; this interpreter dispatches to them by semantic id, and each returns
+CAIS's in cais/isa.py; this interpreter dispatches to them by semantic id, and each returns
 whether the instruction completed its issue. What every instruction shares - operands, address
 checks, access timing - is sm_operands.py; the functional numerics are sm_numerics.py.
 """
@@ -54,7 +54,7 @@ from .sm_numerics import mma_functional, vec_functional
 # the extensions' instructions (their modules say what each models)
 from .moehub.isa import claim, notify, rowsp_malloc, send_to_expert, st_rowsp, store_experts
 from .nvls_isa import multimem
-from .cais_isa import cais_access, cais_sync
+from .cais.isa import cais_access, cais_sync
 
 EV_LOCAL_DONE = 6    # a0 = TB slot: an asynchronous same-GPU put/get completed (declared in sm.py)
 

@@ -43,7 +43,7 @@ from .nvlink import (channel_count_arrival, channel_transmit, credit_return_vc,
                      input_free_tick, pick_switch_output, txq_push)
 from ..engine.events import SHORTCUT_IDLE_OUTPUT, timer_clear, timer_is_next
 from .nvls import NVLS_SENT, nvls_absorb, nvls_fanout
-from .cais_merge import cais_switch
+from .cais.merge_table import cais_switch
 from .packet import (PK_CAIS_LD, PK_MM_DATA, PK_MM_LD, PK_MM_ST, VC_REQUEST, VC_RESPONSE,
                      packet_free, packet_vc)
 from .trace import CAT_SWITCH, TR_XBAR, trace_event
@@ -201,7 +201,7 @@ def _cross(st, c, vc, tick):
             # multimem: the switch's engine serves the members (nvls.py)
             wait = nvls_fanout(st, c, pkt, tick)
         elif pk.kind >= PK_CAIS_LD:
-            # ld.cais / red.cais, or a home's data for a merged load: the merge unit (cais_merge.py)
+            # ld.cais / red.cais, or a home's data for a merged load: the merge unit (components/cais/)
             wait = cais_switch(st, c, pkt, tick)
         else:
             out = pick_switch_output(st, ch.switch, pk.dst, vc)

@@ -334,7 +334,7 @@ class SwitchConfig:
     gpu_link_switch: tuple = _f("int_tuple", "switch index of each of a GPU's links", min=0)
     nvls: NvlsConfig = _f("node", "the switch's multicast and reduction engine (NVLink SHARP)",
                           cls=NvlsConfig)
-    cais: CaisSwitchConfig = _f("node", "the switch's CAIS merge unit (components/cais_merge.py)",
+    cais: CaisSwitchConfig = _f("node", "the switch's CAIS merge unit (components/cais/)",
                                 CaisSwitchConfig(), cls=CaisSwitchConfig)
     topology: str = _f("choice", "nvswitch: every GPU's links go to the node's NVSwitch chips "
                        "(gpu_link_switch); bridge_pairs: GPUs 2i and 2i+1 of a node joined by NVLink "
@@ -949,7 +949,7 @@ class WorkloadConfig:
     multicast: tuple = _f("list", "NVLink SHARP multicast objects (cuMulticastCreate + BindMem): "
                           "a buffer and a group of GPUs that multimem instructions address",
                           (), cls=MulticastConfig)
-    cais: tuple = _f("list", "CAIS groups (components/cais_merge.py): a buffer and the GPUs whose "
+    cais: tuple = _f("list", "CAIS groups (components/cais/): a buffer and the GPUs whose "
                      "ld.cais / red.cais to it the switch merges", (), cls=CaisGroupConfig)
     report: tuple = _f("named", "derived results: name -> fields", (), cls=ReportConfig)
     moe: MoeWorkloadConfig = _f("node", "experts served by the MoE-Hub: placement, receive windows",

@@ -21,7 +21,8 @@ from ..components.scheduler import EV_KERNEL_START, kernel_start
 from ..components.sm import EV_SM_ISSUE
 from ..components.sm_interpreter import EV_LOCAL_DONE, local_done
 from ..components.occupancy import EV_OCCUPANCY_SAMPLE, occupancy_sample
-from ..components.cais_merge import EV_CAIS_TIMEOUT, cais_timeout
+from ..components.cais.layout import EV_CAIS_TIMEOUT
+from ..components.cais.merge_table import cais_timeout
 from ..components.packet import PK_MOE, PK_MOE_EOS
 from ..components.switch import EV_XBAR, switch_crossbar, switch_receive
 from ..engine.events import Q_TICK, TIMER_OFF, TM_TICK, _u, pop, timer_peek, timer_take

@@ -105,7 +105,7 @@ SEM_ST_ROWSP = 23      # (id, row, offset, src_addr, bytes)    store bytes into 
 # several experts on one GPU (bit j of mask: the expert, or allocation id, in register first + j)
 SEM_SEND_EXPERTS = 24     # (first, mask, src_addr, bytes, home, aux)  send_to_expert to each named expert
 SEM_ST_ROWSP_EXPERTS = 25  # (first, mask, row, src_addr, bytes)       st.rowsp of a whole row to each id
-# CAIS compute-aware in-switch loads and reductions (arXiv 2605.05628; components/cais_merge.py)
+# CAIS compute-aware in-switch loads and reductions (arXiv 2605.05628; components/cais/)
 SEM_CAIS = 26          # (gpu, dst, src, bytes, value)  subop CAIS_*; the address at home GPU `gpu` is src (ld) or dst (red); sync: dst = flag, value = sequence
 # Counted writes (Blackwell SM100: NVSHMEM counted puts / NCCL's Compute Fabric Transport;
 # components/counted_write.py)

@@ -31,7 +31,7 @@ the TP scheme (`workload.block.scheme`):
            the same shard as sp_ring's).
   cais     CAIS's memory-semantic switch operations (arXiv 2605.05628; workloads/kernels/tp/cais.s
            kernel cais_tp_collective, lib/cais_collectives.s, the switch's merge unit
-           components/cais_merge.py) in sp_ring's dataflow: the reduce-scatter after each
+           components/cais/) in sp_ring's dataflow: the reduce-scatter after each
            row-parallel GEMM pushes every rank's partial sums home with red.cais (merged in the
            switch, posted: no round trip per slice), the norm and residual work on this GPU's
            shard, and the all-gather pulls every shard with ld.cais (one read of the home per

@@ -15,7 +15,7 @@ class BlockChecks:
         this)."""
         from ..reference import nvls_allreduce_reference, ring_allreduce_reference
         parts = np.stack([p.reshape(-1) for p in parts])
-        if self.nvls or self.cais:     # the merge unit's order is NVLS's (components/cais_merge.py)
+        if self.nvls or self.cais:     # the merge unit's order is NVLS's (components/cais/)
             out = nvls_allreduce_reference(parts, bf16=True)
         elif self.ring or self.sp:
             out = ring_allreduce_reference(parts, bf16=True)

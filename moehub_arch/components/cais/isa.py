@@ -1,20 +1,22 @@
 """CAIS's instructions as the SM issues them: `ld.cais`, `red.cais` and `sync.cais`.
 
-The SM-side half of CAIS (cais_merge.py; arXiv 2605.05628): a load or reduction names the home
+The SM-side half of CAIS (this package; arXiv 2605.05628): a load or reduction names the home
 GPU and an address in a registered group (src at the home for ld.cais, dst for red.cais); the hub
 sends it to the switch's merge table. `sync.cais flag, value` is the group sync table's
 pre-access sync: the switch writes value into the flag on every member once all have arrived.
-Called by the SM's interpreter (sm_interpreter.py): True when the hub took the operation, False
-when it raised an error or blocked the thread block (which re-executes it). A module of its own
-because it submits to the hub, which imports cais_merge.py for its receive side.
+Called by the SM's interpreter (components/sm_interpreter.py): True when the hub took the
+operation, False when it raised an error or blocked the thread block (which re-executes it). The
+package's other modules do not import it: it submits to the hub, which imports them for its
+receive side.
 """
-from ..engine.jit import compiled
-from ..engine.state import ERR_ADDR_RANGE, ERR_BAD_GPU, ERR_BAD_SIZE, ERR_CAIS_ADDR
-from ..isa.encoding import CAIS_LD, DTYPE, DTYPE_SRC_MASK, SUBOP
-from .cais_merge import cais_element_bytes, cais_group, cais_sync_peer
-from .hbm import raise_error
-from .hub import REQ_CAIS_LD, REQ_CAIS_RED, REQ_CAIS_SYNC, hub_submit
-from .sm_operands import check_hbm_word, check_range, is_smem, operand, stall_on_hub
+from ...engine.jit import compiled
+from ...engine.state import ERR_ADDR_RANGE, ERR_BAD_GPU, ERR_BAD_SIZE, ERR_CAIS_ADDR
+from ...isa.encoding import CAIS_LD, DTYPE, DTYPE_SRC_MASK, SUBOP
+from .gpu import cais_group, cais_sync_peer
+from .layout import cais_element_bytes
+from ..hbm import raise_error
+from ..hub import REQ_CAIS_LD, REQ_CAIS_RED, REQ_CAIS_SYNC, hub_submit
+from ..sm_operands import check_hbm_word, check_range, is_smem, operand, stall_on_hub
 
 
 @compiled
