@@ -65,16 +65,13 @@ TINY = ["system.gpu.hub.moe.rpm.row_queue_depth=5", "system.gpu.hub.moe.rpm.merg
         "system.gpu.hub.moe.aau.overflow=spill", "system.gpu.hub.moe.aau.record_table_entries=2"]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "deadlocks under the canonical same-tick order (docs/engine_order.md): with a row table of "
-    "2 entries that spills and rows of two stores, a GPU's AAU ends with packets staged for "
-    "window or record-table space, its window full of unclaimed rows, and no event left; the "
-    "arming order avoided this interleaving. A MoE-Hub spill-path problem to fix on its own"))
 def test_tiny_tables_spill_and_engines_agree(tmp_path):
     """Row rings of 5 stores (one more than the 4 producer TBs, each with one row open at a
     time), 64 B packets, windows of 4 rows and a row table of 2 entries that spills: the later
     store of a row may find the row's entry evicted and read it back; every row still comes
-    home, and the reference engine gives the same stats."""
+    home (a later store of a row is never held behind a new row waiting for a slot of the
+    window that row keeps full: not at the receiver, not in the sender's ring), and the
+    reference engine gives the same stats."""
     sim = simulate(MICRO, *TINY)
     assert_rows_home(sim, G, 32, 2, 1000)
     s = _micro_stats(sim)

@@ -1,8 +1,10 @@
 """A row written by several st.rowsp stores is tracked in the receiver's row table (the MoE-Hub
 AAU's, arXiv 2605.05888), not by its first store's RPM ring entry: every store's ring entry frees
 once its own bytes landed. A ring of one entry therefore carries rows of two stores (four producer
-TBs with a row open each), each row still lands in one slot with one completion record, the spill
-path (a row table of 2 entries) reads the entries of half-landed rows back, both engines agree,
+TBs, each with a row open; the entry is kept for an open row's next store, so toward one GPU one
+row is open at a time), each row still lands in one slot with one completion record, the spill
+path (a row table of 2 entries and windows of 4 rows: a full window of half-landed rows must not
+lock out their own later stores) reads the entries of half-landed rows back, both engines agree,
 and a store that overfills a row whose first store already left the ring is still an error."""
 import pytest
 
@@ -38,11 +40,6 @@ def test_a_ring_of_one_entry_carries_rows_of_two_stores():
     _rows_once(simulate(MICRO, *DEPTH_1))
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "deadlocks under the canonical same-tick order (docs/engine_order.md): with a row table of "
-    "2 entries that spills and rows of two stores, a GPU's AAU ends with packets staged for "
-    "window or record-table space, its window full of unclaimed rows, and no event left; the "
-    "arming order avoided this interleaving. A MoE-Hub spill-path problem to fix on its own"))
 def test_half_landed_rows_spill_and_engines_agree(tmp_path):
     s = _rows_once(simulate(MICRO, *TINY))
     assert sum(s[f"system.gpu{g}.hub.aau.spills"] for g in range(G)) > 0

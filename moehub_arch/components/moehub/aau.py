@@ -216,6 +216,8 @@ BLOCK = Block(
     + fields("mrow", ("rat", "the row's AAU row-table entry: RAT_* above"))
     + fields("stream", ("open_head", "receiver side: first State.aau_rows entry of the stream's "
                         "half-landed row-sparse rows (-1: none; rowtable.py)"),
+             ("alloc_next", "receiver side: the stream's first row waiting for a window slot "
+                            "in stream order, or an index before it (_first_unallocated)"),
              init={"open_head": -1}),
     stats=(StatGroup("gpu", "hub.aau", counters((
         ("allocations", "aau_allocs", "rows", "window slots allocated"),
@@ -373,18 +375,21 @@ def _retry_pass(st, g, tick):
 
 @compiled
 def _first_unallocated(st, s):
-    """Monotonic index of stream s's first live row without a window slot (sr.head if none);
-    rows are allocated in stream order, so the allocated ones are a prefix: a binary search."""
+    """Monotonic index of stream s's first live row that waits for a window slot in stream order
+    (sr.head if none). Rows get their slots in stream order, so the rows before it are allocated
+    - or later stores of rows (`joins`), which take no slot of their own: the slot their row's
+    first store got, whenever that is (_process). A row before the index stays so while it is in
+    the ring, so the index only moves on: kept in sr.alloc_next, amortised O(1)."""
     p = st.p[0]
     sr = st.stream[s]
-    lo, hi = sr.tail, sr.head
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if st.mrow[s * p.rpm_ring + mid % p.rpm_ring].alloc >= 0:
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo
+    i = max(sr.alloc_next, sr.tail)
+    while i < sr.head:
+        row = st.mrow[s * p.rpm_ring + i % p.rpm_ring]
+        if row.alloc < 0 and not row.joins:
+            break
+        i += 1
+    sr.alloc_next = i
+    return i
 
 
 @compiled
@@ -433,8 +438,8 @@ def _still_blocked(st, g, pkt, parked_allocs):
     row = st.mrow[s * p.rpm_ring + first % p.rpm_ring]
     if row.alloc >= 0:
         return False
-    if row.joins:       # a later store of an allocated row needs no space
-        return first != _first_unallocated(st, s)
+    if row.joins:       # a later store needs no space, only its row's slot
+        return open_row_slot(st, s, row.aux, row.home) < 0
     return first != _first_unallocated(st, s) or not _room_for_row(st, g, s, first)
 
 
@@ -542,13 +547,19 @@ def _process(st, g, pkt, t):
                 break
             if row.carrier >= 0:
                 continue        # a multi-expert copy: allocated, refilled and written with its carrier
-            if row.alloc >= 0 or (row.joins and i == nxt):
-                if row.alloc < 0:
-                    # a later st.rowsp store of a row: the row table names its slot (the row's
-                    # first store is earlier in the stream, so its bytes got the slot)
-                    row.alloc = st.aau_rows[open_row_slot(st, s, row.aux, row.home), RS_ALLOC]
-                    nxt += 1
-                    sr.allocs += 1
+            if row.alloc < 0 and row.joins:
+                # a later st.rowsp store of a row: once the row's first bytes have their slot
+                # (its first store is earlier in the stream) the row table names it - a hit,
+                # whatever other rows of the stream still wait for space. Waiting in stream
+                # order behind a new row that waits for a slot of a window this very row keeps
+                # full would never end (tests/test_rowsp.py's tiny tables)
+                e = open_row_slot(st, s, row.aux, row.home)
+                if e < 0:
+                    stop = max(lo, row.start)   # its first store has no slot yet
+                    break
+                row.alloc = st.aau_rows[e, RS_ALLOC]
+                sr.allocs += 1
+            if row.alloc >= 0:
                 if _tracked(row):
                     # a row of several stores: its row-table entry is its own (rowtable.py)
                     e = _entry(st, g, row)
@@ -578,12 +589,10 @@ def _process(st, g, pkt, t):
                 fs = forward_take_slot(st, g, row.copies + 1)
                 for c in range(row.copies + 1):
                     st.mrow[s * p.rpm_ring + (i + c) % p.rpm_ring].alloc = fs
-                    nxt += 1
                     sr.allocs += 1
             for c in range(0 if row.fwd else row.copies + 1):   # the row, each multi-expert copy
                 d = st.mrow[s * p.rpm_ring + (i + c) % p.rpm_ring]
                 _allocate(st, g, d)
-                nxt += 1
                 sr.allocs += 1
                 if p.aau_spill:
                     _rat_insert(st, g, s, i + c, d, t)
@@ -592,6 +601,7 @@ def _process(st, g, pkt, t):
                     e = _entry(st, g, d)
                     open_row_link(st, s, e, d.aux, d.home, d.row_size, d.row_stored, d.alloc)
                     st.aau_rows[e, RS_RAT] = d.rat
+            nxt = _first_unallocated(st, s)
             if free_at == t:
                 t += p.aau_alloc_ticks   # the allocation pipeline, once per packet
                 free_at = t

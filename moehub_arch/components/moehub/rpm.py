@@ -60,7 +60,11 @@ stores may fill one row at different offsets: later ones (`joins`) share the win
 row's first bytes got; the receiver's row table (rowtable.py) counts the row's landed bytes, and
 the row is complete, and gets its one completion record, when they reach the registered row
 size. Every store's ring entry frees when its own bytes landed, so the ring limits the stores in
-flight, not the rows open at once (a ring of one entry carries rows of several stores). A kernel
+flight, not the rows open at once (a ring of one entry carries rows of several stores). A row
+whose first bytes took a window slot holds it until its later stores come, so the ring keeps an
+entry free for the next store of each such row (ring_reserved): stores of new rows waiting at
+the receiver for a slot of a full window can never take every entry from the stores that would
+empty it. A kernel
 may mix both kinds toward one GPU: send_to_expert rows coalesce up to the next st.rowsp store,
 never into it.
 
@@ -82,7 +86,7 @@ from ..packet import PK_MOE, PK_MOE_EOS, packet_alloc, packet_flits
 from ..hub import pick_channel
 from ..trace import CAT_RPM, TR_RPM_TX, trace_event
 from ..wakeups import rpm_kick
-from .rowtable import RS_STORED, open_row_slot
+from .rowtable import RS_NEXT, RS_RID, RS_ROW, RS_SIZE, RS_STORED, open_row_slot
 from ...config.schema import RPM_SCHEDULES
 from .area import rpm_sram_bytes
 from ..sizing import stream_slots_per_sm
@@ -391,7 +395,7 @@ def rpm_accept(st, g, slot, expert, src_addr, nbytes, home, aux, tick):
     p = st.p[0]
     s = g * p.num_gpus + st.moe_place[expert, 0]
     sr = st.stream[s]
-    if sr.head - sr.tail >= p.rpm_ring:
+    if sr.head - sr.tail + 1 + ring_reserved(st, s) > p.rpm_ring:
         st.gpu[g].rpm_accept_stalls += 1
         return False
     _take_descriptor(st, g, s, slot, expert, src_addr, nbytes, home, aux,
@@ -438,6 +442,49 @@ def _open_row(st, s, rid, rowid):
 
 
 @compiled
+def _row_in_ring(st, s, rid, rowid):
+    """Some store of row `rowid` of allocation `rid` still holds an entry of stream s's ring."""
+    p = st.p[0]
+    sr = st.stream[s]
+    R = p.rpm_ring
+    base = s * R
+    key = row_key(rid, rowid)
+    j = sr.tail % R
+    for _ in range(sr.head - sr.tail):
+        if st.mrow_key[base + j] == key:
+            r = st.mrow[base + j]
+            if r.rowsp and r.aux == rid and r.home == rowid and r.fwd_from < 0:
+                return True
+        j = j + 1 if j < R - 1 else 0
+    return False
+
+
+@compiled
+def ring_reserved(st, s):
+    """Ring entries of stream s held back for the next store of each half-landed row-sparse row
+    that has stores still to come and none in the ring (a row whose first bytes got a window
+    slot at the receiver; rowtable.py keeps them in the stream's list).
+
+    Why: such a row holds a window slot that only its own later stores can complete. Were every
+    ring entry taken by stores of new rows that wait at the receiver for a slot of that full
+    window, the later stores could never enter and nothing would move again (a circular wait
+    between window slots and ring entries; tests/test_rowsp.py, test_rowsp_row_table.py). The
+    RPM knows which rows are open (it checks every store against the registered row size), so
+    it admits a store that opens a row, or a store of a row with a store still in the ring,
+    only while an entry stays free for each such row. Whole-row stores never leave a row open:
+    the list is empty and nothing is reserved."""
+    sr = st.stream[s]
+    n = 0
+    k = sr.open_head
+    while k >= 0:
+        e = st.aau_rows[k]
+        if e[RS_STORED] < e[RS_SIZE] and not _row_in_ring(st, s, e[RS_RID], e[RS_ROW]):
+            n += 1
+        k = e[RS_NEXT]
+    return n
+
+
+@compiled
 def _open_row_of_store(st, slot, s, rid, rowid):
     """_open_row for TB `slot`'s st.rowsp. A TB retries the same store while the ring is full
     (on every row landing of its GPU); a search that found nothing stays true as long as no
@@ -474,7 +521,12 @@ def rpm_accept_rowsp(st, g, slot, rid, expert, size, rowid, offset, src_addr, nb
         return -1
     if lead >= 0 and st.mrow[s * p.rpm_ring + lead % p.rpm_ring].row_stored + nbytes > size:
         return -1
-    if sr.head - sr.tail >= p.rpm_ring:
+    # a later store of a half-landed row with none of its stores in the ring takes the entry
+    # reserved for it; any other store leaves the reserved entries free (ring_reserved)
+    need = 1 + ring_reserved(st, s)
+    if entry >= 0 and not _row_in_ring(st, s, rid, rowid):
+        need -= 1
+    if sr.head - sr.tail + need > p.rpm_ring:
         st.gpu[g].rpm_accept_stalls += 1
         return 0
     # no row header: the packet header names id, row and offset
@@ -535,7 +587,7 @@ def rpm_accept_experts(st, g, slot, first, mask, src_addr, nbytes, home, aux, ro
                                     or open_row_slot(st, s, st.regs[slot, first + j], home + j)
                                     >= 0):
                 return -1           # whole-row stores: the row already holds bytes
-    if sr.head - sr.tail + n > p.rpm_ring:
+    if sr.head - sr.tail + n + ring_reserved(st, s) > p.rpm_ring:
         gp.rpm_accept_stalls += 1
         return 0
     carrier = sr.head
