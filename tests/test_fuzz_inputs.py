@@ -126,17 +126,53 @@ _FIELDS = ["semantic", "subop", "unit", "operands", "latency", "ii", "throughput
            "description", "replace", "lsu_loads", "bogus"]
 
 
+_COSTS = st.one_of(st.integers(0, 2 ** 31 - 1), st.integers(0, 64),
+                  st.sampled_from(["hbm.latency_cycles * 2", "sm.lsu_bytes_per_cycle",
+                                   "'sm.tensor_bf16_flops_per_cycle // 2'", "'2 ** 31'"]))
+
+
+@st.composite
+def _well_formed_entry(draw):
+    """The fields of an instruction a user could mean: a real semantic with its subop, unit and
+    full operand list, costs in range or as parameter expressions - so the fuzz reaches the
+    accepted path (and the resolution of expressions) besides the refusals. One field is
+    sometimes replaced by a random value."""
+    from moehub_arch.isa.encoding import SEMANTIC_NAMES, SUBOP_NAMES, UNIT_NAMES, operand_slots
+    sem = draw(st.sampled_from(range(len(SEMANTIC_NAMES))))
+    fields = {"semantic": SEMANTIC_NAMES[sem], "unit": draw(st.sampled_from(UNIT_NAMES)),
+              "operands": json.dumps(list(operand_slots(sem))),
+              "latency": draw(_COSTS), "ii": draw(_COSTS),
+              "description": json.dumps(draw(st.text(string.ascii_letters + " ", min_size=1,
+                                                     max_size=20)))}
+    if SUBOP_NAMES.get(sem):
+        fields["subop"] = draw(st.sampled_from(SUBOP_NAMES[sem]))
+    if draw(st.booleans()):
+        fields["throughput"] = draw(_COSTS)
+    if draw(st.integers(0, 3)) == 0:
+        fields[draw(st.sampled_from(_FIELDS))] = draw(_FIELD_VALUES)
+    return fields
+
+
+@st.composite
+def _random_entry(draw):
+    fields = draw(st.lists(st.sampled_from(_FIELDS), max_size=9, unique=True))
+    return {f: draw(_FIELD_VALUES) for f in fields}
+
+
+def _yaml_value(v):
+    return json.dumps(v) if not isinstance(v, str) else v
+
+
 @st.composite
 def _isa_text(draw):
     lines = ["instructions:"]
     for _ in range(draw(st.integers(0, 4))):
-        name = draw(st.sampled_from(["x", "y", "add", "ld", "z9", "bad name", "x"]))
-        fields = draw(st.lists(st.sampled_from(_FIELDS), max_size=9, unique=True))
-        body = ", ".join(f"{f}: {json.dumps(v) if not isinstance(v, str) else v}"
-                         for f, v in ((f, draw(_FIELD_VALUES)) for f in fields))
+        name = draw(st.sampled_from(["x", "y", "add", "ld", "z9", "bad name", "x", "my.op_2"]))
+        entry = draw(st.one_of(_well_formed_entry(), _well_formed_entry(), _random_entry()))
+        body = ", ".join(f"{f}: {_yaml_value(v)}" for f, v in entry.items())
         lines.append(f"  {name}: {{{body}}}")
     text = "\n".join(lines) + "\n"
-    if draw(st.booleans()):   # sometimes damage the text itself
+    if draw(st.integers(0, 3)) == 0:   # sometimes damage the text itself
         i = draw(st.integers(0, len(text)))
         text = text[:i] + draw(st.text(max_size=8)) + text[i:]
     return text
