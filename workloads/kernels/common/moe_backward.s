@@ -238,10 +238,13 @@ end:
 # grouped_wgrad: jobs (expert, gradient, [n][n] tile): for each local expert 3 J jobs,
 # J = (I / n)(H / n): dWg (tile q of I, rows hb n.. of H: X[:, hb n..]^T dG[:, q n..]), dWu (the
 # same with dU), dWd (tile c of H, rows ib n.. of I: Hh[:, ib n..]^T dO[:, c n..]); each one
-# mma.bf16.at over k = the expert's rows (counts[e]), the fp32 accumulator stored.
+# mma.bf16.at over k = the expert's rows (counts[e], from row bases[e] of the expert-major
+# buffers: e * cap in an [El][cap] layout, the prefix sum in a packed one), the fp32 accumulator
+# stored.
 .kernel grouped_wgrad
 .param counts                # [El] i64: rows per local expert
-.param xe                    # [El][cap][H] bf16: the forward's input rows
+.param bases                 # [El] i64: the row index of each local expert's first row
+.param xe                    # [rows][H] bf16: the forward's input rows
 .param he                    # [El][cap][I] bf16: the forward's activations
 .param dg
 .param du
@@ -249,7 +252,6 @@ end:
 .param dwg
 .param dwu
 .param dwd
-.param cap
 .param local_experts
 .param hidden
 .param ffn
@@ -275,7 +277,9 @@ job:
     add r11, r11, %counts
     ld r11, [r11]                # r11 = the expert's rows
     vzero.f32 r8, r20
-    mul r12, r10, %cap           # r12 = the expert's first row in the [El][cap] buffers
+    shl r12, r10, 3
+    add r12, r12, %bases
+    ld r12, [r12]                # r12 = the expert's first row in the expert-major buffers
     beq r1, 2, down
     div r3, r2, r23              # r3 = q (column tile of I)
     rem r4, r2, r23              # r4 = hb (row block of H)
