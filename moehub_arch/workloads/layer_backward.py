@@ -180,6 +180,14 @@ def add_backward_stats(sim, layer, starts, ends, tensor_peak):
                 float(np.mean(per_gpu)) * 1e-6 if per_gpu else 0.0, "us",
                 f"backward phase {phase[9:]}: first start to last end of its launches, mean over "
                 f"GPUs")
+    names = sorted({sim.launches[i].kernel for i in idx})
+    for name in names:
+        per_gpu = np.zeros(layer.shape.num_gpus)
+        for i in idx:
+            if sim.launches[i].kernel == name:
+                per_gpu[sim.launches[i].gpu] += ends[i] - starts[i]
+        out.add(f"system.moe.backward.kernel.{name}_us", float(per_gpu.mean()) * 1e-6, "us",
+                f"backward: the summed durations of kernel '{name}''s launches, mean over GPUs")
     ideal = float((backward_flops(layer) / tensor_peak).max()) * 1e12
     out.add("system.moe.backward.ideal_compute_us", ideal * 1e-6, "us",
             "the busiest GPU's backward expert GEMM FLOPs (16 H I per routed row: dgrad, wgrad "
