@@ -91,10 +91,12 @@ def backward_plan(layer, *, counts, rows_cap, tiles_cap, C, groups, dispatch_sme
             ("send_head", "@dp_send_head"), ("tokens", T), ("topk", k), ("row_bytes", rb),
             ("channels", C), ("ring_rows", opts.ring_rows), ("send_chunk", send_chunk),
             ("local_experts", El))), "backward_dispatch"),
-        (LaunchConfig(kernel="deepep_bwd_weight", grid=cfg.workload.layer.combine_tbs, stream=0,
+        # an elementwise kernel over the received rows on every SM (as Megatron-Core's
+        # unpermute, whose backward this is)
+        (LaunchConfig(kernel="deepep_bwd_weight", grid=2 * cfg.system.gpu.num_sms, stream=0,
                       params=(
             ("rec", "@dp_rec"), ("ntf", "@dp_ntf"), ("dye", "@b_dye"), ("ye", "@dp_recv_y"),
-            ("brec", "@dp_brec"), ("bdw", "@dp_bdw"), ("dw", "@dw"), ("one", "@one"),
+            ("brec", "@dp_brec"), ("bdw", "@dp_bdw"), ("dw", "@dw"),
             ("tokens", T), ("topk", k), ("hidden", H), ("channels", C),
             ("local_experts", El))), "backward_dispatch"),
         (LaunchConfig(kernel="deepep_bwd_tiles", grid=1, stream=0, params=(

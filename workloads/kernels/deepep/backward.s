@@ -108,7 +108,8 @@ rx_done:
 # in fp32 in increasing h (dy = the row at p in dye, y_j = the forward's expert output at p),
 # staged in bdw and put to dw[t][j] on the home s; dO = bf16(w_j dy) stored over the row at p.
 # The record is copied to brec with its weights set to 1.0 (the gradient combine sums the slots'
-# dX rows unweighted). Ends with a fence: the dw puts have landed when the kernel ends.
+# dX rows unweighted; posted word stores). Ends with a fence: the dw puts have landed when the
+# kernel ends.
 .kernel deepep_bwd_weight
 .param rec
 .param ntf
@@ -117,13 +118,12 @@ rx_done:
 .param brec                  # [C][P][Tc][12]: the records with weights 1.0
 .param bdw                   # [C][P][Tc][k] f32: dw staging
 .param dw                    # [T][k] f32 on every home GPU
-.param one                   # an fp32 1.0
 .param tokens
 .param topk
 .param hidden
 .param channels
 .param local_experts
-.smem 128KB                  # dy, products, w dy [H] fp32 + dO [H] bf16 + the dot (H <= 8192)
+.smem 100KB                  # dy, products, w dy [H] fp32 + dO [H] bf16 + the dot (H <= 7168): two blocks per SM
     shl r10, %hidden, 1          # r10 = row bytes
     shl r11, %hidden, 2          # r11 = fp32 row bytes
     mov r0, %smem                # r0 = dy in fp32 (r16..r23 hold the slot words)
@@ -153,16 +153,25 @@ record:
     mul r9, r1, 96
     add r26, r9, %rec            # r26 = the record
     add r27, r9, %brec           # r27 = its copy
-    copy r27, r26, 64            # the position words
     ld.v8 r16, [r26]             # slot j's word in r16 after j shifts
+    st [r27], r16                # the position words into the copy (posted stores) ...
+    st [r27+8], r17
+    st [r27+16], r18
+    st [r27+24], r19
+    st [r27+32], r20
+    st [r27+40], r21
+    st [r27+48], r22
+    st [r27+56], r23
+    mov r9, 0x3f8000003f800000   # ... and two fp32 1.0 per word for its weights
+    st [r27+64], r9
+    st [r27+72], r9
+    st [r27+80], r9
+    st [r27+88], r9
     shr r28, r16, 32             # r28 = token t on s
     mul r28, r28, %topk
     mov r31, 0                   # r31 = slot j
 slot:
     shl r12, r31, 2
-    add r13, r12, r27
-    add r13, r13, 64
-    copy r13, %one, 4            # weight 1.0 in the copy
     and r29, r16, 0xffffffff
     beq r29, 0, slot_next
     sub r29, r29, 1
@@ -185,7 +194,7 @@ slot:
     add r13, r12, r26
     add r13, r13, 64             # r13 = &w_j in the forward's record
     vzero.f32 r5, %hidden
-    vaxpy.f32.bf16 r5, r30, r13, %hidden
+    vaxpy.f32 r5, r0, r13, %hidden       # w dy from dy in fp32 (exact: bf16 -> fp32)
     vcvt.bf16.f32 r6, r5, %hidden
     copy r30, r6, r10            # dO over dy
 slot_next:
