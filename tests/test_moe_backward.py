@@ -187,8 +187,8 @@ def test_per_rank_dx_order(layer):
     """combine='per_rank' (DeepEP's gradient combine): dx adds each rank's bf16 partial of its
     slots, ranks ascending, after the shared experts. Everything but dx is the per-slot
     reference's; dx stays within the rounding of the partials (one bf16 rounding per rank's
-    partial plus the fp32 reorder bound) and, with one expert per rank and one slot there, equals
-    within the reorder bound."""
+    partial plus the fp32 reorder bound); with one expert per rank, within the fp32 reorder
+    bound alone."""
     L = layer
     args = (L["x"], L["idx"], L["w"], L["wg"], L["wu"], L["wd"], L["dy"], L["sg"], L["su"], L["sd"])
     g = moe_layer_backward_reference(*args, combine="per_rank", local_experts=2)

@@ -56,20 +56,7 @@
 .param local_experts
 .threads 768                 # DeepEP intranode.cu: kNumThreads = 768, __launch_bounds__(768, 1)
 .regs 80
-    mov r1, %row_bytes           # r1 = row bytes
-    add r2, %tokens, %channels
-    sub r2, r2, 1
-    div r2, r2, %channels        # r2 = Tc
-    mul r3, %channels, %ngpu
-    shl r3, r3, 3                # r3 = bytes of one [C][P] table
-    shl r4, r3, 1
-    add r4, r4, %ring_ctl        # r4 = metadata ring slots
-    mul r5, %channels, %ngpu     # r5 = C*P
-    bge %tb, r5, receiver
-    ring_send_tokens
-receiver:
-    sub r6, %tb, r5              # r6 = ring index c*P + s
-    ring_receiver_open r6, r3, r5, r7, r9, r10, r11, r13, r8, r24    # r24 = tokens consumed
+    ring_dispatch_roles          # senders send and exit; a receiver has its ring open
     mul r12, r6, r2
     mul r12, r12, 96
     add r12, r12, %rec           # r12 = the ring's records (the forward's)

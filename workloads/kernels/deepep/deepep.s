@@ -414,21 +414,7 @@ end:
 .param local_experts
 .threads 768                 # DeepEP intranode.cu: kNumThreads = 768, __launch_bounds__(768, 1)
 .regs 80                     # at most 65536 / 768 registers per thread, in allocation units of 8 (256 per warp): 80
-    mov r1, %row_bytes           # r1 = dispatched row bytes
-    add r2, %tokens, %channels
-    sub r2, r2, 1
-    div r2, r2, %channels        # r2 = Tc
-    mul r3, %channels, %ngpu
-    shl r3, r3, 3                # r3 = bytes of one [C][P] table
-    shl r4, r3, 1
-    add r4, r4, %ring_ctl        # r4 = metadata ring slots
-    mul r5, %channels, %ngpu     # r5 = C*P
-    bge %tb, r5, receiver
-    ring_send_tokens
-    # ---- receiver of ring (c, s) ------------------------------------------------------------------
-receiver:
-    sub r6, %tb, r5              # r6 = ring index c*P + s
-    ring_receiver_open r6, r3, r5, r7, r9, r10, r11, r13, r8, r24    # r24 = tokens consumed
+    ring_dispatch_roles          # senders send and exit; a receiver has its ring open
     ring_receive_to_experts r6
     exit
 

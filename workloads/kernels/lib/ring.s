@@ -222,3 +222,25 @@ sent_all_\@:
     red.add %gpu, [%acct], r10   # acct 0: pairs sent
     exit
 .endm
+
+# ring_dispatch_roles (deepep_dispatch, deepep_dispatch_cached: DeepEP's dispatch blocks): sets
+#   r1 = %row_bytes, r2 = Tc, r3 = bytes of one [C][P] table, r4 = the metadata ring slots in
+#   %ring_ctl; a thread block %tb < C * P runs ring_send_tokens (and exits); any other is the
+#   receiver of ring r6 = %tb - C * P, opened with ring_receiver_open (r5 channel, r7 source,
+#   r9 tokens to receive, r10 &tail, r11 first slot, r13 &head on the source, r24 = 0 consumed).
+.macro ring_dispatch_roles
+    mov r1, %row_bytes           # r1 = dispatched row bytes
+    add r2, %tokens, %channels
+    sub r2, r2, 1
+    div r2, r2, %channels        # r2 = Tc
+    mul r3, %channels, %ngpu
+    shl r3, r3, 3                # r3 = bytes of one [C][P] table
+    shl r4, r3, 1
+    add r4, r4, %ring_ctl        # r4 = metadata ring slots
+    mul r5, %channels, %ngpu     # r5 = C*P
+    bge %tb, r5, receiver_\@
+    ring_send_tokens
+receiver_\@:
+    sub r6, %tb, r5              # r6 = ring index c*P + s
+    ring_receiver_open r6, r3, r5, r7, r9, r10, r11, r13, r8, r24    # r24 = tokens consumed
+.endm
