@@ -26,7 +26,14 @@ def deepep_training():
                     "workload.layer.passes=training").stats
 
 
-@pytest.fixture(params=["megatron", "deepep"])
+@pytest.fixture(scope="module")
+def hiermoe_training():
+    """HierMoE at the gpu level (one node): DeepEP's direct dispatch, and its backward."""
+    return simulate("experiments/functional.yaml", "scheme=hiermoe",
+                    "workload.layer.passes=training").stats
+
+
+@pytest.fixture(params=["megatron", "deepep", "hiermoe"])
 def training(request):
     return request.getfixturevalue(f"{request.param}_training")
 

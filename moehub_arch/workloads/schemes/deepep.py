@@ -54,7 +54,7 @@ from ..bandwidth import (dispatch_row_bytes, mean_rank_bandwidth_GBps, node_rows
 from ..layer_stats import forward_launches, kernel_ticks_per_gpu, kernels_finished
 from ..layer import (ACCT_NAMES, SHARED_KERNELS, LayerError, SchemePlan, _buf,
                      shared_expert_launches)
-from .deepep_backward import backward_kernel_files, backward_plan, backward_refusal
+from ..deepep_backward import backward_kernel_files, backward_plan, backward_refusal
 
 KERNELS = "workloads/kernels/deepep/deepep.s"
 INTERNODE_KERNELS = "workloads/kernels/deepep/internode.s"

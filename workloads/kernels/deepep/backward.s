@@ -1,5 +1,5 @@
 # The backward pass of scheme `deepep` (workload.layer.passes: training; plan:
-# moehub_arch/workloads/schemes/deepep_backward.py). DeepEP's autograd (and Megatron-Core's
+# moehub_arch/workloads/deepep_backward.py). DeepEP's autograd (and Megatron-Core's
 # fused_a2a.py around it) runs the backward of `combine` as a `dispatch` of the output gradient
 # with the forward's handle, and the backward of `dispatch` as a `combine` of the input gradients
 # with the same handle: no layout, no count exchange, no host round trip in the backward. Stream 0

@@ -28,11 +28,11 @@ error naming the key.
 """
 import numpy as np
 
-from ...config.schema import LaunchConfig
-from ..alltoall import i64_preset
-from ..layer import _buf
-from ..layer_backward import (KERNELS as BACKWARD_KERNELS, backward_buffers,
-                              expert_bwd_kernels, shared_bwd)
+from ..config.schema import LaunchConfig
+from .alltoall import i64_preset
+from .layer import _buf
+from .layer_backward import (KERNELS as BACKWARD_KERNELS, backward_buffers,
+                             expert_bwd_kernels, shared_bwd)
 
 KERNELS = "workloads/kernels/deepep/backward.s"
 BACKWARD_ACCT_WORDS = 8         # the gradient combine's acct (deepep_combine: word 3 pairs)
