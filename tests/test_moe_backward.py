@@ -181,3 +181,27 @@ def test_shared_experts_per_gpu(layer):
     assert g["ds_gate"].shape == (P, S, H, IS)
     # the per-GPU gradients sum to the one-copy gradient (the rows split by GPU)
     assert np.allclose(g["ds_down"].sum(axis=0), L["g"]["ds_down"], rtol=1e-5, atol=1e-6)
+
+
+def test_per_rank_dx_order(layer):
+    """combine='per_rank' (DeepEP's gradient combine): dx adds each rank's bf16 partial of its
+    slots, ranks ascending, after the shared experts. Everything but dx is the per-slot
+    reference's; dx stays within the rounding of the partials (one bf16 rounding per rank's
+    partial plus the fp32 reorder bound); with one expert per rank, within the fp32 reorder
+    bound alone."""
+    L = layer
+    args = (L["x"], L["idx"], L["w"], L["wg"], L["wu"], L["wd"], L["dy"], L["sg"], L["su"], L["sd"])
+    g = moe_layer_backward_reference(*args, combine="per_rank", local_experts=2)
+    for name in ("dw", "dw_gate", "dw_up", "dw_down", "ds_gate"):
+        assert np.array_equal(g[name], L["g"][name]), name
+    exact = moe_layer_backward_reference(*args)["dx"].astype(np.float64)
+    scale = np.abs(exact).max()
+    assert np.abs(g["dx"] - exact).max() <= 4 * 2.0 ** -8 * scale   # bf16 partials, final rounding
+    # one expert per rank (distinct experts per token): each partial is one slot's bf16 row, kept
+    # exactly; only the fp32 order of the adds differs (ranks ascending, not slots)
+    one = moe_layer_backward_reference(*args, combine="per_rank", local_experts=1)
+    assert np.abs(one["dx"] - exact).max() <= 2 * 2.0 ** -8 * scale
+    with pytest.raises(ValueError, match="local_experts"):
+        moe_layer_backward_reference(*args, combine="per_rank")
+    with pytest.raises(ValueError, match="per_slot or per_rank"):
+        moe_layer_backward_reference(*args, combine="per_node")

@@ -2,7 +2,7 @@
 layer_backward.py, workloads/kernels/common/moe_backward.s) on a tiny functional layer: every
 gradient bit-identical to the NumPy reference (moe_backward.py), gradient rows conserved in both
 directions, the forward unchanged by the backward behind it, both engines identical, and a
-scheme without a backward rejected."""
+scheme without a backward rejected. Schemes: megatron, deepep (normal mode, intranode)."""
 import json
 
 import numpy as np
@@ -20,16 +20,36 @@ def megatron_training():
                     "workload.layer.passes=training").stats
 
 
-def test_megatron_gradients_equal_the_reference(megatron_training):
-    st = megatron_training
+@pytest.fixture(scope="module")
+def deepep_training():
+    return simulate("experiments/functional.yaml", "scheme=deepep",
+                    "workload.layer.passes=training").stats
+
+
+@pytest.fixture(scope="module")
+def hiermoe_training():
+    """HierMoE at the gpu level (one node): DeepEP's direct dispatch, and its backward."""
+    return simulate("experiments/functional.yaml", "scheme=hiermoe",
+                    "workload.layer.passes=training").stats
+
+
+@pytest.fixture(params=["megatron", "deepep", "hiermoe"])
+def training(request):
+    return request.getfixturevalue(f"{request.param}_training")
+
+
+def test_gradients_equal_the_reference(training):
+    """Bit-identical: megatron sums dx per slot, deepep per rank (its combine's partial sums,
+    rounded to bf16 on the way home: the reference's combine='per_rank')."""
+    st = training
     assert st["system.moe.output_max_abs_error"] == 0.0       # the forward still checks
     for g in GRADIENTS:
         assert st[f"system.moe.backward.{g}_max_abs_error"] == 0.0, g
         assert st[f"system.moe.backward.{g}_max_abs_reference"] > 1.0, g   # not all zero
 
 
-def test_gradient_rows_conserved_both_directions(megatron_training):
-    st = megatron_training
+def test_gradient_rows_conserved_both_directions(training):
+    st = training
     pairs = 4 * 64 * 2                      # GPUs x tokens x top-k
     for name in ("dispatched", "computed", "combined"):
         assert st[f"system.moe.backward.rows_{name}"] == pairs
@@ -69,11 +89,32 @@ def test_engines_identical_on_the_tiniest_training_layer():
     assert numba["system.moe.backward.rows_combined"] == 2 * 16 * 2
 
 
-def test_scheme_without_a_backward_is_an_error(tmp_path):
-    r = run_cli("run", "configs/experiments/functional.yaml", "--set", "scheme=deepep",
-                "--set", "workload.layer.passes=training", "-o", str(tmp_path / "x"))
+def test_deepep_backward_reuses_the_handle(deepep_training):
+    """DeepEP's backward: no layout, no notify, no host round trip - only the forward's
+    mediation; the gradient dispatch and combine each open with a cached notify."""
+    st = deepep_training
+    assert st["system.moe.phase.mediation_us"] > 0
+    assert st["system.moe.backward.dispatch_us"] > 0 and st["system.moe.backward.combine_us"] > 0
+    # the forward's DeepEP figures count the forward's kernels alone (with the backward's too,
+    # the kernel time would double; the buffers' other addresses move it by about 1%)
+    fwd = simulate("experiments/functional.yaml", "scheme=deepep").stats
+    assert st["system.moe.deepep.dispatch_recv_bytes"] == fwd["system.moe.deepep.dispatch_recv_bytes"]
+    for name in ("dispatch_GBps", "combine_GBps", "combine_reduce_GBps"):
+        assert st[f"system.moe.deepep.{name}"] == pytest.approx(
+            fwd[f"system.moe.deepep.{name}"], rel=0.05), name
+
+
+@pytest.mark.parametrize("scheme, sets, words", [
+    ("tutel", (), "no backward pass"),
+    ("deepep", ("workload.layer.deepep.home_reduce=kernel",), "home_reduce"),
+    ("deepep", ("workload.layer.deepep.kernels=communication",), "kernels: communication"),
+], ids=["tutel", "deepep_home_reduce_kernel", "deepep_comm_only"])
+def test_scheme_without_a_backward_is_an_error(tmp_path, scheme, sets, words):
+    extra = [a for kv in sets for a in ("--set", kv)]
+    r = run_cli("run", "configs/experiments/functional.yaml", "--set", f"scheme={scheme}",
+                "--set", "workload.layer.passes=training", *extra, "-o", str(tmp_path / "x"))
     assert r.returncode == 2
-    assert "workload.layer.passes" in r.stderr and "no backward pass" in r.stderr
+    assert "workload.layer.passes" in r.stderr and words in r.stderr
     assert "Traceback" not in r.stderr
 
 
@@ -81,12 +122,13 @@ def test_scheme_without_a_backward_is_an_error(tmp_path):
     ("system.num_gpus=8",),              # one expert per GPU: no sort, rows straight into place
     ("workload.layer.routing.kind=skewed", "workload.layer.routing.gini=0.74"),  # idle experts
 ], ids=["one_local_expert", "skewed"])
-def test_megatron_backward_other_layouts(sets):
+@pytest.mark.parametrize("scheme", ["megatron", "deepep"])
+def test_backward_other_layouts(sets, scheme):
     from moehub_arch.workloads.layer import MoeLayer
     from conftest import load
-    cfg = load("experiments/functional.yaml", "scheme=megatron", "workload.layer.passes=training",
-               *sets)
-    st = simulate("experiments/functional.yaml", "scheme=megatron",
+    cfg = load("experiments/functional.yaml", f"scheme={scheme}",
+               "workload.layer.passes=training", *sets)
+    st = simulate("experiments/functional.yaml", f"scheme={scheme}",
                   "workload.layer.passes=training", *sets).stats
     for g in GRADIENTS:
         assert st[f"system.moe.backward.{g}_max_abs_error"] == 0.0, g

@@ -57,12 +57,13 @@ sys.path.insert(0, str(REPO / "tools"))
 import e2e_layers as e2e  # noqa: E402
 
 from moehub_arch.workloads.training_step import LayerCost, TrainingError, training_step  # noqa: E402
+from moehub_arch.workloads.layer import BACKWARD_SCHEMES  # noqa: E402
 
 # MoE schemes whose layer the simulator runs forward and backward (workload.layer.passes:
 # training, moehub_arch/workloads/layer_backward.py), with the stats of the backward's time and
 # of its exposed part; the other schemes' backward is the estimate above.
-SIMULATED_BACKWARD = {"megatron": ("system.moe.backward.time_us",
-                                   "system.moe.backward.overhead_us")}
+SIMULATED_BACKWARD = {scheme: ("system.moe.backward.time_us", "system.moe.backward.overhead_us")
+                      for scheme in BACKWARD_SCHEMES}
 EXPERT_REFERENCE = "megatron"      # whose training run gives the estimate's backward expert phase
 DEFAULT_P2P_GBPS = 50.0
 

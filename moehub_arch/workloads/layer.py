@@ -34,6 +34,8 @@ ACCT_WORDS = 8
 ACCT_NAMES = ("sent", "received", "computed", "combined")
 
 COMMON_KERNELS = "workloads/kernels/common/moe_common.s"
+# the schemes whose plan builds the layer's backward (workload.layer.passes: training)
+BACKWARD_SCHEMES = ("megatron", "deepep", "hiermoe")
 # every expert-GEMM job keeps G, U [tile][n] f32 and Hq [tile][n] bf16 in the `.smem 160KB` its
 # kernels declare (moe_common.s, deepep.s, moe_layer.s): at most 16384 elements of a tile x n job
 GEMM_JOB_ELEMENTS = 16384
@@ -114,6 +116,13 @@ class SchemePlan:
                                       # layer_backward.py); a scheme without one rejects training
     backward_row_order: object = None  # callable(sim) -> {expert: (flat tokens, slots)}: the order
                                       # of each expert's rows in the backward's buffers
+    backward_why: str = ""            # why this configuration of the scheme has no backward
+    backward_reference: dict = attrs.field(factory=dict)  # moe_layer_backward_reference
+                                      # arguments: the backward's sum order (DeepEP: per_rank)
+    backward_dx_f32: str = ""         # an fp32 buffer holding dx before its bf16 rounding (a
+                                      # scheme whose gradient combine writes fp32, as its forward)
+    backward_acct: tuple = ()         # (buffer, i64 word, bacct word): backward rows a scheme's
+                                      # reused forward kernels count in a buffer of their own
 
 
 def layer_shape(cfg):
@@ -330,9 +339,11 @@ class MoeLayer:
         self.plan = _scheme_module(cfg.scheme).plan(self)
         self.training = cfg.workload.layer.passes == "training"
         if self.training and not self.plan.backward:
-            raise LayerError(f"workload.layer.passes: training is built for schemes megatron "
-                             f"(the MoE layer's backward, docs/training.md); scheme "
-                             f"'{cfg.scheme}' has no backward pass yet: use passes: forward")
+            why = self.plan.backward_why or "it has no backward pass yet"
+            raise LayerError(f"workload.layer.passes: training runs the MoE layer's backward, "
+                             f"built for schemes {', '.join(BACKWARD_SCHEMES)} "
+                             f"(docs/training.md); scheme '{cfg.scheme}' cannot: {why}; use "
+                             f"passes: forward")
 
     def expanded_config(self):
         """cfg with the layer's buffers, launches, kernels and MoE-Hub windows filled in."""

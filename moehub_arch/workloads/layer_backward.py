@@ -27,22 +27,24 @@ BACKWARD_PHASES = ("backward_dispatch", "backward_expert", "backward_combine")
 BACKWARD_ROWS = ("dispatched", "computed", "combined")      # bacct words 0, 1, 2
 
 
-def backward_buffers(s, cap, buf):
+def backward_buffers(s, cap, buf, rows=None, tiles=None):
     """The shared backward buffers: dy, dx, dw, accounting, done flags, the expert-major gradient
-    rows dO / dX ([El][cap][H]), dG / dU ([El][cap][I]), the tile table and the weight
-    gradients (fp32, the weights' column-tile layouts). `buf` is layer._buf."""
+    rows dO / dX ([El][cap][H], or `rows` packed rows), dG / dU ([El][cap][I], or `rows`), the
+    tile table (for `tiles` tiles; by default El ceil(cap / tile_rows)) and the weight gradients
+    (fp32, the weights' column-tile layouts). `buf` is layer._buf."""
     El, H, I = s.local_experts, s.hidden, s.ffn
-    tiles = El * (-(-cap // s.tile_rows))
+    rows = El * cap if rows is None else rows
+    tiles = El * (-(-cap // s.tile_rows)) if tiles is None else tiles
     return [
         buf("dy", s.tokens * s.row_bytes, init="random", dtype="bf16"),
         buf("dx", s.tokens * s.row_bytes, dtype="bf16"),
         buf("dw", s.pairs * 4, dtype="f32"),
         buf("bacct", 4 * 8, region="control", dtype="i64"),
         buf("bdone", s.num_gpus * 8, region="control", dtype="i64"),
-        buf("b_dye", El * cap * s.row_bytes, dtype="bf16"),
-        buf("b_dxe", El * cap * s.row_bytes, dtype="bf16"),
-        buf("b_dg", El * cap * I * 2, dtype="bf16"),
-        buf("b_du", El * cap * I * 2, dtype="bf16"),
+        buf("b_dye", rows * s.row_bytes, dtype="bf16"),
+        buf("b_dxe", rows * s.row_bytes, dtype="bf16"),
+        buf("b_dg", rows * I * 2, dtype="bf16"),
+        buf("b_du", rows * I * 2, dtype="bf16"),
         buf("b_table", 64 * (tiles + 1), region="control", dtype="i64"),
         buf("dw_gate", El * H * I * 4, dtype="f32"),
         buf("dw_up", El * H * I * 4, dtype="f32"),
@@ -59,18 +61,25 @@ def combine_bwd_launch(s, cfg, stream, map_, dsend):
                             ("tokens", s.tokens), ("topk", s.top_k), ("hidden", s.hidden)))
 
 
-def expert_bwd_launches(s, stream, tbs, counts, xe, he, cap):
-    """The experts' backward over the expert-major dO rows in b_dye: the tile table, then
-    grouped_bwd_act, grouped_dgrad (dX into b_dxe) and grouped_wgrad on `tbs` thread blocks.
-    `xe` / `he` name the forward's expert-major input rows and activations, `counts` the rows per
-    local expert ([El] i64)."""
+def expert_bwd_launches(s, stream, tbs, counts, xe, he, cap, bases):
+    """The experts' backward over the expert-major dO rows in b_dye ([El][cap] rows): the tile
+    table (grouped_tiles), then `expert_bwd_kernels`. `xe` / `he` name the forward's
+    expert-major input rows and activations, `counts` the rows per local expert ([El] i64),
+    `bases` each local expert's first row ([El] i64: e * cap)."""
+    return [LaunchConfig(kernel="grouped_tiles", grid=1, stream=stream, params=(
+        ("counts", f"@{counts}"), ("table", "@b_table"), ("xe", f"@{xe}"), ("he", "@b_dg"),
+        ("ye", "@b_dye"), ("cap", cap), ("local_experts", s.local_experts),
+        ("tile_rows", s.tile_rows), ("hidden", s.hidden), ("ffn", s.ffn)))] \
+        + expert_bwd_kernels(s, stream, tbs, counts, bases, xe, he)
+
+
+def expert_bwd_kernels(s, stream, tbs, counts, bases, xe, he):
+    """grouped_bwd_act, grouped_dgrad (dX into b_dxe) and grouped_wgrad on `tbs` thread blocks
+    over the table in b_table (built by the scheme: grouped_tiles or its own); the rows of b_dye,
+    b_dxe, b_dg, b_du sit at the same row index as the forward's `xe` / `he` rows."""
     common = (("hidden", s.hidden), ("ffn", s.ffn))
     tile = (("tile_rows", s.tile_rows), ("n_tile", s.n_tile))
     return [
-        LaunchConfig(kernel="grouped_tiles", grid=1, stream=stream, params=(
-            ("counts", f"@{counts}"), ("table", "@b_table"), ("xe", f"@{xe}"), ("he", "@b_dg"),
-            ("ye", "@b_dye"), ("cap", cap), ("local_experts", s.local_experts),
-            ("tile_rows", s.tile_rows)) + common),
         LaunchConfig(kernel="grouped_bwd_act", grid=tbs, stream=stream, params=(
             ("table", "@b_table"), ("dg", "@b_dg"), ("du", "@b_du"), ("wg", "@w_gate"),
             ("wu", "@w_up"), ("wd", "@w_down"), ("bacct", "@bacct")) + common + tile),
@@ -78,10 +87,10 @@ def expert_bwd_launches(s, stream, tbs, counts, xe, he, cap):
             ("table", "@b_table"), ("dg", "@b_dg"), ("du", "@b_du"), ("wg", "@w_gate"),
             ("wu", "@w_up"), ("dye", "@b_dye"), ("dxe", "@b_dxe")) + common + tile),
         LaunchConfig(kernel="grouped_wgrad", grid=tbs, stream=stream, params=(
-            ("counts", f"@{counts}"), ("xe", f"@{xe}"), ("he", f"@{he}"), ("dg", "@b_dg"),
-            ("du", "@b_du"), ("dye", "@b_dye"), ("dwg", "@dw_gate"), ("dwu", "@dw_up"),
-            ("dwd", "@dw_down"), ("cap", cap), ("local_experts", s.local_experts))
-            + common + (("n_tile", s.n_tile),)),
+            ("counts", f"@{counts}"), ("bases", f"@{bases}"), ("xe", f"@{xe}"),
+            ("he", f"@{he}"), ("dg", "@b_dg"), ("du", "@b_du"), ("dye", "@b_dye"),
+            ("dwg", "@dw_gate"), ("dwu", "@dw_up"), ("dwd", "@dw_down"),
+            ("local_experts", s.local_experts)) + common + (("n_tile", s.n_tile),)),
     ]
 
 
@@ -97,15 +106,16 @@ def dispatch_bwd_launch(s, cfg, stream, dret, map_):
                             ("topk", s.top_k), ("hidden", s.hidden)))
 
 
-def shared_bwd(s, cfg, stream, buf):
+def shared_bwd(s, cfg, stream, buf, done_flag=True):
     """The shared experts' backward (no communication): per shared expert the dense FFN backward
     kernels of workloads/kernels/tp/ffn_backward.s (ffn_bwd_act, ffn_dgrad into b_dxs[s],
     ffn_wgrad into ds_gate / ds_up / ds_down[s]) over the GPU's tokens, then b_sdone = 1, on
     `stream` in the backward's order. (On a stream of their own they would have to wait for the
     backward's start - dy exists once the forward is done - and a waiting thread block would sit
     on an SM during the forward: the engine has no cross-stream event that waits off the SMs.)
-    Returns (buffers, [(launch, phase)]); no launches without shared experts. `buf` is
-    layer._buf."""
+    Returns (buffers, [(launch, phase)]); no launches without shared experts. Without
+    `done_flag` no b_sdone (a scheme whose gradient combine follows on the same stream). `buf`
+    is layer._buf."""
     T, H, Is, S = s.tokens, s.hidden, s.shared_ffn, s.shared
     _buf = buf
     bufs = [_buf("b_sdone", 8, region="control", dtype="i64"),
@@ -135,8 +145,9 @@ def shared_bwd(s, cfg, stream, buf):
                 ("x", "@x"), ("dy", "@dy"), ("hs", f"@hs + {e * T * Is * 2}"), ("dg", "@b_sdg"),
                 ("du", "@b_sdu"), ("dwg", f"@ds_gate + {g}"), ("dwu", f"@ds_up + {g}"),
                 ("dwd", f"@ds_down + {g}")) + dims + (("n_tile", s.n_tile),)))]
-    out.append((LaunchConfig(kernel="flag_set", grid=1, stream=stream,
-                             params=(("addr", "@b_sdone"), ("value", 1))), "backward_expert"))
+    if done_flag:
+        out.append((LaunchConfig(kernel="flag_set", grid=1, stream=stream,
+                                 params=(("addr", "@b_sdone"), ("value", 1))), "backward_expert"))
     return bufs, out
 
 
@@ -169,6 +180,14 @@ def add_backward_stats(sim, layer, starts, ends, tensor_peak):
                 float(np.mean(per_gpu)) * 1e-6 if per_gpu else 0.0, "us",
                 f"backward phase {phase[9:]}: first start to last end of its launches, mean over "
                 f"GPUs")
+    names = sorted({sim.launches[i].kernel for i in idx})
+    for name in names:
+        per_gpu = np.zeros(layer.shape.num_gpus)
+        for i in idx:
+            if sim.launches[i].kernel == name:
+                per_gpu[sim.launches[i].gpu] += ends[i] - starts[i]
+        out.add(f"system.moe.backward.kernel.{name}_us", float(per_gpu.mean()) * 1e-6, "us",
+                f"backward: the summed durations of kernel '{name}''s launches, mean over GPUs")
     ideal = float((backward_flops(layer) / tensor_peak).max()) * 1e12
     out.add("system.moe.backward.ideal_compute_us", ideal * 1e-6, "us",
             "the busiest GPU's backward expert GEMM FLOPs (16 H I per routed row: dgrad, wgrad "
@@ -178,6 +197,8 @@ def add_backward_stats(sim, layer, starts, ends, tensor_peak):
     counts = np.zeros(4, np.int64)
     for g in range(layer.shape.num_gpus):
         counts += sim.read_buffer(g, "bacct", "i64")[:4]
+        for name, word, into in plan.backward_acct:
+            counts[into] += sim.read_buffer(g, name, "i64")[word]
     for i, name in enumerate(BACKWARD_ROWS):
         out.add(f"system.moe.backward.rows_{name}", int(counts[i]), "count",
                 f"token-expert gradient rows {name} in the backward over all GPUs (must equal "
@@ -205,7 +226,7 @@ def check_backward(sim, layer, x, wg, wu, wd, unslice):
     system.moe.backward.{dx,dw,dw_gate,dw_up,dw_down,ds_gate,ds_up,ds_down}_max_abs_error and the
     references' scales."""
     from .moe_backward import moe_layer_backward_reference
-    from .reference import max_abs_error
+    from .reference import max_abs_error, to_bf16
     s = layer.shape
     P, T, H, I, El, k = s.num_gpus, s.tokens, s.hidden, s.ffn, s.local_experts, s.top_k
     dy = np.stack([sim.read_buffer(g, "dy").reshape(T, H) for g in range(P)])
@@ -218,8 +239,15 @@ def check_backward(sim, layer, x, wg, wu, wd, unslice):
             shared[key] = np.stack([unslice(sim.read_buffer(g, name).reshape(S, -1), n, cols)
                                     for g in range(P)])
     ref = moe_layer_backward_reference(x, layer.routing.topk_idx, layer.routing.topk_weight,
-                                       wg, wu, wd, dy, expert_rows=order, **shared)
-    got = {"dx": np.stack([sim.read_buffer(g, "dx").reshape(T, H) for g in range(P)]),
+                                       wg, wu, wd, dy, expert_rows=order, **shared,
+                                       **layer.plan.backward_reference)
+    if layer.plan.backward_dx_f32:
+        # the scheme's gradient combine writes fp32 (as its forward's): dx is its bf16 rounding
+        dx = np.stack([to_bf16(sim.read_buffer(g, layer.plan.backward_dx_f32, "f32")
+                               [:T * H].reshape(T, H)) for g in range(P)])
+    else:
+        dx = np.stack([sim.read_buffer(g, "dx").reshape(T, H) for g in range(P)])
+    got = {"dx": dx,
            "dw": np.stack([sim.read_buffer(g, "dw").reshape(T, k) for g in range(P)])}
     n = s.n_tile
     for name, cols in (("dw_gate", I), ("dw_up", I), ("dw_down", H)):

@@ -77,12 +77,21 @@ def kernels_finished(sim, kernels):
     return bool(done) and all(done)
 
 
-def kernel_ticks_per_gpu(sim, kernels):
-    """Per GPU, the summed durations (ticks) of the launches of the kernels named in `kernels`
-    (the per-kernel times DeepEP's tests take with CUDA events)."""
+def forward_launches(sim, layer):
+    """The run's launches without the backward's (passes: training runs some of the forward's
+    kernels again: a forward figure counts the forward's launches alone)."""
+    by = layer.plan.launch_phases
+    return [li for li in sim.launches
+            if not (by and by[li.config_index].startswith("backward"))]
+
+
+def kernel_ticks_per_gpu(sim, kernels, launches=None):
+    """Per GPU, the summed durations (ticks) of the launches (`launches`, by default the run's)
+    of the kernels named in `kernels` (the per-kernel times DeepEP's tests take with CUDA
+    events)."""
     st = sim.state
     per_gpu = np.zeros(sim.cfg.system.num_gpus, dtype=np.int64)
-    for li in sim.launches:
+    for li in (sim.launches if launches is None else launches):
         if li.kernel in kernels:
             per_gpu[li.gpu] += int(st.ln[li.index].end) - int(st.ln[li.index].start)
     return per_gpu

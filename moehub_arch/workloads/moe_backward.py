@@ -54,7 +54,8 @@ def _row_dot(a, b) -> np.ndarray:
 
 def moe_layer_backward_reference(x, topk_idx, topk_weight, w_gate, w_up, w_down, dy,
                                  shared_gate=None, shared_up=None, shared_down=None,
-                                 expert_rows=None) -> dict:
+                                 expert_rows=None, combine="per_slot",
+                                 local_experts=None) -> dict:
     """The gradients of one MoE layer (forward: `reference.moe_layer_reference`, combine
     "per_slot") given dy [P, T, H] (bf16 values), the gradient of its output.
 
@@ -71,7 +72,16 @@ def moe_layer_backward_reference(x, topk_idx, topk_weight, w_gate, w_up, w_down,
     expert_rows: {expert: (flat tokens, slots)} - the order of each expert's rows in a scheme's
     buffer (flat token = GPU x T + token), which the wgrad's fp32 sums over rows follow; by
     default global token order.
+    combine: the order of dx's sum (the dispatch's backward). "per_slot": the shared experts'
+    rows, then the slots in order, in fp32, rounded once. "per_rank" (DeepEP's combine, with
+    `local_experts` experts per GPU): each rank's partial - the fp32 sum of the token's slots whose
+    expert it holds, in slot order, rounded to bf16 on the way home - added after the shared
+    experts' rows, ranks ascending, in fp32, rounded once.
     """
+    if combine not in ("per_slot", "per_rank"):
+        raise ValueError(f"combine must be per_slot or per_rank, not {combine!r}")
+    if combine == "per_rank" and not local_experts:
+        raise ValueError("combine='per_rank' needs local_experts (experts per GPU)")
     x = np.asarray(x, F32)
     dy = np.asarray(dy, F32)
     idx = np.asarray(topk_idx, np.int64)
@@ -126,8 +136,19 @@ def moe_layer_backward_reference(x, topk_idx, topk_weight, w_gate, w_up, w_down,
                 dxs, dg_[s], du_[s], dd_[s] = ffn_backward(rows[rs], grows[rs], sg[s], su[s], sd[s])
                 acc[rs] = (acc[rs] + dxs).astype(F32)
         out.update(ds_gate=dsg, ds_up=dsu, ds_down=dsd)
-    for j in range(k):                                  # the dispatch's backward: a combine
-        acc = (acc + dx_slot[:, j, :]).astype(F32)
+    if combine == "per_slot":
+        for j in range(k):                              # the dispatch's backward: a combine
+            acc = (acc + dx_slot[:, j, :]).astype(F32)
+    else:
+        rank = flat_idx // local_experts                # [n, k]: the GPU holding slot j's expert
+        for r in range(int(len(w_gate)) // local_experts):
+            on = rank == r
+            if not on.any():
+                continue
+            part = np.zeros((n, h), F32)
+            for j in range(k):
+                part = np.where(on[:, j, None], (part + dx_slot[:, j, :]).astype(F32), part)
+            acc = np.where(on.any(axis=1)[:, None], (acc + to_bf16(part)).astype(F32), acc)
     out["dx"] = to_bf16(acc).reshape(p, t, h)
     return out
 

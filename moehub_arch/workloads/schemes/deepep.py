@@ -51,9 +51,10 @@ import numpy as np
 from ...config.schema import LaunchConfig
 from ..bandwidth import (dispatch_row_bytes, mean_rank_bandwidth_GBps, node_rows_sent_per_rank,
                          tokens_received_per_rank)
-from ..layer_stats import kernel_ticks_per_gpu, kernels_finished
+from ..layer_stats import forward_launches, kernel_ticks_per_gpu, kernels_finished
 from ..layer import (ACCT_NAMES, SHARED_KERNELS, LayerError, SchemePlan, _buf,
                      shared_expert_launches)
+from ..deepep_backward import backward_kernel_files, backward_plan, backward_refusal
 
 KERNELS = "workloads/kernels/deepep/deepep.s"
 INTERNODE_KERNELS = "workloads/kernels/deepep/internode.s"
@@ -175,20 +176,45 @@ def plan(layer, internode=None):
         # DeepEP's benchmark combines the rows each rank received, unweighted
         reference.update(combine="rank_rows")
     sbufs, slaunch = shared_experts_or_identity(layer, comm_only, reference)
+    phases = {"mediation": ("deepep_layout", "deepep_notify"),
+              "dispatch": (("deepep_dispatch_internode",) if forward else ("deepep_dispatch",)),
+              "expert": () if comm_only else ("deepep_gate_up", "deepep_down") + SHARED_KERNELS,
+              "combine": (("deepep_combine_internode", "deepep_reduce_nodes") if forward else
+                          combine_kernels(opts))}
+    files = (KERNELS, INTERNODE_KERNELS) if forward else (KERNELS,)
+    why = backward_refusal(cfg, comm_only=comm_only, forward_internode=forward)
+    back = {}
+    launches = launches + slaunch
+    if cfg.workload.layer.passes == "training" and not why:
+        # the backward (deepep_backward.py) on stream 0 after the forward; phases go by launch,
+        # since the cached notify and the combine kernel serve both passes
+        bbufs, blaunches, bpresets, row_order = backward_plan(
+            layer, counts=counts, rows_cap=rows_cap, tiles_cap=tiles_cap, C=C, groups=groups,
+            dispatch_smem=tma_staging_bytes(cfg, DISPATCH_SMEM_BYTES),
+            combine_smem=(max(0, tma_staging_bytes(cfg, COMBINE_SMEM_BYTES)
+                              - P * COMBINE_ACC_BYTES) if groups == P else 0),
+            combine_ctl_bytes=combine_ctl_bytes(opts, C, P),
+            combine_chunk=combine_chunk_tokens(opts), epoch=EPOCH + 1)
+        by_kernel = {kname: phase for phase, names in phases.items() for kname in names}
+        back = dict(
+            launch_phases=tuple(by_kernel.get(l.kernel, "") for l in launches)
+            + tuple(phase for _, phase in blaunches),
+            presets=bpresets, backward=True, backward_row_order=row_order,
+            backward_reference={"combine": "per_rank", "local_experts": El},
+            backward_dx_f32="dp_bdx", backward_acct=(("dp_bacct", 3, 2),))
+        buffers = buffers + bbufs
+        launches = launches + [launch for launch, _ in blaunches]
+        files = files + backward_kernel_files()
     return SchemePlan(
-        buffers=tuple(buffers + sbufs), launches=tuple(launches + slaunch),
-        kernel_files=(KERNELS, INTERNODE_KERNELS) if forward else (KERNELS,), n_tile=n,
-        phases={"mediation": ("deepep_layout", "deepep_notify"),
-                "dispatch": (("deepep_dispatch_internode",) if forward else ("deepep_dispatch",)),
-                "expert": () if comm_only else ("deepep_gate_up", "deepep_down") + SHARED_KERNELS,
-                "combine": (("deepep_combine_internode", "deepep_reduce_nodes") if forward else
-                            combine_kernels(opts))},
+        buffers=tuple(buffers + sbufs), launches=tuple(launches),
+        kernel_files=files, n_tile=n, phases=phases,
         mediation_extra_ps=opts.host_sync_latency + cfg.system.gpu.kernel_launch_latency,
         reference_kwargs=reference,
         checked_accounting=tuple(a for a in ACCT_NAMES if not (comm_only and a == "computed")),
         extra_stats=functools.partial(add_bandwidth_stats, dispatch_bytes=db,
                                       node_gpus=L if forward else 0,
-                                      combine=combine_kernels(opts)))
+                                      combine=combine_kernels(opts)),
+        backward_why=why, **back)
 
 
 def shared_experts_or_identity(layer, comm_only, reference):
@@ -426,15 +452,17 @@ def add_bandwidth_stats(sim, layer, dispatch_bytes, node_gpus=0,
     rows = tokens_received_per_rank(layer.routing.topk_idx, s.local_experts)
     st, out = sim.state, sim.stats
 
+    forward = forward_launches(sim, layer)
+
     def ticks(kernel):
-        return kernel_ticks_per_gpu(sim, (kernel,))
+        return kernel_ticks_per_gpu(sim, (kernel,), forward)
 
     def span(kernels):
         # per GPU, from the start of the first of `kernels` to the end of the last: the launch
         # gaps between them included, as CUDA events around one DeepEP Buffer call time them
         first = np.full(s.num_gpus, np.iinfo(np.int64).max, dtype=np.int64)
         last = np.zeros(s.num_gpus, dtype=np.int64)
-        for li in sim.launches:
+        for li in forward:
             if li.kernel in kernels:
                 first[li.gpu] = min(first[li.gpu], int(st.ln[li.index].start))
                 last[li.gpu] = max(last[li.gpu], int(st.ln[li.index].end))
@@ -494,7 +522,7 @@ def add_bandwidth_stats(sim, layer, dispatch_bytes, node_gpus=0,
     if not combine_done:
         return
     if cached:
-        starts = np.array([int(st.ln[li.index].start) for li in sim.launches
+        starts = np.array([int(st.ln[li.index].start) for li in forward
                            if li.kernel == "deepep_cached_notify"], dtype=np.int64)
         if starts.size:
             out.add("system.moe.deepep.combine_entry_skew_us",

@@ -35,6 +35,12 @@ from ..layer import (ACCT_NAMES, GROUPED_KERNELS, SHARED_KERNELS, LayerError, Sc
 from .deepep import node_gpus, shared_experts_or_identity
 
 KERNELS = "workloads/kernels/deepep/low_latency.s"
+# DeepEP's README: the normal kernels serve "both training and inference prefilling", the
+# low-latency kernels "latency-sensitive inference decoding"; its training integrations
+# (Megatron-Core's fused_a2a.py) wrap the normal Buffer.dispatch / combine in autograd only
+LL_NO_BACKWARD = ("DeepEP's low-latency kernels are its inference-decoding kernels (DeepEP's "
+                  "README; the training integrations such as Megatron-Core's fused_a2a.py run "
+                  "the normal kernels' backward): train with scheme deepep")
 
 
 def plan(layer):
@@ -101,7 +107,7 @@ def plan(layer):
     sbufs, slaunch = shared_experts_or_identity(layer, comm_only, reference)
     return SchemePlan(
         buffers=tuple(buffers + sbufs), launches=tuple(launches + slaunch),
-        kernel_files=(KERNELS,), n_tile=s.n_tile,
+        kernel_files=(KERNELS,), n_tile=s.n_tile, backward_why=LL_NO_BACKWARD,
         phases={"mediation": (),
                 "dispatch": ("deepep_ll_dispatch",),
                 "expert": () if comm_only else gemm + SHARED_KERNELS,

@@ -72,7 +72,15 @@ def plan(layer):
         out.add("system.moe.hiermoe.swap_max_gpu_rows_after", after, "rows",
                 "the same after the expert swap")
 
-    return attrs.evolve(base, extra_stats=stats)
+    # the backward (passes: training): at the gpu level HierMoE's dispatch is DeepEP's direct one
+    # (a row once per destination GPU), so is its backward - the cached dispatch of dy, and the
+    # fan-out to a GPU's experts summed there before one row per (token, GPU) goes home
+    # (deepep_backward.py); the node level's internode kernels have none
+    why = base.backward_why
+    if level == "node" and why:
+        why = ("HierMoE's node level runs DeepEP's internode kernels, which have no backward here "
+               "(workload.layer.hiermoe.level: gpu has)")
+    return attrs.evolve(base, extra_stats=stats, backward_why=why)
 
 
 def gpu_rows(topk_idx, local_experts):

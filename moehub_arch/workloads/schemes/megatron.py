@@ -159,7 +159,9 @@ def plan(layer):
         bbufs = backward_buffers(s, cap, _buf) + [
             _buf("mg_dsend", pairs * rb, dtype="bf16"),
             _buf("mg_dret", pairs * rb, dtype="bf16"),
-            _buf("mg_darrive", 8, region="control", dtype="i64")]
+            _buf("mg_darrive", 8, region="control", dtype="i64"),
+            _buf("mg_bases", El * 8, region="control", dtype="i64")]
+        presets["mg_bases"] = i64_preset(np.tile(np.arange(El, dtype=np.int64) * cap, (P, 1)))
         drecv, dback = ("@mg_drecv", "@mg_dback") if sort else ("@b_dye", "@b_dxe")
         if sort:
             bbufs += [_buf("mg_drecv", recv_rows * rb, dtype="bf16"),
@@ -177,7 +179,8 @@ def plan(layer):
         if sort:
             add(copy_launch(0, min(nsm, n_sort), "@mg_sort", n_sort, "@mg_drecv", "@b_dye"),
                 "backward_dispatch")
-        for launch in expert_bwd_launches(s, 0, nsm, "mg_rows", "mg_xe", "he", cap):
+        for launch in expert_bwd_launches(s, 0, nsm, "mg_rows", "mg_xe", "he", cap,
+                                              "mg_bases"):
             add(launch, "backward_expert")
         if sort:
             add(copy_launch(0, min(nsm, n_sort), "@mg_unsort", n_sort, "@b_dxe", "@mg_dback"),

@@ -7,7 +7,8 @@
 #                     pair's row of the scheme's send buffer (map[t * k + j]): the combine's
 #                     backward is a dispatch of output gradients
 #   grouped_bwd_act   per expert tile and column job q of I: G, U recomputed, D = dO Wd^T,
-#                     dU = bf16(silu(G) D), dG = bf16(silu'(G) (D U))   (as tp/ffn_backward.s)
+#                     dU = bf16(silu(G) D), dG = bf16(silu'(G) (D U))   (lib/gemm_tiles.s
+#                     swiglu_grad_store, shared with tp/ffn_backward.s)
 #   grouped_dgrad     dX_e = bf16(dG Wg^T + dU Wu^T) per tile and column job c of H
 #   grouped_wgrad     dWg = X^T dG, dWu = X^T dU, dWd = Hh^T dO per expert, fp32, over its rows in
 #                     the buffer's order (an expert with no rows: zero gradients)
@@ -143,16 +144,10 @@ d_step:
     bra d_step
 d_done:
     mul r5, r3, r28              # r5 = byte offset of column q n in a dg / du row
-    vsilu_mul.bf16.f32 r11, r8, r10, r6      # dU = silu(G) * D
-    sub r4, r15, %dg
-    add r4, r4, %du
-    add r4, r4, r5
-    copy2d r4, r11, r13, r28, r27, r28
-    vmul.f32 r9, r10, r9, r6                 # D * U
-    vdsilu_mul.f32 r9, r8, r9, r6            # dG = silu'(G) * (D * U)
-    vcvt.bf16.f32 r11, r9, r6
-    add r4, r15, r5
-    copy2d r4, r11, r13, r28, r27, r28
+    add r7, r15, r5              # r7 = dG rows, column q n
+    sub r4, r7, %dg
+    add r4, r4, %du              # r4 = the same in du
+    swiglu_grad_store r8, r9, r10, r11, r6, r13, r28, r27, r4, r7
     bne r3, 0, counted
     add r29, r29, r13
 counted:
@@ -238,10 +233,13 @@ end:
 # grouped_wgrad: jobs (expert, gradient, [n][n] tile): for each local expert 3 J jobs,
 # J = (I / n)(H / n): dWg (tile q of I, rows hb n.. of H: X[:, hb n..]^T dG[:, q n..]), dWu (the
 # same with dU), dWd (tile c of H, rows ib n.. of I: Hh[:, ib n..]^T dO[:, c n..]); each one
-# mma.bf16.at over k = the expert's rows (counts[e]), the fp32 accumulator stored.
+# mma.bf16.at over k = the expert's rows (counts[e], from row bases[e] of the expert-major
+# buffers: e * cap in an [El][cap] layout, the prefix sum in a packed one), the fp32 accumulator
+# stored.
 .kernel grouped_wgrad
 .param counts                # [El] i64: rows per local expert
-.param xe                    # [El][cap][H] bf16: the forward's input rows
+.param bases                 # [El] i64: the row index of each local expert's first row
+.param xe                    # [rows][H] bf16: the forward's input rows
 .param he                    # [El][cap][I] bf16: the forward's activations
 .param dg
 .param du
@@ -249,7 +247,6 @@ end:
 .param dwg
 .param dwu
 .param dwd
-.param cap
 .param local_experts
 .param hidden
 .param ffn
@@ -275,7 +272,9 @@ job:
     add r11, r11, %counts
     ld r11, [r11]                # r11 = the expert's rows
     vzero.f32 r8, r20
-    mul r12, r10, %cap           # r12 = the expert's first row in the [El][cap] buffers
+    shl r12, r10, 3
+    add r12, r12, %bases
+    ld r12, [r12]                # r12 = the expert's first row in the expert-major buffers
     beq r1, 2, down
     div r3, r2, r23              # r3 = q (column tile of I)
     rem r4, r2, r23              # r4 = hb (row block of H)

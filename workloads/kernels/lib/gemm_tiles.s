@@ -27,6 +27,12 @@
 #   swiglu_acc acc, acc_u, a, b, b_up, rows, n, k, elems, q, cold, cold_value
 #       acc = A B, acc_u = A B_up (fp32)  swiglu_tile's mainloop without the activation (the
 #                                       training backward recomputes G and U, tp/ffn_backward.s)
+#   swiglu_grad_store g, u, d, out, elems, rows, nbytes, row_bytes, du_dst, dg_dst
+#       SwiGLU's backward from the recomputed G, U and D = dO Wd^T ([rows][n] fp32 tiles g, u, d):
+#       dU = bf16(silu(G) D) and dG = bf16(silu'(G) (D U)), each staged in `out` and stored as
+#       `rows` rows of nbytes (2 n) to du_dst / dg_dst, row_bytes apart (copy2d) - the one macro
+#       that stores to memory, shared by the dense FFN's and the MoE experts' backward
+#       (tp/ffn_backward.s, common/moe_backward.s). Overwrites u with dG in fp32.
 
 .macro gemm_tile acc, out, a, b, rows, n, k, elems, q, cold, cold_value
     vzero.f32 \acc, \elems
@@ -135,4 +141,13 @@ done_\@:
     div \q, \t1, \t2
     rem \t1, \t1, \t2
     add \tile, \tile, \t1
+.endm
+
+.macro swiglu_grad_store g, u, d, out, elems, rows, nbytes, row_bytes, du_dst, dg_dst
+    vsilu_mul.bf16.f32 \out, \g, \d, \elems    # dU = silu(G) * D
+    copy2d \du_dst, \out, \rows, \nbytes, \row_bytes, \nbytes
+    vmul.f32 \u, \d, \u, \elems                # D * U
+    vdsilu_mul.f32 \u, \g, \u, \elems          # dG = silu'(G) * (D * U)
+    vcvt.bf16.f32 \out, \u, \elems
+    copy2d \dg_dst, \out, \rows, \nbytes, \row_bytes, \nbytes
 .endm

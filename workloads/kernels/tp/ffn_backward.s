@@ -87,14 +87,9 @@ d_done:
     mul r17, r4, r27
     mul r18, r3, r28
     add r17, r17, r18            # r17 = byte offset of [first row][q n] in dg / du
-    vsilu_mul.bf16.f32 r11, r8, r10, r6      # dU = silu(G) * D
     add r18, r17, %du
-    copy2d r18, r11, r5, r28, r27, r28
-    vmul.f32 r9, r10, r9, r6                 # D * U
-    vdsilu_mul.f32 r9, r8, r9, r6            # dG = silu'(G) * (D * U)
-    vcvt.bf16.f32 r11, r9, r6
-    add r18, r17, %dg
-    copy2d r18, r11, r5, r28, r27, r28
+    add r19, r17, %dg
+    swiglu_grad_store r8, r9, r10, r11, r6, r5, r28, r27, r18, r19
     add r0, r0, %ntb
     bra job
 end:
