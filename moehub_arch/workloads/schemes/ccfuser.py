@@ -34,12 +34,12 @@ loads leave the same NVLink traffic; the GEMM blocks' SMs do not issue them).
 """
 import numpy as np
 
-from ..alltoall import KERNELS as A2A_KERNELS, flag_set_launch, i64_preset
+from ..alltoall import KERNELS as A2A_KERNELS, i64_preset
 from ..layer import (ACCT_NAMES, LayerError, SchemePlan, _buf, combine_launch,
                      shared_expert_launches)
 from ...config.schema import LaunchConfig
 from .deepep import EPOCH
-from .megatron import KERNELS as MEGATRON_KERNELS
+from .megatron import KERNELS as MEGATRON_KERNELS, count_exchange
 from .overlap import KERNELS as OVERLAP_KERNELS
 
 KERNELS = "workloads/kernels/ccfuser/ccfuser.s"
@@ -48,8 +48,7 @@ KERNELS = "workloads/kernels/ccfuser/ccfuser.s"
 def plan(layer):
     s, cfg = layer.shape, layer.cfg
     opts = cfg.workload.layer.ccfuser
-    P, T, k, E, El, H, I = (s.num_gpus, s.tokens, s.top_k, s.experts, s.local_experts, s.hidden,
-                            s.ffn)
+    P, k, El, H, I = s.num_gpus, s.top_k, s.local_experts, s.hidden, s.ffn
     tile = s.tile_rows
     nsm = cfg.system.gpu.num_sms
     if opts.compute_tbs > nsm:
@@ -90,10 +89,8 @@ def plan(layer):
     homes = [x + [0] * (rows_cap - len(x)) for x in homes]
     tiles = [[w for ent in t for w in ent] + [0] * (4 * (tiles_cap - len(t))) for t in tiles]
     info_published = [[0, row[1], 0, 0] for row in info]      # the epoch arrives by flag_set
-    buffers = [
-        _buf("mg_counts", E * 8, region="control", dtype="i64"),
-        _buf("mg_allcounts", P * E * 8, region="control", dtype="i64"),
-        _buf("mg_bar", P * 8, region="control", dtype="i64"),
+    count_bufs, count_launches = count_exchange(s, opts.pull_tbs)
+    buffers = count_bufs + [
         _buf("ccf_info", 32, region="control", dtype="i64"),
         _buf("ccf_tiles", tiles_cap * 32 + 64, region="control", dtype="i64"),  # + 64: ld.v8
         _buf("ccf_list", rows_cap * 8, region="control", dtype="i64"),
@@ -107,12 +104,7 @@ def plan(layer):
     presets = {"ccf_info": i64_preset(info_published), "ccf_tiles": i64_preset(tiles),
                "ccf_list": i64_preset(lists), "ccf_home": i64_preset(homes)}
     sbufs, shared = shared_expert_launches(s, cfg, stream=1)
-    launches = [
-        LaunchConfig(kernel="mg_count", grid=opts.pull_tbs, stream=0, params=(
-            ("topk_idx", "@topk_idx"), ("counts", "@mg_counts"), ("tokens", T), ("topk", k))),
-        LaunchConfig(kernel="mg_allgather", grid=1, stream=0, params=(
-            ("counts", "@mg_counts"), ("allcounts", "@mg_allcounts"), ("bar", "@mg_bar"),
-            ("experts", E))),
+    launches = count_launches + [
         LaunchConfig(kernel="flag_set", grid=1, stream=0, host_delay=opts.host_sync_latency,
                      params=(("addr", "@ccf_info + 16"), ("value", EPOCH))),
         LaunchConfig(kernel="ccf_pull", grid=opts.pull_tbs, stream=0, params=(

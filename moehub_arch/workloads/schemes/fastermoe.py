@@ -54,12 +54,12 @@ import numpy as np
 
 from ..alltoall import (ENTRY_BYTES, KERNELS as A2A_KERNELS, PhasedLaunches, a2a_launch,
                         entries_preset, flag_set_launch, flag_wait_launch, gather_launch,
-                        i64_preset, pad_tables, permute_launch, split_pieces)
+                        i64_preset, permute_launch, split_pieces)
 from ..layer import (ACCT_NAMES, LayerError, SchemePlan, _buf, combine_launch,
                      grouped_gemm_launches, shared_expert_launches)
 from ..layer_stats import tensor_peak
 from ...config.schema import LaunchConfig
-from .megatron import KERNELS as MEGATRON_KERNELS
+from .megatron import KERNELS as MEGATRON_KERNELS, count_exchange
 
 KERNELS = "workloads/kernels/fastermoe/fastermoe.s"
 
@@ -91,7 +91,7 @@ def shadow_policy(loads, s, cfg):
 def plan(layer):
     s, cfg = layer.shape, layer.cfg
     opts = cfg.workload.layer.fastermoe
-    P, T, k, E, El, H = s.num_gpus, s.tokens, s.top_k, s.experts, s.local_experts, s.hidden
+    P, E, El = s.num_gpus, s.experts, s.local_experts
     rb, pairs, mat = s.row_bytes, s.pairs, s.hidden * s.ffn * 2
     nsm = cfg.system.gpu.num_sms
     tbs, piece = opts.permute_tbs, opts.a2a_chunk_bytes
@@ -167,10 +167,8 @@ def plan(layer):
     bwd_t, n_bwd = per_peer(bwd)
     rows_step = region.reshape(P, n * El)                                # [r][st * El + le]
     step_bytes = El * cap * rb
-    buffers = [
-        _buf("mg_counts", E * 8, region="control", dtype="i64"),
-        _buf("mg_allcounts", P * E * 8, region="control", dtype="i64"),
-        _buf("mg_bar", P * 8, region="control", dtype="i64"),
+    count_bufs, count_launches = count_exchange(s, tbs)
+    buffers = count_bufs + [
         _buf("fm_cnt", E * 8, region="control", dtype="i64"),
         _buf("fm_base", E * 8, region="control", dtype="i64"),
         _buf("fm_map", pairs * 8, region="control", dtype="i64"),
@@ -193,12 +191,8 @@ def plan(layer):
     sbufs, shared = shared_expert_launches(s, cfg, stream=2)
     for launch in shared:
         add(launch, "expert")
-    add(LaunchConfig(kernel="mg_count", grid=tbs, stream=0, params=(
-        ("topk_idx", "@topk_idx"), ("counts", "@mg_counts"), ("tokens", T), ("topk", k))),
-        "mediation")
-    add(LaunchConfig(kernel="mg_allgather", grid=1, stream=0, params=(
-        ("counts", "@mg_counts"), ("allcounts", "@mg_allcounts"), ("bar", "@mg_bar"),
-        ("experts", E))), "mediation")
+    for launch in count_launches:
+        add(launch, "mediation")
     add(permute_launch(s, 0, tbs, cnt="@fm_cnt", base="@fm_base", out="@fm_send",
                        map_="@fm_map", cap=pairs, host_delay=opts.host_sync_latency), "dispatch")
 

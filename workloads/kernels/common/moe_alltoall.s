@@ -98,11 +98,7 @@ go:
     add r1, r1, %tb
     rem r1, r1, %ngpu            # r1 = peer
     put_ranges r1, r1
-    beq %done, 0, end
-    shl r8, %gpu, 3
-    add r8, r8, %done
-    flag.set r1, [r8], 1
-end:
+    tell_done r1
     exit
 
 # copy_chunks: local copies from a table of `count` entries (TB b takes entries b, b + ntb, ...):

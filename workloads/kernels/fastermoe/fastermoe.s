@@ -34,9 +34,5 @@
     mul r1, r9, %group
     add r1, r1, %tb              # r1 = peer
     put_ranges r1, r1
-    beq %done, 0, end
-    shl r8, %gpu, 3
-    add r8, r8, %done
-    flag.set r1, [r8], 1
-end:
+    tell_done r1
     exit

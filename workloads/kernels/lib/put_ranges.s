@@ -2,7 +2,8 @@
 # table of 32-byte entries (word 0 source offset, word 1 destination offset, word 2 bytes, word 3
 # unused; offsets relative to the kernel's %src and %dst). Used by the all-to-all dispatchers
 # (../common/moe_alltoall.s) and FasterMoE's group-wise exchange (../fastermoe/fastermoe.s).
-# The including kernel declares the params table, entries, src, dst, chunk and arrive.
+# The including kernel declares the params table, entries, src, dst, chunk, arrive (and done for
+# tell_done).
 #
 # put_ranges peer, index: put the `entries` table entries of table row `index` (at %table +
 # index * entries * 32) to GPU `peer` (ranges relative to %src and %dst, cut into puts of at most
@@ -35,4 +36,14 @@ sent_\@:
     beq %arrive, 0, arrived_\@
     atom.add r7, \peer, [%arrive], 1
 arrived_\@:
+.endm
+
+# tell_done peer: done[gpu] = 1 on GPU `peer` if %done is not 0 (after put_ranges' fence: my
+# ranges to it have landed). Uses r8.
+.macro tell_done peer
+    beq %done, 0, told_\@
+    shl r8, %gpu, 3
+    add r8, r8, %done
+    flag.set \peer, [r8], 1
+told_\@:
 .endm
