@@ -463,6 +463,13 @@ class MulticastConfig:
                       "object naming the same tracker counts towards it); '': not tracked", "")
     tile_rows: int = _f("int", "dynamic object with a tracker: rows of one tracked row tile", 0,
                         min=0)
+    layout_rows: int = _f("int", "dynamic object: rows each local target's layout may hold (the "
+                          "hub refuses a row beyond them: a full layout is a run error); the "
+                          "layouts keep the buffer's stride, buffer bytes / (targets_per_gpu x "
+                          "row_bytes) rows each, which the algebraic range (rows x row_bytes) "
+                          "may make far larger than any target receives; the token tracker's "
+                          "tile table needs entries for these rows only (targets_per_gpu x "
+                          "ceil(layout_rows / tile_rows)); 0: the whole stride", 0, min=0)
 
 
 @attrs.frozen
