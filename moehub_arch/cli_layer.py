@@ -30,7 +30,8 @@ def add_parser(sub, run_parser):
     p.add_argument("--tokens", type=int, required=True, metavar="N",
                    help="tokens routed on each GPU (workload.layer.tokens_per_gpu): any count")
     p.add_argument("--scheme", required=True,
-                   help="moehub, deepep, deepep_ll, overlap, megatron, tutel, nvls, dysharp, hiermoe")
+                   help="moehub, deepep, deepep_ll, overlap, megatron, tutel, nvls, dysharp, hiermoe, "
+                   "counted, fastermoe, ccfuser")
     p.add_argument("--system", default="dgx_h100",
                    help="a system of configs/systems/ (dgx_h100, hgx_h800, dgx_h800, gh200_nvl32, "
                         "...) or a system file (default dgx_h100)")

@@ -80,11 +80,13 @@ from ..isa.encoding import DT_BF16
 
 # columns of State.mm_objects (static NVLS objects use the first four; nvls.py)
 (OBJ_BASE, OBJ_BYTES, OBJ_MASK, OBJ_MEMBERS, OBJ_TPG, OBJ_ROWB, OBJ_ROWS, OBJ_LROWS, OBJ_COUNTS,
- OBJ_AL, OBJ_TRACK, OBJ_TILE, OBJ_TILEB, OBJ_LTILES) = range(14)
-OBJ_COLUMNS = 14
+ OBJ_AL, OBJ_TRACK, OBJ_TILE, OBJ_TILEB, OBJ_LTILES, OBJ_LCAP) = range(15)
+OBJ_COLUMNS = 15
 # OBJ_TRACK: address of the token tracker's tile-ready words + 1 (0: the object is not tracked);
 # OBJ_TILE: rows of a tracked tile; OBJ_TILEB: bytes that complete one (tile rows x the row bytes
-# of every object sharing the tracker); OBJ_LTILES: tiles per target's layout
+# of every object sharing the tracker); OBJ_LTILES: tracked tiles per target's layout (of its
+# OBJ_LCAP rows); OBJ_LROWS: a target's layout stride in rows; OBJ_LCAP: rows it may hold
+# (workload.multicast[].layout_rows, at most OBJ_LROWS)
 
 
 def dynamic_on(cfg):
@@ -362,7 +364,7 @@ def _al_translate(st, g, k, u, el, t, place):
     # written through as well (posted: the TLB holds it)
     counter = o[OBJ_COUNTS] + el * 8
     row = read_word(st, g, counter)
-    if row >= o[OBJ_LROWS]:
+    if row >= o[OBJ_LCAP]:
         return -1, ready
     write_word(st, g, counter, row + 1)
     hbm_access(st, g, counter, 8, t, True)

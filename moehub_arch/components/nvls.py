@@ -119,7 +119,7 @@ def multicast_object_rows(cfg, buffers):
         if G > 62:
             raise ValueError(f"{where}: member masks hold at most 62 GPUs (system.num_gpus = {G})")
         b = buffers[o.buffer]
-        dyn = (0,) * 10
+        dyn = (0,) * 11
         if o.targets_per_gpu > 0:
             dyn = _dynamic_columns(cfg, o, where, buffers, b)
         rows.append((b.addr, b.nbytes, sum(1 << g for g in gpus), len(gpus)) + dyn)
@@ -150,7 +150,7 @@ def _tracked_tile_bytes(cfg, rows):
 
 
 def _dynamic_columns(cfg, o, where, buffers, b):
-    """Columns OBJ_TPG .. OBJ_LTILES of a DySHARP dynamic object (dysharp.py; OBJ_TILEB is filled
+    """Columns OBJ_TPG .. OBJ_LCAP of a DySHARP dynamic object (dysharp.py; OBJ_TILEB is filled
     in by _tracked_tile_bytes); ValueError naming the key for a bad one."""
     if o.row_bytes <= 0 or o.rows <= 0:
         raise ValueError(f"{where}: a dynamic object (targets_per_gpu > 0) needs row_bytes and "
@@ -159,6 +159,11 @@ def _dynamic_columns(cfg, o, where, buffers, b):
     if layout_rows < 1:
         raise ValueError(f"{where}.buffer: '{o.buffer}' ({b.nbytes} bytes) holds no layout row of "
                          f"{o.row_bytes} bytes for each of {o.targets_per_gpu} targets")
+    if o.layout_rows > layout_rows:
+        raise ValueError(f"{where}.layout_rows: {o.layout_rows} rows per target do not fit buffer "
+                         f"'{o.buffer}' ({b.nbytes} bytes: {layout_rows} rows of {o.row_bytes} "
+                         f"bytes for each of {o.targets_per_gpu} targets)")
+    lcap = o.layout_rows or layout_rows
     need = {"counts": o.targets_per_gpu * 8, "al_table": o.rows * o.targets_per_gpu * 8}
     addr = {}
     for key, nbytes in need.items():
@@ -178,7 +183,7 @@ def _dynamic_columns(cfg, o, where, buffers, b):
             raise ValueError(f"{where}.tile_rows: a tracked dynamic object (tracker "
                              f"'{o.tracker}') needs tile_rows of at least 1, found {o.tile_rows}")
         tile_rows = o.tile_rows
-        ltiles = -(-layout_rows // tile_rows)
+        ltiles = -(-lcap // tile_rows)
         need = ltiles * o.targets_per_gpu
         if o.tracker not in buffers:
             raise ValueError(f"{where}.tracker: no buffer '{o.tracker}' (workload.buffers: "
@@ -190,15 +195,16 @@ def _dynamic_columns(cfg, o, where, buffers, b):
                              f"{t.nbytes} bytes in region {t.region}")
         if need > cfg.system.switch.nvls.dysharp.tracker_tiles:
             raise ValueError(
-                f"{where}: its receive layout has {need} row tiles ({o.targets_per_gpu} targets "
-                f"x {ltiles} tiles of {tile_rows} rows) and the token tracker's tile table holds "
-                f"{cfg.system.switch.nvls.dysharp.tracker_tiles} "
+                f"{where}: its receive layouts have {need} row tiles ({o.targets_per_gpu} "
+                f"targets x {ltiles} tiles of {tile_rows} rows: layout_rows {lcap}) and the token "
+                f"tracker's tile table holds {cfg.system.switch.nvls.dysharp.tracker_tiles} "
                 f"(system.switch.nvls.dysharp.tracker_tiles): the fused layer tracks every tile "
                 f"at once (a tile that cannot be tracked would wait for rows a full table holds "
-                f"back); raise tracker_tiles or tile_rows")
+                f"back; the model does not recycle entries); raise tracker_tiles or tile_rows, or "
+                f"lower layout_rows")
         track = t.addr + 1
     return (o.targets_per_gpu, o.row_bytes, o.rows, layout_rows, addr["counts"], addr["al_table"],
-            track, tile_rows, 0, ltiles)
+            track, tile_rows, 0, ltiles, lcap)
 
 
 def check_buffer_size(cfg):

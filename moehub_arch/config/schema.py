@@ -463,6 +463,13 @@ class MulticastConfig:
                       "object naming the same tracker counts towards it); '': not tracked", "")
     tile_rows: int = _f("int", "dynamic object with a tracker: rows of one tracked row tile", 0,
                         min=0)
+    layout_rows: int = _f("int", "dynamic object: rows each local target's layout may hold (the "
+                          "hub refuses a row beyond them: a full layout is a run error); the "
+                          "layouts keep the buffer's stride, buffer bytes / (targets_per_gpu x "
+                          "row_bytes) rows each, which the algebraic range (rows x row_bytes) "
+                          "may make far larger than any target receives; the token tracker's "
+                          "tile table needs entries for these rows only (targets_per_gpu x "
+                          "ceil(layout_rows / tile_rows)); 0: the whole stride", 0, min=0)
 
 
 @attrs.frozen
@@ -712,6 +719,44 @@ class MegatronSchemeConfig:
 
 
 @attrs.frozen
+class FastermoeSchemeConfig:
+    group_size: int = _f("int", "GPUs per group of FasterMoE's group-wise exchange: in step s a "
+                         "GPU exchanges rows with the group s ahead (fastmoe's "
+                         "FMOE_FASTER_GROUP_SIZE, default 4 in cuda/fastermoe/smart_schedule.cpp; "
+                         "a group larger than the GPUs is all of them: one step, no overlap)", 4,
+                         min=1)
+    shadow: str = _f("choice", "shadow experts: policy (FasterMoE's global policy, "
+                     "fmoe/fastermoe/shadow_policy.py, on the simulated GPU's tensor peak and "
+                     "NVLink bandwidth: the most loaded experts are replicated while the policy's "
+                     "estimate falls) or none (fastmoe's default, FMOE_FASTER_SHADOW_ENABLE "
+                     "unset); assumption: policy, the system the MoE-Hub and DySHARP papers "
+                     "compare with is FasterMoE with both of its techniques", "policy",
+                     choices=("policy", "none"))
+    host_sync_latency: int = _f("time", "device-to-host synchronisation after the count "
+                                "all-gather: the host reads the counts, runs the shadow policy, "
+                                "computes the exchange tables and launches the permutation "
+                                "(assumption: the same round trip as megatron's)", 10_000_000,
+                                min=0)
+    a2a_chunk_bytes: int = _f("size", "bytes per put of the exchange and the weight broadcast "
+                              "(assumption: 64 KB, as megatron)", 65536, min=1)
+    permute_tbs: int = _f("int", "thread blocks per GPU of the count, permute and unpermute "
+                          "kernels (assumption: one per SM)", 132, min=1)
+
+
+@attrs.frozen
+class CcfuserSchemeConfig:
+    host_sync_latency: int = _f("time", "device-to-host synchronisation after the count "
+                                "all-gather: the host reads the counts and writes the gather "
+                                "lists and the GEMM tile table (assumption: the same round trip "
+                                "as megatron's)", 10_000_000, min=0)
+    pull_tbs: int = _f("int", "thread blocks per GPU that read token rows straight from the "
+                       "source GPUs' memory into the GEMM tiles (assumption: 16, beside the "
+                       "persistent GEMM blocks; each holds no shared memory)", 16, min=1)
+    compute_tbs: int = _f("int", "persistent GEMM thread blocks per GPU (one per SM: their shared "
+                          "memory fills most of an SM; assumption: every SM)", 132, min=1)
+
+
+@attrs.frozen
 class TutelSchemeConfig:
     capacity_factor: float = _f("float", "expert capacity per source GPU = ceil(capacity_factor x "
                                 "tokens x top-k / experts), rounded up to a multiple of chunks; "
@@ -833,6 +878,10 @@ class LayerConfig:
                                         cls=MegatronSchemeConfig)
     tutel: TutelSchemeConfig = _f("node", "scheme tutel", TutelSchemeConfig(),
                                   cls=TutelSchemeConfig)
+    fastermoe: FastermoeSchemeConfig = _f("node", "scheme fastermoe", FastermoeSchemeConfig(),
+                                          cls=FastermoeSchemeConfig)
+    ccfuser: CcfuserSchemeConfig = _f("node", "scheme ccfuser", CcfuserSchemeConfig(),
+                                      cls=CcfuserSchemeConfig)
     nvls: NvlsSchemeConfig = _f("node", "scheme nvls", NvlsSchemeConfig(), cls=NvlsSchemeConfig)
     dysharp: DysharpSchemeConfig = _f("node", "scheme dysharp", DysharpSchemeConfig(),
                                       cls=DysharpSchemeConfig)
@@ -1065,9 +1114,10 @@ class Config:
     system: SystemConfig = _f("node", "the simulated machine", cls=SystemConfig)
     scheme: str = _f("choice", "how the MoE layer (workload.layer) moves tokens: none (the "
                      "workload's own launches), deepep, overlap, moehub, megatron, tutel, "
-                     "deepep_ll, hiermoe, nvls, dysharp, counted", "none",
+                     "deepep_ll, hiermoe, nvls, dysharp, counted, fastermoe, ccfuser", "none",
                      choices=("none", "deepep", "overlap", "moehub", "megatron", "tutel",
-                              "deepep_ll", "hiermoe", "nvls", "dysharp", "counted"))
+                              "deepep_ll", "hiermoe", "nvls", "dysharp", "counted", "fastermoe",
+                              "ccfuser"))
     workload: WorkloadConfig = _f("node", "what runs on it", WorkloadConfig(), cls=WorkloadConfig)
     run: RunConfig = _f("node", "how the simulation runs", RunConfig(), cls=RunConfig)
     stats: StatsConfig = _f("node", "statistics output", StatsConfig(), cls=StatsConfig)

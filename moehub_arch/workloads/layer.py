@@ -237,27 +237,31 @@ SHARED_KERNELS = ("shared_ffn",)
 GROUPED_KERNELS = ("grouped_tiles", "grouped_gate_up", "grouped_down")
 
 
-def grouped_gemm_launches(s, stream, tbs, counts, xe, ye, cap):
+def grouped_gemm_launches(s, stream, tbs, counts, xe, ye, cap, *, experts=None,
+                          weights=("w_gate", "w_up", "w_down"), table="grouped_table", he="he"):
     """A grouped SwiGLU GEMM over expert-major rows already in place (moe_common.s): the tile
     table from `counts` (control buffer [El] i64 of rows per local expert), then the gate/up and
     the down column jobs on `tbs` thread blocks. `xe`/`ye` name [El][cap][H] bf16 buffers (a
     buffer name, optionally '+ offset'); the routed weights must use the column-tile layout
     (SchemePlan.n_tile = s.n_tile). Several calls on one stream may share the returned buffers
-    (each GEMM's tile table and activations are used only until its down jobs end)."""
-    El, tile = s.local_experts, s.tile_rows
+    (each GEMM's tile table and activations are used only until its down jobs end).
+    `experts` (default: the local experts), `weights` (gate, up, down buffer names), `table` and
+    `he` serve a GEMM over other experts' copies (scheme fastermoe's shadowed experts)."""
+    El, tile = s.local_experts if experts is None else experts, s.tile_rows
+    wg, wu, wd = weights
     tiles = El * (-(-cap // tile))
-    bufs = [_buf("grouped_table", 64 * (tiles + 1), region="control", dtype="i64"),
-            _buf("he", El * cap * s.ffn * 2, dtype="bf16")]
+    bufs = [_buf(table, 64 * (tiles + 1), region="control", dtype="i64"),
+            _buf(he, El * cap * s.ffn * 2, dtype="bf16")]
     common = (("hidden", s.hidden), ("ffn", s.ffn), ("tile_rows", tile))
     return bufs, [
         LaunchConfig(kernel="grouped_tiles", grid=1, stream=stream, params=(
-            ("counts", f"@{counts}"), ("table", "@grouped_table"), ("xe", f"@{xe}"), ("he", "@he"),
+            ("counts", f"@{counts}"), ("table", f"@{table}"), ("xe", f"@{xe}"), ("he", f"@{he}"),
             ("ye", f"@{ye}"), ("cap", cap), ("local_experts", El)) + common),
         LaunchConfig(kernel="grouped_gate_up", grid=tbs, stream=stream, params=(
-            ("table", "@grouped_table"), ("wg", "@w_gate"), ("wu", "@w_up")) + common
+            ("table", f"@{table}"), ("wg", f"@{wg}"), ("wu", f"@{wu}")) + common
             + (("n_tile", s.n_tile), ("swizzle", s.swizzle))),
         LaunchConfig(kernel="grouped_down", grid=tbs, stream=stream, params=(
-            ("table", "@grouped_table"), ("wd", "@w_down")) + common
+            ("table", f"@{table}"), ("wd", f"@{wd}")) + common
             + (("n_tile", s.n_tile), ("swizzle", s.swizzle), ("acct", "@acct"))),
     ]
 

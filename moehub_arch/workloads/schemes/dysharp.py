@@ -50,10 +50,15 @@ thread-block groups launched together:
   stream 1  the shared experts
 Every block must be resident at once (the groups wait for each other), which the plan checks.
 The token tracker's tables: the tile table is state of the hub (system.switch.nvls.dysharp.
-tracker_tiles entries); the per-token counters are k ready words per token at the source (a
+tracker_tiles entries, the paper's 1024), an entry per row tile that rows land in: a target's rows
+are placed from layout row 0 up, so the tracked objects declare layout_rows = the most rows any
+expert receives (rounded up to the tile) and need local experts x its tiles - not the tiles of the
+layouts' stride, which spans the algebraic range (P x T / El rows per target) that no expert's
+rows reach; the per-token counters are k ready words per token at the source (a
 word per (token, slot), as flag.set is the ISA's only remote write; the combine waits for all k).
-Neither table back-pressures: a layer needing more entries than either has is refused at plan
-time, because a table that held tokens or tiles back could deadlock the megakernel (a tile
+Neither table back-pressures or recycles entries: a layer needing more entries than either has
+is refused at plan time (the paper's table recycles a tile's entry once its GEMM jobs are done;
+at its 1024 entries M top-32, L top-16 and L top-32 need more than 1024 here), because a table that held tokens or tiles back could deadlock the megakernel (a tile
 waiting for rows of tokens the full table does not admit). What fusion cannot hide: the expert
 GEMMs of a tile still wait for its rows, a partial last tile for every source's dispatch, and a
 token's combine for the last of its k experts.
@@ -211,12 +216,26 @@ def _fused_plan(layer, cap):
         _buf("dy_jobs", (2 + 2 * tiles) * 8, region="control", dtype="i64"),
         _buf("dy_comb", T * rb, dtype="bf16"),
     ]
+    # the tracker's tile table holds the tiles rows land in: a target's rows are placed from
+    # layout row 0 up, so only the tiles of the most rows any expert receives (the layouts' stride,
+    # cap, also spans the algebraic range U / El, which no expert's rows reach)
+    lrows = min(cap, -(-expert_load_max(layer) // tile) * tile)
+    need = El * -(-lrows // tile)
+    if need > dy.tracker_tiles:
+        raise LayerError(
+            f"system.switch.nvls.dysharp.tracker_tiles: the token tracker's tile table holds "
+            f"{dy.tracker_tiles} row tiles and this layer's receive layouts need {need} on some "
+            f"GPU ({El} local experts x {need // El} tiles of {tile} rows: the most rows an "
+            f"expert receives, {expert_load_max(layer)}); the fused layer tracks every tile at "
+            f"once and the model does not recycle entries: raise tracker_tiles or "
+            f"system.gpu.hub.moe.dam.tile_rows, use fewer tokens, or run "
+            f"workload.layer.dysharp.fusion: none")
     dyn = dict(targets_per_gpu=El, rows=U, counts="dy_cnt", al_table="dy_al",
-               tracker="dy_tready", tile_rows=tile)
+               tracker="dy_tready", tile_rows=tile, layout_rows=lrows)
     multicast = (MulticastConfig(buffer="dy_xe", row_bytes=rb, **dyn),
                  MulticastConfig(buffer="dy_meta", row_bytes=mb, **dyn),
                  MulticastConfig(buffer="dy_ye", row_bytes=rb, targets_per_gpu=El, rows=U,
-                                 counts="dy_cnt", al_table="dy_al"))
+                                 counts="dy_cnt", al_table="dy_al", layout_rows=lrows))
     sbufs, shared = shared_expert_launches(s, cfg, stream=1)
     launches = PhasedLaunches()
     add = launches.add

@@ -48,6 +48,24 @@ from ...config.schema import LaunchConfig
 KERNELS = "workloads/kernels/megatron/megatron.s"
 
 
+def count_exchange(s, tbs, stream=0):
+    """Megatron's count exchange (megatron.s), shared with schemes fastermoe and ccfuser: the
+    buffers (counts, all-gathered counts, barrier words) and the launches on `stream` - mg_count
+    on `tbs` blocks, then mg_allgather."""
+    P, E = s.num_gpus, s.experts
+    buffers = [_buf("mg_counts", E * 8, region="control", dtype="i64"),
+               _buf("mg_allcounts", P * E * 8, region="control", dtype="i64"),
+               _buf("mg_bar", P * 8, region="control", dtype="i64")]
+    launches = [
+        LaunchConfig(kernel="mg_count", grid=tbs, stream=stream, params=(
+            ("topk_idx", "@topk_idx"), ("counts", "@mg_counts"), ("tokens", s.tokens),
+            ("topk", s.top_k))),
+        LaunchConfig(kernel="mg_allgather", grid=1, stream=stream, params=(
+            ("counts", "@mg_counts"), ("allcounts", "@mg_allcounts"), ("bar", "@mg_bar"),
+            ("experts", E)))]
+    return buffers, launches
+
+
 def plan(layer):
     s, cfg = layer.shape, layer.cfg
     opts = cfg.workload.layer.megatron
@@ -94,10 +112,8 @@ def plan(layer):
     unsort_t, _ = pad_tables(unsort_t)
 
     pairs = s.pairs
-    buffers = [
-        _buf("mg_counts", E * 8, region="control", dtype="i64"),
-        _buf("mg_allcounts", P * E * 8, region="control", dtype="i64"),
-        _buf("mg_bar", P * 8, region="control", dtype="i64"),
+    count_bufs, count_launches = count_exchange(s, tbs)
+    buffers = count_bufs + [
         _buf("mg_cnt", E * 8, region="control", dtype="i64"),
         _buf("mg_base", E * 8, region="control", dtype="i64"),
         _buf("mg_map", pairs * 8, region="control", dtype="i64"),
@@ -127,12 +143,8 @@ def plan(layer):
     sbufs, shared = shared_expert_launches(s, cfg, stream=1)
     for launch in shared:
         add(launch, "expert")
-    add(LaunchConfig(kernel="mg_count", grid=tbs, stream=0, params=(
-        ("topk_idx", "@topk_idx"), ("counts", "@mg_counts"), ("tokens", T), ("topk", k))),
-        "mediation")
-    add(LaunchConfig(kernel="mg_allgather", grid=1, stream=0, params=(
-        ("counts", "@mg_counts"), ("allcounts", "@mg_allcounts"), ("bar", "@mg_bar"),
-        ("experts", E))), "mediation")
+    for launch in count_launches:
+        add(launch, "mediation")
     add(permute_launch(s, 0, tbs, cnt="@mg_cnt", base="@mg_base", out="@mg_send",
                        map_="@mg_map", cap=pairs, host_delay=opts.host_sync_latency), "dispatch")
     add(a2a_launch(0, "@mg_fwd", 1, "@mg_send", recv, piece, arrive="@mg_arrive"), "dispatch")

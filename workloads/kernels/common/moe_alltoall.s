@@ -12,6 +12,7 @@
 
 .include "lib/slot_words.s"
 .include "lib/combine.s"
+.include "lib/put_ranges.s"
 
 # permute_rows: per token t (TB b takes t = b, b + ntb, ...) and slot j, with e = topk_idx[t][j]:
 # pos = atom.add cnt[e]; if pos < cap the row x[t] is copied to row base[e] + pos of `out` and
@@ -74,39 +75,6 @@ end:
     red.add %gpu, [%acct+48], r5     # acct word 6: pairs dropped (capacity overflow)
     exit
 
-# put_ranges peer, index: put the `entries` table entries of table row `index` (at %table +
-# index * entries * 32) to GPU `peer` (ranges relative to %src and %dst, cut into puts of at most
-# %chunk bytes), fence (every put landed), then add 1 to the peer's %arrive word if it is not 0.
-# Uses r2-r7, r16-r23.
-.macro put_ranges peer, index
-    mul r2, \index, %entries
-    shl r2, r2, 5
-    add r2, r2, %table           # r2 = the row's first entry
-    mov r3, 0
-entry_\@:
-    bge r3, %entries, sent_\@
-    ld.v8 r16, [r2]              # r16 source offset, r17 destination offset, r18 bytes
-    add r4, r16, %src
-    add r5, r17, %dst
-piece_\@:
-    ble r18, 0, next_entry_\@
-    min r6, r18, %chunk
-    put \peer, r5, r4, r6
-    add r4, r4, r6
-    add r5, r5, r6
-    sub r18, r18, r6
-    bra piece_\@
-next_entry_\@:
-    add r2, r2, 32
-    add r3, r3, 1
-    bra entry_\@
-sent_\@:
-    fence                        # every put of this TB landed
-    beq %arrive, 0, arrived_\@
-    atom.add r7, \peer, [%arrive], 1
-arrived_\@:
-.endm
-
 # a2a_put: an all-to-all of contiguous byte ranges (NCCL's alltoall / alltoallv: a send and a
 # receive per peer, the own range a local copy). Grid = ngpu: TB b serves peer
 # r = (gpu + 1 + b) % ngpu, walking its `entries` table entries (table + (r * entries + i) * 32)
@@ -130,11 +98,7 @@ go:
     add r1, r1, %tb
     rem r1, r1, %ngpu            # r1 = peer
     put_ranges r1, r1
-    beq %done, 0, end
-    shl r8, %gpu, 3
-    add r8, r8, %done
-    flag.set r1, [r8], 1
-end:
+    tell_done r1
     exit
 
 # copy_chunks: local copies from a table of `count` entries (TB b takes entries b, b + ntb, ...):
