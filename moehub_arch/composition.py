@@ -373,6 +373,14 @@ if _undescribed:
     raise DeclarationError(f"trace record kinds {_undescribed} have no debug description")
 
 
+def build_blocks(cfg, building):
+    """Run every block's build hook (declare.Block.build), in BLOCKS order; a hook's ValueError
+    (a bad configuration value, named) goes to the caller."""
+    for b in BLOCKS:
+        for fn in b.build:
+            fn(cfg, building)
+
+
 def start_blocks(st):
     """Run every block's start hook (compiled; before the first event of a fresh run)."""
     ref = state_ref(st)

@@ -19,7 +19,11 @@ Each component module ends its imports with one ``BLOCK = Block(...)`` that says
   about it;
 - ``debug``: its debug flag, trace category, trace record kinds and their debug-output lines;
 - ``start``: compiled functions run once before the first event (not after a checkpoint restore),
-  e.g. the scheduler's first kernel launches.
+  e.g. the scheduler's first kernel launches;
+- ``build``: Python functions ``fn(cfg, building)`` the builder runs once the fabric's channel
+  records exist, in ``BLOCKS`` order: what the block derives from the config and the built
+  fabric - capacities, credits, queue sizes - computed in its own module (``Building`` says
+  what a hook may read and set); a bad value raises ValueError naming the key.
 
 This vocabulary sits under both floors that use it: the engine declares itself with it
 (engine/events.py: the event queue's fields and run-wide parameters) and so does every block
@@ -181,6 +185,19 @@ class Block:
     causes: tuple = attrs.field(default=(), converter=_tuple)     # fn(sim) -> [likely causes]
     debug: tuple = attrs.field(default=(), converter=_tuple)      # Debug, one per flag
     start: tuple = attrs.field(default=(), converter=_tuple)      # compiled fn(st) at run start
+    build: tuple = attrs.field(default=(), converter=_tuple)      # fn(cfg, Building) at build
+
+
+@attrs.define
+class Building:
+    """What a block's build hook (``Block.build``) reads and sets while the builder makes the State.
+
+    `ch`: the channel records (``ch``), their fabric fields (link class, ends, latency,
+    fs_per_byte, rx_credits) set from the topology; a hook sets the fields its block owns.
+    `sizes`: named sizes a hook derives and the builder allocates State arrays by (e.g. NVLink's
+    ``rxq_cap``: the deepest receive buffer in packets); each name is set by one block."""
+    ch: object
+    sizes: dict = attrs.Factory(dict)
 
 
 def fields(entity, *names_docs, init=None):
