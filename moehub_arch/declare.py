@@ -20,6 +20,8 @@ Each component module ends its imports with one ``BLOCK = Block(...)`` that says
 - ``debug``: its debug flag, trace category, trace record kinds and their debug-output lines;
 - ``start``: compiled functions run once before the first event (not after a checkpoint restore),
   e.g. the scheduler's first kernel launches;
+- ``receives``: the packet kinds a GPU receives that the block handles, and the compiled
+  handler the run loop dispatches them to (``Receive``), so the hub keeps only its base protocol;
 - ``build``: Python functions ``fn(cfg, building)`` the builder runs once the fabric's channel
   records exist, in ``BLOCKS`` order: what the block derives from the config and the built
   fabric - capacities, credits, queue sizes - computed in its own module (``Building`` says
@@ -186,6 +188,20 @@ class Block:
     debug: tuple = attrs.field(default=(), converter=_tuple)      # Debug, one per flag
     start: tuple = attrs.field(default=(), converter=_tuple)      # compiled fn(st) at run start
     build: tuple = attrs.field(default=(), converter=_tuple)      # fn(cfg, Building) at build
+    receives: tuple = attrs.field(default=(), converter=_tuple)   # Receive, one per handler
+
+
+@attrs.frozen
+class Receive:
+    """Packet kinds reaching a GPU that one handler of the block takes: ``handler(st, g, c, pkt,
+    tick)`` (compiled; g the GPU, c the down-channel), named by its module and function
+    ("components.nvls_gpu.receive_multimem") because it may live above the declaring module
+    (it completes requests in the hub, which the block's own module sits under). The run loop
+    (dispatch/loop.py) dispatches each kind to its handler; tests/test_blocks.py checks that every
+    kind a GPU receives has one declared handler and that the loop calls each."""
+    kinds: tuple = attrs.field(converter=_tuple)
+    handler: str
+    doc: str
 
 
 @attrs.define

@@ -161,6 +161,28 @@ def test_build_hooks_set_link_credits_and_queue_depths():
         assert (ch.rsp_credits == rsp).all()
 
 
+def test_every_packet_kind_a_gpu_receives_has_one_handler_the_run_loop_calls():
+    # Block.receives: the hub keeps its base kinds; NVLS, CAIS and the AAU take theirs
+    import importlib
+    import re
+    from pathlib import Path
+    from moehub_arch.components import packet as pk
+    from moehub_arch.declare import Receive
+    to_switch = {pk.PK_MM_ST, pk.PK_MM_LD, pk.PK_MM_DATA, pk.PK_CAIS_LD, pk.PK_CAIS_RED,
+                 pk.PK_CAIS_DATA, pk.PK_CAIS_SYNC}
+    assert set(composition.RECEIVES) == set(range(len(pk.PACKET_KIND_NAMES))) - to_switch
+    assert {b for b, _ in composition.RECEIVES.values()} == {"hub", "nvls", "cais_merge", "aau"}
+    dispatch = Path(composition.__file__).parent / "dispatch"
+    loop_src = (dispatch / "loop.py").read_text() + (dispatch / "indirect.py").read_text()
+    for _, r in composition.RECEIVES.values():
+        module, fn = r.handler.rsplit(".", 1)
+        assert callable(getattr(importlib.import_module(f"moehub_arch.{module}"), fn))
+        assert re.search(rf"\b{fn}\b", loop_src), f"dispatch/ never calls {r.handler}"
+    with pytest.raises(composition.DeclarationError, match="received by blocks 'a'"):
+        composition._compose_receives((Block("a", "", receives=(Receive((3,), "x.f", ""),)),
+                                       Block("b", "", receives=(Receive((3,), "x.g", ""),))))
+
+
 def test_blocks_command_prints_the_declarations():
     r = run_cli("blocks", "aau")
     assert r.returncode == 0, r.stderr
