@@ -21,13 +21,14 @@ from .components.packet import request_records
 from .components.cais import cais_group_rows
 from .components.scheduler import kernel_block_registers
 from .components.trace import TRACE_COLUMNS
-from .composition import (NUM_EVENT_KINDS, PARAMS, State, declared_arrays, new_record_array,
-                          param_values, timer_layout)
+from .composition import (NUM_EVENT_KINDS, PARAMS, State, build_blocks, declared_arrays,
+                          new_record_array, param_values, timer_layout)
+from .declare import Building
 from .engine.events import new_event_queue, new_timers
 from .engine.state import DAM_HIST_BINS, NUM_WAIT_REASONS, RPM_HIST_BINS, new_records
 from .isa.encoding import MAX_PARAMS, NUM_REGS, NUM_UNITS, ROW_WIDTH
 from .isa.expr import ExprError, evaluate
-from .topology import (LINK_PCIE, TopologyError, build_fabric, build_routes, channel_arrays,
+from .topology import (TopologyError, build_fabric, build_routes, channel_arrays,
                        gpus_per_node, node_array)
 
 BUFFER_ALIGN = 256  # bytes; every buffer starts on an HBM interleave-friendly boundary
@@ -234,12 +235,6 @@ def build_state(cfg, program, seed=None, presets=None):
     functional = cfg.workload.mode == "functional"
     seed = cfg.run.seed if seed is None else seed
 
-    flit = sysc.nvlink.flit_bytes
-    max_pkt_flits = (sysc.nvlink.header_bytes + sysc.nvlink.max_payload_bytes + flit - 1) // flit
-    if sysc.nvlink.rx_buffer_flits < max_pkt_flits:
-        raise BuildError(f"system.nvlink.rx_buffer_flits: {sysc.nvlink.rx_buffer_flits} flits cannot "
-                         f"hold one maximum-size packet ({max_pkt_flits} flits); links would deadlock")
-
     # every block's parameters (components/*.py BLOCK params, composed in composition.py)
     params = new_records(PARAMS, 1)
     for name, value in param_values(cfg).items():
@@ -328,8 +323,14 @@ def build_state(cfg, program, seed=None, presets=None):
     ch = new_record_array("ch", nch, cfg)
     for name, values in cols.items():
         ch[name][:] = values
-    ch.credits[:] = ch.rx_credits
-    to_switch = ch.to_switch
+    # what the blocks derive from the built fabric: link credits, queue depths (nvlink.py, nic.py)
+    building = Building(ch)
+    try:
+        build_blocks(cfg, building)
+    except ValueError as e:
+        raise BuildError(str(e)) from None
+    rxq_cap, rsp_rx_cap = building.sizes["rxq_cap"], building.sizes["rsp_rx_cap"]
+    in_flight = building.sizes["in_flight"]
     # component timers (engine.events): every block's timer range (composition.timer_layout)
     pr = params[0]
     layout, count = timer_layout(cfg)
@@ -337,23 +338,6 @@ def build_state(cfg, program, seed=None, presets=None):
         pr[name] = first
     pr.tm_count = count
     timer, timer_level = new_timers(count)
-    # a GPU's transmitters queue tx_queue_packets; forwarding nodes' outputs output_queue_packets
-    # (assumption for PCIe, NIC and IB ports: as deep as an NVSwitch output queue)
-    ch.txq_cap[:] = np.where(ch.src_switch < 0, sysc.nvlink.tx_queue_packets,
-                             sysc.switch.output_queue_packets)
-    if sysc.nodes.count > 1:
-        # a GPU's PCIe link: the hub queues a packet before its HBM read completes, so this queue
-        # is the NIC's outstanding DMA reads (system.nic.dma_read_ahead), not an NVLink port's
-        gpu_pcie = (ch.src_switch < 0) & (ch.link_class == LINK_PCIE)
-        pkt = min(sysc.nvlink.store_packet_bytes, sysc.nvlink.max_payload_bytes)
-        ch.txq_cap[gpu_pcie] = max(1, -(-sysc.nic.dma_read_ahead // pkt))
-    rxq_cap = int(ch.rx_credits.max())  # every packet is at least one flit
-    # the response virtual channel (unused, one packet deep, with response_path: shared)
-    separate = sysc.nvlink.response_path == "separate"
-    rsp_rx_cap = sysc.nvlink.response_buffer_flits if separate else 1
-    ch.rsp_credits[:] = rsp_rx_cap
-    ch.rsq_cap[:] = sysc.nvlink.response_queue_packets if separate else 1
-    in_flight = rxq_cap + rsp_rx_cap  # packets on a wire, or credit returns on their way
 
     # hub: a GPU can be the target of every other GPU's outstanding requests at once
     free_reqs = np.array([[g * R + (R - 1 - i) for i in range(R)] for g in range(G)], np.int64)

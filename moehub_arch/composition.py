@@ -373,6 +373,31 @@ if _undescribed:
     raise DeclarationError(f"trace record kinds {_undescribed} have no debug description")
 
 
+def _compose_receives(blocks):
+    """{packet kind: (block name, Receive)} of the packet kinds a GPU receives (Block.receives):
+    each kind taken by one handler."""
+    out = {}
+    for b in blocks:
+        for r in b.receives:
+            for k in r.kinds:
+                if k in out:
+                    raise DeclarationError(f"packet kind {k} is received by blocks '{out[k][0]}' "
+                                           f"({out[k][1].handler}) and '{b.name}' ({r.handler})")
+                out[k] = (b.name, r)
+    return out
+
+
+RECEIVES = _compose_receives(BLOCKS)
+
+
+def build_blocks(cfg, building):
+    """Run every block's build hook (declare.Block.build), in BLOCKS order; a hook's ValueError
+    (a bad configuration value, named) goes to the caller."""
+    for b in BLOCKS:
+        for fn in b.build:
+            fn(cfg, building)
+
+
 def start_blocks(st):
     """Run every block's start hook (compiled; before the first event of a fresh run)."""
     ref = state_ref(st)

@@ -19,7 +19,13 @@ Each component module ends its imports with one ``BLOCK = Block(...)`` that says
   about it;
 - ``debug``: its debug flag, trace category, trace record kinds and their debug-output lines;
 - ``start``: compiled functions run once before the first event (not after a checkpoint restore),
-  e.g. the scheduler's first kernel launches.
+  e.g. the scheduler's first kernel launches;
+- ``receives``: the packet kinds a GPU receives that the block handles, and the compiled
+  handler the run loop dispatches them to (``Receive``), so the hub keeps only its base protocol;
+- ``build``: Python functions ``fn(cfg, building)`` the builder runs once the fabric's channel
+  records exist, in ``BLOCKS`` order: what the block derives from the config and the built
+  fabric - capacities, credits, queue sizes - computed in its own module (``Building`` says
+  what a hook may read and set); a bad value raises ValueError naming the key.
 
 This vocabulary sits under both floors that use it: the engine declares itself with it
 (engine/events.py: the event queue's fields and run-wide parameters) and so does every block
@@ -181,6 +187,33 @@ class Block:
     causes: tuple = attrs.field(default=(), converter=_tuple)     # fn(sim) -> [likely causes]
     debug: tuple = attrs.field(default=(), converter=_tuple)      # Debug, one per flag
     start: tuple = attrs.field(default=(), converter=_tuple)      # compiled fn(st) at run start
+    build: tuple = attrs.field(default=(), converter=_tuple)      # fn(cfg, Building) at build
+    receives: tuple = attrs.field(default=(), converter=_tuple)   # Receive, one per handler
+
+
+@attrs.frozen
+class Receive:
+    """Packet kinds reaching a GPU that one handler of the block takes: ``handler(st, g, c, pkt,
+    tick)`` (compiled; g the GPU, c the down-channel), named by its module and function
+    ("components.nvls_gpu.receive_multimem") because it may live above the declaring module
+    (it completes requests in the hub, which the block's own module sits under). The run loop
+    (dispatch/loop.py) dispatches each kind to its handler; tests/test_blocks.py checks that every
+    kind a GPU receives has one declared handler and that the loop calls each."""
+    kinds: tuple = attrs.field(converter=_tuple)
+    handler: str
+    doc: str
+
+
+@attrs.define
+class Building:
+    """What a block's build hook (``Block.build``) reads and sets while the builder makes the State.
+
+    `ch`: the channel records (``ch``), their fabric fields (link class, ends, latency,
+    fs_per_byte, rx_credits) set from the topology; a hook sets the fields its block owns.
+    `sizes`: named sizes a hook derives and the builder allocates State arrays by (e.g. NVLink's
+    ``rxq_cap``: the deepest receive buffer in packets); each name is set by one block."""
+    ch: object
+    sizes: dict = attrs.Factory(dict)
 
 
 def fields(entity, *names_docs, init=None):

@@ -130,10 +130,57 @@ def test_init_values_come_from_the_declarations():
     assert list(gpu.free_top) == [cfg.system.gpu.hub.max_outstanding_requests] * 2
     assert list(gpu.hub_next_tx) == [-1, -1] and list(gpu.hbm_read_bytes) == [0, 0]
     ch = composition.new_record_array("ch", 3, cfg)
-    assert list(ch.credits) == [cfg.system.nvlink.rx_buffer_flits] * 3
+    assert list(ch.tx_at) == [-1] * 3 and list(ch.credits) == [0] * 3   # credits: NVLink's build
     with pytest.raises(ValueError, match="not declared"):
         from moehub_arch.declare import fields
         fields("gpu", "a", init={"b": 1})
+
+
+def test_build_hooks_set_link_credits_and_queue_depths():
+    # NVLink's build hook (nvlink.build_links) and the NIC's after it (nic.build_pcie_queues)
+    from moehub_arch.declare import Building
+    from moehub_arch.topology import LINK_PCIE
+    for config, nodes in (("ubench/alltoall.yaml", 1), ("validation/h800_deepep_ll.yaml", 2)):
+        cfg = load(config, f"system.nodes.count={nodes}", f"system.num_gpus={8 * nodes}")
+        assert (cfg.system.nodes.count > 1) == (nodes > 1)
+        nv = cfg.system.nvlink
+        ch = composition.new_record_array("ch", 4, cfg)
+        ch.rx_credits[:] = [nv.rx_buffer_flits, nv.rx_buffer_flits + 5, nv.rx_buffer_flits, 3]
+        ch.src_switch[:] = [-1, 0, -1, 0]
+        ch.link_class[:] = [0, 0, LINK_PCIE, 0]
+        building = Building(ch)
+        composition.build_blocks(cfg, building)
+        assert list(ch.credits) == list(ch.rx_credits)
+        pcie_q = -(-cfg.system.nic.dma_read_ahead // min(nv.store_packet_bytes, nv.max_payload_bytes))
+        assert list(ch.txq_cap) == [nv.tx_queue_packets, cfg.system.switch.output_queue_packets,
+                                    max(1, pcie_q) if nodes > 1 else nv.tx_queue_packets,
+                                    cfg.system.switch.output_queue_packets]
+        rsp = nv.response_buffer_flits if nv.response_path == "separate" else 1
+        deepest = nv.rx_buffer_flits + 5
+        assert building.sizes == {"rxq_cap": deepest, "rsp_rx_cap": rsp, "in_flight": deepest + rsp}
+        assert (ch.rsp_credits == rsp).all()
+
+
+def test_every_packet_kind_a_gpu_receives_has_one_handler_the_run_loop_calls():
+    # Block.receives: the hub keeps its base kinds; NVLS, CAIS and the AAU take theirs
+    import importlib
+    import re
+    from pathlib import Path
+    from moehub_arch.components import packet as pk
+    from moehub_arch.declare import Receive
+    to_switch = {pk.PK_MM_ST, pk.PK_MM_LD, pk.PK_MM_DATA, pk.PK_CAIS_LD, pk.PK_CAIS_RED,
+                 pk.PK_CAIS_DATA, pk.PK_CAIS_SYNC}
+    assert set(composition.RECEIVES) == set(range(len(pk.PACKET_KIND_NAMES))) - to_switch
+    assert {b for b, _ in composition.RECEIVES.values()} == {"hub", "nvls", "cais_merge", "aau"}
+    dispatch = Path(composition.__file__).parent / "dispatch"
+    loop_src = (dispatch / "loop.py").read_text() + (dispatch / "indirect.py").read_text()
+    for _, r in composition.RECEIVES.values():
+        module, fn = r.handler.rsplit(".", 1)
+        assert callable(getattr(importlib.import_module(f"moehub_arch.{module}"), fn))
+        assert re.search(rf"\b{fn}\b", loop_src), f"dispatch/ never calls {r.handler}"
+    with pytest.raises(composition.DeclarationError, match="received by blocks 'a'"):
+        composition._compose_receives((Block("a", "", receives=(Receive((3,), "x.f", ""),)),
+                                       Block("b", "", receives=(Receive((3,), "x.g", ""),))))
 
 
 def test_blocks_command_prints_the_declarations():

@@ -2,7 +2,7 @@
 
 The SM-side half of DySHARP (dysharp.py; arXiv 2605.05607): the operation names its own targets
 (a list of expert ids in memory), the MultimemQ stages that list, and the hub takes the
-operation. Called by the multimem instruction (nvls_isa.py) for its dynamic subops. It is a
+operation. Called by the multimem instruction (nvls_gpu.py) for its dynamic subops. It is a
 module of its own because it submits to the hub, which imports dysharp.py for its receive side.
 """
 import numpy as np

@@ -64,23 +64,20 @@ from .l2 import link_write
 from .nvlink import channel_count_arrival, credit_return_vc, txq_push
 from .packet import request_records
 from .packet import (PACKET_KIND_NAMES, PK_ACK, PK_ATOM_REQ, PK_ATOM_RESP, PK_GET_REQ, PK_GET_RESP,
-                     PK_MM_COPY, PK_MM_LD, PK_MM_READ, PK_MM_ST, PK_PUT, PK_STORE, VC_REQUEST,
-                     VC_RESPONSE, header_flits, packet_alloc, packet_flits, packet_free, packet_vc,
-                     store_packets)
-from .nvls import (nvls_copies_answered, nvls_copy_arrived, nvls_read_arrived, nvls_result_arrived,
-                   nvls_send_data)
+                     PK_MM_LD, PK_MM_ST, PK_PUT, PK_STORE, VC_REQUEST, VC_RESPONSE, header_flits,
+                     packet_alloc, packet_flits, packet_free, packet_vc, store_packets)
+from .nvls import nvls_send_data
 from .cais.gpu import cais_request_line, cais_uplink
-from .cais.home import cais_go_arrived, cais_read_arrived, cais_write_arrived
-from .packet import PK_CAIS_GO, PK_CAIS_LD, PK_CAIS_RED, PK_CAIS_READ, PK_CAIS_REPLY, PK_CAIS_SYNC
-from .dysharp import (OBJ_TPG, dysharp_bind, dysharp_copy_write, dysharp_read_arrived,
-                      dysharp_result, dysharp_sent, ext_flits)
+from .packet import PK_CAIS_LD, PK_CAIS_RED, PK_CAIS_SYNC
+from .dysharp import dysharp_bind, dysharp_sent, ext_flits
 from ..isa.encoding import MM_RED, MM_ST
 from .trace import CAT_HUB, TR_HUB_RX, TR_HUB_TX, trace_event
 from .wakeups import hub_kick, hub_kick_response, tb_resume
 from .waiters import notify_stores
 from .counted_write import counter_add
 from .nic import nic_overtake, nic_schedule, nic_served, rdma_message
-from ..declare import Array, Block, Debug, Event, Param, Record, StatGroup, Timer, counters, fields
+from ..declare import (Array, Block, Debug, Event, Param, Receive, Record, StatGroup, Timer, counters,
+                       fields)
 
 REQ_PUT, REQ_GET, REQ_STORE, REQ_ATOM = range(4)
 REQ_MM_ST, REQ_MM_RED, REQ_MM_LD = 4, 5, 6   # multimem st / red / ld_reduce (nvls.py); value =
@@ -240,6 +237,9 @@ BLOCK = Block(
     timers=(Timer("hub", EV_HUB_TX, lambda cfg: cfg.system.num_gpus, "one per GPU: its packetizer"),),
     checks=(check_hub, check_received),
     findings=(hub_findings,),
+    receives=(Receive((PK_PUT, PK_STORE, PK_GET_REQ, PK_GET_RESP, PK_ATOM_REQ, PK_ATOM_RESP, PK_ACK),
+                      "components.hub.hub_receive", "the base protocol: puts, stores, gets, "
+                      "atomics and their responses"),),
     debug=(Debug("Hub", CAT_HUB, (TR_HUB_TX, TR_HUB_RX), describe={
         TR_HUB_TX: lambda n, g, kind, peer: (f"system.gpu{g}.hub",
                                              f"sends {PACKET_KIND_NAMES[kind]} to GPU {peer}"),
@@ -775,7 +775,7 @@ def _post_store(st, g, rq):
 
 
 @compiled
-def _complete_request(st, r, tick):
+def complete_request(st, r, tick):
     """The requester's hub saw the last response of request r: retire it and wake its TB."""
     rq = st.req[r]
     g = rq.src_gpu
@@ -807,9 +807,6 @@ def hub_receive(st, g, c, pkt, tick):
     pk = st.pk[pkt]
     t = tick + p.hub_rx_latency_ticks
     kind = pk.kind
-    if kind >= PK_MM_COPY:
-        _receive_multimem(st, g, c, pkt, t)
-        return
     r = pk.req
     rq = st.req[r]
     n = pk.payload
@@ -837,17 +834,17 @@ def hub_receive(st, g, c, pkt, tick):
         rq.pkts_arrived += 1
         if kind == PK_PUT:
             if p.write_resp_per_packet and not rdma_message(st, pk.src, g):
-                _owe_acks(st, g, r, pk.npk, visible)
+                owe_acks(st, g, r, pk.npk, visible)
             elif rq.pkts_arrived == rq.pkts_total:
-                _owe_acks(st, g, r, 1, visible)
+                owe_acks(st, g, r, 1, visible)
         elif rq.pkts_arrived == rq.pkts_total:
-            _complete_request(st, r, visible)
+            complete_request(st, r, visible)
     elif kind == PK_STORE:
         free_at, visible = link_write(st, g, addr, 8, t)
         write_word(st, g, addr, pk.value)
         notify_stores(st, g, addr, 8, visible)
         rq.pkts_arrived += 1
-        _owe_acks(st, g, r, 1, visible)
+        owe_acks(st, g, r, 1, visible)
     elif kind == PK_GET_REQ:
         # the data streams back from the first read request on (acks_arrived counts the
         # requests here: a get has no write responses)
@@ -864,105 +861,13 @@ def hub_receive(st, g, c, pkt, tick):
         notify_stores(st, g, addr, 8, free_at)
         hub_respond(st, g, r, RESP_ATOM, free_at)
     elif kind == PK_ATOM_RESP:
-        _complete_request(st, r, t)
+        complete_request(st, r, t)
     else:  # PK_ACK: write responses (req < 0: link-level responses to MoE-Hub packets)
         gp.hub_acks += pk.npk
         if r >= 0:
             rq.acks_arrived += pk.npk
             if rq.acks_arrived == rq.acks_total:
-                _complete_request(st, r, t)
-    credit_return_vc(st, c, pk.flits, free_at + st.ch[c].latency, packet_vc(st, pkt))
-    packet_free(st, pkt)
-
-
-@compiled
-def _receive_multimem(st, g, c, pkt, t):
-    """A multimem packet from a switch reached GPU g (nvls.py), processed at t: a multicast copy
-    is written (or added) and, once every chunk of its operation is in, answered with one write
-    response; a reduction read is served (its packet returns as the data, and holds its buffer
-    space until it leaves); a reduced result is written and completes its ld_reduce."""
-    p = st.p[0]
-    pk = st.pk[pkt]
-    kind = pk.kind
-    r = pk.req
-    trace_event(st, CAT_HUB, TR_HUB_RX, g, kind, pk.src, t - p.hub_rx_latency_ticks)
-    if kind >= PK_CAIS_READ:
-        _receive_cais(st, g, c, pkt, t)
-        return
-    dynamic = st.mm_objects[pk.mm_obj, OBJ_TPG] > 0   # DySHARP (dysharp.py)
-    if kind == PK_MM_READ:
-        if dynamic:
-            dysharp_read_arrived(st, g, c, pkt, t)
-        else:
-            nvls_read_arrived(st, g, c, pkt, t)
-        return
-    if kind == PK_MM_COPY and dynamic:
-        # written into the layout row of each of its targets here (and notified there)
-        free_at, visible = dysharp_copy_write(st, g, pkt, t)
-    else:
-        free_at, visible = link_write(st, g, pk.addr, pk.payload, t)
-    if kind == PK_MM_COPY:
-        answered = nvls_copy_arrived(st, g, pkt, visible)
-        if not dynamic:
-            notify_stores(st, g, pk.addr, pk.payload, visible)
-        if answered:
-            hub_respond(st, g, r, RESP_MM_ACK, nvls_copies_answered(st, g, r))
-    else:  # PK_MM_RESULT
-        if dynamic:
-            dysharp_result(st, g, pkt)
-        else:
-            nvls_result_arrived(st, g, pkt)
-        notify_stores(st, g, pk.addr, pk.payload, visible)
-        rq = st.req[r]
-        rq.pkts_arrived += 1
-        if rq.pkts_arrived == rq.pkts_total:
-            _complete_request(st, r, visible)
-    credit_return_vc(st, c, pk.flits, free_at + st.ch[c].latency, packet_vc(st, pkt))
-    packet_free(st, pkt)
-
-
-@compiled
-def _receive_cais(st, g, c, pkt, t):
-    """A packet of the CAIS merge unit reached GPU g (components/cais/), processed at t: a read of
-    this home's memory is served (its packet returns as the data); a merged load's reply is
-    written and counts toward its ld.cais; a partial sum is added into memory and every
-    contribution it carries is answered (one write response each, once the sum is visible)."""
-    pk = st.pk[pkt]
-    kind = pk.kind
-    if kind == PK_CAIS_READ:
-        cais_read_arrived(st, g, c, pkt, t)
-        return
-    if kind == PK_CAIS_GO:
-        # the group sync table's release: the flag takes its value; the sync.cais completes
-        free_at, visible = link_write(st, g, pk.addr, 8, t)
-        cais_go_arrived(st, g, pkt)
-        notify_stores(st, g, pk.addr, 8, visible)
-        rq = st.req[pk.req]
-        rq.pkts_arrived += 1
-        if rq.pkts_arrived == rq.pkts_total:
-            _complete_request(st, pk.req, visible)
-        credit_return_vc(st, c, pk.flits, free_at + st.ch[c].latency, packet_vc(st, pkt))
-        packet_free(st, pkt)
-        return
-    free_at, visible = link_write(st, g, pk.addr, pk.payload, t)
-    if kind == PK_CAIS_REPLY:
-        r = pk.req
-        rq = st.req[r]
-        st.gpu[g].cais_replies_rx += 1
-        move_bytes(st, pk.src, pk.src_addr, g, pk.addr, pk.payload, rq.slot)
-        notify_stores(st, g, pk.addr, pk.payload, visible)
-        rq.pkts_arrived += 1
-        if rq.pkts_arrived == rq.pkts_total:
-            _complete_request(st, r, visible)
-    else:  # PK_CAIS_WRITE
-        e = cais_write_arrived(st, g, pkt)
-        notify_stores(st, g, pk.addr, pk.payload, visible)
-        mask = st.cais_entry[e].mask
-        for m in range(st.p[0].num_gpus):
-            if (mask >> m) & 1:
-                r = st.cais_req[e, m]
-                st.req[r].pkts_arrived += 1
-                _owe_acks(st, g, r, 1, visible)
+                complete_request(st, r, t)
     credit_return_vc(st, c, pk.flits, free_at + st.ch[c].latency, packet_vc(st, pkt))
     packet_free(st, pkt)
 
@@ -981,7 +886,7 @@ def _final_ack_ready(st, r):
 
 
 @compiled
-def _owe_acks(st, g, r, n, visible):
+def owe_acks(st, g, r, n, visible):
     """Serving hub g owes `n` more write responses for request r, for writes visible at
     `visible`. A request has at most one entry in the response FIFO: it is queued when responses
     start being owed and leaves when the packetizer has sent them all."""

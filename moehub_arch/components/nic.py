@@ -90,6 +90,7 @@ from ..engine.state import ROUTE_FIRST, ROUTE_N
 from ..declare import Block, Param, Record, Stat, StatGroup, fields
 from .packet import PK_ACK, PK_ATOM_RESP, PK_GET_RESP, PK_MOE, PK_PUT
 from .infiniband import message_offset
+from ..topology import LINK_PCIE
 
 
 def _nic_count(cfg):
@@ -124,6 +125,18 @@ def _on(st):
 # hub.py's request kinds that are RDMA messages of a queue pair (hub.REQ_PUT, REQ_STORE,
 # REQ_ATOM: hub.py imports this module, so the values are repeated here; a test checks them)
 QP_REQ_PUT, QP_REQ_STORE, QP_REQ_ATOM = 0, 2, 3
+
+
+def build_pcie_queues(cfg, building):
+    """The NIC's build hook (declare.Block.build), after NVLink's: a GPU's PCIe link queues a
+    packet before its HBM read completes, so its transmit queue is the NIC's outstanding DMA
+    reads (system.nic.dma_read_ahead, in store packets), not an NVLink port's."""
+    if cfg.system.nodes.count <= 1:
+        return
+    nv, ch = cfg.system.nvlink, building.ch
+    gpu_pcie = (ch.src_switch < 0) & (ch.link_class == LINK_PCIE)
+    pkt = min(nv.store_packet_bytes, nv.max_payload_bytes)
+    ch.txq_cap[gpu_pcie] = max(1, -(-cfg.system.nic.dma_read_ahead // pkt))
 
 
 BLOCK = Block(
@@ -204,6 +217,7 @@ BLOCK = Block(
                  "send queues and the NVLink stores are separate paths", "nic_overtakes"),
         ), enabled=_on)),
     checks=(check_nics,),
+    build=(build_pcie_queues,),
 )
 
 

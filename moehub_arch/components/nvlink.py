@@ -31,6 +31,8 @@ transmitter adds every return that has matured whenever it looks at its credits.
 that is blocked on credits is woken, at the tick of the return it waits for. This is the same
 credit loop as one event per return, with two events fewer per packet (the two hops).
 """
+import numpy as np
+
 from ..engine.jit import compiled, inline
 from ..engine.ring import ring_add, ring_next
 
@@ -177,6 +179,37 @@ CHANNEL_HOT_FIELDS = (
     "rsp_rxq_count", "xbar_blocked",
     "cr_head", "cr_last")
 
+def build_links(cfg, building):
+    """NVLink's build hook (declare.Block.build): the link buffers, credits and queue depths of
+    every channel, and the sizes of the link FIFOs the builder allocates.
+
+    A receive buffer must hold one largest packet (header + max_payload_bytes, in flits) or the
+    link deadlocks. Each channel starts with its receiver's buffer as credits (rx_credits:
+    NVLink's rx_buffer_flits, or a fabric link's buffer, topology.py). A GPU's transmitter queues
+    tx_queue_packets; a forwarding node's output output_queue_packets (assumption for PCIe, NIC
+    and IB ports: as deep as an NVSwitch output queue; the NIC's PCIe queue is nic.py's). The
+    response virtual channel (response_path: separate) has its own buffer and queue; shared, it
+    is one packet deep and unused. Sizes: `rxq_cap` (the deepest receive buffer, in packets: every
+    packet is at least one flit), `rsp_rx_cap` (the response buffer) and `in_flight` (packets on a
+    wire, or credit returns on their way)."""
+    nv, ch = cfg.system.nvlink, building.ch
+    flit = nv.flit_bytes
+    max_pkt_flits = (nv.header_bytes + nv.max_payload_bytes + flit - 1) // flit
+    if nv.rx_buffer_flits < max_pkt_flits:
+        raise ValueError(f"system.nvlink.rx_buffer_flits: {nv.rx_buffer_flits} flits cannot "
+                         f"hold one maximum-size packet ({max_pkt_flits} flits); links would "
+                         f"deadlock")
+    ch.credits[:] = ch.rx_credits
+    ch.txq_cap[:] = np.where(ch.src_switch < 0, nv.tx_queue_packets,
+                             cfg.system.switch.output_queue_packets)
+    rxq_cap = int(ch.rx_credits.max())
+    separate = nv.response_path == "separate"
+    rsp_rx_cap = nv.response_buffer_flits if separate else 1
+    ch.rsp_credits[:] = rsp_rx_cap
+    ch.rsq_cap[:] = nv.response_queue_packets if separate else 1
+    building.sizes.update(rxq_cap=rxq_cap, rsp_rx_cap=rsp_rx_cap, in_flight=rxq_cap + rsp_rx_cap)
+
+
 BLOCK = Block(
     "nvlink", __doc__.split("\n\n")[0],
     params=(
@@ -215,7 +248,7 @@ BLOCK = Block(
         ("credit_stall", ""), ("txq_peak", ""),
         ("rx_packets", ""), ("rx_wire_bytes", ""), ("rx_payload_bytes", ""),
         # the response virtual channel (nvlink.response_path: separate): its transmit FIFO (ids in
-        # State.rsq) and its credits (the receiver's response buffer); the builder sets rsq_cap
+        # State.rsq) and its credits (the receiver's response buffer); build_links sets rsq_cap
         # and rsp_credits (one packet deep with response_path: shared)
         ("rsq_head", ""), ("rsq_count", ""), ("rsq_cap", ""), ("rsq_pkts", ""),
         ("rsp_credits", ""), ("rsq_peak", "response virtual channel stat"),
@@ -224,7 +257,7 @@ BLOCK = Block(
         # busy, starved or not-ready channel reads no packet record)
         ("txq_ready", "ready tick of the transmit FIFO's head packet"),
         ("txq_flits", "its flits"), ("rsq_ready", "the same for the response FIFO"), ("rsq_flits", ""),
-        init={"credits": lambda cfg: cfg.system.nvlink.rx_buffer_flits, "tx_at": -1}),
+        init={"tx_at": -1}),
     stats=(StatGroup("link", "", TX_STATS + RX_STATS),),
     events=(Event("ch_tx", EV_CH_TX, "a link transmitter looks at its head packet"),
             Event("ch_arrive", EV_CH_ARRIVE, "the head packet on a wire reaches the far end")),
@@ -232,6 +265,7 @@ BLOCK = Block(
             Timer("ch_arrive", EV_CH_ARRIVE, _channels, "one per channel: its wire's head arrival")),
     checks=(check_links,),
     findings=(link_findings,),
+    build=(build_links,),
     debug=(Debug("NVLink", CAT_NVLINK, (TR_LINK_TX,), describe={TR_LINK_TX: _describe_tx}),),
 )
 

@@ -57,7 +57,7 @@ from .packet import (PK_CAIS_DATA, PK_MM_COPY, PK_MM_DATA, PK_MM_LD, PK_MM_READ,
                      PK_MM_ST, VC_REQUEST, packet_alloc, packet_flits, packet_free, packet_vc,
                      request_records)
 from .wakeups import hub_kick_response, unblock_request_port
-from ..declare import Array, Block, Param, Record, Stat, StatGroup, counters, fields
+from ..declare import Array, Block, Param, Receive, Record, Stat, StatGroup, counters, fields
 from ..engine.state import ERR_UNBACKED_COPY
 from .dysharp import (OBJ_BASE, OBJ_BYTES, OBJ_COLUMNS, OBJ_LTILES, OBJ_MASK, OBJ_MEMBERS,
                       OBJ_ROWB, OBJ_TILE, OBJ_TILEB, OBJ_TPG, OBJ_TRACK, dynamic_on, ext_flits,
@@ -378,6 +378,8 @@ BLOCK = Block(
     checks=(check_nvls,),
     findings=(nvls_findings,),
     start=(nvls_start,),
+    receives=(Receive((PK_MM_COPY, PK_MM_READ, PK_MM_RESULT), "components.nvls_gpu.receive_multimem",
+                      "a multicast copy, a reduction read or a reduced result reaches a member"),),
 )
 
 

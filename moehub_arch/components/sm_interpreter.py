@@ -6,7 +6,7 @@ stores, copies, `mma`, vector instructions, puts and gets (counted puts, compone
 counted_write.py), flags and atomics, waits, fences, sleep, exit - then the common tail that
 occupies the instruction's unit and sets when the thread block may issue again (the model of
 components/sm.py's docstring). The extensions' instructions are their modules': MoE-Hub's in
-moehub/isa.py, the multimem ones in nvls_isa.py (DySHARP's dynamic subops in dysharp_isa.py),
+moehub/isa.py, the multimem ones in nvls_gpu.py (DySHARP's dynamic subops in dysharp_isa.py),
 CAIS's in cais/isa.py; this interpreter dispatches to them by semantic id, and each returns
 whether the instruction completed its issue. What every instruction shares - operands, address
 checks, access timing - is sm_operands.py; the functional numerics are sm_numerics.py.
@@ -53,7 +53,7 @@ from .sm_operands import (charge_unit, check_hbm_word, check_range, is_smem, mem
 from .sm_numerics import mma_functional, vec_functional
 # the extensions' instructions (their modules say what each models)
 from .moehub.isa import claim, notify, rowsp_malloc, send_to_expert, st_rowsp, store_experts
-from .nvls_isa import multimem
+from .nvls_gpu import multimem
 from .cais.isa import cais_access, cais_sync
 
 EV_LOCAL_DONE = 6    # a0 = TB slot: an asynchronous same-GPU put/get completed (declared in sm.py)
@@ -471,7 +471,7 @@ def execute(st, slot, sm, tick, cyc):
             st.gpu[g].combine_rows += 1
 
     elif sem == SEM_MULTIMEM:
-        # NVLink SHARP and DySHARP (nvls_isa.py, dysharp_isa.py)
+        # NVLink SHARP and DySHARP (nvls_gpu.py, dysharp_isa.py)
         if not multimem(st, g, sm, slot, row, tick, cyc):
             return
 

@@ -1,7 +1,7 @@
 """The SM's operand reads, address checks and memory-access timing, shared by every instruction.
 
 What every instruction of the SM's interpreter (sm_interpreter.py) and of the extensions'
-instructions (moehub/isa.py, nvls_isa.py, dysharp_isa.py, cais/isa.py) does before its own
+instructions (moehub/isa.py, nvls_gpu.py, dysharp_isa.py, cais/isa.py) does before its own
 semantics: read a register or immediate operand, check that a byte range is legal HBM or lies in
 the thread block's shared memory, time a bulk access (HBM through the channel model, shared memory
 by its fixed latency, streamed over the unit's occupancy), and block a thread block that must wait.

@@ -23,7 +23,9 @@ from ..components.sm_interpreter import EV_LOCAL_DONE, local_done
 from ..components.occupancy import EV_OCCUPANCY_SAMPLE, occupancy_sample
 from ..components.cais.layout import EV_CAIS_TIMEOUT
 from ..components.cais.merge_table import cais_timeout
-from ..components.packet import PK_MOE, PK_MOE_EOS
+from ..components.packet import PK_CAIS_READ, PK_MM_COPY, PK_MOE, PK_MOE_EOS
+from ..components.nvls_gpu import receive_multimem
+from ..components.cais.home import receive_cais
 from ..components.switch import EV_XBAR, switch_crossbar, switch_receive
 from ..engine.events import Q_TICK, TIMER_OFF, TM_TICK, _u, pop, timer_peek, timer_take
 
@@ -99,6 +101,10 @@ def run_loop(st, max_events, headroom, tick_limit, entries):
                 # MoE-Hub packets are link writes too: the link answers them (hub.py)
                 owe_link_responses(st, st.ch[a0].gpu, st.pk[pkt].src, st.pk[pkt].npk, tick)
                 call4(entries[ENTRY_AAU_RECEIVE], st, st.ch[a0].gpu, a0, pkt, tick)
+            elif st.pk[pkt].kind >= PK_CAIS_READ:
+                receive_cais(st, st.ch[a0].gpu, a0, pkt, tick)
+            elif st.pk[pkt].kind >= PK_MM_COPY:
+                receive_multimem(st, st.ch[a0].gpu, a0, pkt, tick)
             else:
                 hub_receive(st, st.ch[a0].gpu, a0, pkt, tick)
         elif kind == EV_XBAR:

@@ -43,12 +43,13 @@ from ..hbm import hbm_access, move_bytes, write_word
 from ..l2 import link_write
 from ..hub import wake_hub_waiters
 from ..nvlink import channel_count_arrival, credit_return
-from ..packet import PK_MOE_EOS, packet_free
+from ..packet import PK_MOE, PK_MOE_EOS, packet_free
 from ..wakeups import rpm_kick, tb_resume
 from ..trace import CAT_AAU, TR_AAU_ALLOC, TR_AAU_STALL, trace_event
 from .dam import dam_row_landed, dam_source_ended
 from .rpm import row_at, row_header
-from ...declare import Array, Block, Debug, Param, Record, Stat, StatGroup, counters, fields
+from ...declare import (Array, Block, Debug, Param, Receive, Record, Stat, StatGroup, counters,
+                        fields)
 from .rowtable import (RS_ALLOC, RS_FIELDS, RS_LANDED, RS_RAT, RS_RID, RS_ROW, RS_SIZE,
                        open_row_link, open_row_slot, open_row_unlink)
 from .rpm import rpm_packet_bytes
@@ -253,6 +254,9 @@ BLOCK = Block(
     )),),
     checks=(check_aau,),
     findings=(aau_findings,),
+    receives=(Receive((PK_MOE, PK_MOE_EOS), "components.moehub.aau.aau_receive",
+                      "a stream's bytes or its end reach the destination's AAU (the link answers "
+                      "them as writes: hub.owe_link_responses)"),),
     causes=(record_table_full,),
     debug=(Debug("AAU", CAT_AAU, (TR_AAU_ALLOC, TR_AAU_STALL), groups=("MoEHub",), describe={
         TR_AAU_ALLOC: lambda n, g, expert, row: (
