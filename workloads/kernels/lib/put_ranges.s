@@ -5,10 +5,15 @@
 # The including kernel declares the params table, entries, src, dst, chunk, arrive (and done for
 # tell_done).
 #
-# put_ranges peer, index: put the `entries` table entries of table row `index` (at %table +
-# index * entries * 32) to GPU `peer` (ranges relative to %src and %dst, cut into puts of at most
-# %chunk bytes), fence (every put landed), then add 1 to the peer's %arrive word if it is not 0.
-# Uses r2-r7, r16-r23.
+# Macros:
+#   put_ranges peer, index
+#       put the `entries` table entries of table row `index` (at %table + index * entries * 32)
+#       to GPU `peer` (ranges relative to %src and %dst, cut into puts of at most %chunk bytes),
+#       fence (every put landed), then add 1 to the peer's %arrive word if it is not 0.
+#       Uses r2-r7, r16-r23.
+#   tell_done peer
+#       done[gpu] = 1 on GPU `peer` if %done is not 0 (after put_ranges' fence: my ranges to it
+#       have landed). Uses r8.
 .macro put_ranges peer, index
     mul r2, \index, %entries
     shl r2, r2, 5
@@ -38,8 +43,6 @@ sent_\@:
 arrived_\@:
 .endm
 
-# tell_done peer: done[gpu] = 1 on GPU `peer` if %done is not 0 (after put_ranges' fence: my
-# ranges to it have landed). Uses r8.
 .macro tell_done peer
     beq %done, 0, told_\@
     shl r8, %gpu, 3

@@ -119,7 +119,7 @@ rx_done_\@:
     red.add %gpu, [%acct+8], r25 # acct 1: pairs received
 .endm
 
-# ring_send_tokens (DeepEP's NVL senders: deepep_dispatch and deepep_dispatch_cached): thread
+#   ring_send_tokens (DeepEP's NVL senders: deepep_dispatch and deepep_dispatch_cached): thread
 #   block %tb < C * P is the sender of channel c = %tb / P to rank r = %tb % P: walks the channel's
 #   tokens in order; a token with any slot on r (dp_rank_slots nibble) gets the next position i of
 #   ring (c, me) on r (stored in %send_head[t][r], -1 if it does not go there), its row (%x,
@@ -223,7 +223,7 @@ sent_all_\@:
     exit
 .endm
 
-# ring_dispatch_roles (deepep_dispatch, deepep_dispatch_cached: DeepEP's dispatch blocks): sets
+#   ring_dispatch_roles (deepep_dispatch, deepep_dispatch_cached: DeepEP's dispatch blocks): sets
 #   r1 = %row_bytes, r2 = Tc, r3 = bytes of one [C][P] table, r4 = the metadata ring slots in
 #   %ring_ctl; a thread block %tb < C * P runs ring_send_tokens (and exits); any other is the
 #   receiver of ring r6 = %tb - C * P, opened with ring_receiver_open (r5 channel, r7 source,
