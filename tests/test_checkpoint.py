@@ -62,8 +62,11 @@ def test_checkpoint_and_restore_through_the_command(tmp_path):
     r = run_cli("run", "--restore", ck, "-o", tmp_path / "second", "--quiet")
     assert r.returncode == 0, r.stderr
     whole, second = read_stats_json(tmp_path / "whole"), read_stats_json(tmp_path / "second")
-    assert {k: v for k, v in second.items() if not k.startswith("host")} == \
-           {k: v for k, v in whole.items() if not k.startswith("host")}
+    # but for event counts: no shortcut acts past the pause tick (sm_fold folds no cycle, a
+    # switch output sends nothing ahead past it: back_to_back, docs/engine_order.md)
+    model = lambda d: {k: v for k, v in d.items() if not k.startswith("host")  # noqa: E731
+                       and k != "simEvents" and not k.startswith("system.engine.events.")}
+    assert model(second) == model(whole)
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,7 @@ import pytest
 
 from conftest import load, model_stats
 
-SHORTCUTS = ("tx_wake", "idle_output", "sm_fold")
+SHORTCUTS = ("tx_wake", "idle_output", "sm_fold", "back_to_back")
 LAYER = "experiments/layer"
 CASES = {
     "moehub_layer": (f"{LAYER}/deepseek_v3_4096_moehub.yaml", ["workload.layer.tokens_per_gpu=16"]),

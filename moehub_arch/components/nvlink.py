@@ -37,7 +37,7 @@ from ..engine.jit import compiled, inline
 from ..engine.ring import ring_add, ring_next
 
 from ..engine.clock import bytes_ticks
-from ..engine.events import timer_set
+from ..engine.events import SHORTCUT_BACK_TO_BACK, timer_clear, timer_set
 from ..engine.prefetch import prefetch
 from ..engine.state import ROUTE_FIRST, ROUTE_N, ROUTE_RR
 from .packet import VC_RESPONSE, VC_REQUEST, header_flits, packet_vc
@@ -177,7 +177,7 @@ CHANNEL_HOT_FIELDS = (
     "rsq_cap",
     "rx_packets", "rx_wire_bytes", "rx_payload_bytes", "rxq_head", "rxq_count", "rsp_rxq_head",
     "rsp_rxq_count", "xbar_blocked",
-    "cr_head", "cr_last")
+    "cr_head", "cr_last", "ahead_pkt", "ahead_at", "ahead_vc", "ahead_npk")
 
 def build_links(cfg, building):
     """NVLink's build hook (declare.Block.build): the link buffers, credits and queue depths of
@@ -257,7 +257,12 @@ BLOCK = Block(
         # busy, starved or not-ready channel reads no packet record)
         ("txq_ready", "ready tick of the transmit FIFO's head packet"),
         ("txq_flits", "its flits"), ("rsq_ready", "the same for the response FIFO"), ("rsq_flits", ""),
-        init={"tx_at": -1}),
+        # run.shortcuts back_to_back (send_ahead below): the packet sent ahead of its turn (-1:
+        # none), the tick it leaves its FIFO, its virtual channel and link packets (its FIFO
+        # slot is still counted until then), and its wire bytes from its previous hop
+        ("ahead_pkt", "packet sent ahead (-1: none)"), ("ahead_at", "its departure tick"),
+        ("ahead_vc", ""), ("ahead_npk", ""), ("ahead_wire", ""),
+        init={"tx_at": -1, "ahead_pkt": -1}),
     stats=(StatGroup("link", "", TX_STATS + RX_STATS),),
     events=(Event("ch_tx", EV_CH_TX, "a link transmitter looks at its head packet"),
             Event("ch_arrive", EV_CH_ARRIVE, "the head packet on a wire reaches the far end")),
@@ -274,6 +279,8 @@ BLOCK = Block(
 def txq_room(st, c, vc):
     """Whether channel c's transmit FIFO of virtual channel vc has room for a packet (or train)."""
     ch = st.ch[c]
+    if ch.ahead_pkt >= 0 and ch.ahead_at <= st.sys[0].q_now:
+        depart_ahead(st, c)
     if vc == VC_RESPONSE:
         return ch.rsq_pkts + st.p[0].packet_train <= ch.rsq_cap
     return ch.txq_pkts + st.p[0].packet_train <= ch.txq_cap
@@ -313,7 +320,14 @@ def txq_push(st, c, pkt, tick):
     """Queue packet pkt for transmission on channel c, in its virtual channel's FIFO."""
     ch = st.ch[c]
     npk = st.pk[pkt].npk
-    if packet_vc(st, pkt) == VC_RESPONSE:
+    vc = packet_vc(st, pkt)
+    if ch.ahead_pkt >= 0:
+        if ch.ahead_at <= st.sys[0].q_now:
+            depart_ahead(st, c)
+        elif vc == VC_RESPONSE and ch.ahead_vc == VC_REQUEST:
+            # a response queued before the request sent ahead was due would go first
+            take_back_ahead(st, c)
+    if vc == VC_RESPONSE:
         slot = ring_add(ch.rsq_head, ch.rsq_count, ch.rsq_cap)
         st.rsq[c, slot, FIFO_PACKET] = pkt
         st.rsq[c, slot, FIFO_READY] = st.pk[pkt].ready
@@ -403,6 +417,8 @@ def settle_credits(st):
     """End of a run: every credit return still on its way reaches its sender (so a finished
     run's State shows every channel's credits back at the receive-buffer size)."""
     for c in range(st.ch.shape[0]):
+        if st.ch[c].ahead_pkt >= 0:
+            depart_ahead(st, c)     # a packet sent ahead has left its FIFO long since
         _reclaim_credits(st, c, 2 ** 62)
 
 
@@ -431,6 +447,8 @@ def channel_transmit(st, c, tick):
     requests: it is what frees the requesters' resources), else the request channel."""
     p = st.p[0]
     ch = st.ch[c]
+    if ch.ahead_pkt >= 0 and ch.ahead_at <= tick:
+        depart_ahead(st, c)
     if ch.tx_at != tick:
         return  # superseded by an earlier activation
     ch.tx_at = -1
@@ -475,11 +493,46 @@ def channel_transmit(st, c, tick):
     if ch.credit_blocked:
         ch.credit_blocked = 0
         ch.credit_stall += tick - ch.credit_blocked_since
-    # transmit
+    ser = _send(st, c, vc, pkt, tick)
+    if vc == VC_RESPONSE:
+        ch.rsq_pkts -= pk.npk
+    else:
+        ch.txq_pkts -= pk.npk
+    trace_event(st, CAT_NVLINK, TR_LINK_TX, c, pk.kind, pk.payload, tick)
+    # a slot freed in this FIFO: wake whoever waits to fill it
+    if ch.to_switch and ch.src_switch >= 0:
+        fabric_output_freed(st, c, vc, tick)   # between two forwarding nodes (fabric.py)
+    elif ch.to_switch:
+        gp = st.gpu[ch.gpu]
+        if gp.hub_blocked:
+            gp.hub_blocked = 0
+            gp.hub_stall_ticks += tick - gp.hub_blocked_since
+            hub_kick(st, ch.gpu, tick)
+        if gp.rpm_blocked:
+            gp.rpm_blocked = 0
+            gp.rpm_stall_ticks += tick - gp.rpm_blocked_since
+            rpm_kick(st, ch.gpu, tick)
+    else:
+        switch_output_freed(st, ch.switch, ch.gpu, vc, tick)
+    if ch.txq_count > 0 or ch.rsq_count > 0:
+        ch_kick(st, c, tick + ser)
+        if p.shortcuts & SHORTCUT_BACK_TO_BACK and not ch.to_switch \
+                and c < 2 * p.num_gpus * p.links_per_gpu and p.trace_mask == 0:
+            send_ahead(st, c, tick + ser)
+
+
+@inline
+def _send(st, c, vc, pkt, tick):
+    """Put packet pkt, the head of virtual channel vc's FIFO (with the credits it needs), on
+    channel c's wire at `tick`: FIFO, credits, serialisation, counters, the wire's FIFO and its
+    arrival timer. The FIFO's packet count (its room) is the caller's. Returns the packet's
+    serialisation time."""
+    p = st.p[0]
+    ch = st.ch[c]
+    pk = st.pk[pkt]
     if vc == VC_RESPONSE:
         ch.rsq_head = ring_next(ch.rsq_head, ch.rsq_cap)
         ch.rsq_count -= 1
-        ch.rsq_pkts -= pk.npk
         ch.rsp_credits -= pk.flits
         if ch.rsq_count > 0:
             _new_head(st, st.rsq, c, ch.rsq_head)
@@ -488,7 +541,6 @@ def channel_transmit(st, c, tick):
     else:
         ch.txq_head = ring_next(ch.txq_head, ch.txq_cap)
         ch.txq_count -= 1
-        ch.txq_pkts -= pk.npk
         ch.credits -= pk.flits
         if ch.txq_count > 0:
             _new_head(st, st.txq, c, ch.txq_head)
@@ -519,24 +571,141 @@ def channel_transmit(st, c, tick):
     ch.wire_count += 1
     if ch.wire_count == 1:
         timer_set(st, p.tm_ch_arrive + c, arrive)
-    trace_event(st, CAT_NVLINK, TR_LINK_TX, c, pk.kind, pk.payload, tick)
-    # a slot freed in this FIFO: wake whoever waits to fill it
-    if ch.to_switch and ch.src_switch >= 0:
-        fabric_output_freed(st, c, vc, tick)   # between two forwarding nodes (fabric.py)
-    elif ch.to_switch:
-        gp = st.gpu[ch.gpu]
-        if gp.hub_blocked:
-            gp.hub_blocked = 0
-            gp.hub_stall_ticks += tick - gp.hub_blocked_since
-            hub_kick(st, ch.gpu, tick)
-        if gp.rpm_blocked:
-            gp.rpm_blocked = 0
-            gp.rpm_stall_ticks += tick - gp.rpm_blocked_since
-            rpm_kick(st, ch.gpu, tick)
+    return ser
+
+
+@compiled
+def send_ahead(st, c, t1):
+    """Exact shortcut back_to_back (run.shortcuts; docs/engine_order.md), on a switch output
+    link (switch -> GPU) that has just started a packet ending at t1: send the next one now if
+    the look at t1 is certain to send it and nothing can tell the difference before then.
+
+    Certain: the next packet is the head of the response FIFO, or of the request FIFO with no
+    response queued, is ready by t1 and has the credits at t1 from the returns filed so far (a
+    return filed later reaches the sender after t1, and more credits change no choice). Only
+    a response queued before t1 could go first: txq_push then takes the packet back
+    (take_back_ahead), and the look at t1 runs as it would have. Unseen: the packet's FIFO slot
+    stays counted until t1 (the packets room checks see, txq_room and txq_push, and its wake-up
+    of an input waiting for that room are applied at t1: depart_ahead); an input that starts
+    waiting for such an output before t1 sets the output's look for t1 again
+    (hold_departures). Nothing else reads a link's FIFO, credits or wire before t1 but the
+    transmitter itself. Not while a switch input already waits for this output, while
+    anything is traced (counters sample the links) or beyond the run's tick limit."""
+    p = st.p[0]
+    sy = st.sys[0]
+    ch = st.ch[c]
+    if ch.ahead_pkt >= 0 or sy.err_code != 0 or (sy.tick_limit >= 0 and t1 > sy.tick_limit):
+        return
+    if ch.rsq_count > 0:
+        if ch.rsq_ready > t1 or _credits_at(st, c, t1, VC_RESPONSE) < ch.rsq_flits:
+            return
+        vc = VC_RESPONSE
+        pkt = st.rsq[c, ch.rsq_head, FIFO_PACKET]
     else:
-        switch_output_freed(st, ch.switch, ch.gpu, vc, tick)
+        if ch.txq_ready > t1 or _credits_at(st, c, t1, VC_REQUEST) < ch.txq_flits:
+            return
+        vc = VC_REQUEST
+        pkt = st.txq[c, ch.txq_head, FIFO_PACKET]
+    if st.sw_wait[(ch.switch * p.num_gpus + ch.gpu) * 2 + vc, 1] > 0:
+        return
+    _reclaim_credits(st, c, t1)
+    ch.ahead_pkt = pkt
+    ch.ahead_at = t1
+    ch.ahead_vc = vc
+    ch.ahead_npk = st.pk[pkt].npk
+    ch.ahead_wire = st.pk[pkt].wire
+    ser = _send(st, c, vc, pkt, t1)
+    # the look that sending it at t1 arms
+    ch.tx_at = -1
     if ch.txq_count > 0 or ch.rsq_count > 0:
-        ch_kick(st, c, tick + ser)
+        ch_kick(st, c, t1 + ser)
+    else:
+        timer_clear(st, p.tm_ch_tx + c)
+
+
+@compiled
+def _credits_at(st, c, t, vc):
+    """Credits of virtual channel vc that channel c's sender holds at tick t, counting the
+    returns filed so far."""
+    ch = st.ch[c]
+    n = ch.rsp_credits if vc == VC_RESPONSE else ch.credits
+    if ch.cr_count == 0 or ch.cr_next > t:
+        return n
+    cap = st.credit_ret.shape[1]
+    for i in range(ch.cr_count):
+        k = ring_add(ch.cr_head, i, cap)
+        if st.credit_ret[c, k, 0] > t:
+            break
+        if st.credit_ret[c, k, 2] == vc:
+            n += st.credit_ret[c, k, 1]
+    return n
+
+
+@compiled
+def depart_ahead(st, c):
+    """The packet channel c sent ahead has left its FIFO (at ch.ahead_at, now or earlier): its
+    slot is free, and an input waiting for it gets it (at ahead_at: if one waits, this runs in
+    the transmitter's look at that tick, hold_departures)."""
+    ch = st.ch[c]
+    ch.ahead_pkt = -1
+    if ch.ahead_vc == VC_RESPONSE:
+        ch.rsq_pkts -= ch.ahead_npk
+    else:
+        ch.txq_pkts -= ch.ahead_npk
+    switch_output_freed(st, ch.switch, ch.gpu, ch.ahead_vc, ch.ahead_at)
+
+
+@compiled
+def take_back_ahead(st, c):
+    """Undo send_ahead before its departure tick: the packet is the head of its FIFO again,
+    with its credits, off the wire (it is the wire's newest packet, behind the one that ends at
+    ahead_at), and the transmitter looks again at ahead_at."""
+    p = st.p[0]
+    ch = st.ch[c]
+    pkt = ch.ahead_pkt
+    pk = st.pk[pkt]
+    t1 = ch.ahead_at
+    ch.ahead_pkt = -1
+    ch.wire_count -= 1
+    ser = bytes_ticks(pk.wire, ch.fs_per_byte)
+    ch.tx_packets -= pk.npk
+    ch.tx_wire_bytes -= pk.wire
+    ch.tx_payload_bytes -= pk.payload
+    ch.tx_busy -= ser
+    ch.busy_until = t1
+    if ch.ahead_vc == VC_RESPONSE:
+        ch.rsq_head = ring_add(ch.rsq_head, ch.rsq_cap - 1, ch.rsq_cap)
+        ch.rsq_count += 1
+        ch.rsp_credits += pk.flits
+        ch.rsq_ready = st.rsq[c, ch.rsq_head, FIFO_READY]
+        ch.rsq_flits = st.rsq[c, ch.rsq_head, FIFO_FLITS]
+        pk.ready = ch.rsq_ready
+    else:
+        ch.txq_head = ring_add(ch.txq_head, ch.txq_cap - 1, ch.txq_cap)
+        ch.txq_count += 1
+        ch.credits += pk.flits
+        ch.txq_ready = st.txq[c, ch.txq_head, FIFO_READY]
+        ch.txq_flits = st.txq[c, ch.txq_head, FIFO_FLITS]
+        pk.ready = ch.txq_ready
+    pk.wire = ch.ahead_wire
+    ch.tx_at = t1
+    timer_set(st, p.tm_ch_tx + c, t1)
+
+
+@compiled
+def hold_departures(st, w):
+    """A switch input starts waiting for room in an output toward one GPU in one virtual
+    channel (switch.py wait list w = (switch * GPUs + GPU) * 2 + vc): a packet sent ahead on
+    such an output frees its slot at its departure tick, where the input must be woken; its
+    transmitter looks at that tick again (and depart_ahead runs there)."""
+    p = st.p[0]
+    route = st.sw_routes[w // 2]
+    for k in range(route[ROUTE_N]):
+        o = route[ROUTE_FIRST + k]
+        ch = st.ch[o]
+        if ch.ahead_pkt >= 0 and ch.ahead_vc == w % 2 and (ch.tx_at < 0 or ch.ahead_at < ch.tx_at):
+            ch.tx_at = ch.ahead_at
+            timer_set(st, p.tm_ch_tx + o, ch.ahead_at)
 
 
 @compiled

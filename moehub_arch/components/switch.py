@@ -40,7 +40,7 @@ from ..engine.jit import compiled, inline
 from ..engine.ring import ring_add, ring_next
 
 from .nvlink import (channel_count_arrival, channel_transmit, credit_return_vc,
-                     input_free_tick, pick_switch_output, txq_push)
+                     hold_departures, input_free_tick, pick_switch_output, txq_push)
 from ..engine.events import SHORTCUT_IDLE_OUTPUT, timer_clear, timer_is_next
 from .nvls import NVLS_SENT, nvls_absorb, nvls_fanout
 from .cais.merge_table import cais_switch
@@ -257,3 +257,4 @@ def _wait_for_output(st, w, cv):
     cap = st.sw_wait.shape[1] - 2
     st.sw_wait[w, 2 + ring_add(st.sw_wait[w, 0], st.sw_wait[w, 1], cap)] = cv
     st.sw_wait[w, 1] += 1
+    hold_departures(st, w)      # an output's packet sent ahead frees its slot at its own tick

@@ -1013,7 +1013,7 @@ class WorkloadConfig:
 
 # the engine's exact shortcuts (run.shortcuts), bit i of the engine's `shortcuts` parameter each
 # (engine/events.py SHORTCUT_*)
-SHORTCUTS = ("tx_wake", "idle_output", "sm_fold")
+SHORTCUTS = ("tx_wake", "idle_output", "sm_fold", "back_to_back")
 
 
 @attrs.frozen
@@ -1033,7 +1033,9 @@ class RunConfig:
                           "tx_wake (a link transmitter sleeps straight to its head packet's ready "
                           "tick), idle_output (a switch input's packet is sent on an idle output "
                           "link in its arrival event), sm_fold (register-only instructions that "
-                          "nothing else can observe issue in the SM's issue event before them). "
+                          "nothing else can observe issue in the SM's issue event before them), "
+                          "back_to_back (a switch output link sends its next queued packet, due "
+                          "right after the one it sends, in the same event). "
                           "Each gives the same model stats with fewer events; [] runs every event "
                           "of the reference path (the tests compare both)", SHORTCUTS,
                           choices=SHORTCUTS)
