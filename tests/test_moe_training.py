@@ -2,7 +2,8 @@
 layer_backward.py, workloads/kernels/common/moe_backward.s) on a tiny functional layer: every
 gradient bit-identical to the NumPy reference (moe_backward.py), gradient rows conserved in both
 directions, the forward unchanged by the backward behind it, both engines identical, and a
-scheme without a backward rejected. Schemes: megatron, deepep (normal mode, intranode)."""
+scheme without a backward rejected. Schemes: megatron, deepep (normal mode, intranode), hiermoe
+(gpu level), overlap (the gradient dispatch overlapped with the backward GEMMs tile by tile)."""
 import json
 
 import numpy as np
@@ -33,7 +34,15 @@ def hiermoe_training():
                     "workload.layer.passes=training").stats
 
 
-@pytest.fixture(params=["megatron", "deepep", "hiermoe"])
+@pytest.fixture(scope="module")
+def overlap_training():
+    """Comet-style overlap: dO rows read tile by tile while the backward GEMM blocks wait on each
+    tile's counter; dX rows go home while the weight gradients run."""
+    return simulate("experiments/functional.yaml", "scheme=overlap",
+                    "workload.layer.passes=training").stats
+
+
+@pytest.fixture(params=["megatron", "deepep", "hiermoe", "overlap"])
 def training(request):
     return request.getfixturevalue(f"{request.param}_training")
 
@@ -122,7 +131,7 @@ def test_scheme_without_a_backward_is_an_error(tmp_path, scheme, sets, words):
     ("system.num_gpus=8",),              # one expert per GPU: no sort, rows straight into place
     ("workload.layer.routing.kind=skewed", "workload.layer.routing.gini=0.74"),  # idle experts
 ], ids=["one_local_expert", "skewed"])
-@pytest.mark.parametrize("scheme", ["megatron", "deepep"])
+@pytest.mark.parametrize("scheme", ["megatron", "deepep", "overlap"])
 def test_backward_other_layouts(sets, scheme):
     from moehub_arch.workloads.layer import MoeLayer
     from conftest import load
@@ -135,3 +144,14 @@ def test_backward_other_layouts(sets, scheme):
     idx = MoeLayer(cfg).routing.topk_idx
     if "skewed" in sets[0]:       # some expert gets no row: its weight gradients stay zero
         assert (np.bincount(idx.reshape(-1), minlength=8) == 0).any()
+
+
+def test_overlap_backward_overlaps_dispatch_with_the_expert_gemms(overlap_training):
+    """The gradient dispatch (overlap_bwd_pull) and the first backward GEMM run at the same time:
+    the dispatch and expert phases overlap, so their sum exceeds the backward's span less the
+    combine's backward at home; the forward is unchanged in its figures' kinds."""
+    st = overlap_training
+    assert st["system.moe.backward.kernel.overlap_bwd_pull_us"] > 0
+    assert st["system.moe.backward.kernel.overlap_bwd_home_us"] > 0
+    assert st["system.moe.phase.mediation_us"] > 0          # the forward's count exchange only
+    assert "system.moe.kernel.overlap_bwd_pull_us" not in st

@@ -73,19 +73,25 @@ def expert_bwd_launches(s, stream, tbs, counts, xe, he, cap, bases):
         + expert_bwd_kernels(s, stream, tbs, counts, bases, xe, he)
 
 
-def expert_bwd_kernels(s, stream, tbs, counts, bases, xe, he):
+def expert_bwd_kernels(s, stream, tbs, counts, bases, xe, he, tilecnt=0, gate=None):
     """grouped_bwd_act, grouped_dgrad (dX into b_dxe) and grouped_wgrad on `tbs` thread blocks
     over the table in b_table (built by the scheme: grouped_tiles or its own); the rows of b_dye,
-    b_dxe, b_dg, b_du sit at the same row index as the forward's `xe` / `he` rows."""
+    b_dxe, b_dg, b_du sit at the same row index as the forward's `xe` / `he` rows. `tilecnt`
+    (a buffer reference, or 0): grouped_bwd_act waits for each tile's rows there (dO rows still
+    arriving); `gate` (a buffer reference): set to 1 between the dgrad and the wgrad (the dX rows
+    can go home while the wgrad runs)."""
     common = (("hidden", s.hidden), ("ffn", s.ffn))
     tile = (("tile_rows", s.tile_rows), ("n_tile", s.n_tile))
     return [
         LaunchConfig(kernel="grouped_bwd_act", grid=tbs, stream=stream, params=(
-            ("table", "@b_table"), ("dg", "@b_dg"), ("du", "@b_du"), ("wg", "@w_gate"),
-            ("wu", "@w_up"), ("wd", "@w_down"), ("bacct", "@bacct")) + common + tile),
+            ("table", "@b_table"), ("tilecnt", tilecnt), ("dg", "@b_dg"), ("du", "@b_du"),
+            ("wg", "@w_gate"), ("wu", "@w_up"), ("wd", "@w_down"), ("bacct", "@bacct"))
+            + common + tile),
         LaunchConfig(kernel="grouped_dgrad", grid=tbs, stream=stream, params=(
             ("table", "@b_table"), ("dg", "@b_dg"), ("du", "@b_du"), ("wg", "@w_gate"),
             ("wu", "@w_up"), ("dye", "@b_dye"), ("dxe", "@b_dxe")) + common + tile),
+    ] + ([LaunchConfig(kernel="flag_set", grid=1, stream=stream,
+                       params=(("addr", gate), ("value", 1)))] if gate else []) + [
         LaunchConfig(kernel="grouped_wgrad", grid=tbs, stream=stream, params=(
             ("counts", f"@{counts}"), ("bases", f"@{bases}"), ("xe", f"@{xe}"),
             ("he", f"@{he}"), ("dg", "@b_dg"), ("du", "@b_du"), ("dye", "@b_dye"),

@@ -85,9 +85,12 @@ end:
 # grouped_bwd_act: jobs (tile, q), Ju = I / n per tile: G, U recomputed from the tile's X rows
 # (the forward's fused gate/up mainloop; weights from HBM for an expert's first tile), D = dO
 # Wd^T for columns q n.. over H / n steps (mma.bf16.bt: dO's column block c, stride H, against
-# rows q n.. of Wd's column tile c), then dU and dG stored bf16 into du, dg.
+# rows q n.. of Wd's column tile c), then dU and dG stored bf16 into du, dg. With `tilecnt` (not
+# 0: scheme overlap, its dO rows arriving while the kernel runs) a job first waits until word t
+# of tilecnt reaches its tile's rows.
 .kernel grouped_bwd_act
 .param table
+.param tilecnt               # [tiles] i64 rows landed per tile, or 0: every row is in
 .param dg                    # [El][cap][I] bf16
 .param du
 .param wg
@@ -121,6 +124,11 @@ job:
     shl r4, r4, 6
     add r4, r4, %table
     ld.v8 r12, [r4]              # r12 expert, r13 rows, r14 X, r15 dG, r16 dO, r17 first
+    beq %tilecnt, 0, landed
+    shl r4, r2, 3
+    add r4, r4, %tilecnt
+    wait.ge [r4], r13            # the tile's dO rows have landed
+landed:
     mul r6, r13, %n_tile         # r6 = rows x n
     weight_tile_offset r7, r12, r22, r3, r25
     add r5, r7, %wu              # r5 = Wu tile (expert, q)
