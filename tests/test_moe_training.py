@@ -3,7 +3,8 @@ layer_backward.py, workloads/kernels/common/moe_backward.s) on a tiny functional
 gradient bit-identical to the NumPy reference (moe_backward.py), gradient rows conserved in both
 directions, the forward unchanged by the backward behind it, both engines identical, and a
 scheme without a backward rejected. Schemes: megatron, deepep (normal mode, intranode), hiermoe
-(gpu level), overlap (the gradient dispatch overlapped with the backward GEMMs tile by tile)."""
+(gpu level), overlap (the gradient dispatch overlapped with the backward GEMMs tile by tile), tutel
+(capacity factor: dropped pairs get no gradient)."""
 import json
 
 import numpy as np
@@ -42,7 +43,16 @@ def overlap_training():
                     "workload.layer.passes=training").stats
 
 
-@pytest.fixture(params=["megatron", "deepep", "hiermoe", "overlap"])
+@pytest.fixture(scope="module")
+def tutel_training():
+    """Tutel with capacity factor 1.0 (41 pairs dropped) and one slice: its all-to-alls in
+    reverse, dropped pairs without gradient rows, padding rows computed as zeros."""
+    return simulate("experiments/functional.yaml", "scheme=tutel",
+                    "workload.layer.passes=training", "workload.layer.tutel.chunks=1",
+                    "workload.layer.tutel.capacity_factor=1.0").stats
+
+
+@pytest.fixture(params=["megatron", "deepep", "hiermoe", "overlap", "tutel"])
 def training(request):
     return request.getfixturevalue(f"{request.param}_training")
 
@@ -58,10 +68,14 @@ def test_gradients_equal_the_reference(training):
 
 
 def test_gradient_rows_conserved_both_directions(training):
+    """Every kept pair's gradient row goes out and comes back once (tutel: the dropped pairs
+    none; its padding rows are computed in both passes)."""
     st = training
     pairs = 4 * 64 * 2                      # GPUs x tokens x top-k
-    for name in ("dispatched", "computed", "combined"):
-        assert st[f"system.moe.backward.rows_{name}"] == pairs
+    kept = pairs - st.get("system.moe.rows_dropped", 0)
+    assert st["system.moe.backward.rows_dispatched"] == kept
+    assert st["system.moe.backward.rows_combined"] == kept
+    assert st["system.moe.backward.rows_computed"] == st["system.moe.rows_computed"]
     assert st["system.moe.rows_combined"] == pairs
     t = st["system.moe.backward.time_us"]
     assert 0 < st["system.moe.backward.expert_us"] <= t
@@ -114,10 +128,11 @@ def test_deepep_backward_reuses_the_handle(deepep_training):
 
 
 @pytest.mark.parametrize("scheme, sets, words", [
-    ("tutel", (), "no backward pass"),
+    ("nvls", (), "no backward pass"),
+    ("tutel", ("workload.layer.tutel.chunks=2",), "chunks"),
     ("deepep", ("workload.layer.deepep.home_reduce=kernel",), "home_reduce"),
     ("deepep", ("workload.layer.deepep.kernels=communication",), "kernels: communication"),
-], ids=["tutel", "deepep_home_reduce_kernel", "deepep_comm_only"])
+], ids=["nvls", "tutel_chunks", "deepep_home_reduce_kernel", "deepep_comm_only"])
 def test_scheme_without_a_backward_is_an_error(tmp_path, scheme, sets, words):
     extra = [a for kv in sets for a in ("--set", kv)]
     r = run_cli("run", "configs/experiments/functional.yaml", "--set", f"scheme={scheme}",
@@ -147,11 +162,22 @@ def test_backward_other_layouts(sets, scheme):
 
 
 def test_overlap_backward_overlaps_dispatch_with_the_expert_gemms(overlap_training):
-    """The gradient dispatch (overlap_bwd_pull) and the first backward GEMM run at the same time:
-    the dispatch and expert phases overlap, so their sum exceeds the backward's span less the
-    combine's backward at home; the forward is unchanged in its figures' kinds."""
+    """The gradient dispatch (overlap_bwd_pull) runs while the backward GEMM blocks wait on its
+    tiles, and the gradient combine (overlap_bwd_home) while the wgrad runs: the three phases
+    overlap, so their spans sum to more than the backward's (in sequence they would not)."""
     st = overlap_training
     assert st["system.moe.backward.kernel.overlap_bwd_pull_us"] > 0
     assert st["system.moe.backward.kernel.overlap_bwd_home_us"] > 0
-    assert st["system.moe.phase.mediation_us"] > 0          # the forward's count exchange only
-    assert "system.moe.kernel.overlap_bwd_pull_us" not in st
+    phases = sum(st[f"system.moe.backward.{p}_us"] for p in ("dispatch", "expert", "combine"))
+    assert phases > st["system.moe.backward.time_us"]
+    assert "system.moe.kernel.overlap_bwd_pull_us" not in st     # not a forward kernel
+
+
+def test_tutel_backward_drops_what_the_forward_dropped(tutel_training):
+    """The reference leaves the dropped pairs out (no dw, no dx, no weight-gradient rows): the
+    simulated gradients equal it while the forward's output differs from the drop-free layer."""
+    st = tutel_training
+    assert st["system.moe.rows_dropped"] > 0
+    assert st["system.moe.output_max_abs_error"] > 0
+    assert st["system.moe.output_max_abs_error_kept"] == 0
+    assert st["system.moe.backward.dx_max_abs_error"] == 0

@@ -35,7 +35,7 @@ ACCT_NAMES = ("sent", "received", "computed", "combined")
 
 COMMON_KERNELS = "workloads/kernels/common/moe_common.s"
 # the schemes whose plan builds the layer's backward (workload.layer.passes: training)
-BACKWARD_SCHEMES = ("megatron", "deepep", "hiermoe", "overlap")
+BACKWARD_SCHEMES = ("megatron", "deepep", "hiermoe", "overlap", "tutel")
 # every expert-GEMM job keeps G, U [tile][n] f32 and Hq [tile][n] bf16 in the `.smem 160KB` its
 # kernels declare (moe_common.s, deepep.s, moe_layer.s): at most 16384 elements of a tile x n job
 GEMM_JOB_ELEMENTS = 16384
@@ -121,6 +121,9 @@ class SchemePlan:
                                       # arguments: the backward's sum order (DeepEP: per_rank)
     backward_dx_f32: str = ""         # an fp32 buffer holding dx before its bf16 rounding (a
                                       # scheme whose gradient combine writes fp32, as its forward)
+    backward_expected_rows: dict = attrs.field(factory=dict)  # rows_{dispatched,computed,
+                                      # combined} where not every pair once (tutel: kept pairs,
+                                      # padding computed)
     backward_acct: tuple = ()         # (buffer, i64 word, bacct word): backward rows a scheme's
                                       # reused forward kernels count in a buffer of their own
 

@@ -208,21 +208,23 @@ def add_backward_stats(sim, layer, starts, ends, tensor_peak):
     for i, name in enumerate(BACKWARD_ROWS):
         out.add(f"system.moe.backward.rows_{name}", int(counts[i]), "count",
                 f"token-expert gradient rows {name} in the backward over all GPUs (must equal "
-                f"tokens x top-k x GPUs)")
+                f"tokens x top-k x GPUs, or the kept pairs and padding the scheme names)")
 
 
 def backward_invariants(sim, layer):
     """Every pair's output gradient dispatched, computed and its input gradient combined once."""
     s = layer.shape
-    want = s.num_gpus * s.pairs
-    bad = [f"{n} {int(sim.stats[f'system.moe.backward.rows_{n}'])}" for n in BACKWARD_ROWS
-           if f"system.moe.backward.rows_{n}" in sim.stats
-           and int(sim.stats[f"system.moe.backward.rows_{n}"]) != want]
+    want = dict.fromkeys(BACKWARD_ROWS, s.num_gpus * s.pairs)
+    want.update(layer.plan.backward_expected_rows)
+    bad = [f"{n} {int(sim.stats[f'system.moe.backward.rows_{n}'])} (expected {want[n]})"
+           for n in BACKWARD_ROWS if f"system.moe.backward.rows_{n}" in sim.stats
+           and int(sim.stats[f"system.moe.backward.rows_{n}"]) != want[n]]
     if not bad:
         return []
-    return [f"backward token accounting in scheme '{sim.cfg.scheme}': each of the {want} "
-            f"token-expert pairs must have its output gradient dispatched, computed and its input "
-            f"gradient combined exactly once; found {', '.join(bad)}"]
+    return [f"backward token accounting in scheme '{sim.cfg.scheme}': each of the "
+            f"{s.num_gpus * s.pairs} token-expert pairs the forward kept must have its output "
+            f"gradient dispatched, computed and its input gradient combined exactly once (a "
+            f"scheme's padding rows computed as well); found {', '.join(bad)}"]
 
 
 def check_backward(sim, layer, x, wg, wu, wd, unslice):
@@ -244,8 +246,9 @@ def check_backward(sim, layer, x, wg, wu, wd, unslice):
                                 ("ws_down", "shared_down", H)):
             shared[key] = np.stack([unslice(sim.read_buffer(g, name).reshape(S, -1), n, cols)
                                     for g in range(P)])
+    kept = layer.plan.kept_pairs(sim) if layer.plan.kept_pairs is not None else None
     ref = moe_layer_backward_reference(x, layer.routing.topk_idx, layer.routing.topk_weight,
-                                       wg, wu, wd, dy, expert_rows=order, **shared,
+                                       wg, wu, wd, dy, expert_rows=order, kept=kept, **shared,
                                        **layer.plan.backward_reference)
     if layer.plan.backward_dx_f32:
         # the scheme's gradient combine writes fp32 (as its forward's): dx is its bf16 rounding

@@ -55,7 +55,7 @@ def _row_dot(a, b) -> np.ndarray:
 def moe_layer_backward_reference(x, topk_idx, topk_weight, w_gate, w_up, w_down, dy,
                                  shared_gate=None, shared_up=None, shared_down=None,
                                  expert_rows=None, combine="per_slot",
-                                 local_experts=None) -> dict:
+                                 local_experts=None, kept=None) -> dict:
     """The gradients of one MoE layer (forward: `reference.moe_layer_reference`, combine
     "per_slot") given dy [P, T, H] (bf16 values), the gradient of its output.
 
@@ -72,6 +72,9 @@ def moe_layer_backward_reference(x, topk_idx, topk_weight, w_gate, w_up, w_down,
     expert_rows: {expert: (flat tokens, slots)} - the order of each expert's rows in a scheme's
     buffer (flat token = GPU x T + token), which the wgrad's fp32 sums over rows follow; by
     default global token order.
+    kept: bool [P, T, k] or None - the pairs the forward kept (a capacity-factor scheme drops the
+    rest: their output row was zero, so their dw is 0, they send no gradient row and add nothing
+    to dx or to any weight gradient); None: every pair.
     combine: the order of dx's sum (the dispatch's backward). "per_slot": the shared experts'
     rows, then the slots in order, in fp32, rounded once. "per_rank" (DeepEP's combine, with
     `local_experts` experts per GPU): each rank's partial - the fp32 sum of the token's slots whose
@@ -103,11 +106,12 @@ def moe_layer_backward_reference(x, topk_idx, topk_weight, w_gate, w_up, w_down,
     dwu = np.zeros(np.shape(w_up), F32)
     dwd = np.zeros(np.shape(w_down), F32)
     rows_out = np.zeros(E, np.int64)
-    for e in np.unique(flat_idx):
-        tok, slot = np.nonzero(flat_idx == e)
+    on = np.ones((n, k), bool) if kept is None else np.asarray(kept, bool).reshape(n, k)
+    for e in np.unique(flat_idx[on]):
+        tok, slot = np.nonzero((flat_idx == e) & on)
         if expert_rows is not None:
             tok, slot = (np.asarray(a, np.int64) for a in expert_rows[int(e)])
-            want = np.nonzero(flat_idx == e)
+            want = np.nonzero((flat_idx == e) & on)
             if sorted(zip(tok.tolist(), slot.tolist())) != sorted(zip(want[0].tolist(),
                                                                       want[1].tolist())):
                 raise ValueError(f"expert_rows[{int(e)}] is not the set of expert {int(e)}'s "

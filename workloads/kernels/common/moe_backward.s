@@ -4,8 +4,9 @@
 # roles). Given dy [T][H] bf16, the gradient of the layer output out[t] = sum_j w[t][j] y_j[t]:
 #   moe_combine_bwd   home GPU, per pair (t, j): dw[t][j] = <dy[t], y_j[t]> (fp32 in increasing h:
 #                     the router-weight gradient) and dO = bf16(w[t][j] dy[t]) written to the
-#                     pair's row of the scheme's send buffer (map[t * k + j]): the combine's
-#                     backward is a dispatch of output gradients
+#                     pair's row of the scheme's send buffer (map[t * k + j]; -1: a pair
+#                     dropped in the forward, no row): the combine's backward is a dispatch of
+#                     output gradients
 #   grouped_bwd_act   per expert tile and column job q of I: G, U recomputed, D = dO Wd^T,
 #                     dU = bf16(silu(G) D), dG = bf16(silu'(G) (D U))   (lib/gemm_tiles.s
 #                     swiglu_grad_store, shared with tp/ffn_backward.s)
@@ -70,12 +71,14 @@ slot:
     shl r12, r6, 3
     add r12, r12, %map
     ld r12, [r12]
+    blt r12, 0, no_row           # a dropped pair (scheme tutel: beyond capacity): no dO row
     mul r12, r12, r10
     add r12, r12, %dsend
     copy r12, r23, r10           # dO to the pair's send row
+    add r9, r9, 1
+no_row:
     add r3, r3, 1
     blt r3, %topk, slot
-    add r9, r9, %topk
     add r1, r1, %ntb
     bra token
 end:
@@ -392,16 +395,18 @@ slot:
     shl r7, r6, 3
     add r7, r7, %map
     ld r7, [r7]
+    blt r7, 0, no_slot           # a dropped pair: no input-gradient row
     mul r7, r7, r10
     add r7, r7, %dret
     vaxpy.f32.bf16 r20, r7, %one, %hidden
+    add r9, r9, 1
+no_slot:
     add r3, r3, 1
     blt r3, %topk, slot
     vcvt.bf16.f32 r21, r20, %hidden
     mul r7, r1, r10
     add r7, r7, %dx
     copy r7, r21, r10
-    add r9, r9, %topk
     add r1, r1, %ntb
     bra token
 end:
