@@ -79,11 +79,14 @@ def moe_layer_backward_reference(x, topk_idx, topk_weight, w_gate, w_up, w_down,
     rows, then the slots in order, in fp32, rounded once. "per_rank" (DeepEP's combine, with
     `local_experts` experts per GPU): each rank's partial - the fp32 sum of the token's slots whose
     expert it holds, in slot order, rounded to bf16 on the way home - added after the shared
-    experts' rows, ranks ascending, in fp32, rounded once.
+    experts' rows, ranks ascending, in fp32, rounded once. "switch_reduce" (NVLS's reduce-scatter
+    as the all-gather's backward): the same bf16 partials of every rank (a zero row where a rank
+    holds none of the token's experts) summed in fp32 in rank order and rounded to bf16 in the
+    switch, that row then added to the shared experts' fp32 sum and rounded once.
     """
-    if combine not in ("per_slot", "per_rank"):
-        raise ValueError(f"combine must be per_slot or per_rank, not {combine!r}")
-    if combine == "per_rank" and not local_experts:
+    if combine not in ("per_slot", "per_rank", "switch_reduce"):
+        raise ValueError(f"combine must be per_slot, per_rank or switch_reduce, not {combine!r}")
+    if combine != "per_slot" and not local_experts:
         raise ValueError("combine='per_rank' needs local_experts (experts per GPU)")
     x = np.asarray(x, F32)
     dy = np.asarray(dy, F32)
@@ -143,6 +146,16 @@ def moe_layer_backward_reference(x, topk_idx, topk_weight, w_gate, w_up, w_down,
     if combine == "per_slot":
         for j in range(k):                              # the dispatch's backward: a combine
             acc = (acc + dx_slot[:, j, :]).astype(F32)
+    elif combine == "switch_reduce":
+        rank = flat_idx // local_experts
+        sw = np.zeros((n, h), F32)
+        for r in range(int(len(w_gate)) // local_experts):
+            part = np.zeros((n, h), F32)
+            for j in range(k):
+                part = np.where((rank[:, j] == r)[:, None], (part + dx_slot[:, j, :]).astype(F32),
+                                part)
+            sw = (sw + to_bf16(part)).astype(F32)
+        acc = (acc + to_bf16(sw)).astype(F32)
     else:
         rank = flat_idx // local_experts                # [n, k]: the GPU holding slot j's expert
         for r in range(int(len(w_gate)) // local_experts):
