@@ -4,8 +4,8 @@ gradient bit-identical to the NumPy reference (moe_backward.py), gradient rows c
 directions, the forward unchanged by the backward behind it, both engines identical, and a
 scheme without a backward rejected. Schemes: megatron, deepep (normal mode, intranode), hiermoe
 (gpu level), overlap (the gradient dispatch overlapped with the backward GEMMs tile by tile), tutel
-(capacity factor: dropped pairs get no gradient), nvls (multicast and in-switch reduction in swapped
-roles)."""
+(capacity factor: dropped pairs get no gradient), nvls and dysharp (fusion: none; multicast and
+in-switch reduction in swapped roles)."""
 import json
 
 import numpy as np
@@ -61,7 +61,15 @@ def nvls_training():
                     "workload.layer.passes=training").stats
 
 
-@pytest.fixture(params=["megatron", "deepep", "hiermoe", "overlap", "tutel", "nvls"])
+@pytest.fixture(scope="module")
+def dysharp_training():
+    """DySHARP (fusion: none): dy multicast to each token's k experts (dymultimem.st, placed by the
+    forward's AL entries), the k dX rows reduced in the switch (dymultimem.ld_reduce)."""
+    return simulate("experiments/functional.yaml", "scheme=dysharp",
+                    "workload.layer.dysharp.fusion=none", "workload.layer.passes=training").stats
+
+
+@pytest.fixture(params=["megatron", "deepep", "hiermoe", "overlap", "tutel", "nvls", "dysharp"])
 def training(request):
     return request.getfixturevalue(f"{request.param}_training")
 
@@ -139,11 +147,12 @@ def test_deepep_backward_reuses_the_handle(deepep_training):
 
 
 @pytest.mark.parametrize("scheme, sets, words", [
-    ("dysharp", (), "no backward pass"),
+    ("moehub", (), "no backward pass"),
+    ("dysharp", (), "fusion: token"),
     ("tutel", ("workload.layer.tutel.chunks=2",), "chunks"),
     ("deepep", ("workload.layer.deepep.home_reduce=kernel",), "home_reduce"),
     ("deepep", ("workload.layer.deepep.kernels=communication",), "kernels: communication"),
-], ids=["dysharp", "tutel_chunks", "deepep_home_reduce_kernel", "deepep_comm_only"])
+], ids=["moehub", "dysharp_fused", "tutel_chunks", "deepep_home_reduce_kernel", "deepep_comm_only"])
 def test_scheme_without_a_backward_is_an_error(tmp_path, scheme, sets, words):
     extra = [a for kv in sets for a in ("--set", kv)]
     r = run_cli("run", "configs/experiments/functional.yaml", "--set", f"scheme={scheme}",
@@ -201,3 +210,14 @@ def test_nvls_backward_swaps_multicast_and_reduction(nvls_training):
     assert st["system.moe.backward.kernel.nvls_bwd_allgather_us"] > 0
     assert st["system.moe.backward.kernel.nvls_reduce_scatter_us"] > 0
     assert "system.moe.kernel.nvls_bwd_allgather_us" not in st
+
+
+def test_dysharp_backward_forward_unchanged_by_keeping_the_outputs(dysharp_training):
+    """Training keeps the unweighted expert outputs (the GEMM writes them apart, the gate
+    weighting writes the combine's object): the forward's output stays exact and its row counts
+    unchanged; the gradient multicast and reduction run in the backward."""
+    st = dysharp_training
+    assert st["system.moe.output_max_abs_error"] == 0.0
+    assert st["system.moe.rows_combined"] == 4 * 64 * 2
+    assert st["system.moe.backward.kernel.dysharp_bwd_dispatch_us"] > 0
+    assert st["system.moe.backward.kernel.dysharp_combine_us"] > 0

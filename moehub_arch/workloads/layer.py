@@ -35,7 +35,7 @@ ACCT_NAMES = ("sent", "received", "computed", "combined")
 
 COMMON_KERNELS = "workloads/kernels/common/moe_common.s"
 # the schemes whose plan builds the layer's backward (workload.layer.passes: training)
-BACKWARD_SCHEMES = ("megatron", "deepep", "hiermoe", "overlap", "tutel", "nvls")
+BACKWARD_SCHEMES = ("megatron", "deepep", "hiermoe", "overlap", "tutel", "nvls", "dysharp")
 # every expert-GEMM job keeps G, U [tile][n] f32 and Hq [tile][n] bf16 in the `.smem 160KB` its
 # kernels declare (moe_common.s, deepep.s, moe_layer.s): at most 16384 elements of a tile x n job
 GEMM_JOB_ELEMENTS = 16384

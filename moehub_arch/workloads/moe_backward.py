@@ -83,9 +83,13 @@ def moe_layer_backward_reference(x, topk_idx, topk_weight, w_gate, w_up, w_down,
     as the all-gather's backward): the same bf16 partials of every rank (a zero row where a rank
     holds none of the token's experts) summed in fp32 in rank order and rounded to bf16 in the
     switch, that row then added to the shared experts' fp32 sum and rounded once.
+    "switch_targets" (DySHARP's in-switch reduction as the multicast's backward): the token's k
+    rows summed in fp32 in slot order and rounded to bf16 in the switch, then added to the shared
+    experts' fp32 sum and rounded once.
     """
-    if combine not in ("per_slot", "per_rank", "switch_reduce"):
-        raise ValueError(f"combine must be per_slot, per_rank or switch_reduce, not {combine!r}")
+    if combine not in ("per_slot", "per_rank", "switch_reduce", "switch_targets"):
+        raise ValueError(f"combine must be per_slot, per_rank, switch_reduce or switch_targets, "
+                         f"not {combine!r}")
     if combine != "per_slot" and not local_experts:
         raise ValueError("combine='per_rank' needs local_experts (experts per GPU)")
     x = np.asarray(x, F32)
@@ -146,6 +150,11 @@ def moe_layer_backward_reference(x, topk_idx, topk_weight, w_gate, w_up, w_down,
     if combine == "per_slot":
         for j in range(k):                              # the dispatch's backward: a combine
             acc = (acc + dx_slot[:, j, :]).astype(F32)
+    elif combine == "switch_targets":
+        sw = np.zeros((n, h), F32)
+        for j in range(k):
+            sw = (sw + dx_slot[:, j, :]).astype(F32)
+        acc = (acc + to_bf16(sw)).astype(F32)
     elif combine == "switch_reduce":
         rank = flat_idx // local_experts
         sw = np.zeros((n, h), F32)
