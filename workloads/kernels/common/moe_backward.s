@@ -58,16 +58,12 @@ slot:
     add r6, r5, r3               # r6 = pair t * k + j
     mul r7, r6, r10
     add r7, r7, %yhome
-    vcvt.f32.bf16 r21, r7, %hidden
-    vmul.f32 r21, r20, r21, %hidden
-    vrow_sum.f32 r24, r21, %hidden, %hidden
+    dot_row_bf16 r24, r20, r7, r21, %hidden
     shl r8, r6, 2
     add r12, r8, %dw
     copy r12, r24, 4             # dw[t][j]
     add r8, r8, %topk_w          # r8 = &w[t][j]
-    vzero.f32 r22, %hidden
-    vaxpy.f32.bf16 r22, r2, r8, %hidden
-    vcvt.bf16.f32 r23, r22, %hidden
+    scale_row_bf16 r23, r22, r2, r8, %hidden
     shl r12, r6, 3
     add r12, r12, %map
     ld r12, [r12]

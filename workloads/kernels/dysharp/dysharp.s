@@ -90,9 +90,7 @@
     shl \tmp, \j, 2
     add \tmp, \tmp, \ids
     add \tmp, \tmp, \meta_row     # &w[j]
-    vzero.f32 \acc, %hidden
-    vaxpy.f32.bf16 \acc, \row, \tmp, %hidden
-    vcvt.bf16.f32 \out, \acc, %hidden
+    scale_row_bf16 \out, \acc, \row, \tmp, %hidden
 .endm
 
 .macro find_slot meta_row, expert, j, end, tmp
@@ -639,9 +637,7 @@ target:
     add r8, r6, %dye             # r8 = dy row
     add r6, r6, %yraw            # r6 = y_j row
     vcvt.f32.bf16 r27, r8, %hidden
-    vcvt.f32.bf16 r28, r6, %hidden
-    vmul.f32 r28, r27, r28, %hidden
-    vrow_sum.f32 r31, r28, %hidden, %hidden
+    dot_row_bf16 r31, r27, r6, r28, %hidden
     shl r6, r5, 2
     add r6, r6, %bdw
     copy r6, r31, 4              # dw staged
@@ -653,9 +649,7 @@ target:
     shl r15, r12, 2
     add r15, r15, r13
     add r15, r15, r10            # r15 = &w_j in the meta row
-    vzero.f32 r29, %hidden
-    vaxpy.f32.bf16 r29, r8, r15, %hidden
-    vcvt.bf16.f32 r30, r29, %hidden
+    scale_row_bf16 r30, r29, r8, r15, %hidden
     copy r8, r30, r1             # dO over dy
 next_target:
     add r7, r7, 1

@@ -129,3 +129,21 @@ pick_next_\@:
     mul r12, r12, 96
     add r12, r12, %rec           # r12 = the records
 .endm
+
+# dot_row_bf16 dot, dyf, y, prod, n: dot = sum over h ascending of dyf[h] x fp32(y[h]) (fp32; dyf
+# an fp32 row, y a bf16 row, prod an fp32 row of scratch): the router weight's gradient
+# <dy, y_j> of the MoE backward (common/moe_backward.s, nvls, dysharp, deepep backward).
+.macro dot_row_bf16 dot, dyf, y, prod, n
+    vcvt.f32.bf16 \prod, \y, \n
+    vmul.f32 \prod, \dyf, \prod, \n
+    vrow_sum.f32 \dot, \prod, \n, \n
+.endm
+
+# scale_row_bf16 out, acc, row, w, n: out = bf16(fp32(w x row)) for a bf16 row and the fp32 at
+# address w (acc: an fp32 row of scratch): a router-weighted row (the forward's gate weighting,
+# the backward's dO = bf16(w dy)).
+.macro scale_row_bf16 out, acc, row, w, n
+    vzero.f32 \acc, \n
+    vaxpy.f32.bf16 \acc, \row, \w, \n
+    vcvt.bf16.f32 \out, \acc, \n
+.endm

@@ -351,9 +351,7 @@ slot:
 converted:
     mul r8, r7, r10              # r8 = byte offset of the pair's row
     add r12, r8, %ye
-    vcvt.f32.bf16 r21, r12, %hidden
-    vmul.f32 r21, r20, r21, %hidden
-    vrow_sum.f32 r24, r21, %hidden, %hidden
+    dot_row_bf16 r24, r20, r12, r21, %hidden
     shl r12, r6, 2
     add r15, r12, %bdw
     copy r15, r24, 4             # dw staged
@@ -363,9 +361,7 @@ converted:
     add r26, r26, %dw
     put.sm r13, r26, r15, 4      # dw[t][j] on the home GPU
     add r12, r12, %wall          # r12 = &w[u][j]
-    vzero.f32 r22, %hidden
-    vaxpy.f32.bf16 r22, r2, r12, %hidden
-    vcvt.bf16.f32 r23, r22, %hidden
+    scale_row_bf16 r23, r22, r2, r12, %hidden
     add r12, r8, %dye
     copy r12, r23, r10           # dO at the pair's row
     add r9, r9, 1
