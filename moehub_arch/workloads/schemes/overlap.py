@@ -153,11 +153,11 @@ def backward_plan(layer, rows_cap, tiles_cap):
             ("ready", "@ov_bready"), ("start", "@ov_bstart"))), "backward_dispatch"),
         # stream 2: idle until this GPU's backward begins (not part of the backward's time)
         (flag_wait_launch(2, "@ov_bstart", 1), "backward_wait"),
-        (LaunchConfig(kernel="overlap_bwd_pull", grid=C, stream=2, params=handle[:2] + (
+        (LaunchConfig(kernel="overlap_bwd_pull", grid=2 * C, stream=2, params=handle[:2] + (
             ("ready", "@ov_bready"), ("home", "@ov_home"), ("dsend", "@ov_dsend"),
             ("dye", "@b_dye"), ("tilecnt", "@ov_btilecnt"), ("hidden", H))),
          "backward_dispatch"),
-        (LaunchConfig(kernel="overlap_bwd_home", grid=C, stream=2, params=handle + (
+        (LaunchConfig(kernel="overlap_bwd_home", grid=2 * C, stream=2, params=handle + (
             ("dxe", "@b_dxe"), ("dret", "@ov_dret"), ("gate", "@ov_bdgrad"),
             ("jobs", "@ov_bjobs"), ("done", "@bdone"), ("hidden", H))), "backward_combine"),
     ] + list(shared) + [
@@ -165,7 +165,7 @@ def backward_plan(layer, rows_cap, tiles_cap):
             ("table", "@b_table"), ("xe", "@dp_recv_x"), ("dg", "@b_dg"), ("dye", "@b_dye"),
             ("hidden", H), ("ffn", s.ffn))), "backward_expert"),
     ] + [(launch, "backward_expert") for launch in expert_bwd_kernels(
-        s, 3, nsm - C, "ov_bcounts", "ov_bbases", "dp_recv_x", "ov_hh", tilecnt="@ov_btilecnt",
+        s, 3, nsm - 2 * C, "ov_bcounts", "ov_bbases", "dp_recv_x", "ov_hh", tilecnt="@ov_btilecnt",
         gate="@ov_bdgrad")] + [
         (dispatch_bwd_launch(s, cfg, 3, "@ov_dret", "@ov_bmap"), "backward_combine")]
 
