@@ -203,5 +203,31 @@ def test_per_rank_dx_order(layer):
     assert np.abs(one["dx"] - exact).max() <= 2 * 2.0 ** -8 * scale
     with pytest.raises(ValueError, match="local_experts"):
         moe_layer_backward_reference(*args, combine="per_rank")
-    with pytest.raises(ValueError, match="per_slot or per_rank"):
+    with pytest.raises(ValueError, match="per_slot, per_rank"):
         moe_layer_backward_reference(*args, combine="per_node")
+
+
+def test_switch_orders_and_dropped_pairs(layer):
+    """The switch's orders (nvls: every rank's bf16 partial summed and rounded in the switch;
+    dysharp: the token's k rows summed and rounded in the switch) change only dx, within bf16
+    roundings of the per-slot sum; a kept mask of all pairs changes nothing, and a dropped pair
+    (tutel) has no dw, one row fewer at its expert and no part in dx."""
+    L = layer
+    args = (L["x"], L["idx"], L["w"], L["wg"], L["wu"], L["wd"], L["dy"], L["sg"], L["su"], L["sd"])
+    exact = moe_layer_backward_reference(*args)
+    scale = np.abs(exact["dx"]).max()
+    for combine in ("switch_reduce", "switch_targets"):
+        g = moe_layer_backward_reference(*args, combine=combine, local_experts=2)
+        for name in ("dw", "dw_gate", "dw_up", "dw_down", "ds_gate"):
+            assert np.array_equal(g[name], exact[name]), (combine, name)
+        assert np.abs(g["dx"] - exact["dx"]).max() <= 4 * 2.0 ** -8 * scale, combine
+    kept = np.ones(np.shape(L["idx"]), bool)
+    same = moe_layer_backward_reference(*args, kept=kept)
+    for name in ("dx", "dw", "dw_gate", "dw_up", "dw_down"):
+        assert np.array_equal(same[name], exact[name]), name
+    kept[0, 0, 0] = False
+    e = int(np.asarray(L["idx"])[0, 0, 0])
+    dropped = moe_layer_backward_reference(*args, kept=kept)
+    assert dropped["dw"][0, 0, 0] == 0 and exact["dw"][0, 0, 0] != 0
+    assert dropped["rows_out"][e] == exact["rows_out"][e] - 1
+    assert not np.array_equal(dropped["dx"][0, 0], exact["dx"][0, 0])

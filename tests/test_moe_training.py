@@ -2,7 +2,10 @@
 layer_backward.py, workloads/kernels/common/moe_backward.s) on a tiny functional layer: every
 gradient bit-identical to the NumPy reference (moe_backward.py), gradient rows conserved in both
 directions, the forward unchanged by the backward behind it, both engines identical, and a
-scheme without a backward rejected. Schemes: megatron, deepep (normal mode, intranode)."""
+scheme without a backward rejected. Schemes: megatron, deepep (normal mode, intranode), hiermoe
+(gpu level), overlap (the gradient dispatch overlapped with the backward GEMMs tile by tile), tutel
+(capacity factor: dropped pairs get no gradient), nvls and dysharp (fusion: none; multicast and
+in-switch reduction in swapped roles)."""
 import json
 
 import numpy as np
@@ -33,7 +36,40 @@ def hiermoe_training():
                     "workload.layer.passes=training").stats
 
 
-@pytest.fixture(params=["megatron", "deepep", "hiermoe"])
+@pytest.fixture(scope="module")
+def overlap_training():
+    """Comet-style overlap: dO rows read tile by tile while the backward GEMM blocks wait on each
+    tile's counter; dX rows go home while the weight gradients run."""
+    return simulate("experiments/functional.yaml", "scheme=overlap",
+                    "workload.layer.passes=training").stats
+
+
+@pytest.fixture(scope="module")
+def tutel_training():
+    """Tutel with capacity factor 1.0 (41 pairs dropped) and one slice: its all-to-alls in
+    reverse, dropped pairs without gradient rows, padding rows computed as zeros."""
+    return simulate("experiments/functional.yaml", "scheme=tutel",
+                    "workload.layer.passes=training", "workload.layer.tutel.chunks=1",
+                    "workload.layer.tutel.capacity_factor=1.0").stats
+
+
+@pytest.fixture(scope="module")
+def nvls_training():
+    """NVLS: the reduce-scatter's backward an all-gather of dy (multimem.st), the all-gather's a
+    reduce-scatter of the dX partials in the switch (multimem.ld_reduce)."""
+    return simulate("experiments/functional.yaml", "scheme=nvls",
+                    "workload.layer.passes=training").stats
+
+
+@pytest.fixture(scope="module")
+def dysharp_training():
+    """DySHARP (fusion: none): dy multicast to each token's k experts (dymultimem.st, placed by the
+    forward's AL entries), the k dX rows reduced in the switch (dymultimem.ld_reduce)."""
+    return simulate("experiments/functional.yaml", "scheme=dysharp",
+                    "workload.layer.dysharp.fusion=none", "workload.layer.passes=training").stats
+
+
+@pytest.fixture(params=["megatron", "deepep", "hiermoe", "overlap", "tutel", "nvls", "dysharp"])
 def training(request):
     return request.getfixturevalue(f"{request.param}_training")
 
@@ -42,17 +78,23 @@ def test_gradients_equal_the_reference(training):
     """Bit-identical: megatron sums dx per slot, deepep per rank (its combine's partial sums,
     rounded to bf16 on the way home: the reference's combine='per_rank')."""
     st = training
-    assert st["system.moe.output_max_abs_error"] == 0.0       # the forward still checks
+    # the forward still checks (tutel: the pairs it kept)
+    assert st.get("system.moe.output_max_abs_error_kept",
+                  st["system.moe.output_max_abs_error"]) == 0.0
     for g in GRADIENTS:
         assert st[f"system.moe.backward.{g}_max_abs_error"] == 0.0, g
         assert st[f"system.moe.backward.{g}_max_abs_reference"] > 1.0, g   # not all zero
 
 
 def test_gradient_rows_conserved_both_directions(training):
+    """Every kept pair's gradient row goes out and comes back once (tutel: the dropped pairs
+    none; its padding rows are computed in both passes)."""
     st = training
     pairs = 4 * 64 * 2                      # GPUs x tokens x top-k
-    for name in ("dispatched", "computed", "combined"):
-        assert st[f"system.moe.backward.rows_{name}"] == pairs
+    kept = pairs - st.get("system.moe.rows_dropped", 0)
+    assert st["system.moe.backward.rows_dispatched"] == kept
+    assert st["system.moe.backward.rows_combined"] == kept
+    assert st["system.moe.backward.rows_computed"] == st["system.moe.rows_computed"]
     assert st["system.moe.rows_combined"] == pairs
     t = st["system.moe.backward.time_us"]
     assert 0 < st["system.moe.backward.expert_us"] <= t
@@ -105,10 +147,12 @@ def test_deepep_backward_reuses_the_handle(deepep_training):
 
 
 @pytest.mark.parametrize("scheme, sets, words", [
-    ("tutel", (), "no backward pass"),
+    ("moehub", (), "no backward pass"),
+    ("dysharp", (), "fusion: token"),
+    ("tutel", ("workload.layer.tutel.chunks=2",), "chunks"),
     ("deepep", ("workload.layer.deepep.home_reduce=kernel",), "home_reduce"),
     ("deepep", ("workload.layer.deepep.kernels=communication",), "kernels: communication"),
-], ids=["tutel", "deepep_home_reduce_kernel", "deepep_comm_only"])
+], ids=["moehub", "dysharp_fused", "tutel_chunks", "deepep_home_reduce_kernel", "deepep_comm_only"])
 def test_scheme_without_a_backward_is_an_error(tmp_path, scheme, sets, words):
     extra = [a for kv in sets for a in ("--set", kv)]
     r = run_cli("run", "configs/experiments/functional.yaml", "--set", f"scheme={scheme}",
@@ -122,7 +166,7 @@ def test_scheme_without_a_backward_is_an_error(tmp_path, scheme, sets, words):
     ("system.num_gpus=8",),              # one expert per GPU: no sort, rows straight into place
     ("workload.layer.routing.kind=skewed", "workload.layer.routing.gini=0.74"),  # idle experts
 ], ids=["one_local_expert", "skewed"])
-@pytest.mark.parametrize("scheme", ["megatron", "deepep"])
+@pytest.mark.parametrize("scheme", ["megatron", "deepep", "overlap", "nvls"])
 def test_backward_other_layouts(sets, scheme):
     from moehub_arch.workloads.layer import MoeLayer
     from conftest import load
@@ -135,3 +179,45 @@ def test_backward_other_layouts(sets, scheme):
     idx = MoeLayer(cfg).routing.topk_idx
     if "skewed" in sets[0]:       # some expert gets no row: its weight gradients stay zero
         assert (np.bincount(idx.reshape(-1), minlength=8) == 0).any()
+
+
+def test_overlap_backward_overlaps_dispatch_with_the_expert_gemms(overlap_training):
+    """The gradient dispatch (overlap_bwd_pull) runs while the backward GEMM blocks wait on its
+    tiles, and the gradient combine (overlap_bwd_home) while the wgrad runs: the three phases
+    overlap, so their spans sum to more than the backward's (in sequence they would not)."""
+    st = overlap_training
+    assert st["system.moe.backward.kernel.overlap_bwd_pull_us"] > 0
+    assert st["system.moe.backward.kernel.overlap_bwd_home_us"] > 0
+    phases = sum(st[f"system.moe.backward.{p}_us"] for p in ("dispatch", "expert", "combine"))
+    assert phases > st["system.moe.backward.time_us"]
+    assert "system.moe.kernel.overlap_bwd_pull_us" not in st     # not a forward kernel
+
+
+def test_tutel_backward_drops_what_the_forward_dropped(tutel_training):
+    """The reference leaves the dropped pairs out (no dw, no dx, no weight-gradient rows): the
+    simulated gradients equal it while the forward's output differs from the drop-free layer."""
+    st = tutel_training
+    assert st["system.moe.rows_dropped"] > 0
+    assert st["system.moe.output_max_abs_error"] > 0
+    assert st["system.moe.output_max_abs_error_kept"] == 0
+    assert st["system.moe.backward.dx_max_abs_error"] == 0
+
+
+def test_nvls_backward_swaps_multicast_and_reduction(nvls_training):
+    """The backward multicasts dy (the bytes of the forward's all-gather of x) and reduces the
+    input gradients in the switch (the forward's reduce-scatter), with the forward's map."""
+    st = nvls_training
+    assert st["system.moe.backward.kernel.nvls_bwd_allgather_us"] > 0
+    assert st["system.moe.backward.kernel.nvls_reduce_scatter_us"] > 0
+    assert "system.moe.kernel.nvls_bwd_allgather_us" not in st
+
+
+def test_dysharp_backward_forward_unchanged_by_keeping_the_outputs(dysharp_training):
+    """Training keeps the unweighted expert outputs (the GEMM writes them apart, the gate
+    weighting writes the combine's object): the forward's output stays exact and its row counts
+    unchanged; the gradient multicast and reduction run in the backward."""
+    st = dysharp_training
+    assert st["system.moe.output_max_abs_error"] == 0.0
+    assert st["system.moe.rows_combined"] == 4 * 64 * 2
+    assert st["system.moe.backward.kernel.dysharp_bwd_dispatch_us"] > 0
+    assert st["system.moe.backward.kernel.dysharp_combine_us"] > 0

@@ -34,8 +34,12 @@ ACCT_WORDS = 8
 ACCT_NAMES = ("sent", "received", "computed", "combined")
 
 COMMON_KERNELS = "workloads/kernels/common/moe_common.s"
-# the schemes whose plan builds the layer's backward (workload.layer.passes: training)
-BACKWARD_SCHEMES = ("megatron", "deepep", "hiermoe")
+# the schemes whose plan builds the layer's backward (workload.layer.passes: training) in their
+# default configuration (tools/e2e_training.py simulates their backward) ...
+BACKWARD_SCHEMES = ("megatron", "deepep", "hiermoe", "overlap", "nvls")
+# ... and those that build it in another configuration than their default (the setting it needs)
+BACKWARD_SETTINGS = {"tutel": "workload.layer.tutel.chunks: 1",
+                     "dysharp": "workload.layer.dysharp.fusion: none"}
 # every expert-GEMM job keeps G, U [tile][n] f32 and Hq [tile][n] bf16 in the `.smem 160KB` its
 # kernels declare (moe_common.s, deepep.s, moe_layer.s): at most 16384 elements of a tile x n job
 GEMM_JOB_ELEMENTS = 16384
@@ -121,6 +125,9 @@ class SchemePlan:
                                       # arguments: the backward's sum order (DeepEP: per_rank)
     backward_dx_f32: str = ""         # an fp32 buffer holding dx before its bf16 rounding (a
                                       # scheme whose gradient combine writes fp32, as its forward)
+    backward_expected_rows: dict = attrs.field(factory=dict)  # rows_{dispatched,computed,
+                                      # combined} where not every pair once (tutel: kept pairs,
+                                      # padding computed)
     backward_acct: tuple = ()         # (buffer, i64 word, bacct word): backward rows a scheme's
                                       # reused forward kernels count in a buffer of their own
 
@@ -345,7 +352,8 @@ class MoeLayer:
         if self.training and not self.plan.backward:
             why = self.plan.backward_why or "it has no backward pass yet"
             raise LayerError(f"workload.layer.passes: training runs the MoE layer's backward, "
-                             f"built for schemes {', '.join(BACKWARD_SCHEMES)} "
+                             f"built for schemes {', '.join(BACKWARD_SCHEMES)} and "
+                             f"{', '.join(f'{k} ({v})' for k, v in BACKWARD_SETTINGS.items())} "
                              f"(docs/training.md); scheme '{cfg.scheme}' cannot: {why}; use "
                              f"passes: forward")
 

@@ -73,19 +73,25 @@ def expert_bwd_launches(s, stream, tbs, counts, xe, he, cap, bases):
         + expert_bwd_kernels(s, stream, tbs, counts, bases, xe, he)
 
 
-def expert_bwd_kernels(s, stream, tbs, counts, bases, xe, he):
+def expert_bwd_kernels(s, stream, tbs, counts, bases, xe, he, tilecnt=0, gate=None):
     """grouped_bwd_act, grouped_dgrad (dX into b_dxe) and grouped_wgrad on `tbs` thread blocks
     over the table in b_table (built by the scheme: grouped_tiles or its own); the rows of b_dye,
-    b_dxe, b_dg, b_du sit at the same row index as the forward's `xe` / `he` rows."""
+    b_dxe, b_dg, b_du sit at the same row index as the forward's `xe` / `he` rows. `tilecnt`
+    (a buffer reference, or 0): grouped_bwd_act waits for each tile's rows there (dO rows still
+    arriving); `gate` (a buffer reference): set to 1 between the dgrad and the wgrad (the dX rows
+    can go home while the wgrad runs)."""
     common = (("hidden", s.hidden), ("ffn", s.ffn))
     tile = (("tile_rows", s.tile_rows), ("n_tile", s.n_tile))
     return [
         LaunchConfig(kernel="grouped_bwd_act", grid=tbs, stream=stream, params=(
-            ("table", "@b_table"), ("dg", "@b_dg"), ("du", "@b_du"), ("wg", "@w_gate"),
-            ("wu", "@w_up"), ("wd", "@w_down"), ("bacct", "@bacct")) + common + tile),
+            ("table", "@b_table"), ("tilecnt", tilecnt), ("dg", "@b_dg"), ("du", "@b_du"),
+            ("wg", "@w_gate"), ("wu", "@w_up"), ("wd", "@w_down"), ("bacct", "@bacct"))
+            + common + tile),
         LaunchConfig(kernel="grouped_dgrad", grid=tbs, stream=stream, params=(
             ("table", "@b_table"), ("dg", "@b_dg"), ("du", "@b_du"), ("wg", "@w_gate"),
             ("wu", "@w_up"), ("dye", "@b_dye"), ("dxe", "@b_dxe")) + common + tile),
+    ] + ([LaunchConfig(kernel="flag_set", grid=1, stream=stream,
+                       params=(("addr", gate), ("value", 1)))] if gate else []) + [
         LaunchConfig(kernel="grouped_wgrad", grid=tbs, stream=stream, params=(
             ("counts", f"@{counts}"), ("bases", f"@{bases}"), ("xe", f"@{xe}"),
             ("he", f"@{he}"), ("dg", "@b_dg"), ("du", "@b_du"), ("dye", "@b_dye"),
@@ -202,21 +208,23 @@ def add_backward_stats(sim, layer, starts, ends, tensor_peak):
     for i, name in enumerate(BACKWARD_ROWS):
         out.add(f"system.moe.backward.rows_{name}", int(counts[i]), "count",
                 f"token-expert gradient rows {name} in the backward over all GPUs (must equal "
-                f"tokens x top-k x GPUs)")
+                f"tokens x top-k x GPUs, or the kept pairs and padding the scheme names)")
 
 
 def backward_invariants(sim, layer):
     """Every pair's output gradient dispatched, computed and its input gradient combined once."""
     s = layer.shape
-    want = s.num_gpus * s.pairs
-    bad = [f"{n} {int(sim.stats[f'system.moe.backward.rows_{n}'])}" for n in BACKWARD_ROWS
-           if f"system.moe.backward.rows_{n}" in sim.stats
-           and int(sim.stats[f"system.moe.backward.rows_{n}"]) != want]
+    want = dict.fromkeys(BACKWARD_ROWS, s.num_gpus * s.pairs)
+    want.update(layer.plan.backward_expected_rows)
+    bad = [f"{n} {int(sim.stats[f'system.moe.backward.rows_{n}'])} (expected {want[n]})"
+           for n in BACKWARD_ROWS if f"system.moe.backward.rows_{n}" in sim.stats
+           and int(sim.stats[f"system.moe.backward.rows_{n}"]) != want[n]]
     if not bad:
         return []
-    return [f"backward token accounting in scheme '{sim.cfg.scheme}': each of the {want} "
-            f"token-expert pairs must have its output gradient dispatched, computed and its input "
-            f"gradient combined exactly once; found {', '.join(bad)}"]
+    return [f"backward token accounting in scheme '{sim.cfg.scheme}': each of the "
+            f"{s.num_gpus * s.pairs} token-expert pairs the forward kept must have its output "
+            f"gradient dispatched, computed and its input gradient combined exactly once (a "
+            f"scheme's padding rows computed as well); found {', '.join(bad)}"]
 
 
 def check_backward(sim, layer, x, wg, wu, wd, unslice):
@@ -238,8 +246,9 @@ def check_backward(sim, layer, x, wg, wu, wd, unslice):
                                 ("ws_down", "shared_down", H)):
             shared[key] = np.stack([unslice(sim.read_buffer(g, name).reshape(S, -1), n, cols)
                                     for g in range(P)])
+    kept = layer.plan.kept_pairs(sim) if layer.plan.kept_pairs is not None else None
     ref = moe_layer_backward_reference(x, layer.routing.topk_idx, layer.routing.topk_weight,
-                                       wg, wu, wd, dy, expert_rows=order, **shared,
+                                       wg, wu, wd, dy, expert_rows=order, kept=kept, **shared,
                                        **layer.plan.backward_reference)
     if layer.plan.backward_dx_f32:
         # the scheme's gradient combine writes fp32 (as its forward's): dx is its bf16 rounding

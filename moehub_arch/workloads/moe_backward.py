@@ -55,7 +55,7 @@ def _row_dot(a, b) -> np.ndarray:
 def moe_layer_backward_reference(x, topk_idx, topk_weight, w_gate, w_up, w_down, dy,
                                  shared_gate=None, shared_up=None, shared_down=None,
                                  expert_rows=None, combine="per_slot",
-                                 local_experts=None) -> dict:
+                                 local_experts=None, kept=None) -> dict:
     """The gradients of one MoE layer (forward: `reference.moe_layer_reference`, combine
     "per_slot") given dy [P, T, H] (bf16 values), the gradient of its output.
 
@@ -72,15 +72,25 @@ def moe_layer_backward_reference(x, topk_idx, topk_weight, w_gate, w_up, w_down,
     expert_rows: {expert: (flat tokens, slots)} - the order of each expert's rows in a scheme's
     buffer (flat token = GPU x T + token), which the wgrad's fp32 sums over rows follow; by
     default global token order.
+    kept: bool [P, T, k] or None - the pairs the forward kept (a capacity-factor scheme drops the
+    rest: their output row was zero, so their dw is 0, they send no gradient row and add nothing
+    to dx or to any weight gradient); None: every pair.
     combine: the order of dx's sum (the dispatch's backward). "per_slot": the shared experts'
     rows, then the slots in order, in fp32, rounded once. "per_rank" (DeepEP's combine, with
     `local_experts` experts per GPU): each rank's partial - the fp32 sum of the token's slots whose
     expert it holds, in slot order, rounded to bf16 on the way home - added after the shared
-    experts' rows, ranks ascending, in fp32, rounded once.
+    experts' rows, ranks ascending, in fp32, rounded once. "switch_reduce" (NVLS's reduce-scatter
+    as the all-gather's backward): the same bf16 partials of every rank (a zero row where a rank
+    holds none of the token's experts) summed in fp32 in rank order and rounded to bf16 in the
+    switch, that row then added to the shared experts' fp32 sum and rounded once.
+    "switch_targets" (DySHARP's in-switch reduction as the multicast's backward): the token's k
+    rows summed in fp32 in slot order and rounded to bf16 in the switch, then added to the shared
+    experts' fp32 sum and rounded once.
     """
-    if combine not in ("per_slot", "per_rank"):
-        raise ValueError(f"combine must be per_slot or per_rank, not {combine!r}")
-    if combine == "per_rank" and not local_experts:
+    if combine not in ("per_slot", "per_rank", "switch_reduce", "switch_targets"):
+        raise ValueError(f"combine must be per_slot, per_rank, switch_reduce or switch_targets, "
+                         f"not {combine!r}")
+    if combine != "per_slot" and not local_experts:
         raise ValueError("combine='per_rank' needs local_experts (experts per GPU)")
     x = np.asarray(x, F32)
     dy = np.asarray(dy, F32)
@@ -103,11 +113,12 @@ def moe_layer_backward_reference(x, topk_idx, topk_weight, w_gate, w_up, w_down,
     dwu = np.zeros(np.shape(w_up), F32)
     dwd = np.zeros(np.shape(w_down), F32)
     rows_out = np.zeros(E, np.int64)
-    for e in np.unique(flat_idx):
-        tok, slot = np.nonzero(flat_idx == e)
+    on = np.ones((n, k), bool) if kept is None else np.asarray(kept, bool).reshape(n, k)
+    for e in np.unique(flat_idx[on]):
+        tok, slot = np.nonzero((flat_idx == e) & on)
         if expert_rows is not None:
             tok, slot = (np.asarray(a, np.int64) for a in expert_rows[int(e)])
-            want = np.nonzero(flat_idx == e)
+            want = np.nonzero((flat_idx == e) & on)
             if sorted(zip(tok.tolist(), slot.tolist())) != sorted(zip(want[0].tolist(),
                                                                       want[1].tolist())):
                 raise ValueError(f"expert_rows[{int(e)}] is not the set of expert {int(e)}'s "
@@ -139,6 +150,21 @@ def moe_layer_backward_reference(x, topk_idx, topk_weight, w_gate, w_up, w_down,
     if combine == "per_slot":
         for j in range(k):                              # the dispatch's backward: a combine
             acc = (acc + dx_slot[:, j, :]).astype(F32)
+    elif combine == "switch_targets":
+        sw = np.zeros((n, h), F32)
+        for j in range(k):
+            sw = (sw + dx_slot[:, j, :]).astype(F32)
+        acc = (acc + to_bf16(sw)).astype(F32)
+    elif combine == "switch_reduce":
+        rank = flat_idx // local_experts
+        sw = np.zeros((n, h), F32)
+        for r in range(int(len(w_gate)) // local_experts):
+            part = np.zeros((n, h), F32)
+            for j in range(k):
+                part = np.where((rank[:, j] == r)[:, None], (part + dx_slot[:, j, :]).astype(F32),
+                                part)
+            sw = (sw + to_bf16(part)).astype(F32)
+        acc = (acc + to_bf16(sw)).astype(F32)
     else:
         rank = flat_idx // local_experts                # [n, k]: the GPU holding slot j's expert
         for r in range(int(len(w_gate)) // local_experts):

@@ -71,9 +71,13 @@ Buffers: the receive layouts hold cap rows per local expert, cap = the most rows
 receives in this routing, or more so that a dynamic object's algebraic range (P x T rows) does not
 reach into the next object (a deployment would reserve the worst case; the timing is the same).
 """
+import numpy as np
+
 from ...config.schema import LaunchConfig, MulticastConfig
 from ...isa.expr import evaluate
-from ..alltoall import PhasedLaunches
+from ..alltoall import PhasedLaunches, i64_preset
+from ..layer_backward import (KERNELS as BACKWARD_KERNELS, backward_buffers, expert_bwd_launches,
+                              shared_bwd)
 from ..layer import (ACCT_NAMES, GROUPED_KERNELS, SHARED_KERNELS, LayerError, SchemePlan, _buf,
                      expert_load_max, grouped_gemm_launches, shared_expert_launches)
 from .nvls import KERNELS as NVLS_KERNELS, check_switch_scheme
@@ -126,7 +130,13 @@ def plan(layer):
     multicast = (MulticastConfig(buffer="dy_xe", row_bytes=rb, **dyn),
                  MulticastConfig(buffer="dy_meta", row_bytes=mb, **dyn),
                  MulticastConfig(buffer="dy_ye", row_bytes=rb, **dyn))
-    gbufs, gemm = grouped_gemm_launches(s, 0, cfg.system.gpu.num_sms, "dy_cnt", "dy_xe", "dy_ye",
+    training = cfg.workload.layer.passes == "training"
+    # training keeps the unweighted expert outputs (the router weights' gradient needs them): the
+    # GEMM writes them to dy_yraw and the gate weighting its scaled rows into the combine's object
+    yraw = "dy_yraw" if training else "dy_ye"
+    if training:
+        buffers.append(_buf("dy_yraw", El * cap * rb, dtype="bf16"))
+    gbufs, gemm = grouped_gemm_launches(s, 0, cfg.system.gpu.num_sms, "dy_cnt", "dy_xe", yraw,
                                         cap)
     sbufs, shared = shared_expert_launches(s, cfg, stream=1)
     launches = PhasedLaunches()
@@ -142,8 +152,8 @@ def plan(layer):
     for launch in gemm:
         add(launch, "expert")
     add(LaunchConfig(kernel="dysharp_scale", grid=opts.scale_tbs, stream=0, params=(
-        ("ye", "@dy_ye"), ("meta", "@dy_meta"), ("cnt", "@dy_cnt"), ("acct", "@acct"),
-        ("topk", k), ("hidden", H), ("local_experts", El), ("cap", cap),
+        ("ye", f"@{yraw}"), ("yout", "@dy_ye"), ("meta", "@dy_meta"), ("cnt", "@dy_cnt"),
+        ("acct", "@acct"), ("topk", k), ("hidden", H), ("local_experts", El), ("cap", cap),
         ("meta_bytes", mb))), "expert")
     add(LaunchConfig(kernel="nvls_barrier", grid=1, stream=0, params=(
         ("flags", f"@dy_flags + {P * 8}"),)), "combine")
@@ -154,15 +164,91 @@ def plan(layer):
         ("out", "@out"), ("ys", "@ys"), ("comb", "@dy_comb"), ("one", "@one"), ("acct", "@acct"),
         ("tokens", T), ("hidden", H), ("shared", s.shared),
         ("shared_tbs", cfg.workload.layer.shared_tbs))), "combine")
+    bbufs, presets, row_order = [], {}, None
+    if training:
+        bbufs, presets, row_order = _backward(layer, add, cap, mb)
+        multicast += tuple(MulticastConfig(buffer=b, row_bytes=rb, **dyn)
+                           for b in ("b_dye", "b_dxe"))
     return SchemePlan(
-        buffers=tuple(buffers + gbufs + sbufs), launches=tuple(launches.launches),
-        kernel_files=(NVLS_KERNELS, KERNELS), n_tile=s.n_tile, multicast=multicast,
+        buffers=tuple(buffers + gbufs + sbufs + bbufs), launches=tuple(launches.launches),
+        kernel_files=(NVLS_KERNELS, KERNELS) + (BACKWARD_KERNELS if training else ()),
+        n_tile=s.n_tile, multicast=multicast, presets=presets, backward=True,
+        backward_row_order=row_order,
+        backward_reference={"combine": "switch_targets", "local_experts": El},
+        backward_dx_f32="dy_bdx", backward_acct=(("dy_bacct", 3, 2),),
         phases={"dispatch": ("dysharp_dispatch", "nvls_barrier"),
                 "expert": GROUPED_KERNELS + SHARED_KERNELS + ("dysharp_scale",),
                 "combine": ("nvls_barrier", "dysharp_combine", "nvls_output")},
         launch_phases=tuple(launches.phases),
         reference_kwargs={"combine": "switch_targets", "local_experts": El},
         checked_accounting=ACCT_NAMES)
+
+
+def _backward(layer, add, cap, mb):
+    """The backward on stream 0 after the forward (fusion: none; buffers, presets, row order):
+    the combine's in-switch reduction becomes a multicast of dy to each token's k experts
+    (dysharp_bwd_dispatch, placed by the forward's AL entries, so dO lands where x did), the
+    dispatch's multicast an in-switch reduction of each token's k dX rows (dysharp_combine with
+    the gradient rows unweighted); the router weights' gradient and dO = bf16(w dy) on the expert
+    side (dysharp_bwd_weight, dw put home), the shared grouped backward kernels between."""
+    s, cfg = layer.shape, layer.cfg
+    opts = cfg.workload.layer.dysharp
+    P, T, k, El, H = s.num_gpus, s.tokens, s.top_k, s.local_experts, s.hidden
+    U = P * T
+    bufs = backward_buffers(s, cap, _buf) + [
+        _buf("dy_bflags", 2 * P * 8, region="control", dtype="i64"),
+        _buf("dy_bacct", 8 * 8, region="control", dtype="i64"),
+        _buf("dy_bdw", El * cap * 4, dtype="f32"),
+        _buf("dy_bcomb", T * s.row_bytes, dtype="bf16"),
+        _buf("dy_bdx", T * H * 4, dtype="f32"),
+        _buf("dy_bbases", El * 8, region="control", dtype="i64")]
+    presets = {"dy_bbases": i64_preset(np.tile(np.arange(El, dtype=np.int64) * cap, (P, 1)))}
+    sbb, slaunches = shared_bwd(s, cfg, 0, _buf, done_flag=False)
+    bufs += sbb
+    for launch, phase in slaunches:
+        add(launch, phase)
+    add(LaunchConfig(kernel="dysharp_bwd_dispatch", grid=opts.channels, stream=0, params=(
+        ("dy", "@dy"), ("dye", "@b_dye"), ("topk_idx", "@topk_idx"), ("bacct", "@bacct"),
+        ("tokens", T), ("topk", k), ("hidden", H))), "backward_dispatch")
+    add(LaunchConfig(kernel="nvls_barrier", grid=1, stream=0, params=(
+        ("flags", "@dy_bflags"),)), "backward_dispatch")
+    add(LaunchConfig(kernel="dysharp_bwd_weight", grid=opts.scale_tbs, stream=0, params=(
+        ("al", "@dy_al"), ("meta", "@dy_meta"), ("yraw", "@dy_yraw"), ("dye", "@b_dye"),
+        ("bdw", "@dy_bdw"), ("dw", "@dw"), ("gathered", U), ("tokens", T),
+        ("local_experts", El), ("cap", cap), ("topk", k), ("hidden", H),
+        ("meta_bytes", mb))), "backward_dispatch")
+    for launch in expert_bwd_launches(s, 0, cfg.system.gpu.num_sms, "dy_cnt", "dy_xe", "he",
+                                      cap, "dy_bbases"):
+        add(launch, "backward_expert")
+    add(LaunchConfig(kernel="nvls_barrier", grid=1, stream=0, params=(
+        ("flags", f"@dy_bflags + {P * 8}"),)), "backward_combine")
+    add(LaunchConfig(kernel="dysharp_combine", grid=opts.channels, stream=0, params=(
+        ("ye", "@b_dxe"), ("comb", "@dy_bcomb"), ("topk_idx", "@topk_idx"),
+        ("acct", "@dy_bacct"), ("tokens", T), ("topk", k), ("hidden", H))), "backward_combine")
+    # the shared experts' backward ran before on this stream: nothing to wait for
+    add(LaunchConfig(kernel="nvls_output", grid=cfg.workload.layer.combine_tbs, stream=0, params=(
+        ("out", "@dy_bdx"), ("ys", "@b_dxs"), ("comb", "@dy_bcomb"), ("one", "@one"),
+        ("acct", "@dy_bacct"), ("tokens", T), ("hidden", H), ("shared", s.shared),
+        ("shared_tbs", 0))), "backward_combine")
+
+    def row_order(sim):
+        """{expert: (flat tokens, slots)} in the receive layout's order: the rows the forward's
+        hub placed (the AL table), per local expert by layout row."""
+        order = {}
+        idx = layer.routing.topk_idx.reshape(U, k)
+        for g in range(P):
+            al = sim.read_buffer(g, "dy_al", "i64")[:U * El].reshape(U, El)
+            for le in range(El):
+                e = g * El + le
+                us = np.nonzero(al[:, le] > 0)[0]
+                us = us[np.argsort(al[us, le], kind="stable")]
+                t_, s_ = order.setdefault(e, ([], []))
+                for u in us:
+                    t_.append(int(u))
+                    s_.append(int(np.nonzero(idx[u] == e)[0][0]))
+        return order
+
+    return bufs, presets, row_order
 
 
 def _fused_plan(layer, cap):
@@ -273,7 +359,10 @@ def _fused_plan(layer, cap):
                 "combine": ("nvls_output",)},
         launch_phases=tuple(launches.phases),
         reference_kwargs={"combine": "switch_targets", "local_experts": El},
-        checked_accounting=ACCT_NAMES)
+        checked_accounting=ACCT_NAMES,
+        backward_why="workload.layer.dysharp.fusion: token (the persistent megakernel) has no "
+                     "backward here: its GEMM-2 epilogue stores only the weighted rows, which the "
+                     "router weights' gradient cannot use; fusion: none has one")
 
 
 def _blocks(value, nsm, key):

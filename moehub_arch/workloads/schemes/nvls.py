@@ -37,8 +37,12 @@ Buffers: the expert-major rows (nv_xe / nv_ye) are sized by the most rows any ex
 this routing (the host does not need it at run time: the device counts the rows itself; a
 deployment would reserve the worst case, which changes no timing here).
 """
+import numpy as np
+
 from ...config.schema import LaunchConfig, MulticastConfig
-from ..alltoall import PhasedLaunches
+from ..alltoall import PhasedLaunches, i64_preset
+from ..layer_backward import (KERNELS as BACKWARD_KERNELS, backward_buffers, expert_bwd_launches,
+                              shared_bwd)
 from ..layer import (ACCT_NAMES, GROUPED_KERNELS, SHARED_KERNELS, LayerError, SchemePlan, _buf,
                      expert_load_max, grouped_gemm_launches, shared_expert_launches)
 
@@ -115,9 +119,77 @@ def plan(layer):
         ("out", "@out"), ("ys", "@ys"), ("comb", "@nv_comb"), ("one", "@one"), ("acct", "@acct"),
         ("tokens", T), ("hidden", H), ("shared", s.shared),
         ("shared_tbs", cfg.workload.layer.shared_tbs))), "combine")
+    training = cfg.workload.layer.passes == "training"
+    bbufs, presets = [], {}
+    if training:
+        # the backward on stream 0: the reduce-scatter's backward an all-gather of dy, the
+        # all-gather's backward a reduce-scatter of the input gradients (the roles swap, the
+        # multicast object and the switch's reduction serve again)
+        bbufs = backward_buffers(s, cap, _buf) + [
+            _buf("nv_dyall", U * rb, dtype="bf16"),
+            _buf("nv_dxpart", U * rb, dtype="bf16"),
+            _buf("nv_dxcomb", T * rb, dtype="bf16"),
+            _buf("nv_bdx", T * H * 4, dtype="f32"),
+            _buf("nv_bdw", U * k * 4, dtype="f32"),
+            _buf("nv_bones", U * k * 4, region="control", init="fill", dtype="f32", value=1.0),
+            _buf("nv_bflags", 2 * P * 8, region="control", dtype="i64"),
+            _buf("nv_bacct", 8 * 8, region="control", dtype="i64"),
+            _buf("nv_bbases", El * 8, region="control", dtype="i64")]
+        multicast += (MulticastConfig(buffer="nv_dyall"), MulticastConfig(buffer="nv_dxpart"))
+        presets["nv_bbases"] = i64_preset(np.tile(np.arange(El, dtype=np.int64) * cap, (P, 1)))
+        sbb, slaunches = shared_bwd(s, cfg, 0, _buf, done_flag=False)
+        bbufs += sbb
+        for launch, phase in slaunches:
+            add(launch, phase)
+        add(LaunchConfig(kernel="nvls_bwd_allgather", grid=opts.channels, stream=0, params=(
+            ("x", "@dy"), ("xall", "@nv_dyall"), ("tokens", T), ("hidden", H),
+            ("chunk", opts.chunk_bytes))), "backward_dispatch")
+        add(LaunchConfig(kernel="nvls_barrier", grid=1, stream=0, params=(
+            ("flags", "@nv_bflags"),)), "backward_dispatch")
+        add(LaunchConfig(kernel="nvls_bwd_weight", grid=opts.select_tbs, stream=0, params=(
+            ("dyall", "@nv_dyall"), ("ye", "@nv_ye"), ("wall", "@nv_wall"), ("map", "@nv_map"),
+            ("dye", "@b_dye"), ("bdw", "@nv_bdw"), ("dw", "@dw"), ("bacct", "@bacct"),
+            ("tokens", T), ("gathered", U), ("topk", k), ("hidden", H))), "backward_dispatch")
+        for launch in expert_bwd_launches(s, 0, cfg.system.gpu.num_sms, "nv_cnt", "nv_xe", "he",
+                                          cap, "nv_bbases"):
+            add(launch, "backward_expert")
+        add(LaunchConfig(kernel="nvls_partial", grid=opts.select_tbs, stream=0, params=(
+            ("ye", "@b_dxe"), ("wall", "@nv_bones"), ("map", "@nv_map"),
+            ("ypart", "@nv_dxpart"), ("acct", "@nv_bacct"), ("gathered", U), ("topk", k),
+            ("hidden", H))), "backward_combine")
+        add(LaunchConfig(kernel="nvls_barrier", grid=1, stream=0, params=(
+            ("flags", f"@nv_bflags + {P * 8}"),)), "backward_combine")
+        add(LaunchConfig(kernel="nvls_reduce_scatter", grid=opts.channels, stream=0, params=(
+            ("ypart", "@nv_dxpart"), ("comb", "@nv_dxcomb"), ("tokens", T), ("hidden", H),
+            ("chunk", opts.chunk_bytes))), "backward_combine")
+        # the shared experts' backward ran before on this stream: nothing to wait for
+        add(LaunchConfig(kernel="nvls_output", grid=cfg.workload.layer.combine_tbs, stream=0,
+                         params=(("out", "@nv_bdx"), ("ys", "@b_dxs"), ("comb", "@nv_dxcomb"),
+                                 ("one", "@one"), ("acct", "@nv_bacct"), ("tokens", T),
+                                 ("hidden", H), ("shared", s.shared), ("shared_tbs", 0))),
+            "backward_combine")
+
+    def row_order(sim):
+        """{expert: (flat tokens, slots)} in nv_xe's order: the rows nvls_select placed (map)."""
+        order = {}
+        for g in range(P):
+            mp = sim.read_buffer(g, "nv_map", "i64")[:U * k]
+            sel = np.nonzero(mp >= 0)[0]
+            sel = sel[np.argsort(mp[sel], kind="stable")]
+            idx = layer.routing.topk_idx.reshape(U, k)
+            for pair in sel:
+                e = int(idx[pair // k, pair % k])
+                t_, s_ = order.setdefault(e, ([], []))
+                t_.append(int(pair // k))
+                s_.append(int(pair % k))
+        return order
+
     return SchemePlan(
-        buffers=tuple(buffers + gbufs + sbufs), launches=tuple(launches.launches),
-        kernel_files=(KERNELS,), n_tile=s.n_tile, multicast=multicast,
+        buffers=tuple(buffers + gbufs + sbufs + bbufs), launches=tuple(launches.launches),
+        kernel_files=(KERNELS,) + (BACKWARD_KERNELS if training else ()), n_tile=s.n_tile,
+        multicast=multicast, presets=presets, backward=True, backward_row_order=row_order,
+        backward_reference={"combine": "switch_reduce", "local_experts": El},
+        backward_dx_f32="nv_bdx", backward_acct=(("nv_bacct", 3, 2),),
         phases={"dispatch": ("nvls_allgather", "nvls_barrier", "nvls_select"),
                 "expert": GROUPED_KERNELS + SHARED_KERNELS,
                 "combine": ("nvls_partial", "nvls_barrier", "nvls_reduce_scatter",

@@ -20,13 +20,20 @@ Receive buffers are provisioned for the worst case, since no host sizes them aft
 exchange: every source may send every token to min(top-k, local experts) experts here, plus a
 tile of alignment per local expert.
 """
+import numpy as np
+
 from ...config.schema import LaunchConfig
+from ..alltoall import KERNELS as A2A_KERNELS, flag_wait_launch, i64_preset
+from ..deepep_backward import KERNELS as DEEPEP_BACKWARD_KERNELS
 from ..layer import (SHARED_KERNELS, LayerError, SchemePlan, _buf, combine_launch,
                      shared_expert_launches)
+from ..layer_backward import (KERNELS as BACKWARD_KERNELS, backward_buffers, combine_bwd_launch,
+                              dispatch_bwd_launch, expert_bwd_kernels, shared_bwd)
 from .deepep import (DISPATCH_SMEM_BYTES, EPOCH, KERNELS as DEEPEP_KERNELS,
                      mediation_and_dispatch, tma_staging_bytes)
 
 KERNELS = "workloads/kernels/overlap/overlap.s"
+BACKWARD = "workloads/kernels/overlap/backward.s"
 
 
 def plan(layer):
@@ -82,11 +89,99 @@ def plan(layer):
     # the shared experts are launched (placed) before the persistent GEMM blocks, which would
     # otherwise hold every SM until the end: they run while the counts are exchanged and rows move
     sbufs, shared = shared_expert_launches(s, cfg, stream=1)
+    launches = shared + launches + [combine_launch(s, cfg, stream=3)]
+    phases = {"mediation": ("deepep_layout", "deepep_notify"),
+              "dispatch": ("deepep_dispatch", "overlap_receive"),
+              "expert": ("overlap_expert",) + SHARED_KERNELS,
+              "combine": ("moe_combine",)}
+    by_kernel = {k: p for p, names in phases.items() for k in names}
+    launch_phases = [by_kernel.get(l.kernel, "") for l in launches]
+    training = cfg.workload.layer.passes == "training"
+    bbufs, presets, row_order = [], {}, None
+    if training:
+        bbufs, blaunches, presets, row_order = backward_plan(layer, rows_cap, tiles_cap)
+        launches += [launch for launch, _ in blaunches]
+        launch_phases += [phase for _, phase in blaunches]
     return SchemePlan(
-        buffers=tuple(buffers + sbufs),
-        launches=tuple(shared + launches + [combine_launch(s, cfg, stream=3)]),
-        kernel_files=(DEEPEP_KERNELS, KERNELS), n_tile=s.n_tile,
-        phases={"mediation": ("deepep_layout", "deepep_notify"),
-                "dispatch": ("deepep_dispatch", "overlap_receive"),
-                "expert": ("overlap_expert",) + SHARED_KERNELS,
-                "combine": ("moe_combine",)})
+        buffers=tuple(buffers + sbufs + bbufs), launches=tuple(launches),
+        kernel_files=(DEEPEP_KERNELS, KERNELS) + ((A2A_KERNELS, DEEPEP_BACKWARD_KERNELS, BACKWARD)
+                                                  + BACKWARD_KERNELS if training else ()),
+        presets=presets, n_tile=s.n_tile, phases=phases, launch_phases=tuple(launch_phases),
+        backward=True, backward_row_order=row_order)
+
+
+def backward_plan(layer, rows_cap, tiles_cap):
+    """The backward (workloads/kernels/overlap/backward.s): (buffers, [(launch, phase)], presets,
+    row_order). The forward's row positions (ov_home) and tile table (dp_tiles) are its handle:
+    the gradient dispatch reads each position's dO row from its home GPU tile by tile while the
+    persistent backward GEMM blocks (grouped_bwd_act) wait on each tile's counter; the dX rows go
+    home while the weight gradients are computed."""
+    s, cfg = layer.shape, layer.cfg
+    opts = cfg.workload.layer.overlap
+    P, T, k, El, H = s.num_gpus, s.tokens, s.top_k, s.local_experts, s.hidden
+    tile, pairs = s.tile_rows, s.pairs
+    C = max(1, opts.comm_sms // 2)
+    # rows per local expert and each region's first row: the forward's layout, regions aligned
+    # to tiles (deepep.s deepep_notify with align = tile rows)
+    counts = np.stack([np.bincount(layer.routing.topk_idx.reshape(-1), minlength=s.experts)
+                       .reshape(P, El)[g] for g in range(P)]).astype(np.int64)
+    aligned = -(-counts // tile) * tile
+    bases = np.concatenate([np.zeros((P, 1), np.int64), np.cumsum(aligned, axis=1)[:, :-1]],
+                           axis=1)
+    buffers = backward_buffers(s, 1, _buf, rows=rows_cap, tiles=tiles_cap) + [
+        _buf("ov_bcounts", El * 8, region="control", dtype="i64"),
+        _buf("ov_bbases", El * 8, region="control", dtype="i64"),
+        _buf("ov_bmap", pairs * 8, region="control", dtype="i64"),
+        _buf("ov_bready", P * 8, region="control", dtype="i64"),
+        _buf("ov_bstart", 8, region="control", dtype="i64"),
+        _buf("ov_btilecnt", tiles_cap * 8, region="control", dtype="i64"),
+        _buf("ov_bdgrad", 8, region="control", dtype="i64"),
+        _buf("ov_bjobs", 8, region="control", dtype="i64"),
+        _buf("ov_dsend", pairs * s.row_bytes, dtype="bf16"),
+        _buf("ov_dret", pairs * s.row_bytes, dtype="bf16"),
+    ]
+    presets = {"ov_bcounts": i64_preset(counts), "ov_bbases": i64_preset(bases),
+               "ov_bmap": i64_preset(np.tile(np.arange(pairs, dtype=np.int64), (P, 1)))}
+    sbufs, shared = shared_bwd(s, cfg, 3, _buf)
+    buffers += sbufs
+    nsm = cfg.system.gpu.num_sms
+    handle = (("tiles", "@dp_tiles"), ("info", "@dp_info"), ("home", "@ov_home"))
+    out = [
+        # the combine's backward at home: dw, and dO rows in slot order (the forward's yhome order)
+        (combine_bwd_launch(s, cfg, 3, "@ov_bmap", "@ov_dsend"), "backward_dispatch"),
+        (LaunchConfig(kernel="overlap_bwd_ready", grid=1, stream=3, params=(
+            ("ready", "@ov_bready"), ("start", "@ov_bstart"))), "backward_dispatch"),
+        # stream 2: idle until this GPU's backward begins (not part of the backward's time)
+        (flag_wait_launch(2, "@ov_bstart", 1), "backward_wait"),
+        (LaunchConfig(kernel="overlap_bwd_pull", grid=2 * C, stream=2, params=handle[:2] + (
+            ("ready", "@ov_bready"), ("home", "@ov_home"), ("dsend", "@ov_dsend"),
+            ("dye", "@b_dye"), ("tilecnt", "@ov_btilecnt"), ("hidden", H))),
+         "backward_dispatch"),
+        (LaunchConfig(kernel="overlap_bwd_home", grid=2 * C, stream=2, params=handle + (
+            ("dxe", "@b_dxe"), ("dret", "@ov_dret"), ("gate", "@ov_bdgrad"),
+            ("jobs", "@ov_bjobs"), ("done", "@bdone"), ("hidden", H))), "backward_combine"),
+    ] + list(shared) + [
+        (LaunchConfig(kernel="deepep_bwd_tiles", grid=1, stream=3, params=handle[:2] + (
+            ("table", "@b_table"), ("xe", "@dp_recv_x"), ("dg", "@b_dg"), ("dye", "@b_dye"),
+            ("hidden", H), ("ffn", s.ffn))), "backward_expert"),
+    ] + [(launch, "backward_expert") for launch in expert_bwd_kernels(
+        s, 3, nsm - 2 * C, "ov_bcounts", "ov_bbases", "dp_recv_x", "ov_hh", tilecnt="@ov_btilecnt",
+        gate="@ov_bdgrad")] + [
+        (dispatch_bwd_launch(s, cfg, 3, "@ov_dret", "@ov_bmap"), "backward_combine")]
+
+    def row_order(sim):
+        """{expert: (flat tokens, slots)} in the receive buffer's order: the forward's row
+        positions (ov_home), region by region."""
+        order = {}
+        for g in range(P):
+            home = sim.read_buffer(g, "ov_home", "i64")
+            for le in range(El):
+                e = g * El + le
+                for p in range(int(bases[g, le]), int(bases[g, le] + counts[g, le])):
+                    word = int(home[p])
+                    t_, s_ = order.setdefault(e, ([], []))
+                    t_.append((word >> 32) * T + (word & 0xffffffff) // k)
+                    s_.append((word & 0xffffffff) % k)
+        return order
+
+    return buffers, out, presets, row_order

@@ -45,6 +45,8 @@ from ..alltoall import (ENTRY_BYTES, KERNELS as A2A_KERNELS, PhasedLaunches, a2a
                         split_pieces)
 from ..layer import (GROUPED_KERNELS, SHARED_KERNELS, LayerError, SchemePlan, _buf,
                      combine_launch, grouped_gemm_launches, shared_expert_launches)
+from ..layer_backward import (KERNELS as BACKWARD_KERNELS, backward_buffers, combine_bwd_launch,
+                              dispatch_bwd_launch, expert_bwd_launches, shared_bwd)
 from .deepep import node_gpus
 
 
@@ -212,6 +214,18 @@ class TwoDH:
                 for c in range(self.n)]
 
 
+def backward_refusal(cfg, chunks, two_d):
+    """Why this tutel configuration has no backward ('' when it has one)."""
+    if chunks != 1:
+        return (f"workload.layer.tutel.chunks: {chunks} slices share one activation buffer (each "
+                f"slice's grouped GEMM overwrites the last's), which the weight gradients need; "
+                f"the backward runs with chunks: 1")
+    if two_d:
+        return ("workload.layer.tutel.all_to_all: the 2-D hierarchical all-to-all (multi-node) has "
+                "no backward here; the flat one has")
+    return ""
+
+
 def pad_to(entries, K):
     return list(entries) + [(0, 0, 0)] * (K - len(entries))
 
@@ -308,6 +322,49 @@ def plan(layer):
 
     dropped = expected_drops(layer.routing.topk_idx, E, C)
     kept = P * s.pairs - dropped
+    training = cfg.workload.layer.passes == "training"
+    why = backward_refusal(cfg, n, two_d)
+    bbufs = []
+    if training and not why:
+        # the backward on stream 3 after the forward: the fixed-capacity all-to-alls in reverse
+        # roles (tu_fwd carries the dO rows, tu_bwd the dX rows), dropped pairs (tu_map -1) sending
+        # and receiving no row, padding rows computed as zeros
+        cap = P * C
+        bbufs = backward_buffers(s, cap, _buf) + [
+            _buf("tu_dsend", E * C * rb, dtype="bf16"),
+            _buf("tu_dret", E * C * rb, dtype="bf16"),
+            _buf("tu_darrive", 8, region="control", dtype="i64"),
+            _buf("tu_bbases", El * 8, region="control", dtype="i64")]
+        presets["tu_bbases"] = i64_preset(np.tile(np.arange(El, dtype=np.int64) * cap, (P, 1)))
+        sbb, slaunches = shared_bwd(s, cfg, 3, _buf)
+        bbufs += sbb
+        for launch, phase in slaunches:
+            add(launch, phase)
+        add(combine_bwd_launch(s, cfg, 3, "@tu_map", "@tu_dsend"), "backward_dispatch")
+        add(a2a_launch(3, "@tu_fwd", El, "@tu_dsend", "@b_dye", piece, arrive="@tu_darrive"),
+            "backward_dispatch")
+        add(flag_wait_launch(3, "@tu_darrive", P), "backward_dispatch")
+        for launch in expert_bwd_launches(s, 3, nsm, "tu_rows", "tu_recv", "he", cap,
+                                          "tu_bbases"):
+            add(launch, "backward_expert")
+        add(a2a_launch(3, "@tu_bwd", El, "@b_dxe", "@tu_dret", piece, done="@bdone"),
+            "backward_combine")
+        add(dispatch_bwd_launch(s, cfg, 3, "@tu_dret", "@tu_map"), "backward_combine")
+
+    def row_order(sim):
+        """{expert: (flat tokens, slots)} of the kept pairs in tu_recv's order: source GPU
+        ascending, then the source's capacity slot (its map)."""
+        order = {}
+        for src in range(P):
+            mp = sim.read_buffer(src, "tu_map", "i64")[:s.pairs]
+            idx = layer.routing.topk_idx[src].reshape(-1)
+            for e in np.unique(idx):
+                sel = np.nonzero((idx == e) & (mp >= 0))[0]
+                sel = sel[np.argsort(mp[sel], kind="stable")]
+                tok, slot = order.setdefault(int(e), ([], []))
+                tok.extend((src * T + sel // k).tolist())
+                slot.extend((sel % k).tolist())
+        return order
 
     def kept_pairs(sim):
         return np.stack([sim.read_buffer(g, "tu_map", "i64")[:s.pairs].reshape(T, k) >= 0
@@ -326,8 +383,12 @@ def plan(layer):
                       "zero rows sent and computed as padding (capacity slots no token took)")
 
     return SchemePlan(
-        buffers=tuple(buffers + gbufs + sbufs), launches=tuple(plan_launches.launches),
-        kernel_files=(A2A_KERNELS,), presets=presets, n_tile=s.n_tile,
+        buffers=tuple(buffers + gbufs + sbufs + bbufs), launches=tuple(plan_launches.launches),
+        kernel_files=(A2A_KERNELS,) + (BACKWARD_KERNELS if training and not why else ()),
+        presets=presets, n_tile=s.n_tile, backward=not why, backward_why=why,
+        backward_row_order=row_order,
+        backward_expected_rows={"dispatched": kept, "computed": P * El * P * C,
+                                "combined": kept},
         phases={"mediation": (),
                 "dispatch": ("permute_rows",) + A2A_STEPS[two_d],
                 "expert": GROUPED_KERNELS + ("flag_set",) + SHARED_KERNELS,

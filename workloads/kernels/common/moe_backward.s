@@ -4,8 +4,9 @@
 # roles). Given dy [T][H] bf16, the gradient of the layer output out[t] = sum_j w[t][j] y_j[t]:
 #   moe_combine_bwd   home GPU, per pair (t, j): dw[t][j] = <dy[t], y_j[t]> (fp32 in increasing h:
 #                     the router-weight gradient) and dO = bf16(w[t][j] dy[t]) written to the
-#                     pair's row of the scheme's send buffer (map[t * k + j]): the combine's
-#                     backward is a dispatch of output gradients
+#                     pair's row of the scheme's send buffer (map[t * k + j]; -1: a pair
+#                     dropped in the forward, no row): the combine's backward is a dispatch of
+#                     output gradients
 #   grouped_bwd_act   per expert tile and column job q of I: G, U recomputed, D = dO Wd^T,
 #                     dU = bf16(silu(G) D), dG = bf16(silu'(G) (D U))   (lib/gemm_tiles.s
 #                     swiglu_grad_store, shared with tp/ffn_backward.s)
@@ -57,25 +58,23 @@ slot:
     add r6, r5, r3               # r6 = pair t * k + j
     mul r7, r6, r10
     add r7, r7, %yhome
-    vcvt.f32.bf16 r21, r7, %hidden
-    vmul.f32 r21, r20, r21, %hidden
-    vrow_sum.f32 r24, r21, %hidden, %hidden
+    dot_row_bf16 r24, r20, r7, r21, %hidden
     shl r8, r6, 2
     add r12, r8, %dw
     copy r12, r24, 4             # dw[t][j]
     add r8, r8, %topk_w          # r8 = &w[t][j]
-    vzero.f32 r22, %hidden
-    vaxpy.f32.bf16 r22, r2, r8, %hidden
-    vcvt.bf16.f32 r23, r22, %hidden
+    scale_row_bf16 r23, r22, r2, r8, %hidden
     shl r12, r6, 3
     add r12, r12, %map
     ld r12, [r12]
+    blt r12, 0, no_row           # a dropped pair (scheme tutel: beyond capacity): no dO row
     mul r12, r12, r10
     add r12, r12, %dsend
     copy r12, r23, r10           # dO to the pair's send row
+    add r9, r9, 1
+no_row:
     add r3, r3, 1
     blt r3, %topk, slot
-    add r9, r9, %topk
     add r1, r1, %ntb
     bra token
 end:
@@ -85,9 +84,12 @@ end:
 # grouped_bwd_act: jobs (tile, q), Ju = I / n per tile: G, U recomputed from the tile's X rows
 # (the forward's fused gate/up mainloop; weights from HBM for an expert's first tile), D = dO
 # Wd^T for columns q n.. over H / n steps (mma.bf16.bt: dO's column block c, stride H, against
-# rows q n.. of Wd's column tile c), then dU and dG stored bf16 into du, dg.
+# rows q n.. of Wd's column tile c), then dU and dG stored bf16 into du, dg. With `tilecnt` (not
+# 0: scheme overlap, its dO rows arriving while the kernel runs) a job first waits until word t
+# of tilecnt reaches its tile's rows.
 .kernel grouped_bwd_act
 .param table
+.param tilecnt               # [tiles] i64 rows landed per tile, or 0: every row is in
 .param dg                    # [El][cap][I] bf16
 .param du
 .param wg
@@ -121,6 +123,11 @@ job:
     shl r4, r4, 6
     add r4, r4, %table
     ld.v8 r12, [r4]              # r12 expert, r13 rows, r14 X, r15 dG, r16 dO, r17 first
+    beq %tilecnt, 0, landed
+    shl r4, r2, 3
+    add r4, r4, %tilecnt
+    wait.ge [r4], r13            # the tile's dO rows have landed
+landed:
     mul r6, r13, %n_tile         # r6 = rows x n
     weight_tile_offset r7, r12, r22, r3, r25
     add r5, r7, %wu              # r5 = Wu tile (expert, q)
@@ -384,16 +391,18 @@ slot:
     shl r7, r6, 3
     add r7, r7, %map
     ld r7, [r7]
+    blt r7, 0, no_slot           # a dropped pair: no input-gradient row
     mul r7, r7, r10
     add r7, r7, %dret
     vaxpy.f32.bf16 r20, r7, %one, %hidden
+    add r9, r9, 1
+no_slot:
     add r3, r3, 1
     blt r3, %topk, slot
     vcvt.bf16.f32 r21, r20, %hidden
     mul r7, r1, r10
     add r7, r7, %dx
     copy r7, r21, r10
-    add r9, r9, %topk
     add r1, r1, %ntb
     bra token
 end:

@@ -166,9 +166,7 @@ slot:
     add r30, r29, %dye           # r30 = dy row
     add r29, r29, %ye            # r29 = y_j row
     vcvt.f32.bf16 r0, r30, %hidden
-    vcvt.f32.bf16 r4, r29, %hidden
-    vmul.f32 r4, r0, r4, %hidden
-    vrow_sum.f32 r8, r4, %hidden, %hidden
+    dot_row_bf16 r8, r0, r29, r4, %hidden
     mul r14, r1, %topk
     add r14, r14, r31
     shl r14, r14, 2

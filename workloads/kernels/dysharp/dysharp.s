@@ -21,6 +21,8 @@
 # Routines the unfused kernels and the token-centric fused ones share. Registers as the kernels
 # set them: r1 = R, r2 = bytes of a token's ids (8 k), r3 = bytes of its weights (4 k).
 #   token_meta_row t                 msrc[t] = the token's ids then its weights. Writes r5, r6.
+#   send_row t, obj, src             one dymultimem.st of row t of `src` to the token's k experts
+#                                    in object `obj`. Writes r5 - r8 (r5 = u, r6 = target list).
 #   send_token t                     one dymultimem.st of row t and one of its meta row to the
 #                                    token's k experts (target list: its ids in topk_idx).
 #                                    Writes r5 - r8.
@@ -29,9 +31,9 @@
 #                                    reads the row of algebraic row u at each target through its
 #                                    GPU's AL table, accumulates in fp32 in target-list order and
 #                                    returns one bf16 row). Writes r5 - r8.
-#   gate_scale_row row, meta_row, expert, acc, ids, j, end, tmp
-#                                    the expert output row at `row` (bf16 [H]) becomes
-#                                    bf16(fp32(w y)), w the router weight of the slot of `expert`
+#   gate_scale_row row, out, meta_row, expert, acc, ids, j, end, tmp
+#                                    the expert output row at `row` (bf16 [H]) gives `out` =
+#                                    bf16(fp32(w y)) (out = row: in place), w the router weight of the slot of `expert`
 #                                    in its meta row (ids read 8 at a time; `ids` = 8 k, where the
 #                                    weights start); `acc`: an fp32 row of scratch. Leaves the
 #                                    slot in j. Writes j, end, tmp, r16 - r23.
@@ -50,16 +52,20 @@
     copy r5, r6, r3              # weights
 .endm
 
-.macro send_token t
+.macro send_row t, obj, src
     mul r5, %gpu, %tokens
     add r5, r5, \t               # r5 = algebraic row u
     mul r6, \t, r2
     add r6, r6, %topk_idx        # r6 = the token's target list
     mul r7, r5, r1
-    add r7, r7, %xe              # r7 = multimem address of row u
+    add r7, r7, \obj             # r7 = multimem address of row u
     mul r8, \t, r1
-    add r8, r8, %x
+    add r8, r8, \src
     dymultimem.st r7, r8, r1, r6, %topk
+.endm
+
+.macro send_token t
+    send_row \t, %xe, %x
     mul r7, r5, %meta_bytes
     add r7, r7, %meta
     mul r8, \t, %meta_bytes
@@ -79,14 +85,12 @@
     dymultimem.ld_reduce.add.bf16 r8, r7, r1, r6, %topk
 .endm
 
-.macro gate_scale_row row, meta_row, expert, acc, ids, j, end, tmp
+.macro gate_scale_row row, out, meta_row, expert, acc, ids, j, end, tmp
     find_slot \meta_row, \expert, \j, \end, \tmp
     shl \tmp, \j, 2
     add \tmp, \tmp, \ids
     add \tmp, \tmp, \meta_row     # &w[j]
-    vzero.f32 \acc, %hidden
-    vaxpy.f32.bf16 \acc, \row, \tmp, %hidden
-    vcvt.bf16.f32 \row, \acc, %hidden
+    scale_row_bf16 \out, \acc, \row, \tmp, %hidden
 .endm
 
 .macro find_slot meta_row, expert, j, end, tmp
@@ -148,10 +152,12 @@ sent:
 
 # dysharp_scale: the GEMM epilogue's gate weighting - each expert output row y of local expert e
 # becomes bf16(fp32(w x y)), w the router weight of the slot whose expert is e (found in the row's
-# meta row, ids read 8 at a time). TB b takes rows b, b + ntb, ... of every local expert, up to
-# its count. Counts the rows (acct word 1: received).
+# meta row, ids read 8 at a time), written at the same row of yout. TB b takes rows b, b + ntb,
+# ... of every local expert, up to its count. Counts the rows (acct word 1: received).
 .kernel dysharp_scale
 .param ye
+.param yout                  # where the scaled rows go: ye (in place), or the combine's object
+                             # when the unweighted rows are kept (passes: training)
 .param meta
 .param cnt
 .param acct
@@ -181,8 +187,9 @@ row:
     mul r10, r5, %meta_bytes
     add r10, r10, %meta          # r10 = its meta row
     mul r15, r5, r1
+    add r4, r15, %yout           # r4 = the scaled row
     add r15, r15, %ye            # r15 = the output row
-    gate_scale_row r15, r10, r11, r2, r13, r12, r9, r14
+    gate_scale_row r15, r4, r10, r11, r2, r13, r12, r9, r14
     add r6, r6, 1
     add r8, r8, %ntb
     bra row
@@ -542,4 +549,114 @@ passed:
     add r27, r27, 1
     blt r27, 2, pass
     red.add %gpu, [%acct+8], r28     # acct 1: rows received (and weighted)
+    exit
+
+# ---- the backward (workload.layer.passes: training, fusion: none; plan: schemes/dysharp.py) ----
+# The combine's in-switch reduction has a multicast as its backward, the dispatch's multicast an
+# in-switch reduction: dysharp_bwd_dispatch multicasts each token's dy to its k experts
+# (dymultimem.st into the gradient object, placed by the forward's AL entries: dy lands where x
+# landed), dysharp_bwd_weight forms dw (home) and dO on the expert side, the shared grouped
+# backward kernels compute dX at the same layout rows, and dysharp_combine (unweighted) sums each
+# token's k dX rows in the switch on the way home; nvls_output adds the shared experts' first.
+
+# dysharp_bwd_dispatch: TB b takes tokens t = b, b + ntb, ...: one dymultimem.st of dy[t] to the
+# token's k experts. Completes at the fence; counts the pairs (bacct word 0: dispatched).
+.kernel dysharp_bwd_dispatch
+.param dy                    # [T][H] bf16
+.param dye                   # multimem base of the gradient object (algebraic row u at + u R)
+.param topk_idx
+.param bacct
+.param tokens
+.param topk
+.param hidden
+    shl r1, %hidden, 1           # r1 = R
+    shl r2, %topk, 3
+    mov r4, %tb
+    mov r12, 0                   # r12 = pairs sent
+token:
+    bge r4, %tokens, sent
+    send_row r4, %dye, %dy
+    add r12, r12, %topk
+    add r4, r4, %ntb
+    bra token
+sent:
+    fence                        # every target has its row
+    red.add %gpu, [%bacct], r12
+    exit
+
+# dysharp_bwd_weight: TB b takes algebraic rows u = b, b + ntb, ...; for each local expert e with
+# an AL entry (u, e) (its layout row), the slot j of e in the row's meta row: dw = <dy_u, y_j>
+# (fp32 in increasing h; y_j the unweighted expert output, kept) put to dw[t][j] at the token's
+# home (u = g T + t), and the dO row bf16(w_j dy_u) over dy_u in the gradient object.
+.kernel dysharp_bwd_weight
+.param al                    # [U][El] i64: layout row + 1, 0 where (u, e) has none
+.param meta                  # [El][cap][M]
+.param yraw                  # [El][cap][H] bf16: the unweighted expert outputs
+.param dye                   # [El][cap][H] bf16: dy rows in, dO rows out
+.param bdw                   # [El][cap] f32: dw staged for the put home
+.param dw                    # [T][k] f32 on the home GPU
+.param gathered              # U = P T algebraic rows
+.param tokens
+.param local_experts
+.param cap
+.param topk
+.param hidden
+.param meta_bytes
+.smem 96KB                   # dy, products, w dy [H] fp32 + dO [H] bf16 + the dot (H <= 7168)
+    shl r1, %hidden, 1           # r1 = R
+    shl r2, %hidden, 2
+    mov r27, %smem               # r27 = dy in fp32
+    add r28, r27, r2             # r28 = products
+    add r29, r28, r2             # r29 = w dy (fp32)
+    add r30, r29, r2             # r30 = dO (bf16)
+    add r31, r30, r1             # r31 = the dot product
+    mul r3, %gpu, %local_experts # r3 = first local expert
+    shl r13, %topk, 3            # r13 = bytes of the ids (the weights follow)
+    mov r4, %tb                  # r4 = u
+token:
+    bge r4, %gathered, end
+    div r25, r4, %tokens         # r25 = home GPU
+    rem r26, r4, %tokens         # r26 = token there
+    mov r7, 0                    # r7 = local expert
+target:
+    bge r7, %local_experts, next_token
+    mul r5, r4, %local_experts
+    add r5, r5, r7
+    shl r5, r5, 3
+    add r5, r5, %al
+    ld r5, [r5]
+    ble r5, 0, next_target       # no row of u here for this expert
+    sub r5, r5, 1
+    mul r6, r7, %cap
+    add r5, r5, r6               # r5 = flat layout row
+    mul r10, r5, %meta_bytes
+    add r10, r10, %meta          # r10 = its meta row
+    add r14, r7, r3              # r14 = global expert id
+    find_slot r10, r14, r12, r15, r8     # r12 = slot j
+    mul r6, r5, r1
+    add r8, r6, %dye             # r8 = dy row
+    add r6, r6, %yraw            # r6 = y_j row
+    vcvt.f32.bf16 r27, r8, %hidden
+    dot_row_bf16 r31, r27, r6, r28, %hidden
+    shl r6, r5, 2
+    add r6, r6, %bdw
+    copy r6, r31, 4              # dw staged
+    mul r15, r26, %topk
+    add r15, r15, r12
+    shl r15, r15, 2
+    add r15, r15, %dw
+    put.sm r25, r15, r6, 4       # dw[t][j] at the home
+    shl r15, r12, 2
+    add r15, r15, r13
+    add r15, r15, r10            # r15 = &w_j in the meta row
+    scale_row_bf16 r30, r29, r8, r15, %hidden
+    copy r8, r30, r1             # dO over dy
+next_target:
+    add r7, r7, 1
+    bra target
+next_token:
+    add r4, r4, %ntb
+    bra token
+end:
+    fence                        # the dw puts have landed
     exit

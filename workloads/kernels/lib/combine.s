@@ -33,6 +33,14 @@
 #       received, unweighted): of record r24 of the records at r12, r29 = &%recv_y[position of
 #       the token's lowest local slot], r27 = t, r25 += the local slots. Reads r1 = bf16 row
 #       bytes, %recv_y, %topk. Writes r16..r23, r25, r27..r30.
+#   dot_row_bf16 dot, dyf, y, prod, n
+#       the fp32 at dot = sum over h ascending of dyf[h] x fp32(y[h]) (dyf an fp32 row, y a bf16
+#       row of n elements): the router weight's gradient <dy, y_j> in the MoE backward. Writes
+#       the dot and the fp32 row prod.
+#   scale_row_bf16 out, acc, row, w, n
+#       the bf16 row out = bf16(fp32(w x row)) (row bf16, w the address of an fp32): a
+#       router-weighted row (DySHARP's gate weighting, the backward's dO = bf16(w dy)). Writes out
+#       and the fp32 row acc.
 
 .macro wait_layer_inputs shared, shared_tbs, acct, done, i, addr
     beq \shared, 0, shared_ready_\@
@@ -128,4 +136,16 @@ pick_next_\@:
     mul r12, %tb, r2
     mul r12, r12, 96
     add r12, r12, %rec           # r12 = the records
+.endm
+
+.macro dot_row_bf16 dot, dyf, y, prod, n
+    vcvt.f32.bf16 \prod, \y, \n
+    vmul.f32 \prod, \dyf, \prod, \n
+    vrow_sum.f32 \dot, \prod, \n, \n
+.endm
+
+.macro scale_row_bf16 out, acc, row, w, n
+    vzero.f32 \acc, \n
+    vaxpy.f32.bf16 \acc, \row, \w, \n
+    vcvt.bf16.f32 \out, \acc, \n
 .endm

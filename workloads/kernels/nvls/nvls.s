@@ -274,3 +274,103 @@ token:
     bra token
 end:
     exit
+
+# ---- the backward (workload.layer.passes: training; plan: schemes/nvls.py) ---------------------
+# The combine's reduce-scatter has an all-gather as its backward, the dispatch's all-gather a
+# reduce-scatter: nvls_bwd_allgather multicasts dy (rows only: the gathered expert ids and
+# weights of the forward serve again), nvls_bwd_weight turns the gathered dy into dw (home) and
+# the local pairs' dO rows, the shared grouped backward kernels compute dX, nvls_partial (weights
+# 1.0) forms this GPU's partial of every gathered token's input gradient and nvls_reduce_scatter
+# reduces them in the switch (multimem.ld_reduce) for the owners; nvls_output adds the shared
+# experts' dX first.
+
+# nvls_bwd_allgather: as nvls_allgather, the rows of `x` alone into `xall`; the gradient rows the
+# experts receive are counted by nvls_bwd_weight.
+.kernel nvls_bwd_allgather
+.param x
+.param xall
+.param tokens
+.param hidden
+.param chunk
+    channel_tokens
+    bge r2, r3, leave
+    sub r4, r3, r2
+    mul r5, %gpu, %tokens
+    add r5, r5, r2
+    shl r6, %hidden, 1
+    mm_st_tokens %xall, %x, r6
+    fence
+leave:
+    exit
+
+# nvls_bwd_weight: per gathered token u (TB b takes u = b, b + ntb, ...) and slot j whose expert is
+# here (map[u k + j] = its row): dw = <dy[u], y_j> (fp32 in increasing h; y_j: the forward's
+# expert output row, kept in ye) put to the home GPU's dw[t][j] (u = g T + t), and the dO row
+# bf16(w[u][j] dy[u]) at the same row of dye. Counts the rows (bacct word 0: dispatched).
+.kernel nvls_bwd_weight
+.param dyall                 # [U][H] bf16: the gathered dy
+.param ye                    # [El][cap][H] bf16: the forward's expert outputs
+.param wall                  # [U * k] f32
+.param map                   # [U * k] i64: the pair's row, -1 elsewhere
+.param dye                   # [El][cap][H] bf16: dO rows
+.param bdw                   # [U * k] f32: dw staged for the put home
+.param dw                    # [T][k] f32 on the home GPU
+.param bacct
+.param tokens
+.param gathered
+.param topk
+.param hidden
+.smem 128KB                  # dy, products, w dy [H] fp32 + dO [H] bf16 + the dot (H <= 8192)
+    shl r10, %hidden, 1
+    shl r11, %hidden, 2
+    mov r20, %smem               # r20 = dy[u] in fp32
+    add r21, r20, r11            # r21 = products
+    add r22, r21, r11            # r22 = w dy (fp32)
+    add r23, r22, r11            # r23 = dO row (bf16)
+    add r24, r23, r10            # r24 = the dot product
+    mov r9, 0                    # r9 = rows
+    mov r1, %tb                  # r1 = gathered token u
+token:
+    bge r1, %gathered, end
+    mul r2, r1, r10
+    add r2, r2, %dyall           # r2 = dy[u]
+    div r13, r1, %tokens         # r13 = home GPU
+    rem r14, r1, %tokens         # r14 = token there
+    mul r5, r1, %topk
+    mov r25, 0                   # r25 = dy[u] converted
+    mov r3, 0                    # r3 = slot
+slot:
+    add r6, r5, r3               # r6 = pair u k + j
+    shl r7, r6, 3
+    add r7, r7, %map
+    ld r7, [r7]
+    blt r7, 0, next              # the expert is elsewhere
+    bne r25, 0, converted
+    vcvt.f32.bf16 r20, r2, %hidden
+    mov r25, 1
+converted:
+    mul r8, r7, r10              # r8 = byte offset of the pair's row
+    add r12, r8, %ye
+    dot_row_bf16 r24, r20, r12, r21, %hidden
+    shl r12, r6, 2
+    add r15, r12, %bdw
+    copy r15, r24, 4             # dw staged
+    mul r26, r14, %topk
+    add r26, r26, r3
+    shl r26, r26, 2
+    add r26, r26, %dw
+    put.sm r13, r26, r15, 4      # dw[t][j] on the home GPU
+    add r12, r12, %wall          # r12 = &w[u][j]
+    scale_row_bf16 r23, r22, r2, r12, %hidden
+    add r12, r8, %dye
+    copy r12, r23, r10           # dO at the pair's row
+    add r9, r9, 1
+next:
+    add r3, r3, 1
+    blt r3, %topk, slot
+    add r1, r1, %ntb
+    bra token
+end:
+    fence                        # the dw puts have landed
+    red.add %gpu, [%bacct], r9
+    exit
