@@ -20,9 +20,11 @@
 #   dp_rdma_ctl  ctl   tail [C][N]: tail[c][m] (on a forwarder: tokens origin (m, l0) put into
 #                      its RDMA ring (c, m); bit 40 set once that sender is finished, CLOSED);
 #                      head [C][N][L]: head[c][n][j] (on an origin: tokens forwarder j of GPU
-#                      (n, l0) consumed of ring (c, n0) there); then the metadata slots
-#                      [C][N][Rr][16] (the token's whole dp_meta row: ids, weights, rank mask)
-#   dp_rdma_x    data  [C][N][Rr][db]  RDMA ring row slots
+#                      (n, l0) consumed of ring (c, n0) there)
+#   dp_rdma_x    data  [C][N][Rr][db + 128]  RDMA ring records: the row, then the token's whole
+#                      dp_meta row (ids, weights, rank mask), contiguous as DeepEP's RDMA token
+#   dp_rdma_send data  [C][N][Rr][db + 128]  the send buffer: records staged for ring (c, n0) on
+#                      node n, at the slots they take there (DeepEP's rdma_channel_data.send_buffer)
 #   dp_fwd_rec   ctl   [C][N][Tc][16]  on a forwarder, per token of RDMA ring (c, m) in order:
 #                      word j = its position + 1 in the NVL stream to local rank j (0: none),
 #                      word 8 = the token's index t on its origin
@@ -41,6 +43,35 @@
 .include "lib/slot_words.s"
 .include "lib/ring.s"
 
+# rdma_chunk_put: the r9 records staged last (slots r21 - r9 .. r21 - 1 of the ring whose first
+# slot is r12; r5 bytes each, at the same offsets in the send buffer and the receive ring) go to
+# GPU r10 as ONE RDMA write (a NIC work request), as DeepEP's RDMA sender coordinator issues a
+# chunk (internode.cu: nvshmemi_ibgda_put_nbi_thread of num_bytes_per_rdma_token x tokens). For
+# the own node (r10 = this GPU) the records were staged straight into the ring: nothing to send.
+# Writes r20, r24, r25, r26.
+.macro rdma_chunk_put
+    beq r10, %gpu, own_\@
+    sub r24, r21, r9
+    rem r24, r24, %rdma_ring_rows
+    add r24, r24, r12
+    mul r24, r24, r5             # byte offset of the chunk's first record
+    add r25, r24, %rdma_x
+    add r26, r24, %rdma_send
+    mul r20, r9, r5
+    put r10, r25, r26, r20       # the chunk: one RDMA write
+own_\@:
+.endm
+
+# rdma_chunk_publish: fence (the chunk landed; DeepEP orders its tail atomic behind the write on
+# the same queue pair instead, which the model's fence stands for), then raise the tail on GPU r10
+# to r21 and reset the chunk count r9.
+.macro rdma_chunk_publish
+    fence
+    flag.set r10, [r13], r21
+    mov r22, r21
+    mov r9, 0
+.endm
+
 # ------------------------------------------------------------------------------------------------
 # deepep_dispatch_internode: grid 2*C blocks of G = N + P warp groups, one block per SM as
 # DeepEP's channel blocks: block 2c is channel c's forwarder SM, block 2c+1 its sender SM (DeepEP
@@ -52,10 +83,13 @@
 #     forwarder warp one NVL destination and lets it poll the RDMA sources in turn; here each
 #     (source node, destination) pair is its own warp group (the same data flow, no polling).
 #     g >= P: idle (exits).
-#   sender SM, g < N: RDMA sender (c, n): the channel's tokens with an expert on node n go, row
-#     and 128 B metadata, into RDMA ring (c, n0) on GPU (n, l0) with GPU-initiated puts (put: the
-#     NIC's DMA, IBGDA); tail published every rdma_send_chunk tokens, CLOSED at the end. A full
-#     ring waits for every forwarder of the destination to have consumed the oldest slot.
+#   sender SM, g < N: RDMA sender (c, n): the channel's tokens with an expert on node n are
+#     copied, row and 128 B metadata as one record, into the send buffer at the slots they take
+#     in RDMA ring (c, n0) on GPU (n, l0); every rdma_send_chunk tokens (and at the ring's end)
+#     the chunk goes there as ONE GPU-initiated RDMA write (put: the NIC's DMA, IBGDA), as
+#     DeepEP's sender warps and RDMA coordinator do; then the tail is published, CLOSED at the
+#     end. For the own node the records go straight into the ring (DeepEP: only a fence). A
+#     full ring waits for every forwarder of the destination to have consumed the oldest slot.
 #   sender SM, g >= N: NVL receiver of ring (c, s = g - N): deepep.s's receiver, publishing its
 #     head to the forwarder.
 .kernel deepep_dispatch_internode
@@ -64,6 +98,7 @@
 .param ring_x
 .param ring_ctl
 .param rdma_x
+.param rdma_send
 .param rdma_ctl
 .param fwd_rec
 .param fwd_cnt
@@ -144,20 +179,22 @@ rdma_sender:
     mul r4, r4, %node_gpus
     shl r4, r4, 3
     add r4, r4, r3               # r4 = &head[c][n][0] here (L words, one per forwarder)
-    mul r5, %channels, %ngpu
-    shl r5, r5, 3
-    add r5, r5, r3               # r5 = RDMA metadata slots
+    add r5, r1, 128              # r5 = record bytes: the row and its 128 B metadata
+    mov r27, %rdma_send          # r27 = where records are staged: the send buffer, ...
+    bne r10, %gpu, rs_staging
+    mov r27, %rdma_x             # ... for the own node its receive ring (nothing to send)
+rs_staging:
     mul r14, r7, r2              # r14 = token
     add r15, r14, r2
     min r15, r15, %tokens        # r15 = end of the channel
     shr r16, %rdma_ring_rows, 1
     max r16, r16, 1
-    min r16, r16, %rdma_chunk    # r16 = tokens per published chunk
+    min r16, r16, %rdma_chunk    # r16 = tokens per RDMA write (chunk)
     mul r17, r6, %node_gpus      # r17 = first rank of node n (its bits in the rank mask)
     shl r18, 1, %node_gpus
     sub r18, r18, 1              # r18 = L one bits
-    mov r9, 0                    # r9 = tokens since the last publish
-    mov r21, 0                   # r21 = tokens sent (tail)
+    mov r9, 0                    # r9 = tokens staged since the last write
+    mov r21, 0                   # r21 = tokens staged (tail)
     mov r22, 0                   # r22 = tail published
     mov r23, 0                   # r23 = oldest slot every forwarder has consumed (lower bound)
 rs_token:
@@ -170,11 +207,9 @@ rs_token:
     beq r20, 0, rs_next          # no expert of the token on node n
     sub r20, r21, r23
     blt r20, %rdma_ring_rows, rs_room
-    beq r21, r22, rs_wait        # ring full: publish first (the forwarders may wait for it)
-    fence
-    flag.set r10, [r13], r21
-    mov r22, r21
-    mov r9, 0
+    beq r9, 0, rs_wait           # ring full: send and publish first (the forwarders may wait)
+    rdma_chunk_put
+    rdma_chunk_publish
 rs_wait:
     sub r20, r21, %rdma_ring_rows
     mov r24, 0
@@ -187,26 +222,29 @@ rs_wait_fwd:
     add r23, r20, 1
 rs_room:
     rem r24, r21, %rdma_ring_rows
-    add r24, r24, r12            # r24 = slot index
-    mul r25, r24, r1
-    add r25, r25, %rdma_x
+    add r24, r24, r12
+    mul r24, r24, r5
+    add r24, r24, r27            # r24 = the token's record in the staging buffer
     mul r26, r14, r1
     add r26, r26, %x
-    put r10, r25, r26, r1        # the row (RDMA write: a NIC work request)
-    shl r25, r24, 7
-    add r25, r25, r5
-    put r10, r25, r19, 128       # its metadata row
+    copy r24, r26, r1            # the row (DeepEP's sender warps copy it into the send buffer)
+    add r24, r24, r1
+    copy r24, r19, 128           # its metadata behind it
     add r21, r21, 1
     add r9, r9, 1
-    blt r9, r16, rs_next
-    fence                        # a chunk landed: publish it
-    flag.set r10, [r13], r21
-    mov r22, r21
-    mov r9, 0
+    bge r9, r16, rs_flush        # a chunk is staged ...
+    rem r20, r21, %rdma_ring_rows
+    bne r20, 0, rs_next          # ... or the ring's end (a write never wraps)
+rs_flush:
+    rdma_chunk_put
+    rdma_chunk_publish
 rs_next:
     add r14, r14, 1
     bra rs_token
 rs_end:
+    beq r9, 0, rs_close
+    rdma_chunk_put
+rs_close:
     fence
     shl r20, 1, 40
     or r20, r20, r21
@@ -218,7 +256,7 @@ rs_end:
     # on the origin, r1 = db, r2 = &tail[c][s] on the target, r3 = the NVL ring's first slot,
     # r4 = &head[c][m*L + j] here, r5 = the records of RDMA ring (c, m), r7 = NVL metadata slots,
     # r9 = j, r10 = target rank (n0, j), r14 = &tail[c][m] here, r15 = the RDMA ring's first slot,
-    # r30 = RDMA metadata slots, r24 = tokens consumed, r25 = pushed, r26 = pushed and published,
+    # r30 = RDMA record bytes, r24 = tokens consumed, r25 = pushed, r26 = pushed and published,
     # r27 = NVL head seen, r28 = tokens in the RDMA ring, r29 = pairs sent, r31 = the tail word
     # (bit 40: CLOSED). Temporaries: r6, r8, r11, r12, r13.
 forwarder:
@@ -250,7 +288,7 @@ forwarder:
     add r0, r0, r6               # r0 = &head[c][n0][j] (on the origin)
     mul r8, %channels, %ngpu
     shl r8, r8, 3                # r8 = bytes of one [C][P] table
-    add r30, r6, r8              # r30 = RDMA metadata slots
+    add r30, r1, 128             # r30 = RDMA record bytes (row, then its metadata)
     mul r11, r7, %ngpu
     add r13, r11, r12            # r13 = NVL ring (c, s) on the target
     shl r2, r13, 3
@@ -278,8 +316,9 @@ fw_token:
     bge r24, r28, fw_release
     rem r6, r24, %rdma_ring_rows
     add r6, r6, r15              # r6 = RDMA slot
-    shl r11, r6, 7
-    add r11, r11, r30            # r11 = its metadata (the token's dp_meta row)
+    mul r11, r6, r30
+    add r11, r11, %rdma_x
+    add r11, r11, r1             # r11 = its metadata (the token's dp_meta row, behind the row)
     shl r13, r24, 7
     add r13, r13, r5             # r13 = the token's record
     bne r9, 0, fw_mask
@@ -323,10 +362,7 @@ fw_room:
     add r8, r8, r3               # r8 = NVL slot
     mul r12, r8, r1
     add r12, r12, %ring_x
-    sub r13, r11, r30
-    shr r13, r13, 7              # the RDMA slot again
-    mul r13, r13, r1
-    add r13, r13, %rdma_x
+    sub r13, r11, r1             # the row in the RDMA slot
     put.sm r10, r12, r13, r1     # the row to the target (warp copy over NVLink)
     mul r12, r8, 96
     add r12, r12, r7
