@@ -125,13 +125,14 @@ def test_rdma_ubench_targets_the_other_node_on_one_rail(config):
 
 
 def test_deepep_internode_sends_one_rdma_write_per_chunk():
-    """DeepEP's RDMA sender stages a chunk of token records (row and metadata, contiguous) and
-    its coordinator puts the chunk as ONE RDMA write (internode.cu at 3b1045d:
-    nvshmemi_ibgda_put_nbi_thread of num_bytes_per_rdma_token x tokens). On 2 x 2 with one
-    channel (comm_sms 2) and 16 tokens per GPU, GPU g sends the k tokens with an expert on the
-    other node in ceil(k / chunk) writes: chunk 1 against chunk 4 saves k - ceil(k / 4) RDMA
-    writes at g's NIC; nothing else the layer sends (notify, the combine's node rows home)
-    depends on the chunk. Both layers are exact."""
+    """DeepEP's RDMA sender stages a chunk of token records and its coordinator puts the chunk
+    as one RDMA write (internode.cu at 3b1045d: nvshmemi_ibgda_put_nbi_thread of
+    num_bytes_per_rdma_token x tokens); ours writes a chunk's rows and its metadata rows as one
+    write each (internode.s, rdma_chunk_put). On 2 x 2 with one channel (comm_sms 2) and 16
+    tokens per GPU, GPU g sends the k tokens with an expert on the other node in ceil(k / chunk)
+    chunks: chunk 1 against chunk 4 saves 2 x (k - ceil(k / 4)) RDMA writes at g's NIC; nothing
+    else the layer sends (notify, the combine's node rows home) depends on the chunk. Both layers
+    are exact."""
     base = ("experiments/functional.yaml", "scheme=deepep", "workload.layer.tokens_per_gpu=16",
             "workload.layer.deepep.kernels=communication", "workload.layer.deepep.comm_sms=2",
             "workload.layer.deepep.rdma_ring_rows=32")
@@ -147,7 +148,7 @@ def test_deepep_internode_sends_one_rdma_write_per_chunk():
         assert k > 0
         w1 = runs[1].stats[f"system.nic{g}.rdma_writes"]
         w4 = runs[4].stats[f"system.nic{g}.rdma_writes"]
-        assert w1 - w4 == k - -(-k // 4), (g, k, w1, w4)
+        assert w1 - w4 == 2 * (k - -(-k // 4)), (g, k, w1, w4)
     for sim in runs.values():
         assert sim.stats["system.moe.output_max_abs_error"] == 0.0
 

@@ -318,12 +318,14 @@ def internode_dispatch(layer, buffers, launches, *, L, db):
     Tc = -(-T // C)
     Rr = opts.rdma_ring_rows
     buffers = buffers + [
-        _buf("dp_rdma_ctl", C * N * 8 + C * P * 8, region="control", dtype="i64"),
-        # an RDMA ring record is the row and its metadata row, contiguous, so that a chunk of
-        # tokens is one RDMA write (DeepEP: num_bytes_per_rdma_token); the send buffer stages
-        # them at the slots they take in the destination's ring
-        _buf("dp_rdma_x", C * N * Rr * (db + META_BYTES), dtype="bf16"),
-        _buf("dp_rdma_send", C * N * Rr * (db + META_BYTES), dtype="bf16"),
+        # tails, heads, the ring's metadata slots and the send buffer's staged metadata rows
+        _buf("dp_rdma_ctl", C * N * 8 + C * P * 8 + 2 * C * N * Rr * META_BYTES,
+             region="control", dtype="i64"),
+        _buf("dp_rdma_x", C * N * Rr * db, dtype="bf16"),
+        # the send buffer: a chunk of tokens is staged at the slots it takes in the destination's
+        # ring and sent as one RDMA write of rows and one of metadata (DeepEP: one write of
+        # num_bytes_per_rdma_token records; internode.s, rdma_chunk_put)
+        _buf("dp_rdma_send", C * N * Rr * db, dtype="bf16"),
         _buf("dp_fwd_rec", C * N * Tc * 128, region="control", dtype="i64"),
         _buf("dp_fwd_cnt", C * N * 8, region="control", dtype="i64"),
         _buf("dp_fwd_comb", N * T * L * rb, dtype="bf16"),

@@ -20,11 +20,13 @@
 #   dp_rdma_ctl  ctl   tail [C][N]: tail[c][m] (on a forwarder: tokens origin (m, l0) put into
 #                      its RDMA ring (c, m); bit 40 set once that sender is finished, CLOSED);
 #                      head [C][N][L]: head[c][n][j] (on an origin: tokens forwarder j of GPU
-#                      (n, l0) consumed of ring (c, n0) there)
-#   dp_rdma_x    data  [C][N][Rr][db + 128]  RDMA ring records: the row, then the token's whole
-#                      dp_meta row (ids, weights, rank mask), contiguous as DeepEP's RDMA token
-#   dp_rdma_send data  [C][N][Rr][db + 128]  the send buffer: records staged for ring (c, n0) on
-#                      node n, at the slots they take there (DeepEP's rdma_channel_data.send_buffer)
+#                      (n, l0) consumed of ring (c, n0) there); then the metadata slots
+#                      [C][N][Rr][16] (the token's whole dp_meta row: ids, weights, rank mask),
+#                      then the send buffer's metadata rows [C][N][Rr][16] (below)
+#   dp_rdma_x    data  [C][N][Rr][db]  RDMA ring row slots
+#   dp_rdma_send data  [C][N][Rr][db]  the send buffer: rows staged for ring (c, n0) on node n, at
+#                      the slots they take there (DeepEP's rdma_channel_data.send_buffer); their
+#                      metadata rows are staged the same way at the end of dp_rdma_ctl
 #   dp_fwd_rec   ctl   [C][N][Tc][16]  on a forwarder, per token of RDMA ring (c, m) in order:
 #                      word j = its position + 1 in the NVL stream to local rank j (0: none),
 #                      word 8 = the token's index t on its origin
@@ -43,22 +45,30 @@
 .include "lib/slot_words.s"
 .include "lib/ring.s"
 
-# rdma_chunk_put: the r9 records staged last (slots r21 - r9 .. r21 - 1 of the ring whose first
-# slot is r12; r5 bytes each, at the same offsets in the send buffer and the receive ring) go to
-# GPU r10 as ONE RDMA write (a NIC work request), as DeepEP's RDMA sender coordinator issues a
-# chunk (internode.cu: nvshmemi_ibgda_put_nbi_thread of num_bytes_per_rdma_token x tokens). For
-# the own node (r10 = this GPU) the records were staged straight into the ring: nothing to send.
-# Writes r20, r24, r25, r26.
+# rdma_chunk_put: the r9 tokens staged last (slots r21 - r9 .. r21 - 1 of the ring whose first
+# slot is r12, at the same slots in the send buffers and the destination's ring) go to GPU r10 as
+# one RDMA write of their rows and one of their 128 B metadata rows (NIC work requests), as
+# DeepEP's RDMA sender coordinator issues a chunk (internode.cu: nvshmemi_ibgda_put_nbi_thread of
+# num_bytes_per_rdma_token x tokens; its token record holds both, contiguous: the metadata here is
+# a second write because the forwarder reads it with loads, and timing mode backs only
+# control-region buffers with storage). For the own node (r10 = this GPU) the tokens were staged
+# straight into the ring: nothing to send. Reads r1 (row bytes), r5 (metadata slots on the
+# destination), r28 (the staged metadata rows). Writes r20, r24, r25, r26.
 .macro rdma_chunk_put
     beq r10, %gpu, own_\@
     sub r24, r21, r9
     rem r24, r24, %rdma_ring_rows
-    add r24, r24, r12
-    mul r24, r24, r5             # byte offset of the chunk's first record
-    add r25, r24, %rdma_x
-    add r26, r24, %rdma_send
-    mul r20, r9, r5
-    put r10, r25, r26, r20       # the chunk: one RDMA write
+    add r24, r24, r12            # the chunk's first slot
+    mul r25, r24, r1
+    add r26, r25, %rdma_send
+    add r25, r25, %rdma_x
+    mul r20, r9, r1
+    put r10, r25, r26, r20       # the chunk's rows: one RDMA write
+    shl r25, r24, 7
+    add r26, r25, r28
+    add r25, r25, r5
+    shl r20, r9, 7
+    put r10, r25, r26, r20       # their metadata rows: one RDMA write
 own_\@:
 .endm
 
@@ -84,10 +94,11 @@ own_\@:
 #     (source node, destination) pair is its own warp group (the same data flow, no polling).
 #     g >= P: idle (exits).
 #   sender SM, g < N: RDMA sender (c, n): the channel's tokens with an expert on node n are
-#     copied, row and 128 B metadata as one record, into the send buffer at the slots they take
-#     in RDMA ring (c, n0) on GPU (n, l0); every rdma_send_chunk tokens (and at the ring's end)
-#     the chunk goes there as ONE GPU-initiated RDMA write (put: the NIC's DMA, IBGDA), as
-#     DeepEP's sender warps and RDMA coordinator do; then the tail is published, CLOSED at the
+#     copied, row and 128 B metadata row, into the send buffers at the slots they take in RDMA
+#     ring (c, n0) on GPU (n, l0); every rdma_send_chunk tokens (and at the ring's end) the chunk
+#     goes there as one GPU-initiated RDMA write of its rows and one of its metadata (put: the
+#     NIC's DMA, IBGDA), as DeepEP's sender warps and RDMA coordinator send a chunk of records in
+#     one write; then the tail is published, CLOSED at the
 #     end. For the own node the records go straight into the ring (DeepEP: only a fence). A
 #     full ring waits for every forwarder of the destination to have consumed the oldest slot.
 #   sender SM, g >= N: NVL receiver of ring (c, s = g - N): deepep.s's receiver, publishing its
@@ -179,10 +190,17 @@ rdma_sender:
     mul r4, r4, %node_gpus
     shl r4, r4, 3
     add r4, r4, r3               # r4 = &head[c][n][0] here (L words, one per forwarder)
-    add r5, r1, 128              # r5 = record bytes: the row and its 128 B metadata
-    mov r27, %rdma_send          # r27 = where records are staged: the send buffer, ...
+    mul r5, %channels, %ngpu
+    shl r5, r5, 3
+    add r5, r5, r3               # r5 = RDMA metadata slots (on every GPU)
+    mov r27, %rdma_send          # r27, r28 = where rows and metadata are staged: the send
+    mul r28, %channels, r30      #   buffers (the metadata's behind the RDMA metadata slots), ...
+    mul r28, r28, %rdma_ring_rows
+    shl r28, r28, 7
+    add r28, r28, r5
     bne r10, %gpu, rs_staging
     mov r27, %rdma_x             # ... for the own node its receive ring (nothing to send)
+    mov r28, r5
 rs_staging:
     mul r14, r7, r2              # r14 = token
     add r15, r14, r2
@@ -222,14 +240,15 @@ rs_wait_fwd:
     add r23, r20, 1
 rs_room:
     rem r24, r21, %rdma_ring_rows
-    add r24, r24, r12
-    mul r24, r24, r5
-    add r24, r24, r27            # r24 = the token's record in the staging buffer
+    add r24, r24, r12            # r24 = the token's slot
+    mul r25, r24, r1
+    add r25, r25, r27
     mul r26, r14, r1
     add r26, r26, %x
-    copy r24, r26, r1            # the row (DeepEP's sender warps copy it into the send buffer)
-    add r24, r24, r1
-    copy r24, r19, 128           # its metadata behind it
+    copy r25, r26, r1            # the row (DeepEP's sender warps copy it into the send buffer)
+    shl r25, r24, 7
+    add r25, r25, r28
+    copy r25, r19, 128           # its metadata row
     add r21, r21, 1
     add r9, r9, 1
     bge r9, r16, rs_flush        # a chunk is staged ...
@@ -256,7 +275,7 @@ rs_close:
     # on the origin, r1 = db, r2 = &tail[c][s] on the target, r3 = the NVL ring's first slot,
     # r4 = &head[c][m*L + j] here, r5 = the records of RDMA ring (c, m), r7 = NVL metadata slots,
     # r9 = j, r10 = target rank (n0, j), r14 = &tail[c][m] here, r15 = the RDMA ring's first slot,
-    # r30 = RDMA record bytes, r24 = tokens consumed, r25 = pushed, r26 = pushed and published,
+    # r30 = RDMA metadata slots, r24 = tokens consumed, r25 = pushed, r26 = pushed and published,
     # r27 = NVL head seen, r28 = tokens in the RDMA ring, r29 = pairs sent, r31 = the tail word
     # (bit 40: CLOSED). Temporaries: r6, r8, r11, r12, r13.
 forwarder:
@@ -288,7 +307,7 @@ forwarder:
     add r0, r0, r6               # r0 = &head[c][n0][j] (on the origin)
     mul r8, %channels, %ngpu
     shl r8, r8, 3                # r8 = bytes of one [C][P] table
-    add r30, r1, 128             # r30 = RDMA record bytes (row, then its metadata)
+    add r30, r6, r8              # r30 = RDMA metadata slots
     mul r11, r7, %ngpu
     add r13, r11, r12            # r13 = NVL ring (c, s) on the target
     shl r2, r13, 3
@@ -316,9 +335,8 @@ fw_token:
     bge r24, r28, fw_release
     rem r6, r24, %rdma_ring_rows
     add r6, r6, r15              # r6 = RDMA slot
-    mul r11, r6, r30
-    add r11, r11, %rdma_x
-    add r11, r11, r1             # r11 = its metadata (the token's dp_meta row, behind the row)
+    shl r11, r6, 7
+    add r11, r11, r30            # r11 = its metadata (the token's dp_meta row)
     shl r13, r24, 7
     add r13, r13, r5             # r13 = the token's record
     bne r9, 0, fw_mask
@@ -362,7 +380,10 @@ fw_room:
     add r8, r8, r3               # r8 = NVL slot
     mul r12, r8, r1
     add r12, r12, %ring_x
-    sub r13, r11, r1             # the row in the RDMA slot
+    sub r13, r11, r30
+    shr r13, r13, 7              # the RDMA slot again
+    mul r13, r13, r1
+    add r13, r13, %rdma_x
     put.sm r10, r12, r13, r1     # the row to the target (warp copy over NVLink)
     mul r12, r8, 96
     add r12, r12, r7
