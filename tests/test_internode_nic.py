@@ -6,39 +6,19 @@ ConnectX-7 per GPU on PCIe 5.0, NDR.
 The expected numbers are worked out by hand from the configuration (doorbell 1 us, PCIe 125 ns,
 HBM 700 cycles at the H800's SM clock), not from the engine's formulas.
 """
-import re
 import sys
 
+import numpy as np
 import pytest
 
 from conftest import CONFIGS, REPO, read_stats_json, run_cli
-
-TINY = "systems/tiny_2x2.yaml"
-
-A2A_8K = """extends: {configs}/ubench/alltoall.yaml
-system: {configs}/{tiny}
-workload:
-  buffers:
-    send: {{bytes: 32KB, region: data}}
-    recv: {{bytes: 32KB, region: data}}
-  launches:
-    - kernel: alltoall
-      grid: "ngpu"
-      params: {{send: "@send", recv: "@recv", bytes_per_peer: 8192, chunk: 8192}}
-"""
-
-
-def _tiny_state():
-    from moehub_arch.config import load_config
-    from moehub_arch.simulation import Simulation
-    cfg = load_config(CONFIGS / "ubench/alltoall.yaml", [], system_file=CONFIGS / TINY)
-    return cfg, Simulation(cfg).state
+from internode_setup import TINY, alltoall_on_tiny, hub_put_sends, simulate_on_tiny, tiny_state
 
 
 def test_dma_lead_is_the_doorbell_less_the_completion_path():
     """nic_dma_lead = doorbell_latency - PCIe one-way latency - the HBM read the hub charges:
     1 us - 125 ns - 700 cycles at the H800's SM clock."""
-    cfg, st = _tiny_state()
+    cfg, st = tiny_state()
     hbm_ps = round(700 * 1e12 / cfg.system.gpu.sm_clock)
     assert cfg.system.nic.doorbell_latency == 1_000_000
     assert cfg.system.pcie.latency == 125_000
@@ -51,7 +31,7 @@ def test_gpu_pcie_queue_is_the_nics_read_ahead():
     the NIC's outstanding DMA reads), its NVLink ports tx_queue_packets (128), the forwarding
     nodes' outputs output_queue_packets; a fabric without the number is a config error."""
     from moehub_arch.topology import LINK_NVLINK, LINK_PCIE
-    cfg, st = _tiny_state()
+    cfg, st = tiny_state()
     ch = st.ch
     assert cfg.system.nic.dma_read_ahead == 384 * 1024
     gpu_pcie = (ch.src_switch < 0) & (ch.link_class == LINK_PCIE)
@@ -69,36 +49,25 @@ def test_missing_read_ahead_exits_2(tmp_path):
     assert "system.nic.dma_read_ahead" in r.stderr and "Traceback" not in r.stderr
 
 
-def _hub_sends(debug_file, g):
-    """(tick, destination) of each put packet GPU g's hub sent, in order."""
-    out = []
-    for line in debug_file.read_text().splitlines():
-        m = re.match(rf"\s*(\d+): system\.gpu{g}\.hub: sends put to GPU (\d+)", line)
-        if m:
-            out.append((int(m.group(1)), int(m.group(2))))
-    return out
-
-
 def test_rdma_payload_is_pulled_after_the_doorbell(tmp_path):
     """Every GPU puts 8 KB to each peer (alltoall): the two RDMA writes (to the other node's
     GPUs) leave the hub no earlier than nic_dma_lead after the first put was issued, so their
     first packets reach the NIC after the doorbell round trips: no packet waits in the NIC for
     its doorbell, no work request waits for the message rate (2 work requests 3 ns apart at
     330 M/s, the second a whole IB packet later), and the NVLink put is not held."""
-    cfg = tmp_path / "a2a8k.yaml"
-    cfg.write_text(A2A_8K.format(configs=CONFIGS, tiny=TINY))
+    cfg = alltoall_on_tiny(tmp_path, 8192, 8192)
     r = run_cli("run", cfg, "-o", tmp_path / "out", "--quiet", "--debug-flags", "Hub",
                 "--debug-file", tmp_path / "dbg.txt")
     assert r.returncode == 0, r.stderr
     st = read_stats_json(tmp_path / "out")
-    _, state = _tiny_state()
+    _, state = tiny_state()
     lead = int(state.p[0].nic_dma_lead)
     for g in range(4):
         assert st[f"system.nic{g}.work_requests"] == 2
         assert st[f"system.nic{g}.doorbell_wait_ticks"] == 0
         assert st[f"system.nic{g}.wr_wait_ticks"] == 0
         assert st[f"system.nic{g}.ib.tx_payload_bytes"] == 2 * 8192
-    sends = _hub_sends(tmp_path / "dbg.txt", 0)
+    sends = hub_put_sends(tmp_path / "dbg.txt", 0)
     assert sends, "no hub debug lines"
     first = sends[0][0]
     assert sends[0][1] == 1                      # the node peer's NVLink put goes at once
@@ -108,7 +77,7 @@ def test_rdma_payload_is_pulled_after_the_doorbell(tmp_path):
     # GPU 1's thread blocks put to GPUs 2, 3 (the other node: RDMA) and 0 (its node peer) in
     # that order; the NVLink put goes ahead of the two RDMA writes held for their doorbells,
     # all its 64 packets before the first RDMA packet
-    sends1 = _hub_sends(tmp_path / "dbg.txt", 1)
+    sends1 = hub_put_sends(tmp_path / "dbg.txt", 1)
     assert [d for _, d in sends1[:64]] == [0] * 64
     assert st["system.gpu1.rdma_send.nvlink_overtakes"] >= 1
 
@@ -153,3 +122,79 @@ def test_rdma_ubench_targets_the_other_node_on_one_rail(config):
     assert sorted(launch.gpus) == ([0] if "write" in config else [0, 8])
     peer = dict(launch.params)["peer"]
     assert (peer == 8) if isinstance(peer, int) else (peer == "8 - gpu")
+
+
+def test_deepep_internode_sends_one_rdma_write_per_chunk():
+    """DeepEP's RDMA sender stages a chunk of token records and its coordinator puts the chunk
+    as one RDMA write (internode.cu at 3b1045d: nvshmemi_ibgda_put_nbi_thread of
+    num_bytes_per_rdma_token x tokens); ours writes a chunk's rows and its metadata rows as one
+    write each (internode.s, rdma_chunk_put). On 2 x 2 with one channel (comm_sms 2) and 16
+    tokens per GPU, GPU g sends the k tokens with an expert on the other node in ceil(k / chunk)
+    chunks: chunk 1 against chunk 4 saves 2 x (k - ceil(k / 4)) RDMA writes at g's NIC; nothing
+    else the layer sends (notify, the combine's node rows home) depends on the chunk. Both layers
+    are exact."""
+    base = ("experiments/functional.yaml", "scheme=deepep", "workload.layer.tokens_per_gpu=16",
+            "workload.layer.deepep.kernels=communication", "workload.layer.deepep.comm_sms=2",
+            "workload.layer.deepep.rdma_ring_rows=32")
+    runs = {c: simulate_on_tiny(*base, f"workload.layer.deepep.rdma_send_chunk_tokens={c}")
+            for c in (1, 4)}
+    layer = runs[1].layer
+    L, P = 2, 4
+    node_of = np.arange(layer.shape.experts) // (layer.shape.local_experts * L)
+    topk = np.asarray(layer.routing.topk_idx).reshape(P, -1, layer.shape.top_k)
+    for g in range(P):
+        other = 1 - g // L
+        k = int((node_of[topk[g]] == other).any(axis=1).sum())
+        assert k > 0
+        w1 = runs[1].stats[f"system.nic{g}.rdma_writes"]
+        w4 = runs[4].stats[f"system.nic{g}.rdma_writes"]
+        assert w1 - w4 == 2 * (k - -(-k // 4)), (g, k, w1, w4)
+    for sim in runs.values():
+        assert sim.stats["system.moe.output_max_abs_error"] == 0.0
+
+
+TWO_BLOCKS = """extends: [{configs}/ubench/p2p_bandwidth.yaml, {configs}/{tiny}]
+workload:
+  buffers:
+    src: {{bytes: 16KB, region: data}}
+    dst: {{bytes: 16KB, region: data}}
+  launches:
+    - kernel: stream_puts
+      grid: 2
+      gpus: [0]
+      params: {{peer: 2, dst: "@dst", src: "@src", chunk: 8192, chunks_per_tb: 1}}
+  report:
+    p2p_bandwidth_GBps:
+      expr: "stat('system.gpu2.hub.rx_payload_bytes')"
+    p2p_kernel_bandwidth_GBps:
+      expr: "stat('system.gpu2.hub.rx_payload_bytes')"
+"""
+
+
+@pytest.mark.parametrize("queue_pairs, interleaved", [("per_peer", 0), ("per_block", 2)])
+def test_queue_pair_per_block(tmp_path, queue_pairs, interleaved):
+    """Two thread blocks of GPU 0 each put one 8 KB message (2 IB packets of the 4096 B MTU) to
+    GPU 2 on the other node. With one queue pair per destination GPU (per_peer) the two messages
+    are one QP's, sent whole in issue order; with a QP per (block, peer) (per_block: DeepEP's
+    normal kernels, a QP per channel and peer) the send scheduler takes the two QPs in turn, one
+    IB packet each: A1 B1 A2 B2, turning away from an unfinished message twice. The wire bytes
+    do not depend on it (two messages: 2 x (8192 + 2 x 42) B, no acknowledgement sent by GPU 0)."""
+    cfg = tmp_path / "two_blocks.yaml"
+    cfg.write_text(TWO_BLOCKS.format(configs=CONFIGS, tiny=TINY))
+    r = run_cli("run", cfg, "-o", tmp_path / "out", "--quiet", "--set",
+                f"system.nic.queue_pairs={queue_pairs}")
+    assert r.returncode == 0, r.stderr
+    st = read_stats_json(tmp_path / "out")
+    assert st["system.gpu0.rdma_send.interleaved_messages"] == interleaved
+    assert st["system.gpu0.rdma_send.messages_peak"] == 2
+    assert st["system.nic0.rdma_writes"] == 2
+    assert st["system.nic0.ib.tx_wire_bytes"] == 2 * (8192 + 2 * 42)
+    assert st["system.gpu2.hub.rx_payload_bytes"] == 2 * 8192
+
+
+def test_unknown_queue_pairs_exits_2(tmp_path):
+    r = run_cli("run", "configs/ubench/alltoall.yaml", "--system", "configs/systems/tiny_2x2.yaml",
+                "-o", tmp_path / "out", "--quiet", "--set", "system.nic.queue_pairs=per_channel")
+    assert r.returncode == 2, r.stderr
+    assert "system.nic.queue_pairs" in r.stderr and "per_block" in r.stderr
+    assert "Traceback" not in r.stderr

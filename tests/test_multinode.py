@@ -10,19 +10,9 @@ import numpy as np
 import pytest
 
 from conftest import cli_stats_per_engine, run_cli
+from internode_setup import TINY, alltoall_on_tiny, hub_put_sends, simulate_on_tiny
 
-TINY = "systems/tiny_2x2.yaml"
 BYTES = 5000           # put_get_exchange: 39 packets of 128 B and one of 8 B per transfer
-
-
-def _simulate_on_tiny(config, *extra):
-    from conftest import CONFIGS
-    from moehub_arch.config import load_config
-    from moehub_arch.simulation import Simulation
-    cfg = load_config(CONFIGS / config, list(extra), system_file=CONFIGS / TINY)
-    sim = Simulation(cfg)
-    sim.run()
-    return sim
 
 
 def test_routes_cross_nodes_over_pcie_nic_and_infiniband():
@@ -60,7 +50,7 @@ def test_routes_cross_nodes_over_pcie_nic_and_infiniband():
 
 
 def test_exchange_across_nodes_exact_bytes_and_work_requests():
-    sim = _simulate_on_tiny("examples/put_get_exchange.yaml")
+    sim = simulate_on_tiny("examples/put_get_exchange.yaml")
     st = sim.stats
     # every byte arrived, both ways, from local and remote peers
     for g in range(4):
@@ -98,19 +88,7 @@ def test_exchange_across_nodes_exact_bytes_and_work_requests():
 def test_fabric_engines_identical(tmp_path):
     """A small all-to-all across both nodes: the Numba and pure-Python engines agree on every
     stat (fabric links, NICs and IB switches included)."""
-    from conftest import CONFIGS
-    cfg = tmp_path / "a2a.yaml"
-    cfg.write_text(f"""extends: {CONFIGS / 'ubench/alltoall.yaml'}
-system: {CONFIGS / TINY}
-workload:
-  buffers:
-    send: {{bytes: 16KB, region: data}}
-    recv: {{bytes: 16KB, region: data}}
-  launches:
-    - kernel: alltoall
-      grid: "ngpu"
-      params: {{send: "@send", recv: "@recv", bytes_per_peer: 4096, chunk: 2048}}
-""")
+    cfg = alltoall_on_tiny(tmp_path, 4096, 2048)
     out = cli_stats_per_engine(cfg, tmp_path)
     assert out["numba"] == out["python"]
     assert out["numba"]["system.nic0.ib.tx_payload_bytes"] == 2 * 4096
@@ -127,7 +105,7 @@ def test_functional_layer_across_nodes_is_exact(scheme, extra):
     """moehub (the RPM hands a remote expert's stream to the NIC), deepep's internode kernels
     (RDMA to the same local rank, NVLink forwarding, node partials reduced at the forwarder) and
     deepep's direct puts compute the reference layer exactly across two nodes."""
-    sim = _simulate_on_tiny("experiments/functional.yaml", f"scheme={scheme}",
+    sim = simulate_on_tiny("experiments/functional.yaml", f"scheme={scheme}",
                             "workload.layer.tokens_per_gpu=16", *extra)
     kernels = {st.name.split(".")[-1] for st in sim.stats
                if st.name.startswith("system.moe.kernel.")}
@@ -329,7 +307,7 @@ def test_hiermoe_expert_swap_lowers_the_busiest_gpu():
 def test_hiermoe_exact_across_nodes(level):
     """hiermoe on 2 x 2 GPUs with skewed routing (so the expert swap moves experts): the output is
     the reference's on the swapped routing, at either deduplication level."""
-    sim = _simulate_on_tiny("experiments/functional.yaml", "scheme=hiermoe",
+    sim = simulate_on_tiny("experiments/functional.yaml", "scheme=hiermoe",
                             "workload.layer.tokens_per_gpu=16", "workload.layer.routing.kind=skewed",
                             "workload.layer.routing.gini=0.5", f"workload.layer.hiermoe.level={level}")
     st = sim.stats
@@ -348,36 +326,18 @@ def test_expert_parallelism_wider_than_the_experts_exits_2():
     assert "Traceback" not in r.stderr
 
 
-A2A_8K = """extends: {configs}/ubench/alltoall.yaml
-system: {configs}/{tiny}
-workload:
-  buffers:
-    send: {{bytes: 32KB, region: data}}
-    recv: {{bytes: 32KB, region: data}}
-  launches:
-    - kernel: alltoall
-      grid: "ngpu"
-      params: {{send: "@send", recv: "@recv", bytes_per_peer: 8192, chunk: 8192}}
-"""
-
-
 def _a2a_8k(tmp_path):
-    from conftest import CONFIGS
-    cfg = tmp_path / "a2a8k.yaml"
-    cfg.write_text(A2A_8K.format(configs=CONFIGS, tiny=TINY))
-    return cfg
+    return alltoall_on_tiny(tmp_path, 8192, 8192)
 
 
 def _put_order(debug_file, g):
     """(destination, packets) runs of GPU g's hub put packets, in the order it sent them."""
     runs = []
-    for line in debug_file.read_text().splitlines():
-        if f"system.gpu{g}.hub: sends put to GPU" in line:
-            dst = int(line.rsplit(" ", 1)[1])
-            if runs and runs[-1][0] == dst:
-                runs[-1][1] += 1
-            else:
-                runs.append([dst, 1])
+    for _, dst in hub_put_sends(debug_file, g):
+        if runs and runs[-1][0] == dst:
+            runs[-1][1] += 1
+        else:
+            runs.append([dst, 1])
     return [tuple(r) for r in runs]
 
 

@@ -75,7 +75,7 @@ from .trace import CAT_HUB, TR_HUB_RX, TR_HUB_TX, trace_event
 from .wakeups import hub_kick, hub_kick_response, tb_resume
 from .waiters import notify_stores
 from .counted_write import counter_add
-from .nic import nic_overtake, nic_schedule, nic_served, rdma_message
+from .nic import nic_overtake, nic_queue_pair, nic_schedule, nic_served, rdma_message
 from ..declare import (Array, Block, Debug, Event, Param, Receive, Record, StatGroup, Timer, counters,
                        fields)
 
@@ -286,6 +286,7 @@ def hub_submit(st, g, kind, slot, dst_gpu, dst_addr, src_addr, nbytes, value, re
     rq.acks_arrived = 0
     rq.acks_ready = 0
     rq.issued = tick      # a NIC's doorbell for it rings now (nic.py)
+    rq.nic_qp = nic_queue_pair(st, slot, dst_gpu)
     rq.value = value
     rq.ret_reg = ret_reg
     rq.data_ready = data_ready

@@ -61,9 +61,14 @@ port; only a QP's own packets keep their order). `qp_round_robin` (the default) 
 packet - an MTU of a message, or a whole message below the MTU - of the next queue pair that has
 one, so a long message on one QP no longer holds another QP's packets back (assumption: the
 arbitration granularity is one IB packet, the unit the NIC's transport engine segments and
-schedules; a queue pair per (source GPU, destination GPU): DeepEP's low-latency kernels use
-several QPs per peer, whose interleaving changes nothing at the peer's switch port, the point
-where the order matters). The NIC reads each packet's payload from GPU memory by DMA when it
+schedules). Queue pairs (`system.nic.queue_pairs`, `nic_queue_pair`): `per_peer` (the
+default), one per (source GPU, destination GPU); `per_block`, one per (issuing thread block,
+destination GPU), as DeepEP's normal internode kernels open a QP per channel to every peer
+(num_qps_per_rank = channels since PR #130; a channel's RDMA traffic is issued by one block). A
+QP's messages keep their order; the scheduler takes the QPs in turn. What the model does not have
+is a per-QP limit: a real QP's work requests are processed one after another by the NIC and
+posted through one producer index on the GPU, the reason DeepEP's author gives for more QPs
+(PR #130); here more QPs only change the order in which packets of concurrent messages leave. The NIC reads each packet's payload from GPU memory by DMA when it
 schedules it, so the order on the GPU's PCIe link is the scheduler's: the hub, which pushes RDMA
 payload onto PCIe as the NIC's DMA reads would pull it, asks `nic_schedule` which of its RDMA
 requests (puts, flag stores, atomics to other nodes at the head of its request FIFO) gives the
@@ -170,17 +175,24 @@ BLOCK = Block(
                               and cfg.system.nic.send_scheduling == "qp_round_robin"),
               "config: system.nic.send_scheduling (DeepEP issue 147: round-robin by QPN; "
               "assumption: one IB packet per turn)"),
+        Param("nic_qp_per_block", "system.nic.queue_pairs", "bool", "1: a queue pair per (issuing "
+              "thread block, destination GPU) (per_block), 0: one per destination GPU (per_peer)",
+              lambda cfg: int(cfg.system.nodes.count > 1
+                              and cfg.system.nic.queue_pairs == "per_block"),
+              "config: system.nic.queue_pairs (DeepEP PR #130: a QP per channel and peer)"),
     ),
     records=(Record("nic", "RDMA NICs (nodes x per node)", count=_nic_count),),
     fields=fields("nic", ("wr_free", "tick the NIC can start its next work request"),
                   ("work_requests", "work requests started"),
+                  ("rdma_writes", "work requests that are RDMA writes (puts)"),
                   ("wr_wait_ticks", "time packets waited for the message rate"),
                   ("doorbell_wait_ticks", "time work requests waited at the NIC for their "
                    "doorbell round trips"),
                   ("packets_out", "link packets the NIC queued on an output"),
                   ("rdma_payload_bytes", "payload bytes sent onto InfiniBand"))
-    + fields("req", ("issued", "tick the hub accepted the request: the work request's doorbell"))
-    + fields("gpu", ("nic_qp_last", "destination GPU (queue pair) of the last IB packet the send "
+    + fields("req", ("issued", "tick the hub accepted the request: the work request's doorbell"),
+             ("nic_qp", "its queue pair (nic_queue_pair), fixed when the hub accepted it"))
+    + fields("gpu", ("nic_qp_last", "queue pair (nic_queue_pair) of the last IB packet the send "
                      "scheduler served from this GPU (-1: none yet)"),
              ("nic_qp_interleaved", "times the scheduler turned to another queue pair while the "
               "head message was unfinished"),
@@ -191,6 +203,8 @@ BLOCK = Block(
     stats=(StatGroup("nic", "", (
         Stat("work_requests", "count", "RDMA work requests started (puts, stores, atomics, "
              "stream MTUs)", "work_requests"),
+        Stat("rdma_writes", "count", "work requests that are RDMA writes (puts to another node; "
+             "a DeepEP internode chunk is one)", "rdma_writes"),
         Stat("wr_wait_ticks", "ps", "total time packets waited for the NIC's message rate",
              "wr_wait_ticks"),
         Stat("doorbell_wait_ticks", "ps", "total time work requests' first packets waited at the "
@@ -280,8 +294,22 @@ def nic_admit(st, s, nic, out_to_ib, pkt, tick):
             start = n.wr_free
         n.wr_free = start + p.nic_wr_interval
         n.work_requests += 1
+        if pk.kind == PK_PUT:
+            n.rdma_writes += 1
         if start > pk.ready:
             pk.ready = start
+
+
+@compiled
+def nic_queue_pair(st, slot, dst_gpu):
+    """The queue pair of a request that thread block slot `slot` issues to GPU dst_gpu: the
+    destination GPU (queue_pairs: per_peer), or with per_block the destination plus num_gpus x
+    (1 + the slot of the issuing block's first warp group), so that each block has its own QP to
+    every peer. Keys keep the destination order within a block: the round-robin below serves the
+    QPs in key order."""
+    if st.p[0].nic_qp_per_block == 0:
+        return dst_gpu
+    return dst_gpu + st.p[0].num_gpus * (1 + st.tb[slot].block_lead)
 
 
 @compiled
@@ -298,7 +326,7 @@ def _qp_message(st, g, r):
 def nic_schedule(st, g, tick):
     """The NIC's send scheduler (qp_round_robin) picks which RDMA message of GPU g gives the next
     IB packet: among the RDMA messages at the head of the hub's request FIFO (up to the first
-    request of another kind), the first of each queue pair (destination GPU) is a candidate, and
+    request of another kind), the first of each queue pair (nic_queue_pair) is a candidate, and
     the next queue pair after the last one served wins (round-robin by QP); a message whose
     payload may not be pulled yet (nic_dma_start) is not a candidate. A message in the middle of
     an IB packet keeps the wire until the packet is out. The winner is moved to the
@@ -314,9 +342,9 @@ def nic_schedule(st, g, tick):
     rq0 = st.req[r0]
     if rq0.kind == QP_REQ_PUT and rq0.sent % st.p[0].ib_mtu != 0:
         return      # inside an IB packet
-    n_gpus = st.p[0].num_gpus
+    n_keys = st.p[0].num_gpus * (st.tb.shape[0] + 1)    # every nic_queue_pair key
     best = 0
-    best_d = n_gpus
+    best_d = n_keys
     window = 0
     for i in range(gp.reqq_count):
         r = st.reqq[g, (head + i) % depth]
@@ -325,7 +353,7 @@ def nic_schedule(st, g, tick):
         window += 1
         if nic_dma_start(st, g, r) > tick:
             continue        # its work-queue entry is not fetched yet: not the NIC's to schedule
-        d = (st.req[r].dst_gpu - gp.nic_qp_last - 1) % n_gpus
+        d = (st.req[r].nic_qp - gp.nic_qp_last - 1) % n_keys
         if d < best_d:      # the first request of a queue pair wins ties: its order is kept
             best_d = d
             best = i
@@ -345,7 +373,7 @@ def nic_schedule(st, g, tick):
 def nic_served(st, g, r):
     """The hub emitted a packet of request r: the send scheduler's turn is at r's queue pair."""
     if _qp_message(st, g, r):
-        st.gpu[g].nic_qp_last = st.req[r].dst_gpu
+        st.gpu[g].nic_qp_last = st.req[r].nic_qp
 
 
 @compiled

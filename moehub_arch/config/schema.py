@@ -385,6 +385,13 @@ class NicConfig:
                               "(MTU) at a time; message_fifo: whole messages in the order the GPU "
                               "issued them", "qp_round_robin",
                               choices=("qp_round_robin", "message_fifo"))
+    queue_pairs: str = _f("choice", "the queue pairs a GPU's RDMA messages use, which the send "
+                          "scheduler serves in turn and whose own messages keep their order: "
+                          "per_peer, one per destination GPU; per_block, one per (issuing thread "
+                          "block, destination GPU), as DeepEP's normal internode kernels give each "
+                          "channel its own QP to every peer (num_qps_per_rank = channels, "
+                          "NVSHMEM_IBGDA_NUM_RC_PER_PE; DeepEP PR #130)", "per_peer",
+                          choices=("per_peer", "per_block"))
 
 
 @attrs.frozen

@@ -318,9 +318,14 @@ def internode_dispatch(layer, buffers, launches, *, L, db):
     Tc = -(-T // C)
     Rr = opts.rdma_ring_rows
     buffers = buffers + [
-        _buf("dp_rdma_ctl", C * N * 8 + C * P * 8 + C * N * Rr * META_BYTES, region="control",
-             dtype="i64"),
+        # tails, heads, the ring's metadata slots and the send buffer's staged metadata rows
+        _buf("dp_rdma_ctl", C * N * 8 + C * P * 8 + 2 * C * N * Rr * META_BYTES,
+             region="control", dtype="i64"),
         _buf("dp_rdma_x", C * N * Rr * db, dtype="bf16"),
+        # the send buffer: a chunk of tokens is staged at the slots it takes in the destination's
+        # ring and sent as one RDMA write of rows and one of metadata (DeepEP: one write of
+        # num_bytes_per_rdma_token records; internode.s, rdma_chunk_put)
+        _buf("dp_rdma_send", C * N * Rr * db, dtype="bf16"),
         _buf("dp_fwd_rec", C * N * Tc * 128, region="control", dtype="i64"),
         _buf("dp_fwd_cnt", C * N * 8, region="control", dtype="i64"),
         _buf("dp_fwd_comb", N * T * L * rb, dtype="bf16"),
@@ -335,7 +340,8 @@ def internode_dispatch(layer, buffers, launches, *, L, db):
         host_delay=old.host_delay,
         dynamic_smem=tma_staging_bytes(cfg, INTERNODE_DISPATCH_SMEM_BYTES), params=(
             ("x", params["x"]), ("meta", "@dp_meta"), ("ring_x", "@dp_ring_x"),
-            ("ring_ctl", "@dp_ring_ctl"), ("rdma_x", "@dp_rdma_x"), ("rdma_ctl", "@dp_rdma_ctl"),
+            ("ring_ctl", "@dp_ring_ctl"), ("rdma_x", "@dp_rdma_x"), ("rdma_send", "@dp_rdma_send"),
+            ("rdma_ctl", "@dp_rdma_ctl"),
             ("fwd_rec", "@dp_fwd_rec"), ("fwd_cnt", "@dp_fwd_cnt"), ("ntf", "@dp_ntf"),
             ("rec", "@dp_rec"), ("recv_x", "@dp_recv_x"), ("cursor", "@dp_cursor"),
             ("acct", "@acct"), ("tokens", T), ("topk", k), ("row_bytes", db), ("channels", C),

@@ -21,8 +21,12 @@
 #                      its RDMA ring (c, m); bit 40 set once that sender is finished, CLOSED);
 #                      head [C][N][L]: head[c][n][j] (on an origin: tokens forwarder j of GPU
 #                      (n, l0) consumed of ring (c, n0) there); then the metadata slots
-#                      [C][N][Rr][16] (the token's whole dp_meta row: ids, weights, rank mask)
+#                      [C][N][Rr][16] (the token's whole dp_meta row: ids, weights, rank mask),
+#                      then the send buffer's metadata rows [C][N][Rr][16] (below)
 #   dp_rdma_x    data  [C][N][Rr][db]  RDMA ring row slots
+#   dp_rdma_send data  [C][N][Rr][db]  the send buffer: rows staged for ring (c, n0) on node n, at
+#                      the slots they take there (DeepEP's rdma_channel_data.send_buffer); their
+#                      metadata rows are staged the same way at the end of dp_rdma_ctl
 #   dp_fwd_rec   ctl   [C][N][Tc][16]  on a forwarder, per token of RDMA ring (c, m) in order:
 #                      word j = its position + 1 in the NVL stream to local rank j (0: none),
 #                      word 8 = the token's index t on its origin
@@ -41,6 +45,43 @@
 .include "lib/slot_words.s"
 .include "lib/ring.s"
 
+# rdma_chunk_put: the r9 tokens staged last (slots r21 - r9 .. r21 - 1 of the ring whose first
+# slot is r12, at the same slots in the send buffers and the destination's ring) go to GPU r10 as
+# one RDMA write of their rows and one of their 128 B metadata rows (NIC work requests), as
+# DeepEP's RDMA sender coordinator issues a chunk (internode.cu: nvshmemi_ibgda_put_nbi_thread of
+# num_bytes_per_rdma_token x tokens; its token record holds both, contiguous: the metadata here is
+# a second write because the forwarder reads it with loads, and timing mode backs only
+# control-region buffers with storage). For the own node (r10 = this GPU) the tokens were staged
+# straight into the ring: nothing to send. Reads r1 (row bytes), r5 (metadata slots on the
+# destination), r28 (the staged metadata rows). Writes r20, r24, r25, r26.
+.macro rdma_chunk_put
+    beq r10, %gpu, own_\@
+    sub r24, r21, r9
+    rem r24, r24, %rdma_ring_rows
+    add r24, r24, r12            # the chunk's first slot
+    mul r25, r24, r1
+    add r26, r25, %rdma_send
+    add r25, r25, %rdma_x
+    mul r20, r9, r1
+    put r10, r25, r26, r20       # the chunk's rows: one RDMA write
+    shl r25, r24, 7
+    add r26, r25, r28
+    add r25, r25, r5
+    shl r20, r9, 7
+    put r10, r25, r26, r20       # their metadata rows: one RDMA write
+own_\@:
+.endm
+
+# rdma_chunk_publish: fence (the chunk landed; DeepEP orders its tail atomic behind the write on
+# the same queue pair instead, which the model's fence stands for), then raise the tail on GPU r10
+# to r21 and reset the chunk count r9.
+.macro rdma_chunk_publish
+    fence
+    flag.set r10, [r13], r21
+    mov r22, r21
+    mov r9, 0
+.endm
+
 # ------------------------------------------------------------------------------------------------
 # deepep_dispatch_internode: grid 2*C blocks of G = N + P warp groups, one block per SM as
 # DeepEP's channel blocks: block 2c is channel c's forwarder SM, block 2c+1 its sender SM (DeepEP
@@ -52,10 +93,14 @@
 #     forwarder warp one NVL destination and lets it poll the RDMA sources in turn; here each
 #     (source node, destination) pair is its own warp group (the same data flow, no polling).
 #     g >= P: idle (exits).
-#   sender SM, g < N: RDMA sender (c, n): the channel's tokens with an expert on node n go, row
-#     and 128 B metadata, into RDMA ring (c, n0) on GPU (n, l0) with GPU-initiated puts (put: the
-#     NIC's DMA, IBGDA); tail published every rdma_send_chunk tokens, CLOSED at the end. A full
-#     ring waits for every forwarder of the destination to have consumed the oldest slot.
+#   sender SM, g < N: RDMA sender (c, n): the channel's tokens with an expert on node n are
+#     copied, row and 128 B metadata row, into the send buffers at the slots they take in RDMA
+#     ring (c, n0) on GPU (n, l0); every rdma_send_chunk tokens (and at the ring's end) the chunk
+#     goes there as one GPU-initiated RDMA write of its rows and one of its metadata (put: the
+#     NIC's DMA, IBGDA), as DeepEP's sender warps and RDMA coordinator send a chunk of records in
+#     one write; then the tail is published, CLOSED at the
+#     end. For the own node the records go straight into the ring (DeepEP: only a fence). A
+#     full ring waits for every forwarder of the destination to have consumed the oldest slot.
 #   sender SM, g >= N: NVL receiver of ring (c, s = g - N): deepep.s's receiver, publishing its
 #     head to the forwarder.
 .kernel deepep_dispatch_internode
@@ -64,6 +109,7 @@
 .param ring_x
 .param ring_ctl
 .param rdma_x
+.param rdma_send
 .param rdma_ctl
 .param fwd_rec
 .param fwd_cnt
@@ -146,18 +192,27 @@ rdma_sender:
     add r4, r4, r3               # r4 = &head[c][n][0] here (L words, one per forwarder)
     mul r5, %channels, %ngpu
     shl r5, r5, 3
-    add r5, r5, r3               # r5 = RDMA metadata slots
+    add r5, r5, r3               # r5 = RDMA metadata slots (on every GPU)
+    mov r27, %rdma_send          # r27, r28 = where rows and metadata are staged: the send
+    mul r28, %channels, r30      #   buffers (the metadata's behind the RDMA metadata slots), ...
+    mul r28, r28, %rdma_ring_rows
+    shl r28, r28, 7
+    add r28, r28, r5
+    bne r10, %gpu, rs_staging
+    mov r27, %rdma_x             # ... for the own node its receive ring (nothing to send)
+    mov r28, r5
+rs_staging:
     mul r14, r7, r2              # r14 = token
     add r15, r14, r2
     min r15, r15, %tokens        # r15 = end of the channel
     shr r16, %rdma_ring_rows, 1
     max r16, r16, 1
-    min r16, r16, %rdma_chunk    # r16 = tokens per published chunk
+    min r16, r16, %rdma_chunk    # r16 = tokens per RDMA write (chunk)
     mul r17, r6, %node_gpus      # r17 = first rank of node n (its bits in the rank mask)
     shl r18, 1, %node_gpus
     sub r18, r18, 1              # r18 = L one bits
-    mov r9, 0                    # r9 = tokens since the last publish
-    mov r21, 0                   # r21 = tokens sent (tail)
+    mov r9, 0                    # r9 = tokens staged since the last write
+    mov r21, 0                   # r21 = tokens staged (tail)
     mov r22, 0                   # r22 = tail published
     mov r23, 0                   # r23 = oldest slot every forwarder has consumed (lower bound)
 rs_token:
@@ -170,11 +225,9 @@ rs_token:
     beq r20, 0, rs_next          # no expert of the token on node n
     sub r20, r21, r23
     blt r20, %rdma_ring_rows, rs_room
-    beq r21, r22, rs_wait        # ring full: publish first (the forwarders may wait for it)
-    fence
-    flag.set r10, [r13], r21
-    mov r22, r21
-    mov r9, 0
+    beq r9, 0, rs_wait           # ring full: send and publish first (the forwarders may wait)
+    rdma_chunk_put
+    rdma_chunk_publish
 rs_wait:
     sub r20, r21, %rdma_ring_rows
     mov r24, 0
@@ -187,26 +240,30 @@ rs_wait_fwd:
     add r23, r20, 1
 rs_room:
     rem r24, r21, %rdma_ring_rows
-    add r24, r24, r12            # r24 = slot index
+    add r24, r24, r12            # r24 = the token's slot
     mul r25, r24, r1
-    add r25, r25, %rdma_x
+    add r25, r25, r27
     mul r26, r14, r1
     add r26, r26, %x
-    put r10, r25, r26, r1        # the row (RDMA write: a NIC work request)
+    copy r25, r26, r1            # the row (DeepEP's sender warps copy it into the send buffer)
     shl r25, r24, 7
-    add r25, r25, r5
-    put r10, r25, r19, 128       # its metadata row
+    add r25, r25, r28
+    copy r25, r19, 128           # its metadata row
     add r21, r21, 1
     add r9, r9, 1
-    blt r9, r16, rs_next
-    fence                        # a chunk landed: publish it
-    flag.set r10, [r13], r21
-    mov r22, r21
-    mov r9, 0
+    bge r9, r16, rs_flush        # a chunk is staged ...
+    rem r20, r21, %rdma_ring_rows
+    bne r20, 0, rs_next          # ... or the ring's end (a write never wraps)
+rs_flush:
+    rdma_chunk_put
+    rdma_chunk_publish
 rs_next:
     add r14, r14, 1
     bra rs_token
 rs_end:
+    beq r9, 0, rs_close
+    rdma_chunk_put
+rs_close:
     fence
     shl r20, 1, 40
     or r20, r20, r21
