@@ -14,26 +14,26 @@
 # packed rows; %comb [E][T] at home: expert e's output for the slot i of the rows sent to it.
 #
 # Interfaces (fixed registers, as the kernels use them):
-#   slot_token_head
+#   slot_token_head (no arguments: the registers below)
 #       sender, token r5: r16.. = its expert ids (%topk_idx; r2 = bytes of a token's ids),
 #       r7 = t*k, r8 = &%x[t] (r1 = row bytes), r9 = 0 (slot j). Writes r6..r9, r16..r23.
-#   take_slot
+#   take_slot (no arguments: the registers below)
 #       the row of slot j (expert r16): r11 = its GPU, r12 = its local expert there, r14 = the
 #       slot it takes (atom.add on %next[e]), recorded in %slot_map[t*k + j]. Writes r11..r14.
 #   send_expert_counts done
 #       sender TB %tb after every sender's rows: for experts %tb, %tb + %send_tbs, ... the count
 #       of rows this GPU sent to it, + 1, into %count[le][me] on its GPU (flag.set); then to
 #       `done`. Writes r3, r5..r7, r11..r13.
-#   receiver_count
+#   receiver_count (no arguments: the registers below)
 #       receiver TB %send_tbs + le*P + s: r3 = le*P + s, r4 = 8 * r3, waits for (le, s)'s count;
 #       r6 = rows. Writes r3..r6.
-#   receiver_pack
+#   receiver_pack (no arguments: the registers below)
 #       then takes r6 packed positions of le (atom.add on %rows[le]), records them in %range,
 #       copies the slots there (one warp copy), counts them in %acct word 1 and exits.
-#   slot_combine_rows
+#   slot_combine_rows (no arguments: the registers below)
 #       combine TB le*P + s: r1 = rb, r3 = rows, r6 = s, r7 = the first of (le, s)'s expert
 #       output rows (%ye), r8 = %comb[me*El + le][0] on s, r9 = 0. Writes r1..r9.
-#   slot_reduce_tokens
+#   slot_reduce_tokens (no arguments: the registers below)
 #       the home reduction once every row is back: per token (round-robin over TBs) out[t] =
 #       sum_s ys[s][t] + sum_j topk_w[t][j] * %comb[e_j][slot of (t, j)], fp32 in that order (the
 #       reference's combine="per_slot"); counts the rows in %acct word 3 and exits. Reads r10 =
