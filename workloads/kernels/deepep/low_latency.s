@@ -62,11 +62,7 @@
 .param local_experts
 .param send_tbs
 .param node_gpus
-    mov r1, %row_bytes           # r1 = db
-    shl r2, %topk, 3             # r2 = bytes of a token's ids
-    bge %tb, %send_tbs, receiver
-    mov r5, %tb                  # r5 = token
-    mov r10, 0                   # r10 = rows sent
+    slot_dispatch_begin receiver
 token:
     bge r5, %tokens, sent_all
     slot_token_head

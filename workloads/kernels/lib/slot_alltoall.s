@@ -14,6 +14,10 @@
 # packed rows; %comb [E][T] at home: expert e's output for the slot i of the rows sent to it.
 #
 # Interfaces (fixed registers, as the kernels use them):
+#   slot_dispatch_begin receiver
+#       the dispatch kernel's start: r1 = row bytes (%row_bytes), r2 = bytes of a token's ids; a
+#       TB >= %send_tbs branches to `receiver`, a sender starts at token r5 = %tb with r10 = 0
+#       rows sent. Writes r1, r2, r5, r10.
 #   slot_token_head (no arguments: the registers below)
 #       sender, token r5: r16.. = its expert ids (%topk_idx; r2 = bytes of a token's ids),
 #       r7 = t*k, r8 = &%x[t] (r1 = row bytes), r9 = 0 (slot j). Writes r6..r9, r16..r23.
@@ -38,6 +42,14 @@
 #       sum_s ys[s][t] + sum_j topk_w[t][j] * %comb[e_j][slot of (t, j)], fp32 in that order (the
 #       reference's combine="per_slot"); counts the rows in %acct word 3 and exits. Reads r10 =
 #       bf16 row bytes.
+
+.macro slot_dispatch_begin receiver
+    mov r1, %row_bytes           # r1 = row bytes
+    shl r2, %topk, 3             # r2 = bytes of a token's ids
+    bge %tb, %send_tbs, \receiver
+    mov r5, %tb                  # r5 = token
+    mov r10, 0                   # r10 = rows sent
+.endm
 
 .macro slot_token_head
     mul r6, r5, r2
