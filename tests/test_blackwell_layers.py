@@ -13,7 +13,7 @@ import pytest
 from conftest import CONFIGS
 
 SCHEMES = ("moehub", "deepep", "overlap", "megatron", "tutel", "deepep_ll", "hiermoe", "nvls",
-           "dysharp", "counted")
+           "dysharp", "counted", "fastermoe", "ccfuser")
 # (system file, GPUs, tokens per GPU)
 SYSTEMS = {"hgx_b200": (8, 16), "gb200_nvl72": (72, 4)}
 TOP_K = 4
