@@ -395,18 +395,19 @@ def _register_cais_groups(st, cfg, buffers):
         rows = cais_group_rows(cfg, buffers)
     except ValueError as e:
         raise BuildError(str(e)) from None
-    _check_one_node(cfg, rows, "workload.cais", "a CAIS group", "merge in")
+    G = cfg.system.num_gpus
+    _check_one_node(cfg, [[g for g in range(G) if (r[2] >> g) & 1] for r in rows],
+                    "workload.cais", "a CAIS group", "merge in")
     for k, row in enumerate(rows):
         st.cais_groups[k, :] = row
 
 
-def _check_one_node(cfg, rows, key, what, does):
-    """Groups of GPUs served by the NVSwitches (rows starting base, bytes, member mask, members;
-    DySHARP's dynamic objects add columns) must lie in one node's NVLink domain, and there must be
-    switches."""
+def _check_one_node(cfg, members, key, what, does):
+    """Groups of GPUs served by the NVSwitches (`members`: each group's GPUs) must lie in one
+    node's NVLink domain, and there must be switches."""
     gpn = gpus_per_node(cfg.system)
-    for k, (_, _, mask, *_) in enumerate(rows):
-        nodes = sorted({g // gpn for g in range(cfg.system.num_gpus) if (mask >> g) & 1})
+    for k, gpus in enumerate(members):
+        nodes = sorted({g // gpn for g in gpus})
         if len(nodes) > 1:
             raise BuildError(f"{key}[{k}].gpus: {what} lives in one node's NVSwitches; its GPUs "
                              f"span nodes {nodes} (system.nodes.gpus_per_node = {gpn})")
@@ -427,14 +428,15 @@ def _bind_multicast_objects(st, cfg, buffers):
                          f"(system.switch.nvls.dysharp.al_tlb_entries): give a divisor, or 0 for "
                          f"a fully associative TLB")
     try:
-        rows = multicast_object_rows(cfg, buffers)
+        rows, members = multicast_object_rows(cfg, buffers)
     except ValueError as e:
         raise BuildError(str(e)) from None
     # NVLink SHARP lives in the NVSwitches: a multicast object spans one NVLink domain (node)
-    _check_one_node(cfg, rows, "workload.multicast", "a multicast object (NVLink SHARP)",
+    _check_one_node(cfg, members, "workload.multicast", "a multicast object (NVLink SHARP)",
                     "multicast or reduce in")
     for k, row in enumerate(rows):
         st.mm_objects[k, :] = row
+        st.mm_member[k, members[k]] = 1
 
 
 def _memory_calendar(G, hbm):

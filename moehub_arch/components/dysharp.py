@@ -32,7 +32,7 @@ The mechanism, as the paper describes it, and what this module models of it:
   reduction-buffer entry at its input port (system.switch.nvls.reduction_buffer_bytes, 64 KB in
   the paper) that counts down one contribution per *target*, sends one read per distinct GPU
   (trimmed list), and returns one row when the count reaches zero (nvls.py's engine, with the
-  dynamic mask and count).
+  request's target GPUs and count).
 - **Destination hub: algebraic-to-layout translation.** A copy for algebraic row u and local
   target e is written at row AL(u, e) of e's receive layout (the object's buffer, [targets_per_gpu]
   [layout rows][row_bytes]). The AL table lives in HBM (one entry per algebraic row and local
@@ -78,10 +78,11 @@ from .wakeups import hub_kick_response
 from ..declare import Array, Block, Param, Stat, StatGroup, counters, fields
 from ..isa.encoding import DT_BF16
 
-# columns of State.mm_objects (static NVLS objects use the first four; nvls.py)
-(OBJ_BASE, OBJ_BYTES, OBJ_MASK, OBJ_MEMBERS, OBJ_TPG, OBJ_ROWB, OBJ_ROWS, OBJ_LROWS, OBJ_COUNTS,
- OBJ_AL, OBJ_TRACK, OBJ_TILE, OBJ_TILEB, OBJ_LTILES, OBJ_LCAP) = range(15)
-OBJ_COLUMNS = 15
+# columns of State.mm_objects (static NVLS objects use the first three; nvls.py; the members
+# themselves are State.mm_member)
+(OBJ_BASE, OBJ_BYTES, OBJ_MEMBERS, OBJ_TPG, OBJ_ROWB, OBJ_ROWS, OBJ_LROWS, OBJ_COUNTS,
+ OBJ_AL, OBJ_TRACK, OBJ_TILE, OBJ_TILEB, OBJ_LTILES, OBJ_LCAP) = range(14)
+OBJ_COLUMNS = 14
 # OBJ_TRACK: address of the token tracker's tile-ready words + 1 (0: the object is not tracked);
 # OBJ_TILE: rows of a tracked tile; OBJ_TILEB: bytes that complete one (tile rows x the row bytes
 # of every object sharing the tracker); OBJ_LTILES: tracked tiles per target's layout (of its
@@ -147,9 +148,9 @@ BLOCK = Block(
                   lambda cfg: (cfg.system.num_gpus, _dy(cfg).tracker_tiles) if tracked_on(cfg)
                   else (1, 1))),
     fields=fields("req", ("dy_count", "targets of a dymultimem request"),
-                  ("dy_mask", "GPUs holding its targets"),
+                  ("dy_gpus", "GPUs holding its targets"),
                   ("dy_ready", "when its target list has been fetched"))
-    + fields("gpu", ("dy_stage_n", ""), ("dy_stage_mask", ""), ("dy_stage_ready", ""),
+    + fields("gpu", ("dy_stage_n", ""), ("dy_stage_gpus", ""), ("dy_stage_ready", ""),
              ("dy_queue", "MultimemQ entries in use"), ("dy_queue_peak", ""),
              ("dy_queue_stalls", ""), ("dy_st_ops", ""), ("dy_ld_ops", ""), ("dy_ext_flits", ""),
              ("al_hits", ""), ("al_misses", ""), ("al_clock", "AL-TLB lookups (LRU stamps)"), ("al_placed", ""), ("dy_rows_written", ""),
@@ -250,7 +251,7 @@ def dymultimem_object(st, g, addr, nbytes):
     its index, -1 if none, -2 if the range crosses an algebraic row."""
     for k in range(st.p[0].mm_objects):
         o = st.mm_objects[k]
-        if o[OBJ_TPG] == 0 or not (o[OBJ_MASK] >> g) & 1:
+        if o[OBJ_TPG] == 0 or not st.mm_member[k, g]:
             continue
         if addr >= o[OBJ_BASE] and addr + nbytes <= o[OBJ_BASE] + o[OBJ_ROWS] * o[OBJ_ROWB]:
             if (addr - o[OBJ_BASE]) % o[OBJ_ROWB] + nbytes > o[OBJ_ROWB]:
@@ -266,19 +267,22 @@ def dysharp_stage(st, g, k, ids, count):
     GPU that is not a member, or named twice)."""
     o = st.mm_objects[k]
     tpg = o[OBJ_TPG]
-    mask = 0
+    gpus = 0                        # distinct GPUs holding the targets
     gp = st.gpu[g]
     for j in range(count):
         e = ids[j]
-        if e < 0 or e >= tpg * st.p[0].num_gpus or not (o[OBJ_MASK] >> (e // tpg)) & 1:
+        if e < 0 or e >= tpg * st.p[0].num_gpus or not st.mm_member[k, e // tpg]:
             return j
+        new_gpu = 1
         for i in range(j):
             if st.dy_stage[g, i] == e:
                 return j
+            if st.dy_stage[g, i] // tpg == e // tpg:
+                new_gpu = 0
         st.dy_stage[g, j] = e
-        mask |= 1 << (e // tpg)
+        gpus += new_gpu
     gp.dy_stage_n = count
-    gp.dy_stage_mask = mask
+    gp.dy_stage_gpus = gpus
     return -1
 
 
@@ -292,7 +296,7 @@ def dysharp_bind(st, g, r, ld):
     for j in range(n):
         st.dy_targets[r, j] = st.dy_stage[g, j]
     rq.dy_count = n
-    rq.dy_mask = gp.dy_stage_mask
+    rq.dy_gpus = gp.dy_stage_gpus
     rq.dy_ready = gp.dy_stage_ready
     gp.dy_queue += 1
     if gp.dy_queue > gp.dy_queue_peak:
@@ -301,22 +305,13 @@ def dysharp_bind(st, g, r, ld):
         gp.dy_ld_ops += 1
     else:
         gp.dy_st_ops += 1
-    return popcount(gp.dy_stage_mask)
+    return gp.dy_stage_gpus
 
 
 @compiled
 def dysharp_sent(st, g):
     """The hub sent the last packet of a dymultimem request: its MultimemQ entry frees."""
     st.gpu[g].dy_queue -= 1
-
-
-@compiled
-def popcount(mask):
-    n = 0
-    while mask:
-        n += mask & 1
-        mask >>= 1
-    return n
 
 
 @compiled

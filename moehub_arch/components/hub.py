@@ -69,7 +69,7 @@ from .packet import (PACKET_KIND_NAMES, PK_ACK, PK_ATOM_REQ, PK_ATOM_RESP, PK_GE
 from .nvls import nvls_send_data
 from .cais.gpu import cais_request_line, cais_uplink
 from .packet import PK_CAIS_LD, PK_CAIS_RED, PK_CAIS_SYNC
-from .dysharp import dysharp_bind, dysharp_sent, ext_flits
+from .dysharp import OBJ_MEMBERS, dysharp_bind, dysharp_sent, ext_flits
 from ..isa.encoding import MM_RED, MM_ST
 from .trace import CAT_HUB, TR_HUB_RX, TR_HUB_TX, trace_event
 from .wakeups import hub_kick, hub_kick_response, tb_resume
@@ -309,7 +309,7 @@ def hub_submit(st, g, kind, slot, dst_gpu, dst_addr, src_addr, nbytes, value, re
     if kind == REQ_PUT and st.p[0].write_resp_per_packet and not rdma_message(st, g, dst_gpu):
         rq.acks_total = store_packets(st, nbytes)
     elif kind == REQ_MM_ST or kind == REQ_MM_RED:
-        rq.acks_total = st.mm_objects[value // 16, 3]
+        rq.acks_total = st.mm_objects[value // 16, OBJ_MEMBERS]
     elif kind == REQ_DY_ST:
         rq.acks_total = dysharp_bind(st, g, r, False)   # one per GPU holding a target
     elif kind == REQ_CAIS_RED:

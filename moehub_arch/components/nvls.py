@@ -59,9 +59,9 @@ from .packet import (PK_CAIS_DATA, PK_MM_COPY, PK_MM_DATA, PK_MM_LD, PK_MM_READ,
 from .wakeups import hub_kick_response, unblock_request_port
 from ..declare import Array, Block, Param, Receive, Record, Stat, StatGroup, counters, fields
 from ..engine.state import ERR_UNBACKED_COPY
-from .dysharp import (OBJ_BASE, OBJ_BYTES, OBJ_COLUMNS, OBJ_LTILES, OBJ_MASK, OBJ_MEMBERS,
+from .dysharp import (OBJ_BASE, OBJ_BYTES, OBJ_COLUMNS, OBJ_LTILES, OBJ_MEMBERS,
                       OBJ_ROWB, OBJ_TILE, OBJ_TILEB, OBJ_TPG, OBJ_TRACK, dynamic_on, ext_flits,
-                      popcount, targets_on_gpu)
+                      targets_on_gpu)
 
 NVLS_SENT = -1          # nvls_fanout: every member has its copy (or read): the packet is consumed
 NVLS_BUFFER_FULL = -2   # nvls_fanout: the port's reduction buffer has no room for the entry
@@ -100,10 +100,11 @@ def _rdq_depth(cfg):
 
 
 def multicast_object_rows(cfg, buffers):
-    """Rows of State.mm_objects (base, bytes, member mask, members) from workload.multicast and the
-    laid-out buffers; raises ValueError naming the key for a bad object."""
+    """Rows of State.mm_objects (base, bytes, members, then DySHARP's columns) and each object's
+    member GPUs (the rows of State.mm_member) from workload.multicast and the laid-out buffers;
+    raises ValueError naming the key for a bad object."""
     G = cfg.system.num_gpus
-    rows = []
+    rows, members = [], []
     for i, o in enumerate(cfg.workload.multicast):
         where = f"workload.multicast[{i}]"
         if o.buffer not in buffers:
@@ -116,14 +117,13 @@ def multicast_object_rows(cfg, buffers):
         if len(gpus) < 2:
             raise ValueError(f"{where}.gpus: a multicast object needs at least two member GPUs, "
                              f"found {gpus}")
-        if G > 62:
-            raise ValueError(f"{where}: member masks hold at most 62 GPUs (system.num_gpus = {G})")
         b = buffers[o.buffer]
         dyn = (0,) * 11
         if o.targets_per_gpu > 0:
             dyn = _dynamic_columns(cfg, o, where, buffers, b)
-        rows.append((b.addr, b.nbytes, sum(1 << g for g in gpus), len(gpus)) + dyn)
-    return _tracked_tile_bytes(cfg, rows)
+        rows.append((b.addr, b.nbytes, len(gpus)) + dyn)
+        members.append(gpus)
+    return _tracked_tile_bytes(cfg, rows), members
 
 
 def _tracked_tile_bytes(cfg, rows):
@@ -298,8 +298,12 @@ BLOCK = Block(
     ),
     records=(Record("mm_entry", "reduction-buffer entries (ld_reduce chunks in the switch)",
                     count=_entries),),
-    arrays=(Array("mm_objects", "multicast objects: base, bytes, member mask, members (builder)",
-                  lambda cfg: (max(1, len(cfg.workload.multicast)), OBJ_COLUMNS)),
+    arrays=(Array("mm_objects", "multicast objects: base, bytes, members, DySHARP's columns "
+                  "(builder)", lambda cfg: (max(1, len(cfg.workload.multicast)), OBJ_COLUMNS)),
+            # one flag per (object, GPU) rather than a bit mask in one word: a mask word would
+            # stop at 62 GPUs, below a 72-GPU NVLink domain (GB200 NVL72)
+            Array("mm_member", "multicast objects' member GPUs (1: member; builder)",
+                  lambda cfg: (max(1, len(cfg.workload.multicast)), cfg.system.num_gpus)),
             Array("mm_free", "free reduction-buffer entries (a stack; sys.mm_free_top)",
                   lambda cfg: (max(1, _entries(cfg)),)),
             Array("mm_arrived", "multicast chunks of request r a member has received",
@@ -389,7 +393,7 @@ def multimem_object(st, g, addr, nbytes):
     for k in range(st.p[0].mm_objects):
         o = st.mm_objects[k]
         if (o[OBJ_TPG] == 0 and addr >= o[OBJ_BASE] and addr + nbytes <= o[OBJ_BASE] + o[OBJ_BYTES]
-                and (o[OBJ_MASK] >> g) & 1):
+                and st.mm_member[k, g]):
             return k
     return -1
 
@@ -398,9 +402,8 @@ def multimem_object(st, g, addr, nbytes):
 def multimem_route_peer(st, k, g):
     """A member of object k other than g: the source hub picks its link as for a packet to it
     (in a single-level fabric every switch reaches every member)."""
-    mask = st.mm_objects[k, OBJ_MASK]
     for m in range(st.p[0].num_gpus):
-        if m != g and (mask >> m) & 1:
+        if m != g and st.mm_member[k, m]:
             return m
     return g
 
@@ -427,11 +430,12 @@ def nvls_fanout(st, c, pkt, tick):
     k = pk.mm_obj
     dyn = st.mm_objects[k, OBJ_TPG] > 0
     # DySHARP (dysharp.py): one copy (or read) per GPU holding a target, its list trimmed to them
-    mask = st.req[pk.req].dy_mask if dyn else st.mm_objects[k, OBJ_MASK]
     ntargets = st.req[pk.req].dy_count if dyn else 0
     while pk.mm_sent < p.num_gpus:
         m = pk.mm_sent
-        if (mask >> m) & 1:
+        # a static object's members; DySHARP: the GPUs holding a target of this request
+        member = targets_on_gpu(st, pk.req, k, m) > 0 if dyn else st.mm_member[k, m] != 0
+        if member:
             out = pick_switch_output(st, ch.switch, m, VC_REQUEST)
             if out < 0:
                 return m
@@ -468,7 +472,7 @@ def nvls_fanout(st, c, pkt, tick):
     # against unicast packets to each of the m members: m - 1 fewer on the source's uplink, and
     # for a reduction m - 1 fewer data packets on its downlink
     # (DySHARP: against one unicast packet per target GPU, and one data row per target)
-    others = popcount(mask) - 1 if dyn else st.mm_objects[k, OBJ_MEMBERS] - 1
+    others = st.req[pk.req].dy_gpus - 1 if dyn else st.mm_objects[k, OBJ_MEMBERS] - 1
     ch.mm_up_saved += others * pk.flits * p.flit_bytes
     if dyn:
         ch.dy_targets_in += ntargets * pk.npk
@@ -698,14 +702,14 @@ def nvls_result_arrived(st, g, pkt):
         raise_error(st, ERR_UNBACKED_COPY, st.req[pk.req].slot, pk.src_addr)
         return
     dt = pk.mm_dtype
-    mask = st.mm_objects[pk.mm_obj, OBJ_MASK]
+    k = pk.mm_obj
     es = 2 if dt == DT_BF16 else 4
     out = st.hbm_mem[g, pk.addr:pk.addr + n]
     for i in range(n // es):
         acc = np.float32(0.0)
         first = True
         for m in range(st.p[0].num_gpus):
-            if (mask >> m) & 1:
+            if st.mm_member[k, m]:
                 v = load_f32(st.hbm_mem[m, pk.src_addr:pk.src_addr + n], i, dt)
                 if first:
                     acc = v

@@ -23,13 +23,9 @@ otherwise).
 Extra stats: system.moe.counted.dispatch_us (the dispatch kernel, mean over ranks) and
 combine_us (combine + home reduction).
 """
-import functools
-
 from ...config.schema import LaunchConfig
-from ..layer_stats import kernel_ticks_per_gpu, kernels_finished
-from ..layer import (ACCT_NAMES, GROUPED_KERNELS, SHARED_KERNELS, LayerError, SchemePlan, _buf,
-                     grouped_gemm_launches)
-from .deepep import shared_experts_or_identity
+from ..layer import LayerError, _buf
+from .deepep_ll import slot_buffers, slot_plan
 
 KERNELS = "workloads/kernels/counted/counted.s"
 
@@ -37,8 +33,7 @@ KERNELS = "workloads/kernels/counted/counted.s"
 def plan(layer):
     s, cfg = layer.shape, layer.cfg
     opts = cfg.workload.layer.counted
-    P, T, k, E, El, H, rb = (s.num_gpus, s.tokens, s.top_k, s.experts, s.local_experts, s.hidden,
-                             s.row_bytes)
+    P, T, k, El, H, rb = s.num_gpus, s.tokens, s.top_k, s.local_experts, s.hidden, s.row_bytes
     if k > 8:
         raise LayerError(f"workload.layer.model: scheme counted walks a token's top-k ids in one "
                          f"8-word load (top-k <= 8), found top-k {k}")
@@ -47,41 +42,22 @@ def plan(layer):
                          f"counted_write.py); this system has {cfg.system.nodes.count} nodes - "
                          f"run scheme counted inside one NVLink domain")
     comm_only = opts.kernels == "communication"
-    cap = P * T                                    # packed rows per local expert, worst case
-    buffers = [
-        _buf("cw_recv", El * P * T * rb, dtype="bf16"),
-        _buf("cw_slot", T * k * 8, region="control", dtype="i64"),
-        _buf("cw_next", E * 8, region="control", dtype="i64"),
-        _buf("cw_sent", 8, region="control", dtype="i64"),
-        _buf("cw_count", El * P * 8, region="control", dtype="i64"),
+    buffers = slot_buffers("cw", s, rb, extra=(
         _buf("cw_rx", El * P * 8, region="control", dtype="i64"),
-        _buf("cw_back", 8, region="control", dtype="i64"),
-        _buf("cw_xe", El * cap * rb, dtype="bf16"),
-        _buf("cw_rows", El * 8, region="control", dtype="i64"),
-        _buf("cw_range", El * P * 8, region="control", dtype="i64"),
-        _buf("cw_comb", E * T * rb, dtype="bf16"),
-    ]
+        _buf("cw_back", 8, region="control", dtype="i64")))
     if not comm_only:
-        buffers.append(_buf("cw_ye", El * cap * rb, dtype="bf16"))
+        buffers.append(_buf("cw_ye", El * P * T * rb, dtype="bf16"))
         ye = "@cw_ye"
     else:
         ye = "@cw_xe"    # identity experts: the packed rows go back as they came
-    launches = [
-        LaunchConfig(kernel="counted_dispatch", grid=opts.send_tbs + El * P, stream=0, params=(
+    dispatch = LaunchConfig(
+        kernel="counted_dispatch", grid=opts.send_tbs + El * P, stream=0, params=(
             ("x", "@x"), ("topk_idx", "@topk_idx"), ("recv", "@cw_recv"),
             ("slot_map", "@cw_slot"), ("next", "@cw_next"), ("sent", "@cw_sent"),
             ("count", "@cw_count"), ("rx", "@cw_rx"), ("xe", "@cw_xe"), ("rows", "@cw_rows"),
             ("range", "@cw_range"), ("acct", "@acct"), ("tokens", T), ("topk", k),
-            ("row_bytes", rb), ("local_experts", El), ("send_tbs", opts.send_tbs))),
-    ]
-    gemm = ()
-    if not comm_only:
-        gbufs, glaunch = grouped_gemm_launches(s, 0, cfg.system.gpu.num_sms, "cw_rows", "cw_xe",
-                                               "cw_ye", cap)
-        buffers += gbufs
-        launches += glaunch
-        gemm = GROUPED_KERNELS
-    launches += [
+            ("row_bytes", rb), ("local_experts", El), ("send_tbs", opts.send_tbs)))
+    combine = [
         LaunchConfig(kernel="counted_combine", grid=El * P, stream=0, params=(
             ("ye", ye), ("range", "@cw_range"), ("comb", "@cw_comb"), ("back", "@cw_back"),
             ("tokens", T), ("hidden", H), ("local_experts", El))),
@@ -93,33 +69,10 @@ def plan(layer):
             ("shared", 0 if comm_only else s.shared),
             ("shared_tbs", cfg.workload.layer.shared_tbs))),
     ]
-    reference = {}
-    sbufs, slaunch = shared_experts_or_identity(layer, comm_only, reference)
-    return SchemePlan(
-        buffers=tuple(buffers + sbufs), launches=tuple(launches + slaunch),
-        kernel_files=(KERNELS,), n_tile=s.n_tile,
-        phases={"mediation": (),
-                "dispatch": ("counted_dispatch",),
-                "expert": () if comm_only else gemm + SHARED_KERNELS,
-                "combine": ("counted_combine", "counted_reduce")},
-        reference_kwargs=reference,
-        checked_accounting=tuple(a for a in ACCT_NAMES if not (comm_only and a == "computed")),
-        extra_stats=functools.partial(add_kernel_stats))
-
-
-def add_kernel_stats(sim, layer):
-    """The dispatch kernel and the combine (send-back + home reduction) per rank, mean over
-    ranks, in us (as scheme deepep_ll reports its kernels)."""
-    out = sim.stats
-    def ticks(*kernels):
-        return kernel_ticks_per_gpu(sim, kernels)
-
-    if kernels_finished(sim, ("counted_dispatch",)):
-        out.add("system.moe.counted.dispatch_us", float(ticks("counted_dispatch").mean()) / 1e6,
-                "us", "counted-write dispatch kernel time (send, counts, receive and pack), mean "
-                "over ranks")
-    if kernels_finished(sim, ("counted_combine", "counted_reduce")):
-        out.add("system.moe.counted.combine_us",
-                float(ticks("counted_combine", "counted_reduce").mean()) / 1e6, "us",
-                "counted-write combine time: the send-back kernel + the home weighted reduction, "
-                "mean over ranks")
+    stats = (("system.moe.counted.dispatch_us",
+              "counted-write dispatch kernel time (send, counts, receive and pack), mean over "
+              "ranks"),
+             ("system.moe.counted.combine_us",
+              "counted-write combine time: the send-back kernel + the home weighted reduction, "
+              "mean over ranks"))
+    return slot_plan(layer, "cw", KERNELS, comm_only, buffers, dispatch, combine, stats)

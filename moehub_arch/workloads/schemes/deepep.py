@@ -58,7 +58,12 @@ from ..deepep_backward import backward_kernel_files, backward_plan, backward_ref
 
 KERNELS = "workloads/kernels/deepep/deepep.s"
 INTERNODE_KERNELS = "workloads/kernels/deepep/internode.s"
-META_BYTES = 128        # dp_meta row: 8 id words, 4 weight words, rank mask, padding
+META_BYTES = 128        # dp_meta row: 8 id words, 4 weight words, 4 rank-mask words
+# the rank mask (deepep.s, deepep_layout): 62 ranks per word (bits 0..61: a bit 63 would not
+# survive the reference engine's signed words); deepep_layout and deepep_reduce keep one word,
+# their _wide variants all four (GB200 NVL72's 72 ranks); internode.s reads one word
+MASK_WORD_RANKS = 62
+MASK_WORDS = 4
 RING_META_BYTES = 96    # the part of it that travels with the row (ids, weights)
 RECORD_BYTES = 96       # dp_rec entry: 8 position words, 4 weight words
 COMBINE_STAGING = 8     # bf16 rows staged per combine warp group (see deepep_combine)
@@ -176,11 +181,11 @@ def plan(layer, internode=None):
         # DeepEP's benchmark combines the rows each rank received, unweighted
         reference.update(combine="rank_rows")
     sbufs, slaunch = shared_experts_or_identity(layer, comm_only, reference)
-    phases = {"mediation": ("deepep_layout", "deepep_notify"),
+    phases = {"mediation": (layout_kernel(P), "deepep_notify"),
               "dispatch": (("deepep_dispatch_internode",) if forward else ("deepep_dispatch",)),
               "expert": () if comm_only else ("deepep_gate_up", "deepep_down") + SHARED_KERNELS,
               "combine": (("deepep_combine_internode", "deepep_reduce_nodes") if forward else
-                          combine_kernels(opts))}
+                          combine_kernels(opts, P))}
     files = (KERNELS, INTERNODE_KERNELS) if forward else (KERNELS,)
     why = backward_refusal(cfg, comm_only=comm_only, forward_internode=forward)
     back = {}
@@ -213,7 +218,7 @@ def plan(layer, internode=None):
         checked_accounting=tuple(a for a in ACCT_NAMES if not (comm_only and a == "computed")),
         extra_stats=functools.partial(add_bandwidth_stats, dispatch_bytes=db,
                                       node_gpus=L if forward else 0,
-                                      combine=combine_kernels(opts)),
+                                      combine=combine_kernels(opts, P)),
         backward_why=why, **back)
 
 
@@ -228,12 +233,12 @@ def shared_experts_or_identity(layer, comm_only, reference):
     return shared_expert_launches(layer.shape, layer.cfg, stream=1)
 
 
-def combine_kernels(opts):
+def combine_kernels(opts, P):
     """The intranode combine's kernels for workload.layer.deepep.home_reduce (DeepEP's
-    Buffer.combine: cached_notify_combine, then the combine kernel)."""
+    Buffer.combine: cached_notify_combine, then the combine kernel) on P ranks."""
     if opts.home_reduce == "receivers":
         return ("deepep_cached_notify", "deepep_combine")
-    return ("deepep_combine_partials", "deepep_reduce")
+    return ("deepep_combine_partials", "deepep_reduce_wide" if wide(P) else "deepep_reduce")
 
 
 def combine_ctl_bytes(opts, C, P):
@@ -288,8 +293,8 @@ def intranode_combine(layer, *, expert_out, shared, groups):
             ("comb", "@dp_comb"), ("scratch", "@dp_combine_scratch"), ("acct", "@acct"),
             ("done", "@done"), ("tokens", T), ("topk", k), ("hidden", H), ("channels", C),
             ("local_experts", El))),
-        LaunchConfig(kernel="deepep_reduce", grid=cfg.workload.layer.combine_tbs, stream=0,
-                     params=(
+        LaunchConfig(kernel=combine_kernels(opts, P)[1], grid=cfg.workload.layer.combine_tbs,
+                     stream=0, params=(
             ("out", "@out"), ("ys", "@ys"), ("comb", "@dp_comb"), ("meta", "@dp_meta"),
             ("one", "@one"), ("done", "@done"), ("acct", "@acct"), ("tokens", T), ("hidden", H),
             ("shared", shared), ("shared_tbs", cfg.workload.layer.shared_tbs))),
@@ -313,6 +318,10 @@ def internode_dispatch(layer, buffers, launches, *, L, db):
     if L > 8:
         raise LayerError(f"system.nodes.gpus_per_node: DeepEP's internode kernels forward to at "
                          f"most 8 GPUs of a node (NUM_MAX_NVL_PEERS), found {L}")
+    if wide(P):
+        raise LayerError(f"system.num_gpus: DeepEP's internode kernels (internode.s) read a "
+                         f"token's destination ranks from one mask word of {MASK_WORD_RANKS} "
+                         f"ranks, found {P} GPUs")
     N = P // L
     C = max(1, opts.comm_sms // 2)
     Tc = -(-T // C)
@@ -377,6 +386,15 @@ def internode_combine(layer, *, expert_out, shared, L):
     ]
 
 
+def wide(P):
+    """The rank mask of P ranks needs more than one word: the _wide kernels."""
+    return P > MASK_WORD_RANKS
+
+
+def layout_kernel(P):
+    return "deepep_layout_wide" if wide(P) else "deepep_layout"
+
+
 def mediation_and_dispatch(layer, *, comm_sms, ring_rows, rows_cap, tiles_cap, align, host_delay,
                            receivers, dispatch_dtype="bf16", send_chunk=8):
     """The DeepEP mediation and dispatch kernels on stream 0: deepep_layout, deepep_notify (expert
@@ -389,9 +407,11 @@ def mediation_and_dispatch(layer, *, comm_sms, ring_rows, rows_cap, tiles_cap, a
     DeepEP's have - no 160 KB GEMM block fits beside it."""
     s, cfg = layer.shape, layer.cfg
     P, T, k, El, H = s.num_gpus, s.tokens, s.top_k, s.local_experts, s.hidden
-    if P > 62:
-        raise LayerError(f"system.num_gpus: schemes deepep and overlap keep a token's destination "
-                         f"ranks in one 64-bit mask word (at most 62 GPUs), found {P}")
+    if P > MASK_WORD_RANKS * MASK_WORDS:
+        raise LayerError(f"system.num_gpus: schemes deepep, overlap and hiermoe keep a token's "
+                         f"destination ranks in {MASK_WORDS} mask words of {MASK_WORD_RANKS} "
+                         f"ranks (dp_meta words 12..15: at most "
+                         f"{MASK_WORD_RANKS * MASK_WORDS} GPUs), found {P}")
     C = max(1, comm_sms // 2)                      # channels
     groups = P                                     # warp groups per dispatch thread block
     R = ring_rows
@@ -423,7 +443,7 @@ def mediation_and_dispatch(layer, *, comm_sms, ring_rows, rows_cap, tiles_cap, a
         Tc = -(-T // C)
         buffers.append(_buf("dp_rec", C * P * Tc * RECORD_BYTES, region="control", dtype="i64"))
     launches = [
-        LaunchConfig(kernel="deepep_layout", grid=layout_tbs, stream=0, params=(
+        LaunchConfig(kernel=layout_kernel(P), grid=layout_tbs, stream=0, params=(
             ("topk_idx", "@topk_idx"), ("topk_w", "@topk_w"), ("meta", "@dp_meta"),
             ("lay", "@dp_lay"), ("rank_slots", "@dp_rank_slots"), ("tokens", T), ("topk", k),
             ("channels", C), ("local_experts", El))),

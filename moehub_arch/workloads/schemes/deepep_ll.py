@@ -46,51 +46,31 @@ LL_NO_BACKWARD = ("DeepEP's low-latency kernels are its inference-decoding kerne
 def plan(layer):
     s, cfg = layer.shape, layer.cfg
     opts = cfg.workload.layer.deepep_ll
-    P, T, k, E, El, H, rb = (s.num_gpus, s.tokens, s.top_k, s.experts, s.local_experts, s.hidden,
-                             s.row_bytes)
+    P, T, k, El, H, rb = s.num_gpus, s.tokens, s.top_k, s.local_experts, s.hidden, s.row_bytes
     if k > 8:
         raise LayerError(f"workload.layer.model: scheme deepep_ll walks a token's top-k ids in one "
                          f"8-word load (top-k <= 8), found top-k {k}")
     comm_only = opts.kernels == "communication"
     db = dispatch_row_bytes(H, opts.dispatch_dtype)
-    cap = P * T                                    # packed rows per local expert, worst case
-    buffers = [
-        _buf("ll_recv", El * P * T * db, dtype="bf16"),
-        _buf("ll_slot", T * k * 8, region="control", dtype="i64"),
-        _buf("ll_next", E * 8, region="control", dtype="i64"),
-        _buf("ll_sent", 8, region="control", dtype="i64"),
-        _buf("ll_count", El * P * 8, region="control", dtype="i64"),
-        _buf("ll_xe", El * cap * db, dtype="bf16"),
-        _buf("ll_rows", El * 8, region="control", dtype="i64"),
-        _buf("ll_range", El * P * 8, region="control", dtype="i64"),
-        _buf("ll_comb", E * T * rb, dtype="bf16"),
-    ]
+    buffers = slot_buffers("ll", s, db)
     if opts.dispatch_dtype == "fp8":
         buffers.append(_buf("ll_x_fp8", T * db, dtype="bf16"))   # bytes only (timing mode)
     # combine's expert outputs: the GEMM's; the packed rows themselves with identity experts
     # (bf16), or a bf16 buffer of the right size (fp8 rows, timing only)
     if not comm_only or opts.dispatch_dtype == "fp8":
-        buffers.append(_buf("ll_ye", El * cap * rb, dtype="bf16"))
+        buffers.append(_buf("ll_ye", El * P * T * rb, dtype="bf16"))
         ye = "@ll_ye"
     else:
         ye = "@ll_xe"
-    launches = [
-        LaunchConfig(kernel="deepep_ll_dispatch", grid=opts.send_tbs + El * P, stream=0, params=(
+    dispatch = LaunchConfig(
+        kernel="deepep_ll_dispatch", grid=opts.send_tbs + El * P, stream=0, params=(
             ("x", "@ll_x_fp8" if opts.dispatch_dtype == "fp8" else "@x"),
             ("topk_idx", "@topk_idx"), ("recv", "@ll_recv"), ("slot_map", "@ll_slot"),
             ("next", "@ll_next"), ("sent", "@ll_sent"), ("count", "@ll_count"),
             ("xe", "@ll_xe"), ("rows", "@ll_rows"), ("range", "@ll_range"), ("acct", "@acct"),
             ("tokens", T), ("topk", k), ("row_bytes", db), ("local_experts", El),
-            ("send_tbs", opts.send_tbs), ("node_gpus", node_gpus(cfg)))),
-    ]
-    gemm = ()
-    if not comm_only:
-        gbufs, glaunch = grouped_gemm_launches(s, 0, cfg.system.gpu.num_sms, "ll_rows", "ll_xe",
-                                               "ll_ye", cap)
-        buffers += gbufs
-        launches += glaunch
-        gemm = GROUPED_KERNELS
-    launches += [
+            ("send_tbs", opts.send_tbs), ("node_gpus", node_gpus(cfg))))
+    combine = [
         LaunchConfig(kernel="deepep_ll_combine", grid=El * P, stream=0, params=(
             ("ye", ye), ("range", "@ll_range"), ("comb", "@ll_comb"), ("acct", "@acct"),
             ("done", "@done"), ("tokens", T), ("hidden", H), ("local_experts", El),
@@ -103,35 +83,73 @@ def plan(layer):
             ("shared", 0 if comm_only else s.shared),
             ("shared_tbs", cfg.workload.layer.shared_tbs))),
     ]
+    # DeepEP's low-latency figures (tests/test_low_latency.py times each kernel)
+    stats = (("system.moe.deepep_ll.dispatch_us",
+              "DeepEP low-latency dispatch kernel time (send, counts, receive and pack), mean "
+              "over ranks"),
+             ("system.moe.deepep_ll.combine_us",
+              "DeepEP low-latency combine time: the send-back kernel + the home weighted "
+              "reduction (DeepEP's combine kernel does both), mean over ranks"))
+    return slot_plan(layer, "ll", KERNELS, comm_only, buffers, dispatch, combine, stats,
+                     backward_why=LL_NO_BACKWARD)
+
+
+def slot_buffers(prefix, s, db, extra=()):
+    """The fixed-slot all-to-all's buffers (workloads/kernels/lib/slot_alltoall.s), named
+    `prefix`_*, for rows of `db` bytes; `extra` (a scheme's own) go after the count words."""
+    P, T, k, E, El, rb = s.num_gpus, s.tokens, s.top_k, s.experts, s.local_experts, s.row_bytes
+    cap = P * T                                    # packed rows per local expert, worst case
+    return [
+        _buf(f"{prefix}_recv", El * P * T * db, dtype="bf16"),
+        _buf(f"{prefix}_slot", T * k * 8, region="control", dtype="i64"),
+        _buf(f"{prefix}_next", E * 8, region="control", dtype="i64"),
+        _buf(f"{prefix}_sent", 8, region="control", dtype="i64"),
+        _buf(f"{prefix}_count", El * P * 8, region="control", dtype="i64"),
+        *extra,
+        _buf(f"{prefix}_xe", El * cap * db, dtype="bf16"),
+        _buf(f"{prefix}_rows", El * 8, region="control", dtype="i64"),
+        _buf(f"{prefix}_range", El * P * 8, region="control", dtype="i64"),
+        _buf(f"{prefix}_comb", E * T * rb, dtype="bf16"),
+    ]
+
+
+def slot_plan(layer, prefix, kernels, comm_only, buffers, dispatch, combine, stats,
+              backward_why=""):
+    """The plan of a fixed-slot all-to-all layer (deepep_ll, counted): the `dispatch` launch, the
+    grouped GEMM on the packed rows (unless `comm_only`: identity experts), the `combine` launches
+    (send-back, home reduction), the shared experts; `stats`: the names and descriptions of the
+    dispatch and combine times it reports; `backward_why`: why it has no backward pass."""
+    s, cfg = layer.shape, layer.cfg
+    launches = [dispatch]
+    gemm = ()
+    if not comm_only:
+        gbufs, glaunch = grouped_gemm_launches(s, 0, cfg.system.gpu.num_sms, f"{prefix}_rows",
+                                               f"{prefix}_xe", f"{prefix}_ye",
+                                               s.num_gpus * s.tokens)
+        buffers = buffers + gbufs
+        launches += glaunch
+        gemm = GROUPED_KERNELS
+    launches += combine
     reference = {}
     sbufs, slaunch = shared_experts_or_identity(layer, comm_only, reference)
+    names = tuple(c.kernel for c in combine)
     return SchemePlan(
         buffers=tuple(buffers + sbufs), launches=tuple(launches + slaunch),
-        kernel_files=(KERNELS,), n_tile=s.n_tile, backward_why=LL_NO_BACKWARD,
+        kernel_files=(kernels,), n_tile=s.n_tile, backward_why=backward_why,
         phases={"mediation": (),
-                "dispatch": ("deepep_ll_dispatch",),
+                "dispatch": (dispatch.kernel,),
                 "expert": () if comm_only else gemm + SHARED_KERNELS,
-                "combine": ("deepep_ll_combine", "deepep_ll_reduce")},
+                "combine": names},
         reference_kwargs=reference,
         checked_accounting=tuple(a for a in ACCT_NAMES if not (comm_only and a == "computed")),
-        extra_stats=functools.partial(add_latency_stats))
+        extra_stats=functools.partial(add_kernel_stats, kernels=((dispatch.kernel,), names),
+                                      stats=stats))
 
 
-def add_latency_stats(sim, layer):
-    """DeepEP's low-latency figures (tests/test_low_latency.py times each kernel): the dispatch
-    kernel and the combine (send + home reduction) per rank, mean over ranks, in us."""
-    out = sim.stats
-    def ticks(*kernels):
-        return kernel_ticks_per_gpu(sim, kernels)
-
+def add_kernel_stats(sim, layer, kernels, stats):
+    """The dispatch kernel and the combine (send-back + home reduction) per rank, mean over
+    ranks, in us: `stats` names and describes them, `kernels` are theirs."""
     # a run stopped by a limit reports the figures whose kernels finished on every rank
-    if kernels_finished(sim, ("deepep_ll_dispatch",)):
-        out.add("system.moe.deepep_ll.dispatch_us",
-                float(ticks("deepep_ll_dispatch").mean()) / 1e6, "us",
-                "DeepEP low-latency dispatch kernel time (send, counts, receive and pack), "
-                "mean over ranks")
-    if kernels_finished(sim, ("deepep_ll_combine", "deepep_ll_reduce")):
-        out.add("system.moe.deepep_ll.combine_us",
-                float(ticks("deepep_ll_combine", "deepep_ll_reduce").mean()) / 1e6, "us",
-                "DeepEP low-latency combine time: the send-back kernel + the home weighted "
-                "reduction (DeepEP's combine kernel does both), mean over ranks")
+    for names, (stat, desc) in zip(kernels, stats):
+        if kernels_finished(sim, names):
+            sim.stats.add(stat, float(kernel_ticks_per_gpu(sim, names).mean()) / 1e6, "us", desc)

@@ -30,7 +30,7 @@ from ..layer import (SHARED_KERNELS, LayerError, SchemePlan, _buf, combine_launc
 from ..layer_backward import (KERNELS as BACKWARD_KERNELS, backward_buffers, combine_bwd_launch,
                               dispatch_bwd_launch, expert_bwd_kernels, shared_bwd)
 from .deepep import (DISPATCH_SMEM_BYTES, EPOCH, KERNELS as DEEPEP_KERNELS,
-                     mediation_and_dispatch, tma_staging_bytes)
+                     layout_kernel, mediation_and_dispatch, tma_staging_bytes)
 
 KERNELS = "workloads/kernels/overlap/overlap.s"
 BACKWARD = "workloads/kernels/overlap/backward.s"
@@ -90,7 +90,7 @@ def plan(layer):
     # otherwise hold every SM until the end: they run while the counts are exchanged and rows move
     sbufs, shared = shared_expert_launches(s, cfg, stream=1)
     launches = shared + launches + [combine_launch(s, cfg, stream=3)]
-    phases = {"mediation": ("deepep_layout", "deepep_notify"),
+    phases = {"mediation": (layout_kernel(s.num_gpus), "deepep_notify"),
               "dispatch": ("deepep_dispatch", "overlap_receive"),
               "expert": ("overlap_expert",) + SHARED_KERNELS,
               "combine": ("moe_combine",)}

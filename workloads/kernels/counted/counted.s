@@ -35,6 +35,7 @@
 
 .include "lib/combine.s"
 .include "lib/slot_words.s"
+.include "lib/slot_alltoall.s"
 
 # ------------------------------------------------------------------------------------------------
 # counted_dispatch: grid send_tbs + El*P thread blocks.
@@ -64,31 +65,12 @@
 .param row_bytes
 .param local_experts
 .param send_tbs
-    mov r1, %row_bytes           # r1 = rb
-    shl r2, %topk, 3             # r2 = bytes of a token's ids
-    bge %tb, %send_tbs, receiver
-    mov r5, %tb                  # r5 = token
-    mov r10, 0                   # r10 = rows sent
+    slot_dispatch_begin receiver
 token:
     bge r5, %tokens, sent_all
-    mul r6, r5, r2
-    add r6, r6, %topk_idx
-    ld.v8 r16, [r6]              # the token's expert ids
-    mul r7, r5, %topk            # r7 = t*k
-    mul r8, r5, r1
-    add r8, r8, %x               # r8 = the row
-    mov r9, 0                    # r9 = slot j
+    slot_token_head
 slot:
-    div r11, r16, %local_experts # r11 = destination GPU
-    mul r12, r11, %local_experts
-    sub r12, r16, r12            # r12 = local expert there
-    shl r13, r16, 3
-    add r13, r13, %next
-    atom.add r14, %gpu, [r13], 1 # r14 = the row's slot at the expert
-    add r13, r7, r9
-    shl r13, r13, 3
-    add r13, r13, %slot_map
-    st [r13], r14                # remembered for the combine
+    take_slot
     mul r15, r12, %ngpu
     add r15, r15, %gpu           # r15 = le*P + me
     mul r13, r15, %tokens
@@ -107,59 +89,15 @@ sent_all:
     red.add %gpu, [%sent], 1
     wait.ge [%sent], %send_tbs   # every sender has issued its rows (no fence: nothing waits for
                                  # their write responses)
-    mul r3, %ngpu, %local_experts   # r3 = E
-    mov r5, %tb                  # r5 = expert
-counts:
-    bge r5, r3, end
-    shl r6, r5, 3
-    add r6, r6, %next
-    ld r7, [r6]                  # rows this GPU sent to expert e
-    add r7, r7, 1
-    div r11, r5, %local_experts
-    mul r12, r11, %local_experts
-    sub r12, r5, r12
-    mul r13, r12, %ngpu
-    add r13, r13, %gpu
-    shl r13, r13, 3
-    add r13, r13, %count
-    flag.set r11, [r13], r7      # count + 1, unordered with the rows
-    add r5, r5, %send_tbs
-    bra counts
+    send_expert_counts end
 end:
     exit
 receiver:
-    sub r3, %tb, %send_tbs       # r3 = le*P + s
-    shl r4, r3, 3
-    add r5, r4, %count
-    wait.gt [r5], 0              # the count arrived
-    ld r6, [r5]
-    sub r6, r6, 1                # r6 = rows n
+    receiver_count
     mul r7, r6, r1
     add r8, r4, %rx
     wait.count [r8], r7          # ... and n rows' bytes have landed
-    div r7, r3, %ngpu            # r7 = le
-    shl r8, r7, 3
-    add r8, r8, %rows
-    atom.add r9, %gpu, [r8], r6  # r9 = first packed position
-    shl r10, r9, 32
-    or r10, r10, r6
-    add r11, r4, %range
-    st [r11], r10
-    beq r6, 0, received
-    mul r11, r7, %ngpu
-    mul r11, r11, %tokens
-    add r11, r11, r9
-    mul r11, r11, r1
-    add r11, r11, %xe            # r11 = packed rows
-    mul r12, r3, %tokens
-    mul r12, r12, r1
-    add r12, r12, %recv          # r12 = the slots of (le, s)
-    mul r13, r6, r1
-    put.sm %gpu, r11, r12, r13   # pack them (warp copy)
-    fence
-received:
-    red.add %gpu, [%acct+8], r6  # acct 1: pairs received
-    exit
+    receiver_pack
 
 # ------------------------------------------------------------------------------------------------
 # counted_combine: grid El*P thread blocks, TB le*P + s: the expert outputs of (le, s)'s rows (at
@@ -174,25 +112,7 @@ received:
 .param tokens
 .param hidden
 .param local_experts
-    shl r1, %hidden, 1           # r1 = rb
-    shl r2, %tb, 3
-    add r2, r2, %range
-    ld r3, [r2]
-    shr r4, r3, 32               # r4 = first packed position
-    and r3, r3, 0xffffffff       # r3 = rows
-    div r5, %tb, %ngpu           # r5 = le
-    rem r6, %tb, %ngpu           # r6 = s
-    mul r7, r5, %ngpu
-    mul r7, r7, %tokens
-    add r7, r7, r4
-    mul r7, r7, r1
-    add r7, r7, %ye              # r7 = the first output row
-    mul r8, %gpu, %local_experts
-    add r8, r8, r5               # r8 = e = me*El + le
-    mul r8, r8, %tokens
-    mul r8, r8, r1
-    add r8, r8, %comb            # r8 = cw_comb[e][0] on s
-    mov r9, 0
+    slot_combine_rows
 row:
     bge r9, r3, rows_sent
     put.counted r6, r8, r7, r1, %back # one expert output row home, counted there
@@ -230,34 +150,4 @@ shared_ready:
     mul r5, %tokens, %topk
     mul r5, r5, r10
     wait.count [%back], r5       # every row this GPU sent out is back home
-    shl r11, %hidden, 2          # r11 = f32 row bytes
-    shl r12, %topk, 3            # r12 = bytes of a token's ids
-    mov r1, %tb                  # r1 = token
-    mov r9, 0                    # r9 = rows combined by this TB
-token:
-    bge r1, %tokens, end
-    start_output_row r2, r1, %out, r11, %shared, %ys, %one, %tokens, r10, %hidden, r3, r4
-    mul r5, r1, r12
-    add r5, r5, %topk_idx
-    ld.v8 r16, [r5]              # expert ids (slot j's in r16 after j shifts)
-    mul r5, r1, %topk            # r5 = t*k
-    mov r3, 0                    # r3 = slot j
-choice:
-    add r6, r5, r3
-    shl r7, r6, 3
-    add r7, r7, %slot_map
-    ld r7, [r7]                  # the slot this row took at its expert
-    mul r8, r16, %tokens
-    add r8, r8, r7
-    mul r8, r8, r10
-    add r8, r8, %comb            # cw_comb[e][slot]
-    shl r7, r6, 2
-    add r7, r7, %topk_w
-    vaxpy.f32.bf16 r2, r8, r7, %hidden
-    next_slot_word r3, %topk, choice
-    add r9, r9, %topk
-    add r1, r1, %ntb
-    bra token
-end:
-    atom.add r13, %gpu, [%acct+24], r9   # acct 3: rows combined
-    exit
+    slot_reduce_tokens

@@ -46,7 +46,8 @@
 #   dp_meta   ctl  [T][16]     token t's dispatch metadata (written by layout):
 #                              words 0..7: expert id of slot j | t << 32 (k words used),
 #                              words 8..11: the k router weights (f32),
-#                              word 12: rank mask (bit r: a slot's expert is on rank r)
+#                              words 12..15: rank mask (word 12 + r / 62, bit r % 62: a slot's
+#                              expert is on rank r; deepep_layout writes word 12 only)
 #                              (words 0..11 = 96 B travel with the row: DeepEP's src_idx, topk_idx,
 #                              topk_weights rings, here one metadata ring)
 #   dp_lay    ctl  [P][W]      count row for rank r: words 0..C-1 tokens of channel c going to r,
@@ -124,7 +125,70 @@ wait_\@:
 # token once to every rank holding any of its experts. Slot loops walk the ids in registers,
 # shifting them down one register per slot (registers cannot be indexed; shared memory holds no
 # words in timing mode).
-.kernel deepep_layout
+#
+# The token's rank mask (dp_meta words 12..15) holds ranks 62w .. 62w + 61 in word 12 + w, bits
+# 0..61 (a bit 63 would not survive the reference engine's signed words): deepep_layout keeps word
+# 0 in r12 and serves up to 62 ranks; deepep_layout_wide keeps the four words in r12, r28, r29,
+# r30 (up to 248 ranks: GB200 NVL72's 72). Both are one kernel body (layout_kernel) around the
+# rank-bit routines below, so the 62-rank kernel runs exactly the instructions it always ran.
+.macro mask_clear_1word
+    mov r12, 0                   # r12 = rank mask
+.endm
+
+.macro mask_store_1word
+    st [r7+96], r12              # meta word 12 = rank mask
+.endm
+
+# rank_bit_1word seen: branch to `seen` if bit r14 (the slot's rank) of the mask is set, else set it
+.macro rank_bit_1word seen
+    shl r26, 1, r14
+    and r27, r12, r26
+    bne r27, 0, \seen            # the token already goes to this rank
+    or r12, r12, r26
+.endm
+
+.macro mask_clear_4words
+    mov r12, 0                   # r12, r28, r29, r30 = rank mask words 0..3
+    mov r28, 0
+    mov r29, 0
+    mov r30, 0
+.endm
+
+.macro mask_store_4words
+    st [r7+96], r12              # meta words 12..15 = rank mask words 0..3
+    st [r7+104], r28
+    st [r7+112], r29
+    st [r7+120], r30
+.endm
+
+# rank_bit_in word, seen, done: the test-and-set of one mask word (the bit in r26)
+.macro rank_bit_in word, seen, done
+    and r27, \word, r26
+    bne r27, 0, \seen
+    or \word, \word, r26
+    bra \done
+.endm
+
+.macro rank_bit_4words seen
+    div r27, r14, 62             # r27 = the rank's mask word
+    mul r26, r27, 62
+    sub r26, r14, r26
+    shl r26, 1, r26              # r26 = its bit in the word
+    beq r27, 0, w0_\@
+    beq r27, 1, w1_\@
+    beq r27, 2, w2_\@
+    rank_bit_in r30, \seen, set_\@
+w2_\@:
+    rank_bit_in r29, \seen, set_\@
+w1_\@:
+    rank_bit_in r28, \seen, set_\@
+w0_\@:
+    rank_bit_in r12, \seen, set_\@
+set_\@:
+.endm
+
+.macro layout_kernel name, mask_clear, rank_bit, mask_store
+.kernel \name
 .param topk_idx
 .param topk_w
 .param meta
@@ -154,7 +218,7 @@ token:
     put %gpu, r9, r8, r4         # weights -> meta words 8..11 (async local copy; exit fences)
     div r10, r5, r1              # r10 = the token's channel
     shl r11, r5, 32              # r11 = t << 32
-    mov r12, 0                   # r12 = rank mask
+    \mask_clear
     mov r13, 0                   # r13 = slot j; its id is in r16 (the ids shift down each slot:
                                  # registers cannot be indexed)
 choice:
@@ -182,21 +246,22 @@ choice:
     shl r25, r25, 2
     shl r25, 1, r25
     red.add %gpu, [r24], r25
-    shl r26, 1, r14
-    and r27, r12, r26
-    bne r27, 0, next             # the token already goes to this rank
-    or r12, r12, r26
+    \rank_bit next
     add r24, r15, r10
     shl r24, r24, 3
     add r24, r24, %lay
     red.add %gpu, [r24], 1       # one more token of this channel for the rank
 next:
     next_slot_word r13, %topk, choice
-    st [r7+96], r12              # meta word 12 = rank mask
+    \mask_store
     add r5, r5, %ntb
     bra token
 end:
     exit
+.endm
+
+layout_kernel deepep_layout, mask_clear_1word, rank_bit_1word, mask_store_1word
+layout_kernel deepep_layout_wide, mask_clear_4words, rank_bit_4words, mask_store_4words
 
 # ------------------------------------------------------------------------------------------------
 # deepep_notify: grid G = ceil(El / 8). TB 0 runs the cross-rank protocol: barrier 1 (flag.set
@@ -908,8 +973,52 @@ upd_done:
 # ------------------------------------------------------------------------------------------------
 # deepep_reduce: waits for the shared experts and for done[g] = 1 from every GPU, then per token (round-robin over TBs)
 # out[t] = sum_s ys[s][t] + sum over ranks r ascending in the token's mask of dp_comb[t*P + r],
-# accumulated in fp32 in that order (the reference's combine="per_rank").
-.kernel deepep_reduce
+# accumulated in fp32 in that order (the reference's combine="per_rank"). deepep_reduce reads the
+# one mask word of up to 62 ranks, deepep_reduce_wide the words of up to 248 (deepep_layout).
+#
+# add_rank_partial mask, bit: unless bit `bit` of `mask` is clear, out row r2 += dp_comb[t*P +
+# r3] (r7 = t*P, r10 = rb). Writes r8, r9.
+.macro add_rank_partial mask, bit
+    shr r8, \mask, \bit
+    and r8, r8, 1
+    beq r8, 0, skip_\@
+    add r9, r7, r3
+    mul r9, r9, r10
+    add r9, r9, %comb
+    vaxpy.f32.bf16 r2, r9, %one, %hidden
+skip_\@:
+.endm
+
+.macro rank_partials_1word
+    ld r6, [r5+96]               # r6 = rank mask
+    mul r7, r1, %ngpu
+    mov r3, 0                    # r3 = rank
+rank_\@:
+    add_rank_partial r6, r3
+    add r3, r3, 1
+    blt r3, %ngpu, rank_\@
+.endm
+
+.macro rank_partials_4words
+    mul r7, r1, %ngpu
+    mov r3, 0                    # r3 = rank
+    mov r12, r5                  # r12 + 96 = the mask word of rank r3
+word_\@:
+    ld r6, [r12+96]              # r6 = rank mask word
+    mov r13, 0                   # r13 = r3's bit in it
+rank_\@:
+    add_rank_partial r6, r13
+    add r3, r3, 1
+    bge r3, %ngpu, done_\@
+    add r13, r13, 1
+    blt r13, 62, rank_\@
+    add r12, r12, 8
+    bra word_\@
+done_\@:
+.endm
+
+.macro reduce_kernel name, rank_partials
+.kernel \name
 .param out
 .param ys
 .param comb
@@ -930,21 +1039,12 @@ token:
     start_output_row r2, r1, %out, r11, %shared, %ys, %one, %tokens, r10, %hidden, r3, r4
     shl r5, r1, 7
     add r5, r5, %meta
-    ld r6, [r5+96]               # r6 = rank mask
-    mul r7, r1, %ngpu
-    mov r3, 0                    # r3 = rank
-rank:
-    shr r8, r6, r3
-    and r8, r8, 1
-    beq r8, 0, rank_next
-    add r9, r7, r3
-    mul r9, r9, r10
-    add r9, r9, %comb
-    vaxpy.f32.bf16 r2, r9, %one, %hidden
-rank_next:
-    add r3, r3, 1
-    blt r3, %ngpu, rank
+    \rank_partials
     add r1, r1, %ntb
     bra token
 end:
     exit
+.endm
+
+reduce_kernel deepep_reduce, rank_partials_1word
+reduce_kernel deepep_reduce_wide, rank_partials_4words
