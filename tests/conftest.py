@@ -83,6 +83,16 @@ def mini_system(num_gpus=2, num_sms=4, links=2):
             f"system.switch.gpu_link_switch=[{', '.join(str(i) for i in range(links))}]"]
 
 
+def mini_system_yaml(num_gpus=2, num_sms=4, links=2):
+    """The head of a config file (`extends:` and `system:`) for the small system of mini_system;
+    the caller appends its `workload:` section."""
+    switches = ", ".join(str(i) for i in range(links))
+    return (f"extends: {CONFIGS / 'systems' / 'dgx_h100.yaml'}\nsystem:\n"
+            f"  num_gpus: {num_gpus}\n  gpu: {{num_sms: {num_sms}}}\n"
+            f"  nvlink: {{links_per_gpu: {links}}}\n"
+            f"  switch: {{count: {links}, gpu_link_switch: [{switches}]}}\n")
+
+
 def load(config, *overrides):
     from moehub_arch.config import load_config
     return load_config(CONFIGS / config, list(overrides))

@@ -5,7 +5,7 @@ satisfies are clear errors; both engines agree."""
 import numpy as np
 import pytest
 
-from conftest import CONFIGS, cli_stats_per_engine, run_cli
+from conftest import CONFIGS, cli_stats_per_engine, mini_system_yaml, run_cli
 
 FIRST, SECOND, OTHER = 1000, 4096, 200     # bytes: GPU 0's two puts, GPU 1's put
 PACKET = 128                                # dgx_h100 nvlink.store_packet_bytes
@@ -51,13 +51,7 @@ late:
 def _config(tmp_path, kernel=KERNEL):
     (tmp_path / "k.s").write_text(kernel)
     cfg = tmp_path / "c.yaml"
-    cfg.write_text(f"""extends: {CONFIGS / 'systems' / 'dgx_h100.yaml'}
-system:
-  num_gpus: 3
-  gpu: {{num_sms: 4}}
-  nvlink: {{links_per_gpu: 2}}
-  switch: {{count: 2, gpu_link_switch: [0, 1]}}
-workload:
+    cfg.write_text(mini_system_yaml(3, 4) + f"""workload:
   mode: functional
   kernel_files: [{tmp_path / 'k.s'}]
   buffers:

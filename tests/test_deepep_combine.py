@@ -4,7 +4,7 @@ workloads/kernels/deepep/deepep.s deepep_combine), the LSU loads of vaxpy.f32.bf
 import numpy as np
 import pytest
 
-from conftest import CONFIGS, run_cli, simulate
+from conftest import CONFIGS, mini_system_yaml, run_cli, simulate
 from moehub_arch.workloads.bandwidth import tokens_received_per_rank
 
 CONFIG = "experiments/functional.yaml"
@@ -175,13 +175,7 @@ def _lsu_config(tmp_path, instruction):
     (tmp_path / "k.s").write_text(LSU_KERNEL.format(n=N, nb=4 * N).replace(
         "vaxpy.f32.bf16.lsu", instruction))
     cfg = tmp_path / "c.yaml"
-    cfg.write_text(f"""extends: {CONFIGS / 'systems' / 'dgx_h100.yaml'}
-system:
-  num_gpus: 2
-  gpu: {{num_sms: 2}}
-  nvlink: {{links_per_gpu: 2}}
-  switch: {{count: 2, gpu_link_switch: [0, 1]}}
-workload:
+    cfg.write_text(mini_system_yaml(2, 2) + f"""workload:
   mode: functional
   kernel_files: [{tmp_path / 'k.s'}]
   buffers:
@@ -244,13 +238,7 @@ REG_KERNELS = """
 def _reg_config(tmp_path, threads=768, regs=80):
     (tmp_path / "k.s").write_text(REG_KERNELS.format(threads=threads, regs=regs))
     cfg = tmp_path / "c.yaml"
-    cfg.write_text(f"""extends: {CONFIGS / 'systems' / 'dgx_h100.yaml'}
-system:
-  num_gpus: 2
-  gpu: {{num_sms: 2}}
-  nvlink: {{links_per_gpu: 2}}
-  switch: {{count: 2, gpu_link_switch: [0, 1]}}
-workload:
+    cfg.write_text(mini_system_yaml(2, 2) + f"""workload:
   mode: functional
   kernel_files: [{tmp_path / 'k.s'}]
   buffers:

@@ -2,10 +2,9 @@
 a block of G warp groups is placed whole on one SM and keeps its slots until its last group exits;
 put.sm charges the SM's load/store unit 2 bytes of work per byte copied (loaded, then stored),
 the thread block waits for its loads, and the hub carries remote stores without reading HBM."""
-import numpy as np
 import pytest
 
-from conftest import CONFIGS, cli_stats_per_engine, model_stats, run_cli
+from conftest import cli_stats_per_engine, mini_system_yaml, run_cli
 
 N = 4096                   # bytes per copy
 LSU = 128                  # dgx_h100 sm.lsu_bytes_per_cycle
@@ -39,13 +38,7 @@ COPY_KERNEL = """
 def _config(tmp_path, *, groups=2, grid=1, sms=4, kernel=COPY_KERNEL, smem=""):
     (tmp_path / "k.s").write_text(kernel.replace(".param bytes\n", f".param bytes\n{smem}"))
     cfg = tmp_path / "c.yaml"
-    cfg.write_text(f"""extends: {CONFIGS / 'systems' / 'dgx_h100.yaml'}
-system:
-  num_gpus: 2
-  gpu: {{num_sms: {sms}}}
-  nvlink: {{links_per_gpu: 2}}
-  switch: {{count: 2, gpu_link_switch: [0, 1]}}
-workload:
+    cfg.write_text(mini_system_yaml(2, sms) + f"""workload:
   mode: functional
   kernel_files: [{tmp_path / 'k.s'}]
   buffers:

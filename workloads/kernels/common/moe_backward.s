@@ -101,11 +101,7 @@ end:
 .param tile_rows
 .param n_tile
 .smem 224KB                  # G, U, D [tile][n] fp32 + out [tile][n] bf16
-    gemm_smem r8, r9, %tile_rows, %n_tile, r20, r21   # r8 = G, r9 = U
-    add r10, r9, r21             # r10 = D
-    add r11, r10, r21            # r11 = out (bf16)
-    div r22, %ffn, %n_tile       # r22 = Ju
-    div r23, %hidden, %n_tile    # r23 = H / n steps
+    swiglu_bwd_smem              # r8 G, r9 U, r10 D, r11 out; r22 = I / n, r23 = H / n
     mul r25, %hidden, %n_tile
     shl r25, r25, 1              # r25 = bytes of a gate/up column tile [H][n]
     mul r26, %ffn, %n_tile

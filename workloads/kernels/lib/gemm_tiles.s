@@ -33,6 +33,11 @@
 #       `rows` rows of nbytes (2 n) to du_dst / dg_dst, row_bytes apart (copy2d) - the one macro
 #       that stores to memory, shared by the dense FFN's and the MoE experts' backward
 #       (tp/ffn_backward.s, common/moe_backward.s). Overwrites u with dG in fp32.
+#   swiglu_bwd_smem (no operands)
+#       the shared-memory layout of those two kernels (.smem 224KB: G, U, D [tile][n] fp32 + out
+#       [tile][n] bf16; the kernel declares ffn, hidden, tile_rows, n_tile): r8 = G, r9 = U,
+#       r10 = D, r11 = out, r22 = I / n column jobs per row tile, r23 = H / n steps of D.
+#       Writes r20, r21.
 
 .macro gemm_tile acc, out, a, b, rows, n, k, elems, q, cold, cold_value
     vzero.f32 \acc, \elems
@@ -141,6 +146,14 @@ done_\@:
     div \q, \t1, \t2
     rem \t1, \t1, \t2
     add \tile, \tile, \t1
+.endm
+
+.macro swiglu_bwd_smem
+    gemm_smem r8, r9, %tile_rows, %n_tile, r20, r21   # r8 = G, r9 = U
+    add r10, r9, r21             # r10 = D
+    add r11, r10, r21            # r11 = out (bf16)
+    div r22, %ffn, %n_tile       # r22 = column jobs per row tile
+    div r23, %hidden, %n_tile    # r23 = H / n steps of D
 .endm
 
 .macro swiglu_grad_store g, u, d, out, elems, rows, nbytes, row_bytes, du_dst, dg_dst
