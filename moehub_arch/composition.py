@@ -390,6 +390,23 @@ def _compose_receives(blocks):
 RECEIVES = _compose_receives(BLOCKS)
 
 
+def _compose_sends(blocks):
+    """{request kind: (block name, Send)} of the hub's request kinds (Block.sends): each kind sent
+    by one packetizer."""
+    out = {}
+    for b in blocks:
+        for s in b.sends:
+            for k in s.kinds:
+                if k in out:
+                    raise DeclarationError(f"request kind {k} is sent by blocks '{out[k][0]}' "
+                                           f"({out[k][1].handler}) and '{b.name}' ({s.handler})")
+                out[k] = (b.name, s)
+    return out
+
+
+SENDS = _compose_sends(BLOCKS)
+
+
 def build_blocks(cfg, building):
     """Run every block's build hook (declare.Block.build), in BLOCKS order; a hook's ValueError
     (a bad configuration value, named) goes to the caller."""

@@ -22,6 +22,9 @@ Each component module ends its imports with one ``BLOCK = Block(...)`` that says
   e.g. the scheduler's first kernel launches;
 - ``receives``: the packet kinds a GPU receives that the block handles, and the compiled
   handler the run loop dispatches them to (``Receive``), so the hub keeps only its base protocol;
+- ``sends``: the request kinds of the hub's request FIFO that the block turns into packets, and
+  the compiled packetizer the run loop dispatches the FIFO's head to (``Send``): the send side's
+  counterpart of ``receives``;
 - ``build``: Python functions ``fn(cfg, building)`` the builder runs once the fabric's channel
   records exist, in ``BLOCKS`` order: what the block derives from the config and the built
   fabric - capacities, credits, queue sizes - computed in its own module (``Building`` says
@@ -189,6 +192,7 @@ class Block:
     start: tuple = attrs.field(default=(), converter=_tuple)      # compiled fn(st) at run start
     build: tuple = attrs.field(default=(), converter=_tuple)      # fn(cfg, Building) at build
     receives: tuple = attrs.field(default=(), converter=_tuple)   # Receive, one per handler
+    sends: tuple = attrs.field(default=(), converter=_tuple)      # Send, one per packetizer
 
 
 @attrs.frozen
@@ -199,6 +203,20 @@ class Receive:
     (it completes requests in the hub, which the block's own module sits under). The run loop
     (dispatch/loop.py) dispatches each kind to its handler; tests/test_blocks.py checks that every
     kind a GPU receives has one declared handler and that the loop calls each."""
+    kinds: tuple = attrs.field(converter=_tuple)
+    handler: str
+    doc: str
+
+
+@attrs.frozen
+class Send:
+    """Request kinds of the hub's request FIFO (packet.py ``REQ_*``) that one packetizer of the
+    block turns into link packets: ``handler(st, g, r, tick)`` (compiled; g the GPU, r the request
+    at the FIFO's head, when the hub's packetizer may emit its next packet). It picks the link,
+    builds the packet and hands it to the hub (hub.hub_emit), or waits for link room
+    (hub.hub_wait_for_room). Named by module and function like ``Receive`` (it lives above the hub
+    it sends through). The run loop (dispatch/loop.py) dispatches each kind to its handler;
+    tests/test_blocks.py checks that every request kind has one and that the loop calls each."""
     kinds: tuple = attrs.field(converter=_tuple)
     handler: str
     doc: str

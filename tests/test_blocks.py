@@ -183,6 +183,31 @@ def test_every_packet_kind_a_gpu_receives_has_one_handler_the_run_loop_calls():
                                        Block("b", "", receives=(Receive((3,), "x.g", ""),))))
 
 
+def test_every_request_kind_the_hub_queues_has_one_packetizer_the_run_loop_calls():
+    # Block.sends: the hub sends its base kinds; multimem, DySHARP and CAIS send theirs
+    import importlib
+    import re
+    from pathlib import Path
+    from moehub_arch.components import packet as pk
+    from moehub_arch.declare import Send
+    assert set(composition.SENDS) == set(range(len(pk.REQUEST_KIND_NAMES)))
+    assert {b for b, _ in composition.SENDS.values()} == {"hub", "nvls", "dysharp", "cais_merge"}
+    assert {k for k, (b, _) in composition.SENDS.items() if b == "hub"} == {
+        pk.REQ_PUT, pk.REQ_GET, pk.REQ_STORE, pk.REQ_ATOM}
+    loop_src = (Path(composition.__file__).parent / "dispatch" / "loop.py").read_text()
+    for _, s in composition.SENDS.values():
+        module, fn = s.handler.rsplit(".", 1)
+        assert callable(getattr(importlib.import_module(f"moehub_arch.{module}"), fn))
+        assert re.search(rf"\b{fn}\(st, a0, r, tick\)", loop_src), f"dispatch/ never calls {s.handler}"
+    # the hub's module names no extension: their request kinds, packets and counters are theirs
+    hub_src = (Path(composition.__file__).parent / "components" / "hub.py").read_text()
+    assert not re.search(r"REQ_(MM|DY|CAIS)|PK_(MM|CAIS)|mm_tx|cais_\w+_tx|ext_flits", hub_src)
+    assert not re.search(r"^from \.+(dysharp|cais)", hub_src, re.M)
+    with pytest.raises(composition.DeclarationError, match="sent by blocks 'a'"):
+        composition._compose_sends((Block("a", "", sends=(Send((3,), "x.f", ""),)),
+                                    Block("b", "", sends=(Send((3,), "x.g", ""),))))
+
+
 def test_blocks_command_prints_the_declarations():
     r = run_cli("blocks", "aau")
     assert r.returncode == 0, r.stderr

@@ -72,10 +72,10 @@ from ..engine.state import ERR_DY_LAYOUT_FULL, ERR_DY_UNPLACED, ERR_UNBACKED_COP
 from .elements import load_f32, store_f32
 from .hbm import hbm_access, hbm_backed, move_bytes, raise_error, read_word, write_word
 from .l2 import link_write
-from .packet import PK_MM_DATA, packet_alloc, packet_flits, request_records
+from .packet import PK_MM_DATA, REQ_DY_LD, REQ_DY_ST, packet_alloc, packet_flits, request_records
 from .waiters import notify_stores
 from .wakeups import hub_kick_response
-from ..declare import Array, Block, Param, Stat, StatGroup, counters, fields
+from ..declare import Array, Block, Param, Send, Stat, StatGroup, counters, fields
 from ..isa.encoding import DT_BF16
 
 # columns of State.mm_objects (static NVLS objects use the first three; nvls.py; the members
@@ -190,6 +190,8 @@ BLOCK = Block(
         ), enabled=lambda st: _any_dynamic(st)),
     ),
     checks=(lambda sim, out: check_dysharp(sim, out),),
+    sends=(Send((REQ_DY_ST, REQ_DY_LD), "components.dysharp_isa.dysharp_send",
+                "dymultimem.st / ld_reduce packets with their target lists, GPU -> switch"),),
 )
 
 

@@ -46,8 +46,13 @@ they queue in each link's response channel (nvlink.response_queue_packets) with 
 (with priority) and queue in the links' request FIFOs behind requests - where each one also takes
 a slot of the read-ahead that the transmit queues give puts.
 
-The MoE-Hub control plane (RPM, AAU, DAM) will live beside this module in ``components/hub/``-style
-sibling modules and reuse the packetizer and receive path.
+Extensions send through the same request table, FIFO and packetizer: their request kinds
+(packet.py ``REQ_*``) are turned into packets by the block that declares them (``Send``:
+multimem in nvls_send.py, DySHARP's dymultimem in dysharp_isa.py, CAIS in cais/send.py), which
+submit with ``hub_accept`` / ``hub_enqueue`` and hand each packet to ``hub_emit``; the run loop
+dispatches the FIFO's head by kind (dispatch/loop.py), so this module holds the base protocol
+only. The MoE-Hub control plane (moehub/: RPM, AAU, DAM) has a packetizer of its own and shares
+the links and the receive path's link-level responses.
 
 Data semantics: a put's (or get's) bytes are copied from the source memory when each packet is
 delivered. As with NVSHMEM's non-blocking puts, a program must not modify a put's source buffer
@@ -64,28 +69,20 @@ from .l2 import link_write
 from .nvlink import channel_count_arrival, credit_return_vc, txq_push
 from .packet import request_records
 from .packet import (PACKET_KIND_NAMES, PK_ACK, PK_ATOM_REQ, PK_ATOM_RESP, PK_GET_REQ, PK_GET_RESP,
-                     PK_MM_LD, PK_MM_ST, PK_PUT, PK_STORE, VC_REQUEST, VC_RESPONSE, header_flits,
-                     packet_alloc, packet_flits, packet_free, packet_vc, store_packets)
+                     PK_PUT, PK_STORE, REQ_ATOM, REQ_GET, REQ_PUT, REQ_STORE, VC_REQUEST,
+                     VC_RESPONSE, header_flits, packet_alloc, packet_flits, packet_free, packet_vc,
+                     store_packets)
 from .nvls import nvls_send_data
-from .cais.gpu import cais_request_line, cais_uplink
-from .packet import PK_CAIS_LD, PK_CAIS_RED, PK_CAIS_SYNC
-from .dysharp import OBJ_MEMBERS, dysharp_bind, dysharp_sent, ext_flits
-from ..isa.encoding import MM_RED, MM_ST
 from .trace import CAT_HUB, TR_HUB_RX, TR_HUB_TX, trace_event
 from .wakeups import hub_kick, hub_kick_response, tb_resume
 from .waiters import notify_stores
 from .counted_write import counter_add
 from .nic import nic_overtake, nic_queue_pair, nic_schedule, nic_served, rdma_message
-from ..declare import (Array, Block, Debug, Event, Param, Receive, Record, StatGroup, Timer, counters,
-                       fields)
+from ..declare import (Array, Block, Debug, Event, Param, Receive, Record, Send, StatGroup, Timer,
+                       counters, fields)
 
-REQ_PUT, REQ_GET, REQ_STORE, REQ_ATOM = range(4)
-REQ_MM_ST, REQ_MM_RED, REQ_MM_LD = 4, 5, 6   # multimem st / red / ld_reduce (nvls.py); value =
-                                              # multicast object x 16 + element type
-REQ_DY_ST, REQ_DY_LD = 7, 8   # DySHARP dymultimem st / ld_reduce (dysharp.py): as REQ_MM_ST /
-                              # REQ_MM_LD, with the target list staged by the SM
-REQ_CAIS_LD, REQ_CAIS_RED = 9, 10   # ld.cais / red.cais (components/cais/); value = group x 16 + element type
-REQ_CAIS_SYNC = 11   # sync.cais (components/cais/): dst_addr = the flag, src_addr = the value released
+# the base protocol's request kinds (REQ_PUT, REQ_GET, REQ_STORE, REQ_ATOM) are packet.py's,
+# beside the extensions'
 RESP_ACK, RESP_GET_DATA, RESP_ATOM = range(3)
 RESP_MM_ACK = 3   # a member's one write response to a multimem st/red (nvls.py)
 
@@ -240,6 +237,8 @@ BLOCK = Block(
     receives=(Receive((PK_PUT, PK_STORE, PK_GET_REQ, PK_GET_RESP, PK_ATOM_REQ, PK_ATOM_RESP, PK_ACK),
                       "components.hub.hub_receive", "the base protocol: puts, stores, gets, "
                       "atomics and their responses"),),
+    sends=(Send((REQ_PUT, REQ_GET, REQ_STORE, REQ_ATOM), "components.hub.hub_send",
+                "the base protocol: puts, flag stores, gets and atomics"),),
     debug=(Debug("Hub", CAT_HUB, (TR_HUB_TX, TR_HUB_RX), describe={
         TR_HUB_TX: lambda n, g, kind, peer: (f"system.gpu{g}.hub",
                                              f"sends {PACKET_KIND_NAMES[kind]} to GPU {peer}"),
@@ -259,13 +258,40 @@ def hub_room(st, g):
 @compiled
 def hub_submit(st, g, kind, slot, dst_gpu, dst_addr, src_addr, nbytes, value, ret_reg, tick,
                data_ready):
-    """Accept a remote operation from TB `slot`; returns False (TB must retry) if the hub is full.
-    `data_ready` >= 0: a put whose payload the SM's own loads deliver at that tick (put.sm: the
-    hub reads no HBM); -1: the hub reads the source from HBM as it packetizes."""
-    gp = st.gpu[g]
-    depth = st.reqq.shape[1]
-    if not hub_room(st, g):
+    """Accept a remote operation of the base protocol (REQ_PUT, REQ_GET, REQ_STORE, REQ_ATOM)
+    from TB `slot`; returns False (TB must retry) if the hub is full. `data_ready` >= 0: a put
+    whose payload the SM's own loads deliver at that tick (put.sm: the hub reads no HBM); -1: the
+    hub reads the source from HBM as it packetizes."""
+    r = hub_accept(st, g, kind, slot, dst_gpu, dst_addr, src_addr, nbytes, value, ret_reg, tick,
+                   data_ready)
+    if r < 0:
         return False
+    rq = st.req[r]
+    if kind == REQ_PUT or kind == REQ_GET:
+        mp = st.p[0].store_payload * st.p[0].packet_train   # one (train of) packet(s)
+        rq.pkts_total = (nbytes + mp - 1) // mp
+    else:
+        rq.pkts_total = 1
+    # write responses the requester waits for: one per link packet, or one per put
+    # (a put to another node is an RDMA write: one completion per message, nic.rdma_message)
+    if kind == REQ_PUT and st.p[0].write_resp_per_packet and not rdma_message(st, g, dst_gpu):
+        rq.acks_total = store_packets(st, nbytes)
+    else:
+        rq.acks_total = 1
+    hub_enqueue(st, g, r, tick)
+    return True
+
+
+@compiled
+def hub_accept(st, g, kind, slot, dst_gpu, dst_addr, src_addr, nbytes, value, ret_reg, tick,
+               data_ready):
+    """Take a request record and a request-table entry for a remote operation of TB `slot`
+    (hub_submit's arguments); -1 (the TB must retry) if the hub is full. The caller sets the
+    record's pkts_total and acks_total (its kind's packets and the write responses it waits for)
+    and queues it (hub_enqueue): how an extension (declare.Send) submits its request kinds."""
+    gp = st.gpu[g]
+    if not hub_room(st, g):
+        return -1
     gp.free_top -= 1
     r = st.free_reqs[g, gp.free_top]
     gp.req_table_used += 1
@@ -293,38 +319,19 @@ def hub_submit(st, g, kind, slot, dst_gpu, dst_addr, src_addr, nbytes, value, re
     rq.posted = 0
     rq.cw_counter = -1   # a counted put: set by the SM after this (counted_write.py)
     rq.launch = st.tb[slot].launch
-    mp = st.p[0].store_payload * st.p[0].packet_train   # one (train of) packet(s)
-    if kind == REQ_CAIS_LD or kind == REQ_CAIS_RED:
-        # one request line per merge-table entry: never a packet train
-        rq.pkts_total = (nbytes + st.p[0].store_payload - 1) // st.p[0].store_payload
-    elif kind == REQ_CAIS_SYNC:
-        rq.pkts_total = 1   # one header-only arrival; the switch's release completes it
-    elif kind == REQ_PUT or kind == REQ_GET or kind >= REQ_MM_ST:
-        rq.pkts_total = (nbytes + mp - 1) // mp
-    else:
-        rq.pkts_total = 1
-    # write responses the requester waits for: one per link packet, or one per put; a multimem
-    # st/red one per member of its multicast object
-    # (a put to another node is an RDMA write: one completion per message, nic.rdma_message)
-    if kind == REQ_PUT and st.p[0].write_resp_per_packet and not rdma_message(st, g, dst_gpu):
-        rq.acks_total = store_packets(st, nbytes)
-    elif kind == REQ_MM_ST or kind == REQ_MM_RED:
-        rq.acks_total = st.mm_objects[value // 16, OBJ_MEMBERS]
-    elif kind == REQ_DY_ST:
-        rq.acks_total = dysharp_bind(st, g, r, False)   # one per GPU holding a target
-    elif kind == REQ_CAIS_RED:
-        rq.acks_total = rq.pkts_total   # the home answers each line's write once
-    else:
-        rq.acks_total = 1
-        if kind == REQ_DY_LD:
-            dysharp_bind(st, g, r, True)
-    st.reqq[g, ring_add(gp.reqq_head, gp.reqq_count, depth)] = r
+    return r
+
+
+@compiled
+def hub_enqueue(st, g, r, tick):
+    """Queue the accepted request r (hub_accept) in GPU g's request FIFO and wake the packetizer."""
+    gp = st.gpu[g]
+    st.reqq[g, ring_add(gp.reqq_head, gp.reqq_count, st.reqq.shape[1])] = r
     gp.reqq_count += 1
     if gp.reqq_count > gp.hub_reqq_peak:
         gp.hub_reqq_peak = gp.reqq_count
     gp.hub_requests += 1
     hub_kick(st, g, tick)
-    return True
 
 
 @compiled
@@ -382,7 +389,7 @@ def _response_vc(st):
 
 
 @compiled
-def _request_packet(st, r, g, dst):
+def hub_request_packet(st, r, g, dst):
     """A fresh packet from GPU g to GPU dst for request r (its request or response packets alike),
     addressed at the request's destination address; the caller sets kind and payload."""
     pkt = packet_alloc(st)
@@ -397,7 +404,7 @@ def _request_packet(st, r, g, dst):
 
 
 @compiled
-def _hub_blocked(st, g, tick):
+def hub_wait_for_room(st, g, tick):
     """No link toward the packet's destination has queue room: wait for a dequeue."""
     gp = st.gpu[g]
     gp.hub_blocked = 1
@@ -406,7 +413,9 @@ def _hub_blocked(st, g, tick):
 
 @inline
 def hub_packetize(st, g, tick):
-    """EV_HUB_TX: emit the next response (priority) or the next packet of the head request.
+    """EV_HUB_TX: emit the next response (priority), or return the request at the FIFO's head
+    whose next packet may go now (-1: none may), for the run loop to hand to the packetizer of its
+    kind (declare.Send: hub_send here for the base protocol; dispatch/loop.py).
 
     The request packetizer emits one packet per `hub_ticks_per_packet` (gp.hub_req_free).
     With nvlink.response_path: separate, responses take the response path: they are made as
@@ -415,13 +424,13 @@ def hub_packetize(st, g, tick):
     `shared` they go through the request packetizer (and its rate) and the request queues."""
     gp = st.gpu[g]
     if gp.hub_next_tx != tick:
-        return  # superseded by an earlier activation
+        return -1  # superseded by an earlier activation
     gp.hub_next_tx = -1
     p = st.p[0]
     separate = p.response_vc != 0
     if not separate and gp.hub_req_free > tick:
         hub_kick(st, g, gp.hub_req_free)
-        return
+        return -1
     sent = _send_response(st, g, tick)
     if sent > 0:
         if not separate:
@@ -432,40 +441,43 @@ def hub_packetize(st, g, tick):
             hub_kick_response(st, g, tick)
         elif gp.reqq_count > 0:
             hub_kick(st, g, tick)
-        return
+        return -1
     if sent < 0 and not separate:
-        _hub_blocked(st, g, tick)   # responses first: wait for room for the head response
-        return
+        hub_wait_for_room(st, g, tick)   # responses first: wait for room for the head response
+        return -1
     if gp.hub_blocked:
-        return      # (separate: woken for a response) requests still wait for a dequeue
+        return -1      # (separate: woken for a response) requests still wait for a dequeue
     if gp.reqq_count == 0:
         if sent < 0:
-            _hub_blocked(st, g, tick)
-        return
+            hub_wait_for_room(st, g, tick)
+        return -1
     if gp.hub_req_free > tick:
         hub_kick(st, g, gp.hub_req_free)
-        return
+        return -1
     if p.nic_qp_round_robin:
         nic_schedule(st, g, tick)   # the NIC's send scheduler picks the RDMA message served next
     t_dma = nic_overtake(st, g, tick)
     if t_dma > tick:
         hub_kick(st, g, t_dma)      # the NIC pulls the payload after its doorbell (nic.py)
-        return
-    r = st.reqq[g, gp.reqq_head]
+        return -1
+    return st.reqq[g, gp.reqq_head]
+
+
+@inline
+def hub_send(st, g, r, tick):
+    """Emit the next packet of request r, the head of GPU g's request FIFO, of the base protocol
+    (declare.Send): a put's next data packet (train), a flag store, a get's next read requests
+    (header only, one per data packet asked for), an atomic."""
+    p = st.p[0]
+    gp = st.gpu[g]
     rq = st.req[r]
     dst = rq.dst_gpu
     kind = rq.kind
-    if kind == REQ_CAIS_LD or kind == REQ_CAIS_RED:
-        # the line's address picks the switch whose merge unit takes it (components/cais/)
-        c = cais_uplink(st, g, dst, (rq.src_addr if kind == REQ_CAIS_LD else rq.dst_addr) + rq.sent)
-    elif kind == REQ_CAIS_SYNC:
-        c = cais_uplink(st, g, dst, rq.dst_addr)   # the flag's address picks the switch
-    else:
-        c = pick_channel_vc(st, g, dst, True, VC_REQUEST)
+    c = pick_channel_vc(st, g, dst, True, VC_REQUEST)
     if c < 0:
-        _hub_blocked(st, g, tick)
+        hub_wait_for_room(st, g, tick)
         return  # a dequeue on one of our links wakes us
-    pkt = _request_packet(st, r, g, dst)
+    pkt = hub_request_packet(st, r, g, dst)
     pk = st.pk[pkt]
     ready = tick
     done = False
@@ -473,7 +485,7 @@ def hub_packetize(st, g, tick):
         pk.kind = PK_PUT
         pk.value = rq.value     # 1: a near-memory update (put.add.bf16), 0: a plain write
         pk.cw_counter = rq.cw_counter   # >= 0: a counted put's counter (counted_write.py)
-        ready = _data_packet(st, g, pk, rq, rq.sent, tick)
+        ready = hub_data_packet(st, g, pk, rq, rq.sent, tick)
         rq.sent += pk.payload
         done = rq.sent == rq.length
     elif kind == REQ_STORE:
@@ -489,105 +501,39 @@ def hub_packetize(st, g, tick):
         pk.npk = min(store_packets(st, rq.length) - rq.sent, p.packet_train)
         rq.sent += pk.npk
         done = rq.sent == store_packets(st, rq.length)
-    elif kind == REQ_ATOM:
+    else:   # REQ_ATOM
         pk.kind = PK_ATOM_REQ
         pk.payload = 8
         pk.value = rq.value
         done = True
-    elif kind == REQ_CAIS_LD or kind == REQ_CAIS_RED:
-        # CAIS (components/cais/): one request line per packet; addr = the address at the home
-        n = cais_request_line(st, rq, rq.sent)
-        pk.mm_obj = rq.value // 16
-        pk.mm_dtype = rq.value % 16
-        pk.mm_entry = -1
-        pk.npk = 1
-        if kind == REQ_CAIS_LD:
-            pk.kind = PK_CAIS_LD
-            pk.addr = rq.src_addr + rq.sent
-            pk.src_addr = rq.dst_addr + rq.sent
-            pk.payload = 0
-            pk.value = n
-        else:
-            pk.kind = PK_CAIS_RED
-            pk.addr = rq.dst_addr + rq.sent
-            pk.src_addr = rq.src_addr + rq.sent
-            pk.payload = n
-            ready = hbm_access(st, g, pk.src_addr, n, tick, False)
-        rq.sent += n
-        done = rq.sent == rq.length
-    elif kind == REQ_CAIS_SYNC:
-        # the group sync table's arrival (components/cais/): header only, behind every request this
-        # GPU issued before it (this FIFO)
-        pk.kind = PK_CAIS_SYNC
-        pk.addr = rq.dst_addr
-        pk.src_addr = 0
-        pk.payload = 0
-        pk.value = rq.src_addr
-        pk.mm_obj = rq.value // 16
-        pk.mm_entry = -1
-        pk.npk = 1
-        done = True
+    if kind == REQ_GET:
+        pk.flits = pk.npk * header_flits(st)   # header-only packets
     else:
-        # multimem (nvls.py): st/red data in put-sized chunks, or one header-only ld_reduce
-        # request per chunk (pk.value = its bytes; addr = the multimem address, src_addr = where
-        # the result goes)
-        pk.mm_obj = rq.value // 16
-        pk.mm_dtype = rq.value % 16
-        pk.mm_entry = -1
-        pk.mm_sent = 0
-        if kind == REQ_MM_LD or kind == REQ_DY_LD:
-            pk.kind = PK_MM_LD
-            n = min(rq.length - rq.sent, p.store_payload * p.packet_train)
-            pk.addr = rq.src_addr + rq.sent
-            pk.src_addr = rq.dst_addr + rq.sent
-            pk.payload = 0
-            pk.value = n
-            pk.npk = store_packets(st, n)
-            rq.sent += n
-        else:
-            pk.kind = PK_MM_ST
-            pk.mm_op = MM_RED if kind == REQ_MM_RED else MM_ST
-            ready = _data_packet(st, g, pk, rq, rq.sent, tick)
-            rq.sent += pk.payload
-        done = rq.sent == rq.length
-        if kind == REQ_DY_ST or kind == REQ_DY_LD:
-            ready = max(ready, rq.dy_ready)   # the MultimemQ has fetched the target list
-            if done:
-                dysharp_sent(st, g)
-        if done and posted_store(kind):
-            _post_store(st, g, rq)
+        pk.flits, pk.npk = packet_flits(st, pk.payload, p.store_payload)
+    gp.hub_tx_packets += pk.npk
+    gp.hub_tx_payload += pk.payload
+    hub_emit(st, g, r, c, pkt, ready, done, tick)
+
+
+@compiled
+def hub_emit(st, g, r, c, pkt, ready, done, tick):
+    """Send packet pkt of request r (made by its kind's packetizer, declare.Send: kind, payload,
+    flits and its own counters set; `ready`: when its data is) on GPU g's channel c: `done`, the
+    request's last packet, leaves the FIFO; the packetizer's next slot is one packet time per
+    link packet later."""
+    p = st.p[0]
+    gp = st.gpu[g]
+    rq = st.req[r]
+    pk = st.pk[pkt]
     if done:
         gp.reqq_head = ring_next(gp.reqq_head, st.reqq.shape[1])
         gp.reqq_count -= 1
         wake_hub_waiters(st, g, tick)
-    if (pk.kind == PK_GET_REQ or pk.kind == PK_MM_LD or pk.kind == PK_CAIS_LD
-            or pk.kind == PK_CAIS_SYNC):
-        pk.flits = pk.npk * header_flits(st)   # header-only packets
-    else:
-        pk.flits, pk.npk = packet_flits(st, pk.payload, p.store_payload)
-    if kind == REQ_DY_ST or kind == REQ_DY_LD:
-        # every link packet carries the target list in extension flits (dysharp.py)
-        extra = pk.npk * ext_flits(st, rq.dy_count)
-        pk.flits += extra
-        gp.dy_ext_flits += extra
     if rq.launch >= 0:
         # wire bytes per kernel (dispatch_link_efficiency); responses serve another GPU's kernel
         st.ln[rq.launch].tx_wire += pk.flits * p.flit_bytes
     pk.ready = ready + p.hub_tx_latency_ticks
-    if pk.kind == PK_MM_ST:
-        gp.mm_tx_st += pk.npk      # the switch turns it into copies (nvls.py counts those)
-    elif pk.kind == PK_MM_LD:
-        gp.mm_tx_ld += pk.npk
-    elif pk.kind == PK_CAIS_LD:
-        gp.cais_ld_tx += 1         # the switch's merge unit takes it (components/cais/)
-    elif pk.kind == PK_CAIS_RED:
-        gp.cais_red_tx += 1
-    elif pk.kind == PK_CAIS_SYNC:
-        gp.cais_sync_tx += 1
-    else:
-        gp.hub_tx_packets += pk.npk
-        gp.hub_tx_payload += pk.payload
-    trace_event(st, CAT_HUB, TR_HUB_TX, g, pk.kind, dst, tick)
+    trace_event(st, CAT_HUB, TR_HUB_TX, g, pk.kind, rq.dst_gpu, tick)
     txq_push(st, c, pkt, tick)
     if p.nic_qp_round_robin:
         nic_served(st, g, r)
@@ -629,13 +575,13 @@ def _send_response(st, g, tick):
     c = pick_channel_vc(st, g, dst, True, _response_vc(st))
     if c < 0:
         return -1
-    pkt = _request_packet(st, r, g, dst)
+    pkt = hub_request_packet(st, r, g, dst)
     pk = st.pk[pkt]
     ready = tick
     kind = st.respq[g, gp.respq_head, RESP_KIND]
     if kind == RESP_GET_DATA:
         pk.kind = PK_GET_RESP
-        ready = _data_packet(st, g, pk, rq, rq.resp_sent, tick)
+        ready = hub_data_packet(st, g, pk, rq, rq.resp_sent, tick)
         rq.resp_sent += pk.payload
         done = rq.resp_sent == rq.length
         pk.flits, pk.npk = packet_flits(st, pk.payload, p.store_payload)
@@ -730,7 +676,7 @@ def _send_link_responses(st, g, tick):
 
 
 @compiled
-def _data_packet(st, g, pk, rq, off, tick):
+def hub_data_packet(st, g, pk, rq, off, tick):
     """Fill pk with the next chunk (from byte `off`) of a put or get response; the payload is read
     from local HBM: returns when it is ready to send."""
     n = min(rq.length - off, st.p[0].store_payload * st.p[0].packet_train)
@@ -754,15 +700,9 @@ def wake_hub_waiters(st, g, tick):
 
 
 @compiled
-def posted_store(kind):
-    """A multimem store (st, red, dymultimem.st): a weak store in the PTX ISA's memory model, whose
-    request-table entry frees when its last packet is out."""
-    return kind == REQ_MM_ST or kind == REQ_MM_RED or kind == REQ_DY_ST
-
-
-@compiled
-def _post_store(st, g, rq):
-    """A multimem store's last packet left GPU g's hub: with a posted-store tag free it gives back
+def hub_post_store(st, g, rq):
+    """A multimem store's (st, red, dymultimem.st: a weak store in the PTX ISA's memory model)
+    last packet left GPU g's hub: with a posted-store tag free it gives back
     its request-table entry and keeps only its record (the tag its write responses name) until they
     are in; with every tag in use it stays in the table until then, as a load does."""
     gp = st.gpu[g]

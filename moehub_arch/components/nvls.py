@@ -54,10 +54,10 @@ from .elements import load_f32, store_f32
 from .hbm import hbm_access, hbm_backed, raise_error
 from .nvlink import (credit_return_vc, input_free_tick, pick_switch_output, txq_push, txq_room)
 from .packet import (PK_CAIS_DATA, PK_MM_COPY, PK_MM_DATA, PK_MM_LD, PK_MM_READ, PK_MM_RESULT,
-                     PK_MM_ST, VC_REQUEST, packet_alloc, packet_flits, packet_free, packet_vc,
-                     request_records)
+                     PK_MM_ST, REQ_MM_LD, REQ_MM_RED, REQ_MM_ST, VC_REQUEST, packet_alloc,
+                     packet_flits, packet_free, packet_vc, request_records)
 from .wakeups import hub_kick_response, unblock_request_port
-from ..declare import Array, Block, Param, Receive, Record, Stat, StatGroup, counters, fields
+from ..declare import Array, Block, Param, Receive, Record, Send, Stat, StatGroup, counters, fields
 from ..engine.state import ERR_UNBACKED_COPY
 from .dysharp import (OBJ_BASE, OBJ_BYTES, OBJ_COLUMNS, OBJ_LTILES, OBJ_MEMBERS,
                       OBJ_ROWB, OBJ_TILE, OBJ_TILEB, OBJ_TPG, OBJ_TRACK, dynamic_on, ext_flits,
@@ -384,6 +384,8 @@ BLOCK = Block(
     start=(nvls_start,),
     receives=(Receive((PK_MM_COPY, PK_MM_READ, PK_MM_RESULT), "components.nvls_gpu.receive_multimem",
                       "a multicast copy, a reduction read or a reduced result reaches a member"),),
+    sends=(Send((REQ_MM_ST, REQ_MM_RED, REQ_MM_LD), "components.nvls_send.multimem_send",
+                "multimem.st / red data chunks and ld_reduce requests, GPU -> switch"),),
 )
 
 

@@ -1,5 +1,5 @@
 """NVLink SHARP on the GPU side (nvls.py is the switch's): the multimem instructions as the SM
-issues them, and the multimem packets a GPU receives.
+issues them, and the multimem packets a GPU receives (nvls_send.py sends its requests).
 
 `multimem.st`, `multimem.red` and `multimem.ld_reduce` name a multimem address (dst for st and
 red, src for ld_reduce) in an object bound to a multicast group; the hub takes the operation and
@@ -16,14 +16,14 @@ from ..engine.state import ERR_ADDR_RANGE, ERR_BAD_SIZE, ERR_MULTIMEM_ADDR
 from ..isa.encoding import DTYPE, DTYPE_SRC_MASK, MM_DY_ST, MM_LD_REDUCE, MM_RED, SUBOP
 from .dysharp_isa import dymultimem
 from .hbm import raise_error
-from .hub import (REQ_MM_LD, REQ_MM_RED, REQ_MM_ST, RESP_MM_ACK, complete_request, hub_respond,
-                  hub_submit)
+from .hub import RESP_MM_ACK, complete_request, hub_respond
+from .nvls_send import multimem_submit
 from .nvls import (multimem_element_bytes, multimem_object, multimem_route_peer,
                    nvls_copies_answered, nvls_copy_arrived, nvls_read_arrived, nvls_result_arrived)
 from .dysharp import OBJ_TPG, dysharp_copy_write, dysharp_read_arrived, dysharp_result
 from .l2 import link_write
 from .nvlink import channel_count_arrival, credit_return_vc
-from .packet import PK_MM_COPY, PK_MM_READ, packet_free, packet_vc
+from .packet import PK_MM_COPY, PK_MM_READ, REQ_MM_LD, REQ_MM_RED, REQ_MM_ST, packet_free, packet_vc
 from .trace import CAT_HUB, TR_HUB_RX, trace_event
 from .waiters import notify_stores
 from .sm_operands import check_range, is_smem, operand, stall_on_hub
@@ -55,8 +55,8 @@ def multimem(st, g, sm, slot, row, tick, cyc):
         raise_error(st, ERR_MULTIMEM_ADDR, slot, mm)
         return False
     kind = REQ_MM_LD if sub == MM_LD_REDUCE else (REQ_MM_RED if sub == MM_RED else REQ_MM_ST)
-    if not hub_submit(st, g, kind, slot, multimem_route_peer(st, obj, g), dst, src, nb,
-                      obj * 16 + dt, 0, tick, -1):
+    if not multimem_submit(st, g, kind, slot, multimem_route_peer(st, obj, g), dst, src, nb,
+                           obj * 16 + dt, tick):
         stall_on_hub(st, slot, g, tick)
         return False
     st.tb[slot].outstanding += 1

@@ -60,6 +60,20 @@ PK_CAIS_WRITE = 20  # a merged (or evicted, timed-out) partial sum, switch -> ho
 PK_CAIS_SYNC = 21   # sync.cais arrival of a thread block, GPU -> switch (header only; addr = flag)
 PK_CAIS_GO = 22     # the group sync table's release, switch -> each member (response channel;
                     # writes pk.value to the flag at pk.addr)
+# Request kinds of the hub's request table and FIFO (State.req.kind): what an SM asked the hub to
+# send. The base protocol's (hub.py) and each extension's, sent by the block that declares them
+# (declare.Send: a block's packetizer for its kinds; the run loop dispatches by kind, tests check
+# that every kind has one). Extension kinds, numbered from REQ_MM_ST on, go through a switch.
+REQ_PUT, REQ_GET, REQ_STORE, REQ_ATOM = range(4)
+REQ_MM_ST, REQ_MM_RED, REQ_MM_LD = 4, 5, 6   # multimem st / red / ld_reduce (nvls_send.py); value =
+                                              # multicast object x 16 + element type
+REQ_DY_ST, REQ_DY_LD = 7, 8   # DySHARP dymultimem st / ld_reduce (dysharp_isa.py): as REQ_MM_ST /
+                              # REQ_MM_LD, with the target list staged by the SM
+REQ_CAIS_LD, REQ_CAIS_RED = 9, 10   # ld.cais / red.cais (cais/send.py); value = group x 16 + element type
+REQ_CAIS_SYNC = 11   # sync.cais (cais/send.py): dst_addr = the flag, src_addr = the value released
+REQUEST_KIND_NAMES = ("put", "get", "store", "atomic", "multimem.st", "multimem.red",
+                      "multimem.ld_reduce", "dymultimem.st", "dymultimem.ld_reduce", "ld.cais",
+                      "red.cais", "sync.cais")
 VC_REQUEST = 0    # virtual channels (nvlink.response_path): requests and writes ...
 VC_RESPONSE = 1   # ... and the responses that complete them (write responses, read data, atomics)
 PACKET_KIND_NAMES = ("put", "store", "get_req", "get_resp", "atom_req", "atom_resp", "ack", "moe",

@@ -84,9 +84,10 @@ isa.py (the instructions as the SM issues them); this module declares the block.
 from ...engine.jit import compiled
 
 from ...engine.state import ROUTE_FIRST, ROUTE_N
-from ...declare import (Array, Block, Event, Param, Receive, Record, Stat, StatGroup, Timer, counters,
+from ...declare import (Array, Block, Event, Param, Receive, Record, Send, Stat, StatGroup, Timer, counters,
                         fields)
-from ..packet import PK_CAIS_GO, PK_CAIS_READ, PK_CAIS_REPLY, PK_CAIS_WRITE
+from ..packet import (PK_CAIS_GO, PK_CAIS_READ, PK_CAIS_REPLY, PK_CAIS_WRITE, REQ_CAIS_LD,
+                      REQ_CAIS_RED, REQ_CAIS_SYNC)
 
 from .layout import (E_FREE, EV_CAIS_TIMEOUT, S_FREE, S_WAIT, SY_ARRIVALS, SY_FULL_STALLS, SY_PEAK,
                      SY_RELEASES, SY_USED, SY_WAIT_MAX, SY_WAIT_SUM, SYNC_COLUMNS, T_ALLOCS,
@@ -422,4 +423,6 @@ BLOCK = Block(
     receives=(Receive((PK_CAIS_READ, PK_CAIS_REPLY, PK_CAIS_WRITE, PK_CAIS_GO),
                       "components.cais.home.receive_cais", "the merge unit's read, reply, merged "
                       "write or group release reaches a GPU"),),
+    sends=(Send((REQ_CAIS_LD, REQ_CAIS_RED, REQ_CAIS_SYNC), "components.cais.send.cais_send",
+                "ld.cais and red.cais request lines and sync.cais arrivals, GPU -> switch"),),
 )

@@ -6,8 +6,8 @@ sends it to the switch's merge table. `sync.cais flag, value` is the group sync 
 pre-access sync: the switch writes value into the flag on every member once all have arrived.
 Called by the SM's interpreter (components/sm_interpreter.py): True when the hub took the
 operation, False when it raised an error or blocked the thread block (which re-executes it). The
-package's other modules do not import it: it submits to the hub, which imports them for its
-receive side.
+package's other modules do not import it: it submits to the hub (send.py), which sits above the
+switch-side modules.
 """
 from ...engine.jit import compiled
 from ...engine.state import ERR_ADDR_RANGE, ERR_BAD_GPU, ERR_BAD_SIZE, ERR_CAIS_ADDR
@@ -15,7 +15,8 @@ from ...isa.encoding import CAIS_LD, DTYPE, DTYPE_SRC_MASK, SUBOP
 from .gpu import cais_group, cais_sync_peer
 from .layout import cais_element_bytes
 from ..hbm import raise_error
-from ..hub import REQ_CAIS_LD, REQ_CAIS_RED, REQ_CAIS_SYNC, hub_submit
+from ..packet import REQ_CAIS_LD, REQ_CAIS_RED, REQ_CAIS_SYNC
+from .send import cais_submit
 from ..sm_operands import check_hbm_word, check_range, is_smem, operand, stall_on_hub
 
 
@@ -30,8 +31,8 @@ def cais_sync(st, g, slot, row, tick, cyc):
     if grp < 0:
         raise_error(st, ERR_CAIS_ADDR, slot, flag)
         return False
-    if not hub_submit(st, g, REQ_CAIS_SYNC, slot, cais_sync_peer(st, g, grp), flag, value, 0,
-                      grp * 16, 0, tick, -1):
+    if not cais_submit(st, g, REQ_CAIS_SYNC, slot, cais_sync_peer(st, g, grp), flag, value, 0,
+                       grp * 16, tick):
         stall_on_hub(st, slot, g, tick)
         return False
     st.tb[slot].outstanding += 1
@@ -65,7 +66,7 @@ def cais_access(st, g, slot, row, tick, cyc):
         raise_error(st, ERR_CAIS_ADDR, slot, at_home)
         return False
     kind = REQ_CAIS_LD if sub == CAIS_LD else REQ_CAIS_RED
-    if not hub_submit(st, g, kind, slot, home, dst, src, nb, grp * 16 + dt, 0, tick, -1):
+    if not cais_submit(st, g, kind, slot, home, dst, src, nb, grp * 16 + dt, tick):
         stall_on_hub(st, slot, g, tick)
         return False
     st.tb[slot].outstanding += 1
