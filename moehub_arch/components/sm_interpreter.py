@@ -54,6 +54,7 @@ from .sm_numerics import mma_functional, vec_functional
 # the extensions' instructions (their modules say what each models)
 from .moehub.isa import claim, notify, rowsp_malloc, send_to_expert, st_rowsp, store_experts
 from .nvls_gpu import multimem
+from .dysharp import dysharp_counter_added
 from .cais.isa import cais_access, cais_sync
 
 EV_LOCAL_DONE = 6    # a0 = TB slot: an asynchronous same-GPU put/get completed (declared in sm.py)
@@ -504,6 +505,8 @@ def execute(st, slot, sm, tick, cyc):
             st.gpu[g].hbm_atomics += 1
             write_word(st, g, addr, read_word(st, g, addr) + value)
             notify_stores(st, g, addr, 8, done_at)
+            if st.p[0].dy_recycle:
+                dysharp_counter_added(st, g, addr, read_word(st, g, addr), done_at)
         elif peer == g:
             if sem == SEM_FLAG_SET:
                 write_word(st, g, addr, value)
@@ -515,6 +518,9 @@ def execute(st, slot, sm, tick, cyc):
                 write_word(st, g, addr, old + value)
                 st.regs[slot, row[OP0]] = old
                 notify_stores(st, g, addr, 8, mem_done)
+                if st.p[0].dy_recycle:
+                    # a token-tracker tile's finished-job counter frees its entry (dysharp.py)
+                    dysharp_counter_added(st, g, addr, old + value, mem_done)
         else:
             kind = REQ_STORE if sem == SEM_FLAG_SET else REQ_ATOM
             if not hub_submit(st, g, kind, slot, peer, addr, 0, 8, value, row[OP0], tick, -1):

@@ -280,12 +280,21 @@ class DysharpConfig:
                           "(0: fully associative; 1: direct-mapped); al_tlb_entries must be a "
                           "multiple of it", min=0)
     tracker_tiles: int = _f("int", "token-centric fusion: entries of a GPU's token-tracker tile "
-                            "table (one arrival counter per row tile of its dynamic objects' "
-                            "receive layouts: local targets x layout tiles); a layer whose "
-                            "layouts need more is refused", min=1)
+                            "table (an arrival counter per row tile in use: taken by the tile's "
+                            "first bytes, freed when its jobs are done, where the objects name "
+                            "workload.multicast[].done_counters; without them every tile needs "
+                            "one at once)", min=1)
     tracker_tokens: int = _f("int", "token-centric fusion: entries of a GPU's token-tracker token "
                              "table (one ready-output counter per token it sends); a layer with "
                              "more tokens per GPU is refused", min=1)
+    tracker_full: str = _f("choice", "token-centric fusion: a tile whose first bytes find the tile "
+                           "table full - defer: the bytes are written and counted aside (the "
+                           "paper's per-tile DRAM table), the tile takes the next entry freed and "
+                           "is raised then if complete; stall: the copy waits at the destination "
+                           "hub holding its link buffer space until an entry frees (back-pressure "
+                           "on the link). A table near the local experts' count can deadlock "
+                           "either way, stall sooner (components/dysharp.py)", "defer",
+                           choices=("defer", "stall"))
 
 
 @attrs.frozen
@@ -477,6 +486,17 @@ class MulticastConfig:
                           "may make far larger than any target receives; the token tracker's "
                           "tile table needs entries for these rows only (targets_per_gpu x "
                           "ceil(layout_rows / tile_rows)); 0: the whole stride", 0, min=0)
+    done_counters: str = _f("str", "dynamic object with a tracker: buffer (control region) of the "
+                            "tiles' finished-job counters (the paper's finished-TB counters): the "
+                            "tracker frees a tile's table entry once the i64 at done_offset + "
+                            "tile x done_stride reaches done_jobs (a local atomic add); '': "
+                            "entries are never freed and every tile needs one at once", "")
+    done_offset: int = _f("size", "dynamic object: byte offset of tile 0's finished-job counter in "
+                          "done_counters", 0, min=0)
+    done_stride: int = _f("size", "dynamic object: bytes from one tile's finished-job counter to "
+                          "the next", 8, min=0)
+    done_jobs: int = _f("int", "dynamic object: the count at which a tile's jobs are all done", 0,
+                        min=0)
 
 
 @attrs.frozen

@@ -509,6 +509,7 @@ end:
 .param n_tile
 .param swizzle               # row tiles per group of the job order (swizzle_job)
 .smem 160KB                  # G, U [tile][n] f32 + Hq [tile][n] bf16
+.smem_job 10                 # bytes per element of a tile_rows x n_tile job (fits a smaller SM)
 .threads 384                 # assumption: DeepGEMM's grouped GEMM block (github.com/deepseek-ai/DeepGEMM): 128 TMA + 256 math threads, __launch_bounds__(384, 1)
 .regs 168                    # assumption: its warp-specialised register split (setmaxnreg 40 for the TMA warps, 232 for the math warps): 128 x 40 + 256 x 232 = 64512 = 384 x 168
     gemm_smem r8, r9, %tile_rows, %n_tile, r20, r21    # r8 = G; r9 = U

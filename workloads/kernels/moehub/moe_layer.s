@@ -596,6 +596,7 @@ done_exit:
 .kernel moehub_expert
     expert_worker_params
 .smem 160KB                  # G, U [tile][n] f32 + Hq [tile][n] bf16, or Y + Yq
+.smem_job 10                 # bytes per element of a tile_rows x n_tile job (fits a smaller SM)
     expert_worker tile_rows_home
 
 # moehub_expert_combnode (system.gpu.hub.moe.internode_combine: per_node): moehub_expert whose
@@ -606,6 +607,7 @@ done_exit:
 .param slots                 # T*k
 .param node_gpus
 .smem 160KB                  # G, U [tile][n] f32 + Hq [tile][n] bf16, or Y + Yq
+.smem_job 10                 # bytes per element of a tile_rows x n_tile job (fits a smaller SM)
     expert_worker tile_rows_forward
 
 # moehub_tile (system.gpu.hub.moe.dam.consumers: launch): the consumers the DAM starts, in two
@@ -669,6 +671,7 @@ last:
 .kernel moehub_tile
     tile_block_params
 .smem 160KB                  # as moehub_expert
+.smem_job 10                 # bytes per element of a tile_rows x n_tile job (fits a smaller SM)
     tile_block tile_rows_home
 
 # moehub_tile_combnode (system.gpu.hub.moe.internode_combine: per_node): moehub_tile whose rows
@@ -679,6 +682,7 @@ last:
 .param slots
 .param node_gpus
 .smem 160KB                  # as moehub_expert
+.smem_job 10                 # bytes per element of a tile_rows x n_tile job (fits a smaller SM)
     tile_block tile_rows_forward
 
 # ---- the per-node combine (system.gpu.hub.moe.internode_combine: per_node) ---------------------
