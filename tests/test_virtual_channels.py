@@ -213,3 +213,47 @@ def test_read_data_leaves_requests_a_share_of_the_link(tmp_path, arbitration):
         assert extra > stream // 2
     # the same traffic either way: every byte read arrives
     assert loaded.stats["system.gpu1.hub.rx_payload_bytes"] == 2 * BIG + 128
+
+
+_TWO_READERS = """\
+.kernel pull_one
+.param dst
+.param src
+.param nbytes
+    get 1, %dst, %src, %nbytes
+    fence
+    exit
+"""
+
+
+def test_a_responder_answers_each_read_request_and_interleaves_readers(tmp_path):
+    """GPUs 0 and 2 each read 64 KB from GPU 1 at once (one get each). NVLink reads are split
+    transactions: GPU 1 answers every read request with its own data, never ahead of the
+    requests it has, and the two gets take turns at its response FIFO - so both readers get
+    half of GPU 1's link and finish within a few packets of each other, instead of one get
+    streaming whole before the other starts (the earlier model). The data packets
+    equal the read requests."""
+    nbytes = 64 * 1024
+    (tmp_path / "pull.s").write_text(_TWO_READERS)
+    path = tmp_path / "two_readers.yaml"
+    path.write_text(mini_system_yaml(num_gpus=3, num_sms=1, links=1) + textwrap.dedent(f"""\
+        workload:
+          mode: timing
+          kernel_files: [{tmp_path / 'pull.s'}]
+          buffers:
+            src: {{bytes: {nbytes}B, region: data}}
+            dst: {{bytes: {nbytes}B, region: data}}
+          launches:
+            - kernel: pull_one
+              grid: 1
+              gpus: [0, 2]
+              params: {{dst: "@dst", src: "@src", nbytes: {nbytes}}}
+        """))
+    sim = simulate(path)
+    s = sim.stats
+    ends = [_gpu_kernel_ticks(sim, g) for g in (0, 2)]
+    assert abs(ends[0] - ends[1]) <= 4 * _ser(144)
+    # both reads took about the time of both through GPU 1's one link (1024 packets of 144 B)
+    assert min(ends) > 2 * (nbytes // 128) * _ser(144) * 9 // 10
+    assert s["system.gpu1.hub.tx_packets"] == 2 * nbytes // 128          # one per read request
+    assert s["system.gpu0.hub.tx_packets"] == s["system.gpu2.hub.tx_packets"] == nbytes // 128
