@@ -163,27 +163,31 @@ spin:
 """
 
 
-def _read_incast_config(tmp_path, nbytes):
-    (tmp_path / "pull.s").write_text(_PULL_AND_LATE_PUT)
-    path = tmp_path / "read_incast.yaml"
-    path.write_text(mini_system_yaml(num_gpus=3, num_sms=2, links=1) + textwrap.dedent(f"""\
+def _kernel_config(tmp_path, kernel, num_gpus, num_sms, buf_bytes, launches):
+    """A timing config on the small system of mini_system_yaml (one link per GPU) running
+    `kernel` (assembly text) with buffers src and dst of `buf_bytes` and `launches` (YAML list
+    items, indented by 4)."""
+    (tmp_path / "k.s").write_text(kernel)
+    path = tmp_path / "run.yaml"
+    head = mini_system_yaml(num_gpus=num_gpus, num_sms=num_sms, links=1)
+    path.write_text(head + textwrap.dedent(f"""\
         workload:
           mode: timing
-          kernel_files: [{tmp_path / 'pull.s'}]
+          kernel_files: [{tmp_path / 'k.s'}]
           buffers:
-            src: {{bytes: {2 * BIG}B, region: data}}
-            dst: {{bytes: {2 * BIG}B, region: data}}
+            src: {{bytes: {buf_bytes}B, region: data}}
+            dst: {{bytes: {buf_bytes}B, region: data}}
           launches:
-            - kernel: pull
-              grid: 2
-              gpus: [1]
-              params: {{dst: "@dst", src: "@src", nbytes: {nbytes}}}
-            - kernel: late_put
-              grid: 1
-              gpus: [0]
-              params: {{peer: 1, dst: "@dst", src: "@src", spins: 800}}
-        """))
+        """) + launches)
     return path
+
+
+def _read_incast_config(tmp_path, nbytes):
+    return _kernel_config(tmp_path, _PULL_AND_LATE_PUT, 3, 2, 2 * BIG, (
+        f"    - {{kernel: pull, grid: 2, gpus: [1], "
+        f"params: {{dst: '@dst', src: '@src', nbytes: {nbytes}}}}}\n"
+        f"    - {{kernel: late_put, grid: 1, gpus: [0], "
+        f"params: {{peer: 1, dst: '@dst', src: '@src', spins: 800}}}}\n"))
 
 
 def _gpu_kernel_ticks(sim, g):
@@ -234,21 +238,9 @@ def test_a_responder_answers_each_read_request_and_interleaves_readers(tmp_path)
     streaming whole before the other starts (the earlier model). The data packets
     equal the read requests."""
     nbytes = 64 * 1024
-    (tmp_path / "pull.s").write_text(_TWO_READERS)
-    path = tmp_path / "two_readers.yaml"
-    path.write_text(mini_system_yaml(num_gpus=3, num_sms=1, links=1) + textwrap.dedent(f"""\
-        workload:
-          mode: timing
-          kernel_files: [{tmp_path / 'pull.s'}]
-          buffers:
-            src: {{bytes: {nbytes}B, region: data}}
-            dst: {{bytes: {nbytes}B, region: data}}
-          launches:
-            - kernel: pull_one
-              grid: 1
-              gpus: [0, 2]
-              params: {{dst: "@dst", src: "@src", nbytes: {nbytes}}}
-        """))
+    path = _kernel_config(tmp_path, _TWO_READERS, 3, 1, nbytes, (
+        f"    - {{kernel: pull_one, grid: 1, gpus: [0, 2], "
+        f"params: {{dst: '@dst', src: '@src', nbytes: {nbytes}}}}}\n"))
     sim = simulate(path)
     s = sim.stats
     ends = [_gpu_kernel_ticks(sim, g) for g in (0, 2)]
