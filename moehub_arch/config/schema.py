@@ -265,6 +265,13 @@ class NvlinkConfig:
     response_buffer_flits: int = _f("int", "response-channel receive buffer (credits) per link "
                                     "direction (switch input ports and GPUs; response_path: "
                                     "separate)", min=1)
+    vc_arbitration: str = _f("choice", "which virtual channel a link direction sends when both "
+                             "have a packet ready with credits (response_path: separate): "
+                             "round_robin (alternate, packet by packet: starvation-free, as "
+                             "NVIDIA's VC arbitration patents US 11,824,791 / US 12,137,055 "
+                             "describe) or response_first (strict priority for responses: "
+                             "requests wait while responses stream, this project's earlier model)",
+                             "round_robin", choices=("round_robin", "response_first"))
 
 
 @attrs.frozen

@@ -90,7 +90,7 @@ end:
 .param hidden
 .param shared
 .param shared_tbs            # thread blocks of shared_ffn (they count themselves in acct word 5)
-    wait_layer_inputs %shared, %shared_tbs, %acct, %done, r1, r2
+    wait_layer_inputs %shared, %shared_tbs, %acct, %done
     shl r10, %hidden, 1          # r10 = bf16 row bytes
     shl r11, %hidden, 2          # r11 = f32 row bytes
     mov r1, %tb                  # r1 = token

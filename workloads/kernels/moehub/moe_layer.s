@@ -747,13 +747,9 @@ fetch_next:
 fetched:
     wait.ge [%cf_ctl], 1
     mul r6, r4, %node_gpus       # every GPU of this node has sent its rows here
-    add r7, r6, %node_gpus
-node_done:
     shl r8, r6, 3
     add r8, r8, %done
-    wait.eq [r8], 1
-    add r6, r6, 1
-    blt r6, r7, node_done
+    wait.all.eq [r8], 1, %node_gpus  # done[node's GPUs] (a lane per flag)
     mul r12, r5, %tokens         # r12 = work items
     mov r13, %tb                 # r13 = w
 item:
@@ -841,7 +837,7 @@ leave:
 .param node_gpus
 .param experts_per_node
 .smem 42KB                   # acc [H] f32, then the node row [H] bf16
-    wait_layer_inputs %shared, %shared_tbs, %acct, %done, r1, r2
+    wait_layer_inputs %shared, %shared_tbs, %acct, %done
     rem r12, %gpu, %node_gpus    # r12 = l0
     div r13, %gpu, %node_gpus    # r13 = n0
     div r14, %ngpu, %node_gpus   # r14 = N
