@@ -175,6 +175,7 @@ ERR_MOE_CLAIM_LAUNCH = 14
 ERR_MULTIMEM_ADDR = 20
 ERR_DAM_START_QUEUE = 15
 ERR_WAIT_COUNT = 16        # wait.all: flag count outside 1 .. WAIT_ALL_MAX
+ERR_MOE_REOPEN = 17        # notify_ready.reopen before this GPU's streams of the last round finished
 ERR_ROWSP_ID = 30          # st.rowsp / rowsp.malloc: allocation id not registered / out of the table
 ERR_ROWSP_ROW = 31         # st.rowsp: bytes past the registered row size (or a row's stores exceed it)
 ERR_ROWSP_REGISTER = 32    # rowsp.malloc: bad expert or row size
@@ -228,6 +229,10 @@ ERROR_TEXT = {
                     "that is not placed on this GPU",
     ERR_MOE_ROW_SIZE: "send_to_expert row larger than the window slot (workload.moe.row_bytes) or empty",
     ERR_MOE_AFTER_EOS: "send_to_expert after this GPU's end of stream (notify_ready.eos)",
+    ERR_MOE_REOPEN: "notify_ready.reopen while a stream of this GPU's last round (to or from any "
+                    "GPU) has not finished - every round must end (notify_ready.eos on every GPU, "
+                    "every EOS received) before the next begins - or on a system with "
+                    "system.gpu.hub.moe.internode: per_node (its forwarding units keep no rounds)",
     ERR_MOE_RELEASE: "notify_ready.release of an address that is not the base of a claimed, unreleased tile",
     ERR_UNBACKED_WORD: "word or element access to the data region, which timing mode does not back "
                        "with storage (keep flags, counters and tables in buffers with region: control)",

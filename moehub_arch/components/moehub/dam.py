@@ -277,6 +277,17 @@ def dam_source_ended(st, g, tick):
 
 
 @compiled
+def dam_reopen(st, g):
+    """notify_ready.reopen (rpm_reopen has reset the streams): GPU g's windows wait for the new
+    round's end of stream. Their rows, records and tiles stay (a backward reads the forward's);
+    the new round's rows go to windows of their own (other logical destinations)."""
+    p = st.p[0]
+    st.gpu[g].dam_sources_done = 0
+    for le in range(p.local_experts):
+        st.win[g * p.local_experts + le].ended = 0
+
+
+@compiled
 def dam_tile_ready(st, w, index, tick):
     """EV_DAM_READY: the tile is claimable; wake the expert's claimers."""
     p = st.p[0]

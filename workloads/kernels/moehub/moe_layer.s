@@ -543,7 +543,7 @@ leave:
 .param swizzle               # tiles per group of the job order (../lib/streaming.s)
 .endm
 
-.macro expert_worker rows_out
+.macro expert_worker rows_out, buffers
     tile_job_registers
     stream_lag r31, %ntb, r20, r21, %hidden, %ffn, %swizzle, r4    # r31 = lag
     mov r25, 0                   # r25 = rows this worker completed
@@ -558,7 +558,7 @@ entry:
     wait.ne [r11+32], 0
     ld.v8 r12, [r11]             # r12 rows, r13 base, r14 records, r15 expert, r16 ready, r17, r18, r19 first
     beq r16, 2, ended
-    tile_buffers r2
+    \buffers r2
     bge r3, r20, down
     tile_gate_up_job r3, r11
     bra job
@@ -597,7 +597,28 @@ done_exit:
     expert_worker_params
 .smem 160KB                  # G, U [tile][n] f32 + Hq [tile][n] bf16, or Y + Yq
 .smem_job 10                 # bytes per element of a tile_rows x n_tile job (fits a smaller SM)
-    expert_worker tile_rows_home
+    expert_worker tile_rows_home, tile_buffers
+
+# moehub_expert_train (workload.layer.passes: training; ./backward.s): moehub_expert whose
+# tiles keep their activations Hh where the backward's weight gradients read them - expert-major
+# at the rows' window positions (he [El][window_rows][I], row i of local expert e at e *
+# window_rows + i, beside the window's X rows) - instead of in the tile's queue buffer.
+.macro tile_buffers_he tile
+    tile_buffers \tile
+    sub r26, r13, %xwin
+    div r26, r26, r23            # the tile's first row: its position in the windows
+    shl r4, %ffn, 1
+    mul r26, r26, r4
+    add r26, r26, %he            # r26 = its Hh rows in he
+.endm
+
+.kernel moehub_expert_train
+    expert_worker_params
+.param he                    # [El][window_rows][I] bf16
+.param xwin                  # the MoE-Hub's receive windows (the first local expert's)
+.smem 160KB                  # as moehub_expert
+.smem_job 10                 # as moehub_expert
+    expert_worker tile_rows_home, tile_buffers_he
 
 # moehub_expert_combnode (system.gpu.hub.moe.internode_combine: per_node): moehub_expert whose
 # rows for tokens of another node go to that token's forwarder here (tile_rows_forward).
@@ -608,7 +629,7 @@ done_exit:
 .param node_gpus
 .smem 160KB                  # G, U [tile][n] f32 + Hq [tile][n] bf16, or Y + Yq
 .smem_job 10                 # bytes per element of a tile_rows x n_tile job (fits a smaller SM)
-    expert_worker tile_rows_forward
+    expert_worker tile_rows_forward, tile_buffers
 
 # moehub_tile (system.gpu.hub.moe.dam.consumers: launch): the consumers the DAM starts, in two
 # thread-block groups per ready tile - its Ju gate/up blocks, then its Jd down blocks once every

@@ -1,0 +1,236 @@
+# The backward pass of scheme `moehub` (workload.layer.passes: training; plan:
+# moehub_arch/workloads/schemes/moehub.py): the gradient rows move through the hub the way the
+# forward's rows did - named by their logical destination, placed and announced by the hub.
+#
+# The forward's hub state is the backward's handle: each local expert's window still holds its
+# X rows in arrival order with one completion record per row (source GPU, home slot t * k + j),
+# and moehub_expert_train kept the activations Hh beside them (he, the same row positions). The
+# backward's dO rows go to a second set of logical destinations, the gradient windows (expert
+# E + e on expert e's GPU: a second allocation per expert, as a second rowspMalloc), in a new
+# round of the hub's streams (notify_ready.reopen). Streams (per GPU):
+#   3  ... the forward, moehub_bwd_reopen (a new round; reopened[me] on every GPU; the local
+#      start word), moe_combine_bwd (../common/moe_backward.s: dw, dO = bf16(w dy) at home in slot
+#      order), flag_set, the shared experts' backward, grouped_tiles (the forward's windows as
+#      X, he, the expert-major gradient buffers), grouped_bwd_act (each tile waits for its dO
+#      rows: tilecnt), grouped_dgrad, flag_set gate, grouped_wgrad, moe_dispatch_bwd
+#   0  ... the forward's dispatch, flag_wait (dO rows written), moehub_bwd_dispatch: every pair's
+#      dO row stored to its gradient window (send_to_expert, or st.rowsp), end of stream
+#   2  ... the forward's claimers, flag_wait (start), moehub_bwd_positions (the forward's records
+#      -> fpos), moehub_bwd_place (claims the gradient windows' ready tiles, copies each dO row
+#      to its forward row position, counts it in that tile's counter, releases the tile),
+#      moehub_bwd_home (once the dgrad is done: each dX row home with send_home through the
+#      forward's completion record)
+.include "lib/combine.s"
+.include "moehub/moe_layer.s"
+
+# moehub_bwd_reopen (one TB): this GPU's streams and windows begin the backward's round (every
+# stream of the forward's has finished: moe_combine waited for every GPU's experts); then
+# reopened[me] = 1 on every GPU (a GPU sends gradient rows here only after that) and start = 1
+# (stream 2's flag_wait).
+.kernel moehub_bwd_reopen
+.param reopened              # [P] i64
+.param start
+    notify_ready.reopen
+    tell_every_gpu %reopened, r1, r2
+    st [%start], 1
+    exit
+
+# moehub_bwd_dispatch: route_tokens (moe_layer.s) over the dO rows: thread block b takes tokens
+# b, b + ntb, ...; choice j of token t stores dsend[t * k + j] (home t * k + j) to the gradient
+# window of its expert e (id E + e; st.rowsp: allocation id e, registered to it). It starts once
+# every GPU reopened; acct counts the rows handed to the hub.
+.macro store_grad e, home, j
+    add r4, \e, %experts         # the expert's gradient window
+    mul r2, \home, r10
+    add r2, r2, %dsend           # the pair's dO row
+    send_to_expert r4, r2, r10, \home, 0
+.endm
+
+.macro store_grad_rowsp e, home, j
+    mul r2, \home, r10
+    add r2, r2, %dsend
+    st.rowsp \e, \home, 0, r2, r10    # allocation id e: the expert's gradient window
+.endm
+
+.macro bwd_dispatch_params
+.param dsend                 # [T * k][H] bf16: dO rows in slot order
+.param x                     # (unused: route_tokens' row base; store_grad names the dO row)
+.param topk_idx
+.param reopened
+.param tokens
+.param topk
+.param hidden
+.param acct                  # a word counting the rows handed to the hub
+.param experts               # E: gradient window of expert e is E + e
+.endm
+
+.kernel moehub_bwd_dispatch
+    bwd_dispatch_params
+    wait_layer_inputs 0, 0, %reopened, %reopened, r1, r2
+    route_tokens stores_each, store_grad
+    exit
+
+# moehub_bwd_dispatch_rowsp (workload.layer.moehub.stores: row_sparse): allocation id e
+# re-registered to the gradient window E + e (the forward's registrations are done with), then
+# st.rowsp as the forward's.
+.kernel moehub_bwd_dispatch_rowsp
+    bwd_dispatch_params
+.param sync
+    shl r10, %hidden, 1
+    mov r1, %tb
+register:
+    bge r1, %experts, registered
+    add r3, r1, %experts
+    rowsp.malloc r1, r3, r10     # allocation id e: expert e's gradient window
+    add r1, r1, %ntb
+    bra register
+registered:
+    atom.add r11, %gpu, [%sync], 1
+    wait.ge [%sync], %ntb
+    wait_layer_inputs 0, 0, %reopened, %reopened, r1, r2
+    route_tokens stores_each, store_grad_rowsp
+    exit
+
+# moehub_bwd_positions: fpos[source][home] = the row's position in the forward's windows
+# (e * window_rows + i), from the forward's completion records; TB b takes positions b,
+# b + ntb, ... of the local experts' first counts[e] slots.
+.kernel moehub_bwd_positions
+.param records               # the hub's completion records (moe_records)
+.param counts                # [El] i64: rows per local expert (the forward's)
+.param fpos                  # [P][T * k] i64
+.param window_rows
+.param local_experts
+.param record_bytes
+.param pairs                 # T * k
+    mul r9, %local_experts, %window_rows
+    mov r1, %tb
+position:
+    bge r1, r9, end
+    div r2, r1, %window_rows     # r2 = local expert
+    rem r3, r1, %window_rows     # r3 = its row
+    shl r4, r2, 3
+    add r4, r4, %counts
+    ld r4, [r4]
+    bge r3, r4, next
+    mul r5, r1, %record_bytes
+    add r5, r5, %records
+    ld r6, [r5]                  # r6 = source GPU
+    ld r7, [r5+8]                # r7 = home slot
+    mul r6, r6, %pairs
+    add r6, r6, r7
+    shl r6, r6, 3
+    add r6, r6, %fpos
+    st [r6], r1
+next:
+    add r1, r1, %ntb
+    bra position
+end:
+    exit
+
+# moehub_bwd_place: TB b claims the ready tiles of local expert b mod El's gradient window (the
+# DAM hands them out as the forward's; several TBs per expert share its tiles); for each row its
+# completion record (source, home) names, through fpos, its forward position p: the row is
+# copied to dye[p] and the tile of p in the backward's table (tfirst[e] + (p - e cap) / tile)
+# counts it; then the gradient tile is released.
+.kernel moehub_bwd_place
+.param fpos
+.param dye                   # [El][window_rows][H] bf16
+.param tilecnt               # [tiles] i64: dO rows in place per tile of the backward's table
+.param tfirst                # [El] i64: the table index of each local expert's first tile
+.param experts
+.param local_experts
+.param window_rows
+.param record_bytes
+.param pairs
+.param hidden
+.param tile_rows
+    rem r1, %tb, %local_experts  # r1 = local expert
+    mul r2, %gpu, %local_experts
+    add r2, r2, r1
+    add r2, r2, %experts         # r2 = its gradient window
+    shl r20, %hidden, 1          # r20 = row bytes
+    shl r3, r1, 3
+    add r3, r3, %tfirst
+    ld r21, [r3]                 # r21 = the expert's first tile
+    mul r22, r1, %window_rows    # r22 = its first position
+claim:
+    claim_buffer r13, r14, r15, r2   # r13 = rows, r14 = first row, r15 = first record
+    beq r13, 0, end
+    mov r6, 0
+row:
+    mul r4, r6, %record_bytes
+    add r4, r4, r15
+    ld r7, [r4]                  # r7 = source GPU
+    ld r8, [r4+8]                # r8 = home slot
+    mul r7, r7, %pairs
+    add r7, r7, r8
+    shl r7, r7, 3
+    add r7, r7, %fpos
+    ld r7, [r7]                  # r7 = the pair's forward position
+    mul r8, r7, r20
+    add r8, r8, %dye
+    mul r9, r6, r20
+    add r9, r9, r14
+    copy r8, r9, r20             # dO to the forward position
+    sub r7, r7, r22
+    div r7, r7, %tile_rows
+    add r7, r7, r21
+    shl r7, r7, 3
+    add r7, r7, %tilecnt
+    red.add %gpu, [r7], 1        # the row is in its tile
+    add r6, r6, 1
+    blt r6, r13, row
+    notify_ready.release r2, r14
+    bra claim
+end:
+    exit
+
+# moehub_bwd_home: once grouped_dgrad is done (gate), TB b sends the dX rows of the backward
+# table's tiles b, b + ntb, ... home: row p's completion record (the forward's, at the same
+# position) names its GPU and slot, send_home puts dX there (dret[t * k + j]); then fence, and the
+# GPU's last TB sets done[me] on every GPU (moe_dispatch_bwd there waits for all).
+.kernel moehub_bwd_home
+.param table                 # the backward's tile table (grouped_tiles)
+.param xwin                  # the forward's windows: the table's X rows lie there
+.param records
+.param dxe                   # [El][window_rows][H] bf16
+.param dret                  # [T * k][H] bf16 on every GPU
+.param gate
+.param jobs                  # [1] i64: TBs finished
+.param done
+.param hidden
+.param record_bytes
+    wait.ge [%gate], 1
+    shl r20, %hidden, 1
+    ld r9, [%table]              # r9 = tiles
+    mov r1, %tb
+tile:
+    bge r1, r9, sent
+    add r2, r1, 1
+    shl r2, r2, 6
+    add r2, r2, %table
+    ld.v8 r12, [r2]              # r12 expert, r13 rows, r14 X rows
+    sub r14, r14, %xwin
+    div r14, r14, r20            # r14 = the tile's first position
+    mov r3, 0
+row:
+    bge r3, r13, next_tile
+    add r4, r14, r3
+    mul r5, r4, %record_bytes
+    add r5, r5, %records
+    mul r6, r4, r20
+    add r6, r6, %dxe
+    send_home r5, r6, r20, %dret
+    add r3, r3, 1
+    bra row
+next_tile:
+    add r1, r1, %ntb
+    bra tile
+sent:
+    fence                        # this TB's rows are home
+    atom.add r5, %gpu, [%jobs], 1
+    sub r6, %ntb, 1
+    bne r5, r6, leave
+    tell_every_gpu %done, r6, r7
+leave:
+    exit
