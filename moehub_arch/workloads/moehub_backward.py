@@ -29,9 +29,11 @@ What differs from the forward, per step:
 
 Hub designs: the stores (send / row_sparse), rpm.schedule, aau.overflow and dam.order work as
 in the forward (the backward's stores are one per pair: dO rows differ per pair, so
-multi_expert_store and nop_choices shape only the forward's dispatch). Not built: dam.consumers:
-launch (the DAM's launch is the forward's one consumer grid), internode per_node and
-internode_combine per_node (the forwarding units keep no rounds) - each an error naming the key.
+multi_expert_store and nop_choices shape only the forward's dispatch). dam.consumers: launch: the
+DAM starts the forward's consumers (moehub_tile_train); the backward's placers claim the
+gradient tiles (the DAM keeps one consumer launch per GPU, which serves the first round:
+dam.py dam_reopen). Not built: internode per_node and internode_combine per_node (the
+forwarding units keep no rounds) - an error naming the key.
 """
 import numpy as np
 
@@ -49,9 +51,6 @@ BACKWARD_KERNEL_FILES = (A2A_KERNELS, KERNELS) + BACKWARD_KERNELS
 def backward_refusal(cfg):
     """Why this configuration of scheme moehub has no backward ("" when it has one)."""
     moe = cfg.system.gpu.hub.moe
-    if moe.dam.consumers == "launch":
-        return ("system.gpu.hub.moe.dam.consumers: launch starts one consumer grid per GPU for "
-                "the forward's tiles; the backward's tiles are claimed (use consumers: claim)")
     if moe.internode == "per_node" or moe.internode_combine == "per_node":
         return ("system.gpu.hub.moe.internode / internode_combine: per_node forward rows through "
                 "a forwarding hub, which keeps no rounds of streams for a backward (use "

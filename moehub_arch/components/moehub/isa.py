@@ -19,7 +19,7 @@ from ..sm_operands import check_range, is_smem, operand, stall_on_hub, tb_block
 from .aau import aau_release_entries, aau_retry, record_address, slot_address
 from .dam import CLAIM_WAIT, dam_claim, dam_release, dam_reopen
 from .rpm import (rpm_accept, rpm_accept_experts, rpm_accept_rowsp, rpm_end_of_stream, rpm_reopen,
-                  stream_target)
+                  rpm_reopen_ready, stream_target)
 
 
 @compiled
@@ -29,7 +29,7 @@ def claim(st, slot, row, g, tick, cyc):
     expert = operand(st, slot, row, 3, tick, cyc)
     if not local_expert(st, slot, g, expert):
         return False
-    if st.p[0].dam_launch_mode:
+    if st.p[0].dam_launch_mode and not st.gpu[g].dam_round:
         raise_error(st, ERR_MOE_CLAIM_LAUNCH, slot, expert)
         return False
     status, rows, first = dam_claim(st, g, slot, expert, tick)
@@ -48,10 +48,11 @@ def notify(st, slot, row, g, tick, cyc):
     local expert's window is consumed and released / notify.reopen: this GPU's streams and
     windows begin a new round (rpm_reopen, dam_reopen)."""
     if row[SUBOP] == NOTIFY_REOPEN:
-        if not rpm_reopen(st, g):
+        # the DAM first: it refuses before anything changed (its launch not ended)
+        if not (rpm_reopen_ready(st, g) and dam_reopen(st, g)):
             raise_error(st, ERR_MOE_REOPEN, slot, g)
             return False
-        dam_reopen(st, g)
+        rpm_reopen(st, g)
         return True
     a = operand(st, slot, row, 0, tick, cyc)
     if row[SUBOP] == NOTIFY_EOS:

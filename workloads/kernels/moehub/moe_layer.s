@@ -658,7 +658,7 @@ done_exit:
 .param n_tile
 .endm
 
-.macro tile_block rows_out
+.macro tile_block rows_out, buffers
     ld r1, [%tq+8]               # the final block count (0 until every tile was started)
     sub r1, r1, 1
     beq %tb, r1, last
@@ -670,7 +670,7 @@ done_exit:
     shl r11, r11, 6
     add r11, r11, %tq            # r11 = the tile's descriptor
     ld.v8 r12, [r11]             # r12 rows, r13 base, r14 records, r15 expert, r19 first
-    tile_buffers r2
+    \buffers r2
     bge r3, r20, down
     tile_gate_up_job r3, r11
     bra finished
@@ -693,7 +693,17 @@ last:
     tile_block_params
 .smem 160KB                  # as moehub_expert
 .smem_job 10                 # bytes per element of a tile_rows x n_tile job (fits a smaller SM)
-    tile_block tile_rows_home
+    tile_block tile_rows_home, tile_buffers
+
+# moehub_tile_train (workload.layer.passes: training): moehub_tile keeping the activations as
+# moehub_expert_train does (tile_buffers_he)
+.kernel moehub_tile_train
+    tile_block_params
+.param he
+.param xwin
+.smem 160KB                  # as moehub_expert
+.smem_job 10                 # as moehub_expert
+    tile_block tile_rows_home, tile_buffers_he
 
 # moehub_tile_combnode (system.gpu.hub.moe.internode_combine: per_node): moehub_tile whose rows
 # for tokens of another node go to that token's forwarder here (tile_rows_forward).
@@ -704,7 +714,7 @@ last:
 .param node_gpus
 .smem 160KB                  # as moehub_expert
 .smem_job 10                 # bytes per element of a tile_rows x n_tile job (fits a smaller SM)
-    tile_block tile_rows_forward
+    tile_block tile_rows_forward, tile_buffers
 
 # ---- the per-node combine (system.gpu.hub.moe.internode_combine: per_node) ---------------------
 # DeepEP's internode combine on MoE-Hub rows (csrc/kernels/internode.cu: outputs for one token from
