@@ -5,7 +5,8 @@ directions, the forward unchanged by the backward behind it, both engines identi
 scheme without a backward rejected. Schemes: megatron, deepep (normal mode, intranode), hiermoe
 (gpu level), overlap (the gradient dispatch overlapped with the backward GEMMs tile by tile), tutel
 (capacity factor: dropped pairs get no gradient), nvls and dysharp (fusion: none; multicast and
-in-switch reduction in swapped roles)."""
+in-switch reduction in swapped roles), moehub (the gradient rows through the hub's gradient windows
+in a second round of its streams; with the DAM's claimers and with its launched consumers)."""
 import json
 
 import numpy as np
@@ -69,7 +70,26 @@ def dysharp_training():
                     "workload.layer.dysharp.fusion=none", "workload.layer.passes=training").stats
 
 
-@pytest.fixture(params=["megatron", "deepep", "hiermoe", "overlap", "tutel", "nvls", "dysharp"])
+@pytest.fixture(scope="module")
+def moehub_training():
+    """MoE-Hub (consumers: claim): dO rows stored to each expert's gradient window (a second
+    round of the hub's streams), placed at the forward's row positions by the completion
+    records; dX rows home with send_home."""
+    return simulate("experiments/functional.yaml", "scheme=moehub",
+                    "workload.layer.passes=training").stats
+
+
+@pytest.fixture(scope="module")
+def moehub_launch_training():
+    """MoE-Hub with the DAM starting the forward's consumers (consumers: launch, the published
+    design); the backward's gradient tiles are claimed."""
+    return simulate("experiments/functional.yaml", "scheme=moehub",
+                    "workload.layer.passes=training",
+                    "system.gpu.hub.moe.dam.consumers=launch").stats
+
+
+@pytest.fixture(params=["megatron", "deepep", "hiermoe", "overlap", "tutel", "nvls", "dysharp",
+                        "moehub", "moehub_launch"])
 def training(request):
     return request.getfixturevalue(f"{request.param}_training")
 
@@ -147,12 +167,12 @@ def test_deepep_backward_reuses_the_handle(deepep_training):
 
 
 @pytest.mark.parametrize("scheme, sets, words", [
-    ("moehub", (), "no backward pass"),
+    ("counted", (), "no backward pass"),
     ("dysharp", (), "fusion: token"),
     ("tutel", ("workload.layer.tutel.chunks=2",), "chunks"),
     ("deepep", ("workload.layer.deepep.home_reduce=kernel",), "home_reduce"),
     ("deepep", ("workload.layer.deepep.kernels=communication",), "kernels: communication"),
-], ids=["moehub", "dysharp_fused", "tutel_chunks", "deepep_home_reduce_kernel", "deepep_comm_only"])
+], ids=["counted", "dysharp_fused", "tutel_chunks", "deepep_home_reduce_kernel", "deepep_comm_only"])
 def test_scheme_without_a_backward_is_an_error(tmp_path, scheme, sets, words):
     extra = [a for kv in sets for a in ("--set", kv)]
     r = run_cli("run", "configs/experiments/functional.yaml", "--set", f"scheme={scheme}",

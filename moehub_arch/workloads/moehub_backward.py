@@ -45,6 +45,9 @@ from .layer_backward import (KERNELS as BACKWARD_KERNELS, backward_buffers, comb
                              shared_bwd)
 
 KERNELS = "workloads/kernels/moehub/backward.s"
+PLACE_ROWS = 8      # rows per placement job (moehub_bwd_place): a 64-row tile in 8 chunks
+PLACE_TBS = 32      # placement thread blocks per GPU (no shared memory; assumption: as many as
+                    # the dispatch's, more did not place faster on Qwen3-30B-A3B: 32 and 128 both 423 us)
 BACKWARD_KERNEL_FILES = (A2A_KERNELS, KERNELS) + BACKWARD_KERNELS
 
 
@@ -90,6 +93,9 @@ def backward_plan(layer, window_rows):
         _buf("mh_counts", El * 8, region="control", dtype="i64"),
         _buf("mh_bases", El * 8, region="control", dtype="i64"),
         _buf("mh_tfirst", El * 8, region="control", dtype="i64"),
+        _buf("mh_ntiles", 8, region="control", dtype="i64"),
+        # the gradient tiles' queue (moehub_bwd_claim): 2 words, then 64 B per tile
+        _buf("mh_btq", 64 * (max_tiles + 1), region="control", dtype="i64"),
         _buf("mh_map", pairs * 8, region="control", dtype="i64"),
         _buf("mh_fpos", P * pairs * 8, region="control", dtype="i64"),
         _buf("mh_tilecnt", max_tiles * 8, region="control", dtype="i64"),
@@ -105,6 +111,7 @@ def backward_plan(layer, window_rows):
     presets = {"mh_counts": i64_preset(counts),
                "mh_bases": i64_preset(np.tile(np.arange(El, dtype=np.int64) * cap, (P, 1))),
                "mh_tfirst": i64_preset(tfirst),
+               "mh_ntiles": i64_preset(tiles.sum(axis=1, keepdims=True)),
                "mh_map": i64_preset(np.tile(np.arange(pairs, dtype=np.int64), (P, 1)))}
     sbufs, shared = shared_bwd(s, cfg, 3, _buf)
     buffers += sbufs
@@ -114,8 +121,9 @@ def backward_plan(layer, window_rows):
                        ("acct", "@bacct + 24"), ("experts", s.experts))
     if rowsp:
         dispatch_params += (("sync", "@mh_bsync"),)
-    # placers: enough thread blocks per expert to copy its rows while the next tile lands
-    place_tbs = El * max(1, min(4, -(-cfg.workload.layer.combine_tbs // El)))
+    # placers: row chunks of PLACE_ROWS rows, on PLACE_TBS thread blocks (no shared memory:
+    # they share SMs with the backward GEMM blocks)
+    chunks = max(1, tile // PLACE_ROWS)
     window = (("window_rows", cap), ("local_experts", El), ("record_bytes", record_bytes),
               ("pairs", pairs))
     nsm = cfg.system.gpu.num_sms
@@ -141,11 +149,18 @@ def backward_plan(layer, window_rows):
                       stream=2, params=(
                           ("records", "@moe_records"), ("counts", "@mh_counts"),
                           ("fpos", "@mh_fpos")) + window), "backward_dispatch"),
-        (LaunchConfig(kernel="moehub_bwd_place", grid=place_tbs, stream=2, params=(
-            ("fpos", "@mh_fpos"), ("dye", "@b_dye"), ("tilecnt", "@mh_tilecnt"),
-            ("tfirst", "@mh_tfirst"), ("experts", s.experts)) + window[:3] + (
-            ("pairs", pairs), ("hidden", H), ("tile_rows", tile))), "backward_dispatch"),
-        (LaunchConfig(kernel="moehub_bwd_home", grid=cfg.workload.layer.combine_tbs, stream=2,
+        (LaunchConfig(kernel="moehub_bwd_claim", grid=El, stream=2, params=(
+            ("tq", "@mh_btq"), ("experts", s.experts), ("local_experts", El))),
+         "backward_dispatch"),
+        # stream 1: idle until this GPU's backward begins
+        (flag_wait_launch(1, "@mh_start", 1), "backward_wait"),
+        (LaunchConfig(kernel="moehub_bwd_place", grid=PLACE_TBS, stream=1,
+                      params=(("tq", "@mh_btq"), ("ntiles", "@mh_ntiles"), ("fpos", "@mh_fpos"),
+                              ("dye", "@b_dye"), ("tilecnt", "@mh_tilecnt"),
+                              ("tfirst", "@mh_tfirst"), ("experts", s.experts))
+                      + window + (("hidden", H), ("tile_rows", tile), ("chunks", chunks))),
+         "backward_dispatch"),
+        (LaunchConfig(kernel="moehub_bwd_home", grid=cfg.workload.layer.combine_tbs, stream=1,
                       params=(("table", "@b_table"), ("xwin", "@moe_windows"),
                               ("records", "@moe_records"), ("dxe", "@b_dxe"),
                               ("dret", "@mh_dret"), ("gate", "@mh_gate"), ("jobs", "@mh_jobs"),

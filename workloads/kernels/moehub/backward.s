@@ -127,12 +127,27 @@ next:
 end:
     exit
 
-# moehub_bwd_place: TB b claims the ready tiles of local expert b mod El's gradient window (the
-# DAM hands them out as the forward's; several TBs per expert share its tiles); for each row its
-# completion record (source, home) names, through fpos, its forward position p: the row is
-# copied to dye[p] and the tile of p in the backward's table (tfirst[e] + (p - e cap) / tile)
-# counts it; then the gradient tile is released.
+# moehub_bwd_claim: TB e claims the ready tiles of local expert e's gradient window (id E + the
+# expert) and publishes each in the queue btq (claim_tiles: the forward's claimer loop).
+.kernel moehub_bwd_claim
+.param tq                    # btq: word 0 tiles published, word 1 jobs taken; 64-byte entries
+.param experts
+.param local_experts
+    mul r2, %gpu, %local_experts
+    add r2, r2, %tb
+    add r2, r2, %experts         # r2 = the gradient window
+    claim_tiles r2
+    exit
+
+# moehub_bwd_place: every TB takes the next job (an atomic counter): job j is row chunk j mod C of
+# the queue's tile j / C (C = %chunks, R = ceil(tile_rows / C) rows each; jobs: ntiles words per
+# GPU x C, every tile the gradient windows will hold is known from the forward's counts). For each
+# row of the chunk its completion record (source, home) names, through fpos, its forward position
+# p: the row is copied to dye[p] and the tile of p in the backward's table (tfirst[e] + (p - e
+# cap) / tile) counts it. The chunk's last finisher releases the gradient tile.
 .kernel moehub_bwd_place
+.param tq                    # btq (moehub_bwd_claim)
+.param ntiles                # [1] i64: tiles the gradient windows receive on this GPU
 .param fpos
 .param dye                   # [El][window_rows][H] bf16
 .param tilecnt               # [tiles] i64: dO rows in place per tile of the backward's table
@@ -144,22 +159,34 @@ end:
 .param pairs
 .param hidden
 .param tile_rows
-    rem r1, %tb, %local_experts  # r1 = local expert
-    mul r2, %gpu, %local_experts
-    add r2, r2, r1
-    add r2, r2, %experts         # r2 = its gradient window
+.param chunks
     shl r20, %hidden, 1          # r20 = row bytes
-    shl r3, r1, 3
-    add r3, r3, %tfirst
-    ld r21, [r3]                 # r21 = the expert's first tile
-    mul r22, r1, %window_rows    # r22 = its first position
-claim:
-    claim_buffer r13, r14, r15, r2   # r13 = rows, r14 = first row, r15 = first record
-    beq r13, 0, end
-    mov r6, 0
+    ld r21, [%ntiles]
+    mul r21, r21, %chunks        # r21 = jobs
+    add r22, %tile_rows, %chunks
+    sub r22, r22, 1
+    div r22, r22, %chunks        # r22 = R, rows per chunk
+job:
+    atom.add r1, %gpu, [%tq+8], 1    # r1 = my next job
+    bge r1, r21, end
+    div r2, r1, %chunks          # r2 = queue tile
+    rem r3, r1, %chunks          # r3 = chunk
+    add r11, r2, 1
+    shl r11, r11, 6
+    add r11, r11, %tq            # r11 = its entry
+    wait.ne [r11+32], 0
+    ld.v8 r12, [r11]             # r12 rows, r13 base, r14 records, r15 local expert
+    shl r4, r15, 3
+    add r4, r4, %tfirst
+    ld r23, [r4]                 # r23 = the expert's first tile in the table
+    mul r24, r15, %window_rows   # r24 = its first position
+    mul r6, r3, r22              # r6 = first row of the chunk
+    add r25, r6, r22
+    min r25, r25, r12            # r25 = its end
 row:
+    bge r6, r25, chunk_done
     mul r4, r6, %record_bytes
-    add r4, r4, r15
+    add r4, r4, r14
     ld r7, [r4]                  # r7 = source GPU
     ld r8, [r4+8]                # r8 = home slot
     mul r7, r7, %pairs
@@ -170,18 +197,25 @@ row:
     mul r8, r7, r20
     add r8, r8, %dye
     mul r9, r6, r20
-    add r9, r9, r14
+    add r9, r9, r13
     copy r8, r9, r20             # dO to the forward position
-    sub r7, r7, r22
+    sub r7, r7, r24
     div r7, r7, %tile_rows
-    add r7, r7, r21
+    add r7, r7, r23
     shl r7, r7, 3
     add r7, r7, %tilecnt
     red.add %gpu, [r7], 1        # the row is in its tile
     add r6, r6, 1
-    blt r6, r13, row
-    notify_ready.release r2, r14
-    bra claim
+    bra row
+chunk_done:
+    atom.add r5, %gpu, [r11+40], 1
+    sub r4, %chunks, 1
+    bne r5, r4, job              # not the tile's last chunk
+    mul r4, %gpu, %local_experts
+    add r4, r4, r15
+    add r4, r4, %experts
+    notify_ready.release r4, r13
+    bra job
 end:
     exit
 

@@ -479,17 +479,15 @@ registered_\@:
 # ready (1 = tile, 2 = end of queue), gate/up jobs done, down jobs done, first (the expert's first
 # tile: its weights come from HBM, later tiles read them through the L2).
 # tiles (data): per queue entry the tile's Hh [tile][I] bf16, then its Y [tile][H] bf16.
-.kernel moehub_claim
-.param tq
-.param local_experts
-.param workers               # TBs of moehub_expert
-.param swizzle               # tiles per group of moehub_expert's job order (../lib/streaming.s)
-    mul r2, %gpu, %local_experts
-    add r2, r2, %tb              # r2 = global expert id
+# claim_tiles expert: claim every tile of the expert's window (register `expert`) and publish each
+# in tq (%tq: word 0 tiles published; 64-byte entries: rows, base, records, local expert %tb,
+# ready 1, -, -, first); returns when the window's stream ended and every tile was claimed.
+# Writes r9, r13-r17. Shared with ./backward.s moehub_bwd_claim (the gradient windows).
+.macro claim_tiles expert
     mov r9, 1                    # r9 = next tile is the expert's first
-claim:
-    claim_buffer r13, r14, r15, r2   # r13 = rows, r14 = first row, r15 = first record
-    beq r13, 0, claimed_all
+claim_\@:
+    claim_buffer r13, r14, r15, \expert   # r13 = rows, r14 = first row, r15 = first record
+    beq r13, 0, claimed_\@
     atom.add r16, %gpu, [%tq], 1     # r16 = queue position
     add r17, r16, 1
     shl r17, r17, 6
@@ -501,8 +499,18 @@ claim:
     st [r17+56], r9
     st [r17+32], 1               # ready, after the descriptor
     mov r9, 0
-    bra claim
-claimed_all:
+    bra claim_\@
+claimed_\@:
+.endm
+
+.kernel moehub_claim
+.param tq
+.param local_experts
+.param workers               # TBs of moehub_expert
+.param swizzle               # tiles per group of moehub_expert's job order (../lib/streaming.s)
+    mul r2, %gpu, %local_experts
+    add r2, r2, %tb              # r2 = global expert id
+    claim_tiles r2
     atom.add r16, %gpu, [%tq+16], 1
     sub r18, %ntb, 1
     bne r16, r18, leave          # not the last claimer to finish
