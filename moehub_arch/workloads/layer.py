@@ -36,7 +36,7 @@ ACCT_NAMES = ("sent", "received", "computed", "combined")
 COMMON_KERNELS = "workloads/kernels/common/moe_common.s"
 # the schemes whose plan builds the layer's backward (workload.layer.passes: training) in their
 # default configuration (tools/e2e_training.py simulates their backward) ...
-BACKWARD_SCHEMES = ("megatron", "deepep", "hiermoe", "overlap", "nvls", "moehub")
+BACKWARD_SCHEMES = ("megatron", "deepep", "hiermoe", "overlap", "nvls", "moehub", "counted")
 # ... and those that build it in another configuration than their default (the setting it needs)
 BACKWARD_SETTINGS = {"tutel": "workload.layer.tutel.chunks: 1",
                      "dysharp": "workload.layer.dysharp.fusion: none"}
