@@ -9,7 +9,8 @@ What differs from the forward, per step:
 - the combine's backward at home (moe_combine_bwd): dw = <dy, y_j> against the expert outputs the
   forward's send_home brought home (yhome), dO = bf16(w dy) one row per pair in slot order -
   the weighting stays at home, as the forward's combine did it there;
-- the gradient dispatch: every pair's dO row is stored to a *gradient window* of its expert
+- the gradient dispatch, inside the combine's backward (moehub_combine_bwd): every pair's dO
+  row is stored, the moment it is written, to a *gradient window* of its expert
   (logical destination E + e on e's GPU: a second allocation per expert, as a second
   rowspMalloc), send_to_expert or st.rowsp as the forward's stores, in a second round of the
   hub's streams: `notify_ready.reopen` (the one hub addition: the streams to and from a GPU, and
@@ -35,10 +36,11 @@ gradient tiles (the DAM keeps one consumer launch per GPU, which serves the firs
 dam.py dam_reopen). Not built: internode per_node and internode_combine per_node (the
 forwarding units keep no rounds) - an error naming the key.
 """
+import attrs
 import numpy as np
 
 from ..config.schema import LaunchConfig
-from .alltoall import KERNELS as A2A_KERNELS, flag_set_launch, flag_wait_launch, i64_preset
+from .alltoall import KERNELS as A2A_KERNELS, flag_wait_launch, i64_preset
 from .layer import _buf
 from .layer_backward import (KERNELS as BACKWARD_KERNELS, backward_buffers, combine_bwd_launch,
                              dispatch_bwd_launch, expert_bwd_kernels, expert_bwd_launches,
@@ -46,8 +48,9 @@ from .layer_backward import (KERNELS as BACKWARD_KERNELS, backward_buffers, comb
 
 KERNELS = "workloads/kernels/moehub/backward.s"
 PLACE_ROWS = 8      # rows per placement job (moehub_bwd_place): a 64-row tile in 8 chunks
-PLACE_TBS = 32      # placement thread blocks per GPU (no shared memory; assumption: as many as
-                    # the dispatch's, more did not place faster on Qwen3-30B-A3B: 32 and 128 both 423 us)
+PLACE_TBS = 128     # placement thread blocks per GPU (no shared memory: they sit beside the
+                    # backward GEMM blocks). Assumption, measured on Qwen3-30B-A3B at 256 tokens
+                    # per GPU: 32 blocks place too slowly (backward 505 us), 128 and 264 alike (423)
 BACKWARD_KERNEL_FILES = (A2A_KERNELS, KERNELS) + BACKWARD_KERNELS
 
 
@@ -101,10 +104,8 @@ def backward_plan(layer, window_rows):
         _buf("mh_tilecnt", max_tiles * 8, region="control", dtype="i64"),
         _buf("mh_reopened", P * 8, region="control", dtype="i64"),
         _buf("mh_start", 8, region="control", dtype="i64"),
-        _buf("mh_dsent", 8, region="control", dtype="i64"),
         _buf("mh_gate", 8, region="control", dtype="i64"),
         _buf("mh_jobs", 8, region="control", dtype="i64"),
-        _buf("mh_bsync", 8, region="control", dtype="i64"),
         _buf("mh_dsend", pairs * s.row_bytes, dtype="bf16"),
         _buf("mh_dret", pairs * s.row_bytes, dtype="bf16"),
     ]
@@ -116,11 +117,12 @@ def backward_plan(layer, window_rows):
     sbufs, shared = shared_bwd(s, cfg, 3, _buf)
     buffers += sbufs
     rowsp = opts.stores == "row_sparse"
-    dispatch_params = (("dsend", "@mh_dsend"), ("x", "@x"), ("topk_idx", "@topk_idx"),
-                       ("reopened", "@mh_reopened"), ("tokens", T), ("topk", k), ("hidden", H),
-                       ("acct", "@bacct + 24"), ("experts", s.experts))
-    if rowsp:
-        dispatch_params += (("sync", "@mh_bsync"),)
+    # the combine's backward with the gradient dispatch in it (moehub_combine_bwd)
+    combine = combine_bwd_launch(s, cfg, 3, "@mh_map", "@mh_dsend")
+    combine = attrs.evolve(combine, kernel="moehub_combine_bwd_rowsp" if rowsp
+                           else "moehub_combine_bwd", params=combine.params + (
+                               ("topk_idx", "@topk_idx"), ("experts", s.experts),
+                               ("reopened", "@mh_reopened")))
     # placers: row chunks of PLACE_ROWS rows, on PLACE_TBS thread blocks (no shared memory:
     # they share SMs with the backward GEMM blocks)
     chunks = max(1, tile // PLACE_ROWS)
@@ -135,14 +137,9 @@ def backward_plan(layer, window_rows):
                                  tilecnt="@mh_tilecnt", gate="@mh_gate")
     out = [
         (LaunchConfig(kernel="moehub_bwd_reopen", grid=1, stream=3, params=(
-            ("reopened", "@mh_reopened"), ("start", "@mh_start"))), "backward_dispatch"),
-        (combine_bwd_launch(s, cfg, 3, "@mh_map", "@mh_dsend"), "backward_dispatch"),
-        (flag_set_launch(3, "@mh_dsent", 1), "backward_dispatch"),
-        # stream 0: idle until this GPU's dO rows are written (not part of the backward's time)
-        (flag_wait_launch(0, "@mh_dsent", 1), "backward_wait"),
-        (LaunchConfig(kernel="moehub_bwd_dispatch_rowsp" if rowsp else "moehub_bwd_dispatch",
-                      grid=opts.dispatch_tbs, stream=0, params=dispatch_params),
-         "backward_dispatch"),
+            ("reopened", "@mh_reopened"), ("start", "@mh_start"), ("rowsp", int(rowsp)),
+            ("experts", s.experts), ("hidden", H))), "backward_dispatch"),
+        (combine, "backward_dispatch"),
         # stream 2: idle until this GPU's backward begins
         (flag_wait_launch(2, "@mh_start", 1), "backward_wait"),
         (LaunchConfig(kernel="moehub_bwd_positions", grid=cfg.workload.layer.combine_tbs,

@@ -9,12 +9,12 @@
 # E + e on expert e's GPU: a second allocation per expert, as a second rowspMalloc), in a new
 # round of the hub's streams (notify_ready.reopen). Streams (per GPU):
 #   3  ... the forward, moehub_bwd_reopen (a new round; reopened[me] on every GPU; the local
-#      start word), moe_combine_bwd (../common/moe_backward.s: dw, dO = bf16(w dy) at home in slot
-#      order), flag_set, the shared experts' backward, grouped_tiles (the forward's windows as
-#      X, he, the expert-major gradient buffers), grouped_bwd_act (each tile waits for its dO
-#      rows: tilecnt), grouped_dgrad, flag_set gate, grouped_wgrad, moe_dispatch_bwd
-#   0  ... the forward's dispatch, flag_wait (dO rows written), moehub_bwd_dispatch: every pair's
-#      dO row stored to its gradient window (send_to_expert, or st.rowsp), end of stream
+#      start word), moehub_combine_bwd (the combine's backward at home - dw, dO = bf16(w dy) -
+#      with each dO row stored to its expert's gradient window as soon as it is written:
+#      send_to_expert, or st.rowsp; end of stream), the shared experts' backward, grouped_tiles
+#      (the forward's windows as X, he, the expert-major gradient buffers), grouped_bwd_act (each
+#      tile waits for its dO rows: tilecnt), grouped_dgrad, flag_set gate, grouped_wgrad,
+#      moe_dispatch_bwd
 #   2  ... the forward's claimers, flag_wait (start), moehub_bwd_positions (the forward's records
 #      -> fpos), moehub_bwd_place (claims the gradient windows' ready tiles, copies each dO row
 #      to its forward row position, counts it in that tile's counter, releases the tile),
@@ -22,73 +22,83 @@
 #      forward's completion record)
 .include "lib/combine.s"
 .include "moehub/moe_layer.s"
+.include "common/moe_backward.s"
 
 # moehub_bwd_reopen (one TB): this GPU's streams and windows begin the backward's round (every
-# stream of the forward's has finished: moe_combine waited for every GPU's experts); then
-# reopened[me] = 1 on every GPU (a GPU sends gradient rows here only after that) and start = 1
-# (stream 2's flag_wait).
+# stream of the forward's has finished: moe_combine waited for every GPU's experts); with
+# `rowsp` 1 (stores: row_sparse) allocation ids 0 .. E - 1 are re-registered to the gradient
+# windows E + e (the forward's registrations are done with); then reopened[me] = 1 on every GPU
+# (a GPU sends gradient rows here only after that) and start = 1 (the other streams' flag_wait).
 .kernel moehub_bwd_reopen
 .param reopened              # [P] i64
 .param start
+.param rowsp
+.param experts
+.param hidden
     notify_ready.reopen
+    beq %rowsp, 0, registered
+    shl r10, %hidden, 1
+    mov r1, 0
+register:
+    add r3, r1, %experts
+    rowsp.malloc r1, r3, r10     # allocation id e: expert e's gradient window
+    add r1, r1, 1
+    blt r1, %experts, register
+registered:
     tell_every_gpu %reopened, r1, r2
     st [%start], 1
     exit
 
-# moehub_bwd_dispatch: route_tokens (moe_layer.s) over the dO rows: thread block b takes tokens
-# b, b + ntb, ...; choice j of token t stores dsend[t * k + j] (home t * k + j) to the gradient
-# window of its expert e (id E + e; st.rowsp: allocation id e, registered to it). It starts once
-# every GPU reopened; acct counts the rows handed to the hub.
-.macro store_grad e, home, j
-    add r4, \e, %experts         # the expert's gradient window
-    mul r2, \home, r10
-    add r2, r2, %dsend           # the pair's dO row
-    send_to_expert r4, r2, r10, \home, 0
+# moehub_combine_bwd / moehub_combine_bwd_rowsp: the combine's backward with the gradient
+# dispatch in it (combine_bwd_pairs, ../common/moe_backward.s): once every GPU reopened, each
+# pair's dw and dO = bf16(w dy) are computed at home and the dO row is stored to the gradient
+# window of its expert e (id E + e) the moment it is written - as the forward's router stores a
+# row the moment its token is routed; then this TB's end of stream. _rowsp: each row one st.rowsp
+# (allocation id e, which moehub_bwd_reopen registered to the gradient window; row t * k + j).
+.macro grad_row_send
+    shl r13, r6, 3
+    add r13, r13, %topk_idx
+    ld r13, [r13]                # the pair's expert
+    add r13, r13, %experts       # its gradient window
+    send_to_expert r13, r12, r10, r6, 0
 .endm
 
-.macro store_grad_rowsp e, home, j
-    mul r2, \home, r10
-    add r2, r2, %dsend
-    st.rowsp \e, \home, 0, r2, r10    # allocation id e: the expert's gradient window
+.macro grad_row_rowsp
+    shl r13, r6, 3
+    add r13, r13, %topk_idx
+    ld r13, [r13]                # allocation id e: the expert's gradient window
+    st.rowsp r13, r6, 0, r12, r10
 .endm
 
-.macro bwd_dispatch_params
-.param dsend                 # [T * k][H] bf16: dO rows in slot order
-.param x                     # (unused: route_tokens' row base; store_grad names the dO row)
-.param topk_idx
-.param reopened
+.macro combine_bwd_send_params
+.param dy                    # [T][H] bf16
+.param yhome                 # [T * k][H] bf16: the forward's expert outputs, home
+.param topk_w
+.param map                   # [T * k] i64: the identity (dO rows in slot order)
+.param dsend                 # [T * k][H] bf16
+.param dw
+.param bacct
 .param tokens
 .param topk
 .param hidden
-.param acct                  # a word counting the rows handed to the hub
+.param topk_idx
 .param experts               # E: gradient window of expert e is E + e
+.param reopened              # [P] i64
+.smem 128KB                  # as moe_combine_bwd
 .endm
 
-.kernel moehub_bwd_dispatch
-    bwd_dispatch_params
+.kernel moehub_combine_bwd
+    combine_bwd_send_params
     wait_layer_inputs 0, 0, %reopened, %reopened, r1, r2
-    route_tokens stores_each, store_grad
+    combine_bwd_pairs grad_row_send
+    notify_ready.eos %ntb        # the hub ends this GPU's streams once every TB said so
     exit
 
-# moehub_bwd_dispatch_rowsp (workload.layer.moehub.stores: row_sparse): allocation id e
-# re-registered to the gradient window E + e (the forward's registrations are done with), then
-# st.rowsp as the forward's.
-.kernel moehub_bwd_dispatch_rowsp
-    bwd_dispatch_params
-.param sync
-    shl r10, %hidden, 1
-    mov r1, %tb
-register:
-    bge r1, %experts, registered
-    add r3, r1, %experts
-    rowsp.malloc r1, r3, r10     # allocation id e: expert e's gradient window
-    add r1, r1, %ntb
-    bra register
-registered:
-    atom.add r11, %gpu, [%sync], 1
-    wait.ge [%sync], %ntb
+.kernel moehub_combine_bwd_rowsp
+    combine_bwd_send_params
     wait_layer_inputs 0, 0, %reopened, %reopened, r1, r2
-    route_tokens stores_each, store_grad_rowsp
+    combine_bwd_pairs grad_row_rowsp
+    notify_ready.eos %ntb
     exit
 
 # moehub_bwd_positions: fpos[source][home] = the row's position in the forward's windows
