@@ -50,7 +50,7 @@ def test_moehub_backward_is_a_second_round_of_the_hub():
     """Each hub receives two ends of stream from every GPU (the forward's round and the
     backward's), its RPM takes every pair's row twice (x, then dO) and sends the input gradients
     home with send_home; the backward has no mediation and its gradient dispatch is its own
-    kernel, not a forward one."""
+    kernel (inside the combine's backward), not a forward one."""
     st = _training()
     for g in range(4):
         assert st[f"system.gpu{g}.hub.dam.eos_received"] == 2 * 4
@@ -58,9 +58,9 @@ def test_moehub_backward_is_a_second_round_of_the_hub():
     assert accepted == 2 * PAIRS
     assert sum(st[f"system.gpu{g}.hub.combine_rows"] for g in range(4)) == 2 * PAIRS
     assert st["system.moe.phase.mediation_us"] == 0
-    assert st["system.moe.backward.kernel.moehub_bwd_dispatch_us"] > 0
+    assert st["system.moe.backward.kernel.moehub_combine_bwd_us"] > 0
     assert st["system.moe.backward.kernel.moehub_bwd_place_us"] > 0
-    assert "system.moe.kernel.moehub_bwd_dispatch_us" not in st
+    assert "system.moe.kernel.moehub_combine_bwd_us" not in st
 
 
 def test_moehub_forward_unchanged_by_keeping_the_activations():

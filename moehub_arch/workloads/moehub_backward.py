@@ -2,11 +2,13 @@
 through the MoE-Hub the way the forward's rows did (MoE-Hub, arXiv 2605.05888: a producer names
 a logical destination, the hub allocates the address, merges the rows into packets and tells the
 consumers when a tile is ready). Kernels: workloads/kernels/moehub/backward.s, the forward's
-moe_layer.s (route_tokens, moehub_expert_train) and the shared grouped backward kernels
+moe_layer.s (claim_tiles, moehub_expert_train / moehub_tile_train) and the shared grouped backward
+kernels
 (workloads/kernels/common/moe_backward.s).
 
 What differs from the forward, per step:
-- the combine's backward at home (moe_combine_bwd): dw = <dy, y_j> against the expert outputs the
+- the combine's backward at home (moehub_combine_bwd, moe_combine_bwd's work): dw = <dy, y_j>
+  against the expert outputs the
   forward's send_home brought home (yhome), dO = bf16(w dy) one row per pair in slot order -
   the weighting stays at home, as the forward's combine did it there;
 - the gradient dispatch, inside the combine's backward (moehub_combine_bwd): every pair's dO
@@ -19,9 +21,10 @@ What differs from the forward, per step:
 - the expert side: the hub places dO rows in *arrival* order, but the weight gradients need dO
   beside the forward's X and Hh rows (dWd = Hh^T dO, dWg = X^T dG): the forward's windows still
   hold X with a completion record per row (source, home), so moehub_bwd_positions inverts the
-  records (fpos[source][home] = forward position) and moehub_bwd_place claims each ready
-  gradient tile, copies its rows to their forward positions and counts them in the backward
-  table's tile counters, which grouped_bwd_act waits on tile by tile (the hub's readiness, then a
+  records (fpos[source][home] = forward position), moehub_bwd_claim queues each ready gradient
+  tile (the forward's claimer loop) and moehub_bwd_place (PLACE_TBS blocks, PLACE_ROWS-row
+  chunks) copies its rows to their forward positions and counts them in the backward table's
+  tile counters, which grouped_bwd_act waits on tile by tile (the hub's readiness, then a
   local copy: one row's bytes read and written in HBM per pair). The forward's expert kernel
   keeps its activations at the rows' positions (moehub_expert_train: he, expert-major);
 - the gradient combine: each dX row goes home with send_home through the forward's completion
@@ -129,8 +132,9 @@ def backward_plan(layer, window_rows):
     window = (("window_rows", cap), ("local_experts", El), ("record_bytes", record_bytes),
               ("pairs", pairs))
     nsm = cfg.system.gpu.num_sms
-    expert = expert_bwd_launches(s, 3, nsm, "mh_counts", "moe_windows", "mh_he", cap, "mh_bases")
-    table, act_etc = expert[0], expert[1:]
+    # the tile table over the forward's windows (X), he and the gradient buffers
+    table = expert_bwd_launches(s, 3, nsm, "mh_counts", "moe_windows", "mh_he", cap,
+                                "mh_bases")[0]
     # grouped_bwd_act waits for each tile's dO rows (the placers' counters); the dX rows go home
     # once the dgrad is done, while the wgrad runs
     act_etc = expert_bwd_kernels(s, 3, nsm, "mh_counts", "mh_bases", "moe_windows", "mh_he",

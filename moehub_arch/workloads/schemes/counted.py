@@ -120,14 +120,15 @@ def _with_backward(layer, plan, combine):
     out = [
         (LaunchConfig(kernel="counted_bwd_yhome", grid=cfg.workload.layer.combine_tbs, stream=0,
                       params=(("comb", "@cw_comb"), ("slot_map", "@cw_slot"),
-                              ("topk_idx", "@topk_idx"), ("yhome", "@yhome"), ("tokens", T),
+                              ("topk_idx", "@topk_idx"), ("x", "@x"), ("yhome", "@yhome"),
+                              ("tokens", T),
                               ("topk", k), ("hidden", H))), "backward_dispatch"),
         (combine_bwd_launch(s, cfg, 0, "@cw_bmap", "@cw_dsend"), "backward_dispatch"),
     ] + list(shared) + [
         # the gradient reduction waits for word 5 of its acct: the shared experts' dX
         (flag_set_launch(0, "@cw_bacct + 40", 1), "backward_expert"),
         (LaunchConfig(kernel="counted_bwd_dispatch", grid=opts.send_tbs + El * P, stream=0,
-                      params=(("dsend", "@cw_dsend"), ("topk_idx", "@topk_idx"),
+                      params=(("dsend", "@cw_dsend"), ("topk_idx", "@topk_idx"), ("x", "@x"),
                               ("slot_map", "@cw_slot"), ("recv", "@cw_recv"),
                               ("brx", "@cw_brx"), ("range", "@cw_range"), ("dye", "@b_dye"),
                               ("tokens", T), ("topk", k), ("hidden", H), ("local_experts", El),

@@ -17,40 +17,38 @@
 #   counted_reduce       (counted.s) with weights 1.0: dx = sum_s dXs + sum_j dX_j, fp32 (cw_bdx)
 .include "lib/combine.s"
 .include "lib/slot_words.s"
+.include "lib/slot_alltoall.s"
 
 # counted_bwd_yhome: TB b takes tokens b, b + ntb, ...: yhome[t*k + j] = comb[e_j][slot(t, j)].
 .kernel counted_bwd_yhome
 .param comb                  # [E][T][rb] bf16: the forward's returned expert outputs
 .param slot_map
 .param topk_idx
+.param x                     # (slot_token_head's row base; unused)
 .param yhome                 # [T*k][rb] bf16
 .param tokens
 .param topk
 .param hidden
-    shl r10, %hidden, 1          # r10 = rb
+    shl r1, %hidden, 1           # r1 = rb
     shl r2, %topk, 3
-    mov r1, %tb
+    mov r5, %tb                  # r5 = token
 token:
-    bge r1, %tokens, end
-    mul r6, r1, r2
-    add r6, r6, %topk_idx
-    ld.v8 r16, [r6]              # the token's experts
-    mul r5, r1, %topk            # r5 = t*k
-    mov r3, 0                    # r3 = slot j
+    bge r5, %tokens, end
+    slot_token_head              # r16.. its experts, r7 = t*k, r9 = slot j
 slot:
-    add r6, r5, r3
-    shl r7, r6, 3
-    add r7, r7, %slot_map
-    ld r7, [r7]                  # the slot the row took at its expert
+    add r6, r7, r9
+    shl r10, r6, 3
+    add r10, r10, %slot_map
+    ld r10, [r10]                # the slot the row took at its expert
     mul r8, r16, %tokens
-    add r8, r8, r7
-    mul r8, r8, r10
+    add r8, r8, r10
+    mul r8, r8, r1
     add r8, r8, %comb
-    mul r9, r6, r10
-    add r9, r9, %yhome
-    copy r9, r8, r10
-    next_slot_word r3, %topk, slot
-    add r1, r1, %ntb
+    mul r10, r6, r1
+    add r10, r10, %yhome
+    copy r10, r8, r1
+    next_slot_word r9, %topk, slot
+    add r5, r5, %ntb
     bra token
 end:
     exit
@@ -65,6 +63,7 @@ end:
 .kernel counted_bwd_dispatch
 .param dsend                 # [T*k][rb] bf16: dO rows in slot order
 .param topk_idx
+.param x                     # (slot_token_head's row base; unused)
 .param slot_map
 .param recv                  # [El][P][T][rb]: the forward's receive slots, reused
 .param brx                   # [El][P] byte counters of the gradient rows
@@ -81,11 +80,7 @@ end:
     mov r5, %tb                  # r5 = token
 token:
     bge r5, %tokens, end
-    mul r6, r5, r2
-    add r6, r6, %topk_idx
-    ld.v8 r16, [r6]              # the token's experts
-    mul r7, r5, %topk            # r7 = t*k
-    mov r9, 0                    # r9 = slot j
+    slot_token_head              # r16.. its experts, r7 = t*k, r9 = slot j
 slot:
     div r11, r16, %local_experts # r11 = destination GPU
     mul r12, r11, %local_experts

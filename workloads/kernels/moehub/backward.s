@@ -16,10 +16,12 @@
 #      tile waits for its dO rows: tilecnt), grouped_dgrad, flag_set gate, grouped_wgrad,
 #      moe_dispatch_bwd
 #   2  ... the forward's claimers, flag_wait (start), moehub_bwd_positions (the forward's records
-#      -> fpos), moehub_bwd_place (claims the gradient windows' ready tiles, copies each dO row
-#      to its forward row position, counts it in that tile's counter, releases the tile),
-#      moehub_bwd_home (once the dgrad is done: each dX row home with send_home through the
-#      forward's completion record)
+#      -> fpos), moehub_bwd_claim (the gradient windows' ready tiles into a queue, as the
+#      forward's claimers do)
+#   1  ... the forward's shared experts, flag_wait (start), moehub_bwd_place (row chunks of the
+#      queued tiles: each dO row copied to its forward row position and counted in that tile's
+#      counter; a tile's last chunk releases it), moehub_bwd_home (once the dgrad is done: each
+#      dX row home with send_home through the forward's completion record)
 .include "lib/combine.s"
 .include "moehub/moe_layer.s"
 .include "common/moe_backward.s"
@@ -101,6 +103,16 @@ registered:
     notify_ready.eos %ntb
     exit
 
+# fpos_entry rec, a, b: a = &fpos[source][home] of the completion record at `rec` (b: scratch)
+.macro fpos_entry rec, a, b
+    ld \a, [\rec]                # source GPU
+    ld \b, [\rec+8]              # home slot t * k + j
+    mul \a, \a, %pairs
+    add \a, \a, \b
+    shl \a, \a, 3
+    add \a, \a, %fpos
+.endm
+
 # moehub_bwd_positions: fpos[source][home] = the row's position in the forward's windows
 # (e * window_rows + i), from the forward's completion records; TB b takes positions b,
 # b + ntb, ... of the local experts' first counts[e] slots.
@@ -124,12 +136,7 @@ position:
     bge r3, r4, next
     mul r5, r1, %record_bytes
     add r5, r5, %records
-    ld r6, [r5]                  # r6 = source GPU
-    ld r7, [r5+8]                # r7 = home slot
-    mul r6, r6, %pairs
-    add r6, r6, r7
-    shl r6, r6, 3
-    add r6, r6, %fpos
+    fpos_entry r5, r6, r7
     st [r6], r1
 next:
     add r1, r1, %ntb
@@ -197,12 +204,7 @@ row:
     bge r6, r25, chunk_done
     mul r4, r6, %record_bytes
     add r4, r4, r14
-    ld r7, [r4]                  # r7 = source GPU
-    ld r8, [r4+8]                # r8 = home slot
-    mul r7, r7, %pairs
-    add r7, r7, r8
-    shl r7, r7, 3
-    add r7, r7, %fpos
+    fpos_entry r4, r7, r8
     ld r7, [r7]                  # r7 = the pair's forward position
     mul r8, r7, r20
     add r8, r8, %dye
@@ -233,6 +235,23 @@ end:
 # table's tiles b, b + ntb, ... home: row p's completion record (the forward's, at the same
 # position) names its GPU and slot, send_home puts dX there (dret[t * k + j]); then fence, and the
 # GPU's last TB sets done[me] on every GPU (moe_dispatch_bwd there waits for all).
+.macro mh_tile_entry
+    add r2, r1, 1
+    shl r2, r2, 6
+    add r2, r2, %table
+    ld.v8 r12, [r2]              # r12 expert, r13 rows, r14 X rows
+    sub r14, r14, %xwin
+    div r12, r14, r20            # r12 = the tile's first position
+.endm
+
+.macro mh_row_home
+    mul r5, r4, %record_bytes
+    add r5, r5, %records         # the forward's completion record of position r4
+    mul r6, r4, r20
+    add r6, r6, %dxe
+    send_home r5, r6, r20, %dret
+.endm
+
 .kernel moehub_bwd_home
 .param table                 # the backward's tile table (grouped_tiles)
 .param xwin                  # the forward's windows: the table's X rows lie there
@@ -247,34 +266,5 @@ end:
     wait.ge [%gate], 1
     shl r20, %hidden, 1
     ld r9, [%table]              # r9 = tiles
-    mov r1, %tb
-tile:
-    bge r1, r9, sent
-    add r2, r1, 1
-    shl r2, r2, 6
-    add r2, r2, %table
-    ld.v8 r12, [r2]              # r12 expert, r13 rows, r14 X rows
-    sub r14, r14, %xwin
-    div r14, r14, r20            # r14 = the tile's first position
-    mov r3, 0
-row:
-    bge r3, r13, next_tile
-    add r4, r14, r3
-    mul r5, r4, %record_bytes
-    add r5, r5, %records
-    mul r6, r4, r20
-    add r6, r6, %dxe
-    send_home r5, r6, r20, %dret
-    add r3, r3, 1
-    bra row
-next_tile:
-    add r1, r1, %ntb
-    bra tile
-sent:
-    fence                        # this TB's rows are home
-    atom.add r5, %gpu, [%jobs], 1
-    sub r6, %ntb, 1
-    bne r5, r6, leave
-    tell_every_gpu %done, r6, r7
-leave:
+    tiles_rows_home mh_tile_entry, mh_row_home
     exit
