@@ -91,14 +91,14 @@ registered:
 
 .kernel moehub_combine_bwd
     combine_bwd_send_params
-    wait_layer_inputs 0, 0, %reopened, %reopened, r1, r2
+    wait_layer_inputs 0, 0, %reopened, %reopened
     combine_bwd_pairs grad_row_send
     notify_ready.eos %ntb        # the hub ends this GPU's streams once every TB said so
     exit
 
 .kernel moehub_combine_bwd_rowsp
     combine_bwd_send_params
-    wait_layer_inputs 0, 0, %reopened, %reopened, r1, r2
+    wait_layer_inputs 0, 0, %reopened, %reopened
     combine_bwd_pairs grad_row_rowsp
     notify_ready.eos %ntb
     exit
