@@ -5,7 +5,9 @@ directions, the forward unchanged by the backward behind it, both engines identi
 scheme without a backward rejected. Schemes: megatron, deepep (normal mode, intranode), hiermoe
 (gpu level), overlap (the gradient dispatch overlapped with the backward GEMMs tile by tile), tutel
 (capacity factor: dropped pairs get no gradient), nvls and dysharp (fusion: none; multicast and
-in-switch reduction in swapped roles)."""
+in-switch reduction in swapped roles), moehub (the gradient rows through the hub's gradient windows
+in a second round of its streams; with the DAM's claimers and with its launched consumers), counted
+(the forward's slots as the handle, counted writes both ways)."""
 import json
 
 import numpy as np
@@ -69,7 +71,34 @@ def dysharp_training():
                     "workload.layer.dysharp.fusion=none", "workload.layer.passes=training").stats
 
 
-@pytest.fixture(params=["megatron", "deepep", "hiermoe", "overlap", "tutel", "nvls", "dysharp"])
+@pytest.fixture(scope="module")
+def moehub_training():
+    """MoE-Hub (consumers: claim): dO rows stored to each expert's gradient window (a second
+    round of the hub's streams), placed at the forward's row positions by the completion
+    records; dX rows home with send_home."""
+    return simulate("experiments/functional.yaml", "scheme=moehub",
+                    "workload.layer.passes=training").stats
+
+
+@pytest.fixture(scope="module")
+def moehub_launch_training():
+    """MoE-Hub with the DAM starting the forward's consumers (consumers: launch, the published
+    design); the backward's gradient tiles are claimed."""
+    return simulate("experiments/functional.yaml", "scheme=moehub",
+                    "workload.layer.passes=training",
+                    "system.gpu.hub.moe.dam.consumers=launch").stats
+
+
+@pytest.fixture(scope="module")
+def counted_training():
+    """Counted writes (Blackwell's, on this system's NVLink model): the forward's slots and packed
+    ranges as the handle, the gradient rows put.counted both ways."""
+    return simulate("experiments/functional.yaml", "scheme=counted",
+                    "workload.layer.passes=training").stats
+
+
+@pytest.fixture(params=["megatron", "deepep", "hiermoe", "overlap", "tutel", "nvls", "dysharp",
+                        "moehub", "moehub_launch", "counted"])
 def training(request):
     return request.getfixturevalue(f"{request.param}_training")
 
@@ -147,12 +176,12 @@ def test_deepep_backward_reuses_the_handle(deepep_training):
 
 
 @pytest.mark.parametrize("scheme, sets, words", [
-    ("moehub", (), "no backward pass"),
+    ("ccfuser", (), "no backward pass"),
     ("dysharp", (), "fusion: token"),
     ("tutel", ("workload.layer.tutel.chunks=2",), "chunks"),
     ("deepep", ("workload.layer.deepep.home_reduce=kernel",), "home_reduce"),
     ("deepep", ("workload.layer.deepep.kernels=communication",), "kernels: communication"),
-], ids=["moehub", "dysharp_fused", "tutel_chunks", "deepep_home_reduce_kernel", "deepep_comm_only"])
+], ids=["ccfuser", "dysharp_fused", "tutel_chunks", "deepep_home_reduce_kernel", "deepep_comm_only"])
 def test_scheme_without_a_backward_is_an_error(tmp_path, scheme, sets, words):
     extra = [a for kv in sets for a in ("--set", kv)]
     r = run_cli("run", "configs/experiments/functional.yaml", "--set", f"scheme={scheme}",
@@ -166,7 +195,7 @@ def test_scheme_without_a_backward_is_an_error(tmp_path, scheme, sets, words):
     ("system.num_gpus=8",),              # one expert per GPU: no sort, rows straight into place
     ("workload.layer.routing.kind=skewed", "workload.layer.routing.gini=0.74"),  # idle experts
 ], ids=["one_local_expert", "skewed"])
-@pytest.mark.parametrize("scheme", ["megatron", "deepep", "overlap", "nvls"])
+@pytest.mark.parametrize("scheme", ["megatron", "deepep", "overlap", "nvls", "counted"])
 def test_backward_other_layouts(sets, scheme):
     from moehub_arch.workloads.layer import MoeLayer
     from conftest import load
@@ -221,3 +250,13 @@ def test_dysharp_backward_forward_unchanged_by_keeping_the_outputs(dysharp_train
     assert st["system.moe.rows_combined"] == 4 * 64 * 2
     assert st["system.moe.backward.kernel.dysharp_bwd_dispatch_us"] > 0
     assert st["system.moe.backward.kernel.dysharp_combine_us"] > 0
+
+
+def test_counted_backward_reuses_the_slots(counted_training):
+    """The gradient rows take the forward's slots (no count sent, no slot counter touched again)
+    and come home counted: the backward's dispatch and combine kernels run, its rows conserved."""
+    st = counted_training
+    assert st["system.moe.backward.kernel.counted_bwd_dispatch_us"] > 0
+    assert st["system.moe.backward.kernel.counted_combine_us"] > 0
+    assert "system.moe.kernel.counted_bwd_dispatch_us" not in st
+    assert st["system.moe.backward.rows_combined"] == 4 * 64 * 2

@@ -175,6 +175,7 @@ ERR_MOE_CLAIM_LAUNCH = 14
 ERR_MULTIMEM_ADDR = 20
 ERR_DAM_START_QUEUE = 15
 ERR_WAIT_COUNT = 16        # wait.all: flag count outside 1 .. WAIT_ALL_MAX
+ERR_MOE_REOPEN = 17        # notify_ready.reopen before this GPU's streams of the last round finished
 ERR_ROWSP_ID = 30          # st.rowsp / rowsp.malloc: allocation id not registered / out of the table
 ERR_ROWSP_ROW = 31         # st.rowsp: bytes past the registered row size (or a row's stores exceed it)
 ERR_ROWSP_REGISTER = 32    # rowsp.malloc: bad expert or row size
@@ -228,6 +229,11 @@ ERROR_TEXT = {
                     "that is not placed on this GPU",
     ERR_MOE_ROW_SIZE: "send_to_expert row larger than the window slot (workload.moe.row_bytes) or empty",
     ERR_MOE_AFTER_EOS: "send_to_expert after this GPU's end of stream (notify_ready.eos)",
+    ERR_MOE_REOPEN: "notify_ready.reopen while a stream of this GPU's last round (to or from any "
+                    "GPU) has not finished - every round must end (notify_ready.eos on every GPU, "
+                    "every EOS received) and, with system.gpu.hub.moe.dam.consumers: launch, the DAM's "
+                    "consumer launch must have started its last block - or on a system with "
+                    "system.gpu.hub.moe.internode: per_node (its forwarding units keep no rounds)",
     ERR_MOE_RELEASE: "notify_ready.release of an address that is not the base of a claimed, unreleased tile",
     ERR_UNBACKED_WORD: "word or element access to the data region, which timing mode does not back "
                        "with storage (keep flags, counters and tables in buffers with region: control)",
@@ -244,8 +250,9 @@ ERROR_TEXT = {
                     "value shown is the count)",
     ERR_MULTIMEM_ADDR: "multimem address outside every multicast object this GPU is a member of "
                        "(workload.multicast: a buffer and its GPUs), or the range runs past the object",
-    ERR_MOE_CLAIM_LAUNCH: "claim_buffer with system.gpu.hub.moe.dam.consumers: launch (the DAM starts "
-                          "the consumers of ready tiles itself; use consumers: claim)",
+    ERR_MOE_CLAIM_LAUNCH: "claim_buffer with system.gpu.hub.moe.dam.consumers: launch in the first "
+                          "round (the DAM starts the consumers of ready tiles itself; use consumers: "
+                          "claim; after notify_ready.reopen the new round's tiles are claimed)",
     ERR_DAM_START_QUEUE: "the DAM started more thread blocks than are placed and held tiles can "
                          "account for: a kernel released a tile (notify_ready.release) before "
                          "every block of its groups was placed",

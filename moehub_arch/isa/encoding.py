@@ -93,7 +93,7 @@ SEM_SLEEP = 16    # (cycles)
 # MoE-Hub control plane (destination-agnostic communication; components/moehub)
 SEM_SEND_EXPERT = 17  # (expert, src_addr, bytes, home, aux)   hand a row to the RPM
 SEM_CLAIM = 18        # (rows, base, records, expert)          next ready tile of a local expert
-SEM_NOTIFY = 19       # (a, b)  subop NOTIFY_EOS: a = producers; NOTIFY_RELEASE: a = expert, b = base
+SEM_NOTIFY = 19       # (a, b)  subop NOTIFY_EOS: a = producers; NOTIFY_RELEASE: a = expert, b = base; NOTIFY_REOPEN: none
 SEM_SEND_HOME = 20    # (record, src_addr, bytes, base)        combine: row back to its home slot
 # NVLink SHARP (in-switch multicast and reduction; components/nvls.py)
 SEM_MULTIMEM = 21     # (dst, src, bytes, targets, count)  subop MM_*; the multimem address is dst
@@ -253,7 +253,8 @@ PUT_NAMES = ("hub", "sm", "add_bf16")
 # notify_ready sub-operations
 NOTIFY_EOS = 0       # this producer is done; the GPU's streams end once `a` producers said so
 NOTIFY_RELEASE = 1   # the claimed tile of expert `a` at base address `b` may be reused
-NOTIFY_NAMES = ("eos", "release")
+NOTIFY_REOPEN = 2    # this GPU's streams (both ways) and windows begin a new round (a backward)
+NOTIFY_NAMES = ("eos", "release", "reopen")
 
 # multimem sub-operations (PTX multimem.*; the multimem address lies in a multicast object)
 MM_ST = 0          # multimem.st: local src -> every member's dst (one packet up, copies down)

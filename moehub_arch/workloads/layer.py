@@ -36,7 +36,7 @@ ACCT_NAMES = ("sent", "received", "computed", "combined")
 COMMON_KERNELS = "workloads/kernels/common/moe_common.s"
 # the schemes whose plan builds the layer's backward (workload.layer.passes: training) in their
 # default configuration (tools/e2e_training.py simulates their backward) ...
-BACKWARD_SCHEMES = ("megatron", "deepep", "hiermoe", "overlap", "nvls")
+BACKWARD_SCHEMES = ("megatron", "deepep", "hiermoe", "overlap", "nvls", "moehub", "counted")
 # ... and those that build it in another configuration than their default (the setting it needs)
 BACKWARD_SETTINGS = {"tutel": "workload.layer.tutel.chunks: 1",
                      "dysharp": "workload.layer.dysharp.fusion: none"}
@@ -96,6 +96,8 @@ class SchemePlan:
     presets: dict = attrs.field(factory=dict)  # buffer name -> [num_gpus, bytes] uint8 contents
     received_stat: str | None = None  # stat pattern counting rows received at the experts, if the
                                       # scheme's kernels do not count them in acct
+    received_rows: object = None      # callable(sim) -> rows received at the experts, where
+                                      # neither acct nor one stat pattern counts them alone
     phases: dict = attrs.field(factory=dict)  # phase -> kernel names (mediation, dispatch, ...)
     launch_phases: tuple = ()         # phase of each launch (same order), where one kernel serves
                                       # two phases (the all-to-all of dispatch and of combine)
@@ -411,6 +413,8 @@ class MoeLayer:
         got = {n: int(counts[i]) for i, n in enumerate(ACCT_NAMES)}
         if self.plan.received_stat:
             got["received"] = int(sum(x.value for x in stats.match(self.plan.received_stat)))
+        if self.plan.received_rows is not None:
+            got["received"] = self.plan.received_rows(sim)
         checked, expected = self.plan.checked_accounting, self.plan.expected_rows
         for name in ACCT_NAMES:
             must = (f"must equal {expected[name]}, see the scheme" if name in expected

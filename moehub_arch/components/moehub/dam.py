@@ -103,14 +103,16 @@ def check_groups(sim, out):
     split = np.array([int(ln.dam_first_group[l]) < int(ln.dam_tile_tbs[l]) if l >= 0 else False
                       for l in launch])
     groups = np.array([int(ln.dam_tile_tbs[l]) if l >= 0 else 0 for l in launch])
-    out.check(np.where(split, gp.dam_groups_started == gp.dam_claims, True),
+    # the launch's tiles: the first round's (later rounds' tiles are claimed: dam_reopen)
+    launched = gp.dam_claims - gp.dam_round_claims
+    out.check(np.where(split, gp.dam_groups_started == launched, True),
               "MoE-Hub DAM tiles whose second thread-block group never started",
-              lambda g: f"GPU {g}: {int(gp.dam_claims[g])} tiles started, "
+              lambda g: f"GPU {g}: {int(launched[g])} tiles started, "
                         f"{int(gp.dam_groups_started[g])} second groups")
-    out.check(np.where(launch >= 0, gp.dam_blocks_started == gp.dam_claims * groups + 1, True),
+    out.check(np.where(launch >= 0, gp.dam_blocks_started == launched * groups + 1, True),
               "MoE-Hub DAM blocks started differ from the tiles' groups plus the last block",
               lambda g: f"GPU {g}: {int(gp.dam_blocks_started[g])} blocks for "
-                        f"{int(gp.dam_claims[g])} tiles of {int(groups[g])}")
+                        f"{int(launched[g])} tiles of {int(groups[g])}")
 
 
 def windows_unclaimed(sim):
@@ -188,7 +190,11 @@ BLOCK = Block(
              # every tile started
              ("dam_launch", ""), ("dam_launch_final", ""),
              ("dam_blocks_started", "thread blocks the DAM started"),
-             ("dam_groups_started", "second thread-block groups started (first group done)"))
+             ("dam_groups_started", "second thread-block groups started (first group done)"),
+             ("dam_round", "rounds begun since the first (notify_ready.reopen): with consumers: "
+                           "launch the DAM's launch serves the first round, later rounds' tiles "
+                           "are claimed"),
+             ("dam_round_claims", "tiles claimed in later rounds with consumers: launch"))
     + fields("ln", ("dam_tile_tbs", "TBs the DAM starts per ready tile (0: an ordinary launch)"),
              ("dam_first_group", "TBs of a tile's first group (dam_tile_tbs: one group)"),
              ("granted", "TBs that may be placed (grid, or what the DAM started so far)")),
@@ -266,7 +272,7 @@ def dam_source_ended(st, g, tick):
             _tile(st, w, last).closed = 1
             _maybe_ready(st, w, last, tick)
         dam_wake(st, g, w, tick)  # claimers may now learn that the stream ended
-    if p.dam_launch_mode:
+    if p.dam_launch_mode and not gp.dam_round:
         if p.dam_expert_order:
             # the experts whose held tiles are now all their tiles (no partial tile to wait for)
             for le in range(p.local_experts):
@@ -277,12 +283,30 @@ def dam_source_ended(st, g, tick):
 
 
 @compiled
+def dam_reopen(st, g):
+    """notify_ready.reopen (rpm_reopen has reset the streams): GPU g's windows wait for the new
+    round's end of stream. Their rows, records and tiles stay (a backward reads the forward's);
+    the new round's rows go to windows of their own (other logical destinations). With
+    consumers: launch the DAM's launch served the first round (it must have ended: False
+    otherwise); the new round's tiles are claimed (claim_buffer), as with consumers: claim.
+    Assumption: one consumer launch per GPU (a launch per round is not modelled)."""
+    p = st.p[0]
+    if p.dam_launch_mode and not st.gpu[g].dam_launch_final:
+        return False
+    st.gpu[g].dam_round += 1
+    st.gpu[g].dam_sources_done = 0
+    for le in range(p.local_experts):
+        st.win[g * p.local_experts + le].ended = 0
+    return True
+
+
+@compiled
 def dam_tile_ready(st, w, index, tick):
     """EV_DAM_READY: the tile is claimable; wake the expert's claimers."""
     p = st.p[0]
     st.gpu[w // p.local_experts].dam_tiles_ready += 1
     trace_event(st, CAT_DAM, TR_DAM_READY, w // p.local_experts, w, index, tick)
-    if p.dam_launch_mode:
+    if p.dam_launch_mode and not st.gpu[w // p.local_experts].dam_round:
         _launch_ready_tiles(st, w // p.local_experts, w, tick)
     else:
         dam_wake(st, w // p.local_experts, w, tick)
@@ -467,6 +491,8 @@ def dam_claim(st, g, slot, expert, tick):
         tl.claimed = 1
         win.next_claim += 1
         st.gpu[g].dam_claims += 1
+        if p.dam_launch_mode:
+            st.gpu[g].dam_round_claims += 1
         trace_event(st, CAT_DAM, TR_DAM_CLAIM, g, expert, k, tick)
         return CLAIM_TILE, tl.rows_alloc, k * p.tile_rows
     if win.ended and k * p.tile_rows >= win.alloc:

@@ -10,15 +10,16 @@ blocked the thread block (which then re-executes it).
 """
 from ...engine.jit import compiled
 from ...engine.state import (ERR_ADDR_RANGE, ERR_MOE_AFTER_EOS, ERR_MOE_CLAIM_LAUNCH,
-                             ERR_MOE_EXPERT, ERR_MOE_RELEASE, ERR_MOE_ROW_SIZE, ERR_MULTI_EMPTY,
+                             ERR_MOE_EXPERT, ERR_MOE_RELEASE, ERR_MOE_REOPEN, ERR_MOE_ROW_SIZE, ERR_MULTI_EMPTY,
                              ERR_MULTI_GPUS, ERR_MULTI_MANY, ERR_ROWSP_ID, ERR_ROWSP_REGISTER,
                              ERR_ROWSP_ROW, TB_WAIT_CLAIM)
-from ...isa.encoding import NOTIFY_EOS, NUM_GENERAL_REGS, OP0, ROWSP_NOP, SUBOP
+from ...isa.encoding import NOTIFY_EOS, NOTIFY_REOPEN, NUM_GENERAL_REGS, OP0, ROWSP_NOP, SUBOP
 from ..hbm import raise_error
 from ..sm_operands import check_range, is_smem, operand, stall_on_hub, tb_block
 from .aau import aau_release_entries, aau_retry, record_address, slot_address
-from .dam import CLAIM_WAIT, dam_claim, dam_release
-from .rpm import rpm_accept, rpm_accept_experts, rpm_accept_rowsp, rpm_end_of_stream, stream_target
+from .dam import CLAIM_WAIT, dam_claim, dam_release, dam_reopen
+from .rpm import (rpm_accept, rpm_accept_experts, rpm_accept_rowsp, rpm_end_of_stream, rpm_reopen,
+                  rpm_reopen_ready, stream_target)
 
 
 @compiled
@@ -28,7 +29,7 @@ def claim(st, slot, row, g, tick, cyc):
     expert = operand(st, slot, row, 3, tick, cyc)
     if not local_expert(st, slot, g, expert):
         return False
-    if st.p[0].dam_launch_mode:
+    if st.p[0].dam_launch_mode and not st.gpu[g].dam_round:
         raise_error(st, ERR_MOE_CLAIM_LAUNCH, slot, expert)
         return False
     status, rows, first = dam_claim(st, g, slot, expert, tick)
@@ -44,7 +45,15 @@ def claim(st, slot, row, g, tick, cyc):
 @compiled
 def notify(st, slot, row, g, tick, cyc):
     """notify.eos peer (the stream to peer ends) / notify expert, addr: the tile at addr of the
-    local expert's window is consumed and released."""
+    local expert's window is consumed and released / notify.reopen: this GPU's streams and
+    windows begin a new round (rpm_reopen, dam_reopen)."""
+    if row[SUBOP] == NOTIFY_REOPEN:
+        # the DAM first: it refuses before anything changed (its launch not ended)
+        if not (rpm_reopen_ready(st, g) and dam_reopen(st, g)):
+            raise_error(st, ERR_MOE_REOPEN, slot, g)
+            return False
+        rpm_reopen(st, g)
+        return True
     a = operand(st, slot, row, 0, tick, cyc)
     if row[SUBOP] == NOTIFY_EOS:
         rpm_end_of_stream(st, g, a, tick)

@@ -740,6 +740,38 @@ def rpm_end_of_stream(st, g, producers, tick):
 
 
 @compiled
+def rpm_reopen_ready(st, g):
+    """Every stream of the last round into and out of GPU g has finished (and no internode
+    per_node forwarding, whose units keep no rounds): notify_ready.reopen may begin a new one."""
+    p = st.p[0]
+    G = p.num_gpus
+    if p.fwd_per_node:
+        return False
+    for d in range(G):
+        if not (st.stream[g * G + d].eos_sent and st.stream[d * G + g].done):
+            return False
+    return True
+
+
+@compiled
+def rpm_reopen(st, g):
+    """notify_ready.reopen (rpm_reopen_ready held): GPU g's streams, both ways, begin a new round
+    (the layer's backward sends gradient rows through the hub after the forward's rows): the
+    sender's end-of-stream requests and count, the receiver's EOS state start again; the byte
+    counts run on (an EOS carries the stream's total since the first round)."""
+    p = st.p[0]
+    G = p.num_gpus
+    for d in range(G):
+        out = st.stream[g * G + d]
+        out.eos_pending = 0
+        out.eos_sent = 0
+        into = st.stream[d * G + g]
+        into.eos_seen = 0
+        into.done = 0
+    st.gpu[g].eos_notes = 0
+
+
+@compiled
 def rpm_end_forwarded(st, g, tick):
     """internode per_node (forward.py): end GPU g's streams inside its node once its producers are
     done, every rail peer's stream to it has ended and its forwarding queue is empty (nothing more

@@ -40,6 +40,8 @@ tiles), so the windows never throttle the layer; the AAU's record table
 from ...config.schema import LaunchConfig, MoeWorkloadConfig
 from ..layer import (SHARED_KERNELS, LayerError, SchemePlan, _buf, combine_launch, expert_load_max,
                      max_tiles_per_gpu, shared_expert_launches)
+from ..moehub_backward import (BACKWARD_KERNEL_FILES, backward_plan, backward_refusal,
+                               placement as training_placement)
 
 
 def plan(layer):
@@ -64,6 +66,8 @@ def plan(layer):
     # SM until the end
     if cfg.system.gpu.hub.moe.dam.consumers == "launch":
         return _plan_dam_launched(layer, buffers, sbufs, shared, window_rows)
+    if _training(cfg):
+        return _plan_training(layer, buffers, sbufs, shared, window_rows)
     expert_params = (
         ("wg", "@w_gate"), ("wu", "@w_up"), ("wd", "@w_down"), ("tq", "@tq"),
         ("tiles", "@tiles"), ("yhome", "@yhome"),
@@ -92,6 +96,61 @@ def plan(layer):
     ]
     return _scheme_plan(s, cfg, buffers + sbufs, launches, window_rows,
                         ("moehub_claim", "moehub_expert"))
+
+
+def _training(cfg):
+    """passes: training in a configuration with a backward (moehub_backward.backward_refusal)."""
+    return cfg.workload.layer.passes == "training" and not backward_refusal(cfg)
+
+
+def _plan_training(layer, buffers, sbufs, shared, window_rows):
+    """The forward with moehub_expert_train (activations kept beside the windows' X rows), then
+    the backward (moehub_backward.py)."""
+    s, cfg = layer.shape, layer.cfg
+    opts = cfg.workload.layer.moehub
+    El = s.local_experts
+    claim = LaunchConfig(kernel="moehub_claim", grid=El, stream=2, params=(
+        ("tq", "@tq"), ("local_experts", El), ("workers", opts.expert_tbs),
+        ("swizzle", s.stream_swizzle)))
+    expert = LaunchConfig(kernel="moehub_expert_train", grid=opts.expert_tbs, stream=3, params=(
+        ("wg", "@w_gate"), ("wu", "@w_up"), ("wd", "@w_down"), ("tq", "@tq"),
+        ("tiles", "@tiles"), ("yhome", "@yhome"), ("acct", "@acct"), ("done", "@done"),
+        ("hidden", s.hidden), ("ffn", s.ffn), ("local_experts", El),
+        ("record_bytes", cfg.system.gpu.hub.moe.aau.record_bytes), ("tile_rows", s.tile_rows),
+        ("n_tile", s.n_tile), ("swizzle", s.stream_swizzle)) + _keep_activations())
+    launches = [*shared, _dispatch_launch(s, cfg), claim, expert, combine_launch(s, cfg, stream=3)]
+    return _with_backward(layer, buffers + sbufs, launches, window_rows,
+                          ("moehub_claim", "moehub_expert_train"))
+
+
+def _keep_activations():
+    """moehub_{expert,tile}_train's parameters: where the activations go (moehub_backward.py)."""
+    return (("he", "@mh_he"), ("xwin", "@moe_windows"))
+
+
+def _with_backward(layer, buffers, launches, window_rows, expert_kernels):
+    """The SchemePlan of a training run: the forward's launches, then the backward's; the
+    experts get a second window each (the gradient's)."""
+    s, cfg = layer.shape, layer.cfg
+    phases = _phases(cfg, expert_kernels, ("moe_combine",))
+    by_kernel = {k: p for p, names in phases.items() for k in names}
+    launch_phases = [by_kernel.get(l.kernel, "") for l in launches]
+    bbufs, blaunches, presets, row_order, received = backward_plan(layer, window_rows)
+    launches = launches + [launch for launch, _ in blaunches]
+    launch_phases += [phase for _, phase in blaunches]
+    moe = MoeWorkloadConfig(num_experts=2 * s.experts, placement=training_placement(s),
+                            window_rows=window_rows, row_bytes=s.row_bytes)
+    return SchemePlan(buffers=tuple(buffers + bbufs), launches=tuple(launches),
+                      kernel_files=("workloads/kernels/moehub/moe_layer.s",)
+                      + BACKWARD_KERNEL_FILES, moe=moe, presets=presets,
+                      received_rows=received, n_tile=s.n_tile, phases=phases,
+                      launch_phases=tuple(launch_phases), backward=True,
+                      backward_row_order=row_order)
+
+
+def _phases(cfg, expert_kernels, combine):
+    return {"mediation": (), "dispatch": (_dispatch_kernel(cfg),),
+            "expert": expert_kernels + SHARED_KERNELS, "combine": combine}
 
 
 def _combine_per_node(cfg):
@@ -220,9 +279,8 @@ def _scheme_plan(s, cfg, buffers, launches, window_rows, expert_kernels,
                       reference_kwargs=reference or {},
                       kernel_files=("workloads/kernels/moehub/moe_layer.s",), moe=moe,
                       received_stat="system.gpu*.hub.aau.allocations", n_tile=s.n_tile,
-                      phases={"mediation": (), "dispatch": (_dispatch_kernel(cfg),),
-                              "expert": expert_kernels + SHARED_KERNELS,
-                              "combine": combine})
+                      phases=_phases(cfg, expert_kernels, combine),
+                      backward_why=backward_refusal(cfg))
 
 
 def _plan_dam_launched(layer, buffers, sbufs, shared, window_rows):
@@ -241,6 +299,8 @@ def _plan_dam_launched(layer, buffers, sbufs, shared, window_rows):
               ("record_bytes", cfg.system.gpu.hub.moe.aau.record_bytes),
               ("tile_rows", s.tile_rows), ("n_tile", s.n_tile))
     kernel = "moehub_tile_combnode" if per_node else "moehub_tile"
+    if _training(cfg):
+        kernel, params = "moehub_tile_train", params + _keep_activations()
     launches = [
         *shared,
         _dispatch_launch(s, cfg),
@@ -249,6 +309,8 @@ def _plan_dam_launched(layer, buffers, sbufs, shared, window_rows):
                      params=params + (_forward_params(s, cfg) if per_node else ())),
         *(_node_combine_launches(s, cfg) if per_node else [combine_launch(s, cfg, stream=3)]),
     ]
+    if _training(cfg):
+        return _with_backward(layer, buffers + sbufs, launches, window_rows, (kernel,))
     if per_node:
         buffers = buffers + _node_combine_buffers(s, cfg)
         return _scheme_plan(s, cfg, buffers + sbufs, launches, window_rows, (kernel,),

@@ -26,18 +26,13 @@
 .include "lib/gemm_tiles.s"
 .include "lib/combine.s"
 
-.kernel moe_combine_bwd
-.param dy                    # [T][H] bf16
-.param yhome                 # [T * k][H] bf16: the forward's expert outputs, home
-.param topk_w                # [T][k] f32
-.param map                   # [T * k] i64: the pair's row in dsend
-.param dsend                 # [rows][H] bf16
-.param dw                    # [T][k] f32
-.param bacct
-.param tokens
-.param topk
-.param hidden
-.smem 128KB                  # dy, product, w dy [H] fp32 + out [H] bf16 + the dot (H <= 8192)
+# combine_bwd_pairs row_sent: moe_combine_bwd's work; after each pair's dO row is in its send
+# row (r12 its address, r6 = t * k + j, r10 = row bytes) the macro `row_sent` runs (r13-r19 free;
+# ../moehub/backward.s stores the row to its expert there). Ends with bacct word 0 counted.
+.macro combine_bwd_no_send
+.endm
+
+.macro combine_bwd_pairs row_sent
     shl r10, %hidden, 1          # r10 = bf16 row bytes
     shl r11, %hidden, 2          # r11 = fp32 row bytes
     mov r20, %smem               # r20 = dy[t] in fp32
@@ -47,14 +42,14 @@
     add r24, r23, r10            # r24 = the dot product
     mov r9, 0                    # r9 = rows dispatched by this TB
     mov r1, %tb                  # r1 = token
-token:
-    bge r1, %tokens, end
+token_\@:
+    bge r1, %tokens, end_\@
     mul r2, r1, r10
     add r2, r2, %dy              # r2 = dy[t]
     vcvt.f32.bf16 r20, r2, %hidden
     mul r5, r1, %topk
     mov r3, 0                    # r3 = slot
-slot:
+slot_\@:
     add r6, r5, r3               # r6 = pair t * k + j
     mul r7, r6, r10
     add r7, r7, %yhome
@@ -67,18 +62,34 @@ slot:
     shl r12, r6, 3
     add r12, r12, %map
     ld r12, [r12]
-    blt r12, 0, no_row           # a dropped pair (scheme tutel: beyond capacity): no dO row
+    blt r12, 0, no_row_\@       # a dropped pair (scheme tutel: beyond capacity): no dO row
     mul r12, r12, r10
     add r12, r12, %dsend
     copy r12, r23, r10           # dO to the pair's send row
+    \row_sent
     add r9, r9, 1
-no_row:
+no_row_\@:
     add r3, r3, 1
-    blt r3, %topk, slot
+    blt r3, %topk, slot_\@
     add r1, r1, %ntb
-    bra token
-end:
+    bra token_\@
+end_\@:
     red.add %gpu, [%bacct], r9
+.endm
+
+.kernel moe_combine_bwd
+.param dy                    # [T][H] bf16
+.param yhome                 # [T * k][H] bf16: the forward's expert outputs, home
+.param topk_w                # [T][k] f32
+.param map                   # [T * k] i64: the pair's row in dsend
+.param dsend                 # [rows][H] bf16
+.param dw                    # [T][k] f32
+.param bacct
+.param tokens
+.param topk
+.param hidden
+.smem 128KB                  # dy, product, w dy [H] fp32 + out [H] bf16 + the dot (H <= 8192)
+    combine_bwd_pairs combine_bwd_no_send
     exit
 
 # grouped_bwd_act: jobs (tile, q), Ju = I / n per tile: G, U recomputed from the tile's X rows

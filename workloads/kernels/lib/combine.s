@@ -18,6 +18,14 @@
 #       `one` points at an fp32 1.0). Writes row, s, addr.
 #   tell_every_gpu done, i, addr
 #       done[%gpu] = 1 on every GPU (flag.set, ascending GPU). Writes i, addr.
+#   last_tb_tells jobs, done
+#       counts this TB in the word `jobs`; the kernel's last TB to get there sets done[%gpu] = 1
+#       on every GPU (tell_every_gpu). Writes r5-r7.
+#   tiles_rows_home tile_entry, row_out
+#       TB b takes tiles b, b + ntb, ... of r9 tiles (r1 = the tile); the macro `tile_entry` sets
+#       r12 = the tile's first row position and r13 = its rows, then `row_out` sends row r4 =
+#       r12 + r3 home (r3: the row in the tile); then fence and last_tb_tells %jobs, %done: the
+#       backward's gradient combines (overlap_bwd_home, moehub_bwd_home). Writes r1, r3-r7.
 #   combine_records_open (no arguments: the registers below)
 #       for combine thread block %tb = c * P + s (the tokens this rank received from s on channel
 #       c in dispatch): r5 = c, r6 = s, r9 = how many (notify's count %ntf[s][c]), r12 = their
@@ -65,6 +73,34 @@ shared_rows_\@:
     add \s, \s, 1
     bra shared_rows_\@
 summed_\@:
+.endm
+
+.macro last_tb_tells jobs, done
+    atom.add r5, %gpu, [\jobs], 1
+    sub r6, %ntb, 1
+    bne r5, r6, told_\@
+    tell_every_gpu \done, r6, r7
+told_\@:
+.endm
+
+.macro tiles_rows_home tile_entry, row_out
+    mov r1, %tb
+tile_\@:
+    bge r1, r9, sent_\@
+    \tile_entry
+    mov r3, 0
+row_\@:
+    bge r3, r13, next_tile_\@
+    add r4, r12, r3
+    \row_out
+    add r3, r3, 1
+    bra row_\@
+next_tile_\@:
+    add r1, r1, %ntb
+    bra tile_\@
+sent_\@:
+    fence                        # this TB's rows are home
+    last_tb_tells %jobs, %done
 .endm
 
 .macro tell_every_gpu done, i, addr

@@ -479,17 +479,15 @@ registered_\@:
 # ready (1 = tile, 2 = end of queue), gate/up jobs done, down jobs done, first (the expert's first
 # tile: its weights come from HBM, later tiles read them through the L2).
 # tiles (data): per queue entry the tile's Hh [tile][I] bf16, then its Y [tile][H] bf16.
-.kernel moehub_claim
-.param tq
-.param local_experts
-.param workers               # TBs of moehub_expert
-.param swizzle               # tiles per group of moehub_expert's job order (../lib/streaming.s)
-    mul r2, %gpu, %local_experts
-    add r2, r2, %tb              # r2 = global expert id
+# claim_tiles expert: claim every tile of the expert's window (register `expert`) and publish each
+# in tq (%tq: word 0 tiles published; 64-byte entries: rows, base, records, local expert %tb,
+# ready 1, -, -, first); returns when the window's stream ended and every tile was claimed.
+# Writes r9, r13-r17. Shared with ./backward.s moehub_bwd_claim (the gradient windows).
+.macro claim_tiles expert
     mov r9, 1                    # r9 = next tile is the expert's first
-claim:
-    claim_buffer r13, r14, r15, r2   # r13 = rows, r14 = first row, r15 = first record
-    beq r13, 0, claimed_all
+claim_\@:
+    claim_buffer r13, r14, r15, \expert   # r13 = rows, r14 = first row, r15 = first record
+    beq r13, 0, claimed_\@
     atom.add r16, %gpu, [%tq], 1     # r16 = queue position
     add r17, r16, 1
     shl r17, r17, 6
@@ -501,8 +499,18 @@ claim:
     st [r17+56], r9
     st [r17+32], 1               # ready, after the descriptor
     mov r9, 0
-    bra claim
-claimed_all:
+    bra claim_\@
+claimed_\@:
+.endm
+
+.kernel moehub_claim
+.param tq
+.param local_experts
+.param workers               # TBs of moehub_expert
+.param swizzle               # tiles per group of moehub_expert's job order (../lib/streaming.s)
+    mul r2, %gpu, %local_experts
+    add r2, r2, %tb              # r2 = global expert id
+    claim_tiles r2
     atom.add r16, %gpu, [%tq+16], 1
     sub r18, %ntb, 1
     bne r16, r18, leave          # not the last claimer to finish
@@ -543,7 +551,7 @@ leave:
 .param swizzle               # tiles per group of the job order (../lib/streaming.s)
 .endm
 
-.macro expert_worker rows_out
+.macro expert_worker rows_out, buffers
     tile_job_registers
     stream_lag r31, %ntb, r20, r21, %hidden, %ffn, %swizzle, r4    # r31 = lag
     mov r25, 0                   # r25 = rows this worker completed
@@ -558,7 +566,7 @@ entry:
     wait.ne [r11+32], 0
     ld.v8 r12, [r11]             # r12 rows, r13 base, r14 records, r15 expert, r16 ready, r17, r18, r19 first
     beq r16, 2, ended
-    tile_buffers r2
+    \buffers r2
     bge r3, r20, down
     tile_gate_up_job r3, r11
     bra job
@@ -597,7 +605,28 @@ done_exit:
     expert_worker_params
 .smem 160KB                  # G, U [tile][n] f32 + Hq [tile][n] bf16, or Y + Yq
 .smem_job 10                 # bytes per element of a tile_rows x n_tile job (fits a smaller SM)
-    expert_worker tile_rows_home
+    expert_worker tile_rows_home, tile_buffers
+
+# moehub_expert_train (workload.layer.passes: training; ./backward.s): moehub_expert whose
+# tiles keep their activations Hh where the backward's weight gradients read them - expert-major
+# at the rows' window positions (he [El][window_rows][I], row i of local expert e at e *
+# window_rows + i, beside the window's X rows) - instead of in the tile's queue buffer.
+.macro tile_buffers_he tile
+    tile_buffers \tile
+    sub r26, r13, %xwin
+    div r26, r26, r23            # the tile's first row: its position in the windows
+    shl r4, %ffn, 1
+    mul r26, r26, r4
+    add r26, r26, %he            # r26 = its Hh rows in he
+.endm
+
+.kernel moehub_expert_train
+    expert_worker_params
+.param he                    # [El][window_rows][I] bf16
+.param xwin                  # the MoE-Hub's receive windows (the first local expert's)
+.smem 160KB                  # as moehub_expert
+.smem_job 10                 # as moehub_expert
+    expert_worker tile_rows_home, tile_buffers_he
 
 # moehub_expert_combnode (system.gpu.hub.moe.internode_combine: per_node): moehub_expert whose
 # rows for tokens of another node go to that token's forwarder here (tile_rows_forward).
@@ -608,7 +637,7 @@ done_exit:
 .param node_gpus
 .smem 160KB                  # G, U [tile][n] f32 + Hq [tile][n] bf16, or Y + Yq
 .smem_job 10                 # bytes per element of a tile_rows x n_tile job (fits a smaller SM)
-    expert_worker tile_rows_forward
+    expert_worker tile_rows_forward, tile_buffers
 
 # moehub_tile (system.gpu.hub.moe.dam.consumers: launch): the consumers the DAM starts, in two
 # thread-block groups per ready tile - its Ju gate/up blocks, then its Jd down blocks once every
@@ -637,7 +666,7 @@ done_exit:
 .param n_tile
 .endm
 
-.macro tile_block rows_out
+.macro tile_block rows_out, buffers
     ld r1, [%tq+8]               # the final block count (0 until every tile was started)
     sub r1, r1, 1
     beq %tb, r1, last
@@ -649,7 +678,7 @@ done_exit:
     shl r11, r11, 6
     add r11, r11, %tq            # r11 = the tile's descriptor
     ld.v8 r12, [r11]             # r12 rows, r13 base, r14 records, r15 expert, r19 first
-    tile_buffers r2
+    \buffers r2
     bge r3, r20, down
     tile_gate_up_job r3, r11
     bra finished
@@ -672,7 +701,17 @@ last:
     tile_block_params
 .smem 160KB                  # as moehub_expert
 .smem_job 10                 # bytes per element of a tile_rows x n_tile job (fits a smaller SM)
-    tile_block tile_rows_home
+    tile_block tile_rows_home, tile_buffers
+
+# moehub_tile_train (workload.layer.passes: training): moehub_tile keeping the activations as
+# moehub_expert_train does (tile_buffers_he)
+.kernel moehub_tile_train
+    tile_block_params
+.param he
+.param xwin
+.smem 160KB                  # as moehub_expert
+.smem_job 10                 # as moehub_expert
+    tile_block tile_rows_home, tile_buffers_he
 
 # moehub_tile_combnode (system.gpu.hub.moe.internode_combine: per_node): moehub_tile whose rows
 # for tokens of another node go to that token's forwarder here (tile_rows_forward).
@@ -683,7 +722,7 @@ last:
 .param node_gpus
 .smem 160KB                  # as moehub_expert
 .smem_job 10                 # bytes per element of a tile_rows x n_tile job (fits a smaller SM)
-    tile_block tile_rows_forward
+    tile_block tile_rows_forward, tile_buffers
 
 # ---- the per-node combine (system.gpu.hub.moe.internode_combine: per_node) ---------------------
 # DeepEP's internode combine on MoE-Hub rows (csrc/kernels/internode.cu: outputs for one token from

@@ -77,6 +77,25 @@ end:
 # overlap_bwd_home: once grouped_dgrad is done (ov_bdgrad), TB b puts the dX rows of tiles b,
 # b + ntb, ... to their home GPUs' dret rows (slot t * k + j), fences, and the GPU's last TB sets
 # done[me] on every GPU (moe_dispatch_bwd there waits for all).
+.macro ov_tile_entry
+    shl r2, r1, 5
+    add r2, r2, %tiles
+    ld.v8 r12, [r2]              # r12 first row, r13 rows
+.endm
+
+.macro ov_row_home
+    shl r5, r4, 3
+    add r5, r5, %home
+    ld r5, [r5]
+    shr r6, r5, 32
+    and r7, r5, 0xffffffff
+    mul r7, r7, r20
+    add r7, r7, %dret
+    mul r8, r4, r20
+    add r8, r8, %dxe
+    put r6, r7, r8, r20
+.endm
+
 .kernel overlap_bwd_home
 .param tiles
 .param info
@@ -90,36 +109,5 @@ end:
     wait.ge [%gate], 1
     shl r20, %hidden, 1
     ld r9, [%info+8]
-    mov r1, %tb
-tile:
-    bge r1, r9, sent
-    shl r2, r1, 5
-    add r2, r2, %tiles
-    ld.v8 r12, [r2]              # r12 first row, r13 rows
-    mov r3, 0
-row:
-    bge r3, r13, next_tile
-    add r4, r12, r3
-    shl r5, r4, 3
-    add r5, r5, %home
-    ld r5, [r5]
-    shr r6, r5, 32
-    and r7, r5, 0xffffffff
-    mul r7, r7, r20
-    add r7, r7, %dret
-    mul r8, r4, r20
-    add r8, r8, %dxe
-    put r6, r7, r8, r20
-    add r3, r3, 1
-    bra row
-next_tile:
-    add r1, r1, %ntb
-    bra tile
-sent:
-    fence                        # this TB's rows are home
-    atom.add r5, %gpu, [%jobs], 1
-    sub r6, %ntb, 1
-    bne r5, r6, leave
-    tell_every_gpu %done, r6, r7
-leave:
+    tiles_rows_home ov_tile_entry, ov_row_home
     exit
