@@ -28,6 +28,7 @@ from .components import l2
 from .components import dysharp
 from .components import cais
 from .components import counted_write
+from .components import switch_counter
 from .declare import GPU_SCOPES, SCOPES, Instance, Stat
 from .components.moehub import aau, dam, forward, rpm
 from .config.schema import DEBUG_FLAGS
@@ -51,7 +52,7 @@ ENGINE = _with_event_counts(events.BLOCK)
 BLOCKS = (packet.BLOCK, ENGINE, trace.BLOCK, scheduler.BLOCK, sm.BLOCK, waiters.BLOCK,
           hbm.BLOCK, l2.BLOCK, nvlink.BLOCK, switch.BLOCK, hub.BLOCK, rpm.BLOCK, aau.BLOCK,
           dam.BLOCK, occupancy.BLOCK, nvls.BLOCK, pcie.BLOCK, infiniband.BLOCK, nic.BLOCK, fabric.BLOCK,
-          dysharp.BLOCK, cais.BLOCK, forward.BLOCK, counted_write.BLOCK)
+          dysharp.BLOCK, cais.BLOCK, forward.BLOCK, counted_write.BLOCK, switch_counter.BLOCK)
 
 _RESERVED = set(dir(np.record))
 

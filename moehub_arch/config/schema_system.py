@@ -307,6 +307,13 @@ class CaisSwitchConfig:
 
 
 @attrs.frozen
+class SwitchCounterConfig:
+    entries: int = _f("int", "fetch-and-add counters per switch chip (ctr.add; "
+                      "components/switch_counter.py). 0: none, the block is off (assumption: a "
+                      "worked example of a block, not a published NVSwitch feature)", 0, min=0)
+
+
+@attrs.frozen
 class SwitchConfig:
     count: int = _f("int", "NVSwitch chips", min=1)
     ports: int = _f("int", "NVLink ports per switch chip", min=1)
@@ -323,6 +330,9 @@ class SwitchConfig:
     topology: str = _f("choice", "nvswitch: every GPU's links go to the node's NVSwitch chips "
                        "(gpu_link_switch); bridge_pairs: GPUs 2i and 2i+1 of a node joined by NVLink "
                        "bridges, no NVSwitch", "nvswitch", choices=("nvswitch", "bridge_pairs"))
+    counter: SwitchCounterConfig = _f("node", "the switch's fetch-and-add counters "
+                                      "(components/switch_counter.py)", SwitchCounterConfig(),
+                                      cls=SwitchCounterConfig)
 
 
 # Multi-node fabrics (components/fabric.py, pcie.py, nic.py, infiniband.py). A one-node system

@@ -111,12 +111,13 @@ SEM_CAIS = 26          # (gpu, dst, src, bytes, value)  subop CAIS_*; the addres
 # components/counted_write.py)
 SEM_PUT_COUNTED = 27   # (gpu, dst, src, bytes, counter)  put whose landed bytes add to counter at gpu
 SEM_WAIT_COUNT = 28    # (counter, expected)               sleep until the local counter >= expected
-NUM_SEMANTICS = 29
+SEM_CTR_ADD = 29       # (dst, counter, value)              fetch-and-add of a switch counter (switch_counter.py)
+NUM_SEMANTICS = 30
 SEMANTIC_NAMES = (
     "nop", "exit", "alu", "branch", "ld", "st", "copy", "copy2d", "mma", "vec", "put", "get",
     "atom", "flag_set", "wait", "fence", "sleep", "send_to_expert", "claim", "notify", "send_home",
     "multimem", "rowsp_malloc", "st_rowsp", "send_to_experts", "st_rowsp_experts", "cais",
-    "put_counted", "wait_count",
+    "put_counted", "wait_count", "ctr_add",
 )
 # Named operands of each semantic, in slot order, as (name, kind). Kinds: "reg" (a general
 # register written by the instruction), "src" (register, special register, parameter or
@@ -162,6 +163,7 @@ SEMANTIC_OPERANDS = {
     SEM_PUT_COUNTED: (("gpu", "src"), ("dst", "src"), ("src", "src"), ("bytes", "src"),
                       ("counter", "src")),
     SEM_WAIT_COUNT: (("counter", "addr"), ("expected", "src")),
+    SEM_CTR_ADD: (("dst", "reg"), ("counter", "src"), ("value", "src")),
 }
 
 
