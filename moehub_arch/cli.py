@@ -10,6 +10,10 @@
     moehub-sim sweep SWEEP.yaml [-o OUTDIR] [--workers N] [--scheduler tcp://HOST:PORT]
     moehub-sim paper NAME [--quick] [-o OUTDIR] [--workers N] [--scheduler tcp://HOST:PORT]
                                             a seed paper's evaluation beside its published figures
+    moehub-sim e2e --model M --scheme S [--compare S ...] [--training [--stages N] ...]
+                                            a whole model's forward or training step
+    moehub-sim validate [--only PATTERN ...] [--json] [--reference FILE ...] [--set KEY=VALUE ...]
+                                            hardware correlation: figures beside their references
     moehub-sim asm FILE.s [FILE.s ...] [--config CONFIG.yaml]   validate and disassemble kernels
     moehub-sim isa [--config CONFIG.yaml]   print the instruction-set reference
     moehub-sim stats --list [CONFIG.yaml] [PATTERN]   list the stats a config will produce
@@ -36,7 +40,7 @@ import os
 import sys
 from pathlib import Path
 
-from . import papers
+from . import e2e, papers, validation
 from .frontend import DEFAULT_CONFIG, config_path, jit_disabled, user_path
 
 
@@ -117,6 +121,11 @@ def _parser():
                        help="run the points on this Dask distributed scheduler")
     sweep.add_argument("--quiet", action="store_true", help="no progress bar")
     papers.add_parser(sub)
+    e2e.add_parser(sub)
+    validation.add_arguments(sub.add_parser(
+        "validate", help="hardware correlation: run the validation measurements and print each "
+                         "figure beside its reference values and the error (also "
+                         "tools/validate.py)"))
     asm = sub.add_parser("asm", help="assemble kernel files: validate and print the disassembly")
     asm.add_argument("files", nargs="+")
     asm.add_argument("--config", help="config whose system parameters resolve instruction costs and "
@@ -288,6 +297,10 @@ def _dispatch(args):
         return run_sweep_command(args)
     if args.command == "paper":
         return papers.paper_command(args)
+    if args.command == "e2e":
+        return e2e.command(args)
+    if args.command == "validate":
+        return validation.command(args)
     if args.command == "layer":
         from .cli_layer import command
         return command(args, lambda argv: _dispatch(_parser().parse_args(argv)),

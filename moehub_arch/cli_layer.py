@@ -14,6 +14,7 @@ import tempfile
 from pathlib import Path
 
 from .config import ConfigError
+from .config.files import display_path
 
 LAYER_FILE = "layer.yaml"
 _RUN_FLAGS = ("quiet", "trace", "no_check")
@@ -70,7 +71,10 @@ def dry_run(args, load):
         try:
             cfg = load(str(path), list(args.overrides))
         except ConfigError as e:     # name the composed config, not a temporary file
-            e.args = (str(e).replace(str(path), "the composed layer config"),)
+            message = str(e)
+            for spelling in (str(path), display_path(path)):   # as the message spelled it
+                message = message.replace(spelling, "the composed layer config")
+            e.args = (message,)
             raise
     shape, model = layer_shape(cfg)
     print(text, end="")

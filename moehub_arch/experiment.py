@@ -52,6 +52,12 @@ def layer_config_text(model, tokens, scheme, system="dgx_h100", top_k=None, rout
     if not isinstance(tokens, int) or isinstance(tokens, bool) or tokens <= 0:
         raise ConfigError(f"--tokens {tokens}: expected a positive number of tokens per GPU",
                           key="--tokens")
+    if top_k is not None and (not isinstance(top_k, int) or isinstance(top_k, bool)
+                              or top_k <= 0):
+        # 0 would read as "the model's own top-k" in a config file; asked for by name it is a
+        # request for no experts at all, so it is refused rather than silently replaced
+        raise ConfigError(f"--top-k {top_k}: expected a positive number of experts per token "
+                          f"(leave --top-k out for the model's own)", key="--top-k")
     m = load_model(model)      # a clear error naming the shipped models for a wrong name
     with_top_k(m, top_k or 0, key="--top-k")
     model_ref = str(Path(model).resolve()) if Path(model).suffix in (".yaml", ".yml") else model

@@ -40,6 +40,23 @@ def test_e2e_bad_arguments_exit_2(tmp_path, capsys):
     assert "multiple of 64" in capsys.readouterr().err
 
 
+def test_moehub_sim_e2e_refuses_training_options_without_training(tmp_path):
+    """`moehub-sim e2e` is the command (tools/e2e.py the same); a training step's option given
+    for a forward step is an error naming it, not silently ignored; so is an infinite bandwidth."""
+    import subprocess
+    import sys
+    common = [sys.executable, "-m", "moehub_arch", "e2e", "--model", "mixtral_8x7b", "--scheme",
+              "moehub", "-o", str(tmp_path)]
+    r = subprocess.run(common + ["--stages", "2", "--overlap"], capture_output=True, text=True)
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr == ("moehub-sim e2e: error: --stages, --overlap: options of a training step; "
+                        "add --training (without it, e2e composes a forward step)\n")
+    r = subprocess.run(common + ["--training", "--p2p-GBps", "inf"], capture_output=True,
+                       text=True)
+    assert r.returncode == 2 and "--p2p-GBps inf: expected a positive, finite" in r.stderr
+    assert not any(tmp_path.iterdir())                       # nothing was simulated
+
+
 def test_e2e_models_give_valid_block_models(tmp_path):
     """Every model tools/e2e.py knows writes a block model (workloads/blocks schema) that loads,
     with the heads, norm and tokens it names; Qwen3-30B-A3B and Mixtral have no dense layer."""

@@ -10,7 +10,7 @@ floor above, neither straight nor through modules the contract does not name):
     blocks      components/ (the hardware blocks)
     dispatch    dispatch/ (the run loop, its entry points, the cold-start compile)
     run         simulation.py, runner.py, builder.py
-    front       api.py, cli.py, sweep/ (the Python API and the command line)
+    front       api.py, cli.py, validation.py, e2e/, run_cache.py, sweep/ (the Python API and the command line)
 
 and no import circle anywhere in moehub_arch/ or tools/. The package's face,
 moehub_arch/__init__.py, hands the API out on first use from its module __getattr__ (PEP 562);
@@ -33,6 +33,7 @@ FLOORS = (
     ("dispatch", ("moehub_arch.dispatch",)),
     ("run", ("moehub_arch.simulation", "moehub_arch.runner", "moehub_arch.builder")),
     ("front", ("moehub_arch.api", "moehub_arch.cli", "moehub_arch.cli_layer", "moehub_arch.experiment",
+               "moehub_arch.validation", "moehub_arch.e2e", "moehub_arch.run_cache",
                "moehub_arch.sweep", "moehub_arch.__main__")),
 )
 

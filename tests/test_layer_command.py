@@ -40,6 +40,9 @@ def test_bad_names_are_clear_errors():
     for args, expect in ((("--model", "qwen3"), "not a shipped model"),
                          (("--system", "nope"), "--system nope"),
                          (("--top-k", "200"), "--top-k"),
+                         (("--top-k", "0"), "--top-k 0: expected a positive number of experts"),
+                         (("--top-k", "-2"), "--top-k -2: expected a positive number of experts"),
+                         (("--tokens", "0"), "--tokens 0: expected a positive number of tokens"),
                          (("--scheme", "bogus"), "the composed layer config: scheme")):
         base = {"--model": "qwen3_30b_a3b", "--tokens": "64", "--scheme": "moehub"}
         base.update(dict([args]))

@@ -126,11 +126,29 @@ def test_validate_bad_reference_exits_2_with_one_paragraph(tmp_path):
     assert "Traceback" not in r.stderr and r.stdout == ""
 
 
+def moehub_sim_validate(*args):
+    return subprocess.run([sys.executable, "-m", "moehub_arch", "validate", *map(str, args)],
+                          cwd=REPO, capture_output=True, text=True, timeout=600)
+
+
 def test_validate_json_has_the_figure(tmp_path):
-    r = validate_cli("--only", "h100.p2p_latency_us", "--json", "--outdir", tmp_path / "out")
+    """`moehub-sim validate` is the command; tools/validate.py (above) takes the same arguments."""
+    r = moehub_sim_validate("--only", "h100.p2p_latency_us", "--json", "-o", tmp_path / "out")
     assert r.returncode == 0, r.stderr
     data = json.loads(r.stdout)
     assert list(data) == ["h100.p2p_latency_us"] and data["h100.p2p_latency_us"] > 0
+    assert (tmp_path / "out" / "p2p_latency" / "stats.json").is_file()
+
+
+@pytest.mark.parametrize("args, words", [
+    (("--jobs", "0"), "--jobs 0: expected at least 1 parallel run"),
+    (("--only", "h100.no_such_*"), "--only h100.no_such_*: no figure matches"),
+    (("--set", "system.num_gpus"), "--set system.num_gpus: expected KEY=VALUE"),
+])
+def test_validate_bad_options_exit_2_naming_the_option(args, words):
+    r = moehub_sim_validate(*args)
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr == f"moehub-sim validate: error: {words}\n"
 
 
 # ---------------------------------------------------------------------- metric definitions

@@ -114,7 +114,9 @@ def load_sweep(path, outdir=None):
     """Read, expand and check a sweep file; raise SweepError / ConfigError on bad input."""
     path = Path(path)
     if not path.is_file():
-        raise SweepError(f"{path}: sweep file not found")
+        what = "is not a regular file" if path.exists() else "sweep file not found"
+        raise SweepError(f"{path}: {what}" + (" (a sweep file is a YAML file of points or a grid)"
+                                              if path.exists() else ""))
     try:
         raw = load_yaml(read_text(path, "sweep file"), str(path), "sweep file")
     except InputFileError as e:

@@ -1,12 +1,8 @@
-"""What tools/e2e.py (one forward step) and tools/e2e_training.py (one training step) share: the
-dense part of each MoE model, the simulated runs (reused when made from the same inputs) and the
-block model files of the attention and dense layers."""
-import sys
-from pathlib import Path
-
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tools"))
-from run_cache import run_or_reuse  # noqa: E402
+"""What the forward step (forward.py) and the training step (training.py) of `moehub-sim e2e`
+share: the dense part of each MoE model, the simulated runs (reused when made from the same
+inputs) and the block model files of the attention and dense layers."""
+from ..paths import data_root
+from ..run_cache import run_or_reuse
 
 # The dense part of each MoE model, from its public config.json (Hugging Face): attention heads,
 # the dense FFN width of its first layers, the norm and its epsilon.
@@ -25,13 +21,28 @@ DENSE = {
 QUICK_TOKENS = 256
 
 
+class RunFailed(Exception):
+    """A layer's `moehub-sim run` failed (its last error line is the message)."""
+
+
+def system_files(system):
+    """(the layer experiment's base config, the system file) of a shipped system name: the files
+    configs/experiments/layer/base_<system>.yaml and configs/systems/<system>.yaml; None for a
+    name without both, with the names that have them."""
+    base = data_root() / "configs" / "experiments" / "layer" / f"base_{system}.yaml"
+    sys_file = data_root() / "configs" / "systems" / f"{system}.yaml"
+    known = sorted(p.stem[5:] for p in base.parent.glob("base_*.yaml")
+                   if (sys_file.parent / f"{p.stem[5:]}.yaml").is_file())
+    return (base, sys_file) if base.is_file() and sys_file.is_file() else None, known
+
+
 def run(config, outdir, sets, force):
     """stats.json of `moehub-sim run config --set ...` (reused when made from the same inputs:
-    tools/run_cache.py)."""
+    moehub_arch/run_cache.py); RunFailed when the run fails."""
     stats, how, wall, error = run_or_reuse(config, outdir, sets, force)
     if error:
-        raise SystemExit(f"e2e: `moehub-sim run {config} -o {outdir}` with {' '.join(sets)} "
-                         f"failed: {error}")
+        raise RunFailed(f"`moehub-sim run {config} -o {outdir}` with {' '.join(sets)} "
+                        f"failed: {error}")
     return stats, how if how == "reused" else f"{wall:.0f} s"
 
 
@@ -46,7 +57,7 @@ def block_model_file(outdir, model, dense, tokens):
     path = outdir / f"{model.name}_dense.yaml"
     ffn = dense["dense_ffn"] or model.expert_ffn     # unused by kind attention
     path.write_text(
-        f"# {model.name}'s attention and dense layers for tools/e2e.py ({dense['source']})\n"
+        f"# {model.name}'s attention and dense layers for moehub-sim e2e ({dense['source']})\n"
         f"block_model:\n  name: {model.name}_dense\n  hidden: {model.hidden}\n  ffn: {ffn}\n"
         f"  heads: {dense['heads']}\n  layers: {model.layers}\n  seq: {tokens}\n  batch: 1\n"
         f"  norm: {dense['norm']}\n  norm_eps: {dense['norm_eps']:.1e}\n")
