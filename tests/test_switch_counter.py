@@ -64,3 +64,10 @@ def test_a_system_without_switches_is_refused(tmp_path):
                 "--set", "system.switch.topology=bridge_pairs", "-o", tmp_path)
     assert r.returncode == 2, r.stderr
     assert "system.switch.counter.entries" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_blocks_command_prints_it():
+    r = run_cli("blocks", "switch_counter")
+    assert r.returncode == 0, r.stderr
+    assert "ctr_entries (counters) <- system.switch.counter.entries" in r.stdout
+    assert "stat [system].switch_counter.counter_sum (count)" in r.stdout

@@ -27,8 +27,8 @@ from ..engine.jit import compiled
 from ..engine.state import ERR_CTR_RANGE, ROUTE_FIRST, ROUTE_N
 from ..declare import Array, Block, Param, Receive, Send, Stat, StatGroup, counters, fields
 from .hbm import raise_error
-from .hub import (complete_request, hub_accept, hub_emit, hub_enqueue, hub_request_packet,
-                  hub_wait_for_room)
+from .hub import hub_accept, hub_emit, hub_enqueue, hub_request_packet, hub_wait_for_room
+from .hub_receive import complete_request
 from .nvlink import (channel_count_arrival, credit_return_vc, pick_switch_output, txq_push,
                      txq_room)
 from .packet import (PK_CTR_ADD, PK_CTR_REPLY, REQ_CTR_ADD, VC_REQUEST, VC_RESPONSE,

@@ -12,7 +12,8 @@ them to handlers: a new block adds its branch here (DESIGN rule 5).
 from .indirect import ENTRY_AAU_RECEIVE, ENTRY_AAU_RETRY, ENTRY_SM_ISSUE, call2, call4
 from ..engine.jit import compiled
 
-from ..components.hub import EV_HUB_TX, hub_packetize, hub_receive, hub_send, owe_link_responses
+from ..components.hub import EV_HUB_TX, hub_packetize, hub_send, owe_link_responses
+from ..components.hub_receive import hub_receive
 from ..components.moehub.forward import EV_HUB_FORWARD, forward_run
 from ..components.moehub.dam import EV_DAM_READY, dam_tile_ready
 from ..components.moehub.rpm import EV_MOE_LOOPBACK, EV_RPM_TX, rpm_packetize
