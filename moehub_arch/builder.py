@@ -213,6 +213,19 @@ def build_launches(cfg, program, buffers):
     return launches, next_in_stream
 
 
+def launch_smem(kernel, params, sm_bytes):
+    """Shared memory one thread block of `kernel` reserves at a launch with parameter values
+    `params` on SMs of `sm_bytes`: its `.smem`, sized for the largest job it may run; where that
+    does not fit the SM and the kernel declares `.smem_job`, what this launch's jobs need, tile_rows
+    x n_tile x smem_job bytes (a GPU with less shared memory runs a kernel with smaller tiles, as a
+    CUTLASS kernel is instantiated per tile shape). Kernels that fit keep their `.smem`, so their
+    residency does not change with the job size."""
+    if kernel.smem_bytes <= sm_bytes or not kernel.smem_job:
+        return kernel.smem_bytes
+    pv = dict(zip(kernel.params, params))
+    return min(kernel.smem_bytes, pv["tile_rows"] * pv["n_tile"] * kernel.smem_job)
+
+
 def build_topology(cfg):
     """Channels, forwarding nodes and routing tables of the fabric (moehub_arch/topology.py:
     NVSwitch or NVLink bridges inside a node; PCIe, NICs and InfiniBand between nodes)."""
@@ -270,21 +283,29 @@ def build_state(cfg, program, seed=None, presets=None):
     ln_params = np.zeros((NL, MAX_PARAMS), np.int64)
     for l, nxt in zip(launches, next_in_stream):
         k = program.kernels[l.kernel]
-        if k.smem_bytes > gpu.sm.smem_bytes:
+        block_smem = launch_smem(k, l.params, gpu.sm.smem_bytes)
+        if block_smem > gpu.sm.smem_bytes:
+            job = ""
+            if k.smem_job:
+                pv = dict(zip(k.params, l.params))
+                job = (f" (and its jobs of tile_rows {pv['tile_rows']} x n_tile {pv['n_tile']} "
+                       f"x {k.smem_job} bytes (.smem_job) need "
+                       f"{pv['tile_rows'] * pv['n_tile'] * k.smem_job}: a smaller n_tile fits)")
             raise BuildError(f"kernel '{k.name}' ({k.file}:{k.line}) asks for {k.smem_bytes} bytes of "
-                             f"shared memory per TB; system.gpu.sm.smem_bytes is {gpu.sm.smem_bytes}")
+                             f"shared memory per TB{job}; system.gpu.sm.smem_bytes is "
+                             f"{gpu.sm.smem_bytes}")
         lc = cfg.workload.launches[l.config_index]
         groups = lc.warp_groups
         if groups > 1 and lc.dam_tile_tbs:
             raise BuildError(f"workload.launches[{l.config_index}].warp_groups: {groups} for kernel "
                              f"'{k.name}' cannot be placed: the MoE-Hub DAM starts single-stream "
                              f"thread blocks (dam_tile_tbs)")
-        footprint = k.smem_bytes * groups + lc.dynamic_smem
+        footprint = block_smem * groups + lc.dynamic_smem
         if footprint > gpu.sm.smem_bytes:
             key = "warp_groups" if groups > 1 and not lc.dynamic_smem else "dynamic_smem"
             raise BuildError(f"workload.launches[{l.config_index}].{key}: a thread block of kernel "
                              f"'{k.name}' cannot be placed on any SM: its shared memory "
-                             f"({groups} warp groups x {k.smem_bytes} bytes of .smem + "
+                             f"({groups} warp groups x {block_smem} bytes of .smem + "
                              f"{lc.dynamic_smem} bytes of dynamic_smem = {footprint} bytes) exceeds "
                              f"system.gpu.sm.smem_bytes ({gpu.sm.smem_bytes})")
         lc = cfg.workload.launches[l.config_index]
@@ -302,7 +323,7 @@ def build_state(cfg, program, seed=None, presets=None):
         # the scheduler's unit is the instruction stream: grid = blocks x warp groups
         r.gpu, r.entry_pc, r.grid, r.next_in_stream = l.gpu, k.entry_pc, l.grid * groups, nxt
         r.groups = groups
-        r.smem, r.max_per_sm, r.start, r.end = k.smem_bytes, k.max_tbs_per_sm, -1, -1
+        r.smem, r.max_per_sm, r.start, r.end = block_smem, k.max_tbs_per_sm, -1, -1
         r.dynamic_smem = lc.dynamic_smem
         r.host_delay = l.host_delay
         r.dam_tile_tbs = lc.dam_tile_tbs

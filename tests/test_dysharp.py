@@ -349,7 +349,7 @@ def test_engines_agree(fusion):
     ("system.switch.topology=bridge_pairs", "system.switch.topology"),
     ("system.switch.nvls.dysharp.max_targets=1", "system.switch.nvls.dysharp.max_targets"),
     ("system.switch.nvls.dysharp.tracker_tiles=0", "system.switch.nvls.dysharp.tracker_tiles"),
-    ("system.switch.nvls.dysharp.tracker_tiles=4", "system.switch.nvls.dysharp.tracker_tiles"),
+    ("system.switch.nvls.dysharp.tracker_full=spill", "system.switch.nvls.dysharp.tracker_full"),
     ("system.switch.nvls.dysharp.tracker_tokens=0", "system.switch.nvls.dysharp.tracker_tokens"),
     ("system.switch.nvls.dysharp.tracker_tokens=32", "system.switch.nvls.dysharp.tracker_tokens"),
     ("workload.layer.dysharp.fusion=tiles", "workload.layer.dysharp.fusion"),

@@ -1,12 +1,16 @@
 """DySHARP's token tracker tile table (system.switch.nvls.dysharp.tracker_tiles, the paper's 1024
-entries): the fused layer needs an entry per row tile that rows land in (the most rows an expert
-receives, workload.multicast[].layout_rows), not per tile of the layouts' stride (which spans the
-algebraic range); a table one entry short is a clear input error; a layout capacity below the
-rows that arrive is a run error; the paper's S shape at its sequence length now plans."""
+entries): the fused layer's tiles are those rows land in (the most rows an expert receives,
+workload.multicast[].layout_rows), not those of the layouts' stride (which spans the algebraic
+range); a tile holds an entry from its first bytes until its GEMM-2 jobs are done (the tile's
+finished-job counter, workload.multicast[].done_counters), so a table smaller than the tiles a
+layer fills serves them over time, copies that find it full waiting at the hub; a table smaller
+than the local experts is a clear input error; a layout capacity below the rows that arrive is a
+run error; the paper's shapes at their sequence lengths plan against its 1024 entries."""
 import pytest
 
 import conftest
 from conftest import simulate
+from moehub_arch.checks import run_invariants
 from moehub_arch.workloads.layer import MoeLayer, expert_load_max
 
 CONFIG = "experiments/functional.yaml"
@@ -29,16 +33,77 @@ def test_fused_layout_rows_are_the_most_rows_an_expert_receives():
     assert P * T // El > tracked[0].layout_rows
 
 
-def test_a_table_exactly_as_large_as_needed_runs_exactly(tmp_path):
+def _tracker(stats, name):
+    return sum(v for k, v in stats.items()
+               if k.startswith("system.gpu") and k.endswith(f".dysharp.{name}"))
+
+
+def test_a_table_as_large_as_needed_never_waits_and_times_as_the_default():
     n = need(MoeLayer(conftest.load(CONFIG, "scheme=dysharp")))
-    sim = simulate(CONFIG, "scheme=dysharp", f"system.switch.nvls.dysharp.tracker_tiles={n}")
-    assert sim.stats["system.moe.output_max_abs_error"] == 0.0
+    exact = simulate(CONFIG, "scheme=dysharp", f"system.switch.nvls.dysharp.tracker_tiles={n}")
+    default = simulate(CONFIG, "scheme=dysharp")
+    s = conftest.model_stats(exact.stats)
+    assert s["system.moe.output_max_abs_error"] == 0.0
+    assert _tracker(s, "tracker_waits") == 0
+    assert max(v for k, v in s.items() if k.endswith("tracker_entries_peak")) <= n
+    # every tile's entry was taken and freed once: the tiles raised full plus the closed ones
+    assert _tracker(s, "tracker_entries_freed") >= _tracker(s, "tracker_tiles_ready")
+    assert conftest.model_stats(exact.stats) == conftest.model_stats(default.stats)
+
+
+@pytest.mark.parametrize("full,entries", [("defer", 2), ("defer", 3), ("stall", 2)])
+def test_a_table_smaller_than_its_tiles_recycles_entries(full, entries):
+    """2 or 3 entries for a layer whose GPUs fill 10 tiles (2 local experts): tiles beyond the
+    table wait for entries freed by finished tiles - counted aside (defer) or with their copies
+    held at the hub (stall); the layer completes exactly either way, and later."""
+    layer = MoeLayer(conftest.load(CONFIG, "scheme=dysharp"))
+    assert need(layer) > entries >= layer.shape.local_experts
+    big = conftest.model_stats(simulate(CONFIG, "scheme=dysharp").stats)
+    sim = simulate(CONFIG, "scheme=dysharp", f"system.switch.nvls.dysharp.tracker_tiles={entries}",
+                   f"system.switch.nvls.dysharp.tracker_full={full}")
+    s = conftest.model_stats(sim.stats)
+    assert s["system.moe.output_max_abs_error"] == 0.0
+    assert run_invariants(sim) == []
+    assert _tracker(s, "tracker_waits") > 0 and _tracker(s, "tracker_wait_us") > 0
+    assert max(v for k, v in s.items() if k.endswith("tracker_entries_peak")) == entries
+    # every tile that held an entry gave it back (defer: a partial tile may finish without one)
+    assert _tracker(s, "tracker_entries_freed") <= _tracker(big, "tracker_entries_freed")
+    assert _tracker(s, "tracker_tiles_ready") == _tracker(big, "tracker_tiles_ready")
+    assert s["simTicks"] > big["simTicks"]     # the waits cost time
+    assert (s["system.engine.events.dysharp_retry"] > 0) == (full == "stall")
+
+
+@pytest.mark.parametrize("full", ["defer", "stall"])
+def test_the_waiting_layer_is_the_same_on_both_engines(tmp_path, full):
+    stats = conftest.cli_stats_per_engine(
+        "configs/" + CONFIG, tmp_path, "--set", "scheme=dysharp", "--set",
+        "system.switch.nvls.dysharp.tracker_tiles=2", "--set",
+        f"system.switch.nvls.dysharp.tracker_full={full}")
+    assert _tracker(stats["numba"], "tracker_waits") > 0
+    assert stats["numba"] == stats["python"]
+
+
+@pytest.mark.parametrize("full", ["defer", "stall"])
+def test_a_table_smaller_than_the_local_experts_is_refused(tmp_path, full):
+    El = MoeLayer(conftest.load(CONFIG, "scheme=dysharp")).shape.local_experts
     r = conftest.run_cli("run", "configs/experiments/functional.yaml", "--set", "scheme=dysharp",
-                         "--set", f"system.switch.nvls.dysharp.tracker_tiles={n - 1}",
+                         "--set", f"system.switch.nvls.dysharp.tracker_tiles={El - 1}",
+                         "--set", f"system.switch.nvls.dysharp.tracker_full={full}",
                          "-o", tmp_path)
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert "system.switch.nvls.dysharp.tracker_tiles" in r.stderr
-    assert f"need {n}" in r.stderr
+    assert f"{El} local experts" in r.stderr
+
+
+def test_without_done_counters_every_tile_needs_an_entry_at_once(tmp_path):
+    # the micro-benchmark's object, tracked, names no finished-job counters: its 4 targets x 1
+    # tile need 4 entries at once
+    r = conftest.run_cli("run", "configs/ubench/dymultimem.yaml",
+                         "--set", "workload.multicast.0.tracker=counts",
+                         "--set", "workload.multicast.0.tile_rows=100000",
+                         "--set", "system.switch.nvls.dysharp.tracker_tiles=3", "-o", tmp_path)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert "done_counters" in r.stderr and "tracker_tiles" in r.stderr
 
 
 def test_a_layout_capacity_below_the_arriving_rows_is_a_run_error(tmp_path):
@@ -52,17 +117,16 @@ def test_a_layout_capacity_below_the_arriving_rows_is_a_run_error(tmp_path):
     assert r.returncode == 2 and "workload.multicast[0].layout_rows" in r.stderr
 
 
-@pytest.mark.parametrize("model,tokens,fits", [("dysharp_s", 2048, True),
-                                               ("dysharp_l", 8192, True),
-                                               ("dysharp_l_k32", 8192, False)])
-def test_the_papers_shapes_against_its_1024_entry_table(model, tokens, fits):
+@pytest.mark.parametrize("model,tokens", [("dysharp_s", 2048), ("dysharp_m_k32", 4096),
+                                          ("dysharp_l_k16", 8192), ("dysharp_l_k32", 8192)])
+def test_the_papers_shapes_plan_against_its_1024_entry_table(model, tokens):
+    """M top-32, L top-16 and L top-32 fill more tiles than 1024 (1036, 1048, 2080 on the busiest
+    GPU): they plan now, recycling entries."""
     cfg = conftest.load("experiments/dysharp/base_gh200_nvl32.yaml", "scheme=dysharp",
                         f"workload.layer.model={model}", f"workload.layer.tokens_per_gpu={tokens}",
                         "system.num_gpus=32")
     assert cfg.system.switch.nvls.dysharp.tracker_tiles == 1024
-    if fits:
-        layer = MoeLayer(cfg)
-        assert need(layer) <= 1024
-    else:
-        with pytest.raises(Exception, match="tracker_tiles"):
-            MoeLayer(cfg)
+    layer = MoeLayer(cfg)
+    tracked = [m for m in layer.plan.multicast if m.tracker]
+    assert tracked and all(m.done_counters == "dy_jobs" for m in tracked)
+    assert (need(layer) > 1024) == (model != "dysharp_s")

@@ -10,7 +10,7 @@ import textwrap
 
 import pytest
 
-from conftest import CONFIGS, mini_system, simulate
+from conftest import CONFIGS, mini_system, mini_system_yaml, simulate
 
 BIG = 256 * 1024
 LINK_FS_PER_BYTE = 40000          # 25 GB/s
@@ -134,3 +134,118 @@ def test_response_buffer_too_small_is_a_config_error():
     from conftest import load
     with pytest.raises(ConfigError, match="response_buffer_flits"):
         load("examples/put_get_exchange.yaml", "system.nvlink.response_buffer_flits=8")
+
+
+_PULL_AND_LATE_PUT = """\
+.kernel pull                          # TB t reads nbytes from GPU 2 t into dst + t nbytes
+.param dst
+.param src
+.param nbytes
+    shl r1, %tb, 1
+    mul r2, %tb, %nbytes
+    add r2, r2, %dst
+    get r1, r2, %src, %nbytes
+    fence
+    exit
+
+.kernel late_put
+.param peer
+.param dst
+.param src
+.param spins
+    mov r1, 0
+spin:
+    add r1, r1, 1
+    blt r1, %spins, spin
+    put %peer, %dst, %src, 128
+    fence
+    exit
+"""
+
+
+def _kernel_config(tmp_path, kernel, num_gpus, num_sms, buf_bytes, launches):
+    """A timing config on the small system of mini_system_yaml (one link per GPU) running
+    `kernel` (assembly text) with buffers src and dst of `buf_bytes` and `launches` (YAML list
+    items, indented by 4)."""
+    (tmp_path / "k.s").write_text(kernel)
+    path = tmp_path / "run.yaml"
+    head = mini_system_yaml(num_gpus=num_gpus, num_sms=num_sms, links=1)
+    path.write_text(head + textwrap.dedent(f"""\
+        workload:
+          mode: timing
+          kernel_files: [{tmp_path / 'k.s'}]
+          buffers:
+            src: {{bytes: {buf_bytes}B, region: data}}
+            dst: {{bytes: {buf_bytes}B, region: data}}
+          launches:
+        """) + launches)
+    return path
+
+
+def _read_incast_config(tmp_path, nbytes):
+    return _kernel_config(tmp_path, _PULL_AND_LATE_PUT, 3, 2, 2 * BIG, (
+        f"    - {{kernel: pull, grid: 2, gpus: [1], "
+        f"params: {{dst: '@dst', src: '@src', nbytes: {nbytes}}}}}\n"
+        f"    - {{kernel: late_put, grid: 1, gpus: [0], "
+        f"params: {{peer: 1, dst: '@dst', src: '@src', spins: 800}}}}\n"))
+
+
+def _gpu_kernel_ticks(sim, g):
+    (t,) = [s.value for s in sim.stats
+            if s.name.startswith(f"system.gpu{g}.launch") and s.name.endswith(".ticks")]
+    return t
+
+
+@pytest.mark.parametrize("arbitration", ["round_robin", "response_first"])
+def test_read_data_leaves_requests_a_share_of_the_link(tmp_path, arbitration):
+    """Read incast: GPU 1 reads 256 KB from GPU 0 and 256 KB from GPU 2 (one get each), so from
+    the first read requests on the switch's output toward GPU 1 always has read data (responses)
+    queued and ready: two 25 GB/s streams into one 25 GB/s link, for ~24 us. A few
+    microseconds in, GPU 0 writes one 128 B put to GPU 1 (a request) and fences. With
+    vc_arbitration: round_robin (NVIDIA's starvation-free VC arbitration) the put crosses that
+    output after at most the data packet in flight; with response_first it waits there until
+    the read streams have drained. The baseline reads 128 B from each (nothing to wait behind)."""
+    over = (f"system.nvlink.vc_arbitration={arbitration}",)
+    loaded = simulate(_read_incast_config(tmp_path, BIG), *over)
+    alone = simulate(_read_incast_config(tmp_path, 128), *over)
+    assert loaded.cfg.system.nvlink.vc_arbitration == arbitration
+    extra = _gpu_kernel_ticks(loaded, 0) - _gpu_kernel_ticks(alone, 0)
+    stream = (2 * BIG // 128) * _ser(144)     # both reads' data through one 25 GB/s link: 23.6 us
+    if arbitration == "round_robin":
+        assert 0 <= extra <= 4 * _ser(144)
+    else:
+        assert extra > stream // 2
+    # the same traffic either way: every byte read arrives
+    assert loaded.stats["system.gpu1.hub.rx_payload_bytes"] == 2 * BIG + 128
+
+
+_TWO_READERS = """\
+.kernel pull_one
+.param dst
+.param src
+.param nbytes
+    get 1, %dst, %src, %nbytes
+    fence
+    exit
+"""
+
+
+def test_a_responder_answers_each_read_request_and_interleaves_readers(tmp_path):
+    """GPUs 0 and 2 each read 64 KB from GPU 1 at once (one get each). NVLink reads are split
+    transactions: GPU 1 answers every read request with its own data, never ahead of the
+    requests it has, and the two gets take turns at its response FIFO - so both readers get
+    half of GPU 1's link and finish within a few packets of each other, instead of one get
+    streaming whole before the other starts (the earlier model). The data packets
+    equal the read requests."""
+    nbytes = 64 * 1024
+    path = _kernel_config(tmp_path, _TWO_READERS, 3, 1, nbytes, (
+        f"    - {{kernel: pull_one, grid: 1, gpus: [0, 2], "
+        f"params: {{dst: '@dst', src: '@src', nbytes: {nbytes}}}}}\n"))
+    sim = simulate(path)
+    s = sim.stats
+    ends = [_gpu_kernel_ticks(sim, g) for g in (0, 2)]
+    assert abs(ends[0] - ends[1]) <= 4 * _ser(144)
+    # both reads took about the time of both through GPU 1's one link (1024 packets of 144 B)
+    assert min(ends) > 2 * (nbytes // 128) * _ser(144) * 9 // 10
+    assert s["system.gpu1.hub.tx_packets"] == 2 * nbytes // 128          # one per read request
+    assert s["system.gpu0.hub.tx_packets"] == s["system.gpu2.hub.tx_packets"] == nbytes // 128

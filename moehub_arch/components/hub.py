@@ -15,8 +15,11 @@ their entry until their responses are in (unchanged here). The packetizer emits 
 picks an NVLink whose switch reaches the destination (round-robin among links with transmit-queue
 room; if none has room the packetizer stalls) and queues the packet there.
 
-Receiver side (hub_receive.py): an arriving packet is processed ``rx_latency`` after arrival: data is written to
-HBM, stores and atomics are performed at memory, get requests are turned into a response stream.
+Receiver side (hub_receive.py): an arriving packet is processed ``rx_latency`` after arrival: data
+is written to HBM, stores and atomics are performed at memory, and each read request of a get is
+answered with its own data (NVLink reads are split transactions: a responder sends the data of the
+requests it has, never ahead of them); the gets being read take turns at the response FIFO's head,
+one read request's data each, as reads from several requesters interleave at a responder.
 Link credits are returned when the memory system has absorbed a write (l2.link_write: the HBM
 channels finished the transfer, or the L2 took it with system.gpu.l2.link_writes = write_back) or
 an atomic completed, so a slow memory throttles the link; the written data becomes visible to
@@ -175,6 +178,8 @@ BLOCK = Block(
         "req", ("kind", "REQ_* above"), ("slot", "issuing TB slot"), ("src_gpu", "requester"),
         ("dst_gpu", "target GPU"), ("dst_addr", "target address"), ("src_addr", "source address"),
         ("length", "bytes"), ("sent", "bytes packetized"), ("resp_sent", "response bytes sent"),
+        ("resp_pkts", "a get's data packets sent (serving hub): at most the read requests in"),
+        ("resp_queued", "1: a get has an entry in the serving hub's response FIFO"),
         ("pkts_total", "packets (or trains) in all"), ("pkts_arrived", "packets arrived"),
         ("acks_total", "write responses to expect (requester)"),
         ("acks_due", "responses owed but not yet sent (serving hub)"),
@@ -303,6 +308,8 @@ def hub_accept(st, g, kind, slot, dst_gpu, dst_addr, src_addr, nbytes, value, re
     rq.length = nbytes
     rq.sent = 0
     rq.resp_sent = 0
+    rq.resp_pkts = 0
+    rq.resp_queued = 0
     rq.pkts_arrived = 0
     rq.acks_due = 0
     rq.acks_arrived = 0
@@ -575,12 +582,21 @@ def _send_response(st, g, tick):
     pk = st.pk[pkt]
     ready = tick
     kind = st.respq[g, gp.respq_head, RESP_KIND]
+    requeue = False
     if kind == RESP_GET_DATA:
+        # the data of one read request (record); then the get leaves the FIFO's head: to its
+        # tail while read requests of it wait for their data (the gets being read take turns,
+        # as read requests from several requesters interleave at a responder), out of the FIFO
+        # until its next read request arrives otherwise (hub_receive)
         pk.kind = PK_GET_RESP
         ready = hub_data_packet(st, g, pk, rq, rq.resp_sent, tick)
         rq.resp_sent += pk.payload
-        done = rq.resp_sent == rq.length
         pk.flits, pk.npk = packet_flits(st, pk.payload, p.store_payload)
+        rq.resp_pkts += pk.npk
+        done = True
+        requeue = rq.resp_sent < rq.length and rq.resp_pkts < rq.acks_arrived
+        if not requeue:
+            rq.resp_queued = 0
     elif kind == RESP_MM_ACK:
         pk.kind = PK_ACK
         pk.payload = 0
@@ -606,6 +622,8 @@ def _send_response(st, g, tick):
         if gp.respq_head == st.respq.shape[1]:
             gp.respq_head = 0
         gp.respq_count -= 1
+    if requeue:
+        hub_respond(st, g, r, RESP_GET_DATA, tick)
     pk.ready = ready + p.hub_tx_latency_ticks
     gp.hub_tx_packets += pk.npk
     gp.hub_tx_payload += pk.payload

@@ -97,11 +97,13 @@ def hub_receive(st, g, c, pkt, tick):
         rq.pkts_arrived += 1
         owe_acks(st, g, r, 1, visible)
     elif kind == PK_GET_REQ:
-        # the data streams back from the first read request on (acks_arrived counts the
-        # requests here: a get has no write responses)
-        if rq.acks_arrived == 0:
-            hub_respond(st, g, r, RESP_GET_DATA, t)
+        # every read request is answered by its own data (acks_arrived counts the requests
+        # here: a get has no write responses); a get with read requests to answer has one entry
+        # in the response FIFO (_send_response)
         rq.acks_arrived += pk.npk
+        if not rq.resp_queued:
+            rq.resp_queued = 1
+            hub_respond(st, g, r, RESP_GET_DATA, t)
     elif kind == PK_ATOM_REQ:
         # the read-modify-write occupies the receive buffer until it is done
         free_at = hbm_access(st, g, addr, 8, t, True) + atomic_ticks(st)

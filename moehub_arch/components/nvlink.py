@@ -170,7 +170,7 @@ def _channels(cfg):
 CHANNEL_HOT_FIELDS = (
     "tx_at", "txq_count", "rsq_count", "busy_until", "cr_count", "cr_next", "credits", "rsp_credits",
     "txq_ready", "txq_flits", "rsq_ready", "rsq_flits", "txq_head", "txq_cap", "txq_pkts",
-    "credit_blocked",
+    "credit_blocked", "vc_last",
     "fs_per_byte", "latency", "to_switch", "traversal", "wire_head", "wire_count", "src_switch",
     "link_class",
     "tx_packets", "tx_wire_bytes", "tx_payload_bytes", "tx_busy", "gpu", "switch", "rsq_head",
@@ -227,6 +227,9 @@ BLOCK = Block(
              "channel (separate), 0: shared with requests",
              lambda cfg: int(cfg.system.nvlink.response_path == "separate")),
         _nvl("rx_buffer_flits", "rx_buffer_flits", "flits", "receive buffer = credits per channel"),
+        _nvl("vc_arbitration", "vc_round_robin", "bool", "1: a link alternates between its "
+             "virtual channels when both can send (round_robin), 0: responses first",
+             lambda cfg: int(cfg.system.nvlink.vc_arbitration == "round_robin")),
     ),
     records=(Record("ch", "link channels: link l of GPU g is link g * L + l, its GPU->switch "
                           "channel 2 * link, its switch->GPU channel 2 * link + 1",
@@ -262,6 +265,12 @@ BLOCK = Block(
         # slot is still counted until then), and its wire bytes from its previous hop
         ("ahead_pkt", "packet sent ahead (-1: none)"), ("ahead_at", "its departure tick"),
         ("ahead_vc", ""), ("ahead_npk", ""), ("ahead_wire", ""),
+        ("ahead_yields", "1: a packet of the other virtual channel queued before its departure "
+                         "tick would go first (it is taken back)"),
+        ("ahead_vc_last", "vc_last before it was sent ahead (restored if it is taken back)"),
+        # system.nvlink.vc_arbitration: round_robin - the virtual channel this direction sent
+        # last; when both can send, the other one goes
+        ("vc_last", "virtual channel of the last packet sent"),
         init={"tx_at": -1, "ahead_pkt": -1}),
     stats=(StatGroup("link", "", TX_STATS + RX_STATS),),
     events=(Event("ch_tx", EV_CH_TX, "a link transmitter looks at its head packet"),
@@ -324,8 +333,9 @@ def txq_push(st, c, pkt, tick):
     if ch.ahead_pkt >= 0:
         if ch.ahead_at <= st.sys[0].q_now:
             depart_ahead(st, c)
-        elif vc == VC_RESPONSE and ch.ahead_vc == VC_REQUEST:
-            # a response queued before the request sent ahead was due would go first
+        elif vc != ch.ahead_vc and ch.ahead_yields:
+            # a packet of the other virtual channel queued before the one sent ahead was due
+            # would go first (send_ahead)
             take_back_ahead(st, c)
     if vc == VC_RESPONSE:
         slot = ring_add(ch.rsq_head, ch.rsq_count, ch.rsq_cap)
@@ -442,9 +452,14 @@ def _new_head(st, fifo, c, head):
 
 @inline
 def channel_transmit(st, c, tick):
-    """EV_CH_TX: send the head packet of a virtual channel if wire, packet and credits allow:
-    the response channel first (responses are short, and a response never waits behind
-    requests: it is what frees the requesters' resources), else the request channel."""
+    """EV_CH_TX: send the head packet of a virtual channel if wire, packet and credits allow.
+    When both channels' heads can go, system.nvlink.vc_arbitration decides: round_robin (the
+    default) sends the one that did not send last - a starvation-free arbiter, as NVIDIA's
+    patents on VC arbitration describe (US 11,824,791, US 12,137,055: round-robin virtual
+    channel select) - so requests keep a share of a link that responses would fill;
+    response_first always sends the response (the earlier model: right for short write
+    responses, but a stream of read data then holds back every request behind it, the read
+    requests that keep other servers busy included)."""
     p = st.p[0]
     ch = st.ch[c]
     if ch.ahead_pkt >= 0 and ch.ahead_at <= tick:
@@ -462,15 +477,17 @@ def channel_transmit(st, c, tick):
     pkt = -1
     wake = -1           # the earliest head packet not yet ready
     starved = False     # a ready head packet lacks credits
+    rsp_ok = False      # the response channel's head can go now
     if ch.rsq_count > 0:
         if ch.rsq_ready > tick:
             wake = ch.rsq_ready
         elif ch.rsp_credits >= ch.rsq_flits:
-            vc = VC_RESPONSE
-            pkt = st.rsq[c, ch.rsq_head, FIFO_PACKET]
+            rsp_ok = True
         else:
             starved = True
-    if vc < 0 and ch.txq_count > 0:
+    # the request channel's head goes if it can and the response channel cannot, or (round
+    # robin) the last packet sent was a response
+    if ch.txq_count > 0 and not (rsp_ok and (p.vc_round_robin == 0 or ch.vc_last == VC_REQUEST)):
         if ch.txq_ready > tick:
             if wake < 0 or ch.txq_ready < wake:
                 wake = ch.txq_ready
@@ -479,6 +496,9 @@ def channel_transmit(st, c, tick):
             pkt = st.txq[c, ch.txq_head, FIFO_PACKET]
         else:
             starved = True
+    if vc < 0 and rsp_ok:
+        vc = VC_RESPONSE
+        pkt = st.rsq[c, ch.rsq_head, FIFO_PACKET]
     if vc < 0:
         if starved:
             if not ch.credit_blocked:
@@ -494,6 +514,7 @@ def channel_transmit(st, c, tick):
         ch.credit_blocked = 0
         ch.credit_stall += tick - ch.credit_blocked_since
     ser = _send(st, c, vc, pkt, tick)
+    ch.vc_last = vc
     if vc == VC_RESPONSE:
         ch.rsq_pkts -= pk.npk
     else:
@@ -580,11 +601,13 @@ def send_ahead(st, c, t1):
     link (switch -> GPU) that has just started a packet ending at t1: send the next one now if
     the look at t1 is certain to send it and nothing can tell the difference before then.
 
-    Certain: the next packet is the head of the response FIFO, or of the request FIFO with no
-    response queued, is ready by t1 and has the credits at t1 from the returns filed so far (a
-    return filed later reaches the sender after t1, and more credits change no choice). Only
-    a response queued before t1 could go first: txq_push then takes the packet back
-    (take_back_ahead), and the look at t1 runs as it would have. Unseen: the packet's FIFO slot
+    Certain: the next packet is the head of the virtual channel the look at t1 serves first
+    (the responses; with vc_arbitration: round_robin the channel not sent last), or of the
+    other one with nothing queued in the first, is ready by t1 and has the credits at t1 from
+    the returns filed so far (a return filed later reaches the sender after t1, and more
+    credits change no choice). Only a packet queued in that first channel before t1 could go
+    first: txq_push then takes the packet back (take_back_ahead), and the look at t1 runs as
+    it would have. Unseen: the packet's FIFO slot
     stays counted until t1 (the packets room checks see, txq_room and txq_push, and its wake-up
     of an input waiting for that room are applied at t1: depart_ahead); an input that starts
     waiting for such an output before t1 sets the output's look for t1 again
@@ -596,15 +619,20 @@ def send_ahead(st, c, t1):
     ch = st.ch[c]
     if ch.ahead_pkt >= 0 or sy.err_code != 0 or (sy.tick_limit >= 0 and t1 > sy.tick_limit):
         return
-    if ch.rsq_count > 0:
-        if ch.rsq_ready > t1 or _credits_at(st, c, t1, VC_RESPONSE) < ch.rsq_flits:
+    # the virtual channel the look at t1 serves first if its head can go: the responses, or
+    # (round robin) the one not sent last
+    first = VC_REQUEST if p.vc_round_robin and ch.vc_last == VC_RESPONSE else VC_RESPONSE
+    n_first = ch.txq_count if first == VC_REQUEST else ch.rsq_count
+    vc = first if n_first > 0 else 1 - first
+    if vc == VC_RESPONSE:
+        if ch.rsq_count == 0 or ch.rsq_ready > t1 \
+                or _credits_at(st, c, t1, VC_RESPONSE) < ch.rsq_flits:
             return
-        vc = VC_RESPONSE
         pkt = st.rsq[c, ch.rsq_head, FIFO_PACKET]
     else:
-        if ch.txq_ready > t1 or _credits_at(st, c, t1, VC_REQUEST) < ch.txq_flits:
+        if ch.txq_count == 0 or ch.txq_ready > t1 \
+                or _credits_at(st, c, t1, VC_REQUEST) < ch.txq_flits:
             return
-        vc = VC_REQUEST
         pkt = st.txq[c, ch.txq_head, FIFO_PACKET]
     if st.sw_wait[(ch.switch * p.num_gpus + ch.gpu) * 2 + vc, 1] > 0:
         return
@@ -612,9 +640,12 @@ def send_ahead(st, c, t1):
     ch.ahead_pkt = pkt
     ch.ahead_at = t1
     ch.ahead_vc = vc
+    ch.ahead_yields = vc != first   # the first channel was empty: a packet queued there goes first
+    ch.ahead_vc_last = ch.vc_last
     ch.ahead_npk = st.pk[pkt].npk
     ch.ahead_wire = st.pk[pkt].wire
     ser = _send(st, c, vc, pkt, t1)
+    ch.vc_last = vc
     # the look that sending it at t1 arms
     ch.tx_at = -1
     if ch.txq_count > 0 or ch.rsq_count > 0:
@@ -666,6 +697,7 @@ def take_back_ahead(st, c):
     pk = st.pk[pkt]
     t1 = ch.ahead_at
     ch.ahead_pkt = -1
+    ch.vc_last = ch.ahead_vc_last
     ch.wire_count -= 1
     ser = bytes_ticks(pk.wire, ch.fs_per_byte)
     ch.tx_packets -= pk.npk

@@ -59,9 +59,9 @@ from .packet import (PK_CAIS_DATA, PK_MM_COPY, PK_MM_DATA, PK_MM_LD, PK_MM_READ,
 from .wakeups import hub_kick_response, unblock_request_port
 from ..declare import Array, Block, Param, Receive, Record, Send, Stat, StatGroup, counters, fields
 from ..engine.state import ERR_UNBACKED_COPY
-from .dysharp import (OBJ_BASE, OBJ_BYTES, OBJ_COLUMNS, OBJ_LTILES, OBJ_MEMBERS,
-                      OBJ_ROWB, OBJ_TILE, OBJ_TILEB, OBJ_TPG, OBJ_TRACK, dynamic_on, ext_flits,
-                      targets_on_gpu)
+from .dysharp import (OBJ_BASE, OBJ_BYTES, OBJ_COLUMNS, OBJ_DONE, OBJ_JOBS, OBJ_LTILES,
+                      OBJ_MEMBERS, OBJ_ROWB, OBJ_TILE, OBJ_TILEB, OBJ_TPG, OBJ_TRACK, dynamic_on,
+                      ext_flits, targets_on_gpu, tracked_tiles)
 
 NVLS_SENT = -1          # nvls_fanout: every member has its copy (or read): the packet is consumed
 NVLS_BUFFER_FULL = -2   # nvls_fanout: the port's reduction buffer has no room for the entry
@@ -118,7 +118,7 @@ def multicast_object_rows(cfg, buffers):
             raise ValueError(f"{where}.gpus: a multicast object needs at least two member GPUs, "
                              f"found {gpus}")
         b = buffers[o.buffer]
-        dyn = (0,) * 11
+        dyn = (0,) * 14
         if o.targets_per_gpu > 0:
             dyn = _dynamic_columns(cfg, o, where, buffers, b)
         rows.append((b.addr, b.nbytes, len(gpus)) + dyn)
@@ -143,6 +143,11 @@ def _tracked_tile_bytes(cfg, rows):
                     f"workload.multicast[{i}].tracker: '{cfg.workload.multicast[i].tracker}' is "
                     f"shared with workload.multicast[{members[0]}], whose targets_per_gpu, "
                     f"tile_rows or layout tiles differ: one tile-ready word per tile")
+            if rows[i][OBJ_DONE:OBJ_JOBS + 1] != first[OBJ_DONE:OBJ_JOBS + 1]:
+                raise ValueError(
+                    f"workload.multicast[{i}].done_counters: '{cfg.workload.multicast[i].tracker}'"
+                    f" is shared with workload.multicast[{members[0]}], whose done_counters, "
+                    f"done_offset, done_stride or done_jobs differ: one entry per tile")
         full = first[OBJ_TILE] * sum(rows[i][OBJ_ROWB] for i in members)
         for i in members:
             rows[i] = rows[i][:OBJ_TILEB] + (full,) + rows[i][OBJ_TILEB + 1:]
@@ -193,18 +198,45 @@ def _dynamic_columns(cfg, o, where, buffers, b):
             raise ValueError(f"{where}.tracker: buffer '{o.tracker}' must be a control-region "
                              f"buffer of at least {need * 8} bytes (one word per row tile), found "
                              f"{t.nbytes} bytes in region {t.region}")
-        if need > cfg.system.switch.nvls.dysharp.tracker_tiles:
+        entries = cfg.system.switch.nvls.dysharp.tracker_tiles
+        if need > tracked_tiles(cfg):
+            raise ValueError(f"{where}: internal: {need} tracked tiles, the tile arrays hold "
+                             f"{tracked_tiles(cfg)}")
+        if not o.done_counters and need > entries:
             raise ValueError(
                 f"{where}: its receive layouts have {need} row tiles ({o.targets_per_gpu} "
                 f"targets x {ltiles} tiles of {tile_rows} rows: layout_rows {lcap}) and the token "
-                f"tracker's tile table holds {cfg.system.switch.nvls.dysharp.tracker_tiles} "
-                f"(system.switch.nvls.dysharp.tracker_tiles): the fused layer tracks every tile "
-                f"at once (a tile that cannot be tracked would wait for rows a full table holds "
-                f"back; the model does not recycle entries); raise tracker_tiles or tile_rows, or "
-                f"lower layout_rows")
+                f"tracker's tile table holds {entries} "
+                f"(system.switch.nvls.dysharp.tracker_tiles): without done_counters the tracker "
+                f"cannot free a tile's entry, so every tile needs one at once; raise "
+                f"tracker_tiles or tile_rows, lower layout_rows, or name done_counters")
+        if o.done_counters and o.targets_per_gpu > entries:
+            raise ValueError(
+                f"{where}: {o.targets_per_gpu} targets per GPU and the token tracker's tile table "
+                f"holds {entries} entries (system.switch.nvls.dysharp.tracker_tiles): each "
+                f"target's partial tile keeps its entry until every source's rows are in (it is "
+                f"closed only then) while full tiles wait for entries, so the table needs at "
+                f"least one entry per target; raise tracker_tiles")
         track = t.addr + 1
+    done = dstride = jobs = 0
+    if o.tracker and o.done_counters:
+        if o.done_counters not in buffers:
+            raise ValueError(f"{where}.done_counters: no buffer '{o.done_counters}' "
+                             f"(workload.buffers: {', '.join(sorted(buffers)) or 'none'})")
+        if o.done_stride < 8 or o.done_stride % 8 or o.done_offset % 8 or o.done_jobs < 1:
+            raise ValueError(f"{where}: done_stride ({o.done_stride}) and done_offset "
+                             f"({o.done_offset}) must be multiples of 8 with done_stride at least "
+                             f"8, and done_jobs ({o.done_jobs}) at least 1")
+        d = buffers[o.done_counters]
+        end = o.done_offset + (ltiles * o.targets_per_gpu - 1) * o.done_stride + 8
+        if d.nbytes < end or d.region != "control":
+            raise ValueError(f"{where}.done_counters: buffer '{o.done_counters}' must be a "
+                             f"control-region buffer of at least {end} bytes (a counter per row "
+                             f"tile at done_offset + tile x done_stride), found {d.nbytes} bytes "
+                             f"in region {d.region}")
+        done, dstride, jobs = d.addr + o.done_offset + 1, o.done_stride, o.done_jobs
     return (o.targets_per_gpu, o.row_bytes, o.rows, layout_rows, addr["counts"], addr["al_table"],
-            track, tile_rows, 0, ltiles, lcap)
+            track, tile_rows, 0, ltiles, lcap, done, dstride, jobs)
 
 
 def check_buffer_size(cfg):

@@ -21,7 +21,8 @@ from .hub_receive import complete_request
 from .nvls_send import multimem_submit
 from .nvls import (multimem_element_bytes, multimem_object, multimem_route_peer,
                    nvls_copies_answered, nvls_copy_arrived, nvls_read_arrived, nvls_result_arrived)
-from .dysharp import OBJ_TPG, dysharp_copy_write, dysharp_read_arrived, dysharp_result
+from .dysharp import (OBJ_TPG, dysharp_copy_admit, dysharp_copy_write, dysharp_park,
+                      dysharp_read_arrived, dysharp_result, dysharp_unpark)
 from .l2 import link_write
 from .nvlink import channel_count_arrival, credit_return_vc
 from .packet import PK_MM_COPY, PK_MM_READ, REQ_MM_LD, REQ_MM_RED, REQ_MM_ST, packet_free, packet_vc
@@ -78,7 +79,6 @@ def receive_multimem(st, g, c, pkt, tick):
     t = tick + p.hub_rx_latency_ticks
     pk = st.pk[pkt]
     kind = pk.kind
-    r = pk.req
     trace_event(st, CAT_HUB, TR_HUB_RX, g, kind, pk.src, tick)
     dynamic = st.mm_objects[pk.mm_obj, OBJ_TPG] > 0   # DySHARP (dysharp.py)
     if kind == PK_MM_READ:
@@ -87,6 +87,33 @@ def receive_multimem(st, g, c, pkt, tick):
         else:
             nvls_read_arrived(st, g, c, pkt, t)
         return
+    if (kind == PK_MM_COPY and dynamic and st.p[0].dy_tracker_stall
+            and not dysharp_copy_admit(st, g, pkt)):
+        # tracker_full: stall - its tiles need token-tracker entries the table lacks: it waits
+        # (dysharp_retry)
+        dysharp_park(st, g, c, pkt, t)
+        return
+    _multimem_written(st, g, c, pkt, t, dynamic)
+
+
+@compiled
+def dysharp_retry(st, g, tick):
+    """EV_DY_RETRY: a token-tracker entry freed at GPU g; the waiting copies that can be written
+    now are, in arrival order (dysharp.py dysharp_unpark), at this tick or their own processing
+    time, whichever is later."""
+    q = dysharp_unpark(st, g, tick)
+    while q >= 0:
+        _multimem_written(st, g, st.pk[q].dy_park_chan, q, max(tick, st.pk[q].dy_park_at), True)
+        q = dysharp_unpark(st, g, tick)
+
+
+@compiled
+def _multimem_written(st, g, c, pkt, t, dynamic):
+    """The write of a multimem copy or result that reached GPU g on down-channel c, at t: its
+    answer, its completion and its link buffer space returned."""
+    pk = st.pk[pkt]
+    kind = pk.kind
+    r = pk.req
     if kind == PK_MM_COPY and dynamic:
         # written into the layout row of each of its targets here (and notified there)
         free_at, visible = dysharp_copy_write(st, g, pkt, t)

@@ -94,6 +94,8 @@ BLOCK = Block(
         ("outstanding", "asynchronous operations not yet completed (fence waits for 0)"),
         ("wait_addr", "flag-wait address (wait.*)"), ("wait_cmp", "flag-wait comparison"),
         ("wait_value", "flag-wait operand"),
+        ("wait_end", "end of the flag range a wait.all watches (wait_addr is its first word not "
+                     "yet satisfied; wait_addr + 8 for a single-word wait)"),
         ("wait_start", "tick at which the current wait began (wait-time stats)"),
         ("smem_base", "the TB's shared-memory allocation within its SM"), ("smem_bytes", "its size"),
         ("progress", "tick of the TB's start or its last instruction touching memory, the hub or "

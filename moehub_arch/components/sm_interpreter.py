@@ -18,7 +18,7 @@ from ..engine.clock import cycle_edge
 from ..engine.events import push
 from ..engine.state import (ERR_ADDR_RANGE, ERR_BAD_GPU, ERR_BAD_SIZE, ERR_CW_COUNTER,
                             ERR_DIV_ZERO, ERR_MISALIGNED, ERR_RED_REMOTE, ERR_REG_RANGE,
-                            ERR_UNBACKED_WORD, TB_WAIT_FENCE, TB_WAIT_FLAG, TB_WAIT_REMOTE,
+                            ERR_UNBACKED_WORD, ERR_WAIT_COUNT, TB_WAIT_FENCE, TB_WAIT_FLAG, TB_WAIT_REMOTE,
                             WAIT_FENCE, WAITLIST_FLAG)
 from ..isa.encoding import (ALU_ADD, ALU_AND, ALU_DIV, ALU_MAX, ALU_MIN, ALU_MOV, ALU_MUL, ALU_OR,
                             ALU_REM, ALU_SETEQ, ALU_SETGT, ALU_SETLE, ALU_SETLT, ALU_SETNE,
@@ -31,11 +31,11 @@ from ..isa.encoding import (ALU_ADD, ALU_AND, ALU_DIV, ALU_MAX, ALU_MIN, ALU_MOV
                             SEM_MMA, SEM_MULTIMEM, SEM_NOP, SEM_NOTIFY, SEM_PUT, SEM_PUT_COUNTED,
                             SEM_ROWSP_MALLOC, SEM_SEND_EXPERT, SEM_SEND_EXPERTS, SEM_SEND_HOME,
                             SEM_SLEEP, SEM_ST, SEM_ST_ROWSP, SEM_ST_ROWSP_EXPERTS, SEM_VEC,
-                            SEM_WAIT, SEM_WAIT_COUNT, SUBOP, THR, VEC_ADD, VEC_AXPY, VEC_COL_ADD,
+                            SEM_WAIT, SEM_WAIT_ALL, SEM_WAIT_COUNT, SUBOP, THR, VEC_ADD, VEC_AXPY, VEC_COL_ADD,
                             VEC_COL_MUL, VEC_DSILU_MUL, VEC_FIRST_ROWWISE, VEC_LAST_ROWWISE,
                             VEC_MAX, VEC_MUL, VEC_ROW_ADD, VEC_ROW_DIV, VEC_ROW_MAX, VEC_ROW_MUL,
                             VEC_ROW_SUB, VEC_ROW_SUM, VEC_ROW_SUMSQ, VEC_SILU_MUL, VEC_SUB,
-                            VEC_ZERO)
+                            VEC_ZERO, WAIT_ALL_MAX)
 from .hbm import (copy_overlapping, hbm_access, hbm_access_paced, move_bytes, raise_error,
                   read_word, update_bytes_bf16, write_word)
 from .l2 import l2_operand_read_span
@@ -54,6 +54,7 @@ from .sm_numerics import mma_functional, vec_functional
 # the extensions' instructions (their modules say what each models)
 from .moehub.isa import claim, notify, rowsp_malloc, send_to_expert, st_rowsp, store_experts
 from .nvls_gpu import multimem
+from .dysharp import dysharp_counter_added
 from .cais.isa import cais_access, cais_sync
 from .switch_counter import ctr_add
 
@@ -510,6 +511,8 @@ def execute(st, slot, sm, tick, cyc):
             st.gpu[g].hbm_atomics += 1
             write_word(st, g, addr, read_word(st, g, addr) + value)
             notify_stores(st, g, addr, 8, done_at)
+            if st.p[0].dy_recycle:
+                dysharp_counter_added(st, g, addr, read_word(st, g, addr), done_at)
         elif peer == g:
             if sem == SEM_FLAG_SET:
                 write_word(st, g, addr, value)
@@ -521,6 +524,9 @@ def execute(st, slot, sm, tick, cyc):
                 write_word(st, g, addr, old + value)
                 st.regs[slot, row[OP0]] = old
                 notify_stores(st, g, addr, 8, mem_done)
+                if st.p[0].dy_recycle:
+                    # a token-tracker tile's finished-job counter frees its entry (dysharp.py)
+                    dysharp_counter_added(st, g, addr, old + value, mem_done)
         else:
             kind = REQ_STORE if sem == SEM_FLAG_SET else REQ_ATOM
             if not hub_submit(st, g, kind, slot, peer, addr, 0, 8, value, row[OP0], tick, -1):
@@ -535,25 +541,42 @@ def execute(st, slot, sm, tick, cyc):
                 tb_block(st, slot, TB_WAIT_REMOTE, tick)
                 return
 
-    elif sem == SEM_WAIT or sem == SEM_WAIT_COUNT:
+    elif sem == SEM_WAIT or sem == SEM_WAIT_COUNT or sem == SEM_WAIT_ALL:
         addr = operand(st, slot, row, 0, tick, cyc) + row[OP0 + 1]
         value = operand(st, slot, row, 2, tick, cyc)
+        # wait.all: `count` consecutive words, a warp's lanes (a block's threads) each loading one
+        # in a single coalesced access and the block going on once every one satisfies the
+        # comparison (a done-flag check over the GPUs); one word otherwise
+        n = 1
+        if sem == SEM_WAIT_ALL:
+            n = operand(st, slot, row, 3, tick, cyc)
+            if n < 1 or n > WAIT_ALL_MAX:
+                raise_error(st, ERR_WAIT_COUNT, slot, n)
+                return
         # wait.count (counted_write.py): until the counter holds at least the expected bytes
         cmp = CMP_GE if sem == SEM_WAIT_COUNT else sub
         if sem == SEM_WAIT_COUNT:
             if not counter_ok(st, slot, addr):
                 return
-        elif not check_hbm_word(st, slot, addr):
+        elif not check_hbm_word(st, slot, addr) or (
+                n > 1 and not check_hbm_word(st, slot, addr + 8 * (n - 1))):
             return
-        mem_done = hbm_access(st, g, addr, 8, tick, False)
-        satisfied = compare(cmp, read_word(st, g, addr), value)
+        mem_done = hbm_access(st, g, addr, 8 * n, tick, False)
+        # the first word that does not satisfy the comparison (n: every one does)
+        k = 0
+        while k < n and compare(cmp, read_word(st, g, addr + 8 * k), value):
+            k += 1
+        satisfied = k == n
         if sem == SEM_WAIT_COUNT:
             counted_wait_issued(st, g, slot, not satisfied)
         if not satisfied:
+            # sleep on that word; a write that satisfies it checks the rest of the range in the
+            # same poll (waiters.notify_stores) and wakes the block once all are satisfied
             charge_unit(st, sm, row, tick, cyc, occ)
             st.sm[sm].insts += 1
             st.tb[slot].pc = next_pc
-            st.tb[slot].wait_addr = addr
+            st.tb[slot].wait_addr = addr + 8 * k
+            st.tb[slot].wait_end = addr + 8 * n
             st.tb[slot].wait_cmp = cmp
             st.tb[slot].wait_value = value
             add_waiter(st, g, WAITLIST_FLAG, slot)

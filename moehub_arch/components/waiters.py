@@ -3,7 +3,10 @@
 A waiting TB costs no events (it does not spin): every write that can change a word of the
 backed memory on a GPU with sleepers calls ``notify_stores``, which re-checks the conditions of the
 TBs waiting on words inside the written range and wakes those now satisfied at the write's
-completion tick. This models a polling loop whose poll hits right after the write lands.
+completion tick. A ``wait.all`` over a range of words (a warp's coalesced load of n done flags)
+sleeps on the first word not yet satisfied; the write that satisfies it compares the rest of the
+range in the same pass and moves the sleeper to the next unsatisfied word, or wakes it when none
+is left - one wake-up for the whole range, as the warp's last poll sees every flag set. This models a polling loop whose poll hits right after the write lands.
 Each GPU keeps its sleepers in a list (State.wait_list, in the order they started waiting), so a
 write costs nothing when nobody waits and a pass over the sleepers otherwise; the same lists hold
 the TBs stalled on a full hub (hub.wake_hub_waiters).
@@ -74,17 +77,24 @@ def notify_stores(st, g, addr, nbytes, tick):
         slot = st.wait_list[g, WAITLIST_FLAG, i]
         tb = st.tb[slot]
         a = tb.wait_addr
-        if (a + 8 <= addr or a >= addr + nbytes
+        if not (a + 8 <= addr or a >= addr + nbytes
                 or not compare(tb.wait_cmp, read_word(st, g, a), tb.wait_value)):
-            st.wait_list[g, WAITLIST_FLAG, kept] = slot   # still waiting (list order kept)
-            if kept == 0 or a < lo:
-                lo = a
-            if kept == 0 or a + 8 > hi:
-                hi = a + 8
-            kept += 1
-        else:
-            counted_wait_released(st, g, slot, tick)   # a wait.count's sleep (counted_write.py)
-            tb_resume(st, slot, tick, WAIT_FLAG)
+            # the watched word is satisfied: a wait.all's poll compares the rest of its range (the
+            # words before it were satisfied already) and sleeps on the next one that is not
+            a += 8
+            while a < tb.wait_end and compare(tb.wait_cmp, read_word(st, g, a), tb.wait_value):
+                a += 8
+            if a >= tb.wait_end:
+                counted_wait_released(st, g, slot, tick)   # a wait.count's sleep (counted_write.py)
+                tb_resume(st, slot, tick, WAIT_FLAG)
+                continue
+            tb.wait_addr = a
+        st.wait_list[g, WAITLIST_FLAG, kept] = slot   # still waiting (list order kept)
+        if kept == 0 or a < lo:
+            lo = a
+        if kept == 0 or a + 8 > hi:
+            hi = a + 8
+        kept += 1
     gp.waiters = kept
     gp.wait_lo = lo
     gp.wait_hi = hi

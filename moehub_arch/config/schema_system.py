@@ -249,6 +249,13 @@ class NvlinkConfig:
     response_buffer_flits: int = _f("int", "response-channel receive buffer (credits) per link "
                                     "direction (switch input ports and GPUs; response_path: "
                                     "separate)", min=1)
+    vc_arbitration: str = _f("choice", "which virtual channel a link direction sends when both "
+                             "have a packet ready with credits (response_path: separate): "
+                             "round_robin (alternate, packet by packet: starvation-free, as "
+                             "NVIDIA's VC arbitration patents US 11,824,791 / US 12,137,055 "
+                             "describe) or response_first (strict priority for responses: "
+                             "requests wait while responses stream, this project's earlier model)",
+                             "round_robin", choices=("round_robin", "response_first"))
 
 
 @attrs.frozen
@@ -264,12 +271,21 @@ class DysharpConfig:
                           "(0: fully associative; 1: direct-mapped); al_tlb_entries must be a "
                           "multiple of it", min=0)
     tracker_tiles: int = _f("int", "token-centric fusion: entries of a GPU's token-tracker tile "
-                            "table (one arrival counter per row tile of its dynamic objects' "
-                            "receive layouts: local targets x layout tiles); a layer whose "
-                            "layouts need more is refused", min=1)
+                            "table (an arrival counter per row tile in use: taken by the tile's "
+                            "first bytes, freed when its jobs are done, where the objects name "
+                            "workload.multicast[].done_counters; without them every tile needs "
+                            "one at once)", min=1)
     tracker_tokens: int = _f("int", "token-centric fusion: entries of a GPU's token-tracker token "
                              "table (one ready-output counter per token it sends); a layer with "
                              "more tokens per GPU is refused", min=1)
+    tracker_full: str = _f("choice", "token-centric fusion: a tile whose first bytes find the tile "
+                           "table full - defer: the bytes are written and counted aside (the "
+                           "paper's per-tile DRAM table), the tile takes the next entry freed and "
+                           "is raised then if complete; stall: the copy waits at the destination "
+                           "hub holding its link buffer space until an entry frees (back-pressure "
+                           "on the link). A table near the local experts' count can deadlock "
+                           "either way, stall sooner (components/dysharp.py)", "defer",
+                           choices=("defer", "stall"))
 
 
 @attrs.frozen

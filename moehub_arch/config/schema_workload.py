@@ -57,6 +57,17 @@ class MulticastConfig:
                           "may make far larger than any target receives; the token tracker's "
                           "tile table needs entries for these rows only (targets_per_gpu x "
                           "ceil(layout_rows / tile_rows)); 0: the whole stride", 0, min=0)
+    done_counters: str = _f("str", "dynamic object with a tracker: buffer (control region) of the "
+                            "tiles' finished-job counters (the paper's finished-TB counters): the "
+                            "tracker frees a tile's table entry once the i64 at done_offset + "
+                            "tile x done_stride reaches done_jobs (a local atomic add); '': "
+                            "entries are never freed and every tile needs one at once", "")
+    done_offset: int = _f("size", "dynamic object: byte offset of tile 0's finished-job counter in "
+                          "done_counters", 0, min=0)
+    done_stride: int = _f("size", "dynamic object: bytes from one tile's finished-job counter to "
+                          "the next", 8, min=0)
+    done_jobs: int = _f("int", "dynamic object: the count at which a tile's jobs are all done", 0,
+                        min=0)
 
 
 @attrs.frozen

@@ -26,7 +26,8 @@ from ..components.cais.layout import EV_CAIS_TIMEOUT
 from ..components.cais.merge_table import cais_timeout
 from ..components.packet import (PK_CAIS_READ, PK_CTR_REPLY, PK_MM_COPY, PK_MOE, PK_MOE_EOS,
                                  REQ_CAIS_LD, REQ_CTR_ADD, REQ_DY_ST, REQ_MM_ST)
-from ..components.nvls_gpu import receive_multimem
+from ..components.nvls_gpu import dysharp_retry, receive_multimem
+from ..components.dysharp import EV_DY_RETRY
 from ..components.nvls_send import multimem_send
 from ..components.dysharp_isa import dysharp_send
 from ..components.cais.home import receive_cais
@@ -146,6 +147,8 @@ def run_loop(st, max_events, headroom, tick_limit, entries):
             occupancy_sample(st, tick)
         elif kind == EV_CAIS_TIMEOUT:
             cais_timeout(st, a0, tick)
+        elif kind == EV_DY_RETRY:
+            dysharp_retry(st, a0, tick)
         elif kind == EV_HUB_FORWARD:
             if forward_run(st, a0, tick):
                 # forwarding-buffer slots freed: parked packets go on

@@ -5,6 +5,10 @@ Syntax (one statement per line; `#` or `//` starts a comment):
     .kernel NAME              start a kernel; it runs until the next .kernel or the end of file
     .param NAME               declare the next kernel parameter (read as %NAME; at most 16)
     .smem BYTES               shared memory per thread block (integer, or with a unit: 32KB)
+    .smem_job BYTES           shared memory per element of one tile_rows x n_tile job (the kernel
+                                needs parameters tile_rows and n_tile): where .smem, sized for the
+                                largest job, exceeds the SM's shared memory, a launch's blocks
+                                reserve tile_rows x n_tile x BYTES of it instead (builder.py)
     .max_tbs_per_sm N         at most N of this kernel's TBs resident on one SM (default: no limit)
     .threads N                threads of one thread block as launched (all its warp groups); with
     .regs N                     registers per thread, a residency limit (system.gpu.sm.registers,
@@ -72,6 +76,7 @@ class KernelInfo:
     threads: int = 0           # .threads: threads per thread block (0: not declared)
     regs_per_thread: int = 0   # .regs: registers per thread (0: not declared)
     threads_line: int = 0      # source line of .threads / .regs (error messages)
+    smem_job: int = 0          # .smem_job: bytes per element of a tile_rows x n_tile job (0: none)
 
 
 class Program:
@@ -149,6 +154,8 @@ class _KernelBuilder:
         self.name, self.file, self.line, self.entry_pc = name, file, line, entry_pc
         self.params = []
         self.smem = 0
+        self.smem_job = 0
+        self.smem_job_line = 0
         self.max_tbs = 0
         self.threads = 0
         self.regs = 0
@@ -340,6 +347,12 @@ class Assembler:
             if v < 0:
                 self._err(file, line, col, f".smem: size must be >= 0, found {v}")
             k.smem = v
+        elif name == ".smem_job":
+            v = _parse_int(args[0]) if len(args) == 1 else None
+            if v is None or v < 1:
+                self._err(file, line, col, ".smem_job takes one integer >= 1 (bytes per element of "
+                          "a tile_rows x n_tile job)")
+            k.smem_job, k.smem_job_line = v, line
         elif name == ".max_tbs_per_sm":
             v = _parse_int(args[0]) if len(args) == 1 else None
             if v is None or v < 1:
@@ -356,8 +369,8 @@ class Assembler:
             k.threads_line = line
         else:
             import difflib
-            names = [".kernel", ".param", ".smem", ".max_tbs_per_sm", ".threads", ".regs",
-                     ".include", ".macro", ".endm"]
+            names = [".kernel", ".param", ".smem", ".smem_job", ".max_tbs_per_sm", ".threads",
+                     ".regs", ".include", ".macro", ".endm"]
             close = difflib.get_close_matches(name, names, n=1)
             hint = f"; did you mean '{close[0]}'?" if close else ""
             self._err(file, line, col, f"unknown directive '{name}'{hint} (directives: {', '.join(names)})")
@@ -389,6 +402,9 @@ class Assembler:
         if (k.threads > 0) != (k.regs > 0):
             self._err(k.file, k.threads_line, 0, f"kernel '{k.name}' declares only one of .threads "
                       f"and .regs: registers per block need both")
+        if k.smem_job and not {"tile_rows", "n_tile"} <= set(k.params):
+            self._err(k.file, k.smem_job_line, 0, f"kernel '{k.name}' declares .smem_job but not "
+                      f"both parameters tile_rows and n_tile, which size its job")
         if k.name in self.kernels:
             prev = self.kernels[k.name]
             self._err(k.file, k.line, 0, f"kernel '{k.name}' is already defined at {prev.file}:{prev.line}")
@@ -396,7 +412,7 @@ class Assembler:
             name=k.name, entry_pc=k.entry_pc, n_instructions=len(k.rows), params=tuple(k.params),
             smem_bytes=k.smem, max_tbs_per_sm=k.max_tbs, file=k.file, line=k.line,
             labels=tuple(sorted(k.labels.items(), key=lambda kv: kv[1])), threads=k.threads,
-            regs_per_thread=k.regs, threads_line=k.threads_line)
+            regs_per_thread=k.regs, threads_line=k.threads_line, smem_job=k.smem_job)
         self.rows.extend(k.rows)
         self.mnemonics.extend(k.mnemonics)
         self.pc_files.extend(k.row_files)

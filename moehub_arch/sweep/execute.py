@@ -17,16 +17,17 @@ from contextlib import contextmanager
 from pathlib import Path
 
 
-def run_point(config_path, overrides):
-    """Run one point (in a worker). Returns {"files": {name: bytes}} or {"error": message} (and,
-    for an unexpected exception, a bug in the simulator, "traceback": its text)."""
+def run_point(config_path, overrides, system=""):
+    """Run one point (in a worker; `system`: a system file in place of the config's, as
+    --system). Returns {"files": {name: bytes}} or {"error": message} (and, for an unexpected
+    exception, a bug in the simulator, "traceback": its text)."""
     import traceback
 
     from ..errors import user_errors
     from ..config import load_config
     from ..runner import run_to_outdir
     try:
-        cfg = load_config(config_path, list(overrides))
+        cfg = load_config(config_path, list(overrides), system_file=system or None)
         with tempfile.TemporaryDirectory(prefix="moehub-point-") as tmp:
             run_to_outdir(cfg, tmp)
             files = {p.name: p.read_bytes() for p in Path(tmp).iterdir() if p.is_file()}
@@ -122,7 +123,8 @@ def _run_pool(points, sweep, workers, on_done):
     broken = []
     try:
         with main_script_hidden():
-            futures = {pool.submit(run_point, str(sweep.config), p.overrides): p for p in points}
+            futures = {pool.submit(run_point, str(sweep.config), p.overrides, p.system): p
+                       for p in points}
         # the worker processes (the executor forgets them once one died): to say how they ended
         procs = list((getattr(pool, "_processes", None) or {}).values())
         for fut in cf.as_completed(futures):
@@ -162,7 +164,7 @@ def run_dask(points, sweep, address, on_done):
         from .spec import SweepError
         raise SweepError(f"--scheduler {address}: cannot connect to a Dask scheduler ({e})") from None
     try:
-        futures = {client.submit(run_point, str(sweep.config), p.overrides, pure=False,
+        futures = {client.submit(run_point, str(sweep.config), p.overrides, p.system, pure=False,
                                  key=f"moehub-point-{p.id}"): p for p in points}
         for fut in as_completed(futures):
             try:

@@ -9,6 +9,8 @@
     points:                                     # and/or an explicit list (times the grid)
       - {scheme: deepep}
       - {scheme: moehub}
+      - {scheme: moehub, system: systems/a6000_x4.yaml}   # `system`: run the point on this
+                                                # system file, as `--system FILE` does
     stats: [system.moe.layer_time_us, "system.moe.phase.*"]   # columns of results.csv
     outdir: sweep-out/merge_x_tile              # default: sweep-out/<name>
 
@@ -47,6 +49,7 @@ class Point:
     values: tuple            # ((key, value), ...) of the swept keys
     overrides: tuple         # every --set of the point (fixed ones first)
     config_digest: str = ""  # sha256 of the point's resolved config (files it includes and overrides)
+    system: str = ""         # a system file the point runs on in place of the config's (--system)
 
 
 @attrs.frozen
@@ -162,12 +165,15 @@ def sweep_from_dict(raw, path=None, outdir=None):
             if pid in seen:
                 raise SweepError(f"{where}: the point {dict(values)} appears twice")
             seen.add(pid)
-            overrides = tuple(fixed + [f"{k}={_value_text(v)}" for k, v in values])
+            # `system`: a system file in place of the config's (as --system), not a --set
+            system = str(dict(values).get("system", ""))
+            overrides = tuple(fixed + [f"{k}={_value_text(v)}" for k, v in values
+                                       if k != "system"])
             try:
-                cfg = load_config(config, overrides)
+                cfg = load_config(config, overrides, system_file=system or None)
             except ConfigError as e:
                 raise SweepError(f"{where}: point {dict(values) or '(the config itself)'}: {e}") from None
-            points.append(Point(pid, values, overrides, config_digest(cfg)))
+            points.append(Point(pid, values, overrides, config_digest(cfg), system))
     stats = raw.get("stats", list(DEFAULT_STATS))
     if isinstance(stats, str):
         stats = [stats]

@@ -50,18 +50,22 @@ thread-block groups launched together:
   stream 1  the shared experts
 Every block must be resident at once (the groups wait for each other), which the plan checks.
 The token tracker's tables: the tile table is state of the hub (system.switch.nvls.dysharp.
-tracker_tiles entries, the paper's 1024), an entry per row tile that rows land in: a target's rows
-are placed from layout row 0 up, so the tracked objects declare layout_rows = the most rows any
+tracker_tiles entries, the paper's 1024), an entry per row tile in use: a target's rows are
+placed from layout row 0 up, so the tracked objects declare layout_rows = the most rows any
 expert receives (rounded up to the tile) and need local experts x its tiles - not the tiles of the
 layouts' stride, which spans the algebraic range (P x T / El rows per target) that no expert's
 rows reach; the per-token counters are k ready words per token at the source (a
 word per (token, slot), as flag.set is the ISA's only remote write; the combine waits for all k).
-Neither table back-pressures or recycles entries: a layer needing more entries than either has
-is refused at plan time (the paper's table recycles a tile's entry once its GEMM jobs are done;
-at its 1024 entries M top-32, L top-16 and L top-32 need more than 1024 here), because a table that held tokens or tiles back could deadlock the megakernel (a tile
-waiting for rows of tokens the full table does not admit). What fusion cannot hide: the expert
-GEMMs of a tile still wait for its rows, a partial last tile for every source's dispatch, and a
-token's combine for the last of its k experts.
+The tile table recycles its entries, as the paper's 1024-entry table must at M top-32, L top-16
+and L top-32 (1036, 1048 and 2080 tiles per GPU here): a tile takes an entry when its first bytes
+land and frees it when its GEMM-2 jobs are done (the tile's finished-job counter in dy_jobs, the
+paper's finished-TB counter: workload.multicast[].done_counters); a tile that finds the table
+full waits for the next entry freed, its bytes counted aside (tracker_full: defer), or its copy
+waits at the hub holding its link (stall; components/dysharp.py). A table smaller than the local
+experts is refused, and one near their count can still deadlock (measured with stall). The token
+table is not recycled: a layer with more tokens per GPU than it has entries is refused. What
+fusion cannot hide: the expert GEMMs of a tile still wait for its rows, a partial last tile for
+every source's dispatch, and a token's combine for the last of its k experts.
 
 The gate weighting of the unfused sequence is a separate pass (dysharp_scale) because the shared
 grouped GEMM kernels have no weighted epilogue: it costs one more read and write of every expert
@@ -306,18 +310,22 @@ def _fused_plan(layer, cap):
     # layout row 0 up, so only the tiles of the most rows any expert receives (the layouts' stride,
     # cap, also spans the algebraic range U / El, which no expert's rows reach)
     lrows = min(cap, -(-expert_load_max(layer) // tile) * tile)
-    need = El * -(-lrows // tile)
-    if need > dy.tracker_tiles:
+    # the table recycles: a tile's entry frees when its GEMM-2 jobs are done (their counter in
+    # dy_jobs, word 3 + 2 b, reaches H / n_tile); a table smaller than the local experts is
+    # refused: their partial tiles hold entries until the dispatch's end closes them, while the
+    # GEMM blocks, taking tiles in a fixed order, can all wait for full tiles without one
+    # (measured: S top-8 on 8 GPUs x 256 tokens, 8 local experts, deadlocked with 4 entries)
+    if El > dy.tracker_tiles:
         raise LayerError(
             f"system.switch.nvls.dysharp.tracker_tiles: the token tracker's tile table holds "
-            f"{dy.tracker_tiles} row tiles and this layer's receive layouts need {need} on some "
-            f"GPU ({El} local experts x {need // El} tiles of {tile} rows: the most rows an "
-            f"expert receives, {expert_load_max(layer)}); the fused layer tracks every tile at "
-            f"once and the model does not recycle entries: raise tracker_tiles or "
-            f"system.gpu.hub.moe.dam.tile_rows, use fewer tokens, or run "
-            f"workload.layer.dysharp.fusion: none")
+            f"{dy.tracker_tiles} entries and this layer has {El} local experts per GPU: each "
+            f"expert's partial row tile keeps its entry until every source's dispatch has ended "
+            f"(block 0 closes it then) while full tiles wait for entries and the GEMM blocks "
+            f"wait for those tiles in their fixed order, so the table needs at least one entry "
+            f"per local expert; raise tracker_tiles or run workload.layer.dysharp.fusion: none")
     dyn = dict(targets_per_gpu=El, rows=U, counts="dy_cnt", al_table="dy_al",
-               tracker="dy_tready", tile_rows=tile, layout_rows=lrows)
+               tracker="dy_tready", tile_rows=tile, layout_rows=lrows, done_counters="dy_jobs",
+               done_offset=24, done_stride=16, done_jobs=H // s.n_tile)
     multicast = (MulticastConfig(buffer="dy_xe", row_bytes=rb, **dyn),
                  MulticastConfig(buffer="dy_meta", row_bytes=mb, **dyn),
                  MulticastConfig(buffer="dy_ye", row_bytes=rb, targets_per_gpu=El, rows=U,

@@ -141,7 +141,7 @@ end:
 .param pairs
 .param hidden
     # every GPU's done flag (no shared experts to wait for here: moe_combine waits for them)
-    wait_layer_inputs 0, 0, %done, %done, r1, r2
+    wait_layer_inputs 0, 0, %done, %done
     shl r10, %hidden, 1          # r10 = row bytes
     mov r1, %tb
 pair:

@@ -356,7 +356,7 @@ end:
 .param topk
 .param hidden
 .smem 64KB                   # acc [H] fp32 + out [H] bf16 (H <= 8192)
-    wait_layer_inputs 0, 0, %done, %done, r1, r2
+    wait_layer_inputs 0, 0, %done, %done
     beq %shared, 0, ready
     wait.ge [%sdone], 1
 ready:

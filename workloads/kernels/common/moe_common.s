@@ -59,6 +59,7 @@
 .param n_tile
 .param swizzle               # shared tiles per group of the job order (../lib/streaming.s)
 .smem 160KB                  # G, U [tile][n] f32 + Hq [tile][n] bf16, or Y + Yq
+.smem_job 10                 # bytes per element of a tile_rows x n_tile job (fits a smaller SM)
     shared_ffn_setup                                    # lib/shared_ffn.s
 job:
     shared_ffn_next job, tile, end
@@ -89,7 +90,7 @@ end:
 .param hidden
 .param shared
 .param shared_tbs            # thread blocks of shared_ffn (they count themselves in acct word 5)
-    wait_layer_inputs %shared, %shared_tbs, %acct, %done, r1, r2
+    wait_layer_inputs %shared, %shared_tbs, %acct, %done
     shl r10, %hidden, 1          # r10 = bf16 row bytes
     shl r11, %hidden, 2          # r11 = f32 row bytes
     mov r1, %tb                  # r1 = token
@@ -195,6 +196,7 @@ listed:
 .param n_tile
 .param swizzle               # row tiles per group of the job order (swizzle_job, ../lib/gemm_tiles.s)
 .smem 160KB                  # G, U [tile][n] f32 + Hq [tile][n] bf16
+.smem_job 10                 # bytes per element of a tile_rows x n_tile job (fits a smaller SM)
     gemm_smem r8, r9, %tile_rows, %n_tile, r20, r20    # r8 = G; r9 = U
     add r10, r9, r20             # r10 = Hq
     div r24, %ffn, %n_tile       # r24 = Ju

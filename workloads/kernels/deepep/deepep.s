@@ -99,23 +99,17 @@
 .include "lib/slot_words.s"
 .include "lib/ring.s"
 
-# rank_barrier mine, value, i, addr: a barrier across the ranks (DeepEP's barrier_block): stores
+# rank_barrier mine, value, i: a barrier across the ranks (DeepEP's barrier_block): stores
 # `value` into bar[me] on every rank (`mine` = &bar[me], the same address everywhere; flag.set),
-# then waits until bar[s] >= value for every rank s. Barrier words only grow (epoch values).
-# Writes i, addr.
-.macro rank_barrier mine, value, i, addr
+# then waits until bar[s] >= value for every rank s (one warp-wide check, a lane per rank: DeepEP's
+# barrier_block has thread s poll rank s's word). Barrier words only grow (epoch values). Writes i.
+.macro rank_barrier mine, value, i
     mov \i, 0
 set_\@:
     flag.set \i, [\mine], \value
     add \i, \i, 1
     blt \i, %ngpu, set_\@
-    mov \i, 0
-wait_\@:
-    shl \addr, \i, 3
-    add \addr, \addr, %bar
-    wait.ge [\addr], \value
-    add \i, \i, 1
-    blt \i, %ngpu, wait_\@
+    wait.all.ge [%bar], \value, %ngpu
 .endm
 
 # ------------------------------------------------------------------------------------------------
@@ -295,7 +289,7 @@ layout_kernel deepep_layout_wide, mask_clear_4words, rank_bit_4words, mask_store
     sub r4, r3, 1                # r4 = barrier-1 value 2e-1
     shl r5, %gpu, 3
     add r5, r5, %bar             # r5 = &bar[me] (the same address on every GPU)
-    rank_barrier r5, r4, r6, r7  # barrier 1
+    rank_barrier r5, r4, r6  # barrier 1
     mul r8, %gpu, r2
     add r8, r8, %ntf             # r8 = &ntf[me] (on every peer)
     mov r6, 0
@@ -306,7 +300,7 @@ exchange:
     add r6, r6, 1
     blt r6, %ngpu, exchange
     fence                        # every row landed before barrier 2 says so
-    rank_barrier r5, r3, r6, r7  # barrier 2
+    rank_barrier r5, r3, r6  # barrier 2
     flag.set %gpu, [%info], %epoch   # every source's counts are here
     bra sums
 ready_wait:
@@ -509,6 +503,7 @@ end:
 .param n_tile
 .param swizzle               # row tiles per group of the job order (swizzle_job)
 .smem 160KB                  # G, U [tile][n] f32 + Hq [tile][n] bf16
+.smem_job 10                 # bytes per element of a tile_rows x n_tile job (fits a smaller SM)
 .threads 384                 # assumption: DeepGEMM's grouped GEMM block (github.com/deepseek-ai/DeepGEMM): 128 TMA + 256 math threads, __launch_bounds__(384, 1)
 .regs 168                    # assumption: its warp-specialised register split (setmaxnreg 40 for the TMA warps, 232 for the math warps): 128 x 40 + 256 x 232 = 64512 = 384 x 168
     gemm_smem r8, r9, %tile_rows, %n_tile, r20, r21    # r8 = G; r9 = U
@@ -681,11 +676,11 @@ leave:
     sub r4, r3, 1                # r4 = barrier-1 value 2e-1
     shl r5, %gpu, 3
     add r5, r5, %bar             # r5 = &bar[me] (the same address on every GPU)
-    rank_barrier r5, r4, r6, r7  # barrier before cleaning
+    rank_barrier r5, r4, r6  # barrier before cleaning
     shr r8, %ctl_bytes, 2
     vzero.f32 %ctl, r8           # clean the rings' control words
     fence                        # cleaned before the barrier says so
-    rank_barrier r5, r3, r6, r7  # barrier after cleaning
+    rank_barrier r5, r3, r6  # barrier after cleaning
     exit
 
 # ------------------------------------------------------------------------------------------------
@@ -1030,7 +1025,7 @@ done_\@:
 .param hidden
 .param shared
 .param shared_tbs            # thread blocks of shared_ffn (they count themselves in acct word 5)
-    wait_layer_inputs %shared, %shared_tbs, %acct, %done, r1, r2
+    wait_layer_inputs %shared, %shared_tbs, %acct, %done
     shl r10, %hidden, 1          # r10 = rb
     shl r11, %hidden, 2          # r11 = f32 row bytes
     mov r1, %tb                  # r1 = token

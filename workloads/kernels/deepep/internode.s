@@ -608,7 +608,7 @@ leave:
 .param shared
 .param shared_tbs
 .param node_gpus
-    wait_layer_inputs %shared, %shared_tbs, %acct, %done, r1, r2
+    wait_layer_inputs %shared, %shared_tbs, %acct, %done
     shl r10, %hidden, 1          # r10 = rb
     shl r11, %hidden, 2          # r11 = f32 row bytes
     div r12, %ngpu, %node_gpus   # r12 = N

@@ -157,6 +157,6 @@ leave:
 .param hidden
 .param shared
 .param shared_tbs
-    wait_layer_inputs %shared, %shared_tbs, %acct, %done, r1, r2
+    wait_layer_inputs %shared, %shared_tbs, %acct, %done
     shl r10, %hidden, 1          # r10 = bf16 row bytes
     slot_reduce_tokens

@@ -395,6 +395,7 @@ reduced:
 .param local_experts
 .param cap                   # layout rows per expert (ceil(cap / tile_rows) tiles each)
 .smem 160KB                  # G, U [tile][n] f32 + Hq [tile][n] bf16, or Y + Yq
+.smem_job 10                 # bytes per element of a tile_rows x n_tile job (fits a smaller SM)
     add r31, %cap, %tile_rows
     sub r31, r31, 1
     div r31, r31, %tile_rows

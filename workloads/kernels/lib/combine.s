@@ -9,9 +9,10 @@
 # Interfaces. Arguments are operands (registers, %params, immediates); `i` and `addr` name scratch
 # registers the macro overwrites; nothing else is written but what the description says.
 #
-#   wait_layer_inputs shared, shared_tbs, acct, done, i, addr
+#   wait_layer_inputs shared, shared_tbs, acct, done
 #       waits until the `shared_tbs` shared-expert thread blocks have counted themselves in acct
-#       word 5 (skipped when `shared` is 0) and done[g] == 1 for every GPU g.
+#       word 5 (skipped when `shared` is 0) and done[g] == 1 for every GPU g (one warp-wide check
+#       of the ngpu flags: wait.all.eq).
 #   start_output_row row, t, out, f32_row_bytes, shared, ys, one, tokens, bf16_row_bytes, hidden, s, addr
 #       row = &out[t]; out[t] = sum over shared experts s ascending of ys[s][t] (fp32, from zero;
 #       `one` points at an fp32 1.0). Writes row, s, addr.
@@ -42,17 +43,11 @@
 #       router-weighted row (DySHARP's gate weighting, the backward's dO = bf16(w dy)). Writes out
 #       and the fp32 row acc.
 
-.macro wait_layer_inputs shared, shared_tbs, acct, done, i, addr
+.macro wait_layer_inputs shared, shared_tbs, acct, done
     beq \shared, 0, shared_ready_\@
     wait.ge [\acct+40], \shared_tbs  # the shared experts' outputs are written
 shared_ready_\@:
-    mov \i, 0
-wait_all_\@:
-    shl \addr, \i, 3
-    add \addr, \addr, \done
-    wait.eq [\addr], 1
-    add \i, \i, 1
-    blt \i, %ngpu, wait_all_\@
+    wait.all.eq [\done], 1, %ngpu    # every GPU's outputs are home (a lane per flag)
 .endm
 
 .macro start_output_row row, t, out, f32_row_bytes, shared, ys, one, tokens, bf16_row_bytes, hidden, s, addr

@@ -56,12 +56,7 @@ tell_\@:
     flag.set r10, [r9], \value
     add r10, r10, 1
     blt r10, %ngpu, tell_\@
-    mov r10, 0
-wait_\@:
-    wait.ge [r11], \value            # rank r10's channel c is here
-    add r11, r11, 8
-    add r10, r10, 1
-    blt r10, %ngpu, wait_\@
+    wait.all.ge [r11], \value, %ngpu  # every rank's channel c is here (a lane per rank)
 .endm
 
 .macro nvls_collective send, recv, flags, barriers, elems, slice, esize, bf16, phase, shift

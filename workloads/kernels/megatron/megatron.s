@@ -51,5 +51,5 @@ put_row:
     blt r3, %ngpu, put_row
     fence                        # the rows landed before the barrier says so
     tell_every_gpu %bar, r3, r4
-    wait_layer_inputs 0, 0, %bar, %bar, r3, r5
+    wait_layer_inputs 0, 0, %bar, %bar
     exit

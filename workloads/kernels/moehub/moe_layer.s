@@ -596,6 +596,7 @@ done_exit:
 .kernel moehub_expert
     expert_worker_params
 .smem 160KB                  # G, U [tile][n] f32 + Hq [tile][n] bf16, or Y + Yq
+.smem_job 10                 # bytes per element of a tile_rows x n_tile job (fits a smaller SM)
     expert_worker tile_rows_home
 
 # moehub_expert_combnode (system.gpu.hub.moe.internode_combine: per_node): moehub_expert whose
@@ -606,6 +607,7 @@ done_exit:
 .param slots                 # T*k
 .param node_gpus
 .smem 160KB                  # G, U [tile][n] f32 + Hq [tile][n] bf16, or Y + Yq
+.smem_job 10                 # bytes per element of a tile_rows x n_tile job (fits a smaller SM)
     expert_worker tile_rows_forward
 
 # moehub_tile (system.gpu.hub.moe.dam.consumers: launch): the consumers the DAM starts, in two
@@ -669,6 +671,7 @@ last:
 .kernel moehub_tile
     tile_block_params
 .smem 160KB                  # as moehub_expert
+.smem_job 10                 # bytes per element of a tile_rows x n_tile job (fits a smaller SM)
     tile_block tile_rows_home
 
 # moehub_tile_combnode (system.gpu.hub.moe.internode_combine: per_node): moehub_tile whose rows
@@ -679,6 +682,7 @@ last:
 .param slots
 .param node_gpus
 .smem 160KB                  # as moehub_expert
+.smem_job 10                 # bytes per element of a tile_rows x n_tile job (fits a smaller SM)
     tile_block tile_rows_forward
 
 # ---- the per-node combine (system.gpu.hub.moe.internode_combine: per_node) ---------------------
@@ -743,13 +747,9 @@ fetch_next:
 fetched:
     wait.ge [%cf_ctl], 1
     mul r6, r4, %node_gpus       # every GPU of this node has sent its rows here
-    add r7, r6, %node_gpus
-node_done:
     shl r8, r6, 3
     add r8, r8, %done
-    wait.eq [r8], 1
-    add r6, r6, 1
-    blt r6, r7, node_done
+    wait.all.eq [r8], 1, %node_gpus  # done[node's GPUs] (a lane per flag)
     mul r12, r5, %tokens         # r12 = work items
     mov r13, %tb                 # r13 = w
 item:
@@ -837,7 +837,7 @@ leave:
 .param node_gpus
 .param experts_per_node
 .smem 42KB                   # acc [H] f32, then the node row [H] bf16
-    wait_layer_inputs %shared, %shared_tbs, %acct, %done, r1, r2
+    wait_layer_inputs %shared, %shared_tbs, %acct, %done
     rem r12, %gpu, %node_gpus    # r12 = l0
     div r13, %gpu, %node_gpus    # r13 = n0
     div r14, %ngpu, %node_gpus   # r14 = N

@@ -97,13 +97,7 @@ leave:
 .kernel nvls_barrier
 .param flags
     tell_every_gpu %flags, r1, r2
-    mov r1, 0
-wait:
-    shl r2, r1, 3
-    add r2, r2, %flags
-    wait.eq [r2], 1
-    add r1, r1, 1
-    blt r1, %ngpu, wait
+    wait.all.eq [%flags], 1, %ngpu    # every GPU arrived (a lane per flag)
     exit
 
 # nvls_select: the local experts' rows out of the all-gathered tokens. Per gathered token u (TB b

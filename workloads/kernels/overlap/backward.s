@@ -39,7 +39,7 @@
 .param dye                   # [rows][H] bf16: dO at the forward's row positions
 .param tilecnt               # [tiles] i64
 .param hidden
-    wait_layer_inputs 0, 0, %ready, %ready, r1, r2
+    wait_layer_inputs 0, 0, %ready, %ready
     shl r20, %hidden, 1          # r20 = rb
     ld r9, [%info+8]             # r9 = tiles
     mov r1, %tb

@@ -147,6 +147,7 @@ rx_done:
 .param epoch
 .param swizzle               # tiles per group of the job order (../lib/streaming.s)
 .smem 160KB                  # G, U [tile][n] f32 + Hq [tile][n] bf16, or Y + Yq
+.smem_job 10                 # bytes per element of a tile_rows x n_tile job (fits a smaller SM)
     wait.ge [%info+16], %epoch   # the tile table is complete
     ld r31, [%info+8]            # r31 = tiles
     stream_job_setup             # r20 = Ju, r21 = Jd, r22 = jobs per block, r29 = lag, r30 = jobs,

@@ -127,6 +127,7 @@ end:
 .param ready                 # [row tiles] i64 tracker words, zero before the call
 .param flags                 # [grid][P] i64, zero before the call
 .smem 160KB
+.smem_job 10                 # bytes per element of a tile_rows x n_tile job (fits a smaller SM)
     shared_ffn_setup
 job:
     shared_ffn_next job, tile, end

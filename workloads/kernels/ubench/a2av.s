@@ -45,13 +45,7 @@ raise:
     add r1, r1, 1
     blt r1, %ngpu, raise
     fence
-    mov r1, 0
-wait_all:
-    shl r3, r1, 3
-    add r3, r3, %barrier
-    wait.eq [r3], 1
-    add r1, r1, 1
-    blt r1, %ngpu, wait_all
+    wait.all.eq [%barrier], 1, %ngpu  # every rank arrived (a lane per rank's flag)
     exit
 
 .kernel a2av

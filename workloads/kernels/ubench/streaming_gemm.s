@@ -31,6 +31,7 @@
 .param lag                   # blocks between a group's gate/up and down jobs; 0: stream_lag's choice
 .param swizzle               # tiles per group of the job order (../lib/streaming.s)
 .smem 160KB                  # G, U [tile][n] f32 + Hq [tile][n] bf16, or Y + Yq
+.smem_job 10                 # bytes per element of a tile_rows x n_tile job (fits a smaller SM)
     gemm_smem r8, r9, %tile_rows, %n_tile, r20, r4    # r8 = G or Y; r9 = U or Yq
     add r10, r9, r4              # r10 = Hq
     div r23, %ffn, %n_tile       # r23 = Ju
