@@ -28,6 +28,7 @@ from .components import l2
 from .components import dysharp
 from .components import cais
 from .components import counted_write
+from .components import switch_counter
 from .declare import GPU_SCOPES, SCOPES, Instance, Stat
 from .components.moehub import aau, dam, forward, rpm
 from .config.schema import DEBUG_FLAGS
@@ -51,7 +52,7 @@ ENGINE = _with_event_counts(events.BLOCK)
 BLOCKS = (packet.BLOCK, ENGINE, trace.BLOCK, scheduler.BLOCK, sm.BLOCK, waiters.BLOCK,
           hbm.BLOCK, l2.BLOCK, nvlink.BLOCK, switch.BLOCK, hub.BLOCK, rpm.BLOCK, aau.BLOCK,
           dam.BLOCK, occupancy.BLOCK, nvls.BLOCK, pcie.BLOCK, infiniband.BLOCK, nic.BLOCK, fabric.BLOCK,
-          dysharp.BLOCK, cais.BLOCK, forward.BLOCK, counted_write.BLOCK)
+          dysharp.BLOCK, cais.BLOCK, forward.BLOCK, counted_write.BLOCK, switch_counter.BLOCK)
 
 _RESERVED = set(dir(np.record))
 
@@ -373,37 +374,31 @@ if _undescribed:
     raise DeclarationError(f"trace record kinds {_undescribed} have no debug description")
 
 
-def _compose_receives(blocks):
-    """{packet kind: (block name, Receive)} of the packet kinds a GPU receives (Block.receives):
-    each kind taken by one handler."""
+def _compose_handlers(blocks, attr, what):
+    """{kind: (block name, declaration)} of the kinds the blocks' `attr` declarations (Receive or
+    Send) hand to a handler: each kind taken by one handler."""
     out = {}
     for b in blocks:
-        for r in b.receives:
-            for k in r.kinds:
+        for d in getattr(b, attr):
+            for k in d.kinds:
                 if k in out:
-                    raise DeclarationError(f"packet kind {k} is received by blocks '{out[k][0]}' "
-                                           f"({out[k][1].handler}) and '{b.name}' ({r.handler})")
-                out[k] = (b.name, r)
+                    raise DeclarationError(f"{what.format(k)} by blocks '{out[k][0]}' "
+                                           f"({out[k][1].handler}) and '{b.name}' ({d.handler})")
+                out[k] = (b.name, d)
     return out
 
 
-RECEIVES = _compose_receives(BLOCKS)
+def _compose_receives(blocks):
+    """{packet kind: (block name, Receive)} of the packet kinds a GPU receives (Block.receives)."""
+    return _compose_handlers(blocks, "receives", "packet kind {} is received")
 
 
 def _compose_sends(blocks):
-    """{request kind: (block name, Send)} of the hub's request kinds (Block.sends): each kind sent
-    by one packetizer."""
-    out = {}
-    for b in blocks:
-        for s in b.sends:
-            for k in s.kinds:
-                if k in out:
-                    raise DeclarationError(f"request kind {k} is sent by blocks '{out[k][0]}' "
-                                           f"({out[k][1].handler}) and '{b.name}' ({s.handler})")
-                out[k] = (b.name, s)
-    return out
+    """{request kind: (block name, Send)} of the hub's request kinds (Block.sends)."""
+    return _compose_handlers(blocks, "sends", "request kind {} is sent")
 
 
+RECEIVES = _compose_receives(BLOCKS)
 SENDS = _compose_sends(BLOCKS)
 
 

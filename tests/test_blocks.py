@@ -169,9 +169,10 @@ def test_every_packet_kind_a_gpu_receives_has_one_handler_the_run_loop_calls():
     from moehub_arch.components import packet as pk
     from moehub_arch.declare import Receive
     to_switch = {pk.PK_MM_ST, pk.PK_MM_LD, pk.PK_MM_DATA, pk.PK_CAIS_LD, pk.PK_CAIS_RED,
-                 pk.PK_CAIS_DATA, pk.PK_CAIS_SYNC}
+                 pk.PK_CAIS_DATA, pk.PK_CAIS_SYNC, pk.PK_CTR_ADD}
     assert set(composition.RECEIVES) == set(range(len(pk.PACKET_KIND_NAMES))) - to_switch
-    assert {b for b, _ in composition.RECEIVES.values()} == {"hub", "nvls", "cais_merge", "aau"}
+    assert {b for b, _ in composition.RECEIVES.values()} == {"hub", "nvls", "cais_merge", "aau",
+                                                              "switch_counter"}
     dispatch = Path(composition.__file__).parent / "dispatch"
     loop_src = (dispatch / "loop.py").read_text() + (dispatch / "indirect.py").read_text()
     for _, r in composition.RECEIVES.values():
@@ -191,7 +192,8 @@ def test_every_request_kind_the_hub_queues_has_one_packetizer_the_run_loop_calls
     from moehub_arch.components import packet as pk
     from moehub_arch.declare import Send
     assert set(composition.SENDS) == set(range(len(pk.REQUEST_KIND_NAMES)))
-    assert {b for b, _ in composition.SENDS.values()} == {"hub", "nvls", "dysharp", "cais_merge"}
+    assert {b for b, _ in composition.SENDS.values()} == {"hub", "nvls", "dysharp", "cais_merge",
+                                                           "switch_counter"}
     assert {k for k, (b, _) in composition.SENDS.items() if b == "hub"} == {
         pk.REQ_PUT, pk.REQ_GET, pk.REQ_STORE, pk.REQ_ATOM}
     loop_src = (Path(composition.__file__).parent / "dispatch" / "loop.py").read_text()

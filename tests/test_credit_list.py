@@ -14,7 +14,7 @@ from test_nvls import tiny
 
 DRIVER = """
 import json, sys
-from moehub_arch.components import hub, nvlink, nvls, switch
+from moehub_arch.components import hub_receive, nvlink, nvls, switch
 from moehub_arch.components.moehub import aau
 file_return, reclaim = nvlink.credit_return_vc, nvlink._reclaim_credits
 calls = [0, 0, 0, 0]  # returns filed, of them out of order (not at the tail), reclaims, that read
@@ -62,7 +62,7 @@ def checked_reclaim(st, c, tick):
     calls[3] += reads
 
 
-for module in (nvlink, switch, hub, nvls, aau):
+for module in (nvlink, switch, hub_receive, nvls, aau):
     if hasattr(module, "credit_return_vc"):
         module.credit_return_vc = checked_return
 nvlink._reclaim_credits = checked_reclaim

@@ -1,4 +1,4 @@
-"""The RPM's search for a row's open first store (components/moehub/rpm.py _open_row) compares
+"""The RPM's search for a row's open first store (components/moehub/rpm_accept.py _open_row) compares
 the descriptors' keys (State.mrow_key) before reading a descriptor, and a TB retrying the same
 st.rowsp skips a search that found nothing while no descriptor entered the stream since
 (_open_row_of_store); both must return what checking every descriptor of the ring returns. An exact refactor (the golden stats cover the layer configs
@@ -11,7 +11,7 @@ from conftest import model_stats, run_patched, simulate
 
 DRIVER = """
 import json, sys
-from moehub_arch.components.moehub import rpm
+from moehub_arch.components.moehub import rpm_accept as rpm
 fast, of_store = rpm._open_row, rpm._open_row_of_store
 calls = [0, 0, 0, 0]  # searches, rows found, ring entries the reference walked, st.rowsp checks
 

@@ -16,11 +16,10 @@ from ..engine.state import (ERR_DY_COUNT, ERR_DY_ROW, ERR_DY_TARGET, ERR_MISALIG
 from ..isa.encoding import MM_DY_LD_REDUCE
 from .dysharp import dymultimem_object, dysharp_bind, dysharp_sent, dysharp_stage, ext_flits
 from .hbm import raise_error
-from .hub import (hub_accept, hub_emit, hub_enqueue, hub_post_store, hub_room, hub_wait_for_room,
-                  pick_channel_vc)
+from .hub import hub_accept, hub_emit, hub_enqueue, hub_post_store, hub_room
 from .nvls import multimem_route_peer
 from .nvls_send import multimem_chunks, multimem_flits, multimem_packet
-from .packet import REQ_DY_LD, REQ_DY_ST, VC_REQUEST
+from .packet import REQ_DY_LD, REQ_DY_ST
 from .sm_operands import check_range, mem_access, operand, stall_on_hub, tb_bytes
 
 
@@ -89,11 +88,9 @@ def dysharp_send(st, g, r, tick):
     with the list in extension flits on every link packet; the last one frees its MultimemQ entry."""
     rq = st.req[r]
     kind = rq.kind
-    c = pick_channel_vc(st, g, rq.dst_gpu, True, VC_REQUEST)
+    c, pkt, ready, done = multimem_packet(st, g, r, kind == REQ_DY_LD, False, tick)
     if c < 0:
-        hub_wait_for_room(st, g, tick)
         return
-    pkt, ready, done = multimem_packet(st, g, r, kind == REQ_DY_LD, False, tick)
     ready = max(ready, rq.dy_ready)   # the MultimemQ has fetched the target list
     if done:
         dysharp_sent(st, g)

@@ -15,11 +15,11 @@ their entry until their responses are in (unchanged here). The packetizer emits 
 picks an NVLink whose switch reaches the destination (round-robin among links with transmit-queue
 room; if none has room the packetizer stalls) and queues the packet there.
 
-Receiver side: an arriving packet is processed ``rx_latency`` after arrival: data is written to
-HBM, stores and atomics are performed at memory, and each read request of a get is answered with
-its own data (NVLink reads are split transactions: a responder sends the data of the requests it
-has, never ahead of them); the gets being read take turns at the response FIFO's head, one read
-request's data each, as reads from several requesters interleave at a responder.
+Receiver side (hub_receive.py): an arriving packet is processed ``rx_latency`` after arrival: data
+is written to HBM, stores and atomics are performed at memory, and each read request of a get is
+answered with its own data (NVLink reads are split transactions: a responder sends the data of the
+requests it has, never ahead of them); the gets being read take turns at the response FIFO's head,
+one read request's data each, as reads from several requesters interleave at a responder.
 Link credits are returned when the memory system has absorbed a write (l2.link_write: the HBM
 channels finished the transfer, or the L2 took it with system.gpu.l2.link_writes = write_back) or
 an atomic completed, so a slow memory throttles the link; the written data becomes visible to
@@ -66,20 +66,16 @@ from ..engine.jit import compiled, inline
 from ..engine.ring import ring_add, ring_next
 
 from ..engine.state import (RESP_KIND, RESP_READY, RESP_REQ, ROUTE_FIRST, ROUTE_N, ROUTE_RR,
-                            TB_WAIT_FENCE, WAIT_FENCE, WAIT_HUB, WAIT_REMOTE, WAITLIST_HUB)
-from .hbm import hbm_access, move_bytes, read_word, update_bytes_bf16, write_word
-from .l2 import link_write
-from .nvlink import channel_count_arrival, credit_return_vc, txq_push
+                            WAIT_HUB, WAITLIST_HUB)
+from .hbm import hbm_access
+from .nvlink import txq_push
 from .packet import request_records
 from .packet import (PACKET_KIND_NAMES, PK_ACK, PK_ATOM_REQ, PK_ATOM_RESP, PK_GET_REQ, PK_GET_RESP,
                      PK_PUT, PK_STORE, REQ_ATOM, REQ_GET, REQ_PUT, REQ_STORE, VC_REQUEST,
-                     VC_RESPONSE, header_flits, packet_alloc, packet_flits, packet_free, packet_vc,
-                     store_packets)
+                     VC_RESPONSE, header_flits, packet_alloc, packet_flits, store_packets)
 from .nvls import nvls_send_data
 from .trace import CAT_HUB, TR_HUB_RX, TR_HUB_TX, trace_event
 from .wakeups import hub_kick, hub_kick_response, tb_resume
-from .waiters import notify_stores
-from .counted_write import counter_add
 from .nic import nic_overtake, nic_queue_pair, nic_schedule, nic_served, rdma_message
 from ..declare import (Array, Block, Debug, Event, Param, Receive, Record, Send, StatGroup, Timer,
                        counters, fields)
@@ -240,7 +236,7 @@ BLOCK = Block(
     checks=(check_hub, check_received),
     findings=(hub_findings,),
     receives=(Receive((PK_PUT, PK_STORE, PK_GET_REQ, PK_GET_RESP, PK_ATOM_REQ, PK_ATOM_RESP, PK_ACK),
-                      "components.hub.hub_receive", "the base protocol: puts, stores, gets, "
+                      "components.hub_receive.hub_receive", "the base protocol: puts, stores, gets, "
                       "atomics and their responses"),),
     sends=(Send((REQ_PUT, REQ_GET, REQ_STORE, REQ_ATOM), "components.hub.hub_send",
                 "the base protocol: puts, flag stores, gets and atomics"),),
@@ -734,106 +730,6 @@ def hub_post_store(st, g, rq):
 
 
 @compiled
-def complete_request(st, r, tick):
-    """The requester's hub saw the last response of request r: retire it and wake its TB."""
-    rq = st.req[r]
-    g = rq.src_gpu
-    slot = rq.slot
-    tb = st.tb[slot]
-    if rq.posted:
-        st.gpu[g].posted_stores -= 1
-    else:
-        st.gpu[g].req_table_used -= 1
-    if rq.kind == REQ_ATOM:
-        st.regs[slot, rq.ret_reg] = rq.value
-        tb_resume(st, slot, tick, WAIT_REMOTE)
-    else:
-        tb.outstanding -= 1
-        if tb.outstanding == 0 and tb.state == TB_WAIT_FENCE:
-            tb_resume(st, slot, tick, WAIT_FENCE)
-    gp = st.gpu[g]
-    st.free_reqs[g, gp.free_top] = r
-    gp.free_top += 1
-    wake_hub_waiters(st, g, tick)
-
-
-@inline
-def hub_receive(st, g, c, pkt, tick):
-    """A packet reached GPU g over down-channel c."""
-    channel_count_arrival(st, c, pkt)
-    p = st.p[0]
-    gp = st.gpu[g]
-    pk = st.pk[pkt]
-    t = tick + p.hub_rx_latency_ticks
-    kind = pk.kind
-    r = pk.req
-    rq = st.req[r]
-    n = pk.payload
-    addr = pk.addr
-    free_at = t  # when the packet leaves the receive buffer (credits go back)
-    gp.hub_rx_packets += pk.npk
-    gp.hub_rx_payload += n
-    trace_event(st, CAT_HUB, TR_HUB_RX, g, kind, pk.src, tick)
-    if kind == PK_PUT or kind == PK_GET_RESP:
-        if gp.hub_rx_first < 0:
-            gp.hub_rx_first = tick
-        gp.hub_rx_last = tick
-        free_at, visible = link_write(st, g, addr, n, t)
-        if kind == PK_PUT and pk.value == 1:
-            # put.add.bf16: the memory adds the payload into what it holds (T3's near-memory
-            # op-and-store; timed as the write it is on the channels)
-            update_bytes_bf16(st, pk.src, pk.src_addr, g, addr, n, rq.slot)
-        else:
-            move_bytes(st, pk.src, pk.src_addr, g, addr, n, rq.slot)
-        notify_stores(st, g, addr, n, visible)
-        if kind == PK_PUT and pk.cw_counter >= 0:
-            # a counted put: the landed bytes add to its counter (counted_write.py)
-            c_at = counter_add(st, g, pk.cw_counter, n, pk.npk, visible)
-            notify_stores(st, g, pk.cw_counter, 8, c_at)
-        rq.pkts_arrived += 1
-        if kind == PK_PUT:
-            if p.write_resp_per_packet and not rdma_message(st, pk.src, g):
-                owe_acks(st, g, r, pk.npk, visible)
-            elif rq.pkts_arrived == rq.pkts_total:
-                owe_acks(st, g, r, 1, visible)
-        elif rq.pkts_arrived == rq.pkts_total:
-            complete_request(st, r, visible)
-    elif kind == PK_STORE:
-        free_at, visible = link_write(st, g, addr, 8, t)
-        write_word(st, g, addr, pk.value)
-        notify_stores(st, g, addr, 8, visible)
-        rq.pkts_arrived += 1
-        owe_acks(st, g, r, 1, visible)
-    elif kind == PK_GET_REQ:
-        # every read request is answered by its own data (acks_arrived counts the requests
-        # here: a get has no write responses); a get with read requests to answer has one entry
-        # in the response FIFO (_send_response)
-        rq.acks_arrived += pk.npk
-        if not rq.resp_queued:
-            rq.resp_queued = 1
-            hub_respond(st, g, r, RESP_GET_DATA, t)
-    elif kind == PK_ATOM_REQ:
-        # the read-modify-write occupies the receive buffer until it is done
-        free_at = hbm_access(st, g, addr, 8, t, True) + atomic_ticks(st)
-        gp.hbm_atomics += 1
-        old = read_word(st, g, addr)
-        write_word(st, g, addr, old + pk.value)
-        rq.value = old
-        notify_stores(st, g, addr, 8, free_at)
-        hub_respond(st, g, r, RESP_ATOM, free_at)
-    elif kind == PK_ATOM_RESP:
-        complete_request(st, r, t)
-    else:  # PK_ACK: write responses (req < 0: link-level responses to MoE-Hub packets)
-        gp.hub_acks += pk.npk
-        if r >= 0:
-            rq.acks_arrived += pk.npk
-            if rq.acks_arrived == rq.acks_total:
-                complete_request(st, r, t)
-    credit_return_vc(st, c, pk.flits, free_at + st.ch[c].latency, packet_vc(st, pkt))
-    packet_free(st, pkt)
-
-
-@compiled
 def _final_ack_ready(st, r):
     """When the next ACK record of request r may leave its serving hub: at once, unless it is the
     last one (every data packet is in and it carries the last owed responses); that one waits
@@ -844,19 +740,6 @@ def _final_ack_ready(st, r):
     if rq.pkts_arrived == rq.pkts_total and rq.acks_due <= st.p[0].packet_train:
         return rq.acks_ready
     return 0
-
-
-@compiled
-def owe_acks(st, g, r, n, visible):
-    """Serving hub g owes `n` more write responses for request r, for writes visible at
-    `visible`. A request has at most one entry in the response FIFO: it is queued when responses
-    start being owed and leaves when the packetizer has sent them all."""
-    rq = st.req[r]
-    if visible > rq.acks_ready:
-        rq.acks_ready = visible
-    rq.acks_due += n
-    if rq.acks_due == n:
-        hub_respond(st, g, r, RESP_ACK, visible)
 
 
 @compiled

@@ -16,7 +16,8 @@ from ..engine.state import ERR_ADDR_RANGE, ERR_BAD_SIZE, ERR_MULTIMEM_ADDR
 from ..isa.encoding import DTYPE, DTYPE_SRC_MASK, MM_DY_ST, MM_LD_REDUCE, MM_RED, SUBOP
 from .dysharp_isa import dymultimem
 from .hbm import raise_error
-from .hub import RESP_MM_ACK, complete_request, hub_respond
+from .hub import RESP_MM_ACK, hub_respond
+from .hub_receive import complete_request
 from .nvls_send import multimem_submit
 from .nvls import (multimem_element_bytes, multimem_object, multimem_route_peer,
                    nvls_copies_answered, nvls_copy_arrived, nvls_read_arrived, nvls_result_arrived)

@@ -48,11 +48,16 @@ def multimem_chunks(st, nbytes):
 
 @compiled
 def multimem_packet(st, g, r, ld, red, tick):
-    """The next packet of multimem request r of GPU g (a plain one, or DySHARP's): the next chunk
-    of st (red: `red`) data, or the next ld_reduce request (`ld`). Returns (packet, when its data
-    is ready, whether it is the request's last)."""
+    """The next packet of multimem request r of GPU g (a plain one, or DySHARP's), on the next
+    link toward its peer with room (round-robin): the next chunk of st (red: `red`) data, or the
+    next ld_reduce request (`ld`). Returns (channel, packet, when its data is ready, whether it is
+    the request's last); channel -1 (no packet): no link has room, the hub waits for one."""
     rq = st.req[r]
     p = st.p[0]
+    c = pick_channel_vc(st, g, rq.dst_gpu, True, VC_REQUEST)
+    if c < 0:
+        hub_wait_for_room(st, g, tick)
+        return c, -1, tick, False
     pkt = hub_request_packet(st, r, g, rq.dst_gpu)
     pk = st.pk[pkt]
     ready = tick
@@ -74,7 +79,7 @@ def multimem_packet(st, g, r, ld, red, tick):
         pk.mm_op = MM_RED if red else MM_ST
         ready = hub_data_packet(st, g, pk, rq, rq.sent, tick)
         rq.sent += pk.payload
-    return pkt, ready, rq.sent == rq.length
+    return c, pkt, ready, rq.sent == rq.length
 
 
 @compiled
@@ -98,11 +103,9 @@ def multimem_send(st, g, r, tick):
     with room (round-robin), or wait for room."""
     rq = st.req[r]
     kind = rq.kind
-    c = pick_channel_vc(st, g, rq.dst_gpu, True, VC_REQUEST)
+    c, pkt, ready, done = multimem_packet(st, g, r, kind == REQ_MM_LD, kind == REQ_MM_RED, tick)
     if c < 0:
-        hub_wait_for_room(st, g, tick)
         return
-    pkt, ready, done = multimem_packet(st, g, r, kind == REQ_MM_LD, kind == REQ_MM_RED, tick)
     if done and kind != REQ_MM_LD:
         hub_post_store(st, g, rq)
     multimem_flits(st, g, pkt)

@@ -60,6 +60,7 @@ PK_CAIS_WRITE = 20  # a merged (or evicted, timed-out) partial sum, switch -> ho
 PK_CAIS_SYNC = 21   # sync.cais arrival of a thread block, GPU -> switch (header only; addr = flag)
 PK_CAIS_GO = 22     # the group sync table's release, switch -> each member (response channel;
                     # writes pk.value to the flag at pk.addr)
+PK_CTR_ADD, PK_CTR_REPLY = 23, 24   # ctr.add, GPU -> switch; its old value back (switch_counter.py)
 # Request kinds of the hub's request table and FIFO (State.req.kind): what an SM asked the hub to
 # send. The base protocol's (hub.py) and each extension's, sent by the block that declares them
 # (declare.Send: a block's packetizer for its kinds; the run loop dispatches by kind, tests check
@@ -71,15 +72,16 @@ REQ_DY_ST, REQ_DY_LD = 7, 8   # DySHARP dymultimem st / ld_reduce (dysharp_isa.p
                               # REQ_MM_LD, with the target list staged by the SM
 REQ_CAIS_LD, REQ_CAIS_RED = 9, 10   # ld.cais / red.cais (cais/send.py); value = group x 16 + element type
 REQ_CAIS_SYNC = 11   # sync.cais (cais/send.py): dst_addr = the flag, src_addr = the value released
+REQ_CTR_ADD = 12     # ctr.add (switch_counter.py): dst_addr = the counter, value = the addend
 REQUEST_KIND_NAMES = ("put", "get", "store", "atomic", "multimem.st", "multimem.red",
                       "multimem.ld_reduce", "dymultimem.st", "dymultimem.ld_reduce", "ld.cais",
-                      "red.cais", "sync.cais")
+                      "red.cais", "sync.cais", "ctr.add")
 VC_REQUEST = 0    # virtual channels (nvlink.response_path): requests and writes ...
 VC_RESPONSE = 1   # ... and the responses that complete them (write responses, read data, atomics)
 PACKET_KIND_NAMES = ("put", "store", "get_req", "get_resp", "atom_req", "atom_resp", "ack", "moe",
                      "moe_eos", "mm_st", "mm_copy", "mm_ld", "mm_read", "mm_data", "mm_result",
                      "cais_ld", "cais_red", "cais_data", "cais_read", "cais_reply", "cais_write",
-                     "cais_sync", "cais_go")
+                     "cais_sync", "cais_go", "ctr_add", "ctr_reply")
 
 
 def packets_in_use(st):
@@ -129,7 +131,7 @@ def packet_vc(st, pkt):
     k = st.pk[pkt].kind
     if k == PK_ACK or k == PK_GET_RESP or k == PK_ATOM_RESP or k == PK_MM_DATA or k == PK_MM_RESULT:
         return VC_RESPONSE
-    if k == PK_CAIS_DATA or k == PK_CAIS_REPLY or k == PK_CAIS_GO:
+    if k == PK_CAIS_DATA or k == PK_CAIS_REPLY or k == PK_CAIS_GO or k == PK_CTR_REPLY:
         return VC_RESPONSE
     return VC_REQUEST
 

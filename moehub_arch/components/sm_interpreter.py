@@ -26,7 +26,7 @@ from ..isa.encoding import (ALU_ADD, ALU_AND, ALU_DIV, ALU_MAX, ALU_MIN, ALU_MOV
                             DT_BF16, DTYPE, DTYPE_DST_SHIFT, DTYPE_LSU_LOADS, DTYPE_SRC_MASK, II,
                             LAT, MMA_A_L2, MMA_AT, MMA_B_L2, MMA_BT, MMA_BT_B_L2, MMA_L2, MMA_RA,
                             MMA_RA_B_L2, NUM_GENERAL_REGS, OP0, PUT_ADD_BF16, PUT_SM, SEM,
-                            SEM_ALU, SEM_ATOM, SEM_BRANCH, SEM_CAIS, SEM_CLAIM, SEM_COPY,
+                            SEM_ALU, SEM_ATOM, SEM_BRANCH, SEM_CAIS, SEM_CLAIM, SEM_COPY, SEM_CTR_ADD,
                             SEM_COPY2D, SEM_EXIT, SEM_FENCE, SEM_FLAG_SET, SEM_GET, SEM_LD,
                             SEM_MMA, SEM_MULTIMEM, SEM_NOP, SEM_NOTIFY, SEM_PUT, SEM_PUT_COUNTED,
                             SEM_ROWSP_MALLOC, SEM_SEND_EXPERT, SEM_SEND_EXPERTS, SEM_SEND_HOME,
@@ -56,6 +56,7 @@ from .moehub.isa import claim, notify, rowsp_malloc, send_to_expert, st_rowsp, s
 from .nvls_gpu import multimem
 from .dysharp import dysharp_counter_added
 from .cais.isa import cais_access, cais_sync
+from .switch_counter import ctr_add
 
 EV_LOCAL_DONE = 6    # a0 = TB slot: an asynchronous same-GPU put/get completed (declared in sm.py)
 
@@ -484,6 +485,11 @@ def execute(st, slot, sm, tick, cyc):
     elif sem == SEM_CAIS:
         # CAIS loads and reductions, merged in the switch (cais_isa.py)
         if not cais_access(st, g, slot, row, tick, cyc):
+            return
+
+    elif sem == SEM_CTR_ADD:
+        # a switch counter's fetch-and-add (switch_counter.py)
+        if not ctr_add(st, g, slot, row, tick, cyc):
             return
 
     elif sem == SEM_FLAG_SET or sem == SEM_ATOM:

@@ -44,7 +44,8 @@ from .nvlink import (channel_count_arrival, channel_transmit, credit_return_vc,
 from ..engine.events import SHORTCUT_IDLE_OUTPUT, timer_clear, timer_is_next
 from .nvls import NVLS_SENT, nvls_absorb, nvls_fanout
 from .cais.merge_table import cais_switch
-from .packet import (PK_CAIS_LD, PK_MM_DATA, PK_MM_LD, PK_MM_ST, VC_REQUEST, VC_RESPONSE,
+from .switch_counter import ctr_switch
+from .packet import (PK_CAIS_LD, PK_CTR_ADD, PK_MM_DATA, PK_MM_LD, PK_MM_ST, VC_REQUEST, VC_RESPONSE,
                      packet_free, packet_vc)
 from .trace import CAT_SWITCH, TR_XBAR, trace_event
 from .wakeups import xbar_kick
@@ -200,6 +201,8 @@ def _cross(st, c, vc, tick):
         if pk.kind == PK_MM_ST or pk.kind == PK_MM_LD:
             # multimem: the switch's engine serves the members (nvls.py)
             wait = nvls_fanout(st, c, pkt, tick)
+        elif pk.kind == PK_CTR_ADD:
+            wait = ctr_switch(st, c, pkt, tick)   # a switch counter's fetch-and-add
         elif pk.kind >= PK_CAIS_LD:
             # ld.cais / red.cais, or a home's data for a merged load: the merge unit (components/cais/)
             wait = cais_switch(st, c, pkt, tick)

@@ -12,7 +12,8 @@ them to handlers: a new block adds its branch here (DESIGN rule 5).
 from .indirect import ENTRY_AAU_RECEIVE, ENTRY_AAU_RETRY, ENTRY_SM_ISSUE, call2, call4
 from ..engine.jit import compiled
 
-from ..components.hub import EV_HUB_TX, hub_packetize, hub_receive, hub_send, owe_link_responses
+from ..components.hub import EV_HUB_TX, hub_packetize, hub_send, owe_link_responses
+from ..components.hub_receive import hub_receive
 from ..components.moehub.forward import EV_HUB_FORWARD, forward_run
 from ..components.moehub.dam import EV_DAM_READY, dam_tile_ready
 from ..components.moehub.rpm import EV_MOE_LOOPBACK, EV_RPM_TX, rpm_packetize
@@ -23,14 +24,15 @@ from ..components.sm_interpreter import EV_LOCAL_DONE, local_done
 from ..components.occupancy import EV_OCCUPANCY_SAMPLE, occupancy_sample
 from ..components.cais.layout import EV_CAIS_TIMEOUT
 from ..components.cais.merge_table import cais_timeout
-from ..components.packet import (PK_CAIS_READ, PK_MM_COPY, PK_MOE, PK_MOE_EOS, REQ_CAIS_LD, REQ_DY_ST,
-                                 REQ_MM_ST)
+from ..components.packet import (PK_CAIS_READ, PK_CTR_REPLY, PK_MM_COPY, PK_MOE, PK_MOE_EOS,
+                                 REQ_CAIS_LD, REQ_CTR_ADD, REQ_DY_ST, REQ_MM_ST)
 from ..components.nvls_gpu import dysharp_retry, receive_multimem
 from ..components.dysharp import EV_DY_RETRY
 from ..components.nvls_send import multimem_send
 from ..components.dysharp_isa import dysharp_send
 from ..components.cais.home import receive_cais
 from ..components.cais.send import cais_send
+from ..components.switch_counter import ctr_reply_received, ctr_send
 from ..components.switch import EV_XBAR, switch_crossbar, switch_receive
 from ..engine.events import Q_TICK, TIMER_OFF, TM_TICK, _u, pop, timer_peek, timer_take
 
@@ -106,6 +108,8 @@ def run_loop(st, max_events, headroom, tick_limit, entries):
                 # MoE-Hub packets are link writes too: the link answers them (hub.py)
                 owe_link_responses(st, st.ch[a0].gpu, st.pk[pkt].src, st.pk[pkt].npk, tick)
                 call4(entries[ENTRY_AAU_RECEIVE], st, st.ch[a0].gpu, a0, pkt, tick)
+            elif st.pk[pkt].kind == PK_CTR_REPLY:
+                ctr_reply_received(st, st.ch[a0].gpu, a0, pkt, tick)
             elif st.pk[pkt].kind >= PK_CAIS_READ:
                 receive_cais(st, st.ch[a0].gpu, a0, pkt, tick)
             elif st.pk[pkt].kind >= PK_MM_COPY:
@@ -121,6 +125,8 @@ def run_loop(st, max_events, headroom, tick_limit, entries):
                 rk = st.req[r].kind
                 if rk < REQ_MM_ST:
                     hub_send(st, a0, r, tick)
+                elif rk == REQ_CTR_ADD:
+                    ctr_send(st, a0, r, tick)
                 elif rk >= REQ_CAIS_LD:
                     cais_send(st, a0, r, tick)
                 elif rk >= REQ_DY_ST:

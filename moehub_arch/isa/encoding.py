@@ -112,13 +112,14 @@ SEM_CAIS = 26          # (gpu, dst, src, bytes, value)  subop CAIS_*; the addres
 SEM_PUT_COUNTED = 27   # (gpu, dst, src, bytes, counter)  put whose landed bytes add to counter at gpu
 SEM_WAIT_COUNT = 28    # (counter, expected)               sleep until the local counter >= expected
 SEM_WAIT_ALL = 29      # (addr, value, count)   sleep until `count` consecutive local words CMP value
-NUM_SEMANTICS = 30
+SEM_CTR_ADD = 30       # (dst, counter, value)              fetch-and-add of a switch counter (switch_counter.py)
+NUM_SEMANTICS = 31
 WAIT_ALL_MAX = 1024    # wait.all: one flag per thread (lane) of a block: at most 1024 threads
 SEMANTIC_NAMES = (
     "nop", "exit", "alu", "branch", "ld", "st", "copy", "copy2d", "mma", "vec", "put", "get",
     "atom", "flag_set", "wait", "fence", "sleep", "send_to_expert", "claim", "notify", "send_home",
     "multimem", "rowsp_malloc", "st_rowsp", "send_to_experts", "st_rowsp_experts", "cais",
-    "put_counted", "wait_count", "wait_all",
+    "put_counted", "wait_count", "wait_all", "ctr_add",
 )
 # Named operands of each semantic, in slot order, as (name, kind). Kinds: "reg" (a general
 # register written by the instruction), "src" (register, special register, parameter or
@@ -165,6 +166,7 @@ SEMANTIC_OPERANDS = {
                       ("counter", "src")),
     SEM_WAIT_COUNT: (("counter", "addr"), ("expected", "src")),
     SEM_WAIT_ALL: (("addr", "addr"), ("value", "src"), ("count", "src")),
+    SEM_CTR_ADD: (("dst", "reg"), ("counter", "src"), ("value", "src")),
 }
 
 

@@ -14,7 +14,7 @@ from ..elements import load_f32, store_f32
 from ..hbm import hbm_backed, write_word
 from ..nvls import answer_read, queue_read_data
 from ..hbm import move_bytes
-from ..hub import complete_request, owe_acks
+from ..hub_receive import complete_request, owe_acks
 from ..l2 import link_write
 from ..nvlink import channel_count_arrival, credit_return_vc
 from ..packet import PK_CAIS_DATA, PK_CAIS_GO, PK_CAIS_READ, PK_CAIS_REPLY, packet_free, packet_vc

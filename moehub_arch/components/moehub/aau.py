@@ -35,11 +35,10 @@ Nothing is dropped.
 Assumption: the row header (expert, size, home, aux) is known with any piece of the row, as if
 each packet carried a short row tag; its bytes are counted once per row in the stream.
 """
-import numpy as np
 from ...engine.jit import compiled
 
 from ...engine.state import TB_WAIT_FENCE, WAIT_FENCE
-from ..hbm import hbm_access, move_bytes, write_word
+from ..hbm import move_bytes, write_word
 from ..l2 import link_write
 from ..hub import wake_hub_waiters
 from ..nvlink import channel_count_arrival, credit_return
@@ -53,6 +52,7 @@ from ...declare import (Array, Block, Debug, Param, Receive, Record, Stat, StatG
 from .rowtable import (RS_ALLOC, RS_FIELDS, RS_LANDED, RS_RAT, RS_RID, RS_ROW, RS_SIZE,
                        open_row_link, open_row_slot, open_row_unlink)
 from .rpm import rpm_packet_bytes
+from .rat import RAT_ON_CHIP, RAT_SPILLED, rat_insert, rat_refill, window_index
 from .area import aau_sram_bytes, aau_staging_bytes
 from ..sizing import experts_of_window, local_experts
 from .forward import (forward_address, forward_enqueue, forward_has_slot, forward_kick,
@@ -266,9 +266,6 @@ BLOCK = Block(
             f"packet from GPU {src} waits for window or record space ({waiting} waiting)")}),),
 )
 
-RAT_NONE = 0       # MOE_ROW.rat: no entry (not allocated, or overflow: stall)
-RAT_ON_CHIP = 1    # the row's entry is in the AAU's table
-RAT_SPILLED = 2    # the row's entry was evicted to device memory
 
 
 @compiled
@@ -397,11 +394,6 @@ def _first_unallocated(st, s):
 
 
 @compiled
-def _window_index(st, g, expert):
-    return g * st.p[0].local_experts + st.moe_place[expert, 1]
-
-
-@compiled
 def _stream_allocs(st, g, pkt):
     """Rows of the packet's stream that got a window slot so far (-1 for end-of-stream packets,
     which never wait)."""
@@ -415,7 +407,7 @@ def _stream_allocs(st, g, pkt):
 def _has_room(st, g, row):
     """The row's expert window has a free slot and the record table a free entry."""
     p = st.p[0]
-    win = st.win[_window_index(st, g, row.expert)]
+    win = st.win[window_index(st, g, row.expert)]
     live = win.alloc - win.released_tiles * p.tile_rows
     return live < p.window_rows and (p.aau_spill or st.gpu[g].records_live < p.records_cap)
 
@@ -475,7 +467,7 @@ def _allocate(st, g, row):
     gp = st.gpu[g]
     if not _has_room(st, g, row):
         return False
-    w = _window_index(st, g, row.expert)
+    w = window_index(st, g, row.expert)
     win = st.win[w]
     index = win.alloc
     tile_index = index // p.tile_rows
@@ -568,7 +560,7 @@ def _process(st, g, pkt, t):
                     # a row of several stores: its row-table entry is its own (rowtable.py)
                     e = _entry(st, g, row)
                     if st.aau_rows[e, RS_RAT] == RAT_SPILLED:
-                        t = _rat_refill(st, g, s, i, row, t)
+                        t = rat_refill(st, g, s, i, row, t)
                         st.aau_rows[e, RS_RAT] = RAT_ON_CHIP
                         if t > free_at:
                             free_at = t
@@ -581,7 +573,7 @@ def _process(st, g, pkt, t):
                         owner = st.mrow[s * p.rpm_ring + k % p.rpm_ring]
                     if owner.rat == RAT_SPILLED:
                         # the row's table entry was evicted: read it back before writing
-                        t = _rat_refill(st, g, s, k, owner, t)
+                        t = rat_refill(st, g, s, k, owner, t)
                         if t > free_at:
                             free_at = t
                 continue
@@ -599,7 +591,7 @@ def _process(st, g, pkt, t):
                 _allocate(st, g, d)
                 sr.allocs += 1
                 if p.aau_spill:
-                    _rat_insert(st, g, s, i + c, d, t)
+                    rat_insert(st, g, s, i + c, d, t)
                 if _tracked(d):
                     # the first bytes of a row that more stores fill: the row table tracks it
                     e = _entry(st, g, d)
@@ -735,7 +727,7 @@ def _tracked(row):
 @compiled
 def _entry(st, g, row):
     """The row-table entry (State.aau_rows index) of an allocated row: its window slot's."""
-    return _window_index(st, g, row.expert) * st.p[0].window_rows + row.alloc % st.p[0].window_rows
+    return window_index(st, g, row.expert) * st.p[0].window_rows + row.alloc % st.p[0].window_rows
 
 
 @compiled
@@ -757,121 +749,3 @@ def _store_landed(st, slot, visible):
     tb.outstanding -= 1
     if tb.outstanding == 0 and tb.state == TB_WAIT_FENCE:
         tb_resume(st, slot, visible, WAIT_FENCE)
-
-
-# ------------------------------------------------------------------ row address table (spill)
-
-
-@compiled
-def _spill_address(st, g, expert, index):
-    """Device-memory home of the table entry of window slot `index` of a local expert."""
-    p = st.p[0]
-    le = st.moe_place[expert, 1]
-    return p.rat_spill_addr + (le * p.window_rows + index % p.window_rows) * p.record_bytes
-
-
-@compiled
-def _rat_insert(st, g, s, i, row, t):
-    """Put row i of stream s (row: its descriptor, allocated) in GPU g's table at tick t, evicting
-    the oldest entry first if the table is full."""
-    p = st.p[0]
-    gp = st.gpu[g]
-    cap = p.records_cap
-    if gp.rat_live == cap:
-        _rat_evict_oldest(st, g, t)
-    if gp.rat_span == cap:
-        _rat_compact(st, g)
-    e = st.aau_rat[g, (gp.rat_head + gp.rat_span) % cap]
-    e[0] = _window_index(st, g, row.expert)
-    e[1] = row.alloc
-    e[2] = s
-    e[3] = i
-    gp.rat_span += 1
-    gp.rat_live += 1
-    row.rat = RAT_ON_CHIP
-
-
-@compiled
-def _rat_trim(st, g):
-    """Drop released entries' holes at the ring's head."""
-    gp = st.gpu[g]
-    cap = st.p[0].records_cap
-    while gp.rat_span > 0 and st.aau_rat[g, gp.rat_head, 0] < 0:
-        gp.rat_head = (gp.rat_head + 1) % cap
-        gp.rat_span -= 1
-
-
-@compiled
-def _rat_evict_oldest(st, g, t):
-    """FIFO eviction: write the oldest entry to its spill slot (posted: nobody waits for it)."""
-    p = st.p[0]
-    gp = st.gpu[g]
-    _rat_trim(st, g)
-    e = st.aau_rat[g, gp.rat_head]
-    w, index, s, i = e[0], e[1], e[2], e[3]
-    le = w - g * p.local_experts
-    hbm_access(st, g, p.rat_spill_addr + (le * p.window_rows + index % p.window_rows)
-               * p.record_bytes, p.record_bytes, t, True)
-    gp.aau_spills += 1
-    sr = st.stream[s]
-    if sr.tail <= i and i < sr.head:
-        # the row is still in its stream's ring (it may get more packets): mark it spilled
-        st.mrow[s * p.rpm_ring + i % p.rpm_ring].rat = RAT_SPILLED
-    e_rows = w * p.window_rows + index % p.window_rows
-    if st.aau_rows[e_rows, RS_ALLOC] == index:
-        # a half-landed row (rowtable.py): its later stores read the entry back
-        st.aau_rows[e_rows, RS_RAT] = RAT_SPILLED
-    e[0] = -1
-    gp.rat_head = (gp.rat_head + 1) % p.records_cap
-    gp.rat_span -= 1
-    gp.rat_live -= 1
-
-
-@compiled
-def _rat_compact(st, g):
-    """The ring is spanned by live entries and holes: move the live ones together (order kept)."""
-    cap = st.p[0].records_cap
-    gp = st.gpu[g]
-    n = 0
-    for k in range(gp.rat_span):
-        src = st.aau_rat[g, (gp.rat_head + k) % cap]
-        if src[0] < 0:
-            continue
-        dst = st.aau_rat[g, (gp.rat_head + n) % cap]
-        for f in range(4):
-            dst[f] = src[f]
-        n += 1
-    for k in range(n, gp.rat_span):
-        st.aau_rat[g, (gp.rat_head + k) % cap, 0] = -1
-    gp.rat_span = n
-
-
-@compiled
-def _rat_refill(st, g, s, i, row, t):
-    """Read row i's evicted entry back from device memory (issued at t); returns when the
-    packet may write, with the entry back in the table."""
-    p = st.p[0]
-    gp = st.gpu[g]
-    done = hbm_access(st, g, _spill_address(st, g, row.expert, row.alloc), p.record_bytes, t, False)
-    gp.aau_refills += 1
-    gp.aau_refill_wait += done - t
-    _rat_insert(st, g, s, i, row, done)
-    return done
-
-
-@compiled
-def aau_release_entries(st, g, expert, first_index, rows):
-    """notify_ready.release of a tile (slots first_index .. + rows - 1, monotonic): its rows'
-    entries leave the table (overflow: spill; entries already evicted simply stay in memory)."""
-    p = st.p[0]
-    if not p.aau_spill:
-        return
-    gp = st.gpu[g]
-    w = _window_index(st, g, expert)
-    cap = p.records_cap
-    for k in range(gp.rat_span):
-        e = st.aau_rat[g, (gp.rat_head + k) % cap]
-        if e[0] == w and e[1] >= first_index and e[1] < first_index + rows:
-            e[0] = -1
-            gp.rat_live -= 1
-    _rat_trim(st, g)

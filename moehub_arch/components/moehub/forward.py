@@ -44,8 +44,8 @@ from ...engine.events import push
 from ..hub import wake_hub_waiters
 from ..wakeups import rpm_kick
 from ...declare import Array, Block, Event, Param, Stat, StatGroup, counters, fields
-from .rpm import (SCHEDULE_PAPER, _schedule_insert, _take_descriptor, mark_rowsp,
-                  rpm_end_forwarded)
+from .rpm import SCHEDULE_PAPER, rpm_end_forwarded
+from .rpm_accept import mark_rowsp, schedule_insert, take_descriptor
 
 EV_HUB_FORWARD = 12  # a0 = GPU: its forwarding unit looks at its queue
 
@@ -252,7 +252,7 @@ def _forward_one(st, g, s, i, ready, tick):
     # every descriptor of the row holds the buffer slot (the carrier's ring entry may free first)
     src = forward_address(st, o.alloc)
     in_stream = o.length if o.rowsp else p.rpm_header_bytes + o.length
-    row = _take_descriptor(st, g, s2, o.slot, o.expert, src, o.length, o.home, o.aux, in_stream,
+    row = take_descriptor(st, g, s2, o.slot, o.expert, src, o.length, o.home, o.aux, in_stream,
                            tick)
     st.tb[o.slot].outstanding -= 1      # the origin's thread block counts the row once
     if o.rowsp:
@@ -263,7 +263,7 @@ def _forward_one(st, g, s, i, ready, tick):
     row.fwd_from = s
     row.fwd_idx = i
     if p.rpm_schedule == SCHEDULE_PAPER:
-        _schedule_insert(st, g, s2, 1)
+        schedule_insert(st, g, s2, 1)
     gp = st.gpu[g]
     gp.fwd_copies += 1
     gp.fwd_wait_ticks += tick - ready

@@ -16,10 +16,11 @@ from ...engine.state import (ERR_ADDR_RANGE, ERR_MOE_AFTER_EOS, ERR_MOE_CLAIM_LA
 from ...isa.encoding import NOTIFY_EOS, NOTIFY_REOPEN, NUM_GENERAL_REGS, OP0, ROWSP_NOP, SUBOP
 from ..hbm import raise_error
 from ..sm_operands import check_range, is_smem, operand, stall_on_hub, tb_block
-from .aau import aau_release_entries, aau_retry, record_address, slot_address
+from .aau import aau_retry, record_address, slot_address
 from .dam import CLAIM_WAIT, dam_claim, dam_release, dam_reopen
-from .rpm import (rpm_accept, rpm_accept_experts, rpm_accept_rowsp, rpm_end_of_stream, rpm_reopen,
-                  rpm_reopen_ready, stream_target)
+from .rat import aau_release_entries
+from .rpm import rpm_end_of_stream, rpm_reopen, rpm_reopen_ready, stream_target
+from .rpm_accept import rpm_accept, rpm_accept_experts, rpm_accept_rowsp
 
 
 @compiled

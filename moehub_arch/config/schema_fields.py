@@ -1,0 +1,17 @@
+"""The config schema's field vocabulary: unit kinds, base units and the field constructor.
+
+`_f(kind, doc, default, min=, max=, choices=, cls=)` makes an attrs field whose metadata the loader
+(loader.py, convert.py) converts and checks the YAML value by; schema.py describes the kinds.
+Every schema module (schema_system.py, schema_workload.py, schema_schemes.py, schema.py) builds
+its sections from it.
+"""
+import attrs
+
+UNIT_KINDS = ("time", "frequency", "size", "bandwidth")
+BASE_UNITS = {"time": "ps", "frequency": "Hz", "size": "B", "bandwidth": "B/s"}
+_NO_DEFAULT = attrs.NOTHING
+
+
+def _f(kind, doc, default=_NO_DEFAULT, *, min=None, max=None, choices=None, cls=None):
+    meta = {"kind": kind, "doc": doc, "min": min, "max": max, "choices": choices, "cls": cls}
+    return attrs.field(default=default, metadata=meta)
