@@ -80,7 +80,8 @@ from .trace import CAT_HUB, TR_HUB_RX, TR_HUB_TX, trace_event
 from .wakeups import hub_kick, hub_kick_response, tb_resume
 from .waiters import notify_stores
 from .counted_write import counter_add
-from .nic import nic_overtake, nic_queue_pair, nic_schedule, nic_served, rdma_message
+from .nic import (nic_in_order, nic_overtake, nic_placed, nic_queue_pair, nic_schedule,
+                  nic_served, rdma_message)
 from ..declare import (Array, Block, Debug, Event, Param, Receive, Record, Send, StatGroup, Timer,
                        counters, fields)
 
@@ -792,6 +793,7 @@ def hub_receive(st, g, c, pkt, tick):
             notify_stores(st, g, pk.cw_counter, 8, c_at)
         rq.pkts_arrived += 1
         if kind == PK_PUT:
+            nic_placed(st, g, pk.src, visible)   # later RDMA flags and atomics follow it
             if p.write_resp_per_packet and not rdma_message(st, pk.src, g):
                 owe_acks(st, g, r, pk.npk, visible)
             elif rq.pkts_arrived == rq.pkts_total:
@@ -800,6 +802,7 @@ def hub_receive(st, g, c, pkt, tick):
             complete_request(st, r, visible)
     elif kind == PK_STORE:
         free_at, visible = link_write(st, g, addr, 8, t)
+        visible = nic_in_order(st, g, pk.src, visible)   # behind its queue pair's writes
         write_word(st, g, addr, pk.value)
         notify_stores(st, g, addr, 8, visible)
         rq.pkts_arrived += 1
@@ -819,8 +822,9 @@ def hub_receive(st, g, c, pkt, tick):
         old = read_word(st, g, addr)
         write_word(st, g, addr, old + pk.value)
         rq.value = old
-        notify_stores(st, g, addr, 8, free_at)
-        hub_respond(st, g, r, RESP_ATOM, free_at)
+        done = nic_in_order(st, g, pk.src, free_at)      # behind its queue pair's writes
+        notify_stores(st, g, addr, 8, done)
+        hub_respond(st, g, r, RESP_ATOM, done)
     elif kind == PK_ATOM_RESP:
         complete_request(st, r, t)
     else:  # PK_ACK: write responses (req < 0: link-level responses to MoE-Hub packets)

@@ -72,11 +72,16 @@
 own_\@:
 .endm
 
-# rdma_chunk_publish: fence (the chunk landed; DeepEP orders its tail atomic behind the write on
-# the same queue pair instead, which the model's fence stands for), then raise the tail on GPU r10
-# to r21 and reset the chunk count r9.
+# rdma_chunk_publish: raise the tail on GPU r10 to r21 and reset the chunk count r9. To another
+# node the tail update follows the chunk's writes on the same queue pair, which executes them in
+# order (nic.py: nic_in_order), so no fence: DeepEP's coordinator posts its
+# nvshmemi_ibgda_amo_nonfetch_add right behind the put on the channel's QP (internode.cu at
+# 3b1045d). The own node's chunk was staged straight into the ring by this GPU's copies: a fence
+# (DeepEP: memory_fence) makes them visible first.
 .macro rdma_chunk_publish
+    bne r10, %gpu, ordered_\@
     fence
+ordered_\@:
     flag.set r10, [r13], r21
     mov r22, r21
     mov r9, 0
@@ -98,7 +103,7 @@ own_\@:
 #     ring (c, n0) on GPU (n, l0); every rdma_send_chunk tokens (and at the ring's end) the chunk
 #     goes there as one GPU-initiated RDMA write of its rows and one of its metadata (put: the
 #     NIC's DMA, IBGDA), as DeepEP's sender warps and RDMA coordinator send a chunk of records in
-#     one write; then the tail is published, CLOSED at the
+#     one write; then the tail is published behind them on the same queue pair, CLOSED at the
 #     end. For the own node the records go straight into the ring (DeepEP: only a fence). A
 #     full ring waits for every forwarder of the destination to have consumed the oldest slot.
 #   sender SM, g >= N: NVL receiver of ring (c, s = g - N): deepep.s's receiver, publishing its
@@ -264,7 +269,9 @@ rs_end:
     beq r9, 0, rs_close
     rdma_chunk_put
 rs_close:
+    bne r10, %gpu, rs_closed     # to another node the flag follows the last chunk on its QP
     fence
+rs_closed:
     shl r20, 1, 40
     or r20, r20, r21
     flag.set r10, [r13], r20     # the count and CLOSED: nothing more on this ring
