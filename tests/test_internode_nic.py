@@ -304,3 +304,21 @@ def test_deepep_internode_tail_follows_the_chunk_without_a_fence():
     assert sim.stats["system.moe.output_max_abs_error"] == 0.0
     for g in range(4):
         assert sim.stats[f"system.gpu{g}.rdma_recv.ordered_ops"] > 0
+
+
+def test_deepep_internode_stages_each_destination_node_apart():
+    """With more than two nodes a GPU's RDMA senders to different nodes stage their chunks at
+    the same slot numbers (the slots they take in the destination's ring (c, n0)); DeepEP keeps
+    a send buffer per destination node (rdma_channel_data.send_buffer(dst_rdma_rank)), and so
+    does internode.s (staging bases shifted to node n's part). Shared staging slots let one
+    sender overwrite another's rows and metadata while its write was in flight - once the tail
+    no longer waits behind a fence, a forwarder read another node's metadata and the layer
+    deadlocked at EP 32. On 4 nodes x 2 GPUs, one channel, chunk 4, no fence: exact."""
+    sim = simulate_on_tiny("experiments/functional.yaml", "scheme=deepep",
+                           "system.nodes.count=4", "workload.layer.tokens_per_gpu=16",
+                           "workload.layer.deepep.kernels=communication",
+                           "workload.layer.deepep.comm_sms=2",
+                           "workload.layer.deepep.rdma_ring_rows=32",
+                           "workload.layer.deepep.rdma_send_chunk_tokens=4")
+    assert sim.stats["system.moe.output_max_abs_error"] == 0.0
+    assert sum(sim.stats[f"system.nic{g}.rdma_writes"] for g in range(8)) > 0

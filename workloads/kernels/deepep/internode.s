@@ -46,7 +46,8 @@
 .include "lib/ring.s"
 
 # rdma_chunk_put: the r9 tokens staged last (slots r21 - r9 .. r21 - 1 of the ring whose first
-# slot is r12, at the same slots in the send buffers and the destination's ring) go to GPU r10 as
+# slot is r12 on the destination; staged at the same slots of node r10's send buffers, whose
+# bases r27 (rows) and r28 (metadata) the sender shifted to that node's part) go to GPU r10 as
 # one RDMA write of their rows and one of their 128 B metadata rows (NIC work requests), as
 # DeepEP's RDMA sender coordinator issues a chunk (internode.cu: nvshmemi_ibgda_put_nbi_thread of
 # num_bytes_per_rdma_token x tokens; its token record holds both, contiguous: the metadata here is
@@ -60,7 +61,7 @@
     rem r24, r24, %rdma_ring_rows
     add r24, r24, r12            # the chunk's first slot
     mul r25, r24, r1
-    add r26, r25, %rdma_send
+    add r26, r25, r27
     add r25, r25, %rdma_x
     mul r20, r9, r1
     put r10, r25, r26, r20       # the chunk's rows: one RDMA write
@@ -203,6 +204,12 @@ rdma_sender:
     mul r28, r28, %rdma_ring_rows
     shl r28, r28, 7
     add r28, r28, r5
+    sub r29, r6, r8              # ... in destination node n's part of them (DeepEP's
+    mul r29, r29, %rdma_ring_rows   #   send_buffer(dst_rdma_rank)): slot (c, n0) of ring
+    mul r3, r29, r1              #   (c, n0) is staged (n - n0) rings further, at (c, n), so
+    add r27, r27, r3             #   senders to different nodes never share a staging slot
+    mul r3, r29, 128
+    add r28, r28, r3
     bne r10, %gpu, rs_staging
     mov r27, %rdma_x             # ... for the own node its receive ring (nothing to send)
     mov r28, r5
