@@ -311,9 +311,10 @@ def test_deepep_internode_stages_each_destination_node_apart():
     the same slot numbers (the slots they take in the destination's ring (c, n0)); DeepEP keeps
     a send buffer per destination node (rdma_channel_data.send_buffer(dst_rdma_rank)), and so
     does internode.s (staging bases shifted to node n's part). Shared staging slots let one
-    sender overwrite another's rows and metadata while its write was in flight - once the tail
-    no longer waits behind a fence, a forwarder read another node's metadata and the layer
-    deadlocked at EP 32. On 4 nodes x 2 GPUs, one channel, chunk 4, no fence: exact."""
+    sender overwrite another's rows and metadata while its write was in flight: a forwarder
+    read another node's metadata and the layer deadlocked (Qwen3-30B-A3B at EP 32 with the
+    fence before the tail, as on main at b565949; this 4 x 2 layer without it). On 4 nodes x 2
+    GPUs, one channel, chunk 4: exact."""
     sim = simulate_on_tiny("experiments/functional.yaml", "scheme=deepep",
                            "system.nodes.count=4", "workload.layer.tokens_per_gpu=16",
                            "workload.layer.deepep.kernels=communication",

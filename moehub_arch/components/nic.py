@@ -65,10 +65,17 @@ schedules). Queue pairs (`system.nic.queue_pairs`, `nic_queue_pair`): `per_peer`
 default), one per (source GPU, destination GPU); `per_block`, one per (issuing thread block,
 destination GPU), as DeepEP's normal internode kernels open a QP per channel to every peer
 (num_qps_per_rank = channels since PR #130; a channel's RDMA traffic is issued by one block). A
-QP's messages keep their order; the scheduler takes the QPs in turn. What the model does not have
-is a per-QP limit: a real QP's work requests are processed one after another by the NIC and
-posted through one producer index on the GPU, the reason DeepEP's author gives for more QPs
-(PR #130); here more QPs only change the order in which packets of concurrent messages leave. The NIC reads each packet's payload from GPU memory by DMA when it
+QP's messages keep their order; the scheduler takes the QPs in turn. No per-QP processing
+limit is modelled, because the public measurements show none at the message sizes the kernels
+here send: perftest's ib_write_bw with one QP reaches 380 Gb/s with 16 KiB messages and the
+392 Gb/s line rate with 128 KiB messages on a 400 Gb/s ConnectX rail (github.com/NVIDIA/nccl
+issue 2409, 8 QPs: 391.8 / 391.8 Gb/s), one QP 96.6 of 100 Gb/s on EDR (NVIDIA developer
+forum, "Theoretical Bandwidth and Latency of NIC"); DeepEP's maintainers wrote before PR #130
+that the number of QPs "does not matter for performance" of the normal kernels (DeepEP issue
+46), and PR #130 changed IBRC to IBGDA together with the QP count. A per-queue limit is
+published only for small packets (ConnectX-4, one Ethernet send queue, 64 B packets well below
+line rate: snabbco/snabb issue 1004), with no number for ConnectX-7; DeepEP's chunk writes are
+118 KB. So here more QPs only change the order in which packets of concurrent messages leave. The NIC reads each packet's payload from GPU memory by DMA when it
 schedules it, so the order on the GPU's PCIe link is the scheduler's: the hub, which pushes RDMA
 payload onto PCIe as the NIC's DMA reads would pull it, asks `nic_schedule` which of its RDMA
 requests (puts, flag stores, atomics to other nodes at the head of its request FIFO) gives the
