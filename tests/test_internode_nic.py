@@ -198,3 +198,128 @@ def test_unknown_queue_pairs_exits_2(tmp_path):
     assert r.returncode == 2, r.stderr
     assert "system.nic.queue_pairs" in r.stderr and "per_block" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+PUT_THEN_FLAG_S = """.kernel put_then_flag
+.param peer
+.param dst
+.param src
+.param bytes
+.param flag
+.param fenced            # 1: fence between the write and the flag (the round trip), 0: none
+    put %peer, %dst, %src, %bytes
+    beq %fenced, 0, publish
+    fence
+publish:
+    flag.set %peer, [%flag], 1
+    exit
+
+.kernel wait_flag
+.param flag
+    wait.ge [%flag], 1
+    exit
+"""
+
+PUT_THEN_FLAG = """extends: [{configs}/ubench/p2p_bandwidth.yaml, {configs}/{tiny}]
+workload:
+  kernel_files: [{kernels}]
+  buffers:
+    src: {{bytes: 64KB, region: data}}
+    dst: {{bytes: 64KB, region: data}}
+    flag: {{bytes: 8B, region: control}}
+  launches:
+    - kernel: put_then_flag
+      grid: 1
+      gpus: [0]
+      params: {{peer: 2, dst: "@dst", src: "@src", bytes: 65536, flag: "@flag", fenced: {fenced}}}
+    - kernel: wait_flag
+      grid: 1
+      gpus: [2]
+      stream: 1
+      params: {{flag: "@flag"}}
+  report:
+    p2p_bandwidth_GBps:
+      expr: "stat('system.gpu2.hub.rx_payload_bytes')"
+    p2p_kernel_bandwidth_GBps:
+      expr: "stat('system.gpu2.hub.rx_payload_bytes')"
+"""
+
+
+def _put_then_flag(tmp_path, fenced):
+    kernels = tmp_path / "put_then_flag.s"
+    kernels.write_text(PUT_THEN_FLAG_S)
+    cfg = tmp_path / f"put_then_flag_{fenced}.yaml"
+    cfg.write_text(PUT_THEN_FLAG.format(configs=CONFIGS, tiny=TINY, kernels=kernels,
+                                        fenced=fenced))
+    out = tmp_path / f"out{fenced}"
+    r = run_cli("run", cfg, "-o", out, "--quiet")
+    assert r.returncode == 0, r.stderr
+    return read_stats_json(out)
+
+
+def test_flag_behind_a_write_on_its_queue_pair_needs_no_fence(tmp_path):
+    """In-order execution on a reliable-connected queue pair (nic.py: nic_in_order): GPU 0 puts
+    64 KB to GPU 2 on the other node and then sets a flag there on the same QP, once without a
+    fence (as DeepEP posts its tail atomic behind a chunk's write) and once with one. The 64 KB
+    arrive as 512 hub packets and the flag as one more, in order, in both runs, at the same ticks
+    (the fence only delays the flag). Without the fence the flag reaches GPU 2 right behind the
+    last payload packet and would become visible before it (an 8 B write against a 128 B one):
+    the in-order execution holds it until the payload is visible - one held operation, held a
+    positive time - and GPU 2's waiter still wakes a whole completion round trip earlier than
+    with the fence. With the fence the flag is issued after the write's completion came back,
+    so nothing is left to order it behind."""
+    free, fenced = _put_then_flag(tmp_path, 0), _put_then_flag(tmp_path, 1)
+    for st in (free, fenced):
+        assert st["system.gpu2.hub.rx_packets"] == 512 + 1
+        assert st["system.gpu2.hub.rx_payload_bytes"] == 65536 + 8
+        assert st["system.nic0.work_requests"] == 2 and st["system.nic0.rdma_writes"] == 1
+        assert st["system.gpu2.rdma_recv.ordered_ops"] == 1
+    for k in ("system.gpu2.hub.rx_first_tick", "system.gpu2.hub.rx_last_tick"):
+        assert free[k] == fenced[k]
+    assert free["system.gpu2.rdma_recv.order_delayed_ops"] == 1
+    assert free["system.gpu2.rdma_recv.order_wait_ticks"] > 0
+    assert fenced["system.gpu2.rdma_recv.order_delayed_ops"] == 0
+    assert fenced["system.gpu2.rdma_recv.order_wait_ticks"] == 0
+    # the waiter wakes when the flag is visible: behind the payload's last packet, and before
+    # the fenced flag, which left only after the write's acknowledgement came back over IB
+    assert free["system.gpu2.launch1.end_tick"] > free["system.gpu2.hub.rx_last_tick"]
+    assert free["system.gpu2.launch1.end_tick"] < fenced["system.gpu2.launch1.end_tick"]
+
+
+def test_deepep_internode_tail_follows_the_chunk_without_a_fence():
+    """DeepEP's RDMA coordinator adds to the destination's tail right behind the chunk's write on
+    the channel's QP (internode.cu at 3b1045d: nvshmemi_ibgda_amo_nonfetch_add after
+    nvshmemi_ibgda_put_nbi_thread, no fence bit; a memory fence only for its own node); ours
+    sets the tail flag behind the chunk's two writes without a fence (internode.s,
+    rdma_chunk_publish). On 2 x 2 with one channel, chunk 4 and 16 tokens per GPU, every tail
+    update and the CLOSED flag that crosses to the other node is an ordered RDMA store at its
+    destination (one per chunk plus the close, and the head updates the forwarders send back),
+    and the layer stays exact: no forwarder read a row before it landed."""
+    sim = simulate_on_tiny("experiments/functional.yaml", "scheme=deepep",
+                           "workload.layer.tokens_per_gpu=16",
+                           "workload.layer.deepep.kernels=communication",
+                           "workload.layer.deepep.comm_sms=2",
+                           "workload.layer.deepep.rdma_ring_rows=32",
+                           "workload.layer.deepep.rdma_send_chunk_tokens=4")
+    assert sim.stats["system.moe.output_max_abs_error"] == 0.0
+    for g in range(4):
+        assert sim.stats[f"system.gpu{g}.rdma_recv.ordered_ops"] > 0
+
+
+def test_deepep_internode_stages_each_destination_node_apart():
+    """With more than two nodes a GPU's RDMA senders to different nodes stage their chunks at
+    the same slot numbers (the slots they take in the destination's ring (c, n0)); DeepEP keeps
+    a send buffer per destination node (rdma_channel_data.send_buffer(dst_rdma_rank)), and so
+    does internode.s (staging bases shifted to node n's part). Shared staging slots let one
+    sender overwrite another's rows and metadata while its write was in flight: a forwarder
+    read another node's metadata and the layer deadlocked (Qwen3-30B-A3B at EP 32 with the
+    fence before the tail, as on main at b565949; this 4 x 2 layer without it). On 4 nodes x 2
+    GPUs, one channel, chunk 4: exact."""
+    sim = simulate_on_tiny("experiments/functional.yaml", "scheme=deepep",
+                           "system.nodes.count=4", "workload.layer.tokens_per_gpu=16",
+                           "workload.layer.deepep.kernels=communication",
+                           "workload.layer.deepep.comm_sms=2",
+                           "workload.layer.deepep.rdma_ring_rows=32",
+                           "workload.layer.deepep.rdma_send_chunk_tokens=4")
+    assert sim.stats["system.moe.output_max_abs_error"] == 0.0
+    assert sum(sim.stats[f"system.nic{g}.rdma_writes"] for g in range(8)) > 0

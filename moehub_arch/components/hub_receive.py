@@ -16,7 +16,7 @@ from .hbm import hbm_access, move_bytes, read_word, update_bytes_bf16, write_wor
 from .hub import (REQ_ATOM, RESP_ACK, RESP_ATOM, RESP_GET_DATA, atomic_ticks, hub_respond,
                   wake_hub_waiters)
 from .l2 import link_write
-from .nic import rdma_message
+from .nic import nic_in_order, nic_placed, rdma_message
 from .nvlink import channel_count_arrival, credit_return_vc
 from .packet import (PK_ATOM_REQ, PK_ATOM_RESP, PK_GET_REQ, PK_GET_RESP, PK_PUT, PK_STORE,
                      packet_free, packet_vc)
@@ -84,6 +84,7 @@ def hub_receive(st, g, c, pkt, tick):
             notify_stores(st, g, pk.cw_counter, 8, c_at)
         rq.pkts_arrived += 1
         if kind == PK_PUT:
+            nic_placed(st, g, pk.src, visible)   # later RDMA flags and atomics follow it
             if p.write_resp_per_packet and not rdma_message(st, pk.src, g):
                 owe_acks(st, g, r, pk.npk, visible)
             elif rq.pkts_arrived == rq.pkts_total:
@@ -92,6 +93,7 @@ def hub_receive(st, g, c, pkt, tick):
             complete_request(st, r, visible)
     elif kind == PK_STORE:
         free_at, visible = link_write(st, g, addr, 8, t)
+        visible = nic_in_order(st, g, pk.src, visible)   # behind its queue pair's writes
         write_word(st, g, addr, pk.value)
         notify_stores(st, g, addr, 8, visible)
         rq.pkts_arrived += 1
@@ -111,8 +113,9 @@ def hub_receive(st, g, c, pkt, tick):
         old = read_word(st, g, addr)
         write_word(st, g, addr, old + pk.value)
         rq.value = old
-        notify_stores(st, g, addr, 8, free_at)
-        hub_respond(st, g, r, RESP_ATOM, free_at)
+        done = nic_in_order(st, g, pk.src, free_at)      # behind its queue pair's writes
+        notify_stores(st, g, addr, 8, done)
+        hub_respond(st, g, r, RESP_ATOM, done)
     elif kind == PK_ATOM_RESP:
         complete_request(st, r, t)
     else:  # PK_ACK: write responses (req < 0: link-level responses to MoE-Hub packets)

@@ -65,10 +65,17 @@ schedules). Queue pairs (`system.nic.queue_pairs`, `nic_queue_pair`): `per_peer`
 default), one per (source GPU, destination GPU); `per_block`, one per (issuing thread block,
 destination GPU), as DeepEP's normal internode kernels open a QP per channel to every peer
 (num_qps_per_rank = channels since PR #130; a channel's RDMA traffic is issued by one block). A
-QP's messages keep their order; the scheduler takes the QPs in turn. What the model does not have
-is a per-QP limit: a real QP's work requests are processed one after another by the NIC and
-posted through one producer index on the GPU, the reason DeepEP's author gives for more QPs
-(PR #130); here more QPs only change the order in which packets of concurrent messages leave. The NIC reads each packet's payload from GPU memory by DMA when it
+QP's messages keep their order; the scheduler takes the QPs in turn. No per-QP processing
+limit is modelled, because the public measurements show none at the message sizes the kernels
+here send: perftest's ib_write_bw with one QP reaches 380 Gb/s with 16 KiB messages and the
+392 Gb/s line rate with 128 KiB messages on a 400 Gb/s ConnectX rail (github.com/NVIDIA/nccl
+issue 2409, 8 QPs: 391.8 / 391.8 Gb/s), one QP 96.6 of 100 Gb/s on EDR (NVIDIA developer
+forum, "Theoretical Bandwidth and Latency of NIC"); DeepEP's maintainers wrote before PR #130
+that the number of QPs "does not matter for performance" of the normal kernels (DeepEP issue
+46), and PR #130 changed IBRC to IBGDA together with the QP count. A per-queue limit is
+published only for small packets (ConnectX-4, one Ethernet send queue, 64 B packets well below
+line rate: snabbco/snabb issue 1004), with no number for ConnectX-7; DeepEP's chunk writes are
+118 KB. So here more QPs only change the order in which packets of concurrent messages leave. The NIC reads each packet's payload from GPU memory by DMA when it
 schedules it, so the order on the GPU's PCIe link is the scheduler's: the hub, which pushes RDMA
 payload onto PCIe as the NIC's DMA reads would pull it, asks `nic_schedule` which of its RDMA
 requests (puts, flag stores, atomics to other nodes at the head of its request FIFO) gives the
@@ -85,6 +92,30 @@ a GPU of the node) goes first. A GPU's RDMA and NVLink requests never share a de
 destination's order is kept. (The model before let an RDMA message waiting for PCIe credits hold
 every NVLink store behind it: the forwarding inside a node, DeepEP's NVL traffic, then ran at the
 pace of the NIC - docs/internode_validation.md.)
+
+In-order execution on a queue pair (`nic_placed`, `nic_in_order`): a reliable-connected QP's
+requests are executed by the responder in the order they were posted (IB Architecture
+Specification vol. 1, 9.5 and 10.8: the responder processes a QP's request packets in PSN order;
+an RDMA write's data is placed before a later request of the QP is executed - the fence indicator
+exists only for work requests behind RDMA reads and atomics, whose responses come back). So IBGDA
+software posts a flag update behind a write on the same QP without waiting for the write's
+completion: DeepEP's RDMA coordinator puts a chunk (nvshmemi_ibgda_put_nbi_thread) and then adds
+to the destination's tail (nvshmemi_ibgda_amo_nonfetch_add) on the same QP, no fence bit in the
+atomic's work-queue entry (internode.cu and ibgda_device.cuh at 3b1045d). The responder NIC
+places the data into GPU memory with PCIe posted writes, which a later posted write or a
+non-posted read does not pass (PCI Express Base Specification, ordering rules; assumption:
+relaxed ordering not used for these writes). Our packets of one QP keep their order from the
+sending hub to the receiving hub (the send scheduler serves a QP's messages in issue order; a
+GPU's PCIe link, its NIC's port and a rail's leaf are single paths: the peers of DeepEP's RDMA
+traffic are on the sender's rail), but the receiving hub makes each packet visible after its own
+HBM write, so an 8-byte flag could become visible before the last payload bytes written just
+before it. In-order execution: an RDMA flag store or atomic that reaches GPU g becomes visible no
+earlier than every RDMA write (and flag, atomic) g received from the NIC before it
+(`system.gpu<i>.rdma_recv.*`). Assumption: one order per receiving GPU, as its NIC's PCIe posted
+writes give it (stronger than per QP: it also orders different QPs' writes, which a real NIC's
+one PCIe link to the GPU does too). Not modelled: a cross-rail QP's packets may take different
+spines here (switch.py spreads packets over the ports with room, where IB routes a destination
+on one path), so the order holds only on one rail; no kernel relies on it across rails.
 
 Not modelled: queue-pair contexts and their cache (assumption: the work of a few QPs per GPU, as
 DeepEP uses, stays in the NIC's context cache), and retransmission.
@@ -199,6 +230,11 @@ BLOCK = Block(
              ("nic_qp_window_peak", "most RDMA messages the scheduler chose among at once"),
              ("nic_overtakes", "times a request of the NVLink path went ahead of an RDMA message "
               "that could not leave yet"),
+             ("rdma_placed", "tick by which every RDMA write, flag and atomic this GPU received "
+              "from its NIC is visible (the queue pairs' in-order execution)"),
+             ("rdma_ordered", "RDMA flag stores and atomics this GPU received"),
+             ("rdma_order_delayed", "those whose visibility the in-order execution delayed"),
+             ("rdma_order_wait_ticks", "total time the in-order execution delayed them"),
              init={"nic_qp_last": -1}),
     stats=(StatGroup("nic", "", (
         Stat("work_requests", "count", "RDMA work requests started (puts, stores, atomics, "
@@ -229,6 +265,15 @@ BLOCK = Block(
                  "went ahead of an RDMA message at the head of the hub's FIFO that could not leave "
                  "yet (its doorbell round trips, or no room on the PCIe link to the NIC): the NIC's "
                  "send queues and the NVLink stores are separate paths", "nic_overtakes"),
+        ), enabled=_on),
+        StatGroup("gpu", "rdma_recv", (
+            Stat("ordered_ops", "count", "RDMA flag stores and atomics received: each executes "
+                 "after the RDMA writes received before it (a queue pair's in-order execution)",
+                 "rdma_ordered"),
+            Stat("order_delayed_ops", "count", "those that would have become visible before an "
+                 "earlier write and were held until it was", "rdma_order_delayed"),
+            Stat("order_wait_ticks", "ps", "total time the in-order execution held them",
+                 "rdma_order_wait_ticks"),
         ), enabled=_on)),
     checks=(check_nics,),
     build=(build_pcie_queues,),
@@ -437,3 +482,31 @@ def nic_overtake(st, g, tick):
         gp.nic_overtakes += 1
         return 0
     return t_dma if t_dma > tick else 0
+
+
+@compiled
+def nic_placed(st, g, src, visible):
+    """GPU g received a write from GPU src that is visible at `visible`: if it came over RDMA
+    (a put to another node), later RDMA flags and atomics are ordered behind it (nic_in_order)."""
+    if rdma_message(st, src, g):
+        gp = st.gpu[g]
+        if visible > gp.rdma_placed:
+            gp.rdma_placed = visible
+
+
+@compiled
+def nic_in_order(st, g, src, visible):
+    """The tick an RDMA flag store or atomic from GPU src that GPU g's hub would make visible at
+    `visible` becomes visible: no earlier than every RDMA write, flag and atomic g received
+    before it (in-order execution on the queue pair, PCIe posted-write order; see the module
+    docstring). Not an RDMA message: `visible` unchanged."""
+    if not rdma_message(st, src, g):
+        return visible
+    gp = st.gpu[g]
+    gp.rdma_ordered += 1
+    if gp.rdma_placed > visible:
+        gp.rdma_order_delayed += 1
+        gp.rdma_order_wait_ticks += gp.rdma_placed - visible
+        return gp.rdma_placed
+    gp.rdma_placed = visible
+    return visible

@@ -46,7 +46,8 @@
 .include "lib/ring.s"
 
 # rdma_chunk_put: the r9 tokens staged last (slots r21 - r9 .. r21 - 1 of the ring whose first
-# slot is r12, at the same slots in the send buffers and the destination's ring) go to GPU r10 as
+# slot is r12 on the destination; staged at the same slots of node r10's send buffers, whose
+# bases r27 (rows) and r28 (metadata) the sender shifted to that node's part) go to GPU r10 as
 # one RDMA write of their rows and one of their 128 B metadata rows (NIC work requests), as
 # DeepEP's RDMA sender coordinator issues a chunk (internode.cu: nvshmemi_ibgda_put_nbi_thread of
 # num_bytes_per_rdma_token x tokens; its token record holds both, contiguous: the metadata here is
@@ -60,7 +61,7 @@
     rem r24, r24, %rdma_ring_rows
     add r24, r24, r12            # the chunk's first slot
     mul r25, r24, r1
-    add r26, r25, %rdma_send
+    add r26, r25, r27
     add r25, r25, %rdma_x
     mul r20, r9, r1
     put r10, r25, r26, r20       # the chunk's rows: one RDMA write
@@ -72,11 +73,16 @@
 own_\@:
 .endm
 
-# rdma_chunk_publish: fence (the chunk landed; DeepEP orders its tail atomic behind the write on
-# the same queue pair instead, which the model's fence stands for), then raise the tail on GPU r10
-# to r21 and reset the chunk count r9.
+# rdma_chunk_publish: raise the tail on GPU r10 to r21 and reset the chunk count r9. To another
+# node the tail update follows the chunk's writes on the same queue pair, which executes them in
+# order (nic.py: nic_in_order), so no fence: DeepEP's coordinator posts its
+# nvshmemi_ibgda_amo_nonfetch_add right behind the put on the channel's QP (internode.cu at
+# 3b1045d). The own node's chunk was staged straight into the ring by this GPU's copies: a fence
+# (DeepEP: memory_fence) makes them visible first.
 .macro rdma_chunk_publish
+    bne r10, %gpu, ordered_\@
     fence
+ordered_\@:
     flag.set r10, [r13], r21
     mov r22, r21
     mov r9, 0
@@ -98,7 +104,7 @@ own_\@:
 #     ring (c, n0) on GPU (n, l0); every rdma_send_chunk tokens (and at the ring's end) the chunk
 #     goes there as one GPU-initiated RDMA write of its rows and one of its metadata (put: the
 #     NIC's DMA, IBGDA), as DeepEP's sender warps and RDMA coordinator send a chunk of records in
-#     one write; then the tail is published, CLOSED at the
+#     one write; then the tail is published behind them on the same queue pair, CLOSED at the
 #     end. For the own node the records go straight into the ring (DeepEP: only a fence). A
 #     full ring waits for every forwarder of the destination to have consumed the oldest slot.
 #   sender SM, g >= N: NVL receiver of ring (c, s = g - N): deepep.s's receiver, publishing its
@@ -198,6 +204,12 @@ rdma_sender:
     mul r28, r28, %rdma_ring_rows
     shl r28, r28, 7
     add r28, r28, r5
+    sub r29, r6, r8              # ... in destination node n's part of them (DeepEP's
+    mul r29, r29, %rdma_ring_rows   #   send_buffer(dst_rdma_rank)): slot (c, n0) of ring
+    mul r3, r29, r1              #   (c, n0) is staged (n - n0) rings further, at (c, n), so
+    add r27, r27, r3             #   senders to different nodes never share a staging slot
+    mul r3, r29, 128
+    add r28, r28, r3
     bne r10, %gpu, rs_staging
     mov r27, %rdma_x             # ... for the own node its receive ring (nothing to send)
     mov r28, r5
@@ -264,7 +276,9 @@ rs_end:
     beq r9, 0, rs_close
     rdma_chunk_put
 rs_close:
+    bne r10, %gpu, rs_closed     # to another node the flag follows the last chunk on its QP
     fence
+rs_closed:
     shl r20, 1, 40
     or r20, r20, r21
     flag.set r10, [r13], r20     # the count and CLOSED: nothing more on this ring
