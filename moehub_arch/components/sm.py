@@ -83,7 +83,15 @@ BLOCK = Block(
               "shared-memory load latency", lambda cfg: cfg.system.gpu.sm.smem_latency_cycles,
               "config: system.gpu.sm.smem_latency_cycles"),
     ),
-    records=(Record("tb", "thread-block slots, slots_per_sm per SM"), Record("sm", "SMs")),
+    # Both in whole cache lines, the fields every issue cycle reads first: an issue event scans
+    # every slot of its SM (state, pc, ready), one line per slot (a 136-byte record straddled two
+    # lines in a quarter of the slots), and reads its SM's record (one line, not two in a third
+    # of the SMs); with many GPUs these are out of the caches between an SM's issue events
+    records=(Record("tb", "thread-block slots, slots_per_sm per SM", cache_lines=True,
+                    first=("state", "pc", "ready", "launch", "outstanding", "progress",
+                           "wait_start", "smem_base")),
+             Record("sm", "SMs", cache_lines=True,
+                    first=("next_issue", "rr", "insts", "resident"))),
     arrays=(Array("mma_rows", "the functional mma's working rows (functional mode; fp32 in "
                   "int64 words): a k step's B row, A column and products tile", _mma_rows_shape),),
     fields=fields(

@@ -115,11 +115,14 @@ STATE_FIELDS = tuple([
     "hbm_chan",     # [G * C] HBM_CHANNEL
     "mem_cal",      # [G * C + G, windows, 4] paced-arbitration calendar of the HBM channels and
                     # the L2 read ports (components/hbm.py CAL_*)
-    "ch", "txq", "rxq",  # [channels] LINK_CHANNEL; FIFOs of packet ids
+    "ch", "txq", "rxq",  # [channels] LINK_CHANNEL; transmit FIFOs [channels, depth, 4] (packet,
+                    # its ready tick and flits, padded: components/nvlink.py FIFO_*); switch
+                    # input FIFOs of packet ids
     "rsq", "rsp_rxq",  # the same for the response virtual channel (transmit FIFO, switch input)
-    "wire",         # [channels, both buffers' flits] packets in flight on each channel, in order
-    "credit_ret",   # [channels, both buffers' flits, 3] credit returns in tick order:
-                    # (tick, flits, virtual channel: 0 request, 1 response)
+    "wire",         # [channels, both buffers' flits, 2] packets in flight on each channel, in
+                    # order (packet, arrival tick)
+    "credit_ret",   # [channels, both buffers' flits, 4] credit returns in tick order:
+                    # (tick, flits, virtual channel: 0 request, 1 response; padded)
     "gpu_routes", "sw_routes", "sw_inputs",  # routing (see ROUTE_*); sw_inputs[s, 0] = count
     "sw_wait",      # [switches * G * 2, 2 + inputs] input ports blocked per (switch, destination,
                     # virtual channel), row (switch * G + destination) * 2 + vc:
