@@ -38,8 +38,8 @@ from ..engine.ring import ring_add, ring_next
 
 from ..engine.clock import bytes_ticks
 from ..engine.events import SHORTCUT_BACK_TO_BACK, timer_clear, timer_set
-from ..engine.prefetch import prefetch
-from ..engine.state import ROUTE_FIRST, ROUTE_N, ROUTE_RR
+from ..engine.prefetch import prefetch, prefetch_address
+from ..engine.state import CACHE_LINE_BYTES, ROUTE_FIRST, ROUTE_N, ROUTE_RR
 from .packet import VC_RESPONSE, VC_REQUEST, header_flits, packet_vc
 from .trace import CAT_NVLINK, TR_LINK_TX, trace_event
 from .wakeups import ch_kick, hub_kick, rpm_kick, switch_output_freed
@@ -198,6 +198,26 @@ CHANNEL_HOT_FIELDS = (
     "xbar_blocked", "xbar_pending",
     "rsp_rxq_head", "rsp_rxq_count", "rsp_rxq_peak", "rsp_xbar_blocked", "rsq_peak", "txq_peak",
     "ahead_wire", "ahead_vc_last")
+
+
+@compiled
+def prefetch_transmit(st, c):
+    """Start loading the channel record lines a transmit of channel c reads (lines 1-5 of
+    CHANNEL_HOT_FIELDS); the run loop calls it for the event that comes next (a hint: no value
+    changes, engine/prefetch.py)."""
+    at = st.ch.ctypes.data + c * st.ch.itemsize
+    for k in range(5):
+        prefetch_address(at + k * CACHE_LINE_BYTES)
+
+
+@compiled
+def prefetch_arrival(st, c):
+    """The same for the arrival of channel c's head packet: the credit line (the receiver
+    returns credits), the wire line and the receiving end's line (lines 3, 4 and 6)."""
+    at = st.ch.ctypes.data + c * st.ch.itemsize
+    prefetch_address(at + 2 * CACHE_LINE_BYTES)
+    prefetch_address(at + 3 * CACHE_LINE_BYTES)
+    prefetch_address(at + 5 * CACHE_LINE_BYTES)
 
 
 def build_links(cfg, building):

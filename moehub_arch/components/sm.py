@@ -23,6 +23,7 @@ sm_operands.py holds the operand and access helpers all instructions share.
 from ..engine.jit import compiled
 from ..engine.clock import align_up, cycle_edge, period_fs
 from ..engine.events import SHORTCUT_SM_FOLD
+from ..engine.prefetch import prefetch
 from ..engine.state import TB_EMPTY, TB_READY, TB_RETIRED, WAIT_NAMES, WAIT_REASON_NAMES
 from ..isa.encoding import (ALU_DIV, ALU_REM, SEM, SEM_ALU, SEM_BRANCH, SEM_NOP, SUBOP, UNIT,
                             UNIT_NAMES)
@@ -189,6 +190,17 @@ def sm_issue(st, sm, tick):
             return
         tick = nxt
         cyc = (tick * 1000 + P - 1) // P
+
+
+@compiled
+def prefetch_issue(st, sm):
+    """Start loading what an issue event of SM sm reads first: its record and the first line of
+    each thread-block slot's (at most eight: the scan's state, pc and ready); the run loop calls
+    it for the event that comes next (a hint: no value changes, engine/prefetch.py)."""
+    T = st.p[0].slots_per_sm
+    prefetch(st.sm, sm)
+    for j in range(min(T, 8)):
+        prefetch(st.tb, sm * T + j)
 
 
 @compiled
