@@ -17,6 +17,7 @@ from .components.sizing import expert_placement, local_experts, stream_slots_per
 from .components.moehub.rpm import rpm_packet_bytes  # noqa: F401 (re-exported)
 from .components.moehub.forward import forward_rows
 from .components.nvls import check_buffer_size, multicast_object_rows
+from .components.nvlink import FIFO_COLUMNS
 from .components.packet import request_records
 from .components.cais import cais_group_rows
 from .components.scheduler import kernel_block_registers
@@ -25,7 +26,8 @@ from .composition import (NUM_EVENT_KINDS, PARAMS, State, build_blocks, declared
                           new_record_array, param_values, timer_layout)
 from .declare import Building
 from .engine.events import new_event_queue, new_timers
-from .engine.state import DAM_HIST_BINS, NUM_WAIT_REASONS, RPM_HIST_BINS, new_records
+from .engine.state import (DAM_HIST_BINS, NUM_WAIT_REASONS, RPM_HIST_BINS, aligned_zeros,
+                           new_records)
 from .isa.encoding import MAX_PARAMS, NUM_REGS, NUM_UNITS, ROW_WIDTH
 from .isa.expr import ExprError, evaluate
 from .topology import (TopologyError, build_fabric, build_routes, channel_arrays,
@@ -383,12 +385,12 @@ def build_state(cfg, program, seed=None, presets=None):
         gpu=gpus, wait_list=np.zeros((G, 2, NT // G), np.int64), hbm_mem=hbm_mem, smem=smem,
         hbm_chan=new_record_array("hbm_chan", G * gpu.hbm.channels, cfg),
         mem_cal=_memory_calendar(G, gpu.hbm),
-        ch=ch, txq=np.zeros((nch, int(ch.txq_cap.max()), 3), np.int64),
+        ch=ch, txq=aligned_zeros((nch, int(ch.txq_cap.max()), FIFO_COLUMNS)),
         rxq=np.zeros((nch, rxq_cap), np.int64),
-        rsq=np.zeros((nch, int(ch.rsq_cap.max()), 3), np.int64),
+        rsq=aligned_zeros((nch, int(ch.rsq_cap.max()), FIFO_COLUMNS)),
         rsp_rxq=np.zeros((nch, rsp_rx_cap), np.int64),
         wire=np.zeros((nch, in_flight, 2), np.int64),
-        credit_ret=np.zeros((nch, in_flight, 3), np.int64),
+        credit_ret=aligned_zeros((nch, in_flight, FIFO_COLUMNS)),
         gpu_routes=gpu_routes, sw_routes=sw_routes, sw_inputs=sw_inputs,
         # a response-channel wait list holds every input's response channel and (CAIS replies,
         # components/cais/) its request channel: room for two per input
@@ -466,7 +468,7 @@ def _memory_calendar(G, hbm):
     if hbm.arbitration == "fifo":
         return np.full((1, 1, CAL_COLUMNS), -1, np.int64)
     assert MEMORY_CALENDAR_WINDOWS & (MEMORY_CALENDAR_WINDOWS - 1) == 0
-    cal = np.zeros((G * hbm.channels + G, MEMORY_CALENDAR_WINDOWS, CAL_COLUMNS), np.int64)
+    cal = aligned_zeros((G * hbm.channels + G, MEMORY_CALENDAR_WINDOWS, CAL_COLUMNS))
     cal[:, :, 0] = -1
     return cal
 

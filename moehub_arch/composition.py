@@ -34,7 +34,7 @@ from .components.moehub import aau, dam, forward, rpm
 from .config.schema import DEBUG_FLAGS
 from .engine.stateref import state_ref
 from .engine import events
-from .engine.state import STATE_FIELDS, record_view
+from .engine.state import CACHE_LINE_BYTES, STATE_FIELDS, aligned_zeros, record_view
 
 
 def _with_event_counts(engine):
@@ -76,11 +76,6 @@ def _dtype(names, what, blocks=BLOCKS):
             raise DeclarationError(f"{what}: field '{n}' declared twice (blocks {owners})")
         seen.add(n)
     return np.dtype([(n, np.int64) for n in names])
-
-
-# x86-64 and AArch64 server CPUs move memory in 64-byte cache lines (Intel 64 and IA-32
-# Architectures Optimization Reference Manual, sec. 2; Arm Neoverse N1 TRM, L1 data cache)
-CACHE_LINE_BYTES = 64
 
 
 def _line_aligned(dtype):
@@ -227,9 +222,7 @@ def new_record_array(entity, n, cfg):
     dtype = RECORDS[entity]
     if dtype.itemsize % CACHE_LINE_BYTES == 0:
         # line-aligned records (Record.cache_lines): the array starts a cache line too
-        raw = np.zeros(n * dtype.itemsize + CACHE_LINE_BYTES, np.uint8)
-        start = -raw.ctypes.data % CACHE_LINE_BYTES
-        rec = record_view(raw[start:start + n * dtype.itemsize].view(dtype))
+        rec = record_view(aligned_zeros(n, dtype))
     else:
         rec = record_view(np.zeros(n, dtype))
     init_records(entity, rec, cfg)

@@ -44,6 +44,32 @@ def test_line_aligned_records_start_a_cache_line():
         assert pk.fields[name][1] < composition.CACHE_LINE_BYTES
 
 
+def test_arrays_of_32_byte_rows_start_a_cache_line_and_hot_paths_touch_few_lines():
+    # the event heap, the timers, the HBM calendar and the link FIFOs hold 32-byte rows (two a
+    # line, none straddling two: engine/state.py aligned_zeros), thread blocks and SMs whole
+    # lines; layout changes no result (the golden stats), this checks the layout itself
+    from moehub_arch.components import nvlink
+    from moehub_arch.simulation import Simulation
+    st = Simulation(load("ubench/alltoall.yaml")).state
+    for name in ("q", "timer", "txq", "rsq", "credit_ret", "mem_cal", "ch", "tb", "sm"):
+        arr = getattr(st, name)
+        assert arr.ctypes.data % composition.CACHE_LINE_BYTES == 0, name
+    for name in ("q", "timer", "txq", "rsq", "credit_ret", "mem_cal"):
+        assert getattr(st, name).strides[-2] == 32, name
+    ch = composition.RECORDS["ch"]
+    line = lambda f: ch.fields[f][1] // composition.CACHE_LINE_BYTES   # noqa: E731
+    # what a packet's arrival at a switch reads of its input channel, and its push into an output
+    # of that output: three lines each (components/nvlink.py CHANNEL_HOT_FIELDS)
+    arrival = ("wire_head", "wire_count", "to_switch", "switch", "latency", "traversal",
+               "fs_per_byte", "rx_packets", "rx_wire_bytes", "rx_payload_bytes", "rxq_head",
+               "rxq_count", "rxq_peak", "xbar_blocked", "cr_count", "cr_last", "cr_head",
+               "cr_next", "credit_blocked")
+    push = ("ahead_pkt", "ahead_at", "txq_pkts", "txq_cap", "txq_head", "txq_count", "txq_peak",
+            "txq_ready", "txq_flits", "busy_until", "tx_at", "rsq_count", "rsq_ready")
+    assert len({line(f) for f in arrival}) == 3 and len({line(f) for f in push}) == 3
+    assert max(line(f) for f in nvlink.CHANNEL_HOT_FIELDS) < 7
+
+
 def test_a_record_cannot_put_first_a_field_nobody_declares():
     blk = Block("bad", "a record whose hot fields name an undeclared field",
                 records=(Record("thing", "", first=("missing",)),),

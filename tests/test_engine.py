@@ -202,6 +202,7 @@ def test_the_timer_wheel_gives_the_earliest_timer_after_any_sets_clears_and_take
     ev, st = _python_wheel(monkeypatch, n)
     set_, clear = ev.timer_set.py_func, ev.timer_clear.py_func
     peek, take = ev.timer_peek.py_func, ev.timer_take.py_func
+    hint = ev.timer_next_hint.py_func
     rng = np.random.default_rng(23)
     now = 0
     taken = reset = 0
@@ -243,9 +244,31 @@ def test_the_timer_wheel_gives_the_earliest_timer_after_any_sets_clears_and_take
                 assert int(e) == due[0][1], step
             now = min(before, armed[0][0]) if armed else before
         assert st.sys[0].tw_base <= now and st.sys[0].tw_now <= now
+        _check_next_hint(ev, st, n, hint)
         if step % check_every == 0:
             check_timer_wheel(st)
     assert taken > steps // 8 and reset > steps // 8
+
+
+def _check_next_hint(ev, st, n, hint):
+    """timer_next_hint (the run loop prefetches its records) changes nothing and names a timer
+    that runs soon: the current tick's set's lowest row while the set holds one (the timer
+    timer_peek returns next), else an armed timer of the base's 32-tick block (the earliest
+    occupied level-0 slot), else none (-1)."""
+    before = (st.timer.copy(), st.timer_level.copy(), st.sys.copy())
+    h = hint(st)
+    assert (st.timer == before[0]).all() and (st.timer_level == before[1]).all()
+    assert (st.sys == before[2]).all()
+    ticks = st.timer[:n, ev.TM_TICK]
+    in_now = (st.timer[:n, ev.TM_NEXT] == ev.IN_NOW) & (ticks != ev.TIMER_OFF)   # in the set
+    if in_now.any():
+        assert h == np.nonzero(in_now)[0][0]
+    elif st.timer_level[0] != 0:
+        block = int(st.sys[0].tw_base) >> ev.WHEEL_BITS
+        level0 = ticks[(ticks != ev.TIMER_OFF) & (ticks >> ev.WHEEL_BITS == block)]
+        assert 0 <= h < n and ticks[h] != ev.TIMER_OFF and ticks[h] == level0.min()
+    else:
+        assert h == -1
 
 
 def test_wheel_levels_of_tick_differences():

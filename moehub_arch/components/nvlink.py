@@ -38,8 +38,8 @@ from ..engine.ring import ring_add, ring_next
 
 from ..engine.clock import bytes_ticks
 from ..engine.events import SHORTCUT_BACK_TO_BACK, timer_clear, timer_set
-from ..engine.prefetch import prefetch
-from ..engine.state import ROUTE_FIRST, ROUTE_N, ROUTE_RR
+from ..engine.prefetch import prefetch, prefetch_address
+from ..engine.state import CACHE_LINE_BYTES, ROUTE_FIRST, ROUTE_N, ROUTE_RR
 from .packet import VC_RESPONSE, VC_REQUEST, header_flits, packet_vc
 from .trace import CAT_NVLINK, TR_LINK_TX, trace_event
 from .wakeups import ch_kick, hub_kick, rpm_kick, switch_output_freed
@@ -54,6 +54,10 @@ EV_CH_ARRIVE = 4     # a0 = channel: the head packet of its wire FIFO reached th
 # packet's ready tick and flits; State.wire (packets on the wire) the first two, the ready
 # column holding the packet's arrival tick
 FIFO_PACKET, FIFO_READY, FIFO_FLITS = 0, 1, 2
+# columns of a transmit-FIFO entry (State.txq, State.rsq) and of a credit return (State.credit_ret:
+# tick, flits, virtual channel): three used, padded to four (32 bytes) so that no entry straddles
+# two cache lines (a 24-byte entry did in three of eight slots: two misses for one entry)
+FIFO_COLUMNS = 4
 
 
 def channel_name(st, c):
@@ -161,23 +165,60 @@ def _channels(cfg):
     return channel_count(cfg)
 
 
-# The channel fields a packet's transmission and arrival read, first and in whole cache lines
-# (Record.cache_lines): the transmitter's look (line 1), the FIFO heads it takes from (line 2), the
-# wire it serialises onto (line 3), its counters and who it wakes (line 4), the receiving end
-# (line 5: packet counters and a switch input's FIFOs, switch.py), then where the credit-return
-# list starts and ends (read only when a return matures or comes out of order). With many GPUs a channel's
-# record is out of the caches by the time its next packet comes, so each line is a miss.
+# The channel fields the per-packet handlers touch, first and in whole cache lines
+# (Record.cache_lines), grouped by the paths that read them so that each path touches as few lines
+# as it can: with many GPUs a channel's record is out of the caches by the time its next packet
+# comes, so each line a handler touches is a miss (the profile's hottest loads).
+#   line 1  the transmitter's state as everyone asks it: the look (tx_at, busy_until, the FIFO
+#           counts, a packet sent ahead), the room check of whoever fills the request FIFO (the
+#           hub's pick_channel_vc, a switch input's pick_switch_output: txq_room) and ch_kick
+#   line 2  the FIFO heads the look takes from and a push fills (response room too)
+#   line 3  the credits: the look's reclaim and the receiver's credit_return_vc (both ends of the
+#           credit-return list), and the virtual channel sent last (the look's arbitration)
+#   line 4  the wire: serialisation, latency, the wire FIFO's ends, and the two ends' indices that
+#           both the transmitter (who it wakes) and the arrival (where it goes) read
+#   line 5  what only the transmitter's send reads and writes (its counters, the link class,
+#           the back_to_back shortcut's packet)
+#   line 6  the receiving end: its counters and a switch input's request FIFO
+#   line 7  a switch input's response FIFO, the transmit FIFOs' peaks (a push updates one), the
+#           rest of back_to_back
+# So a packet's arrival at a switch touches lines 3, 4 and 6 of its input channel, and its push
+# into an output lines 1, 2 and 7 of that output; a transmit lines 1-5. Layout changes no
+# result.
 CHANNEL_HOT_FIELDS = (
-    "tx_at", "txq_count", "rsq_count", "busy_until", "cr_count", "cr_next", "credits", "rsp_credits",
-    "txq_ready", "txq_flits", "rsq_ready", "rsq_flits", "txq_head", "txq_cap", "txq_pkts",
-    "credit_blocked", "vc_last",
-    "fs_per_byte", "latency", "to_switch", "traversal", "wire_head", "wire_count", "src_switch",
-    "link_class",
-    "tx_packets", "tx_wire_bytes", "tx_payload_bytes", "tx_busy", "gpu", "switch", "rsq_head",
+    "tx_at", "busy_until", "txq_count", "rsq_count", "txq_pkts", "txq_cap", "ahead_pkt", "ahead_at",
+    "txq_head", "txq_ready", "txq_flits", "rsq_head", "rsq_ready", "rsq_flits", "rsq_pkts",
     "rsq_cap",
-    "rx_packets", "rx_wire_bytes", "rx_payload_bytes", "rxq_head", "rxq_count", "rsp_rxq_head",
-    "rsp_rxq_count", "xbar_blocked",
-    "cr_head", "cr_last", "ahead_pkt", "ahead_at", "ahead_vc", "ahead_npk")
+    "credits", "rsp_credits", "cr_count", "cr_next", "cr_head", "cr_last", "credit_blocked",
+    "vc_last",
+    "fs_per_byte", "latency", "to_switch", "traversal", "wire_head", "wire_count", "gpu", "switch",
+    "tx_packets", "tx_wire_bytes", "tx_payload_bytes", "tx_busy", "src_switch", "link_class",
+    "ahead_vc", "ahead_npk",
+    "rx_packets", "rx_wire_bytes", "rx_payload_bytes", "rxq_head", "rxq_count", "rxq_peak",
+    "xbar_blocked", "xbar_pending",
+    "rsp_rxq_head", "rsp_rxq_count", "rsp_rxq_peak", "rsp_xbar_blocked", "rsq_peak", "txq_peak",
+    "ahead_wire", "ahead_vc_last")
+
+
+@compiled
+def prefetch_transmit(st, c):
+    """Start loading the channel record lines a transmit of channel c reads (lines 1-5 of
+    CHANNEL_HOT_FIELDS); the run loop calls it for the event that comes next (a hint: no value
+    changes, engine/prefetch.py)."""
+    at = st.ch.ctypes.data + c * st.ch.itemsize
+    for k in range(5):
+        prefetch_address(at + k * CACHE_LINE_BYTES)
+
+
+@compiled
+def prefetch_arrival(st, c):
+    """The same for the arrival of channel c's head packet: the credit line (the receiver
+    returns credits), the wire line and the receiving end's line (lines 3, 4 and 6)."""
+    at = st.ch.ctypes.data + c * st.ch.itemsize
+    prefetch_address(at + 2 * CACHE_LINE_BYTES)
+    prefetch_address(at + 3 * CACHE_LINE_BYTES)
+    prefetch_address(at + 5 * CACHE_LINE_BYTES)
+
 
 def build_links(cfg, building):
     """NVLink's build hook (declare.Block.build): the link buffers, credits and queue depths of

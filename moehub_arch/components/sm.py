@@ -23,6 +23,7 @@ sm_operands.py holds the operand and access helpers all instructions share.
 from ..engine.jit import compiled
 from ..engine.clock import align_up, cycle_edge, period_fs
 from ..engine.events import SHORTCUT_SM_FOLD
+from ..engine.prefetch import prefetch
 from ..engine.state import TB_EMPTY, TB_READY, TB_RETIRED, WAIT_NAMES, WAIT_REASON_NAMES
 from ..isa.encoding import (ALU_DIV, ALU_REM, SEM, SEM_ALU, SEM_BRANCH, SEM_NOP, SUBOP, UNIT,
                             UNIT_NAMES)
@@ -83,7 +84,15 @@ BLOCK = Block(
               "shared-memory load latency", lambda cfg: cfg.system.gpu.sm.smem_latency_cycles,
               "config: system.gpu.sm.smem_latency_cycles"),
     ),
-    records=(Record("tb", "thread-block slots, slots_per_sm per SM"), Record("sm", "SMs")),
+    # Both in whole cache lines, the fields every issue cycle reads first: an issue event scans
+    # every slot of its SM (state, pc, ready), one line per slot (a 136-byte record straddled two
+    # lines in a quarter of the slots), and reads its SM's record (one line, not two in a third
+    # of the SMs); with many GPUs these are out of the caches between an SM's issue events
+    records=(Record("tb", "thread-block slots, slots_per_sm per SM", cache_lines=True,
+                    first=("state", "pc", "ready", "launch", "outstanding", "progress",
+                           "wait_start", "smem_base")),
+             Record("sm", "SMs", cache_lines=True,
+                    first=("next_issue", "rr", "insts", "resident"))),
     arrays=(Array("mma_rows", "the functional mma's working rows (functional mode; fp32 in "
                   "int64 words): a k step's B row, A column and products tile", _mma_rows_shape),),
     fields=fields(
@@ -181,6 +190,17 @@ def sm_issue(st, sm, tick):
             return
         tick = nxt
         cyc = (tick * 1000 + P - 1) // P
+
+
+@compiled
+def prefetch_issue(st, sm):
+    """Start loading what an issue event of SM sm reads first: its record and the first line of
+    each thread-block slot's (at most eight: the scan's state, pc and ready); the run loop calls
+    it for the event that comes next (a hint: no value changes, engine/prefetch.py)."""
+    T = st.p[0].slots_per_sm
+    prefetch(st.sm, sm)
+    for j in range(min(T, 8)):
+        prefetch(st.tb, sm * T + j)
 
 
 @compiled

@@ -17,9 +17,10 @@ from ..components.hub_receive import hub_receive
 from ..components.moehub.forward import EV_HUB_FORWARD, forward_run
 from ..components.moehub.dam import EV_DAM_READY, dam_tile_ready
 from ..components.moehub.rpm import EV_MOE_LOOPBACK, EV_RPM_TX, rpm_packetize
-from ..components.nvlink import EV_CH_ARRIVE, EV_CH_TX, channel_arrival, channel_transmit
+from ..components.nvlink import (EV_CH_ARRIVE, EV_CH_TX, channel_arrival, channel_transmit,
+                                  prefetch_arrival, prefetch_transmit)
 from ..components.scheduler import EV_KERNEL_START, kernel_start
-from ..components.sm import EV_SM_ISSUE
+from ..components.sm import EV_SM_ISSUE, prefetch_issue
 from ..components.sm_interpreter import EV_LOCAL_DONE, local_done
 from ..components.occupancy import EV_OCCUPANCY_SAMPLE, occupancy_sample
 from ..components.cais.layout import EV_CAIS_TIMEOUT
@@ -34,7 +35,9 @@ from ..components.cais.home import receive_cais
 from ..components.cais.send import cais_send
 from ..components.switch_counter import ctr_reply_received, ctr_send
 from ..components.switch import EV_XBAR, switch_crossbar, switch_receive
-from ..engine.events import Q_TICK, TIMER_OFF, TM_TICK, _u, pop, timer_peek, timer_take
+from ..engine.events import (Q_TICK, TIMER_OFF, TM_TICK, _u, pop, timer_next_hint, timer_peek,
+                             timer_take)
+from ..engine.stateref import jit_disabled
 
 STATUS_EMPTY = 0      # no events left (heap empty, no timer armed)
 STATUS_BATCH = 1      # max_events processed; call again
@@ -42,6 +45,26 @@ STATUS_GROW = 2       # event queue nearly full; grow it and call again
 STATUS_ERROR = 3      # a handler recorded a runtime error in st.err
 STATUS_TICK_LIMIT = 4  # next event lies beyond the tick limit
 STATUS_TRACE_FULL = 5  # the trace record buffer needs draining (components/trace.py)
+# prefetch the records of the event that comes next while this one runs (_prefetch_next); the
+# pure-Python engine has no caches to warm
+PREFETCH_NEXT = not jit_disabled()
+
+
+@compiled
+def _prefetch_next(st, p):
+    """Start loading the records the next timer's handler reads first (SM issue: the SM's thread
+    blocks; a link transmit or arrival: its channel's hot lines), so that their cache misses
+    overlap this event's work instead of stalling the next one. With many GPUs most of an
+    event's time is such misses (docs/performance.md, the profile); a hint changes no value."""
+    ti = timer_next_hint(st)
+    if ti < 0:
+        return
+    if ti < p.tm_ch_tx:
+        prefetch_issue(st, ti)
+    elif ti < p.tm_ch_arrive:
+        prefetch_transmit(st, ti - p.tm_ch_tx)
+    elif ti < p.tm_xbar:
+        prefetch_arrival(st, ti - p.tm_ch_arrive)
 
 
 @compiled
@@ -96,6 +119,8 @@ def run_loop(st, max_events, headroom, tick_limit, entries):
         sy.q_now = tick
         sy.q_events += 1
         n += 1
+        if PREFETCH_NEXT:
+            _prefetch_next(st, p)
         if kind == EV_SM_ISSUE:
             call2(entries[ENTRY_SM_ISSUE], st, a0, tick)
         elif kind == EV_CH_TX:

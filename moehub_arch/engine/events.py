@@ -63,6 +63,7 @@ State.p (tm_*).
 import numpy as np
 from .jit import compiled
 from .bitset import _lowest_bit
+from .state import aligned_zeros
 from .stateref import jit_disabled
 from ..declare import Block, Param, Record, Stat, StatGroup, fields
 from ..config.schema import SHORTCUTS
@@ -157,7 +158,7 @@ def new_timers(count):
     if n > NOW_MAX_TIMERS:
         raise ValueError(f"the system has {n} component timers; the event queue holds at most "
                          f"{NOW_MAX_TIMERS} (engine/events.py NOW_MAX_TIMERS)")
-    timer = np.zeros((n + WHEEL_LISTS, TM_COLUMNS), np.int64)
+    timer = aligned_zeros((n + WHEEL_LISTS, TM_COLUMNS))    # two rows a line, none straddling
     timer[:, TM_TICK] = TIMER_OFF
     heads = np.arange(n, n + WHEEL_LISTS)
     timer[n:, TM_NEXT] = heads
@@ -392,6 +393,22 @@ def _wheel_advance(st, before):
 
 
 @compiled
+def timer_next_hint(st):
+    """A timer that runs soon, read without changing anything (for prefetching its block's
+    records: dispatch/loop.py): the current tick's set's lowest row (the next timer unless a
+    handler arms an earlier one or a heap event comes first), else a timer of the earliest
+    occupied level-0 slot of the wheel (a later tick of the base's 32-tick block); -1 if
+    neither holds one."""
+    lv = st.timer_level
+    if lv[NOW_ROOT] != 0:
+        return _now_first(st)
+    if lv[0] != 0:
+        t = st.timer
+        return t[_u(t.shape[0] - WHEEL_LISTS + _lowest_bit(lv[0])), TM_NEXT]
+    return -1
+
+
+@compiled
 def timer_is_next(st, i, tick):
     """Whether timer i is the next event to run, the current event being at `tick`: armed for
     `tick` in the current tick's set and its lowest row, and no heap event due by then (a heap
@@ -414,7 +431,7 @@ def timer_take(st, i):
 
 
 def new_event_queue(capacity):
-    return np.zeros((capacity, Q_COLUMNS), np.int64)
+    return aligned_zeros((capacity, Q_COLUMNS))
 
 
 def grow_event_queue(q, capacity):

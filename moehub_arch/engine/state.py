@@ -84,6 +84,23 @@ class ReferenceRecords(np.recarray):
 # State): each block declares its parameters and fields in its own module (components/*.py BLOCK).
 
 
+# x86-64 and AArch64 server CPUs move memory in 64-byte cache lines (Intel 64 and IA-32
+# Architectures Optimization Reference Manual, sec. 2; Arm Neoverse N1 TRM, L1 data cache)
+CACHE_LINE_BYTES = 64
+
+
+def aligned_zeros(shape, dtype=np.int64):
+    """A zeroed array whose first element starts a cache line. numpy's allocator returns
+    addresses 16 bytes past one (glibc's chunk header), so an array of 32-byte rows (the event
+    heap, the timers, the HBM calendar, the link FIFOs) had every other row straddle two lines:
+    two misses where one would do. Layout only: no value changes."""
+    dtype = np.dtype(dtype)
+    count = int(np.prod(shape, dtype=np.int64))
+    raw = np.zeros(count * dtype.itemsize + CACHE_LINE_BYTES, np.uint8)
+    start = -raw.ctypes.data % CACHE_LINE_BYTES
+    return raw[start:start + count * dtype.itemsize].view(dtype).reshape(shape)
+
+
 RPM_HIST_BINS = 8     # merge-buffer fill at packet emission, in eighths of the buffer
 DAM_HIST_BINS = 16    # claimer wait time, bin i: [2^(i-1), 2^i) ns (bin 0: < 1 ns)
 
@@ -115,11 +132,14 @@ STATE_FIELDS = tuple([
     "hbm_chan",     # [G * C] HBM_CHANNEL
     "mem_cal",      # [G * C + G, windows, 4] paced-arbitration calendar of the HBM channels and
                     # the L2 read ports (components/hbm.py CAL_*)
-    "ch", "txq", "rxq",  # [channels] LINK_CHANNEL; FIFOs of packet ids
+    "ch", "txq", "rxq",  # [channels] LINK_CHANNEL; transmit FIFOs [channels, depth, 4] (packet,
+                    # its ready tick and flits, padded: components/nvlink.py FIFO_*); switch
+                    # input FIFOs of packet ids
     "rsq", "rsp_rxq",  # the same for the response virtual channel (transmit FIFO, switch input)
-    "wire",         # [channels, both buffers' flits] packets in flight on each channel, in order
-    "credit_ret",   # [channels, both buffers' flits, 3] credit returns in tick order:
-                    # (tick, flits, virtual channel: 0 request, 1 response)
+    "wire",         # [channels, both buffers' flits, 2] packets in flight on each channel, in
+                    # order (packet, arrival tick)
+    "credit_ret",   # [channels, both buffers' flits, 4] credit returns in tick order:
+                    # (tick, flits, virtual channel: 0 request, 1 response; padded)
     "gpu_routes", "sw_routes", "sw_inputs",  # routing (see ROUTE_*); sw_inputs[s, 0] = count
     "sw_wait",      # [switches * G * 2, 2 + inputs] input ports blocked per (switch, destination,
                     # virtual channel), row (switch * G + destination) * 2 + vc:
