@@ -36,6 +36,7 @@ complete checkpoint.
 import hashlib
 import json
 import os
+import tokenize
 import zipfile
 import zlib
 from pathlib import Path
@@ -51,6 +52,13 @@ from .observer import RunObserver
 from .outputs import OutputError, partial_path, reason, write_text_atomic
 
 FORMAT = "moehub-arch checkpoint"
+
+# what reading a damaged .npz raises: the archive's and zlib's errors, and from an array's header
+# (a Python literal NumPy tokenizes and parses) a TokenError or SyntaxError, or a MemoryError for
+# a shape the damage made absurd
+_DAMAGED = (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error, tokenize.TokenError,
+            SyntaxError, MemoryError)
+
 # 2: meta.json records the inputs (a digest of the resolved config, the files the build read)
 FORMAT_VERSION = 2
 # what restore needs from meta.json, and its JSON type
@@ -289,12 +297,12 @@ def restore(directory):
             for name in State._fields:
                 try:
                     saved_array = z[name]
-                except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as e:
+                except _DAMAGED as e:
                     raise CheckpointError(f"{npz}: cannot read the saved array State.{name} "
                                           f"({e or type(e).__name__}): the file is damaged or was "
                                           f"cut short") from None
                 arrays[name] = _restore_array(npz, name, getattr(sim.state, name), saved_array)
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as e:
+    except _DAMAGED as e:
         raise CheckpointError(f"{npz}: cannot read the saved state ({e or type(e).__name__}): "
                               f"the file is damaged or was cut short (a NumPy .npz archive "
                               f"expected)") from None

@@ -271,6 +271,11 @@ def test_duplicate_key(tmp_path):
 def test_missing_config_file(tmp_path):
     with pytest.raises(ConfigError, match="config file not found"):
         load_config(tmp_path / "nothing.yaml")
+    # a path that exists but is no file says what it is, not "not found"
+    with pytest.raises(ConfigError, match="is a directory, not a config file"):
+        load_config(tmp_path)
+    with pytest.raises(ConfigError, match="is not a regular file"):
+        load_config("/dev/null")
 
 
 @pytest.mark.parametrize("override,fragment", [

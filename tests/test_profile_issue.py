@@ -40,17 +40,18 @@ def test_the_issue_counts_add_up_to_the_instructions_issued():
 
 
 def test_the_combine_checks_every_gpus_done_flag_in_every_thread_block():
-    """wait_layer_inputs (workloads/kernels/lib/combine.s) loops over the G done flags in each
-    combine thread block: G x (combine blocks on all GPUs) issues of its wait.eq, G^2 in all."""
+    """wait_layer_inputs (workloads/kernels/lib/combine.s) checks the G done flags of each
+    combine thread block as a warp does, with one wait.all.eq over the G flags: one issue per
+    combine block on every GPU (it was G issues of a wait.eq, one flag each)."""
     sim, stats = _run(*FUNCTIONAL)
     gpus = sim.cfg.system.num_gpus
     blocks = sum(l.grid for l in sim.launches if l.kernel == "moe_combine")
     kernel = sim.program.kernels["moe_combine"]
     waits = [pc for pc in range(kernel.entry_pc, kernel.entry_pc + kernel.n_instructions)
-             if sim.program.mnemonics[pc] == "wait.eq"
+             if sim.program.mnemonics[pc] == "wait.all.eq"
              and sim.program.source_line(pc)[0].endswith("combine.s")]
     assert len(waits) == 1 and blocks == gpus * sim.cfg.workload.layer.combine_tbs
-    assert int(sim.state.code_issued[waits[0]]) == gpus * blocks
+    assert int(sim.state.code_issued[waits[0]]) == blocks
 
 
 def test_the_engines_count_the_same_issues():

@@ -205,11 +205,24 @@ def _cut_inside_an_array(path):
     path.write_bytes(bytes(data))
 
 
+def _damage_an_array_header(path):
+    # the first member's .npy header (a Python dict literal NumPy tokenizes) made unparseable
+    data = bytearray(path.read_bytes())
+    with zipfile.ZipFile(path) as z:
+        first = z.infolist()[0]
+    extra = int.from_bytes(data[first.header_offset + 28:first.header_offset + 30], "little")
+    start = first.header_offset + 30 + len(first.filename) + extra + 12   # past the npy magic
+    data[start:start + 8] = b"{[(\"'{[("
+    path.write_bytes(bytes(data))
+
+
 CHECKPOINT_CASES = [
     ("npz-truncated", lambda d: _truncate(d / "state.npz"),
      ["state.npz: cannot read the saved state", "damaged or was cut short"]),
     ("npz-bytes-damaged", lambda d: _cut_inside_an_array(d / "state.npz"),
      ["state.npz: cannot read the saved array State.", "damaged"]),
+    ("npz-header-damaged", lambda d: _damage_an_array_header(d / "state.npz"),
+     ["state.npz: cannot read the saved", "damaged"]),
     ("npz-not-a-zip", lambda d: (d / "state.npz").write_text("hello"),
      ["state.npz: cannot read the saved state"]),
     ("npz-missing", lambda d: (d / "state.npz").unlink(),

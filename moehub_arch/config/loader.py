@@ -45,7 +45,10 @@ def load_config(path, overrides: Sequence[str] = (), system_file=None) -> Config
     path = Path(path).expanduser()
     if not path.is_file():
         shown = display_path(path)
-        raise ConfigError(f"{shown}: config file not found", shown)
+        what = ("is a directory, not a config file" if path.is_dir() else
+                "is not a regular file (a config is a YAML file)" if path.exists() else
+                "config file not found")
+        raise ConfigError(f"{shown}: {what}", shown)
     path = path.resolve()
     if system_file is not None:
         found, tried = find_user_file(system_file, Path.cwd(), ("", "configs"))
