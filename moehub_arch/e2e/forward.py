@@ -37,12 +37,10 @@ from .layers import DENSE, QUICK_TOKENS, block_model_file, run, system_files, va
 def forward_step(a, fail):
     """The forward step of the parsed `moehub-sim e2e` arguments `a`; `fail(message)` reports bad
     input and returns the exit status."""
-    files, known = system_files(a.system)
-    if files is None:
-        return fail(f"--system {a.system}: no shipped layer experiment for it "
-                    f"(configs/experiments/layer/base_{a.system}.yaml and "
-                    f"configs/systems/{a.system}.yaml; known: {', '.join(known)})")
-    base, system = files
+    try:
+        base, system = system_files(a.system)
+    except ConfigError as e:
+        return fail(str(e))
     tokens = QUICK_TOKENS if a.quick else a.tokens_per_gpu
     if tokens <= 0 or tokens % 64:
         return fail(f"--tokens-per-gpu {tokens}: expected a positive multiple of 64 (the "

@@ -1,6 +1,7 @@
 """What the forward step (forward.py) and the training step (training.py) of `moehub-sim e2e`
 share: the dense part of each MoE model, the simulated runs (reused when made from the same
 inputs) and the block model files of the attention and dense layers."""
+from ..config import ConfigError
 from ..paths import data_root
 from ..run_cache import run_or_reuse
 
@@ -26,14 +27,18 @@ class RunFailed(Exception):
 
 
 def system_files(system):
-    """(the layer experiment's base config, the system file) of a shipped system name: the files
-    configs/experiments/layer/base_<system>.yaml and configs/systems/<system>.yaml; None for a
-    name without both, with the names that have them."""
+    """(the layer experiment's base config, the system file) of a shipped system name:
+    configs/experiments/layer/base_<system>.yaml and configs/systems/<system>.yaml; a ConfigError
+    naming --system and the names that have both otherwise."""
     base = data_root() / "configs" / "experiments" / "layer" / f"base_{system}.yaml"
     sys_file = data_root() / "configs" / "systems" / f"{system}.yaml"
+    if base.is_file() and sys_file.is_file():
+        return base, sys_file
     known = sorted(p.stem[5:] for p in base.parent.glob("base_*.yaml")
                    if (sys_file.parent / f"{p.stem[5:]}.yaml").is_file())
-    return (base, sys_file) if base.is_file() and sys_file.is_file() else None, known
+    raise ConfigError(f"--system {system}: no shipped layer experiment for it "
+                      f"(configs/experiments/layer/base_{system}.yaml and "
+                      f"configs/systems/{system}.yaml; known: {', '.join(known)})", key="--system")
 
 
 def run(config, outdir, sets, force):
