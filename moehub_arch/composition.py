@@ -25,7 +25,7 @@ import numpy as np
 from .components import hbm, hub, nvlink, occupancy, packet, scheduler, sm, switch, trace, waiters
 from .components import fabric, infiniband, nic, nvls, pcie
 from .components import l2
-from .components import dysharp
+from .components import dysharp, dysharp_tracker
 from .components import cais
 from .components import counted_write
 from .components import switch_counter
@@ -52,7 +52,8 @@ ENGINE = _with_event_counts(events.BLOCK)
 BLOCKS = (packet.BLOCK, ENGINE, trace.BLOCK, scheduler.BLOCK, sm.BLOCK, waiters.BLOCK,
           hbm.BLOCK, l2.BLOCK, nvlink.BLOCK, switch.BLOCK, hub.BLOCK, rpm.BLOCK, aau.BLOCK,
           dam.BLOCK, occupancy.BLOCK, nvls.BLOCK, pcie.BLOCK, infiniband.BLOCK, nic.BLOCK, fabric.BLOCK,
-          dysharp.BLOCK, cais.BLOCK, forward.BLOCK, counted_write.BLOCK, switch_counter.BLOCK)
+          dysharp.BLOCK, dysharp_tracker.BLOCK, cais.BLOCK, forward.BLOCK, counted_write.BLOCK,
+          switch_counter.BLOCK)
 
 _RESERVED = set(dir(np.record))
 

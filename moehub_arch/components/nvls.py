@@ -59,9 +59,10 @@ from .packet import (PK_CAIS_DATA, PK_MM_COPY, PK_MM_DATA, PK_MM_LD, PK_MM_READ,
 from .wakeups import hub_kick_response, unblock_request_port
 from ..declare import Array, Block, Param, Receive, Record, Send, Stat, StatGroup, counters, fields
 from ..engine.state import ERR_UNBACKED_COPY
-from .dysharp import (OBJ_BASE, OBJ_BYTES, OBJ_COLUMNS, OBJ_DONE, OBJ_JOBS, OBJ_LTILES,
-                      OBJ_MEMBERS, OBJ_ROWB, OBJ_TILE, OBJ_TILEB, OBJ_TPG, OBJ_TRACK, dynamic_on,
-                      ext_flits, targets_on_gpu, tracked_tiles)
+from .dysharp import ext_flits, targets_on_gpu
+from .dysharp_objects import (OBJ_BASE, OBJ_BYTES, OBJ_COLUMNS, OBJ_DONE, OBJ_JOBS, OBJ_LTILES,
+                              OBJ_MEMBERS, OBJ_ROWB, OBJ_TILE, OBJ_TILEB, OBJ_TPG, OBJ_TRACK,
+                              dynamic_on, tracked_tiles)
 
 NVLS_SENT = -1          # nvls_fanout: every member has its copy (or read): the packet is consumed
 NVLS_BUFFER_FULL = -2   # nvls_fanout: the port's reduction buffer has no room for the entry

@@ -21,8 +21,9 @@ from .hub_receive import complete_request
 from .nvls_send import multimem_submit
 from .nvls import (multimem_element_bytes, multimem_object, multimem_route_peer,
                    nvls_copies_answered, nvls_copy_arrived, nvls_read_arrived, nvls_result_arrived)
-from .dysharp import (OBJ_TPG, dysharp_copy_admit, dysharp_copy_write, dysharp_park,
-                      dysharp_read_arrived, dysharp_result, dysharp_unpark)
+from .dysharp import dysharp_copy_write, dysharp_read_arrived, dysharp_result
+from .dysharp_objects import OBJ_TPG
+from .dysharp_tracker import dysharp_copy_admit, dysharp_park, dysharp_unpark
 from .l2 import link_write
 from .nvlink import channel_count_arrival, credit_return_vc
 from .packet import PK_MM_COPY, PK_MM_READ, REQ_MM_LD, REQ_MM_RED, REQ_MM_ST, packet_free, packet_vc
@@ -99,7 +100,7 @@ def receive_multimem(st, g, c, pkt, tick):
 @compiled
 def dysharp_retry(st, g, tick):
     """EV_DY_RETRY: a token-tracker entry freed at GPU g; the waiting copies that can be written
-    now are, in arrival order (dysharp.py dysharp_unpark), at this tick or their own processing
+    now are, in arrival order (dysharp_tracker.py dysharp_unpark), at this tick or their own processing
     time, whichever is later."""
     q = dysharp_unpark(st, g, tick)
     while q >= 0:

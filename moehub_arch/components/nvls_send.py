@@ -14,7 +14,7 @@ DySHARP's dymultimem requests are built the same way (dysharp_isa.py calls `mult
 """
 from ..engine.jit import compiled
 from ..isa.encoding import MM_RED, MM_ST
-from .dysharp import OBJ_MEMBERS
+from .dysharp_objects import OBJ_MEMBERS
 from .hub import (hub_accept, hub_data_packet, hub_emit, hub_enqueue, hub_post_store,
                   hub_request_packet, hub_wait_for_room, pick_channel_vc)
 from .packet import (PK_MM_LD, PK_MM_ST, REQ_MM_LD, REQ_MM_RED, VC_REQUEST, header_flits,

@@ -54,7 +54,7 @@ from .sm_numerics import mma_functional, vec_functional
 # the extensions' instructions (their modules say what each models)
 from .moehub.isa import claim, notify, rowsp_malloc, send_to_expert, st_rowsp, store_experts
 from .nvls_gpu import multimem
-from .dysharp import dysharp_counter_added
+from .dysharp_tracker import dysharp_counter_added
 from .cais.isa import cais_access, cais_sync
 from .switch_counter import ctr_add
 
@@ -525,7 +525,7 @@ def execute(st, slot, sm, tick, cyc):
                 st.regs[slot, row[OP0]] = old
                 notify_stores(st, g, addr, 8, mem_done)
                 if st.p[0].dy_recycle:
-                    # a token-tracker tile's finished-job counter frees its entry (dysharp.py)
+                    # a token-tracker tile's finished-job counter frees its entry (dysharp_tracker.py)
                     dysharp_counter_added(st, g, addr, old + value, mem_done)
         else:
             kind = REQ_STORE if sem == SEM_FLAG_SET else REQ_ATOM
