@@ -2,7 +2,7 @@
 round robin it replaced.
 
 pick_channel_vc now steps its round-robin pointer by counting and checks a transmit FIFO's room in
-place (issue 23: no division per candidate link, no call to nvlink.txq_room). The driver sets
+place (issue 23: no division per candidate link, no call to link_room.txq_room). The driver sets
 random occupancies on the transmit FIFOs of both virtual channels of a DGX H100's 18 links per GPU
 (about half full), asks for links toward random GPUs with and without advancing the pointer, and
 compares every answer and every pointer with the first implementation (REFERENCE: `%` and
@@ -19,7 +19,7 @@ sys.path.insert(0, {tests!r})
 from conftest import load
 from moehub_arch.simulation import Simulation
 from moehub_arch.components.hub import pick_channel_vc
-from moehub_arch.components.nvlink import txq_room
+from moehub_arch.components.link_room import txq_room
 from moehub_arch.engine.state import ROUTE_FIRST, ROUTE_N, ROUTE_RR
 
 def reference(routes, st, g, dst, advance, vc, G):

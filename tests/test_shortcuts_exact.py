@@ -1,9 +1,11 @@
 """The engine's exact shortcuts (run.shortcuts; docs/engine_order.md) change no result: on small
 layer and MoE-Hub configs every model stat is the same with and without each shortcut, and with
-all of them, except the event counts (simEvents and system.engine.events.*), which must fall."""
+all of them, except the event counts (simEvents and system.engine.events.*), which must fall; on
+every golden case (tools/golden_stats.py) the same holds for back_to_back, which sends ahead on
+the GPUs' own links (the hub's and the RPM's room checks) as on the switches' outputs."""
 import pytest
 
-from conftest import load, model_stats
+from conftest import REPO, load, load_script, model_stats
 
 SHORTCUTS = ("tx_wake", "idle_output", "sm_fold", "back_to_back")
 LAYER = "experiments/layer"
@@ -41,6 +43,35 @@ def test_each_shortcut_gives_the_stats_of_the_path_without_it(case):
         events[taken] = got["simEvents"]
     # all of them together leave out events on every case
     assert events[SHORTCUTS] < reference["simEvents"]
+
+
+GOLDEN = load_script(REPO / "tools" / "golden_stats.py")
+
+
+@pytest.mark.parametrize("case", sorted(GOLDEN.CASES))
+def test_back_to_back_changes_no_model_stat_of_the_golden_cases(case):
+    config, overrides = GOLDEN.CASES[case]
+    without = _run(config, overrides, [n for n in SHORTCUTS if n != "back_to_back"])
+    taken = _run(config, overrides, SHORTCUTS)
+    assert taken.keys() == without.keys()
+    moved = sorted(k for k in without if not _is_event_count(k) and taken[k] != without[k])
+    assert not moved, [(k, without[k], taken[k]) for k in moved[:10]]
+    assert taken["system.engine.events.ch_tx"] <= without["system.engine.events.ch_tx"]
+
+
+def test_back_to_back_changes_no_occupancy_sample():
+    # the occupancy monitor reads the GPUs' link backlogs (a heap event: before every transmit of
+    # its tick), so a packet sent ahead counts in them until the transmit that would have sent it
+    overrides = ["system.num_gpus=4", "system.gpu.num_sms=4", "system.nvlink.links_per_gpu=2",
+                 "system.switch.count=2", "system.switch.gpu_link_switch=[0, 1]",
+                 "workload.launches.0.params.bytes_per_peer=65536",
+                 "workload.launches.0.params.chunk=8192", "stats.occupancy.period=100000ps"]
+    without = _run("ubench/alltoall.yaml", overrides, [n for n in SHORTCUTS if n != "back_to_back"])
+    taken = _run("ubench/alltoall.yaml", overrides, SHORTCUTS)
+    moved = sorted(k for k in without if not _is_event_count(k) and taken[k] != without[k])
+    assert not moved, [(k, without[k], taken[k]) for k in moved[:10]]
+    assert taken["system.engine.events.ch_tx"] < without["system.engine.events.ch_tx"]
+    assert taken["system.gpu0.occupancy.link_tx_queue_peak"] > 0
 
 
 def test_shortcuts_are_on_by_default_and_an_unknown_one_is_an_input_error():

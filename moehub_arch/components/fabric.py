@@ -35,7 +35,7 @@ def _fabric_dests_shape(cfg):
 
 def fill_fabric_destinations(st):
     """State.fabric_dests: for each channel between two forwarding nodes, the destination GPUs
-    whose routes from the node it leaves include it, in GPU order (link_class.fabric_output_freed
+    whose routes from the node it leaves include it, in GPU order (link_room.fabric_output_freed
     wakes their waiters when the channel frees a transmit slot, without scanning every route)."""
     if st.fabric_dests.shape[1] == 1:
         return

@@ -69,6 +69,7 @@ from ..engine.state import (RESP_KIND, RESP_READY, RESP_REQ, ROUTE_FIRST, ROUTE_
                             WAIT_HUB, WAITLIST_HUB)
 from .hbm import hbm_access
 from .nvlink import txq_push
+from .link_room import hold_gpu_departures, txq_settle
 from .packet import request_records
 from .packet import (PACKET_KIND_NAMES, PK_ACK, PK_ATOM_REQ, PK_ATOM_RESP, PK_GET_REQ, PK_GET_RESP,
                      PK_PUT, PK_STORE, REQ_ATOM, REQ_GET, REQ_PUT, REQ_STORE, VC_REQUEST,
@@ -371,8 +372,10 @@ def pick_channel_vc(st, g, dst, advance, vc):
         j += 1                       # (rr + k + 1) % n, counted: no division per candidate
         if j == n:
             j = 0
-        # nvlink.txq_room, written out: a call per candidate link (it was not inlined) was most
-        # of this function's time, and this runs once per packet sent
+        # link_room.txq_room, written out (the departure of a packet sent ahead, then the
+        # room): a call per candidate link (it was not inlined) was most of this function's
+        # time, and this runs once per packet sent
+        txq_settle(st, c)
         ch = st.ch[c]
         if vc == VC_RESPONSE:
             room = ch.rsq_pkts + p.packet_train <= ch.rsq_cap
@@ -409,6 +412,7 @@ def hub_request_packet(st, r, g, dst):
 @compiled
 def hub_wait_for_room(st, g, tick):
     """No link toward the packet's destination has queue room: wait for a dequeue."""
+    hold_gpu_departures(st, g)   # packets sent ahead on its links wake it when they depart
     gp = st.gpu[g]
     gp.hub_blocked = 1
     gp.hub_blocked_since = tick

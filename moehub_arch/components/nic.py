@@ -124,7 +124,8 @@ from ..engine.jit import compiled
 
 from ..engine.state import ROUTE_FIRST, ROUTE_N
 from ..declare import Block, Param, Record, Stat, StatGroup, fields
-from .packet import PK_ACK, PK_ATOM_RESP, PK_GET_RESP, PK_MOE, PK_PUT
+from .packet import PK_ACK, PK_ATOM_RESP, PK_GET_RESP, PK_MOE, PK_PUT, VC_REQUEST
+from .link_room import txq_room
 from .infiniband import message_offset
 from ..topology import LINK_PCIE
 
@@ -442,8 +443,7 @@ def _path_room(st, g, dst):
     p = st.p[0]
     route = st.gpu_routes[g * p.num_gpus + dst]
     for i in range(route[ROUTE_N]):
-        ch = st.ch[route[ROUTE_FIRST + i]]
-        if ch.txq_pkts + p.packet_train <= ch.txq_cap:
+        if txq_room(st, route[ROUTE_FIRST + i], VC_REQUEST):
             return True
     return False
 

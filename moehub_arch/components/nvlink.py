@@ -39,11 +39,12 @@ from ..engine.ring import ring_add, ring_next
 from ..engine.clock import bytes_ticks
 from ..engine.events import SHORTCUT_BACK_TO_BACK, timer_clear, timer_set
 from ..engine.prefetch import prefetch, prefetch_address
-from ..engine.state import CACHE_LINE_BYTES, ROUTE_FIRST, ROUTE_N, ROUTE_RR
+from ..engine.state import CACHE_LINE_BYTES
 from .packet import VC_RESPONSE, VC_REQUEST, header_flits, packet_vc
 from .trace import CAT_NVLINK, TR_LINK_TX, trace_event
-from .wakeups import ch_kick, hub_kick, rpm_kick, switch_output_freed
-from .link_class import fabric_output_freed, wire_bytes
+from .wakeups import ch_kick
+from .link_class import wire_bytes
+from .link_room import ahead_departed, depart_ahead, link_slot_freed
 from .packet import PACKET_KIND_NAMES
 from ..declare import Block, Debug, Event, Param, Record, Stat, StatGroup, Timer, fields
 
@@ -58,6 +59,12 @@ FIFO_PACKET, FIFO_READY, FIFO_FLITS = 0, 1, 2
 # tick, flits, virtual channel): three used, padded to four (32 bytes) so that no entry straddles
 # two cache lines (a 24-byte entry did in three of eight slots: two misses for one entry)
 FIFO_COLUMNS = 4
+# ch.ahead_yields (back_to_back, send_ahead): what a packet queued in the other virtual channel
+# before the departure does to the packet sent ahead - AHEAD_YIELDS: the other channel goes
+# first at the departure tick's look; AHEAD_EARLY: the packet was sent ahead when it was queued
+# on a free link and waits for its ready tick, so a packet of the other channel ready before
+# then goes first
+AHEAD_YIELDS, AHEAD_EARLY = 1, 2
 
 
 def channel_name(st, c):
@@ -171,7 +178,8 @@ def _channels(cfg):
 # comes, so each line a handler touches is a miss (the profile's hottest loads).
 #   line 1  the transmitter's state as everyone asks it: the look (tx_at, busy_until, the FIFO
 #           counts, a packet sent ahead), the room check of whoever fills the request FIFO (the
-#           hub's pick_channel_vc, a switch input's pick_switch_output: txq_room) and ch_kick
+#           hub's pick_channel_vc, a switch input's pick_switch_output: link_room.txq_room) and
+#           ch_kick
 #   line 2  the FIFO heads the look takes from and a push fills (response room too)
 #   line 3  the credits: the look's reclaim and the receiver's credit_return_vc (both ends of the
 #           credit-return list), and the virtual channel sent last (the look's arbitration)
@@ -306,8 +314,8 @@ BLOCK = Block(
         # slot is still counted until then), and its wire bytes from its previous hop
         ("ahead_pkt", "packet sent ahead (-1: none)"), ("ahead_at", "its departure tick"),
         ("ahead_vc", ""), ("ahead_npk", ""), ("ahead_wire", ""),
-        ("ahead_yields", "1: a packet of the other virtual channel queued before its departure "
-                         "tick would go first (it is taken back)"),
+        ("ahead_yields", "AHEAD_YIELDS | AHEAD_EARLY: which packets of the other virtual "
+                         "channel queued before its departure tick go first (it is taken back)"),
         ("ahead_vc_last", "vc_last before it was sent ahead (restored if it is taken back)"),
         # system.nvlink.vc_arbitration: round_robin - the virtual channel this direction sent
         # last; when both can send, the other one goes
@@ -323,32 +331,6 @@ BLOCK = Block(
     build=(build_links,),
     debug=(Debug("NVLink", CAT_NVLINK, (TR_LINK_TX,), describe={TR_LINK_TX: _describe_tx}),),
 )
-
-
-@compiled
-def txq_room(st, c, vc):
-    """Whether channel c's transmit FIFO of virtual channel vc has room for a packet (or train)."""
-    ch = st.ch[c]
-    if ch.ahead_pkt >= 0 and ch.ahead_at <= st.sys[0].q_now:
-        depart_ahead(st, c)
-    if vc == VC_RESPONSE:
-        return ch.rsq_pkts + st.p[0].packet_train <= ch.rsq_cap
-    return ch.txq_pkts + st.p[0].packet_train <= ch.txq_cap
-
-
-@compiled
-def pick_switch_output(st, s, dst, vc):
-    """Round-robin over switch s's output ports toward GPU dst that have room in virtual channel
-    vc (so traffic spreads over parallel links); the pointer moves past the one chosen. -1 if
-    none has room."""
-    route = st.sw_routes[s * st.p[0].num_gpus + dst]
-    n = route[ROUTE_N]
-    for k in range(n):
-        cand = route[ROUTE_FIRST + ring_add(route[ROUTE_RR], k, n)]
-        if txq_room(st, cand, vc):
-            route[ROUTE_RR] = ring_add(route[ROUTE_RR], k + 1, n)
-            return cand
-    return -1
 
 
 @compiled
@@ -372,9 +354,10 @@ def txq_push(st, c, pkt, tick):
     npk = st.pk[pkt].npk
     vc = packet_vc(st, pkt)
     if ch.ahead_pkt >= 0:
-        if ch.ahead_at <= st.sys[0].q_now:
+        if ahead_departed(st, c):
             depart_ahead(st, c)
-        elif vc != ch.ahead_vc and ch.ahead_yields:
+        elif vc != ch.ahead_vc and (ch.ahead_yields & AHEAD_YIELDS or (
+                ch.ahead_yields & AHEAD_EARLY and st.pk[pkt].ready < ch.ahead_at)):
             # a packet of the other virtual channel queued before the one sent ahead was due
             # would go first (send_ahead)
             take_back_ahead(st, c)
@@ -403,6 +386,13 @@ def txq_push(st, c, pkt, tick):
         if ch.txq_pkts > ch.txq_peak:
             ch.txq_peak = ch.txq_pkts
     ch_kick(st, c, tick)
+    p = st.p[0]
+    if p.shortcuts & SHORTCUT_BACK_TO_BACK and ch.to_switch and c < 2 * p.num_gpus * p.links_per_gpu \
+            and ch.txq_count + ch.rsq_count == 1 and ch.ahead_pkt < 0 and ch.busy_until <= tick \
+            and st.pk[pkt].ready > tick and p.trace_mask == 0:
+        # a GPU's free link: the look at the packet's ready tick is certain to send it unless a
+        # packet of the other virtual channel ready before then is queued (send_ahead)
+        send_ahead(st, c, st.pk[pkt].ready, tick)
 
 
 @compiled
@@ -561,26 +551,12 @@ def channel_transmit(st, c, tick):
     else:
         ch.txq_pkts -= pk.npk
     trace_event(st, CAT_NVLINK, TR_LINK_TX, c, pk.kind, pk.payload, tick)
-    # a slot freed in this FIFO: wake whoever waits to fill it
-    if ch.to_switch and ch.src_switch >= 0:
-        fabric_output_freed(st, c, vc, tick)   # between two forwarding nodes (fabric.py)
-    elif ch.to_switch:
-        gp = st.gpu[ch.gpu]
-        if gp.hub_blocked:
-            gp.hub_blocked = 0
-            gp.hub_stall_ticks += tick - gp.hub_blocked_since
-            hub_kick(st, ch.gpu, tick)
-        if gp.rpm_blocked:
-            gp.rpm_blocked = 0
-            gp.rpm_stall_ticks += tick - gp.rpm_blocked_since
-            rpm_kick(st, ch.gpu, tick)
-    else:
-        switch_output_freed(st, ch.switch, ch.gpu, vc, tick)
+    link_slot_freed(st, c, vc, tick)   # a slot freed in this FIFO: wake whoever waits to fill it
     if ch.txq_count > 0 or ch.rsq_count > 0:
         ch_kick(st, c, tick + ser)
-        if p.shortcuts & SHORTCUT_BACK_TO_BACK and not ch.to_switch \
-                and c < 2 * p.num_gpus * p.links_per_gpu and p.trace_mask == 0:
-            send_ahead(st, c, tick + ser)
+        if p.shortcuts & SHORTCUT_BACK_TO_BACK and c < 2 * p.num_gpus * p.links_per_gpu \
+                and p.trace_mask == 0:
+            send_ahead(st, c, tick + ser, tick + ser)
 
 
 @inline
@@ -637,24 +613,29 @@ def _send(st, c, vc, pkt, tick):
 
 
 @compiled
-def send_ahead(st, c, t1):
-    """Exact shortcut back_to_back (run.shortcuts; docs/engine_order.md), on a switch output
-    link (switch -> GPU) that has just started a packet ending at t1: send the next one now if
-    the look at t1 is certain to send it and nothing can tell the difference before then.
+def send_ahead(st, c, t1, horizon):
+    """Exact shortcut back_to_back (run.shortcuts; docs/engine_order.md), on an NVLink channel
+    (GPU -> switch or switch -> GPU) that has just started a packet ending at t1, or on a GPU's
+    free link whose one queued packet is ready at t1 (txq_push): send the next one now if the
+    look at t1 is certain to send it and nothing can tell the difference before then. Credits
+    are counted up to `horizon` (t1 after a packet; the current tick for a queued one: a look
+    before t1 can still happen then, and reads the credits of its own tick).
 
     Certain: the next packet is the head of the virtual channel the look at t1 serves first
     (the responses; with vc_arbitration: round_robin the channel not sent last), or of the
     other one with nothing queued in the first, is ready by t1 and has the credits at t1 from
     the returns filed so far (a return filed later reaches the sender after t1, and more
     credits change no choice). Only a packet queued in that first channel before t1 could go
-    first: txq_push then takes the packet back (take_back_ahead), and the look at t1 runs as
-    it would have. Unseen: the packet's FIFO slot
-    stays counted until t1 (the packets room checks see, txq_room and txq_push, and its wake-up
-    of an input waiting for that room are applied at t1: depart_ahead); an input that starts
-    waiting for such an output before t1 sets the output's look for t1 again
-    (hold_departures). Nothing else reads a link's FIFO, credits or wire before t1 but the
-    transmitter itself. Not while a switch input already waits for this output, while
-    anything is traced (counters sample the links) or beyond the run's tick limit."""
+    first, and on a free link one ready before t1: txq_push then takes the packet back
+    (take_back_ahead), and the looks run as they would have. Unseen: the packet's FIFO slot stays counted until it departs at t1
+    (link_room.py: every room check and backlog read applies the departure once the look at t1
+    would have run), and its wake-up of whoever waits for that room is applied at t1
+    (depart_ahead); a switch input, hub or RPM that starts waiting for room before t1 sets the
+    look for t1 again (hold_departures, hold_gpu_departures). Nothing else reads a link's FIFO,
+    credits or wire before t1 but the transmitter itself. Not while a switch input already
+    waits for this output (a GPU's hub and RPM never wait here: the send that calls this has
+    just woken them), while anything is traced (counters sample the links) or beyond the run's
+    tick limit."""
     p = st.p[0]
     sy = st.sys[0]
     ch = st.ch[c]
@@ -667,21 +648,29 @@ def send_ahead(st, c, t1):
     vc = first if n_first > 0 else 1 - first
     if vc == VC_RESPONSE:
         if ch.rsq_count == 0 or ch.rsq_ready > t1 \
-                or _credits_at(st, c, t1, VC_RESPONSE) < ch.rsq_flits:
+                or _credits_at(st, c, horizon, VC_RESPONSE) < ch.rsq_flits:
             return
         pkt = st.rsq[c, ch.rsq_head, FIFO_PACKET]
     else:
         if ch.txq_count == 0 or ch.txq_ready > t1 \
-                or _credits_at(st, c, t1, VC_REQUEST) < ch.txq_flits:
+                or _credits_at(st, c, horizon, VC_REQUEST) < ch.txq_flits:
             return
         pkt = st.txq[c, ch.txq_head, FIFO_PACKET]
-    if st.sw_wait[(ch.switch * p.num_gpus + ch.gpu) * 2 + vc, 1] > 0:
+    if ch.to_switch:
+        gp = st.gpu[ch.gpu]
+        if gp.hub_blocked or gp.rpm_blocked:
+            return
+    elif st.sw_wait[(ch.switch * p.num_gpus + ch.gpu) * 2 + vc, 1] > 0:
         return
-    _reclaim_credits(st, c, t1)
+    _reclaim_credits(st, c, horizon)
     ch.ahead_pkt = pkt
     ch.ahead_at = t1
     ch.ahead_vc = vc
-    ch.ahead_yields = vc != first   # the first channel was empty: a packet queued there goes first
+    ch.ahead_yields = 0
+    if vc != first:
+        ch.ahead_yields = AHEAD_YIELDS   # the first channel was empty: a packet queued there goes first
+    if horizon < t1:
+        ch.ahead_yields |= AHEAD_EARLY   # queued on a free link, waiting for its ready tick
     ch.ahead_vc_last = ch.vc_last
     ch.ahead_npk = st.pk[pkt].npk
     ch.ahead_wire = st.pk[pkt].wire
@@ -714,20 +703,6 @@ def _credits_at(st, c, t, vc):
 
 
 @compiled
-def depart_ahead(st, c):
-    """The packet channel c sent ahead has left its FIFO (at ch.ahead_at, now or earlier): its
-    slot is free, and an input waiting for it gets it (at ahead_at: if one waits, this runs in
-    the transmitter's look at that tick, hold_departures)."""
-    ch = st.ch[c]
-    ch.ahead_pkt = -1
-    if ch.ahead_vc == VC_RESPONSE:
-        ch.rsq_pkts -= ch.ahead_npk
-    else:
-        ch.txq_pkts -= ch.ahead_npk
-    switch_output_freed(st, ch.switch, ch.gpu, ch.ahead_vc, ch.ahead_at)
-
-
-@compiled
 def take_back_ahead(st, c):
     """Undo send_ahead before its departure tick: the packet is the head of its FIFO again,
     with its credits, off the wire (it is the wire's newest packet, behind the one that ends at
@@ -745,7 +720,9 @@ def take_back_ahead(st, c):
     ch.tx_wire_bytes -= pk.wire
     ch.tx_payload_bytes -= pk.payload
     ch.tx_busy -= ser
-    ch.busy_until = t1
+    # the link was free until t1 (sent at the end of the packet before it), or free since it
+    # was queued (AHEAD_EARLY: any tick up to now reads the same)
+    ch.busy_until = st.sys[0].q_now if ch.ahead_yields & AHEAD_EARLY else t1
     if ch.ahead_vc == VC_RESPONSE:
         ch.rsq_head = ring_add(ch.rsq_head, ch.rsq_cap - 1, ch.rsq_cap)
         ch.rsq_count += 1
@@ -761,24 +738,10 @@ def take_back_ahead(st, c):
         ch.txq_flits = st.txq[c, ch.txq_head, FIFO_FLITS]
         pk.ready = ch.txq_ready
     pk.wire = ch.ahead_wire
+    if ch.wire_count == 0:
+        timer_clear(st, p.tm_ch_arrive + c)   # it was alone on the wire (AHEAD_EARLY)
     ch.tx_at = t1
     timer_set(st, p.tm_ch_tx + c, t1)
-
-
-@compiled
-def hold_departures(st, w):
-    """A switch input starts waiting for room in an output toward one GPU in one virtual
-    channel (switch.py wait list w = (switch * GPUs + GPU) * 2 + vc): a packet sent ahead on
-    such an output frees its slot at its departure tick, where the input must be woken; its
-    transmitter looks at that tick again (and depart_ahead runs there)."""
-    p = st.p[0]
-    route = st.sw_routes[w // 2]
-    for k in range(route[ROUTE_N]):
-        o = route[ROUTE_FIRST + k]
-        ch = st.ch[o]
-        if ch.ahead_pkt >= 0 and ch.ahead_vc == w % 2 and (ch.tx_at < 0 or ch.ahead_at < ch.tx_at):
-            ch.tx_at = ch.ahead_at
-            timer_set(st, p.tm_ch_tx + o, ch.ahead_at)
 
 
 @compiled

@@ -52,7 +52,8 @@ from ..engine.jit import compiled
 from ..isa.encoding import DT_BF16, DT_NONE, MM_RED
 from .elements import load_f32, store_f32
 from .hbm import hbm_access, hbm_backed, raise_error
-from .nvlink import (credit_return_vc, input_free_tick, pick_switch_output, txq_push, txq_room)
+from .nvlink import credit_return_vc, input_free_tick, txq_push
+from .link_room import pick_switch_output, txq_room
 from .packet import (PK_CAIS_DATA, PK_MM_COPY, PK_MM_DATA, PK_MM_LD, PK_MM_READ, PK_MM_RESULT,
                      PK_MM_ST, REQ_MM_LD, REQ_MM_RED, REQ_MM_ST, VC_REQUEST, packet_alloc,
                      packet_flits, packet_free, packet_vc, request_records)

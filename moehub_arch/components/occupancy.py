@@ -13,6 +13,7 @@ from ..engine.jit import compiled
 
 from ..engine.events import push
 from ..engine.state import LN_DONE
+from .link_room import txq_settle
 from ..declare import Block, Event, Param, Stat, StatGroup, fields
 
 EV_OCCUPANCY_SAMPLE = 10   # the monitor takes a sample of every GPU (a0, a1 unused)
@@ -36,7 +37,9 @@ def occupancy_sample(st, tick):
         gp.occ_hub_queue_sum += gp.reqq_count
         backlog = 0
         for l in range(L):
-            backlog += st.ch[2 * (g * L + l)].txq_pkts   # the GPU's up channel of link l
+            c = 2 * (g * L + l)     # the GPU's up channel of link l
+            txq_settle(st, c)       # (a packet sent ahead that has departed by now)
+            backlog += st.ch[c].txq_pkts
         gp.occ_link_queue_sum += backlog
         if backlog > gp.occ_link_queue_peak:
             gp.occ_link_queue_peak = backlog

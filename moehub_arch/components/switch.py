@@ -39,8 +39,9 @@ GPUs), as in DGX/HGX H100 and GH200 NVL32.
 from ..engine.jit import compiled, inline
 from ..engine.ring import ring_add, ring_next
 
-from .nvlink import (channel_count_arrival, channel_transmit, credit_return_vc,
-                     hold_departures, input_free_tick, pick_switch_output, txq_push)
+from .nvlink import (channel_count_arrival, channel_transmit, credit_return_vc, input_free_tick,
+                     txq_push)
+from .link_room import hold_departures, pick_switch_output
 from ..engine.events import SHORTCUT_IDLE_OUTPUT, timer_clear, timer_is_next
 from .nvls import NVLS_SENT, nvls_absorb, nvls_fanout
 from .cais.merge_table import cais_switch

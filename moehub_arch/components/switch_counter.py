@@ -29,8 +29,8 @@ from ..declare import Array, Block, Param, Receive, Send, Stat, StatGroup, count
 from .hbm import raise_error
 from .hub import hub_accept, hub_emit, hub_enqueue, hub_request_packet, hub_wait_for_room
 from .hub_receive import complete_request
-from .nvlink import (channel_count_arrival, credit_return_vc, pick_switch_output, txq_push,
-                     txq_room)
+from .nvlink import channel_count_arrival, credit_return_vc, txq_push
+from .link_room import pick_switch_output, txq_room
 from .packet import (PK_CTR_ADD, PK_CTR_REPLY, REQ_CTR_ADD, VC_REQUEST, VC_RESPONSE,
                      header_flits, packet_alloc, packet_flits, packet_free, packet_vc)
 from .sm_operands import operand, stall_on_hub

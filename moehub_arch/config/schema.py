@@ -72,7 +72,7 @@ class RunConfig:
                           "tick), idle_output (a switch input's packet is sent on an idle output "
                           "link in its arrival event), sm_fold (register-only instructions that "
                           "nothing else can observe issue in the SM's issue event before them), "
-                          "back_to_back (a switch output link sends its next queued packet, due "
+                          "back_to_back (an NVLink channel sends its next queued packet, due "
                           "right after the one it sends, in the same event). "
                           "Each gives the same model stats with fewer events; [] runs every event "
                           "of the reference path (the tests compare both)", SHORTCUTS,

@@ -114,6 +114,11 @@ def run_loop(st, max_events, headroom, tick_limit, entries):
             else:
                 kind, a0 = EV_CAIS_TIMEOUT, ti - p.tm_cais
             st.ev_count[kind] += 1
+            # the largest timer row run at this tick (components/link_room.py reads it: which of
+            # the tick's transmits have run)
+            if sy.q_row_at != tick or ti > sy.q_row:
+                sy.q_row = ti
+                sy.q_row_at = tick
         else:
             tick, kind, a0, a1 = pop(st)
         sy.q_now = tick

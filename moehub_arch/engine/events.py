@@ -138,7 +138,11 @@ BLOCK = Block(
         ("tw_base", "the timing wheel's base tick (at or before the current tick)"),
         ("tw_now", "the tick whose timers are in the current tick's set (at or before the current "
                    "tick)"),
-        ("tick_limit", "the run loop's tick limit (-1: none): no shortcut acts beyond it")),
+        ("tick_limit", "the run loop's tick limit (-1: none): no shortcut acts beyond it"),
+        ("q_row", "the largest timer row run so far at tick q_row_at: the timers of that tick "
+                  "that come before it in the canonical order have run (components/link_room.py)"),
+        ("q_row_at", "the tick q_row belongs to (-1: none)"),
+        init={"q_row": -1, "q_row_at": -1}),
     stats=(StatGroup("system", "engine", (
         Stat("queue_peak", "events", "peak number of pending events in the event queue",
              lambda i: i.st.sys[0].q_peak),

@@ -9,7 +9,7 @@ line. The model is __init__.py's docstring.
 from ...engine.jit import compiled
 
 from ...engine.state import ROUTE_FIRST, ROUTE_N
-from ..nvlink import txq_room
+from ..link_room import txq_room
 from ..packet import VC_REQUEST
 
 from .layout import GRP_BASE, GRP_BYTES, GRP_MASK

@@ -13,7 +13,8 @@ from ...engine.jit import compiled
 
 from ...engine.events import timer_clear, timer_set
 from ..hbm import hbm_backed
-from ..nvlink import pick_switch_output, txq_push
+from ..nvlink import txq_push
+from ..link_room import pick_switch_output
 from ..packet import (PK_CAIS_DATA, PK_CAIS_LD, PK_CAIS_READ, PK_CAIS_REPLY, PK_CAIS_SYNC,
                       PK_CAIS_WRITE, VC_REQUEST, VC_RESPONSE, header_flits, packet_alloc,
                       packet_flits)

@@ -7,7 +7,8 @@ at its input port. The model and its sources are __init__.py's docstring.
 """
 from ...engine.jit import compiled
 
-from ..nvlink import pick_switch_output, txq_push
+from ..nvlink import txq_push
+from ..link_room import pick_switch_output
 from ..packet import PK_CAIS_GO, VC_RESPONSE, header_flits, packet_alloc
 from ..wakeups import unblock_request_port
 

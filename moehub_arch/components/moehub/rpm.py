@@ -82,6 +82,7 @@ from ...engine.events import push
 from ...engine.state import RPM_HIST_BINS
 from ..hbm import hbm_access
 from ..nvlink import txq_push
+from ..link_room import hold_gpu_departures
 from ..packet import PK_MOE, PK_MOE_EOS, packet_alloc, packet_flits
 from ..hub import pick_channel
 from ..trace import CAT_RPM, TR_RPM_TX, trace_event
@@ -596,6 +597,7 @@ def rpm_packetize(st, g, tick):
         best = partial      # no full packet anywhere: a flushed partial one (or an EOS)
     if best < 0:
         if waiting_room:
+            hold_gpu_departures(st, g)   # packets sent ahead on its links wake it on departure
             gp.rpm_blocked = 1
             gp.rpm_blocked_since = tick
         elif next_flush >= 0:
