@@ -294,3 +294,47 @@ def test_occupancy_monitor_is_in_the_blocks_listing():
     assert r.returncode == 0, r.stderr
     assert "occupancy_period (ps) <- stats.occupancy.period" in r.stdout
     assert "event 10 occupancy_sample" in r.stdout
+
+
+def test_the_run_loop_maps_each_timer_range_to_its_declared_event():
+    """The run loop turns a due component timer into its event by the timer ranges' bounds
+    (`ti < p.tm_<next>`), written by hand in the order the composition places the ranges (BLOCKS
+    order): each range must map to the event its Timer declares, with its own first index taken
+    off. A block that adds a timer, or a reordering of BLOCKS, fails here until the chain follows."""
+    import ast
+    import importlib
+    from pathlib import Path
+    src = (Path(composition.__file__).parent / "dispatch" / "loop.py").read_text()
+    loop = importlib.import_module("moehub_arch.dispatch.loop")
+    run_loop = next(n for n in ast.walk(ast.parse(src))
+                    if isinstance(n, ast.FunctionDef) and n.name == "run_loop")
+
+    def tm(node):   # p.tm_<name> -> <name>
+        assert isinstance(node, ast.Attribute) and node.attr.startswith("tm_"), ast.dump(node)
+        return node.attr[3:]
+
+    def assigned(body):   # kind, a0 = EV_X, ti [- p.tm_<name>] -> (event kind, <name> or None)
+        (stmt,) = [s for s in body if isinstance(s, ast.Assign)]
+        ev, a0 = stmt.value.elts
+        offset = tm(a0.right) if isinstance(a0, ast.BinOp) else None
+        return getattr(loop, ev.id), offset
+
+    chain = None
+    for node in ast.walk(run_loop):
+        if (isinstance(node, ast.If) and isinstance(node.test, ast.Compare)
+                and getattr(node.test.left, "id", None) == "ti"):
+            chain = node
+            break
+    mapped = []   # (upper bound's timer or None, event, offset's timer)
+    while chain is not None:
+        if isinstance(chain, ast.If):
+            mapped.append((tm(chain.test.comparators[0]),) + assigned(chain.body))
+            chain = chain.orelse[0] if len(chain.orelse) == 1 and isinstance(
+                chain.orelse[0], ast.If) else chain.orelse
+        else:
+            mapped.append((None,) + assigned(chain))
+            chain = None
+    timers = composition.TIMERS
+    expected = [(timers[i + 1].name if i + 1 < len(timers) else None, t.event,
+                 None if i == 0 else t.name) for i, t in enumerate(timers)]
+    assert mapped == expected

@@ -85,6 +85,7 @@ from .dysharp_objects import (OBJ_AL, OBJ_BASE, OBJ_COUNTS, OBJ_LCAP, OBJ_ROWB, 
                               row_address)
 # EV_DY_RETRY is the tracker's event kind; the run loop (dispatch/loop.py) imports it from here
 from .dysharp_tracker import EV_DY_RETRY, track_tile  # noqa: F401
+from ..config.keys import key_param
 from ..declare import Array, Block, Param, Send, Stat, StatGroup, counters, fields
 from ..isa.encoding import DT_BF16
 
@@ -100,16 +101,11 @@ def _dy(cfg):
 BLOCK = Block(
     "dysharp", __doc__.split("\n\n")[0],
     params=(
-        Param("dy_max_targets", "system.switch.nvls.dysharp.max_targets", "targets",
-              "most targets of one dymultimem operation", lambda cfg: _dy(cfg).max_targets,
-              "config: system.switch.nvls.dysharp.max_targets"),
-        Param("dy_queue_entries", "system.switch.nvls.dysharp.multimemq_entries", "entries",
-              "MultimemQ entries per GPU", lambda cfg: _dy(cfg).multimemq_entries,
-              "config: system.switch.nvls.dysharp.multimemq_entries"),
-        Param("al_tlb_ways", "system.switch.nvls.dysharp.al_tlb_ways", "entries",
-              "AL-TLB entries per set (the whole TLB if al_tlb_ways is 0)",
-              lambda cfg: _dy(cfg).al_tlb_ways or _dy(cfg).al_tlb_entries,
-              "config: system.switch.nvls.dysharp.al_tlb_ways"),
+        key_param("dy_max_targets", "system.switch.nvls.dysharp.max_targets"),
+        key_param("dy_queue_entries", "system.switch.nvls.dysharp.multimemq_entries"),
+        key_param("al_tlb_ways", "system.switch.nvls.dysharp.al_tlb_ways",
+                  lambda cfg: _dy(cfg).al_tlb_ways or _dy(cfg).al_tlb_entries,
+                  how="al_tlb_entries if 0: fully associative"),
         Param("dy_ids_per_flit", "", "ids", "16-bit expert ids per target-extension flit",
               lambda cfg: max(1, cfg.system.nvlink.flit_bytes // 2),
               "derived: system.nvlink.flit_bytes / 2 B per id (arXiv 2605.05607's format)"),

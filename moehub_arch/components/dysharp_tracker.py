@@ -32,6 +32,7 @@ import numpy as np
 
 from ..engine.events import push
 from ..engine.jit import compiled
+from ..config.keys import key_param
 from ..declare import Array, Block, Event, Param, Stat, StatGroup, counters, fields
 from .dysharp_objects import (OBJ_AL, OBJ_BASE, OBJ_COUNTS, OBJ_DONE, OBJ_DSTRIDE, OBJ_JOBS,
                               OBJ_LCAP, OBJ_LTILES, OBJ_ROWB, OBJ_TILE, OBJ_TILEB, OBJ_TPG,
@@ -56,14 +57,9 @@ def _tile_array(name, doc):
 BLOCK = Block(
     "dysharp_tracker", __doc__.split("\n\n")[0],
     params=(
-        Param("dy_table_entries", "system.switch.nvls.dysharp.tracker_tiles", "entries",
-              "entries of a GPU's token-tracker tile table", lambda cfg: _dy(cfg).tracker_tiles,
-              "config: system.switch.nvls.dysharp.tracker_tiles"),
-        Param("dy_tracker_stall", "system.switch.nvls.dysharp.tracker_full", "bool",
-              "1: a copy whose tile finds the table full waits at the hub (stall); 0: it is "
-              "written and its tile waits for an entry (defer)",
-              lambda cfg: int(_dy(cfg).tracker_full == "stall"),
-              "config: system.switch.nvls.dysharp.tracker_full"),
+        key_param("dy_table_entries", "system.switch.nvls.dysharp.tracker_tiles"),
+        key_param("dy_tracker_stall", "system.switch.nvls.dysharp.tracker_full",
+                  lambda cfg: int(_dy(cfg).tracker_full == "stall"), "bool", "1: stall, 0: defer"),
         Param("dy_recycle", "", "bool", "1: the tracker frees a tile's entry when its jobs are "
               "done (tracked objects name their finished-job counters)",
               lambda cfg: int(recycled_on(cfg)), "derived: workload.multicast[].done_counters"),

@@ -68,6 +68,7 @@ from ..engine.prefetch import prefetch_address
 
 from ..engine.clock import bytes_ticks, cycle_edge, cycle_at_or_after
 from ..engine.state import ERR_UNBACKED_COPY
+from ..config.keys import key_param
 from ..config.schema import MEMORY_ARBITRATION
 from ..declare import Block, Param, Record, Stat, StatGroup, counters, fields
 from .elements import add_elements_bf16
@@ -75,9 +76,8 @@ from .elements import add_elements_bf16
 HBM_MIN_ACCESS = 32  # bytes: the DRAM sector, the smallest unit HBM transfers
 
 
-def _hbm(key, field, unit, doc, value=None):
-    return Param(field, f"system.gpu.hbm.{key}", unit, doc,
-                 value or (lambda cfg: getattr(cfg.system.gpu.hbm, key)), f"config: system.gpu.hbm.{key}")
+def _hbm(key, field, value=None, unit=None, how=""):
+    return key_param(field, f"system.gpu.hbm.{key}", value, unit=unit, how=how)
 
 
 def queue_drain_ticks(queue_depth, bandwidth):
@@ -96,23 +96,27 @@ def _hbm_utilization(i):
 BLOCK = Block(
     "hbm", __doc__.split("\n\n")[0],
     params=(
-        _hbm("channels", "hbm_channels", "channels", "independent channels per GPU"),
-        _hbm("interleave_bytes", "hbm_interleave", "bytes", "address interleave granule"),
-        _hbm("bandwidth", "hbm_fs_per_byte_channel", "fs/byte", "one channel's time per byte "
-             "(bandwidth / channels)", lambda cfg: int(round(1e15 * cfg.system.gpu.hbm.channels
-                                                             / cfg.system.gpu.hbm.bandwidth))),
-        _hbm("latency_cycles", "hbm_latency_cycles", "SM cycles", "load latency"),
-        _hbm("atomic_latency_cycles", "hbm_atomic_cycles", "SM cycles", "extra latency of an atomic"),
-        _hbm("capacity", "hbm_capacity", "bytes", "capacity per GPU"),
+        _hbm("channels", "hbm_channels"),
+        _hbm("interleave_bytes", "hbm_interleave"),
+        Param("hbm_fs_per_byte_channel", "system.gpu.hbm.bandwidth, system.gpu.hbm.channels",
+              "fs/byte", "one channel's time per byte",
+              lambda cfg: int(round(1e15 * cfg.system.gpu.hbm.channels
+                                    / cfg.system.gpu.hbm.bandwidth)),
+              "derived: 1 / (bandwidth / channels)"),
+        _hbm("latency_cycles", "hbm_latency_cycles"),
+        _hbm("atomic_latency_cycles", "hbm_atomic_cycles"),
+        _hbm("capacity", "hbm_capacity"),
         Param("hbm_min_access", "", "bytes", "smallest transfer (a sector)",
               lambda cfg: HBM_MIN_ACCESS, "HBM_MIN_ACCESS: the 32 B DRAM sector"),
-        _hbm("arbitration", "mem_arbitration", "choice", "MEMORY_ARBITRATION index (paced, fifo)",
-             lambda cfg: MEMORY_ARBITRATION.index(cfg.system.gpu.hbm.arbitration)),
-        _hbm("arbitration_window", "mem_window_ticks", "ps", "paced-arbitration calendar window"),
-        _hbm("queue_depth", "hbm_queue_ticks", "ps", "drain of a full channel controller queue "
-             "(queue_drain_ticks at bandwidth / channels)",
-             lambda cfg: queue_drain_ticks(cfg.system.gpu.hbm.queue_depth,
-                                           cfg.system.gpu.hbm.bandwidth / cfg.system.gpu.hbm.channels)),
+        _hbm("arbitration", "mem_arbitration",
+             lambda cfg: MEMORY_ARBITRATION.index(cfg.system.gpu.hbm.arbitration), "choice",
+             "its index in MEMORY_ARBITRATION: 0 paced, 1 fifo"),
+        _hbm("arbitration_window", "mem_window_ticks"),
+        Param("hbm_queue_ticks", "system.gpu.hbm.queue_depth, system.gpu.hbm.bandwidth, "
+              "system.gpu.hbm.channels", "ps", "drain of a full channel controller queue",
+              lambda cfg: queue_drain_ticks(cfg.system.gpu.hbm.queue_depth,
+                                            cfg.system.gpu.hbm.bandwidth / cfg.system.gpu.hbm.channels),
+              "derived: queue_drain_ticks(queue_depth, bandwidth / channels)"),
     ),
     records=(Record("hbm_chan", "HBM channels, channels per GPU"),),
     fields=fields("hbm_chan", ("free", "tick the queued transfers end"),

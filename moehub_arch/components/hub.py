@@ -78,6 +78,7 @@ from .nvls import nvls_send_data
 from .trace import CAT_HUB, TR_HUB_RX, TR_HUB_TX, trace_event
 from .wakeups import hub_kick, hub_kick_response, tb_resume
 from .nic import nic_overtake, nic_queue_pair, nic_schedule, nic_served, rdma_message
+from ..config.keys import key_param
 from ..declare import (Array, Block, Debug, Event, Param, Receive, Record, Send, StatGroup, Timer,
                        counters, fields)
 
@@ -147,28 +148,24 @@ def hub_findings(sim):
 BLOCK = Block(
     "hub", __doc__.split("\n\n")[0],
     params=(
-        Param("hub_ticks_per_packet", "system.gpu.hub.clock, packets_per_cycle", "ps",
-              "packetizer time per packet",
+        Param("hub_ticks_per_packet", "system.gpu.hub.clock, system.gpu.hub.packets_per_cycle",
+              "ps", "packetizer time per packet",
               lambda cfg: int(round(1e12 / (cfg.system.gpu.hub.clock
                                             * cfg.system.gpu.hub.packets_per_cycle))),
-              "config: system.gpu.hub.clock and packets_per_cycle"),
-        Param("hub_tx_latency_ticks", "system.gpu.hub.tx_latency_cycles", "ps",
-              "from request to the packetizer", _hub_ticks(lambda h: h.tx_latency_cycles),
-              "config: system.gpu.hub.tx_latency_cycles (hub cycles)"),
-        Param("hub_rx_latency_ticks", "system.gpu.hub.rx_latency_cycles", "ps",
-              "from arrival to processing", _hub_ticks(lambda h: h.rx_latency_cycles),
-              "config: system.gpu.hub.rx_latency_cycles (hub cycles)"),
-        Param("reqs_per_gpu", "system.gpu.hub.max_outstanding_requests, posted_store_tags",
+              "derived: 1 / (clock x packets_per_cycle)"),
+        key_param("hub_tx_latency_ticks", "system.gpu.hub.tx_latency_cycles",
+                  _hub_ticks(lambda h: h.tx_latency_cycles), "ps", "in ticks at the hub clock"),
+        key_param("hub_rx_latency_ticks", "system.gpu.hub.rx_latency_cycles",
+                  _hub_ticks(lambda h: h.rx_latency_cycles), "ps", "in ticks at the hub clock"),
+        Param("reqs_per_gpu", "system.gpu.hub.max_outstanding_requests, "
+              "system.gpu.hub.posted_store_tags, workload.multicast",
               "requests", "request records per GPU: the request table and the posted stores' tags",
-              request_records, "config: system.gpu.hub.max_outstanding_requests (+ "
-              "posted_store_tags with multicast objects; packet.request_records)"),
-        Param("req_table", "system.gpu.hub.max_outstanding_requests", "requests",
-              "request-table entries per GPU", lambda cfg: cfg.system.gpu.hub.max_outstanding_requests,
-              "config: system.gpu.hub.max_outstanding_requests"),
-        Param("posted_tags", "system.gpu.hub.posted_store_tags", "operations",
-              "posted multimem stores per GPU (0 without multicast objects)",
-              lambda cfg: request_records(cfg) - cfg.system.gpu.hub.max_outstanding_requests,
-              "config: system.gpu.hub.posted_store_tags (with multicast objects)"),
+              request_records, "derived: max_outstanding_requests, + posted_store_tags with "
+              "multicast objects (packet.request_records)"),
+        key_param("req_table", "system.gpu.hub.max_outstanding_requests"),
+        key_param("posted_tags", "system.gpu.hub.posted_store_tags",
+                  lambda cfg: request_records(cfg) - cfg.system.gpu.hub.max_outstanding_requests,
+                  how="0 without multicast objects"),
     ),
     records=(Record("req", "remote operations in flight, reqs_per_gpu per GPU (request table and "
                     "posted multimem stores)"),),

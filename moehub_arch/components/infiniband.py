@@ -28,21 +28,16 @@ switch's port-to-port latency. The fabric is deadlock-free as routed: up-down ov
 """
 from ..engine.jit import compiled
 
-from ..declare import Block, Param, fields
+from ..config.keys import key_param
+from ..declare import Block, fields
 from .packet import PK_ACK, PK_GET_RESP, PK_MOE, PK_PUT
 
 BLOCK = Block(
     "infiniband", __doc__.split("\n\n")[0],
     params=(
-        Param("ib_mtu", "system.infiniband.mtu_bytes", "bytes", "path MTU",
-              lambda cfg: cfg.system.infiniband.mtu_bytes, "config: system.infiniband.mtu_bytes"),
-        Param("ib_overhead", "system.infiniband.packet_overhead_bytes", "bytes",
-              "wire bytes of a data packet besides its payload",
-              lambda cfg: cfg.system.infiniband.packet_overhead_bytes,
-              "config: system.infiniband.packet_overhead_bytes"),
-        Param("ib_ack_bytes", "system.infiniband.ack_bytes", "bytes", "wire bytes of an "
-              "acknowledgement", lambda cfg: cfg.system.infiniband.ack_bytes,
-              "config: system.infiniband.ack_bytes"),
+        key_param("ib_mtu", "system.infiniband.mtu_bytes"),
+        key_param("ib_overhead", "system.infiniband.packet_overhead_bytes"),
+        key_param("ib_ack_bytes", "system.infiniband.ack_bytes"),
     ),
     fields=fields("ch", ("seg_req", "IB: request of the last response sent (ack coalescing)"),
                   init={"seg_req": -1}),

@@ -47,33 +47,32 @@ Approximated (say so when reading the hit/miss stats):
 from ..engine.jit import compiled
 
 from ..engine.clock import bytes_ticks, cycle_edge, cycle_at_or_after
+from ..config.keys import key_param
 from ..config.schema import L2_LINK_WRITES
 from ..declare import Array, Block, Param, Stat, StatGroup, counters, fields
 from .hbm import (ARB_PACED, _paced, _whole, _whole_queue_end, calendar_horizon, hbm_access_paced,
                   hbm_latency_ticks, hbm_transfer, queue_drain_ticks)
 
 
-def _l2(key, field, unit, doc, value=None, source=None):
-    return Param(field, f"system.gpu.l2.{key}", unit, doc,
-                 value or (lambda cfg: getattr(cfg.system.gpu.l2, key)),
-                 source or f"config: system.gpu.l2.{key}")
+def _l2(key, field, value=None, unit=None, how=""):
+    return key_param(field, f"system.gpu.l2.{key}", value, unit=unit, how=how)
 
 
 BLOCK = Block(
     "l2", __doc__.split("\n\n")[0],
     params=(
-        _l2("bandwidth", "l2_fs_per_byte", "fs/byte", "L2 read port time per byte",
-            lambda cfg: int(round(1e15 / cfg.system.gpu.l2.bandwidth))),
-        _l2("latency_cycles", "l2_latency_cycles", "SM cycles", "L2 hit latency"),
+        _l2("bandwidth", "l2_fs_per_byte", lambda cfg: int(round(1e15 / cfg.system.gpu.l2.bandwidth)),
+            "fs/byte", "as the read port's time per byte"),
+        _l2("latency_cycles", "l2_latency_cycles"),
         Param("l2_queue_ticks", "system.gpu.hbm.queue_depth, system.gpu.l2.bandwidth", "ps",
-              "drain of a full L2 port controller queue (queue_drain_ticks)",
+              "drain of a full L2 port controller queue",
               lambda cfg: queue_drain_ticks(cfg.system.gpu.hbm.queue_depth, cfg.system.gpu.l2.bandwidth),
-              "config: system.gpu.hbm.queue_depth and system.gpu.l2.bandwidth"),
-        _l2("link_writes", "l2_link_writes", "choice", "where link writes land: 0 hbm, 1 write_back",
-            lambda cfg: L2_LINK_WRITES.index(cfg.system.gpu.l2.link_writes)),
-        _l2("capacity", "l2_capacity", "bytes", "bytes of mma operand regions the L2 holds"),
-        _l2("tracked_regions", "l2_tracked_regions", "regions",
-            "entries of the per-GPU residency table (LRU-evicted when full)"),
+              "derived: queue_drain_ticks(hbm queue_depth, l2 bandwidth)"),
+        _l2("link_writes", "l2_link_writes",
+            lambda cfg: L2_LINK_WRITES.index(cfg.system.gpu.l2.link_writes), "choice",
+            "its index in L2_LINK_WRITES: 0 hbm, 1 write_back"),
+        _l2("capacity", "l2_capacity"),
+        _l2("tracked_regions", "l2_tracked_regions"),
     ),
     arrays=(Array("l2_res", "per GPU, the resident regions: [start, end, last use, tick the "
                   "fill's data is in] (RES_*); the first gpu.l2_regions rows are in use",

@@ -123,6 +123,7 @@ DeepEP uses, stays in the NIC's context cache), and retransmission.
 from ..engine.jit import compiled
 
 from ..engine.state import ROUTE_FIRST, ROUTE_N
+from ..config.keys import key_param
 from ..declare import Block, Param, Record, Stat, StatGroup, fields
 from .packet import PK_ACK, PK_ATOM_RESP, PK_GET_RESP, PK_MOE, PK_PUT, VC_REQUEST
 from .link_room import txq_room
@@ -179,39 +180,35 @@ def build_pcie_queues(cfg, building):
 BLOCK = Block(
     "nic", __doc__.split("\n\n")[0],
     params=(
-        Param("num_nics", "system.nic.per_node", "NICs", "NICs in the system (nodes x per node)",
-              _nic_count, "derived: system.nodes.count x system.nic.per_node"),
-        Param("nic_wr_interval", "system.nic.message_rate", "ps", "time between work-request "
-              "starts (1 / message rate)",
-              lambda cfg: int(round(1e12 / cfg.system.nic.message_rate))
-              if cfg.system.nic.message_rate else 0, "config: system.nic.message_rate"),
-        Param("nic_doorbell_ticks", "system.nic.doorbell_latency", "ps", "doorbell to first byte "
-              "of a work request", lambda cfg: cfg.system.nic.doorbell_latency,
-              "config: system.nic.doorbell_latency"),
-        Param("nic_dma_lead", "system.nic.doorbell_latency", "ps", "doorbell to the NIC's first "
-              "payload DMA read reaching GPU memory: doorbell_latency less the completion's PCIe "
-              "crossing (system.pcie.latency) and the HBM read the hub charges "
-              "(system.gpu.hbm.latency_cycles)",
+        Param("num_nics", "system.nodes.count, system.nic.per_node", "NICs",
+              "NICs in the system (nodes x per node)", _nic_count,
+              "derived: system.nodes.count x system.nic.per_node"),
+        key_param("nic_wr_interval", "system.nic.message_rate",
+                  lambda cfg: int(round(1e12 / cfg.system.nic.message_rate))
+                  if cfg.system.nic.message_rate else 0, "ps",
+                  "as the time between work-request starts, 1 / rate; 0: no limit"),
+        key_param("nic_doorbell_ticks", "system.nic.doorbell_latency"),
+        Param("nic_dma_lead", "system.nic.doorbell_latency, system.pcie.latency, "
+              "system.gpu.hbm.latency_cycles, system.gpu.sm_clock, system.nodes.count", "ps",
+              "doorbell to the NIC's first payload DMA read reaching GPU memory: "
+              "doorbell_latency less the completion's PCIe crossing and the HBM read the hub "
+              "charges (0 on one node)",
               lambda cfg: max(0, cfg.system.nic.doorbell_latency - cfg.system.pcie.latency
                               - int(round(cfg.system.gpu.hbm.latency_cycles * 1e12
                                           / cfg.system.gpu.sm_clock)))
               if cfg.system.nodes.count > 1 else 0,
               "derived: the pull of IBGDA (nic.py: nic_dma_start)"),
-        Param("nic_gpus_per_node", "system.nodes.gpus_per_node", "GPUs", "GPUs per node (0: one "
-              "node, no RDMA)", lambda cfg: cfg.system.nodes.gpus_per_node
-              if cfg.system.nodes.count > 1 else 0, "config: system.nodes.gpus_per_node"),
-        Param("nic_qp_round_robin", "system.nic.send_scheduling", "bool", "1: queue pairs served "
-              "round-robin one IB packet at a time (qp_round_robin), 0: whole messages in issue "
-              "order (message_fifo)",
-              lambda cfg: int(cfg.system.nodes.count > 1
-                              and cfg.system.nic.send_scheduling == "qp_round_robin"),
-              "config: system.nic.send_scheduling (DeepEP issue 147: round-robin by QPN; "
-              "assumption: one IB packet per turn)"),
-        Param("nic_qp_per_block", "system.nic.queue_pairs", "bool", "1: a queue pair per (issuing "
-              "thread block, destination GPU) (per_block), 0: one per destination GPU (per_peer)",
-              lambda cfg: int(cfg.system.nodes.count > 1
-                              and cfg.system.nic.queue_pairs == "per_block"),
-              "config: system.nic.queue_pairs (DeepEP PR #130: a QP per channel and peer)"),
+        key_param("nic_gpus_per_node", "system.nodes.gpus_per_node",
+                  lambda cfg: cfg.system.nodes.gpus_per_node if cfg.system.nodes.count > 1 else 0,
+                  how="0 on one node: no RDMA"),
+        key_param("nic_qp_round_robin", "system.nic.send_scheduling",
+                  lambda cfg: int(cfg.system.nodes.count > 1
+                                  and cfg.system.nic.send_scheduling == "qp_round_robin"), "bool",
+                  "1: qp_round_robin on more than one node, else 0"),
+        key_param("nic_qp_per_block", "system.nic.queue_pairs",
+                  lambda cfg: int(cfg.system.nodes.count > 1
+                                  and cfg.system.nic.queue_pairs == "per_block"), "bool",
+                  "1: per_block on more than one node, else 0"),
     ),
     records=(Record("nic", "RDMA NICs (nodes x per node)", count=_nic_count),),
     fields=fields("nic", ("wr_free", "tick the NIC can start its next work request"),

@@ -46,7 +46,8 @@ from .wakeups import ch_kick
 from .link_class import wire_bytes
 from .link_room import ahead_departed, depart_ahead, link_slot_freed
 from .packet import PACKET_KIND_NAMES
-from ..declare import Block, Debug, Event, Param, Record, Stat, StatGroup, Timer, fields
+from ..config.keys import key_param
+from ..declare import Block, Debug, Event, Record, Stat, StatGroup, Timer, fields
 
 EV_CH_TX = 3         # a0 = channel: the link transmitter tries to send its head packet
 EV_CH_ARRIVE = 4     # a0 = channel: the head packet of its wire FIFO reached the far end of the
@@ -161,9 +162,8 @@ def _describe_tx(n, c, kind, payload):
     return n.channel(c), f"sends {PACKET_KIND_NAMES[kind]}{to}, {payload} B payload"
 
 
-def _nvl(key, field, unit, doc, value=None):
-    return Param(field, f"system.nvlink.{key}", unit, doc,
-                 value or (lambda cfg: getattr(cfg.system.nvlink, key)), f"config: system.nvlink.{key}")
+def _nvl(key, field, value=None, unit=None, how=""):
+    return key_param(field, f"system.nvlink.{key}", value, unit, how)
 
 
 def _channels(cfg):
@@ -262,23 +262,22 @@ def build_links(cfg, building):
 BLOCK = Block(
     "nvlink", __doc__.split("\n\n")[0],
     params=(
-        _nvl("links_per_gpu", "links_per_gpu", "links", "NVLink links per GPU"),
-        _nvl("max_payload_bytes", "max_payload", "bytes", "largest packet payload"),
-        _nvl("store_packet_bytes", "store_payload", "bytes", "payload of a store/put packet "
-             "(capped at max_payload_bytes; packet.py)",
-             lambda cfg: min(cfg.system.nvlink.store_packet_bytes, cfg.system.nvlink.max_payload_bytes)),
-        _nvl("write_responses", "write_resp_per_packet", "bool", "1: one write response per "
-             "write packet (per_packet), 0: one per request (hub.py)",
-             lambda cfg: int(cfg.system.nvlink.write_responses == "per_packet")),
-        _nvl("header_bytes", "header_bytes", "bytes", "packet header (one flit)"),
-        _nvl("flit_bytes", "flit_bytes", "bytes", "flit size"),
-        _nvl("response_path", "response_vc", "bool", "1: responses travel in their own virtual "
-             "channel (separate), 0: shared with requests",
-             lambda cfg: int(cfg.system.nvlink.response_path == "separate")),
-        _nvl("rx_buffer_flits", "rx_buffer_flits", "flits", "receive buffer = credits per channel"),
-        _nvl("vc_arbitration", "vc_round_robin", "bool", "1: a link alternates between its "
-             "virtual channels when both can send (round_robin), 0: responses first",
-             lambda cfg: int(cfg.system.nvlink.vc_arbitration == "round_robin")),
+        _nvl("links_per_gpu", "links_per_gpu"),
+        _nvl("store_packet_bytes", "store_payload",
+             lambda cfg: min(cfg.system.nvlink.store_packet_bytes, cfg.system.nvlink.max_payload_bytes),
+             how="capped at max_payload_bytes; packet.py"),
+        _nvl("write_responses", "write_resp_per_packet",
+             lambda cfg: int(cfg.system.nvlink.write_responses == "per_packet"), "bool",
+             "1: per_packet, 0: per_request"),
+        _nvl("header_bytes", "header_bytes"),
+        _nvl("flit_bytes", "flit_bytes"),
+        _nvl("response_path", "response_vc",
+             lambda cfg: int(cfg.system.nvlink.response_path == "separate"), "bool",
+             "1: separate, 0: shared"),
+        _nvl("rx_buffer_flits", "rx_buffer_flits"),
+        _nvl("vc_arbitration", "vc_round_robin",
+             lambda cfg: int(cfg.system.nvlink.vc_arbitration == "round_robin"), "bool",
+             "1: round_robin, 0: response_first"),
     ),
     records=(Record("ch", "link channels: link l of GPU g is link g * L + l, its GPU->switch "
                           "channel 2 * link, its switch->GPU channel 2 * link + 1",

@@ -58,6 +58,7 @@ from .packet import (PK_CAIS_DATA, PK_MM_COPY, PK_MM_DATA, PK_MM_LD, PK_MM_READ,
                      PK_MM_ST, REQ_MM_LD, REQ_MM_RED, REQ_MM_ST, VC_REQUEST, packet_alloc,
                      packet_flits, packet_free, packet_vc, request_records)
 from .wakeups import hub_kick_response, unblock_request_port
+from ..config.keys import key_param
 from ..declare import Array, Block, Param, Receive, Record, Send, Stat, StatGroup, counters, fields
 from ..engine.state import ERR_UNBACKED_COPY
 from .dysharp import ext_flits, targets_on_gpu
@@ -321,10 +322,7 @@ def _sum(field):
 BLOCK = Block(
     "nvls", __doc__.split("\n\n")[0],
     params=(
-        Param("mm_buffer_bytes", "system.switch.nvls.reduction_buffer_bytes", "bytes",
-              "reduction buffer per switch input port",
-              lambda cfg: cfg.system.switch.nvls.reduction_buffer_bytes,
-              "config: system.switch.nvls.reduction_buffer_bytes"),
+        key_param("mm_buffer_bytes", "system.switch.nvls.reduction_buffer_bytes"),
         Param("mm_objects", "workload.multicast", "objects", "multicast objects",
               lambda cfg: len(cfg.workload.multicast), "config: workload.multicast"),
         Param("mm_entries", "", "entries", "reduction-buffer entries of all ports", _entries,

@@ -14,7 +14,8 @@ from ..engine.jit import compiled
 from ..engine.events import push
 from ..engine.state import LN_DONE
 from .link_room import txq_settle
-from ..declare import Block, Event, Param, Stat, StatGroup, fields
+from ..config.keys import key_param
+from ..declare import Block, Event, Stat, StatGroup, fields
 
 EV_OCCUPANCY_SAMPLE = 10   # the monitor takes a sample of every GPU (a0, a1 unused)
 
@@ -59,8 +60,7 @@ def _on(st):
 
 BLOCK = Block(
     "occupancy", __doc__.split("\n\n")[0],
-    params=(Param("occupancy_period", "stats.occupancy.period", "ps", "sampling period (0: off)",
-                  lambda cfg: cfg.stats.occupancy.period, "config: stats.occupancy.period"),),
+    params=(key_param("occupancy_period", "stats.occupancy.period"),),
     fields=fields("gpu", ("occ_samples", "samples taken"),
                   ("occ_hub_queue_sum", "sum of the hub request-FIFO occupancies sampled"),
                   ("occ_link_queue_sum", "sum of the link transmit backlogs sampled (packets)"),

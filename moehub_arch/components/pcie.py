@@ -26,20 +26,16 @@ doorbell latency of each work request).
 """
 from ..engine.jit import compiled
 
-from ..declare import Block, Param
+from ..config.keys import key_param
+from ..declare import Block
 from .infiniband import message_offset
 from .nic import rdma_message
 
 BLOCK = Block(
     "pcie", __doc__.split("\n\n")[0],
     params=(
-        Param("pcie_max_payload", "system.pcie.max_payload_bytes", "bytes",
-              "largest TLP payload (Max_Payload_Size)",
-              lambda cfg: cfg.system.pcie.max_payload_bytes, "config: system.pcie.max_payload_bytes"),
-        Param("pcie_tlp_overhead", "system.pcie.tlp_overhead_bytes", "bytes",
-              "wire bytes of a TLP besides its payload",
-              lambda cfg: cfg.system.pcie.tlp_overhead_bytes,
-              "config: system.pcie.tlp_overhead_bytes"),
+        key_param("pcie_max_payload", "system.pcie.max_payload_bytes"),
+        key_param("pcie_tlp_overhead", "system.pcie.tlp_overhead_bytes"),
     ),
 )
 

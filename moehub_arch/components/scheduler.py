@@ -40,7 +40,8 @@ from .trace import (CAT_LAUNCH, TR_LAUNCH_END, TR_LAUNCH_START, TR_TB_EXIT, TR_T
                     trace_event, trace_tb)
 from .wakeups import sm_wake
 from .sizing import start_queue_capacity
-from ..declare import Array, Block, Event, Param, Record, Stat, StatGroup, Debug, fields
+from ..config.keys import key_param
+from ..declare import Array, Block, Event, Record, Stat, StatGroup, Debug, fields
 
 EV_KERNEL_START = 1  # a0 = launch index: the launch's first thread blocks may be placed
 
@@ -75,23 +76,14 @@ def _start_queue_shape(cfg):
 BLOCK = Block(
     "scheduler", __doc__.split("\n\n")[0],
     params=(
-        Param("kernel_launch_ticks", "system.gpu.kernel_launch_latency", "ps",
-              "from a launch's predecessor in its stream (or time zero) to its start",
-              lambda cfg: cfg.system.gpu.kernel_launch_latency,
-              "config: system.gpu.kernel_launch_latency"),
-        Param("tbs_per_sm", "system.gpu.sm.max_resident_tbs", "thread blocks",
-              "thread blocks resident on one SM (a block of warp groups counts once)",
-              lambda cfg: cfg.system.gpu.sm.max_resident_tbs,
-              "config: system.gpu.sm.max_resident_tbs"),
-        Param("sm_registers", "system.gpu.sm.registers", "registers",
-              "32-bit registers per SM (resident blocks' .threads x .regs must fit)",
-              lambda cfg: cfg.system.gpu.sm.registers, "config: system.gpu.sm.registers"),
-        Param("sm_max_threads", "system.gpu.sm.max_threads", "threads",
-              "threads resident on one SM", lambda cfg: cfg.system.gpu.sm.max_threads,
-              "config: system.gpu.sm.max_threads"),
-        Param("tb_launch_cycles", "system.gpu.sm.tb_launch_cycles", "SM cycles",
-              "from placing a thread block to its first issue",
-              lambda cfg: cfg.system.gpu.sm.tb_launch_cycles, "config: system.gpu.sm.tb_launch_cycles"),
+        key_param("kernel_launch_ticks", "system.gpu.kernel_launch_latency",
+                  how="from a launch's predecessor in its stream, or time zero, to its start"),
+        key_param("tbs_per_sm", "system.gpu.sm.max_resident_tbs",
+                  how="a block of warp groups counts once"),
+        key_param("sm_registers", "system.gpu.sm.registers"),
+        key_param("sm_max_threads", "system.gpu.sm.max_threads"),
+        key_param("tb_launch_cycles", "system.gpu.sm.tb_launch_cycles",
+                  how="from placing a thread block to its first issue"),
     ),
     records=(Record("ln", "kernel launches, one per (launch, GPU) instance"),),
     fields=fields("ln", ("gpu", "GPU it runs on"), ("entry_pc", "first instruction"),

@@ -27,6 +27,7 @@ from ..engine.prefetch import prefetch
 from ..engine.state import TB_EMPTY, TB_READY, TB_RETIRED, WAIT_NAMES, WAIT_REASON_NAMES
 from ..isa.encoding import (ALU_DIV, ALU_REM, SEM, SEM_ALU, SEM_BRANCH, SEM_NOP, SUBOP, UNIT,
                             UNIT_NAMES)
+from ..config.keys import key_param
 from ..declare import Array, Block, Debug, Event, Param, Record, Stat, StatGroup, Timer, fields
 from .sizing import stream_slots_per_sm
 from .trace import (ACTIVITY_NAMES, CAT_SM, TR_TB_ACT, TR_TB_EXIT, TR_TB_PLACE, TR_TB_RESUME,
@@ -62,27 +63,19 @@ def _mma_rows_shape(cfg):
 BLOCK = Block(
     "sm", __doc__.split("\n\n")[0],
     params=(
-        Param("sms_per_gpu", "system.gpu.num_sms", "SMs", "SMs per GPU",
-              lambda cfg: cfg.system.gpu.num_sms, "config: system.gpu.num_sms"),
-        Param("slots_per_sm", "system.gpu.sm.max_resident_tbs", "streams",
-              "instruction-stream (thread-block or warp-group) slots per SM: max_resident_tbs, or "
-              "a launch's warp_groups if larger (sizing.py)", stream_slots_per_sm,
-              "config: system.gpu.sm.max_resident_tbs; workload.launches[].warp_groups"),
-        Param("issue_width", "system.gpu.sm.issue_width", "instructions/cycle",
-              "instructions issued per SM cycle", lambda cfg: cfg.system.gpu.sm.issue_width,
-              "config: system.gpu.sm.issue_width"),
-        Param("sm_period_fs", "system.gpu.sm_clock", "fs", "SM clock period",
-              lambda cfg: period_fs(cfg.system.gpu.sm_clock), "config: system.gpu.sm_clock"),
-        Param("smem_bytes", "system.gpu.sm.smem_bytes", "bytes", "shared memory per SM",
-              lambda cfg: cfg.system.gpu.sm.smem_bytes, "config: system.gpu.sm.smem_bytes"),
-        Param("lsu_bytes_per_cycle", "system.gpu.sm.lsu_bytes_per_cycle", "bytes/cycle",
-              "load/store unit bytes per SM cycle (the LSU loads of vector instructions with "
-              "lsu_loads; other instructions take it from their ISA throughput)",
-              lambda cfg: cfg.system.gpu.sm.lsu_bytes_per_cycle,
-              "config: system.gpu.sm.lsu_bytes_per_cycle"),
-        Param("smem_latency_cycles", "system.gpu.sm.smem_latency_cycles", "SM cycles",
-              "shared-memory load latency", lambda cfg: cfg.system.gpu.sm.smem_latency_cycles,
-              "config: system.gpu.sm.smem_latency_cycles"),
+        key_param("sms_per_gpu", "system.gpu.num_sms"),
+        Param("slots_per_sm", "system.gpu.sm.max_resident_tbs, workload.launches[i].warp_groups",
+              "streams", "instruction-stream (thread-block or warp-group) slots per SM: "
+              "max_resident_tbs, or a launch's warp_groups if larger (sizing.py)",
+              stream_slots_per_sm, "derived: the larger of the two"),
+        key_param("issue_width", "system.gpu.sm.issue_width"),
+        key_param("sm_period_fs", "system.gpu.sm_clock",
+                  lambda cfg: period_fs(cfg.system.gpu.sm_clock), unit="fs", how="its period"),
+        key_param("smem_bytes", "system.gpu.sm.smem_bytes"),
+        key_param("lsu_bytes_per_cycle", "system.gpu.sm.lsu_bytes_per_cycle",
+                  how="what the LSU loads of vector instructions with lsu_loads take; other "
+                  "instructions take their ISA throughput"),
+        key_param("smem_latency_cycles", "system.gpu.sm.smem_latency_cycles"),
     ),
     # Both in whole cache lines, the fields every issue cycle reads first: an issue event scans
     # every slot of its SM (state, pc, ready), one line per slot (a 136-byte record straddled two

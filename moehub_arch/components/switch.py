@@ -50,6 +50,7 @@ from .packet import (PK_CAIS_LD, PK_CTR_ADD, PK_MM_DATA, PK_MM_LD, PK_MM_ST, VC_
                      packet_free, packet_vc)
 from .trace import CAT_SWITCH, TR_XBAR, trace_event
 from .wakeups import xbar_kick
+from ..config.keys import key_param
 from ..declare import Block, Debug, Event, Param, Stat, StatGroup, Timer, fields
 from .nvlink import RX_STATS, TX_STATS, _channels, channel_name
 from .link_class import LINK_IB
@@ -86,18 +87,16 @@ def switch_findings(sim):
 BLOCK = Block(
     "switch", __doc__.split("\n\n")[0],
     params=(
-        Param("num_switches", "system.switch.count", "switches", "NVSwitch chips in the system "
+        Param("num_switches", "system.switch.count, system.nodes.count, system.switch.topology",
+              "switches", "NVSwitch chips in the system "
               "(every node's; none with NVLink bridges)",
               lambda cfg: 0 if cfg.system.switch.topology == "bridge_pairs"
               else cfg.system.switch.count * cfg.system.nodes.count,
-              "config: system.switch.count x system.nodes.count"),
-        Param("cut_through", "system.switch.forwarding", "bool", "1: a packet crosses once its "
-              "header is in (cut_through), 0: once the whole packet is (store_and_forward)",
-              lambda cfg: int(cfg.system.switch.forwarding == "cut_through"),
-              "config: system.switch.forwarding"),
-        Param("switch_traversal_ticks", "system.switch.traversal_latency", "ps",
-              "input-to-output traversal", lambda cfg: cfg.system.switch.traversal_latency,
-              "config: system.switch.traversal_latency"),
+              "derived: system.switch.count x system.nodes.count, 0 with bridge_pairs"),
+        key_param("cut_through", "system.switch.forwarding",
+                  lambda cfg: int(cfg.system.switch.forwarding == "cut_through"), "bool",
+                  "1: cut_through, 0: store_and_forward"),
+        # the traversal itself is each forwarding node's (State.ch traversal, topology.py)
     ),
     # a switch port is the far end of a link: its input buffer lives on the link's up channel
     fields=fields("ch", ("rxq_head", "switch input buffer (ids in State.rxq)"), ("rxq_count", ""),

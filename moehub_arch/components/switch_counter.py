@@ -25,7 +25,8 @@ several nodes is refused at build.
 """
 from ..engine.jit import compiled
 from ..engine.state import ERR_CTR_RANGE, ROUTE_FIRST, ROUTE_N
-from ..declare import Array, Block, Param, Receive, Send, Stat, StatGroup, counters, fields
+from ..config.keys import key_param
+from ..declare import Array, Block, Receive, Send, Stat, StatGroup, counters, fields
 from .hbm import raise_error
 from .hub import hub_accept, hub_emit, hub_enqueue, hub_request_packet, hub_wait_for_room
 from .hub_receive import complete_request
@@ -69,10 +70,7 @@ def check_counters(sim, out):
 
 BLOCK = Block(
     "switch_counter", __doc__.split("\n\n")[0],
-    params=(Param("ctr_entries", "system.switch.counter.entries", "counters",
-                  "fetch-and-add counters per switch (0: the block is off)", _entries,
-                  "assumption: a worked example, not a published NVSwitch feature "
-                  "(config: system.switch.counter.entries)"),),
+    params=(key_param("ctr_entries", "system.switch.counter.entries"),),
     arrays=(Array("ctr_table", "per switch, its counters' values (0 at the start of a run)",
                   lambda cfg: (max(1, cfg.system.switch.count * cfg.system.nodes.count),
                                max(1, _entries(cfg)))),),

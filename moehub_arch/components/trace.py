@@ -61,7 +61,8 @@ ACTIVITY_NAMES = {ACT_RUN: "run", ACT_MEMORY: "memory", ACT_COMPUTE: "compute",
 BLOCK = Block(
     "trace", "event records for timelines and debug output (this module; moehub_arch/trace/)",
     params=(
-        Param("trace_mask", "debug.flags, trace", "bitmask", "categories recorded now (CAT_*); 0: "
+        Param("trace_mask", "debug.flags, trace.components", "bitmask",
+              "categories recorded now (CAT_*); 0: "
               "off, set by Python between batches", None, "derived: set at run time by trace/"),
         Param("trace_limit", "", "records", "fill level of State.trace that returns to Python",
               None, "derived: set at run time by trace/ from the buffer size"),

@@ -53,7 +53,7 @@ def yaml_comments(path) -> dict:
 class KeyDoc:
     key: str          # dotted path; list items and named entries as <name> / [i]
     kind: str         # the schema kind (int, time, bandwidth, choice, ...)
-    unit: str         # base unit of a quantity, else ''
+    unit: str         # base unit of a quantity, what an int or float counts, else ''
     default: str      # 'required' for keys every config must set
     doc: str
     choices: tuple
@@ -89,7 +89,8 @@ def schema_keys(cls=Config, prefix="") -> list:
         elif kind == "list":
             out += schema_keys(m["cls"], f"{key}[i]")
         else:
-            out.append(KeyDoc(key, kind, BASE_UNITS.get(kind, ""), _default_text(a), m["doc"],
+            out.append(KeyDoc(key, kind, BASE_UNITS.get(kind) or m.get("unit") or "",
+                              _default_text(a), m["doc"],
                               tuple(m.get("choices") or ())))
     return out
 
@@ -155,7 +156,8 @@ def describe_keys(pattern=None, cfg: Config | None = None) -> str:
             if where not in comments:
                 comments[where] = yaml_comments(path)
             text, note = comments[where].get(d.key, ("", ""))
-        shown = text or (format_quantity(value, d.kind) if d.unit and isinstance(value, (int, float))
+        shown = text or (format_quantity(value, d.kind)
+                         if d.kind in UNIT_KINDS and isinstance(value, (int, float))
                          else str(value))
         lines.append(f"    value: {shown}" + (f"   (set in {where})" if where else "   (default)"))
         if note:

@@ -66,7 +66,8 @@ class RunConfig:
                            "transfer as one train (one event per hop): bandwidth, header and flit "
                            "overhead, credits and packet statistics stay exact; store-and-forward "
                            "and arbitration per train are an approximation (tools/bench.py "
-                           "measures its error). 1 = every packet simulated (exact)", 1, min=1)
+                           "measures its error). 1 = every packet simulated (exact)", 1, min=1,
+                           unit="packets")
     shortcuts: tuple = _f("choice_tuple", "the engine's exact shortcuts (docs/engine_order.md): "
                           "tx_wake (a link transmitter sleeps straight to its head packet's ready "
                           "tick), idle_output (a switch input's packet is sent on an idle output "

@@ -10,26 +10,32 @@ from .schema_fields import _f
 
 @attrs.frozen
 class SmConfig:
-    max_resident_tbs: int = _f("int", "thread blocks resident on one SM at a time", min=1)
-    issue_width: int = _f("int", "instructions issued per SM cycle", min=1)
+    max_resident_tbs: int = _f("int", "thread blocks resident on one SM at a time", min=1,
+                               unit="thread blocks")
+    issue_width: int = _f("int", "instructions issued per SM cycle", min=1,
+                          unit="instructions/cycle")
     smem_bytes: int = _f("size", "shared memory per SM", min=0)
-    tb_launch_cycles: int = _f("int", "SM cycles to launch a thread block", min=0)
-    tensor_bf16_flops_per_cycle: int = _f("int", "dense BF16 tensor FLOP per SM cycle", min=1)
-    tensor_tf32_flops_per_cycle: int = _f("int", "dense TF32 tensor FLOP per SM cycle", min=1)
+    tb_launch_cycles: int = _f("int", "SM cycles to launch a thread block", min=0, unit="SM cycles")
+    tensor_bf16_flops_per_cycle: int = _f("int", "dense BF16 tensor FLOP per SM cycle", min=1,
+                                          unit="FLOP/cycle")
+    tensor_tf32_flops_per_cycle: int = _f("int", "dense TF32 tensor FLOP per SM cycle", min=1,
+                                          unit="FLOP/cycle")
     tensor_fp8_flops_per_cycle: int = _f("int", "dense FP8 tensor FLOP per SM cycle (0: no FP8 "
                                          "tensor cores); an ISA throughput expression names it "
-                                         "as sm.tensor_fp8_flops_per_cycle", min=0)
-    vector_lanes: int = _f("int", "FP32 lanes per SM", min=1)
-    lsu_bytes_per_cycle: int = _f("int", "load/store bytes per SM cycle", min=1)
-    smem_latency_cycles: int = _f("int", "shared memory load latency in SM cycles", min=0)
+                                         "as sm.tensor_fp8_flops_per_cycle", min=0,
+                                         unit="FLOP/cycle")
+    vector_lanes: int = _f("int", "FP32 lanes per SM", min=1, unit="lanes")
+    lsu_bytes_per_cycle: int = _f("int", "load/store bytes per SM cycle", min=1, unit="bytes/cycle")
+    smem_latency_cycles: int = _f("int", "shared memory load latency in SM cycles", min=0,
+                                  unit="SM cycles")
     registers: int = _f("int", "32-bit registers per SM: the resident blocks' registers (a "
                         "kernel's .threads x .regs, allocated per warp in units of "
-                        "register_alloc_unit) must fit", min=1)
+                        "register_alloc_unit) must fit", min=1, unit="registers")
     max_threads: int = _f("int", "threads resident on one SM (the resident blocks' .threads)",
-                          min=1)
+                          min=1, unit="threads")
     register_alloc_unit: int = _f("int", "registers are allocated to a warp in multiples of this "
                                   "many (CUDA occupancy: 256 on compute capability 5.0-9.0)",
-                                  min=1)
+                                  min=1, unit="registers")
 
 
 MEMORY_ARBITRATION = ("paced", "fifo")
@@ -38,10 +44,11 @@ MEMORY_ARBITRATION = ("paced", "fifo")
 @attrs.frozen
 class HbmConfig:
     bandwidth: float = _f("bandwidth", "peak HBM bandwidth per GPU", min=1)
-    channels: int = _f("int", "independent HBM channels per GPU", min=1)
+    channels: int = _f("int", "independent HBM channels per GPU", min=1, unit="channels")
     interleave_bytes: int = _f("size", "address interleave granule across channels", min=1)
-    latency_cycles: int = _f("int", "load latency in SM cycles", min=0)
-    atomic_latency_cycles: int = _f("int", "extra latency of an atomic at memory, SM cycles", min=0)
+    latency_cycles: int = _f("int", "load latency in SM cycles", min=0, unit="SM cycles")
+    atomic_latency_cycles: int = _f("int", "extra latency of an atomic at memory, SM cycles", min=0,
+                                    unit="SM cycles")
     capacity: int = _f("size", "HBM capacity per GPU", min=1)
     arbitration: str = _f("choice", "how the channels (and the L2 read port) share their bandwidth: "
                           "paced (an SM instruction's operand traffic streams over the "
@@ -52,7 +59,8 @@ class HbmConfig:
     arbitration_window: int = _f("time", "granularity of the paced-arbitration calendar (the "
                                  "bandwidth left to other requests is tracked per window)", min=1)
     queue_depth: int = _f("int", "requests (32 B) a channel controller queues: under paced "
-                          "arbitration a request waits at most for a full queue to drain", min=1)
+                          "arbitration a request waits at most for a full queue to drain", min=1,
+                          unit="requests")
 
 
 L2_LINK_WRITES = ("hbm", "write_back")
@@ -62,7 +70,7 @@ L2_LINK_WRITES = ("hbm", "write_back")
 class L2Config:
     bandwidth: float = _f("bandwidth", "aggregate L2 read bandwidth per GPU (reads marked shared)",
                           min=1)
-    latency_cycles: int = _f("int", "L2 hit latency in SM cycles", min=0)
+    latency_cycles: int = _f("int", "L2 hit latency in SM cycles", min=0, unit="SM cycles")
     link_writes: str = _f("choice", "where writes arriving from NVLink land: hbm (the link buffer "
                           "is held until the HBM channels took the data) or write_back (the L2 "
                           "absorbs them at its bandwidth; the HBM write-back costs channel bandwidth "
@@ -71,7 +79,8 @@ class L2Config:
                        "L2 holds: marked reads beyond it miss and are read from HBM "
                        "(components/l2.py)", min=1)
     tracked_regions: int = _f("int", "entries of the L2 residency table per GPU: one per resident "
-                              "operand region, least recently used evicted when full", min=1)
+                              "operand region, least recently used evicted when full", min=1,
+                              unit="regions")
 
 
 RPM_SCHEDULES = ("arrival", "full_first", "uncoalesced", "paper")
@@ -86,10 +95,12 @@ class RpmConfig:
     flush_timeout: int = _f("time", "a partly filled merge buffer is sent once its oldest byte waited "
                             "this long", min=0)
     row_queue_depth: int = _f("int", "rows accepted but not yet landed, per destination GPU (row "
-                              "descriptor ring); send_to_expert blocks when it is full", min=1)
+                              "descriptor ring); send_to_expert blocks when it is full", min=1,
+                              unit="rows")
     row_header_bytes: int = _f("size", "metadata carried with each row in the byte stream (expert, "
                                "size, home slot, aux)", min=0)
-    packets_per_cycle: int = _f("int", "packets the RPM emits per hub cycle", min=1)
+    packets_per_cycle: int = _f("int", "packets the RPM emits per hub cycle", min=1,
+                                unit="packets/hub cycle")
     arbitration: str = _f("choice", "which destination's merge buffer is sent next",
                           choices=("round_robin", "longest_first"))
     schedule: str = _f("choice", "arrival (this project's first reading: any destination with a "
@@ -106,7 +117,7 @@ class RpmConfig:
                              "mapping an id to its logical destination and row size, arXiv "
                              "2605.05888). Default 256, assumption: one per routed expert of the "
                              "largest shipped model (DeepSeek-V3); the paper does not size it",
-                             256, min=1)
+                             256, min=1, unit="ids")
 
 
 AAU_OVERFLOW = ("stall", "spill")
@@ -114,10 +125,11 @@ AAU_OVERFLOW = ("stall", "spill")
 
 @attrs.frozen
 class AauConfig:
-    alloc_latency_cycles: int = _f("int", "hub cycles to allocate a window slot for a row", min=0)
+    alloc_latency_cycles: int = _f("int", "hub cycles to allocate a window slot for a row", min=0,
+                                   unit="hub cycles")
     record_table_entries: int = _f("int", "on-chip row address table entries per GPU (one per row "
                                    "allocated whose tile is not yet released); what happens when it "
-                                   "is full is `overflow`", min=1)
+                                   "is full is `overflow`", min=1, unit="records")
     overflow: str = _f("choice", "a full row table: stall (allocation waits until a tile is released: "
                        "this project's first reading) or spill (the oldest entry is evicted FIFO to "
                        "device memory, an HBM write; a later packet of that row reads it back: MoE-Hub "
@@ -128,9 +140,10 @@ class AauConfig:
 
 @attrs.frozen
 class DamConfig:
-    tile_rows: int = _f("int", "rows of one tile: the unit made ready and claimed", min=1)
+    tile_rows: int = _f("int", "rows of one tile: the unit made ready and claimed", min=1,
+                        unit="rows")
     notify_latency_cycles: int = _f("int", "hub cycles from a tile's last row landing to the tile "
-                                    "being claimable", min=0)
+                                    "being claimable", min=0, unit="hub cycles")
     consumers: str = _f("choice", "who starts the work on a ready tile: claim (claimer thread "
                         "blocks sleep in claim_buffer: this project's first reading) or launch (the "
                         "DAM starts the consumer thread blocks of each ready tile: a launch with "
@@ -143,7 +156,7 @@ class DamConfig:
                     "expert's weight column tiles through the L2)",
                     choices=("ready", "expert"))
     expert_tiles: int = _f("int", "with order: expert, the ready tiles of one expert handed out "
-                           "together (at most the expert window's tiles)", min=1)
+                           "together (at most the expert window's tiles)", min=1, unit="tiles")
 
 
 HUB_INTERNODE = ("per_expert", "per_node")
@@ -172,13 +185,13 @@ class MoeHubConfig:
                                   "have in flight toward one forwarder, so the buffer never binds "
                                   "(assumption: HBM is cheap next to the hub's SRAM; 768 rows = "
                                   "5.5 MB of DeepSeek-V3 bf16 rows at 4 nodes and 256-row rings)",
-                                  0, min=0)
+                                  0, min=0, unit="rows")
     forward_latency_cycles: int = _f("int", "internode: per_node - hub cycles from a row's last "
                                      "byte written in the forwarding buffer to its copies entering "
                                      "the RPM's streams (read the row's expert list, one "
                                      "descriptor per destination). Default 4, assumption: as the "
                                      "AAU's allocation (a table lookup and a descriptor write)",
-                                     4, min=0)
+                                     4, min=0, unit="hub cycles")
     internode_combine: str = _f("choice", "how the moehub combine brings expert outputs home "
                                 "across nodes: per_expert (each output row goes home over its own "
                                 "put) or per_node (needs internode: per_node; DeepEP's internode "
@@ -194,23 +207,27 @@ class MoeHubConfig:
 @attrs.frozen
 class HubConfig:
     clock: int = _f("frequency", "hub clock", min=1)
-    packets_per_cycle: int = _f("int", "packets the hub moves per hub cycle", min=1)
-    request_queue_depth: int = _f("int", "SM-to-hub request queue entries", min=1)
-    max_outstanding_requests: int = _f("int", "remote requests in flight per GPU", min=1)
+    packets_per_cycle: int = _f("int", "packets the hub moves per hub cycle", min=1,
+                                unit="packets/hub cycle")
+    request_queue_depth: int = _f("int", "SM-to-hub request queue entries", min=1, unit="requests")
+    max_outstanding_requests: int = _f("int", "remote requests in flight per GPU", min=1,
+                                       unit="requests")
     posted_store_tags: int = _f("int", "multimem.st / multimem.red / dymultimem.st operations "
                                 "whose last packet is out (their request-table entry is free) and "
                                 "whose write responses are still due: the fence counts them (0: a "
                                 "multimem store holds its table entry until its responses are in)",
-                                min=0)
-    tx_latency_cycles: int = _f("int", "hub cycles from request to NVLink port", min=0)
-    rx_latency_cycles: int = _f("int", "hub cycles from NVLink port to memory/SM", min=0)
+                                min=0, unit="operations")
+    tx_latency_cycles: int = _f("int", "hub cycles from request to NVLink port", min=0,
+                                unit="hub cycles")
+    rx_latency_cycles: int = _f("int", "hub cycles from NVLink port to memory/SM", min=0,
+                                unit="hub cycles")
     moe: MoeHubConfig = _f("node", "MoE-Hub control plane: RPM, AAU, DAM", cls=MoeHubConfig)
 
 
 @attrs.frozen
 class GpuConfig:
     name: str = _f("str", "GPU model name")
-    num_sms: int = _f("int", "streaming multiprocessors per GPU", min=1)
+    num_sms: int = _f("int", "streaming multiprocessors per GPU", min=1, unit="SMs")
     sm_clock: int = _f("frequency", "SM clock", min=1)
     kernel_launch_latency: int = _f("time", "host-side kernel launch overhead", min=0)
     sm: SmConfig = _f("node", "streaming multiprocessor", cls=SmConfig)
@@ -221,7 +238,7 @@ class GpuConfig:
 
 @attrs.frozen
 class NvlinkConfig:
-    links_per_gpu: int = _f("int", "NVLink links per GPU", min=1)
+    links_per_gpu: int = _f("int", "NVLink links per GPU", min=1, unit="links")
     bandwidth: float = _f("bandwidth", "per link, per direction", min=1)
     latency: int = _f("time", "one-way wire/PHY latency per link", min=0)
     max_payload_bytes: int = _f("size", "largest payload of one packet", min=1)
@@ -235,8 +252,9 @@ class NvlinkConfig:
                               "one header-only response per write packet on the reverse path) or "
                               "per_request (one response per put: the responses nearly free)",
                               choices=("per_packet", "per_request"))
-    rx_buffer_flits: int = _f("int", "receive buffer (credits) per link direction", min=1)
-    tx_queue_packets: int = _f("int", "transmit queue per link", min=1)
+    rx_buffer_flits: int = _f("int", "receive buffer (credits) per link direction", min=1,
+                              unit="flits")
+    tx_queue_packets: int = _f("int", "transmit queue per link", min=1, unit="packets")
     response_path: str = _f("choice", "separate: responses (write responses, read data, atomic "
                             "results) travel in their own virtual channel, made beside the hub's "
                             "request packetizer, with their own transmit queues, receive buffers "
@@ -245,10 +263,10 @@ class NvlinkConfig:
                             choices=("separate", "shared"))
     response_queue_packets: int = _f("int", "response-channel transmit queue per link direction "
                                      "(GPU and switch output ports; response_path: separate)",
-                                     min=1)
+                                     min=1, unit="packets")
     response_buffer_flits: int = _f("int", "response-channel receive buffer (credits) per link "
                                     "direction (switch input ports and GPUs; response_path: "
-                                    "separate)", min=1)
+                                    "separate)", min=1, unit="flits")
     vc_arbitration: str = _f("choice", "which virtual channel a link direction sends when both "
                              "have a packet ready with credits (response_path: separate): "
                              "round_robin (alternate, packet by packet: starvation-free, as "
@@ -261,23 +279,24 @@ class NvlinkConfig:
 @attrs.frozen
 class DysharpConfig:
     max_targets: int = _f("int", "most targets (expert ids) one dymultimem operation may name "
-                          "(components/dysharp.py)", min=1)
+                          "(components/dysharp.py)", min=1, unit="targets")
     multimemq_entries: int = _f("int", "a GPU's MultimemQ: dymultimem operations whose target "
                                 "lists are being fetched and whose packets the hub has not all "
-                                "sent; a full queue stalls the issuing thread block", min=1)
+                                "sent; a full queue stalls the issuing thread block", min=1,
+                                unit="entries")
     al_tlb_entries: int = _f("int", "a GPU hub's AL-TLB: cached entries of the algebraic-to-layout "
-                             "table (the table itself lives in HBM)", min=1)
+                             "table (the table itself lives in HBM)", min=1, unit="entries")
     al_tlb_ways: int = _f("int", "AL-TLB associativity: entries per set, LRU within a set "
                           "(0: fully associative; 1: direct-mapped); al_tlb_entries must be a "
-                          "multiple of it", min=0)
+                          "multiple of it", min=0, unit="entries")
     tracker_tiles: int = _f("int", "token-centric fusion: entries of a GPU's token-tracker tile "
                             "table (an arrival counter per row tile in use: taken by the tile's "
                             "first bytes, freed when its jobs are done, where the objects name "
                             "workload.multicast[].done_counters; without them every tile needs "
-                            "one at once)", min=1)
+                            "one at once)", min=1, unit="entries")
     tracker_tokens: int = _f("int", "token-centric fusion: entries of a GPU's token-tracker token "
                              "table (one ready-output counter per token it sends); a layer with "
-                             "more tokens per GPU is refused", min=1)
+                             "more tokens per GPU is refused", min=1, unit="tokens")
     tracker_full: str = _f("choice", "token-centric fusion: a tile whose first bytes find the tile "
                            "table full - defer: the bytes are written and counted aside (the "
                            "paper's per-tile DRAM table), the tile takes the next entry freed and "
@@ -302,7 +321,8 @@ class NvlsConfig:
 class CaisSwitchConfig:
     entries_per_port: int = _f("int", "CAIS merge-table entries per switch port toward a GPU, one "
                                "request line (system.nvlink.store_packet_bytes) each (CAIS, arXiv "
-                               "2605.05628: 40 KB / 320 entries per port)", 320, min=1)
+                               "2605.05628: 40 KB / 320 entries per port)", 320, min=1,
+                               unit="entries")
     timeout: int = _f("time", "a merge-table entry older than this is written home (a partial sum) "
                       "or dropped (a served load) (assumption: 2 us, about two round trips of a "
                       "250 ns link plus queueing; CAIS gives per-entry timers but no value)",
@@ -319,22 +339,23 @@ class CaisSwitchConfig:
                            "assumption: 256, room for the 132 thread-block groups of one GEMM "
                            "kernel per GPU plus a collective's 16 channels even if every flag "
                            "hashed to one switch; a full table holds the arrival at its input)",
-                           256, min=1)
+                           256, min=1, unit="entries")
 
 
 @attrs.frozen
 class SwitchCounterConfig:
     entries: int = _f("int", "fetch-and-add counters per switch chip (ctr.add; "
                       "components/switch_counter.py). 0: none, the block is off (assumption: a "
-                      "worked example of a block, not a published NVSwitch feature)", 0, min=0)
+                      "worked example of a block, not a published NVSwitch feature)", 0, min=0,
+                      unit="counters")
 
 
 @attrs.frozen
 class SwitchConfig:
-    count: int = _f("int", "NVSwitch chips", min=1)
-    ports: int = _f("int", "NVLink ports per switch chip", min=1)
+    count: int = _f("int", "NVSwitch chips", min=1, unit="switches")
+    ports: int = _f("int", "NVLink ports per switch chip", min=1, unit="ports")
     traversal_latency: int = _f("time", "input-to-output latency of one switch", min=0)
-    output_queue_packets: int = _f("int", "packets queued per output port", min=1)
+    output_queue_packets: int = _f("int", "packets queued per output port", min=1, unit="packets")
     forwarding: str = _f("choice", "cut_through: a packet starts across the switch once its header "
                          "flit is in; store_and_forward: once the whole packet is",
                          choices=("cut_through", "store_and_forward"))
@@ -357,8 +378,9 @@ class SwitchConfig:
 @attrs.frozen
 class NodesConfig:
     count: int = _f("int", "nodes (servers); system.num_gpus becomes count x gpus_per_node", 1,
-                    min=1)
-    gpus_per_node: int = _f("int", "GPUs per node (0: system.num_gpus, one node)", 0, min=0)
+                    min=1, unit="nodes")
+    gpus_per_node: int = _f("int", "GPUs per node (0: system.num_gpus, one node)", 0, min=0,
+                            unit="GPUs")
 
 
 @attrs.frozen
@@ -376,11 +398,11 @@ class PcieConfig:
 
 @attrs.frozen
 class NicConfig:
-    per_node: int = _f("int", "NICs per node", 0, min=0)
+    per_node: int = _f("int", "NICs per node", 0, min=0, unit="NICs")
     gpus_per_nic: int = _f("int", "GPUs sharing one NIC (> 1: a PCIe switch joins them)", 1,
-                           min=1)
+                           min=1, unit="GPUs")
     message_rate: float = _f("float", "work requests (RDMA messages) the NIC starts per second",
-                             0.0, min=0)
+                             0.0, min=0, unit="messages/s")
     processing_latency: int = _f("time", "NIC pipeline latency a packet spends crossing it", 0,
                                  min=0)
     doorbell_latency: int = _f("time", "from the GPU's doorbell to the first byte of a work "
@@ -392,8 +414,9 @@ class NicConfig:
                              "ahead of the link", 0, min=0)
     send_scheduling: str = _f("choice", "qp_round_robin: the NIC's send scheduler serves its "
                               "queue pairs (one per destination GPU) round-robin, one IB packet "
-                              "(MTU) at a time; message_fifo: whole messages in the order the GPU "
-                              "issued them", "qp_round_robin",
+                              "(MTU) at a time (DeepEP issue 147: round-robin by QPN; "
+                              "assumption: one IB packet per turn); message_fifo: whole messages "
+                              "in the order the GPU issued them", "qp_round_robin",
                               choices=("qp_round_robin", "message_fifo"))
     queue_pairs: str = _f("choice", "the queue pairs a GPU's RDMA messages use, which the send "
                           "scheduler serves in turn and whose own messages keep their order: "
@@ -416,18 +439,18 @@ class InfinibandConfig:
     buffer_bytes: int = _f("size", "receive buffer (link credits) per port and direction", 0,
                            min=0)
     switch_latency: int = _f("time", "port-to-port traversal of an IB switch", 0, min=0)
-    switch_ports: int = _f("int", "ports per IB switch", 0, min=0)
+    switch_ports: int = _f("int", "ports per IB switch", 0, min=0, unit="ports")
     topology: str = _f("choice", "single_switch: every NIC on one switch; rail_optimized: NIC i "
                        "of every node on leaf i (its rail), leaves joined by spine switches",
                        "single_switch", choices=("single_switch", "rail_optimized"))
     spine_switches: int = _f("int", "spine switches (rail_optimized), each linked once to every "
-                             "leaf", 0, min=0)
+                             "leaf", 0, min=0, unit="switches")
 
 
 @attrs.frozen
 class SystemConfig:
     name: str = _f("str", "system name")
-    num_gpus: int = _f("int", "GPUs in the system", min=1)
+    num_gpus: int = _f("int", "GPUs in the system", min=1, unit="GPUs")
     gpu: GpuConfig = _f("node", "one GPU (all GPUs are identical)", cls=GpuConfig)
     nvlink: NvlinkConfig = _f("node", "NVLink links", cls=NvlinkConfig)
     switch: SwitchConfig = _f("node", "NVSwitch chips", cls=SwitchConfig)

@@ -49,7 +49,7 @@ class MulticastConfig:
                       "hub sets a tile's word to 1 once every byte of its rows has landed (every "
                       "object naming the same tracker counts towards it); '': not tracked", "")
     tile_rows: int = _f("int", "dynamic object with a tracker: rows of one tracked row tile", 0,
-                        min=0)
+                        min=0, unit="rows")
     layout_rows: int = _f("int", "dynamic object: rows each local target's layout may hold (the "
                           "hub refuses a row beyond them: a full layout is a run error); the "
                           "layouts keep the buffer's stride, buffer bytes / (targets_per_gpu x "
@@ -131,11 +131,11 @@ class ReportConfig:
 @attrs.frozen
 class MoeWorkloadConfig:
     num_experts: int = _f("int", "experts addressed by send_to_expert (0: the hub's MoE path is "
-                          "unused)", 0, min=0)
+                          "unused)", 0, min=0, unit="experts")
     placement: tuple | None = _f("opt_int_tuple", "GPU of each expert (default: blocks of "
                                  "num_experts / num_gpus consecutive experts per GPU)", None, min=0)
     window_rows: int = _f("int", "rows in each expert's receive window (a multiple of "
-                          "system.gpu.hub.moe.dam.tile_rows)", 0, min=0)
+                          "system.gpu.hub.moe.dam.tile_rows)", 0, min=0, unit="rows")
     row_bytes: int = _f("size", "window slot size: the largest row send_to_expert may send",
                         0, min=0)
 
@@ -252,7 +252,7 @@ class BlockConfig:
     gemm_tbs: int = _f("int", "thread blocks per GPU of the FFN kernel (assumption: one per SM "
                        "of an H100, 132)", 132, min=1)
     tile_rows: int = _f("int", "M tile of the FFN GEMM jobs (assumption: 128, CUTLASS's common "
-                        "128 x 128 tile)", 128, min=1)
+                        "128 x 128 tile)", 128, min=1, unit="rows")
     allreduce_channels: int = _f("int", "thread blocks (NCCL channels) of the TP collectives, "
                                  "ring or NVLS (assumption: 16, as configs/ubench/"
                                  "allreduce_ring.yaml and allreduce_nvls.yaml)", 16, min=1)

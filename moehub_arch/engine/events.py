@@ -67,6 +67,7 @@ from .state import aligned_zeros
 from .stateref import jit_disabled
 from ..declare import Block, Param, Record, Stat, StatGroup, fields
 from ..config.schema import SHORTCUTS
+from ..config.keys import key_param
 
 # the engine's exact shortcuts (run.shortcuts; docs/engine_order.md), bits of State.p shortcuts:
 # each leaves out events that the canonical order makes redundant, with the same model stats
@@ -111,16 +112,13 @@ NOW_MAX_TIMERS = 1 << 20
 BLOCK = Block(
     "engine", "event queue and component timers (this module), run-wide parameters, runtime errors",
     params=(
-        Param("num_gpus", "system.num_gpus", "GPUs", "GPUs in the system",
-              lambda cfg: cfg.system.num_gpus, "config: system.num_gpus"),
-        Param("functional", "workload.mode", "bool", "1 in functional mode (memory holds values)",
-              lambda cfg: int(cfg.workload.mode == "functional"), "config: workload.mode"),
-        Param("packet_train", "run.packet_train", "packets",
-              "link packets simulated as one (1 = exact; components/packet.py)",
-              lambda cfg: cfg.run.packet_train, "config: run.packet_train"),
-        Param("shortcuts", "run.shortcuts", "bit mask", "the exact shortcuts taken (SHORTCUT_*)",
-              lambda cfg: sum(1 << SHORTCUTS.index(n) for n in cfg.run.shortcuts),
-              "config: run.shortcuts"),
+        key_param("num_gpus", "system.num_gpus"),
+        key_param("functional", "workload.mode", lambda cfg: int(cfg.workload.mode == "functional"),
+                  "bool", "1: functional, 0: timing"),
+        key_param("packet_train", "run.packet_train"),
+        key_param("shortcuts", "run.shortcuts",
+                  lambda cfg: sum(1 << SHORTCUTS.index(n) for n in cfg.run.shortcuts), "bit mask",
+                  "bit i set: SHORTCUTS[i] taken (SHORTCUT_*)"),
         Param("tm_count", "", "timers", "component timers in all (composition: the sum of every "
               "block's timer range)", None, "derived: from the blocks' Timer declarations"),
     ),

@@ -84,6 +84,7 @@ isa.py (the instructions as the SM issues them); this module declares the block.
 from ...engine.jit import compiled
 
 from ...engine.state import ROUTE_FIRST, ROUTE_N
+from ...config.keys import key_param
 from ...declare import (Array, Block, Event, Param, Receive, Record, Send, Stat, StatGroup, Timer, counters,
                         fields)
 from ..packet import (PK_CAIS_GO, PK_CAIS_READ, PK_CAIS_REPLY, PK_CAIS_WRITE, REQ_CAIS_LD,
@@ -274,21 +275,10 @@ BLOCK = Block(
     params=(
         Param("cais_groups", "workload.cais", "groups", "registered CAIS groups",
               lambda cfg: len(cfg.workload.cais), "config: workload.cais"),
-        Param("cais_entries_per_port", "system.switch.cais.entries_per_port", "entries",
-              "merge-table entries per switch port toward a GPU",
-              lambda cfg: cfg.system.switch.cais.entries_per_port,
-              "config: system.switch.cais.entries_per_port (CAIS arXiv 2605.05628: 320 per port)"),
-        Param("cais_timeout_ticks", "system.switch.cais.timeout", "ps", "merge-table entry timer",
-              lambda cfg: cfg.system.switch.cais.timeout,
-              "config: system.switch.cais.timeout (assumption: CAIS gives no value)"),
-        Param("cais_throttle", "system.switch.cais.throttle", "bool", "1: a GPU ahead of every "
-              "entry of a full table waits instead of evicting",
-              lambda cfg: int(cfg.system.switch.cais.throttle),
-              "config: system.switch.cais.throttle (CAIS arXiv 2605.05628 throttles GPUs that run "
-              "ahead; off by default)"),
-        Param("cais_sync_entries", "system.switch.cais.sync_entries", "entries",
-              "group sync table entries per switch", lambda cfg: cfg.system.switch.cais.sync_entries,
-              "config: system.switch.cais.sync_entries (assumption: CAIS gives no size)"),
+        key_param("cais_entries_per_port", "system.switch.cais.entries_per_port"),
+        key_param("cais_timeout_ticks", "system.switch.cais.timeout"),
+        key_param("cais_throttle", "system.switch.cais.throttle"),
+        key_param("cais_sync_entries", "system.switch.cais.sync_entries"),
         Param("cais_writeback_slots", "", "slots", "write-back slots per port",
               _writeback_slots, "derived: output_queue_packets + rx_buffer_flits + 1 (the writes "
               "a port's queue, link and the home's buffer hold)"),

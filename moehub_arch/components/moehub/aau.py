@@ -47,6 +47,7 @@ from ..wakeups import rpm_kick, tb_resume
 from ..trace import CAT_AAU, TR_AAU_ALLOC, TR_AAU_STALL, trace_event
 from .dam import dam_row_landed, dam_source_ended
 from .rpm import row_at, row_header
+from ...config.keys import key_param
 from ...declare import (Array, Block, Debug, Param, Receive, Record, Stat, StatGroup, counters,
                         fields)
 from .rowtable import (RS_ALLOC, RS_FIELDS, RS_LANDED, RS_RAT, RS_RID, RS_ROW, RS_SIZE,
@@ -160,40 +161,31 @@ def _window_slots(cfg):
             * max(cfg.workload.moe.window_rows, cfg.system.gpu.hub.moe.dam.tile_rows))
 
 
-def _moe(key, field, unit, doc, value):
-    return Param(field, f"workload.moe.{key}", unit, doc, value, f"config: workload.moe.{key}")
-
-
 BLOCK = Block(
     "aau", __doc__.split("\n\n")[0],
     params=(
-        _moe("num_experts", "num_experts", "experts", "experts (0: no MoE-Hub traffic)",
-             lambda cfg: cfg.workload.moe.num_experts),
-        _moe("placement", "local_experts", "experts", "windows per GPU (most experts on one GPU, "
-             "at least 1)", lambda cfg: max(local_experts(cfg), 1)),
-        _moe("window_rows", "window_rows", "rows", "rows per expert window (at least one tile)",
-             lambda cfg: max(cfg.workload.moe.window_rows, cfg.system.gpu.hub.moe.dam.tile_rows)),
-        _moe("row_bytes", "row_bytes", "bytes", "window slot size",
-             lambda cfg: max(cfg.workload.moe.row_bytes, 1)),
+        key_param("num_experts", "workload.moe.num_experts"),
+        Param("local_experts", "workload.moe.placement, workload.moe.num_experts, system.num_gpus",
+              "experts", "windows per GPU (most experts on one GPU, at least 1)",
+              lambda cfg: max(local_experts(cfg), 1), "derived: sizing.local_experts"),
+        key_param("window_rows", "workload.moe.window_rows",
+                  lambda cfg: max(cfg.workload.moe.window_rows, cfg.system.gpu.hub.moe.dam.tile_rows),
+                  how="at least one tile"),
+        key_param("row_bytes", "workload.moe.row_bytes", lambda cfg: max(cfg.workload.moe.row_bytes, 1),
+                  how="at least 1"),
         Param("win_addr", "", "address", "base of the windows buffer (moe_windows)", None,
               "derived: the builder's memory layout"),
         Param("rec_addr", "", "address", "base of the completion records (moe_records)", None,
               "derived: the builder's memory layout"),
-        Param("record_bytes", "system.gpu.hub.moe.aau.record_bytes", "bytes", "completion record",
-              lambda cfg: cfg.system.gpu.hub.moe.aau.record_bytes,
-              "config: system.gpu.hub.moe.aau.record_bytes"),
-        Param("records_cap", "system.gpu.hub.moe.aau.record_table_entries", "records",
-              "completion-record table entries", lambda cfg: cfg.system.gpu.hub.moe.aau.record_table_entries,
-              "config: system.gpu.hub.moe.aau.record_table_entries"),
-        Param("aau_spill", "system.gpu.hub.moe.aau.overflow", "bool", "1: a full row table "
-              "spills its oldest entry to device memory, 0: allocation stalls",
-              lambda cfg: int(cfg.system.gpu.hub.moe.aau.overflow == "spill"),
-              "config: system.gpu.hub.moe.aau.overflow"),
+        key_param("record_bytes", "system.gpu.hub.moe.aau.record_bytes"),
+        key_param("records_cap", "system.gpu.hub.moe.aau.record_table_entries"),
+        key_param("aau_spill", "system.gpu.hub.moe.aau.overflow",
+                  lambda cfg: int(cfg.system.gpu.hub.moe.aau.overflow == "spill"), "bool",
+                  "1: spill, 0: stall"),
         Param("rat_spill_addr", "", "address", "base of the spill area (moe_rat_spill)", None,
               "derived: the builder's memory layout"),
-        Param("aau_alloc_ticks", "system.gpu.hub.moe.aau.alloc_latency_cycles", "ps",
-              "slot allocation latency", _aau_ticks,
-              "config: system.gpu.hub.moe.aau.alloc_latency_cycles (hub cycles)"),
+        key_param("aau_alloc_ticks", "system.gpu.hub.moe.aau.alloc_latency_cycles", _aau_ticks,
+                  "ps", "in ticks at the hub clock"),
         Param("aau_staging", "", "packets", "staging store capacity (aau_staging_packets())",
               aau_staging_packets, "derived: the senders' row rings in full packets"),
     ),

@@ -60,6 +60,7 @@ from ..scheduler import dispatch_blocks, grant_block
 from ..wakeups import tb_resume
 from .area import dam_sram_bytes, moe_sram_bytes
 from ..sizing import experts_of_window
+from ...config.keys import key_param
 from ...declare import Block, Debug, Event, Param, Record, Stat, StatGroup, counters, fields
 
 CLAIM_WAIT = 0     # no tile ready: the thread block sleeps
@@ -143,26 +144,20 @@ def windows_unclaimed(sim):
 BLOCK = Block(
     "dam", __doc__.split("\n\n")[0],
     params=(
-        Param("tile_rows", "system.gpu.hub.moe.dam.tile_rows", "rows", "rows per tile",
-              lambda cfg: cfg.system.gpu.hub.moe.dam.tile_rows, "config: system.gpu.hub.moe.dam.tile_rows"),
-        Param("tiles_per_window", "workload.moe.window_rows", "tiles", "tiles per expert window",
+        key_param("tile_rows", "system.gpu.hub.moe.dam.tile_rows"),
+        Param("tiles_per_window", "workload.moe.window_rows, system.gpu.hub.moe.dam.tile_rows",
+              "tiles", "tiles per expert window",
               lambda cfg: max(cfg.workload.moe.window_rows, cfg.system.gpu.hub.moe.dam.tile_rows)
               // cfg.system.gpu.hub.moe.dam.tile_rows, "derived: window_rows / tile_rows"),
-        Param("dam_launch_mode", "system.gpu.hub.moe.dam.consumers", "bool", "1: the DAM starts "
-              "consumer thread blocks of ready tiles (launch), 0: consumers claim them (claim)",
-              lambda cfg: int(cfg.system.gpu.hub.moe.dam.consumers == "launch"),
-              "config: system.gpu.hub.moe.dam.consumers"),
-        Param("dam_expert_order", "system.gpu.hub.moe.dam.order", "bool", "1: an expert's ready "
-              "tiles are handed out together, expert_tiles at a time (expert), 0: each tile when "
-              "ready (ready)", lambda cfg: int(cfg.system.gpu.hub.moe.dam.order == "expert"),
-              "config: system.gpu.hub.moe.dam.order"),
-        Param("dam_expert_tiles", "system.gpu.hub.moe.dam.expert_tiles", "tiles", "with order: "
-              "expert, the tiles of one expert handed out together",
-              lambda cfg: cfg.system.gpu.hub.moe.dam.expert_tiles,
-              "config: system.gpu.hub.moe.dam.expert_tiles"),
-        Param("dam_notify_ticks", "system.gpu.hub.moe.dam.notify_latency_cycles", "ps",
-              "from a tile's last row visible to the tile claimable", _dam_ticks,
-              "config: system.gpu.hub.moe.dam.notify_latency_cycles (hub cycles)"),
+        key_param("dam_launch_mode", "system.gpu.hub.moe.dam.consumers",
+                  lambda cfg: int(cfg.system.gpu.hub.moe.dam.consumers == "launch"), "bool",
+                  "1: launch, 0: claim"),
+        key_param("dam_expert_order", "system.gpu.hub.moe.dam.order",
+                  lambda cfg: int(cfg.system.gpu.hub.moe.dam.order == "expert"), "bool",
+                  "1: expert, 0: ready"),
+        key_param("dam_expert_tiles", "system.gpu.hub.moe.dam.expert_tiles"),
+        key_param("dam_notify_ticks", "system.gpu.hub.moe.dam.notify_latency_cycles", _dam_ticks,
+                  "ps", "in ticks at the hub clock"),
     ),
     records=(Record("tile", "tiles of the expert windows, tiles_per_window per window"),),
     fields=fields("tile", ("index", "tile index held (-1: none)"),

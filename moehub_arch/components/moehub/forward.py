@@ -43,6 +43,7 @@ from ...engine.jit import compiled
 from ...engine.events import push
 from ..hub import wake_hub_waiters
 from ..wakeups import rpm_kick
+from ...config.keys import key_param
 from ...declare import Array, Block, Event, Param, Stat, StatGroup, counters, fields
 from .rpm import SCHEDULE_PAPER, rpm_end_forwarded
 from .rpm_accept import mark_rowsp, schedule_insert, take_descriptor
@@ -121,15 +122,12 @@ def forward_findings(sim):
 BLOCK = Block(
     "forward", __doc__.split("\n\n")[0],
     params=(
-        Param("fwd_per_node", "system.gpu.hub.moe.internode", "bool",
-              "1: rows to another node go once per node to a forwarding hub", lambda cfg:
-              int(per_node(cfg)), "config: system.gpu.hub.moe.internode"),
-        Param("fwd_rows", "system.gpu.hub.moe.forward_buffer_rows", "rows",
-              "forwarding-buffer slots per GPU (forward_rows())", forward_rows,
-              "config: system.gpu.hub.moe.forward_buffer_rows (0: derived from the rings)"),
-        Param("fwd_ticks", "system.gpu.hub.moe.forward_latency_cycles", "ps",
-              "from a row written in the buffer to its copies entering the RPM", _ticks,
-              "config: system.gpu.hub.moe.forward_latency_cycles (hub cycles)"),
+        key_param("fwd_per_node", "system.gpu.hub.moe.internode", lambda cfg: int(per_node(cfg)),
+                  "bool", "1: rows to another node go once per node to a forwarding hub"),
+        key_param("fwd_rows", "system.gpu.hub.moe.forward_buffer_rows", forward_rows,
+                  how="forward_rows(): derived from the rings if 0"),
+        key_param("fwd_ticks", "system.gpu.hub.moe.forward_latency_cycles", _ticks, "ps",
+                  "in ticks at the hub clock"),
         Param("fwd_addr", "", "address", "base of the forwarding buffer (moe_forward)", None,
               "derived: the builder's memory layout"),
     ),

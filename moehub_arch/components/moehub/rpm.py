@@ -87,6 +87,7 @@ from ..packet import PK_MOE, PK_MOE_EOS, packet_alloc, packet_flits
 from ..hub import pick_channel
 from ..trace import CAT_RPM, TR_RPM_TX, trace_event
 from ..wakeups import rpm_kick
+from ...config.keys import key_param
 from ...config.schema import RPM_SCHEDULES
 from .area import rpm_sram_bytes
 from ..sizing import stream_slots_per_sm
@@ -113,10 +114,8 @@ def rpm_packet_bytes(cfg):
     return min(rpm.packet_bytes, cfg.system.nvlink.max_payload_bytes, rpm.merge_buffer_bytes)
 
 
-def _rpm(key, field, unit, doc, value=None):
-    return Param(field, f"system.gpu.hub.moe.rpm.{key}", unit, doc,
-                 value or (lambda cfg: getattr(cfg.system.gpu.hub.moe.rpm, key)),
-                 f"config: system.gpu.hub.moe.rpm.{key}")
+def _rpm(key, field, value=None, unit=None, how=""):
+    return key_param(field, f"system.gpu.hub.moe.rpm.{key}", value, unit, how)
 
 
 def _tb_slots(cfg):
@@ -184,19 +183,22 @@ def _data_efficiency(i):
 BLOCK = Block(
     "rpm", __doc__.split("\n\n")[0],
     params=(
-        _rpm("merge_buffer_bytes", "rpm_merge_bytes", "bytes", "merge buffer per destination GPU"),
-        _rpm("packet_bytes", "rpm_packet_bytes", "bytes", "payload of a full RPM packet (capped by "
-             "the link payload and the merge buffer: rpm_packet_bytes())", rpm_packet_bytes),
-        _rpm("flush_timeout", "rpm_flush_ticks", "ps", "a partly filled buffer is sent after this"),
-        _rpm("row_queue_depth", "rpm_ring", "rows", "row descriptor ring per destination GPU"),
-        _rpm("row_header_bytes", "rpm_header_bytes", "bytes", "metadata per row in the stream"),
-        _rpm("packets_per_cycle", "rpm_ticks_per_packet", "ps", "packetizer time per packet",
+        _rpm("merge_buffer_bytes", "rpm_merge_bytes"),
+        _rpm("packet_bytes", "rpm_packet_bytes", rpm_packet_bytes,
+             how="capped by the link payload and the merge buffer: rpm_packet_bytes()"),
+        _rpm("flush_timeout", "rpm_flush_ticks"),
+        _rpm("row_queue_depth", "rpm_ring"),
+        _rpm("row_header_bytes", "rpm_header_bytes"),
+        _rpm("packets_per_cycle", "rpm_ticks_per_packet",
              lambda cfg: int(round(1e12 / (cfg.system.gpu.hub.clock
-                                           * cfg.system.gpu.hub.moe.rpm.packets_per_cycle)))),
-        _rpm("arbitration", "rpm_policy", "choice", "POLICY_* above",
-             lambda cfg: POLICY_NAMES.index(cfg.system.gpu.hub.moe.rpm.arbitration)),
-        _rpm("schedule", "rpm_schedule", "choice", "SCHEDULE_* above (config.schema.RPM_SCHEDULES)",
-             lambda cfg: RPM_SCHEDULES.index(cfg.system.gpu.hub.moe.rpm.schedule)),
+                                           * cfg.system.gpu.hub.moe.rpm.packets_per_cycle))),
+             "ps", "as the packetizer's time per packet at the hub clock"),
+        _rpm("arbitration", "rpm_policy",
+             lambda cfg: POLICY_NAMES.index(cfg.system.gpu.hub.moe.rpm.arbitration), "choice",
+             "its index: POLICY_* above"),
+        _rpm("schedule", "rpm_schedule",
+             lambda cfg: RPM_SCHEDULES.index(cfg.system.gpu.hub.moe.rpm.schedule), "choice",
+             "its index: SCHEDULE_* above, config.schema.RPM_SCHEDULES"),
     ),
     records=(Record("stream", "byte streams from one GPU's RPM to one GPU (index src * G + dst)"),
              Record("mrow", "row descriptors in flight, a ring of rpm_ring per stream")),
