@@ -110,6 +110,7 @@ class RpmConfig:
 
 
 AAU_OVERFLOW = ("stall", "spill")
+AAU_ALLOCATION = ("bump", "paired")
 
 
 @attrs.frozen
@@ -124,6 +125,18 @@ class AauConfig:
                        "arXiv 2605.05888)", choices=AAU_OVERFLOW)
     record_bytes: int = _f("size", "completion record entry size (at least 32 B: source GPU, home "
                            "slot, aux, bytes)", min=32)
+    allocation: str = _f("choice", "where a row gets its window slot: bump (the next free slot of "
+                         "its expert's window, in arrival order: MoE-Hub arXiv 2605.05888, the "
+                         "default) or paired (a training design beyond the paper: a gradient row "
+                         "takes the slot its forward row got, looked up in a pairing table the "
+                         "AAU writes from the forward's completion records, and the DAM makes "
+                         "each forward tile ready once its gradient rows landed, in any order; "
+                         "needs scheme: moehub with workload.layer.passes: training; "
+                         "components/moehub/pairing.py)", "bump", choices=AAU_ALLOCATION)
+    pair_entry_bytes: int = _f("size", "allocation: paired - bytes of one pairing-table entry in "
+                               "device memory (the forward slot index + 1, 0: no forward row). "
+                               "Default 4 B, assumption: a window slot index fits 32 bits", 4,
+                               min=1)
 
 
 @attrs.frozen
