@@ -83,7 +83,8 @@ def layout_buffers(cfg):
             # other buffers keep their addresses)
             wanted.append((MOE_RAT_SPILL, slots * cfg.system.gpu.hub.moe.aau.record_bytes, "data",
                            "u8"))
-        if cfg.system.gpu.hub.moe.aau.allocation == "paired":
+        if cfg.system.gpu.hub.moe.aau.allocation == "paired" and \
+                cfg.system.gpu.hub.moe.aau.pair_table == "memory":
             # the AAU's pairing table (components/moehub/pairing.py): an entry per (source GPU,
             # home); its contents are modelled in State.aau_pair, its accesses charged here
             wanted.append((MOE_PAIR, cfg.system.num_gpus * pair_homes(cfg)

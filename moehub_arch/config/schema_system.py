@@ -133,6 +133,12 @@ class AauConfig:
                          "each forward tile ready once its gradient rows landed, in any order; "
                          "needs scheme: moehub with workload.layer.passes: training; "
                          "components/moehub/pairing.py)", "bump", choices=AAU_ALLOCATION)
+    pair_table: str = _f("choice", "allocation: paired - where the pairing table lives: memory "
+                         "(device memory: a posted HBM write per forward row, an HBM read each "
+                         "gradient row's writes wait for; no SRAM) or on_chip (hub SRAM of "
+                         "num_gpus x the layer's pairs per GPU entries, counted in "
+                         "aau.sram_bytes: the lookup costs only the allocation pipeline, as an "
+                         "on-chip row-table entry)", "memory", choices=("memory", "on_chip"))
     pair_entry_bytes: int = _f("size", "allocation: paired - bytes of one pairing-table entry in "
                                "device memory (the forward slot index + 1, 0: no forward row). "
                                "Default 4 B, assumption: a window slot index fits 32 bits", 4,

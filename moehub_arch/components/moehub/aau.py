@@ -258,6 +258,10 @@ BLOCK = Block(
         Param("pair_entry_bytes", "system.gpu.hub.moe.aau.pair_entry_bytes", "bytes",
               "pairing-table entry", lambda cfg: cfg.system.gpu.hub.moe.aau.pair_entry_bytes,
               "config: system.gpu.hub.moe.aau.pair_entry_bytes (assumption: 4 B)"),
+        Param("pair_on_chip", "system.gpu.hub.moe.aau.pair_table", "bool", "allocation: "
+              "paired - 1: the pairing table is hub SRAM, 0: device memory",
+              lambda cfg: int(_paired(cfg) and cfg.system.gpu.hub.moe.aau.pair_table == "on_chip"),
+              "config: system.gpu.hub.moe.aau.pair_table"),
         Param("pair_addr", "", "address", "base of the pairing table (moe_pair)", None,
               "derived: the builder's memory layout"),
     ),
@@ -323,14 +327,18 @@ BLOCK = Block(
         Stat("refill_bytes", "bytes", "HBM bytes read back by row-table refills",
              lambda i: i.rec.aau_refills * i.p.record_bytes),
         Stat("sram_bytes", "bytes", "area proxy: completion-record table + per-window "
-             "base/capacity/bump registers", lambda i: aau_sram_bytes(i.p)),
+             "base/capacity/bump registers (+ the pairing table with pair_table: on_chip)",
+             lambda i: aau_sram_bytes(i.p)),
         Stat("staging_sram_bytes", "bytes", "area proxy: the staging store's packets (parked for "
              "window space), each up to one RPM packet of payload", lambda i: aau_staging_bytes(i.p)),
-        Stat("pair_table_bytes", "bytes", "device memory of the pairing table (allocation: "
-             "paired): num_gpus x pair_homes entries of pair_entry_bytes",
+        Stat("pair_table_bytes", "bytes", "the pairing table (allocation: paired): num_gpus x "
+             "pair_homes entries of pair_entry_bytes, in device memory or (pair_table: on_chip) "
+             "hub SRAM, where sram_bytes counts it too",
              lambda i: i.p.num_gpus * i.p.pair_homes * i.p.pair_entry_bytes),
-        Stat("pair_hbm_bytes", "bytes", "HBM bytes the pairing table moved (its writes and reads)",
-             lambda i: (i.rec.aau_pair_writes + i.rec.aau_pair_reads) * i.p.pair_entry_bytes),
+        Stat("pair_hbm_bytes", "bytes", "HBM bytes the pairing table moved (its writes and reads; "
+             "0 with pair_table: on_chip)",
+             lambda i: (i.rec.aau_pair_writes + i.rec.aau_pair_reads) * i.p.pair_entry_bytes
+             * (1 - i.p.pair_on_chip)),
         Stat("spill_area_bytes", "bytes", "device memory reserved for evicted row-table entries "
              "(one per window slot; overflow: spill)",
              lambda i: i.p.aau_spill * i.p.local_experts * i.p.window_rows * i.p.record_bytes

@@ -13,8 +13,10 @@ def rpm_sram_bytes(p):
 
 
 def aau_sram_bytes(p):
-    """AAU: completion-record table + per-window base/capacity/bump registers."""
-    return p.records_cap * p.record_bytes + p.local_experts * 3 * 8
+    """AAU: completion-record table + per-window base/capacity/bump registers (+ the pairing
+    table when it is on chip: aau.allocation paired, pair_table on_chip)."""
+    pairing = int(p.num_gpus) * p.pair_homes * p.pair_entry_bytes if int(p.pair_on_chip) else 0
+    return p.records_cap * p.record_bytes + p.local_experts * 3 * 8 + pairing
 
 
 def aau_staging_bytes(p):

@@ -22,7 +22,11 @@ that copy. With allocation: paired:
   a window of n rows holds min(tile_rows, n - k tile_rows)), so a forward tile's gradients are
   ready as soon as its rows landed, in any order, and claim_buffer hands out any ready tile.
 
-What it costs: HBM for the table (num_gpus x pair_homes x pair_entry_bytes per GPU: 64 KB for
+system.gpu.hub.moe.aau.pair_table says where the table lives: memory (above) or on_chip (hub
+SRAM of the same size, counted in aau.sram_bytes: no HBM access, the lookup rides the allocation
+pipeline as an on-chip row-table entry does).
+
+What it costs (memory): HBM for the table (num_gpus x pair_homes x pair_entry_bytes per GPU: 64 KB for
 8 GPUs x 2,048 pairs at 4 B), one posted HBM write per forward row and one HBM read on each
 gradient row's path (latency the gradient row's packets wait for); on chip only a ready bit per
 tile in the DAM (dam.py, area.py). Assumption: the AAU issues these table accesses like its
@@ -61,7 +65,8 @@ def pair_record(st, g, src, expert, index, home, written):
         st.gpu[g].aau_pair_unindexed += 1
         return
     st.aau_pair[g, e] = index + 1
-    hbm_access(st, g, p.pair_addr + e * p.pair_entry_bytes, p.pair_entry_bytes, written, True)
+    if p.pair_on_chip == 0:
+        hbm_access(st, g, p.pair_addr + e * p.pair_entry_bytes, p.pair_entry_bytes, written, True)
     st.gpu[g].aau_pair_writes += 1
 
 
@@ -79,8 +84,10 @@ def pair_read(st, g, src, home, t):
     """The AAU reads the entry of (source, home) at t; returns when the slot is known."""
     p = st.p[0]
     gp = st.gpu[g]
+    gp.aau_pair_reads += 1
+    if p.pair_on_chip:
+        return t        # an SRAM lookup in the allocation pipeline (aau_alloc_ticks)
     done = hbm_access(st, g, p.pair_addr + _entry(st, src, home) * p.pair_entry_bytes,
                       p.pair_entry_bytes, t, False)
-    gp.aau_pair_reads += 1
     gp.aau_pair_wait += done - t
     return done
