@@ -7,6 +7,7 @@ allocator untouched, and the configurations without a forward to pair with refus
 import pytest
 
 from conftest import REPO, drive_both_engines, run_cli, simulate
+from test_moehub_training import DRIVER as TRAINING_DRIVER
 
 GRADIENTS = ("dx", "dw", "dw_gate", "dw_up", "dw_down", "ds_gate", "ds_up", "ds_down")
 GPUS, TOKENS, TOPK = 4, 64, 2           # experiments/functional.yaml
@@ -80,19 +81,25 @@ def test_paired_costs_a_table_read_per_gradient_row():
     assert st["system.gpu0.hub.dam.sram_bytes"] > _training()["system.gpu0.hub.dam.sram_bytes"]
 
 
-DRIVER = r"""
-import json, sys
-sys.path.insert(0, {tests!r})
-from conftest import simulate, mini_system
-st = simulate("experiments/functional.yaml", "scheme=moehub", "workload.layer.passes=training",
-              "system.gpu.hub.moe.aau.allocation=paired",
-              *mini_system(num_gpus=2, num_sms=4), "workload.layer.tokens_per_gpu=16",
-              "workload.layer.moehub.dispatch_tbs=2", "workload.layer.moehub.expert_tbs=2").stats
-print(json.dumps({{s.name: float(s.value) for s in st if not s.name.startswith("host")}}))
-"""
+def test_on_chip_table_costs_sram_not_hbm():
+    """pair_table: on_chip - the same placement (exact, every pair looked up), no HBM access and
+    no wait; the AAU's SRAM grows by the table (GPUs x pairs per GPU x 4 B)."""
+    st = _training(PAIRED, "system.gpu.hub.moe.aau.pair_table=on_chip")
+    for g in GRADIENTS:
+        assert st[f"system.moe.backward.{g}_max_abs_error"] == 0.0, g
+    assert _sum(st, "aau.pair_reads") == PAIRS
+    assert _sum(st, "aau.pair_read_wait_ticks") == _sum(st, "aau.pair_hbm_bytes") == 0
+    assert st["system.gpu0.hub.aau.sram_bytes"] == \
+        _training()["system.gpu0.hub.aau.sram_bytes"] + GPUS * TOKENS * TOPK * 4
+
+
+# test_moehub_training's two-engine driver, with the paired allocation
+DRIVER = TRAINING_DRIVER.replace('"workload.layer.passes=training",',
+                                 '"workload.layer.passes=training", "' + PAIRED + '",')
 
 
 def test_paired_engines_identical():
+    assert PAIRED in DRIVER
     numba, python = drive_both_engines(DRIVER.format(tests=str(REPO / "tests")))
     assert numba == python
     assert numba["system.moe.backward.dx_max_abs_error"] == 0.0

@@ -51,7 +51,7 @@ from ..nvlink import channel_count_arrival, credit_return
 from ..packet import PK_MOE, PK_MOE_EOS, packet_free
 from ..wakeups import rpm_kick, tb_resume
 from ..trace import CAT_AAU, TR_AAU_ALLOC, TR_AAU_STALL, trace_event
-from .dam import dam_pair_slot, dam_row_landed, dam_source_ended
+from .dam import dam_pair_slot, dam_row_landed, dam_source_ended, dam_tile_open
 from .rpm import row_at, row_header
 from ...declare import (Array, Block, Debug, Param, Receive, Record, Stat, StatGroup, counters,
                         fields)
@@ -566,32 +566,20 @@ def _allocate(st, g, src, row):
         return False
     w = window_index(st, g, row.expert)
     win = st.win[w]
-    if paired_expert(st, row.expert):
+    paired = paired_expert(st, row.expert)
+    if paired:
+        # its forward row's slot; the DAM opens the tile for the forward tile's rows
         index = pair_slot(st, g, src, row.home)
         dam_pair_slot(st, w, index)
-        win.alloc += 1
-        row.alloc = index
-        trace_event(st, CAT_AAU, TR_AAU_ALLOC, g, row.expert, index, st.sys[0].q_now)
-        gp.records_live += 1
-        gp.aau_allocs += 1
-        if gp.records_live > gp.aau_records_peak:
-            gp.aau_records_peak = gp.records_live
-        return True
-    index = win.alloc
-    tile_index = index // p.tile_rows
-    tl = st.tile[w * p.tiles_per_window + tile_index % p.tiles_per_window]
-    if index % p.tile_rows == 0:  # first row of a new tile
-        tl.index = tile_index
-        tl.rows_alloc = 0
-        tl.rows_landed = 0
-        tl.landed_visible = 0
-        tl.closed = 0
-        tl.ready = -1
-        tl.claimed = 0
-        tl.released = 0
-    tl.rows_alloc += 1
-    if tl.rows_alloc == p.tile_rows:
-        tl.closed = 1
+    else:
+        index = win.alloc
+        tile_index = index // p.tile_rows
+        if index % p.tile_rows == 0:  # first row of a new tile
+            dam_tile_open(st, w, tile_index, 0, 0)
+        tl = st.tile[w * p.tiles_per_window + tile_index % p.tiles_per_window]
+        tl.rows_alloc += 1
+        if tl.rows_alloc == p.tile_rows:
+            tl.closed = 1
     win.alloc += 1
     row.alloc = index
     trace_event(st, CAT_AAU, TR_AAU_ALLOC, g, row.expert, index, st.sys[0].q_now)
@@ -600,7 +588,7 @@ def _allocate(st, g, src, row):
     if gp.records_live > gp.aau_records_peak:
         gp.aau_records_peak = gp.records_live
     live = win.alloc - win.released_tiles * p.tile_rows   # including this row
-    if live > gp.aau_window_peak:
+    if live > gp.aau_window_peak and not paired:     # a paired window's slots are its own
         gp.aau_window_peak = live
     return True
 

@@ -257,15 +257,21 @@ def dam_pair_slot(st, w, index):
     expects its forward tile's rows and is closed (nothing else is allocated in it)."""
     p = st.p[0]
     k = index // p.tile_rows
-    tl = _tile(st, w, k)
-    if tl.index == k:
+    if _tile(st, w, k).index == k:
         return
     n = st.win[dam_pair_window(st, w)].alloc
-    tl.index = k
-    tl.rows_alloc = min(p.tile_rows, n - k * p.tile_rows)
+    dam_tile_open(st, w, k, min(p.tile_rows, n - k * p.tile_rows), 1)
+
+
+@compiled
+def dam_tile_open(st, w, index, rows, closed):
+    """Tile `index` of window w begins: `rows` allocated so far, `closed` if no more will be."""
+    tl = _tile(st, w, index)
+    tl.index = index
+    tl.rows_alloc = rows
     tl.rows_landed = 0
     tl.landed_visible = 0
-    tl.closed = 1
+    tl.closed = closed
     tl.ready = -1
     tl.claimed = 0
     tl.released = 0
