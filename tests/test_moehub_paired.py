@@ -6,23 +6,13 @@ written and read once per pair, no placement copy, both engines identical, the p
 allocator untouched, and the configurations without a forward to pair with refused by name."""
 import pytest
 
-from conftest import REPO, drive_both_engines, run_cli, simulate
-from test_moehub_training import DRIVER as TRAINING_DRIVER
+from conftest import REPO, drive_both_engines, run_cli
+from test_moehub_training import (DRIVER as TRAINING_DRIVER, GRADIENTS, PUBLISHED, ROWSP,
+                                  _training)
 
-GRADIENTS = ("dx", "dw", "dw_gate", "dw_up", "dw_down", "ds_gate", "ds_up", "ds_down")
 GPUS, TOKENS, TOPK = 4, 64, 2           # experiments/functional.yaml
 PAIRS = GPUS * TOKENS * TOPK
 PAIRED = "system.gpu.hub.moe.aau.allocation=paired"
-ROWSP = "workload.layer.moehub.stores=row_sparse"
-# configs/hub/designs/published.yaml as overrides
-PUBLISHED = ("system.gpu.hub.moe.rpm.schedule=paper", "system.gpu.hub.moe.aau.overflow=spill",
-             "system.gpu.hub.moe.aau.record_table_entries=1024",
-             "system.gpu.hub.moe.dam.consumers=launch", ROWSP)
-
-
-def _training(*sets):
-    return simulate("experiments/functional.yaml", "scheme=moehub",
-                    "workload.layer.passes=training", *sets).stats
 
 
 def _sum(st, stat):
@@ -30,7 +20,7 @@ def _sum(st, stat):
 
 
 @pytest.mark.parametrize("sets", [
-    (),                                                            # first reading: send, stall, claim
+    (),                                                  # first reading: send, stall, claim
     PUBLISHED,                                                     # the published design + paired
     ("system.gpu.hub.moe.aau.overflow=spill",                      # a row table that spills
      "system.gpu.hub.moe.aau.record_table_entries=16", ROWSP),

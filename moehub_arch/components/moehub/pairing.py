@@ -26,11 +26,11 @@ system.gpu.hub.moe.aau.pair_table says where the table lives: memory (above) or 
 SRAM of the same size, counted in aau.sram_bytes: no HBM access, the lookup rides the allocation
 pipeline as an on-chip row-table entry does).
 
-What it costs (memory): HBM for the table (num_gpus x pair_homes x pair_entry_bytes per GPU: 64 KB for
-8 GPUs x 2,048 pairs at 4 B), one posted HBM write per forward row and one HBM read on each
+What it costs (memory): HBM for the table (num_gpus x pair_homes x pair_entry_bytes per GPU: 64 KB
+for 8 GPUs x 2,048 pairs at 4 B), one posted HBM write per forward row and one HBM read on each
 gradient row's path (latency the gradient row's packets wait for); on chip only a ready bit per
-tile in the DAM (dam.py, area.py). Assumption: the AAU issues these table accesses like its
-row-table spills and refills (one per row, pipelined; no cache of the table on chip).
+tile in the DAM (dam.py, area.py). Assumption: the AAU issues these table accesses like its row-
+table spills and refills (one per row, pipelined; no cache of the table on chip).
 """
 from ...engine.jit import compiled
 
