@@ -12,7 +12,7 @@ import attrs
 
 from .components.hbm import CAL_COLUMNS, HBM_MIN_ACCESS  # noqa: F401 (re-exported)
 from .components.fabric import fill_fabric_destinations
-from .components.moehub.aau import aau_staging_packets
+from .components.moehub.aau import aau_staging_packets, pair_homes
 from .components.sizing import expert_placement, local_experts, stream_slots_per_sm
 from .components.moehub.rpm import rpm_packet_bytes  # noqa: F401 (re-exported)
 from .components.moehub.forward import forward_rows
@@ -83,6 +83,12 @@ def layout_buffers(cfg):
             # other buffers keep their addresses)
             wanted.append((MOE_RAT_SPILL, slots * cfg.system.gpu.hub.moe.aau.record_bytes, "data",
                            "u8"))
+        if cfg.system.gpu.hub.moe.aau.allocation == "paired" and \
+                cfg.system.gpu.hub.moe.aau.pair_table == "memory":
+            # the AAU's pairing table (components/moehub/pairing.py): an entry per (source GPU,
+            # home); its contents are modelled in State.aau_pair, its accesses charged here
+            wanted.append((MOE_PAIR, cfg.system.num_gpus * pair_homes(cfg)
+                           * cfg.system.gpu.hub.moe.aau.pair_entry_bytes, "data", "u8"))
         if forward_rows(cfg):
             # internode per_node: the forwarding unit's buffer (components/moehub/forward.py)
             wanted.append((MOE_FORWARD, forward_rows(cfg) * moe.row_bytes, "data", "u8"))
@@ -104,6 +110,7 @@ MOE_RECORDS = "moe_records"   # internal buffers of the MoE-Hub (names users may
 MOE_WINDOWS = "moe_windows"
 MOE_RAT_SPILL = "moe_rat_spill"
 MOE_FORWARD = "moe_forward"
+MOE_PAIR = "moe_pair"
 
 
 _NP_DTYPES = {"f32": np.float32, "i64": np.int64, "u8": np.uint8}
@@ -276,6 +283,8 @@ def build_state(cfg, program, seed=None, presets=None):
             params[0].rat_spill_addr = buffers[MOE_RAT_SPILL].addr
         if MOE_FORWARD in buffers:
             params[0].fwd_addr = buffers[MOE_FORWARD].addr
+        if MOE_PAIR in buffers:
+            params[0].pair_addr = buffers[MOE_PAIR].addr
     smem = np.zeros((NSM, gpu.sm.smem_bytes if functional else 0), np.uint8)
 
     # launches

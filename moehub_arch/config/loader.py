@@ -31,7 +31,7 @@ from .convert import Ctx, convert
 from .effective import effective_value_warnings
 from .files import ConfigError, display_path
 from .merge import Source, apply_override, collect, compose, merge_into, override_warnings
-from .rules import check_config, check_hub_sizes, check_layer
+from .rules import check_config, check_hub_sizes, check_layer, check_paired
 from .schema import Config
 
 
@@ -107,6 +107,7 @@ def _finish(cfg: Config, ctx: Ctx, files) -> Config:
     cfg = _resolve_kernel_files(cfg, ctx)
     cfg = _resolve_layer_files(cfg, ctx)
     check_hub_sizes(cfg, ctx)
+    check_paired(cfg, ctx)
     sources = (((), ctx.main),) + tuple((k, src.label) for k, src in ctx.prov.items())
     return attrs.evolve(cfg, source_files=tuple(files), key_sources=sources)
 

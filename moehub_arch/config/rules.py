@@ -230,6 +230,29 @@ def _check_record_table(cfg: Config, ctx: Ctx, local: int, why: str, store_exper
                         f"deadlocks: allocation stalls while the table is full)")
 
 
+def check_paired(cfg: Config, ctx: Ctx):
+    """system.gpu.hub.moe.aau.allocation: paired places a gradient row at its forward row's slot:
+    only a layer with a backward through the hub has both (scheme moehub, passes: training, the
+    gradient windows on their experts' GPUs: per_expert across nodes)."""
+    hub = cfg.system.gpu.hub.moe
+    if hub.aau.allocation != "paired":
+        return
+    why = ""
+    if cfg.scheme != "moehub" or not cfg.workload.layer.model:
+        why = f"this config runs scheme '{cfg.scheme}', not an MoE-Hub layer (scheme: moehub)"
+    elif cfg.workload.layer.passes != "training":
+        why = (f"workload.layer.passes is '{cfg.workload.layer.passes}': a forward alone sends no "
+               f"gradient rows (set workload.layer.passes: training)")
+    elif hub.internode == "per_node" or hub.internode_combine == "per_node":
+        why = ("system.gpu.hub.moe.internode / internode_combine: per_node has no backward through "
+               "the hub (use per_expert)")
+    if why:
+        raise ctx.error(("system", "gpu", "hub", "moe", "aau", "allocation"),
+                        f"paired places each gradient row at the slot of its forward row, so it "
+                        f"needs a forward to pair with: {why}; or set bump (the published "
+                        f"allocator)")
+
+
 def check_hub_sizes(cfg: Config, ctx: Ctx):
     """Sizes that guarantee a deadlock of a scheme-generated MoE-Hub layer, found at load time
     (the layer's own workload.moe is generated later, when the system is built)."""

@@ -121,6 +121,7 @@ class RpmConfig:
 
 
 AAU_OVERFLOW = ("stall", "spill")
+AAU_ALLOCATION = ("bump", "paired")
 
 
 @attrs.frozen
@@ -136,6 +137,24 @@ class AauConfig:
                        "arXiv 2605.05888)", choices=AAU_OVERFLOW)
     record_bytes: int = _f("size", "completion record entry size (at least 32 B: source GPU, home "
                            "slot, aux, bytes)", min=32)
+    allocation: str = _f("choice", "where a row gets its window slot: bump (the next free slot of "
+                         "its expert's window, in arrival order: MoE-Hub arXiv 2605.05888, the "
+                         "default) or paired (a training design beyond the paper: a gradient row "
+                         "takes the slot its forward row got, looked up in a pairing table the "
+                         "AAU writes from the forward's completion records, and the DAM makes "
+                         "each forward tile ready once its gradient rows landed, in any order; "
+                         "needs scheme: moehub with workload.layer.passes: training; "
+                         "components/moehub/pairing.py)", "bump", choices=AAU_ALLOCATION)
+    pair_table: str = _f("choice", "allocation: paired - where the pairing table lives: memory "
+                         "(device memory: a posted HBM write per forward row, an HBM read each "
+                         "gradient row's writes wait for; no SRAM) or on_chip (hub SRAM of "
+                         "num_gpus x the layer's pairs per GPU entries, counted in "
+                         "aau.sram_bytes: the lookup costs only the allocation pipeline, as an "
+                         "on-chip row-table entry)", "memory", choices=("memory", "on_chip"))
+    pair_entry_bytes: int = _f("size", "allocation: paired - bytes of one pairing-table entry in "
+                               "device memory (the forward slot index + 1, 0: no forward row). "
+                               "Default 4 B, assumption: a window slot index fits 32 bits", 4,
+                               min=1)
 
 
 @attrs.frozen

@@ -20,7 +20,7 @@ from .layers import DENSE, QUICK_TOKENS, RunFailed
 # error, not silently ignored
 TRAINING_DEFAULTS = {"stages": 4, "micro_batches": 8, "moe_backward": "simulated",
                      "overlap": False, "no_overlap_grad_reduce": False, "grad_bytes": 4,
-                     "p2p_GBps": 50.0}
+                     "p2p_GBps": 50.0, "hub_design": "published"}
 
 
 def add_arguments(ap):
@@ -57,6 +57,10 @@ def add_arguments(ap):
                    help="the data-parallel gradient all-reduce after the last backward, exposed")
     t.add_argument("--grad-bytes", type=int, choices=(2, 4),
                    help="bytes per reduced gradient (default 4: fp32)")
+    t.add_argument("--hub-design",
+                   help="MoE-Hub design of configs/hub/designs/ for scheme moehub's layer runs "
+                        "(default published: the authors' design; paired: the published design "
+                        "with the AAU's paired allocation for the backward)")
     t.add_argument("--p2p-GBps", type=float,
                    help="activation bandwidth between stages per GPU (default 50: one 400 Gb/s "
                         "ConnectX-7 per GPU)")

@@ -49,6 +49,7 @@ import json
 
 from ..config import ConfigError, load_config
 from ..config.models import load_model
+from ..experiment import hub_design_path
 from ..workloads.layer import BACKWARD_SCHEMES
 from ..workloads.training_step import LayerCost, TrainingError, training_step
 from . import layers as e2e
@@ -59,6 +60,15 @@ from . import layers as e2e
 SIMULATED_BACKWARD = {scheme: ("system.moe.backward.time_us", "system.moe.backward.overhead_us")
                       for scheme in BACKWARD_SCHEMES}
 EXPERT_REFERENCE = "megatron"      # whose training run gives the estimate's backward expert phase
+
+
+def _with_design(out, base, design):
+    """A layer experiment config in `out` that extends `base` with a hub design's file."""
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"layer_{design.stem}.yaml"
+    path.write_text(f"# {base.name} with the MoE-Hub design {design.stem} (moehub-sim e2e "
+                    f"--hub-design {design.stem})\nextends: ['{base}', '{design}']\n")
+    return path
 
 
 def training_run(a, fail):
@@ -89,6 +99,7 @@ def training_run(a, fail):
                         f"forward's phases (docs/training.md)")
     try:
         model = load_model(a.model)
+        design = None if a.hub_design == "published" else hub_design_path(a.hub_design)
     except ConfigError as e:
         return fail(str(e))
     if a.stages > model.layers:
@@ -134,11 +145,16 @@ def training_run(a, fail):
               f"{bwd_expert:9.1f} us  [{how}]", flush=True)
     for s in schemes:
         sets = [f"scheme={s}"] + layer_sets
+        if s == "moehub" and design:
+            # another hub design: the layer experiment extended by the design's file
+            layer_cfg, run_dir = _with_design(out, base, design), f"moe_{s}_{design.stem}"
+        else:
+            layer_cfg, run_dir = base, f"moe_{s}"
         if s in SIMULATED_BACKWARD:       # forward and backward in one run
-            st, how = e2e.run(base, out / f"moe_{s}_training",
+            st, how = e2e.run(layer_cfg, out / f"{run_dir}_training",
                               sets + ["workload.layer.passes=training"], a.force)
         else:
-            st, how = e2e.run(base, out / f"moe_{s}", sets, a.force)
+            st, how = e2e.run(layer_cfg, out / run_dir, sets, a.force)
         fwd = e2e.value(st, "system.moe.layer_time_us")
         over = e2e.value(st, "system.moe.overhead_us")
         med = e2e.value(st, "system.moe.phase.mediation_us") \

@@ -61,22 +61,25 @@ def combine_bwd_launch(s, cfg, stream, map_, dsend):
                             ("tokens", s.tokens), ("topk", s.top_k), ("hidden", s.hidden)))
 
 
-def expert_bwd_launches(s, stream, tbs, counts, xe, he, cap, bases):
-    """The experts' backward over the expert-major dO rows in b_dye ([El][cap] rows): the tile
-    table (grouped_tiles), then `expert_bwd_kernels`. `xe` / `he` name the forward's
+def expert_bwd_launches(s, stream, tbs, counts, xe, he, cap, bases, dye="@b_dye"):
+    """The experts' backward over the expert-major dO rows in b_dye ([El][cap] rows; `dye`: an
+    expression of another buffer's address holding them so): the tile table (grouped_tiles),
+    then `expert_bwd_kernels`. `xe` / `he` name the forward's
     expert-major input rows and activations, `counts` the rows per local expert ([El] i64),
     `bases` each local expert's first row ([El] i64: e * cap)."""
     return [LaunchConfig(kernel="grouped_tiles", grid=1, stream=stream, params=(
         ("counts", f"@{counts}"), ("table", "@b_table"), ("xe", f"@{xe}"), ("he", "@b_dg"),
-        ("ye", "@b_dye"), ("cap", cap), ("local_experts", s.local_experts),
+        ("ye", dye), ("cap", cap), ("local_experts", s.local_experts),
         ("tile_rows", s.tile_rows), ("hidden", s.hidden), ("ffn", s.ffn)))] \
-        + expert_bwd_kernels(s, stream, tbs, counts, bases, xe, he)
+        + expert_bwd_kernels(s, stream, tbs, counts, bases, xe, he, dye=dye)
 
 
-def expert_bwd_kernels(s, stream, tbs, counts, bases, xe, he, tilecnt=0, gate=None):
+def expert_bwd_kernels(s, stream, tbs, counts, bases, xe, he, tilecnt=0, gate=None,
+                       dye="@b_dye"):
     """grouped_bwd_act, grouped_dgrad (dX into b_dxe) and grouped_wgrad on `tbs` thread blocks
-    over the table in b_table (built by the scheme: grouped_tiles or its own); the rows of b_dye,
-    b_dxe, b_dg, b_du sit at the same row index as the forward's `xe` / `he` rows. `tilecnt`
+    over the table in b_table (built by the scheme: grouped_tiles or its own); the rows of b_dye
+    (or `dye`), b_dxe, b_dg, b_du sit at the same row index as the forward's `xe` / `he` rows.
+    `tilecnt`
     (a buffer reference, or 0): grouped_bwd_act waits for each tile's rows there (dO rows still
     arriving); `gate` (a buffer reference): set to 1 between the dgrad and the wgrad (the dX rows
     can go home while the wgrad runs)."""
@@ -89,12 +92,12 @@ def expert_bwd_kernels(s, stream, tbs, counts, bases, xe, he, tilecnt=0, gate=No
             + common + tile),
         LaunchConfig(kernel="grouped_dgrad", grid=tbs, stream=stream, params=(
             ("table", "@b_table"), ("dg", "@b_dg"), ("du", "@b_du"), ("wg", "@w_gate"),
-            ("wu", "@w_up"), ("dye", "@b_dye"), ("dxe", "@b_dxe")) + common + tile),
+            ("wu", "@w_up"), ("dye", dye), ("dxe", "@b_dxe")) + common + tile),
     ] + ([LaunchConfig(kernel="flag_set", grid=1, stream=stream,
                        params=(("addr", gate), ("value", 1)))] if gate else []) + [
         LaunchConfig(kernel="grouped_wgrad", grid=tbs, stream=stream, params=(
             ("counts", f"@{counts}"), ("bases", f"@{bases}"), ("xe", f"@{xe}"),
-            ("he", f"@{he}"), ("dg", "@b_dg"), ("du", "@b_du"), ("dye", "@b_dye"),
+            ("he", f"@{he}"), ("dg", "@b_dg"), ("du", "@b_du"), ("dye", dye),
             ("dwg", "@dw_gate"), ("dwu", "@dw_up"), ("dwd", "@dw_down"),
             ("local_experts", s.local_experts)) + common + (("n_tile", s.n_tile),)),
     ]

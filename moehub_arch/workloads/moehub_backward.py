@@ -31,6 +31,13 @@ What differs from the forward, per step:
   record (the forward's combine path), into dret[t * k + j] there; moe_dispatch_bwd sums the
   shared experts' dX and the slots in order (the reference's default order).
 
+With system.gpu.hub.moe.aau.allocation: paired (components/moehub/pairing.py) the hub itself puts
+each dO row at its forward row's slot of the gradient window (the AAU's pairing table, written
+from the forward's completion records) and the DAM makes each forward tile ready once its rows
+landed: no moehub_bwd_positions, no placement copy; moehub_bwd_ready (one TB per local expert)
+claims the ready tiles and marks them in the table's counters, and the expert kernels read dO in
+the gradient windows (moe_windows past the forward's windows) instead of b_dye.
+
 Hub designs: the stores (send / row_sparse), rpm.schedule, aau.overflow and dam.order work as
 in the forward (the backward's stores are one per pair: dO rows differ per pair, so
 multi_expert_store and nop_choices shape only the forward's dispatch). dam.consumers: launch: the
@@ -132,13 +139,42 @@ def backward_plan(layer, window_rows):
     window = (("window_rows", cap), ("local_experts", El), ("record_bytes", record_bytes),
               ("pairs", pairs))
     nsm = cfg.system.gpu.num_sms
+    paired = cfg.system.gpu.hub.moe.aau.allocation == "paired"
+    # paired: the dO rows stay in the gradient windows (window El + e), at their forward rows'
+    # positions; bump: the placers copy them there in b_dye
+    dye = f"@moe_windows + {El * cap * s.row_bytes}" if paired else "@b_dye"
     # the tile table over the forward's windows (X), he and the gradient buffers
     table = expert_bwd_launches(s, 3, nsm, "mh_counts", "moe_windows", "mh_he", cap,
-                                "mh_bases")[0]
-    # grouped_bwd_act waits for each tile's dO rows (the placers' counters); the dX rows go home
-    # once the dgrad is done, while the wgrad runs
+                                "mh_bases", dye=dye)[0]
+    # grouped_bwd_act waits for each tile's dO rows (the placers' or moehub_bwd_ready's
+    # counters); the dX rows go home once the dgrad is done, while the wgrad runs
     act_etc = expert_bwd_kernels(s, 3, nsm, "mh_counts", "mh_bases", "moe_windows", "mh_he",
-                                 tilecnt="@mh_tilecnt", gate="@mh_gate")
+                                 tilecnt="@mh_tilecnt", gate="@mh_gate", dye=dye)
+    if paired:
+        receive = [
+            (LaunchConfig(kernel="moehub_bwd_ready", grid=El, stream=2, params=(
+                ("tilecnt", "@mh_tilecnt"), ("tfirst", "@mh_tfirst"), ("xwin", "@moe_windows"),
+                ("experts", s.experts), ("local_experts", El), ("window_rows", cap),
+                ("tile_rows", tile), ("hidden", H))), "backward_dispatch"),
+            (flag_wait_launch(1, "@mh_start", 1), "backward_wait")]
+    else:
+        receive = [
+            (LaunchConfig(kernel="moehub_bwd_positions", grid=cfg.workload.layer.combine_tbs,
+                          stream=2, params=(
+                              ("records", "@moe_records"), ("counts", "@mh_counts"),
+                              ("fpos", "@mh_fpos")) + window), "backward_dispatch"),
+            (LaunchConfig(kernel="moehub_bwd_claim", grid=El, stream=2, params=(
+                ("tq", "@mh_btq"), ("experts", s.experts), ("local_experts", El))),
+             "backward_dispatch"),
+            # stream 1: idle until this GPU's backward begins
+            (flag_wait_launch(1, "@mh_start", 1), "backward_wait"),
+            (LaunchConfig(kernel="moehub_bwd_place", grid=PLACE_TBS, stream=1,
+                          params=(("tq", "@mh_btq"), ("ntiles", "@mh_ntiles"),
+                                  ("fpos", "@mh_fpos"), ("dye", "@b_dye"),
+                                  ("tilecnt", "@mh_tilecnt"), ("tfirst", "@mh_tfirst"),
+                                  ("experts", s.experts))
+                          + window + (("hidden", H), ("tile_rows", tile), ("chunks", chunks))),
+             "backward_dispatch")]
     out = [
         (LaunchConfig(kernel="moehub_bwd_reopen", grid=1, stream=3, params=(
             ("reopened", "@mh_reopened"), ("start", "@mh_start"), ("rowsp", int(rowsp)),
@@ -146,21 +182,7 @@ def backward_plan(layer, window_rows):
         (combine, "backward_dispatch"),
         # stream 2: idle until this GPU's backward begins
         (flag_wait_launch(2, "@mh_start", 1), "backward_wait"),
-        (LaunchConfig(kernel="moehub_bwd_positions", grid=cfg.workload.layer.combine_tbs,
-                      stream=2, params=(
-                          ("records", "@moe_records"), ("counts", "@mh_counts"),
-                          ("fpos", "@mh_fpos")) + window), "backward_dispatch"),
-        (LaunchConfig(kernel="moehub_bwd_claim", grid=El, stream=2, params=(
-            ("tq", "@mh_btq"), ("experts", s.experts), ("local_experts", El))),
-         "backward_dispatch"),
-        # stream 1: idle until this GPU's backward begins
-        (flag_wait_launch(1, "@mh_start", 1), "backward_wait"),
-        (LaunchConfig(kernel="moehub_bwd_place", grid=PLACE_TBS, stream=1,
-                      params=(("tq", "@mh_btq"), ("ntiles", "@mh_ntiles"), ("fpos", "@mh_fpos"),
-                              ("dye", "@b_dye"), ("tilecnt", "@mh_tilecnt"),
-                              ("tfirst", "@mh_tfirst"), ("experts", s.experts))
-                      + window + (("hidden", H), ("tile_rows", tile), ("chunks", chunks))),
-         "backward_dispatch"),
+    ] + receive + [
         (LaunchConfig(kernel="moehub_bwd_home", grid=cfg.workload.layer.combine_tbs, stream=1,
                       params=(("table", "@b_table"), ("xwin", "@moe_windows"),
                               ("records", "@moe_records"), ("dxe", "@b_dxe"),

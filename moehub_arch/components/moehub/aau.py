@@ -32,6 +32,12 @@ the senders is their full row rings (send_to_expert blocks), and the links never
 the store still fill (many tiny flush packets), further waiting packets keep their link credits.
 Nothing is dropped.
 
+Where a row's slot is: system.gpu.hub.moe.aau.allocation:
+  bump    (the published design) the next slot of its expert's window, in arrival order;
+  paired  (a training design beyond the paper) a gradient row takes the slot of its forward row,
+         from a pairing table the AAU writes at each forward row's completion (pairing.py); the
+         DAM makes each forward tile ready once its gradient rows landed (dam.py).
+
 Assumption: the row header (expert, size, home, aux) is known with any piece of the row, as if
 each packet carried a short row tag; its bytes are counted once per row in the stream.
 """
@@ -45,7 +51,7 @@ from ..nvlink import channel_count_arrival, credit_return
 from ..packet import PK_MOE, PK_MOE_EOS, packet_free
 from ..wakeups import rpm_kick, tb_resume
 from ..trace import CAT_AAU, TR_AAU_ALLOC, TR_AAU_STALL, trace_event
-from .dam import dam_row_landed, dam_source_ended
+from .dam import dam_pair_slot, dam_row_landed, dam_source_ended, dam_tile_open
 from .rpm import row_at, row_header
 from ...config.keys import key_param
 from ...declare import (Array, Block, Debug, Param, Receive, Record, Stat, StatGroup, counters,
@@ -55,6 +61,8 @@ from .rowtable import (RS_ALLOC, RS_FIELDS, RS_LANDED, RS_RAT, RS_RID, RS_ROW, R
 from .rpm import rpm_packet_bytes
 from .rat import RAT_ON_CHIP, RAT_SPILLED, rat_insert, rat_refill, window_index
 from .area import aau_sram_bytes, aau_staging_bytes
+from .pairing import pair_read, pair_record, pair_slot, paired_expert
+from ...config.models import load_model, with_top_k
 from ..sizing import experts_of_window, local_experts
 from .forward import (forward_address, forward_enqueue, forward_has_slot, forward_kick,
                       forward_landed, forward_source_ended, forward_take_slot)
@@ -161,6 +169,43 @@ def _window_slots(cfg):
             * max(cfg.workload.moe.window_rows, cfg.system.gpu.hub.moe.dam.tile_rows))
 
 
+def _paired(cfg):
+    return cfg.system.gpu.hub.moe.aau.allocation == "paired" and cfg.workload.moe.num_experts > 0
+
+
+def pair_homes(cfg):
+    """allocation: paired - row ids (homes) per source GPU the pairing table indexes: a layer's
+    token-expert pairs per GPU (tokens_per_gpu x top_k; 0 when not paired)."""
+    if not _paired(cfg):
+        return 0
+    layer = cfg.workload.layer
+    return layer.tokens_per_gpu * with_top_k(load_model(layer.model), layer.top_k).top_k
+
+
+def _pair_table_shape(cfg):
+    return (cfg.system.num_gpus, cfg.system.num_gpus * pair_homes(cfg)) if _paired(cfg) \
+        else (1, 1)
+
+
+def unpaired_rows(sim):
+    """Likely cause of a stuck run (allocation: paired): gradient rows waiting for a forward row
+    that never named their (source, home)."""
+    st = sim.state
+    p = st.p[0]
+    if not int(p.num_experts) or not int(p.aau_paired):
+        return []
+    out = []
+    for g in range(int(p.num_gpus)):
+        if int(st.gpu[g].aau_q_count) or int(st.gpu[g].aau_pair_unindexed):
+            out.append(
+                f"GPU {g}'s AAU (system.gpu.hub.moe.aau.allocation: paired) holds "
+                f"{int(st.gpu[g].aau_q_count)} waiting packet(s); a gradient row (expert >= "
+                f"{int(p.pair_base)}) whose (source GPU, home) no forward row named has no slot "
+                f"to take ({int(st.gpu[g].aau_pair_unindexed)} forward row(s) had a home outside "
+                f"0 .. {int(p.pair_homes) - 1}, the table's range)")
+    return out
+
+
 BLOCK = Block(
     "aau", __doc__.split("\n\n")[0],
     params=(
@@ -188,11 +233,34 @@ BLOCK = Block(
                   "ps", "in ticks at the hub clock"),
         Param("aau_staging", "", "packets", "staging store capacity (aau_staging_packets())",
               aau_staging_packets, "derived: the senders' row rings in full packets"),
+        key_param("aau_paired", "system.gpu.hub.moe.aau.allocation", lambda cfg: int(_paired(cfg)),
+                  "bool", "1: paired, 0: bump"),
+        Param("pair_base", "workload.moe.num_experts", "experts", "allocation: paired - the "
+              "first gradient window's expert (the forward's experts: half the windows)",
+              lambda cfg: cfg.workload.moe.num_experts // 2 if _paired(cfg) else 0,
+              "derived: a training layer's experts E, then their gradient windows E + e"),
+        Param("pair_local", "workload.moe.placement", "windows", "allocation: paired - forward "
+              "windows per GPU (a gradient window's forward window is pair_local before it)",
+              lambda cfg: max(local_experts(cfg), 1) // 2 if _paired(cfg) else 0,
+              "derived: block placement, the gradient windows after the forward's"),
+        Param("pair_homes", "workload.layer.tokens_per_gpu", "rows", "allocation: paired - row "
+              "ids per source GPU in the pairing table", pair_homes,
+              "derived: tokens_per_gpu x the model's top_k (the layer's pairs per GPU)"),
+        key_param("pair_entry_bytes", "system.gpu.hub.moe.aau.pair_entry_bytes"),
+        key_param("pair_on_chip", "system.gpu.hub.moe.aau.pair_table",
+                  lambda cfg: int(_paired(cfg) and cfg.system.gpu.hub.moe.aau.pair_table == "on_chip"),
+                  "bool", "with allocation: paired - 1: hub SRAM, 0: device memory"),
+        Param("pair_addr", "", "address", "base of the pairing table (moe_pair)", None,
+              "derived: the builder's memory layout"),
     ),
     records=(Record("win", "expert receive windows (index gpu * local_experts + local slot)"),),
     arrays=(Array("aau_rows", "row-table state of half-landed row-sparse rows, one entry per "
                   "window slot (components/moehub/rowtable.py: RS_* fields; RS_ALLOC -1: free)",
-                  lambda cfg: (_window_slots(cfg), RS_FIELDS), fill=-1),),
+                  lambda cfg: (_window_slots(cfg), RS_FIELDS), fill=-1),
+            Array("aau_pair", "allocation: paired - each GPU's pairing table (pairing.py): "
+                  "[source GPU x pair_homes + home] = forward slot + 1 (0: none); its contents "
+                  "live in device memory (moe_pair), whose accesses are charged to HBM",
+                  _pair_table_shape),),
     fields=fields("win", ("alloc", "rows allocated (bump pointer)"))
     + fields("gpu", ("aau_staged", "packets in the staging store"),
              ("aau_q_count", "packets waiting (State.aau_q)"),
@@ -205,7 +273,10 @@ BLOCK = Block(
              # released entries): ring head, ring span, entries on chip; spills, refills, time
              # packets waited for refills
              ("rat_head", ""), ("rat_span", ""), ("rat_live", ""), ("aau_spills", ""),
-             ("aau_refills", ""), ("aau_refill_wait", ""))
+             ("aau_refills", ""), ("aau_refill_wait", ""),
+             # allocation: paired (pairing.py)
+             ("aau_pair_writes", ""), ("aau_pair_reads", ""), ("aau_pair_wait", ""),
+             ("aau_pair_unindexed", ""))
     + fields("mrow", ("rat", "the row's AAU row-table entry: RAT_* above"))
     + fields("stream", ("open_head", "receiver side: first State.aau_rows entry of the stream's "
                         "half-landed row-sparse rows (-1: none; rowtable.py)"),
@@ -226,6 +297,14 @@ BLOCK = Block(
         ("refills", "aau_refills", "entries", "evicted row-table entries read back for a later packet "
          "of their row (overflow: spill)"),
         ("refill_wait_ticks", "aau_refill_wait", "ps", "sum of the time packets waited for those reads"),
+        ("pair_writes", "aau_pair_writes", "entries", "pairing-table entries written at forward rows' "
+         "completion (allocation: paired; posted HBM writes)"),
+        ("pair_reads", "aau_pair_reads", "entries", "pairing-table entries read for gradient rows "
+         "(allocation: paired; each an HBM read the row's writes wait for)"),
+        ("pair_read_wait_ticks", "aau_pair_wait", "ps", "sum of the time gradient rows waited for "
+         "their pairing-table reads"),
+        ("pair_unindexed", "aau_pair_unindexed", "rows", "forward rows whose home lies outside the "
+         "pairing table (no gradient row can pair with them)"),
     )) + (
         Stat("write_wait_mean_ns", "ns", "mean time from the AAU taking a data packet to HBM having "
              "absorbed its writes (link credits return only then)",
@@ -236,9 +315,18 @@ BLOCK = Block(
         Stat("refill_bytes", "bytes", "HBM bytes read back by row-table refills",
              lambda i: i.rec.aau_refills * i.p.record_bytes),
         Stat("sram_bytes", "bytes", "area proxy: completion-record table + per-window "
-             "base/capacity/bump registers", lambda i: aau_sram_bytes(i.p)),
+             "base/capacity/bump registers (+ the pairing table with pair_table: on_chip)",
+             lambda i: aau_sram_bytes(i.p)),
         Stat("staging_sram_bytes", "bytes", "area proxy: the staging store's packets (parked for "
              "window space), each up to one RPM packet of payload", lambda i: aau_staging_bytes(i.p)),
+        Stat("pair_table_bytes", "bytes", "the pairing table (allocation: paired): num_gpus x "
+             "pair_homes entries of pair_entry_bytes, in device memory or (pair_table: on_chip) "
+             "hub SRAM, where sram_bytes counts it too",
+             lambda i: i.p.num_gpus * i.p.pair_homes * i.p.pair_entry_bytes),
+        Stat("pair_hbm_bytes", "bytes", "HBM bytes the pairing table moved (its writes and reads; "
+             "0 with pair_table: on_chip)",
+             lambda i: (i.rec.aau_pair_writes + i.rec.aau_pair_reads) * i.p.pair_entry_bytes
+             * (1 - i.p.pair_on_chip)),
         Stat("spill_area_bytes", "bytes", "device memory reserved for evicted row-table entries "
              "(one per window slot; overflow: spill)",
              lambda i: i.p.aau_spill * i.p.local_experts * i.p.window_rows * i.p.record_bytes
@@ -249,7 +337,7 @@ BLOCK = Block(
     receives=(Receive((PK_MOE, PK_MOE_EOS), "components.moehub.aau.aau_receive",
                       "a stream's bytes or its end reach the destination's AAU (the link answers "
                       "them as writes: hub.owe_link_responses)"),),
-    causes=(record_table_full,),
+    causes=(record_table_full, unpaired_rows),
     debug=(Debug("AAU", CAT_AAU, (TR_AAU_ALLOC, TR_AAU_STALL), groups=("MoEHub",), describe={
         TR_AAU_ALLOC: lambda n, g, expert, row: (
             f"system.gpu{g}.hub.aau", f"allocates row {row} of expert {expert}'s window"),
@@ -396,9 +484,13 @@ def _stream_allocs(st, g, pkt):
 
 
 @compiled
-def _has_room(st, g, row):
-    """The row's expert window has a free slot and the record table a free entry."""
+def _has_room(st, g, src, row):
+    """The row's expert window has a free slot and the record table a free entry (a paired row:
+    its forward row's slot, which is its own, is known and the record table has an entry)."""
     p = st.p[0]
+    if paired_expert(st, row.expert):
+        return pair_slot(st, g, src, row.home) >= 0 and \
+            (p.aau_spill or st.gpu[g].records_live < p.records_cap)
     win = st.win[window_index(st, g, row.expert)]
     live = win.alloc - win.released_tiles * p.tile_rows
     return live < p.window_rows and (p.aau_spill or st.gpu[g].records_live < p.records_cap)
@@ -440,42 +532,42 @@ def _room_for_row(st, g, s, i):
     row = st.mrow[s * p.rpm_ring + i % p.rpm_ring]
     if row.fwd:
         return forward_has_slot(st, g)   # a row to forward: one slot of the forwarding buffer
-    if not _has_room(st, g, row):
+    if not _has_room(st, g, s // p.num_gpus, row):
         return False
     if row.copies == 0:
         return True
     if not p.aau_spill and st.gpu[g].records_live + 1 + row.copies > p.records_cap:
         return False
     for c in range(1, row.copies + 1):
-        if not _has_room(st, g, st.mrow[s * p.rpm_ring + (i + c) % p.rpm_ring]):
+        if not _has_room(st, g, s // p.num_gpus, st.mrow[s * p.rpm_ring + (i + c) % p.rpm_ring]):
             return False
     return True
 
 
 @compiled
-def _allocate(st, g, row):
-    """Bump-allocate the next slot of the row's expert window; False if window or table is full."""
+def _allocate(st, g, src, row):
+    """Bump-allocate the next slot of the row's expert window (a paired row: its forward row's
+    slot); False if window or table is full."""
     p = st.p[0]
     gp = st.gpu[g]
-    if not _has_room(st, g, row):
+    if not _has_room(st, g, src, row):
         return False
     w = window_index(st, g, row.expert)
     win = st.win[w]
-    index = win.alloc
-    tile_index = index // p.tile_rows
-    tl = st.tile[w * p.tiles_per_window + tile_index % p.tiles_per_window]
-    if index % p.tile_rows == 0:  # first row of a new tile
-        tl.index = tile_index
-        tl.rows_alloc = 0
-        tl.rows_landed = 0
-        tl.landed_visible = 0
-        tl.closed = 0
-        tl.ready = -1
-        tl.claimed = 0
-        tl.released = 0
-    tl.rows_alloc += 1
-    if tl.rows_alloc == p.tile_rows:
-        tl.closed = 1
+    paired = paired_expert(st, row.expert)
+    if paired:
+        # its forward row's slot; the DAM opens the tile for the forward tile's rows
+        index = pair_slot(st, g, src, row.home)
+        dam_pair_slot(st, w, index)
+    else:
+        index = win.alloc
+        tile_index = index // p.tile_rows
+        if index % p.tile_rows == 0:  # first row of a new tile
+            dam_tile_open(st, w, tile_index, 0, 0)
+        tl = st.tile[w * p.tiles_per_window + tile_index % p.tiles_per_window]
+        tl.rows_alloc += 1
+        if tl.rows_alloc == p.tile_rows:
+            tl.closed = 1
     win.alloc += 1
     row.alloc = index
     trace_event(st, CAT_AAU, TR_AAU_ALLOC, g, row.expert, index, st.sys[0].q_now)
@@ -484,7 +576,7 @@ def _allocate(st, g, row):
     if gp.records_live > gp.aau_records_peak:
         gp.aau_records_peak = gp.records_live
     live = win.alloc - win.released_tiles * p.tile_rows   # including this row
-    if live > gp.aau_window_peak:
+    if live > gp.aau_window_peak and not paired:     # a paired window's slots are its own
         gp.aau_window_peak = live
     return True
 
@@ -580,8 +672,13 @@ def _process(st, g, pkt, t):
                     sr.allocs += 1
             for c in range(0 if row.fwd else row.copies + 1):   # the row, each multi-expert copy
                 d = st.mrow[s * p.rpm_ring + (i + c) % p.rpm_ring]
-                _allocate(st, g, d)
+                _allocate(st, g, src, d)
                 sr.allocs += 1
+                if paired_expert(st, d.expert):
+                    # the slot came from the pairing table in device memory: the row's writes
+                    # wait for that read (then the allocation pipeline, below)
+                    t = pair_read(st, g, src, d.home, t)
+                    free_at = t
                 if p.aau_spill:
                     rat_insert(st, g, s, i + c, d, t)
                 if _tracked(d):
@@ -700,6 +797,7 @@ def _write_record(st, g, src, expert, index, home, aux, nbytes, written):
     p = st.p[0]
     rec = record_address(st, g, expert, index)
     _, visible = link_write(st, g, rec, p.record_bytes, written)
+    pair_record(st, g, src, expert, index, home, written)
     if rec + 32 <= st.hbm_mem.shape[1]:
         write_word(st, g, rec, src)
         write_word(st, g, rec + 8, home)

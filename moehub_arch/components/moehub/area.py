@@ -13,8 +13,10 @@ def rpm_sram_bytes(p):
 
 
 def aau_sram_bytes(p):
-    """AAU: completion-record table + per-window base/capacity/bump registers."""
-    return p.records_cap * p.record_bytes + p.local_experts * 3 * 8
+    """AAU: completion-record table + per-window base/capacity/bump registers (+ the pairing
+    table when it is on chip: aau.allocation paired, pair_table on_chip)."""
+    pairing = int(p.num_gpus) * p.pair_homes * p.pair_entry_bytes if int(p.pair_on_chip) else 0
+    return p.records_cap * p.record_bytes + p.local_experts * 3 * 8 + pairing
 
 
 def aau_staging_bytes(p):
@@ -25,10 +27,14 @@ def aau_staging_bytes(p):
 def dam_sram_bytes(p):
     """DAM: per-tile allocated/landed counters (4 B each) + per-source end-of-stream state;
     with consumers: launch also a thread-block-group counter per tile (4 B); with order: expert a
-    counter per window of the tiles of its group still to hand out (4 B)."""
+    counter per window of the tiles of its group still to hand out (4 B); with aau.allocation:
+    paired a ready bit per tile (claim_buffer hands out any ready tile of a paired window; the
+    pairing table itself lives in device memory: pairing.py)."""
     counters = 3 if int(p.dam_launch_mode) else 2
     group = p.local_experts * 4 if int(p.dam_expert_order) else 0
-    return p.local_experts * p.tiles_per_window * counters * 4 + int(p.num_gpus) * 8 + group
+    ready_bits = -(-p.local_experts * p.tiles_per_window // 8) if int(p.aau_paired) else 0
+    return p.local_experts * p.tiles_per_window * counters * 4 + int(p.num_gpus) * 8 + group \
+        + ready_bits
 
 
 def moe_sram_bytes(p):

@@ -48,6 +48,15 @@ Which ready tiles the consumers get, and when, is system.gpu.hub.moe.dam.order:
           group); the cost is the wait for an expert's later rows.
 notify_ready.release frees a tile's slots and completion records; the window's bump pointer may
 reuse them once all earlier tiles are released too.
+With system.gpu.hub.moe.aau.allocation: paired (pairing.py) a gradient window's rows sit at their
+forward rows' slots: the DAM counts readiness per *forward* tile - tile k of a gradient window
+expects min(tile_rows, n - k tile_rows) rows, n the forward window's bump pointer (its rows, known
+since the forward) - so a tile is ready when those rows landed, whatever order they came in and
+without waiting for the end of the stream; claim_buffer hands out any ready tile (the lowest
+first, a ready bit per tile) and zero rows once every forward tile was handed out. The forward
+window does not wrap (its rows stay for the backward), so the gradient window's slots are never
+reused within the round and a tile is released whenever its consumer says so. dam.order applies
+to the bump-allocated windows.
 """
 import numpy as np
 from ...engine.jit import compiled
@@ -229,6 +238,65 @@ def _tile(st, w, index):
 
 
 @compiled
+def dam_pair_window(st, w):
+    """allocation: paired - the forward window a gradient window pairs with (-1: not paired)."""
+    p = st.p[0]
+    if p.pair_local == 0 or w % p.local_experts < p.pair_local:
+        return -1
+    return w - p.pair_local
+
+
+@compiled
+def dam_pair_slot(st, w, index):
+    """A paired row takes slot `index` of gradient window w: at the first of its tile, the tile
+    expects its forward tile's rows and is closed (nothing else is allocated in it)."""
+    p = st.p[0]
+    k = index // p.tile_rows
+    if _tile(st, w, k).index == k:
+        return
+    n = st.win[dam_pair_window(st, w)].alloc
+    dam_tile_open(st, w, k, min(p.tile_rows, n - k * p.tile_rows), 1)
+
+
+@compiled
+def dam_tile_open(st, w, index, rows, closed):
+    """Tile `index` of window w begins: `rows` allocated so far, `closed` if no more will be."""
+    tl = _tile(st, w, index)
+    tl.index = index
+    tl.rows_alloc = rows
+    tl.rows_landed = 0
+    tl.landed_visible = 0
+    tl.closed = closed
+    tl.ready = -1
+    tl.claimed = 0
+    tl.released = 0
+
+
+@compiled
+def _paired_claim(st, g, w, fw, expert, tick):
+    """claim_buffer on a paired window: the lowest ready, unclaimed tile; zero rows once every
+    forward tile was claimed."""
+    p = st.p[0]
+    win = st.win[w]
+    tiles = -(-st.win[fw].alloc // p.tile_rows)
+    for k in range(tiles):
+        tl = _tile(st, w, k)
+        if tl.index == k and tl.claimed == 0 and tl.ready >= 0 and tl.ready <= tick:
+            tl.claimed = 1
+            win.next_claim += 1      # tiles claimed (a count: they go out of order)
+            st.gpu[g].dam_claims += 1
+            if p.dam_launch_mode:
+                st.gpu[g].dam_round_claims += 1
+            trace_event(st, CAT_DAM, TR_DAM_CLAIM, g, expert, k, tick)
+            return CLAIM_TILE, tl.rows_alloc, k * p.tile_rows
+    if win.next_claim >= tiles:
+        st.gpu[g].dam_zero_claims += 1
+        return CLAIM_END, 0, 0
+    win.waiters += 1
+    return CLAIM_WAIT, 0, 0
+
+
+@compiled
 def _maybe_ready(st, w, index, visible):
     """Schedule the tile's readiness if it is closed and every allocated row has landed."""
     tl = _tile(st, w, index)
@@ -262,7 +330,7 @@ def dam_source_ended(st, g, tick):
         w = g * p.local_experts + le
         win = st.win[w]
         win.ended = 1
-        if win.alloc % p.tile_rows:
+        if win.alloc % p.tile_rows and dam_pair_window(st, w) < 0:
             last = win.alloc // p.tile_rows
             _tile(st, w, last).closed = 1
             _maybe_ready(st, w, last, tick)
@@ -476,6 +544,12 @@ def dam_claim(st, g, slot, expert, tick):
     p = st.p[0]
     w = g * p.local_experts + st.moe_place[expert, 1]
     win = st.win[w]
+    fw = dam_pair_window(st, w)
+    if fw >= 0:
+        status, rows, first = _paired_claim(st, g, w, fw, expert, tick)
+        if status == CLAIM_WAIT:
+            st.tb[slot].wait_addr = w
+        return status, rows, first
     k = win.next_claim
     tl = _tile(st, w, k)
     if win.group_open == 0:
@@ -508,6 +582,17 @@ def dam_release(st, g, expert, first_index):
     win = st.win[w]
     if first_index % p.tile_rows:
         return -1
+    if dam_pair_window(st, w) >= 0:
+        # paired: tile k is at slot k tile_rows (the window does not wrap); out of order
+        k = first_index // p.tile_rows
+        tl = _tile(st, w, k)
+        if tl.index != k or tl.released or not tl.claimed:
+            return -1
+        tl.released = 1
+        st.gpu[g].records_live -= tl.rows_alloc
+        st.gpu[g].dam_notifies += 1
+        win.released_tiles += 1     # a count
+        return k
     found = -1
     for k in range(win.released_tiles, win.next_claim):
         if (k * p.tile_rows) % p.window_rows == first_index:

@@ -268,3 +268,44 @@ end:
     ld r9, [%table]              # r9 = tiles
     tiles_rows_home mh_tile_entry, mh_row_home
     exit
+
+# moehub_bwd_ready (system.gpu.hub.moe.aau.allocation: paired; one TB per local expert): the hub
+# put every dO row at its forward row's slot of the gradient window (the pairing table,
+# components/moehub/pairing.py) and the DAM made each forward tile ready once its rows landed, so
+# nothing is copied: TB e claims the ready tiles of its gradient window (any order), marks tile k
+# of expert e complete in the backward table's counters (tilecnt[tfirst[e] + k] = its rows: the
+# table's tiles are the forward's) and releases it (the slots are never reused in this round).
+.kernel moehub_bwd_ready
+.param tilecnt               # [tiles] i64: grouped_bwd_act waits for each tile's rows there
+.param tfirst                # [El] i64: the table index of each local expert's first tile
+.param xwin                  # the windows (moe_windows): the gradient windows follow the forward's
+.param experts
+.param local_experts
+.param window_rows
+.param tile_rows
+.param hidden
+    mul r2, %gpu, %local_experts
+    add r2, r2, %tb
+    add r2, r2, %experts         # r2 = the gradient window
+    shl r20, %hidden, 1
+    mul r21, r20, %tile_rows     # r21 = tile bytes
+    add r22, %local_experts, %tb
+    mul r22, r22, %window_rows
+    mul r22, r22, r20
+    add r22, r22, %xwin          # r22 = the gradient window's first slot
+    shl r4, %tb, 3
+    add r4, r4, %tfirst
+    ld r23, [r4]                 # r23 = the expert's first tile in the table
+claim:
+    claim_buffer r13, r14, r15, r2   # r13 = rows, r14 = first row
+    beq r13, 0, claimed
+    sub r5, r14, r22
+    div r5, r5, r21
+    add r5, r5, r23
+    shl r5, r5, 3
+    add r5, r5, %tilecnt
+    st [r5], r13                 # the forward tile's dO rows are in place
+    notify_ready.release r2, r14
+    bra claim
+claimed:
+    exit
