@@ -66,38 +66,56 @@ def expert_bwd_launches(s, stream, tbs, counts, xe, he, cap, bases):
     table (grouped_tiles), then `expert_bwd_kernels`. `xe` / `he` name the forward's
     expert-major input rows and activations, `counts` the rows per local expert ([El] i64),
     `bases` each local expert's first row ([El] i64: e * cap)."""
-    return [LaunchConfig(kernel="grouped_tiles", grid=1, stream=stream, params=(
-        ("counts", f"@{counts}"), ("table", "@b_table"), ("xe", f"@{xe}"), ("he", "@b_dg"),
-        ("ye", "@b_dye"), ("cap", cap), ("local_experts", s.local_experts),
-        ("tile_rows", s.tile_rows), ("hidden", s.hidden), ("ffn", s.ffn)))] \
+    return [bwd_tiles_launch(s, stream, counts, f"@{xe}", cap)] \
         + expert_bwd_kernels(s, stream, tbs, counts, bases, xe, he)
 
 
-def expert_bwd_kernels(s, stream, tbs, counts, bases, xe, he, tilecnt=0, gate=None):
+def bwd_tiles_launch(s, stream, counts, xe, cap, table="@b_table", rows=0):
+    """grouped_tiles for the backward: the tile table at `table` over `counts` rows per local
+    expert of the forward's input rows at `xe` (an address expression), each expert `cap` rows
+    apart, with dG and dO at the same rows of b_dg and b_dye; `rows` starts every expert's rows
+    that many rows in (a slice of a wider layout)."""
+    off = (lambda b, w: f"@{b} + {rows * w}" if rows else f"@{b}")
+    return LaunchConfig(kernel="grouped_tiles", grid=1, stream=stream, params=(
+        ("counts", f"@{counts}"), ("table", table), ("xe", xe), ("he", off("b_dg", 2 * s.ffn)),
+        ("ye", off("b_dye", s.row_bytes)), ("cap", cap), ("local_experts", s.local_experts),
+        ("tile_rows", s.tile_rows), ("hidden", s.hidden), ("ffn", s.ffn)))
+
+
+def expert_bwd_kernels(s, stream, tbs, counts, bases, xe, he, tilecnt=0, gate=None,
+                       table="@b_table", wgrad=True):
     """grouped_bwd_act, grouped_dgrad (dX into b_dxe) and grouped_wgrad on `tbs` thread blocks
     over the table in b_table (built by the scheme: grouped_tiles or its own); the rows of b_dye,
     b_dxe, b_dg, b_du sit at the same row index as the forward's `xe` / `he` rows. `tilecnt`
     (a buffer reference, or 0): grouped_bwd_act waits for each tile's rows there (dO rows still
     arriving); `gate` (a buffer reference): set to 1 between the dgrad and the wgrad (the dX rows
-    can go home while the wgrad runs)."""
+    can go home while the wgrad runs); `table`: the tile table's address; without `wgrad` no
+    grouped_wgrad (wgrad_launch after the last slice of a sliced backward)."""
     common = (("hidden", s.hidden), ("ffn", s.ffn))
     tile = (("tile_rows", s.tile_rows), ("n_tile", s.n_tile))
     return [
         LaunchConfig(kernel="grouped_bwd_act", grid=tbs, stream=stream, params=(
-            ("table", "@b_table"), ("tilecnt", tilecnt), ("dg", "@b_dg"), ("du", "@b_du"),
+            ("table", table), ("tilecnt", tilecnt), ("dg", "@b_dg"), ("du", "@b_du"),
             ("wg", "@w_gate"), ("wu", "@w_up"), ("wd", "@w_down"), ("bacct", "@bacct"))
             + common + tile),
         LaunchConfig(kernel="grouped_dgrad", grid=tbs, stream=stream, params=(
-            ("table", "@b_table"), ("dg", "@b_dg"), ("du", "@b_du"), ("wg", "@w_gate"),
+            ("table", table), ("dg", "@b_dg"), ("du", "@b_du"), ("wg", "@w_gate"),
             ("wu", "@w_up"), ("dye", "@b_dye"), ("dxe", "@b_dxe")) + common + tile),
     ] + ([LaunchConfig(kernel="flag_set", grid=1, stream=stream,
-                       params=(("addr", gate), ("value", 1)))] if gate else []) + [
-        LaunchConfig(kernel="grouped_wgrad", grid=tbs, stream=stream, params=(
-            ("counts", f"@{counts}"), ("bases", f"@{bases}"), ("xe", f"@{xe}"),
-            ("he", f"@{he}"), ("dg", "@b_dg"), ("du", "@b_du"), ("dye", "@b_dye"),
-            ("dwg", "@dw_gate"), ("dwu", "@dw_up"), ("dwd", "@dw_down"),
-            ("local_experts", s.local_experts)) + common + (("n_tile", s.n_tile),)),
-    ]
+                       params=(("addr", gate), ("value", 1)))] if gate else []) \
+        + ([wgrad_launch(s, stream, tbs, counts, bases, xe, he)] if wgrad else [])
+
+
+def wgrad_launch(s, stream, tbs, counts, bases, xe, he):
+    """grouped_wgrad: the routed experts' fp32 weight gradients over `counts` rows per local
+    expert from `bases` ([El] i64 first rows) of the forward's `xe` / `he` rows and the backward's
+    dG, dU and dO rows."""
+    return LaunchConfig(kernel="grouped_wgrad", grid=tbs, stream=stream, params=(
+        ("counts", f"@{counts}"), ("bases", f"@{bases}"), ("xe", f"@{xe}"),
+        ("he", f"@{he}"), ("dg", "@b_dg"), ("du", "@b_du"), ("dye", "@b_dye"),
+        ("dwg", "@dw_gate"), ("dwu", "@dw_up"), ("dwd", "@dw_down"),
+        ("local_experts", s.local_experts), ("hidden", s.hidden), ("ffn", s.ffn),
+        ("n_tile", s.n_tile)))
 
 
 def dispatch_bwd_launch(s, cfg, stream, dret, map_):
