@@ -8,7 +8,8 @@ scheme without a backward rejected. Schemes: megatron, deepep (normal mode, intr
 dysharp (multicast and in-switch reduction in swapped roles; after the token-fused megakernel, the
 default, and after the unfused sequence), moehub (the gradient rows through the hub's gradient windows
 in a second round of its streams; with the DAM's claimers and with its launched consumers), counted
-(the forward's slots as the handle, counted writes both ways)."""
+(the forward's slots as the handle, counted writes both ways), ccfuser (dO rows read into the
+tiles from their home GPUs, as its forward reads x)."""
 import json
 
 import numpy as np
@@ -90,6 +91,14 @@ def dysharp_unfused_training():
 
 
 @pytest.fixture(scope="module")
+def ccfuser_training():
+    """CCFuser: each expert GPU reads its tiles' dO rows from their home GPUs (get) while the
+    backward GEMM blocks wait on each tile's counter; dX rows put home during the wgrad."""
+    return simulate("experiments/functional.yaml", "scheme=ccfuser",
+                    "workload.layer.passes=training").stats
+
+
+@pytest.fixture(scope="module")
 def moehub_training():
     """MoE-Hub (consumers: claim): dO rows stored to each expert's gradient window (a second
     round of the hub's streams), placed at the forward's row positions by the completion
@@ -116,7 +125,8 @@ def counted_training():
 
 
 @pytest.fixture(params=["megatron", "deepep", "hiermoe", "overlap", "tutel", "tutel_one_slice",
-                        "nvls", "dysharp", "dysharp_unfused", "moehub", "moehub_launch", "counted"])
+                        "nvls", "dysharp", "dysharp_unfused", "moehub", "moehub_launch", "counted",
+                        "ccfuser"])
 def training(request):
     return request.getfixturevalue(f"{request.param}_training")
 
@@ -206,11 +216,10 @@ def test_deepep_backward_reuses_the_handle(deepep_training):
 
 
 @pytest.mark.parametrize("scheme, sets, words", [
-    ("ccfuser", (), "no backward pass"),
-    ("fastermoe", (), "no backward pass"),
+    ("fastermoe", (), "shadowed experts"),
     ("deepep", ("workload.layer.deepep.home_reduce=kernel",), "home_reduce"),
     ("deepep", ("workload.layer.deepep.kernels=communication",), "kernels: communication"),
-], ids=["ccfuser", "fastermoe", "deepep_home_reduce_kernel", "deepep_comm_only"])
+], ids=["fastermoe", "deepep_home_reduce_kernel", "deepep_comm_only"])
 def test_scheme_without_a_backward_is_an_error(tmp_path, scheme, sets, words):
     extra = [a for kv in sets for a in ("--set", kv)]
     r = run_cli("run", "configs/experiments/functional.yaml", "--set", f"scheme={scheme}",
@@ -224,7 +233,8 @@ def test_scheme_without_a_backward_is_an_error(tmp_path, scheme, sets, words):
     ("system.num_gpus=8",),              # one expert per GPU: no sort, rows straight into place
     ("workload.layer.routing.kind=skewed", "workload.layer.routing.gini=0.74"),  # idle experts
 ], ids=["one_local_expert", "skewed"])
-@pytest.mark.parametrize("scheme", ["megatron", "deepep", "overlap", "nvls", "counted"])
+@pytest.mark.parametrize("scheme", ["megatron", "deepep", "overlap", "nvls", "counted", "tutel",
+                                    "dysharp", "ccfuser"])
 def test_backward_other_layouts(sets, scheme):
     from moehub_arch.workloads.layer import MoeLayer
     from conftest import load

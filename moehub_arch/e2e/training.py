@@ -1,10 +1,10 @@
 """`moehub-sim e2e --training`: one training step of a whole MoE model under pipeline parallelism,
 composed from simulated layers (forward and backward) by moehub_arch/workloads/training_step.py.
 
-    moehub-sim e2e --training --model qwen3_30b_a3b --scheme moehub --compare deepep --quick \
-        --moe-backward estimate
+    moehub-sim e2e --training --model qwen3_30b_a3b --scheme moehub --compare deepep --quick
     moehub-sim e2e --training --model deepseek_v3 --scheme moehub --stages 16 --micro-batches 32 \
-        --moe-backward estimate --overlap
+        --overlap
+    moehub-sim e2e --setting configs/e2e/dysharp_l.yaml     (a seed paper's setting: settings.py)
 
 Layers, each distinct one simulated once per micro-batch shape (runs kept under --outdir and
 reused, moehub_arch/run_cache.py):
@@ -14,8 +14,9 @@ reused, moehub_arch/run_cache.py):
   (system.block.forward_time_us, backward_time_us: tp/block_backward.s, tp/ffn_backward.s);
 - MoE layer: workload.layer on the whole system for each scheme - its forward
   (system.moe.layer_time_us, exposed part system.moe.overhead_us). Its backward: a scheme whose
-  backward the simulator runs (SIMULATED_BACKWARD below) gives it from that run; any other scheme is
-  an error unless `--moe-backward estimate`, which composes it from simulated parts: the scheme's
+  backward the simulator runs (SIMULATED_BACKWARD below: every scheme but fastermoe and
+  deepep_ll) gives it from that run; any other scheme is an error naming it unless
+  `--moe-backward estimate`, which composes it from simulated parts: the scheme's
   forward with the forward's expert phase replaced by the simulated backward expert phase of
   the same layer (system.moe.backward.expert_us of scheme megatron's training run: the shared
   grouped backward kernels on the same routing, shared experts included) and without the
@@ -39,7 +40,9 @@ shared experts and dense FFNs) are all-reduced over the system's GPUs on NVLink
 (links x link bandwidth per GPU) in --grad-bytes per weight (default 4: fp32 gradients,
 assumption: Megatron's fp32 main_grad reduced as such), overlapped with the last backward of the
 stage unless --no-overlap-grad-reduce; --overlap lets a steady-state forward and backward of
-different micro-batches hide each other's exposed time (training_step.py).
+different micro-batches hide each other's exposed time (training_step.py), and a compared scheme
+named `name+dualpipe` gets that overlap in its own step (DualPipe as DySHARP's baseline: DeepEP's
+layers, `deepep+dualpipe`).
 
 Not modelled: those of the forward step (forward.py: embedding, LM head, MLA, GQA, rotary, the
 norm and residual around the MoE layer) and of training_step.py (optimizer, interleaved stages, DualPipe's own
@@ -224,7 +227,8 @@ def training_run(a, fail):
             print(f"  published {name}: {text} (context, never a target)")
     if a.json:
         a.json.write_text(json.dumps(dict(
-            model=a.model, system=a.system, tokens_per_gpu=tokens, stages=a.stages,
+            model=a.model, scheme=a.scheme, system=a.system, tokens_per_gpu=tokens,
+            stages=a.stages,
             micro_batches=a.micro_batches, overlap=a.overlap, p2p_us=p2p,
             attention=dict(forward_us=attn[0], backward_us=attn[1]),
             dense_layer=dict(forward_us=dl[0], backward_us=dl[1]) if dl else None,

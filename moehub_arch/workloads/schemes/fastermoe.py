@@ -280,4 +280,8 @@ def plan(layer):
         checked_accounting=tuple(a for a in ACCT_NAMES if a != "received"),
         unchecked_why="the exchange moves byte ranges, not counted rows",
         extra_acct=(("dropped", 6, "token-expert pairs dropped (no capacity: none)"),),
-        expected_rows={"dropped": 0}, extra_stats=extra_stats)
+        expected_rows={"dropped": 0}, extra_stats=extra_stats,
+        backward_why="FasterMoE's backward is not built: its steps keep each group's rows apart "
+                     "([step][expert] layout, which the weight gradients need expert-major) and "
+                     "its shadowed experts' weight gradients, computed on every GPU, must be "
+                     "reduced to the owner (the paper's shadow-expert gradient reduction)")
