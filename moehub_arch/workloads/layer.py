@@ -38,7 +38,7 @@ COMMON_KERNELS = "workloads/kernels/common/moe_common.s"
 # default configuration on one node (`e2e --training` simulates their backward); a configuration
 # of theirs without one names its key (plan.backward_why)
 BACKWARD_SCHEMES = ("megatron", "deepep", "hiermoe", "overlap", "nvls", "moehub", "counted",
-                    "tutel", "dysharp", "ccfuser")
+                    "tutel", "dysharp", "ccfuser", "fastermoe")
 # every expert-GEMM job keeps G, U [tile][n] f32 and Hq [tile][n] bf16 in the `.smem 160KB` its
 # kernels declare (moe_common.s, deepep.s, moe_layer.s): at most 16384 elements of a tile x n job
 GEMM_JOB_ELEMENTS = 16384
