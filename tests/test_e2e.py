@@ -79,21 +79,21 @@ E2E_TRAINING = REPO / "tools" / "e2e_training.py"
 
 def test_e2e_training_bad_arguments_exit_2(tmp_path, capsys):
     """Errors before any simulation: micro-batches < stages, a scheme without a simulated
-    backward (unless --moe-backward estimate; fastermoe has none), more stages than layers, a bad
+    backward (unless --moe-backward estimate; deepep_ll, the inference kernels, has none), more stages than layers, a bad
     system, a model e2e does not know the dense part of."""
     e2e = load_script(E2E)
     common = ["--training", "--model", "mixtral_8x7b", "--tokens-per-gpu", "64", "--outdir",
               str(tmp_path)]
-    assert e2e.main(common + ["--scheme", "fastermoe", "--stages", "4", "--micro-batches", "3",
+    assert e2e.main(common + ["--scheme", "deepep_ll", "--stages", "4", "--micro-batches", "3",
                               "--moe-backward", "estimate"]) == 2
     assert "--micro-batches 3 < --stages 4" in capsys.readouterr().err
-    assert e2e.main(common + ["--scheme", "fastermoe", "--compare", "deepep"]) == 2
+    assert e2e.main(common + ["--scheme", "deepep_ll", "--compare", "deepep"]) == 2
     err = capsys.readouterr().err
     assert "no simulated backward" in err and "--moe-backward estimate" in err
-    assert e2e.main(common + ["--scheme", "fastermoe", "--stages", "64", "--micro-batches", "64",
+    assert e2e.main(common + ["--scheme", "deepep_ll", "--stages", "64", "--micro-batches", "64",
                               "--moe-backward", "estimate"]) == 2
     assert "has 32 layers" in capsys.readouterr().err
-    assert e2e.main(common + ["--scheme", "fastermoe", "--system", "nope",
+    assert e2e.main(common + ["--scheme", "deepep_ll", "--system", "nope",
                               "--moe-backward", "estimate"]) == 2
     assert "--system nope" in capsys.readouterr().err
     assert e2e.main(common[:2] + ["dysharp_s", "--scheme", "dysharp"]
@@ -106,17 +106,17 @@ def test_e2e_training_bad_arguments_exit_2(tmp_path, capsys):
 def test_e2e_training_step_is_composed_from_simulated_layers(tmp_path, capsys):
     """The step is training_step() over the simulated layers' forward and backward times: every
     Mixtral layer is attention + MoE layer, the MoE backward estimate is the forward run's layer -
-    mediation - expert phase + the backward expert phase of megatron's training run (fastermoe
+    mediation - expert phase + the backward expert phase of megatron's training run (deepep_ll
     has no simulated backward)."""
     from moehub_arch.workloads.training_step import LayerCost, training_step
     e2e = load_script(E2E)
     out = tmp_path / "train.json"
-    assert e2e.main(["--training", "--model", "mixtral_8x7b", "--scheme", "fastermoe", "--compare",
+    assert e2e.main(["--training", "--model", "mixtral_8x7b", "--scheme", "deepep_ll", "--compare",
                      "--tokens-per-gpu", "64", "--stages", "2", "--micro-batches", "4",
                      "--moe-backward", "estimate", "--outdir", str(tmp_path),
                      "--json", str(out)]) == 0
     r = json.loads(out.read_text())
-    m, at = r["moe_layer"]["fastermoe"], r["attention"]
+    m, at = r["moe_layer"]["deepep_ll"], r["attention"]
     assert m["backward_source"] == "estimate"
     mg = json.loads((tmp_path / "mixtral_8x7b_64_dgx_h100" / "moe_megatron_training"
                      / "stats.json").read_text())
@@ -130,6 +130,6 @@ def test_e2e_training_step_is_composed_from_simulated_layers(tmp_path, capsys):
                       moe_us=m["forward_us"] + m["backward_us"],
                       replicated_params=4 * H * H + 2 * H + H * 8)
     want = training_step([layer] * 32, 2, 4, 8, 18 * 25e9, 4, r["p2p_us"])
-    assert r["steps"]["fastermoe"]["step_us"] == want["step_us"]
-    assert r["steps"]["fastermoe"]["bubble_us"] == want["bubble_us"]
+    assert r["steps"]["deepep_ll"]["step_us"] == want["step_us"]
+    assert r["steps"]["deepep_ll"]["bubble_us"] == want["bubble_us"]
     assert "speedup" in capsys.readouterr().out

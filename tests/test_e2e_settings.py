@@ -139,9 +139,9 @@ def test_a_tiny_scale_run_of_a_setting_simulates_its_layers(tmp_path):
     ("setting: {name: x, model: qwen3_30b_a3b, system: dgx_h100, scheme: deepep,\n"
      "  tokens_per_gpu: 256, stages: 4, micro_batches: 2, sources: [a]}\n",
      "--micro-batches 2 < --stages 4"),
-    ("setting: {name: x, model: qwen3_30b_a3b, system: dgx_h100, scheme: fastermoe,\n"
+    ("setting: {name: x, model: qwen3_30b_a3b, system: dgx_h100, scheme: deepep_ll,\n"
      "  tokens_per_gpu: 256, stages: 2, micro_batches: 4, sources: [a]}\n",
-     "scheme fastermoe: no simulated backward pass"),
+     "scheme deepep_ll: no simulated backward pass"),
     ("nope: 1\n", "one top-level key 'setting'"),
 ], ids=["unknown_key", "bad_value", "no_sources", "dense_incomplete", "micro_batches_lt_stages",
         "scheme_without_backward", "no_setting"])

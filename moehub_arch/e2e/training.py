@@ -14,8 +14,9 @@ reused, moehub_arch/run_cache.py):
   (system.block.forward_time_us, backward_time_us: tp/block_backward.s, tp/ffn_backward.s);
 - MoE layer: workload.layer on the whole system for each scheme - its forward
   (system.moe.layer_time_us, exposed part system.moe.overhead_us). Its backward: a scheme whose
-  backward the simulator runs (SIMULATED_BACKWARD below: every scheme but fastermoe and
-  deepep_ll) gives it from that run; any other scheme is an error naming it unless
+  backward the simulator runs (SIMULATED_BACKWARD below: every scheme but the inference-only
+  deepep_ll; fastermoe's run refuses training when its shadow policy replicates an expert)
+  gives it from that run; any other scheme is an error naming it unless
   `--moe-backward estimate`, which composes it from simulated parts: the scheme's
   forward with the forward's expert phase replaced by the simulated backward expert phase of
   the same layer (system.moe.backward.expert_us of scheme megatron's training run: the shared
