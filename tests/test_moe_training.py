@@ -9,7 +9,8 @@ dysharp (multicast and in-switch reduction in swapped roles; after the token-fus
 default, and after the unfused sequence), moehub (the gradient rows through the hub's gradient windows
 in a second round of its streams; with the DAM's claimers and with its launched consumers), counted
 (the forward's slots as the handle, counted writes both ways), ccfuser (dO rows read into the
-tiles from their home GPUs, as its forward reads x)."""
+tiles from their home GPUs, as its forward reads x), fastermoe (the group-wise steps in reverse;
+shadowed experts refused)."""
 import json
 
 import numpy as np
@@ -99,6 +100,15 @@ def ccfuser_training():
 
 
 @pytest.fixture(scope="module")
+def fastermoe_training():
+    """FasterMoE with groups of 2 (two steps): each step's dO rows out, its act and dgrad, its dX
+    rows back, step by step; one wgrad over the expert-major rows."""
+    return simulate("experiments/functional.yaml", "scheme=fastermoe",
+                    "workload.layer.fastermoe.group_size=2",
+                    "workload.layer.passes=training").stats
+
+
+@pytest.fixture(scope="module")
 def moehub_training():
     """MoE-Hub (consumers: claim): dO rows stored to each expert's gradient window (a second
     round of the hub's streams), placed at the forward's row positions by the completion
@@ -126,7 +136,7 @@ def counted_training():
 
 @pytest.fixture(params=["megatron", "deepep", "hiermoe", "overlap", "tutel", "tutel_one_slice",
                         "nvls", "dysharp", "dysharp_unfused", "moehub", "moehub_launch", "counted",
-                        "ccfuser"])
+                        "ccfuser", "fastermoe"])
 def training(request):
     return request.getfixturevalue(f"{request.param}_training")
 
@@ -216,10 +226,13 @@ def test_deepep_backward_reuses_the_handle(deepep_training):
 
 
 @pytest.mark.parametrize("scheme, sets, words", [
-    ("fastermoe", (), "shadowed experts"),
+    # skewed routing: the shadow policy replicates a hot expert (test_scheme_fastermoe_ccfuser)
+    ("fastermoe", ("workload.layer.fastermoe.group_size=2", "workload.layer.routing.kind=skewed",
+                   "workload.layer.routing.gini=0.5"), "fastermoe.shadow"),
+    ("deepep_ll", (), "inference"),
     ("deepep", ("workload.layer.deepep.home_reduce=kernel",), "home_reduce"),
     ("deepep", ("workload.layer.deepep.kernels=communication",), "kernels: communication"),
-], ids=["fastermoe", "deepep_home_reduce_kernel", "deepep_comm_only"])
+], ids=["fastermoe_shadowed", "deepep_ll", "deepep_home_reduce_kernel", "deepep_comm_only"])
 def test_scheme_without_a_backward_is_an_error(tmp_path, scheme, sets, words):
     extra = [a for kv in sets for a in ("--set", kv)]
     r = run_cli("run", "configs/experiments/functional.yaml", "--set", f"scheme={scheme}",

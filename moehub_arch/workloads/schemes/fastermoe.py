@@ -49,8 +49,10 @@ bound by the weights' HBM reads, the steps multiply that time: Phi-3.5-MoE on 16
 157 MB expert per GPU), 64 tokens per GPU, std 0.05 - fastermoe 364.9 us (expert phase 265.7 us,
 4 steps) against megatron's 192.9 us (81.9 us).
 
-What it leaves out: fastmoe's topology-aware gate and the backward (the shadowed experts'
-gradient reduction); the policy's factors 3 and 4 are its training-step estimate (forward and
+Training (workload.layer.passes: training, `_backward`): the steps in reverse around per-step
+act and dgrad over an expert-major layout, one wgrad (docs/training.md). What it leaves out:
+fastmoe's topology-aware gate and, in the backward, the shadowed experts' gradient reduction (a
+layer whose policy shadows an expert refuses training); the policy's factors 3 and 4 are its training-step estimate (forward and
 backward) as published, kept although only the forward runs here; NCCL's own protocol (each
 step's sends are one thread block per peer putting contiguous ranges, as scheme megatron's
 all-to-all); fastmoe computes one expert per step call, here each step's local experts are one
@@ -63,9 +65,9 @@ from ..alltoall import (ENTRY_BYTES, KERNELS as A2A_KERNELS, PhasedLaunches, a2a
                         i64_preset, permute_launch, split_pieces)
 from ..layer import (ACCT_NAMES, LayerError, SchemePlan, _buf, combine_launch,
                      grouped_gemm_launches, shared_expert_launches)
-from ..layer_backward import (KERNELS as BACKWARD_KERNELS, backward_buffers, bwd_tiles_launch,
-                              combine_bwd_launch, dispatch_bwd_launch, expert_bwd_kernels,
-                              shared_bwd, wgrad_launch)
+from ..layer_backward import (KERNELS as BACKWARD_KERNELS, combine_bwd_launch,
+                              dispatch_bwd_launch, shared_bwd, sliced_bwd_buffers,
+                              sliced_expert_bwd, sorted_row_order)
 from ..layer_stats import tensor_peak
 from ...config.schema import LaunchConfig
 from .megatron import KERNELS as MEGATRON_KERNELS, count_exchange
@@ -323,19 +325,8 @@ def _backward(s, cfg, add, presets, step_launch, n, G, cap):
                 gradients over every step's rows of each expert at once (n cap rows from
                 le n cap: a step's unused rows are zero and add nothing; the sum autograd
                 accumulates step by step, in one pass)"""
-    P, El, rb = s.num_gpus, s.local_experts, s.row_bytes
-    nsm = cfg.system.gpu.num_sms
-    rows = n * cap                                  # an expert's rows of every step
-    tt = El * -(-cap // s.tile_rows)                # tiles of one step's table
-    bufs = backward_buffers(s, rows, _buf, tiles=n * (tt + 1) - 1) + [
-        _buf("fm_dsend", s.pairs * rb, dtype="bf16"),
-        _buf("fm_dret", s.pairs * rb, dtype="bf16"),
-        _buf("fm_darrive", n * 8, region="control", dtype="i64"),
-        _buf("fm_bdone", n * 8, region="control", dtype="i64"),
-        _buf("fm_bbases", El * 8, region="control", dtype="i64"),
-        _buf("fm_brows", El * 8, region="control", dtype="i64")]
-    presets["fm_bbases"] = i64_preset(np.tile(np.arange(El, dtype=np.int64) * rows, (P, 1)))
-    presets["fm_brows"] = i64_preset(np.full((P, El), rows, np.int64))
+    El = s.local_experts
+    bufs, tt = sliced_bwd_buffers(s, _buf, presets, "fm", n, cap, s.pairs)
     sbb, slaunches = shared_bwd(s, cfg, 0, _buf)
     for launch, phase in slaunches:
         add(launch, phase)
@@ -343,16 +334,10 @@ def _backward(s, cfg, add, presets, step_launch, n, G, cap):
     for st in range(n):
         add(step_launch(st, False, src="@fm_dsend", dst="@b_dye", arrive="fm_darrive"),
             "backward_dispatch")
-    for st in range(n):
-        table = f"@b_table + {st * 64 * (tt + 1)}"
-        add(flag_wait_launch(1, f"@fm_darrive + {8 * st}", G), "")
-        add(bwd_tiles_launch(s, 1, f"fm_rows + {st * El * 8}", f"@fm_xe + {st * cap * rb}", rows,
-                             table=table, rows=st * cap), "backward_expert")
-        for launch in expert_bwd_kernels(s, 1, nsm, "fm_brows", "fm_bbases", "fm_xe", "he",
-                                         table=table, wgrad=False):
-            add(launch, "backward_expert")
-        add(flag_set_launch(1, f"@fm_bdone + {8 * st}", 1), "backward_expert")
-    add(wgrad_launch(s, 1, nsm, "fm_brows", "fm_bbases", "fm_xe", "he"), "backward_expert")
+    for launch, phase in sliced_expert_bwd(s, 1, cfg.system.gpu.num_sms, "fm", n, cap, tt,
+                                           lambda st: f"fm_rows + {st * El * 8}", "fm_xe", "he",
+                                           G):
+        add(launch, phase)
     for st in range(n):
         add(flag_wait_launch(0, f"@fm_bdone + {8 * st}", 1), "")
         add(step_launch(st, True, src="@b_dxe", dst="@fm_dret", done="@bdone"),
@@ -379,9 +364,5 @@ def _row_order(layer, n, G, cap):
                 sel = np.nonzero(idx == e)[0]
                 rows.setdefault(int(e), []).extend(zip([st] * len(sel), [src] * len(sel), mp[sel],
                                                        src * T + sel // k, sel % k))
-        order = {}
-        for e, r in rows.items():
-            r.sort()
-            order[e] = ([int(x[3]) for x in r], [int(x[4]) for x in r])
-        return order
+        return sorted_row_order(rows)
     return row_order

@@ -45,9 +45,9 @@ from ..alltoall import (ENTRY_BYTES, KERNELS as A2A_KERNELS, PhasedLaunches, a2a
                         split_pieces)
 from ..layer import (GROUPED_KERNELS, SHARED_KERNELS, LayerError, SchemePlan, _buf,
                      combine_launch, grouped_gemm_launches, shared_expert_launches)
-from ..layer_backward import (KERNELS as BACKWARD_KERNELS, backward_buffers, bwd_tiles_launch,
-                              combine_bwd_launch, dispatch_bwd_launch, expert_bwd_kernels,
-                              shared_bwd, wgrad_launch)
+from ..layer_backward import (KERNELS as BACKWARD_KERNELS, combine_bwd_launch,
+                              dispatch_bwd_launch, shared_bwd, sliced_bwd_buffers,
+                              sliced_expert_bwd, sorted_row_order)
 from .deepep import node_gpus
 
 
@@ -239,19 +239,8 @@ def _backward(s, cfg, add, presets, n, C, Cc, table_bytes, piece):
                 slices' sums, which autograd accumulates, in one pass)
     With one slice this is the whole capacity's all-to-alls in reverse around one expert
     backward."""
-    P, E, El, rb = s.num_gpus, s.experts, s.local_experts, s.row_bytes
-    nsm = cfg.system.gpu.num_sms
-    cap = P * C                                   # an expert's rows of every slice
-    tt = El * -(-(P * Cc) // s.tile_rows)         # tiles of one slice's table
-    bufs = backward_buffers(s, cap, _buf, tiles=n * (tt + 1) - 1) + [
-        _buf("tu_dsend", E * C * rb, dtype="bf16"),
-        _buf("tu_dret", E * C * rb, dtype="bf16"),
-        _buf("tu_darrive", n * 8, region="control", dtype="i64"),
-        _buf("tu_bdone", n * 8, region="control", dtype="i64"),
-        _buf("tu_bbases", El * 8, region="control", dtype="i64"),
-        _buf("tu_brows", El * 8, region="control", dtype="i64")]
-    presets["tu_bbases"] = i64_preset(np.tile(np.arange(El, dtype=np.int64) * cap, (P, 1)))
-    presets["tu_brows"] = i64_preset(np.full((P, El), cap, np.int64))
+    P, E, El = s.num_gpus, s.experts, s.local_experts
+    bufs, tt = sliced_bwd_buffers(s, _buf, presets, "tu", n, P * Cc, E * C)
     sbb, slaunches = shared_bwd(s, cfg, 3, _buf)
     for launch, phase in slaunches:
         add(launch, phase)
@@ -259,16 +248,9 @@ def _backward(s, cfg, add, presets, n, C, Cc, table_bytes, piece):
     for c in range(n):
         add(a2a_launch(3, f"@tu_fwd + {c * table_bytes}", El, "@tu_dsend", "@b_dye", piece,
                        arrive=f"@tu_darrive + {8 * c}"), "backward_dispatch")
-    for c in range(n):
-        table = f"@b_table + {c * 64 * (tt + 1)}"
-        add(flag_wait_launch(2, f"@tu_darrive + {8 * c}", P), "")
-        add(bwd_tiles_launch(s, 2, "tu_rows", f"@tu_recv + {c * P * Cc * rb}", cap, table=table,
-                             rows=c * P * Cc), "backward_expert")
-        for launch in expert_bwd_kernels(s, 2, nsm, "tu_rows", "tu_bbases", "tu_recv", "he",
-                                         table=table, wgrad=False):
-            add(launch, "backward_expert")
-        add(flag_set_launch(2, f"@tu_bdone + {8 * c}", 1), "backward_expert")
-    add(wgrad_launch(s, 2, nsm, "tu_brows", "tu_bbases", "tu_recv", "he"), "backward_expert")
+    for launch, phase in sliced_expert_bwd(s, 2, cfg.system.gpu.num_sms, "tu", n, P * Cc, tt,
+                                           lambda c: "tu_rows", "tu_recv", "he", P):
+        add(launch, phase)
     for c in range(n):
         add(a2a_launch(3, f"@tu_bwd + {c * table_bytes}", El, "@b_dxe", "@tu_dret", piece,
                        wait=(f"@tu_bdone + {8 * c}", 1), done="@bdone" if c == n - 1 else 0),
@@ -402,11 +384,7 @@ def plan(layer):
                 slot = mp[sel] - e * C                 # the pair's capacity slot at its expert
                 rows.setdefault(int(e), []).extend(zip(slot // Cc, [src] * len(sel), slot,
                                                        src * T + sel // k, sel % k))
-        order = {}
-        for e, r in rows.items():
-            r.sort()
-            order[e] = ([int(x[3]) for x in r], [int(x[4]) for x in r])
-        return order
+        return sorted_row_order(rows)
 
     def kept_pairs(sim):
         return np.stack([sim.read_buffer(g, "tu_map", "i64")[:s.pairs].reshape(T, k) >= 0

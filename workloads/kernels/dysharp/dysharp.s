@@ -442,7 +442,7 @@ finished:
 # GEMM-2 as in overlap_expert (../overlap/overlap.s); each GEMM-2 job's epilogue weights its
 # output columns by the rows' router weights (wvec, found by dysharp_fused_gate), bf16(fp32(w y))
 # per row, before storing them.
-.kernel dysharp_fused_expert
+.macro fused_expert_params
 .param xe                    # [El][cap][H] bf16 (the receive layout)
 .param he                    # [El][cap][I] bf16
 .param ye                    # [El][cap][H] bf16
@@ -464,33 +464,17 @@ finished:
 .param cap                   # layout rows per expert (ceil(cap / tile_rows) tiles each)
 .smem 160KB                  # G, U [tile][n] f32 + Hq [tile][n] bf16, or Y + Yq
 .smem_job 10                 # bytes per element of a tile_rows x n_tile job (fits a smaller SM)
+.endm
+
+.kernel dysharp_fused_expert
+    fused_expert_params
     fused_expert_body keep_weighted_only
 
 # dysharp_fused_expert_train: the same blocks for a training layer; each GEMM-2 job also stores
 # its unweighted rows to yraw (the weighted ones to ye), for the backward's dw = <dy, y_j>.
 .kernel dysharp_fused_expert_train
-.param xe                    # [El][cap][H] bf16 (the receive layout)
-.param he                    # [El][cap][I] bf16
-.param ye                    # [El][cap][H] bf16
-.param cnt
-.param tready
-.param wvec                  # [El][cap] f32: each layout row's router weight
-.param wdone                 # [tiles] i64: rows of the tile whose weight is in wvec
-.param jobs                  # word 0 jobs taken, 1 unused, then per tile: gate/up done, down done
-.param wg                    # [El][I/n][H][n] bf16
-.param wu
-.param wd                    # [El][H/n][I][n] bf16
-.param acct
-.param hidden
-.param ffn
-.param tile_rows
-.param n_tile
-.param swizzle
-.param local_experts
-.param cap                   # layout rows per expert (ceil(cap / tile_rows) tiles each)
+    fused_expert_params
 .param yraw                  # [El][cap][H] bf16: the unweighted expert outputs
-.smem 160KB                  # G, U [tile][n] f32 + Hq [tile][n] bf16, or Y + Yq
-.smem_job 10                 # bytes per element of a tile_rows x n_tile job (fits a smaller SM)
     fused_expert_body keep_unweighted
 
 # dysharp_fused_gate: the GEMM group's gate-weight and ready-notice blocks (no shared memory, many
