@@ -48,7 +48,8 @@ def fake_stats(sets):
     d = dict(kv.split("=", 1) for kv in sets)
     scheme = d.get("scheme", "")
     f = {"dysharp": 100.0, "deepep": 200.0, "overlap": 150.0, "moehub": 90.0,
-         "megatron": 180.0, "tutel": 170.0}.get(scheme, 0.0)
+         "megatron": 180.0, "tutel": 170.0, "fastermoe": 190.0, "ccfuser": 160.0}[scheme] \
+        if scheme else 0.0
     return {"system.block.forward_time_us": 40.0, "system.block.backward_time_us": 120.0,
             "system.moe.layer_time_us": f, "system.moe.overhead_us": f / 2,
             "system.moe.phase.mediation_us": 0.0, "system.moe.phase.expert_us": f / 2,

@@ -210,6 +210,23 @@ def test_engines_identical_on_the_tiniest_training_layer(scheme, sets):
     assert numba["system.moe.backward.rows_combined"] == kept
 
 
+@pytest.mark.parametrize("scheme, sets", [
+    ("tutel", ("workload.layer.tutel.chunks=2", "workload.layer.tutel.capacity_factor=1.0")),
+    ("fastermoe", ("workload.layer.fastermoe.group_size=2",)),
+], ids=["tutel_chunks2", "fastermoe_two_steps"])
+def test_sliced_backward_leaves_the_forward_alone(request, scheme, sets):
+    """The sliced backward's waits (from the forward's end until a slice's rows arrive) belong to
+    neither pass: the training run's forward takes about the forward-only run's time (its
+    expert-major layout aside), and its rows are the same."""
+    st = request.getfixturevalue(f"{scheme}_training")
+    fwd = simulate("experiments/functional.yaml", f"scheme={scheme}", *sets).stats
+    assert st["system.moe.layer_time_us"] == pytest.approx(fwd["system.moe.layer_time_us"],
+                                                           rel=0.1)
+    assert st["system.moe.layer_time_us"] < st["system.moe.backward.time_us"]
+    for name in ("rows_computed", "rows_combined"):
+        assert st[f"system.moe.{name}"] == fwd[f"system.moe.{name}"]
+
+
 def test_deepep_backward_reuses_the_handle(deepep_training):
     """DeepEP's backward: no layout, no notify, no host round trip - only the forward's
     mediation; the gradient dispatch and combine each open with a cached notify."""

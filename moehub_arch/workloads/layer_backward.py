@@ -153,8 +153,10 @@ def sliced_expert_bwd(s, stream, tbs, prefix, n, slice_rows, tt, counts, xe, he,
     out = []
     for c in range(n):
         table = f"@b_table + {c * 64 * (tt + 1)}"
+        # a wait sits on its SM from the forward's end on (in no pass: not the backward's time,
+        # and not the forward's)
         out.append((LaunchConfig(kernel="flag_wait", grid=1, stream=stream, params=(
-            ("addr", f"@{prefix}_darrive + {8 * c}"), ("value", sources))), ""))
+            ("addr", f"@{prefix}_darrive + {8 * c}"), ("value", sources))), "backward_wait"))
         out.append((bwd_tiles_launch(s, stream, counts(c), f"@{xe} + {c * slice_rows * rb}",
                                      rows, table=table, rows=c * slice_rows), "backward_expert"))
         out += [(launch, "backward_expert") for launch in expert_bwd_kernels(

@@ -339,7 +339,7 @@ def _backward(s, cfg, add, presets, step_launch, n, G, cap):
                                            G):
         add(launch, phase)
     for st in range(n):
-        add(flag_wait_launch(0, f"@fm_bdone + {8 * st}", 1), "")
+        add(flag_wait_launch(0, f"@fm_bdone + {8 * st}", 1), "backward_wait")
         add(step_launch(st, True, src="@b_dxe", dst="@fm_dret", done="@bdone"),
             "backward_combine")
     add(dispatch_bwd_launch(s, cfg, 0, "@fm_dret", "@fm_map"), "backward_combine")
