@@ -133,3 +133,19 @@ def test_e2e_training_step_is_composed_from_simulated_layers(tmp_path, capsys):
     assert r["steps"]["deepep_ll"]["step_us"] == want["step_us"]
     assert r["steps"]["deepep_ll"]["bubble_us"] == want["bubble_us"]
     assert "speedup" in capsys.readouterr().out
+
+
+def test_e2e_training_refuses_a_layer_without_a_backward_before_simulating(tmp_path, capsys,
+                                                                          monkeypatch):
+    """A layer whose configuration has no backward on this routing (FasterMoE's policy shadowing
+    an expert; here the policy is made to shadow expert 0) is an exit-2 error naming the key,
+    found by planning the layers before any run."""
+    from moehub_arch.workloads.schemes import fastermoe
+    monkeypatch.setattr(fastermoe, "shadow_policy", lambda loads, s, cfg: [0])
+    e2e = load_script(E2E)
+    assert e2e.main(["--training", "--model", "mixtral_8x7b", "--scheme", "megatron",
+                     "--compare", "fastermoe", "--tokens-per-gpu", "64", "--outdir",
+                     str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "scheme fastermoe:" in err and "workload.layer.fastermoe.shadow" in err
+    assert not any(p.is_dir() for p in tmp_path.iterdir())      # nothing was simulated

@@ -55,7 +55,7 @@ import attrs
 
 from ..config import ConfigError, load_config
 from ..config.models import load_model
-from ..workloads.layer import BACKWARD_SCHEMES
+from ..workloads.layer import BACKWARD_SCHEMES, LayerError, MoeLayer
 from ..workloads.training_step import LayerCost, TrainingError, training_step
 from . import layers as e2e
 
@@ -113,6 +113,17 @@ def training_run(a, fail):
     nvlink_Bps = cfg.system.nvlink.links_per_gpu * cfg.system.nvlink.bandwidth
     dense = setting.get("dense") or e2e.DENSE[a.model]
     H = model.hidden
+    layer_sets = [f"workload.layer.model={a.model}", f"workload.layer.tokens_per_gpu={tokens}"]
+    # a layer that refuses training in this configuration (FasterMoE's policy shadowing an
+    # expert on this routing, a scheme option without a backward) is bad input: found by
+    # planning each layer before anything is simulated
+    for s in schemes:
+        if s in SIMULATED_BACKWARD:
+            try:
+                MoeLayer(load_config(base, [f"scheme={s}"] + layer_sets
+                                     + ["workload.layer.passes=training"]))
+            except (LayerError, ConfigError) as e:
+                return fail(f"scheme {s}: {e}")
     out = a.outdir / f"{model.name}_{tokens}_{a.system}"
     bm = e2e.block_model_file(out, model, dense, tokens)
     one_gpu = ["system.num_gpus=1", f"workload.block.model={bm}", "workload.block.tp=1",
@@ -137,7 +148,6 @@ def training_run(a, fail):
               f"[{how}]", flush=True)
     attn_params = 4 * H * H + 2 * H
     moe = {}
-    layer_sets = [f"workload.layer.model={a.model}", f"workload.layer.tokens_per_gpu={tokens}"]
     bwd_expert = None
     if any(s not in SIMULATED_BACKWARD for s in schemes):
         # the estimate's expert part: the simulated backward expert phase of this layer
