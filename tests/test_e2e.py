@@ -79,40 +79,44 @@ E2E_TRAINING = REPO / "tools" / "e2e_training.py"
 
 def test_e2e_training_bad_arguments_exit_2(tmp_path, capsys):
     """Errors before any simulation: micro-batches < stages, a scheme without a simulated
-    backward (unless --moe-backward estimate; tutel's default chunks: 2 has none), more stages
-    than layers, a bad system."""
+    backward (unless --moe-backward estimate; deepep_ll, the inference kernels, has none), more stages than layers, a bad
+    system, a model e2e does not know the dense part of."""
     e2e = load_script(E2E)
     common = ["--training", "--model", "mixtral_8x7b", "--tokens-per-gpu", "64", "--outdir",
               str(tmp_path)]
-    assert e2e.main(common + ["--scheme", "tutel", "--stages", "4", "--micro-batches", "3",
+    assert e2e.main(common + ["--scheme", "deepep_ll", "--stages", "4", "--micro-batches", "3",
                               "--moe-backward", "estimate"]) == 2
     assert "--micro-batches 3 < --stages 4" in capsys.readouterr().err
-    assert e2e.main(common + ["--scheme", "tutel", "--compare", "deepep"]) == 2
+    assert e2e.main(common + ["--scheme", "deepep_ll", "--compare", "deepep"]) == 2
     err = capsys.readouterr().err
     assert "no simulated backward" in err and "--moe-backward estimate" in err
-    assert e2e.main(common + ["--scheme", "tutel", "--stages", "64", "--micro-batches", "64",
+    assert e2e.main(common + ["--scheme", "deepep_ll", "--stages", "64", "--micro-batches", "64",
                               "--moe-backward", "estimate"]) == 2
     assert "has 32 layers" in capsys.readouterr().err
-    assert e2e.main(common + ["--scheme", "tutel", "--system", "nope",
+    assert e2e.main(common + ["--scheme", "deepep_ll", "--system", "nope",
                               "--moe-backward", "estimate"]) == 2
     assert "--system nope" in capsys.readouterr().err
+    assert e2e.main(common[:2] + ["dysharp_s", "--scheme", "dysharp"]
+                    + common[3:]) == 2
+    assert "--model dysharp_s: e2e knows the attention and dense layers" in \
+        capsys.readouterr().err
     assert not any(p.is_dir() for p in tmp_path.iterdir())      # nothing was simulated
 
 
 def test_e2e_training_step_is_composed_from_simulated_layers(tmp_path, capsys):
     """The step is training_step() over the simulated layers' forward and backward times: every
     Mixtral layer is attention + MoE layer, the MoE backward estimate is the forward run's layer -
-    mediation - expert phase + the backward expert phase of megatron's training run (which is
-    also the one scheme with a simulated backward here)."""
+    mediation - expert phase + the backward expert phase of megatron's training run (deepep_ll
+    has no simulated backward)."""
     from moehub_arch.workloads.training_step import LayerCost, training_step
     e2e = load_script(E2E)
     out = tmp_path / "train.json"
-    assert e2e.main(["--training", "--model", "mixtral_8x7b", "--scheme", "tutel", "--compare",
+    assert e2e.main(["--training", "--model", "mixtral_8x7b", "--scheme", "deepep_ll", "--compare",
                      "--tokens-per-gpu", "64", "--stages", "2", "--micro-batches", "4",
                      "--moe-backward", "estimate", "--outdir", str(tmp_path),
                      "--json", str(out)]) == 0
     r = json.loads(out.read_text())
-    m, at = r["moe_layer"]["tutel"], r["attention"]
+    m, at = r["moe_layer"]["deepep_ll"], r["attention"]
     assert m["backward_source"] == "estimate"
     mg = json.loads((tmp_path / "mixtral_8x7b_64_dgx_h100" / "moe_megatron_training"
                      / "stats.json").read_text())
@@ -126,6 +130,22 @@ def test_e2e_training_step_is_composed_from_simulated_layers(tmp_path, capsys):
                       moe_us=m["forward_us"] + m["backward_us"],
                       replicated_params=4 * H * H + 2 * H + H * 8)
     want = training_step([layer] * 32, 2, 4, 8, 18 * 25e9, 4, r["p2p_us"])
-    assert r["steps"]["tutel"]["step_us"] == want["step_us"]
-    assert r["steps"]["tutel"]["bubble_us"] == want["bubble_us"]
+    assert r["steps"]["deepep_ll"]["step_us"] == want["step_us"]
+    assert r["steps"]["deepep_ll"]["bubble_us"] == want["bubble_us"]
     assert "speedup" in capsys.readouterr().out
+
+
+def test_e2e_training_refuses_a_layer_without_a_backward_before_simulating(tmp_path, capsys,
+                                                                          monkeypatch):
+    """A layer whose configuration has no backward on this routing (FasterMoE's policy shadowing
+    an expert; here the policy is made to shadow expert 0) is an exit-2 error naming the key,
+    found by planning the layers before any run."""
+    from moehub_arch.workloads.schemes import fastermoe
+    monkeypatch.setattr(fastermoe, "shadow_policy", lambda loads, s, cfg: [0])
+    e2e = load_script(E2E)
+    assert e2e.main(["--training", "--model", "mixtral_8x7b", "--scheme", "megatron",
+                     "--compare", "fastermoe", "--tokens-per-gpu", "64", "--outdir",
+                     str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "scheme fastermoe:" in err and "workload.layer.fastermoe.shadow" in err
+    assert not any(p.is_dir() for p in tmp_path.iterdir())      # nothing was simulated

@@ -4,10 +4,13 @@ gradient bit-identical to the NumPy reference (moe_backward.py), gradient rows c
 directions, the forward unchanged by the backward behind it, both engines identical, and a
 scheme without a backward rejected. Schemes: megatron, deepep (normal mode, intranode), hiermoe
 (gpu level), overlap (the gradient dispatch overlapped with the backward GEMMs tile by tile), tutel
-(capacity factor: dropped pairs get no gradient), nvls and dysharp (fusion: none; multicast and
-in-switch reduction in swapped roles), moehub (the gradient rows through the hub's gradient windows
+(capacity factor: dropped pairs get no gradient; two slices, the default, and one), nvls and
+dysharp (multicast and in-switch reduction in swapped roles; after the token-fused megakernel, the
+default, and after the unfused sequence), moehub (the gradient rows through the hub's gradient windows
 in a second round of its streams; with the DAM's claimers and with its launched consumers), counted
-(the forward's slots as the handle, counted writes both ways)."""
+(the forward's slots as the handle, counted writes both ways), ccfuser (dO rows read into the
+tiles from their home GPUs, as its forward reads x), fastermoe (the group-wise steps in reverse;
+shadowed experts refused)."""
 import json
 
 import numpy as np
@@ -48,8 +51,17 @@ def overlap_training():
 
 @pytest.fixture(scope="module")
 def tutel_training():
-    """Tutel with capacity factor 1.0 (41 pairs dropped) and one slice: its all-to-alls in
-    reverse, dropped pairs without gradient rows, padding rows computed as zeros."""
+    """Tutel with capacity factor 1.0 (41 pairs dropped) and two slices (the config's, Tutel's
+    overlap): each slice's all-to-alls in reverse around its expert backward, dropped pairs
+    without gradient rows, padding rows computed as zeros."""
+    return simulate("experiments/functional.yaml", "scheme=tutel",
+                    "workload.layer.passes=training", "workload.layer.tutel.chunks=2",
+                    "workload.layer.tutel.capacity_factor=1.0").stats
+
+
+@pytest.fixture(scope="module")
+def tutel_one_slice_training():
+    """Tutel with one slice: the whole capacity's all-to-alls in reverse."""
     return simulate("experiments/functional.yaml", "scheme=tutel",
                     "workload.layer.passes=training", "workload.layer.tutel.chunks=1",
                     "workload.layer.tutel.capacity_factor=1.0").stats
@@ -65,10 +77,35 @@ def nvls_training():
 
 @pytest.fixture(scope="module")
 def dysharp_training():
-    """DySHARP (fusion: none): dy multicast to each token's k experts (dymultimem.st, placed by the
+    """DySHARP after its token-fused megakernel (the default; its GEMM-2 epilogue keeps the
+    unweighted rows too): dy multicast to each token's k experts (dymultimem.st, placed by the
     forward's AL entries), the k dX rows reduced in the switch (dymultimem.ld_reduce)."""
     return simulate("experiments/functional.yaml", "scheme=dysharp",
+                    "workload.layer.passes=training").stats
+
+
+@pytest.fixture(scope="module")
+def dysharp_unfused_training():
+    """DySHARP's unfused sequence (fusion: none) and the same backward."""
+    return simulate("experiments/functional.yaml", "scheme=dysharp",
                     "workload.layer.dysharp.fusion=none", "workload.layer.passes=training").stats
+
+
+@pytest.fixture(scope="module")
+def ccfuser_training():
+    """CCFuser: each expert GPU reads its tiles' dO rows from their home GPUs (get) while the
+    backward GEMM blocks wait on each tile's counter; dX rows put home during the wgrad."""
+    return simulate("experiments/functional.yaml", "scheme=ccfuser",
+                    "workload.layer.passes=training").stats
+
+
+@pytest.fixture(scope="module")
+def fastermoe_training():
+    """FasterMoE with groups of 2 (two steps): each step's dO rows out, its act and dgrad, its dX
+    rows back, step by step; one wgrad over the expert-major rows."""
+    return simulate("experiments/functional.yaml", "scheme=fastermoe",
+                    "workload.layer.fastermoe.group_size=2",
+                    "workload.layer.passes=training").stats
 
 
 @pytest.fixture(scope="module")
@@ -97,8 +134,9 @@ def counted_training():
                     "workload.layer.passes=training").stats
 
 
-@pytest.fixture(params=["megatron", "deepep", "hiermoe", "overlap", "tutel", "nvls", "dysharp",
-                        "moehub", "moehub_launch", "counted"])
+@pytest.fixture(params=["megatron", "deepep", "hiermoe", "overlap", "tutel", "tutel_one_slice",
+                        "nvls", "dysharp", "dysharp_unfused", "moehub", "moehub_launch", "counted",
+                        "ccfuser", "fastermoe"])
 def training(request):
     return request.getfixturevalue(f"{request.param}_training")
 
@@ -147,17 +185,46 @@ DRIVER = r"""
 import json, sys
 sys.path.insert(0, {tests!r})
 from conftest import simulate, mini_system
-st = simulate("experiments/functional.yaml", "scheme=megatron", "workload.layer.passes=training",
-              *mini_system(num_gpus=2, num_sms=4), "workload.layer.tokens_per_gpu=16").stats
+st = simulate("experiments/functional.yaml", "scheme={scheme}", "workload.layer.passes=training",
+              *mini_system(num_gpus=2, num_sms=4), "workload.layer.tokens_per_gpu=16",
+              *{sets!r}).stats
 print(json.dumps({{s.name: float(s.value) for s in st if not s.name.startswith("host")}}))
 """
 
 
-def test_engines_identical_on_the_tiniest_training_layer():
-    numba, python = drive_both_engines(DRIVER.format(tests=str(REPO / "tests")))
+@pytest.mark.parametrize("scheme, sets", [
+    ("megatron", ()),
+    # two slices, pairs dropped at capacity factor 1.0: the sliced backward
+    ("tutel", ("workload.layer.tutel.capacity_factor=1.0",)),
+    # the token-fused megakernel's blocks all resident on 4 SMs
+    ("dysharp", ("workload.layer.dysharp.compute_tbs=4", "workload.layer.dysharp.gate_tbs=2",
+                 "workload.layer.dysharp.channels=2")),
+], ids=["megatron", "tutel_chunks2", "dysharp_fused"])
+def test_engines_identical_on_the_tiniest_training_layer(scheme, sets):
+    numba, python = drive_both_engines(DRIVER.format(tests=str(REPO / "tests"), scheme=scheme,
+                                                     sets=sets))
     assert numba == python
-    assert numba["system.moe.backward.dx_max_abs_error"] == 0.0
-    assert numba["system.moe.backward.rows_combined"] == 2 * 16 * 2
+    for g in GRADIENTS[:5]:
+        assert numba[f"system.moe.backward.{g}_max_abs_error"] == 0.0, g
+    kept = 2 * 16 * 2 - numba.get("system.moe.rows_dropped", 0)
+    assert numba["system.moe.backward.rows_combined"] == kept
+
+
+@pytest.mark.parametrize("scheme, sets", [
+    ("tutel", ("workload.layer.tutel.chunks=2", "workload.layer.tutel.capacity_factor=1.0")),
+    ("fastermoe", ("workload.layer.fastermoe.group_size=2",)),
+], ids=["tutel_chunks2", "fastermoe_two_steps"])
+def test_sliced_backward_leaves_the_forward_alone(request, scheme, sets):
+    """The sliced backward's waits (from the forward's end until a slice's rows arrive) belong to
+    neither pass: the training run's forward takes about the forward-only run's time (its
+    expert-major layout aside), and its rows are the same."""
+    st = request.getfixturevalue(f"{scheme}_training")
+    fwd = simulate("experiments/functional.yaml", f"scheme={scheme}", *sets).stats
+    assert st["system.moe.layer_time_us"] == pytest.approx(fwd["system.moe.layer_time_us"],
+                                                           rel=0.1)
+    assert st["system.moe.layer_time_us"] < st["system.moe.backward.time_us"]
+    for name in ("rows_computed", "rows_combined"):
+        assert st[f"system.moe.{name}"] == fwd[f"system.moe.{name}"]
 
 
 def test_deepep_backward_reuses_the_handle(deepep_training):
@@ -176,12 +243,13 @@ def test_deepep_backward_reuses_the_handle(deepep_training):
 
 
 @pytest.mark.parametrize("scheme, sets, words", [
-    ("ccfuser", (), "no backward pass"),
-    ("dysharp", (), "fusion: token"),
-    ("tutel", ("workload.layer.tutel.chunks=2",), "chunks"),
+    # skewed routing: the shadow policy replicates a hot expert (test_scheme_fastermoe_ccfuser)
+    ("fastermoe", ("workload.layer.fastermoe.group_size=2", "workload.layer.routing.kind=skewed",
+                   "workload.layer.routing.gini=0.5"), "fastermoe.shadow"),
+    ("deepep_ll", (), "inference"),
     ("deepep", ("workload.layer.deepep.home_reduce=kernel",), "home_reduce"),
     ("deepep", ("workload.layer.deepep.kernels=communication",), "kernels: communication"),
-], ids=["ccfuser", "dysharp_fused", "tutel_chunks", "deepep_home_reduce_kernel", "deepep_comm_only"])
+], ids=["fastermoe_shadowed", "deepep_ll", "deepep_home_reduce_kernel", "deepep_comm_only"])
 def test_scheme_without_a_backward_is_an_error(tmp_path, scheme, sets, words):
     extra = [a for kv in sets for a in ("--set", kv)]
     r = run_cli("run", "configs/experiments/functional.yaml", "--set", f"scheme={scheme}",
@@ -195,7 +263,8 @@ def test_scheme_without_a_backward_is_an_error(tmp_path, scheme, sets, words):
     ("system.num_gpus=8",),              # one expert per GPU: no sort, rows straight into place
     ("workload.layer.routing.kind=skewed", "workload.layer.routing.gini=0.74"),  # idle experts
 ], ids=["one_local_expert", "skewed"])
-@pytest.mark.parametrize("scheme", ["megatron", "deepep", "overlap", "nvls", "counted"])
+@pytest.mark.parametrize("scheme", ["megatron", "deepep", "overlap", "nvls", "counted", "tutel",
+                                    "dysharp", "ccfuser"])
 def test_backward_other_layouts(sets, scheme):
     from moehub_arch.workloads.layer import MoeLayer
     from conftest import load

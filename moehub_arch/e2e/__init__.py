@@ -6,6 +6,7 @@ what is not modelled.
 
     moehub-sim e2e --model deepseek_v3 --scheme moehub --compare deepep overlap --quick
     moehub-sim e2e --training --model qwen3_30b_a3b --scheme moehub --compare deepep --quick
+    moehub-sim e2e --setting configs/e2e/dysharp_s.yaml     (a seed paper's training setting)
 
 `python tools/e2e.py` takes the same arguments (and `python tools/e2e_training.py` those of
 `--training`).
@@ -14,7 +15,9 @@ import argparse
 import sys
 from pathlib import Path
 
+from ..config import ConfigError
 from .layers import DENSE, QUICK_TOKENS, RunFailed
+from .settings import apply_setting, load_setting
 
 # the options of a training step only, with their defaults: given without --training they are an
 # error, not silently ignored
@@ -25,16 +28,21 @@ TRAINING_DEFAULTS = {"stages": 4, "micro_batches": 8, "moe_backward": "simulated
 
 def add_arguments(ap):
     """The arguments of `moehub-sim e2e` (and of tools/e2e.py)."""
-    ap.add_argument("--model", required=True, choices=sorted(DENSE),
-                    help="the MoE model (its layer counts and shapes from workloads/models/)")
-    ap.add_argument("--scheme", required=True, help="MoE scheme of the step (e.g. moehub)")
-    ap.add_argument("--compare", nargs="*", default=["deepep"], metavar="SCHEME",
+    ap.add_argument("--model",
+                    help=f"the MoE model (its layer counts and shapes from workloads/models/; "
+                         f"{', '.join(sorted(DENSE))}, or another with a setting's dense part)")
+    ap.add_argument("--scheme", help="MoE scheme of the step (e.g. moehub)")
+    ap.add_argument("--compare", nargs="*", metavar="SCHEME",
                     help="schemes to compare with (default: deepep)")
-    ap.add_argument("--system", default="dgx_h100",
+    ap.add_argument("--system",
                     help="a shipped system with a layer experiment, "
                          "configs/experiments/layer/base_<system>.yaml (default dgx_h100)")
-    ap.add_argument("--tokens-per-gpu", type=int, default=1024,
+    ap.add_argument("--tokens-per-gpu", type=int,
                     help="tokens per GPU (in one micro-batch with --training; default 1024)")
+    ap.add_argument("--setting", type=Path,
+                    help="a training setting file (configs/e2e/*.yaml: a seed paper's model, "
+                         "system, pipeline and schemes with their sources); implies --training; "
+                         "options given here win over the file's")
     ap.add_argument("--quick", action="store_true",
                     help=f"{QUICK_TOKENS} tokens per GPU (a smoke run of a few minutes)")
     ap.add_argument("-o", "--outdir", type=Path, default=Path("out") / "e2e",
@@ -74,6 +82,26 @@ def command(args, prog="moehub-sim e2e"):
         print(f"{prog}: error: {message}", file=sys.stderr)
         return 2
 
+    args.setting_data = None
+    if args.setting is not None:
+        try:
+            args.setting_data = load_setting(args.setting)
+        except ConfigError as e:
+            return fail(str(e))
+        args.training = True
+        apply_setting(args, args.setting_data)
+    for k, default in (("compare", ["deepep"]), ("system", "dgx_h100"),
+                       ("tokens_per_gpu", 1024)):
+        if getattr(args, k) is None:
+            setattr(args, k, default)
+    for k in ("model", "scheme"):
+        if getattr(args, k) is None:
+            return fail(f"--{k}: required (or a --setting file that names it)")
+    dense = (args.setting_data or {}).get("dense")
+    if args.model not in DENSE and dense is None:
+        return fail(f"--model {args.model}: e2e knows the attention and dense layers of "
+                    f"{', '.join(sorted(DENSE))}; another model needs a --setting file with its "
+                    f"dense part (setting.dense)")
     given = [k for k in TRAINING_DEFAULTS if getattr(args, k) is not None]
     if not args.training and given:
         flags = ", ".join("--" + k.replace("_", "-") for k in given)

@@ -1,10 +1,10 @@
 """`moehub-sim e2e --training`: one training step of a whole MoE model under pipeline parallelism,
 composed from simulated layers (forward and backward) by moehub_arch/workloads/training_step.py.
 
-    moehub-sim e2e --training --model qwen3_30b_a3b --scheme moehub --compare deepep --quick \
-        --moe-backward estimate
+    moehub-sim e2e --training --model qwen3_30b_a3b --scheme moehub --compare deepep --quick
     moehub-sim e2e --training --model deepseek_v3 --scheme moehub --stages 16 --micro-batches 32 \
-        --moe-backward estimate --overlap
+        --overlap
+    moehub-sim e2e --setting configs/e2e/dysharp_l.yaml     (a seed paper's setting: settings.py)
 
 Layers, each distinct one simulated once per micro-batch shape (runs kept under --outdir and
 reused, moehub_arch/run_cache.py):
@@ -14,8 +14,10 @@ reused, moehub_arch/run_cache.py):
   (system.block.forward_time_us, backward_time_us: tp/block_backward.s, tp/ffn_backward.s);
 - MoE layer: workload.layer on the whole system for each scheme - its forward
   (system.moe.layer_time_us, exposed part system.moe.overhead_us). Its backward: a scheme whose
-  backward the simulator runs (SIMULATED_BACKWARD below) gives it from that run; any other scheme is
-  an error unless `--moe-backward estimate`, which composes it from simulated parts: the scheme's
+  backward the simulator runs (SIMULATED_BACKWARD below: every scheme but the inference-only
+  deepep_ll; fastermoe's run refuses training when its shadow policy replicates an expert)
+  gives it from that run; any other scheme is an error naming it unless
+  `--moe-backward estimate`, which composes it from simulated parts: the scheme's
   forward with the forward's expert phase replaced by the simulated backward expert phase of
   the same layer (system.moe.backward.expert_us of scheme megatron's training run: the shared
   grouped backward kernels on the same routing, shared experts included) and without the
@@ -39,7 +41,9 @@ shared experts and dense FFNs) are all-reduced over the system's GPUs on NVLink
 (links x link bandwidth per GPU) in --grad-bytes per weight (default 4: fp32 gradients,
 assumption: Megatron's fp32 main_grad reduced as such), overlapped with the last backward of the
 stage unless --no-overlap-grad-reduce; --overlap lets a steady-state forward and backward of
-different micro-batches hide each other's exposed time (training_step.py).
+different micro-batches hide each other's exposed time (training_step.py), and a compared scheme
+named `name+dualpipe` gets that overlap in its own step (DualPipe as DySHARP's baseline: DeepEP's
+layers, `deepep+dualpipe`).
 
 Not modelled: those of the forward step (forward.py: embedding, LM head, MLA, GQA, rotary, the
 norm and residual around the MoE layer) and of training_step.py (optimizer, interleaved stages, DualPipe's own
@@ -47,10 +51,12 @@ schedule, expert-gradient reduction across replicas).
 """
 import json
 
+import attrs
+
 from ..config import ConfigError, load_config
 from ..config.models import load_model
 from ..experiment import hub_design_path
-from ..workloads.layer import BACKWARD_SCHEMES
+from ..workloads.layer import BACKWARD_SCHEMES, LayerError, MoeLayer
 from ..workloads.training_step import LayerCost, TrainingError, training_step
 from . import layers as e2e
 
@@ -59,6 +65,7 @@ from . import layers as e2e
 # of its exposed part; the other schemes' backward is the estimate above.
 SIMULATED_BACKWARD = {scheme: ("system.moe.backward.time_us", "system.moe.backward.overhead_us")
                       for scheme in BACKWARD_SCHEMES}
+DUALPIPE = "+dualpipe"
 EXPERT_REFERENCE = "megatron"      # whose training run gives the estimate's backward expert phase
 
 
@@ -89,7 +96,12 @@ def training_run(a, fail):
                     f"least as many micro-batches as stages")
     if not 0 < a.p2p_GBps < float("inf"):      # nan and inf refused too
         return fail(f"--p2p-GBps {a.p2p_GBps}: expected a positive, finite bandwidth")
-    schemes = [a.scheme] + [s for s in a.compare if s != a.scheme]
+    specs = [a.scheme] + [s for s in a.compare if s != a.scheme]
+    # "name+dualpipe": scheme name's layers with the micro-batch overlap (DualPipe's idea) in its
+    # step whatever --overlap says - the DeepSeek-V3 baseline DySHARP compares with
+    base_of = {spec: spec[:-len(DUALPIPE)] if spec.endswith(DUALPIPE) else spec
+               for spec in specs}
+    schemes = list(dict.fromkeys(base_of.values()))
     if a.moe_backward == "simulated":
         missing = [s for s in schemes if s not in SIMULATED_BACKWARD]
         if missing:
@@ -97,18 +109,32 @@ def training_run(a, fail):
             return fail(f"scheme {', '.join(missing)}: no simulated backward pass (schemes with "
                         f"one: {have}); pass --moe-backward estimate to compose it from the "
                         f"forward's phases (docs/training.md)")
+    setting = a.setting_data or {}
     try:
         model = load_model(a.model)
         design = None if a.hub_design == "published" else hub_design_path(a.hub_design)
     except ConfigError as e:
         return fail(str(e))
+    if "layers" in setting:      # the whole model's layer counts where the model file has one
+        model = attrs.evolve(model, layers=setting["layers"], moe_layers=setting["moe_layers"])
     if a.stages > model.layers:
         return fail(f"--stages {a.stages}: {a.model} has {model.layers} layers")
     cfg = load_config(base)
     gpus = cfg.system.num_gpus
     nvlink_Bps = cfg.system.nvlink.links_per_gpu * cfg.system.nvlink.bandwidth
-    dense = e2e.DENSE[a.model]
+    dense = setting.get("dense") or e2e.DENSE[a.model]
     H = model.hidden
+    layer_sets = [f"workload.layer.model={a.model}", f"workload.layer.tokens_per_gpu={tokens}"]
+    # a layer that refuses training in this configuration (FasterMoE's policy shadowing an
+    # expert on this routing, a scheme option without a backward) is bad input: found by
+    # planning each layer before anything is simulated
+    for s in schemes:
+        if s in SIMULATED_BACKWARD:
+            try:
+                MoeLayer(load_config(base, [f"scheme={s}"] + layer_sets
+                                     + ["workload.layer.passes=training"]))
+            except (LayerError, ConfigError) as e:
+                return fail(f"scheme {s}: {e}")
     out = a.outdir / f"{model.name}_{tokens}_{a.system}"
     bm = e2e.block_model_file(out, model, dense, tokens)
     one_gpu = ["system.num_gpus=1", f"workload.block.model={bm}", "workload.block.tp=1",
@@ -133,7 +159,6 @@ def training_run(a, fail):
               f"[{how}]", flush=True)
     attn_params = 4 * H * H + 2 * H
     moe = {}
-    layer_sets = [f"workload.layer.model={a.model}", f"workload.layer.tokens_per_gpu={tokens}"]
     bwd_expert = None
     if any(s not in SIMULATED_BACKWARD for s in schemes):
         # the estimate's expert part: the simulated backward expert phase of this layer
@@ -178,7 +203,8 @@ def training_run(a, fail):
               f"  [{how}]", flush=True)
     p2p = tokens * H * 2 / (a.p2p_GBps * 1e9) * 1e6
     rows = {}
-    for s in schemes:
+    for spec in specs:
+        s = base_of[spec]
         m = moe[s]
         layers = [LayerCost("dense", dl[0], dl[1], replicated_params=attn_params
                             + 3 * H * dense["dense_ffn"]) for _ in range(dense_layers)]
@@ -189,18 +215,19 @@ def training_run(a, fail):
                              + 3 * H * model.shared_expert_ffn * model.shared_experts)
                    for _ in range(model.moe_layers)]
         try:
-            rows[s] = training_step(layers, a.stages, a.micro_batches, gpus, nvlink_Bps,
-                                    a.grad_bytes, p2p, a.overlap, not a.no_overlap_grad_reduce)
+            rows[spec] = training_step(layers, a.stages, a.micro_batches, gpus, nvlink_Bps,
+                                       a.grad_bytes, p2p, a.overlap or spec != s,
+                                       not a.no_overlap_grad_reduce)
         except TrainingError as e:
             return fail(str(e))
     ref = rows[a.scheme]["step_us"]
     print(f"\none training step: {model.layers} layers over {a.stages} stages, "
           f"{a.micro_batches} micro-batches, 1F1B{' with micro-batch overlap' if a.overlap else ''}"
           f"; activations {p2p:.1f} us per stage hop")
-    print(f"{'scheme':12s} {'MoE bwd':>9s} {'step ms':>9s} {'bubble ms':>10s} {'bubble':>7s} "
+    print(f"{'scheme':16s} {'MoE bwd':>9s} {'step ms':>9s} {'bubble ms':>10s} {'bubble':>7s} "
           f"{'exposed ms':>11s} {'DP ms':>7s} {'DP exp ms':>10s} {'MoE share':>10s} {'speedup':>8s}")
     for s, r in rows.items():
-        print(f"{s:12s} {moe[s]['backward_source']:>9s} {r['step_us'] / 1e3:9.3f} "
+        print(f"{s:16s} {moe[base_of[s]]['backward_source']:>9s} {r['step_us'] / 1e3:9.3f} "
               f"{r['bubble_us'] / 1e3:10.3f} {100 * r['bubble_fraction']:6.1f}% "
               f"{r['exposed_comm_us'] / 1e3:11.3f} {max(r['dp_allreduce_us']) / 1e3:7.3f} "
               f"{max(r['dp_exposed_us']) / 1e3:10.3f} {100 * r['moe_share']:9.1f}% "
@@ -208,12 +235,50 @@ def training_run(a, fail):
     print(f"(speedup: {a.scheme}'s step is this many times faster than the row's scheme; "
           f"exposed: the busiest stage's exposed MoE time over the step; DP: the largest stage's "
           f"gradient all-reduce and its exposed part)")
+    extrapolated = {}
+    if setting.get("extrapolate") == "amdahl":
+        extrapolated = amdahl_rows({spec: moe[s] for spec, s in base_of.items()}, rows,
+                                   a.scheme)
+        print(f"\nthe MoE-Hub paper's extrapolation (the baseline step's MoE share f sped up by the "
+              f"MoE-layer speedup s: 1 / ((1 - f) + f / s)) beside the simulated step:")
+        print(f"{'over':12s} {'MoE share':>10s} {'layer sp.':>10s} {'extrapolated':>13s} "
+              f"{'simulated':>10s}")
+        for s, x in extrapolated.items():
+            print(f"{s:12s} {100 * x['moe_share']:9.1f}% {x['layer_speedup']:9.2f}x "
+                  f"{x['extrapolated_speedup']:12.2f}x {x['simulated_speedup']:9.2f}x")
+    if setting:
+        print(f"\nsetting {setting['name']} ({setting['file']}); sources:")
+        for src in setting["sources"]:
+            print(f"  - {src}")
+        for name, text in setting.get("published", {}).items():
+            print(f"  published {name}: {text} (context, never a target)")
     if a.json:
         a.json.write_text(json.dumps(dict(
-            model=a.model, system=a.system, tokens_per_gpu=tokens, stages=a.stages,
+            model=a.model, scheme=a.scheme, system=a.system, tokens_per_gpu=tokens,
+            stages=a.stages,
             micro_batches=a.micro_batches, overlap=a.overlap, p2p_us=p2p,
             attention=dict(forward_us=attn[0], backward_us=attn[1]),
             dense_layer=dict(forward_us=dl[0], backward_us=dl[1]) if dl else None,
-            moe_layer=moe, steps=rows), indent=1))
+            moe_layer=moe, steps=rows, setting=setting.get("name"),
+            extrapolated=extrapolated), indent=1))
     return 0
+
+
+def amdahl_rows(moe, rows, scheme):
+    """The MoE-Hub paper's end-to-end extrapolation for `scheme` over each other scheme b: b's
+    step has the MoE share f (its MoE layers' forward and backward time over the stages' busy
+    time, rows[b]['moe_share']), and the MoE layers run s = (b's MoE forward + backward) / (the
+    scheme's) times faster; everything else unchanged gives 1 / ((1 - f) + f / s). Beside it the
+    simulated step's speedup (rows[b] step / rows[scheme] step), which also counts the bubble,
+    the exposed time and the overlap the extrapolation leaves as they were."""
+    mine = moe[scheme]["forward_us"] + moe[scheme]["backward_us"]
+    out = {}
+    for b, r in rows.items():
+        if b == scheme:
+            continue
+        f = r["moe_share"]
+        s = (moe[b]["forward_us"] + moe[b]["backward_us"]) / mine
+        out[b] = dict(moe_share=f, layer_speedup=s, extrapolated_speedup=1.0 / ((1 - f) + f / s),
+                      simulated_speedup=r["step_us"] / rows[scheme]["step_us"])
+    return out
 

@@ -35,11 +35,10 @@ ACCT_NAMES = ("sent", "received", "computed", "combined")
 
 COMMON_KERNELS = "workloads/kernels/common/moe_common.s"
 # the schemes whose plan builds the layer's backward (workload.layer.passes: training) in their
-# default configuration (tools/e2e_training.py simulates their backward) ...
-BACKWARD_SCHEMES = ("megatron", "deepep", "hiermoe", "overlap", "nvls", "moehub", "counted")
-# ... and those that build it in another configuration than their default (the setting it needs)
-BACKWARD_SETTINGS = {"tutel": "workload.layer.tutel.chunks: 1",
-                     "dysharp": "workload.layer.dysharp.fusion: none"}
+# default configuration on one node (`e2e --training` simulates their backward); a configuration
+# of theirs without one names its key (plan.backward_why)
+BACKWARD_SCHEMES = ("megatron", "deepep", "hiermoe", "overlap", "nvls", "moehub", "counted",
+                    "tutel", "dysharp", "ccfuser", "fastermoe")
 # every expert-GEMM job keeps G, U [tile][n] f32 and Hq [tile][n] bf16 in the `.smem 160KB` its
 # kernels declare (moe_common.s, deepep.s, moe_layer.s): at most 16384 elements of a tile x n job
 GEMM_JOB_ELEMENTS = 16384
@@ -247,7 +246,8 @@ GROUPED_KERNELS = ("grouped_tiles", "grouped_gate_up", "grouped_down")
 
 
 def grouped_gemm_launches(s, stream, tbs, counts, xe, ye, cap, *, experts=None,
-                          weights=("w_gate", "w_up", "w_down"), table="grouped_table", he="he"):
+                          weights=("w_gate", "w_up", "w_down"), table="grouped_table", he="he",
+                          he_rows=0):
     """A grouped SwiGLU GEMM over expert-major rows already in place (moe_common.s): the tile
     table from `counts` (control buffer [El] i64 of rows per local expert), then the gate/up and
     the down column jobs on `tbs` thread blocks. `xe`/`ye` name [El][cap][H] bf16 buffers (a
@@ -255,7 +255,9 @@ def grouped_gemm_launches(s, stream, tbs, counts, xe, ye, cap, *, experts=None,
     (SchemePlan.n_tile = s.n_tile). Several calls on one stream may share the returned buffers
     (each GEMM's tile table and activations are used only until its down jobs end).
     `experts` (default: the local experts), `weights` (gate, up, down buffer names), `table` and
-    `he` serve a GEMM over other experts' copies (scheme fastermoe's shadowed experts)."""
+    `he` serve a GEMM over other experts' copies (scheme fastermoe's shadowed experts);
+    `he_rows`: the activations of this GEMM's rows start that many rows into `he` (a slice of
+    the rows when several GEMMs keep theirs side by side, `cap` rows apart)."""
     El, tile = s.local_experts if experts is None else experts, s.tile_rows
     wg, wu, wd = weights
     tiles = El * (-(-cap // tile))
@@ -264,7 +266,8 @@ def grouped_gemm_launches(s, stream, tbs, counts, xe, ye, cap, *, experts=None,
     common = (("hidden", s.hidden), ("ffn", s.ffn), ("tile_rows", tile))
     return bufs, [
         LaunchConfig(kernel="grouped_tiles", grid=1, stream=stream, params=(
-            ("counts", f"@{counts}"), ("table", f"@{table}"), ("xe", f"@{xe}"), ("he", f"@{he}"),
+            ("counts", f"@{counts}"), ("table", f"@{table}"), ("xe", f"@{xe}"),
+            ("he", f"@{he} + {he_rows * s.ffn * 2}" if he_rows else f"@{he}"),
             ("ye", f"@{ye}"), ("cap", cap), ("local_experts", El)) + common),
         LaunchConfig(kernel="grouped_gate_up", grid=tbs, stream=stream, params=(
             ("table", f"@{table}"), ("wg", f"@{wg}"), ("wu", f"@{wu}")) + common
@@ -354,8 +357,7 @@ class MoeLayer:
         if self.training and not self.plan.backward:
             why = self.plan.backward_why or "it has no backward pass yet"
             raise LayerError(f"workload.layer.passes: training runs the MoE layer's backward, "
-                             f"built for schemes {', '.join(BACKWARD_SCHEMES)} and "
-                             f"{', '.join(f'{k} ({v})' for k, v in BACKWARD_SETTINGS.items())} "
+                             f"built for schemes {', '.join(BACKWARD_SCHEMES)} "
                              f"(docs/training.md); scheme '{cfg.scheme}' cannot: {why}; use "
                              f"passes: forward")
 

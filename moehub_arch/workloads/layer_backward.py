@@ -21,6 +21,7 @@ errors against moehub_arch/workloads/moe_backward.py (0 when bit-identical).
 import numpy as np
 
 from ..config.schema import LaunchConfig
+from .alltoall import i64_preset
 
 KERNELS = ("workloads/kernels/common/moe_backward.s", "workloads/kernels/tp/ffn_backward.s")
 BACKWARD_PHASES = ("backward_dispatch", "backward_expert", "backward_combine")
@@ -67,40 +68,118 @@ def expert_bwd_launches(s, stream, tbs, counts, xe, he, cap, bases, dye="@b_dye"
     then `expert_bwd_kernels`. `xe` / `he` name the forward's
     expert-major input rows and activations, `counts` the rows per local expert ([El] i64),
     `bases` each local expert's first row ([El] i64: e * cap)."""
-    return [LaunchConfig(kernel="grouped_tiles", grid=1, stream=stream, params=(
-        ("counts", f"@{counts}"), ("table", "@b_table"), ("xe", f"@{xe}"), ("he", "@b_dg"),
-        ("ye", dye), ("cap", cap), ("local_experts", s.local_experts),
-        ("tile_rows", s.tile_rows), ("hidden", s.hidden), ("ffn", s.ffn)))] \
+    return [bwd_tiles_launch(s, stream, counts, f"@{xe}", cap, dye=dye)] \
         + expert_bwd_kernels(s, stream, tbs, counts, bases, xe, he, dye=dye)
 
 
+def bwd_tiles_launch(s, stream, counts, xe, cap, table="@b_table", rows=0, dye="@b_dye"):
+    """grouped_tiles for the backward: the tile table at `table` over `counts` rows per local
+    expert of the forward's input rows at `xe` (an address expression), each expert `cap` rows
+    apart, with dG and dO at the same rows of b_dg and `dye` (b_dye, or an expression of another
+    buffer's address holding the dO rows so); `rows` starts every expert's rows that many rows
+    in (a slice of a wider layout)."""
+    off = (lambda b, w: f"{b} + {rows * w}" if rows else b)
+    return LaunchConfig(kernel="grouped_tiles", grid=1, stream=stream, params=(
+        ("counts", f"@{counts}"), ("table", table), ("xe", xe), ("he", off("@b_dg", 2 * s.ffn)),
+        ("ye", off(dye, s.row_bytes)), ("cap", cap), ("local_experts", s.local_experts),
+        ("tile_rows", s.tile_rows), ("hidden", s.hidden), ("ffn", s.ffn)))
+
+
 def expert_bwd_kernels(s, stream, tbs, counts, bases, xe, he, tilecnt=0, gate=None,
-                       dye="@b_dye"):
+                       table="@b_table", wgrad=True, dye="@b_dye"):
     """grouped_bwd_act, grouped_dgrad (dX into b_dxe) and grouped_wgrad on `tbs` thread blocks
     over the table in b_table (built by the scheme: grouped_tiles or its own); the rows of b_dye
     (or `dye`), b_dxe, b_dg, b_du sit at the same row index as the forward's `xe` / `he` rows.
     `tilecnt`
     (a buffer reference, or 0): grouped_bwd_act waits for each tile's rows there (dO rows still
     arriving); `gate` (a buffer reference): set to 1 between the dgrad and the wgrad (the dX rows
-    can go home while the wgrad runs)."""
+    can go home while the wgrad runs); `table`: the tile table's address; without `wgrad` no
+    grouped_wgrad (wgrad_launch after the last slice of a sliced backward)."""
     common = (("hidden", s.hidden), ("ffn", s.ffn))
     tile = (("tile_rows", s.tile_rows), ("n_tile", s.n_tile))
     return [
         LaunchConfig(kernel="grouped_bwd_act", grid=tbs, stream=stream, params=(
-            ("table", "@b_table"), ("tilecnt", tilecnt), ("dg", "@b_dg"), ("du", "@b_du"),
+            ("table", table), ("tilecnt", tilecnt), ("dg", "@b_dg"), ("du", "@b_du"),
             ("wg", "@w_gate"), ("wu", "@w_up"), ("wd", "@w_down"), ("bacct", "@bacct"))
             + common + tile),
         LaunchConfig(kernel="grouped_dgrad", grid=tbs, stream=stream, params=(
-            ("table", "@b_table"), ("dg", "@b_dg"), ("du", "@b_du"), ("wg", "@w_gate"),
+            ("table", table), ("dg", "@b_dg"), ("du", "@b_du"), ("wg", "@w_gate"),
             ("wu", "@w_up"), ("dye", dye), ("dxe", "@b_dxe")) + common + tile),
     ] + ([LaunchConfig(kernel="flag_set", grid=1, stream=stream,
-                       params=(("addr", gate), ("value", 1)))] if gate else []) + [
-        LaunchConfig(kernel="grouped_wgrad", grid=tbs, stream=stream, params=(
-            ("counts", f"@{counts}"), ("bases", f"@{bases}"), ("xe", f"@{xe}"),
-            ("he", f"@{he}"), ("dg", "@b_dg"), ("du", "@b_du"), ("dye", dye),
-            ("dwg", "@dw_gate"), ("dwu", "@dw_up"), ("dwd", "@dw_down"),
-            ("local_experts", s.local_experts)) + common + (("n_tile", s.n_tile),)),
-    ]
+                       params=(("addr", gate), ("value", 1)))] if gate else []) \
+        + ([wgrad_launch(s, stream, tbs, counts, bases, xe, he, dye)] if wgrad else [])
+
+
+def wgrad_launch(s, stream, tbs, counts, bases, xe, he, dye="@b_dye"):
+    """grouped_wgrad: the routed experts' fp32 weight gradients over `counts` rows per local
+    expert from `bases` ([El] i64 first rows) of the forward's `xe` / `he` rows and the backward's
+    dG, dU and dO (`dye`) rows."""
+    return LaunchConfig(kernel="grouped_wgrad", grid=tbs, stream=stream, params=(
+        ("counts", f"@{counts}"), ("bases", f"@{bases}"), ("xe", f"@{xe}"),
+        ("he", f"@{he}"), ("dg", "@b_dg"), ("du", "@b_du"), ("dye", dye),
+        ("dwg", "@dw_gate"), ("dwu", "@dw_up"), ("dwd", "@dw_down"),
+        ("local_experts", s.local_experts), ("hidden", s.hidden), ("ffn", s.ffn),
+        ("n_tile", s.n_tile)))
+
+
+def sliced_bwd_buffers(s, buf, presets, prefix, n, slice_rows, send_rows):
+    """The buffers of a backward run slice by slice over an expert-major layout (each local
+    expert's rows of every slice together: n slices of `slice_rows` rows, expert le from row
+    le n slice_rows): the shared backward buffers with n tile tables, and `prefix`_dsend /
+    _dret (`send_rows` rows: the dO and dX rows at home), _darrive / _bdone (a word per slice:
+    its rows arrived, its act and dgrad done), _bbases / _brows (each expert's first row and its
+    rows of every slice, preset). Returns (buffers, tiles of one slice's table)."""
+    P, El, rb = s.num_gpus, s.local_experts, s.row_bytes
+    rows = n * slice_rows
+    tt = El * -(-slice_rows // s.tile_rows)
+    presets[f"{prefix}_bbases"] = i64_preset(np.tile(np.arange(El, dtype=np.int64) * rows,
+                                                     (P, 1)))
+    presets[f"{prefix}_brows"] = i64_preset(np.full((P, El), rows, np.int64))
+    return backward_buffers(s, rows, buf, tiles=n * (tt + 1) - 1) + [
+        buf(f"{prefix}_dsend", send_rows * rb, dtype="bf16"),
+        buf(f"{prefix}_dret", send_rows * rb, dtype="bf16"),
+        buf(f"{prefix}_darrive", n * 8, region="control", dtype="i64"),
+        buf(f"{prefix}_bdone", n * 8, region="control", dtype="i64"),
+        buf(f"{prefix}_bbases", El * 8, region="control", dtype="i64"),
+        buf(f"{prefix}_brows", El * 8, region="control", dtype="i64")], tt
+
+
+def sliced_expert_bwd(s, stream, tbs, prefix, n, slice_rows, tt, counts, xe, he, sources):
+    """[(launch, phase)] of the experts' backward slice by slice on `stream` (buffers of
+    sliced_bwd_buffers): per slice c, a wait for its `sources` arrivals (`prefix`_darrive[c]),
+    its tile table (`counts(c)`: the [El] row counts' buffer expression; its rows c slice_rows
+    into each expert's, of the forward's `xe`), grouped_bwd_act and grouped_dgrad, then
+    _bdone[c] = 1; after the last slice one grouped_wgrad over every slice's rows (the slices'
+    sums, which autograd accumulates slice by slice, in one pass; rows a slice leaves unused
+    hold zeros and add nothing)."""
+    rows, rb = n * slice_rows, s.row_bytes
+    out = []
+    for c in range(n):
+        table = f"@b_table + {c * 64 * (tt + 1)}"
+        # a wait sits on its SM from the forward's end on (in no pass: not the backward's time,
+        # and not the forward's)
+        out.append((LaunchConfig(kernel="flag_wait", grid=1, stream=stream, params=(
+            ("addr", f"@{prefix}_darrive + {8 * c}"), ("value", sources))), "backward_wait"))
+        out.append((bwd_tiles_launch(s, stream, counts(c), f"@{xe} + {c * slice_rows * rb}",
+                                     rows, table=table, rows=c * slice_rows), "backward_expert"))
+        out += [(launch, "backward_expert") for launch in expert_bwd_kernels(
+            s, stream, tbs, f"{prefix}_brows", f"{prefix}_bbases", xe, he, table=table,
+            wgrad=False)]
+        out.append((LaunchConfig(kernel="flag_set", grid=1, stream=stream, params=(
+            ("addr", f"@{prefix}_bdone + {8 * c}"), ("value", 1))), "backward_expert"))
+    out.append((wgrad_launch(s, stream, tbs, f"{prefix}_brows", f"{prefix}_bbases", xe, he),
+                "backward_expert"))
+    return out
+
+
+def sorted_row_order(rows):
+    """{expert: [(sort keys..., flat token, slot)]} -> {expert: (flat tokens, slots)} with each
+    expert's rows in the order of their keys (a SchemePlan.backward_row_order answer)."""
+    order = {}
+    for e, r in rows.items():
+        r = sorted(r)
+        order[e] = ([int(x[-2]) for x in r], [int(x[-1]) for x in r])
+    return order
 
 
 def dispatch_bwd_launch(s, cfg, stream, dret, map_):

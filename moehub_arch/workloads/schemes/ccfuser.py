@@ -40,7 +40,9 @@ from ..layer import (ACCT_NAMES, LayerError, SchemePlan, _buf, combine_launch,
 from ...config.schema import LaunchConfig
 from .deepep import EPOCH
 from .megatron import KERNELS as MEGATRON_KERNELS, count_exchange
-from .overlap import KERNELS as OVERLAP_KERNELS
+from ..deepep_backward import KERNELS as DEEPEP_BACKWARD_KERNELS
+from ..layer_backward import KERNELS as BACKWARD_KERNELS
+from .overlap import BACKWARD as OVERLAP_BACKWARD, KERNELS as OVERLAP_KERNELS, backward_plan
 
 KERNELS = "workloads/kernels/ccfuser/ccfuser.s"
 
@@ -104,7 +106,7 @@ def plan(layer):
     presets = {"ccf_info": i64_preset(info_published), "ccf_tiles": i64_preset(tiles),
                "ccf_list": i64_preset(lists), "ccf_home": i64_preset(homes)}
     sbufs, shared = shared_expert_launches(s, cfg, stream=1)
-    launches = count_launches + [
+    fwd_launches = count_launches + [
         LaunchConfig(kernel="flag_set", grid=1, stream=0, host_delay=opts.host_sync_latency,
                      params=(("addr", "@ccf_info + 16"), ("value", EPOCH))),
         LaunchConfig(kernel="ccf_pull", grid=opts.pull_tbs, stream=0, params=(
@@ -119,16 +121,34 @@ def plan(layer):
             ("hidden", H), ("ffn", I), ("tile_rows", tile), ("n_tile", s.n_tile),
             ("epoch", EPOCH), ("swizzle", s.stream_swizzle))),
     ]
+    phases = {"mediation": ("mg_count", "mg_allgather", "flag_set"),
+              "dispatch": ("ccf_pull",),
+              "expert": ("overlap_expert", "shared_ffn"),
+              "combine": ("moe_combine",)}
+    by_kernel = {name: phase for phase, names in phases.items() for name in names}
+    # the shared experts are placed before the persistent GEMM blocks take every SM
+    launches = shared + fwd_launches + [combine_launch(s, cfg, stream=3)]
+    launch_phases = [by_kernel.get(launch.kernel, "") for launch in launches]
+    training = cfg.workload.layer.passes == "training"
+    bbufs, row_order = [], None
+    if training:
+        # the backward is the forward's pull in the other direction: each expert GPU reads the
+        # dO rows of its tiles from their home GPUs (get, pull_tbs blocks, as ccf_pull reads x)
+        # while the backward GEMM blocks wait on each tile's counter, and writes the dX rows
+        # straight home (put) during the weight gradients - Comet-style overlap's backward
+        # (overlap.py) over CCFuser's handle: its tile table and row positions
+        bbufs, blaunches, bpresets, row_order = backward_plan(
+            layer, rows_cap, tiles_cap, handle=("ccf_tiles", "ccf_info", "ccf_home"),
+            xe="ccf_x", hh="ccf_hh", comm_tbs=opts.pull_tbs, gemm_tbs=opts.compute_tbs)
+        presets.update(bpresets)
+        launches += [launch for launch, _ in blaunches]
+        launch_phases += [phase for _, phase in blaunches]
     return SchemePlan(
-        buffers=tuple(buffers + sbufs),
-        # the shared experts are placed before the persistent GEMM blocks take every SM
-        launches=tuple(shared + launches + [combine_launch(s, cfg, stream=3)]),
-        kernel_files=(A2A_KERNELS, MEGATRON_KERNELS, OVERLAP_KERNELS, KERNELS), presets=presets,
-        n_tile=s.n_tile,
-        phases={"mediation": ("mg_count", "mg_allgather", "flag_set"),
-                "dispatch": ("ccf_pull",),
-                "expert": ("overlap_expert", "shared_ffn"),
-                "combine": ("moe_combine",)},
+        buffers=tuple(buffers + sbufs + bbufs), launches=tuple(launches),
+        kernel_files=(A2A_KERNELS, MEGATRON_KERNELS, OVERLAP_KERNELS, KERNELS)
+        + ((DEEPEP_BACKWARD_KERNELS, OVERLAP_BACKWARD) + BACKWARD_KERNELS if training else ()),
+        presets=presets, n_tile=s.n_tile, phases=phases, launch_phases=tuple(launch_phases),
+        backward=True, backward_row_order=row_order,
         mediation_extra_ps=opts.host_sync_latency + cfg.system.gpu.kernel_launch_latency,
         checked_accounting=tuple(a for a in ACCT_NAMES if a != "sent"),
         unchecked_why="the expert GPU pulls the rows: no sender counts them")

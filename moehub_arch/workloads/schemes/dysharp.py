@@ -168,18 +168,15 @@ def plan(layer):
         ("out", "@out"), ("ys", "@ys"), ("comb", "@dy_comb"), ("one", "@one"), ("acct", "@acct"),
         ("tokens", T), ("hidden", H), ("shared", s.shared),
         ("shared_tbs", cfg.workload.layer.shared_tbs))), "combine")
-    bbufs, presets, row_order = [], {}, None
+    bbufs, bwd = [], {}
     if training:
-        bbufs, presets, row_order = _backward(layer, add, cap, mb)
+        bbufs, bwd = _backward(layer, add, cap, mb, "he")
         multicast += tuple(MulticastConfig(buffer=b, row_bytes=rb, **dyn)
                            for b in ("b_dye", "b_dxe"))
     return SchemePlan(
         buffers=tuple(buffers + gbufs + sbufs + bbufs), launches=tuple(launches.launches),
         kernel_files=(NVLS_KERNELS, KERNELS) + (BACKWARD_KERNELS if training else ()),
-        n_tile=s.n_tile, multicast=multicast, presets=presets, backward=True,
-        backward_row_order=row_order,
-        backward_reference={"combine": "switch_targets", "local_experts": El},
-        backward_dx_f32="dy_bdx", backward_acct=(("dy_bacct", 3, 2),),
+        n_tile=s.n_tile, multicast=multicast, backward=True, **bwd,
         phases={"dispatch": ("dysharp_dispatch", "nvls_barrier"),
                 "expert": GROUPED_KERNELS + SHARED_KERNELS + ("dysharp_scale",),
                 "combine": ("nvls_barrier", "dysharp_combine", "nvls_output")},
@@ -188,13 +185,15 @@ def plan(layer):
         checked_accounting=ACCT_NAMES)
 
 
-def _backward(layer, add, cap, mb):
-    """The backward on stream 0 after the forward (fusion: none; buffers, presets, row order):
-    the combine's in-switch reduction becomes a multicast of dy to each token's k experts
-    (dysharp_bwd_dispatch, placed by the forward's AL entries, so dO lands where x did), the
-    dispatch's multicast an in-switch reduction of each token's k dX rows (dysharp_combine with
-    the gradient rows unweighted); the router weights' gradient and dO = bf16(w dy) on the expert
-    side (dysharp_bwd_weight, dw put home), the shared grouped backward kernels between."""
+def _backward(layer, add, cap, mb, he):
+    """The backward on stream 0 after the forward (either fusion; returns its buffers and the
+    SchemePlan fields it sets): the combine's in-switch reduction becomes a multicast of dy to
+    each token's k experts (dysharp_bwd_dispatch, placed by the forward's AL entries, so dO lands
+    where x did), the dispatch's multicast an in-switch reduction of each token's k dX rows
+    (dysharp_combine with the gradient rows unweighted); the router weights' gradient and
+    dO = bf16(w dy) on the expert side (dysharp_bwd_weight over the forward's unweighted outputs
+    dy_yraw and its meta rows of `mb` bytes, dw put home), the shared grouped backward kernels
+    between (over the forward's activations `he`)."""
     s, cfg = layer.shape, layer.cfg
     opts = cfg.workload.layer.dysharp
     P, T, k, El, H = s.num_gpus, s.tokens, s.top_k, s.local_experts, s.hidden
@@ -221,7 +220,7 @@ def _backward(layer, add, cap, mb):
         ("bdw", "@dy_bdw"), ("dw", "@dw"), ("gathered", U), ("tokens", T),
         ("local_experts", El), ("cap", cap), ("topk", k), ("hidden", H),
         ("meta_bytes", mb))), "backward_dispatch")
-    for launch in expert_bwd_launches(s, 0, cfg.system.gpu.num_sms, "dy_cnt", "dy_xe", "he",
+    for launch in expert_bwd_launches(s, 0, cfg.system.gpu.num_sms, "dy_cnt", "dy_xe", he,
                                       cap, "dy_bbases"):
         add(launch, "backward_expert")
     add(LaunchConfig(kernel="nvls_barrier", grid=1, stream=0, params=(
@@ -252,7 +251,9 @@ def _backward(layer, add, cap, mb):
                     s_.append(int(np.nonzero(idx[u] == e)[0][0]))
         return order
 
-    return bufs, presets, row_order
+    return bufs, dict(presets=presets, backward_row_order=row_order,
+                      backward_reference={"combine": "switch_targets", "local_experts": El},
+                      backward_dx_f32="dy_bdx", backward_acct=(("dy_bacct", 3, 2),))
 
 
 def _fused_plan(layer, cap):
@@ -330,18 +331,25 @@ def _fused_plan(layer, cap):
                  MulticastConfig(buffer="dy_meta", row_bytes=mb, **dyn),
                  MulticastConfig(buffer="dy_ye", row_bytes=rb, targets_per_gpu=El, rows=U,
                                  counts="dy_cnt", al_table="dy_al", layout_rows=lrows))
+    training = cfg.workload.layer.passes == "training"
+    if training:
+        # the router weights' gradient needs the unweighted expert outputs: the training
+        # kernel's GEMM-2 epilogue stores them too, before weighting (the combine's object keeps
+        # the weighted rows)
+        buffers.append(_buf("dy_yraw", El * cap * rb, dtype="bf16"))
     sbufs, shared = shared_expert_launches(s, cfg, stream=1)
     launches = PhasedLaunches()
     add = launches.add
     for launch in shared:
         add(launch, "expert")
-    add(LaunchConfig(kernel="dysharp_fused_expert", grid=workers, stream=2, params=(
+    expert_kernel = "dysharp_fused_expert_train" if training else "dysharp_fused_expert"
+    add(LaunchConfig(kernel=expert_kernel, grid=workers, stream=2, params=(
         ("xe", "@dy_xe"), ("he", "@dy_he"), ("ye", "@dy_ye"), ("cnt", "@dy_cnt"),
         ("tready", "@dy_tready"), ("wvec", "@dy_wvec"), ("wdone", "@dy_wdone"),
         ("jobs", "@dy_jobs"), ("wg", "@w_gate"), ("wu", "@w_up"), ("wd", "@w_down"),
         ("acct", "@acct"), ("hidden", H), ("ffn", s.ffn), ("tile_rows", tile),
         ("n_tile", s.n_tile), ("swizzle", s.stream_swizzle), ("local_experts", El),
-        ("cap", cap))), "expert")
+        ("cap", cap)) + ((("yraw", "@dy_yraw"),) if training else ())), "expert")
     add(LaunchConfig(kernel="dysharp_fused_gate", grid=gates, stream=3, params=(
         ("meta", "@dy_meta"), ("cnt", "@dy_cnt"), ("tready", "@dy_tready"), ("wvec", "@dy_wvec"),
         ("wdone", "@dy_wdone"), ("notice", "@dy_notice"), ("jobs", "@dy_jobs"),
@@ -359,18 +367,25 @@ def _fused_plan(layer, cap):
         ("out", "@out"), ("ys", "@ys"), ("comb", "@dy_comb"), ("one", "@one"), ("acct", "@acct"),
         ("tokens", T), ("hidden", H), ("shared", s.shared),
         ("shared_tbs", cfg.workload.layer.shared_tbs))), "combine")
+    bbufs, bwd = [], {}
+    if training:
+        # the backward: the same multicast and in-switch reduction in swapped roles as the
+        # unfused layer's, in sequence after the megakernel (a token-fused backward is not built)
+        bbufs, bwd = _backward(layer, add, cap, mb, "dy_he")
+        plain = dict(targets_per_gpu=El, rows=U, counts="dy_cnt", al_table="dy_al",
+                     layout_rows=lrows)
+        multicast += tuple(MulticastConfig(buffer=b, row_bytes=rb, **plain)
+                           for b in ("b_dye", "b_dxe"))
     return SchemePlan(
-        buffers=tuple(buffers + sbufs), launches=tuple(launches.launches),
-        kernel_files=(NVLS_KERNELS, KERNELS), n_tile=s.n_tile, multicast=multicast,
+        buffers=tuple(buffers + sbufs + bbufs), launches=tuple(launches.launches),
+        kernel_files=(NVLS_KERNELS, KERNELS) + (BACKWARD_KERNELS if training else ()),
+        n_tile=s.n_tile, multicast=multicast, backward=True, **bwd,
         phases={"dispatch": ("dysharp_fused_comm",),
-                "expert": ("dysharp_fused_expert", "dysharp_fused_gate") + SHARED_KERNELS,
+                "expert": (expert_kernel, "dysharp_fused_gate") + SHARED_KERNELS,
                 "combine": ("nvls_output",)},
         launch_phases=tuple(launches.phases),
         reference_kwargs={"combine": "switch_targets", "local_experts": El},
-        checked_accounting=ACCT_NAMES,
-        backward_why="workload.layer.dysharp.fusion: token (the persistent megakernel) has no "
-                     "backward here: its GEMM-2 epilogue stores only the weighted rows, which the "
-                     "router weights' gradient cannot use; fusion: none has one")
+        checked_accounting=ACCT_NAMES)
 
 
 def _blocks(value, nsm, key):

@@ -49,8 +49,10 @@ bound by the weights' HBM reads, the steps multiply that time: Phi-3.5-MoE on 16
 157 MB expert per GPU), 64 tokens per GPU, std 0.05 - fastermoe 364.9 us (expert phase 265.7 us,
 4 steps) against megatron's 192.9 us (81.9 us).
 
-What it leaves out: fastmoe's topology-aware gate and the backward (the shadowed experts'
-gradient reduction); the policy's factors 3 and 4 are its training-step estimate (forward and
+Training (workload.layer.passes: training, `_backward`): the steps in reverse around per-step
+act and dgrad over an expert-major layout, one wgrad (docs/training.md). What it leaves out:
+fastmoe's topology-aware gate and, in the backward, the shadowed experts' gradient reduction (a
+layer whose policy shadows an expert refuses training); the policy's factors 3 and 4 are its training-step estimate (forward and
 backward) as published, kept although only the forward runs here; NCCL's own protocol (each
 step's sends are one thread block per peer putting contiguous ranges, as scheme megatron's
 all-to-all); fastmoe computes one expert per step call, here each step's local experts are one
@@ -63,6 +65,9 @@ from ..alltoall import (ENTRY_BYTES, KERNELS as A2A_KERNELS, PhasedLaunches, a2a
                         i64_preset, permute_launch, split_pieces)
 from ..layer import (ACCT_NAMES, LayerError, SchemePlan, _buf, combine_launch,
                      grouped_gemm_launches, shared_expert_launches)
+from ..layer_backward import (KERNELS as BACKWARD_KERNELS, combine_bwd_launch,
+                              dispatch_bwd_launch, shared_bwd, sliced_bwd_buffers,
+                              sliced_expert_bwd, sorted_row_order)
 from ..layer_stats import tensor_peak
 from ...config.schema import LaunchConfig
 from .megatron import KERNELS as MEGATRON_KERNELS, count_exchange
@@ -137,6 +142,18 @@ def plan(layer):
                 prefix[grp + j, r] = region[r, st]
                 region[r, st] += to[grp + j, r]
     cap = max(1, int(region.max()))
+    training = cfg.workload.layer.passes == "training"
+    why = (f"workload.layer.fastermoe.shadow: the shadow policy replicated {S} expert(s) on this "
+           f"routing, and the shadowed experts' weight gradients (computed on every GPU from its "
+           f"own rows) would have to be reduced to their owner - that reduction is not built "
+           f"(shadow: none trains)") if S else ""
+    # where step st's rows of local expert le land in fm_xe / fm_ye: row st * slice_rows +
+    # le * expert_rows + (the source's prefix). Forward only: step-major [n][El][cap] (each
+    # step's GEMM its own block; the steps share one activation buffer). Training: expert-major
+    # [El][n][cap] (each step's GEMM over rows n cap apart, its activations beside the
+    # others'), so an expert's rows of every step lie together for the weight gradients
+    expert_major = training and not why
+    slice_rows, expert_rows = (cap, n * cap) if expert_major else (El * cap, cap)
     fwd, bwd, bcast = [], [], []
     for g in range(P):
         rows_f, rows_b, rows_c = [], [], []
@@ -146,12 +163,12 @@ def plan(layer):
             for le in range(El):
                 # g's rows for expert r*El+le into r's region of that step
                 ents_f.append((int(base[g, r * El + le]) * rb,
-                               int((st * El + le) * cap + prefix[g, r, le]) * rb,
+                               int(st * slice_rows + le * expert_rows + prefix[g, r, le]) * rb,
                                int(to[g, r, le]) * rb))
                 # g's outputs (as an expert GPU) for r's rows back to r: g received them at the
                 # step r sent them, (g / G - r / G) % n
                 sb = (g // G - r // G) % n
-                ents_b.append((int((sb * El + le) * cap + prefix[r, g, le]) * rb,
+                ents_b.append((int(sb * slice_rows + le * expert_rows + prefix[r, g, le]) * rb,
                                int(base[r, g * El + le]) * rb, int(to[r, g, le]) * rb))
                 if g * El + le in si:
                     ents_c.append((le * mat, si[g * El + le] * mat, mat))
@@ -190,7 +207,7 @@ def plan(layer):
     ]
     presets = {"fm_base": i64_preset(base), "fm_fwd": entries_preset(fwd_t),
                "fm_bwd": entries_preset(bwd_t), "fm_rows": i64_preset(rows_step)}
-    gbufs, _ = grouped_gemm_launches(s, 1, nsm, "fm_rows", "fm_xe", "fm_ye", cap)
+    gbufs, _ = grouped_gemm_launches(s, 1, nsm, "fm_rows", "fm_xe", "fm_ye", expert_rows)
     buffers += gbufs
     pl = PhasedLaunches()
     add = pl.add
@@ -202,14 +219,18 @@ def plan(layer):
     add(permute_launch(s, 0, tbs, cnt="@fm_cnt", base="@fm_base", out="@fm_send",
                        map_="@fm_map", cap=pairs, host_delay=opts.host_sync_latency), "dispatch")
 
-    def step_launch(st, ret):
+    def step_launch(st, ret, src=None, dst=None, arrive="fm_arrive", done="@done"):
+        """Step st's sends (ret False: the forward table, `arrive` counted per step) or returns
+        (ret True: the backward table, `done` raised on the peers); `src` / `dst` default to the
+        forward's buffers."""
         table, entries = ("@fm_bwd", n_bwd) if ret else ("@fm_fwd", n_fwd)
-        src, dst = ("@fm_ye", "@fm_ret") if ret else ("@fm_send", "@fm_xe")
+        src = src or ("@fm_ye" if ret else "@fm_send")
+        dst = dst or ("@fm_ret" if ret else "@fm_xe")
         return LaunchConfig(kernel="fm_put_step", grid=G, stream=0, params=(
             ("table", table), ("entries", entries), ("src", src), ("dst", dst),
             ("chunk", piece), ("group", G), ("shift", (n - st) % n if ret else st),
-            ("arrive", 0 if ret else f"@fm_arrive + {8 * st}"),
-            ("done", "@done" if ret else 0)))
+            ("arrive", 0 if ret else f"@{arrive} + {8 * st}"),
+            ("done", done if ret else 0)))
 
     for st in range(n):
         add(step_launch(st, False), "dispatch")
@@ -237,9 +258,10 @@ def plan(layer):
     # compute stream: C_0 .. C_n-1, then the shadowed experts
     for st in range(n):
         add(flag_wait_launch(1, f"@fm_arrive + {8 * st}", G), "")
-        off = st * step_bytes
+        off = st * slice_rows * rb
         _, gemm = grouped_gemm_launches(s, 1, nsm, f"fm_rows + {st * El * 8}",
-                                        f"fm_xe + {off}", f"fm_ye + {off}", cap)
+                                        f"fm_xe + {off}", f"fm_ye + {off}", expert_rows,
+                                        he_rows=st * slice_rows if expert_major else 0)
         for launch in gemm:
             add(launch, "expert")
         add(flag_set_launch(1, f"@fm_ready + {8 * st}", 1), "")
@@ -256,6 +278,10 @@ def plan(layer):
         add(flag_wait_launch(0, "@fm_shdone", 1), "")
     add(gather_launch(s, 0, tbs, map_="@fm_map", src="@fm_ret"), "combine")
     add(combine_launch(s, cfg, stream=0), "combine")
+    bbufs, row_order = [], None
+    if training and not why:
+        bbufs = _backward(s, cfg, add, presets, step_launch, n, G, cap)
+        row_order = _row_order(layer, n, G, cap)
 
     def extra_stats(sim, layer):
         sim.stats.add("system.moe.fastermoe.steps", n, "count",
@@ -269,8 +295,9 @@ def plan(layer):
                       "token-expert rows computed where they are, on a shadowed expert's copy")
 
     return SchemePlan(
-        buffers=tuple(buffers + sbufs), launches=tuple(pl.launches),
-        kernel_files=(A2A_KERNELS, MEGATRON_KERNELS, KERNELS), presets=presets, n_tile=s.n_tile,
+        buffers=tuple(buffers + sbufs + bbufs), launches=tuple(pl.launches),
+        kernel_files=(A2A_KERNELS, MEGATRON_KERNELS, KERNELS)
+        + (BACKWARD_KERNELS if training and not why else ()), presets=presets, n_tile=s.n_tile,
         phases={"mediation": ("mg_count", "mg_allgather"),
                 "dispatch": ("permute_rows", "fm_put_step", "a2a_put"),
                 "expert": ("grouped_tiles", "grouped_gate_up", "grouped_down", "shared_ffn"),
@@ -280,4 +307,62 @@ def plan(layer):
         checked_accounting=tuple(a for a in ACCT_NAMES if a != "received"),
         unchecked_why="the exchange moves byte ranges, not counted rows",
         extra_acct=(("dropped", 6, "token-expert pairs dropped (no capacity: none)"),),
-        expected_rows={"dropped": 0}, extra_stats=extra_stats)
+        expected_rows={"dropped": 0}, extra_stats=extra_stats,
+        backward=not why, backward_why=why, backward_row_order=row_order)
+
+
+def _backward(s, cfg, add, presets, step_launch, n, G, cap):
+    """The backward after the forward, step by step as the smart schedule's forward (its
+    autograd runs each step's exchange while another step's expert backward computes), over the
+    expert-major layout; returns its buffers. No shadowed expert (plan refuses them).
+      stream 0  the shared experts' backward; the combine's backward (dO rows into fm_dsend at
+                the forward's send rows, fm_map); per step st the forward's send table carries
+                the dO rows of group st to the experts' rows (fm_darrive[st] counts its G
+                sources); then per step, once fm_bdone[st] is set, the return table brings its
+                dX rows home (each raising bdone on its peers), and moe_dispatch_bwd sums them
+      stream 1  per step: wait for its G sources, its tile table, grouped_bwd_act and
+                grouped_dgrad over its rows, fm_bdone[st] = 1; after the last step the weight
+                gradients over every step's rows of each expert at once (n cap rows from
+                le n cap: a step's unused rows are zero and add nothing; the sum autograd
+                accumulates step by step, in one pass)"""
+    El = s.local_experts
+    bufs, tt = sliced_bwd_buffers(s, _buf, presets, "fm", n, cap, s.pairs)
+    sbb, slaunches = shared_bwd(s, cfg, 0, _buf)
+    for launch, phase in slaunches:
+        add(launch, phase)
+    add(combine_bwd_launch(s, cfg, 0, "@fm_map", "@fm_dsend"), "backward_dispatch")
+    for st in range(n):
+        add(step_launch(st, False, src="@fm_dsend", dst="@b_dye", arrive="fm_darrive"),
+            "backward_dispatch")
+    for launch, phase in sliced_expert_bwd(s, 1, cfg.system.gpu.num_sms, "fm", n, cap, tt,
+                                           lambda st: f"fm_rows + {st * El * 8}", "fm_xe", "he",
+                                           G):
+        add(launch, phase)
+    for st in range(n):
+        add(flag_wait_launch(0, f"@fm_bdone + {8 * st}", 1), "backward_wait")
+        add(step_launch(st, True, src="@b_dxe", dst="@fm_dret", done="@bdone"),
+            "backward_combine")
+    add(dispatch_bwd_launch(s, cfg, 0, "@fm_dret", "@fm_map"), "backward_combine")
+    return bufs + sbb
+
+
+def _row_order(layer, n, G, cap):
+    """{expert: (flat tokens, slots)} in fm_xe's expert-major order: step (the source's group's
+    step), then the sources of that group in id order, then each source's rows in its send
+    order (fm_map)."""
+    s = layer.shape
+    P, T, k, El = s.num_gpus, s.tokens, s.top_k, s.local_experts
+
+    def row_order(sim):
+        rows = {}
+        for src in range(P):
+            mp = sim.read_buffer(src, "fm_map", "i64")[:s.pairs]
+            idx = layer.routing.topk_idx[src].reshape(-1)
+            for e in np.unique(idx):
+                r = int(e) // El
+                st = (r // G - src // G) % n
+                sel = np.nonzero(idx == e)[0]
+                rows.setdefault(int(e), []).extend(zip([st] * len(sel), [src] * len(sel), mp[sel],
+                                                       src * T + sel // k, sel % k))
+        return sorted_row_order(rows)
+    return row_order

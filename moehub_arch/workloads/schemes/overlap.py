@@ -110,17 +110,25 @@ def plan(layer):
         backward=True, backward_row_order=row_order)
 
 
-def backward_plan(layer, rows_cap, tiles_cap):
+def backward_plan(layer, rows_cap, tiles_cap, handle=("dp_tiles", "dp_info", "ov_home"),
+                  xe="dp_recv_x", hh="ov_hh", comm_tbs=None, gemm_tbs=None):
     """The backward (workloads/kernels/overlap/backward.s): (buffers, [(launch, phase)], presets,
-    row_order). The forward's row positions (ov_home) and tile table (dp_tiles) are its handle:
-    the gradient dispatch reads each position's dO row from its home GPU tile by tile while the
-    persistent backward GEMM blocks (grouped_bwd_act) wait on each tile's counter; the dX rows go
-    home while the weight gradients are computed."""
+    row_order). The forward's row positions (`handle`'s home buffer: source << 32 | slot per
+    receive row) and tile table (its tiles and info buffers, DeepEP's tile-table layout) are its
+    handle: the gradient dispatch reads each position's dO row from its home GPU tile by tile
+    (`comm_tbs` blocks; default the forward's 2 x comm_sms / 2 channel blocks) while the
+    persistent backward GEMM blocks (grouped_bwd_act, `gemm_tbs`; default the SMs those leave)
+    wait on each tile's counter; the dX rows go home while the weight gradients are computed.
+    `xe` / `hh` name the forward's received rows and activations. Scheme ccfuser's backward is
+    this one over its own handle (its forward pulls rows into tiles as this backward does)."""
     s, cfg = layer.shape, layer.cfg
-    opts = cfg.workload.layer.overlap
     P, T, k, El, H = s.num_gpus, s.tokens, s.top_k, s.local_experts, s.hidden
     tile, pairs = s.tile_rows, s.pairs
-    C = max(1, opts.comm_sms // 2)
+    nsm = cfg.system.gpu.num_sms
+    if comm_tbs is None:
+        comm_tbs = 2 * max(1, cfg.workload.layer.overlap.comm_sms // 2)
+    if gemm_tbs is None:
+        gemm_tbs = nsm - comm_tbs
     # rows per local expert and each region's first row: the forward's layout, regions aligned
     # to tiles (deepep.s deepep_notify with align = tile rows)
     counts = np.stack([np.bincount(layer.routing.topk_idx.reshape(-1), minlength=s.experts)
@@ -144,8 +152,8 @@ def backward_plan(layer, rows_cap, tiles_cap):
                "ov_bmap": i64_preset(np.tile(np.arange(pairs, dtype=np.int64), (P, 1)))}
     sbufs, shared = shared_bwd(s, cfg, 3, _buf)
     buffers += sbufs
-    nsm = cfg.system.gpu.num_sms
-    handle = (("tiles", "@dp_tiles"), ("info", "@dp_info"), ("home", "@ov_home"))
+    home_buf = handle[2]
+    handle = tuple((name, f"@{b}") for name, b in zip(("tiles", "info", "home"), handle))
     out = [
         # the combine's backward at home: dw, and dO rows in slot order (the forward's yhome order)
         (combine_bwd_launch(s, cfg, 3, "@ov_bmap", "@ov_dsend"), "backward_dispatch"),
@@ -153,28 +161,28 @@ def backward_plan(layer, rows_cap, tiles_cap):
             ("ready", "@ov_bready"), ("start", "@ov_bstart"))), "backward_dispatch"),
         # stream 2: idle until this GPU's backward begins (not part of the backward's time)
         (flag_wait_launch(2, "@ov_bstart", 1), "backward_wait"),
-        (LaunchConfig(kernel="overlap_bwd_pull", grid=2 * C, stream=2, params=handle[:2] + (
-            ("ready", "@ov_bready"), ("home", "@ov_home"), ("dsend", "@ov_dsend"),
+        (LaunchConfig(kernel="overlap_bwd_pull", grid=comm_tbs, stream=2, params=handle[:2] + (
+            ("ready", "@ov_bready"), handle[2], ("dsend", "@ov_dsend"),
             ("dye", "@b_dye"), ("tilecnt", "@ov_btilecnt"), ("hidden", H))),
          "backward_dispatch"),
-        (LaunchConfig(kernel="overlap_bwd_home", grid=2 * C, stream=2, params=handle + (
+        (LaunchConfig(kernel="overlap_bwd_home", grid=comm_tbs, stream=2, params=handle + (
             ("dxe", "@b_dxe"), ("dret", "@ov_dret"), ("gate", "@ov_bdgrad"),
             ("jobs", "@ov_bjobs"), ("done", "@bdone"), ("hidden", H))), "backward_combine"),
     ] + list(shared) + [
         (LaunchConfig(kernel="deepep_bwd_tiles", grid=1, stream=3, params=handle[:2] + (
-            ("table", "@b_table"), ("xe", "@dp_recv_x"), ("dg", "@b_dg"), ("dye", "@b_dye"),
+            ("table", "@b_table"), ("xe", f"@{xe}"), ("dg", "@b_dg"), ("dye", "@b_dye"),
             ("hidden", H), ("ffn", s.ffn))), "backward_expert"),
     ] + [(launch, "backward_expert") for launch in expert_bwd_kernels(
-        s, 3, nsm - 2 * C, "ov_bcounts", "ov_bbases", "dp_recv_x", "ov_hh", tilecnt="@ov_btilecnt",
+        s, 3, gemm_tbs, "ov_bcounts", "ov_bbases", xe, hh, tilecnt="@ov_btilecnt",
         gate="@ov_bdgrad")] + [
         (dispatch_bwd_launch(s, cfg, 3, "@ov_dret", "@ov_bmap"), "backward_combine")]
 
     def row_order(sim):
         """{expert: (flat tokens, slots)} in the receive buffer's order: the forward's row
-        positions (ov_home), region by region."""
+        positions (the home buffer), region by region."""
         order = {}
         for g in range(P):
-            home = sim.read_buffer(g, "ov_home", "i64")
+            home = sim.read_buffer(g, home_buf, "i64")
             for le in range(El):
                 e = g * El + le
                 for p in range(int(bases[g, le]), int(bases[g, le] + counts[g, le])):

@@ -45,8 +45,9 @@ from ..alltoall import (ENTRY_BYTES, KERNELS as A2A_KERNELS, PhasedLaunches, a2a
                         split_pieces)
 from ..layer import (GROUPED_KERNELS, SHARED_KERNELS, LayerError, SchemePlan, _buf,
                      combine_launch, grouped_gemm_launches, shared_expert_launches)
-from ..layer_backward import (KERNELS as BACKWARD_KERNELS, backward_buffers, combine_bwd_launch,
-                              dispatch_bwd_launch, expert_bwd_launches, shared_bwd)
+from ..layer_backward import (KERNELS as BACKWARD_KERNELS, combine_bwd_launch,
+                              dispatch_bwd_launch, shared_bwd, sliced_bwd_buffers,
+                              sliced_expert_bwd, sorted_row_order)
 from .deepep import node_gpus
 
 
@@ -214,16 +215,48 @@ class TwoDH:
                 for c in range(self.n)]
 
 
-def backward_refusal(cfg, chunks, two_d):
+def backward_refusal(two_d):
     """Why this tutel configuration has no backward ('' when it has one)."""
-    if chunks != 1:
-        return (f"workload.layer.tutel.chunks: {chunks} slices share one activation buffer (each "
-                f"slice's grouped GEMM overwrites the last's), which the weight gradients need; "
-                f"the backward runs with chunks: 1")
     if two_d:
         return ("workload.layer.tutel.all_to_all: the 2-D hierarchical all-to-all (multi-node) has "
                 "no backward here; the flat one has")
     return ""
+
+
+def _backward(s, cfg, add, presets, n, C, Cc, table_bytes, piece):
+    """The backward after the forward, slice by slice as the forward (Tutel's overlap: its
+    autograd runs each slice's all-to-all on the communication stream while another slice's
+    expert backward computes), over the expert-major layout; returns its buffers.
+      stream 3  the shared experts' backward; the combine's backward (dO rows into tu_dsend's
+                capacity slots; a dropped pair, map -1, gets none); per slice c, tu_fwd's slice
+                table carries its [E][Cc] blocks (padding included) to the experts' rows
+                (tu_darrive[c] counts the sources); then per slice, once tu_bdone[c] is set,
+                tu_bwd's slice table brings its dX rows home (the last raises bdone), and
+                moe_dispatch_bwd sums them (dropped pairs skipped)
+      stream 2  per slice: wait for its P sources, its tile table, grouped_bwd_act and
+                grouped_dgrad over its rows (padding rows give zero gradients), tu_bdone[c] = 1;
+                after the last slice the weight gradients over every slice's rows at once (the
+                slices' sums, which autograd accumulates, in one pass)
+    With one slice this is the whole capacity's all-to-alls in reverse around one expert
+    backward."""
+    P, E, El = s.num_gpus, s.experts, s.local_experts
+    bufs, tt = sliced_bwd_buffers(s, _buf, presets, "tu", n, P * Cc, E * C)
+    sbb, slaunches = shared_bwd(s, cfg, 3, _buf)
+    for launch, phase in slaunches:
+        add(launch, phase)
+    add(combine_bwd_launch(s, cfg, 3, "@tu_map", "@tu_dsend"), "backward_dispatch")
+    for c in range(n):
+        add(a2a_launch(3, f"@tu_fwd + {c * table_bytes}", El, "@tu_dsend", "@b_dye", piece,
+                       arrive=f"@tu_darrive + {8 * c}"), "backward_dispatch")
+    for launch, phase in sliced_expert_bwd(s, 2, cfg.system.gpu.num_sms, "tu", n, P * Cc, tt,
+                                           lambda c: "tu_rows", "tu_recv", "he", P):
+        add(launch, phase)
+    for c in range(n):
+        add(a2a_launch(3, f"@tu_bwd + {c * table_bytes}", El, "@b_dxe", "@tu_dret", piece,
+                       wait=(f"@tu_bdone + {8 * c}", 1), done="@bdone" if c == n - 1 else 0),
+            "backward_combine")
+    add(dispatch_bwd_launch(s, cfg, 3, "@tu_dret", "@tu_map"), "backward_combine")
+    return bufs + sbb
 
 
 def pad_to(entries, K):
@@ -248,6 +281,16 @@ def plan(layer):
     slice_bytes = El * P * Cc * rb                     # one slice of tu_recv / tu_ye
     G = node_gpus(cfg)
     two_d = all_to_all_2dh(opts.all_to_all, P, G)
+    training = cfg.workload.layer.passes == "training"
+    why = backward_refusal(two_d)
+    # where slice c of local expert le from source g lands in tu_recv / tu_ye: row
+    # c * slice_rows + le * expert_rows + g * Cc. Forward only: slice-major [chunks][El][P][Cc]
+    # (each slice's GEMM its own block; the slices share one activation buffer). Training:
+    # expert-major [El][chunks][P][Cc] (each slice's GEMM over rows expert_rows apart, its
+    # activations beside the others'), so an expert's rows of every slice lie together for the
+    # weight gradients - the layouts agree with one slice
+    expert_major = training and not why
+    slice_rows, expert_rows = (P * Cc, P * C) if expert_major else (El * P * Cc, P * Cc)
 
     fwd = np.zeros((P, n, P, El, 3), np.int64)         # [gpu][slice][peer][le]
     bwd = np.zeros((P, n, P, El, 3), np.int64)
@@ -256,8 +299,9 @@ def plan(layer):
             for r in range(P):
                 for le in range(El):
                     fwd[g, c, r, le] = (((r * El + le) * C + c * Cc) * rb,
-                                        c * slice_bytes + (le * P + g) * Cc * rb, Cc * rb)
-                    bwd[g, c, r, le] = (c * slice_bytes + (le * P + r) * Cc * rb,
+                                        (c * slice_rows + le * expert_rows + g * Cc) * rb,
+                                        Cc * rb)
+                    bwd[g, c, r, le] = ((c * slice_rows + le * expert_rows + r * Cc) * rb,
                                         ((g * El + le) * C + c * Cc) * rb, Cc * rb)
     table_bytes = P * El * ENTRY_BYTES                 # one slice's table
     buffers = [
@@ -301,8 +345,10 @@ def plan(layer):
     for c in range(n):
         # waits: in no phase (2dh: the inter-node step brings every slice from N peers)
         add(flag_wait_launch(2, f"@tu_arrive + {8 * c}", P // G if two_d else P), "")
-        gbufs, gemm = grouped_gemm_launches(s, 2, nsm, "tu_rows", f"tu_recv + {c * slice_bytes}",
-                                            f"tu_ye + {c * slice_bytes}", P * Cc)
+        gbufs, gemm = grouped_gemm_launches(s, 2, nsm, "tu_rows",
+                                            f"tu_recv + {c * slice_rows * rb}",
+                                            f"tu_ye + {c * slice_rows * rb}", expert_rows,
+                                            he_rows=c * slice_rows if expert_major else 0)
         for launch in gemm:
             add(launch, "expert")
         add(flag_set_launch(2, f"@tu_done + {8 * c}", 1), "expert")
@@ -322,49 +368,23 @@ def plan(layer):
 
     dropped = expected_drops(layer.routing.topk_idx, E, C)
     kept = P * s.pairs - dropped
-    training = cfg.workload.layer.passes == "training"
-    why = backward_refusal(cfg, n, two_d)
     bbufs = []
     if training and not why:
-        # the backward on stream 3 after the forward: the fixed-capacity all-to-alls in reverse
-        # roles (tu_fwd carries the dO rows, tu_bwd the dX rows), dropped pairs (tu_map -1) sending
-        # and receiving no row, padding rows computed as zeros
-        cap = P * C
-        bbufs = backward_buffers(s, cap, _buf) + [
-            _buf("tu_dsend", E * C * rb, dtype="bf16"),
-            _buf("tu_dret", E * C * rb, dtype="bf16"),
-            _buf("tu_darrive", 8, region="control", dtype="i64"),
-            _buf("tu_bbases", El * 8, region="control", dtype="i64")]
-        presets["tu_bbases"] = i64_preset(np.tile(np.arange(El, dtype=np.int64) * cap, (P, 1)))
-        sbb, slaunches = shared_bwd(s, cfg, 3, _buf)
-        bbufs += sbb
-        for launch, phase in slaunches:
-            add(launch, phase)
-        add(combine_bwd_launch(s, cfg, 3, "@tu_map", "@tu_dsend"), "backward_dispatch")
-        add(a2a_launch(3, "@tu_fwd", El, "@tu_dsend", "@b_dye", piece, arrive="@tu_darrive"),
-            "backward_dispatch")
-        add(flag_wait_launch(3, "@tu_darrive", P), "backward_dispatch")
-        for launch in expert_bwd_launches(s, 3, nsm, "tu_rows", "tu_recv", "he", cap,
-                                          "tu_bbases"):
-            add(launch, "backward_expert")
-        add(a2a_launch(3, "@tu_bwd", El, "@b_dxe", "@tu_dret", piece, done="@bdone"),
-            "backward_combine")
-        add(dispatch_bwd_launch(s, cfg, 3, "@tu_dret", "@tu_map"), "backward_combine")
+        bbufs = _backward(s, cfg, add, presets, n, C, Cc, table_bytes, piece)
 
     def row_order(sim):
-        """{expert: (flat tokens, slots)} of the kept pairs in tu_recv's order: source GPU
-        ascending, then the source's capacity slot (its map)."""
-        order = {}
+        """{expert: (flat tokens, slots)} of the kept pairs in tu_recv's (expert-major) order:
+        slice, then source GPU ascending, then the source's capacity slot (its map)."""
+        rows = {}
         for src in range(P):
             mp = sim.read_buffer(src, "tu_map", "i64")[:s.pairs]
             idx = layer.routing.topk_idx[src].reshape(-1)
             for e in np.unique(idx):
                 sel = np.nonzero((idx == e) & (mp >= 0))[0]
-                sel = sel[np.argsort(mp[sel], kind="stable")]
-                tok, slot = order.setdefault(int(e), ([], []))
-                tok.extend((src * T + sel // k).tolist())
-                slot.extend((sel % k).tolist())
-        return order
+                slot = mp[sel] - e * C                 # the pair's capacity slot at its expert
+                rows.setdefault(int(e), []).extend(zip(slot // Cc, [src] * len(sel), slot,
+                                                       src * T + sel // k, sel % k))
+        return sorted_row_order(rows)
 
     def kept_pairs(sim):
         return np.stack([sim.read_buffer(g, "tu_map", "i64")[:s.pairs].reshape(T, k) >= 0

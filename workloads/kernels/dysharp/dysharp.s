@@ -366,36 +366,17 @@ reduced:
     red.add %gpu, [%acct+24], r12    # acct word 3: pairs combined
     exit
 
-# dysharp_fused_expert: persistent GEMM blocks. Tile b = i x El + e is layout tile i of local
-# expert e (the order the tiles fill: every expert's first tile, then its second, ...); jobs are
-# taken from one counter in the streaming order of ../lib/streaming.s (gate/up jobs of a group of
-# tiles, the down jobs of the group `lag` before). A job waits for its tile's ready word, reads
-# the expert's row count (final once the tile is ready) and skips a tile with no rows. GEMM-1 and
-# GEMM-2 as in overlap_expert (../overlap/overlap.s); each GEMM-2 job's epilogue weights its
-# output columns by the rows' router weights (wvec, found by dysharp_fused_gate), bf16(fp32(w y))
-# per row, before storing them.
-.kernel dysharp_fused_expert
-.param xe                    # [El][cap][H] bf16 (the receive layout)
-.param he                    # [El][cap][I] bf16
-.param ye                    # [El][cap][H] bf16
-.param cnt
-.param tready
-.param wvec                  # [El][cap] f32: each layout row's router weight
-.param wdone                 # [tiles] i64: rows of the tile whose weight is in wvec
-.param jobs                  # word 0 jobs taken, 1 unused, then per tile: gate/up done, down done
-.param wg                    # [El][I/n][H][n] bf16
-.param wu
-.param wd                    # [El][H/n][I][n] bf16
-.param acct
-.param hidden
-.param ffn
-.param tile_rows
-.param n_tile
-.param swizzle
-.param local_experts
-.param cap                   # layout rows per expert (ceil(cap / tile_rows) tiles each)
-.smem 160KB                  # G, U [tile][n] f32 + Hq [tile][n] bf16, or Y + Yq
-.smem_job 10                 # bytes per element of a tile_rows x n_tile job (fits a smaller SM)
+.macro keep_weighted_only y
+.endm
+
+# training: the epilogue stores the unweighted output rows (Yq) to y before weighting them - the
+# router weights' gradient <dy, y_j> needs them (the weighted rows serve the combine)
+.macro keep_unweighted y
+    stream_down_copy \y
+.endm
+
+# the persistent GEMM blocks' body; `keep` is keep_weighted_only or keep_unweighted
+.macro fused_expert_body keep
     add r31, %cap, %tile_rows
     sub r31, r31, 1
     div r31, r31, %tile_rows
@@ -434,6 +415,7 @@ gate_up:
 down:
     sub r3, r3, r20              # r3 = output column tile c
     stream_down_gemm %he, %wd
+    \keep %yraw                  # training: the unweighted rows too (keep_unweighted)
 # the epilogue's gate weighting: Yq = bf16(fp32(w x fp32(Yq))) row by row
     shl r4, r2, 3
     add r4, r4, %wdone
@@ -450,6 +432,50 @@ down:
 finished:
     red.add %gpu, [%acct+16], r25    # acct 2: rows computed
     exit
+.endm
+
+# dysharp_fused_expert: persistent GEMM blocks. Tile b = i x El + e is layout tile i of local
+# expert e (the order the tiles fill: every expert's first tile, then its second, ...); jobs are
+# taken from one counter in the streaming order of ../lib/streaming.s (gate/up jobs of a group of
+# tiles, the down jobs of the group `lag` before). A job waits for its tile's ready word, reads
+# the expert's row count (final once the tile is ready) and skips a tile with no rows. GEMM-1 and
+# GEMM-2 as in overlap_expert (../overlap/overlap.s); each GEMM-2 job's epilogue weights its
+# output columns by the rows' router weights (wvec, found by dysharp_fused_gate), bf16(fp32(w y))
+# per row, before storing them.
+.macro fused_expert_params
+.param xe                    # [El][cap][H] bf16 (the receive layout)
+.param he                    # [El][cap][I] bf16
+.param ye                    # [El][cap][H] bf16
+.param cnt
+.param tready
+.param wvec                  # [El][cap] f32: each layout row's router weight
+.param wdone                 # [tiles] i64: rows of the tile whose weight is in wvec
+.param jobs                  # word 0 jobs taken, 1 unused, then per tile: gate/up done, down done
+.param wg                    # [El][I/n][H][n] bf16
+.param wu
+.param wd                    # [El][H/n][I][n] bf16
+.param acct
+.param hidden
+.param ffn
+.param tile_rows
+.param n_tile
+.param swizzle
+.param local_experts
+.param cap                   # layout rows per expert (ceil(cap / tile_rows) tiles each)
+.smem 160KB                  # G, U [tile][n] f32 + Hq [tile][n] bf16, or Y + Yq
+.smem_job 10                 # bytes per element of a tile_rows x n_tile job (fits a smaller SM)
+.endm
+
+.kernel dysharp_fused_expert
+    fused_expert_params
+    fused_expert_body keep_weighted_only
+
+# dysharp_fused_expert_train: the same blocks for a training layer; each GEMM-2 job also stores
+# its unweighted rows to yraw (the weighted ones to ye), for the backward's dw = <dy, y_j>.
+.kernel dysharp_fused_expert_train
+    fused_expert_params
+.param yraw                  # [El][cap][H] bf16: the unweighted expert outputs
+    fused_expert_body keep_unweighted
 
 # dysharp_fused_gate: the GEMM group's gate-weight and ready-notice blocks (no shared memory, many
 # per SM, so their loads overlap as a warp per row would). Rows x = b x tile_rows + r of tile b,

@@ -46,9 +46,11 @@
 #   stream_down_gemm hh, wd
 #       waits until [r11] counts Ju (every column of Hh is there), then Yq (r9) = bf16(Hh Wd[e][c])
 #       over the full I. Leaves r7 = rows x n. Writes r4 - r7, r16, r17.
+#   stream_down_copy y
+#       Y[rows][c cols] = Yq (row r of Y at y + r x r23). Writes r4 - r6.
 #   stream_down_store y
-#       Y[rows][c cols] = Yq (row r of Y at y + r x r23), counts the job at [r11 + 8]; r4 = down
-#       jobs of the tile done, this one included. Writes r4 - r6.
+#       stream_down_copy y, then counts the job at [r11 + 8]; r4 = down jobs of the tile done,
+#       this one included. Writes r4 - r6.
 
 .macro stream_lag lag, workers, ju, jd, hidden, ffn, group, tmp
     mul \tmp, \jd, \ffn
@@ -136,13 +138,17 @@ out_\@:
     gemm_tile_a_l2 r8, r9, r16, r5, r13, %n_tile, %ffn, r7, r15, 1
 .endm
 
-.macro stream_down_store y
+.macro stream_down_copy y
     mul r4, r12, r23
     shl r5, %n_tile, 1
     mul r6, r3, r5
     add r4, r4, r6
     add r4, r4, \y               # r4 = Y[first row][c * n]
     copy2d r4, r9, r13, r5, r23, r5
+.endm
+
+.macro stream_down_store y
+    stream_down_copy \y
     atom.add r4, %gpu, [r11+8], 1
     add r4, r4, 1
 .endm
