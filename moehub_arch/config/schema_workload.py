@@ -157,9 +157,9 @@ class RoutingConfig:
 class LayerConfig:
     model: str = _f("str", "model shape: a name in workloads/models/ or a path to a model YAML "
                            "('' = no MoE layer: the workload's own launches run)", "")
-    tokens_per_gpu: int = _f("int", "tokens routed on each GPU", 0, min=0)
+    tokens_per_gpu: int = _f("int", "tokens routed on each GPU", 0, min=0, unit="tokens")
     top_k: int = _f("int", "experts per token, in place of the model file's model.top_k (0: the "
-                    "model's own); `moehub-sim layer --top-k K`", 0, min=0)
+                    "model's own); `moehub-sim layer --top-k K`", 0, min=0, unit="experts")
     kernel_files: tuple = _f("str_tuple", "your copies of the scheme's kernel files, each run in "
                              "place of the shipped file of the same name (a modified "
                              "moe_layer.s replaces workloads/kernels/moehub/moe_layer.s): the copy "

@@ -31,7 +31,8 @@ import json
 
 from ..config import ConfigError, load_config
 from ..config.models import load_model
-from .layers import DENSE, QUICK_TOKENS, block_model_file, run, system_files, value
+from . import layers as e2e    # e2e.run looked up at each call, as training.py does
+from .layers import DENSE, QUICK_TOKENS, block_model_file, system_files, value
 
 
 def forward_step(a, fail):
@@ -58,21 +59,23 @@ def forward_step(a, fail):
     layers = {}
     print(f"e2e: {a.model} on {a.system}, {tokens} tokens per GPU; simulating each distinct layer "
           f"once (outputs under {out})", flush=True)
-    st, how = run(system, out / "attention", one_gpu + ["workload.block.kind=attention"], a.force)
+    st, how = e2e.run(system, out / "attention", one_gpu + ["workload.block.kind=attention"],
+                      a.force)
     layers["attention"] = value(st, "system.block.time_us")
     print(f"  attention part (1 GPU):           {layers['attention']:10.1f} us  [{how}]", flush=True)
     dense_layers = model.layers - model.moe_layers
     if dense_layers:
-        st, how = run(system, out / "dense_layer", one_gpu + ["workload.block.kind=transformer"],
-                      a.force)
+        st, how = e2e.run(system, out / "dense_layer",
+                          one_gpu + ["workload.block.kind=transformer"], a.force)
         layers["dense_layer"] = value(st, "system.block.time_us")
         print(f"  dense layer (1 GPU):              {layers['dense_layer']:10.1f} us  [{how}]",
               flush=True)
     schemes = [a.scheme] + [s for s in a.compare if s != a.scheme]
     moe = {}
     for s in schemes:
-        st, how = run(base, out / f"moe_{s}", [f"scheme={s}", f"workload.layer.model={a.model}",
-                                                f"workload.layer.tokens_per_gpu={tokens}"], a.force)
+        st, how = e2e.run(base, out / f"moe_{s}", [f"scheme={s}", f"workload.layer.model={a.model}",
+                                                  f"workload.layer.tokens_per_gpu={tokens}"],
+                          a.force)
         moe[s] = value(st, "system.moe.layer_time_us")
         print(f"  MoE layer, {s:22s} {moe[s]:10.1f} us  [{how}]", flush=True)
 

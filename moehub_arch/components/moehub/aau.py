@@ -235,15 +235,16 @@ BLOCK = Block(
               aau_staging_packets, "derived: the senders' row rings in full packets"),
         key_param("aau_paired", "system.gpu.hub.moe.aau.allocation", lambda cfg: int(_paired(cfg)),
                   "bool", "1: paired, 0: bump"),
-        Param("pair_base", "workload.moe.num_experts", "experts", "allocation: paired - the "
+        Param("pair_base", "workload.moe.num_experts, system.gpu.hub.moe.aau.allocation", "experts", "allocation: paired - the "
               "first gradient window's expert (the forward's experts: half the windows)",
               lambda cfg: cfg.workload.moe.num_experts // 2 if _paired(cfg) else 0,
               "derived: a training layer's experts E, then their gradient windows E + e"),
-        Param("pair_local", "workload.moe.placement", "windows", "allocation: paired - forward "
+        Param("pair_local", "workload.moe.placement, system.gpu.hub.moe.aau.allocation", "windows", "allocation: paired - forward "
               "windows per GPU (a gradient window's forward window is pair_local before it)",
               lambda cfg: max(local_experts(cfg), 1) // 2 if _paired(cfg) else 0,
               "derived: block placement, the gradient windows after the forward's"),
-        Param("pair_homes", "workload.layer.tokens_per_gpu", "rows", "allocation: paired - row "
+        Param("pair_homes", "workload.layer.tokens_per_gpu, workload.layer.top_k, "
+              "system.gpu.hub.moe.aau.allocation", "rows", "allocation: paired - row "
               "ids per source GPU in the pairing table", pair_homes,
               "derived: tokens_per_gpu x the model's top_k (the layer's pairs per GPU)"),
         key_param("pair_entry_bytes", "system.gpu.hub.moe.aau.pair_entry_bytes"),
