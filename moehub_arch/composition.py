@@ -29,6 +29,7 @@ from .components import dysharp, dysharp_tracker
 from .components import cais
 from .components import counted_write
 from .components import switch_counter
+from .components import read_data
 from .declare import GPU_SCOPES, SCOPES, Instance, Stat
 from .components.moehub import aau, dam, forward, rpm
 from .config.schema import DEBUG_FLAGS
@@ -51,7 +52,8 @@ ENGINE = _with_event_counts(events.BLOCK)
 
 BLOCKS = (packet.BLOCK, ENGINE, trace.BLOCK, scheduler.BLOCK, sm.BLOCK, waiters.BLOCK,
           hbm.BLOCK, l2.BLOCK, nvlink.BLOCK, switch.BLOCK, hub.BLOCK, rpm.BLOCK, aau.BLOCK,
-          dam.BLOCK, occupancy.BLOCK, nvls.BLOCK, pcie.BLOCK, infiniband.BLOCK, nic.BLOCK, fabric.BLOCK,
+          dam.BLOCK, occupancy.BLOCK, nvls.BLOCK, read_data.BLOCK, pcie.BLOCK, infiniband.BLOCK,
+          nic.BLOCK, fabric.BLOCK,
           dysharp.BLOCK, dysharp_tracker.BLOCK, cais.BLOCK, forward.BLOCK, counted_write.BLOCK,
           switch_counter.BLOCK)
 
