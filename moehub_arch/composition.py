@@ -35,7 +35,8 @@ from .components.moehub import aau, dam, forward, rpm
 from .config.schema import DEBUG_FLAGS
 from .engine.stateref import state_ref
 from .engine import events
-from .engine.state import CACHE_LINE_BYTES, STATE_FIELDS, aligned_zeros, record_view
+from .engine.state import (CACHE_LINE_BYTES, ERROR_TEXT as ENGINE_ERROR_TEXT, STATE_FIELDS,
+                           aligned_zeros, record_view)
 
 
 def _with_event_counts(engine):
@@ -384,6 +385,19 @@ def _compose_handlers(blocks, attr, what):
     return out
 
 
+def _compose_errors(blocks, engine_errors):
+    """{error code: message} of the engine's codes and those the blocks declare (Block.errors):
+    each code once."""
+    out = dict(engine_errors)
+    for b in blocks:
+        for e in b.errors:
+            if e.code in out:
+                raise DeclarationError(f"block {b.name}: runtime error code {e.code} is taken "
+                                       f"('{out[e.code]}')")
+            out[e.code] = e.text
+    return out
+
+
 def _compose_receives(blocks):
     """{packet kind: (block name, Receive)} of the packet kinds a GPU receives (Block.receives)."""
     return _compose_handlers(blocks, "receives", "packet kind {} is received")
@@ -396,6 +410,8 @@ def _compose_sends(blocks):
 
 RECEIVES = _compose_receives(BLOCKS)
 SENDS = _compose_sends(BLOCKS)
+# the runtime errors' messages: the engine's and the blocks' own (Block.errors)
+ERROR_TEXT = _compose_errors(BLOCKS, ENGINE_ERROR_TEXT)
 
 
 def build_blocks(cfg, building):
