@@ -29,12 +29,14 @@ from .components import dysharp, dysharp_tracker
 from .components import cais
 from .components import counted_write
 from .components import switch_counter
+from .components import read_data
 from .declare import GPU_SCOPES, SCOPES, Instance, Stat
 from .components.moehub import aau, dam, forward, rpm
 from .config.schema import DEBUG_FLAGS
 from .engine.stateref import state_ref
 from .engine import events
-from .engine.state import CACHE_LINE_BYTES, STATE_FIELDS, aligned_zeros, record_view
+from .engine.state import (CACHE_LINE_BYTES, ERROR_TEXT as ENGINE_ERROR_TEXT, STATE_FIELDS,
+                           aligned_zeros, record_view)
 
 
 def _with_event_counts(engine):
@@ -51,7 +53,8 @@ ENGINE = _with_event_counts(events.BLOCK)
 
 BLOCKS = (packet.BLOCK, ENGINE, trace.BLOCK, scheduler.BLOCK, sm.BLOCK, waiters.BLOCK,
           hbm.BLOCK, l2.BLOCK, nvlink.BLOCK, switch.BLOCK, hub.BLOCK, rpm.BLOCK, aau.BLOCK,
-          dam.BLOCK, occupancy.BLOCK, nvls.BLOCK, pcie.BLOCK, infiniband.BLOCK, nic.BLOCK, fabric.BLOCK,
+          dam.BLOCK, occupancy.BLOCK, nvls.BLOCK, read_data.BLOCK, pcie.BLOCK, infiniband.BLOCK,
+          nic.BLOCK, fabric.BLOCK,
           dysharp.BLOCK, dysharp_tracker.BLOCK, cais.BLOCK, forward.BLOCK, counted_write.BLOCK,
           switch_counter.BLOCK)
 
@@ -382,6 +385,19 @@ def _compose_handlers(blocks, attr, what):
     return out
 
 
+def _compose_errors(blocks, engine_errors):
+    """{error code: message} of the engine's codes and those the blocks declare (Block.errors):
+    each code once."""
+    out = dict(engine_errors)
+    for b in blocks:
+        for e in b.errors:
+            if e.code in out:
+                raise DeclarationError(f"block {b.name}: runtime error code {e.code} is taken "
+                                       f"('{out[e.code]}')")
+            out[e.code] = e.text
+    return out
+
+
 def _compose_receives(blocks):
     """{packet kind: (block name, Receive)} of the packet kinds a GPU receives (Block.receives)."""
     return _compose_handlers(blocks, "receives", "packet kind {} is received")
@@ -394,6 +410,8 @@ def _compose_sends(blocks):
 
 RECEIVES = _compose_receives(BLOCKS)
 SENDS = _compose_sends(BLOCKS)
+# the runtime errors' messages: the engine's and the blocks' own (Block.errors)
+ERROR_TEXT = _compose_errors(BLOCKS, ENGINE_ERROR_TEXT)
 
 
 def build_blocks(cfg, building):

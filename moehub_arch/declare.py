@@ -25,6 +25,8 @@ Each component module ends its imports with one ``BLOCK = Block(...)`` that says
 - ``sends``: the request kinds of the hub's request FIFO that the block turns into packets, and
   the compiled packetizer the run loop dispatches the FIFO's head to (``Send``): the send side's
   counterpart of ``receives``;
+- ``errors``: the runtime error codes its compiled code raises, each with its message
+  (``RunError``);
 - ``build``: Python functions ``fn(cfg, building)`` the builder runs once the fabric's channel
   records exist, in ``BLOCKS`` order: what the block derives from the config and the built
   fabric - capacities, credits, queue sizes - computed in its own module (``Building`` says
@@ -193,6 +195,17 @@ class Block:
     build: tuple = attrs.field(default=(), converter=_tuple)      # fn(cfg, Building) at build
     receives: tuple = attrs.field(default=(), converter=_tuple)   # Receive, one per handler
     sends: tuple = attrs.field(default=(), converter=_tuple)      # Send, one per packetizer
+    errors: tuple = attrs.field(default=(), converter=_tuple)     # RunError, its own codes
+
+
+@attrs.frozen
+class RunError:
+    """A runtime error code the block's compiled code raises (engine ``raise_error``: the run
+    stops with status 5 and this text), declared by the block with its number: the composition
+    checks it against the engine's codes (engine/state.py ``ERROR_TEXT``) and every other block's,
+    so a block adds an error without editing the engine."""
+    code: int
+    text: str
 
 
 @attrs.frozen

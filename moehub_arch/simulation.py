@@ -28,7 +28,8 @@ from .engine.events import grow_event_queue
 from .dispatch.precompile import EngineCompile
 from .engine.stateref import state_ref
 from .components.trace import TRACE_COLUMNS
-from .engine.state import ERROR_TEXT, LN_DONE
+from .composition import ERROR_TEXT
+from .engine.state import LN_DONE
 from .isa import assemble_files, default_isa_paths, load_isa
 from .isa.encoding import REG_TB, SEM, SEMANTIC_NAMES, SUBOP, SUBOP_NAMES
 from .signal_state import end_soft

@@ -338,3 +338,20 @@ def test_the_run_loop_maps_each_timer_range_to_its_declared_event():
     expected = [(timers[i + 1].name if i + 1 < len(timers) else None, t.event,
                  None if i == 0 else t.name) for i, t in enumerate(timers)]
     assert mapped == expected
+
+
+def test_a_block_declares_its_runtime_errors_and_codes_are_not_shared():
+    """Block.errors: the switch counter's ctr.add range error is its own declaration (no edit of
+    engine/state.py); a code the engine or another block holds is refused at composition."""
+    from moehub_arch.declare import RunError
+    from moehub_arch.engine.state import ERR_DIV_ZERO, ERROR_TEXT
+    from moehub_arch.components.switch_counter import ERR_CTR_RANGE
+    assert ERR_CTR_RANGE not in ERROR_TEXT
+    assert "system.switch.counter.entries" in composition.ERROR_TEXT[ERR_CTR_RANGE]
+    assert set(ERROR_TEXT) < set(composition.ERROR_TEXT)
+    with pytest.raises(composition.DeclarationError, match="runtime error code .* is taken"):
+        composition._compose_errors((Block("x", "", errors=(RunError(ERR_DIV_ZERO, "a"),)),),
+                                    ERROR_TEXT)
+    with pytest.raises(composition.DeclarationError, match="code 99 is taken"):
+        composition._compose_errors((Block("x", "", errors=(RunError(99, "a"),)),
+                                     Block("y", "", errors=(RunError(99, "b"),))), ERROR_TEXT)

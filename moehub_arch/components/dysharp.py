@@ -447,7 +447,7 @@ def dysharp_read_arrived(st, g, c, pkt, t):
 
 @compiled
 def queue_read_data_by_ready(st, g, pkt):
-    """nvls.queue_read_data for an answer whose data may be ready before answers that came earlier
+    """read_data.queue_read_data for an answer whose data may be ready before answers that came earlier
     (a read whose AL-TLB lookup hit, behind one that missed): it goes into
     GPU g's read-data FIFO before every answer that becomes ready later, so the hub sends the
     answers in the order their data is ready and a miss delays only its own reads (reads complete

@@ -74,7 +74,7 @@ from .packet import request_records
 from .packet import (PACKET_KIND_NAMES, PK_ACK, PK_ATOM_REQ, PK_ATOM_RESP, PK_GET_REQ, PK_GET_RESP,
                      PK_PUT, PK_STORE, REQ_ATOM, REQ_GET, REQ_PUT, REQ_STORE, VC_REQUEST,
                      VC_RESPONSE, header_flits, packet_alloc, packet_flits, store_packets)
-from .nvls import nvls_send_data
+from .read_data import read_data_send
 from .trace import CAT_HUB, TR_HUB_RX, TR_HUB_TX, trace_event
 from .wakeups import hub_kick, hub_kick_response, tb_resume
 from .nic import nic_overtake, nic_queue_pair, nic_schedule, nic_served, rdma_message
@@ -561,7 +561,7 @@ def _send_response(st, g, tick):
     gp = st.gpu[g]
     if gp.link_resp_total > 0:
         return _send_link_responses(st, g, tick)
-    mm = nvls_send_data(st, g, tick)   # a switch's read (NVLS, DySHARP, CAIS), answered (nvls.py)
+    mm = read_data_send(st, g, tick)   # a switch's read (NVLS, DySHARP, CAIS), answered (read_data.py)
     if mm > 0:
         return mm
     if gp.respq_count == 0:

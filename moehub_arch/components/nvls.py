@@ -51,20 +51,21 @@ from ..engine.jit import compiled
 
 from ..isa.encoding import DT_BF16, DT_NONE, MM_RED
 from .elements import load_f32, store_f32
-from .hbm import hbm_access, hbm_backed, raise_error
+from .hbm import hbm_backed, raise_error
 from .nvlink import credit_return_vc, input_free_tick, txq_push
-from .link_room import pick_switch_output, txq_room
-from .packet import (PK_CAIS_DATA, PK_MM_COPY, PK_MM_DATA, PK_MM_LD, PK_MM_READ, PK_MM_RESULT,
+from .link_room import pick_switch_output
+from .packet import (PK_MM_COPY, PK_MM_DATA, PK_MM_LD, PK_MM_READ, PK_MM_RESULT,
                      PK_MM_ST, REQ_MM_LD, REQ_MM_RED, REQ_MM_ST, VC_REQUEST, packet_alloc,
                      packet_flits, packet_free, packet_vc, request_records)
-from .wakeups import hub_kick_response, unblock_request_port
+from .read_data import answer_read, queue_read_data
+from .wakeups import unblock_request_port
 from ..config.keys import key_param
 from ..declare import Array, Block, Param, Receive, Record, Send, Stat, StatGroup, counters, fields
 from ..engine.state import ERR_UNBACKED_COPY
 from .dysharp import ext_flits, targets_on_gpu
 from .dysharp_objects import (OBJ_BASE, OBJ_BYTES, OBJ_COLUMNS, OBJ_DONE, OBJ_JOBS, OBJ_LTILES,
                               OBJ_MEMBERS, OBJ_ROWB, OBJ_TILE, OBJ_TILEB, OBJ_TPG, OBJ_TRACK,
-                              dynamic_on, tracked_tiles)
+                              tracked_tiles)
 
 NVLS_SENT = -1          # nvls_fanout: every member has its copy (or read): the packet is consumed
 NVLS_BUFFER_FULL = -2   # nvls_fanout: the port's reduction buffer has no room for the entry
@@ -85,21 +86,6 @@ def _entries(cfg):
         return 0
     ports = cfg.system.num_gpus * cfg.system.nvlink.links_per_gpu
     return ports * max(1, cfg.system.switch.nvls.reduction_buffer_bytes // _line(cfg))
-
-
-def _answers_reads(cfg):
-    """The hubs answer switch reads: NVLS's and DySHARP's reduction reads (workload.multicast) or
-    the CAIS merge unit's line reads (workload.cais, components/cais/)."""
-    return _on(cfg) or len(cfg.workload.cais) > 0
-
-
-def _rdq_depth(cfg):
-    """Reads a GPU can hold: each holds at least one flit of one of its receive buffers."""
-    if not _answers_reads(cfg):
-        return 1
-    depth = cfg.system.nvlink.links_per_gpu * cfg.system.nvlink.rx_buffer_flits + 1
-    # a DySHARP read is answered with one data packet per target (dysharp.py)
-    return depth * (cfg.system.switch.nvls.dysharp.max_targets if dynamic_on(cfg) else 1)
 
 
 def multicast_object_rows(cfg, buffers):
@@ -343,11 +329,7 @@ BLOCK = Block(
                                 cfg.system.num_gpus) if _on(cfg) else (1, 1))),
             Array("mm_visible", "when those chunks are visible in the member's memory",
                   lambda cfg: ((cfg.system.num_gpus * request_records(cfg),
-                                cfg.system.num_gpus) if _on(cfg) else (1, 1))),
-            Array("mm_rdq", "a GPU's answered switch reads (NVLS, DySHARP, CAIS) whose data waits "
-                  "to leave (packet ids, FIFO)",
-                  lambda cfg: (cfg.system.num_gpus if _answers_reads(cfg) else 1,
-                               _rdq_depth(cfg)))),
+                                cfg.system.num_gpus) if _on(cfg) else (1, 1)))),
     fields=fields("mm_entry", ("src_gpu", "GPU that asked"), ("req", "its hub request"),
                   ("port", "input channel whose buffer holds the entry"),
                   ("pending", "members whose values are still to come"),
@@ -357,16 +339,13 @@ BLOCK = Block(
     + fields("pk", ("mm_obj", "multicast object (multimem packets)"),
              ("mm_op", "MM_ST or MM_RED (PK_MM_ST, PK_MM_COPY)"), ("mm_dtype", "element type"),
              ("mm_entry", "reduction entry (PK_MM_LD once admitted, PK_MM_READ, PK_MM_DATA)"),
-             ("mm_sent", "members served so far (fan-out progress of the head packet)"),
-             ("mm_chan", "down channel a read arrived on (its data goes back up that link)"),
-             ("mm_rflits", "flits of the read, freed when its data leaves"))
+             ("mm_sent", "members served so far (fan-out progress of the head packet)"))
     + fields("ch", ("mm_used", "reduction-buffer bytes reserved at this input port"),
              ("mm_peak", ""), ("mm_wait", "1: the head ld_reduce waits for buffer room"),
              ("mm_wait_since", ""), ("mm_wait_ticks", ""), ("mm_in_st", ""), ("mm_in_ld", ""),
              ("mm_copies", ""), ("mm_reads", ""), ("mm_data_in", ""), ("mm_reductions", ""),
              ("mm_reductions_pk", ""), ("mm_up_saved", ""), ("mm_down_saved", ""))
-    + fields("gpu", ("mm_rdq_head", "read-data FIFO (State.mm_rdq)"), ("mm_rdq_count", ""),
-             ("mm_tx_st", ""), ("mm_tx_ld", ""), ("mm_copies_rx", ""), ("mm_reads_rx", ""),
+    + fields("gpu", ("mm_tx_st", ""), ("mm_tx_ld", ""), ("mm_copies_rx", ""), ("mm_reads_rx", ""),
              ("mm_data_tx", ""), ("mm_results_rx", ""))
     + fields("sys", ("mm_free_top", "free reduction-buffer entries")),
     stats=(
@@ -607,80 +586,6 @@ def nvls_read_arrived(st, g, c, pkt, tick):
     gp.mm_reads_rx += st.pk[pkt].npk
     answer_read(st, g, c, pkt, PK_MM_DATA, tick)
     queue_read_data(st, g, pkt)
-
-
-@compiled
-def answer_read(st, g, c, pkt, kind, tick):
-    """Turn a switch's read (NVLS's reduction read, the CAIS merge unit's line read) that reached
-    GPU g on down-channel c into its answer: the bytes read from HBM, a `kind` data packet back to
-    the switch, ready one hub transmit latency after the read; it remembers the request's flits and
-    channel (send_read_data returns their credits). The caller queues it (queue_read_data)."""
-    p = st.p[0]
-    pk = st.pk[pkt]
-    n = pk.value
-    ready = hbm_access(st, g, pk.addr, n, tick, False)
-    pk.mm_rflits = pk.flits
-    pk.mm_chan = c
-    pk.kind = kind
-    pk.dst = pk.src
-    pk.src = g
-    pk.payload = n
-    pk.flits, pk.npk = packet_flits(st, n, p.store_payload)
-    pk.ready = ready + p.hub_tx_latency_ticks
-
-
-@compiled
-def queue_read_data(st, g, pkt):
-    """Queue an answered switch read (NVLS's, the CAIS merge unit's) in GPU g's one read-data
-    FIFO (State.mm_rdq: the hub sends the answers up in the order the reads came; their data is
-    ready in about that order, one HBM read each) and kick the hub for when it is ready. DySHARP's
-    answers, whose AL-TLB lookups can miss, go in by readiness
-    (dysharp.queue_read_data_by_ready)."""
-    gp = st.gpu[g]
-    st.mm_rdq[g, (gp.mm_rdq_head + gp.mm_rdq_count) % st.mm_rdq.shape[1]] = pkt
-    gp.mm_rdq_count += 1
-    hub_kick_response(st, g, st.pk[pkt].ready)
-
-
-@compiled
-def send_read_data(st, g, pkt, tick):
-    """Send an answered switch read (a FIFO's head: NVLS's here, the CAIS merge unit's too) up the
-    link the read came down: the packets sent (> 0), 0 if it is not ready yet (the hub is kicked
-    when it is), -1 if that link's queue has no room. The caller pops its FIFO on > 0."""
-    pk = st.pk[pkt]
-    if pk.ready > tick:
-        hub_kick_response(st, g, pk.ready)
-        return 0
-    up = pk.mm_chan - 1     # the GPU->switch channel of the link the read came down
-    if not txq_room(st, up, packet_vc(st, pkt)):
-        return -1
-    if pk.mm_rflits > 0:
-        # (a DySHARP read's other answers carry no flits: filing empty returns would let a read
-        # with many targets here fill the channel's return list, sized one return per flit)
-        credit_return_vc(st, pk.mm_chan, pk.mm_rflits, tick + st.ch[pk.mm_chan].latency,
-                         VC_REQUEST)
-    txq_push(st, up, pkt, tick)
-    return pk.npk
-
-
-@compiled
-def nvls_send_data(st, g, tick):
-    """Send the head of GPU g's read-data FIFO up its link (send_read_data's answer): NVLS's and
-    DySHARP's reduction data (counted in mm_data_tx) and the CAIS merge unit's line data
-    (cais_data_tx) share it, as they share the hub's response path."""
-    gp = st.gpu[g]
-    if gp.mm_rdq_count == 0:
-        return 0
-    pkt = st.mm_rdq[g, gp.mm_rdq_head]
-    n = send_read_data(st, g, pkt, tick)
-    if n > 0:
-        gp.mm_rdq_head = (gp.mm_rdq_head + 1) % st.mm_rdq.shape[1]
-        gp.mm_rdq_count -= 1
-        if st.pk[pkt].kind == PK_CAIS_DATA:
-            gp.cais_data_tx += n
-        else:
-            gp.mm_data_tx += n
-    return n
 
 
 @compiled

@@ -24,9 +24,9 @@ of range is a runtime error naming the kernel line; a system without switches, o
 several nodes is refused at build.
 """
 from ..engine.jit import compiled
-from ..engine.state import ERR_CTR_RANGE, ROUTE_FIRST, ROUTE_N
+from ..engine.state import ROUTE_FIRST, ROUTE_N
 from ..config.keys import key_param
-from ..declare import Array, Block, Receive, Send, Stat, StatGroup, counters, fields
+from ..declare import Array, Block, Receive, RunError, Send, Stat, StatGroup, counters, fields
 from .hbm import raise_error
 from .hub import hub_accept, hub_emit, hub_enqueue, hub_request_packet, hub_wait_for_room
 from .hub_receive import complete_request
@@ -38,6 +38,9 @@ from .sm_operands import operand, stall_on_hub
 from ..isa.encoding import OP0
 
 CTR_SENT = -1   # switch._cross: the packet is consumed (as nvls.NVLS_SENT)
+# ctr.add with a counter index outside system.switch.counter.entries (its own runtime error code:
+# declared below, the composition checks it is no other block's or the engine's)
+ERR_CTR_RANGE = 70
 
 
 def _entries(cfg):
@@ -71,6 +74,8 @@ def check_counters(sim, out):
 BLOCK = Block(
     "switch_counter", __doc__.split("\n\n")[0],
     params=(key_param("ctr_entries", "system.switch.counter.entries"),),
+    errors=(RunError(ERR_CTR_RANGE, "switch counter index outside "
+                     "system.switch.counter.entries (0: no counters)"),),
     arrays=(Array("ctr_table", "per switch, its counters' values (0 at the start of a run)",
                   lambda cfg: (max(1, cfg.system.switch.count * cfg.system.nodes.count),
                                max(1, _entries(cfg)))),),

@@ -209,7 +209,6 @@ ERR_MULTI_GPUS = 46        # ... experts on different GPUs, or one expert (or id
 ERR_MULTI_MANY = 47        # ... mask bits outside 0-7, registers past r31, more than a row ring holds
 ERR_CAIS_ADDR = 50         # ld.cais / red.cais / sync.cais: address outside every registered group of this GPU and the home
 ERR_CW_COUNTER = 60        # put.counted / wait.count: counter not an aligned backed word, or a counted put to another node
-ERR_CTR_RANGE = 70         # ctr.add: counter index outside system.switch.counter.entries (switch_counter.py)
 ERROR_TEXT = {
     ERR_CW_COUNTER: "counted write (put.counted, put.sm.counted, wait.count) whose counter is not an "
                     "aligned 8-byte word of a buffer in the control region (counters must be backed "
@@ -262,7 +261,6 @@ ERROR_TEXT = {
                     "shared-memory address where only HBM is allowed)",
     ERR_UNBACKED_COPY: "copy from the unbacked data region into the control region in timing mode",
     ERR_BAD_GPU: "GPU index out of range",
-    ERR_CTR_RANGE: "switch counter index outside system.switch.counter.entries (0: no counters)",
     ERR_DIV_ZERO: "integer division by zero",
     ERR_MISALIGNED: "misaligned address (words and flags need 8-byte alignment)",
     ERR_BAD_SIZE: "negative or zero size",

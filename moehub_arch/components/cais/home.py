@@ -12,7 +12,7 @@ from ...engine.jit import compiled
 
 from ..elements import load_f32, store_f32
 from ..hbm import hbm_backed, write_word
-from ..nvls import answer_read, queue_read_data
+from ..read_data import answer_read, queue_read_data
 from ..hbm import move_bytes
 from ..hub_receive import complete_request, owe_acks
 from ..l2 import link_write
@@ -33,7 +33,7 @@ def cais_read_arrived(st, g, c, pkt, tick):
     gp = st.gpu[g]
     gp.cais_reads_rx += 1
     answer_read(st, g, c, pkt, PK_CAIS_DATA, tick)
-    queue_read_data(st, g, pkt)   # the hub's one read-data FIFO (nvls.nvls_send_data sends it)
+    queue_read_data(st, g, pkt)   # the hub's one read-data FIFO (read_data.py)
 
 
 @compiled
