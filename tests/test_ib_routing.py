@@ -10,7 +10,7 @@ from collections import Counter
 import pytest
 
 from conftest import CONFIGS, read_stats_json, run_cli
-from internode_setup import TINY
+from internode_setup import TINY, puts_on_tiny
 
 
 def _ib_routes(system, routing):
@@ -85,25 +85,6 @@ def test_minhop_spreads_a_leafs_destinations_over_the_spines():
     assert routes[("ibleaf2", 9)] == ["ibspine0"]
 
 
-CROSS_RAIL = """extends: {configs}/ubench/p2p_bandwidth.yaml
-system: {configs}/{tiny}
-workload:
-  buffers:
-    src: {{bytes: 64KB, region: data}}
-    dst: {{bytes: 64KB, region: data}}
-  launches:
-    - kernel: stream_puts
-      grid: 1
-      gpus: [0]
-      params: {{peer: 3, dst: "@dst", src: "@src", chunk: 65536, chunks_per_tb: 1}}
-  report:
-    p2p_bandwidth_GBps:
-      expr: "stat('system.gpu3.hub.rx_payload_bytes')"
-    p2p_kernel_bandwidth_GBps:
-      expr: "stat('system.gpu3.hub.rx_payload_bytes')"
-"""
-
-
 @pytest.mark.parametrize("routing", ["ftree", "minhop", "adaptive"])
 def test_a_cross_rail_put_follows_one_path(tmp_path, routing):
     """GPU 0 (rail 0) puts 64 KB to GPU 3 (node 1, rail 1): one RDMA write of 16 IB packets,
@@ -113,8 +94,7 @@ Min Hop route the 2 x 2 alike): the write
     of it; the acknowledgement takes GPU 0's spine 0 the other way. Adaptive: the hub's 128 B
     packets alternate between the two spines (the IB headers counted with each MTU's first
     packet, all on spine 0). The same bytes reach GPU 3 either way."""
-    cfg = tmp_path / "cross_rail.yaml"
-    cfg.write_text(CROSS_RAIL.format(configs=CONFIGS, tiny=TINY))
+    cfg = puts_on_tiny(tmp_path, peer=3, blocks=1, chunk=65536)
     r = run_cli("run", cfg, "-o", tmp_path / "out", "--quiet", "--set",
                 f"system.infiniband.routing={routing}")
     assert r.returncode == 0, r.stderr

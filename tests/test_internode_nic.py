@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from conftest import CONFIGS, REPO, read_stats_json, run_cli
-from internode_setup import TINY, alltoall_on_tiny, hub_put_sends, simulate_on_tiny, tiny_state
+from internode_setup import (TINY, alltoall_on_tiny, hub_put_sends, puts_on_tiny,
+                             simulate_on_tiny, tiny_state)
 
 
 def test_dma_lead_is_the_doorbell_less_the_completion_path():
@@ -153,24 +154,6 @@ def test_deepep_internode_sends_one_rdma_write_per_chunk():
         assert sim.stats["system.moe.output_max_abs_error"] == 0.0
 
 
-TWO_BLOCKS = """extends: [{configs}/ubench/p2p_bandwidth.yaml, {configs}/{tiny}]
-workload:
-  buffers:
-    src: {{bytes: 16KB, region: data}}
-    dst: {{bytes: 16KB, region: data}}
-  launches:
-    - kernel: stream_puts
-      grid: 2
-      gpus: [0]
-      params: {{peer: 2, dst: "@dst", src: "@src", chunk: 8192, chunks_per_tb: 1}}
-  report:
-    p2p_bandwidth_GBps:
-      expr: "stat('system.gpu2.hub.rx_payload_bytes')"
-    p2p_kernel_bandwidth_GBps:
-      expr: "stat('system.gpu2.hub.rx_payload_bytes')"
-"""
-
-
 @pytest.mark.parametrize("queue_pairs, interleaved", [("per_peer", 0), ("per_block", 2)])
 def test_queue_pair_per_block(tmp_path, queue_pairs, interleaved):
     """Two thread blocks of GPU 0 each put one 8 KB message (2 IB packets of the 4096 B MTU) to
@@ -179,8 +162,7 @@ def test_queue_pair_per_block(tmp_path, queue_pairs, interleaved):
     normal kernels, a QP per channel and peer) the send scheduler takes the two QPs in turn, one
     IB packet each: A1 B1 A2 B2, turning away from an unfinished message twice. The wire bytes
     do not depend on it (two messages: 2 x (8192 + 2 x 42) B, no acknowledgement sent by GPU 0)."""
-    cfg = tmp_path / "two_blocks.yaml"
-    cfg.write_text(TWO_BLOCKS.format(configs=CONFIGS, tiny=TINY))
+    cfg = puts_on_tiny(tmp_path, peer=2, blocks=2, chunk=8192)
     r = run_cli("run", cfg, "-o", tmp_path / "out", "--quiet", "--set",
                 f"system.nic.queue_pairs={queue_pairs}")
     assert r.returncode == 0, r.stderr
