@@ -268,6 +268,35 @@ def test_flag_behind_a_write_on_its_queue_pair_needs_no_fence(tmp_path):
     assert free["system.gpu2.launch1.end_tick"] < fenced["system.gpu2.launch1.end_tick"]
 
 
+def test_deepep_internode_ring_wraps_in_whole_chunks():
+    """When the RDMA ring fills (DeepEP's published setting at 4096 tokens: 128 slots per
+    channel and source node, 341 tokens per channel), DeepEP's sender still writes whole chunks:
+    its forwarder coordinator returns the head only once a chunk's worth is consumed and the
+    sender re-reads it (internode.cu at 3b1045d), so room comes back a chunk at a time. Ours
+    (internode.s: the forwarder's head every chunk, the sender taking all the room the forwarders
+    freed) did free one slot per wait and sent one-token chunks. On 2 x 2 with one channel, 64
+    tokens per GPU and an 8-slot ring (it wraps about seven times), chunk 4 against chunk 1
+    saves exactly 2 x (k - ceil(k / 4)) RDMA writes at each GPU's NIC - every chunk whole - and
+    both layers are exact."""
+    base = ("experiments/functional.yaml", "scheme=deepep", "workload.layer.tokens_per_gpu=64",
+            "workload.layer.deepep.kernels=communication", "workload.layer.deepep.comm_sms=2",
+            "workload.layer.deepep.rdma_ring_rows=8")
+    runs = {c: simulate_on_tiny(*base, f"workload.layer.deepep.rdma_send_chunk_tokens={c}")
+            for c in (1, 4)}
+    layer = runs[1].layer
+    L, P = 2, 4
+    node_of = np.arange(layer.shape.experts) // (layer.shape.local_experts * L)
+    topk = np.asarray(layer.routing.topk_idx).reshape(P, -1, layer.shape.top_k)
+    for g in range(P):
+        k = int((node_of[topk[g]] == 1 - g // L).any(axis=1).sum())
+        assert k > 3 * 8, (g, k)
+        w1 = runs[1].stats[f"system.nic{g}.rdma_writes"]
+        w4 = runs[4].stats[f"system.nic{g}.rdma_writes"]
+        assert w1 - w4 == 2 * (k - -(-k // 4)), (g, k, w1, w4)
+    for sim in runs.values():
+        assert sim.stats["system.moe.output_max_abs_error"] == 0.0
+
+
 def test_deepep_internode_tail_follows_the_chunk_without_a_fence():
     """DeepEP's RDMA coordinator adds to the destination's tail right behind the chunk's write on
     the channel's QP (internode.cu at 3b1045d: nvshmemi_ibgda_amo_nonfetch_add after
