@@ -297,7 +297,8 @@ def build_routes(cfg, fab):
             hops[(u, h)] = cands
             width = max(width, len(cands))
     if multi_node(sysc) and sysc.infiniband.routing != "adaptive":
-        (_ftree_routes if sysc.infiniband.routing == "ftree" else _minhop_routes)(sysc, fab, hops, G)
+        engine = _ftree_routes if sysc.infiniband.routing == "ftree" else _minhop_routes
+        engine(sysc, fab, hops, G)
         width = max((len(c) for c in hops.values()), default=1)
     gpu_routes = np.full((G * G, 2 + width), -1, np.int64)
     gpu_routes[:, :2] = 0
@@ -318,7 +319,8 @@ def build_routes(cfg, fab):
 
 
 def destination_nic(sysc, h):
-    """The NIC (its index, node by node) through which GPU h is reached from other nodes: its LID."""
+    """The NIC (its index, node by node) through which GPU h is reached from other nodes (its
+    LID)."""
     n, local = divmod(h, gpus_per_node(sysc))
     return n * sysc.nic.per_node + local // sysc.nic.gpus_per_nic
 

@@ -1,10 +1,11 @@
 """InfiniBand routing across rails (topology.py, `system.infiniband.routing`): static forwarding
 tables - one output port per destination NIC at every IB switch, as OpenSM's fat-tree engine
 (ftree: one spine per NIC, reached from every leaf) or its default Min Hop engine (each switch the
-least-loaded equal-cost port, LIDs in order) assign them - against per-packet adaptive spreading, on configs/systems/tiny_2x2.yaml (2 nodes x 2 GPUs, NIC i of each node on leaf i, 2
-spines) and hgx_h800_x4 (4 x 8 GPUs, 8 rails, 8 spines). Expected routes and bytes are worked out
-by hand from the topology and the IB wire format (4096 B MTU, 42 B of headers per IB packet, a
-30 B acknowledgement per message)."""
+least-loaded equal-cost port, LIDs in order) assign them - against per-packet adaptive spreading,
+on configs/systems/tiny_2x2.yaml (2 nodes x 2 GPUs, NIC i of each node on leaf i, 2 spines) and
+hgx_h800_x4 (4 x 8 GPUs, 8 rails, 8 spines). Expected routes and bytes are worked out by hand from
+the topology and the IB wire format (4096 B MTU, 42 B of headers per IB packet, a 30 B
+acknowledgement per message)."""
 from collections import Counter
 
 import pytest
@@ -72,7 +73,7 @@ def test_minhop_spreads_a_leafs_destinations_over_the_spines():
     """4 x 8 (hgx_h800_x4), Min Hop: leaf r reaches the 28 NICs of the other 7 rails over its 8
     spine ports, handed out in LID order to the least-loaded port, so the spines carry 4, 4, 4, 4,
     3, 3, 3, 3 destinations (the first four one more), at every leaf; each leaf decides on its
-    own, so GPU 9 (node 1, rail 1) is reached through spine 7 from leaf 0 and spine 0 from leaf 2."""
+    own, so GPU 9 (node 1, rail 1) is reached through spine 7 from leaf 0, spine 0 from leaf 2."""
     routes = _ib_routes("systems/hgx_h800_x4.yaml", "minhop")
     for r in range(8):
         up = {h: routes[(f"ibleaf{r}", h)][0] for h in range(32) if h % 8 != r}

@@ -125,6 +125,31 @@ def test_rdma_ubench_targets_the_other_node_on_one_rail(config):
     assert (peer == 8) if isinstance(peer, int) else (peer == "8 - gpu")
 
 
+def _chunk_4_saves_writes(tokens, ring, min_k):
+    """DeepEP's internode layer on 2 x 2 with one channel, `tokens` per GPU and an RDMA ring of
+    `ring` slots, at chunk 1 and chunk 4: GPU g's k tokens with an expert on the other node (more
+    than min_k) go in whole chunks, so chunk 4 saves exactly 2 x (k - ceil(k / 4)) RDMA writes (a
+    chunk's rows and its metadata rows) at g's NIC; both layers are exact."""
+    base = ("experiments/functional.yaml", "scheme=deepep",
+            f"workload.layer.tokens_per_gpu={tokens}",
+            "workload.layer.deepep.kernels=communication", "workload.layer.deepep.comm_sms=2",
+            f"workload.layer.deepep.rdma_ring_rows={ring}")
+    runs = {c: simulate_on_tiny(*base, f"workload.layer.deepep.rdma_send_chunk_tokens={c}")
+            for c in (1, 4)}
+    layer = runs[1].layer
+    L, P = 2, 4
+    node_of = np.arange(layer.shape.experts) // (layer.shape.local_experts * L)
+    topk = np.asarray(layer.routing.topk_idx).reshape(P, -1, layer.shape.top_k)
+    for g in range(P):
+        k = int((node_of[topk[g]] == 1 - g // L).any(axis=1).sum())
+        assert k > min_k, (g, k)
+        w1 = runs[1].stats[f"system.nic{g}.rdma_writes"]
+        w4 = runs[4].stats[f"system.nic{g}.rdma_writes"]
+        assert w1 - w4 == 2 * (k - -(-k // 4)), (g, k, w1, w4)
+    for sim in runs.values():
+        assert sim.stats["system.moe.output_max_abs_error"] == 0.0
+
+
 def test_deepep_internode_sends_one_rdma_write_per_chunk():
     """DeepEP's RDMA sender stages a chunk of token records and its coordinator puts the chunk
     as one RDMA write (internode.cu at 3b1045d: nvshmemi_ibgda_put_nbi_thread of
@@ -134,24 +159,7 @@ def test_deepep_internode_sends_one_rdma_write_per_chunk():
     chunks: chunk 1 against chunk 4 saves 2 x (k - ceil(k / 4)) RDMA writes at g's NIC; nothing
     else the layer sends (notify, the combine's node rows home) depends on the chunk. Both layers
     are exact."""
-    base = ("experiments/functional.yaml", "scheme=deepep", "workload.layer.tokens_per_gpu=16",
-            "workload.layer.deepep.kernels=communication", "workload.layer.deepep.comm_sms=2",
-            "workload.layer.deepep.rdma_ring_rows=32")
-    runs = {c: simulate_on_tiny(*base, f"workload.layer.deepep.rdma_send_chunk_tokens={c}")
-            for c in (1, 4)}
-    layer = runs[1].layer
-    L, P = 2, 4
-    node_of = np.arange(layer.shape.experts) // (layer.shape.local_experts * L)
-    topk = np.asarray(layer.routing.topk_idx).reshape(P, -1, layer.shape.top_k)
-    for g in range(P):
-        other = 1 - g // L
-        k = int((node_of[topk[g]] == other).any(axis=1).sum())
-        assert k > 0
-        w1 = runs[1].stats[f"system.nic{g}.rdma_writes"]
-        w4 = runs[4].stats[f"system.nic{g}.rdma_writes"]
-        assert w1 - w4 == 2 * (k - -(-k // 4)), (g, k, w1, w4)
-    for sim in runs.values():
-        assert sim.stats["system.moe.output_max_abs_error"] == 0.0
+    _chunk_4_saves_writes(tokens=16, ring=32, min_k=0)
 
 
 @pytest.mark.parametrize("queue_pairs, interleaved", [("per_peer", 0), ("per_block", 2)])
@@ -272,29 +280,14 @@ def test_deepep_internode_ring_wraps_in_whole_chunks():
     """When the RDMA ring fills (DeepEP's published setting at 4096 tokens: 128 slots per
     channel and source node, 341 tokens per channel), DeepEP's sender still writes whole chunks:
     its forwarder coordinator returns the head only once a chunk's worth is consumed and the
-    sender re-reads it (internode.cu at 3b1045d), so room comes back a chunk at a time. Ours
-    (internode.s: the forwarder's head every chunk, the sender taking all the room the forwarders
-    freed) did free one slot per wait and sent one-token chunks. On 2 x 2 with one channel, 64
+    sender re-reads it (internode.cu at 3b1045d), so room comes back a chunk at a time. Ours now
+    does too (internode.s: each forwarder's head back every chunk, the sender taking all the room
+    the forwarders freed); before, it freed one slot per wait and sent one-token chunks (GPU 0
+    saved 12 writes here, not 76). On 2 x 2 with one channel, 64
     tokens per GPU and an 8-slot ring (it wraps about seven times), chunk 4 against chunk 1
     saves exactly 2 x (k - ceil(k / 4)) RDMA writes at each GPU's NIC - every chunk whole - and
     both layers are exact."""
-    base = ("experiments/functional.yaml", "scheme=deepep", "workload.layer.tokens_per_gpu=64",
-            "workload.layer.deepep.kernels=communication", "workload.layer.deepep.comm_sms=2",
-            "workload.layer.deepep.rdma_ring_rows=8")
-    runs = {c: simulate_on_tiny(*base, f"workload.layer.deepep.rdma_send_chunk_tokens={c}")
-            for c in (1, 4)}
-    layer = runs[1].layer
-    L, P = 2, 4
-    node_of = np.arange(layer.shape.experts) // (layer.shape.local_experts * L)
-    topk = np.asarray(layer.routing.topk_idx).reshape(P, -1, layer.shape.top_k)
-    for g in range(P):
-        k = int((node_of[topk[g]] == 1 - g // L).any(axis=1).sum())
-        assert k > 3 * 8, (g, k)
-        w1 = runs[1].stats[f"system.nic{g}.rdma_writes"]
-        w4 = runs[4].stats[f"system.nic{g}.rdma_writes"]
-        assert w1 - w4 == 2 * (k - -(-k // 4)), (g, k, w1, w4)
-    for sim in runs.values():
-        assert sim.stats["system.moe.output_max_abs_error"] == 0.0
+    _chunk_4_saves_writes(tokens=64, ring=8, min_k=3 * 8)
 
 
 def test_deepep_internode_tail_follows_the_chunk_without_a_fence():
