@@ -10,10 +10,40 @@ node, then PCIe switches, NICs, IB leaves and spines.
 
 Routing (computed here, read by hub.pick_channel and switch._cross): shortest paths by cost
 latency + the receiving node's traversal + serialisation of a 256 B packet, with every
-equal-cost next hop a candidate (round-robin at run time, as over parallel NVLinks). GPUs do not
-forward. So inside a node traffic stays on NVLink; across nodes it takes GPU -> PCIe -> NIC -> IB
-switch(es) -> NIC -> PCIe -> GPU, and on a rail-optimised fabric (NVIDIA DGX SuperPOD reference
-architecture: NIC i of every node on leaf i) a packet between different rails crosses a spine.
+equal-cost next hop a candidate (round-robin at run time among those with room, as over parallel
+NVLinks). GPUs do not forward. So inside a node traffic stays on NVLink; across nodes it takes
+GPU -> PCIe -> NIC -> IB switch(es) -> NIC -> PCIe -> GPU, and on a rail-optimised fabric (NVIDIA
+DGX SuperPOD reference architecture: NIC i of every node on leaf i) a packet between different
+rails crosses a spine.
+
+Which spine (`system.infiniband.routing`): an InfiniBand switch forwards a packet by its
+destination LID through its linear forwarding table, one output port per destination LID,
+written by the subnet manager (InfiniBand Architecture Specification vol. 1, ch. 18: unicast
+forwarding by DLID); with LMC 0 (OpenSM's default) a port has one LID, so every packet to a
+destination NIC - whatever its source or queue pair - leaves a switch on one port. Two of
+OpenSM's routing engines build those tables (linux-rdma/opensm doc/current-routing.txt and
+opensm/osm_ucast_ftree.c):
+- `ftree` (the default; `_ftree_routes`): the engine OpenSM says to choose for a symmetrical
+  fat tree, as a leaf/spine fabric is. For each leaf in order and each NIC on it in order, the
+  destination's route climbs from its own leaf through the least-loaded up port (scanned in
+  index order), and every other leaf reaches that destination through the same spine: so the
+  NICs of a leaf are spread over the spines (the i-th NIC of a leaf on spine i mod spines) and a
+  spine's link down to a leaf carries only the traffic of the NICs assigned to it.
+- `minhop` (`_minhop_routes`): OpenSM's default engine when none is named. Each switch on its
+  own visits the destination LIDs in order and gives each the equal-cost output port with the
+  fewest LIDs assigned so far (ties: the lowest port); leaves decide independently, so one
+  destination may be reached through different spines from different leaves and several
+  destinations can share a spine's link down - the routing conflicts DeepEP's README names.
+- `adaptive`: a candidate per equal-cost port, picked per packet round-robin among those with
+  room: the switch-side adaptive routing of NVIDIA Quantum switches, which the subnet manager
+  must enable (DeepEP's README, "Network configurations": static routing recommended under light
+  load, adaptive under heavy load), and this model's behaviour before `routing` existed. It
+  picks per 128 B hub packet, finer than a real switch's per-IB-packet choice (an approximation).
+Assumptions: LIDs in the order of the NICs' index (node by node, rail by rail), which is also
+the order of a leaf's ports; only the NICs' LIDs are counted (a real subnet manager also routes
+the switches' own LIDs, which carry management traffic only). A GPU sharing a NIC shares its
+LID, hence its route. NVLink and PCIe hops keep their per-packet choice: a GPU's NVLinks and an
+NVSwitch's parallel links to a GPU are one destination's links, not alternative routes.
 """
 import heapq
 
@@ -266,6 +296,10 @@ def build_routes(cfg, fab):
                      and cost[c] + dist[dst[c]] == best]
             hops[(u, h)] = cands
             width = max(width, len(cands))
+    if multi_node(sysc) and sysc.infiniband.routing != "adaptive":
+        engine = _ftree_routes if sysc.infiniband.routing == "ftree" else _minhop_routes
+        engine(sysc, fab, hops, G)
+        width = max((len(c) for c in hops.values()), default=1)
     gpu_routes = np.full((G * G, 2 + width), -1, np.int64)
     gpu_routes[:, :2] = 0
     sw_routes = np.full((max(S, 1) * G, 2 + width), -1, np.int64)
@@ -282,6 +316,64 @@ def build_routes(cfg, fab):
         sw_inputs[s, 0] = len(lst)
         sw_inputs[s, 1:1 + len(lst)] = lst
     return gpu_routes, sw_routes, sw_inputs
+
+
+def destination_nic(sysc, h):
+    """The NIC (its index, node by node) through which GPU h is reached from other nodes (its
+    LID)."""
+    n, local = divmod(h, gpus_per_node(sysc))
+    return n * sysc.nic.per_node + local // sysc.nic.gpus_per_nic
+
+
+def _ib_switches(fab):
+    return [s for s, node in enumerate(fab.nodes) if node[0] in (NODE_IB_LEAF, NODE_IB_SPINE)]
+
+
+def _minhop_routes(sysc, fab, hops, G):
+    """OpenSM Min Hop (module docstring): at every IB leaf and spine on its own, one output port per
+    destination NIC, the least-loaded of its equal-cost ports, destinations in LID order."""
+    for s in _ib_switches(fab):
+        u = G + s
+        load = {}           # output channel -> destination LIDs routed through it
+        chosen = {}         # destination NIC -> its output channel at this switch
+        for h in range(G):
+            cands = hops.get((u, h))
+            if not cands:
+                continue
+            lid = destination_nic(sysc, h)
+            if lid not in chosen:
+                best = min(cands, key=lambda c: (load.get(c, 0), fab.channels[c]["src"][2]))
+                chosen[lid] = best
+                load[best] = load.get(best, 0) + 1
+            hops[(u, h)] = [chosen[lid]]
+
+
+def _ftree_routes(sysc, fab, hops, G):
+    """OpenSM fat-tree routing (module docstring): each destination NIC gets one spine - the i-th
+    NIC of a leaf (in port order) the leaf's (i mod spines)-th up port, the least-loaded one in
+    index order - and every switch forwards that NIC's packets toward it: leaves up to that spine
+    (or down, on the NIC's own leaf), the spine down to the NIC's leaf."""
+    spine_of = {}           # destination NIC -> the spine node its routes climb to
+    for s, node in enumerate(fab.nodes):
+        if node[0] != NODE_IB_LEAF:
+            continue
+        up = [c for c in range(len(fab.channels)) if fab.channels[c]["src"][:2] == (NODE_IB_LEAF, s)
+              and fab.nodes[fab.channels[c]["dst"][1]][0] == NODE_IB_SPINE]
+        if not up:
+            continue
+        down = sorted((fab.channels[c]["src"][2], fab.nodes[fab.channels[c]["dst"][1]][1])
+                      for c in range(len(fab.channels))
+                      if fab.channels[c]["src"][:2] == (NODE_IB_LEAF, s)
+                      and fab.nodes[fab.channels[c]["dst"][1]][0] == NODE_NIC)
+        for i, (_, nic) in enumerate(down):
+            spine_of[nic] = fab.channels[up[i % len(up)]]["dst"][1]
+    for s in _ib_switches(fab):
+        u = G + s
+        for h in range(G):
+            cands = hops.get((u, h))
+            if cands and len(cands) > 1:
+                spine = spine_of[destination_nic(sysc, h)]
+                hops[(u, h)] = [c for c in cands if fab.channels[c]["dst"][1] == spine]
 
 
 def _unreachable(cfg, g, h):

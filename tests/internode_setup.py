@@ -30,6 +30,33 @@ def alltoall_on_tiny(tmp_path, per_peer, chunk, name="a2a.yaml"):
     return cfg
 
 
+STREAM_PUTS = """extends: [{configs}/ubench/p2p_bandwidth.yaml, {configs}/{tiny}]
+workload:
+  buffers:
+    src: {{bytes: {total}B, region: data}}
+    dst: {{bytes: {total}B, region: data}}
+  launches:
+    - kernel: stream_puts
+      grid: {blocks}
+      gpus: [0]
+      params: {{peer: {peer}, dst: "@dst", src: "@src", chunk: {chunk}, chunks_per_tb: 1}}
+  report:
+    p2p_bandwidth_GBps:
+      expr: "stat('system.gpu{peer}.hub.rx_payload_bytes')"
+    p2p_kernel_bandwidth_GBps:
+      expr: "stat('system.gpu{peer}.hub.rx_payload_bytes')"
+"""
+
+
+def puts_on_tiny(tmp_path, peer, blocks, chunk, name="puts.yaml"):
+    """A config file (in tmp_path) of `blocks` thread blocks of GPU 0 on 2 x 2 each putting one
+    message of `chunk` bytes to GPU `peer` (the stream_puts microbenchmark)."""
+    cfg = tmp_path / name
+    cfg.write_text(STREAM_PUTS.format(configs=CONFIGS, tiny=TINY, total=blocks * chunk,
+                                      blocks=blocks, peer=peer, chunk=chunk))
+    return cfg
+
+
 def tiny_state(config="ubench/alltoall.yaml", *extra):
     """(config, the built simulation's state) of `config` on 2 x 2, not run."""
     from moehub_arch.config import load_config

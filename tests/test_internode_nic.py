@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from conftest import CONFIGS, REPO, read_stats_json, run_cli
-from internode_setup import TINY, alltoall_on_tiny, hub_put_sends, simulate_on_tiny, tiny_state
+from internode_setup import (TINY, alltoall_on_tiny, hub_put_sends, puts_on_tiny,
+                             simulate_on_tiny, tiny_state)
 
 
 def test_dma_lead_is_the_doorbell_less_the_completion_path():
@@ -124,6 +125,31 @@ def test_rdma_ubench_targets_the_other_node_on_one_rail(config):
     assert (peer == 8) if isinstance(peer, int) else (peer == "8 - gpu")
 
 
+def _chunk_4_saves_writes(tokens, ring, min_k):
+    """DeepEP's internode layer on 2 x 2 with one channel, `tokens` per GPU and an RDMA ring of
+    `ring` slots, at chunk 1 and chunk 4: GPU g's k tokens with an expert on the other node (more
+    than min_k) go in whole chunks, so chunk 4 saves exactly 2 x (k - ceil(k / 4)) RDMA writes (a
+    chunk's rows and its metadata rows) at g's NIC; both layers are exact."""
+    base = ("experiments/functional.yaml", "scheme=deepep",
+            f"workload.layer.tokens_per_gpu={tokens}",
+            "workload.layer.deepep.kernels=communication", "workload.layer.deepep.comm_sms=2",
+            f"workload.layer.deepep.rdma_ring_rows={ring}")
+    runs = {c: simulate_on_tiny(*base, f"workload.layer.deepep.rdma_send_chunk_tokens={c}")
+            for c in (1, 4)}
+    layer = runs[1].layer
+    L, P = 2, 4
+    node_of = np.arange(layer.shape.experts) // (layer.shape.local_experts * L)
+    topk = np.asarray(layer.routing.topk_idx).reshape(P, -1, layer.shape.top_k)
+    for g in range(P):
+        k = int((node_of[topk[g]] == 1 - g // L).any(axis=1).sum())
+        assert k > min_k, (g, k)
+        w1 = runs[1].stats[f"system.nic{g}.rdma_writes"]
+        w4 = runs[4].stats[f"system.nic{g}.rdma_writes"]
+        assert w1 - w4 == 2 * (k - -(-k // 4)), (g, k, w1, w4)
+    for sim in runs.values():
+        assert sim.stats["system.moe.output_max_abs_error"] == 0.0
+
+
 def test_deepep_internode_sends_one_rdma_write_per_chunk():
     """DeepEP's RDMA sender stages a chunk of token records and its coordinator puts the chunk
     as one RDMA write (internode.cu at 3b1045d: nvshmemi_ibgda_put_nbi_thread of
@@ -133,42 +159,7 @@ def test_deepep_internode_sends_one_rdma_write_per_chunk():
     chunks: chunk 1 against chunk 4 saves 2 x (k - ceil(k / 4)) RDMA writes at g's NIC; nothing
     else the layer sends (notify, the combine's node rows home) depends on the chunk. Both layers
     are exact."""
-    base = ("experiments/functional.yaml", "scheme=deepep", "workload.layer.tokens_per_gpu=16",
-            "workload.layer.deepep.kernels=communication", "workload.layer.deepep.comm_sms=2",
-            "workload.layer.deepep.rdma_ring_rows=32")
-    runs = {c: simulate_on_tiny(*base, f"workload.layer.deepep.rdma_send_chunk_tokens={c}")
-            for c in (1, 4)}
-    layer = runs[1].layer
-    L, P = 2, 4
-    node_of = np.arange(layer.shape.experts) // (layer.shape.local_experts * L)
-    topk = np.asarray(layer.routing.topk_idx).reshape(P, -1, layer.shape.top_k)
-    for g in range(P):
-        other = 1 - g // L
-        k = int((node_of[topk[g]] == other).any(axis=1).sum())
-        assert k > 0
-        w1 = runs[1].stats[f"system.nic{g}.rdma_writes"]
-        w4 = runs[4].stats[f"system.nic{g}.rdma_writes"]
-        assert w1 - w4 == 2 * (k - -(-k // 4)), (g, k, w1, w4)
-    for sim in runs.values():
-        assert sim.stats["system.moe.output_max_abs_error"] == 0.0
-
-
-TWO_BLOCKS = """extends: [{configs}/ubench/p2p_bandwidth.yaml, {configs}/{tiny}]
-workload:
-  buffers:
-    src: {{bytes: 16KB, region: data}}
-    dst: {{bytes: 16KB, region: data}}
-  launches:
-    - kernel: stream_puts
-      grid: 2
-      gpus: [0]
-      params: {{peer: 2, dst: "@dst", src: "@src", chunk: 8192, chunks_per_tb: 1}}
-  report:
-    p2p_bandwidth_GBps:
-      expr: "stat('system.gpu2.hub.rx_payload_bytes')"
-    p2p_kernel_bandwidth_GBps:
-      expr: "stat('system.gpu2.hub.rx_payload_bytes')"
-"""
+    _chunk_4_saves_writes(tokens=16, ring=32, min_k=0)
 
 
 @pytest.mark.parametrize("queue_pairs, interleaved", [("per_peer", 0), ("per_block", 2)])
@@ -179,8 +170,7 @@ def test_queue_pair_per_block(tmp_path, queue_pairs, interleaved):
     normal kernels, a QP per channel and peer) the send scheduler takes the two QPs in turn, one
     IB packet each: A1 B1 A2 B2, turning away from an unfinished message twice. The wire bytes
     do not depend on it (two messages: 2 x (8192 + 2 x 42) B, no acknowledgement sent by GPU 0)."""
-    cfg = tmp_path / "two_blocks.yaml"
-    cfg.write_text(TWO_BLOCKS.format(configs=CONFIGS, tiny=TINY))
+    cfg = puts_on_tiny(tmp_path, peer=2, blocks=2, chunk=8192)
     r = run_cli("run", cfg, "-o", tmp_path / "out", "--quiet", "--set",
                 f"system.nic.queue_pairs={queue_pairs}")
     assert r.returncode == 0, r.stderr
@@ -284,6 +274,20 @@ def test_flag_behind_a_write_on_its_queue_pair_needs_no_fence(tmp_path):
     # the fenced flag, which left only after the write's acknowledgement came back over IB
     assert free["system.gpu2.launch1.end_tick"] > free["system.gpu2.hub.rx_last_tick"]
     assert free["system.gpu2.launch1.end_tick"] < fenced["system.gpu2.launch1.end_tick"]
+
+
+def test_deepep_internode_ring_wraps_in_whole_chunks():
+    """When the RDMA ring fills (DeepEP's published setting at 4096 tokens: 128 slots per
+    channel and source node, 341 tokens per channel), DeepEP's sender still writes whole chunks:
+    its forwarder coordinator returns the head only once a chunk's worth is consumed and the
+    sender re-reads it (internode.cu at 3b1045d), so room comes back a chunk at a time. Ours now
+    does too (internode.s: each forwarder's head back every chunk, the sender taking all the room
+    the forwarders freed); before, it freed one slot per wait and sent one-token chunks (GPU 0
+    saved 12 writes here, not 76). On 2 x 2 with one channel, 64
+    tokens per GPU and an 8-slot ring (it wraps about seven times), chunk 4 against chunk 1
+    saves exactly 2 x (k - ceil(k / 4)) RDMA writes at each GPU's NIC - every chunk whole - and
+    both layers are exact."""
+    _chunk_4_saves_writes(tokens=64, ring=8, min_k=3 * 8)
 
 
 def test_deepep_internode_tail_follows_the_chunk_without_a_fence():

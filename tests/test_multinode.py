@@ -44,9 +44,9 @@ def test_routes_cross_nodes_over_pcie_nic_and_infiniband():
         node = cols["switch"][nxt]
     assert path[0] == "nic0" and path[1] == "ibleaf0" and path[2].startswith("ibspine")
     assert path[3:] == ["ibleaf1", "nic3"]
-    # two spines: both are candidates (round-robin), as parallel NVLinks are
+    # one spine per destination NIC (system.infiniband.routing: ftree; tests/test_ib_routing.py)
     leaf0 = [n for n, x in enumerate(fab.nodes) if NODE_NAMES[x[0]] == "ibleaf" and x[1] == 0][0]
-    assert sw_routes[leaf0 * G + 3, 0] == 2
+    assert sw_routes[leaf0 * G + 3, 0] == 1 and path[2] == "ibspine1"
 
 
 def test_exchange_across_nodes_exact_bytes_and_work_requests():

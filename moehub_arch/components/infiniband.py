@@ -24,7 +24,10 @@ buffer space per virtual lane in 64 B blocks; we count 16 B units of the same bu
 `system.infiniband.buffer_bytes` / 16). Switches are the crossbar of switch.py (per-port input
 buffers, output queues, cut-through when system.switch.forwarding is cut_through) with the IB
 switch's port-to-port latency. The fabric is deadlock-free as routed: up-down over a tree
-(leaf -> spine -> leaf), requests and responses in separate virtual channels.
+(leaf -> spine -> leaf), requests and responses in separate virtual channels. Which spine a
+packet between rails climbs to is the routing's (`system.infiniband.routing`, topology.py):
+`static`, one spine per destination NIC, as a subnet manager's forwarding tables route by
+destination LID; `adaptive`, per packet among the spines with room.
 """
 from ..engine.jit import compiled
 

@@ -113,9 +113,12 @@ before it. In-order execution: an RDMA flag store or atomic that reaches GPU g b
 earlier than every RDMA write (and flag, atomic) g received from the NIC before it
 (`system.gpu<i>.rdma_recv.*`). Assumption: one order per receiving GPU, as its NIC's PCIe posted
 writes give it (stronger than per QP: it also orders different QPs' writes, which a real NIC's
-one PCIe link to the GPU does too). Not modelled: a cross-rail QP's packets may take different
-spines here (switch.py spreads packets over the ports with room, where IB routes a destination
-on one path), so the order holds only on one rail; no kernel relies on it across rails.
+one PCIe link to the GPU does too). Across rails a QP's packets cross a spine: with
+`system.infiniband.routing: static` (the default; topology.py) every IB switch forwards a
+destination NIC's packets on one port, as InfiniBand routes by destination LID, so a QP's packets
+keep their order there too; with `adaptive` they may take different spines and arrive out of
+order (real adaptive routing relies on the NIC to place such packets; not modelled), and the order
+then holds on one rail only.
 
 Not modelled: queue-pair contexts and their cache (assumption: the work of a few QPs per GPU, as
 DeepEP uses, stays in the NIC's context cache), and retransmission.

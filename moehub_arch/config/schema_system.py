@@ -464,6 +464,14 @@ class InfinibandConfig:
                        "single_switch", choices=("single_switch", "rail_optimized"))
     spine_switches: int = _f("int", "spine switches (rail_optimized), each linked once to every "
                              "leaf", 0, min=0, unit="switches")
+    routing: str = _f("choice", "which spine a packet between rails climbs to (topology.py): "
+                      "ftree, one spine per destination NIC as OpenSM's fat-tree engine assigns "
+                      "it (every leaf reaches a NIC through the same spine, a leaf's NICs spread "
+                      "over the spines); minhop, one port per destination NIC chosen by each "
+                      "switch on its own as OpenSM's default Min Hop engine does (least-loaded "
+                      "equal-cost port, LIDs in order); adaptive, per packet round-robin among "
+                      "the spines with room (switch adaptive routing)", "ftree",
+                      choices=("ftree", "minhop", "adaptive"))
 
 
 @attrs.frozen

@@ -95,7 +95,9 @@ ordered_\@:
 #   forwarder SM, g < P: forwarder (c, m = g / L, j = g % L): takes the tokens of RDMA ring (c, m)
 #     (from origin s = (m, l0)) in order and pushes those with an expert on rank (n0, j) into NVL
 #     ring (c, s) there with warp copies; publishes the NVL tail every send_chunk tokens and when
-#     it runs dry, and the RDMA head back to the origin after each batch. DeepEP gives a
+#     it runs dry, and the RDMA head back to the origin once a chunk's worth of tokens is consumed
+#     (and at the end), as DeepEP's forwarder coordinator updates the remote head only when it has
+#     advanced by num_max_rdma_chunked_send_tokens. DeepEP gives a
 #     forwarder warp one NVL destination and lets it poll the RDMA sources in turn; here each
 #     (source node, destination) pair is its own warp group (the same data flow, no polling).
 #     g >= P: idle (exits).
@@ -243,13 +245,15 @@ rs_token:
 rs_wait:
     sub r20, r21, %rdma_ring_rows
     mov r24, 0
+    mov r23, r21
 rs_wait_fwd:
     shl r25, r24, 3
     add r25, r25, r4
     wait.gt [r25], r20           # forwarder j is past the oldest slot
-    add r24, r24, 1
+    ld r26, [r25]
+    min r23, r23, r26            # every slot all forwarders have consumed is free, not only the
+    add r24, r24, 1              # oldest (DeepEP's sender re-reads the head: the room it frees)
     blt r24, %node_gpus, rs_wait_fwd
-    add r23, r20, 1
 rs_room:
     rem r24, r21, %rdma_ring_rows
     add r24, r24, r12            # r24 = the token's slot
@@ -286,7 +290,7 @@ rs_closed:
 
     # ---- forwarder (c, m, j) ------------------------------------------------------------------------
     # Registers kept through the loop (r16..r23 are the id words of ld.v8): r0 = &head[c][n0][j]
-    # on the origin, r1 = db, r2 = &tail[c][s] on the target, r3 = the NVL ring's first slot,
+    # on the origin, r1 = the head last sent there, r2 = &tail[c][s] on the target, r3 = the NVL ring's first slot,
     # r4 = &head[c][m*L + j] here, r5 = the records of RDMA ring (c, m), r7 = NVL metadata slots,
     # r9 = j, r10 = target rank (n0, j), r14 = &tail[c][m] here, r15 = the RDMA ring's first slot,
     # r30 = RDMA metadata slots, r24 = tokens consumed, r25 = pushed, r26 = pushed and published,
@@ -336,6 +340,7 @@ forwarder:
     add r4, r4, %ring_ctl        # r4 = &head[c][m*L + j] here (raised by the target)
     shl r7, r8, 1
     add r7, r7, %ring_ctl        # r7 = NVL metadata slots
+    mov r1, 0
     mov r24, 0
     mov r25, 0
     mov r26, 0
@@ -392,13 +397,13 @@ fw_full:
 fw_room:
     rem r8, r25, %ring_rows
     add r8, r8, r3               # r8 = NVL slot
-    mul r12, r8, r1
+    mul r12, r8, %row_bytes
     add r12, r12, %ring_x
     sub r13, r11, r30
     shr r13, r13, 7              # the RDMA slot again
-    mul r13, r13, r1
+    mul r13, r13, %row_bytes
     add r13, r13, %rdma_x
-    put.sm r10, r12, r13, r1     # the row to the target (warp copy over NVLink)
+    put.sm r10, r12, r13, %row_bytes   # the row to the target (warp copy over NVLink)
     mul r12, r8, 96
     add r12, r12, r7
     put.sm r10, r12, r11, 96     # ids and weights (what deepep.s's receivers read)
@@ -422,6 +427,15 @@ fw_release:
     flag.set r10, [r2], r25      # the target may be waiting for these rows
     mov r26, r25
 fw_head:
+    shr r8, r31, 40
+    bne r8, 0, fw_head_send      # CLOSED: the last head
+    shr r6, %rdma_ring_rows, 1
+    max r6, r6, 1
+    min r6, r6, %rdma_chunk      # the sender's chunk
+    sub r8, r24, r1
+    blt r8, r6, fw_wait          # DeepEP: the head goes back once a chunk's worth is consumed
+fw_head_send:
+    mov r1, r24
     div r6, %ngpu, %node_gpus
     add r6, r6, %ngpu            # G
     rem r8, %tb, r6
