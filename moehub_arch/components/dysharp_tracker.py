@@ -29,10 +29,11 @@ Which tiles may take entries is a second assumption (the paper gives neither), a
   lowest unfinished tile in the GEMM group's order is some expert's head (that expert's earlier
   tiles are done), so it holds an entry; with defer its bytes all land (nothing holds a link) or
   the dispatch's end closes it; so it is raised, its jobs run and its entry moves on. This leans
-  on the GEMM group reaching that tile's jobs: its blocks take jobs in order, and a block waiting
-  for a tile without an entry holds a job (with one GEMM block per SM the waits stay far below
-  the blocks: the small-table study, docs/systems/dysharp.md). It needs one entry per local expert:
-  the plan refuses fewer. With stall no grant order suffices: copies waiting for shared entries
+  on the GEMM group reaching that tile's jobs: its blocks take jobs in a fixed order, and a block
+  that took a job of a tile without an entry waits holding it, so the jobs taken ahead of the
+  head's last GEMM-2 job must leave a block free (not checked; the small-table study in
+  docs/systems/dysharp.md completes at 8 entries). It needs one entry per local expert: the
+  plan refuses fewer. With stall no grant order suffices: copies waiting for shared entries
   hold link buffer space, and a head tile's own bytes can queue behind them.
 The stuck-run report names the waiting copies and tiles. Stats tracker_waits, tracker_wait_us,
 tracker_entries_peak, tracker_entries_freed. Without done_counters every tile needs an entry at
