@@ -5,12 +5,17 @@ range); a tile holds an entry from its first bytes until its GEMM-2 jobs are don
 finished-job counter, workload.multicast[].done_counters), so a table smaller than the tiles a
 layer fills serves them over time, copies that find it full waiting at the hub; a table smaller
 than the local experts is a clear input error; a layout capacity below the rows that arrive is a
-run error; the paper's shapes at their sequence lengths plan against its 1024 entries."""
+run error; the paper's shapes at their sequence lengths plan against its 1024 entries. The grant
+order (tracker_grant): expert_head keeps one entry per local expert for its head tile, which makes
+defer deadlock-free at any table of at least the local experts - pinned on the small-table study
+(S top-8, 8 GPUs x 256 tokens on the NVL32, 8 local experts, 24 tiles), where arrival order and
+stall deadlock."""
 import pytest
 
 import conftest
 from conftest import simulate
 from moehub_arch.checks import run_invariants
+from moehub_arch.simulation import SimulationError
 from moehub_arch.workloads.layer import MoeLayer, expert_load_max
 
 CONFIG = "experiments/functional.yaml"
@@ -130,3 +135,41 @@ def test_the_papers_shapes_plan_against_its_1024_entry_table(model, tokens):
     tracked = [m for m in layer.plan.multicast if m.tracker]
     assert tracked and all(m.done_counters == "dy_jobs" for m in tracked)
     assert (need(layer) > 1024) == (model != "dysharp_s")
+
+
+# the small-table study: S top-8 on 8 GPUs x 256 tokens per GPU of the NVL32 (8 local experts, 24
+# row tiles on the busiest GPU), timing mode
+STUDY = ("experiments/dysharp/base_gh200_nvl32.yaml", "scheme=dysharp",
+         "workload.layer.model=dysharp_s", "workload.layer.tokens_per_gpu=256", "system.num_gpus=8")
+
+
+def _study(grant, full, entries):
+    return simulate(*STUDY, f"system.switch.nvls.dysharp.tracker_tiles={entries}",
+                    f"system.switch.nvls.dysharp.tracker_full={full}",
+                    f"system.switch.nvls.dysharp.tracker_grant={grant}")
+
+
+@pytest.mark.parametrize("grant,entries,layer_ticks,waits", [
+    ("expert_head", 8, 135_399_977, 96),    # = the local experts: no shared entry at all
+    ("expert_head", 12, 130_399_978, 64),
+    ("arrival", 8, 136_399_977, 96)])       # the earlier grant order, for comparison
+def test_the_small_table_study_with_defer(grant, entries, layer_ticks, waits):
+    """With defer, a table as small as the local experts completes the layer exactly as pinned
+    (branch papers4): expert_head by construction (the lowest unfinished tile in the GEMM
+    blocks' order is an expert's head, which holds its kept entry), arrival here by luck of the
+    order the tiles came in (it deadlocked with 4 entries before those were refused)."""
+    sim = _study(grant, "defer", entries)
+    s = conftest.model_stats(sim.stats)
+    assert run_invariants(sim) == []
+    assert round(s["system.moe.layer_time_us"] * 1e6) == layer_ticks
+    assert _tracker(s, "tracker_waits") == waits
+    assert max(v for k, v in s.items() if k.endswith("tracker_entries_peak")) == entries
+
+
+@pytest.mark.parametrize("grant", ["expert_head", "arrival"])
+def test_stall_deadlocks_with_a_small_table_whatever_the_grant_order(grant):
+    """stall holds a waiting copy's link buffer space, so a head tile's own bytes can queue behind
+    copies that wait for shared entries: no grant order makes it safe (8 entries deadlock with
+    either; expert_head also deadlocks at 12, while 16 completes)."""
+    with pytest.raises(SimulationError, match="deadlock"):
+        _study(grant, "stall", 8)

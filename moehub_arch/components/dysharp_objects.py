@@ -41,6 +41,13 @@ def recycled_on(cfg):
                for o in cfg.workload.multicast)
 
 
+def tracked_targets(cfg):
+    """Most local targets (experts per GPU) of a tracked object: the token tracker keeps a head
+    tile per local target (dysharp_tracker.py, tracker_grant: expert_head)."""
+    return max([o.targets_per_gpu for o in cfg.workload.multicast
+                if o.targets_per_gpu > 0 and o.tracker] or [1])
+
+
 def tracked_tiles(cfg):
     """Row tiles the tracked objects' layouts hold on one GPU (targets x ceil(layout rows / tile
     rows)): the tile-state arrays are indexed by tile, the table's entries are counted apart."""

@@ -15,13 +15,29 @@ assumption (the paper gives the table's size, not this), a choice (tracker_full)
   back-pressure reaches the links and the senders; copies whose tiles hold entries are written
   meanwhile, and when an entry frees the waiting copies that fit are written in arrival order
   (event dysharp_retry).
-Either can deadlock with a table near the local experts' count: each expert's partial tile holds
-an entry until the dispatch's end closes it, and the GEMM group takes tiles in a fixed order, so
-its blocks can all wait for full tiles that wait for entries held by tiles later in that order
-(stall adds copies queued on links behind waiting ones). The layer plan refuses fewer entries
-than local experts; the stuck-run report names the waiting copies and tiles.
-Stats tracker_waits, tracker_wait_us, tracker_entries_peak, tracker_entries_freed. Without
-done_counters every tile needs an entry at once (checked when the system is built).
+Which tiles may take entries is a second assumption (the paper gives neither), a choice
+(tracker_grant):
+- arrival (the earlier model): every entry is shared first-come. It can deadlock with a table
+  near the local experts' count: each expert's partial tile holds an entry until the dispatch's
+  end closes it, and the GEMM group takes tiles in a fixed order (every expert's first tile, then
+  its second, ...; tile b = layout tile x targets_per_gpu + local target, the hub's own index), so
+  its blocks can all wait for full tiles that wait for entries held by tiles later in that order.
+- expert_head (default): one entry per local expert is kept for the expert's head tile - its
+  lowest tile whose jobs are not done - and the rest are shared first-come by the other tiles.
+  When a head's jobs finish, the head moves to the expert's next tile, which takes the kept entry
+  (giving back a shared one it held, or ending its wait). Why it cannot deadlock with defer: the
+  lowest unfinished tile in the GEMM group's order is some expert's head (that expert's earlier
+  tiles are done), so it holds an entry; with defer its bytes all land (nothing holds a link) or
+  the dispatch's end closes it; so it is raised, its jobs run and its entry moves on. This leans
+  on the GEMM group reaching that tile's jobs: its blocks take jobs in a fixed order, and a block
+  that took a job of a tile without an entry waits holding it, so the jobs taken ahead of the
+  head's last GEMM-2 job must leave a block free (not checked; the small-table study in
+  docs/systems/dysharp.md completes at 8 entries). It needs one entry per local expert: the
+  plan refuses fewer. With stall no grant order suffices: copies waiting for shared entries
+  hold link buffer space, and a head tile's own bytes can queue behind them.
+The stuck-run report names the waiting copies and tiles. Stats tracker_waits, tracker_wait_us,
+tracker_entries_peak, tracker_entries_freed. Without done_counters every tile needs an entry at
+once (checked when the system is built).
 
 The tracker counts the bytes of the copies dysharp.py writes into the tracked layouts
 (track_tile), frees entries from the finished-job counters' atomics (dysharp_counter_added,
@@ -37,7 +53,7 @@ from ..declare import Array, Block, Event, Param, Stat, StatGroup, counters, fie
 from .dysharp_objects import (OBJ_AL, OBJ_BASE, OBJ_COUNTS, OBJ_DONE, OBJ_DSTRIDE, OBJ_JOBS,
                               OBJ_LCAP, OBJ_LTILES, OBJ_ROWB, OBJ_TILE, OBJ_TILEB, OBJ_TPG,
                               OBJ_TRACK, after_translation, any_dynamic, recycled_on, tracked_on,
-                              tracked_tiles)
+                              tracked_targets, tracked_tiles)
 from .hbm import hbm_access, read_word, write_word
 from .waiters import notify_stores
 
@@ -63,6 +79,11 @@ BLOCK = Block(
         Param("dy_recycle", "", "bool", "1: the tracker frees a tile's entry when its jobs are "
               "done (tracked objects name their finished-job counters)",
               lambda cfg: int(recycled_on(cfg)), "derived: workload.multicast[].done_counters"),
+        Param("dy_reserve", "system.switch.nvls.dysharp.tracker_grant", "bool",
+              "1: one entry per local expert is kept for the expert's head tile (expert_head); "
+              "0: every entry is shared in arrival order (arrival)",
+              lambda cfg: int(recycled_on(cfg) and _dy(cfg).tracker_grant == "expert_head"),
+              "config: system.switch.nvls.dysharp.tracker_grant"),
     ),
     arrays=(_tile_array("dy_tile_bytes", "token tracker, tile table: bytes landed in each row "
                         "tile (tile = layout tile x targets_per_gpu + local target)"),
@@ -74,13 +95,19 @@ BLOCK = Block(
             _tile_array("dy_tile_queue", "token tracker (defer): the tiles waiting for an "
                         "entry, in the order their first bytes came (a ring per GPU)"),
             _tile_array("dy_tile_wait_at", "token tracker (defer): when each waiting tile began "
-                        "to wait")),
+                        "to wait"),
+            Array("dy_head", "token tracker (expert_head): each local expert's head tile, the "
+                  "layout tile index of its lowest tile whose jobs are not done",
+                  lambda cfg: (cfg.system.num_gpus, tracked_targets(cfg)) if tracked_on(cfg)
+                  else (1, 1))),
     fields=fields("pk", ("dy_park_next", "next copy waiting for a tracker entry at its GPU "
                          "(-1: last)"),
                   ("dy_park_chan", "down channel a waiting copy arrived on"),
                   ("dy_park_at", "when it began to wait"))
     + fields("gpu", ("dy_tiles_ready", ""), ("dy_tracked_bytes", ""),
              ("dy_entries", "token-tracker tile-table entries in use"), ("dy_entries_peak", ""),
+             ("dy_shared", "of them, those held by tiles that are not their expert's head "
+              "(all of them with tracker_grant: arrival)"),
              ("dy_entries_freed", ""), ("dy_waits", ""), ("dy_wait_ticks", ""),
              ("dy_parked", "copies waiting for a tracker entry"),
              ("dy_park_head", "first of them (a list through pk.dy_park_next)"),
@@ -127,7 +154,8 @@ def tracker_findings(sim):
             out.append(f"system.gpu{g}: {int(gp.dy_parked)} copies and {waiting} row tiles wait "
                        f"for a token-tracker entry; {int(gp.dy_entries)} of "
                        f"{int(st.p[0].dy_table_entries)} are held "
-                       f"(system.switch.nvls.dysharp.tracker_tiles, tracker_full)")
+                       f"(system.switch.nvls.dysharp.tracker_tiles, tracker_full, "
+                       f"tracker_grant)")
     return out
 
 
@@ -144,6 +172,8 @@ def check_tracker(sim, out):
     if int(st.p[0].dy_recycle):
         out.empty(st.gpu.dy_entries, "token-tracker entries still held (a tile whose jobs did "
                   "not finish)", lambda g: f"system.gpu{g}", " entries")
+        out.empty(st.gpu.dy_shared, "token-tracker shared entries still counted as held",
+                  lambda g: f"system.gpu{g}", " entries")
         out.empty((st.dy_tile_entry == 3).sum(axis=1), "row tiles still waiting for a "
                   "token-tracker entry", lambda g: f"system.gpu{g}", " tiles")
     out.equal("bytes the token tracker counted vs held in its tile table",
@@ -179,18 +209,20 @@ def track_tile(st, g, o, el, row, n, t, visible):
     b = (row // o[OBJ_TILE]) * o[OBJ_TPG] + el
     gp = st.gpu[g]
     if st.dy_tile_entry[g, b] == 0:
-        # the tile's first bytes take a table entry; a full table (or tiles already waiting:
+        # the tile's first bytes take a table entry: its expert's kept one if it is the head
+        # tile (expert_head), else a shared one; no shared entry free (or tiles already waiting:
         # they go first) makes the tile wait (tracker_full: defer - its bytes are counted aside;
         # stall admitted the copy only with an entry free: dysharp_copy_admit)
-        if o[OBJ_DONE] > 0 and (gp.dy_entries >= st.p[0].dy_table_entries
-                                or gp.dy_tq_count > 0):
+        head = _is_head(st, g, o, b)
+        if o[OBJ_DONE] > 0 and not head and (gp.dy_shared >= _shared_entries(st, o)
+                                             or gp.dy_tq_count > 0):
             st.dy_tile_entry[g, b] = 3
             st.dy_tile_wait_at[g, b] = t
             st.dy_tile_queue[g, (gp.dy_tq_head + gp.dy_tq_count) % st.dy_tile_queue.shape[1]] = b
             gp.dy_tq_count += 1
             gp.dy_waits += 1
         else:
-            _take_entry(st, g, b)
+            _take_entry(st, g, b, not head)
     st.dy_tile_bytes[g, b] += n
     gp.dy_tracked_bytes += n
     if visible > st.dy_tile_visible[g, b]:
@@ -200,12 +232,58 @@ def track_tile(st, g, o, el, row, n, t, visible):
 
 
 @compiled
-def _take_entry(st, g, b):
+def _is_head(st, g, o, b):
+    """Tile b is its expert's head tile (tracker_grant: expert_head): the lowest of the expert's
+    tiles whose jobs are not done, which the GEMM group - taking tiles in layout order, every
+    expert's first tile, then its second... (workloads/kernels/dysharp/dysharp.s) - needs before
+    the expert's later ones."""
+    tpg = o[OBJ_TPG]
+    return st.p[0].dy_reserve != 0 and b // tpg == st.dy_head[g, b % tpg]
+
+
+@compiled
+def _shared_entries(st, o):
+    """Entries the tiles that are not heads share: the table less one kept per local expert
+    (expert_head), or all of it (arrival). The layer plan refuses a table smaller than the local
+    experts."""
+    if st.p[0].dy_reserve != 0:
+        return st.p[0].dy_table_entries - o[OBJ_TPG]
+    return st.p[0].dy_table_entries
+
+
+@compiled
+def _take_entry(st, g, b, shared):
     gp = st.gpu[g]
     st.dy_tile_entry[g, b] = 1
     gp.dy_entries += 1
+    if shared:
+        gp.dy_shared += 1
     if gp.dy_entries > gp.dy_entries_peak:
         gp.dy_entries_peak = gp.dy_entries
+
+
+@compiled
+def _advance_head(st, g, o, el, t):
+    """The head tile of local expert el finished its jobs (tracker_grant: expert_head): the head
+    moves to the expert's next tile whose jobs are not done. If that tile holds a shared entry,
+    the entry kept for the expert replaces it (a shared entry frees); if it waits for one, it
+    takes the kept entry now and is raised if its bytes are all in."""
+    tpg = o[OBJ_TPG]
+    h = st.dy_head[g, el] + 1
+    while h < o[OBJ_LTILES] and st.dy_tile_entry[g, h * tpg + el] == 2:
+        h += 1
+    st.dy_head[g, el] = h
+    if h >= o[OBJ_LTILES]:
+        return
+    b = h * tpg + el
+    gp = st.gpu[g]
+    if st.dy_tile_entry[g, b] == 1:
+        gp.dy_shared -= 1
+    elif st.dy_tile_entry[g, b] == 3:
+        _take_entry(st, g, b, False)     # (its place in the waiting ring is skipped later)
+        gp.dy_wait_ticks += t - st.dy_tile_wait_at[g, b]
+        if st.dy_tile_bytes[g, b] == o[OBJ_TILEB]:
+            _raise_tile(st, g, o, b, t)
 
 
 @compiled
@@ -222,17 +300,18 @@ def _raise_tile(st, g, o, b, t):
 
 @compiled
 def _grant_waiting(st, g, o, t):
-    """Entries are free at GPU g (tracker_full: defer): the waiting tiles take them in the order
-    they came, and each that already has all its bytes is raised at t."""
+    """Shared entries are free at GPU g (tracker_full: defer): the waiting tiles take them in the
+    order they came, and each that already has all its bytes is raised at t."""
     gp = st.gpu[g]
     depth = st.dy_tile_queue.shape[1]
-    while gp.dy_tq_count > 0 and gp.dy_entries < st.p[0].dy_table_entries:
+    while gp.dy_tq_count > 0 and gp.dy_shared < _shared_entries(st, o):
         b = st.dy_tile_queue[g, gp.dy_tq_head]
         gp.dy_tq_head = (gp.dy_tq_head + 1) % depth
         gp.dy_tq_count -= 1
         if st.dy_tile_entry[g, b] != 3:
-            continue     # it finished without an entry (a partial tile the kernel closed)
-        _take_entry(st, g, b)
+            continue     # it finished without an entry (a partial tile the kernel closed), or
+                         # became its expert's head and took the kept entry
+        _take_entry(st, g, b, True)
         gp.dy_wait_ticks += t - st.dy_tile_wait_at[g, b]
         if st.dy_tile_bytes[g, b] == o[OBJ_TILEB]:
             _raise_tile(st, g, o, b, t)
@@ -252,9 +331,10 @@ def _tile_of(st, g, o, u, el):
 @compiled
 def dysharp_copy_admit(st, g, pkt):
     """May the dynamic multicast copy pkt be written at GPU g now? A copy whose rows land in tiles
-    that hold no tile-table entry yet needs one entry per such tile; if the table lacks them (or
-    copies already wait: they go first, in arrival order) the copy waits. Copies of untracked
-    objects, and copies whose tiles hold entries, are written at once."""
+    that hold no tile-table entry yet needs a shared entry per such tile that is not its
+    expert's head (a head takes the entry kept for it); if the table lacks them (or copies
+    already wait: they go first, in arrival order) the copy waits. Copies of untracked objects,
+    and copies whose tiles hold entries or are heads, are written at once."""
     o = st.mm_objects[st.pk[pkt].mm_obj]
     gp = st.gpu[g]
     if o[OBJ_TRACK] == 0 or o[OBJ_DONE] == 0:
@@ -265,7 +345,8 @@ def dysharp_copy_admit(st, g, pkt):
     for j in range(st.req[r].dy_count):
         if st.dy_targets[r, j] // tpg == g:
             here += 1
-    if gp.dy_parked == 0 and gp.dy_entries + here <= st.p[0].dy_table_entries:
+    room = _shared_entries(st, o)
+    if gp.dy_parked == 0 and gp.dy_shared + here <= room:
         return True     # room for every tile it could open: the common case, no look-up
     u = (st.pk[pkt].addr - o[OBJ_BASE]) // o[OBJ_ROWB]
     need = 0
@@ -273,10 +354,9 @@ def dysharp_copy_admit(st, g, pkt):
         e = st.dy_targets[r, j]
         if e // tpg == g:
             b = _tile_of(st, g, o, u, e - g * tpg)
-            if b >= 0 and st.dy_tile_entry[g, b] == 0:
+            if b >= 0 and st.dy_tile_entry[g, b] == 0 and not _is_head(st, g, o, b):
                 need += 1
-    return need == 0 or (gp.dy_parked == 0
-                         and gp.dy_entries + need <= st.p[0].dy_table_entries)
+    return need == 0 or (gp.dy_parked == 0 and gp.dy_shared + need <= room)
 
 
 @compiled
@@ -316,9 +396,14 @@ def dysharp_counter_added(st, g, addr, value, t):
             return
         gp = st.gpu[g]
         if st.dy_tile_entry[g, b] == 1:
+            head = _is_head(st, g, o, b)
             st.dy_tile_entry[g, b] = 2
             gp.dy_entries -= 1
             gp.dy_entries_freed += 1
+            if head:
+                _advance_head(st, g, o, b % o[OBJ_TPG], t)
+            else:
+                gp.dy_shared -= 1
             if gp.dy_parked > 0:
                 push(st, t, EV_DY_RETRY, g, 0)      # stall: the waiting copies
             _grant_waiting(st, g, o, t)             # defer: the waiting tiles

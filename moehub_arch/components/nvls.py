@@ -202,10 +202,11 @@ def _dynamic_columns(cfg, o, where, buffers, b):
         if o.done_counters and o.targets_per_gpu > entries:
             raise ValueError(
                 f"{where}: {o.targets_per_gpu} targets per GPU and the token tracker's tile table "
-                f"holds {entries} entries (system.switch.nvls.dysharp.tracker_tiles): each "
-                f"target's partial tile keeps its entry until every source's rows are in (it is "
-                f"closed only then) while full tiles wait for entries, so the table needs at "
-                f"least one entry per target; raise tracker_tiles")
+                f"holds {entries} entries (system.switch.nvls.dysharp.tracker_tiles): the "
+                f"tracker keeps one entry per target for its head tile (with fewer, each "
+                f"target's partial tile can keep its entry until every source's rows are in "
+                f"while full tiles wait for entries), so the table needs at least one entry per "
+                f"target; raise tracker_tiles")
         track = t.addr + 1
     done = dstride = jobs = 0
     if o.tracker and o.done_counters:

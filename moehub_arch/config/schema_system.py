@@ -321,9 +321,18 @@ class DysharpConfig:
                            "paper's per-tile DRAM table), the tile takes the next entry freed and "
                            "is raised then if complete; stall: the copy waits at the destination "
                            "hub holding its link buffer space until an entry frees (back-pressure "
-                           "on the link). A table near the local experts' count can deadlock "
-                           "either way, stall sooner (components/dysharp.py)", "defer",
+                           "on the link). stall can deadlock whatever the grant order: waiting "
+                           "copies hold link buffer space that a granted tile's own bytes may "
+                           "need (components/dysharp_tracker.py)", "defer",
                            choices=("defer", "stall"))
+    tracker_grant: str = _f("choice", "token-centric fusion: which tiles may take tile-table "
+                            "entries - expert_head: one entry per local expert is kept for the "
+                            "expert's lowest tile whose jobs are not done (its head tile, the one "
+                            "the GEMM group needs first), the rest are shared by the other tiles "
+                            "in arrival order, so with tracker_full: defer the table cannot "
+                            "deadlock; arrival: every entry is shared in arrival order (the "
+                            "earlier model: a table near the local experts' count can deadlock)",
+                            "expert_head", choices=("expert_head", "arrival"))
 
 
 @attrs.frozen

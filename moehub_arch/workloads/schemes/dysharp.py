@@ -61,8 +61,10 @@ and L top-32 (1036, 1048 and 2080 tiles per GPU here): a tile takes an entry whe
 land and frees it when its GEMM-2 jobs are done (the tile's finished-job counter in dy_jobs, the
 paper's finished-TB counter: workload.multicast[].done_counters); a tile that finds the table
 full waits for the next entry freed, its bytes counted aside (tracker_full: defer), or its copy
-waits at the hub holding its link (stall; components/dysharp.py). A table smaller than the local
-experts is refused, and one near their count can still deadlock (measured with stall). The token
+waits at the hub holding its link (stall; components/dysharp_tracker.py). One entry per local
+expert is kept for the expert's head tile, the one the GEMM blocks need first (tracker_grant:
+expert_head), which makes defer deadlock-free; so a table smaller than the local experts is
+refused (stall can still deadlock: waiting copies hold link space). The token
 table is not recycled: a layer with more tokens per GPU than it has entries is refused. What
 fusion cannot hide: the expert GEMMs of a tile still wait for its rows, a partial last tile for
 every source's dispatch, and a token's combine for the last of its k experts.
@@ -312,18 +314,20 @@ def _fused_plan(layer, cap):
     # cap, also spans the algebraic range U / El, which no expert's rows reach)
     lrows = min(cap, -(-expert_load_max(layer) // tile) * tile)
     # the table recycles: a tile's entry frees when its GEMM-2 jobs are done (their counter in
-    # dy_jobs, word 3 + 2 b, reaches H / n_tile); a table smaller than the local experts is
-    # refused: their partial tiles hold entries until the dispatch's end closes them, while the
-    # GEMM blocks, taking tiles in a fixed order, can all wait for full tiles without one
-    # (measured: S top-8 on 8 GPUs x 256 tokens, 8 local experts, deadlocked with 4 entries)
+    # dy_jobs, word 3 + 2 b, reaches H / n_tile); one entry is kept per local expert for the
+    # tile its GEMM blocks need first (tracker_grant: expert_head), so a table smaller than the
+    # local experts is refused - with fewer, the experts' partial tiles can hold every entry
+    # until the dispatch's end while the GEMM blocks, taking tiles in a fixed order, wait for full
+    # tiles without one (measured: S top-8 on 8 GPUs x 256 tokens, 8 local experts, 4 entries)
     if El > dy.tracker_tiles:
         raise LayerError(
             f"system.switch.nvls.dysharp.tracker_tiles: the token tracker's tile table holds "
-            f"{dy.tracker_tiles} entries and this layer has {El} local experts per GPU: each "
-            f"expert's partial row tile keeps its entry until every source's dispatch has ended "
-            f"(block 0 closes it then) while full tiles wait for entries and the GEMM blocks "
-            f"wait for those tiles in their fixed order, so the table needs at least one entry "
-            f"per local expert; raise tracker_tiles or run workload.layer.dysharp.fusion: none")
+            f"{dy.tracker_tiles} entries and this layer has {El} local experts per GPU: the "
+            f"tracker keeps one entry per local expert for the tile its GEMM blocks need first "
+            f"(with fewer, the experts' partial row tiles can hold every entry until every "
+            f"source's dispatch has ended while the GEMM blocks wait for full tiles in their "
+            f"fixed order), so the table needs at least one entry per local expert; raise "
+            f"tracker_tiles or run workload.layer.dysharp.fusion: none")
     dyn = dict(targets_per_gpu=El, rows=U, counts="dy_cnt", al_table="dy_al",
                tracker="dy_tready", tile_rows=tile, layout_rows=lrows, done_counters="dy_jobs",
                done_offset=24, done_stride=16, done_jobs=H // s.n_tile)
