@@ -82,7 +82,7 @@ def fabric_output_freed(st, c, vc, tick):
         switch_output_freed(st, s, row[1 + k], vc, tick)
 
 
-@compiled
+@inline
 def link_slot_freed(st, c, vc, tick):
     """A packet left channel c's transmit FIFO of virtual channel vc at `tick`: wake whoever
     waits to fill it."""
@@ -111,6 +111,8 @@ def depart_ahead(st, c):
     transmitter's look at that tick, set by hold_departures or hold_gpu_departures)."""
     ch = st.ch[c]
     ch.ahead_pkt = -1
+    if ch.to_switch:
+        st.gpu[ch.gpu].ahead_links &= ~(1 << ((c // 2) % st.p[0].links_per_gpu))
     if ch.ahead_vc == VC_RESPONSE:
         ch.rsq_pkts -= ch.ahead_npk
     else:
@@ -147,10 +149,13 @@ def hold_gpu_departures(st, g):
     one of its links wakes it, link_slot_freed): a packet sent ahead on one of its links that
     has left by now departs first (it freed its slot before the wait began), the others' links
     look again at their departure ticks, where the packetizer must be woken."""
+    links = st.gpu[g].ahead_links   # (the links' records are read only where one is ahead)
+    if links == 0:
+        return
     L = st.p[0].links_per_gpu
     for l in range(L):
         c = 2 * (g * L + l)   # the GPU->switch channel of link l (nvlink.py)
-        if st.ch[c].ahead_pkt >= 0:
+        if links >> l & 1:
             if ahead_departed(st, c):
                 depart_ahead(st, c)
             else:

@@ -319,7 +319,9 @@ BLOCK = Block(
         # system.nvlink.vc_arbitration: round_robin - the virtual channel this direction sent
         # last; when both can send, the other one goes
         ("vc_last", "virtual channel of the last packet sent"),
-        init={"tx_at": -1, "ahead_pkt": -1}),
+        init={"tx_at": -1, "ahead_pkt": -1}) + fields(
+        "gpu", ("ahead_links", "back_to_back: bit l is set while the GPU->switch channel of the "
+                               "GPU's link l has a packet sent ahead (link_room.hold_gpu_departures)")),
     stats=(StatGroup("link", "", TX_STATS + RX_STATS),),
     events=(Event("ch_tx", EV_CH_TX, "a link transmitter looks at its head packet"),
             Event("ch_arrive", EV_CH_ARRIVE, "the head packet on a wire reaches the far end")),
@@ -662,6 +664,8 @@ def send_ahead(st, c, t1, horizon):
     elif st.sw_wait[(ch.switch * p.num_gpus + ch.gpu) * 2 + vc, 1] > 0:
         return
     _reclaim_credits(st, c, horizon)
+    if ch.to_switch:
+        st.gpu[ch.gpu].ahead_links |= 1 << ((c // 2) % p.links_per_gpu)
     ch.ahead_pkt = pkt
     ch.ahead_at = t1
     ch.ahead_vc = vc
@@ -712,6 +716,8 @@ def take_back_ahead(st, c):
     pk = st.pk[pkt]
     t1 = ch.ahead_at
     ch.ahead_pkt = -1
+    if ch.to_switch:
+        st.gpu[ch.gpu].ahead_links &= ~(1 << ((c // 2) % p.links_per_gpu))
     ch.vc_last = ch.ahead_vc_last
     ch.wire_count -= 1
     ser = bytes_ticks(pk.wire, ch.fs_per_byte)
