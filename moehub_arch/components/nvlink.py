@@ -628,15 +628,15 @@ def send_ahead(st, c, t1, horizon):
     the returns filed so far (a return filed later reaches the sender after t1, and more
     credits change no choice). Only a packet queued in that first channel before t1 could go
     first, and on a free link one ready before t1: txq_push then takes the packet back
-    (take_back_ahead), and the looks run as they would have. Unseen: the packet's FIFO slot stays counted until it departs at t1
-    (link_room.py: every room check and backlog read applies the departure once the look at t1
-    would have run), and its wake-up of whoever waits for that room is applied at t1
-    (depart_ahead); a switch input, hub or RPM that starts waiting for room before t1 sets the
-    look for t1 again (hold_departures, hold_gpu_departures). Nothing else reads a link's FIFO,
-    credits or wire before t1 but the transmitter itself. Not while a switch input already
-    waits for this output (a GPU's hub and RPM never wait here: the send that calls this has
-    just woken them), while anything is traced (counters sample the links) or beyond the run's
-    tick limit."""
+    (take_back_ahead), and the looks run as they would have. Unseen: the packet's FIFO slot stays
+    counted until it departs at t1 (link_room.py: every room check and backlog read applies the
+    departure once the look at t1 would have run), and its wake-up of whoever waits for that room
+    is applied at t1 (depart_ahead); a switch input, hub or RPM that starts waiting for room before
+    t1 sets the look for t1 again (hold_departures, hold_gpu_departures). Nothing else reads a
+    link's FIFO, credits or wire before t1 but the transmitter itself. Not while a switch input
+    already waits for this output, nor on a GPU's link while its hub or RPM waits for room (the
+    look at t1 would wake it), while anything is traced (counters sample the links) or beyond the
+    run's tick limit."""
     p = st.p[0]
     sy = st.sys[0]
     ch = st.ch[c]
@@ -671,7 +671,8 @@ def send_ahead(st, c, t1, horizon):
     ch.ahead_vc = vc
     ch.ahead_yields = 0
     if vc != first:
-        ch.ahead_yields = AHEAD_YIELDS   # the first channel was empty: a packet queued there goes first
+        # the first channel was empty: a packet queued there goes first
+        ch.ahead_yields = AHEAD_YIELDS
     if horizon < t1:
         ch.ahead_yields |= AHEAD_EARLY   # queued on a free link, waiting for its ready tick
     ch.ahead_vc_last = ch.vc_last
