@@ -34,7 +34,7 @@ from .declare import GPU_SCOPES, SCOPES, Instance, Stat
 from .components.moehub import aau, dam, forward, rpm
 from .config.schema import DEBUG_FLAGS
 from .engine.stateref import state_ref
-from .engine import events
+from .engine import events, extension, generated
 from .engine.state import (CACHE_LINE_BYTES, ERROR_TEXT as ENGINE_ERROR_TEXT, STATE_FIELDS,
                            aligned_zeros, record_view)
 
@@ -155,8 +155,35 @@ EVENTS = _events_by_kind(BLOCKS)
 def enabled_events(st):
     """{kind: name} of the event kinds whose block is on in this State (Event.enabled)."""
     return {k: e.name for k, e in sorted(EVENTS.items()) if e.enabled is None or e.enabled(st)}
-PARAMS = _dtype([p.field for b in BLOCKS for p in b.params] + [f"tm_{t.name}" for t in TIMERS],
-                "PARAMS")
+
+
+def _compose_kinds(blocks, attr, what):
+    """{kind: declaration} of the blocks' Packet or Request declarations (checked unique and
+    dense from 0, as event kinds are)."""
+    by_kind = {}
+    for b in blocks:
+        for d in getattr(b, attr):
+            if d.kind in by_kind:
+                raise DeclarationError(f"{what} {d.kind} declared twice: '{by_kind[d.kind].name}' "
+                                       f"and '{d.name}' (block {b.name})")
+            by_kind[d.kind] = d
+    if sorted(by_kind) != list(range(len(by_kind))):
+        raise DeclarationError(f"{what}s must be 0..{len(by_kind) - 1}, found {sorted(by_kind)}")
+    return by_kind
+
+
+PACKETS = _compose_kinds(BLOCKS, "packets", "packet kind")
+REQUESTS = _compose_kinds(BLOCKS, "requests", "request kind")
+PACKET_KIND_NAMES = tuple(PACKETS[k].name for k in range(len(PACKETS)))
+REQUEST_KIND_NAMES = tuple(REQUESTS[k].name for k in range(len(REQUESTS)))
+if len(PACKETS) > 62:
+    raise DeclarationError(f"{len(PACKETS)} packet kinds: packet.packet_vc's mask holds 62")
+# the kinds that travel in the response channel, one bit each (packet.packet_vc)
+RESPONSE_KINDS = sum(1 << k for k, d in PACKETS.items() if d.response)
+# PARAMS: every block's parameters, the composed ones, then the first index of each timer range
+COMPOSED_PARAMS = {"response_kinds": RESPONSE_KINDS}
+PARAMS = _dtype([p.field for b in BLOCKS for p in b.params] + list(COMPOSED_PARAMS)
+                + [f"tm_{t.name}" for t in TIMERS], "PARAMS")
 
 def _compose_state(blocks):
     """State's fields: the arrays the builder allocates itself (engine/state.py STATE_FIELDS),
@@ -200,8 +227,11 @@ TIMER_EVENTS = tuple(t.event for t in TIMERS)
 
 # ------------------------------------------------------------------------------ building
 def param_values(cfg):
-    """{PARAMS field: value} of every parameter a block computes from the config."""
-    return {p.field: int(p.value(cfg)) for b in BLOCKS for p in b.params if p.value is not None}
+    """{PARAMS field: value} of every parameter a block computes from the config, and of the
+    composed ones (COMPOSED_PARAMS: the same for every config)."""
+    out = {p.field: int(p.value(cfg)) for b in BLOCKS for p in b.params if p.value is not None}
+    out.update(COMPOSED_PARAMS)
+    return out
 
 
 def timer_layout(cfg):
@@ -410,6 +440,74 @@ def _compose_sends(blocks):
 
 RECEIVES = _compose_receives(BLOCKS)
 SENDS = _compose_sends(BLOCKS)
+# {packet kind: (block name, Crossing)}: the kinds a block serves in a switch's crossbar
+CROSSINGS = _compose_handlers(BLOCKS, "crossings", "packet kind {} is served in the switch")
+
+
+def _undeclared(table, kinds, what):
+    for k, (name, d) in table.items():
+        if k not in kinds:
+            raise DeclarationError(f"block {name}: {d.handler} takes {what} {k}, which no block "
+                                   f"declares")
+
+
+_undeclared(RECEIVES, PACKETS, "packet kind")
+_undeclared(CROSSINGS, PACKETS, "packet kind")
+_undeclared(SENDS, REQUESTS, "request kind")
+
+
+def direct_call(args):
+    """handler_chain's default call: the declaration's handler, imported, called with `args`."""
+    def call(d):
+        imp, fn = generated.import_line(d.handler)
+        return [imp], f"{fn}({args})"
+    return call
+
+
+def handler_chain(name, params, var, table, default, call):
+    """The source of an `@inline` function `name(params)` that calls, for each kind of `table`
+    ({kind: (block, declaration)}), its declaration's handler (`call(declaration)`: (import
+    lines, call expression)) and returns its result: one test per handler (engine/generated.py
+    kind_test), in the order of their lowest kind; `default`: the expression returned for any
+    other kind (None: the last handler takes every kind no other handler does)."""
+    by_handler = {}
+    for k, (_, d) in sorted(table.items()):
+        by_handler.setdefault(d.handler, (d, []))[1].append(k)
+    lines, calls = ["from moehub_arch.engine.jit import inline"], []
+    for d, kinds in by_handler.values():
+        imports, expr = call(d)
+        lines += [i for i in imports if i not in lines]
+        calls.append((kinds, expr))
+    body = [f"\n\n@inline\ndef {name}({params}):", f"    {var} = {_KIND_OF[var]}"]
+    first = min(table) if table else 0
+    for i, (kinds, expr) in enumerate(calls):
+        if default is None and i == len(calls) - 1:
+            body.append(f"    return {expr}")
+            break
+        body.append(f"    if {generated.kind_test(var, kinds, first)}:")
+        body.append(f"        return {expr}")
+    if default is not None:
+        body.append(f"    return {default}")
+    return "\n".join(lines + body) + "\n"
+
+
+_KIND_OF = {"k": "st.pk[pkt].kind", "rk": "st.req[r].kind"}
+
+
+def _install_extensions():
+    """Generate the dispatch functions blocks' compiled code calls (engine/extension.py) from the
+    declarations and put them in their slots."""
+    source = ("# generated by moehub_arch/composition.py from the blocks' declarations "
+              "(declare.Crossing)\n"
+              "from moehub_arch.engine.extension import ROUTE\n"
+              + handler_chain("switch_serve", "st, c, pkt, tick", "k", CROSSINGS, "ROUTE",
+                             direct_call("st, c, pkt, tick")))
+    module = generated.load("extension", source)
+    extension.switch_serve = module.switch_serve
+    return source
+
+
+EXTENSION_SOURCE = _install_extensions()
 # the runtime errors' messages: the engine's and the blocks' own (Block.errors)
 ERROR_TEXT = _compose_errors(BLOCKS, ENGINE_ERROR_TEXT)
 

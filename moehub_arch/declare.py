@@ -25,6 +25,10 @@ Each component module ends its imports with one ``BLOCK = Block(...)`` that says
 - ``sends``: the request kinds of the hub's request FIFO that the block turns into packets, and
   the compiled packetizer the run loop dispatches the FIFO's head to (``Send``): the send side's
   counterpart of ``receives``;
+- ``packets`` and ``requests``: the link packet kinds and hub request kinds it owns, with their
+  numbers and names (``Packet``, ``Request``); ``crossings``: the packet kinds a switch's crossbar
+  hands to one of its handlers (``Crossing``); the dispatch chains by kind are generated from
+  ``receives``, ``sends`` and ``crossings`` (engine/generated.py);
 - ``errors``: the runtime error codes its compiled code raises, each with its message
   (``RunError``);
 - ``build``: Python functions ``fn(cfg, building)`` the builder runs once the fabric's channel
@@ -196,6 +200,9 @@ class Block:
     receives: tuple = attrs.field(default=(), converter=_tuple)   # Receive, one per handler
     sends: tuple = attrs.field(default=(), converter=_tuple)      # Send, one per packetizer
     errors: tuple = attrs.field(default=(), converter=_tuple)     # RunError, its own codes
+    packets: tuple = attrs.field(default=(), converter=_tuple)    # Packet, the link packet kinds it owns
+    requests: tuple = attrs.field(default=(), converter=_tuple)   # Request, the hub request kinds it owns
+    crossings: tuple = attrs.field(default=(), converter=_tuple)  # Crossing, one per switch handler
 
 
 @attrs.frozen
@@ -219,6 +226,9 @@ class Receive:
     kinds: tuple = attrs.field(converter=_tuple)
     handler: str
     doc: str
+    # called by address (a row of dispatch/indirect.py's entry table, which keeps a large call
+    # tree out of the run loop's compiled module) rather than directly
+    by_address: bool = False
 
 
 @attrs.frozen
@@ -230,6 +240,46 @@ class Send:
     (hub.hub_wait_for_room). Named by module and function like ``Receive`` (it lives above the hub
     it sends through). The run loop (dispatch/loop.py) dispatches each kind to its handler;
     tests/test_blocks.py checks that every request kind has one and that the loop calls each."""
+    kinds: tuple = attrs.field(converter=_tuple)
+    handler: str
+    doc: str
+
+
+@attrs.frozen
+class Packet:
+    """A link packet kind the block owns: `kind` is its integer (``State.pk.kind``; unique over all
+    blocks and dense from 0, checked by the composition, which composes the names), `name` what
+    the debug output and the stuck-run report call it. `response`: it travels in the response
+    virtual channel when system.nvlink.response_path is separate (write responses, read data,
+    answers: what completes a request), else in the request channel (packet.packet_vc)."""
+    name: str
+    kind: int
+    doc: str
+    response: bool = False
+
+
+@attrs.frozen
+class Request:
+    """A request kind of the hub's request table and FIFO (``State.req.kind``) the block owns: its
+    integer (unique and dense from 0, as ``Packet``) and name; `switched`: it goes to a switch (a
+    multicast object, a merge group, a counter), not to one GPU (the stuck-run report says so).
+    Its packetizer is declared with ``Send``."""
+    name: str
+    kind: int
+    doc: str
+    switched: bool = False
+
+
+@attrs.frozen
+class Crossing:
+    """Packet kinds a switch's crossbar hands to one handler of the block when such a packet is at
+    the head of an input port's buffer (after its traversal): ``handler(st, c, pkt, tick)``
+    (compiled; c the switch's input channel) serves it - a multicast, a reduction, a merge, a
+    counter - and returns what the crossbar does next: ``SENT`` (-1: consumed), a GPU g to wait for
+    request-channel room toward (num_gpus + g: response-channel room), or another negative value
+    to wait for the block's own room. The composition generates the crossbar's dispatch from these
+    (engine/extension.py ``switch_serve``); a kind no block declares is routed to its destination
+    GPU."""
     kinds: tuple = attrs.field(converter=_tuple)
     handler: str
     doc: str

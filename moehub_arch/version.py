@@ -3,8 +3,9 @@
 Importing it (the package's __init__.py does, before anything can import Numba) sets
 NUMBA_CACHE_DIR, unless the user set it, to a folder keyed by a hash of the compiled code's
 sources: everything under engine/, components/ and dispatch/ plus isa/encoding.py (the only places
-allowed to hold @njit functions or constants they read) and declare.py (the block declarations
-the State's layout is composed from). Numba's own cache only checks the file that defines a
+allowed to hold @njit functions or constants they read), declare.py (the block declarations
+the State's layout is composed from) and composition.py (which composes them and generates the
+dispatch chains by kind, engine/generated.py). Numba's own cache only checks the file that defines a
 function, not the modules it calls into or the constants it froze; keying the cache on all of them
 makes a stale compiled engine impossible after an edit or an upgrade, and works for read-only
 (site-packages) installs. Editing the CLI, config or stats code keeps the cache.
@@ -19,7 +20,8 @@ from pathlib import Path
 
 __version__ = "0.1.0"
 _COMPILED_DIRS = ("engine", "components", "dispatch")
-_COMPILED_FILES = ("isa/encoding.py", "declare.py")
+# composition.py: it generates the dispatch chains the compiled code inlines (engine/generated.py)
+_COMPILED_FILES = ("isa/encoding.py", "declare.py", "composition.py")
 
 
 def _source_hash():

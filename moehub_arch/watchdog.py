@@ -27,8 +27,7 @@ import numpy as np
 
 from .components.sizing import experts_of_window
 from .components.nvlink import channel_name  # noqa: F401 (re-exported)
-from .components.packet import REQ_MM_ST, REQUEST_KIND_NAMES
-from .composition import EVENT_NAMES, findings, likely_causes, timer_event
+from .composition import REQUESTS, EVENT_NAMES, findings, likely_causes, timer_event
 from .engine.events import Q_KIND, Q_TICK, TIMER_OFF, TM_TICK
 from .engine.state import (LN_DONE, LN_RUNNING, TB_EMPTY, TB_READY, TB_RETIRED, TB_WAIT_CLAIM,
                            TB_WAIT_FENCE, TB_WAIT_FLAG, TB_WAIT_HUB, TB_WAIT_REMOTE)
@@ -163,8 +162,9 @@ def _outstanding(sim, slot):
     reqs = [r for r in range(g * R, (g + 1) * R) if r not in free and int(st.req[r].slot) == slot]
     for r in reqs[:4]:
         rq = st.req[r]
-        to = "through a switch" if int(rq.kind) >= REQ_MM_ST else f"to GPU {int(rq.dst_gpu)}"
-        parts.append(f"{REQUEST_KIND_NAMES[int(rq.kind)]} {to} "
+        kind = REQUESTS[int(rq.kind)]
+        to = "through a switch" if kind.switched else f"to GPU {int(rq.dst_gpu)}"
+        parts.append(f"{kind.name} {to} "
                      f"({describe_address(sim, int(rq.dst_addr))}): {int(rq.pkts_arrived)} of "
                      f"{int(rq.pkts_total)} packets arrived")
     rows = 0

@@ -188,52 +188,118 @@ def test_build_hooks_set_link_credits_and_queue_depths():
 
 
 def test_every_packet_kind_a_gpu_receives_has_one_handler_the_run_loop_calls():
-    # Block.receives: the hub keeps its base kinds; NVLS, CAIS and the AAU take theirs
+    # Block.receives: the hub keeps its base kinds; NVLS, CAIS, the AAU and the counters take theirs
     import importlib
     import re
-    from pathlib import Path
     from moehub_arch.components import packet as pk
+    from moehub_arch.components import switch_counter as sc
     from moehub_arch.declare import Receive
+    from moehub_arch.dispatch import chains
     to_switch = {pk.PK_MM_ST, pk.PK_MM_LD, pk.PK_MM_DATA, pk.PK_CAIS_LD, pk.PK_CAIS_RED,
-                 pk.PK_CAIS_DATA, pk.PK_CAIS_SYNC, pk.PK_CTR_ADD}
-    assert set(composition.RECEIVES) == set(range(len(pk.PACKET_KIND_NAMES))) - to_switch
+                 pk.PK_CAIS_DATA, pk.PK_CAIS_SYNC, sc.PK_CTR_ADD}
+    assert set(composition.RECEIVES) == set(range(len(composition.PACKET_KIND_NAMES))) - to_switch
     assert {b for b, _ in composition.RECEIVES.values()} == {"hub", "nvls", "cais_merge", "aau",
                                                               "switch_counter"}
-    dispatch = Path(composition.__file__).parent / "dispatch"
-    loop_src = (dispatch / "loop.py").read_text() + (dispatch / "indirect.py").read_text()
+    # the run loop's receive chain is generated from them: each handler called once, with the
+    # arguments Receive names (by address through the entry table where it says so)
+    chain = chains.SOURCE.split("def receive_packet")[1].split("@inline")[0]
     for _, r in composition.RECEIVES.values():
         module, fn = r.handler.rsplit(".", 1)
         assert callable(getattr(importlib.import_module(f"moehub_arch.{module}"), fn))
-        assert re.search(rf"\b{fn}\b", loop_src), f"dispatch/ never calls {r.handler}"
+        if r.by_address:
+            row = chains.entry_row(r.handler)
+            assert f"call4(entries[{row}], st, g, c, pkt, tick)" in chain
+        else:
+            assert len(re.findall(rf"\b{fn}\(st, g, c, pkt, tick\)", chain)) == 1, r.handler
     with pytest.raises(composition.DeclarationError, match="received by blocks 'a'"):
         composition._compose_receives((Block("a", "", receives=(Receive((3,), "x.f", ""),)),
                                        Block("b", "", receives=(Receive((3,), "x.g", ""),))))
 
 
 def test_every_request_kind_the_hub_queues_has_one_packetizer_the_run_loop_calls():
-    # Block.sends: the hub sends its base kinds; multimem, DySHARP and CAIS send theirs
+    # Block.sends: the hub sends its base kinds; multimem, DySHARP, CAIS and the counters send theirs
     import importlib
     import re
     from pathlib import Path
     from moehub_arch.components import packet as pk
     from moehub_arch.declare import Send
-    assert set(composition.SENDS) == set(range(len(pk.REQUEST_KIND_NAMES)))
+    from moehub_arch.dispatch import chains
+    assert set(composition.SENDS) == set(range(len(composition.REQUEST_KIND_NAMES)))
     assert {b for b, _ in composition.SENDS.values()} == {"hub", "nvls", "dysharp", "cais_merge",
                                                            "switch_counter"}
     assert {k for k, (b, _) in composition.SENDS.items() if b == "hub"} == {
         pk.REQ_PUT, pk.REQ_GET, pk.REQ_STORE, pk.REQ_ATOM}
-    loop_src = (Path(composition.__file__).parent / "dispatch" / "loop.py").read_text()
+    chain = chains.SOURCE.split("def send_request")[1].split("@inline")[0]
     for _, s in composition.SENDS.values():
         module, fn = s.handler.rsplit(".", 1)
         assert callable(getattr(importlib.import_module(f"moehub_arch.{module}"), fn))
-        assert re.search(rf"\b{fn}\(st, a0, r, tick\)", loop_src), f"dispatch/ never calls {s.handler}"
+        assert len(re.findall(rf"\b{fn}\(st, g, r, tick\)", chain)) == 1, s.handler
     # the hub's module names no extension: their request kinds, packets and counters are theirs
     hub_src = (Path(composition.__file__).parent / "components" / "hub.py").read_text()
-    assert not re.search(r"REQ_(MM|DY|CAIS)|PK_(MM|CAIS)|mm_tx|cais_\w+_tx|ext_flits", hub_src)
-    assert not re.search(r"^from \.+(dysharp|cais)", hub_src, re.M)
+    assert not re.search(r"REQ_(MM|DY|CAIS|CTR)|PK_(MM|CAIS|CTR)|mm_tx|cais_\w+_tx|ext_flits", hub_src)
+    assert not re.search(r"^from \.+(dysharp|cais|switch_counter)", hub_src, re.M)
     with pytest.raises(composition.DeclarationError, match="sent by blocks 'a'"):
         composition._compose_sends((Block("a", "", sends=(Send((3,), "x.f", ""),)),
                                     Block("b", "", sends=(Send((3,), "x.g", ""),))))
+
+
+def test_the_dispatch_chains_follow_the_declarations():
+    """The chains by kind are generated: each kind reaches its declared handler (evaluated on the
+    generated functions in Python), the switch routes every kind no block serves, the kinds are
+    dense and unique, the response channel's kinds are the declared ones."""
+    import types
+    from moehub_arch.components import switch_counter as sc
+    from moehub_arch.declare import Crossing, Packet
+    from moehub_arch.dispatch import chains
+    from moehub_arch.engine import extension
+
+    def run_chain(source, name, kind, var):
+        calls = []
+        ns = {}
+        body = source.split(f"def {name}")[1].split("@inline")[0]
+        for line in source.splitlines():
+            if line.startswith("from moehub_arch") and "import inline" not in line:
+                for fn in line.split(" import ")[1].split(", "):
+                    ns[fn] = (lambda fn: lambda *a: calls.append(fn) or fn)(fn)
+        ns["ROUTE"] = extension.ROUTE
+        ns["call4"] = lambda entry, *a: entry(*a)
+        entries = [(lambda row: lambda *a: calls.append(("entry", row)))(row) for row in range(8)]
+        pkt = types.SimpleNamespace(kind=kind)
+        st = types.SimpleNamespace(pk=[pkt], req=[pkt])
+        exec(f"def {name}" + body, ns)
+        args = {"receive_packet": (st, 0, 0, 0, 0, entries),
+                "send_request": (st, 0, 0, 0), "switch_serve": (st, 0, 0, 0)}[name]
+        out = ns[name](*args)
+        return calls, out
+
+    for k, (_, r) in composition.RECEIVES.items():
+        calls, _ = run_chain(chains.SOURCE, "receive_packet", k, "k")
+        assert calls == [("entry", chains.entry_row(r.handler)) if r.by_address
+                         else r.handler.rsplit(".", 1)[1]], k
+    for k, (_, s) in composition.SENDS.items():
+        calls, _ = run_chain(chains.SOURCE, "send_request", k, "rk")
+        assert calls == [s.handler.rsplit(".", 1)[1]], k
+    for k in composition.PACKETS:
+        calls, out = run_chain(composition.EXTENSION_SOURCE, "switch_serve", k, "k")
+        if k in composition.CROSSINGS:
+            assert calls == [composition.CROSSINGS[k][1].handler.rsplit(".", 1)[1]], k
+        else:
+            assert calls == [] and out == extension.ROUTE, k
+    assert composition.CROSSINGS[sc.PK_CTR_ADD][0] == "switch_counter"
+    assert composition.PACKETS[sc.PK_CTR_REPLY].response
+    assert composition.RESPONSE_KINDS >> sc.PK_CTR_REPLY & 1
+    assert not composition.RESPONSE_KINDS >> sc.PK_CTR_ADD & 1
+    with pytest.raises(composition.DeclarationError, match="packet kind 3 declared twice"):
+        composition._compose_kinds((Block("a", "", packets=(Packet("x", 3, ""),)),
+                                    Block("b", "", packets=(Packet("y", 3, ""),))), "packets",
+                                   "packet kind")
+    with pytest.raises(composition.DeclarationError, match="must be 0..0"):
+        composition._compose_kinds((Block("a", "", packets=(Packet("x", 1, ""),)),), "packets",
+                                   "packet kind")
+    with pytest.raises(composition.DeclarationError, match="served in the switch by blocks 'a'"):
+        composition._compose_handlers((Block("a", "", crossings=(Crossing((3,), "x.f", ""),)),
+                                       Block("b", "", crossings=(Crossing((3,), "x.g", ""),))),
+                                      "crossings", "packet kind {} is served in the switch")
 
 
 def test_blocks_command_prints_the_declarations():
@@ -297,47 +363,23 @@ def test_occupancy_monitor_is_in_the_blocks_listing():
 
 
 def test_the_run_loop_maps_each_timer_range_to_its_declared_event():
-    """The run loop turns a due component timer into its event by the timer ranges' bounds
-    (`ti < p.tm_<next>`), written by hand in the order the composition places the ranges (BLOCKS
-    order): each range must map to the event its Timer declares, with its own first index taken
-    off. A block that adds a timer, or a reordering of BLOCKS, fails here until the chain follows."""
-    import ast
-    import importlib
-    from pathlib import Path
-    src = (Path(composition.__file__).parent / "dispatch" / "loop.py").read_text()
-    loop = importlib.import_module("moehub_arch.dispatch.loop")
-    run_loop = next(n for n in ast.walk(ast.parse(src))
-                    if isinstance(n, ast.FunctionDef) and n.name == "run_loop")
-
-    def tm(node):   # p.tm_<name> -> <name>
-        assert isinstance(node, ast.Attribute) and node.attr.startswith("tm_"), ast.dump(node)
-        return node.attr[3:]
-
-    def assigned(body):   # kind, a0 = EV_X, ti [- p.tm_<name>] -> (event kind, <name> or None)
-        (stmt,) = [s for s in body if isinstance(s, ast.Assign)]
-        ev, a0 = stmt.value.elts
-        offset = tm(a0.right) if isinstance(a0, ast.BinOp) else None
-        return getattr(loop, ev.id), offset
-
-    chain = None
-    for node in ast.walk(run_loop):
-        if (isinstance(node, ast.If) and isinstance(node.test, ast.Compare)
-                and getattr(node.test.left, "id", None) == "ti"):
-            chain = node
-            break
-    mapped = []   # (upper bound's timer or None, event, offset's timer)
-    while chain is not None:
-        if isinstance(chain, ast.If):
-            mapped.append((tm(chain.test.comparators[0]),) + assigned(chain.body))
-            chain = chain.orelse[0] if len(chain.orelse) == 1 and isinstance(
-                chain.orelse[0], ast.If) else chain.orelse
-        else:
-            mapped.append((None,) + assigned(chain))
-            chain = None
+    """The run loop turns a due component timer into its event by the timer ranges' bounds, a
+    chain generated from the Timer declarations in the order the composition places the ranges
+    (dispatch/chains.py timer_event): every row of every range maps to its Timer's event, with
+    its range's first row taken off (checked on a layout of distinct counts, in Python)."""
+    import types
+    from moehub_arch.dispatch import chains
     timers = composition.TIMERS
-    expected = [(timers[i + 1].name if i + 1 < len(timers) else None, t.event,
-                 None if i == 0 else t.name) for i, t in enumerate(timers)]
-    assert mapped == expected
+    first, layout = {}, 0
+    for i, t in enumerate(timers):
+        first[t.name] = layout
+        layout += i + 2                      # ranges of 2, 3, 4... rows
+    p = types.SimpleNamespace(**{f"tm_{n}": v for n, v in first.items()})
+    ns = {}
+    exec("def timer_event" + chains.SOURCE.split("def timer_event")[1], ns)
+    for t in timers:
+        for row in range(first[t.name], first[t.name] + timers.index(t) + 2):
+            assert ns["timer_event"](p, row) == (t.event, row - first[t.name]), (t.name, row)
 
 
 def test_a_block_declares_its_runtime_errors_and_codes_are_not_shared():

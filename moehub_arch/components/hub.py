@@ -71,7 +71,7 @@ from .hbm import hbm_access
 from .nvlink import txq_push
 from .link_room import hold_gpu_departures, txq_settle
 from .packet import request_records
-from .packet import (PACKET_KIND_NAMES, PK_ACK, PK_ATOM_REQ, PK_ATOM_RESP, PK_GET_REQ, PK_GET_RESP,
+from .packet import (PK_ACK, PK_ATOM_REQ, PK_ATOM_RESP, PK_GET_REQ, PK_GET_RESP,
                      PK_PUT, PK_STORE, REQ_ATOM, REQ_GET, REQ_PUT, REQ_STORE, VC_REQUEST,
                      VC_RESPONSE, header_flits, packet_alloc, packet_flits, store_packets)
 from .read_data import read_data_send
@@ -240,9 +240,9 @@ BLOCK = Block(
                 "the base protocol: puts, flag stores, gets and atomics"),),
     debug=(Debug("Hub", CAT_HUB, (TR_HUB_TX, TR_HUB_RX), describe={
         TR_HUB_TX: lambda n, g, kind, peer: (f"system.gpu{g}.hub",
-                                             f"sends {PACKET_KIND_NAMES[kind]} to GPU {peer}"),
+                                             f"sends {n.packet_kind(kind)} to GPU {peer}"),
         TR_HUB_RX: lambda n, g, kind, peer: (f"system.gpu{g}.hub",
-                                             f"receives {PACKET_KIND_NAMES[kind]} from GPU {peer}")}),),
+                                             f"receives {n.packet_kind(kind)} from GPU {peer}")}),),
 )
 
 

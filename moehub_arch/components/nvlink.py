@@ -45,7 +45,6 @@ from .trace import CAT_NVLINK, TR_LINK_TX, trace_event
 from .wakeups import ch_kick
 from .link_class import wire_bytes
 from .link_room import ahead_departed, depart_ahead, link_slot_freed
-from .packet import PACKET_KIND_NAMES
 from ..config.keys import key_param
 from ..declare import Block, Debug, Event, Record, Stat, StatGroup, Timer, fields
 
@@ -159,7 +158,7 @@ def link_findings(sim):
 
 def _describe_tx(n, c, kind, payload):
     to = "" if c % 2 == 0 else f" to GPU {n.channel_gpu(c)}"
-    return n.channel(c), f"sends {PACKET_KIND_NAMES[kind]}{to}, {payload} B payload"
+    return n.channel(c), f"sends {n.packet_kind(kind)}{to}, {payload} B payload"
 
 
 def _nvl(key, field, value=None, unit=None, how=""):

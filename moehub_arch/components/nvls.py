@@ -60,7 +60,8 @@ from .packet import (PK_MM_COPY, PK_MM_DATA, PK_MM_LD, PK_MM_READ, PK_MM_RESULT,
 from .read_data import answer_read, queue_read_data
 from .wakeups import unblock_request_port
 from ..config.keys import key_param
-from ..declare import Array, Block, Param, Receive, Record, Send, Stat, StatGroup, counters, fields
+from ..declare import (Array, Block, Crossing, Param, Receive, Record, Send, Stat, StatGroup,
+                       counters, fields)
 from ..engine.state import ERR_UNBACKED_COPY
 from .dysharp import ext_flits, targets_on_gpu
 from .dysharp_objects import (OBJ_BASE, OBJ_BYTES, OBJ_COLUMNS, OBJ_DONE, OBJ_JOBS, OBJ_LTILES,
@@ -398,6 +399,9 @@ BLOCK = Block(
                       "a multicast copy, a reduction read or a reduced result reaches a member"),),
     sends=(Send((REQ_MM_ST, REQ_MM_RED, REQ_MM_LD), "components.nvls_send.multimem_send",
                 "multimem.st / red data chunks and ld_reduce requests, GPU -> switch"),),
+    crossings=(Crossing((PK_MM_ST, PK_MM_LD), "components.nvls.nvls_fanout",
+                        "the switch's engine copies a multimem store to the members or reads "
+                        "them for a reduction"),),
 )
 
 

@@ -23,7 +23,7 @@ transmit queue full plus every receive buffer full), so allocation never fails: 
 room to go anywhere waits upstream (back-pressure), it is never dropped.
 """
 from ..engine.jit import compiled
-from ..declare import Block, Record, Stat, StatGroup, fields
+from ..declare import Block, Packet, Record, Request, Stat, StatGroup, fields
 
 
 def request_records(cfg):
@@ -60,11 +60,10 @@ PK_CAIS_WRITE = 20  # a merged (or evicted, timed-out) partial sum, switch -> ho
 PK_CAIS_SYNC = 21   # sync.cais arrival of a thread block, GPU -> switch (header only; addr = flag)
 PK_CAIS_GO = 22     # the group sync table's release, switch -> each member (response channel;
                     # writes pk.value to the flag at pk.addr)
-PK_CTR_ADD, PK_CTR_REPLY = 23, 24   # ctr.add, GPU -> switch; its old value back (switch_counter.py)
 # Request kinds of the hub's request table and FIFO (State.req.kind): what an SM asked the hub to
 # send. The base protocol's (hub.py) and each extension's, sent by the block that declares them
-# (declare.Send: a block's packetizer for its kinds; the run loop dispatches by kind, tests check
-# that every kind has one). Extension kinds, numbered from REQ_MM_ST on, go through a switch.
+# (declare.Send: a block's packetizer for its kinds; the run loop's dispatch by kind is generated
+# from them). A block may own kinds of its own (declare.Request, as switch_counter.py does).
 REQ_PUT, REQ_GET, REQ_STORE, REQ_ATOM = range(4)
 REQ_MM_ST, REQ_MM_RED, REQ_MM_LD = 4, 5, 6   # multimem st / red / ld_reduce (nvls_send.py); value =
                                               # multicast object x 16 + element type
@@ -72,16 +71,18 @@ REQ_DY_ST, REQ_DY_LD = 7, 8   # DySHARP dymultimem st / ld_reduce (dysharp_isa.p
                               # REQ_MM_LD, with the target list staged by the SM
 REQ_CAIS_LD, REQ_CAIS_RED = 9, 10   # ld.cais / red.cais (cais/send.py); value = group x 16 + element type
 REQ_CAIS_SYNC = 11   # sync.cais (cais/send.py): dst_addr = the flag, src_addr = the value released
-REQ_CTR_ADD = 12     # ctr.add (switch_counter.py): dst_addr = the counter, value = the addend
-REQUEST_KIND_NAMES = ("put", "get", "store", "atomic", "multimem.st", "multimem.red",
-                      "multimem.ld_reduce", "dymultimem.st", "dymultimem.ld_reduce", "ld.cais",
-                      "red.cais", "sync.cais", "ctr.add")
+_REQUEST_NAMES = ("put", "get", "store", "atomic", "multimem.st", "multimem.red",
+                  "multimem.ld_reduce", "dymultimem.st", "dymultimem.ld_reduce", "ld.cais",
+                  "red.cais", "sync.cais")
 VC_REQUEST = 0    # virtual channels (nvlink.response_path): requests and writes ...
 VC_RESPONSE = 1   # ... and the responses that complete them (write responses, read data, atomics)
-PACKET_KIND_NAMES = ("put", "store", "get_req", "get_resp", "atom_req", "atom_resp", "ack", "moe",
-                     "moe_eos", "mm_st", "mm_copy", "mm_ld", "mm_read", "mm_data", "mm_result",
-                     "cais_ld", "cais_red", "cais_data", "cais_read", "cais_reply", "cais_write",
-                     "cais_sync", "cais_go", "ctr_add", "ctr_reply")
+# (packet_vc returns a kind's bit of the composed mask: VC_RESPONSE must be 1)
+_PACKET_NAMES = ("put", "store", "get_req", "get_resp", "atom_req", "atom_resp", "ack", "moe",
+                 "moe_eos", "mm_st", "mm_copy", "mm_ld", "mm_read", "mm_data", "mm_result",
+                 "cais_ld", "cais_red", "cais_data", "cais_read", "cais_reply", "cais_write",
+                 "cais_sync", "cais_go")
+_RESPONSES = (PK_ACK, PK_GET_RESP, PK_ATOM_RESP, PK_MM_DATA, PK_MM_RESULT, PK_CAIS_DATA,
+              PK_CAIS_REPLY, PK_CAIS_GO)
 
 
 def packets_in_use(st):
@@ -118,22 +119,23 @@ BLOCK = Block(
     stats=(StatGroup("system", "packets", (
         Stat("pool_peak", "packets", "peak packets in flight", lambda i: i.st.sys[0].pk_peak),)),),
     checks=(check_pool,),
+    # the kinds of the base protocol, MoE-Hub, NVLS and CAIS (their comments above); a block may
+    # declare kinds of its own, numbered after these (declare.Packet, declare.Request)
+    packets=tuple(Packet(n, k, "", k in _RESPONSES) for k, n in enumerate(_PACKET_NAMES)),
+    requests=tuple(Request(n, k, "", k >= REQ_MM_ST) for k, n in enumerate(_REQUEST_NAMES)),
 )
 
 
 @compiled
 def packet_vc(st, pkt):
     """The virtual channel a packet travels in: responses (write responses, read data, atomic
-    results) in the response channel when nvlink.response_path is separate, else everything in
-    the request channel (one FIFO per link, responses behind requests)."""
-    if not st.p[0].response_vc:
+    results: the kinds declared ``Packet(response=True)``, whose bits the composition sets in
+    ``response_kinds``) in the response channel when nvlink.response_path is separate, else
+    everything in the request channel (one FIFO per link, responses behind requests)."""
+    p = st.p[0]
+    if not p.response_vc:
         return VC_REQUEST
-    k = st.pk[pkt].kind
-    if k == PK_ACK or k == PK_GET_RESP or k == PK_ATOM_RESP or k == PK_MM_DATA or k == PK_MM_RESULT:
-        return VC_RESPONSE
-    if k == PK_CAIS_DATA or k == PK_CAIS_REPLY or k == PK_CAIS_GO or k == PK_CTR_REPLY:
-        return VC_RESPONSE
-    return VC_REQUEST
+    return (p.response_kinds >> st.pk[pkt].kind) & 1
 
 
 @compiled

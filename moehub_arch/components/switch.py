@@ -43,11 +43,9 @@ from .nvlink import (channel_count_arrival, channel_transmit, credit_return_vc, 
                      txq_push)
 from .link_room import hold_departures, pick_switch_output
 from ..engine.events import SHORTCUT_IDLE_OUTPUT, timer_clear, timer_is_next
-from .nvls import NVLS_SENT, nvls_absorb, nvls_fanout
-from .cais.merge_table import cais_switch
-from .switch_counter import ctr_switch
-from .packet import (PK_CAIS_LD, PK_CTR_ADD, PK_MM_DATA, PK_MM_LD, PK_MM_ST, VC_REQUEST, VC_RESPONSE,
-                     packet_free, packet_vc)
+from .nvls import NVLS_SENT, nvls_absorb
+from ..engine import extension
+from .packet import PK_MM_DATA, VC_REQUEST, VC_RESPONSE, packet_free, packet_vc
 from .trace import CAT_SWITCH, TR_XBAR, trace_event
 from .wakeups import xbar_kick
 from ..config.keys import key_param
@@ -198,15 +196,10 @@ def _cross(st, c, vc, tick):
         last = -1
         pk = st.pk[pkt]
         out = -1
-        if pk.kind == PK_MM_ST or pk.kind == PK_MM_LD:
-            # multimem: the switch's engine serves the members (nvls.py)
-            wait = nvls_fanout(st, c, pkt, tick)
-        elif pk.kind == PK_CTR_ADD:
-            wait = ctr_switch(st, c, pkt, tick)   # a switch counter's fetch-and-add
-        elif pk.kind >= PK_CAIS_LD:
-            # ld.cais / red.cais, or a home's data for a merged load: the merge unit (components/cais/)
-            wait = cais_switch(st, c, pkt, tick)
-        else:
+        # a kind a block serves in the switch (declare.Crossing: multimem's engine, the CAIS merge
+        # unit, the switch counters; the chain is generated, engine/extension.py), or one routed
+        wait = extension.switch_serve(st, c, pkt, tick)
+        if wait == extension.ROUTE:
             out = pick_switch_output(st, ch.switch, pk.dst, vc)
             wait = pk.dst if out < 0 else NVLS_SENT
         if wait != NVLS_SENT:

@@ -26,18 +26,23 @@ several nodes is refused at build.
 from ..engine.jit import compiled
 from ..engine.state import ROUTE_FIRST, ROUTE_N
 from ..config.keys import key_param
-from ..declare import Array, Block, Receive, RunError, Send, Stat, StatGroup, counters, fields
+from ..declare import (Array, Block, Crossing, Packet, Receive, Request, RunError, Send, Stat,
+                       StatGroup, counters, fields)
 from .hbm import raise_error
 from .hub import hub_accept, hub_emit, hub_enqueue, hub_request_packet, hub_wait_for_room
 from .hub_receive import complete_request
 from .nvlink import channel_count_arrival, credit_return_vc, txq_push
 from .link_room import pick_switch_output, txq_room
-from .packet import (PK_CTR_ADD, PK_CTR_REPLY, REQ_CTR_ADD, VC_REQUEST, VC_RESPONSE,
-                     header_flits, packet_alloc, packet_flits, packet_free, packet_vc)
+from .packet import (VC_REQUEST, VC_RESPONSE, header_flits, packet_alloc, packet_flits, packet_free,
+                     packet_vc)
 from .sm_operands import operand, stall_on_hub
 from ..isa.encoding import OP0
 
-CTR_SENT = -1   # switch._cross: the packet is consumed (as nvls.NVLS_SENT)
+# its packet kinds and request kind (declared below: the composition checks the numbers are no
+# other block's and leave no gap, and generates the dispatch of each to its handler)
+PK_CTR_ADD, PK_CTR_REPLY = 23, 24   # ctr.add, GPU -> switch; its old value back
+REQ_CTR_ADD = 12     # ctr.add: dst_addr = the counter, value = the addend
+CTR_SENT = -1   # ctr_switch: the packet is consumed (declare.Crossing)
 # ctr.add with a counter index outside system.switch.counter.entries (its own runtime error code:
 # declared below, the composition checks it is no other block's or the engine's)
 ERR_CTR_RANGE = 70
@@ -94,6 +99,13 @@ BLOCK = Block(
         ), enabled=_on)),
     checks=(check_counters,),
     build=(build_counters,),
+    packets=(Packet("ctr_add", PK_CTR_ADD, "ctr.add, GPU -> the counter's switch (header only)"),
+             Packet("ctr_reply", PK_CTR_REPLY, "the counter's old value, switch -> GPU",
+                    response=True)),
+    requests=(Request("ctr.add", REQ_CTR_ADD, "a fetch-and-add of a switch counter",
+                      switched=True),),
+    crossings=(Crossing((PK_CTR_ADD,), "components.switch_counter.ctr_switch",
+                        "the switch adds to the counter and answers with its old value"),),
     sends=(Send((REQ_CTR_ADD,), "components.switch_counter.ctr_send",
                 "a ctr.add request, GPU -> the counter's switch"),),
     receives=(Receive((PK_CTR_REPLY,), "components.switch_counter.ctr_reply_received",
@@ -157,7 +169,7 @@ def ctr_send(st, g, r, tick):
 # ------------------------------------------------------------------------------ the switch
 @compiled
 def ctr_switch(st, c, pkt, tick):
-    """A ctr.add at the head of switch input c (switch.py): add to the counter and answer the GPU
+    """A ctr.add at the head of switch input c (declare.Crossing): add to the counter and answer the GPU
     with its old value; CTR_SENT once done (the request packet is consumed), else num_gpus + the
     GPU: wait for response-channel room toward it (nothing changed, so the retry redoes it)."""
     pk = st.pk[pkt]

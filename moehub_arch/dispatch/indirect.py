@@ -43,6 +43,16 @@ WORKER_ROWS = (ENTRY_SM_ISSUE, ENTRY_AAU_RETRY)
 _ENTRIES = {}   # (StateRef type, row) -> the compiled entry point
 
 
+def entry_row(handler):
+    """The table row of a handler named as declarations name it ("components.moehub.aau.
+    aau_receive": a Receive declared by_address)."""
+    for row, (fn, _) in enumerate(_HANDLERS):
+        fn = getattr(fn, "py_func", fn)
+        if f"{fn.__module__}.{fn.__name__}" == f"moehub_arch.{handler}":
+            return row
+    raise KeyError(f"{handler} has no row in dispatch/indirect.py's entry table")
+
+
 def entry_point(state_type, row):
     """The entry point of table row `row` compiled for `state_type` (a StateRef type): compiled
     now, or loaded from the on-disk cache if this or another process compiled it."""

@@ -6,14 +6,17 @@ boundary changes nothing. It also returns when the queue is empty (done or deadl
 handler recorded a runtime error.
 
 Event kinds and component timers are declared by the blocks (components/*.py BLOCK: Event,
-Timer; composed in moehub_arch/composition.py); the dispatch below is the one place that maps
-them to handlers: a new block adds its branch here (DESIGN rule 5).
+Timer; composed in moehub_arch/composition.py). Which timer is which event, which block receives
+a packet at a GPU and which sends the request at a hub FIFO's head are generated from the
+declarations (dispatch/chains.py: timer_event, receive_packet, send_request); the dispatch by
+event kind below maps each kind to its handler: a block with an event of its own adds its branch
+here (DESIGN rule 5).
 """
+from .chains import receive_packet, send_request, timer_event
 from .indirect import ENTRY_AAU_RECEIVE, ENTRY_AAU_RETRY, ENTRY_SM_ISSUE, call2, call4
 from ..engine.jit import compiled
 
-from ..components.hub import EV_HUB_TX, hub_packetize, hub_send, owe_link_responses
-from ..components.hub_receive import hub_receive
+from ..components.hub import EV_HUB_TX, hub_packetize
 from ..components.moehub.forward import EV_HUB_FORWARD, forward_run
 from ..components.moehub.dam import EV_DAM_READY, dam_tile_ready
 from ..components.moehub.rpm import EV_MOE_LOOPBACK, EV_RPM_TX, rpm_packetize
@@ -25,15 +28,8 @@ from ..components.sm_interpreter import EV_LOCAL_DONE, local_done
 from ..components.occupancy import EV_OCCUPANCY_SAMPLE, occupancy_sample
 from ..components.cais.layout import EV_CAIS_TIMEOUT
 from ..components.cais.merge_table import cais_timeout
-from ..components.packet import (PK_CAIS_READ, PK_CTR_REPLY, PK_MM_COPY, PK_MOE, PK_MOE_EOS,
-                                 REQ_CAIS_LD, REQ_CTR_ADD, REQ_DY_ST, REQ_MM_ST)
-from ..components.nvls_gpu import dysharp_retry, receive_multimem
+from ..components.nvls_gpu import dysharp_retry
 from ..components.dysharp import EV_DY_RETRY
-from ..components.nvls_send import multimem_send
-from ..components.dysharp_isa import dysharp_send
-from ..components.cais.home import receive_cais
-from ..components.cais.send import cais_send
-from ..components.switch_counter import ctr_reply_received, ctr_send
 from ..components.switch import EV_XBAR, switch_crossbar, switch_receive
 from ..engine.events import (Q_TICK, TIMER_OFF, TM_TICK, _u, pop, timer_next_hint, timer_peek,
                              timer_take)
@@ -99,20 +95,7 @@ def run_loop(st, max_events, headroom, tick_limit, entries):
             # the handler re-arms it if the block has more to do
             ti = timer_take(st, due)
             a1 = 0
-            if ti < p.tm_ch_tx:
-                kind, a0 = EV_SM_ISSUE, ti
-            elif ti < p.tm_ch_arrive:
-                kind, a0 = EV_CH_TX, ti - p.tm_ch_tx
-            elif ti < p.tm_xbar:
-                kind, a0 = EV_CH_ARRIVE, ti - p.tm_ch_arrive
-            elif ti < p.tm_hub:
-                kind, a0 = EV_XBAR, ti - p.tm_xbar
-            elif ti < p.tm_rpm:
-                kind, a0 = EV_HUB_TX, ti - p.tm_hub
-            elif ti < p.tm_cais:
-                kind, a0 = EV_RPM_TX, ti - p.tm_rpm
-            else:
-                kind, a0 = EV_CAIS_TIMEOUT, ti - p.tm_cais
+            kind, a0 = timer_event(p, ti)   # generated from the Timer declarations
             st.ev_count[kind] += 1
             # the largest timer row run at this tick (components/link_room.py reads it: which of
             # the tick's transmits have run)
@@ -134,35 +117,16 @@ def run_loop(st, max_events, headroom, tick_limit, entries):
             pkt = channel_arrival(st, a0)
             if st.ch[a0].to_switch:
                 switch_receive(st, a0, pkt, tick)
-            elif st.pk[pkt].kind == PK_MOE or st.pk[pkt].kind == PK_MOE_EOS:
-                # MoE-Hub packets are link writes too: the link answers them (hub.py)
-                owe_link_responses(st, st.ch[a0].gpu, st.pk[pkt].src, st.pk[pkt].npk, tick)
-                call4(entries[ENTRY_AAU_RECEIVE], st, st.ch[a0].gpu, a0, pkt, tick)
-            elif st.pk[pkt].kind == PK_CTR_REPLY:
-                ctr_reply_received(st, st.ch[a0].gpu, a0, pkt, tick)
-            elif st.pk[pkt].kind >= PK_CAIS_READ:
-                receive_cais(st, st.ch[a0].gpu, a0, pkt, tick)
-            elif st.pk[pkt].kind >= PK_MM_COPY:
-                receive_multimem(st, st.ch[a0].gpu, a0, pkt, tick)
             else:
-                hub_receive(st, st.ch[a0].gpu, a0, pkt, tick)
+                # the block that declared the packet's kind receives it (declare.Receive)
+                receive_packet(st, st.ch[a0].gpu, a0, pkt, tick, entries)
         elif kind == EV_XBAR:
             switch_crossbar(st, a0, tick)
         elif kind == EV_HUB_TX:
             # the hub sends a response, or the head request's packetizer (its block's Send) runs
             r = hub_packetize(st, a0, tick)
             if r >= 0:
-                rk = st.req[r].kind
-                if rk < REQ_MM_ST:
-                    hub_send(st, a0, r, tick)
-                elif rk == REQ_CTR_ADD:
-                    ctr_send(st, a0, r, tick)
-                elif rk >= REQ_CAIS_LD:
-                    cais_send(st, a0, r, tick)
-                elif rk >= REQ_DY_ST:
-                    dysharp_send(st, a0, r, tick)
-                else:
-                    multimem_send(st, a0, r, tick)
+                send_request(st, a0, r, tick)
         elif kind == EV_LOCAL_DONE:
             local_done(st, a0, tick)
         elif kind == EV_KERNEL_START:

@@ -7,7 +7,7 @@ import numpy as np
 
 # debug flag -> record categories, record kind -> category: declared by the blocks
 # (components/*.py BLOCK debug), composed in moehub_arch/composition.py
-from ..composition import FLAG_CATEGORIES, KIND_CATEGORY  # noqa: E402,F401
+from ..composition import FLAG_CATEGORIES, KIND_CATEGORY, PACKET_KIND_NAMES  # noqa: E402,F401
 
 
 def flags_mask(flags):
@@ -41,6 +41,11 @@ class Names:
         place = sim.state.moe_place
         self.window_expert = {int(place[e, 0]) * self.LE + int(place[e, 1]): e
                               for e in range(int(p.num_experts))}
+
+    @staticmethod
+    def packet_kind(kind):
+        """A packet kind's name (declare.Packet, composed over every block)."""
+        return PACKET_KIND_NAMES[kind]
 
     def slot(self, slot):
         sm = slot // self.T

@@ -85,10 +85,10 @@ from ...engine.jit import compiled
 
 from ...engine.state import ROUTE_FIRST, ROUTE_N
 from ...config.keys import key_param
-from ...declare import (Array, Block, Event, Param, Receive, Record, Send, Stat, StatGroup, Timer, counters,
-                        fields)
-from ..packet import (PK_CAIS_GO, PK_CAIS_READ, PK_CAIS_REPLY, PK_CAIS_WRITE, REQ_CAIS_LD,
-                      REQ_CAIS_RED, REQ_CAIS_SYNC)
+from ...declare import (Array, Block, Crossing, Event, Param, Receive, Record, Send, Stat,
+                        StatGroup, Timer, counters, fields)
+from ..packet import (PK_CAIS_DATA, PK_CAIS_GO, PK_CAIS_LD, PK_CAIS_READ, PK_CAIS_RED, PK_CAIS_REPLY,
+                      PK_CAIS_SYNC, PK_CAIS_WRITE, REQ_CAIS_LD, REQ_CAIS_RED, REQ_CAIS_SYNC)
 
 from .layout import (E_FREE, EV_CAIS_TIMEOUT, S_FREE, S_WAIT, SY_ARRIVALS, SY_FULL_STALLS, SY_PEAK,
                      SY_RELEASES, SY_USED, SY_WAIT_MAX, SY_WAIT_SUM, SYNC_COLUMNS, T_ALLOCS,
@@ -415,4 +415,7 @@ BLOCK = Block(
                       "write or group release reaches a GPU"),),
     sends=(Send((REQ_CAIS_LD, REQ_CAIS_RED, REQ_CAIS_SYNC), "components.cais.send.cais_send",
                 "ld.cais and red.cais request lines and sync.cais arrivals, GPU -> switch"),),
+    crossings=(Crossing((PK_CAIS_LD, PK_CAIS_RED, PK_CAIS_DATA, PK_CAIS_SYNC),
+                        "components.cais.merge_table.cais_switch", "the merge unit takes a load, "
+                        "a reduction's contribution, a home's data or a sync arrival"),),
 )

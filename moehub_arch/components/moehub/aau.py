@@ -46,7 +46,7 @@ from ...engine.jit import compiled
 from ...engine.state import TB_WAIT_FENCE, WAIT_FENCE
 from ..hbm import move_bytes, write_word
 from ..l2 import link_write
-from ..hub import wake_hub_waiters
+from ..hub import owe_link_responses, wake_hub_waiters
 from ..nvlink import channel_count_arrival, credit_return
 from ..packet import PK_MOE, PK_MOE_EOS, packet_free
 from ..wakeups import rpm_kick, tb_resume
@@ -337,7 +337,7 @@ BLOCK = Block(
     findings=(aau_findings,),
     receives=(Receive((PK_MOE, PK_MOE_EOS), "components.moehub.aau.aau_receive",
                       "a stream's bytes or its end reach the destination's AAU (the link answers "
-                      "them as writes: hub.owe_link_responses)"),),
+                      "them as writes: hub.owe_link_responses)", by_address=True),),
     causes=(record_table_full, unpaired_rows),
     debug=(Debug("AAU", CAT_AAU, (TR_AAU_ALLOC, TR_AAU_STALL), groups=("MoEHub",), describe={
         TR_AAU_ALLOC: lambda n, g, expert, row: (
@@ -353,6 +353,8 @@ BLOCK = Block(
 def aau_receive(st, g, c, pkt, tick):
     """An MoE-Hub packet reached GPU g (over channel c, or c = -1 for loopback)."""
     if c >= 0:
+        # MoE-Hub packets are link writes too: the link answers them (hub.py)
+        owe_link_responses(st, g, st.pk[pkt].src, st.pk[pkt].npk, tick)
         channel_count_arrival(st, c, pkt)
     pk = st.pk[pkt]
     pk.ready = tick + st.p[0].hub_rx_latency_ticks   # ready to be processed by the AAU

@@ -1,0 +1,20 @@
+"""Where a block's compiled code hands a packet (or an instruction) to whichever block declared
+it: the dispatch functions the composition generates from the declarations (engine/generated.py)
+and installs here, once, when it is imported - before anything can be compiled, since every
+compiled call takes a State, and the State's type comes from the composition.
+
+A block calls them as attributes of this module (``extension.switch_serve(st, c, pkt, tick)``):
+Numba reads a module's attribute as a global when it compiles the caller, so the call is a direct
+call (and, the functions being `@inline`, their chain is copied into the caller), exactly what a
+hand-written branch was; the pure-Python engine looks the attribute up at each call. Until the
+composition has filled a slot it holds None, which Numba refuses to compile (a caller compiled
+too early fails loudly instead of caching a wrong chain).
+
+- ``switch_serve(st, c, pkt, tick)``: the packet at the head of switch input c, if its kind is
+  one a block declared with ``Crossing`` (NVLS's multimem requests, CAIS's merges, the switch
+  counters...): that block's handler serves it and its result is returned (switch.py); any other
+  kind returns ``ROUTE``: the crossbar routes it toward its destination GPU.
+"""
+ROUTE = -(1 << 40)   # switch_serve: no block serves this kind; the crossbar routes it
+
+switch_serve = None
