@@ -27,8 +27,9 @@ Each component module ends its imports with one ``BLOCK = Block(...)`` that says
   counterpart of ``receives``;
 - ``packets`` and ``requests``: the link packet kinds and hub request kinds it owns, with their
   numbers and names (``Packet``, ``Request``); ``crossings``: the packet kinds a switch's crossbar
-  hands to one of its handlers (``Crossing``); the dispatch chains by kind are generated from
-  ``receives``, ``sends`` and ``crossings`` (engine/generated.py);
+  hands to one of its handlers (``Crossing``); ``semantics``: the instructions it adds to the
+  SM and their handler (``Semantic``); the dispatch chains by kind are generated from
+  ``receives``, ``sends``, ``crossings`` and ``semantics`` (engine/generated.py);
 - ``errors``: the runtime error codes its compiled code raises, each with its message
   (``RunError``);
 - ``build``: Python functions ``fn(cfg, building)`` the builder runs once the fabric's channel
@@ -203,6 +204,7 @@ class Block:
     packets: tuple = attrs.field(default=(), converter=_tuple)    # Packet, the link packet kinds it owns
     requests: tuple = attrs.field(default=(), converter=_tuple)   # Request, the hub request kinds it owns
     crossings: tuple = attrs.field(default=(), converter=_tuple)  # Crossing, one per switch handler
+    semantics: tuple = attrs.field(default=(), converter=_tuple)  # Semantic, one per instruction handler
 
 
 @attrs.frozen
@@ -280,6 +282,19 @@ class Crossing:
     to wait for the block's own room. The composition generates the crossbar's dispatch from these
     (engine/extension.py ``switch_serve``); a kind no block declares is routed to its destination
     GPU."""
+    kinds: tuple = attrs.field(converter=_tuple)
+    handler: str
+    doc: str
+
+
+@attrs.frozen
+class Semantic:
+    """Instruction semantics (isa/encoding.py ``SEM_*``) the block adds to the SM: one compiled
+    handler ``handler(st, g, sm, slot, row, tick, cyc)`` executes them (g the GPU, sm the SM, slot
+    the thread block, row its instruction's row of ``State.code``) and returns True when the
+    instruction completed its issue, False when it raised an error or blocked the thread block
+    (which then executes it again). The interpreter keeps the base ISA; the dispatch of these is
+    generated (engine/extension.py ``execute``)."""
     kinds: tuple = attrs.field(converter=_tuple)
     handler: str
     doc: str

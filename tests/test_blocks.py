@@ -247,7 +247,9 @@ def test_the_dispatch_chains_follow_the_declarations():
     """The chains by kind are generated: each kind reaches its declared handler (evaluated on the
     generated functions in Python), the switch routes every kind no block serves, the kinds are
     dense and unique, the response channel's kinds are the declared ones."""
+    import re
     import types
+    from pathlib import Path
     from moehub_arch.components import switch_counter as sc
     from moehub_arch.declare import Crossing, Packet
     from moehub_arch.dispatch import chains
@@ -268,7 +270,8 @@ def test_the_dispatch_chains_follow_the_declarations():
         st = types.SimpleNamespace(pk=[pkt], req=[pkt])
         exec(f"def {name}" + body, ns)
         args = {"receive_packet": (st, 0, 0, 0, 0, entries),
-                "send_request": (st, 0, 0, 0), "switch_serve": (st, 0, 0, 0)}[name]
+                "send_request": (st, 0, 0, 0), "switch_serve": (st, 0, 0, 0),
+                "execute": (st, kind, 0, 0, 0, 0, 0, 0)}[name]
         out = ns[name](*args)
         return calls, out
 
@@ -285,6 +288,15 @@ def test_the_dispatch_chains_follow_the_declarations():
             assert calls == [composition.CROSSINGS[k][1].handler.rsplit(".", 1)[1]], k
         else:
             assert calls == [] and out == extension.ROUTE, k
+    for sem, (_, d) in composition.SEMANTICS.items():
+        calls, _ = run_chain(composition.EXTENSION_SOURCE, "execute", sem, "sem")
+        assert calls == [d.handler.rsplit(".", 1)[1]], sem
+        assert extension.SEMANTICS >> sem & 1
+    assert bin(extension.SEMANTICS).count("1") == len(composition.SEMANTICS)
+    # the interpreter keeps the base ISA: no extension's semantic or handler is named there
+    src = (Path(composition.__file__).parent / "components" / "sm_interpreter.py").read_text()
+    assert not re.search(r"SEM_(SEND_EXPERT|CLAIM|NOTIFY|MULTIMEM|ROWSP|ST_ROWSP|CAIS|CTR)|"
+                         r"ctr_add|multimem\(|cais_\w+\(|send_to_expert\(", src)
     assert composition.CROSSINGS[sc.PK_CTR_ADD][0] == "switch_counter"
     assert composition.PACKETS[sc.PK_CTR_REPLY].response
     assert composition.RESPONSE_KINDS >> sc.PK_CTR_REPLY & 1

@@ -49,7 +49,7 @@ downlink. The members' own links carry the same bytes either way.
 import numpy as np
 from ..engine.jit import compiled
 
-from ..isa.encoding import DT_BF16, DT_NONE, MM_RED
+from ..isa.encoding import DT_BF16, DT_NONE, MM_RED, SEM_MULTIMEM
 from .elements import load_f32, store_f32
 from .hbm import hbm_backed, raise_error
 from .nvlink import credit_return_vc, input_free_tick, txq_push
@@ -60,8 +60,8 @@ from .packet import (PK_MM_COPY, PK_MM_DATA, PK_MM_LD, PK_MM_READ, PK_MM_RESULT,
 from .read_data import answer_read, queue_read_data
 from .wakeups import unblock_request_port
 from ..config.keys import key_param
-from ..declare import (Array, Block, Crossing, Param, Receive, Record, Send, Stat, StatGroup,
-                       counters, fields)
+from ..declare import (Array, Block, Crossing, Param, Receive, Record, Semantic, Send, Stat,
+                       StatGroup, counters, fields)
 from ..engine.state import ERR_UNBACKED_COPY
 from .dysharp import ext_flits, targets_on_gpu
 from .dysharp_objects import (OBJ_BASE, OBJ_BYTES, OBJ_COLUMNS, OBJ_DONE, OBJ_JOBS, OBJ_LTILES,
@@ -402,6 +402,8 @@ BLOCK = Block(
     crossings=(Crossing((PK_MM_ST, PK_MM_LD), "components.nvls.nvls_fanout",
                         "the switch's engine copies a multimem store to the members or reads "
                         "them for a reduction"),),
+    semantics=(Semantic((SEM_MULTIMEM,), "components.nvls_gpu.multimem",
+                        "multimem.st / red / ld_reduce (and DySHARP's dymultimem)"),),
 )
 
 

@@ -21,21 +21,19 @@ from ..engine.state import (ERR_ADDR_RANGE, ERR_BAD_GPU, ERR_BAD_SIZE, ERR_CW_CO
                             ERR_UNBACKED_WORD, ERR_WAIT_COUNT, TB_WAIT_FENCE, TB_WAIT_FLAG, TB_WAIT_REMOTE,
                             WAIT_FENCE, WAITLIST_FLAG)
 from ..isa.encoding import (ALU_ADD, ALU_AND, ALU_DIV, ALU_MAX, ALU_MIN, ALU_MOV, ALU_MUL, ALU_OR,
-                            ALU_REM, ALU_SETEQ, ALU_SETGT, ALU_SETLE, ALU_SETLT, ALU_SETNE,
-                            ALU_SHL, ALU_SHR, ALU_SUB, ALU_XOR, ATOM_RED_ADD, CAIS_SYNC, CMP_GE,
-                            DT_BF16, DTYPE, DTYPE_DST_SHIFT, DTYPE_LSU_LOADS, DTYPE_SRC_MASK, II,
-                            LAT, MMA_A_L2, MMA_AT, MMA_B_L2, MMA_BT, MMA_BT_B_L2, MMA_L2, MMA_RA,
-                            MMA_RA_B_L2, NUM_GENERAL_REGS, OP0, PUT_ADD_BF16, PUT_SM, SEM,
-                            SEM_ALU, SEM_ATOM, SEM_BRANCH, SEM_CAIS, SEM_CLAIM, SEM_COPY, SEM_CTR_ADD,
-                            SEM_COPY2D, SEM_EXIT, SEM_FENCE, SEM_FLAG_SET, SEM_GET, SEM_LD,
-                            SEM_MMA, SEM_MULTIMEM, SEM_NOP, SEM_NOTIFY, SEM_PUT, SEM_PUT_COUNTED,
-                            SEM_ROWSP_MALLOC, SEM_SEND_EXPERT, SEM_SEND_EXPERTS, SEM_SEND_HOME,
-                            SEM_SLEEP, SEM_ST, SEM_ST_ROWSP, SEM_ST_ROWSP_EXPERTS, SEM_VEC,
-                            SEM_WAIT, SEM_WAIT_ALL, SEM_WAIT_COUNT, SUBOP, THR, VEC_ADD, VEC_AXPY, VEC_COL_ADD,
-                            VEC_COL_MUL, VEC_DSILU_MUL, VEC_FIRST_ROWWISE, VEC_LAST_ROWWISE,
-                            VEC_MAX, VEC_MUL, VEC_ROW_ADD, VEC_ROW_DIV, VEC_ROW_MAX, VEC_ROW_MUL,
-                            VEC_ROW_SUB, VEC_ROW_SUM, VEC_ROW_SUMSQ, VEC_SILU_MUL, VEC_SUB,
-                            VEC_ZERO, WAIT_ALL_MAX)
+                            ALU_REM, ALU_SETEQ, ALU_SETGT, ALU_SETLE, ALU_SETLT, ALU_SETNE, ALU_SHL,
+                            ALU_SHR, ALU_SUB, ALU_XOR, ATOM_RED_ADD, CMP_GE, DT_BF16, DTYPE,
+                            DTYPE_DST_SHIFT, DTYPE_LSU_LOADS, DTYPE_SRC_MASK, II, LAT, MMA_A_L2,
+                            MMA_AT, MMA_B_L2, MMA_BT, MMA_BT_B_L2, MMA_L2, MMA_RA, MMA_RA_B_L2,
+                            NUM_GENERAL_REGS, OP0, PUT_ADD_BF16, PUT_SM, SEM, SEM_ALU, SEM_ATOM,
+                            SEM_BRANCH, SEM_COPY, SEM_COPY2D, SEM_EXIT, SEM_FENCE, SEM_FLAG_SET,
+                            SEM_GET, SEM_LD, SEM_MMA, SEM_NOP, SEM_PUT, SEM_PUT_COUNTED,
+                            SEM_SEND_HOME, SEM_SLEEP, SEM_ST, SEM_VEC, SEM_WAIT, SEM_WAIT_ALL,
+                            SEM_WAIT_COUNT, SUBOP, THR, VEC_ADD, VEC_AXPY, VEC_COL_ADD, VEC_COL_MUL,
+                            VEC_DSILU_MUL, VEC_FIRST_ROWWISE, VEC_LAST_ROWWISE, VEC_MAX, VEC_MUL,
+                            VEC_ROW_ADD, VEC_ROW_DIV, VEC_ROW_MAX, VEC_ROW_MUL, VEC_ROW_SUB,
+                            VEC_ROW_SUM, VEC_ROW_SUMSQ, VEC_SILU_MUL, VEC_SUB, VEC_ZERO,
+                            WAIT_ALL_MAX)
 from .hbm import (copy_overlapping, hbm_access, hbm_access_paced, move_bytes, raise_error,
                   read_word, update_bytes_bf16, write_word)
 from .l2 import l2_operand_read_span
@@ -51,12 +49,10 @@ from .sm_operands import (charge_unit, check_hbm_word, check_range, is_smem, mem
                           mem_access_paced, occupy_lsu, operand, pace_ticks, stall_on_hub,
                           tb_block, tb_bytes)
 from .sm_numerics import mma_functional, vec_functional
-# the extensions' instructions (their modules say what each models)
-from .moehub.isa import claim, notify, rowsp_malloc, send_to_expert, st_rowsp, store_experts
-from .nvls_gpu import multimem
 from .dysharp_tracker import dysharp_counter_added
-from .cais.isa import cais_access, cais_sync
-from .switch_counter import ctr_add
+# the extensions' instructions: declared by their blocks (declare.Semantic), called through the
+# generated chain
+from ..engine import extension
 
 EV_LOCAL_DONE = 6    # a0 = TB slot: an asynchronous same-GPU put/get completed (declared in sm.py)
 
@@ -359,28 +355,11 @@ def execute(st, slot, sm, tick, cyc):
             notify_stores(st, g, d_addr, nb_dst, mem_done)
         work = n
 
-    elif sem == SEM_SEND_EXPERT:
-        if not send_to_expert(st, slot, row, g, tick, cyc):
-            return
-
-    elif sem == SEM_ROWSP_MALLOC:
-        if not rowsp_malloc(st, slot, row, g, tick, cyc):
-            return
-
-    elif sem == SEM_ST_ROWSP:
-        if not st_rowsp(st, slot, row, g, tick, cyc):
-            return
-
-    elif sem == SEM_SEND_EXPERTS or sem == SEM_ST_ROWSP_EXPERTS:
-        if not store_experts(st, slot, row, g, tick, cyc, sem == SEM_ST_ROWSP_EXPERTS):
-            return
-
-    elif sem == SEM_CLAIM:
-        if not claim(st, slot, row, g, tick, cyc):
-            return
-
-    elif sem == SEM_NOTIFY:
-        if not notify(st, slot, row, g, tick, cyc):
+    elif (extension.SEMANTICS >> sem) & 1:
+        # an instruction a block adds (declare.Semantic: MoE-Hub's stores, claim and notify,
+        # multimem and dymultimem, CAIS, the switch counters): the chain to its block's handler
+        # is generated (engine/extension.py)
+        if not extension.execute(st, sem, g, sm, slot, row, tick, cyc):
             return
 
     elif sem == SEM_PUT or sem == SEM_GET or sem == SEM_SEND_HOME or sem == SEM_PUT_COUNTED:
@@ -471,26 +450,6 @@ def execute(st, slot, sm, tick, cyc):
         if sem == SEM_SEND_HOME:
             mem_done = hbm_access(st, g, rec, 16, tick, False)  # the record was read
             st.gpu[g].combine_rows += 1
-
-    elif sem == SEM_MULTIMEM:
-        # NVLink SHARP and DySHARP (nvls_gpu.py, dysharp_isa.py)
-        if not multimem(st, g, sm, slot, row, tick, cyc):
-            return
-
-    elif sem == SEM_CAIS and sub == CAIS_SYNC:
-        # CAIS's group sync (cais_isa.py)
-        if not cais_sync(st, g, slot, row, tick, cyc):
-            return
-
-    elif sem == SEM_CAIS:
-        # CAIS loads and reductions, merged in the switch (cais_isa.py)
-        if not cais_access(st, g, slot, row, tick, cyc):
-            return
-
-    elif sem == SEM_CTR_ADD:
-        # a switch counter's fetch-and-add (switch_counter.py)
-        if not ctr_add(st, g, slot, row, tick, cyc):
-            return
 
     elif sem == SEM_FLAG_SET or sem == SEM_ATOM:
         base = 1 if sem == SEM_ATOM else 0

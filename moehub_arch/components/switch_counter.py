@@ -26,8 +26,8 @@ several nodes is refused at build.
 from ..engine.jit import compiled
 from ..engine.state import ROUTE_FIRST, ROUTE_N
 from ..config.keys import key_param
-from ..declare import (Array, Block, Crossing, Packet, Receive, Request, RunError, Send, Stat,
-                       StatGroup, counters, fields)
+from ..declare import (Array, Block, Crossing, Packet, Receive, Request, RunError, Semantic, Send,
+                       Stat, StatGroup, counters, fields)
 from .hbm import raise_error
 from .hub import hub_accept, hub_emit, hub_enqueue, hub_request_packet, hub_wait_for_room
 from .hub_receive import complete_request
@@ -36,7 +36,7 @@ from .link_room import pick_switch_output, txq_room
 from .packet import (VC_REQUEST, VC_RESPONSE, header_flits, packet_alloc, packet_flits, packet_free,
                      packet_vc)
 from .sm_operands import operand, stall_on_hub
-from ..isa.encoding import OP0
+from ..isa.encoding import OP0, SEM_CTR_ADD
 
 # its packet kinds and request kind (declared below: the composition checks the numbers are no
 # other block's and leave no gap, and generates the dispatch of each to its handler)
@@ -106,6 +106,8 @@ BLOCK = Block(
                       switched=True),),
     crossings=(Crossing((PK_CTR_ADD,), "components.switch_counter.ctr_switch",
                         "the switch adds to the counter and answers with its old value"),),
+    semantics=(Semantic((SEM_CTR_ADD,), "components.switch_counter.ctr_add",
+                        "ctr.add: fetch-and-add of a switch counter"),),
     sends=(Send((REQ_CTR_ADD,), "components.switch_counter.ctr_send",
                 "a ctr.add request, GPU -> the counter's switch"),),
     receives=(Receive((PK_CTR_REPLY,), "components.switch_counter.ctr_reply_received",
@@ -115,9 +117,9 @@ BLOCK = Block(
 
 # ------------------------------------------------------------------------------ the SM
 @compiled
-def ctr_add(st, g, slot, row, tick, cyc):
+def ctr_add(st, g, sm, slot, row, tick, cyc):
     """ctr.add rd, counter, value: hand the fetch-and-add to the hub (the interpreter,
-    sm_interpreter.py, calls it: True when the hub took it; False when it raised an error or the
+    sm_interpreter.py, calls it: declare.Semantic; True when the hub took it; False when it raised an error or the
     hub is full, which blocks the thread block until it re-executes the instruction)."""
     k = operand(st, slot, row, 1, tick, cyc)
     value = operand(st, slot, row, 2, tick, cyc)

@@ -23,6 +23,7 @@ from llvmlite import ir
 from numba import cfunc, types
 from numba.core.extending import intrinsic
 
+from .. import composition  # noqa: F401  (fills engine/extension.py before anything compiles)
 from ..components.moehub.aau import aau_receive, aau_retry
 from ..components.sm import sm_issue
 from ..engine.optimise_once import entry_compile

@@ -14,7 +14,13 @@ too early fails loudly instead of caching a wrong chain).
   one a block declared with ``Crossing`` (NVLS's multimem requests, CAIS's merges, the switch
   counters...): that block's handler serves it and its result is returned (switch.py); any other
   kind returns ``ROUTE``: the crossbar routes it toward its destination GPU.
+- ``execute(st, sem, g, sm, slot, row, tick, cyc)``: an instruction whose semantic a block
+  declared with ``Semantic`` (MoE-Hub's stores, claim and notify, multimem, CAIS, the switch
+  counters): that block's handler executes it (True: it completed its issue). ``SEMANTICS``: the
+  bit of each such semantic (the interpreter tests it before its own branches).
 """
 ROUTE = -(1 << 40)   # switch_serve: no block serves this kind; the crossbar routes it
 
 switch_serve = None
+execute = None
+SEMANTICS = None

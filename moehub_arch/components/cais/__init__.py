@@ -85,8 +85,9 @@ from ...engine.jit import compiled
 
 from ...engine.state import ROUTE_FIRST, ROUTE_N
 from ...config.keys import key_param
-from ...declare import (Array, Block, Crossing, Event, Param, Receive, Record, Send, Stat,
-                        StatGroup, Timer, counters, fields)
+from ...declare import (Array, Block, Crossing, Event, Param, Receive, Record, Semantic, Send,
+                        Stat, StatGroup, Timer, counters, fields)
+from ...isa.encoding import SEM_CAIS
 from ..packet import (PK_CAIS_DATA, PK_CAIS_GO, PK_CAIS_LD, PK_CAIS_READ, PK_CAIS_RED, PK_CAIS_REPLY,
                       PK_CAIS_SYNC, PK_CAIS_WRITE, REQ_CAIS_LD, REQ_CAIS_RED, REQ_CAIS_SYNC)
 
@@ -418,4 +419,6 @@ BLOCK = Block(
     crossings=(Crossing((PK_CAIS_LD, PK_CAIS_RED, PK_CAIS_DATA, PK_CAIS_SYNC),
                         "components.cais.merge_table.cais_switch", "the merge unit takes a load, "
                         "a reduction's contribution, a home's data or a sync arrival"),),
+    semantics=(Semantic((SEM_CAIS,), "components.cais.isa.cais_execute",
+                        "ld.cais, red.cais and sync.cais"),),
 )

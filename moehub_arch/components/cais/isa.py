@@ -11,13 +11,21 @@ switch-side modules.
 """
 from ...engine.jit import compiled
 from ...engine.state import ERR_ADDR_RANGE, ERR_BAD_GPU, ERR_BAD_SIZE, ERR_CAIS_ADDR
-from ...isa.encoding import CAIS_LD, DTYPE, DTYPE_SRC_MASK, SUBOP
+from ...isa.encoding import CAIS_LD, CAIS_SYNC, DTYPE, DTYPE_SRC_MASK, SUBOP
 from .gpu import cais_group, cais_sync_peer
 from .layout import cais_element_bytes
 from ..hbm import raise_error
 from ..packet import REQ_CAIS_LD, REQ_CAIS_RED, REQ_CAIS_SYNC
 from .send import cais_submit
 from ..sm_operands import check_hbm_word, check_range, is_smem, operand, stall_on_hub
+
+
+@compiled
+def cais_execute(st, g, sm, slot, row, tick, cyc):
+    """The SM executes a CAIS instruction (declare.Semantic: the interpreter's generated call)."""
+    if row[SUBOP] == CAIS_SYNC:
+        return cais_sync(st, g, slot, row, tick, cyc)
+    return cais_access(st, g, slot, row, tick, cyc)
 
 
 @compiled

@@ -70,7 +70,8 @@ from ..wakeups import tb_resume
 from .area import dam_sram_bytes, moe_sram_bytes
 from ..sizing import experts_of_window
 from ...config.keys import key_param
-from ...declare import Block, Debug, Event, Param, Record, Stat, StatGroup, counters, fields
+from ...declare import Block, Debug, Event, Param, Record, Semantic, Stat, StatGroup, counters, fields
+from ...isa.encoding import SEM_CLAIM, SEM_NOTIFY
 
 CLAIM_WAIT = 0     # no tile ready: the thread block sleeps
 CLAIM_TILE = 1     # a tile was handed out
@@ -228,6 +229,10 @@ BLOCK = Block(
             f"system.gpu{g}.hub.dam", f"tile {tile} of expert {n.window_expert.get(w, '?')} ready"),
         TR_DAM_CLAIM: lambda n, g, expert, tile: (
             f"system.gpu{g}.hub.dam", f"tile {tile} of expert {expert} claimed")}),),
+    semantics=(Semantic((SEM_CLAIM,), "components.moehub.isa.claim",
+                        "claim: the next ready tile of a local expert"),
+               Semantic((SEM_NOTIFY,), "components.moehub.isa.notify",
+                        "notify: a tile consumed, a stream ended, a new round")),
 )
 
 

@@ -4,7 +4,8 @@ The SM-side half of the MoE-Hub ISA (isa/moehub.yaml): `send_to_expert(s)`, `row
 `st.rowsp[.nop|.experts]` validate their operands and give the row to the runtime packet manager
 (rpm.py), `claim` asks the data availability manager (dam.py) for a tile of landed rows, and
 `notify` releases a tile (its rows leave the AAU's row table, aau.py) or ends a stream. The
-SM's interpreter (components/sm_interpreter.py) calls one function per instruction; each
+SM's interpreter (components/sm_interpreter.py) calls one function per instruction (declared
+``Semantic`` by the RPM and the DAM, whose hardware they reach; the call is generated); each
 returns True when the instruction completed its issue and False when it raised an error or
 blocked the thread block (which then re-executes it).
 """
@@ -13,7 +14,8 @@ from ...engine.state import (ERR_ADDR_RANGE, ERR_MOE_AFTER_EOS, ERR_MOE_CLAIM_LA
                              ERR_MOE_EXPERT, ERR_MOE_RELEASE, ERR_MOE_REOPEN, ERR_MOE_ROW_SIZE, ERR_MULTI_EMPTY,
                              ERR_MULTI_GPUS, ERR_MULTI_MANY, ERR_ROWSP_ID, ERR_ROWSP_REGISTER,
                              ERR_ROWSP_ROW, TB_WAIT_CLAIM)
-from ...isa.encoding import NOTIFY_EOS, NOTIFY_REOPEN, NUM_GENERAL_REGS, OP0, ROWSP_NOP, SUBOP
+from ...isa.encoding import (NOTIFY_EOS, NOTIFY_REOPEN, NUM_GENERAL_REGS, OP0, ROWSP_NOP, SEM,
+                             SEM_ST_ROWSP_EXPERTS, SUBOP)
 from ..hbm import raise_error
 from ..sm_operands import check_range, is_smem, operand, stall_on_hub, tb_block
 from .aau import aau_retry, record_address, slot_address
@@ -24,7 +26,7 @@ from .rpm_accept import rpm_accept, rpm_accept_experts, rpm_accept_rowsp
 
 
 @compiled
-def claim(st, slot, row, g, tick, cyc):
+def claim(st, g, sm, slot, row, tick, cyc):
     """claim rows, slot_addr, record_addr, expert: a tile of the local expert's landed rows from
     the DAM, or the thread block waits for one (it re-executes the claim when the DAM wakes it)."""
     expert = operand(st, slot, row, 3, tick, cyc)
@@ -44,7 +46,7 @@ def claim(st, slot, row, g, tick, cyc):
 
 
 @compiled
-def notify(st, slot, row, g, tick, cyc):
+def notify(st, g, sm, slot, row, tick, cyc):
     """notify.eos peer (the stream to peer ends) / notify expert, addr: the tile at addr of the
     local expert's window is consumed and released / notify.reopen: this GPU's streams and
     windows begin a new round (rpm_reopen, dam_reopen)."""
@@ -97,7 +99,7 @@ def expert_row(st, slot, expert, nb):
 
 
 @compiled
-def send_to_expert(st, slot, row, g, tick, cyc):
+def send_to_expert(st, g, sm, slot, row, tick, cyc):
     """send_to_expert: validate, then hand the row to the RPM (False: error or stalled)."""
     p = st.p[0]
     expert = operand(st, slot, row, 0, tick, cyc)
@@ -121,7 +123,7 @@ def send_to_expert(st, slot, row, g, tick, cyc):
 
 
 @compiled
-def rowsp_malloc(st, slot, row, g, tick, cyc):
+def rowsp_malloc(st, g, sm, slot, row, tick, cyc):
     """rowsp.malloc id, expert, row_bytes: register allocation `id` in this GPU's hub (the
     MMIO write of a rowspMalloc call): its logical destination (the expert; the placement table
     gives its GPU, the TLB's part) and its row size. The rows land in the expert's receive window
@@ -142,7 +144,7 @@ def rowsp_malloc(st, slot, row, g, tick, cyc):
 
 
 @compiled
-def st_rowsp(st, slot, row, g, tick, cyc):
+def st_rowsp(st, g, sm, slot, row, tick, cyc):
     """st.rowsp[.nop] id, row, offset, src, bytes: validate, then hand the bytes to the RPM as
     part of row `row` of allocation `id`, .nop marking them non-critical (False: error or
     stalled)."""
@@ -178,11 +180,12 @@ def st_rowsp(st, slot, row, g, tick, cyc):
 
 
 @compiled
-def store_experts(st, slot, row, g, tick, cyc, rowsp):
+def store_experts(st, g, sm, slot, row, tick, cyc):
     """send_to_experts first, mask, src, bytes, home, aux / st.rowsp.experts first, mask, row,
     src, bytes: validate the named experts (bit j of mask: register first + j holds an expert, or
     for rowsp an allocation id), then hand the row to the RPM once (False: error or stalled)."""
     p = st.p[0]
+    rowsp = row[SEM] == SEM_ST_ROWSP_EXPERTS
     first = row[OP0]
     mask = operand(st, slot, row, 1, tick, cyc)
     if rowsp:

@@ -91,8 +91,10 @@ from ...config.keys import key_param
 from ...config.schema import RPM_SCHEDULES
 from .area import rpm_sram_bytes
 from ..sizing import stream_slots_per_sm
-from ...declare import (Array, Block, Debug, Event, Param, Record, Stat, StatGroup, Timer, counters,
-                     fields)
+from ...declare import (Array, Block, Debug, Event, Param, Record, Semantic, Stat, StatGroup, Timer,
+                        counters, fields)
+from ...isa.encoding import (SEM_ROWSP_MALLOC, SEM_SEND_EXPERT, SEM_SEND_EXPERTS, SEM_ST_ROWSP,
+                             SEM_ST_ROWSP_EXPERTS)
 
 POLICY_ROUND_ROBIN = 0
 POLICY_LONGEST_FIRST = 1
@@ -335,6 +337,16 @@ BLOCK = Block(
         TR_RPM_TX: lambda n, g, dst, nbytes: (
             f"system.gpu{g}.hub.rpm",
             f"sends {f'{nbytes} B of stream' if nbytes else 'end-of-stream marker'} to GPU {dst}")}),),
+    # the stores that hand it rows (moehub/isa.py: they check their operands, then call the RPM)
+    semantics=(Semantic((SEM_SEND_EXPERT,), "components.moehub.isa.send_to_expert",
+                        "send_to_expert: a row to a logical destination"),
+               Semantic((SEM_ROWSP_MALLOC,), "components.moehub.isa.rowsp_malloc",
+                        "rowsp.malloc: register an allocation id"),
+               Semantic((SEM_ST_ROWSP,), "components.moehub.isa.st_rowsp",
+                        "st.rowsp: a row-sparse store"),
+               Semantic((SEM_SEND_EXPERTS, SEM_ST_ROWSP_EXPERTS),
+                        "components.moehub.isa.store_experts",
+                        "send_to_experts / st.rowsp.experts: one row to several experts")),
 )
 
 
