@@ -13,10 +13,16 @@ and offers, for the builder and the reports, the parameter values and initial fi
 config (``param_values``, ``init_records``), the stats of a State (``emit_stats``), the end-of-run
 checks, the stuck-run findings and the debug-flag tables.
 
-Adding a block: write its module with a ``BLOCK``, add it to ``BLOCKS`` below (the order is the
-order of stats in each scope, of timers and of checks), add its config section and its branch in
-the run loop (dispatch/loop.py). docs/adding_a_block.md walks through an example.
+Adding a block: write its module under components/ with a ``BLOCK`` and add its config section;
+the composition finds it (``discover``) and appends it to ``BLOCKS`` (the order is the order of
+stats in each scope, of timers and of checks: the blocks listed in ``_ORDER`` first, every other
+block after them by module name, so a new block keeps every existing stat's place). A block with
+an event kind of its own adds its branch to the run loop (dispatch/loop.py); its packets,
+requests, crossings, instructions and timers need none (the chains are generated from their
+declarations). docs/adding_a_block.md walks through two examples.
 """
+import importlib
+import pkgutil
 from collections import namedtuple
 
 import attrs
@@ -28,9 +34,9 @@ from .components import l2
 from .components import dysharp, dysharp_tracker
 from .components import cais
 from .components import counted_write
-from .components import switch_counter
 from .components import read_data
-from .declare import GPU_SCOPES, SCOPES, Instance, Stat
+from . import components as _components
+from .declare import GPU_SCOPES, SCOPES, Block, Instance, Stat
 from .components.moehub import aau, dam, forward, rpm
 from .config.schema import DEBUG_FLAGS
 from .engine.stateref import state_ref
@@ -51,12 +57,27 @@ def _with_event_counts(engine):
 
 ENGINE = _with_event_counts(events.BLOCK)
 
-BLOCKS = (packet.BLOCK, ENGINE, trace.BLOCK, scheduler.BLOCK, sm.BLOCK, waiters.BLOCK,
+# the blocks in the order their stats, timers and checks have always had
+_ORDER = (packet.BLOCK, ENGINE, trace.BLOCK, scheduler.BLOCK, sm.BLOCK, waiters.BLOCK,
           hbm.BLOCK, l2.BLOCK, nvlink.BLOCK, switch.BLOCK, hub.BLOCK, rpm.BLOCK, aau.BLOCK,
           dam.BLOCK, occupancy.BLOCK, nvls.BLOCK, read_data.BLOCK, pcie.BLOCK, infiniband.BLOCK,
           nic.BLOCK, fabric.BLOCK,
-          dysharp.BLOCK, dysharp_tracker.BLOCK, cais.BLOCK, forward.BLOCK, counted_write.BLOCK,
-          switch_counter.BLOCK)
+          dysharp.BLOCK, dysharp_tracker.BLOCK, cais.BLOCK, forward.BLOCK, counted_write.BLOCK)
+
+
+def discover(package=_components, listed=_ORDER):
+    """The ``BLOCK`` of every module of `package` (its subpackages included) that `listed` does
+    not hold, by module name: a block is added by writing its module."""
+    found = []
+    for info in sorted(pkgutil.walk_packages(package.__path__, package.__name__ + "."),
+                       key=lambda i: i.name):
+        block = getattr(importlib.import_module(info.name), "BLOCK", None)
+        if isinstance(block, Block) and all(block is not b for b in listed + tuple(found)):
+            found.append(block)
+    return tuple(found)
+
+
+BLOCKS = _ORDER + discover()
 
 _RESERVED = set(dir(np.record))
 

@@ -28,10 +28,11 @@ from .engine.events import grow_event_queue
 from .dispatch.precompile import EngineCompile
 from .engine.stateref import state_ref
 from .components.trace import TRACE_COLUMNS
-from .composition import ERROR_TEXT
+from .composition import ERROR_TEXT, SEMANTICS
 from .engine.state import LN_DONE
 from .isa import assemble_files, default_isa_paths, load_isa
-from .isa.encoding import REG_TB, SEM, SEMANTIC_NAMES, SUBOP, SUBOP_NAMES
+from .isa.loader import IsaError
+from .isa.encoding import REG_TB, SEM, SUBOP, SUBOP_NAMES
 from .signal_state import end_soft
 from .limits import RunLimits, StopRun, TimeHorizon
 from .observer import RunObserver, SimulationError  # noqa: F401 (re-exported for users)
@@ -77,6 +78,18 @@ def _machine_too_large(cfg, error):
             f"a computer with more memory")
 
 
+
+def _check_semantics(isa):
+    """Every semantic an ISA file adds is executed by a block (declare.Semantic, with the same
+    number): an instruction of one that no block executes would do nothing."""
+    missing = [(s, isa.semantics.names[s], where)
+               for s, where in sorted(isa.semantics.files.items()) if s not in SEMANTICS]
+    if missing:
+        s, name, where = missing[0]
+        raise IsaError(f"{where}: semantics.{name}: no block executes semantic {s} (a block's "
+                       f"module declares Semantic(({s},), handler); the blocks execute "
+                       f"{sorted(SEMANTICS)})")
+
 class InvariantError(SimulationError):
     """End-of-run invariants violated (checks.py): exit status 4."""
 
@@ -110,6 +123,7 @@ class Simulation:
             self.cfg = cfg
             isa_paths = default_isa_paths() + list(cfg.workload.isa_files)
             self.isa = load_isa(isa_paths).resolve(flat_params(cfg))
+            _check_semantics(self.isa)
             self.program = assemble_files(cfg.workload.kernel_files, self.isa)
             try:
                 self.state, self.buffers, self.launches = build_state(cfg, self.program,
@@ -370,7 +384,7 @@ class Simulation:
         loc, who = self._where(slot)
         row = st.code[pc]
         sem = int(row[SEM])
-        name = SEMANTIC_NAMES[sem]
+        name = self.isa.semantic_name(sem)
         subs = SUBOP_NAMES.get(sem)
         if subs:
             name += "." + subs[int(row[SUBOP])]

@@ -33,7 +33,6 @@ from .engine.state import (LN_DONE, LN_RUNNING, TB_EMPTY, TB_READY, TB_RETIRED, 
                            TB_WAIT_FENCE, TB_WAIT_FLAG, TB_WAIT_HUB, TB_WAIT_REMOTE)
 from .observer import RunObserver, SimulationError
 from .isa.encoding import (CMP_NAMES, IMM, OP0, REG_TB, SEM, SEM_BRANCH, SEM_FENCE, SEM_SEND_EXPERT, SEM_SLEEP, SEM_ST_ROWSP, SEM_SEND_EXPERTS, SEM_ST_ROWSP_EXPERTS,
-                           SEMANTIC_NAMES,
                            SUBOP, SUBOP_NAMES)
 
 CMP_SYMBOLS = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
@@ -79,7 +78,7 @@ def _operand(st, slot, row, i):
 def _instruction(sim, pc):
     row = sim.state.code[pc]
     sem = int(row[SEM])
-    name = SEMANTIC_NAMES[sem]
+    name = sim.isa.semantic_name(sem)
     subs = SUBOP_NAMES.get(sem)
     if subs:
         name += "." + subs[int(row[SUBOP])]

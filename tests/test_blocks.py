@@ -2,6 +2,7 @@
 record field, parameter, stat, event and timer of the engine is declared by exactly one block,
 the composition refuses conflicting declarations, and the declarations are what the tools print."""
 import pytest
+from pathlib import Path
 
 from conftest import load, run_cli
 
@@ -372,6 +373,17 @@ def test_occupancy_monitor_is_in_the_blocks_listing():
     assert r.returncode == 0, r.stderr
     assert "occupancy_period (ps) <- stats.occupancy.period" in r.stdout
     assert "event 10 occupancy_sample" in r.stdout
+
+
+def test_a_block_is_found_by_its_module():
+    """composition.BLOCKS: the listed blocks in their order, then every other components/ module's
+    BLOCK by module name (the switch counters: no list names them)."""
+    from moehub_arch.components import switch_counter
+    assert composition.discover() == (switch_counter.BLOCK,)
+    assert composition.BLOCKS == composition._ORDER + (switch_counter.BLOCK,)
+    assert composition.discover(listed=composition.BLOCKS) == ()
+    src = (Path(composition.__file__)).read_text()
+    assert "switch_counter" not in src
 
 
 def test_the_run_loop_maps_each_timer_range_to_its_declared_event():

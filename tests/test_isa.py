@@ -136,6 +136,43 @@ def test_isa_file_errors(tmp_path, params):
         load_isa([base, dup])
 
 
+def test_an_isa_file_adds_a_semantic_its_block_executes(tmp_path, params):
+    """A block's instruction semantic is declared by its ISA file (name, number, operands) and its
+    module (declare.Semantic: number and handler): ctr.add's is isa/counter.yaml's and
+    switch_counter.py's, not isa/encoding.py's. A semantic no block executes is refused before a
+    run; a file's bad semantic names its line."""
+    from moehub_arch import composition
+    from moehub_arch.components.switch_counter import SEM_CTR_ADD
+    from moehub_arch.isa.encoding import NUM_SEMANTICS, SEMANTIC_NAMES
+    from moehub_arch.simulation import _check_semantics
+    isa = load_isa(default_isa_paths())
+    assert "ctr_add" not in SEMANTIC_NAMES and SEM_CTR_ADD >= NUM_SEMANTICS
+    assert isa.semantics.by_name["ctr_add"] == SEM_CTR_ADD
+    assert isa.instructions["ctr.add"].semantic == SEM_CTR_ADD
+    assert composition.SEMANTICS[SEM_CTR_ADD][0] == "switch_counter"
+    assert "ctr_add   dst:reg, counter:src, value:src" in isa.reference_text()
+    _check_semantics(isa.resolve(params))     # every added semantic has its block
+
+    def bad(text, check=False):
+        f = tmp_path / "ext.yaml"
+        f.write_text(text)
+        with pytest.raises(IsaError) as e:
+            r = load_isa(default_isa_paths() + [f]).resolve(params)
+            if check:
+                _check_semantics(r)
+        return str(e.value)
+
+    sem = "semantics:\n  foo: {number: %s, operands: %s}\n"
+    ins = "instructions:\n  foo: {semantic: foo, unit: alu, operands: [a], latency: 1, ii: 1, description: d}\n"
+    assert "ext.yaml:2: semantics.foo.number: expected an integer 30..62" in bad(sem % (5, "[[a, src]]") + ins)
+    assert "semantic 30 is taken (" in bad(sem % (30, "[[a, src]]") + ins)
+    assert "semantics.alu: semantic 'alu' is taken (the base ISA" in bad(
+        "semantics:\n  alu: {number: 40, operands: []}\n" + ins)
+    assert "operands: expected a list of [name, kind]" in bad(sem % (40, "[[a, nope]]") + ins)
+    msg = bad(sem % (40, "[[a, src]]") + ins, check=True)
+    assert "ext.yaml:2: semantics.foo: no block executes semantic 40" in msg
+
+
 def test_expression_evaluator_is_safe_and_helpful():
     env = {"gpu": 3, "sm.lanes": 128}
     assert evaluate("gpu * 2 + sm.lanes // 4", env) == 38

@@ -1,7 +1,10 @@
 """Switch counters: 64-bit counters in the NVSwitch that SMs fetch-and-add over NVLink (`ctr.add`).
 
 A worked example of a block that carries its own packets and instruction (docs/adding_a_block.md):
-everything it is and does is here; the shared files only dispatch to it.
+everything it is and does is here - its packet and request kinds, its instruction's semantic, the
+handlers of each - and the composition generates the dispatch to them; outside this module it is
+its config section (system.switch.counter) and its data files (isa/counter.yaml, a kernel, a
+config).
 
 Model. Every switch chip holds `system.switch.counter.entries` counters (0, the default: none, and
 the block is off: no stat, no event). Counter k lives on one switch, the same for every GPU: the
@@ -36,7 +39,7 @@ from .link_room import pick_switch_output, txq_room
 from .packet import (VC_REQUEST, VC_RESPONSE, header_flits, packet_alloc, packet_flits, packet_free,
                      packet_vc)
 from .sm_operands import operand, stall_on_hub
-from ..isa.encoding import OP0, SEM_CTR_ADD
+from ..isa.encoding import OP0
 
 # its packet kinds and request kind (declared below: the composition checks the numbers are no
 # other block's and leave no gap, and generates the dispatch of each to its handler)
@@ -46,6 +49,9 @@ CTR_SENT = -1   # ctr_switch: the packet is consumed (declare.Crossing)
 # ctr.add with a counter index outside system.switch.counter.entries (its own runtime error code:
 # declared below, the composition checks it is no other block's or the engine's)
 ERR_CTR_RANGE = 70
+# ctr.add's semantic: its number, name and operands are declared in its ISA file too
+# (isa/counter.yaml `semantics:`; the simulation refuses an ISA semantic no block executes)
+SEM_CTR_ADD = 30
 
 
 def _entries(cfg):

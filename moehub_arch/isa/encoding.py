@@ -112,14 +112,16 @@ SEM_CAIS = 26          # (gpu, dst, src, bytes, value)  subop CAIS_*; the addres
 SEM_PUT_COUNTED = 27   # (gpu, dst, src, bytes, counter)  put whose landed bytes add to counter at gpu
 SEM_WAIT_COUNT = 28    # (counter, expected)               sleep until the local counter >= expected
 SEM_WAIT_ALL = 29      # (addr, value, count)   sleep until `count` consecutive local words CMP value
-SEM_CTR_ADD = 30       # (dst, counter, value)              fetch-and-add of a switch counter (switch_counter.py)
-NUM_SEMANTICS = 31
+NUM_SEMANTICS = 30
+# A block may add semantics of its own, numbered from NUM_SEMANTICS up (below 63): its ISA file
+# declares each one's name, number and operands (`semantics:`, isa/loader.py) and its module
+# the number and handler (declare.Semantic), as components/switch_counter.py does for ctr.add.
 WAIT_ALL_MAX = 1024    # wait.all: one flag per thread (lane) of a block: at most 1024 threads
 SEMANTIC_NAMES = (
     "nop", "exit", "alu", "branch", "ld", "st", "copy", "copy2d", "mma", "vec", "put", "get",
     "atom", "flag_set", "wait", "fence", "sleep", "send_to_expert", "claim", "notify", "send_home",
     "multimem", "rowsp_malloc", "st_rowsp", "send_to_experts", "st_rowsp_experts", "cais",
-    "put_counted", "wait_count", "wait_all", "ctr_add",
+    "put_counted", "wait_count", "wait_all",
 )
 # Named operands of each semantic, in slot order, as (name, kind). Kinds: "reg" (a general
 # register written by the instruction), "src" (register, special register, parameter or
@@ -166,14 +168,14 @@ SEMANTIC_OPERANDS = {
                       ("counter", "src")),
     SEM_WAIT_COUNT: (("counter", "addr"), ("expected", "src")),
     SEM_WAIT_ALL: (("addr", "addr"), ("value", "src"), ("count", "src")),
-    SEM_CTR_ADD: (("dst", "reg"), ("counter", "src"), ("value", "src")),
 }
 
 
-def operand_slots(semantic):
-    """{operand name: (first slot, kind)} for a semantic; an addr operand takes two slots."""
+def operand_slots(semantic, operands=SEMANTIC_OPERANDS):
+    """{operand name: (first slot, kind)} for a semantic (`operands`: the table it is in: the base
+    ISA's, or a loaded ISA's with the semantics its files add); an addr operand takes two slots."""
     out, slot = {}, 0
-    for name, kind in SEMANTIC_OPERANDS[semantic]:
+    for name, kind in operands[semantic]:
         out[name] = (slot, kind)
         slot += 2 if kind == "addr" else 1
     return out

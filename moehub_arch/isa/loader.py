@@ -5,8 +5,15 @@
 
 Several files may be loaded; a later file adds instructions, and may redefine an existing mnemonic
 only when the entry says `replace: true` (so a typo cannot silently shadow a base instruction).
-Every problem is an IsaError naming the file, line and key.
+A file may also add semantics (`semantics: {name: {number, operands}}`): what a block adds to the
+SM's interpreter (declare.Semantic in its module, with the same number), which its instructions
+then name. Every problem is an IsaError naming the file, line and key.
 """
+
+# the largest semantic number a file may declare: the interpreter tests a semantic's bit in a
+# 63-bit mask of the blocks' semantics (engine/extension.py SEMANTICS)
+MAX_SEMANTIC = 62
+_OPERAND_KINDS = ("reg", "src", "addr", "label")
 import math
 from pathlib import Path
 
@@ -70,13 +77,12 @@ def default_isa_paths():
     return [base] + [f for f in files if f != base]
 
 
-def _key_lines(root):
-    """Line number (1-based) of each instruction key under `instructions:` (root: the file's
-    YAML root node)."""
+def _key_lines(root, section="instructions"):
+    """Line number (1-based) of each key under `section:` (root: the file's YAML root node)."""
     lines = {}
     if isinstance(root, yaml.MappingNode):
         for k, v in root.value:
-            if k.value == "instructions" and isinstance(v, yaml.MappingNode):
+            if k.value == section and isinstance(v, yaml.MappingNode):
                 for ik, _ in v.value:
                     lines.setdefault(str(ik.value), ik.start_mark.line + 1)
     return lines
@@ -108,7 +114,49 @@ def _choice(value, names, where, what):
     return list(names).index(value)
 
 
-def _parse_instruction(mnemonic, entry, where, path, line):
+class Semantics:
+    """The semantics instructions may name: the base ISA's (isa/encoding.py) and those the loaded
+    files add (`semantics:`)."""
+
+    def __init__(self):
+        self.names = dict(enumerate(SEMANTIC_NAMES))     # number -> name
+        self.operands = dict(SEMANTIC_OPERANDS)          # number -> ((name, kind), ...)
+        self.by_name = {n: k for k, n in self.names.items()}
+        self.files = {}                                  # added number -> "file:line"
+
+    def add(self, data, lines, path):
+        if not isinstance(data, dict):
+            raise IsaError(f"{path}: semantics: expected a mapping {{name: {{number, operands}}}}")
+        for name, entry in data.items():
+            name = str(name)
+            where = f"{path}:{lines.get(name, 0)}: semantics.{name}"
+            if not isinstance(entry, dict) or set(entry) != {"number", "operands"}:
+                raise IsaError(f"{where}: expected exactly the fields 'number' and 'operands'")
+            number, ops = entry["number"], entry["operands"]
+            if not name.isidentifier():
+                raise IsaError(f"{where}: a semantic's name is a lower-case identifier")
+            if (isinstance(number, bool) or not isinstance(number, int)
+                    or not NUM_SEMANTICS <= number <= MAX_SEMANTIC):
+                raise IsaError(f"{where}.number: expected an integer {NUM_SEMANTICS}..{MAX_SEMANTIC} "
+                               f"(below {NUM_SEMANTICS}: the base ISA's), found {number!r}")
+            if name in self.by_name or number in self.names:
+                taken = name if name in self.by_name else number
+                raise IsaError(f"{where}: semantic {taken!r} is taken"
+                               + (f" ({self.files[self.by_name.get(name, number)]})"
+                                  if self.by_name.get(name, number) in self.files else
+                                  " (the base ISA, isa/encoding.py)"))
+            if (not isinstance(ops, list) or not all(
+                    isinstance(o, list) and len(o) == 2 and all(isinstance(x, str) for x in o)
+                    and o[1] in _OPERAND_KINDS for o in ops)):
+                raise IsaError(f"{where}.operands: expected a list of [name, kind] with kind one "
+                               f"of {', '.join(_OPERAND_KINDS)}, found {ops!r}")
+            self.names[number] = name
+            self.by_name[name] = number
+            self.operands[number] = tuple(tuple(o) for o in ops)
+            self.files[number] = f"{path}:{lines.get(name, 0)}"
+
+
+def _parse_instruction(mnemonic, entry, where, path, line, semantics):
     if not isinstance(entry, dict):
         raise IsaError(f"{where}: expected a mapping of fields, found {type(entry).__name__}")
     for k in entry:
@@ -123,7 +171,9 @@ def _parse_instruction(mnemonic, entry, where, path, line):
     if not mnemonic.replace(".", "").replace("_", "").isalnum() or not mnemonic[0].isalpha():
         raise IsaError(f"{where}: mnemonic '{mnemonic}' must start with a letter and contain only "
                        f"letters, digits, '_' and '.'")
-    sem = _choice(entry["semantic"], SEMANTIC_NAMES, f"{where}.semantic", "semantic")
+    _choice(entry["semantic"], semantics.by_name, f"{where}.semantic", "semantic")
+    sem = semantics.by_name[entry["semantic"]]
+    SEMANTIC_NAMES = semantics.names   # noqa: N806 (the names of this load's semantics)
     subs = SUBOP_NAMES.get(sem)
     if subs and "subop" not in entry and sem in SUBOP_OPTIONAL:
         subop = 0
@@ -158,7 +208,7 @@ def _parse_instruction(mnemonic, entry, where, path, line):
     ops = entry["operands"]
     if not isinstance(ops, list) or not all(isinstance(o, str) for o in ops):
         raise IsaError(f"{where}.operands: expected a list of operand names")
-    sig = operand_slots(sem)
+    sig = operand_slots(sem, semantics.operands)
     if len(set(ops)) != len(ops):
         raise IsaError(f"{where}.operands: an operand is listed twice: {ops}")
     for o in ops:
@@ -169,7 +219,7 @@ def _parse_instruction(mnemonic, entry, where, path, line):
         raise IsaError(f"{where}.operands: vector subop '{SUBOP_NAMES[sem][subop]}' works on rows "
                        f"of `cols` elements and needs operand 'cols'")
     posted = sem == SEM_ATOM and subop == ATOM_RED_ADD   # a reduction writes no register
-    for name, kind in SEMANTIC_OPERANDS[sem]:
+    for name, kind in semantics.operands[sem]:
         if kind in ("reg", "label") and name not in ops and not posted:
             raise IsaError(f"{where}.operands: semantic '{SEMANTIC_NAMES[sem]}' needs operand "
                            f"'{name}' ({kind})")
@@ -195,8 +245,11 @@ def _parse_instruction(mnemonic, entry, where, path, line):
 
 
 def load_isa(paths):
-    """Load and merge ISA files (a list of paths) into an Isa."""
+    """Load and merge ISA files (a list of paths) into an Isa: every file's semantics first, so
+    that an instruction may name a semantic another file adds."""
     instrs = {}
+    semantics = Semantics()
+    files = []
     for path in paths:
         path = Path(path)
         try:
@@ -210,29 +263,36 @@ def load_isa(paths):
             raise IsaError(f"{loc}: invalid YAML: {getattr(e, 'problem', e)}") from None
         if not isinstance(data, dict) or not isinstance(data.get("instructions"), dict):
             raise IsaError(f"{path}: expected a top-level mapping 'instructions: {{mnemonic: fields}}'")
-        extra = [k for k in data if k != "instructions"]
+        extra = [k for k in data if k not in ("instructions", "semantics")]
         if extra:
-            raise IsaError(f"{path}: unknown top-level key '{extra[0]}' (expected only 'instructions')")
+            raise IsaError(f"{path}: unknown top-level key '{extra[0]}' (expected 'instructions' "
+                           f"and, optionally, 'semantics')")
+        if "semantics" in data:
+            semantics.add(data["semantics"], _key_lines(root, "semantics"), path)
+        files.append((path, data, root))
+    for path, data, root in files:
         lines = _key_lines(root)
         _no_twice(root, path)
         for mnemonic, entry in data["instructions"].items():
             mnemonic = str(mnemonic)
             line = lines.get(mnemonic, 0)
             where = f"{path}:{line}: instructions.{mnemonic}"
-            defn = _parse_instruction(mnemonic, entry, where, path, line)
+            defn = _parse_instruction(mnemonic, entry, where, path, line, semantics)
             if mnemonic in instrs and not entry.get("replace", False):
                 prev = instrs[mnemonic]
                 raise IsaError(f"{where}: '{mnemonic}' is already defined at {prev.file}:{prev.line}; "
                                f"add 'replace: true' to redefine it")
             instrs[mnemonic] = defn
-    return Isa(instrs)
+    return Isa(instrs, semantics)
 
 
 class Isa:
-    """The merged instruction tables (costs may still be expressions)."""
+    """The merged instruction tables (costs may still be expressions) and the semantics they
+    name (`semantics`: a Semantics)."""
 
-    def __init__(self, instructions):
+    def __init__(self, instructions, semantics=None):
         self.instructions = dict(instructions)
+        self.semantics = semantics or Semantics()
 
     def resolve(self, params):
         """Evaluate every cost for one system (params: flat_params(cfg))."""
@@ -256,7 +316,7 @@ class Isa:
                 raise IsaError(f"{d.file}:{d.line}: instructions.{m}.ii: initiation interval must be "
                                f">= 1 cycle, found {vals[1]}")
             out[m] = ResolvedInstruction(d, *vals)
-        return ResolvedIsa(out)
+        return ResolvedIsa(out, self.semantics)
 
     def reference_text(self, params=None):
         """The ISA reference printed by `moehub-sim isa` (costs evaluated when params given)."""
@@ -268,9 +328,9 @@ class Isa:
         lines.append("Memory operand: [base], [base+imm], [base-imm]; shared memory is %smem+offset.")
         lines.append("")
         lines.append("Semantic operands (an instruction takes some of them, in its own order):")
-        for s in range(NUM_SEMANTICS):
-            ops = ", ".join(f"{n}:{k}" for n, k in SEMANTIC_OPERANDS[s]) or "-"
-            lines.append(f"  {SEMANTIC_NAMES[s]:<9} {ops}")
+        for s, name in sorted(self.semantics.names.items()):
+            ops = ", ".join(f"{n}:{k}" for n, k in self.semantics.operands[s]) or "-"
+            lines.append(f"  {name:<9} {ops}")
         lines.append("")
         by_unit = {}
         for m, d in self.instructions.items():
@@ -304,8 +364,13 @@ def _shown_file(path) -> str:
 class ResolvedIsa:
     """Instruction tables with integer costs for one system: what the assembler encodes."""
 
-    def __init__(self, instructions):
+    def __init__(self, instructions, semantics=None):
         self.instructions = instructions
+        self.semantics = semantics or Semantics()
+
+    def semantic_name(self, sem):
+        """The name of semantic `sem` (the base ISA's or one a loaded file adds)."""
+        return self.semantics.names.get(sem, f"semantic {sem}")
 
     def __contains__(self, mnemonic):
         return mnemonic in self.instructions

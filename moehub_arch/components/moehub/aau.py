@@ -43,29 +43,29 @@ each packet carried a short row tag; its bytes are counted once per row in the s
 """
 from ...engine.jit import compiled
 
-from ...engine.state import TB_WAIT_FENCE, WAIT_FENCE
-from ..hbm import move_bytes, write_word
+from ..hbm import move_bytes
 from ..l2 import link_write
 from ..hub import owe_link_responses, wake_hub_waiters
 from ..nvlink import channel_count_arrival, credit_return
 from ..packet import PK_MOE, PK_MOE_EOS, packet_free
-from ..wakeups import rpm_kick, tb_resume
+from ..wakeups import rpm_kick
 from ..trace import CAT_AAU, TR_AAU_ALLOC, TR_AAU_STALL, trace_event
-from .dam import dam_pair_slot, dam_row_landed, dam_source_ended, dam_tile_open
+from .dam import dam_pair_slot, dam_source_ended, dam_tile_open
 from .rpm import row_at, row_header
 from ...config.keys import key_param
 from ...declare import (Array, Block, Debug, Param, Receive, Record, Stat, StatGroup, counters,
                         fields)
-from .rowtable import (RS_ALLOC, RS_FIELDS, RS_LANDED, RS_RAT, RS_RID, RS_ROW, RS_SIZE,
-                       open_row_link, open_row_slot, open_row_unlink)
+from .rowtable import RS_ALLOC, RS_FIELDS, RS_LANDED, RS_RAT, RS_SIZE, open_row_link, open_row_slot
 from .rpm import rpm_packet_bytes
 from .rat import RAT_ON_CHIP, RAT_SPILLED, rat_insert, rat_refill, window_index
 from .area import aau_sram_bytes, aau_staging_bytes
-from .pairing import pair_read, pair_record, pair_slot, paired_expert
+from .pairing import pair_read, pair_slot, paired_expert
 from ...config.models import load_model, with_top_k
 from ..sizing import experts_of_window, local_experts
+from .aau_records import (row_complete, row_entry, row_tracked, slot_address, store_landed,
+                          tracked_row_complete)
 from .forward import (forward_address, forward_enqueue, forward_has_slot, forward_kick,
-                      forward_landed, forward_source_ended, forward_take_slot)
+                      forward_source_ended, forward_take_slot)
 
 
 def aau_staging_packets(cfg):
@@ -585,21 +585,6 @@ def _allocate(st, g, src, row):
 
 
 @compiled
-def slot_address(st, g, expert, index):
-    """HBM address of window slot `index` (a monotonic row index) of a local expert."""
-    p = st.p[0]
-    le = st.moe_place[expert, 1]
-    return p.win_addr + (le * p.window_rows + index % p.window_rows) * p.row_bytes
-
-
-@compiled
-def record_address(st, g, expert, index):
-    p = st.p[0]
-    le = st.moe_place[expert, 1]
-    return p.rec_addr + (le * p.window_rows + index % p.window_rows) * p.record_bytes
-
-
-@compiled
 def _process(st, g, pkt, t):
     """Allocate, write and account one packet; returns when its data is written, or -1 (nothing
     changed but allocations) if it must wait for window or record-table space."""
@@ -643,9 +628,9 @@ def _process(st, g, pkt, t):
                 row.alloc = st.aau_rows[e, RS_ALLOC]
                 sr.allocs += 1
             if row.alloc >= 0:
-                if _tracked(row):
+                if row_tracked(row):
                     # a row of several stores: its row-table entry is its own (rowtable.py)
-                    e = _entry(st, g, row)
+                    e = row_entry(st, g, row)
                     if st.aau_rows[e, RS_RAT] == RAT_SPILLED:
                         t = rat_refill(st, g, s, i, row, t)
                         st.aau_rows[e, RS_RAT] = RAT_ON_CHIP
@@ -684,9 +669,9 @@ def _process(st, g, pkt, t):
                     free_at = t
                 if p.aau_spill:
                     rat_insert(st, g, s, i + c, d, t)
-                if _tracked(d):
+                if row_tracked(d):
                     # the first bytes of a row that more stores fill: the row table tracks it
-                    e = _entry(st, g, d)
+                    e = row_entry(st, g, d)
                     open_row_link(st, s, e, d.aux, d.home, d.row_size, d.row_stored, d.alloc)
                     st.aau_rows[e, RS_RAT] = d.rat
             nxt = _first_unallocated(st, s)
@@ -732,30 +717,30 @@ def _process(st, g, pkt, t):
                 # a multi-expert store is whole rows (st.rowsp.experts: offset 0, the row size)
                 if row.recv == H + row.length:
                     for c in range(row.copies + 1):
-                        _row_complete(st, g, src, st.mrow[s * p.rpm_ring + (i + c) % p.rpm_ring],
+                        row_complete(st, g, src, st.mrow[s * p.rpm_ring + (i + c) % p.rpm_ring],
                                       free_at)
                 continue
             if not row.rowsp:
                 if row.recv == H + row.length:
-                    _row_complete(st, g, src, row, free_at)
+                    row_complete(st, g, src, row, free_at)
                 continue
-            if not _tracked(row):
+            if not row_tracked(row):
                 # a whole row in one st.rowsp store
                 if row.recv == row.length and not row.done:
-                    _row_complete(st, g, src, row, free_at)
+                    row_complete(st, g, src, row, free_at)
                 continue
             # a row of several st.rowsp stores: complete when their landed bytes reach the
             # registered size (the row table counts them); each store's ring entry frees when
             # its own bytes landed
             if got == 0:
                 continue        # none of its bytes here (a later packet waiting for its slot)
-            e = _entry(st, g, row)
+            e = row_entry(st, g, row)
             st.aau_rows[e, RS_LANDED] += got
             if row.recv == row.length and not row.done:
                 row.done = 1
-                _store_landed(st, row.slot, free_at)
+                store_landed(st, row.slot, free_at)
             if st.aau_rows[e, RS_LANDED] == st.aau_rows[e, RS_SIZE]:
-                _tracked_row_complete(st, g, src, s, e, row.expert, free_at)
+                tracked_row_complete(st, g, src, s, e, row.expert, free_at)
         sr.recv += stop - lo
         st.gpu[g].hub_rx_payload += stop - lo
         # rows complete out of order; the ring frees in order (and may unblock the producers)
@@ -776,69 +761,3 @@ def _process(st, g, pkt, t):
         if p.fwd_per_node:
             forward_source_ended(st, g, src, free_at)
     return free_at
-
-
-@compiled
-def _row_complete(st, g, src, row, written):
-    """The row's last bytes are written: record, DAM counter, producer completion (a forwarded
-    row's record names its origin GPU, where its output goes home; its origin descriptor and
-    forwarding-buffer slot free: forward.py)."""
-    origin = src if row.fwd_from < 0 else row.fwd_from // st.p[0].num_gpus
-    visible = _write_record(st, g, origin, row.expert, row.alloc, row.home, row.aux,
-                            row.row_size if row.rowsp else row.length, written)
-    row.done = 1
-    dam_row_landed(st, g, row.expert, row.alloc, visible)
-    _store_landed(st, row.slot, visible)
-    if row.fwd_from >= 0:
-        forward_landed(st, row.fwd_from, row.fwd_idx, visible)
-
-
-@compiled
-def _write_record(st, g, src, expert, index, home, aux, nbytes, written):
-    """Write a complete row's record {source GPU, home, aux, bytes} (after its data, at
-    `written`) into slot `index`'s record; returns when it is visible."""
-    p = st.p[0]
-    rec = record_address(st, g, expert, index)
-    _, visible = link_write(st, g, rec, p.record_bytes, written)
-    pair_record(st, g, src, expert, index, home, written)
-    if rec + 32 <= st.hbm_mem.shape[1]:
-        write_word(st, g, rec, src)
-        write_word(st, g, rec + 8, home)
-        write_word(st, g, rec + 16, aux)
-        write_word(st, g, rec + 24, nbytes)
-    st.gpu[g].aau_records_written += 1
-    return visible
-
-
-@compiled
-def _tracked(row):
-    """A row-sparse store of a row that several stores fill (it joins a row, or leaves part of
-    its row to later stores): the row table tracks the row (rowtable.py)."""
-    return row.rowsp != 0 and (row.joins != 0 or row.length < row.row_size)
-
-
-@compiled
-def _entry(st, g, row):
-    """The row-table entry (State.aau_rows index) of an allocated row: its window slot's."""
-    return window_index(st, g, row.expert) * st.p[0].window_rows + row.alloc % st.p[0].window_rows
-
-
-@compiled
-def _tracked_row_complete(st, g, src, s, e, expert, written):
-    """Every byte of the half-landed row of entry e is written: its record, the DAM's counter;
-    the entry leaves the table's list (its stores' producers were told as each landed)."""
-    r = st.aau_rows[e]
-    index = r[RS_ALLOC]
-    visible = _write_record(st, g, src, expert, index, r[RS_ROW], r[RS_RID], r[RS_SIZE], written)
-    open_row_unlink(st, s, e)
-    dam_row_landed(st, g, expert, index, visible)
-
-
-@compiled
-def _store_landed(st, slot, visible):
-    """A row (or a later st.rowsp store of one) has landed: its TB has one operation less
-    outstanding (a fence waiting on it may go on)."""
-    tb = st.tb[slot]
-    tb.outstanding -= 1
-    if tb.outstanding == 0 and tb.state == TB_WAIT_FENCE:
-        tb_resume(st, slot, visible, WAIT_FENCE)

@@ -18,7 +18,8 @@ from ...isa.encoding import (NOTIFY_EOS, NOTIFY_REOPEN, NUM_GENERAL_REGS, OP0, R
                              SEM_ST_ROWSP_EXPERTS, SUBOP)
 from ..hbm import raise_error
 from ..sm_operands import check_range, is_smem, operand, stall_on_hub, tb_block
-from .aau import aau_retry, record_address, slot_address
+from .aau import aau_retry
+from .aau_records import record_address, slot_address
 from .dam import CLAIM_WAIT, dam_claim, dam_release, dam_reopen
 from .rat import aau_release_entries
 from .rpm import rpm_end_of_stream, rpm_reopen, rpm_reopen_ready, stream_target
