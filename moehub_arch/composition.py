@@ -153,17 +153,23 @@ def _compose_events(blocks):
     return tuple(by_kind[k].name for k in range(len(by_kind)))
 
 
-def _events_by_kind(blocks):
+def _compose_kinds(blocks, attr, what):
+    """{kind: declaration} of the blocks' Event, Packet or Request declarations (`attr`): each
+    kind unique over all blocks, the kinds dense from 0."""
     by_kind = {}
     for b in blocks:
-        for e in b.events:
-            if e.kind in by_kind:
-                raise DeclarationError(f"event kind {e.kind} declared twice: '{by_kind[e.kind].name}' "
-                                       f"and '{e.name}' (block {b.name})")
-            by_kind[e.kind] = e
+        for d in getattr(b, attr):
+            if d.kind in by_kind:
+                raise DeclarationError(f"{what} {d.kind} declared twice: '{by_kind[d.kind].name}' "
+                                       f"and '{d.name}' (block {b.name})")
+            by_kind[d.kind] = d
     if sorted(by_kind) != list(range(len(by_kind))):
-        raise DeclarationError(f"event kinds must be 0..{len(by_kind) - 1}, found {sorted(by_kind)}")
+        raise DeclarationError(f"{what}s must be 0..{len(by_kind) - 1}, found {sorted(by_kind)}")
     return by_kind
+
+
+def _events_by_kind(blocks):
+    return _compose_kinds(blocks, "events", "event kind")
 
 
 RECORDS, RECORD_OWNERS = _compose_records(BLOCKS)
@@ -176,21 +182,6 @@ EVENTS = _events_by_kind(BLOCKS)
 def enabled_events(st):
     """{kind: name} of the event kinds whose block is on in this State (Event.enabled)."""
     return {k: e.name for k, e in sorted(EVENTS.items()) if e.enabled is None or e.enabled(st)}
-
-
-def _compose_kinds(blocks, attr, what):
-    """{kind: declaration} of the blocks' Packet or Request declarations (checked unique and
-    dense from 0, as event kinds are)."""
-    by_kind = {}
-    for b in blocks:
-        for d in getattr(b, attr):
-            if d.kind in by_kind:
-                raise DeclarationError(f"{what} {d.kind} declared twice: '{by_kind[d.kind].name}' "
-                                       f"and '{d.name}' (block {b.name})")
-            by_kind[d.kind] = d
-    if sorted(by_kind) != list(range(len(by_kind))):
-        raise DeclarationError(f"{what}s must be 0..{len(by_kind) - 1}, found {sorted(by_kind)}")
-    return by_kind
 
 
 PACKETS = _compose_kinds(BLOCKS, "packets", "packet kind")
