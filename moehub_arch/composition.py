@@ -413,12 +413,15 @@ if _undescribed:
     raise DeclarationError(f"trace record kinds {_undescribed} have no debug description")
 
 
-def _compose_handlers(blocks, attr, what):
-    """{kind: (block name, declaration)} of the kinds the blocks' `attr` declarations (Receive or
-    Send) hand to a handler: each kind taken by one handler."""
+def _compose_handlers(blocks, attr, what, keep=None):
+    """{kind: (block name, declaration)} of the kinds the blocks' `attr` declarations (Receive,
+    Send, Crossing, Semantic; those `keep` keeps) hand to a handler: each kind taken by one
+    handler."""
     out = {}
     for b in blocks:
         for d in getattr(b, attr):
+            if keep is not None and not keep(d):
+                continue
             for k in d.kinds:
                 if k in out:
                     raise DeclarationError(f"{what.format(k)} by blocks '{out[k][0]}' "
@@ -453,7 +456,11 @@ def _compose_sends(blocks):
 RECEIVES = _compose_receives(BLOCKS)
 SENDS = _compose_sends(BLOCKS)
 # {packet kind: (block name, Crossing)}: the kinds a block serves in a switch's crossbar
-CROSSINGS = _compose_handlers(BLOCKS, "crossings", "packet kind {} is served in the switch")
+CROSSINGS = _compose_handlers(BLOCKS, "crossings", "packet kind {} is served in the switch",
+                              lambda d: not d.arrival)
+# {packet kind: (block name, Crossing)}: the kinds a block may absorb as they reach a switch
+ARRIVALS = _compose_handlers(BLOCKS, "crossings", "packet kind {} is absorbed at a switch's input",
+                             lambda d: d.arrival)
 # {semantic: (block name, Semantic)}: the instructions blocks add to the SM's interpreter
 SEMANTICS = _compose_handlers(BLOCKS, "semantics", "semantic {} is executed")
 if any(k >= 63 for k in SEMANTICS):
@@ -469,6 +476,7 @@ def _undeclared(table, kinds, what):
 
 _undeclared(RECEIVES, PACKETS, "packet kind")
 _undeclared(CROSSINGS, PACKETS, "packet kind")
+_undeclared(ARRIVALS, PACKETS, "packet kind")
 _undeclared(SENDS, REQUESTS, "request kind")
 
 
@@ -520,10 +528,13 @@ def _install_extensions():
               "from moehub_arch.engine.extension import ROUTE\n"
               + handler_chain("switch_serve", "st, c, pkt, tick", "k", CROSSINGS, "ROUTE",
                              direct_call("st, c, pkt, tick"))
+              + handler_chain("switch_absorb", "st, c, pkt, tick", "k", ARRIVALS, "False",
+                              direct_call("st, c, pkt, tick"))
               + handler_chain("execute", "st, sem, g, sm, slot, row, tick, cyc", "sem", SEMANTICS,
                               None, direct_call("st, g, sm, slot, row, tick, cyc")))
     module = generated.load("extension", source)
     extension.switch_serve = module.switch_serve
+    extension.switch_absorb = module.switch_absorb
     extension.execute = module.execute
     extension.SEMANTICS = sum(1 << k for k in SEMANTICS)
     return source

@@ -281,10 +281,13 @@ class Crossing:
     request-channel room toward (num_gpus + g: response-channel room), or another negative value
     to wait for the block's own room. The composition generates the crossbar's dispatch from these
     (engine/extension.py ``switch_serve``); a kind no block declares is routed to its destination
-    GPU."""
+    GPU. `arrival`: the handler runs instead when such a packet reaches the input port, before it
+    is buffered, and returns True when it absorbed the packet (a reduction's contribution added
+    in place), False to let it be buffered and cross (``switch_absorb``)."""
     kinds: tuple = attrs.field(converter=_tuple)
     handler: str
     doc: str
+    arrival: bool = False
 
 
 @attrs.frozen

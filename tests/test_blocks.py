@@ -272,6 +272,7 @@ def test_the_dispatch_chains_follow_the_declarations():
         exec(f"def {name}" + body, ns)
         args = {"receive_packet": (st, 0, 0, 0, 0, entries),
                 "send_request": (st, 0, 0, 0), "switch_serve": (st, 0, 0, 0),
+                "switch_absorb": (st, 0, 0, 0),
                 "execute": (st, kind, 0, 0, 0, 0, 0, 0)}[name]
         out = ns[name](*args)
         return calls, out
@@ -289,6 +290,19 @@ def test_the_dispatch_chains_follow_the_declarations():
             assert calls == [composition.CROSSINGS[k][1].handler.rsplit(".", 1)[1]], k
         else:
             assert calls == [] and out == extension.ROUTE, k
+        calls, out = run_chain(composition.EXTENSION_SOURCE, "switch_absorb", k, "k")
+        if k in composition.ARRIVALS:
+            assert calls == [composition.ARRIVALS[k][1].handler.rsplit(".", 1)[1]], k
+        else:
+            assert calls == [] and out is False, k
+    # the switch keeps the base protocol: it names no extension's kind or handler; a consumed
+    # packet is the same value for every block that serves one
+    from moehub_arch.components.cais.layout import CAIS_SENT
+    from moehub_arch.components.nvls import NVLS_SENT
+    assert NVLS_SENT == CAIS_SENT == sc.CTR_SENT == extension.SENT
+    switch_src = (Path(composition.__file__).parent / "components" / "switch.py").read_text()
+    assert not re.search(r"PK_(MM|CAIS|CTR)|nvls_|cais_|ctr_|^from \.(nvls|cais|switch_counter)",
+                         switch_src, re.M)
     for sem, (_, d) in composition.SEMANTICS.items():
         calls, _ = run_chain(composition.EXTENSION_SOURCE, "execute", sem, "sem")
         assert calls == [d.handler.rsplit(".", 1)[1]], sem

@@ -401,7 +401,9 @@ BLOCK = Block(
                 "multimem.st / red data chunks and ld_reduce requests, GPU -> switch"),),
     crossings=(Crossing((PK_MM_ST, PK_MM_LD), "components.nvls.nvls_fanout",
                         "the switch's engine copies a multimem store to the members or reads "
-                        "them for a reduction"),),
+                        "them for a reduction"),
+               Crossing((PK_MM_DATA,), "components.nvls.nvls_absorb", "a member's values are "
+                        "added into their reduction entry as they arrive", arrival=True)),
     semantics=(Semantic((SEM_MULTIMEM,), "components.nvls_gpu.multimem",
                         "multimem.st / red / ld_reduce (and DySHARP's dymultimem)"),),
 )

@@ -43,9 +43,8 @@ from .nvlink import (channel_count_arrival, channel_transmit, credit_return_vc, 
                      txq_push)
 from .link_room import hold_departures, pick_switch_output
 from ..engine.events import SHORTCUT_IDLE_OUTPUT, timer_clear, timer_is_next
-from .nvls import NVLS_SENT, nvls_absorb
 from ..engine import extension
-from .packet import PK_MM_DATA, VC_REQUEST, VC_RESPONSE, packet_free, packet_vc
+from .packet import VC_REQUEST, VC_RESPONSE, packet_free, packet_vc
 from .trace import CAT_SWITCH, TR_XBAR, trace_event
 from .wakeups import xbar_kick
 from ..config.keys import key_param
@@ -136,8 +135,8 @@ def switch_receive(st, c, pkt, tick):
     channel_count_arrival(st, c, pkt)
     ch = st.ch[c]
     st.pk[pkt].ready = tick
-    if st.pk[pkt].kind == PK_MM_DATA and nvls_absorb(st, c, pkt, tick):
-        return  # a member's values went into a reduction entry (nvls.py)
+    if extension.switch_absorb(st, c, pkt, tick):
+        return  # a block took it in place (declare.Crossing arrival: NVLS's reduction data)
     out = -1
     if packet_vc(st, pkt) == VC_RESPONSE:
         st.rsp_rxq[c, ring_add(ch.rsp_rxq_head, ch.rsp_rxq_count, st.rsp_rxq.shape[1])] = pkt
@@ -201,8 +200,8 @@ def _cross(st, c, vc, tick):
         wait = extension.switch_serve(st, c, pkt, tick)
         if wait == extension.ROUTE:
             out = pick_switch_output(st, ch.switch, pk.dst, vc)
-            wait = pk.dst if out < 0 else NVLS_SENT
-        if wait != NVLS_SENT:
+            wait = pk.dst if out < 0 else extension.SENT
+        if wait != extension.SENT:
             # wait for room in an output toward GPU `wait` (or, wait < 0, in the reduction buffer
             # or merge table); the merge unit asks for a response-channel output toward GPU g
             # from a request input as num_gpus + g (responses always drain: no deadlock)

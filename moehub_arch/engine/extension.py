@@ -18,9 +18,14 @@ too early fails loudly instead of caching a wrong chain).
   declared with ``Semantic`` (MoE-Hub's stores, claim and notify, multimem, CAIS, the switch
   counters): that block's handler executes it (True: it completed its issue). ``SEMANTICS``: the
   bit of each such semantic (the interpreter tests it before its own branches).
+- ``switch_absorb(st, c, pkt, tick)``: a packet reached switch input c; if its kind is one a
+  block declared with ``Crossing(arrival=True)`` (NVLS's reduction data), that block's handler
+  may absorb it (True) before it is buffered; any other kind: False.
 """
 ROUTE = -(1 << 40)   # switch_serve: no block serves this kind; the crossbar routes it
+SENT = -1            # switch_serve: the packet is consumed (as a handler returns it)
 
 switch_serve = None
+switch_absorb = None
 execute = None
 SEMANTICS = None
