@@ -29,13 +29,17 @@ def _simulate(*extra):
     return sim
 
 
-@pytest.mark.parametrize("extra", [
+# the shapes of the 2-D all-to-all checked forward and in training
+SHAPES = [
     (),                                                                   # 2 slices
-    ("workload.layer.tutel.chunks=1",),                                   # combine lands in tu_ret
+    ("workload.layer.tutel.chunks=1",),                   # the combine lands in tu_ret / tu_dret
     ("workload.layer.tutel.chunks=3", "workload.layer.tutel.capacity_factor=0.75"),   # drops
     ("system.nodes.count=4", "system.num_gpus=8"),                        # 4 nodes x 2, El = 1
     ("system.nodes.gpus_per_node=4", "system.nic.per_node=4", "system.num_gpus=8"),   # 2 x 4
-])
+]
+
+
+@pytest.mark.parametrize("extra", SHAPES)
 def test_2dh_layer_output_is_exact(extra):
     sim = _simulate(*extra)
     s, shape = sim.stats, sim.layer.shape
@@ -48,13 +52,7 @@ def test_2dh_layer_output_is_exact(extra):
     assert (s["system.moe.output_max_abs_error"] == 0.0) == (dropped == 0)
 
 
-@pytest.mark.parametrize("extra", [
-    (),                                                                   # 2 slices
-    ("workload.layer.tutel.chunks=1",),                                   # combine lands in tu_dret
-    ("workload.layer.tutel.chunks=3", "workload.layer.tutel.capacity_factor=0.75"),   # drops
-    ("system.nodes.count=4", "system.num_gpus=8"),                        # 4 nodes x 2, El = 1
-    ("system.nodes.gpus_per_node=4", "system.nic.per_node=4", "system.num_gpus=8"),   # 2 x 4
-])
+@pytest.mark.parametrize("extra", SHAPES)
 def test_2dh_backward_gradients_are_exact(extra):
     """The backward runs the forward's 2-D hierarchical steps with the gradient rows (dO out
     through the dispatch's A-D, dX home through the combine's A-E), slice by slice: every
