@@ -4,11 +4,10 @@ goes on once every lane's comparison holds (DeepEP's combine receiver: a lane pe
 per token). Pinned on a tiny system: 4 GPUs of one SM each; GPU g publishes the value g + 1 in its
 flag on every GPU, g x 2000 cycles late; lane i expects i + 1, except the last GPU's lane, which
 expects -1 (nothing to wait for: DeepEP's expected head of a rank without the token)."""
-import textwrap
-
 import pytest
 
-from conftest import cli_stats_per_engine, mini_system_yaml, run_cli, simulate
+from conftest import cli_stats_per_engine, run_cli, simulate
+from test_wait_all import GPUS, _config as wait_all_config, _ends
 
 KERNEL = """\
 .kernel lanes_barrier
@@ -57,35 +56,10 @@ every:                                # style 2: every flag set, the last GPU's 
     wait.all.ge [%flags], 1, %ngpu
     exit
 """
-GPUS = 4
 
 
 def _config(tmp_path, style=0, count="%ngpu"):
-    (tmp_path / "k.s").write_text(KERNEL.replace("%count", str(count)))
-    path = tmp_path / "lanes.yaml"
-    path.write_text(mini_system_yaml(num_gpus=GPUS, num_sms=1, links=1) + textwrap.dedent(f"""\
-        workload:
-          mode: timing
-          kernel_files: [{tmp_path / 'k.s'}]
-          buffers:
-            flags: {{bytes: 64B, region: control, dtype: i64}}
-            ref: {{bytes: 64B, region: control, dtype: i64}}
-          launches:
-            - kernel: lanes_barrier
-              grid: 1
-              params: {{flags: "@flags", ref: "@ref", style: {style}}}
-        """))
-    return path
-
-
-def _ends(sim):
-    """Each GPU's kernel end tick (launch stats are numbered over the GPUs)."""
-    out = []
-    for g in range(GPUS):
-        (t,) = [s.value for s in sim.stats
-                if s.name.startswith(f"system.gpu{g}.launch") and s.name.endswith(".end_tick")]
-        out.append(t)
-    return out
+    return wait_all_config(tmp_path, style, count, KERNEL, "lanes_barrier", ("flags", "ref"))
 
 
 def test_each_lane_waits_for_its_own_value(tmp_path):
