@@ -79,11 +79,9 @@ BLOCK = Block(
         Param("dy_recycle", "", "bool", "1: the tracker frees a tile's entry when its jobs are "
               "done (tracked objects name their finished-job counters)",
               lambda cfg: int(recycled_on(cfg)), "derived: workload.multicast[].done_counters"),
-        Param("dy_reserve", "system.switch.nvls.dysharp.tracker_grant", "bool",
-              "1: one entry per local expert is kept for the expert's head tile (expert_head); "
-              "0: every entry is shared in arrival order (arrival)",
-              lambda cfg: int(recycled_on(cfg) and _dy(cfg).tracker_grant == "expert_head"),
-              "config: system.switch.nvls.dysharp.tracker_grant"),
+        key_param("dy_reserve", "system.switch.nvls.dysharp.tracker_grant",
+                  lambda cfg: int(recycled_on(cfg) and _dy(cfg).tracker_grant == "expert_head"),
+                  "bool", "1: expert_head on a tracker that recycles its entries, else 0"),
     ),
     arrays=(_tile_array("dy_tile_bytes", "token tracker, tile table: bytes landed in each row "
                         "tile (tile = layout tile x targets_per_gpu + local target)"),
