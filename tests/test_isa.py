@@ -164,13 +164,14 @@ def test_an_isa_file_adds_a_semantic_its_block_executes(tmp_path, params):
 
     sem = "semantics:\n  foo: {number: %s, operands: %s}\n"
     ins = "instructions:\n  foo: {semantic: foo, unit: alu, operands: [a], latency: 1, ii: 1, description: d}\n"
-    assert "ext.yaml:2: semantics.foo.number: expected an integer 30..62" in bad(sem % (5, "[[a, src]]") + ins)
-    assert "semantic 30 is taken (" in bad(sem % (30, "[[a, src]]") + ins)
+    assert (f"ext.yaml:2: semantics.foo.number: expected an integer {NUM_SEMANTICS}..62"
+            in bad(sem % (5, "[[a, src]]") + ins))
+    assert f"semantic {SEM_CTR_ADD} is taken (" in bad(sem % (SEM_CTR_ADD, "[[a, src]]") + ins)
     assert "semantics.alu: semantic 'alu' is taken (the base ISA" in bad(
-        "semantics:\n  alu: {number: 40, operands: []}\n" + ins)
-    assert "operands: expected a list of [name, kind]" in bad(sem % (40, "[[a, nope]]") + ins)
-    msg = bad(sem % (40, "[[a, src]]") + ins, check=True)
-    assert "ext.yaml:2: semantics.foo: no block executes semantic 40" in msg
+        "semantics:\n  alu: {number: 50, operands: []}\n" + ins)
+    assert "operands: expected a list of [name, kind]" in bad(sem % (50, "[[a, nope]]") + ins)
+    msg = bad(sem % (50, "[[a, src]]") + ins, check=True)
+    assert "ext.yaml:2: semantics.foo: no block executes semantic 50" in msg
 
 
 def test_expression_evaluator_is_safe_and_helpful():

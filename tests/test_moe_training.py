@@ -19,6 +19,8 @@ import pytest
 
 from conftest import REPO, drive_both_engines, mini_system, run_cli, simulate
 
+ONE_NODE = "configs/experiments/functional.yaml"                          # 4 GPUs
+TWO_NODES = "configs/experiments/hiermoe/functional_tiny_2x2.yaml"      # 2 nodes x 2 GPUs
 GRADIENTS = ("dx", "dw", "dw_gate", "dw_up", "dw_down", "ds_gate", "ds_up", "ds_down")
 
 
@@ -242,21 +244,89 @@ def test_deepep_backward_reuses_the_handle(deepep_training):
             fwd[f"system.moe.deepep.{name}"], rel=0.05), name
 
 
-@pytest.mark.parametrize("scheme, sets, words", [
+@pytest.mark.parametrize("config, scheme, sets, words", [
     # skewed routing: the shadow policy replicates a hot expert (test_scheme_fastermoe_ccfuser)
-    ("fastermoe", ("workload.layer.fastermoe.group_size=2", "workload.layer.routing.kind=skewed",
-                   "workload.layer.routing.gini=0.5"), "fastermoe.shadow"),
-    ("deepep_ll", (), "inference"),
-    ("deepep", ("workload.layer.deepep.home_reduce=kernel",), "home_reduce"),
-    ("deepep", ("workload.layer.deepep.kernels=communication",), "kernels: communication"),
-], ids=["fastermoe_shadowed", "deepep_ll", "deepep_home_reduce_kernel", "deepep_comm_only"])
-def test_scheme_without_a_backward_is_an_error(tmp_path, scheme, sets, words):
+    (ONE_NODE, "fastermoe", ("workload.layer.fastermoe.group_size=2",
+                             "workload.layer.routing.kind=skewed",
+                             "workload.layer.routing.gini=0.5"), "fastermoe.shadow"),
+    (ONE_NODE, "deepep_ll", (), "inference"),
+    (ONE_NODE, "deepep", ("workload.layer.deepep.home_reduce=kernel",), "home_reduce"),
+    (ONE_NODE, "deepep", ("workload.layer.deepep.kernels=communication",),
+     "kernels: communication"),
+    (ONE_NODE, "counted", ("workload.layer.counted.kernels=communication",), "identity experts"),
+    # across two nodes: the multi-node kernels without a backward
+    (TWO_NODES, "hiermoe", ("workload.layer.hiermoe.level=node",), "hiermoe.level: gpu"),
+    (TWO_NODES, "deepep", (), "internode"),
+], ids=["fastermoe_shadowed", "deepep_ll", "deepep_home_reduce_kernel", "deepep_comm_only",
+        "counted_comm_only", "hiermoe_node_level", "deepep_internode"])
+def test_scheme_without_a_backward_is_an_error(tmp_path, config, scheme, sets, words):
     extra = [a for kv in sets for a in ("--set", kv)]
-    r = run_cli("run", "configs/experiments/functional.yaml", "--set", f"scheme={scheme}",
+    r = run_cli("run", config, "--set", f"scheme={scheme}",
                 "--set", "workload.layer.passes=training", *extra, "-o", str(tmp_path / "x"))
     assert r.returncode == 2
     assert "workload.layer.passes" in r.stderr and words in r.stderr
     assert "Traceback" not in r.stderr
+    assert not (tmp_path / "x" / "stats.json").exists()       # refused before simulating
+
+
+def test_backward_token_accounting_is_an_invariant():
+    """A gradient row counted twice as combined (as a buggy gradient combine would): the
+    backward's accounting catches it at the end of the run, beside the forward's (which holds),
+    exit status 4 with the numbers (tests/test_checks.py does the same for the forward)."""
+    from test_checks import Corrupt
+    from moehub_arch.simulation import InvariantError, Simulation
+    from conftest import load
+    sim = Simulation(load("experiments/functional.yaml", "scheme=megatron",
+                          "workload.layer.passes=training", "workload.layer.tokens_per_gpu=16"))
+    bacct = sim.buffers["bacct"].addr
+
+    def bug(st):
+        st.hbm_mem[1, bacct:bacct + 32].view("i8")[2] += 1     # rows combined, on GPU 1
+    with pytest.raises(InvariantError) as e:
+        sim.run([Corrupt(1, bug)])
+    assert e.value.exit_code == 4
+    msg = str(e.value)
+    assert msg.startswith("1 end-of-run invariant(s) violated")
+    assert ("backward token accounting in scheme 'megatron': each of the 128 token-expert pairs"
+            in msg)
+    assert "found combined 129 (expected 128)" in msg and "dispatched" not in msg.split("found")[1]
+    assert sim.stats["system.moe.backward.rows_combined"] == 129
+    assert sim.stats["system.moe.rows_combined"] == 128       # the forward's holds
+
+
+WIDE_MODEL = """model:
+  name: wide_functional
+  hidden: 7168
+  expert_ffn: 128
+  experts: 4
+  top_k: 2
+  shared_experts: 0
+  shared_expert_ffn: 0
+  moe_layers: 1
+  layers: 1
+  dtype: bf16
+  router: {kind: topk_softmax, normalize: true, scale: 1.0}
+"""
+
+
+@pytest.mark.parametrize("scheme, sets", [
+    ("dysharp", ()),
+    ("dysharp", ("workload.layer.dysharp.fusion=none",)),
+    ("nvls", ()),
+], ids=["dysharp_fused", "dysharp_unfused", "nvls"])
+def test_backward_at_deepseek_v3_width(tmp_path, scheme, sets):
+    """DeepSeek-V3's hidden size (7168) on a tiny layer: the expert-side weighting kernels keep
+    whole rows in shared memory (dysharp_bwd_weight: 14 H + 4 bytes - it once asked for 96 KB
+    and ran out of its allocation at H 7168), and the gradients stay exact."""
+    model = tmp_path / "wide.yaml"
+    model.write_text(WIDE_MODEL)
+    st = simulate("experiments/functional.yaml", f"scheme={scheme}",
+                  f"workload.layer.model={model}", "system.num_gpus=2",
+                  "workload.layer.tokens_per_gpu=16", "workload.layer.passes=training",
+                  *sets).stats
+    for g in GRADIENTS[:5]:
+        assert st[f"system.moe.backward.{g}_max_abs_error"] == 0.0, g
+    assert st["system.moe.backward.rows_combined"] == 2 * 16 * 2
 
 
 @pytest.mark.parametrize("sets", [

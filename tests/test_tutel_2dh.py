@@ -4,7 +4,8 @@ moehub_arch/workloads/schemes/tutel.py TwoDH, kernel a2a_put_group) on configs/s
 requests per level are the hand counts of the algorithm - every GPU's rows for another node leave
 in one message per peer node (per local expert in the dispatch), over the same total InfiniBand
 bytes as the flat all-to-all, while NVLink carries each GPU's slice for the other local ranks of
-every node."""
+every node. In training the backward runs the same steps with the gradient rows (exact
+gradients, twice the forward's bytes and messages)."""
 import math
 
 import pytest
@@ -28,13 +29,17 @@ def _simulate(*extra):
     return sim
 
 
-@pytest.mark.parametrize("extra", [
+# the shapes of the 2-D all-to-all checked forward and in training
+SHAPES = [
     (),                                                                   # 2 slices
-    ("workload.layer.tutel.chunks=1",),                                   # combine lands in tu_ret
+    ("workload.layer.tutel.chunks=1",),                   # the combine lands in tu_ret / tu_dret
     ("workload.layer.tutel.chunks=3", "workload.layer.tutel.capacity_factor=0.75"),   # drops
     ("system.nodes.count=4", "system.num_gpus=8"),                        # 4 nodes x 2, El = 1
     ("system.nodes.gpus_per_node=4", "system.nic.per_node=4", "system.num_gpus=8"),   # 2 x 4
-])
+]
+
+
+@pytest.mark.parametrize("extra", SHAPES)
 def test_2dh_layer_output_is_exact(extra):
     sim = _simulate(*extra)
     s, shape = sim.stats, sim.layer.shape
@@ -45,6 +50,35 @@ def test_2dh_layer_output_is_exact(extra):
     assert s["system.moe.rows_sent"] == shape.num_gpus * shape.pairs - dropped
     assert s["system.moe.output_max_abs_error_kept"] == 0.0
     assert (s["system.moe.output_max_abs_error"] == 0.0) == (dropped == 0)
+
+
+@pytest.mark.parametrize("extra", SHAPES)
+def test_2dh_backward_gradients_are_exact(extra):
+    """The backward runs the forward's 2-D hierarchical steps with the gradient rows (dO out
+    through the dispatch's A-D, dX home through the combine's A-E), slice by slice: every
+    gradient equals the NumPy reference, the kept pairs' rows go out and come back once."""
+    sim = _simulate("workload.layer.passes=training", *extra)
+    s, shape = sim.stats, sim.layer.shape
+    assert s["system.moe.tutel.all_to_all_2dh"] == 1
+    kept = shape.num_gpus * shape.pairs - s["system.moe.rows_dropped"]
+    for g in ("dx", "dw", "dw_gate", "dw_up", "dw_down", "ds_gate", "ds_up", "ds_down"):
+        assert s[f"system.moe.backward.{g}_max_abs_error"] == 0.0, g
+    assert s["system.moe.backward.rows_dispatched"] == s["system.moe.backward.rows_combined"] \
+        == kept
+    assert s["system.moe.backward.rows_computed"] == s["system.moe.rows_computed"]
+    assert any(l.kernel == "a2a_put_group" and l.stream == 3 for l in sim.launches)
+    assert not any(l.kernel == "a2a_put" for l in sim.launches)       # no flat all-to-all left
+
+
+def test_2dh_backward_moves_the_forwards_bytes_again():
+    """Bytes and messages in both directions: the gradient dispatch is the dispatch's steps and
+    the gradient combine the combine's, with the same tables, arrivals and done flags - so a
+    training run's NVLink, PCIe and InfiniBand bytes and RDMA work requests per GPU are exactly
+    twice the forward-only run's."""
+    fwd, train = _simulate(), _simulate("workload.layer.passes=training")
+    assert train.stats["system.moe.backward.dx_max_abs_error"] == 0.0
+    for g in range(4):
+        assert _counts(train, g) == tuple(2 * x for x in _counts(fwd, g)), g
 
 
 def _counts(sim, g):
@@ -93,9 +127,11 @@ def test_2dh_bytes_and_messages_per_level_by_hand():
         assert h_wr < f_wr
 
 
-def test_2dh_engines_agree(tmp_path):
+@pytest.mark.parametrize("passes", ["forward", "training"])
+def test_2dh_engines_agree(tmp_path, passes):
     out = cli_stats_per_engine("configs/experiments/functional.yaml", tmp_path,
                                "--system", f"configs/{TINY}", "--set", "scheme=tutel",
+                               "--set", f"workload.layer.passes={passes}",
                                "--set", "workload.layer.tokens_per_gpu=8",
                                "--set", "system.gpu.num_sms=4",
                                "--set", "workload.layer.combine_tbs=2",
@@ -104,6 +140,8 @@ def test_2dh_engines_agree(tmp_path):
     assert out["numba"] == out["python"]
     assert out["numba"]["system.moe.tutel.all_to_all_2dh"] == 1
     assert out["numba"]["system.moe.output_max_abs_error_kept"] == 0.0   # 8 tokens: some dropped
+    if passes == "training":
+        assert out["numba"]["system.moe.backward.dx_max_abs_error"] == 0.0
 
 
 def test_2dh_on_one_node_exits_2_naming_the_key(tmp_path):

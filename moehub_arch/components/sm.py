@@ -98,11 +98,13 @@ BLOCK = Block(
         ("wait_value", "flag-wait operand"),
         ("wait_end", "end of the flag range a wait.all watches (wait_addr is its first word not "
                      "yet satisfied; wait_addr + 8 for a single-word wait)"),
+        ("wait_ref", "wait.lanes: address of the expected value of the word at wait_addr (the "
+                     "lane's own operand; wait_value holds it), -1 for a wait on one value"),
         ("wait_start", "tick at which the current wait began (wait-time stats)"),
         ("smem_base", "the TB's shared-memory allocation within its SM"), ("smem_bytes", "its size"),
         ("progress", "tick of the TB's start or its last instruction touching memory, the hub or "
                      "the links (livelock detection, watchdog.LivelockWatchdog)"),
-        init={"state": TB_EMPTY, "launch": -1})
+        init={"state": TB_EMPTY, "launch": -1, "wait_ref": -1})
     + fields(
         "sm",
         ("next_issue", "tick of the scheduled issue event, -1 while the SM sleeps"),

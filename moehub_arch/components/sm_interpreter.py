@@ -29,7 +29,7 @@ from ..isa.encoding import (ALU_ADD, ALU_AND, ALU_DIV, ALU_MAX, ALU_MIN, ALU_MOV
                             SEM_BRANCH, SEM_COPY, SEM_COPY2D, SEM_EXIT, SEM_FENCE, SEM_FLAG_SET,
                             SEM_GET, SEM_LD, SEM_MMA, SEM_NOP, SEM_PUT, SEM_PUT_COUNTED,
                             SEM_SEND_HOME, SEM_SLEEP, SEM_ST, SEM_VEC, SEM_WAIT, SEM_WAIT_ALL,
-                            SEM_WAIT_COUNT, SUBOP, THR, VEC_ADD, VEC_AXPY, VEC_COL_ADD, VEC_COL_MUL,
+                            SEM_WAIT_COUNT, SEM_WAIT_LANES, SUBOP, THR, VEC_ADD, VEC_AXPY, VEC_COL_ADD, VEC_COL_MUL,
                             VEC_DSILU_MUL, VEC_FIRST_ROWWISE, VEC_LAST_ROWWISE, VEC_MAX, VEC_MUL,
                             VEC_ROW_ADD, VEC_ROW_DIV, VEC_ROW_MAX, VEC_ROW_MUL, VEC_ROW_SUB,
                             VEC_ROW_SUM, VEC_ROW_SUMSQ, VEC_SILU_MUL, VEC_SUB, VEC_ZERO,
@@ -500,14 +500,18 @@ def execute(st, slot, sm, tick, cyc):
                 tb_block(st, slot, TB_WAIT_REMOTE, tick)
                 return
 
-    elif sem == SEM_WAIT or sem == SEM_WAIT_COUNT or sem == SEM_WAIT_ALL:
+    elif (sem == SEM_WAIT or sem == SEM_WAIT_COUNT or sem == SEM_WAIT_ALL
+          or sem == SEM_WAIT_LANES):
         addr = operand(st, slot, row, 0, tick, cyc) + row[OP0 + 1]
         value = operand(st, slot, row, 2, tick, cyc)
         # wait.all: `count` consecutive words, a warp's lanes (a block's threads) each loading one
         # in a single coalesced access and the block going on once every one satisfies the
-        # comparison (a done-flag check over the GPUs); one word otherwise
+        # comparison (a done-flag check over the GPUs); one word otherwise. wait.lanes: the same,
+        # each lane comparing its word with its own expected value, word i of `ref` (value is
+        # then ref's address: the lanes load their operands in one more coalesced access)
         n = 1
-        if sem == SEM_WAIT_ALL:
+        ref = -1
+        if sem == SEM_WAIT_ALL or sem == SEM_WAIT_LANES:
             n = operand(st, slot, row, 3, tick, cyc)
             if n < 1 or n > WAIT_ALL_MAX:
                 raise_error(st, ERR_WAIT_COUNT, slot, n)
@@ -520,10 +524,21 @@ def execute(st, slot, sm, tick, cyc):
         elif not check_hbm_word(st, slot, addr) or (
                 n > 1 and not check_hbm_word(st, slot, addr + 8 * (n - 1))):
             return
-        mem_done = hbm_access(st, g, addr, 8 * n, tick, False)
+        mem_done = 0
+        if sem == SEM_WAIT_LANES:
+            ref = value
+            if not check_hbm_word(st, slot, ref) or (
+                    n > 1 and not check_hbm_word(st, slot, ref + 8 * (n - 1))):
+                return
+            mem_done = hbm_access(st, g, ref, 8 * n, tick, False)
+        mem_done = max(mem_done, hbm_access(st, g, addr, 8 * n, tick, False))
         # the first word that does not satisfy the comparison (n: every one does)
         k = 0
-        while k < n and compare(cmp, read_word(st, g, addr + 8 * k), value):
+        while k < n:
+            if ref >= 0:
+                value = read_word(st, g, ref + 8 * k)
+            if not compare(cmp, read_word(st, g, addr + 8 * k), value):
+                break
             k += 1
         satisfied = k == n
         if sem == SEM_WAIT_COUNT:
@@ -536,6 +551,7 @@ def execute(st, slot, sm, tick, cyc):
             st.tb[slot].pc = next_pc
             st.tb[slot].wait_addr = addr + 8 * k
             st.tb[slot].wait_end = addr + 8 * n
+            st.tb[slot].wait_ref = ref + 8 * k if ref >= 0 else -1
             st.tb[slot].wait_cmp = cmp
             st.tb[slot].wait_value = value
             add_waiter(st, g, WAITLIST_FLAG, slot)

@@ -51,7 +51,7 @@ CTR_SENT = -1   # ctr_switch: the packet is consumed (declare.Crossing)
 ERR_CTR_RANGE = 70
 # ctr.add's semantic: its number, name and operands are declared in its ISA file too
 # (isa/counter.yaml `semantics:`; the simulation refuses an ISA semantic no block executes)
-SEM_CTR_ADD = 30
+SEM_CTR_ADD = 40
 
 
 def _entries(cfg):

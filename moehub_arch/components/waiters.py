@@ -6,7 +6,11 @@ TBs waiting on words inside the written range and wakes those now satisfied at t
 completion tick. A ``wait.all`` over a range of words (a warp's coalesced load of n done flags)
 sleeps on the first word not yet satisfied; the write that satisfies it compares the rest of the
 range in the same pass and moves the sleeper to the next unsatisfied word, or wakes it when none
-is left - one wake-up for the whole range, as the warp's last poll sees every flag set. This models a polling loop whose poll hits right after the write lands.
+is left - one wake-up for the whole range, as the warp's last poll sees every flag set. A
+``wait.lanes`` is the same with an expected value per word (each lane's own operand, the word at
+the same index of a second range: DeepEP's combine waits for every rank's ring tail to pass the
+token's position in that rank's ring). This models a polling loop whose poll hits right after the
+write lands.
 Each GPU keeps its sleepers in a list (State.wait_list, in the order they started waiting), so a
 write costs nothing when nobody waits and a pass over the sleepers otherwise; the same lists hold
 the TBs stalled on a full hub (hub.wake_hub_waiters).
@@ -80,15 +84,26 @@ def notify_stores(st, g, addr, nbytes, tick):
         if not (a + 8 <= addr or a >= addr + nbytes
                 or not compare(tb.wait_cmp, read_word(st, g, a), tb.wait_value)):
             # the watched word is satisfied: a wait.all's poll compares the rest of its range (the
-            # words before it were satisfied already) and sleeps on the next one that is not
-            a += 8
-            while a < tb.wait_end and compare(tb.wait_cmp, read_word(st, g, a), tb.wait_value):
+            # words before it were satisfied already) and sleeps on the next one that is not; a
+            # wait.lanes' lane compares with its own expected word (wait_ref, same index)
+            ref = tb.wait_ref
+            value = tb.wait_value
+            while True:
                 a += 8
+                if a >= tb.wait_end:
+                    break
+                if ref >= 0:
+                    ref += 8
+                    value = read_word(st, g, ref)
+                if not compare(tb.wait_cmp, read_word(st, g, a), value):
+                    break
             if a >= tb.wait_end:
                 counted_wait_released(st, g, slot, tick)   # a wait.count's sleep (counted_write.py)
                 tb_resume(st, slot, tick, WAIT_FLAG)
                 continue
             tb.wait_addr = a
+            tb.wait_ref = ref
+            tb.wait_value = value
         st.wait_list[g, WAITLIST_FLAG, kept] = slot   # still waiting (list order kept)
         if kept == 0 or a < lo:
             lo = a

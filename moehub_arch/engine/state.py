@@ -194,7 +194,7 @@ ERR_RED_REMOTE = 13
 ERR_MOE_CLAIM_LAUNCH = 14
 ERR_MULTIMEM_ADDR = 20
 ERR_DAM_START_QUEUE = 15
-ERR_WAIT_COUNT = 16        # wait.all: flag count outside 1 .. WAIT_ALL_MAX
+ERR_WAIT_COUNT = 16        # wait.all, wait.lanes: flag count outside 1 .. WAIT_ALL_MAX
 ERR_MOE_REOPEN = 17        # notify_ready.reopen before this GPU's streams of the last round finished
 ERR_ROWSP_ID = 30          # st.rowsp / rowsp.malloc: allocation id not registered / out of the table
 ERR_ROWSP_ROW = 31         # st.rowsp: bytes past the registered row size (or a row's stores exceed it)
@@ -266,8 +266,8 @@ ERROR_TEXT = {
     ERR_BAD_SIZE: "negative or zero size",
     ERR_REG_RANGE: "vector load past r31 (ld.vN dst needs dst + N - 1 <= 31)",
     ERR_RED_REMOTE: "red.add targets another GPU; posted reductions are local (use atom.add for peers)",
-    ERR_WAIT_COUNT: "wait.all flag count outside 1 .. 1024 (one flag per thread of a block; the "
-                    "value shown is the count)",
+    ERR_WAIT_COUNT: "wait.all flag count outside 1 .. 1024 (wait.lanes too: one flag per thread "
+                    "of a block; the value shown is the count)",
     ERR_MULTIMEM_ADDR: "multimem address outside every multicast object this GPU is a member of "
                        "(workload.multicast: a buffer and its GPUs), or the range runs past the object",
     ERR_MOE_CLAIM_LAUNCH: "claim_buffer with system.gpu.hub.moe.dam.consumers: launch in the first "

@@ -112,16 +112,19 @@ SEM_CAIS = 26          # (gpu, dst, src, bytes, value)  subop CAIS_*; the addres
 SEM_PUT_COUNTED = 27   # (gpu, dst, src, bytes, counter)  put whose landed bytes add to counter at gpu
 SEM_WAIT_COUNT = 28    # (counter, expected)               sleep until the local counter >= expected
 SEM_WAIT_ALL = 29      # (addr, value, count)   sleep until `count` consecutive local words CMP value
-NUM_SEMANTICS = 30
+SEM_WAIT_LANES = 30    # (addr, ref, count)  sleep until each of `count` consecutive local words CMP
+#                        the word at the same index from ref (a lane per word, its own expected value)
+NUM_SEMANTICS = 31
 # A block may add semantics of its own, numbered from NUM_SEMANTICS up (below 63): its ISA file
 # declares each one's name, number and operands (`semantics:`, isa/loader.py) and its module
-# the number and handler (declare.Semantic), as components/switch_counter.py does for ctr.add.
+# the number and handler (declare.Semantic), as components/switch_counter.py does for ctr.add
+# (40: room for the base ISA to grow without renumbering it).
 WAIT_ALL_MAX = 1024    # wait.all: one flag per thread (lane) of a block: at most 1024 threads
 SEMANTIC_NAMES = (
     "nop", "exit", "alu", "branch", "ld", "st", "copy", "copy2d", "mma", "vec", "put", "get",
     "atom", "flag_set", "wait", "fence", "sleep", "send_to_expert", "claim", "notify", "send_home",
     "multimem", "rowsp_malloc", "st_rowsp", "send_to_experts", "st_rowsp_experts", "cais",
-    "put_counted", "wait_count", "wait_all",
+    "put_counted", "wait_count", "wait_all", "wait_lanes",
 )
 # Named operands of each semantic, in slot order, as (name, kind). Kinds: "reg" (a general
 # register written by the instruction), "src" (register, special register, parameter or
@@ -168,6 +171,7 @@ SEMANTIC_OPERANDS = {
                       ("counter", "src")),
     SEM_WAIT_COUNT: (("counter", "addr"), ("expected", "src")),
     SEM_WAIT_ALL: (("addr", "addr"), ("value", "src"), ("count", "src")),
+    SEM_WAIT_LANES: (("addr", "addr"), ("ref", "src"), ("count", "src")),
 }
 
 
@@ -285,6 +289,7 @@ ROWSP_NAMES = ("critical", "nop")
 
 SUBOP_NAMES = {
     SEM_ALU: ALU_NAMES, SEM_BRANCH: CMP_NAMES, SEM_WAIT: CMP_NAMES, SEM_WAIT_ALL: CMP_NAMES,
+    SEM_WAIT_LANES: CMP_NAMES,
     SEM_VEC: VEC_NAMES,
     SEM_ATOM: ATOM_NAMES, SEM_NOTIFY: NOTIFY_NAMES, SEM_MMA: MMA_NAMES, SEM_LD: LD_NAMES,
     SEM_MULTIMEM: MM_NAMES,

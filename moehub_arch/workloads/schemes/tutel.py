@@ -27,7 +27,8 @@ kernels need no shared memory and share the SMs.
 
 Across nodes (`workload.layer.tutel.all_to_all`, auto: on a multi-node system) both all-to-alls
 are Tutel's 2-D hierarchical all-to-all (class TwoDH below): an all-to-all inside the node, then
-one among the GPUs of one local rank across nodes, with a stride copy before each.
+one among the GPUs of one local rank across nodes, with a stride copy before each; in training
+the backward's gradient dispatch and combine run the same steps (TwoDH).
 
 What it leaves out: zeroing the padding of the send buffer each call (E x C x H x 2 bytes of HBM
 writes; here it starts zero), its dynamic capacity (capacity_factor <= 0) and adaptive
@@ -102,14 +103,28 @@ class TwoDH:
     HBM copies, as in Tutel (NCCL sends contiguous buffers); what Tutel does with its output's
     layout change (a reshape copy) is folded into D's puts in the dispatch, as in the flat path.
     The copies use the encode's thread blocks (copy_tbs), pieces of at most a2a_chunk_bytes.
+
+    tu_recv / tu_ye's row of (slice c, local expert le, source GPU g) is c slice_rows + le
+    expert_rows + g Cc (plan: slice-major forward only, expert-major in training). The backward
+    (passes: training) runs the same tables in the same directions with other buffers: the
+    gradient dispatch (home -> expert, the combine's backward) is the dispatch's A-D from
+    tu_dsend to b_dye, the gradient combine (expert -> home, the dispatch's backward) the
+    combine's A-E from b_dxe to tu_dret; the staging buffers serve again (the forward is done
+    with them on every GPU before any backward starts: the forward's gather waits for every
+    GPU's last combine step), with their own arrival counters.
     """
 
-    def __init__(self, P, G, El, C, Cc, n, rb, piece, copy_tbs):
+    def __init__(self, P, G, El, C, Cc, n, rb, piece, copy_tbs, slice_rows, expert_rows):
         self.P, self.G, self.N, self.El, self.C, self.Cc, self.n = P, G, P // G, El, C, Cc, n
         self.rb, self.piece, self.copy_tbs = rb, piece, copy_tbs
         self.u = Cc * rb                               # one (GPU pair, local expert) block
         self.slice = El * P * self.u                   # one slice of every staging buffer
         G, N, El, u, sl = self.G, self.N, self.El, self.u, self.slice
+
+        def recv(c, le, g):
+            """Byte offset in tu_recv / tu_ye (and b_dye / b_dxe) of slice c, expert le,
+            source g."""
+            return (c * slice_rows + le * expert_rows + g * Cc) * rb
         self.copies = {}                               # table name -> ([P][n*K][3], K)
         self.group = {}                                # table name -> ([P][n*span*e][3], e)
         A, Cd, A2, C2, E2 = ([[[] for _ in range(n)] for _ in range(P)] for _ in range(5))
@@ -123,7 +138,7 @@ class TwoDH:
                         A[x][c].append((((d * El + le) * C + c * Cc) * rb,
                                         o + ((Ld * N + Nd) * El + le) * u, u))
                         # combine A: tu_ye [c][le][src] -> S1 [Ls][Ns][le] (d: the home GPU)
-                        A2[x][c].append((o + (le * P + d) * u,
+                        A2[x][c].append((recv(c, le, d),
                                          o + ((Ld * N + Nd) * El + le) * u, u))
                         # combine E: R2 [expert GPU d][le] -> tu_ret [E][C]
                         E2[x][c].append((o + (d * El + le) * u,
@@ -148,20 +163,23 @@ class TwoDH:
             Nx, Lx = divmod(x, G)
             B.append([(c * sl + j * N * El * u, c * sl + Lx * N * El * u, N * El * u)
                       for c in range(n) for j in range(G)])
-            D.append([(c * sl + (m * El + le) * G * u, c * sl + (le * P + Nx * G) * u, G * u)
+            D.append([(c * sl + (m * El + le) * G * u, recv(c, le, Nx * G), G * u)
                       for c in range(n) for m in range(N) for le in range(El)])
             # R2 [expert GPU][le] per slice; with one slice tu_ret [E][C] itself (C = Cc)
             D2.append([(c * sl + m * G * El * u, (c * sl if n > 1 else 0) + Nx * G * El * u,
                         G * El * u) for c in range(n) for m in range(N)])
         self.group = {"tu_h_b": (B, 1), "tu_h_d": (D, El), "tu_h_cd": (D2, 1)}
 
-    def buffers(self):
+    def buffers(self, training):
         n, sl = self.n, self.slice
         out = [_buf(f"tu_h_{b}", n * sl, dtype="bf16") for b in ("s1", "r1", "s2", "cs1", "cr1",
                                                                  "cs2")]
         if n > 1:
             out.append(_buf("tu_h_cr2", n * sl, dtype="bf16"))
-        out.append(_buf("tu_h_arr", 3 * n * 8, region="control", dtype="i64"))
+        # arrival counters: per slice, the dispatch's B, the combine's B and D; in training the
+        # same for the backward's gradient dispatch and combine
+        out.append(_buf("tu_h_arr", (6 if training else 3) * n * 8, region="control",
+                        dtype="i64"))
         for name, (rows, _) in list(self.copies.items()) + list(self.group.items()):
             out.append(_buf(name, len(rows[0]) * ENTRY_BYTES + 64, region="control",
                             dtype="i64"))                 # + 64: ld.v8
@@ -185,45 +203,44 @@ class TwoDH:
     def _arr(self, i, c):
         return f"@tu_h_arr + {8 * (i * self.n + c)}"
 
-    def dispatch_launches(self, c):
-        """Stream 0, slice c: A, B, C (once the node's G blocks are in), D (its arrivals counted
-        in tu_arrive[c]: N per slice)."""
-        return [self._copy(0, "tu_h_a", c, "@tu_send", "@tu_h_s1"),
-                self._group(0, "tu_h_b", c, "@tu_h_s1", "@tu_h_r1", True, arrive=self._arr(0, c)),
-                self._copy(0, "tu_h_c", c, "@tu_h_r1", "@tu_h_s2", wait=(self._arr(0, c), self.G)),
-                self._group(0, "tu_h_d", c, "@tu_h_s2", "@tu_recv", False,
-                            arrive=f"@tu_arrive + {8 * c}")]
+    def dispatch_launches(self, c, stream=0, src="@tu_send", dst="@tu_recv",
+                          arrive="@tu_arrive", counters=0, wait=None):
+        """Slice c: A, B, C (once the node's G blocks are in), D (its arrivals counted in
+        `arrive`[c]: N per slice). The forward's dispatch on stream 0; the backward's gradient
+        dispatch (counters 3: its own arrival counters) with `wait` before A."""
+        return [self._copy(stream, "tu_h_a", c, src, "@tu_h_s1", wait=wait),
+                self._group(stream, "tu_h_b", c, "@tu_h_s1", "@tu_h_r1", True,
+                            arrive=self._arr(counters, c)),
+                self._copy(stream, "tu_h_c", c, "@tu_h_r1", "@tu_h_s2",
+                           wait=(self._arr(counters, c), self.G)),
+                self._group(stream, "tu_h_d", c, "@tu_h_s2", dst, False,
+                            arrive=f"{arrive} + {8 * c}")]
 
-    def combine_launches(self, c):
-        """Stream 3, slice c (after its GEMM): A, B, C, D; the last slice's D raises done[] for
-        every GPU of the sender's node on each peer (their rows came with it)."""
+    def combine_launches(self, c, src="@tu_ye", ret="@tu_ret", done="@done", counters=1,
+                         wait=None):
+        """Stream 3, slice c (after its GEMM; `wait` before A): A, B, C, D; the last slice's D
+        raises `done`[] for every GPU of the sender's node on each peer (their rows came with
+        it). The forward's combine, or the backward's gradient combine (b_dxe -> tu_dret,
+        counters 4 and 5)."""
         last = c == self.n - 1
-        return [self._copy(3, "tu_h_ca", c, "@tu_ye", "@tu_h_cs1"),
+        return [self._copy(3, "tu_h_ca", c, src, "@tu_h_cs1", wait=wait),
                 self._group(3, "tu_h_b", c, "@tu_h_cs1", "@tu_h_cr1", True,
-                            arrive=self._arr(1, c)),
+                            arrive=self._arr(counters, c)),
                 self._copy(3, "tu_h_cc", c, "@tu_h_cr1", "@tu_h_cs2",
-                           wait=(self._arr(1, c), self.G)),
-                self._group(3, "tu_h_cd", c, "@tu_h_cs2", "@tu_h_cr2" if self.n > 1 else "@tu_ret",
-                            False, arrive=self._arr(2, c), done="@done" if last else 0,
+                           wait=(self._arr(counters, c), self.G)),
+                self._group(3, "tu_h_cd", c, "@tu_h_cs2", "@tu_h_cr2" if self.n > 1 else ret,
+                            False, arrive=self._arr(counters + 1, c), done=done if last else 0,
                             done_span=self.G)]
 
-    def combine_unstage_launches(self):
+    def combine_unstage_launches(self, ret="@tu_ret", counters=1):
         """Stream 3, after every slice's D: E per slice, once its N node blocks are in."""
         if self.n == 1:
             return []
-        return [self._copy(3, "tu_h_ce", c, "@tu_h_cr2", "@tu_ret", wait=(self._arr(2, c), self.N))
-                for c in range(self.n)]
+        return [self._copy(3, "tu_h_ce", c, "@tu_h_cr2", ret,
+                           wait=(self._arr(counters + 1, c), self.N)) for c in range(self.n)]
 
 
-def backward_refusal(two_d):
-    """Why this tutel configuration has no backward ('' when it has one)."""
-    if two_d:
-        return ("workload.layer.tutel.all_to_all: the 2-D hierarchical all-to-all (multi-node) has "
-                "no backward here; the flat one has")
-    return ""
-
-
-def _backward(s, cfg, add, presets, n, C, Cc, table_bytes, piece):
+def _backward(s, cfg, add, presets, n, C, Cc, table_bytes, piece, hd):
     """The backward after the forward, slice by slice as the forward (Tutel's overlap: its
     autograd runs each slice's all-to-all on the communication stream while another slice's
     expert backward computes), over the expert-major layout; returns its buffers.
@@ -238,7 +255,9 @@ def _backward(s, cfg, add, presets, n, C, Cc, table_bytes, piece):
                 after the last slice the weight gradients over every slice's rows at once (the
                 slices' sums, which autograd accumulates, in one pass)
     With one slice this is the whole capacity's all-to-alls in reverse around one expert
-    backward."""
+    backward. Across nodes (`hd`, the TwoDH of the forward) each all-to-all is the 2-D
+    hierarchical one: the gradient dispatch runs the forward dispatch's steps A-D (its rows
+    arrive from N peer nodes per slice), the gradient combine the forward combine's A-E."""
     P, E, El = s.num_gpus, s.experts, s.local_experts
     bufs, tt = sliced_bwd_buffers(s, _buf, presets, "tu", n, P * Cc, E * C)
     sbb, slaunches = shared_bwd(s, cfg, 3, _buf)
@@ -246,15 +265,27 @@ def _backward(s, cfg, add, presets, n, C, Cc, table_bytes, piece):
         add(launch, phase)
     add(combine_bwd_launch(s, cfg, 3, "@tu_map", "@tu_dsend"), "backward_dispatch")
     for c in range(n):
-        add(a2a_launch(3, f"@tu_fwd + {c * table_bytes}", El, "@tu_dsend", "@b_dye", piece,
-                       arrive=f"@tu_darrive + {8 * c}"), "backward_dispatch")
+        if hd:
+            for launch in hd.dispatch_launches(c, 3, "@tu_dsend", "@b_dye", "@tu_darrive", 3):
+                add(launch, "backward_dispatch")
+        else:
+            add(a2a_launch(3, f"@tu_fwd + {c * table_bytes}", El, "@tu_dsend", "@b_dye", piece,
+                           arrive=f"@tu_darrive + {8 * c}"), "backward_dispatch")
     for launch, phase in sliced_expert_bwd(s, 2, cfg.system.gpu.num_sms, "tu", n, P * Cc, tt,
-                                           lambda c: "tu_rows", "tu_recv", "he", P):
+                                           lambda c: "tu_rows", "tu_recv", "he",
+                                           hd.N if hd else P):
         add(launch, phase)
     for c in range(n):
-        add(a2a_launch(3, f"@tu_bwd + {c * table_bytes}", El, "@b_dxe", "@tu_dret", piece,
-                       wait=(f"@tu_bdone + {8 * c}", 1), done="@bdone" if c == n - 1 else 0),
-            "backward_combine")
+        wait = (f"@tu_bdone + {8 * c}", 1)
+        if hd:
+            for launch in hd.combine_launches(c, "@b_dxe", "@tu_dret", "@bdone", 4, wait):
+                add(launch, "backward_combine")
+        else:
+            add(a2a_launch(3, f"@tu_bwd + {c * table_bytes}", El, "@b_dxe", "@tu_dret", piece,
+                           wait=wait, done="@bdone" if c == n - 1 else 0), "backward_combine")
+    if hd:
+        for launch in hd.combine_unstage_launches("@tu_dret", 4):
+            add(launch, "backward_combine")
     add(dispatch_bwd_launch(s, cfg, 3, "@tu_dret", "@tu_map"), "backward_combine")
     return bufs + sbb
 
@@ -282,14 +313,13 @@ def plan(layer):
     G = node_gpus(cfg)
     two_d = all_to_all_2dh(opts.all_to_all, P, G)
     training = cfg.workload.layer.passes == "training"
-    why = backward_refusal(two_d)
     # where slice c of local expert le from source g lands in tu_recv / tu_ye: row
     # c * slice_rows + le * expert_rows + g * Cc. Forward only: slice-major [chunks][El][P][Cc]
     # (each slice's GEMM its own block; the slices share one activation buffer). Training:
     # expert-major [El][chunks][P][Cc] (each slice's GEMM over rows expert_rows apart, its
     # activations beside the others'), so an expert's rows of every slice lie together for the
     # weight gradients - the layouts agree with one slice
-    expert_major = training and not why
+    expert_major = training
     slice_rows, expert_rows = (P * Cc, P * C) if expert_major else (El * P * Cc, P * Cc)
 
     fwd = np.zeros((P, n, P, El, 3), np.int64)         # [gpu][slice][peer][le]
@@ -331,8 +361,8 @@ def plan(layer):
     add(permute_launch(s, 0, tbs, cnt="@tu_cnt", base="@tu_base", out="@tu_send",
                        map_="@tu_map", cap=C), "dispatch")
     if two_d:
-        hd = TwoDH(P, G, El, C, Cc, n, rb, piece, min(nsm, tbs))
-        buffers += hd.buffers()
+        hd = TwoDH(P, G, El, C, Cc, n, rb, piece, min(nsm, tbs), slice_rows, expert_rows)
+        buffers += hd.buffers(training)
         presets.update(hd.presets())
         for c in range(n):
             for launch in hd.dispatch_launches(c):
@@ -369,8 +399,9 @@ def plan(layer):
     dropped = expected_drops(layer.routing.topk_idx, E, C)
     kept = P * s.pairs - dropped
     bbufs = []
-    if training and not why:
-        bbufs = _backward(s, cfg, add, presets, n, C, Cc, table_bytes, piece)
+    if training:
+        bbufs = _backward(s, cfg, add, presets, n, C, Cc, table_bytes, piece,
+                          hd if two_d else None)
 
     def row_order(sim):
         """{expert: (flat tokens, slots)} of the kept pairs in tu_recv's (expert-major) order:
@@ -404,8 +435,8 @@ def plan(layer):
 
     return SchemePlan(
         buffers=tuple(buffers + gbufs + sbufs + bbufs), launches=tuple(plan_launches.launches),
-        kernel_files=(A2A_KERNELS,) + (BACKWARD_KERNELS if training and not why else ()),
-        presets=presets, n_tile=s.n_tile, backward=not why, backward_why=why,
+        kernel_files=(A2A_KERNELS,) + (BACKWARD_KERNELS if training else ()),
+        presets=presets, n_tile=s.n_tile, backward=True,
         backward_row_order=row_order,
         backward_expected_rows={"dispatched": kept, "computed": P * El * P * C,
                                 "combined": kept},

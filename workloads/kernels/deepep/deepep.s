@@ -714,10 +714,11 @@ leave:
 #   TB C*P + c*P + w (w = 1..P-1): reducer w - 1 of the channel's P - 1 reducers (DeepEP's
 #     reducer warps): takes the channel's home tokens w - 1, w - 1 + (P - 1), ...; per token
 #     acc (fp32, shared memory: the register stand-in) = the shared experts' rows (ascending)
-#     then, for each rank r ascending whose send_head word is >= 0, waits until ring (c, r)'s tail
-#     passes the token's position (acquire) and adds the bf16 row from its slot
-#     (vaxpy.f32.bf16.lsu: the warps load the row through the LSU, the vector unit adds it in
-#     fp32); writes the fp32 row to out[t] (copy: DeepEP's TMA store of the bf16 row) and counts
+#     then waits until the tail of every ring (c, r) whose send_head word is >= 0 passes the
+#     token's position in it (acquire; one wait.lanes.gt, a lane per rank: DeepEP's receiver warp
+#     votes over its lanes with __any_sync before it reduces) and, for each such rank r
+#     ascending, adds the bf16 row from its slot (vaxpy.f32.bf16.lsu: the warps load the row
+#     through the LSU, the vector unit adds it in fp32); writes the fp32 row to out[t] (copy: DeepEP's TMA store of the bf16 row) and counts
 #     the token in its progress word for the head updater.
 # Summation order (the reference's combine="per_rank"): out[t] = ((0 + ys[0][t]) + ys[1][t] ...)
 # + bf16(partial of the lowest rank) + ... + bf16(partial of the highest rank), each add in fp32.
@@ -885,6 +886,9 @@ ranks:
     mul r28, r14, %ngpu
     shl r28, r28, 3
     add r28, r28, %send_head     # r28 = &send_head[t][0]
+    # every ring (c, r)'s tail passed the token's position in it (acquire), a lane per rank with
+    # its own position (-1, no expert on rank r: any tail passes it) - DeepEP's one vote per token
+    wait.lanes.gt [r10], r28, %ngpu
     mov r26, 0                   # r26 = rank r
 rank_group:
     ld.v8 r16, [r28]             # positions of ranks r .. r + 7 (slot j's in r16 after j shifts)
@@ -892,9 +896,6 @@ rank_group:
     min r29, r29, %ngpu          # r29 = end of the group
 rank:
     blt r16, 0, rank_next        # the token has no expert on rank r
-    shl r27, r26, 3
-    add r27, r27, r10
-    wait.gt [r27], r16           # ring (c, r)'s tail passed the token's position (acquire)
     mul r27, r5, %ngpu
     add r27, r27, r26
     mul r27, r27, %ring_rows

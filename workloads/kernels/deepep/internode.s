@@ -470,9 +470,10 @@ fw_done:
 #     (n0, s % L); every 8 tokens (the staging fence) and at the end it raises
 #     dp_comb_ctl[c][(s / L)*L + l0] there to the tokens whose copies have landed.
 #   TB C*P + c*N + m: forwarder of origin s = (m, l0) on channel c: walks the tokens it forwarded
-#     in dispatch (dp_fwd_rec, in RDMA ring order); per token, for the local ranks j ascending
-#     that hold any of its experts, waits until rank j's copy of it has landed and adds the bf16
-#     partial to an fp32 sum; the bf16 row goes home with an RDMA put into dp_comb[t][n0] on s.
+#     in dispatch (dp_fwd_rec, in RDMA ring order); per token it waits until the copy of every
+#     local rank j that holds any of its experts has landed (one wait.lanes.ge, a lane per rank,
+#     as DeepEP's forwarder warp waits), then for those ranks ascending adds the bf16 partial to
+#     an fp32 sum; the bf16 row goes home with an RDMA put into dp_comb[t][n0] on s.
 #     The last forwarder of the GPU to finish raises done[me] everywhere.
 .kernel deepep_combine_internode
 .param rec
@@ -581,12 +582,12 @@ fw_tok:
     mul r29, r29, %node_gpus
     mul r29, r29, r1
     add r29, r29, %fwd_comb      # r29 = dp_fwd_comb[m][t][0]
+    # every local rank j's copy of this token has landed (its progress reached the position + 1
+    # in the record; 0, no copy: always reached), a lane per rank - DeepEP's forwarder warp
+    wait.lanes.ge [r8], r26, %node_gpus
     mov r28, 0                   # r28 = local rank j
 fw_rank:
     beq r16, 0, fw_rank_next
-    shl r31, r28, 3
-    add r31, r31, r8
-    wait.ge [r31], r16           # rank j's copy of this token has landed
     mul r31, r28, r1
     add r31, r31, r29
     vaxpy.f32.bf16 r10, r31, %one, %hidden
