@@ -327,3 +327,25 @@ def test_deepep_internode_stages_each_destination_node_apart():
                            "workload.layer.deepep.rdma_send_chunk_tokens=4")
     assert sim.stats["system.moe.output_max_abs_error"] == 0.0
     assert sum(sim.stats[f"system.nic{g}.rdma_writes"] for g in range(8)) > 0
+
+
+def test_deepep_internode_combine_forwarder_warps():
+    """DeepEP's internode combine gives each (channel, destination node) forwarder
+    kNumWarpsPerForwarder = max(16 / nodes, 1) warps (internode.cu at 3b1045d: 16 forwarder warps
+    per channel, kNumCombineForwarderWarps, split over the RDMA ranks), sub-warp w combining
+    tokens w, w + W, ... of each chunk; ours launches as many forwarder warp groups
+    (deepep_combine_internode: C*P NVL senders, then C*N*W forwarders). On 2 x 2 (W = 8) and
+    4 x 2 (W = 4) with one channel the combine has C*P + C*N*W thread blocks on every GPU and
+    the layer is exact: the W groups of a forwarder share out its tokens, none lost."""
+    from moehub_arch.workloads.schemes.deepep import combine_forwarder_warps
+    assert [combine_forwarder_warps(n) for n in (1, 2, 3, 4, 8, 16, 32)] == [16, 8, 5, 4, 2, 1, 1]
+    for nodes, W in ((2, 8), (4, 4)):
+        sim = simulate_on_tiny("experiments/functional.yaml", "scheme=deepep",
+                               f"system.nodes.count={nodes}", "workload.layer.tokens_per_gpu=16",
+                               "workload.layer.deepep.kernels=communication",
+                               "workload.layer.deepep.comm_sms=2")
+        assert sim.stats["system.moe.output_max_abs_error"] == 0.0
+        P = 2 * nodes
+        tbs = [sim.stats[f"system.gpu{li.gpu}.launch{li.index}.tbs"] for li in sim.launches
+               if li.kernel == "deepep_combine_internode"]
+        assert tbs == [P + nodes * W] * P, (nodes, tbs)

@@ -79,6 +79,17 @@ COMBINE_SMEM_BYTES = DEEPEP_WARPS_PER_BLOCK * 4096      # 96 KB
 # internode.cu `dispatch` (launch function): kNumTMABytesPerWarp = 16384 for each of the
 # NUM_MAX_NVL_PEERS = 8 forwarder warps: 128 KB of dynamic shared memory per block (512 threads)
 INTERNODE_DISPATCH_SMEM_BYTES = 16384 * 8
+# internode.cu `combine` (launch function, commit 3b1045d): kNumCombineForwarderWarps = 16
+# forwarder warps per channel, split over the RDMA ranks: kNumWarpsPerForwarder =
+# max(16 / num_rdma_ranks, 1) warps combine the tokens of one (channel, node) together, each
+# taking every kNumWarpsPerForwarder-th token of a chunk (8 at 2 nodes, 4 at 4)
+COMBINE_FORWARDER_WARPS = 16
+
+
+def combine_forwarder_warps(nodes):
+    """Warp groups per (channel, node) forwarder of the internode combine: DeepEP's
+    kNumWarpsPerForwarder = max(kNumCombineForwarderWarps / num_rdma_ranks, 1)."""
+    return max(COMBINE_FORWARDER_WARPS // nodes, 1)
 
 
 def tma_staging_bytes(cfg, nbytes):
@@ -340,7 +351,8 @@ def internode_dispatch(layer, buffers, launches, *, L, db):
         _buf("dp_fwd_comb", N * T * L * rb, dtype="bf16"),
         _buf("dp_comb_ctl", C * P * 8, region="control", dtype="i64"),
         _buf("dp_comb", T * N * rb, dtype="bf16"),
-        _buf("dp_combine_scratch", (C * P + C * N) * COMBINE_STAGING * rb),
+        _buf("dp_combine_scratch",
+             (C * P + C * N * combine_forwarder_warps(N)) * COMBINE_STAGING * rb),
     ]
     old = launches[2]
     params = dict(old.params)
@@ -369,14 +381,15 @@ def internode_combine(layer, *, expert_out, shared, L):
     P, T, k, El, H = s.num_gpus, s.tokens, s.top_k, s.local_experts, s.hidden
     C = max(1, opts.comm_sms // 2)
     N = P // L
+    W = combine_forwarder_warps(N)
     return [
-        LaunchConfig(kernel="deepep_combine_internode", grid=C * P + C * N, stream=0, params=(
+        LaunchConfig(kernel="deepep_combine_internode", grid=C * N * W + C * P, stream=0, params=(
             ("rec", "@dp_rec"), ("ntf", "@dp_ntf"), ("recv_y", expert_out),
             ("fwd_rec", "@dp_fwd_rec"), ("fwd_cnt", "@dp_fwd_cnt"), ("fwd_comb", "@dp_fwd_comb"),
             ("comb_ctl", "@dp_comb_ctl"), ("comb", "@dp_comb"),
             ("scratch", "@dp_combine_scratch"), ("one", "@one"), ("acct", "@acct"),
             ("done", "@done"), ("tokens", T), ("topk", k), ("hidden", H), ("channels", C),
-            ("local_experts", El), ("node_gpus", L))),
+            ("local_experts", El), ("node_gpus", L), ("fwd_warps", W))),
         LaunchConfig(kernel="deepep_reduce_nodes", grid=cfg.workload.layer.combine_tbs, stream=0,
                      params=(
             ("out", "@out"), ("ys", "@ys"), ("comb", "@dp_comb"), ("meta", "@dp_meta"),

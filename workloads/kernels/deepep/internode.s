@@ -462,19 +462,23 @@ fw_done:
     exit
 
 # ------------------------------------------------------------------------------------------------
-# deepep_combine_internode: grid C*P + C*N thread blocks (28 KB of shared memory each: a token's
-# fp32 sum), as DeepEP's internode combine pairs NVL senders with RDMA-and-NVL forwarders:
+# deepep_combine_internode: grid C*P + C*N*W thread blocks (28 KB of shared memory each: a token's
+# fp32 sum), as DeepEP's internode combine pairs NVL senders with RDMA-and-NVL forwarders; W =
+# %fwd_warps = max(16 / N, 1), DeepEP's kNumWarpsPerForwarder (its 16 forwarder warps per channel,
+# kNumCombineForwarderWarps, split over the N destination nodes):
 #   TB c*P + s (< C*P): NVL sender of the tokens this rank received from origin s on channel c
 #     (deepep.s's combine records): per token the fp32 weighted sum of its local expert outputs,
 #     rounded to bf16 and copied with a warp copy into dp_fwd_comb[s / L][t][l0] on the forwarder
 #     (n0, s % L); every 8 tokens (the staging fence) and at the end it raises
 #     dp_comb_ctl[c][(s / L)*L + l0] there to the tokens whose copies have landed.
-#   TB C*P + c*N + m: forwarder of origin s = (m, l0) on channel c: walks the tokens it forwarded
-#     in dispatch (dp_fwd_rec, in RDMA ring order); per token it waits until the copy of every
-#     local rank j that holds any of its experts has landed (one wait.lanes.ge, a lane per rank,
-#     as DeepEP's forwarder warp waits), then for those ranks ascending adds the bf16 partial to
-#     an fp32 sum; the bf16 row goes home with an RDMA put into dp_comb[t][n0] on s.
-#     The last forwarder of the GPU to finish raises done[me] everywhere.
+#   TB C*P + (c*N + m)*W + w: forwarder warp w of origin s = (m, l0) on channel c: walks the
+#     tokens it forwarded in dispatch (dp_fwd_rec, in RDMA ring order), tokens w, w + W, ... (DeepEP:
+#     sub-warp w of the forwarder takes tokens token_start_idx + w, + 2w, ... of every chunk, so
+#     the W warps combine W tokens at a time); per token it waits until the copy of every local
+#     rank j that holds any of its experts has landed (one wait.lanes.ge, a lane per rank, as
+#     DeepEP's forwarder warp waits), then for those ranks ascending adds the bf16 partial to an
+#     fp32 sum; the bf16 row goes home with an RDMA put into dp_comb[t][n0] on s. The last of the
+#     GPU's C*N*W forwarders to finish raises done[me] everywhere.
 .kernel deepep_combine_internode
 .param rec
 .param ntf
@@ -494,6 +498,7 @@ fw_done:
 .param channels
 .param local_experts
 .param node_gpus
+.param fwd_warps             # W: warp groups per (channel, node) forwarder
 .smem 28KB                   # acc [H] f32
     shl r1, %hidden, 1           # r1 = rb
     add r2, %tokens, %channels
@@ -550,6 +555,8 @@ all_sent:
     # ---- forwarder of origin (m, l0) on channel c --------------------------------------------------
 forwarder:
     sub r6, %tb, r5
+    rem r24, r6, %fwd_warps      # r24 = w: the forwarder's first token
+    div r6, r6, %fwd_warps
     div r30, %ngpu, %node_gpus   # r30 = N
     div r5, r6, r30              # r5 = c
     rem r6, r6, r30              # r6 = m
@@ -570,7 +577,7 @@ forwarder:
     add r8, r8, %comb_ctl        # r8 = &comb_ctl[c][m*L] here (word j: local rank j's progress)
     mul r13, r6, %tokens         # r13 = m*T
     div r14, %gpu, %node_gpus    # r14 = n0
-    mov r24, 0                   # r24 = token of the ring
+    mov r4, 0                    # r4 = tokens this warp group combined (r24 = token of the ring)
 fw_tok:
     bge r24, r9, fw_sent
     shl r26, r24, 7
@@ -593,7 +600,7 @@ fw_rank:
     vaxpy.f32.bf16 r10, r31, %one, %hidden
 fw_rank_next:
     next_slot_word r28, %node_gpus, fw_rank
-    and r25, r24, 7              # staging slot
+    and r25, r4, 7               # staging slot
     bne r25, 0, fw_staged
     fence                        # slot reuse: the puts of 8 tokens ago are done
 fw_staged:
@@ -606,13 +613,15 @@ fw_staged:
     mul r31, r31, r1
     add r31, r31, %comb
     put r7, r31, r30, r1         # the node's row home over RDMA: dp_comb[t][n0] on s
-    add r24, r24, 1
+    add r4, r4, 1
+    add r24, r24, %fwd_warps
     bra fw_tok
 fw_sent:
     fence
     atom.add r13, %gpu, [%acct+32], 1
     div r30, %ngpu, %node_gpus
     mul r30, r30, %channels
+    mul r30, r30, %fwd_warps
     sub r30, r30, 1
     bne r13, r30, leave          # not the GPU's last forwarder
     tell_every_gpu %done, r16, r15    # done[me] = 1 on every GPU
