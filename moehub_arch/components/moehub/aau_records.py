@@ -14,7 +14,7 @@ from ..wakeups import tb_resume
 from .dam import dam_row_landed
 from .forward import forward_landed
 from .pairing import pair_record
-from .rat import window_index
+from .rat import window_index, window_slot
 from .rowtable import RS_ALLOC, RS_RID, RS_ROW, RS_SIZE, open_row_unlink
 
 
@@ -22,15 +22,13 @@ from .rowtable import RS_ALLOC, RS_RID, RS_ROW, RS_SIZE, open_row_unlink
 def slot_address(st, g, expert, index):
     """HBM address of window slot `index` (a monotonic row index) of a local expert."""
     p = st.p[0]
-    le = st.moe_place[expert, 1]
-    return p.win_addr + (le * p.window_rows + index % p.window_rows) * p.row_bytes
+    return p.win_addr + window_slot(p, st.moe_place[expert, 1], index) * p.row_bytes
 
 
 @compiled
 def record_address(st, g, expert, index):
     p = st.p[0]
-    le = st.moe_place[expert, 1]
-    return p.rec_addr + (le * p.window_rows + index % p.window_rows) * p.record_bytes
+    return p.rec_addr + window_slot(p, st.moe_place[expert, 1], index) * p.record_bytes
 
 
 @compiled

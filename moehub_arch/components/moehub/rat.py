@@ -26,11 +26,18 @@ def window_index(st, g, expert):
 
 
 @compiled
+def window_slot(p, w, index):
+    """Slot of window row `index` (a monotonic row index) in window w's rows, counted over the
+    windows laid out one after another: w a local expert's window (the per-GPU arrays: HBM
+    window, records, spill slots) or a window of State.win (the AAU's row table)."""
+    return w * p.window_rows + index % p.window_rows
+
+
+@compiled
 def _spill_address(st, g, expert, index):
     """Device-memory home of the table entry of window slot `index` of a local expert."""
     p = st.p[0]
-    le = st.moe_place[expert, 1]
-    return p.rat_spill_addr + (le * p.window_rows + index % p.window_rows) * p.record_bytes
+    return p.rat_spill_addr + window_slot(p, st.moe_place[expert, 1], index) * p.record_bytes
 
 
 @compiled
@@ -73,14 +80,14 @@ def _rat_evict_oldest(st, g, t):
     e = st.aau_rat[g, gp.rat_head]
     w, index, s, i = e[0], e[1], e[2], e[3]
     le = w - g * p.local_experts
-    hbm_access(st, g, p.rat_spill_addr + (le * p.window_rows + index % p.window_rows)
-               * p.record_bytes, p.record_bytes, t, True)
+    hbm_access(st, g, p.rat_spill_addr + window_slot(p, le, index) * p.record_bytes,
+               p.record_bytes, t, True)
     gp.aau_spills += 1
     sr = st.stream[s]
     if sr.tail <= i and i < sr.head:
         # the row is still in its stream's ring (it may get more packets): mark it spilled
         st.mrow[s * p.rpm_ring + i % p.rpm_ring].rat = RAT_SPILLED
-    e_rows = w * p.window_rows + index % p.window_rows
+    e_rows = window_slot(p, w, index)
     if st.aau_rows[e_rows, RS_ALLOC] == index:
         # a half-landed row (rowtable.py): its later stores read the entry back
         st.aau_rows[e_rows, RS_RAT] = RAT_SPILLED
