@@ -7,6 +7,10 @@ One shared expert of 768 KiB (H 256, Is 512) over 4 row tiles of 128 (x 256 KiB,
 once; tile by tile (swizzle 1, the order before) the expert's weights and each tile's operands
 together exceed the L2 and part of the weights is read again for every row tile. The engines
 agree.
+
+Only the real jobs are numbered (J per tile; the last group may hold fewer than `swizzle` tiles,
+as DeepGEMM's scheduler): each thread block takes the job counter once per job it runs and once
+more to find none left, so the counter ends at tiles x J + thread blocks.
 """
 import pytest
 
@@ -38,6 +42,9 @@ workload:
 STATS = ("l2.hit_bytes", "l2.miss_bytes", "hbm.read_bytes")
 
 
+FUNCTIONAL = "experiments/functional.yaml"
+
+
 def _shared(config, swizzle):
     return simulate(str(config), *mini_system(num_gpus=2, num_sms=8),
                     "system.gpu.l2.capacity=1MiB",
@@ -62,11 +69,34 @@ def test_grouped_shared_expert_reads_its_weights_once(config):
         assert s[g]["system.gpu0.hbm.read_bytes"] == from_hbm[g] + 64
     # one group of 4 row tiles: each weight, x and hs tile read from HBM once
     assert from_hbm[4] == weights + x + hs == 1536 * KIB
-    # tile by tile: 448 KiB more, weight tiles evicted before the next row tile reads them (how
-    # many depends on which worker takes which job from the shared counter, a same-tick choice:
-    # 640 KiB under the arming order, 448 KiB under the canonical order, docs/engine_order.md)
-    assert from_hbm[1] == 1984 * KIB
-    assert s[1]["system.gpu0.l2.miss_bytes"] == 960 * KIB > s[4]["system.gpu0.l2.miss_bytes"]
+    # tile by tile: 576 KiB more, weight tiles evicted before the next row tile reads them (how
+    # many depends on which worker takes which job from the shared counter when: 448 KiB when
+    # the first block's down jobs, of no tile, were still taken and skipped; docs/engine_order.md)
+    assert from_hbm[1] == 2112 * KIB
+    assert s[1]["system.gpu0.l2.miss_bytes"] == 1088 * KIB > s[4]["system.gpu0.l2.miss_bytes"]
+
+
+@pytest.mark.parametrize("swizzle", [3, 8])
+def test_only_real_jobs_are_taken(swizzle):
+    # the functional layer: 64 tokens in 4 row tiles of 16, J = 128 / 32 + 64 / 32 = 6 jobs per
+    # tile, 4 shared-expert TBs; groups of 3 (3 + a partial group of 1) or 8 (one partial group)
+    sim = simulate(FUNCTIONAL, f"workload.layer.gemm_swizzle={swizzle}")
+    s = sim.stats
+    assert s["system.moe.output_max_abs_reference"] > 1.0
+    assert s["system.moe.output_max_abs_error"] <= 1e-6 * s["system.moe.output_max_abs_reference"]
+    for g in range(4):
+        jobs = sim.read_buffer(g, "shared_jobs")
+        assert jobs[0] == 4 * 6 + 4      # the real jobs and one closing take per TB
+        assert list(jobs[2:]) == [4] * 4     # every tile's Ju = 4 gate/up jobs, each once
+
+
+@pytest.mark.parametrize("swizzle", [1, 3, 4])
+def test_each_tb_takes_the_counter_once_per_job_and_once_to_end(config, swizzle):
+    # 4 row tiles, J = 512 / 128 + 256 / 128 = 6 jobs each, 8 TBs; swizzle 3 leaves a last group
+    # of one tile (whole groups numbered 3 x 2 x 6 = 36 jobs, 12 of them for tiles past the last)
+    jobs = _shared(config, swizzle).read_buffer(0, "jobs")
+    assert jobs[0] == 4 * 6 + 8
+    assert list(jobs[2:]) == [IS // NT] * 4
 
 
 DRIVER = r"""
@@ -74,7 +104,7 @@ import json, sys
 sys.path.insert(0, {tests!r})
 from test_shared_ffn_order import STATS, _shared
 out = {{}}
-for swizzle in (1, 4):
+for swizzle in (1, 3, 4):
     s = _shared({config!r}, swizzle).stats
     out[swizzle] = {{k: int(s["system.gpu0." + k]) for k in STATS}}
     out[swizzle]["simTicks"] = int(s["simTicks"])

@@ -30,7 +30,7 @@
 # shared_ffn: the shared experts as one kernel of dynamically taken jobs (an atomic counter), so
 # that once its TBs are placed they finish the whole FFN (two stream-ordered kernels would let a
 # concurrent persistent kernel take the SMs between them). Shared tile u = s * row_tiles + row
-# tile. Jobs are numbered by the streaming scheduler of ../lib/streaming.s with groups of
+# tile. Jobs run in the order of the streaming scheduler of ../lib/streaming.s, with groups of
 # G = `swizzle` tiles and a lag of one block: block b holds the gate/up jobs of group b
 # (q < Ju: hs[s][rows][q cols] = bf16(silu(X Wg[s][q]) * (X Wu[s][q]))) and then the down jobs of
 # group b - 1 (c: ys[s][rows][c cols] = bf16(hs[s][rows] Wd[s][c]) over the full Is), each part
@@ -40,7 +40,9 @@
 # tile by tile, it cycles through the 50 MB L2 once per row tile). A down job waits until all Ju
 # gate/up jobs of its tile are done (jobs word 2 + u counts them). Every row tile is there from
 # the start, as in a bulk GEMM: the layer passes workload.layer.gemm_swizzle; G = 1 is the order
-# before (tile b's gate/up jobs, then tile b - 1's down jobs), which the TP blocks keep.
+# before (tile b's gate/up jobs, then tile b - 1's down jobs), which the TP blocks keep. Only the
+# real jobs are numbered (J per shared tile; the last group may hold fewer than G tiles:
+# ../lib/shared_ffn.s), so each TB takes the job counter once per job and once more to end.
 # jobs (control): word 0 jobs taken, 1 unused, then one counter per shared tile.
 .kernel shared_ffn
 .param x
@@ -62,7 +64,7 @@
 .smem_job 10                 # bytes per element of a tile_rows x n_tile job (fits a smaller SM)
     shared_ffn_setup                                    # lib/shared_ffn.s
 job:
-    shared_ffn_next job, tile, end
+    shared_ffn_next tile, end
 tile:
     shared_ffn_tile down
     shared_ffn_gate_up

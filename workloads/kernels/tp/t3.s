@@ -130,7 +130,7 @@ end:
 .smem_job 10                 # bytes per element of a tile_rows x n_tile job (fits a smaller SM)
     shared_ffn_setup
 job:
-    shared_ffn_next job, tile, end
+    shared_ffn_next tile, end
 tile:
     div r7, r28, %ngpu               # r7 = row tiles per chunk
     add r12, %gpu, 2
