@@ -65,7 +65,7 @@ def test_arrays_of_32_byte_rows_start_a_cache_line_and_hot_paths_touch_few_lines
                "fs_per_byte", "rx_packets", "rx_wire_bytes", "rx_payload_bytes", "rxq_head",
                "rxq_count", "rxq_peak", "xbar_blocked", "cr_count", "cr_last", "cr_head",
                "cr_next", "credit_blocked")
-    push = ("ahead_pkt", "ahead_at", "txq_pkts", "txq_cap", "txq_head", "txq_count", "txq_peak",
+    push = ("ahead_count", "ahead_at", "txq_pkts", "txq_cap", "txq_head", "txq_count", "txq_peak",
             "txq_ready", "txq_flits", "busy_until", "tx_at", "rsq_count", "rsq_ready")
     assert len({line(f) for f in arrival}) == 3 and len({line(f) for f in push}) == 3
     assert max(line(f) for f in nvlink.CHANNEL_HOT_FIELDS) < 7

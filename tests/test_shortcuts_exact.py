@@ -3,6 +3,8 @@ layer and MoE-Hub configs every model stat is the same with and without each sho
 all of them, except the event counts (simEvents and system.engine.events.*), which must fall; on
 every golden case (tools/golden_stats.py) the same holds for back_to_back, which sends ahead on
 the GPUs' own links (the hub's and the RPM's room checks) as on the switches' outputs."""
+import re
+
 import pytest
 
 from conftest import REPO, load, load_script, model_stats
@@ -79,3 +81,15 @@ def test_shortcuts_are_on_by_default_and_an_unknown_one_is_an_input_error():
     assert load("ubench/alltoall.yaml").run.shortcuts == SHORTCUTS
     with pytest.raises(ConfigError, match="run.shortcuts"):
         load("ubench/alltoall.yaml", "run.shortcuts=[nope]")
+
+
+def test_a_busy_links_queued_run_takes_one_transmit_event():
+    # back_to_back alone on the MoE-Hub dispatch (97,596 packet hops): with one packet sent ahead
+    # a look sends at most two packets (55,705 looks); the ring of packets sent ahead sends a
+    # busy link's queued run in one look (29,505)
+    config, overrides = GOLDEN.CASES["hub_dispatch_only"]
+    s = _run(config, overrides, ["back_to_back"])
+    hops = sum(v for k, v in s.items()
+               if re.fullmatch(r"system\.(gpu\d+\.nvlink|switch\d+\.port)\d+\.tx_packets", k))
+    assert hops == 97596
+    assert 2 * s["system.engine.events.ch_tx"] < hops

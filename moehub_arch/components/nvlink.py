@@ -44,9 +44,11 @@ from .packet import VC_RESPONSE, VC_REQUEST, header_flits, packet_vc
 from .trace import CAT_NVLINK, TR_LINK_TX, trace_event
 from .wakeups import ch_kick
 from .link_class import wire_bytes
-from .link_room import ahead_departed, depart_ahead, link_slot_freed
+from .link_room import (A_AT, A_NPK, A_PKT, A_VC, A_VC_LAST, A_WIRE, A_YIELDS, AHEAD_COLUMNS,
+                        AHEAD_RING, depart_ahead, hold_for_waiters, link_slot_freed,
+                        txq_settle)
 from ..config.keys import key_param
-from ..declare import Block, Debug, Event, Record, Stat, StatGroup, Timer, fields
+from ..declare import Array, Block, Debug, Event, Record, Stat, StatGroup, Timer, fields
 
 EV_CH_TX = 3         # a0 = channel: the link transmitter tries to send its head packet
 EV_CH_ARRIVE = 4     # a0 = channel: the head packet of its wire FIFO reached the far end of the
@@ -59,8 +61,9 @@ FIFO_PACKET, FIFO_READY, FIFO_FLITS = 0, 1, 2
 # tick, flits, virtual channel): three used, padded to four (32 bytes) so that no entry straddles
 # two cache lines (a 24-byte entry did in three of eight slots: two misses for one entry)
 FIFO_COLUMNS = 4
-# ch.ahead_yields (back_to_back, send_ahead): what a packet queued in the other virtual channel
-# before the departure does to the packet sent ahead - AHEAD_YIELDS: the other channel goes
+# a packet sent ahead's A_YIELDS (back_to_back, send_ahead; link_room.py State.ahead): what a
+# packet queued in the other virtual channel before its departure does to it (it and the ones
+# sent ahead after it are taken back) - AHEAD_YIELDS: the other channel goes
 # first at the departure tick's look; AHEAD_EARLY: the packet was sent ahead when it was queued
 # on a free link and waits for its ready tick, so a packet of the other channel ready before
 # then goes first
@@ -185,26 +188,24 @@ def _channels(cfg):
 #   line 4  the wire: serialisation, latency, the wire FIFO's ends, and the two ends' indices that
 #           both the transmitter (who it wakes) and the arrival (where it goes) read
 #   line 5  what only the transmitter's send reads and writes (its counters, the link class,
-#           the back_to_back shortcut's packet)
+#           the back_to_back shortcut's ring)
 #   line 6  the receiving end: its counters and a switch input's request FIFO
-#   line 7  a switch input's response FIFO, the transmit FIFOs' peaks (a push updates one), the
-#           rest of back_to_back
+#   line 7  a switch input's response FIFO, the transmit FIFOs' peaks (a push updates one)
 # So a packet's arrival at a switch touches lines 3, 4 and 6 of its input channel, and its push
 # into an output lines 1, 2 and 7 of that output; a transmit lines 1-5. Layout changes no
 # result.
 CHANNEL_HOT_FIELDS = (
-    "tx_at", "busy_until", "txq_count", "rsq_count", "txq_pkts", "txq_cap", "ahead_pkt", "ahead_at",
+    "tx_at", "busy_until", "txq_count", "rsq_count", "txq_pkts", "txq_cap", "ahead_count", "ahead_at",
     "txq_head", "txq_ready", "txq_flits", "rsq_head", "rsq_ready", "rsq_flits", "rsq_pkts",
     "rsq_cap",
     "credits", "rsp_credits", "cr_count", "cr_next", "cr_head", "cr_last", "credit_blocked",
     "vc_last",
     "fs_per_byte", "latency", "to_switch", "traversal", "wire_head", "wire_count", "gpu", "switch",
     "tx_packets", "tx_wire_bytes", "tx_payload_bytes", "tx_busy", "src_switch", "link_class",
-    "ahead_vc", "ahead_npk",
+    "ahead_head", "credit_stall",
     "rx_packets", "rx_wire_bytes", "rx_payload_bytes", "rxq_head", "rxq_count", "rxq_peak",
     "xbar_blocked", "xbar_pending",
-    "rsp_rxq_head", "rsp_rxq_count", "rsp_rxq_peak", "rsp_xbar_blocked", "rsq_peak", "txq_peak",
-    "ahead_wire", "ahead_vc_last")
+    "rsp_rxq_head", "rsp_rxq_count", "rsp_rxq_peak", "rsp_xbar_blocked", "rsq_peak", "txq_peak")
 
 
 @compiled
@@ -307,21 +308,21 @@ BLOCK = Block(
         # busy, starved or not-ready channel reads no packet record)
         ("txq_ready", "ready tick of the transmit FIFO's head packet"),
         ("txq_flits", "its flits"), ("rsq_ready", "the same for the response FIFO"), ("rsq_flits", ""),
-        # run.shortcuts back_to_back (send_ahead below): the packet sent ahead of its turn (-1:
-        # none), the tick it leaves its FIFO, its virtual channel and link packets (its FIFO
-        # slot is still counted until then), and its wire bytes from its previous hop
-        ("ahead_pkt", "packet sent ahead (-1: none)"), ("ahead_at", "its departure tick"),
-        ("ahead_vc", ""), ("ahead_npk", ""), ("ahead_wire", ""),
-        ("ahead_yields", "AHEAD_YIELDS | AHEAD_EARLY: which packets of the other virtual "
-                         "channel queued before its departure tick go first (it is taken back)"),
-        ("ahead_vc_last", "vc_last before it was sent ahead (restored if it is taken back)"),
+        # run.shortcuts back_to_back (send_ahead below): the packets sent ahead of their turn,
+        # in a ring (State.ahead, link_room.py), oldest first
+        ("ahead_head", "the oldest packet sent ahead (its entry in State.ahead)"),
+        ("ahead_count", "packets sent ahead, not yet departed"),
+        ("ahead_at", "the oldest's departure tick (valid while ahead_count > 0)"),
         # system.nvlink.vc_arbitration: round_robin - the virtual channel this direction sent
         # last; when both can send, the other one goes
         ("vc_last", "virtual channel of the last packet sent"),
-        init={"tx_at": -1, "ahead_pkt": -1}) + fields(
+        init={"tx_at": -1}) + fields(
         "gpu", ("ahead_links", "back_to_back: bit l is set while the GPU->switch channel of the "
                                "GPU's link l has a packet sent ahead (link_room.hold_gpu_departures)")),
     stats=(StatGroup("link", "", TX_STATS + RX_STATS),),
+    arrays=(Array("ahead", "back_to_back: the packets each channel sent ahead, a ring of "
+                  "link_room.AHEAD_RING entries (link_room.A_*)",
+                  lambda cfg: (_channels(cfg), AHEAD_RING, AHEAD_COLUMNS)),),
     events=(Event("ch_tx", EV_CH_TX, "a link transmitter looks at its head packet"),
             Event("ch_arrive", EV_CH_ARRIVE, "the head packet on a wire reaches the far end")),
     timers=(Timer("ch_tx", EV_CH_TX, _channels, "one per channel: its transmitter"),
@@ -353,14 +354,17 @@ def txq_push(st, c, pkt, tick):
     ch = st.ch[c]
     npk = st.pk[pkt].npk
     vc = packet_vc(st, pkt)
-    if ch.ahead_pkt >= 0:
-        if ahead_departed(st, c):
-            depart_ahead(st, c)
-        elif vc != ch.ahead_vc and (ch.ahead_yields & AHEAD_YIELDS or (
-                ch.ahead_yields & AHEAD_EARLY and st.pk[pkt].ready < ch.ahead_at)):
-            # a packet of the other virtual channel queued before the one sent ahead was due
-            # would go first (send_ahead)
-            take_back_ahead(st, c)
+    if ch.ahead_count > 0:
+        txq_settle(st, c)
+        for i in range(ch.ahead_count):
+            row = st.ahead[c, ring_add(ch.ahead_head, i, AHEAD_RING)]
+            y = row[A_YIELDS]
+            if vc != row[A_VC] and (y & AHEAD_YIELDS or (y & AHEAD_EARLY and
+                                                         st.pk[pkt].ready < row[A_AT])):
+                # a packet of the other virtual channel queued before this one sent ahead was
+                # due would go first (send_ahead): it and the ones after it come back
+                take_back_ahead(st, c, i)
+                break
     if vc == VC_RESPONSE:
         slot = ring_add(ch.rsq_head, ch.rsq_count, ch.rsq_cap)
         st.rsq[c, slot, FIFO_PACKET] = pkt
@@ -388,7 +392,7 @@ def txq_push(st, c, pkt, tick):
     ch_kick(st, c, tick)
     p = st.p[0]
     if p.shortcuts & SHORTCUT_BACK_TO_BACK and ch.to_switch and c < 2 * p.num_gpus * p.links_per_gpu \
-            and ch.txq_count + ch.rsq_count == 1 and ch.ahead_pkt < 0 and ch.busy_until <= tick \
+            and ch.txq_count + ch.rsq_count == 1 and ch.ahead_count == 0 and ch.busy_until <= tick \
             and st.pk[pkt].ready > tick and p.trace_mask == 0:
         # a GPU's free link: the look at the packet's ready tick is certain to send it unless a
         # packet of the other virtual channel ready before then is queued (send_ahead)
@@ -458,8 +462,8 @@ def settle_credits(st):
     """End of a run: every credit return still on its way reaches its sender (so a finished
     run's State shows every channel's credits back at the receive-buffer size)."""
     for c in range(st.ch.shape[0]):
-        if st.ch[c].ahead_pkt >= 0:
-            depart_ahead(st, c)     # a packet sent ahead has left its FIFO long since
+        while st.ch[c].ahead_count > 0:
+            depart_ahead(st, c)     # the packets sent ahead have left their FIFO long since
         _reclaim_credits(st, c, 2 ** 62)
 
 
@@ -493,7 +497,7 @@ def channel_transmit(st, c, tick):
     requests that keep other servers busy included)."""
     p = st.p[0]
     ch = st.ch[c]
-    if ch.ahead_pkt >= 0 and ch.ahead_at <= tick:
+    while ch.ahead_count > 0 and ch.ahead_at <= tick:
         depart_ahead(st, c)
     if ch.tx_at != tick:
         return  # superseded by an earlier activation
@@ -502,6 +506,8 @@ def channel_transmit(st, c, tick):
         return
     if ch.busy_until > tick:
         ch_kick(st, c, ch.busy_until)
+        # (a look held for a departure: the next one an input still waits for, link_room.py)
+        hold_for_waiters(st, c)
         return
     _reclaim_credits(st, c, tick)
     vc = -1
@@ -616,73 +622,85 @@ def _send(st, c, vc, pkt, tick):
 def send_ahead(st, c, t1, horizon):
     """Exact shortcut back_to_back (run.shortcuts; docs/engine_order.md), on an NVLink channel
     (GPU -> switch or switch -> GPU) that has just started a packet ending at t1, or on a GPU's
-    free link whose one queued packet is ready at t1 (txq_push): send the next one now if the
-    look at t1 is certain to send it and nothing can tell the difference before then. Credits
-    are counted up to `horizon` (t1 after a packet; the current tick for a queued one: a look
-    before t1 can still happen then, and reads the credits of its own tick).
+    free link whose one queued packet is ready at t1 (txq_push): send the next packets now, each
+    departing where the one before it ends, as long as the look at its departure tick is certain
+    to send it and nothing can tell the difference before then. Credits are counted up to
+    `horizon` (t1 after a packet; the current tick for a queued one: a look before t1 can still
+    happen then, and reads the credits of its own tick) for every packet of the run: a look
+    taken back to a later departure tick (below) must not find credits reclaimed beyond it.
 
-    Certain: the next packet is the head of the virtual channel the look at t1 serves first
-    (the responses; with vc_arbitration: round_robin the channel not sent last), or of the
-    other one with nothing queued in the first, is ready by t1 and has the credits at t1 from
-    the returns filed so far (a return filed later reaches the sender after t1, and more
-    credits change no choice). Only a packet queued in that first channel before t1 could go
-    first, and on a free link one ready before t1: txq_push then takes the packet back
-    (take_back_ahead), and the looks run as they would have. Unseen: the packet's FIFO slot stays
-    counted until it departs at t1 (link_room.py: every room check and backlog read applies the
-    departure once the look at t1 would have run), and its wake-up of whoever waits for that room
-    is applied at t1 (depart_ahead); a switch input, hub or RPM that starts waiting for room before
-    t1 sets the look for t1 again (hold_departures, hold_gpu_departures). Nothing else reads a
-    link's FIFO, credits or wire before t1 but the transmitter itself. Not while a switch input
-    already waits for this output, nor on a GPU's link while its hub or RPM waits for room (the
-    look at t1 would wake it), while anything is traced (counters sample the links) or beyond the
-    run's tick limit."""
+    Certain: the next packet is the head of the virtual channel the look at its departure tick
+    serves first (the responses; with vc_arbitration: round_robin the channel not sent last), or
+    of the other one with nothing queued in the first, is ready by that tick and has the credits
+    (credits only grow until then but by the packets sent ahead themselves, so more credits
+    change no choice). Only a packet queued in that first channel before the departure could go
+    first, and on a free link one ready before t1: txq_push then takes that packet sent ahead
+    and every later one back (take_back_ahead), and the looks run as they would have. Unseen:
+    each packet's FIFO slot stays counted until it departs (link_room.py: every room check and
+    backlog read applies the departures once the looks would have run), and its wake-up of
+    whoever waits for that room is applied at its departure (depart_ahead); a switch input, hub
+    or RPM that starts waiting for room before then sets the look for that tick again
+    (hold_departures, hold_gpu_departures). Nothing else reads a link's FIFO, credits or wire
+    before then but the transmitter itself. Not while a switch input already waits for this
+    output, nor on a GPU's link while its hub or RPM waits for room (the look would wake it),
+    while anything is traced (counters sample the links) or beyond the run's tick limit; at most
+    link_room.AHEAD_RING packets at a time."""
     p = st.p[0]
     sy = st.sys[0]
     ch = st.ch[c]
-    if ch.ahead_pkt >= 0 or sy.err_code != 0 or (sy.tick_limit >= 0 and t1 > sy.tick_limit):
+    if ch.ahead_count > 0 or sy.err_code != 0:
         return
-    # the virtual channel the look at t1 serves first if its head can go: the responses, or
-    # (round robin) the one not sent last
-    first = VC_REQUEST if p.vc_round_robin and ch.vc_last == VC_RESPONSE else VC_RESPONSE
-    n_first = ch.txq_count if first == VC_REQUEST else ch.rsq_count
-    vc = first if n_first > 0 else 1 - first
-    if vc == VC_RESPONSE:
-        if ch.rsq_count == 0 or ch.rsq_ready > t1 \
-                or _credits_at(st, c, horizon, VC_RESPONSE) < ch.rsq_flits:
-            return
-        pkt = st.rsq[c, ch.rsq_head, FIFO_PACKET]
-    else:
-        if ch.txq_count == 0 or ch.txq_ready > t1 \
-                or _credits_at(st, c, horizon, VC_REQUEST) < ch.txq_flits:
-            return
-        pkt = st.txq[c, ch.txq_head, FIFO_PACKET]
-    if ch.to_switch:
-        gp = st.gpu[ch.gpu]
-        if gp.hub_blocked or gp.rpm_blocked:
-            return
-    elif st.sw_wait[(ch.switch * p.num_gpus + ch.gpu) * 2 + vc, 1] > 0:
+    t = t1
+    while ch.ahead_count < AHEAD_RING and (sy.tick_limit < 0 or t <= sy.tick_limit):
+        # the virtual channel the look at t serves first if its head can go: the responses, or
+        # (round robin) the one not sent last
+        first = VC_REQUEST if p.vc_round_robin and ch.vc_last == VC_RESPONSE else VC_RESPONSE
+        n_first = ch.txq_count if first == VC_REQUEST else ch.rsq_count
+        vc = first if n_first > 0 else 1 - first
+        if vc == VC_RESPONSE:
+            if ch.rsq_count == 0 or ch.rsq_ready > t \
+                    or _credits_at(st, c, horizon, VC_RESPONSE) < ch.rsq_flits:
+                break
+            pkt = st.rsq[c, ch.rsq_head, FIFO_PACKET]
+        else:
+            if ch.txq_count == 0 or ch.txq_ready > t \
+                    or _credits_at(st, c, horizon, VC_REQUEST) < ch.txq_flits:
+                break
+            pkt = st.txq[c, ch.txq_head, FIFO_PACKET]
+        if ch.to_switch:
+            gp = st.gpu[ch.gpu]
+            if gp.hub_blocked or gp.rpm_blocked:
+                break
+        elif st.sw_wait[(ch.switch * p.num_gpus + ch.gpu) * 2 + vc, 1] > 0:
+            break
+        if ch.ahead_count == 0:
+            _reclaim_credits(st, c, horizon)
+            ch.ahead_at = t
+            if ch.to_switch:
+                st.gpu[ch.gpu].ahead_links |= 1 << ((c // 2) % p.links_per_gpu)
+        row = st.ahead[c, ring_add(ch.ahead_head, ch.ahead_count, AHEAD_RING)]
+        ch.ahead_count += 1
+        row[A_PKT] = pkt
+        row[A_AT] = t
+        row[A_VC] = vc
+        yields = 0
+        if vc != first:
+            # the first channel was empty: a packet queued there goes first
+            yields = AHEAD_YIELDS
+        if horizon < t1 and t == t1:
+            yields |= AHEAD_EARLY   # queued on a free link, waiting for its ready tick
+        row[A_YIELDS] = yields
+        row[A_VC_LAST] = ch.vc_last
+        row[A_NPK] = st.pk[pkt].npk
+        row[A_WIRE] = st.pk[pkt].wire
+        t += _send(st, c, vc, pkt, t)
+        ch.vc_last = vc
+    if ch.ahead_count == 0:
         return
-    _reclaim_credits(st, c, horizon)
-    if ch.to_switch:
-        st.gpu[ch.gpu].ahead_links |= 1 << ((c // 2) % p.links_per_gpu)
-    ch.ahead_pkt = pkt
-    ch.ahead_at = t1
-    ch.ahead_vc = vc
-    ch.ahead_yields = 0
-    if vc != first:
-        # the first channel was empty: a packet queued there goes first
-        ch.ahead_yields = AHEAD_YIELDS
-    if horizon < t1:
-        ch.ahead_yields |= AHEAD_EARLY   # queued on a free link, waiting for its ready tick
-    ch.ahead_vc_last = ch.vc_last
-    ch.ahead_npk = st.pk[pkt].npk
-    ch.ahead_wire = st.pk[pkt].wire
-    ser = _send(st, c, vc, pkt, t1)
-    ch.vc_last = vc
-    # the look that sending it at t1 arms
+    # the look that sending the last of them at its departure tick arms
     ch.tx_at = -1
     if ch.txq_count > 0 or ch.rsq_count > 0:
-        ch_kick(st, c, t1 + ser)
+        ch_kick(st, c, t)
     else:
         timer_clear(st, p.tm_ch_tx + c)
 
@@ -706,47 +724,51 @@ def _credits_at(st, c, t, vc):
 
 
 @compiled
-def take_back_ahead(st, c):
-    """Undo send_ahead before its departure tick: the packet is the head of its FIFO again,
-    with its credits, off the wire (it is the wire's newest packet, behind the one that ends at
-    ahead_at), and the transmitter looks again at ahead_at."""
+def take_back_ahead(st, c, first):
+    """Undo send_ahead for channel c's packets sent ahead from the `first`-th oldest on, before
+    their departure ticks: newest first, each is the head of its FIFO again, with its credits,
+    off the wire (they are the wire's newest packets, in order), and the transmitter looks
+    again at the first one's departure tick (or earlier, where a hold set it)."""
     p = st.p[0]
     ch = st.ch[c]
-    pkt = ch.ahead_pkt
-    pk = st.pk[pkt]
-    t1 = ch.ahead_at
-    ch.ahead_pkt = -1
-    if ch.to_switch:
-        st.gpu[ch.gpu].ahead_links &= ~(1 << ((c // 2) % p.links_per_gpu))
-    ch.vc_last = ch.ahead_vc_last
-    ch.wire_count -= 1
-    ser = bytes_ticks(pk.wire, ch.fs_per_byte)
-    ch.tx_packets -= pk.npk
-    ch.tx_wire_bytes -= pk.wire
-    ch.tx_payload_bytes -= pk.payload
-    ch.tx_busy -= ser
+    for i in range(ch.ahead_count - 1, first - 1, -1):
+        row = st.ahead[c, ring_add(ch.ahead_head, i, AHEAD_RING)]
+        pk = st.pk[row[A_PKT]]
+        ch.vc_last = row[A_VC_LAST]
+        ch.wire_count -= 1
+        ser = bytes_ticks(pk.wire, ch.fs_per_byte)
+        ch.tx_packets -= pk.npk
+        ch.tx_wire_bytes -= pk.wire
+        ch.tx_payload_bytes -= pk.payload
+        ch.tx_busy -= ser
+        if row[A_VC] == VC_RESPONSE:
+            ch.rsq_head = ring_add(ch.rsq_head, ch.rsq_cap - 1, ch.rsq_cap)
+            ch.rsq_count += 1
+            ch.rsp_credits += pk.flits
+            ch.rsq_ready = st.rsq[c, ch.rsq_head, FIFO_READY]
+            ch.rsq_flits = st.rsq[c, ch.rsq_head, FIFO_FLITS]
+            pk.ready = ch.rsq_ready
+        else:
+            ch.txq_head = ring_add(ch.txq_head, ch.txq_cap - 1, ch.txq_cap)
+            ch.txq_count += 1
+            ch.credits += pk.flits
+            ch.txq_ready = st.txq[c, ch.txq_head, FIFO_READY]
+            ch.txq_flits = st.txq[c, ch.txq_head, FIFO_FLITS]
+            pk.ready = ch.txq_ready
+        pk.wire = row[A_WIRE]
+    row = st.ahead[c, ring_add(ch.ahead_head, first, AHEAD_RING)]
+    t1 = row[A_AT]
     # the link was free until t1 (sent at the end of the packet before it), or free since it
     # was queued (AHEAD_EARLY: any tick up to now reads the same)
-    ch.busy_until = st.sys[0].q_now if ch.ahead_yields & AHEAD_EARLY else t1
-    if ch.ahead_vc == VC_RESPONSE:
-        ch.rsq_head = ring_add(ch.rsq_head, ch.rsq_cap - 1, ch.rsq_cap)
-        ch.rsq_count += 1
-        ch.rsp_credits += pk.flits
-        ch.rsq_ready = st.rsq[c, ch.rsq_head, FIFO_READY]
-        ch.rsq_flits = st.rsq[c, ch.rsq_head, FIFO_FLITS]
-        pk.ready = ch.rsq_ready
-    else:
-        ch.txq_head = ring_add(ch.txq_head, ch.txq_cap - 1, ch.txq_cap)
-        ch.txq_count += 1
-        ch.credits += pk.flits
-        ch.txq_ready = st.txq[c, ch.txq_head, FIFO_READY]
-        ch.txq_flits = st.txq[c, ch.txq_head, FIFO_FLITS]
-        pk.ready = ch.txq_ready
-    pk.wire = ch.ahead_wire
+    ch.busy_until = st.sys[0].q_now if row[A_YIELDS] & AHEAD_EARLY else t1
+    ch.ahead_count = first
+    if first == 0 and ch.to_switch:
+        st.gpu[ch.gpu].ahead_links &= ~(1 << ((c // 2) % p.links_per_gpu))
     if ch.wire_count == 0:
         timer_clear(st, p.tm_ch_arrive + c)   # it was alone on the wire (AHEAD_EARLY)
-    ch.tx_at = t1
-    timer_set(st, p.tm_ch_tx + c, t1)
+    if ch.tx_at < 0 or t1 < ch.tx_at:
+        ch.tx_at = t1
+        timer_set(st, p.tm_ch_tx + c, t1)
 
 
 @compiled
