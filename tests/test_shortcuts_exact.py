@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from conftest import REPO, load, load_script, model_stats
+from conftest import REPO, drive_both_engines, load, load_script, model_stats
 
 SHORTCUTS = ("tx_wake", "idle_output", "sm_fold", "back_to_back")
 LAYER = "experiments/layer"
@@ -93,3 +93,25 @@ def test_a_busy_links_queued_run_takes_one_transmit_event():
                if re.fullmatch(r"system\.(gpu\d+\.nvlink|switch\d+\.port)\d+\.tx_packets", k))
     assert hops == 97596
     assert 2 * s["system.engine.events.ch_tx"] < hops
+
+
+ENGINES = r"""
+import json, sys
+sys.path.insert(0, {tests!r})
+from conftest import REPO, drive_both_engines, load, load_script, model_stats
+from moehub_arch.simulation import Simulation
+G = load_script(REPO / "tools" / "golden_stats.py")
+out = {{}}
+for case in ("hub_tiny_tables", "ubench_alltoall"):
+    config, overrides = G.CASES[case]
+    out[case] = model_stats(Simulation(load(config, *overrides)).run())
+print(json.dumps(out, default=str))
+"""
+
+
+def test_the_engines_agree_on_runs_sent_ahead():
+    # the MoE-Hub with tiny tables (switch inputs waiting for outputs, both virtual channels) and
+    # the all-to-all, every shortcut on: every stat, the event counts included
+    numba, python = drive_both_engines(ENGINES.format(tests=str(REPO / "tests")))
+    assert numba["ubench_alltoall"]["system.engine.events.ch_tx"] > 0
+    assert numba == python
