@@ -468,8 +468,9 @@ fw_done:
 # pair to each peer). W = %fwd_warps = max(16 / N, 1), DeepEP's kNumWarpsPerForwarder (its 16
 # forwarder warps per channel, kNumCombineForwarderWarps, split over the N destination nodes).
 # Streams are warp groups of G = %groups per thread block (G = N*W: a channel's forwarders in one
-# block, its senders in ceil(P / G) blocks; G = 1, one block per stream, where G accumulators do
-# not fit an SM's shared memory), %tb = block * G + group; S = ceil(P / G) * G sender streams
+# block, its senders in ceil(P / G) blocks, with workload.layer.deepep.combine_forwarders: block;
+# G = 1, one block per stream, with stream or where G slices do not fit an SM's shared memory),
+# %tb = block * G + group; S = ceil(P / G) * G sender streams
 # per channel, of which the last S - P exit at once (G not dividing P):
 #   %tb = c*S + s (< C*S, s < P): NVL sender of the tokens this rank received from origin s on
 #     channel c (deepep.s's combine records): per token the fp32 weighted sum of its local expert
@@ -487,7 +488,8 @@ fw_done:
 #     The last of the GPU's C*N*W forwarders to finish raises done[me] everywhere.
 # Both sum a row %slice elements at a time (fp32 in shared memory, the stand-in for the warps'
 # registers: DeepEP's lanes hold a few 16 B pieces of a token at once, not its row; 14 KB a warp
-# group lets 16 groups share an SM's 228 KB), each slice rounded into the staging row.
+# group lets 16 groups share an SM's 228 KB), each slice rounded into the staging row; a block
+# per stream (G = 1) sums whole rows (the launch's dynamic shared memory holds the rest).
 .macro slice_elements n, first
     sub \n, %hidden, \first
     min \n, \n, %slice          # the elements of the row's slice that starts at element `first`
@@ -554,20 +556,21 @@ fw_done:
     mov r25, 0                   # r25 = pairs combined
 tok:
     bge r24, r9, all_sent
-    mov r14, 0                   # r14 = the slice's first element
-    and r29, r24, 7              # staging slot
-    bne r29, 0, staged
-    fence                        # slot reuse: the copies of 8 tokens ago are done ...
-    flag.set r7, [r8], r24       # ... so the forwarder may take every token before this one
-staged:
-    mul r6, r29, r1
+    and r6, r24, 7               # staging slot
+    mul r6, r6, r1
     add r6, r6, r11              # r6 = the staging row
+    mov r14, 0                   # r14 = the slice's first element
 slice:
     slice_elements r15, r14      # r15 = its elements
     shl r2, r14, 1
     add r2, r2, %recv_y          # r2 = the slice of the rows
     mov r4, 0                    # r4 = pairs (the same in every slice)
     rank_partial_row r2, r15, r4 # r10 = the slice's fp32 sum, r27 = t
+    bne r14, 0, staged           # the slot was freed at the token's first slice
+    bne r6, r11, staged          # not slot 0
+    fence                        # slot reuse: the copies of 8 tokens ago are done ...
+    flag.set r7, [r8], r24       # ... so the forwarder may take every token before this one
+staged:
     shl r29, r14, 1
     add r29, r29, r6
     vcvt.bf16.f32 r29, r10, r15
@@ -620,6 +623,9 @@ fw_tok:
     add r26, r26, r12            # r26 = record
     ld r27, [r26+64]             # r27 = t on its origin
     ld.v8 r16, [r26]             # word j: position + 1 in local rank j's stream (0: none)
+    mov r2, 0                    # r2 = the slice's first element
+    slice_elements r3, r2        # r3 = its elements
+    vzero.f32 r10, r3
     add r29, r13, r27
     mul r29, r29, %node_gpus
     mul r29, r29, r1
@@ -628,16 +634,10 @@ fw_tok:
     # in the record; 0, no copy: always reached), a lane per rank - DeepEP's forwarder warp
     wait.lanes.ge [r8], r26, %node_gpus
     and r25, r4, 7               # staging slot
-    bne r25, 0, fw_staged
-    fence                        # slot reuse: the puts of 8 tokens ago are done
-fw_staged:
     mul r30, r25, r1
     add r30, r30, r11            # r30 = the staging row
-    mov r2, 0                    # r2 = the slice's first element
 fw_slice:
-    slice_elements r3, r2        # r3 = its elements
-    shl r5, r2, 1                # r5 = its byte offset in a bf16 row
-    vzero.f32 r10, r3
+    shl r5, r2, 1                # r5 = the slice's byte offset in a bf16 row
     mov r28, 0                   # r28 = local rank j
 fw_rank:
     beq r16, 0, fw_rank_next
@@ -647,11 +647,17 @@ fw_rank:
     vaxpy.f32.bf16 r10, r31, %one, r3
 fw_rank_next:
     next_slot_word r28, %node_gpus, fw_rank
+    bne r2, 0, fw_staged         # the slot was freed at the token's first slice
+    bne r25, 0, fw_staged
+    fence                        # slot reuse: the puts of 8 tokens ago are done
+fw_staged:
     add r6, r30, r5
     vcvt.bf16.f32 r6, r10, r3
     add r2, r2, r3
     bge r2, %hidden, fw_put
     ld.v8 r16, [r26]             # the record's words again, for the next slice
+    slice_elements r3, r2
+    vzero.f32 r10, r3
     bra fw_slice
 fw_put:
     div r31, %ngpu, %node_gpus
