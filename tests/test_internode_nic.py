@@ -334,9 +334,10 @@ def test_deepep_internode_combine_forwarder_warps():
     kNumWarpsPerForwarder = max(16 / nodes, 1) warps (internode.cu at 3b1045d: 16 forwarder warps
     per channel, kNumCombineForwarderWarps, split over the RDMA ranks), sub-warp w combining
     tokens w, w + W, ... of each chunk; ours launches as many forwarder warp groups
-    (deepep_combine_internode: C*P NVL senders, then C*N*W forwarders). On 2 x 2 (W = 8) and
-    4 x 2 (W = 4) with one channel the combine has C*P + C*N*W thread blocks on every GPU and
-    the layer is exact: the W groups of a forwarder share out its tokens, none lost."""
+    (deepep_combine_internode, combine_forwarders: stream, the default: C*P NVL senders, then
+    C*N*W forwarders, a thread block each). On 2 x 2 (W = 8) and 4 x 2 (W = 4) with one channel
+    the combine has C*P + C*N*W thread blocks on every GPU and the layer is exact: the W groups
+    of a forwarder share out its tokens, none lost."""
     from moehub_arch.workloads.schemes.deepep import combine_forwarder_warps
     assert [combine_forwarder_warps(n) for n in (1, 2, 3, 4, 8, 16, 32)] == [16, 8, 5, 4, 2, 1, 1]
     for nodes, W in ((2, 8), (4, 4)):
@@ -346,6 +347,73 @@ def test_deepep_internode_combine_forwarder_warps():
                                "workload.layer.deepep.comm_sms=2")
         assert sim.stats["system.moe.output_max_abs_error"] == 0.0
         P = 2 * nodes
-        tbs = [sim.stats[f"system.gpu{li.gpu}.launch{li.index}.tbs"] for li in sim.launches
-               if li.kernel == "deepep_combine_internode"]
-        assert tbs == [P + nodes * W] * P, (nodes, tbs)
+        assert _combine_tbs(sim) == [P + nodes * W] * P, nodes
+
+
+def _combine_tbs(sim):
+    return [sim.stats[f"system.gpu{li.gpu}.launch{li.index}.tbs"] for li in sim.launches
+            if li.kernel == "deepep_combine_internode"]
+
+
+def _rdma_totals(sim, gpus):
+    return [sum(sim.stats[f"system.nic{g}.{k}"] for g in range(gpus))
+            for k in ("rdma_writes", "work_requests", "rdma_payload_bytes")]
+
+
+def test_deepep_internode_combine_block_shape(tmp_path):
+    """The internode combine in DeepEP's block shape (combine_forwarders: block; deepep.py
+    internode_combine_shape): a channel's N*W forwarder warp groups are one thread block - one
+    place on one SM and, with queue_pairs per_block, one QP per peer for the channel, as DeepEP's
+    forwarder warps post on the channel's QP - and its NVL senders are packed 16 to a block. On
+    4 x 2 (P = 8, N = 4, W = 4) with two channels: 2 x (1 + 1) = 4 thread blocks on every GPU,
+    where the stream shape has C*P + C*N*W = 16 + 32 = 48, and so has the block shape where 16
+    warp groups' 14 KB accumulators do not fit the SM (shared memory 100 KB). All three layers
+    are exact and move the same RDMA writes, work requests and payload bytes (the shape moves no
+    byte: every node row still goes home in one write). Rows wider than the block shape's 3584
+    fp32 elements are summed a slice at a time: at hidden 4096 (3584 + 512) the layer is exact,
+    as with whole rows in the stream shape."""
+    base = ("experiments/functional.yaml", "scheme=deepep", "system.nodes.count=4",
+            "workload.layer.deepep.kernels=communication", "workload.layer.deepep.comm_sms=4")
+    block = ("workload.layer.deepep.combine_forwarders=block",)
+    sims = [simulate_on_tiny(*base, "workload.layer.tokens_per_gpu=16", *extra)
+            for extra in (block, (), block + ("system.gpu.sm.smem_bytes=100KB",))]
+    for sim in sims:
+        assert sim.stats["system.moe.output_max_abs_error"] == 0.0
+    assert [_combine_tbs(sim) for sim in sims] == [[4] * 8, [48] * 8, [48] * 8]
+    assert _rdma_totals(sims[0], 8) == _rdma_totals(sims[1], 8) == _rdma_totals(sims[2], 8)
+    assert _rdma_totals(sims[0], 8)[2] > 0
+    model = tmp_path / "wide.yaml"
+    model.write_text((CONFIGS.parent / "workloads/models/tiny_functional.yaml").read_text()
+                     .replace("name: tiny_functional", "name: tiny_wide")
+                     .replace("hidden: 64", "hidden: 4096"))
+    for extra in (block, ()):
+        wide = simulate_on_tiny(*base, "workload.layer.tokens_per_gpu=4",
+                                f"workload.layer.model={model}", *extra)
+        assert wide.stats["system.moe.output_max_abs_error"] == 0.0
+
+
+def test_deepep_internode_combine_forwarders_unknown_exits_2(tmp_path):
+    r = run_cli("run", "configs/experiments/functional.yaml", "--system",
+                "configs/systems/tiny_2x2.yaml", "-o", tmp_path / "out", "--quiet", "--set",
+                "scheme=deepep", "--set", "workload.layer.deepep.combine_forwarders=channel")
+    assert r.returncode == 2, r.stderr
+    assert "combine_forwarders" in r.stderr and "block" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_warp_groups_of_a_block_share_a_queue_pair(tmp_path):
+    """With queue_pairs per_block a block's QP to a peer is its first warp group's
+    (nic_queue_pair: block_lead), so the warp groups of one block - DeepEP's warps of a channel,
+    the combine's forwarder block - post on one QP: two 8 KB messages from one block of 2 warp
+    groups to GPU 2 go out whole in issue order (no turn to another QP), where two blocks of one
+    group interleave them a packet at a time (test_queue_pair_per_block). The same bytes."""
+    cfg = puts_on_tiny(tmp_path, peer=2, blocks=2, chunk=8192)
+    cfg.write_text(cfg.read_text().replace("grid: 2", "grid: 1\n      warp_groups: 2"))
+    r = run_cli("run", cfg, "-o", tmp_path / "out", "--quiet", "--set",
+                "system.nic.queue_pairs=per_block")
+    assert r.returncode == 0, r.stderr
+    st = read_stats_json(tmp_path / "out")
+    assert st["system.gpu0.rdma_send.interleaved_messages"] == 0
+    assert st["system.gpu0.rdma_send.messages_peak"] == 2
+    assert st["system.nic0.rdma_writes"] == 2
+    assert st["system.gpu2.hub.rx_payload_bytes"] == 2 * 8192

@@ -35,8 +35,11 @@ On a multi-node system (`internode: forward`, the default) dispatch and combine 
 internode kernels (workloads/kernels/deepep/internode.s: deepep_dispatch_internode,
 deepep_combine_internode, deepep_reduce_nodes): RDMA once per (token, node) to the same local
 rank, NVLink forwarding there, node partials reduced at the forwarder (reference
-combine="per_node"); layout, notify and the GEMMs are unchanged. `internode: direct` runs the
-kernels above on the whole system.
+combine="per_node"); layout, notify and the GEMMs are unchanged. The combine runs a thread
+block per forwarder warp and per NVL sender, or with `combine_forwarders: block` DeepEP's block
+shape (internode_combine_shape: a channel's forwarder warps are the warp groups of one thread
+block - one SM place, one queue pair per peer - its NVL senders packed as many to a block).
+`internode: direct` runs the kernels above on the whole system.
 
 Every run adds DeepEP's bandwidth figures (moehub_arch/workloads/bandwidth.py):
 system.moe.deepep.{dispatch,combine}_GBps and the byte counts behind them.
@@ -86,10 +89,33 @@ INTERNODE_DISPATCH_SMEM_BYTES = 16384 * 8
 COMBINE_FORWARDER_WARPS = 16
 
 
+# internode.s deepep_combine_internode's .smem: the fp32 slice of a row a warp group sums at a
+# time (the stand-in for its warps' registers), small enough for a channel's 16 forwarder warp
+# groups to share one SM's 228 KB (H100/H800) as DeepEP's forwarder warps share one SM
+COMBINE_SLICE_BYTES = 14 * 1024
+
+
 def combine_forwarder_warps(nodes):
     """Warp groups per (channel, node) forwarder of the internode combine: DeepEP's
     kNumWarpsPerForwarder = max(kNumCombineForwarderWarps / num_rdma_ranks, 1)."""
     return max(COMBINE_FORWARDER_WARPS // nodes, 1)
+
+
+def internode_combine_shape(cfg, P, N, H):
+    """(G, S, slice, dynamic_smem) of deepep_combine_internode: warp groups per thread block, its
+    sender streams per channel, the elements of a row it sums at a time and the shared memory
+    each block asks for beyond its groups' .smem. With combine_forwarders: block, DeepEP's shape
+    (internode.cu `combine`: a channel's N*W forwarder warps in one block on one SM): G = N*W -
+    one block place and, with queue_pairs per_block, the channel's one QP to each peer - the
+    channel's P NVL senders packed G to a block (S = ceil(P / G) * G streams, the last S - P
+    idle), rows summed in slices of COMBINE_SLICE_BYTES. With stream (or where G slices do not
+    fit the SM's shared memory), a thread block per stream holding a whole fp32 row of up to
+    7168 elements (COMBINE_ACC_BYTES: its .smem and the rest as dynamic shared memory)."""
+    G = N * combine_forwarder_warps(N)
+    if (cfg.workload.layer.deepep.combine_forwarders == "stream"
+            or G * COMBINE_SLICE_BYTES > cfg.system.gpu.sm.smem_bytes):
+        return 1, P, H, COMBINE_ACC_BYTES - COMBINE_SLICE_BYTES
+    return G, -(-P // G) * G, min(H, COMBINE_SLICE_BYTES // 4), 0
 
 
 def tma_staging_bytes(cfg, nbytes):
@@ -352,7 +378,8 @@ def internode_dispatch(layer, buffers, launches, *, L, db):
         _buf("dp_comb_ctl", C * P * 8, region="control", dtype="i64"),
         _buf("dp_comb", T * N * rb, dtype="bf16"),
         _buf("dp_combine_scratch",
-             (C * P + C * N * combine_forwarder_warps(N)) * COMBINE_STAGING * rb),
+             C * (internode_combine_shape(cfg, P, N, H)[1] + N * combine_forwarder_warps(N))
+             * COMBINE_STAGING * rb),
     ]
     old = launches[2]
     params = dict(old.params)
@@ -382,14 +409,17 @@ def internode_combine(layer, *, expert_out, shared, L):
     C = max(1, opts.comm_sms // 2)
     N = P // L
     W = combine_forwarder_warps(N)
+    G, S, n, dynamic_smem = internode_combine_shape(cfg, P, N, H)
     return [
-        LaunchConfig(kernel="deepep_combine_internode", grid=C * N * W + C * P, stream=0, params=(
+        LaunchConfig(kernel="deepep_combine_internode", grid=C * (S + N * W) // G,
+                     warp_groups=G, dynamic_smem=dynamic_smem, stream=0, params=(
             ("rec", "@dp_rec"), ("ntf", "@dp_ntf"), ("recv_y", expert_out),
             ("fwd_rec", "@dp_fwd_rec"), ("fwd_cnt", "@dp_fwd_cnt"), ("fwd_comb", "@dp_fwd_comb"),
             ("comb_ctl", "@dp_comb_ctl"), ("comb", "@dp_comb"),
             ("scratch", "@dp_combine_scratch"), ("one", "@one"), ("acct", "@acct"),
             ("done", "@done"), ("tokens", T), ("topk", k), ("hidden", H), ("channels", C),
-            ("local_experts", El), ("node_gpus", L), ("fwd_warps", W))),
+            ("local_experts", El), ("node_gpus", L), ("fwd_warps", W), ("groups", G),
+            ("slice", n))),
         LaunchConfig(kernel="deepep_reduce_nodes", grid=cfg.workload.layer.combine_tbs, stream=0,
                      params=(
             ("out", "@out"), ("ys", "@ys"), ("comb", "@dp_comb"), ("meta", "@dp_meta"),

@@ -623,7 +623,7 @@ end:
     add r2, %tokens, %channels
     sub r2, r2, 1
     div r2, r2, %channels        # r2 = Tc
-    combine_records_open         # r5 = channel, r6 = home s, r9 = tokens, r12 = records
+    combine_records_open %tb     # r5 = channel, r6 = home s, r9 = tokens, r12 = records
     mov r10, %smem               # r10 = acc
     shl r4, r1, 3                # r4 = scratch bytes per warp group
     mul r11, %tb, r4
@@ -632,7 +632,7 @@ end:
     mov r25, 0                   # r25 = pairs combined
 tok:
     bge r24, r9, all_sent
-    rank_partial_row             # r10 = the fp32 sum, r27 = t, r25 += pairs
+    rank_partial_row %recv_y, %hidden, r25   # r10 = the fp32 sum, r27 = t, r25 += pairs
     and r29, r24, 7              # staging slot
     bne r29, 0, staged
     fence                        # slot reuse: the copies of 8 tokens ago are done
@@ -759,7 +759,7 @@ leave:
     min r7, r7, %send_chunk      # r7 = positions per publish
     bge %tb, r3, receiver
     # ---- sender of channel c to home s -----------------------------------------------------------
-    combine_records_open         # r5 = channel, r6 = home s, r9 = tokens, r12 = records
+    combine_records_open %tb     # r5 = channel, r6 = home s, r9 = tokens, r12 = records
     shr r7, %ring_rows, 1
     max r7, r7, 1
     min r7, r7, %send_chunk      # r7 = positions per publish (open wrote r7)
@@ -799,7 +799,7 @@ poll:
     blt r3, r26, poll            # not enough room: read it again
 compute:
     bne %bench_rows, 0, bench_row
-    rank_partial_row             # r10 = the fp32 sum, r27 = t, r25 += pairs
+    rank_partial_row %recv_y, %hidden, r25   # r10 = the fp32 sum, r27 = t, r25 += pairs
     and r29, r24, 7              # staging slot
     bne r29, 0, staged
     fence                        # slot reuse: the copies of 8 tokens ago are done

@@ -462,23 +462,39 @@ fw_done:
     exit
 
 # ------------------------------------------------------------------------------------------------
-# deepep_combine_internode: grid C*P + C*N*W thread blocks (28 KB of shared memory each: a token's
-# fp32 sum), as DeepEP's internode combine pairs NVL senders with RDMA-and-NVL forwarders; W =
-# %fwd_warps = max(16 / N, 1), DeepEP's kNumWarpsPerForwarder (its 16 forwarder warps per channel,
-# kNumCombineForwarderWarps, split over the N destination nodes):
-#   TB c*P + s (< C*P): NVL sender of the tokens this rank received from origin s on channel c
-#     (deepep.s's combine records): per token the fp32 weighted sum of its local expert outputs,
-#     rounded to bf16 and copied with a warp copy into dp_fwd_comb[s / L][t][l0] on the forwarder
-#     (n0, s % L); every 8 tokens (the staging fence) and at the end it raises
+# deepep_combine_internode: DeepEP's internode combine (internode.cu `combine` at 3b1045d: per
+# channel an SM of NVL senders and an SM of RDMA-and-NVL forwarders, one block each, whose warps
+# work on their own; the forwarder SM's warps issue the channel's RDMA writes on its one queue
+# pair to each peer). W = %fwd_warps = max(16 / N, 1), DeepEP's kNumWarpsPerForwarder (its 16
+# forwarder warps per channel, kNumCombineForwarderWarps, split over the N destination nodes).
+# Streams are warp groups of G = %groups per thread block (G = N*W: a channel's forwarders in one
+# block, its senders in ceil(P / G) blocks, with workload.layer.deepep.combine_forwarders: block;
+# G = 1, one block per stream, with stream or where G slices do not fit an SM's shared memory),
+# %tb = block * G + group; S = ceil(P / G) * G sender streams
+# per channel, of which the last S - P exit at once (G not dividing P):
+#   %tb = c*S + s (< C*S, s < P): NVL sender of the tokens this rank received from origin s on
+#     channel c (deepep.s's combine records): per token the fp32 weighted sum of its local expert
+#     outputs, rounded to bf16 and copied with a warp copy into dp_fwd_comb[s / L][t][l0] on the
+#     forwarder (n0, s % L); every 8 tokens (the staging fence) and at the end it raises
 #     dp_comb_ctl[c][(s / L)*L + l0] there to the tokens whose copies have landed.
-#   TB C*P + (c*N + m)*W + w: forwarder warp w of origin s = (m, l0) on channel c: walks the
-#     tokens it forwarded in dispatch (dp_fwd_rec, in RDMA ring order), tokens w, w + W, ... (DeepEP:
-#     sub-warp w of the forwarder takes tokens token_start_idx + w, + 2w, ... of every chunk, so
-#     the W warps combine W tokens at a time); per token it waits until the copy of every local
-#     rank j that holds any of its experts has landed (one wait.lanes.ge, a lane per rank, as
-#     DeepEP's forwarder warp waits), then for those ranks ascending adds the bf16 partial to an
-#     fp32 sum; the bf16 row goes home with an RDMA put into dp_comb[t][n0] on s. The last of the
-#     GPU's C*N*W forwarders to finish raises done[me] everywhere.
+#   %tb = C*S + (c*N + m)*W + w: forwarder warp w of origin s = (m, l0) on channel c (with G =
+#     N*W: group m*W + w of channel c's forwarder block, all on the block's queue pairs): walks
+#     the tokens it forwarded in dispatch (dp_fwd_rec, in RDMA ring order), tokens w, w + W, ...
+#     (DeepEP: sub-warp w of the forwarder takes tokens token_start_idx + w, + 2w, ... of every
+#     chunk, so the W warps combine W tokens at a time); per token it waits until the copy of
+#     every local rank j that holds any of its experts has landed (one wait.lanes.ge, a lane per
+#     rank, as DeepEP's forwarder warp waits), then for those ranks ascending adds the bf16
+#     partial to an fp32 sum; the bf16 row goes home with an RDMA put into dp_comb[t][n0] on s.
+#     The last of the GPU's C*N*W forwarders to finish raises done[me] everywhere.
+# Both sum a row %slice elements at a time (fp32 in shared memory, the stand-in for the warps'
+# registers: DeepEP's lanes hold a few 16 B pieces of a token at once, not its row; 14 KB a warp
+# group lets 16 groups share an SM's 228 KB), each slice rounded into the staging row; a block
+# per stream (G = 1) sums whole rows (the launch's dynamic shared memory holds the rest).
+.macro slice_elements n, first
+    sub \n, %hidden, \first
+    min \n, \n, %slice          # the elements of the row's slice that starts at element `first`
+.endm
+
 .kernel deepep_combine_internode
 .param rec
 .param ntf
@@ -488,7 +504,7 @@ fw_done:
 .param fwd_comb
 .param comb_ctl
 .param comb
-.param scratch               # per thread block: 8 bf16 staging rows
+.param scratch               # per warp group: 8 bf16 staging rows
 .param one
 .param acct
 .param done
@@ -499,20 +515,31 @@ fw_done:
 .param local_experts
 .param node_gpus
 .param fwd_warps             # W: warp groups per (channel, node) forwarder
-.smem 28KB                   # acc [H] f32
+.param groups                # G: warp groups per thread block
+.param slice                 # elements of a row summed at a time (<= 3584: .smem)
+.smem 14KB                   # acc [slice] f32
     shl r1, %hidden, 1           # r1 = rb
     add r2, %tokens, %channels
     sub r2, r2, 1
     div r2, r2, %channels        # r2 = Tc
     mov r10, %smem               # r10 = acc
-    shl r4, r1, 3                # r4 = scratch bytes per thread block
+    shl r4, r1, 3                # r4 = scratch bytes per warp group
     mul r11, %tb, r4
     add r11, r11, %scratch       # r11 = staging slots
     rem r3, %gpu, %node_gpus     # r3 = l0
-    mul r5, %channels, %ngpu
+    add r6, %ngpu, %groups
+    sub r6, r6, 1
+    div r6, r6, %groups
+    mul r6, r6, %groups          # r6 = S: sender streams per channel
+    mul r5, %channels, r6
     bge %tb, r5, forwarder
     # ---- NVL sender of (c, s) ------------------------------------------------------------------------
-    combine_records_open         # r5 = channel, r6 = origin s, r9 = tokens, r12 = records
+    rem r7, %tb, r6              # r7 = s
+    bge r7, %ngpu, leave         # one of the last block's idle groups
+    div r14, %tb, r6
+    mul r14, r14, %ngpu
+    add r14, r14, r7             # r14 = c*P + s: the stream's records
+    combine_records_open r14     # r5 = channel, r6 = origin s, r9 = tokens, r12 = records
     div r13, r6, %node_gpus      # r13 = m
     div r7, %gpu, %node_gpus
     mul r7, r7, %node_gpus
@@ -529,21 +556,33 @@ fw_done:
     mov r25, 0                   # r25 = pairs combined
 tok:
     bge r24, r9, all_sent
-    rank_partial_row             # r10 = the fp32 sum, r27 = t, r25 += pairs
-    and r29, r24, 7              # staging slot
-    bne r29, 0, staged
+    and r6, r24, 7               # staging slot
+    mul r6, r6, r1
+    add r6, r6, r11              # r6 = the staging row
+    mov r14, 0                   # r14 = the slice's first element
+slice:
+    slice_elements r15, r14      # r15 = its elements
+    shl r2, r14, 1
+    add r2, r2, %recv_y          # r2 = the slice of the rows
+    mov r4, 0                    # r4 = pairs (the same in every slice)
+    rank_partial_row r2, r15, r4 # r10 = the slice's fp32 sum, r27 = t
+    bne r14, 0, staged           # the slot was freed at the token's first slice
+    bne r6, r11, staged          # not slot 0
     fence                        # slot reuse: the copies of 8 tokens ago are done ...
     flag.set r7, [r8], r24       # ... so the forwarder may take every token before this one
 staged:
-    mul r30, r29, r1
-    add r30, r30, r11
-    vcvt.bf16.f32 r30, r10, %hidden
+    shl r29, r14, 1
+    add r29, r29, r6
+    vcvt.bf16.f32 r29, r10, r15
+    add r14, r14, r15
+    blt r14, %hidden, slice
+    add r25, r25, r4
     add r31, r13, r27
     mul r31, r31, %node_gpus
     add r31, r31, r3
     mul r31, r31, r1
     add r31, r31, %fwd_comb
-    put.sm r7, r31, r30, r1      # the partial row to the forwarder: dp_fwd_comb[m][t][l0]
+    put.sm r7, r31, r6, r1       # the partial row to the forwarder: dp_fwd_comb[m][t][l0]
     add r24, r24, 1
     bra tok
 all_sent:
@@ -584,7 +623,9 @@ fw_tok:
     add r26, r26, r12            # r26 = record
     ld r27, [r26+64]             # r27 = t on its origin
     ld.v8 r16, [r26]             # word j: position + 1 in local rank j's stream (0: none)
-    vzero.f32 r10, %hidden
+    mov r2, 0                    # r2 = the slice's first element
+    slice_elements r3, r2        # r3 = its elements
+    vzero.f32 r10, r3
     add r29, r13, r27
     mul r29, r29, %node_gpus
     mul r29, r29, r1
@@ -592,21 +633,33 @@ fw_tok:
     # every local rank j's copy of this token has landed (its progress reached the position + 1
     # in the record; 0, no copy: always reached), a lane per rank - DeepEP's forwarder warp
     wait.lanes.ge [r8], r26, %node_gpus
+    and r25, r4, 7               # staging slot
+    mul r30, r25, r1
+    add r30, r30, r11            # r30 = the staging row
+fw_slice:
+    shl r5, r2, 1                # r5 = the slice's byte offset in a bf16 row
     mov r28, 0                   # r28 = local rank j
 fw_rank:
     beq r16, 0, fw_rank_next
     mul r31, r28, r1
     add r31, r31, r29
-    vaxpy.f32.bf16 r10, r31, %one, %hidden
+    add r31, r31, r5
+    vaxpy.f32.bf16 r10, r31, %one, r3
 fw_rank_next:
     next_slot_word r28, %node_gpus, fw_rank
-    and r25, r4, 7               # staging slot
+    bne r2, 0, fw_staged         # the slot was freed at the token's first slice
     bne r25, 0, fw_staged
     fence                        # slot reuse: the puts of 8 tokens ago are done
 fw_staged:
-    mul r30, r25, r1
-    add r30, r30, r11
-    vcvt.bf16.f32 r30, r10, %hidden
+    add r6, r30, r5
+    vcvt.bf16.f32 r6, r10, r3
+    add r2, r2, r3
+    bge r2, %hidden, fw_put
+    ld.v8 r16, [r26]             # the record's words again, for the next slice
+    slice_elements r3, r2
+    vzero.f32 r10, r3
+    bra fw_slice
+fw_put:
     div r31, %ngpu, %node_gpus
     mul r31, r31, r27
     add r31, r31, r14

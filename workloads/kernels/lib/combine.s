@@ -26,17 +26,20 @@
 #       r12 = the tile's first row position and r13 = its rows, then `row_out` sends row r4 =
 #       r12 + r3 home (r3: the row in the tile); then fence and last_tb_tells %jobs, %done: the
 #       backward's gradient combines (overlap_bwd_home, moehub_bwd_home). Writes r1, r3-r7.
-#   combine_records_open (no arguments: the registers below)
-#       for combine thread block %tb = c * P + s (the tokens this rank received from s on channel
-#       c in dispatch): r5 = c, r6 = s, r9 = how many (notify's count %ntf[s][c]), r12 = their
-#       records (%rec, [C*P][Tc][12] words; reads r2 = Tc). Writes r5..r9, r12.
-#   rank_partial_row (no arguments: the registers below)
+#   combine_records_open i
+#       for combine stream i = c * P + s (the tokens this rank received from s on channel c in
+#       dispatch; %tb where each thread block or warp group is one such stream): r5 = c, r6 = s,
+#       r9 = how many (notify's count %ntf[s][c]), r12 = their records (%rec, [C*P][Tc][12]
+#       words; reads r2 = Tc). Writes r5..r9, r12.
+#   rank_partial_row rows, n, pairs
 #       DeepEP's per-rank combine of one received token (deepep_combine, deepep_combine_partials,
 #       deepep_combine_internode): record r24 of the records at r12 (t << 32 | position + 1 per
-#       slot, position 0 for a slot whose expert is elsewhere, then the weights); the fp32 row at
-#       r10 (shared memory) = the sum over the local slots j ascending of w_j * %recv_y[position],
-#       r27 = t, r25 += the slots summed. Reads r1 = bf16 row bytes, %recv_y, %hidden, %topk.
-#       Writes r10's row, r16..r23, r25..r30.
+#       slot, position 0 for a slot whose expert is elsewhere, then the weights); the fp32 row of
+#       n elements at r10 (shared memory) = the sum over the local slots j ascending of
+#       w_j * rows[position] (`rows` the address of element 0 of the bf16 rows' n-element window:
+#       %recv_y and %hidden for whole rows, a slice of them further on), r27 = t, pairs += the
+#       slots summed. Reads r1 = bf16 row bytes, %topk. Writes r10's row, r16..r23, r26..r30
+#       and `pairs`.
 #   rank_received_row (no arguments: the registers below)
 #       DeepEP's benchmark combine input (tests/test_intranode.py passes the rows each rank
 #       received, unweighted): of record r24 of the records at r12, r29 = &%recv_y[position of
@@ -113,24 +116,24 @@ tell_\@:
     blt \i, %ngpu, tell_\@
 .endm
 
-.macro rank_partial_row
+.macro rank_partial_row rows, n, pairs
     mul r26, r24, 96
     add r26, r26, r12            # r26 = record
     ld.v8 r16, [r26]             # slot j's word in r16 after j shifts
     shr r27, r16, 32             # r27 = home token t
-    vzero.f32 r10, %hidden
+    vzero.f32 r10, \n
     mov r28, 0                   # r28 = slot j
 choice_\@:
     and r29, r16, 0xffffffff     # position + 1 (0: slot j's expert is on another rank)
     beq r29, 0, choice_next_\@
     sub r29, r29, 1
     mul r29, r29, r1
-    add r29, r29, %recv_y
+    add r29, r29, \rows
     shl r30, r28, 2
     add r30, r30, r26
     add r30, r30, 64             # &w_j in the record
-    vaxpy.f32.bf16 r10, r29, r30, %hidden
-    add r25, r25, 1
+    vaxpy.f32.bf16 r10, r29, r30, \n
+    add \pairs, \pairs, 1
 choice_next_\@:
     next_slot_word r28, %topk, choice_\@
 .endm
@@ -155,16 +158,16 @@ pick_next_\@:
     add r29, r29, %recv_y        # r29 = the row as this rank received it
 .endm
 
-.macro combine_records_open
-    div r5, %tb, %ngpu           # r5 = channel
-    rem r6, %tb, %ngpu           # r6 = source s
+.macro combine_records_open i
+    div r5, \i, %ngpu            # r5 = channel
+    rem r6, \i, %ngpu            # r6 = source s
     add r7, %channels, %local_experts
     mul r8, r6, r7
     add r8, r8, r5
     shl r8, r8, 3
     add r8, r8, %ntf
     ld r9, [r8]                  # r9 = tokens received from s on channel c
-    mul r12, %tb, r2
+    mul r12, \i, r2
     mul r12, r12, 96
     add r12, r12, %rec           # r12 = the records
 .endm
