@@ -10,6 +10,7 @@ import re
 import numpy as np
 import attrs
 
+from .errors import BuildError  # noqa: F401 (raised here; re-exported)
 from .components.hbm import CAL_COLUMNS, HBM_MIN_ACCESS  # noqa: F401 (re-exported)
 from .components.fabric import fill_fabric_destinations
 from .components.moehub.aau import aau_staging_packets, pair_homes
@@ -39,10 +40,6 @@ BUFFER_ALIGN = 256  # bytes; every buffer starts on an HBM interleave-friendly b
 # rate and counted (system.gpuN.hbm.beyond_calendar_ticks). A power of two: the calendar finds a
 # window's ring row with a mask (components/hbm.py _window)
 MEMORY_CALENDAR_WINDOWS = 1024
-
-
-class BuildError(Exception):
-    """A config that is well-formed but cannot be built (message names the key)."""
 
 
 @attrs.frozen

@@ -47,6 +47,7 @@ import numpy as np
 from .version import __version__, engine_version
 from .composition import State
 from .engine.state import record_view
+from .errors import CheckpointError  # noqa: F401 (raised here; re-exported)
 from .inputs import InputFileError, read_text
 from .observer import RunObserver
 from .outputs import OutputError, partial_path, reason, write_text_atomic
@@ -69,12 +70,6 @@ _NOT_VALUES = ("units", "key_units", "source_files", "value_sources", "load_warn
 META_KINDS = {int: "an integer", list: "a list", dict: "a mapping", str: "a string"}
 RNG_NOTE = ("the engine draws no random numbers at run time; buffer contents and routing are "
             "generated at build time from the seed")
-
-
-class CheckpointError(Exception):
-    """A checkpoint that cannot be written or restored (exit status 2)."""
-
-    exit_code = 2
 
 
 def _build_metadata(sim):

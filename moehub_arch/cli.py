@@ -368,17 +368,18 @@ def _with_run_options(cfg, args):
 
 
 def _simulation(args):
-    """The Simulation a `run` command asks for: from a config, or restored from a checkpoint."""
-    from .simulation import Simulation
-
+    """The Simulation a `run` command asks for: from a config, or restored from a checkpoint.
+    The config is loaded and checked before the engine is imported (the imports below point down,
+    to the run's floor), so that bad input is reported without loading Numba."""
     if args.restore:
-        from .checkpoint import CheckpointError, restore
+        from .errors import CheckpointError
         given = [f for f, v in (("CONFIG", args.config), ("--system", args.system),
                                 ("--set", args.overrides),
                                 ("--seed", args.seed is not None)) if v]
         if given:
             raise CheckpointError(f"--restore {args.restore}: a checkpoint carries its own config; "
                                   f"{', '.join(given)} cannot be combined with it")
+        from .checkpoint import restore
         sim = restore(user_path(args.restore))
         sim.cfg = _with_run_options(sim.cfg, args)
         return sim
@@ -392,16 +393,19 @@ def _simulation(args):
         # the config asked for the reference engine: restart with the JIT disabled
         os.environ["NUMBA_DISABLE_JIT"] = "1"
         os.execv(sys.executable, [sys.executable, "-m", "moehub_arch"] + sys.argv[1:])
-    return Simulation(_with_run_options(cfg, args))
+    cfg = _with_run_options(cfg, args)
+    from .simulation import Simulation
+    return Simulation(cfg)
 
 
 def _run(args):
+    checkpoint_ticks = [_time_arg("--checkpoint-at", t, "ps") for t in args.checkpoint_at]
+    sim = _simulation(args)
+    # the run's floor, imported once the input is known to be good (see _simulation)
     from .checkpoint import CheckpointWriter
     from .interrupts import InterruptStop
     from .runner import run_to_outdir, stats_so_far_note
 
-    checkpoint_ticks = [_time_arg("--checkpoint-at", t, "ps") for t in args.checkpoint_at]
-    sim = _simulation(args)
     cfg = sim.cfg
     out = Path(args.outdir)
 
@@ -507,11 +511,13 @@ def _list_stats(args):
     """Build the system (no run) and list every stat name with unit and description; a PATTERN
     keeps the names containing it (or matching it as a shell pattern)."""
     import fnmatch
+    cfg = _load(args.config)
+    # the build's floor, imported once the config is known to be good (as in _simulation)
     from .simulation import Simulation
     from .stats.collect import collect_stats
     from .stats.report import add_report_stat
 
-    sim = Simulation(_load(args.config))
+    sim = Simulation(cfg)
     stats = collect_stats(sim.state, sim.launches, sim.program, 0.0, 0.0)
     if sim.layer is not None:
         # an MoE layer's system.moe.* stats, computed here from the not-yet-run state (zeros):

@@ -23,6 +23,8 @@ from pathlib import Path
 
 import yaml
 
+from .errors import UserError
+
 MAX_TEXT_BYTES = 64 * 2 ** 20
 MAX_YAML_NODES = 2_000_000
 
@@ -32,7 +34,7 @@ _BOMS = ((codecs.BOM_UTF32_LE, "utf-32-le", "UTF-32 LE"), (codecs.BOM_UTF32_BE, 
          (codecs.BOM_UTF16_BE, "utf-16-be", "UTF-16 BE"))
 
 
-class InputFileError(Exception):
+class InputFileError(UserError):
     """A file that cannot be read or decoded (exit status 2); callers re-raise it as their own
     error class (ConfigError, IsaError, ...) when they have one."""
 

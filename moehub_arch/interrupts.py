@@ -17,7 +17,7 @@ import signal
 from .limits import StopRun
 from .signal_state import FLAG, Interrupted, end_soft, signal_name  # noqa: F401 (re-exported)
 from .observer import RunObserver
-from .watchdog import fmt_time
+from .config.units import fmt_time
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 

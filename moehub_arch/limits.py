@@ -6,9 +6,8 @@ before it processed, none after); the wall-clock limit is checked between batche
 `run.batch_events` events. A limited run is not an error (exit status 0), but it is incomplete:
 the end-of-run invariants are not checked and `simCompleted` is 0.
 """
-from .config.units import MAX_TICKS
+from .config.units import MAX_TICKS, fmt_time
 from .observer import RunObserver, SimulationError
-from .watchdog import fmt_time
 
 
 class StopRun(Exception):

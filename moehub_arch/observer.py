@@ -6,8 +6,10 @@ observers. They live here, apart from the Simulation driver, so that modules the
 uses (watchdog.py, limits.py) can subclass RunObserver. `moehub_arch.simulation` re-exports both.
 """
 
+from .errors import UserError
 
-class SimulationError(Exception):
+
+class SimulationError(UserError):
     """A run that cannot complete: a runtime error in a kernel (exit 2) or a deadlock (exit 3)."""
 
     def __init__(self, message, exit_code=2):

@@ -26,7 +26,7 @@ import hashlib
 import numpy as np
 
 from .components.sizing import experts_of_window
-from .components.nvlink import channel_name  # noqa: F401 (re-exported)
+from .config.units import fmt_time
 from .composition import REQUESTS, EVENT_NAMES, findings, likely_causes, timer_event
 from .engine.events import Q_KIND, Q_TICK, TIMER_OFF, TM_TICK
 from .engine.state import (LN_DONE, LN_RUNNING, TB_EMPTY, TB_READY, TB_RETIRED, TB_WAIT_CLAIM,
@@ -38,15 +38,6 @@ from .isa.encoding import (CMP_NAMES, IMM, OP0, REG_TB, SEM, SEM_BRANCH, SEM_FEN
 CMP_SYMBOLS = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 MAX_TB_LINES = 16     # thread blocks listed one by one; the rest are counted per kernel and state
 MAX_LINES = 24        # lines per section of blocked resources
-
-
-def fmt_time(ps):
-    """A tick count as a readable time: '1.5 us'."""
-    ps = int(ps)
-    for unit, scale in (("s", 10 ** 12), ("ms", 10 ** 9), ("us", 10 ** 6), ("ns", 10 ** 3)):
-        if abs(ps) >= scale:
-            return f"{ps / scale:g} {unit}"
-    return f"{ps} ps"
 
 
 # ---------------------------------------------------------------------------------- naming

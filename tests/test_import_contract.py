@@ -6,7 +6,8 @@ floor above, neither straight nor through modules the contract does not name):
 
     floor       config/, engine/ (event queue, State, JIT, clock...), declare.py (what a block
                 declares: Block, Param, Stat...), isa/, version.py (the engine's identity),
-                observer.py (a run's hooks), and the plain helpers (paths, inputs, outputs)
+                observer.py (a run's hooks), errors.py (the user errors' base class), and the plain
+                helpers (paths, inputs, outputs)
     blocks      components/ (the hardware blocks)
     dispatch    dispatch/ (the run loop, its entry points, the cold-start compile)
     run         simulation.py, runner.py, builder.py
@@ -17,8 +18,15 @@ moehub_arch/__init__.py, hands the API out on first use from its module __getatt
 no module of the package imports it (version.py holds the version and the engine's identity), so
 those imports point down like any other. A failure names every offending import with its file and
 line.
+
+Beside the floors, one promise about what a command loads: bad input is reported before the
+engine or Numba is imported (the command line's argument handling, config loading and error
+reporting sit below the engine), so that a mistyped path or key costs a fraction of a second.
 """
 import ast
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -28,7 +36,7 @@ PACKAGE = "moehub_arch"
 FLOORS = (
     ("floor", ("moehub_arch.config", "moehub_arch.engine", "moehub_arch.declare",
                "moehub_arch.isa", "moehub_arch.paths", "moehub_arch.inputs", "moehub_arch.outputs",
-               "moehub_arch.version", "moehub_arch.observer")),
+               "moehub_arch.version", "moehub_arch.observer", "moehub_arch.errors")),
     ("blocks", ("moehub_arch.components",)),
     ("dispatch", ("moehub_arch.dispatch",)),
     ("run", ("moehub_arch.simulation", "moehub_arch.runner", "moehub_arch.builder")),
@@ -235,3 +243,43 @@ def test_the_contract_sees_function_level_imports_and_circles(tmp_path):
     (pkg / "api.py").write_text("from .composition import __version__\n")
     modules, edges = import_edges(tmp_path, PACKAGE)
     assert _circles(modules, edges) == [[PACKAGE, f"{PACKAGE}.api", f"{PACKAGE}.composition"]]
+
+
+# what the command line's bad-input path must not load (compiled engine, Numba, the run loop)
+_ENGINE_MODULES = ("numba", "moehub_arch.engine", "moehub_arch.components", "moehub_arch.dispatch",
+                   "moehub_arch.simulation", "moehub_arch.builder")
+_PROBE = ("import sys\n"
+          "from moehub_arch.cli import main\n"
+          "loaded = lambda: sorted(m for m in {engine!r} if m in sys.modules)\n"
+          "print('import', loaded())\n"
+          "for argv in {commands!r}:\n"
+          "    status = main(argv)\n"
+          "    print(' '.join(argv[:2]), status, loaded())\n")
+
+
+def test_bad_input_is_reported_without_importing_the_engine(tmp_path):
+    # each command stops at bad input (exit 2, one paragraph) in a process that has not imported
+    # Numba or the engine: the config loader, the argument checks and the error reporting sit
+    # below the engine's floor; a good config's run imports it only once the input is checked
+    config = REPO / "configs" / "experiments" / "functional.yaml"
+    commands = [["run", "missing.yaml"],
+                ["run", str(config), "--set", "run.no_such_key=1"],
+                ["run", str(config), "--set", "system.nvlink.bandwidth=fast"],
+                ["run", str(config), "--max-ticks", "soon"],
+                ["stats", "--list", "missing.yaml"],
+                ["config", "--list", "no_such_key_anywhere"],
+                ["sweep", "missing.yaml"],
+                ["layer", "--model", "no_such_model", "--tokens", "8", "--scheme", "moehub"],
+                ["validate", "--only", "no_such_figure"],
+                ["asm", "missing.s"]]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO)] + [p for p in os.environ.get(
+        "PYTHONPATH", "").split(os.pathsep) if p]))
+    r = subprocess.run([sys.executable, "-c", _PROBE.format(engine=_ENGINE_MODULES,
+                                                            commands=commands)],
+                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines == ["import []"] + [f"{' '.join(a[:2])} 2 []" for a in commands], (
+        r.stdout + r.stderr)
+    # every one was a one-paragraph error, no traceback
+    assert "Traceback" not in r.stderr and r.stderr.count("error:") == len(commands), r.stderr

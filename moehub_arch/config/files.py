@@ -6,10 +6,11 @@ from pathlib import Path
 
 import yaml
 
+from ..errors import UserError
 from ..inputs import InputFileError, load_yaml, read_text
 
 
-class ConfigError(Exception):
+class ConfigError(UserError):
     """A user error in a configuration: one paragraph naming file, key path, expected and found."""
 
     exit_code = 2

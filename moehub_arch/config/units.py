@@ -153,3 +153,13 @@ def format_quantity(value, kind: str) -> str:
             n = value / factor
             return f"{int(n) if float(n).is_integer() else n:g}{unit}"
     return f"{value:g}{_SHOWN[kind][-1]}"
+
+
+def fmt_time(ps):
+    """A tick count as a readable time: '1.5 us' (the run's messages: limits, watchdog,
+    interrupts; format_quantity is the exact form for listings)."""
+    ps = int(ps)
+    for unit, scale in (("s", 10 ** 12), ("ms", 10 ** 9), ("us", 10 ** 6), ("ns", 10 ** 3)):
+        if abs(ps) >= scale:
+            return f"{ps / scale:g} {unit}"
+    return f"{ps} ps"

@@ -42,6 +42,7 @@ import re
 import attrs
 import numpy as np
 
+from ..errors import UserError
 from ..inputs import InputFileError, read_text
 from ..paths import data_root
 from .encoding import (DTYPE, FIRST_PARAM_REG, II, IMM, LAT, LINE, MAX_OPERANDS, MAX_PARAMS,
@@ -56,7 +57,7 @@ _MACRO_ARG = re.compile(r"\\([A-Za-z_][A-Za-z0-9_]*|@)")
 _MAX_MACRO_DEPTH = 64
 
 
-class AsmError(Exception):
+class AsmError(UserError):
     """A problem in a kernel source file: `file:line:col: message`."""
 
     exit_code = 2

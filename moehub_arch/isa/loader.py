@@ -20,6 +20,7 @@ from pathlib import Path
 import attrs
 import yaml
 
+from ..errors import UserError
 from ..inputs import InputFileError, load_yaml, read_text
 
 from ..paths import data_root
@@ -37,7 +38,7 @@ _FIELDS = ("semantic", "subop", "unit", "operands", "latency", "ii", "throughput
 _REQUIRED = ("semantic", "unit", "operands", "latency", "ii", "description")
 
 
-class IsaError(Exception):
+class IsaError(UserError):
     """A problem in an ISA file: the message names file, line and key."""
 
     exit_code = 2

@@ -27,6 +27,7 @@ from pathlib import Path
 import attrs
 import yaml
 
+from ..errors import UserError
 from ..inputs import InputFileError, load_yaml, read_text
 
 from ..config import ConfigError, load_config
@@ -37,7 +38,7 @@ DEFAULT_STATS = ("simTicks", "system.report.*", "system.moe.layer_time_us", "sys
                  "system.moe.overhead_us", "system.moe.sm.*", "system.moe.nvlink.*")
 
 
-class SweepError(Exception):
+class SweepError(UserError):
     """A sweep file or option that cannot be used (exit status 2)."""
 
     exit_code = 2

@@ -21,6 +21,7 @@ from pathlib import Path
 import attrs
 import numpy as np
 
+from ..errors import UserError
 from ..config.loader import ConfigError
 from ..config.schema import BufferConfig, LaunchConfig, MoeWorkloadConfig
 from ..paths import data_root
@@ -44,7 +45,7 @@ BACKWARD_SCHEMES = ("megatron", "deepep", "hiermoe", "overlap", "nvls", "moehub"
 GEMM_JOB_ELEMENTS = 16384
 
 
-class LayerError(Exception):
+class LayerError(UserError):
     """A layer that cannot be built as configured (exit status 2)."""
 
     exit_code = 2
