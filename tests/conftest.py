@@ -2,6 +2,7 @@
 import atexit
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -12,6 +13,20 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIGS = REPO / "configs"
+
+# The processes the tests start (command-line runs, tools, drivers of both engines: several hundred)
+# each import the package's ~200 modules. Where the environment says not to write bytecode
+# (PYTHONDONTWRITEBYTECODE, set where this suite's CI runs), every one of them compiled that source to
+# bytecode again, about 0.3 CPU s a process. They keep it instead in a folder of this test session
+# (PYTHONPYCACHEPREFIX: nothing is written into the checkout), removed when the session ends. Set
+# here, at import in the controlling process, so that the xdist workers and every process a test
+# starts inherit it; this process itself still writes nothing (Python read the setting at start).
+if (os.environ.get("PYTHONDONTWRITEBYTECODE") and not os.environ.get("PYTHONPYCACHEPREFIX")
+        and not os.environ.get("PYTEST_XDIST_WORKER")):
+    _PYCACHE = tempfile.mkdtemp(prefix="moehub-suite-pycache-")
+    atexit.register(shutil.rmtree, _PYCACHE, True)
+    os.environ["PYTHONPYCACHEPREFIX"] = _PYCACHE
+    del os.environ["PYTHONDONTWRITEBYTECODE"]
 
 # a test compiles in its own process only (dispatch/precompile.py): the engine is compiled before the
 # tests start (pytest_sessionstart below); tests/test_precompile.py checks the two-process compile
