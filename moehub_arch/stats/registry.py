@@ -6,12 +6,13 @@ hierarchical, gem5 style (``system.gpu0.nvlink3.tx_wire_bytes``).
 """
 import fnmatch
 import re
+from typing import NamedTuple
 
-import attrs
 
-
-@attrs.frozen
-class Stat:
+class Stat(NamedTuple):
+    """One stat: immutable, compared and hashed by its fields. A named tuple rather than an attrs
+    class: a run of 72 GPUs makes about 195,000 of them, and a tuple is built several times faster
+    (attrs' frozen __init__ sets each field through object.__setattr__)."""
     name: str
     value: float
     unit: str
