@@ -9,7 +9,7 @@ import pytest
 
 from conftest import REPO, drive_both_engines, load, load_script, model_stats
 
-SHORTCUTS = ("tx_wake", "idle_output", "sm_fold", "back_to_back")
+SHORTCUTS = ("tx_wake", "idle_output", "sm_fold", "back_to_back", "credit_wake")
 LAYER = "experiments/layer"
 CASES = {
     "moehub_layer": (f"{LAYER}/deepseek_v3_4096_moehub.yaml", ["workload.layer.tokens_per_gpu=16"]),
@@ -76,6 +76,27 @@ def test_back_to_back_changes_no_occupancy_sample():
     assert taken["system.gpu0.occupancy.link_tx_queue_peak"] > 0
 
 
+# a small all-to-all whose receive buffers hold one largest packet (17 flits): a switch output's
+# head packet waits for the credits of several smaller packets before it, so the reference path's
+# transmitter looks at every credit return, most of them too few
+SMALL_BUFFERS = ["system.num_gpus=4", "system.gpu.num_sms=4", "system.nvlink.links_per_gpu=2",
+                 "system.switch.count=2", "system.switch.gpu_link_switch=[0, 1]",
+                 "workload.launches.0.params.bytes_per_peer=16384",
+                 "workload.launches.0.params.chunk=8192", "system.nvlink.rx_buffer_flits=17"]
+
+
+def test_credit_wake_leaves_out_the_looks_short_of_credits():
+    # every model stat the same; the looks left out are those that found a ready head still
+    # short of credits (8,648 -> 7,624 transmit events with every other shortcut on)
+    without = _run("ubench/alltoall.yaml", SMALL_BUFFERS,
+                   [n for n in SHORTCUTS if n != "credit_wake"])
+    taken = _run("ubench/alltoall.yaml", SMALL_BUFFERS, SHORTCUTS)
+    moved = sorted(k for k in without if not _is_event_count(k) and taken[k] != without[k])
+    assert not moved, [(k, without[k], taken[k]) for k in moved[:10]]
+    assert taken["system.engine.events.ch_tx"] < 0.9 * without["system.engine.events.ch_tx"]
+    assert sum(v for k, v in taken.items() if k.endswith(".tx_credit_stall_ticks")) > 0
+
+
 def test_shortcuts_are_on_by_default_and_an_unknown_one_is_an_input_error():
     from moehub_arch.config import ConfigError
     assert load("ubench/alltoall.yaml").run.shortcuts == SHORTCUTS
@@ -105,13 +126,16 @@ out = {{}}
 for case in ("hub_tiny_tables", "ubench_alltoall"):
     config, overrides = G.CASES[case]
     out[case] = model_stats(Simulation(load(config, *overrides)).run())
+out["small_buffers"] = model_stats(Simulation(load("ubench/alltoall.yaml", *{small!r})).run())
 print(json.dumps(out, default=str))
 """
 
 
 def test_the_engines_agree_on_runs_sent_ahead():
-    # the MoE-Hub with tiny tables (switch inputs waiting for outputs, both virtual channels) and
-    # the all-to-all, every shortcut on: every stat, the event counts included
-    numba, python = drive_both_engines(ENGINES.format(tests=str(REPO / "tests")))
+    # the MoE-Hub with tiny tables (switch inputs waiting for outputs, both virtual channels),
+    # the all-to-all and the all-to-all short of credits (credit_wake), every shortcut on: every
+    # stat, the event counts included
+    numba, python = drive_both_engines(ENGINES.format(tests=str(REPO / "tests"),
+                                                      small=SMALL_BUFFERS))
     assert numba["ubench_alltoall"]["system.engine.events.ch_tx"] > 0
     assert numba == python

@@ -37,7 +37,7 @@ from ..engine.jit import compiled, inline
 from ..engine.ring import ring_add, ring_next
 
 from ..engine.clock import bytes_ticks
-from ..engine.events import SHORTCUT_BACK_TO_BACK, timer_clear, timer_set
+from ..engine.events import SHORTCUT_BACK_TO_BACK, SHORTCUT_CREDIT_WAKE, timer_clear, timer_set
 from ..engine.prefetch import prefetch, prefetch_address
 from ..engine.state import CACHE_LINE_BYTES
 from .packet import VC_RESPONSE, VC_REQUEST, header_flits, packet_vc
@@ -436,7 +436,59 @@ def credit_return_vc(st, c, flits, tick, vc):
     st.credit_ret[c, slot, 2] = vc
     ch.cr_count += 1
     if ch.credit_blocked:
-        ch_kick(st, c, tick)
+        if not st.p[0].shortcuts & SHORTCUT_CREDIT_WAKE:
+            ch_kick(st, c, tick)
+        elif ch.tx_at < 0 or tick < ch.tx_at:
+            # exact shortcut credit_wake (docs/engine_order.md): the transmitter looks when a head
+            # packet has its credits, not at every return (a look at or before this return's
+            # tick is set already otherwise, and counts it)
+            due = credit_wake_tick(st, c)
+            if due >= 0:
+                ch_kick(st, c, due)
+
+
+@inline
+def _credits_due(st, c, vc, have, need):
+    """The tick of the first credit return filed for channel c that brings virtual channel vc's
+    credits from `have` to `need` (the returns counted in tick order); -1 if those filed do not."""
+    ch = st.ch[c]
+    cap = st.credit_ret.shape[1]
+    for i in range(ch.cr_count):
+        k = ring_add(ch.cr_head, i, cap)
+        if st.credit_ret[c, k, 2] == vc:
+            have += st.credit_ret[c, k, 1]
+            if have >= need:
+                return st.credit_ret[c, k, 0]
+    return -1
+
+
+@compiled
+def credit_wake_tick(st, c):
+    """Exact shortcut credit_wake (run.shortcuts; docs/engine_order.md): the first tick at which
+    the look of channel c's transmitter, short of credits for a head packet, can send - the
+    earliest over its virtual channels of the head's ready tick and the return, among those
+    filed, that gives the head its credits; -1 if the returns filed give no head enough. The
+    reference path looks at every return while it is short (credit_return_vc), and each look
+    before that tick reclaims the matured returns, finds every head still short or not ready
+    and sets its timer again: nothing another block reads. A head changes only by a send, a
+    packet queued on an empty FIFO kicks the look itself (txq_push), and a return filed later
+    with an earlier tick recomputes this (credit_return_vc)."""
+    ch = st.ch[c]
+    best = -1
+    if ch.rsq_count > 0:
+        t = ch.rsq_ready
+        if ch.rsp_credits < ch.rsq_flits:
+            due = _credits_due(st, c, VC_RESPONSE, ch.rsp_credits, ch.rsq_flits)
+            t = -1 if due < 0 else max(t, due)
+        best = t
+    if ch.txq_count > 0:
+        t = ch.txq_ready
+        if ch.credits < ch.txq_flits:
+            due = _credits_due(st, c, VC_REQUEST, ch.credits, ch.txq_flits)
+            t = -1 if due < 0 else max(t, due)
+        if t >= 0 and (best < 0 or t < best):
+            best = t
+    return best
 
 
 @compiled
@@ -541,7 +593,13 @@ def channel_transmit(st, c, tick):
             if not ch.credit_blocked:
                 ch.credit_blocked = 1
                 ch.credit_blocked_since = tick
-            if ch.cr_count > 0:   # wake up when the next return arrives (later ones kick earlier)
+            if p.shortcuts & SHORTCUT_CREDIT_WAKE:
+                # exact shortcut credit_wake: straight to the return that gives a head packet its
+                # credits (credit_wake_tick); a return filed later that comes sooner moves it
+                due = credit_wake_tick(st, c)
+                if due >= 0:
+                    ch_kick(st, c, due)
+            elif ch.cr_count > 0:   # wake up when the next return arrives (later ones kick earlier)
                 ch_kick(st, c, ch.cr_next)
         if wake >= 0:
             ch_kick(st, c, wake)

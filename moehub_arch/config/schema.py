@@ -51,7 +51,7 @@ __all__ = ["BASE_UNITS", "UNIT_KINDS", "AAU_OVERFLOW", "AauConfig", "CaisSwitchC
 
 # the engine's exact shortcuts (run.shortcuts), bit i of the engine's `shortcuts` parameter each
 # (engine/events.py SHORTCUT_*)
-SHORTCUTS = ("tx_wake", "idle_output", "sm_fold", "back_to_back")
+SHORTCUTS = ("tx_wake", "idle_output", "sm_fold", "back_to_back", "credit_wake")
 
 
 @attrs.frozen
@@ -74,7 +74,9 @@ class RunConfig:
                           "link in its arrival event), sm_fold (register-only instructions that "
                           "nothing else can observe issue in the SM's issue event before them), "
                           "back_to_back (an NVLink channel sends its next queued packet, due "
-                          "right after the one it sends, in the same event). "
+                          "right after the one it sends, in the same event), credit_wake (a link "
+                          "transmitter short of credits sleeps straight to the credit return that "
+                          "gives its head packet enough). "
                           "Each gives the same model stats with fewer events; [] runs every event "
                           "of the reference path (the tests compare both)", SHORTCUTS,
                           choices=SHORTCUTS)
