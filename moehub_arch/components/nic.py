@@ -320,7 +320,8 @@ BLOCK = Block(
                  "queue pair between two IB packets of an unfinished message "
                  "(system.nic.send_scheduling: qp_round_robin)", "nic_qp_interleaved"),
             Stat("messages_peak", "messages", "most RDMA messages the send scheduler chose "
-                 "among at once (those at the head of the GPU's request FIFO)",
+                 "among at once (those in the GPU's send queues, system.nic.work_requests: "
+                 "send_queue; with hub_fifo those at the head of the hub's request FIFO)",
                  "nic_qp_window_peak"),
         ), enabled=lambda st: st.p[0].nic_qp_round_robin > 0),
         StatGroup("gpu", "rdma_send", (
@@ -483,14 +484,22 @@ def nic_schedule(st, g, tick):
             best = i
     if window > gp.nic_qp_window_peak:
         gp.nic_qp_window_peak = window
-    if best == 0:
-        return
-    if rq0.sent > 0:
-        gp.nic_qp_interleaved += 1   # the head's message waits, unfinished, for its next turn
-    chosen = st.reqq[g, (head + best) % depth]
+    if best > 0:
+        _serve_first(st, st.reqq, g, head, best)
+
+
+@compiled
+def _serve_first(st, ring, g, head, best):
+    """Move entry `best` (counted from `head`) of GPU g's queue `ring` (State.reqq or sqq) to its
+    head, the others keeping their order: the send scheduler's pick is served next. Counts a turn
+    away from the head's message when it is unfinished."""
+    if st.req[ring[g, head]].sent > 0:
+        st.gpu[g].nic_qp_interleaved += 1   # the head's message waits for its next turn
+    cap = ring.shape[1]
+    chosen = ring[g, (head + best) % cap]
     for i in range(best, 0, -1):
-        st.reqq[g, (head + i) % depth] = st.reqq[g, (head + i - 1) % depth]
-    st.reqq[g, head] = chosen
+        ring[g, (head + i) % cap] = ring[g, (head + i - 1) % cap]
+    ring[g, head] = chosen
 
 
 @compiled
@@ -681,12 +690,7 @@ def nic_sq_pick(st, g, tick):
     if best < 0:
         return t_next
     if best > 0:
-        if rq0.sent > 0:
-            gp.nic_qp_interleaved += 1   # the head's message waits, unfinished, for its next turn
-        chosen = st.sqq[g, (head + best) % cap]
-        for i in range(best, 0, -1):
-            st.sqq[g, (head + i) % cap] = st.sqq[g, (head + i - 1) % cap]
-        st.sqq[g, head] = chosen
+        _serve_first(st, st.sqq, g, head, best)
     return 0
 
 
