@@ -132,10 +132,13 @@ def _tb_wait(sim, slot, now):
         R, depth = int(p.req_table), st.reqq.shape[1]
         return (f"'{_instruction(sim, int(tb.pc))}' waiting for room in the hub: request table "
                 f"{int(gp.req_table_used)} of {R} in use, request FIFO {int(gp.reqq_count)} of "
-                f"{depth}" + (f", every posted-store tag held ({int(gp.posted_stores)} multimem "
-                              f"stores; system.gpu.hub.posted_store_tags)"
-                              if p.posted_tags and int(gp.posted_stores) == int(p.posted_tags)
-                              else ""))
+                f"{depth}" + (f", {int(gp.sq_count)} RDMA work request(s) waiting in the queue "
+                              f"pairs' send queues (a QP holds at most "
+                              f"system.nic.send_queue_depth = {int(p.nic_sq_depth)} until their "
+                              f"completions)" if p.nic_send_queue else "")
+                + (f", every posted-store tag held ({int(gp.posted_stores)} multimem "
+                   f"stores; system.gpu.hub.posted_store_tags)"
+                   if p.posted_tags and int(gp.posted_stores) == int(p.posted_tags) else ""))
     if s == TB_WAIT_CLAIM:
         return "waiting in claim_buffer: " + _window_state(sim, int(tb.wait_addr))
     return f"state {s}"

@@ -50,15 +50,19 @@ def test_missing_read_ahead_exits_2(tmp_path):
     assert "system.nic.dma_read_ahead" in r.stderr and "Traceback" not in r.stderr
 
 
-def test_rdma_payload_is_pulled_after_the_doorbell(tmp_path):
+@pytest.mark.parametrize("work_requests", ["send_queue", "hub_fifo"])
+def test_rdma_payload_is_pulled_after_the_doorbell(tmp_path, work_requests):
     """Every GPU puts 8 KB to each peer (alltoall): the two RDMA writes (to the other node's
     GPUs) leave the hub no earlier than nic_dma_lead after the first put was issued, so their
     first packets reach the NIC after the doorbell round trips: no packet waits in the NIC for
     its doorbell, no work request waits for the message rate (2 work requests 3 ns apart at
-    330 M/s, the second a whole IB packet later), and the NVLink put is not held."""
+    330 M/s, the second a whole IB packet later), and the NVLink put is not held. With the
+    QPs' send queues (send_queue) the two RDMA writes never enter the hub's FIFO, so the
+    NVLink put has nothing to overtake; in the hub's FIFO (hub_fifo) it overtakes them."""
     cfg = alltoall_on_tiny(tmp_path, 8192, 8192)
     r = run_cli("run", cfg, "-o", tmp_path / "out", "--quiet", "--debug-flags", "Hub",
-                "--debug-file", tmp_path / "dbg.txt")
+                "--debug-file", tmp_path / "dbg.txt", "--set",
+                f"system.nic.work_requests={work_requests}")
     assert r.returncode == 0, r.stderr
     st = read_stats_json(tmp_path / "out")
     _, state = tiny_state()
@@ -80,7 +84,14 @@ def test_rdma_payload_is_pulled_after_the_doorbell(tmp_path):
     # all its 64 packets before the first RDMA packet
     sends1 = hub_put_sends(tmp_path / "dbg.txt", 1)
     assert [d for _, d in sends1[:64]] == [0] * 64
-    assert st["system.gpu1.rdma_send.nvlink_overtakes"] >= 1
+    if work_requests == "hub_fifo":
+        assert st["system.gpu1.rdma_send.nvlink_overtakes"] >= 1
+    else:
+        assert st["system.gpu1.rdma_send.nvlink_overtakes"] == 0
+        for g in range(4):
+            assert st[f"system.gpu{g}.rdma_send.work_requests_posted"] == 2
+            assert st[f"system.gpu{g}.rdma_send.qp_slots_peak"] == 1   # a QP per peer
+            assert st[f"system.gpu{g}.rdma_send.send_queue_full_stalls"] == 0
 
 
 def test_validation_settings_of_the_published_measurements():
@@ -417,3 +428,77 @@ def test_warp_groups_of_a_block_share_a_queue_pair(tmp_path):
     assert st["system.gpu0.rdma_send.messages_peak"] == 2
     assert st["system.nic0.rdma_writes"] == 2
     assert st["system.gpu2.hub.rx_payload_bytes"] == 2 * 8192
+
+
+def _two_puts(tmp_path, name, *sets):
+    """Two thread blocks of GPU 0 each put one 8 KB message to GPU 2 on the other node, one QP
+    (queue_pairs per_peer), with `sets` as --set overrides; returns the stats."""
+    cfg = puts_on_tiny(tmp_path, peer=2, blocks=2, chunk=8192, name=f"{name}.yaml")
+    args = []
+    for s in sets:
+        args += ["--set", s]
+    r = run_cli("run", cfg, "-o", tmp_path / name, "--quiet", *args)
+    assert r.returncode == 0, r.stderr
+    return read_stats_json(tmp_path / name)
+
+
+def test_full_send_queue_makes_the_posting_thread_wait(tmp_path):
+    """A work request holds a slot of its QP's send queue from its post to its completion
+    (nic.py: nic_sq_room; DeepEP's NVSHMEM_QP_DEPTH 1024 by default). With a depth of 1 the
+    second block's post finds the QP's queue full and waits for the first write's completion
+    (an IB round trip), so the run is longer and the QP never held two; with 1024 both are
+    posted at once. Either way both writes are posted, each one work request and one RDMA
+    write, and every byte arrives."""
+    deep = _two_puts(tmp_path, "deep")
+    one = _two_puts(tmp_path, "one", "system.nic.send_queue_depth=1")
+    assert deep["system.gpu0.rdma_send.qp_slots_peak"] == 2
+    assert deep["system.gpu0.rdma_send.send_queue_full_stalls"] == 0
+    assert one["system.gpu0.rdma_send.qp_slots_peak"] == 1
+    assert one["system.gpu0.rdma_send.send_queue_full_stalls"] >= 1
+    assert one["simTicks"] > deep["simTicks"]
+    for st in (deep, one):
+        assert st["system.gpu0.rdma_send.work_requests_posted"] == 2
+        assert st["system.nic0.work_requests"] == 2
+        assert st["system.nic0.rdma_writes"] == 2
+        assert st["system.gpu2.hub.rx_payload_bytes"] == 2 * 8192
+        assert st["system.gpu0.hub.request_queue_peak"] == 0   # the hub's FIFO never held them
+
+
+def test_send_queue_engines_identical(tmp_path):
+    """The send queues (a full one included: depth 1) give identical stats on both engines."""
+    from conftest import cli_stats_per_engine
+    cfg = puts_on_tiny(tmp_path, peer=2, blocks=2, chunk=8192)
+    out = cli_stats_per_engine(cfg, tmp_path, "--set", "system.nic.send_queue_depth=1")
+    assert out["numba"] == out["python"]
+    assert out["numba"]["system.gpu0.rdma_send.send_queue_full_stalls"] >= 1
+
+
+@pytest.mark.parametrize("shape", ["block", "stream"])
+def test_deepep_internode_send_queues_conserve_work_requests(shape):
+    """DeepEP's internode layer on 4 x 2 (two channels) with the QPs' send queues and with the
+    hub's FIFO (work_requests: hub_fifo): both exact, with the same RDMA writes, work requests
+    and payload bytes over all NICs, and every work request a GPU posted is one the NICs
+    started (send_queue)."""
+    base = ("experiments/functional.yaml", "scheme=deepep", "system.nodes.count=4",
+            "workload.layer.tokens_per_gpu=16", "workload.layer.deepep.kernels=communication",
+            "workload.layer.deepep.comm_sms=4",
+            f"workload.layer.deepep.combine_forwarders={shape}")
+    sq = simulate_on_tiny(*base)
+    fifo = simulate_on_tiny(*base, "system.nic.work_requests=hub_fifo")
+    for sim in (sq, fifo):
+        assert sim.stats["system.moe.output_max_abs_error"] == 0.0
+    assert _rdma_totals(sq, 8) == _rdma_totals(fifo, 8)
+    posted = sum(sq.stats[f"system.gpu{g}.rdma_send.work_requests_posted"] for g in range(8))
+    assert posted == _rdma_totals(sq, 8)[1] > 0
+    assert all(sq.stats[f"system.gpu{g}.rdma_send.nvlink_overtakes"] == 0 for g in range(8))
+
+
+@pytest.mark.parametrize("key, value, expect", [
+    ("system.nic.work_requests", "doorbell", "send_queue"),
+    ("system.nic.send_queue_depth", "0", "send_queue_depth")])
+def test_bad_send_queue_keys_exit_2(tmp_path, key, value, expect):
+    r = run_cli("run", "configs/ubench/alltoall.yaml", "--system", "configs/systems/tiny_2x2.yaml",
+                "-o", tmp_path / "out", "--quiet", "--set", f"{key}={value}")
+    assert r.returncode == 2, r.stderr
+    assert key in r.stderr and expect in r.stderr
+    assert "Traceback" not in r.stderr

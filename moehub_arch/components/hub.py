@@ -77,7 +77,9 @@ from .packet import (PK_ACK, PK_ATOM_REQ, PK_ATOM_RESP, PK_GET_REQ, PK_GET_RESP,
 from .read_data import read_data_send
 from .trace import CAT_HUB, TR_HUB_RX, TR_HUB_TX, trace_event
 from .wakeups import hub_kick, hub_kick_response, tb_resume
-from .nic import nic_overtake, nic_queue_pair, nic_schedule, nic_served, rdma_message
+from .nic import (nic_overtake, nic_post, nic_queue_pair, nic_schedule, nic_served, nic_sq_done,
+                  nic_sq_path_room, nic_sq_pick, nic_sq_room, nic_to_send_queue, rdma_message)
+from ..engine.events import timer_set
 from ..config.keys import key_param
 from ..declare import (Array, Block, Debug, Event, Param, Receive, Record, Send, StatGroup, Timer,
                        counters, fields)
@@ -255,6 +257,17 @@ def hub_room(st, g):
 
 
 @compiled
+def hub_room_for(st, g, kind, slot, dst_gpu):
+    """True if GPU g's hub can accept a request of `kind` from TB `slot` to dst_gpu now: a
+    request-table entry, and room in the request FIFO or - an RDMA work request with
+    system.nic.work_requests: send_queue - a free slot of its queue pair's send queue (nic.py)."""
+    if nic_to_send_queue(st, g, kind, dst_gpu):
+        return (st.gpu[g].req_table_used < st.p[0].req_table
+                and nic_sq_room(st, g, nic_queue_pair(st, slot, dst_gpu)))
+    return hub_room(st, g)
+
+
+@compiled
 def hub_submit(st, g, kind, slot, dst_gpu, dst_addr, src_addr, nbytes, value, ret_reg, tick,
                data_ready):
     """Accept a remote operation of the base protocol (REQ_PUT, REQ_GET, REQ_STORE, REQ_ATOM)
@@ -289,7 +302,7 @@ def hub_accept(st, g, kind, slot, dst_gpu, dst_addr, src_addr, nbytes, value, re
     record's pkts_total and acks_total (its kind's packets and the write responses it waits for)
     and queues it (hub_enqueue): how an extension (declare.Send) submits its request kinds."""
     gp = st.gpu[g]
-    if not hub_room(st, g):
+    if not hub_room_for(st, g, kind, slot, dst_gpu):
         return -1
     gp.free_top -= 1
     r = st.free_reqs[g, gp.free_top]
@@ -314,6 +327,7 @@ def hub_accept(st, g, kind, slot, dst_gpu, dst_addr, src_addr, nbytes, value, re
     rq.acks_ready = 0
     rq.issued = tick      # a NIC's doorbell for it rings now (nic.py)
     rq.nic_qp = nic_queue_pair(st, slot, dst_gpu)
+    rq.sq_held = 0        # nic_post sets it for a work request posted to its QP's send queue
     rq.value = value
     rq.ret_reg = ret_reg
     rq.data_ready = data_ready
@@ -325,8 +339,16 @@ def hub_accept(st, g, kind, slot, dst_gpu, dst_addr, src_addr, nbytes, value, re
 
 @compiled
 def hub_enqueue(st, g, r, tick):
-    """Queue the accepted request r (hub_accept) in GPU g's request FIFO and wake the packetizer."""
+    """Queue the accepted request r (hub_accept) in GPU g's request FIFO - or post it to its queue
+    pair's send queue, an RDMA work request with work_requests: send_queue (nic.py) - and wake the
+    packetizer."""
     gp = st.gpu[g]
+    rq = st.req[r]
+    if nic_to_send_queue(st, g, rq.kind, rq.dst_gpu):
+        nic_post(st, g, r)
+        gp.hub_requests += 1
+        hub_kick(st, g, tick)
+        return
     st.reqq[g, ring_add(gp.reqq_head, gp.reqq_count, st.reqq.shape[1])] = r
     gp.reqq_count += 1
     if gp.reqq_count > gp.hub_reqq_peak:
@@ -431,6 +453,15 @@ def hub_packetize(st, g, tick):
         return -1  # superseded by an earlier activation
     gp.hub_next_tx = -1
     p = st.p[0]
+    if gp.hub_blocked and gp.sq_wake >= 0:
+        # the requests wait for link room and a work request's payload may be pulled at sq_wake
+        # (_two_paths): keep that wake armed, or at it look again
+        if gp.sq_wake > tick:
+            _arm_sq_wake(st, g)
+        else:
+            gp.hub_blocked = 0
+            gp.hub_stall_ticks += tick - gp.hub_blocked_since
+            gp.sq_wake = -1
     separate = p.response_vc != 0
     if not separate and gp.hub_req_free > tick:
         hub_kick(st, g, gp.hub_req_free)
@@ -439,11 +470,11 @@ def hub_packetize(st, g, tick):
     if sent > 0:
         if not separate:
             gp.hub_req_free = tick + sent * p.hub_ticks_per_packet
-            if _responses_pending(gp) or gp.reqq_count > 0:
+            if _responses_pending(gp) or gp.reqq_count > 0 or gp.sq_count > 0:
                 hub_kick(st, g, gp.hub_req_free)
         elif _responses_pending(gp):
             hub_kick_response(st, g, tick)
-        elif gp.reqq_count > 0:
+        elif gp.reqq_count > 0 or gp.sq_count > 0:
             hub_kick(st, g, tick)
         return -1
     if sent < 0 and not separate:
@@ -451,13 +482,16 @@ def hub_packetize(st, g, tick):
         return -1
     if gp.hub_blocked:
         return -1      # (separate: woken for a response) requests still wait for a dequeue
-    if gp.reqq_count == 0:
+    gp.sq_wake = -1
+    if gp.reqq_count == 0 and gp.sq_count == 0:
         if sent < 0:
             hub_wait_for_room(st, g, tick)
         return -1
     if gp.hub_req_free > tick:
         hub_kick(st, g, gp.hub_req_free)
         return -1
+    if gp.sq_count > 0:
+        return _two_paths(st, g, tick)
     if p.nic_qp_round_robin:
         nic_schedule(st, g, tick)   # the NIC's send scheduler picks the RDMA message served next
     t_dma = nic_overtake(st, g, tick)
@@ -465,6 +499,61 @@ def hub_packetize(st, g, tick):
         hub_kick(st, g, t_dma)      # the NIC pulls the payload after its doorbell (nic.py)
         return -1
     return st.reqq[g, gp.reqq_head]
+
+
+@compiled
+def _arm_sq_wake(st, g):
+    """Arm GPU g's packetizer timer for its DMA wake (gp.sq_wake) unless it is armed earlier:
+    hub_kick does nothing while the hub waits for link room, and this wake must still come."""
+    gp = st.gpu[g]
+    if gp.hub_next_tx < 0 or gp.sq_wake < gp.hub_next_tx:
+        gp.hub_next_tx = gp.sq_wake
+        timer_set(st, st.p[0].tm_hub + g, gp.sq_wake)
+
+
+@compiled
+def _fifo_head_room(st, g, r):
+    """Whether the request FIFO's head r may give a packet now as far as its link is concerned: a
+    base-protocol request to another GPU needs request transmit-queue room toward it; other kinds
+    (the extensions') find out in their own packetizers."""
+    rq = st.req[r]
+    k = rq.kind
+    if (k == REQ_PUT or k == REQ_GET or k == REQ_STORE or k == REQ_ATOM) and rq.dst_gpu != g:
+        return nic_sq_path_room(st, g, r)
+    return True
+
+
+@compiled
+def _two_paths(st, g, tick):
+    """The hub's next packet when RDMA work requests wait in GPU g's send queues (nic.py): the
+    NIC's pick among its queue pairs (nic_sq_pick) and the request FIFO's head (the NVLink path)
+    take turns when both may go; a path whose link has no room, or whose work requests' payload
+    may not be pulled yet, leaves its turn to the other. If neither may go, the packetizer waits
+    for link room (and for the first work request's DMA start, gp.sq_wake), or only for that."""
+    gp = st.gpu[g]
+    t_dma = nic_sq_pick(st, g, tick)
+    rs = st.sqq[g, gp.sq_head]
+    rd_room = t_dma == 0 and nic_sq_path_room(st, g, rs)
+    rn = st.reqq[g, gp.reqq_head] if gp.reqq_count > 0 else -1
+    nv_room = rn >= 0 and _fifo_head_room(st, g, rn)
+    if rd_room and nv_room:
+        if gp.sq_turn != 0:
+            gp.sq_turn = 0
+            return rs
+        gp.sq_turn = 1
+        return rn
+    if rd_room:
+        return rs
+    if nv_room:
+        return rn
+    if t_dma == 0 or rn >= 0:
+        hub_wait_for_room(st, g, tick)   # a departure on one of its links wakes it
+        if t_dma > tick:
+            gp.sq_wake = t_dma
+            _arm_sq_wake(st, g)
+    else:
+        hub_kick(st, g, t_dma)           # the NIC pulls the payload after its doorbell
+    return -1
 
 
 @inline
@@ -530,9 +619,12 @@ def hub_emit(st, g, r, c, pkt, ready, done, tick):
     rq = st.req[r]
     pk = st.pk[pkt]
     if done:
-        gp.reqq_head = ring_next(gp.reqq_head, st.reqq.shape[1])
-        gp.reqq_count -= 1
-        wake_hub_waiters(st, g, tick)
+        if gp.sq_count > 0 and st.sqq[g, gp.sq_head] == r and rq.sq_held != 0:
+            nic_sq_done(st, g)   # its send-queue slot stays held until its completion
+        else:
+            gp.reqq_head = ring_next(gp.reqq_head, st.reqq.shape[1])
+            gp.reqq_count -= 1
+            wake_hub_waiters(st, g, tick)
     if rq.launch >= 0:
         # wire bytes per kernel (dispatch_link_efficiency); responses serve another GPU's kernel
         st.ln[rq.launch].tx_wire += pk.flits * p.flit_bytes
@@ -542,7 +634,7 @@ def hub_emit(st, g, r, c, pkt, ready, done, tick):
     if p.nic_qp_round_robin:
         nic_served(st, g, r)
     gp.hub_req_free = tick + pk.npk * p.hub_ticks_per_packet
-    if gp.reqq_count > 0 or _responses_pending(gp):
+    if gp.reqq_count > 0 or gp.sq_count > 0 or _responses_pending(gp):
         hub_kick(st, g, gp.hub_req_free)
 
 

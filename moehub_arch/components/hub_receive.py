@@ -32,6 +32,7 @@ def complete_request(st, r, tick):
     g = rq.src_gpu
     slot = rq.slot
     tb = st.tb[slot]
+    rq.sq_held = 0    # its completion frees its send-queue slot (nic.py), if it held one
     if rq.posted:
         st.gpu[g].posted_stores -= 1
     else:

@@ -120,6 +120,30 @@ keep their order there too; with `adaptive` they may take different spines and a
 order (real adaptive routing relies on the NIC to place such packets; not modelled), and the order
 then holds on one rail only.
 
+The QPs' send queues (`system.nic.work_requests: send_queue`, the default; `nic_post`,
+`nic_sq_pick`): with IBGDA a GPU thread posts a work request by writing its work-queue entry into
+the QP's send queue, a ring in GPU memory, and ringing the NIC's doorbell; the NIC fetches the
+entries from there (NVSHMEM's IBGDA device code as DeepEP carries it, `csrc/kernels/ibgda_device.cuh`
+at 3b1045d: `ibgda_reserve_wqe_slots` takes slots of the QP's ring, `ibgda_write_rdma_write_wqe`
+fills them, `ibgda_post_send` updates the doorbell record and rings the doorbell,
+`ibgda_update_dbr`, `ibgda_ring_db`). So an RDMA message (a put,
+flag store or atomic to a GPU of another node) leaves the hub's request FIFO at once: it sits in
+its QP's send queue (`State.sqq`, in issue order) until the NIC's send scheduler takes it, and the
+SMs' NVLink stores never wait behind it. Each QP's send queue has `system.nic.send_queue_depth`
+slots (DeepEP's `deep_ep/buffer.py` sets `NVSHMEM_QP_DEPTH` = 1024, "larger than the number of
+on-flight WRs"); a work request holds its slot from its post until its completion (NVSHMEM's
+IBGDA reclaims WQE slots as it polls the completions), and a thread that finds its QP's queue
+full waits (the hub's waiting list) until a completion frees a slot (`send_queue_full_stalls`).
+Posting costs the issuing thread what submitting a request to the hub costs (assumption: the WQE's
+few stores and the doorbell's MMIO write are one thread's stores; their PCIe round trips and the
+NIC's WQE fetch are in `system.nic.doorbell_latency`, counted from the post as before). The hub's
+packetizer - which plays both the SMs' NVLink stores and the NIC's DMA reads of the payload - takes
+one packet from each path in turn when both have one that may go (assumption: the two engines share
+the GPU's fabric-side bandwidth fairly); a path whose link has no room, or whose work requests'
+payload may not be pulled yet (`nic_dma_start`), leaves its turn to the other. `hub_fifo` is the
+model before (section 14.3 of docs/internode_validation.md): RDMA work requests wait in the hub's
+request FIFO among the NVLink stores, bounded by its depth.
+
 Not modelled: queue-pair contexts and their cache (assumption: the work of a few QPs per GPU, as
 DeepEP uses, stays in the NIC's context cache), and retransmission.
 """
@@ -127,8 +151,9 @@ from ..engine.jit import compiled
 
 from ..engine.state import ROUTE_FIRST, ROUTE_N
 from ..config.keys import key_param
-from ..declare import Block, Param, Record, Stat, StatGroup, fields
-from .packet import PK_ACK, PK_ATOM_RESP, PK_GET_RESP, PK_MOE, PK_PUT, VC_REQUEST
+from ..declare import Array, Block, Param, Record, Stat, StatGroup, fields
+from .packet import (PK_ACK, PK_ATOM_RESP, PK_GET_RESP, PK_MOE, PK_PUT, VC_REQUEST,
+                     request_records)
 from .link_room import txq_room
 from .infiniband import message_offset
 from ..topology import LINK_PCIE
@@ -157,6 +182,25 @@ def check_nics(sim, out):
         got, sent = int(ch.rx_packets[ins].sum()), int(ch.tx_packets[outs].sum())
         if got != sent:
             out.append(f"system.nic{nic}: received {got} link packets, transmitted {sent}")
+
+
+def check_send_queues(sim, out):
+    """Every work request posted to a send queue was read by the NIC and completed (no slot
+    held at the end)."""
+    st = sim.state
+    if st.p[0].nic_send_queue == 0:
+        return
+    for g in range(st.gpu.shape[0]):
+        if int(st.gpu[g].sq_count):
+            out.append(f"system.gpu{g}: {int(st.gpu[g].sq_count)} RDMA work request(s) still in "
+                       "its send queues")
+    held = int(st.req.sq_held.sum())
+    if held:
+        out.append(f"{held} send-queue slot(s) still held by uncompleted work requests")
+
+
+def _send_queues(cfg):
+    return cfg.system.nodes.count > 1 and cfg.system.nic.work_requests == "send_queue"
 
 
 def _on(st):
@@ -208,6 +252,11 @@ BLOCK = Block(
                   lambda cfg: int(cfg.system.nodes.count > 1
                                   and cfg.system.nic.send_scheduling == "qp_round_robin"), "bool",
                   "1: qp_round_robin on more than one node, else 0"),
+        key_param("nic_send_queue", "system.nic.work_requests",
+                  lambda cfg: int(cfg.system.nodes.count > 1
+                                  and cfg.system.nic.work_requests == "send_queue"), "bool",
+                  "1: send_queue on more than one node, else 0"),
+        key_param("nic_sq_depth", "system.nic.send_queue_depth"),
         key_param("nic_qp_per_block", "system.nic.queue_pairs",
                   lambda cfg: int(cfg.system.nodes.count > 1
                                   and cfg.system.nic.queue_pairs == "per_block"), "bool",
@@ -223,7 +272,9 @@ BLOCK = Block(
                   ("packets_out", "link packets the NIC queued on an output"),
                   ("rdma_payload_bytes", "payload bytes sent onto InfiniBand"))
     + fields("req", ("issued", "tick the hub accepted the request: the work request's doorbell"),
-             ("nic_qp", "its queue pair (nic_queue_pair), fixed when the hub accepted it"))
+             ("nic_qp", "its queue pair (nic_queue_pair), fixed when the hub accepted it"),
+             ("sq_held", "1: an RDMA work request holding a slot of its QP's send queue (from "
+              "its post to its completion; work_requests: send_queue)"))
     + fields("gpu", ("nic_qp_last", "queue pair (nic_queue_pair) of the last IB packet the send "
                      "scheduler served from this GPU (-1: none yet)"),
              ("nic_qp_interleaved", "times the scheduler turned to another queue pair while the "
@@ -231,12 +282,23 @@ BLOCK = Block(
              ("nic_qp_window_peak", "most RDMA messages the scheduler chose among at once"),
              ("nic_overtakes", "times a request of the NVLink path went ahead of an RDMA message "
               "that could not leave yet"),
+             ("sq_head", "oldest work request in the send queues (State.sqq ring)"),
+             ("sq_count", "work requests posted to the send queues that the NIC has not finished "
+              "reading"),
+             ("sq_turn", "1: the NIC's DMA reads take the hub's next packet when both paths may "
+              "send"),
+             ("sq_wake", "tick a work request's payload may be pulled, armed while the hub waits "
+              "for link room (-1: none)"),
+             ("sq_posted", "work requests posted to the send queues"),
+             ("sq_peak", "most work requests waiting in the send queues at once"),
+             ("sq_qp_peak", "most slots one queue pair's send queue held at once"),
+             ("sq_full_stalls", "posts that found their queue pair's send queue full"),
              ("rdma_placed", "tick by which every RDMA write, flag and atomic this GPU received "
               "from its NIC is visible (the queue pairs' in-order execution)"),
              ("rdma_ordered", "RDMA flag stores and atomics this GPU received"),
              ("rdma_order_delayed", "those whose visibility the in-order execution delayed"),
              ("rdma_order_wait_ticks", "total time the in-order execution delayed them"),
-             init={"nic_qp_last": -1}),
+             init={"nic_qp_last": -1, "sq_wake": -1}),
     stats=(StatGroup("nic", "", (
         Stat("work_requests", "count", "RDMA work requests started (puts, stores, atomics, "
              "stream MTUs)", "work_requests"),
@@ -258,7 +320,8 @@ BLOCK = Block(
                  "queue pair between two IB packets of an unfinished message "
                  "(system.nic.send_scheduling: qp_round_robin)", "nic_qp_interleaved"),
             Stat("messages_peak", "messages", "most RDMA messages the send scheduler chose "
-                 "among at once (those at the head of the GPU's request FIFO)",
+                 "among at once (those in the GPU's send queues, system.nic.work_requests: "
+                 "send_queue; with hub_fifo those at the head of the hub's request FIFO)",
                  "nic_qp_window_peak"),
         ), enabled=lambda st: st.p[0].nic_qp_round_robin > 0),
         StatGroup("gpu", "rdma_send", (
@@ -267,6 +330,17 @@ BLOCK = Block(
                  "yet (its doorbell round trips, or no room on the PCIe link to the NIC): the NIC's "
                  "send queues and the NVLink stores are separate paths", "nic_overtakes"),
         ), enabled=_on),
+        StatGroup("gpu", "rdma_send", (
+            Stat("work_requests_posted", "count", "RDMA work requests the GPU's threads posted to "
+                 "their queue pairs' send queues (system.nic.work_requests: send_queue)",
+                 "sq_posted"),
+            Stat("send_queue_peak", "work requests", "most work requests waiting in the send "
+                 "queues for the NIC at once (posted, payload not yet read)", "sq_peak"),
+            Stat("qp_slots_peak", "slots", "most slots one queue pair's send queue held at once "
+                 "(posted to completion; system.nic.send_queue_depth)", "sq_qp_peak"),
+            Stat("send_queue_full_stalls", "count", "posts that found their queue pair's send "
+                 "queue full: the posting thread waited for a completion", "sq_full_stalls"),
+        ), enabled=lambda st: st.p[0].nic_send_queue > 0),
         StatGroup("gpu", "rdma_recv", (
             Stat("ordered_ops", "count", "RDMA flag stores and atomics received: each executes "
                  "after the RDMA writes received before it (a queue pair's in-order execution)",
@@ -276,7 +350,12 @@ BLOCK = Block(
             Stat("order_wait_ticks", "ps", "total time the in-order execution held them",
                  "rdma_order_wait_ticks"),
         ), enabled=_on)),
-    checks=(check_nics,),
+    arrays=(Array("sqq", "RDMA work requests posted to the queue pairs' send queues and not yet "
+                  "read by the NIC, per GPU in issue order (a ring; gpu.sq_head, gpu.sq_count); "
+                  "the request records bound it",
+                  lambda cfg: (cfg.system.num_gpus if _send_queues(cfg) else 1,
+                               request_records(cfg) if _send_queues(cfg) else 1)),),
+    checks=(check_nics, check_send_queues),
     build=(build_pcie_queues,),
 )
 
@@ -405,14 +484,22 @@ def nic_schedule(st, g, tick):
             best = i
     if window > gp.nic_qp_window_peak:
         gp.nic_qp_window_peak = window
-    if best == 0:
-        return
-    if rq0.sent > 0:
-        gp.nic_qp_interleaved += 1   # the head's message waits, unfinished, for its next turn
-    chosen = st.reqq[g, (head + best) % depth]
+    if best > 0:
+        _serve_first(st, st.reqq, g, head, best)
+
+
+@compiled
+def _serve_first(st, ring, g, head, best):
+    """Move entry `best` (counted from `head`) of GPU g's queue `ring` (State.reqq or sqq) to its
+    head, the others keeping their order: the send scheduler's pick is served next. Counts a turn
+    away from the head's message when it is unfinished."""
+    if st.req[ring[g, head]].sent > 0:
+        st.gpu[g].nic_qp_interleaved += 1   # the head's message waits for its next turn
+    cap = ring.shape[1]
+    chosen = ring[g, (head + best) % cap]
     for i in range(best, 0, -1):
-        st.reqq[g, (head + i) % depth] = st.reqq[g, (head + i - 1) % depth]
-    st.reqq[g, head] = chosen
+        ring[g, (head + i) % cap] = ring[g, (head + i - 1) % cap]
+    ring[g, head] = chosen
 
 
 @compiled
@@ -510,3 +597,104 @@ def nic_in_order(st, g, src, visible):
         return gp.rdma_placed
     gp.rdma_placed = visible
     return visible
+
+
+@compiled
+def nic_to_send_queue(st, g, kind, dst_gpu):
+    """Whether a request of `kind` from GPU g to dst_gpu is an RDMA work request that goes to its
+    queue pair's send queue (work_requests: send_queue) rather than the hub's request FIFO."""
+    return (st.p[0].nic_send_queue != 0
+            and (kind == QP_REQ_PUT or kind == QP_REQ_STORE or kind == QP_REQ_ATOM)
+            and rdma_message(st, g, dst_gpu))
+
+
+@compiled
+def nic_sq_room(st, g, qp):
+    """Whether queue pair qp of GPU g has a free send-queue slot (system.nic.send_queue_depth): its
+    work requests posted and not yet completed hold the others. Counted over the GPU's request
+    records (every work request holds one), so no table per QP is kept; a full queue counts a
+    stall (the posting thread waits for a completion, hub_receive.complete_request)."""
+    R = st.free_reqs.shape[1]
+    n = 0
+    for i in range(R):
+        rq = st.req[g * R + i]
+        if rq.sq_held != 0 and rq.nic_qp == qp:
+            n += 1
+    gp = st.gpu[g]
+    if n >= st.p[0].nic_sq_depth:
+        gp.sq_full_stalls += 1
+        return False
+    if n + 1 > gp.sq_qp_peak:
+        gp.sq_qp_peak = n + 1
+    return True
+
+
+@compiled
+def nic_post(st, g, r):
+    """Request r of GPU g is posted: its work-queue entry is in its QP's send queue (a slot held
+    until its completion) and the doorbell rang (rq.issued, hub.hub_accept)."""
+    gp = st.gpu[g]
+    cap = st.sqq.shape[1]
+    st.sqq[g, (gp.sq_head + gp.sq_count) % cap] = r
+    gp.sq_count += 1
+    gp.sq_posted += 1
+    if gp.sq_count > gp.sq_peak:
+        gp.sq_peak = gp.sq_count
+    st.req[r].sq_held = 1
+
+
+@compiled
+def nic_sq_done(st, g):
+    """The NIC has read the last payload of the work request at the head of GPU g's send queues
+    (the one nic_sq_pick chose): it leaves them; its slot stays held until its completion."""
+    gp = st.gpu[g]
+    gp.sq_head = (gp.sq_head + 1) % st.sqq.shape[1]
+    gp.sq_count -= 1
+
+
+@compiled
+def nic_sq_pick(st, g, tick):
+    """The NIC's send scheduler over GPU g's send queues: with qp_round_robin the oldest work
+    request of each queue pair is a candidate once its payload may be pulled (nic_dma_start), and
+    the next queue pair after the last one served wins (as nic_schedule); with message_fifo the
+    oldest work request of all. The winner moves to the head of State.sqq (the others keep their
+    order). Returns 0 if the head may give a packet now, else the first tick one may (a work
+    request's doorbell round trips)."""
+    gp = st.gpu[g]
+    cap = st.sqq.shape[1]
+    head = gp.sq_head
+    r0 = st.sqq[g, head]
+    rq0 = st.req[r0]
+    p = st.p[0]
+    if p.nic_qp_round_robin == 0 or (rq0.kind == QP_REQ_PUT and rq0.sent % p.ib_mtu != 0):
+        # in issue order, or the head is inside an IB packet: it keeps the wire
+        t = nic_dma_start(st, g, r0)
+        return 0 if t <= tick else t
+    n_keys = p.num_gpus * (st.tb.shape[0] + 1)    # every nic_queue_pair key
+    best = -1
+    best_d = n_keys
+    t_next = -1
+    for i in range(gp.sq_count):
+        r = st.sqq[g, (head + i) % cap]
+        t = nic_dma_start(st, g, r)
+        if t > tick:
+            if t_next < 0 or t < t_next:
+                t_next = t
+            continue
+        d = (st.req[r].nic_qp - gp.nic_qp_last - 1) % n_keys
+        if d < best_d:      # the oldest request of a queue pair wins ties: its order is kept
+            best_d = d
+            best = i
+    if gp.sq_count > gp.nic_qp_window_peak:
+        gp.nic_qp_window_peak = gp.sq_count
+    if best < 0:
+        return t_next
+    if best > 0:
+        _serve_first(st, st.sqq, g, head, best)
+    return 0
+
+
+@compiled
+def nic_sq_path_room(st, g, r):
+    """Whether request r's first link (toward its destination) has request transmit-queue room."""
+    return _path_room(st, g, st.req[r].dst_gpu)

@@ -37,7 +37,7 @@ from ..isa.encoding import (ALU_ADD, ALU_AND, ALU_DIV, ALU_MAX, ALU_MIN, ALU_MOV
 from .hbm import (copy_overlapping, hbm_access, hbm_access_paced, move_bytes, raise_error,
                   read_word, update_bytes_bf16, write_word)
 from .l2 import l2_operand_read_span
-from .hub import REQ_ATOM, REQ_GET, REQ_PUT, REQ_STORE, atomic_ticks, hub_room, hub_submit
+from .hub import REQ_ATOM, REQ_GET, REQ_PUT, REQ_STORE, atomic_ticks, hub_room_for, hub_submit
 from .counted_write import (counted_local_put, counted_put_issued, counted_wait_issued,
                             counter_add, counter_ok)
 from .nic import rdma_message
@@ -401,7 +401,7 @@ def execute(st, slot, sm, tick, cyc):
         if nb > 0 and (sem == SEM_PUT or sem == SEM_PUT_COUNTED) and sub == PUT_SM:
             # warp-level copy: the TB's warps load src through the LSU (paced over the unit's
             # occupancy) and wait for the loads; the stores are posted
-            if peer != g and not hub_room(st, g):
+            if peer != g and not hub_room_for(st, g, REQ_PUT, slot, peer):
                 stall_on_hub(st, slot, g, tick)
                 return
             work = 2 * nb                     # every byte loaded, then stored, through the LSU

@@ -453,6 +453,17 @@ class NicConfig:
                           "channel its own QP to every peer (num_qps_per_rank = channels, "
                           "NVSHMEM_IBGDA_NUM_RC_PER_PE; DeepEP PR #130)", "per_peer",
                           choices=("per_peer", "per_block"))
+    work_requests: str = _f("choice", "where a GPU's RDMA work requests wait for the NIC: "
+                            "send_queue, posted into their queue pair's send queue in GPU memory "
+                            "and the doorbell rung (IBGDA: DeepEP's ibgda_device.cuh, "
+                            "ibgda_post_send), so they leave the hub's request FIFO and NVLink "
+                            "stores never wait behind them; hub_fifo, in the hub's request FIFO "
+                            "among the NVLink stores (the model before)", "send_queue",
+                            choices=("send_queue", "hub_fifo"))
+    send_queue_depth: int = _f("int", "work requests one queue pair's send queue holds, each from "
+                               "its post to its completion (work_requests: send_queue); a thread "
+                               "posting to a full one waits. DeepEP's deep_ep/buffer.py sets "
+                               "NVSHMEM_QP_DEPTH = 1024", 1024, min=1, unit="work requests")
 
 
 @attrs.frozen
