@@ -3,7 +3,10 @@
 Sender side: SMs submit remote operations (put, get, 8-byte store, fetch-and-add) as *requests*.
 A request needs a free entry in the hub's request table (bounded: ``max_outstanding_requests``)
 and room in its request FIFO (``request_queue_depth``); otherwise the issuing thread block stalls
-and retries when space frees (back-pressure to the SM). A request holds its table entry until it
+and retries when space frees (back-pressure to the SM); an RDMA work request (a put, flag store or
+atomic to a GPU of another node, with system.nic.work_requests: send_queue) is posted to its queue
+pair's send queue instead of the FIFO, and the packetizer takes the FIFO and the NIC's pick among
+the send queues in turn (nic.py, ``_two_paths``). A request holds its table entry until it
 completes, except a multimem store (multimem.st, multimem.red, dymultimem.st): the PTX ISA gives
 them the semantics of weak stores and reductions - nothing waits on one until a fence - so its entry
 frees once its last packet is out, and only a tag (``posted_store_tags``: the header's tag its
