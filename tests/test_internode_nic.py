@@ -11,7 +11,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import CONFIGS, REPO, read_stats_json, run_cli
+from conftest import CONFIGS, REPO, cli_stats_per_engine, read_stats_json, run_cli
 from internode_setup import (TINY, alltoall_on_tiny, hub_put_sends, puts_on_tiny,
                              simulate_on_tiny, tiny_state)
 
@@ -136,29 +136,82 @@ def test_rdma_ubench_targets_the_other_node_on_one_rail(config):
     assert (peer == 8) if isinstance(peer, int) else (peer == "8 - gpu")
 
 
-def _chunk_4_saves_writes(tokens, ring, min_k):
-    """DeepEP's internode layer on 2 x 2 with one channel, `tokens` per GPU and an RDMA ring of
-    `ring` slots, at chunk 1 and chunk 4: GPU g's k tokens with an expert on the other node (more
-    than min_k) go in whole chunks, so chunk 4 saves exactly 2 x (k - ceil(k / 4)) RDMA writes (a
-    chunk's rows and its metadata rows) at g's NIC; both layers are exact."""
-    base = ("experiments/functional.yaml", "scheme=deepep",
+def _streams(layer, nodes, L, channels):
+    """k[g, c, n]: the tokens of GPU g's channel c with an expert on node n (the length of the
+    stream from g to node n on channel c: the dispatch's RDMA sender sends them, node n's
+    forwarder (n, g % L) returns one combined row of each)."""
+    P = nodes * L
+    node_of = np.arange(layer.shape.experts) // (layer.shape.local_experts * L)
+    topk = np.asarray(layer.routing.topk_idx).reshape(P, -1, layer.shape.top_k)
+    T = topk.shape[1]
+    Tc = -(-T // channels)
+    k = np.zeros((P, channels, nodes), dtype=int)
+    for g in range(P):
+        for n in range(nodes):
+            has = (node_of[topk[g]] == n).any(axis=1)
+            for c in range(channels):
+                k[g, c, n] = int(has[c * Tc:(c + 1) * Tc].sum())
+    return k
+
+
+def _chunks(k, K):
+    return -(-k // K)
+
+
+META = 128    # internode.s: a token's metadata row, its second RDMA write in the dispatch
+
+
+def _row_bytes(sim, g):
+    """The RDMA writes' payload at GPU g's NIC: its payload less the 8-byte flags (every work
+    request that is not a write)."""
+    st = sim.stats
+    flags = st[f"system.nic{g}.work_requests"] - st[f"system.nic{g}.rdma_writes"]
+    return st[f"system.nic{g}.rdma_payload_bytes"] - 8 * flags
+
+
+def _chunk_4_saves_writes(tokens, ring, min_k, nodes=2, channels=1):
+    """DeepEP's internode layer on `nodes` x 2 with `channels` channels, `tokens` per GPU and an
+    RDMA ring of `ring` slots, at chunk 1 and chunk 4. GPU g's dispatch sends the k tokens of
+    its stream (c, n) to another node in whole chunks of two writes (a chunk's rows and its
+    metadata rows); GPU g's combine forwarder returns the k' tokens of stream (c, n0) of each
+    origin (m, g % L) of another node in whole chunks of one write (DeepEP's forwarder: one
+    RDMA write per num_max_rdma_chunked_send_tokens). So chunk 4 saves exactly
+    2 x (k - ceil(k / 4)) + (k' - ceil(k' / 4)) RDMA writes at g's NIC, summed over the streams;
+    nothing else the layer sends depends on the chunk, and the payload bytes are the same (the
+    same rows in fewer writes). Both layers are exact."""
+    L = 2
+    P = nodes * L
+    base = ("experiments/functional.yaml", "scheme=deepep", f"system.nodes.count={nodes}",
             f"workload.layer.tokens_per_gpu={tokens}",
-            "workload.layer.deepep.kernels=communication", "workload.layer.deepep.comm_sms=2",
+            "workload.layer.deepep.kernels=communication",
+            f"workload.layer.deepep.comm_sms={2 * channels}",
             f"workload.layer.deepep.rdma_ring_rows={ring}")
     runs = {c: simulate_on_tiny(*base, f"workload.layer.deepep.rdma_send_chunk_tokens={c}")
             for c in (1, 4)}
-    layer = runs[1].layer
-    L, P = 2, 4
-    node_of = np.arange(layer.shape.experts) // (layer.shape.local_experts * L)
-    topk = np.asarray(layer.routing.topk_idx).reshape(P, -1, layer.shape.top_k)
+    k = _streams(runs[1].layer, nodes, L, channels)
+    rb = runs[1].layer.shape.row_bytes
+    notify = set()
     for g in range(P):
-        k = int((node_of[topk[g]] == 1 - g // L).any(axis=1).sum())
-        assert k > min_k, (g, k)
+        n0, l0 = divmod(g, L)
+        others = [n for n in range(nodes) if n != n0]
+        sent = sum(int(k[g, c, n]) for c in range(channels) for n in others)
+        assert sent > min_k, (g, sent)
+        dispatch = sum(2 * int(k[g, c, n] - _chunks(k[g, c, n], 4))
+                       for c in range(channels) for n in others)
+        combine = sum(int(k[m * L + l0, c, n0] - _chunks(k[m * L + l0, c, n0], 4))
+                      for c in range(channels) for m in others)
         w1 = runs[1].stats[f"system.nic{g}.rdma_writes"]
         w4 = runs[4].stats[f"system.nic{g}.rdma_writes"]
-        assert w1 - w4 == 2 * (k - -(-k // 4)), (g, k, w1, w4)
+        assert w1 - w4 == dispatch + combine, (g, w1, w4, dispatch, combine)
+        rows = sum(int(k[g, c, n]) for c in range(channels) for n in others) * (rb + META) + sum(
+            int(k[m * L + l0, c, n0]) for c in range(channels) for m in others) * rb
+        assert _row_bytes(runs[1], g) == _row_bytes(runs[4], g), g
+        # the rest is the notify's counts, the same size from every GPU
+        notify.add(_row_bytes(runs[4], g) - rows)
+    assert len(notify) == 1 and 0 < notify.pop() < rb, notify
     for sim in runs.values():
         assert sim.stats["system.moe.output_max_abs_error"] == 0.0
+    return runs, k
 
 
 def test_deepep_internode_sends_one_rdma_write_per_chunk():
@@ -167,10 +220,73 @@ def test_deepep_internode_sends_one_rdma_write_per_chunk():
     num_bytes_per_rdma_token x tokens); ours writes a chunk's rows and its metadata rows as one
     write each (internode.s, rdma_chunk_put). On 2 x 2 with one channel (comm_sms 2) and 16
     tokens per GPU, GPU g sends the k tokens with an expert on the other node in ceil(k / chunk)
-    chunks: chunk 1 against chunk 4 saves 2 x (k - ceil(k / 4)) RDMA writes at g's NIC; nothing
-    else the layer sends (notify, the combine's node rows home) depends on the chunk. Both layers
-    are exact."""
+    chunks: chunk 1 against chunk 4 saves 2 x (k - ceil(k / 4)) RDMA writes at g's NIC, and
+    its combine forwarder (which writes a chunk too: test_deepep_internode_combine_chunk_writes)
+    k' - ceil(k' / 4) more. Both layers are exact."""
     _chunk_4_saves_writes(tokens=16, ring=32, min_k=0)
+
+
+@pytest.mark.parametrize("shape", ["block", "stream"])
+def test_deepep_internode_combine_chunk_writes(shape):
+    """DeepEP's combine forwarder stages its node rows at their positions in the stream home
+    and posts one RDMA write per chunk of num_max_rdma_chunked_send_tokens (internode.cu
+    `combine` at 3b1045d: nvshmemi_ibgda_put_nbi_thread of num_chunked_tokens records by the
+    last sub-warp after the W warps' barrier); the home reads each row at the position the
+    dispatch gave it (combined_rdma_head). On 4 nodes x 2 GPUs with two channels and 24 tokens
+    per GPU, in both shapes: chunk 1 against chunk 4 saves exactly the dispatch's and the
+    combine's chunk formula at every NIC, the payload bytes are the same, and both layers are
+    exact against NumPy. With chunk 4, the combine's writes at GPU g's NIC are counted apart: the
+    run's RDMA writes less the dispatch's (2 per chunk of its streams to other nodes) and the
+    flags are the combine's ceil(k' / 4) per stream from another node."""
+    nodes, L, C = 4, 2, 2
+    base = ("experiments/functional.yaml", "scheme=deepep", f"system.nodes.count={nodes}",
+            "workload.layer.tokens_per_gpu=24", "workload.layer.deepep.kernels=communication",
+            f"workload.layer.deepep.comm_sms={2 * C}", "workload.layer.deepep.rdma_ring_rows=32",
+            f"workload.layer.deepep.combine_forwarders={shape}")
+    runs = {K: simulate_on_tiny(*base, f"workload.layer.deepep.rdma_send_chunk_tokens={K}")
+            for K in (1, 4, 16)}
+    k = _streams(runs[1].layer, nodes, L, C)
+    for g in range(nodes * L):
+        n0, l0 = divmod(g, L)
+        others = [n for n in range(nodes) if n != n0]
+        combine = {K: sum(int(_chunks(k[m * L + l0, c, n0], K)) for c in range(C) for m in others)
+                   for K in runs}
+        dispatch = {K: sum(2 * int(_chunks(k[g, c, n], K)) for c in range(C) for n in others)
+                    for K in runs}
+        w = {K: runs[K].stats[f"system.nic{g}.rdma_writes"] for K in runs}
+        # what neither chunk moves (flags, notify) is the same in every run
+        assert (w[1] - dispatch[1] - combine[1] == w[4] - dispatch[4] - combine[4]
+                == w[16] - dispatch[16] - combine[16]), (g, w, dispatch, combine)
+        assert combine[1] > combine[4] > combine[16] > 0, (g, combine)
+        assert len({_row_bytes(runs[K], g) for K in runs}) == 1
+    for sim in runs.values():
+        assert sim.stats["system.moe.output_max_abs_error"] == 0.0
+
+
+def test_deepep_internode_combine_chunk_engines_identical(tmp_path):
+    """The combine's chunk writes (a barrier per chunk, a write posted by the last warp group to
+    arrive) on both engines: DeepEP's internode layer on 2 x 2, block shape, chunk 4 - identical
+    stats."""
+    out = cli_stats_per_engine(CONFIGS / "experiments/functional.yaml", tmp_path,
+                               "--system", CONFIGS / TINY, "--set", "scheme=deepep",
+                               "--set", "workload.layer.tokens_per_gpu=8",
+                               "--set", "workload.layer.deepep.kernels=communication",
+                               "--set", "workload.layer.deepep.comm_sms=2",
+                               "--set", "workload.layer.deepep.rdma_ring_rows=8",
+                               "--set", "workload.layer.deepep.rdma_send_chunk_tokens=4")
+    assert out["numba"] == out["python"]
+    assert out["numba"]["system.moe.output_max_abs_error"] == 0.0
+    assert out["numba"]["system.nic0.rdma_writes"] > 0
+
+
+@pytest.mark.parametrize("value", ["0", "four"])
+def test_bad_rdma_chunk_exits_2(tmp_path, value):
+    r = run_cli("run", "configs/experiments/functional.yaml", "--system",
+                "configs/systems/tiny_2x2.yaml", "-o", tmp_path / "out", "--quiet", "--set",
+                "scheme=deepep", "--set", f"workload.layer.deepep.rdma_send_chunk_tokens={value}")
+    assert r.returncode == 2, r.stderr
+    assert "rdma_send_chunk_tokens" in r.stderr
+    assert "Traceback" not in r.stderr
 
 
 @pytest.mark.parametrize("queue_pairs, interleaved", [("per_peer", 0), ("per_block", 2)])
@@ -345,7 +461,7 @@ def test_deepep_internode_combine_forwarder_warps():
     kNumWarpsPerForwarder = max(16 / nodes, 1) warps (internode.cu at 3b1045d: 16 forwarder warps
     per channel, kNumCombineForwarderWarps, split over the RDMA ranks), sub-warp w combining
     tokens w, w + W, ... of each chunk; ours launches as many forwarder warp groups
-    (deepep_combine_internode, combine_forwarders: stream, the default: C*P NVL senders, then
+    (deepep_combine_internode, combine_forwarders: stream: C*P NVL senders, then
     C*N*W forwarders, a thread block each). On 2 x 2 (W = 8) and 4 x 2 (W = 4) with one channel
     the combine has C*P + C*N*W thread blocks on every GPU and the layer is exact: the W groups
     of a forwarder share out its tokens, none lost."""
@@ -355,7 +471,8 @@ def test_deepep_internode_combine_forwarder_warps():
         sim = simulate_on_tiny("experiments/functional.yaml", "scheme=deepep",
                                f"system.nodes.count={nodes}", "workload.layer.tokens_per_gpu=16",
                                "workload.layer.deepep.kernels=communication",
-                               "workload.layer.deepep.comm_sms=2")
+                               "workload.layer.deepep.comm_sms=2",
+                               "workload.layer.deepep.combine_forwarders=stream")
         assert sim.stats["system.moe.output_max_abs_error"] == 0.0
         P = 2 * nodes
         assert _combine_tbs(sim) == [P + nodes * W] * P, nodes
@@ -386,8 +503,9 @@ def test_deepep_internode_combine_block_shape(tmp_path):
     base = ("experiments/functional.yaml", "scheme=deepep", "system.nodes.count=4",
             "workload.layer.deepep.kernels=communication", "workload.layer.deepep.comm_sms=4")
     block = ("workload.layer.deepep.combine_forwarders=block",)
+    stream = ("workload.layer.deepep.combine_forwarders=stream",)
     sims = [simulate_on_tiny(*base, "workload.layer.tokens_per_gpu=16", *extra)
-            for extra in (block, (), block + ("system.gpu.sm.smem_bytes=100KB",))]
+            for extra in (block, stream, block + ("system.gpu.sm.smem_bytes=100KB",))]
     for sim in sims:
         assert sim.stats["system.moe.output_max_abs_error"] == 0.0
     assert [_combine_tbs(sim) for sim in sims] == [[4] * 8, [48] * 8, [48] * 8]
@@ -397,7 +515,7 @@ def test_deepep_internode_combine_block_shape(tmp_path):
     model.write_text((CONFIGS.parent / "workloads/models/tiny_functional.yaml").read_text()
                      .replace("name: tiny_functional", "name: tiny_wide")
                      .replace("hidden: 64", "hidden: 4096"))
-    for extra in (block, ()):
+    for extra in (block, stream):
         wide = simulate_on_tiny(*base, "workload.layer.tokens_per_gpu=4",
                                 f"workload.layer.model={model}", *extra)
         assert wide.stats["system.moe.output_max_abs_error"] == 0.0

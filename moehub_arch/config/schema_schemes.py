@@ -103,17 +103,16 @@ class DeepepSchemeConfig:
                                      "num_max_rdma_chunked_send_tokens; assumption: 16)", 16,
                                      min=1)
     combine_forwarders: str = _f("choice", "thread-block shape of the internode combine "
-                                 "(deepep_combine_internode): stream (section 13 of "
-                                 "docs/internode_validation.md, the default: a thread block per "
-                                 "forwarder warp and per NVL sender, each with its own queue pair "
-                                 "and a whole fp32 row) or block (DeepEP's, csrc/kernels/"
-                                 "internode.cu combine: a channel's forwarder warps are warp groups "
-                                 "of one block on one SM, posting on the channel's one QP per "
-                                 "peer, the NVL senders packed as many to a block, rows summed in "
-                                 "14 KB fp32 slices to fit the SM; not the default because with "
-                                 "one RDMA write per token, where DeepEP writes a chunk, it slows "
-                                 "the combine: docs/internode_validation.md section 14)", "stream",
-                                 choices=("stream", "block"))
+                                 "(deepep_combine_internode): block (DeepEP's, the default: "
+                                 "csrc/kernels/internode.cu combine at 3b1045d puts a channel's "
+                                 "forwarder warps in one block on one SM, posting a chunk of "
+                                 "rows as one RDMA write on the channel's one QP per peer; ours "
+                                 "packs the NVL senders as many to a block and sums rows in 14 KB "
+                                 "fp32 slices to fit the SM) or stream (section 13 of "
+                                 "docs/internode_validation.md, kept to compare: a thread block "
+                                 "per forwarder warp and per NVL sender, each with its own queue "
+                                 "pair and a whole fp32 row)", "block",
+                                 choices=("block", "stream"))
 
 
 @attrs.frozen

@@ -35,10 +35,12 @@ On a multi-node system (`internode: forward`, the default) dispatch and combine 
 internode kernels (workloads/kernels/deepep/internode.s: deepep_dispatch_internode,
 deepep_combine_internode, deepep_reduce_nodes): RDMA once per (token, node) to the same local
 rank, NVLink forwarding there, node partials reduced at the forwarder (reference
-combine="per_node"); layout, notify and the GEMMs are unchanged. The combine runs a thread
-block per forwarder warp and per NVL sender, or with `combine_forwarders: block` DeepEP's block
-shape (internode_combine_shape: a channel's forwarder warps are the warp groups of one thread
-block - one SM place, one queue pair per peer - its NVL senders packed as many to a block).
+combine="per_node"); layout, notify and the GEMMs are unchanged. The combine runs in DeepEP's
+block shape (`combine_forwarders: block`, internode_combine_shape: a channel's forwarder warps
+are the warp groups of one thread block - one SM place, one queue pair per peer - its NVL
+senders packed as many to a block), or with `stream` a thread block per forwarder warp and per
+NVL sender; either way a forwarder stages its node rows at their positions in the stream home
+and writes a chunk of them (rdma_send_chunk_tokens) as one RDMA write.
 `internode: direct` runs the kernels above on the whole system.
 
 Every run adds DeepEP's bandwidth figures (moehub_arch/workloads/bandwidth.py):
@@ -116,6 +118,20 @@ def internode_combine_shape(cfg, P, N, H):
             or G * COMBINE_SLICE_BYTES > cfg.system.gpu.sm.smem_bytes):
         return 1, P, H, COMBINE_ACC_BYTES - COMBINE_SLICE_BYTES
     return G, -(-P // G) * G, min(H, COMBINE_SLICE_BYTES // 4), 0
+
+
+def rdma_pos_offset(C, N, P, Rr):
+    """Where dp_rdma_ctl's pos table starts (internode.s: behind the tails, heads, metadata
+    slots and staged metadata rows)."""
+    return C * N * 8 + C * P * 8 + 2 * C * N * Rr * META_BYTES
+
+
+def combine_chunk_rdma_tokens(opts):
+    """Tokens per RDMA write of the internode combine's forwarder: DeepEP's
+    num_max_rdma_chunked_send_tokens (the dispatch's rdma_send_chunk_tokens: DeepEP's Config has
+    one value for both kernels), at most half the RDMA ring as the dispatch's chunk (csrc/config.hpp at
+    3b1045d: num_max_rdma_chunked_send_tokens <= num_max_rdma_chunked_recv_tokens / 2)."""
+    return min(opts.rdma_send_chunk_tokens, max(1, opts.rdma_ring_rows // 2))
 
 
 def tma_staging_bytes(cfg, nbytes):
@@ -364,8 +380,9 @@ def internode_dispatch(layer, buffers, launches, *, L, db):
     Tc = -(-T // C)
     Rr = opts.rdma_ring_rows
     buffers = buffers + [
-        # tails, heads, the ring's metadata slots and the send buffer's staged metadata rows
-        _buf("dp_rdma_ctl", C * N * 8 + C * P * 8 + 2 * C * N * Rr * META_BYTES,
+        # tails, heads, the ring's metadata slots, the send buffer's staged metadata rows and the
+        # tokens' positions in the streams to each node (internode.s: pos, DeepEP's send_rdma_head)
+        _buf("dp_rdma_ctl", rdma_pos_offset(C, N, P, Rr) + T * N * 8,
              region="control", dtype="i64"),
         _buf("dp_rdma_x", C * N * Rr * db, dtype="bf16"),
         # the send buffer: a chunk of tokens is staged at the slots it takes in the destination's
@@ -376,10 +393,19 @@ def internode_dispatch(layer, buffers, launches, *, L, db):
         _buf("dp_fwd_cnt", C * N * 8, region="control", dtype="i64"),
         _buf("dp_fwd_comb", N * T * L * rb, dtype="bf16"),
         _buf("dp_comb_ctl", C * P * 8, region="control", dtype="i64"),
-        _buf("dp_comb", T * N * rb, dtype="bf16"),
+        # the combine's node rows travel in streams, one per (channel, node pair), in the order of
+        # the dispatch's RDMA ring; a token's position in each is noted by the dispatch
+        # (pos in dp_rdma_ctl, DeepEP's send_rdma_head), the forwarder stages the rows at their positions
+        # (dp_fwd_send) and writes a chunk of them at once into the same rows at home (dp_comb).
+        # Assumption: both hold a channel's whole stream (Tc rows) where DeepEP's are rings of
+        # num_max_rdma_chunked_recv_tokens rows whose head the home's RDMA receivers return: ours
+        # sums at home after the kernel (deepep_reduce_nodes), so there is no head to return.
+        _buf("dp_fwd_send", C * N * Tc * rb, dtype="bf16"),
+        _buf("dp_fwd_chunks", C * N * -(-Tc // combine_chunk_rdma_tokens(opts)) * 8,
+             region="control", dtype="i64"),
+        _buf("dp_comb", C * N * Tc * rb, dtype="bf16"),
         _buf("dp_combine_scratch",
-             C * (internode_combine_shape(cfg, P, N, H)[1] + N * combine_forwarder_warps(N))
-             * COMBINE_STAGING * rb),
+             C * internode_combine_shape(cfg, P, N, H)[1] * COMBINE_STAGING * rb),
     ]
     old = launches[2]
     params = dict(old.params)
@@ -415,17 +441,19 @@ def internode_combine(layer, *, expert_out, shared, L):
                      warp_groups=G, dynamic_smem=dynamic_smem, stream=0, params=(
             ("rec", "@dp_rec"), ("ntf", "@dp_ntf"), ("recv_y", expert_out),
             ("fwd_rec", "@dp_fwd_rec"), ("fwd_cnt", "@dp_fwd_cnt"), ("fwd_comb", "@dp_fwd_comb"),
-            ("comb_ctl", "@dp_comb_ctl"), ("comb", "@dp_comb"),
+            ("comb_ctl", "@dp_comb_ctl"), ("comb", "@dp_comb"), ("fwd_send", "@dp_fwd_send"),
+            ("fwd_chunks", "@dp_fwd_chunks"),
             ("scratch", "@dp_combine_scratch"), ("one", "@one"), ("acct", "@acct"),
             ("done", "@done"), ("tokens", T), ("topk", k), ("hidden", H), ("channels", C),
-            ("local_experts", El), ("node_gpus", L), ("fwd_warps", W), ("groups", G),
-            ("slice", n))),
+            ("local_experts", El), ("node_gpus", L), ("fwd_warps", W),
+            ("rdma_chunk", combine_chunk_rdma_tokens(opts)), ("groups", G), ("slice", n))),
         LaunchConfig(kernel="deepep_reduce_nodes", grid=cfg.workload.layer.combine_tbs, stream=0,
                      params=(
             ("out", "@out"), ("ys", "@ys"), ("comb", "@dp_comb"), ("meta", "@dp_meta"),
-            ("one", "@one"), ("done", "@done"), ("acct", "@acct"), ("tokens", T), ("hidden", H),
-            ("shared", shared), ("shared_tbs", cfg.workload.layer.shared_tbs),
-            ("node_gpus", L))),
+            ("pos", f"@dp_rdma_ctl + {rdma_pos_offset(C, N, P, opts.rdma_ring_rows)}"),
+            ("one", "@one"), ("done", "@done"), ("acct", "@acct"),
+            ("tokens", T), ("hidden", H), ("shared", shared),
+            ("shared_tbs", cfg.workload.layer.shared_tbs), ("node_gpus", L), ("channels", C))),
     ]
 
 

@@ -22,7 +22,10 @@
 #                      head [C][N][L]: head[c][n][j] (on an origin: tokens forwarder j of GPU
 #                      (n, l0) consumed of ring (c, n0) there); then the metadata slots
 #                      [C][N][Rr][16] (the token's whole dp_meta row: ids, weights, rank mask),
-#                      then the send buffer's metadata rows [C][N][Rr][16] (below)
+#                      then the send buffer's metadata rows [C][N][Rr][16] (below), then pos
+#                      [T][N]: on an origin, word t*N + n = the position of token t in the stream
+#                      to node n (the dispatch's RDMA sender writes it, the home reduction reads
+#                      the node's row there: DeepEP's send_rdma_head / combined_rdma_head)
 #   dp_rdma_x    data  [C][N][Rr][db]  RDMA ring row slots
 #   dp_rdma_send data  [C][N][Rr][db]  the send buffer: rows staged for ring (c, n0) on node n, at
 #                      the slots they take there (DeepEP's rdma_channel_data.send_buffer); their
@@ -38,8 +41,14 @@
 #                      from local rank j
 #   dp_comb_ctl  ctl   [C][P]  on a forwarder: word c*P + m*L + j = tokens local rank j has sent
 #                      for origin (m, l0) on channel c (raised after a fence)
-#   dp_fwd_scratch data  per forwarder combine thread block: 8 bf16 staging rows
-#   dp_comb      data  [T][N][rb]  at home: the bf16 row of token t from node n
+#   dp_combine_scratch data  per NVL sender stream of the combine: 8 bf16 staging rows
+#   dp_fwd_send  data  [C][N][Tc][rb]  on a forwarder: the combine's send buffer, the summed row
+#                      of position p of stream (c, m) staged at row p (DeepEP: the RDMA channel's
+#                      send_buffer(dst_rdma_rank))
+#   dp_fwd_chunks ctl  [C][N][ceil(Tc / K)]  on a forwarder: the forwarder warps of stream
+#                      (c, m) that have staged their tokens of chunk k (the chunk's barrier)
+#   dp_comb      data  [C][N][Tc][rb]  at home: stream (c, n) from node n, the row of position p
+#                      at row p (DeepEP: the RDMA channel's recv_buffer(src_rdma_rank))
 
 .include "lib/combine.s"
 .include "lib/slot_words.s"
@@ -205,6 +214,8 @@ rdma_sender:
     mul r28, %channels, r30      #   buffers (the metadata's behind the RDMA metadata slots), ...
     mul r28, r28, %rdma_ring_rows
     shl r28, r28, 7
+    add r0, r28, r28
+    add r0, r0, r5               # r0 = pos[0][0] (behind the staged metadata rows)
     add r28, r28, r5
     sub r29, r6, r8              # ... in destination node n's part of them (DeepEP's
     mul r29, r29, %rdma_ring_rows   #   send_buffer(dst_rdma_rank)): slot (c, n0) of ring
@@ -265,7 +276,12 @@ rs_room:
     shl r25, r24, 7
     add r25, r25, r28
     copy r25, r19, 128           # its metadata row
-    add r21, r21, 1
+    mul r25, r14, r30
+    add r25, r25, r6
+    shl r25, r25, 3
+    add r25, r25, r0
+    st [r25], r21                # pos[t][n]: the token's position in the stream to node n, which
+    add r21, r21, 1              #   the combine's node row comes back in (DeepEP: send_rdma_head)
     add r9, r9, 1
     bge r9, r16, rs_flush        # a chunk is staged ...
     rem r20, r21, %rdma_ring_rows
@@ -484,8 +500,15 @@ fw_done:
 #     chunk, so the W warps combine W tokens at a time); per token it waits until the copy of
 #     every local rank j that holds any of its experts has landed (one wait.lanes.ge, a lane per
 #     rank, as DeepEP's forwarder warp waits), then for those ranks ascending adds the bf16
-#     partial to an fp32 sum; the bf16 row goes home with an RDMA put into dp_comb[t][n0] on s.
-#     The last of the GPU's C*N*W forwarders to finish raises done[me] everywhere.
+#     partial to an fp32 sum, rounded to bf16 into row p of the stream's send buffer (p: the
+#     token's position in the stream). The stream goes in chunks of K = %rdma_chunk positions
+#     (DeepEP's num_max_rdma_chunked_send_tokens): at the end of its tokens of a chunk a group
+#     arrives at the chunk's barrier (a local atomic: DeepEP's W warps meet at a named barrier);
+#     the group whose arrival completes it posts the chunk as one RDMA write into rows p..p+K-1
+#     of stream (c, n0) at home (dp_comb), the others wait for the barrier and go on to the next
+#     chunk. For the own node the rows are staged straight into dp_comb (nothing is sent). The
+#     last of the GPU's C*N*W forwarders to finish (each after a fence: its chunks have landed)
+#     raises done[me] everywhere.
 # Both sum a row %slice elements at a time (fp32 in shared memory, the stand-in for the warps'
 # registers: DeepEP's lanes hold a few 16 B pieces of a token at once, not its row; 14 KB a warp
 # group lets 16 groups share an SM's 228 KB), each slice rounded into the staging row; a block
@@ -504,7 +527,9 @@ fw_done:
 .param fwd_comb
 .param comb_ctl
 .param comb
-.param scratch               # per warp group: 8 bf16 staging rows
+.param fwd_send
+.param fwd_chunks
+.param scratch               # per NVL sender group: 8 bf16 staging rows
 .param one
 .param acct
 .param done
@@ -515,6 +540,7 @@ fw_done:
 .param local_experts
 .param node_gpus
 .param fwd_warps             # W: warp groups per (channel, node) forwarder
+.param rdma_chunk            # K: tokens per RDMA write (num_max_rdma_chunked_send_tokens)
 .param groups                # G: warp groups per thread block
 .param slice                 # elements of a row summed at a time (<= 3584: .smem)
 .smem 14KB                   # acc [slice] f32
@@ -592,9 +618,13 @@ all_sent:
     exit
 
     # ---- forwarder of origin (m, l0) on channel c --------------------------------------------------
+    # Registers through the loop: r0 = the chunk's first position, r14 = its end, r24 = the token's
+    # position in the stream, r4 = w, r7 = home, r8 = &comb_ctl[c][m*L], r9 = tokens, r11 = the
+    # stream's staging rows, r12 = its records, r13 = m*T, r15 = its receive rows at home, r25 =
+    # the chunk's barrier word.
 forwarder:
     sub r6, %tb, r5
-    rem r24, r6, %fwd_warps      # r24 = w: the forwarder's first token
+    rem r4, r6, %fwd_warps       # r4 = w: the group's first token of every chunk
     div r6, r6, %fwd_warps
     div r30, %ngpu, %node_gpus   # r30 = N
     div r5, r6, r30              # r5 = c
@@ -605,20 +635,41 @@ forwarder:
     add r8, r8, %fwd_cnt
     ld r9, [r8]                  # r9 = tokens forwarded for ring (c, m)
     mul r12, r7, r2
+    mul r11, r12, r1
+    add r11, r11, %fwd_send      # r11 = send buffer rows of stream (c, m)
     shl r12, r12, 7
     add r12, r12, %fwd_rec       # r12 = the records
+    add r25, r2, %rdma_chunk
+    sub r25, r25, 1
+    div r25, r25, %rdma_chunk
+    mul r25, r25, r7
+    shl r25, r25, 3
+    add r25, r25, %fwd_chunks    # r25 = chunk 0's barrier word
+    div r14, %gpu, %node_gpus    # n0
+    mul r15, r5, r30
+    add r15, r15, r14
+    mul r15, r15, r2
+    mul r15, r15, r1
+    add r15, r15, %comb          # r15 = receive rows of stream (c, n0) at home
     mul r7, r6, %node_gpus
     add r7, r7, r3               # r7 = home s = (m, l0)
+    bne r7, %gpu, fw_staging
+    mov r11, r15                 # own node: staged straight into the receive rows (DeepEP's
+fw_staging:                      #   send_buffer is the recv_buffer for its own node)
     mul r8, r5, %ngpu
     mul r13, r6, %node_gpus
     add r8, r8, r13
     shl r8, r8, 3
     add r8, r8, %comb_ctl        # r8 = &comb_ctl[c][m*L] here (word j: local rank j's progress)
     mul r13, r6, %tokens         # r13 = m*T
-    div r14, %gpu, %node_gpus    # r14 = n0
-    mov r4, 0                    # r4 = tokens this warp group combined (r24 = token of the ring)
+    mov r0, 0
+fw_chunk:
+    bge r0, r9, fw_sent
+    add r14, r0, %rdma_chunk
+    min r14, r14, r9             # r14 = the chunk's end
+    add r24, r0, r4              # tokens w, w + W, ... of the chunk (DeepEP's sub-warp w)
 fw_tok:
-    bge r24, r9, fw_sent
+    bge r24, r14, fw_arrive
     shl r26, r24, 7
     add r26, r26, r12            # r26 = record
     ld r27, [r26+64]             # r27 = t on its origin
@@ -633,9 +684,8 @@ fw_tok:
     # every local rank j's copy of this token has landed (its progress reached the position + 1
     # in the record; 0, no copy: always reached), a lane per rank - DeepEP's forwarder warp
     wait.lanes.ge [r8], r26, %node_gpus
-    and r25, r4, 7               # staging slot
-    mul r30, r25, r1
-    add r30, r30, r11            # r30 = the staging row
+    mul r30, r24, r1
+    add r30, r30, r11            # r30 = the token's row in the send buffer
 fw_slice:
     shl r5, r2, 1                # r5 = the slice's byte offset in a bf16 row
     mov r28, 0                   # r28 = local rank j
@@ -647,30 +697,39 @@ fw_rank:
     vaxpy.f32.bf16 r10, r31, %one, r3
 fw_rank_next:
     next_slot_word r28, %node_gpus, fw_rank
-    bne r2, 0, fw_staged         # the slot was freed at the token's first slice
-    bne r25, 0, fw_staged
-    fence                        # slot reuse: the puts of 8 tokens ago are done
-fw_staged:
     add r6, r30, r5
     vcvt.bf16.f32 r6, r10, r3
     add r2, r2, r3
-    bge r2, %hidden, fw_put
+    bge r2, %hidden, fw_staged
     ld.v8 r16, [r26]             # the record's words again, for the next slice
     slice_elements r3, r2
     vzero.f32 r10, r3
     bra fw_slice
-fw_put:
-    div r31, %ngpu, %node_gpus
-    mul r31, r31, r27
-    add r31, r31, r14
-    mul r31, r31, r1
-    add r31, r31, %comb
-    put r7, r31, r30, r1         # the node's row home over RDMA: dp_comb[t][n0] on s
-    add r4, r4, 1
+fw_staged:
     add r24, r24, %fwd_warps
     bra fw_tok
+fw_arrive:
+    # the chunk's barrier (DeepEP: sync_large_warp, bar.sync of the W warps): the group whose
+    # arrival completes it posts the chunk, the others wait for it to be complete
+    atom.add r28, %gpu, [r25], 1
+    add r28, r28, 1
+    blt r28, %fwd_warps, fw_barrier
+    beq r7, %gpu, fw_next_chunk  # own node: the rows are in place (the final fence orders them)
+    sub r29, r14, r0
+    mul r29, r29, r1             # the chunk's bytes
+    mul r31, r0, r1
+    add r26, r31, r11
+    add r31, r31, r15
+    put r7, r31, r26, r29        # the chunk home: one RDMA write into stream (c, n0) at its position
+    bra fw_next_chunk
+fw_barrier:
+    wait.ge [r25], %fwd_warps    # every sibling has staged its tokens of the chunk
+fw_next_chunk:
+    add r25, r25, 8
+    add r0, r0, %rdma_chunk
+    bra fw_chunk
 fw_sent:
-    fence
+    fence                        # the chunks this group posted have landed
     atom.add r13, %gpu, [%acct+32], 1
     div r30, %ngpu, %node_gpus
     mul r30, r30, %channels
@@ -685,11 +744,14 @@ leave:
 # deepep_reduce_nodes: deepep.s's deepep_reduce with one partial row per node instead of per rank:
 # waits for the shared experts and for done[g] = 1 from every GPU, then per token (round-robin
 # over TBs) out[t] = sum_s ys[s][t] + sum over nodes n ascending that hold any of the token's
-# experts of dp_comb[t][n], in fp32 in that order (the reference's combine="per_node").
+# experts of node n's row, in fp32 in that order (the reference's combine="per_node"). Node n's
+# row of token t (channel c) is row pos[t][n] of stream (c, n) in dp_comb: the position the
+# dispatch gave it, as DeepEP's RDMA receivers read combined_rdma_head to find a token's slot.
 .kernel deepep_reduce_nodes
 .param out
 .param ys
 .param comb
+.param pos
 .param meta
 .param one
 .param done
@@ -699,12 +761,16 @@ leave:
 .param shared
 .param shared_tbs
 .param node_gpus
+.param channels
     wait_layer_inputs %shared, %shared_tbs, %acct, %done
     shl r10, %hidden, 1          # r10 = rb
     shl r11, %hidden, 2          # r11 = f32 row bytes
     div r12, %ngpu, %node_gpus   # r12 = N
     shl r13, 1, %node_gpus
     sub r13, r13, 1              # r13 = L one bits
+    add r14, %tokens, %channels
+    sub r14, r14, 1
+    div r14, r14, %channels      # r14 = Tc
     mov r1, %tb                  # r1 = token
 token:
     bge r1, %tokens, end
@@ -713,12 +779,21 @@ token:
     add r5, r5, %meta
     ld r6, [r5+96]               # r6 = rank mask
     mul r7, r1, r12
+    shl r7, r7, 3
+    add r7, r7, %pos             # r7 = &pos[t][0]
+    div r15, r1, r14
+    mul r15, r15, r12            # r15 = c*N
     mov r3, 0                    # r3 = node
 node:
     and r8, r6, r13
     shr r6, r6, %node_gpus       # the next node's ranks
     beq r8, 0, node_next
-    add r9, r7, r3
+    shl r9, r3, 3
+    add r9, r9, r7
+    ld r9, [r9]                  # the token's position in stream (c, n)
+    add r4, r15, r3
+    mul r4, r4, r14
+    add r9, r9, r4
     mul r9, r9, r10
     add r9, r9, %comb
     vaxpy.f32.bf16 r2, r9, %one, %hidden
