@@ -267,13 +267,12 @@ def test_deepep_internode_combine_chunk_engines_identical(tmp_path):
     """The combine's chunk writes (a barrier per chunk, a write posted by the last warp group to
     arrive) on both engines: DeepEP's internode layer on 2 x 2, block shape, chunk 4 - identical
     stats."""
+    sets = ["scheme=deepep", "workload.layer.tokens_per_gpu=8"] + [
+        f"workload.layer.deepep.{key}" for key in (
+            "kernels=communication", "comm_sms=2", "rdma_ring_rows=8", "rdma_send_chunk_tokens=4")]
     out = cli_stats_per_engine(CONFIGS / "experiments/functional.yaml", tmp_path,
-                               "--system", CONFIGS / TINY, "--set", "scheme=deepep",
-                               "--set", "workload.layer.tokens_per_gpu=8",
-                               "--set", "workload.layer.deepep.kernels=communication",
-                               "--set", "workload.layer.deepep.comm_sms=2",
-                               "--set", "workload.layer.deepep.rdma_ring_rows=8",
-                               "--set", "workload.layer.deepep.rdma_send_chunk_tokens=4")
+                               "--system", CONFIGS / TINY,
+                               *[arg for kv in sets for arg in ("--set", kv)])
     assert out["numba"] == out["python"]
     assert out["numba"]["system.moe.output_max_abs_error"] == 0.0
     assert out["numba"]["system.nic0.rdma_writes"] > 0
