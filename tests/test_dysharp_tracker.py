@@ -147,17 +147,19 @@ STUDY = ("experiments/dysharp/base_gh200_nvl32.yaml", "scheme=dysharp",
 
 
 def _study(grant, full, entries, ready="count"):
+    # ready: slots runs the earlier kernels (the per-slot check, the stride's tiles walked)
     return simulate(*STUDY, f"system.switch.nvls.dysharp.tracker_tiles={entries}",
                     f"system.switch.nvls.dysharp.tracker_full={full}",
                     f"system.switch.nvls.dysharp.tracker_grant={grant}",
-                    f"system.switch.nvls.dysharp.tracker_ready={ready}")
+                    f"system.switch.nvls.dysharp.tracker_ready={ready}",
+                    "workload.layer.dysharp.walk=" + ("stride" if ready == "slots" else "tracked"))
 
 
 @pytest.mark.parametrize("grant,entries,ready,layer_ticks,waits", [
     ("expert_head", 8, "count", 107_399_982, 96),   # = the local experts: no shared entry at all
     ("expert_head", 12, "count", 103_399_982, 64),
     ("arrival", 8, "count", 108_399_982, 96),       # the earlier grant order, for comparison
-    # the combine's earlier ready check (one wait per slot): the figures of branch papers4
+    # the earlier kernels (one wait per slot, the stride walked): the figures of branch papers4
     ("expert_head", 8, "slots", 135_399_977, 96),
     ("expert_head", 12, "slots", 130_399_978, 64),
     ("arrival", 8, "slots", 136_399_977, 96)])
@@ -185,15 +187,17 @@ def test_stall_deadlocks_with_a_small_table_whatever_the_grant_order(grant):
 
 
 # ---------------------------------------------- the combine's ready check (tracker_ready)
-@pytest.mark.parametrize("ready,ticks", [
-    ("count", 45_571_030),     # the paper's per-token ready count: one check per token
-    ("slots", 51_913_652)])    # the earlier model: one wait per slot in turn (its golden stats)
-def test_the_ready_check_times_as_pinned_and_changes_no_data(ready, ticks):
-    """The functional fused layer (4 GPUs x 64 tokens, top-2): with either ready
-    check every token is combined exactly once, after its k = 2 ready words were set by its
-    experts' GPUs (P T k notices, one per placed row), and the output is exact; the check alone
-    moves the time - `slots` is the model before tracker_ready existed, to the tick."""
-    sim = simulate(CONFIG, "scheme=dysharp", f"system.switch.nvls.dysharp.tracker_ready={ready}")
+@pytest.mark.parametrize("ready,walk,ticks", [
+    ("count", "tracked", 45_569_938),  # the paper's per-token ready count; the tracked tiles
+    ("count", "stride", 45_571_030),   # the same check, the kernels walking the layouts' stride
+    ("slots", "stride", 51_913_652)])  # the earlier model, to the tick (its golden stats)
+def test_the_ready_check_times_as_pinned_and_changes_no_data(ready, walk, ticks):
+    """The functional fused layer (4 GPUs x 64 tokens, top-2): with either ready check and
+    either walk every token is combined exactly once, after its k = 2 ready words were set by
+    its experts' GPUs (P T k notices, one per placed row), and the output is exact; only the
+    time moves - `slots` with `stride` is the model before either choice existed."""
+    sim = simulate(CONFIG, "scheme=dysharp", f"system.switch.nvls.dysharp.tracker_ready={ready}",
+                   f"workload.layer.dysharp.walk={walk}")
     s = conftest.model_stats(sim.stats)
     layer = MoeLayer(conftest.load(CONFIG, "scheme=dysharp"))
     P, T, k = layer.shape.num_gpus, layer.shape.tokens, layer.shape.top_k

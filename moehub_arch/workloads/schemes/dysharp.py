@@ -352,18 +352,23 @@ def _fused_plan(layer, cap):
     for launch in shared:
         add(launch, "expert")
     expert_kernel = "dysharp_fused_expert_train" if training else "dysharp_fused_expert"
+    # the rows per expert the GEMM and gate blocks walk (workload.layer.dysharp.walk): the tracked
+    # tiles' (rows land in no other), or the whole stride (the earlier kernels)
+    walk = lrows if opts.walk == "tracked" else cap
     add(LaunchConfig(kernel=expert_kernel, grid=workers, stream=2, params=(
         ("xe", "@dy_xe"), ("he", "@dy_he"), ("ye", "@dy_ye"), ("cnt", "@dy_cnt"),
         ("tready", "@dy_tready"), ("wvec", "@dy_wvec"), ("wdone", "@dy_wdone"),
         ("jobs", "@dy_jobs"), ("wg", "@w_gate"), ("wu", "@w_up"), ("wd", "@w_down"),
         ("acct", "@acct"), ("hidden", H), ("ffn", s.ffn), ("tile_rows", tile),
         ("n_tile", s.n_tile), ("swizzle", s.stream_swizzle), ("local_experts", El),
-        ("cap", cap)) + ((("yraw", "@dy_yraw"),) if training else ())), "expert")
+        ("cap", cap), ("walk_rows", walk)) + ((("yraw", "@dy_yraw"),) if training else ())),
+        "expert")
     add(LaunchConfig(kernel="dysharp_fused_gate", grid=gates, stream=3, params=(
         ("meta", "@dy_meta"), ("cnt", "@dy_cnt"), ("tready", "@dy_tready"), ("wvec", "@dy_wvec"),
         ("wdone", "@dy_wdone"), ("notice", "@dy_notice"), ("jobs", "@dy_jobs"),
         ("tokready", "@dy_tokready"), ("acct", "@acct"), ("tokens", T), ("topk", k),
-        ("local_experts", El), ("cap", cap), ("tile_rows", tile), ("meta_bytes", mb),
+        ("local_experts", El), ("cap", cap), ("walk_rows", walk), ("tile_rows", tile),
+        ("meta_bytes", mb),
         ("token_word", tw), ("down_jobs", H // s.n_tile))), "expert")
     # how the combine checks a token's k ready words (tracker_ready): once per token, as the
     # paper's per-token ready count (count), or one wait per slot (slots, the earlier model)

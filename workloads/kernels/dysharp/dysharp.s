@@ -398,7 +398,7 @@ reduced:
 
 # the persistent GEMM blocks' body; `keep` is keep_weighted_only or keep_unweighted
 .macro fused_expert_body keep
-    add r31, %cap, %tile_rows
+    add r31, %walk_rows, %tile_rows
     sub r31, r31, 1
     div r31, r31, %tile_rows
     mul r31, r31, %local_experts # r31 = tiles
@@ -482,7 +482,9 @@ finished:
 .param n_tile
 .param swizzle
 .param local_experts
-.param cap                   # layout rows per expert (ceil(cap / tile_rows) tiles each)
+.param cap                   # layout rows per expert: the stride of the flat layout rows
+.param walk_rows             # the rows per expert the blocks walk: ceil(walk_rows / tile_rows) tiles
+                             # each (workload.layer.dysharp.walk: the tracked tiles' layout_rows, or cap)
 .smem 160KB                  # G, U [tile][n] f32 + Hq [tile][n] bf16, or Y + Yq
 .smem_job 10                 # bytes per element of a tile_rows x n_tile job (fits a smaller SM)
 .endm
@@ -518,11 +520,12 @@ finished:
 .param topk
 .param local_experts
 .param cap
+.param walk_rows             # the rows per expert walked (as dysharp_fused_expert's)
 .param tile_rows
 .param meta_bytes
 .param token_word
 .param down_jobs             # GEMM-2 jobs per tile (H / n_tile)
-    add r31, %cap, %tile_rows
+    add r31, %walk_rows, %tile_rows
     sub r31, r31, 1
     div r31, r31, %tile_rows
     mul r31, r31, %local_experts
@@ -541,7 +544,7 @@ row:
     rem r5, r2, %local_experts   # r5 = local expert
     mul r4, r4, %tile_rows
     add r4, r4, r3               # r4 = row in the expert's layout
-    bge r4, %cap, next_row
+    bge r4, %walk_rows, next_row
     shl r6, r2, 3
     add r6, r6, %tready
     wait.ge [r6], 1              # the tile is ready (its count final if it is partial)
