@@ -277,10 +277,13 @@ def run(*overrides):
     return simulate(CONFIG, "scheme=dysharp", *overrides)
 
 
-@pytest.mark.parametrize("routing,fusion", [("uniform", "token"), ("skewed", "token"),
-                                            ("uniform", "none")])
-def test_layer_output_exact_and_accounted(routing, fusion):
-    sim = run(f"workload.layer.routing.kind={routing}", f"workload.layer.dysharp.fusion={fusion}")
+@pytest.mark.parametrize("routing,fusion,ready,walk", [
+    ("uniform", "token", "count", "tracked"), ("skewed", "token", "count", "tracked"),
+    ("skewed", "token", "slots", "stride"), ("uniform", "none", "count", "tracked")])
+def test_layer_output_exact_and_accounted(routing, fusion, ready, walk):
+    sim = run(f"workload.layer.routing.kind={routing}", f"workload.layer.dysharp.fusion={fusion}",
+              f"system.switch.nvls.dysharp.tracker_ready={ready}",
+              f"workload.layer.dysharp.walk={walk}")
     s = sim.stats
     assert s["system.moe.output_max_abs_error"] == 0.0
     assert s["system.moe.output_max_abs_reference"] > 1.0
@@ -330,10 +333,14 @@ def test_token_tracker_counts_every_byte_tile_and_notice():
     assert sum(int(s[f"system.gpu{g}.dysharp.ld_reduce_ops"]) for g in range(P)) == P * T
 
 
-@pytest.mark.parametrize("fusion", ["token", "none"])
-def test_engines_agree(fusion):
+@pytest.mark.parametrize("fusion,ready,walk", [("token", "count", "tracked"),
+                                               ("token", "slots", "stride"),
+                                               ("none", "count", "tracked")])
+def test_engines_agree(fusion, ready, walk):
     # a 4-entry AL-TLB: misses on both paths, answers reordered by readiness
     small = (f"workload.layer.dysharp.fusion={fusion}",
+             f"system.switch.nvls.dysharp.tracker_ready={ready}",
+             f"workload.layer.dysharp.walk={walk}",
              "workload.layer.tokens_per_gpu=8", "system.gpu.num_sms=8",
              "workload.layer.combine_tbs=2", "workload.layer.shared_tbs=2",
              "workload.layer.dysharp.channels=2", "workload.layer.dysharp.scale_tbs=4",
@@ -353,6 +360,8 @@ def test_engines_agree(fusion):
     ("system.switch.nvls.dysharp.tracker_tokens=0", "system.switch.nvls.dysharp.tracker_tokens"),
     ("system.switch.nvls.dysharp.tracker_tokens=32", "system.switch.nvls.dysharp.tracker_tokens"),
     ("workload.layer.dysharp.fusion=tiles", "workload.layer.dysharp.fusion"),
+    ("system.switch.nvls.dysharp.tracker_ready=words", "system.switch.nvls.dysharp.tracker_ready"),
+    ("workload.layer.dysharp.walk=all", "workload.layer.dysharp.walk"),
     ("workload.layer.dysharp.compute_tbs=0", "workload.layer.dysharp.compute_tbs"),
 ])
 def test_scheme_bad_input_is_exit_2(override, key, tmp_path):

@@ -9,7 +9,10 @@ run error; the paper's shapes at their sequence lengths plan against its 1024 en
 order (tracker_grant): expert_head keeps one entry per local expert for its head tile, which makes
 defer deadlock-free at any table of at least the local experts - pinned on the small-table study
 (S top-8, 8 GPUs x 256 tokens on the NVL32, 8 local experts, 24 tiles), where arrival order and
-stall deadlock."""
+stall deadlock. The combine's ready check (tracker_ready): count, the paper's per-token ready
+count, checks a token's k ready words once (one coalesced access); slots, the earlier model, waits
+for them one by one - pinned to the tick on both, with the same packets, every token combined
+once after its k notices, and the same output."""
 import pytest
 
 import conftest
@@ -143,22 +146,30 @@ STUDY = ("experiments/dysharp/base_gh200_nvl32.yaml", "scheme=dysharp",
          "workload.layer.model=dysharp_s", "workload.layer.tokens_per_gpu=256", "system.num_gpus=8")
 
 
-def _study(grant, full, entries):
+def _study(grant, full, entries, ready="count"):
+    # ready: slots runs the earlier kernels (the per-slot check, the stride's tiles walked)
     return simulate(*STUDY, f"system.switch.nvls.dysharp.tracker_tiles={entries}",
                     f"system.switch.nvls.dysharp.tracker_full={full}",
-                    f"system.switch.nvls.dysharp.tracker_grant={grant}")
+                    f"system.switch.nvls.dysharp.tracker_grant={grant}",
+                    f"system.switch.nvls.dysharp.tracker_ready={ready}",
+                    "workload.layer.dysharp.walk=" + ("stride" if ready == "slots" else "tracked"))
 
 
-@pytest.mark.parametrize("grant,entries,layer_ticks,waits", [
-    ("expert_head", 8, 135_399_977, 96),    # = the local experts: no shared entry at all
-    ("expert_head", 12, 130_399_978, 64),
-    ("arrival", 8, 136_399_977, 96)])       # the earlier grant order, for comparison
-def test_the_small_table_study_with_defer(grant, entries, layer_ticks, waits):
+@pytest.mark.parametrize("grant,entries,ready,layer_ticks,waits", [
+    ("expert_head", 8, "count", 107_399_982, 96),   # = the local experts: no shared entry at all
+    ("expert_head", 12, "count", 103_399_982, 64),
+    ("arrival", 8, "count", 108_399_982, 96),       # the earlier grant order, for comparison
+    # the earlier kernels (one wait per slot, the stride walked): the figures of branch papers4
+    ("expert_head", 8, "slots", 135_399_977, 96),
+    ("expert_head", 12, "slots", 130_399_978, 64),
+    ("arrival", 8, "slots", 136_399_977, 96)])
+def test_the_small_table_study_with_defer(grant, entries, ready, layer_ticks, waits):
     """With defer, a table as small as the local experts completes the layer exactly as pinned
-    (branch papers4): expert_head by construction (the lowest unfinished tile in the GEMM
-    blocks' order is an expert's head, which holds its kept entry), arrival here by luck of the
-    order the tiles came in (it deadlocked with 4 entries before those were refused)."""
-    sim = _study(grant, "defer", entries)
+    (branch papers4; dysharp8 for the per-token ready check): expert_head by construction (the
+    lowest unfinished tile in the GEMM blocks' order is an expert's head, which holds its kept
+    entry), arrival here by luck of the order the tiles came in (it deadlocked with 4 entries
+    before those were refused). The tile table's waits do not depend on the ready check."""
+    sim = _study(grant, "defer", entries, ready)
     s = conftest.model_stats(sim.stats)
     assert run_invariants(sim) == []
     assert round(s["system.moe.layer_time_us"] * 1e6) == layer_ticks
@@ -173,3 +184,42 @@ def test_stall_deadlocks_with_a_small_table_whatever_the_grant_order(grant):
     either; expert_head also deadlocks at 12, while 16 completes)."""
     with pytest.raises(SimulationError, match="deadlock"):
         _study(grant, "stall", 8)
+
+
+# ---------------------------------------------- the combine's ready check (tracker_ready)
+@pytest.mark.parametrize("ready,walk,ticks", [
+    ("count", "tracked", 45_569_938),  # the paper's per-token ready count; the tracked tiles
+    ("count", "stride", 45_571_030),   # the same check, the kernels walking the layouts' stride
+    ("slots", "stride", 51_913_652)])  # the earlier model, to the tick (its golden stats)
+def test_the_ready_check_times_as_pinned_and_changes_no_data(ready, walk, ticks):
+    """The functional fused layer (4 GPUs x 64 tokens, top-2): with either ready check and
+    either walk every token is combined exactly once, after its k = 2 ready words were set by
+    its experts' GPUs (P T k notices, one per placed row), and the output is exact; only the
+    time moves - `slots` with `stride` is the model before either choice existed."""
+    sim = simulate(CONFIG, "scheme=dysharp", f"system.switch.nvls.dysharp.tracker_ready={ready}",
+                   f"workload.layer.dysharp.walk={walk}")
+    s = conftest.model_stats(sim.stats)
+    layer = MoeLayer(conftest.load(CONFIG, "scheme=dysharp"))
+    P, T, k = layer.shape.num_gpus, layer.shape.tokens, layer.shape.top_k
+    assert s["simTicks"] == ticks
+    assert s["system.moe.output_max_abs_error"] == 0.0
+    assert run_invariants(sim) == []
+    assert s["system.moe.rows_combined"] == P * T * k
+    assert sum(s[f"system.gpu{g}.dysharp.ld_reduce_ops"] for g in range(P)) == P * T
+    assert sum(s[f"system.gpu{g}.dysharp.rows_placed"] for g in range(P)) == P * T * k
+    for g in range(P):
+        words = sim.read_buffer(g, "dy_tokready", "i64")
+        assert words.size == T * k and (words == 1).all()   # each token's k notices, once each
+
+
+def test_the_ready_check_moves_only_the_combine():
+    """count and slots send the same packets (the same rows, notices and reductions on the wire)
+    and only the combine blocks' reads of the ready words differ: one coalesced access per token
+    against k."""
+    a = conftest.model_stats(simulate(CONFIG, "scheme=dysharp").stats)
+    b = conftest.model_stats(simulate(CONFIG, "scheme=dysharp",
+                                      "system.switch.nvls.dysharp.tracker_ready=slots").stats)
+    for key in ("system.moe.nvlink.up_wire_bytes", "system.moe.nvlink.down_wire_bytes",
+                "system.moe.rows_sent", "system.moe.rows_combined"):
+        assert a[key] == b[key], key
+    assert a["simTicks"] < b["simTicks"]

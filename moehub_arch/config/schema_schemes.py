@@ -277,6 +277,12 @@ class DysharpSchemeConfig:
     compute_tbs: int | str = _f("int_or_expr", "fusion token: persistent expert-GEMM thread blocks "
                                 "per GPU (assumption: one per SM, as the unfused grouped GEMM "
                                 "uses every SM)", "nsm", min=1)
+    walk: str = _f("choice", "fusion token: the receive-layout rows per expert the GEMM and gate "
+                   "groups walk - tracked: the tiles rows land in (the tracked objects' layout_rows, "
+                   "the token tracker's tiles); stride: every tile of the layouts' stride, which "
+                   "spans the algebraic range (P T / local experts rows) that no expert's rows "
+                   "reach (the earlier kernels: an empty slot costs a gate block two dependent "
+                   "reads, a tile's job a GEMM block two)", "tracked", choices=("tracked", "stride"))
     gate_tbs: int | str = _f("int_or_expr", "fusion token: thread blocks per GPU of the gate-weight "
                              "and ready-notice group (assumption: two per SM, so that with the "
                              "GEMM block and the dispatch-and-combine blocks every block of the "

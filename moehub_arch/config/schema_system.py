@@ -333,6 +333,12 @@ class DysharpConfig:
                             "deadlock; arrival: every entry is shared in arrival order (the "
                             "earlier model: a table near the local experts' count can deadlock)",
                             "expert_head", choices=("expert_head", "arrival"))
+    tracker_ready: str = _f("choice", "token-centric fusion: how the combine learns that a token's "
+                            "k experts are done - count: one check of the token's ready count per "
+                            "token (the paper's per-token ready-output counter; here the token's k "
+                            "ready words read in one coalesced access, a lane per slot); slots: one "
+                            "wait per slot in turn, k dependent memory accesses per token (the "
+                            "earlier model)", "count", choices=("count", "slots"))
 
 
 @attrs.frozen

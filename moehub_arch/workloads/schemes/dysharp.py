@@ -55,7 +55,12 @@ placed from layout row 0 up, so the tracked objects declare layout_rows = the mo
 expert receives (rounded up to the tile) and need local experts x its tiles - not the tiles of the
 layouts' stride, which spans the algebraic range (P x T / El rows per target) that no expert's
 rows reach; the per-token counters are k ready words per token at the source (a
-word per (token, slot), as flag.set is the ISA's only remote write; the combine waits for all k).
+word per (token, slot), as flag.set is the ISA's only remote write; the combine waits for all k:
+with system.switch.nvls.dysharp.tracker_ready: count, the default, it checks them once per token -
+the paper's per-token ready-output counter - in one coalesced access of the k words, a lane per
+slot; with slots, the earlier model, one wait per slot in turn, k dependent accesses per token,
+which on 32 GPUs at 512 tokens per GPU cost each of the 16 combine blocks about 3.2 us per token
+on the check alone: eight HBM reads in a row, each after the last).
 The tile table recycles its entries, as the paper's 1024-entry table must at M top-32, L top-16
 and L top-32 (1036, 1048 and 2080 tiles per GPU here): a tile takes an entry when its first bytes
 land and frees it when its GEMM-2 jobs are done (the tile's finished-job counter in dy_jobs, the
@@ -347,20 +352,28 @@ def _fused_plan(layer, cap):
     for launch in shared:
         add(launch, "expert")
     expert_kernel = "dysharp_fused_expert_train" if training else "dysharp_fused_expert"
+    # the rows per expert the GEMM and gate blocks walk (workload.layer.dysharp.walk): the tracked
+    # tiles' (rows land in no other), or the whole stride (the earlier kernels)
+    walk = lrows if opts.walk == "tracked" else cap
     add(LaunchConfig(kernel=expert_kernel, grid=workers, stream=2, params=(
         ("xe", "@dy_xe"), ("he", "@dy_he"), ("ye", "@dy_ye"), ("cnt", "@dy_cnt"),
         ("tready", "@dy_tready"), ("wvec", "@dy_wvec"), ("wdone", "@dy_wdone"),
         ("jobs", "@dy_jobs"), ("wg", "@w_gate"), ("wu", "@w_up"), ("wd", "@w_down"),
         ("acct", "@acct"), ("hidden", H), ("ffn", s.ffn), ("tile_rows", tile),
         ("n_tile", s.n_tile), ("swizzle", s.stream_swizzle), ("local_experts", El),
-        ("cap", cap)) + ((("yraw", "@dy_yraw"),) if training else ())), "expert")
+        ("cap", cap), ("walk_rows", walk)) + ((("yraw", "@dy_yraw"),) if training else ())),
+        "expert")
     add(LaunchConfig(kernel="dysharp_fused_gate", grid=gates, stream=3, params=(
         ("meta", "@dy_meta"), ("cnt", "@dy_cnt"), ("tready", "@dy_tready"), ("wvec", "@dy_wvec"),
         ("wdone", "@dy_wdone"), ("notice", "@dy_notice"), ("jobs", "@dy_jobs"),
         ("tokready", "@dy_tokready"), ("acct", "@acct"), ("tokens", T), ("topk", k),
-        ("local_experts", El), ("cap", cap), ("tile_rows", tile), ("meta_bytes", mb),
+        ("local_experts", El), ("cap", cap), ("walk_rows", walk), ("tile_rows", tile),
+        ("meta_bytes", mb),
         ("token_word", tw), ("down_jobs", H // s.n_tile))), "expert")
-    add(LaunchConfig(kernel="dysharp_fused_comm", grid=opts.channels, stream=0, params=(
+    # how the combine checks a token's k ready words (tracker_ready): once per token, as the
+    # paper's per-token ready count (count), or one wait per slot (slots, the earlier model)
+    comm_kernel = "dysharp_fused_comm" if dy.tracker_ready == "count" else "dysharp_fused_comm_slots"
+    add(LaunchConfig(kernel=comm_kernel, grid=opts.channels, stream=0, params=(
         ("x", "@x"), ("topk_idx", "@topk_idx"), ("topk_w", "@topk_w"), ("msrc", "@dy_msrc"),
         ("xe", "@dy_xe"), ("meta", "@dy_meta"), ("ye", "@dy_ye"), ("comb", "@dy_comb"),
         ("tokready", "@dy_tokready"), ("ended", "@dy_ended"), ("cnt", "@dy_cnt"),
@@ -384,7 +397,7 @@ def _fused_plan(layer, cap):
         buffers=tuple(buffers + sbufs + bbufs), launches=tuple(launches.launches),
         kernel_files=(NVLS_KERNELS, KERNELS) + (BACKWARD_KERNELS if training else ()),
         n_tile=s.n_tile, multicast=multicast, backward=True, **bwd,
-        phases={"dispatch": ("dysharp_fused_comm",),
+        phases={"dispatch": (comm_kernel,),
                 "expert": (expert_kernel, "dysharp_fused_gate") + SHARED_KERNELS,
                 "combine": ("nvls_output",)},
         launch_phases=tuple(launches.phases),

@@ -252,8 +252,26 @@ reduced:
 # dysharp_fused_comm: TB b dispatches tokens b, b + ntb, ... (meta rows with u, then the
 # dymultimem.st of each); the last block past its fence signals the end of this GPU's dispatch on
 # every GPU; block 0 closes the tiles that will not fill once every GPU's signal is in; then each
-# block combines the same tokens as each one's experts finish.
-.kernel dysharp_fused_comm
+# block combines the same tokens as each one's experts finish. How a block learns that a token's
+# k experts are done (system.switch.nvls.dysharp.tracker_ready, schemes/dysharp.py):
+#   ready_count   the token's ready count, as the paper's per-token ready-output counter: one
+#                 check of the token's k words in a single coalesced access (a lane per slot,
+#                 wait.all), sleeping until every one is up
+#   ready_slots   one wait per slot in turn (k dependent accesses per token: the earlier model)
+# dysharp_fused_comm_slots is the same kernel with ready_slots.
+.macro token_ready_count
+    wait.all.ge [r13], 1, %topk  # every slot of the token is up
+.endm
+
+.macro token_ready_slots
+    add r14, r13, r2
+ready_slot_\@:
+    wait.ge [r13], 1
+    add r13, r13, 8
+    blt r13, r14, ready_slot_\@
+.endm
+
+.macro fused_comm_body ready
 .param x
 .param topk_idx
 .param topk_w
@@ -352,11 +370,7 @@ combine_token:
     bge r4, %tokens, reduced
     mul r13, r4, r2
     add r13, r13, %tokready      # r13 = &tokready[t][0]
-    add r14, r13, r2
-ready_slot:
-    wait.ge [r13], 1
-    add r13, r13, 8
-    blt r13, r14, ready_slot
+    \ready
     reduce_token r4
     add r12, r12, %topk
     add r4, r4, %ntb
@@ -365,6 +379,13 @@ reduced:
     fence                        # the reduced rows are in local memory
     red.add %gpu, [%acct+24], r12    # acct word 3: pairs combined
     exit
+.endm
+
+.kernel dysharp_fused_comm
+    fused_comm_body token_ready_count
+
+.kernel dysharp_fused_comm_slots
+    fused_comm_body token_ready_slots
 
 .macro keep_weighted_only y
 .endm
@@ -377,7 +398,7 @@ reduced:
 
 # the persistent GEMM blocks' body; `keep` is keep_weighted_only or keep_unweighted
 .macro fused_expert_body keep
-    add r31, %cap, %tile_rows
+    add r31, %walk_rows, %tile_rows
     sub r31, r31, 1
     div r31, r31, %tile_rows
     mul r31, r31, %local_experts # r31 = tiles
@@ -461,7 +482,9 @@ finished:
 .param n_tile
 .param swizzle
 .param local_experts
-.param cap                   # layout rows per expert (ceil(cap / tile_rows) tiles each)
+.param cap                   # layout rows per expert: the stride of the flat layout rows
+.param walk_rows             # the rows per expert the blocks walk: ceil(walk_rows / tile_rows) tiles
+                             # each (workload.layer.dysharp.walk: the tracked tiles' layout_rows, or cap)
 .smem 160KB                  # G, U [tile][n] f32 + Hq [tile][n] bf16, or Y + Yq
 .smem_job 10                 # bytes per element of a tile_rows x n_tile job (fits a smaller SM)
 .endm
@@ -497,11 +520,12 @@ finished:
 .param topk
 .param local_experts
 .param cap
+.param walk_rows             # the rows per expert walked (as dysharp_fused_expert's)
 .param tile_rows
 .param meta_bytes
 .param token_word
 .param down_jobs             # GEMM-2 jobs per tile (H / n_tile)
-    add r31, %cap, %tile_rows
+    add r31, %walk_rows, %tile_rows
     sub r31, r31, 1
     div r31, r31, %tile_rows
     mul r31, r31, %local_experts
@@ -520,7 +544,7 @@ row:
     rem r5, r2, %local_experts   # r5 = local expert
     mul r4, r4, %tile_rows
     add r4, r4, r3               # r4 = row in the expert's layout
-    bge r4, %cap, next_row
+    bge r4, %walk_rows, next_row
     shl r6, r2, 3
     add r6, r6, %tready
     wait.ge [r6], 1              # the tile is ready (its count final if it is partial)
