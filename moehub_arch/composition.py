@@ -36,10 +36,13 @@ from .components import cais
 from .components import counted_write
 from .components import read_data
 from . import components as _components
-from .declare import GPU_SCOPES, SCOPES, Block, Instance, Stat
+from .declare import (GPU_SCOPES, SCOPES, Block, Crossing, Event, Instance, Receive, Semantic, Send,
+                      Stat)
 from .components.moehub import aau, dam, forward, rpm
 from .config.schema import DEBUG_FLAGS
 from .engine.stateref import state_ref
+from .isa.encoding import SEM
+from .engine import entries as engine_entries
 from .engine import events, extension, generated
 from .engine.state import (CACHE_LINE_BYTES, ERROR_TEXT as ENGINE_ERROR_TEXT, STATE_FIELDS,
                            aligned_zeros, record_view)
@@ -480,20 +483,108 @@ _undeclared(ARRIVALS, PACKETS, "packet kind")
 _undeclared(SENDS, REQUESTS, "request kind")
 
 
+# ------------------------------------------------------------- handlers called by address
+# How a declaration's handler is called through the entry table (engine/entries.py): the
+# caller (its calling convention) and whether its result is a truth value (compiled as an int64).
+# An instruction's handler takes the instruction's row of State.code, an array, which an entry
+# point (a C function) cannot take: its entry point takes the same arguments less the row and
+# reads it at the thread block's pc (dispatch/indirect.py), where the interpreter read it
+_CONVENTION = {Receive: ("call_void4", False), Send: ("call_void3", False),
+               Semantic: ("call_int5", True), Event: ("call_void2", False)}
+# the arguments of an instruction's entry point (Semantic's, without the row)
+INSTRUCTION_ENTRY_ARGS = "st, g, sm, slot, tick, cyc"
+
+
+def _convention(d):
+    if isinstance(d, Crossing):
+        return "call_int3", d.arrival
+    return _CONVENTION[type(d)]
+
+
+EntryPoint = namedtuple("EntryPoint", "handler caller truth block instruction")
+EntryPoint.__doc__ = """A row of the entry table: the handler (module and function, as declared),
+its caller (engine/entries.py), whether its result is a truth value, the block that uses it
+(compiled only for a run that uses that block: Block.on_demand) or None (every run), and whether
+it is an instruction's handler (Semantic: its entry point reads the instruction's row itself)."""
+
+
+def _compose_entry_points(blocks):
+    """The rows of the entry table the declarations make: every Receive declared ``by_address``
+    (compiled for every run), then the handlers of every block compiled on demand, block by
+    block (receives, sends, crossings, semantics, its events' handlers)."""
+    rows = [EntryPoint(r.handler, *_convention(r), None, False)
+            for b in blocks for r in b.receives if r.by_address and b.on_demand is None]
+    for b in blocks:
+        if b.on_demand is None:
+            continue
+        for d in b.receives + b.sends + b.crossings + b.semantics + tuple(
+                e for e in b.events if e.handler is not None):
+            if all(row.handler != d.handler for row in rows):
+                rows.append(EntryPoint(d.handler, *_convention(d), b, isinstance(d, Semantic)))
+    if len(rows) > engine_entries.ROWS:
+        raise DeclarationError(f"{len(rows)} handlers called by address: engine/entries.py's "
+                               f"table holds {engine_entries.ROWS}")
+    return tuple(rows)
+
+
+ENTRY_POINTS = _compose_entry_points(BLOCKS)
+_ROW_OF = {e.handler: row for row, e in enumerate(ENTRY_POINTS)}
+
+
+def entry_row(handler):
+    """The entry-table row of a handler named as declarations name it ("components.moehub.aau.
+    aau_receive")."""
+    if handler not in _ROW_OF:
+        raise KeyError(f"{handler} is no row of the entry table (composition.ENTRY_POINTS)")
+    return _ROW_OF[handler]
+
+
+def block_in_use(b, st):
+    """Whether the run of State `st` uses block `b` compiled on demand: its own test
+    (Block.on_demand), or the program holds an instruction of one of its semantics (whose
+    handler must then run, if only to raise the error its operands deserve)."""
+    if b.on_demand(st):
+        return True
+    kinds = [k for d in b.semantics for k in d.kinds]
+    return bool(kinds) and bool(np.isin(np.asarray(st.code)[:, SEM], kinds).any())
+
+
+def entry_rows_in_use(st):
+    """The rows of ENTRY_POINTS a run of `st` needs (every row of a block it does not use left
+    out)."""
+    used = {}
+    rows = []
+    for row, e in enumerate(ENTRY_POINTS):
+        if e.block is not None and e.block.name not in used:
+            used[e.block.name] = block_in_use(e.block, st)
+        if e.block is None or used[e.block.name]:
+            rows.append(row)
+    return tuple(rows)
+
+
 def direct_call(args):
-    """handler_chain's default call: the declaration's handler, imported, called with `args`."""
+    """handler_chain's default call: the declaration's handler, imported, called with `args`; a
+    handler that is a row of the entry table (ENTRY_POINTS) is called through it, `args` after
+    its row."""
     def call(d):
+        if d.handler in _ROW_OF:
+            caller, truth = _convention(d)
+            row_args = INSTRUCTION_ENTRY_ARGS if isinstance(d, Semantic) else args
+            expr = f"{caller}({_ROW_OF[d.handler]}, {row_args})"
+            return [f"from moehub_arch.engine.entries import {caller}"], \
+                f"{expr} != 0" if truth else expr
         imp, fn = generated.import_line(d.handler)
         return [imp], f"{fn}({args})"
     return call
 
 
-def handler_chain(name, params, var, table, default, call):
+def handler_chain(name, params, var, table, default, call, below=False):
     """The source of an `@inline` function `name(params)` that calls, for each kind of `table`
     ({kind: (block, declaration)}), its declaration's handler (`call(declaration)`: (import
     lines, call expression)) and returns its result: one test per handler (engine/generated.py
     kind_test), in the order of their lowest kind; `default`: the expression returned for any
-    other kind (None: the last handler takes every kind no other handler does)."""
+    other kind (None: the last handler takes every kind no other handler does). `below`: kinds
+    below the table's lowest reach it too (so no test may take them as the lowest's)."""
     by_handler = {}
     for k, (_, d) in sorted(table.items()):
         by_handler.setdefault(d.handler, (d, []))[1].append(k)
@@ -505,7 +596,7 @@ def handler_chain(name, params, var, table, default, call):
     body = [f"\n\n@inline\ndef {name}({params}):"]
     if _KIND_OF[var] is not None:
         body.append(f"    {var} = {_KIND_OF[var]}")
-    first = min(table) if table else 0
+    first = -1 if below or not table else min(table)
     for i, (kinds, expr) in enumerate(calls):
         if default is None and i == len(calls) - 1:
             body.append(f"    return {expr}")
@@ -517,7 +608,7 @@ def handler_chain(name, params, var, table, default, call):
     return "\n".join(lines + body) + "\n"
 
 
-_KIND_OF = {"k": "st.pk[pkt].kind", "rk": "st.req[r].kind", "sem": None}
+_KIND_OF = {"k": "st.pk[pkt].kind", "rk": "st.req[r].kind", "sem": None, "kind": None}
 
 
 def _install_extensions():

@@ -35,7 +35,13 @@ Each component module ends its imports with one ``BLOCK = Block(...)`` that says
 - ``build``: Python functions ``fn(cfg, building)`` the builder runs once the fabric's channel
   records exist, in ``BLOCKS`` order: what the block derives from the config and the built
   fabric - capacities, credits, queue sizes - computed in its own module (``Building`` says
-  what a hook may read and set); a bad value raises ValueError naming the key.
+  what a hook may read and set); a bad value raises ValueError naming the key;
+- ``on_demand``: a function of the built State saying whether a run uses the block (e.g. the
+  config declares a multicast object or a merge group). Given, the block's declared handlers
+  (``receives``, ``sends``, ``crossings``, ``semantics`` and its events' ``handler``) are called
+  through the entry table (engine/entries.py) and compiled as entry points of their own only for
+  a run that uses it (dispatch/indirect.py): a run without it never compiles them. Not given, they
+  are direct calls, compiled into the run loop (or the SM's entry point) for every run.
 
 This vocabulary sits under both floors that use it: the engine declares itself with it
 (engine/events.py: the event queue's fields and run-wide parameters) and so does every block
@@ -154,6 +160,10 @@ class Event:
     kind: int
     doc: str
     enabled: object = None
+    # the handler the run loop calls with (st, instance, tick), named like Receive's ("components.
+    # cais.merge_table.cais_timeout"): declared by a block compiled on demand (Block.on_demand),
+    # whose events the run loop calls through the entry table
+    handler: str = None
 
 
 @attrs.frozen
@@ -205,6 +215,7 @@ class Block:
     requests: tuple = attrs.field(default=(), converter=_tuple)   # Request, the hub request kinds it owns
     crossings: tuple = attrs.field(default=(), converter=_tuple)  # Crossing, one per switch handler
     semantics: tuple = attrs.field(default=(), converter=_tuple)  # Semantic, one per instruction handler
+    on_demand: object = None   # fn(State) -> bool: handlers compiled only for runs that use it
 
 
 @attrs.frozen

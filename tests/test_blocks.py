@@ -202,14 +202,15 @@ def test_every_packet_kind_a_gpu_receives_has_one_handler_the_run_loop_calls():
     assert {b for b, _ in composition.RECEIVES.values()} == {"hub", "nvls", "cais_merge", "aau",
                                                               "switch_counter"}
     # the run loop's receive chain is generated from them: each handler called once, with the
-    # arguments Receive names (by address through the entry table where it says so)
+    # arguments Receive names (by address through the entry table where it says so, or where its
+    # block is compiled on demand)
     chain = chains.SOURCE.split("def receive_packet")[1].split("@inline")[0]
-    for _, r in composition.RECEIVES.values():
+    for b, r in composition.RECEIVES.values():
         module, fn = r.handler.rsplit(".", 1)
         assert callable(getattr(importlib.import_module(f"moehub_arch.{module}"), fn))
-        if r.by_address:
-            row = chains.entry_row(r.handler)
-            assert f"call4(entries[{row}], st, g, c, pkt, tick)" in chain
+        if r.by_address or composition.block(b).on_demand is not None:
+            row = composition.entry_row(r.handler)
+            assert chain.count(f"call_void4({row}, st, g, c, pkt, tick)") == 1, r.handler
         else:
             assert len(re.findall(rf"\b{fn}\(st, g, c, pkt, tick\)", chain)) == 1, r.handler
     with pytest.raises(composition.DeclarationError, match="received by blocks 'a'"):
@@ -231,10 +232,14 @@ def test_every_request_kind_the_hub_queues_has_one_packetizer_the_run_loop_calls
     assert {k for k, (b, _) in composition.SENDS.items() if b == "hub"} == {
         pk.REQ_PUT, pk.REQ_GET, pk.REQ_STORE, pk.REQ_ATOM}
     chain = chains.SOURCE.split("def send_request")[1].split("@inline")[0]
-    for _, s in composition.SENDS.values():
+    for b, s in composition.SENDS.values():
         module, fn = s.handler.rsplit(".", 1)
         assert callable(getattr(importlib.import_module(f"moehub_arch.{module}"), fn))
-        assert len(re.findall(rf"\b{fn}\(st, g, r, tick\)", chain)) == 1, s.handler
+        if composition.block(b).on_demand is not None:
+            row = composition.entry_row(s.handler)
+            assert chain.count(f"call_void3({row}, st, g, r, tick)") == 1, s.handler
+        else:
+            assert len(re.findall(rf"\b{fn}\(st, g, r, tick\)", chain)) == 1, s.handler
     # the hub's module names no extension: their request kinds, packets and counters are theirs
     hub_src = (Path(composition.__file__).parent / "components" / "hub.py").read_text()
     assert not re.search(r"REQ_(MM|DY|CAIS|CTR)|PK_(MM|CAIS|CTR)|mm_tx|cais_\w+_tx|ext_flits", hub_src)
@@ -259,42 +264,56 @@ def test_the_dispatch_chains_follow_the_declarations():
     def run_chain(source, name, kind, var):
         calls = []
         ns = {}
-        body = source.split(f"def {name}")[1].split("@inline")[0]
+        # the function's lines, not the next chain's imports
+        body = source.split(f"def {name}")[1].split("@inline")[0].split("\nfrom ")[0]
         for line in source.splitlines():
-            if line.startswith("from moehub_arch") and "import inline" not in line:
+            if line.startswith("from moehub_arch.engine.entries import"):
+                # a call through the entry table: its row
+                for fn in line.split(" import ")[1].split(", "):
+                    ns[fn] = lambda row, *a: calls.append(("entry", row)) or ("entry", row)
+            elif line.startswith("from moehub_arch") and "import inline" not in line:
                 for fn in line.split(" import ")[1].split(", "):
                     ns[fn] = (lambda fn: lambda *a: calls.append(fn) or fn)(fn)
         ns["ROUTE"] = extension.ROUTE
-        ns["call4"] = lambda entry, *a: entry(*a)
-        entries = [(lambda row: lambda *a: calls.append(("entry", row)))(row) for row in range(8)]
         pkt = types.SimpleNamespace(kind=kind)
         st = types.SimpleNamespace(pk=[pkt], req=[pkt])
         exec(f"def {name}" + body, ns)
-        args = {"receive_packet": (st, 0, 0, 0, 0, entries),
+        args = {"receive_packet": (st, 0, 0, 0, 0),
                 "send_request": (st, 0, 0, 0), "switch_serve": (st, 0, 0, 0),
-                "switch_absorb": (st, 0, 0, 0),
+                "switch_absorb": (st, 0, 0, 0), "block_event": (st, kind, 0, 0),
                 "execute": (st, kind, 0, 0, 0, 0, 0, 0)}[name]
         out = ns[name](*args)
         return calls, out
 
+    def called(handler):
+        # a handler of the entry table is called through its row, any other directly
+        if handler in (e.handler for e in composition.ENTRY_POINTS):
+            return ("entry", composition.entry_row(handler))
+        return handler.rsplit(".", 1)[1]
+
     for k, (_, r) in composition.RECEIVES.items():
         calls, _ = run_chain(chains.SOURCE, "receive_packet", k, "k")
-        assert calls == [("entry", chains.entry_row(r.handler)) if r.by_address
-                         else r.handler.rsplit(".", 1)[1]], k
+        assert calls == [called(r.handler)], k
     for k, (_, s) in composition.SENDS.items():
         calls, _ = run_chain(chains.SOURCE, "send_request", k, "rk")
-        assert calls == [s.handler.rsplit(".", 1)[1]], k
+        assert calls == [called(s.handler)], k
     for k in composition.PACKETS:
         calls, out = run_chain(composition.EXTENSION_SOURCE, "switch_serve", k, "k")
         if k in composition.CROSSINGS:
-            assert calls == [composition.CROSSINGS[k][1].handler.rsplit(".", 1)[1]], k
+            assert calls == [called(composition.CROSSINGS[k][1].handler)], k
         else:
             assert calls == [] and out == extension.ROUTE, k
         calls, out = run_chain(composition.EXTENSION_SOURCE, "switch_absorb", k, "k")
         if k in composition.ARRIVALS:
-            assert calls == [composition.ARRIVALS[k][1].handler.rsplit(".", 1)[1]], k
+            assert calls == [called(composition.ARRIVALS[k][1].handler)], k
         else:
             assert calls == [] and out is False, k
+    for k in range(len(composition.EVENT_NAMES)):
+        calls, out = run_chain(chains.SOURCE, "block_event", k, "kind")
+        if k in chains.BLOCK_EVENTS:
+            assert calls == [called(chains.BLOCK_EVENTS[k][1].handler)], k
+        else:
+            assert calls == [] and out is None, k
     # the switch keeps the base protocol: it names no extension's kind or handler; a consumed
     # packet is the same value for every block that serves one
     from moehub_arch.components.cais.layout import CAIS_SENT
@@ -305,7 +324,7 @@ def test_the_dispatch_chains_follow_the_declarations():
                          switch_src, re.M)
     for sem, (_, d) in composition.SEMANTICS.items():
         calls, _ = run_chain(composition.EXTENSION_SOURCE, "execute", sem, "sem")
-        assert calls == [d.handler.rsplit(".", 1)[1]], sem
+        assert calls == [called(d.handler)], sem
         assert extension.SEMANTICS >> sem & 1
     assert bin(extension.SEMANTICS).count("1") == len(composition.SEMANTICS)
     # the interpreter keeps the base ISA: no extension's semantic or handler is named there

@@ -167,6 +167,8 @@ BLOCK = Block(
     checks=(lambda sim, out: check_dysharp(sim, out),),
     sends=(Send((REQ_DY_ST, REQ_DY_LD), "components.dysharp_isa.dysharp_send",
                 "dymultimem.st / ld_reduce packets with their target lists, GPU -> switch"),),
+    # its packetizer is compiled only for a run with a dynamic object (dispatch/indirect.py)
+    on_demand=lambda st: any_dynamic(st),
 )
 
 

@@ -133,7 +133,10 @@ BLOCK = Block(
             enabled=lambda st: int(st.p[0].dy_recycle) > 0),
     ),
     events=(Event("dysharp_retry", EV_DY_RETRY, "a tracker entry freed while copies wait",
-                  enabled=lambda st: int(st.p[0].dy_recycle) > 0),),
+                  enabled=lambda st: int(st.p[0].dy_recycle) > 0,
+                  handler="components.nvls_gpu.dysharp_retry"),),
+    # its handler is compiled only for a run with a dynamic object (dispatch/indirect.py)
+    on_demand=lambda st: any_dynamic(st),
     checks=(lambda sim, out: check_tracker(sim, out),),
     findings=(lambda sim: tracker_findings(sim),),
 )

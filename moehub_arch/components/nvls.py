@@ -406,6 +406,9 @@ BLOCK = Block(
                         "added into their reduction entry as they arrive", arrival=True)),
     semantics=(Semantic((SEM_MULTIMEM,), "components.nvls_gpu.multimem",
                         "multimem.st / red / ld_reduce (and DySHARP's dymultimem)"),),
+    # its handlers are compiled only for a run with a multicast object or a multimem instruction
+    # (dispatch/indirect.py)
+    on_demand=_stats_on,
 )
 
 

@@ -118,6 +118,9 @@ BLOCK = Block(
                 "a ctr.add request, GPU -> the counter's switch"),),
     receives=(Receive((PK_CTR_REPLY,), "components.switch_counter.ctr_reply_received",
                       "a counter's old value reaches the GPU that added to it"),),
+    # its handlers are compiled only for a run with counters or a ctr.add instruction
+    # (dispatch/indirect.py)
+    on_demand=_on,
 )
 
 

@@ -10,10 +10,12 @@ Timer; composed in moehub_arch/composition.py). Which timer is which event, whic
 a packet at a GPU and which sends the request at a hub FIFO's head are generated from the
 declarations (dispatch/chains.py: timer_event, receive_packet, send_request); the dispatch by
 event kind below maps each kind to its handler: a block with an event of its own adds its branch
-here (DESIGN rule 5).
+here (DESIGN rule 5), unless the block is compiled on demand (declare.Block.on_demand), whose
+events the generated `block_event` dispatches through the entry table.
 """
-from .chains import receive_packet, send_request, timer_event
-from .indirect import ENTRY_AAU_RECEIVE, ENTRY_AAU_RETRY, ENTRY_SM_ISSUE, call2, call4
+from .chains import block_event, receive_packet, send_request, timer_event
+from .indirect import ENTRY_AAU_RECEIVE, ENTRY_AAU_RETRY, ENTRY_SM_ISSUE
+from ..engine.entries import call_void2, call_void4, install
 from ..engine.jit import compiled
 
 from ..components.hub import EV_HUB_TX, hub_packetize
@@ -26,10 +28,6 @@ from ..components.scheduler import EV_KERNEL_START, kernel_start
 from ..components.sm import EV_SM_ISSUE, prefetch_issue
 from ..components.sm_interpreter import EV_LOCAL_DONE, local_done
 from ..components.occupancy import EV_OCCUPANCY_SAMPLE, occupancy_sample
-from ..components.cais.layout import EV_CAIS_TIMEOUT
-from ..components.cais.merge_table import cais_timeout
-from ..components.nvls_gpu import dysharp_retry
-from ..components.dysharp import EV_DY_RETRY
 from ..components.switch import EV_XBAR, switch_crossbar, switch_receive
 from ..engine.events import (Q_TICK, TIMER_OFF, TM_TICK, _u, pop, timer_next_hint, timer_peek,
                              timer_take)
@@ -66,8 +64,10 @@ def _prefetch_next(st, p):
 @compiled
 def run_loop(st, max_events, headroom, tick_limit, entries):
     # entries: the addresses of the handlers compiled as their own entry points (the SM's issue,
-    # the AAU's receive and retry: dispatch/indirect.py), which keeps their call trees out of this
-    # function's compiled module
+    # the AAU's receive and retry, the handlers of the blocks compiled on demand that this run
+    # uses: dispatch/indirect.py), which keeps their call trees out of this function's compiled
+    # module; written into the table the callers read (engine/entries.py) on every call
+    install(entries)
     sy = st.sys[0]
     p = st.p[0]
     cap = st.q.shape[0]
@@ -110,7 +110,7 @@ def run_loop(st, max_events, headroom, tick_limit, entries):
         if PREFETCH_NEXT:
             _prefetch_next(st, p)
         if kind == EV_SM_ISSUE:
-            call2(entries[ENTRY_SM_ISSUE], st, a0, tick)
+            call_void2(ENTRY_SM_ISSUE, st, a0, tick)
         elif kind == EV_CH_TX:
             channel_transmit(st, a0, tick)
         elif kind == EV_CH_ARRIVE:
@@ -119,7 +119,7 @@ def run_loop(st, max_events, headroom, tick_limit, entries):
                 switch_receive(st, a0, pkt, tick)
             else:
                 # the block that declared the packet's kind receives it (declare.Receive)
-                receive_packet(st, st.ch[a0].gpu, a0, pkt, tick, entries)
+                receive_packet(st, st.ch[a0].gpu, a0, pkt, tick)
         elif kind == EV_XBAR:
             switch_crossbar(st, a0, tick)
         elif kind == EV_HUB_TX:
@@ -134,19 +134,19 @@ def run_loop(st, max_events, headroom, tick_limit, entries):
         elif kind == EV_RPM_TX:
             rpm_packetize(st, a0, tick)
         elif kind == EV_MOE_LOOPBACK:
-            call4(entries[ENTRY_AAU_RECEIVE], st, a1, -1, a0, tick)
+            call_void4(ENTRY_AAU_RECEIVE, st, a1, -1, a0, tick)
         elif kind == EV_DAM_READY:
             dam_tile_ready(st, a0, a1, tick)
         elif kind == EV_OCCUPANCY_SAMPLE:
             occupancy_sample(st, tick)
-        elif kind == EV_CAIS_TIMEOUT:
-            cais_timeout(st, a0, tick)
-        elif kind == EV_DY_RETRY:
-            dysharp_retry(st, a0, tick)
         elif kind == EV_HUB_FORWARD:
             if forward_run(st, a0, tick):
                 # forwarding-buffer slots freed: parked packets go on
-                call2(entries[ENTRY_AAU_RETRY], st, a0, tick)
+                call_void2(ENTRY_AAU_RETRY, st, a0, tick)
+        else:
+            # the events of blocks compiled on demand (CAIS's merge-table timer, DySHARP's
+            # tracker retry), each through the entry table (dispatch/chains.py)
+            block_event(st, kind, a0, tick)
         if sy.err_code != 0:
             return STATUS_ERROR
         if sy.trace_full != 0:

@@ -68,7 +68,10 @@ class EngineCompile:
         from numba import typeof, types
         from . import loop
         from ..engine.stateref import jit_disabled, state_ref_type
+        from .indirect import entry_cached, rows_in_use, worker_rows
         self.worker = self.tmp = None
+        # the entry points this run needs: those of the blocks it does not use are not compiled
+        self.rows = rows_in_use(state)
         if jit_disabled():
             self.how = "pure Python"
             return
@@ -77,7 +80,10 @@ class EngineCompile:
         entries_type = types.Array(types.int64, 1, "C")   # entry_table's addresses
         self.sig = (self.state_type,) + tuple(typeof(a) for a in run_loop_args) + (entries_type,)
         if _cached(loop.run_loop, self.sig):
-            self.how = "warm"
+            # warm, unless the run uses a block compiled on demand whose entry points no earlier
+            # run compiled: this process compiles them (finish)
+            warm = all(entry_cached(self.state_type, r) for r in self.rows)
+            self.how = "warm" if warm else "serial"
         elif jobs < 2:
             self.how = "serial"
         else:
@@ -85,7 +91,7 @@ class EngineCompile:
             self.tmp = tempfile.TemporaryDirectory(prefix="moehub-precompile-")
             type_path = os.path.join(self.tmp.name, "state_type.pickle")
             with open(type_path, "wb") as f:
-                pickle.dump(self.state_type, f)
+                pickle.dump((self.state_type, worker_rows(self.rows)), f)
             self.log_path = os.path.join(self.tmp.name, "worker.log")
             with open(self.log_path, "wb") as log:
                 self.worker = subprocess.Popen([sys.executable, "-m", __name__, type_path],
@@ -93,16 +99,16 @@ class EngineCompile:
 
     def finish(self):
         from . import loop
-        from .indirect import ENTRY_ROWS, WORKER_ROWS, entry_point, entry_table
+        from .indirect import entry_point, entry_table, worker_rows
         if self.how == "pure Python":
-            return entry_table(None), self.how
+            return entry_table(None, self.rows), self.how
         if self.worker is None:
-            return entry_table(self.state_type), self.how
+            return entry_table(self.state_type, self.rows), self.how
         try:
             c0 = time.process_time()
             loop.run_loop.compile(self.sig)
-            for row in range(ENTRY_ROWS):   # the entry points left to this process
-                if row not in WORKER_ROWS:
+            for row in self.rows:   # the entry points left to this process
+                if row not in worker_rows(self.rows):
                     entry_point(self.state_type, row)
             own_cpu = time.process_time() - c0
             try:
@@ -117,7 +123,7 @@ class EngineCompile:
             self.close()
         if code != 0:
             self.how = "parallel, worker failed"
-        return entry_table(self.state_type), self.how
+        return entry_table(self.state_type, self.rows), self.how
 
     def close(self):
         """Stop the worker if it still runs (the run failed before finish) and clean up."""
@@ -130,13 +136,13 @@ class EngineCompile:
 
 
 def _worker(type_path):
-    """The worker process: compile the entry points for the pickled State type."""
+    """The worker process: compile the entry points it was given for the pickled State type."""
     from .. import version  # noqa: F401  (the cache folder, as in the parent: inherited or the same)
-    from .indirect import WORKER_ROWS, entry_point
+    from .indirect import entry_point
     with open(type_path, "rb") as f:
-        state_type = pickle.load(f)
+        state_type, rows = pickle.load(f)
     t0 = time.perf_counter()
-    for row in WORKER_ROWS:
+    for row in rows:
         entry_point(state_type, row)
     print(f"precompile worker: {time.perf_counter() - t0:.1f} s wall, "
           f"{time.process_time():.1f} s CPU", file=sys.stderr)

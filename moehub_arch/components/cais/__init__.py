@@ -405,12 +405,15 @@ BLOCK = Block(
         ), enabled=_stats_on),
     ),
     events=(Event("cais_timeout", EV_CAIS_TIMEOUT, "a merge table's timer expired (its earliest "
-                  "entry timer)", enabled=_stats_on),),
+                  "entry timer)", enabled=_stats_on,
+                  handler="components.cais.merge_table.cais_timeout"),),
     timers=(Timer("cais", EV_CAIS_TIMEOUT, _tables, "one per merge table: its earliest entry "
                   "timer"),),
     checks=(check_cais,),
     findings=(cais_findings,),
     start=(cais_start,),
+    # its handlers are compiled only for a run with merge groups (dispatch/indirect.py)
+    on_demand=_stats_on,
     receives=(Receive((PK_CAIS_READ, PK_CAIS_REPLY, PK_CAIS_WRITE, PK_CAIS_GO),
                       "components.cais.home.receive_cais", "the merge unit's read, reply, merged "
                       "write or group release reaches a GPU"),),
