@@ -17,9 +17,11 @@ Adding a block: write its module under components/ with a ``BLOCK`` and add its 
 the composition finds it (``discover``) and appends it to ``BLOCKS`` (the order is the order of
 stats in each scope, of timers and of checks: the blocks listed in ``_ORDER`` first, every other
 block after them by module name, so a new block keeps every existing stat's place). A block with
-an event kind of its own adds its branch to the run loop (dispatch/loop.py); its packets,
-requests, crossings, instructions and timers need none (the chains are generated from their
-declarations). docs/adding_a_block.md walks through two examples.
+an event kind of its own adds its branch to the run loop (dispatch/loop.py), unless it is compiled
+on demand (``Block.on_demand``: its events name their handler); its packets, requests, crossings,
+instructions and timers need none (the chains are generated from their declarations; a block
+compiled on demand has its handlers called through the entry table, ``ENTRY_POINTS``).
+docs/adding_a_block.md walks through two examples.
 """
 import importlib
 import pkgutil

@@ -7,8 +7,11 @@ handler with its instruction interpreter and the MoE-Hub AAU, which the run loop
 pointers (dispatch/indirect.py), so neither side needs the other compiled first. On a cold cache,
 `EngineCompile` starts one worker process that compiles the SM's entry point and the AAU's retry
 entry point into the same on-disk cache while this process compiles the run loop and then the
-AAU's receive entry point (the split that measured closest to even, README Performance); it then
-waits for the worker and loads its entry points from the cache. The compiled code is the same as a serial compile's (each function
+AAU's receive entry point (the split that measured closest to even, docs/performance.md); it then
+waits for the worker and loads its entry points from the cache. Of the entry points of the blocks
+compiled on demand that the run uses (dispatch/indirect.py), the worker takes the instructions'
+and this process the rest. A run whose run loop is cached but which needs an entry point no
+earlier run compiled (the first run of a config with a multicast object, say) compiles it here. The compiled code is the same as a serial compile's (each function
 compiled from the same source for the same types), so results are too; only the wall time of the
 cold start changes (README, Performance). Functions both sides call (the scheduler's, the DAM's)
 are compiled by both processes, each for itself: the cache keeps one copy.
