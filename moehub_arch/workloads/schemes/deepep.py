@@ -382,7 +382,8 @@ def internode_dispatch(layer, buffers, launches, *, L, db):
     buffers = buffers + [
         # tails, heads, the ring's metadata slots, the send buffer's staged metadata rows and the
         # tokens' positions in the streams to each node (internode.s: pos, DeepEP's send_rdma_head)
-        _buf("dp_rdma_ctl", rdma_pos_offset(C, N, P, Rr) + T * N * 8,
+        # (and 8 words of slack: the home reads a token's positions 8 nodes at a time, ld.v8)
+        _buf("dp_rdma_ctl", rdma_pos_offset(C, N, P, Rr) + T * N * 8 + 64,
              region="control", dtype="i64"),
         _buf("dp_rdma_x", C * N * Rr * db, dtype="bf16"),
         # the send buffer: a chunk of tokens is staged at the slots it takes in the destination's

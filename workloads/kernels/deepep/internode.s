@@ -785,21 +785,23 @@ token:
     mul r15, r15, r12            # r15 = c*N
     mov r3, 0                    # r3 = node
 node:
+    and r8, r3, 7
+    bne r8, 0, node_word
+    shl r9, r3, 3
+    add r9, r9, r7
+    ld.v8 r16, [r9]              # the token's positions in the next 8 nodes' streams, one access
+node_word:                       #   (DeepEP's receiver warp: a lane per node, one coalesced load)
     and r8, r6, r13
     shr r6, r6, %node_gpus       # the next node's ranks
     beq r8, 0, node_next
-    shl r9, r3, 3
-    add r9, r9, r7
-    ld r9, [r9]                  # the token's position in stream (c, n)
     add r4, r15, r3
     mul r4, r4, r14
-    add r9, r9, r4
+    add r9, r16, r4              # row pos[t][n] of stream (c, n)
     mul r9, r9, r10
     add r9, r9, %comb
     vaxpy.f32.bf16 r2, r9, %one, %hidden
 node_next:
-    add r3, r3, 1
-    blt r3, r12, node
+    next_slot_word r3, r12, node # node n's position in r16
     add r1, r1, %ntb
     bra token
 end:
