@@ -3,10 +3,12 @@ process and imported from a file, so that Numba compiles it like any engine modu
 
 DESIGN rule 5 dispatches by integer kind in an if/elif chain; rule 10 has each block declare its
 own kinds and handlers. The chains are therefore generated: the composition (and, for the run
-loop's own chains, dispatch/dispatch_table.py) writes the source of small `@inline` functions -
+loop's own chains, dispatch/chains.py) writes the source of small `@inline` functions -
 one test per kind range, one direct call per handler - from the declarations. Direct calls, not
 calls by address through a table: an indirect call cost 2.5 ns against 1.0 ns for a direct one
-Numba and LLVM may inline (docs/floors.md), and the chains sit on every packet's path.
+Numba and LLVM may inline (docs/floors.md), and the chains sit on every packet's path; only the
+handlers of the blocks compiled on demand (declare.Block.on_demand), which a run either never
+reaches or needs compiled apart, are called through the entry table (engine/entries.py).
 
 Why a file and not ``exec``: Numba caches a compiled function on disk only when it has a source
 file (its cache is indexed by that file's path and time stamp). The source is written to
