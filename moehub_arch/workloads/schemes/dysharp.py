@@ -142,9 +142,7 @@ def plan(layer):
         _buf("dy_comb", T * rb, dtype="bf16"),
     ]
     dyn = dict(targets_per_gpu=El, rows=U, counts="dy_cnt", al_table="dy_al")
-    ready = (dict(ready_words="dy_tokready", ready_count=k, ready_queue="dy_rqueue")
-             if ready_order else {})
-    multicast = (MulticastConfig(buffer="dy_xe", row_bytes=rb, **dyn, **ready),
+    multicast = (MulticastConfig(buffer="dy_xe", row_bytes=rb, **dyn),
                  MulticastConfig(buffer="dy_meta", row_bytes=mb, **dyn),
                  MulticastConfig(buffer="dy_ye", row_bytes=rb, **dyn))
     training = cfg.workload.layer.passes == "training"
