@@ -33,7 +33,7 @@ import numpy as np
 from .components import hbm, hub, nvlink, occupancy, packet, scheduler, sm, switch, trace, waiters
 from .components import fabric, infiniband, nic, nvls, pcie
 from .components import l2
-from .components import dysharp, dysharp_tracker
+from .components import dysharp, dysharp_ready, dysharp_tracker
 from .components import cais
 from .components import counted_write
 from .components import read_data
@@ -67,7 +67,8 @@ _ORDER = (packet.BLOCK, ENGINE, trace.BLOCK, scheduler.BLOCK, sm.BLOCK, waiters.
           hbm.BLOCK, l2.BLOCK, nvlink.BLOCK, switch.BLOCK, hub.BLOCK, rpm.BLOCK, aau.BLOCK,
           dam.BLOCK, occupancy.BLOCK, nvls.BLOCK, read_data.BLOCK, pcie.BLOCK, infiniband.BLOCK,
           nic.BLOCK, fabric.BLOCK,
-          dysharp.BLOCK, dysharp_tracker.BLOCK, cais.BLOCK, forward.BLOCK, counted_write.BLOCK)
+          dysharp.BLOCK, dysharp_tracker.BLOCK, cais.BLOCK, forward.BLOCK, counted_write.BLOCK,
+          dysharp_ready.BLOCK)
 
 
 def discover(package=_components, listed=_ORDER):

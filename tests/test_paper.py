@@ -1,17 +1,20 @@
 """`moehub-sim paper NAME`: the papers' published figures as data (every value cites its source;
 bad files are errors naming the file and key), the comparison arithmetic, and each paper's
-`--quick` grid run end to end - every cell and every published figure in the report, resumable."""
+`--quick` grid run end to end - every cell and every published figure in the report, resumable,
+and its report rewritten from the finished points alone (`--report-only`)."""
 import json
 import math
 
 import pytest
+import yaml
 
 from moehub_arch.cli import main as cli_main
 from moehub_arch.papers import PAPER_NAMES
 from moehub_arch.papers.data import PaperDataError, load_paper_data, paper_data_path
 from moehub_arch.papers.grid import (Cell, Compare, PaperGrid, Scheme, aggregate, check_grid,
                                      compare_rows, points)
-from moehub_arch.papers.run import PAPERS, paper_grid, run_paper
+from moehub_arch.paths import sources_digest
+from moehub_arch.papers.run import PAPERS, paper_grid, report_paper, run_paper
 
 GOOD = """\
 paper: {key: p, title: A paper, arxiv: "2605.05607", venue: X 2026, address: https://arxiv.org/abs/2605.05607}
@@ -202,12 +205,82 @@ def test_quick_report(name, tmp_path):
                 stats, gpus = done[s["time"]]
                 assert s["up_bytes_per_gpu"] == stats["system.moe.nvlink.up_wire_bytes"][
                     "value"] / gpus
+    # --report-only: the same report from the finished points, nothing run
+    _same_report_only(name, out, js, text)
     if name == "hiermoe":    # the smallest grid: a second call reuses every finished point
         marks = sorted(p.stat().st_mtime_ns for p in (out / "sweep" / "points").glob("*/done.json"))
         assert len(marks) == len(points(grid))
+        # the sweep file with its points reordered (cheap cells first, say): --report-only reads
+        # the same points, and a run keeps the file's order
+        sweep_file = out / "sweep" / "paper_hiermoe_quick.yaml"
+        head, body = sweep_file.read_text().split("\n", 1)
+        spec = yaml.safe_load(body)
+        spec["points"] = spec["points"][::-1]
+        sweep_file.write_text(head + "\n" + yaml.safe_dump(spec, sort_keys=False))
+        _same_report_only(name, out, js, text)
         run_paper(name, out, quick=True, workers=1, progress=False)
         assert sorted(p.stat().st_mtime_ns
                       for p in (out / "sweep" / "points").glob("*/done.json")) == marks
+        assert yaml.safe_load(sweep_file.read_text().split("\n", 1)[1])["points"] == spec["points"]
+
+
+def _same_report_only(name, out, js, text):
+    """`moehub-sim paper NAME --quick --report-only` on a finished quick run: exit 0, every point
+    finished, and the same figures, cells and Markdown (but the line saying nothing was run)."""
+    assert cli_main(["paper", name, "--quick", "--report-only", "-o", str(out)]) == 0
+    again = json.loads((out / "report.json").read_text())
+    assert again["report_only"] and not js["report_only"] and again["notes"] == []
+    for key in ("figures", "cells", "points", "points_finished", "code"):
+        assert again[key] == js[key], key
+    assert again["code"]["sources_digest"] == sources_digest()
+    differ = [(a, b) for a, b in zip(text.splitlines(), (out / "report.md").read_text()
+                                     .splitlines()) if a != b]
+    assert len(differ) == 1 and differ[0][0].startswith("- Points: ") and "nothing was run" in \
+        differ[0][1]
+
+
+def test_report_only_of_nothing_finished(tmp_path, capsys):
+    """--report-only on an empty sweep folder: every modelled cell `not run`, no figure of ours,
+    exit 0, one line saying how many finished; a point finished on other sources is not shown
+    but named; no sweep folder, or another grid's sweep file, is exit 2 and writes nothing."""
+    out = tmp_path / "o"
+    (out / "sweep").mkdir(parents=True)
+    grid, data = paper_grid("dysharp", quick=True)
+    # one point finished under other sources (another commit): left out, and said so
+    from moehub_arch.sweep import sweep_from_dict
+    from moehub_arch.papers.grid import sweep_spec
+    p = sweep_from_dict(sweep_spec(grid, out / "sweep"), None, out / "sweep").points[0]
+    d = out / "sweep" / "points" / p.id
+    d.mkdir(parents=True)
+    (d / "done.json").write_text(json.dumps({"overrides": list(p.overrides),
+                                             "config_digest": p.config_digest,
+                                             "sources_digest": "0" * 40}))
+    assert cli_main(["paper", "dysharp", "--quick", "--report-only", "-o", str(out)]) == 0
+    cap = capsys.readouterr()
+    assert f"0 of {len(points(grid))} points finished" in cap.out
+    assert "1 point(s) finished with other sources (sources digest 000000000000)" in cap.err
+    js = json.loads((out / "report.json").read_text())
+    assert js["points_finished"] == 0 and js["report_only"]
+    assert all(f["ours"] is None for f in js["figures"])
+    for i, c in enumerate(js["cells"]):
+        for s in grid.schemes:
+            state = c["schemes"][s.label]["state"]
+            if s.not_modelled is None and grid.cells[i].skip_reason(s.label) is None:
+                assert state == "not run"
+    text = (out / "report.md").read_text()
+    assert "not run" in text and "other sources" in text
+    # no sweep folder; a folder holding another grid's sweep file (the full grid asked of a
+    # quick run): exit 2, one paragraph naming the folder, nothing written
+    assert cli_main(["paper", "dysharp", "--quick", "--report-only", "-o",
+                     str(tmp_path / "none")]) == 2
+    err = capsys.readouterr().err
+    assert "none/sweep: no sweep directory" in err and "Traceback" not in err
+    (out / "sweep" / "paper_dysharp_quick.yaml").write_text("points: []\n")
+    assert cli_main(["paper", "dysharp", "--report-only", "-o", str(out)]) == 2
+    assert "not paper_dysharp.yaml" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:
+        cli_main(["paper", "nonesuch", "--report-only", "-o", str(out)])
+    assert e.value.code == 2
 
 
 def test_paper_reports_are_not_run_inputs(tmp_path):

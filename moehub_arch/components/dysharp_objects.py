@@ -14,8 +14,8 @@ from ..engine.jit import compiled
 # themselves are State.mm_member)
 (OBJ_BASE, OBJ_BYTES, OBJ_MEMBERS, OBJ_TPG, OBJ_ROWB, OBJ_ROWS, OBJ_LROWS, OBJ_COUNTS,
  OBJ_AL, OBJ_TRACK, OBJ_TILE, OBJ_TILEB, OBJ_LTILES, OBJ_LCAP, OBJ_DONE, OBJ_DSTRIDE,
- OBJ_JOBS) = range(17)
-OBJ_COLUMNS = 17
+ OBJ_JOBS, OBJ_RWORDS, OBJ_RK, OBJ_RTOK, OBJ_RQUEUE) = range(21)
+OBJ_COLUMNS = 21
 # OBJ_TRACK: address of the token tracker's tile-ready words + 1 (0: the object is not tracked);
 # OBJ_TILE: rows of a tracked tile; OBJ_TILEB: bytes that complete one (tile rows x the row bytes
 # of every object sharing the tracker); OBJ_LTILES: tracked tiles per target's layout (of its
@@ -23,7 +23,10 @@ OBJ_COLUMNS = 17
 # (workload.multicast[].layout_rows, at most OBJ_LROWS); OBJ_DONE: address of tile 0's
 # finished-job counter + 1 (0: the tracker's entries are not recycled), OBJ_DSTRIDE: bytes from
 # one tile's counter to the next, OBJ_JOBS: the count at which a tile's jobs are done
-# (workload.multicast[].done_counters, done_offset, done_stride, done_jobs)
+# (workload.multicast[].done_counters, done_offset, done_stride, done_jobs); OBJ_RWORDS: address
+# of the per-token ready words + 1 (0: no ready queue), OBJ_RK: words per token, OBJ_RTOK: tokens,
+# OBJ_RQUEUE: address of the ready queue (workload.multicast[].ready_words, ready_count,
+# ready_queue; dysharp_ready.py)
 
 
 def dynamic_on(cfg):
@@ -39,6 +42,12 @@ def recycled_on(cfg):
     finished-job counters)."""
     return any(o.targets_per_gpu > 0 and o.tracker and o.done_counters
                for o in cfg.workload.multicast)
+
+
+def ready_queue_on(cfg):
+    """A dynamic object names a ready queue (dysharp_ready.py: the token tracker appends tokens
+    to it as their expert outputs are all ready)."""
+    return any(o.targets_per_gpu > 0 and o.ready_words for o in cfg.workload.multicast)
 
 
 def tracked_targets(cfg):

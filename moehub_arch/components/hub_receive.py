@@ -12,6 +12,7 @@ from ..engine.jit import compiled, inline
 
 from ..engine.state import TB_WAIT_FENCE, WAIT_FENCE, WAIT_REMOTE
 from .counted_write import counter_add
+from .dysharp_ready import dysharp_ready_word
 from .hbm import hbm_access, move_bytes, read_word, update_bytes_bf16, write_word
 from .hub import (REQ_ATOM, RESP_ACK, RESP_ATOM, RESP_GET_DATA, atomic_ticks, hub_respond,
                   wake_hub_waiters)
@@ -95,8 +96,12 @@ def hub_receive(st, g, c, pkt, tick):
     elif kind == PK_STORE:
         free_at, visible = link_write(st, g, addr, 8, t)
         visible = nic_in_order(st, g, pk.src, visible)   # behind its queue pair's writes
+        old = read_word(st, g, addr)
         write_word(st, g, addr, pk.value)
         notify_stores(st, g, addr, 8, visible)
+        if p.dy_ready_queue:
+            # a token's ready word: the tracker may append the token to its ready queue
+            dysharp_ready_word(st, g, addr, old, visible)
         rq.pkts_arrived += 1
         owe_acks(st, g, r, 1, visible)
     elif kind == PK_GET_REQ:

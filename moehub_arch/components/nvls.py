@@ -108,12 +108,43 @@ def multicast_object_rows(cfg, buffers):
             raise ValueError(f"{where}.gpus: a multicast object needs at least two member GPUs, "
                              f"found {gpus}")
         b = buffers[o.buffer]
-        dyn = (0,) * 14
+        dyn = (0,) * 18
         if o.targets_per_gpu > 0:
-            dyn = _dynamic_columns(cfg, o, where, buffers, b)
+            dyn = _dynamic_columns(cfg, o, where, buffers, b) + _ready_columns(o, where, buffers)
+        elif o.ready_words:
+            raise ValueError(f"{where}.ready_words: a ready queue belongs to a dynamic object "
+                             f"(targets_per_gpu > 0)")
         rows.append((b.addr, b.nbytes, len(gpus)) + dyn)
         members.append(gpus)
+    named = [o.ready_words for o in cfg.workload.multicast if o.ready_words]
+    if len(named) != len(set(named)):
+        raise ValueError("workload.multicast[].ready_words: two objects name the same ready words "
+                         "(each token would be queued twice): name them on one object")
     return _tracked_tile_bytes(cfg, rows), members
+
+
+def _ready_columns(o, where, buffers):
+    """Columns OBJ_RWORDS .. OBJ_RQUEUE of a dynamic object (dysharp_ready.py); ValueError naming
+    the key for a bad one."""
+    if not o.ready_words:
+        if o.ready_queue or o.ready_count:
+            raise ValueError(f"{where}.ready_words: ready_queue and ready_count need ready_words")
+        return (0, 0, 0, 0)
+    if o.ready_count < 1 or not o.ready_queue:
+        raise ValueError(f"{where}: ready_words '{o.ready_words}' needs ready_count (words per "
+                         f"token, at least 1; found {o.ready_count}) and ready_queue")
+    for key in ("ready_words", "ready_queue"):
+        name = getattr(o, key)
+        if name not in buffers or buffers[name].region != "control":
+            raise ValueError(f"{where}.{key}: no control-region buffer '{name}' "
+                             f"(workload.buffers: {', '.join(sorted(buffers)) or 'none'})")
+    words, queue = buffers[o.ready_words], buffers[o.ready_queue]
+    tokens = words.nbytes // (8 * o.ready_count)
+    if tokens < 1 or queue.nbytes < 8 * tokens:
+        raise ValueError(f"{where}.ready_queue: buffer '{o.ready_queue}' ({queue.nbytes} bytes) "
+                         f"must hold one i64 per token of '{o.ready_words}' ({tokens} tokens of "
+                         f"{o.ready_count} words)")
+    return (words.addr + 1, o.ready_count, tokens, queue.addr)
 
 
 def _tracked_tile_bytes(cfg, rows):

@@ -49,6 +49,7 @@ from .sm_operands import (charge_unit, check_hbm_word, check_range, is_smem, mem
                           mem_access_paced, occupy_lsu, operand, pace_ticks, stall_on_hub,
                           tb_block, tb_bytes)
 from .sm_numerics import mma_functional, vec_functional
+from .dysharp_ready import dysharp_ready_word
 from .dysharp_tracker import dysharp_counter_added
 # the extensions' instructions: declared by their blocks (declare.Semantic), called through the
 # generated chain
@@ -474,8 +475,13 @@ def execute(st, slot, sm, tick, cyc):
                 dysharp_counter_added(st, g, addr, read_word(st, g, addr), done_at)
         elif peer == g:
             if sem == SEM_FLAG_SET:
+                old = read_word(st, g, addr)
                 write_word(st, g, addr, value)
-                notify_stores(st, g, addr, 8, hbm_access(st, g, addr, 8, tick, True))
+                done_at = hbm_access(st, g, addr, 8, tick, True)
+                notify_stores(st, g, addr, 8, done_at)
+                if st.p[0].dy_ready_queue:
+                    # a token's ready word: the tracker may append it to its ready queue
+                    dysharp_ready_word(st, g, addr, old, done_at)
             else:
                 mem_done = hbm_access(st, g, addr, 8, tick, True) + atomic_ticks(st)
                 st.gpu[g].hbm_atomics += 1

@@ -283,6 +283,16 @@ class DysharpSchemeConfig:
                    "spans the algebraic range (P T / local experts rows) that no expert's rows "
                    "reach (the earlier kernels: an empty slot costs a gate block two dependent "
                    "reads, a tile's job a GEMM block two)", "tracked", choices=("tracked", "stride"))
+    combine_order: str = _f("choice", "fusion token: the order each dispatch-and-combine block "
+                            "takes its tokens' dymultimem.ld_reduce in - token: its tokens in "
+                            "token order, waiting for each to be ready (the paper's combine polls "
+                            "a token's ready count before its ld_reduce, arXiv 2605.05607 Sec. "
+                            "IV-C; the check is system.switch.nvls.dysharp.tracker_ready); ready: "
+                            "in the order tokens become ready - the source's token tracker "
+                            "appends a token's index to a ready queue in memory when its k-th "
+                            "expert output is noticed, and the blocks take the queue's positions "
+                            "in turn (an extension of the paper's tracker, assumption: "
+                            "components/dysharp_ready.py)", "token", choices=("token", "ready"))
     gate_tbs: int | str = _f("int_or_expr", "fusion token: thread blocks per GPU of the gate-weight "
                              "and ready-notice group (assumption: two per SM, so that with the "
                              "GEMM block and the dispatch-and-combine blocks every block of the "

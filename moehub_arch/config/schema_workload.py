@@ -68,6 +68,17 @@ class MulticastConfig:
                           "the next", 8, min=0)
     done_jobs: int = _f("int", "dynamic object: the count at which a tile's jobs are all done", 0,
                         min=0)
+    ready_words: str = _f("str", "dynamic object: buffer (control region) of the per-token ready "
+                          "words at each source GPU, [tokens][ready_count] i64 (the token "
+                          "tracker's output-readiness table: word j of token t is set when the "
+                          "token's j-th expert output is ready); with ready_queue the hub appends "
+                          "t + 1 to ready_queue when a store sets the last of a token's words "
+                          "(components/dysharp_ready.py); '': no ready queue", "")
+    ready_count: int = _f("int", "dynamic object with ready_words: words per token (its top-k)", 0,
+                          min=0)
+    ready_queue: str = _f("str", "dynamic object with ready_words: buffer (control region) of one "
+                          "i64 per token, zero at the start: position i receives the (i + 1)-th "
+                          "token to become ready, as its index + 1", "")
 
 
 @attrs.frozen

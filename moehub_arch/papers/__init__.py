@@ -4,13 +4,16 @@ it, reported beside the paper's published figures.
     moehub-sim paper dysharp --quick -o out/paper_dysharp_quick     # a small subset, seconds
     moehub-sim paper moehub --workers 16 -o out/paper_moehub        # the paper's whole grid
     moehub-sim paper cais --scheduler tcp://HOST:8786 -o out/paper_cais
+    moehub-sim paper dysharp --report-only -o out/paper_dysharp   # the finished points' report
 
 One module per paper (moehub, dysharp, cais, hiermoe) describes its grid (grid.py: schemes, cells,
 comparisons); the published figures come from `workloads/papers/<paper>.yaml` (data.py, each
 value citing where it was published). The grid runs as a `moehub-sim sweep` into OUT/sweep
 (resumable: run the same command again and finished points are kept), then report.py writes
-OUT/report.md, OUT/report.json and PNG plots. The published numbers are shown beside ours and
-never used to set anything.
+OUT/report.md, OUT/report.json and PNG plots. `--report-only` runs nothing: it writes the report of
+the points that have finished in OUT/sweep (a grid still running, or run over several sittings),
+the others marked `not run`. The published numbers are shown beside ours and never used to set
+anything.
 """
 import sys
 
@@ -25,6 +28,15 @@ def paper_command(args):
         raise SweepError(f"--workers: expected at least 1, found {args.workers}")
     from ..interrupts import Interrupted, exit_status
     outdir = args.outdir or f"paper-out/{args.name}" + ("_quick" if args.quick else "")
+    if args.report_only:
+        if args.workers is not None or args.scheduler is not None:
+            raise SweepError("--report-only runs nothing: --workers and --scheduler do not apply")
+        from .run import report_paper
+        md, done, total, notes = report_paper(args.name, outdir, quick=args.quick)
+        for n in notes:
+            print(f"moehub-sim: paper {args.name}: {n}", file=sys.stderr)
+        print(f"{done} of {total} points finished; wrote {md} (nothing was run)")
+        return 0
     try:
         md, errors = run_paper(args.name, outdir, quick=args.quick, workers=args.workers,
                                scheduler=args.scheduler, progress=not args.quiet)
@@ -54,5 +66,8 @@ def add_parser(sub):
     p.add_argument("--workers", type=int, help="local worker processes (default: CPU count)")
     p.add_argument("--scheduler", metavar="tcp://HOST:PORT",
                    help="run the points on this Dask distributed scheduler")
+    p.add_argument("--report-only", action="store_true",
+                   help="run nothing: write the report of the points finished in OUTDIR/sweep "
+                        "(the others: not run)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     return p

@@ -192,11 +192,28 @@ def _cell_json(grid, results, i, label):
     return out
 
 
-def write_report(grid, data, results, errors, outdir, sweep_dir, points_total):
-    """report.md, report.json and the PNGs in `outdir`; returns the Markdown's path."""
+def _code_line(code):
+    """The code the points ran on, in one line (run.code_version)."""
+    commit = code.get("commit") or "not a git checkout"
+    return (f"- Code: moehub_arch {code['version']}, commit `{commit}`, sources digest "
+            f"`{code['sources_digest'][:12]}` - every point shown finished under this digest "
+            f"(the sweep's resume rule: same overrides, resolved config and sources), so this "
+            f"commit's simulator produced them (the digest leaves out the paper reports and "
+            f"figures, `moehub_arch/papers/` and `workloads/papers/`)")
+
+
+def write_report(grid, data, results, errors, outdir, sweep_dir, points_total, code=None,
+                 report_only=False, notes=()):
+    """report.md, report.json and the PNGs in `outdir`; returns the Markdown's path. `code`:
+    the version the points ran on (run.code_version); `report_only`: nothing was run for this
+    report (`--report-only`); `notes`: lines about points left out."""
     outdir = Path(outdir)
+    outdir.mkdir(parents=True, exist_ok=True)
     rows = compare_rows(grid, data, results)
     finished = sum(v is not None for v in results.values())
+    resume = ("written with --report-only from the points finished so far: nothing was run; "
+              "points not finished say `not run`" if report_only
+              else "re-running the command resumes it")
     lines = [f"# {data.title}",
              "",
              f"arXiv {data.arxiv} ({data.venue}), {data.address} - `moehub-sim paper "
@@ -208,8 +225,11 @@ def write_report(grid, data, results, errors, outdir, sweep_dir, points_total):
              f"- System: {grid.system}; config `{grid.config}`"
              + (", with " + ", ".join(f"`{k}={v}`" for k, v in grid.fixed) if grid.fixed else ""),
              f"- Points: {finished} of {points_total} finished ({len(errors)} failed); sweep in "
-             f"`{sweep_dir}` (re-running the command resumes it)",
-             "",
+             f"`{sweep_dir}` ({resume})"]
+    if code is not None:
+        lines.append(_code_line(code))
+    lines += [f"- Note: {n}" for n in notes]
+    lines += ["",
              "## Published figures beside ours", ""]
     lines += figure_table(rows)
     lines += ["", "A ratio is ours / the paper's (per end for a range). A figure the paper states "
@@ -246,7 +266,8 @@ def write_report(grid, data, results, errors, outdir, sweep_dir, points_total):
     md = outdir / "report.md"
     write_text_atomic(md, "\n".join(lines) + "\n", "paper report")
     js = {"paper": grid.name, "arxiv": data.arxiv, "quick": grid.quick,
-          "points": points_total, "points_finished": finished,
+          "points": points_total, "points_finished": finished, "report_only": report_only,
+          "code": code, "notes": list(notes),
           "figures": [{"id": r["figure"].id, "paper": list(r["figure"].value),
                        "unit": r["figure"].unit, "bound": r["figure"].bound,
                        "ours": list(r["ours"]) if r["ours"] else None,

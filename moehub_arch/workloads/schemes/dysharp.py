@@ -318,6 +318,11 @@ def _fused_plan(layer, cap):
         _buf("dy_jobs", (2 + 2 * tiles) * 8, region="control", dtype="i64"),
         _buf("dy_comb", T * rb, dtype="bf16"),
     ]
+    ready_order = opts.combine_order == "ready"
+    if ready_order:
+        # the ready queue the token tracker appends tokens to as their k words fill
+        # (components/dysharp_ready.py): position p holds the (p + 1)-th token ready, + 1
+        buffers.append(_buf("dy_rqueue", T * 8, region="control", dtype="i64"))
     # the tracker's tile table holds the tiles rows land in: a target's rows are placed from
     # layout row 0 up, so only the tiles of the most rows any expert receives (the layouts' stride,
     # cap, also spans the algebraic range U / El, which no expert's rows reach)
@@ -340,7 +345,9 @@ def _fused_plan(layer, cap):
     dyn = dict(targets_per_gpu=El, rows=U, counts="dy_cnt", al_table="dy_al",
                tracker="dy_tready", tile_rows=tile, layout_rows=lrows, done_counters="dy_jobs",
                done_offset=24, done_stride=16, done_jobs=H // s.n_tile)
-    multicast = (MulticastConfig(buffer="dy_xe", row_bytes=rb, **dyn),
+    ready = (dict(ready_words="dy_tokready", ready_count=k, ready_queue="dy_rqueue")
+             if ready_order else {})
+    multicast = (MulticastConfig(buffer="dy_xe", row_bytes=rb, **dyn, **ready),
                  MulticastConfig(buffer="dy_meta", row_bytes=mb, **dyn),
                  MulticastConfig(buffer="dy_ye", row_bytes=rb, targets_per_gpu=El, rows=U,
                                  counts="dy_cnt", al_table="dy_al", layout_rows=lrows))
@@ -374,16 +381,20 @@ def _fused_plan(layer, cap):
         ("local_experts", El), ("cap", cap), ("walk_rows", walk), ("tile_rows", tile),
         ("meta_bytes", mb),
         ("token_word", tw), ("down_jobs", H // s.n_tile))), "expert")
-    # how the combine checks a token's k ready words (tracker_ready): once per token, as the
-    # paper's per-token ready count (count), or one wait per slot (slots, the earlier model)
-    comm_kernel = "dysharp_fused_comm" if dy.tracker_ready == "count" else "dysharp_fused_comm_slots"
+    # the order the combine takes its tokens in (combine_order): in token order, checking a
+    # token's k ready words (tracker_ready) once per token, as the paper's per-token ready count
+    # (count), or one wait per slot (slots, the earlier model); or in the order they become ready,
+    # from the tracker's ready queue (ready)
+    comm_kernel = ("dysharp_fused_comm_ready" if ready_order else "dysharp_fused_comm"
+                   if dy.tracker_ready == "count" else "dysharp_fused_comm_slots")
     add(LaunchConfig(kernel=comm_kernel, grid=opts.channels, stream=0, params=(
         ("x", "@x"), ("topk_idx", "@topk_idx"), ("topk_w", "@topk_w"), ("msrc", "@dy_msrc"),
         ("xe", "@dy_xe"), ("meta", "@dy_meta"), ("ye", "@dy_ye"), ("comb", "@dy_comb"),
         ("tokready", "@dy_tokready"), ("ended", "@dy_ended"), ("cnt", "@dy_cnt"),
         ("tready", "@dy_tready"), ("acct", "@acct"), ("tokens", T), ("topk", k), ("hidden", H),
         ("meta_bytes", mb), ("token_word", tw), ("local_experts", El), ("layout_tiles", ltiles),
-        ("tile_rows", tile))), "dispatch")
+        ("tile_rows", tile)) + ((("rqueue", "@dy_rqueue"),) if ready_order else ())),
+        "dispatch")
     add(LaunchConfig(kernel="nvls_output", grid=cfg.workload.layer.combine_tbs, stream=0, params=(
         ("out", "@out"), ("ys", "@ys"), ("comb", "@dy_comb"), ("one", "@one"), ("acct", "@acct"),
         ("tokens", T), ("hidden", H), ("shared", s.shared),

@@ -258,7 +258,15 @@ reduced:
 #                 check of the token's k words in a single coalesced access (a lane per slot,
 #                 wait.all), sleeping until every one is up
 #   ready_slots   one wait per slot in turn (k dependent accesses per token: the earlier model)
-# dysharp_fused_comm_slots is the same kernel with ready_slots.
+# dysharp_fused_comm_slots is the same kernel with ready_slots. In which order a block takes its
+# tokens (workload.layer.dysharp.combine_order):
+#   combine_token_order   its tokens t = b, b + ntb, ... in token order, each once it is ready
+#   combine_ready_order   the ready queue's positions p = b, b + ntb, ...: position p holds the
+#                         (p + 1)-th of this GPU's tokens to become ready, + 1 (0: not yet), which
+#                         the hub's token tracker appends when a token's last ready word is set
+#                         (components/dysharp_ready.py); a block polls its position's word with a
+#                         load in a loop, then combines that token (dysharp_fused_comm_ready,
+#                         which takes the queue as one more parameter, rqueue)
 .macro token_ready_count
     wait.all.ge [r13], 1, %topk  # every slot of the token is up
 .endm
@@ -271,7 +279,45 @@ ready_slot_\@:
     blt r13, r14, ready_slot_\@
 .endm
 
-.macro fused_comm_body ready
+.macro no_more_params
+.endm
+
+.macro ready_queue_param
+.param rqueue                # [T] i64: the ready queue (position p: its token + 1, 0 until then)
+.endm
+
+.macro combine_token_order ready
+    mov r4, %tb
+    mov r12, 0                   # r12 = targets reduced
+combine_token:
+    bge r4, %tokens, reduced
+    mul r13, r4, r2
+    add r13, r13, %tokready      # r13 = &tokready[t][0]
+    \ready
+    reduce_token r4
+    add r12, r12, %topk
+    add r4, r4, %ntb
+    bra combine_token
+.endm
+
+.macro combine_ready_order ready
+    mov r4, %tb                  # r4 = ready-queue position p
+    mov r12, 0                   # r12 = targets reduced
+combine_position:
+    bge r4, %tokens, reduced
+    shl r13, r4, 3
+    add r13, r13, %rqueue        # r13 = &rqueue[p]
+poll_position:
+    ld r14, [r13]                # the (p + 1)-th token to become ready, + 1 (0: not yet)
+    beq r14, 0, poll_position
+    sub r14, r14, 1
+    reduce_token r14
+    add r12, r12, %topk
+    add r4, r4, %ntb
+    bra combine_position
+.endm
+
+.macro fused_comm_body ready, more_params, order
 .param x
 .param topk_idx
 .param topk_w
@@ -293,6 +339,7 @@ ready_slot_\@:
 .param local_experts
 .param layout_tiles
 .param tile_rows
+    \more_params
     shl r1, %hidden, 1           # r1 = R
     shl r2, %topk, 3             # r2 = bytes of a token's ids
     shl r3, %topk, 2             # r3 = bytes of its weights
@@ -364,17 +411,7 @@ next_close:
     bra close_expert
 # ---- combine: token t's ld_reduce once its k experts' outputs are ready
 combine:
-    mov r4, %tb
-    mov r12, 0                   # r12 = targets reduced
-combine_token:
-    bge r4, %tokens, reduced
-    mul r13, r4, r2
-    add r13, r13, %tokready      # r13 = &tokready[t][0]
-    \ready
-    reduce_token r4
-    add r12, r12, %topk
-    add r4, r4, %ntb
-    bra combine_token
+    \order \ready
 reduced:
     fence                        # the reduced rows are in local memory
     red.add %gpu, [%acct+24], r12    # acct word 3: pairs combined
@@ -382,10 +419,13 @@ reduced:
 .endm
 
 .kernel dysharp_fused_comm
-    fused_comm_body token_ready_count
+    fused_comm_body token_ready_count, no_more_params, combine_token_order
 
 .kernel dysharp_fused_comm_slots
-    fused_comm_body token_ready_slots
+    fused_comm_body token_ready_slots, no_more_params, combine_token_order
+
+.kernel dysharp_fused_comm_ready
+    fused_comm_body token_ready_count, ready_queue_param, combine_ready_order
 
 .macro keep_weighted_only y
 .endm
