@@ -5,8 +5,8 @@ pick_channel_vc now steps its round-robin pointer by counting and checks a trans
 place (issue 23: no division per candidate link, no call to link_room.txq_room). The driver sets
 random occupancies on the transmit FIFOs of both virtual channels of a DGX H100's 18 links per GPU
 (about half full), asks 1,000 times for links toward random GPUs with and without advancing the
-pointer, and compares every answer and every pointer with the first implementation (REFERENCE: `%` and
-txq_room), under the Numba and the pure-Python engine.
+pointer, and compares every answer and every pointer with the first implementation (REFERENCE: `%`
+and txq_room), under the Numba and the pure-Python engine.
 """
 
 import pytest
