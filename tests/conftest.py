@@ -37,6 +37,28 @@ os.environ.setdefault("MOEHUB_COMPILE_JOBS", "1")
 WARM_UP = ("experiments/functional.yaml", "scheme=moehub")
 
 
+# The files the suite spends most CPU in, heaviest first (a full run with a CPU probe per test:
+# docs/performance.md, "Where the suite's CPU goes, by file"). Collected first, every other file
+# after them in name order: with --dist loadfile and --no-loadscope-reorder (pyproject.toml) the
+# two workers take the heavy files first and end on light ones, so that both finish at about the
+# same time (longest first); xdist's own order, by the number of tests in a file, left heavy
+# files of one or two tests to the end, one worker running them while the other waited. Only
+# the order of the files changes, never a test; a file missing here only runs later.
+HEAVY_FIRST = (
+    "test_moe_training.py", "test_dysharp_tracker.py", "test_paper.py", "test_shortcuts_exact.py",
+    "test_first_experiment.py", "test_internode_nic.py", "test_blackwell_layers.py",
+    "test_multinode.py", "test_sweep.py", "test_rpm_sendable.py", "test_dysharp.py",
+    "test_multi_expert_store.py", "test_tutel_2dh.py", "test_l2_capacity.py", "test_cli.py",
+    "test_robustness_edges.py", "test_robustness.py", "test_block_training.py",
+    "test_moe_layer.py", "test_bad_inputs.py", "test_golden_stats.py", "test_hub_pick_channel.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    """The heavy files first (HEAVY_FIRST), in that order; a file's tests keep their order."""
+    rank = {name: i for i, name in enumerate(HEAVY_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
+
+
 def pytest_sessionstart(session):
     """Compile the engine once, before any test, as a user's first run does (dispatch/precompile.py:
     two processes where two cores are free), into the cache every test then loads from.
