@@ -37,6 +37,28 @@ os.environ.setdefault("MOEHUB_COMPILE_JOBS", "1")
 WARM_UP = ("experiments/functional.yaml", "scheme=moehub")
 
 
+# The files the suite spends most CPU in, heaviest first (a full run with a CPU probe per test:
+# docs/performance.md, "Where the suite's CPU goes, by file"). Collected first, every other file
+# after them in name order: with --dist loadfile and --no-loadscope-reorder (pyproject.toml) the
+# two workers take the heavy files first and end on light ones, so that both finish at about the
+# same time (longest first); xdist's own order, by the number of tests in a file, left heavy
+# files of one or two tests to the end, one worker running them while the other waited. Only
+# the order of the files changes, never a test; a file missing here only runs later.
+HEAVY_FIRST = (
+    "test_moe_training.py", "test_dysharp_tracker.py", "test_paper.py", "test_shortcuts_exact.py",
+    "test_first_experiment.py", "test_internode_nic.py", "test_blackwell_layers.py",
+    "test_multinode.py", "test_sweep.py", "test_rpm_sendable.py", "test_dysharp.py",
+    "test_multi_expert_store.py", "test_tutel_2dh.py", "test_l2_capacity.py", "test_cli.py",
+    "test_robustness_edges.py", "test_robustness.py", "test_block_training.py",
+    "test_moe_layer.py", "test_bad_inputs.py", "test_golden_stats.py", "test_hub_pick_channel.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    """The heavy files first (HEAVY_FIRST), in that order; a file's tests keep their order."""
+    rank = {name: i for i, name in enumerate(HEAVY_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
+
+
 def pytest_sessionstart(session):
     """Compile the engine once, before any test, as a user's first run does (dispatch/precompile.py:
     two processes where two cores are free), into the cache every test then loads from.
@@ -133,13 +155,119 @@ def model_stats_but_events(stats):
             if k != "simEvents" and not k.startswith("system.engine.events.")}
 
 
+# A fresh `python -m moehub_arch` spends about 1 CPU s of a small run's 2.3 importing the package,
+# Numba and the engine's modules; the suite starts a few hundred. run_cli starts them instead from
+# a process of this test process that has made those imports once (the zygote, below): each run
+# is a fork of it, a process of its own (its exit status, its output, its cwd; the compiled engine
+# loaded from the cache as any run loads it), that runs the package's main module as `python -m`
+# does. Only for a process whose environment is exactly the zygote's and whose engine is the
+# compiled one (the pure-Python engine must be chosen before Numba is imported): anything else
+# (env_extra, a changed os.environ, `--engine python`) starts a fresh interpreter as before, as
+# does every run_cli where MOEHUB_TESTS_FRESH_PROCESSES is set.
+_ZYGOTE = r"""
+import json, os, sys
+# what every run imports (Numba and the engine's modules among it), and Numba's typing and target
+# tables, which a fresh process fills on its first compiled call; no compiled function is loaded
+import moehub_arch.cli, moehub_arch.simulation, moehub_arch.runner, moehub_arch.checks
+import moehub_arch.checkpoint, moehub_arch.cli_layer, moehub_arch.interrupts
+import moehub_arch.workloads.layer, moehub_arch.workloads.layer_stats
+from numba.core.registry import cpu_target
+cpu_target.typing_context.refresh()
+cpu_target.target_context.refresh()
+import atexit, gc, runpy, traceback
+gc.freeze()      # the collector of a fork leaves these objects alone (no copy of their pages)
+for line in sys.stdin:
+    req = json.loads(line)
+    pid = os.fork()
+    if pid == 0:     # the run: a process of its own, exiting as `python -m moehub_arch` would
+        os.chdir(req["cwd"])
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        for fd, path in ((1, req["out"]), (2, req["err"])):
+            f = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            os.dup2(f, fd)
+            os.close(f)
+        sys.argv = ["-m", *req["args"]]
+        try:
+            runpy._run_module_as_main("moehub_arch")   # what `python -m` calls
+            code = 0
+        except SystemExit as e:
+            code = e.code
+        except BaseException:    # noqa: BLE001 (as the interpreter reports it)
+            traceback.print_exc()
+            code = 1
+        if code is None:
+            code = 0
+        elif not isinstance(code, int):
+            print(code, file=sys.stderr)
+            code = 1
+        # as the interpreter ends: the exit handlers, the streams flushed; not the teardown of
+        # every module the zygote imported (0.2-0.3 CPU s of touching its pages)
+        atexit._run_exitfuncs()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    sys.stdout.write(json.dumps(os.waitstatus_to_exitcode(status)) + "\n")
+    sys.stdout.flush()
+"""
+_zygote = {}     # this process's: {"proc", "env", "dir"}
+
+
+def _zygote_end(proc):
+    """End the zygote (its input closed, it exits) and wait for it, so that its CPU counts among
+    this process's children's."""
+    proc.stdin.close()
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, 9)
+        proc.wait()
+
+
+def _zygote_run(args, cwd, env):
+    """Run `python -m moehub_arch ARGS` as a fork of this process's zygote (started on first use);
+    None where the zygote's environment is not `env`."""
+    import locale
+    import select
+    z = _zygote.get("z")
+    if z is None:
+        proc = subprocess.Popen([sys.executable, "-c", _ZYGOTE], cwd=REPO, env=env,
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+        z = _zygote["z"] = {"proc": proc, "env": env, "dir": tempfile.mkdtemp(prefix="moehub-zygote-")}
+        atexit.register(shutil.rmtree, z["dir"], True)
+        atexit.register(_zygote_end, proc)
+    if z["env"] != env or z["proc"].poll() is not None:
+        return None
+    out, err = os.path.join(z["dir"], "out"), os.path.join(z["dir"], "err")
+    z["proc"].stdin.write(json.dumps({"args": args, "cwd": str(cwd), "out": out, "err": err}) + "\n")
+    z["proc"].stdin.flush()
+    if not select.select([z["proc"].stdout], [], [], 1200)[0]:
+        os.killpg(z["proc"].pid, 9)
+        raise subprocess.TimeoutExpired([sys.executable, "-m", "moehub_arch", *args], 1200)
+    rc = json.loads(z["proc"].stdout.readline())
+    enc = locale.getpreferredencoding(False)
+    with open(out, encoding=enc) as f, open(err, encoding=enc) as g:
+        return subprocess.CompletedProcess([sys.executable, "-m", "moehub_arch", *args], rc,
+                                           f.read(), g.read())
+
+
 def run_cli(*args, cwd=None, env_extra=None):
-    """`python -m moehub_arch ARGS` in a subprocess; returns CompletedProcess (text)."""
+    """`python -m moehub_arch ARGS` in a process of its own; returns CompletedProcess (text). A
+    fork of the zygote above where it can be, else a fresh interpreter."""
     env = dict(os.environ)
     env.pop("NUMBA_DISABLE_JIT", None)
     if env_extra:
         env.update(env_extra)
-    return subprocess.run([sys.executable, "-m", "moehub_arch", *map(str, args)],
+    args = [str(a) for a in args]
+    python_engine = any(a == "--engine=python" or (a == "--engine" and b == "python")
+                        for a, b in zip(args, args[1:] + [""]))
+    if not env_extra and not python_engine and not os.environ.get("MOEHUB_TESTS_FRESH_PROCESSES"):
+        r = _zygote_run(args, cwd or REPO, env)
+        if r is not None:
+            return r
+    return subprocess.run([sys.executable, "-m", "moehub_arch", *args],
                           cwd=cwd or REPO, env=env, capture_output=True, text=True, timeout=1200)
 
 

@@ -24,6 +24,13 @@ from moehub_arch.workloads.layer import MoeLayer, expert_load_max
 CONFIG = "experiments/functional.yaml"
 
 
+@pytest.fixture(scope="module")
+def default_layer():
+    """The config's DySHARP layer with the default table (1024 entries): its model stats, which
+    several tests compare with."""
+    return conftest.model_stats(simulate(CONFIG, "scheme=dysharp").stats)
+
+
 def need(layer):
     s = layer.shape
     return s.local_experts * -(-expert_load_max(layer) // s.tile_rows)
@@ -46,27 +53,26 @@ def _tracker(stats, name):
                if k.startswith("system.gpu") and k.endswith(f".dysharp.{name}"))
 
 
-def test_a_table_as_large_as_needed_never_waits_and_times_as_the_default():
+def test_a_table_as_large_as_needed_never_waits_and_times_as_the_default(default_layer):
     n = need(MoeLayer(conftest.load(CONFIG, "scheme=dysharp")))
     exact = simulate(CONFIG, "scheme=dysharp", f"system.switch.nvls.dysharp.tracker_tiles={n}")
-    default = simulate(CONFIG, "scheme=dysharp")
     s = conftest.model_stats(exact.stats)
     assert s["system.moe.output_max_abs_error"] == 0.0
     assert _tracker(s, "tracker_waits") == 0
     assert max(v for k, v in s.items() if k.endswith("tracker_entries_peak")) <= n
     # every tile's entry was taken and freed once: the tiles raised full plus the closed ones
     assert _tracker(s, "tracker_entries_freed") >= _tracker(s, "tracker_tiles_ready")
-    assert conftest.model_stats(exact.stats) == conftest.model_stats(default.stats)
+    assert conftest.model_stats(exact.stats) == default_layer
 
 
 @pytest.mark.parametrize("full,entries", [("defer", 2), ("defer", 3), ("stall", 2)])
-def test_a_table_smaller_than_its_tiles_recycles_entries(full, entries):
+def test_a_table_smaller_than_its_tiles_recycles_entries(full, entries, default_layer):
     """2 or 3 entries for a layer whose GPUs fill 10 tiles (2 local experts): tiles beyond the
     table wait for entries freed by finished tiles - counted aside (defer) or with their copies
     held at the hub (stall); the layer completes exactly either way, and later."""
     layer = MoeLayer(conftest.load(CONFIG, "scheme=dysharp"))
     assert need(layer) > entries >= layer.shape.local_experts
-    big = conftest.model_stats(simulate(CONFIG, "scheme=dysharp").stats)
+    big = default_layer
     sim = simulate(CONFIG, "scheme=dysharp", f"system.switch.nvls.dysharp.tracker_tiles={entries}",
                    f"system.switch.nvls.dysharp.tracker_full={full}")
     s = conftest.model_stats(sim.stats)
@@ -83,11 +89,15 @@ def test_a_table_smaller_than_its_tiles_recycles_entries(full, entries):
 
 @pytest.mark.parametrize("full", ["defer", "stall"])
 def test_the_waiting_layer_is_the_same_on_both_engines(tmp_path, full):
+    # 16 tokens per GPU (4 tiles for 2 entries: 4 waits with defer, 14 and 5 retries with stall)
+    # rather than the config's 64: the same waits and retries, a third of the pure-Python run
     stats = conftest.cli_stats_per_engine(
         "configs/" + CONFIG, tmp_path, "--set", "scheme=dysharp", "--set",
+        "workload.layer.tokens_per_gpu=16", "--set",
         "system.switch.nvls.dysharp.tracker_tiles=2", "--set",
         f"system.switch.nvls.dysharp.tracker_full={full}")
     assert _tracker(stats["numba"], "tracker_waits") > 0
+    assert (stats["numba"]["system.engine.events.dysharp_retry"] > 0) == (full == "stall")
     assert stats["numba"] == stats["python"]
 
 
@@ -212,11 +222,11 @@ def test_the_ready_check_times_as_pinned_and_changes_no_data(ready, walk, ticks)
         assert words.size == T * k and (words == 1).all()   # each token's k notices, once each
 
 
-def test_the_ready_check_moves_only_the_combine():
+def test_the_ready_check_moves_only_the_combine(default_layer):
     """count and slots send the same packets (the same rows, notices and reductions on the wire)
     and only the combine blocks' reads of the ready words differ: one coalesced access per token
     against k."""
-    a = conftest.model_stats(simulate(CONFIG, "scheme=dysharp").stats)
+    a = default_layer
     b = conftest.model_stats(simulate(CONFIG, "scheme=dysharp",
                                       "system.switch.nvls.dysharp.tracker_ready=slots").stats)
     for key in ("system.moe.nvlink.up_wire_bytes", "system.moe.nvlink.down_wire_bytes",

@@ -4,9 +4,9 @@ round robin it replaced.
 pick_channel_vc now steps its round-robin pointer by counting and checks a transmit FIFO's room in
 place (issue 23: no division per candidate link, no call to link_room.txq_room). The driver sets
 random occupancies on the transmit FIFOs of both virtual channels of a DGX H100's 18 links per GPU
-(about half full), asks for links toward random GPUs with and without advancing the pointer, and
-compares every answer and every pointer with the first implementation (REFERENCE: `%` and
-txq_room), under the Numba and the pure-Python engine.
+(about half full), asks 1,000 times for links toward random GPUs with and without advancing the
+pointer, and compares every answer and every pointer with the first implementation (REFERENCE: `%`
+and txq_room), under the Numba and the pure-Python engine.
 """
 
 import pytest
@@ -40,7 +40,7 @@ routes = st.gpu_routes.copy()
 rng = random.Random(23)
 mismatches, found, none, widths = [], 0, 0, set()
 ch = st.ch
-for step in range(4000):
+for step in range(1000):
     # room for a packet or not, about half the time in each virtual channel: channel c's draws
     # are the (2c)th and (2c + 1)th of the step, set field by field (a whole column at a time:
     # a record's attribute, one at a time, costs about ten times the draw)
@@ -74,6 +74,7 @@ def test_pick_channel_matches_the_plain_round_robin(both_engines):
     numba, python = both_engines
     assert numba == python
     assert numba["mismatches"] == [] and numba["routes_equal"]
-    # the runs chose links and found none; routes had several parallel links
-    assert numba["found"] > 1000 and numba["none"] > 100
+    # the runs chose links and found none; routes had several parallel links (1,000 steps: each
+    # step's call of the compiled function from Python unpacks the whole State, about 7 ms)
+    assert numba["found"] > 250 and numba["none"] > 25
     assert max(numba["widths"]) > 1
