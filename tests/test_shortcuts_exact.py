@@ -9,7 +9,8 @@ import pytest
 
 from conftest import REPO, drive_both_engines, load, load_script, model_stats
 
-SHORTCUTS = ("tx_wake", "idle_output", "sm_fold", "back_to_back", "credit_wake", "arrival_hub")
+SHORTCUTS = ("tx_wake", "idle_output", "sm_fold", "back_to_back", "credit_wake", "arrival_hub",
+             "hub_again")
 LAYER = "experiments/layer"
 CASES = {
     "moehub_layer": (f"{LAYER}/deepseek_v3_4096_moehub.yaml", ["workload.layer.tokens_per_gpu=16"]),
@@ -97,13 +98,17 @@ def test_credit_wake_leaves_out_the_looks_short_of_credits():
     assert sum(v for k, v in taken.items() if k.endswith(".tx_credit_stall_ticks")) > 0
 
 
-def test_arrival_hub_runs_the_hubs_response_in_the_arrival_event():
-    # the MoE-Hub dispatch and combine: a stream packet's arrival owes its link response at once
+@pytest.mark.parametrize("shortcut, case", [("arrival_hub", "hub_dispatch_combine"),
+                                             ("hub_again", "ubench_alltoall"),
+                                             ("hub_again", "functional_deepep")])
+def test_the_hub_shortcuts_leave_out_only_hub_events(shortcut, case):
+    # arrival_hub: a MoE-Hub stream packet's arrival owes its link response at once
     # (owe_link_responses), so the receiving hub's packetizer is armed for the arrival's tick;
-    # where it is the next event it runs in the arrival's event: every model stat the same,
-    # fewer hub events, and no other kind of event moves
-    config, overrides = GOLDEN.CASES["hub_dispatch_combine"]
-    without = _run(config, overrides, [n for n in SHORTCUTS if n != "arrival_hub"])
+    # hub_again: a hub that sent a response arms itself again for the same tick (another
+    # response, or its request FIFO's head). Where that timer is the next event it runs in the
+    # event before it: every model stat the same, fewer hub events, no other kind of event moves
+    config, overrides = GOLDEN.CASES[case]
+    without = _run(config, overrides, [n for n in SHORTCUTS if n != shortcut])
     taken = _run(config, overrides, SHORTCUTS)
     moved = sorted(k for k in without if not _is_event_count(k) and taken[k] != without[k])
     assert not moved, [(k, without[k], taken[k]) for k in moved[:10]]

@@ -29,8 +29,9 @@ from ..components.sm import EV_SM_ISSUE, prefetch_issue
 from ..components.sm_interpreter import EV_LOCAL_DONE, local_done
 from ..components.occupancy import EV_OCCUPANCY_SAMPLE, occupancy_sample
 from ..components.switch import EV_XBAR, switch_crossbar, switch_receive
-from ..engine.events import (Q_TICK, SHORTCUT_ARRIVAL_HUB, TIMER_OFF, TM_TICK, _u, pop,
-                             timer_clear, timer_is_next, timer_next_hint, timer_peek, timer_take)
+from ..engine.events import (Q_TICK, SHORTCUT_ARRIVAL_HUB, SHORTCUT_HUB_AGAIN, TIMER_OFF, TM_TICK,
+                             _u, pop, timer_clear, timer_is_next, timer_next_hint, timer_peek,
+                             timer_take)
 from ..engine.stateref import jit_disabled
 
 STATUS_EMPTY = 0      # no events left (heap empty, no timer armed)
@@ -142,10 +143,20 @@ def run_loop(st, max_events, headroom, tick_limit, entries):
         elif kind == EV_XBAR:
             switch_crossbar(st, a0, tick)
         elif kind == EV_HUB_TX:
-            # the hub sends a response, or the head request's packetizer (its block's Send) runs
-            r = hub_packetize(st, a0, tick)
-            if r >= 0:
-                send_request(st, a0, r, tick)
+            ti = p.tm_hub + a0
+            while True:
+                # the hub sends a response, or the head request's packetizer (its block's Send)
+                # runs
+                r = hub_packetize(st, a0, tick)
+                if r >= 0:
+                    send_request(st, a0, r, tick)
+                if not (p.shortcuts & SHORTCUT_HUB_AGAIN and sy.err_code == 0
+                        and sy.trace_full == 0 and sy.q_size + headroom <= cap
+                        and timer_is_next(st, ti, tick)):
+                    break
+                # exact shortcut hub_again (docs/engine_order.md): it armed itself again for
+                # this tick (another response due now) and is the next event: it runs here
+                timer_clear(st, ti)
         elif kind == EV_LOCAL_DONE:
             local_done(st, a0, tick)
         elif kind == EV_KERNEL_START:
