@@ -123,9 +123,9 @@ def run_loop(st, max_events, headroom, tick_limit, entries):
                 g = st.ch[a0].gpu
                 receive_packet(st, g, a0, pkt, tick)
                 ti = p.tm_hub + g
-                if (p.shortcuts & SHORTCUT_ARRIVAL_HUB and sy.err_code == 0
-                        and sy.trace_full == 0 and sy.q_size + headroom <= cap
-                        and timer_is_next(st, ti, tick)):
+                if (st.timer[_u(ti), TM_TICK] == tick and p.shortcuts & SHORTCUT_ARRIVAL_HUB
+                        and sy.err_code == 0 and sy.trace_full == 0
+                        and sy.q_size + headroom <= cap and timer_is_next(st, ti, tick)):
                     # exact shortcut arrival_hub (docs/engine_order.md): the GPU's hub
                     # packetizer, armed for now (an owed response, a request to send), is the
                     # next event; it runs in this one, as the loop would run it next
@@ -150,9 +150,9 @@ def run_loop(st, max_events, headroom, tick_limit, entries):
                 r = hub_packetize(st, a0, tick)
                 if r >= 0:
                     send_request(st, a0, r, tick)
-                if not (p.shortcuts & SHORTCUT_HUB_AGAIN and sy.err_code == 0
-                        and sy.trace_full == 0 and sy.q_size + headroom <= cap
-                        and timer_is_next(st, ti, tick)):
+                if not (st.timer[_u(ti), TM_TICK] == tick and p.shortcuts & SHORTCUT_HUB_AGAIN
+                        and sy.err_code == 0 and sy.trace_full == 0
+                        and sy.q_size + headroom <= cap and timer_is_next(st, ti, tick)):
                     break
                 # exact shortcut hub_again (docs/engine_order.md): it armed itself again for
                 # this tick (another response due now) and is the next event: it runs here
