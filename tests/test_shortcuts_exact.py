@@ -9,7 +9,8 @@ import pytest
 
 from conftest import REPO, drive_both_engines, load, load_script, model_stats
 
-SHORTCUTS = ("tx_wake", "idle_output", "sm_fold", "back_to_back", "credit_wake")
+SHORTCUTS = ("tx_wake", "idle_output", "sm_fold", "back_to_back", "credit_wake", "arrival_hub",
+             "hub_again")
 LAYER = "experiments/layer"
 CASES = {
     "moehub_layer": (f"{LAYER}/deepseek_v3_4096_moehub.yaml", ["workload.layer.tokens_per_gpu=16"]),
@@ -95,6 +96,28 @@ def test_credit_wake_leaves_out_the_looks_short_of_credits():
     assert not moved, [(k, without[k], taken[k]) for k in moved[:10]]
     assert taken["system.engine.events.ch_tx"] < 0.9 * without["system.engine.events.ch_tx"]
     assert sum(v for k, v in taken.items() if k.endswith(".tx_credit_stall_ticks")) > 0
+
+
+@pytest.mark.parametrize("shortcut, case", [("arrival_hub", "hub_dispatch_combine"),
+                                             ("hub_again", "ubench_alltoall"),
+                                             ("hub_again", "functional_deepep")])
+def test_the_hub_shortcuts_leave_out_only_hub_events(shortcut, case):
+    # arrival_hub: a MoE-Hub stream packet's arrival owes its link response at once
+    # (owe_link_responses), so the receiving hub's packetizer is armed for the arrival's tick;
+    # hub_again: a hub that sent a response arms itself again for the same tick (another
+    # response, or its request FIFO's head). Where that timer is the next event it runs in the
+    # event before it: every model stat the same, fewer hub events, no other kind of event moves
+    config, overrides = GOLDEN.CASES[case]
+    without = _run(config, overrides, [n for n in SHORTCUTS if n != shortcut])
+    taken = _run(config, overrides, SHORTCUTS)
+    moved = sorted(k for k in without if not _is_event_count(k) and taken[k] != without[k])
+    assert not moved, [(k, without[k], taken[k]) for k in moved[:10]]
+    assert taken["system.engine.events.hub_tx"] < without["system.engine.events.hub_tx"]
+    others = [k for k in without if k.startswith("system.engine.events.")
+              and k != "system.engine.events.hub_tx" and taken[k] != without[k]]
+    assert not others, others
+    assert (without["simEvents"] - taken["simEvents"]
+            == without["system.engine.events.hub_tx"] - taken["system.engine.events.hub_tx"])
 
 
 def test_shortcuts_are_on_by_default_and_an_unknown_one_is_an_input_error():

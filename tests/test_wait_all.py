@@ -76,7 +76,9 @@ def test_one_check_for_the_range_exact_on_a_staggered_barrier(tmp_path):
     ends_one, ends_loop = _ends(one), _ends(loop)
     assert ends_one == [4_579_780, 4_637_157, 4_855_736, 5_067_212]
     assert all(a < b for a, b in zip(ends_one, ends_loop))
-    assert one.stats["simEvents"] == 129 < loop.stats["simEvents"]
+    # (123 events: the hubs' packetizer runs in the event before it where it is next,
+    # run.shortcuts arrival_hub and hub_again; 129 without them, the same stats otherwise)
+    assert one.stats["simEvents"] == 123 < loop.stats["simEvents"]
 
 
 def test_both_engines_give_identical_stats(tmp_path):

@@ -39,8 +39,7 @@ GPUs), as in DGX/HGX H100 and GH200 NVL32.
 from ..engine.jit import compiled, inline
 from ..engine.ring import ring_add, ring_next
 
-from .nvlink import (channel_count_arrival, channel_transmit, credit_return_vc, input_free_tick,
-                     txq_push)
+from .nvlink import channel_count_arrival, credit_return_vc, input_free_tick, txq_push
 from .link_room import hold_departures, pick_switch_output
 from ..engine.events import SHORTCUT_IDLE_OUTPUT, timer_clear, timer_is_next
 from ..engine import extension
@@ -131,12 +130,14 @@ BLOCK = Block(
 @inline
 def switch_receive(st, c, pkt, tick):
     """A packet on up-channel c reached the switch and finished its traversal: queue it in its
-    virtual channel's input buffer and move it across at once unless packets wait ahead of it."""
+    virtual channel's input buffer and move it across at once unless packets wait ahead of it.
+    Returns the output channel whose transmitter the run loop runs next in this event (the
+    idle_output shortcut), or -1."""
     channel_count_arrival(st, c, pkt)
     ch = st.ch[c]
     st.pk[pkt].ready = tick
     if extension.switch_absorb(st, c, pkt, tick):
-        return  # a block took it in place (declare.Crossing arrival: NVLS's reduction data)
+        return -1  # a block took it in place (declare.Crossing arrival: NVLS's reduction data)
     out = -1
     if packet_vc(st, pkt) == VC_RESPONSE:
         st.rsp_rxq[c, ring_add(ch.rsp_rxq_head, ch.rsp_rxq_count, st.rsp_rxq.shape[1])] = pkt
@@ -158,9 +159,10 @@ def switch_receive(st, c, pkt, tick):
         # exact shortcut (docs/engine_order.md): the packet went to an idle output, whose
         # transmitter this arrival armed for now, and that transmitter is the next event (its
         # timer comes before every wire arrival's in the canonical order); this handler has
-        # nothing left to do, so it transmits here, as that event would
+        # nothing left to do, so the run loop transmits in this event, as that event would
         timer_clear(st, st.p[0].tm_ch_tx + out)
-        channel_transmit(st, out, tick)
+        return out
+    return -1
 
 
 @compiled

@@ -51,7 +51,8 @@ __all__ = ["BASE_UNITS", "UNIT_KINDS", "AAU_OVERFLOW", "AauConfig", "CaisSwitchC
 
 # the engine's exact shortcuts (run.shortcuts), bit i of the engine's `shortcuts` parameter each
 # (engine/events.py SHORTCUT_*)
-SHORTCUTS = ("tx_wake", "idle_output", "sm_fold", "back_to_back", "credit_wake")
+SHORTCUTS = ("tx_wake", "idle_output", "sm_fold", "back_to_back", "credit_wake", "arrival_hub",
+             "hub_again")
 
 
 @attrs.frozen
@@ -76,7 +77,11 @@ class RunConfig:
                           "back_to_back (an NVLink channel sends its next queued packet, due "
                           "right after the one it sends, in the same event), credit_wake (a link "
                           "transmitter short of credits sleeps straight to the credit return that "
-                          "gives its head packet enough). "
+                          "gives its head packet enough), arrival_hub (a GPU's hub packetizer "
+                          "armed for the tick of a packet's arrival at the GPU runs in the "
+                          "arrival event when it is certain to be the next event), hub_again (a "
+                          "hub packetizer that armed itself again for the same tick runs again in "
+                          "the same event when it is certain to be the next event). "
                           "Each gives the same model stats with fewer events; [] runs every event "
                           "of the reference path (the tests compare both)", SHORTCUTS,
                           choices=SHORTCUTS)

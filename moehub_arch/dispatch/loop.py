@@ -29,7 +29,8 @@ from ..components.sm import EV_SM_ISSUE, prefetch_issue
 from ..components.sm_interpreter import EV_LOCAL_DONE, local_done
 from ..components.occupancy import EV_OCCUPANCY_SAMPLE, occupancy_sample
 from ..components.switch import EV_XBAR, switch_crossbar, switch_receive
-from ..engine.events import (Q_TICK, TIMER_OFF, TM_TICK, _u, pop, timer_next_hint, timer_peek,
+from ..engine.events import (Q_TICK, SHORTCUT_ARRIVAL_HUB, SHORTCUT_HUB_AGAIN, TIMER_OFF, TM_TICK,
+                             _u, pop, timer_clear, timer_is_next, timer_next_hint, timer_peek,
                              timer_take)
 from ..engine.stateref import jit_disabled
 
@@ -109,24 +110,53 @@ def run_loop(st, max_events, headroom, tick_limit, entries):
         n += 1
         if PREFETCH_NEXT:
             _prefetch_next(st, p)
+        if kind == EV_CH_ARRIVE:
+            pkt = channel_arrival(st, a0)
+            if st.ch[a0].to_switch:
+                # exact shortcut idle_output: the output the packet went to transmits next, in
+                # this event (switch_receive checked that its timer is the next event)
+                a0 = switch_receive(st, a0, pkt, tick)
+                if a0 >= 0:
+                    kind = EV_CH_TX
+            else:
+                # the block that declared the packet's kind receives it (declare.Receive)
+                g = st.ch[a0].gpu
+                receive_packet(st, g, a0, pkt, tick)
+                ti = p.tm_hub + g
+                if (st.timer[_u(ti), TM_TICK] == tick and p.shortcuts & SHORTCUT_ARRIVAL_HUB
+                        and sy.err_code == 0 and sy.trace_full == 0
+                        and sy.q_size + headroom <= cap and timer_is_next(st, ti, tick)):
+                    # exact shortcut arrival_hub (docs/engine_order.md): the GPU's hub
+                    # packetizer, armed for now (an owed response, a request to send), is the
+                    # next event; it runs in this one, as the loop would run it next
+                    timer_clear(st, ti)
+                    if ti > sy.q_row:
+                        sy.q_row = ti
+                    kind = EV_HUB_TX
+                    a0 = g
         if kind == EV_SM_ISSUE:
             call_void2(ENTRY_SM_ISSUE, st, a0, tick)
         elif kind == EV_CH_TX:
             channel_transmit(st, a0, tick)
         elif kind == EV_CH_ARRIVE:
-            pkt = channel_arrival(st, a0)
-            if st.ch[a0].to_switch:
-                switch_receive(st, a0, pkt, tick)
-            else:
-                # the block that declared the packet's kind receives it (declare.Receive)
-                receive_packet(st, st.ch[a0].gpu, a0, pkt, tick)
+            pass        # (handled above)
         elif kind == EV_XBAR:
             switch_crossbar(st, a0, tick)
         elif kind == EV_HUB_TX:
-            # the hub sends a response, or the head request's packetizer (its block's Send) runs
-            r = hub_packetize(st, a0, tick)
-            if r >= 0:
-                send_request(st, a0, r, tick)
+            ti = p.tm_hub + a0
+            while True:
+                # the hub sends a response, or the head request's packetizer (its block's Send)
+                # runs
+                r = hub_packetize(st, a0, tick)
+                if r >= 0:
+                    send_request(st, a0, r, tick)
+                if not (st.timer[_u(ti), TM_TICK] == tick and p.shortcuts & SHORTCUT_HUB_AGAIN
+                        and sy.err_code == 0 and sy.trace_full == 0
+                        and sy.q_size + headroom <= cap and timer_is_next(st, ti, tick)):
+                    break
+                # exact shortcut hub_again (docs/engine_order.md): it armed itself again for
+                # this tick (another response due now) and is the next event: it runs here
+                timer_clear(st, ti)
         elif kind == EV_LOCAL_DONE:
             local_done(st, a0, tick)
         elif kind == EV_KERNEL_START:

@@ -76,6 +76,8 @@ SHORTCUT_IDLE_OUTPUT = 1 << SHORTCUTS.index("idle_output")
 SHORTCUT_SM_FOLD = 1 << SHORTCUTS.index("sm_fold")
 SHORTCUT_BACK_TO_BACK = 1 << SHORTCUTS.index("back_to_back")
 SHORTCUT_CREDIT_WAKE = 1 << SHORTCUTS.index("credit_wake")
+SHORTCUT_ARRIVAL_HUB = 1 << SHORTCUTS.index("arrival_hub")
+SHORTCUT_HUB_AGAIN = 1 << SHORTCUTS.index("hub_again")
 
 # Event kinds are declared by the blocks whose handlers they dispatch (``Event`` in each
 # component module's BLOCK: EV_SM_ISSUE in components/sm.py, EV_CH_TX in components/nvlink.py...);
