@@ -223,6 +223,7 @@ def _zygote_end(proc):
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, 9)
         proc.wait()
+    proc.stdout.close()
 
 
 def _zygote_run(args, cwd, env):
