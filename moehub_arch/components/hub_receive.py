@@ -96,7 +96,8 @@ def hub_receive(st, g, c, pkt, tick):
     elif kind == PK_STORE:
         free_at, visible = link_write(st, g, addr, 8, t)
         visible = nic_in_order(st, g, pk.src, visible)   # behind its queue pair's writes
-        old = read_word(st, g, addr)
+        # the word's value before the store: only a ready queue asks (no read on other runs)
+        old = read_word(st, g, addr) if p.dy_ready_queue else 0
         write_word(st, g, addr, pk.value)
         notify_stores(st, g, addr, 8, visible)
         if p.dy_ready_queue:

@@ -475,7 +475,8 @@ def execute(st, slot, sm, tick, cyc):
                 dysharp_counter_added(st, g, addr, read_word(st, g, addr), done_at)
         elif peer == g:
             if sem == SEM_FLAG_SET:
-                old = read_word(st, g, addr)
+                # the word's value before the store: only a ready queue asks
+                old = read_word(st, g, addr) if st.p[0].dy_ready_queue else 0
                 write_word(st, g, addr, value)
                 done_at = hbm_access(st, g, addr, 8, tick, True)
                 notify_stores(st, g, addr, 8, done_at)
